@@ -1,0 +1,75 @@
+//! Host bindings of the `hfx:plugin@0.1.0` contract: one module per world.
+//!
+//! The interfaces shared between worlds (`types`, `graph`, `onnx`) are generated
+//! once, in the first world that uses them, and the other worlds reuse them
+//! through `with`, so the host implements each interface exactly once. A
+//! future contract version gets a sibling module (`v0_2`), as Zed keeps one
+//! `bindgen!` per API track.
+
+/// Host-side value behind the guest's `graph` handle: the graph itself lives in
+/// the store data; the handle only marks the call it was lent for.
+pub struct GraphRef;
+/// Host-side value behind an ONNX `builder` handle.
+pub struct BuilderRef;
+/// Host-side value behind an ONNX `model` handle.
+pub struct ModelRef;
+
+pub mod fx_node_fix {
+    wasmtime::component::bindgen!({
+        path: "../wit/0.1.0",
+        world: "hfx:plugin/fx-node-fix",
+        imports: { default: trappable },
+        with: { "hfx:plugin/graph.graph": super::GraphRef },
+    });
+}
+
+pub mod fx_program_fix {
+    wasmtime::component::bindgen!({
+        path: "../wit/0.1.0",
+        world: "hfx:plugin/fx-program-fix",
+        imports: { default: trappable },
+        with: {
+            "hfx:plugin/types": super::fx_node_fix::hfx::plugin::types,
+            "hfx:plugin/graph": super::fx_node_fix::hfx::plugin::graph,
+        },
+    });
+}
+
+pub mod onnx_translation {
+    wasmtime::component::bindgen!({
+        path: "../wit/0.1.0",
+        world: "hfx:plugin/onnx-translation",
+        imports: { default: trappable },
+        with: {
+            "hfx:plugin/types": super::fx_node_fix::hfx::plugin::types,
+            "hfx:plugin/graph": super::fx_node_fix::hfx::plugin::graph,
+            "hfx:plugin/onnx.builder": super::BuilderRef,
+            "hfx:plugin/onnx.model": super::ModelRef,
+        },
+    });
+}
+
+pub mod onnx_ir_fix {
+    wasmtime::component::bindgen!({
+        path: "../wit/0.1.0",
+        world: "hfx:plugin/onnx-ir-fix",
+        imports: { default: trappable },
+        with: {
+            "hfx:plugin/types": super::fx_node_fix::hfx::plugin::types,
+            "hfx:plugin/onnx": super::onnx_translation::hfx::plugin::onnx,
+        },
+    });
+}
+
+pub mod patch {
+    wasmtime::component::bindgen!({
+        path: "../wit/0.1.0",
+        world: "hfx:plugin/patch",
+        imports: { default: trappable },
+        with: { "hfx:plugin/types": super::fx_node_fix::hfx::plugin::types },
+    });
+}
+
+pub use fx_node_fix::hfx::plugin::{graph as wit_graph, types as wit_types};
+pub use onnx_translation::hfx::plugin::onnx as wit_onnx;
+pub use patch::hfx::plugin::patching as wit_patching;

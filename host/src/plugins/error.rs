@@ -1,0 +1,57 @@
+//! Errors at the plugin boundary. Each names the file, or the plugin, its kind,
+//! the stage and the node, so that one line says what failed where.
+
+use std::path::PathBuf;
+
+use super::manifest::PluginKind;
+
+/// A plugin that could not be loaded. The path is the manifest or component file.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {reason}", path.display())]
+pub struct LoadError {
+    pub path: PathBuf,
+    pub reason: String,
+}
+
+impl LoadError {
+    pub fn new(path: impl Into<PathBuf>, reason: impl Into<String>) -> Self {
+        LoadError { path: path.into(), reason: reason.into() }
+    }
+}
+
+/// Why a call into a plugin failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Failure {
+    /// The plugin returned its typed error.
+    #[error("{0}")]
+    Returned(String),
+    #[error("ran out of fuel ({budget} units): the call does not terminate within its budget")]
+    OutOfFuel { budget: u64 },
+    #[error("hit the {millis} ms wall-clock deadline")]
+    Deadline { millis: u64 },
+    #[error("exceeded the memory cap of {bytes} bytes")]
+    MemoryCap { bytes: usize },
+    #[error("exceeded the host budget: {0}")]
+    HostBudget(String),
+    /// A wasm trap: a panic (unreachable), an out-of-bounds access, ...
+    #[error("trapped: {0}")]
+    Trap(String),
+    #[error("returned an invalid answer: {0}")]
+    Invalid(String),
+}
+
+/// A failed call, with everything needed to find the cause.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("plugin `{plugin}` ({kind}) failed in stage `{stage}`{}: {failure}", node_suffix(.node))]
+pub struct PluginError {
+    pub plugin: String,
+    pub kind: PluginKind,
+    pub stage: String,
+    /// The node being processed (FX node name, or ONNX node), if any.
+    pub node: Option<String>,
+    pub failure: Failure,
+}
+
+fn node_suffix(node: &Option<String>) -> String {
+    node.as_ref().map(|n| format!(" at node `{n}`")).unwrap_or_default()
+}

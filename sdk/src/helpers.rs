@@ -1,0 +1,117 @@
+//! Helpers for the rewrites most fixes are made of.
+
+use crate::hfx::plugin::types::*;
+
+/// An error about `node`, for the host to report with plugin and stage.
+pub fn error(message: impl Into<String>, node: Option<NodeId>) -> Error {
+    Error { message: message.into(), node }
+}
+
+/// The `describe` answer from a list of targets.
+pub fn targets(names: &[&str]) -> Vec<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+#[cfg(any(feature = "fx-node-fix", feature = "fx-program-fix", feature = "onnx-translation"))]
+mod graph_ext {
+    use super::error;
+    use crate::hfx::plugin::graph::*;
+
+    /// Typed reads and the common rewrites, on the host's graph.
+    pub trait GraphExt {
+        /// The tensor value of input `name`, or an error naming the node.
+        fn tensor_input(&self, node: NodeId, name: &str) -> Result<ValueId, Error>;
+        /// Input `name` as an argument, or `default` when the node has none.
+        fn input_or(&self, node: NodeId, name: &str, default: Argument) -> Result<Argument, Error>;
+        /// Output declarations copying the node's own output metadata.
+        fn output_decls(&self, node: NodeId) -> Result<Vec<OutputDecl>, Error>;
+        /// Every value the node outputs, flattened in order.
+        fn output_values(&self, node: NodeId) -> Result<Vec<ValueId>, Error>;
+        /// Replace `node` by a call to `target` with the same outputs (metadata
+        /// copied), move every reader over, and erase `node`. Returns the new node.
+        fn replace_with_call(&self, node: NodeId, target: &str, inputs: Vec<NamedArgument>) -> Result<NodeId, Error>;
+        /// Make the readers of `node`'s single output read input `name` instead,
+        /// and erase `node`.
+        fn forward_input(&self, node: NodeId, name: &str) -> Result<(), Error>;
+    }
+
+    impl GraphExt for Graph {
+        fn tensor_input(&self, node: NodeId, name: &str) -> Result<ValueId, Error> {
+            match self.input(node, name)? {
+                Some(Argument::Tensor(value)) => Ok(value),
+                Some(_) => Err(error(format!("input `{name}` is not a tensor"), Some(node))),
+                None => Err(error(format!("no input `{name}`"), Some(node))),
+            }
+        }
+
+        fn input_or(&self, node: NodeId, name: &str, default: Argument) -> Result<Argument, Error> {
+            Ok(self.input(node, name)?.unwrap_or(default))
+        }
+
+        fn output_decls(&self, node: NodeId) -> Result<Vec<OutputDecl>, Error> {
+            let meta_of = |value: ValueId| -> Result<TensorMeta, Error> {
+                match self.value_meta(value)? {
+                    ValueMeta::Tensor(meta) => Ok(meta),
+                    _ => Err(error("tensor output without tensor metadata", Some(node))),
+                }
+            };
+            self.outputs(node)?
+                .into_iter()
+                .map(|output| {
+                    Ok(match output {
+                        Argument::Tensor(v) => OutputDecl::Tensor(meta_of(v)?),
+                        Argument::Tensors(vs) => OutputDecl::Tensors(vs.into_iter().map(meta_of).collect::<Result<_, _>>()?),
+                        Argument::SymInt(SymInt::Value(v)) => match self.value_meta(v)? {
+                            ValueMeta::SymInt(expr) => OutputDecl::SymInt(expr),
+                            _ => return Err(error("sym-int output without sym-int metadata", Some(node))),
+                        },
+                        Argument::SymBool(SymBool::Value(v)) => match self.value_meta(v)? {
+                            ValueMeta::SymBool(expr) => OutputDecl::SymBool(expr),
+                            _ => return Err(error("sym-bool output without sym-bool metadata", Some(node))),
+                        },
+                        Argument::None => OutputDecl::None,
+                        _ => return Err(error("output kind not supported by output_decls", Some(node))),
+                    })
+                })
+                .collect()
+        }
+
+        fn output_values(&self, node: NodeId) -> Result<Vec<ValueId>, Error> {
+            Ok(self
+                .outputs(node)?
+                .into_iter()
+                .flat_map(|output| match output {
+                    Argument::Tensor(v) => vec![v],
+                    Argument::Tensors(vs) => vs,
+                    Argument::SymInt(SymInt::Value(v)) => vec![v],
+                    Argument::SymFloat(SymFloat::Value(v)) => vec![v],
+                    Argument::SymBool(SymBool::Value(v)) => vec![v],
+                    _ => vec![],
+                })
+                .collect())
+        }
+
+        fn replace_with_call(&self, node: NodeId, target: &str, inputs: Vec<NamedArgument>) -> Result<NodeId, Error> {
+            let decls = self.output_decls(node)?;
+            let new = self.insert_call(node, target, &inputs, &decls)?;
+            for (old, new) in self.output_values(node)?.into_iter().zip(self.output_values(new)?) {
+                self.replace_uses(old, Replacement::Value(new))?;
+            }
+            self.erase(node)?;
+            Ok(new)
+        }
+
+        fn forward_input(&self, node: NodeId, name: &str) -> Result<(), Error> {
+            let input = self.tensor_input(node, name)?;
+            let outputs = self.output_values(node)?;
+            let [output] = outputs.as_slice() else {
+                return Err(error(format!("expected one output, found {}", outputs.len()), Some(node)));
+            };
+            self.replace_uses(*output, Replacement::Value(input))?;
+            self.erase(node)
+        }
+    }
+}
+
+#[cfg(any(feature = "fx-node-fix", feature = "fx-program-fix", feature = "onnx-translation"))]
+pub use graph_ext::GraphExt;

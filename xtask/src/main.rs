@@ -1,0 +1,192 @@
+//! Project tasks that need more than cargo.
+//!
+//! `cargo xtask build-plugins` builds every plugin crate (a folder holding both
+//! `Cargo.toml` and `plugin.toml`, under `plugins/` and `tests/plugins/`) to a
+//! WebAssembly component and writes it beside its `plugin.toml`, as the
+//! manifest's `component` names it.
+//!
+//! Route (shared/toolchain/README.md): rustup has no wasm32 standard library
+//! here, so guests are compiled by Debian's `rustc-web` with its std sources
+//! (`-Zbuild-std`) for `wasm32-unknown-unknown`, which imports no WASI; the
+//! core module becomes a component in process with `wit-component`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+
+const DEBIAN_PACKAGES: &[&str] = &["rustc-web", "cargo-web", "rust-web-src", "rust-web-llvm", "lld-22"];
+const DEBIAN_RUSTC: &str = "/usr/bin/rustc";
+const DEBIAN_CARGO: &str = "/usr/bin/cargo";
+const STD_SOURCES: &str = "/usr/lib/rustlib/src/rust/library/std/Cargo.toml";
+const TARGET: &str = "wasm32-unknown-unknown";
+const PROFILE: &str = "plugin";
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("build-plugins") => build_plugins(&args[1..]),
+        Some("install-guest-toolchain") => install_guest_toolchain(),
+        _ => {
+            eprintln!("usage: cargo xtask build-plugins [CRATE-DIR...] | install-guest-toolchain");
+            std::process::exit(2)
+        }
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
+}
+
+/// Installs Debian's wasm-capable Rust (1.96) beside rustup's, if missing.
+fn install_guest_toolchain() -> Result<()> {
+    let present = Path::new(STD_SOURCES).exists() && Path::new("/usr/bin/rust-lld").exists() && Path::new(DEBIAN_CARGO).exists();
+    if present {
+        return Ok(());
+    }
+    eprintln!("==> installing the guest toolchain: apt-get install {}", DEBIAN_PACKAGES.join(" "));
+    run(Command::new("apt-get").arg("update").arg("-q"))?;
+    run(Command::new("apt-get")
+        .args(["install", "-y", "-q", "--no-install-recommends"])
+        .args(DEBIAN_PACKAGES)
+        .env("DEBIAN_FRONTEND", "noninteractive"))
+    .context("apt-get install failed (run as root, or install the packages above by hand)")
+}
+
+struct PluginCrate {
+    dir: PathBuf,
+    package: String,
+    component: String,
+}
+
+fn build_plugins(only: &[String]) -> Result<()> {
+    install_guest_toolchain()?;
+    let root = workspace_root();
+    let mut crates = find_plugin_crates(&root)?;
+    if !only.is_empty() {
+        let wanted: Vec<PathBuf> = only.iter().map(|d| std::fs::canonicalize(d)).collect::<Result<_, _>>()?;
+        crates.retain(|c| wanted.iter().any(|w| std::fs::canonicalize(&c.dir).is_ok_and(|d| &d == w)));
+    }
+    let version = Command::new(DEBIAN_RUSTC).arg("-V").output().context("running /usr/bin/rustc -V")?;
+    // Debian moves rustc-web forward and -Zbuild-std is unstable: print the version so a break is obvious.
+    eprintln!("guest compiler: {}", String::from_utf8_lossy(&version.stdout).trim());
+    let start = Instant::now();
+    for plugin in &crates {
+        let t = Instant::now();
+        compile_core_module(&root, &plugin.package)?;
+        let core = root
+            .join("target")
+            .join(TARGET)
+            .join(PROFILE)
+            .join(format!("{}.wasm", plugin.package.replace('-', "_")));
+        let out = plugin.dir.join(&plugin.component);
+        let size = encode_component(&core, &out)?;
+        eprintln!(
+            "  built {:<28} {:>7} bytes  {:>6.1} s  -> {}",
+            plugin.package,
+            size,
+            t.elapsed().as_secs_f64(),
+            out.strip_prefix(&root).unwrap_or(&out).display()
+        );
+    }
+    eprintln!("{} plugins in {:.1} s", crates.len(), start.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// Plugin crates: folders with both `Cargo.toml` and `plugin.toml`, in path order.
+fn find_plugin_crates(root: &Path) -> Result<Vec<PluginCrate>> {
+    let mut found = Vec::new();
+    for base in ["plugins", "tests/plugins"] {
+        walk(&root.join(base), 3, &mut found)?;
+    }
+    found.sort_by(|a, b| a.dir.cmp(&b.dir));
+    Ok(found)
+}
+
+fn walk(dir: &Path, depth: u32, found: &mut Vec<PluginCrate>) -> Result<()> {
+    if !dir.is_dir() {
+        return Ok(());
+    }
+    if dir.join("Cargo.toml").is_file() && dir.join("plugin.toml").is_file() {
+        found.push(read_plugin_crate(dir)?);
+        return Ok(());
+    }
+    if depth == 0 {
+        return Ok(());
+    }
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if path.is_dir() && !name.starts_with('.') && name != "target" && name != "src" {
+            walk(&path, depth - 1, found)?;
+        }
+    }
+    Ok(())
+}
+
+fn read_plugin_crate(dir: &Path) -> Result<PluginCrate> {
+    #[derive(serde::Deserialize)]
+    struct CargoToml {
+        package: Package,
+    }
+    #[derive(serde::Deserialize)]
+    struct Package {
+        name: String,
+    }
+    #[derive(serde::Deserialize)]
+    struct Manifest {
+        plugin: Plugin,
+    }
+    #[derive(serde::Deserialize)]
+    struct Plugin {
+        component: String,
+    }
+    let cargo: CargoToml = toml::from_str(&std::fs::read_to_string(dir.join("Cargo.toml"))?)
+        .with_context(|| format!("{}/Cargo.toml", dir.display()))?;
+    // Only the field this task needs; the host validates the whole manifest.
+    let manifest: toml::Table = toml::from_str(&std::fs::read_to_string(dir.join("plugin.toml"))?)
+        .with_context(|| format!("{}/plugin.toml", dir.display()))?;
+    let manifest: Manifest = manifest.try_into().with_context(|| format!("{}/plugin.toml", dir.display()))?;
+    Ok(PluginCrate { dir: dir.to_path_buf(), package: cargo.package.name, component: manifest.plugin.component })
+}
+
+/// One cargo invocation per plugin: the SDK's kind features must not unify.
+fn compile_core_module(root: &Path, package: &str) -> Result<()> {
+    let mut cmd = Command::new(DEBIAN_CARGO);
+    cmd.current_dir(root)
+        // Only Debian's toolchain: rustup's proxies must not leak into the guest build.
+        .env("PATH", "/usr/bin:/bin")
+        .env("RUSTC", DEBIAN_RUSTC)
+        .env("RUSTDOC", "/usr/bin/rustdoc")
+        .env("RUSTC_BOOTSTRAP", "1")
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .env_remove("CARGO")
+        .env_remove("RUSTC_WRAPPER")
+        .args(["build", "--quiet", "--locked", "--package", package, "--profile", PROFILE, "--target", TARGET])
+        .arg("-Zbuild-std=std,panic_abort");
+    run(&mut cmd).with_context(|| format!("building plugin crate `{package}`"))
+}
+
+/// Core module → component, validated; written atomically.
+fn encode_component(core: &Path, out: &Path) -> Result<usize> {
+    let module = std::fs::read(core).with_context(|| format!("reading {}", core.display()))?;
+    let component = wit_component::ComponentEncoder::default()
+        .module(&module)
+        .with_context(|| format!("{}: no component type section (does the crate call an export macro?)", core.display()))?
+        .validate(true)
+        .encode()
+        .with_context(|| format!("encoding {} as a component", core.display()))?;
+    let tmp = out.with_extension("wasm.tmp");
+    std::fs::write(&tmp, &component)?;
+    std::fs::rename(&tmp, out)?;
+    Ok(component.len())
+}
+
+fn run(cmd: &mut Command) -> Result<()> {
+    let status = cmd.status().with_context(|| format!("starting {:?}", cmd.get_program()))?;
+    if !status.success() {
+        bail!("{:?} exited with {status}", cmd.get_program());
+    }
+    Ok(())
+}
