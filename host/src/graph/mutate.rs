@@ -274,7 +274,7 @@ impl Graph {
     }
 
     fn declare_output(&mut self, base: &str, producer: NodeId, decl: OutputDecl) -> Argument {
-        let mut value = |g: &mut Self, meta| g.new_value(base, meta, Some(producer));
+        let value = |g: &mut Self, meta| g.new_value(base, meta, Some(producer));
         match decl {
             OutputDecl::Tensor(meta) => Argument::Tensor(value(self, ValueMeta::Tensor(meta))),
             OutputDecl::Tensors(metas) => {

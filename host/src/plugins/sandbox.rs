@@ -68,6 +68,13 @@ impl PluginState {
         }
     }
 
+    /// Ends a call on the ONNX side: keep its changes, or undo them.
+    pub fn onnx_finish(&mut self, ok: bool) {
+        if !ok {
+            self.onnx.rollback();
+        }
+    }
+
     /// Charges `bytes` read by the guest; a trap once over budget.
     pub fn charge_read(&mut self, bytes: usize) -> wasmtime::Result<()> {
         self.budget.read_bytes += bytes as u64;

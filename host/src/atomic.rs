@@ -1,0 +1,66 @@
+//! Atomic file writes: a temp file in the destination folder, synced, then
+//! renamed over the destination. A failed write never leaves a half-written
+//! file where a good one was.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Writes `path` with what `fill` writes; either the whole new content lands or
+/// the old file (if any) stays untouched.
+pub fn write_atomically(path: &Path, fill: impl FnOnce(&mut File) -> io::Result<()>) -> io::Result<()> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    std::fs::create_dir_all(dir)?;
+    let (tmp, mut file) = temp_file(dir, path)?;
+    let result = fill(&mut file).and_then(|()| file.flush()).and_then(|()| file.sync_all());
+    drop(file);
+    match result.and_then(|()| std::fs::rename(&tmp, path)) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
+}
+
+/// Convenience for whole buffers.
+pub fn write_bytes_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_atomically(path, |f| f.write_all(bytes))
+}
+
+fn temp_file(dir: &Path, target: &Path) -> io::Result<(PathBuf, File)> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let stem = target.file_name().and_then(|n| n.to_str()).unwrap_or("out");
+    loop {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let tmp = dir.join(format!(".{stem}.{}.{n}.tmp", std::process::id()));
+        match OpenOptions::new().write(true).create_new(true).open(&tmp) {
+            Ok(file) => return Ok((tmp, file)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_write_keeps_the_old_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("artifact.bin");
+        write_bytes_atomically(&path, b"good").unwrap();
+        let failed = write_atomically(&path, |f| {
+            f.write_all(b"half")?;
+            Err(io::Error::other("disk on fire"))
+        });
+        assert!(failed.is_err());
+        assert_eq!(std::fs::read(&path).unwrap(), b"good");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "temp file left behind");
+    }
+}

@@ -1,0 +1,69 @@
+//! The host's ONNX IR, as far as the plugin contract needs it today: the nodes
+//! a translation emits and the nodes an IR fix repairs. Emission with prost,
+//! initializers and the checker come with the ONNX backend.
+
+use std::collections::HashMap;
+
+use crate::graph::ValueId;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Attribute {
+    Int(i64),
+    Ints(Vec<i64>),
+    Float(f32),
+    Floats(Vec<f32>),
+    Str(String),
+    Strs(Vec<String>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    pub op_type: String,
+    pub domain: String,
+    pub inputs: Vec<String>,
+    pub outputs: Vec<String>,
+    pub attributes: Vec<(String, Attribute)>,
+    /// The function the node belongs to; None for the main graph.
+    pub function: Option<String>,
+}
+
+impl Node {
+    pub fn attribute(&self, name: &str) -> Option<&Attribute> {
+        self.attributes.iter().find(|(n, _)| n == name).map(|(_, a)| a)
+    }
+
+    pub fn set_attribute(&mut self, name: &str, value: Attribute) {
+        match self.attributes.iter_mut().find(|(n, _)| n == name) {
+            Some(slot) => slot.1 = value,
+            None => self.attributes.push((name.to_string(), value)),
+        }
+    }
+}
+
+/// An ONNX model under repair: main-graph and function nodes in one list.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Model {
+    pub nodes: Vec<Node>,
+}
+
+/// What translations of one FX graph have emitted so far.
+#[derive(Debug, Clone, Default)]
+pub struct TranslationBuilder {
+    pub opset: u32,
+    /// ONNX name of each FX value translated (or provided as input) so far.
+    pub value_names: HashMap<ValueId, String>,
+    pub nodes: Vec<Node>,
+    next_name: u64,
+}
+
+impl TranslationBuilder {
+    pub fn new(opset: u32) -> Self {
+        TranslationBuilder { opset, ..Default::default() }
+    }
+
+    /// A fresh, deterministic value name.
+    pub fn fresh_name(&mut self, op_type: &str) -> String {
+        self.next_name += 1;
+        format!("{}_{}", op_type.to_ascii_lowercase(), self.next_name)
+    }
+}

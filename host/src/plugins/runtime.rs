@@ -1,0 +1,236 @@
+//! The wasmtime side: one engine for all plugins, one linker per plugin kind,
+//! and loading (compile or cache, import check, export check, `describe`).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wasmtime::component::{types::ComponentItem, Component, HasSelf, Linker};
+use wasmtime::{Config, Engine, Store};
+
+use super::bindings::{fx_node_fix, fx_program_fix, onnx_ir_fix, onnx_translation, patch};
+use super::cache::{CacheOutcome, ComponentCache};
+use super::discover::Discovered;
+use super::error::LoadError;
+use super::manifest::{Manifest, PluginKind};
+use super::sandbox::{Limits, PluginState};
+use super::session::Session;
+
+/// Resolution of the wall-clock deadline.
+pub(super) const EPOCH_TICK: Duration = Duration::from_millis(5);
+
+/// The only imports a plugin may have: the contract's own interfaces. No WASI.
+const PROVIDED_IMPORTS: &[&str] =
+    &["hfx:plugin/types@0.1.0", "hfx:plugin/graph@0.1.0", "hfx:plugin/onnx@0.1.0", "hfx:plugin/patching@0.1.0"];
+
+#[derive(Debug, Clone)]
+pub struct RuntimeOptions {
+    pub limits: Limits,
+    /// On-disk cache of compiled components; None compiles every time.
+    pub cache_dir: Option<std::path::PathBuf>,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        RuntimeOptions { limits: Limits::default(), cache_dir: ComponentCache::default_dir() }
+    }
+}
+
+pub struct Runtime {
+    pub(super) engine: Engine,
+    linkers: Linkers,
+    cache: ComponentCache,
+    pub(super) limits: Limits,
+    ticker_stop: Arc<AtomicBool>,
+}
+
+struct Linkers {
+    fx_node_fix: Linker<PluginState>,
+    fx_program_fix: Linker<PluginState>,
+    patch: Linker<PluginState>,
+    onnx_translation: Linker<PluginState>,
+    onnx_ir_fix: Linker<PluginState>,
+}
+
+/// A loaded plugin: manifest, hashes, and the pre-linked component of its kind.
+pub struct Plugin {
+    pub manifest: Manifest,
+    pub dir: std::path::PathBuf,
+    pub component_sha256: String,
+    pub manifest_sha256: String,
+    /// What the component's `describe` answered (equal to the manifest's targets).
+    pub targets: Vec<String>,
+    pub load_time: Duration,
+    pub cache: CacheOutcome,
+    pub(super) pre: KindPre,
+}
+
+impl Plugin {
+    pub fn name(&self) -> &str {
+        &self.manifest.plugin.name
+    }
+
+    pub fn kind(&self) -> PluginKind {
+        self.manifest.plugin.kind
+    }
+
+    /// Stable order within a stage: manifest `order`, then name.
+    pub fn sort_key(&self) -> (i32, &str) {
+        (self.manifest.plugin.order, self.name())
+    }
+}
+
+pub(super) enum KindPre {
+    FxNodeFix(fx_node_fix::FxNodeFixPre<PluginState>),
+    FxProgramFix(fx_program_fix::FxProgramFixPre<PluginState>),
+    Patch(patch::PatchPre<PluginState>),
+    OnnxTranslation(onnx_translation::OnnxTranslationPre<PluginState>),
+    OnnxIrFix(onnx_ir_fix::OnnxIrFixPre<PluginState>),
+}
+
+impl Runtime {
+    pub fn new(options: RuntimeOptions) -> anyhow::Result<Self> {
+        let mut config = Config::new();
+        config.wasm_component_model(true);
+        // Fuel: the deterministic budget. Epochs: the wall-clock backstop.
+        config.consume_fuel(true);
+        config.epoch_interruption(true);
+        let engine = Engine::new(&config)?;
+        let linkers = Linkers {
+            fx_node_fix: linker(&engine, |l| fx_node_fix::FxNodeFix::add_to_linker::<_, HasSelf<_>>(l, |s| s))?,
+            fx_program_fix: linker(&engine, |l| fx_program_fix::FxProgramFix::add_to_linker::<_, HasSelf<_>>(l, |s| s))?,
+            patch: linker(&engine, |l| patch::Patch::add_to_linker::<_, HasSelf<_>>(l, |s| s))?,
+            onnx_translation: linker(&engine, |l| {
+                onnx_translation::OnnxTranslation::add_to_linker::<_, HasSelf<_>>(l, |s| s)
+            })?,
+            onnx_ir_fix: linker(&engine, |l| onnx_ir_fix::OnnxIrFix::add_to_linker::<_, HasSelf<_>>(l, |s| s))?,
+        };
+        let ticker_stop = Arc::new(AtomicBool::new(false));
+        spawn_epoch_ticker(engine.clone(), ticker_stop.clone());
+        Ok(Runtime { engine, linkers, cache: ComponentCache::new(options.cache_dir), limits: options.limits, ticker_stop })
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Compiles (or fetches from the cache) and checks a discovered plugin.
+    pub fn load(&self, found: &Discovered) -> Result<Plugin, LoadError> {
+        let start = Instant::now();
+        let component_path = found.component_path();
+        let fail = |reason: String| LoadError::new(&component_path, reason);
+        let (component, cache) = self
+            .cache
+            .load(&self.engine, &found.component, &found.component_sha256)
+            .map_err(|e| fail(format!("not a valid WebAssembly component: {}", one_line(&e))))?;
+        self.check_imports(&component).map_err(fail)?;
+        let kind = found.manifest.plugin.kind;
+        let pre = self.pre(kind, &component).map_err(|e| {
+            fail(format!("does not implement the `{kind}` world of hfx:plugin@0.1.0: {}", one_line(&e)))
+        })?;
+        let mut plugin = Plugin {
+            manifest: found.manifest.clone(),
+            dir: found.dir.clone(),
+            component_sha256: found.component_sha256.clone(),
+            manifest_sha256: found.manifest_sha256.clone(),
+            targets: Vec::new(),
+            load_time: Duration::ZERO,
+            cache,
+            pre,
+        };
+        let described = Session::new(self, &plugin, "load").describe().map_err(|e| fail(e.to_string()))?;
+        check_targets(&found.manifest.plugin.targets, &described)
+            .map_err(|reason| LoadError::new(found.manifest_path(), reason))?;
+        plugin.targets = described;
+        plugin.load_time = start.elapsed();
+        Ok(plugin)
+    }
+
+    /// Refuses any import outside the contract, naming it.
+    fn check_imports(&self, component: &Component) -> Result<(), String> {
+        let ty = component.component_type();
+        for (name, import) in ty.imports(&self.engine) {
+            // A world's `use` imports types by name; a type grants nothing.
+            let capability = !matches!(import.ty, ComponentItem::Type(_) | ComponentItem::Resource(_));
+            if capability && !PROVIDED_IMPORTS.contains(&name) {
+                return Err(format!(
+                    "imports `{name}`, which hfx does not provide (plugins get no WASI: no files, network, clock or environment)"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn pre(&self, kind: PluginKind, component: &Component) -> wasmtime::Result<KindPre> {
+        let l = &self.linkers;
+        Ok(match kind {
+            PluginKind::FxNodeFix => {
+                KindPre::FxNodeFix(fx_node_fix::FxNodeFixPre::new(l.fx_node_fix.instantiate_pre(component)?)?)
+            }
+            PluginKind::FxProgramFix => KindPre::FxProgramFix(fx_program_fix::FxProgramFixPre::new(
+                l.fx_program_fix.instantiate_pre(component)?,
+            )?),
+            PluginKind::Patch => KindPre::Patch(patch::PatchPre::new(l.patch.instantiate_pre(component)?)?),
+            PluginKind::OnnxTranslation => KindPre::OnnxTranslation(onnx_translation::OnnxTranslationPre::new(
+                l.onnx_translation.instantiate_pre(component)?,
+            )?),
+            PluginKind::OnnxIrFix => {
+                KindPre::OnnxIrFix(onnx_ir_fix::OnnxIrFixPre::new(l.onnx_ir_fix.instantiate_pre(component)?)?)
+            }
+        })
+    }
+
+    /// A fresh store with this runtime's limits.
+    pub(super) fn new_store(&self) -> Store<PluginState> {
+        let mut store = Store::new(&self.engine, PluginState::new(self.limits));
+        store.limiter(|s| &mut s.memory);
+        store.epoch_deadline_trap();
+        store
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.ticker_stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn linker(
+    engine: &Engine,
+    add: impl FnOnce(&mut Linker<PluginState>) -> wasmtime::Result<()>,
+) -> wasmtime::Result<Linker<PluginState>> {
+    let mut linker = Linker::new(engine);
+    add(&mut linker)?;
+    Ok(linker)
+}
+
+fn spawn_epoch_ticker(engine: Engine, stop: Arc<AtomicBool>) {
+    std::thread::Builder::new()
+        .name("hfx-epoch".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(EPOCH_TICK);
+                engine.increment_epoch();
+            }
+        })
+        .expect("spawning the epoch thread");
+}
+
+/// The manifest's targets must be exactly what the component describes.
+fn check_targets(manifest: &[String], described: &[String]) -> Result<(), String> {
+    let mut a: Vec<&String> = manifest.iter().collect();
+    let mut b: Vec<&String> = described.iter().collect();
+    a.sort();
+    a.dedup();
+    b.sort();
+    b.dedup();
+    if a != b {
+        return Err(format!("plugin.targets {a:?} differ from what the component describes: {b:?}"));
+    }
+    Ok(())
+}
+
+/// wasmtime errors carry a chain of causes; one line for the user.
+pub(super) fn one_line(e: &wasmtime::Error) -> String {
+    format!("{e:#}").replace('\n', " ")
+}

@@ -1,0 +1,273 @@
+//! Calling a plugin: one `Session` per plugin per stage run owns the plugin's
+//! Store and instance. Each call gets fresh fuel, a fresh deadline and fresh
+//! host budgets; the graph (or ONNX model) is lent to the store for the call and
+//! its changes are rolled back if the call fails. After a trap the store is
+//! discarded and the next call instantiates afresh.
+
+use wasmtime::component::Resource;
+use wasmtime::{Store, Trap};
+
+use super::bindings::{fx_node_fix, fx_program_fix, onnx_ir_fix, onnx_translation, patch, wit_patching, wit_types};
+use super::bindings::{BuilderRef, GraphRef, ModelRef};
+use super::error::{Failure, PluginError};
+use super::runtime::{one_line, KindPre, Plugin, Runtime, EPOCH_TICK};
+use super::sandbox::PluginState;
+use crate::graph::{Graph, NodeId};
+use crate::onnx::{Model, TranslationBuilder};
+
+enum Instance {
+    FxNodeFix(fx_node_fix::FxNodeFix),
+    FxProgramFix(fx_program_fix::FxProgramFix),
+    Patch(patch::Patch),
+    OnnxTranslation(onnx_translation::OnnxTranslation),
+    OnnxIrFix(onnx_ir_fix::OnnxIrFix),
+}
+
+pub struct Session<'a> {
+    runtime: &'a Runtime,
+    plugin: &'a Plugin,
+    stage: String,
+    live: Option<(Store<PluginState>, Instance)>,
+    /// The state of a store discarded after a trap, kept until the lent data is reclaimed.
+    discarded: Option<PluginState>,
+    /// Calls made, and instances created, in this session.
+    pub calls: u64,
+    pub instantiations: u64,
+}
+
+/// What a call returned, before the host judges it.
+type Outcome<T> = wasmtime::Result<Result<T, wit_types::Error>>;
+
+impl<'a> Session<'a> {
+    pub fn new(runtime: &'a Runtime, plugin: &'a Plugin, stage: &str) -> Self {
+        Session { runtime, plugin, stage: stage.to_string(), live: None, discarded: None, calls: 0, instantiations: 0 }
+    }
+
+    pub fn plugin(&self) -> &Plugin {
+        self.plugin
+    }
+
+    /// The plugin's declared targets.
+    pub fn describe(&mut self) -> Result<Vec<String>, PluginError> {
+        self.call(None, |store, instance| {
+            Ok(Ok(match instance {
+                Instance::FxNodeFix(i) => i.call_describe(store)?,
+                Instance::FxProgramFix(i) => i.call_describe(store)?,
+                Instance::Patch(i) => i.call_describe(store)?,
+                Instance::OnnxTranslation(i) => i.call_describe(store)?,
+                Instance::OnnxIrFix(i) => i.call_describe(store)?,
+            }))
+        })
+    }
+
+    /// FX node fix on `node`; true when the plugin consumed it.
+    pub fn fx_node_fix(&mut self, graph: &mut Graph, node: NodeId) -> Result<bool, PluginError> {
+        let name = graph.node_name(node);
+        self.with_graph(graph, Some(name), false, |store, instance, g| match instance {
+            Instance::FxNodeFix(i) => i.call_apply(store, g, node.0),
+            _ => unreachable!("kind checked at load"),
+        })
+    }
+
+    /// FX program fix on the whole program.
+    pub fn fx_program_fix(&mut self, graph: &mut Graph) -> Result<(), PluginError> {
+        self.with_graph(graph, None, false, |store, instance, g| match instance {
+            Instance::FxProgramFix(i) => i.call_apply(store, g),
+            _ => unreachable!("kind checked at load"),
+        })
+    }
+
+    /// Translation of `node`; the emitted ONNX nodes land in `builder`.
+    pub fn translate(&mut self, graph: &mut Graph, node: NodeId, builder: &mut TranslationBuilder) -> Result<(), PluginError> {
+        let name = graph.node_name(node);
+        self.ensure_live()?;
+        self.live.as_mut().expect("live").0.data_mut().onnx.builder = std::mem::take(builder);
+        let result = self.with_graph(graph, Some(name), true, |store, instance, g| {
+            let b = store.data_mut().table.push(BuilderRef)?;
+            let b_rep = Resource::<BuilderRef>::new_borrow(b.rep());
+            let r = match instance {
+                Instance::OnnxTranslation(i) => i.call_translate(&mut *store, g, node.0, b_rep),
+                _ => unreachable!("kind checked at load"),
+            };
+            let _ = store.data_mut().table.delete(b);
+            r
+        });
+        *builder = self.reclaim(|s| std::mem::take(&mut s.onnx.builder));
+        result
+    }
+
+    /// ONNX IR fix on node `node` of `model`; true when it changed the node.
+    pub fn onnx_ir_fix(&mut self, model: &mut Model, node: u32) -> Result<bool, PluginError> {
+        let name = model.nodes.get(node as usize).map(|n| format!("{}#{node}", n.op_type));
+        self.ensure_live()?;
+        let (store, _) = self.live.as_mut().expect("live");
+        store.data_mut().onnx.model = std::mem::take(model);
+        let result = self.call(name, |store, instance| {
+            let m = store.data_mut().table.push(ModelRef)?;
+            let m_rep = Resource::<ModelRef>::new_borrow(m.rep());
+            let r = match instance {
+                Instance::OnnxIrFix(i) => i.call_apply(&mut *store, m_rep, node),
+                _ => unreachable!("kind checked at load"),
+            };
+            let _ = store.data_mut().table.delete(m);
+            r
+        });
+        *model = self.reclaim(|s| std::mem::take(&mut s.onnx.model));
+        result
+    }
+
+    /// A trace-time patch: the program that replaces `call`.
+    pub fn patch(&mut self, call: &wit_patching::PatchedCall) -> Result<wit_patching::Program, PluginError> {
+        let target = call.target.clone();
+        self.call(Some(target), |store, instance| match instance {
+            Instance::Patch(i) => i.call_apply(store, call),
+            _ => unreachable!("kind checked at load"),
+        })
+    }
+
+    // ── Machinery ──
+
+    /// Takes something back from the store, or from the store discarded after a trap.
+    fn reclaim<T>(&mut self, take: impl FnOnce(&mut PluginState) -> T) -> T {
+        match (&mut self.live, &mut self.discarded) {
+            (Some((store, _)), _) => take(store.data_mut()),
+            (None, Some(state)) => take(state),
+            (None, None) => panic!("nothing to reclaim from"),
+        }
+    }
+
+    /// Lends `graph` to the store for one call, under a transaction.
+    fn with_graph<T>(
+        &mut self,
+        graph: &mut Graph,
+        node: Option<String>,
+        read_only: bool,
+        f: impl FnOnce(&mut Store<PluginState>, &Instance, Resource<GraphRef>) -> Outcome<T>,
+    ) -> Result<T, PluginError> {
+        self.ensure_live()?;
+        {
+            let (store, _) = self.live.as_mut().expect("live");
+            let state = store.data_mut();
+            state.graph = std::mem::take(graph);
+            state.graph.begin();
+            state.graph_read_only = read_only;
+        }
+        let result = self.call(node, |store, instance| {
+            let g = store.data_mut().table.push(GraphRef)?;
+            let borrowed = Resource::<GraphRef>::new_borrow(g.rep());
+            let r = f(&mut *store, instance, borrowed);
+            let _ = store.data_mut().table.delete(g);
+            r
+        });
+        *graph = self.reclaim(|s| {
+            if result.is_ok() {
+                s.graph.commit();
+            } else {
+                s.graph.rollback();
+            }
+            std::mem::take(&mut s.graph)
+        });
+        // Map a plugin-reported node id to its name now that the graph is back.
+        result.map_err(|mut e| {
+            if let Some(id) = e.node.as_deref().and_then(|n| n.strip_prefix("#id:")).and_then(|n| n.parse().ok()) {
+                e.node = Some(graph.node_name(NodeId(id)));
+            }
+            e
+        })
+    }
+
+    fn ensure_live(&mut self) -> Result<(), PluginError> {
+        if self.live.is_some() {
+            return Ok(());
+        }
+        self.discarded = None;
+        let mut store = self.runtime.new_store();
+        // Instantiation runs guest start code: it gets a budget like any call.
+        self.arm(&mut store);
+        let instance = match &self.plugin.pre {
+            KindPre::FxNodeFix(p) => p.instantiate(&mut store).map(Instance::FxNodeFix),
+            KindPre::FxProgramFix(p) => p.instantiate(&mut store).map(Instance::FxProgramFix),
+            KindPre::Patch(p) => p.instantiate(&mut store).map(Instance::Patch),
+            KindPre::OnnxTranslation(p) => p.instantiate(&mut store).map(Instance::OnnxTranslation),
+            KindPre::OnnxIrFix(p) => p.instantiate(&mut store).map(Instance::OnnxIrFix),
+        };
+        match instance {
+            Ok(instance) => {
+                self.instantiations += 1;
+                self.live = Some((store, instance));
+                Ok(())
+            }
+            Err(e) => Err(self.error(None, self.classify(&store, &e))),
+        }
+    }
+
+    /// Fresh fuel, deadline and host budgets for one call.
+    fn arm(&self, store: &mut Store<PluginState>) {
+        let limits = self.runtime.limits;
+        store.set_fuel(limits.fuel_per_call).expect("fuel is enabled");
+        let ticks = (limits.deadline.as_nanos() / EPOCH_TICK.as_nanos()).max(1) as u64;
+        store.set_epoch_deadline(ticks);
+        let state = store.data_mut();
+        state.budget = Default::default();
+        state.memory.denied = false;
+        state.onnx.begin();
+    }
+
+    /// One call with limits; a trap discards the store.
+    fn call<T>(
+        &mut self,
+        node: Option<String>,
+        f: impl FnOnce(&mut Store<PluginState>, &Instance) -> Outcome<T>,
+    ) -> Result<T, PluginError> {
+        self.ensure_live()?;
+        self.calls += 1;
+        let (mut store, instance) = self.live.take().expect("live");
+        self.arm(&mut store);
+        let outcome = f(&mut store, &instance);
+        store.data_mut().onnx_finish(outcome.as_ref().is_ok_and(|r| r.is_ok()));
+        match outcome {
+            Ok(Ok(value)) => {
+                self.live = Some((store, instance));
+                Ok(value)
+            }
+            Ok(Err(returned)) => {
+                let node = returned.node.map(|id| format!("#id:{id}")).or(node);
+                self.live = Some((store, instance));
+                Err(self.error(node, Failure::Returned(returned.message)))
+            }
+            Err(trap) => {
+                let failure = self.classify(&store, &trap);
+                // The instance may be in any state after a trap: keep only the
+                // lent data, drop the instance.
+                self.discarded = Some(std::mem::replace(store.data_mut(), PluginState::new(self.runtime.limits)));
+                Err(self.error(node, failure))
+            }
+        }
+    }
+
+    fn classify(&self, store: &Store<PluginState>, e: &wasmtime::Error) -> Failure {
+        let state = store.data();
+        if state.memory.denied {
+            return Failure::MemoryCap { bytes: state.limits.memory_bytes };
+        }
+        if let Some(budget) = &state.budget.exceeded {
+            return Failure::HostBudget(budget.clone());
+        }
+        match e.downcast_ref::<Trap>() {
+            Some(Trap::OutOfFuel) => Failure::OutOfFuel { budget: state.limits.fuel_per_call },
+            Some(Trap::Interrupt) => Failure::Deadline { millis: state.limits.deadline.as_millis() as u64 },
+            Some(trap) => Failure::Trap(trap.to_string()),
+            None => Failure::Trap(one_line(e)),
+        }
+    }
+
+    fn error(&self, node: Option<String>, failure: Failure) -> PluginError {
+        PluginError {
+            plugin: self.plugin.name().to_string(),
+            kind: self.plugin.kind(),
+            stage: self.stage.clone(),
+            node,
+            failure,
+        }
+    }
+}

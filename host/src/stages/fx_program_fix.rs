@@ -1,0 +1,29 @@
+//! FX program fixes: each plugin sees the whole program once, in stage order
+//! (range constraints, placeholder metadata).
+
+use std::time::Instant;
+
+use super::{OnPluginError, StageReport};
+use crate::graph::Graph;
+use crate::plugins::{Plugin, PluginError, Runtime, Session};
+
+pub fn run(
+    runtime: &Runtime,
+    plugins: &[&Plugin],
+    graph: &mut Graph,
+    stage: &'static str,
+    policy: OnPluginError,
+) -> Result<StageReport, PluginError> {
+    let start = Instant::now();
+    let mut report = StageReport::new(stage);
+    for plugin in plugins {
+        let counts = report.plugins.entry(plugin.name().to_string()).or_default();
+        counts.calls += 1;
+        match Session::new(runtime, plugin, stage).fx_program_fix(graph) {
+            Ok(()) => counts.changed += 1,
+            Err(error) => report.failed(error, policy)?,
+        }
+    }
+    report.elapsed = start.elapsed();
+    Ok(report)
+}

@@ -1,0 +1,74 @@
+//! The stages that run plugins, one module per stage, in the order the
+//! reference exporters run them. Each stage walks the graph itself and hands
+//! plugins only what they declared: no plugin is called per node blindly.
+
+pub mod fx_node_fix;
+pub mod fx_program_fix;
+pub mod onnx_ir_fix;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::plugins::{Backend, Plugin, PluginError, PluginKind};
+
+/// What to do when a plugin call fails (its changes are rolled back either way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum OnPluginError {
+    /// Stop the run with the plugin's error.
+    #[default]
+    Fail,
+    /// Warn, treat the call as "did nothing", and go on.
+    Skip,
+}
+
+/// Per-plugin counts of one stage run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PluginCounts {
+    pub calls: u64,
+    /// Calls that consumed / changed what they were given.
+    pub changed: u64,
+    pub failed: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct StageReport {
+    pub stage: &'static str,
+    pub plugins: BTreeMap<String, PluginCounts>,
+    /// Failures passed over under `--on-plugin-error skip`.
+    pub skipped: Vec<PluginError>,
+    /// Nodes removed by dead-code elimination after the walk.
+    pub dead_code_removed: usize,
+    pub elapsed: Duration,
+}
+
+impl StageReport {
+    fn new(stage: &'static str) -> Self {
+        StageReport { stage, ..Default::default() }
+    }
+
+    /// Records a failure: an error under `fail`, a warning under `skip`.
+    fn failed(&mut self, error: PluginError, policy: OnPluginError) -> Result<(), PluginError> {
+        self.plugins.entry(error.plugin.clone()).or_default().failed += 1;
+        match policy {
+            OnPluginError::Fail => Err(error),
+            OnPluginError::Skip => {
+                tracing::warn!("{error} (skipped: --on-plugin-error skip)");
+                self.skipped.push(error);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The plugins of one kind for one backend, in stage order (manifest `order`, then name).
+/// A plugin of the generic `executorch` backend also serves its sub-backends.
+pub fn select<'p>(plugins: &'p [Plugin], backend: Backend, kind: PluginKind) -> Vec<&'p Plugin> {
+    let serves = |b: Backend| {
+        b == backend
+            || (b == Backend::Executorch && matches!(backend, Backend::ExecutorchXnnpack | Backend::ExecutorchCuda))
+    };
+    let mut chosen: Vec<&Plugin> =
+        plugins.iter().filter(|p| p.kind() == kind && serves(p.manifest.plugin.backend)).collect();
+    chosen.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
+    chosen
+}
