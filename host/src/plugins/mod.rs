@@ -14,7 +14,11 @@ mod runtime;
 pub mod sandbox;
 mod session;
 
-pub use bindings::wit_patching as patching;
+/// The trace-time patch types of the contract (the worker protocol builds on them).
+pub mod patching {
+    pub use super::bindings::wit_patching::*;
+    pub use super::bindings::wit_types::{Device, Dim, TensorMeta};
+}
 pub use discover::Discovered;
 pub use error::{Failure, LoadError, PluginError};
 pub use manifest::{Backend, Manifest, PluginKind};

@@ -1,0 +1,190 @@
+//! Shared helpers of the end-to-end tests: where things are, and graphs shaped
+//! like the ones torch.export produces for the patterns under test.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use hfx::graph::{Argument, Device, Dim, Graph, NamedArgument, NodeId, OutputDecl, Sym, TensorMeta, ValueId, ValueMeta};
+use hfx::plugins::{self, discover, Limits, Plugin, Runtime, RuntimeOptions};
+
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// A plugin folder of the repository; its component must have been built.
+pub fn plugin_dir(relative: &str) -> PathBuf {
+    let dir = root().join(relative);
+    let manifest = std::fs::read_to_string(dir.join("plugin.toml")).unwrap();
+    let component = manifest.lines().find_map(|l| l.strip_prefix("component = ")).unwrap().trim_matches('"').to_string();
+    assert!(
+        dir.join(&component).exists(),
+        "{} is not built: run `cargo xtask build-plugins` (or `cargo xtask test`)",
+        dir.join(component).display()
+    );
+    dir
+}
+
+pub fn runtime() -> Runtime {
+    runtime_with(Limits::default())
+}
+
+pub fn runtime_with(limits: Limits) -> Runtime {
+    Runtime::new(RuntimeOptions { limits, cache_dir: None }).unwrap()
+}
+
+pub fn load(runtime: &Runtime, relative: &str) -> Plugin {
+    let mut all = plugins::load_all(runtime, &[plugin_dir(relative)]).unwrap();
+    assert_eq!(all.len(), 1);
+    all.remove(0)
+}
+
+pub fn discover_one(dir: &Path) -> Result<discover::Discovered, plugins::LoadError> {
+    let mut found = discover::discover(dir)?;
+    assert_eq!(found.len(), 1, "expected one plugin below {}", dir.display());
+    found.remove(0)
+}
+
+pub fn f32_meta(shape: &[Dim]) -> TensorMeta {
+    TensorMeta { dtype: "float32".into(), shape: shape.to_vec(), strides: vec![], device: Device::default() }
+}
+
+pub fn meta(dtype: &str, shape: &[Dim]) -> TensorMeta {
+    TensorMeta { dtype: dtype.into(), ..f32_meta(shape) }
+}
+
+pub fn batch_by_8() -> Vec<Dim> {
+    vec![Dim::Symbolic("s0".into()), Dim::Fixed(8)]
+}
+
+pub fn pos(name: &str, value: Argument) -> NamedArgument {
+    NamedArgument::positional(name, value)
+}
+
+pub fn kw(name: &str, value: Argument) -> NamedArgument {
+    NamedArgument::keyword(name, value)
+}
+
+pub fn first_output(graph: &Graph, node: NodeId) -> ValueId {
+    graph.node(node).unwrap().output_values().next().unwrap()
+}
+
+/// `y = relu(x); z = add(y, x); w = mul(z, 2.0)`: three ops, one declared by the test fixes.
+pub fn relu_add_mul() -> (Graph, [NodeId; 3]) {
+    let mut g = Graph::new();
+    let x = g.add_input(0, "x", ValueMeta::Tensor(f32_meta(&batch_by_8())));
+    let t = || vec![OutputDecl::Tensor(f32_meta(&batch_by_8()))];
+    let relu = g.push_node(0, "aten.relu.default", vec![pos("self", Argument::Tensor(x))], t()).unwrap();
+    let y = first_output(&g, relu);
+    let add = g
+        .push_node(0, "aten.add.Tensor", vec![pos("self", Argument::Tensor(y)), pos("other", Argument::Tensor(x))], t())
+        .unwrap();
+    let z = first_output(&g, add);
+    let mul = g
+        .push_node(0, "aten.mul.Tensor", vec![pos("self", Argument::Tensor(z)), pos("other", Argument::Float(2.0))], t())
+        .unwrap();
+    let w = first_output(&g, mul);
+    g.set_outputs(0, vec![Argument::Tensor(w)]).unwrap();
+    (g, [relu, add, mul])
+}
+
+/// `x[..., :] = ...` style chain as torch.export records it: `alias → mul`.
+pub fn alias_graph() -> (Graph, NodeId) {
+    let mut g = Graph::new();
+    let x = g.add_input(0, "x", ValueMeta::Tensor(f32_meta(&batch_by_8())));
+    let alias = g
+        .push_node(0, "aten.alias.default", vec![pos("self", Argument::Tensor(x))], vec![OutputDecl::Tensor(f32_meta(&batch_by_8()))])
+        .unwrap();
+    let a = first_output(&g, alias);
+    let mul = g
+        .push_node(
+            0,
+            "aten.mul.Tensor",
+            vec![pos("self", Argument::Tensor(a)), pos("other", Argument::Float(2.0))],
+            vec![OutputDecl::Tensor(f32_meta(&batch_by_8()))],
+        )
+        .unwrap();
+    g.set_outputs(0, vec![Argument::Tensor(first_output(&g, mul))]).unwrap();
+    (g, alias)
+}
+
+/// `torch.sort(x, stable=True, descending=True)`; both outputs are graph outputs.
+pub fn sort_stable_graph() -> (Graph, NodeId) {
+    let mut g = Graph::new();
+    let x = g.add_input(0, "x", ValueMeta::Tensor(f32_meta(&batch_by_8())));
+    let sort = g
+        .push_node(
+            0,
+            "aten.sort.stable",
+            vec![
+                pos("self", Argument::Tensor(x)),
+                kw("stable", Argument::Bool(true)),
+                kw("dim", Argument::Int(1)),
+                kw("descending", Argument::Bool(true)),
+            ],
+            vec![OutputDecl::Tensor(f32_meta(&batch_by_8())), OutputDecl::Tensor(meta("int64", &batch_by_8()))],
+        )
+        .unwrap();
+    let outs: Vec<Argument> = g.node(sort).unwrap().outputs.clone();
+    g.set_outputs(0, outs).unwrap();
+    (g, sort)
+}
+
+/// What a dynamic-batch trace leaves behind: `sym_size → ge → _assert_scalar`,
+/// plus `_assert_tensor_metadata` and `sym_constrain_range_for_size`.
+pub fn assertion_graph() -> Graph {
+    let mut g = Graph::new();
+    let x = g.add_input(0, "x", ValueMeta::Tensor(f32_meta(&batch_by_8())));
+    let size = g
+        .push_node(
+            0,
+            "aten.sym_size.int",
+            vec![pos("self", Argument::Tensor(x)), pos("dim", Argument::Int(0))],
+            vec![OutputDecl::SymInt("s0".into())],
+        )
+        .unwrap();
+    let s0 = first_output(&g, size);
+    let ge = g
+        .push_node(
+            0,
+            "_operator.ge",
+            vec![pos("a", Argument::SymInt(Sym::Value(s0))), pos("b", Argument::Int(2))],
+            vec![OutputDecl::SymBool("s0 >= 2".into())],
+        )
+        .unwrap();
+    let ok = first_output(&g, ge);
+    g.push_node(
+        0,
+        "aten._assert_scalar.default",
+        vec![pos("self", Argument::SymBool(Sym::Value(ok))), pos("assert_msg", Argument::Str("Runtime assertion failed for expression s0 >= 2".into()))],
+        vec![OutputDecl::None],
+    )
+    .unwrap();
+    g.push_node(
+        0,
+        "aten._assert_tensor_metadata.default",
+        vec![pos("a", Argument::Tensor(x)), kw("dtype", Argument::Dtype("float32".into()))],
+        vec![OutputDecl::None],
+    )
+    .unwrap();
+    g.push_node(
+        0,
+        "aten.sym_constrain_range_for_size.default",
+        vec![pos("size", Argument::SymInt(Sym::Value(s0))), kw("min", Argument::Int(2))],
+        vec![OutputDecl::None],
+    )
+    .unwrap();
+    let add = g
+        .push_node(
+            0,
+            "aten.add.Tensor",
+            vec![pos("self", Argument::Tensor(x)), pos("other", Argument::Tensor(x))],
+            vec![OutputDecl::Tensor(f32_meta(&batch_by_8()))],
+        )
+        .unwrap();
+    g.set_outputs(0, vec![Argument::Tensor(first_output(&g, add))]).unwrap();
+    g
+}
+
+pub fn targets(graph: &Graph) -> Vec<String> {
+    graph.nodes().map(|n| graph.node(n).unwrap().target.clone()).collect()
+}

@@ -1,0 +1,199 @@
+//! Each plugin kind loads and is called; node fixes see only their declared
+//! targets; the first ONNX plugins do what the reference exporter's fixes do.
+
+mod common;
+
+use common::*;
+use hfx::graph::{Argument, Graph, RangeConstraint, Sym};
+use hfx::onnx::{Attribute, Model, Node, TranslationBuilder};
+use hfx::plugins::patching::{CallValue, PatchedCall, Scalar, Step};
+use hfx::plugins::{Backend, PluginKind, Session};
+use hfx::stages::{self, fx_node_fix, fx_program_fix, onnx_ir_fix, OnPluginError};
+
+#[test]
+fn node_fix_is_called_only_for_declared_targets() {
+    let runtime = runtime();
+    let plugin = load(&runtime, "tests/plugins/kind-node-fix");
+    assert_eq!(plugin.targets, ["aten.relu.default", "aten.add.Tensor"]);
+    let (mut graph, _) = relu_add_mul();
+    let report = fx_node_fix::run(&runtime, &[&plugin], &mut graph, "fx-node-fixes", OnPluginError::Fail).unwrap();
+    let counts = &report.plugins["test-kind-node-fix"];
+    // relu (consumed) and add (declined); mul was never offered.
+    assert_eq!((counts.calls, counts.changed, counts.failed), (2, 1, 0));
+    assert_eq!(targets(&graph), ["aten.clamp_min.default", "aten.add.Tensor", "aten.mul.Tensor"]);
+    let clamp = graph.nodes().next().unwrap();
+    assert_eq!(graph.node(clamp).unwrap().input("min"), Some(&Argument::Int(0)));
+    // The add now reads the clamp's output, which kept relu's metadata.
+    let add = graph.nodes().nth(1).unwrap();
+    let y = first_output(&graph, clamp);
+    assert_eq!(graph.node(add).unwrap().input("self"), Some(&Argument::Tensor(y)));
+    assert_eq!(graph.value(y).unwrap().meta, hfx::graph::ValueMeta::Tensor(f32_meta(&batch_by_8())));
+}
+
+#[test]
+fn program_fix_sees_the_whole_program() {
+    let runtime = runtime();
+    let plugin = load(&runtime, "tests/plugins/kind-program-fix");
+    assert_eq!(plugin.kind(), PluginKind::FxProgramFix);
+    let (mut graph, _) = relu_add_mul();
+    graph.set_range_constraint("s0", RangeConstraint { min: 2, max: None }).unwrap();
+    graph.set_range_constraint("s1", RangeConstraint { min: 1, max: Some(64) }).unwrap();
+    let report = fx_program_fix::run(&runtime, &[&plugin], &mut graph, "fx-program-fixes", OnPluginError::Fail).unwrap();
+    assert_eq!(report.plugins["test-kind-program-fix"].changed, 1);
+    assert_eq!(graph.range_constraints()["s0"], RangeConstraint { min: 2, max: Some(4096) });
+    assert_eq!(graph.range_constraints()["s1"], RangeConstraint { min: 1, max: Some(64) });
+}
+
+#[test]
+fn patch_answers_with_a_program() {
+    let runtime = runtime();
+    let plugin = load(&runtime, "tests/plugins/kind-patch");
+    assert_eq!(plugin.targets, ["torch.where"]);
+    let tensor = CallValue::Tensor(hfx_meta());
+    let call = PatchedCall {
+        target: "torch.where".into(),
+        values: vec![tensor.clone(), tensor.clone(), tensor],
+        args: vec![0, 1, 2],
+        kwargs: vec![],
+    };
+    let mut session = Session::new(&runtime, &plugin, "trace");
+    let program = session.patch(&call).unwrap();
+    assert_eq!(program.output, 3);
+    assert!(matches!(&program.steps[..], [Step::Call(op)] if op.op == "aten.where.self" && op.args == [0, 1, 2]));
+    // A scalar operand: the patch defers to the original.
+    let call = PatchedCall { values: vec![CallValue::Scalar(Scalar::Float(0.5)), CallValue::Scalar(Scalar::None)], args: vec![0, 1], ..call };
+    let program = session.patch(&call).unwrap();
+    assert!(matches!(&program.steps[..], [Step::Original(_)]));
+}
+
+fn hfx_meta() -> hfx_wit_meta::TensorMeta {
+    hfx_wit_meta::TensorMeta {
+        dtype: "float32".into(),
+        shape: vec![hfx_wit_meta::Dim::Symbolic("s0".into()), hfx_wit_meta::Dim::Fixed(8)],
+        strides: vec![],
+        device: hfx_wit_meta::Device { kind: "cpu".into(), index: None },
+    }
+}
+use hfx::plugins::patching as hfx_wit_meta;
+
+#[test]
+fn translation_emits_onnx_nodes() {
+    let runtime = runtime();
+    let plugin = load(&runtime, "tests/plugins/kind-translation");
+    let (mut graph, [relu, _, _]) = relu_add_mul();
+    let x = graph.subgraph(0).unwrap().inputs[0];
+    let mut builder = TranslationBuilder::new(20);
+    builder.value_names.insert(x, "x".into());
+    let before = graph.fingerprint();
+    Session::new(&runtime, &plugin, "onnx-translations").translate(&mut graph, relu, &mut builder).unwrap();
+    assert_eq!(graph.fingerprint(), before, "a translation must not change the graph");
+    assert_eq!(builder.nodes.len(), 1);
+    assert_eq!(builder.nodes[0].op_type, "Relu");
+    assert_eq!(builder.nodes[0].inputs, ["x"]);
+    let y = first_output(&graph, relu);
+    assert_eq!(builder.value_names[&y], builder.nodes[0].outputs[0]);
+}
+
+fn topk(sorted: Option<i64>, function: Option<&str>) -> Node {
+    Node {
+        op_type: "TopK".into(),
+        domain: String::new(),
+        inputs: vec!["x".into(), "k".into()],
+        outputs: vec!["values".into(), "indices".into()],
+        attributes: sorted.map(|s| vec![("sorted".to_string(), Attribute::Int(s))]).unwrap_or_default(),
+        function: function.map(String::from),
+    }
+}
+
+#[test]
+fn onnx_fix_topk_sorted_repairs_graph_and_functions() {
+    let runtime = runtime();
+    let plugin = load(&runtime, "plugins/onnx/fix-topk-sorted");
+    let relu = Node { op_type: "Relu".into(), attributes: vec![], ..topk(None, None) };
+    let mut model = Model { nodes: vec![topk(Some(0), None), relu.clone(), topk(None, Some("f")), topk(Some(1), Some("g"))] };
+    let report = onnx_ir_fix::run(&runtime, &[&plugin], &mut model, "onnx-ir-fixes", OnPluginError::Fail).unwrap();
+    let counts = &report.plugins["onnx-fix-topk-sorted"];
+    assert_eq!((counts.calls, counts.changed), (3, 2), "Relu is never offered; a sorted TopK is left alone");
+    for node in [0, 2, 3] {
+        assert_eq!(model.nodes[node].attribute("sorted"), Some(&Attribute::Int(1)));
+    }
+    assert_eq!(model.nodes[1], relu);
+}
+
+#[test]
+fn onnx_fix_alias_forwards_the_input() {
+    let runtime = runtime();
+    let plugin = load(&runtime, "plugins/onnx/fix-alias");
+    let (mut graph, _) = alias_graph();
+    let x = graph.subgraph(0).unwrap().inputs[0];
+    fx_node_fix::run(&runtime, &[&plugin], &mut graph, "fx-node-fixes", OnPluginError::Fail).unwrap();
+    assert_eq!(targets(&graph), ["aten.mul.Tensor"]);
+    let mul = graph.nodes().next().unwrap();
+    assert_eq!(graph.node(mul).unwrap().input("self"), Some(&Argument::Tensor(x)));
+}
+
+#[test]
+fn onnx_fix_sort_stable_becomes_sort_default() {
+    let runtime = runtime();
+    let plugin = load(&runtime, "plugins/onnx/fix-sort-stable");
+    let (mut graph, old) = sort_stable_graph();
+    let old_outputs: Vec<_> = graph.node(old).unwrap().output_values().collect();
+    let old_metas: Vec<_> = old_outputs.iter().map(|v| graph.value(*v).unwrap().meta.clone()).collect();
+    fx_node_fix::run(&runtime, &[&plugin], &mut graph, "fx-node-fixes", OnPluginError::Fail).unwrap();
+    assert_eq!(targets(&graph), ["aten.sort.default"]);
+    let sort = graph.nodes().next().unwrap();
+    let node = graph.node(sort).unwrap();
+    let inputs: Vec<(&str, &Argument, bool)> = node.inputs.iter().map(|a| (a.name.as_str(), &a.value, a.keyword)).collect();
+    let x = graph.subgraph(0).unwrap().inputs[0];
+    assert_eq!(
+        inputs,
+        [("self", &Argument::Tensor(x), false), ("dim", &Argument::Int(1), false), ("descending", &Argument::Bool(true), false)]
+    );
+    // Both outputs moved over with their metadata (values f32, indices i64).
+    let new_outputs: Vec<_> = node.output_values().collect();
+    let new_metas: Vec<_> = new_outputs.iter().map(|v| graph.value(*v).unwrap().meta.clone()).collect();
+    assert_eq!(new_metas, old_metas);
+    let graph_outputs: Vec<_> = graph.subgraph(0).unwrap().outputs.iter().flat_map(Argument::values).collect();
+    assert_eq!(graph_outputs, new_outputs);
+}
+
+#[test]
+fn onnx_fix_assertion_erases_asserts_and_their_feeders() {
+    let runtime = runtime();
+    let plugin = load(&runtime, "plugins/onnx/fix-assertion");
+    let mut graph = assertion_graph();
+    let report = fx_node_fix::run(&runtime, &[&plugin], &mut graph, "fx-node-fixes", OnPluginError::Fail).unwrap();
+    assert_eq!(report.plugins["onnx-fix-assertion"].changed, 3);
+    // `ge` and `sym_size` only fed the asserts: DCE removed them.
+    assert_eq!(report.dead_code_removed, 2);
+    assert_eq!(targets(&graph), ["aten.add.Tensor"]);
+}
+
+#[test]
+fn fixes_are_idempotent() {
+    // Node fixes run again after decomposition: a second pass must change nothing.
+    let runtime = runtime();
+    let loaded = hfx::plugins::load_all(&runtime, &[plugin_dir("plugins/onnx/fix-alias").parent().unwrap().to_path_buf()]).unwrap();
+    let fixes = stages::select(&loaded, Backend::Onnx, PluginKind::FxNodeFix);
+    assert_eq!(fixes.len(), 3);
+    for mut graph in [alias_graph().0, sort_stable_graph().0, assertion_graph()] {
+        fx_node_fix::run(&runtime, &fixes, &mut graph, "fx-node-fixes", OnPluginError::Fail).unwrap();
+        let once = graph.fingerprint();
+        let report = fx_node_fix::run(&runtime, &fixes, &mut graph, "fx-node-fixes", OnPluginError::Fail).unwrap();
+        assert_eq!(graph.fingerprint(), once);
+        assert!(report.plugins.values().all(|c| c.changed == 0));
+    }
+}
+
+#[test]
+fn dead_comparison_with_constant_is_foldable_through_the_contract() {
+    // replace-uses with a constant: the mechanism the dead-comparison fix needs.
+    let mut graph = assertion_graph();
+    let ge = graph.nodes().find(|n| graph.node(*n).unwrap().target == "_operator.ge").unwrap();
+    let ok = first_output(&graph, ge);
+    graph.replace_uses(ok, hfx::graph::Replacement::Bool(true)).unwrap();
+    let assert = graph.nodes().find(|n| graph.node(*n).unwrap().target == "aten._assert_scalar.default").unwrap();
+    assert_eq!(graph.node(assert).unwrap().input("self"), Some(&Argument::SymBool(Sym::Const(true))));
+    graph.erase(ge).unwrap();
+    let _: Graph = graph;
+}

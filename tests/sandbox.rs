@@ -1,0 +1,119 @@
+//! Hostile plugins are contained: each failure is reported with plugin, kind,
+//! stage and node; the graph is exactly as before the failed call; the host
+//! survives and runs the next plugin.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use hfx::plugins::{Failure, Limits, PluginError, PluginKind, Session};
+use hfx::stages::{fx_node_fix, OnPluginError};
+
+/// Runs `hostile` (order 50) before the well-behaved relu fix (order 100) on
+/// the relu/add/mul graph: under `fail` the stage stops with the hostile
+/// plugin's error and the graph is untouched; under `skip` the next plugin
+/// still rewrites the node.
+fn contained(hostile: &str, limits: Limits) -> PluginError {
+    let runtime = runtime_with(limits);
+    let bad = load(&runtime, hostile);
+    let good = load(&runtime, "tests/plugins/kind-node-fix");
+    let plugins = [&bad, &good];
+
+    let (mut graph, _) = relu_add_mul();
+    let before = graph.fingerprint();
+    let error = fx_node_fix::run(&runtime, &plugins, &mut graph, "fx-node-fixes", OnPluginError::Fail).unwrap_err();
+    assert_eq!(graph.fingerprint(), before, "the failed call's changes must be rolled back");
+    assert_eq!(error.plugin, bad.name());
+    assert_eq!(error.kind, PluginKind::FxNodeFix);
+    assert_eq!(error.stage, "fx-node-fixes");
+    assert_eq!(error.node.as_deref(), Some("relu"));
+    let line = error.to_string();
+    assert!(line.contains(bad.name()) && line.contains("fx-node-fixes") && line.contains("`relu`"), "{line}");
+    assert!(!line.contains('\n'));
+
+    let (mut graph, _) = relu_add_mul();
+    let report = fx_node_fix::run(&runtime, &plugins, &mut graph, "fx-node-fixes", OnPluginError::Skip).unwrap();
+    assert_eq!(report.skipped.len(), 1);
+    assert_eq!(report.plugins[bad.name()].failed, 1);
+    assert_eq!(report.plugins["test-kind-node-fix"].changed, 1, "the next plugin must still run");
+    assert_eq!(targets(&graph), ["aten.clamp_min.default", "aten.add.Tensor", "aten.mul.Tensor"]);
+    error
+}
+
+#[test]
+fn infinite_loop_runs_out_of_fuel() {
+    let limits = Limits { fuel_per_call: 20_000_000, ..Limits::default() };
+    let error = contained("tests/plugins/hostile-loop", limits);
+    assert_eq!(error.failure, Failure::OutOfFuel { budget: 20_000_000 });
+}
+
+#[test]
+fn infinite_loop_is_stopped_by_the_deadline_when_fuel_is_plentiful() {
+    let deadline = Duration::from_millis(200);
+    let limits = Limits { fuel_per_call: u64::MAX / 2, deadline, ..Limits::default() };
+    let runtime = runtime_with(limits);
+    let bad = load(&runtime, "tests/plugins/hostile-loop");
+    let (mut graph, [relu, _, _]) = relu_add_mul();
+    let start = Instant::now();
+    let error = Session::new(&runtime, &bad, "fx-node-fixes").fx_node_fix(&mut graph, relu).unwrap_err();
+    let took = start.elapsed();
+    assert_eq!(error.failure, Failure::Deadline { millis: 200 });
+    // Not a timing assertion on speed: a bound proving the backstop fired
+    // (a loop left alone would run for ages).
+    assert!(took < Duration::from_secs(5), "deadline of 200 ms fired after {took:?}");
+    // The full containment contract holds for the deadline path too.
+    let error = contained("tests/plugins/hostile-loop", limits);
+    assert!(matches!(error.failure, Failure::Deadline { .. }));
+}
+
+#[test]
+fn memory_bomb_hits_the_cap() {
+    let limits = Limits { memory_bytes: 16 << 20, ..Limits::default() };
+    let error = contained("tests/plugins/hostile-memory", limits);
+    assert_eq!(error.failure, Failure::MemoryCap { bytes: 16 << 20 });
+}
+
+#[test]
+fn panic_after_mutating_is_a_trap_and_rolled_back() {
+    let error = contained("tests/plugins/hostile-panic", Limits::default());
+    assert!(matches!(&error.failure, Failure::Trap(m) if m.contains("unreachable")), "{:?}", error.failure);
+}
+
+#[test]
+fn node_flood_hits_the_host_budget() {
+    let limits = Limits { max_new_nodes: 500, ..Limits::default() };
+    let error = contained("tests/plugins/hostile-flood", limits);
+    assert_eq!(error.failure, Failure::HostBudget("added more than 500 nodes in one call".into()));
+}
+
+#[test]
+fn a_trapped_instance_is_replaced_for_the_next_call() {
+    let runtime = runtime();
+    let bad = load(&runtime, "tests/plugins/hostile-panic");
+    let (mut graph, [relu, _, _]) = relu_add_mul();
+    let mut session = Session::new(&runtime, &bad, "fx-node-fixes");
+    for _ in 0..3 {
+        let error = session.fx_node_fix(&mut graph, relu).unwrap_err();
+        assert!(matches!(error.failure, Failure::Trap(_)));
+    }
+    assert_eq!(session.instantiations, 3, "each trap discards the store; each call gets a fresh instance");
+    // A healthy plugin keeps one instance for the whole stage run.
+    let good = load(&runtime, "tests/plugins/kind-node-fix");
+    let (mut graph, [_, add, _]) = relu_add_mul();
+    let mut session = Session::new(&runtime, &good, "fx-node-fixes");
+    for _ in 0..3 {
+        assert!(!session.fx_node_fix(&mut graph, add).unwrap());
+    }
+    assert_eq!(session.instantiations, 1);
+}
+
+#[test]
+fn wasi_imports_are_refused_at_load() {
+    let runtime = runtime();
+    let found = discover_one(&plugin_dir("tests/plugins/hostile-wasi")).unwrap();
+    let error = runtime.load(&found).err().unwrap().to_string();
+    assert!(error.contains("test_hostile_wasi.wasm"), "{error}");
+    assert!(error.contains("imports `wasi:clocks/wall-clock@0.2.0`"), "{error}");
+    assert!(error.contains("no WASI"), "{error}");
+}
