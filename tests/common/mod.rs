@@ -188,3 +188,41 @@ pub fn assertion_graph() -> Graph {
 pub fn targets(graph: &Graph) -> Vec<String> {
     graph.nodes().map(|n| graph.node(n).unwrap().target.clone()).collect()
 }
+
+/// The README's example: one dynamic-batch graph with the three patterns the
+/// first ONNX fixes handle (alias, stable sort, runtime asserts).
+pub fn example_graph() -> Graph {
+    let mut g = Graph::new();
+    let x = g.add_input(0, "x", ValueMeta::Tensor(f32_meta(&batch_by_8())));
+    let size = g
+        .push_node(0, "aten.sym_size.int", vec![pos("self", Argument::Tensor(x)), pos("dim", Argument::Int(0))], vec![OutputDecl::SymInt("s0".into())])
+        .unwrap();
+    let s0 = first_output(&g, size);
+    let ge = g
+        .push_node(0, "_operator.ge", vec![pos("a", Argument::SymInt(Sym::Value(s0))), pos("b", Argument::Int(2))], vec![OutputDecl::SymBool("s0 >= 2".into())])
+        .unwrap();
+    let ok = first_output(&g, ge);
+    g.push_node(
+        0,
+        "aten._assert_scalar.default",
+        vec![pos("self", Argument::SymBool(Sym::Value(ok))), pos("assert_msg", Argument::Str("Runtime assertion failed for expression s0 >= 2".into()))],
+        vec![OutputDecl::None],
+    )
+    .unwrap();
+    let alias = g
+        .push_node(0, "aten.alias.default", vec![pos("self", Argument::Tensor(x))], vec![OutputDecl::Tensor(f32_meta(&batch_by_8()))])
+        .unwrap();
+    let a = first_output(&g, alias);
+    let sort = g
+        .push_node(
+            0,
+            "aten.sort.stable",
+            vec![pos("self", Argument::Tensor(a)), kw("stable", Argument::Bool(true)), kw("dim", Argument::Int(-1)), kw("descending", Argument::Bool(true))],
+            vec![OutputDecl::Tensor(f32_meta(&batch_by_8())), OutputDecl::Tensor(meta("int64", &batch_by_8()))],
+        )
+        .unwrap();
+    let outs = g.node(sort).unwrap().outputs.clone();
+    g.set_outputs(0, outs).unwrap();
+    g.set_range_constraint("s0", hfx::graph::RangeConstraint { min: 2, max: None }).unwrap();
+    g
+}

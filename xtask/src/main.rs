@@ -28,8 +28,9 @@ fn main() -> Result<()> {
     match args.first().map(String::as_str) {
         Some("build-plugins") => build_plugins(&args[1..]),
         Some("install-guest-toolchain") => install_guest_toolchain(),
+        Some("test") => test(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask build-plugins [CRATE-DIR...] | install-guest-toolchain");
+            eprintln!("usage: cargo xtask build-plugins [CRATE-DIR...] | install-guest-toolchain | test [CARGO-TEST-ARGS...]");
             std::process::exit(2)
         }
     }
@@ -37,6 +38,14 @@ fn main() -> Result<()> {
 
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
+}
+
+/// The project's test command: build every plugin, then run the host's tests
+/// (which load the freshly built components).
+fn test(extra: &[String]) -> Result<()> {
+    build_plugins(&[])?;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    run(Command::new(cargo).current_dir(workspace_root()).args(["test", "--locked"]).args(extra))
 }
 
 /// Installs Debian's wasm-capable Rust (1.96) beside rustup's, if missing.
