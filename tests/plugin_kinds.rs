@@ -197,3 +197,16 @@ fn dead_comparison_with_constant_is_foldable_through_the_contract() {
     graph.erase(ge).unwrap();
     let _: Graph = graph;
 }
+
+#[test]
+fn a_returned_error_names_plugin_stage_and_node_and_rolls_back() {
+    let runtime = runtime();
+    let plugin = load(&runtime, "tests/plugins/kind-translation");
+    let (mut graph, [relu, _, _]) = relu_add_mul();
+    // `x` has no ONNX name: the translation's `value-name` call fails, and the plugin returns that error.
+    let mut builder = TranslationBuilder::new(20);
+    builder.nodes.push(topk(Some(1), None));
+    let error = Session::new(&runtime, &plugin, "onnx-translations").translate(&mut graph, relu, &mut builder).unwrap_err();
+    assert_eq!(error.to_string(), "plugin `test-kind-translation` (onnx-translation) failed in stage `onnx-translations` at node `relu`: value 0 has no ONNX name yet (not translated)");
+    assert_eq!(builder.nodes, [topk(Some(1), None)], "the builder is as before the call");
+}

@@ -117,3 +117,16 @@ fn wasi_imports_are_refused_at_load() {
     assert!(error.contains("imports `wasi:clocks/wall-clock@0.2.0`"), "{error}");
     assert!(error.contains("no WASI"), "{error}");
 }
+
+#[test]
+fn reading_too_much_hits_the_host_budget() {
+    // The relu fix reads the node's inputs and output metadata: well over 64 bytes.
+    let limits = Limits { max_read_bytes: 64, ..Limits::default() };
+    let runtime = runtime_with(limits);
+    let plugin = load(&runtime, "tests/plugins/kind-node-fix");
+    let (mut graph, [relu, _, _]) = relu_add_mul();
+    let before = graph.fingerprint();
+    let error = Session::new(&runtime, &plugin, "fx-node-fixes").fx_node_fix(&mut graph, relu).unwrap_err();
+    assert_eq!(error.failure, Failure::HostBudget("read more than 64 bytes from the host in one call".into()));
+    assert_eq!(graph.fingerprint(), before);
+}

@@ -134,31 +134,7 @@ pub fn sort_stable_graph() -> (Graph, NodeId) {
 pub fn assertion_graph() -> Graph {
     let mut g = Graph::new();
     let x = g.add_input(0, "x", ValueMeta::Tensor(f32_meta(&batch_by_8())));
-    let size = g
-        .push_node(
-            0,
-            "aten.sym_size.int",
-            vec![pos("self", Argument::Tensor(x)), pos("dim", Argument::Int(0))],
-            vec![OutputDecl::SymInt("s0".into())],
-        )
-        .unwrap();
-    let s0 = first_output(&g, size);
-    let ge = g
-        .push_node(
-            0,
-            "_operator.ge",
-            vec![pos("a", Argument::SymInt(Sym::Value(s0))), pos("b", Argument::Int(2))],
-            vec![OutputDecl::SymBool("s0 >= 2".into())],
-        )
-        .unwrap();
-    let ok = first_output(&g, ge);
-    g.push_node(
-        0,
-        "aten._assert_scalar.default",
-        vec![pos("self", Argument::SymBool(Sym::Value(ok))), pos("assert_msg", Argument::Str("Runtime assertion failed for expression s0 >= 2".into()))],
-        vec![OutputDecl::None],
-    )
-    .unwrap();
+    let s0 = push_batch_assert(&mut g, x);
     g.push_node(
         0,
         "aten._assert_tensor_metadata.default",
@@ -185,6 +161,26 @@ pub fn assertion_graph() -> Graph {
     g
 }
 
+/// `s0 = sym_size(x, 0); _assert_scalar(s0 >= 2)`, as a dynamic batch leaves it. Returns `s0`.
+fn push_batch_assert(g: &mut Graph, x: ValueId) -> ValueId {
+    let size = g
+        .push_node(0, "aten.sym_size.int", vec![pos("self", Argument::Tensor(x)), pos("dim", Argument::Int(0))], vec![OutputDecl::SymInt("s0".into())])
+        .unwrap();
+    let s0 = first_output(g, size);
+    let ge = g
+        .push_node(0, "_operator.ge", vec![pos("a", Argument::SymInt(Sym::Value(s0))), pos("b", Argument::Int(2))], vec![OutputDecl::SymBool("s0 >= 2".into())])
+        .unwrap();
+    let ok = first_output(g, ge);
+    g.push_node(
+        0,
+        "aten._assert_scalar.default",
+        vec![pos("self", Argument::SymBool(Sym::Value(ok))), pos("assert_msg", Argument::Str("Runtime assertion failed for expression s0 >= 2".into()))],
+        vec![OutputDecl::None],
+    )
+    .unwrap();
+    s0
+}
+
 pub fn targets(graph: &Graph) -> Vec<String> {
     graph.nodes().map(|n| graph.node(n).unwrap().target.clone()).collect()
 }
@@ -194,21 +190,7 @@ pub fn targets(graph: &Graph) -> Vec<String> {
 pub fn example_graph() -> Graph {
     let mut g = Graph::new();
     let x = g.add_input(0, "x", ValueMeta::Tensor(f32_meta(&batch_by_8())));
-    let size = g
-        .push_node(0, "aten.sym_size.int", vec![pos("self", Argument::Tensor(x)), pos("dim", Argument::Int(0))], vec![OutputDecl::SymInt("s0".into())])
-        .unwrap();
-    let s0 = first_output(&g, size);
-    let ge = g
-        .push_node(0, "_operator.ge", vec![pos("a", Argument::SymInt(Sym::Value(s0))), pos("b", Argument::Int(2))], vec![OutputDecl::SymBool("s0 >= 2".into())])
-        .unwrap();
-    let ok = first_output(&g, ge);
-    g.push_node(
-        0,
-        "aten._assert_scalar.default",
-        vec![pos("self", Argument::SymBool(Sym::Value(ok))), pos("assert_msg", Argument::Str("Runtime assertion failed for expression s0 >= 2".into()))],
-        vec![OutputDecl::None],
-    )
-    .unwrap();
+    push_batch_assert(&mut g, x);
     let alias = g
         .push_node(0, "aten.alias.default", vec![pos("self", Argument::Tensor(x))], vec![OutputDecl::Tensor(f32_meta(&batch_by_8()))])
         .unwrap();

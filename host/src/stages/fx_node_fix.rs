@@ -3,12 +3,11 @@
 //! consumes it wins. Dead-code elimination runs at the end of the walk.
 //! Fixes run again after decomposition, so they must be idempotent.
 
-use std::collections::HashMap;
 use std::time::Instant;
 
-use super::{OnPluginError, StageReport};
+use super::{Dispatcher, OnPluginError, StageReport};
 use crate::graph::{Graph, NodeId};
-use crate::plugins::{Plugin, PluginError, Runtime, Session};
+use crate::plugins::{Plugin, PluginError, Runtime};
 
 pub fn run(
     runtime: &Runtime,
@@ -19,26 +18,16 @@ pub fn run(
 ) -> Result<StageReport, PluginError> {
     let start = Instant::now();
     let mut report = StageReport::new(stage);
-    let mut dispatch: HashMap<&str, Vec<usize>> = HashMap::new();
-    for (index, plugin) in plugins.iter().enumerate() {
-        for target in &plugin.targets {
-            dispatch.entry(target.as_str()).or_default().push(index);
-        }
-    }
-    let mut sessions: Vec<Option<Session>> = plugins.iter().map(|_| None).collect();
+    let mut dispatcher = Dispatcher::new(runtime, plugins, stage);
     let snapshot: Vec<NodeId> = graph.nodes().collect();
     for node in snapshot {
         let Ok(target) = graph.node(node).map(|n| n.target.clone()) else {
             continue; // erased by an earlier fix
         };
-        let Some(candidates) = dispatch.get(target.as_str()) else { continue };
-        for &index in candidates {
-            let session = sessions[index].get_or_insert_with(|| Session::new(runtime, plugins[index], stage));
-            let counts = report.plugins.entry(plugins[index].name().to_string()).or_default();
-            counts.calls += 1;
-            match session.fx_node_fix(graph, node) {
+        for index in dispatcher.candidates(&target) {
+            match dispatcher.session(index, &mut report).fx_node_fix(graph, node) {
                 Ok(true) => {
-                    counts.changed += 1;
+                    report.changed(dispatcher.name(index));
                     break;
                 }
                 Ok(false) => {}

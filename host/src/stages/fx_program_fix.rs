@@ -17,10 +17,9 @@ pub fn run(
     let start = Instant::now();
     let mut report = StageReport::new(stage);
     for plugin in plugins {
-        let counts = report.plugins.entry(plugin.name().to_string()).or_default();
-        counts.calls += 1;
+        report.plugins.entry(plugin.name().to_string()).or_default().calls += 1;
         match Session::new(runtime, plugin, stage).fx_program_fix(graph) {
-            Ok(()) => counts.changed += 1,
+            Ok(()) => report.changed(plugin.name()),
             Err(error) => report.failed(error, policy)?,
         }
     }

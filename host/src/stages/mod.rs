@@ -6,10 +6,10 @@ pub mod fx_node_fix;
 pub mod fx_program_fix;
 pub mod onnx_ir_fix;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use crate::plugins::{Backend, Plugin, PluginError, PluginKind};
+use crate::plugins::{Backend, Plugin, PluginError, PluginKind, Runtime, Session};
 
 /// What to do when a plugin call fails (its changes are rolled back either way).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -46,6 +46,10 @@ impl StageReport {
         StageReport { stage, ..Default::default() }
     }
 
+    fn changed(&mut self, plugin: &str) {
+        self.plugins.entry(plugin.to_string()).or_default().changed += 1;
+    }
+
     /// Records a failure: an error under `fail`, a warning under `skip`.
     fn failed(&mut self, error: PluginError, policy: OnPluginError) -> Result<(), PluginError> {
         self.plugins.entry(error.plugin.clone()).or_default().failed += 1;
@@ -71,4 +75,42 @@ pub fn select<'p>(plugins: &'p [Plugin], backend: Backend, kind: PluginKind) -> 
         plugins.iter().filter(|p| p.kind() == kind && serves(p.manifest.plugin.backend)).collect();
     chosen.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
     chosen
+}
+
+/// Per-target dispatch over a stage's plugins, each with a session created on
+/// its first call (one Store per plugin per stage run).
+struct Dispatcher<'a> {
+    runtime: &'a Runtime,
+    plugins: &'a [&'a Plugin],
+    stage: &'static str,
+    by_target: HashMap<&'a str, Vec<usize>>,
+    sessions: Vec<Option<Session<'a>>>,
+}
+
+impl<'a> Dispatcher<'a> {
+    fn new(runtime: &'a Runtime, plugins: &'a [&'a Plugin], stage: &'static str) -> Self {
+        let mut by_target: HashMap<&str, Vec<usize>> = HashMap::new();
+        for (index, plugin) in plugins.iter().enumerate() {
+            for target in &plugin.targets {
+                by_target.entry(target.as_str()).or_default().push(index);
+            }
+        }
+        Dispatcher { runtime, plugins, stage, by_target, sessions: plugins.iter().map(|_| None).collect() }
+    }
+
+    /// Indexes of the plugins that declared `target`, in stage order.
+    fn candidates(&self, target: &str) -> Vec<usize> {
+        self.by_target.get(target).cloned().unwrap_or_default()
+    }
+
+    /// The plugin's session, counting the call in `report`.
+    fn session(&mut self, index: usize, report: &mut StageReport) -> &mut Session<'a> {
+        report.plugins.entry(self.plugins[index].name().to_string()).or_default().calls += 1;
+        let (runtime, plugin, stage) = (self.runtime, self.plugins[index], self.stage);
+        self.sessions[index].get_or_insert_with(|| Session::new(runtime, plugin, stage))
+    }
+
+    fn name(&self, index: usize) -> &str {
+        self.plugins[index].name()
+    }
 }
