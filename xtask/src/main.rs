@@ -84,8 +84,7 @@ fn build_plugins(only: &[String]) -> Result<()> {
     for plugin in &crates {
         let t = Instant::now();
         compile_core_module(&root, &plugin.package)?;
-        let core = root
-            .join("target")
+        let core = target_dir(&root)
             .join(TARGET)
             .join(PROFILE)
             .join(format!("{}.wasm", plugin.package.replace('-', "_")));
@@ -101,6 +100,14 @@ fn build_plugins(only: &[String]) -> Result<()> {
     }
     eprintln!("{} plugins in {:.1} s", crates.len(), start.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// Cargo's target folder: `$CARGO_TARGET_DIR` when set, else `target/` of the workspace.
+fn target_dir(root: &Path) -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if !dir.is_empty() => root.join(dir),
+        _ => root.join("target"),
+    }
 }
 
 /// Plugin crates: folders with both `Cargo.toml` and `plugin.toml`, in path order.

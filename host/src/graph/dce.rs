@@ -40,7 +40,7 @@ impl Graph {
         let mut removed = 0;
         for subgraph in 0..self.subgraphs.len() {
             // Walking backwards sees a reader before what it reads, so one pass suffices.
-            let order = self.subgraphs[subgraph].order.clone();
+            let order: Vec<NodeId> = self.order(subgraph as u32).collect();
             for &id in order.iter().rev() {
                 let node = self.nodes[id.0 as usize].as_ref().expect("ordered nodes are live");
                 let dead = !has_side_effects(node) && node.output_values().all(|v| !self.is_used(v));

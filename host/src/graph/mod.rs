@@ -9,6 +9,7 @@
 mod dce;
 pub use dce::has_side_effects;
 mod mutate;
+mod order;
 mod types;
 
 pub use mutate::{GraphError, Replacement};
@@ -26,18 +27,34 @@ pub enum User {
 }
 
 /// A whole program: graph 0 is the root, the rest are sub-graphs of higher-order ops.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default)]
 pub struct Graph {
     nodes: Vec<Option<Node>>,
     values: Vec<Value>,
     subgraphs: Vec<Subgraph>,
     range_constraints: BTreeMap<String, RangeConstraint>,
-    #[serde(skip)]
+    /// Order links, indexed by node id (see `order.rs`).
+    links: Vec<order::Link>,
+    /// Readers of each value, indexed by value id (a reader reading twice is listed twice).
     uses: Vec<Vec<User>>,
-    #[serde(skip)]
     names: HashSet<String>,
-    #[serde(skip)]
     journal: Option<Vec<mutate::Undo>>,
+}
+
+/// The serialized form: arenas plus each graph's node order.
+#[derive(Serialize, Deserialize)]
+struct GraphRepr {
+    nodes: Vec<Option<Node>>,
+    values: Vec<Value>,
+    subgraphs: Vec<SubgraphRepr>,
+    range_constraints: BTreeMap<String, RangeConstraint>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SubgraphRepr {
+    inputs: Vec<ValueId>,
+    order: Vec<NodeId>,
+    outputs: Vec<Argument>,
 }
 
 impl Graph {
@@ -50,46 +67,71 @@ impl Graph {
 
     /// Loads the IR's JSON form (a debugging and test format; `.pt2` is the real one).
     pub fn from_json(text: &str) -> Result<Self, GraphError> {
-        let mut g: Graph =
-            serde_json::from_str(text).map_err(|e| GraphError::Malformed(e.to_string()))?;
-        g.rebuild_indexes()?;
-        Ok(g)
+        let repr: GraphRepr = serde_json::from_str(text).map_err(|e| GraphError::Malformed(e.to_string()))?;
+        Graph::from_repr(repr)
     }
 
     pub fn to_json(&self) -> String {
-        serde_json::to_string_pretty(self).expect("graph IR always serializes")
+        serde_json::to_string_pretty(&self.to_repr()).expect("graph IR always serializes")
     }
 
-    /// Rebuilds use lists and the name set, and checks every reference.
-    fn rebuild_indexes(&mut self) -> Result<(), GraphError> {
-        if self.subgraphs.is_empty() {
-            return Err(GraphError::Malformed("program has no root graph".into()));
+    fn to_repr(&self) -> GraphRepr {
+        GraphRepr {
+            nodes: self.nodes.clone(),
+            values: self.values.clone(),
+            subgraphs: (0..self.subgraphs.len())
+                .map(|i| SubgraphRepr {
+                    inputs: self.subgraphs[i].inputs.clone(),
+                    order: self.order(i as u32).collect(),
+                    outputs: self.subgraphs[i].outputs.clone(),
+                })
+                .collect(),
+            range_constraints: self.range_constraints.clone(),
         }
-        self.uses = vec![Vec::new(); self.values.len()];
-        self.names = self.values.iter().map(|v| v.name.clone()).collect();
-        if self.names.len() != self.values.len() {
-            return Err(GraphError::Malformed("two values share a name".into()));
+    }
+
+    /// Builds the graph and its indexes from the serialized form, checking every reference.
+    fn from_repr(repr: GraphRepr) -> Result<Self, GraphError> {
+        let malformed = |m: String| GraphError::Malformed(m);
+        if repr.subgraphs.is_empty() {
+            return Err(malformed("program has no root graph".into()));
         }
-        for (index, sub) in self.subgraphs.iter().enumerate() {
-            for &id in &sub.order {
-                let node = self.nodes.get(id.0 as usize).and_then(Option::as_ref).ok_or_else(|| {
-                    GraphError::Malformed(format!("graph {index} orders missing node {}", id.0))
-                })?;
-                for value in node.inputs.iter().flat_map(|a| a.value.values()) {
-                    let slot = self.uses.get_mut(value.0 as usize).ok_or_else(|| {
-                        GraphError::Malformed(format!("node {} reads missing value {}", id.0, value.0))
-                    })?;
-                    slot.push(User::Node(id));
+        let mut g = Graph {
+            nodes: repr.nodes,
+            values: repr.values,
+            range_constraints: repr.range_constraints,
+            ..Graph::default()
+        };
+        g.uses = vec![Vec::new(); g.values.len()];
+        g.names = g.values.iter().map(|v| v.name.clone()).collect();
+        if g.names.len() != g.values.len() {
+            return Err(malformed("two values share a name".into()));
+        }
+        let mut placed = vec![false; g.nodes.len()];
+        for (index, sub) in repr.subgraphs.into_iter().enumerate() {
+            let index = index as u32;
+            g.subgraphs.push(Subgraph { inputs: sub.inputs, outputs: Vec::new(), ends: Default::default() });
+            for id in sub.order {
+                let node = g.nodes.get(id.0 as usize).and_then(Option::as_ref);
+                let node = node.ok_or_else(|| malformed(format!("graph {index} orders missing node {}", id.0)))?;
+                if node.subgraph != index || std::mem::replace(&mut placed[id.0 as usize], true) {
+                    return Err(malformed(format!("node {} is misplaced or listed twice", id.0)));
                 }
+                let reads: Vec<ValueId> = node.inputs.iter().flat_map(|a| a.value.values()).collect();
+                for value in reads {
+                    let slot = g.uses.get_mut(value.0 as usize);
+                    slot.ok_or_else(|| malformed(format!("node {} reads missing value {}", id.0, value.0)))?.push(User::Node(id));
+                }
+                let tail = g.subgraphs[index as usize].ends.tail;
+                g.place_after(index, tail, id);
             }
             for value in sub.outputs.iter().flat_map(Argument::values) {
-                let slot = self.uses.get_mut(value.0 as usize).ok_or_else(|| {
-                    GraphError::Malformed(format!("graph {index} outputs missing value {}", value.0))
-                })?;
-                slot.push(User::Output(index as u32));
+                let slot = g.uses.get_mut(value.0 as usize);
+                slot.ok_or_else(|| malformed(format!("graph {index} outputs missing value {}", value.0)))?.push(User::Output(index));
             }
+            g.subgraphs[index as usize].outputs = sub.outputs;
         }
-        Ok(())
+        Ok(g)
     }
 
     // ── Building (used by loaders and tests) ──
@@ -109,8 +151,8 @@ impl Graph {
         inputs: Vec<NamedArgument>,
         outputs: Vec<OutputDecl>,
     ) -> Result<NodeId, GraphError> {
-        let end = self.subgraphs.get(subgraph as usize).map(|s| s.order.len()).ok_or(GraphError::NoSubgraph(subgraph))?;
-        self.insert_at(subgraph, end, target, inputs, outputs)
+        let tail = self.subgraph(subgraph)?.ends.tail;
+        self.insert_after(subgraph, tail, target, inputs, outputs)
     }
 
     pub fn add_subgraph(&mut self) -> u32 {
@@ -134,11 +176,11 @@ impl Graph {
 
     /// Live nodes of every graph, root first, each in topological order.
     pub fn nodes(&self) -> impl Iterator<Item = NodeId> + '_ {
-        self.subgraphs.iter().flat_map(|s| s.order.iter().copied())
+        (0..self.subgraphs.len() as u32).flat_map(|s| self.order(s))
     }
 
     pub fn node_count(&self) -> usize {
-        self.subgraphs.iter().map(|s| s.order.len()).sum()
+        self.subgraphs.iter().map(|s| s.ends.len).sum()
     }
 
     pub fn nodes_by_target<'a>(&'a self, target: &'a str) -> impl Iterator<Item = NodeId> + 'a {
@@ -175,8 +217,14 @@ impl Graph {
                 User::Output(_) => None,
             }));
         }
-        let order = &self.subgraphs[node.subgraph as usize].order;
-        Ok(order.iter().copied().filter(|n| users.contains(n)).collect())
+        Ok(self.in_order(users))
+    }
+
+    /// `nodes` sorted by their place in the program (graph, then order).
+    pub fn in_order(&self, nodes: impl IntoIterator<Item = NodeId>) -> Vec<NodeId> {
+        let mut nodes: Vec<NodeId> = nodes.into_iter().collect();
+        nodes.sort_by_key(|&n| (self.nodes[n.0 as usize].as_ref().map_or(u32::MAX, |n| n.subgraph), self.ordinal(n)));
+        nodes
     }
 
     pub fn is_used(&self, id: ValueId) -> bool {
@@ -191,12 +239,12 @@ impl Graph {
         &self.range_constraints
     }
 
-    /// Position of a node in its graph's order.
-    pub fn position(&self, id: NodeId) -> Result<(u32, usize), GraphError> {
-        let node = self.node(id)?;
-        let order = &self.subgraphs[node.subgraph as usize].order;
-        let pos = order.iter().position(|&n| n == id).ok_or(GraphError::NoNode(id))?;
-        Ok((node.subgraph, pos))
+    /// True where `a` comes before `b` in the same graph.
+    pub fn is_before(&self, a: NodeId, b: NodeId) -> bool {
+        match (self.node(a), self.node(b)) {
+            (Ok(x), Ok(y)) => x.subgraph == y.subgraph && self.ordinal(a) < self.ordinal(b),
+            _ => false,
+        }
     }
 
     /// The display name of a node: its first output's name, else `target#id`.
@@ -215,6 +263,93 @@ impl Graph {
     /// A structural fingerprint: equal for graphs that read and write the same.
     /// Tests use it to prove a failed plugin call left the graph untouched.
     pub fn fingerprint(&self) -> String {
-        serde_json::to_string(self).expect("graph IR always serializes")
+        serde_json::to_string(&self.to_repr()).expect("graph IR always serializes")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta() -> TensorMeta {
+        TensorMeta { dtype: "float32".into(), shape: vec![Dim::Fixed(2)], strides: vec![], device: Device::default() }
+    }
+
+    /// `x → relu → ... ` with `n` nodes; returns the graph and the nodes.
+    fn chain(n: usize) -> (Graph, Vec<NodeId>) {
+        let mut g = Graph::new();
+        let mut prev = g.add_input(0, "x", ValueMeta::Tensor(meta()));
+        let mut nodes = vec![];
+        for _ in 0..n {
+            let id = g
+                .push_node(0, "aten.relu.default", vec![NamedArgument::positional("self", Argument::Tensor(prev))], vec![OutputDecl::Tensor(meta())])
+                .unwrap();
+            prev = g.node(id).unwrap().output_values().next().unwrap();
+            nodes.push(id);
+        }
+        g.set_outputs(0, vec![Argument::Tensor(prev)]).unwrap();
+        (g, nodes)
+    }
+
+    #[test]
+    fn inserting_past_the_ordinal_gap_renumbers_and_keeps_order() {
+        let (mut g, nodes) = chain(2);
+        let x = g.subgraph(0).unwrap().inputs[0];
+        // Always insert right before the second node: halves the same gap each time.
+        let mut inserted = vec![];
+        for _ in 0..64 {
+            let id = g
+                .insert_before(nodes[1], "aten.neg.default", vec![NamedArgument::positional("self", Argument::Tensor(x))], vec![OutputDecl::Tensor(meta())])
+                .unwrap();
+            inserted.push(id);
+        }
+        let order: Vec<NodeId> = g.nodes().collect();
+        assert_eq!(order.len(), 66);
+        assert_eq!(order[0], nodes[0]);
+        assert_eq!(&order[1..65], &inserted[..]);
+        assert_eq!(order[65], nodes[1]);
+        assert!(order.windows(2).all(|w| g.is_before(w[0], w[1])));
+    }
+
+    #[test]
+    fn reads_must_come_before_the_reader() {
+        let (mut g, nodes) = chain(3);
+        let late = g.node(nodes[2]).unwrap().output_values().next().unwrap();
+        let e = g.insert_before(nodes[1], "aten.neg.default", vec![NamedArgument::positional("self", Argument::Tensor(late))], vec![]);
+        assert!(matches!(e, Err(GraphError::NotDominating { .. })), "{e:?}");
+        let e = g.set_inputs(nodes[0], vec![NamedArgument::positional("self", Argument::Tensor(late))]);
+        assert!(matches!(e, Err(GraphError::NotDominating { .. })), "{e:?}");
+    }
+
+    #[test]
+    fn rollback_restores_erased_nodes_in_place_and_drops_new_ones() {
+        let (mut g, nodes) = chain(4);
+        let before = g.fingerprint();
+        g.begin();
+        let x = g.subgraph(0).unwrap().inputs[0];
+        let first_out = g.node(nodes[0]).unwrap().output_values().next().unwrap();
+        let second_out = g.node(nodes[1]).unwrap().output_values().next().unwrap();
+        g.insert_before(nodes[2], "aten.neg.default", vec![NamedArgument::positional("self", Argument::Tensor(x))], vec![OutputDecl::Tensor(meta())])
+            .unwrap();
+        g.replace_uses(second_out, Replacement::Value(first_out)).unwrap();
+        g.erase(nodes[1]).unwrap();
+        g.set_range_constraint("s0", RangeConstraint { min: 2, max: None }).unwrap();
+        assert_ne!(g.fingerprint(), before);
+        g.rollback();
+        assert_eq!(g.fingerprint(), before);
+        assert_eq!(g.nodes().collect::<Vec<_>>(), nodes);
+        assert_eq!(g.node_users(nodes[1]).unwrap(), [nodes[2]]);
+        // The graph is fully usable after a rollback.
+        assert_eq!(g.eliminate_dead_code(), 0);
+    }
+
+    #[test]
+    fn json_round_trip_and_malformed_input() {
+        let (g, _) = chain(3);
+        let again = Graph::from_json(&g.to_json()).unwrap();
+        assert_eq!(again.fingerprint(), g.fingerprint());
+        assert!(matches!(Graph::from_json("{"), Err(GraphError::Malformed(_))));
+        let dangling = g.to_json().replace("\"tensor\": 0", "\"tensor\": 99");
+        assert!(matches!(Graph::from_json(&dangling), Err(GraphError::Malformed(m)) if m.contains("missing value 99")));
     }
 }

@@ -39,7 +39,8 @@ pub(super) enum Undo {
     /// A value was appended to the arena.
     AddedValue(ValueId),
     SetInputs(NodeId, Vec<NamedArgument>),
-    Erased { id: NodeId, position: usize, node: Box<Node> },
+    /// A node was erased; it followed `after` in its graph.
+    Erased { id: NodeId, after: Option<NodeId>, node: Box<Node> },
     SetOutputs(u32, Vec<Argument>),
     SetMeta(ValueId, ValueMeta),
     SetRange(String, Option<RangeConstraint>),
@@ -77,7 +78,7 @@ impl Graph {
             Undo::Added(id) => {
                 let node = self.nodes[id.0 as usize].take().expect("undo of a live node");
                 self.unlink_inputs(id, &node.inputs);
-                self.subgraphs[node.subgraph as usize].order.retain(|&n| n != id);
+                self.unplace(node.subgraph, id);
                 debug_assert_eq!(id.0 as usize, self.nodes.len() - 1);
                 self.nodes.pop();
             }
@@ -90,12 +91,13 @@ impl Graph {
             Undo::SetInputs(id, inputs) => {
                 self.swap_inputs(id, inputs);
             }
-            Undo::Erased { id, position, node } => {
+            Undo::Erased { id, after, node } => {
                 let node = *node;
                 let subgraph = node.subgraph;
                 self.link_inputs(id, &node.inputs);
                 self.nodes[id.0 as usize] = Some(node);
-                self.subgraphs[subgraph as usize].order.insert(position, id);
+                // Undone newest first, so `after` is again the node this one followed.
+                self.place_after(subgraph, after, id);
             }
             Undo::SetOutputs(subgraph, outputs) => {
                 self.swap_graph_outputs(subgraph, outputs);
@@ -114,17 +116,17 @@ impl Graph {
 
     // ── Primitive mutations ──
 
-    /// Inserts a call at `position` of `subgraph`'s order.
-    pub(super) fn insert_at(
+    /// Inserts a call right after `after` (at the head with None) in `subgraph`.
+    pub(super) fn insert_after(
         &mut self,
         subgraph: u32,
-        position: usize,
+        after: Option<NodeId>,
         target: &str,
         inputs: Vec<NamedArgument>,
         outputs: Vec<OutputDecl>,
     ) -> Result<NodeId, GraphError> {
         self.subgraph(subgraph)?;
-        self.check_reads(subgraph, position, &inputs, target)?;
+        self.check_reads(subgraph, after, &inputs, target)?;
         let id = NodeId(self.nodes.len() as u32);
         let base = target.split('.').nth(1).unwrap_or(target).trim_start_matches('_').to_string();
         let outputs = outputs
@@ -134,7 +136,7 @@ impl Graph {
         self.nodes.push(Some(Node { target: target.into(), inputs, outputs, subgraph, stack_trace: None }));
         let inputs = self.nodes[id.0 as usize].as_ref().expect("just pushed").inputs.clone();
         self.link_inputs(id, &inputs);
-        self.subgraphs[subgraph as usize].order.insert(position, id);
+        self.place_after(subgraph, after, id);
         self.record(Undo::Added(id));
         Ok(id)
     }
@@ -147,14 +149,14 @@ impl Graph {
         inputs: Vec<NamedArgument>,
         outputs: Vec<OutputDecl>,
     ) -> Result<NodeId, GraphError> {
-        let (subgraph, position) = self.position(before)?;
-        self.insert_at(subgraph, position, target, inputs, outputs)
+        let subgraph = self.node(before)?.subgraph;
+        self.insert_after(subgraph, self.prev(before), target, inputs, outputs)
     }
 
     pub fn set_inputs(&mut self, id: NodeId, inputs: Vec<NamedArgument>) -> Result<(), GraphError> {
-        let (subgraph, position) = self.position(id)?;
-        let target = self.node(id)?.target.clone();
-        self.check_reads(subgraph, position, &inputs, &target)?;
+        let node = self.node(id)?;
+        let (subgraph, target) = (node.subgraph, node.target.clone());
+        self.check_reads(subgraph, self.prev(id), &inputs, &target)?;
         let old = self.swap_inputs(id, inputs);
         self.record(Undo::SetInputs(id, old));
         Ok(())
@@ -208,16 +210,16 @@ impl Graph {
 
     /// Erases a node whose outputs nobody reads.
     pub fn erase(&mut self, id: NodeId) -> Result<(), GraphError> {
-        let (subgraph, position) = self.position(id)?;
         let node = self.node(id)?;
+        let subgraph = node.subgraph;
         if let Some(value) = node.output_values().find(|v| self.is_used(*v)) {
             return Err(GraphError::StillUsed { node: self.node_name(id), value: self.values[value.0 as usize].name.clone() });
         }
         let node = self.nodes[id.0 as usize].take().expect("checked live");
         self.unlink_inputs(id, &node.inputs);
-        self.subgraphs[subgraph as usize].order.remove(position);
+        let after = self.unplace(subgraph, id);
         // Ids are never reused: the slot stays empty unless a rollback restores it.
-        self.record(Undo::Erased { id, position, node: Box::new(node) });
+        self.record(Undo::Erased { id, after, node: Box::new(node) });
         Ok(())
     }
 
@@ -286,15 +288,18 @@ impl Graph {
         }
     }
 
-    /// Every value `inputs` reads must exist and be defined before `position` in `subgraph`.
-    fn check_reads(&self, subgraph: u32, position: usize, inputs: &[NamedArgument], target: &str) -> Result<(), GraphError> {
-        let order = &self.subgraphs[subgraph as usize].order;
+    /// Every value `inputs` reads must exist and be defined in `subgraph` no later
+    /// than `last_visible` (an input of the graph, or produced by a node up to it).
+    fn check_reads(&self, subgraph: u32, last_visible: Option<NodeId>, inputs: &[NamedArgument], target: &str) -> Result<(), GraphError> {
         for value in inputs.iter().flat_map(|a| a.value.values()) {
             let v = self.value(value)?;
-            let visible = match v.producer {
-                None => self.subgraphs[subgraph as usize].inputs.contains(&value),
-                Some(p) => self.nodes.get(p.0 as usize).and_then(Option::as_ref).is_some_and(|n| n.subgraph == subgraph)
-                    && order[..position.min(order.len())].contains(&p),
+            let visible = match (v.producer, last_visible) {
+                (None, _) => self.subgraphs[subgraph as usize].inputs.contains(&value),
+                (Some(p), Some(last)) => {
+                    self.nodes.get(p.0 as usize).and_then(Option::as_ref).is_some_and(|n| n.subgraph == subgraph)
+                        && self.ordinal(p) <= self.ordinal(last)
+                }
+                (Some(_), None) => false,
             };
             if !visible {
                 return Err(GraphError::NotDominating { value: v.name.clone(), reader: target.into() });

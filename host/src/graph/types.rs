@@ -186,11 +186,12 @@ pub enum OutputDecl {
     None,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// A graph's inputs and outputs; its nodes are in `Graph::order`.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Subgraph {
     pub inputs: Vec<ValueId>,
-    pub order: Vec<NodeId>,
     pub outputs: Vec<Argument>,
+    pub(super) ends: super::order::Ends,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

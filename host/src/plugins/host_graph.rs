@@ -95,14 +95,11 @@ impl w::HostGraph for PluginState {
 
     fn value_users(&mut self, _: Resource<GraphRef>, value: u32) -> Answer<Vec<u32>> {
         let r = self.graph.value_users(ValueId(value)).map(|users| {
-            let nodes: Vec<NodeId> = users
-                .into_iter()
-                .filter_map(|u| match u {
-                    crate::graph::User::Node(n) => Some(n),
-                    crate::graph::User::Output(_) => None,
-                })
-                .collect();
-            self.graph.nodes().filter(|n| nodes.contains(n)).map(|n| n.0).collect()
+            let nodes = users.into_iter().filter_map(|u| match u {
+                crate::graph::User::Node(n) => Some(n),
+                crate::graph::User::Output(_) => None,
+            });
+            self.graph.in_order(nodes).into_iter().map(|n| n.0).collect()
         });
         self.answer(r, None)
     }
