@@ -49,52 +49,18 @@ mod graph_ext {
         }
 
         fn output_decls(&self, node: NodeId) -> Result<Vec<OutputDecl>, Error> {
-            let meta_of = |value: ValueId| -> Result<TensorMeta, Error> {
-                match self.value_meta(value)? {
-                    ValueMeta::Tensor(meta) => Ok(meta),
-                    _ => Err(error("tensor output without tensor metadata", Some(node))),
-                }
-            };
-            self.outputs(node)?
-                .into_iter()
-                .map(|output| {
-                    Ok(match output {
-                        Argument::Tensor(v) => OutputDecl::Tensor(meta_of(v)?),
-                        Argument::Tensors(vs) => OutputDecl::Tensors(vs.into_iter().map(meta_of).collect::<Result<_, _>>()?),
-                        Argument::SymInt(SymInt::Value(v)) => match self.value_meta(v)? {
-                            ValueMeta::SymInt(expr) => OutputDecl::SymInt(expr),
-                            _ => return Err(error("sym-int output without sym-int metadata", Some(node))),
-                        },
-                        Argument::SymBool(SymBool::Value(v)) => match self.value_meta(v)? {
-                            ValueMeta::SymBool(expr) => OutputDecl::SymBool(expr),
-                            _ => return Err(error("sym-bool output without sym-bool metadata", Some(node))),
-                        },
-                        Argument::None => OutputDecl::None,
-                        _ => return Err(error("output kind not supported by output_decls", Some(node))),
-                    })
-                })
-                .collect()
+            decls_of(self, node, self.outputs(node)?)
         }
 
         fn output_values(&self, node: NodeId) -> Result<Vec<ValueId>, Error> {
-            Ok(self
-                .outputs(node)?
-                .into_iter()
-                .flat_map(|output| match output {
-                    Argument::Tensor(v) => vec![v],
-                    Argument::Tensors(vs) => vs,
-                    Argument::SymInt(SymInt::Value(v)) => vec![v],
-                    Argument::SymFloat(SymFloat::Value(v)) => vec![v],
-                    Argument::SymBool(SymBool::Value(v)) => vec![v],
-                    _ => vec![],
-                })
-                .collect())
+            Ok(values_of(&self.outputs(node)?))
         }
 
         fn replace_with_call(&self, node: NodeId, target: &str, inputs: Vec<NamedArgument>) -> Result<NodeId, Error> {
-            let decls = self.output_decls(node)?;
-            let new = self.insert_call(node, target, &inputs, &decls)?;
-            for (old, new) in self.output_values(node)?.into_iter().zip(self.output_values(new)?) {
+            let outputs = self.outputs(node)?;
+            let old = values_of(&outputs);
+            let new = self.insert_call(node, target, &inputs, &decls_of(self, node, outputs)?)?;
+            for (old, new) in old.into_iter().zip(self.output_values(new)?) {
                 self.replace_uses(old, Replacement::Value(new))?;
             }
             self.erase(node)?;
@@ -110,6 +76,50 @@ mod graph_ext {
             self.replace_uses(*output, Replacement::Value(input))?;
             self.erase(node)
         }
+    }
+
+    /// Declarations copying the metadata of `outputs`, the outputs of `node`.
+    fn decls_of(graph: &Graph, node: NodeId, outputs: Vec<Argument>) -> Result<Vec<OutputDecl>, Error> {
+        let meta_of = |value: ValueId| -> Result<TensorMeta, Error> {
+            match graph.value_meta(value)? {
+                ValueMeta::Tensor(meta) => Ok(meta),
+                _ => Err(error("tensor output without tensor metadata", Some(node))),
+            }
+        };
+        outputs
+            .into_iter()
+            .map(|output| {
+                Ok(match output {
+                    Argument::Tensor(v) => OutputDecl::Tensor(meta_of(v)?),
+                    Argument::Tensors(vs) => OutputDecl::Tensors(vs.into_iter().map(meta_of).collect::<Result<_, _>>()?),
+                    Argument::SymInt(SymInt::Value(v)) => match graph.value_meta(v)? {
+                        ValueMeta::SymInt(expr) => OutputDecl::SymInt(expr),
+                        _ => return Err(error("sym-int output without sym-int metadata", Some(node))),
+                    },
+                    Argument::SymBool(SymBool::Value(v)) => match graph.value_meta(v)? {
+                        ValueMeta::SymBool(expr) => OutputDecl::SymBool(expr),
+                        _ => return Err(error("sym-bool output without sym-bool metadata", Some(node))),
+                    },
+                    Argument::None => OutputDecl::None,
+                    _ => return Err(error("output kind not supported by output_decls", Some(node))),
+                })
+            })
+            .collect()
+    }
+
+    /// The values `outputs` define, flattened in order.
+    fn values_of(outputs: &[Argument]) -> Vec<ValueId> {
+        outputs
+            .iter()
+            .flat_map(|output| match output {
+                Argument::Tensor(v) => vec![*v],
+                Argument::Tensors(vs) => vs.clone(),
+                Argument::SymInt(SymInt::Value(v)) => vec![*v],
+                Argument::SymFloat(SymFloat::Value(v)) => vec![*v],
+                Argument::SymBool(SymBool::Value(v)) => vec![*v],
+                _ => vec![],
+            })
+            .collect()
     }
 }
 

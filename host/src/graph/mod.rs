@@ -15,7 +15,7 @@ mod types;
 pub use mutate::{GraphError, Replacement};
 pub use types::*;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -38,6 +38,8 @@ pub struct Graph {
     /// Readers of each value, indexed by value id (a reader reading twice is listed twice).
     uses: Vec<Vec<User>>,
     names: HashSet<String>,
+    /// Next suffix to try per name base (see `fresh_name`).
+    name_counters: HashMap<String, u32>,
     journal: Option<Vec<mutate::Undo>>,
 }
 

@@ -268,11 +268,20 @@ impl Graph {
         id
     }
 
-    fn fresh_name(&self, base: &str) -> String {
+    /// `base`, else `base_N` with the smallest N not taken since the last
+    /// `base_N` handed out (a counter per base keeps this O(1) amortized).
+    fn fresh_name(&mut self, base: &str) -> String {
         if !self.names.contains(base) {
             return base.to_string();
         }
-        (1..).map(|i| format!("{base}_{i}")).find(|n| !self.names.contains(n)).expect("unbounded")
+        let next = self.name_counters.entry(base.to_string()).or_insert(1);
+        loop {
+            let candidate = format!("{base}_{next}");
+            *next += 1;
+            if !self.names.contains(&candidate) {
+                return candidate;
+            }
+        }
     }
 
     fn declare_output(&mut self, base: &str, producer: NodeId, decl: OutputDecl) -> Argument {

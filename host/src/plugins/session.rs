@@ -62,8 +62,7 @@ impl<'a> Session<'a> {
 
     /// FX node fix on `node`; true when the plugin consumed it.
     pub fn fx_node_fix(&mut self, graph: &mut Graph, node: NodeId) -> Result<bool, PluginError> {
-        let name = graph.node_name(node);
-        self.with_graph(graph, Some(name), false, |store, instance, g| match instance {
+        self.with_graph(graph, Some(node), false, |store, instance, g| match instance {
             Instance::FxNodeFix(i) => i.call_apply(store, g, node.0),
             _ => unreachable!("kind checked at load"),
         })
@@ -79,10 +78,9 @@ impl<'a> Session<'a> {
 
     /// Translation of `node`; the emitted ONNX nodes land in `builder`.
     pub fn translate(&mut self, graph: &mut Graph, node: NodeId, builder: &mut TranslationBuilder) -> Result<(), PluginError> {
-        let name = graph.node_name(node);
         self.ensure_live()?;
         self.live.as_mut().expect("live").0.data_mut().onnx.builder = std::mem::take(builder);
-        let result = self.with_graph(graph, Some(name), true, |store, instance, g| {
+        let result = self.with_graph(graph, Some(node), true, |store, instance, g| {
             let b = store.data_mut().table.push(BuilderRef)?;
             let b_rep = Resource::<BuilderRef>::new_borrow(b.rep());
             let r = match instance {
@@ -136,11 +134,12 @@ impl<'a> Session<'a> {
         }
     }
 
-    /// Lends `graph` to the store for one call, under a transaction.
+    /// Lends `graph` to the store for one call, under a transaction. `node`, the
+    /// node the call is about, is named in an error (after the rollback).
     fn with_graph<T>(
         &mut self,
         graph: &mut Graph,
-        node: Option<String>,
+        node: Option<NodeId>,
         read_only: bool,
         f: impl FnOnce(&mut Store<PluginState>, &Instance, Resource<GraphRef>) -> Outcome<T>,
     ) -> Result<T, PluginError> {
@@ -152,7 +151,7 @@ impl<'a> Session<'a> {
             state.graph.begin();
             state.graph_read_only = read_only;
         }
-        let result = self.call(node, |store, instance| {
+        let result = self.call(None, |store, instance| {
             let g = store.data_mut().table.push(GraphRef)?;
             let borrowed = Resource::<GraphRef>::new_borrow(g.rep());
             let r = f(&mut *store, instance, borrowed);
@@ -167,11 +166,10 @@ impl<'a> Session<'a> {
             }
             std::mem::take(&mut s.graph)
         });
-        // Map a plugin-reported node id to its name now that the graph is back.
+        // Name the node now that the graph is back: the one the plugin reported, else the call's.
         result.map_err(|mut e| {
-            if let Some(id) = e.node.as_deref().and_then(|n| n.strip_prefix("#id:")).and_then(|n| n.parse().ok()) {
-                e.node = Some(graph.node_name(NodeId(id)));
-            }
+            let reported = e.node.as_deref().and_then(|n| n.strip_prefix("#id:")).and_then(|n| n.parse().ok());
+            e.node = reported.map(NodeId).or(node).map(|id| graph.node_name(id));
             e
         })
     }
