@@ -130,5 +130,5 @@ fn the_same_plugin_twice_is_an_error() {
     let runtime = runtime();
     let dir = plugin_dir("plugins/onnx/fix-alias");
     let e = hfx::plugins::load_all(&runtime, &[dir.clone(), dir]).err().unwrap().to_string();
-    assert!(e.contains("already loaded"), "{e}");
+    assert!(e.contains("found twice"), "{e}");
 }

@@ -1,19 +1,21 @@
 //! The `hfx` command line.
 
-use std::path::PathBuf;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
+use serde::Deserialize;
 
 use crate::graph::Graph;
-use crate::plugins::{self, Backend, Limits, PluginKind, Runtime, RuntimeOptions};
+use crate::plugins::{self, lock::LOCK_FILE, upstream, Backend, Limits, Lock, PluginKind, PluginSet, Runtime, RuntimeOptions};
 use crate::stages::{self, OnPluginError, StageReport};
 
 #[derive(Debug, Parser)]
 #[command(name = "hfx", version, about = "Export PyTorch / Hugging Face models, with workarounds as WebAssembly plugins")]
 pub struct Cli {
-    /// More output (-v: plugin loads, -vv: every call).
+    /// More output (-v: skipped plugins and drift details).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
     #[command(subcommand)]
@@ -32,65 +34,128 @@ pub enum Command {
 
 #[derive(Debug, Subcommand)]
 pub enum PluginsCommand {
-    /// List plugins: name, version, kind, backend, targets and content hash.
+    /// List plugins: name, version, kind, backend, hash, status, upstream range, targets.
     List {
         #[command(flatten)]
-        sandbox: SandboxArgs,
+        set: PluginSetArgs,
         /// Show only plugins of this backend.
         #[arg(long, value_parser = parse_backend)]
         backend: Option<Backend>,
     },
+    /// Show one plugin: manifest, WIT world, imports and exports, hashes.
+    Inspect {
+        name: String,
+        #[command(flatten)]
+        set: PluginSetArgs,
+    },
+    /// Load every plugin, check it (and the lock), and run its self-tests.
+    Verify {
+        #[command(flatten)]
+        set: PluginSetArgs,
+    },
+    /// Write the lock of the plugin set that applies now.
+    Lock {
+        #[command(flatten)]
+        set: PluginSetArgs,
+        /// Where to write it.
+        #[arg(short, long, default_value = LOCK_FILE)]
+        output: PathBuf,
+    },
+    /// Scaffold a plugin crate that builds and passes its self-test as generated.
+    New(crate::plugins::scaffold::NewArgs),
 }
 
-#[derive(Debug, Args)]
-pub struct SandboxArgs {
-    /// Plugin folder (repeatable); every plugin.toml below it is loaded.
-    #[arg(long = "plugins", value_name = "DIR", required = true)]
+/// Where plugins come from and what they are resolved against.
+#[derive(Debug, Args, Default)]
+pub struct PluginSetArgs {
+    /// Plugin folder (repeatable); every plugin.toml below it is found.
+    #[arg(long = "plugins", value_name = "DIR")]
     pub plugins: Vec<PathBuf>,
+    /// Upstream version to resolve against instead of what is installed
+    /// (repeatable), e.g. `--target onnxruntime=1.31.0` for a deployment runtime.
+    #[arg(long = "target", value_name = "PACKAGE=VERSION", value_parser = upstream::parse_target)]
+    pub targets: Vec<(String, String)>,
+    /// Python whose installed packages give the upstream versions [default: $HFX_PYTHON, .venv/bin/python, python3].
+    #[arg(long)]
+    pub python: Option<String>,
+    /// Lock file [default: hfx.lock, if present].
+    #[arg(long, value_name = "FILE")]
+    pub lock: Option<PathBuf>,
+    /// Refuse to run if the plugin set or upstream versions differ from the lock.
+    #[arg(long)]
+    pub locked: bool,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+}
+
+#[derive(Debug, Args, Default)]
+pub struct SandboxArgs {
     /// Folder of the compiled-component cache [default: $HFX_CACHE_DIR or ~/.cache/hfx/components].
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
     /// Compile every component, use no cache.
     #[arg(long)]
     pub no_cache: bool,
-    /// Linear-memory cap per plugin instance, in MiB.
-    #[arg(long, default_value_t = 64)]
-    pub plugin_memory_mib: usize,
-    /// Fuel per plugin call (about one unit per wasm instruction).
-    #[arg(long, default_value_t = Limits::default().fuel_per_call)]
-    pub plugin_fuel: u64,
-    /// Wall-clock deadline per plugin call, in milliseconds.
-    #[arg(long, default_value_t = 2000)]
-    pub plugin_deadline_ms: u64,
-}
-
-impl SandboxArgs {
-    fn runtime(&self) -> Result<Runtime> {
-        let limits = Limits {
-            memory_bytes: self.plugin_memory_mib << 20,
-            fuel_per_call: self.plugin_fuel,
-            deadline: Duration::from_millis(self.plugin_deadline_ms),
-            ..Limits::default()
-        };
-        let cache_dir = if self.no_cache { None } else { self.cache_dir.clone().or_else(plugins::cache::ComponentCache::default_dir) };
-        Runtime::new(RuntimeOptions { limits, cache_dir })
-    }
+    /// Linear-memory cap per plugin instance, in MiB [default: 64].
+    #[arg(long)]
+    pub plugin_memory_mib: Option<usize>,
+    /// Fuel per plugin call, about one unit per wasm instruction [default: 500000000].
+    #[arg(long)]
+    pub plugin_fuel: Option<u64>,
+    /// Wall-clock deadline per plugin call, in milliseconds [default: 2000].
+    #[arg(long)]
+    pub plugin_deadline_ms: Option<u64>,
 }
 
 #[derive(Debug, Args)]
 pub struct FixArgs {
     /// Graph to fix (the IR's JSON form).
-    pub input: PathBuf,
+    pub input: Option<PathBuf>,
     /// Where to write the fixed graph (atomically).
     #[arg(short, long)]
-    pub output: PathBuf,
+    pub output: Option<PathBuf>,
     #[arg(long, value_parser = parse_backend)]
-    pub backend: Backend,
+    pub backend: Option<Backend>,
+    /// Take every option from this TOML file; flags given here override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     #[command(flatten)]
-    pub sandbox: SandboxArgs,
-    /// What a failing plugin call does to the run; its changes are rolled back either way.
-    #[arg(long, value_enum, default_value_t = OnPluginError::Fail)]
-    pub on_plugin_error: OnPluginError,
+    pub set: PluginSetArgs,
+    /// What a failing plugin call does to the run; its changes are rolled back either way [default: fail].
+    #[arg(long, value_enum)]
+    pub on_plugin_error: Option<OnPluginError>,
+}
+
+/// The run options a `--config` file may set (the counterpart of the reference
+/// `AutoExportConfig.from_dict`). Relative paths are relative to the file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RunConfig {
+    pub backend: Option<String>,
+    pub input: Option<PathBuf>,
+    pub output: Option<PathBuf>,
+    #[serde(default)]
+    pub plugins: Vec<PathBuf>,
+    #[serde(default)]
+    pub targets: BTreeMap<String, String>,
+    pub python: Option<String>,
+    pub lock: Option<PathBuf>,
+    #[serde(default)]
+    pub locked: bool,
+    pub on_plugin_error: Option<String>,
+    #[serde(default)]
+    pub sandbox: SandboxConfig,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct SandboxConfig {
+    pub memory_mib: Option<usize>,
+    pub fuel: Option<u64>,
+    pub deadline_ms: Option<u64>,
+    pub cache_dir: Option<PathBuf>,
+    #[serde(default)]
+    pub no_cache: bool,
 }
 
 fn parse_backend(s: &str) -> Result<Backend, String> {
@@ -100,56 +165,294 @@ fn parse_backend(s: &str) -> Result<Backend, String> {
 }
 
 pub fn run(cli: Cli) -> Result<()> {
+    let verbose = cli.verbose;
     match cli.command {
-        Command::Plugins(PluginsCommand::List { sandbox, backend }) => list(&sandbox, backend),
-        Command::Fix(args) => fix(&args),
+        Command::Plugins(PluginsCommand::List { set, backend }) => list(&set, backend),
+        Command::Plugins(PluginsCommand::Inspect { name, set }) => inspect(&set, &name),
+        Command::Plugins(PluginsCommand::Verify { set }) => verify(&set),
+        Command::Plugins(PluginsCommand::Lock { set, output }) => lock(&set, &output),
+        Command::Plugins(PluginsCommand::New(args)) => crate::plugins::scaffold::new_plugin(&args),
+        Command::Fix(args) => fix(args, verbose),
     }
 }
 
-fn list(sandbox: &SandboxArgs, backend: Option<Backend>) -> Result<()> {
-    let runtime = sandbox.runtime()?;
-    let loaded = plugins::load_all(&runtime, &sandbox.plugins)?;
-    println!("{:<28} {:<8} {:<16} {:<10} {:<16} {:<40}", "NAME", "VERSION", "KIND", "BACKEND", "SHA256", "TARGETS");
-    for p in loaded.iter().filter(|p| backend.is_none_or(|b| p.manifest.plugin.backend == b)) {
+// ── Plugin sets ──
+
+impl SandboxArgs {
+    fn runtime(&self) -> Result<Runtime> {
+        let defaults = Limits::default();
+        let limits = Limits {
+            memory_bytes: self.plugin_memory_mib.map_or(defaults.memory_bytes, |m| m << 20),
+            fuel_per_call: self.plugin_fuel.unwrap_or(defaults.fuel_per_call),
+            deadline: self.plugin_deadline_ms.map_or(defaults.deadline, Duration::from_millis),
+            ..defaults
+        };
+        let cache_dir =
+            if self.no_cache { None } else { self.cache_dir.clone().or_else(plugins::cache::ComponentCache::default_dir) };
+        Runtime::new(RuntimeOptions { limits, cache_dir })
+    }
+}
+
+/// A loaded plugin set with its runtime and what the lock says about it.
+struct LoadedSet {
+    runtime: Runtime,
+    set: PluginSet,
+    /// Drift from the lock (empty without a lock).
+    drift: Vec<String>,
+}
+
+impl PluginSetArgs {
+    fn python(&self) -> String {
+        if let Some(p) = &self.python {
+            return p.clone();
+        }
+        if let Some(p) = std::env::var_os("HFX_PYTHON") {
+            return p.to_string_lossy().into_owned();
+        }
+        if Path::new(".venv/bin/python").exists() {
+            return ".venv/bin/python".into();
+        }
+        "python3".into()
+    }
+
+    fn lock_path(&self) -> Option<PathBuf> {
+        match &self.lock {
+            Some(p) => Some(p.clone()),
+            None => Path::new(LOCK_FILE).exists().then(|| PathBuf::from(LOCK_FILE)),
+        }
+    }
+
+    /// Upstream versions: `--target` flags, and what is installed for the
+    /// `needed` packages the flags do not give (Python is asked only then).
+    fn upstream(&self, needed: &BTreeSet<String>) -> upstream::Versions {
+        let mut versions = upstream::Versions::new();
+        if needed.iter().any(|p| !self.targets.iter().any(|(t, _)| t == p)) {
+            match upstream::probe_installed(&self.python()) {
+                Ok(v) => versions = v,
+                Err(e) => tracing::warn!("cannot read installed upstream versions: {e}"),
+            }
+        }
+        versions.extend(self.targets.iter().cloned());
+        versions
+    }
+
+    /// Finds, resolves and loads the plugin set, and checks it against the lock
+    /// (`for_lock`: the set is about to be locked, so no lock is read).
+    fn load(&self, for_lock: bool) -> Result<LoadedSet> {
+        if self.plugins.is_empty() {
+            bail!("no plugin folder given (--plugins DIR)");
+        }
+        let lock = match self.lock_path() {
+            Some(path) if !for_lock => Some((Lock::read(&path)?, path)),
+            None if self.locked && !for_lock => {
+                bail!("--locked: no lock file ({LOCK_FILE} not found; write one with `hfx plugins lock`)")
+            }
+            _ => None,
+        };
+        let runtime = self.sandbox.runtime()?;
+        let found = plugins::discover_all(&self.plugins)?;
+        let mut needed: BTreeSet<String> = found.iter().flat_map(|f| f.manifest.upstream.keys().cloned()).collect();
+        if for_lock {
+            needed.extend(upstream::KNOWN_PACKAGES.iter().map(|p| p.to_string()));
+        }
+        if let Some((lock, _)) = &lock {
+            needed.extend(lock.upstream.keys().cloned());
+        }
+        let set = plugins::load_set(&runtime, found, self.upstream(&needed))?;
+        let mut drift = Vec::new();
+        if let Some((lock, path)) = &lock {
+            drift = lock.check(path, &Lock::of(&set.plugins, &set.upstream), self.locked)?;
+            for d in &drift {
+                eprintln!("warning: drift from {}: {d}", path.display());
+            }
+        }
+        Ok(LoadedSet { runtime, set, drift })
+    }
+}
+
+fn list(args: &PluginSetArgs, backend: Option<Backend>) -> Result<()> {
+    let loaded = args.load(false)?;
+    println!(
+        "{:<26} {:<8} {:<16} {:<10} {:<16} {:<8} {:<24} TARGETS",
+        "NAME", "VERSION", "KIND", "BACKEND", "SHA256", "STATUS", "UPSTREAM"
+    );
+    let shown = |b: Backend| backend.is_none_or(|want| want == b);
+    for p in loaded.set.plugins.iter().filter(|p| shown(p.manifest.plugin.backend)) {
         let m = &p.manifest.plugin;
+        let targets = if p.targets.is_empty() { "(whole program)".to_string() } else { p.targets.join(", ") };
         println!(
-            "{:<28} {:<8} {:<16} {:<10} {:<16} {}",
-            m.name,
-            m.version,
-            m.kind.as_str(),
-            m.backend.as_str(),
-            &p.component_sha256[..16],
-            if p.targets.is_empty() { "(whole program)".to_string() } else { p.targets.join(", ") }
+            "{:<26} {:<8} {:<16} {:<10} {:<16} {:<8} {:<24} {}",
+            m.name, m.version, m.kind.as_str(), m.backend.as_str(), &p.component_sha256[..16], "active",
+            upstream_text(&p.manifest), targets
+        );
+    }
+    for s in loaded.set.skipped.iter().filter(|s| shown(s.found.manifest.plugin.backend)) {
+        let m = &s.found.manifest.plugin;
+        println!(
+            "{:<26} {:<8} {:<16} {:<10} {:<16} {:<8} {:<24} skipped: {}",
+            m.name, m.version, m.kind.as_str(), m.backend.as_str(), &s.found.component_sha256[..16], "skipped",
+            upstream_text(&s.found.manifest), s.reason
         );
     }
     Ok(())
 }
 
-fn fix(args: &FixArgs) -> Result<()> {
-    let text = std::fs::read_to_string(&args.input).with_context(|| format!("reading {}", args.input.display()))?;
-    let mut graph = Graph::from_json(&text).with_context(|| format!("{}", args.input.display()))?;
-    let runtime = args.sandbox.runtime()?;
-    let loaded = plugins::load_all(&runtime, &args.sandbox.plugins)?;
-    let nodes_before = graph.node_count();
-    let mut reports: Vec<StageReport> = Vec::new();
-    // ── Stage: FX program fixes ──
-    let program_fixes = stages::select(&loaded, args.backend, PluginKind::FxProgramFix);
-    reports.push(stages::fx_program_fix::run(&runtime, &program_fixes, &mut graph, "fx-program-fixes", args.on_plugin_error)?);
-    // ── Stage: FX node fixes ──
-    let node_fixes = stages::select(&loaded, args.backend, PluginKind::FxNodeFix);
-    reports.push(stages::fx_node_fix::run(&runtime, &node_fixes, &mut graph, "fx-node-fixes", args.on_plugin_error)?);
-    crate::atomic::write_bytes_atomically(&args.output, graph.to_json().as_bytes())
-        .with_context(|| format!("writing {}", args.output.display()))?;
-    print_summary(&reports, nodes_before, graph.node_count(), &args.output);
+fn upstream_text(m: &plugins::Manifest) -> String {
+    if m.upstream.is_empty() {
+        return "any".into();
+    }
+    m.upstream.iter().map(|(p, r)| format!("{p} {r}")).collect::<Vec<_>>().join("; ")
+}
+
+fn inspect(args: &PluginSetArgs, name: &str) -> Result<()> {
+    let loaded = args.load(false)?;
+    let Some(p) = loaded.set.plugins.iter().find(|p| p.name() == name) else {
+        let skipped = loaded.set.skipped.iter().find(|s| s.found.manifest.plugin.name == name);
+        match skipped {
+            Some(s) => bail!("plugin `{name}` is skipped: {}", s.reason),
+            None => bail!("no plugin `{name}` in {}", args.plugins.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")),
+        }
+    };
+    let manifest = std::fs::read_to_string(p.dir.join("plugin.toml"))?;
+    println!("folder:           {}", p.dir.display());
+    println!("world:            hfx:plugin/{}@0.1.0", p.kind());
+    println!("component sha256: {}", p.component_sha256);
+    println!("manifest sha256:  {}", p.manifest_sha256);
+    println!("targets:          {}", if p.targets.is_empty() { "(whole program)".into() } else { p.targets.join(", ") });
+    println!("loaded in:        {:.2} ms ({:?})", p.load_time.as_secs_f64() * 1e3, p.cache);
+    println!("imports:          {}", p.imports.join(", "));
+    println!("exports:          {}", p.exports.join(", "));
+    println!("--- plugin.toml ---\n{}", manifest.trim_end());
     Ok(())
 }
 
-fn print_summary(reports: &[StageReport], before: usize, after: usize, output: &std::path::Path) {
+fn verify(args: &PluginSetArgs) -> Result<()> {
+    let loaded = args.load(false)?;
+    let mut failures = 0;
+    for p in &loaded.set.plugins {
+        let results = crate::plugins::selftest::run(&loaded.runtime, p)?;
+        let failed: Vec<&String> = results.iter().filter_map(|r| r.failure.as_ref()).collect();
+        failures += failed.len();
+        let status = if failed.is_empty() { "ok" } else { "FAILED" };
+        println!("{:<26} {:<8} {:<6} self-tests: {}/{} passed", p.name(), p.manifest.plugin.version, status, results.len() - failed.len(), results.len());
+        for f in failed {
+            println!("  {f}");
+        }
+    }
+    for s in &loaded.set.skipped {
+        println!("{:<26} {:<8} skipped: {}", s.found.manifest.plugin.name, s.found.manifest.plugin.version, s.reason);
+    }
+    if !loaded.drift.is_empty() {
+        println!("{} difference(s) from the lock (see warnings above)", loaded.drift.len());
+    }
+    if failures > 0 {
+        bail!("{failures} self-test(s) failed");
+    }
+    Ok(())
+}
+
+fn lock(args: &PluginSetArgs, output: &Path) -> Result<()> {
+    let loaded = args.load(true)?;
+    let lock = Lock::of(&loaded.set.plugins, &loaded.set.upstream);
+    lock.write(output).with_context(|| format!("writing {}", output.display()))?;
+    println!("locked {} plugin(s) against {} upstream version(s) in {}", lock.plugins.len(), lock.upstream.len(), output.display());
+    Ok(())
+}
+
+// ── fix ──
+
+/// `fix` options after merging flags over the config file.
+struct FixOptions {
+    input: PathBuf,
+    output: PathBuf,
+    backend: Backend,
+    set: PluginSetArgs,
+    on_plugin_error: OnPluginError,
+}
+
+fn merge(args: FixArgs) -> Result<FixOptions> {
+    let (config, base) = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            let config: RunConfig =
+                toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.message().replace('\n', " ")))?;
+            (config, path.parent().map(Path::to_path_buf).unwrap_or_default())
+        }
+        None => (RunConfig::default(), PathBuf::new()),
+    };
+    let rel = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
+    let backend = match (args.backend, &config.backend) {
+        (Some(b), _) => b,
+        (None, Some(b)) => parse_backend(b).map_err(anyhow::Error::msg)?,
+        (None, None) => bail!("no backend (--backend or `backend` in the config)"),
+    };
+    let on_plugin_error = match (args.on_plugin_error, &config.on_plugin_error) {
+        (Some(p), _) => p,
+        (None, Some(p)) => <OnPluginError as clap::ValueEnum>::from_str(p, true).map_err(anyhow::Error::msg)?,
+        (None, None) => OnPluginError::Fail,
+    };
+    let mut set = args.set;
+    if set.plugins.is_empty() {
+        set.plugins = config.plugins.into_iter().map(rel).collect();
+    }
+    // Flag targets win over config targets for the same package.
+    let mut targets: BTreeMap<String, String> = config.targets;
+    targets.extend(set.targets.drain(..));
+    set.targets = targets.into_iter().collect();
+    set.python = set.python.or(config.python);
+    set.lock = set.lock.or(config.lock.map(rel));
+    set.locked |= config.locked;
+    let s = &mut set.sandbox;
+    s.plugin_memory_mib = s.plugin_memory_mib.or(config.sandbox.memory_mib);
+    s.plugin_fuel = s.plugin_fuel.or(config.sandbox.fuel);
+    s.plugin_deadline_ms = s.plugin_deadline_ms.or(config.sandbox.deadline_ms);
+    s.cache_dir = s.cache_dir.take().or(config.sandbox.cache_dir.map(rel));
+    s.no_cache |= config.sandbox.no_cache;
+    let input = args.input.or(config.input.map(rel)).context("no input graph (argument or `input` in the config)")?;
+    let output = args.output.or(config.output.map(rel)).context("no output (-o or `output` in the config)")?;
+    Ok(FixOptions { input, output, backend, set, on_plugin_error })
+}
+
+fn fix(args: FixArgs, verbose: u8) -> Result<()> {
+    let options = merge(args)?;
+    let text = std::fs::read_to_string(&options.input).with_context(|| format!("reading {}", options.input.display()))?;
+    let mut graph = Graph::from_json(&text).with_context(|| format!("{}", options.input.display()))?;
+    let loaded = options.set.load(false)?;
+    let (runtime, set) = (&loaded.runtime, &loaded.set);
+    let nodes_before = graph.node_count();
+    let policy = options.on_plugin_error;
+    let mut reports: Vec<StageReport> = Vec::new();
+    // ── Stage: FX program fixes ──
+    let program_fixes = stages::select(&set.plugins, options.backend, PluginKind::FxProgramFix);
+    reports.push(stages::fx_program_fix::run(runtime, &program_fixes, &mut graph, "fx-program-fixes", policy)?);
+    // ── Stage: FX node fixes ──
+    let node_fixes = stages::select(&set.plugins, options.backend, PluginKind::FxNodeFix);
+    reports.push(stages::fx_node_fix::run(runtime, &node_fixes, &mut graph, "fx-node-fixes", policy)?);
+    crate::atomic::write_bytes_atomically(&options.output, graph.to_json().as_bytes())
+        .with_context(|| format!("writing {}", options.output.display()))?;
+    print_summary(&reports, set, verbose);
+    println!("nodes: {nodes_before} -> {}; wrote {}", graph.node_count(), options.output.display());
+    Ok(())
+}
+
+fn print_summary(reports: &[StageReport], set: &PluginSet, verbose: u8) {
     for report in reports {
-        println!("stage {:<18} {:>8.2} ms  dead code removed: {}", report.stage, report.elapsed.as_secs_f64() * 1e3, report.dead_code_removed);
+        println!(
+            "stage {:<18} {:>8.2} ms  dead code removed: {}",
+            report.stage,
+            report.elapsed.as_secs_f64() * 1e3,
+            report.dead_code_removed
+        );
         for (plugin, c) in &report.plugins {
             println!("  {plugin:<30} calls {:>5}  changed {:>5}  failed {:>3}", c.calls, c.changed, c.failed);
         }
     }
-    println!("nodes: {before} -> {after}; wrote {}", output.display());
+    if !set.skipped.is_empty() {
+        println!("skipped plugins: {}", set.skipped.len());
+        if verbose > 0 {
+            for s in &set.skipped {
+                println!("  {} {}: {}", s.found.manifest.plugin.name, s.found.manifest.plugin.version, s.reason);
+            }
+        }
+    }
 }

@@ -67,23 +67,31 @@ struct PluginCrate {
     dir: PathBuf,
     package: String,
     component: String,
+    /// A workspace of its own (not a member of hfx's): built by manifest path.
+    standalone: bool,
 }
 
 fn build_plugins(only: &[String]) -> Result<()> {
     install_guest_toolchain()?;
     let root = workspace_root();
-    let mut crates = find_plugin_crates(&root)?;
-    if !only.is_empty() {
-        let wanted: Vec<PathBuf> = only.iter().map(|d| std::fs::canonicalize(d)).collect::<Result<_, _>>()?;
-        crates.retain(|c| wanted.iter().any(|w| std::fs::canonicalize(&c.dir).is_ok_and(|d| &d == w)));
-    }
+    let crates = if only.is_empty() {
+        find_plugin_crates(&root)?
+    } else {
+        // Named folders may be anywhere (a plugin scaffolded outside the repository).
+        let mut found = Vec::new();
+        for dir in only {
+            let dir = std::fs::canonicalize(dir).with_context(|| format!("plugin folder {dir}"))?;
+            walk(&dir, 3, &mut found)?;
+        }
+        found
+    };
     let version = Command::new(DEBIAN_RUSTC).arg("-V").output().context("running /usr/bin/rustc -V")?;
     // Debian moves rustc-web forward and -Zbuild-std is unstable: print the version so a break is obvious.
     eprintln!("guest compiler: {}", String::from_utf8_lossy(&version.stdout).trim());
     let start = Instant::now();
     for plugin in &crates {
         let t = Instant::now();
-        compile_core_module(&root, &plugin.package)?;
+        compile_core_module(&root, plugin)?;
         let core = target_dir(&root)
             .join(TARGET)
             .join(PROFILE)
@@ -158,17 +166,22 @@ fn read_plugin_crate(dir: &Path) -> Result<PluginCrate> {
     struct Plugin {
         component: String,
     }
-    let cargo: CargoToml = toml::from_str(&std::fs::read_to_string(dir.join("Cargo.toml"))?)
-        .with_context(|| format!("{}/Cargo.toml", dir.display()))?;
+    let cargo_text = std::fs::read_to_string(dir.join("Cargo.toml"))?;
+    let standalone = toml::from_str::<toml::Table>(&cargo_text)
+        .with_context(|| format!("{}/Cargo.toml", dir.display()))?
+        .contains_key("workspace");
+    let cargo: CargoToml = toml::from_str(&cargo_text).with_context(|| format!("{}/Cargo.toml", dir.display()))?;
     // Only the field this task needs; the host validates the whole manifest.
     let manifest: toml::Table = toml::from_str(&std::fs::read_to_string(dir.join("plugin.toml"))?)
         .with_context(|| format!("{}/plugin.toml", dir.display()))?;
     let manifest: Manifest = manifest.try_into().with_context(|| format!("{}/plugin.toml", dir.display()))?;
-    Ok(PluginCrate { dir: dir.to_path_buf(), package: cargo.package.name, component: manifest.plugin.component })
+    Ok(PluginCrate { dir: dir.to_path_buf(), package: cargo.package.name, component: manifest.plugin.component, standalone })
 }
 
 /// One cargo invocation per plugin: the SDK's kind features must not unify.
-fn compile_core_module(root: &Path, package: &str) -> Result<()> {
+/// A standalone crate shares hfx's target folder, so std is compiled once.
+fn compile_core_module(root: &Path, plugin: &PluginCrate) -> Result<()> {
+    let package = plugin.package.as_str();
     let mut cmd = Command::new(DEBIAN_CARGO);
     cmd.current_dir(root)
         // Only Debian's toolchain: rustup's proxies must not leak into the guest build.
@@ -179,8 +192,13 @@ fn compile_core_module(root: &Path, package: &str) -> Result<()> {
         .env_remove("RUSTUP_TOOLCHAIN")
         .env_remove("CARGO")
         .env_remove("RUSTC_WRAPPER")
-        .args(["build", "--quiet", "--locked", "--package", package, "--profile", PROFILE, "--target", TARGET])
+        .args(["build", "--quiet", "--profile", PROFILE, "--target", TARGET])
         .arg("-Zbuild-std=std,panic_abort");
+    if plugin.standalone {
+        cmd.arg("--manifest-path").arg(plugin.dir.join("Cargo.toml")).env("CARGO_TARGET_DIR", target_dir(root));
+    } else {
+        cmd.args(["--locked", "--package", package]);
+    }
     run(&mut cmd).with_context(|| format!("building plugin crate `{package}`"))
 }
 

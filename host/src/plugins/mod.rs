@@ -9,10 +9,15 @@ pub mod discover;
 pub mod error;
 mod host_graph;
 mod host_onnx;
+pub mod lock;
 pub mod manifest;
+pub mod resolve;
+pub mod scaffold;
+pub mod selftest;
 mod runtime;
 pub mod sandbox;
 mod session;
+pub mod upstream;
 
 /// The trace-time patch types of the contract (the worker protocol builds on them).
 pub mod patching {
@@ -28,21 +33,58 @@ pub use session::Session;
 
 use std::path::PathBuf;
 
-/// Loads every plugin below each folder, in path order. The first plugin that
-/// cannot be read or loaded stops the load with its error.
-pub fn load_all(runtime: &Runtime, folders: &[PathBuf]) -> Result<Vec<Plugin>, LoadError> {
-    let mut plugins: Vec<Plugin> = Vec::new();
+pub use lock::{Lock, LockError};
+pub use resolve::{ResolveError, Skipped};
+pub use upstream::Versions;
+
+/// Why a plugin set could not be put together.
+#[derive(Debug, thiserror::Error)]
+pub enum SetError {
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    #[error(transparent)]
+    Resolve(#[from] ResolveError),
+}
+
+/// The plugins of a run: those that apply, those skipped and why, and the
+/// upstream versions they were resolved against.
+pub struct PluginSet {
+    pub plugins: Vec<Plugin>,
+    pub skipped: Vec<Skipped>,
+    pub upstream: Versions,
+}
+
+/// Every plugin below each folder, in folder then path order. The first one
+/// that cannot be read stops with its error; the same name and version found
+/// twice is an error too.
+pub fn discover_all(folders: &[PathBuf]) -> Result<Vec<Discovered>, SetError> {
+    let mut all: Vec<Discovered> = Vec::new();
     for folder in folders {
         for found in discover::discover(folder)? {
-            let plugin = runtime.load(&found?)?;
-            if let Some(other) = plugins.iter().find(|p| p.name() == plugin.name()) {
+            let found = found?;
+            let (name, version) = (&found.manifest.plugin.name, &found.manifest.plugin.version);
+            if let Some(other) = all.iter().find(|p| &p.manifest.plugin.name == name && &p.manifest.plugin.version == version) {
                 return Err(LoadError::new(
-                    plugin.dir.join("plugin.toml"),
-                    format!("plugin `{}` is already loaded from {}", plugin.name(), other.dir.display()),
-                ));
+                    found.manifest_path(),
+                    format!("plugin `{name}` {version} is found twice (also in {})", other.dir.display()),
+                )
+                .into());
             }
-            plugins.push(plugin);
+            all.push(found);
         }
     }
-    Ok(plugins)
+    Ok(all)
+}
+
+/// Resolves `found` against `upstream` and loads what applies.
+pub fn load_set(runtime: &Runtime, found: Vec<Discovered>, upstream: Versions) -> Result<PluginSet, SetError> {
+    let resolution = resolve::resolve(found, &upstream)?;
+    let plugins = resolution.active.iter().map(|f| runtime.load(f)).collect::<Result<Vec<_>, _>>()?;
+    Ok(PluginSet { plugins, skipped: resolution.skipped, upstream })
+}
+
+/// Loads every plugin below the folders that applies without any upstream
+/// version known (plugins with `[upstream]` ranges are skipped).
+pub fn load_all(runtime: &Runtime, folders: &[PathBuf]) -> Result<Vec<Plugin>, SetError> {
+    Ok(load_set(runtime, discover_all(folders)?, Versions::new())?.plugins)
 }

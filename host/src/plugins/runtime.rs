@@ -62,6 +62,11 @@ pub struct Plugin {
     pub targets: Vec<String>,
     pub load_time: Duration,
     pub cache: CacheOutcome,
+    /// Names the component imports and exports (for `hfx plugins inspect`).
+    pub imports: Vec<String>,
+    pub exports: Vec<String>,
+    /// The engine it was compiled for: it runs only in the runtime that loaded it.
+    pub(super) engine: Engine,
     pub(super) pre: KindPre,
 }
 
@@ -136,6 +141,9 @@ impl Runtime {
             targets: Vec::new(),
             load_time: Duration::ZERO,
             cache,
+            imports: component.component_type().imports(&self.engine).map(|(n, _)| n.to_string()).collect(),
+            exports: component.component_type().exports(&self.engine).map(|(n, _)| n.to_string()).collect(),
+            engine: self.engine.clone(),
             pre,
         };
         let described = Session::new(self, &plugin, "load").describe().map_err(|e| fail(e.to_string()))?;

@@ -40,6 +40,11 @@ type Outcome<T> = wasmtime::Result<Result<T, wit_types::Error>>;
 
 impl<'a> Session<'a> {
     pub fn new(runtime: &'a Runtime, plugin: &'a Plugin, stage: &str) -> Self {
+        assert!(
+            wasmtime::Engine::same(&runtime.engine, &plugin.engine),
+            "plugin `{}` was loaded by another Runtime: load and run plugins with the same one",
+            plugin.name()
+        );
         Session { runtime, plugin, stage: stage.to_string(), live: None, discarded: None, calls: 0, instantiations: 0 }
     }
 
