@@ -115,6 +115,9 @@ fn cargo_toml(name: &str, feature: &str, dir: &Path, sdk: Option<&Path>) -> Resu
 }
 
 /// SDK feature, targets, `src/lib.rs` and an optional self-test per kind.
+/// The sources are `sdk/templates/*.rs`, which the kind-coverage test plugins
+/// compile as they are (the IR-fix template is the TopK fix itself), so every
+/// template is a tested plugin.
 fn template(kind: PluginKind) -> (&'static str, Vec<&'static str>, &'static str, Option<String>) {
     match kind {
         PluginKind::FxNodeFix => ("fx-node-fix", vec!["aten.detach.default"], NODE_FIX, Some(node_fix_case())),
@@ -164,115 +167,12 @@ fn case(graph: &Graph, expectation: &str) -> String {
     format!("{{\n\"input\": {},\n{expectation}\n}}\n", graph.to_json())
 }
 
-const NODE_FIX: &str = r#"//! An FX node fix: `aten.detach(x)` → `x` (export graphs need no autograd detach).
-//! Edit `describe` (the targets the host dispatches to this fix) and `apply`.
+const NODE_FIX: &str = include_str!("../../../sdk/templates/fx_node_fix.rs");
 
-use hfx_sdk::prelude::*;
+const PROGRAM_FIX: &str = include_str!("../../../sdk/templates/fx_program_fix.rs");
 
-struct Fix;
+const PATCH: &str = include_str!("../../../sdk/templates/patch.rs");
 
-impl Guest for Fix {
-    fn describe() -> Vec<String> {
-        targets(&["aten.detach.default"])
-    }
+const TRANSLATION: &str = include_str!("../../../sdk/templates/onnx_translation.rs");
 
-    /// Called for each node whose target is declared above; `Ok(true)` consumes it.
-    fn apply(graph: &Graph, node: NodeId) -> Result<bool, Error> {
-        graph.forward_input(node, "self")?;
-        Ok(true)
-    }
-}
-
-hfx_sdk::register_fx_node_fix!(Fix);
-"#;
-
-const PROGRAM_FIX: &str = r#"//! An FX program fix: bound every unbounded size symbol at 4096.
-
-use hfx_sdk::prelude::*;
-
-struct Fix;
-
-impl Guest for Fix {
-    fn describe() -> Vec<String> {
-        Vec::new()
-    }
-
-    fn apply(graph: &Graph) -> Result<(), Error> {
-        for range in graph.range_constraints() {
-            if range.max.is_none() {
-                graph.set_range_constraint(&RangeConstraint { max: Some(4096), ..range })?;
-            }
-        }
-        Ok(())
-    }
-}
-
-hfx_sdk::register_fx_program_fix!(Fix);
-"#;
-
-const PATCH: &str = r#"//! A trace-time patch: `torch.where(cond, x, y)` recorded as `aten.where.self`.
-
-use hfx_sdk::prelude::*;
-
-struct Patch;
-
-impl Guest for Patch {
-    fn describe() -> Vec<String> {
-        targets(&["torch.where"])
-    }
-
-    fn apply(call: PatchedCall) -> Result<Program, Error> {
-        let op = OpCall { op: "aten.where.self".into(), args: call.args.clone(), kwargs: call.kwargs.clone() };
-        Ok(Program { steps: vec![Step::Call(op)], output: call.values.len() as u32 })
-    }
-}
-
-hfx_sdk::register_patch!(Patch);
-"#;
-
-const TRANSLATION: &str = r#"//! An ATen → ONNX translation: `aten.relu.default` → `Relu`.
-
-use hfx_sdk::prelude::*;
-
-struct Translation;
-
-impl Guest for Translation {
-    fn describe() -> Vec<String> {
-        targets(&["aten.relu.default"])
-    }
-
-    fn translate(graph: &Graph, node: NodeId, builder: &Builder) -> Result<(), Error> {
-        let input = builder.value_name(graph.tensor_input(node, "self")?)?;
-        let outputs = builder.add_node("Relu", "", &[input], 1, &[])?;
-        let [output] = graph.output_values(node)?[..] else {
-            return Err(error("relu has one output", Some(node)));
-        };
-        builder.bind(output, &outputs[0])
-    }
-}
-
-hfx_sdk::register_onnx_translation!(Translation);
-"#;
-
-const IR_FIX: &str = r#"//! An ONNX IR fix: force `TopK(sorted=1)`.
-
-use hfx_sdk::prelude::*;
-
-struct Fix;
-
-impl Guest for Fix {
-    fn describe() -> Vec<String> {
-        targets(&["TopK"])
-    }
-
-    fn apply(model: &Model, node: OnnxNodeId) -> Result<bool, Error> {
-        if matches!(model.attribute(node, "sorted")?, Some(Attribute::Int(1))) {
-            return Ok(false);
-        }
-        model.set_attribute(node, &NamedAttribute { name: "sorted".into(), value: Attribute::Int(1) })?;
-        Ok(true)
-    }
-}
-
-hfx_sdk::register_onnx_ir_fix!(Fix);
-"#;
+const IR_FIX: &str = include_str!("../../../plugins/onnx/fix-topk-sorted/src/lib.rs");

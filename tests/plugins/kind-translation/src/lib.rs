@@ -1,22 +1,3 @@
-//! Test plugin: `aten.relu.default` → ONNX `Relu`.
-
-use hfx_sdk::prelude::*;
-
-struct TranslateRelu;
-
-impl Guest for TranslateRelu {
-    fn describe() -> Vec<String> {
-        targets(&["aten.relu.default"])
-    }
-
-    fn translate(graph: &Graph, node: NodeId, builder: &Builder) -> Result<(), Error> {
-        let input = builder.value_name(graph.tensor_input(node, "self")?)?;
-        let outputs = builder.add_node("Relu", "", &[input], 1, &[])?;
-        let [output] = graph.output_values(node)?[..] else {
-            return Err(error("relu has one output", Some(node)));
-        };
-        builder.bind(output, &outputs[0])
-    }
-}
-
-hfx_sdk::register_onnx_translation!(TranslateRelu);
+// Test plugin: the `hfx plugins new --kind onnx-translation` template, compiled as is, so
+// the template is exercised by the tests of its kind.
+include!("../../../../sdk/templates/onnx_translation.rs");
