@@ -29,8 +29,9 @@ fn main() -> Result<()> {
         Some("build-plugins") => build_plugins(&args[1..]),
         Some("install-guest-toolchain") => install_guest_toolchain(),
         Some("test") => test(&args[1..]),
+        Some("setup-python") => setup_python(),
         _ => {
-            eprintln!("usage: cargo xtask build-plugins [CRATE-DIR...] | install-guest-toolchain | test [CARGO-TEST-ARGS...]");
+            eprintln!("usage: cargo xtask build-plugins [CRATE-DIR...] | install-guest-toolchain | setup-python | test [CARGO-TEST-ARGS...]");
             std::process::exit(2)
         }
     }
@@ -43,9 +44,27 @@ fn workspace_root() -> PathBuf {
 /// The project's test command: build every plugin, then run the host's tests
 /// (which load the freshly built components).
 fn test(extra: &[String]) -> Result<()> {
+    setup_python()?;
     build_plugins(&[])?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     run(Command::new(cargo).current_dir(workspace_root()).args(["test", "--locked"]).args(extra))
+}
+
+/// The Python environment where PyTorch model code runs (trace worker, test
+/// fixtures, reference outputs): `.venv` with `host/worker/requirements.txt`.
+fn setup_python() -> Result<()> {
+    let root = workspace_root();
+    let venv = root.join(".venv");
+    if !venv.join("bin/python").exists() {
+        eprintln!("==> creating {}", venv.display());
+        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    }
+    let requirements = root.join("host/worker/requirements.txt");
+    eprintln!("==> pip install -r {}", requirements.strip_prefix(&root).unwrap_or(&requirements).display());
+    run(Command::new(venv.join("bin/python"))
+        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r"])
+        .arg(&requirements))
+    .context("installing the Python requirements (torch's Linux wheel pulls ~4 GB of CUDA libraries)")
 }
 
 /// Installs Debian's wasm-capable Rust (1.96) beside rustup's, if missing.

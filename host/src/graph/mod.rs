@@ -6,6 +6,7 @@
 //! consistent and, inside a transaction, record how to undo themselves: a
 //! plugin call that fails leaves the graph exactly as it was before the call.
 
+pub mod pt2;
 mod dce;
 pub use dce::has_side_effects;
 mod mutate;

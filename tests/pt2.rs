@@ -1,0 +1,156 @@
+//! `.pt2` in and out: real torch.export archives of tiny random transformers
+//! models, read and written back by hfx, loaded and run by torch.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+use hfx::graph::pt2::{schema::ExportedProgram, Pt2};
+
+const ARCHS: &[&str] = &["llama", "qwen2", "qwen3", "gpt2", "bert", "vit"];
+const MODES: &[&str] = &["static", "dynamic"];
+
+/// The Python with torch and transformers (`cargo xtask setup-python` makes `.venv`).
+fn python() -> PathBuf {
+    if let Some(p) = std::env::var_os("HFX_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let venv = root().join(".venv/bin/python");
+    assert!(venv.exists(), "{} missing: run `cargo xtask setup-python`", venv.display());
+    venv
+}
+
+fn harness(args: &[&str]) {
+    let out = Command::new(python()).arg(root().join("tests/python/pt2_fixture.py")).args(args).output().unwrap();
+    assert!(out.status.success(), "pt2_fixture.py {args:?}:\n{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Every fixture archive, traced once per target folder (and once per test process).
+fn fixtures() -> PathBuf {
+    static ONCE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    ONCE.get_or_init(|| {
+        let dir = root().join("target/pt2-fixtures");
+        harness(&["export-all", dir.to_str().unwrap()]);
+        dir
+    })
+    .clone()
+}
+
+fn fixture(dir: &Path, arch: &str, mode: &str) -> PathBuf {
+    dir.join(format!("{arch}_{mode}.pt2"))
+}
+
+#[test]
+fn read_write_round_trip_runs_identically_in_torch() {
+    let dir = fixtures();
+    let out = tempfile::tempdir().unwrap();
+    let mut quads: Vec<String> = Vec::new();
+    for arch in ARCHS {
+        for mode in MODES {
+            let original = fixture(&dir, arch, mode);
+            let pt2 = Pt2::open(&original).unwrap();
+            let copy = out.path().join(format!("{arch}_{mode}.pt2"));
+            pt2.write(&copy, &pt2.programs).unwrap();
+            // Nothing the schema holds is lost: the re-serialized JSON equals the original.
+            let again = Pt2::open(&copy).unwrap();
+            assert_eq!(again.programs, pt2.programs, "{arch} {mode}");
+            let json_of = |p: &Pt2| -> serde_json::Value {
+                let entry = p.archive().entries().iter().find(|e| e.name.ends_with("models/model.json")).unwrap();
+                serde_json::from_slice(p.archive().bytes(entry)).unwrap()
+            };
+            assert_eq!(json_of(&again), json_of(&pt2), "{arch} {mode}: JSON changed");
+            // Every other entry is copied byte for byte, and data stays aligned.
+            for entry in pt2.archive().entries().iter().filter(|e| !e.name.ends_with(".json")) {
+                let copied = again.archive().entry(&entry.name).unwrap();
+                assert_eq!(again.archive().bytes(copied), pt2.archive().bytes(entry), "{}", entry.name);
+                assert_eq!(copied.offset % 64, 0, "{} not 64-byte aligned", entry.name);
+            }
+            quads.extend([original.display().to_string(), copy.display().to_string(), arch.to_string(), mode.to_string()]);
+        }
+    }
+    let args: Vec<&str> = std::iter::once("compare-all").chain(quads.iter().map(String::as_str)).collect();
+    harness(&args);
+}
+
+#[test]
+fn weights_are_byte_ranges_and_tied_weights_share_them() {
+    let dir = fixtures();
+    let pt2 = Pt2::open(&fixture(&dir, "gpt2", "static")).unwrap();
+    let weights = &pt2.weights["model"].config;
+    // GPT-2 ties lm_head to the token embedding: one stored file for both.
+    let wte = &weights["transformer.wte.weight"];
+    let head = &weights["lm_head.weight"];
+    assert_eq!(wte.path_name, head.path_name);
+    let bytes = pt2.weight("model", "lm_head.weight").unwrap();
+    assert_eq!(bytes.len(), 128 * 32 * 4);
+    assert_eq!(bytes.as_ptr(), pt2.weight("model", "transformer.wte.weight").unwrap().as_ptr());
+}
+
+#[test]
+fn sympy_sizes_and_range_constraints_are_read() {
+    let dir = fixtures();
+    let pt2 = Pt2::open(&fixture(&dir, "llama", "dynamic")).unwrap();
+    let program: &ExportedProgram = &pt2.programs["model"];
+    assert!(!program.range_constraints.is_empty());
+    assert!(program.range_constraints.values().all(|r| r.min_val == Some(2) && r.max_val.is_none()));
+    let ids = &program.graph_module.graph.tensor_values["input_ids"];
+    let symbolic = ids.sizes.iter().filter(|s| matches!(s, hfx::graph::pt2::schema::SymInt::AsExpr(e) if e.expr_str.starts_with("Symbol("))).count();
+    assert_eq!(symbolic, 2, "batch and sequence are symbolic");
+}
+
+/// A copy of a fixture with its model JSON replaced by `edit(json)`.
+fn with_model_json(edit: impl Fn(String) -> String) -> (tempfile::TempDir, PathBuf) {
+    let dir = fixtures();
+    let pt2 = Pt2::open(&fixture(&dir, "bert", "static")).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("bad.pt2");
+    let mut w = hfx::graph::pt2::archive::ArchiveWriter::create(&path).unwrap();
+    for e in pt2.archive().entries() {
+        let bytes = pt2.archive().bytes(e);
+        if e.name.ends_with("models/model.json") {
+            w.add(&e.name, edit(String::from_utf8(bytes.to_vec()).unwrap()).as_bytes()).unwrap();
+        } else {
+            w.add(&e.name, bytes).unwrap();
+        }
+    }
+    w.finish().unwrap();
+    (tmp, path)
+}
+
+fn open_error(path: &Path) -> String {
+    let e = Pt2::open(path).err().expect("must fail").to_string();
+    assert!(!e.contains('\n'), "{e}");
+    assert!(e.contains(&path.display().to_string()), "{e}");
+    e
+}
+
+#[test]
+fn malformed_archives_get_a_one_line_error() {
+    let (_t, path) = with_model_json(|j| j[..j.len() / 2].to_string());
+    assert!(open_error(&path).contains("models/model.json: EOF while parsing"));
+    let (_t, path) = with_model_json(|j| j.replacen("\"as_tensor\"", "\"as_quantum_tensor\"", 1));
+    assert!(open_error(&path).contains("unknown variant `as_quantum_tensor`"));
+    let (_t, path) = with_model_json(|j| j.replacen("\"graph_module\": {", "\"graph_module\": {\"novelty\": 1, ", 1));
+    assert!(open_error(&path).contains("unknown field `novelty`"));
+    let (_t, path) = with_model_json(|j| j.replace("\"major\": 8", "\"major\": 9"));
+    assert!(open_error(&path).contains("schema version 9.20 is not supported (this hfx reads 8.0 to 8.20"));
+
+    let dir = fixtures();
+    let tmp = tempfile::tempdir().unwrap();
+    let bytes = std::fs::read(fixture(&dir, "bert", "static")).unwrap();
+    let truncated = tmp.path().join("truncated.pt2");
+    std::fs::write(&truncated, &bytes[..bytes.len() - 100]).unwrap();
+    assert!(open_error(&truncated).contains("not a readable .pt2 zip archive"));
+
+    // An archive without its model JSON.
+    let pt2 = Pt2::open(&fixture(&dir, "bert", "static")).unwrap();
+    let missing = tmp.path().join("missing.pt2");
+    let mut w = hfx::graph::pt2::archive::ArchiveWriter::create(&missing).unwrap();
+    for e in pt2.archive().entries().iter().filter(|e| !e.name.contains("models/")) {
+        w.add(&e.name, pt2.archive().bytes(e)).unwrap();
+    }
+    w.finish().unwrap();
+    assert!(open_error(&missing).contains("no model JSON under"));
+}
