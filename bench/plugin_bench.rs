@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use hfx::graph::{Argument, Device, Dim, Graph, NamedArgument, NodeId, OutputDecl, TensorMeta, ValueMeta};
+use hfx::graph::{Argument, Dim, Graph, NamedArgument, NodeId, OutputDecl, TensorMeta, ValueMeta};
 use hfx::plugins::{cache::CacheOutcome, discover, Runtime, RuntimeOptions, Session};
 use hfx::stages::{fx_node_fix, OnPluginError};
 
@@ -21,7 +21,7 @@ fn root() -> PathBuf {
 
 /// A chain `x → relu → relu → …` of `n` nodes.
 fn relu_chain(n: usize) -> (Graph, Vec<NodeId>) {
-    let meta = TensorMeta { dtype: "float32".into(), shape: vec![Dim::Symbolic("s0".into()), Dim::Fixed(64)], strides: vec![], device: Device::default() };
+    let meta = TensorMeta::new("float32", vec![Dim::Symbolic("s0".into()), Dim::Fixed(64)]);
     let mut g = Graph::new();
     let mut prev = g.add_input(0, "x", ValueMeta::Tensor(meta.clone()));
     let mut nodes = Vec::with_capacity(n);

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use hfx::graph::{Argument, Device, Dim, Graph, NamedArgument, NodeId, OutputDecl, Sym, TensorMeta, ValueId, ValueMeta};
+use hfx::graph::{Argument, Dim, Graph, NamedArgument, NodeId, OutputDecl, Sym, TensorMeta, ValueId, ValueMeta};
 use hfx::plugins::{self, discover, Limits, Plugin, Runtime, RuntimeOptions};
 
 pub fn root() -> PathBuf {
@@ -45,11 +45,11 @@ pub fn discover_one(dir: &Path) -> Result<discover::Discovered, plugins::LoadErr
 }
 
 pub fn f32_meta(shape: &[Dim]) -> TensorMeta {
-    TensorMeta { dtype: "float32".into(), shape: shape.to_vec(), strides: vec![], device: Device::default() }
+    TensorMeta::new("float32", shape.to_vec())
 }
 
 pub fn meta(dtype: &str, shape: &[Dim]) -> TensorMeta {
-    TensorMeta { dtype: dtype.into(), ..f32_meta(shape) }
+    TensorMeta::new(dtype, shape.to_vec())
 }
 
 pub fn batch_by_8() -> Vec<Dim> {

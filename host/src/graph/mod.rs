@@ -41,7 +41,17 @@ pub struct Graph {
     names: HashSet<String>,
     /// Next suffix to try per name base (see `fresh_name`).
     name_counters: HashMap<String, u32>,
+    /// Symbolic expressions read from a `.pt2`, by printed form.
+    exprs: BTreeMap<String, SymExpr>,
     journal: Option<Vec<mutate::Undo>>,
+}
+
+/// A symbolic expression as a `.pt2` spells it: sympy `srepr` and torch's hint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SymExpr {
+    pub srepr: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<serde_json::Value>,
 }
 
 /// The serialized form: arenas plus each graph's node order.
@@ -51,13 +61,19 @@ struct GraphRepr {
     values: Vec<Value>,
     subgraphs: Vec<SubgraphRepr>,
     range_constraints: BTreeMap<String, RangeConstraint>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    exprs: BTreeMap<String, SymExpr>,
 }
 
 #[derive(Serialize, Deserialize)]
 struct SubgraphRepr {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    name: String,
     inputs: Vec<ValueId>,
     order: Vec<NodeId>,
     outputs: Vec<Argument>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    single_tensor_return: bool,
 }
 
 impl Graph {
@@ -84,12 +100,15 @@ impl Graph {
             values: self.values.clone(),
             subgraphs: (0..self.subgraphs.len())
                 .map(|i| SubgraphRepr {
+                    name: self.subgraphs[i].name.clone(),
                     inputs: self.subgraphs[i].inputs.clone(),
                     order: self.order(i as u32).collect(),
                     outputs: self.subgraphs[i].outputs.clone(),
+                    single_tensor_return: self.subgraphs[i].single_tensor_return,
                 })
                 .collect(),
             range_constraints: self.range_constraints.clone(),
+            exprs: self.exprs.clone(),
         }
     }
 
@@ -103,6 +122,7 @@ impl Graph {
             nodes: repr.nodes,
             values: repr.values,
             range_constraints: repr.range_constraints,
+            exprs: repr.exprs,
             ..Graph::default()
         };
         g.uses = vec![Vec::new(); g.values.len()];
@@ -113,7 +133,13 @@ impl Graph {
         let mut placed = vec![false; g.nodes.len()];
         for (index, sub) in repr.subgraphs.into_iter().enumerate() {
             let index = index as u32;
-            g.subgraphs.push(Subgraph { inputs: sub.inputs, outputs: Vec::new(), ends: Default::default() });
+            g.subgraphs.push(Subgraph {
+                name: sub.name,
+                inputs: sub.inputs,
+                outputs: Vec::new(),
+                single_tensor_return: sub.single_tensor_return,
+                ends: Default::default(),
+            });
             for id in sub.order {
                 let node = g.nodes.get(id.0 as usize).and_then(Option::as_ref);
                 let node = node.ok_or_else(|| malformed(format!("graph {index} orders missing node {}", id.0)))?;
@@ -156,6 +182,43 @@ impl Graph {
     ) -> Result<NodeId, GraphError> {
         let tail = self.subgraph(subgraph)?.ends.tail;
         self.insert_after(subgraph, tail, target, inputs, outputs)
+    }
+
+    /// The id the next node will get (loaders create its output values first).
+    pub(crate) fn next_node_id(&self) -> NodeId {
+        NodeId(self.nodes.len() as u32)
+    }
+
+    /// Adds a value named `name` (or a fresh variant if taken), for loaders.
+    pub(crate) fn add_value(&mut self, name: &str, meta: ValueMeta, producer: Option<NodeId>) -> ValueId {
+        self.new_value(name, meta, producer)
+    }
+
+    /// Appends a fully formed node (outputs created with `next_node_id` as
+    /// producer) at the end of its sub-graph, checking what it reads.
+    pub(crate) fn push_loaded(&mut self, node: Node) -> Result<NodeId, GraphError> {
+        let id = self.next_node_id();
+        let subgraph = node.subgraph;
+        let tail = self.subgraph(subgraph)?.ends.tail;
+        self.check_reads(subgraph, tail, &node.inputs, &node.target)?;
+        let inputs = node.inputs.clone();
+        self.nodes.push(Some(node));
+        self.link_inputs(id, &inputs);
+        self.place_after(subgraph, tail, id);
+        Ok(id)
+    }
+
+    /// The symbolic-expression table (printed form → what the `.pt2` spelled).
+    pub fn exprs(&self) -> &BTreeMap<String, SymExpr> {
+        &self.exprs
+    }
+
+    pub(crate) fn exprs_mut(&mut self) -> &mut BTreeMap<String, SymExpr> {
+        &mut self.exprs
+    }
+
+    pub fn subgraph_mut(&mut self, index: u32) -> Result<&mut Subgraph, GraphError> {
+        self.subgraphs.get_mut(index as usize).ok_or(GraphError::NoSubgraph(index))
     }
 
     pub fn add_subgraph(&mut self) -> u32 {
@@ -275,7 +338,7 @@ mod tests {
     use super::*;
 
     fn meta() -> TensorMeta {
-        TensorMeta { dtype: "float32".into(), shape: vec![Dim::Fixed(2)], strides: vec![], device: Device::default() }
+        TensorMeta::new("float32", vec![Dim::Fixed(2)])
     }
 
     /// `x → relu → ... ` with `n` nodes; returns the graph and the nodes.

@@ -133,7 +133,7 @@ impl Graph {
             .into_iter()
             .map(|decl| self.declare_output(&base, id, decl))
             .collect();
-        self.nodes.push(Some(Node { target: target.into(), inputs, outputs, subgraph, stack_trace: None }));
+        self.nodes.push(Some(Node { target: target.into(), inputs, outputs, subgraph, name: None, meta: Default::default() }));
         let inputs = self.nodes[id.0 as usize].as_ref().expect("just pushed").inputs.clone();
         self.link_inputs(id, &inputs);
         self.place_after(subgraph, after, id);
@@ -299,7 +299,7 @@ impl Graph {
 
     /// Every value `inputs` reads must exist and be defined in `subgraph` no later
     /// than `last_visible` (an input of the graph, or produced by a node up to it).
-    fn check_reads(&self, subgraph: u32, last_visible: Option<NodeId>, inputs: &[NamedArgument], target: &str) -> Result<(), GraphError> {
+    pub(super) fn check_reads(&self, subgraph: u32, last_visible: Option<NodeId>, inputs: &[NamedArgument], target: &str) -> Result<(), GraphError> {
         for value in inputs.iter().flat_map(|a| a.value.values()) {
             let v = self.value(value)?;
             let visible = match (v.producer, last_visible) {
@@ -337,7 +337,7 @@ impl Graph {
         old
     }
 
-    fn link_inputs(&mut self, id: NodeId, inputs: &[NamedArgument]) {
+    pub(super) fn link_inputs(&mut self, id: NodeId, inputs: &[NamedArgument]) {
         for v in inputs.iter().flat_map(|a| a.value.values()) {
             self.uses[v.0 as usize].push(User::Node(id));
         }

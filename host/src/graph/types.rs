@@ -1,5 +1,7 @@
 //! The data of the IR: nodes, values, arguments and their metadata.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -18,8 +20,12 @@ pub struct Node {
     /// As in the torch.export schema: each output is a tensor, a tensor list, a sym-int, ...
     pub outputs: Vec<Argument>,
     pub subgraph: u32,
+    /// The node's name in the `.pt2` (FX node name); None for nodes hfx added.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stack_trace: Option<String>,
+    pub name: Option<String>,
+    /// FX node metadata as torch.export keeps it (`stack_trace`, `nn_module_stack`, `torch_fn`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub meta: BTreeMap<String, String>,
 }
 
 impl Node {
@@ -71,6 +77,41 @@ pub struct TensorMeta {
     pub strides: Vec<Dim>,
     #[serde(default)]
     pub device: Device,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub requires_grad: bool,
+    #[serde(default = "zero", skip_serializing_if = "is_zero")]
+    pub storage_offset: Dim,
+    /// "strided", "sparse_coo", ...
+    #[serde(default = "strided", skip_serializing_if = "is_strided")]
+    pub layout: String,
+}
+
+impl TensorMeta {
+    /// A contiguous, strided CPU tensor.
+    pub fn new(dtype: &str, shape: Vec<Dim>) -> Self {
+        TensorMeta {
+            dtype: dtype.into(),
+            shape,
+            strides: vec![],
+            device: Device::default(),
+            requires_grad: false,
+            storage_offset: zero(),
+            layout: strided(),
+        }
+    }
+}
+
+fn zero() -> Dim {
+    Dim::Fixed(0)
+}
+fn is_zero(d: &Dim) -> bool {
+    *d == Dim::Fixed(0)
+}
+fn strided() -> String {
+    "strided".into()
+}
+fn is_strided(s: &String) -> bool {
+    s == "strided"
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -189,8 +230,12 @@ pub enum OutputDecl {
 /// A graph's inputs and outputs; its nodes are in `Graph::order`.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Subgraph {
+    /// The sub-graph's name in the `.pt2` (`true_graph_0`); empty for the root.
+    pub name: String,
     pub inputs: Vec<ValueId>,
     pub outputs: Vec<Argument>,
+    /// The `.pt2` flag for a graph returning one bare tensor.
+    pub single_tensor_return: bool,
     pub(super) ends: super::order::Ends,
 }
 

@@ -257,12 +257,13 @@ fn to_wit_tensor_meta(m: &TensorMeta) -> t::TensorMeta {
     }
 }
 
+/// Plugins do not see `requires_grad`, `storage_offset` or `layout`: a tensor a
+/// plugin describes is a plain strided one.
 fn from_wit_tensor_meta(m: t::TensorMeta) -> TensorMeta {
     TensorMeta {
-        dtype: m.dtype,
-        shape: m.shape.into_iter().map(from_wit_dim).collect(),
         strides: m.strides.into_iter().map(from_wit_dim).collect(),
         device: from_wit_device(m.device),
+        ..TensorMeta::new(&m.dtype, m.shape.into_iter().map(from_wit_dim).collect())
     }
 }
 

@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 
 use super::manifest::{Backend, PluginKind};
-use crate::graph::{Argument, Device, Dim, Graph, NamedArgument, OutputDecl, RangeConstraint, TensorMeta, ValueMeta};
+use crate::graph::{Argument, Dim, Graph, NamedArgument, OutputDecl, RangeConstraint, TensorMeta, ValueMeta};
 
 #[derive(Debug, Args)]
 pub struct NewArgs {
@@ -129,7 +129,7 @@ fn template(kind: PluginKind) -> (&'static str, Vec<&'static str>, &'static str,
 }
 
 fn tensor(shape: &[Dim]) -> TensorMeta {
-    TensorMeta { dtype: "float32".into(), shape: shape.to_vec(), strides: vec![], device: Device::default() }
+    TensorMeta::new("float32", shape.to_vec())
 }
 
 /// `x → detach → mul(·, 2.0)`; the fix leaves only the `mul`.

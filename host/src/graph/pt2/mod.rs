@@ -14,7 +14,9 @@
 //! map, and writing copies every entry hfx did not change byte for byte.
 
 pub mod archive;
+pub mod convert;
 pub mod schema;
+pub mod sympy;
 
 use std::collections::BTreeMap;
 use std::path::Path;
