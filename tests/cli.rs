@@ -50,7 +50,7 @@ fn fix_runs_the_onnx_fixes_on_the_example() {
     plugin_dir("plugins/onnx/fix-alias");
     let out_dir = tempfile::tempdir().unwrap();
     let output = out_dir.path().join("fixed.json");
-    let out = hfx(&["fix", "--backend", "onnx", "--plugins", "plugins/onnx", EXAMPLE, "-o", output.to_str().unwrap()]);
+    let out = hfx(&["run", "--backend", "onnx", "--plugins", "plugins/onnx", EXAMPLE, "-o", output.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let summary = String::from_utf8(out.stdout).unwrap();
     assert!(summary.contains("nodes: 5 -> 1"), "{summary}");
@@ -67,7 +67,7 @@ fn a_failing_plugin_leaves_the_previous_output_in_place() {
     let graph = out_dir.path().join("relu.json");
     std::fs::write(&graph, relu_add_mul().0.to_json()).unwrap();
     let out = hfx(&[
-        "fix", "--backend", "onnx", "--plugins", "tests/plugins/hostile-panic",
+        "run", "--backend", "onnx", "--plugins", "tests/plugins/hostile-panic",
         graph.to_str().unwrap(), "-o", output.to_str().unwrap(),
     ]);
     assert!(!out.status.success());

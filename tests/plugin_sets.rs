@@ -117,7 +117,7 @@ fn a_changed_plugin_fails_locked_and_warns_otherwise() {
     assert!(lock.contains("name = \"test-versioned-fix\"\nversion = \"2.0.0\""), "{lock}");
     assert!(lock.contains("torch = \"2.13.0\""), "{lock}");
 
-    let fix = ["fix", "--backend", "onnx", "--plugins", "plugins", "--target", "torch=2.13.0", "graph.json", "-o", "out.json"];
+    let fix = ["run", "--backend", "onnx", "--plugins", "plugins", "--target", "torch=2.13.0", "graph.json", "-o", "out.json"];
     let out = hfx(dir, &[&fix[..], &["--locked"]].concat());
     assert!(out.status.success(), "an unchanged set passes --locked: {:?}", text(&out));
 
@@ -178,15 +178,15 @@ fn run_options_come_from_a_config_file_and_flags_override_it() {
          on-plugin-error = \"skip\"\n[targets]\ntorch = \"2.13.0\"\n[sandbox]\nmemory-mib = 32\n",
     )
     .unwrap();
-    let out = hfx(dir, &["fix", "--config", "export.toml"]);
+    let out = hfx(dir, &["run", "--config", "export.toml"]);
     assert!(out.status.success(), "{:?}", text(&out));
     assert!(dir.join("from-config.json").exists());
-    let out = hfx(dir, &["fix", "--config", "export.toml", "-o", "from-flag.json", "--target", "torch=2.16.0"]);
+    let out = hfx(dir, &["run", "--config", "export.toml", "-o", "from-flag.json", "--target", "torch=2.16.0"]);
     let (_, stderr) = text(&out);
     assert!(!out.status.success(), "the flag's torch 2.16 must win over the config's 2.13");
     assert!(stderr.contains("none of its 2 versions applies"), "{stderr}");
     std::fs::write(dir.join("bad.toml"), "backend = \"onnx\"\nbakend = 1\n").unwrap();
-    let out = hfx(dir, &["fix", "--config", "bad.toml"]);
+    let out = hfx(dir, &["run", "--config", "bad.toml"]);
     assert!(text(&out).1.contains("bad.toml: unknown field `bakend`"), "{:?}", text(&out));
 }
 

@@ -191,3 +191,61 @@ fn malformed_archives_get_a_one_line_error() {
     w.finish().unwrap();
     assert!(open_error(&missing).contains("no model JSON under"));
 }
+
+fn hfx(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_hfx"))
+        .args(args)
+        .current_dir(root())
+        .env("HFX_CACHE_DIR", root().join("target/hfx-test-cache"))
+        .output()
+        .unwrap()
+}
+
+fn count_target(path: &Path, target: &str) -> usize {
+    let pt2 = Pt2::open(path).unwrap();
+    pt2.programs["model"].graph_module.graph.nodes.iter().filter(|n| n.target == target).count()
+}
+
+#[test]
+fn run_applies_the_onnx_fx_fixes_to_real_traces_without_changing_outputs() {
+    plugin_dir("plugins/onnx/fix-assertion");
+    let dir = fixtures();
+    let out = tempfile::tempdir().unwrap();
+    let mut quads: Vec<String> = Vec::new();
+    let mut total_asserts = 0;
+    for arch in ARCHS {
+        for mode in MODES {
+            let original = fixture(&dir, arch, mode);
+            let fixed = out.path().join(format!("{arch}_{mode}.pt2"));
+            let result = hfx(&["run", "--backend", "onnx", "--plugins", "plugins/onnx", original.to_str().unwrap(), "-o", fixed.to_str().unwrap()]);
+            let stdout = String::from_utf8_lossy(&result.stdout);
+            assert!(result.status.success(), "{arch} {mode}: {}", String::from_utf8_lossy(&result.stderr));
+            let asserts = count_target(&original, "torch.ops.aten._assert_tensor_metadata.default");
+            total_asserts += asserts;
+            if asserts > 0 {
+                assert!(stdout.contains(&format!("onnx-fix-assertion             calls {asserts:>5}  changed {asserts:>5}")), "{arch} {mode}: {stdout}");
+            }
+            assert_eq!(count_target(&fixed, "torch.ops.aten._assert_tensor_metadata.default"), 0, "{arch} {mode}");
+            assert_eq!(count_target(&fixed, "torch.ops.aten.alias.default"), 0, "{arch} {mode}");
+            quads.extend([original.display().to_string(), fixed.display().to_string(), arch.to_string(), mode.to_string()]);
+        }
+    }
+    assert!(total_asserts > 100, "the traces should hold runtime asserts to fix ({total_asserts})");
+    let args: Vec<&str> = std::iter::once("compare-all").chain(quads.iter().map(String::as_str)).collect();
+    harness(&args);
+}
+
+#[test]
+fn run_dynamo_without_plugins_writes_an_equivalent_archive() {
+    let dir = fixtures();
+    let out = tempfile::tempdir().unwrap();
+    let fixed = out.path().join("qwen3_dynamic.pt2");
+    let original = fixture(&dir, "qwen3", "dynamic");
+    let result = hfx(&["run", "--backend", "dynamo", original.to_str().unwrap(), "-o", fixed.to_str().unwrap()]);
+    assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
+    assert_program_eq(&Pt2::open(&fixed).unwrap().programs["model"], &Pt2::open(&original).unwrap().programs["model"], "qwen3 dynamic");
+    let onnx = out.path().join("model.onnx");
+    let result = hfx(&["run", "--backend", "onnx", original.to_str().unwrap(), "-o", onnx.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&result.stderr).contains("emitting .onnx is not implemented yet"));
+    assert!(!onnx.exists());
+}

@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use serde::Deserialize;
 
 use crate::graph::Graph;
-use crate::plugins::{self, lock::LOCK_FILE, upstream, Backend, Limits, Lock, PluginKind, PluginSet, Runtime, RuntimeOptions};
+use crate::plugins::{self, lock::LOCK_FILE, upstream, Backend, Limits, Lock, PluginSet, Runtime, RuntimeOptions};
 use crate::stages::{self, OnPluginError, StageReport};
 
 #[derive(Debug, Parser)]
@@ -27,9 +27,11 @@ pub enum Command {
     /// Manage plugins.
     #[command(subcommand)]
     Plugins(PluginsCommand),
-    /// Run a backend's FX fix stages (program fixes, then node fixes) on a
-    /// graph in the IR's JSON form, and write the fixed graph.
-    Fix(FixArgs),
+    /// Export: run a backend's stages on a traced program (`.pt2`, or a graph
+    /// in the IR's JSON form) and write the result: `.pt2` (the dynamo
+    /// artifact; for other backends the program after their FX stages) or the
+    /// IR's JSON form (`.json`).
+    Run(RunArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -108,10 +110,10 @@ pub struct SandboxArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct FixArgs {
-    /// Graph to fix (the IR's JSON form).
+pub struct RunArgs {
+    /// The traced program: a `.pt2` (torch.export.save), or the IR's JSON form.
     pub input: Option<PathBuf>,
-    /// Where to write the fixed graph (atomically).
+    /// Where to write the artifact (atomically).
     #[arg(short, long)]
     pub output: Option<PathBuf>,
     #[arg(long, value_parser = parse_backend)]
@@ -172,7 +174,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Plugins(PluginsCommand::Verify { set }) => verify(&set),
         Command::Plugins(PluginsCommand::Lock { set, output }) => lock(&set, &output),
         Command::Plugins(PluginsCommand::New(args)) => crate::plugins::scaffold::new_plugin(&args),
-        Command::Fix(args) => fix(args, verbose),
+        Command::Run(args) => run_export(args, verbose),
     }
 }
 
@@ -222,6 +224,14 @@ impl PluginSetArgs {
         }
     }
 
+    /// The `plugins` commands need at least one folder; `run` may have none.
+    fn require_folders(&self) -> Result<()> {
+        if self.plugins.is_empty() {
+            bail!("no plugin folder given (--plugins DIR)");
+        }
+        Ok(())
+    }
+
     /// Upstream versions: `--target` flags, and what is installed for the
     /// `needed` packages the flags do not give (Python is asked only then).
     fn upstream(&self, needed: &BTreeSet<String>) -> upstream::Versions {
@@ -239,9 +249,6 @@ impl PluginSetArgs {
     /// Finds, resolves and loads the plugin set, and checks it against the lock
     /// (`for_lock`: the set is about to be locked, so no lock is read).
     fn load(&self, for_lock: bool) -> Result<LoadedSet> {
-        if self.plugins.is_empty() {
-            bail!("no plugin folder given (--plugins DIR)");
-        }
         let lock = match self.lock_path() {
             Some(path) if !for_lock => Some((Lock::read(&path)?, path)),
             None if self.locked && !for_lock => {
@@ -271,6 +278,7 @@ impl PluginSetArgs {
 }
 
 fn list(args: &PluginSetArgs, backend: Option<Backend>) -> Result<()> {
+    args.require_folders()?;
     let loaded = args.load(false)?;
     println!(
         "{:<26} {:<8} {:<16} {:<10} {:<16} {:<8} {:<24} TARGETS",
@@ -305,6 +313,7 @@ fn upstream_text(m: &plugins::Manifest) -> String {
 }
 
 fn inspect(args: &PluginSetArgs, name: &str) -> Result<()> {
+    args.require_folders()?;
     let loaded = args.load(false)?;
     let Some(p) = loaded.set.plugins.iter().find(|p| p.name() == name) else {
         let skipped = loaded.set.skipped.iter().find(|s| s.found.manifest.plugin.name == name);
@@ -327,6 +336,7 @@ fn inspect(args: &PluginSetArgs, name: &str) -> Result<()> {
 }
 
 fn verify(args: &PluginSetArgs) -> Result<()> {
+    args.require_folders()?;
     let loaded = args.load(false)?;
     let mut failures = 0;
     for p in &loaded.set.plugins {
@@ -352,6 +362,7 @@ fn verify(args: &PluginSetArgs) -> Result<()> {
 }
 
 fn lock(args: &PluginSetArgs, output: &Path) -> Result<()> {
+    args.require_folders()?;
     let loaded = args.load(true)?;
     let lock = Lock::of(&loaded.set.plugins, &loaded.set.upstream);
     lock.write(output).with_context(|| format!("writing {}", output.display()))?;
@@ -359,10 +370,10 @@ fn lock(args: &PluginSetArgs, output: &Path) -> Result<()> {
     Ok(())
 }
 
-// ── fix ──
+// ── run ──
 
-/// `fix` options after merging flags over the config file.
-struct FixOptions {
+/// `run` options after merging flags over the config file.
+struct RunOptions {
     input: PathBuf,
     output: PathBuf,
     backend: Backend,
@@ -370,7 +381,7 @@ struct FixOptions {
     on_plugin_error: OnPluginError,
 }
 
-fn merge(args: FixArgs) -> Result<FixOptions> {
+fn merge(args: RunArgs) -> Result<RunOptions> {
     let (config, base) = match &args.config {
         Some(path) => {
             let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -410,28 +421,56 @@ fn merge(args: FixArgs) -> Result<FixOptions> {
     s.no_cache |= config.sandbox.no_cache;
     let input = args.input.or(config.input.map(rel)).context("no input graph (argument or `input` in the config)")?;
     let output = args.output.or(config.output.map(rel)).context("no output (-o or `output` in the config)")?;
-    Ok(FixOptions { input, output, backend, set, on_plugin_error })
+    Ok(RunOptions { input, output, backend, set, on_plugin_error })
 }
 
-fn fix(args: FixArgs, verbose: u8) -> Result<()> {
+/// What `run` reads: a `.pt2` (kept open: its weights are written from the
+/// map) or an IR graph in JSON.
+enum Input {
+    Pt2(crate::graph::pt2::Pt2),
+    Json,
+}
+
+fn is_json(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "json")
+}
+
+fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
+    use crate::graph::pt2::{convert, Pt2};
     let options = merge(args)?;
-    let text = std::fs::read_to_string(&options.input).with_context(|| format!("reading {}", options.input.display()))?;
-    let mut graph = Graph::from_json(&text).with_context(|| format!("{}", options.input.display()))?;
+    let (input, output) = (&options.input, &options.output);
+    // Check what can be emitted before doing any work. A `.pt2` is the
+    // dynamo artifact, and for the other backends the program after their FX
+    // stages (what their lowering would start from).
+    match output.extension().and_then(|e| e.to_str()) {
+        Some("pt2" | "json") => {}
+        Some(ext @ ("onnx" | "pte")) => bail!("emitting .{ext} is not implemented yet: write the {} backend's FX-fixed program with `-o OUT.pt2`", options.backend),
+        _ => bail!("{}: the output must end in .pt2 or .json", output.display()),
+    }
+    let (source, mut graph) = if is_json(input) {
+        let text = std::fs::read_to_string(input).with_context(|| format!("reading {}", input.display()))?;
+        (Input::Json, Graph::from_json(&text).with_context(|| format!("{}", input.display()))?)
+    } else {
+        let pt2 = Pt2::open(input)?;
+        let program = pt2.programs.get("model").with_context(|| format!("{}: no `model` program", input.display()))?;
+        let graph = convert::to_ir(program).map_err(|e| anyhow::anyhow!("{}: {e}", input.display()))?;
+        (Input::Pt2(pt2), graph)
+    };
     let loaded = options.set.load(false)?;
-    let (runtime, set) = (&loaded.runtime, &loaded.set);
     let nodes_before = graph.node_count();
-    let policy = options.on_plugin_error;
-    let mut reports: Vec<StageReport> = Vec::new();
-    // ── Stage: FX program fixes ──
-    let program_fixes = stages::select(&set.plugins, options.backend, PluginKind::FxProgramFix);
-    reports.push(stages::fx_program_fix::run(runtime, &program_fixes, &mut graph, "fx-program-fixes", policy)?);
-    // ── Stage: FX node fixes ──
-    let node_fixes = stages::select(&set.plugins, options.backend, PluginKind::FxNodeFix);
-    reports.push(stages::fx_node_fix::run(runtime, &node_fixes, &mut graph, "fx-node-fixes", policy)?);
-    crate::atomic::write_bytes_atomically(&options.output, graph.to_json().as_bytes())
-        .with_context(|| format!("writing {}", options.output.display()))?;
-    print_summary(&reports, set, verbose);
-    println!("nodes: {nodes_before} -> {}; wrote {}", graph.node_count(), options.output.display());
+    let reports = stages::run_fx_stages(&loaded.runtime, &loaded.set.plugins, options.backend, &mut graph, options.on_plugin_error)?;
+    // ── Emit ──
+    match (&source, is_json(output)) {
+        (_, true) => crate::atomic::write_bytes_atomically(output, graph.to_json().as_bytes())
+            .with_context(|| format!("writing {}", output.display()))?,
+        (Input::Pt2(pt2), false) => {
+            let program = convert::from_ir(&graph, &pt2.programs["model"]).map_err(|e| anyhow::anyhow!("{}: {e}", output.display()))?;
+            pt2.write(output, &[("model".to_string(), program)].into())?;
+        }
+        (Input::Json, false) => bail!("a graph read from JSON can only be written as JSON (-o OUT.json)"),
+    }
+    print_summary(&reports, &loaded.set, verbose);
+    println!("nodes: {nodes_before} -> {}; wrote {}", graph.node_count(), output.display());
     Ok(())
 }
 

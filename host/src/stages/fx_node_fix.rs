@@ -18,6 +18,10 @@ pub fn run(
 ) -> Result<StageReport, PluginError> {
     let start = Instant::now();
     let mut report = StageReport::new(stage);
+    if plugins.is_empty() {
+        // No fixes, no walk and no DCE: the program stays exactly as traced.
+        return Ok(report);
+    }
     let mut dispatcher = Dispatcher::new(runtime, plugins, stage);
     let snapshot: Vec<NodeId> = graph.nodes().collect();
     for node in snapshot {

@@ -114,3 +114,23 @@ impl<'a> Dispatcher<'a> {
         self.plugins[index].name()
     }
 }
+
+/// The FX stages a backend runs on a traced program, in order. Numbered as in
+/// the reference exporters where they have the stage (ExecuTorch: 4 and 5;
+/// ONNX: 3, run again after decomposition once hfx decomposes); the dynamo
+/// backend runs the same two for its own plugins.
+pub fn run_fx_stages(
+    runtime: &Runtime,
+    plugins: &[Plugin],
+    backend: Backend,
+    graph: &mut crate::graph::Graph,
+    policy: OnPluginError,
+) -> Result<Vec<StageReport>, PluginError> {
+    // ── Stage: FX program fixes (whole-program repairs: ranges, placeholder metadata) ──
+    let program_fixes = select(plugins, backend, PluginKind::FxProgramFix);
+    let program = fx_program_fix::run(runtime, &program_fixes, graph, "fx-program-fixes", policy)?;
+    // ── Stage: FX node fixes (per-node rewrites by declared target; DCE at the end) ──
+    let node_fixes = select(plugins, backend, PluginKind::FxNodeFix);
+    let node = fx_node_fix::run(runtime, &node_fixes, graph, "fx-node-fixes", policy)?;
+    Ok(vec![program, node])
+}
