@@ -249,3 +249,58 @@ fn run_dynamo_without_plugins_writes_an_equivalent_archive() {
     assert!(String::from_utf8_lossy(&result.stderr).contains("emitting .onnx is not implemented yet"));
     assert!(!onnx.exists());
 }
+
+/// A deterministic fuzz pass over the reader (the coverage-guided target is
+/// `fuzz/fuzz_targets/pt2_open.rs`): random byte flips, truncations and
+/// splices of a real archive must give an error or a program, never a panic.
+#[test]
+fn mutated_archives_never_panic_the_reader() {
+    let dir = fixtures();
+    let original = std::fs::read(fixture(&dir, "gpt2", "dynamic")).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("mutant.pt2");
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let (mut errors, mut opened) = (0, 0);
+    for round in 0..400 {
+        let mut bytes = original.clone();
+        match round % 4 {
+            0 => bytes.truncate((next() % bytes.len() as u64) as usize),
+            1 => {
+                for _ in 0..1 + next() % 16 {
+                    let at = (next() % bytes.len() as u64) as usize;
+                    bytes[at] ^= 1 << (next() % 8);
+                }
+            }
+            2 => {
+                // Damage the tail, where the central directory lives.
+                let tail = bytes.len().saturating_sub(4096);
+                let at = tail + (next() % (bytes.len() - tail) as u64) as usize;
+                bytes[at] = next() as u8;
+            }
+            _ => {
+                let from = (next() % bytes.len() as u64) as usize;
+                let to = (next() % bytes.len() as u64) as usize;
+                let len = (next() % 512) as usize;
+                let chunk: Vec<u8> = bytes[from..(from + len).min(bytes.len())].to_vec();
+                let end = (to + chunk.len()).min(bytes.len());
+                bytes[to..end].copy_from_slice(&chunk[..end - to]);
+            }
+        }
+        std::fs::write(&path, &bytes).unwrap();
+        match std::panic::catch_unwind(|| Pt2::open(&path).map(|p| p.programs.values().map(convert::to_ir).count())) {
+            Ok(Ok(_)) => opened += 1,
+            Ok(Err(e)) => {
+                assert!(!e.to_string().contains('\n'), "multi-line error: {e}");
+                errors += 1;
+            }
+            Err(_) => panic!("the reader panicked on mutant {round}"),
+        }
+    }
+    assert!(errors > 100, "mutations should mostly be caught ({errors} errors, {opened} opened)");
+}

@@ -32,11 +32,27 @@ pub struct Entry {
     pub crc32: u32,
 }
 
-/// A `.pt2` opened for reading: a memory map and its entry table.
+/// A `.pt2` opened for reading: a memory map (or, for fuzzing and tests, a
+/// buffer) and its entry table.
 pub struct Archive {
     path: PathBuf,
-    map: Mmap,
+    map: Backing,
     entries: Vec<Entry>,
+}
+
+enum Backing {
+    Map(Mmap),
+    Bytes(Vec<u8>),
+}
+
+impl std::ops::Deref for Backing {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Backing::Map(m) => m,
+            Backing::Bytes(b) => b,
+        }
+    }
 }
 
 const EOCD_SIG: u32 = 0x0605_4b50;
@@ -62,6 +78,15 @@ impl Archive {
         // SAFETY: the map is read-only and private to this process; a file
         // changed underneath us while reading is outside what hfx defends against.
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
+        Self::over(path, Backing::Map(map))
+    }
+
+    /// An archive held in memory; `name` stands in for the path in errors.
+    pub fn from_bytes(name: &Path, bytes: Vec<u8>) -> Result<Archive, ArchiveError> {
+        Self::over(name, Backing::Bytes(bytes))
+    }
+
+    fn over(path: &Path, map: Backing) -> Result<Archive, ArchiveError> {
         let entries = read_directory(&map).map_err(|reason| ArchiveError::Malformed {
             path: path.display().to_string(),
             reason: format!("not a readable .pt2 zip archive: {reason}"),

@@ -48,7 +48,13 @@ pub struct Pt2 {
 
 impl Pt2 {
     pub fn open(path: &Path) -> Result<Pt2, Pt2Error> {
-        let archive = Archive::open(path)?;
+        Self::read(Archive::open(path)?)
+    }
+
+    /// Parses an opened archive (from a file or, for fuzzing, from memory).
+    pub fn read(archive: Archive) -> Result<Pt2, Pt2Error> {
+        let path = archive.path().to_path_buf();
+        let path = path.as_path();
         let invalid = |reason: String| Pt2Error::Invalid { path: path.display().to_string(), reason };
         let format = archive
             .entries()
