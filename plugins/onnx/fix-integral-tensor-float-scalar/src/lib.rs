@@ -1,0 +1,56 @@
+//! Promote an integral tensor before it meets a Python float.
+//!
+//! `1.0 - int_mask` (`aten.rsub.Scalar`) crashes torch 2.13's decomposition
+//! (pytorch/pytorch#194381) and `int_mask * 2.0` (`aten.mul`) reaches
+//! translation with no ONNX decomposition (pytorch/pytorch#194382). Both work
+//! once the tensor already has the op's result dtype, so cast the tensor
+//! operand to it and leave the op alone. The cast has the op's own output
+//! metadata (same shape, the promoted dtype). Once the operand is floating
+//! point the fix no longer matches: it cannot revisit a node.
+
+use hfx_sdk::prelude::*;
+
+const OPS: &[&str] = &["aten.rsub.Scalar", "aten.sub.Scalar", "aten.sub.Tensor", "aten.mul.Scalar", "aten.mul.Tensor"];
+
+struct FixIntegralTensorFloatScalar;
+
+fn is_floating(dtype: &str) -> bool {
+    dtype.starts_with("float") || dtype == "bfloat16"
+}
+
+fn dtype_of(graph: &Graph, value: ValueId) -> Result<Option<String>, Error> {
+    Ok(match graph.value_meta(value)? {
+        ValueMeta::Tensor(meta) => Some(meta.dtype),
+        _ => None,
+    })
+}
+
+impl Guest for FixIntegralTensorFloatScalar {
+    fn describe() -> Vec<String> {
+        targets(OPS)
+    }
+
+    fn apply(graph: &Graph, node: NodeId) -> Result<bool, Error> {
+        let (Some(Argument::Tensor(operand)), Some(Argument::Float(_))) = (graph.input(node, "self")?, graph.input(node, "other")?) else {
+            return Ok(false); // a tensor on the left, a Python float on the right
+        };
+        let decls = graph.output_decls(node)?;
+        let [OutputDecl::Tensor(result)] = decls.as_slice() else { return Ok(false) };
+        let Some(operand_dtype) = dtype_of(graph, operand)? else { return Ok(false) };
+        if is_floating(&operand_dtype) || !is_floating(&result.dtype) {
+            return Ok(false);
+        }
+        let inputs = [
+            NamedArgument { name: "self".into(), value: Argument::Tensor(operand), keyword: false },
+            NamedArgument { name: "dtype".into(), value: Argument::Dtype(result.dtype.clone()), keyword: true },
+        ];
+        let cast = graph.insert_call(node, "aten._to_copy.default", &inputs, &decls)?;
+        let [promoted] = graph.output_values(cast)?[..] else {
+            return Err(error("_to_copy has one output", Some(node)));
+        };
+        graph.set_input(node, &NamedArgument { name: "self".into(), value: Argument::Tensor(promoted), keyword: false })?;
+        Ok(true)
+    }
+}
+
+hfx_sdk::register_fx_node_fix!(FixIntegralTensorFloatScalar);

@@ -1,0 +1,82 @@
+//! The ported ONNX FX node fixes, each on a real torch.export trace of a small
+//! module that holds its pattern: the pattern is gone from the fixed program,
+//! and the fixed program still matches eager within atol/rtol 1e-4.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+use hfx::graph::pt2::{schema, Pt2};
+
+fn python() -> PathBuf {
+    std::env::var_os("HFX_PYTHON").map(PathBuf::from).unwrap_or_else(|| root().join(".venv/bin/python"))
+}
+
+fn harness(args: &[&str]) {
+    let out = Command::new(python()).arg(root().join("tests/python/fx_patterns.py")).args(args).output().unwrap();
+    assert!(out.status.success(), "fx_patterns.py {args:?}:\n{}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn patterns() -> PathBuf {
+    static ONCE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    ONCE.get_or_init(|| {
+        let dir = root().join("target/fx-patterns");
+        harness(&["export-all", dir.to_str().unwrap()]);
+        dir
+    })
+    .clone()
+}
+
+/// Runs `plugin` (a folder under plugins/onnx) on pattern `name`; returns the fixed program.
+fn fix(plugin: &str, name: &str, out: &Path) -> schema::ExportedProgram {
+    let input = patterns().join(format!("{name}.pt2"));
+    let fixed = out.join(format!("{name}.pt2"));
+    let result = Command::new(env!("CARGO_BIN_EXE_hfx"))
+        .args(["run", "--backend", "onnx", "--plugins"])
+        .arg(plugin_dir(plugin))
+        .arg(&input)
+        .arg("-o")
+        .arg(&fixed)
+        .env("HFX_CACHE_DIR", root().join("target/hfx-test-cache"))
+        .output()
+        .unwrap();
+    assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
+    harness(&["compare", name, fixed.to_str().unwrap()]);
+    Pt2::open(&fixed).unwrap().programs.remove("model").unwrap()
+}
+
+fn nodes<'a>(p: &'a schema::ExportedProgram, target: &'a str) -> impl Iterator<Item = &'a schema::Node> + 'a {
+    p.graph_module.graph.nodes.iter().filter(move |n| n.target == target)
+}
+
+fn input<'a>(node: &'a schema::Node, name: &str) -> &'a schema::Argument {
+    &node.inputs.iter().find(|a| a.name == name).unwrap().arg
+}
+
+#[test]
+fn slice_implicit_start_is_spelled_out() {
+    let out = tempfile::tempdir().unwrap();
+    let original = Pt2::open(&patterns().join("slice_implicit_start.pt2")).unwrap();
+    let slice = nodes(&original.programs["model"], "torch.ops.aten.slice.Tensor").next().unwrap();
+    assert_eq!(input(slice, "start"), &schema::Argument::AsNone(true), "the trace holds the pattern");
+    let fixed = fix("plugins/onnx/fix-slice-implicit-start", "slice_implicit_start", out.path());
+    let slices: Vec<_> = nodes(&fixed, "torch.ops.aten.slice.Tensor").collect();
+    assert_eq!(slices.len(), 1);
+    assert_eq!(input(slices[0], "start"), &schema::Argument::AsInt(0));
+}
+
+#[test]
+fn integral_tensor_is_promoted_before_a_float_scalar() {
+    let out = tempfile::tempdir().unwrap();
+    let fixed = fix("plugins/onnx/fix-integral-tensor-float-scalar", "integral_tensor_float_scalar", out.path());
+    let graph = &fixed.graph_module.graph;
+    let casts: Vec<_> = nodes(&fixed, "torch.ops.aten._to_copy.default").collect();
+    assert_eq!(casts.len(), 2, "one cast before rsub, one before mul");
+    for op in ["torch.ops.aten.rsub.Scalar", "torch.ops.aten.mul.Tensor"] {
+        let node = nodes(&fixed, op).next().unwrap();
+        let schema::Argument::AsTensor(t) = input(node, "self") else { panic!("{op} self is not a tensor") };
+        assert_eq!(graph.tensor_values[&t.name].dtype, 7, "{op} now reads a float32 tensor");
+    }
+}

@@ -1,0 +1,63 @@
+"""Small modules that trace (torch.export) to graphs holding the patterns the
+ported FX node fixes repair, and an eager-parity check of a fixed archive.
+
+    python fx_patterns.py export-all OUTDIR            # OUTDIR/NAME.pt2 for every pattern
+    python fx_patterns.py compare NAME FIXED.pt2       # fixed vs eager, atol/rtol 1e-4
+"""
+
+import os
+import sys
+
+import torch
+
+
+class SliceImplicitStart(torch.nn.Module):
+    """`aten.slice` with `start=None` (what `x[..., :end]` spells on some paths)."""
+
+    def forward(self, x):
+        return torch.ops.aten.slice.Tensor(x, 1, None, 4) * 2
+
+
+class IntegralTensorFloatScalar(torch.nn.Module):
+    """`1.0 - int_mask` and `int_mask * 2.0`: a float scalar meets an integral tensor."""
+
+    def forward(self, mask):
+        return (1.0 - mask) + mask * 2.0
+
+
+PATTERNS = {
+    "slice_implicit_start": (SliceImplicitStart, lambda: (torch.randn(3, 6),)),
+    "integral_tensor_float_scalar": (IntegralTensorFloatScalar, lambda: (torch.randint(0, 2, (2, 5)),)),
+}
+
+
+def export_all(outdir):
+    os.makedirs(outdir, exist_ok=True)
+    for name, (module, inputs) in PATTERNS.items():
+        path = os.path.join(outdir, f"{name}.pt2")
+        if os.path.exists(path):
+            continue
+        torch.manual_seed(0)
+        ep = torch.export.export(module().eval(), inputs(), strict=False)
+        tmp = os.path.join(outdir, f".tmp-{os.getpid()}", f"{name}.pt2")
+        os.makedirs(os.path.dirname(tmp), exist_ok=True)
+        torch.export.save(ep, tmp)
+        os.replace(tmp, path)
+
+
+def compare(name, fixed):
+    module, inputs = PATTERNS[name]
+    torch.manual_seed(1)
+    x = inputs()
+    eager = module().eval()(*x)
+    got = torch.export.load(fixed).module()(*x)
+    if eager.shape != got.shape or eager.dtype != got.dtype:
+        raise SystemExit(f"{name}: {got.dtype}{tuple(got.shape)} vs eager {eager.dtype}{tuple(eager.shape)}")
+    if not torch.allclose(got, eager, atol=1e-4, rtol=1e-4):
+        raise SystemExit(f"{name}: max |diff| {(got - eager).abs().max().item()}")
+    print(f"{name}: matches eager")
+
+
+if __name__ == "__main__":
+    command, *args = sys.argv[1:]
+    {"export-all": export_all, "compare": compare}[command](*args)
