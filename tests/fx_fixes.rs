@@ -80,3 +80,37 @@ fn integral_tensor_is_promoted_before_a_float_scalar() {
         assert_eq!(graph.tensor_values[&t.name].dtype, 7, "{op} now reads a float32 tensor");
     }
 }
+
+fn count(p: &schema::ExportedProgram, target: &str) -> usize {
+    nodes(p, target).count()
+}
+
+#[test]
+fn noop_squeeze_is_dropped() {
+    let out = tempfile::tempdir().unwrap();
+    let original = Pt2::open(&patterns().join("noop_squeeze.pt2")).unwrap();
+    assert_eq!(count(&original.programs["model"], "torch.ops.aten.squeeze.dim"), 1, "the trace holds the pattern");
+    let fixed = fix("plugins/onnx/fix-noop-squeeze", "noop_squeeze", out.path());
+    assert_eq!(count(&fixed, "torch.ops.aten.squeeze.dim"), 0);
+}
+
+#[test]
+fn scatter_reduce_is_lowered_for_every_reduction() {
+    let out = tempfile::tempdir().unwrap();
+    let original = Pt2::open(&patterns().join("scatter_reduce.pt2")).unwrap();
+    assert_eq!(count(&original.programs["model"], "torch.ops.aten.scatter_reduce.two"), 5, "the trace holds the pattern");
+    let fixed = fix("plugins/onnx/fix-scatter-reduce", "scatter_reduce", out.path());
+    assert_eq!(count(&fixed, "torch.ops.aten.scatter_reduce.two"), 0);
+    // sum+self → 1 scatter_add; sum, mean → 2 each (values and counts).
+    assert_eq!(count(&fixed, "torch.ops.aten.scatter_add.default"), 5);
+    assert_eq!(count(&fixed, "torch.ops.aten.amax.default") + count(&fixed, "torch.ops.aten.amin.default"), 2);
+}
+
+#[test]
+fn fill_diagonal_inplace_becomes_where() {
+    let out = tempfile::tempdir().unwrap();
+    let fixed = fix("plugins/onnx/fix-fill-diagonal-inplace", "fill_diagonal", out.path());
+    assert_eq!(count(&fixed, "torch.ops.aten.fill_diagonal_.default"), 0);
+    assert_eq!(count(&fixed, "torch.ops.aten.where.self"), 1);
+    assert_eq!(count(&fixed, "torch.ops.aten.eye.m"), 1);
+}

@@ -25,7 +25,36 @@ class IntegralTensorFloatScalar(torch.nn.Module):
         return (1.0 - mask) + mask * 2.0
 
 
+class NoopSqueeze(torch.nn.Module):
+    """`x.squeeze(1)` where dimension 1 is 3: a no-op torch.export still records."""
+
+    def forward(self, x):
+        return x.squeeze(1) * 2
+
+
+class ScatterReduce(torch.nn.Module):
+    """`scatter_reduce` in every reduction the fix lowers."""
+
+    def forward(self, x, index, src):
+        total = torch.scatter_reduce(x, 0, index, src, reduce="sum")
+        for reduce in ("sum", "mean", "amax", "amin"):
+            total = total + torch.scatter_reduce(x, 0, index, src, reduce=reduce, include_self=False)
+        return total
+
+
+class FillDiagonal(torch.nn.Module):
+    """In-place `fill_diagonal_` on a non-square matrix."""
+
+    def forward(self, x):
+        y = x.clone()
+        y.fill_diagonal_(0.5)
+        return y * 2
+
+
 PATTERNS = {
+    "noop_squeeze": (NoopSqueeze, lambda: (torch.randn(2, 3),)),
+    "scatter_reduce": (ScatterReduce, lambda: (torch.randn(5), torch.tensor([0, 1, 0, 3]), torch.randn(4))),
+    "fill_diagonal": (FillDiagonal, lambda: (torch.randn(4, 6),)),
     "slice_implicit_start": (SliceImplicitStart, lambda: (torch.randn(3, 6),)),
     "integral_tensor_float_scalar": (IntegralTensorFloatScalar, lambda: (torch.randint(0, 2, (2, 5)),)),
 }

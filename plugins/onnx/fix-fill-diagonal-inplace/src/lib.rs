@@ -1,0 +1,79 @@
+//! `x.fill_diagonal_(v)` → `where(eye(rows, cols).bool(), full_like(x, v), x)`.
+//!
+//! The in-place op has no ONNX lowering; the out-of-place form is built from
+//! ops that all have one. Sizes come from `sym_size` where they are symbolic,
+//! as constants where they are not. (Like the reference fix: 2-D, no `wrap`.)
+
+use hfx_sdk::prelude::*;
+
+struct FixFillDiagonal;
+
+fn arg(name: &str, value: Argument) -> NamedArgument {
+    NamedArgument { name: name.into(), value, keyword: false }
+}
+
+fn kwarg(name: &str, value: Argument) -> NamedArgument {
+    NamedArgument { name: name.into(), value, keyword: true }
+}
+
+fn single_output(graph: &Graph, node: NodeId) -> Result<ValueId, Error> {
+    match graph.output_values(node)?[..] {
+        [v] => Ok(v),
+        _ => Err(error("expected one output", Some(node))),
+    }
+}
+
+impl Guest for FixFillDiagonal {
+    fn describe() -> Vec<String> {
+        targets(&["aten.fill_diagonal_.default"])
+    }
+
+    fn apply(graph: &Graph, node: NodeId) -> Result<bool, Error> {
+        let x = graph.tensor_input(node, "self")?;
+        let Some(fill) = graph.input(node, "fill_value")? else { return Ok(false) };
+        let ValueMeta::Tensor(meta) = graph.value_meta(x)? else { return Ok(false) };
+        if meta.shape.len() != 2 || matches!(graph.input(node, "wrap")?, Some(Argument::Boolean(true))) {
+            return Ok(false);
+        }
+        // Each size: a constant, or a `sym_size` node reading it from `x`.
+        let mut sizes = Vec::new();
+        for (d, dim) in meta.shape.iter().enumerate() {
+            sizes.push(match dim {
+                Dim::Fixed(n) => SymInt::Constant(*n),
+                Dim::Symbolic(expr) => {
+                    let inputs = [arg("self", Argument::Tensor(x)), arg("dim", Argument::Int(d as i64))];
+                    let size = graph.insert_call(node, "aten.sym_size.int", &inputs, &[OutputDecl::SymInt(expr.clone())])?;
+                    SymInt::Value(single_output(graph, size)?)
+                }
+            });
+        }
+        let shaped = |dtype: &str| TensorMeta { dtype: dtype.into(), strides: vec![], ..meta.clone() };
+        let eye = graph.insert_call(
+            node,
+            "aten.eye.m",
+            &[arg("n", Argument::SymInt(sizes[0].clone())), arg("m", Argument::SymInt(sizes[1].clone()))],
+            &[OutputDecl::Tensor(shaped("float32"))],
+        )?;
+        let mask = graph.insert_call(
+            node,
+            "aten.to.dtype",
+            &[arg("self", Argument::Tensor(single_output(graph, eye)?)), arg("dtype", Argument::Dtype("bool".into()))],
+            &[OutputDecl::Tensor(shaped("bool"))],
+        )?;
+        let filled = graph.insert_call(
+            node,
+            "aten.full_like.default",
+            &[arg("self", Argument::Tensor(x)), arg("fill_value", fill), kwarg("pin_memory", Argument::Boolean(false))],
+            &[OutputDecl::Tensor(meta.clone())],
+        )?;
+        let inputs = vec![
+            arg("condition", Argument::Tensor(single_output(graph, mask)?)),
+            arg("self", Argument::Tensor(single_output(graph, filled)?)),
+            arg("other", Argument::Tensor(x)),
+        ];
+        graph.replace_with_call(node, "aten.where.self", inputs)?;
+        Ok(true)
+    }
+}
+
+hfx_sdk::register_fx_node_fix!(FixFillDiagonal);
