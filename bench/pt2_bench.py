@@ -48,6 +48,7 @@ def rss():
 
 def torch_side():
     import torch
+    import transformers.modeling_outputs  # noqa: F401  (registers the ModelOutput pytrees the archive names)
 
     baseline = int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     start = time.perf_counter()

@@ -38,6 +38,8 @@ pub struct Archive {
     path: PathBuf,
     map: Backing,
     entries: Vec<Entry>,
+    /// The file behind the map, for kernel-side copies of whole entries.
+    file: Option<File>,
 }
 
 enum Backing {
@@ -78,7 +80,9 @@ impl Archive {
         // SAFETY: the map is read-only and private to this process; a file
         // changed underneath us while reading is outside what hfx defends against.
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
-        Self::over(path, Backing::Map(map))
+        let mut archive = Self::over(path, Backing::Map(map))?;
+        archive.file = Some(file);
+        Ok(archive)
     }
 
     /// An archive held in memory; `name` stands in for the path in errors.
@@ -91,7 +95,17 @@ impl Archive {
             path: path.display().to_string(),
             reason: format!("not a readable .pt2 zip archive: {reason}"),
         })?;
-        Ok(Archive { path: path.to_path_buf(), map, entries })
+        Ok(Archive { path: path.to_path_buf(), map, entries, file: None })
+    }
+
+    /// Copies `entry` into `out` unchanged: from the file with a kernel-side
+    /// copy where there is one (the weights never pass through this process's
+    /// memory), else from the buffer.
+    pub fn copy_entry(&self, entry: &Entry, out: &mut ArchiveWriter) -> io::Result<()> {
+        match &self.file {
+            Some(file) => out.add_copy(&entry.name, file, entry.offset, entry.len, entry.crc32),
+            None => out.add(&entry.name, self.bytes(entry)),
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -221,9 +235,32 @@ impl ArchiveWriter {
 
     /// Appends a stored entry.
     pub fn add(&mut self, name: &str, data: &[u8]) -> io::Result<()> {
-        let crc = crc32fast::hash(data);
+        self.header(name, data.len() as u64, crc32fast::hash(data))?;
+        self.out.write_all(data)?;
+        self.position += data.len() as u64;
+        Ok(())
+    }
+
+    /// Appends a stored entry whose bytes are `len` bytes of `source` at
+    /// `offset`, with their known CRC-32 (copied by the kernel where it can).
+    pub fn add_copy(&mut self, name: &str, source: &File, offset: u64, len: u64, crc: u32) -> io::Result<()> {
+        use std::io::{Read, Seek, SeekFrom};
+        self.header(name, len, crc)?;
+        self.out.flush()?;
+        let mut reader = source.try_clone()?;
+        reader.seek(SeekFrom::Start(offset))?;
+        let copied = io::copy(&mut Read::take(reader, len), self.out.get_mut())?;
+        if copied != len {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("entry `{name}`: source ended early")));
+        }
+        self.position += len;
+        Ok(())
+    }
+
+    /// Writes the local header of an entry of `len` bytes, padded so its data is aligned.
+    fn header(&mut self, name: &str, len: u64, crc: u32) -> io::Result<()> {
         let offset = self.position;
-        let large = data.len() as u64 >= u32::MAX as u64 || offset >= u32::MAX as u64;
+        let large = len >= u32::MAX as u64 || offset >= u32::MAX as u64;
         let zip64_len = if large { 20 } else { 0 };
         // Pad with an extra field (id 0x4246, "FB", as PyTorch does) up to the alignment.
         let header = 30 + name.len() as u64 + zip64_len + 4;
@@ -236,7 +273,7 @@ impl ArchiveWriter {
         h.extend_from_slice(&0u16.to_le_bytes()); // time
         h.extend_from_slice(&0x21u16.to_le_bytes()); // date 1980-01-01
         h.extend_from_slice(&crc.to_le_bytes());
-        let size32 = if large { u32::MAX } else { data.len() as u32 };
+        let size32 = if large { u32::MAX } else { len as u32 };
         h.extend_from_slice(&size32.to_le_bytes());
         h.extend_from_slice(&size32.to_le_bytes());
         h.extend_from_slice(&(name.len() as u16).to_le_bytes());
@@ -245,16 +282,15 @@ impl ArchiveWriter {
         if large {
             h.extend_from_slice(&1u16.to_le_bytes());
             h.extend_from_slice(&16u16.to_le_bytes());
-            h.extend_from_slice(&(data.len() as u64).to_le_bytes());
-            h.extend_from_slice(&(data.len() as u64).to_le_bytes());
+            h.extend_from_slice(&len.to_le_bytes());
+            h.extend_from_slice(&len.to_le_bytes());
         }
         h.extend_from_slice(&0x4246u16.to_le_bytes());
         h.extend_from_slice(&(padding as u16).to_le_bytes());
         h.resize(h.len() + padding as usize, 0);
         self.out.write_all(&h)?;
-        self.out.write_all(data)?;
-        self.position += h.len() as u64 + data.len() as u64;
-        self.written.push((name.to_string(), offset, data.len() as u64, crc));
+        self.position += h.len() as u64;
+        self.written.push((name.to_string(), offset, len, crc));
         Ok(())
     }
 

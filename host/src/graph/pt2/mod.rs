@@ -125,7 +125,7 @@ impl Pt2 {
                     let json = serde_json::to_vec(program).expect("programs serialize");
                     out.add(&entry.name, &json).map_err(write_error)?;
                 }
-                None => out.add(&entry.name, self.archive.bytes(entry)).map_err(write_error)?,
+                None => self.archive.copy_entry(entry, &mut out).map_err(write_error)?,
             }
         }
         out.finish().map_err(write_error)
