@@ -114,3 +114,14 @@ fn fill_diagonal_inplace_becomes_where() {
     assert_eq!(count(&fixed, "torch.ops.aten.where.self"), 1);
     assert_eq!(count(&fixed, "torch.ops.aten.eye.m"), 1);
 }
+
+#[test]
+fn index_put_on_the_last_dim_becomes_a_mask_and_where() {
+    let out = tempfile::tempdir().unwrap();
+    let original = Pt2::open(&patterns().join("index_put_last_dim.pt2")).unwrap();
+    assert_eq!(count(&original.programs["model"], "torch.ops.aten.index_put_.default"), 1, "the trace holds the pattern");
+    let fixed = fix("plugins/onnx/fix-index-put-last-dim", "index_put_last_dim", out.path());
+    assert_eq!(count(&fixed, "torch.ops.aten.index_put_.default"), 0);
+    assert_eq!(count(&fixed, "torch.ops.aten.where.self"), 1);
+    assert_eq!(count(&fixed, "torch.ops.aten.any.dim"), 1);
+}

@@ -174,6 +174,14 @@ fn malformed_archives_get_a_one_line_error() {
     let (_t, path) = with_model_json(|j| j.replace("\"major\": 8", "\"major\": 9"));
     assert!(open_error(&path).contains("schema version 9.20 is not supported (this hfx reads 8.0 to 8.20"));
 
+    // A node reading a value nobody defines: the archive opens, its program does not convert.
+    let (_t, path) = with_model_json(|j| j.replacen("{\"as_tensor\": {\"name\": \"input_ids\"}}, \"kind\"", "{\"as_tensor\": {\"name\": \"ghost\"}}, \"kind\"", 1));
+    let out = hfx(&["run", "--backend", "dynamo", path.to_str().unwrap(), "-o", path.with_extension("out.pt2").to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("dangling value reference `ghost`") && stderr.contains("bad.pt2"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+
     let dir = fixtures();
     let tmp = tempfile::tempdir().unwrap();
     let bytes = std::fs::read(fixture(&dir, "bert", "static")).unwrap();

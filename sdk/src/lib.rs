@@ -42,6 +42,8 @@ macro_rules! bindings {
             pub_export_macro: true,
             export_macro_name: "export_plugin",
             default_bindings_module: "hfx_sdk",
+            // Plugins compare shapes, arguments and metadata.
+            additional_derives: [PartialEq],
         });
         }
     };

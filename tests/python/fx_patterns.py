@@ -51,7 +51,17 @@ class FillDiagonal(torch.nn.Module):
         return y * 2
 
 
+class IndexPutLastDim(torch.nn.Module):
+    """`y[:, idx] = -1.0`: a scalar written on the last dimension, in place."""
+
+    def forward(self, x, idx):
+        y = x.clone()
+        y[:, idx] = -1.0
+        return y * 2
+
+
 PATTERNS = {
+    "index_put_last_dim": (IndexPutLastDim, lambda: (torch.randn(3, 6), torch.tensor([1, 4]))),
     "noop_squeeze": (NoopSqueeze, lambda: (torch.randn(2, 3),)),
     "scatter_reduce": (ScatterReduce, lambda: (torch.randn(5), torch.tensor([0, 1, 0, 3]), torch.randn(4))),
     "fill_diagonal": (FillDiagonal, lambda: (torch.randn(4, 6),)),

@@ -115,10 +115,12 @@ impl<'a> Dispatcher<'a> {
     }
 }
 
-/// The FX stages a backend runs on a traced program, in order. Numbered as in
-/// the reference exporters where they have the stage (ExecuTorch: 4 and 5;
-/// ONNX: 3, run again after decomposition once hfx decomposes); the dynamo
-/// backend runs the same two for its own plugins.
+/// The FX stages a backend runs on a traced program, in order. hfx numbers its
+/// pipeline as the ExecuTorch exporter does (1 backend preparation, 2-3
+/// patches at trace time, 4 program fixes, 5 node fixes); the labels also name
+/// the reference stage of the other backends. The dynamo backend runs the same
+/// two for its own plugins; ONNX runs node fixes again after decomposition
+/// once hfx decomposes.
 pub fn run_fx_stages(
     runtime: &Runtime,
     plugins: &[Plugin],
@@ -126,10 +128,10 @@ pub fn run_fx_stages(
     graph: &mut crate::graph::Graph,
     policy: OnPluginError,
 ) -> Result<Vec<StageReport>, PluginError> {
-    // ── Stage: FX program fixes (whole-program repairs: ranges, placeholder metadata) ──
+    // ── Stage 4: FX program fixes (ExecuTorch's stage 4; whole-program repairs: ranges, placeholder metadata) ──
     let program_fixes = select(plugins, backend, PluginKind::FxProgramFix);
     let program = fx_program_fix::run(runtime, &program_fixes, graph, "fx-program-fixes", policy)?;
-    // ── Stage: FX node fixes (per-node rewrites by declared target; DCE at the end) ──
+    // ── Stage 5: FX node fixes (ONNX's stage 3, ExecuTorch's stage 5; per-node rewrites by declared target, DCE at the end) ──
     let node_fixes = select(plugins, backend, PluginKind::FxNodeFix);
     let node = fx_node_fix::run(runtime, &node_fixes, graph, "fx-node-fixes", policy)?;
     Ok(vec![program, node])
