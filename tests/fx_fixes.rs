@@ -125,3 +125,17 @@ fn index_put_on_the_last_dim_becomes_a_mask_and_where() {
     assert_eq!(count(&fixed, "torch.ops.aten.where.self"), 1);
     assert_eq!(count(&fixed, "torch.ops.aten.any.dim"), 1);
 }
+
+#[test]
+fn comparisons_the_ranges_decide_become_constants() {
+    let out = tempfile::tempdir().unwrap();
+    let original = Pt2::open(&patterns().join("dead_comparison.pt2")).unwrap();
+    let comparisons = |p: &schema::ExportedProgram| p.graph_module.graph.nodes.iter().filter(|n| n.target.starts_with("_operator.")).count();
+    assert_eq!(comparisons(&original.programs["model"]), 3, "the trace holds the pattern");
+    let fixed = fix("plugins/onnx/fix-dead-comparison", "dead_comparison", out.path());
+    assert_eq!(comparisons(&fixed), 0);
+    // The asserts stay (that is fix-assertion's job) and now read `True`.
+    for assert in nodes(&fixed, "torch.ops.aten._assert_scalar.default") {
+        assert_eq!(input(assert, "self"), &schema::Argument::AsSymBool(schema::SymBoolArgument::AsBool(true)));
+    }
+}

@@ -60,7 +60,18 @@ class IndexPutLastDim(torch.nn.Module):
         return y * 2
 
 
+class DeadComparison(torch.nn.Module):
+    """Runtime asserts on an unbacked size: `u0 >= 0`, `u0 <= 3`, `u0 < 4`, all settled by u0's range."""
+
+    def forward(self, x, idx):
+        n = idx.max().item()
+        torch._check(n >= 0)
+        torch._check(n < x.shape[0])
+        return x[n] * 2
+
+
 PATTERNS = {
+    "dead_comparison": (DeadComparison, lambda: (torch.randn(4, 3), torch.tensor([1, 2]))),
     "index_put_last_dim": (IndexPutLastDim, lambda: (torch.randn(3, 6), torch.tensor([1, 4]))),
     "noop_squeeze": (NoopSqueeze, lambda: (torch.randn(2, 3),)),
     "scatter_reduce": (ScatterReduce, lambda: (torch.randn(5), torch.tensor([0, 1, 0, 3]), torch.randn(4))),
