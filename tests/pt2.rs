@@ -312,3 +312,21 @@ fn mutated_archives_never_panic_the_reader() {
     }
     assert!(errors > 100, "mutations should mostly be caught ({errors} errors, {opened} opened)");
 }
+
+#[test]
+fn argument_kinds_without_values_survive_the_ir() {
+    // Real graphs here use no `as_int_lists`/`as_complex`/`as_float_lists`: plant them.
+    let (_t, path) = with_model_json(|j| {
+        // `{"as_ints": [a, b]}` → `{"as_int_lists": [[3], [a, b]]}`
+        let start = j.find("{\"as_ints\": [").unwrap();
+        let end = start + j[start..].find("]}").unwrap();
+        let items = &j[start + "{\"as_ints\": [".len()..end];
+        format!("{}{{\"as_int_lists\": [[3], [{items}]]}}{}", &j[..start], &j[end + 2..])
+    });
+    let json = |p: &Pt2| serde_json::to_string(&p.programs["model"]).unwrap();
+    let pt2 = Pt2::open(&path).unwrap();
+    assert!(json(&pt2).contains("as_int_lists"));
+    let program = &pt2.programs["model"];
+    let back = convert::from_ir(&convert::to_ir(program).unwrap(), program).unwrap();
+    assert_program_eq(&back, program, "planted argument kinds");
+}

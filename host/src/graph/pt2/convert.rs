@@ -74,6 +74,8 @@ struct Reader {
 
 /// Marks a value that stands for a constant graph input; its meta keeps the argument.
 const CONSTANT_INPUT: &str = "constant-input:";
+/// Marks an opaque argument that is a `.pt2` argument kept as its JSON.
+const PT2_ARGUMENT: &str = "pt2-argument:";
 
 impl Reader {
     fn subgraph(&mut self, index: u32, g: &s::Graph, constant_names: &[String]) -> Result<(), String> {
@@ -224,6 +226,10 @@ impl Reader {
                 self.graph.subgraph_mut(index).map_err(|e| e.to_string())?.name = ga.name.clone();
                 self.subgraph(index, &ga.graph, &[])?;
                 Argument::Subgraph(index)
+            }
+            // Kinds that read no value travel through the IR as their own JSON.
+            A::AsComplex(_) | A::AsIntLists(_) | A::AsFloatLists(_) => {
+                Argument::Opaque(format!("{PT2_ARGUMENT}{}", serde_json::to_string(a).expect("arguments serialize")))
             }
             other => return Err(format!("argument kind {} is not supported yet", kind_name(other))),
         })
@@ -541,7 +547,10 @@ impl Writer<'_> {
                 let name = self.graph.subgraph(*index).map_err(|e| e.to_string())?.name.clone();
                 A::AsGraph(s::GraphArgument { name, graph: self.subgraph(*index)? })
             }
-            Argument::Opaque(o) => return Err(format!("opaque argument `{o}` cannot be written")),
+            Argument::Opaque(o) => match o.strip_prefix(PT2_ARGUMENT) {
+                Some(json) => serde_json::from_str(json).map_err(|e| e.to_string())?,
+                None => return Err(format!("opaque argument `{o}` cannot be written")),
+            },
         })
     }
 }
