@@ -10,13 +10,8 @@ use std::process::Command;
 use common::*;
 use hfx::graph::pt2::{schema, Pt2};
 
-fn python() -> PathBuf {
-    std::env::var_os("HFX_PYTHON").map(PathBuf::from).unwrap_or_else(|| root().join(".venv/bin/python"))
-}
-
 fn harness(args: &[&str]) {
-    let out = Command::new(python()).arg(root().join("tests/python/fx_patterns.py")).args(args).output().unwrap();
-    assert!(out.status.success(), "fx_patterns.py {args:?}:\n{}", String::from_utf8_lossy(&out.stderr));
+    run_python("fx_patterns.py", args)
 }
 
 fn patterns() -> PathBuf {

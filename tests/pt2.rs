@@ -44,19 +44,8 @@ fn assert_program_eq(a: &ExportedProgram, b: &ExportedProgram, what: &str) {
 const ARCHS: &[&str] = &["llama", "qwen2", "qwen3", "gpt2", "bert", "vit"];
 const MODES: &[&str] = &["static", "dynamic"];
 
-/// The Python with torch and transformers (`cargo xtask setup-python` makes `.venv`).
-fn python() -> PathBuf {
-    if let Some(p) = std::env::var_os("HFX_PYTHON") {
-        return PathBuf::from(p);
-    }
-    let venv = root().join(".venv/bin/python");
-    assert!(venv.exists(), "{} missing: run `cargo xtask setup-python`", venv.display());
-    venv
-}
-
 fn harness(args: &[&str]) {
-    let out = Command::new(python()).arg(root().join("tests/python/pt2_fixture.py")).args(args).output().unwrap();
-    assert!(out.status.success(), "pt2_fixture.py {args:?}:\n{}", String::from_utf8_lossy(&out.stderr));
+    run_python("pt2_fixture.py", args)
 }
 
 /// Every fixture archive, traced once per target folder (and once per test process).

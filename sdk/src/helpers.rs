@@ -33,6 +33,22 @@ mod graph_ext {
         /// Make the readers of `node`'s single output read input `name` instead,
         /// and erase `node`.
         fn forward_input(&self, node: NodeId, name: &str) -> Result<(), Error>;
+        /// Insert `target(inputs)` before `before` with one output; returns that value.
+        fn insert_value(&self, before: NodeId, target: &str, inputs: &[NamedArgument], output: OutputDecl) -> Result<ValueId, Error>;
+        /// The only value `node` outputs.
+        fn single_output(&self, node: NodeId) -> Result<ValueId, Error>;
+        /// The tensor metadata of `value`; None for a value that is not a tensor.
+        fn tensor_meta(&self, value: ValueId) -> Result<Option<TensorMeta>, Error>;
+    }
+
+    /// A positional input.
+    pub fn positional(name: &str, value: Argument) -> NamedArgument {
+        NamedArgument { name: name.into(), value, keyword: false }
+    }
+
+    /// A keyword-only input.
+    pub fn keyword(name: &str, value: Argument) -> NamedArgument {
+        NamedArgument { name: name.into(), value, keyword: true }
     }
 
     impl GraphExt for Graph {
@@ -75,6 +91,25 @@ mod graph_ext {
             };
             self.replace_uses(*output, Replacement::Value(input))?;
             self.erase(node)
+        }
+
+        fn insert_value(&self, before: NodeId, target: &str, inputs: &[NamedArgument], output: OutputDecl) -> Result<ValueId, Error> {
+            let node = self.insert_call(before, target, inputs, &[output])?;
+            self.single_output(node)
+        }
+
+        fn single_output(&self, node: NodeId) -> Result<ValueId, Error> {
+            match self.output_values(node)?[..] {
+                [value] => Ok(value),
+                ref values => Err(error(format!("expected one output, found {}", values.len()), Some(node))),
+            }
+        }
+
+        fn tensor_meta(&self, value: ValueId) -> Result<Option<TensorMeta>, Error> {
+            Ok(match self.value_meta(value)? {
+                ValueMeta::Tensor(meta) => Some(meta),
+                _ => None,
+            })
         }
     }
 
@@ -124,4 +159,4 @@ mod graph_ext {
 }
 
 #[cfg(any(feature = "fx-node-fix", feature = "fx-program-fix", feature = "onnx-translation"))]
-pub use graph_ext::GraphExt;
+pub use graph_ext::{keyword, positional, GraphExt};

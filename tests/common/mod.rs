@@ -24,6 +24,22 @@ pub fn plugin_dir(relative: &str) -> PathBuf {
     dir
 }
 
+/// The Python with torch and transformers (`cargo xtask setup-python` makes `.venv`).
+pub fn python() -> PathBuf {
+    if let Some(p) = std::env::var_os("HFX_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let venv = root().join(".venv/bin/python");
+    assert!(venv.exists(), "{} missing: run `cargo xtask setup-python`", venv.display());
+    venv
+}
+
+/// Runs `tests/python/<script>` with `args`; fails the test with its stderr.
+pub fn run_python(script: &str, args: &[&str]) {
+    let out = std::process::Command::new(python()).arg(root().join("tests/python").join(script)).args(args).output().unwrap();
+    assert!(out.status.success(), "{script} {args:?}:\n{}", String::from_utf8_lossy(&out.stderr));
+}
+
 pub fn runtime() -> Runtime {
     runtime_with(Limits::default())
 }

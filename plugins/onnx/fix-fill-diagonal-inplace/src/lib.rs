@@ -8,21 +8,6 @@ use hfx_sdk::prelude::*;
 
 struct FixFillDiagonal;
 
-fn arg(name: &str, value: Argument) -> NamedArgument {
-    NamedArgument { name: name.into(), value, keyword: false }
-}
-
-fn kwarg(name: &str, value: Argument) -> NamedArgument {
-    NamedArgument { name: name.into(), value, keyword: true }
-}
-
-fn single_output(graph: &Graph, node: NodeId) -> Result<ValueId, Error> {
-    match graph.output_values(node)?[..] {
-        [v] => Ok(v),
-        _ => Err(error("expected one output", Some(node))),
-    }
-}
-
 impl Guest for FixFillDiagonal {
     fn describe() -> Vec<String> {
         targets(&["aten.fill_diagonal_.default"])
@@ -41,9 +26,8 @@ impl Guest for FixFillDiagonal {
             sizes.push(match dim {
                 Dim::Fixed(n) => SymInt::Constant(*n),
                 Dim::Symbolic(expr) => {
-                    let inputs = [arg("self", Argument::Tensor(x)), arg("dim", Argument::Int(d as i64))];
-                    let size = graph.insert_call(node, "aten.sym_size.int", &inputs, &[OutputDecl::SymInt(expr.clone())])?;
-                    SymInt::Value(single_output(graph, size)?)
+                    let inputs = [positional("self", Argument::Tensor(x)), positional("dim", Argument::Int(d as i64))];
+                    SymInt::Value(graph.insert_value(node, "aten.sym_size.int", &inputs, OutputDecl::SymInt(expr.clone()))?)
                 }
             });
         }
@@ -51,25 +35,25 @@ impl Guest for FixFillDiagonal {
         let eye = graph.insert_call(
             node,
             "aten.eye.m",
-            &[arg("n", Argument::SymInt(sizes[0].clone())), arg("m", Argument::SymInt(sizes[1].clone()))],
+            &[positional("n", Argument::SymInt(sizes[0].clone())), positional("m", Argument::SymInt(sizes[1].clone()))],
             &[OutputDecl::Tensor(shaped("float32"))],
         )?;
         let mask = graph.insert_call(
             node,
             "aten.to.dtype",
-            &[arg("self", Argument::Tensor(single_output(graph, eye)?)), arg("dtype", Argument::Dtype("bool".into()))],
+            &[positional("self", Argument::Tensor(graph.single_output(eye)?)), positional("dtype", Argument::Dtype("bool".into()))],
             &[OutputDecl::Tensor(shaped("bool"))],
         )?;
         let filled = graph.insert_call(
             node,
             "aten.full_like.default",
-            &[arg("self", Argument::Tensor(x)), arg("fill_value", fill), kwarg("pin_memory", Argument::Boolean(false))],
+            &[positional("self", Argument::Tensor(x)), positional("fill_value", fill), keyword("pin_memory", Argument::Boolean(false))],
             &[OutputDecl::Tensor(meta.clone())],
         )?;
         let inputs = vec![
-            arg("condition", Argument::Tensor(single_output(graph, mask)?)),
-            arg("self", Argument::Tensor(single_output(graph, filled)?)),
-            arg("other", Argument::Tensor(x)),
+            positional("condition", Argument::Tensor(graph.single_output(mask)?)),
+            positional("self", Argument::Tensor(graph.single_output(filled)?)),
+            positional("other", Argument::Tensor(x)),
         ];
         graph.replace_with_call(node, "aten.where.self", inputs)?;
         Ok(true)

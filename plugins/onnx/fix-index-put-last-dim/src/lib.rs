@@ -12,28 +12,6 @@ use hfx_sdk::prelude::*;
 
 struct FixIndexPutLastDim;
 
-fn arg(name: &str, value: Argument) -> NamedArgument {
-    NamedArgument { name: name.into(), value, keyword: false }
-}
-
-fn kwarg(name: &str, value: Argument) -> NamedArgument {
-    NamedArgument { name: name.into(), value, keyword: true }
-}
-
-fn tensor(graph: &Graph, v: ValueId) -> Result<Option<TensorMeta>, Error> {
-    Ok(match graph.value_meta(v)? {
-        ValueMeta::Tensor(m) => Some(m),
-        _ => None,
-    })
-}
-
-fn call(graph: &Graph, at: NodeId, target: &str, inputs: &[NamedArgument], out: OutputDecl) -> Result<ValueId, Error> {
-    let node = graph.insert_call(at, target, inputs, &[out])?;
-    match graph.output_values(node)?[..] {
-        [v] => Ok(v),
-        _ => Err(error(format!("{target} has one output"), Some(at))),
-    }
-}
 
 /// Steps back through `slice`s that keep the shape (a full `:`).
 fn base_of(graph: &Graph, mut value: ValueId) -> Result<ValueId, Error> {
@@ -42,7 +20,7 @@ fn base_of(graph: &Graph, mut value: ValueId) -> Result<ValueId, Error> {
             break;
         }
         let input = graph.tensor_input(producer, "self")?;
-        let (Some(a), Some(b)) = (tensor(graph, value)?, tensor(graph, input)?) else { break };
+        let (Some(a), Some(b)) = (graph.tensor_meta(value)?, graph.tensor_meta(input)?) else { break };
         if a.shape != b.shape {
             break;
         }
@@ -64,7 +42,7 @@ impl Guest for FixIndexPutLastDim {
         }
         let Some(Argument::OptionalTensors(indices)) = graph.input(node, "indices")? else { return Ok(false) };
         let Some((Some(index), leading)) = indices.split_last() else { return Ok(false) };
-        let (Some(self_meta), Some(index_meta), Some(values_meta)) = (tensor(graph, this)?, tensor(graph, *index)?, tensor(graph, values)?) else {
+        let (Some(self_meta), Some(index_meta), Some(values_meta)) = (graph.tensor_meta(this)?, graph.tensor_meta(*index)?, graph.tensor_meta(values)?) else {
             return Ok(false);
         };
         // Only a broadcastable (one-element) value on the last dimension, selected by integers.
@@ -77,30 +55,28 @@ impl Guest for FixIndexPutLastDim {
         let size_dim = self_meta.shape[last].clone();
         let size = match &size_dim {
             Dim::Fixed(n) => SymInt::Constant(*n),
-            Dim::Symbolic(expr) => SymInt::Value(call(
-                graph,
+            Dim::Symbolic(expr) => SymInt::Value(graph.insert_value(
                 node,
                 "aten.sym_size.int",
-                &[arg("self", Argument::Tensor(this)), arg("dim", Argument::Int(last as i64))],
+                &[positional("self", Argument::Tensor(this)), positional("dim", Argument::Int(last as i64))],
                 OutputDecl::SymInt(expr.clone()),
             )?),
         };
         let plain = |dtype: &str, shape: Vec<Dim>| TensorMeta { dtype: dtype.into(), shape, strides: vec![], device: index_meta.device.clone() };
         let n = index_meta.shape.first().cloned().unwrap_or(Dim::Fixed(1));
-        let arange = call(
-            graph,
+        let arange = graph.insert_value(
             node,
             "aten.arange.default",
-            &[arg("end", Argument::SymInt(size)), kwarg("dtype", Argument::Dtype(index_meta.dtype.clone())), kwarg("device", Argument::Device(index_meta.device.clone())), kwarg("pin_memory", Argument::Boolean(false))],
+            &[positional("end", Argument::SymInt(size)), keyword("dtype", Argument::Dtype(index_meta.dtype.clone())), keyword("device", Argument::Device(index_meta.device.clone())), keyword("pin_memory", Argument::Boolean(false))],
             OutputDecl::Tensor(plain(&index_meta.dtype, vec![size_dim.clone()])),
         )?;
-        let columns = call(graph, node, "aten.unsqueeze.default", &[arg("self", Argument::Tensor(arange)), arg("dim", Argument::Int(-1))], OutputDecl::Tensor(plain(&index_meta.dtype, vec![size_dim.clone(), Dim::Fixed(1)])))?;
-        let selected = call(graph, node, "aten.unsqueeze.default", &[arg("self", Argument::Tensor(*index)), arg("dim", Argument::Int(0))], OutputDecl::Tensor(plain(&index_meta.dtype, vec![Dim::Fixed(1), n.clone()])))?;
-        let matches = call(graph, node, "aten.eq.Tensor", &[arg("self", Argument::Tensor(columns)), arg("other", Argument::Tensor(selected))], OutputDecl::Tensor(plain("bool", vec![size_dim.clone(), n])))?;
-        let mask = call(graph, node, "aten.any.dim", &[arg("self", Argument::Tensor(matches)), arg("dim", Argument::Int(-1))], OutputDecl::Tensor(plain("bool", vec![size_dim])))?;
-        let inputs = vec![arg("condition", Argument::Tensor(mask)), arg("self", Argument::Tensor(values)), arg("other", Argument::Tensor(base))];
+        let columns = graph.insert_value(node, "aten.unsqueeze.default", &[positional("self", Argument::Tensor(arange)), positional("dim", Argument::Int(-1))], OutputDecl::Tensor(plain(&index_meta.dtype, vec![size_dim.clone(), Dim::Fixed(1)])))?;
+        let selected = graph.insert_value(node, "aten.unsqueeze.default", &[positional("self", Argument::Tensor(*index)), positional("dim", Argument::Int(0))], OutputDecl::Tensor(plain(&index_meta.dtype, vec![Dim::Fixed(1), n.clone()])))?;
+        let matches = graph.insert_value(node, "aten.eq.Tensor", &[positional("self", Argument::Tensor(columns)), positional("other", Argument::Tensor(selected))], OutputDecl::Tensor(plain("bool", vec![size_dim.clone(), n])))?;
+        let mask = graph.insert_value(node, "aten.any.dim", &[positional("self", Argument::Tensor(matches)), positional("dim", Argument::Int(-1))], OutputDecl::Tensor(plain("bool", vec![size_dim])))?;
+        let inputs = vec![positional("condition", Argument::Tensor(mask)), positional("self", Argument::Tensor(values)), positional("other", Argument::Tensor(base))];
         let result_node = graph.replace_with_call(node, "aten.where.self", inputs)?;
-        let [result] = graph.output_values(result_node)?[..] else { return Err(error("where has one output", Some(node))) };
+        let result = graph.single_output(result_node)?;
         // Later readers of `base` relied on the in-place write: they read the result.
         let order = graph.nodes();
         let position = |n: NodeId| order.iter().position(|&m| m == n);

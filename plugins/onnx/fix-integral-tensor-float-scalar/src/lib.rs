@@ -18,13 +18,6 @@ fn is_floating(dtype: &str) -> bool {
     dtype.starts_with("float") || dtype == "bfloat16"
 }
 
-fn dtype_of(graph: &Graph, value: ValueId) -> Result<Option<String>, Error> {
-    Ok(match graph.value_meta(value)? {
-        ValueMeta::Tensor(meta) => Some(meta.dtype),
-        _ => None,
-    })
-}
-
 impl Guest for FixIntegralTensorFloatScalar {
     fn describe() -> Vec<String> {
         targets(OPS)
@@ -36,19 +29,13 @@ impl Guest for FixIntegralTensorFloatScalar {
         };
         let decls = graph.output_decls(node)?;
         let [OutputDecl::Tensor(result)] = decls.as_slice() else { return Ok(false) };
-        let Some(operand_dtype) = dtype_of(graph, operand)? else { return Ok(false) };
+        let Some(operand_dtype) = graph.tensor_meta(operand)?.map(|m| m.dtype) else { return Ok(false) };
         if is_floating(&operand_dtype) || !is_floating(&result.dtype) {
             return Ok(false);
         }
-        let inputs = [
-            NamedArgument { name: "self".into(), value: Argument::Tensor(operand), keyword: false },
-            NamedArgument { name: "dtype".into(), value: Argument::Dtype(result.dtype.clone()), keyword: true },
-        ];
-        let cast = graph.insert_call(node, "aten._to_copy.default", &inputs, &decls)?;
-        let [promoted] = graph.output_values(cast)?[..] else {
-            return Err(error("_to_copy has one output", Some(node)));
-        };
-        graph.set_input(node, &NamedArgument { name: "self".into(), value: Argument::Tensor(promoted), keyword: false })?;
+        let inputs = [positional("self", Argument::Tensor(operand)), keyword("dtype", Argument::Dtype(result.dtype.clone()))];
+        let promoted = graph.insert_value(node, "aten._to_copy.default", &inputs, decls[0].clone())?;
+        graph.set_input(node, &positional("self", Argument::Tensor(promoted)))?;
         Ok(true)
     }
 }
