@@ -134,3 +134,14 @@ fn comparisons_the_ranges_decide_become_constants() {
         assert_eq!(input(assert, "self"), &schema::Argument::AsSymBool(schema::SymBoolArgument::AsBool(true)));
     }
 }
+
+#[test]
+fn stable_sort_becomes_the_default_overload() {
+    let out = tempfile::tempdir().unwrap();
+    let original = Pt2::open(&patterns().join("sort_stable.pt2")).unwrap();
+    assert_eq!(count(&original.programs["model"], "torch.ops.aten.sort.stable"), 1, "the trace holds the pattern");
+    let fixed = fix("plugins/onnx/fix-sort-stable", "sort_stable", out.path());
+    assert_eq!(count(&fixed, "torch.ops.aten.sort.stable"), 0);
+    let sort = nodes(&fixed, "torch.ops.aten.sort.default").next().unwrap();
+    assert_eq!(input(sort, "descending"), &schema::Argument::AsBool(true));
+}

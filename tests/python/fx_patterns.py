@@ -70,7 +70,16 @@ class DeadComparison(torch.nn.Module):
         return x[n] * 2
 
 
+class SortStable(torch.nn.Module):
+    """`torch.sort(x, stable=True)`: `aten.sort.stable`, with keyword-only `dim` and `descending`."""
+
+    def forward(self, x):
+        values, indices = torch.sort(x, dim=-1, descending=True, stable=True)
+        return values * 2 + indices
+
+
 PATTERNS = {
+    "sort_stable": (SortStable, lambda: (torch.randn(3, 7),)),
     "dead_comparison": (DeadComparison, lambda: (torch.randn(4, 3), torch.tensor([1, 2]))),
     "index_put_last_dim": (IndexPutLastDim, lambda: (torch.randn(3, 6), torch.tensor([1, 4]))),
     "noop_squeeze": (NoopSqueeze, lambda: (torch.randn(2, 3),)),

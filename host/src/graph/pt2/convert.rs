@@ -353,7 +353,18 @@ impl Writer<'_> {
             let argument = self.define(&mut out, input)?;
             out.inputs.push(argument);
         }
-        let mut used_names: std::collections::HashSet<String> = self.graph.order(index).filter_map(|n| self.graph.node(n).ok()?.name.clone()).collect();
+        // A node name must be unique among node names and must not name a value
+        // it does not output (torch rebuilds FX nodes from both).
+        let mut used_names: std::collections::HashSet<String> =
+            self.graph.order(index).filter_map(|n| self.graph.node(n).ok()?.name.clone()).collect();
+        let value_names: std::collections::HashSet<String> = self
+            .graph
+            .order(index)
+            .filter_map(|n| self.graph.node(n).ok())
+            .flat_map(|n| n.output_values().collect::<Vec<_>>())
+            .chain(sub.inputs.iter().copied())
+            .filter_map(|v| self.graph.value(v).ok().map(|v| v.name.clone()))
+            .collect();
         for id in self.graph.order(index) {
             let node = self.graph.node(id).map_err(|e| e.to_string())?;
             let mut outputs = Vec::new();
@@ -366,10 +377,20 @@ impl Writer<'_> {
                 .map(|a| Ok(s::NamedArgument { name: a.name.clone(), arg: self.argument(&a.value)?, kind: Some(if a.keyword { 2 } else { 1 }) }))
                 .collect::<Result<Vec<_>, String>>()?;
             let name = node.name.clone().unwrap_or_else(|| {
-                let base = self.graph.node_name(id).replace(['.', '#'], "_");
+                // FX names a single-output node after its output; others after their op.
+                let outputs: Vec<ValueId> = node.output_values().collect();
+                if let [only] = outputs[..] {
+                    if let Ok(v) = self.graph.value(only) {
+                        if used_names.insert(v.name.clone()) {
+                            return v.name.clone();
+                        }
+                    }
+                }
+                let base = node.target.split('.').nth(1).unwrap_or("node").trim_start_matches('_').to_string();
+                let taken = |n: &String| used_names.contains(n) || value_names.contains(n);
                 let mut name = base.clone();
                 let mut n = 1;
-                while used_names.contains(&name) {
+                while taken(&name) {
                     name = format!("{base}_{n}");
                     n += 1;
                 }
