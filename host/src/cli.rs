@@ -126,6 +126,66 @@ pub struct RunArgs {
     /// What a failing plugin call does to the run; its changes are rolled back either way [default: fail].
     #[arg(long, value_enum)]
     pub on_plugin_error: Option<OnPluginError>,
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
+
+/// Tracing a model instead of reading a `.pt2`.
+#[derive(Debug, Args, Default)]
+pub struct ModelArgs {
+    /// A random model of this architecture (`llama`, `gpt2`, `bert`, `vit`, ...), built from its config.
+    #[arg(long, conflicts_with_all = ["model_dir", "model_fn"])]
+    pub model: Option<String>,
+    /// Config overrides for --model: `--set hidden_size=64,num_hidden_layers=2` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE", value_delimiter = ',')]
+    pub set: Vec<String>,
+    /// A local Hugging Face model folder (config.json + weights); the class is the one in `architectures`.
+    #[arg(long, conflicts_with = "model_fn")]
+    pub model_dir: Option<PathBuf>,
+    /// `python:module:function` returning `(model, inputs)`.
+    #[arg(long)]
+    pub model_fn: Option<String>,
+    /// The transformers class to build (`AutoModelForCausalLM`, `BertModel`, ...), overriding the default.
+    #[arg(long)]
+    pub task: Option<String>,
+    /// Every input axis dynamic (`Dim.AUTO`); sample sizes are >= 2 so nothing specializes.
+    #[arg(long)]
+    pub dynamic: bool,
+    /// Explicit ranges: `input_ids:0=1..32,input_ids:1=2..2048`.
+    #[arg(long, value_delimiter = ',')]
+    pub dynamic_shapes: Vec<String>,
+    /// Deadline for the trace, in seconds.
+    #[arg(long, default_value_t = 600)]
+    pub trace_deadline_s: u64,
+}
+
+impl ModelArgs {
+    fn request(&self) -> Result<Option<crate::trace::TraceRequest>> {
+        use crate::trace::{ModelSource, TraceRequest};
+        let source = match (&self.model, &self.model_dir, &self.model_fn) {
+            (Some(name), _, _) => {
+                let overrides = self
+                    .set
+                    .iter()
+                    .map(|kv| kv.split_once('=').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
+                    .collect::<Option<Vec<_>>>()
+                    .context("--set takes KEY=VALUE pairs")?;
+                ModelSource::Architecture { name: name.clone(), overrides }
+            }
+            (None, Some(dir), _) => ModelSource::Directory(dir.canonicalize().with_context(|| format!("{}", dir.display()))?),
+            (None, None, Some(spec)) if spec.starts_with("python:") && spec.matches(':').count() == 2 => ModelSource::Function(spec.clone()),
+            (None, None, Some(spec)) => bail!("--model-fn `{spec}`: expected python:module:function"),
+            (None, None, None) => return Ok(None),
+        };
+        Ok(Some(TraceRequest {
+            source,
+            task: self.task.clone(),
+            dynamic: self.dynamic,
+            dynamic_shapes: self.dynamic_shapes.clone(),
+            batch: 2,
+            sequence: 8,
+        }))
+    }
 }
 
 /// The run options a `--config` file may set (the counterpart of the reference
@@ -204,7 +264,7 @@ struct LoadedSet {
 }
 
 impl PluginSetArgs {
-    fn python(&self) -> String {
+    pub(crate) fn python(&self) -> String {
         if let Some(p) = &self.python {
             return p.clone();
         }
@@ -374,7 +434,10 @@ fn lock(args: &PluginSetArgs, output: &Path) -> Result<()> {
 
 /// `run` options after merging flags over the config file.
 struct RunOptions {
-    input: PathBuf,
+    /// A `.pt2` or IR JSON to read; None when a model is traced.
+    input: Option<PathBuf>,
+    trace: Option<crate::trace::TraceRequest>,
+    trace_deadline: Duration,
     output: PathBuf,
     backend: Backend,
     set: PluginSetArgs,
@@ -419,9 +482,16 @@ fn merge(args: RunArgs) -> Result<RunOptions> {
     s.plugin_deadline_ms = s.plugin_deadline_ms.or(config.sandbox.deadline_ms);
     s.cache_dir = s.cache_dir.take().or(config.sandbox.cache_dir.map(rel));
     s.no_cache |= config.sandbox.no_cache;
-    let input = args.input.or(config.input.map(rel)).context("no input graph (argument or `input` in the config)")?;
+    let trace = args.model.request()?;
+    let input = args.input.or(config.input.map(rel));
+    match (&input, &trace) {
+        (None, None) => bail!("nothing to export: give a .pt2 (or IR JSON), or a model (--model, --model-dir, --model-fn)"),
+        (Some(_), Some(_)) => bail!("give either an input file or a model to trace, not both"),
+        _ => {}
+    }
     let output = args.output.or(config.output.map(rel)).context("no output (-o or `output` in the config)")?;
-    Ok(RunOptions { input, output, backend, set, on_plugin_error })
+    let trace_deadline = Duration::from_secs(args.model.trace_deadline_s);
+    Ok(RunOptions { input, trace, trace_deadline, output, backend, set, on_plugin_error })
 }
 
 /// What `run` reads: a `.pt2` (kept open: its weights are written from the
@@ -438,7 +508,7 @@ fn is_json(path: &Path) -> bool {
 fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
     use crate::graph::pt2::{convert, Pt2};
     let options = merge(args)?;
-    let (input, output) = (&options.input, &options.output);
+    let output = &options.output;
     // Check what can be emitted before doing any work. A `.pt2` is the
     // dynamo artifact, and for the other backends the program after their FX
     // stages (what their lowering would start from).
@@ -447,6 +517,16 @@ fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
         Some(ext @ ("onnx" | "pte")) => bail!("emitting .{ext} is not implemented yet: write the {} backend's FX-fixed program with `-o OUT.pt2`", options.backend),
         _ => bail!("{}: the output must end in .pt2 or .json", output.display()),
     }
+    // ── Stage 1: Trace (or read a traced program) ──
+    let traced = match &options.trace {
+        Some(request) => Some(trace_model(request, &options, output)?),
+        None => None,
+    };
+    let input: &Path = match (&traced, &options.input) {
+        (Some(t), _) => &t.program,
+        (None, Some(input)) => input,
+        (None, None) => unreachable!("merge checks there is an input"),
+    };
     let (source, mut graph) = if is_json(input) {
         let text = std::fs::read_to_string(input).with_context(|| format!("reading {}", input.display()))?;
         (Input::Json, Graph::from_json(&text).with_context(|| format!("{}", input.display()))?)
@@ -469,9 +549,51 @@ fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
         }
         (Input::Json, false) => bail!("a graph read from JSON can only be written as JSON (-o OUT.json)"),
     }
+    if let Some(traced) = &traced {
+        // The eager reference goes next to the artifact, for verification.
+        let reference = reference_path(output);
+        std::fs::rename(&traced.reference, &reference).with_context(|| format!("writing {}", reference.display()))?;
+        println!("traced {} in {:.1} s; eager reference: {}", traced.model_class, traced.seconds, reference.display());
+    }
     print_summary(&reports, &loaded.set, verbose);
     println!("nodes: {nodes_before} -> {}; wrote {}", graph.node_count(), output.display());
     Ok(())
+}
+
+/// `out.pt2` → `out.reference.pt`.
+fn reference_path(output: &Path) -> PathBuf {
+    output.with_extension("reference.pt")
+}
+
+/// A program traced into a scratch folder beside the output (removed on drop).
+struct Traced {
+    _scratch: Scratch,
+    program: PathBuf,
+    reference: PathBuf,
+    model_class: String,
+    seconds: f64,
+}
+
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn trace_model(request: &crate::trace::TraceRequest, options: &RunOptions, output: &Path) -> Result<Traced> {
+    let parent = output.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let scratch = Scratch(parent.join(format!(".hfx-trace-{}", std::process::id())));
+    std::fs::create_dir_all(&scratch.0).with_context(|| format!("creating {}", scratch.0.display()))?;
+    let program = scratch.0.join("model.pt2");
+    let reference = scratch.0.join("reference.pt");
+    let python = options.set.python();
+    let mut worker = crate::trace::Worker::start(&python, Duration::from_secs(120))?;
+    let result = crate::trace::trace(&mut worker, request, &program, &reference, options.trace_deadline)?;
+    let seconds = result.get("seconds").and_then(|s| s.as_object()).map(|m| m.values().filter_map(|v| v.as_f64()).sum()).unwrap_or(0.0);
+    let model_class = result.get("model_class").and_then(|c| c.as_str()).unwrap_or("model").to_string();
+    Ok(Traced { _scratch: scratch, program, reference, model_class, seconds })
 }
 
 fn print_summary(reports: &[StageReport], set: &PluginSet, verbose: u8) {

@@ -11,3 +11,4 @@ pub mod graph;
 pub mod onnx;
 pub mod plugins;
 pub mod stages;
+pub mod trace;

@@ -1,0 +1,202 @@
+//! ── Stage 1: Trace ──
+//!
+//! Only Python can run PyTorch model code, so the host delegates the capture
+//! to a worker it starts, feeds and supervises (`host/worker/worker.py`,
+//! embedded in the binary): JSON lines over pipes, one response per request,
+//! a deadline per request. A crash, a Python exception or a hang becomes a
+//! `TraceError` with the Python traceback or the tail of stderr attached.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+/// The worker's source; run with `python -c`, so an installed hfx needs no files beside it.
+const WORKER: &str = include_str!("../../worker/worker.py");
+/// The protocol version this host speaks (the worker's `PROTOCOL`).
+const PROTOCOL: u64 = 1;
+/// How much of the worker's stderr is kept for error reports.
+const STDERR_TAIL: usize = 16 << 10;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("cannot start the trace worker with `{python}`: {source}")]
+    Start { python: String, source: std::io::Error },
+    #[error("the trace worker exited ({status}) during `{method}`; its last output:\n{stderr}")]
+    Crashed { method: String, status: String, stderr: String },
+    #[error("the trace worker did not answer `{method}` within {seconds} s (stopped); its last output:\n{stderr}")]
+    Timeout { method: String, seconds: u64, stderr: String },
+    #[error("{kind} in the trace worker during `{method}`: {message}\n{traceback}")]
+    Python { method: String, kind: String, message: String, traceback: String },
+    #[error("trace worker protocol: {0}")]
+    Protocol(String),
+}
+
+pub struct Worker {
+    child: Child,
+    stdin: ChildStdin,
+    responses: Receiver<String>,
+    stderr: Arc<Mutex<String>>,
+    next_id: u64,
+    /// What `hello` answered: protocol, python, upstream versions.
+    pub hello: Value,
+}
+
+impl Worker {
+    /// Starts the worker under `python` and checks it speaks this host's protocol.
+    pub fn start(python: &str, deadline: Duration) -> Result<Worker, TraceError> {
+        let mut child = Command::new(python)
+            .args(["-u", "-c", WORKER])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|source| TraceError::Start { python: python.into(), source })?;
+        let stdin = child.stdin.take().expect("piped");
+        let stdout = child.stdout.take().expect("piped");
+        let mut stderr_pipe = child.stderr.take().expect("piped");
+        let (tx, responses) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            let mut buffer = [0u8; 4096];
+            while let Ok(n) = stderr_pipe.read(&mut buffer) {
+                if n == 0 {
+                    break;
+                }
+                let mut kept = sink.lock().expect("stderr lock");
+                kept.push_str(&String::from_utf8_lossy(&buffer[..n]));
+                if kept.len() > STDERR_TAIL {
+                    let cut = kept.len() - STDERR_TAIL;
+                    let cut = (cut..kept.len()).find(|&i| kept.is_char_boundary(i)).unwrap_or(kept.len());
+                    kept.drain(..cut);
+                }
+            }
+        });
+        let mut worker = Worker { child, stdin, responses, stderr, next_id: 0, hello: Value::Null };
+        let hello = worker.call("hello", json!({}), deadline)?;
+        let protocol = hello.get("protocol").and_then(Value::as_u64);
+        if protocol != Some(PROTOCOL) {
+            return Err(TraceError::Protocol(format!("worker speaks protocol {protocol:?}, this hfx speaks {PROTOCOL}")));
+        }
+        worker.hello = hello;
+        Ok(worker)
+    }
+
+    /// Upstream versions the worker's Python has installed.
+    pub fn versions(&self) -> crate::plugins::Versions {
+        self.hello
+            .get("versions")
+            .and_then(Value::as_object)
+            .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect())
+            .unwrap_or_default()
+    }
+
+    /// One request; waits at most `deadline` for its response.
+    pub fn call(&mut self, method: &str, params: Value, deadline: Duration) -> Result<Value, TraceError> {
+        self.next_id += 1;
+        let request = json!({"id": self.next_id, "method": method, "params": params});
+        if writeln!(self.stdin, "{request}").and_then(|()| self.stdin.flush()).is_err() {
+            return Err(self.crashed(method));
+        }
+        let line = match self.responses.recv_timeout(deadline) {
+            Ok(line) => line,
+            Err(RecvTimeoutError::Timeout) => {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                return Err(TraceError::Timeout { method: method.into(), seconds: deadline.as_secs(), stderr: self.stderr_tail() });
+            }
+            Err(RecvTimeoutError::Disconnected) => return Err(self.crashed(method)),
+        };
+        let response: Value = serde_json::from_str(&line).map_err(|e| TraceError::Protocol(format!("bad response `{line}`: {e}")))?;
+        if response.get("id").and_then(Value::as_u64) != Some(self.next_id) {
+            return Err(TraceError::Protocol(format!("response to another request: {line}")));
+        }
+        if let Some(error) = response.get("error") {
+            let field = |k: &str| error.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+            return Err(TraceError::Python { method: method.into(), kind: field("type"), message: field("message"), traceback: field("traceback") });
+        }
+        Ok(response.get("result").cloned().unwrap_or(Value::Null))
+    }
+
+    fn crashed(&mut self, method: &str) -> TraceError {
+        let status = match self.child.wait() {
+            Ok(status) => status.to_string(),
+            Err(e) => e.to_string(),
+        };
+        // The stderr reader may still be draining: give it a moment.
+        std::thread::sleep(Duration::from_millis(100));
+        TraceError::Crashed { method: method.into(), status, stderr: self.stderr_tail() }
+    }
+
+    fn stderr_tail(&self) -> String {
+        let text = self.stderr.lock().expect("stderr lock").clone();
+        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Where the model comes from.
+#[derive(Debug, Clone)]
+pub enum ModelSource {
+    /// A tiny (or any) random model from an architecture name and config overrides.
+    Architecture { name: String, overrides: Vec<(String, String)> },
+    /// A local Hugging Face model folder (config.json + weights).
+    Directory(PathBuf),
+    /// `python:module:function` returning `(model, inputs)`.
+    Function(String),
+}
+
+/// What to trace and how.
+#[derive(Debug, Clone)]
+pub struct TraceRequest {
+    pub source: ModelSource,
+    pub task: Option<String>,
+    pub dynamic: bool,
+    /// `name:axis=min..max`, each.
+    pub dynamic_shapes: Vec<String>,
+    /// Sizes of the generated inputs (>= 2 on axes meant to be dynamic).
+    pub batch: u32,
+    pub sequence: u32,
+}
+
+impl TraceRequest {
+    fn params(&self, output: &std::path::Path, reference: &std::path::Path) -> Value {
+        let source = match &self.source {
+            ModelSource::Architecture { name, overrides } => {
+                let overrides: serde_json::Map<String, Value> = overrides.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
+                json!({"kind": "architecture", "name": name, "overrides": overrides})
+            }
+            ModelSource::Directory(path) => json!({"kind": "directory", "path": path}),
+            ModelSource::Function(spec) => json!({"kind": "function", "spec": spec}),
+        };
+        json!({
+            "source": source, "task": self.task, "dynamic": self.dynamic, "dynamic_shapes": self.dynamic_shapes,
+            "batch": self.batch, "sequence": self.sequence, "output": output, "reference": reference,
+        })
+    }
+}
+
+/// Traces `request` into `output` (a `.pt2`) and `reference` (eager inputs and outputs).
+pub fn trace(worker: &mut Worker, request: &TraceRequest, output: &std::path::Path, reference: &std::path::Path, deadline: Duration) -> Result<Value, TraceError> {
+    worker.call("trace", request.params(output, reference), deadline)
+}

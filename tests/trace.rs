@@ -1,0 +1,106 @@
+//! The host-driven trace: `hfx run --model ...` starts the worker, traces a
+//! real transformers model, and exports; worker failures are clear errors
+//! that leave no output behind.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::*;
+
+fn hfx(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hfx"))
+        .args(args)
+        .args(["--python", python().to_str().unwrap()])
+        .current_dir(dir)
+        .env("PYTHONPATH", root().join("tests/python"))
+        .env("HFX_CACHE_DIR", root().join("target/hfx-test-cache"))
+        .output()
+        .unwrap()
+}
+
+const TINY: &[(&str, &str)] = &[
+    ("llama", "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,max_position_embeddings=64"),
+    ("gpt2", "vocab_size=128,n_embd=32,n_layer=2,n_head=4,n_positions=64"),
+    ("bert", "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,max_position_embeddings=64"),
+    ("vit", "image_size=32,patch_size=8,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4"),
+];
+
+fn overrides_json(set: &str) -> String {
+    let pairs: Vec<String> = set
+        .split(',')
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap();
+            format!("\"{k}\": \"{v}\"")
+        })
+        .collect();
+    format!("{{{}}}", pairs.join(", "))
+}
+
+#[test]
+fn traced_models_match_eager_static_and_dynamic() {
+    let dir = tempfile::tempdir().unwrap();
+    for (arch, set) in TINY {
+        for mode in ["static", "dynamic"] {
+            let out = dir.path().join(format!("{arch}_{mode}.pt2"));
+            let mut args = vec!["run", "--backend", "dynamo", "--model", arch, "--set", set, "-o", out.to_str().unwrap()];
+            if mode == "dynamic" {
+                args.push("--dynamic");
+            }
+            let result = hfx(dir.path(), &args);
+            let stdout = String::from_utf8_lossy(&result.stdout);
+            assert!(result.status.success(), "{arch} {mode}: {}", String::from_utf8_lossy(&result.stderr));
+            assert!(stdout.contains("traced ") && stdout.contains("eager reference"), "{stdout}");
+            let reference = out.with_extension("reference.pt");
+            run_python("check_trace.py", &[out.to_str().unwrap(), reference.to_str().unwrap(), arch, &overrides_json(set), mode]);
+        }
+    }
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().starts_with(".hfx-trace")).collect();
+    assert!(leftovers.is_empty(), "scratch folders left behind");
+}
+
+/// Runs a failing model function and returns stderr; asserts nothing was written.
+fn failing(function: &str, extra: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.pt2");
+    std::fs::write(&out, "previous good output").unwrap();
+    let spec = format!("python:hfx_test_models:{function}");
+    let mut args = vec!["run", "--backend", "dynamo", "--model-fn", &spec, "-o", out.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let result = hfx(dir.path(), &args);
+    assert!(!result.status.success());
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "previous good output", "the old artifact must stay");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "nothing else may be left behind");
+    String::from_utf8_lossy(&result.stderr).into_owned()
+}
+
+#[test]
+fn a_python_exception_is_reported_with_its_traceback() {
+    let stderr = failing("raises", &[]);
+    assert!(stderr.contains("ValueError in the trace worker during `trace`: this model cannot be built (on purpose)"), "{stderr}");
+    assert!(stderr.contains("Traceback (most recent call last)") && stderr.contains("hfx_test_models.py"), "{stderr}");
+}
+
+#[test]
+fn a_hanging_worker_is_stopped_at_the_deadline() {
+    let started = std::time::Instant::now();
+    let stderr = failing("hangs", &["--trace-deadline-s", "3"]);
+    assert!(stderr.contains("did not answer `trace` within 3 s (stopped)") && stderr.contains("about to hang"), "{stderr}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(60), "the deadline must stop the hang");
+}
+
+#[test]
+fn a_crashing_worker_is_reported_with_its_output() {
+    let stderr = failing("crashes", &[]);
+    assert!(stderr.contains("the trace worker exited (exit status: 3) during `trace`") && stderr.contains("about to crash"), "{stderr}");
+}
+
+#[test]
+fn a_model_function_exports_with_its_own_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("doubler.pt2");
+    let result = hfx(dir.path(), &["run", "--backend", "dynamo", "--model-fn", "python:hfx_test_models:doubler", "-o", out.to_str().unwrap()]);
+    assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
+    assert!(String::from_utf8_lossy(&result.stdout).contains("traced Doubler"));
+}
