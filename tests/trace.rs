@@ -25,6 +25,8 @@ const TINY: &[(&str, &str)] = &[
     ("gpt2", "vocab_size=128,n_embd=32,n_layer=2,n_head=4,n_positions=64"),
     ("bert", "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,max_position_embeddings=64"),
     ("vit", "image_size=32,patch_size=8,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4"),
+    ("qwen3", "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,head_dim=8"),
+    ("t5", "vocab_size=128,d_model=32,d_kv=8,d_ff=64,num_layers=2,num_decoder_layers=2,num_heads=4"),
 ];
 
 fn overrides_json(set: &str) -> String {

@@ -371,3 +371,25 @@ pub struct PayloadMeta {
     pub use_pickle: bool,
     pub tensor_meta: Option<TensorMeta>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floats_parse_exactly_and_non_finite_ones_are_strings() {
+        // torch writes finfo(float32).min as a float64 literal; a 1-ulp parse error
+        // makes it overflow float32 when the program runs (T5's attention mask).
+        let min: F64 = serde_json::from_str("-3.4028234663852886e+38").unwrap();
+        assert_eq!(min.0, f32::MIN as f64);
+        assert_eq!(serde_json::to_string(&min).unwrap().parse::<f64>().unwrap(), f32::MIN as f64);
+        for (text, value) in [("\"Infinity\"", f64::INFINITY), ("\"-Infinity\"", f64::NEG_INFINITY)] {
+            let parsed: F64 = serde_json::from_str(text).unwrap();
+            assert_eq!(parsed.0, value);
+            assert_eq!(serde_json::to_string(&parsed).unwrap(), text);
+        }
+        let nan: F64 = serde_json::from_str("\"NaN\"").unwrap();
+        assert!(nan.0.is_nan());
+        assert!(serde_json::from_str::<F64>("\"lots\"").is_err());
+    }
+}
