@@ -106,3 +106,21 @@ fn a_model_function_exports_with_its_own_inputs() {
     assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
     assert!(String::from_utf8_lossy(&result.stdout).contains("traced Doubler"));
 }
+
+#[test]
+fn a_config_file_names_the_model_and_flags_override_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("export.toml"),
+        "backend = \"dynamo\"\nmodel = \"bert\"\ndynamic = true\noutput = \"bert.pt2\"\n\
+         [set]\nvocab_size = 128\nhidden_size = 32\nintermediate_size = 64\nnum_hidden_layers = 1\nnum_attention_heads = 4\n",
+    )
+    .unwrap();
+    let result = hfx(dir.path(), &["run", "--config", "export.toml", "-o", "from-flag.pt2"]);
+    assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
+    assert!(String::from_utf8_lossy(&result.stdout).contains("traced BertModel"));
+    assert!(dir.path().join("from-flag.pt2").exists() && !dir.path().join("bert.pt2").exists());
+    let set = "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=1,num_attention_heads=4";
+    let out = dir.path().join("from-flag.pt2");
+    run_python("check_trace.py", &[out.to_str().unwrap(), out.with_extension("reference.pt").to_str().unwrap(), "bert", &overrides_json(set), "dynamic"]);
+}

@@ -154,9 +154,9 @@ pub struct ModelArgs {
     /// Explicit ranges: `input_ids:0=1..32,input_ids:1=2..2048`.
     #[arg(long, value_delimiter = ',')]
     pub dynamic_shapes: Vec<String>,
-    /// Deadline for the trace, in seconds.
-    #[arg(long, default_value_t = 600)]
-    pub trace_deadline_s: u64,
+    /// Deadline for the trace, in seconds [default: 600].
+    #[arg(long)]
+    pub trace_deadline_s: Option<u64>,
 }
 
 impl ModelArgs {
@@ -207,6 +207,19 @@ pub struct RunConfig {
     pub on_plugin_error: Option<String>,
     #[serde(default)]
     pub sandbox: SandboxConfig,
+    /// The model to trace (instead of `input`): architecture and config overrides...
+    pub model: Option<String>,
+    #[serde(default)]
+    pub set: BTreeMap<String, toml::Value>,
+    /// ...or a local model folder, or `python:module:function`.
+    pub model_dir: Option<PathBuf>,
+    pub model_fn: Option<String>,
+    pub task: Option<String>,
+    #[serde(default)]
+    pub dynamic: bool,
+    #[serde(default)]
+    pub dynamic_shapes: Vec<String>,
+    pub trace_deadline_s: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -482,7 +495,23 @@ fn merge(args: RunArgs) -> Result<RunOptions> {
     s.plugin_deadline_ms = s.plugin_deadline_ms.or(config.sandbox.deadline_ms);
     s.cache_dir = s.cache_dir.take().or(config.sandbox.cache_dir.map(rel));
     s.no_cache |= config.sandbox.no_cache;
-    let trace = args.model.request()?;
+    // Model flags win over the config's model; a config model fills in what flags leave out.
+    let mut model = args.model;
+    if model.model.is_none() && model.model_dir.is_none() && model.model_fn.is_none() {
+        model.model = config.model.clone();
+        model.model_dir = config.model_dir.clone().map(rel);
+        model.model_fn = config.model_fn.clone();
+    }
+    if model.set.is_empty() {
+        model.set = config.set.iter().map(|(k, v)| format!("{k}={}", v.as_str().map(String::from).unwrap_or_else(|| v.to_string()))).collect();
+    }
+    model.task = model.task.or(config.task.clone());
+    model.dynamic |= config.dynamic;
+    if model.dynamic_shapes.is_empty() {
+        model.dynamic_shapes = config.dynamic_shapes.clone();
+    }
+    model.trace_deadline_s = model.trace_deadline_s.or(config.trace_deadline_s);
+    let trace = model.request()?;
     let input = args.input.or(config.input.map(rel));
     match (&input, &trace) {
         (None, None) => bail!("nothing to export: give a .pt2 (or IR JSON), or a model (--model, --model-dir, --model-fn)"),
@@ -490,7 +519,7 @@ fn merge(args: RunArgs) -> Result<RunOptions> {
         _ => {}
     }
     let output = args.output.or(config.output.map(rel)).context("no output (-o or `output` in the config)")?;
-    let trace_deadline = Duration::from_secs(args.model.trace_deadline_s);
+    let trace_deadline = Duration::from_secs(model.trace_deadline_s.unwrap_or(600));
     Ok(RunOptions { input, trace, trace_deadline, output, backend, set, on_plugin_error })
 }
 
