@@ -124,3 +124,24 @@ fn a_config_file_names_the_model_and_flags_override_it() {
     let out = dir.path().join("from-flag.pt2");
     run_python("check_trace.py", &[out.to_str().unwrap(), out.with_extension("reference.pt").to_str().unwrap(), "bert", &overrides_json(set), "dynamic"]);
 }
+
+#[test]
+fn the_worker_reports_the_versions_plugins_are_resolved_and_locked_against() {
+    let dir = tempfile::tempdir().unwrap();
+    let v1 = plugin_dir("tests/plugins/versioned-v1");
+    let v2 = plugin_dir("tests/plugins/versioned-v2");
+    let lock = dir.path().join("hfx.lock");
+    let plugins = ["--plugins", v1.to_str().unwrap(), "--plugins", v2.to_str().unwrap(), "--lock", lock.to_str().unwrap()];
+    let result = hfx(dir.path(), &[&["plugins", "lock", "-o", lock.to_str().unwrap()][..], &plugins[..4]].concat());
+    assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
+    // torch 2.13 is installed: version 2 of the plugin applies, and the worker's report matches the lock.
+    let run = ["run", "--backend", "onnx", "--model-fn", "python:hfx_test_models:doubler", "-o", "out.pt2", "--locked", "-v"];
+    let result = hfx(dir.path(), &[&run[..], &plugins[..]].concat());
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
+    assert!(stdout.contains("test-versioned-fix 1.0.0: torch 2.13.0"), "version 1 is skipped for the installed torch: {stdout}");
+    // A different deployment torch is a lock difference naming both versions.
+    let result = hfx(dir.path(), &[&run[..], &plugins[..], &["--target", "torch=2.14.0"][..]].concat());
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(!result.status.success() && stderr.contains("torch: locked 2.13.0") && stderr.contains("found 2.14.0"), "{stderr}");
+}

@@ -322,6 +322,12 @@ impl PluginSetArgs {
     /// Finds, resolves and loads the plugin set, and checks it against the lock
     /// (`for_lock`: the set is about to be locked, so no lock is read).
     fn load(&self, for_lock: bool) -> Result<LoadedSet> {
+        self.load_with(for_lock, None)
+    }
+
+    /// As `load`, with the upstream versions already known (the trace worker's
+    /// `hello`); `--target` still overrides them.
+    fn load_with(&self, for_lock: bool, installed: Option<upstream::Versions>) -> Result<LoadedSet> {
         let lock = match self.lock_path() {
             Some(path) if !for_lock => Some((Lock::read(&path)?, path)),
             None if self.locked && !for_lock => {
@@ -338,7 +344,14 @@ impl PluginSetArgs {
         if let Some((lock, _)) = &lock {
             needed.extend(lock.upstream.keys().cloned());
         }
-        let set = plugins::load_set(&runtime, found, self.upstream(&needed))?;
+        let versions = match installed {
+            Some(mut versions) => {
+                versions.extend(self.targets.iter().cloned());
+                versions
+            }
+            None => self.upstream(&needed),
+        };
+        let set = plugins::load_set(&runtime, found, versions)?;
         let mut drift = Vec::new();
         if let Some((lock, path)) = &lock {
             drift = lock.check(path, &Lock::of(&set.plugins, &set.upstream), self.locked)?;
@@ -565,7 +578,8 @@ fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
         let graph = convert::to_ir(program).map_err(|e| anyhow::anyhow!("{}: {e}", input.display()))?;
         (Input::Pt2(pt2), graph)
     };
-    let loaded = options.set.load(false)?;
+    // A trace's worker already said which upstream versions are installed.
+    let loaded = options.set.load_with(false, traced.as_ref().map(|t| t.versions.clone()))?;
     let nodes_before = graph.node_count();
     let reports = stages::run_fx_stages(&loaded.runtime, &loaded.set.plugins, options.backend, &mut graph, options.on_plugin_error)?;
     // ── Emit ──
@@ -601,6 +615,8 @@ struct Traced {
     reference: PathBuf,
     model_class: String,
     seconds: f64,
+    /// Upstream versions the worker's Python has installed.
+    versions: upstream::Versions,
 }
 
 struct Scratch(PathBuf);
@@ -622,7 +638,7 @@ fn trace_model(request: &crate::trace::TraceRequest, options: &RunOptions, outpu
     let result = crate::trace::trace(&mut worker, request, &program, &reference, options.trace_deadline)?;
     let seconds = result.get("seconds").and_then(|s| s.as_object()).map(|m| m.values().filter_map(|v| v.as_f64()).sum()).unwrap_or(0.0);
     let model_class = result.get("model_class").and_then(|c| c.as_str()).unwrap_or("model").to_string();
-    Ok(Traced { _scratch: scratch, program, reference, model_class, seconds })
+    Ok(Traced { _scratch: scratch, program, reference, model_class, seconds, versions: worker.versions() })
 }
 
 fn print_summary(reports: &[StageReport], set: &PluginSet, verbose: u8) {
