@@ -145,3 +145,47 @@ fn the_worker_reports_the_versions_plugins_are_resolved_and_locked_against() {
     let stderr = String::from_utf8_lossy(&result.stderr);
     assert!(!result.status.success() && stderr.contains("torch: locked 2.13.0") && stderr.contains("found 2.14.0"), "{stderr}");
 }
+
+#[test]
+fn a_patch_plugin_answers_calls_while_tracing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("where.pt2");
+    let patch = plugin_dir("tests/plugins/kind-patch");
+    let result = hfx(dir.path(), &["run", "--backend", "onnx", "--plugins", patch.to_str().unwrap(), "--model-fn", "python:hfx_test_models:uses_where", "-o", out.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
+    assert!(stdout.contains("patch test-kind-patch") && stdout.contains("answered 1 call(s)"), "{stdout}");
+    // The recorded op is the one the plugin's program called, not torch.where's own lowering.
+    let pt2 = hfx::graph::pt2::Pt2::open(&out).unwrap();
+    let node = pt2.programs["model"].graph_module.graph.nodes.iter().find(|n| n.target == "torch.ops.aten.where.self").unwrap();
+    assert!(node.metadata["torch_fn"].contains("OpOverload.where.self"), "{:?}", node.metadata);
+}
+
+#[test]
+fn originals_are_restored_after_a_trace_also_when_it_fails() {
+    use hfx::plugins::{Runtime, RuntimeOptions, Session};
+    use hfx::trace::{ModelSource, TraceRequest, Worker};
+    let runtime = Runtime::new(RuntimeOptions { cache_dir: None, ..Default::default() }).unwrap();
+    let plugin = load(&runtime, "tests/plugins/kind-patch");
+    let dir = tempfile::tempdir().unwrap();
+    std::env::set_var("PYTHONPATH", root().join("tests/python"));
+    let mut worker = Worker::start(python().to_str().unwrap(), std::time::Duration::from_secs(120)).unwrap();
+    let deadline = std::time::Duration::from_secs(300);
+    let patches = serde_json::json!({"patches": [{"plugin": plugin.name(), "targets": plugin.targets}]});
+    for (function, should_work) in [("uses_where", true), ("where_then_fails", false)] {
+        let request = TraceRequest {
+            source: ModelSource::Function(format!("python:hfx_test_models:{function}")),
+            task: None,
+            dynamic: false,
+            dynamic_shapes: vec![],
+            batch: 2,
+            sequence: 8,
+        };
+        let mut sessions = vec![Session::new(&runtime, &plugin, "patches")];
+        let result = hfx::trace::trace(&mut worker, &request, &mut sessions, &dir.path().join("m.pt2"), &dir.path().join("r.pt"), deadline);
+        assert_eq!(result.is_ok(), should_work, "{function}: {:?}", result.err().map(|e| e.to_string()));
+        assert_eq!(sessions[0].calls, 1, "{function}: the patch answered the call");
+        let restored = worker.call("patches_restored", patches.clone(), deadline).unwrap();
+        assert_eq!(restored, serde_json::json!({"torch.where": true}), "{function}: torch.where is the original again");
+    }
+}

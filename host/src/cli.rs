@@ -559,10 +559,16 @@ fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
         Some(ext @ ("onnx" | "pte")) => bail!("emitting .{ext} is not implemented yet: write the {} backend's FX-fixed program with `-o OUT.pt2`", options.backend),
         _ => bail!("{}: the output must end in .pt2 or .json", output.display()),
     }
-    // ── Stage 1: Trace (or read a traced program) ──
-    let traced = match &options.trace {
-        Some(request) => Some(trace_model(request, &options, output)?),
+    // The worker says which upstream versions are installed; plugins resolve against them.
+    let mut worker = match &options.trace {
+        Some(_) => Some(crate::trace::Worker::start(&options.set.python(), Duration::from_secs(120))?),
         None => None,
+    };
+    let loaded = options.set.load_with(false, worker.as_ref().map(|w| w.versions()))?;
+    // ── Stage 1: Trace (or read a traced program), Stage 2: patches answer during it ──
+    let traced = match (&options.trace, worker.as_mut()) {
+        (Some(request), Some(worker)) => Some(trace_model(worker, request, &loaded, &options, output)?),
+        _ => None,
     };
     let input: &Path = match (&traced, &options.input) {
         (Some(t), _) => &t.program,
@@ -578,8 +584,6 @@ fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
         let graph = convert::to_ir(program).map_err(|e| anyhow::anyhow!("{}: {e}", input.display()))?;
         (Input::Pt2(pt2), graph)
     };
-    // A trace's worker already said which upstream versions are installed.
-    let loaded = options.set.load_with(false, traced.as_ref().map(|t| t.versions.clone()))?;
     let nodes_before = graph.node_count();
     let reports = stages::run_fx_stages(&loaded.runtime, &loaded.set.plugins, options.backend, &mut graph, options.on_plugin_error)?;
     // ── Emit ──
@@ -597,6 +601,9 @@ fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
         let reference = reference_path(output);
         std::fs::rename(&traced.reference, &reference).with_context(|| format!("writing {}", reference.display()))?;
         println!("traced {} in {:.1} s; eager reference: {}", traced.model_class, traced.seconds, reference.display());
+        for (plugin, calls) in &traced.patched {
+            println!("  patch {plugin:<30} answered {calls} call(s)");
+        }
     }
     print_summary(&reports, &loaded.set, verbose);
     println!("nodes: {nodes_before} -> {}; wrote {}", graph.node_count(), output.display());
@@ -615,8 +622,8 @@ struct Traced {
     reference: PathBuf,
     model_class: String,
     seconds: f64,
-    /// Upstream versions the worker's Python has installed.
-    versions: upstream::Versions,
+    /// Patch plugins and how many calls each answered.
+    patched: Vec<(String, u64)>,
 }
 
 struct Scratch(PathBuf);
@@ -627,18 +634,26 @@ impl Drop for Scratch {
     }
 }
 
-fn trace_model(request: &crate::trace::TraceRequest, options: &RunOptions, output: &Path) -> Result<Traced> {
+fn trace_model(
+    worker: &mut crate::trace::Worker,
+    request: &crate::trace::TraceRequest,
+    loaded: &LoadedSet,
+    options: &RunOptions,
+    output: &Path,
+) -> Result<Traced> {
     let parent = output.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let scratch = Scratch(parent.join(format!(".hfx-trace-{}", std::process::id())));
     std::fs::create_dir_all(&scratch.0).with_context(|| format!("creating {}", scratch.0.display()))?;
     let program = scratch.0.join("model.pt2");
     let reference = scratch.0.join("reference.pt");
-    let python = options.set.python();
-    let mut worker = crate::trace::Worker::start(&python, Duration::from_secs(120))?;
-    let result = crate::trace::trace(&mut worker, request, &program, &reference, options.trace_deadline)?;
+    let patch_plugins = stages::select(&loaded.set.plugins, options.backend, plugins::PluginKind::Patch);
+    let mut sessions: Vec<plugins::Session> =
+        patch_plugins.iter().map(|p| plugins::Session::new(&loaded.runtime, p, "patches")).collect();
+    let result = crate::trace::trace(worker, request, &mut sessions, &program, &reference, options.trace_deadline)?;
     let seconds = result.get("seconds").and_then(|s| s.as_object()).map(|m| m.values().filter_map(|v| v.as_f64()).sum()).unwrap_or(0.0);
     let model_class = result.get("model_class").and_then(|c| c.as_str()).unwrap_or("model").to_string();
-    Ok(Traced { _scratch: scratch, program, reference, model_class, seconds, versions: worker.versions() })
+    let patched: Vec<(String, u64)> = sessions.iter().map(|s| (s.plugin().name().to_string(), s.calls)).collect();
+    Ok(Traced { _scratch: scratch, program, reference, model_class, seconds, patched })
 }
 
 fn print_summary(reports: &[StageReport], set: &PluginSet, verbose: u8) {

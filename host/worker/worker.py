@@ -126,6 +126,136 @@ def dynamic_shapes(inputs, dynamic, explicit):
             for name, value in inputs.items()}
 
 
+# ── Stage 2: Patches (answered by WASM plugins through the host) ──
+
+class Host:
+    """The channel back to the host while a request is running."""
+
+    def __init__(self, out):
+        self.out = out
+
+    def ask(self, message):
+        self.out.write(json.dumps(message) + "\n")
+        self.out.flush()
+        answer = json.loads(sys.stdin.readline())
+        if "error" in answer:
+            raise RuntimeError(answer["error"])
+        return answer["program"]
+
+
+HOST = None
+
+
+def resolve(path):
+    """`torch.where` → (torch, "where"); `torch.Tensor.split` → (torch.Tensor, "split")."""
+    parts = path.split(".")
+    for split in range(len(parts) - 1, 0, -1):
+        try:
+            owner = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        for name in parts[split:-1]:
+            owner = getattr(owner, name)
+        return owner, parts[-1]
+    raise AttributeError(path)
+
+
+def describe(values, value):
+    """Appends `value` to the call's value table (nested sequences first); returns its slot."""
+    import torch
+
+    if isinstance(value, (list, tuple)):
+        slots = [describe(values, v) for v in value]
+        values.append(({"sequence": slots}, value))
+    elif torch.is_tensor(value):
+        shape = [d if isinstance(d, int) else {"symbolic": str(d)} for d in value.shape]
+        meta = {"dtype": str(value.dtype).replace("torch.", ""), "shape": shape, "device": value.device.type}
+        values.append(({"tensor": meta}, value))
+    elif value is None or isinstance(value, (bool, int, float, str)):
+        values.append(({"scalar": value}, value))
+    elif isinstance(value, torch.SymInt):
+        values.append(({"sym_int": str(value)}, value))
+    else:
+        values.append(({"object": type(value).__name__}, value))
+    return len(values) - 1
+
+
+def resolve_op(name):
+    import torch
+
+    name = name.removeprefix("torch.ops.")
+    if name.startswith("aten."):
+        namespace, op, overload = name.split(".")
+        return getattr(getattr(getattr(torch.ops, namespace), op), overload)
+    owner, attribute = resolve(name)
+    return getattr(owner, attribute)
+
+
+def run_program(program, slots, original):
+    for step in program["steps"]:
+        kind, body = next(iter(step.items()))
+        if kind in ("call", "original"):
+            function = original if kind == "original" else resolve_op(body["op"])
+            args = [slots[i] for i in body["args"]]
+            kwargs = {k: slots[i] for k, i in body["kwargs"]}
+            slots.append(function(*args, **kwargs))
+        elif kind == "getattr":
+            slots.append(getattr(slots[body[0]], body[1]))
+        elif kind == "item":
+            slots.append(slots[body[0]][body[1]])
+        elif kind == "constant":
+            slots.append(body)
+        elif kind == "pack":
+            slots.append(tuple(slots[i] for i in body))
+    return slots[program["output"]]
+
+
+def shim(plugin, target, original):
+    def patched(*args, **kwargs):
+        values = []
+        arg_slots = [describe(values, a) for a in args]
+        kwarg_slots = [[k, describe(values, v)] for k, v in kwargs.items()]
+        call = {"plugin": plugin, "target": target, "values": [v for v, _ in values], "args": arg_slots, "kwargs": kwarg_slots}
+        program = HOST.ask({"patch_call": call})
+        return run_program(program, [live for _, live in values], original)
+    return patched
+
+
+@contextlib.contextmanager
+def patches_applied(patches):
+    """Swaps each target for a shim; restores every original on exit, also on failure.
+    An unresolvable target is skipped with a warning, as the reference does."""
+    installed = []
+    try:
+        for patch in patches:
+            for target in patch["targets"]:
+                try:
+                    owner, attribute = resolve(target)
+                    original = getattr(owner, attribute)
+                except (AttributeError, ImportError):
+                    print(f"hfx: patch target {target} not found; skipped", file=sys.stderr)
+                    continue
+                setattr(owner, attribute, shim(patch["plugin"], target, original))
+                installed.append((owner, attribute, original))
+        yield installed
+    finally:
+        for owner, attribute, original in reversed(installed):
+            setattr(owner, attribute, original)
+
+
+def patch_status(patches):
+    """For each target: is the original in place (not one of our shims)?"""
+    status = {}
+    for patch in patches:
+        for target in patch["targets"]:
+            try:
+                owner, attribute = resolve(target)
+                status[target] = getattr(getattr(owner, attribute), "__name__", "") != "patched"
+            except (AttributeError, ImportError):
+                pass
+    return status
+
+
 # ── Trace ──
 
 def flat_outputs(output):
@@ -162,12 +292,14 @@ def trace(params):
         inputs = sample_inputs(model, params.get("batch", 2), params.get("sequence", 8))
     shapes = dynamic_shapes(inputs, params.get("dynamic", False), params.get("dynamic_shapes") or [])
     built = time.perf_counter()
+    patches = params.get("patches") or []
     with torch.no_grad():
         eager = flat_outputs(model(**inputs))
-        program = torch.export.export(
-            model, (), inputs, dynamic_shapes=shapes, strict=False,
-            prefer_deferred_runtime_asserts_over_guards=bool(params.get("dynamic_shapes")),
-        )
+        with patches_applied(patches):
+            program = torch.export.export(
+                model, (), inputs, dynamic_shapes=shapes, strict=False,
+                prefer_deferred_runtime_asserts_over_guards=bool(params.get("dynamic_shapes")),
+            )
     traced = time.perf_counter()
     output = params["output"]
     torch.export.save(program, output)
@@ -179,18 +311,25 @@ def trace(params):
         "model_class": type(model).__name__,
         "inputs": {k: list(v.shape) for k, v in inputs.items() if torch.is_tensor(v)},
         "outputs": len(eager),
+        "patches_restored": patch_status(patches),
         "versions": versions(),
         "seconds": {"build": built - started, "trace": traced - built, "save": time.perf_counter() - traced},
     }
 
 
-METHODS = {"hello": hello, "trace": trace}
+def patches_restored(params):
+    return patch_status(params.get("patches") or [])
+
+
+METHODS = {"hello": hello, "trace": trace, "patches_restored": patches_restored}
 
 
 def main():
     # The protocol owns stdout: anything else printed goes to stderr.
+    global HOST
     protocol_out = sys.stdout
     sys.stdout = sys.stderr
+    HOST = Host(protocol_out)
     for line in sys.stdin:
         if not line.strip():
             continue

@@ -28,3 +28,26 @@ def crashes():
     print("about to crash", file=sys.stderr, flush=True)
     import os
     os._exit(3)
+
+
+class UsesWhere(torch.nn.Module):
+    def forward(self, x):
+        return torch.where(x > 0, x, -x) * 2
+
+
+def uses_where():
+    return UsesWhere(), {"x": torch.randn(3, 4)}
+
+
+class WhereThenFails(torch.nn.Module):
+    """Runs eagerly; fails under torch.export, after the patched call."""
+
+    def forward(self, x):
+        y = torch.where(x > 0, x, -x)
+        if torch.compiler.is_exporting():
+            raise RuntimeError("fails after the patched call (on purpose)")
+        return y
+
+
+def where_then_fails():
+    return WhereThenFails(), {"x": torch.randn(3, 4)}

@@ -34,6 +34,8 @@ pub enum TraceError {
     Python { method: String, kind: String, message: String, traceback: String },
     #[error("trace worker protocol: {0}")]
     Protocol(String),
+    #[error(transparent)]
+    Plugin(crate::plugins::PluginError),
 }
 
 pub struct Worker {
@@ -106,19 +108,44 @@ impl Worker {
 
     /// One request; waits at most `deadline` for its response.
     pub fn call(&mut self, method: &str, params: Value, deadline: Duration) -> Result<Value, TraceError> {
+        self.call_with(method, params, deadline, &mut |_| Err("no patches were requested".into()))
+    }
+
+    /// One request during which the worker may ask the host to answer patched
+    /// calls (`{"patch_call": ...}` lines); `on_patch` answers each with a program.
+    pub fn call_with(
+        &mut self,
+        method: &str,
+        params: Value,
+        deadline: Duration,
+        on_patch: &mut dyn FnMut(&Value) -> Result<Value, String>,
+    ) -> Result<Value, TraceError> {
         self.next_id += 1;
         let request = json!({"id": self.next_id, "method": method, "params": params});
         if writeln!(self.stdin, "{request}").and_then(|()| self.stdin.flush()).is_err() {
             return Err(self.crashed(method));
         }
-        let line = match self.responses.recv_timeout(deadline) {
-            Ok(line) => line,
-            Err(RecvTimeoutError::Timeout) => {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                return Err(TraceError::Timeout { method: method.into(), seconds: deadline.as_secs(), stderr: self.stderr_tail() });
+        let end = std::time::Instant::now() + deadline;
+        let line = loop {
+            let left = end.saturating_duration_since(std::time::Instant::now());
+            let line = match self.responses.recv_timeout(left) {
+                Ok(line) => line,
+                Err(RecvTimeoutError::Timeout) => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    return Err(TraceError::Timeout { method: method.into(), seconds: deadline.as_secs(), stderr: self.stderr_tail() });
+                }
+                Err(RecvTimeoutError::Disconnected) => return Err(self.crashed(method)),
+            };
+            let message: Value = serde_json::from_str(&line).map_err(|e| TraceError::Protocol(format!("bad message `{line}`: {e}")))?;
+            let Some(call) = message.get("patch_call") else { break line };
+            let answer = match on_patch(call) {
+                Ok(program) => json!({"program": program}),
+                Err(error) => json!({"error": error}),
+            };
+            if writeln!(self.stdin, "{answer}").and_then(|()| self.stdin.flush()).is_err() {
+                return Err(self.crashed(method));
             }
-            Err(RecvTimeoutError::Disconnected) => return Err(self.crashed(method)),
         };
         let response: Value = serde_json::from_str(&line).map_err(|e| TraceError::Protocol(format!("bad response `{line}`: {e}")))?;
         if response.get("id").and_then(Value::as_u64) != Some(self.next_id) {
@@ -196,7 +223,126 @@ impl TraceRequest {
     }
 }
 
-/// Traces `request` into `output` (a `.pt2`) and `reference` (eager inputs and outputs).
-pub fn trace(worker: &mut Worker, request: &TraceRequest, output: &std::path::Path, reference: &std::path::Path, deadline: Duration) -> Result<Value, TraceError> {
-    worker.call("trace", request.params(output, reference), deadline)
+/// Traces `request` into `output` (a `.pt2`) and `reference` (eager inputs and
+/// outputs), with `patches` (patch plugins) answering calls to their targets.
+pub fn trace(
+    worker: &mut Worker,
+    request: &TraceRequest,
+    patches: &mut [crate::plugins::Session<'_>],
+    output: &std::path::Path,
+    reference: &std::path::Path,
+    deadline: Duration,
+) -> Result<Value, TraceError> {
+    let mut params = request.params(output, reference);
+    params["patches"] = patches
+        .iter()
+        .map(|s| json!({"plugin": s.plugin().name(), "targets": s.plugin().targets}))
+        .collect::<Vec<_>>()
+        .into();
+    let mut failure: Option<crate::plugins::PluginError> = None;
+    let result = worker.call_with("trace", params, deadline, &mut |call| {
+        let name = call.get("plugin").and_then(Value::as_str).unwrap_or("");
+        let session = patches.iter_mut().find(|s| s.plugin().name() == name).ok_or_else(|| format!("no patch plugin `{name}`"))?;
+        let patched = patch::call_from_json(call)?;
+        match session.patch(&patched) {
+            Ok(program) => Ok(patch::program_to_json(&program)),
+            Err(error) => {
+                let message = error.to_string();
+                failure = Some(error);
+                Err(message)
+            }
+        }
+    });
+    match (result, failure) {
+        // A plugin's failure is the cause of the worker's error: report the plugin's.
+        (Err(TraceError::Python { .. }), Some(plugin)) => Err(TraceError::Plugin(plugin)),
+        (result, _) => result,
+    }
+}
+
+/// JSON forms of the contract's patch types on the worker protocol.
+mod patch {
+    use serde_json::{json, Value};
+
+    use crate::plugins::patching::{CallValue, Device, Dim, OpCall, PatchedCall, Program, Scalar, Step, TensorMeta};
+
+    fn scalar(v: &Value) -> Scalar {
+        match v {
+            Value::Null => Scalar::None,
+            Value::Bool(b) => Scalar::Boolean(*b),
+            Value::Number(n) if n.is_i64() => Scalar::Int(n.as_i64().unwrap_or(0)),
+            Value::Number(n) => Scalar::Float(n.as_f64().unwrap_or(0.0)),
+            Value::String(s) => Scalar::Str(s.clone()),
+            other => Scalar::Str(other.to_string()),
+        }
+    }
+
+    fn scalar_json(s: &Scalar) -> Value {
+        match s {
+            Scalar::None => Value::Null,
+            Scalar::Boolean(b) => json!(b),
+            Scalar::Int(i) => json!(i),
+            Scalar::Float(f) => json!(f),
+            Scalar::Str(s) => json!(s),
+        }
+    }
+
+    pub fn call_from_json(call: &Value) -> Result<PatchedCall, String> {
+        let slots = |v: &Value| -> Vec<u32> { v.as_array().map(|a| a.iter().filter_map(|x| x.as_u64().map(|x| x as u32)).collect()).unwrap_or_default() };
+        let values = call.get("values").and_then(Value::as_array).ok_or("patch call without values")?;
+        let values = values
+            .iter()
+            .map(|v| {
+                let (kind, body) = v.as_object().and_then(|o| o.iter().next()).ok_or("empty value")?;
+                Ok(match kind.as_str() {
+                    "scalar" => CallValue::Scalar(scalar(body)),
+                    "sequence" => CallValue::Sequence(slots(body)),
+                    "sym_int" => CallValue::SymInt(body.as_str().unwrap_or("").into()),
+                    "object" => CallValue::Object(body.as_str().unwrap_or("").into()),
+                    "tensor" => CallValue::Tensor(TensorMeta {
+                        dtype: body["dtype"].as_str().unwrap_or("").into(),
+                        shape: body["shape"]
+                            .as_array()
+                            .map(|a| {
+                                a.iter()
+                                    .map(|d| match d.as_i64() {
+                                        Some(n) => Dim::Fixed(n),
+                                        None => Dim::Symbolic(d["symbolic"].as_str().unwrap_or("").into()),
+                                    })
+                                    .collect()
+                            })
+                            .unwrap_or_default(),
+                        strides: vec![],
+                        device: Device { kind: body["device"].as_str().unwrap_or("cpu").into(), index: None },
+                    }),
+                    other => return Err(format!("unknown value kind `{other}`")),
+                })
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let kwargs = call["kwargs"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|p| Some((p[0].as_str()?.to_string(), p[1].as_u64()? as u32))).collect())
+            .unwrap_or_default();
+        Ok(PatchedCall { target: call["target"].as_str().unwrap_or("").into(), values, args: slots(&call["args"]), kwargs })
+    }
+
+    fn op_json(op: &OpCall) -> Value {
+        json!({"op": op.op, "args": op.args, "kwargs": op.kwargs.iter().map(|(k, v)| json!([k, v])).collect::<Vec<_>>()})
+    }
+
+    pub fn program_to_json(program: &Program) -> Value {
+        let steps: Vec<Value> = program
+            .steps
+            .iter()
+            .map(|step| match step {
+                Step::Call(op) => json!({"call": op_json(op)}),
+                Step::Original(op) => json!({"original": op_json(op)}),
+                Step::Getattr((slot, name)) => json!({"getattr": [slot, name]}),
+                Step::Item((slot, index)) => json!({"item": [slot, index]}),
+                Step::Constant(s) => json!({"constant": scalar_json(s)}),
+                Step::Pack(slots) => json!({"pack": slots}),
+            })
+            .collect();
+        json!({"steps": steps, "output": program.output})
+    }
 }
