@@ -257,10 +257,6 @@ impl Graph {
         self.subgraphs.get(index as usize).ok_or(GraphError::NoSubgraph(index))
     }
 
-    pub fn subgraph_count(&self) -> u32 {
-        self.subgraphs.len() as u32
-    }
-
     /// Readers of a value, each once, in the order they were recorded.
     pub fn value_users(&self, id: ValueId) -> Result<Vec<User>, GraphError> {
         self.value(id)?;
