@@ -49,7 +49,7 @@ fn patch_answers_with_a_program() {
     let runtime = runtime();
     let plugin = load(&runtime, "tests/plugins/kind-patch");
     assert_eq!(plugin.targets, ["torch.where"]);
-    let tensor = CallValue::Tensor(hfx_meta());
+    let tensor = CallValue::Tensor(hfx_wit_meta::LiveTensor { meta: hfx_meta(), contiguous: true, sizes: vec![2, 8] });
     let call = PatchedCall {
         target: "torch.where".into(),
         values: vec![tensor.clone(), tensor.clone(), tensor],
@@ -57,12 +57,12 @@ fn patch_answers_with_a_program() {
         kwargs: vec![],
     };
     let mut session = Session::new(&runtime, &plugin, "trace");
-    let program = session.patch(&call).unwrap();
+    let program = session.patch(&call, |p| hfx::trace::check_program(&call, p)).unwrap();
     assert_eq!(program.output, 3);
     assert!(matches!(&program.steps[..], [Step::Call(op)] if op.op == "aten.where.self" && op.args == [0, 1, 2]));
     // A scalar operand: the patch defers to the original.
     let call = PatchedCall { values: vec![CallValue::Scalar(Scalar::Float(0.5)), CallValue::Scalar(Scalar::None)], args: vec![0, 1], ..call };
-    let program = session.patch(&call).unwrap();
+    let program = session.patch(&call, |p| hfx::trace::check_program(&call, p)).unwrap();
     assert!(matches!(&program.steps[..], [Step::Original(_)]));
 }
 

@@ -130,3 +130,60 @@ fn reading_too_much_hits_the_host_budget() {
     assert_eq!(error.failure, Failure::HostBudget("read more than 64 bytes from the host in one call".into()));
     assert_eq!(graph.fingerprint(), before);
 }
+
+fn where_call(rows: i64) -> hfx::plugins::patching::PatchedCall {
+    use hfx::plugins::patching::{CallValue, Device, Dim, LiveTensor, PatchedCall, TensorMeta};
+    let tensor = |dtype: &str| {
+        CallValue::Tensor(LiveTensor {
+            meta: TensorMeta {
+                dtype: dtype.into(),
+                shape: vec![Dim::Fixed(rows), Dim::Fixed(4)],
+                strides: vec![],
+                device: Device { kind: "cpu".into(), index: None },
+            },
+            contiguous: true,
+            sizes: vec![rows, 4],
+        })
+    };
+    PatchedCall { target: "torch.where".into(), values: vec![tensor("bool"), tensor("float32"), tensor("float32")], args: vec![0, 1, 2], kwargs: vec![] }
+}
+
+#[test]
+fn patch_programs_cannot_reach_files_processes_or_private_attributes() {
+    let runtime = runtime();
+    let plugin = load(&runtime, "tests/plugins/hostile-patch");
+    let mut session = Session::new(&runtime, &plugin, "patches");
+    for (rows, refused) in [(1, "os.system"), (2, "builtins.__file__"), (3, "torch.save"), (4, "__class__"), (5, "slot 9999")] {
+        let call = where_call(rows);
+        let error = session.patch(&call, |program| hfx::trace::check_program(&call, program)).unwrap_err();
+        assert_eq!(error.plugin, "test-hostile-patch");
+        assert!(matches!(error.failure, Failure::Invalid(_)), "{error}");
+        let line = error.to_string();
+        assert!(line.contains(refused) && line.contains("`torch.where`") && line.contains("patches"), "{line}");
+    }
+    // A well-formed answer still goes through.
+    let call = where_call(7);
+    assert!(session.patch(&call, |program| hfx::trace::check_program(&call, program)).is_ok());
+}
+
+#[test]
+fn a_patch_program_cannot_call_a_method_it_took_from_a_tensor() {
+    // Only the worker can tell that `x.numpy` is a bound method: it refuses
+    // callable attributes, the trace fails naming plugin and target, and
+    // nothing is written.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.pt2");
+    let plugin = plugin_dir("tests/plugins/hostile-patch");
+    let python = python();
+    let result = std::process::Command::new(env!("CARGO_BIN_EXE_hfx"))
+        .args(["run", "--backend", "onnx", "--plugins", plugin.to_str().unwrap()])
+        .args(["--model-fn", "python:hfx_test_models:where_six_rows", "-o", out.to_str().unwrap()])
+        .args(["--python", python.to_str().unwrap()])
+        .env("PYTHONPATH", root().join("tests/python"))
+        .env("HFX_CACHE_DIR", root().join("target/hfx-test-cache"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(!result.status.success() && !out.exists(), "{stderr}");
+    assert!(stderr.contains("test-hostile-patch") && stderr.contains("torch.where") && stderr.contains("callable"), "{stderr}");
+}

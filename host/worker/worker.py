@@ -100,9 +100,6 @@ def sample_inputs(model, batch, sequence):
     inputs = {"input_ids": ids, "attention_mask": torch.ones(batch, sequence, dtype=torch.long)}
     if getattr(config, "is_encoder_decoder", False):
         inputs["decoder_input_ids"] = torch.randint(0, vocab, (batch, sequence), generator=generator)
-    if hasattr(config, "use_cache"):
-        # No KV-cache outputs: caches need pytree registration (the reference's stage 3), not here yet.
-        inputs["use_cache"] = False
     return inputs
 
 
@@ -122,7 +119,7 @@ def dynamic_shapes(inputs, dynamic, explicit):
     if not dynamic:
         return None
     auto = torch.export.Dim.AUTO
-    return {name: ({axis: auto for axis in range(min(value.dim(), 2))} if torch.is_tensor(value) else None)
+    return {name: ({axis: auto for axis in range(value.dim())} if torch.is_tensor(value) else None)
             for name, value in inputs.items()}
 
 
@@ -134,9 +131,12 @@ class Host:
     def __init__(self, out):
         self.out = out
 
-    def ask(self, message):
+    def notify(self, message):
         self.out.write(json.dumps(message) + "\n")
         self.out.flush()
+
+    def ask(self, message):
+        self.notify(message)
         answer = json.loads(sys.stdin.readline())
         if "error" in answer:
             raise RuntimeError(answer["error"])
@@ -160,23 +160,50 @@ def resolve(path):
     raise AttributeError(path)
 
 
+MAX_ATTRIBUTES = 64
+
+
+def scalar_attributes(value):
+    """Public scalar attributes of an object (a module's `eps`, `elementwise_affine`)."""
+    found = {}
+    for name, attribute in getattr(value, "__dict__", {}).items():
+        if len(found) == MAX_ATTRIBUTES:
+            break
+        if not name.startswith("_") and (attribute is None or isinstance(attribute, (bool, int, float, str))):
+            found[name] = attribute
+    return found
+
+
+def size_hint(size):
+    """The sample's value of a size (-1 for a data-dependent one)."""
+    if isinstance(size, int):
+        return size
+    hint = getattr(size.node, "hint", None)
+    return int(hint) if hint is not None else -1
+
+
 def describe(values, value):
     """Appends `value` to the call's value table (nested sequences first); returns its slot."""
     import torch
+    from torch._prims_common import is_contiguous_or_false
 
     if isinstance(value, (list, tuple)):
         slots = [describe(values, v) for v in value]
         values.append(({"sequence": slots}, value))
     elif torch.is_tensor(value):
         shape = [d if isinstance(d, int) else {"symbolic": str(d)} for d in value.shape]
-        meta = {"dtype": str(value.dtype).replace("torch.", ""), "shape": shape, "device": value.device.type}
+        meta = {"dtype": str(value.dtype).replace("torch.", ""), "shape": shape, "device": value.device.type,
+                "contiguous": bool(is_contiguous_or_false(value)), "sizes": [size_hint(d) for d in value.shape]}
         values.append(({"tensor": meta}, value))
     elif value is None or isinstance(value, (bool, int, float, str)):
         values.append(({"scalar": value}, value))
     elif isinstance(value, torch.SymInt):
-        values.append(({"sym_int": str(value)}, value))
+        hint = size_hint(value)
+        values.append(({"sym_int": {"expr": str(value), "hint": hint if hint >= 0 else None}}, value))
+    elif isinstance(value, torch.dtype):
+        values.append(({"dtype": str(value).replace("torch.", "")}, value))
     else:
-        values.append(({"object": type(value).__name__}, value))
+        values.append(({"object": {"type": type(value).__name__, "attributes": scalar_attributes(value)}}, value))
     return len(values) - 1
 
 
@@ -188,37 +215,92 @@ def resolve_op(name):
         namespace, op, overload = name.split(".")
         return getattr(getattr(getattr(torch.ops, namespace), op), overload)
     owner, attribute = resolve(name)
-    return getattr(owner, attribute)
+    found = getattr(owner, attribute)
+    if isinstance(found, type(sys)):
+        raise PermissionError(f"`{name}` is a module, not a value a patch program may use")
+    return found
 
 
-def run_program(program, slots, original):
-    for step in program["steps"]:
-        kind, body = next(iter(step.items()))
-        if kind in ("call", "original"):
-            function = original if kind == "original" else resolve_op(body["op"])
-            args = [slots[i] for i in body["args"]]
-            kwargs = {k: slots[i] for k, i in body["kwargs"]}
-            slots.append(function(*args, **kwargs))
-        elif kind == "getattr":
-            slots.append(getattr(slots[body[0]], body[1]))
-        elif kind == "item":
-            slots.append(slots[body[0]][body[1]])
-        elif kind == "constant":
-            slots.append(body)
-        elif kind == "pack":
-            slots.append(tuple(slots[i] for i in body))
-    return slots[program["output"]]
+def checked_attribute(value, name):
+    """The dynamic half of the host's check: an attribute is data or a module, never a
+    bound method or class that would reach past the contract."""
+    import torch
+
+    found = getattr(value, name)
+    if callable(found) and not isinstance(found, torch.nn.Module):
+        raise PermissionError(f"attribute `{name}` of {type(value).__name__} is callable; call ops by name instead")
+    return found
+
+
+def run_program(program, slots, original, invokable, make_callback):
+    """Runs a host-checked program; `invokable` holds the slots a program may call."""
+    import torch
+
+    with contextlib.ExitStack() as contexts:
+        for index, step in enumerate(program["steps"]):
+            kind, body = next(iter(step.items()))
+            try:
+                if kind in ("call", "original"):
+                    function = original if kind == "original" else resolve_op(body["op"])
+                    result = function(*[slots[i] for i in body["args"]], **{k: slots[i] for k, i in body["kwargs"]})
+                elif kind == "invoke":
+                    callee = slots[body["callee"]]
+                    if body["callee"] not in invokable and not isinstance(callee, torch.nn.Module):
+                        raise PermissionError(f"slot {body['callee']} ({type(callee).__name__}) may not be invoked")
+                    result = callee(*[slots[i] for i in body["args"]], **{k: slots[i] for k, i in body["kwargs"]})
+                elif kind == "getattr":
+                    result = checked_attribute(slots[body[0]], body[1])
+                elif kind == "item":
+                    result = slots[body[0]][body[1]]
+                elif kind == "constant":
+                    result = body
+                elif kind == "lookup":
+                    result = resolve_op(body)
+                    invokable.add(len(slots))
+                elif kind == "pack":
+                    result = tuple(slots[i] for i in body)
+                elif kind == "enter":
+                    result = contexts.enter_context(slots[body])
+                elif kind == "callback":
+                    result = make_callback(body["target"], [slots[i] for i in body["captured"]])
+                    invokable.add(len(slots))
+                else:
+                    raise ValueError(f"unknown step kind `{kind}`")
+            except Exception as error:
+                raise PatchProgramError(f"step {index} ({kind}): {type(error).__name__}: {error}") from error
+            slots.append(result)
+        return slots[program["output"]]
+
+
+class PatchProgramError(RuntimeError):
+    pass
 
 
 def shim(plugin, target, original):
     def patched(*args, **kwargs):
-        values = []
-        arg_slots = [describe(values, a) for a in args]
-        kwarg_slots = [[k, describe(values, v)] for k, v in kwargs.items()]
-        call = {"plugin": plugin, "target": target, "values": [v for v, _ in values], "args": arg_slots, "kwargs": kwarg_slots}
-        program = HOST.ask({"patch_call": call})
-        return run_program(program, [live for _, live in values], original)
+        return answer_call(plugin, target, original, args, kwargs)
+    patched.hfx_shim = True
     return patched
+
+
+def answer_call(plugin, target, original, args, kwargs):
+    """Describes the call to the host, which asks the plugin; runs the program it answers."""
+    values = []
+    arg_slots = [describe(values, a) for a in args]
+    kwarg_slots = [[k, describe(values, v)] for k, v in kwargs.items()]
+    call = {"plugin": plugin, "target": target, "values": [v for v, _ in values], "args": arg_slots, "kwargs": kwarg_slots}
+    program = HOST.ask({"patch_call": call})
+
+    def make_callback(name, captured):
+        def callback(*more, **more_kwargs):
+            return answer_call(plugin, name, original, (*captured, *more), more_kwargs)
+        return callback
+
+    live = [v for _, v in values]
+    try:
+        return run_program(program, live, original, set(range(len(live))), make_callback)
+    except PatchProgramError as error:
+        raise PatchProgramError(f"patch plugin `{plugin}` on `{target}`: {error}") from error.__cause__
 
 
 @contextlib.contextmanager
@@ -250,24 +332,224 @@ def patch_status(patches):
         for target in patch["targets"]:
             try:
                 owner, attribute = resolve(target)
-                status[target] = getattr(getattr(owner, attribute), "__name__", "") != "patched"
+                status[target] = not getattr(getattr(owner, attribute), "hfx_shim", False)
             except (AttributeError, ImportError):
                 pass
     return status
 
 
+# ── Stage 1: Signature ──
+
+OUTPUT_FLAGS = ("use_cache", "output_attentions", "output_hidden_states", "return_dict", "return_loss")
+
+
+@contextlib.contextmanager
+def flat_signature(model, inputs):
+    """`forward` with exactly the traced keyword arguments, so `torch.export` does not expand
+    `**kwargs` into a bundle that mismatches the dynamic shapes."""
+    import inspect
+
+    original = model.forward
+    own = "forward" in vars(model)  # a model function may have set an instance forward
+
+    def forward(**kwargs):
+        return original(**kwargs)
+
+    forward.__signature__ = inspect.Signature(
+        [inspect.Parameter(k, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None) for k in inputs])
+    model.forward = forward
+    try:
+        yield
+    finally:
+        if own:
+            model.forward = original
+        else:
+            del model.forward  # the class's forward shows again
+
+
+@contextlib.contextmanager
+def config_flags(model, flags):
+    """Output flags (`use_cache`, ...) become config values for the trace, not traced inputs."""
+    config = getattr(model, "config", None)
+    saved = [(k, getattr(config, k)) for k, v in flags.items() if v is not None and hasattr(config, k)]
+    for key, _ in saved:
+        setattr(config, key, flags[key])
+    try:
+        yield
+    finally:
+        for key, value in saved:
+            setattr(config, key, value)
+
+
+# ── Stage 3: Pytree registration ──
+# Caches are outputs (and inputs) of causal LMs; torch.export flattens them through
+# pytree. One generic flattener: tensors (and still-symbolic ints) are leaves,
+# everything else a JSON-native context naming classes by `module:qualname`.
+
+def class_path(cls):
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def class_at(path):
+    module, name = path.split(":")
+    owner = importlib.import_module(module)
+    for part in name.split("."):
+        owner = getattr(owner, part)
+    return owner
+
+
+def flatten_context(obj, leaves):
+    import torch
+
+    if obj is None or type(obj) in (bool, int, float, str):
+        return obj
+    if type(obj) is list:
+        return [flatten_context(v, leaves) for v in obj]
+    if type(obj) is dict:
+        return {"_t": "items", "v": [[k, flatten_context(v, leaves)] for k, v in obj.items()]}
+    if isinstance(obj, torch.Tensor):
+        leaves.append(obj)
+        return {"_t": "leaf", "i": len(leaves) - 1}
+    if isinstance(obj, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        node = obj.node
+        constant = (node.maybe_as_bool() if isinstance(obj, torch.SymBool)
+                    else node.maybe_as_float() if isinstance(obj, torch.SymFloat) else node.maybe_as_int())
+        if constant is not None:  # already specialized: a constant, not a leaf
+            return constant
+        leaves.append(obj)
+        return {"_t": "leaf", "i": len(leaves) - 1}
+    if isinstance(obj, torch.Size):
+        return {"_t": "size", "v": list(obj)}
+    if isinstance(obj, (torch.device, torch.dtype, torch.layout)):
+        return {"_t": type(obj).__name__, "v": str(obj).removeprefix("torch.")}
+    if isinstance(obj, type):
+        return {"_t": "type", "p": class_path(obj)}
+    if isinstance(obj, (tuple, list, set, frozenset)):
+        return {"_t": "seq", "p": class_path(type(obj)), "v": [flatten_context(v, leaves) for v in obj]}
+    if isinstance(obj, dict):
+        return {"_t": "map", "p": class_path(type(obj)), "v": [[k, flatten_context(v, leaves)] for k, v in obj.items()]}
+    if hasattr(obj, "__dict__") and not callable(obj):
+        return {"_t": "obj", "p": class_path(type(obj)),
+                "s": {k: flatten_context(v, leaves) for k, v in vars(obj).items()}}
+    raise TypeError(f"cannot flatten a {type(obj).__name__} into a pytree context")
+
+
+def unflatten_context(ctx, leaves):
+    import torch
+
+    if ctx is None or type(ctx) in (bool, int, float, str):
+        return ctx
+    if type(ctx) is list:
+        return [unflatten_context(v, leaves) for v in ctx]
+    kind = ctx["_t"]
+    if kind == "leaf":
+        return leaves[ctx["i"]]
+    if kind == "items":
+        return {k: unflatten_context(v, leaves) for k, v in ctx["v"]}
+    if kind == "size":
+        return torch.Size(ctx["v"])
+    if kind == "device":
+        return torch.device(ctx["v"])
+    if kind in ("dtype", "layout"):
+        return getattr(torch, ctx["v"])
+    if kind == "type":
+        return class_at(ctx["p"])
+    cls = class_at(ctx["p"])
+    if kind == "seq":
+        items = [unflatten_context(v, leaves) for v in ctx["v"]]
+        try:
+            return cls(items)
+        except TypeError:
+            return cls(*items)  # a NamedTuple
+    if kind == "map":
+        return cls({k: unflatten_context(v, leaves) for k, v in ctx["v"]})
+    instance = cls.__new__(cls)
+    for key, value in ctx["s"].items():
+        instance.__dict__[key] = unflatten_context(value, leaves)
+    return instance
+
+
+def pytree_flatten(obj):
+    leaves = []
+    return leaves, flatten_context(obj, leaves)
+
+
+def pytree_flatten_with_keys(obj):
+    import torch
+
+    leaves, context = pytree_flatten(obj)
+    return [(torch.utils._pytree.SequenceKey(i), leaf) for i, leaf in enumerate(leaves)], context
+
+
+def pytree_unflatten(values, context):
+    return unflatten_context(context, list(values))
+
+
+def subclasses(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from subclasses(sub)
+
+
+def register_cache_pytrees(model=None):
+    """Every `Cache` subclass (and the model module's own `*Cache` classes) as a pytree node.
+    `ModelOutput`s register themselves when transformers defines them. Also needed by whoever
+    loads the `.pt2` (the names are `module:qualname`)."""
+    import inspect
+
+    import torch
+    from transformers.cache_utils import Cache
+
+    found = list(subclasses(Cache))
+    if model is not None:
+        module = inspect.getmodule(model)
+        found += [obj for _, obj in inspect.getmembers(module, inspect.isclass)
+                  if obj.__module__ == type(model).__module__ and obj.__name__.endswith("Cache")]
+    for cls in found:
+        if cls in torch.utils._pytree.SUPPORTED_NODES:
+            continue
+        torch.utils._pytree.register_pytree_node(
+            cls, pytree_flatten, pytree_unflatten, serialized_type_name=class_path(cls),
+            flatten_with_keys_fn=pytree_flatten_with_keys)
+
+
+# ── Stage 5: State cleanup ──
+
+STATEFUL_ATTRIBUTES = (
+    "cached_rotary_positional_embedding",  # wav2vec2_bert, seamless_m4t, clvp
+    "cached_sequence_length",
+)
+
+
+@contextlib.contextmanager
+def clean_state(model):
+    """Stateful attributes are emptied for the trace (no stale eager state leaks in) and
+    restored after it (no fake tensors the trace planted leak out)."""
+    saved = [(m, a, getattr(m, a)) for m in model.modules() for a in STATEFUL_ATTRIBUTES if hasattr(m, a)]
+    for module, attribute, _ in saved:
+        setattr(module, attribute, None)
+    try:
+        yield
+    finally:
+        for module, attribute, value in saved:
+            setattr(module, attribute, value)
+
+
 # ── Trace ──
 
 def flat_outputs(output):
+    """The tensor leaves of a model output, in the order the exported program returns them."""
     import torch
 
-    if torch.is_tensor(output):
-        return [output]
-    if hasattr(output, "to_tuple"):
-        output = output.to_tuple()
-    if isinstance(output, (list, tuple)):
-        return [t for o in output for t in flat_outputs(o)]
-    return []
+    with contextlib.suppress(Exception):
+        register_cache_pytrees()
+    return [leaf for leaf in torch.utils._pytree.tree_leaves(output) if torch.is_tensor(leaf)]
+
+
+def progress(stage, **fields):
+    """A progress line on the protocol: the host shows it while the request runs."""
+    if HOST is not None:
+        HOST.notify({"progress": {"stage": stage, **fields}})
 
 
 def trace(params):
@@ -275,6 +557,7 @@ def trace(params):
 
     torch.manual_seed(params.get("seed", 0))
     started = time.perf_counter()
+    progress("build")
     source = params["source"]
     if source["kind"] == "architecture":
         model = from_architecture(source["name"], source.get("overrides", {}), params.get("task"))
@@ -290,27 +573,35 @@ def trace(params):
             model.set_attn_implementation("sdpa")
     if inputs is None:
         inputs = sample_inputs(model, params.get("batch", 2), params.get("sequence", 8))
+    flags = {k: inputs.pop(k) for k in OUTPUT_FLAGS if k in inputs}
     shapes = dynamic_shapes(inputs, params.get("dynamic", False), params.get("dynamic_shapes") or [])
     built = time.perf_counter()
     patches = params.get("patches") or []
-    with torch.no_grad():
-        eager = flat_outputs(model(**inputs))
-        with patches_applied(patches):
-            program = torch.export.export(
-                model, (), inputs, dynamic_shapes=shapes, strict=False,
-                prefer_deferred_runtime_asserts_over_guards=bool(params.get("dynamic_shapes")),
-            )
+    progress("eager")
+    with torch.no_grad(), config_flags(model, flags):
+        eager = model(**inputs)
+    register_cache_pytrees(model)
+    eager = flat_outputs(eager)
+    progress("export")
+    with torch.no_grad(), patches_applied(patches), clean_state(model), config_flags(model, flags), \
+            flat_signature(model, inputs):
+        program = torch.export.export(
+            model, (), dict(inputs), dynamic_shapes=shapes, strict=False,
+            prefer_deferred_runtime_asserts_over_guards=bool(params.get("dynamic_shapes")),
+        )
     traced = time.perf_counter()
+    progress("save")
     output = params["output"]
     torch.export.save(program, output)
     # The eager reference, next to the archive, for later verification.
     torch.save({"inputs": {k: v for k, v in inputs.items() if torch.is_tensor(v)},
                 "constants": {k: v for k, v in inputs.items() if not torch.is_tensor(v)},
-                "outputs": eager}, params["reference"])
+                "flags": flags, "outputs": eager}, params["reference"])
     return {
         "model_class": type(model).__name__,
         "inputs": {k: list(v.shape) for k, v in inputs.items() if torch.is_tensor(v)},
         "outputs": len(eager),
+        "nodes": len(program.graph.nodes),
         "patches_restored": patch_status(patches),
         "versions": versions(),
         "seconds": {"build": built - started, "trace": traced - built, "save": time.perf_counter() - traced},

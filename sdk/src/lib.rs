@@ -58,6 +58,8 @@ bindings!("onnx-ir-fix", "hfx:plugin/onnx-ir-fix@0.1.0");
 pub use bindings::*;
 
 pub mod helpers;
+#[cfg(feature = "patch")]
+pub mod program;
 
 /// Everything a plugin usually needs, in one import.
 pub mod prelude {
@@ -72,7 +74,11 @@ pub mod prelude {
     #[cfg(any(feature = "onnx-translation", feature = "onnx-ir-fix"))]
     pub use crate::hfx::plugin::onnx::{Attribute, Builder, Model, NamedAttribute, OnnxNodeId};
     #[cfg(feature = "patch")]
-    pub use crate::hfx::plugin::patching::{CallValue, OpCall, PatchedCall, Program, Scalar, Slot, Step};
+    pub use crate::hfx::plugin::patching::{
+        Callback, CallValue, LiveTensor, ObjectValue, OpCall, PatchedCall, Program, Scalar, Slot, Step, SymValue, ValueCall,
+    };
+    #[cfg(feature = "patch")]
+    pub use crate::program::*;
 }
 
 /// Registers an FX node fix (the counterpart of `@register_fx_node_fix`).

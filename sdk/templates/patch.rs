@@ -11,12 +11,14 @@ impl Guest for Patch {
     }
 
     fn apply(call: PatchedCall) -> Result<Program, Error> {
-        let all_tensors = call.args.len() == 3
-            && call.args.iter().all(|&slot| matches!(call.values.get(slot as usize), Some(CallValue::Tensor(_))));
-        let op = OpCall { op: "aten.where.self".into(), args: call.args.clone(), kwargs: call.kwargs.clone() };
-        let step = if all_tensors { Step::Call(op) } else { Step::Original(op) };
-        // Slots 0.. are the call's values; the first step's result is the next slot.
-        Ok(Program { steps: vec![step], output: call.values.len() as u32 })
+        let all_tensors = call.args.len() == 3 && call.kwargs.is_empty() && call.args.iter().all(|&slot| call.tensor(slot).is_some());
+        if !all_tensors {
+            return Ok(ProgramBuilder::passthrough(&call));
+        }
+        // Slots 0.. are the call's values; each step's result is the next slot.
+        let mut program = ProgramBuilder::new(&call);
+        let out = program.call("aten.where.self", &call.args);
+        Ok(program.finish(out))
     }
 }
 

@@ -51,3 +51,8 @@ class WhereThenFails(torch.nn.Module):
 
 def where_then_fails():
     return WhereThenFails(), {"x": torch.randn(3, 4)}
+
+
+def where_six_rows():
+    """`torch.where` on 6 rows: the hostile patch's attempt to call a tensor's bound method."""
+    return UsesWhere(), {"x": torch.randn(6, 4)}

@@ -119,13 +119,19 @@ impl<'a> Session<'a> {
         result
     }
 
-    /// A trace-time patch: the program that replaces `call`.
-    pub fn patch(&mut self, call: &wit_patching::PatchedCall) -> Result<wit_patching::Program, PluginError> {
+    /// A trace-time patch: the program that replaces `call`, once `check` accepts it.
+    pub fn patch(
+        &mut self,
+        call: &wit_patching::PatchedCall,
+        check: impl FnOnce(&wit_patching::Program) -> Result<(), String>,
+    ) -> Result<wit_patching::Program, PluginError> {
         let target = call.target.clone();
-        self.call(Some(target), |store, instance| match instance {
+        let program = self.call(Some(target.clone()), |store, instance| match instance {
             Instance::Patch(i) => i.call_apply(store, call),
             _ => unreachable!("kind checked at load"),
-        })
+        })?;
+        check(&program).map_err(|reason| self.error(Some(target), Failure::Invalid(reason)))?;
+        Ok(program)
     }
 
     // ── Machinery ──

@@ -46,6 +46,8 @@ pub struct Worker {
     next_id: u64,
     /// What `hello` answered: protocol, python, upstream versions.
     pub hello: Value,
+    /// Called with each progress line the worker sends during a request.
+    pub on_progress: Option<Box<dyn FnMut(&Value)>>,
 }
 
 impl Worker {
@@ -87,7 +89,7 @@ impl Worker {
                 }
             }
         });
-        let mut worker = Worker { child, stdin, responses, stderr, next_id: 0, hello: Value::Null };
+        let mut worker = Worker { child, stdin, responses, stderr, next_id: 0, hello: Value::Null, on_progress: None };
         let hello = worker.call("hello", json!({}), deadline)?;
         let protocol = hello.get("protocol").and_then(Value::as_u64);
         if protocol != Some(PROTOCOL) {
@@ -138,6 +140,12 @@ impl Worker {
                 Err(RecvTimeoutError::Disconnected) => return Err(self.crashed(method)),
             };
             let message: Value = serde_json::from_str(&line).map_err(|e| TraceError::Protocol(format!("bad message `{line}`: {e}")))?;
+            if let Some(progress) = message.get("progress") {
+                if let Some(show) = self.on_progress.as_mut() {
+                    show(progress);
+                }
+                continue;
+            }
             let Some(call) = message.get("patch_call") else { break line };
             let answer = match on_patch(call) {
                 Ok(program) => json!({"program": program}),
@@ -244,7 +252,7 @@ pub fn trace(
         let name = call.get("plugin").and_then(Value::as_str).unwrap_or("");
         let session = patches.iter_mut().find(|s| s.plugin().name() == name).ok_or_else(|| format!("no patch plugin `{name}`"))?;
         let patched = patch::call_from_json(call)?;
-        match session.patch(&patched) {
+        match session.patch(&patched, |program| patch::check_program(&patched, program)) {
             Ok(program) => Ok(patch::program_to_json(&program)),
             Err(error) => {
                 let message = error.to_string();
@@ -260,89 +268,5 @@ pub fn trace(
     }
 }
 
-/// JSON forms of the contract's patch types on the worker protocol.
-mod patch {
-    use serde_json::{json, Value};
-
-    use crate::plugins::patching::{CallValue, Device, Dim, OpCall, PatchedCall, Program, Scalar, Step, TensorMeta};
-
-    fn scalar(v: &Value) -> Scalar {
-        match v {
-            Value::Null => Scalar::None,
-            Value::Bool(b) => Scalar::Boolean(*b),
-            Value::Number(n) if n.is_i64() => Scalar::Int(n.as_i64().unwrap_or(0)),
-            Value::Number(n) => Scalar::Float(n.as_f64().unwrap_or(0.0)),
-            Value::String(s) => Scalar::Str(s.clone()),
-            other => Scalar::Str(other.to_string()),
-        }
-    }
-
-    fn scalar_json(s: &Scalar) -> Value {
-        match s {
-            Scalar::None => Value::Null,
-            Scalar::Boolean(b) => json!(b),
-            Scalar::Int(i) => json!(i),
-            Scalar::Float(f) => json!(f),
-            Scalar::Str(s) => json!(s),
-        }
-    }
-
-    pub fn call_from_json(call: &Value) -> Result<PatchedCall, String> {
-        let slots = |v: &Value| -> Vec<u32> { v.as_array().map(|a| a.iter().filter_map(|x| x.as_u64().map(|x| x as u32)).collect()).unwrap_or_default() };
-        let values = call.get("values").and_then(Value::as_array).ok_or("patch call without values")?;
-        let values = values
-            .iter()
-            .map(|v| {
-                let (kind, body) = v.as_object().and_then(|o| o.iter().next()).ok_or("empty value")?;
-                Ok(match kind.as_str() {
-                    "scalar" => CallValue::Scalar(scalar(body)),
-                    "sequence" => CallValue::Sequence(slots(body)),
-                    "sym_int" => CallValue::SymInt(body.as_str().unwrap_or("").into()),
-                    "object" => CallValue::Object(body.as_str().unwrap_or("").into()),
-                    "tensor" => CallValue::Tensor(TensorMeta {
-                        dtype: body["dtype"].as_str().unwrap_or("").into(),
-                        shape: body["shape"]
-                            .as_array()
-                            .map(|a| {
-                                a.iter()
-                                    .map(|d| match d.as_i64() {
-                                        Some(n) => Dim::Fixed(n),
-                                        None => Dim::Symbolic(d["symbolic"].as_str().unwrap_or("").into()),
-                                    })
-                                    .collect()
-                            })
-                            .unwrap_or_default(),
-                        strides: vec![],
-                        device: Device { kind: body["device"].as_str().unwrap_or("cpu").into(), index: None },
-                    }),
-                    other => return Err(format!("unknown value kind `{other}`")),
-                })
-            })
-            .collect::<Result<Vec<_>, String>>()?;
-        let kwargs = call["kwargs"]
-            .as_array()
-            .map(|a| a.iter().filter_map(|p| Some((p[0].as_str()?.to_string(), p[1].as_u64()? as u32))).collect())
-            .unwrap_or_default();
-        Ok(PatchedCall { target: call["target"].as_str().unwrap_or("").into(), values, args: slots(&call["args"]), kwargs })
-    }
-
-    fn op_json(op: &OpCall) -> Value {
-        json!({"op": op.op, "args": op.args, "kwargs": op.kwargs.iter().map(|(k, v)| json!([k, v])).collect::<Vec<_>>()})
-    }
-
-    pub fn program_to_json(program: &Program) -> Value {
-        let steps: Vec<Value> = program
-            .steps
-            .iter()
-            .map(|step| match step {
-                Step::Call(op) => json!({"call": op_json(op)}),
-                Step::Original(op) => json!({"original": op_json(op)}),
-                Step::Getattr((slot, name)) => json!({"getattr": [slot, name]}),
-                Step::Item((slot, index)) => json!({"item": [slot, index]}),
-                Step::Constant(s) => json!({"constant": scalar_json(s)}),
-                Step::Pack(slots) => json!({"pack": slots}),
-            })
-            .collect();
-        json!({"steps": steps, "output": program.output})
-    }
-}
+mod patch;
+pub use patch::check_program;

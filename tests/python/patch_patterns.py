@@ -1,0 +1,231 @@
+"""Modules holding the patterns the patch plugins rewrite, for
+`hfx run --model-fn python:patch_patterns:NAME`. Each function returns
+`(module, inputs)`; `second_inputs(NAME)` gives inputs of another size for
+dynamic exports."""
+
+import torch
+import torch.nn.functional as F
+
+
+def _pair(module, **inputs):
+    return module.eval(), inputs
+
+
+class SplitSymbolic(torch.nn.Module):
+    def forward(self, x):
+        first, second = x.split(x.shape[1] // 2, dim=1)
+        return first * 2 + second
+
+
+def split_symbolic(length=8):
+    return _pair(SplitSymbolic(), x=torch.randn(2, length, 4))
+
+
+class ChunkSymbolic(torch.nn.Module):
+    def forward(self, x):
+        first, second = torch.chunk(x, 2, dim=1)
+        return first * 2 + second
+
+
+def chunk_symbolic(length=8):
+    return _pair(ChunkSymbolic(), x=torch.randn(2, length, 4))
+
+
+class Roll(torch.nn.Module):
+    def forward(self, x):
+        return torch.roll(x, shifts=3, dims=1) + x.roll((1, -2), (0, 1))
+
+
+def roll(length=8):
+    return _pair(Roll(), x=torch.randn(3, length))
+
+
+class ReshapeTransposed(torch.nn.Module):
+    def forward(self, x):
+        return x.transpose(1, 2).reshape(x.shape[0], -1) + x.view(x.shape[0], -1)
+
+
+def reshape_transposed(length=6):
+    return _pair(ReshapeTransposed(), x=torch.randn(2, 4, 4))
+
+
+class ComplexRotation(torch.nn.Module):
+    def forward(self, x, y):
+        z = torch.exp(torch.complex(x, y)).unsqueeze(1)
+        return torch.view_as_real(z)
+
+
+def complex_rotation(length=8):
+    return _pair(ComplexRotation(), x=torch.randn(2, length), y=torch.randn(2, length))
+
+
+class MaskedScatter(torch.nn.Module):
+    def forward(self, x, mask, source):
+        return x.masked_scatter(mask, source) * 2
+
+
+def masked_scatter(length=8):
+    generator = torch.Generator().manual_seed(1)
+    mask = torch.rand(2, length, generator=generator) > 0.5
+    return _pair(MaskedScatter(), x=torch.randn(2, length), mask=mask, source=torch.randn(2, length))
+
+
+class RmsNorms(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.plain = torch.nn.RMSNorm(8, elementwise_affine=False)
+        self.wide = torch.nn.RMSNorm((3, 8), eps=1e-5, elementwise_affine=False)
+        self.affine = torch.nn.RMSNorm(8)
+
+    def forward(self, x):
+        return self.plain(x) + self.wide(x) + self.affine(x)
+
+
+def rms_norms(length=3):
+    return _pair(RmsNorms(), x=torch.randn(2, 3, 8) * 3)
+
+
+class Histograms(torch.nn.Module):
+    def forward(self, x):
+        return torch.histc(x, bins=6, min=-1.0, max=1.0), torch.histc(x, bins=4)
+
+
+def histograms(length=8):
+    return _pair(Histograms(), x=torch.randn(4, length))
+
+
+class SortedSearch(torch.nn.Module):
+    def forward(self, boundaries, x):
+        left = torch.searchsorted(boundaries, x)
+        right = torch.searchsorted(boundaries, x, right=True, out_int32=True)
+        buckets = torch.bucketize(x, boundaries, right=True)
+        return left, right, buckets
+
+
+def sorted_search(length=8):
+    # Integer-valued floats: ties exercise `right`.
+    generator = torch.Generator().manual_seed(2)
+    return _pair(SortedSearch(), boundaries=torch.arange(-3.0, 4.0),
+                 x=torch.randint(-5, 6, (2, length), generator=generator).float())
+
+
+class CumulativeExtremum(torch.nn.Module):
+    def forward(self, x):
+        high = torch.cummax(x, dim=1)
+        low = x.cummin(0)
+        return high.values, high.indices, low.values, low.indices
+
+
+def cumulative_extremum(length=8):
+    return _pair(CumulativeExtremum(), x=torch.randn(3, length))
+
+
+class Randperm(torch.nn.Module):
+    def forward(self, x):
+        order = torch.randperm(x.shape[1])
+        # Sorted, a permutation is arange: deterministic, comparable to eager.
+        return x + torch.sort(order).values.to(x.dtype), order.shape[0]
+
+
+def randperm(length=8):
+    return _pair(Randperm(), x=torch.randn(2, length))
+
+
+class SdpaMasked(torch.nn.Module):
+    def forward(self, q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def sdpa_masked(length=8):
+    mask = torch.ones(2, 1, length, length, dtype=torch.bool).tril()
+    return _pair(SdpaMasked(), q=torch.randn(2, 4, length, 8), k=torch.randn(2, 4, length, 8),
+                 v=torch.randn(2, 4, length, 8), mask=mask)
+
+
+class VmapMask(torch.nn.Module):
+    def forward(self, x):
+        from transformers import masking_utils
+
+        b, q = x.shape[0], x.shape[1]
+        expand = masking_utils._vmap_expansion_sdpa(masking_utils.causal_mask_function)
+        mask = expand(torch.arange(b), torch.arange(1), torch.arange(q), torch.arange(q))
+        return x[:, None, :, None].expand(b, 1, q, q).masked_fill(~mask, 0.0)
+
+
+def vmap_mask(length=8):
+    return _pair(VmapMask(), x=torch.randn(2, length))
+
+
+class DataDependentBatch(torch.nn.Module):
+    """Attention over a batch selected by a mask: the VLM pattern the SDPA-on-CPU patch is for."""
+
+    def forward(self, x, keep):
+        selected = x[keep]
+        return F.scaled_dot_product_attention(selected, selected, selected)
+
+
+def data_dependent_batch(length=8):
+    return _pair(DataDependentBatch(), x=torch.randn(4, 2, length, 16), keep=torch.tensor([True, False, True, True]))
+
+
+class KernelsOrFallback(torch.nn.Module):
+    """The choice modeling code makes: a hub kernel when `kernels` is installed, else PyTorch."""
+
+    def forward(self, x):
+        from transformers.utils import import_utils
+
+        if import_utils.is_kernels_available():
+            raise RuntimeError("a hub kernel would be loaded here, which torch.export cannot trace")
+        return torch.tanh(x) * 2
+
+
+def kernels_or_fallback(length=8):
+    import transformers.utils.import_utils as import_utils
+
+    # As if `kernels` were installed: the patch must make the trace take the fallback.
+    import_utils.is_kernels_available = lambda *args, **kwargs: True
+    model = KernelsOrFallback()
+    original_forward = model.forward
+
+    def eager_forward(x):
+        # Eager runs without the library (the reference the trace is compared to).
+        if torch.compiler.is_exporting():
+            return original_forward(x)
+        return torch.tanh(x) * 2
+
+    model.forward = eager_forward
+    return _pair(model, x=torch.randn(2, length))
+
+
+def nllb_moe_router():
+    """NLLB-MoE's top-2 router: it casts its classifier's dtype in forward, which fails to trace
+    (`Couldn't swap Linear.weight`). (The whole model's expert loop is data-dependent.)"""
+    import transformers
+    from transformers.models.nllb_moe.modeling_nllb_moe import NllbMoeTop2Router
+
+    config = transformers.NllbMoeConfig(vocab_size=128, d_model=32, num_experts=4, expert_capacity=8, router_dtype="float32")
+    return _pair(NllbMoeTop2Router(config), hidden_states=torch.randn(2, 8, 32))
+
+
+def sliding_window_mistral():
+    """A tiny Mistral whose sliding window (4) is shorter than the input (8)."""
+    import transformers
+
+    config = transformers.MistralConfig(
+        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, sliding_window=4)
+    model = transformers.MistralForCausalLM(config).eval()
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 128, (2, 8), generator=generator)
+    return model, {"input_ids": ids, "attention_mask": torch.ones(2, 8, dtype=torch.long)}
+
+
+def second_inputs(name):
+    """Inputs of another size for `name`, or None when the pattern has none."""
+    sizes = {"split_symbolic": 12, "chunk_symbolic": 6, "roll": 5, "complex_rotation": 5, "masked_scatter": 5,
+             "histograms": 5, "sorted_search": 5, "cumulative_extremum": 5, "randperm": 5, "sdpa_masked": 5,
+             "vmap_mask": 5}
+    if name not in sizes:
+        return None
+    torch.manual_seed(1)
+    return globals()[name](sizes[name])[1]
