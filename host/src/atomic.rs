@@ -27,6 +27,13 @@ pub fn write_atomically(path: &Path, fill: impl FnOnce(&mut File) -> io::Result<
     }
 }
 
+/// Moves a finished file from a scratch folder on the same file system into
+/// place: synced first, then renamed over the destination in one step.
+pub fn move_into_place(from: &Path, to: &Path) -> io::Result<()> {
+    File::open(from)?.sync_all()?;
+    std::fs::rename(from, to)
+}
+
 /// Convenience for whole buffers.
 pub fn write_bytes_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     write_atomically(path, |f| f.write_all(bytes))

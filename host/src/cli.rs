@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
@@ -549,6 +549,7 @@ fn is_json(path: &Path) -> bool {
 
 fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
     use crate::graph::pt2::{convert, Pt2};
+    let started = Instant::now();
     let options = merge(args)?;
     let output = &options.output;
     // Check what can be emitted before doing any work. A `.pt2` is the
@@ -561,9 +562,25 @@ fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
     }
     // The worker says which upstream versions are installed; plugins resolve against them.
     let mut worker = match &options.trace {
-        Some(_) => Some(crate::trace::Worker::start(&options.set.python(), Duration::from_secs(120))?),
+        Some(_) => {
+            progress(started, "trace", "starting the worker");
+            let mut worker = crate::trace::Worker::start(&options.set.python(), Duration::from_secs(120))?;
+            worker.on_progress = Some(Box::new(move |p| {
+                let step = p.get("stage").and_then(|s| s.as_str()).unwrap_or("");
+                progress(started, "trace", match step {
+                    "import" => "importing torch",
+                    "build" => "building the model",
+                    "eager" => "running it eagerly (the reference outputs)",
+                    "export" => "torch.export",
+                    "save" => "saving the program",
+                    other => other,
+                });
+            }));
+            Some(worker)
+        }
         None => None,
     };
+    progress(started, "plugins", "resolving and loading");
     let loaded = options.set.load_with(false, worker.as_ref().map(|w| w.versions()))?;
     // ── Stage 1: Trace (or read a traced program), Stage 2: patches answer during it ──
     let traced = match (&options.trace, worker.as_mut()) {
@@ -575,6 +592,8 @@ fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
         (None, Some(input)) => input,
         (None, None) => unreachable!("merge checks there is an input"),
     };
+    progress(started, "read", &input.display().to_string());
+    let read_started = Instant::now();
     let (source, mut graph) = if is_json(input) {
         let text = std::fs::read_to_string(input).with_context(|| format!("reading {}", input.display()))?;
         (Input::Json, Graph::from_json(&text).with_context(|| format!("{}", input.display()))?)
@@ -584,10 +603,21 @@ fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
         let graph = convert::to_ir(program).map_err(|e| anyhow::anyhow!("{}: {e}", input.display()))?;
         (Input::Pt2(pt2), graph)
     };
+    let read_time = read_started.elapsed();
+    // A traced program the stages leave as it was is moved into place as torch wrote it.
+    let fingerprint = traced.as_ref().map(|_| graph.fingerprint());
     let nodes_before = graph.node_count();
+    progress(started, "fx stages", &format!("{} nodes", nodes_before));
     let reports = stages::run_fx_stages(&loaded.runtime, &loaded.set.plugins, options.backend, &mut graph, options.on_plugin_error)?;
     // ── Emit ──
+    progress(started, "emit", &output.display().to_string());
+    let emit_started = Instant::now();
+    let unchanged = fingerprint.is_some_and(|f| f == graph.fingerprint());
     match (&source, is_json(output)) {
+        (Input::Pt2(_), false) if unchanged => {
+            let traced = traced.as_ref().expect("a fingerprint is taken of traced programs only");
+            crate::atomic::move_into_place(&traced.program, output).with_context(|| format!("writing {}", output.display()))?;
+        }
         (_, true) => crate::atomic::write_bytes_atomically(output, graph.to_json().as_bytes())
             .with_context(|| format!("writing {}", output.display()))?,
         (Input::Pt2(pt2), false) => {
@@ -596,18 +626,38 @@ fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
         }
         (Input::Json, false) => bail!("a graph read from JSON can only be written as JSON (-o OUT.json)"),
     }
+    let emit_time = emit_started.elapsed();
     if let Some(traced) = &traced {
         // The eager reference goes next to the artifact, for verification.
         let reference = reference_path(output);
         std::fs::rename(&traced.reference, &reference).with_context(|| format!("writing {}", reference.display()))?;
         println!("traced {} in {:.1} s; eager reference: {}", traced.model_class, traced.seconds, reference.display());
+        let seconds = |k: &str| traced.times.get(k).copied().unwrap_or(0.0);
+        println!(
+            "stage {:<18} {:>8.2} s   import {:.2} s, build {:.2} s, eager {:.2} s, torch.export {:.2} s, save {:.2} s; {} output(s)",
+            "trace",
+            traced.seconds,
+            seconds("import"),
+            seconds("build"),
+            seconds("eager"),
+            seconds("export"),
+            seconds("save"),
+            traced.outputs
+        );
         for (plugin, calls) in &traced.patched {
             println!("  patch {plugin:<30} answered {calls} call(s)");
         }
     }
+    println!("stage {:<18} {:>8.2} ms  {nodes_before} nodes", "read", read_time.as_secs_f64() * 1e3);
     print_summary(&reports, &loaded.set, verbose);
-    println!("nodes: {nodes_before} -> {}; wrote {}", graph.node_count(), output.display());
+    println!("stage {:<18} {:>8.2} ms", "emit", emit_time.as_secs_f64() * 1e3);
+    println!("nodes: {nodes_before} -> {}; wrote {} in {:.1} s", graph.node_count(), output.display(), started.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// One progress line on stderr (stdout is the summary).
+fn progress(started: Instant, stage: &str, what: &str) {
+    eprintln!("[{:>6.1} s] {stage}: {what}", started.elapsed().as_secs_f64());
 }
 
 /// `out.pt2` → `out.reference.pt`.
@@ -622,6 +672,9 @@ struct Traced {
     reference: PathBuf,
     model_class: String,
     seconds: f64,
+    /// The worker's own times: build, trace, save.
+    times: BTreeMap<String, f64>,
+    outputs: u64,
     /// Patch plugins and how many calls each answered.
     patched: Vec<(String, u64)>,
 }
@@ -650,10 +703,16 @@ fn trace_model(
     let mut sessions: Vec<plugins::Session> =
         patch_plugins.iter().map(|p| plugins::Session::new(&loaded.runtime, p, "patches")).collect();
     let result = crate::trace::trace(worker, request, &mut sessions, &program, &reference, options.trace_deadline)?;
-    let seconds = result.get("seconds").and_then(|s| s.as_object()).map(|m| m.values().filter_map(|v| v.as_f64()).sum()).unwrap_or(0.0);
+    let times: BTreeMap<String, f64> = result
+        .get("seconds")
+        .and_then(|s| s.as_object())
+        .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_f64()?))).collect())
+        .unwrap_or_default();
+    let seconds = times.values().sum();
+    let outputs = result.get("outputs").and_then(|o| o.as_u64()).unwrap_or(0);
     let model_class = result.get("model_class").and_then(|c| c.as_str()).unwrap_or("model").to_string();
     let patched: Vec<(String, u64)> = sessions.iter().map(|s| (s.plugin().name().to_string(), s.calls)).collect();
-    Ok(Traced { _scratch: scratch, program, reference, model_class, seconds, patched })
+    Ok(Traced { _scratch: scratch, program, reference, model_class, seconds, times, outputs, patched })
 }
 
 fn print_summary(reports: &[StageReport], set: &PluginSet, verbose: u8) {

@@ -553,10 +553,12 @@ def progress(stage, **fields):
 
 
 def trace(params):
+    started = time.perf_counter()
+    progress("import")
     import torch
 
+    imported = time.perf_counter()
     torch.manual_seed(params.get("seed", 0))
-    started = time.perf_counter()
     progress("build")
     source = params["source"]
     if source["kind"] == "architecture":
@@ -582,6 +584,7 @@ def trace(params):
         eager = model(**inputs)
     register_cache_pytrees(model)
     eager = flat_outputs(eager)
+    ran = time.perf_counter()
     progress("export")
     with torch.no_grad(), patches_applied(patches), clean_state(model), config_flags(model, flags), \
             flat_signature(model, inputs):
@@ -604,7 +607,8 @@ def trace(params):
         "nodes": len(program.graph.nodes),
         "patches_restored": patch_status(patches),
         "versions": versions(),
-        "seconds": {"build": built - started, "trace": traced - built, "save": time.perf_counter() - traced},
+        "seconds": {"import": imported - started, "build": built - imported, "eager": ran - built,
+                    "export": traced - ran, "save": time.perf_counter() - traced},
     }
 
 

@@ -31,6 +31,7 @@ def close(a, b, what):
 
 def main(program, reference, arch, overrides, mode):
     ref = torch.load(reference)
+    worker.register_cache_pytrees()  # KV caches in the outputs
     ep = torch.export.load(program)
     with torch.no_grad():
         got = ep.module()(**ref["inputs"], **ref["constants"])
