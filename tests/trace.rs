@@ -168,19 +168,13 @@ fn originals_are_restored_after_a_trace_also_when_it_fails() {
     let runtime = Runtime::new(RuntimeOptions { cache_dir: None, ..Default::default() }).unwrap();
     let plugin = load(&runtime, "tests/plugins/kind-patch");
     let dir = tempfile::tempdir().unwrap();
-    std::env::set_var("PYTHONPATH", root().join("tests/python"));
-    let mut worker = Worker::start(python().to_str().unwrap(), std::time::Duration::from_secs(120)).unwrap();
+    let pythonpath = root().join("tests/python");
+    let env = [("PYTHONPATH", pythonpath.as_os_str())];
+    let mut worker = Worker::start_with_env(python().to_str().unwrap(), std::time::Duration::from_secs(120), &env).unwrap();
     let deadline = std::time::Duration::from_secs(300);
     let patches = serde_json::json!({"patches": [{"plugin": plugin.name(), "targets": plugin.targets}]});
     for (function, should_work) in [("uses_where", true), ("where_then_fails", false)] {
-        let request = TraceRequest {
-            source: ModelSource::Function(format!("python:hfx_test_models:{function}")),
-            task: None,
-            dynamic: false,
-            dynamic_shapes: vec![],
-            batch: 2,
-            sequence: 8,
-        };
+        let request = TraceRequest::new(ModelSource::Function(format!("python:hfx_test_models:{function}")));
         let mut sessions = vec![Session::new(&runtime, &plugin, "patches")];
         let result = hfx::trace::trace(&mut worker, &request, &mut sessions, &dir.path().join("m.pt2"), &dir.path().join("r.pt"), deadline);
         assert_eq!(result.is_ok(), should_work, "{function}: {:?}", result.err().map(|e| e.to_string()));
@@ -188,4 +182,24 @@ fn originals_are_restored_after_a_trace_also_when_it_fails() {
         let restored = worker.call("patches_restored", patches.clone(), deadline).unwrap();
         assert_eq!(restored, serde_json::json!({"torch.where": true}), "{function}: torch.where is the original again");
     }
+}
+
+/// Backend preparation and the optional decomposition: a tiny Llama traced in
+/// bfloat16 and decomposed to core ATen has bfloat16 weights, no `linear`
+/// left, and matches eager bfloat16 (atol/rtol 1e-2, bfloat16's precision).
+#[test]
+fn a_model_is_traced_in_the_dtype_asked_for_and_decomposed() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("llama_bf16.pt2");
+    let (_, set) = TINY[0];
+    let result = hfx(dir.path(), &["run", "--backend", "dynamo", "--model", "llama", "--set", set, "--dtype", "bfloat16", "--decompose", "-o", out.to_str().unwrap()]);
+    assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
+    let reference = out.with_extension("reference.pt");
+    run_python(
+        "check_patch.py",
+        &[out.to_str().unwrap(), reference.to_str().unwrap(), "-", "--absent=aten.linear", "--present=aten.mm", "--weights-dtype=bfloat16", "--atol=1e-2"],
+    );
+    let result = hfx(dir.path(), &["run", "--backend", "dynamo", "--model", "llama", "--set", set, "--dtype", "int64", "-o", out.to_str().unwrap()]);
+    assert!(!result.status.success());
+    assert!(String::from_utf8_lossy(&result.stderr).contains("not a floating torch dtype"));
 }

@@ -157,6 +157,15 @@ pub struct ModelArgs {
     /// Deadline for the trace, in seconds [default: 600].
     #[arg(long)]
     pub trace_deadline_s: Option<u64>,
+    /// Run `run_decompositions()` on the traced program (the core ATen opset).
+    #[arg(long)]
+    pub decompose: bool,
+    /// Where the model runs while tracing: `cpu` or `cuda` [default: cpu].
+    #[arg(long)]
+    pub device: Option<String>,
+    /// The dtype of the model's weights and floating inputs: `float32`, `bfloat16`, `float16` [default: float32].
+    #[arg(long)]
+    pub dtype: Option<String>,
 }
 
 impl ModelArgs {
@@ -177,13 +186,15 @@ impl ModelArgs {
             (None, None, Some(spec)) => bail!("--model-fn `{spec}`: expected python:module:function"),
             (None, None, None) => return Ok(None),
         };
+        let defaults = TraceRequest::new(source);
         Ok(Some(TraceRequest {
-            source,
             task: self.task.clone(),
             dynamic: self.dynamic,
             dynamic_shapes: self.dynamic_shapes.clone(),
-            batch: 2,
-            sequence: 8,
+            decompose: self.decompose,
+            device: self.device.clone().unwrap_or(defaults.device.clone()),
+            dtype: self.dtype.clone().unwrap_or(defaults.dtype.clone()),
+            ..defaults
         }))
     }
 }
@@ -220,6 +231,10 @@ pub struct RunConfig {
     #[serde(default)]
     pub dynamic_shapes: Vec<String>,
     pub trace_deadline_s: Option<u64>,
+    #[serde(default)]
+    pub decompose: bool,
+    pub device: Option<String>,
+    pub dtype: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -524,6 +539,9 @@ fn merge(args: RunArgs) -> Result<RunOptions> {
         model.dynamic_shapes = config.dynamic_shapes.clone();
     }
     model.trace_deadline_s = model.trace_deadline_s.or(config.trace_deadline_s);
+    model.decompose |= config.decompose;
+    model.device = model.device.or(config.device.clone());
+    model.dtype = model.dtype.or(config.dtype.clone());
     let trace = model.request()?;
     let input = args.input.or(config.input.map(rel));
     match (&input, &trace) {
@@ -550,6 +568,8 @@ fn is_json(path: &Path) -> bool {
 fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
     use crate::graph::pt2::{convert, Pt2};
     let started = Instant::now();
+    use std::io::IsTerminal;
+    SHOW_PROGRESS.store(verbose > 0 || std::io::stderr().is_terminal(), std::sync::atomic::Ordering::Relaxed);
     let options = merge(args)?;
     let output = &options.output;
     // Check what can be emitted before doing any work. A `.pt2` is the
@@ -572,6 +592,7 @@ fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
                     "build" => "building the model",
                     "eager" => "running it eagerly (the reference outputs)",
                     "export" => "torch.export",
+                    "decompose" => "run_decompositions",
                     "save" => "saving the program",
                     other => other,
                 });
@@ -655,9 +676,14 @@ fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
     Ok(())
 }
 
+/// Whether progress lines are shown: on a terminal, or with `-v`.
+static SHOW_PROGRESS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// One progress line on stderr (stdout is the summary).
 fn progress(started: Instant, stage: &str, what: &str) {
-    eprintln!("[{:>6.1} s] {stage}: {what}", started.elapsed().as_secs_f64());
+    if SHOW_PROGRESS.load(std::sync::atomic::Ordering::Relaxed) {
+        eprintln!("[{:>6.1} s] {stage}: {what}", started.elapsed().as_secs_f64());
+    }
 }
 
 /// `out.pt2` → `out.reference.pt`.

@@ -338,6 +338,29 @@ def patch_status(patches):
     return status
 
 
+# ── Backend preparation: device and dtype ──
+
+def prepared(model, device, dtype_name):
+    """The model on the backend's device, in its dtype (cpu/float32 unless asked)."""
+    import torch
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"device `{device}` asked for, but this torch has no CUDA device")
+    dtype = getattr(torch, dtype_name, None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype `{dtype_name}` is not a floating torch dtype")
+    return model.to(device=device, dtype=dtype), device, dtype
+
+
+def on_device(value, device, dtype):
+    """Input tensors follow the model: floating ones take its dtype, all its device."""
+    import torch
+
+    if not torch.is_tensor(value):
+        return value
+    return value.to(device=device, dtype=dtype) if value.is_floating_point() else value.to(device)
+
+
 # ── Stage 1: Signature ──
 
 OUTPUT_FLAGS = ("use_cache", "output_attentions", "output_hidden_states", "return_dict", "return_loss")
@@ -570,11 +593,13 @@ def trace(params):
     else:
         model, inputs = from_function(source["spec"])
     model = model.eval()
+    model, device, dtype = prepared(model, params.get("device") or "cpu", params.get("dtype") or "float32")
     if hasattr(model, "set_attn_implementation"):
         with contextlib.suppress(Exception):
             model.set_attn_implementation("sdpa")
     if inputs is None:
         inputs = sample_inputs(model, params.get("batch", 2), params.get("sequence", 8))
+    inputs = {k: on_device(v, device, dtype) for k, v in inputs.items()}
     flags = {k: inputs.pop(k) for k in OUTPUT_FLAGS if k in inputs}
     shapes = dynamic_shapes(inputs, params.get("dynamic", False), params.get("dynamic_shapes") or [])
     built = time.perf_counter()
@@ -592,6 +617,9 @@ def trace(params):
             model, (), dict(inputs), dynamic_shapes=shapes, strict=False,
             prefer_deferred_runtime_asserts_over_guards=bool(params.get("dynamic_shapes")),
         )
+    if params.get("decompose"):
+        progress("decompose")
+        program = program.run_decompositions()
     traced = time.perf_counter()
     progress("save")
     output = params["output"]

@@ -47,6 +47,7 @@ def main():
     parser.add_argument("--atol", type=float, default=1e-4)
     parser.add_argument("--compare", type=int, default=None)
     parser.add_argument("--shape", default="")
+    parser.add_argument("--weights-dtype", default="")
     args = parser.parse_args()
     worker.register_cache_pytrees()
     ep = torch.export.load(args.program)
@@ -57,6 +58,10 @@ def main():
     for op in filter(None, args.present.split(",")):
         if not any(op in t for t in targets):
             raise SystemExit(f"{op} is not in the graph: {sorted(set(targets))}")
+    if args.weights_dtype:
+        dtypes = {str(p.dtype).removeprefix("torch.") for p in ep.state_dict.values() if p.is_floating_point()}
+        if dtypes != {args.weights_dtype}:
+            raise SystemExit(f"weights are {dtypes}, expected {args.weights_dtype}")
     ref = torch.load(args.reference, weights_only=False)
     with torch.no_grad():
         outputs = ep.module()(**ref["inputs"], **ref["constants"])
@@ -66,7 +71,7 @@ def main():
         shape = tuple(worker.flat_outputs(outputs)[int(index)].shape)
         if shape != tuple(int(d) for d in dims.split("x")):
             raise SystemExit(f"output {index} has shape {shape}, expected {dims}")
-    second = patch_patterns.second_inputs(args.pattern)
+    second = patch_patterns.second_inputs(args.pattern) if hasattr(patch_patterns, args.pattern) else None
     if second is not None:
         torch.manual_seed(0)
         model, _ = getattr(patch_patterns, args.pattern)()

@@ -53,8 +53,14 @@ pub struct Worker {
 impl Worker {
     /// Starts the worker under `python` and checks it speaks this host's protocol.
     pub fn start(python: &str, deadline: Duration) -> Result<Worker, TraceError> {
+        Self::start_with_env(python, deadline, &[])
+    }
+
+    /// `start`, with more environment variables for the worker (`PYTHONPATH`).
+    pub fn start_with_env(python: &str, deadline: Duration, env: &[(&str, &std::ffi::OsStr)]) -> Result<Worker, TraceError> {
         let mut child = Command::new(python)
             .args(["-u", "-c", WORKER])
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -212,9 +218,30 @@ pub struct TraceRequest {
     /// Sizes of the generated inputs (>= 2 on axes meant to be dynamic).
     pub batch: u32,
     pub sequence: u32,
+    /// `run_decompositions()` after the trace.
+    pub decompose: bool,
+    /// Backend preparation: where the model runs and in which dtype.
+    pub device: String,
+    pub dtype: String,
 }
 
 impl TraceRequest {
+    /// A request with the defaults `hfx run` uses: static shapes, batch 2 and
+    /// sequence 8, cpu, float32, no decomposition.
+    pub fn new(source: ModelSource) -> Self {
+        TraceRequest {
+            source,
+            task: None,
+            dynamic: false,
+            dynamic_shapes: vec![],
+            batch: 2,
+            sequence: 8,
+            decompose: false,
+            device: "cpu".into(),
+            dtype: "float32".into(),
+        }
+    }
+
     fn params(&self, output: &std::path::Path, reference: &std::path::Path) -> Value {
         let source = match &self.source {
             ModelSource::Architecture { name, overrides } => {
@@ -227,6 +254,7 @@ impl TraceRequest {
         json!({
             "source": source, "task": self.task, "dynamic": self.dynamic, "dynamic_shapes": self.dynamic_shapes,
             "batch": self.batch, "sequence": self.sequence, "output": output, "reference": reference,
+            "decompose": self.decompose, "device": self.device, "dtype": self.dtype,
         })
     }
 }
