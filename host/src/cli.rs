@@ -128,6 +128,9 @@ pub struct RunArgs {
     pub on_plugin_error: Option<OnPluginError>,
     #[command(flatten)]
     pub model: ModelArgs,
+    /// The ONNX opset of the default domain (18-23) [default: 20].
+    #[arg(long)]
+    pub opset: Option<u32>,
 }
 
 /// Tracing a model instead of reading a `.pt2`.
@@ -233,6 +236,7 @@ pub struct RunConfig {
     pub trace_deadline_s: Option<u64>,
     #[serde(default)]
     pub decompose: bool,
+    pub opset: Option<u32>,
     pub device: Option<String>,
     pub dtype: Option<String>,
 }
@@ -483,6 +487,7 @@ struct RunOptions {
     backend: Backend,
     set: PluginSetArgs,
     on_plugin_error: OnPluginError,
+    opset: u32,
 }
 
 fn merge(args: RunArgs) -> Result<RunOptions> {
@@ -551,7 +556,11 @@ fn merge(args: RunArgs) -> Result<RunOptions> {
     }
     let output = args.output.or(config.output.map(rel)).context("no output (-o or `output` in the config)")?;
     let trace_deadline = Duration::from_secs(model.trace_deadline_s.unwrap_or(600));
-    Ok(RunOptions { input, trace, trace_deadline, output, backend, set, on_plugin_error })
+    let opset = args.opset.or(config.opset).unwrap_or(20);
+    if !(18..=23).contains(&opset) {
+        bail!("--opset {opset}: hfx writes opsets 18 to 23");
+    }
+    Ok(RunOptions { input, trace, trace_deadline, output, backend, set, on_plugin_error, opset })
 }
 
 /// What `run` reads: a `.pt2` (kept open: its weights are written from the
@@ -575,11 +584,13 @@ fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
     // Check what can be emitted before doing any work. A `.pt2` is the
     // dynamo artifact, and for the other backends the program after their FX
     // stages (what their lowering would start from).
-    match output.extension().and_then(|e| e.to_str()) {
-        Some("pt2" | "json") => {}
-        Some(ext @ ("onnx" | "pte")) => bail!("emitting .{ext} is not implemented yet: write the {} backend's FX-fixed program with `-o OUT.pt2`", options.backend),
-        _ => bail!("{}: the output must end in .pt2 or .json", output.display()),
-    }
+    let emit_onnx = match output.extension().and_then(|e| e.to_str()) {
+        Some("pt2" | "json") => false,
+        Some("onnx") if options.backend == Backend::Onnx => true,
+        Some("onnx") => bail!("a .onnx output needs --backend onnx"),
+        Some("pte") => bail!("emitting .pte is not implemented yet: write the {} backend's FX-fixed program with `-o OUT.pt2`", options.backend),
+        _ => bail!("{}: the output must end in .pt2, .onnx or .json", output.display()),
+    };
     // The worker says which upstream versions are installed; plugins resolve against them.
     let mut worker = match &options.trace {
         Some(_) => {
@@ -634,7 +645,12 @@ fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
     progress(started, "emit", &output.display().to_string());
     let emit_started = Instant::now();
     let unchanged = fingerprint.is_some_and(|f| f == graph.fingerprint());
+    let mut reports = reports;
     match (&source, is_json(output)) {
+        (Input::Pt2(pt2), false) if emit_onnx => {
+            reports.extend(emit_onnx_model(pt2, &mut graph, &loaded, &options, started)?);
+        }
+        (Input::Json, false) if emit_onnx => bail!("ONNX is emitted from a .pt2 (its weights), not from IR JSON"),
         (Input::Pt2(_), false) if unchanged => {
             let traced = traced.as_ref().expect("a fingerprint is taken of traced programs only");
             crate::atomic::move_into_place(&traced.program, output).with_context(|| format!("writing {}", output.display()))?;
@@ -678,6 +694,52 @@ fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
 
 /// Whether progress lines are shown: on a terminal, or with `-v`.
 static SHOW_PROGRESS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// ONNX stages 4 and 5 (translations, IR fixes), then the model, written atomically.
+fn emit_onnx_model(
+    pt2: &crate::graph::pt2::Pt2,
+    graph: &mut Graph,
+    loaded: &LoadedSet,
+    options: &RunOptions,
+    started: Instant,
+) -> Result<Vec<StageReport>> {
+    use crate::onnx::emit;
+    use crate::stages::{onnx_ir_fix, onnx_translation};
+    let program = pt2.programs.get("model").context("no `model` program")?;
+    let roles = onnx_translation::input_roles(program);
+    progress(started, "onnx", "translations");
+    let translations = stages::select(&loaded.set.plugins, options.backend, plugins::PluginKind::OnnxTranslation);
+    let (mut builder, translated) = onnx_translation::run(&loaded.runtime, &translations, graph, &roles, options.opset)?;
+    progress(started, "onnx", "IR fixes");
+    let ir_fixes = stages::select(&loaded.set.plugins, options.backend, plugins::PluginKind::OnnxIrFix);
+    let mut model = crate::onnx::Model { nodes: std::mem::take(&mut builder.nodes) };
+    let fixed = onnx_ir_fix::run(&loaded.runtime, &ir_fixes, &mut model, "onnx-ir-fixes", options.on_plugin_error)?;
+    builder.nodes = model.nodes;
+    let metadata = onnx_metadata(loaded, &[&translated, &fixed]);
+    let parts = emit::ModelParts { graph, roles: &roles, pt2, builder: &builder, metadata, graph_name: "main_graph".into() };
+    let model = emit::model_proto(&parts)?;
+    emit::write(&options.output, &model)?;
+    Ok(vec![translated, fixed])
+}
+
+/// `metadata_props`: who wrote the model, against which upstream versions,
+/// with which plugins, and what each changed.
+fn onnx_metadata(loaded: &LoadedSet, reports: &[&StageReport]) -> Vec<(String, String)> {
+    let mut metadata = vec![("hfx.version".to_string(), env!("CARGO_PKG_VERSION").to_string())];
+    for (package, version) in &loaded.set.upstream {
+        metadata.push((format!("hfx.upstream.{package}"), version.clone()));
+    }
+    for plugin in &loaded.set.plugins {
+        let p = &plugin.manifest.plugin;
+        metadata.push((format!("hfx.plugin.{}", p.name), format!("{} sha256:{}", p.version, plugin.component_sha256)));
+    }
+    for report in reports {
+        for (plugin, counts) in &report.plugins {
+            metadata.push((format!("hfx.stage.{}.{plugin}", report.stage), format!("changed {}", counts.changed)));
+        }
+    }
+    metadata
+}
 
 /// One progress line on stderr (stdout is the summary).
 fn progress(started: Instant, stage: &str, what: &str) {

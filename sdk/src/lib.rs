@@ -60,6 +60,8 @@ pub use bindings::*;
 pub mod helpers;
 #[cfg(feature = "patch")]
 pub mod program;
+#[cfg(feature = "onnx-translation")]
+pub mod translate;
 
 /// Everything a plugin usually needs, in one import.
 pub mod prelude {
@@ -79,6 +81,8 @@ pub mod prelude {
     };
     #[cfg(feature = "patch")]
     pub use crate::program::*;
+    #[cfg(feature = "onnx-translation")]
+    pub use crate::translate::*;
 }
 
 /// Registers an FX node fix (the counterpart of `@register_fx_node_fix`).

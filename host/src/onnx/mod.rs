@@ -4,6 +4,10 @@
 
 use std::collections::HashMap;
 
+pub mod emit;
+#[rustfmt::skip]
+pub mod proto;
+
 use crate::graph::ValueId;
 
 #[derive(Debug, Clone, PartialEq)]

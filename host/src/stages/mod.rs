@@ -5,6 +5,7 @@
 pub mod fx_node_fix;
 pub mod fx_program_fix;
 pub mod onnx_ir_fix;
+pub mod onnx_translation;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;

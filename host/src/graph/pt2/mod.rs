@@ -109,6 +109,16 @@ impl Pt2 {
         Some(self.archive.bytes(entry))
     }
 
+    /// The stored bytes of tensor constant `fqn` of `model`.
+    pub fn constant(&self, model: &str, fqn: &str) -> Option<&[u8]> {
+        let meta = self.constants.get(model)?.config.get(fqn)?;
+        if meta.use_pickle {
+            return None;
+        }
+        let entry = self.archive.entry(&format!("{}data/constants/{}", self.prefix, meta.path_name))?;
+        Some(self.archive.bytes(entry))
+    }
+
     /// Writes the archive with `programs` in place of the ones read; every other
     /// entry is copied byte for byte from the memory map. Atomic.
     pub fn write(&self, path: &Path, programs: &BTreeMap<String, ExportedProgram>) -> Result<(), Pt2Error> {

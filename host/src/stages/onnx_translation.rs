@@ -1,0 +1,148 @@
+//! ── ONNX stage 4: translations ──
+//!
+//! Every node of the (fixed) FX program, in order, goes to the translation
+//! plugin for its target; the plugin emits ONNX nodes through the builder and
+//! binds the node's outputs to ONNX names. Of several plugins for one target,
+//! the last in stage order (highest `order`) translates it: that is how a third
+//! party replaces a default translation without rebuilding hfx.
+//!
+//! The host binds what no plugin should: graph inputs to their ONNX names
+//! (user inputs by name, parameters, buffers and constants by their qualified
+//! names, which become initializers).
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use super::{Dispatcher, StageReport};
+use crate::graph::pt2::schema as s;
+use crate::graph::{Argument, Graph, ValueId, ValueMeta};
+use crate::onnx::TranslationBuilder;
+use crate::plugins::{Plugin, PluginError, Runtime};
+
+/// What a root graph input is in the ONNX model.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InputRole {
+    /// A model input, named as the forward argument.
+    User(String),
+    /// A weight or constant, stored as an initializer under its qualified name.
+    Initializer { fqn: String, constant: bool },
+    /// A constant input (`use_cache=False`): folded by torch.export, not an ONNX input.
+    Constant,
+}
+
+/// Roles of the root graph's inputs, in order, from the program's signature.
+pub fn input_roles(program: &s::ExportedProgram) -> Vec<InputRole> {
+    program
+        .graph_module
+        .signature
+        .input_specs
+        .iter()
+        .map(|spec| match spec {
+            s::InputSpec::UserInput { arg } => InputRole::User(user_input_name(arg)),
+            s::InputSpec::Parameter { parameter_name, .. } => InputRole::Initializer { fqn: parameter_name.clone(), constant: false },
+            s::InputSpec::Buffer { buffer_name, .. } => InputRole::Initializer { fqn: buffer_name.clone(), constant: false },
+            s::InputSpec::TensorConstant { tensor_constant_name, .. } => {
+                InputRole::Initializer { fqn: tensor_constant_name.clone(), constant: true }
+            }
+            _ => InputRole::Constant,
+        })
+        .collect()
+}
+
+fn user_input_name(arg: &s::Argument) -> String {
+    match serde_json::to_value(arg).ok().and_then(|v| v.as_object()?.values().next()?.get("name")?.as_str().map(String::from)) {
+        Some(name) => name,
+        None => "input".into(),
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TranslationError {
+    #[error("no translation plugin for `{target}` (node `{node}`); add one to the plugin folders")]
+    Missing { target: String, node: String },
+    #[error("plugin `{plugin}` translated node `{node}` (`{target}`) but left its output `{value}` without an ONNX name")]
+    Unbound { plugin: String, node: String, target: String, value: String },
+    #[error("the graph output `{0}` was never translated")]
+    Output(String),
+    #[error(transparent)]
+    Plugin(#[from] PluginError),
+}
+
+/// Translates the root graph of `graph`. Returns the builder (nodes and value
+/// names) and the stage report.
+pub fn run(
+    runtime: &Runtime,
+    plugins: &[&Plugin],
+    graph: &mut Graph,
+    roles: &[InputRole],
+    opset: u32,
+) -> Result<(TranslationBuilder, StageReport), TranslationError> {
+    let start = Instant::now();
+    let stage = "onnx-translations";
+    let mut report = StageReport::new(stage);
+    let mut builder = TranslationBuilder::new(opset);
+    bind_inputs(graph, roles, &mut builder);
+    let mut dispatcher = Dispatcher::new(runtime, plugins, stage);
+    let nodes: Vec<_> = graph.order(0).collect();
+    for id in nodes {
+        let node = graph.node(id).expect("ordered nodes exist");
+        let target = node.target.clone();
+        let Some(&index) = dispatcher.candidates(&target).last() else {
+            return Err(TranslationError::Missing { target, node: graph.node_name(id) });
+        };
+        let outputs: Vec<ValueId> = node.output_values().collect();
+        dispatcher.session(index, &mut report).translate(graph, id, &mut builder)?;
+        report.changed(dispatcher.name(index));
+        // Every output something reads must have a name now.
+        if let Some(&value) = outputs.iter().find(|&&v| graph.is_used(v) && !builder.value_names.contains_key(&v)) {
+            return Err(TranslationError::Unbound {
+                plugin: dispatcher.name(index).to_string(),
+                node: graph.node_name(id),
+                target,
+                value: graph.value(value).map(|v| v.name.clone()).unwrap_or_default(),
+            });
+        }
+    }
+    for output in graph_outputs(graph) {
+        if !builder.value_names.contains_key(&output) {
+            return Err(TranslationError::Output(graph.value(output).map(|v| v.name.clone()).unwrap_or_default()));
+        }
+    }
+    report.elapsed = start.elapsed();
+    Ok((builder, report))
+}
+
+fn bind_inputs(graph: &Graph, roles: &[InputRole], builder: &mut TranslationBuilder) {
+    let inputs = graph.subgraph(0).map(|g| g.inputs.clone()).unwrap_or_default();
+    for (value, role) in inputs.iter().zip(roles) {
+        let name = match role {
+            InputRole::User(name) => name.clone(),
+            InputRole::Initializer { fqn, .. } => fqn.clone(),
+            InputRole::Constant => continue,
+        };
+        builder.value_names.insert(*value, name);
+    }
+}
+
+/// The root graph's output values, in order (tensors and sym-ints).
+pub fn graph_outputs(graph: &Graph) -> Vec<ValueId> {
+    let outputs = graph.subgraph(0).map(|g| g.outputs.clone()).unwrap_or_default();
+    outputs.iter().flat_map(Argument::values).collect()
+}
+
+/// Symbols in the shapes of the root graph's inputs, in first-seen order.
+pub fn input_symbols(graph: &Graph) -> BTreeSet<String> {
+    let inputs = graph.subgraph(0).map(|g| g.inputs.clone()).unwrap_or_default();
+    inputs
+        .iter()
+        .filter_map(|&v| match &graph.value(v).ok()?.meta {
+            ValueMeta::Tensor(t) => Some(t.shape.clone()),
+            _ => None,
+        })
+        .flatten()
+        .filter_map(|d| match d {
+            crate::graph::Dim::Symbolic(s) => Some(s),
+            _ => None,
+        })
+        .collect()
+}

@@ -1,0 +1,256 @@
+//! Shape, indexing and factory ATen ops → ONNX. Sizes that are symbolic
+//! arrive as 0-d int64 values and are unsqueezed into the 1-D shape inputs
+//! ONNX takes; `sym_size` answers such a value.
+
+use hfx_sdk::prelude::*;
+
+struct Shape;
+
+const TARGETS: &[&str] = &[
+    "aten.view.default", "aten.reshape.default", "aten._unsafe_view.default",
+    "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims", "aten.transpose.int", "aten.permute.default",
+    "aten.expand.default", "aten.slice.Tensor", "aten.select.int", "aten.cat.default", "aten.index.Tensor",
+    "aten.embedding.default", "aten.arange.default", "aten.arange.start", "aten.arange.start_step",
+    "aten.zeros.default", "aten.ones.default", "aten.full.default", "aten.new_ones.default", "aten.new_zeros.default",
+    "aten.zeros_like.default", "aten.ones_like.default", "aten.full_like.default", "aten.sym_size.int",
+];
+
+/// An int argument as a 1-D int64 ONNX value (constant or symbolic).
+fn one_d(e: &Emit, name: &str, default: i64) -> Result<String, Error> {
+    match e.arg(name)? {
+        Some(Argument::SymInt(SymInt::Value(v))) => {
+            let scalar = e.builder.value_name(v)?;
+            let axes = e.const_ints(&[0])?;
+            e.op("Unsqueeze", &[&scalar, &axes], &[])
+        }
+        _ => e.const_ints(&[e.int(name, default)?]),
+    }
+}
+
+fn normalize(dim: i64, rank: i64) -> i64 {
+    if dim < 0 { dim + rank } else { dim }
+}
+
+/// `Expand(value, shape)`: the output's shape when it is constant, else built
+/// from the size list (where -1 keeps the input's size).
+fn expand_shape(e: &Emit, size: &str, input: Option<&str>) -> Result<String, Error> {
+    if let Some(shape) = fixed_shape(&e.output_meta()?) {
+        return e.const_ints(&shape);
+    }
+    let (Some(input), Some(Argument::SymInts(sizes))) = (input, e.arg(size)?) else { return e.shape(size) };
+    let rank = e.rank(input)?;
+    let x = e.tensor(input)?;
+    let offset = sizes.len() as i64 - rank;
+    let mut parts = Vec::new();
+    for (i, s) in sizes.iter().enumerate() {
+        parts.push(match s {
+            SymInt::Constant(-1) => {
+                let axis = i as i64 - offset;
+                e.op("Shape", &[&x], &[attr("start", Attribute::Int(axis)), attr("end", Attribute::Int(axis + 1))])?
+            }
+            SymInt::Constant(n) => e.const_ints(&[*n])?,
+            SymInt::Value(v) => {
+                let scalar = e.builder.value_name(*v)?;
+                let axes = e.const_ints(&[0])?;
+                e.op("Unsqueeze", &[&scalar, &axes], &[])?
+            }
+        });
+    }
+    let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
+    e.op("Concat", &refs, &[attr("axis", Attribute::Int(0))])
+}
+
+/// A tensor of `shape` (ONNX name) filled with `value` in the output's dtype.
+fn filled(e: &Emit, value: f64, shape: &str) -> Result<String, Error> {
+    let dtype = e.output_meta()?.dtype;
+    let scalar = e.scalar(value, &dtype)?;
+    e.op("Expand", &[&scalar, shape], &[])
+}
+
+fn fill_value(e: &Emit, op: &str) -> Result<f64, Error> {
+    Ok(match op {
+        "zeros" | "new_zeros" | "zeros_like" => 0.0,
+        "ones" | "new_ones" | "ones_like" => 1.0,
+        _ => match e.arg("fill_value")? {
+            Some(Argument::Float(f)) => f,
+            Some(Argument::Int(i)) => i as f64,
+            Some(Argument::Boolean(b)) => b as i64 as f64,
+            other => return Err(e.fail(format!("fill_value {other:?} is not translated"))),
+        },
+    })
+}
+
+fn index(e: &Emit) -> Result<String, Error> {
+    let x = e.tensor("self")?;
+    let indices: Vec<Option<ValueId>> = match e.arg("indices")? {
+        Some(Argument::Tensors(v)) => v.into_iter().map(Some).collect(),
+        Some(Argument::OptionalTensors(v)) => v,
+        other => return Err(e.fail(format!("indices {other:?}"))),
+    };
+    let given: Vec<(usize, ValueId)> = indices.iter().enumerate().filter_map(|(i, v)| v.map(|v| (i, v))).collect();
+    for &(_, v) in &given {
+        if e.meta_of(v)?.dtype == "bool" {
+            return Err(e.fail("boolean mask indexing is data-dependent; not translated"));
+        }
+    }
+    match given[..] {
+        [(axis, v)] => {
+            let i = e.builder.value_name(v)?;
+            e.op("Gather", &[&x, &i], &[attr("axis", Attribute::Int(axis as i64))])
+        }
+        _ if given.iter().enumerate().all(|(k, &(i, _))| k == i) => {
+            // Leading advanced indices: broadcast them together, stack on a new last axis, GatherND.
+            let names: Vec<String> = given.iter().map(|&(_, v)| e.builder.value_name(v)).collect::<Result<_, _>>()?;
+            let zero = e.scalar(0.0, "int64")?;
+            let mut sum = zero.clone();
+            for n in &names {
+                let as_i64 = e.op("Cast", &[n], &[attr("to", Attribute::Int(7))])?;
+                let zeroed = e.op("Mul", &[&as_i64, &zero], &[])?;
+                sum = e.op("Add", &[&sum, &zeroed], &[])?;
+            }
+            let last = e.const_ints(&[-1])?;
+            let mut stacked = Vec::new();
+            for n in &names {
+                let as_i64 = e.op("Cast", &[n], &[attr("to", Attribute::Int(7))])?;
+                let broadcast = e.op("Add", &[&as_i64, &sum], &[])?;
+                stacked.push(e.op("Unsqueeze", &[&broadcast, &last], &[])?);
+            }
+            let refs: Vec<&str> = stacked.iter().map(String::as_str).collect();
+            let index = e.op("Concat", &refs, &[attr("axis", Attribute::Int(-1))])?;
+            e.op("GatherND", &[&x, &index], &[])
+        }
+        _ => Err(e.fail("advanced indices that are not leading and consecutive are not translated yet")),
+    }
+}
+
+fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
+    let op = target.split('.').nth(1).unwrap_or("");
+    let result = match op {
+        "view" | "reshape" | "_unsafe_view" => {
+            let x = e.tensor("self")?;
+            let shape = match fixed_shape(&e.output_meta()?) {
+                Some(shape) => e.const_ints(&shape)?,
+                None => e.shape(if e.arg("size")?.is_some() { "size" } else { "shape" })?,
+            };
+            e.op("Reshape", &[&x, &shape], &[])?
+        }
+        "unsqueeze" => {
+            let x = e.tensor("self")?;
+            let axes = e.const_ints(&[e.int("dim", 0)?])?;
+            e.op("Unsqueeze", &[&x, &axes], &[])?
+        }
+        "squeeze" => {
+            let x = e.tensor("self")?;
+            let rank = e.rank("self")?;
+            let meta = e.input_meta("self")?;
+            let dims = if target.ends_with(".dims") { e.ints("dim")? } else { vec![e.int("dim", 0)?] };
+            // torch's squeeze skips dims that are not 1; ONNX's refuses them.
+            let dims: Vec<i64> = dims
+                .into_iter()
+                .map(|d| normalize(d, rank))
+                .filter(|&d| matches!(meta.shape.get(d as usize), Some(Dim::Fixed(1))))
+                .collect();
+            if dims.is_empty() {
+                e.op("Identity", &[&x], &[])?
+            } else {
+                let axes = e.const_ints(&dims)?;
+                e.op("Squeeze", &[&x, &axes], &[])?
+            }
+        }
+        "transpose" => {
+            let x = e.tensor("self")?;
+            let rank = e.rank("self")?;
+            let (a, b) = (normalize(e.int("dim0", 0)?, rank), normalize(e.int("dim1", 1)?, rank));
+            let mut perm: Vec<i64> = (0..rank).collect();
+            perm.swap(a as usize, b as usize);
+            e.op("Transpose", &[&x], &[attr("perm", Attribute::Ints(perm))])?
+        }
+        "permute" => {
+            let x = e.tensor("self")?;
+            let rank = e.rank("self")?;
+            let perm: Vec<i64> = e.ints("dims")?.into_iter().map(|d| normalize(d, rank)).collect();
+            e.op("Transpose", &[&x], &[attr("perm", Attribute::Ints(perm))])?
+        }
+        "expand" => {
+            let x = e.tensor("self")?;
+            let shape = expand_shape(e, "size", Some("self"))?;
+            e.op("Expand", &[&x, &shape], &[])?
+        }
+        "slice" => {
+            let x = e.tensor("self")?;
+            let starts = one_d(e, "start", 0)?;
+            let ends = one_d(e, "end", i64::MAX)?;
+            let axes = e.const_ints(&[e.int("dim", 0)?])?;
+            let steps = e.const_ints(&[e.int("step", 1)?])?;
+            e.op("Slice", &[&x, &starts, &ends, &axes, &steps], &[])?
+        }
+        "select" => {
+            let x = e.tensor("self")?;
+            let i = match e.arg("index")? {
+                Some(Argument::SymInt(SymInt::Value(v))) => e.builder.value_name(v)?,
+                _ => e.scalar(e.int("index", 0)? as f64, "int64")?,
+            };
+            e.op("Gather", &[&x, &i], &[attr("axis", Attribute::Int(e.int("dim", 0)?))])?
+        }
+        "cat" => {
+            let Some(Argument::Tensors(values)) = e.arg("tensors")? else { return Err(e.fail("cat without tensors")) };
+            // torch skips 1-D empty tensors in cat (an empty cache's `torch.tensor([])`); ONNX cannot.
+            let mut names = Vec::new();
+            for &v in &values {
+                if e.meta_of(v)?.shape != [Dim::Fixed(0)] || values.len() == 1 {
+                    names.push(e.builder.value_name(v)?);
+                }
+            }
+            if names.len() == 1 {
+                let only = e.op("Identity", &[&names[0]], &[])?;
+                return e.bind_output(&only);
+            }
+            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+            e.op("Concat", &refs, &[attr("axis", Attribute::Int(e.int("dim", 0)?))])?
+        }
+        "index" => index(e)?,
+        "embedding" => {
+            let weight = e.tensor("weight")?;
+            let indices = e.tensor("indices")?;
+            e.op("Gather", &[&weight, &indices], &[attr("axis", Attribute::Int(0))])?
+        }
+        "arange" => {
+            let dtype = e.output_meta()?.dtype;
+            let start = if e.arg("start")?.is_some() { e.operand("start", &dtype)? } else { e.scalar(0.0, &dtype)? };
+            let end = e.operand("end", &dtype)?;
+            let step = if e.arg("step")?.is_some() { e.operand("step", &dtype)? } else { e.scalar(1.0, &dtype)? };
+            e.op("Range", &[&start, &end, &step], &[])?
+        }
+        "zeros" | "ones" | "full" | "new_ones" | "new_zeros" => {
+            let shape = expand_shape(e, "size", None)?;
+            filled(e, fill_value(e, op)?, &shape)?
+        }
+        "zeros_like" | "ones_like" | "full_like" => {
+            let x = e.tensor("self")?;
+            let shape = e.op("Shape", &[&x], &[])?;
+            filled(e, fill_value(e, op)?, &shape)?
+        }
+        "sym_size" => {
+            let x = e.tensor("self")?;
+            let dim = normalize(e.int("dim", 0)?, e.rank("self")?);
+            let one = e.op("Shape", &[&x], &[attr("start", Attribute::Int(dim)), attr("end", Attribute::Int(dim + 1))])?;
+            let axes = e.const_ints(&[0])?;
+            e.op("Squeeze", &[&one, &axes], &[])?
+        }
+        _ => return Err(e.fail(format!("{target} is not translated by this plugin"))),
+    };
+    e.bind_output(&result)
+}
+
+impl Guest for Shape {
+    fn describe() -> Vec<String> {
+        targets(TARGETS)
+    }
+
+    fn translate(graph: &Graph, node: NodeId, builder: &Builder) -> Result<(), Error> {
+        let target = graph.target(node)?;
+        translate_node(&Emit::new(graph, node, builder), &target)
+    }
+}
+
+hfx_sdk::register_onnx_translation!(Shape);

@@ -1,0 +1,267 @@
+//! Writing ATen → ONNX translations: [`Emit`] reads one FX node's arguments
+//! and appends ONNX nodes for it.
+//!
+//! ```ignore
+//! fn translate(graph: &Graph, node: NodeId, builder: &Builder) -> Result<(), Error> {
+//!     let e = Emit::new(graph, node, builder);
+//!     let x = e.tensor("self")?;
+//!     let y = e.op("Relu", &[&x], &[])?;
+//!     e.bind_output(&y)
+//! }
+//! ```
+
+use crate::helpers::{error, GraphExt};
+use crate::hfx::plugin::graph::{Argument, Graph, SymInt};
+use crate::hfx::plugin::onnx::{Attribute, Builder, NamedAttribute};
+use crate::hfx::plugin::types::{Dim, Error, NodeId, TensorMeta, ValueId, ValueMeta};
+
+/// ONNX `TensorProto.DataType` of a torch dtype name.
+pub fn onnx_dtype(dtype: &str) -> Option<i64> {
+    Some(match dtype {
+        "float32" => 1,
+        "uint8" => 2,
+        "int8" => 3,
+        "uint16" => 4,
+        "int16" => 5,
+        "int32" => 6,
+        "int64" => 7,
+        "bool" => 9,
+        "float16" => 10,
+        "float64" => 11,
+        "uint32" => 12,
+        "uint64" => 13,
+        "complex64" => 14,
+        "complex128" => 15,
+        "bfloat16" => 16,
+        _ => return None,
+    })
+}
+
+pub fn is_floating(dtype: &str) -> bool {
+    matches!(dtype, "float16" | "bfloat16" | "float32" | "float64")
+}
+
+/// An attribute.
+pub fn attr(name: &str, value: Attribute) -> NamedAttribute {
+    NamedAttribute { name: name.into(), value }
+}
+
+/// One FX node being translated.
+pub struct Emit<'a> {
+    pub graph: &'a Graph,
+    pub node: NodeId,
+    pub builder: &'a Builder,
+}
+
+impl<'a> Emit<'a> {
+    pub fn new(graph: &'a Graph, node: NodeId, builder: &'a Builder) -> Self {
+        Emit { graph, node, builder }
+    }
+
+    pub fn fail(&self, message: impl Into<String>) -> Error {
+        error(message, Some(self.node))
+    }
+
+    // ── Reading the node ──
+
+    pub fn arg(&self, name: &str) -> Result<Option<Argument>, Error> {
+        self.graph.input(self.node, name)
+    }
+
+    /// The ONNX name of tensor input `name`.
+    pub fn tensor(&self, name: &str) -> Result<String, Error> {
+        let value = self.graph.tensor_input(self.node, name)?;
+        self.builder.value_name(value)
+    }
+
+    pub fn tensor_value(&self, name: &str) -> Result<ValueId, Error> {
+        self.graph.tensor_input(self.node, name)
+    }
+
+    pub fn meta_of(&self, value: ValueId) -> Result<TensorMeta, Error> {
+        self.graph.tensor_meta(value)?.ok_or_else(|| self.fail("not a tensor"))
+    }
+
+    /// Metadata of tensor input `name`.
+    pub fn input_meta(&self, name: &str) -> Result<TensorMeta, Error> {
+        self.meta_of(self.tensor_value(name)?)
+    }
+
+    /// Metadata of the node's first output.
+    pub fn output_meta(&self) -> Result<TensorMeta, Error> {
+        let outputs = self.graph.output_values(self.node)?;
+        let first = *outputs.first().ok_or_else(|| self.fail("no output"))?;
+        self.meta_of(first)
+    }
+
+    pub fn int(&self, name: &str, default: i64) -> Result<i64, Error> {
+        match self.arg(name)? {
+            None | Some(Argument::None) => Ok(default),
+            Some(Argument::Int(i)) => Ok(i),
+            Some(Argument::SymInt(SymInt::Constant(i))) => Ok(i),
+            Some(Argument::Boolean(b)) => Ok(b as i64),
+            Some(other) => Err(self.fail(format!("`{name}`: expected an int, got {other:?}"))),
+        }
+    }
+
+    pub fn float(&self, name: &str, default: f64) -> Result<f64, Error> {
+        match self.arg(name)? {
+            None | Some(Argument::None) => Ok(default),
+            Some(Argument::Float(f)) => Ok(f),
+            Some(Argument::Int(i)) => Ok(i as f64),
+            Some(other) => Err(self.fail(format!("`{name}`: expected a float, got {other:?}"))),
+        }
+    }
+
+    pub fn boolean(&self, name: &str, default: bool) -> Result<bool, Error> {
+        match self.arg(name)? {
+            None | Some(Argument::None) => Ok(default),
+            Some(Argument::Boolean(b)) => Ok(b),
+            Some(other) => Err(self.fail(format!("`{name}`: expected a bool, got {other:?}"))),
+        }
+    }
+
+    pub fn ints(&self, name: &str) -> Result<Vec<i64>, Error> {
+        match self.arg(name)? {
+            Some(Argument::Ints(v)) => Ok(v),
+            Some(Argument::Int(i)) => Ok(vec![i]),
+            Some(Argument::SymInts(v)) => v
+                .iter()
+                .map(|s| match s {
+                    SymInt::Constant(i) => Ok(*i),
+                    SymInt::Value(_) => Err(self.fail(format!("`{name}`: a symbolic size here is not supported yet"))),
+                })
+                .collect(),
+            Some(other) => Err(self.fail(format!("`{name}`: expected ints, got {other:?}"))),
+            None => Err(self.fail(format!("missing `{name}`"))),
+        }
+    }
+
+    /// The ONNX name of a size list: constants, or a Concat of constants and
+    /// symbolic sizes (each a 0-d int64).
+    pub fn shape(&self, name: &str) -> Result<String, Error> {
+        match self.arg(name)? {
+            Some(Argument::SymInts(v)) if v.iter().any(|s| matches!(s, SymInt::Value(_))) => {
+                let mut parts = Vec::new();
+                for s in v {
+                    parts.push(match s {
+                        SymInt::Constant(i) => self.const_ints(&[i])?,
+                        SymInt::Value(value) => {
+                            let scalar = self.builder.value_name(value)?;
+                            let axes = self.const_ints(&[0])?;
+                            self.op("Unsqueeze", &[&scalar, &axes], &[])?
+                        }
+                    });
+                }
+                let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
+                self.op("Concat", &refs, &[attr("axis", Attribute::Int(0))])
+            }
+            _ => self.const_ints(&self.ints(name)?),
+        }
+    }
+
+    pub fn dtype_arg(&self, name: &str) -> Result<Option<String>, Error> {
+        Ok(match self.arg(name)? {
+            Some(Argument::Dtype(d)) => Some(d),
+            _ => None,
+        })
+    }
+
+    // ── Emitting ──
+
+    /// A node with one output; returns its name.
+    pub fn op(&self, op_type: &str, inputs: &[&str], attributes: &[NamedAttribute]) -> Result<String, Error> {
+        Ok(self.op_n(op_type, inputs, 1, attributes)?.remove(0))
+    }
+
+    pub fn op_n(&self, op_type: &str, inputs: &[&str], outputs: u32, attributes: &[NamedAttribute]) -> Result<Vec<String>, Error> {
+        let inputs: Vec<String> = inputs.iter().map(|s| s.to_string()).collect();
+        self.builder.add_node(op_type, "", &inputs, outputs, attributes)
+    }
+
+    /// A 1-D int64 constant.
+    pub fn const_ints(&self, values: &[i64]) -> Result<String, Error> {
+        self.op("Constant", &[], &[attr("value_ints", Attribute::Ints(values.to_vec()))])
+    }
+
+    /// A 0-d constant of `dtype`.
+    pub fn scalar(&self, value: f64, dtype: &str) -> Result<String, Error> {
+        let to = onnx_dtype(dtype).ok_or_else(|| self.fail(format!("no ONNX type for {dtype}")))?;
+        let (constant, own) = if is_floating(dtype) {
+            (self.op("Constant", &[], &[attr("value_float", Attribute::Float(value as f32))])?, 1)
+        } else {
+            (self.op("Constant", &[], &[attr("value_int", Attribute::Int(value as i64))])?, 7)
+        };
+        if to == own {
+            return Ok(constant);
+        }
+        self.op("Cast", &[&constant], &[attr("to", Attribute::Int(to))])
+    }
+
+    /// `name` cast to `dtype` (no node when it already is).
+    pub fn cast(&self, name: &str, from: &str, to: &str) -> Result<String, Error> {
+        if from == to {
+            return Ok(name.to_string());
+        }
+        let code = onnx_dtype(to).ok_or_else(|| self.fail(format!("no ONNX type for {to}")))?;
+        self.op("Cast", &[name], &[attr("to", Attribute::Int(code))])
+    }
+
+    /// Input `name` as an ONNX value of `dtype`: a tensor (cast if needed) or a
+    /// scalar argument as a constant.
+    pub fn operand(&self, name: &str, dtype: &str) -> Result<String, Error> {
+        match self.arg(name)? {
+            Some(Argument::Tensor(value)) => {
+                let meta = self.meta_of(value)?;
+                let onnx = self.builder.value_name(value)?;
+                self.cast(&onnx, &meta.dtype, dtype)
+            }
+            Some(Argument::Int(i)) => self.scalar(i as f64, dtype),
+            Some(Argument::Float(f)) => self.scalar(f, dtype),
+            Some(Argument::Boolean(b)) => self.scalar(b as i64 as f64, dtype),
+            Some(Argument::SymInt(SymInt::Value(v))) => {
+                let onnx = self.builder.value_name(v)?;
+                self.cast(&onnx, "int64", dtype)
+            }
+            Some(Argument::SymInt(SymInt::Constant(i))) => self.scalar(i as f64, dtype),
+            other => Err(self.fail(format!("`{name}`: expected a tensor or a number, got {other:?}"))),
+        }
+    }
+
+    /// Binds the node's single output to `name`.
+    pub fn bind_output(&self, name: &str) -> Result<(), Error> {
+        let outputs = self.graph.output_values(self.node)?;
+        let [output] = outputs[..] else { return Err(self.fail(format!("expected one output, found {}", outputs.len()))) };
+        self.builder.bind(output, name)
+    }
+
+    /// Binds the node's outputs, in order.
+    pub fn bind_outputs(&self, names: &[String]) -> Result<(), Error> {
+        let outputs = self.graph.output_values(self.node)?;
+        if outputs.len() != names.len() {
+            return Err(self.fail(format!("{} outputs to bind, {} names", outputs.len(), names.len())));
+        }
+        outputs.iter().zip(names).try_for_each(|(&v, n)| self.builder.bind(v, n))
+    }
+
+    /// The rank of tensor input `name`.
+    pub fn rank(&self, name: &str) -> Result<i64, Error> {
+        Ok(self.input_meta(name)?.shape.len() as i64)
+    }
+}
+
+/// The constant sizes of `meta`, if none is symbolic.
+pub fn fixed_shape(meta: &TensorMeta) -> Option<Vec<i64>> {
+    meta.shape
+        .iter()
+        .map(|d| match d {
+            Dim::Fixed(n) => Some(*n),
+            Dim::Symbolic(_) => None,
+        })
+        .collect()
+}
+
+/// A value's metadata when it is a sym-int.
+pub fn is_sym_int(meta: &ValueMeta) -> bool {
+    matches!(meta, ValueMeta::SymInt(_))
+}
