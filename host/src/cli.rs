@@ -131,6 +131,9 @@ pub struct RunArgs {
     /// The ONNX opset of the default domain (18-23) [default: 20].
     #[arg(long)]
     pub opset: Option<u32>,
+    /// Run the ONNX model in ONNX Runtime against the eager reference (atol/rtol 1e-3) before writing it.
+    #[arg(long)]
+    pub verify: bool,
 }
 
 /// Tracing a model instead of reading a `.pt2`.
@@ -237,6 +240,8 @@ pub struct RunConfig {
     #[serde(default)]
     pub decompose: bool,
     pub opset: Option<u32>,
+    #[serde(default)]
+    pub verify: bool,
     pub device: Option<String>,
     pub dtype: Option<String>,
 }
@@ -488,6 +493,7 @@ struct RunOptions {
     set: PluginSetArgs,
     on_plugin_error: OnPluginError,
     opset: u32,
+    verify: bool,
 }
 
 fn merge(args: RunArgs) -> Result<RunOptions> {
@@ -560,7 +566,11 @@ fn merge(args: RunArgs) -> Result<RunOptions> {
     if !(18..=23).contains(&opset) {
         bail!("--opset {opset}: hfx writes opsets 18 to 23");
     }
-    Ok(RunOptions { input, trace, trace_deadline, output, backend, set, on_plugin_error, opset })
+    let verify = args.verify || config.verify;
+    if verify && output.extension().is_none_or(|e| e != "onnx") {
+        bail!("--verify checks an ONNX model: give -o OUT.onnx");
+    }
+    Ok(RunOptions { input, trace, trace_deadline, output, backend, set, on_plugin_error, opset, verify })
 }
 
 /// What `run` reads: a `.pt2` (kept open: its weights are written from the
@@ -648,7 +658,24 @@ fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
     let mut reports = reports;
     match (&source, is_json(output)) {
         (Input::Pt2(pt2), false) if emit_onnx => {
-            reports.extend(emit_onnx_model(pt2, &mut graph, &loaded, &options, started)?);
+            // With --verify the model is checked in a scratch folder and moved
+            // into place only when it matches eager.
+            let scratch = options.verify.then(|| Scratch::beside(output, "verify")).transpose()?;
+            let target = scratch.as_ref().map(|s| s.0.join("model.onnx")).unwrap_or_else(|| output.clone());
+            reports.extend(emit_onnx_model(pt2, &mut graph, &loaded, &options, started, &target)?);
+            if options.verify {
+                let reference = match &traced {
+                    Some(t) => t.reference.clone(),
+                    None => reference_path(options.input.as_deref().expect("an input when nothing is traced")),
+                };
+                progress(started, "verify", "ONNX Runtime against eager PyTorch");
+                let worker = match worker.as_mut() {
+                    Some(w) => w,
+                    None => worker.insert(crate::trace::Worker::start(&options.set.python(), Duration::from_secs(120))?),
+                };
+                verify_onnx(worker, &target, &reference, options.trace_deadline)?;
+                crate::atomic::move_into_place(&target, output).with_context(|| format!("writing {}", output.display()))?;
+            }
         }
         (Input::Json, false) if emit_onnx => bail!("ONNX is emitted from a .pt2 (its weights), not from IR JSON"),
         (Input::Pt2(_), false) if unchanged => {
@@ -702,6 +729,7 @@ fn emit_onnx_model(
     loaded: &LoadedSet,
     options: &RunOptions,
     started: Instant,
+    target: &Path,
 ) -> Result<Vec<StageReport>> {
     use crate::onnx::emit;
     use crate::stages::{onnx_ir_fix, onnx_translation};
@@ -718,8 +746,39 @@ fn emit_onnx_model(
     let metadata = onnx_metadata(loaded, &[&translated, &fixed]);
     let parts = emit::ModelParts { graph, roles: &roles, pt2, builder: &builder, metadata, graph_name: "main_graph".into() };
     let model = emit::model_proto(&parts)?;
-    emit::write(&options.output, &model)?;
+    emit::write(target, &model)?;
     Ok(vec![translated, fixed])
+}
+
+/// `--verify`: the model in ONNX Runtime on the recorded inputs (and a second
+/// size for dynamic exports) against eager PyTorch, atol/rtol 1e-3. Prints the
+/// max abs/rel error per output; any output out of tolerance is an error.
+fn verify_onnx(worker: &mut crate::trace::Worker, model: &Path, reference: &Path, deadline: Duration) -> Result<()> {
+    if !reference.exists() {
+        bail!("--verify: no eager reference at {} (hfx writes one when it traces)", reference.display());
+    }
+    let answer = worker.call("verify", serde_json::json!({"onnx": model, "reference": reference, "second_size": true}), deadline)?;
+    let mut failed = Vec::new();
+    for check in answer["checks"].as_array().into_iter().flatten() {
+        println!("verify inputs {}", check["inputs"]);
+        for (i, output) in check["outputs"].as_array().into_iter().flatten().enumerate() {
+            let ok = output["ok"].as_bool().unwrap_or(false);
+            println!(
+                "  output {i:<3} {:<18} max abs {:>9.2e}  max rel {:>9.2e}  {}",
+                output["shape"].to_string(),
+                output["max_abs"].as_f64().unwrap_or(f64::NAN),
+                output["max_rel"].as_f64().unwrap_or(f64::NAN),
+                if ok { "ok" } else { "MISMATCH" }
+            );
+            if !ok {
+                failed.push(format!("output {i} for inputs {}", check["inputs"]));
+            }
+        }
+    }
+    if !failed.is_empty() {
+        bail!("--verify: ONNX Runtime differs from eager PyTorch beyond atol/rtol 1e-3 ({}); the output was not written", failed.join("; "));
+    }
+    Ok(())
 }
 
 /// `metadata_props`: who wrote the model, against which upstream versions,
@@ -768,6 +827,16 @@ struct Traced {
 }
 
 struct Scratch(PathBuf);
+
+impl Scratch {
+    /// A fresh folder beside `output` (same file system: its files rename into place).
+    fn beside(output: &Path, what: &str) -> Result<Scratch> {
+        let parent = output.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let dir = parent.join(format!(".hfx-{what}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(Scratch(dir))
+    }
+}
 
 impl Drop for Scratch {
     fn drop(&mut self) {

@@ -54,10 +54,34 @@ def from_architecture(arch, overrides, task):
     import transformers
 
     config = transformers.AutoConfig.for_model(arch, **{k: parse_value(v) for k, v in overrides.items()})
-    auto = getattr(transformers, task) if task else None
-    if auto is None:
-        auto = transformers.AutoModelForCausalLM if arch in CAUSAL_LM else transformers.AutoModel
+    if task:
+        return built(model_class(task, config), config)
+    auto = transformers.AutoModelForCausalLM if arch in CAUSAL_LM else transformers.AutoModel
     return auto.from_config(config)
+
+
+def model_class(task, config):
+    """`--task`: a transformers class (`BertModel`), a dotted path, or a class of the
+    architecture's modeling module (`WhisperEncoder`)."""
+    import transformers
+
+    if hasattr(transformers, task):
+        return getattr(transformers, task)
+    if "." in task:
+        module, name = task.rsplit(".", 1)
+        return getattr(importlib.import_module(module), name)
+    kind = config.model_type.replace("-", "_")
+    module = importlib.import_module(f"transformers.models.{kind}.modeling_{kind}")
+    if not hasattr(module, task):
+        raise ValueError(f"--task {task}: not a transformers class, nor one of transformers.models.{kind}")
+    return getattr(module, task)
+
+
+def built(cls, config):
+    """A model of class `cls` from `config`: auto classes have `from_config`, models `_from_config`."""
+    if hasattr(cls, "from_config"):
+        return cls.from_config(config)
+    return cls._from_config(config) if hasattr(cls, "_from_config") else cls(config)
 
 
 def from_directory(path, task):
@@ -65,7 +89,7 @@ def from_directory(path, task):
 
     config = transformers.AutoConfig.from_pretrained(path)
     if task:
-        return getattr(transformers, task).from_pretrained(path)
+        return model_class(task, config).from_pretrained(path)
     names = getattr(config, "architectures", None) or []
     cls = getattr(transformers, names[0]) if names else transformers.AutoModel
     return cls.from_pretrained(path)
@@ -91,6 +115,10 @@ def sample_inputs(model, batch, sequence):
     config = model.config
     generator = torch.Generator().manual_seed(0)
     main = getattr(model, "main_input_name", "input_ids")
+    if main == "input_features":
+        # Speech encoders take log-mel frames; their length is fixed by the model (2 x positions).
+        frames = 2 * getattr(config, "max_source_positions", 1500)
+        return {"input_features": torch.randn(batch, config.num_mel_bins, frames, generator=generator)}
     if main == "pixel_values":
         size = getattr(config, "image_size", 224)
         channels = getattr(config, "num_channels", 3)
@@ -628,6 +656,9 @@ def trace(params):
     torch.save({"inputs": {k: v for k, v in inputs.items() if torch.is_tensor(v)},
                 "constants": {k: v for k, v in inputs.items() if not torch.is_tensor(v)},
                 "flags": flags, "outputs": eager}, params["reference"])
+    # Kept for `verify` at a second input size (generated inputs only).
+    LAST_TRACE.update(model=model, flags=flags, device=device, dtype=dtype, generated=source["kind"] != "function",
+                      dynamic=bool(params.get("dynamic") or params.get("dynamic_shapes")))
     return {
         "model_class": type(model).__name__,
         "inputs": {k: list(v.shape) for k, v in inputs.items() if torch.is_tensor(v)},
@@ -644,7 +675,67 @@ def patches_restored(params):
     return patch_status(params.get("patches") or [])
 
 
-METHODS = {"hello": hello, "trace": trace, "patches_restored": patches_restored}
+# ── Verify: the ONNX artifact in ONNX Runtime against eager PyTorch ──
+
+LAST_TRACE = {}
+
+
+def compared(outputs, eager, atol, rtol):
+    """Per output: max abs and rel error, and whether it is within atol/rtol."""
+    import numpy as np
+    import torch
+
+    if len(outputs) != len(eager):
+        raise ValueError(f"the model has {len(outputs)} outputs, eager PyTorch {len(eager)}")
+    report = []
+    for got, want in zip(outputs, eager):
+        want = want.detach().to(torch.float64 if want.is_floating_point() else want.dtype).cpu().numpy()
+        got = np.asarray(got)
+        if got.shape != want.shape:
+            report.append({"shape": list(got.shape), "expected_shape": list(want.shape), "ok": False,
+                           "max_abs": None, "max_rel": None})
+            continue
+        g, w = got.astype(np.float64), want.astype(np.float64)
+        diff = np.abs(g - w)
+        report.append({
+            "shape": list(got.shape),
+            "max_abs": float(diff.max()) if diff.size else 0.0,
+            "max_rel": float((diff / (np.abs(w) + 1e-12)).max()) if diff.size else 0.0,
+            "ok": bool(np.allclose(g, w, atol=atol, rtol=rtol, equal_nan=True)),
+        })
+    return report
+
+
+def verify(params):
+    """Runs the ONNX model in ONNX Runtime on the recorded inputs (and, for a dynamic
+    export of a generated model, on a second input size) and compares with eager."""
+    import onnxruntime
+    import torch
+
+    atol, rtol = params.get("atol", 1e-3), params.get("rtol", 1e-3)
+    session = onnxruntime.InferenceSession(params["onnx"], providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+
+    def run(inputs):
+        missing = [n for n in names if n not in inputs]
+        if missing:
+            raise ValueError(f"the ONNX model wants inputs {missing}; the sample has {sorted(inputs)}")
+        return session.run(None, {n: inputs[n].detach().cpu().numpy() for n in names})
+
+    ref = torch.load(params["reference"])
+    checks = [{"inputs": {k: list(v.shape) for k, v in ref["inputs"].items()},
+               "outputs": compared(run(ref["inputs"]), ref["outputs"], atol, rtol)}]
+    last = LAST_TRACE
+    if params.get("second_size") and last.get("generated") and last.get("dynamic"):
+        model = last["model"]
+        inputs = {k: on_device(v, last["device"], last["dtype"]) for k, v in sample_inputs(model, 3, 5).items()}
+        with torch.no_grad(), config_flags(model, last["flags"]):
+            eager = flat_outputs(model(**inputs))
+        checks.append({"inputs": {k: list(v.shape) for k, v in inputs.items()}, "outputs": compared(run(inputs), eager, atol, rtol)})
+    return {"checks": checks, "providers": session.get_providers()}
+
+
+METHODS = {"hello": hello, "trace": trace, "patches_restored": patches_restored, "verify": verify}
 
 
 def main():

@@ -1,6 +1,6 @@
 """Checks an `hfx run --backend onnx -o OUT.onnx` export.
 
-    python check_onnx.py OUT.onnx REFERENCE.pt [ARCH OVERRIDES_JSON]
+    python check_onnx.py OUT.onnx REFERENCE.pt [ARCH OVERRIDES_JSON [TASK]]
 
 1. The model passes the ONNX checker (full check, with shape inference).
 2. ONNX Runtime on the recorded sample inputs matches the recorded eager
@@ -44,14 +44,14 @@ def close(got, want, what):
                for g, w in zip(got, want))
 
 
-def main(path, reference, arch=None, overrides=None):
+def main(path, reference, arch=None, overrides=None, task=None):
     onnx.checker.check_model(path, full_check=True)
     ref = torch.load(reference)
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
     worst = close(run(session, ref["inputs"]), ref["outputs"], "recorded sample")
     if arch:
         torch.manual_seed(0)
-        model = worker.from_architecture(arch, json.loads(overrides), None).eval()
+        model = worker.from_architecture(arch, json.loads(overrides), task).eval()
         inputs = worker.sample_inputs(model, 3, 5)
         with torch.no_grad():
             eager = worker.flat_outputs(model(**inputs))

@@ -11,6 +11,7 @@ const TARGETS: &[&str] = &[
     "aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor", "aten.sub.Scalar", "aten.rsub.Scalar", "aten.rsub.Tensor",
     "aten.mul.Tensor", "aten.mul.Scalar", "aten.div.Tensor", "aten.div.Scalar",
     "aten.pow.Tensor_Scalar", "aten.pow.Tensor_Tensor", "aten.maximum.default", "aten.minimum.default",
+    "aten.max.other", "aten.min.other",
     // comparisons
     "aten.lt.Tensor", "aten.lt.Scalar", "aten.le.Tensor", "aten.le.Scalar", "aten.gt.Tensor", "aten.gt.Scalar",
     "aten.ge.Tensor", "aten.ge.Scalar", "aten.eq.Tensor", "aten.eq.Scalar", "aten.ne.Tensor", "aten.ne.Scalar",
@@ -23,7 +24,7 @@ const TARGETS: &[&str] = &[
     "aten.abs.default", "aten.reciprocal.default", "aten.erf.default", "aten.silu.default", "aten.gelu.default",
     "aten.clamp.default", "aten.clamp_min.default", "aten.clamp_max.default",
     // selection
-    "aten.where.self", "aten.masked_fill.Scalar", "aten.masked_fill.Tensor",
+    "aten.where.self", "aten.where.ScalarOther", "aten.where.ScalarSelf", "aten.where.Scalar", "aten.masked_fill.Scalar", "aten.masked_fill.Tensor",
     // casts and identities
     "aten.to.dtype", "aten.to.dtype_layout", "aten.to.device", "aten._to_copy.default", "aten.type_as.default",
     "aten.clone.default", "aten.contiguous.default", "aten.detach.default", "aten.detach_.default",
@@ -38,8 +39,8 @@ fn binary(op: &str) -> Option<&'static str> {
         "mul" => "Mul",
         "div" => "Div",
         "pow" => "Pow",
-        "maximum" => "Max",
-        "minimum" => "Min",
+        "maximum" | "max" => "Max",
+        "minimum" | "min" => "Min",
         _ => return None,
     })
 }

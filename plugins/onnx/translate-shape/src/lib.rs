@@ -13,6 +13,7 @@ const TARGETS: &[&str] = &[
     "aten.embedding.default", "aten.arange.default", "aten.arange.start", "aten.arange.start_step",
     "aten.zeros.default", "aten.ones.default", "aten.full.default", "aten.new_ones.default", "aten.new_zeros.default",
     "aten.zeros_like.default", "aten.ones_like.default", "aten.full_like.default", "aten.sym_size.int",
+    "aten.flatten.using_ints", "aten.split.Tensor", "aten.split_with_sizes.default", "aten.chunk.default", "aten.unbind.int", "aten.gather.default",
 ];
 
 /// An int argument as a 1-D int64 ONNX value (constant or symbolic).
@@ -123,9 +124,72 @@ fn index(e: &Emit) -> Result<String, Error> {
     }
 }
 
+/// `split`, `split_with_sizes`, `chunk`, `unbind`: one `Split` with the piece
+/// sizes, computed from the axis' constant size.
+fn split(e: &Emit, op: &str) -> Result<(), Error> {
+    let x = e.tensor("self")?;
+    let meta = e.input_meta("self")?;
+    let rank = meta.shape.len() as i64;
+    let dim = normalize(e.int("dim", 0)?, rank);
+    let Some(Dim::Fixed(total)) = meta.shape.get(dim as usize).cloned() else {
+        return Err(e.fail(format!("{op} of a symbolic axis (the patch-split/chunk plugins rewrite those into narrows)")));
+    };
+    let pieces: Vec<i64> = match op {
+        "split_with_sizes" => e.ints("split_sizes")?,
+        "unbind" => vec![1; total as usize],
+        _ => {
+            let size = if op == "chunk" {
+                let chunks = e.int("chunks", 1)?.max(1);
+                (total + chunks - 1) / chunks
+            } else {
+                e.int("split_size", total)?
+            };
+            let size = size.max(1);
+            (0..total).step_by(size as usize).map(|start| size.min(total - start)).collect()
+        }
+    };
+    let sizes = e.const_ints(&pieces)?;
+    let mut outputs = e.op_n("Split", &[&x, &sizes], pieces.len() as u32, &[attr("axis", Attribute::Int(dim))])?;
+    if op == "unbind" {
+        let axes = e.const_ints(&[dim])?;
+        outputs = outputs.iter().map(|o| e.op("Squeeze", &[o, &axes], &[])).collect::<Result<_, _>>()?;
+    }
+    let declared = e.graph.output_values(e.node)?.len();
+    if declared != outputs.len() {
+        return Err(e.fail(format!("{op}: {} pieces, the node declares {declared}", outputs.len())));
+    }
+    e.bind_outputs(&outputs)
+}
+
 fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
     let op = target.split('.').nth(1).unwrap_or("");
+    if matches!(op, "split" | "split_with_sizes" | "chunk" | "unbind") {
+        return split(e, op);
+    }
     let result = match op {
+        "flatten" => {
+            let x = e.tensor("self")?;
+            let rank = e.rank("self")?.max(1);
+            let (start, end) = (normalize(e.int("start_dim", 0)?, rank), normalize(e.int("end_dim", -1)?, rank));
+            let shape = match fixed_shape(&e.output_meta()?) {
+                Some(shape) => e.const_ints(&shape)?,
+                None => {
+                    // shape[:start] + [-1] + shape[end+1:]
+                    let full = e.op("Shape", &[&x], &[])?;
+                    let head = e.op("Slice", &[&full, &e.const_ints(&[0])?, &e.const_ints(&[start])?], &[])?;
+                    let tail = e.op("Slice", &[&full, &e.const_ints(&[end + 1])?, &e.const_ints(&[rank])?], &[])?;
+                    let merged = e.const_ints(&[-1])?;
+                    e.op("Concat", &[&head, &merged, &tail], &[attr("axis", Attribute::Int(0))])?
+                }
+            };
+            e.op("Reshape", &[&x, &shape], &[])?
+        }
+        "gather" => {
+            let x = e.tensor("self")?;
+            let index = e.tensor("index")?;
+            let axis = normalize(e.int("dim", 0)?, e.rank("self")?);
+            e.op("GatherElements", &[&x, &index], &[attr("axis", Attribute::Int(axis))])?
+        }
         "view" | "reshape" | "_unsafe_view" => {
             let x = e.tensor("self")?;
             let shape = match fixed_shape(&e.output_meta()?) {

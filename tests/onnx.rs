@@ -1,0 +1,194 @@
+//! The ONNX backend end to end: `hfx run --backend onnx -o out.onnx` traces a
+//! tiny random model, runs the FX fixes, the translation plugins and the IR
+//! fixes, and writes a model that passes the ONNX checker and matches eager
+//! PyTorch in ONNX Runtime (atol/rtol 1e-3, `--verify` and again in
+//! `check_onnx.py`), static and dynamic (a second input size for dynamic).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::*;
+use hfx::onnx::proto::ModelProto;
+use prost::Message;
+
+fn hfx(dir: &Path, args: &[&str]) -> Output {
+    let python = python();
+    Command::new(env!("CARGO_BIN_EXE_hfx"))
+        .args(args)
+        .args(["--python", python.to_str().unwrap()])
+        .current_dir(dir)
+        .env("PYTHONPATH", root().join("tests/python"))
+        .env("HFX_CACHE_DIR", root().join("target/hfx-test-cache"))
+        .output()
+        .unwrap()
+}
+
+fn plugin_folders() -> Vec<String> {
+    ["plugins/dynamo", "plugins/onnx"].iter().flat_map(|p| ["--plugins".to_string(), root().join(p).display().to_string()]).collect()
+}
+
+fn overrides_json(set: &str) -> String {
+    let pairs: Vec<String> = set.split(',').map(|kv| kv.split_once('=').unwrap()).map(|(k, v)| format!("\"{k}\": \"{v}\"")).collect();
+    format!("{{{}}}", pairs.join(", "))
+}
+
+const LLAMA: &str = "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,max_position_embeddings=64";
+
+/// Exports `arch` static and dynamic with `--verify`, then checks each model
+/// with the ONNX checker and ONNX Runtime from Python.
+fn exports(arch: &str, set: &str, task: Option<&str>) {
+    let dir = tempfile::tempdir().unwrap();
+    for mode in ["static", "dynamic"] {
+        let out = dir.path().join(format!("{arch}_{mode}.onnx"));
+        let mut args: Vec<String> = ["run", "--backend", "onnx", "--model", arch, "--set", set, "--verify", "-o"].map(String::from).to_vec();
+        args.push(out.display().to_string());
+        args.extend(plugin_folders());
+        if let Some(task) = task {
+            args.extend(["--task".to_string(), task.to_string()]);
+        }
+        if mode == "dynamic" {
+            args.push("--dynamic".into());
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let result = hfx(dir.path(), &args);
+        let stdout = String::from_utf8_lossy(&result.stdout);
+        assert!(result.status.success(), "{arch} {mode}: {}\n{stdout}", String::from_utf8_lossy(&result.stderr));
+        assert!(stdout.contains("verify inputs") && !stdout.contains("MISMATCH"), "{stdout}");
+        if mode == "dynamic" && task.is_none() {
+            assert_eq!(stdout.matches("verify inputs").count(), 2, "a dynamic export is verified at a second size:\n{stdout}");
+        }
+        let reference = out.with_extension("reference.pt");
+        let mut check = vec![out.to_str().unwrap().to_string(), reference.to_str().unwrap().to_string()];
+        if mode == "dynamic" {
+            check.extend([arch.to_string(), overrides_json(set)]);
+            check.extend(task.map(String::from));
+        }
+        let check: Vec<&str> = check.iter().map(String::as_str).collect();
+        run_python("check_onnx.py", &check);
+    }
+}
+
+macro_rules! architecture {
+    ($test:ident, $arch:literal, $set:expr) => {
+        architecture!($test, $arch, $set, None);
+    };
+    ($test:ident, $arch:literal, $set:expr, $task:expr) => {
+        #[test]
+        fn $test() {
+            exports($arch, $set, $task);
+        }
+    };
+}
+
+architecture!(llama_exports_to_onnx, "llama", LLAMA);
+architecture!(qwen3_exports_to_onnx, "qwen3", "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,head_dim=8,max_position_embeddings=64");
+architecture!(mistral_exports_to_onnx, "mistral", LLAMA);
+architecture!(gemma_exports_to_onnx, "gemma", "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,head_dim=8,max_position_embeddings=64");
+architecture!(phi3_exports_to_onnx, "phi3", "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,max_position_embeddings=64,pad_token_id=0");
+architecture!(gpt2_exports_to_onnx, "gpt2", "vocab_size=128,n_embd=32,n_layer=2,n_head=4,n_positions=64");
+architecture!(bert_exports_to_onnx, "bert", "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,max_position_embeddings=64");
+architecture!(roberta_exports_to_onnx, "roberta", "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,max_position_embeddings=64");
+architecture!(t5_exports_to_onnx, "t5", "vocab_size=128,d_model=32,d_kv=8,d_ff=64,num_layers=2,num_decoder_layers=2,num_heads=4");
+architecture!(whisper_encoder_exports_to_onnx, "whisper", "vocab_size=128,d_model=32,encoder_layers=2,decoder_layers=2,encoder_attention_heads=4,decoder_attention_heads=4,encoder_ffn_dim=64,decoder_ffn_dim=64,num_mel_bins=16,max_source_positions=16,max_target_positions=32", Some("WhisperEncoder"));
+architecture!(vit_exports_to_onnx, "vit", "image_size=32,patch_size=8,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4");
+
+fn op_types(path: &Path) -> Vec<String> {
+    let model = ModelProto::decode(std::fs::read(path).unwrap().as_slice()).unwrap();
+    model.graph.unwrap().node.into_iter().map(|n| n.op_type.unwrap_or_default()).collect()
+}
+
+fn metadata(path: &Path) -> Vec<(String, String)> {
+    let model = ModelProto::decode(std::fs::read(path).unwrap().as_slice()).unwrap();
+    model.metadata_props.into_iter().map(|e| (e.key.unwrap_or_default(), e.value.unwrap_or_default())).collect()
+}
+
+/// Traces tiny Llama once to a `.pt2` (the ONNX backend's FX-fixed program).
+fn traced_llama(dir: &Path) -> PathBuf {
+    let pt2 = dir.join("llama.pt2");
+    let mut args: Vec<String> = ["run", "--backend", "onnx", "--model", "llama", "--set", LLAMA, "-o"].map(String::from).to_vec();
+    args.push(pt2.display().to_string());
+    args.extend(plugin_folders());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let result = hfx(dir, &args);
+    assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
+    pt2
+}
+
+fn export_pt2(dir: &Path, pt2: &Path, out: &Path, extra: &[&str]) -> Output {
+    let mut args: Vec<String> = ["run", "--backend", "onnx"].map(String::from).to_vec();
+    args.push(pt2.display().to_string());
+    args.extend(["-o".to_string(), out.display().to_string()]);
+    args.extend(plugin_folders());
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    hfx(dir, &args)
+}
+
+#[test]
+fn a_higher_order_translation_overrides_the_default_and_verify_keeps_the_old_output_on_mismatch() {
+    let dir = tempfile::tempdir().unwrap();
+    let pt2 = traced_llama(dir.path());
+    // The reference of the traced program, where --verify looks for it.
+    assert!(pt2.with_extension("reference.pt").exists());
+
+    // Default translations, twice: byte-identical models.
+    let (a, b) = (dir.path().join("a.onnx"), dir.path().join("b.onnx"));
+    for out in [&a, &b] {
+        let result = export_pt2(dir.path(), &pt2, out, &[]);
+        assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
+    }
+    assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap(), "identical input gives identical bytes");
+    assert!(!op_types(&a).contains(&"Exp".to_string()));
+    let meta = metadata(&a);
+    assert!(meta.iter().any(|(k, v)| k == "hfx.plugin.onnx-translate-matmul" && v.starts_with("1.0.0 sha256:")), "{meta:?}");
+    assert!(meta.iter().any(|(k, v)| k == "hfx.stage.onnx-translations.onnx-translate-matmul" && v == "changed 15"), "{meta:?}");
+
+    // A third party's plugin of higher order translates silu instead, without rebuilding hfx.
+    let overridden = dir.path().join("override.onnx");
+    let plugin = plugin_dir("tests/plugins/translation-override");
+    let result = export_pt2(dir.path(), &pt2, &overridden, &["--plugins", plugin.to_str().unwrap(), "--verify"]);
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
+    assert!(stdout.contains("test-translation-override") && !stdout.contains("MISMATCH"), "{stdout}");
+    assert_eq!(op_types(&overridden).iter().filter(|t| *t == "Exp").count(), 2, "silu of both layers goes through the override");
+
+    // A wrong translation: the model runs, but --verify catches it and the previous output stays.
+    let plugin = plugin_dir("tests/plugins/translation-wrong");
+    let before = std::fs::read(&overridden).unwrap();
+    let result = export_pt2(dir.path(), &pt2, &overridden, &["--plugins", plugin.to_str().unwrap(), "--verify"]);
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(!result.status.success(), "{}", String::from_utf8_lossy(&result.stdout));
+    assert!(stderr.contains("--verify") && stderr.contains("not written"), "{stderr}");
+    assert!(String::from_utf8_lossy(&result.stdout).contains("MISMATCH"));
+    assert_eq!(std::fs::read(&overridden).unwrap(), before, "the old output stays");
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().starts_with(".hfx")).collect();
+    assert!(leftovers.is_empty(), "scratch folders left behind");
+}
+
+#[test]
+fn a_missing_translation_names_the_op_and_the_node_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let pt2 = traced_llama(dir.path());
+    let out = dir.path().join("out.onnx");
+    // Only the dynamo plugins and no translations at all.
+    let result = hfx(dir.path(), &["run", "--backend", "onnx", pt2.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(!result.status.success() && !out.exists());
+    assert!(stderr.contains("no translation plugin for `aten.") && stderr.contains("(node `"), "{stderr}");
+}
+
+#[test]
+fn every_supported_opset_checks_and_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let pt2 = traced_llama(dir.path());
+    for opset in ["18", "23"] {
+        let out = dir.path().join(format!("opset{opset}.onnx"));
+        let result = export_pt2(dir.path(), &pt2, &out, &["--opset", opset, "--verify"]);
+        assert!(result.status.success(), "opset {opset}: {}", String::from_utf8_lossy(&result.stderr));
+        run_python("check_onnx.py", &[out.to_str().unwrap(), pt2.with_extension("reference.pt").to_str().unwrap()]);
+    }
+    let result = export_pt2(dir.path(), &pt2, &dir.path().join("x.onnx"), &["--opset", "17"]);
+    assert!(!result.status.success() && String::from_utf8_lossy(&result.stderr).contains("opsets 18 to 23"));
+}
