@@ -192,3 +192,21 @@ fn every_supported_opset_checks_and_runs() {
     let result = export_pt2(dir.path(), &pt2, &dir.path().join("x.onnx"), &["--opset", "17"]);
     assert!(!result.status.success() && String::from_utf8_lossy(&result.stderr).contains("opsets 18 to 23"));
 }
+
+#[test]
+fn weights_go_to_an_external_data_file_on_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let pt2 = traced_llama(dir.path());
+    let out = dir.path().join("external.onnx");
+    let result = export_pt2(dir.path(), &pt2, &out, &["--external-data", "--verify"]);
+    assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
+    let data = dir.path().join("external.onnx.data");
+    assert!(data.exists(), "the weights are beside the model");
+    let model = ModelProto::decode(std::fs::read(&out).unwrap().as_slice()).unwrap();
+    let initializers = model.graph.unwrap().initializer;
+    assert!(!initializers.is_empty() && initializers.iter().all(|t| t.raw_data.is_none() && t.data_location == Some(1)));
+    let embedded = dir.path().join("embedded.onnx");
+    assert!(export_pt2(dir.path(), &pt2, &embedded, &[]).status.success());
+    assert!(std::fs::metadata(&out).unwrap().len() + std::fs::metadata(&data).unwrap().len() >= std::fs::metadata(&embedded).unwrap().len() / 2);
+    run_python("check_onnx.py", &[out.to_str().unwrap(), pt2.with_extension("reference.pt").to_str().unwrap()]);
+}

@@ -134,6 +134,9 @@ pub struct RunArgs {
     /// Run the ONNX model in ONNX Runtime against the eager reference (atol/rtol 1e-3) before writing it.
     #[arg(long)]
     pub verify: bool,
+    /// Weights in `<out>.onnx.data` beside the model (always past protobuf's 2 GB limit).
+    #[arg(long)]
+    pub external_data: bool,
 }
 
 /// Tracing a model instead of reading a `.pt2`.
@@ -242,6 +245,8 @@ pub struct RunConfig {
     pub opset: Option<u32>,
     #[serde(default)]
     pub verify: bool,
+    #[serde(default)]
+    pub external_data: bool,
     pub device: Option<String>,
     pub dtype: Option<String>,
 }
@@ -494,6 +499,7 @@ struct RunOptions {
     on_plugin_error: OnPluginError,
     opset: u32,
     verify: bool,
+    external_data: bool,
 }
 
 fn merge(args: RunArgs) -> Result<RunOptions> {
@@ -570,7 +576,8 @@ fn merge(args: RunArgs) -> Result<RunOptions> {
     if verify && output.extension().is_none_or(|e| e != "onnx") {
         bail!("--verify checks an ONNX model: give -o OUT.onnx");
     }
-    Ok(RunOptions { input, trace, trace_deadline, output, backend, set, on_plugin_error, opset, verify })
+    let external_data = args.external_data || config.external_data;
+    Ok(RunOptions { input, trace, trace_deadline, output, backend, set, on_plugin_error, opset, verify, external_data })
 }
 
 /// What `run` reads: a `.pt2` (kept open: its weights are written from the
@@ -629,6 +636,11 @@ fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
         (Some(request), Some(worker)) => Some(trace_model(worker, request, &loaded, &options, output)?),
         _ => None,
     };
+    if !options.verify {
+        // The worker holds the model and torch: gone before the host's stages, the
+        // pipeline's peak memory is the trace's, not the trace's plus the emission's.
+        worker = None;
+    }
     let input: &Path = match (&traced, &options.input) {
         (Some(t), _) => &t.program,
         (None, Some(input)) => input,
@@ -661,7 +673,11 @@ fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
             // With --verify the model is checked in a scratch folder and moved
             // into place only when it matches eager.
             let scratch = options.verify.then(|| Scratch::beside(output, "verify")).transpose()?;
-            let target = scratch.as_ref().map(|s| s.0.join("model.onnx")).unwrap_or_else(|| output.clone());
+            // Same file name as the output: an external data file is referenced by name.
+            let target = match &scratch {
+                Some(s) => s.0.join(output.file_name().context("the output has no file name")?),
+                None => output.clone(),
+            };
             reports.extend(emit_onnx_model(pt2, &mut graph, &loaded, &options, started, &target)?);
             if options.verify {
                 let reference = match &traced {
@@ -674,6 +690,11 @@ fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
                     None => worker.insert(crate::trace::Worker::start(&options.set.python(), Duration::from_secs(120))?),
                 };
                 verify_onnx(worker, &target, &reference, options.trace_deadline)?;
+                let data = crate::onnx::emit::data_file(&target);
+                if data.exists() {
+                    let to = crate::onnx::emit::data_file(output);
+                    crate::atomic::move_into_place(&data, &to).with_context(|| format!("writing {}", to.display()))?;
+                }
                 crate::atomic::move_into_place(&target, output).with_context(|| format!("writing {}", output.display()))?;
             }
         }
@@ -745,8 +766,14 @@ fn emit_onnx_model(
     builder.nodes = model.nodes;
     let metadata = onnx_metadata(loaded, &[&translated, &fixed]);
     let parts = emit::ModelParts { graph, roles: &roles, pt2, builder: &builder, metadata, graph_name: "main_graph".into() };
-    let model = emit::model_proto(&parts)?;
-    emit::write(target, &model)?;
+    let (model, initializers) = emit::plan(&parts)?;
+    let weights = emit::weight_bytes(&initializers);
+    let storage = if options.external_data || weights >= emit::PROTOBUF_LIMIT {
+        emit::WeightStorage::External
+    } else {
+        emit::WeightStorage::Embedded
+    };
+    emit::write(target, model, initializers, storage)?;
     Ok(vec![translated, fixed])
 }
 

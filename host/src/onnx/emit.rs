@@ -74,7 +74,15 @@ pub struct ModelParts<'a> {
     pub graph_name: String,
 }
 
-pub fn model_proto(parts: &ModelParts) -> Result<p::ModelProto, EmitError> {
+/// A weight on its way into the model: the tensor's fields without its bytes,
+/// and the bytes (a slice of the memory-mapped `.pt2`).
+pub struct Initializer<'a> {
+    pub header: p::TensorProto,
+    pub bytes: &'a [u8],
+}
+
+/// The model without initializer bytes, and the initializers, in graph-input order.
+pub fn plan<'a>(parts: &ModelParts<'a>) -> Result<(p::ModelProto, Vec<Initializer<'a>>), EmitError> {
     let ModelParts { graph, roles, pt2, builder, .. } = parts;
     let mut inputs = Vec::new();
     let mut initializers = Vec::new();
@@ -105,18 +113,11 @@ pub fn model_proto(parts: &ModelParts) -> Result<p::ModelProto, EmitError> {
         })
         .collect::<Result<Vec<_>, _>>()?;
     let nodes = builder.nodes.iter().filter(|n| n.function.is_none()).map(node_proto).collect();
-    let graph_proto = p::GraphProto {
-        name: Some(parts.graph_name.clone()),
-        node: nodes,
-        initializer: initializers,
-        input: inputs,
-        output: outputs,
-        ..Default::default()
-    };
+    let graph_proto = p::GraphProto { name: Some(parts.graph_name.clone()), node: nodes, input: inputs, output: outputs, ..Default::default() };
     let domains: std::collections::BTreeSet<&str> = builder.nodes.iter().map(|n| n.domain.as_str()).filter(|d| !d.is_empty()).collect();
     let mut opset_import = vec![p::OperatorSetIdProto { domain: Some(String::new()), version: Some(builder.opset as i64) }];
     opset_import.extend(domains.into_iter().map(|d| p::OperatorSetIdProto { domain: Some(d.to_string()), version: Some(1) }));
-    Ok(p::ModelProto {
+    let model = p::ModelProto {
         ir_version: Some(IR_VERSION),
         opset_import,
         producer_name: Some("hfx".into()),
@@ -128,13 +129,119 @@ pub fn model_proto(parts: &ModelParts) -> Result<p::ModelProto, EmitError> {
             .map(|(k, v)| p::StringStringEntryProto { key: Some(k.clone()), value: Some(v.clone()) })
             .collect(),
         ..Default::default()
-    })
+    };
+    Ok((model, initializers))
 }
 
-/// Encodes `model` and writes it atomically.
-pub fn write(path: &std::path::Path, model: &p::ModelProto) -> Result<(), EmitError> {
-    let bytes = model.encode_to_vec();
-    crate::atomic::write_bytes_atomically(path, &bytes).map_err(|source| EmitError::Write { path: path.display().to_string(), source })
+/// The whole model in memory (tests, small models).
+pub fn model_proto(parts: &ModelParts) -> Result<p::ModelProto, EmitError> {
+    let (mut model, initializers) = plan(parts)?;
+    let graph = model.graph.as_mut().expect("planned with a graph");
+    graph.initializer = initializers.into_iter().map(|i| p::TensorProto { raw_data: Some(i.bytes.to_vec()), ..i.header }).collect();
+    Ok(model)
+}
+
+/// Where the weights go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightStorage {
+    /// Inside the `.onnx` (protobuf's 2 GB limit applies).
+    Embedded,
+    /// In `<model>.onnx.data` beside it, referenced by offset.
+    External,
+}
+
+/// Protobuf's hard limit for one message; past it weights must go external.
+pub const PROTOBUF_LIMIT: u64 = 2 << 30;
+/// Offsets in the external data file are aligned for memory mapping.
+const EXTERNAL_ALIGNMENT: u64 = 64;
+
+/// Total bytes of the initializers.
+pub fn weight_bytes(initializers: &[Initializer]) -> u64 {
+    initializers.iter().map(|i| i.bytes.len() as u64).sum()
+}
+
+/// `model.onnx` → `model.onnx.data`, the external data file beside it.
+pub fn data_file(model: &std::path::Path) -> std::path::PathBuf {
+    model.with_file_name(format!("{}.data", model.file_name().and_then(|n| n.to_str()).unwrap_or("model.onnx")))
+}
+
+/// Writes the model, streaming each weight from the `.pt2`'s memory map into
+/// the file: no second copy of the weights is held. With external storage the
+/// data file is written first, then the model that points into it (by file
+/// name, so the two move together); each is atomic on its own.
+pub fn write(path: &std::path::Path, model: p::ModelProto, initializers: Vec<Initializer>, storage: WeightStorage) -> Result<(), EmitError> {
+    let error = |source| EmitError::Write { path: path.display().to_string(), source };
+    match storage {
+        WeightStorage::Embedded => crate::atomic::write_atomically(path, |file| write_embedded(file, model, &initializers)).map_err(error),
+        WeightStorage::External => {
+            let data_path = data_file(path);
+            let data_name = data_path.file_name().and_then(|n| n.to_str()).unwrap_or("model.onnx.data").to_string();
+            let mut headers = Vec::with_capacity(initializers.len());
+            crate::atomic::write_atomically(&data_path, |file| {
+                let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+                let mut offset = 0u64;
+                for init in &initializers {
+                    let padding = offset.next_multiple_of(EXTERNAL_ALIGNMENT) - offset;
+                    std::io::Write::write_all(&mut out, &vec![0u8; padding as usize])?;
+                    offset += padding;
+                    std::io::Write::write_all(&mut out, init.bytes)?;
+                    headers.push(external_header(&init.header, &data_name, offset, init.bytes.len() as u64));
+                    offset += init.bytes.len() as u64;
+                }
+                std::io::Write::flush(&mut out)
+            })
+            .map_err(|source| EmitError::Write { path: data_path.display().to_string(), source })?;
+            let mut model = model;
+            model.graph.as_mut().expect("planned with a graph").initializer = headers;
+            crate::atomic::write_bytes_atomically(path, &model.encode_to_vec()).map_err(error)
+        }
+    }
+}
+
+fn external_header(header: &p::TensorProto, location: &str, offset: u64, length: u64) -> p::TensorProto {
+    let entry = |k: &str, v: String| p::StringStringEntryProto { key: Some(k.into()), value: Some(v) };
+    p::TensorProto {
+        data_location: Some(p::tensor_proto::DataLocation::External as i32),
+        external_data: vec![entry("location", location.into()), entry("offset", offset.to_string()), entry("length", length.to_string())],
+        ..header.clone()
+    }
+}
+
+/// `ModelProto` bytes with the graph's initializers appended field by field
+/// (protobuf accepts fields in any order), raw bytes copied from the map.
+fn write_embedded(file: &mut std::fs::File, mut model: p::ModelProto, initializers: &[Initializer]) -> std::io::Result<()> {
+    use prost::encoding::{encode_key, encode_varint, encoded_len_varint, WireType};
+    let graph = model.graph.take().expect("planned with a graph");
+    let graph_bytes = graph.encode_to_vec();
+    let headers: Vec<Vec<u8>> = initializers.iter().map(|i| i.header.encode_to_vec()).collect();
+    // A tensor message: its header fields, then raw_data (field 9, one-byte key).
+    let tensor_len = |h: &Vec<u8>, n: usize| h.len() + 1 + encoded_len_varint(n as u64) + n;
+    let graph_len: usize = graph_bytes.len()
+        + headers
+            .iter()
+            .zip(initializers)
+            .map(|(h, i)| {
+                let t = tensor_len(h, i.bytes.len());
+                1 + encoded_len_varint(t as u64) + t
+            })
+            .sum::<usize>();
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+    let mut head = model.encode_to_vec();
+    encode_key(7, WireType::LengthDelimited, &mut head); // ModelProto.graph
+    encode_varint(graph_len as u64, &mut head);
+    head.extend_from_slice(&graph_bytes);
+    std::io::Write::write_all(&mut out, &head)?;
+    for (h, i) in headers.iter().zip(initializers) {
+        let mut prefix = Vec::with_capacity(h.len() + 24);
+        encode_key(5, WireType::LengthDelimited, &mut prefix); // GraphProto.initializer
+        encode_varint(tensor_len(h, i.bytes.len()) as u64, &mut prefix);
+        prefix.extend_from_slice(h);
+        encode_key(9, WireType::LengthDelimited, &mut prefix); // TensorProto.raw_data
+        encode_varint(i.bytes.len() as u64, &mut prefix);
+        std::io::Write::write_all(&mut out, &prefix)?;
+        std::io::Write::write_all(&mut out, i.bytes)?;
+    }
+    std::io::Write::flush(&mut out)
 }
 
 fn value_info(name: &str, meta: &ValueMeta) -> Result<p::ValueInfoProto, EmitError> {
@@ -170,7 +277,7 @@ fn value_info(name: &str, meta: &ValueMeta) -> Result<p::ValueInfoProto, EmitErr
 }
 
 /// A weight's bytes as a contiguous initializer.
-fn initializer(pt2: &Pt2, fqn: &str, constant: bool, meta: &TensorMeta) -> Result<p::TensorProto, EmitError> {
+fn initializer<'a>(pt2: &'a Pt2, fqn: &str, constant: bool, meta: &TensorMeta) -> Result<Initializer<'a>, EmitError> {
     // Non-persistent buffers are stored with the constants.
     let bytes = if constant { pt2.constant("model", fqn) } else { pt2.weight("model", fqn).or_else(|| pt2.constant("model", fqn)) };
     let bytes = bytes.ok_or_else(|| EmitError::MissingWeight(fqn.into()))?;
@@ -196,7 +303,8 @@ fn initializer(pt2: &Pt2, fqn: &str, constant: bool, meta: &TensorMeta) -> Resul
         fqn: fqn.into(),
         reason: format!("storage holds {} bytes, the tensor needs {offset}..{end}", bytes.len()),
     })?;
-    Ok(p::TensorProto { dims, data_type: Some(onnx_dtype(&meta.dtype)?), name: Some(fqn.into()), raw_data: Some(raw.to_vec()), ..Default::default() })
+    let header = p::TensorProto { dims, data_type: Some(onnx_dtype(&meta.dtype)?), name: Some(fqn.into()), ..Default::default() };
+    Ok(Initializer { header, bytes: raw })
 }
 
 fn is_contiguous(strides: &[Dim], dims: &[i64]) -> bool {
