@@ -59,6 +59,19 @@ fn exports(arch: &str, set: &str, task: Option<&str>) {
         if mode == "dynamic" && task.is_none() {
             assert_eq!(stdout.matches("verify inputs").count(), 2, "a dynamic export is verified at a second size:\n{stdout}");
         }
+        // Named as users expect: the forward's arguments, the output's fields, readable sizes.
+        let model = ModelProto::decode(std::fs::read(&out).unwrap().as_slice()).unwrap();
+        let graph = model.graph.unwrap();
+        let first_output = graph.output[0].name.clone().unwrap();
+        assert!(["logits", "last_hidden_state"].contains(&first_output.as_str()), "{arch}: first output {first_output}");
+        let first_input = &graph.input[0];
+        assert!(["input_ids", "pixel_values", "input_features"].contains(&first_input.name.as_deref().unwrap()));
+        if mode == "dynamic" {
+            use hfx::onnx::proto::{tensor_shape_proto::dimension::Value, type_proto};
+            let Some(type_proto::Value::TensorType(t)) = &first_input.r#type.as_ref().unwrap().value else { panic!("not a tensor") };
+            let batch = &t.shape.as_ref().unwrap().dim[0].value;
+            assert_eq!(batch, &Some(Value::DimParam("batch".into())), "{arch}: the batch axis is named");
+        }
         let reference = out.with_extension("reference.pt");
         let mut check = vec![out.to_str().unwrap().to_string(), reference.to_str().unwrap().to_string()];
         if mode == "dynamic" {

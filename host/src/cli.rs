@@ -678,7 +678,8 @@ fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
                 Some(s) => s.0.join(output.file_name().context("the output has no file name")?),
                 None => output.clone(),
             };
-            reports.extend(emit_onnx_model(pt2, &mut graph, &loaded, &options, started, &target)?);
+            let output_names = traced.as_ref().map(|t| t.output_names.clone()).unwrap_or_default();
+            reports.extend(emit_onnx_model(pt2, &mut graph, &loaded, &options, started, &target, output_names)?);
             if options.verify {
                 let reference = match &traced {
                     Some(t) => t.reference.clone(),
@@ -751,6 +752,7 @@ fn emit_onnx_model(
     options: &RunOptions,
     started: Instant,
     target: &Path,
+    output_names: Vec<String>,
 ) -> Result<Vec<StageReport>> {
     use crate::onnx::emit;
     use crate::stages::{onnx_ir_fix, onnx_translation};
@@ -765,7 +767,7 @@ fn emit_onnx_model(
     let fixed = onnx_ir_fix::run(&loaded.runtime, &ir_fixes, &mut model, "onnx-ir-fixes", options.on_plugin_error)?;
     builder.nodes = model.nodes;
     let metadata = onnx_metadata(loaded, &[&translated, &fixed]);
-    let parts = emit::ModelParts { graph, roles: &roles, pt2, builder: &builder, metadata, graph_name: "main_graph".into() };
+    let parts = emit::ModelParts { graph, roles: &roles, pt2, builder: &builder, metadata, graph_name: "main_graph".into(), output_names };
     let (model, initializers) = emit::plan(&parts)?;
     let weights = emit::weight_bytes(&initializers);
     let storage = if options.external_data || weights >= emit::PROTOBUF_LIMIT {
@@ -849,6 +851,8 @@ struct Traced {
     /// The worker's own times: build, trace, save.
     times: BTreeMap<String, f64>,
     outputs: u64,
+    /// The model output's leaf names (`logits`, `cache.layers.0.keys`).
+    output_names: Vec<String>,
     /// Patch plugins and how many calls each answered.
     patched: Vec<(String, u64)>,
 }
@@ -896,7 +900,12 @@ fn trace_model(
     let outputs = result.get("outputs").and_then(|o| o.as_u64()).unwrap_or(0);
     let model_class = result.get("model_class").and_then(|c| c.as_str()).unwrap_or("model").to_string();
     let patched: Vec<(String, u64)> = sessions.iter().map(|s| (s.plugin().name().to_string(), s.calls)).collect();
-    Ok(Traced { _scratch: scratch, program, reference, model_class, seconds, times, outputs, patched })
+    let output_names = result
+        .get("output_names")
+        .and_then(|n| n.as_array())
+        .map(|a| a.iter().filter_map(|n| n.as_str().map(String::from)).collect())
+        .unwrap_or_default();
+    Ok(Traced { _scratch: scratch, program, reference, model_class, seconds, times, outputs, output_names, patched })
 }
 
 fn print_summary(reports: &[StageReport], set: &PluginSet, verbose: u8) {

@@ -597,6 +597,45 @@ def flat_outputs(output):
     return [leaf for leaf in torch.utils._pytree.tree_leaves(output) if torch.is_tensor(leaf)]
 
 
+def leaf_paths(value, path, out):
+    """Dotted paths of the tensor leaves of a model output, in `flat_outputs` order:
+    `ModelOutput` fields by name, caches by attribute (the order of the pytree flattener,
+    and the reference's `_iter_leaf_tensors` naming)."""
+    import torch
+    from transformers.utils import ModelOutput
+
+    if torch.is_tensor(value):
+        out.append(path)
+    elif isinstance(value, ModelOutput):
+        for key in value.keys():
+            leaf_paths(value[key], f"{path}.{key}" if path else key, out)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            leaf_paths(item, f"{path}.{i}", out)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            leaf_paths(item, f"{path}.{key}", out)
+    elif hasattr(value, "__dict__") and not callable(value):
+        for key, item in vars(value).items():
+            leaf_paths(item, f"{path}.{key}", out)
+
+
+def output_names(output):
+    """Names for the flattened outputs, as the reference exporters name them: dotted
+    paths (`logits`, `cache.layers.0.keys`, `encoder_last_hidden_state`), unique."""
+    paths = []
+    leaf_paths(output, "", paths)
+    names = []
+    for path in paths:
+        path = path.lstrip(".") or "output"
+        name, n = path, 1
+        while name in names:
+            n += 1
+            name = f"{path}_{n}"
+        names.append(name)
+    return names
+
+
 def progress(stage, **fields):
     """A progress line on the protocol: the host shows it while the request runs."""
     if HOST is not None:
@@ -636,7 +675,10 @@ def trace(params):
     with torch.no_grad(), config_flags(model, flags):
         eager = model(**inputs)
     register_cache_pytrees(model)
+    names = output_names(eager)
     eager = flat_outputs(eager)
+    if len(names) != len(eager):
+        names = [f"output_{i}" for i in range(len(eager))]
     ran = time.perf_counter()
     progress("export")
     with torch.no_grad(), patches_applied(patches), clean_state(model), config_flags(model, flags), \
@@ -663,6 +705,7 @@ def trace(params):
         "model_class": type(model).__name__,
         "inputs": {k: list(v.shape) for k, v in inputs.items() if torch.is_tensor(v)},
         "outputs": len(eager),
+        "output_names": names,
         "nodes": len(program.graph.nodes),
         "patches_restored": patch_status(patches),
         "versions": versions(),

@@ -72,6 +72,76 @@ pub struct ModelParts<'a> {
     /// `(key, value)` for `metadata_props`, in order.
     pub metadata: Vec<(String, String)>,
     pub graph_name: String,
+    /// Names for the graph outputs, in order (the model output's fields:
+    /// `logits`, `cache.layers.0.keys`); empty keeps the translation's names.
+    pub output_names: Vec<String>,
+}
+
+/// Readable names for the symbols of the inputs' shapes: axis 0 is `batch`,
+/// axis 1 of token inputs `sequence` (`decoder_sequence` for the decoder's),
+/// any other `<input>_dim<axis>`. The first input naming a symbol wins.
+pub fn dim_names(graph: &Graph, roles: &[InputRole]) -> std::collections::HashMap<String, String> {
+    const TOKENS: &[&str] = &["input_ids", "attention_mask", "token_type_ids", "position_ids", "inputs_embeds"];
+    let mut names = std::collections::HashMap::new();
+    let inputs = graph.subgraph(0).map(|g| g.inputs.clone()).unwrap_or_default();
+    for (&value, role) in inputs.iter().zip(roles) {
+        let (InputRole::User(input), Ok(v)) = (role, graph.value(value)) else { continue };
+        let ValueMeta::Tensor(meta) = &v.meta else { continue };
+        for (axis, dim) in meta.shape.iter().enumerate() {
+            let Dim::Symbolic(symbol) = dim else { continue };
+            if names.contains_key(symbol) {
+                continue;
+            }
+            let preferred = match (axis, input.as_str()) {
+                (0, _) => Some("batch"),
+                (1, i) if TOKENS.contains(&i) => Some("sequence"),
+                (1, i) if i.starts_with("decoder_") => Some("decoder_sequence"),
+                _ => None,
+            };
+            // A second symbol for the same role (torch proved no equality) gets its own name.
+            let name = match preferred {
+                Some(p) if !names.values().any(|n| n == p) => p.to_string(),
+                _ => format!("{input}_dim{axis}"),
+            };
+            names.insert(symbol.clone(), name);
+        }
+    }
+    names
+}
+
+/// Gives the graph outputs their names: the producing node's output is renamed
+/// where that is safe, else an `Identity` carries the new name.
+fn name_outputs(nodes: &mut Vec<Node>, current: &[String], wanted: &[String], taken: &std::collections::HashSet<String>) -> Vec<String> {
+    use std::collections::{HashMap, HashSet};
+    if wanted.len() != current.len() {
+        return current.to_vec();
+    }
+    let produced: HashSet<String> = nodes.iter().flat_map(|n| n.outputs.iter().cloned()).collect();
+    let mut renames: HashMap<String, String> = HashMap::new();
+    let mut used: HashSet<String> = HashSet::new();
+    let mut finals = Vec::new();
+    for (c, w) in current.iter().zip(wanted) {
+        let mut name = w.clone();
+        if taken.contains(&name) || produced.contains(&name) || used.contains(&name) {
+            name = format!("output.{name}");
+        }
+        used.insert(name.clone());
+        if produced.contains(c) && !renames.contains_key(c) {
+            renames.insert(c.clone(), name.clone());
+        } else {
+            let source = renames.get(c).cloned().unwrap_or_else(|| c.clone());
+            nodes.push(Node { op_type: "Identity".into(), domain: String::new(), inputs: vec![source], outputs: vec![name.clone()], attributes: vec![], function: None });
+        }
+        finals.push(name);
+    }
+    for node in nodes.iter_mut() {
+        for name in node.inputs.iter_mut().chain(node.outputs.iter_mut()) {
+            if let Some(new) = renames.get(name) {
+                *name = new.clone();
+            }
+        }
+    }
+    finals
 }
 
 /// A weight on its way into the model: the tensor's fields without its bytes,
@@ -84,6 +154,7 @@ pub struct Initializer<'a> {
 /// The model without initializer bytes, and the initializers, in graph-input order.
 pub fn plan<'a>(parts: &ModelParts<'a>) -> Result<(p::ModelProto, Vec<Initializer<'a>>), EmitError> {
     let ModelParts { graph, roles, pt2, builder, .. } = parts;
+    let dims = dim_names(graph, roles);
     let mut inputs = Vec::new();
     let mut initializers = Vec::new();
     let graph_inputs = graph.subgraph(0).map(|g| g.inputs.clone()).unwrap_or_default();
@@ -92,7 +163,7 @@ pub fn plan<'a>(parts: &ModelParts<'a>) -> Result<(p::ModelProto, Vec<Initialize
         match role {
             InputRole::User(name) => {
                 if graph.is_used(value) {
-                    inputs.push(value_info(name, &v.meta)?);
+                    inputs.push(value_info(name, &v.meta, &dims)?);
                 }
             }
             InputRole::Initializer { fqn, constant } => {
@@ -105,14 +176,17 @@ pub fn plan<'a>(parts: &ModelParts<'a>) -> Result<(p::ModelProto, Vec<Initialize
             InputRole::Constant => {}
         }
     }
-    let outputs = graph_outputs(graph)
-        .into_iter()
-        .map(|value| {
-            let v = graph.value(value).expect("outputs exist");
-            value_info(&builder.value_names[&value], &v.meta)
-        })
+    let output_values = graph_outputs(graph);
+    let current: Vec<String> = output_values.iter().map(|v| builder.value_names[v].clone()).collect();
+    let mut nodes: Vec<Node> = builder.nodes.iter().filter(|n| n.function.is_none()).cloned().collect();
+    let taken: std::collections::HashSet<String> = builder.value_names.values().filter(|n| !current.contains(n)).cloned().collect();
+    let names = if parts.output_names.is_empty() { current.clone() } else { name_outputs(&mut nodes, &current, &parts.output_names, &taken) };
+    let outputs = output_values
+        .iter()
+        .zip(&names)
+        .map(|(value, name)| value_info(name, &graph.value(*value).expect("outputs exist").meta, &dims))
         .collect::<Result<Vec<_>, _>>()?;
-    let nodes = builder.nodes.iter().filter(|n| n.function.is_none()).map(node_proto).collect();
+    let nodes = nodes.iter().map(node_proto).collect();
     let graph_proto = p::GraphProto { name: Some(parts.graph_name.clone()), node: nodes, input: inputs, output: outputs, ..Default::default() };
     let domains: std::collections::BTreeSet<&str> = builder.nodes.iter().map(|n| n.domain.as_str()).filter(|d| !d.is_empty()).collect();
     let mut opset_import = vec![p::OperatorSetIdProto { domain: Some(String::new()), version: Some(builder.opset as i64) }];
@@ -244,7 +318,7 @@ fn write_embedded(file: &mut std::fs::File, mut model: p::ModelProto, initialize
     std::io::Write::flush(&mut out)
 }
 
-fn value_info(name: &str, meta: &ValueMeta) -> Result<p::ValueInfoProto, EmitError> {
+fn value_info(name: &str, meta: &ValueMeta, dims: &std::collections::HashMap<String, String>) -> Result<p::ValueInfoProto, EmitError> {
     let (dtype, shape) = match meta {
         ValueMeta::Tensor(t) => (t.dtype.as_str(), t.shape.clone()),
         // A sym-int output is a 0-d int64 tensor in ONNX.
@@ -259,7 +333,7 @@ fn value_info(name: &str, meta: &ValueMeta) -> Result<p::ValueInfoProto, EmitErr
             denotation: None,
             value: Some(match d {
                 Dim::Fixed(n) => p::tensor_shape_proto::dimension::Value::DimValue(*n),
-                Dim::Symbolic(s) => p::tensor_shape_proto::dimension::Value::DimParam(s.clone()),
+                Dim::Symbolic(s) => p::tensor_shape_proto::dimension::Value::DimParam(renamed(s, dims)),
             }),
         })
         .collect();
@@ -274,6 +348,26 @@ fn value_info(name: &str, meta: &ValueMeta) -> Result<p::ValueInfoProto, EmitErr
         }),
         ..Default::default()
     })
+}
+
+/// A symbolic size with its symbols renamed (`s72` → `batch`, `s53 + 1` → `sequence + 1`).
+fn renamed(expr: &str, dims: &std::collections::HashMap<String, String>) -> String {
+    if let Some(name) = dims.get(expr) {
+        return name.clone();
+    }
+    let mut out = String::new();
+    let mut token = String::new();
+    for c in expr.chars().chain(std::iter::once(' ')) {
+        if c.is_ascii_alphanumeric() || c == '_' {
+            token.push(c);
+        } else {
+            out.push_str(dims.get(&token).map(String::as_str).unwrap_or(&token));
+            token.clear();
+            out.push(c);
+        }
+    }
+    out.pop();
+    out
 }
 
 /// A weight's bytes as a contiguous initializer.
