@@ -50,7 +50,7 @@ def stage_times(summary):
     times = {}
     for line in summary.splitlines():
         words = line.split()
-        if line.startswith("stage ") and len(words) >= 4:
+        if line.startswith("stage ") and len(words) >= 4 and words[3] in ("s", "ms"):
             value = float(words[2])
             times[words[1]] = value if words[3] == "s" else value / 1e3
     return times

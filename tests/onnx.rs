@@ -223,3 +223,38 @@ fn weights_go_to_an_external_data_file_on_request() {
     assert!(std::fs::metadata(&out).unwrap().len() + std::fs::metadata(&data).unwrap().len() >= std::fs::metadata(&embedded).unwrap().len() / 2);
     run_python("check_onnx.py", &[out.to_str().unwrap(), pt2.with_extension("reference.pt").to_str().unwrap()]);
 }
+
+/// The reference's own translations, each on a real trace holding its op:
+/// `repeat_interleave.self_int` (with and without `dim`), Python floor division
+/// of a negative symbolic size (`-(-n // 3)`), `masked_fill` of a bool tensor.
+#[test]
+fn the_reference_translations_run_on_real_graphs() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("repeat_interleave", &["Tile"][..]),
+        ("ceil_division", &["Sign", "Mod"][..]),
+        ("masked_fill_bool", &["Or", "And"][..]),
+        ("unsorted_topk", &["TopK"][..]),
+    ];
+    for (pattern, ops) in cases {
+        let out = dir.path().join(format!("{pattern}.onnx"));
+        let spec = format!("python:patch_patterns:{pattern}");
+        let mut args: Vec<String> = ["run", "--backend", "onnx", "--model-fn", &spec, "--dynamic", "--verify", "-o"].map(String::from).to_vec();
+        args.push(out.display().to_string());
+        args.extend(plugin_folders());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let result = hfx(dir.path(), &args);
+        assert!(result.status.success(), "{pattern}: {}", String::from_utf8_lossy(&result.stderr));
+        let types = op_types(&out);
+        for op in ops {
+            assert!(types.iter().any(|t| t == op), "{pattern}: no {op} in {types:?}");
+        }
+        if pattern == "unsorted_topk" {
+            // The IR fix turned the translation's TopK(sorted=0) into sorted=1.
+            let stdout = String::from_utf8_lossy(&result.stdout);
+            assert!(stdout.contains("onnx-fix-topk-sorted") && stdout.contains("changed     1"), "{stdout}");
+        }
+        let reference = out.with_extension("reference.pt");
+        run_python("check_onnx.py", &[out.to_str().unwrap(), reference.to_str().unwrap(), "pattern", pattern]);
+    }
+}

@@ -137,6 +137,9 @@ pub struct RunArgs {
     /// Weights in `<out>.onnx.data` beside the model (always past protobuf's 2 GB limit).
     #[arg(long)]
     pub external_data: bool,
+    /// Skip the ONNX graph optimization (identity removal, common subexpressions, dead code).
+    #[arg(long)]
+    pub no_optimize: bool,
 }
 
 /// Tracing a model instead of reading a `.pt2`.
@@ -247,6 +250,8 @@ pub struct RunConfig {
     pub verify: bool,
     #[serde(default)]
     pub external_data: bool,
+    #[serde(default)]
+    pub no_optimize: bool,
     pub device: Option<String>,
     pub dtype: Option<String>,
 }
@@ -500,6 +505,7 @@ struct RunOptions {
     opset: u32,
     verify: bool,
     external_data: bool,
+    no_optimize: bool,
 }
 
 fn merge(args: RunArgs) -> Result<RunOptions> {
@@ -577,7 +583,8 @@ fn merge(args: RunArgs) -> Result<RunOptions> {
         bail!("--verify checks an ONNX model: give -o OUT.onnx");
     }
     let external_data = args.external_data || config.external_data;
-    Ok(RunOptions { input, trace, trace_deadline, output, backend, set, on_plugin_error, opset, verify, external_data })
+    let no_optimize = args.no_optimize || config.no_optimize;
+    Ok(RunOptions { input, trace, trace_deadline, output, backend, set, on_plugin_error, opset, verify, external_data, no_optimize })
 }
 
 /// What `run` reads: a `.pt2` (kept open: its weights are written from the
@@ -767,8 +774,18 @@ fn emit_onnx_model(
     let fixed = onnx_ir_fix::run(&loaded.runtime, &ir_fixes, &mut model, "onnx-ir-fixes", options.on_plugin_error)?;
     builder.nodes = model.nodes;
     let metadata = onnx_metadata(loaded, &[&translated, &fixed]);
-    let parts = emit::ModelParts { graph, roles: &roles, pt2, builder: &builder, metadata, graph_name: "main_graph".into(), output_names };
-    let (model, initializers) = emit::plan(&parts)?;
+    let parts = emit::ModelParts { graph, roles: &roles, pt2, builder: &builder, metadata, graph_name: "main_graph".into(), output_names, optimize: !options.no_optimize };
+    let emit::Planned { model, initializers, optimized } = emit::plan(&parts)?;
+    if let Some(o) = &optimized {
+        println!(
+            "stage {:<18} identities removed {}, duplicates merged {}, dead nodes removed {}; {} nodes",
+            "onnx-optimize",
+            o.identities_removed,
+            o.merged,
+            o.dead_removed,
+            model.graph.as_ref().map_or(0, |g| g.node.len())
+        );
+    }
     let weights = emit::weight_bytes(&initializers);
     let storage = if options.external_data || weights >= emit::PROTOBUF_LIMIT {
         emit::WeightStorage::External

@@ -1,6 +1,7 @@
 """Checks an `hfx run --backend onnx -o OUT.onnx` export.
 
     python check_onnx.py OUT.onnx REFERENCE.pt [ARCH OVERRIDES_JSON [TASK]]
+    python check_onnx.py OUT.onnx REFERENCE.pt pattern NAME   (a `patch_patterns` module)
 
 1. The model passes the ONNX checker (full check, with shape inference).
 2. ONNX Runtime on the recorded sample inputs matches the recorded eager
@@ -49,7 +50,17 @@ def main(path, reference, arch=None, overrides=None, task=None):
     ref = torch.load(reference)
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
     worst = close(run(session, ref["inputs"]), ref["outputs"], "recorded sample")
-    if arch:
+    if arch == "pattern":
+        import patch_patterns
+
+        second = patch_patterns.second_inputs(overrides)
+        if second is not None:
+            torch.manual_seed(0)
+            model, _ = getattr(patch_patterns, overrides)()
+            with torch.no_grad():
+                eager = worker.flat_outputs(model(**second))
+            close(run(session, second), eager, "second size")
+    elif arch:
         torch.manual_seed(0)
         model = worker.from_architecture(arch, json.loads(overrides), task).eval()
         inputs = worker.sample_inputs(model, 3, 5)

@@ -224,8 +224,56 @@ def second_inputs(name):
     """Inputs of another size for `name`, or None when the pattern has none."""
     sizes = {"split_symbolic": 12, "chunk_symbolic": 6, "roll": 5, "complex_rotation": 5, "masked_scatter": 5,
              "histograms": 5, "sorted_search": 5, "cumulative_extremum": 5, "randperm": 5, "sdpa_masked": 5,
-             "vmap_mask": 5}
+             "vmap_mask": 5, "repeat_interleave": 5, "masked_fill_bool": 5, "ceil_division": 7, "unsorted_topk": 6}
     if name not in sizes:
         return None
     torch.manual_seed(1)
     return globals()[name](sizes[name])[1]
+
+
+# ── Patterns for the reference's ONNX translations ──
+
+class RepeatInterleave(torch.nn.Module):
+    def forward(self, x):
+        return x.repeat_interleave(2, dim=1), torch.repeat_interleave(x, 3)
+
+
+def repeat_interleave(length=6):
+    return _pair(RepeatInterleave(), x=torch.randn(2, length))
+
+
+class MaskedFillBool(torch.nn.Module):
+    def forward(self, flags, mask):
+        return flags.masked_fill(mask, True), flags.masked_fill(mask, False)
+
+
+def masked_fill_bool(length=8):
+    generator = torch.Generator().manual_seed(3)
+    return _pair(MaskedFillBool(), flags=torch.rand(2, length, generator=generator) > 0.5,
+                 mask=torch.rand(2, length, generator=generator) > 0.5)
+
+
+class CeilDivision(torch.nn.Module):
+    """`-(-n // 3)`, Python's ceil-division idiom, on a symbolic size: floor division
+    of a negative number must round toward -inf."""
+
+    def forward(self, x):
+        pieces = -(-x.shape[1] // 3)
+        return x[:, :pieces] * 2
+
+
+def ceil_division(length=8):
+    return _pair(CeilDivision(), x=torch.randn(2, length))
+
+
+class UnsortedTopk(torch.nn.Module):
+    """`topk(sorted=False)`: ONNX Runtime mis-validates `TopK(sorted=0)`; the IR fix sets 1.
+    Sorted afterwards, so the comparison does not depend on the unsorted order."""
+
+    def forward(self, x):
+        values, indices = torch.topk(x, 3, dim=-1, sorted=False)
+        return values.sort(-1).values, indices.sort(-1).values
+
+
+def unsorted_topk(length=8):
+    return _pair(UnsortedTopk(), x=torch.randn(2, length))

@@ -75,6 +75,16 @@ pub struct ModelParts<'a> {
     /// Names for the graph outputs, in order (the model output's fields:
     /// `logits`, `cache.layers.0.keys`); empty keeps the translation's names.
     pub output_names: Vec<String>,
+    /// Run the generic graph passes (`optimize.rs`).
+    pub optimize: bool,
+}
+
+/// The model planned for writing: without initializer bytes, the initializers,
+/// and what optimization did.
+pub struct Planned<'a> {
+    pub model: p::ModelProto,
+    pub initializers: Vec<Initializer<'a>>,
+    pub optimized: Option<super::optimize::OptimizeReport>,
 }
 
 /// Readable names for the symbols of the inputs' shapes: axis 0 is `batch`,
@@ -152,7 +162,7 @@ pub struct Initializer<'a> {
 }
 
 /// The model without initializer bytes, and the initializers, in graph-input order.
-pub fn plan<'a>(parts: &ModelParts<'a>) -> Result<(p::ModelProto, Vec<Initializer<'a>>), EmitError> {
+pub fn plan<'a>(parts: &ModelParts<'a>) -> Result<Planned<'a>, EmitError> {
     let ModelParts { graph, roles, pt2, builder, .. } = parts;
     let dims = dim_names(graph, roles);
     let mut inputs = Vec::new();
@@ -181,6 +191,10 @@ pub fn plan<'a>(parts: &ModelParts<'a>) -> Result<(p::ModelProto, Vec<Initialize
     let mut nodes: Vec<Node> = builder.nodes.iter().filter(|n| n.function.is_none()).cloned().collect();
     let taken: std::collections::HashSet<String> = builder.value_names.values().filter(|n| !current.contains(n)).cloned().collect();
     let names = if parts.output_names.is_empty() { current.clone() } else { name_outputs(&mut nodes, &current, &parts.output_names, &taken) };
+    let optimized = parts.optimize.then(|| super::optimize::optimize(&mut nodes, &names));
+    // Weights no node reads any more (after dead-code elimination) are not written.
+    let read: std::collections::HashSet<&str> = nodes.iter().flat_map(|n| n.inputs.iter().map(String::as_str)).chain(names.iter().map(String::as_str)).collect();
+    initializers.retain(|i| i.header.name.as_deref().is_some_and(|n| read.contains(n)));
     let outputs = output_values
         .iter()
         .zip(&names)
@@ -204,12 +218,12 @@ pub fn plan<'a>(parts: &ModelParts<'a>) -> Result<(p::ModelProto, Vec<Initialize
             .collect(),
         ..Default::default()
     };
-    Ok((model, initializers))
+    Ok(Planned { model, initializers, optimized })
 }
 
 /// The whole model in memory (tests, small models).
 pub fn model_proto(parts: &ModelParts) -> Result<p::ModelProto, EmitError> {
-    let (mut model, initializers) = plan(parts)?;
+    let Planned { mut model, initializers, .. } = plan(parts)?;
     let graph = model.graph.as_mut().expect("planned with a graph");
     graph.initializer = initializers.into_iter().map(|i| p::TensorProto { raw_data: Some(i.bytes.to_vec()), ..i.header }).collect();
     Ok(model)

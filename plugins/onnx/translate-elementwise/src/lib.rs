@@ -179,6 +179,24 @@ fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
             let y = e.operand("other", &out)?;
             e.op("Where", &[&condition, &x, &y], &[])?
         }
+        "masked_fill" if e.output_meta()?.dtype == "bool" => {
+            // ORT's CPU Where has no bool kernel: fill True is `self | mask`, False `self & !mask`
+            // (the reference's `_aten_masked_fill`).
+            let x = e.tensor("self")?;
+            let mask = e.operand("mask", "bool")?;
+            let fill = match e.arg("value")? {
+                Some(Argument::Boolean(b)) => b,
+                Some(Argument::Int(i)) => i != 0,
+                Some(Argument::Float(f)) => f != 0.0,
+                other => return Err(e.fail(format!("masked_fill of a bool tensor with {other:?}"))),
+            };
+            if fill {
+                e.op("Or", &[&x, &mask], &[])?
+            } else {
+                let keep = e.op("Not", &[&mask], &[])?;
+                e.op("And", &[&x, &keep], &[])?
+            }
+        }
         "masked_fill" => {
             let out = e.output_meta()?.dtype;
             let mask = e.operand("mask", "bool")?;

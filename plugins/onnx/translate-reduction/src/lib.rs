@@ -7,7 +7,8 @@ struct Reduction;
 const TARGETS: &[&str] = &[
     "aten.mean.dim", "aten.mean.default", "aten.sum.dim_IntList", "aten.sum.default", "aten.amax.default",
     "aten.amin.default", "aten.softmax.int", "aten._softmax.default", "aten.log_softmax.int",
-    "aten._log_softmax.default", "aten.cumsum.default",
+    "aten._log_softmax.default", "aten.cumsum.default", "aten.topk.default",
+    "aten.sort.default",
 ];
 
 fn reduce(e: &Emit, onnx: &str) -> Result<String, Error> {
@@ -27,8 +28,46 @@ fn reduce(e: &Emit, onnx: &str) -> Result<String, Error> {
     e.op(onnx, &refs, &[attr("keepdims", Attribute::Int(keepdim as i64))])
 }
 
+/// `topk(self, k, dim, largest, sorted)` → `TopK` (values, int64 indices).
+fn topk(e: &Emit) -> Result<(), Error> {
+    let x = e.tensor("self")?;
+    let k = match e.arg("k")? {
+        Some(Argument::SymInt(SymInt::Value(v))) => {
+            let scalar = e.builder.value_name(v)?;
+            let axes = e.const_ints(&[0])?;
+            e.op("Unsqueeze", &[&scalar, &axes], &[])?
+        }
+        _ => e.const_ints(&[e.int("k", 1)?])?,
+    };
+    let attributes = [
+        attr("axis", Attribute::Int(e.int("dim", -1)?)),
+        attr("largest", Attribute::Int(e.boolean("largest", true)? as i64)),
+        attr("sorted", Attribute::Int(e.boolean("sorted", true)? as i64)),
+    ];
+    let outputs = e.op_n("TopK", &[&x, &k], 2, &attributes)?;
+    e.bind_outputs(&outputs)
+}
+
 fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
     let op = target.split('.').nth(1).unwrap_or("");
+    if op == "topk" {
+        return topk(e);
+    }
+    if op == "sort" {
+        // A full TopK along the axis (ties may order differently than torch's stable sort).
+        let x = e.tensor("self")?;
+        let rank = e.rank("self")?;
+        let dim = e.int("dim", -1)?;
+        let dim = if dim < 0 { dim + rank } else { dim };
+        let k = e.op("Shape", &[&x], &[attr("start", Attribute::Int(dim)), attr("end", Attribute::Int(dim + 1))])?;
+        let attributes = [
+            attr("axis", Attribute::Int(dim)),
+            attr("largest", Attribute::Int(e.boolean("descending", false)? as i64)),
+            attr("sorted", Attribute::Int(1)),
+        ];
+        let outputs = e.op_n("TopK", &[&x, &k], 2, &attributes)?;
+        return e.bind_outputs(&outputs);
+    }
     let result = match op {
         "mean" => reduce(e, "ReduceMean")?,
         "sum" => reduce(e, "ReduceSum")?,

@@ -13,7 +13,7 @@ const TARGETS: &[&str] = &[
     "aten.embedding.default", "aten.arange.default", "aten.arange.start", "aten.arange.start_step",
     "aten.zeros.default", "aten.ones.default", "aten.full.default", "aten.new_ones.default", "aten.new_zeros.default",
     "aten.zeros_like.default", "aten.ones_like.default", "aten.full_like.default", "aten.sym_size.int",
-    "aten.flatten.using_ints", "aten.split.Tensor", "aten.split_with_sizes.default", "aten.chunk.default", "aten.unbind.int", "aten.gather.default",
+    "aten.flatten.using_ints", "aten.repeat_interleave.self_int", "aten.split.Tensor", "aten.split_with_sizes.default", "aten.chunk.default", "aten.unbind.int", "aten.gather.default",
 ];
 
 /// An int argument as a 1-D int64 ONNX value (constant or symbolic).
@@ -161,6 +161,53 @@ fn split(e: &Emit, op: &str) -> Result<(), Error> {
     e.bind_outputs(&outputs)
 }
 
+/// `repeat_interleave(self, repeats: int, dim)`: Unsqueeze after the axis, Tile
+/// there, Reshape back (flattened first when `dim` is None), as the reference's
+/// `_aten_repeat_interleave_self_int` (torchlib's raises on `dim=None`).
+fn repeat_interleave(e: &Emit) -> Result<String, Error> {
+    let x = e.tensor("self")?;
+    let repeats = match e.arg("repeats")? {
+        Some(Argument::SymInt(SymInt::Value(v))) => {
+            let scalar = e.builder.value_name(v)?;
+            let axes = e.const_ints(&[0])?;
+            e.op("Unsqueeze", &[&scalar, &axes], &[])?
+        }
+        _ => e.const_ints(&[e.int("repeats", 1)?])?,
+    };
+    let one = e.const_ints(&[1])?;
+    let minus_one = e.const_ints(&[-1])?;
+    match e.arg("dim")? {
+        None | Some(Argument::None) => {
+            let flat = e.op("Reshape", &[&x, &minus_one], &[])?;
+            let column = e.op("Unsqueeze", &[&flat, &one], &[])?;
+            let tiles = e.op("Concat", &[&one, &repeats], &[attr("axis", Attribute::Int(0))])?;
+            let tiled = e.op("Tile", &[&column, &tiles], &[])?;
+            e.op("Reshape", &[&tiled, &minus_one], &[])
+        }
+        _ => {
+            let rank = e.rank("self")?;
+            let dim = normalize(e.int("dim", 0)?, rank);
+            let after = e.const_ints(&[dim + 1])?;
+            let expanded = e.op("Unsqueeze", &[&x, &after], &[])?;
+            let mut parts = Vec::new();
+            if dim + 1 > 0 {
+                parts.push(e.const_ints(&vec![1; (dim + 1) as usize])?);
+            }
+            parts.push(repeats);
+            if rank - dim - 1 > 0 {
+                parts.push(e.const_ints(&vec![1; (rank - dim - 1) as usize])?);
+            }
+            let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
+            let tiles = e.op("Concat", &refs, &[attr("axis", Attribute::Int(0))])?;
+            let tiled = e.op("Tile", &[&expanded, &tiles], &[])?;
+            let head = e.op("Shape", &[&x], &[attr("start", Attribute::Int(0)), attr("end", Attribute::Int(dim))])?;
+            let tail = e.op("Shape", &[&x], &[attr("start", Attribute::Int(dim + 1))])?;
+            let shape = e.op("Concat", &[&head, &minus_one, &tail], &[attr("axis", Attribute::Int(0))])?;
+            e.op("Reshape", &[&tiled, &shape], &[])
+        }
+    }
+}
+
 fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
     let op = target.split('.').nth(1).unwrap_or("");
     if matches!(op, "split" | "split_with_sizes" | "chunk" | "unbind") {
@@ -184,6 +231,7 @@ fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
             };
             e.op("Reshape", &[&x, &shape], &[])?
         }
+        "repeat_interleave" => repeat_interleave(e)?,
         "gather" => {
             let x = e.tensor("self")?;
             let index = e.tensor("index")?;
