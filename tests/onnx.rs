@@ -258,3 +258,31 @@ fn the_reference_translations_run_on_real_graphs() {
         run_python("check_onnx.py", &[out.to_str().unwrap(), reference.to_str().unwrap(), "pattern", pattern]);
     }
 }
+
+/// `-o DIR` writes what `ExportedModel.save_pretrained` writes, and the
+/// reference runtime (transformers 5.24, unchanged) loads it and returns the
+/// model's own output type, for both backends.
+#[test]
+fn an_export_folder_loads_in_the_reference_runtime() {
+    let dir = tempfile::tempdir().unwrap();
+    for (backend, atol, files) in [("onnx", "1e-3", &["model.onnx", "model.onnx.data"][..]), ("dynamo", "1e-4", &["model.pt2"][..])] {
+        let folder = dir.path().join(format!("llama-{backend}"));
+        let mut args: Vec<String> = ["run", "--backend", backend, "--model", "llama", "--set", LLAMA, "--dynamic", "-o"].map(String::from).to_vec();
+        args.push(folder.display().to_string());
+        args.extend(plugin_folders());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let result = hfx(dir.path(), &args);
+        assert!(result.status.success(), "{backend}: {}", String::from_utf8_lossy(&result.stderr));
+        for file in files.iter().chain(&["export.json", "config.json", "generation_config.json"]) {
+            assert!(folder.join(file).exists(), "{backend}: no {file}");
+        }
+        let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(folder.join("export.json")).unwrap()).unwrap();
+        assert_eq!(manifest["schema_version"], 1);
+        assert_eq!(manifest["export_format"], backend);
+        assert_eq!(manifest["components"]["model"]["metadata"]["architecture"], "LlamaForCausalLM");
+        let reference = folder.join("model.reference.pt");
+        run_python("check_folder.py", &[folder.to_str().unwrap(), reference.to_str().unwrap(), atol]);
+    }
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().starts_with(".hfx")).collect();
+    assert!(leftovers.is_empty(), "scratch folders left behind");
+}

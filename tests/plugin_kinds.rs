@@ -175,7 +175,7 @@ fn fixes_are_idempotent() {
     let runtime = runtime();
     let loaded = hfx::plugins::load_all(&runtime, &[plugin_dir("plugins/onnx/fix-alias").parent().unwrap().to_path_buf()]).unwrap();
     let fixes = stages::select(&loaded, Backend::Onnx, PluginKind::FxNodeFix);
-    assert_eq!(fixes.len(), 10);
+    assert_eq!(fixes.len(), 11);
     for mut graph in [alias_graph().0, sort_stable_graph().0, assertion_graph()] {
         fx_node_fix::run(&runtime, &fixes, &mut graph, "fx-node-fixes", OnPluginError::Fail).unwrap();
         let once = graph.fingerprint();

@@ -579,8 +579,8 @@ fn merge(args: RunArgs) -> Result<RunOptions> {
         bail!("--opset {opset}: hfx writes opsets 18 to 23");
     }
     let verify = args.verify || config.verify;
-    if verify && output.extension().is_none_or(|e| e != "onnx") {
-        bail!("--verify checks an ONNX model: give -o OUT.onnx");
+    if verify && (backend != Backend::Onnx || output.extension().is_some_and(|e| e != "onnx")) {
+        bail!("--verify checks an ONNX model: give --backend onnx and -o OUT.onnx (or an export folder)");
     }
     let external_data = args.external_data || config.external_data;
     let no_optimize = args.no_optimize || config.no_optimize;
@@ -603,7 +603,18 @@ fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
     let started = Instant::now();
     use std::io::IsTerminal;
     SHOW_PROGRESS.store(verbose > 0 || std::io::stderr().is_terminal(), std::sync::atomic::Ordering::Relaxed);
-    let options = merge(args)?;
+    let mut options = merge(args)?;
+    // An export folder: the pipeline writes `model.onnx` / `model.pt2` into a scratch
+    // folder beside it, and everything moves in at the end (`finish_folder`).
+    let folder = ExportFolder::of(&options)?;
+    if let Some(f) = &folder {
+        options.output = f.artifact.clone();
+        // The reference's runtime reads an ONNX component's weights from `model.onnx.data`.
+        options.external_data |= options.backend == Backend::Onnx;
+        if let Some(request) = options.trace.as_mut() {
+            request.folder = Some(f.scratch.0.clone());
+        }
+    }
     let output = &options.output;
     // Check what can be emitted before doing any work. A `.pt2` is the
     // dynamo artifact, and for the other backends the program after their FX
@@ -744,8 +755,90 @@ fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
     println!("stage {:<18} {:>8.2} ms  {nodes_before} nodes", "read", read_time.as_secs_f64() * 1e3);
     print_summary(&reports, &loaded.set, verbose);
     println!("stage {:<18} {:>8.2} ms", "emit", emit_time.as_secs_f64() * 1e3);
+    if let Some(folder) = folder {
+        let metadata = traced.as_ref().map(|t| t.export_metadata.clone()).unwrap_or_default();
+        let versions = loaded.set.upstream.clone();
+        let dir = folder.dir.clone();
+        folder.finish(&options, metadata, &versions)?;
+        println!("nodes: {nodes_before} -> {}; wrote {} in {:.1} s", graph.node_count(), dir.display(), started.elapsed().as_secs_f64());
+        return Ok(());
+    }
     println!("nodes: {nodes_before} -> {}; wrote {} in {:.1} s", graph.node_count(), output.display(), started.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// `-o DIR`: what the reference's `ExportedModel.save_pretrained` writes, so
+/// `ExportedModel.from_pretrained(DIR)` loads and runs an hfx export: the
+/// component (`model.onnx` + `model.onnx.data`, or `model.pt2`), `export.json`
+/// (schema 1: format, component file and metadata), `config.json` and
+/// `generation_config.json`. Written in a scratch folder beside DIR; each
+/// file is renamed into DIR at the end.
+struct ExportFolder {
+    dir: PathBuf,
+    scratch: Scratch,
+    artifact: PathBuf,
+}
+
+impl ExportFolder {
+    fn of(options: &RunOptions) -> Result<Option<ExportFolder>> {
+        let out = &options.output;
+        if out.extension().is_some() && !out.is_dir() {
+            return Ok(None);
+        }
+        if options.trace.is_none() {
+            bail!("an export folder records the traced model's metadata: trace it (--model, --model-dir, --model-fn)");
+        }
+        let file = match options.backend {
+            Backend::Onnx => "model.onnx",
+            Backend::Dynamo => "model.pt2",
+            other => bail!("an export folder for the {other} backend is not implemented yet"),
+        };
+        let scratch = Scratch::beside(out, "folder")?;
+        let artifact = scratch.0.join(file);
+        Ok(Some(ExportFolder { dir: out.clone(), scratch, artifact }))
+    }
+
+    fn finish(self, options: &RunOptions, mut metadata: serde_json::Value, versions: &plugins::Versions) -> Result<()> {
+        use serde_json::json;
+        let onnx = options.backend == Backend::Onnx;
+        let required: &[&str] = if onnx { &["torch", "onnx", "onnxscript"] } else { &["torch"] };
+        let packages: serde_json::Map<String, serde_json::Value> = std::iter::once("transformers")
+            .chain(required.iter().copied())
+            .filter_map(|p| Some((p.to_string(), json!(versions.get(p)?))))
+            .collect();
+        let trace = options.trace.as_ref().expect("folders are traced");
+        let mut config = json!({
+            "dynamic": trace.dynamic,
+            "dynamic_shapes": if trace.dynamic_shapes.is_empty() { serde_json::Value::Null } else { json!(trace.dynamic_shapes) },
+            "export_format": if onnx { "onnx" } else { "dynamo" },
+            "prefer_deferred_runtime_asserts_over_guards": !trace.dynamic_shapes.is_empty(),
+            "strict": false,
+        });
+        if onnx {
+            config["opset_version"] = json!(options.opset);
+            config["optimize"] = json!(!options.no_optimize);
+            config["ort_fusions"] = serde_json::Value::Null;
+        }
+        metadata["packages"] = json!(packages);
+        metadata["export_config"] = config;
+        let file = self.artifact.file_name().and_then(|n| n.to_str()).unwrap_or("model.onnx").to_string();
+        let manifest = json!({
+            "schema_version": 1,
+            "export_format": if onnx { "onnx" } else { "dynamo" },
+            "components": {"model": {"file": file, "metadata": metadata}},
+        });
+        let text = serde_json::to_string_pretty(&manifest)? + "\n";
+        crate::atomic::write_bytes_atomically(&self.scratch.0.join("export.json"), text.as_bytes())?;
+        std::fs::create_dir_all(&self.dir).with_context(|| format!("creating {}", self.dir.display()))?;
+        for entry in std::fs::read_dir(&self.scratch.0)? {
+            let entry = entry?;
+            if entry.file_type()?.is_file() {
+                let to = self.dir.join(entry.file_name());
+                std::fs::rename(entry.path(), &to).with_context(|| format!("writing {}", to.display()))?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Whether progress lines are shown: on a terminal, or with `-v`.
@@ -870,6 +963,8 @@ struct Traced {
     outputs: u64,
     /// The model output's leaf names (`logits`, `cache.layers.0.keys`).
     output_names: Vec<String>,
+    /// The reference's `ExportMetadata` fields the worker recorded.
+    export_metadata: serde_json::Value,
     /// Patch plugins and how many calls each answered.
     patched: Vec<(String, u64)>,
 }
@@ -922,7 +1017,8 @@ fn trace_model(
         .and_then(|n| n.as_array())
         .map(|a| a.iter().filter_map(|n| n.as_str().map(String::from)).collect())
         .unwrap_or_default();
-    Ok(Traced { _scratch: scratch, program, reference, model_class, seconds, times, outputs, output_names, patched })
+    let export_metadata = result.get("export_metadata").cloned().unwrap_or_default();
+    Ok(Traced { _scratch: scratch, program, reference, model_class, seconds, times, outputs, output_names, export_metadata, patched })
 }
 
 fn print_summary(reports: &[StageReport], set: &PluginSet, verbose: u8) {

@@ -442,7 +442,7 @@ def class_path(cls):
 
 
 def class_at(path):
-    module, name = path.split(":")
+    module, name = path.split(":") if ":" in path else path.rsplit(".", 1)
     owner = importlib.import_module(module)
     for part in name.split("."):
         owner = getattr(owner, part)
@@ -450,6 +450,9 @@ def class_at(path):
 
 
 def flatten_context(obj, leaves):
+    """A JSON-native context for `obj`, its tensors (and still-symbolic sizes) collected as
+    leaves. The format is the reference exporters' (`{"_t": "tensor", "i": 0}`, ...), so a
+    program or spec hfx writes reads back in `ExportedModel.from_pretrained`."""
     import torch
 
     if obj is None or type(obj) in (bool, int, float, str):
@@ -457,10 +460,18 @@ def flatten_context(obj, leaves):
     if type(obj) is list:
         return [flatten_context(v, leaves) for v in obj]
     if type(obj) is dict:
+        if all(type(k) is str for k in obj):
+            return {k: flatten_context(v, leaves) for k, v in obj.items()}
         return {"_t": "items", "v": [[k, flatten_context(v, leaves)] for k, v in obj.items()]}
     if isinstance(obj, torch.Tensor):
         leaves.append(obj)
-        return {"_t": "leaf", "i": len(leaves) - 1}
+        return {"_t": "tensor", "i": len(leaves) - 1}
+    if isinstance(obj, torch.Size):
+        return {"_t": "size", "v": list(obj)}
+    if isinstance(obj, torch.device):
+        return {"_t": "device", "s": str(obj)}
+    if isinstance(obj, (torch.dtype, torch.layout)):
+        return {"_t": "dtype" if isinstance(obj, torch.dtype) else "layout", "n": str(obj).removeprefix("torch.")}
     if isinstance(obj, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         node = obj.node
         constant = (node.maybe_as_bool() if isinstance(obj, torch.SymBool)
@@ -468,20 +479,15 @@ def flatten_context(obj, leaves):
         if constant is not None:  # already specialized: a constant, not a leaf
             return constant
         leaves.append(obj)
-        return {"_t": "leaf", "i": len(leaves) - 1}
-    if isinstance(obj, torch.Size):
-        return {"_t": "size", "v": list(obj)}
-    if isinstance(obj, (torch.device, torch.dtype, torch.layout)):
-        return {"_t": type(obj).__name__, "v": str(obj).removeprefix("torch.")}
+        return {"_t": "sym", "i": len(leaves) - 1}
     if isinstance(obj, type):
         return {"_t": "type", "p": class_path(obj)}
+    if isinstance(obj, dict):
+        return {"_t": "map", "p": class_path(type(obj)), "v": {k: flatten_context(v, leaves) for k, v in obj.items()}}
     if isinstance(obj, (tuple, list, set, frozenset)):
         return {"_t": "seq", "p": class_path(type(obj)), "v": [flatten_context(v, leaves) for v in obj]}
-    if isinstance(obj, dict):
-        return {"_t": "map", "p": class_path(type(obj)), "v": [[k, flatten_context(v, leaves)] for k, v in obj.items()]}
     if hasattr(obj, "__dict__") and not callable(obj):
-        return {"_t": "obj", "p": class_path(type(obj)),
-                "s": {k: flatten_context(v, leaves) for k, v in vars(obj).items()}}
+        return {"_t": "obj", "p": class_path(type(obj)), "s": {k: flatten_context(v, leaves) for k, v in vars(obj).items()}}
     raise TypeError(f"cannot flatten a {type(obj).__name__} into a pytree context")
 
 
@@ -492,17 +498,19 @@ def unflatten_context(ctx, leaves):
         return ctx
     if type(ctx) is list:
         return [unflatten_context(v, leaves) for v in ctx]
+    if type(ctx) is dict and "_t" not in ctx:
+        return {k: unflatten_context(v, leaves) for k, v in ctx.items()}
     kind = ctx["_t"]
-    if kind == "leaf":
+    if kind in ("tensor", "sym"):
         return leaves[ctx["i"]]
     if kind == "items":
         return {k: unflatten_context(v, leaves) for k, v in ctx["v"]}
     if kind == "size":
         return torch.Size(ctx["v"])
     if kind == "device":
-        return torch.device(ctx["v"])
+        return torch.device(ctx["s"])
     if kind in ("dtype", "layout"):
-        return getattr(torch, ctx["v"])
+        return getattr(torch, ctx["n"])
     if kind == "type":
         return class_at(ctx["p"])
     cls = class_at(ctx["p"])
@@ -513,7 +521,7 @@ def unflatten_context(ctx, leaves):
         except TypeError:
             return cls(*items)  # a NamedTuple
     if kind == "map":
-        return cls({k: unflatten_context(v, leaves) for k, v in ctx["v"]})
+        return cls({k: unflatten_context(v, leaves) for k, v in ctx["v"].items()})
     instance = cls.__new__(cls)
     for key, value in ctx["s"].items():
         instance.__dict__[key] = unflatten_context(value, leaves)
@@ -676,6 +684,7 @@ def trace(params):
         eager = model(**inputs)
     register_cache_pytrees(model)
     names = output_names(eager)
+    eager_output = eager
     eager = flat_outputs(eager)
     if len(names) != len(eager):
         names = [f"output_{i}" for i in range(len(eager))]
@@ -698,6 +707,8 @@ def trace(params):
     torch.save({"inputs": {k: v for k, v in inputs.items() if torch.is_tensor(v)},
                 "constants": {k: v for k, v in inputs.items() if not torch.is_tensor(v)},
                 "flags": flags, "outputs": eager}, params["reference"])
+    if params.get("folder"):
+        save_configs(model, params["folder"])
     # Kept for `verify` at a second input size (generated inputs only).
     LAST_TRACE.update(model=model, flags=flags, device=device, dtype=dtype, generated=source["kind"] != "function",
                       dynamic=bool(params.get("dynamic") or params.get("dynamic_shapes")))
@@ -706,6 +717,7 @@ def trace(params):
         "inputs": {k: list(v.shape) for k, v in inputs.items() if torch.is_tensor(v)},
         "outputs": len(eager),
         "output_names": names,
+        "export_metadata": export_metadata(model, inputs, program, eager_output),
         "nodes": len(program.graph.nodes),
         "patches_restored": patch_status(patches),
         "versions": versions(),
@@ -716,6 +728,49 @@ def trace(params):
 
 def patches_restored(params):
     return patch_status(params.get("patches") or [])
+
+
+# ── Export folder: what `ExportedModel.save_pretrained` writes besides the program ──
+
+def describe_kwarg(value):
+    import torch
+
+    if torch.is_tensor(value):
+        return {"rank": value.dim(), "shape": [int(d) for d in value.shape], "dtype": str(value.dtype).removeprefix("torch.")}
+    if isinstance(value, dict):
+        return {"leaves": {str(k): describe_kwarg(v) for k, v in value.items()}}
+    return {"container": type(value).__name__}
+
+
+def export_metadata(model, inputs, program, output):
+    """The fields of the reference's `ExportMetadata` the worker knows: architecture,
+    precision, traced kwargs and constants, the input and output pytree specs (the output's
+    non-tensor leaves as constants). The host adds the packages and the export config."""
+    import torch
+
+    leaves, spec = torch.utils._pytree.tree_flatten(output)
+    parameter = next(model.parameters(), None)
+    return {
+        "architecture": type(model).__name__,
+        "export_dtype": str(parameter.dtype if parameter is not None else torch.get_default_dtype()).removeprefix("torch."),
+        "export_device": str(parameter.device if parameter is not None else torch.device("cpu")),
+        "kwargs": {name: describe_kwarg(value) for name, value in inputs.items()},
+        "in_spec": torch.utils._pytree.treespec_dumps(program.call_spec.in_spec),
+        "out_spec": torch.utils._pytree.treespec_dumps(spec),
+        "in_constants": {k: v for k, v in inputs.items() if v is None or isinstance(v, (bool, int, float, str))},
+        "out_constants": [[i, leaf] for i, leaf in enumerate(leaves) if not torch.is_tensor(leaf)],
+    }
+
+
+def save_configs(model, folder):
+    """`config.json`, and `generation_config.json` for a model that generates."""
+    os.makedirs(folder, exist_ok=True)
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "save_pretrained"):
+        config.save_pretrained(folder)
+    generation = getattr(model, "generation_config", None)
+    if generation is not None and hasattr(model, "can_generate") and model.can_generate():
+        generation.save_pretrained(folder)
 
 
 # ── Verify: the ONNX artifact in ONNX Runtime against eager PyTorch ──

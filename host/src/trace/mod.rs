@@ -223,6 +223,8 @@ pub struct TraceRequest {
     /// Backend preparation: where the model runs and in which dtype.
     pub device: String,
     pub dtype: String,
+    /// An export folder being written: the worker saves the model's configs there.
+    pub folder: Option<PathBuf>,
 }
 
 impl TraceRequest {
@@ -239,6 +241,7 @@ impl TraceRequest {
             decompose: false,
             device: "cpu".into(),
             dtype: "float32".into(),
+            folder: None,
         }
     }
 
@@ -254,7 +257,7 @@ impl TraceRequest {
         json!({
             "source": source, "task": self.task, "dynamic": self.dynamic, "dynamic_shapes": self.dynamic_shapes,
             "batch": self.batch, "sequence": self.sequence, "output": output, "reference": reference,
-            "decompose": self.decompose, "device": self.device, "dtype": self.dtype,
+            "decompose": self.decompose, "device": self.device, "dtype": self.dtype, "folder": self.folder,
         })
     }
 }

@@ -1,0 +1,40 @@
+"""Loads an hfx export folder with the reference runtime and checks it.
+
+    python check_folder.py FOLDER REFERENCE.pt ATOL
+
+`transformers.exporters.ExportedModel.from_pretrained(FOLDER)` (transformers
+5.24, unchanged) loads the export and runs it on the recorded inputs; its
+outputs are the model's own output type (a `ModelOutput`, its cache included)
+and match the recorded eager outputs within ATOL.
+"""
+
+import os
+import sys
+
+import torch
+from transformers.exporters import ExportedModel
+from transformers.utils import ModelOutput
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker"))
+import worker  # noqa: E402
+
+
+def main(folder, reference, atol):
+    atol = float(atol)
+    ref = torch.load(reference)
+    exported = ExportedModel.from_pretrained(folder, trust_remote_code=True)
+    outputs = exported(**ref["inputs"])
+    if not isinstance(outputs, ModelOutput):
+        raise SystemExit(f"the export returns a {type(outputs).__name__}, not the model's ModelOutput")
+    got = worker.flat_outputs(outputs)
+    want = ref["outputs"]
+    if len(got) != len(want):
+        raise SystemExit(f"{len(got)} outputs vs {len(want)} eager")
+    for i, (g, w) in enumerate(zip(got, want)):
+        if g.shape != w.shape or not torch.allclose(g.float(), w.float(), atol=atol, rtol=atol):
+            raise SystemExit(f"output {i} differs")
+    print(f"ok: {type(outputs).__name__} with {list(outputs.keys())}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
