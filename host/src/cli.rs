@@ -994,9 +994,7 @@ fn trace_model(
     options: &RunOptions,
     output: &Path,
 ) -> Result<Traced> {
-    let parent = output.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let scratch = Scratch(parent.join(format!(".hfx-trace-{}", std::process::id())));
-    std::fs::create_dir_all(&scratch.0).with_context(|| format!("creating {}", scratch.0.display()))?;
+    let scratch = Scratch::beside(output, "trace")?;
     let program = scratch.0.join("model.pt2");
     let reference = scratch.0.join("reference.pt");
     let patch_plugins = stages::select(&loaded.set.plugins, options.backend, plugins::PluginKind::Patch);
