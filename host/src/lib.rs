@@ -10,5 +10,6 @@ pub mod cli;
 pub mod graph;
 pub mod onnx;
 pub mod plugins;
+pub mod run;
 pub mod stages;
 pub mod trace;

@@ -29,11 +29,10 @@ pub struct OptimizeReport {
 /// names, which keep their producers.
 pub fn optimize(nodes: &mut Vec<Node>, outputs: &[String]) -> OptimizeReport {
     let keep: HashSet<&str> = outputs.iter().map(String::as_str).collect();
-    let mut report = OptimizeReport::default();
-    report.identities_removed = remove_identities(nodes, &keep);
-    report.merged = eliminate_common_subexpressions(nodes, &keep);
-    report.dead_removed = eliminate_dead_code(nodes, &keep);
-    report
+    let identities_removed = remove_identities(nodes, &keep);
+    let merged = eliminate_common_subexpressions(nodes, &keep);
+    let dead_removed = eliminate_dead_code(nodes, &keep);
+    OptimizeReport { identities_removed, merged, dead_removed }
 }
 
 /// Renames every read of a value per `renames` (followed transitively).

@@ -68,7 +68,7 @@ impl StageReport {
 /// The plugins of one kind for one backend, in stage order (manifest `order`, then name).
 /// A plugin of the generic `executorch` backend also serves its sub-backends, and
 /// a `dynamo` plugin serves every backend.
-pub fn select<'p>(plugins: &'p [Plugin], backend: Backend, kind: PluginKind) -> Vec<&'p Plugin> {
+pub fn select(plugins: &[Plugin], backend: Backend, kind: PluginKind) -> Vec<&Plugin> {
     // Every backend starts from the dynamo export (the reference's OnnxExporter and
     // ExecutorchExporter extend DynamoExporter), so dynamo plugins serve them all.
     let serves = |b: Backend| {

@@ -38,6 +38,9 @@ pub enum TraceError {
     Plugin(crate::plugins::PluginError),
 }
 
+/// What the host does with a worker's progress line.
+pub type ProgressCallback = Box<dyn FnMut(&Value)>;
+
 pub struct Worker {
     child: Child,
     stdin: ChildStdin,
@@ -47,7 +50,7 @@ pub struct Worker {
     /// What `hello` answered: protocol, python, upstream versions.
     pub hello: Value,
     /// Called with each progress line the worker sends during a request.
-    pub on_progress: Option<Box<dyn FnMut(&Value)>>,
+    pub on_progress: Option<ProgressCallback>,
 }
 
 impl Worker {
