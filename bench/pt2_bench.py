@@ -24,13 +24,10 @@ MODEL = os.path.join(OUT, "llama125m.pt2")
 
 def make_model():
     import torch
-    import transformers
 
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=32000, hidden_size=768, intermediate_size=2048,
-                                      num_hidden_layers=12, num_attention_heads=12, num_key_value_heads=12,
-                                      max_position_embeddings=512)
-    model = transformers.LlamaForCausalLM(config).eval()
+    from trace_bench import llama125m  # the one 125M Llama of the benchmarks
+
+    model, _ = llama125m()
     params = sum(p.numel() for p in model.parameters())
     ids = torch.randint(0, 32000, (1, 16))
     with torch.no_grad():

@@ -7,31 +7,15 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use common::*;
+use common::hfx_with_python as hfx;
 use hfx::onnx::proto::ModelProto;
 use prost::Message;
 
-fn hfx(dir: &Path, args: &[&str]) -> Output {
-    let python = python();
-    Command::new(env!("CARGO_BIN_EXE_hfx"))
-        .args(args)
-        .args(["--python", python.to_str().unwrap()])
-        .current_dir(dir)
-        .env("PYTHONPATH", root().join("tests/python"))
-        .env("HFX_CACHE_DIR", root().join("target/hfx-test-cache"))
-        .output()
-        .unwrap()
-}
-
 fn plugin_folders() -> Vec<String> {
     ["plugins/dynamo", "plugins/onnx"].iter().flat_map(|p| ["--plugins".to_string(), root().join(p).display().to_string()]).collect()
-}
-
-fn overrides_json(set: &str) -> String {
-    let pairs: Vec<String> = set.split(',').map(|kv| kv.split_once('=').unwrap()).map(|(k, v)| format!("\"{k}\": \"{v}\"")).collect();
-    format!("{{{}}}", pairs.join(", "))
 }
 
 const LLAMA: &str = "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,max_position_embeddings=64";
@@ -176,8 +160,7 @@ fn a_higher_order_translation_overrides_the_default_and_verify_keeps_the_old_out
     assert!(stderr.contains("--verify") && stderr.contains("not written"), "{stderr}");
     assert!(String::from_utf8_lossy(&result.stdout).contains("MISMATCH"));
     assert_eq!(std::fs::read(&overridden).unwrap(), before, "the old output stays");
-    let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().starts_with(".hfx")).collect();
-    assert!(leftovers.is_empty(), "scratch folders left behind");
+    assert_no_scratch_left(dir.path());
 }
 
 #[test]
@@ -283,6 +266,5 @@ fn an_export_folder_loads_in_the_reference_runtime() {
         let reference = folder.join("model.reference.pt");
         run_python("check_folder.py", &[folder.to_str().unwrap(), reference.to_str().unwrap(), atol]);
     }
-    let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().starts_with(".hfx")).collect();
-    assert!(leftovers.is_empty(), "scratch folders left behind");
+    assert_no_scratch_left(dir.path());
 }

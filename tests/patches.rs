@@ -7,7 +7,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
 use common::*;
 
@@ -27,19 +26,12 @@ fn traced_with_patch(case: Case) {
     let out = dir.path().join(format!("{}.pt2", case.pattern));
     let plugin = plugin_dir(case.plugin);
     let spec = format!("python:patch_patterns:{}", case.pattern);
-    let python = python();
     let mut args = vec!["run", "--backend", case.backend, "--plugins", plugin.to_str().unwrap(), "--model-fn", &spec];
-    args.extend(["-o", out.to_str().unwrap(), "--python", python.to_str().unwrap()]);
+    args.extend(["-o", out.to_str().unwrap()]);
     if case.dynamic {
         args.push("--dynamic");
     }
-    let result = Command::new(env!("CARGO_BIN_EXE_hfx"))
-        .args(&args)
-        .current_dir(dir.path())
-        .env("PYTHONPATH", root().join("tests/python"))
-        .env("HFX_CACHE_DIR", root().join("target/hfx-test-cache"))
-        .output()
-        .unwrap();
+    let result = hfx_with_python(dir.path(), &args);
     let stdout = String::from_utf8_lossy(&result.stdout);
     assert!(result.status.success(), "{}: {}\n{stdout}", case.pattern, String::from_utf8_lossy(&result.stderr));
     let answered = stdout
@@ -107,13 +99,7 @@ case!(nllb_moe_router_skips_its_classifier_cast, "plugins/dynamo/patch-nllb-moe-
 fn without_its_patch_the_nllb_moe_router_does_not_trace() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("router.pt2");
-    let python = python();
-    let result = Command::new(env!("CARGO_BIN_EXE_hfx"))
-        .args(["run", "--backend", "dynamo", "--model-fn", "python:patch_patterns:nllb_moe_router", "-o", out.to_str().unwrap()])
-        .args(["--python", python.to_str().unwrap()])
-        .env("PYTHONPATH", root().join("tests/python"))
-        .output()
-        .unwrap();
+    let result = hfx_with_python(dir.path(), &["run", "--backend", "dynamo", "--model-fn", "python:patch_patterns:nllb_moe_router", "-o", out.to_str().unwrap()]);
     assert!(!result.status.success() && !out.exists());
     assert!(String::from_utf8_lossy(&result.stderr).contains("swap Linear.weight"), "{}", String::from_utf8_lossy(&result.stderr));
 }

@@ -174,15 +174,8 @@ fn a_patch_program_cannot_call_a_method_it_took_from_a_tensor() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.pt2");
     let plugin = plugin_dir("tests/plugins/hostile-patch");
-    let python = python();
-    let result = std::process::Command::new(env!("CARGO_BIN_EXE_hfx"))
-        .args(["run", "--backend", "onnx", "--plugins", plugin.to_str().unwrap()])
-        .args(["--model-fn", "python:hfx_test_models:where_six_rows", "-o", out.to_str().unwrap()])
-        .args(["--python", python.to_str().unwrap()])
-        .env("PYTHONPATH", root().join("tests/python"))
-        .env("HFX_CACHE_DIR", root().join("target/hfx-test-cache"))
-        .output()
-        .unwrap();
+    let spec = "python:hfx_test_models:where_six_rows";
+    let result = hfx_with_python(dir.path(), &["run", "--backend", "onnx", "--plugins", plugin.to_str().unwrap(), "--model-fn", spec, "-o", out.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&result.stderr);
     assert!(!result.status.success() && !out.exists(), "{stderr}");
     assert!(stderr.contains("test-hostile-patch") && stderr.contains("torch.where") && stderr.contains("callable"), "{stderr}");

@@ -4,21 +4,8 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::{Command, Output};
-
 use common::*;
-
-fn hfx(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hfx"))
-        .args(args)
-        .args(["--python", python().to_str().unwrap()])
-        .current_dir(dir)
-        .env("PYTHONPATH", root().join("tests/python"))
-        .env("HFX_CACHE_DIR", root().join("target/hfx-test-cache"))
-        .output()
-        .unwrap()
-}
+use common::hfx_with_python as hfx;
 
 const TINY: &[(&str, &str)] = &[
     ("llama", "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,max_position_embeddings=64"),
@@ -28,17 +15,6 @@ const TINY: &[(&str, &str)] = &[
     ("qwen3", "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,head_dim=8"),
     ("t5", "vocab_size=128,d_model=32,d_kv=8,d_ff=64,num_layers=2,num_decoder_layers=2,num_heads=4"),
 ];
-
-fn overrides_json(set: &str) -> String {
-    let pairs: Vec<String> = set
-        .split(',')
-        .map(|kv| {
-            let (k, v) = kv.split_once('=').unwrap();
-            format!("\"{k}\": \"{v}\"")
-        })
-        .collect();
-    format!("{{{}}}", pairs.join(", "))
-}
 
 #[test]
 fn traced_models_match_eager_static_and_dynamic() {
@@ -58,8 +34,7 @@ fn traced_models_match_eager_static_and_dynamic() {
             run_python("check_trace.py", &[out.to_str().unwrap(), reference.to_str().unwrap(), arch, &overrides_json(set), mode]);
         }
     }
-    let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().starts_with(".hfx-trace")).collect();
-    assert!(leftovers.is_empty(), "scratch folders left behind");
+    assert_no_scratch_left(dir.path());
 }
 
 /// Runs a failing model function and returns stderr; asserts nothing was written.

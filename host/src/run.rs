@@ -107,8 +107,9 @@ pub fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
         (Input::Pt2(pt2), graph)
     };
     let read_time = read_started.elapsed();
-    // A traced program the stages leave as it was is moved into place as torch wrote it.
-    let fingerprint = traced.as_ref().map(|_| graph.fingerprint());
+    // A traced program the stages leave as it was is moved into place as torch wrote it
+    // (a `.pt2` output only: ONNX is emitted either way).
+    let fingerprint = (traced.is_some() && !emit_onnx).then(|| graph.fingerprint());
     let nodes_before = graph.node_count();
     progress(started, "fx stages", &format!("{} nodes", nodes_before));
     let reports = stages::run_fx_stages(&loaded.runtime, &loaded.set.plugins, options.backend, &mut graph, options.on_plugin_error)?;

@@ -13,7 +13,7 @@
 use crate::helpers::{error, GraphExt};
 use crate::hfx::plugin::graph::{Argument, Graph, SymInt};
 use crate::hfx::plugin::onnx::{Attribute, Builder, NamedAttribute};
-use crate::hfx::plugin::types::{Dim, Error, NodeId, TensorMeta, ValueId, ValueMeta};
+use crate::hfx::plugin::types::{Dim, Error, NodeId, TensorMeta, ValueId};
 
 /// ONNX `TensorProto.DataType` of a torch dtype name.
 pub fn onnx_dtype(dtype: &str) -> Option<i64> {
@@ -142,21 +142,32 @@ impl<'a> Emit<'a> {
     pub fn shape(&self, name: &str) -> Result<String, Error> {
         match self.arg(name)? {
             Some(Argument::SymInts(v)) if v.iter().any(|s| matches!(s, SymInt::Value(_))) => {
-                let mut parts = Vec::new();
-                for s in v {
-                    parts.push(match s {
-                        SymInt::Constant(i) => self.const_ints(&[i])?,
-                        SymInt::Value(value) => {
-                            let scalar = self.builder.value_name(value)?;
-                            let axes = self.const_ints(&[0])?;
-                            self.op("Unsqueeze", &[&scalar, &axes], &[])?
-                        }
-                    });
-                }
+                let parts = v.iter().map(|s| self.size_1d(s)).collect::<Result<Vec<_>, _>>()?;
                 let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
                 self.op("Concat", &refs, &[attr("axis", Attribute::Int(0))])
             }
             _ => self.const_ints(&self.ints(name)?),
+        }
+    }
+
+    /// One size as a 1-D int64 value of one element: a constant, or a
+    /// symbolic size (a 0-d value) unsqueezed; what ONNX shape inputs concat.
+    pub fn size_1d(&self, size: &SymInt) -> Result<String, Error> {
+        match size {
+            SymInt::Constant(i) => self.const_ints(&[*i]),
+            SymInt::Value(value) => {
+                let scalar = self.builder.value_name(*value)?;
+                let axes = self.const_ints(&[0])?;
+                self.op("Unsqueeze", &[&scalar, &axes], &[])
+            }
+        }
+    }
+
+    /// Int argument `name` (or `default`) as a 1-D int64 value of one element.
+    pub fn int_1d(&self, name: &str, default: i64) -> Result<String, Error> {
+        match self.arg(name)? {
+            Some(Argument::SymInt(size)) => self.size_1d(&size),
+            _ => self.const_ints(&[self.int(name, default)?]),
         }
     }
 
@@ -259,9 +270,4 @@ pub fn fixed_shape(meta: &TensorMeta) -> Option<Vec<i64>> {
             Dim::Symbolic(_) => None,
         })
         .collect()
-}
-
-/// A value's metadata when it is a sym-int.
-pub fn is_sym_int(meta: &ValueMeta) -> bool {
-    matches!(meta, ValueMeta::SymInt(_))
 }

@@ -34,6 +34,33 @@ pub fn python() -> PathBuf {
     venv
 }
 
+/// Runs `hfx ARGS --python <the venv's python>` in `dir`, with the tests'
+/// Python modules (`tests/python`) importable by `--model-fn` and the
+/// compiled-component cache shared between tests.
+pub fn hfx_with_python(dir: &Path, args: &[&str]) -> std::process::Output {
+    let python = python();
+    std::process::Command::new(env!("CARGO_BIN_EXE_hfx"))
+        .args(args)
+        .args(["--python", python.to_str().unwrap()])
+        .current_dir(dir)
+        .env("PYTHONPATH", root().join("tests/python"))
+        .env("HFX_CACHE_DIR", root().join("target/hfx-test-cache"))
+        .output()
+        .unwrap()
+}
+
+/// `--set k=v,...` as the JSON object the Python checks take.
+pub fn overrides_json(set: &str) -> String {
+    let pairs: Vec<String> = set.split(',').map(|kv| kv.split_once('=').unwrap()).map(|(k, v)| format!("\"{k}\": \"{v}\"")).collect();
+    format!("{{{}}}", pairs.join(", "))
+}
+
+/// Fails when hfx left a scratch folder (`.hfx-*`) in `dir`.
+pub fn assert_no_scratch_left(dir: &Path) {
+    let leftovers: Vec<_> = std::fs::read_dir(dir).unwrap().filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().starts_with(".hfx")).collect();
+    assert!(leftovers.is_empty(), "scratch folders left behind: {leftovers:?}");
+}
+
 /// Runs `tests/python/<script>` with `args`; fails the test with its stderr.
 pub fn run_python(script: &str, args: &[&str]) {
     let out = std::process::Command::new(python()).arg(root().join("tests/python").join(script)).args(args).output().unwrap();

@@ -221,14 +221,6 @@ pub fn plan<'a>(parts: &ModelParts<'a>) -> Result<Planned<'a>, EmitError> {
     Ok(Planned { model, initializers, optimized })
 }
 
-/// The whole model in memory (tests, small models).
-pub fn model_proto(parts: &ModelParts) -> Result<p::ModelProto, EmitError> {
-    let Planned { mut model, initializers, .. } = plan(parts)?;
-    let graph = model.graph.as_mut().expect("planned with a graph");
-    graph.initializer = initializers.into_iter().map(|i| p::TensorProto { raw_data: Some(i.bytes.to_vec()), ..i.header }).collect();
-    Ok(model)
-}
-
 /// Where the weights go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WeightStorage {

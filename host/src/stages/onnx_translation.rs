@@ -10,12 +10,11 @@
 //! (user inputs by name, parameters, buffers and constants by their qualified
 //! names, which become initializers).
 
-use std::collections::BTreeSet;
 use std::time::Instant;
 
 use super::{Dispatcher, StageReport};
 use crate::graph::pt2::schema as s;
-use crate::graph::{Argument, Graph, ValueId, ValueMeta};
+use crate::graph::{Argument, Graph, ValueId};
 use crate::onnx::TranslationBuilder;
 use crate::plugins::{Plugin, PluginError, Runtime};
 
@@ -128,21 +127,4 @@ fn bind_inputs(graph: &Graph, roles: &[InputRole], builder: &mut TranslationBuil
 pub fn graph_outputs(graph: &Graph) -> Vec<ValueId> {
     let outputs = graph.subgraph(0).map(|g| g.outputs.clone()).unwrap_or_default();
     outputs.iter().flat_map(Argument::values).collect()
-}
-
-/// Symbols in the shapes of the root graph's inputs, in first-seen order.
-pub fn input_symbols(graph: &Graph) -> BTreeSet<String> {
-    let inputs = graph.subgraph(0).map(|g| g.inputs.clone()).unwrap_or_default();
-    inputs
-        .iter()
-        .filter_map(|&v| match &graph.value(v).ok()?.meta {
-            ValueMeta::Tensor(t) => Some(t.shape.clone()),
-            _ => None,
-        })
-        .flatten()
-        .filter_map(|d| match d {
-            crate::graph::Dim::Symbolic(s) => Some(s),
-            _ => None,
-        })
-        .collect()
 }

@@ -31,14 +31,7 @@ fn reduce(e: &Emit, onnx: &str) -> Result<String, Error> {
 /// `topk(self, k, dim, largest, sorted)` → `TopK` (values, int64 indices).
 fn topk(e: &Emit) -> Result<(), Error> {
     let x = e.tensor("self")?;
-    let k = match e.arg("k")? {
-        Some(Argument::SymInt(SymInt::Value(v))) => {
-            let scalar = e.builder.value_name(v)?;
-            let axes = e.const_ints(&[0])?;
-            e.op("Unsqueeze", &[&scalar, &axes], &[])?
-        }
-        _ => e.const_ints(&[e.int("k", 1)?])?,
-    };
+    let k = e.int_1d("k", 1)?;
     let attributes = [
         attr("axis", Attribute::Int(e.int("dim", -1)?)),
         attr("largest", Attribute::Int(e.boolean("largest", true)? as i64)),

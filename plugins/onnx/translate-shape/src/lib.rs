@@ -16,18 +16,6 @@ const TARGETS: &[&str] = &[
     "aten.flatten.using_ints", "aten.repeat_interleave.self_int", "aten.split.Tensor", "aten.split_with_sizes.default", "aten.chunk.default", "aten.unbind.int", "aten.gather.default",
 ];
 
-/// An int argument as a 1-D int64 ONNX value (constant or symbolic).
-fn one_d(e: &Emit, name: &str, default: i64) -> Result<String, Error> {
-    match e.arg(name)? {
-        Some(Argument::SymInt(SymInt::Value(v))) => {
-            let scalar = e.builder.value_name(v)?;
-            let axes = e.const_ints(&[0])?;
-            e.op("Unsqueeze", &[&scalar, &axes], &[])
-        }
-        _ => e.const_ints(&[e.int(name, default)?]),
-    }
-}
-
 fn normalize(dim: i64, rank: i64) -> i64 {
     if dim < 0 { dim + rank } else { dim }
 }
@@ -49,12 +37,7 @@ fn expand_shape(e: &Emit, size: &str, input: Option<&str>) -> Result<String, Err
                 let axis = i as i64 - offset;
                 e.op("Shape", &[&x], &[attr("start", Attribute::Int(axis)), attr("end", Attribute::Int(axis + 1))])?
             }
-            SymInt::Constant(n) => e.const_ints(&[*n])?,
-            SymInt::Value(v) => {
-                let scalar = e.builder.value_name(*v)?;
-                let axes = e.const_ints(&[0])?;
-                e.op("Unsqueeze", &[&scalar, &axes], &[])?
-            }
+            size => e.size_1d(size)?,
         });
     }
     let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
@@ -166,14 +149,7 @@ fn split(e: &Emit, op: &str) -> Result<(), Error> {
 /// `_aten_repeat_interleave_self_int` (torchlib's raises on `dim=None`).
 fn repeat_interleave(e: &Emit) -> Result<String, Error> {
     let x = e.tensor("self")?;
-    let repeats = match e.arg("repeats")? {
-        Some(Argument::SymInt(SymInt::Value(v))) => {
-            let scalar = e.builder.value_name(v)?;
-            let axes = e.const_ints(&[0])?;
-            e.op("Unsqueeze", &[&scalar, &axes], &[])?
-        }
-        _ => e.const_ints(&[e.int("repeats", 1)?])?,
-    };
+    let repeats = e.int_1d("repeats", 1)?;
     let one = e.const_ints(&[1])?;
     let minus_one = e.const_ints(&[-1])?;
     match e.arg("dim")? {
@@ -290,8 +266,8 @@ fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
         }
         "slice" => {
             let x = e.tensor("self")?;
-            let starts = one_d(e, "start", 0)?;
-            let ends = one_d(e, "end", i64::MAX)?;
+            let starts = e.int_1d("start", 0)?;
+            let ends = e.int_1d("end", i64::MAX)?;
             let axes = e.const_ints(&[e.int("dim", 0)?])?;
             let steps = e.const_ints(&[e.int("step", 1)?])?;
             e.op("Slice", &[&x, &starts, &ends, &axes, &steps], &[])?
