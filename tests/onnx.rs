@@ -89,6 +89,9 @@ architecture!(bert_exports_to_onnx, "bert", "vocab_size=128,hidden_size=32,inter
 architecture!(roberta_exports_to_onnx, "roberta", "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,max_position_embeddings=64");
 architecture!(t5_exports_to_onnx, "t5", "vocab_size=128,d_model=32,d_kv=8,d_ff=64,num_layers=2,num_decoder_layers=2,num_heads=4");
 architecture!(whisper_encoder_exports_to_onnx, "whisper", "vocab_size=128,d_model=32,encoder_layers=2,decoder_layers=2,encoder_attention_heads=4,decoder_attention_heads=4,encoder_ffn_dim=64,decoder_ffn_dim=64,num_mel_bins=16,max_source_positions=16,max_target_positions=32", Some("WhisperEncoder"));
+// Mixture of experts through transformers' grouped_mm experts: under torch.export
+// in float32 they call its `transformers::grouped_mm_fallback` custom op.
+architecture!(qwen3_moe_grouped_experts_export_to_onnx, "qwen3_moe", "vocab_size=128,hidden_size=32,intermediate_size=64,moe_intermediate_size=16,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,head_dim=8,num_experts=4,num_experts_per_tok=2,experts_implementation=grouped_mm,max_position_embeddings=64");
 architecture!(vit_exports_to_onnx, "vit", "image_size=32,patch_size=8,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4");
 
 fn op_types(path: &Path) -> Vec<String> {
@@ -209,7 +212,9 @@ fn weights_go_to_an_external_data_file_on_request() {
 
 /// The reference's own translations, each on a real trace holding its op:
 /// `repeat_interleave.self_int` (with and without `dim`), Python floor division
-/// of a negative symbolic size (`-(-n // 3)`), `masked_fill` of a bool tensor.
+/// of a negative symbolic size (`-(-n // 3)`), `masked_fill` of a bool tensor,
+/// `_grouped_mm` (bf16, unrolled per expert; with the in-place inverse
+/// permutation made functional), `bincount`.
 #[test]
 fn the_reference_translations_run_on_real_graphs() {
     let dir = tempfile::tempdir().unwrap();
@@ -218,6 +223,8 @@ fn the_reference_translations_run_on_real_graphs() {
         ("ceil_division", &["Sign", "Mod"][..]),
         ("masked_fill_bool", &["Or", "And"][..]),
         ("unsorted_topk", &["TopK"][..]),
+        ("grouped_mm", &["Split", "Slice", "MatMul", "ScatterND"][..]),
+        ("bincount", &["OneHot", "ReduceSum"][..]),
     ];
     for (pattern, ops) in cases {
         let out = dir.path().join(format!("{pattern}.onnx"));

@@ -180,6 +180,15 @@ pub fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
             seconds("save"),
             traced.outputs
         );
+        let peak = |k: &str| traced.peaks.get(k).copied().unwrap_or(0.0);
+        println!(
+            "  worker peak RSS {:.0} MiB (after import {:.0}, build {:.0}, torch.export {:.0}, save {:.0})",
+            peak("save"),
+            peak("import"),
+            peak("build"),
+            peak("export"),
+            peak("save")
+        );
         for (plugin, calls) in &traced.patched {
             println!("  patch {plugin:<30} answered {calls} call(s)");
         }
@@ -303,10 +312,14 @@ fn emit_onnx_model(
     let emit::Planned { model, initializers, optimized } = emit::plan(&parts)?;
     if let Some(o) = &optimized {
         println!(
-            "stage {:<18} identities removed {}, duplicates merged {}, dead nodes removed {}; {} nodes",
+            "stage {:<18} identities removed {}, duplicates merged {}, nodes folded {}, weights stored transposed {}, \
+             constants lifted {}, dead nodes removed {}; {} nodes",
             "onnx-optimize",
             o.identities_removed,
             o.merged,
+            o.folding.folded,
+            o.folding.transposed,
+            o.folding.lifted,
             o.dead_removed,
             model.graph.as_ref().map_or(0, |g| g.node.len())
         );
@@ -392,6 +405,8 @@ struct Traced {
     seconds: f64,
     /// The worker's own times: build, trace, save.
     times: BTreeMap<String, f64>,
+    /// The worker's peak resident memory (MiB) at the end of each step.
+    peaks: BTreeMap<String, f64>,
     outputs: u64,
     /// The model output's leaf names (`logits`, `cache.layers.0.keys`).
     output_names: Vec<String>,
@@ -433,11 +448,14 @@ fn trace_model(
     let mut sessions: Vec<plugins::Session> =
         patch_plugins.iter().map(|p| plugins::Session::new(&loaded.runtime, p, "patches")).collect();
     let result = crate::trace::trace(worker, request, &mut sessions, &program, &reference, options.trace_deadline)?;
-    let times: BTreeMap<String, f64> = result
-        .get("seconds")
-        .and_then(|s| s.as_object())
-        .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_f64()?))).collect())
-        .unwrap_or_default();
+    let numbers = |key: &str| -> BTreeMap<String, f64> {
+        result
+            .get(key)
+            .and_then(|s| s.as_object())
+            .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_f64()?))).collect())
+            .unwrap_or_default()
+    };
+    let (times, peaks) = (numbers("seconds"), numbers("peak_rss_mib"));
     let seconds = times.values().sum();
     let outputs = result.get("outputs").and_then(|o| o.as_u64()).unwrap_or(0);
     let model_class = result.get("model_class").and_then(|c| c.as_str()).unwrap_or("model").to_string();
@@ -448,7 +466,7 @@ fn trace_model(
         .map(|a| a.iter().filter_map(|n| n.as_str().map(String::from)).collect())
         .unwrap_or_default();
     let export_metadata = result.get("export_metadata").cloned().unwrap_or_default();
-    Ok(Traced { _scratch: scratch, program, reference, model_class, seconds, times, outputs, output_names, export_metadata, patched })
+    Ok(Traced { _scratch: scratch, program, reference, model_class, seconds, times, peaks, outputs, output_names, export_metadata, patched })
 }
 
 fn print_summary(reports: &[StageReport], set: &PluginSet, verbose: u8) {

@@ -650,12 +650,20 @@ def progress(stage, **fields):
         HOST.notify({"progress": {"stage": stage, **fields}})
 
 
+def peak_rss_mib():
+    """The worker's peak resident memory so far (Linux reports KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def trace(params):
     started = time.perf_counter()
     progress("import")
     import torch
 
     imported = time.perf_counter()
+    peaks = {"import": peak_rss_mib()}
     torch.manual_seed(params.get("seed", 0))
     progress("build")
     source = params["source"]
@@ -678,6 +686,7 @@ def trace(params):
     flags = {k: inputs.pop(k) for k in OUTPUT_FLAGS if k in inputs}
     shapes = dynamic_shapes(inputs, params.get("dynamic", False), params.get("dynamic_shapes") or [])
     built = time.perf_counter()
+    peaks["build"] = peak_rss_mib()
     patches = params.get("patches") or []
     progress("eager")
     with torch.no_grad(), config_flags(model, flags):
@@ -700,6 +709,7 @@ def trace(params):
         progress("decompose")
         program = program.run_decompositions()
     traced = time.perf_counter()
+    peaks["export"] = peak_rss_mib()
     progress("save")
     output = params["output"]
     torch.export.save(program, output)
@@ -709,6 +719,7 @@ def trace(params):
                 "flags": flags, "outputs": eager}, params["reference"])
     if params.get("folder"):
         save_configs(model, params["folder"])
+    peaks["save"] = peak_rss_mib()
     # Kept for `verify` at a second input size (generated inputs only).
     LAST_TRACE.update(model=model, flags=flags, device=device, dtype=dtype, generated=source["kind"] != "function",
                       dynamic=bool(params.get("dynamic") or params.get("dynamic_shapes")))
@@ -723,6 +734,7 @@ def trace(params):
         "versions": versions(),
         "seconds": {"import": imported - started, "build": built - imported, "eager": ran - built,
                     "export": traced - ran, "save": time.perf_counter() - traced},
+        "peak_rss_mib": peaks,
     }
 
 

@@ -239,6 +239,23 @@ impl<'a> Emit<'a> {
         }
     }
 
+    /// `a // b` floored toward -inf, as Python and torch do (ONNX `Div`
+    /// truncates integers): trunc(a/b) - (sign(a) != sign(b) and a mod b != 0),
+    /// the reference's `_operator_floordiv`; floats are `Floor(a / b)`.
+    pub fn floor_div(&self, a: &str, b: &str, dtype: &str) -> Result<String, Error> {
+        let quotient = self.op("Div", &[a, b], &[])?;
+        if is_floating(dtype) {
+            return self.op("Floor", &[&quotient], &[]);
+        }
+        let same_sign = self.op("Equal", &[&self.op("Sign", &[a], &[])?, &self.op("Sign", &[b], &[])?], &[])?;
+        let differ = self.op("Not", &[&same_sign], &[])?;
+        let rest = self.op("Mod", &[a, b], &[attr("fmod", Attribute::Int(0))])?;
+        let inexact = self.cast(&rest, dtype, "bool")?;
+        let offset = self.op("And", &[&differ, &inexact], &[])?;
+        let offset = self.cast(&offset, "bool", dtype)?;
+        self.op("Sub", &[&quotient, &offset], &[])
+    }
+
     /// Binds the node's single output to `name`.
     pub fn bind_output(&self, name: &str) -> Result<(), Error> {
         let outputs = self.graph.output_values(self.node)?;

@@ -224,7 +224,8 @@ def second_inputs(name):
     """Inputs of another size for `name`, or None when the pattern has none."""
     sizes = {"split_symbolic": 12, "chunk_symbolic": 6, "roll": 5, "complex_rotation": 5, "masked_scatter": 5,
              "histograms": 5, "sorted_search": 5, "cumulative_extremum": 5, "randperm": 5, "sdpa_masked": 5,
-             "vmap_mask": 5, "repeat_interleave": 5, "masked_fill_bool": 5, "ceil_division": 7, "unsorted_topk": 6}
+             "vmap_mask": 5, "repeat_interleave": 5, "masked_fill_bool": 5, "ceil_division": 7, "unsorted_topk": 6,
+             "grouped_mm": 7, "bincount": 13}
     if name not in sizes:
         return None
     torch.manual_seed(1)
@@ -277,3 +278,42 @@ class UnsortedTopk(torch.nn.Module):
 
 def unsorted_topk(length=8):
     return _pair(UnsortedTopk(), x=torch.randn(2, length))
+
+
+class GroupedMm(torch.nn.Module):
+    """Mixture-of-experts rows as transformers' grouped_mm experts run them: each
+    token goes to its best of 4 experts, rows sorted by expert, `offs` the
+    cumulative row count per expert (histc), `torch._grouped_mm` (whose meta
+    kernel takes bf16 only), then rows back in token order through the
+    inverse permutation (`inverse[order] = arange`, an in-place index_put).
+    Integer-valued activations and weights keep every sum exact in bf16."""
+
+    def __init__(self):
+        super().__init__()
+        generator = torch.Generator().manual_seed(5)
+        self.router = torch.nn.Parameter(torch.randn(8, 4, generator=generator))
+        self.experts = torch.nn.Parameter(torch.randint(-3, 4, (4, 8, 8), generator=generator).float())
+
+    def forward(self, x):
+        expert = (x @ self.router).argmax(-1)
+        order = torch.sort(expert, stable=True).indices
+        counts = torch.histc(expert.float(), bins=4, min=0, max=3)
+        offs = torch.cumsum(counts, 0, dtype=torch.int32)
+        grouped = torch._grouped_mm(x[order].bfloat16(), self.experts.bfloat16(), offs=offs)
+        inverse = torch.empty_like(order)
+        inverse[order] = torch.arange(order.shape[0])
+        return grouped[inverse].float()
+
+
+def grouped_mm(length=12):
+    generator = torch.Generator().manual_seed(length)
+    return _pair(GroupedMm(), x=torch.randint(-3, 4, (length, 8), generator=generator).float())
+
+
+class Bincount(torch.nn.Module):
+    def forward(self, x):
+        return torch.bincount(x, minlength=6)
+
+
+def bincount(length=10):
+    return _pair(Bincount(), x=torch.randint(0, 5, (length,)))

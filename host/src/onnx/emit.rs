@@ -155,11 +155,67 @@ fn name_outputs(nodes: &mut Vec<Node>, current: &[String], wanted: &[String], ta
 }
 
 /// A weight on its way into the model: the tensor's fields without its bytes,
-/// and the bytes (a slice of the memory-mapped `.pt2`).
+/// and where the bytes come from.
 pub struct Initializer<'a> {
     pub header: p::TensorProto,
-    pub bytes: &'a [u8],
+    pub bytes: Bytes<'a>,
 }
+
+/// An initializer's bytes: a slice of the memory-mapped `.pt2`, a value
+/// computed at export time (folded constants, small), or a 2-D weight of the
+/// map stored transposed, transposed block by block as it is written.
+pub enum Bytes<'a> {
+    Mapped(&'a [u8]),
+    Owned(Vec<u8>),
+    Transposed { source: &'a [u8], rows: usize, cols: usize, element: usize },
+}
+
+impl Bytes<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            Bytes::Mapped(b) => b.len(),
+            Bytes::Owned(b) => b.len(),
+            Bytes::Transposed { source, .. } => source.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.len());
+        self.write_to(&mut out).expect("writing to memory");
+        out
+    }
+
+    /// Streams the bytes to `out`; a transposed weight goes through a buffer
+    /// of [`TRANSPOSE_BLOCK`] output rows at a time.
+    pub fn write_to(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        match self {
+            Bytes::Mapped(b) => out.write_all(b),
+            Bytes::Owned(b) => out.write_all(b),
+            &Bytes::Transposed { source, rows, cols, element } => {
+                let mut buffer = vec![0u8; TRANSPOSE_BLOCK.min(cols) * rows * element];
+                for first in (0..cols).step_by(TRANSPOSE_BLOCK) {
+                    let block = TRANSPOSE_BLOCK.min(cols - first);
+                    for i in 0..rows {
+                        let row = &source[(i * cols + first) * element..(i * cols + first + block) * element];
+                        for (j, value) in row.chunks_exact(element).enumerate() {
+                            let at = (j * rows + i) * element;
+                            buffer[at..at + element].copy_from_slice(value);
+                        }
+                    }
+                    out.write_all(&buffer[..block * rows * element])?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Output rows of a transposed weight produced per pass over its source.
+const TRANSPOSE_BLOCK: usize = 64;
 
 /// The model without initializer bytes, and the initializers, in graph-input order.
 pub fn plan<'a>(parts: &ModelParts<'a>) -> Result<Planned<'a>, EmitError> {
@@ -191,7 +247,13 @@ pub fn plan<'a>(parts: &ModelParts<'a>) -> Result<Planned<'a>, EmitError> {
     let mut nodes: Vec<Node> = builder.nodes.iter().filter(|n| n.function.is_none()).cloned().collect();
     let taken: std::collections::HashSet<String> = builder.value_names.values().filter(|n| !current.contains(n)).cloned().collect();
     let names = if parts.output_names.is_empty() { current.clone() } else { name_outputs(&mut nodes, &current, &parts.output_names, &taken) };
-    let optimized = parts.optimize.then(|| super::optimize::optimize(&mut nodes, &names));
+    let optimized = parts.optimize.then(|| {
+        let mut report = super::optimize::optimize(&mut nodes, &names);
+        let keep: std::collections::HashSet<&str> = names.iter().map(String::as_str).collect();
+        report.folding = super::fold::fold(&mut nodes, &mut initializers, &keep);
+        report.dead_removed += super::optimize::optimize(&mut nodes, &names).dead_removed;
+        report
+    });
     // Weights no node reads any more (after dead-code elimination) are not written.
     let read: std::collections::HashSet<&str> = nodes.iter().flat_map(|n| n.inputs.iter().map(String::as_str)).chain(names.iter().map(String::as_str)).collect();
     initializers.retain(|i| i.header.name.as_deref().is_some_and(|n| read.contains(n)));
@@ -264,7 +326,7 @@ pub fn write(path: &std::path::Path, model: p::ModelProto, initializers: Vec<Ini
                     let padding = offset.next_multiple_of(EXTERNAL_ALIGNMENT) - offset;
                     std::io::Write::write_all(&mut out, &vec![0u8; padding as usize])?;
                     offset += padding;
-                    std::io::Write::write_all(&mut out, init.bytes)?;
+                    init.bytes.write_to(&mut out)?;
                     headers.push(external_header(&init.header, &data_name, offset, init.bytes.len() as u64));
                     offset += init.bytes.len() as u64;
                 }
@@ -319,7 +381,7 @@ fn write_embedded(file: &mut std::fs::File, mut model: p::ModelProto, initialize
         encode_key(9, WireType::LengthDelimited, &mut prefix); // TensorProto.raw_data
         encode_varint(i.bytes.len() as u64, &mut prefix);
         std::io::Write::write_all(&mut out, &prefix)?;
-        std::io::Write::write_all(&mut out, i.bytes)?;
+        i.bytes.write_to(&mut out)?;
     }
     std::io::Write::flush(&mut out)
 }
@@ -404,7 +466,7 @@ fn initializer<'a>(pt2: &'a Pt2, fqn: &str, constant: bool, meta: &TensorMeta) -
         reason: format!("storage holds {} bytes, the tensor needs {offset}..{end}", bytes.len()),
     })?;
     let header = p::TensorProto { dims, data_type: Some(onnx_dtype(&meta.dtype)?), name: Some(fqn.into()), ..Default::default() };
-    Ok(Initializer { header, bytes: raw })
+    Ok(Initializer { header, bytes: Bytes::Mapped(raw) })
 }
 
 fn is_contiguous(strides: &[Dim], dims: &[i64]) -> bool {

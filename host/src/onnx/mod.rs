@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 pub mod emit;
+pub mod fold;
 pub mod optimize;
 #[rustfmt::skip]
 pub mod proto;

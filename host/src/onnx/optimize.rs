@@ -23,6 +23,8 @@ pub struct OptimizeReport {
     pub identities_removed: usize,
     pub merged: usize,
     pub dead_removed: usize,
+    /// Constant folding (`fold.rs`), run after these passes.
+    pub folding: super::fold::FoldReport,
 }
 
 /// Optimizes the main-graph `nodes` in place; `outputs` are the graph output
@@ -32,7 +34,7 @@ pub fn optimize(nodes: &mut Vec<Node>, outputs: &[String]) -> OptimizeReport {
     let identities_removed = remove_identities(nodes, &keep);
     let merged = eliminate_common_subexpressions(nodes, &keep);
     let dead_removed = eliminate_dead_code(nodes, &keep);
-    OptimizeReport { identities_removed, merged, dead_removed }
+    OptimizeReport { identities_removed, merged, dead_removed, ..Default::default() }
 }
 
 /// Renames every read of a value per `renames` (followed transitively).
@@ -54,16 +56,36 @@ fn apply_renames(nodes: &mut [Node], renames: &HashMap<String, String>) {
 }
 
 fn remove_identities(nodes: &mut Vec<Node>, keep: &HashSet<&str>) -> usize {
+    let is_identity = |n: &Node| n.op_type == "Identity" && n.domain.is_empty() && n.inputs.len() == 1 && n.outputs.len() == 1;
+    let produced: HashSet<String> = nodes.iter().flat_map(|n| n.outputs.iter().cloned()).collect();
     let mut renames = HashMap::new();
+    // An identity naming a graph output gives its name to the value it copies
+    // instead, when a node computes that value and nothing else names it.
+    let mut named_outputs: HashMap<String, String> = HashMap::new();
     let before = nodes.len();
     nodes.retain(|n| {
-        let removable = n.op_type == "Identity" && n.domain.is_empty() && n.inputs.len() == 1 && n.outputs.len() == 1 && !keep.contains(n.outputs[0].as_str());
-        if removable {
-            renames.insert(n.outputs[0].clone(), n.inputs[0].clone());
+        if !is_identity(n) {
+            return true;
         }
-        !removable
+        let (input, output) = (&n.inputs[0], &n.outputs[0]);
+        if !keep.contains(output.as_str()) {
+            renames.insert(output.clone(), input.clone());
+            return false;
+        }
+        let renameable = produced.contains(input) && !keep.contains(input.as_str()) && !named_outputs.contains_key(input);
+        if renameable {
+            named_outputs.insert(input.clone(), output.clone());
+        }
+        !renameable
     });
     apply_renames(nodes, &renames);
+    for node in nodes.iter_mut() {
+        for name in node.inputs.iter_mut().chain(node.outputs.iter_mut()) {
+            if let Some(new) = named_outputs.get(name.as_str()) {
+                *name = new.clone();
+            }
+        }
+    }
     before - nodes.len()
 }
 
@@ -161,16 +183,24 @@ mod tests {
             node("Add", &["r1", "r2"], "z", vec![]),
         ];
         let report = optimize(&mut nodes, &["y".into(), "z".into()]);
-        assert_eq!(report, OptimizeReport { identities_removed: 1, merged: 2, dead_removed: 1 });
+        assert_eq!(report, OptimizeReport { identities_removed: 1, merged: 2, dead_removed: 1, ..Default::default() });
         let ops: Vec<&str> = nodes.iter().map(|n| n.op_type.as_str()).collect();
         assert_eq!(ops, ["Constant", "Unsqueeze", "Add", "RandomUniform", "RandomUniform", "Add"]);
         assert_eq!(nodes[2].inputs, ["u1", "u1"], "both unsqueezes are one");
     }
 
     #[test]
-    fn an_identity_naming_a_graph_output_stays() {
-        let mut nodes = vec![node("Neg", &["x"], "n", vec![]), node("Identity", &["n"], "logits", vec![])];
-        optimize(&mut nodes, &["logits".into()]);
-        assert_eq!(nodes.len(), 2);
+    fn an_identity_naming_a_graph_output_gives_the_name_to_its_producer() {
+        let mut nodes = vec![
+            node("Neg", &["x"], "n", vec![]),
+            node("Identity", &["n"], "logits", vec![]),
+            node("Exp", &["n"], "e", vec![]),
+            node("Identity", &["x"], "echo", vec![]),
+        ];
+        optimize(&mut nodes, &["logits".into(), "e".into(), "echo".into()]);
+        let ops: Vec<&str> = nodes.iter().map(|n| n.op_type.as_str()).collect();
+        assert_eq!(ops, ["Neg", "Exp", "Identity"], "a copy of a graph input keeps its node");
+        assert_eq!(nodes[0].outputs, ["logits"]);
+        assert_eq!(nodes[1].inputs, ["logits"], "readers follow the rename");
     }
 }

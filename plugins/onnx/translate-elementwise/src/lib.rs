@@ -11,7 +11,7 @@ const TARGETS: &[&str] = &[
     "aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor", "aten.sub.Scalar", "aten.rsub.Scalar", "aten.rsub.Tensor",
     "aten.mul.Tensor", "aten.mul.Scalar", "aten.div.Tensor", "aten.div.Scalar",
     "aten.pow.Tensor_Scalar", "aten.pow.Tensor_Tensor", "aten.maximum.default", "aten.minimum.default",
-    "aten.max.other", "aten.min.other",
+    "aten.max.other", "aten.min.other", "aten.floor_divide.default", "aten.floor_divide.Scalar",
     // comparisons
     "aten.lt.Tensor", "aten.lt.Scalar", "aten.le.Tensor", "aten.le.Scalar", "aten.gt.Tensor", "aten.gt.Scalar",
     "aten.ge.Tensor", "aten.ge.Scalar", "aten.eq.Tensor", "aten.eq.Scalar", "aten.ne.Tensor", "aten.ne.Scalar",
@@ -129,6 +129,10 @@ fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
         return e.bind_output(&result);
     }
     let result = match op {
+        "floor_divide" => {
+            let out = e.output_meta()?.dtype;
+            e.floor_div(&e.operand("self", &out)?, &e.operand("other", &out)?, &out)?
+        }
         "rsqrt" => {
             let out = e.output_meta()?.dtype;
             let x = e.operand("self", &out)?;

@@ -1,12 +1,17 @@
 //! Matrix products → ONNX: `linear` directly (MatMul with the transposed
 //! weight, then the bias), as torch.onnx's ONNX-friendly table does, instead
-//! of decomposing it first.
+//! of decomposing it first. Grouped products (`_grouped_mm`, transformers'
+//! `grouped_mm_fallback`, the MoE experts) unroll into one `MatMul` per group,
+//! as the reference's `_aten_grouped_mm` does.
 
 use hfx_sdk::prelude::*;
 
 struct Matmul;
 
-const TARGETS: &[&str] = &["aten.linear.default", "aten.matmul.default", "aten.mm.default", "aten.bmm.default", "aten.addmm.default"];
+const TARGETS: &[&str] = &[
+    "aten.linear.default", "aten.matmul.default", "aten.mm.default", "aten.bmm.default", "aten.addmm.default",
+    "aten.mm.dtype", "aten._grouped_mm.default", "transformers.grouped_mm_fallback.default",
+];
 
 fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
     let result = match target {
@@ -33,12 +38,95 @@ fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
             let (beta, alpha) = (e.float("beta", 1.0)?, e.float("alpha", 1.0)?);
             e.op("Gemm", &[&a, &b, &input], &[attr("alpha", Attribute::Float(alpha as f32)), attr("beta", Attribute::Float(beta as f32))])?
         }
+        "aten.mm.dtype" => {
+            // `torch.mm(a, b, out_dtype=...)`: the product in `out_dtype`, as the kernel accumulates in it
+            let out = e.output_meta()?.dtype;
+            let (a, b) = (e.operand("self", &out)?, e.operand("mat2", &out)?);
+            e.op("MatMul", &[&a, &b], &[])?
+        }
+        "aten._grouped_mm.default" => grouped_mm(e, "self", "mat2")?,
+        "transformers.grouped_mm_fallback.default" => grouped_mm(e, "input", "weight")?,
         _ => {
             let (a, b) = (e.tensor("self")?, e.tensor(if target == "aten.matmul.default" { "other" } else { "mat2" })?);
             e.op("MatMul", &[&a, &b], &[])?
         }
     };
     e.bind_output(&result)
+}
+
+/// `out[r] = a[r] @ b[group(r)]` for `a: (M, K)`, `b: (G, K, N)`, rows sorted by
+/// group and `offs: (G,)` the cumulative end of each group. `G` is a weight
+/// dimension, so static: one `Slice` + `MatMul` per group and a `Concat` (no
+/// `(M, K, N)` gather of weights per row). Rows past `offs[-1]` (tokens routed
+/// to no local expert) come out as zeros, as transformers' fallback leaves them.
+/// bf16 products are computed in float32 and rounded once at the end: the bf16
+/// kernels accumulate in float32, and ONNX Runtime's CPU has no bf16 `MatMul`.
+fn grouped_mm(e: &Emit, a_name: &str, b_name: &str) -> Result<String, Error> {
+    let (a_meta, b_meta) = (e.input_meta(a_name)?, e.input_meta(b_name)?);
+    let out = e.output_meta()?.dtype;
+    let offs = match e.arg("offs")? {
+        Some(Argument::Tensor(_)) => e.operand("offs", "int64")?,
+        _ if a_meta.shape.len() == 3 && b_meta.shape.len() == 3 => {
+            // no offsets: a batch of products
+            let product = e.op("MatMul", &[&e.tensor(a_name)?, &e.tensor(b_name)?], &[])?;
+            return e.cast(&product, &a_meta.dtype, &out);
+        }
+        _ => return Err(e.fail("grouped mm without offsets on 2-D operands is not translated")),
+    };
+    if a_meta.shape.len() != 2 || b_meta.shape.len() != 3 {
+        return Err(e.fail(format!(
+            "grouped mm of a {}-D by a {}-D operand is not translated (only (M, K) by (G, K, N))",
+            a_meta.shape.len(),
+            b_meta.shape.len()
+        )));
+    }
+    let groups = match b_meta.shape[0] {
+        Dim::Fixed(g) if g > 0 => g,
+        _ => return Err(e.fail("grouped mm: the number of groups (mat2.shape[0]) must be static")),
+    };
+    let compute = if a_meta.dtype == "bfloat16" { "float32".to_string() } else { a_meta.dtype.clone() };
+    let a = e.cast(&e.tensor(a_name)?, &a_meta.dtype, &compute)?;
+    let split = |x: &str| -> Result<Vec<String>, Error> {
+        if groups == 1 {
+            return Ok(vec![x.to_string()]);
+        }
+        e.op_n("Split", &[x], groups as u32, &[attr("axis", Attribute::Int(0)), attr("num_outputs", Attribute::Int(groups))])
+    };
+    let ends = split(&offs)?;
+    let weights = split(&e.cast(&e.tensor(b_name)?, &b_meta.dtype, &compute)?)?;
+    let biases = match e.arg("bias")? {
+        Some(Argument::Tensor(_)) => Some(split(&e.operand("bias", &compute)?)?),
+        _ => None,
+    };
+    let (axis0, first) = (e.const_ints(&[0])?, e.const_ints(&[0])?);
+    let mut start = first;
+    let mut blocks = Vec::with_capacity(groups as usize + 1);
+    for g in 0..groups as usize {
+        let rows = e.op("Slice", &[&a, &start, &ends[g], &axis0], &[])?;
+        let weight = e.op("Squeeze", &[&weights[g], &axis0], &[])?;
+        let mut block = e.op("MatMul", &[&rows, &weight], &[])?;
+        if let Some(biases) = &biases {
+            block = e.op("Add", &[&block, &e.op("Squeeze", &[&biases[g], &axis0], &[])?], &[])?;
+        }
+        blocks.push(block);
+        start = ends[g].clone();
+    }
+    // the rows no group claims: zeros of shape (M - offs[-1], N)
+    let rows = e.op("Shape", &[&a], &[attr("start", Attribute::Int(0)), attr("end", Attribute::Int(1))])?;
+    let unclaimed = e.op("Sub", &[&rows, &start], &[])?;
+    let columns = match b_meta.shape[2] {
+        Dim::Fixed(n) => e.const_ints(&[n])?,
+        Dim::Symbolic(_) => {
+            let b = e.tensor(b_name)?;
+            e.op("Shape", &[&b], &[attr("start", Attribute::Int(2)), attr("end", Attribute::Int(3))])?
+        }
+    };
+    let zeros_shape = e.op("Concat", &[&unclaimed, &columns], &[attr("axis", Attribute::Int(0))])?;
+    let zero = e.scalar(0.0, &compute)?;
+    blocks.push(e.op("Expand", &[&zero, &zeros_shape], &[])?);
+    let refs: Vec<&str> = blocks.iter().map(String::as_str).collect();
+    let result = e.op("Concat", &refs, &[attr("axis", Attribute::Int(0))])?;
+    e.cast(&result, &compute, &out)
 }
 
 impl Guest for Matmul {

@@ -7,7 +7,8 @@ struct Reduction;
 const TARGETS: &[&str] = &[
     "aten.mean.dim", "aten.mean.default", "aten.sum.dim_IntList", "aten.sum.default", "aten.amax.default",
     "aten.amin.default", "aten.softmax.int", "aten._softmax.default", "aten.log_softmax.int",
-    "aten._log_softmax.default", "aten.cumsum.default", "aten.topk.default",
+    "aten._log_softmax.default", "aten.cumsum.default", "aten.topk.default", "aten.bincount.default",
+    "aten.argmax.default", "aten.argmin.default",
     "aten.sort.default",
 ];
 
@@ -77,6 +78,35 @@ fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
             let x = e.operand("self", &out)?;
             let axis = e.scalar(e.int("dim", 0)? as f64, "int64")?;
             e.op("CumSum", &[&x, &axis], &[])?
+        }
+        "argmax" | "argmin" => {
+            // the first extreme index, as torch; no `dim` means over the flattened tensor
+            let mut x = e.tensor("self")?;
+            let (axis, keepdim) = match e.arg("dim")? {
+                None | Some(Argument::None) => {
+                    x = e.op("Reshape", &[&x, &e.const_ints(&[-1])?], &[])?;
+                    (0, false)
+                }
+                _ => (e.int("dim", 0)?, e.boolean("keepdim", false)?),
+            };
+            let onnx = if op == "argmax" { "ArgMax" } else { "ArgMin" };
+            e.op(onnx, &[&x], &[attr("axis", Attribute::Int(axis)), attr("keepdims", Attribute::Int(keepdim as i64))])?
+        }
+        "bincount" => {
+            // counts of each value 0..=max (at least `minlength`): a one-hot row per
+            // element, summed, as the reference's `_aten_bincount`; `weights` scale the rows
+            let out = e.output_meta()?.dtype;
+            let x = e.operand("self", "int64")?;
+            let top = e.op("ReduceMax", &[&x], &[attr("keepdims", Attribute::Int(1))])?;
+            let depth = e.op("Add", &[&top, &e.const_ints(&[1])?], &[])?;
+            let depth = e.op("Max", &[&depth, &e.int_1d("minlength", 0)?], &[])?;
+            let values = e.cast(&e.const_ints(&[0, 1])?, "int64", &out)?;
+            let mut rows = e.op("OneHot", &[&x, &depth, &values], &[attr("axis", Attribute::Int(-1))])?;
+            if let Some(Argument::Tensor(_)) = e.arg("weights")? {
+                let weights = e.operand("weights", &out)?;
+                rows = e.op("Mul", &[&rows, &e.op("Unsqueeze", &[&weights, &e.const_ints(&[1])?], &[])?], &[])?;
+            }
+            e.op("ReduceSum", &[&rows, &e.const_ints(&[0])?], &[attr("keepdims", Attribute::Int(0))])?
         }
         _ => return Err(e.fail(format!("{target} is not translated by this plugin"))),
     };

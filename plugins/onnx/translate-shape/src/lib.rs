@@ -14,6 +14,9 @@ const TARGETS: &[&str] = &[
     "aten.zeros.default", "aten.ones.default", "aten.full.default", "aten.new_ones.default", "aten.new_zeros.default",
     "aten.zeros_like.default", "aten.ones_like.default", "aten.full_like.default", "aten.sym_size.int",
     "aten.flatten.using_ints", "aten.repeat_interleave.self_int", "aten.split.Tensor", "aten.split_with_sizes.default", "aten.chunk.default", "aten.unbind.int", "aten.gather.default",
+    "aten.empty_like.default", "aten.empty.memory_format", "aten.new_empty.default",
+    "aten.scatter.src", "aten.scatter.value", "aten.scatter_add.default", "aten.index_put.default",
+    "aten.fill.Scalar", "aten.copy.default",
 ];
 
 fn normalize(dim: i64, rank: i64) -> i64 {
@@ -53,7 +56,8 @@ fn filled(e: &Emit, value: f64, shape: &str) -> Result<String, Error> {
 
 fn fill_value(e: &Emit, op: &str) -> Result<f64, Error> {
     Ok(match op {
-        "zeros" | "new_zeros" | "zeros_like" => 0.0,
+        // `empty*` content is unspecified; zeros are one valid choice
+        "zeros" | "new_zeros" | "zeros_like" | "empty" | "new_empty" | "empty_like" => 0.0,
         "ones" | "new_ones" | "ones_like" => 1.0,
         _ => match e.arg("fill_value")? {
             Some(Argument::Float(f)) => f,
@@ -105,6 +109,75 @@ fn index(e: &Emit) -> Result<String, Error> {
         }
         _ => Err(e.fail("advanced indices that are not leading and consecutive are not translated yet")),
     }
+}
+
+/// `self[indices] = values` (or `+=` with `accumulate`). One integer index on
+/// the first axis is a `ScatterND` (its rows broadcast from `values`); a bool
+/// mask over the leading axes writes `values` where it is set, either
+/// broadcast (a scalar, or values shaped like `self`) or consumed in order
+/// (`x[mask] = flat_values`) through the mask's running count, as the
+/// reference's `_aten_index_put` does.
+fn index_put(e: &Emit) -> Result<String, Error> {
+    let dtype = e.output_meta()?.dtype;
+    let x = e.tensor("self")?;
+    let values = e.operand("values", &dtype)?;
+    let accumulate = e.boolean("accumulate", false)?;
+    let indices: Vec<Option<ValueId>> = match e.arg("indices")? {
+        Some(Argument::Tensors(v)) => v.into_iter().map(Some).collect(),
+        Some(Argument::OptionalTensors(v)) => v,
+        other => return Err(e.fail(format!("indices {other:?}"))),
+    };
+    let [Some(index)] = indices[..] else {
+        return Err(e.fail("index_put with more than one index (or a None index) is not translated yet"));
+    };
+    let index_meta = e.meta_of(index)?;
+    let index_name = e.builder.value_name(index)?;
+    let shape = e.op("Shape", &[&x], &[])?;
+    if index_meta.dtype == "bool" {
+        if accumulate {
+            return Err(e.fail("index_put with a bool mask and accumulate=True is not translated"));
+        }
+        let mut mask = index_name;
+        for _ in index_meta.shape.len()..e.rank("self")? as usize {
+            mask = e.op("Unsqueeze", &[&mask, &e.const_ints(&[-1])?], &[])?;
+        }
+        let mask = e.op("Expand", &[&mask, &shape], &[])?;
+        let values_meta = e.input_meta("values")?;
+        let self_meta = e.input_meta("self")?;
+        let broadcasts = values_meta.shape.iter().all(|d| *d == Dim::Fixed(1))
+            || values_meta.shape == self_meta.shape;
+        if broadcasts {
+            let expanded = e.op("Expand", &[&values, &shape], &[])?;
+            return e.op("Where", &[&mask, &expanded, &x], &[]);
+        }
+        let flat = e.const_ints(&[-1])?;
+        let flat_mask = e.op("Reshape", &[&mask, &flat], &[])?;
+        let count = e.op("CumSum", &[&e.cast(&flat_mask, "bool", "int64")?, &e.scalar(0.0, "int64")?], &[])?;
+        let position = e.op("Sub", &[&count, &e.scalar(1.0, "int64")?], &[])?;
+        let position = e.op("Clip", &[&position, &e.scalar(0.0, "int64")?], &[])?;
+        let gathered = e.op("Gather", &[&e.op("Reshape", &[&values, &flat], &[])?, &position], &[])?;
+        let written = e.op("Where", &[&flat_mask, &gathered, &e.op("Reshape", &[&x, &flat], &[])?], &[])?;
+        return e.op("Reshape", &[&written, &shape], &[]);
+    }
+    // integer index on axis 0: ScatterND with index[..., None]; values broadcast to index.shape + self.shape[1:]
+    let index = e.cast(&index_name, &index_meta.dtype, "int64")?;
+    let rank = e.rank("self")?;
+    let rows = e.op("Shape", &[&index], &[])?;
+    let target = if rank > 1 {
+        let rest = e.op("Shape", &[&x], &[attr("start", Attribute::Int(1))])?;
+        e.op("Concat", &[&rows, &rest], &[attr("axis", Attribute::Int(0))])?
+    } else {
+        rows
+    };
+    // negative indices count from the end, as torch's
+    let size = e.op("Shape", &[&x], &[attr("start", Attribute::Int(0)), attr("end", Attribute::Int(1))])?;
+    let wrapped = e.op("Add", &[&index, &size], &[])?;
+    let negative = e.op("Less", &[&index, &e.scalar(0.0, "int64")?], &[])?;
+    let index = e.op("Where", &[&negative, &wrapped, &index], &[])?;
+    let index = e.op("Unsqueeze", &[&index, &e.const_ints(&[-1])?], &[])?;
+    let updates = e.op("Expand", &[&values, &target], &[])?;
+    let reduction = if accumulate { "add" } else { "none" };
+    e.op("ScatterND", &[&x, &index, &updates], &[attr("reduction", Attribute::Str(reduction.into()))])
 }
 
 /// `split`, `split_with_sizes`, `chunk`, `unbind`: one `Split` with the piece
@@ -297,6 +370,30 @@ fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
             e.op("Concat", &refs, &[attr("axis", Attribute::Int(e.int("dim", 0)?))])?
         }
         "index" => index(e)?,
+        "index_put" => index_put(e)?,
+        "fill" | "copy" => {
+            // `self`'s shape and dtype, the value (or `src`) broadcast into it
+            let dtype = e.output_meta()?.dtype;
+            let value = e.operand(if op == "fill" { "value" } else { "src" }, &dtype)?;
+            let shape = e.op("Shape", &[&e.tensor("self")?], &[])?;
+            e.op("Expand", &[&value, &shape], &[])?
+        }
+        "scatter" | "scatter_add" => {
+            let dtype = e.output_meta()?.dtype;
+            let x = e.tensor("self")?;
+            let index = e.tensor("index")?;
+            let axis = normalize(e.int("dim", 0)?, e.rank("self")?);
+            let updates = match e.arg("src")? {
+                Some(Argument::Tensor(_)) => e.operand("src", &dtype)?,
+                _ => {
+                    // a scalar `value`, one per index
+                    let value = e.operand("value", &dtype)?;
+                    e.op("Expand", &[&value, &e.op("Shape", &[&index], &[])?], &[])?
+                }
+            };
+            let reduction = if op == "scatter_add" { "add" } else { "none" };
+            e.op("ScatterElements", &[&x, &index, &updates], &[attr("axis", Attribute::Int(axis)), attr("reduction", Attribute::Str(reduction.into()))])?
+        }
         "embedding" => {
             let weight = e.tensor("weight")?;
             let indices = e.tensor("indices")?;
@@ -309,11 +406,11 @@ fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
             let step = if e.arg("step")?.is_some() { e.operand("step", &dtype)? } else { e.scalar(1.0, &dtype)? };
             e.op("Range", &[&start, &end, &step], &[])?
         }
-        "zeros" | "ones" | "full" | "new_ones" | "new_zeros" => {
+        "zeros" | "ones" | "full" | "new_ones" | "new_zeros" | "empty" | "new_empty" => {
             let shape = expand_shape(e, "size", None)?;
             filled(e, fill_value(e, op)?, &shape)?
         }
-        "zeros_like" | "ones_like" | "full_like" => {
+        "zeros_like" | "ones_like" | "full_like" | "empty_like" => {
             let x = e.tensor("self")?;
             let shape = e.op("Shape", &[&x], &[])?;
             filled(e, fill_value(e, op)?, &shape)?

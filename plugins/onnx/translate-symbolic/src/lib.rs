@@ -26,19 +26,7 @@ fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
             e.op(onnx, &[&int("a")?, &int("b")?], &[])?
         }
         "neg" => e.op("Neg", &[&int("a")?], &[])?,
-        "floordiv" => {
-            let (a, b) = (int("a")?, int("b")?);
-            let truncated = e.op("Div", &[&a, &b], &[])?;
-            let sa = e.op("Sign", &[&a], &[])?;
-            let sb = e.op("Sign", &[&b], &[])?;
-            let same = e.op("Equal", &[&sa, &sb], &[])?;
-            let differ = e.op("Not", &[&same], &[])?;
-            let rest = e.op("Mod", &[&a, &b], &[attr("fmod", Attribute::Int(0))])?;
-            let inexact = e.op("Cast", &[&rest], &[attr("to", Attribute::Int(9))])?;
-            let offset = e.op("And", &[&differ, &inexact], &[])?;
-            let offset = e.op("Cast", &[&offset], &[attr("to", Attribute::Int(7))])?;
-            e.op("Sub", &[&truncated, &offset], &[])?
-        }
+        "floordiv" => e.floor_div(&int("a")?, &int("b")?, "int64")?,
         "mod" => e.op("Mod", &[&int("a")?, &int("b")?], &[attr("fmod", Attribute::Int(0))])?,
         "sym_min" => e.op("Min", &[&int("a")?, &int("b")?], &[])?,
         "sym_max" => e.op("Max", &[&int("a")?, &int("b")?], &[])?,
