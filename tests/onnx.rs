@@ -203,7 +203,10 @@ fn weights_go_to_an_external_data_file_on_request() {
     assert!(data.exists(), "the weights are beside the model");
     let model = ModelProto::decode(std::fs::read(&out).unwrap().as_slice()).unwrap();
     let initializers = model.graph.unwrap().initializer;
-    assert!(!initializers.is_empty() && initializers.iter().all(|t| t.raw_data.is_none() && t.data_location == Some(1)));
+    // Weights go out; values under 1 KiB (folded constants, axes) stay inline, as onnx's own converter keeps them.
+    let (external, inline): (Vec<_>, Vec<_>) = initializers.iter().partition(|t| t.data_location == Some(1));
+    assert!(!external.is_empty() && external.iter().all(|t| t.raw_data.is_none()));
+    assert!(inline.iter().all(|t| t.raw_data.as_ref().is_some_and(|b| b.len() < 1024)), "only small values inline");
     let embedded = dir.path().join("embedded.onnx");
     assert!(export_pt2(dir.path(), &pt2, &embedded, &[]).status.success());
     assert!(std::fs::metadata(&out).unwrap().len() + std::fs::metadata(&data).unwrap().len() >= std::fs::metadata(&embedded).unwrap().len() / 2);

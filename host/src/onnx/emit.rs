@@ -294,6 +294,9 @@ pub enum WeightStorage {
 
 /// Protobuf's hard limit for one message; past it weights must go external.
 pub const PROTOBUF_LIMIT: u64 = 2 << 30;
+/// Initializers smaller than this stay in the `.onnx` with external data, as
+/// onnx's `convert_model_to_external_data` keeps them (its `size_threshold`).
+const EXTERNAL_THRESHOLD: u64 = 1024;
 /// Offsets in the external data file are aligned for memory mapping.
 const EXTERNAL_ALIGNMENT: u64 = 64;
 
@@ -323,6 +326,11 @@ pub fn write(path: &std::path::Path, model: p::ModelProto, initializers: Vec<Ini
                 let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
                 let mut offset = 0u64;
                 for init in &initializers {
+                    if (init.bytes.len() as u64) < EXTERNAL_THRESHOLD {
+                        // small values stay inline: shape inference reads them (axes, shapes)
+                        headers.push(p::TensorProto { raw_data: Some(init.bytes.to_vec()), ..init.header.clone() });
+                        continue;
+                    }
                     let padding = offset.next_multiple_of(EXTERNAL_ALIGNMENT) - offset;
                     std::io::Write::write_all(&mut out, &vec![0u8; padding as usize])?;
                     offset += padding;

@@ -57,31 +57,35 @@ fn apply_renames(nodes: &mut [Node], renames: &HashMap<String, String>) {
 
 fn remove_identities(nodes: &mut Vec<Node>, keep: &HashSet<&str>) -> usize {
     let is_identity = |n: &Node| n.op_type == "Identity" && n.domain.is_empty() && n.inputs.len() == 1 && n.outputs.len() == 1;
-    let produced: HashSet<String> = nodes.iter().flat_map(|n| n.outputs.iter().cloned()).collect();
-    let mut renames = HashMap::new();
-    // An identity naming a graph output gives its name to the value it copies
-    // instead, when a node computes that value and nothing else names it.
-    let mut named_outputs: HashMap<String, String> = HashMap::new();
     let before = nodes.len();
+    // Copies under internal names: readers read the original.
+    let mut renames = HashMap::new();
+    nodes.retain(|n| {
+        let removable = is_identity(n) && !keep.contains(n.outputs[0].as_str());
+        if removable {
+            renames.insert(n.outputs[0].clone(), n.inputs[0].clone());
+        }
+        !removable
+    });
+    apply_renames(nodes, &renames);
+    // A copy naming a graph output gives its name to the value it copies
+    // instead, when a node computes that value and nothing else names it.
+    let produced: HashSet<String> = nodes.iter().filter(|n| !is_identity(n)).flat_map(|n| n.outputs.iter().cloned()).collect();
+    let mut named: HashMap<String, String> = HashMap::new();
     nodes.retain(|n| {
         if !is_identity(n) {
             return true;
         }
         let (input, output) = (&n.inputs[0], &n.outputs[0]);
-        if !keep.contains(output.as_str()) {
-            renames.insert(output.clone(), input.clone());
-            return false;
-        }
-        let renameable = produced.contains(input) && !keep.contains(input.as_str()) && !named_outputs.contains_key(input);
+        let renameable = produced.contains(input) && !keep.contains(input.as_str()) && !named.contains_key(input);
         if renameable {
-            named_outputs.insert(input.clone(), output.clone());
+            named.insert(input.clone(), output.clone());
         }
         !renameable
     });
-    apply_renames(nodes, &renames);
     for node in nodes.iter_mut() {
         for name in node.inputs.iter_mut().chain(node.outputs.iter_mut()) {
-            if let Some(new) = named_outputs.get(name.as_str()) {
+            if let Some(new) = named.get(name.as_str()) {
                 *name = new.clone();
             }
         }
@@ -196,10 +200,14 @@ mod tests {
             node("Identity", &["n"], "logits", vec![]),
             node("Exp", &["n"], "e", vec![]),
             node("Identity", &["x"], "echo", vec![]),
+            node("Identity", &["x"], "copy", vec![]),
+            node("Identity", &["copy"], "again", vec![]),
+            node("Identity", &["again"], "echo_twice", vec![]),
         ];
-        optimize(&mut nodes, &["logits".into(), "e".into(), "echo".into()]);
+        optimize(&mut nodes, &["logits".into(), "e".into(), "echo".into(), "echo_twice".into()]);
         let ops: Vec<&str> = nodes.iter().map(|n| n.op_type.as_str()).collect();
-        assert_eq!(ops, ["Neg", "Exp", "Identity"], "a copy of a graph input keeps its node");
+        assert_eq!(ops, ["Neg", "Exp", "Identity", "Identity"], "copies of a graph input keep a node");
+        assert_eq!(nodes[3].inputs, ["x"], "through a chain of copies");
         assert_eq!(nodes[0].outputs, ["logits"]);
         assert_eq!(nodes[1].inputs, ["logits"], "readers follow the rename");
     }
