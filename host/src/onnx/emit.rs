@@ -199,17 +199,28 @@ impl Bytes<'_> {
                 let mut buffer = vec![0u8; TRANSPOSE_BLOCK.min(cols) * rows * element];
                 for first in (0..cols).step_by(TRANSPOSE_BLOCK) {
                     let block = TRANSPOSE_BLOCK.min(cols - first);
-                    for i in 0..rows {
-                        let row = &source[(i * cols + first) * element..(i * cols + first + block) * element];
-                        for (j, value) in row.chunks_exact(element).enumerate() {
-                            let at = (j * rows + i) * element;
-                            buffer[at..at + element].copy_from_slice(value);
-                        }
+                    match element {
+                        4 => transpose_block::<4>(source, &mut buffer, rows, cols, first, block),
+                        2 => transpose_block::<2>(source, &mut buffer, rows, cols, first, block),
+                        8 => transpose_block::<8>(source, &mut buffer, rows, cols, first, block),
+                        _ => transpose_block::<1>(source, &mut buffer, rows, cols, first, block),
                     }
                     out.write_all(&buffer[..block * rows * element])?;
                 }
                 Ok(())
             }
+        }
+    }
+}
+
+/// Output rows `first..first + block` of the transpose of `source` (`rows` x
+/// `cols` elements of `E` bytes) into `buffer`.
+fn transpose_block<const E: usize>(source: &[u8], buffer: &mut [u8], rows: usize, cols: usize, first: usize, block: usize) {
+    for i in 0..rows {
+        let row = &source[(i * cols + first) * E..(i * cols + first + block) * E];
+        for (j, value) in row.chunks_exact(E).enumerate() {
+            let at = (j * rows + i) * E;
+            buffer[at..at + E].copy_from_slice(value);
         }
     }
 }

@@ -724,6 +724,9 @@ fn transpose_weights(nodes: &mut Vec<Node>, initializers: &mut [Initializer], ke
         let (rows, cols) = (init.header.dims[0] as usize, init.header.dims[1] as usize);
         let element = init.bytes.len() / (rows * cols).max(1);
         let Bytes::Mapped(source) = init.bytes else { continue };
+        if ![1, 2, 4, 8].contains(&element) || element * rows * cols != source.len() {
+            continue;
+        }
         init.bytes = Bytes::Transposed { source, rows, cols, element };
         init.header.dims = vec![cols as i64, rows as i64];
         init.header.name = Some(node.outputs[0].clone());

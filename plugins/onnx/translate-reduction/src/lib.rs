@@ -8,14 +8,19 @@ const TARGETS: &[&str] = &[
     "aten.mean.dim", "aten.mean.default", "aten.sum.dim_IntList", "aten.sum.default", "aten.amax.default",
     "aten.amin.default", "aten.softmax.int", "aten._softmax.default", "aten.log_softmax.int",
     "aten._log_softmax.default", "aten.cumsum.default", "aten.topk.default", "aten.bincount.default",
-    "aten.argmax.default", "aten.argmin.default",
+    "aten.argmax.default", "aten.argmin.default", "aten.any.dim", "aten.any.dims", "aten.any.default",
+    "aten.all.dim", "aten.all.dims", "aten.all.default",
     "aten.sort.default",
 ];
 
 fn reduce(e: &Emit, onnx: &str) -> Result<String, Error> {
-    let out = e.output_meta()?.dtype;
     // A sum of bools counts: reduce in the output's dtype.
-    let x = e.operand("self", &out)?;
+    reduce_in(e, onnx, &e.output_meta()?.dtype)
+}
+
+/// `onnx` over the node's `dim`s (all when none), the input cast to `dtype`.
+fn reduce_in(e: &Emit, onnx: &str, dtype: &str) -> Result<String, Error> {
+    let x = e.operand("self", dtype)?;
     let keepdim = e.boolean("keepdim", false)?;
     let dims = match e.arg("dim")? {
         None | Some(Argument::None) => vec![],
@@ -67,6 +72,12 @@ fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
         "sum" => reduce(e, "ReduceSum")?,
         "amax" => reduce(e, "ReduceMax")?,
         "amin" => reduce(e, "ReduceMin")?,
+        "any" | "all" => {
+            // ONNX reduces no bools: the max (any) or min (all) of 0/1, back to bool
+            let flags = reduce_in(e, if op == "any" { "ReduceMax" } else { "ReduceMin" }, "int32")?;
+            let out = e.output_meta()?.dtype;
+            e.cast(&flags, "int32", &out)?
+        }
         "softmax" | "_softmax" | "log_softmax" | "_log_softmax" => {
             let out = e.output_meta()?.dtype;
             let x = e.operand("self", &out)?;
