@@ -57,6 +57,11 @@ pub fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
         Some("pte") => bail!("emitting .pte is not implemented yet: write the {} backend's FX-fixed program with `-o OUT.pt2`", options.backend),
         _ => bail!("{}: the output must end in .pt2, .onnx or .json", output.display()),
     };
+    if let Some(request) = options.trace.as_mut() {
+        // An ONNX export reads the weights once, to emit them: the worker need
+        // not pack them into the (intermediate) `.pt2`.
+        request.raw_weights = emit_onnx;
+    }
     // The worker says which upstream versions are installed; plugins resolve against them.
     let mut worker = match &options.trace {
         Some(_) => {
@@ -101,7 +106,10 @@ pub fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
         let text = std::fs::read_to_string(input).with_context(|| format!("reading {}", input.display()))?;
         (Input::Json, Graph::from_json(&text).with_context(|| format!("{}", input.display()))?)
     } else {
-        let pt2 = Pt2::open(input)?;
+        let mut pt2 = Pt2::open(input)?;
+        if let Some(side) = traced.as_ref().and_then(|t| t.side_weights.as_ref()) {
+            pt2.attach_side_weights(side)?;
+        }
         let program = pt2.programs.get("model").with_context(|| format!("{}: no `model` program", input.display()))?;
         let graph = convert::to_ir(program).map_err(|e| anyhow::anyhow!("{}: {e}", input.display()))?;
         (Input::Pt2(pt2), graph)
@@ -170,7 +178,7 @@ pub fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
         println!("traced {} in {:.1} s; eager reference: {}", traced.model_class, traced.seconds, reference.display());
         let seconds = |k: &str| traced.times.get(k).copied().unwrap_or(0.0);
         println!(
-            "stage {:<18} {:>8.2} s   import {:.2} s, build {:.2} s, eager {:.2} s, torch.export {:.2} s, save {:.2} s; {} output(s)",
+            "stage {:<18} {:>8.2} s   import {:.2} s, build {:.2} s, eager {:.2} s, torch.export {:.2} s, save {:.2} s{}; {} output(s)",
             "trace",
             traced.seconds,
             seconds("import"),
@@ -178,6 +186,7 @@ pub fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
             seconds("eager"),
             seconds("export"),
             seconds("save"),
+            if traced.side_weights.is_some() { " (weights beside the program)" } else { "" },
             traced.outputs
         );
         let peak = |k: &str| traced.peaks.get(k).copied().unwrap_or(0.0);
@@ -407,6 +416,8 @@ struct Traced {
     times: BTreeMap<String, f64>,
     /// The worker's peak resident memory (MiB) at the end of each step.
     peaks: BTreeMap<String, f64>,
+    /// Where the weights are when the worker wrote them beside the `.pt2`.
+    side_weights: Option<PathBuf>,
     outputs: u64,
     /// The model output's leaf names (`logits`, `cache.layers.0.keys`).
     output_names: Vec<String>,
@@ -466,7 +477,8 @@ fn trace_model(
         .map(|a| a.iter().filter_map(|n| n.as_str().map(String::from)).collect())
         .unwrap_or_default();
     let export_metadata = result.get("export_metadata").cloned().unwrap_or_default();
-    Ok(Traced { _scratch: scratch, program, reference, model_class, seconds, times, peaks, outputs, output_names, export_metadata, patched })
+    let side_weights = (result.get("side_weights") == Some(&serde_json::Value::Bool(true))).then(|| crate::graph::pt2::side_weights_path(&program));
+    Ok(Traced { _scratch: scratch, program, reference, model_class, seconds, times, peaks, side_weights, outputs, output_names, export_metadata, patched })
 }
 
 fn print_summary(reports: &[StageReport], set: &PluginSet, verbose: u8) {

@@ -657,6 +657,61 @@ def peak_rss_mib():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def side_weights_supported():
+    """Whether this torch's archive writer has the hook `save_with_side_weights` uses."""
+    from torch.export.pt2_archive import _package
+
+    return hasattr(_package, "_get_raw_tensor_bytes") and hasattr(_package, "_is_fake_tensor")
+
+
+def save_with_side_weights(program, output):
+    """`torch.export.save` without the weights' bytes, which go to `<output>.weights`
+    straight from the tensors' memory (no copy of each storage as a `bytes`, no
+    CRC), indexed by `<output>.weights.json` ({"weights"|"constants": {fqn:
+    [offset, length]}}, storages 64-byte aligned, shared storages once). For an
+    ONNX export, where the `.pt2` is intermediate and the host maps the weights;
+    measured on a 125M Llama: torch's `write_record` of the weights was 2.0 s of
+    a 2.8 s save, and each storage's `bytes` copy up to 190 MB of peak memory."""
+    import torch
+    from torch.export.pt2_archive import _package
+
+    index = {"weights": {}, "constants": {}}
+    written = {}
+    with open(output + ".weights", "wb") as side:
+        offset = 0
+        for kind, table in (("weights", program.state_dict), ("constants", program.constants)):
+            for fqn, value in table.items():
+                if not torch.is_tensor(value) or type(value.data) is not torch.Tensor or value.device.type != "cpu":
+                    continue  # subclasses and non-cpu tensors stay in the archive, as torch saves them
+                storage = value.untyped_storage()
+                key = (storage.data_ptr(), storage.nbytes())
+                if key not in written:
+                    padding = -offset % 64
+                    side.write(b"\0" * padding)
+                    offset += padding
+                    raw = torch.empty(0, dtype=torch.uint8).set_(storage, 0, (storage.nbytes(),), (1,))
+                    side.write(memoryview(raw.numpy()))
+                    written[key] = [offset, storage.nbytes()]
+                    offset += storage.nbytes()
+                index[kind][fqn] = written[key]
+    with open(output + ".weights.json", "w") as f:
+        json.dump(index, f)
+    raw_bytes = _package._get_raw_tensor_bytes
+    side_storages = {pointer for pointer, _ in written}
+
+    def without_side_weights(value):
+        # torch asks for each storage group's complete tensor: one written to the side is left empty
+        if not _package._is_fake_tensor(value) and value.untyped_storage().data_ptr() in side_storages:
+            return b""
+        return raw_bytes(value)
+
+    _package._get_raw_tensor_bytes = without_side_weights
+    try:
+        torch.export.save(program, output)
+    finally:
+        _package._get_raw_tensor_bytes = raw_bytes
+
+
 def trace(params):
     started = time.perf_counter()
     progress("import")
@@ -712,7 +767,11 @@ def trace(params):
     peaks["export"] = peak_rss_mib()
     progress("save")
     output = params["output"]
-    torch.export.save(program, output)
+    side_weights = bool(params.get("raw_weights")) and side_weights_supported()
+    if side_weights:
+        save_with_side_weights(program, output)
+    else:
+        torch.export.save(program, output)
     # The eager reference, next to the archive, for later verification.
     torch.save({"inputs": {k: v for k, v in inputs.items() if torch.is_tensor(v)},
                 "constants": {k: v for k, v in inputs.items() if not torch.is_tensor(v)},
@@ -735,6 +794,7 @@ def trace(params):
         "seconds": {"import": imported - started, "build": built - imported, "eager": ran - built,
                     "export": traced - ran, "save": time.perf_counter() - traced},
         "peak_rss_mib": peaks,
+        "side_weights": side_weights,
     }
 
 

@@ -44,6 +44,24 @@ pub struct Pt2 {
     /// Where each weight and constant is stored, per model name.
     pub weights: BTreeMap<String, PayloadConfig>,
     pub constants: BTreeMap<String, PayloadConfig>,
+    /// Storages the trace worker wrote beside the archive (an ONNX export's
+    /// intermediate `.pt2` holds them empty); looked up before the archive.
+    side: Option<SideWeights>,
+}
+
+/// `<archive>.weights`, memory-mapped, and its index `<archive>.weights.json`:
+/// each fqn's whole storage as `[offset, length]`.
+struct SideWeights {
+    map: memmap2::Mmap,
+    weights: BTreeMap<String, (usize, usize)>,
+    constants: BTreeMap<String, (usize, usize)>,
+}
+
+/// The side file of weights the trace worker writes for `archive`.
+pub fn side_weights_path(archive: &Path) -> std::path::PathBuf {
+    let mut name = archive.as_os_str().to_owned();
+    name.push(".weights");
+    name.into()
 }
 
 impl Pt2 {
@@ -66,7 +84,7 @@ impl Pt2 {
         if format_text != "pt2" {
             return Err(invalid(format!("archive_format is `{format_text}`, expected `pt2`")));
         }
-        let mut pt2 = Pt2 { archive, prefix, programs: BTreeMap::new(), weights: BTreeMap::new(), constants: BTreeMap::new() };
+        let mut pt2 = Pt2 { archive, prefix, programs: BTreeMap::new(), weights: BTreeMap::new(), constants: BTreeMap::new(), side: None };
         let models: Vec<Entry> = pt2.entries_under("models/").filter(|e| e.name.ends_with(".json")).cloned().collect();
         if models.is_empty() {
             return Err(invalid(format!("no model JSON under {}models/", pt2.prefix)));
@@ -103,7 +121,40 @@ impl Pt2 {
     }
 
     /// The stored bytes of weight `fqn` of `model` (tied weights share bytes).
+    /// Reads weights from `path` (and its `.json` index) instead of the archive.
+    pub fn attach_side_weights(&mut self, path: &Path) -> Result<(), Pt2Error> {
+        let invalid = |reason: String| Pt2Error::Invalid { path: path.display().to_string(), reason };
+        let mut index_path = path.as_os_str().to_owned();
+        index_path.push(".json");
+        let text = std::fs::read(&index_path).map_err(|e| invalid(format!("reading its index: {e}")))?;
+        #[derive(serde::Deserialize)]
+        struct Index {
+            weights: BTreeMap<String, (usize, usize)>,
+            constants: BTreeMap<String, (usize, usize)>,
+        }
+        let index: Index = serde_json::from_slice(&text).map_err(|e| invalid(format!("its index: {e}")))?;
+        let file = std::fs::File::open(path).map_err(|e| invalid(e.to_string()))?;
+        // SAFETY: the file is hfx's own scratch output, not modified while mapped.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| invalid(e.to_string()))?;
+        for (fqn, &(offset, length)) in index.weights.iter().chain(&index.constants) {
+            if offset.checked_add(length).is_none_or(|end| end > map.len()) {
+                return Err(invalid(format!("{fqn}: bytes {offset}+{length} past the end ({})", map.len())));
+            }
+        }
+        self.side = Some(SideWeights { map, weights: index.weights, constants: index.constants });
+        Ok(())
+    }
+
+    fn side_bytes(&self, constant: bool, fqn: &str) -> Option<&[u8]> {
+        let side = self.side.as_ref()?;
+        let &(offset, length) = if constant { side.constants.get(fqn)? } else { side.weights.get(fqn)? };
+        Some(&side.map[offset..offset + length])
+    }
+
     pub fn weight(&self, model: &str, fqn: &str) -> Option<&[u8]> {
+        if let Some(bytes) = self.side_bytes(false, fqn) {
+            return Some(bytes);
+        }
         let meta = self.weights.get(model)?.config.get(fqn)?;
         let entry = self.archive.entry(&format!("{}data/weights/{}", self.prefix, meta.path_name))?;
         Some(self.archive.bytes(entry))
@@ -111,6 +162,9 @@ impl Pt2 {
 
     /// The stored bytes of tensor constant `fqn` of `model`.
     pub fn constant(&self, model: &str, fqn: &str) -> Option<&[u8]> {
+        if let Some(bytes) = self.side_bytes(true, fqn) {
+            return Some(bytes);
+        }
         let meta = self.constants.get(model)?.config.get(fqn)?;
         if meta.use_pickle {
             return None;
