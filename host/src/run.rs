@@ -21,7 +21,7 @@ use crate::stages::{self, StageReport};
 /// What `run` reads: a `.pt2` (kept open: its weights are written from the
 /// map) or an IR graph in JSON.
 enum Input {
-    Pt2(crate::graph::pt2::Pt2),
+    Pt2(Box<crate::graph::pt2::Pt2>),
     Json,
 }
 
@@ -112,7 +112,7 @@ pub fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
         }
         let program = pt2.programs.get("model").with_context(|| format!("{}: no `model` program", input.display()))?;
         let graph = convert::to_ir(program).map_err(|e| anyhow::anyhow!("{}: {e}", input.display()))?;
-        (Input::Pt2(pt2), graph)
+        (Input::Pt2(Box::new(pt2)), graph)
     };
     let read_time = read_started.elapsed();
     // A traced program the stages leave as it was is moved into place as torch wrote it

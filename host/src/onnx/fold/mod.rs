@@ -1,0 +1,236 @@
+//! ── ONNX stage 6, continued: constant folding ──
+//!
+//! A node whose inputs are all known (Constant nodes, small initializers, or
+//! values folded before it) is computed here and becomes an initializer: the
+//! rotary tables, position ranges and mask constants of a static export are
+//! settled at export time rather than at every run. Then:
+//! - a weight read only through `Transpose` (how `linear` reaches `MatMul`)
+//!   is stored transposed; the transposition happens while the weight streams
+//!   from the `.pt2`'s memory map into the file, so no copy of it is held,
+//! - the Constant nodes left become initializers (what ONNX optimizers do: a
+//!   value, not a computation).
+//!
+//! The evaluator knows the ops static shape and position code is made of,
+//! in float32/float64 and the integer types (bf16/f16 values are left alone);
+//! results past [`MAX_ELEMENTS`] are not materialized. Graph outputs keep
+//! their nodes. Arithmetic runs in f64 and is rounded to the value's type.
+
+use std::collections::{HashMap, HashSet};
+
+mod eval;
+mod known;
+
+use super::emit::{Bytes, Initializer};
+use super::{Attribute, Node};
+use eval::evaluate;
+use known::{count, Known};
+
+/// Largest folded result, in elements: past it, a computed table costs more
+/// file than the nodes it replaces.
+pub const MAX_ELEMENTS: usize = 1 << 20;
+/// Initializers up to this many elements are read as known values (buffers
+/// such as rotary `inv_freq`); weights are not.
+const SMALL_INITIALIZER: usize = 1 << 12;
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct FoldReport {
+    /// Nodes computed at export time.
+    pub folded: usize,
+    /// Weights stored transposed instead of transposed at run time.
+    pub transposed: usize,
+    /// Constant nodes turned into initializers.
+    pub lifted: usize,
+}
+
+/// Folds `nodes` (main graph, topological order). `initializers` are read as
+/// known values where small, and gain the folded values; `keep` are graph
+/// outputs, whose producers stay.
+pub fn fold<'a>(nodes: &mut Vec<Node>, initializers: &mut Vec<Initializer<'a>>, keep: &HashSet<&str>) -> FoldReport {
+    let mut report = FoldReport::default();
+    let mut known: HashMap<String, Known> = HashMap::new();
+    for init in initializers.iter() {
+        let (Some(name), Some(dtype)) = (&init.header.name, init.header.data_type) else { continue };
+        if count(&init.header.dims) <= SMALL_INITIALIZER {
+            if let Some(k) = Known::from_bytes(dtype, &init.header.dims, &init.bytes.to_vec()) {
+                known.insert(name.clone(), k);
+            }
+        }
+    }
+    let mut kept = Vec::with_capacity(nodes.len());
+    let mut new_initializers = Vec::new();
+    for node in std::mem::take(nodes) {
+        let inputs: Vec<Option<&Known>> = node.inputs.iter().map(|i| known.get(i)).collect();
+        let foldable = node.domain.is_empty()
+            && node.function.is_none()
+            && node.outputs.iter().all(|o| !keep.contains(o.as_str()))
+            && inputs.iter().zip(&node.inputs).all(|(k, name)| k.is_some() || name.is_empty());
+        let values = if foldable { evaluate(&node, &inputs) } else { None };
+        match values {
+            Some(values) if values.len() == node.outputs.len() && values.iter().all(|v| v.data.len() <= MAX_ELEMENTS) => {
+                if node.op_type != "Constant" {
+                    report.folded += 1;
+                }
+                for (name, value) in node.outputs.iter().zip(values) {
+                    known.insert(name.clone(), value);
+                }
+                // A Constant stays a node until the end (lifted below if still read).
+                if node.op_type == "Constant" {
+                    kept.push(node);
+                } else {
+                    new_initializers.push(node.outputs.clone());
+                }
+            }
+            _ => kept.push(node),
+        }
+    }
+    // Every folded value still read becomes an initializer; Constant nodes still read are lifted.
+    let read: HashSet<String> = kept.iter().flat_map(|n| n.inputs.iter().cloned()).collect();
+    let existing: HashSet<String> = initializers.iter().filter_map(|i| i.header.name.clone()).collect();
+    for outputs in new_initializers {
+        for name in outputs.iter().filter(|o| read.contains(*o) && !existing.contains(*o)) {
+            initializers.push(known[name].initializer(name));
+        }
+    }
+    kept.retain(|n| {
+        let liftable = n.op_type == "Constant" && n.outputs.len() == 1 && !keep.contains(n.outputs[0].as_str()) && known.contains_key(&n.outputs[0]);
+        if liftable && read.contains(&n.outputs[0]) {
+            initializers.push(known[&n.outputs[0]].initializer(&n.outputs[0]));
+            report.lifted += 1;
+        }
+        !liftable
+    });
+    report.transposed = transpose_weights(&mut kept, initializers, keep);
+    *nodes = kept;
+    report
+}
+
+/// `Transpose(w, perm=[1, 0])` of a 2-D initializer nothing else reads: the
+/// initializer is stored transposed (under the node's output name) and the
+/// node goes.
+fn transpose_weights(nodes: &mut Vec<Node>, initializers: &mut [Initializer], keep: &HashSet<&str>) -> usize {
+    let mut readers: HashMap<&str, usize> = HashMap::new();
+    for input in nodes.iter().flat_map(|n| n.inputs.iter()) {
+        *readers.entry(input.as_str()).or_default() += 1;
+    }
+    let index: HashMap<String, usize> = initializers.iter().enumerate().filter_map(|(i, init)| Some((init.header.name.clone()?, i))).collect();
+    let mut done = HashSet::new();
+    for (position, node) in nodes.iter().enumerate() {
+        let is_swap = node.op_type == "Transpose"
+            && node.domain.is_empty()
+            && node.inputs.len() == 1
+            && matches!(node.attribute("perm"), Some(Attribute::Ints(p)) if p == &[1, 0]);
+        if !is_swap || keep.contains(node.outputs[0].as_str()) || keep.contains(node.inputs[0].as_str()) {
+            continue;
+        }
+        let Some(&i) = index.get(&node.inputs[0]) else { continue };
+        let init = &mut initializers[i];
+        if readers.get(node.inputs[0].as_str()) != Some(&1) || init.header.dims.len() != 2 {
+            continue;
+        }
+        let (rows, cols) = (init.header.dims[0] as usize, init.header.dims[1] as usize);
+        let element = init.bytes.len() / (rows * cols).max(1);
+        let Bytes::Mapped(source) = init.bytes else { continue };
+        if ![1, 2, 4, 8].contains(&element) || element * rows * cols != source.len() {
+            continue;
+        }
+        init.bytes = Bytes::Transposed { source, rows, cols, element };
+        init.header.dims = vec![cols as i64, rows as i64];
+        init.header.name = Some(node.outputs[0].clone());
+        done.insert(position);
+    }
+    let mut position = 0;
+    nodes.retain(|_| {
+        position += 1;
+        !done.contains(&(position - 1))
+    });
+    done.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::known::{Data, FLOAT, INT64};
+    use super::*;
+    use crate::onnx::proto as p;
+
+    fn node(op: &str, inputs: &[&str], output: &str, attributes: Vec<(&str, Attribute)>) -> Node {
+        Node {
+            op_type: op.into(),
+            domain: String::new(),
+            inputs: inputs.iter().map(|s| s.to_string()).collect(),
+            outputs: vec![output.into()],
+            attributes: attributes.into_iter().map(|(n, a)| (n.to_string(), a)).collect(),
+            function: None,
+        }
+    }
+
+    fn floats_of(init: &Initializer) -> Vec<f32> {
+        init.bytes.to_vec().chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+    }
+
+    #[test]
+    fn a_rotary_table_is_computed_at_export_time() {
+        // cos(range(0, 3) * 0.5) as float, read by a Mul with the input x.
+        let mut nodes = vec![
+            node("Constant", &[], "zero", vec![("value_int", Attribute::Int(0))]),
+            node("Constant", &[], "three", vec![("value_int", Attribute::Int(3))]),
+            node("Constant", &[], "one", vec![("value_int", Attribute::Int(1))]),
+            node("Range", &["zero", "three", "one"], "positions", vec![]),
+            node("Cast", &["positions"], "as_float", vec![("to", Attribute::Int(1))]),
+            node("Constant", &[], "half", vec![("value_float", Attribute::Float(0.5))]),
+            node("Mul", &["as_float", "half"], "angles", vec![]),
+            node("Cos", &["angles"], "table", vec![]),
+            node("Mul", &["x", "table"], "y", vec![]),
+        ];
+        let mut initializers = Vec::new();
+        let report = fold(&mut nodes, &mut initializers, &HashSet::from(["y"]));
+        assert_eq!(report.folded, 4);
+        assert_eq!(nodes.len(), 1, "only the Mul with the input is left: {nodes:?}");
+        assert_eq!(initializers.len(), 1);
+        assert_eq!(initializers[0].header.name.as_deref(), Some("table"));
+        let expected: Vec<f32> = [0.0f64, 0.5, 1.0].iter().map(|a| a.cos() as f32).collect();
+        assert_eq!(floats_of(&initializers[0]), expected);
+    }
+
+    #[test]
+    fn shapes_slices_and_gathers_fold_and_graph_outputs_keep_their_nodes() {
+        let mut nodes = vec![
+            node("Constant", &[], "v", vec![("value_ints", Attribute::Ints(vec![10, 20, 30, 40]))]),
+            node("Constant", &[], "s", vec![("value_ints", Attribute::Ints(vec![1]))]),
+            node("Constant", &[], "e", vec![("value_ints", Attribute::Ints(vec![i64::MAX]))]),
+            node("Slice", &["v", "s", "e"], "tail", vec![]),
+            node("Constant", &[], "i", vec![("value_ints", Attribute::Ints(vec![-1, 0]))]),
+            node("Gather", &["tail", "i"], "picked", vec![("axis", Attribute::Int(0))]),
+            node("Reshape", &["x", "picked"], "out", vec![]),
+            node("Neg", &["v"], "negated", vec![]),
+        ];
+        let mut initializers = Vec::new();
+        fold(&mut nodes, &mut initializers, &HashSet::from(["out", "negated"]));
+        let ops: Vec<&str> = nodes.iter().map(|n| n.op_type.as_str()).collect();
+        assert_eq!(ops, ["Reshape", "Neg"], "the graph output `negated` keeps its node");
+        let picked = initializers.iter().find(|i| i.header.name.as_deref() == Some("picked")).unwrap();
+        assert_eq!(Known::from_bytes(INT64, &picked.header.dims, &picked.bytes.to_vec()).unwrap().data, Data::Int(vec![40, 20]));
+        assert!(initializers.iter().any(|i| i.header.name.as_deref() == Some("v")), "a Constant still read is lifted");
+    }
+
+    #[test]
+    fn a_weight_read_only_through_a_transpose_is_stored_transposed() {
+        // Larger than the initializers read as known values, as weights are.
+        let (rows, cols) = (64usize, 80usize);
+        let weight: Vec<u8> = (0..(rows * cols) as u32).flat_map(|v| (v as f32).to_le_bytes()).collect();
+        let header = p::TensorProto { dims: vec![rows as i64, cols as i64], data_type: Some(FLOAT), name: Some("w".into()), ..Default::default() };
+        let mut initializers = vec![Initializer { header, bytes: Bytes::Mapped(&weight) }];
+        let mut nodes = vec![
+            node("Transpose", &["w"], "wt", vec![("perm", Attribute::Ints(vec![1, 0]))]),
+            node("MatMul", &["x", "wt"], "y", vec![]),
+        ];
+        let report = fold(&mut nodes, &mut initializers, &HashSet::from(["y"]));
+        assert_eq!(report.transposed, 1);
+        assert_eq!(nodes.len(), 1);
+        assert_eq!(initializers[0].header.dims, [cols as i64, rows as i64]);
+        assert_eq!(initializers[0].header.name.as_deref(), Some("wt"));
+        let transposed = floats_of(&initializers[0]);
+        for (j, i) in [(0, 0), (0, 1), (79, 63), (65, 3)] {
+            assert_eq!(transposed[j * rows + i], (i * cols + j) as f32, "wt[{j}][{i}] = w[{i}][{j}]");
+        }
+    }
+}
