@@ -60,7 +60,7 @@ pub fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
     if let Some(request) = options.trace.as_mut() {
         // An ONNX export reads the weights once, to emit them: the worker need
         // not pack them into the (intermediate) `.pt2`.
-        request.raw_weights = emit_onnx;
+        request.side_weights = emit_onnx;
     }
     // The worker says which upstream versions are installed; plugins resolve against them.
     let mut worker = match &options.trace {
@@ -477,7 +477,7 @@ fn trace_model(
         .map(|a| a.iter().filter_map(|n| n.as_str().map(String::from)).collect())
         .unwrap_or_default();
     let export_metadata = result.get("export_metadata").cloned().unwrap_or_default();
-    let side_weights = (result.get("side_weights") == Some(&serde_json::Value::Bool(true))).then(|| crate::graph::pt2::side_weights_path(&program));
+    let side_weights = (result.get("side_weights").and_then(|s| s.as_bool()) == Some(true)).then(|| crate::graph::pt2::side_weights_path(&program));
     Ok(Traced { _scratch: scratch, program, reference, model_class, seconds, times, peaks, side_weights, outputs, output_names, export_metadata, patched })
 }
 

@@ -659,9 +659,8 @@ def peak_rss_mib():
 
 def side_weights_supported():
     """Whether this torch's archive writer has the hook `save_with_side_weights` uses."""
-    from torch.export.pt2_archive import _package
-
     from torch._export.serde import serialize as serde
+    from torch.export.pt2_archive import _package
 
     return all(hasattr(_package, name) for name in ("_get_raw_tensor_bytes", "_is_fake_tensor")) and hasattr(serde, "canonicalize")
 
@@ -777,7 +776,7 @@ def trace(params):
     peaks["export"] = peak_rss_mib()
     progress("save")
     output = params["output"]
-    side_weights = bool(params.get("raw_weights")) and side_weights_supported()
+    side_weights = bool(params.get("side_weights")) and side_weights_supported()
     if side_weights:
         save_with_side_weights(program, output)
     else:

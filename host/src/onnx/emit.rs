@@ -275,7 +275,7 @@ pub fn plan<'a>(parts: &ModelParts<'a>) -> Result<Planned<'a>, EmitError> {
         let mut report = super::optimize::optimize(&mut nodes, &names);
         let keep: std::collections::HashSet<&str> = names.iter().map(String::as_str).collect();
         report.folding = super::fold::fold(&mut nodes, &mut initializers, &keep);
-        report.dead_removed += super::optimize::optimize(&mut nodes, &names).dead_removed;
+        report.dead_removed += super::optimize::remove_dead_code(&mut nodes, &names);
         report
     });
     // Weights no node reads any more (after dead-code elimination) are not written.

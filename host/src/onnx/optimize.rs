@@ -138,6 +138,11 @@ fn eliminate_common_subexpressions(nodes: &mut Vec<Node>, keep: &HashSet<&str>) 
     merged
 }
 
+/// Removes the nodes no graph output (`outputs`) depends on; how many went.
+pub fn remove_dead_code(nodes: &mut Vec<Node>, outputs: &[String]) -> usize {
+    eliminate_dead_code(nodes, &outputs.iter().map(String::as_str).collect())
+}
+
 fn eliminate_dead_code(nodes: &mut Vec<Node>, keep: &HashSet<&str>) -> usize {
     let mut live: HashSet<String> = keep.iter().map(|s| s.to_string()).collect();
     let mut alive = vec![false; nodes.len()];

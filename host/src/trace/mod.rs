@@ -231,7 +231,7 @@ pub struct TraceRequest {
     /// Weights to `<output>.weights` (indexed by `<output>.weights.json`) rather
     /// than into the `.pt2`: for an ONNX export, where the `.pt2` is
     /// intermediate and the host maps the weights from the side file.
-    pub raw_weights: bool,
+    pub side_weights: bool,
 }
 
 impl TraceRequest {
@@ -249,7 +249,7 @@ impl TraceRequest {
             device: "cpu".into(),
             dtype: "float32".into(),
             folder: None,
-            raw_weights: false,
+            side_weights: false,
         }
     }
 
@@ -266,7 +266,7 @@ impl TraceRequest {
             "source": source, "task": self.task, "dynamic": self.dynamic, "dynamic_shapes": self.dynamic_shapes,
             "batch": self.batch, "sequence": self.sequence, "output": output, "reference": reference,
             "decompose": self.decompose, "device": self.device, "dtype": self.dtype, "folder": self.folder,
-            "raw_weights": self.raw_weights,
+            "side_weights": self.side_weights,
         })
     }
 }

@@ -120,7 +120,6 @@ impl Pt2 {
         &self.archive
     }
 
-    /// The stored bytes of weight `fqn` of `model` (tied weights share bytes).
     /// Reads weights from `path` (and its `.json` index) instead of the archive.
     pub fn attach_side_weights(&mut self, path: &Path) -> Result<(), Pt2Error> {
         let invalid = |reason: String| Pt2Error::Invalid { path: path.display().to_string(), reason };
@@ -151,6 +150,7 @@ impl Pt2 {
         Some(&side.map[offset..offset + length])
     }
 
+    /// The stored bytes of weight `fqn` of `model` (tied weights share bytes).
     pub fn weight(&self, model: &str, fqn: &str) -> Option<&[u8]> {
         if let Some(bytes) = self.side_bytes(false, fqn) {
             return Some(bytes);

@@ -98,8 +98,9 @@ fn grouped_mm(e: &Emit, a_name: &str, b_name: &str) -> Result<String, Error> {
         Some(Argument::Tensor(_)) => Some(split(&e.operand("bias", &compute)?)?),
         _ => None,
     };
-    let (axis0, first) = (e.const_ints(&[0])?, e.const_ints(&[0])?);
-    let mut start = first;
+    // [0]: the axis every Slice/Squeeze works on, and where the first group starts
+    let axis0 = e.const_ints(&[0])?;
+    let mut start = axis0.clone();
     let mut blocks = Vec::with_capacity(groups as usize + 1);
     for g in 0..groups as usize {
         let rows = e.op("Slice", &[&a, &start, &ends[g], &axis0], &[])?;

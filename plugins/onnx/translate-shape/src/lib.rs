@@ -68,13 +68,18 @@ fn fill_value(e: &Emit, op: &str) -> Result<f64, Error> {
     })
 }
 
+/// The `indices` of `index` / `index_put`: one per leading axis, None for a `:`.
+fn indices(e: &Emit) -> Result<Vec<Option<ValueId>>, Error> {
+    match e.arg("indices")? {
+        Some(Argument::Tensors(v)) => Ok(v.into_iter().map(Some).collect()),
+        Some(Argument::OptionalTensors(v)) => Ok(v),
+        other => Err(e.fail(format!("indices {other:?}"))),
+    }
+}
+
 fn index(e: &Emit) -> Result<String, Error> {
     let x = e.tensor("self")?;
-    let indices: Vec<Option<ValueId>> = match e.arg("indices")? {
-        Some(Argument::Tensors(v)) => v.into_iter().map(Some).collect(),
-        Some(Argument::OptionalTensors(v)) => v,
-        other => return Err(e.fail(format!("indices {other:?}"))),
-    };
+    let indices = indices(e)?;
     let given: Vec<(usize, ValueId)> = indices.iter().enumerate().filter_map(|(i, v)| v.map(|v| (i, v))).collect();
     for &(_, v) in &given {
         if e.meta_of(v)?.dtype == "bool" {
@@ -122,21 +127,17 @@ fn index_put(e: &Emit) -> Result<String, Error> {
     let x = e.tensor("self")?;
     let values = e.operand("values", &dtype)?;
     let accumulate = e.boolean("accumulate", false)?;
-    let indices: Vec<Option<ValueId>> = match e.arg("indices")? {
-        Some(Argument::Tensors(v)) => v.into_iter().map(Some).collect(),
-        Some(Argument::OptionalTensors(v)) => v,
-        other => return Err(e.fail(format!("indices {other:?}"))),
-    };
+    let indices = indices(e)?;
     let [Some(index)] = indices[..] else {
         return Err(e.fail("index_put with more than one index (or a None index) is not translated yet"));
     };
     let index_meta = e.meta_of(index)?;
     let index_name = e.builder.value_name(index)?;
-    let shape = e.op("Shape", &[&x], &[])?;
     if index_meta.dtype == "bool" {
         if accumulate {
             return Err(e.fail("index_put with a bool mask and accumulate=True is not translated"));
         }
+        let shape = e.op("Shape", &[&x], &[])?;
         let mut mask = index_name;
         for _ in index_meta.shape.len()..e.rank("self")? as usize {
             mask = e.op("Unsqueeze", &[&mask, &e.const_ints(&[-1])?], &[])?;
