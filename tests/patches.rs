@@ -107,3 +107,40 @@ fn without_its_patch_the_nllb_moe_router_does_not_trace() {
 // so an exported decode does not break past the window.
 case!(sliding_window_cache_layers_trace_as_full_layers, "plugins/dynamo/patch-sliding-window-cache", "dynamo", "sliding_window_mistral",
       dynamic: false, absent: "", present: "", check: &["--compare=1", "--shape=1=2x2x8x8"]);
+
+/// The worker's resolved-object policy on its own: every hostile program (shell,
+/// files, torch's global state, module re-exports, `__globals__`/`__builtins__`/
+/// `__subclasses__` walks, eval/exec/open/__import__, getattr chains to frames) is
+/// refused as if the host's check had let it through, nothing runs, and every path
+/// and target the shipped plugins use still resolves.
+#[test]
+fn the_worker_refuses_what_a_patch_program_resolves_to_not_its_path() {
+    let dir = tempfile::tempdir().unwrap();
+    run_python("check_reach.py", &[dir.path().to_str().unwrap()]);
+    assert!(!dir.path().join("escaped").exists());
+}
+
+/// Through the whole pipeline: paths that pass the host's string check
+/// (`transformers.models.llama.modeling_llama.torch.os.system`,
+/// `torch.PyTorchFileWriter`) reach the worker, which refuses what they resolve
+/// to; the trace fails naming plugin, target and path, and no command ran.
+#[test]
+fn a_patch_program_cannot_reach_a_shell_or_a_file_writer_through_allowed_modules() {
+    let plugin = plugin_dir("tests/plugins/hostile-reach");
+    for (rows, path) in [
+        (1, "transformers.models.llama.modeling_llama.torch.os.system"),
+        (2, "transformers.models.llama.modeling_llama.torch.os.system"),
+        (3, "torch.PyTorchFileWriter"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out.onnx");
+        let spec = format!("python:hfx_test_models:where_rows_{rows}");
+        let result = hfx_with_python(dir.path(), &["run", "--backend", "onnx", "--plugins", plugin.to_str().unwrap(), "--model-fn", &spec, "-o", out.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&result.stderr);
+        assert!(!result.status.success() && !out.exists(), "{rows}: {stderr}");
+        assert!(stderr.contains("test-hostile-reach") && stderr.contains("torch.where") && stderr.contains("PermissionError"), "{rows}: {stderr}");
+        assert!(stderr.contains(path.rsplit('.').next().unwrap()), "{rows}: {stderr}");
+        assert!(!dir.path().join("hfx-escaped").exists(), "{rows}: the hostile program ran");
+        assert_no_scratch_left(dir.path());
+    }
+}

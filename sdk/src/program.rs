@@ -240,6 +240,10 @@ impl ProgramBuilder {
         self.push(Step::Constant(Scalar::Boolean(value)))
     }
 
+    pub fn string(&mut self, value: &str) -> Slot {
+        self.push(Step::Constant(Scalar::Str(value.into())))
+    }
+
     pub fn none(&mut self) -> Slot {
         self.push(Step::Constant(Scalar::None))
     }

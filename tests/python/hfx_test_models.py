@@ -56,3 +56,17 @@ def where_then_fails():
 def where_six_rows():
     """`torch.where` on 6 rows: the hostile patch's attempt to call a tensor's bound method."""
     return UsesWhere(), {"x": torch.randn(6, 4)}
+
+
+# `torch.where` on 1, 2 or 3 rows: the hostile-reach plugin's attempts to reach
+# a shell or a file writer through paths that pass the host's string check.
+def where_rows_1():
+    return UsesWhere(), {"x": torch.randn(1, 4)}
+
+
+def where_rows_2():
+    return UsesWhere(), {"x": torch.randn(2, 4)}
+
+
+def where_rows_3():
+    return UsesWhere(), {"x": torch.randn(3, 4)}

@@ -183,7 +183,14 @@ def kernels_or_fallback(length=8):
     import transformers.utils.import_utils as import_utils
 
     # As if `kernels` were installed: the patch must make the trace take the fallback.
-    import_utils.is_kernels_available = lambda *args, **kwargs: True
+    # The stand-in lives where the probe lives (hfx lets a patch replace only
+    # transformers' own `is_*_available` probes, judged by where they live).
+    def is_kernels_available(*args, **kwargs):
+        return True
+
+    is_kernels_available.__module__ = import_utils.__name__
+    is_kernels_available.__qualname__ = "is_kernels_available"
+    import_utils.is_kernels_available = is_kernels_available
     model = KernelsOrFallback()
     original_forward = model.forward
 

@@ -2,10 +2,11 @@
 //! program passes before the worker runs it.
 //!
 //! The worker executes what a patch plugin answers with the full power of
-//! Python, so the host decides what a program may reach: this module's
-//! [`check_program`] is the static half of the sandbox for patches (paths,
-//! attribute names, slots); the worker's `run_program` is the dynamic half
-//! (what an attribute or a lookup turned out to be, what may be invoked).
+//! Python. This module's [`check_program`] is the first filter, on strings:
+//! paths, attribute names, slots; it refuses early and cheaply, but a string
+//! check over Python's object graph cannot be complete (modules re-export
+//! modules). The decision is the worker's `Reach` policy, made on the object a
+//! path resolves to and on every value a step produces.
 
 use serde_json::{json, Value};
 

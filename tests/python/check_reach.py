@@ -1,0 +1,218 @@
+"""Hostile patch programs against the worker's resolved-object policy.
+
+    python check_reach.py SCRATCH_DIR
+
+Each hostile program is run by the worker's own `run_program`, as if the host's
+static check had let it through: every one must be refused with a
+`PermissionError` naming what it reached, and nothing may have run (no marker
+file written, no global state changed). Then every path and target the
+shipped plugins use must still resolve. Exits non-zero with one line per
+failure.
+"""
+
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker"))
+import worker  # noqa: E402
+
+SCRATCH = sys.argv[1]
+MARKER = os.path.join(SCRATCH, "escaped")
+SHELL = f"touch {MARKER}"
+
+
+def constant(value):
+    return {"constant": value}
+
+
+def lookup(path):
+    return {"lookup": path}
+
+
+def call(op, *args, **kwargs):
+    return {"call": {"op": op, "args": list(args), "kwargs": [[k, v] for k, v in kwargs.items()]}}
+
+
+def invoke(callee, *args):
+    return {"invoke": {"callee": callee, "args": list(args), "kwargs": []}}
+
+
+def getattr_(slot, name):
+    return {"getattr": [slot, name]}
+
+
+def item(slot, index):
+    return {"item": [slot, index]}
+
+
+def enter(slot):
+    return {"enter": slot}
+
+
+# The call's own values: slot 0 a tensor, slot 1 the model's layer.
+GIVEN = [torch.randn(2, 3), torch.nn.Linear(3, 3)]
+
+
+def given():
+    return list(GIVEN)
+
+
+G = 2  # first slot a program's steps define
+
+# (what, steps): the last step's result is the program's output.
+HOSTILE = [
+    ("shell through a modeling module's torch", [
+        lookup("transformers.models.llama.modeling_llama.torch.os.system"), constant(SHELL), invoke(G, G + 1)]),
+    ("shell through modeling_auto's os", [
+        lookup("transformers.models.auto.modeling_auto.os.system"), constant(SHELL), invoke(G, G + 1)]),
+    ("shell called by path", [constant(SHELL), call("transformers.models.llama.modeling_llama.torch.os.system", G)]),
+    ("shell through torch's os", [constant(SHELL), call("torch.os.system", G)]),
+    ("shell through a class's module globals", [
+        lookup("transformers.models.llama.modeling_llama.LlamaModel.forward.__globals__")]),
+    ("subprocess", [constant(SHELL), call("transformers.models.llama.modeling_llama.torch.subprocess.run", G)]),
+    ("torch's file writer", [constant(MARKER), call("torch.PyTorchFileWriter", G)]),
+    ("torch.save", [constant(MARKER), call("torch.save", 0, G)]),
+    ("torch.serialization.save", [constant(MARKER), call("torch.serialization.save", 0, G)]),
+    ("torch.load", [constant(MARKER), call("torch.load", G)]),
+    ("torch.from_file", [constant(MARKER), call("torch.from_file", G)]),
+    ("torch.set_rng_state", [call("torch.get_rng_state")]),
+    ("torch.set_rng_state by lookup", [lookup("torch.set_rng_state")]),
+    ("torch.import_ir_module", [lookup("torch.import_ir_module")]),
+    ("torch.manual_seed", [constant(0), call("torch.manual_seed", G)]),
+    ("torch.set_default_dtype", [lookup("torch.float64"), call("torch.set_default_dtype", G)]),
+    ("torch.set_num_threads", [constant(1), call("torch.set_num_threads", G)]),
+    ("torch.compile", [lookup("torch.compile")]),
+    ("a module as a value", [lookup("torch.nn.functional.torch")]),
+    ("a module reached through torch", [lookup("torch.os")]),
+    ("torch.jit's eval", [lookup("torch.jit.annotations.eval")]),
+    ("builtins.eval", [constant("1"), call("builtins.eval", G)]),
+    ("builtins.exec", [constant("1"), call("builtins.exec", G)]),
+    ("builtins.compile", [lookup("builtins.compile")]),
+    ("builtins.open", [constant(MARKER), constant("w"), call("builtins.open", G, G + 1)]),
+    ("builtins.__import__", [constant("os"), call("builtins.__import__", G)]),
+    ("builtins.getattr", [lookup("builtins.getattr")]),
+    ("a function's __builtins__", [lookup("torch.nn.functional.relu.__builtins__")]),
+    ("eval from a function's __builtins__", [
+        lookup("torch.nn.functional.relu.__builtins__"), constant("eval"), call("operator.getitem", G, G + 1)]),
+    ("a class's __subclasses__", [lookup("torch.Tensor.__subclasses__")]),
+    ("object's __subclasses__ via a modeling class", [
+        lookup("transformers.models.llama.modeling_llama.LlamaModel.__base__.__subclasses__")]),
+    ("__class__ of a tensor", [getattr_(0, "__class__")]),
+    ("a bound method of a tensor", [getattr_(0, "numpy")]),
+    ("a layer's state_dict method", [getattr_(1, "state_dict")]),
+    ("a model class's from_pretrained", [
+        lookup("transformers.models.llama.modeling_llama.LlamaForCausalLM.from_pretrained")]),
+    ("a model's save_pretrained", [lookup("transformers.models.llama.modeling_llama.LlamaForCausalLM.save_pretrained")]),
+    ("operator.methodcaller", [constant("system"), constant(SHELL), call("operator.methodcaller", G, G + 1)]),
+    ("operator.attrgetter", [constant("__class__"), call("operator.attrgetter", G)]),
+    ("a generator's frame", [
+        lookup("torch.nn.attention.SDPBackend.MATH"), call("torch.nn.attention.sdpa_kernel", G), getattr_(G + 1, "gen")]),
+    ("a tensor's storage", [call("torch.Tensor.untyped_storage", 0)]),
+    ("a tensor's hook", [lookup("torch.Tensor.register_hook")]),
+    ("a custom op namespace", [lookup("torch.ops.myops.evil.default")]),
+    ("an op library loader", [lookup("torch.ops.load_library")]),
+    ("a logger's stream", [
+        lookup("transformers.models.llama.modeling_llama.logger"), getattr_(G, "parent"), getattr_(G + 1, "handlers"),
+        item(G + 2, 0), getattr_(G + 3, "stream")]),
+    ("entering a non-context from a lookup", [lookup("torch.float32"), enter(G)]),
+    ("max with eval as key", [lookup("builtins.eval")]),
+    ("importing an arbitrary module", [lookup("antigravity.fly")]),
+    ("a path into the standard library", [constant(SHELL), call("os.system", G)]),
+    ("a path into transformers' hub code", [lookup("transformers.utils.hub.cached_file")]),
+]
+
+# Patch targets a plugin may not replace (its `original` step would run them).
+HOSTILE_TARGETS = [
+    "builtins.open", "os.system", "subprocess.run", "torch.save", "torch.load", "torch.serialization.save",
+    "torch.PyTorchFileWriter", "torch.set_rng_state", "transformers.models.llama.modeling_llama.torch.os.system",
+    "transformers.utils.hub.cached_file", "transformers.modeling_utils.PreTrainedModel.save_pretrained",
+    "transformers.models.auto.modeling_auto.os.system", "torch.utils.cpp_extension.load_inline",
+]
+
+# What the shipped plugins call and look up, and their targets.
+ALLOWED_PATHS = [
+    "builtins.int", "builtins.len", "builtins.range", "builtins.tuple", "operator.add", "operator.eq",
+    "operator.floordiv", "operator.mod", "operator.mul", "operator.neg", "operator.sub", "torch.Tensor.expand",
+    "torch.Tensor.expand_as", "torch.Tensor.reshape", "torch.Tensor.size", "torch.Tensor.to", "torch._check",
+    "torch.add", "torch.amax", "torch.amin", "torch.argsort", "torch.cat", "torch.complex", "torch.cos", "torch.cumsum",
+    "torch.div", "torch.ge", "torch.gt", "torch.index_select", "torch.le", "torch.logical_and", "torch.logical_not",
+    "torch.lt", "torch.movedim", "torch.mul", "torch.nn.attention.sdpa_kernel", "torch.pow", "torch.rand",
+    "torch.reshape", "torch.rsqrt", "torch.scatter_add", "torch.sin", "torch.sub", "torch.sum", "torch.sym_min",
+    "torch.tensor", "torch.tril", "torch.unsqueeze", "torch.where", "transformers.masking_utils._non_vmap_expansion_sdpa",
+    "torch.contiguous_format", "torch.nn.attention.SDPBackend.MATH", "aten.add.Tensor", "torch.ops.aten.where.self",
+    "prims.convert_element_type.default", "torch.nn.functional.scaled_dot_product_attention", "torch.split",
+    "torch.fft.fft", "torch.linalg.norm", "torch.special.erf", "math.sqrt",
+    "torch.fx.experimental.symbolic_shapes.guard_or_false", "transformers.cache_utils.DynamicLayer.update",
+    "transformers.models.llama.modeling_llama.apply_rotary_pos_emb",
+    "transformers.models.llama.modeling_llama.LlamaRMSNorm",
+]
+ALLOWED_TARGETS = [
+    "torch.Tensor.masked_scatter", "torch.chunk", "torch.Tensor.chunk", "torch.cummax", "torch.Tensor.cummax",
+    "torch.histc", "torch.nn.RMSNorm.forward", "torch.nn.functional.scaled_dot_product_attention", "torch.randperm",
+    "torch.reshape", "torch.Tensor.reshape", "torch.Tensor.view", "torch.roll", "torch.searchsorted", "torch.bucketize",
+    "torch.split", "torch.Tensor.split", "torch.unsqueeze", "torch.exp", "torch.Tensor.exp",
+    "transformers.cache_utils.DynamicSlidingWindowLayer.update", "transformers.masking_utils._vmap_expansion_sdpa",
+    "transformers.models.nllb_moe.modeling_nllb_moe.NllbMoeTop2Router._cast_classifier",
+    "transformers.utils.import_utils.is_kernels_available", "transformers.utils.is_kernels_available",
+    "transformers.modeling_utils.is_kernels_available",
+]
+
+
+def main():
+    failures = []
+    rng = torch.get_rng_state()
+    dtype = torch.get_default_dtype()
+    for what, steps in HOSTILE:
+        program = {"steps": steps, "output": G + len(steps) - 1}
+        slots = given()
+        try:
+            worker.run_program(program, slots, None, set(range(len(slots))), None)
+            failures.append(f"{what}: ran")
+        except worker.PatchProgramError as error:
+            if not isinstance(error.__cause__, PermissionError):
+                failures.append(f"{what}: refused by {type(error.__cause__).__name__}, not the policy: {error}")
+            else:
+                print(f"refused: {what}: {error}")
+    for target in HOSTILE_TARGETS:
+        try:
+            worker.resolve_target("test-hostile", target)
+            failures.append(f"target {target}: accepted")
+        except PermissionError as error:
+            if "test-hostile" not in str(error) and target.split(".")[0] in ("torch", "transformers"):
+                failures.append(f"target {target}: error does not name the plugin: {error}")
+            print(f"refused target: {target}: {error}")
+        except (AttributeError, ImportError) as error:
+            failures.append(f"target {target}: {type(error).__name__} instead of a refusal: {error}")
+    if os.path.exists(MARKER):
+        failures.append(f"a hostile program wrote {MARKER}")
+    if not torch.equal(torch.get_rng_state(), rng) or torch.get_default_dtype() != dtype:
+        failures.append("a hostile program changed torch's global state")
+    for path in ALLOWED_PATHS:
+        try:
+            worker.reach().resolve_op(path)
+        except Exception as error:  # noqa: BLE001
+            failures.append(f"allowed path {path}: {type(error).__name__}: {error}")
+    for target in ALLOWED_TARGETS:
+        try:
+            worker.resolve_target("test", target)
+        except Exception as error:  # noqa: BLE001
+            failures.append(f"allowed target {target}: {type(error).__name__}: {error}")
+    # A context made by an allowed function may be entered, and a program may
+    # use a layer it was handed.
+    program = {"steps": [lookup("torch.nn.attention.SDPBackend.MATH"), call("torch.nn.attention.sdpa_kernel", G),
+                         enter(G + 1), invoke(1, 0)], "output": G + 3}
+    try:
+        worker.run_program(program, given(), None, {0, 1}, None)
+    except Exception as error:  # noqa: BLE001
+        failures.append(f"entering sdpa_kernel and invoking the given layer: {error}")
+    if failures:
+        print("\n".join(failures), file=sys.stderr)
+        raise SystemExit(1)
+    print(f"{len(HOSTILE)} hostile programs and {len(HOSTILE_TARGETS)} hostile targets refused; "
+          f"{len(ALLOWED_PATHS)} paths and {len(ALLOWED_TARGETS)} targets allowed")
+
+
+if __name__ == "__main__":
+    main()
