@@ -335,7 +335,7 @@ class Reach:
             return False
         if isinstance(obj, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
             return obj.namespace in ("aten", "prims")
-        if id(obj) in self.named:
+        if id(obj) in self.named or id(obj) in INSTALLED_SHIMS:
             return True
         name = getattr(obj, "__name__", None)
         if isinstance(obj, types.BuiltinFunctionType) and isinstance(name, str) and not name.startswith("_"):
@@ -536,6 +536,11 @@ class PatchProgramError(RuntimeError):
     pass
 
 
+# The shims in place now, by identity: a program may call a path another patch
+# replaced (its original passed the target check when the shim was installed).
+INSTALLED_SHIMS = {}
+
+
 def shim(plugin, target, original):
     def patched(*args, **kwargs):
         return answer_call(plugin, target, original, args, kwargs)
@@ -597,12 +602,15 @@ def patches_applied(patches):
                 except (AttributeError, ImportError):
                     print(f"hfx: patch target {target} not found; skipped", file=sys.stderr)
                     continue
-                setattr(owner, attribute, shim(patch["plugin"], target, original))
-                installed.append((owner, attribute, original))
+                replacement = shim(patch["plugin"], target, original)
+                setattr(owner, attribute, replacement)
+                INSTALLED_SHIMS[id(replacement)] = replacement
+                installed.append((owner, attribute, original, replacement))
         yield installed
     finally:
-        for owner, attribute, original in reversed(installed):
+        for owner, attribute, original, replacement in reversed(installed):
             setattr(owner, attribute, original)
+            INSTALLED_SHIMS.pop(id(replacement), None)
 
 
 def patch_status(patches):

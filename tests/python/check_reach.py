@@ -199,6 +199,15 @@ def main():
             worker.resolve_target("test", target)
         except Exception as error:  # noqa: BLE001
             failures.append(f"allowed target {target}: {type(error).__name__}: {error}")
+    # A path another patch replaced resolves to its shim, which a program may call.
+    with worker.patches_applied([{"plugin": "test", "targets": ["torch.roll", "torch.Tensor.reshape"]}]):
+        for path in ("torch.roll", "torch.Tensor.reshape"):
+            try:
+                assert getattr(worker.reach().resolve_op(path), "hfx_shim", False), path
+            except Exception as error:  # noqa: BLE001
+                failures.append(f"a shimmed path {path}: {type(error).__name__}: {error}")
+    if worker.INSTALLED_SHIMS or getattr(torch.roll, "hfx_shim", False):
+        failures.append("shims left installed")
     # A context made by an allowed function may be entered, and a program may
     # use a layer it was handed.
     program = {"steps": [lookup("torch.nn.attention.SDPBackend.MATH"), call("torch.nn.attention.sdpa_kernel", G),
