@@ -90,3 +90,100 @@ fn a_bad_manifest_is_one_line_naming_the_file() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains(&dir.join("plugin.toml").display().to_string()) && stderr.contains("missing field"), "{stderr}");
 }
+
+/// `hfx ARGS` in `dir` (no Python involved).
+fn hfx_in(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_hfx")).args(args).current_dir(dir).env("HFX_CACHE_DIR", cache_dir()).output().unwrap()
+}
+
+fn one_error_line(out: &std::process::Output) -> String {
+    assert!(!out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    let stderr = String::from_utf8(out.stderr.clone()).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    stderr
+}
+
+#[test]
+fn a_plugin_memory_cap_past_32_bits_is_refused_not_wrapped() {
+    let dir = tempfile::tempdir().unwrap();
+    let example = root().join(EXAMPLE);
+    let output = dir.path().join("out.json");
+    // 2^44 MiB: `m << 20` wraps to a 0-byte cap.
+    for mib in ["17592186044416", "4097", "0"] {
+        let out = hfx_in(dir.path(), &["run", "--backend", "onnx", example.to_str().unwrap(), "-o", output.to_str().unwrap(), "--plugin-memory-mib", mib]);
+        let stderr = one_error_line(&out);
+        assert!(stderr.contains(&format!("--plugin-memory-mib {mib}: give 1 to 4096")), "{stderr}");
+    }
+    assert!(!output.exists());
+    let out = hfx_in(dir.path(), &["run", "--backend", "onnx", example.to_str().unwrap(), "-o", output.to_str().unwrap(), "--plugin-memory-mib", "4096"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn trace_options_with_an_input_file_are_an_error_not_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let example = root().join(EXAMPLE);
+    let output = dir.path().join("out.json");
+    let base = ["run", "--backend", "onnx", example.to_str().unwrap(), "-o", output.to_str().unwrap()];
+    for (extra, named) in [
+        (&["--set", "hidden_size=64"][..], "--set"),
+        (&["--dynamic"][..], "--dynamic"),
+        (&["--dtype", "float16", "--decompose"][..], "--decompose, --dtype"),
+        (&["--model", "llama"][..], "either an input file or a model"),
+    ] {
+        let out = hfx_in(dir.path(), &[&base[..], extra].concat());
+        let stderr = one_error_line(&out);
+        assert!(stderr.contains(named), "{extra:?}: {stderr}");
+        if !extra.contains(&"--model") {
+            assert!(stderr.contains("apply to a model hfx traces") && stderr.contains("dynamic-batch-sort.json"), "{stderr}");
+        }
+    }
+    // The same from a config file.
+    std::fs::write(dir.path().join("run.toml"), "backend = \"onnx\"\ndynamic = true\n").unwrap();
+    let out = hfx_in(dir.path(), &["run", "--config", "run.toml", example.to_str().unwrap(), "-o", output.to_str().unwrap()]);
+    assert!(one_error_line(&out).contains("--dynamic apply to a model hfx traces"));
+    assert!(!output.exists());
+}
+
+#[test]
+fn an_os_error_is_printed_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = hfx_in(dir.path(), &["run", "--backend", "dynamo", "--model", "llama", "-o", "out.pt2", "--python", "/nonexistent/python"]);
+    let stderr = one_error_line(&out);
+    assert!(stderr.contains("cannot start the trace worker with `/nonexistent/python`"), "{stderr}");
+    assert_eq!(stderr.matches("No such file or directory").count(), 1, "{stderr}");
+    let out = hfx_in(dir.path(), &["run", "--backend", "onnx", "/nonexistent/graph.json", "-o", "out.json"]);
+    let stderr = one_error_line(&out);
+    assert_eq!(stderr.matches("No such file or directory").count(), 1, "{stderr}");
+}
+
+#[test]
+fn worker_memory_limits_out_of_range_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    for gib in ["0", "-1", "NaN", "1e300"] {
+        let out = hfx_in(dir.path(), &["run", "--backend", "dynamo", "--model", "llama", "-o", "out.pt2", &format!("--worker-memory-gib={gib}")]);
+        let stderr = one_error_line(&out);
+        assert!(stderr.contains("--worker-memory-gib") && stderr.contains("give 0.25 to"), "{gib}: {stderr}");
+    }
+    // From the config file too (`worker-memory-gib`).
+    std::fs::write(dir.path().join("run.toml"), "backend = \"dynamo\"\nmodel = \"llama\"\noutput = \"out.pt2\"\nworker-memory-gib = 0.1\n").unwrap();
+    let stderr = one_error_line(&hfx_in(dir.path(), &["run", "--config", "run.toml"]));
+    assert!(stderr.contains("--worker-memory-gib 0.1: give 0.25 to"), "{stderr}");
+}
+
+#[test]
+fn stale_scratch_folders_of_dead_hfx_runs_are_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    // No process has this pid (pid_max is at most 2^22); the test's own pid is alive.
+    let dead = dir.path().join(".hfx-trace-2147483646");
+    let alive = dir.path().join(format!(".hfx-trace-{}", std::process::id()));
+    for scratch in [&dead, &alive] {
+        std::fs::create_dir(scratch).unwrap();
+        std::fs::write(scratch.join("model.pt2"), "left by a killed run").unwrap();
+    }
+    let example = root().join(EXAMPLE);
+    let out = hfx_in(dir.path(), &["run", "--backend", "onnx", example.to_str().unwrap(), "-o", "out.json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!dead.exists(), "the dead run's scratch folder must go");
+    assert!(alive.exists(), "a running hfx's scratch folder must stay");
+}

@@ -132,3 +132,159 @@ fn the_same_plugin_twice_is_an_error() {
     let e = hfx::plugins::load_all(&runtime, &[dir.clone(), dir]).err().unwrap().to_string();
     assert!(e.contains("found twice"), "{e}");
 }
+
+// ── Files that are not what they seem (issue 11) ──
+
+fn mkfifo(path: &Path) {
+    let status = std::process::Command::new("mkfifo").arg(path).status().expect("mkfifo runs");
+    assert!(status.success());
+}
+
+/// `discover_one` on a thread: a read that blocks (a FIFO) fails the test instead of hanging it.
+fn load_error_within(dir: &Path, seconds: u64) -> String {
+    let dir = dir.to_path_buf();
+    let (send, receive) = std::sync::mpsc::channel();
+    std::thread::spawn(move || send.send(load_error(&dir)).unwrap());
+    receive.recv_timeout(std::time::Duration::from_secs(seconds)).expect("reading the plugin blocked")
+}
+
+#[test]
+fn a_fifo_as_manifest_or_component_is_refused_at_once() {
+    let (_tmp, dir) = plugin_copy(|m| m);
+    std::fs::remove_file(dir.join("onnx_fix_alias.wasm")).unwrap();
+    mkfifo(&dir.join("onnx_fix_alias.wasm"));
+    let e = load_error_within(&dir, 20);
+    assert!(e.contains("onnx_fix_alias.wasm") && e.contains("not a regular file (a FIFO)"), "{e}");
+
+    let (_tmp, dir) = plugin_copy(|m| m);
+    std::fs::remove_file(dir.join("plugin.toml")).unwrap();
+    mkfifo(&dir.join("plugin.toml"));
+    let e = load_error_within(&dir, 20);
+    assert!(e.contains("plugin.toml") && e.contains("not a regular file (a FIFO)"), "{e}");
+}
+
+#[test]
+fn a_folder_as_component_says_what_it_is() {
+    let (_tmp, dir) = plugin_copy(|m| m);
+    std::fs::remove_file(dir.join("onnx_fix_alias.wasm")).unwrap();
+    std::fs::create_dir(dir.join("onnx_fix_alias.wasm")).unwrap();
+    let e = load_error(&dir);
+    assert!(e.contains("component `onnx_fix_alias.wasm` is not a regular file (a folder)"), "{e}");
+    assert!(!e.contains("outside"), "{e}");
+}
+
+#[test]
+fn an_oversized_manifest_is_refused_before_it_is_read() {
+    // Valid TOML (a comment), 2 MiB: the old reader parsed it whole.
+    let (_tmp, dir) = plugin_copy(|m| format!("{m}\n#{}\n", "x".repeat(2 << 20)));
+    let e = load_error(&dir);
+    assert!(e.contains("plugin.toml") && e.contains("over the 1048576-byte limit"), "{e}");
+}
+
+// ── The compiled-code cache (issue 11, item 6) ──
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+fn cached_runtime(dir: &Path) -> Runtime {
+    Runtime::new(RuntimeOptions { cache_dir: Some(dir.to_path_buf()), ..Default::default() }).unwrap()
+}
+
+/// The cache entry of the component with this sha256.
+fn entry_of(cache: &Path, sha256: &str) -> PathBuf {
+    let entries: Vec<PathBuf> = std::fs::read_dir(cache)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(sha256) && p.extension().is_some_and(|e| e == "cwasm"))
+        .collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    entries[0].clone()
+}
+
+#[test]
+fn a_cache_entry_copied_under_another_plugins_key_does_not_run() {
+    let cache = tempfile::tempdir().unwrap();
+    let alias = discover_one(&plugin_dir("plugins/onnx/fix-alias")).unwrap();
+    let sort = discover_one(&plugin_dir("plugins/onnx/fix-sort-stable")).unwrap();
+    {
+        let runtime = cached_runtime(cache.path());
+        assert_eq!(runtime.load(&alias).unwrap().cache, CacheOutcome::Compiled);
+        assert_eq!(runtime.load(&sort).unwrap().cache, CacheOutcome::Compiled);
+    }
+    // The attacker's move: the alias fix's compiled code under the sort fix's key.
+    std::fs::copy(entry_of(cache.path(), &alias.component_sha256), entry_of(cache.path(), &sort.component_sha256)).unwrap();
+
+    let runtime = cached_runtime(cache.path());
+    let plugin = runtime.load(&sort).expect("the sort fix loads its own code");
+    assert_eq!(plugin.cache, CacheOutcome::Replaced, "the swapped entry must not verify");
+    assert_eq!(plugin.targets, sort.manifest.plugin.targets, "describe() answered by the sort fix's own code");
+    let (mut graph, _) = sort_stable_graph();
+    hfx::stages::fx_node_fix::run(&runtime, &[&plugin], &mut graph, "fx-node-fixes", hfx::stages::OnPluginError::Fail).unwrap();
+    assert_eq!(targets(&graph), ["aten.sort.default"]);
+    // Rewritten with its own code: the next load is a hit.
+    assert_eq!(cached_runtime(cache.path()).load(&sort).unwrap().cache, CacheOutcome::Hit);
+}
+
+#[test]
+fn the_cache_folder_is_created_private() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("new/components");
+    let found = discover_one(&plugin_dir("plugins/onnx/fix-alias")).unwrap();
+    assert_eq!(cached_runtime(&cache).load(&found).unwrap().cache, CacheOutcome::Compiled);
+    let mode = std::fs::metadata(&cache).unwrap().mode() & 0o777;
+    assert_eq!(mode, 0o700, "cache folder mode {mode:o}");
+    let entry = entry_of(&cache, &found.component_sha256);
+    let mode = std::fs::metadata(&entry).unwrap().mode() & 0o777;
+    assert_eq!(mode, 0o600, "cache entry mode {mode:o}");
+}
+
+#[test]
+fn a_cache_folder_others_can_write_is_not_used() {
+    let found = discover_one(&plugin_dir("plugins/onnx/fix-alias")).unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(cache.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let runtime = cached_runtime(cache.path());
+    let plugin = runtime.load(&found).unwrap();
+    assert_eq!(plugin.cache, CacheOutcome::Untrusted);
+    assert_eq!(runtime.load(&found).unwrap().cache, CacheOutcome::Untrusted, "never a hit");
+    assert_eq!(std::fs::read_dir(cache.path()).unwrap().count(), 0, "nothing written to an untrusted folder");
+    // Compiled in memory, it still works.
+    let (mut graph, _) = alias_graph();
+    hfx::stages::fx_node_fix::run(&runtime, &[&plugin], &mut graph, "fx-node-fixes", hfx::stages::OnPluginError::Fail).unwrap();
+    assert_eq!(targets(&graph), ["aten.mul.Tensor"]);
+
+    // A folder above the cache that others can write (without the sticky bit) is refused too.
+    let base = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    assert_eq!(cached_runtime(&base.path().join("cache")).load(&found).unwrap().cache, CacheOutcome::Untrusted);
+}
+
+#[test]
+fn a_cache_entry_others_can_write_is_refused_and_rewritten() {
+    let found = discover_one(&plugin_dir("plugins/onnx/fix-alias")).unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    assert_eq!(cached_runtime(cache.path()).load(&found).unwrap().cache, CacheOutcome::Compiled);
+    let entry = entry_of(cache.path(), &found.component_sha256);
+    std::fs::set_permissions(&entry, std::fs::Permissions::from_mode(0o666)).unwrap();
+    assert_eq!(cached_runtime(cache.path()).load(&found).unwrap().cache, CacheOutcome::Untrusted);
+    // Rewritten private: trusted again.
+    assert_eq!(std::fs::metadata(&entry).unwrap().mode() & 0o777, 0o600);
+    assert_eq!(cached_runtime(cache.path()).load(&found).unwrap().cache, CacheOutcome::Hit);
+}
+
+#[test]
+fn a_cache_owned_by_someone_else_is_not_used() {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: changing owners needs root");
+        return;
+    }
+    let chown = |path: &Path| std::os::unix::fs::chown(path, Some(65534), Some(65534)).unwrap();
+    let found = discover_one(&plugin_dir("plugins/onnx/fix-alias")).unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    assert_eq!(cached_runtime(cache.path()).load(&found).unwrap().cache, CacheOutcome::Compiled);
+    chown(&entry_of(cache.path(), &found.component_sha256));
+    assert_eq!(cached_runtime(cache.path()).load(&found).unwrap().cache, CacheOutcome::Untrusted, "an entry of another user");
+    assert_eq!(cached_runtime(cache.path()).load(&found).unwrap().cache, CacheOutcome::Hit, "rewritten as ours");
+    chown(cache.path());
+    assert_eq!(cached_runtime(cache.path()).load(&found).unwrap().cache, CacheOutcome::Untrusted, "a folder of another user");
+}

@@ -242,3 +242,230 @@ fn a_new_plugin_builds_and_passes_verify_as_generated() {
     assert!(out.status.success(), "{stdout}{stderr}");
     assert!(stdout.contains("my-fix") && stdout.contains("self-tests: 1/1 passed"), "{stdout}");
 }
+
+// ── Nothing vanishes silently; every input bounded (issue 11) ──
+
+/// `hfx ARGS` in `dir` that must finish within `seconds` (a FIFO must not hang it).
+fn hfx_within(dir: &Path, args: &[&str], seconds: u64) -> Output {
+    hfx_cmd_within(Command::new(env!("CARGO_BIN_EXE_hfx")), dir, args, seconds)
+}
+
+fn hfx_cmd_within(mut command: Command, dir: &Path, args: &[&str], seconds: u64) -> Output {
+    let mut child = command
+        .args(args)
+        .current_dir(dir)
+        .env("HFX_CACHE_DIR", dir.join(".cache"))
+        .env("HFX_PYTHON", "/nonexistent/python")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            let out = child.wait_with_output().unwrap();
+            panic!("hfx {args:?} hung for {seconds} s: {:?}", text(&out));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// `hfx ARGS` as a user without root's right to read everything (nobody, when
+/// the tests run as root), so that permissions bite.
+fn hfx_unprivileged(dir: &Path, args: &[&str]) -> Output {
+    let command = if is_root() {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--", env!("CARGO_BIN_EXE_hfx")]);
+        c
+    } else {
+        Command::new(env!("CARGO_BIN_EXE_hfx"))
+    };
+    hfx_cmd_within(command, dir, args, 60)
+}
+
+fn mkfifo(path: &Path) {
+    let status = Command::new("mkfifo").arg(path).status().expect("mkfifo runs");
+    assert!(status.success());
+}
+
+/// A folder everyone may read (tempfile's are 0700), for the unprivileged runs.
+fn open_to_all(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[test]
+fn skipped_plugin_folders_are_warned_about_and_fail_verify_strict() {
+    let project = project();
+    let dir = project.path();
+    let plugins = dir.join("plugins");
+    // A symlinked plugin folder inside the root, one leading outside it, a
+    // symlinked manifest leaving its plugin folder, and a plugin too deep.
+    std::os::unix::fs::symlink("fix-alias", plugins.join("alias-link")).unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let outside = copy_plugin("plugins/onnx/fix-sort-stable", elsewhere.path(), |m| m);
+    std::os::unix::fs::symlink(&outside, plugins.join("outside-link")).unwrap();
+    let linked = plugins.join("linked-manifest");
+    std::fs::create_dir(&linked).unwrap();
+    std::os::unix::fs::symlink(outside.join("plugin.toml"), linked.join("plugin.toml")).unwrap();
+    let deep = plugins.join("a/b/c");
+    std::fs::create_dir_all(&deep).unwrap();
+    copy_plugin("plugins/onnx/fix-sort-stable", &deep, |m| m);
+
+    let out = hfx(dir, &["plugins", "verify", "--plugins", "plugins", "--target", "torch=2.13.0", "--no-cache"]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "warnings alone do not fail verify: {stdout}{stderr}");
+    let warning = |path: &str, why: &str| {
+        assert!(
+            stderr.lines().any(|l| l.starts_with("warning: ") && l.contains(path) && l.contains(why)),
+            "no warning naming {path} ({why}):\n{stderr}"
+        )
+    };
+    warning("plugins/alias-link", "symlinked folder");
+    warning("plugins/outside-link", "symlink that leads outside");
+    warning("plugins/linked-manifest/plugin.toml", "symlink that leads outside its plugin folder");
+    warning("plugins/a/b/c/fix-sort-stable", "deeper than discovery looks");
+    assert_eq!(stderr.lines().filter(|l| l.starts_with("warning: ")).count(), 4, "{stderr}");
+
+    let out = hfx(dir, &["plugins", "verify", "--plugins", "plugins", "--target", "torch=2.13.0", "--no-cache", "--strict"]);
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success(), "--strict fails on warnings: {stderr}");
+    assert!(stderr.lines().last().unwrap().contains("--strict: 4 warning(s)"), "{stderr}");
+
+    // `list` and `run` print them too.
+    let out = hfx(dir, &["plugins", "list", "--plugins", "plugins", "--target", "torch=2.13.0", "--no-cache"]);
+    assert!(out.status.success() && text(&out).1.contains("plugins/alias-link: is a symlinked folder"), "{:?}", text(&out));
+    let out = hfx(dir, &["run", "--backend", "onnx", "--plugins", "plugins", "--target", "torch=2.13.0", "graph.json", "-o", "out.json"]);
+    assert!(out.status.success() && text(&out).1.contains("deeper than discovery looks"), "{:?}", text(&out));
+}
+
+#[test]
+fn unreadable_folders_and_components_say_so() {
+    let project = project();
+    let dir = project.path();
+    open_to_all(dir);
+    let plugins = dir.join("plugins");
+    // An unreadable plugin sub-folder: warned about, not silently missing.
+    let hidden = plugins.join("unreadable");
+    std::fs::create_dir(&hidden).unwrap();
+    copy_plugin("plugins/onnx/fix-sort-stable", &hidden, |m| m);
+    std::fs::set_permissions(&hidden, std::os::unix::fs::PermissionsExt::from_mode(0o000)).unwrap();
+    let out = hfx_unprivileged(dir, &["plugins", "list", "--plugins", "plugins", "--target", "torch=2.13.0", "--no-cache"]);
+    let (_, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("warning: plugins/unreadable: cannot read folder (permission denied); plugins in it are skipped"), "{stderr}");
+    let out = hfx_unprivileged(dir, &["plugins", "verify", "--plugins", "plugins", "--target", "torch=2.13.0", "--no-cache", "--strict"]);
+    assert!(!out.status.success(), "{:?}", text(&out));
+    std::fs::set_permissions(&hidden, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::remove_dir_all(&hidden).unwrap();
+
+    // An unreadable component: permission denied, not "outside the plugin folder".
+    let wasm = plugins.join("fix-alias/onnx_fix_alias.wasm");
+    std::fs::set_permissions(&wasm, std::os::unix::fs::PermissionsExt::from_mode(0o000)).unwrap();
+    let out = hfx_unprivileged(dir, &["plugins", "list", "--plugins", "plugins", "--target", "torch=2.13.0", "--no-cache"]);
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success());
+    assert!(stderr.contains("onnx_fix_alias.wasm: component `onnx_fix_alias.wasm` cannot be read: permission denied"), "{stderr}");
+    assert!(!stderr.contains("outside"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
+
+#[test]
+fn fifos_do_not_hang_list_and_big_files_are_refused() {
+    let project = project();
+    let dir = project.path();
+    let plugins = dir.join("plugins");
+    // The component a FIFO.
+    let wasm = plugins.join("fix-alias/onnx_fix_alias.wasm");
+    std::fs::remove_file(&wasm).unwrap();
+    mkfifo(&wasm);
+    let out = hfx_within(dir, &["plugins", "list", "--plugins", "plugins", "--target", "torch=2.13.0"], 30);
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success());
+    assert!(stderr.contains("onnx_fix_alias.wasm") && stderr.contains("not a regular file (a FIFO)"), "{stderr}");
+    std::fs::remove_file(&wasm).unwrap();
+    std::fs::copy(plugin_dir("plugins/onnx/fix-alias").join("onnx_fix_alias.wasm"), &wasm).unwrap();
+
+    // The manifest a FIFO: an error naming it, not a plugin quietly gone.
+    let manifest = plugins.join("fix-assertion/plugin.toml");
+    std::fs::remove_file(&manifest).unwrap();
+    mkfifo(&manifest);
+    let out = hfx_within(dir, &["plugins", "list", "--plugins", "plugins", "--target", "torch=2.13.0"], 30);
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success());
+    assert!(stderr.contains("fix-assertion/plugin.toml: is not a regular file (a FIFO)"), "{stderr}");
+    std::fs::remove_dir_all(plugins.join("fix-assertion")).unwrap();
+
+    // A self-test case a FIFO: that case fails, verify finishes.
+    std::fs::create_dir_all(plugins.join("fix-alias/selftest")).unwrap();
+    mkfifo(&plugins.join("fix-alias/selftest/fifo.json"));
+    let out = hfx_within(dir, &["plugins", "verify", "--plugins", "plugins", "--target", "torch=2.13.0"], 60);
+    let (stdout, _) = text(&out);
+    assert!(!out.status.success());
+    assert!(stdout.contains("selftest/fifo.json: is not a regular file (a FIFO)"), "{stdout}");
+    std::fs::remove_file(plugins.join("fix-alias/selftest/fifo.json")).unwrap();
+
+    // A lock that is a FIFO, or over 16 MiB (valid TOML: a comment), is refused.
+    mkfifo(&dir.join("fifo.lock"));
+    let out = hfx_within(dir, &["plugins", "list", "--plugins", "plugins", "--target", "torch=2.13.0", "--lock", "fifo.lock"], 30);
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success() && stderr.contains("fifo.lock") && stderr.contains("FIFO"), "{stderr}");
+    assert!(hfx(dir, &["plugins", "lock", "--plugins", "plugins", "--target", "torch=2.13.0"]).status.success());
+    let mut lock = std::fs::read_to_string(dir.join("hfx.lock")).unwrap();
+    lock.push_str(&format!("#{}\n", "x".repeat(17 << 20)));
+    std::fs::write(dir.join("hfx.lock"), lock).unwrap();
+    let out = hfx_within(dir, &["plugins", "list", "--plugins", "plugins", "--target", "torch=2.13.0"], 30);
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success());
+    assert!(stderr.contains("hfx.lock") && stderr.contains("over the 16 MiB limit"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
+
+#[test]
+fn lock_with_a_python_that_cannot_run_fails_and_writes_nothing() {
+    // Plugins without upstream ranges: nothing else would stop the lock.
+    let project = tempfile::tempdir().unwrap();
+    let dir = project.path();
+    for p in ["plugins/onnx/fix-alias", "plugins/onnx/fix-sort-stable"] {
+        copy_plugin(p, &dir.join("plugins"), |m| m);
+    }
+    for args in [
+        &["plugins", "lock", "--plugins", "plugins", "--python", "/nonexistent"][..],
+        &["plugins", "lock", "--plugins", "plugins", "--python", "/nonexistent", "--target", "torch=2.13.0"][..],
+        &["plugins", "lock", "--plugins", "plugins"][..], // $HFX_PYTHON cannot run, and no --target
+    ] {
+        let out = hfx(dir, args);
+        let (_, stderr) = text(&out);
+        assert!(!out.status.success(), "{args:?}: {stderr}");
+        assert!(stderr.contains("cannot read the installed upstream versions to lock") && stderr.contains("/nonexistent"), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(!dir.join("hfx.lock").exists(), "{args:?} wrote a lock");
+    }
+}
+
+#[test]
+fn an_untrusted_cache_is_one_warning_line_and_fails_verify_strict() {
+    use std::os::unix::fs::PermissionsExt;
+    let project = project();
+    let dir = project.path();
+    let cache = dir.join("shared-cache");
+    std::fs::create_dir(&cache).unwrap();
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let args = ["plugins", "verify", "--plugins", "plugins", "--target", "torch=2.13.0", "--cache-dir", "shared-cache"];
+    let out = hfx(dir, &args);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.contains("not trusted")).collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].contains("shared-cache") && lines[0].contains("writable by group or others"), "{stderr}");
+    assert_eq!(std::fs::read_dir(&cache).unwrap().count(), 0, "nothing written there");
+    let out = hfx(dir, &[&args[..], &["--strict"]].concat());
+    assert!(!out.status.success(), "{:?}", text(&out));
+}

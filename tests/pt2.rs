@@ -109,9 +109,9 @@ fn weights_are_byte_ranges_and_tied_weights_share_them() {
     let wte = &weights["transformer.wte.weight"];
     let head = &weights["lm_head.weight"];
     assert_eq!(wte.path_name, head.path_name);
-    let bytes = pt2.weight("model", "lm_head.weight").unwrap();
+    let bytes = pt2.weight("model", "lm_head.weight").unwrap().unwrap();
     assert_eq!(bytes.len(), 128 * 32 * 4);
-    assert_eq!(bytes.as_ptr(), pt2.weight("model", "transformer.wte.weight").unwrap().as_ptr());
+    assert_eq!(bytes.as_ptr(), pt2.weight("model", "transformer.wte.weight").unwrap().unwrap().as_ptr());
 }
 
 #[test]
@@ -318,4 +318,165 @@ fn argument_kinds_without_values_survive_the_ir() {
     let program = &pt2.programs["model"];
     let back = convert::from_ir(&convert::to_ir(program).unwrap(), program).unwrap();
     assert_program_eq(&back, program, "planted argument kinds");
+}
+
+/// Where a damaged copy of a fixture's weight goes wrong.
+enum Damage {
+    Short,
+    Empty,
+    Missing,
+    /// One bit of the weight's data flipped after writing (the CRC-32 no longer matches).
+    Crc,
+    /// The weight's local header names a length one short of the directory's.
+    LocalNameLength,
+    /// The weight's local header says it is a byte longer than the directory does.
+    LocalSize,
+    /// torch's own archive with the CRC-32 in the weight's data descriptor changed.
+    Descriptor,
+}
+
+/// A copy of the bert fixture with the storage of its first weight damaged;
+/// returns the archive, the weight's fqn and its entry's name.
+fn damaged(dir: &Path, damage: Damage) -> (PathBuf, String, String) {
+    let original = Pt2::open(&fixture(&fixtures(), "bert", "static")).unwrap();
+    let (fqn, meta) = original.weights["model"].config.iter().next().unwrap();
+    let entry_name = original.archive().entries().iter().find(|e| e.name.ends_with(&format!("data/weights/{}", meta.path_name))).unwrap().name.clone();
+    let path = dir.join("damaged.pt2");
+    let mut w = hfx::graph::pt2::archive::ArchiveWriter::create(&path).unwrap();
+    for e in original.archive().entries() {
+        let bytes = original.archive().bytes(e);
+        match (&damage, e.name == entry_name) {
+            (Damage::Short, true) => w.add(&e.name, &bytes[..bytes.len() - 4]).unwrap(),
+            (Damage::Empty, true) => w.add(&e.name, &[]).unwrap(),
+            (Damage::Missing, true) => {}
+            _ => w.add(&e.name, bytes).unwrap(),
+        }
+    }
+    w.finish().unwrap();
+    let mut bytes = std::fs::read(&path).unwrap();
+    let entry = Pt2::open(&path).unwrap().archive().entry(&entry_name).cloned();
+    match damage {
+        Damage::Crc => bytes[entry.unwrap().offset as usize + 7] ^= 0x10,
+        Damage::LocalNameLength | Damage::LocalSize => {
+            // The local header is right before the name, padding and data: find its signature.
+            let offset = entry.unwrap().offset as usize;
+            let local = (0..offset).rev().find(|&i| bytes[i..i + 4] == [0x50, 0x4b, 0x03, 0x04]).unwrap();
+            let (at, delta) = if let Damage::LocalNameLength = damage { (local + 26, -1i64) } else { (local + 22, 1) };
+            let width = if at == local + 26 { 2 } else { 4 };
+            let mut value = [0u8; 8];
+            value[..width].copy_from_slice(&bytes[at..at + width]);
+            let value = (u64::from_le_bytes(value) as i64 + delta) as u64;
+            bytes[at..at + width].copy_from_slice(&value.to_le_bytes()[..width]);
+        }
+        _ => {}
+    }
+    if let Damage::Descriptor = damage {
+        // torch writes CRC and sizes after the data (flag bit 3): `PK\x07\x08`, CRC, sizes.
+        bytes = std::fs::read(fixture(&fixtures(), "bert", "static")).unwrap();
+        let entry = original.archive().entry(&entry_name).unwrap();
+        let end = (entry.offset + entry.len) as usize;
+        assert_eq!(bytes[end..end + 4], [0x50, 0x4b, 0x07, 0x08], "torch writes data descriptors");
+        bytes[end + 4] ^= 1;
+    }
+    std::fs::write(&path, &bytes).unwrap();
+    (path, fqn.clone(), entry_name)
+}
+
+/// `hfx run` on a damaged archive, for `backend`: fails with one line naming
+/// the archive and `expect`, and leaves neither output nor temp file.
+fn refused_by_run(dir: &Path, input: &Path, backend: &str, expect: &[&str]) {
+    let out = dir.join(if backend == "onnx" { "out.onnx" } else { "out.pt2" });
+    let mut args = vec!["run", "--backend", backend, input.to_str().unwrap(), "-o", out.to_str().unwrap()];
+    let plugins = root().join("plugins/onnx").display().to_string();
+    let dynamo = root().join("plugins/dynamo").display().to_string();
+    if backend == "onnx" {
+        args.extend(["--plugins", &dynamo, "--plugins", &plugins]);
+    }
+    let result = hfx(&args);
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(!result.status.success(), "{backend}: accepted: {stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{backend}: {stderr}");
+    assert!(stderr.contains(&input.display().to_string()), "{backend}: {stderr}");
+    for e in expect {
+        assert!(stderr.contains(e), "{backend}: `{e}` not in: {stderr}");
+    }
+    let left: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).filter(|n| n != "damaged.pt2").collect();
+    assert!(left.is_empty(), "{backend}: left behind: {left:?}");
+}
+
+#[test]
+fn damaged_weights_are_refused_by_both_backends() {
+    plugin_dir("plugins/onnx/translate-matmul");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    for (damage, what) in [
+        (Damage::Short, "holds"),
+        (Damage::Empty, "is empty, the tensor needs"),
+        (Damage::Missing, "is missing"),
+        (Damage::Crc, "is corrupt (CRC-32 mismatch)"),
+    ] {
+        let (path, fqn, entry) = damaged(dir, damage);
+        let weight = format!("weight `{fqn}`");
+        let expect = [weight.as_str(), entry.as_str(), what];
+        let e = Pt2::open(&path).unwrap().weight("model", &fqn).err().expect("weight refused").to_string();
+        assert!(expect.iter().all(|x| e.contains(x)), "{e}");
+        refused_by_run(dir, &path, "dynamo", &expect);
+        refused_by_run(dir, &path, "onnx", &expect);
+    }
+    for (damage, what) in [
+        (Damage::LocalNameLength, "local header names another entry"),
+        (Damage::LocalSize, "local header says"),
+        (Damage::Descriptor, "local header's data descriptor disagrees with the directory's CRC-32"),
+    ] {
+        let (path, _, entry) = damaged(dir, damage);
+        let e = Pt2::open(&path).err().expect("archive refused").to_string();
+        assert!(e.contains(&entry) && e.contains(what), "{e}");
+        refused_by_run(dir, &path, "dynamo", &[&entry, what]);
+        refused_by_run(dir, &path, "onnx", &[&entry, what]);
+    }
+}
+
+#[test]
+fn a_fifo_as_input_is_refused_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fifo = tmp.path().join("input.pt2");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let out = tmp.path().join("out.pt2");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hfx"))
+        .args(["run", "--backend", "dynamo", fifo.to_str().unwrap(), "-o", out.to_str().unwrap()])
+        .current_dir(root())
+        .env("HFX_CACHE_DIR", root().join("target/hfx-test-cache"))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > std::time::Duration::from_secs(60) {
+            child.kill().unwrap();
+            panic!("hfx hung on a FIFO input");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success());
+    assert!(stderr.contains("input.pt2") && stderr.contains("FIFO"), "{stderr}");
+}
+
+#[test]
+fn every_weight_of_real_archives_passes_the_checks() {
+    // No false alarms: torch's own archives (data descriptors, tied weights, views) pass.
+    let dir = fixtures();
+    for arch in ARCHS {
+        for mode in MODES {
+            let pt2 = Pt2::open(&fixture(&dir, arch, mode)).unwrap();
+            pt2.check_payloads().unwrap_or_else(|e| panic!("{arch} {mode}: {e}"));
+            for fqn in pt2.weights["model"].config.keys() {
+                assert!(pt2.weight("model", fqn).unwrap().is_some(), "{arch} {mode}: {fqn}");
+            }
+        }
+    }
 }

@@ -131,6 +131,146 @@ fn reading_too_much_hits_the_host_budget() {
     assert_eq!(graph.fingerprint(), before);
 }
 
+#[test]
+fn unbounded_recursion_is_a_stack_overflow_not_a_host_crash() {
+    let error = contained("tests/plugins/hostile-recursion", Limits::default());
+    assert_eq!(error.failure, Failure::StackOverflow { bytes: 512 << 10 });
+    assert!(error.to_string().contains("stack overflow"), "{error}");
+    // The wasm stack cap leaves the host's native stack alone: the same call on
+    // a thread with only 1 MiB of stack (half a test thread's) traps cleanly.
+    let on_a_small_stack = std::thread::Builder::new()
+        .stack_size(1 << 20)
+        .spawn(|| {
+            let runtime = runtime();
+            let bad = load(&runtime, "tests/plugins/hostile-recursion");
+            let (mut graph, [relu, _, _]) = relu_add_mul();
+            Session::new(&runtime, &bad, "fx-node-fixes").fx_node_fix(&mut graph, relu).unwrap_err().failure
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    assert_eq!(on_a_small_stack, Failure::StackOverflow { bytes: 512 << 10 });
+}
+
+#[test]
+fn one_huge_memory_grow_is_refused_at_the_cap() {
+    let error = contained("tests/plugins/hostile-grow", Limits::default());
+    assert_eq!(error.failure, Failure::MemoryCap { bytes: 64 << 20 });
+    let line = error.to_string();
+    assert!(line.contains("memory limit") && line.contains(&(64u64 << 20).to_string()), "{line}");
+}
+
+#[test]
+fn table_growth_is_refused_at_the_table_cap() {
+    // 100000 elements: under the old allowance (1M), over the cap.
+    let error = contained("tests/plugins/hostile-table", Limits::default());
+    assert_eq!(error.failure, Failure::TableCap { elements: 10_000 });
+    let line = error.to_string();
+    assert!(line.contains("table limit") && line.contains("10000"), "{line}");
+}
+
+/// What a tripped write budget says (also when one host call alone is over it).
+fn write_budget(bytes: u64) -> Failure {
+    Failure::HostBudget(format!("wrote more than {bytes} bytes to the host in one call"))
+}
+
+#[test]
+fn a_huge_list_in_one_host_call_hits_the_write_budget() {
+    // 10M ints (80 MB): memory is raised so that the list fits in the guest and
+    // only the write budget stands between it and the host.
+    let limits = Limits { memory_bytes: 256 << 20, ..Limits::default() };
+    let error = contained("tests/plugins/hostile-big-list", limits);
+    assert_eq!(error.failure, write_budget(16 << 20));
+}
+
+#[test]
+fn many_strings_over_many_host_calls_hit_the_write_budget() {
+    // 64 insert-calls of 1 MiB each: every one is small, their sum is not.
+    let error = contained("tests/plugins/hostile-writes", Limits::default());
+    assert_eq!(error.failure, write_budget(16 << 20));
+    // The budget is a limit: raise it and the same plugin is let through.
+    let limits = Limits { max_write_bytes: 128 << 20, ..Limits::default() };
+    let runtime = runtime_with(limits);
+    let plugin = load(&runtime, "tests/plugins/hostile-writes");
+    let (mut graph, [relu, _, _]) = relu_add_mul();
+    assert!(Session::new(&runtime, &plugin, "fx-node-fixes").fx_node_fix(&mut graph, relu).unwrap());
+}
+
+#[test]
+fn a_huge_error_message_is_refused_in_one_line() {
+    let error = contained("tests/plugins/hostile-message", Limits::default());
+    assert_eq!(error.failure, Failure::HostBudget("returned an error message of 1048575 bytes (at most 4096)".into()));
+    assert!(error.to_string().len() < 300, "{error}");
+}
+
+#[test]
+fn a_huge_describe_is_refused_at_load() {
+    let runtime = runtime();
+    let found = discover_one(&plugin_dir("tests/plugins/hostile-describe")).unwrap();
+    let error = runtime.load(&found).err().unwrap().to_string();
+    assert!(error.contains("test_hostile_describe.wasm") && error.contains("test-hostile-describe"), "{error}");
+    assert!(error.contains("describe returned 2 targets in 1048616 bytes (at most 65536)"), "{error}");
+    assert!(error.len() < 400 && !error.contains('\n'), "{error}");
+}
+
+#[test]
+fn a_translation_writing_huge_attributes_hits_the_write_budget_and_is_rolled_back() {
+    use hfx::onnx::TranslationBuilder;
+    let runtime = runtime();
+    let bad = load(&runtime, "tests/plugins/hostile-translation");
+    let good = load(&runtime, "tests/plugins/kind-translation");
+    let (mut graph, [relu, _, _]) = relu_add_mul();
+    let x = graph.subgraph(0).unwrap().inputs[0];
+    let mut builder = TranslationBuilder::new(20);
+    builder.value_names.insert(x, "x".into());
+    let before = graph.fingerprint();
+    let error = Session::new(&runtime, &bad, "onnx-translations").translate(&mut graph, relu, &mut builder).unwrap_err();
+    assert_eq!(error.failure, write_budget(16 << 20));
+    assert_eq!((error.plugin.as_str(), error.kind, error.stage.as_str()), ("test-hostile-translation", PluginKind::OnnxTranslation, "onnx-translations"));
+    assert_eq!(error.node.as_deref(), Some("relu"));
+    assert!(builder.nodes.is_empty(), "the emitted nodes must be rolled back");
+    assert_eq!(builder.value_names.len(), 1);
+    assert_eq!(graph.fingerprint(), before);
+    // The next translation still runs on the same builder.
+    Session::new(&runtime, &good, "onnx-translations").translate(&mut graph, relu, &mut builder).unwrap();
+    assert_eq!(builder.nodes.len(), 1);
+    assert_eq!(builder.nodes[0].op_type, "Relu");
+}
+
+#[test]
+fn non_contract_imports_are_refused_at_load_naming_each() {
+    let runtime = runtime();
+    let found = discover_one(&plugin_dir("tests/plugins/hostile-import")).unwrap();
+    let error = runtime.load(&found).err().unwrap().to_string();
+    assert!(error.contains("test_hostile_import.wasm"), "{error}");
+    assert!(error.contains("`evil:host/spawn`") && error.contains("`system`"), "{error}");
+    assert!(!error.contains('\n'), "{error}");
+}
+
+#[test]
+fn a_core_module_importing_env_system_is_refused_at_load() {
+    // (module (import "env" "system" (func (param i32 i32) (result i32)))),
+    // dropped in as a plugin's component. (Inside a component a core import
+    // can only be met by a component import, which the test above covers.)
+    let core: &[u8] = &[
+        0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // magic, core version 1
+        0x01, 0x07, 0x01, 0x60, 0x02, 0x7f, 0x7f, 0x01, 0x7f, // type: (i32, i32) -> i32
+        0x02, 0x0e, 0x01, 0x03, b'e', b'n', b'v', 0x06, b's', b'y', b's', b't', b'e', b'm', 0x00, 0x00, // import env.system
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = dir.path().join("core");
+    std::fs::create_dir(&plugin).unwrap();
+    std::fs::write(plugin.join("core.wasm"), core).unwrap();
+    let manifest = std::fs::read_to_string(root().join("tests/plugins/hostile-wasi/plugin.toml")).unwrap();
+    let manifest = manifest.replace("test-hostile-wasi", "test-hostile-core").replace("test_hostile_wasi.wasm", "core.wasm");
+    std::fs::write(plugin.join("plugin.toml"), manifest).unwrap();
+    let found = discover_one(&plugin).unwrap();
+    // Refused before anything is compiled, linked or run, naming what it imports.
+    let error = runtime().load(&found).err().unwrap().to_string();
+    assert!(error.contains("core.wasm") && error.contains("not a component") && error.contains("`env.system`"), "{error}");
+    assert!(!error.contains('\n'), "{error}");
+}
+
 fn where_call(rows: i64) -> hfx::plugins::patching::PatchedCall {
     use hfx::plugins::patching::{CallValue, Device, Dim, LiveTensor, PatchedCall, TensorMeta};
     let tensor = |dtype: &str| {

@@ -178,3 +178,251 @@ fn a_model_is_traced_in_the_dtype_asked_for_and_decomposed() {
     assert!(!result.status.success());
     assert!(String::from_utf8_lossy(&result.stderr).contains("not a floating torch dtype"));
 }
+
+// ── The worker's box: memory limit, process group, signals, bounded lines ──
+
+/// `hfx ARGS --python <the venv's>` in `dir`, as `hfx_with_python`, but
+/// started (its pid is what the tests look for).
+fn spawn_hfx(dir: &std::path::Path, args: &[&str]) -> std::process::Child {
+    use std::process::Stdio;
+    std::process::Command::new(env!("CARGO_BIN_EXE_hfx"))
+        .args(args)
+        .args(["--python", python().to_str().unwrap()])
+        .current_dir(dir)
+        .env("PYTHONPATH", root().join("tests/python"))
+        .env("HFX_CACHE_DIR", root().join("target/hfx-test-cache"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Polls `found` every 50 ms until it gives something; panics naming `what` after `seconds`.
+fn wait_for<T>(what: &str, seconds: u64, mut found: impl FnMut() -> Option<T>) -> T {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    loop {
+        if let Some(t) = found() {
+            return t;
+        }
+        assert!(std::time::Instant::now() < end, "no {what} within {seconds} s");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// `(pid, ppid, pgrp)` of every living process (zombies are dead).
+fn processes() -> Vec<(u32, u32, u32)> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        .filter_map(|stat| {
+            let (head, tail) = stat.rsplit_once(')')?;
+            let fields: Vec<&str> = tail.split_whitespace().collect();
+            (fields.first() != Some(&"Z"))
+                .then(|| Some((head.split_once('(')?.0.trim().parse().ok()?, fields.get(1)?.parse().ok()?, fields.get(2)?.parse().ok()?)))?
+        })
+        .collect()
+}
+
+/// Waits (generously: a SIGKILLed process takes a moment) until no living
+/// process is in group `group` nor has one of `pids`.
+fn assert_gone(group: u32, pids: &[u32]) {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let left: Vec<_> = processes().into_iter().filter(|&(pid, _, pgrp)| pgrp == group || pids.contains(&pid)).collect();
+        if left.is_empty() {
+            return;
+        }
+        assert!(std::time::Instant::now() < end, "processes of the worker survived hfx: {left:?}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// Cgroup folders hfx `pid` made for its workers (`hfx-worker-<pid>-<n>`) that still exist.
+fn worker_cgroups(pid: u32) -> Vec<std::path::PathBuf> {
+    fn walk(dir: &std::path::Path, depth: u32, prefix: &str, found: &mut Vec<std::path::PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for entry in entries.filter_map(Result::ok).filter(|e| e.file_type().is_ok_and(|t| t.is_dir())) {
+            if entry.file_name().to_string_lossy().starts_with(prefix) {
+                found.push(entry.path());
+            } else if depth > 0 {
+                walk(&entry.path(), depth - 1, prefix, found);
+            }
+        }
+    }
+    let mut found = Vec::new();
+    walk(std::path::Path::new("/sys/fs/cgroup"), 6, &format!("hfx-worker-{pid}-"), &mut found);
+    found
+}
+
+fn read_pid(path: &std::path::Path) -> Option<u32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// A Llama config whose random weights (~2.7 GB in float32) are far past 1 GiB.
+const BIG_LLAMA: &str = "hidden_size=2048,intermediate_size=8192,num_hidden_layers=8,vocab_size=32000";
+
+/// `--worker-memory-gib 1` stops a worker building a model past it, by each
+/// mechanism: the kernel in a cgroup (where the machine allows one) and the
+/// host's sampler. One line, no output, no scratch folder, no cgroup left.
+#[test]
+fn a_worker_past_its_memory_limit_is_stopped_with_one_line() {
+    for mechanism in ["cgroup", "sampler", "auto"] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("big.pt2");
+        let started = std::time::Instant::now();
+        let args = ["run", "--backend", "dynamo", "--model", "llama", "--set", BIG_LLAMA, "--worker-memory-gib", "1", "--worker-memory-mechanism", mechanism, "-o", out.to_str().unwrap()];
+        let child = spawn_hfx(dir.path(), &args);
+        let pid = child.id();
+        let result = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&result.stderr);
+        assert!(!result.status.success(), "{mechanism}: {stderr}");
+        if mechanism == "cgroup" && stderr.contains("cannot limit the trace worker's memory with a cgroup") {
+            eprintln!("this machine allows no memory cgroup: {stderr}");
+            continue;
+        }
+        assert_eq!(
+            stderr.trim_end(),
+            "error: the trace worker ran out of memory (limit 1 GiB); try a smaller config (--set ...) or raise --worker-memory-gib",
+            "{mechanism}"
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(180), "{mechanism}: the limit must stop the build early");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "{mechanism}: nothing may be left behind");
+        assert_eq!(worker_cgroups(pid), Vec::<std::path::PathBuf>::new(), "{mechanism}: the worker's cgroup must go");
+    }
+}
+
+/// The worker runs in its own process group, killed as a whole at the
+/// deadline: a process the model function started (which also holds the
+/// worker's stdout open) goes with it. (The deadline leaves a loaded machine
+/// time to import torch and reach the model function.)
+#[test]
+fn a_deadline_kills_the_worker_and_what_it_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.pt2");
+    let args = ["run", "--backend", "dynamo", "--model-fn", "python:hfx_box_models:spawns_and_hangs", "--trace-deadline-s", "40", "-o", out.to_str().unwrap()];
+    let result = spawn_hfx(dir.path(), &args).wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(!result.status.success() && stderr.contains("did not answer `trace` within 40 s (stopped)"), "{stderr}");
+    let worker = read_pid(&dir.path().join("worker.pid")).expect("the model function ran");
+    let child = read_pid(&dir.path().join("child.pid")).expect("the model function started its child");
+    assert_gone(worker, &[worker, child]);
+    assert_no_scratch_left(dir.path());
+}
+
+/// SIGINT while a Llama is traced: hfx kills the worker's group, removes its
+/// scratch folder and exits 130.
+#[test]
+fn sigint_stops_the_worker_and_removes_the_scratch_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("llama.pt2");
+    let (_, set) = TINY[0];
+    let mut child = spawn_hfx(dir.path(), &["run", "--backend", "dynamo", "--model", "llama", "--set", set, "-o", out.to_str().unwrap()]);
+    let pid = child.id();
+    let scratch = dir.path().join(format!(".hfx-trace-{pid}"));
+    // The worker is running (a child of hfx) and the trace has begun (its scratch folder exists).
+    let worker = wait_for("worker", 120, || processes().into_iter().find(|&(_, ppid, _)| ppid == pid).map(|(p, _, _)| p));
+    wait_for("scratch folder", 120, || scratch.exists().then_some(()));
+    // SAFETY: kill(2) to the child this test started.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGINT) }, 0);
+    let status = wait_for("exit after SIGINT", 20, || child.try_wait().unwrap());
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted (SIGINT)"), "{stderr}");
+    assert!(!scratch.exists());
+    assert_no_scratch_left(dir.path());
+    assert_gone(worker, &[worker]);
+    assert_eq!(worker_cgroups(pid), Vec::<std::path::PathBuf>::new(), "the worker's cgroup must go");
+}
+
+/// SIGTERM while the model function's child runs: both go, hfx exits 143.
+#[test]
+fn sigterm_stops_the_worker_and_its_children() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.pt2");
+    let mut child = spawn_hfx(dir.path(), &["run", "--backend", "dynamo", "--model-fn", "python:hfx_box_models:spawns_and_hangs", "-o", out.to_str().unwrap()]);
+    let pid = child.id();
+    let worker = wait_for("worker.pid", 120, || read_pid(&dir.path().join("worker.pid")));
+    let grandchild = wait_for("child.pid", 20, || read_pid(&dir.path().join("child.pid")));
+    // SAFETY: kill(2) to the child this test started.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGTERM) }, 0);
+    let status = wait_for("exit after SIGTERM", 20, || child.try_wait().unwrap());
+    assert_eq!(status.code(), Some(143));
+    assert_gone(worker, &[worker, grandchild]);
+    assert_no_scratch_left(dir.path());
+}
+
+/// A worker line past 64 MiB (here with no newline at all) or one that is not
+/// a protocol message stops the worker with a protocol error naming why.
+#[test]
+fn worker_lines_past_the_limit_or_the_protocol_are_errors() {
+    for (function, why) in [("long_line", "a line from the worker is longer than 64 MiB (the limit)"), ("bad_line", "a worker line is not JSON")] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out.pt2");
+        let spec = format!("python:hfx_box_models:{function}");
+        let result = spawn_hfx(dir.path(), &["run", "--backend", "dynamo", "--model-fn", &spec, "-o", out.to_str().unwrap()]).wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&result.stderr);
+        assert!(!result.status.success() && stderr.contains(why), "{function}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{function}: {stderr}");
+        let worker = read_pid(&dir.path().join("worker.pid")).expect("the model function ran");
+        assert_gone(worker, &[worker]);
+        assert_no_scratch_left(dir.path());
+    }
+}
+
+/// Re-exporting an export folder with another backend leaves only the new
+/// backend's component: no `model.pt2` beside `model.onnx`, and back.
+#[test]
+fn an_export_folder_reexported_with_another_backend_holds_one_component() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("llama");
+    let (_, set) = TINY[0];
+    let plugins: Vec<String> = ["plugins/dynamo", "plugins/onnx"].iter().flat_map(|p| ["--plugins".to_string(), root().join(p).display().to_string()]).collect();
+    plugin_dir("plugins/onnx/fix-alias");
+    let present = |name: &str| folder.join(name).exists();
+    for (backend, expected, stale) in [
+        ("dynamo", &["model.pt2"][..], &[][..]),
+        ("onnx", &["model.onnx", "model.onnx.data"][..], &["model.pt2"][..]),
+        ("dynamo", &["model.pt2"][..], &["model.onnx", "model.onnx.data"][..]),
+    ] {
+        let mut args = vec!["run", "--backend", backend, "--model", "llama", "--set", set, "-o", folder.to_str().unwrap()];
+        args.extend(plugins.iter().map(String::as_str));
+        let result = hfx(dir.path(), &args);
+        assert!(result.status.success(), "{backend}: {}", String::from_utf8_lossy(&result.stderr));
+        for name in expected {
+            assert!(present(name), "{backend}: no {name}");
+        }
+        for name in stale {
+            assert!(!present(name), "{backend}: the previous export's {name} is left");
+        }
+        let manifest = std::fs::read_to_string(folder.join("export.json")).unwrap();
+        assert!(manifest.contains(&format!("\"file\": \"{}\"", expected[0])), "{manifest}");
+    }
+    assert_no_scratch_left(dir.path());
+}
+
+/// hfx killed outright (SIGKILL: no handler runs) takes its worker along
+/// (the worker's parent-death signal), and the next run beside the same
+/// output removes the scratch folder it left.
+#[test]
+fn a_killed_hfx_takes_its_worker_along_and_the_next_run_removes_its_scratch() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.pt2");
+    let mut child = spawn_hfx(dir.path(), &["run", "--backend", "dynamo", "--model-fn", "python:hfx_box_models:spawns_and_hangs", "-o", out.to_str().unwrap()]);
+    let pid = child.id();
+    let worker = wait_for("worker.pid", 120, || read_pid(&dir.path().join("worker.pid")));
+    let grandchild = wait_for("child.pid", 20, || read_pid(&dir.path().join("child.pid")));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_gone(u32::MAX, &[worker]);
+    // What the worker started is beyond reach without hfx; the test cleans it up.
+    // SAFETY: kill(2) of the process the test's model function started.
+    unsafe { libc::kill(grandchild as i32, libc::SIGKILL) };
+    let scratch = dir.path().join(format!(".hfx-trace-{pid}"));
+    assert!(scratch.exists(), "SIGKILL leaves the scratch folder");
+    let result = hfx(dir.path(), &["run", "--backend", "dynamo", "--model-fn", "python:hfx_test_models:doubler", "-o", out.to_str().unwrap()]);
+    assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
+    assert!(!scratch.exists(), "the next run removes a dead run's scratch folder");
+    assert_eq!(worker_cgroups(pid), Vec::<std::path::PathBuf>::new(), "the next run removes the dead run's worker cgroup");
+}

@@ -16,13 +16,39 @@ pub fn write_atomically(path: &Path, fill: impl FnOnce(&mut File) -> io::Result<
     };
     std::fs::create_dir_all(dir)?;
     let (tmp, mut file) = temp_file(dir, path)?;
-    let result = fill(&mut file).and_then(|()| file.flush()).and_then(|()| file.sync_all());
+    // Removes the temp file on every way out but success: an error, or a panic in `fill`.
+    let guard = TempGuard::new(tmp);
+    fill(&mut file).and_then(|()| file.flush()).and_then(|()| file.sync_all())?;
     drop(file);
-    match result.and_then(|()| std::fs::rename(&tmp, path)) {
-        Ok(()) => Ok(()),
-        Err(e) => {
+    guard.rename_to(path)
+}
+
+/// A temp file that is removed when dropped, unless it was renamed into place.
+#[derive(Debug)]
+pub(crate) struct TempGuard(Option<PathBuf>);
+
+impl TempGuard {
+    pub(crate) fn new(path: PathBuf) -> TempGuard {
+        TempGuard(Some(path))
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        self.0.as_deref().unwrap_or(Path::new(""))
+    }
+
+    /// Renames the temp file over `to`; on failure it is removed.
+    pub(crate) fn rename_to(mut self, to: &Path) -> io::Result<()> {
+        let tmp = self.0.take().unwrap_or_default();
+        std::fs::rename(&tmp, to).inspect_err(|_| {
             let _ = std::fs::remove_file(&tmp);
-            Err(e)
+        })
+    }
+}
+
+impl Drop for TempGuard {
+    fn drop(&mut self) {
+        if let Some(tmp) = self.0.take() {
+            let _ = std::fs::remove_file(tmp);
         }
     }
 }
@@ -39,7 +65,8 @@ pub fn write_bytes_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     write_atomically(path, |f| f.write_all(bytes))
 }
 
-fn temp_file(dir: &Path, target: &Path) -> io::Result<(PathBuf, File)> {
+/// A new file `.<target name>.<pid>.<n>.tmp` in `dir`, never one that exists.
+pub(crate) fn temp_file(dir: &Path, target: &Path) -> io::Result<(PathBuf, File)> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let stem = target.file_name().and_then(|n| n.to_str()).unwrap_or("out");
     loop {
@@ -69,5 +96,19 @@ mod tests {
         assert!(failed.is_err());
         assert_eq!(std::fs::read(&path).unwrap(), b"good");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "temp file left behind");
+    }
+
+    #[test]
+    fn a_panicking_fill_leaves_no_temp_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("artifact.bin");
+        let result = std::panic::catch_unwind(|| {
+            let _ = write_atomically(&path, |f| {
+                f.write_all(b"half")?;
+                panic!("writer bug")
+            });
+        });
+        assert!(result.is_err());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "temp file left behind");
     }
 }

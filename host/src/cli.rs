@@ -55,6 +55,9 @@ pub enum PluginsCommand {
     Verify {
         #[command(flatten)]
         set: PluginSetArgs,
+        /// Fail on any warning too: a plugin folder skipped, drift from the lock, an untrusted cache.
+        #[arg(long)]
+        strict: bool,
     },
     /// Write the lock of the plugin set that applies now.
     Lock {
@@ -90,6 +93,9 @@ pub struct PluginSetArgs {
     #[command(flatten)]
     pub sandbox: SandboxArgs,
 }
+
+/// The largest `--plugin-memory-mib`: what a 32-bit linear memory addresses.
+const MAX_PLUGIN_MEMORY_MIB: usize = 4096;
 
 #[derive(Debug, Args, Default)]
 pub struct SandboxArgs {
@@ -170,6 +176,12 @@ pub struct ModelArgs {
     /// Deadline for the trace, in seconds [default: 600].
     #[arg(long)]
     pub trace_deadline_s: Option<u64>,
+    /// Memory limit of the trace worker and what it starts, in GiB [default: 3/4 of the machine's memory].
+    #[arg(long, value_name = "GIB")]
+    pub worker_memory_gib: Option<f64>,
+    /// How the worker's memory limit is enforced (tests force the sampler).
+    #[arg(long, value_enum, hide = true)]
+    pub worker_memory_mechanism: Option<crate::trace::MemoryMechanism>,
     /// Run `run_decompositions()` on the traced program (the core ATen opset).
     #[arg(long)]
     pub decompose: bool,
@@ -181,7 +193,25 @@ pub struct ModelArgs {
     pub dtype: Option<String>,
 }
 
+/// The bounds of `--worker-memory-gib` (a worker with torch needs ~0.5 GiB to start).
+const MIN_WORKER_GIB: f64 = 0.25;
+const MAX_WORKER_GIB: f64 = 1048576.0;
+
 impl ModelArgs {
+    /// The options given that only shape a trace, as flags.
+    fn trace_only(&self) -> Vec<&'static str> {
+        let given = [
+            ("--set", !self.set.is_empty()),
+            ("--task", self.task.is_some()),
+            ("--dynamic", self.dynamic),
+            ("--dynamic-shapes", !self.dynamic_shapes.is_empty()),
+            ("--decompose", self.decompose),
+            ("--device", self.device.is_some()),
+            ("--dtype", self.dtype.is_some()),
+        ];
+        given.iter().filter(|(_, given)| *given).map(|(flag, _)| *flag).collect()
+    }
+
     fn request(&self) -> Result<Option<crate::trace::TraceRequest>> {
         use crate::trace::{ModelSource, TraceRequest};
         let source = match (&self.model, &self.model_dir, &self.model_fn) {
@@ -244,6 +274,7 @@ pub struct RunConfig {
     #[serde(default)]
     pub dynamic_shapes: Vec<String>,
     pub trace_deadline_s: Option<u64>,
+    pub worker_memory_gib: Option<f64>,
     #[serde(default)]
     pub decompose: bool,
     pub opset: Option<u32>,
@@ -279,7 +310,7 @@ pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Plugins(PluginsCommand::List { set, backend }) => list(&set, backend),
         Command::Plugins(PluginsCommand::Inspect { name, set }) => inspect(&set, &name),
-        Command::Plugins(PluginsCommand::Verify { set }) => verify(&set),
+        Command::Plugins(PluginsCommand::Verify { set, strict }) => verify(&set, strict),
         Command::Plugins(PluginsCommand::Lock { set, output }) => lock(&set, &output),
         Command::Plugins(PluginsCommand::New(args)) => crate::plugins::scaffold::new_plugin(&args),
         Command::Run(args) => crate::run::run_export(args, verbose),
@@ -291,8 +322,14 @@ pub fn run(cli: Cli) -> Result<()> {
 impl SandboxArgs {
     fn runtime(&self) -> Result<Runtime> {
         let defaults = Limits::default();
+        let memory_bytes = match self.plugin_memory_mib {
+            None => defaults.memory_bytes,
+            // A plugin's linear memory is 32-bit: 4 GiB is all it can address.
+            Some(m) if (1..=MAX_PLUGIN_MEMORY_MIB).contains(&m) => m << 20,
+            Some(m) => bail!("--plugin-memory-mib {m}: give 1 to {MAX_PLUGIN_MEMORY_MIB} (a plugin's 32-bit memory)"),
+        };
         let limits = Limits {
-            memory_bytes: self.plugin_memory_mib.map_or(defaults.memory_bytes, |m| m << 20),
+            memory_bytes,
             fuel_per_call: self.plugin_fuel.unwrap_or(defaults.fuel_per_call),
             deadline: self.plugin_deadline_ms.map_or(defaults.deadline, Duration::from_millis),
             ..defaults
@@ -309,6 +346,8 @@ pub(crate) struct LoadedSet {
     pub(crate) set: PluginSet,
     /// Drift from the lock (empty without a lock).
     pub(crate) drift: Vec<String>,
+    /// What discovery skipped and why (already printed, one line each).
+    pub(crate) warnings: Vec<plugins::discover::Warning>,
 }
 
 impl PluginSetArgs {
@@ -342,16 +381,22 @@ impl PluginSetArgs {
 
     /// Upstream versions: `--target` flags, and what is installed for the
     /// `needed` packages the flags do not give (Python is asked only then).
-    fn upstream(&self, needed: &BTreeSet<String>) -> upstream::Versions {
+    /// For a lock (`for_lock`), a Python that cannot tell is an error when it
+    /// was named with --python or no --target gives a version: the lock would
+    /// record upstream versions nobody chose.
+    fn upstream(&self, needed: &BTreeSet<String>, for_lock: bool) -> Result<upstream::Versions> {
         let mut versions = upstream::Versions::new();
         if needed.iter().any(|p| !self.targets.iter().any(|(t, _)| t == p)) {
             match upstream::probe_installed(&self.python()) {
                 Ok(v) => versions = v,
+                Err(e) if for_lock && (self.python.is_some() || self.targets.is_empty()) => bail!(
+                    "cannot read the installed upstream versions to lock: {e} (give a Python that runs with --python, or the versions with --target PACKAGE=VERSION)"
+                ),
                 Err(e) => tracing::warn!("cannot read installed upstream versions: {e}"),
             }
         }
         versions.extend(self.targets.iter().cloned());
-        versions
+        Ok(versions)
     }
 
     /// Finds, resolves and loads the plugin set, and checks it against the lock
@@ -371,7 +416,10 @@ impl PluginSetArgs {
             _ => None,
         };
         let runtime = self.sandbox.runtime()?;
-        let found = plugins::discover_all(&self.plugins)?;
+        let (found, warnings) = plugins::discover::discover_folders(&self.plugins)?;
+        for w in &warnings {
+            eprintln!("warning: {w}");
+        }
         let mut needed: BTreeSet<String> = found.iter().flat_map(|f| f.manifest.upstream.keys().cloned()).collect();
         if for_lock {
             needed.extend(upstream::KNOWN_PACKAGES.iter().map(|p| p.to_string()));
@@ -384,7 +432,7 @@ impl PluginSetArgs {
                 versions.extend(self.targets.iter().cloned());
                 versions
             }
-            None => self.upstream(&needed),
+            None => self.upstream(&needed, for_lock)?,
         };
         let set = plugins::load_set(&runtime, found, versions)?;
         let mut drift = Vec::new();
@@ -394,7 +442,7 @@ impl PluginSetArgs {
                 eprintln!("warning: drift from {}: {d}", path.display());
             }
         }
-        Ok(LoadedSet { runtime, set, drift })
+        Ok(LoadedSet { runtime, set, drift, warnings })
     }
 }
 
@@ -443,7 +491,12 @@ fn inspect(args: &PluginSetArgs, name: &str) -> Result<()> {
             None => bail!("no plugin `{name}` in {}", args.plugins.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")),
         }
     };
-    let manifest = std::fs::read_to_string(p.dir.join("plugin.toml"))?;
+    // Read again for display, as discovery reads it: through the plugin folder, bounded.
+    let manifest = cap_std::fs::Dir::open_ambient_dir(&p.dir, cap_std::ambient_authority())
+        .map_err(anyhow::Error::from)
+        .and_then(|dir| Ok(plugins::discover::read_regular(&dir, "plugin.toml", plugins::discover::MAX_MANIFEST_BYTES)?))
+        .with_context(|| format!("{}", p.dir.join("plugin.toml").display()))?;
+    let manifest = String::from_utf8_lossy(&manifest);
     println!("folder:           {}", p.dir.display());
     println!("world:            hfx:plugin/{}@0.1.0", p.kind());
     println!("component sha256: {}", p.component_sha256);
@@ -456,10 +509,11 @@ fn inspect(args: &PluginSetArgs, name: &str) -> Result<()> {
     Ok(())
 }
 
-fn verify(args: &PluginSetArgs) -> Result<()> {
+fn verify(args: &PluginSetArgs, strict: bool) -> Result<()> {
     args.require_folders()?;
     let loaded = args.load(false)?;
     let mut failures = 0;
+    let untrusted_cache = loaded.set.plugins.iter().any(|p| p.cache == plugins::cache::CacheOutcome::Untrusted);
     for p in &loaded.set.plugins {
         let results = crate::plugins::selftest::run(&loaded.runtime, p)?;
         let failed: Vec<&String> = results.iter().filter_map(|r| r.failure.as_ref()).collect();
@@ -478,6 +532,12 @@ fn verify(args: &PluginSetArgs) -> Result<()> {
     }
     if failures > 0 {
         bail!("{failures} self-test(s) failed");
+    }
+    if strict {
+        let warnings = loaded.warnings.len() + loaded.drift.len() + usize::from(untrusted_cache);
+        if warnings > 0 {
+            bail!("--strict: {warnings} warning(s) (see above)");
+        }
     }
     Ok(())
 }
@@ -499,6 +559,8 @@ pub(crate) struct RunOptions {
     pub(crate) input: Option<PathBuf>,
     pub(crate) trace: Option<crate::trace::TraceRequest>,
     pub(crate) trace_deadline: Duration,
+    /// How workers start (memory limit).
+    pub(crate) worker: crate::trace::WorkerOptions,
     pub(crate) output: PathBuf,
     pub(crate) backend: Backend,
     pub(crate) set: PluginSetArgs,
@@ -563,6 +625,7 @@ pub(crate) fn merge(args: RunArgs) -> Result<RunOptions> {
         model.dynamic_shapes = config.dynamic_shapes.clone();
     }
     model.trace_deadline_s = model.trace_deadline_s.or(config.trace_deadline_s);
+    model.worker_memory_gib = model.worker_memory_gib.or(config.worker_memory_gib);
     model.decompose |= config.decompose;
     model.device = model.device.or(config.device.clone());
     model.dtype = model.dtype.or(config.dtype.clone());
@@ -571,8 +634,24 @@ pub(crate) fn merge(args: RunArgs) -> Result<RunOptions> {
     match (&input, &trace) {
         (None, None) => bail!("nothing to export: give a .pt2 (or IR JSON), or a model (--model, --model-dir, --model-fn)"),
         (Some(_), Some(_)) => bail!("give either an input file or a model to trace, not both"),
-        _ => {}
+        (Some(input), None) => {
+            let ignored = model.trace_only();
+            if !ignored.is_empty() {
+                bail!("{} apply to a model hfx traces, not to {} (already traced): drop them, or trace with --model", ignored.join(", "), input.display());
+            }
+        }
+        (None, Some(_)) => {}
     }
+    let memory_limit = match model.worker_memory_gib {
+        None => crate::trace::memory::default_limit(),
+        Some(gib) if gib.is_finite() && (MIN_WORKER_GIB..=MAX_WORKER_GIB).contains(&gib) => (gib * crate::trace::memory::GIB as f64) as u64,
+        Some(gib) => bail!("--worker-memory-gib {gib}: give {MIN_WORKER_GIB} to {MAX_WORKER_GIB}"),
+    };
+    let worker = crate::trace::WorkerOptions {
+        env: vec![],
+        memory_limit: Some(memory_limit),
+        memory_mechanism: model.worker_memory_mechanism.unwrap_or_default(),
+    };
     let output = args.output.or(config.output.map(rel)).context("no output (-o or `output` in the config)")?;
     let trace_deadline = Duration::from_secs(model.trace_deadline_s.unwrap_or(600));
     let opset = args.opset.or(config.opset).unwrap_or(20);
@@ -585,5 +664,5 @@ pub(crate) fn merge(args: RunArgs) -> Result<RunOptions> {
     }
     let external_data = args.external_data || config.external_data;
     let no_optimize = args.no_optimize || config.no_optimize;
-    Ok(RunOptions { input, trace, trace_deadline, output, backend, set, on_plugin_error, opset, verify, external_data, no_optimize })
+    Ok(RunOptions { input, trace, trace_deadline, worker, output, backend, set, on_plugin_error, opset, verify, external_data, no_optimize })
 }

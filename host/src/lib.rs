@@ -8,6 +8,7 @@
 pub mod atomic;
 pub mod cli;
 pub mod graph;
+pub mod input;
 pub mod onnx;
 pub mod plugins;
 pub mod run;

@@ -12,12 +12,33 @@ fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .without_time()
         .init();
+    // SIGINT / SIGTERM stop the trace worker and remove scratch folders before hfx exits.
+    if let Err(e) = hfx::trace::interrupt::install() {
+        tracing::warn!("cannot install the SIGINT / SIGTERM handler: {e}");
+    }
     match hfx::cli::run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            // One line: the error and its causes.
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", one_line(&e));
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, each message once: an error that already quotes
+/// its source (`cannot start ...: No such file or directory`) is not followed
+/// by the source again.
+fn one_line(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let message = cause.to_string();
+        if line.contains(&message) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&message);
+    }
+    line
 }

@@ -35,6 +35,10 @@ pub fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
     use std::io::IsTerminal;
     SHOW_PROGRESS.store(verbose > 0 || std::io::stderr().is_terminal(), std::sync::atomic::Ordering::Relaxed);
     let mut options = merge(args)?;
+    // Scratch folders of an hfx that died (SIGKILL, power loss) beside the output.
+    for stale in Scratch::remove_stale_beside(&options.output) {
+        tracing::info!("removed the stale scratch folder {}", stale.display());
+    }
     // An export folder: the pipeline writes `model.onnx` / `model.pt2` into a scratch
     // folder beside it, and everything moves in at the end (`finish_folder`).
     let folder = ExportFolder::of(&options)?;
@@ -66,7 +70,7 @@ pub fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
     let mut worker = match &options.trace {
         Some(_) => {
             progress(started, "trace", "starting the worker");
-            let mut worker = crate::trace::Worker::start(&options.set.python(), Duration::from_secs(120))?;
+            let mut worker = crate::trace::Worker::start_with(&options.set.python(), Duration::from_secs(120), &options.worker)?;
             worker.on_progress = Some(Box::new(move |p| {
                 let step = p.get("stage").and_then(|s| s.as_str()).unwrap_or("");
                 progress(started, "trace", match step {
@@ -146,7 +150,7 @@ pub fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
                 progress(started, "verify", "ONNX Runtime against eager PyTorch");
                 let worker = match worker.as_mut() {
                     Some(w) => w,
-                    None => worker.insert(crate::trace::Worker::start(&options.set.python(), Duration::from_secs(120))?),
+                    None => worker.insert(crate::trace::Worker::start_with(&options.set.python(), Duration::from_secs(120), &options.worker)?),
                 };
                 verify_onnx(worker, &target, &reference, options.trace_deadline)?;
                 let data = crate::onnx::emit::data_file(&target);
@@ -217,6 +221,9 @@ pub fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
     Ok(())
 }
 
+/// The component files an export folder may hold, of every backend.
+const FOLDER_COMPONENTS: &[&str] = &["model.onnx", "model.onnx.data", "model.pt2"];
+
 /// `-o DIR`: what the reference's `ExportedModel.save_pretrained` writes, so
 /// `ExportedModel.from_pretrained(DIR)` loads and runs an hfx export: the
 /// component (`model.onnx` + `model.onnx.data`, or `model.pt2`), `export.json`
@@ -280,11 +287,21 @@ impl ExportFolder {
         let text = serde_json::to_string_pretty(&manifest)? + "\n";
         crate::atomic::write_bytes_atomically(&self.scratch.0.join("export.json"), text.as_bytes())?;
         std::fs::create_dir_all(&self.dir).with_context(|| format!("creating {}", self.dir.display()))?;
+        let mut written = Vec::new();
         for entry in std::fs::read_dir(&self.scratch.0)? {
             let entry = entry?;
             if entry.file_type()?.is_file() {
                 let to = self.dir.join(entry.file_name());
                 std::fs::rename(entry.path(), &to).with_context(|| format!("writing {}", to.display()))?;
+                written.push(entry.file_name());
+            }
+        }
+        // A folder exported before with another backend (or with its weights
+        // inline): the component files hfx names that this export did not write go.
+        for stale in FOLDER_COMPONENTS.iter().filter(|&&f| !written.iter().any(|w| w.as_os_str() == std::ffi::OsStr::new(f))) {
+            let path = self.dir.join(stale);
+            if path.is_file() {
+                std::fs::remove_file(&path).with_context(|| format!("removing the stale {}", path.display()))?;
             }
         }
         Ok(())
@@ -427,21 +444,31 @@ struct Traced {
     patched: Vec<(String, u64)>,
 }
 
+/// A scratch folder, `.hfx-<what>-<pid>`: removed on drop, and by the
+/// SIGINT / SIGTERM handler (`trace::interrupt`) when hfx is stopped.
 struct Scratch(PathBuf);
 
 impl Scratch {
+    fn parent(output: &Path) -> &Path {
+        output.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."))
+    }
+
     /// A fresh folder beside `output` (same file system: its files rename into place).
     fn beside(output: &Path, what: &str) -> Result<Scratch> {
-        let parent = output.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let dir = parent.join(format!(".hfx-{what}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let dir = Self::parent(output).join(format!(".hfx-{what}-{}", std::process::id()));
+        crate::trace::interrupt::create_scratch(&dir).with_context(|| format!("creating {}", dir.display()))?;
         Ok(Scratch(dir))
+    }
+
+    /// Removes the scratch folders beside `output` whose hfx is no longer running.
+    fn remove_stale_beside(output: &Path) -> Vec<PathBuf> {
+        crate::trace::interrupt::remove_stale_scratch(Self::parent(output))
     }
 }
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        crate::trace::interrupt::remove_scratch(&self.0);
     }
 }
 

@@ -16,6 +16,8 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
+mod fuzz;
+
 const DEBIAN_PACKAGES: &[&str] = &["rustc-web", "cargo-web", "rust-web-src", "rust-web-llvm", "lld-22"];
 const DEBIAN_RUSTC: &str = "/usr/bin/rustc";
 const DEBIAN_CARGO: &str = "/usr/bin/cargo";
@@ -30,8 +32,9 @@ fn main() -> Result<()> {
         Some("install-guest-toolchain") => install_guest_toolchain(),
         Some("test") => test(&args[1..]),
         Some("setup-python") => setup_python(),
+        Some("fuzz") => fuzz::fuzz(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask build-plugins [CRATE-DIR...] | install-guest-toolchain | setup-python | test [CARGO-TEST-ARGS...]");
+            eprintln!("usage: cargo xtask build-plugins [CRATE-DIR...] | install-guest-toolchain | setup-python | test [CARGO-TEST-ARGS...] | fuzz [--seconds N] [TARGET...]");
             std::process::exit(2)
         }
     }

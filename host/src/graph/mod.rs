@@ -112,11 +112,18 @@ impl Graph {
         }
     }
 
-    /// Builds the graph and its indexes from the serialized form, checking every reference.
+    /// Builds the graph and its indexes from the serialized form, checking
+    /// every reference: ids that exist, each node in exactly one graph's order,
+    /// each value produced by at most one node (and the one its `producer`
+    /// names), every read after the value's definition in the same graph (no
+    /// cycles), graph inputs not produced, sub-graph references acyclic.
     fn from_repr(repr: GraphRepr) -> Result<Self, GraphError> {
         let malformed = |m: String| GraphError::Malformed(m);
         if repr.subgraphs.is_empty() {
             return Err(malformed("program has no root graph".into()));
+        }
+        if repr.nodes.len() > u32::MAX as usize || repr.values.len() > u32::MAX as usize || repr.subgraphs.len() > u32::MAX as usize {
+            return Err(malformed("more nodes, values or graphs than ids".into()));
         }
         let mut g = Graph {
             nodes: repr.nodes,
@@ -130,9 +137,43 @@ impl Graph {
         if g.names.len() != g.values.len() {
             return Err(malformed("two values share a name".into()));
         }
-        let mut placed = vec![false; g.nodes.len()];
+        // Who produces each value, from the nodes' outputs; it must be what the value says.
+        let mut produced_by: Vec<Option<NodeId>> = vec![None; g.values.len()];
+        for (index, node) in g.nodes.iter().enumerate() {
+            let Some(node) = node else { continue };
+            let id = NodeId(index as u32);
+            for value in node.output_values() {
+                let slot = produced_by.get_mut(value.0 as usize);
+                let slot = slot.ok_or_else(|| malformed(format!("node {index} outputs missing value {}", value.0)))?;
+                if let Some(other) = slot.replace(id) {
+                    return Err(malformed(format!("value {} is produced by nodes {} and {index}", value.0, other.0)));
+                }
+            }
+        }
+        for (index, (value, producer)) in g.values.iter().zip(&produced_by).enumerate() {
+            if value.producer != *producer {
+                let said = value.producer.map_or("none".to_string(), |p| format!("node {}", p.0));
+                let is = producer.map_or("no node".to_string(), |p| format!("node {}", p.0));
+                return Err(malformed(format!("value {index} (`{}`) names {said} as its producer, but {is} outputs it", value.name)));
+            }
+        }
+        // Where each node is placed, as the orders are read.
+        let mut placed: Vec<Option<u32>> = vec![None; g.nodes.len()];
+        let mut is_input: Vec<Option<u32>> = vec![None; g.values.len()];
+        let subgraph_count = repr.subgraphs.len();
+        // Sub-graph references, for the cycle check: (referring graph, referred graph).
+        let mut calls: Vec<(u32, u32)> = Vec::new();
         for (index, sub) in repr.subgraphs.into_iter().enumerate() {
             let index = index as u32;
+            for &input in &sub.inputs {
+                let value = g.values.get(input.0 as usize).ok_or_else(|| malformed(format!("graph {index} has missing input value {}", input.0)))?;
+                if value.producer.is_some() {
+                    return Err(malformed(format!("graph {index} input `{}` is produced by a node", value.name)));
+                }
+                if let Some(other) = is_input[input.0 as usize].replace(index) {
+                    return Err(malformed(format!("value `{}` is an input of graph {other} and again of graph {index}", value.name)));
+                }
+            }
             g.subgraphs.push(Subgraph {
                 name: sub.name,
                 inputs: sub.inputs,
@@ -140,26 +181,61 @@ impl Graph {
                 single_tensor_return: sub.single_tensor_return,
                 ends: Default::default(),
             });
+            // A value is visible in graph `index` once defined there: an input, or an earlier node's output.
+            let visible = |g: &Graph, placed: &[Option<u32>], value: ValueId| -> bool {
+                match g.values.get(value.0 as usize).map(|v| v.producer) {
+                    Some(None) => is_input[value.0 as usize] == Some(index),
+                    Some(Some(p)) => placed.get(p.0 as usize).copied().flatten() == Some(index),
+                    None => false,
+                }
+            };
             for id in sub.order {
                 let node = g.nodes.get(id.0 as usize).and_then(Option::as_ref);
                 let node = node.ok_or_else(|| malformed(format!("graph {index} orders missing node {}", id.0)))?;
-                if node.subgraph != index || std::mem::replace(&mut placed[id.0 as usize], true) {
+                if node.subgraph != index || placed[id.0 as usize].is_some() {
                     return Err(malformed(format!("node {} is misplaced or listed twice", id.0)));
                 }
                 let reads: Vec<ValueId> = node.inputs.iter().flat_map(|a| a.value.values()).collect();
                 for value in reads {
-                    let slot = g.uses.get_mut(value.0 as usize);
-                    slot.ok_or_else(|| malformed(format!("node {} reads missing value {}", id.0, value.0)))?.push(User::Node(id));
+                    if value.0 as usize >= g.values.len() {
+                        return Err(malformed(format!("node {} reads missing value {}", id.0, value.0)));
+                    }
+                    if !visible(&g, &placed, value) {
+                        let name = &g.values[value.0 as usize].name;
+                        return Err(malformed(format!(
+                            "node {} reads value {} (`{name}`) before it is defined in graph {index} (a cycle, a later node's output, or another graph's value)",
+                            id.0, value.0
+                        )));
+                    }
+                    g.uses[value.0 as usize].push(User::Node(id));
                 }
+                for a in &node.inputs {
+                    if let Argument::Subgraph(called) = a.value {
+                        if called as usize >= subgraph_count {
+                            return Err(malformed(format!("node {} refers to missing graph {called}", id.0)));
+                        }
+                        calls.push((index, called));
+                    }
+                }
+                placed[id.0 as usize] = Some(index);
                 let tail = g.subgraphs[index as usize].ends.tail;
                 g.place_after(index, tail, id);
             }
             for value in sub.outputs.iter().flat_map(Argument::values) {
-                let slot = g.uses.get_mut(value.0 as usize);
-                slot.ok_or_else(|| malformed(format!("graph {index} outputs missing value {}", value.0)))?.push(User::Output(index));
+                if value.0 as usize >= g.values.len() {
+                    return Err(malformed(format!("graph {index} outputs missing value {}", value.0)));
+                }
+                if !visible(&g, &placed, value) {
+                    return Err(malformed(format!("graph {index} outputs value {} (`{}`), not defined in it", value.0, g.values[value.0 as usize].name)));
+                }
+                g.uses[value.0 as usize].push(User::Output(index));
             }
             g.subgraphs[index as usize].outputs = sub.outputs;
         }
+        if let Some(index) = g.nodes.iter().zip(&placed).position(|(n, p)| n.is_some() && p.is_none()) {
+            return Err(malformed(format!("node {index} is in no graph's order")));
+        }
+        check_subgraph_calls(subgraph_count, &calls).map_err(malformed)?;
         Ok(g)
     }
 
@@ -329,6 +405,66 @@ impl Graph {
     }
 }
 
+/// Deepest nesting of sub-graphs accepted from IR JSON.
+const MAX_NESTING: usize = 100;
+
+/// Refuses a graph that calls itself, directly or through others (the root
+/// graph included: nothing may call it).
+fn check_subgraph_calls(count: usize, calls: &[(u32, u32)]) -> Result<(), String> {
+    let mut callers = vec![0usize; count];
+    let mut callees: Vec<Vec<u32>> = vec![Vec::new(); count];
+    for &(from, to) in calls {
+        if to == 0 {
+            return Err(format!("graph {from} calls the root graph"));
+        }
+        callers[to as usize] += 1;
+        callees[from as usize].push(to);
+    }
+    // Kahn's algorithm: a graph never freed of callers is on a cycle.
+    let mut ready: Vec<usize> = (0..count).filter(|&i| callers[i] == 0).collect();
+    let mut done = 0;
+    // How deep each graph is nested (the writers recurse into sub-graphs).
+    let mut depth = vec![0usize; count];
+    while let Some(i) = ready.pop() {
+        done += 1;
+        for &to in &callees[i] {
+            depth[to as usize] = depth[to as usize].max(depth[i] + 1);
+            if depth[to as usize] > MAX_NESTING {
+                return Err(format!("graph {to} is nested more than {MAX_NESTING} graphs deep"));
+            }
+            callers[to as usize] -= 1;
+            if callers[to as usize] == 0 {
+                ready.push(to as usize);
+            }
+        }
+    }
+    match (0..count).find(|&i| callers[i] > 0) {
+        Some(i) if done < count => Err(format!("graph {i} is on a cycle of graphs calling each other")),
+        _ => Ok(()),
+    }
+}
+
+/// Most bytes an IR JSON file may hold (a 125M-parameter Llama's is ~10 MB).
+pub const IR_JSON_LIMIT: u64 = 1 << 30;
+
+/// Why an IR JSON file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadJsonError {
+    #[error(transparent)]
+    Input(#[from] crate::input::InputError),
+    #[error("{path}: {source}")]
+    Graph { path: String, source: GraphError },
+}
+
+impl Graph {
+    /// Reads and validates an IR JSON file: a regular file (a FIFO is refused
+    /// at once) of at most [`IR_JSON_LIMIT`] bytes.
+    pub fn read_json(path: &std::path::Path) -> Result<Graph, ReadJsonError> {
+        let text = crate::input::read_to_string_bounded(path, IR_JSON_LIMIT)?;
+        Graph::from_json(&text).map_err(|source| ReadJsonError::Graph { path: path.display().to_string(), source })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -413,5 +549,89 @@ mod tests {
         assert!(matches!(Graph::from_json("{"), Err(GraphError::Malformed(_))));
         let dangling = g.to_json().replace("\"tensor\": 0", "\"tensor\": 99");
         assert!(matches!(Graph::from_json(&dangling), Err(GraphError::Malformed(m)) if m.contains("missing value 99")));
+    }
+
+    /// `chain(3)`'s JSON edited by `edit`, loaded: the error message.
+    fn load_edited(edit: impl FnOnce(&mut serde_json::Value)) -> String {
+        let (g, _) = chain(3);
+        let mut json: serde_json::Value = serde_json::from_str(&g.to_json()).unwrap();
+        edit(&mut json);
+        match Graph::from_json(&json.to_string()) {
+            Err(GraphError::Malformed(m)) => m,
+            other => panic!("loaded: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn json_with_cycles_is_refused() {
+        // Node 0 reads node 2's output (value 3): a cycle through the chain.
+        let m = load_edited(|j| j["nodes"][0]["inputs"][0]["value"]["tensor"] = 3.into());
+        assert!(m.contains("node 0 reads value 3") && m.contains("before it is defined"), "{m}");
+        // A node reading its own output.
+        let m = load_edited(|j| j["nodes"][1]["inputs"][0]["value"]["tensor"] = 2.into());
+        assert!(m.contains("node 1 reads value 2"), "{m}");
+        // The order lists a reader before its producer.
+        let m = load_edited(|j| j["subgraphs"][0]["order"] = serde_json::json!([1, 0, 2]));
+        assert!(m.contains("node 1 reads value 1"), "{m}");
+        // A graph calling itself, and two graphs calling each other.
+        let m = load_edited(|j| {
+            j["subgraphs"].as_array_mut().unwrap().push(serde_json::json!({"inputs": [], "order": [3], "outputs": []}));
+            let call = |graph: u32, calls: u32| serde_json::json!({"target": "higher_order.cond", "inputs": [{"name": "body", "value": {"subgraph": calls}}], "outputs": [], "subgraph": graph});
+            j["nodes"].as_array_mut().unwrap().push(call(1, 1));
+        });
+        assert!(m.contains("graph 1 is on a cycle"), "{m}");
+        let m = load_edited(|j| {
+            let call = |graph: u32, calls: u32| serde_json::json!({"target": "higher_order.cond", "inputs": [{"name": "body", "value": {"subgraph": calls}}], "outputs": [], "subgraph": graph});
+            for (graph, calls, node) in [(1, 2, 3), (2, 1, 4)] {
+                j["subgraphs"].as_array_mut().unwrap().push(serde_json::json!({"inputs": [], "order": [node], "outputs": []}));
+                j["nodes"].as_array_mut().unwrap().push(call(graph, calls));
+            }
+        });
+        assert!(m.contains("is on a cycle of graphs"), "{m}");
+        // Acyclic but deeper than any writer should recurse.
+        let m = load_edited(|j| {
+            let call = |graph: u32, calls: u32| serde_json::json!({"target": "higher_order.cond", "inputs": [{"name": "body", "value": {"subgraph": calls}}], "outputs": [], "subgraph": graph});
+            for graph in 1..=200u32 {
+                j["subgraphs"].as_array_mut().unwrap().push(serde_json::json!({"inputs": [], "order": [graph + 2], "outputs": []}));
+                j["nodes"].as_array_mut().unwrap().push(call(graph, graph + 1));
+            }
+            j["subgraphs"].as_array_mut().unwrap().push(serde_json::json!({"inputs": [], "order": [], "outputs": []}));
+        });
+        assert!(m.contains("nested more than 100 graphs deep"), "{m}");
+    }
+
+    #[test]
+    fn json_with_duplicate_producers_or_dangling_ids_is_refused() {
+        let m = load_edited(|j| j["nodes"][1]["outputs"][0]["tensor"] = 1.into());
+        assert!(m.contains("value 1 is produced by nodes 0 and 1"), "{m}");
+        let m = load_edited(|j| j["values"][2]["producer"] = 0.into());
+        assert!(m.contains("value 2") && m.contains("names node 0 as its producer, but node 1 outputs it"), "{m}");
+        let m = load_edited(|j| j["nodes"][1]["outputs"][0]["tensor"] = 7.into());
+        assert!(m.contains("node 1 outputs missing value 7"), "{m}");
+        let m = load_edited(|j| j["subgraphs"][0]["inputs"] = serde_json::json!([5]));
+        assert!(m.contains("missing input value 5"), "{m}");
+        let m = load_edited(|j| j["subgraphs"][0]["inputs"] = serde_json::json!([1]));
+        assert!(m.contains("input `") && m.contains("is produced by a node"), "{m}");
+        let m = load_edited(|j| {
+            j["subgraphs"][0]["order"] = serde_json::json!([0, 1]);
+            j["subgraphs"][0]["outputs"] = serde_json::json!([{"tensor": 2}]);
+        });
+        assert!(m.contains("node 2 is in no graph's order"), "{m}");
+        let m = load_edited(|j| j["subgraphs"][0]["order"] = serde_json::json!([0, 1, 2, 2]));
+        assert!(m.contains("listed twice"), "{m}");
+        let m = load_edited(|j| j["nodes"][1]["inputs"][0]["value"] = serde_json::json!({"subgraph": 4}));
+        assert!(m.contains("missing graph 4"), "{m}");
+    }
+
+    #[test]
+    fn json_files_are_bounded_and_regular() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("g.json");
+        std::fs::write(&path, chain(2).0.to_json()).unwrap();
+        assert_eq!(Graph::read_json(&path).unwrap().node_count(), 2);
+        let fifo = dir.path().join("fifo.json");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        let e = Graph::read_json(&fifo).unwrap_err().to_string();
+        assert!(e.contains("fifo.json") && e.contains("FIFO"), "{e}");
     }
 }

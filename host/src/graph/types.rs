@@ -101,6 +101,50 @@ impl TensorMeta {
     }
 }
 
+/// Bytes per element of a torch dtype as stored; None for a dtype hfx does not know.
+pub fn element_size(dtype: &str) -> Option<u64> {
+    Some(match dtype {
+        "bool" | "uint8" | "int8" | "float8_e4m3fn" | "float8_e5m2" | "float8_e4m3fnuz" | "float8_e5m2fnuz" | "float8_e8m0fnu" => 1,
+        "float16" | "bfloat16" | "int16" | "uint16" => 2,
+        "float32" | "int32" | "uint32" | "complex32" => 4,
+        "float64" | "int64" | "uint64" | "complex64" => 8,
+        "complex128" => 16,
+        _ => return None,
+    })
+}
+
+/// Elements of a tensor of `sizes`: None when a size is negative or the count overflows.
+pub fn element_count(sizes: &[i64]) -> Option<u64> {
+    sizes.iter().try_fold(1u64, |n, &s| n.checked_mul(u64::try_from(s).ok()?))
+}
+
+/// Bytes of storage a strided tensor reaches, `(offset + Σ (size − 1) × stride
+/// + 1) × element` (0 when it has no elements), with every step checked:
+/// negative sizes, strides or offsets and overflow are errors, not wraps.
+/// Empty `strides` means contiguous.
+pub fn storage_bytes(sizes: &[i64], strides: &[i64], offset: i64, element: u64) -> Result<u64, String> {
+    let too_large = || format!("sizes {sizes:?}, strides {strides:?}, storage offset {offset} reach past 2^64 bytes");
+    if let Some(s) = sizes.iter().find(|&&s| s < 0) {
+        return Err(format!("negative size {s} in {sizes:?}"));
+    }
+    if let Some(s) = strides.iter().find(|&&s| s < 0) {
+        return Err(format!("negative stride {s} in {strides:?}"));
+    }
+    let offset = u64::try_from(offset).map_err(|_| format!("negative storage offset {offset}"))?;
+    if !strides.is_empty() && strides.len() != sizes.len() {
+        return Err(format!("{} strides for {} sizes", strides.len(), sizes.len()));
+    }
+    if sizes.contains(&0) {
+        return Ok(0);
+    }
+    let last = if strides.is_empty() {
+        element_count(sizes).ok_or_else(too_large)? - 1
+    } else {
+        sizes.iter().zip(strides).try_fold(0u64, |sum, (&size, &stride)| (size as u64 - 1).checked_mul(stride as u64)?.checked_add(sum)).ok_or_else(too_large)?
+    };
+    offset.checked_add(last).and_then(|n| n.checked_add(1)).and_then(|n| n.checked_mul(element)).ok_or_else(too_large)
+}
+
 fn zero() -> Dim {
     Dim::Fixed(0)
 }
@@ -177,16 +221,16 @@ pub enum Argument {
     OptionalTensors(Vec<Option<ValueId>>),
     Int(i64),
     Ints(Vec<i64>),
-    Float(f64),
-    Floats(Vec<f64>),
+    Float(#[serde(with = "json_float")] f64),
+    Floats(#[serde(with = "json_floats")] Vec<f64>),
     Bool(bool),
     Bools(Vec<bool>),
     Str(String),
     Strs(Vec<String>),
     SymInt(Sym<i64>),
     SymInts(Vec<Sym<i64>>),
-    SymFloat(Sym<f64>),
-    SymFloats(Vec<Sym<f64>>),
+    SymFloat(#[serde(with = "json_sym_float")] Sym<f64>),
+    SymFloats(#[serde(with = "json_sym_floats")] Vec<Sym<f64>>),
     SymBool(Sym<bool>),
     SymBools(Vec<Sym<bool>>),
     Dtype(String),
@@ -217,6 +261,81 @@ impl Argument {
     }
 }
 
+/// Floats in IR JSON: non-finite ones as the strings `"NaN"`, `"Infinity"`,
+/// `"-Infinity"` (JSON has no such numbers; serde_json would write `null` and
+/// refuse it on reading), as the `.pt2` schema spells them.
+mod json_float {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::graph::pt2::schema::F64;
+
+    pub fn serialize<S: Serializer>(value: &f64, s: S) -> Result<S::Ok, S::Error> {
+        serde::Serialize::serialize(&F64(*value), s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        F64::deserialize(d).map(|f| f.0)
+    }
+}
+
+mod json_floats {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::graph::pt2::schema::F64;
+
+    pub fn serialize<S: Serializer>(values: &[f64], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(values.iter().map(|&v| F64(v)))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
+        Vec::<F64>::deserialize(d).map(|v| v.into_iter().map(|f| f.0).collect())
+    }
+}
+
+fn to_json_sym(value: &Sym<f64>) -> Sym<crate::graph::pt2::schema::F64> {
+    match *value {
+        Sym::Value(v) => Sym::Value(v),
+        Sym::Const(c) => Sym::Const(crate::graph::pt2::schema::F64(c)),
+    }
+}
+
+fn from_json_sym(value: Sym<crate::graph::pt2::schema::F64>) -> Sym<f64> {
+    match value {
+        Sym::Value(v) => Sym::Value(v),
+        Sym::Const(c) => Sym::Const(c.0),
+    }
+}
+
+mod json_sym_float {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::Sym;
+    use crate::graph::pt2::schema::F64;
+
+    pub fn serialize<S: Serializer>(value: &Sym<f64>, s: S) -> Result<S::Ok, S::Error> {
+        super::to_json_sym(value).serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Sym<f64>, D::Error> {
+        Sym::<F64>::deserialize(d).map(super::from_json_sym)
+    }
+}
+
+mod json_sym_floats {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use super::Sym;
+    use crate::graph::pt2::schema::F64;
+
+    pub fn serialize<S: Serializer>(values: &[Sym<f64>], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(values.iter().map(super::to_json_sym))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Sym<f64>>, D::Error> {
+        Vec::<Sym<F64>>::deserialize(d).map(|v| v.into_iter().map(super::from_json_sym).collect())
+    }
+}
+
 /// What a new node produces; the graph creates and names the values.
 #[derive(Debug, Clone, PartialEq)]
 pub enum OutputDecl {
@@ -244,4 +363,47 @@ pub struct RangeConstraint {
     pub min: i64,
     /// None is unbounded (torch's `int_oo`).
     pub max: Option<i64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storage_bytes_are_checked_not_wrapped() {
+        assert_eq!(storage_bytes(&[2, 3], &[3, 1], 0, 4), Ok(24));
+        assert_eq!(storage_bytes(&[2, 3], &[], 5, 2), Ok(22));
+        assert_eq!(storage_bytes(&[3], &[0], 0, 4), Ok(4), "expanded");
+        assert_eq!(storage_bytes(&[0, 1 << 62], &[1 << 62, 1], 0, 4), Ok(0));
+        assert!(storage_bytes(&[1 << 62, 4], &[], 0, 4).unwrap_err().contains("past 2^64"));
+        assert!(storage_bytes(&[1 << 62], &[1], 0, 8).unwrap_err().contains("past 2^64"));
+        assert!(storage_bytes(&[2], &[1 << 62], 0, 8).unwrap_err().contains("past 2^64"));
+        assert!(storage_bytes(&[4], &[1], 1 << 62, 8).unwrap_err().contains("past 2^64"));
+        assert!(storage_bytes(&[4], &[1], i64::MAX, 2).unwrap_err().contains("past 2^64"));
+        assert!(storage_bytes(&[-1], &[1], 0, 4).unwrap_err().contains("negative size"));
+        assert!(storage_bytes(&[2], &[-1], 0, 4).unwrap_err().contains("negative stride"));
+        assert!(storage_bytes(&[2], &[1], -1, 4).unwrap_err().contains("negative storage offset"));
+        assert!(storage_bytes(&[2, 2], &[1], 0, 4).unwrap_err().contains("1 strides for 2 sizes"));
+        assert_eq!(element_count(&[1 << 32, 1 << 32]), None);
+        assert_eq!(element_count(&[3, -1]), None);
+    }
+
+    #[test]
+    fn non_finite_floats_survive_ir_json() {
+        let args = vec![
+            Argument::Float(f64::NEG_INFINITY),
+            Argument::Floats(vec![1.5, f64::INFINITY, f64::NAN]),
+            Argument::SymFloat(Sym::Const(f64::NAN)),
+            Argument::SymFloats(vec![Sym::Const(f64::INFINITY), Sym::Value(ValueId(3))]),
+            Argument::Float(-0.25),
+        ];
+        let json = serde_json::to_string(&args).unwrap();
+        assert_eq!(
+            json,
+            r#"[{"float":"-Infinity"},{"floats":[1.5,"Infinity","NaN"]},{"sym_float":{"const":"NaN"}},{"sym_floats":[{"const":"Infinity"},{"value":3}]},{"float":-0.25}]"#
+        );
+        let back: Vec<Argument> = serde_json::from_str(&json).unwrap();
+        assert_eq!(serde_json::to_string(&back).unwrap(), json);
+        assert!(matches!(back[0], Argument::Float(f) if f == f64::NEG_INFINITY));
+    }
 }

@@ -24,8 +24,12 @@ pub enum EmitError {
     MissingWeight(String),
     #[error("weight `{fqn}`: {reason}")]
     Weight { fqn: String, reason: String },
+    #[error(transparent)]
+    Storage(#[from] crate::graph::pt2::Pt2Error),
     #[error("graph input `{0}` is not a tensor")]
     NotATensor(String),
+    #[error("value {0} has no ONNX name (no translation produced it)")]
+    Unnamed(u32),
     #[error("writing {path}: {source}")]
     Write { path: String, source: std::io::Error },
 }
@@ -51,16 +55,6 @@ pub fn onnx_dtype(dtype: &str) -> Result<i32, EmitError> {
         "bfloat16" => D::Bfloat16,
         other => return Err(EmitError::Dtype(other.into())),
     } as i32)
-}
-
-fn element_size(dtype: &str) -> usize {
-    match dtype {
-        "bool" | "uint8" | "int8" => 1,
-        "float16" | "bfloat16" | "int16" | "uint16" => 2,
-        "float32" | "int32" | "uint32" => 4,
-        "complex128" => 16,
-        _ => 8,
-    }
 }
 
 /// What goes into the model besides the translated nodes.
@@ -244,6 +238,8 @@ const TRANSPOSE_BLOCK: usize = 64;
 /// The model without initializer bytes, and the initializers, in graph-input order.
 pub fn plan<'a>(parts: &ModelParts<'a>) -> Result<Planned<'a>, EmitError> {
     let ModelParts { graph, roles, pt2, builder, .. } = parts;
+    // Every stored tensor checked (sizes, CRC-32 on all cores) before any is used.
+    pt2.check_payloads()?;
     let dims = dim_names(graph, roles);
     let mut inputs = Vec::new();
     let mut initializers = Vec::new();
@@ -267,7 +263,8 @@ pub fn plan<'a>(parts: &ModelParts<'a>) -> Result<Planned<'a>, EmitError> {
         }
     }
     let output_values = graph_outputs(graph);
-    let current: Vec<String> = output_values.iter().map(|v| builder.value_names[v].clone()).collect();
+    let current: Vec<String> =
+        output_values.iter().map(|v| builder.value_names.get(v).cloned().ok_or(EmitError::Unnamed(v.0))).collect::<Result<_, _>>()?;
     let mut nodes: Vec<Node> = builder.nodes.iter().filter(|n| n.function.is_none()).cloned().collect();
     let taken: std::collections::HashSet<String> = builder.value_names.values().filter(|n| !current.contains(n)).cloned().collect();
     let names = if parts.output_names.is_empty() { current.clone() } else { name_outputs(&mut nodes, &current, &parts.output_names, &taken) };
@@ -470,47 +467,58 @@ fn renamed(expr: &str, dims: &std::collections::HashMap<String, String>) -> Stri
     out
 }
 
-/// A weight's bytes as a contiguous initializer.
+/// A weight's bytes as a contiguous initializer. Sizes, offsets and byte
+/// counts come from the file: every step is checked.
 fn initializer<'a>(pt2: &'a Pt2, fqn: &str, constant: bool, meta: &TensorMeta) -> Result<Initializer<'a>, EmitError> {
+    let error = |reason: String| EmitError::Weight { fqn: fqn.into(), reason };
     // Non-persistent buffers are stored with the constants.
-    let bytes = if constant { pt2.constant("model", fqn) } else { pt2.weight("model", fqn).or_else(|| pt2.constant("model", fqn)) };
-    let bytes = bytes.ok_or_else(|| EmitError::MissingWeight(fqn.into()))?;
-    let dims = meta
-        .shape
-        .iter()
-        .map(|d| match d {
-            Dim::Fixed(n) => Ok(*n),
-            Dim::Symbolic(s) => Err(EmitError::Weight { fqn: fqn.into(), reason: format!("symbolic size {s}") }),
-        })
-        .collect::<Result<Vec<i64>, _>>()?;
-    let size = element_size(&meta.dtype);
-    let count: i64 = dims.iter().product();
-    let offset = match meta.storage_offset {
-        Dim::Fixed(n) => n as usize * size,
-        _ => return Err(EmitError::Weight { fqn: fqn.into(), reason: "symbolic storage offset".into() }),
+    let bytes = match constant {
+        true => pt2.constant("model", fqn)?,
+        false => match pt2.weight("model", fqn)? {
+            Some(bytes) => Some(bytes),
+            None => pt2.constant("model", fqn)?,
+        },
     };
-    if !is_contiguous(&meta.strides, &dims) {
-        return Err(EmitError::Weight { fqn: fqn.into(), reason: "non-contiguous storage".into() });
+    let bytes = bytes.ok_or_else(|| EmitError::MissingWeight(fqn.into()))?;
+    let fixed = |dims: &[Dim], what: &str| {
+        dims.iter()
+            .map(|d| match d {
+                Dim::Fixed(n) => Ok(*n),
+                Dim::Symbolic(s) => Err(error(format!("symbolic {what} {s}"))),
+            })
+            .collect::<Result<Vec<i64>, _>>()
+    };
+    let dims = fixed(&meta.shape, "size")?;
+    let strides = fixed(&meta.strides, "stride")?;
+    let offset = fixed(std::slice::from_ref(&meta.storage_offset), "storage offset")?[0];
+    let data_type = onnx_dtype(&meta.dtype)?;
+    let size = crate::graph::element_size(&meta.dtype).ok_or_else(|| EmitError::Dtype(meta.dtype.clone()))?;
+    if !is_contiguous(&strides, &dims) {
+        return Err(error("non-contiguous storage".into()));
     }
-    let end = offset + count as usize * size;
-    let raw = bytes.get(offset..end).ok_or_else(|| EmitError::Weight {
-        fqn: fqn.into(),
-        reason: format!("storage holds {} bytes, the tensor needs {offset}..{end}", bytes.len()),
-    })?;
-    let header = p::TensorProto { dims, data_type: Some(onnx_dtype(&meta.dtype)?), name: Some(fqn.into()), ..Default::default() };
+    // Contiguous: the tensor is the bytes from `offset` elements up to `end` (0 when empty).
+    let end = crate::graph::storage_bytes(&dims, &[], offset, size).map_err(error)?;
+    let start = if end == 0 { 0 } else { offset as u64 * size }; // offset >= 0, and no larger than `end`
+    let raw = usize::try_from(start).ok().zip(usize::try_from(end).ok()).and_then(|(s, e)| bytes.get(s..e));
+    let raw = raw.ok_or_else(|| error(format!("storage holds {} bytes, the tensor needs {start}..{end}", bytes.len())))?;
+    let header = p::TensorProto { dims, data_type: Some(data_type), name: Some(fqn.into()), ..Default::default() };
     Ok(Initializer { header, bytes: Bytes::Mapped(raw) })
 }
 
-fn is_contiguous(strides: &[Dim], dims: &[i64]) -> bool {
+/// Row-major strides (or none given), sizes of 1 aside.
+fn is_contiguous(strides: &[i64], dims: &[i64]) -> bool {
     if strides.is_empty() {
         return true;
     }
-    let mut expected = 1i64;
-    for (stride, &size) in strides.iter().zip(dims).rev() {
-        if size != 1 && *stride != Dim::Fixed(expected) {
+    if strides.len() != dims.len() {
+        return false;
+    }
+    let mut expected = Some(1i64);
+    for (&stride, &size) in strides.iter().zip(dims).rev() {
+        if size != 1 && Some(stride) != expected {
             return false;
         }
-        expected *= size.max(1);
+        expected = expected.and_then(|e| e.checked_mul(size.max(1)));
     }
     true
 }
@@ -563,6 +571,44 @@ fn attribute(name: &str, value: &Attribute) -> p::AttributeProto {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The initializer of weight `w` (4 float32 stored) read with graph metadata `meta`.
+    fn initializer_error(shape: &[i64], strides: &[i64], offset: i64) -> String {
+        use crate::graph::pt2::testing::{archive, floats, open, Stored};
+        let pt2 = open(archive(&[Stored { fqn: "w", sizes: vec![4], strides: vec![1], offset: 0, bytes: Some(floats(4)) }]));
+        let mut meta = TensorMeta::new("float32", shape.iter().map(|&n| Dim::Fixed(n)).collect());
+        meta.strides = strides.iter().map(|&n| Dim::Fixed(n)).collect();
+        meta.storage_offset = Dim::Fixed(offset);
+        match initializer(&pt2, "w", false, &meta) {
+            Ok(init) => format!("ok {} bytes", init.bytes.len()),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn weight_sizes_and_offsets_from_the_file_are_checked_not_wrapped() {
+        assert_eq!(initializer_error(&[2, 2], &[2, 1], 0), "ok 16 bytes");
+        assert_eq!(initializer_error(&[2], &[1], 2), "ok 8 bytes");
+        assert_eq!(initializer_error(&[0, 1 << 62], &[], 0), "ok 0 bytes");
+        let e = initializer_error(&[1 << 62], &[1], 0);
+        assert!(e.starts_with("weight `w`: ") && e.contains("past 2^64"), "{e}");
+        let e = initializer_error(&[1 << 62, 1 << 62], &[], 0);
+        assert!(e.contains("past 2^64"), "{e}");
+        let e = initializer_error(&[1 << 61], &[1], 0);
+        assert!(e.contains("storage holds 16 bytes, the tensor needs 0..9223372036854775808"), "{e}");
+        let e = initializer_error(&[-4], &[1], 0);
+        assert!(e.contains("negative size -4"), "{e}");
+        let e = initializer_error(&[2], &[1], 1 << 62);
+        assert!(e.contains("past 2^64"), "{e}");
+        let e = initializer_error(&[2], &[1], -1);
+        assert!(e.contains("negative storage offset"), "{e}");
+        let e = initializer_error(&[2], &[1], 3);
+        assert!(e.contains("storage holds 16 bytes, the tensor needs 12..20"), "{e}");
+        let e = initializer_error(&[1 << 40, 1 << 40], &[1 << 40, 1], 0);
+        assert!(e.contains("past 2^64"), "{e}");
+        let e = initializer_error(&[2, 2], &[1, 2], 0);
+        assert!(e.contains("non-contiguous"), "{e}");
+    }
 
     #[test]
     fn a_transposed_weight_streams_in_blocks_and_a_failed_write_is_an_error() {

@@ -1,11 +1,20 @@
 //! Finding plugins on disk. Every file access goes through cap-std: a plugin
 //! folder is a capability, and nothing named in a manifest can reach outside
 //! it (`..`, absolute paths and symlinks out are refused by construction).
+//!
+//! Nothing vanishes silently: what discovery cannot or will not read (a folder
+//! it cannot open, a symlinked folder or manifest, a plugin deeper than it
+//! looks) is a [`Warning`] naming the path; a plugin whose manifest or
+//! component cannot be read is an error entry naming the file. Files are read
+//! only when they are regular files (a FIFO or device is refused before it is
+//! opened, and opened non-blocking), and never past a size limit.
 
+use std::fmt;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use cap_std::ambient_authority;
-use cap_std::fs::Dir;
+use cap_std::fs::{Dir, FileTypeExt, Metadata, OpenOptions, OpenOptionsExt};
 use sha2::{Digest, Sha256};
 
 use super::error::LoadError;
@@ -15,8 +24,13 @@ const MANIFEST: &str = "plugin.toml";
 /// How deep below a `--plugins` folder manifests are looked for
 /// (`plugins/` → `onnx/` → `fix-alias/`).
 const MAX_DEPTH: u32 = 3;
+/// How many folders further down discovery looks, only to warn about plugins
+/// it does not load.
+const WARN_DEPTH: u32 = 3;
 /// A component larger than this is refused before it is read.
-const MAX_COMPONENT_BYTES: u64 = 64 << 20;
+pub const MAX_COMPONENT_BYTES: u64 = 64 << 20;
+/// A `plugin.toml` larger than this is refused before it is read.
+pub const MAX_MANIFEST_BYTES: u64 = 1 << 20;
 
 /// A plugin found on disk, read but not yet compiled.
 #[derive(Debug, Clone)]
@@ -39,15 +53,73 @@ impl Discovered {
     }
 }
 
+/// Something below a plugin folder that discovery skipped, and why: one line
+/// naming the path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning {
+    pub path: PathBuf,
+    pub reason: String,
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.reason)
+    }
+}
+
+/// What discovery found below one folder: plugins (or errors naming a plugin's
+/// file) in path order, and warnings about what it skipped.
+#[derive(Debug, Default)]
+pub struct Discovery {
+    pub found: Vec<Result<Discovered, LoadError>>,
+    pub warnings: Vec<Warning>,
+}
+
 /// Every plugin below `root`, in path order; a plugin that cannot be read is an
 /// error entry naming its file, so one bad plugin does not hide the others.
+/// What discovery skipped is logged as a warning (see [`scan`] to get them).
 pub fn discover(root: &Path) -> Result<Vec<Result<Discovered, LoadError>>, LoadError> {
+    let discovery = scan(root)?;
+    for warning in &discovery.warnings {
+        tracing::warn!("{warning}");
+    }
+    Ok(discovery.found)
+}
+
+/// As [`discover`], with the warnings returned instead of logged.
+pub fn scan(root: &Path) -> Result<Discovery, LoadError> {
     let dir = Dir::open_ambient_dir(root, ambient_authority())
-        .map_err(|e| LoadError::new(root, format!("cannot open plugin folder: {e}")))?;
-    let mut found = Vec::new();
-    walk(&dir, root, MAX_DEPTH, &mut found);
-    found.sort_by(|a, b| path_of(a).cmp(path_of(b)));
-    Ok(found)
+        .map_err(|e| LoadError::new(root, format!("cannot open plugin folder: {}", io_reason(&e))))?;
+    let mut discovery = Discovery::default();
+    walk(&dir, root, 0, &mut discovery);
+    discovery.found.sort_by(|a, b| path_of(a).cmp(path_of(b)));
+    discovery.warnings.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(discovery)
+}
+
+/// Every plugin below each folder, in folder then path order, and every
+/// warning. The first plugin that cannot be read stops with its error; the
+/// same name and version found twice is an error too.
+pub fn discover_folders(folders: &[PathBuf]) -> Result<(Vec<Discovered>, Vec<Warning>), super::SetError> {
+    let mut all: Vec<Discovered> = Vec::new();
+    let mut warnings = Vec::new();
+    for folder in folders {
+        let discovery = scan(folder)?;
+        warnings.extend(discovery.warnings);
+        for found in discovery.found {
+            let found = found?;
+            let (name, version) = (&found.manifest.plugin.name, &found.manifest.plugin.version);
+            if let Some(other) = all.iter().find(|p| &p.manifest.plugin.name == name && &p.manifest.plugin.version == version) {
+                return Err(LoadError::new(
+                    found.manifest_path(),
+                    format!("plugin `{name}` {version} is found twice (also in {})", other.dir.display()),
+                )
+                .into());
+            }
+            all.push(found);
+        }
+    }
+    Ok((all, warnings))
 }
 
 fn path_of(entry: &Result<Discovered, LoadError>) -> &Path {
@@ -57,25 +129,114 @@ fn path_of(entry: &Result<Discovered, LoadError>) -> &Path {
     }
 }
 
-fn walk(dir: &Dir, path: &Path, depth: u32, found: &mut Vec<Result<Discovered, LoadError>>) {
-    if dir.is_file(MANIFEST) {
-        found.push(read_plugin(dir, path));
-        return;
+/// Folder names discovery never enters: hidden folders, build output, sources.
+fn skipped_name(name: &str) -> bool {
+    name.starts_with('.') || name == "target" || name == "src"
+}
+
+fn warn(out: &mut Discovery, path: PathBuf, reason: impl Into<String>) {
+    out.warnings.push(Warning { path, reason: reason.into() });
+}
+
+/// `dir` is `level` folders below the root.
+fn walk(dir: &Dir, path: &Path, level: u32, out: &mut Discovery) {
+    match dir.symlink_metadata(MANIFEST) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        // Not even a stat: the folder cannot be searched (no `x` permission).
+        Err(e) => return warn(out, path.to_path_buf(), unreadable_folder(&e)),
+        Ok(meta) if meta.file_type().is_symlink() => match dir.metadata(MANIFEST) {
+            // A symlink to a file in the plugin's own folder is followed (cap-std keeps it there).
+            Ok(target) if target.is_file() => {
+                out.found.push(read_plugin(dir, path));
+                return;
+            }
+            Ok(target) => {
+                out.found.push(Err(LoadError::new(path.join(MANIFEST), format!("is not a regular file ({})", file_kind(&target)))));
+                return;
+            }
+            Err(e) => {
+                warn(out, path.join(MANIFEST), format!("{}; the plugin is skipped", symlink_reason(&e, "its plugin folder")));
+                return;
+            }
+        },
+        Ok(_) => {
+            // read_plugin refuses what is not a regular file, naming it.
+            out.found.push(read_plugin(dir, path));
+            return;
+        }
     }
-    if depth == 0 {
+    let entries = match dir.entries() {
+        Ok(entries) => entries,
+        Err(e) => return warn(out, path.to_path_buf(), unreadable_folder(&e)),
+    };
+    let mut folders = Vec::new();
+    for entry in entries {
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(e) => {
+                warn(out, path.to_path_buf(), unreadable_folder(&e));
+                continue;
+            }
+        };
+        let Ok(name) = entry.file_name().into_string() else {
+            warn(out, path.join(entry.file_name()), "name is not UTF-8; skipped");
+            continue;
+        };
+        if skipped_name(&name) {
+            continue;
+        }
+        match entry.file_type() {
+            Ok(t) if t.is_dir() => folders.push(name),
+            Ok(t) if t.is_symlink() => match dir.metadata(&name) {
+                Ok(target) if target.is_dir() => warn(
+                    out,
+                    path.join(&name),
+                    "is a symlinked folder; discovery does not follow symlinks (give its target with --plugins)",
+                ),
+                Ok(_) => {} // a symlinked file beside plugin folders is not discovery's business
+                Err(e) => warn(out, path.join(&name), format!("{}; not followed", symlink_reason(&e, &path.display().to_string()))),
+            },
+            Ok(_) => {}
+            Err(e) => warn(out, path.join(&name), format!("cannot be read ({}); skipped", io_reason(&e))),
+        }
+    }
+    folders.sort();
+    for name in folders {
+        match dir.open_dir(&name) {
+            Ok(sub) if level < MAX_DEPTH => walk(&sub, &path.join(&name), level + 1, out),
+            Ok(sub) => warn_deeper(&sub, &path.join(&name), level + 1, out),
+            Err(e) => warn(out, path.join(&name), unreadable_folder(&e)),
+        }
+    }
+}
+
+fn unreadable_folder(e: &std::io::Error) -> String {
+    format!("cannot read folder ({}); plugins in it are skipped", io_reason(e))
+}
+
+/// Looks below the deepest level discovery loads, only to warn about plugins there.
+fn warn_deeper(dir: &Dir, path: &Path, level: u32, out: &mut Discovery) {
+    if dir.symlink_metadata(MANIFEST).is_ok() {
+        return warn(
+            out,
+            path.to_path_buf(),
+            format!("plugin folder is {level} folders below the --plugins folder, deeper than discovery looks ({MAX_DEPTH}); not loaded (pass a folder nearer to it with --plugins)"),
+        );
+    }
+    if level >= MAX_DEPTH + WARN_DEPTH {
         return;
     }
     let Ok(entries) = dir.entries() else { return };
-    let mut names: Vec<String> = entries
+    let mut folders: Vec<String> = entries
         .filter_map(Result::ok)
         .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
         .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| !n.starts_with('.') && n != "target" && n != "src")
+        .filter(|n| !skipped_name(n))
         .collect();
-    names.sort();
-    for name in names {
+    folders.sort();
+    for name in folders {
         if let Ok(sub) = dir.open_dir(&name) {
-            walk(&sub, &path.join(&name), depth - 1, found);
+            warn_deeper(&sub, &path.join(&name), level + 1, out);
         }
     }
 }
@@ -83,14 +244,19 @@ fn walk(dir: &Dir, path: &Path, depth: u32, found: &mut Vec<Result<Discovered, L
 /// Reads one plugin folder: its manifest, then the component the manifest names.
 pub fn read_plugin(dir: &Dir, path: &Path) -> Result<Discovered, LoadError> {
     let manifest_path = path.join(MANIFEST);
-    let text = dir.read_to_string(MANIFEST).map_err(|e| LoadError::new(&manifest_path, e.to_string()))?;
+    let bytes = read_regular(dir, MANIFEST, MAX_MANIFEST_BYTES).map_err(|e| LoadError::new(&manifest_path, e.to_string()))?;
+    let text = String::from_utf8(bytes).map_err(|_| LoadError::new(&manifest_path, "is not UTF-8"))?;
     let manifest = Manifest::parse(&text).map_err(|reason| LoadError::new(&manifest_path, reason))?;
-    let component_path = path.join(&manifest.plugin.component);
-    let metadata = dir.metadata(&manifest.plugin.component).map_err(|e| component_error(&component_path, &manifest.plugin.component, e))?;
-    if metadata.len() > MAX_COMPONENT_BYTES {
-        return Err(LoadError::new(&component_path, format!("component is {} bytes, over the {MAX_COMPONENT_BYTES}-byte limit", metadata.len())));
-    }
-    let component = dir.read(&manifest.plugin.component).map_err(|e| component_error(&component_path, &manifest.plugin.component, e))?;
+    let name = &manifest.plugin.component;
+    let component_path = path.join(name);
+    let component = read_regular(dir, name, MAX_COMPONENT_BYTES).map_err(|e| {
+        let reason = match e {
+            ReadError::NotFound => format!("component `{name}` not found (run `cargo xtask build-plugins`?)"),
+            ReadError::TooLarge { size, limit } => format!("component is {size} bytes, over the {limit}-byte limit"),
+            e => format!("component `{name}` {e}"),
+        };
+        LoadError::new(&component_path, reason)
+    })?;
     Ok(Discovered {
         manifest_sha256: sha256_hex(text.as_bytes()),
         component_sha256: sha256_hex(&component),
@@ -100,20 +266,134 @@ pub fn read_plugin(dir: &Dir, path: &Path) -> Result<Discovered, LoadError> {
     })
 }
 
-fn component_error(path: &Path, name: &str, e: std::io::Error) -> LoadError {
-    let reason = match e.kind() {
-        std::io::ErrorKind::NotFound => format!("component `{name}` not found (run `cargo xtask build-plugins`?)"),
-        // cap-std's answer to a path or symlink that leaves the folder.
-        std::io::ErrorKind::PermissionDenied => format!("component `{name}` resolves outside the plugin folder"),
-        _ if e.to_string().contains("outside of the filesystem") => {
-            format!("component `{name}` resolves outside the plugin folder")
+/// Why a file of a plugin could not be read.
+#[derive(Debug)]
+pub enum ReadError {
+    NotFound,
+    /// `..`, an absolute path or a symlink that leaves the folder (cap-std's refusal).
+    Outside,
+    /// A FIFO, device, socket or folder: never opened for reading.
+    NotRegular(&'static str),
+    TooLarge { size: u64, limit: u64 },
+    /// Permission denied, I/O error, ...
+    Io(std::io::Error),
+}
+
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadError::NotFound => f.write_str("not found"),
+            ReadError::Outside => f.write_str("resolves outside the plugin folder"),
+            ReadError::NotRegular(kind) => write!(f, "is not a regular file ({kind})"),
+            ReadError::TooLarge { size, limit } => write!(f, "is {size} bytes, over the {limit}-byte limit"),
+            ReadError::Io(e) => write!(f, "cannot be read: {}", io_reason(e)),
         }
-        _ => format!("cannot read component `{name}`: {e}"),
+    }
+}
+
+impl std::error::Error for ReadError {}
+
+impl ReadError {
+    fn from_io(e: std::io::Error) -> Self {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            ReadError::NotFound
+        } else if is_escape(&e) {
+            ReadError::Outside
+        } else {
+            ReadError::Io(e)
+        }
+    }
+}
+
+/// Reads `name` below `dir` (symlinks followed only inside `dir`) if it is a
+/// regular file of at most `limit` bytes. A FIFO or device is refused from its
+/// metadata, before any open; the open is non-blocking and the opened file's
+/// own metadata is checked again.
+pub fn read_regular(dir: &Dir, name: &str, limit: u64) -> Result<Vec<u8>, ReadError> {
+    let meta = dir.metadata(name).map_err(ReadError::from_io)?;
+    if !meta.is_file() {
+        return Err(ReadError::NotRegular(file_kind(&meta)));
+    }
+    if meta.len() > limit {
+        return Err(ReadError::TooLarge { size: meta.len(), limit });
+    }
+    let mut options = OpenOptions::new();
+    // Non-blocking: a file swapped for a FIFO after the check above cannot block the open.
+    options.read(true).custom_flags(libc::O_NONBLOCK);
+    let file = dir.open_with(name, &options).map_err(ReadError::from_io)?;
+    let meta = file.metadata().map_err(ReadError::Io)?;
+    if !meta.is_file() {
+        return Err(ReadError::NotRegular(file_kind(&meta)));
+    }
+    let mut bytes = Vec::with_capacity(meta.len().min(limit) as usize);
+    file.take(limit + 1).read_to_end(&mut bytes).map_err(ReadError::Io)?;
+    if bytes.len() as u64 > limit {
+        return Err(ReadError::TooLarge { size: bytes.len() as u64, limit });
+    }
+    Ok(bytes)
+}
+
+/// What kind of file `meta` describes, for messages.
+pub fn file_kind(meta: &Metadata) -> &'static str {
+    let t = meta.file_type();
+    if t.is_file() {
+        "a regular file"
+    } else if t.is_dir() {
+        "a folder"
+    } else if t.is_symlink() {
+        "a symlink"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_block_device() || t.is_char_device() {
+        "a device"
+    } else {
+        "not a file"
+    }
+}
+
+/// cap-std's refusal of a path that leaves the directory.
+fn is_escape(e: &std::io::Error) -> bool {
+    e.to_string().contains("outside of the filesystem")
+}
+
+/// Why a symlink was not followed: it leaves `scope`, or leads nowhere.
+fn symlink_reason(e: &std::io::Error, scope: &str) -> String {
+    if is_escape(e) {
+        format!("is a symlink that leads outside {scope}")
+    } else if e.kind() == std::io::ErrorKind::NotFound {
+        "is a dangling symlink".to_string()
+    } else {
+        format!("is a symlink that cannot be followed ({})", io_reason(e))
+    }
+}
+
+/// An OS error in a few words (`permission denied`), without the error code
+/// the standard library appends.
+pub fn io_reason(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    let text = match text.find(" (os error") {
+        Some(at) => text[..at].to_string(),
+        None => text,
     };
-    LoadError::new(path, reason)
+    text.to_lowercase()
 }
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
     let digest = Sha256::digest(bytes);
     digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permission_denied_is_not_reported_as_outside_the_folder() {
+        let denied = ReadError::from_io(std::io::Error::from_raw_os_error(13));
+        assert_eq!(denied.to_string(), "cannot be read: permission denied");
+        let escape = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "a path led outside of the filesystem");
+        assert_eq!(ReadError::from_io(escape).to_string(), "resolves outside the plugin folder");
+    }
 }

@@ -29,8 +29,13 @@ pub enum Failure {
     OutOfFuel { budget: u64 },
     #[error("hit the {millis} ms wall-clock deadline")]
     Deadline { millis: u64 },
-    #[error("exceeded the memory cap of {bytes} bytes")]
+    #[error("exceeded the memory limit (cap of {bytes} bytes)")]
     MemoryCap { bytes: usize },
+    #[error("exceeded the table limit (cap of {elements} elements)")]
+    TableCap { elements: usize },
+    /// Unbounded recursion: the wasm stack cap, not the host's stack.
+    #[error("stack overflow: used more than the {bytes}-byte wasm stack")]
+    StackOverflow { bytes: usize },
     #[error("exceeded the host budget: {0}")]
     HostBudget(String),
     /// A wasm trap: a panic (unreachable), an out-of-bounds access, ...

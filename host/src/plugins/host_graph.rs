@@ -3,7 +3,8 @@
 //! Every method answers misuse (a stale handle, a value read before it is
 //! defined, erasing a node still read) with the contract's typed `error`; only
 //! budget overruns trap. Reads are charged against the call's read budget,
-//! nodes added against its node budget.
+//! nodes added against its node budget, strings and lists the guest hands in
+//! against its write budget.
 
 use wasmtime::component::Resource;
 
@@ -53,6 +54,7 @@ impl w::HostGraph for PluginState {
     }
 
     fn nodes_by_target(&mut self, _: Resource<GraphRef>, target: String) -> wasmtime::Result<Vec<u32>> {
+        self.charge_write(target.approx_size())?;
         let nodes: Vec<u32> = self.graph.nodes_by_target(&target).map(|n| n.0).collect();
         self.charge_read(nodes.len() * 4)?;
         Ok(nodes)
@@ -79,6 +81,7 @@ impl w::HostGraph for PluginState {
     }
 
     fn input(&mut self, _: Resource<GraphRef>, node: u32, name: String) -> Answer<Option<w::Argument>> {
+        self.charge_write(name.approx_size())?;
         let r = self.graph.node(NodeId(node)).map(|n| n.input(&name).map(to_wit_argument));
         self.answer(r, Some(node))
     }
@@ -145,6 +148,7 @@ impl w::HostGraph for PluginState {
         inputs: Vec<w::NamedArgument>,
         outputs: Vec<w::OutputDecl>,
     ) -> Answer<u32> {
+        self.charge_write(target.approx_size() + inputs.approx_size() + outputs.approx_size())?;
         if let Err(e) = self.writable(Some(before)) {
             return Ok(Err(e));
         }
@@ -156,6 +160,7 @@ impl w::HostGraph for PluginState {
     }
 
     fn set_inputs(&mut self, _: Resource<GraphRef>, node: u32, inputs: Vec<w::NamedArgument>) -> Answer<()> {
+        self.charge_write(inputs.approx_size())?;
         if let Err(e) = self.writable(Some(node)) {
             return Ok(Err(e));
         }
@@ -164,6 +169,7 @@ impl w::HostGraph for PluginState {
     }
 
     fn set_input(&mut self, _: Resource<GraphRef>, node: u32, input: w::NamedArgument) -> Answer<()> {
+        self.charge_write(input.approx_size())?;
         if let Err(e) = self.writable(Some(node)) {
             return Ok(Err(e));
         }
@@ -192,6 +198,7 @@ impl w::HostGraph for PluginState {
     }
 
     fn set_value_meta(&mut self, _: Resource<GraphRef>, value: u32, meta: t::ValueMeta) -> Answer<()> {
+        self.charge_write(meta.approx_size())?;
         if let Err(e) = self.writable(None) {
             return Ok(Err(e));
         }
@@ -210,6 +217,7 @@ impl w::HostGraph for PluginState {
     }
 
     fn set_range_constraint(&mut self, _: Resource<GraphRef>, c: w::RangeConstraint) -> Answer<()> {
+        self.charge_write(c.approx_size())?;
         if let Err(e) = self.writable(None) {
             return Ok(Err(e));
         }
@@ -409,7 +417,8 @@ fn from_wit_output_decl(d: w::OutputDecl) -> OutputDecl {
     }
 }
 
-/// Approximate bytes an answer occupies once lowered into guest memory.
+/// Approximate bytes a value occupies in guest memory: what an answer costs
+/// the read budget, and what a guest's argument costs the write budget.
 pub(super) trait ApproxSize {
     fn approx_size(&self) -> usize;
 }
@@ -468,15 +477,26 @@ impl ApproxSize for w::RangeConstraint {
         self.symbol.len() + 32
     }
 }
+impl ApproxSize for t::TensorMeta {
+    fn approx_size(&self) -> usize {
+        let dims = |ds: &[t::Dim]| ds.iter().map(|d| 16 + if let t::Dim::Symbolic(s) = d { s.len() } else { 0 }).sum::<usize>();
+        self.dtype.len() + self.device.kind.len() + dims(&self.shape) + dims(&self.strides) + 48
+    }
+}
+impl ApproxSize for w::OutputDecl {
+    fn approx_size(&self) -> usize {
+        16 + match self {
+            w::OutputDecl::Tensor(m) => m.approx_size(),
+            w::OutputDecl::Tensors(ms) => ms.approx_size(),
+            w::OutputDecl::SymInt(s) | w::OutputDecl::SymBool(s) => s.len(),
+            w::OutputDecl::None => 0,
+        }
+    }
+}
 impl ApproxSize for t::ValueMeta {
     fn approx_size(&self) -> usize {
         match self {
-            t::ValueMeta::Tensor(m) => {
-                let dims = |ds: &[t::Dim]| {
-                    ds.iter().map(|d| 16 + if let t::Dim::Symbolic(s) = d { s.len() } else { 0 }).sum::<usize>()
-                };
-                m.dtype.len() + m.device.kind.len() + dims(&m.shape) + dims(&m.strides) + 48
-            }
+            t::ValueMeta::Tensor(m) => m.approx_size(),
             t::ValueMeta::SymInt(s) | t::ValueMeta::SymFloat(s) | t::ValueMeta::SymBool(s) | t::ValueMeta::Opaque(s) => {
                 s.len() + 16
             }

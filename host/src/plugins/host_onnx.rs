@@ -1,5 +1,7 @@
 //! The `onnx` interface of the contract: the translation builder and the model
-//! under IR repair.
+//! under IR repair. Answers are charged against the call's read budget, the
+//! strings and lists the guest hands in against its write budget, ONNX nodes
+//! added against its node budget.
 
 use wasmtime::component::Resource;
 
@@ -73,6 +75,7 @@ impl o::HostBuilder for PluginState {
         outputs: u32,
         attributes: Vec<o::NamedAttribute>,
     ) -> Answer<Vec<String>> {
+        self.charge_write(op_type.len() + domain.len() + strings_size(&inputs) + attributes.iter().map(named_attribute_size).sum::<usize>())?;
         self.charge_node()?;
         if op_type.is_empty() {
             return err("op-type is empty");
@@ -91,6 +94,7 @@ impl o::HostBuilder for PluginState {
     }
 
     fn bind(&mut self, _: Resource<BuilderRef>, value: u32, name: String) -> Answer<()> {
+        self.charge_write(name.len() + 8)?;
         if self.onnx.builder.value_names.contains_key(&ValueId(value)) {
             return err(format!("value {value} is already bound"));
         }
@@ -122,11 +126,19 @@ impl o::HostModel for PluginState {
     }
 
     fn op_type(&mut self, _: Resource<ModelRef>, node: u32) -> Answer<String> {
-        Ok(self.onnx_node(node).map(|n| n.op_type.clone()))
+        let r = self.onnx_node(node).map(|n| n.op_type.clone());
+        if let Ok(s) = &r {
+            self.charge_read(s.len() + 8)?;
+        }
+        Ok(r)
     }
 
     fn domain(&mut self, _: Resource<ModelRef>, node: u32) -> Answer<String> {
-        Ok(self.onnx_node(node).map(|n| n.domain.clone()))
+        let r = self.onnx_node(node).map(|n| n.domain.clone());
+        if let Ok(s) = &r {
+            self.charge_read(s.len() + 8)?;
+        }
+        Ok(r)
     }
 
     fn inputs(&mut self, _: Resource<ModelRef>, node: u32) -> Answer<Vec<String>> {
@@ -146,10 +158,16 @@ impl o::HostModel for PluginState {
     }
 
     fn attribute(&mut self, _: Resource<ModelRef>, node: u32, name: String) -> Answer<Option<o::Attribute>> {
-        Ok(self.onnx_node(node).map(|n| n.attribute(&name).map(to_wit_attribute)))
+        self.charge_write(name.len() + 8)?;
+        let r = self.onnx_node(node).map(|n| n.attribute(&name).map(to_wit_attribute));
+        if let Ok(a) = &r {
+            self.charge_read(4 + a.as_ref().map_or(0, attribute_size))?;
+        }
+        Ok(r)
     }
 
     fn set_attribute(&mut self, _: Resource<ModelRef>, node: u32, attribute: o::NamedAttribute) -> Answer<()> {
+        self.charge_write(named_attribute_size(&attribute))?;
         match self.onnx.model.nodes.get_mut(node as usize) {
             Some(n) => {
                 let old = n.attribute(&attribute.name).cloned();
@@ -165,6 +183,25 @@ impl o::HostModel for PluginState {
         let _ = self.table.delete(model);
         Ok(())
     }
+}
+
+/// Approximate bytes in guest memory, for the read and write budgets.
+fn strings_size(v: &[String]) -> usize {
+    8 + v.iter().map(|s| s.len() + 8).sum::<usize>()
+}
+
+fn attribute_size(a: &o::Attribute) -> usize {
+    16 + match a {
+        o::Attribute::Int(_) | o::Attribute::Float(_) => 0,
+        o::Attribute::Ints(v) => v.len() * 8,
+        o::Attribute::Floats(v) => v.len() * 4,
+        o::Attribute::Str(s) => s.len(),
+        o::Attribute::Strs(v) => strings_size(v),
+    }
+}
+
+fn named_attribute_size(a: &o::NamedAttribute) -> usize {
+    a.name.len() + 8 + attribute_size(&a.value)
 }
 
 fn from_wit_attribute(a: o::Attribute) -> Attribute {

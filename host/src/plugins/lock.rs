@@ -13,6 +13,8 @@ use super::upstream::Versions;
 
 pub const LOCK_FILE: &str = "hfx.lock";
 const LOCK_VERSION: u32 = 1;
+/// A lock larger than this is refused before it is read.
+pub const MAX_LOCK_BYTES: u64 = 16 << 20;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -67,7 +69,12 @@ impl Lock {
 
     pub fn read(path: &Path) -> Result<Lock, LockError> {
         let unreadable = |reason: String| LockError::Unreadable { path: path.display().to_string(), reason };
-        let text = std::fs::read_to_string(path).map_err(|e| unreadable(e.to_string()))?;
+        // Regular files only (a FIFO is refused without blocking), and bounded.
+        let text = crate::input::read_to_string_bounded(path, MAX_LOCK_BYTES).map_err(|e| {
+            let message = e.to_string();
+            let prefix = format!("{}: ", path.display());
+            unreadable(message.strip_prefix(&prefix).unwrap_or(&message).to_string())
+        })?;
         let lock: Lock = toml::from_str(&text).map_err(|e| unreadable(e.message().replace('\n', " ")))?;
         if lock.version != LOCK_VERSION {
             return Err(unreadable(format!("lock version {} (this hfx reads {LOCK_VERSION})", lock.version)));

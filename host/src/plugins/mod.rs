@@ -58,22 +58,11 @@ pub struct PluginSet {
 /// that cannot be read stops with its error; the same name and version found
 /// twice is an error too.
 pub fn discover_all(folders: &[PathBuf]) -> Result<Vec<Discovered>, SetError> {
-    let mut all: Vec<Discovered> = Vec::new();
-    for folder in folders {
-        for found in discover::discover(folder)? {
-            let found = found?;
-            let (name, version) = (&found.manifest.plugin.name, &found.manifest.plugin.version);
-            if let Some(other) = all.iter().find(|p| &p.manifest.plugin.name == name && &p.manifest.plugin.version == version) {
-                return Err(LoadError::new(
-                    found.manifest_path(),
-                    format!("plugin `{name}` {version} is found twice (also in {})", other.dir.display()),
-                )
-                .into());
-            }
-            all.push(found);
-        }
+    let (found, warnings) = discover::discover_folders(folders)?;
+    for warning in &warnings {
+        tracing::warn!("{warning}");
     }
-    Ok(all)
+    Ok(found)
 }
 
 /// Resolves `found` against `upstream` and loads what applies.

@@ -100,6 +100,7 @@ impl Runtime {
         // Fuel: the deterministic budget. Epochs: the wall-clock backstop.
         config.consume_fuel(true);
         config.epoch_interruption(true);
+        config.max_wasm_stack(super::sandbox::MAX_WASM_STACK);
         let engine = Engine::new(&config)?;
         let linkers = Linkers {
             fx_node_fix: linker(&engine, |l| fx_node_fix::FxNodeFix::add_to_linker::<_, HasSelf<_>>(l, |s| s))?,
@@ -124,6 +125,12 @@ impl Runtime {
         let start = Instant::now();
         let component_path = found.component_path();
         let fail = |reason: String| LoadError::new(&component_path, reason);
+        if let Some(imports) = core_module_imports(&found.component) {
+            return Err(fail(format!(
+                "is a core WebAssembly module, not a component (imports {}); build plugins with `cargo xtask build-plugins`",
+                if imports.is_empty() { "nothing".into() } else { imports.join(", ") }
+            )));
+        }
         let (component, cache) = self
             .cache
             .load(&self.engine, &found.component, &found.component_sha256)
@@ -157,16 +164,21 @@ impl Runtime {
     /// Refuses any import outside the contract, naming it.
     fn check_imports(&self, component: &Component) -> Result<(), String> {
         let ty = component.component_type();
+        let mut refused = Vec::new();
         for (name, import) in ty.imports(&self.engine) {
             // A world's `use` imports types by name; a type grants nothing.
             let capability = !matches!(import.ty, ComponentItem::Type(_) | ComponentItem::Resource(_));
             if capability && !PROVIDED_IMPORTS.contains(&name) {
-                return Err(format!(
-                    "imports `{name}`, which hfx does not provide (plugins get no WASI: no files, network, clock or environment)"
-                ));
+                refused.push(format!("`{name}`"));
             }
         }
-        Ok(())
+        if refused.is_empty() {
+            return Ok(());
+        }
+        Err(format!(
+            "imports {}, which hfx does not provide (plugins get no WASI: no files, network, clock or environment)",
+            refused.join(", ")
+        ))
     }
 
     fn pre(&self, kind: PluginKind, component: &Component) -> wasmtime::Result<KindPre> {
@@ -241,4 +253,24 @@ fn check_targets(manifest: &[String], described: &[String]) -> Result<(), String
 /// wasmtime errors carry a chain of causes; one line for the user.
 pub(super) fn one_line(e: &wasmtime::Error) -> String {
     format!("{e:#}").replace('\n', " ")
+}
+
+/// The imports of `bytes` if they are a core module (`\0asm` version 1), as
+/// `module.name`; `None` for anything else (a component goes on to wasmtime).
+fn core_module_imports(bytes: &[u8]) -> Option<Vec<String>> {
+    if !bytes.starts_with(b"\0asm\x01\0\0\0") {
+        return None;
+    }
+    let mut imports = Vec::new();
+    for payload in wasmparser::Parser::new(0).parse_all(bytes) {
+        let Ok(wasmparser::Payload::ImportSection(section)) = payload else { continue };
+        for import in section.into_imports().flatten() {
+            if imports.len() == 8 {
+                imports.push("...".into());
+                return Some(imports);
+            }
+            imports.push(format!("`{}.{}`", import.module, import.name));
+        }
+    }
+    Some(imports)
 }

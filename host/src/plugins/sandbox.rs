@@ -2,10 +2,14 @@
 //! host-side ones.
 //!
 //! Inside the sandbox: fuel (deterministic, reset before each call), an epoch
-//! deadline (wall-clock backstop), a memory cap. Outside it, where the guest
-//! cannot see: how many nodes one call may add and how many bytes it may read
-//! back from the host. No WASI is linked, so a plugin has no files, network,
-//! clock or environment at all.
+//! deadline (wall-clock backstop), a memory cap (all linear memories of an
+//! instance together), a table cap, a wasm stack cap, and counts of instances,
+//! memories and tables. Outside it, where the guest cannot see: how many nodes
+//! one call may add, how many bytes it may read back from the host, and how
+//! many bytes it may hand to the host (strings and lists in host calls and in
+//! what it returns: wasmtime's hostcall fuel caps each single transfer, the
+//! write budget their sum). No WASI is linked, so a plugin has no files,
+//! network, clock or environment at all.
 
 use std::time::Duration;
 
@@ -17,7 +21,7 @@ use crate::graph::Graph;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
-    /// Linear memory cap per instance.
+    /// Linear memory cap per instance (all its memories together).
     pub memory_bytes: usize,
     /// Fuel per call (roughly one unit per wasm instruction).
     pub fuel_per_call: u64,
@@ -27,7 +31,28 @@ pub struct Limits {
     pub max_new_nodes: u32,
     /// Bytes one call may read back from the host (strings, lists, metadata).
     pub max_read_bytes: u64,
+    /// Bytes one call may hand to the host: strings and lists passed to host
+    /// functions, summed over the call; also the most one host call (or one
+    /// returned value) may copy out of the guest.
+    pub max_write_bytes: u64,
+    /// Elements per table (function references live outside linear memory).
+    pub max_table_elements: usize,
 }
+
+/// Wasm stack per call (wasmtime's `max_wasm_stack`, set on the engine): deep
+/// recursion traps as a stack overflow long before the host thread's native
+/// stack (8 MiB on the main thread, 2 MiB on others) is at risk.
+pub const MAX_WASM_STACK: usize = 512 << 10;
+/// Bytes of targets `describe` may return (names and list together).
+pub const MAX_DESCRIBE_BYTES: usize = 64 << 10;
+/// Bytes of an error message a plugin may return.
+pub const MAX_MESSAGE_BYTES: usize = 4 << 10;
+/// Core instances, tables and linear memories per store (one store per plugin
+/// instance). A component made by wit-component has a few instances, one
+/// memory and one or two tables.
+pub const MAX_INSTANCES: usize = 32;
+pub const MAX_TABLES: usize = 8;
+pub const MAX_MEMORIES: usize = 2;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -37,6 +62,8 @@ impl Default for Limits {
             deadline: Duration::from_secs(2),
             max_new_nodes: 10_000,
             max_read_bytes: 64 << 20,
+            max_write_bytes: 16 << 20,
+            max_table_elements: 10_000,
         }
     }
 }
@@ -63,7 +90,7 @@ impl PluginState {
             onnx: OnnxState::default(),
             graph_read_only: false,
             limits,
-            memory: MemoryLimiter { cap: limits.memory_bytes, denied: false },
+            memory: MemoryLimiter::new(&limits),
             budget: CallBudget::default(),
         }
     }
@@ -80,6 +107,18 @@ impl PluginState {
         self.budget.read_bytes += bytes as u64;
         if self.budget.read_bytes > self.limits.max_read_bytes {
             let message = format!("read more than {} bytes from the host in one call", self.limits.max_read_bytes);
+            self.budget.exceeded = Some(message.clone());
+            return Err(wasmtime::Error::msg(message));
+        }
+        Ok(())
+    }
+
+    /// Charges `bytes` handed over by the guest (strings and lists passed to a
+    /// host function); a trap once over budget.
+    pub fn charge_write(&mut self, bytes: usize) -> wasmtime::Result<()> {
+        self.budget.written_bytes = self.budget.written_bytes.saturating_add(bytes as u64);
+        if self.budget.written_bytes > self.limits.max_write_bytes {
+            let message = write_budget_message(self.limits.max_write_bytes);
             self.budget.exceeded = Some(message.clone());
             return Err(wasmtime::Error::msg(message));
         }
@@ -103,27 +142,80 @@ impl PluginState {
 pub struct CallBudget {
     pub new_nodes: u32,
     pub read_bytes: u64,
+    pub written_bytes: u64,
     /// Set when a budget tripped, so the trap it caused is reported as such.
     pub exceeded: Option<String>,
 }
 
-/// Caps linear memory and remembers a denial, so the resulting trap is reported
-/// as the memory cap rather than as whatever the guest did next.
+/// What the write budget says when it trips (also for wasmtime's hostcall
+/// fuel, which trips first when one transfer alone is over the budget).
+pub fn write_budget_message(max: u64) -> String {
+    format!("wrote more than {max} bytes to the host in one call")
+}
+
+/// Caps linear memory (all memories of the store together) and table sizes,
+/// and counts instances, tables and memories. Remembers a denial, so that the
+/// resulting trap is reported as the cap rather than as whatever the guest did
+/// next.
 pub struct MemoryLimiter {
     pub cap: usize,
+    /// Bytes of linear memory the store's memories hold together.
+    pub used: usize,
     pub denied: bool,
+    pub table_cap: usize,
+    pub table_denied: bool,
+}
+
+impl MemoryLimiter {
+    pub fn new(limits: &Limits) -> Self {
+        MemoryLimiter {
+            cap: limits.memory_bytes,
+            used: 0,
+            denied: false,
+            table_cap: limits.max_table_elements,
+            table_denied: false,
+        }
+    }
 }
 
 impl ResourceLimiter for MemoryLimiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
-        if desired > self.cap {
-            self.denied = true;
-            return Err(wasmtime::Error::msg(format!("memory growth to {desired} bytes exceeds the cap of {}", self.cap)));
+    fn memory_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
+        if maximum.is_some_and(|max| desired > max) {
+            // Past the memory's own declared maximum: a plain failed grow, nothing held.
+            return Ok(false);
         }
+        let total = self.used.saturating_sub(current).saturating_add(desired);
+        if total > self.cap {
+            self.denied = true;
+            return Err(wasmtime::Error::msg(format!(
+                "memory growth to {desired} bytes ({total} in all memories) exceeds the cap of {}",
+                self.cap
+            )));
+        }
+        self.used = total;
         Ok(true)
     }
 
     fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
-        Ok(desired <= 1 << 20)
+        if desired > self.table_cap {
+            self.table_denied = true;
+            return Err(wasmtime::Error::msg(format!(
+                "table growth to {desired} elements exceeds the cap of {}",
+                self.table_cap
+            )));
+        }
+        Ok(true)
+    }
+
+    fn instances(&self) -> usize {
+        MAX_INSTANCES
+    }
+
+    fn tables(&self) -> usize {
+        MAX_TABLES
+    }
+
+    fn memories(&self) -> usize {
+        MAX_MEMORIES
     }
 }

@@ -24,6 +24,8 @@ use crate::graph::{Graph, RangeConstraint};
 use crate::stages::{fx_node_fix, fx_program_fix, OnPluginError};
 
 const FOLDER: &str = "selftest";
+/// A self-test case larger than this is refused before it is read.
+pub const MAX_CASE_BYTES: u64 = 4 << 20;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -60,9 +62,10 @@ pub fn run(runtime: &Runtime, plugin: &Plugin) -> Result<Vec<Outcome>, LoadError
     Ok(names
         .into_iter()
         .map(|name| {
-            let failure = cases
-                .read_to_string(&name)
+            // Regular files only (a FIFO fails the case without blocking), bounded.
+            let failure = super::discover::read_regular(&cases, &name, MAX_CASE_BYTES)
                 .map_err(|e| e.to_string())
+                .and_then(|bytes| String::from_utf8(bytes).map_err(|_| "is not UTF-8".to_string()))
                 .and_then(|text| run_case(runtime, plugin, &text))
                 .err();
             Outcome { case: format!("{FOLDER}/{name}"), failure: failure.map(|f| format!("{FOLDER}/{name}: {f}")) }

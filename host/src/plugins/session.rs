@@ -11,7 +11,7 @@ use super::bindings::{fx_node_fix, fx_program_fix, onnx_ir_fix, onnx_translation
 use super::bindings::{BuilderRef, GraphRef, ModelRef};
 use super::error::{Failure, PluginError};
 use super::runtime::{one_line, KindPre, Plugin, Runtime, EPOCH_TICK};
-use super::sandbox::PluginState;
+use super::sandbox::{write_budget_message, PluginState, MAX_DESCRIBE_BYTES, MAX_MESSAGE_BYTES, MAX_WASM_STACK};
 use crate::graph::{Graph, NodeId};
 use crate::onnx::{Model, TranslationBuilder};
 
@@ -52,9 +52,9 @@ impl<'a> Session<'a> {
         self.plugin
     }
 
-    /// The plugin's declared targets.
+    /// The plugin's declared targets, at most `MAX_DESCRIBE_BYTES` of them.
     pub fn describe(&mut self) -> Result<Vec<String>, PluginError> {
-        self.call(None, |store, instance| {
+        let targets = self.call(None, |store, instance| {
             Ok(Ok(match instance {
                 Instance::FxNodeFix(i) => i.call_describe(store)?,
                 Instance::FxProgramFix(i) => i.call_describe(store)?,
@@ -62,7 +62,16 @@ impl<'a> Session<'a> {
                 Instance::OnnxTranslation(i) => i.call_describe(store)?,
                 Instance::OnnxIrFix(i) => i.call_describe(store)?,
             }))
-        })
+        })?;
+        let bytes = 8 + targets.iter().map(|t| t.len() + 8).sum::<usize>();
+        if bytes > MAX_DESCRIBE_BYTES {
+            let budget = format!(
+                "describe returned {} targets in {bytes} bytes (at most {MAX_DESCRIBE_BYTES})",
+                targets.len()
+            );
+            return Err(self.error(None, Failure::HostBudget(budget)));
+        }
+        Ok(targets)
     }
 
     /// FX node fix on `node`; true when the plugin consumed it.
@@ -130,7 +139,7 @@ impl<'a> Session<'a> {
             Instance::Patch(i) => i.call_apply(store, call),
             _ => unreachable!("kind checked at load"),
         })?;
-        check(&program).map_err(|reason| self.error(Some(target), Failure::Invalid(reason)))?;
+        check(&program).map_err(|reason| self.error(Some(target), Failure::Invalid(bounded_line(&reason))))?;
         Ok(program)
     }
 
@@ -216,9 +225,13 @@ impl<'a> Session<'a> {
         store.set_fuel(limits.fuel_per_call).expect("fuel is enabled");
         let ticks = (limits.deadline.as_nanos() / EPOCH_TICK.as_nanos()).max(1) as u64;
         store.set_epoch_deadline(ticks);
+        // wasmtime meters what one host call (or one returned value) copies out
+        // of the guest: no single transfer may exceed the whole write budget.
+        store.set_hostcall_fuel(usize::try_from(limits.max_write_bytes).unwrap_or(usize::MAX));
         let state = store.data_mut();
         state.budget = Default::default();
         state.memory.denied = false;
+        state.memory.table_denied = false;
         state.onnx.begin();
     }
 
@@ -242,7 +255,7 @@ impl<'a> Session<'a> {
             Ok(Err(returned)) => {
                 let node = returned.node.map(|id| format!("#id:{id}")).or(node);
                 self.live = Some((store, instance));
-                Err(self.error(node, Failure::Returned(returned.message)))
+                Err(self.error(node, returned_failure(returned.message)))
             }
             Err(trap) => {
                 let failure = self.classify(&store, &trap);
@@ -259,12 +272,20 @@ impl<'a> Session<'a> {
         if state.memory.denied {
             return Failure::MemoryCap { bytes: state.limits.memory_bytes };
         }
+        if state.memory.table_denied {
+            return Failure::TableCap { elements: state.limits.max_table_elements };
+        }
         if let Some(budget) = &state.budget.exceeded {
             return Failure::HostBudget(budget.clone());
+        }
+        // wasmtime's hostcall fuel (set to the write budget in `arm`); its error type is private.
+        if format!("{e:#}").contains("fuel allocated for hostcalls has been exhausted") {
+            return Failure::HostBudget(write_budget_message(state.limits.max_write_bytes));
         }
         match e.downcast_ref::<Trap>() {
             Some(Trap::OutOfFuel) => Failure::OutOfFuel { budget: state.limits.fuel_per_call },
             Some(Trap::Interrupt) => Failure::Deadline { millis: state.limits.deadline.as_millis() as u64 },
+            Some(Trap::StackOverflow) => Failure::StackOverflow { bytes: MAX_WASM_STACK },
             Some(trap) => Failure::Trap(trap.to_string()),
             None => Failure::Trap(one_line(e)),
         }
@@ -278,5 +299,44 @@ impl<'a> Session<'a> {
             node,
             failure,
         }
+    }
+}
+
+/// A plugin's own error: refused past `MAX_MESSAGE_BYTES`, kept to one line.
+fn returned_failure(message: String) -> Failure {
+    if message.len() > MAX_MESSAGE_BYTES {
+        return Failure::HostBudget(format!(
+            "returned an error message of {} bytes (at most {MAX_MESSAGE_BYTES})",
+            message.len()
+        ));
+    }
+    Failure::Returned(bounded_line(&message))
+}
+
+/// Text that reaches an error line: control characters (newlines included)
+/// become spaces, and it is cut at `MAX_MESSAGE_BYTES`.
+fn bounded_line(text: &str) -> String {
+    let mut line = String::with_capacity(text.len().min(MAX_MESSAGE_BYTES + 3));
+    for c in text.chars() {
+        if line.len() + c.len_utf8() > MAX_MESSAGE_BYTES {
+            line.push('…');
+            break;
+        }
+        line.push(if c.is_control() { ' ' } else { c });
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plugin_text_reaches_an_error_line_as_one_bounded_line() {
+        assert_eq!(bounded_line("a\nb\r\tc"), "a b  c");
+        let long = bounded_line(&"é".repeat(MAX_MESSAGE_BYTES));
+        assert!(long.len() <= MAX_MESSAGE_BYTES + '…'.len_utf8() && long.ends_with('…'));
+        assert_eq!(returned_failure("two\nlines".into()), Failure::Returned("two lines".into()));
+        assert!(matches!(returned_failure("x".repeat(MAX_MESSAGE_BYTES + 1)), Failure::HostBudget(_)));
     }
 }

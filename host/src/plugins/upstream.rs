@@ -65,9 +65,12 @@ pub fn probe_installed(python: &str) -> Result<Versions, String> {
         "import importlib.metadata as m\nfor p in {:?}:\n    try: print(p, m.version(p))\n    except m.PackageNotFoundError: pass\n",
         KNOWN_PACKAGES
     );
-    let out = Command::new(python).arg("-c").arg(&script).output().map_err(|e| format!("running {python}: {e}"))?;
+    let out = Command::new(python).arg("-c").arg(&script).output().map_err(|e| format!("cannot run {python}: {e}"))?;
     if !out.status.success() {
-        return Err(format!("{python} failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
+        // One line: the last line of a traceback says what went wrong.
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let last = stderr.lines().rev().map(str::trim).find(|l| !l.is_empty()).unwrap_or("no error output");
+        return Err(format!("{python} failed ({}): {last}", out.status));
     }
     Ok(String::from_utf8_lossy(&out.stdout)
         .lines()

@@ -5,15 +5,25 @@
 //! embedded in the binary): JSON lines over pipes, one response per request,
 //! a deadline per request. A crash, a Python exception or a hang becomes a
 //! `TraceError` with the Python traceback or the tail of stderr attached.
+//!
+//! The worker runs in a box: its own process group, killed as a whole on a
+//! deadline, an error, drop or hfx's own SIGINT / SIGTERM (`interrupt`), a
+//! memory limit on its process tree (`memory`), and lines read with a bound
+//! (`protocol`).
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+
+pub use memory::MemoryMechanism;
+use memory::{Cgroup, MemoryBox, Sampler};
+use protocol::{Incoming, Message};
 
 /// The worker's source; run with `python -c`, so an installed hfx needs no files beside it.
 const WORKER: &str = include_str!("../../worker/worker.py");
@@ -34,6 +44,10 @@ pub enum TraceError {
     Python { method: String, kind: String, message: String, traceback: String },
     #[error("trace worker protocol: {0}")]
     Protocol(String),
+    #[error("the trace worker ran out of memory (limit {limit} GiB); try a smaller config (--set ...) or raise --worker-memory-gib")]
+    OutOfMemory { limit: String },
+    #[error("cannot limit the trace worker's memory with a cgroup: {0}")]
+    NoCgroup(String),
     #[error(transparent)]
     Plugin(crate::plugins::PluginError),
 }
@@ -41,10 +55,30 @@ pub enum TraceError {
 /// What the host does with a worker's progress line.
 pub type ProgressCallback = Box<dyn FnMut(&Value)>;
 
+/// How the worker is started.
+#[derive(Debug, Clone, Default)]
+pub struct WorkerOptions {
+    /// More environment variables for the worker (`PYTHONPATH`).
+    pub env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+    /// The limit on the memory of the worker's process tree, in bytes (None: no limit).
+    pub memory_limit: Option<u64>,
+    /// What enforces the limit.
+    pub memory_mechanism: MemoryMechanism,
+}
+
+/// How often a waiting request checks that the worker is still alive (a
+/// process it started may hold its stdout open after it died).
+const POLL: Duration = Duration::from_millis(100);
+
 pub struct Worker {
     child: Child,
+    /// The worker's process group (its pid): everything it starts is killed with it.
+    group: i32,
+    /// Killed and reaped.
+    stopped: bool,
+    memory: Option<MemoryBox>,
     stdin: ChildStdin,
-    responses: Receiver<String>,
+    responses: Receiver<Incoming>,
     stderr: Arc<Mutex<String>>,
     next_id: u64,
     /// What `hello` answered: protocol, python, upstream versions.
@@ -55,28 +89,69 @@ pub struct Worker {
 
 impl Worker {
     /// Starts the worker under `python` and checks it speaks this host's protocol.
+    /// The worker dies with the thread that started it (`PR_SET_PDEATHSIG`):
+    /// start it on a thread that outlives its use.
     pub fn start(python: &str, deadline: Duration) -> Result<Worker, TraceError> {
         Self::start_with_env(python, deadline, &[])
     }
 
     /// `start`, with more environment variables for the worker (`PYTHONPATH`).
     pub fn start_with_env(python: &str, deadline: Duration, env: &[(&str, &std::ffi::OsStr)]) -> Result<Worker, TraceError> {
-        let mut child = Command::new(python)
+        let env = env.iter().map(|(k, v)| (k.into(), v.into())).collect();
+        Self::start_with(python, deadline, &WorkerOptions { env, ..Default::default() })
+    }
+
+    /// `start`, with `options`: environment and memory limit.
+    pub fn start_with(python: &str, deadline: Duration, options: &WorkerOptions) -> Result<Worker, TraceError> {
+        let mut command = Command::new(python);
+        command
             .args(["-u", "-c", WORKER])
-            .envs(env.iter().copied())
+            .envs(options.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|source| TraceError::Start { python: python.into(), source })?;
+            .process_group(0);
+        // Should hfx itself die without cleaning up (SIGKILL, the OOM killer), the worker goes too.
+        let host = std::process::id() as libc::pid_t;
+        // SAFETY: prctl and getppid are async-signal-safe and nothing is allocated.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 || libc::getppid() != host {
+                    return Err(std::io::Error::other("hfx exited while starting the worker"));
+                }
+                Ok(())
+            });
+        }
+        // Started and registered in one step: a SIGINT now kills it too.
+        let (mut child, memory) = interrupt::guarded(|registry| {
+            let mut child = command.spawn().map_err(|source| TraceError::Start { python: python.into(), source })?;
+            let group = child.id() as i32;
+            registry.groups.push(group);
+            match options.memory_limit.map(|limit| memory_box(group, limit, options.memory_mechanism)).transpose() {
+                Ok(memory) => {
+                    registry.cgroups.extend(memory.as_ref().and_then(|m| m.cgroup.as_ref()).map(|c| c.dir.clone()));
+                    Ok((child, memory))
+                }
+                Err(e) => {
+                    // SAFETY: killpg(2) has no memory-safety preconditions.
+                    unsafe { libc::killpg(group, libc::SIGKILL) };
+                    let _ = child.wait();
+                    registry.groups.retain(|&g| g != group);
+                    Err(e)
+                }
+            }
+        })?;
+        let group = child.id() as i32;
         let stdin = child.stdin.take().expect("piped");
         let stdout = child.stdout.take().expect("piped");
         let mut stderr_pipe = child.stderr.take().expect("piped");
         let (tx, responses) = mpsc::channel();
         std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
+            let mut reader = BufReader::new(stdout);
+            // Ends at the end of the stream, a read error or a line the host refuses.
+            while let Ok(Some(incoming)) = protocol::read_line_bounded(&mut reader, protocol::MAX_LINE) {
+                let refused = !matches!(incoming, Incoming::Line(_));
+                if tx.send(incoming).is_err() || refused {
                     break;
                 }
             }
@@ -98,10 +173,12 @@ impl Worker {
                 }
             }
         });
-        let mut worker = Worker { child, stdin, responses, stderr, next_id: 0, hello: Value::Null, on_progress: None };
+        let mut worker =
+            Worker { child, group, stopped: false, memory, stdin, responses, stderr, next_id: 0, hello: Value::Null, on_progress: None };
         let hello = worker.call("hello", json!({}), deadline)?;
         let protocol = hello.get("protocol").and_then(Value::as_u64);
         if protocol != Some(PROTOCOL) {
+            worker.stop();
             return Err(TraceError::Protocol(format!("worker speaks protocol {protocol:?}, this hfx speaks {PROTOCOL}")));
         }
         worker.hello = hello;
@@ -136,52 +213,103 @@ impl Worker {
         if writeln!(self.stdin, "{request}").and_then(|()| self.stdin.flush()).is_err() {
             return Err(self.crashed(method));
         }
-        let end = std::time::Instant::now() + deadline;
-        let line = loop {
-            let left = end.saturating_duration_since(std::time::Instant::now());
-            let line = match self.responses.recv_timeout(left) {
-                Ok(line) => line,
+        let end = Instant::now() + deadline;
+        let (id, outcome) = loop {
+            let now = Instant::now();
+            if now >= end {
+                self.stop();
+                return Err(TraceError::Timeout { method: method.into(), seconds: deadline.as_secs(), stderr: self.stderr_tail() });
+            }
+            let incoming = match self.responses.recv_timeout((end - now).min(POLL)) {
+                Ok(incoming) => incoming,
                 Err(RecvTimeoutError::Timeout) => {
-                    let _ = self.child.kill();
-                    let _ = self.child.wait();
-                    return Err(TraceError::Timeout { method: method.into(), seconds: deadline.as_secs(), stderr: self.stderr_tail() });
+                    // Dead, while something it started may hold its stdout open.
+                    if !matches!(self.child.try_wait(), Ok(None)) {
+                        return Err(self.crashed(method));
+                    }
+                    continue;
                 }
                 Err(RecvTimeoutError::Disconnected) => return Err(self.crashed(method)),
             };
-            let message: Value = serde_json::from_str(&line).map_err(|e| TraceError::Protocol(format!("bad message `{line}`: {e}")))?;
-            if let Some(progress) = message.get("progress") {
-                if let Some(show) = self.on_progress.as_mut() {
-                    show(progress);
+            let line = match incoming {
+                Incoming::Line(line) => line,
+                Incoming::TooLong(limit) => {
+                    self.stop();
+                    return Err(TraceError::Protocol(format!(
+                        "a line from the worker is longer than {} MiB (the limit); the worker was stopped",
+                        limit >> 20
+                    )));
                 }
-                continue;
-            }
-            let Some(call) = message.get("patch_call") else { break line };
-            let answer = match on_patch(call) {
-                Ok(program) => json!({"program": program}),
-                Err(error) => json!({"error": error}),
+                Incoming::NotUtf8 => {
+                    self.stop();
+                    return Err(TraceError::Protocol("a line from the worker is not UTF-8; the worker was stopped".into()));
+                }
             };
-            if writeln!(self.stdin, "{answer}").and_then(|()| self.stdin.flush()).is_err() {
-                return Err(self.crashed(method));
+            let message = match protocol::parse_message(&line) {
+                Ok(message) => message,
+                Err(e) => {
+                    self.stop();
+                    return Err(e);
+                }
+            };
+            match message {
+                Message::Progress(progress) => {
+                    if let Some(show) = self.on_progress.as_mut() {
+                        show(&progress);
+                    }
+                }
+                Message::PatchCall(call) => {
+                    let answer = match on_patch(&call) {
+                        Ok(program) => json!({"program": program}),
+                        Err(error) => json!({"error": error}),
+                    };
+                    if writeln!(self.stdin, "{answer}").and_then(|()| self.stdin.flush()).is_err() {
+                        return Err(self.crashed(method));
+                    }
+                }
+                Message::Response { id, outcome } => break (id, outcome),
             }
         };
-        let response: Value = serde_json::from_str(&line).map_err(|e| TraceError::Protocol(format!("bad response `{line}`: {e}")))?;
-        if response.get("id").and_then(Value::as_u64) != Some(self.next_id) {
-            return Err(TraceError::Protocol(format!("response to another request: {line}")));
+        if id != self.next_id {
+            self.stop();
+            return Err(TraceError::Protocol(format!("a response to request {id} while waiting for request {}", self.next_id)));
         }
-        if let Some(error) = response.get("error") {
-            let field = |k: &str| error.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-            return Err(TraceError::Python { method: method.into(), kind: field("type"), message: field("message"), traceback: field("traceback") });
+        outcome.map_err(|e| TraceError::Python { method: method.into(), kind: e.kind, message: e.message, traceback: e.traceback })
+    }
+
+    /// Kills the worker's process group (and cgroup) and reaps the worker; once.
+    fn stop(&mut self) {
+        if self.stopped {
+            return;
         }
-        Ok(response.get("result").cloned().unwrap_or(Value::Null))
+        // SAFETY: killpg(2) has no memory-safety preconditions.
+        unsafe { libc::killpg(self.group, libc::SIGKILL) };
+        if let Some(cgroup) = self.memory.as_ref().and_then(|m| m.cgroup.as_ref()) {
+            cgroup.kill_all();
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.stopped = true;
     }
 
     fn crashed(&mut self, method: &str) -> TraceError {
-        let status = match self.child.wait() {
-            Ok(status) => status.to_string(),
-            Err(e) => e.to_string(),
-        };
+        // Its own exit status, if it exits by itself in a moment; then the group goes with it.
+        for _ in 0..50 {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.stop();
+        let status = self.child.try_wait().ok().flatten();
+        if let Some(memory) = &self.memory {
+            if memory.out_of_memory(status.and_then(|s| s.signal())) {
+                return TraceError::OutOfMemory { limit: memory::gib_text(memory.limit) };
+            }
+        }
         // The stderr reader may still be draining: give it a moment.
         std::thread::sleep(Duration::from_millis(100));
+        let status = status.map_or_else(|| "killed after closing its output".to_string(), |s| s.to_string());
         TraceError::Crashed { method: method.into(), status, stderr: self.stderr_tail() }
     }
 
@@ -194,9 +322,40 @@ impl Worker {
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.stop();
+        let cgroup = self.memory.take().and_then(|m| m.cgroup);
+        let dir = cgroup.as_ref().map(|c| c.dir.clone());
+        // Removes the cgroup folder.
+        drop(cgroup);
+        interrupt::guarded(|registry| {
+            registry.groups.retain(|&g| g != self.group);
+            registry.cgroups.retain(|c| Some(c) != dir.as_ref());
+        });
     }
+}
+
+/// The box for the worker `group` (its leader's pid): a cgroup unless
+/// `mechanism` says sample, or the machine does not allow one.
+fn memory_box(group: i32, limit: u64, mechanism: MemoryMechanism) -> Result<MemoryBox, TraceError> {
+    static COUNT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let cgroup = match mechanism {
+        MemoryMechanism::Sampler => None,
+        MemoryMechanism::Auto | MemoryMechanism::Cgroup => {
+            let name = format!("hfx-worker-{}-{}", std::process::id(), COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+            match Cgroup::create(&name, limit).and_then(|c| c.add(group as u32).map(|()| c)) {
+                Ok(cgroup) => Some(cgroup),
+                Err(why) if mechanism == MemoryMechanism::Auto => {
+                    tracing::debug!("the worker's memory limit is sampled: no cgroup ({why})");
+                    None
+                }
+                Err(why) => return Err(TraceError::NoCgroup(why)),
+            }
+        }
+    };
+    tracing::debug!("worker memory limit {} GiB by {}", memory::gib_text(limit), if cgroup.is_some() { "cgroup" } else { "sampling" });
+    // Beside a cgroup the sampler only measures.
+    let sampler = Sampler::start(group, limit, cgroup.is_none());
+    Ok(MemoryBox { limit, cgroup, sampler })
 }
 
 /// Where the model comes from.
@@ -308,5 +467,8 @@ pub fn trace(
     }
 }
 
+pub mod interrupt;
+pub mod memory;
 mod patch;
+pub mod protocol;
 pub use patch::check_program;

@@ -31,6 +31,11 @@ const LAYOUTS: &[(i64, &str)] = &[
 const MEMORY_FORMATS: &[(i64, &str)] =
     &[(0, "unknown"), (1, "contiguous_format"), (2, "channels_last"), (3, "channels_last_3d"), (4, "preserve_format")];
 
+/// The torch dtype name of a `.pt2` scalar-type code (`7` → `float32`).
+pub(crate) fn dtype_name(code: i64) -> Option<&'static str> {
+    DTYPES.iter().find(|(c, _)| *c == code).map(|(_, n)| *n)
+}
+
 fn name_of(table: &[(i64, &'static str)], code: i64, what: &str) -> Result<String, String> {
     table.iter().find(|(c, _)| *c == code).map(|(_, n)| n.to_string()).ok_or_else(|| format!("unknown {what} code {code}"))
 }
@@ -583,7 +588,9 @@ fn contiguous(shape: &[Dim]) -> Result<Vec<s::SymInt>, String> {
     for (i, d) in shape.iter().enumerate().rev() {
         strides[i] = s::SymInt::AsInt(running);
         match d {
-            Dim::Fixed(n) => running *= (*n).max(1),
+            Dim::Fixed(n) => {
+                running = running.checked_mul((*n).max(1)).ok_or_else(|| format!("strides of shape {shape:?} overflow 64 bits"))?
+            }
             Dim::Symbolic(e) => return Err(format!("strides of a symbolic shape (`{e}`) must be given")),
         }
     }

@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use archive::{Archive, ArchiveError, ArchiveWriter, Entry};
-use schema::{ExportedProgram, PayloadConfig, NEWEST_MINOR, SUPPORTED_MAJOR};
+use schema::{ExportedProgram, PayloadConfig, PayloadMeta, NEWEST_MINOR, SUPPORTED_MAJOR};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Pt2Error {
@@ -52,9 +52,56 @@ pub struct Pt2 {
 /// `<archive>.weights`, memory-mapped, and its index `<archive>.weights.json`:
 /// each fqn's whole storage as `[offset, length]`.
 struct SideWeights {
+    path: std::path::PathBuf,
     map: memmap2::Mmap,
     weights: BTreeMap<String, (usize, usize)>,
     constants: BTreeMap<String, (usize, usize)>,
+}
+
+/// Most bytes the side weights' index (`<archive>.weights.json`) may hold.
+const SIDE_INDEX_LIMIT: u64 = 64 << 20;
+
+/// Where a tensor's bytes are stored: `data/weights/` or `data/constants/`.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Weight,
+    Constant,
+}
+
+impl Kind {
+    /// The folder of the archive's `data/` that holds this kind.
+    fn folder(self) -> &'static str {
+        match self {
+            Kind::Weight => "weights",
+            Kind::Constant => "constants",
+        }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            Kind::Weight => "weight",
+            Kind::Constant => "constant",
+        }
+    }
+}
+
+/// Bytes of storage the tensor a payload entry describes reaches.
+fn needed_bytes(meta: &PayloadMeta) -> Result<u64, String> {
+    let t = meta.tensor_meta.as_ref().ok_or("has no tensor metadata")?;
+    let ints = |dims: &[schema::SymInt], what: &str| -> Result<Vec<i64>, String> {
+        dims.iter()
+            .map(|d| match d {
+                schema::SymInt::AsInt(i) => Ok(*i),
+                schema::SymInt::AsExpr(e) => Err(format!("symbolic {what} `{}`", e.expr_str)),
+            })
+            .collect()
+    };
+    let sizes = ints(&t.sizes, "size")?;
+    let strides = ints(&t.strides, "stride")?;
+    let offset = ints(std::slice::from_ref(&t.storage_offset), "storage offset")?[0];
+    let dtype = convert::dtype_name(t.dtype).ok_or_else(|| format!("unknown dtype code {}", t.dtype))?;
+    let element = crate::graph::element_size(dtype).ok_or_else(|| format!("dtype {dtype} has no known element size"))?;
+    crate::graph::storage_bytes(&sizes, &strides, offset, element)
 }
 
 /// The side file of weights the trace worker writes for `archive`.
@@ -65,6 +112,8 @@ pub fn side_weights_path(archive: &Path) -> std::path::PathBuf {
 }
 
 impl Pt2 {
+    /// Opens the `.pt2` at `path` (a regular file: a FIFO or device is refused
+    /// at once) and parses its programs. Weights are checked when first read.
     pub fn open(path: &Path) -> Result<Pt2, Pt2Error> {
         Self::read(Archive::open(path)?)
     }
@@ -121,61 +170,144 @@ impl Pt2 {
     }
 
     /// Reads weights from `path` (and its `.json` index) instead of the archive.
+    /// The side file has no CRC: each storage's length is checked against the
+    /// tensors the archive's payload configs say it holds.
     pub fn attach_side_weights(&mut self, path: &Path) -> Result<(), Pt2Error> {
         let invalid = |reason: String| Pt2Error::Invalid { path: path.display().to_string(), reason };
         let mut index_path = path.as_os_str().to_owned();
         index_path.push(".json");
-        let text = std::fs::read(&index_path).map_err(|e| invalid(format!("reading its index: {e}")))?;
+        let text = crate::input::read_bounded(Path::new(&index_path), SIDE_INDEX_LIMIT)
+            .map_err(|e| invalid(format!("reading its index: {e}")))?;
         #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
         struct Index {
             weights: BTreeMap<String, (usize, usize)>,
             constants: BTreeMap<String, (usize, usize)>,
         }
         let index: Index = serde_json::from_slice(&text).map_err(|e| invalid(format!("its index: {e}")))?;
-        let file = std::fs::File::open(path).map_err(|e| invalid(e.to_string()))?;
+        let file = crate::input::open_regular(path).map_err(|e| invalid(e.to_string()))?;
         // SAFETY: the file is hfx's own scratch output, not modified while mapped.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| invalid(e.to_string()))?;
-        for (fqn, &(offset, length)) in index.weights.iter().chain(&index.constants) {
-            if offset.checked_add(length).is_none_or(|end| end > map.len()) {
-                return Err(invalid(format!("{fqn}: bytes {offset}+{length} past the end ({})", map.len())));
+        for (kind, table) in [(Kind::Weight, &index.weights), (Kind::Constant, &index.constants)] {
+            for (fqn, &(offset, length)) in table {
+                if offset.checked_add(length).is_none_or(|end| end > map.len()) {
+                    return Err(invalid(format!("{} `{fqn}`: bytes {offset}+{length} past the end ({})", kind.what(), map.len())));
+                }
+                for (model, meta) in self.metas(kind, fqn) {
+                    let need = needed_bytes(meta).map_err(|r| invalid(format!("{} `{fqn}` of `{model}`: {r}", kind.what())))?;
+                    if (length as u64) < need {
+                        return Err(invalid(format!("{} `{fqn}`: holds {length} bytes, the tensor needs {need}", kind.what())));
+                    }
+                }
             }
         }
-        self.side = Some(SideWeights { map, weights: index.weights, constants: index.constants });
+        self.side = Some(SideWeights { path: path.to_path_buf(), map, weights: index.weights, constants: index.constants });
         Ok(())
     }
 
-    fn side_bytes(&self, constant: bool, fqn: &str) -> Option<&[u8]> {
+    /// The payload entries for `fqn` in every model.
+    fn metas<'a>(&'a self, kind: Kind, fqn: &'a str) -> impl Iterator<Item = (&'a str, &'a PayloadMeta)> + 'a {
+        let tables = match kind {
+            Kind::Weight => &self.weights,
+            Kind::Constant => &self.constants,
+        };
+        tables.iter().filter_map(move |(model, config)| Some((model.as_str(), config.config.get(fqn)?)))
+    }
+
+    fn side_bytes(&self, kind: Kind, fqn: &str) -> Option<&[u8]> {
         let side = self.side.as_ref()?;
-        let &(offset, length) = if constant { side.constants.get(fqn)? } else { side.weights.get(fqn)? };
-        Some(&side.map[offset..offset + length])
+        let table = match kind {
+            Kind::Weight => &side.weights,
+            Kind::Constant => &side.constants,
+        };
+        let &(offset, length) = table.get(fqn)?;
+        side.map.get(offset..offset.checked_add(length)?)
     }
 
-    /// The stored bytes of weight `fqn` of `model` (tied weights share bytes).
-    pub fn weight(&self, model: &str, fqn: &str) -> Option<&[u8]> {
-        if let Some(bytes) = self.side_bytes(false, fqn) {
-            return Some(bytes);
-        }
-        let meta = self.weights.get(model)?.config.get(fqn)?;
-        let entry = self.archive.entry(&format!("{}data/weights/{}", self.prefix, meta.path_name))?;
-        Some(self.archive.bytes(entry))
+    /// The stored bytes of weight `fqn` of `model` (tied weights share bytes):
+    /// `None` if `model` has no such weight; an error if it has one whose
+    /// storage is missing, empty, shorter than the tensor or corrupt (CRC-32,
+    /// checked the first time an entry is read).
+    pub fn weight(&self, model: &str, fqn: &str) -> Result<Option<&[u8]>, Pt2Error> {
+        self.stored(Kind::Weight, model, fqn)
     }
 
-    /// The stored bytes of tensor constant `fqn` of `model`.
-    pub fn constant(&self, model: &str, fqn: &str) -> Option<&[u8]> {
-        if let Some(bytes) = self.side_bytes(true, fqn) {
-            return Some(bytes);
+    /// The stored bytes of tensor constant `fqn` of `model`, checked as [`Pt2::weight`]'s.
+    pub fn constant(&self, model: &str, fqn: &str) -> Result<Option<&[u8]>, Pt2Error> {
+        self.stored(Kind::Constant, model, fqn)
+    }
+
+    /// Checks the storage of every weight and constant the payload configs
+    /// list, as [`Pt2::weight`] does (pickled ones: their entry's CRC-32 only).
+    pub fn check_payloads(&self) -> Result<(), Pt2Error> {
+        // The CRCs first, on every core; the checks below then report in order.
+        let mut names = Vec::new();
+        for (kind, tables) in [(Kind::Weight, &self.weights), (Kind::Constant, &self.constants)] {
+            for (fqn, meta) in tables.values().flat_map(|c| &c.config) {
+                if meta.use_pickle || self.side_bytes(kind, fqn).is_none() {
+                    names.push(format!("{}data/{}/{}", self.prefix, kind.folder(), meta.path_name));
+                }
+            }
         }
-        let meta = self.constants.get(model)?.config.get(fqn)?;
+        self.archive.precheck(names.iter().map(String::as_str));
+        for (kind, tables) in [(Kind::Weight, &self.weights), (Kind::Constant, &self.constants)] {
+            for (model, config) in tables {
+                for (fqn, meta) in &config.config {
+                    if meta.use_pickle {
+                        let name = format!("{}data/{}/{}", self.prefix, kind.folder(), meta.path_name);
+                        let entry = self.archive.entry(&name).ok_or_else(|| Pt2Error::Invalid {
+                            path: self.archive.path().display().to_string(),
+                            reason: format!("{} `{fqn}`: its entry `{name}` is missing", kind.what()),
+                        })?;
+                        self.archive.checked_bytes(entry)?;
+                    } else {
+                        self.stored(kind, model, fqn)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn stored(&self, kind: Kind, model: &str, fqn: &str) -> Result<Option<&[u8]>, Pt2Error> {
+        let what = kind.what();
+        let side = self.side_bytes(kind, fqn);
+        let table = match kind {
+            Kind::Weight => &self.weights,
+            Kind::Constant => &self.constants,
+        };
+        let Some(meta) = table.get(model).and_then(|c| c.config.get(fqn)) else { return Ok(side) };
+        let invalid = |path: &Path, reason: String| Pt2Error::Invalid { path: path.display().to_string(), reason: format!("{what} `{fqn}`: {reason}") };
+        let archive_path = self.archive.path();
         if meta.use_pickle {
-            return None;
+            return Err(invalid(archive_path, "is stored pickled (a tensor subclass); hfx reads plain tensors only".into()));
         }
-        let entry = self.archive.entry(&format!("{}data/constants/{}", self.prefix, meta.path_name))?;
-        Some(self.archive.bytes(entry))
+        let need = needed_bytes(meta).map_err(|r| invalid(archive_path, r))?;
+        if let (Some(bytes), Some(s)) = (side, &self.side) {
+            if (bytes.len() as u64) < need {
+                return Err(invalid(&s.path, format!("holds {} bytes, the tensor needs {need}", bytes.len())));
+            }
+            return Ok(Some(bytes));
+        }
+        let name = format!("{}data/{}/{}", self.prefix, kind.folder(), meta.path_name);
+        let entry = self.archive.entry(&name).ok_or_else(|| invalid(archive_path, format!("its entry `{name}` is missing")))?;
+        if entry.len < need {
+            let held = if entry.len == 0 { "is empty".to_string() } else { format!("holds {} bytes", entry.len) };
+            return Err(invalid(archive_path, format!("its entry `{name}` {held}, the tensor needs {need}")));
+        }
+        match self.archive.checked_bytes(entry) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(ArchiveError::Malformed { reason, .. }) => Err(invalid(archive_path, reason)),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Writes the archive with `programs` in place of the ones read; every other
     /// entry is copied byte for byte from the memory map. Atomic.
+    /// Every weight and constant is checked first ([`Pt2::check_payloads`]): a
+    /// `.pt2` torch would refuse to load is not written.
     pub fn write(&self, path: &Path, programs: &BTreeMap<String, ExportedProgram>) -> Result<(), Pt2Error> {
+        self.check_payloads()?;
         let write_error = |source| Pt2Error::Write { path: path.display().to_string(), source };
         let mut out = ArchiveWriter::create(path).map_err(write_error)?;
         for entry in self.archive.entries() {
@@ -189,7 +321,7 @@ impl Pt2 {
                     let json = serde_json::to_vec(program).expect("programs serialize");
                     out.add(&entry.name, &json).map_err(write_error)?;
                 }
-                None => self.archive.copy_entry(entry, &mut out).map_err(write_error)?,
+                None => self.archive.copy_entry(entry, &mut out)?,
             }
         }
         out.finish().map_err(write_error)
@@ -205,4 +337,169 @@ fn check_schema_version(program: &ExportedProgram) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! Tiny `.pt2` archives built in memory, for tests of what reads weights.
+
+    use super::schema::{self, PayloadConfig, PayloadMeta, SymInt};
+    use super::*;
+
+    /// One stored tensor: its fqn, what its payload config says, and the bytes stored.
+    pub struct Stored<'a> {
+        pub fqn: &'a str,
+        pub sizes: Vec<i64>,
+        pub strides: Vec<i64>,
+        pub offset: i64,
+        /// None leaves the entry out of the archive.
+        pub bytes: Option<Vec<u8>>,
+    }
+
+    pub fn program_json() -> String {
+        r#"{"graph_module": {"graph": {"inputs": [], "outputs": [], "nodes": [], "tensor_values": {}, "sym_int_values": {}, "sym_bool_values": {}},
+            "signature": {"input_specs": [], "output_specs": []}, "module_call_graph": []},
+            "opset_version": {}, "range_constraints": {}, "schema_version": {"major": 8, "minor": 0}}"#
+            .into()
+    }
+
+    /// The bytes of a `.pt2` with model `model` and float32 weights `weights`.
+    pub fn archive(weights: &[Stored]) -> Vec<u8> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.pt2");
+        let mut w = ArchiveWriter::create(&path).unwrap();
+        w.add("t/archive_format", b"pt2").unwrap();
+        w.add("t/models/model.json", program_json().as_bytes()).unwrap();
+        let ints = |v: &[i64]| v.iter().map(|&i| SymInt::AsInt(i)).collect::<Vec<_>>();
+        let mut config = PayloadConfig { config: BTreeMap::new() };
+        for (i, t) in weights.iter().enumerate() {
+            let tensor_meta = schema::TensorMeta {
+                dtype: 7,
+                sizes: ints(&t.sizes),
+                requires_grad: false,
+                device: schema::Device { kind: "cpu".into(), index: None },
+                strides: ints(&t.strides),
+                storage_offset: SymInt::AsInt(t.offset),
+                layout: 7,
+            };
+            let meta = PayloadMeta { path_name: format!("weight_{i}"), is_param: true, use_pickle: false, tensor_meta: Some(tensor_meta) };
+            config.config.insert(t.fqn.to_string(), meta);
+            if let Some(bytes) = &t.bytes {
+                w.add(&format!("t/data/weights/weight_{i}"), bytes).unwrap();
+            }
+        }
+        w.add("t/data/weights/model_weights_config.json", &serde_json::to_vec(&config).unwrap()).unwrap();
+        w.finish().unwrap();
+        std::fs::read(&path).unwrap()
+    }
+
+    pub fn open(bytes: Vec<u8>) -> Pt2 {
+        Pt2::read(Archive::from_bytes(Path::new("t.pt2"), bytes).unwrap()).unwrap()
+    }
+
+    pub fn floats(n: usize) -> Vec<u8> {
+        (0..n as u32).flat_map(|i| (i as f32).to_le_bytes()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::*;
+    use super::*;
+
+    fn weight(sizes: &[i64], strides: &[i64], offset: i64, bytes: Option<Vec<u8>>) -> Stored<'static> {
+        Stored { fqn: "w", sizes: sizes.to_vec(), strides: strides.to_vec(), offset, bytes }
+    }
+
+    fn weight_error(t: Stored) -> String {
+        let pt2 = open(archive(&[t]));
+        let e = pt2.weight("model", "w").err().expect("must be refused").to_string();
+        assert!(e.starts_with("t.pt2: weight `w`: ") && !e.contains('\n'), "{e}");
+        // The `.pt2` writer checks the same before writing anything.
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("o.pt2");
+        assert_eq!(pt2.write(&out, &BTreeMap::new()).err().expect("write refused").to_string(), e);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing written, no temp file");
+        e
+    }
+
+    #[test]
+    fn weights_are_checked_against_their_tensors() {
+        let pt2 = open(archive(&[weight(&[2, 3], &[3, 1], 0, Some(floats(6)))]));
+        assert_eq!(pt2.weight("model", "w").unwrap().unwrap(), &floats(6)[..]);
+        assert!(pt2.weight("model", "other").unwrap().is_none());
+        // A view at an offset into a larger storage is fine.
+        let pt2 = open(archive(&[weight(&[2], &[1], 4, Some(floats(6)))]));
+        assert!(pt2.weight("model", "w").is_ok());
+
+        let e = weight_error(weight(&[2, 3], &[3, 1], 0, Some(floats(5))));
+        assert_eq!(e, "t.pt2: weight `w`: its entry `t/data/weights/weight_0` holds 20 bytes, the tensor needs 24");
+        let e = weight_error(weight(&[2, 3], &[3, 1], 0, Some(vec![])));
+        assert_eq!(e, "t.pt2: weight `w`: its entry `t/data/weights/weight_0` is empty, the tensor needs 24");
+        let e = weight_error(weight(&[2, 3], &[3, 1], 0, None));
+        assert_eq!(e, "t.pt2: weight `w`: its entry `t/data/weights/weight_0` is missing");
+        let e = weight_error(weight(&[1 << 62], &[1], 0, Some(floats(4))));
+        assert!(e.contains("reach past 2^64 bytes"), "{e}");
+        let e = weight_error(weight(&[-4], &[1], 0, Some(floats(4))));
+        assert!(e.contains("negative size -4"), "{e}");
+        let e = weight_error(weight(&[4], &[1], 1 << 62, Some(floats(4))));
+        assert!(e.contains("past 2^64"), "{e}");
+        let e = weight_error(weight(&[4], &[1], 8, Some(floats(4))));
+        assert!(e.contains("holds 16 bytes, the tensor needs 48"), "{e}");
+    }
+
+    #[test]
+    fn corrupt_weights_are_refused_when_read_or_copied() {
+        let mut bytes = archive(&[weight(&[64], &[1], 0, Some(floats(64)))]);
+        let pt2 = open(bytes.clone());
+        let entry = pt2.archive().entry("t/data/weights/weight_0").unwrap().clone();
+        bytes[entry.offset as usize + 10] ^= 0x40;
+        let pt2 = open(bytes);
+        let e = pt2.weight("model", "w").err().unwrap().to_string();
+        assert_eq!(e, "t.pt2: weight `w`: entry `t/data/weights/weight_0` is corrupt (CRC-32 mismatch)");
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(pt2.write(&dir.path().join("o.pt2"), &BTreeMap::new()).err().unwrap().to_string(), e);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn side_weights_are_checked_against_the_tensors() {
+        let dir = tempfile::tempdir().unwrap();
+        let side = dir.path().join("p.pt2.weights");
+        std::fs::write(&side, floats(10)).unwrap();
+        let index = |length: usize| format!(r#"{{"weights": {{"w": [0, {length}]}}, "constants": {{}}}}"#);
+        // The archive holds the weight empty, as the worker's hand-off save does.
+        let mut pt2 = open(archive(&[weight(&[2, 4], &[4, 1], 0, Some(vec![]))]));
+        std::fs::write(dir.path().join("p.pt2.weights.json"), index(32)).unwrap();
+        pt2.attach_side_weights(&side).unwrap();
+        assert_eq!(pt2.weight("model", "w").unwrap().unwrap(), &floats(8)[..]);
+        let mut pt2 = open(archive(&[weight(&[2, 4], &[4, 1], 0, Some(vec![]))]));
+        std::fs::write(dir.path().join("p.pt2.weights.json"), index(28)).unwrap();
+        let e = pt2.attach_side_weights(&side).err().unwrap().to_string();
+        assert_eq!(e, format!("{}: weight `w`: holds 28 bytes, the tensor needs 32", side.display()));
+        std::fs::write(dir.path().join("p.pt2.weights.json"), index(41)).unwrap();
+        let e = pt2.attach_side_weights(&side).err().unwrap().to_string();
+        assert!(e.contains("weight `w`: bytes 0+41 past the end (40)"), "{e}");
+        // Without a side entry the archive's empty entry is what there is.
+        std::fs::write(dir.path().join("p.pt2.weights.json"), r#"{"weights": {}, "constants": {}}"#).unwrap();
+        pt2.attach_side_weights(&side).unwrap();
+        assert!(pt2.weight("model", "w").err().unwrap().to_string().contains("is empty, the tensor needs 32"));
+    }
+
+    #[test]
+    fn fifos_are_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("in.pt2");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        let (send, receive) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        std::thread::spawn(move || send.send(Pt2::open(&path).err().map(|e| e.to_string())));
+        let e = receive.recv_timeout(std::time::Duration::from_secs(10)).expect("Pt2::open hung on a FIFO").unwrap();
+        assert_eq!(e, format!("{}: is a FIFO (named pipe), not a regular file; give the path of a regular file", fifo.display()));
+        // The side weights file too.
+        let mut pt2 = open(archive(&[]));
+        std::fs::write(dir.path().join("in.pt2.json"), r#"{"weights": {}, "constants": {}}"#).unwrap();
+        let e = pt2.attach_side_weights(&fifo).err().unwrap().to_string();
+        assert!(e.contains("FIFO"), "{e}");
+    }
 }

@@ -15,13 +15,26 @@ pub enum Expr {
 
 /// Parses a sympy `srepr` string.
 pub fn parse(srepr: &str) -> Result<Expr, String> {
-    let mut p = Parser { s: srepr.as_bytes(), at: 0 };
+    let mut p = Parser { s: srepr.as_bytes(), at: 0, depth: 0 };
     let e = p.expr()?;
     p.skip_ws();
     if p.at != p.s.len() {
-        return Err(format!("unexpected `{}` in sympy expression `{srepr}`", &srepr[p.at..]));
+        return Err(format!("unexpected `{}` in sympy expression `{}`", excerpt(&p.s[p.at..]), excerpt(p.s)));
     }
     Ok(e)
+}
+
+/// Nesting deeper than this is refused (torch's sizes nest a few levels).
+const MAX_DEPTH: usize = 64;
+
+/// At most 80 characters of `bytes`, escaped onto one line.
+fn excerpt(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(80)]);
+    let mut out: String = text.escape_debug().collect();
+    if bytes.len() > 80 {
+        out.push('…');
+    }
+    out
 }
 
 /// The printed form, close to sympy's `str`: `s0`, `2*s0`, `s0 + 1`, `FloorDiv(s0, 2)`.
@@ -51,6 +64,7 @@ pub fn printed(srepr: &str) -> Result<String, String> {
 struct Parser<'a> {
     s: &'a [u8],
     at: usize,
+    depth: usize,
 }
 
 impl Parser<'_> {
@@ -84,6 +98,16 @@ impl Parser<'_> {
     }
 
     fn expr(&mut self) -> Result<Expr, String> {
+        if self.depth >= MAX_DEPTH {
+            return Err(format!("sympy expression nested deeper than {MAX_DEPTH} levels"));
+        }
+        self.depth += 1;
+        let e = self.node();
+        self.depth -= 1;
+        e
+    }
+
+    fn node(&mut self) -> Result<Expr, String> {
         match self.peek() {
             Some(b'-' | b'0'..=b'9') => self.integer().map(Expr::Integer),
             Some(b'\'') => Err("unexpected string".into()),
@@ -166,5 +190,14 @@ mod tests {
         assert_eq!(printed(&format!("FloorDiv({s}, Integer(2))")).unwrap(), "FloorDiv(s77, 2)");
         assert!(parse("Mul(Integer(2), ").is_err());
         assert!(parse("Symbol('s1') trailing").is_err());
+    }
+
+    #[test]
+    fn deep_or_odd_input_is_an_error_not_a_crash() {
+        let deep = format!("{}Integer(1){}", "Add(".repeat(100_000), ")".repeat(100_000));
+        assert!(parse(&deep).unwrap_err().contains("nested deeper than 64"));
+        let e = parse("Symbol('é') é\n trailing").unwrap_err();
+        assert!(e.contains("unexpected `é\\n trailing`") && !e.contains('\n'), "{e}");
+        assert!(parse("Integer(99999999999999999999)").is_err());
     }
 }
