@@ -59,12 +59,14 @@ fn a_python_exception_is_reported_with_its_traceback() {
     assert!(stderr.contains("Traceback (most recent call last)") && stderr.contains("hfx_test_models.py"), "{stderr}");
 }
 
+/// (The deadline covers importing torch, ~12 s on a loaded 2-core machine:
+/// 3 s failed there before the model function printed anything.)
 #[test]
 fn a_hanging_worker_is_stopped_at_the_deadline() {
     let started = std::time::Instant::now();
-    let stderr = failing("hangs", &["--trace-deadline-s", "3"]);
-    assert!(stderr.contains("did not answer `trace` within 3 s (stopped)") && stderr.contains("about to hang"), "{stderr}");
-    assert!(started.elapsed() < std::time::Duration::from_secs(60), "the deadline must stop the hang");
+    let stderr = failing("hangs", &["--trace-deadline-s", "40"]);
+    assert!(stderr.contains("did not answer `trace` within 40 s (stopped)") && stderr.contains("about to hang"), "{stderr}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(300), "the deadline must stop the hang");
 }
 
 #[test]

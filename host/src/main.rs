@@ -10,6 +10,8 @@ fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("HFX_LOG").unwrap_or_else(|_| level.into()))
         .with_writer(std::io::stderr)
+        // Colour codes only on a terminal: piped stderr is read by people's tools.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .without_time()
         .init();
     // SIGINT / SIGTERM stop the trace worker and remove scratch folders before hfx exits.
