@@ -418,7 +418,7 @@ fn damaged_weights_are_refused_by_both_backends() {
         let (path, fqn, entry) = damaged(dir, damage);
         let weight = format!("weight `{fqn}`");
         let expect = [weight.as_str(), entry.as_str(), what];
-        let e = Pt2::open(&path).unwrap().weight("model", &fqn).err().expect("weight refused").to_string();
+        let e = Pt2::open(&path).unwrap().weight("model", &fqn).expect_err("weight refused").to_string();
         assert!(expect.iter().all(|x| e.contains(x)), "{e}");
         refused_by_run(dir, &path, "dynamo", &expect);
         refused_by_run(dir, &path, "onnx", &expect);
@@ -478,5 +478,65 @@ fn every_weight_of_real_archives_passes_the_checks() {
                 assert!(pt2.weight("model", fqn).unwrap().is_some(), "{arch} {mode}: {fqn}");
             }
         }
+    }
+}
+
+#[path = "../fuzz/bodies.rs"]
+mod fuzz_bodies;
+
+/// Every fuzz seed and every crasher the fuzzers found (`fuzz/regressions/<target>/`,
+/// one file per finding, fixed since) replayed through its target's code: each
+/// must end in a value or an error. Crashers found so far, by target:
+/// - ir_json `bert_dynamic.json` (the seed itself): a graph after dead-code
+///   elimination wrote values naming erased producers, and its JSON was refused.
+#[test]
+fn fuzz_seeds_and_crashers_replay_without_panics() {
+    let mut replayed = 0;
+    for (target, body) in fuzz_bodies::TARGETS {
+        for folder in ["seeds", "regressions"] {
+            let dir = root().join("fuzz").join(folder).join(target);
+            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+            for entry in entries {
+                let path = entry.unwrap().path();
+                let data = std::fs::read(&path).unwrap();
+                if std::panic::catch_unwind(|| body(&data)).is_err() {
+                    panic!("fuzz target {target} panics on {}", path.display());
+                }
+                replayed += 1;
+            }
+        }
+    }
+    assert!(replayed >= 20, "only {replayed} inputs replayed");
+}
+
+/// The cost of checking every weight (sizes and CRC-32) on the 125M-parameter
+/// Llama `.pt2` of `bench/pt2_bench.py` (run that first to make it), in a
+/// release build: `cargo test --release --test pt2 weight_check_cost -- --ignored --nocapture`.
+/// Prints the check's wall and CPU time beside a `.pt2` write of the same
+/// archive with the checks already done (remembered per entry).
+#[test]
+#[ignore]
+fn weight_check_cost_on_a_125m_llama() {
+    let input = root().join("target/bench/llama125m.pt2");
+    let out = tempfile::tempdir_in(root().join("target")).unwrap();
+    let cpu = || -> f64 {
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+        let fields: Vec<&str> = stat.rsplit(')').next().unwrap().split_whitespace().collect();
+        (fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap()) / 100.0
+    };
+    for round in 0..3 {
+        let pt2 = Pt2::open(&input).unwrap();
+        let (wall, cpu0) = (std::time::Instant::now(), cpu());
+        pt2.check_payloads().unwrap();
+        let (check_wall, check_cpu) = (wall.elapsed().as_secs_f64(), cpu() - cpu0);
+        let wall = std::time::Instant::now();
+        pt2.write(&out.path().join("copy.pt2"), &Default::default()).unwrap();
+        let write_wall = wall.elapsed().as_secs_f64();
+        let bytes: u64 = pt2.archive().entries().iter().map(|e| e.len).sum();
+        println!(
+            "round {round}: check {:.3} s wall, {check_cpu:.2} s CPU ({:.0} MB); .pt2 write after it {write_wall:.3} s",
+            check_wall,
+            bytes as f64 / 1e6
+        );
     }
 }

@@ -1,12 +1,9 @@
-//! `plugin.toml`: `Manifest::parse` gives a manifest or a one-line error.
+//! libFuzzer target `manifest`: see `manifest` in `../bodies.rs`. Run with
+//! `cargo xtask fuzz --seconds N manifest`.
 #![no_main]
 
-use hfx::plugins::manifest::Manifest;
-use libfuzzer_sys::fuzz_target;
+#[path = "../bodies.rs"]
+#[allow(dead_code)]
+mod bodies;
 
-fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
-    if let Err(e) = Manifest::parse(text) {
-        assert!(!e.contains('\n'), "multi-line error: {e}");
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| bodies::manifest(data));

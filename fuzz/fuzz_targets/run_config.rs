@@ -1,10 +1,9 @@
-//! The `--config` run file: TOML into `RunConfig`, as `cli::merge` reads it.
+//! libFuzzer target `run_config`: see `run_config` in `../bodies.rs`. Run with
+//! `cargo xtask fuzz --seconds N run_config`.
 #![no_main]
 
-use hfx::cli::RunConfig;
-use libfuzzer_sys::fuzz_target;
+#[path = "../bodies.rs"]
+#[allow(dead_code)]
+mod bodies;
 
-fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
-    let _ = toml::from_str::<RunConfig>(text);
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| bodies::run_config(data));

@@ -1,14 +1,9 @@
-//! sympy `srepr` strings of symbolic sizes (`.pt2` tensor metadata).
+//! libFuzzer target `sympy`: see `sympy` in `../bodies.rs`. Run with
+//! `cargo xtask fuzz --seconds N sympy`.
 #![no_main]
 
-use hfx::graph::pt2::sympy;
-use libfuzzer_sys::fuzz_target;
+#[path = "../bodies.rs"]
+#[allow(dead_code)]
+mod bodies;
 
-fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
-    if let Ok(expr) = sympy::parse(text) {
-        let _ = sympy::print(&expr);
-    } else if let Err(e) = sympy::printed(text) {
-        assert!(!e.contains('\n'), "multi-line error: {e}");
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| bodies::sympy(data));

@@ -1,21 +1,9 @@
-//! Lines from the trace worker: `read_line_bounded` splits a byte stream into
-//! lines of at most a limit, `parse_message` types each one.
+//! libFuzzer target `worker_line`: see `worker_line` in `../bodies.rs`. Run with
+//! `cargo xtask fuzz --seconds N worker_line`.
 #![no_main]
 
-use hfx::trace::protocol::{parse_message, read_line_bounded, Incoming};
-use libfuzzer_sys::fuzz_target;
+#[path = "../bodies.rs"]
+#[allow(dead_code)]
+mod bodies;
 
-fuzz_target!(|data: &[u8]| {
-    // A small reader buffer and limit, so long lines and split reads happen.
-    let mut reader = std::io::BufReader::with_capacity(7, data);
-    while let Ok(Some(incoming)) = read_line_bounded(&mut reader, 4096) {
-        match incoming {
-            Incoming::Line(line) => {
-                assert!(line.len() <= 4096);
-                let _ = parse_message(&line);
-            }
-            Incoming::TooLong(_) => break,
-            _ => {}
-        }
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| bodies::worker_line(data));

@@ -10,17 +10,50 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Writes `path` with what `fill` writes; either the whole new content lands or
 /// the old file (if any) stays untouched.
 pub fn write_atomically(path: &Path, fill: impl FnOnce(&mut File) -> io::Result<()>) -> io::Result<()> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    std::fs::create_dir_all(dir)?;
-    let (tmp, mut file) = temp_file(dir, path)?;
-    // Removes the temp file on every way out but success: an error, or a panic in `fill`.
-    let guard = TempGuard::new(tmp);
-    fill(&mut file).and_then(|()| file.flush()).and_then(|()| file.sync_all())?;
-    drop(file);
-    guard.rename_to(path)
+    let mut staged = Staged::create(path)?;
+    // On an error or a panic in `fill`, dropping `staged` removes the temp file.
+    fill(staged.file())?;
+    staged.commit()
+}
+
+/// A file being written beside its destination: [`Staged::commit`] syncs it
+/// and renames it into place; dropped uncommitted, it is removed. Files that
+/// must land together (a model and its external data) are staged first and
+/// committed one after the other, so a failure while writing leaves neither.
+#[derive(Debug)]
+pub struct Staged {
+    file: File,
+    target: PathBuf,
+    guard: TempGuard,
+}
+
+impl Staged {
+    pub fn create(path: &Path) -> io::Result<Staged> {
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        std::fs::create_dir_all(dir)?;
+        let (tmp, file) = temp_file(dir, path)?;
+        Ok(Staged { file, target: path.to_path_buf(), guard: TempGuard::new(tmp) })
+    }
+
+    pub fn file(&mut self) -> &mut File {
+        &mut self.file
+    }
+
+    /// The temp file's path.
+    pub fn temp_path(&self) -> &Path {
+        self.guard.path()
+    }
+
+    pub fn commit(mut self) -> io::Result<()> {
+        self.file.flush()?;
+        self.file.sync_all()?;
+        let Staged { file, target, guard } = self;
+        drop(file);
+        guard.rename_to(&target)
+    }
 }
 
 /// A temp file that is removed when dropped, unless it was renamed into place.
@@ -96,6 +129,24 @@ mod tests {
         assert!(failed.is_err());
         assert_eq!(std::fs::read(&path).unwrap(), b"good");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "temp file left behind");
+    }
+
+    #[test]
+    fn staged_files_land_on_commit_and_vanish_when_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("sub/a.onnx"), dir.path().join("sub/a.onnx.data"));
+        let mut first = Staged::create(&b).unwrap();
+        first.file().write_all(b"data").unwrap();
+        let second = Staged::create(&a).unwrap();
+        assert!(first.temp_path().exists() && second.temp_path().exists());
+        drop(second); // the second failed: neither lands
+        drop(first);
+        assert_eq!(std::fs::read_dir(dir.path().join("sub")).unwrap().count(), 0);
+        let mut first = Staged::create(&b).unwrap();
+        first.file().write_all(b"data").unwrap();
+        first.commit().unwrap();
+        assert_eq!(std::fs::read(&b).unwrap(), b"data");
+        assert_eq!(std::fs::read_dir(dir.path().join("sub")).unwrap().count(), 1);
     }
 
     #[test]

@@ -343,28 +343,33 @@ pub fn write(path: &std::path::Path, model: p::ModelProto, initializers: Vec<Ini
             let data_path = data_file(path);
             let data_name = data_path.file_name().and_then(|n| n.to_str()).unwrap_or("model.onnx.data").to_string();
             let mut headers = Vec::with_capacity(initializers.len());
-            crate::atomic::write_atomically(&data_path, |file| {
-                let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
-                let mut offset = 0u64;
-                for init in &initializers {
-                    if (init.bytes.len() as u64) < EXTERNAL_THRESHOLD {
-                        // small values stay inline: shape inference reads them (axes, shapes)
-                        headers.push(p::TensorProto { raw_data: Some(init.bytes.to_vec()), ..init.header.clone() });
-                        continue;
-                    }
-                    let padding = offset.next_multiple_of(EXTERNAL_ALIGNMENT) - offset;
-                    std::io::Write::write_all(&mut out, &vec![0u8; padding as usize])?;
-                    offset += padding;
-                    init.bytes.write_to(&mut out)?;
-                    headers.push(external_header(&init.header, &data_name, offset, init.bytes.len() as u64));
-                    offset += init.bytes.len() as u64;
+            let data_error = |source| EmitError::Write { path: data_path.display().to_string(), source };
+            // Both files are written to temp files first and renamed only when both are
+            // complete: a failure leaves neither (nor a new data file beside an old model).
+            let mut data = crate::atomic::Staged::create(&data_path).map_err(data_error)?;
+            let mut out = std::io::BufWriter::with_capacity(1 << 20, data.file());
+            let mut offset = 0u64;
+            for init in &initializers {
+                if (init.bytes.len() as u64) < EXTERNAL_THRESHOLD {
+                    // small values stay inline: shape inference reads them (axes, shapes)
+                    headers.push(p::TensorProto { raw_data: Some(init.bytes.to_vec()), ..init.header.clone() });
+                    continue;
                 }
-                std::io::Write::flush(&mut out)
-            })
-            .map_err(|source| EmitError::Write { path: data_path.display().to_string(), source })?;
+                let padding = offset.next_multiple_of(EXTERNAL_ALIGNMENT) - offset;
+                std::io::Write::write_all(&mut out, &vec![0u8; padding as usize]).map_err(data_error)?;
+                offset += padding;
+                init.bytes.write_to(&mut out).map_err(data_error)?;
+                headers.push(external_header(&init.header, &data_name, offset, init.bytes.len() as u64));
+                offset += init.bytes.len() as u64;
+            }
+            std::io::Write::flush(&mut out).map_err(data_error)?;
+            drop(out);
             let mut model = model;
             model.graph.as_mut().expect("planned with a graph").initializer = headers;
-            crate::atomic::write_bytes_atomically(path, &model.encode_to_vec()).map_err(error)
+            let mut staged = crate::atomic::Staged::create(path).map_err(error)?;
+            std::io::Write::write_all(staged.file(), &model.encode_to_vec()).map_err(error)?;
+            data.commit().map_err(data_error)?;
+            staged.commit().map_err(error)
         }
     }
 }

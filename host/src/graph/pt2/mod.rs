@@ -413,12 +413,12 @@ mod tests {
 
     fn weight_error(t: Stored) -> String {
         let pt2 = open(archive(&[t]));
-        let e = pt2.weight("model", "w").err().expect("must be refused").to_string();
+        let e = pt2.weight("model", "w").expect_err("must be refused").to_string();
         assert!(e.starts_with("t.pt2: weight `w`: ") && !e.contains('\n'), "{e}");
         // The `.pt2` writer checks the same before writing anything.
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("o.pt2");
-        assert_eq!(pt2.write(&out, &BTreeMap::new()).err().expect("write refused").to_string(), e);
+        assert_eq!(pt2.write(&out, &BTreeMap::new()).expect_err("write refused").to_string(), e);
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing written, no temp file");
         e
     }

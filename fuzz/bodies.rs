@@ -1,0 +1,131 @@
+//! What each fuzz target does with an input, shared by the libFuzzer targets
+//! (`fuzz_targets/*.rs`) and the replay of seeds and saved crashers in
+//! `tests/pt2.rs`. Any input must end in a value or an error; a panic
+//! (overflow included: the fuzz build has overflow checks) is a finding.
+
+use hfx::graph::pt2::{archive::Archive, convert, sympy, Pt2};
+use hfx::graph::Graph;
+
+/// The `.pt2` reader end to end: the zip, the schema, conversion to the IR
+/// and back, the IR's JSON round trip, every weight and constant read and
+/// checked, and the ONNX initializers planned from them (the part of ONNX
+/// emission that reads the file; its nodes come from plugins, not run here).
+pub fn pt2_open(data: &[u8]) {
+    use hfx::onnx::{emit, TranslationBuilder};
+    use hfx::stages::onnx_translation::input_roles;
+    let Ok(archive) = Archive::from_bytes(std::path::Path::new("fuzz.pt2"), data.to_vec()) else { return };
+    let Ok(pt2) = Pt2::read(archive) else { return };
+    let _ = pt2.check_payloads();
+    for (model, config) in pt2.weights.iter().chain(&pt2.constants) {
+        for fqn in config.config.keys() {
+            let _ = pt2.weight(model, fqn);
+            let _ = pt2.constant(model, fqn);
+        }
+    }
+    for program in pt2.programs.values() {
+        let Ok(graph) = convert::to_ir(program) else { continue };
+        let _ = convert::from_ir(&graph, program);
+        let again = Graph::from_json(&graph.to_json()).expect("a converted graph reloads from its JSON");
+        assert_eq!(again.fingerprint(), graph.fingerprint());
+        let roles = input_roles(program);
+        let builder = TranslationBuilder::new(18);
+        let parts = emit::ModelParts {
+            graph: &graph,
+            roles: &roles,
+            pt2: &pt2,
+            builder: &builder,
+            metadata: vec![],
+            graph_name: "fuzz".into(),
+            output_names: vec![],
+            optimize: true,
+        };
+        let _ = emit::plan(&parts);
+    }
+}
+
+/// IR JSON (`hfx run x.json`, plugin self-tests): `Graph::from_json` accepts
+/// only well-formed programs; what it accepts writes back to the same JSON,
+/// survives the graph's queries and dead-code elimination, and reloads after.
+pub fn ir_json(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(mut graph) = Graph::from_json(text) else { return };
+    let json = graph.to_json();
+    let again = Graph::from_json(&json).expect("an accepted graph reloads from its own JSON");
+    assert_eq!(again.to_json(), json);
+    let nodes: Vec<_> = graph.nodes().collect();
+    for &node in &nodes {
+        let _ = graph.node_users(node);
+        let _ = graph.node_name(node);
+        if let Ok(n) = graph.node(node) {
+            for value in n.output_values().collect::<Vec<_>>() {
+                let _ = graph.value_users(value);
+            }
+        }
+    }
+    graph.eliminate_dead_code();
+    Graph::from_json(&graph.to_json()).expect("a graph after dead-code elimination reloads");
+}
+
+/// sympy `srepr` strings of symbolic sizes (`.pt2` tensor metadata).
+pub fn sympy(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    match sympy::parse(text) {
+        Ok(expr) => drop(sympy::print(&expr)),
+        Err(e) => assert!(!e.contains('\n'), "multi-line error: {e}"),
+    }
+}
+
+/// `plugin.toml`: a manifest or a one-line error.
+pub fn manifest(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    if let Err(e) = hfx::plugins::manifest::Manifest::parse(text) {
+        assert!(!e.contains('\n'), "multi-line error: {e}");
+    }
+}
+
+/// `hfx.lock`, read as `Lock::read` does (TOML into the typed lock), compared
+/// with itself and written back as `Lock::write` does.
+pub fn lock(data: &[u8]) {
+    use hfx::plugins::lock::Lock;
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(lock) = toml::from_str::<Lock>(text) else { return };
+    assert!(lock.differences(&lock).is_empty(), "a lock differs from itself");
+    let written = toml::to_string_pretty(&lock).expect("a lock read serializes");
+    let again: Lock = toml::from_str(&written).expect("a written lock reads back");
+    assert!(again.differences(&lock).is_empty());
+}
+
+/// The `--config` run file: TOML into `RunConfig`, as `cli::merge` reads it.
+pub fn run_config(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let _ = toml::from_str::<hfx::cli::RunConfig>(text);
+}
+
+/// Lines from the trace worker: `read_line_bounded` splits a byte stream into
+/// lines of at most a limit, `parse_message` types each one.
+pub fn worker_line(data: &[u8]) {
+    use hfx::trace::protocol::{parse_message, read_line_bounded, Incoming};
+    // A small reader buffer and limit, so long lines and split reads happen.
+    let mut reader = std::io::BufReader::with_capacity(7, data);
+    while let Ok(Some(incoming)) = read_line_bounded(&mut reader, 4096) {
+        match incoming {
+            Incoming::Line(line) => {
+                assert!(line.len() <= 4096);
+                let _ = parse_message(&line);
+            }
+            Incoming::TooLong(_) => break,
+            _ => {}
+        }
+    }
+}
+
+/// Every target by name, for replays.
+pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+    ("pt2_open", pt2_open),
+    ("ir_json", ir_json),
+    ("sympy", sympy),
+    ("manifest", manifest),
+    ("lock", lock),
+    ("run_config", run_config),
+    ("worker_line", worker_line),
+];
