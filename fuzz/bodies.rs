@@ -1,6 +1,6 @@
 //! What each fuzz target does with an input, shared by the libFuzzer targets
 //! (`fuzz_targets/*.rs`) and the replay of seeds and saved crashers in
-//! `tests/pt2.rs`. Any input must end in a value or an error; a panic
+//! `tests/it/pt2.rs`. Any input must end in a value or an error; a panic
 //! (overflow included: the fuzz build has overflow checks) is a finding.
 
 use hfx::graph::pt2::{archive::Archive, convert, sympy, Pt2};

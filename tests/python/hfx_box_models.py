@@ -1,4 +1,4 @@
-"""Model functions that test the worker's box (`tests/trace.rs`): processes
+"""Model functions that test the worker's box (`tests/it/trace.rs`): processes
 the worker starts, lines it writes past the protocol. Each writes the pids it
 knows to files in the current folder (hfx's, where the test looks)."""
 

@@ -1,12 +1,10 @@
 //! `.pt2` in and out: real torch.export archives of tiny random transformers
 //! models, read and written back by hfx, loaded and run by torch.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 use hfx::graph::pt2::{convert, schema::ExportedProgram, Pt2};
 
 /// Equal programs, or the first differing JSON path.
@@ -481,8 +479,7 @@ fn every_weight_of_real_archives_passes_the_checks() {
     }
 }
 
-#[path = "../fuzz/bodies.rs"]
-mod fuzz_bodies;
+use crate::fuzz_bodies;
 
 /// Every fuzz seed and every crasher the fuzzers found (`fuzz/regressions/<target>/`,
 /// one file per finding, fixed since) replayed through its target's code: each
@@ -511,7 +508,7 @@ fn fuzz_seeds_and_crashers_replay_without_panics() {
 
 /// The cost of checking every weight (sizes and CRC-32) on the 125M-parameter
 /// Llama `.pt2` of `bench/pt2_bench.py` (run that first to make it), in a
-/// release build: `cargo test --release --test pt2 weight_check_cost -- --ignored --nocapture`.
+/// release build: `cargo test --release --test it pt2::weight_check_cost -- --ignored --nocapture`.
 /// Prints the check's wall and CPU time beside a `.pt2` write of the same
 /// archive with the checks already done (remembered per entry).
 #[test]

@@ -1,12 +1,10 @@
 //! Plugin sets pinned per upstream version: resolution, the lockfile and
 //! drift, `hfx plugins verify|inspect|new`, and run options from a file.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::*;
+use crate::common::*;
 use hfx::plugins::{self, ResolveError, SetError, Versions};
 
 const V1: &str = "tests/plugins/versioned-v1";

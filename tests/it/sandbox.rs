@@ -2,11 +2,9 @@
 //! stage and node; the graph is exactly as before the failed call; the host
 //! survives and runs the next plugin.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use hfx::plugins::{Failure, Limits, PluginError, PluginKind, Session};
 use hfx::stages::{fx_node_fix, OnPluginError};
 

@@ -1,11 +1,9 @@
 //! Plugin loading: bad manifests and components get a one-line error naming
 //! the file; compiled components are cached and verified.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::common::*;
 use hfx::plugins::cache::CacheOutcome;
 use hfx::plugins::{Runtime, RuntimeOptions};
 

@@ -1,10 +1,8 @@
 //! The `hfx` binary as a user runs it.
 
-mod common;
-
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 const EXAMPLE: &str = "examples/graphs/dynamic-batch-sort.json";
 

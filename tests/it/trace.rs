@@ -2,10 +2,8 @@
 //! real transformers model, and exports; worker failures are clear errors
 //! that leave no output behind.
 
-mod common;
-
-use common::*;
-use common::hfx_with_python as hfx;
+use crate::common::*;
+use crate::common::hfx_with_python as hfx;
 
 const TINY: &[(&str, &str)] = &[
     ("llama", "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,max_position_embeddings=64"),

@@ -4,11 +4,9 @@
 //! from the graph (or its replacement is there), and the program matches eager
 //! at 1e-4, at a second input size too for dynamic exports.
 
-mod common;
-
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 
 struct Case<'a> {
     plugin: &'a str,

@@ -4,13 +4,11 @@
 //! PyTorch in ONNX Runtime (atol/rtol 1e-3, `--verify` and again in
 //! `check_onnx.py`), static and dynamic (a second input size for dynamic).
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use common::*;
-use common::hfx_with_python as hfx;
+use crate::common::*;
+use crate::common::hfx_with_python as hfx;
 use hfx::onnx::proto::ModelProto;
 use prost::Message;
 

@@ -2,12 +2,10 @@
 //! module that holds its pattern: the pattern is gone from the fixed program,
 //! and the fixed program still matches eager within atol/rtol 1e-4.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 use hfx::graph::pt2::{schema, Pt2};
 
 fn harness(args: &[&str]) {

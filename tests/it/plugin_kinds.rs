@@ -1,9 +1,7 @@
 //! Each plugin kind loads and is called; node fixes see only their declared
 //! targets; the first ONNX plugins do what the reference exporter's fixes do.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use hfx::graph::{Argument, RangeConstraint, Sym};
 use hfx::onnx::{Attribute, Model, Node, TranslationBuilder};
 use hfx::plugins::patching::{CallValue, PatchedCall, Scalar, Step};

@@ -1,0 +1,20 @@
+//! hfx's end-to-end tests, one binary (each module used to be its own, and
+//! each linked wasmtime: ten links of the same crates on every change).
+//! Run one module with `cargo test --test it <module>::`.
+
+mod common;
+
+mod cli;
+mod fx_fixes;
+mod loading;
+mod onnx;
+mod patches;
+mod plugin_kinds;
+mod plugin_sets;
+mod pt2;
+mod sandbox;
+mod trace;
+
+/// The bodies the fuzz targets run, replayed on their seeds by `pt2`.
+#[path = "../../fuzz/bodies.rs"]
+mod fuzz_bodies;
