@@ -44,6 +44,9 @@ pub struct Graph {
     /// Symbolic expressions read from a `.pt2`, by printed form.
     exprs: BTreeMap<String, SymExpr>,
     journal: Option<Vec<mutate::Undo>>,
+    /// Mutations kept so far (rolled-back ones are taken back): a run compares
+    /// it before and after its stages to know whether the program changed.
+    changes: u64,
 }
 
 /// A symbolic expression as a `.pt2` spells it: sympy `srepr` and torch's hint.

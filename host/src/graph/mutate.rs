@@ -62,12 +62,20 @@ impl Graph {
     /// Undoes every change since `begin`, newest first.
     pub fn rollback(&mut self) {
         let Some(journal) = self.journal.take() else { return };
+        self.changes -= journal.len() as u64;
         for undo in journal.into_iter().rev() {
             self.undo(undo);
         }
     }
 
+    /// How many mutations the graph has had (a rolled-back call's are not
+    /// counted): equal before and after means nothing changed.
+    pub fn changes(&self) -> u64 {
+        self.changes
+    }
+
     fn record(&mut self, undo: Undo) {
+        self.changes += 1;
         if let Some(journal) = &mut self.journal {
             journal.push(undo);
         }

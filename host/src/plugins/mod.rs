@@ -9,6 +9,7 @@ pub mod discover;
 pub mod error;
 mod host_graph;
 mod host_onnx;
+pub mod loading;
 pub mod lock;
 pub mod manifest;
 pub mod resolve;

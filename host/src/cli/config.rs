@@ -1,0 +1,206 @@
+//! `hfx run`'s options: the `--config` file (the counterpart of the
+//! reference's `AutoExportConfig.from_dict`) merged with the flags, checked,
+//! and fixed into the pipeline's [`RunOptions`].
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+
+use super::{parse_backend, RunArgs, MAX_WORKER_GIB, MIN_WORKER_GIB};
+use crate::pipeline::{Artifact, Destination, OnnxOptions, RunOptions, Source, Trace};
+use crate::plugins::Backend;
+use crate::stages::OnPluginError;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RunConfig {
+    pub backend: Option<String>,
+    pub input: Option<PathBuf>,
+    pub output: Option<PathBuf>,
+    #[serde(default)]
+    pub plugins: Vec<PathBuf>,
+    #[serde(default)]
+    pub targets: BTreeMap<String, String>,
+    pub python: Option<String>,
+    pub lock: Option<PathBuf>,
+    #[serde(default)]
+    pub locked: bool,
+    pub on_plugin_error: Option<String>,
+    #[serde(default)]
+    pub sandbox: SandboxConfig,
+    /// The model to trace (instead of `input`): architecture and config overrides...
+    pub model: Option<String>,
+    #[serde(default)]
+    pub set: BTreeMap<String, toml::Value>,
+    /// ...or a local model folder, or `python:module:function`.
+    pub model_dir: Option<PathBuf>,
+    pub model_fn: Option<String>,
+    pub task: Option<String>,
+    #[serde(default)]
+    pub dynamic: bool,
+    #[serde(default)]
+    pub dynamic_shapes: Vec<String>,
+    pub trace_deadline_s: Option<u64>,
+    pub worker_memory_gib: Option<f64>,
+    #[serde(default)]
+    pub decompose: bool,
+    pub opset: Option<u32>,
+    #[serde(default)]
+    pub verify: bool,
+    #[serde(default)]
+    pub external_data: bool,
+    #[serde(default)]
+    pub no_optimize: bool,
+    pub device: Option<String>,
+    pub dtype: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct SandboxConfig {
+    pub memory_mib: Option<usize>,
+    pub fuel: Option<u64>,
+    pub deadline_ms: Option<u64>,
+    pub cache_dir: Option<PathBuf>,
+    #[serde(default)]
+    pub no_cache: bool,
+}
+
+
+/// Merges the flags over the config file and fixes the run's options,
+/// refusing every combination the pipeline cannot carry out.
+pub(super) fn merge(args: RunArgs) -> Result<RunOptions> {
+    let (config, base) = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            let config: RunConfig =
+                toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.message().replace('\n', " ")))?;
+            (config, path.parent().map(Path::to_path_buf).unwrap_or_default())
+        }
+        None => (RunConfig::default(), PathBuf::new()),
+    };
+    let rel = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
+    let backend = match (args.backend, &config.backend) {
+        (Some(b), _) => b,
+        (None, Some(b)) => parse_backend(b).map_err(anyhow::Error::msg)?,
+        (None, None) => bail!("no backend (--backend or `backend` in the config)"),
+    };
+    let on_plugin_error = match (args.on_plugin_error, &config.on_plugin_error) {
+        (Some(p), _) => p,
+        (None, Some(p)) => <OnPluginError as clap::ValueEnum>::from_str(p, true).map_err(anyhow::Error::msg)?,
+        (None, None) => OnPluginError::Fail,
+    };
+    let mut set = args.set;
+    if set.plugins.is_empty() {
+        set.plugins = config.plugins.into_iter().map(rel).collect();
+    }
+    // Flag targets win over config targets for the same package.
+    let mut targets: BTreeMap<String, String> = config.targets;
+    targets.extend(set.targets.drain(..));
+    set.targets = targets.into_iter().collect();
+    set.python = set.python.or(config.python);
+    set.lock = set.lock.or(config.lock.map(rel));
+    set.locked |= config.locked;
+    let s = &mut set.sandbox;
+    s.plugin_memory_mib = s.plugin_memory_mib.or(config.sandbox.memory_mib);
+    s.plugin_fuel = s.plugin_fuel.or(config.sandbox.fuel);
+    s.plugin_deadline_ms = s.plugin_deadline_ms.or(config.sandbox.deadline_ms);
+    s.cache_dir = s.cache_dir.take().or(config.sandbox.cache_dir.map(rel));
+    s.no_cache |= config.sandbox.no_cache;
+    // Model flags win over the config's model; a config model fills in what flags leave out.
+    let mut model = args.model;
+    if model.model.is_none() && model.model_dir.is_none() && model.model_fn.is_none() {
+        model.model = config.model.clone();
+        model.model_dir = config.model_dir.clone().map(rel);
+        model.model_fn = config.model_fn.clone();
+    }
+    if model.set.is_empty() {
+        model.set = config.set.iter().map(|(k, v)| format!("{k}={}", v.as_str().map(String::from).unwrap_or_else(|| v.to_string()))).collect();
+    }
+    model.task = model.task.or(config.task.clone());
+    model.dynamic |= config.dynamic;
+    if model.dynamic_shapes.is_empty() {
+        model.dynamic_shapes = config.dynamic_shapes.clone();
+    }
+    model.trace_deadline_s = model.trace_deadline_s.or(config.trace_deadline_s);
+    model.worker_memory_gib = model.worker_memory_gib.or(config.worker_memory_gib);
+    model.decompose |= config.decompose;
+    model.device = model.device.or(config.device.clone());
+    model.dtype = model.dtype.or(config.dtype.clone());
+    let trace = model.request()?;
+    let input = args.input.or(config.input.map(rel));
+    let source = match (input, trace) {
+        (None, None) => bail!("nothing to export: give a .pt2 (or IR JSON), or a model (--model, --model-dir, --model-fn)"),
+        (Some(_), Some(_)) => bail!("give either an input file or a model to trace, not both"),
+        (Some(input), None) => {
+            let ignored = model.trace_only();
+            if !ignored.is_empty() {
+                bail!("{} apply to a model hfx traces, not to {} (already traced): drop them, or trace with --model", ignored.join(", "), input.display());
+            }
+            if is_json(&input) { Source::IrJson(input) } else { Source::Pt2(input) }
+        }
+        (None, Some(request)) => {
+            Source::Trace(Trace { request, deadline: Duration::from_secs(model.trace_deadline_s.unwrap_or(600)) })
+        }
+    };
+    let memory_limit = match model.worker_memory_gib {
+        None => crate::trace::memory::default_limit(),
+        Some(gib) if gib.is_finite() && (MIN_WORKER_GIB..=MAX_WORKER_GIB).contains(&gib) => (gib * crate::trace::memory::GIB as f64) as u64,
+        Some(gib) => bail!("--worker-memory-gib {gib}: give {MIN_WORKER_GIB} to {MAX_WORKER_GIB}"),
+    };
+    let worker = crate::trace::WorkerOptions {
+        env: vec![],
+        memory_limit: Some(memory_limit),
+        memory_mechanism: model.worker_memory_mechanism.unwrap_or_default(),
+    };
+    let output = args.output.or(config.output.map(rel)).context("no output (-o or `output` in the config)")?;
+    let opset = args.opset.or(config.opset).unwrap_or(20);
+    if !(18..=23).contains(&opset) {
+        bail!("--opset {opset}: hfx writes opsets 18 to 23");
+    }
+    let verify = args.verify || config.verify;
+    if verify && (backend != Backend::Onnx || output.extension().is_some_and(|e| e != "onnx")) {
+        bail!("--verify checks an ONNX model: give --backend onnx and -o OUT.onnx (or an export folder)");
+    }
+    let onnx = |external_data: bool| {
+        Artifact::Onnx(OnnxOptions { opset, external_data, optimize: !(args.no_optimize || config.no_optimize), verify })
+    };
+    let external_data = args.external_data || config.external_data;
+    // A path with an extension that is not a folder names a file; else it is an export folder.
+    let (artifact, destination) = if output.extension().is_some() && !output.is_dir() {
+        let artifact = match output.extension().and_then(|e| e.to_str()) {
+            Some("pt2") => Artifact::Pt2,
+            Some("json") => Artifact::IrJson,
+            Some("onnx") if backend == Backend::Onnx => onnx(external_data),
+            Some("onnx") => bail!("a .onnx output needs --backend onnx"),
+            Some("pte") => bail!("emitting .pte is not implemented yet: write the {backend} backend's FX-fixed program with `-o OUT.pt2`"),
+            _ => bail!("{}: the output must end in .pt2, .onnx or .json", output.display()),
+        };
+        (artifact, Destination::File(output))
+    } else {
+        if !matches!(source, Source::Trace(_)) {
+            bail!("an export folder records the traced model's metadata: trace it (--model, --model-dir, --model-fn)");
+        }
+        let artifact = match backend {
+            // The reference's runtime reads an ONNX component's weights from `model.onnx.data`.
+            Backend::Onnx => onnx(true),
+            Backend::Dynamo => Artifact::Pt2,
+            other => bail!("an export folder for the {other} backend is not implemented yet"),
+        };
+        (artifact, Destination::Folder(output))
+    };
+    match (&source, &artifact) {
+        (Source::IrJson(_), Artifact::Onnx(_)) => bail!("ONNX is emitted from a .pt2 (its weights), not from IR JSON"),
+        (Source::IrJson(_), Artifact::Pt2) => bail!("a graph read from JSON can only be written as JSON (-o OUT.json)"),
+        _ => {}
+    }
+    let verify_deadline = Duration::from_secs(model.trace_deadline_s.unwrap_or(600));
+    Ok(RunOptions { source, artifact, destination, backend, plugins: set.options()?, on_plugin_error, worker, verify_deadline })
+}
+
+fn is_json(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "json")
+}

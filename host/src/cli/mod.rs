@@ -1,0 +1,323 @@
+//! The `hfx` command line: clap's arguments, the run config file and its
+//! merge with the flags (`config`), the `plugins` commands (`plugins`). The
+//! CLI builds the pipeline's options and prints its summary; it depends on
+//! the pipeline, never the other way round.
+
+mod config;
+mod plugins;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+
+use crate::plugins::loading::SetOptions;
+use crate::plugins::{lock::LOCK_FILE, upstream, Backend, Limits, RuntimeOptions};
+use crate::stages::OnPluginError;
+
+pub use config::RunConfig;
+
+#[derive(Debug, Parser)]
+#[command(name = "hfx", version, about = "Export PyTorch / Hugging Face models, with workarounds as WebAssembly plugins")]
+pub struct Cli {
+    /// More output (-v: skipped plugins and drift details).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per process
+pub enum Command {
+    /// Manage plugins.
+    #[command(subcommand)]
+    Plugins(PluginsCommand),
+    /// Export: trace a model (or read a `.pt2` / IR JSON), run the backend's
+    /// stages and write the artifact: `.onnx` (--backend onnx), `.pt2` (the
+    /// dynamo artifact; for other backends the program after their FX stages),
+    /// an export folder (`-o DIR`, as `ExportedModel.save_pretrained`), or the
+    /// IR's JSON form (`.json`).
+    Run(RunArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PluginsCommand {
+    /// List plugins: name, version, kind, backend, hash, status, upstream range, targets.
+    List {
+        #[command(flatten)]
+        set: PluginSetArgs,
+        /// Show only plugins of this backend.
+        #[arg(long, value_parser = parse_backend)]
+        backend: Option<Backend>,
+    },
+    /// Show one plugin: manifest, WIT world, imports and exports, hashes.
+    Inspect {
+        name: String,
+        #[command(flatten)]
+        set: PluginSetArgs,
+    },
+    /// Load every plugin, check it (and the lock), and run its self-tests.
+    Verify {
+        #[command(flatten)]
+        set: PluginSetArgs,
+        /// Fail on any warning too: a plugin folder skipped, drift from the lock, an untrusted cache.
+        #[arg(long)]
+        strict: bool,
+    },
+    /// Write the lock of the plugin set that applies now.
+    Lock {
+        #[command(flatten)]
+        set: PluginSetArgs,
+        /// Where to write it.
+        #[arg(short, long, default_value = LOCK_FILE)]
+        output: PathBuf,
+    },
+    /// Scaffold a plugin crate that builds and passes its self-test as generated.
+    New(crate::plugins::scaffold::NewArgs),
+}
+
+/// Where plugins come from and what they are resolved against.
+#[derive(Debug, Args, Default)]
+pub struct PluginSetArgs {
+    /// Plugin folder (repeatable); every plugin.toml below it is found.
+    #[arg(long = "plugins", value_name = "DIR")]
+    pub plugins: Vec<PathBuf>,
+    /// Upstream version to resolve against instead of what is installed
+    /// (repeatable), e.g. `--target onnxruntime=1.31.0` for a deployment runtime.
+    #[arg(long = "target", value_name = "PACKAGE=VERSION", value_parser = upstream::parse_target)]
+    pub targets: Vec<(String, String)>,
+    /// Python whose installed packages give the upstream versions [default: $HFX_PYTHON, .venv/bin/python, python3].
+    #[arg(long)]
+    pub python: Option<String>,
+    /// Lock file [default: hfx.lock, if present].
+    #[arg(long, value_name = "FILE")]
+    pub lock: Option<PathBuf>,
+    /// Refuse to run if the plugin set or upstream versions differ from the lock.
+    #[arg(long)]
+    pub locked: bool,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+}
+
+/// The largest `--plugin-memory-mib`: what a 32-bit linear memory addresses.
+const MAX_PLUGIN_MEMORY_MIB: usize = 4096;
+
+#[derive(Debug, Args, Default)]
+pub struct SandboxArgs {
+    /// Folder of the compiled-component cache [default: $HFX_CACHE_DIR or ~/.cache/hfx/components].
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Compile every component, use no cache.
+    #[arg(long)]
+    pub no_cache: bool,
+    /// Linear-memory cap per plugin instance, in MiB [default: 64].
+    #[arg(long)]
+    pub plugin_memory_mib: Option<usize>,
+    /// Fuel per plugin call, about one unit per wasm instruction [default: 500000000].
+    #[arg(long)]
+    pub plugin_fuel: Option<u64>,
+    /// Wall-clock deadline per plugin call, in milliseconds [default: 2000].
+    #[arg(long)]
+    pub plugin_deadline_ms: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The traced program: a `.pt2` (torch.export.save), or the IR's JSON form.
+    pub input: Option<PathBuf>,
+    /// Where to write the artifact (atomically).
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    #[arg(long, value_parser = parse_backend)]
+    pub backend: Option<Backend>,
+    /// Take every option from this TOML file; flags given here override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub set: PluginSetArgs,
+    /// What a failing plugin call does to the run; its changes are rolled back either way [default: fail].
+    #[arg(long, value_enum)]
+    pub on_plugin_error: Option<OnPluginError>,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The ONNX opset of the default domain (18-23) [default: 20].
+    #[arg(long)]
+    pub opset: Option<u32>,
+    /// Run the ONNX model in ONNX Runtime against the eager reference (atol/rtol 1e-3) before writing it.
+    #[arg(long)]
+    pub verify: bool,
+    /// Weights in `<out>.onnx.data` beside the model (always past protobuf's 2 GB limit).
+    #[arg(long)]
+    pub external_data: bool,
+    /// Skip the ONNX graph optimization (identity removal, common subexpressions, dead code).
+    #[arg(long)]
+    pub no_optimize: bool,
+}
+
+/// Tracing a model instead of reading a `.pt2`.
+#[derive(Debug, Args, Default)]
+pub struct ModelArgs {
+    /// A random model of this architecture (`llama`, `gpt2`, `bert`, `vit`, ...), built from its config.
+    #[arg(long, conflicts_with_all = ["model_dir", "model_fn"])]
+    pub model: Option<String>,
+    /// Config overrides for --model: `--set hidden_size=64,num_hidden_layers=2` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE", value_delimiter = ',')]
+    pub set: Vec<String>,
+    /// A local Hugging Face model folder (config.json + weights); the class is the one in `architectures`.
+    #[arg(long, conflicts_with = "model_fn")]
+    pub model_dir: Option<PathBuf>,
+    /// `python:module:function` returning `(model, inputs)`.
+    #[arg(long)]
+    pub model_fn: Option<String>,
+    /// The transformers class to build (`AutoModelForCausalLM`, `BertModel`, ...), overriding the default.
+    #[arg(long)]
+    pub task: Option<String>,
+    /// Every input axis dynamic (`Dim.AUTO`); sample sizes are >= 2 so nothing specializes.
+    #[arg(long)]
+    pub dynamic: bool,
+    /// Explicit ranges: `input_ids:0=1..32,input_ids:1=2..2048`.
+    #[arg(long, value_delimiter = ',')]
+    pub dynamic_shapes: Vec<String>,
+    /// Deadline for the trace, in seconds [default: 600].
+    #[arg(long)]
+    pub trace_deadline_s: Option<u64>,
+    /// Memory limit of the trace worker and what it starts, in GiB [default: 3/4 of the machine's memory].
+    #[arg(long, value_name = "GIB")]
+    pub worker_memory_gib: Option<f64>,
+    /// How the worker's memory limit is enforced (tests force the sampler).
+    #[arg(long, value_enum, hide = true)]
+    pub worker_memory_mechanism: Option<crate::trace::MemoryMechanism>,
+    /// Run `run_decompositions()` on the traced program (the core ATen opset).
+    #[arg(long)]
+    pub decompose: bool,
+    /// Where the model runs while tracing: `cpu` or `cuda` [default: cpu].
+    #[arg(long)]
+    pub device: Option<String>,
+    /// The dtype of the model's weights and floating inputs: `float32`, `bfloat16`, `float16` [default: float32].
+    #[arg(long)]
+    pub dtype: Option<String>,
+}
+
+/// The bounds of `--worker-memory-gib` (a worker with torch needs ~0.5 GiB to start).
+const MIN_WORKER_GIB: f64 = 0.25;
+const MAX_WORKER_GIB: f64 = 1048576.0;
+
+impl ModelArgs {
+    /// The options given that only shape a trace, as flags.
+    fn trace_only(&self) -> Vec<&'static str> {
+        let given = [
+            ("--set", !self.set.is_empty()),
+            ("--task", self.task.is_some()),
+            ("--dynamic", self.dynamic),
+            ("--dynamic-shapes", !self.dynamic_shapes.is_empty()),
+            ("--decompose", self.decompose),
+            ("--device", self.device.is_some()),
+            ("--dtype", self.dtype.is_some()),
+        ];
+        given.iter().filter(|(_, given)| *given).map(|(flag, _)| *flag).collect()
+    }
+
+    fn request(&self) -> Result<Option<crate::trace::TraceRequest>> {
+        use crate::trace::{ModelSource, TraceRequest};
+        let source = match (&self.model, &self.model_dir, &self.model_fn) {
+            (Some(name), _, _) => {
+                let overrides = self
+                    .set
+                    .iter()
+                    .map(|kv| kv.split_once('=').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
+                    .collect::<Option<Vec<_>>>()
+                    .context("--set takes KEY=VALUE pairs")?;
+                ModelSource::Architecture { name: name.clone(), overrides }
+            }
+            (None, Some(dir), _) => ModelSource::Directory(dir.canonicalize().with_context(|| format!("{}", dir.display()))?),
+            (None, None, Some(spec)) if spec.starts_with("python:") && spec.matches(':').count() == 2 => ModelSource::Function(spec.clone()),
+            (None, None, Some(spec)) => bail!("--model-fn `{spec}`: expected python:module:function"),
+            (None, None, None) => return Ok(None),
+        };
+        let defaults = TraceRequest::new(source);
+        Ok(Some(TraceRequest {
+            task: self.task.clone(),
+            dynamic: self.dynamic,
+            dynamic_shapes: self.dynamic_shapes.clone(),
+            decompose: self.decompose,
+            device: self.device.clone().unwrap_or(defaults.device.clone()),
+            dtype: self.dtype.clone().unwrap_or(defaults.dtype.clone()),
+            ..defaults
+        }))
+    }
+}
+
+/// The run options a `--config` file may set (the counterpart of the reference
+/// `AutoExportConfig.from_dict`). Relative paths are relative to the file.
+fn parse_backend(s: &str) -> Result<Backend, String> {
+    toml::Value::String(s.to_string())
+        .try_into::<Backend>()
+        .map_err(|_| format!("unknown backend `{s}` (dynamo, onnx, executorch, executorch.xnnpack, executorch.cuda)"))
+}
+
+pub fn run(cli: Cli) -> Result<()> {
+    let verbose = cli.verbose;
+    match cli.command {
+        Command::Plugins(PluginsCommand::List { set, backend }) => plugins::list(&set.folder_options()?, backend),
+        Command::Plugins(PluginsCommand::Inspect { name, set }) => plugins::inspect(&set.folder_options()?, &name),
+        Command::Plugins(PluginsCommand::Verify { set, strict }) => plugins::verify(&set.folder_options()?, strict),
+        Command::Plugins(PluginsCommand::Lock { set, output }) => plugins::lock(&set.folder_options()?, &output),
+        Command::Plugins(PluginsCommand::New(args)) => crate::plugins::scaffold::new_plugin(&args),
+        Command::Run(args) => run_export(args, verbose),
+    }
+}
+
+/// `hfx run`: options fixed once, the pipeline, then its summary.
+fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
+    use std::io::IsTerminal;
+    let progress = crate::pipeline::Progress { started: std::time::Instant::now(), shown: verbose > 0 || std::io::stderr().is_terminal() };
+    let options = config::merge(args)?;
+    let summary = crate::pipeline::run(options, progress)?;
+    summary.print(verbose);
+    Ok(())
+}
+
+// ── Plugin sets ──
+
+// ── Plugin sets ──
+
+impl SandboxArgs {
+    /// The plugin runtime's options, each limit checked.
+    fn runtime_options(&self) -> Result<RuntimeOptions> {
+        let defaults = Limits::default();
+        let memory_bytes = match self.plugin_memory_mib {
+            None => defaults.memory_bytes,
+            // A plugin's linear memory is 32-bit: 4 GiB is all it can address.
+            Some(m) if (1..=MAX_PLUGIN_MEMORY_MIB).contains(&m) => m << 20,
+            Some(m) => bail!("--plugin-memory-mib {m}: give 1 to {MAX_PLUGIN_MEMORY_MIB} (a plugin's 32-bit memory)"),
+        };
+        let limits = Limits {
+            memory_bytes,
+            fuel_per_call: self.plugin_fuel.unwrap_or(defaults.fuel_per_call),
+            deadline: self.plugin_deadline_ms.map_or(defaults.deadline, Duration::from_millis),
+            ..defaults
+        };
+        let cache_dir =
+            if self.no_cache { None } else { self.cache_dir.clone().or_else(crate::plugins::cache::ComponentCache::default_dir) };
+        Ok(RuntimeOptions { limits, cache_dir })
+    }
+}
+
+/// A loaded plugin set with its runtime and what the lock says about it.
+impl PluginSetArgs {
+    /// The set's options, as `run` takes them (no folder is fine: no plugins).
+    fn options(self) -> Result<SetOptions> {
+        let runtime = self.sandbox.runtime_options()?;
+        Ok(SetOptions { folders: self.plugins, targets: self.targets, python: self.python, lock: self.lock, locked: self.locked, runtime })
+    }
+
+    /// The set's options for a `plugins` command, which needs a folder.
+    fn folder_options(self) -> Result<SetOptions> {
+        if self.plugins.is_empty() {
+            bail!("no plugin folder given (--plugins DIR)");
+        }
+        self.options()
+    }
+}

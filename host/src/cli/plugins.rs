@@ -1,0 +1,109 @@
+//! `hfx plugins list|inspect|verify|lock`: what a plugin set holds, checked.
+
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+
+use crate::plugins::loading::{Purpose, SetOptions};
+use crate::plugins::{self, Backend, Lock};
+
+pub(super) fn list(args: &SetOptions, backend: Option<Backend>) -> Result<()> {
+    let loaded = args.load(Purpose::Use, None)?;
+    println!(
+        "{:<26} {:<8} {:<16} {:<10} {:<16} {:<8} {:<24} TARGETS",
+        "NAME", "VERSION", "KIND", "BACKEND", "SHA256", "STATUS", "UPSTREAM"
+    );
+    let shown = |b: Backend| backend.is_none_or(|want| want == b);
+    for p in loaded.set.plugins.iter().filter(|p| shown(p.manifest.plugin.backend)) {
+        let m = &p.manifest.plugin;
+        let targets = if p.targets.is_empty() { "(whole program)".to_string() } else { p.targets.join(", ") };
+        println!(
+            "{:<26} {:<8} {:<16} {:<10} {:<16} {:<8} {:<24} {}",
+            m.name, m.version, m.kind.as_str(), m.backend.as_str(), &p.component_sha256[..16], "active",
+            upstream_text(&p.manifest), targets
+        );
+    }
+    for s in loaded.set.skipped.iter().filter(|s| shown(s.found.manifest.plugin.backend)) {
+        let m = &s.found.manifest.plugin;
+        println!(
+            "{:<26} {:<8} {:<16} {:<10} {:<16} {:<8} {:<24} skipped: {}",
+            m.name, m.version, m.kind.as_str(), m.backend.as_str(), &s.found.component_sha256[..16], "skipped",
+            upstream_text(&s.found.manifest), s.reason
+        );
+    }
+    Ok(())
+}
+
+fn upstream_text(m: &plugins::Manifest) -> String {
+    if m.upstream.is_empty() {
+        return "any".into();
+    }
+    m.upstream.iter().map(|(p, r)| format!("{p} {r}")).collect::<Vec<_>>().join("; ")
+}
+
+pub(super) fn inspect(args: &SetOptions, name: &str) -> Result<()> {
+    let loaded = args.load(Purpose::Use, None)?;
+    let Some(p) = loaded.set.plugins.iter().find(|p| p.name() == name) else {
+        let skipped = loaded.set.skipped.iter().find(|s| s.found.manifest.plugin.name == name);
+        match skipped {
+            Some(s) => bail!("plugin `{name}` is skipped: {}", s.reason),
+            None => bail!("no plugin `{name}` in {}", args.folders.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")),
+        }
+    };
+    // Read again for display, as discovery reads it: through the plugin folder, bounded.
+    let manifest = cap_std::fs::Dir::open_ambient_dir(&p.dir, cap_std::ambient_authority())
+        .map_err(anyhow::Error::from)
+        .and_then(|dir| Ok(plugins::discover::read_regular(&dir, "plugin.toml", plugins::discover::MAX_MANIFEST_BYTES)?))
+        .with_context(|| format!("{}", p.dir.join("plugin.toml").display()))?;
+    let manifest = String::from_utf8_lossy(&manifest);
+    println!("folder:           {}", p.dir.display());
+    println!("world:            hfx:plugin/{}@0.1.0", p.kind());
+    println!("component sha256: {}", p.component_sha256);
+    println!("manifest sha256:  {}", p.manifest_sha256);
+    println!("targets:          {}", if p.targets.is_empty() { "(whole program)".into() } else { p.targets.join(", ") });
+    println!("loaded in:        {:.2} ms ({:?})", p.load_time.as_secs_f64() * 1e3, p.cache);
+    println!("imports:          {}", p.imports.join(", "));
+    println!("exports:          {}", p.exports.join(", "));
+    println!("--- plugin.toml ---\n{}", manifest.trim_end());
+    Ok(())
+}
+
+pub(super) fn verify(args: &SetOptions, strict: bool) -> Result<()> {
+    let loaded = args.load(Purpose::Use, None)?;
+    let mut failures = 0;
+    let untrusted_cache = loaded.set.plugins.iter().any(|p| p.cache == plugins::cache::CacheOutcome::Untrusted);
+    for p in &loaded.set.plugins {
+        let results = crate::plugins::selftest::run(&loaded.runtime, p)?;
+        let failed: Vec<&String> = results.iter().filter_map(|r| r.failure.as_ref()).collect();
+        failures += failed.len();
+        let status = if failed.is_empty() { "ok" } else { "FAILED" };
+        println!("{:<26} {:<8} {:<6} self-tests: {}/{} passed", p.name(), p.manifest.plugin.version, status, results.len() - failed.len(), results.len());
+        for f in failed {
+            println!("  {f}");
+        }
+    }
+    for s in &loaded.set.skipped {
+        println!("{:<26} {:<8} skipped: {}", s.found.manifest.plugin.name, s.found.manifest.plugin.version, s.reason);
+    }
+    if !loaded.drift.is_empty() {
+        println!("{} difference(s) from the lock (see warnings above)", loaded.drift.len());
+    }
+    if failures > 0 {
+        bail!("{failures} self-test(s) failed");
+    }
+    if strict {
+        let warnings = loaded.warnings.len() + loaded.drift.len() + usize::from(untrusted_cache);
+        if warnings > 0 {
+            bail!("--strict: {warnings} warning(s) (see above)");
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn lock(args: &SetOptions, output: &Path) -> Result<()> {
+    let loaded = args.load(Purpose::Lock, None)?;
+    let lock = Lock::of(&loaded.set.plugins, &loaded.set.upstream);
+    lock.write(output).with_context(|| format!("writing {}", output.display()))?;
+    println!("locked {} plugin(s) against {} upstream version(s) in {}", lock.plugins.len(), lock.upstream.len(), output.display());
+    Ok(())
+}

@@ -1,0 +1,97 @@
+//! `-o DIR`: what the reference's `ExportedModel.save_pretrained` writes, so
+//! `ExportedModel.from_pretrained(DIR)` loads and runs an hfx export: the
+//! component (`model.onnx` + `model.onnx.data`, or `model.pt2`), `export.json`
+//! (schema 1: format, component file and metadata), `config.json` and
+//! `generation_config.json`. Written in a scratch folder beside DIR; each
+//! file is renamed into DIR at the end.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde_json::json;
+
+use super::options::{Artifact, Trace};
+use super::scratch::Scratch;
+use crate::plugins::Versions;
+
+/// The component files an export folder may hold, of every backend.
+const FOLDER_COMPONENTS: &[&str] = &["model.onnx", "model.onnx.data", "model.pt2"];
+
+pub struct ExportFolder {
+    dir: PathBuf,
+    scratch: Scratch,
+    /// Where the pipeline writes the component (in the scratch folder).
+    pub artifact: PathBuf,
+}
+
+impl ExportFolder {
+    pub fn beside(dir: &Path, artifact: &Artifact) -> Result<ExportFolder> {
+        let scratch = Scratch::beside(dir, "folder")?;
+        let artifact = scratch.path().join(artifact.folder_component());
+        Ok(ExportFolder { dir: dir.to_path_buf(), scratch, artifact })
+    }
+
+    /// Where the worker saves the model's configs.
+    pub fn scratch(&self) -> &Path {
+        self.scratch.path()
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Writes `export.json` and moves every file into the folder.
+    pub fn finish(self, artifact: &Artifact, trace: &Trace, mut metadata: serde_json::Value, versions: &Versions) -> Result<()> {
+        let onnx = match artifact {
+            Artifact::Onnx(o) => Some(o),
+            Artifact::Pt2 | Artifact::IrJson => None,
+        };
+        let required: &[&str] = if onnx.is_some() { &["torch", "onnx", "onnxscript"] } else { &["torch"] };
+        let packages: serde_json::Map<String, serde_json::Value> = std::iter::once("transformers")
+            .chain(required.iter().copied())
+            .filter_map(|p| Some((p.to_string(), json!(versions.get(p)?))))
+            .collect();
+        let request = &trace.request;
+        let format = if onnx.is_some() { "onnx" } else { "dynamo" };
+        let mut config = json!({
+            "dynamic": request.dynamic,
+            "dynamic_shapes": if request.dynamic_shapes.is_empty() { serde_json::Value::Null } else { json!(request.dynamic_shapes) },
+            "export_format": format,
+            "prefer_deferred_runtime_asserts_over_guards": !request.dynamic_shapes.is_empty(),
+            "strict": false,
+        });
+        if let Some(onnx) = onnx {
+            config["opset_version"] = json!(onnx.opset);
+            config["optimize"] = json!(onnx.optimize);
+            config["ort_fusions"] = serde_json::Value::Null;
+        }
+        metadata["packages"] = json!(packages);
+        metadata["export_config"] = config;
+        let manifest = json!({
+            "schema_version": 1,
+            "export_format": format,
+            "components": {"model": {"file": artifact.folder_component(), "metadata": metadata}},
+        });
+        let text = serde_json::to_string_pretty(&manifest)? + "\n";
+        crate::atomic::write_bytes_atomically(&self.scratch.path().join("export.json"), text.as_bytes())?;
+        std::fs::create_dir_all(&self.dir).with_context(|| format!("creating {}", self.dir.display()))?;
+        let mut written = Vec::new();
+        for entry in std::fs::read_dir(self.scratch.path())? {
+            let entry = entry?;
+            if entry.file_type()?.is_file() {
+                let to = self.dir.join(entry.file_name());
+                std::fs::rename(entry.path(), &to).with_context(|| format!("writing {}", to.display()))?;
+                written.push(entry.file_name());
+            }
+        }
+        // A folder exported before with another backend (or with its weights
+        // inline): the component files hfx names that this export did not write go.
+        for stale in FOLDER_COMPONENTS.iter().filter(|&&f| !written.iter().any(|w| w.as_os_str() == std::ffi::OsStr::new(f))) {
+            let path = self.dir.join(stale);
+            if path.is_file() {
+                std::fs::remove_file(&path).with_context(|| format!("removing the stale {}", path.display()))?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,259 @@
+//! `hfx run`: the pipeline, one step per module, in stage order.
+//!
+//! trace (the worker, with patch plugins answering; or read a `.pt2` / IR
+//! JSON) → the backend's FX stages → emit (`.pt2`, IR JSON, or for ONNX:
+//! translations → IR fixes → generic passes → `.onnx`) → verify (ONNX Runtime
+//! against eager, before the artifact moves into place) → the export folder.
+//! [`run`] takes options fixed once ([`RunOptions`]) and returns a
+//! [`RunSummary`] the caller prints; it never prints the summary itself.
+
+pub mod emit;
+pub mod folder;
+pub mod options;
+pub mod scratch;
+pub mod summary;
+pub mod trace;
+pub mod verify;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+pub use options::{Artifact, Destination, OnnxOptions, RunOptions, Source, Trace};
+pub use summary::RunSummary;
+
+use emit::Program;
+use folder::ExportFolder;
+use scratch::Scratch;
+use trace::Traced;
+use crate::graph::Graph;
+use crate::plugins::loading::{LoadedSet, Purpose};
+use crate::trace::Worker;
+
+/// Progress lines on stderr (stdout is the summary), when `shown`.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    pub started: Instant,
+    pub shown: bool,
+}
+
+impl Progress {
+    pub fn step(&self, stage: &str, what: &str) {
+        if self.shown {
+            eprintln!("[{:>6.1} s] {stage}: {what}", self.started.elapsed().as_secs_f64());
+        }
+    }
+}
+
+/// How long a worker may take to start and import torch.
+const WORKER_START: Duration = Duration::from_secs(120);
+
+/// What the emit step reads from: a traced program, or a file named by the user.
+enum Input<'a> {
+    Traced(Traced),
+    Pt2(&'a Path),
+    IrJson(&'a Path),
+}
+
+impl Input<'_> {
+    fn traced(&self) -> Option<&Traced> {
+        match self {
+            Input::Traced(t) => Some(t),
+            Input::Pt2(_) | Input::IrJson(_) => None,
+        }
+    }
+}
+
+pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
+    for stale in Scratch::remove_stale_beside(options.destination.path()) {
+        tracing::info!("removed the stale scratch folder {}", stale.display());
+    }
+    // An export folder: the artifact is written into a scratch folder beside
+    // it, and everything moves in at the end.
+    let folder = match &options.destination {
+        Destination::Folder(dir) => Some(ExportFolder::beside(dir, &options.artifact)?),
+        Destination::File(_) => None,
+    };
+    let output: PathBuf = match (&folder, &options.destination) {
+        (Some(f), _) => f.artifact.clone(),
+        (None, d) => d.path().to_path_buf(),
+    };
+    if let Source::Trace(trace) = &mut options.source {
+        trace.request.folder = folder.as_ref().map(|f| f.scratch().to_path_buf());
+        // An ONNX export reads the weights once, to emit them: the worker need
+        // not pack them into the (intermediate) `.pt2`.
+        trace.request.side_weights = matches!(options.artifact, Artifact::Onnx(_));
+    }
+    let verifying = matches!(&options.artifact, Artifact::Onnx(o) if o.verify);
+
+    // ── trace, or the file named ──
+    let mut worker = None;
+    let (loaded, input) = match &options.source {
+        Source::Trace(trace) => {
+            progress.step("trace", "starting the worker");
+            let mut started = start_worker(&options, progress)?;
+            // The worker says which upstream versions are installed; plugins resolve against them.
+            let loaded = load_plugins(&options, Some(&started), progress)?;
+            let traced = trace::run(&mut started, trace, &loaded, options.backend, &output)?;
+            // The worker holds the model and torch: gone before the host's stages, the
+            // pipeline's peak memory is the trace's, not the trace's plus the emission's.
+            if verifying {
+                worker = Some(started);
+            }
+            (loaded, Input::Traced(traced))
+        }
+        Source::Pt2(path) => (load_plugins(&options, None, progress)?, Input::Pt2(path)),
+        Source::IrJson(path) => (load_plugins(&options, None, progress)?, Input::IrJson(path)),
+    };
+
+    // ── read ──
+    let read_started = Instant::now();
+    let mut program = read(&input, progress)?;
+    let read = read_started.elapsed();
+    let nodes_before = program.graph().node_count();
+    let changes_before = program.graph().changes();
+
+    // ── the backend's FX stages ──
+    progress.step("fx stages", &format!("{nodes_before} nodes"));
+    let mut stages =
+        crate::stages::run_fx_stages(&loaded.runtime, &loaded.set.plugins, options.backend, program.graph_mut(), options.on_plugin_error)?;
+
+    // ── emit, and verify ──
+    progress.step("emit", &output.display().to_string());
+    let emit_started = Instant::now();
+    let mut optimized = None;
+    let mut verified = Vec::new();
+    match (&options.artifact, &mut program) {
+        (Artifact::IrJson, program) => emit::ir_json(program.graph(), &output)?,
+        (Artifact::Pt2, Program::Archive { pt2, graph }) => match &input {
+            // A traced program the stages left as it was moves into place as torch wrote it.
+            Input::Traced(traced) if graph.changes() == changes_before => crate::atomic::move_into_place(&traced.program, &output)
+                .with_context(|| format!("writing {}", output.display()))?,
+            _ => emit::pt2(pt2, graph, &output)?,
+        },
+        (Artifact::Onnx(onnx), Program::Archive { pt2, graph }) => {
+            // With --verify the model is checked in a scratch folder and moved
+            // into place only when it matches eager.
+            let scratch = onnx.verify.then(|| Scratch::beside(&output, "verify")).transpose()?;
+            // Same file name as the output: an external data file is referenced by name.
+            let target = match &scratch {
+                Some(s) => s.path().join(output.file_name().context("the output has no file name")?),
+                None => output.clone(),
+            };
+            let output_names = input.traced().map(|t| t.output_names.clone()).unwrap_or_default();
+            let emitted = emit::onnx(pt2, graph, &loaded, onnx, options.on_plugin_error, output_names, &target, progress)?;
+            stages.extend(emitted.stages);
+            optimized = emitted.optimized.map(|o| (o, emitted.nodes));
+            if onnx.verify {
+                let reference = match &input {
+                    Input::Traced(t) => t.reference.clone(),
+                    Input::Pt2(path) | Input::IrJson(path) => reference_path(path),
+                };
+                progress.step("verify", "ONNX Runtime against eager PyTorch");
+                let worker = match worker.as_mut() {
+                    Some(w) => w,
+                    None => worker.insert(Worker::start_with(&options.plugins.python(), WORKER_START, &options.worker)?),
+                };
+                verified = verify::run(worker, &target, &reference, options.verify_deadline)?;
+                let data = crate::onnx::emit::data_file(&target);
+                if data.exists() {
+                    let to = crate::onnx::emit::data_file(&output);
+                    crate::atomic::move_into_place(&data, &to).with_context(|| format!("writing {}", to.display()))?;
+                }
+                crate::atomic::move_into_place(&target, &output).with_context(|| format!("writing {}", output.display()))?;
+            }
+        }
+        (Artifact::Pt2 | Artifact::Onnx(_), Program::IrJson { .. }) => {
+            bail!("a graph read from JSON can only be written as JSON (-o OUT.json)")
+        }
+    }
+    let emit = emit_started.elapsed();
+
+    // The eager reference goes next to the artifact, for verification.
+    let reference = match &input {
+        Input::Traced(traced) => {
+            let reference = reference_path(&output);
+            std::fs::rename(&traced.reference, &reference).with_context(|| format!("writing {}", reference.display()))?;
+            Some(reference)
+        }
+        Input::Pt2(_) | Input::IrJson(_) => None,
+    };
+    let written = match folder {
+        Some(folder) => {
+            let (Source::Trace(trace), Input::Traced(traced)) = (&options.source, &input) else {
+                bail!("an export folder records the traced model's metadata: trace it (--model, --model-dir, --model-fn)");
+            };
+            let dir = folder.dir().to_path_buf();
+            folder.finish(&options.artifact, trace, traced.export_metadata.clone(), &loaded.set.upstream)?;
+            dir
+        }
+        None => output,
+    };
+    Ok(RunSummary {
+        trace: input.traced().map(|t| t.summary.clone()),
+        reference,
+        read,
+        nodes_before,
+        nodes_after: program.graph().node_count(),
+        stages,
+        optimized,
+        verified,
+        emit,
+        skipped: loaded.set.skipped,
+        written,
+        total: progress.started.elapsed(),
+    })
+}
+
+fn start_worker(options: &RunOptions, progress: Progress) -> Result<Worker> {
+    let mut worker = Worker::start_with(&options.plugins.python(), WORKER_START, &options.worker)?;
+    worker.on_progress = Some(Box::new(move |p| {
+        let step = p.get("stage").and_then(|s| s.as_str()).unwrap_or("");
+        progress.step(
+            "trace",
+            match step {
+                "import" => "importing torch",
+                "build" => "building the model",
+                "eager" => "running it eagerly (the reference outputs)",
+                "export" => "torch.export",
+                "decompose" => "run_decompositions",
+                "save" => "saving the program",
+                other => other,
+            },
+        );
+    }));
+    Ok(worker)
+}
+
+fn load_plugins(options: &RunOptions, worker: Option<&Worker>, progress: Progress) -> Result<LoadedSet> {
+    progress.step("plugins", "resolving and loading");
+    options.plugins.load(Purpose::Use, worker.map(Worker::versions))
+}
+
+fn read(input: &Input, progress: Progress) -> Result<Program> {
+    use crate::graph::pt2::{convert, Pt2};
+    let (path, side_weights) = match input {
+        Input::IrJson(path) => {
+            progress.step("read", &path.display().to_string());
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            let graph = Graph::from_json(&text).with_context(|| format!("{}", path.display()))?;
+            return Ok(Program::IrJson { graph });
+        }
+        Input::Pt2(path) => (*path, None),
+        Input::Traced(t) => (t.program.as_path(), t.side_weights.as_deref()),
+    };
+    progress.step("read", &path.display().to_string());
+    let mut pt2 = Pt2::open(path)?;
+    if let Some(side) = side_weights {
+        pt2.attach_side_weights(side)?;
+    }
+    let model = pt2.programs.get("model").with_context(|| format!("{}: no `model` program", path.display()))?;
+    let graph = convert::to_ir(model).map_err(anyhow::Error::msg).with_context(|| format!("{}", path.display()))?;
+    Ok(Program::Archive { pt2: Box::new(pt2), graph })
+}
+
+/// `out.pt2` → `out.reference.pt`.
+fn reference_path(output: &Path) -> PathBuf {
+    output.with_extension("reference.pt")
+}

@@ -1,0 +1,102 @@
+//! What a run does, fixed once before any work starts: where the program
+//! comes from, which artifact is written where, with which plugins. The CLI
+//! builds a [`RunOptions`] from flags and the config file; every combination
+//! that cannot work is refused there, so the pipeline matches on variants and
+//! never re-checks.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::plugins::loading::SetOptions;
+use crate::plugins::Backend;
+use crate::stages::OnPluginError;
+use crate::trace::{TraceRequest, WorkerOptions};
+
+/// Where the program comes from.
+#[derive(Debug)]
+pub enum Source {
+    /// A `.pt2` written by `torch.export.save` (or by hfx).
+    Pt2(PathBuf),
+    /// The IR's JSON form (tests and debugging).
+    IrJson(PathBuf),
+    /// A model the trace worker builds and traces.
+    Trace(Trace),
+}
+
+/// A model to trace, and how long the trace may take.
+#[derive(Debug)]
+pub struct Trace {
+    pub request: TraceRequest,
+    pub deadline: Duration,
+}
+
+/// What is written. A new backend adds a variant here, and its emission in
+/// `pipeline::emit`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Artifact {
+    /// The program after the backend's FX stages, as a `.pt2` (the dynamo
+    /// backend's artifact; for the others what their lowering starts from).
+    Pt2,
+    /// The IR's JSON form.
+    IrJson,
+    /// An ONNX model (`--backend onnx`).
+    Onnx(OnnxOptions),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct OnnxOptions {
+    /// The opset of the default domain (18..=23).
+    pub opset: u32,
+    /// Weights in `<out>.onnx.data` (always past protobuf's 2 GB limit).
+    pub external_data: bool,
+    /// Run the generic graph passes (identities, duplicates, folding, dead code).
+    pub optimize: bool,
+    /// Run the model in ONNX Runtime against eager PyTorch before it lands.
+    pub verify: bool,
+}
+
+/// Where the artifact lands.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Destination {
+    /// This file (written atomically).
+    File(PathBuf),
+    /// An export folder, as the reference's `ExportedModel.save_pretrained`
+    /// writes it (only for a traced model: its metadata comes from the trace).
+    Folder(PathBuf),
+}
+
+impl Destination {
+    /// The path the user named.
+    pub fn path(&self) -> &Path {
+        match self {
+            Destination::File(p) | Destination::Folder(p) => p,
+        }
+    }
+}
+
+/// `hfx run`'s options after the config file and the flags are merged.
+#[derive(Debug)]
+pub struct RunOptions {
+    pub source: Source,
+    pub artifact: Artifact,
+    pub destination: Destination,
+    pub backend: Backend,
+    pub plugins: SetOptions,
+    pub on_plugin_error: OnPluginError,
+    /// How trace workers start (memory limit); also the one `--verify` starts
+    /// when nothing was traced.
+    pub worker: WorkerOptions,
+    /// Deadline of a worker request that is not a trace (verification).
+    pub verify_deadline: Duration,
+}
+
+impl Artifact {
+    /// The component's file name in an export folder.
+    pub fn folder_component(&self) -> &'static str {
+        match self {
+            Artifact::Onnx(_) => "model.onnx",
+            Artifact::Pt2 => "model.pt2",
+            Artifact::IrJson => "model.json",
+        }
+    }
+}

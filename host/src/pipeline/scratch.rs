@@ -1,0 +1,38 @@
+//! Scratch folders beside the output: `.hfx-<what>-<pid>`, on the output's
+//! file system so their files rename into place; removed on drop and by the
+//! SIGINT / SIGTERM handler (`trace::interrupt`) when hfx is stopped.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+pub struct Scratch(PathBuf);
+
+impl Scratch {
+    fn parent(output: &Path) -> &Path {
+        output.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."))
+    }
+
+    /// A fresh folder beside `output`.
+    pub fn beside(output: &Path, what: &str) -> Result<Scratch> {
+        let dir = Self::parent(output).join(format!(".hfx-{what}-{}", std::process::id()));
+        crate::trace::interrupt::create_scratch(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(Scratch(dir))
+    }
+
+    /// Removes the scratch folders beside `output` whose hfx is no longer
+    /// running (SIGKILL, power loss).
+    pub fn remove_stale_beside(output: &Path) -> Vec<PathBuf> {
+        crate::trace::interrupt::remove_stale_scratch(Self::parent(output))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        crate::trace::interrupt::remove_scratch(&self.0);
+    }
+}

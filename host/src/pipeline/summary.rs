@@ -1,0 +1,108 @@
+//! What a run reports, printed by the CLI once the artifact is in place.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::trace::TraceSummary;
+use super::verify::{self, Check};
+use crate::onnx::optimize::OptimizeReport;
+use crate::plugins::Skipped;
+use crate::stages::StageReport;
+
+pub struct RunSummary {
+    pub trace: Option<TraceSummary>,
+    /// Where the eager reference went (traced runs).
+    pub reference: Option<PathBuf>,
+    pub read: Duration,
+    pub nodes_before: usize,
+    pub nodes_after: usize,
+    /// Every stage that ran plugins, in order.
+    pub stages: Vec<StageReport>,
+    /// The generic ONNX passes and the model's node count after them.
+    pub optimized: Option<(OptimizeReport, usize)>,
+    pub verified: Vec<Check>,
+    pub emit: Duration,
+    pub skipped: Vec<Skipped>,
+    /// The file or export folder written.
+    pub written: PathBuf,
+    pub total: Duration,
+}
+
+impl RunSummary {
+    pub fn print(&self, verbose: u8) {
+        if let Some((o, nodes)) = &self.optimized {
+            println!(
+                "stage {:<18} identities removed {}, duplicates merged {}, nodes folded {}, weights stored transposed {}, \
+                 constants lifted {}, dead nodes removed {}; {nodes} nodes",
+                "onnx-optimize",
+                o.identities_removed,
+                o.merged,
+                o.folding.folded,
+                o.folding.transposed,
+                o.folding.lifted,
+                o.dead_removed,
+            );
+        }
+        verify::print(&self.verified);
+        if let (Some(t), Some(reference)) = (&self.trace, &self.reference) {
+            print_trace(t, reference);
+        }
+        println!("stage {:<18} {:>8.2} ms  {} nodes", "read", self.read.as_secs_f64() * 1e3, self.nodes_before);
+        for report in &self.stages {
+            println!(
+                "stage {:<18} {:>8.2} ms  dead code removed: {}",
+                report.stage,
+                report.elapsed.as_secs_f64() * 1e3,
+                report.dead_code_removed
+            );
+            for (plugin, c) in &report.plugins {
+                println!("  {plugin:<30} calls {:>5}  changed {:>5}  failed {:>3}", c.calls, c.changed, c.failed);
+            }
+        }
+        if !self.skipped.is_empty() {
+            println!("skipped plugins: {}", self.skipped.len());
+            if verbose > 0 {
+                for s in &self.skipped {
+                    println!("  {} {}: {}", s.found.manifest.plugin.name, s.found.manifest.plugin.version, s.reason);
+                }
+            }
+        }
+        println!("stage {:<18} {:>8.2} ms", "emit", self.emit.as_secs_f64() * 1e3);
+        println!(
+            "nodes: {} -> {}; wrote {} in {:.1} s",
+            self.nodes_before,
+            self.nodes_after,
+            self.written.display(),
+            self.total.as_secs_f64()
+        );
+    }
+}
+
+fn print_trace(t: &TraceSummary, reference: &std::path::Path) {
+    println!("traced {} in {:.1} s; eager reference: {}", t.model_class, t.seconds, reference.display());
+    let seconds = |k: &str| t.times.get(k).copied().unwrap_or(0.0);
+    println!(
+        "stage {:<18} {:>8.2} s   import {:.2} s, build {:.2} s, eager {:.2} s, torch.export {:.2} s, save {:.2} s{}; {} output(s)",
+        "trace",
+        t.seconds,
+        seconds("import"),
+        seconds("build"),
+        seconds("eager"),
+        seconds("export"),
+        seconds("save"),
+        if t.side_weights { " (weights beside the program)" } else { "" },
+        t.outputs
+    );
+    let peak = |k: &str| t.peaks.get(k).copied().unwrap_or(0.0);
+    println!(
+        "  worker peak RSS {:.0} MiB (after import {:.0}, build {:.0}, torch.export {:.0}, save {:.0})",
+        peak("save"),
+        peak("import"),
+        peak("build"),
+        peak("export"),
+        peak("save")
+    );
+    for (plugin, calls) in &t.patched {
+        println!("  patch {plugin:<30} answered {calls} call(s)");
+    }
+}

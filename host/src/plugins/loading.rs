@@ -1,0 +1,134 @@
+//! Loading a plugin set for a run or a `plugins` command: discovery, the
+//! upstream versions it resolves against, the runtime, and the lock check.
+//! The CLI fills [`SetOptions`] from flags and the config file; everything
+//! after that (which Python to ask, when to ask it, what the lock says) is here.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Result};
+
+use super::lock::LOCK_FILE;
+use super::{discover, upstream, Lock, PluginSet, Runtime, RuntimeOptions, Versions};
+
+/// Where plugins come from and what they are resolved against.
+#[derive(Debug, Clone, Default)]
+pub struct SetOptions {
+    /// Plugin folders; every `plugin.toml` below each is found.
+    pub folders: Vec<PathBuf>,
+    /// Upstream versions given explicitly (`--target PACKAGE=VERSION`); they
+    /// win over what is installed.
+    pub targets: Vec<(String, String)>,
+    /// The Python named by the user (`--python`); see [`SetOptions::python`].
+    pub python: Option<String>,
+    /// The lock file named by the user; else `hfx.lock` when present.
+    pub lock: Option<PathBuf>,
+    /// Refuse any difference from the lock.
+    pub locked: bool,
+    pub runtime: RuntimeOptions,
+}
+
+/// Why a set is loaded: to run it, or to write its lock (then no lock is
+/// read, and every known upstream package is asked for its version).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    Use,
+    Lock,
+}
+
+/// A loaded plugin set with its runtime and what the lock says about it.
+pub struct LoadedSet {
+    pub runtime: Runtime,
+    pub set: PluginSet,
+    /// Drift from the lock (empty without a lock).
+    pub drift: Vec<String>,
+    /// What discovery skipped and why (already printed, one line each).
+    pub warnings: Vec<discover::Warning>,
+}
+
+impl SetOptions {
+    /// The Python whose packages give the upstream versions (and which runs
+    /// the trace worker): `--python`, else `$HFX_PYTHON`, else `.venv/bin/python`
+    /// when present, else `python3`.
+    pub fn python(&self) -> String {
+        if let Some(p) = &self.python {
+            return p.clone();
+        }
+        if let Some(p) = std::env::var_os("HFX_PYTHON") {
+            return p.to_string_lossy().into_owned();
+        }
+        if Path::new(".venv/bin/python").exists() {
+            return ".venv/bin/python".into();
+        }
+        "python3".into()
+    }
+
+    fn lock_path(&self) -> Option<PathBuf> {
+        match &self.lock {
+            Some(p) => Some(p.clone()),
+            None => Path::new(LOCK_FILE).exists().then(|| PathBuf::from(LOCK_FILE)),
+        }
+    }
+
+    /// Finds, resolves and loads the plugin set, and checks it against the
+    /// lock. `installed`: the upstream versions when already known (the trace
+    /// worker's `hello`); `targets` still override them.
+    pub fn load(&self, purpose: Purpose, installed: Option<Versions>) -> Result<LoadedSet> {
+        let for_lock = purpose == Purpose::Lock;
+        let lock = match self.lock_path() {
+            Some(path) if !for_lock => Some((Lock::read(&path)?, path)),
+            None if self.locked && !for_lock => {
+                bail!("--locked: no lock file ({LOCK_FILE} not found; write one with `hfx plugins lock`)")
+            }
+            _ => None,
+        };
+        let runtime = Runtime::new(self.runtime.clone())?;
+        let (found, warnings) = discover::discover_folders(&self.folders)?;
+        for w in &warnings {
+            eprintln!("warning: {w}");
+        }
+        let mut needed: BTreeSet<String> = found.iter().flat_map(|f| f.manifest.upstream.keys().cloned()).collect();
+        if for_lock {
+            needed.extend(upstream::KNOWN_PACKAGES.iter().map(|p| p.to_string()));
+        }
+        if let Some((lock, _)) = &lock {
+            needed.extend(lock.upstream.keys().cloned());
+        }
+        let versions = match installed {
+            Some(mut versions) => {
+                versions.extend(self.targets.iter().cloned());
+                versions
+            }
+            None => self.upstream(&needed, for_lock)?,
+        };
+        let set = super::load_set(&runtime, found, versions)?;
+        let mut drift = Vec::new();
+        if let Some((lock, path)) = &lock {
+            drift = lock.check(path, &Lock::of(&set.plugins, &set.upstream), self.locked)?;
+            for d in &drift {
+                eprintln!("warning: drift from {}: {d}", path.display());
+            }
+        }
+        Ok(LoadedSet { runtime, set, drift, warnings })
+    }
+
+    /// Upstream versions: the explicit targets, and what is installed for the
+    /// `needed` packages they do not give (Python is asked only then). For a
+    /// lock, a Python that cannot tell is an error when it was named with
+    /// --python or no --target gives a version: the lock would record
+    /// upstream versions nobody chose.
+    fn upstream(&self, needed: &BTreeSet<String>, for_lock: bool) -> Result<Versions> {
+        let mut versions = Versions::new();
+        if needed.iter().any(|p| !self.targets.iter().any(|(t, _)| t == p)) {
+            match upstream::probe_installed(&self.python()) {
+                Ok(v) => versions = v,
+                Err(e) if for_lock && (self.python.is_some() || self.targets.is_empty()) => bail!(
+                    "cannot read the installed upstream versions to lock: {e} (give a Python that runs with --python, or the versions with --target PACKAGE=VERSION)"
+                ),
+                Err(e) => tracing::warn!("cannot read installed upstream versions: {e}"),
+            }
+        }
+        versions.extend(self.targets.iter().cloned());
+        Ok(versions)
+    }
+}
