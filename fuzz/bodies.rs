@@ -11,8 +11,8 @@ use hfx::graph::Graph;
 /// checked, and the ONNX initializers planned from them (the part of ONNX
 /// emission that reads the file; its nodes come from plugins, not run here).
 pub fn pt2_open(data: &[u8]) {
-    use hfx::onnx::{emit, TranslationBuilder};
-    use hfx::stages::onnx_translation::input_roles;
+    use hfx::onnx::{emit, passes, TranslationBuilder};
+    use hfx::onnx::inputs::input_roles;
     let Ok(archive) = Archive::from_bytes(std::path::Path::new("fuzz.pt2"), data.to_vec()) else { return };
     let Ok(pt2) = Pt2::read(archive) else { return };
     let _ = pt2.check_payloads();
@@ -29,17 +29,11 @@ pub fn pt2_open(data: &[u8]) {
         assert_eq!(again.fingerprint(), graph.fingerprint());
         let roles = input_roles(program);
         let builder = TranslationBuilder::new(18);
-        let parts = emit::ModelParts {
-            graph: &graph,
-            roles: &roles,
-            pt2: &pt2,
-            builder: &builder,
-            metadata: vec![],
-            graph_name: "fuzz".into(),
-            output_names: vec![],
-            optimize: true,
-        };
-        let _ = emit::plan(&parts);
+        let parts = emit::ModelParts { graph: &graph, roles: &roles, pt2: &pt2, builder: &builder, output_names: vec![] };
+        if let Ok(mut lowered) = emit::lower(&parts) {
+            passes::run(&mut lowered.nodes, &mut lowered.initializers, &lowered.output_names);
+            let _ = emit::plan(lowered, "fuzz", &[]);
+        }
     }
 }
 

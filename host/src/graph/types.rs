@@ -103,14 +103,7 @@ impl TensorMeta {
 
 /// Bytes per element of a torch dtype as stored; None for a dtype hfx does not know.
 pub fn element_size(dtype: &str) -> Option<u64> {
-    Some(match dtype {
-        "bool" | "uint8" | "int8" | "float8_e4m3fn" | "float8_e5m2" | "float8_e4m3fnuz" | "float8_e5m2fnuz" | "float8_e8m0fnu" => 1,
-        "float16" | "bfloat16" | "int16" | "uint16" => 2,
-        "float32" | "int32" | "uint32" | "complex32" => 4,
-        "float64" | "int64" | "uint64" | "complex64" => 8,
-        "complex128" => 16,
-        _ => return None,
-    })
+    hfx_dtype::DType::from_name(dtype).map(|d| d.size() as u64)
 }
 
 /// Elements of a tensor of `sizes`: None when a size is negative or the count overflows.

@@ -6,7 +6,10 @@ use std::collections::HashMap;
 
 pub mod emit;
 pub mod fold;
+pub mod inputs;
 pub mod optimize;
+pub mod passes;
+pub mod weights;
 #[rustfmt::skip]
 pub mod proto;
 

@@ -68,9 +68,9 @@ pub fn onnx(
     target: &Path,
     progress: Progress,
 ) -> Result<OnnxEmitted> {
-    use crate::onnx::emit;
+    use crate::onnx::{emit, passes, weights};
     let program = pt2.programs.get("model").context("no `model` program")?;
-    let roles = onnx_translation::input_roles(program);
+    let roles = crate::onnx::inputs::input_roles(program);
     progress.step("onnx", "translations");
     let translations = stages::select(&loaded.set.plugins, Backend::Onnx, PluginKind::OnnxTranslation);
     let (mut builder, translated) = onnx_translation::run(&loaded.runtime, &translations, graph, &roles, options.opset)?;
@@ -80,24 +80,17 @@ pub fn onnx(
     let fixed = onnx_ir_fix::run(&loaded.runtime, &ir_fixes, &mut model, "onnx-ir-fixes", on_plugin_error)?;
     builder.nodes = model.nodes;
     let metadata = onnx_metadata(loaded, &[&translated, &fixed]);
-    let parts = emit::ModelParts {
-        graph,
-        roles: &roles,
-        pt2,
-        builder: &builder,
-        metadata,
-        graph_name: "main_graph".into(),
-        output_names,
-        optimize: options.optimize,
-    };
-    let emit::Planned { model, initializers, optimized } = emit::plan(&parts)?;
-    let nodes = model.graph.as_ref().map_or(0, |g| g.node.len());
-    let storage = if options.external_data || emit::weight_bytes(&initializers) >= emit::PROTOBUF_LIMIT {
+    let parts = emit::ModelParts { graph, roles: &roles, pt2, builder: &builder, output_names };
+    let mut lowered = emit::lower(&parts)?;
+    let optimized = options.optimize.then(|| passes::run(&mut lowered.nodes, &mut lowered.initializers, &lowered.output_names));
+    let planned = emit::plan(lowered, "main_graph", &metadata);
+    let nodes = planned.graph.node.len();
+    let storage = if options.external_data || weights::weight_bytes(&planned.initializers) >= emit::PROTOBUF_LIMIT {
         emit::WeightStorage::External
     } else {
         emit::WeightStorage::Embedded
     };
-    emit::write(target, model, initializers, storage)?;
+    emit::write(target, planned, storage)?;
     Ok(OnnxEmitted { stages: vec![translated, fixed], optimized, nodes })
 }
 

@@ -18,12 +18,6 @@ use crate::graph::{
 /// Prefix of op targets in the archive that the IR leaves out.
 const OPS_PREFIX: &str = "torch.ops.";
 
-const DTYPES: &[(i64, &str)] = &[
-    (0, "unknown"), (1, "uint8"), (2, "int8"), (3, "int16"), (4, "int32"), (5, "int64"), (6, "float16"),
-    (7, "float32"), (8, "float64"), (9, "complex32"), (10, "complex64"), (11, "complex128"), (12, "bool"),
-    (13, "bfloat16"), (28, "uint16"), (29, "float8_e4m3fn"), (30, "float8_e5m2"), (31, "float8_e4m3fnuz"),
-    (32, "float8_e5m2fnuz"), (33, "float8_e8m0fnu"), (34, "uint32"), (35, "uint64"),
-];
 const LAYOUTS: &[(i64, &str)] = &[
     (0, "unknown"), (1, "sparse_coo"), (2, "sparse_csr"), (3, "sparse_csc"), (4, "sparse_bsr"), (5, "sparse_bsc"),
     (6, "_mkldnn"), (7, "strided"),
@@ -32,8 +26,23 @@ const MEMORY_FORMATS: &[(i64, &str)] =
     &[(0, "unknown"), (1, "contiguous_format"), (2, "channels_last"), (3, "channels_last_3d"), (4, "preserve_format")];
 
 /// The torch dtype name of a `.pt2` scalar-type code (`7` → `float32`).
+/// Code 0 is torch's `unknown` dtype, which the table of real dtypes leaves out.
 pub(crate) fn dtype_name(code: i64) -> Option<&'static str> {
-    DTYPES.iter().find(|(c, _)| *c == code).map(|(_, n)| *n)
+    match code {
+        0 => Some("unknown"),
+        _ => i32::try_from(code).ok().and_then(hfx_dtype::DType::from_pt2).map(hfx_dtype::DType::name),
+    }
+}
+
+fn dtype_of_code(code: i64) -> Result<String, String> {
+    dtype_name(code).map(String::from).ok_or_else(|| format!("unknown dtype code {code}"))
+}
+
+fn code_of_dtype(name: &str) -> Result<i64, String> {
+    match name {
+        "unknown" => Ok(0),
+        _ => hfx_dtype::DType::from_name(name).map(|d| d.pt2() as i64).ok_or_else(|| format!("unknown dtype `{name}`")),
+    }
 }
 
 fn name_of(table: &[(i64, &'static str)], code: i64, what: &str) -> Result<String, String> {
@@ -221,7 +230,7 @@ impl Reader {
             A::AsSymBools(ss) => Argument::SymBools(ss.iter().map(|s| sym_bool(self, s)).collect::<Result<_, _>>()?),
             A::AsSymFloat(s) => Argument::SymFloat(sym_float(self, s)?),
             A::AsSymFloats(ss) => Argument::SymFloats(ss.iter().map(|s| sym_float(self, s)).collect::<Result<_, _>>()?),
-            A::AsScalarType(c) => Argument::Dtype(name_of(DTYPES, *c, "dtype")?),
+            A::AsScalarType(c) => Argument::Dtype(dtype_of_code(*c)?),
             A::AsLayout(c) => Argument::Layout(name_of(LAYOUTS, *c, "layout")?),
             A::AsMemoryFormat(c) => Argument::MemoryFormat(name_of(MEMORY_FORMATS, *c, "memory format")?),
             A::AsDevice(d) => Argument::Device(Device { kind: d.kind.clone(), index: d.index }),
@@ -243,7 +252,7 @@ impl Reader {
     fn tensor_meta(&mut self, g: &s::Graph, name: &str) -> Result<TensorMeta, String> {
         let m = g.tensor_values.get(name).ok_or_else(|| format!("tensor `{name}` has no metadata"))?;
         Ok(TensorMeta {
-            dtype: name_of(DTYPES, m.dtype, "dtype")?,
+            dtype: dtype_of_code(m.dtype)?,
             shape: m.sizes.iter().map(|d| self.dim(d)).collect::<Result<_, _>>()?,
             strides: m.strides.iter().map(|d| self.dim(d)).collect::<Result<_, _>>()?,
             device: Device { kind: m.device.kind.clone(), index: m.device.index },
@@ -507,7 +516,7 @@ impl Writer<'_> {
 
     fn tensor_meta(&self, m: &TensorMeta) -> Result<s::TensorMeta, String> {
         Ok(s::TensorMeta {
-            dtype: code_of(DTYPES, &m.dtype, "dtype")?,
+            dtype: code_of_dtype(&m.dtype)?,
             sizes: m.shape.iter().map(|d| self.dim(d)).collect::<Result<_, _>>()?,
             requires_grad: m.requires_grad,
             device: s::Device { kind: m.device.kind.clone(), index: m.device.index },
@@ -564,7 +573,7 @@ impl Writer<'_> {
             Argument::SymBools(xs) => A::AsSymBools(xs.iter().map(sym_bool).collect::<Result<_, _>>()?),
             Argument::SymFloat(x) => A::AsSymFloat(sym_float(x)?),
             Argument::SymFloats(xs) => A::AsSymFloats(xs.iter().map(sym_float).collect::<Result<_, _>>()?),
-            Argument::Dtype(d) => A::AsScalarType(code_of(DTYPES, d, "dtype")?),
+            Argument::Dtype(d) => A::AsScalarType(code_of_dtype(d)?),
             Argument::Layout(l) => A::AsLayout(code_of(LAYOUTS, l, "layout")?),
             Argument::MemoryFormat(m) => A::AsMemoryFormat(code_of(MEMORY_FORMATS, m, "memory format")?),
             Argument::Device(d) => A::AsDevice(s::Device { kind: d.kind.clone(), index: d.index }),

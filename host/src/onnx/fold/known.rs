@@ -1,21 +1,23 @@
 //! Known tensors: the values constant folding computes with. Floats are held
 //! in f64 and integer types and bool in i64, each rounded to its ONNX type.
 
-use super::super::emit::{Bytes, Initializer};
+use super::super::weights::{Bytes, Initializer};
 use super::super::proto as p;
 
-// ONNX `TensorProto.DataType` codes.
-pub(super) const FLOAT: i32 = 1;
-pub(super) const UINT8: i32 = 2;
-pub(super) const INT8: i32 = 3;
-pub(super) const UINT16: i32 = 4;
-pub(super) const INT16: i32 = 5;
-pub(super) const INT32: i32 = 6;
-pub(super) const INT64: i32 = 7;
-pub(super) const BOOL: i32 = 9;
-pub(super) const DOUBLE: i32 = 11;
-pub(super) const UINT32: i32 = 12;
-pub(super) const UINT64: i32 = 13;
+use hfx_dtype::DType;
+
+// ONNX `TensorProto.DataType` codes, from the one dtype table (const, for patterns).
+pub(super) const FLOAT: i32 = DType::Float32.onnx_code();
+pub(super) const UINT8: i32 = DType::Uint8.onnx_code();
+pub(super) const INT8: i32 = DType::Int8.onnx_code();
+pub(super) const UINT16: i32 = DType::Uint16.onnx_code();
+pub(super) const INT16: i32 = DType::Int16.onnx_code();
+pub(super) const INT32: i32 = DType::Int32.onnx_code();
+pub(super) const INT64: i32 = DType::Int64.onnx_code();
+pub(super) const BOOL: i32 = DType::Bool.onnx_code();
+pub(super) const DOUBLE: i32 = DType::Float64.onnx_code();
+pub(super) const UINT32: i32 = DType::Uint32.onnx_code();
+pub(super) const UINT64: i32 = DType::Uint64.onnx_code();
 
 /// A known tensor: floats in f64, every integer type and bool in i64.
 #[derive(Debug, Clone, PartialEq)]
@@ -105,7 +107,7 @@ impl Known {
             return None;
         }
         let n = count(dims);
-        let size = element_size(dtype);
+        let size = element_size(dtype)?;
         if bytes.len() != n * size {
             return None;
         }
@@ -126,7 +128,7 @@ impl Known {
 
     /// Raw little-endian bytes, as an initializer stores them.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.data.len() * element_size(self.dtype));
+        let mut out = Vec::with_capacity(self.data.len() * element_size(self.dtype).unwrap_or(1));
         match (&self.data, self.dtype) {
             (Data::Float(v), FLOAT) => v.iter().for_each(|x| out.extend((*x as f32).to_le_bytes())),
             (Data::Float(v), _) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
@@ -159,13 +161,9 @@ impl Known {
     }
 }
 
-pub(super) fn element_size(dtype: i32) -> usize {
-    match dtype {
-        DOUBLE | INT64 | UINT64 => 8,
-        FLOAT | INT32 | UINT32 => 4,
-        INT16 | UINT16 => 2,
-        _ => 1,
-    }
+/// Bytes per element of an ONNX type; None for a type the dtype table does not know.
+pub(super) fn element_size(dtype: i32) -> Option<usize> {
+    DType::from_onnx(dtype).map(DType::size)
 }
 
 /// Row-major strides of `dims`.

@@ -20,7 +20,7 @@ use std::collections::{HashMap, HashSet};
 mod eval;
 mod known;
 
-use super::emit::{Bytes, Initializer};
+use super::weights::{Bytes, Initializer};
 use super::{Attribute, Node};
 use eval::evaluate;
 use known::{count, Known};
