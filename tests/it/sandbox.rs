@@ -25,7 +25,7 @@ fn contained(hostile: &str, limits: Limits) -> PluginError {
     assert_eq!(error.plugin, bad.name());
     assert_eq!(error.kind, PluginKind::FxNodeFix);
     assert_eq!(error.stage, "fx-node-fixes");
-    assert_eq!(error.node.as_deref(), Some("relu"));
+    assert_eq!(error.node, Some(hfx::plugins::NodeRef::Fx("relu".into())));
     let line = error.to_string();
     assert!(line.contains(bad.name()) && line.contains("fx-node-fixes") && line.contains("`relu`"), "{line}");
     assert!(!line.contains('\n'));
@@ -225,7 +225,7 @@ fn a_translation_writing_huge_attributes_hits_the_write_budget_and_is_rolled_bac
     let error = Session::new(&runtime, &bad, "onnx-translations").translate(&mut graph, relu, &mut builder).unwrap_err();
     assert_eq!(error.failure, write_budget(16 << 20));
     assert_eq!((error.plugin.as_str(), error.kind, error.stage.as_str()), ("test-hostile-translation", PluginKind::OnnxTranslation, "onnx-translations"));
-    assert_eq!(error.node.as_deref(), Some("relu"));
+    assert_eq!(error.node, Some(hfx::plugins::NodeRef::Fx("relu".into())));
     assert!(builder.nodes.is_empty(), "the emitted nodes must be rolled back");
     assert_eq!(builder.value_names.len(), 1);
     assert_eq!(graph.fingerprint(), before);

@@ -52,11 +52,32 @@ pub struct PluginError {
     pub plugin: String,
     pub kind: PluginKind,
     pub stage: String,
-    /// The node being processed (FX node name, or ONNX node), if any.
-    pub node: Option<String>,
+    /// What the call was about: the node the plugin reported, else the one
+    /// it was given.
+    pub node: Option<NodeRef>,
     pub failure: Failure,
 }
 
-fn node_suffix(node: &Option<String>) -> String {
+/// What a failed call was about, resolved while the graph or model was at hand.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeRef {
+    /// An FX node, by its name (`add_3`).
+    Fx(String),
+    /// A node of the ONNX model under repair: its op type and index.
+    Onnx { op_type: String, index: u32 },
+    /// The call a patch plugin was asked about, by its target.
+    Call(String),
+}
+
+impl std::fmt::Display for NodeRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NodeRef::Fx(name) | NodeRef::Call(name) => f.write_str(name),
+            NodeRef::Onnx { op_type, index } => write!(f, "{op_type}#{index}"),
+        }
+    }
+}
+
+fn node_suffix(node: &Option<NodeRef>) -> String {
     node.as_ref().map(|n| format!(" at node `{n}`")).unwrap_or_default()
 }

@@ -26,7 +26,7 @@ pub mod patching {
     pub use super::bindings::wit_types::{Device, Dim, TensorMeta};
 }
 pub use discover::Discovered;
-pub use error::{Failure, LoadError, PluginError};
+pub use error::{Failure, LoadError, NodeRef, PluginError};
 pub use manifest::{Backend, Manifest, PluginKind};
 pub use runtime::{Plugin, Runtime, RuntimeOptions};
 pub use sandbox::Limits;

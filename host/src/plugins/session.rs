@@ -9,7 +9,8 @@ use wasmtime::{Store, Trap};
 
 use super::bindings::{fx_node_fix, fx_program_fix, onnx_ir_fix, onnx_translation, patch, wit_patching, wit_types};
 use super::bindings::{BuilderRef, GraphRef, ModelRef};
-use super::error::{Failure, PluginError};
+use super::error::{Failure, NodeRef, PluginError};
+use super::manifest::PluginKind;
 use super::runtime::{one_line, KindPre, Plugin, Runtime, EPOCH_TICK};
 use super::sandbox::{write_budget_message, PluginState, MAX_DESCRIBE_BYTES, MAX_MESSAGE_BYTES, MAX_WASM_STACK};
 use crate::graph::{Graph, NodeId};
@@ -110,7 +111,7 @@ impl<'a> Session<'a> {
 
     /// ONNX IR fix on node `node` of `model`; true when it changed the node.
     pub fn onnx_ir_fix(&mut self, model: &mut Model, node: u32) -> Result<bool, PluginError> {
-        let name = model.nodes.get(node as usize).map(|n| format!("{}#{node}", n.op_type));
+        let name = model.nodes.get(node as usize).map(|n| NodeRef::Onnx { op_type: n.op_type.clone(), index: node });
         self.ensure_live()?;
         let (store, _) = self.live.as_mut().expect("live");
         store.data_mut().onnx.model = std::mem::take(model);
@@ -135,11 +136,11 @@ impl<'a> Session<'a> {
         check: impl FnOnce(&wit_patching::Program) -> Result<(), String>,
     ) -> Result<wit_patching::Program, PluginError> {
         let target = call.target.clone();
-        let program = self.call(Some(target.clone()), |store, instance| match instance {
+        let program = self.call(Some(NodeRef::Call(target.clone())), |store, instance| match instance {
             Instance::Patch(i) => i.call_apply(store, call),
             _ => unreachable!("kind checked at load"),
         })?;
-        check(&program).map_err(|reason| self.error(Some(target), Failure::Invalid(bounded_line(&reason))))?;
+        check(&program).map_err(|reason| self.error(Some(NodeRef::Call(target)), Failure::Invalid(bounded_line(&reason))))?;
         Ok(program)
     }
 
@@ -164,6 +165,7 @@ impl<'a> Session<'a> {
         f: impl FnOnce(&mut Store<PluginState>, &Instance, Resource<GraphRef>) -> Outcome<T>,
     ) -> Result<T, PluginError> {
         self.ensure_live()?;
+        let about = node.map(|id| NodeRef::Fx(graph.node_name(id)));
         {
             let (store, _) = self.live.as_mut().expect("live");
             let state = store.data_mut();
@@ -171,7 +173,7 @@ impl<'a> Session<'a> {
             state.graph.begin();
             state.graph_read_only = read_only;
         }
-        let result = self.call(None, |store, instance| {
+        let result = self.call(about, |store, instance| {
             let g = store.data_mut().table.push(GraphRef)?;
             let borrowed = Resource::<GraphRef>::new_borrow(g.rep());
             let r = f(&mut *store, instance, borrowed);
@@ -186,12 +188,7 @@ impl<'a> Session<'a> {
             }
             std::mem::take(&mut s.graph)
         });
-        // Name the node now that the graph is back: the one the plugin reported, else the call's.
-        result.map_err(|mut e| {
-            let reported = e.node.as_deref().and_then(|n| n.strip_prefix("#id:")).and_then(|n| n.parse().ok());
-            e.node = reported.map(NodeId).or(node).map(|id| graph.node_name(id));
-            e
-        })
+        result
     }
 
     fn ensure_live(&mut self) -> Result<(), PluginError> {
@@ -238,7 +235,7 @@ impl<'a> Session<'a> {
     /// One call with limits; a trap discards the store.
     fn call<T>(
         &mut self,
-        node: Option<String>,
+        node: Option<NodeRef>,
         f: impl FnOnce(&mut Store<PluginState>, &Instance) -> Outcome<T>,
     ) -> Result<T, PluginError> {
         self.ensure_live()?;
@@ -253,7 +250,8 @@ impl<'a> Session<'a> {
                 Ok(value)
             }
             Ok(Err(returned)) => {
-                let node = returned.node.map(|id| format!("#id:{id}")).or(node);
+                // The node the plugin names, resolved while what it names is still in the store.
+                let node = returned.node.and_then(|id| self.reported_node(store.data(), id)).or(node);
                 self.live = Some((store, instance));
                 Err(self.error(node, returned_failure(returned.message)))
             }
@@ -291,7 +289,21 @@ impl<'a> Session<'a> {
         }
     }
 
-    fn error(&self, node: Option<String>, failure: Failure) -> PluginError {
+    /// The node a plugin's error names by handle: an FX node for the kinds
+    /// that see the graph, a node of the model for IR fixes.
+    fn reported_node(&self, state: &PluginState, id: u32) -> Option<NodeRef> {
+        match self.plugin.kind() {
+            PluginKind::FxNodeFix | PluginKind::FxProgramFix | PluginKind::OnnxTranslation => {
+                state.graph.node(NodeId(id)).ok().map(|_| NodeRef::Fx(state.graph.node_name(NodeId(id))))
+            }
+            PluginKind::OnnxIrFix => {
+                state.onnx.model.nodes.get(id as usize).map(|n| NodeRef::Onnx { op_type: n.op_type.clone(), index: id })
+            }
+            PluginKind::Patch => None,
+        }
+    }
+
+    fn error(&self, node: Option<NodeRef>, failure: Failure) -> PluginError {
         PluginError {
             plugin: self.plugin.name().to_string(),
             kind: self.plugin.kind(),
