@@ -14,6 +14,13 @@ pub struct BuilderRef;
 /// Host-side value behind an ONNX `model` handle.
 pub struct ModelRef;
 
+/// What the interfaces that hold only types (`types`, `patching`) are linked
+/// with: no part of the store at all.
+pub struct NoState;
+impl wasmtime::component::HasData for NoState {
+    type Data<'a> = NoState;
+}
+
 pub mod fx_node_fix {
     wasmtime::component::bindgen!({
         path: "../wit/0.1.0",

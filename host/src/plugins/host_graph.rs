@@ -6,14 +6,15 @@
 //! nodes added against its node budget, strings and lists the guest hands in
 //! against its write budget.
 
-use wasmtime::component::Resource;
+use wasmtime::component::{Resource, ResourceTable};
 
 use super::bindings::wit_graph as w;
 use super::bindings::wit_types as t;
 use super::bindings::GraphRef;
-use super::sandbox::PluginState;
+use super::sandbox::CallBudget;
+use super::bindings::NoState;
 use crate::graph::{
-    Argument, Device, Dim, GraphError, NamedArgument, NodeId, OutputDecl, RangeConstraint, Replacement, Sym,
+    Argument, Device, Dim, Graph, GraphError, NamedArgument, NodeId, OutputDecl, RangeConstraint, Replacement, Sym,
     TensorMeta, ValueId, ValueMeta,
 };
 
@@ -23,12 +24,39 @@ fn wit_error(e: GraphError, node: Option<u32>) -> t::Error {
     t::Error { message: e.to_string(), node }
 }
 
-impl t::Host for PluginState {}
-impl w::Host for PluginState {}
+/// The graph lent to a call, and whether the call may change it.
+#[derive(Debug, Default)]
+pub struct GraphState {
+    pub graph: Graph,
+    /// Translations read the graph but must not change it.
+    pub read_only: bool,
+}
 
-impl PluginState {
+/// The `graph` interface's view of the store.
+pub struct GraphHost<'a> {
+    pub(super) table: &'a mut ResourceTable,
+    pub(super) state: &'a mut GraphState,
+    pub(super) budget: &'a mut CallBudget,
+}
+
+impl t::Host for NoState {}
+impl w::Host for GraphHost<'_> {}
+
+impl GraphHost<'_> {
+    fn charge_read(&mut self, bytes: usize) -> wasmtime::Result<()> {
+        self.budget.charge_read(bytes)
+    }
+
+    fn charge_write(&mut self, bytes: usize) -> wasmtime::Result<()> {
+        self.budget.charge_write(bytes)
+    }
+
+    fn charge_node(&mut self) -> wasmtime::Result<()> {
+        self.budget.charge_node()
+    }
+
     fn writable(&self, node: Option<u32>) -> Result<(), t::Error> {
-        if self.graph_read_only {
+        if self.state.read_only {
             return Err(wit_error(GraphError::ReadOnly, node));
         }
         Ok(())
@@ -46,96 +74,96 @@ impl PluginState {
     }
 }
 
-impl w::HostGraph for PluginState {
+impl w::HostGraph for GraphHost<'_> {
     fn nodes(&mut self, _: Resource<GraphRef>) -> wasmtime::Result<Vec<u32>> {
-        let nodes: Vec<u32> = self.graph.nodes().map(|n| n.0).collect();
+        let nodes: Vec<u32> = self.state.graph.nodes().map(|n| n.0).collect();
         self.charge_read(nodes.len() * 4)?;
         Ok(nodes)
     }
 
     fn nodes_by_target(&mut self, _: Resource<GraphRef>, target: String) -> wasmtime::Result<Vec<u32>> {
         self.charge_write(target.approx_size())?;
-        let nodes: Vec<u32> = self.graph.nodes_by_target(&target).map(|n| n.0).collect();
+        let nodes: Vec<u32> = self.state.graph.nodes_by_target(&target).map(|n| n.0).collect();
         self.charge_read(nodes.len() * 4)?;
         Ok(nodes)
     }
 
     fn target(&mut self, _: Resource<GraphRef>, node: u32) -> Answer<String> {
-        let r = self.graph.node(NodeId(node)).map(|n| n.target.clone());
+        let r = self.state.graph.node(NodeId(node)).map(|n| n.target.clone());
         self.answer(r, Some(node))
     }
 
     fn name(&mut self, _: Resource<GraphRef>, node: u32) -> Answer<String> {
-        let r = self.graph.node(NodeId(node)).map(|_| self.graph.node_name(NodeId(node)));
+        let r = self.state.graph.node(NodeId(node)).map(|_| self.state.graph.node_name(NodeId(node)));
         self.answer(r, Some(node))
     }
 
     fn subgraph_of(&mut self, _: Resource<GraphRef>, node: u32) -> Answer<u32> {
-        let r = self.graph.node(NodeId(node)).map(|n| n.subgraph);
+        let r = self.state.graph.node(NodeId(node)).map(|n| n.subgraph);
         self.answer(r, Some(node))
     }
 
     fn inputs(&mut self, _: Resource<GraphRef>, node: u32) -> Answer<Vec<w::NamedArgument>> {
-        let r = self.graph.node(NodeId(node)).map(|n| n.inputs.iter().map(to_wit_named).collect());
+        let r = self.state.graph.node(NodeId(node)).map(|n| n.inputs.iter().map(to_wit_named).collect());
         self.answer(r, Some(node))
     }
 
     fn input(&mut self, _: Resource<GraphRef>, node: u32, name: String) -> Answer<Option<w::Argument>> {
         self.charge_write(name.approx_size())?;
-        let r = self.graph.node(NodeId(node)).map(|n| n.input(&name).map(to_wit_argument));
+        let r = self.state.graph.node(NodeId(node)).map(|n| n.input(&name).map(to_wit_argument));
         self.answer(r, Some(node))
     }
 
     fn outputs(&mut self, _: Resource<GraphRef>, node: u32) -> Answer<Vec<w::Argument>> {
-        let r = self.graph.node(NodeId(node)).map(|n| n.outputs.iter().map(to_wit_argument).collect());
+        let r = self.state.graph.node(NodeId(node)).map(|n| n.outputs.iter().map(to_wit_argument).collect());
         self.answer(r, Some(node))
     }
 
     fn users(&mut self, _: Resource<GraphRef>, node: u32) -> Answer<Vec<u32>> {
-        let r = self.graph.node_users(NodeId(node)).map(|u| u.into_iter().map(|n| n.0).collect());
+        let r = self.state.graph.node_users(NodeId(node)).map(|u| u.into_iter().map(|n| n.0).collect());
         self.answer(r, Some(node))
     }
 
     fn value_users(&mut self, _: Resource<GraphRef>, value: u32) -> Answer<Vec<u32>> {
-        let r = self.graph.value_users(ValueId(value)).map(|users| {
+        let r = self.state.graph.value_users(ValueId(value)).map(|users| {
             let nodes = users.into_iter().filter_map(|u| match u {
                 crate::graph::User::Node(n) => Some(n),
                 crate::graph::User::Output(_) => None,
             });
-            self.graph.in_order(nodes).into_iter().map(|n| n.0).collect()
+            self.state.graph.in_order(nodes).into_iter().map(|n| n.0).collect()
         });
         self.answer(r, None)
     }
 
     fn is_graph_output(&mut self, _: Resource<GraphRef>, value: u32) -> Answer<bool> {
-        let r = self.graph.value(ValueId(value)).map(|_| self.graph.is_graph_output(ValueId(value)));
+        let r = self.state.graph.value(ValueId(value)).map(|_| self.state.graph.is_graph_output(ValueId(value)));
         self.answer(r, None)
     }
 
     fn producer(&mut self, _: Resource<GraphRef>, value: u32) -> Answer<Option<u32>> {
-        let r = self.graph.value(ValueId(value)).map(|v| v.producer.map(|n| n.0));
+        let r = self.state.graph.value(ValueId(value)).map(|v| v.producer.map(|n| n.0));
         self.answer(r, None)
     }
 
     fn value_name(&mut self, _: Resource<GraphRef>, value: u32) -> Answer<String> {
-        let r = self.graph.value(ValueId(value)).map(|v| v.name.clone());
+        let r = self.state.graph.value(ValueId(value)).map(|v| v.name.clone());
         self.answer(r, None)
     }
 
     fn value_meta(&mut self, _: Resource<GraphRef>, value: u32) -> Answer<t::ValueMeta> {
-        let r = self.graph.value(ValueId(value)).map(|v| to_wit_value_meta(&v.meta));
+        let r = self.state.graph.value(ValueId(value)).map(|v| to_wit_value_meta(&v.meta));
         self.answer(r, None)
     }
 
     fn graph_inputs(&mut self, _: Resource<GraphRef>) -> wasmtime::Result<Vec<u32>> {
-        let inputs: Vec<u32> = self.graph.subgraph(0).map(|s| s.inputs.iter().map(|v| v.0).collect()).unwrap_or_default();
+        let inputs: Vec<u32> = self.state.graph.subgraph(0).map(|s| s.inputs.iter().map(|v| v.0).collect()).unwrap_or_default();
         self.charge_read(inputs.len() * 4)?;
         Ok(inputs)
     }
 
     fn graph_outputs(&mut self, _: Resource<GraphRef>) -> wasmtime::Result<Vec<w::Argument>> {
         let outputs: Vec<w::Argument> =
-            self.graph.subgraph(0).map(|s| s.outputs.iter().map(to_wit_argument).collect()).unwrap_or_default();
+            self.state.graph.subgraph(0).map(|s| s.outputs.iter().map(to_wit_argument).collect()).unwrap_or_default();
         self.charge_read(outputs.approx_size())?;
         Ok(outputs)
     }
@@ -155,7 +183,7 @@ impl w::HostGraph for PluginState {
         self.charge_node()?;
         let inputs = inputs.into_iter().map(from_wit_named).collect();
         let outputs = outputs.into_iter().map(from_wit_output_decl).collect();
-        let r = self.graph.insert_before(NodeId(before), &target, inputs, outputs).map(|n| n.0);
+        let r = self.state.graph.insert_before(NodeId(before), &target, inputs, outputs).map(|n| n.0);
         Ok(r.map_err(|e| wit_error(e, Some(before))))
     }
 
@@ -165,7 +193,7 @@ impl w::HostGraph for PluginState {
             return Ok(Err(e));
         }
         let inputs = inputs.into_iter().map(from_wit_named).collect();
-        Ok(self.graph.set_inputs(NodeId(node), inputs).map_err(|e| wit_error(e, Some(node))))
+        Ok(self.state.graph.set_inputs(NodeId(node), inputs).map_err(|e| wit_error(e, Some(node))))
     }
 
     fn set_input(&mut self, _: Resource<GraphRef>, node: u32, input: w::NamedArgument) -> Answer<()> {
@@ -173,11 +201,11 @@ impl w::HostGraph for PluginState {
         if let Err(e) = self.writable(Some(node)) {
             return Ok(Err(e));
         }
-        Ok(self.graph.set_input(NodeId(node), from_wit_named(input)).map_err(|e| wit_error(e, Some(node))))
+        Ok(self.state.graph.set_input(NodeId(node), from_wit_named(input)).map_err(|e| wit_error(e, Some(node))))
     }
 
     fn replace_uses(&mut self, _: Resource<GraphRef>, value: u32, by: w::Replacement) -> Answer<()> {
-        let node = self.graph.value(ValueId(value)).ok().and_then(|v| v.producer).map(|n| n.0);
+        let node = self.state.graph.value(ValueId(value)).ok().and_then(|v| v.producer).map(|n| n.0);
         if let Err(e) = self.writable(node) {
             return Ok(Err(e));
         }
@@ -187,14 +215,14 @@ impl w::HostGraph for PluginState {
             w::Replacement::Float(f) => Replacement::Float(f),
             w::Replacement::Boolean(b) => Replacement::Bool(b),
         };
-        Ok(self.graph.replace_uses(ValueId(value), by).map_err(|e| wit_error(e, node)))
+        Ok(self.state.graph.replace_uses(ValueId(value), by).map_err(|e| wit_error(e, node)))
     }
 
     fn erase(&mut self, _: Resource<GraphRef>, node: u32) -> Answer<()> {
         if let Err(e) = self.writable(Some(node)) {
             return Ok(Err(e));
         }
-        Ok(self.graph.erase(NodeId(node)).map_err(|e| wit_error(e, Some(node))))
+        Ok(self.state.graph.erase(NodeId(node)).map_err(|e| wit_error(e, Some(node))))
     }
 
     fn set_value_meta(&mut self, _: Resource<GraphRef>, value: u32, meta: t::ValueMeta) -> Answer<()> {
@@ -202,11 +230,12 @@ impl w::HostGraph for PluginState {
         if let Err(e) = self.writable(None) {
             return Ok(Err(e));
         }
-        Ok(self.graph.set_value_meta(ValueId(value), from_wit_value_meta(meta)).map_err(|e| wit_error(e, None)))
+        Ok(self.state.graph.set_value_meta(ValueId(value), from_wit_value_meta(meta)).map_err(|e| wit_error(e, None)))
     }
 
     fn range_constraints(&mut self, _: Resource<GraphRef>) -> wasmtime::Result<Vec<w::RangeConstraint>> {
         let ranges: Vec<w::RangeConstraint> = self
+            .state
             .graph
             .range_constraints()
             .iter()
@@ -222,7 +251,7 @@ impl w::HostGraph for PluginState {
             return Ok(Err(e));
         }
         let range = RangeConstraint { min: c.min, max: c.max };
-        Ok(self.graph.set_range_constraint(&c.symbol, range).map_err(|e| wit_error(e, None)))
+        Ok(self.state.graph.set_range_constraint(&c.symbol, range).map_err(|e| wit_error(e, None)))
     }
 
     fn drop(&mut self, graph: Resource<GraphRef>) -> wasmtime::Result<()> {

@@ -3,12 +3,13 @@
 //! strings and lists the guest hands in against its write budget, ONNX nodes
 //! added against its node budget.
 
-use wasmtime::component::Resource;
+use wasmtime::component::{Resource, ResourceTable};
 
 use super::bindings::wit_onnx as o;
 use super::bindings::wit_types as t;
 use super::bindings::{BuilderRef, ModelRef};
-use super::sandbox::PluginState;
+use super::sandbox::CallBudget;
+use super::bindings::NoState;
 use crate::graph::ValueId;
 use crate::onnx::{Attribute, Model, Node, TranslationBuilder};
 
@@ -51,10 +52,31 @@ fn err<T>(message: impl Into<String>) -> Answer<T> {
     Ok(Err(t::Error { message: message.into(), node: None }))
 }
 
-impl o::Host for PluginState {}
-impl super::bindings::wit_patching::Host for PluginState {}
+/// The `onnx` interface's view of the store.
+pub struct OnnxHost<'a> {
+    pub(super) table: &'a mut ResourceTable,
+    pub(super) onnx: &'a mut OnnxState,
+    pub(super) budget: &'a mut CallBudget,
+}
 
-impl o::HostBuilder for PluginState {
+impl OnnxHost<'_> {
+    fn charge_read(&mut self, bytes: usize) -> wasmtime::Result<()> {
+        self.budget.charge_read(bytes)
+    }
+
+    fn charge_write(&mut self, bytes: usize) -> wasmtime::Result<()> {
+        self.budget.charge_write(bytes)
+    }
+
+    fn charge_node(&mut self) -> wasmtime::Result<()> {
+        self.budget.charge_node()
+    }
+}
+
+impl o::Host for OnnxHost<'_> {}
+impl super::bindings::wit_patching::Host for NoState {}
+
+impl o::HostBuilder for OnnxHost<'_> {
     fn value_name(&mut self, _: Resource<BuilderRef>, value: u32) -> Answer<String> {
         match self.onnx.builder.value_names.get(&ValueId(value)) {
             Some(name) => {
@@ -112,13 +134,13 @@ impl o::HostBuilder for PluginState {
     }
 }
 
-impl PluginState {
+impl OnnxHost<'_> {
     fn onnx_node(&self, node: u32) -> Result<&Node, t::Error> {
         self.onnx.model.nodes.get(node as usize).ok_or(t::Error { message: format!("no ONNX node {node}"), node: None })
     }
 }
 
-impl o::HostModel for PluginState {
+impl o::HostModel for OnnxHost<'_> {
     fn nodes(&mut self, _: Resource<ModelRef>) -> wasmtime::Result<Vec<u32>> {
         let n = self.onnx.model.nodes.len() as u32;
         self.charge_read(n as usize * 4)?;

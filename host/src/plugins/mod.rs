@@ -18,6 +18,7 @@ pub mod selftest;
 mod runtime;
 pub mod sandbox;
 mod session;
+mod store;
 pub mod upstream;
 
 /// The trace-time patch types of the contract (the worker protocol builds on them).

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use wasmtime::component::{types::ComponentItem, Component, HasSelf, Linker};
+use wasmtime::component::{types::ComponentItem, Component, Linker};
 use wasmtime::{Config, Engine, Store};
 
 use super::bindings::{fx_node_fix, fx_program_fix, onnx_ir_fix, onnx_translation, patch};
@@ -13,7 +13,8 @@ use super::cache::{CacheOutcome, ComponentCache};
 use super::discover::Discovered;
 use super::error::LoadError;
 use super::manifest::{Manifest, PluginKind};
-use super::sandbox::{Limits, PluginState};
+use super::sandbox::Limits;
+use super::store::PluginState;
 use super::session::Session;
 
 /// Resolution of the wall-clock deadline.
@@ -102,14 +103,13 @@ impl Runtime {
         config.epoch_interruption(true);
         config.max_wasm_stack(super::sandbox::MAX_WASM_STACK);
         let engine = Engine::new(&config)?;
+        use Interface::*;
         let linkers = Linkers {
-            fx_node_fix: linker(&engine, |l| fx_node_fix::FxNodeFix::add_to_linker::<_, HasSelf<_>>(l, |s| s))?,
-            fx_program_fix: linker(&engine, |l| fx_program_fix::FxProgramFix::add_to_linker::<_, HasSelf<_>>(l, |s| s))?,
-            patch: linker(&engine, |l| patch::Patch::add_to_linker::<_, HasSelf<_>>(l, |s| s))?,
-            onnx_translation: linker(&engine, |l| {
-                onnx_translation::OnnxTranslation::add_to_linker::<_, HasSelf<_>>(l, |s| s)
-            })?,
-            onnx_ir_fix: linker(&engine, |l| onnx_ir_fix::OnnxIrFix::add_to_linker::<_, HasSelf<_>>(l, |s| s))?,
+            fx_node_fix: linker(&engine, &[Types, Graph])?,
+            fx_program_fix: linker(&engine, &[Types, Graph])?,
+            patch: linker(&engine, &[Types, Patching])?,
+            onnx_translation: linker(&engine, &[Types, Graph, Onnx])?,
+            onnx_ir_fix: linker(&engine, &[Types, Onnx])?,
         };
         let ticker_stop = Arc::new(AtomicBool::new(false));
         spawn_epoch_ticker(engine.clone(), ticker_stop.clone());
@@ -215,12 +215,29 @@ impl Drop for Runtime {
     }
 }
 
-fn linker(
-    engine: &Engine,
-    add: impl FnOnce(&mut Linker<PluginState>) -> wasmtime::Result<()>,
-) -> wasmtime::Result<Linker<PluginState>> {
+/// The contract's interfaces a world imports.
+#[derive(Debug, Clone, Copy)]
+enum Interface {
+    Types,
+    Graph,
+    Onnx,
+    Patching,
+}
+
+/// A linker with exactly the interfaces of one world, each given only its
+/// own part of the store (`store.rs`).
+fn linker(engine: &Engine, interfaces: &[Interface]) -> wasmtime::Result<Linker<PluginState>> {
+    use super::bindings::{wit_graph, wit_onnx, wit_patching, wit_types, NoState};
+    use super::store::{GraphPart, OnnxPart};
     let mut linker = Linker::new(engine);
-    add(&mut linker)?;
+    for interface in interfaces {
+        match interface {
+            Interface::Types => wit_types::add_to_linker::<_, NoState>(&mut linker, |_| NoState)?,
+            Interface::Graph => wit_graph::add_to_linker::<_, GraphPart>(&mut linker, PluginState::graph_host)?,
+            Interface::Onnx => wit_onnx::add_to_linker::<_, OnnxPart>(&mut linker, PluginState::onnx_host)?,
+            Interface::Patching => wit_patching::add_to_linker::<_, NoState>(&mut linker, |_| NoState)?,
+        }
+    }
     Ok(linker)
 }
 

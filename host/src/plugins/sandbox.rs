@@ -13,11 +13,7 @@
 
 use std::time::Duration;
 
-use wasmtime::component::ResourceTable;
 use wasmtime::ResourceLimiter;
-
-use super::host_onnx::OnnxState;
-use crate::graph::Graph;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -68,47 +64,32 @@ impl Default for Limits {
     }
 }
 
-/// What a Store holds while a plugin runs.
-pub struct PluginState {
-    pub table: ResourceTable,
-    /// The graph under change, moved in for the duration of a call.
-    pub graph: Graph,
-    /// ONNX builder / model for the ONNX kinds.
-    pub onnx: OnnxState,
-    /// Translations read the graph but must not change it.
-    pub graph_read_only: bool,
+/// Host-side budgets of the current call, and the limits they count against.
+#[derive(Debug)]
+pub struct CallBudget {
     pub limits: Limits,
-    pub memory: MemoryLimiter,
-    pub budget: CallBudget,
+    pub new_nodes: u32,
+    pub read_bytes: u64,
+    pub written_bytes: u64,
+    /// Set when a budget tripped, so the trap it caused is reported as such.
+    pub exceeded: Option<String>,
 }
 
-impl PluginState {
+impl CallBudget {
     pub fn new(limits: Limits) -> Self {
-        PluginState {
-            table: ResourceTable::new(),
-            graph: Graph::new(),
-            onnx: OnnxState::default(),
-            graph_read_only: false,
-            limits,
-            memory: MemoryLimiter::new(&limits),
-            budget: CallBudget::default(),
-        }
+        CallBudget { limits, new_nodes: 0, read_bytes: 0, written_bytes: 0, exceeded: None }
     }
 
-    /// Ends a call on the ONNX side: keep its changes, or undo them.
-    pub fn onnx_finish(&mut self, ok: bool) {
-        if !ok {
-            self.onnx.rollback();
-        }
+    /// Fresh budgets for the next call.
+    pub fn reset(&mut self) {
+        *self = CallBudget::new(self.limits);
     }
 
     /// Charges `bytes` read by the guest; a trap once over budget.
     pub fn charge_read(&mut self, bytes: usize) -> wasmtime::Result<()> {
-        self.budget.read_bytes += bytes as u64;
-        if self.budget.read_bytes > self.limits.max_read_bytes {
-            let message = format!("read more than {} bytes from the host in one call", self.limits.max_read_bytes);
-            self.budget.exceeded = Some(message.clone());
-            return Err(wasmtime::Error::msg(message));
+        self.read_bytes += bytes as u64;
+        if self.read_bytes > self.limits.max_read_bytes {
+            return self.trip(format!("read more than {} bytes from the host in one call", self.limits.max_read_bytes));
         }
         Ok(())
     }
@@ -116,35 +97,26 @@ impl PluginState {
     /// Charges `bytes` handed over by the guest (strings and lists passed to a
     /// host function); a trap once over budget.
     pub fn charge_write(&mut self, bytes: usize) -> wasmtime::Result<()> {
-        self.budget.written_bytes = self.budget.written_bytes.saturating_add(bytes as u64);
-        if self.budget.written_bytes > self.limits.max_write_bytes {
-            let message = write_budget_message(self.limits.max_write_bytes);
-            self.budget.exceeded = Some(message.clone());
-            return Err(wasmtime::Error::msg(message));
+        self.written_bytes = self.written_bytes.saturating_add(bytes as u64);
+        if self.written_bytes > self.limits.max_write_bytes {
+            return self.trip(write_budget_message(self.limits.max_write_bytes));
         }
         Ok(())
     }
 
     /// Charges one new node; a trap once over budget.
     pub fn charge_node(&mut self) -> wasmtime::Result<()> {
-        self.budget.new_nodes += 1;
-        if self.budget.new_nodes > self.limits.max_new_nodes {
-            let message = format!("added more than {} nodes in one call", self.limits.max_new_nodes);
-            self.budget.exceeded = Some(message.clone());
-            return Err(wasmtime::Error::msg(message));
+        self.new_nodes += 1;
+        if self.new_nodes > self.limits.max_new_nodes {
+            return self.trip(format!("added more than {} nodes in one call", self.limits.max_new_nodes));
         }
         Ok(())
     }
-}
 
-/// Host-side budgets of the current call.
-#[derive(Debug, Default)]
-pub struct CallBudget {
-    pub new_nodes: u32,
-    pub read_bytes: u64,
-    pub written_bytes: u64,
-    /// Set when a budget tripped, so the trap it caused is reported as such.
-    pub exceeded: Option<String>,
+    fn trip(&mut self, message: String) -> wasmtime::Result<()> {
+        self.exceeded = Some(message.clone());
+        Err(wasmtime::Error::msg(message))
+    }
 }
 
 /// What the write budget says when it trips (also for wasmtime's hostcall

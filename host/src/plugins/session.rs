@@ -12,7 +12,8 @@ use super::bindings::{BuilderRef, GraphRef, ModelRef};
 use super::error::{Failure, NodeRef, PluginError};
 use super::manifest::PluginKind;
 use super::runtime::{one_line, KindPre, Plugin, Runtime, EPOCH_TICK};
-use super::sandbox::{write_budget_message, PluginState, MAX_DESCRIBE_BYTES, MAX_MESSAGE_BYTES, MAX_WASM_STACK};
+use super::sandbox::{write_budget_message, MAX_DESCRIBE_BYTES, MAX_MESSAGE_BYTES, MAX_WASM_STACK};
+use super::store::PluginState;
 use crate::graph::{Graph, NodeId};
 use crate::onnx::{Model, TranslationBuilder};
 
@@ -169,9 +170,9 @@ impl<'a> Session<'a> {
         {
             let (store, _) = self.live.as_mut().expect("live");
             let state = store.data_mut();
-            state.graph = std::mem::take(graph);
-            state.graph.begin();
-            state.graph_read_only = read_only;
+            state.graph.graph = std::mem::take(graph);
+            state.graph.graph.begin();
+            state.graph.read_only = read_only;
         }
         let result = self.call(about, |store, instance| {
             let g = store.data_mut().table.push(GraphRef)?;
@@ -182,11 +183,11 @@ impl<'a> Session<'a> {
         });
         *graph = self.reclaim(|s| {
             if result.is_ok() {
-                s.graph.commit();
+                s.graph.graph.commit();
             } else {
-                s.graph.rollback();
+                s.graph.graph.rollback();
             }
-            std::mem::take(&mut s.graph)
+            std::mem::take(&mut s.graph.graph)
         });
         result
     }
@@ -226,7 +227,7 @@ impl<'a> Session<'a> {
         // of the guest: no single transfer may exceed the whole write budget.
         store.set_hostcall_fuel(usize::try_from(limits.max_write_bytes).unwrap_or(usize::MAX));
         let state = store.data_mut();
-        state.budget = Default::default();
+        state.budget.reset();
         state.memory.denied = false;
         state.memory.table_denied = false;
         state.onnx.begin();
@@ -268,21 +269,21 @@ impl<'a> Session<'a> {
     fn classify(&self, store: &Store<PluginState>, e: &wasmtime::Error) -> Failure {
         let state = store.data();
         if state.memory.denied {
-            return Failure::MemoryCap { bytes: state.limits.memory_bytes };
+            return Failure::MemoryCap { bytes: state.limits().memory_bytes };
         }
         if state.memory.table_denied {
-            return Failure::TableCap { elements: state.limits.max_table_elements };
+            return Failure::TableCap { elements: state.limits().max_table_elements };
         }
         if let Some(budget) = &state.budget.exceeded {
             return Failure::HostBudget(budget.clone());
         }
         // wasmtime's hostcall fuel (set to the write budget in `arm`); its error type is private.
         if format!("{e:#}").contains("fuel allocated for hostcalls has been exhausted") {
-            return Failure::HostBudget(write_budget_message(state.limits.max_write_bytes));
+            return Failure::HostBudget(write_budget_message(state.limits().max_write_bytes));
         }
         match e.downcast_ref::<Trap>() {
-            Some(Trap::OutOfFuel) => Failure::OutOfFuel { budget: state.limits.fuel_per_call },
-            Some(Trap::Interrupt) => Failure::Deadline { millis: state.limits.deadline.as_millis() as u64 },
+            Some(Trap::OutOfFuel) => Failure::OutOfFuel { budget: state.limits().fuel_per_call },
+            Some(Trap::Interrupt) => Failure::Deadline { millis: state.limits().deadline.as_millis() as u64 },
             Some(Trap::StackOverflow) => Failure::StackOverflow { bytes: MAX_WASM_STACK },
             Some(trap) => Failure::Trap(trap.to_string()),
             None => Failure::Trap(one_line(e)),
@@ -294,7 +295,8 @@ impl<'a> Session<'a> {
     fn reported_node(&self, state: &PluginState, id: u32) -> Option<NodeRef> {
         match self.plugin.kind() {
             PluginKind::FxNodeFix | PluginKind::FxProgramFix | PluginKind::OnnxTranslation => {
-                state.graph.node(NodeId(id)).ok().map(|_| NodeRef::Fx(state.graph.node_name(NodeId(id))))
+                let graph = &state.graph.graph;
+                graph.node(NodeId(id)).ok().map(|_| NodeRef::Fx(graph.node_name(NodeId(id))))
             }
             PluginKind::OnnxIrFix => {
                 state.onnx.model.nodes.get(id as usize).map(|n| NodeRef::Onnx { op_type: n.op_type.clone(), index: id })
