@@ -251,3 +251,16 @@ pub fn example_graph() -> Graph {
     g.set_range_constraint("s0", hfx::graph::RangeConstraint { min: 2, max: None }).unwrap();
     g
 }
+
+/// Runs `tests/python/<script>` with `args`: its stdout, or its stderr (the
+/// last lines) when it fails. For checks a negative control expects to fail.
+pub fn try_python(script: &str, args: &[&str]) -> Result<String, String> {
+    let out = std::process::Command::new(python()).arg(root().join("tests/python").join(script)).args(args).output().unwrap();
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
+        Err(format!("{script} {args:?}: {}", tail.into_iter().rev().collect::<Vec<_>>().join("\n")))
+    }
+}

@@ -2,10 +2,12 @@
 
     python check_onnx.py OUT.onnx REFERENCE.pt [ARCH OVERRIDES_JSON [TASK]]
     python check_onnx.py OUT.onnx REFERENCE.pt pattern NAME   (a `patch_patterns` module)
+    ... --atol=1e-4                                           (a tighter tolerance)
 
 1. The model passes the ONNX checker (full check, with shape inference).
 2. ONNX Runtime on the recorded sample inputs matches the recorded eager
-   outputs within atol/rtol 1e-3 (the reference exporters' tolerance).
+   outputs within atol/rtol 1e-3 (the reference exporters' tolerance; `--atol`
+   sets another). A NaN where eager has a number is a mismatch.
 3. With ARCH and OVERRIDES (a dynamic export): the model rebuilt as the worker
    builds it and ONNX Runtime agree on a second input size (3, 5).
 """
@@ -31,6 +33,9 @@ def run(session, inputs):
     return session.run(None, {n: inputs[n].numpy() for n in names})
 
 
+TOLERANCE = 1e-3
+
+
 def close(got, want, what):
     if len(got) != len(want):
         raise SystemExit(f"{what}: {len(got)} outputs vs {len(want)} eager")
@@ -38,7 +43,7 @@ def close(got, want, what):
         w = w.detach().float().numpy() if w.dtype == torch.bfloat16 else w.detach().numpy()
         if g.shape != w.shape:
             raise SystemExit(f"{what}: output {i} has shape {g.shape}, eager {w.shape}")
-        if not np.allclose(g.astype(np.float64), w.astype(np.float64), atol=1e-3, rtol=1e-3):
+        if not np.allclose(g.astype(np.float64), w.astype(np.float64), atol=TOLERANCE, rtol=TOLERANCE):
             diff = np.abs(g.astype(np.float64) - w.astype(np.float64)).max()
             raise SystemExit(f"{what}: output {i} differs by {diff}")
     return max((float(np.abs(g.astype(np.float64) - w.detach().numpy().astype(np.float64)).max()) if g.size else 0.0)
@@ -71,4 +76,8 @@ def main(path, reference, arch=None, overrides=None, task=None):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    args = [a for a in sys.argv[1:] if not a.startswith("--atol=")]
+    for a in sys.argv[1:]:
+        if a.startswith("--atol="):
+            TOLERANCE = float(a.removeprefix("--atol="))
+    main(*args)
