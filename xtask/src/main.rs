@@ -5,7 +5,7 @@
 //! WebAssembly component and writes it beside its `plugin.toml`, as the
 //! manifest's `component` names it.
 //!
-//! Route (shared/toolchain/README.md): rustup has no wasm32 standard library
+//! Route (docs/toolchain.md): rustup has no wasm32 standard library
 //! here, so guests are compiled by Debian's `rustc-web` with its std sources
 //! (`-Zbuild-std`) for `wasm32-unknown-unknown`, which imports no WASI; the
 //! core module becomes a component in process with `wit-component`.
