@@ -651,6 +651,7 @@ pub(crate) fn merge(args: RunArgs) -> Result<RunOptions> {
         env: vec![],
         memory_limit: Some(memory_limit),
         memory_mechanism: model.worker_memory_mechanism.unwrap_or_default(),
+        ..Default::default()
     };
     let output = args.output.or(config.output.map(rel)).context("no output (-o or `output` in the config)")?;
     let trace_deadline = Duration::from_secs(model.trace_deadline_s.unwrap_or(600));

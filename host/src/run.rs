@@ -7,7 +7,6 @@
 //! folder when `-o` names one → the summary. Options come merged from flags
 //! and the config file (`cli::merge`).
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -71,25 +70,14 @@ pub fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
         Some(_) => {
             progress(started, "trace", "starting the worker");
             let mut worker = crate::trace::Worker::start_with(&options.set.python(), Duration::from_secs(120), &options.worker)?;
-            worker.on_progress = Some(Box::new(move |p| {
-                let step = p.get("stage").and_then(|s| s.as_str()).unwrap_or("");
-                progress(started, "trace", match step {
-                    "import" => "importing torch",
-                    "build" => "building the model",
-                    "eager" => "running it eagerly (the reference outputs)",
-                    "export" => "torch.export",
-                    "decompose" => "run_decompositions",
-                    "save" => "saving the program",
-                    other => other,
-                });
-            }));
+            worker.on_progress = Some(Box::new(move |p| progress(started, "trace", p.stage.description())));
             Some(worker)
         }
         None => None,
     };
     progress(started, "plugins", "resolving and loading");
     let loaded = options.set.load_with(false, worker.as_ref().map(|w| w.versions()))?;
-    // ── Stage 1: Trace (or read a traced program), Stage 2: patches answer during it ──
+    // ── The trace stage (or read a traced program); patch plugins answer during it ──
     let traced = match (&options.trace, worker.as_mut()) {
         (Some(request), Some(worker)) => Some(trace_model(worker, request, &loaded, &options, output)?),
         _ => None,
@@ -180,27 +168,22 @@ pub fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
         let reference = reference_path(output);
         std::fs::rename(&traced.reference, &reference).with_context(|| format!("writing {}", reference.display()))?;
         println!("traced {} in {:.1} s; eager reference: {}", traced.model_class, traced.seconds, reference.display());
-        let seconds = |k: &str| traced.times.get(k).copied().unwrap_or(0.0);
+        let (seconds, peaks) = (&traced.times, &traced.peaks);
         println!(
             "stage {:<18} {:>8.2} s   import {:.2} s, build {:.2} s, eager {:.2} s, torch.export {:.2} s, save {:.2} s{}; {} output(s)",
             "trace",
             traced.seconds,
-            seconds("import"),
-            seconds("build"),
-            seconds("eager"),
-            seconds("export"),
-            seconds("save"),
+            seconds.import,
+            seconds.build,
+            seconds.eager,
+            seconds.export,
+            seconds.save,
             if traced.side_weights.is_some() { " (weights beside the program)" } else { "" },
             traced.outputs
         );
-        let peak = |k: &str| traced.peaks.get(k).copied().unwrap_or(0.0);
         println!(
             "  worker peak RSS {:.0} MiB (after import {:.0}, build {:.0}, torch.export {:.0}, save {:.0})",
-            peak("save"),
-            peak("import"),
-            peak("build"),
-            peak("export"),
-            peak("save")
+            peaks.save, peaks.import, peaks.build, peaks.export, peaks.save
         );
         for (plugin, calls) in &traced.patched {
             println!("  patch {plugin:<30} answered {calls} call(s)");
@@ -210,7 +193,10 @@ pub fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
     print_summary(&reports, &loaded.set, verbose);
     println!("stage {:<18} {:>8.2} ms", "emit", emit_time.as_secs_f64() * 1e3);
     if let Some(folder) = folder {
-        let metadata = traced.as_ref().map(|t| t.export_metadata.clone()).unwrap_or_default();
+        let metadata = match traced.as_ref() {
+            Some(t) => serde_json::to_value(&t.export_metadata)?,
+            None => serde_json::Value::Null,
+        };
         let versions = loaded.set.upstream.clone();
         let dir = folder.dir.clone();
         folder.finish(&options, metadata, &versions)?;
@@ -367,21 +353,22 @@ fn verify_onnx(worker: &mut crate::trace::Worker, model: &Path, reference: &Path
     if !reference.exists() {
         bail!("--verify: no eager reference at {} (hfx writes one when it traces)", reference.display());
     }
-    let answer = worker.call("verify", serde_json::json!({"onnx": model, "reference": reference, "second_size": true}), deadline)?;
+    let params = crate::trace::protocol::Verify { onnx: model.into(), reference: reference.into(), second_size: true, atol: 1e-3, rtol: 1e-3 };
+    let answer = worker.request(&params, deadline)?;
     let mut failed = Vec::new();
-    for check in answer["checks"].as_array().into_iter().flatten() {
-        println!("verify inputs {}", check["inputs"]);
-        for (i, output) in check["outputs"].as_array().into_iter().flatten().enumerate() {
-            let ok = output["ok"].as_bool().unwrap_or(false);
+    for check in &answer.checks {
+        let inputs = serde_json::to_string(&check.inputs)?;
+        println!("verify inputs {inputs}");
+        for (i, output) in check.outputs.iter().enumerate() {
             println!(
                 "  output {i:<3} {:<18} max abs {:>9.2e}  max rel {:>9.2e}  {}",
-                output["shape"].to_string(),
-                output["max_abs"].as_f64().unwrap_or(f64::NAN),
-                output["max_rel"].as_f64().unwrap_or(f64::NAN),
-                if ok { "ok" } else { "MISMATCH" }
+                serde_json::to_string(&output.shape)?,
+                output.max_abs.unwrap_or(f64::NAN),
+                output.max_rel.unwrap_or(f64::NAN),
+                if output.ok { "ok" } else { "MISMATCH" }
             );
-            if !ok {
-                failed.push(format!("output {i} for inputs {}", check["inputs"]));
+            if !output.ok {
+                failed.push(format!("output {i} for inputs {inputs}"));
             }
         }
     }
@@ -429,17 +416,17 @@ struct Traced {
     reference: PathBuf,
     model_class: String,
     seconds: f64,
-    /// The worker's own times: build, trace, save.
-    times: BTreeMap<String, f64>,
+    /// The worker's own times per step.
+    times: crate::trace::protocol::StepSeconds,
     /// The worker's peak resident memory (MiB) at the end of each step.
-    peaks: BTreeMap<String, f64>,
+    peaks: crate::trace::protocol::StepPeaks,
     /// Where the weights are when the worker wrote them beside the `.pt2`.
     side_weights: Option<PathBuf>,
     outputs: u64,
     /// The model output's leaf names (`logits`, `cache.layers.0.keys`).
     output_names: Vec<String>,
     /// The reference's `ExportMetadata` fields the worker recorded.
-    export_metadata: serde_json::Value,
+    export_metadata: crate::trace::protocol::ExportMetadata,
     /// Patch plugins and how many calls each answered.
     patched: Vec<(String, u64)>,
 }
@@ -486,26 +473,24 @@ fn trace_model(
     let mut sessions: Vec<plugins::Session> =
         patch_plugins.iter().map(|p| plugins::Session::new(&loaded.runtime, p, "patches")).collect();
     let result = crate::trace::trace(worker, request, &mut sessions, &program, &reference, options.trace_deadline)?;
-    let numbers = |key: &str| -> BTreeMap<String, f64> {
-        result
-            .get(key)
-            .and_then(|s| s.as_object())
-            .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_f64()?))).collect())
-            .unwrap_or_default()
-    };
-    let (times, peaks) = (numbers("seconds"), numbers("peak_rss_mib"));
-    let seconds = times.values().sum();
-    let outputs = result.get("outputs").and_then(|o| o.as_u64()).unwrap_or(0);
-    let model_class = result.get("model_class").and_then(|c| c.as_str()).unwrap_or("model").to_string();
+    let t = &result.seconds;
+    let seconds = t.import + t.build + t.eager + t.export + t.save;
     let patched: Vec<(String, u64)> = sessions.iter().map(|s| (s.plugin().name().to_string(), s.calls)).collect();
-    let output_names = result
-        .get("output_names")
-        .and_then(|n| n.as_array())
-        .map(|a| a.iter().filter_map(|n| n.as_str().map(String::from)).collect())
-        .unwrap_or_default();
-    let export_metadata = result.get("export_metadata").cloned().unwrap_or_default();
-    let side_weights = (result.get("side_weights").and_then(|s| s.as_bool()) == Some(true)).then(|| crate::graph::pt2::side_weights_path(&program));
-    Ok(Traced { _scratch: scratch, program, reference, model_class, seconds, times, peaks, side_weights, outputs, output_names, export_metadata, patched })
+    let side_weights = result.side_weights.then(|| crate::graph::pt2::side_weights_path(&program));
+    Ok(Traced {
+        _scratch: scratch,
+        program,
+        reference,
+        model_class: result.model_class,
+        seconds,
+        times: result.seconds,
+        peaks: result.peak_rss_mib,
+        side_weights,
+        outputs: result.outputs,
+        output_names: result.output_names,
+        export_metadata: result.export_metadata,
+        patched,
+    })
 }
 
 fn print_summary(reports: &[StageReport], set: &PluginSet, verbose: u8) {

@@ -139,6 +139,7 @@ fn a_patch_plugin_answers_calls_while_tracing() {
 #[test]
 fn originals_are_restored_after_a_trace_also_when_it_fails() {
     use hfx::plugins::{Runtime, RuntimeOptions, Session};
+    use hfx::trace::protocol::{PatchSpec, PatchesRestored};
     use hfx::trace::{ModelSource, TraceRequest, Worker};
     let runtime = Runtime::new(RuntimeOptions { cache_dir: None, ..Default::default() }).unwrap();
     let plugin = load(&runtime, "tests/plugins/kind-patch");
@@ -147,15 +148,18 @@ fn originals_are_restored_after_a_trace_also_when_it_fails() {
     let env = [("PYTHONPATH", pythonpath.as_os_str())];
     let mut worker = Worker::start_with_env(python().to_str().unwrap(), std::time::Duration::from_secs(120), &env).unwrap();
     let deadline = std::time::Duration::from_secs(300);
-    let patches = serde_json::json!({"patches": [{"plugin": plugin.name(), "targets": plugin.targets}]});
+    let patches = PatchesRestored { patches: vec![PatchSpec { plugin: plugin.name().to_string(), targets: plugin.targets.clone() }] };
     for (function, should_work) in [("uses_where", true), ("where_then_fails", false)] {
         let request = TraceRequest::new(ModelSource::Function(format!("python:hfx_test_models:{function}")));
         let mut sessions = vec![Session::new(&runtime, &plugin, "patches")];
         let result = hfx::trace::trace(&mut worker, &request, &mut sessions, &dir.path().join("m.pt2"), &dir.path().join("r.pt"), deadline);
-        assert_eq!(result.is_ok(), should_work, "{function}: {:?}", result.err().map(|e| e.to_string()));
+        assert_eq!(result.is_ok(), should_work, "{function}: {:?}", result.as_ref().err().map(|e| e.to_string()));
         assert_eq!(sessions[0].calls, 1, "{function}: the patch answered the call");
-        let restored = worker.call("patches_restored", patches.clone(), deadline).unwrap();
-        assert_eq!(restored, serde_json::json!({"torch.where": true}), "{function}: torch.where is the original again");
+        let restored = worker.request(&patches, deadline).unwrap();
+        assert_eq!(restored, [("torch.where".to_string(), true)].into(), "{function}: torch.where is the original again");
+        if let Ok(reply) = result {
+            assert_eq!(reply.patches_restored, restored, "{function}: the trace reply says so too");
+        }
     }
 }
 
