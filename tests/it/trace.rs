@@ -163,6 +163,40 @@ fn originals_are_restored_after_a_trace_also_when_it_fails() {
     }
 }
 
+/// The worker's half of the typed protocol: unknown, missing and mistyped
+/// fields refused by name, another version refused at `hello`.
+#[test]
+fn the_worker_refuses_malformed_messages_and_another_protocol() {
+    run_python("check_protocol.py", &[]);
+}
+
+/// A cached copy of the worker package that is not exactly this hfx's never
+/// runs: an edited module or a module beside the package that would shadow an
+/// import is found before the start, and the copy is written again.
+#[test]
+fn a_tampered_cached_worker_package_is_replaced_before_it_runs() {
+    use hfx::trace::package::{self, FILES, PACKAGE};
+    use hfx::trace::{Worker, WorkerOptions};
+    let cache = tempfile::tempdir().unwrap();
+    let marker = cache.path().join("escaped");
+    let evil = format!("open({:?}, 'w').write('ran')\n", marker.to_str().unwrap());
+    let root = cache.path().join(package::sha256());
+    for (what, tamper) in [("an edited module", "hfx_worker/server.py"), ("a module shadowing torch", "torch.py")] {
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join(PACKAGE)).unwrap();
+        for (name, text) in FILES {
+            std::fs::write(root.join(PACKAGE).join(name), text).unwrap();
+        }
+        std::fs::write(root.join(tamper), format!("{evil}{}", if tamper == "torch.py" { "" } else { FILES.iter().find(|f| f.0 == "server.py").unwrap().1 })).unwrap();
+        let options = WorkerOptions { package_dir: Some(cache.path().to_path_buf()), ..Default::default() };
+        let worker = Worker::start_with(python().to_str().unwrap(), std::time::Duration::from_secs(120), &options).unwrap();
+        assert_eq!(worker.hello.protocol, hfx::trace::protocol::PROTOCOL, "{what}");
+        drop(worker);
+        assert!(!marker.exists(), "{what}: the tampered copy ran");
+        package::verify(&root).unwrap_or_else(|why| panic!("{what}: the copy was not written again: {why}"));
+    }
+}
+
 /// Backend preparation and the optional decomposition: a tiny Llama traced in
 /// bfloat16 and decomposed to core ATen has bfloat16 weights, no `linear`
 /// left, and matches eager bfloat16 (atol/rtol 1e-2, bfloat16's precision).
