@@ -108,6 +108,26 @@ fn unique(prefix: &str) -> String {
     format!("{prefix}.{}.{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
 }
 
+/// Removes what an hfx that died mid-way (SIGKILL) left in `dir`: folders
+/// named `<prefix>.<pid>.<n>` (`unique`) of this user whose pid is not running.
+fn remove_leftovers(dir: &Path, matches: impl Fn(&str) -> bool) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let mut parts = name.rsplitn(3, '.');
+        let (Some(n), Some(pid), Some(prefix)) = (parts.next(), parts.next(), parts.next()) else { continue };
+        let Ok(pid) = pid.parse::<u32>() else { continue };
+        if !matches(prefix) || n.parse::<u64>().is_err() || pid == std::process::id() || super::interrupt::alive(pid) {
+            continue;
+        }
+        let path = entry.path();
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir() && m.uid() == euid()) {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+}
+
 /// The package, verified, in `cache` (`<cache>/<sha256>/`) when that folder can
 /// be trusted, else in a private temp folder. `None`: no cache folder.
 pub fn unpack(cache: Option<&Path>) -> Result<Unpacked, String> {
@@ -121,6 +141,8 @@ pub fn unpack(cache: Option<&Path>) -> Result<Unpacked, String> {
 }
 
 fn unpack_in_cache(cache: &Path) -> Result<PathBuf, String> {
+    // Temp and set-aside copies start with a dot; packages are named by their hash.
+    remove_leftovers(cache, |prefix| prefix.starts_with('.'));
     let root = cache.join(sha256());
     let found = match std::fs::symlink_metadata(&root) {
         Ok(_) => Some(verify(&root)),
@@ -164,6 +186,7 @@ fn set_aside(root: &Path) -> Result<(), String> {
 }
 
 fn unpack_temporary() -> Result<Unpacked, String> {
+    remove_leftovers(&std::env::temp_dir(), |prefix| prefix == "hfx-worker");
     let root = std::env::temp_dir().join(unique("hfx-worker"));
     // Created (0700) and registered in one step: a signal removes it too.
     super::interrupt::guarded(|registry| {
@@ -384,6 +407,22 @@ mod tests {
         // No cache folder at all: a temp copy too.
         let unpacked = unpack(None).unwrap();
         assert!(unpacked.temporary);
+    }
+
+    #[test]
+    fn copies_left_by_a_dead_hfx_are_removed() {
+        let cache = tempfile::tempdir().unwrap();
+        let dir = cache.path().join("worker");
+        std::fs::create_dir_all(&dir).unwrap();
+        // pid_max is at most 2^22: this pid never runs.
+        let dead = [dir.join(format!(".{}.2147483646.0", sha256())), dir.join(".stale.2147483646.3")];
+        let live = dir.join(format!(".stale.{}.9", std::os::unix::process::parent_id()));
+        let unrelated = dir.join(".notes");
+        for d in dead.iter().chain([&live, &unrelated]) {
+            std::fs::create_dir(d).unwrap();
+        }
+        let unpacked = unpack(Some(&dir)).unwrap();
+        assert!(dead.iter().all(|d| !d.exists()) && live.exists() && unrelated.exists() && unpacked.root.exists());
     }
 
     #[test]

@@ -10,6 +10,8 @@ leaves, everything else a JSON-native context naming classes by
 import contextlib
 import importlib
 
+# ── Pytree registration (the reference's `pytree registration` stage) ──
+
 def class_path(cls):
     return f"{cls.__module__}:{cls.__qualname__}"
 

@@ -372,6 +372,8 @@ class PatchProgramError(RuntimeError):
     pass
 
 
+# ── Patches (the reference's `model patches` stage), answered by WASM plugins through the host ──
+
 def shim(policy, ask, plugin, target, original):
     """The replacement of `target`: each call is answered by the plugin (`ask` sends
     the described call to the host and returns the program it answers)."""

@@ -183,8 +183,6 @@ def save_with_side_weights(program, output):
         serde.canonicalize = canonicalize
 
 
-
-
 @contextlib.contextmanager
 def step(session, name, seconds, peaks=None):
     """One step of the request: announced as progress, timed, its peak memory recorded."""
@@ -231,9 +229,11 @@ def trace(session, params: TraceParams) -> TraceReply:
         eager = flat_outputs(eager)
         if len(names) != len(eager):
             names = [f"output_{i}" for i in range(len(eager))]
+    # The policy is built only when a patch may need it (it resolves its lists once).
+    policy = session.policy if params.patches else None
     # The reference's order: patches, state cleanup, config flags, signature, then export.
     with step(session, "export", seconds, peaks):
-        with torch.no_grad(), patches_applied(session.policy, params.patches, session.ask), clean_state(model), \
+        with torch.no_grad(), patches_applied(policy, params.patches, session.ask), clean_state(model), \
                 config_flags(model, flags), flat_signature(model, inputs):
             program = torch.export.export(
                 model, (), dict(inputs), dynamic_shapes=shapes, strict=False,
@@ -265,7 +265,7 @@ def trace(session, params: TraceParams) -> TraceReply:
         output_names=names,
         export_metadata=ExportMetadata(**export_metadata(model, inputs, program, eager_output)),
         nodes=len(program.graph.nodes),
-        patches_restored=patch_status(session.policy, params.patches),
+        patches_restored=patch_status(policy, params.patches),
         versions=session.versions(),
         seconds=seconds,
         peak_rss_mib=peaks,
