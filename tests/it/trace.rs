@@ -139,6 +139,7 @@ fn a_patch_plugin_answers_calls_while_tracing() {
 #[test]
 fn originals_are_restored_after_a_trace_also_when_it_fails() {
     use hfx::plugins::{Runtime, RuntimeOptions, Session};
+    use hfx::trace::protocol::{PatchSpec, PatchesRestored};
     use hfx::trace::{ModelSource, TraceRequest, Worker};
     let runtime = Runtime::new(RuntimeOptions { cache_dir: None, ..Default::default() }).unwrap();
     let plugin = load(&runtime, "tests/plugins/kind-patch");
@@ -147,15 +148,52 @@ fn originals_are_restored_after_a_trace_also_when_it_fails() {
     let env = [("PYTHONPATH", pythonpath.as_os_str())];
     let mut worker = Worker::start_with_env(python().to_str().unwrap(), std::time::Duration::from_secs(120), &env).unwrap();
     let deadline = std::time::Duration::from_secs(300);
-    let patches = serde_json::json!({"patches": [{"plugin": plugin.name(), "targets": plugin.targets}]});
+    let patches = PatchesRestored { patches: vec![PatchSpec { plugin: plugin.name().to_string(), targets: plugin.targets.clone() }] };
     for (function, should_work) in [("uses_where", true), ("where_then_fails", false)] {
         let request = TraceRequest::new(ModelSource::Function(format!("python:hfx_test_models:{function}")));
         let mut sessions = vec![Session::new(&runtime, &plugin, "patches")];
         let result = hfx::trace::trace(&mut worker, &request, &mut sessions, &dir.path().join("m.pt2"), &dir.path().join("r.pt"), deadline);
-        assert_eq!(result.is_ok(), should_work, "{function}: {:?}", result.err().map(|e| e.to_string()));
+        assert_eq!(result.is_ok(), should_work, "{function}: {:?}", result.as_ref().err().map(|e| e.to_string()));
         assert_eq!(sessions[0].calls, 1, "{function}: the patch answered the call");
-        let restored = worker.call("patches_restored", patches.clone(), deadline).unwrap();
-        assert_eq!(restored, serde_json::json!({"torch.where": true}), "{function}: torch.where is the original again");
+        let restored = worker.request(&patches, deadline).unwrap();
+        assert_eq!(restored, [("torch.where".to_string(), true)].into(), "{function}: torch.where is the original again");
+        if let Ok(reply) = result {
+            assert_eq!(reply.patches_restored, restored, "{function}: the trace reply says so too");
+        }
+    }
+}
+
+/// The worker's half of the typed protocol: unknown, missing and mistyped
+/// fields refused by name, another version refused at `hello`.
+#[test]
+fn the_worker_refuses_malformed_messages_and_another_protocol() {
+    run_python("check_protocol.py", &[]);
+}
+
+/// A cached copy of the worker package that is not exactly this hfx's never
+/// runs: an edited module or a module beside the package that would shadow an
+/// import is found before the start, and the copy is written again.
+#[test]
+fn a_tampered_cached_worker_package_is_replaced_before_it_runs() {
+    use hfx::trace::package::{self, FILES, PACKAGE};
+    use hfx::trace::{Worker, WorkerOptions};
+    let cache = tempfile::tempdir().unwrap();
+    let marker = cache.path().join("escaped");
+    let evil = format!("open({:?}, 'w').write('ran')\n", marker.to_str().unwrap());
+    let root = cache.path().join(package::sha256());
+    for (what, tamper) in [("an edited module", "hfx_worker/server.py"), ("a module shadowing torch", "torch.py")] {
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join(PACKAGE)).unwrap();
+        for (name, text) in FILES {
+            std::fs::write(root.join(PACKAGE).join(name), text).unwrap();
+        }
+        std::fs::write(root.join(tamper), format!("{evil}{}", if tamper == "torch.py" { "" } else { FILES.iter().find(|f| f.0 == "server.py").unwrap().1 })).unwrap();
+        let options = WorkerOptions { package_dir: Some(cache.path().to_path_buf()), ..Default::default() };
+        let worker = Worker::start_with(python().to_str().unwrap(), std::time::Duration::from_secs(120), &options).unwrap();
+        assert_eq!(worker.hello.protocol, hfx::trace::protocol::PROTOCOL, "{what}");
+        drop(worker);
+        assert!(!marker.exists(), "{what}: the tampered copy ran");
+        package::verify(&root).unwrap_or_else(|why| panic!("{what}: the copy was not written again: {why}"));
     }
 }
 

@@ -16,7 +16,7 @@ from transformers.exporters import ExportedModel
 from transformers.utils import ModelOutput
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker"))
-import worker  # noqa: E402
+from hfx_worker import pytree  # noqa: E402
 
 
 def main(folder, reference, atol):
@@ -26,7 +26,7 @@ def main(folder, reference, atol):
     outputs = exported(**ref["inputs"])
     if not isinstance(outputs, ModelOutput):
         raise SystemExit(f"the export returns a {type(outputs).__name__}, not the model's ModelOutput")
-    got = worker.flat_outputs(outputs)
+    got = pytree.flat_outputs(outputs)
     want = ref["outputs"]
     if len(got) != len(want):
         raise SystemExit(f"{len(got)} outputs vs {len(want)} eager")

@@ -22,7 +22,8 @@ import onnxruntime
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker"))
-import worker  # noqa: E402
+from hfx_worker import pytree  # noqa: E402
+from hfx_worker import sources  # noqa: E402
 
 
 def run(session, inputs):
@@ -63,14 +64,14 @@ def main(path, reference, arch=None, overrides=None, task=None):
             torch.manual_seed(0)
             model, _ = getattr(patch_patterns, overrides)()
             with torch.no_grad():
-                eager = worker.flat_outputs(model(**second))
+                eager = pytree.flat_outputs(model(**second))
             close(run(session, second), eager, "second size")
     elif arch:
         torch.manual_seed(0)
-        model = worker.from_architecture(arch, json.loads(overrides), task).eval()
-        inputs = worker.sample_inputs(model, 3, 5)
+        model = sources.from_architecture(arch, json.loads(overrides), task).eval()
+        inputs = sources.sample_inputs(model, 3, 5)
         with torch.no_grad():
-            eager = worker.flat_outputs(model(**inputs))
+            eager = pytree.flat_outputs(model(**inputs))
         close(run(session, inputs), eager, "second size (3, 5)")
     print(f"ok (max abs error {worst:.2e})")
 

@@ -21,13 +21,13 @@ import torch
 import transformers.modeling_outputs  # noqa: F401  (ModelOutput pytrees the archives name)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker"))
-import worker  # noqa: E402
+from hfx_worker import pytree  # noqa: E402
 
 import patch_patterns  # noqa: E402
 
 
 def close(got, want, what, atol, compare=None):
-    got, want = worker.flat_outputs(got)[:compare], worker.flat_outputs(want)[:compare]
+    got, want = pytree.flat_outputs(got)[:compare], pytree.flat_outputs(want)[:compare]
     if len(got) != len(want) or not got:
         raise SystemExit(f"{what}: {len(got)} outputs vs {len(want)}")
     for i, (g, w) in enumerate(zip(got, want)):
@@ -49,7 +49,7 @@ def main():
     parser.add_argument("--shape", default="")
     parser.add_argument("--weights-dtype", default="")
     args = parser.parse_args()
-    worker.register_cache_pytrees()
+    pytree.register_cache_pytrees()
     ep = torch.export.load(args.program)
     targets = [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
     for op in filter(None, args.absent.split(",")):
@@ -68,7 +68,7 @@ def main():
     close(outputs, ref["outputs"], "recorded sample", args.atol, args.compare)
     if args.shape:
         index, dims = args.shape.split("=")
-        shape = tuple(worker.flat_outputs(outputs)[int(index)].shape)
+        shape = tuple(pytree.flat_outputs(outputs)[int(index)].shape)
         if shape != tuple(int(d) for d in dims.split("x")):
             raise SystemExit(f"output {index} has shape {shape}, expected {dims}")
     second = patch_patterns.second_inputs(args.pattern) if hasattr(patch_patterns, args.pattern) else None

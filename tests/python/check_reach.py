@@ -2,7 +2,7 @@
 
     python check_reach.py SCRATCH_DIR
 
-Each hostile program is run by the worker's own `run_program`, as if the host's
+Each hostile program is run by the worker's own `sandbox.run_program`, as if the host's
 static check had let it through: every one must be refused with a
 `PermissionError` naming what it reached, and nothing may have run (no marker
 file written, no global state changed). Then every path and target the
@@ -16,7 +16,11 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker"))
-import worker  # noqa: E402
+from hfx_worker import sandbox  # noqa: E402
+from hfx_worker.protocol import PatchSpec  # noqa: E402
+
+# The policy, as one worker session builds it.
+POLICY = sandbox.Reach()
 
 SCRATCH = sys.argv[1]
 MARKER = os.path.join(SCRATCH, "escaped")
@@ -168,16 +172,16 @@ def main():
         program = {"steps": steps, "output": G + len(steps) - 1}
         slots = given()
         try:
-            worker.run_program(program, slots, None, set(range(len(slots))), None)
+            sandbox.run_program(POLICY, program, slots, None, set(range(len(slots))), None)
             failures.append(f"{what}: ran")
-        except worker.PatchProgramError as error:
+        except sandbox.PatchProgramError as error:
             if not isinstance(error.__cause__, PermissionError):
                 failures.append(f"{what}: refused by {type(error.__cause__).__name__}, not the policy: {error}")
             else:
                 print(f"refused: {what}: {error}")
     for target in HOSTILE_TARGETS:
         try:
-            worker.resolve_target("test-hostile", target)
+            sandbox.resolve_target(POLICY, "test-hostile", target)
             failures.append(f"target {target}: accepted")
         except PermissionError as error:
             if "test-hostile" not in str(error) and target.split(".")[0] in ("torch", "transformers"):
@@ -191,29 +195,29 @@ def main():
         failures.append("a hostile program changed torch's global state")
     for path in ALLOWED_PATHS:
         try:
-            worker.reach().resolve_op(path)
+            POLICY.resolve_op(path)
         except Exception as error:  # noqa: BLE001
             failures.append(f"allowed path {path}: {type(error).__name__}: {error}")
     for target in ALLOWED_TARGETS:
         try:
-            worker.resolve_target("test", target)
+            sandbox.resolve_target(POLICY, "test", target)
         except Exception as error:  # noqa: BLE001
             failures.append(f"allowed target {target}: {type(error).__name__}: {error}")
     # A path another patch replaced resolves to its shim, which a program may call.
-    with worker.patches_applied([{"plugin": "test", "targets": ["torch.roll", "torch.Tensor.reshape"]}]):
+    with sandbox.patches_applied(POLICY, [PatchSpec(plugin="test", targets=["torch.roll", "torch.Tensor.reshape"])], None):
         for path in ("torch.roll", "torch.Tensor.reshape"):
             try:
-                assert getattr(worker.reach().resolve_op(path), "hfx_shim", False), path
+                assert getattr(POLICY.resolve_op(path), "hfx_shim", False), path
             except Exception as error:  # noqa: BLE001
                 failures.append(f"a shimmed path {path}: {type(error).__name__}: {error}")
-    if worker.INSTALLED_SHIMS or getattr(torch.roll, "hfx_shim", False):
+    if POLICY.shims or getattr(torch.roll, "hfx_shim", False):
         failures.append("shims left installed")
     # A context made by an allowed function may be entered, and a program may
     # use a layer it was handed.
     program = {"steps": [lookup("torch.nn.attention.SDPBackend.MATH"), call("torch.nn.attention.sdpa_kernel", G),
                          enter(G + 1), invoke(1, 0)], "output": G + 3}
     try:
-        worker.run_program(program, given(), None, {0, 1}, None)
+        sandbox.run_program(POLICY, program, given(), None, {0, 1}, None)
     except Exception as error:  # noqa: BLE001
         failures.append(f"entering sdpa_kernel and invoking the given layer: {error}")
     if failures:

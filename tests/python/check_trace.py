@@ -17,11 +17,12 @@ import torch
 import transformers.modeling_outputs  # noqa: F401  (ModelOutput pytrees the archives name)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker"))
-import worker  # noqa: E402
+from hfx_worker import pytree  # noqa: E402
+from hfx_worker import sources  # noqa: E402
 
 
 def close(a, b, what):
-    a, b = worker.flat_outputs(a), worker.flat_outputs(b)
+    a, b = pytree.flat_outputs(a), pytree.flat_outputs(b)
     if len(a) != len(b) or not a:
         raise SystemExit(f"{what}: {len(a)} outputs vs {len(b)}")
     for i, (p, q) in enumerate(zip(a, b)):
@@ -31,15 +32,15 @@ def close(a, b, what):
 
 def main(program, reference, arch, overrides, mode):
     ref = torch.load(reference)
-    worker.register_cache_pytrees()  # KV caches in the outputs
+    pytree.register_cache_pytrees()  # KV caches in the outputs
     ep = torch.export.load(program)
     with torch.no_grad():
         got = ep.module()(**ref["inputs"], **ref["constants"])
     close(got, ref["outputs"], "recorded sample")
     if mode == "dynamic":
         torch.manual_seed(0)
-        model = worker.from_architecture(arch, json.loads(overrides), None).eval()
-        inputs = worker.sample_inputs(model, 3, 5)
+        model = sources.from_architecture(arch, json.loads(overrides), None).eval()
+        inputs = sources.sample_inputs(model, 3, 5)
         with torch.no_grad():
             close(ep.module()(**inputs), model(**inputs), "second size (3, 5)")
     print("ok")

@@ -155,6 +155,7 @@ pub(super) fn merge(args: RunArgs) -> Result<RunOptions> {
         env: vec![],
         memory_limit: Some(memory_limit),
         memory_mechanism: model.worker_memory_mechanism.unwrap_or_default(),
+        ..Default::default()
     };
     let output = args.output.or(config.output.map(rel)).context("no output (-o or `output` in the config)")?;
     let opset = args.opset.or(config.opset).unwrap_or(20);

@@ -1,4 +1,4 @@
-//! ── ONNX stage 6: optimization ──
+//! ── onnx-optimize: the generic passes ──
 //!
 //! Generic graph passes that need no knowledge of what an op computes, so they
 //! live in the host (op-specific rewrites are IR-fix plugins):

@@ -185,7 +185,8 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
                 bail!("an export folder records the traced model's metadata: trace it (--model, --model-dir, --model-fn)");
             };
             let dir = folder.dir().to_path_buf();
-            folder.finish(&options.artifact, trace, traced.export_metadata.clone(), &loaded.set.upstream)?;
+            let metadata = serde_json::to_value(&traced.export_metadata)?;
+            folder.finish(&options.artifact, trace, metadata, &loaded.set.upstream)?;
             dir
         }
         None => output,
@@ -208,21 +209,7 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
 
 fn start_worker(options: &RunOptions, progress: Progress) -> Result<Worker> {
     let mut worker = Worker::start_with(&options.plugins.python(), WORKER_START, &options.worker)?;
-    worker.on_progress = Some(Box::new(move |p| {
-        let step = p.get("stage").and_then(|s| s.as_str()).unwrap_or("");
-        progress.step(
-            "trace",
-            match step {
-                "import" => "importing torch",
-                "build" => "building the model",
-                "eager" => "running it eagerly (the reference outputs)",
-                "export" => "torch.export",
-                "decompose" => "run_decompositions",
-                "save" => "saving the program",
-                other => other,
-            },
-        );
-    }));
+    worker.on_progress = Some(Box::new(move |p| progress.step("trace", p.stage.description())));
     Ok(worker)
 }
 

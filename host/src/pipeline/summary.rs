@@ -4,7 +4,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::trace::TraceSummary;
-use super::verify::{self, Check};
+use super::verify;
+use crate::trace::protocol::Check;
 use crate::onnx::optimize::OptimizeReport;
 use crate::plugins::Skipped;
 use crate::stages::StageReport;
@@ -80,27 +81,22 @@ impl RunSummary {
 
 fn print_trace(t: &TraceSummary, reference: &std::path::Path) {
     println!("traced {} in {:.1} s; eager reference: {}", t.model_class, t.seconds, reference.display());
-    let seconds = |k: &str| t.times.get(k).copied().unwrap_or(0.0);
+    let (seconds, peaks) = (&t.times, &t.peaks);
     println!(
         "stage {:<18} {:>8.2} s   import {:.2} s, build {:.2} s, eager {:.2} s, torch.export {:.2} s, save {:.2} s{}; {} output(s)",
         "trace",
         t.seconds,
-        seconds("import"),
-        seconds("build"),
-        seconds("eager"),
-        seconds("export"),
-        seconds("save"),
+        seconds.import,
+        seconds.build,
+        seconds.eager,
+        seconds.export,
+        seconds.save,
         if t.side_weights { " (weights beside the program)" } else { "" },
         t.outputs
     );
-    let peak = |k: &str| t.peaks.get(k).copied().unwrap_or(0.0);
     println!(
         "  worker peak RSS {:.0} MiB (after import {:.0}, build {:.0}, torch.export {:.0}, save {:.0})",
-        peak("save"),
-        peak("import"),
-        peak("build"),
-        peak("export"),
-        peak("save")
+        peaks.save, peaks.import, peaks.build, peaks.export, peaks.save
     );
     for (plugin, calls) in &t.patched {
         println!("  patch {plugin:<30} answered {calls} call(s)");

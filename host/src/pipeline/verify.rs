@@ -7,23 +7,11 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 
+use crate::trace::protocol::{Check, Verify};
 use crate::trace::Worker;
 
-/// One set of inputs the model ran on.
-#[derive(Debug, Clone)]
-pub struct Check {
-    /// The inputs' shapes, as the worker describes them.
-    pub inputs: String,
-    pub outputs: Vec<OutputCheck>,
-}
-
-#[derive(Debug, Clone)]
-pub struct OutputCheck {
-    pub shape: String,
-    pub max_abs: f64,
-    pub max_rel: f64,
-    pub ok: bool,
-}
+/// The tolerance of `--verify`, absolute and relative.
+const TOLERANCE: f64 = 1e-3;
 
 /// Runs the model against the eager reference; any output out of tolerance
 /// is an error naming it. The checks are returned for the summary.
@@ -31,45 +19,39 @@ pub fn run(worker: &mut Worker, model: &Path, reference: &Path, deadline: Durati
     if !reference.exists() {
         bail!("--verify: no eager reference at {} (hfx writes one when it traces)", reference.display());
     }
-    let answer = worker.call("verify", serde_json::json!({"onnx": model, "reference": reference, "second_size": true}), deadline)?;
-    let mut checks = Vec::new();
-    for check in answer["checks"].as_array().into_iter().flatten() {
-        let outputs = check["outputs"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|output| OutputCheck {
-                shape: output["shape"].to_string(),
-                max_abs: output["max_abs"].as_f64().unwrap_or(f64::NAN),
-                max_rel: output["max_rel"].as_f64().unwrap_or(f64::NAN),
-                ok: output["ok"].as_bool().unwrap_or(false),
-            })
-            .collect();
-        checks.push(Check { inputs: check["inputs"].to_string(), outputs });
-    }
-    let failed: Vec<String> = checks
+    let params = Verify { onnx: model.into(), reference: reference.into(), second_size: true, atol: TOLERANCE, rtol: TOLERANCE };
+    let answer = worker.request(&params, deadline)?;
+    let failed: Vec<String> = answer
+        .checks
         .iter()
-        .flat_map(|c| c.outputs.iter().enumerate().filter(|(_, o)| !o.ok).map(move |(i, _)| format!("output {i} for inputs {}", c.inputs)))
+        .flat_map(|c| {
+            c.outputs.iter().enumerate().filter(|(_, o)| !o.ok).map(move |(i, _)| format!("output {i} for inputs {}", shapes(&c.inputs)))
+        })
         .collect();
     if !failed.is_empty() {
-        print(&checks);
+        print(&answer.checks);
         bail!("--verify: ONNX Runtime differs from eager PyTorch beyond atol/rtol 1e-3 ({}); the output was not written", failed.join("; "));
     }
-    Ok(checks)
+    Ok(answer.checks)
 }
 
 /// The max abs/rel error per output.
 pub fn print(checks: &[Check]) {
     for check in checks {
-        println!("verify inputs {}", check.inputs);
+        println!("verify inputs {}", shapes(&check.inputs));
         for (i, output) in check.outputs.iter().enumerate() {
             println!(
                 "  output {i:<3} {:<18} max abs {:>9.2e}  max rel {:>9.2e}  {}",
-                output.shape,
-                output.max_abs,
-                output.max_rel,
+                shapes(&output.shape),
+                output.max_abs.unwrap_or(f64::NAN),
+                output.max_rel.unwrap_or(f64::NAN),
                 if output.ok { "ok" } else { "MISMATCH" }
             );
         }
     }
+}
+
+/// Shapes as JSON (`{"input_ids":[2,8]}`, `[2,8,32]`), as the summary always showed them.
+fn shapes(value: &impl serde::Serialize) -> String {
+    serde_json::to_string(value).unwrap_or_default()
 }

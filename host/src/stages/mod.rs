@@ -133,10 +133,10 @@ pub fn run_fx_stages(
     graph: &mut crate::graph::Graph,
     policy: OnPluginError,
 ) -> Result<Vec<StageReport>, PluginError> {
-    // ── Stage 4: FX program fixes (ExecuTorch's stage 4; whole-program repairs: ranges, placeholder metadata) ──
+    // ── fx-program-fixes: whole-program repairs (ranges, placeholder metadata) ──
     let program_fixes = select(plugins, backend, PluginKind::FxProgramFix);
     let program = fx_program_fix::run(runtime, &program_fixes, graph, "fx-program-fixes", policy)?;
-    // ── Stage 5: FX node fixes (ONNX's stage 3, ExecuTorch's stage 5; per-node rewrites by declared target, DCE at the end) ──
+    // ── fx-node-fixes: per-node rewrites by declared target, DCE at the end ──
     let node_fixes = select(plugins, backend, PluginKind::FxNodeFix);
     let node = fx_node_fix::run(runtime, &node_fixes, graph, "fx-node-fixes", policy)?;
     Ok(vec![program, node])

@@ -1,4 +1,4 @@
-//! ── ONNX stage 4: translations ──
+//! ── onnx-translations ──
 //!
 //! Every node of the (fixed) FX program, in order, goes to the translation
 //! plugin for its target; the plugin emits ONNX nodes through the builder and

@@ -1,10 +1,12 @@
-//! ── Stage 1: Trace ──
+//! The trace stage: the model captured by torch.export, in a worker.
 //!
 //! Only Python can run PyTorch model code, so the host delegates the capture
-//! to a worker it starts, feeds and supervises (`host/worker/worker.py`,
-//! embedded in the binary): JSON lines over pipes, one response per request,
-//! a deadline per request. A crash, a Python exception or a hang becomes a
-//! `TraceError` with the Python traceback or the tail of stderr attached.
+//! to a worker it starts, feeds and supervises: the package
+//! `host/worker/hfx_worker/`, embedded in the binary and unpacked, verified,
+//! into the cache (`package`). Typed JSON lines over pipes (`protocol`), one
+//! response per request, a deadline per request. A crash, a Python exception
+//! or a hang becomes a `TraceError` with the Python traceback or the tail of
+//! stderr attached.
 //!
 //! The worker runs in a box: its own process group, killed as a whole on a
 //! deadline, an error, drop or hfx's own SIGINT / SIGTERM (`interrupt`), a
@@ -19,16 +21,12 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 
 pub use memory::MemoryMechanism;
 use memory::{Cgroup, MemoryBox, Sampler};
-use protocol::{Incoming, Message};
-
-/// The worker's source; run with `python -c`, so an installed hfx needs no files beside it.
-const WORKER: &str = include_str!("../../worker/worker.py");
-/// The protocol version this host speaks (the worker's `PROTOCOL`).
-const PROTOCOL: u64 = 1;
+use protocol::{Hello, HelloReply, Incoming, Message, Method, PatchAnswer, PatchCall, PatchSpec, Progress, SourceParams, TraceParams, TraceReply, WireProgram, PROTOCOL};
 /// How much of the worker's stderr is kept for error reports.
 const STDERR_TAIL: usize = 16 << 10;
 
@@ -44,6 +42,8 @@ pub enum TraceError {
     Python { method: String, kind: String, message: String, traceback: String },
     #[error("trace worker protocol: {0}")]
     Protocol(String),
+    #[error("cannot unpack the trace worker: {0}")]
+    Package(String),
     #[error("the trace worker ran out of memory (limit {limit} GiB); try a smaller config (--set ...) or raise --worker-memory-gib")]
     OutOfMemory { limit: String },
     #[error("cannot limit the trace worker's memory with a cgroup: {0}")]
@@ -53,7 +53,7 @@ pub enum TraceError {
 }
 
 /// What the host does with a worker's progress line.
-pub type ProgressCallback = Box<dyn FnMut(&Value)>;
+pub type ProgressCallback = Box<dyn FnMut(&Progress)>;
 
 /// How the worker is started.
 #[derive(Debug, Clone, Default)]
@@ -64,6 +64,8 @@ pub struct WorkerOptions {
     pub memory_limit: Option<u64>,
     /// What enforces the limit.
     pub memory_mechanism: MemoryMechanism,
+    /// Where the worker package is unpacked (None: `package::default_dir`).
+    pub package_dir: Option<PathBuf>,
 }
 
 /// How often a waiting request checks that the worker is still alive (a
@@ -81,8 +83,10 @@ pub struct Worker {
     responses: Receiver<Incoming>,
     stderr: Arc<Mutex<String>>,
     next_id: u64,
+    /// The package the worker runs (a temp copy is removed after the worker).
+    _package: package::Unpacked,
     /// What `hello` answered: protocol, python, upstream versions.
-    pub hello: Value,
+    pub hello: HelloReply,
     /// Called with each progress line the worker sends during a request.
     pub on_progress: Option<ProgressCallback>,
 }
@@ -103,9 +107,12 @@ impl Worker {
 
     /// `start`, with `options`: environment and memory limit.
     pub fn start_with(python: &str, deadline: Duration, options: &WorkerOptions) -> Result<Worker, TraceError> {
+        let cache = options.package_dir.clone().or_else(package::default_dir);
+        let unpacked = package::unpack(cache.as_deref()).map_err(TraceError::Package)?;
         let mut command = Command::new(python);
         command
-            .args(["-u", "-c", WORKER])
+            .args(["-u", "-c", package::BOOTSTRAP])
+            .arg(&unpacked.root)
             .envs(options.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -173,43 +180,83 @@ impl Worker {
                 }
             }
         });
-        let mut worker =
-            Worker { child, group, stopped: false, memory, stdin, responses, stderr, next_id: 0, hello: Value::Null, on_progress: None };
-        let hello = worker.call("hello", json!({}), deadline)?;
-        let protocol = hello.get("protocol").and_then(Value::as_u64);
-        if protocol != Some(PROTOCOL) {
-            worker.stop();
-            return Err(TraceError::Protocol(format!("worker speaks protocol {protocol:?}, this hfx speaks {PROTOCOL}")));
+        let placeholder = HelloReply { protocol: 0, python: String::new(), versions: Default::default() };
+        let mut worker = Worker {
+            child,
+            group,
+            stopped: false,
+            memory,
+            stdin,
+            responses,
+            stderr,
+            next_id: 0,
+            _package: unpacked,
+            hello: placeholder,
+            on_progress: None,
+        };
+        // Both ends check the version: the worker refuses another host's, the host another worker's.
+        let result = match worker.exchange(Hello::NAME, &Hello { protocol: PROTOCOL }, deadline, &mut no_patches) {
+            Err(TraceError::Python { message, .. }) => {
+                worker.stop();
+                return Err(TraceError::Protocol(format!("the worker refused `hello`: {message}")));
+            }
+            other => other?,
+        };
+        match result.get("protocol").and_then(Value::as_u64) {
+            Some(PROTOCOL) => {}
+            other => {
+                worker.stop();
+                let spoken = other.map_or_else(|| "no version".to_string(), |v| format!("protocol {v}"));
+                return Err(TraceError::Protocol(format!(
+                    "the worker speaks {spoken}, this hfx speaks protocol {PROTOCOL}: the worker package is not this hfx's"
+                )));
+            }
         }
-        worker.hello = hello;
+        worker.hello = protocol::reply(Hello::NAME, result).inspect_err(|_| worker.stop())?;
         Ok(worker)
     }
 
     /// Upstream versions the worker's Python has installed.
     pub fn versions(&self) -> crate::plugins::Versions {
-        self.hello
-            .get("versions")
-            .and_then(Value::as_object)
-            .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect())
-            .unwrap_or_default()
+        self.hello.versions.clone()
     }
 
-    /// One request; waits at most `deadline` for its response.
-    pub fn call(&mut self, method: &str, params: Value, deadline: Duration) -> Result<Value, TraceError> {
-        self.call_with(method, params, deadline, &mut |_| Err("no patches were requested".into()))
+    /// One request; waits at most `deadline` for its typed reply.
+    pub fn request<M: Method>(&mut self, params: &M, deadline: Duration) -> Result<M::Reply, TraceError> {
+        self.request_with(params, deadline, &mut no_patches)
     }
 
     /// One request during which the worker may ask the host to answer patched
-    /// calls (`{"patch_call": ...}` lines); `on_patch` answers each with a program.
-    pub fn call_with(
+    /// calls (`patch_call` lines); `on_patch` answers each with a program.
+    pub fn request_with<M: Method>(
+        &mut self,
+        params: &M,
+        deadline: Duration,
+        on_patch: &mut dyn FnMut(&PatchCall) -> Result<WireProgram, String>,
+    ) -> Result<M::Reply, TraceError> {
+        let result = self.exchange(M::NAME, params, deadline, on_patch)?;
+        // A reply of another shape: the worker is not the one this host speaks with.
+        protocol::reply(M::NAME, result).inspect_err(|_| self.stop())
+    }
+
+    /// Sends one request and waits for its response, answering patch calls and
+    /// showing progress meanwhile; the untyped result.
+    fn exchange(
         &mut self,
         method: &str,
-        params: Value,
+        params: &impl Serialize,
         deadline: Duration,
-        on_patch: &mut dyn FnMut(&Value) -> Result<Value, String>,
+        on_patch: &mut dyn FnMut(&PatchCall) -> Result<WireProgram, String>,
     ) -> Result<Value, TraceError> {
+        #[derive(Serialize)]
+        struct Request<'a, P> {
+            id: u64,
+            method: &'a str,
+            params: &'a P,
+        }
         self.next_id += 1;
-        let request = json!({"id": self.next_id, "method": method, "params": params});
+        let request = serde_json::to_string(&Request { id: self.next_id, method, params })
+            .map_err(|e| TraceError::Protocol(format!("cannot write the `{method}` request: {e}")))?;
         if writeln!(self.stdin, "{request}").and_then(|()| self.stdin.flush()).is_err() {
             return Err(self.crashed(method));
         }
@@ -260,10 +307,17 @@ impl Worker {
                 }
                 Message::PatchCall(call) => {
                     let answer = match on_patch(&call) {
-                        Ok(program) => json!({"program": program}),
-                        Err(error) => json!({"error": error}),
+                        Ok(program) => PatchAnswer::Program(program),
+                        Err(error) => PatchAnswer::Error(error),
                     };
-                    if writeln!(self.stdin, "{answer}").and_then(|()| self.stdin.flush()).is_err() {
+                    let line = match serde_json::to_string(&answer) {
+                        Ok(line) => line,
+                        Err(e) => {
+                            self.stop();
+                            return Err(TraceError::Protocol(format!("cannot write the answer to a patch call: {e}")));
+                        }
+                    };
+                    if writeln!(self.stdin, "{line}").and_then(|()| self.stdin.flush()).is_err() {
                         return Err(self.crashed(method));
                     }
                 }
@@ -318,6 +372,11 @@ impl Worker {
         let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
         lines[lines.len().saturating_sub(30)..].join("\n")
     }
+}
+
+/// The patch answer of a request that asked for no patches.
+fn no_patches(_: &PatchCall) -> Result<WireProgram, String> {
+    Err("no patches were requested".into())
 }
 
 impl Drop for Worker {
@@ -412,21 +471,31 @@ impl TraceRequest {
         }
     }
 
-    fn params(&self, output: &std::path::Path, reference: &std::path::Path) -> Value {
+    /// The `trace` request for this model, writing `output` and `reference`, with `patches`.
+    pub fn params(&self, output: &std::path::Path, reference: &std::path::Path, patches: Vec<PatchSpec>) -> TraceParams {
         let source = match &self.source {
             ModelSource::Architecture { name, overrides } => {
-                let overrides: serde_json::Map<String, Value> = overrides.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
-                json!({"kind": "architecture", "name": name, "overrides": overrides})
+                SourceParams::Architecture { name: name.clone(), overrides: overrides.iter().cloned().collect() }
             }
-            ModelSource::Directory(path) => json!({"kind": "directory", "path": path}),
-            ModelSource::Function(spec) => json!({"kind": "function", "spec": spec}),
+            ModelSource::Directory(path) => SourceParams::Directory { path: path.clone() },
+            ModelSource::Function(spec) => SourceParams::Function { spec: spec.clone() },
         };
-        json!({
-            "source": source, "task": self.task, "dynamic": self.dynamic, "dynamic_shapes": self.dynamic_shapes,
-            "batch": self.batch, "sequence": self.sequence, "output": output, "reference": reference,
-            "decompose": self.decompose, "device": self.device, "dtype": self.dtype, "folder": self.folder,
-            "side_weights": self.side_weights,
-        })
+        TraceParams {
+            source,
+            task: self.task.clone(),
+            dynamic: self.dynamic,
+            dynamic_shapes: self.dynamic_shapes.clone(),
+            batch: self.batch,
+            sequence: self.sequence,
+            output: output.to_path_buf(),
+            reference: reference.to_path_buf(),
+            decompose: self.decompose,
+            device: self.device.clone(),
+            dtype: self.dtype.clone(),
+            folder: self.folder.clone(),
+            side_weights: self.side_weights,
+            patches,
+        }
     }
 }
 
@@ -439,20 +508,16 @@ pub fn trace(
     output: &std::path::Path,
     reference: &std::path::Path,
     deadline: Duration,
-) -> Result<Value, TraceError> {
-    let mut params = request.params(output, reference);
-    params["patches"] = patches
-        .iter()
-        .map(|s| json!({"plugin": s.plugin().name(), "targets": s.plugin().targets}))
-        .collect::<Vec<_>>()
-        .into();
+) -> Result<TraceReply, TraceError> {
+    let specs = patches.iter().map(|s| PatchSpec { plugin: s.plugin().name().to_string(), targets: s.plugin().targets.clone() }).collect();
+    let params = request.params(output, reference, specs);
     let mut failure: Option<crate::plugins::PluginError> = None;
-    let result = worker.call_with("trace", params, deadline, &mut |call| {
-        let name = call.get("plugin").and_then(Value::as_str).unwrap_or("");
-        let session = patches.iter_mut().find(|s| s.plugin().name() == name).ok_or_else(|| format!("no patch plugin `{name}`"))?;
-        let patched = patch::call_from_json(call)?;
+    let result = worker.request_with(&params, deadline, &mut |call| {
+        let session =
+            patches.iter_mut().find(|s| s.plugin().name() == call.plugin).ok_or_else(|| format!("no patch plugin `{}`", call.plugin))?;
+        let patched = patch::call_from_wire(call);
         match session.patch(&patched, |program| patch::check_program(&patched, program)) {
-            Ok(program) => Ok(patch::program_to_json(&program)),
+            Ok(program) => Ok(patch::program_to_wire(&program)),
             Err(error) => {
                 let message = error.to_string();
                 failure = Some(error);
@@ -469,6 +534,7 @@ pub fn trace(
 
 pub mod interrupt;
 pub mod memory;
+pub mod package;
 mod patch;
 pub mod protocol;
 pub use patch::check_program;

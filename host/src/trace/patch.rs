@@ -8,126 +8,76 @@
 //! modules). The decision is the worker's `Reach` policy, made on the object a
 //! path resolves to and on every value a step produces.
 
-use serde_json::{json, Value};
-
+use super::protocol::{PatchCall, WireDim, WireOp, WireProgram, WireScalar, WireStep, WireTensor, WireValue};
 use crate::plugins::patching::{
-    Callback, CallValue, Device, Dim, LiveTensor, ObjectValue, OpCall, PatchedCall, Program, Scalar, Step, SymValue, TensorMeta, ValueCall,
+    Callback, CallValue, Device, Dim, LiveTensor, ObjectValue, OpCall, PatchedCall, Program, Step, SymValue, TensorMeta, ValueCall,
 };
 
-// ── Worker JSON → contract ──
+// ── Protocol → contract: a patched call as the plugin sees it ──
 
-fn scalar(v: &Value) -> Scalar {
-    match v {
-        Value::Null => Scalar::None,
-        Value::Bool(b) => Scalar::Boolean(*b),
-        Value::Number(n) if n.is_i64() => Scalar::Int(n.as_i64().unwrap_or(0)),
-        Value::Number(n) => Scalar::Float(n.as_f64().unwrap_or(0.0)),
-        Value::String(s) => Scalar::Str(s.clone()),
-        other => Scalar::Str(other.to_string()),
-    }
-}
-
-fn slots(v: &Value) -> Vec<u32> {
-    v.as_array().map(|a| a.iter().filter_map(|x| x.as_u64().map(|x| x as u32)).collect()).unwrap_or_default()
-}
-
-fn named_slots(v: &Value) -> Vec<(String, u32)> {
-    v.as_array()
-        .map(|a| a.iter().filter_map(|p| Some((p[0].as_str()?.to_string(), p[1].as_u64()? as u32))).collect())
-        .unwrap_or_default()
-}
-
-fn tensor(body: &Value) -> LiveTensor {
-    let shape = body["shape"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|d| match d.as_i64() {
-                    Some(n) => Dim::Fixed(n),
-                    None => Dim::Symbolic(d["symbolic"].as_str().unwrap_or("").into()),
-                })
-                .collect()
+fn tensor(t: &WireTensor) -> LiveTensor {
+    let shape = t
+        .shape
+        .iter()
+        .map(|d| match d {
+            WireDim::Fixed(n) => Dim::Fixed(*n),
+            WireDim::Symbolic(s) => Dim::Symbolic(s.symbolic.clone()),
         })
-        .unwrap_or_default();
+        .collect();
     LiveTensor {
-        meta: TensorMeta {
-            dtype: body["dtype"].as_str().unwrap_or("").into(),
-            shape,
-            strides: vec![],
-            device: Device { kind: body["device"].as_str().unwrap_or("cpu").into(), index: None },
-        },
-        contiguous: body["contiguous"].as_bool().unwrap_or(true),
-        sizes: body["sizes"].as_array().map(|a| a.iter().map(|d| d.as_i64().unwrap_or(-1)).collect()).unwrap_or_default(),
+        meta: TensorMeta { dtype: t.dtype.clone(), shape, strides: vec![], device: Device { kind: t.device.clone(), index: None } },
+        contiguous: t.contiguous,
+        sizes: t.sizes.clone(),
     }
 }
 
-fn call_value(v: &Value) -> Result<CallValue, String> {
-    let (kind, body) = v.as_object().and_then(|o| o.iter().next()).ok_or("empty value")?;
-    Ok(match kind.as_str() {
-        "scalar" => CallValue::Scalar(scalar(body)),
-        "sequence" => CallValue::Sequence(slots(body)),
-        "sym_int" => CallValue::SymInt(SymValue { expr: body["expr"].as_str().unwrap_or("").into(), hint: body["hint"].as_i64() }),
-        "dtype" => CallValue::Dtype(body.as_str().unwrap_or("").into()),
-        "object" => CallValue::Object(ObjectValue {
-            type_name: body["type"].as_str().unwrap_or("").into(),
-            attributes: body["attributes"]
-                .as_object()
-                .map(|m| m.iter().map(|(k, v)| (k.clone(), scalar(v))).collect())
-                .unwrap_or_default(),
+fn call_value(v: &WireValue) -> CallValue {
+    match v {
+        WireValue::Scalar(s) => CallValue::Scalar(s.0.clone()),
+        WireValue::Sequence(slots) => CallValue::Sequence(slots.clone()),
+        WireValue::SymInt(sym) => CallValue::SymInt(SymValue { expr: sym.expr.clone(), hint: sym.hint }),
+        WireValue::Dtype(dtype) => CallValue::Dtype(dtype.clone()),
+        WireValue::Object(o) => CallValue::Object(ObjectValue {
+            type_name: o.type_name.clone(),
+            attributes: o.attributes.iter().map(|(k, v)| (k.clone(), v.0.clone())).collect(),
         }),
-        "tensor" => CallValue::Tensor(tensor(body)),
-        other => return Err(format!("unknown value kind `{other}`")),
-    })
-}
-
-pub fn call_from_json(call: &Value) -> Result<PatchedCall, String> {
-    let values = call.get("values").and_then(Value::as_array).ok_or("patch call without values")?;
-    Ok(PatchedCall {
-        target: call["target"].as_str().unwrap_or("").into(),
-        values: values.iter().map(call_value).collect::<Result<_, _>>()?,
-        args: slots(&call["args"]),
-        kwargs: named_slots(&call["kwargs"]),
-    })
-}
-
-// ── Contract → worker JSON ──
-
-fn scalar_json(s: &Scalar) -> Value {
-    match s {
-        Scalar::None => Value::Null,
-        Scalar::Boolean(b) => json!(b),
-        Scalar::Int(i) => json!(i),
-        Scalar::Float(f) => json!(f),
-        Scalar::Str(s) => json!(s),
+        WireValue::Tensor(t) => CallValue::Tensor(tensor(t)),
     }
 }
 
-fn kwargs_json(kwargs: &[(String, u32)]) -> Vec<Value> {
-    kwargs.iter().map(|(k, v)| json!([k, v])).collect()
+pub fn call_from_wire(call: &PatchCall) -> PatchedCall {
+    PatchedCall {
+        target: call.target.clone(),
+        values: call.values.iter().map(call_value).collect(),
+        args: call.args.clone(),
+        kwargs: call.kwargs.clone(),
+    }
 }
 
-fn op_json(op: &OpCall) -> Value {
-    json!({"op": op.op, "args": op.args, "kwargs": kwargs_json(&op.kwargs)})
+// ── Contract → protocol: the plugin's program as the worker runs it ──
+
+fn op(op: &OpCall) -> WireOp {
+    WireOp { op: op.op.clone(), args: op.args.clone(), kwargs: op.kwargs.clone() }
 }
 
-pub fn program_to_json(program: &Program) -> Value {
-    let steps: Vec<Value> = program
+pub fn program_to_wire(program: &Program) -> WireProgram {
+    let steps = program
         .steps
         .iter()
         .map(|step| match step {
-            Step::Call(op) => json!({"call": op_json(op)}),
-            Step::Original(op) => json!({"original": op_json(op)}),
-            Step::Invoke(ValueCall { callee, args, kwargs }) => json!({"invoke": {"callee": callee, "args": args, "kwargs": kwargs_json(kwargs)}}),
-            Step::Getattr((slot, name)) => json!({"getattr": [slot, name]}),
-            Step::Item((slot, index)) => json!({"item": [slot, index]}),
-            Step::Constant(s) => json!({"constant": scalar_json(s)}),
-            Step::Lookup(path) => json!({"lookup": path}),
-            Step::Pack(slots) => json!({"pack": slots}),
-            Step::Enter(slot) => json!({"enter": slot}),
-            Step::Callback(Callback { target, captured }) => json!({"callback": {"target": target, "captured": captured}}),
+            Step::Call(o) => WireStep::Call(op(o)),
+            Step::Original(o) => WireStep::Original(op(o)),
+            Step::Invoke(ValueCall { callee, args, kwargs }) => WireStep::Invoke { callee: *callee, args: args.clone(), kwargs: kwargs.clone() },
+            Step::Getattr((slot, name)) => WireStep::Getattr((*slot, name.clone())),
+            Step::Item((slot, index)) => WireStep::Item((*slot, *index)),
+            Step::Constant(s) => WireStep::Constant(WireScalar(s.clone())),
+            Step::Lookup(path) => WireStep::Lookup(path.clone()),
+            Step::Pack(slots) => WireStep::Pack(slots.clone()),
+            Step::Enter(slot) => WireStep::Enter(*slot),
+            Step::Callback(Callback { target, captured }) => WireStep::Callback { target: target.clone(), captured: captured.clone() },
         })
         .collect();
-    json!({"steps": steps, "output": program.output})
+    WireProgram { steps, output: program.output }
 }
 
 // ── What a program may reach ──

@@ -1,13 +1,29 @@
-//! The worker's side of protocol 1, as the host reads it: lines of bounded
-//! length, each one typed message. A line that is too long, not UTF-8, not
-//! JSON or missing a field is a `TraceError::Protocol`, never a panic.
+//! The worker protocol, host side: every message typed, and lines read with
+//! a bound.
+//!
+//! One JSON object per line (the wire shapes are listed in the worker's
+//! `hfx_worker/protocol.py`, whose dataclasses mirror these types). Requests
+//! are serialized from the structs below; everything the worker sends is
+//! read into structs with `deny_unknown_fields`, so a line that is too long,
+//! not UTF-8, not JSON, or has a missing, unknown or mistyped field is one
+//! `TraceError::Protocol` naming the message and the field, never a panic and
+//! never a default. Both ends check `PROTOCOL` at `hello`.
 
+use std::collections::BTreeMap;
 use std::io::{self, BufRead};
+use std::path::PathBuf;
 
-use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
 use super::TraceError;
+use crate::plugins::patching::Scalar;
+use crate::plugins::Versions;
+
+/// The protocol version; the worker's `protocol.PROTOCOL` is the same number.
+/// Any change to a message below is a new version.
+pub const PROTOCOL: u64 = 2;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -62,24 +78,410 @@ pub fn read_line_bounded(reader: &mut impl BufRead, limit: usize) -> io::Result<
     }))
 }
 
+
+// ── Requests (host → worker) ──
+
+/// A request: its method name, its params (serialized as `params`) and the
+/// type of its reply.
+pub trait Method: Serialize {
+    const NAME: &'static str;
+    type Reply: DeserializeOwned;
+}
+
+/// `hello`: the host's protocol; the worker refuses another.
+#[derive(Debug, Clone, Serialize)]
+pub struct Hello {
+    pub protocol: u64,
+}
+
+impl Method for Hello {
+    const NAME: &'static str = "hello";
+    type Reply = HelloReply;
+}
+
+/// A patch plugin and the targets the worker swaps for shims.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PatchSpec {
+    pub plugin: String,
+    pub targets: Vec<String>,
+}
+
+/// Where the model comes from, as the worker reads it (`kind` tags the variant).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum SourceParams {
+    Architecture { name: String, overrides: BTreeMap<String, String> },
+    Directory { path: PathBuf },
+    Function { spec: String },
+}
+
+/// `trace`: every field is sent; the worker has no defaults.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TraceParams {
+    pub source: SourceParams,
+    pub task: Option<String>,
+    pub dynamic: bool,
+    pub dynamic_shapes: Vec<String>,
+    pub batch: u32,
+    pub sequence: u32,
+    pub output: PathBuf,
+    pub reference: PathBuf,
+    pub decompose: bool,
+    pub device: String,
+    pub dtype: String,
+    pub folder: Option<PathBuf>,
+    pub side_weights: bool,
+    pub patches: Vec<PatchSpec>,
+}
+
+impl Method for TraceParams {
+    const NAME: &'static str = "trace";
+    type Reply = TraceReply;
+}
+
+/// `patches_restored`: is each target's original in place (not a shim)?
+#[derive(Debug, Clone, Serialize)]
+pub struct PatchesRestored {
+    pub patches: Vec<PatchSpec>,
+}
+
+impl Method for PatchesRestored {
+    const NAME: &'static str = "patches_restored";
+    type Reply = BTreeMap<String, bool>;
+}
+
+/// `verify`: the ONNX model in ONNX Runtime against the eager reference.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verify {
+    pub onnx: PathBuf,
+    pub reference: PathBuf,
+    /// Also at a second input size, for a dynamic export of a generated model.
+    pub second_size: bool,
+    pub atol: f64,
+    pub rtol: f64,
+}
+
+impl Method for Verify {
+    const NAME: &'static str = "verify";
+    type Reply = VerifyReply;
+}
+
+// ── Replies (worker → host) ──
+
+/// An `Option` field that must be present (`null` for none): serde would
+/// otherwise take a missing `Option` for `None`.
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    Option::<T>::deserialize(d)
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HelloReply {
+    pub protocol: u64,
+    /// The worker's Python version.
+    pub python: String,
+    /// Upstream packages installed (torch, transformers, onnx, ...).
+    pub versions: Versions,
+}
+
+/// Seconds per step of the trace request.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepSeconds {
+    pub import: f64,
+    pub build: f64,
+    pub eager: f64,
+    pub export: f64,
+    pub save: f64,
+}
+
+/// The worker's peak resident memory (MiB) after each step that moves it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepPeaks {
+    pub import: f64,
+    pub build: f64,
+    pub export: f64,
+    pub save: f64,
+}
+
+/// The fields of the reference's `ExportMetadata` the worker knows; written to
+/// an export folder's `export.json` with the host's `packages` and
+/// `export_config`. The kwargs' descriptions and the constants are the
+/// reference's JSON, passed through.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportMetadata {
+    pub architecture: String,
+    pub export_dtype: String,
+    pub export_device: String,
+    pub kwargs: BTreeMap<String, Value>,
+    pub in_spec: String,
+    pub out_spec: String,
+    pub in_constants: BTreeMap<String, Value>,
+    pub out_constants: Vec<Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraceReply {
+    /// The traced model's class (`LlamaForCausalLM`).
+    pub model_class: String,
+    /// Shapes of the traced tensor inputs, by name.
+    pub inputs: BTreeMap<String, Vec<u64>>,
+    /// How many tensor outputs the program returns.
+    pub outputs: u64,
+    /// The output leaves' names (`logits`, `cache.layers.0.keys`).
+    pub output_names: Vec<String>,
+    pub export_metadata: ExportMetadata,
+    /// Nodes of the traced graph.
+    pub nodes: u64,
+    /// For each patch target: whether its original is back in place.
+    pub patches_restored: BTreeMap<String, bool>,
+    pub versions: Versions,
+    pub seconds: StepSeconds,
+    pub peak_rss_mib: StepPeaks,
+    /// Whether the weights went to `<output>.weights` rather than into the `.pt2`.
+    pub side_weights: bool,
+}
+
+/// One output of the ONNX model against eager PyTorch.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Comparison {
+    pub shape: Vec<u64>,
+    pub expected_shape: Vec<u64>,
+    /// `None` when the shapes differ or the error is not finite.
+    #[serde(deserialize_with = "present")]
+    pub max_abs: Option<f64>,
+    #[serde(deserialize_with = "present")]
+    pub max_rel: Option<f64>,
+    pub ok: bool,
+}
+
+/// The outputs for one set of inputs.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Check {
+    pub inputs: BTreeMap<String, Vec<u64>>,
+    pub outputs: Vec<Comparison>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerifyReply {
+    pub checks: Vec<Check>,
+    /// ONNX Runtime's execution providers used.
+    pub providers: Vec<String>,
+}
+
 /// A Python exception the worker reports for a request.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PythonError {
     #[serde(rename = "type")]
     pub kind: String,
     pub message: String,
-    #[serde(default)]
     pub traceback: String,
 }
+
+// ── Notifications during a request (worker → host) ──
+
+/// The steps of a `trace` request, in order (the worker's `protocol.STEPS`).
+/// `export` is torch.export under the reference exporter's signature,
+/// patches and state-cleanup stages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceStep {
+    Import,
+    Build,
+    Eager,
+    Export,
+    Decompose,
+    Save,
+}
+
+impl TraceStep {
+    /// What the step does, for a progress line.
+    pub fn description(self) -> &'static str {
+        match self {
+            TraceStep::Import => "importing torch",
+            TraceStep::Build => "building the model",
+            TraceStep::Eager => "running it eagerly (the reference outputs)",
+            TraceStep::Export => "torch.export",
+            TraceStep::Decompose => "run_decompositions",
+            TraceStep::Save => "saving the program",
+        }
+    }
+}
+
+/// `{"progress": {...}}`: a step of the running request.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Progress {
+    pub stage: TraceStep,
+}
+
+/// A Python scalar on the wire: null, a bool, an int (an `i64`; a larger
+/// integer arrives as a float, as JSON numbers do), a float or a string.
+#[derive(Debug, Clone)]
+pub struct WireScalar(pub Scalar);
+
+// (The contract's `Scalar` has no `PartialEq`.)
+impl PartialEq for WireScalar {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (Scalar::None, Scalar::None) => true,
+            (Scalar::Boolean(a), Scalar::Boolean(b)) => a == b,
+            (Scalar::Int(a), Scalar::Int(b)) => a == b,
+            (Scalar::Float(a), Scalar::Float(b)) => a == b,
+            (Scalar::Str(a), Scalar::Str(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for WireScalar {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(WireScalar(match Value::deserialize(d)? {
+            Value::Null => Scalar::None,
+            Value::Bool(b) => Scalar::Boolean(b),
+            Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+                (Some(i), _) => Scalar::Int(i),
+                (None, Some(f)) => Scalar::Float(f),
+                (None, None) => return Err(serde::de::Error::custom(format!("the number {n} is not an i64 or f64"))),
+            },
+            Value::String(s) => Scalar::Str(s),
+            other => return Err(serde::de::Error::custom(format!("a scalar is null, a bool, a number or a string, not {other}"))),
+        }))
+    }
+}
+
+impl Serialize for WireScalar {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match &self.0 {
+            Scalar::None => s.serialize_none(),
+            Scalar::Boolean(b) => s.serialize_bool(*b),
+            Scalar::Int(i) => s.serialize_i64(*i),
+            Scalar::Float(f) => s.serialize_f64(*f),
+            Scalar::Str(text) => s.serialize_str(text),
+        }
+    }
+}
+
+/// A tensor dimension: a size, or `{"symbolic": "s0"}`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum WireDim {
+    Fixed(i64),
+    Symbolic(SymbolicDim),
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SymbolicDim {
+    pub symbolic: String,
+}
+
+/// A live tensor of a patched call.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WireTensor {
+    pub dtype: String,
+    pub shape: Vec<WireDim>,
+    pub device: String,
+    pub contiguous: bool,
+    /// The sample's sizes (-1 for a data-dependent one).
+    pub sizes: Vec<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WireSym {
+    pub expr: String,
+    #[serde(deserialize_with = "present")]
+    pub hint: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WireObject {
+    #[serde(rename = "type")]
+    pub type_name: String,
+    pub attributes: BTreeMap<String, WireScalar>,
+}
+
+/// One value of a patched call's table (the worker's `sandbox.describe`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum WireValue {
+    Scalar(WireScalar),
+    Sequence(Vec<u32>),
+    Tensor(WireTensor),
+    SymInt(WireSym),
+    Dtype(String),
+    Object(WireObject),
+}
+
+/// `{"patch_call": {...}}`: a patched call the host answers with a program.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PatchCall {
+    pub plugin: String,
+    pub target: String,
+    pub values: Vec<WireValue>,
+    pub args: Vec<u32>,
+    pub kwargs: Vec<(String, u32)>,
+}
+
+// ── The answer to a patch call (host → worker) ──
+
+/// `{"program": {...}}` or `{"error": "..."}`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PatchAnswer {
+    Program(WireProgram),
+    Error(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WireProgram {
+    pub steps: Vec<WireStep>,
+    pub output: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WireOp {
+    pub op: String,
+    pub args: Vec<u32>,
+    pub kwargs: Vec<(String, u32)>,
+}
+
+/// A program step as the worker's `sandbox.run_program` reads it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WireStep {
+    Call(WireOp),
+    Original(WireOp),
+    Invoke { callee: u32, args: Vec<u32>, kwargs: Vec<(String, u32)> },
+    Getattr((u32, String)),
+    Item((u32, i64)),
+    Constant(WireScalar),
+    Lookup(String),
+    Pack(Vec<u32>),
+    Enter(u32),
+    Callback { target: String, captured: Vec<u32> },
+}
+
+// ── Lines ──
 
 /// One line from the worker.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Message {
-    /// `{"progress": {...}}`: a step of the running request.
-    Progress(Value),
-    /// `{"patch_call": {...}}`: a patched call the host answers with a program.
-    PatchCall(Value),
-    /// `{"id": N, "result": ...}` or `{"id": N, "error": {...}}`.
+    Progress(Progress),
+    PatchCall(PatchCall),
+    /// `{"id": N, "result": ...}` or `{"id": N, "error": {...}}`; the result is
+    /// typed by the caller, who knows the method (`reply`).
     Response { id: u64, outcome: Result<Value, PythonError> },
 }
 
@@ -97,23 +499,41 @@ pub fn parse_message(line: &str) -> Result<Message, TraceError> {
     let bad = |why: &str| TraceError::Protocol(format!("{why}: `{}`", excerpt(line)));
     let value: Value = serde_json::from_str(line).map_err(|e| bad(&format!("a worker line is not JSON ({e})")))?;
     let Value::Object(mut fields) = value else { return Err(bad("a worker line is not a JSON object")) };
+    // What is left once a message's own fields are taken is refused by name.
+    let no_more = |fields: &serde_json::Map<String, Value>, what: &str| match fields.keys().next() {
+        Some(key) => Err(bad(&format!("{what} has an unknown field `{key}`"))),
+        None => Ok(()),
+    };
     if let Some(progress) = fields.remove("progress") {
+        no_more(&fields, "a progress line")?;
+        let progress = Progress::deserialize(progress).map_err(|e| bad(&format!("a progress line: {e}")))?;
         return Ok(Message::Progress(progress));
     }
     if let Some(call) = fields.remove("patch_call") {
+        no_more(&fields, "a patch call")?;
+        let call = PatchCall::deserialize(call).map_err(|e| bad(&format!("a patch call: {e}")))?;
         return Ok(Message::PatchCall(call));
     }
-    let id = match fields.get("id") {
+    let id = match fields.remove("id") {
         Some(id) => id.as_u64().ok_or_else(|| bad("a response's `id` is not a request number"))?,
         None => return Err(bad("a worker line is neither progress, a patch call nor a response (no `id`)")),
     };
     let outcome = match (fields.remove("result"), fields.remove("error")) {
-        (_, Some(error)) => Err(serde_json::from_value::<PythonError>(error)
-            .map_err(|e| bad(&format!("a response's `error` is malformed ({e})")))?),
+        (Some(_), Some(_)) => return Err(bad("a response has both `result` and `error`")),
+        (None, Some(error)) => {
+            Err(PythonError::deserialize(error).map_err(|e| bad(&format!("a response's `error` is malformed ({e})")))?)
+        }
         (Some(result), None) => Ok(result),
         (None, None) => return Err(bad("a response has neither `result` nor `error`")),
     };
+    no_more(&fields, "a response")?;
     Ok(Message::Response { id, outcome })
+}
+
+/// A response's result as the reply of `method`: a missing, unknown or
+/// mistyped field is a protocol error naming the method and the field.
+pub fn reply<R: DeserializeOwned>(method: &str, result: Value) -> Result<R, TraceError> {
+    R::deserialize(result).map_err(|e| TraceError::Protocol(format!("the worker's `{method}` reply: {e}")))
 }
 
 #[cfg(test)]
@@ -163,9 +583,19 @@ mod tests {
 
     #[test]
     fn messages_are_typed() {
-        assert_eq!(parse_message(r#"{"progress": {"stage": "import"}}"#).unwrap(), Message::Progress(serde_json::json!({"stage": "import"})));
-        assert_eq!(parse_message(r#"{"patch_call": {"plugin": "p"}}"#).unwrap(), Message::PatchCall(serde_json::json!({"plugin": "p"})));
-        assert_eq!(parse_message(r#"{"id": 3, "result": null}"#).unwrap(), Message::Response { id: 3, outcome: Ok(Value::Null) });
+        use serde_json::json;
+        assert_eq!(parse_message(r#"{"progress": {"stage": "import"}}"#).unwrap(), Message::Progress(Progress { stage: TraceStep::Import }));
+        let call = r#"{"patch_call": {"plugin": "p", "target": "torch.where", "values": [
+            {"tensor": {"dtype": "float32", "shape": [2, {"symbolic": "s0"}], "device": "cpu", "contiguous": true, "sizes": [2, 8]}},
+            {"scalar": null}, {"scalar": 3}, {"scalar": 0.5}, {"scalar": "x"}, {"sequence": [0, 1]},
+            {"sym_int": {"expr": "s0", "hint": null}}, {"dtype": "int64"},
+            {"object": {"type": "LlamaRMSNorm", "attributes": {"eps": 1e-06}}}],
+            "args": [0, 1], "kwargs": [["dim", 2]]}}"#;
+        let Message::PatchCall(call) = parse_message(&call.replace('\n', "")).unwrap() else { panic!() };
+        assert_eq!((call.plugin.as_str(), call.values.len(), call.kwargs.clone()), ("p", 9, vec![("dim".to_string(), 2)]));
+        assert_eq!(call.values[2], WireValue::Scalar(WireScalar(Scalar::Int(3))));
+        assert_eq!(call.values[6], WireValue::SymInt(WireSym { expr: "s0".into(), hint: None }));
+        assert_eq!(parse_message(r#"{"id": 3, "result": {}}"#).unwrap(), Message::Response { id: 3, outcome: Ok(json!({})) });
         let error = r#"{"id": 4, "error": {"type": "ValueError", "message": "no", "traceback": "Traceback..."}}"#;
         let expected = PythonError { kind: "ValueError".into(), message: "no".into(), traceback: "Traceback...".into() };
         assert_eq!(parse_message(error).unwrap(), Message::Response { id: 4, outcome: Err(expected) });
@@ -173,22 +603,137 @@ mod tests {
 
     #[test]
     fn malformed_messages_are_protocol_errors_naming_the_problem() {
+        let tensor = r#"{"dtype": "float32", "shape": [2], "device": "cpu", "contiguous": true, "sizes": [2]}"#;
         let cases = [
-            ("not json", "not JSON"),
-            ("[1, 2]", "not a JSON object"),
-            (r#"{"hello": 1}"#, "no `id`"),
-            (r#"{"id": "one", "result": 1}"#, "not a request number"),
-            (r#"{"id": -1, "result": 1}"#, "not a request number"),
-            (r#"{"id": 1}"#, "neither `result` nor `error`"),
-            (r#"{"id": 1, "error": "boom"}"#, "`error` is malformed"),
-            (r#"{"id": 1, "error": {"type": "E"}}"#, "`error` is malformed"),
+            ("not json".to_string(), "not JSON"),
+            ("[1, 2]".into(), "not a JSON object"),
+            (r#"{"hello": 1}"#.into(), "no `id`"),
+            (r#"{"id": "one", "result": 1}"#.into(), "not a request number"),
+            (r#"{"id": -1, "result": 1}"#.into(), "not a request number"),
+            (r#"{"id": 1}"#.into(), "neither `result` nor `error`"),
+            (r#"{"id": 1, "result": 1, "error": {}}"#.into(), "both `result` and `error`"),
+            (r#"{"id": 1, "result": 1, "extra": 2}"#.into(), "a response has an unknown field `extra`"),
+            (r#"{"id": 1, "error": "boom"}"#.into(), "`error` is malformed"),
+            (r#"{"id": 1, "error": {"type": "E"}}"#.into(), "missing field `message`"),
+            (r#"{"id": 1, "error": {"type": "E", "message": "m"}}"#.into(), "missing field `traceback`"),
+            (r#"{"id": 1, "error": {"type": "E", "message": "m", "traceback": "", "x": 1}}"#.into(), "unknown field `x`"),
+            (r#"{"progress": {"stage": "lunch"}}"#.into(), "unknown variant `lunch`"),
+            (r#"{"progress": {"stage": "import", "percent": 5}}"#.into(), "unknown field `percent`"),
+            (r#"{"progress": {}}"#.into(), "missing field `stage`"),
+            (r#"{"progress": {"stage": "import"}, "id": 1}"#.into(), "a progress line has an unknown field `id`"),
+            (r#"{"patch_call": {"plugin": "p"}}"#.into(), "a patch call: missing field `target`"),
+            (
+                format!(r#"{{"patch_call": {{"plugin": "p", "target": "t", "values": [{{"tensor": {tensor}, "x": 1}}], "args": [], "kwargs": []}}}}"#),
+                "a patch call:",
+            ),
+            (r#"{"patch_call": {"plugin": "p", "target": "t", "values": [{"scalar": [1]}], "args": [], "kwargs": []}}"#.into(), "a scalar is null"),
+            (r#"{"patch_call": {"plugin": "p", "target": "t", "values": [{"blob": 1}], "args": [], "kwargs": []}}"#.into(), "unknown variant `blob`"),
+            (r#"{"patch_call": {"plugin": "p", "target": "t", "values": [{"sym_int": {"expr": "s0"}}], "args": [], "kwargs": []}}"#.into(), "missing field `hint`"),
+            (r#"{"patch_call": {"plugin": "p", "target": "t", "values": [], "args": [-1], "kwargs": []}}"#.into(), "a patch call:"),
         ];
         for (line, why) in cases {
-            match parse_message(line) {
-                Err(TraceError::Protocol(message)) => assert!(message.contains(why) && message.contains(line), "{line}: {message}"),
+            match parse_message(&line) {
+                Err(TraceError::Protocol(message)) => {
+                    assert!(message.contains(why) && message.contains(&excerpt(&line)), "{line}: {message}");
+                    assert!(!message.contains('\n'), "one line: {message}");
+                }
                 other => panic!("{line}: {other:?}"),
             }
         }
+    }
+
+    fn trace_reply() -> Value {
+        serde_json::json!({
+            "model_class": "Doubler", "inputs": {"x": [2, 3]}, "outputs": 1, "output_names": ["output"],
+            "export_metadata": {"architecture": "Doubler", "export_dtype": "float32", "export_device": "cpu",
+                "kwargs": {"x": {"rank": 2, "shape": [2, 3], "dtype": "float32"}}, "in_spec": "[]", "out_spec": "[]",
+                "in_constants": {}, "out_constants": []},
+            "nodes": 4, "patches_restored": {"torch.where": true}, "versions": {"torch": "2.13.0"},
+            "seconds": {"import": 1.0, "build": 0.1, "eager": 0.1, "export": 0.5, "save": 0.1},
+            "peak_rss_mib": {"import": 300.0, "build": 310.0, "export": 400.0, "save": 410.0},
+            "side_weights": false,
+        })
+    }
+
+    #[test]
+    fn replies_are_typed_and_a_missing_unknown_or_mistyped_field_is_named() {
+        let reply: TraceReply = super::reply("trace", trace_reply()).unwrap();
+        assert_eq!((reply.model_class.as_str(), reply.outputs, reply.seconds.export), ("Doubler", 1, 0.5));
+        let mut missing = trace_reply();
+        missing.as_object_mut().unwrap().remove("nodes");
+        let mut unknown = trace_reply();
+        unknown["export_metadata"]["opset"] = 18.into();
+        let mut mistyped = trace_reply();
+        mistyped["side_weights"] = "yes".into();
+        let mut step = trace_reply();
+        step["seconds"].as_object_mut().unwrap().remove("eager");
+        for (value, why) in [
+            (missing, "missing field `nodes`"),
+            (unknown, "unknown field `opset`"),
+            (mistyped, "invalid type: string \"yes\", expected a boolean"),
+            (step, "missing field `eager`"),
+        ] {
+            match super::reply::<TraceReply>("trace", value) {
+                Err(TraceError::Protocol(message)) => assert!(message.starts_with("the worker's `trace` reply: ") && message.contains(why), "{message}"),
+                other => panic!("{why}: {other:?}"),
+            }
+        }
+        let verify = serde_json::json!({"checks": [{"inputs": {"x": [2]}, "outputs": [
+            {"shape": [2], "expected_shape": [2], "max_abs": 0.0, "max_rel": null, "ok": true}]}], "providers": ["CPUExecutionProvider"]});
+        let reply: VerifyReply = super::reply("verify", verify.clone()).unwrap();
+        assert_eq!(reply.checks[0].outputs[0].max_rel, None);
+        let mut absent = verify;
+        absent["checks"][0]["outputs"][0].as_object_mut().unwrap().remove("max_rel");
+        let Err(TraceError::Protocol(message)) = super::reply::<VerifyReply>("verify", absent) else { panic!() };
+        assert!(message.contains("missing field `max_rel`"), "{message}");
+        let hello = serde_json::json!({"protocol": PROTOCOL, "python": "3.11.7", "versions": {}, "debug": true});
+        let Err(TraceError::Protocol(message)) = super::reply::<HelloReply>("hello", hello) else { panic!() };
+        assert!(message.contains("unknown field `debug`"), "{message}");
+    }
+
+    #[test]
+    fn requests_and_answers_have_the_workers_shapes() {
+        use serde_json::json;
+        let params = TraceParams {
+            source: SourceParams::Architecture { name: "llama".into(), overrides: [("vocab_size".to_string(), "128".to_string())].into() },
+            task: None,
+            dynamic: true,
+            dynamic_shapes: vec![],
+            batch: 2,
+            sequence: 8,
+            output: "m.pt2".into(),
+            reference: "r.pt".into(),
+            decompose: false,
+            device: "cpu".into(),
+            dtype: "float32".into(),
+            folder: None,
+            side_weights: true,
+            patches: vec![PatchSpec { plugin: "p".into(), targets: vec!["torch.where".into()] }],
+        };
+        let value = serde_json::to_value(&params).unwrap();
+        assert_eq!(value["source"], json!({"kind": "architecture", "name": "llama", "overrides": {"vocab_size": "128"}}));
+        assert_eq!((value["task"].clone(), value["patches"][0]["targets"][0].clone()), (Value::Null, json!("torch.where")));
+        let program = WireProgram {
+            steps: vec![
+                WireStep::Call(WireOp { op: "aten.where.self".into(), args: vec![0, 1], kwargs: vec![("dim".into(), 2)] }),
+                WireStep::Invoke { callee: 3, args: vec![], kwargs: vec![] },
+                WireStep::Getattr((1, "eps".into())),
+                WireStep::Constant(WireScalar(Scalar::None)),
+                WireStep::Callback { target: "t".into(), captured: vec![0] },
+            ],
+            output: 4,
+        };
+        assert_eq!(
+            serde_json::to_value(PatchAnswer::Program(program)).unwrap(),
+            json!({"program": {"steps": [
+                {"call": {"op": "aten.where.self", "args": [0, 1], "kwargs": [["dim", 2]]}},
+                {"invoke": {"callee": 3, "args": [], "kwargs": []}},
+                {"getattr": [1, "eps"]},
+                {"constant": null},
+                {"callback": {"target": "t", "captured": [0]}},
+            ], "output": 4}})
+        );
+        assert_eq!(serde_json::to_value(PatchAnswer::Error("no".into())).unwrap(), json!({"error": "no"}));
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! ── ONNX stage 6, continued: constant folding ──
+//! ── onnx-optimize, continued: constant folding ──
 //!
 //! A node whose inputs are all known (Constant nodes, small initializers, or
 //! values folded before it) is computed here and becomes an initializer: the

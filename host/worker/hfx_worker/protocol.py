@@ -1,0 +1,349 @@
+"""The worker's protocol: every message, typed, and the version both ends check.
+
+One JSON object per line. The host writes requests and patch answers on the
+worker's stdin; the worker writes responses, progress and patch calls on its
+stdout:
+
+    host → worker   {"id": 1, "method": "hello", "params": {"protocol": 2}}
+    worker → host   {"id": 1, "result": {"protocol": 2, "python": "3.11.9", "versions": {...}}}
+    host → worker   {"id": 2, "method": "trace", "params": {...TraceParams}}
+    worker → host   {"progress": {"stage": "import"}}
+    worker → host   {"patch_call": {...PatchCall}}       (during `trace` only)
+    host → worker   {"program": {...}} | {"error": "..."}  (the answer, no id)
+    worker → host   {"id": 2, "result": {...TraceReply}} | {"id": 2, "error": {...ErrorReply}}
+
+Each message is a dataclass; `parse` builds one from a decoded JSON object
+and refuses unknown and missing fields and wrong types with one line naming
+the message and the field. The host (`host/src/trace/protocol.rs`) has the
+same types as serde structs with `deny_unknown_fields`. A change to any
+message is a new `PROTOCOL`, checked at `hello` on both sides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, ClassVar, Optional, Union
+
+# The protocol version; the host's `trace::protocol::PROTOCOL` is the same number.
+PROTOCOL = 2
+
+# The steps of a `trace` request, in order, as progress names them (the host's
+# `TraceStep`). `export` runs torch.export under the reference exporter's
+# signature, patches and state-cleanup stages; see `trace`.
+STEPS = ("import", "build", "eager", "export", "decompose", "save")
+
+
+class ProtocolError(ValueError):
+    """A message that is not what the protocol says; one line naming message and field."""
+
+
+# ── Requests (host → worker) ──
+
+
+@dataclass
+class Request:
+    NAME: ClassVar[str] = "request"
+    id: int
+    method: str
+    params: dict[str, Any]
+
+
+@dataclass
+class HelloParams:
+    NAME: ClassVar[str] = "`hello` request"
+    protocol: int
+
+
+@dataclass
+class PatchSpec:
+    """A patch plugin and the targets the worker swaps for shims."""
+    NAME: ClassVar[str] = "patch"
+    plugin: str
+    targets: list[str]
+
+
+@dataclass
+class ArchitectureSource:
+    """A random model from an architecture name and config overrides (`--set` values, as text)."""
+    NAME: ClassVar[str] = "`architecture` source"
+    KIND: ClassVar[str] = "architecture"
+    name: str
+    overrides: dict[str, str]
+
+
+@dataclass
+class DirectorySource:
+    """A local Hugging Face model folder."""
+    NAME: ClassVar[str] = "`directory` source"
+    KIND: ClassVar[str] = "directory"
+    path: str
+
+
+@dataclass
+class FunctionSource:
+    """`python:module:function` returning `(model, inputs)`."""
+    NAME: ClassVar[str] = "`function` source"
+    KIND: ClassVar[str] = "function"
+    spec: str
+
+
+@dataclass
+class TraceParams:
+    NAME: ClassVar[str] = "`trace` request"
+    source: Union[ArchitectureSource, DirectorySource, FunctionSource]
+    task: Optional[str]
+    dynamic: bool
+    dynamic_shapes: list[str]
+    batch: int
+    sequence: int
+    output: str
+    reference: str
+    decompose: bool
+    device: str
+    dtype: str
+    folder: Optional[str]
+    side_weights: bool
+    patches: list[PatchSpec]
+
+
+@dataclass
+class PatchesRestoredParams:
+    NAME: ClassVar[str] = "`patches_restored` request"
+    patches: list[PatchSpec]
+
+
+@dataclass
+class VerifyParams:
+    NAME: ClassVar[str] = "`verify` request"
+    onnx: str
+    reference: str
+    second_size: bool
+    atol: float
+    rtol: float
+
+
+@dataclass
+class PatchAnswer:
+    """The host's answer to a `patch_call`: the plugin's program (host-checked), or why not."""
+    NAME: ClassVar[str] = "patch answer"
+    program: Optional[dict[str, Any]] = None
+    error: Optional[str] = None
+
+    def validate(self):
+        if (self.program is None) == (self.error is None):
+            raise ProtocolError("patch answer: exactly one of `program` and `error` is expected")
+        if self.program is not None:
+            if set(self.program) != {"steps", "output"}:
+                raise ProtocolError(f"patch answer: `program` has fields {sorted(self.program)}, expected `steps` and `output`")
+            if not isinstance(self.program["steps"], list) or type(self.program["output"]) is not int:
+                raise ProtocolError("patch answer: `program.steps` must be a list and `program.output` a slot number")
+
+
+# ── Replies and notifications (worker → host) ──
+
+
+@dataclass
+class HelloReply:
+    protocol: int
+    python: str
+    versions: dict[str, str]
+
+
+@dataclass
+class ExportMetadata:
+    """The fields of the reference's `ExportMetadata` the worker knows (the host adds
+    `packages` and `export_config`). `kwargs` and the constants are JSON as the
+    reference writes them."""
+    architecture: str
+    export_dtype: str
+    export_device: str
+    kwargs: dict[str, Any]
+    in_spec: str
+    out_spec: str
+    in_constants: dict[str, Any]
+    out_constants: list[Any]
+
+
+@dataclass
+class TraceReply:
+    model_class: str
+    inputs: dict[str, list[int]]
+    outputs: int
+    output_names: list[str]
+    export_metadata: ExportMetadata
+    nodes: int
+    patches_restored: dict[str, bool]
+    versions: dict[str, str]
+    # Seconds per step: import, build, eager, export, save.
+    seconds: dict[str, float]
+    # Peak resident memory (MiB) after: import, build, export, save.
+    peak_rss_mib: dict[str, float]
+    side_weights: bool
+
+
+@dataclass
+class Comparison:
+    """One output against eager; `max_abs`/`max_rel` are null when the shapes differ or the error is not finite."""
+    shape: list[int]
+    expected_shape: list[int]
+    max_abs: Optional[float]
+    max_rel: Optional[float]
+    ok: bool
+
+
+@dataclass
+class Check:
+    inputs: dict[str, list[int]]
+    outputs: list[Comparison]
+
+
+@dataclass
+class VerifyReply:
+    checks: list[Check]
+    providers: list[str]
+
+
+@dataclass
+class Progress:
+    stage: str
+
+    def validate(self):
+        if self.stage not in STEPS:
+            raise ProtocolError(f"progress: unknown stage `{self.stage}`")
+
+
+@dataclass
+class PatchCall:
+    """A patched call, described: `values` is the table of the call's values
+    (`{"tensor": ...}`, `{"scalar": ...}`, ...; `sandbox.describe`), `args` and
+    `kwargs` name their slots."""
+    plugin: str
+    target: str
+    values: list[dict[str, Any]]
+    args: list[int]
+    kwargs: list[list[Any]]
+
+
+@dataclass
+class ErrorReply:
+    """A request's exception: its type, message and traceback."""
+    type: str
+    message: str
+    traceback: str
+
+
+# ── Reading and writing ──
+
+
+def parse(cls, data, where=None):
+    """`cls` from a decoded JSON value; unknown, missing and mistyped fields refused."""
+    where = where or cls.NAME
+    if not isinstance(data, dict):
+        raise ProtocolError(f"{where}: expected a JSON object, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    known = [f for f in dataclasses.fields(cls)]
+    names = {f.name for f in known}
+    unknown = [key for key in data if key not in names]
+    if unknown:
+        raise ProtocolError(f"{where}: unknown field `{unknown[0]}`")
+    values = {}
+    for f in known:
+        if f.name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ProtocolError(f"{where}: missing field `{f.name}`")
+            continue
+        values[f.name] = _convert(hints[f.name], data[f.name], f"{where}, field `{f.name}`")
+    message = cls(**values)
+    if hasattr(message, "validate"):
+        message.validate()
+    return message
+
+
+def _convert(tp, value, where):
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        options = [a for a in args if a is not type(None)]
+        if all(dataclasses.is_dataclass(a) for a in options) and len(options) > 1:
+            # A tagged union: `kind` picks the dataclass.
+            if not isinstance(value, dict) or "kind" not in value:
+                raise ProtocolError(f"{where}: expected an object with a `kind`")
+            for option in options:
+                if option.KIND == value["kind"]:
+                    return parse(option, {k: v for k, v in value.items() if k != "kind"}, f"{where} ({option.NAME})")
+            kinds = ", ".join(f"`{o.KIND}`" for o in options)
+            raise ProtocolError(f"{where}: unknown kind `{value['kind']}` (expected {kinds})")
+        if len(options) != 1:
+            raise TypeError(f"protocol type {tp} is not supported")
+        return _convert(options[0], value, where)
+    if dataclasses.is_dataclass(tp):
+        return parse(tp, value, where)
+    if origin is list:
+        if not isinstance(value, list):
+            raise ProtocolError(f"{where}: expected a list, got {type(value).__name__}")
+        return [_convert(args[0], item, f"{where}[{i}]") for i, item in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ProtocolError(f"{where}: expected an object, got {type(value).__name__}")
+        return {key: _convert(args[1], item, f"{where}.{key}") for key, item in value.items()}
+    if tp is bool:
+        ok = isinstance(value, bool)
+    elif tp is int:
+        ok = type(value) is int
+    elif tp is float:
+        ok = type(value) in (int, float)
+        value = float(value) if ok else value
+    elif tp is str:
+        ok = isinstance(value, str)
+    else:
+        raise TypeError(f"protocol type {tp} is not supported")
+    if not ok:
+        raise ProtocolError(f"{where}: expected {tp.__name__}, got {type(value).__name__}")
+    return value
+
+
+def to_json(message):
+    """A message (a dataclass, or JSON-native data) as JSON. Non-finite floats are
+    refused: the host's JSON has no NaN or Infinity."""
+    if dataclasses.is_dataclass(message):
+        message = dataclasses.asdict(message)
+    return json.dumps(message, allow_nan=False)
+
+
+class Channel:
+    """The worker's end of the pipes: one JSON line per message."""
+
+    def __init__(self, out, inp):
+        self.out = out
+        self.inp = inp
+
+    def write(self, message):
+        self.out.write(to_json(message) + "\n")
+        self.out.flush()
+
+    def progress(self, stage):
+        message = Progress(stage)
+        message.validate()
+        self.write({"progress": dataclasses.asdict(message)})
+
+    def ask(self, call: PatchCall):
+        """Sends a patch call and waits for the host's answer: the program, or the host's error raised."""
+        self.write({"patch_call": dataclasses.asdict(call)})
+        line = self.inp.readline()
+        if not line:
+            raise ProtocolError("patch answer: the host closed the worker's input")
+        try:
+            data = json.loads(line)
+        except ValueError as error:
+            raise ProtocolError(f"patch answer: not JSON ({error})") from None
+        answer = parse(PatchAnswer, data)
+        if answer.error is not None:
+            raise RuntimeError(answer.error)
+        return answer.program

@@ -1,0 +1,199 @@
+"""The reference exporter's `pytree registration` stage, and the model output's
+leaves and their names.
+
+Caches are outputs (and inputs) of causal LMs; torch.export flattens them
+through pytree. One generic flattener: tensors (and still-symbolic ints) are
+leaves, everything else a JSON-native context naming classes by
+`module:qualname`.
+"""
+
+import contextlib
+import importlib
+
+# ── Pytree registration (the reference's `pytree registration` stage) ──
+
+def class_path(cls):
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def class_at(path):
+    module, name = path.split(":") if ":" in path else path.rsplit(".", 1)
+    owner = importlib.import_module(module)
+    for part in name.split("."):
+        owner = getattr(owner, part)
+    return owner
+
+
+def flatten_context(obj, leaves):
+    """A JSON-native context for `obj`, its tensors (and still-symbolic sizes) collected as
+    leaves. The format is the reference exporters' (`{"_t": "tensor", "i": 0}`, ...), so a
+    program or spec hfx writes reads back in `ExportedModel.from_pretrained`."""
+    import torch
+
+    if obj is None or type(obj) in (bool, int, float, str):
+        return obj
+    if type(obj) is list:
+        return [flatten_context(v, leaves) for v in obj]
+    if type(obj) is dict:
+        if all(type(k) is str for k in obj):
+            return {k: flatten_context(v, leaves) for k, v in obj.items()}
+        return {"_t": "items", "v": [[k, flatten_context(v, leaves)] for k, v in obj.items()]}
+    if isinstance(obj, torch.Tensor):
+        leaves.append(obj)
+        return {"_t": "tensor", "i": len(leaves) - 1}
+    if isinstance(obj, torch.Size):
+        return {"_t": "size", "v": list(obj)}
+    if isinstance(obj, torch.device):
+        return {"_t": "device", "s": str(obj)}
+    if isinstance(obj, (torch.dtype, torch.layout)):
+        return {"_t": "dtype" if isinstance(obj, torch.dtype) else "layout", "n": str(obj).removeprefix("torch.")}
+    if isinstance(obj, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        node = obj.node
+        constant = (node.maybe_as_bool() if isinstance(obj, torch.SymBool)
+                    else node.maybe_as_float() if isinstance(obj, torch.SymFloat) else node.maybe_as_int())
+        if constant is not None:  # already specialized: a constant, not a leaf
+            return constant
+        leaves.append(obj)
+        return {"_t": "sym", "i": len(leaves) - 1}
+    if isinstance(obj, type):
+        return {"_t": "type", "p": class_path(obj)}
+    if isinstance(obj, dict):
+        return {"_t": "map", "p": class_path(type(obj)), "v": {k: flatten_context(v, leaves) for k, v in obj.items()}}
+    if isinstance(obj, (tuple, list, set, frozenset)):
+        return {"_t": "seq", "p": class_path(type(obj)), "v": [flatten_context(v, leaves) for v in obj]}
+    if hasattr(obj, "__dict__") and not callable(obj):
+        return {"_t": "obj", "p": class_path(type(obj)), "s": {k: flatten_context(v, leaves) for k, v in vars(obj).items()}}
+    raise TypeError(f"cannot flatten a {type(obj).__name__} into a pytree context")
+
+
+def unflatten_context(ctx, leaves):
+    import torch
+
+    if ctx is None or type(ctx) in (bool, int, float, str):
+        return ctx
+    if type(ctx) is list:
+        return [unflatten_context(v, leaves) for v in ctx]
+    if type(ctx) is dict and "_t" not in ctx:
+        return {k: unflatten_context(v, leaves) for k, v in ctx.items()}
+    kind = ctx["_t"]
+    if kind in ("tensor", "sym"):
+        return leaves[ctx["i"]]
+    if kind == "items":
+        return {k: unflatten_context(v, leaves) for k, v in ctx["v"]}
+    if kind == "size":
+        return torch.Size(ctx["v"])
+    if kind == "device":
+        return torch.device(ctx["s"])
+    if kind in ("dtype", "layout"):
+        return getattr(torch, ctx["n"])
+    if kind == "type":
+        return class_at(ctx["p"])
+    cls = class_at(ctx["p"])
+    if kind == "seq":
+        items = [unflatten_context(v, leaves) for v in ctx["v"]]
+        try:
+            return cls(items)
+        except TypeError:
+            return cls(*items)  # a NamedTuple
+    if kind == "map":
+        return cls({k: unflatten_context(v, leaves) for k, v in ctx["v"].items()})
+    instance = cls.__new__(cls)
+    for key, value in ctx["s"].items():
+        instance.__dict__[key] = unflatten_context(value, leaves)
+    return instance
+
+
+def pytree_flatten(obj):
+    leaves = []
+    return leaves, flatten_context(obj, leaves)
+
+
+def pytree_flatten_with_keys(obj):
+    import torch
+
+    leaves, context = pytree_flatten(obj)
+    return [(torch.utils._pytree.SequenceKey(i), leaf) for i, leaf in enumerate(leaves)], context
+
+
+def pytree_unflatten(values, context):
+    return unflatten_context(context, list(values))
+
+
+def subclasses(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from subclasses(sub)
+
+
+def register_cache_pytrees(model=None):
+    """Every `Cache` subclass (and the model module's own `*Cache` classes) as a pytree node.
+    `ModelOutput`s register themselves when transformers defines them. Also needed by whoever
+    loads the `.pt2` (the names are `module:qualname`)."""
+    import inspect
+
+    import torch
+    from transformers.cache_utils import Cache
+
+    found = list(subclasses(Cache))
+    if model is not None:
+        module = inspect.getmodule(model)
+        found += [obj for _, obj in inspect.getmembers(module, inspect.isclass)
+                  if obj.__module__ == type(model).__module__ and obj.__name__.endswith("Cache")]
+    for cls in found:
+        if cls in torch.utils._pytree.SUPPORTED_NODES:
+            continue
+        torch.utils._pytree.register_pytree_node(
+            cls, pytree_flatten, pytree_unflatten, serialized_type_name=class_path(cls),
+            flatten_with_keys_fn=pytree_flatten_with_keys)
+
+
+# ── The model output: its tensor leaves and their names ──
+
+
+def flat_outputs(output):
+    """The tensor leaves of a model output, in the order the exported program returns them."""
+    import torch
+
+    with contextlib.suppress(Exception):
+        register_cache_pytrees()
+    return [leaf for leaf in torch.utils._pytree.tree_leaves(output) if torch.is_tensor(leaf)]
+
+
+def leaf_paths(value, path, out):
+    """Dotted paths of the tensor leaves of a model output, in `flat_outputs` order:
+    `ModelOutput` fields by name, caches by attribute (the order of the pytree flattener,
+    and the reference's `_iter_leaf_tensors` naming)."""
+    import torch
+    from transformers.utils import ModelOutput
+
+    if torch.is_tensor(value):
+        out.append(path)
+    elif isinstance(value, ModelOutput):
+        for key in value.keys():
+            leaf_paths(value[key], f"{path}.{key}" if path else key, out)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            leaf_paths(item, f"{path}.{i}", out)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            leaf_paths(item, f"{path}.{key}", out)
+    elif hasattr(value, "__dict__") and not callable(value):
+        for key, item in vars(value).items():
+            leaf_paths(item, f"{path}.{key}", out)
+
+
+def output_names(output):
+    """Names for the flattened outputs, as the reference exporters name them: dotted
+    paths (`logits`, `cache.layers.0.keys`, `encoder_last_hidden_state`), unique."""
+    paths = []
+    leaf_paths(output, "", paths)
+    names = []
+    for path in paths:
+        path = path.lstrip(".") or "output"
+        name, n = path, 1
+        while name in names:
+            n += 1
+            name = f"{path}_{n}"
+        names.append(name)
+    return names
+

@@ -1,0 +1,107 @@
+"""The request loop, and the session every request runs in.
+
+The protocol owns stdout: anything else printed (model code, warnings) goes
+to stderr. Each request line is parsed into its typed params (`protocol`);
+every failure, a protocol error included, goes back to the host as the
+request's error, with its traceback.
+"""
+
+import dataclasses
+import importlib.metadata
+import json
+import sys
+import traceback
+
+from . import protocol
+from .protocol import (Channel, ErrorReply, HelloParams, HelloReply, PatchesRestoredParams, ProtocolError, Request,
+                       TraceParams, VerifyParams)
+from .sandbox import Reach, patch_status
+from .trace import trace
+from .verify import verify
+
+# Upstream packages whose versions plugins resolve against (reported by `hello` and `trace`).
+PACKAGES = ("torch", "transformers", "onnx", "onnxscript", "onnxruntime", "executorch")
+
+
+def versions():
+    found = {}
+    for package in PACKAGES:
+        try:
+            found[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return found
+
+
+class Session:
+    """The state of one worker process across its requests, passed to each: the
+    channel to the host, the patch policy (built on first use: it imports torch)
+    and what `verify` needs of the last trace."""
+
+    def __init__(self, channel):
+        self.channel = channel
+        self._policy = None
+        self.last_trace = None
+
+    @property
+    def policy(self):
+        if self._policy is None:
+            self._policy = Reach()
+        return self._policy
+
+    def progress(self, stage):
+        self.channel.progress(stage)
+
+    def ask(self, call):
+        return self.channel.ask(call)
+
+    def versions(self):
+        return versions()
+
+
+def hello(_session, params: HelloParams):
+    if params.protocol != protocol.PROTOCOL:
+        raise ProtocolError(f"the host speaks protocol {params.protocol}, this worker {protocol.PROTOCOL}; "
+                            "the host and its embedded worker must come from the same hfx")
+    return HelloReply(protocol=protocol.PROTOCOL, python=sys.version.split()[0], versions=versions())
+
+
+def patches_restored(session, params: PatchesRestoredParams):
+    return patch_status(session.policy, params.patches)
+
+
+# Each method: its params' type and its handler (session, params) → reply.
+METHODS = {
+    "hello": (HelloParams, hello),
+    "trace": (TraceParams, trace),
+    "patches_restored": (PatchesRestoredParams, patches_restored),
+    "verify": (VerifyParams, verify),
+}
+
+
+def main():
+    protocol_out = sys.stdout
+    sys.stdout = sys.stderr
+    session = Session(Channel(protocol_out, sys.stdin))
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        request_id = 0  # until the line gives one: the host then reports a mismatch
+        try:
+            try:
+                data = json.loads(line)
+            except ValueError as error:
+                raise ProtocolError(f"request: not JSON ({error})") from None
+            if isinstance(data, dict) and type(data.get("id")) is int:
+                request_id = data["id"]
+            request = protocol.parse(Request, data)
+            if request.method not in METHODS:
+                raise ProtocolError(f"request: unknown method `{request.method}` (expected one of {', '.join(METHODS)})")
+            params_type, handler = METHODS[request.method]
+            reply = handler(session, protocol.parse(params_type, request.params))
+            text = protocol.to_json({"id": request_id, "result": dataclasses.asdict(reply) if dataclasses.is_dataclass(reply) else reply})
+        except BaseException as error:  # every failure goes back to the host, typed
+            text = protocol.to_json({"id": request_id, "error": dataclasses.asdict(ErrorReply(
+                type=type(error).__name__, message=str(error), traceback=traceback.format_exc()))})
+        protocol_out.write(text + "\n")
+        protocol_out.flush()

@@ -1,0 +1,123 @@
+"""Where the model comes from, the inputs it is traced with, and the backend's
+device and dtype. Runs model code (`from_function`, custom code in a model
+folder): as trusted as the user trusts it."""
+
+import importlib
+import json
+import os
+import sys
+
+# ── Model sources ──
+
+def parse_value(text):
+    """`--set` values: JSON where it parses (ints, floats, bools, lists), else the string."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def from_architecture(arch, overrides, task):
+    import transformers
+
+    config = transformers.AutoConfig.for_model(arch, **{k: parse_value(v) for k, v in overrides.items()})
+    if task:
+        return built(model_class(task, config), config)
+    auto = transformers.AutoModelForCausalLM if arch in CAUSAL_LM else transformers.AutoModel
+    return auto.from_config(config)
+
+
+def model_class(task, config):
+    """`--task`: a transformers class (`BertModel`), a dotted path, or a class of the
+    architecture's modeling module (`WhisperEncoder`)."""
+    import transformers
+
+    if hasattr(transformers, task):
+        return getattr(transformers, task)
+    if "." in task:
+        module, name = task.rsplit(".", 1)
+        return getattr(importlib.import_module(module), name)
+    kind = config.model_type.replace("-", "_")
+    module = importlib.import_module(f"transformers.models.{kind}.modeling_{kind}")
+    if not hasattr(module, task):
+        raise ValueError(f"--task {task}: not a transformers class, nor one of transformers.models.{kind}")
+    return getattr(module, task)
+
+
+def built(cls, config):
+    """A model of class `cls` from `config`: auto classes have `from_config`, models `_from_config`."""
+    if hasattr(cls, "from_config"):
+        return cls.from_config(config)
+    return cls._from_config(config) if hasattr(cls, "_from_config") else cls(config)
+
+
+def from_directory(path, task):
+    import transformers
+
+    config = transformers.AutoConfig.from_pretrained(path)
+    if task:
+        return model_class(task, config).from_pretrained(path)
+    names = getattr(config, "architectures", None) or []
+    cls = getattr(transformers, names[0]) if names else transformers.AutoModel
+    return cls.from_pretrained(path)
+
+
+def from_function(spec):
+    # python:module:function returning (model, inputs)
+    _, module, function = spec.split(":", 2)
+    sys.path.insert(0, os.getcwd())
+    return getattr(importlib.import_module(module), function)()
+
+
+CAUSAL_LM = {"llama", "qwen2", "qwen3", "gpt2", "mistral", "phi3", "gemma", "gemma2", "olmo"}
+
+
+# ── Sample inputs ──
+
+def sample_inputs(model, batch, sequence):
+    """Inputs for the architecture; every axis meant to be dynamic has size >= 2
+    (torch specializes sizes 0 and 1)."""
+    import torch
+
+    config = model.config
+    generator = torch.Generator().manual_seed(0)
+    main = getattr(model, "main_input_name", "input_ids")
+    if main == "input_features":
+        # Speech encoders take log-mel frames; their length is fixed by the model (2 x positions).
+        frames = 2 * getattr(config, "max_source_positions", 1500)
+        return {"input_features": torch.randn(batch, config.num_mel_bins, frames, generator=generator)}
+    if main == "pixel_values":
+        size = getattr(config, "image_size", 224)
+        channels = getattr(config, "num_channels", 3)
+        return {"pixel_values": torch.randn(batch, channels, size, size, generator=generator)}
+    vocab = getattr(config, "vocab_size", 1000)
+    ids = torch.randint(0, vocab, (batch, sequence), generator=generator)
+    inputs = {"input_ids": ids, "attention_mask": torch.ones(batch, sequence, dtype=torch.long)}
+    if getattr(config, "is_encoder_decoder", False):
+        inputs["decoder_input_ids"] = torch.randint(0, vocab, (batch, sequence), generator=generator)
+    return inputs
+
+
+
+# ── Backend preparation: device and dtype ──
+
+def prepared(model, device, dtype_name):
+    """The model on the backend's device, in its dtype (cpu/float32 unless asked)."""
+    import torch
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"device `{device}` asked for, but this torch has no CUDA device")
+    dtype = getattr(torch, dtype_name, None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype `{dtype_name}` is not a floating torch dtype")
+    return model.to(device=device, dtype=dtype), device, dtype
+
+
+def on_device(value, device, dtype):
+    """Input tensors follow the model: floating ones take its dtype, all its device."""
+    import torch
+
+    if not torch.is_tensor(value):
+        return value
+    return value.to(device=device, dtype=dtype) if value.is_floating_point() else value.to(device)
+

@@ -1,0 +1,325 @@
+"""The `trace` request: a model, traced with torch.export, saved as a `.pt2`
+with its eager reference beside it.
+
+Laid out as the reference's DynamoExporter (transformers/exporters/exporter_dynamo.py),
+whose stages keep their names here: `signature` (a flat forward), `patches`
+(answered by WASM plugins through the host; `sandbox`), `pytree registration`
+(`pytree`), `dynamic shapes`, `state cleanup`, then `export`. The request's
+progress steps are `protocol.STEPS`: import, build, eager, export, decompose,
+save.
+"""
+
+import contextlib
+import json
+import os
+import time
+
+from . import protocol
+from .protocol import ExportMetadata, TraceParams, TraceReply
+from .pytree import flat_outputs, output_names, register_cache_pytrees
+from .sandbox import patch_status, patches_applied
+from .sources import from_architecture, from_directory, from_function, on_device, prepared, sample_inputs
+
+# The seed of random weights and generated inputs (a rebuilt model matches the traced one).
+SEED = 0
+
+
+# ── Dynamic shapes (the reference's `dynamic shapes` stage) ──
+
+def dynamic_shapes(inputs, dynamic, explicit):
+    """The reference's `dynamic shapes` stage: `Dim.AUTO` on every tensor axis
+    (batch and sequence), or the explicit `name:axis=min..max` ranges."""
+    import torch
+
+    if explicit:
+        shapes = {name: ({} if torch.is_tensor(value) else None) for name, value in inputs.items()}
+        for spec in explicit:
+            name_axis, bounds = spec.split("=")
+            name, axis = name_axis.split(":")
+            low, high = bounds.split("..")
+            shapes[name][int(axis)] = torch.export.Dim(f"{name}_{axis}", min=int(low), max=int(high))
+        return shapes
+    if not dynamic:
+        return None
+    auto = torch.export.Dim.AUTO
+    return {name: ({axis: auto for axis in range(value.dim())} if torch.is_tensor(value) else None)
+            for name, value in inputs.items()}
+
+
+# ── Signature (the reference's `model signature` stage) ──
+
+OUTPUT_FLAGS = ("use_cache", "output_attentions", "output_hidden_states", "return_dict", "return_loss")
+
+
+@contextlib.contextmanager
+def flat_signature(model, inputs):
+    """`forward` with exactly the traced keyword arguments, so `torch.export` does not expand
+    `**kwargs` into a bundle that mismatches the dynamic shapes."""
+    import inspect
+
+    original = model.forward
+    own = "forward" in vars(model)  # a model function may have set an instance forward
+
+    def forward(**kwargs):
+        return original(**kwargs)
+
+    forward.__signature__ = inspect.Signature(
+        [inspect.Parameter(k, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None) for k in inputs])
+    model.forward = forward
+    try:
+        yield
+    finally:
+        if own:
+            model.forward = original
+        else:
+            del model.forward  # the class's forward shows again
+
+
+@contextlib.contextmanager
+def config_flags(model, flags):
+    """Output flags (`use_cache`, ...) become config values for the trace, not traced inputs."""
+    config = getattr(model, "config", None)
+    saved = [(k, getattr(config, k)) for k, v in flags.items() if v is not None and hasattr(config, k)]
+    for key, _ in saved:
+        setattr(config, key, flags[key])
+    try:
+        yield
+    finally:
+        for key, value in saved:
+            setattr(config, key, value)
+
+# ── State cleanup (the reference's `model state cleanup` stage) ──
+
+STATEFUL_ATTRIBUTES = (
+    "cached_rotary_positional_embedding",  # wav2vec2_bert, seamless_m4t, clvp
+    "cached_sequence_length",
+)
+
+
+@contextlib.contextmanager
+def clean_state(model):
+    """Stateful attributes are emptied for the trace (no stale eager state leaks in) and
+    restored after it (no fake tensors the trace planted leak out)."""
+    saved = [(m, a, getattr(m, a)) for m in model.modules() for a in STATEFUL_ATTRIBUTES if hasattr(m, a)]
+    for module, attribute, _ in saved:
+        setattr(module, attribute, None)
+    try:
+        yield
+    finally:
+        for module, attribute, value in saved:
+            setattr(module, attribute, value)
+
+
+# ── Export, side weights and the eager reference ──
+
+def peak_rss_mib():
+    """The worker's peak resident memory so far (Linux reports KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def side_weights_supported():
+    """Whether this torch's archive writer has the hook `save_with_side_weights` uses."""
+    from torch._export.serde import serialize as serde
+    from torch.export.pt2_archive import _package
+
+    return all(hasattr(_package, name) for name in ("_get_raw_tensor_bytes", "_is_fake_tensor")) and hasattr(serde, "canonicalize")
+
+
+def save_with_side_weights(program, output):
+    """`torch.export.save` without the weights' bytes, which go to `<output>.weights`
+    straight from the tensors' memory (no copy of each storage as a `bytes`, no
+    CRC), indexed by `<output>.weights.json` ({"weights"|"constants": {fqn:
+    [offset, length]}}, storages 64-byte aligned, shared storages once). For an
+    ONNX export, where the `.pt2` is intermediate and the host maps the weights;
+    measured on a 125M Llama: torch's `write_record` of the weights was 2.0 s of
+    a 2.8 s save, and each storage's `bytes` copy up to 190 MB of peak memory."""
+    import torch
+    from torch.export.pt2_archive import _package
+
+    index = {"weights": {}, "constants": {}}
+    written = {}
+    with open(output + ".weights", "wb") as side:
+        offset = 0
+        for kind, table in (("weights", program.state_dict), ("constants", program.constants)):
+            for fqn, value in table.items():
+                if not torch.is_tensor(value) or type(value.data) is not torch.Tensor or value.device.type != "cpu":
+                    continue  # subclasses and non-cpu tensors stay in the archive, as torch saves them
+                storage = value.untyped_storage()
+                key = (storage.data_ptr(), storage.nbytes())
+                if key not in written:
+                    padding = -offset % 64
+                    side.write(b"\0" * padding)
+                    offset += padding
+                    raw = torch.empty(0, dtype=torch.uint8).set_(storage, 0, (storage.nbytes(),), (1,))
+                    side.write(memoryview(raw.numpy()))
+                    written[key] = [offset, storage.nbytes()]
+                    offset += storage.nbytes()
+                index[kind][fqn] = written[key]
+    with open(output + ".weights.json", "w") as f:
+        json.dump(index, f)
+    raw_bytes = _package._get_raw_tensor_bytes
+    side_storages = {pointer for pointer, _ in written}
+
+    def without_side_weights(value):
+        # torch asks for each storage group's complete tensor: one written to the side is left empty
+        if not _package._is_fake_tensor(value) and value.untyped_storage().data_ptr() in side_storages:
+            return b""
+        return raw_bytes(value)
+
+    # torch's serializer canonicalizes a deep copy of the program only to test that
+    # it can, and drops the result (torch 2.13, serialize.py: "Test canonical form
+    # is well defined"): ~1 s on a 125M Llama, for nothing the intermediate needs.
+    from torch._export.serde import serialize as serde
+
+    canonicalize = serde.canonicalize
+    _package._get_raw_tensor_bytes = without_side_weights
+    serde.canonicalize = lambda program, constants=None: program
+    try:
+        torch.export.save(program, output)
+    finally:
+        _package._get_raw_tensor_bytes = raw_bytes
+        serde.canonicalize = canonicalize
+
+
+@contextlib.contextmanager
+def step(session, name, seconds, peaks=None):
+    """One step of the request: announced as progress, timed, its peak memory recorded."""
+    session.progress(name)
+    started = time.perf_counter()
+    yield
+    seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - started
+    if peaks is not None:
+        peaks[name] = peak_rss_mib()
+
+
+def trace(session, params: TraceParams) -> TraceReply:
+    seconds, peaks = {}, {}
+    with step(session, "import", seconds, peaks):
+        import torch
+
+    with step(session, "build", seconds, peaks):
+        torch.manual_seed(SEED)
+        source = params.source
+        if isinstance(source, protocol.ArchitectureSource):
+            model = from_architecture(source.name, source.overrides, params.task)
+            inputs = None
+        elif isinstance(source, protocol.DirectorySource):
+            model = from_directory(source.path, params.task)
+            inputs = None
+        else:
+            model, inputs = from_function(source.spec)
+        model = model.eval()
+        model, device, dtype = prepared(model, params.device, params.dtype)
+        if hasattr(model, "set_attn_implementation"):
+            with contextlib.suppress(Exception):
+                model.set_attn_implementation("sdpa")
+        if inputs is None:
+            inputs = sample_inputs(model, params.batch, params.sequence)
+        inputs = {k: on_device(v, device, dtype) for k, v in inputs.items()}
+        flags = {k: inputs.pop(k) for k in OUTPUT_FLAGS if k in inputs}
+        shapes = dynamic_shapes(inputs, params.dynamic, params.dynamic_shapes)
+    with step(session, "eager", seconds):
+        with torch.no_grad(), config_flags(model, flags):
+            eager = model(**inputs)
+        register_cache_pytrees(model)
+        names = output_names(eager)
+        eager_output = eager
+        eager = flat_outputs(eager)
+        if len(names) != len(eager):
+            names = [f"output_{i}" for i in range(len(eager))]
+    # The policy is built only when a patch may need it (it resolves its lists once).
+    policy = session.policy if params.patches else None
+    # The reference's order: patches, state cleanup, config flags, signature, then export.
+    with step(session, "export", seconds, peaks):
+        with torch.no_grad(), patches_applied(policy, params.patches, session.ask), clean_state(model), \
+                config_flags(model, flags), flat_signature(model, inputs):
+            program = torch.export.export(
+                model, (), dict(inputs), dynamic_shapes=shapes, strict=False,
+                prefer_deferred_runtime_asserts_over_guards=bool(params.dynamic_shapes),
+            )
+        if params.decompose:
+            session.progress("decompose")
+            program = program.run_decompositions()
+    with step(session, "save", seconds, peaks):
+        side_weights = params.side_weights and side_weights_supported()
+        if side_weights:
+            save_with_side_weights(program, params.output)
+        else:
+            torch.export.save(program, params.output)
+        # The eager reference, next to the archive, for later verification.
+        torch.save({"inputs": {k: v for k, v in inputs.items() if torch.is_tensor(v)},
+                    "constants": {k: v for k, v in inputs.items() if not torch.is_tensor(v)},
+                    "flags": flags, "outputs": eager}, params.reference)
+        if params.folder:
+            save_configs(model, params.folder)
+    # Kept for `verify` at a second input size (generated inputs only).
+    session.last_trace = LastTrace(
+        model=model, flags=flags, device=device, dtype=dtype,
+        generated=not isinstance(source, protocol.FunctionSource), dynamic=bool(params.dynamic or params.dynamic_shapes))
+    return TraceReply(
+        model_class=type(model).__name__,
+        inputs={k: list(v.shape) for k, v in inputs.items() if torch.is_tensor(v)},
+        outputs=len(eager),
+        output_names=names,
+        export_metadata=ExportMetadata(**export_metadata(model, inputs, program, eager_output)),
+        nodes=len(program.graph.nodes),
+        patches_restored=patch_status(policy, params.patches),
+        versions=session.versions(),
+        seconds=seconds,
+        peak_rss_mib=peaks,
+        side_weights=side_weights,
+    )
+
+
+class LastTrace:
+    """What `verify` needs of the last trace to check a second input size."""
+
+    def __init__(self, model, flags, device, dtype, generated, dynamic):
+        self.model, self.flags, self.device, self.dtype = model, flags, device, dtype
+        self.generated, self.dynamic = generated, dynamic
+
+
+# ── Export folder: what `ExportedModel.save_pretrained` writes besides the program ──
+
+def describe_kwarg(value):
+    import torch
+
+    if torch.is_tensor(value):
+        return {"rank": value.dim(), "shape": [int(d) for d in value.shape], "dtype": str(value.dtype).removeprefix("torch.")}
+    if isinstance(value, dict):
+        return {"leaves": {str(k): describe_kwarg(v) for k, v in value.items()}}
+    return {"container": type(value).__name__}
+
+
+def export_metadata(model, inputs, program, output):
+    """The fields of the reference's `ExportMetadata` the worker knows: architecture,
+    precision, traced kwargs and constants, the input and output pytree specs (the output's
+    non-tensor leaves as constants). The host adds the packages and the export config."""
+    import torch
+
+    leaves, spec = torch.utils._pytree.tree_flatten(output)
+    parameter = next(model.parameters(), None)
+    return {
+        "architecture": type(model).__name__,
+        "export_dtype": str(parameter.dtype if parameter is not None else torch.get_default_dtype()).removeprefix("torch."),
+        "export_device": str(parameter.device if parameter is not None else torch.device("cpu")),
+        "kwargs": {name: describe_kwarg(value) for name, value in inputs.items()},
+        "in_spec": torch.utils._pytree.treespec_dumps(program.call_spec.in_spec),
+        "out_spec": torch.utils._pytree.treespec_dumps(spec),
+        "in_constants": {k: v for k, v in inputs.items() if v is None or isinstance(v, (bool, int, float, str))},
+        "out_constants": [[i, leaf] for i, leaf in enumerate(leaves) if not torch.is_tensor(leaf)],
+    }
+
+
+def save_configs(model, folder):
+    """`config.json`, and `generation_config.json` for a model that generates."""
+    os.makedirs(folder, exist_ok=True)
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "save_pretrained"):
+        config.save_pretrained(folder)
+    generation = getattr(model, "generation_config", None)
+    if generation is not None and hasattr(model, "can_generate") and model.can_generate():
+        generation.save_pretrained(folder)
+

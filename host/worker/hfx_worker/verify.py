@@ -1,0 +1,70 @@
+"""The `verify` request: the ONNX artifact in ONNX Runtime against eager PyTorch."""
+
+import math
+
+from .protocol import Check, Comparison, VerifyParams, VerifyReply
+from .pytree import flat_outputs
+from .sources import on_device, sample_inputs
+from .trace import config_flags
+
+
+def finite_or_none(value):
+    """A JSON number, or None for NaN and infinities (the protocol's JSON has neither)."""
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def compared(outputs, eager, atol, rtol):
+    """Per output: max abs and rel error, and whether it is within atol/rtol."""
+    import numpy as np
+    import torch
+
+    if len(outputs) != len(eager):
+        raise ValueError(f"the model has {len(outputs)} outputs, eager PyTorch {len(eager)}")
+    report = []
+    for got, want in zip(outputs, eager):
+        want = want.detach().to(torch.float64 if want.is_floating_point() else want.dtype).cpu().numpy()
+        got = np.asarray(got)
+        if got.shape != want.shape:
+            report.append(Comparison(shape=list(got.shape), expected_shape=list(want.shape), ok=False,
+                                     max_abs=None, max_rel=None))
+            continue
+        g, w = got.astype(np.float64), want.astype(np.float64)
+        diff = np.abs(g - w)
+        report.append(Comparison(
+            shape=list(got.shape),
+            expected_shape=list(want.shape),
+            max_abs=finite_or_none(diff.max()) if diff.size else 0.0,
+            max_rel=finite_or_none((diff / (np.abs(w) + 1e-12)).max()) if diff.size else 0.0,
+            ok=bool(np.allclose(g, w, atol=atol, rtol=rtol, equal_nan=True)),
+        ))
+    return report
+
+
+def verify(session, params: VerifyParams) -> VerifyReply:
+    """Runs the ONNX model in ONNX Runtime on the recorded inputs (and, for a dynamic
+    export of a generated model, on a second input size) and compares with eager."""
+    import onnxruntime
+    import torch
+
+    atol, rtol = params.atol, params.rtol
+    onnx_session = onnxruntime.InferenceSession(params.onnx, providers=["CPUExecutionProvider"])
+    names = [i.name for i in onnx_session.get_inputs()]
+
+    def run(inputs):
+        missing = [n for n in names if n not in inputs]
+        if missing:
+            raise ValueError(f"the ONNX model wants inputs {missing}; the sample has {sorted(inputs)}")
+        return onnx_session.run(None, {n: inputs[n].detach().cpu().numpy() for n in names})
+
+    ref = torch.load(params.reference)
+    checks = [Check(inputs={k: list(v.shape) for k, v in ref["inputs"].items()},
+                    outputs=compared(run(ref["inputs"]), ref["outputs"], atol, rtol))]
+    last = session.last_trace
+    if params.second_size and last is not None and last.generated and last.dynamic:
+        model = last.model
+        inputs = {k: on_device(v, last.device, last.dtype) for k, v in sample_inputs(model, 3, 5).items()}
+        with torch.no_grad(), config_flags(model, last.flags):
+            eager = flat_outputs(model(**inputs))
+        checks.append(Check(inputs={k: list(v.shape) for k, v in inputs.items()}, outputs=compared(run(inputs), eager, atol, rtol)))
+    return VerifyReply(checks=checks, providers=onnx_session.get_providers())
