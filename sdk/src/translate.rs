@@ -3,13 +3,14 @@
 //!
 //! ```ignore
 //! hfx_sdk::onnx_translations! {
-//!     "aten.relu.default" => relu,
+//!     "aten.relu.default" => |e| unary(e, "Relu"),
+//!     "aten.neg.default" => |e| unary(e, "Neg"),
 //! }
 //!
-//! fn relu(e: &Emit) -> Result<()> {
+//! /// The output's ONNX name; the table binds it to the node's output.
+//! fn unary(e: &Emit, op: &str) -> Result<String> {
 //!     let x = e.tensor("self")?;
-//!     let y = e.op("Relu", &[&x])?;
-//!     e.bind_output(&y)
+//!     e.op(op, &[&x])
 //! }
 //! ```
 
@@ -292,11 +293,36 @@ impl<'a> Emit<'a> {
     }
 }
 
+/// What a function of an `onnx_translations!` table returns: `()` when it
+/// bound the node's outputs itself, else the ONNX name of its single output
+/// (`String`) or of each output in order (`Vec<String>`), which the table binds.
+pub trait Translated {
+    fn bind(self, emit: &Emit) -> Result<(), Error>;
+}
+
+impl Translated for () {
+    fn bind(self, _: &Emit) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+impl Translated for String {
+    fn bind(self, emit: &Emit) -> Result<(), Error> {
+        emit.bind_output(&self)
+    }
+}
+
+impl Translated for Vec<String> {
+    fn bind(self, emit: &Emit) -> Result<(), Error> {
+        emit.bind_outputs(&self)
+    }
+}
+
 /// Calls one entry of an `onnx_translations!` table (its right-hand side gets
 /// its signature from here, so a closure needs no annotations).
 #[doc(hidden)]
-pub fn __translate_with(emit: &Emit, function: impl FnOnce(&Emit) -> Result<(), Error>) -> Result<(), Error> {
-    function(emit)
+pub fn __translate_with<T: Translated>(emit: &Emit, function: impl FnOnce(&Emit) -> Result<T, Error>) -> Result<(), Error> {
+    function(emit)?.bind(emit)
 }
 
 /// The constant sizes of `meta`, if none is symbolic.
