@@ -219,7 +219,9 @@ fn inspect_shows_world_hashes_and_manifest() {
     assert!(stdout.contains("world:            hfx:plugin/fx-node-fix@0.1.0"), "{stdout}");
     assert!(stdout.contains("imports:          hfx:plugin/types@0.1.0"), "{stdout}");
     assert!(stdout.contains("exports:          describe, apply"), "{stdout}");
-    assert!(stdout.contains("name = \"onnx-fix-alias\""), "{stdout}");
+    // The manifest states what the component cannot (kind, name and targets come from the component).
+    assert!(stdout.contains("--- plugin.toml ---\n[plugin]\nbackend = \"onnx\""), "{stdout}");
+    assert!(stdout.contains("targets:          aten.alias.default"), "{stdout}");
 }
 
 #[test]
