@@ -1,28 +1,32 @@
 //! Guest SDK for hfx plugins.
 //!
-//! A plugin crate depends on `hfx-sdk` with the feature of its kind, implements
-//! [`Guest`] and registers it with the kind's macro:
+//! A plugin is one function under the attribute of its kind, which states the
+//! kind and the targets once:
 //!
 //! ```ignore
 //! use hfx_sdk::prelude::*;
 //!
-//! struct FixAlias;
-//!
-//! impl Guest for FixAlias {
-//!     fn describe() -> Vec<String> {
-//!         targets(&["aten.alias.default"])
-//!     }
-//!     fn apply(graph: &Graph, node: NodeId) -> Result<bool, Error> {
-//!         graph.forward_input(node, "self")?;
-//!         Ok(true)
-//!     }
+//! #[hfx_sdk::fx_node_fix(targets = ["aten.alias.default"])]
+//! fn fix_alias(graph: &Graph, node: NodeId) -> Result<bool> {
+//!     graph.forward_input(node, "self")?;
+//!     Ok(true)
 //! }
-//!
-//! hfx_sdk::register_fx_node_fix!(FixAlias);
 //! ```
 //!
+//! The attribute generates the world's `Guest` implementation, its export,
+//! `describe()` and the `hfx:plugin-meta` custom section from which the host
+//! learns kind, contract version, name, version (the crate's) and targets
+//! without running the plugin. One attribute per kind: [`fx_node_fix`],
+//! [`fx_program_fix`], [`patch`], [`onnx_translation`] (or the table
+//! [`onnx_translations!`], one line per op) and [`onnx_ir_fix`]. The crate
+//! enables the SDK feature of the same kind (it selects the bindings); an
+//! attribute of another kind does not compile.
+//!
 //! The bindings are wit-bindgen's, generated from `wit/0.1.0` and re-exported
-//! here unchanged; [`helpers`] adds the common rewrites.
+//! here unchanged; [`helpers`] adds the common rewrites. The `register_*!`
+//! macros remain for a plugin that writes `Guest` (and `describe`) itself; its
+//! `plugin.toml` then states `kind` and `targets`, as the component carries no
+//! `hfx:plugin-meta`.
 
 #[cfg(any(
     all(feature = "fx-node-fix", any(feature = "fx-program-fix", feature = "patch", feature = "onnx-translation", feature = "onnx-ir-fix")),
@@ -31,6 +35,9 @@
     all(feature = "onnx-translation", feature = "onnx-ir-fix"),
 ))]
 compile_error!("hfx-sdk: enable exactly one plugin-kind feature (a component exports one world)");
+
+#[cfg(not(any(feature = "fx-node-fix", feature = "fx-program-fix", feature = "patch", feature = "onnx-translation", feature = "onnx-ir-fix")))]
+compile_error!("hfx-sdk: enable the feature of the plugin's kind: fx-node-fix, fx-program-fix, patch, onnx-translation or onnx-ir-fix");
 
 macro_rules! bindings {
     ($feature:literal, $world:literal) => {
@@ -57,6 +64,8 @@ bindings!("onnx-ir-fix", "hfx:plugin/onnx-ir-fix@0.1.0");
 
 pub use bindings::*;
 
+pub use hfx_sdk_macros::{fx_node_fix, fx_program_fix, onnx_ir_fix, onnx_translation, onnx_translations, patch};
+
 pub mod helpers;
 #[cfg(feature = "patch")]
 pub mod program;
@@ -68,6 +77,9 @@ pub mod prelude {
     pub use crate::helpers::*;
     pub use crate::hfx::plugin::types::*;
     pub use crate::Guest;
+
+    /// `Result<T>` is `Result<T, Error>`, the contract's error.
+    pub type Result<T, E = crate::hfx::plugin::types::Error> = core::result::Result<T, E>;
 
     #[cfg(any(feature = "fx-node-fix", feature = "fx-program-fix", feature = "onnx-translation"))]
     pub use crate::hfx::plugin::graph::{
@@ -85,7 +97,12 @@ pub mod prelude {
     pub use crate::translate::*;
 }
 
-/// Registers an FX node fix (the counterpart of `@register_fx_node_fix`).
+// Low-level registration: a type implementing `Guest` itself, `describe`
+// included. The component then carries no `hfx:plugin-meta`, so its
+// `plugin.toml` states `kind`, `targets`, `name` and `version`. In-repo only
+// the hostile `describe` test uses it; plugins use the attributes above.
+
+/// Registers an FX node fix that implements [`Guest`] itself (prefer [`fx_node_fix`]).
 #[cfg(feature = "fx-node-fix")]
 #[macro_export]
 macro_rules! register_fx_node_fix {
@@ -94,7 +111,7 @@ macro_rules! register_fx_node_fix {
     };
 }
 
-/// Registers an FX program fix (the counterpart of `@register_fx_program_fix`).
+/// Registers an FX program fix that implements [`Guest`] itself (prefer [`fx_program_fix`]).
 #[cfg(feature = "fx-program-fix")]
 #[macro_export]
 macro_rules! register_fx_program_fix {
@@ -103,7 +120,7 @@ macro_rules! register_fx_program_fix {
     };
 }
 
-/// Registers a trace-time patch (the counterpart of `@register_patch`).
+/// Registers a trace-time patch that implements [`Guest`] itself (prefer [`patch`]).
 #[cfg(feature = "patch")]
 #[macro_export]
 macro_rules! register_patch {
@@ -112,7 +129,7 @@ macro_rules! register_patch {
     };
 }
 
-/// Registers an ATen → ONNX translation (an entry of `_ONNX_TRANSLATION_TABLE`).
+/// Registers a translation that implements [`Guest`] itself (prefer [`onnx_translations!`]).
 #[cfg(feature = "onnx-translation")]
 #[macro_export]
 macro_rules! register_onnx_translation {
@@ -121,7 +138,7 @@ macro_rules! register_onnx_translation {
     };
 }
 
-/// Registers an ONNX IR fix (an entry of `_IR_FIXES`).
+/// Registers an ONNX IR fix that implements [`Guest`] itself (prefer [`onnx_ir_fix`]).
 #[cfg(feature = "onnx-ir-fix")]
 #[macro_export]
 macro_rules! register_onnx_ir_fix {

@@ -2,11 +2,15 @@
 //! and appends ONNX nodes for it.
 //!
 //! ```ignore
-//! fn translate(graph: &Graph, node: NodeId, builder: &Builder) -> Result<(), Error> {
-//!     let e = Emit::new(graph, node, builder);
+//! hfx_sdk::onnx_translations! {
+//!     "aten.relu.default" => |e| unary(e, "Relu"),
+//!     "aten.neg.default" => |e| unary(e, "Neg"),
+//! }
+//!
+//! /// The output's ONNX name; the table binds it to the node's output.
+//! fn unary(e: &Emit, op: &str) -> Result<String> {
 //!     let x = e.tensor("self")?;
-//!     let y = e.op("Relu", &[&x], &[])?;
-//!     e.bind_output(&y)
+//!     e.op(op, &[&x])
 //! }
 //! ```
 
@@ -60,6 +64,11 @@ impl<'a> Emit<'a> {
 
     pub fn fail(&self, message: impl Into<String>) -> Error {
         error(message, Some(self.node))
+    }
+
+    /// The node's target (`aten.add.Tensor`).
+    pub fn target(&self) -> Result<String, Error> {
+        self.graph.target(self.node)
     }
 
     // ── Reading the node ──
@@ -144,7 +153,7 @@ impl<'a> Emit<'a> {
             Some(Argument::SymInts(v)) if v.iter().any(|s| matches!(s, SymInt::Value(_))) => {
                 let parts = v.iter().map(|s| self.size_1d(s)).collect::<Result<Vec<_>, _>>()?;
                 let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
-                self.op("Concat", &refs, &[attr("axis", Attribute::Int(0))])
+                self.op_with("Concat", &refs, &[attr("axis", Attribute::Int(0))])
             }
             _ => self.const_ints(&self.ints(name)?),
         }
@@ -158,7 +167,7 @@ impl<'a> Emit<'a> {
             SymInt::Value(value) => {
                 let scalar = self.builder.value_name(*value)?;
                 let axes = self.const_ints(&[0])?;
-                self.op("Unsqueeze", &[&scalar, &axes], &[])
+                self.op("Unsqueeze", &[&scalar, &axes])
             }
         }
     }
@@ -180,8 +189,14 @@ impl<'a> Emit<'a> {
 
     // ── Emitting ──
 
-    /// A node with one output; returns its name.
-    pub fn op(&self, op_type: &str, inputs: &[&str], attributes: &[NamedAttribute]) -> Result<String, Error> {
+    /// A node with one output and no attributes; returns its name. An empty
+    /// input name is an omitted optional input.
+    pub fn op(&self, op_type: &str, inputs: &[&str]) -> Result<String, Error> {
+        self.op_with(op_type, inputs, &[])
+    }
+
+    /// A node with one output and attributes; returns its name.
+    pub fn op_with(&self, op_type: &str, inputs: &[&str], attributes: &[NamedAttribute]) -> Result<String, Error> {
         Ok(self.op_n(op_type, inputs, 1, attributes)?.remove(0))
     }
 
@@ -192,21 +207,21 @@ impl<'a> Emit<'a> {
 
     /// A 1-D int64 constant.
     pub fn const_ints(&self, values: &[i64]) -> Result<String, Error> {
-        self.op("Constant", &[], &[attr("value_ints", Attribute::Ints(values.to_vec()))])
+        self.op_with("Constant", &[], &[attr("value_ints", Attribute::Ints(values.to_vec()))])
     }
 
     /// A 0-d constant of `dtype`.
     pub fn scalar(&self, value: f64, dtype: &str) -> Result<String, Error> {
         let to = onnx_dtype(dtype).ok_or_else(|| self.fail(format!("no ONNX type for {dtype}")))?;
         let (constant, own) = if is_floating(dtype) {
-            (self.op("Constant", &[], &[attr("value_float", Attribute::Float(value as f32))])?, 1)
+            (self.op_with("Constant", &[], &[attr("value_float", Attribute::Float(value as f32))])?, 1)
         } else {
-            (self.op("Constant", &[], &[attr("value_int", Attribute::Int(value as i64))])?, 7)
+            (self.op_with("Constant", &[], &[attr("value_int", Attribute::Int(value as i64))])?, 7)
         };
         if to == own {
             return Ok(constant);
         }
-        self.op("Cast", &[&constant], &[attr("to", Attribute::Int(to))])
+        self.op_with("Cast", &[&constant], &[attr("to", Attribute::Int(to))])
     }
 
     /// `name` cast to `dtype` (no node when it already is).
@@ -215,7 +230,7 @@ impl<'a> Emit<'a> {
             return Ok(name.to_string());
         }
         let code = onnx_dtype(to).ok_or_else(|| self.fail(format!("no ONNX type for {to}")))?;
-        self.op("Cast", &[name], &[attr("to", Attribute::Int(code))])
+        self.op_with("Cast", &[name], &[attr("to", Attribute::Int(code))])
     }
 
     /// Input `name` as an ONNX value of `dtype`: a tensor (cast if needed) or a
@@ -243,17 +258,17 @@ impl<'a> Emit<'a> {
     /// truncates integers): trunc(a/b) - (sign(a) != sign(b) and a mod b != 0),
     /// the reference's `_operator_floordiv`; floats are `Floor(a / b)`.
     pub fn floor_div(&self, a: &str, b: &str, dtype: &str) -> Result<String, Error> {
-        let quotient = self.op("Div", &[a, b], &[])?;
+        let quotient = self.op("Div", &[a, b])?;
         if is_floating(dtype) {
-            return self.op("Floor", &[&quotient], &[]);
+            return self.op("Floor", &[&quotient]);
         }
-        let same_sign = self.op("Equal", &[&self.op("Sign", &[a], &[])?, &self.op("Sign", &[b], &[])?], &[])?;
-        let differ = self.op("Not", &[&same_sign], &[])?;
-        let rest = self.op("Mod", &[a, b], &[attr("fmod", Attribute::Int(0))])?;
+        let same_sign = self.op("Equal", &[&self.op("Sign", &[a])?, &self.op("Sign", &[b])?])?;
+        let differ = self.op("Not", &[&same_sign])?;
+        let rest = self.op_with("Mod", &[a, b], &[attr("fmod", Attribute::Int(0))])?;
         let inexact = self.cast(&rest, dtype, "bool")?;
-        let offset = self.op("And", &[&differ, &inexact], &[])?;
+        let offset = self.op("And", &[&differ, &inexact])?;
         let offset = self.cast(&offset, "bool", dtype)?;
-        self.op("Sub", &[&quotient, &offset], &[])
+        self.op("Sub", &[&quotient, &offset])
     }
 
     /// Binds the node's single output to `name`.
@@ -276,6 +291,38 @@ impl<'a> Emit<'a> {
     pub fn rank(&self, name: &str) -> Result<i64, Error> {
         Ok(self.input_meta(name)?.shape.len() as i64)
     }
+}
+
+/// What a function of an `onnx_translations!` table returns: `()` when it
+/// bound the node's outputs itself, else the ONNX name of its single output
+/// (`String`) or of each output in order (`Vec<String>`), which the table binds.
+pub trait Translated {
+    fn bind(self, emit: &Emit) -> Result<(), Error>;
+}
+
+impl Translated for () {
+    fn bind(self, _: &Emit) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+impl Translated for String {
+    fn bind(self, emit: &Emit) -> Result<(), Error> {
+        emit.bind_output(&self)
+    }
+}
+
+impl Translated for Vec<String> {
+    fn bind(self, emit: &Emit) -> Result<(), Error> {
+        emit.bind_outputs(&self)
+    }
+}
+
+/// Calls one entry of an `onnx_translations!` table (its right-hand side gets
+/// its signature from here, so a closure needs no annotations).
+#[doc(hidden)]
+pub fn __translate_with<T: Translated>(emit: &Emit, function: impl FnOnce(&Emit) -> Result<T, Error>) -> Result<(), Error> {
+    function(emit)?.bind(emit)
 }
 
 /// The constant sizes of `meta`, if none is symbolic.

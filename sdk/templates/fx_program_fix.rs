@@ -2,21 +2,13 @@
 
 use hfx_sdk::prelude::*;
 
-struct Fix;
-
-impl Guest for Fix {
-    fn describe() -> Vec<String> {
-        Vec::new()
-    }
-
-    fn apply(graph: &Graph) -> Result<(), Error> {
-        for range in graph.range_constraints() {
-            if range.max.is_none() {
-                graph.set_range_constraint(&RangeConstraint { max: Some(4096), ..range })?;
-            }
+/// Called once per program, before the node fixes.
+#[hfx_sdk::fx_program_fix]
+fn bound_sizes(graph: &Graph) -> Result<()> {
+    for range in graph.range_constraints() {
+        if range.max.is_none() {
+            graph.set_range_constraint(&RangeConstraint { max: Some(4096), ..range })?;
         }
-        Ok(())
     }
+    Ok(())
 }
-
-hfx_sdk::register_fx_program_fix!(Fix);

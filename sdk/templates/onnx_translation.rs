@@ -1,22 +1,14 @@
-// An ATen → ONNX translation: `aten.relu.default` → `Relu`.
+// An ATen → ONNX translation plugin: one line per op in the table (its
+// targets and its dispatch), each a function of the node being translated.
 
 use hfx_sdk::prelude::*;
 
-struct Translation;
-
-impl Guest for Translation {
-    fn describe() -> Vec<String> {
-        targets(&["aten.relu.default"])
-    }
-
-    fn translate(graph: &Graph, node: NodeId, builder: &Builder) -> Result<(), Error> {
-        let input = builder.value_name(graph.tensor_input(node, "self")?)?;
-        let outputs = builder.add_node("Relu", "", &[input], 1, &[])?;
-        let [output] = graph.output_values(node)?[..] else {
-            return Err(error("relu has one output", Some(node)));
-        };
-        builder.bind(output, &outputs[0])
-    }
+hfx_sdk::onnx_translations! {
+    "aten.relu.default" => relu,
 }
 
-hfx_sdk::register_onnx_translation!(Translation);
+/// Returns the ONNX name of the node's output; the table binds it.
+fn relu(e: &Emit) -> Result<String> {
+    let x = e.tensor("self")?;
+    e.op("Relu", &[&x])
+}

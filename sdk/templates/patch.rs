@@ -3,23 +3,15 @@
 
 use hfx_sdk::prelude::*;
 
-struct Patch;
-
-impl Guest for Patch {
-    fn describe() -> Vec<String> {
-        targets(&["torch.where"])
+/// Called for each call of a declared target while tracing.
+#[hfx_sdk::patch(targets = ["torch.where"])]
+fn patch_where(call: PatchedCall) -> Result<Program> {
+    let all_tensors = call.args.len() == 3 && call.kwargs.is_empty() && call.args.iter().all(|&slot| call.tensor(slot).is_some());
+    if !all_tensors {
+        return Ok(ProgramBuilder::passthrough(&call));
     }
-
-    fn apply(call: PatchedCall) -> Result<Program, Error> {
-        let all_tensors = call.args.len() == 3 && call.kwargs.is_empty() && call.args.iter().all(|&slot| call.tensor(slot).is_some());
-        if !all_tensors {
-            return Ok(ProgramBuilder::passthrough(&call));
-        }
-        // Slots 0.. are the call's values; each step's result is the next slot.
-        let mut program = ProgramBuilder::new(&call);
-        let out = program.call("aten.where.self", &call.args);
-        Ok(program.finish(out))
-    }
+    // Slots 0.. are the call's values; each step's result is the next slot.
+    let mut program = ProgramBuilder::new(&call);
+    let out = program.call("aten.where.self", &call.args);
+    Ok(program.finish(out))
 }
-
-hfx_sdk::register_patch!(Patch);

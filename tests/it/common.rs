@@ -15,7 +15,8 @@ pub fn root() -> PathBuf {
 pub fn plugin_dir(relative: &str) -> PathBuf {
     let dir = root().join(relative);
     let manifest = std::fs::read_to_string(dir.join("plugin.toml")).unwrap();
-    let component = manifest.lines().find_map(|l| l.strip_prefix("component = ")).unwrap().trim_matches('"').to_string();
+    // `plugin.wasm` unless the manifest names another file.
+    let component = manifest.lines().find_map(|l| l.strip_prefix("component = ")).map_or("plugin.wasm", |c| c.trim_matches('"')).to_string();
     assert!(
         dir.join(&component).exists(),
         "{} is not built: run `cargo xtask build-plugins` (or `cargo xtask test`)",

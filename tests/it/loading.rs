@@ -9,14 +9,24 @@ use hfx::plugins::{Runtime, RuntimeOptions};
 
 /// A copy of the fix-alias plugin in a temp folder, with its manifest edited.
 fn plugin_copy(edit: impl FnOnce(String) -> String) -> (tempfile::TempDir, PathBuf) {
-    let src = plugin_dir("plugins/onnx/fix-alias");
+    plugin_copy_of("plugins/onnx/fix-alias", edit)
+}
+
+fn plugin_copy_of(relative: &str, edit: impl FnOnce(String) -> String) -> (tempfile::TempDir, PathBuf) {
+    let src = plugin_dir(relative);
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("fix-alias");
+    let dir = tmp.path().join("plugin");
     std::fs::create_dir(&dir).unwrap();
-    std::fs::copy(src.join("onnx_fix_alias.wasm"), dir.join("onnx_fix_alias.wasm")).unwrap();
     let manifest = std::fs::read_to_string(src.join("plugin.toml")).unwrap();
+    let component = manifest.lines().find_map(|l| l.strip_prefix("component = ")).map_or("plugin.wasm", |c| c.trim_matches('"'));
+    std::fs::copy(src.join(component), dir.join(component)).unwrap();
     std::fs::write(dir.join("plugin.toml"), edit(manifest)).unwrap();
     (tmp, dir)
+}
+
+/// The manifest with `line` added to its `[plugin]` table.
+fn stating(line: &str) -> impl FnOnce(String) -> String + '_ {
+    move |m| m.replacen("[plugin]\n", &format!("[plugin]\n{line}\n"), 1)
 }
 
 /// The error of loading the plugin in `dir`, as the user sees it.
@@ -32,7 +42,7 @@ fn load_error(dir: &Path) -> String {
 
 #[test]
 fn unknown_field() {
-    let (_tmp, dir) = plugin_copy(|m| m.replace("order = 100", "order = 100\npriority = 1"));
+    let (_tmp, dir) = plugin_copy(stating("priority = 1"));
     let e = load_error(&dir);
     assert!(e.starts_with(&dir.join("plugin.toml").display().to_string()), "{e}");
     assert!(e.contains("unknown field `priority`"), "{e}");
@@ -40,21 +50,21 @@ fn unknown_field() {
 
 #[test]
 fn component_path_outside_the_folder() {
-    let (_tmp, dir) = plugin_copy(|m| m.replace("\"onnx_fix_alias.wasm\"", "\"../onnx_fix_alias.wasm\""));
-    std::fs::copy(dir.join("onnx_fix_alias.wasm"), dir.parent().unwrap().join("onnx_fix_alias.wasm")).unwrap();
+    let (_tmp, dir) = plugin_copy(stating("component = \"../plugin.wasm\""));
+    std::fs::copy(dir.join("plugin.wasm"), dir.parent().unwrap().join("plugin.wasm")).unwrap();
     let e = load_error(&dir);
     assert!(e.contains("plugin.toml") && e.contains("must not leave the plugin folder"), "{e}");
 
-    let (_tmp, dir) = plugin_copy(|m| m.replace("\"onnx_fix_alias.wasm\"", "\"/etc/passwd\""));
+    let (_tmp, dir) = plugin_copy(stating("component = \"/etc/passwd\""));
     let e = load_error(&dir);
     assert!(e.contains("plugin.toml") && e.contains("relative path"), "{e}");
 }
 
 #[test]
 fn symlink_out_of_the_folder_is_refused() {
-    let (tmp, dir) = plugin_copy(|m| m.replace("\"onnx_fix_alias.wasm\"", "\"linked.wasm\""));
+    let (tmp, dir) = plugin_copy(stating("component = \"linked.wasm\""));
     let outside = tmp.path().join("outside.wasm");
-    std::fs::copy(dir.join("onnx_fix_alias.wasm"), &outside).unwrap();
+    std::fs::copy(dir.join("plugin.wasm"), &outside).unwrap();
     std::os::unix::fs::symlink(&outside, dir.join("linked.wasm")).unwrap();
     let e = load_error(&dir);
     assert!(e.contains("linked.wasm") && e.contains("outside the plugin folder"), "{e}");
@@ -62,14 +72,14 @@ fn symlink_out_of_the_folder_is_refused() {
 
 #[test]
 fn missing_component() {
-    let (_tmp, dir) = plugin_copy(|m| m.replace("\"onnx_fix_alias.wasm\"", "\"absent.wasm\""));
+    let (_tmp, dir) = plugin_copy(stating("component = \"absent.wasm\""));
     let e = load_error(&dir);
     assert!(e.contains("absent.wasm") && e.contains("not found"), "{e}");
 }
 
 #[test]
 fn wrong_api_version() {
-    let (_tmp, dir) = plugin_copy(|m| m.replace("api = \"0.1\"", "api = \"0.9\""));
+    let (_tmp, dir) = plugin_copy(stating("api = \"0.9\""));
     let e = load_error(&dir);
     assert!(e.contains("plugin.toml") && e.contains("plugin.api `0.9` is not supported"), "{e}");
 }
@@ -77,26 +87,56 @@ fn wrong_api_version() {
 #[test]
 fn corrupt_wasm() {
     let (_tmp, dir) = plugin_copy(|m| m);
-    let path = dir.join("onnx_fix_alias.wasm");
+    let path = dir.join("plugin.wasm");
     let mut bytes = std::fs::read(&path).unwrap();
     bytes.truncate(bytes.len() / 2);
     std::fs::write(&path, bytes).unwrap();
     let e = load_error(&dir);
-    assert!(e.contains("onnx_fix_alias.wasm") && e.contains("not a valid WebAssembly component"), "{e}");
+    assert!(e.contains("plugin.wasm") && e.contains("not a valid WebAssembly component"), "{e}");
 }
 
 #[test]
-fn wrong_kind_for_the_component() {
-    let (_tmp, dir) = plugin_copy(|m| m.replace("kind = \"fx-node-fix\"", "kind = \"onnx-ir-fix\""));
+fn the_component_states_kind_targets_name_and_version() {
+    let found = discover_one(&plugin_dir("plugins/onnx/fix-alias")).unwrap();
+    let p = &found.manifest.plugin;
+    assert_eq!((p.name.as_str(), p.version.as_str(), p.kind.as_str(), p.api.as_str()), ("onnx-fix-alias", "1.0.0", "fx-node-fix", "0.1"));
+    assert_eq!(p.targets, ["aten.alias.default"]);
+    let manifest = std::fs::read_to_string(found.manifest_path()).unwrap();
+    assert!(!manifest.contains("kind") && !manifest.contains("targets") && !manifest.contains("name"), "{manifest}");
+
+    // A manifest may restate them (old manifests do) if it agrees.
+    let old = "name = \"onnx-fix-alias\"\nversion = \"1.0.0\"\nkind = \"fx-node-fix\"\napi = \"0.1\"\ntargets = [\"aten.alias.default\"]";
+    let (_tmp, dir) = plugin_copy(stating(old));
+    runtime().load(&discover_one(&dir).unwrap()).unwrap();
+}
+
+#[test]
+fn a_manifest_disagreeing_with_the_component_is_refused_naming_both() {
+    let (_tmp, dir) = plugin_copy(stating("kind = \"onnx-ir-fix\""));
+    let e = load_error(&dir);
+    assert!(e.starts_with(&dir.join("plugin.toml").display().to_string()), "{e}");
+    assert!(e.contains("plugin.kind `onnx-ir-fix` differs from the component's `fx-node-fix`"), "{e}");
+
+    let (_tmp, dir) = plugin_copy(stating("targets = [\"aten.alias.default\", \"aten.view.default\"]"));
+    let e = load_error(&dir);
+    assert!(e.contains("plugin.toml") && e.contains("plugin.targets [\"aten.alias.default\", \"aten.view.default\"] differs from the component's [\"aten.alias.default\"]"), "{e}");
+
+    let (_tmp, dir) = plugin_copy(stating("version = \"2.0.0\""));
+    let e = load_error(&dir);
+    assert!(e.contains("plugin.version `2.0.0` differs from the component's `1.0.0`"), "{e}");
+}
+
+/// hostile-describe registers a hand-written `Guest`: its component declares
+/// nothing, and its manifest states kind and targets (checked at load).
+#[test]
+fn wrong_kind_for_a_component_without_a_declaration() {
+    let (_tmp, dir) = plugin_copy_of("tests/plugins/hostile-describe", |m| m.replace("kind = \"fx-node-fix\"", "kind = \"onnx-ir-fix\""));
     let e = load_error(&dir);
     assert!(e.contains("does not implement the `onnx-ir-fix` world"), "{e}");
-}
 
-#[test]
-fn manifest_targets_must_match_describe() {
-    let (_tmp, dir) = plugin_copy(|m| m.replace("[\"aten.alias.default\"]", "[\"aten.alias.default\", \"aten.view.default\"]"));
+    let (_tmp, dir) = plugin_copy_of("tests/plugins/hostile-describe", |m| m.replace("kind = \"fx-node-fix\"\n", ""));
     let e = load_error(&dir);
-    assert!(e.contains("plugin.toml") && e.contains("differ from what the component describes"), "{e}");
+    assert!(e.contains("plugin.toml") && e.contains("plugin.kind is missing") && e.contains("hfx:plugin-meta"), "{e}");
 }
 
 #[test]
@@ -149,10 +189,10 @@ fn load_error_within(dir: &Path, seconds: u64) -> String {
 #[test]
 fn a_fifo_as_manifest_or_component_is_refused_at_once() {
     let (_tmp, dir) = plugin_copy(|m| m);
-    std::fs::remove_file(dir.join("onnx_fix_alias.wasm")).unwrap();
-    mkfifo(&dir.join("onnx_fix_alias.wasm"));
+    std::fs::remove_file(dir.join("plugin.wasm")).unwrap();
+    mkfifo(&dir.join("plugin.wasm"));
     let e = load_error_within(&dir, 20);
-    assert!(e.contains("onnx_fix_alias.wasm") && e.contains("not a regular file (a FIFO)"), "{e}");
+    assert!(e.contains("plugin.wasm") && e.contains("not a regular file (a FIFO)"), "{e}");
 
     let (_tmp, dir) = plugin_copy(|m| m);
     std::fs::remove_file(dir.join("plugin.toml")).unwrap();
@@ -164,10 +204,10 @@ fn a_fifo_as_manifest_or_component_is_refused_at_once() {
 #[test]
 fn a_folder_as_component_says_what_it_is() {
     let (_tmp, dir) = plugin_copy(|m| m);
-    std::fs::remove_file(dir.join("onnx_fix_alias.wasm")).unwrap();
-    std::fs::create_dir(dir.join("onnx_fix_alias.wasm")).unwrap();
+    std::fs::remove_file(dir.join("plugin.wasm")).unwrap();
+    std::fs::create_dir(dir.join("plugin.wasm")).unwrap();
     let e = load_error(&dir);
-    assert!(e.contains("component `onnx_fix_alias.wasm` is not a regular file (a folder)"), "{e}");
+    assert!(e.contains("component `plugin.wasm` is not a regular file (a folder)"), "{e}");
     assert!(!e.contains("outside"), "{e}");
 }
 

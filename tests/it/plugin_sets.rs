@@ -120,7 +120,7 @@ fn a_changed_plugin_fails_locked_and_warns_otherwise() {
     assert!(out.status.success(), "an unchanged set passes --locked: {:?}", text(&out));
 
     // Change the alias fix's component by one byte (a custom-section name: still a valid component).
-    let wasm = dir.join("plugins/fix-alias/onnx_fix_alias.wasm");
+    let wasm = dir.join("plugins/fix-alias/plugin.wasm");
     let mut bytes = std::fs::read(&wasm).unwrap();
     let at = bytes.windows(9).position(|w| w == b"producers").expect("a producers section");
     bytes[at + 8] = b'z';
@@ -219,7 +219,9 @@ fn inspect_shows_world_hashes_and_manifest() {
     assert!(stdout.contains("world:            hfx:plugin/fx-node-fix@0.1.0"), "{stdout}");
     assert!(stdout.contains("imports:          hfx:plugin/types@0.1.0"), "{stdout}");
     assert!(stdout.contains("exports:          describe, apply"), "{stdout}");
-    assert!(stdout.contains("name = \"onnx-fix-alias\""), "{stdout}");
+    // The manifest states what the component cannot (kind, name and targets come from the component).
+    assert!(stdout.contains("--- plugin.toml ---\n[plugin]\nbackend = \"onnx\""), "{stdout}");
+    assert!(stdout.contains("targets:          aten.alias.default"), "{stdout}");
 }
 
 #[test]
@@ -365,12 +367,12 @@ fn unreadable_folders_and_components_say_so() {
     std::fs::remove_dir_all(&hidden).unwrap();
 
     // An unreadable component: permission denied, not "outside the plugin folder".
-    let wasm = plugins.join("fix-alias/onnx_fix_alias.wasm");
+    let wasm = plugins.join("fix-alias/plugin.wasm");
     std::fs::set_permissions(&wasm, std::os::unix::fs::PermissionsExt::from_mode(0o000)).unwrap();
     let out = hfx_unprivileged(dir, &["plugins", "list", "--plugins", "plugins", "--target", "torch=2.13.0", "--no-cache"]);
     let (_, stderr) = text(&out);
     assert!(!out.status.success());
-    assert!(stderr.contains("onnx_fix_alias.wasm: component `onnx_fix_alias.wasm` cannot be read: permission denied"), "{stderr}");
+    assert!(stderr.contains("plugin.wasm: component `plugin.wasm` cannot be read: permission denied"), "{stderr}");
     assert!(!stderr.contains("outside"), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
 }
@@ -381,15 +383,15 @@ fn fifos_do_not_hang_list_and_big_files_are_refused() {
     let dir = project.path();
     let plugins = dir.join("plugins");
     // The component a FIFO.
-    let wasm = plugins.join("fix-alias/onnx_fix_alias.wasm");
+    let wasm = plugins.join("fix-alias/plugin.wasm");
     std::fs::remove_file(&wasm).unwrap();
     mkfifo(&wasm);
     let out = hfx_within(dir, &["plugins", "list", "--plugins", "plugins", "--target", "torch=2.13.0"], 30);
     let (_, stderr) = text(&out);
     assert!(!out.status.success());
-    assert!(stderr.contains("onnx_fix_alias.wasm") && stderr.contains("not a regular file (a FIFO)"), "{stderr}");
+    assert!(stderr.contains("plugin.wasm") && stderr.contains("not a regular file (a FIFO)"), "{stderr}");
     std::fs::remove_file(&wasm).unwrap();
-    std::fs::copy(plugin_dir("plugins/onnx/fix-alias").join("onnx_fix_alias.wasm"), &wasm).unwrap();
+    std::fs::copy(plugin_dir("plugins/onnx/fix-alias").join("plugin.wasm"), &wasm).unwrap();
 
     // The manifest a FIFO: an error naming it, not a plugin quietly gone.
     let manifest = plugins.join("fix-assertion/plugin.toml");

@@ -3,7 +3,7 @@
 //! `cargo xtask build-plugins` builds every plugin crate (a folder holding both
 //! `Cargo.toml` and `plugin.toml`, under `plugins/` and `tests/plugins/`) to a
 //! WebAssembly component and writes it beside its `plugin.toml`, as the
-//! manifest's `component` names it.
+//! manifest's `component` names it (`plugin.wasm` when it names none).
 //!
 //! Route (docs/toolchain.md): rustup has no wasm32 standard library
 //! here, so guests are compiled by Debian's `rustc-web` with its std sources
@@ -186,7 +186,12 @@ fn read_plugin_crate(dir: &Path) -> Result<PluginCrate> {
     }
     #[derive(serde::Deserialize)]
     struct Plugin {
+        /// The host's default too (`hfx::plugins::manifest::DEFAULT_COMPONENT`).
+        #[serde(default = "default_component")]
         component: String,
+    }
+    fn default_component() -> String {
+        "plugin.wasm".into()
     }
     let cargo_text = std::fs::read_to_string(dir.join("Cargo.toml"))?;
     let standalone = toml::from_str::<toml::Table>(&cargo_text)

@@ -18,7 +18,7 @@ use cap_std::fs::{Dir, FileTypeExt, Metadata, OpenOptions, OpenOptionsExt};
 use sha2::{Digest, Sha256};
 
 use super::error::LoadError;
-use super::manifest::Manifest;
+use super::manifest::{ComponentMeta, Manifest, ManifestFile};
 
 const MANIFEST: &str = "plugin.toml";
 /// How deep below a `--plugins` folder manifests are looked for
@@ -35,7 +35,10 @@ pub const MAX_MANIFEST_BYTES: u64 = 1 << 20;
 /// A plugin found on disk, read but not yet compiled.
 #[derive(Debug, Clone)]
 pub struct Discovered {
+    /// `plugin.toml` completed with what the component declares.
     pub manifest: Manifest,
+    /// What the component declares itself (`hfx:plugin-meta`), if it does.
+    pub declared: Option<ComponentMeta>,
     /// The plugin's folder, for display.
     pub dir: PathBuf,
     pub manifest_sha256: String,
@@ -241,15 +244,16 @@ fn warn_deeper(dir: &Dir, path: &Path, level: u32, out: &mut Discovery) {
     }
 }
 
-/// Reads one plugin folder: its manifest, then the component the manifest names.
+/// Reads one plugin folder: its manifest, then the component the manifest
+/// names, then what the component declares, which completes the manifest.
 pub fn read_plugin(dir: &Dir, path: &Path) -> Result<Discovered, LoadError> {
     let manifest_path = path.join(MANIFEST);
     let bytes = read_regular(dir, MANIFEST, MAX_MANIFEST_BYTES).map_err(|e| LoadError::new(&manifest_path, e.to_string()))?;
     let text = String::from_utf8(bytes).map_err(|_| LoadError::new(&manifest_path, "is not UTF-8"))?;
-    let manifest = Manifest::parse(&text).map_err(|reason| LoadError::new(&manifest_path, reason))?;
-    let name = &manifest.plugin.component;
-    let component_path = path.join(name);
-    let component = read_regular(dir, name, MAX_COMPONENT_BYTES).map_err(|e| {
+    let file = ManifestFile::parse(&text).map_err(|reason| LoadError::new(&manifest_path, reason))?;
+    let name = file.component().to_string();
+    let component_path = path.join(&name);
+    let component = read_regular(dir, &name, MAX_COMPONENT_BYTES).map_err(|e| {
         let reason = match e {
             ReadError::NotFound => format!("component `{name}` not found (run `cargo xtask build-plugins`?)"),
             ReadError::TooLarge { size, limit } => format!("component is {size} bytes, over the {limit}-byte limit"),
@@ -257,10 +261,13 @@ pub fn read_plugin(dir: &Dir, path: &Path) -> Result<Discovered, LoadError> {
         };
         LoadError::new(&component_path, reason)
     })?;
+    let declared = ComponentMeta::read(&component).map_err(|reason| LoadError::new(&component_path, reason))?;
+    let manifest = file.complete(declared.as_ref()).map_err(|reason| LoadError::new(&manifest_path, reason))?;
     Ok(Discovered {
         manifest_sha256: sha256_hex(text.as_bytes()),
         component_sha256: sha256_hex(&component),
         manifest,
+        declared,
         dir: path.to_path_buf(),
         component,
     })

@@ -1,4 +1,13 @@
-//! `plugin.toml`: what a plugin is, where its component is, what it targets.
+//! What a plugin is: `plugin.toml` and what the component declares itself.
+//!
+//! A component built with hfx-sdk's attribute macros carries a custom section,
+//! [`META_SECTION`], stating its kind, contract version, name, version and
+//! targets ([`ComponentMeta`]). `plugin.toml` then states only what the code
+//! cannot: backend, order, upstream ranges and why (and the component's file
+//! if not [`DEFAULT_COMPONENT`]). A manifest may still state the others, as
+//! old manifests and components built without the SDK's macros do; where both
+//! state a fact they must agree, or the plugin is refused naming both values.
+//! [`Manifest`] is the result: every fact, wherever it was stated.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -8,6 +17,18 @@ use serde::{Deserialize, Serialize};
 /// Contract versions this host loads (`api` in the manifest).
 pub const SUPPORTED_APIS: &[&str] = &["0.1"];
 
+/// The custom section of a component that declares it (written by hfx-sdk's
+/// attribute macros): UTF-8 JSON, a [`ComponentMeta`].
+pub const META_SECTION: &str = "hfx:plugin-meta";
+
+/// A declaration larger than this is refused (the cap of `describe`'s answer).
+pub const MAX_META_BYTES: usize = super::sandbox::MAX_DESCRIBE_BYTES;
+
+/// The component's file when the manifest names none (`cargo xtask build-plugins` writes it).
+pub const DEFAULT_COMPONENT: &str = "plugin.wasm";
+
+/// Everything known about a plugin: its `plugin.toml` completed with what its
+/// component declares.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Manifest {
@@ -33,6 +54,44 @@ pub struct PluginSection {
     #[serde(default = "default_order")]
     pub order: i32,
     #[serde(default)]
+    pub targets: Vec<String>,
+}
+
+/// `plugin.toml` as written: strict, every fact the component can state optional.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ManifestFile {
+    pub plugin: PluginFile,
+    #[serde(default)]
+    pub upstream: BTreeMap<String, String>,
+    #[serde(default)]
+    pub why: Option<Why>,
+}
+
+/// The `[plugin]` table of `plugin.toml`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginFile {
+    pub name: Option<String>,
+    pub version: Option<String>,
+    pub kind: Option<PluginKind>,
+    pub backend: Backend,
+    pub api: Option<String>,
+    /// Path of the component, relative to the manifest's folder [default: `plugin.wasm`].
+    pub component: Option<String>,
+    #[serde(default = "default_order")]
+    pub order: i32,
+    pub targets: Option<Vec<String>>,
+}
+
+/// What a component declares about itself, from its [`META_SECTION`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ComponentMeta {
+    pub api: String,
+    pub kind: PluginKind,
+    pub name: String,
+    pub version: String,
     pub targets: Vec<String>,
 }
 
@@ -113,41 +172,184 @@ impl fmt::Display for Backend {
 }
 
 impl Manifest {
-    /// Parses and validates; the error is one line without the file name.
+    /// A manifest that states every fact itself (a component without a
+    /// declaration); the error is one line without the file name.
     pub fn parse(text: &str) -> Result<Manifest, String> {
-        let manifest: Manifest = toml::from_str(text).map_err(|e| one_line_toml_error(text, &e))?;
+        ManifestFile::parse(text)?.complete(None)
+    }
+}
+
+impl ManifestFile {
+    /// Parses and validates what the file states; the error is one line without the file name.
+    pub fn parse(text: &str) -> Result<ManifestFile, String> {
+        let manifest: ManifestFile = toml::from_str(text).map_err(|e| one_line_toml_error(text, &e))?;
         manifest.validate()?;
         Ok(manifest)
     }
 
+    /// The component's path relative to the plugin folder.
+    pub fn component(&self) -> &str {
+        self.plugin.component.as_deref().unwrap_or(DEFAULT_COMPONENT)
+    }
+
     fn validate(&self) -> Result<(), String> {
         let p = &self.plugin;
-        let name_ok = !p.name.is_empty()
-            && p.name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-            && !p.name.starts_with('-');
-        if !name_ok {
-            return Err(format!("plugin.name `{}`: use lowercase letters, digits and `-`", p.name));
+        if let Some(name) = &p.name {
+            validate_name(name).map_err(|e| format!("plugin.name {e}"))?;
         }
-        semver::Version::parse(&p.version).map_err(|e| format!("plugin.version `{}`: {e}", p.version))?;
-        if !SUPPORTED_APIS.contains(&p.api.as_str()) {
-            return Err(format!(
-                "plugin.api `{}` is not supported by this hfx (supported: {})",
-                p.api,
-                SUPPORTED_APIS.join(", ")
-            ));
+        if let Some(version) = &p.version {
+            validate_version(version).map_err(|e| format!("plugin.version {e}"))?;
         }
-        validate_component_path(&p.component)?;
-        if p.kind.needs_targets() && p.targets.is_empty() {
-            return Err(format!("plugin.targets is empty: a {} plugin is dispatched by target", p.kind));
+        if let Some(api) = &p.api {
+            validate_api(api).map_err(|e| format!("plugin.api {e}"))?;
         }
-        if let Some(t) = p.targets.iter().find(|t| t.trim().is_empty() || t.trim() != t.as_str()) {
-            return Err(format!("plugin.targets has a blank or padded entry `{t}`"));
+        if let Some(component) = &p.component {
+            validate_component_path(component)?;
+        }
+        if let Some(targets) = &p.targets {
+            validate_targets(targets).map_err(|e| format!("plugin.targets {e}"))?;
         }
         for (package, range) in &self.upstream {
             semver::VersionReq::parse(range).map_err(|e| format!("upstream.{package} `{range}`: {e}"))?;
         }
         Ok(())
     }
+
+    /// Every fact of the plugin: what the file states, completed with what
+    /// the component declares. A fact stated by both must agree; one stated
+    /// by neither is an error naming it. The error is one line without the
+    /// file name (it is about the manifest).
+    pub fn complete(self, meta: Option<&ComponentMeta>) -> Result<Manifest, String> {
+        let p = self.plugin;
+        let name = merge("name", p.name, meta.map(|m| &m.name), |a, b| a == b, |v| format!("`{v}`"))?;
+        let version = merge("version", p.version, meta.map(|m| &m.version), |a, b| a == b, |v| format!("`{v}`"))?;
+        let kind = merge("kind", p.kind, meta.map(|m| &m.kind), |a, b| a == b, |v| format!("`{v}`"))?;
+        let api = merge("api", p.api, meta.map(|m| &m.api), |a, b| a == b, |v| format!("`{v}`"))?;
+        let targets = match (p.targets, meta) {
+            (None, None) => Vec::new(),
+            (targets, meta) => merge("targets", targets, meta.map(|m| &m.targets), |a, b| same_targets(a, b), |v| format!("{v:?}"))?,
+        };
+        if kind.needs_targets() && targets.is_empty() {
+            return Err(format!("plugin.targets is empty: a {kind} plugin is dispatched by target"));
+        }
+        Ok(Manifest {
+            plugin: PluginSection {
+                name,
+                version,
+                kind,
+                backend: p.backend,
+                api,
+                component: p.component.unwrap_or_else(|| DEFAULT_COMPONENT.to_string()),
+                order: p.order,
+                targets,
+            },
+            upstream: self.upstream,
+            why: self.why,
+        })
+    }
+}
+
+/// One fact from the manifest (`stated`) and the component (`declared`).
+fn merge<T: Clone>(
+    field: &str,
+    stated: Option<T>,
+    declared: Option<&T>,
+    agree: impl Fn(&T, &T) -> bool,
+    show: impl Fn(&T) -> String,
+) -> Result<T, String> {
+    match (stated, declared) {
+        (Some(stated), Some(declared)) if !agree(&stated, declared) => Err(format!(
+            "plugin.{field} {} differs from the component's {} (its {META_SECTION} section); \
+             drop `{field}` from plugin.toml, the component states it",
+            show(&stated),
+            show(declared)
+        )),
+        (Some(stated), _) => Ok(stated),
+        (None, Some(declared)) => Ok(declared.clone()),
+        (None, None) => Err(format!(
+            "plugin.{field} is missing, and the component carries no {META_SECTION} section stating it \
+             (build it with hfx-sdk's attribute macros, or state `{field}` in plugin.toml)"
+        )),
+    }
+}
+
+/// Targets are a set: order and repetition do not matter.
+pub fn same_targets(a: &[String], b: &[String]) -> bool {
+    let set = |v: &[String]| {
+        let mut v: Vec<String> = v.to_vec();
+        v.sort();
+        v.dedup();
+        v
+    };
+    set(a) == set(b)
+}
+
+impl ComponentMeta {
+    /// The declaration of `component` (a component or core module), or
+    /// `None` when it carries none. Nested modules are searched: the SDK's
+    /// section lives in the core module the component embeds. Two
+    /// declarations, one over [`MAX_META_BYTES`] or one that does not parse
+    /// or validate are errors; so are bytes that are not WebAssembly.
+    pub fn read(component: &[u8]) -> Result<Option<ComponentMeta>, String> {
+        let mut found: Option<&[u8]> = None;
+        for payload in wasmparser::Parser::new(0).parse_all(component) {
+            let payload = payload.map_err(|e| format!("not a valid WebAssembly component: {}", e.message()))?;
+            let wasmparser::Payload::CustomSection(section) = payload else { continue };
+            if section.name() != META_SECTION {
+                continue;
+            }
+            if found.is_some() {
+                return Err(format!("carries more than one {META_SECTION} section"));
+            }
+            if section.data().len() > MAX_META_BYTES {
+                return Err(format!(
+                    "its {META_SECTION} section is {} bytes, over the {MAX_META_BYTES}-byte limit",
+                    section.data().len()
+                ));
+            }
+            found = Some(section.data());
+        }
+        let Some(bytes) = found else { return Ok(None) };
+        let meta: ComponentMeta = serde_json::from_slice(bytes)
+            .map_err(|e| format!("its {META_SECTION} section is not valid: {}", e.to_string().replace('\n', " ")))?;
+        meta.validate().map_err(|e| format!("its {META_SECTION} section: {e}"))?;
+        Ok(Some(meta))
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        validate_api(&self.api).map_err(|e| format!("api {e}"))?;
+        validate_name(&self.name).map_err(|e| format!("name {e}"))?;
+        validate_version(&self.version).map_err(|e| format!("version {e}"))?;
+        validate_targets(&self.targets).map_err(|e| format!("targets {e}"))
+    }
+}
+
+fn validate_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.starts_with('-');
+    if !ok {
+        return Err(format!("`{name}`: use lowercase letters, digits and `-`"));
+    }
+    Ok(())
+}
+
+fn validate_version(version: &str) -> Result<(), String> {
+    semver::Version::parse(version).map(drop).map_err(|e| format!("`{version}`: {e}"))
+}
+
+fn validate_api(api: &str) -> Result<(), String> {
+    if !SUPPORTED_APIS.contains(&api) {
+        return Err(format!("`{api}` is not supported by this hfx (supported: {})", SUPPORTED_APIS.join(", ")));
+    }
+    Ok(())
+}
+
+fn validate_targets(targets: &[String]) -> Result<(), String> {
+    if let Some(t) = targets.iter().find(|t| t.trim().is_empty() || t.trim() != t.as_str()) {
+        return Err(format!("has a blank or padded entry `{t}`"));
+    }
+    Ok(())
 }
 
 /// The component must be a plain relative path inside the plugin's folder.
@@ -225,5 +427,83 @@ upstream-issue = "https://example.invalid/1"
         assert!(Manifest::parse(&GOOD.replace("fx-node-fix", "node-fix")).unwrap_err().contains("unknown variant"));
         assert!(Manifest::parse(&GOOD.replace(">=2.12, <2.16", "two-ish")).unwrap_err().contains("upstream.torch"));
         assert!(Manifest::parse(&GOOD.replace("[\"aten.alias.default\"]", "[]")).unwrap_err().contains("targets"));
+    }
+
+    const SHORT: &str = "[plugin]\nbackend = \"onnx\"\n[why]\nsummary = \"x\"\n";
+
+    fn meta() -> ComponentMeta {
+        ComponentMeta {
+            api: "0.1".into(),
+            kind: PluginKind::FxNodeFix,
+            name: "onnx-fix-alias".into(),
+            version: "1.0.0".into(),
+            targets: vec!["aten.alias.default".into()],
+        }
+    }
+
+    /// A core module of one custom section.
+    fn module_with_section(name: &str, data: &[u8]) -> Vec<u8> {
+        let mut body = vec![name.len() as u8];
+        body.extend_from_slice(name.as_bytes());
+        body.extend_from_slice(data);
+        let mut bytes = b"\0asm\x01\0\0\0\0".to_vec();
+        let mut size = body.len();
+        loop {
+            let byte = (size & 0x7f) as u8;
+            size >>= 7;
+            bytes.push(if size == 0 { byte } else { byte | 0x80 });
+            if size == 0 {
+                break;
+            }
+        }
+        bytes.extend_from_slice(&body);
+        bytes
+    }
+
+    #[test]
+    fn the_component_completes_a_short_manifest() {
+        let file = ManifestFile::parse(SHORT).unwrap();
+        assert_eq!(file.component(), DEFAULT_COMPONENT);
+        let m = file.complete(Some(&meta())).unwrap();
+        assert_eq!((m.plugin.name.as_str(), m.plugin.version.as_str(), m.plugin.kind), ("onnx-fix-alias", "1.0.0", PluginKind::FxNodeFix));
+        assert_eq!((m.plugin.api.as_str(), m.plugin.component.as_str(), m.plugin.order), ("0.1", "plugin.wasm", 100));
+        assert_eq!(m.plugin.targets, ["aten.alias.default"]);
+        // Without a declaration the short manifest lacks facts, and says which.
+        let e = ManifestFile::parse(SHORT).unwrap().complete(None).unwrap_err();
+        assert!(e.contains("plugin.name is missing") && e.contains("hfx:plugin-meta"), "{e}");
+    }
+
+    #[test]
+    fn a_restated_fact_must_agree() {
+        // Agreeing restatements (an old manifest) are fine; targets are a set.
+        let m = ManifestFile::parse(GOOD).unwrap().complete(Some(&meta())).unwrap();
+        assert_eq!(m.plugin.kind, PluginKind::FxNodeFix);
+        let both = GOOD.replace("[\"aten.alias.default\"]", "[\"aten.alias.default\", \"aten.alias.default\"]");
+        ManifestFile::parse(&both).unwrap().complete(Some(&meta())).unwrap();
+        for (from, to, says) in [
+            ("kind = \"fx-node-fix\"", "kind = \"onnx-ir-fix\"", "plugin.kind `onnx-ir-fix` differs from the component's `fx-node-fix`"),
+            ("version = \"1.0.0\"", "version = \"1.0.1\"", "plugin.version `1.0.1` differs from the component's `1.0.0`"),
+            ("name = \"onnx-fix-alias\"", "name = \"other\"", "plugin.name `other` differs from the component's `onnx-fix-alias`"),
+            ("[\"aten.alias.default\"]", "[\"aten.view.default\"]", "plugin.targets [\"aten.view.default\"] differs from the component's [\"aten.alias.default\"]"),
+        ] {
+            let e = ManifestFile::parse(&GOOD.replace(from, to)).unwrap().complete(Some(&meta())).unwrap_err();
+            assert!(e.contains(says) && !e.contains('\n'), "{to}: {e}");
+        }
+    }
+
+    #[test]
+    fn reads_the_declaration_of_a_module() {
+        let json = br#"{"api":"0.1","kind":"fx-node-fix","name":"onnx-fix-alias","version":"1.0.0","targets":["aten.alias.default"]}"#;
+        assert_eq!(ComponentMeta::read(&module_with_section(META_SECTION, json)).unwrap(), Some(meta()));
+        assert_eq!(ComponentMeta::read(&module_with_section("other", json)).unwrap(), None);
+        let mut two = module_with_section(META_SECTION, json);
+        two.extend_from_slice(&module_with_section(META_SECTION, json)[8..]);
+        assert!(ComponentMeta::read(&two).unwrap_err().contains("more than one"));
+        let bad = br#"{"api":"0.1","kind":"fx-node-fix","name":"x","version":"1.0.0","targets":[],"colour":1}"#;
+        assert!(ComponentMeta::read(&module_with_section(META_SECTION, bad)).unwrap_err().contains("unknown field `colour`"));
+        let old = br#"{"api":"0.9","kind":"fx-node-fix","name":"x","version":"1.0.0","targets":[]}"#;
+        let e = ComponentMeta::read(&module_with_section(META_SECTION, old)).unwrap_err();
+        assert!(e.contains("api `0.9` is not supported"), "{e}");
+        assert!(ComponentMeta::read(b"\0asm\x01\0\0\0\0\x7f").unwrap_err().contains("not a valid WebAssembly"));
     }
 }

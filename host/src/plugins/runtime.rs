@@ -12,7 +12,7 @@ use super::bindings::{fx_node_fix, fx_program_fix, onnx_ir_fix, onnx_translation
 use super::cache::{CacheOutcome, ComponentCache};
 use super::discover::Discovered;
 use super::error::LoadError;
-use super::manifest::{Manifest, PluginKind};
+use super::manifest::{same_targets, Manifest, PluginKind, META_SECTION};
 use super::sandbox::Limits;
 use super::store::PluginState;
 use super::session::Session;
@@ -59,7 +59,7 @@ pub struct Plugin {
     pub dir: std::path::PathBuf,
     pub component_sha256: String,
     pub manifest_sha256: String,
-    /// What the component's `describe` answered (equal to the manifest's targets).
+    /// What the component's `describe` answered (equal to the declared targets).
     pub targets: Vec<String>,
     pub load_time: Duration,
     pub cache: CacheOutcome,
@@ -154,8 +154,23 @@ impl Runtime {
             pre,
         };
         let described = Session::new(self, &plugin, "load").describe().map_err(|e| fail(e.to_string()))?;
-        check_targets(&found.manifest.plugin.targets, &described)
-            .map_err(|reason| LoadError::new(found.manifest_path(), reason))?;
+        if !same_targets(&found.manifest.plugin.targets, &described) {
+            let (mut declared, mut described) = (found.manifest.plugin.targets.clone(), described.clone());
+            for list in [&mut declared, &mut described] {
+                list.sort();
+                list.dedup();
+            }
+            // Blame whoever stated the targets: the component's declaration, else the manifest.
+            return Err(match &found.declared {
+                Some(_) => fail(format!(
+                    "declares the targets {declared:?} ({META_SECTION}) but its describe() answers {described:?}"
+                )),
+                None => LoadError::new(
+                    found.manifest_path(),
+                    format!("plugin.targets {declared:?} differ from what the component describes: {described:?}"),
+                ),
+            });
+        }
         plugin.targets = described;
         plugin.load_time = start.elapsed();
         Ok(plugin)
@@ -251,20 +266,6 @@ fn spawn_epoch_ticker(engine: Engine, stop: Arc<AtomicBool>) {
             }
         })
         .expect("spawning the epoch thread");
-}
-
-/// The manifest's targets must be exactly what the component describes.
-fn check_targets(manifest: &[String], described: &[String]) -> Result<(), String> {
-    let mut a: Vec<&String> = manifest.iter().collect();
-    let mut b: Vec<&String> = described.iter().collect();
-    a.sort();
-    a.dedup();
-    b.sort();
-    b.dedup();
-    if a != b {
-        return Err(format!("plugin.targets {a:?} differ from what the component describes: {b:?}"));
-    }
-    Ok(())
 }
 
 /// wasmtime errors carry a chain of causes; one line for the user.

@@ -65,21 +65,18 @@ pub fn new_plugin(args: &NewArgs) -> Result<()> {
     Ok(())
 }
 
-/// Relative path and content of every file of the new crate.
+/// Relative path and content of every file of the new crate. The source
+/// states the kind and the targets (its attribute), `Cargo.toml` the name and
+/// version; the manifest only what the code cannot say.
 fn render(args: &NewArgs, dir: &Path) -> Result<Vec<(String, String)>> {
-    let crate_name = args.name.clone();
-    let component = format!("{}.wasm", crate_name.replace('-', "_"));
-    let (feature, targets, source, selftest) = template(args.kind);
-    let cargo = cargo_toml(&crate_name, feature, dir, args.sdk.as_deref())?;
-    let targets_toml = targets.iter().map(|t| format!("{t:?}")).collect::<Vec<_>>().join(", ");
+    let (feature, source, selftest) = template(args.kind);
+    let cargo = cargo_toml(&args.name, feature, dir, args.sdk.as_deref())?;
     let manifest = format!(
-        "[plugin]\nname = \"{name}\"\nversion = \"0.1.0\"\nkind = \"{kind}\"\nbackend = \"{backend}\"\napi = \"0.1\"\n\
-         component = \"{component}\"\norder = 100\ntargets = [{targets_toml}]\n\n\
+        "[plugin]\nbackend = \"{backend}\"\n\
+         # Within a stage lower runs first (default 100).\n# order = 100\n\n\
          # The upstream versions this workaround is for; it is skipped outside them.\n\
          # [upstream]\n# torch = \">=2.12, <2.16\"\n\n[why]\nsummary = \"TODO: what breaks without this plugin\"\n\
          # upstream-issue = \"https://github.com/...\"\n",
-        name = args.name,
-        kind = args.kind,
         backend = args.backend,
     );
     let mut files = vec![
@@ -114,17 +111,17 @@ fn cargo_toml(name: &str, feature: &str, dir: &Path, sdk: Option<&Path>) -> Resu
     ))
 }
 
-/// SDK feature, targets, `src/lib.rs` and an optional self-test per kind.
-/// The sources are `sdk/templates/*.rs`, which the kind-coverage test plugins
+/// SDK feature, `src/lib.rs` and an optional self-test per kind. The
+/// sources are `sdk/templates/*.rs`, which the kind-coverage test plugins
 /// compile as they are (the IR-fix template is the TopK fix itself), so every
 /// template is a tested plugin.
-fn template(kind: PluginKind) -> (&'static str, Vec<&'static str>, &'static str, Option<String>) {
+fn template(kind: PluginKind) -> (&'static str, &'static str, Option<String>) {
     match kind {
-        PluginKind::FxNodeFix => ("fx-node-fix", vec!["aten.detach.default"], NODE_FIX, Some(node_fix_case())),
-        PluginKind::FxProgramFix => ("fx-program-fix", vec![], PROGRAM_FIX, Some(program_fix_case())),
-        PluginKind::Patch => ("patch", vec!["torch.where"], PATCH, None),
-        PluginKind::OnnxTranslation => ("onnx-translation", vec!["aten.relu.default"], TRANSLATION, None),
-        PluginKind::OnnxIrFix => ("onnx-ir-fix", vec!["TopK"], IR_FIX, None),
+        PluginKind::FxNodeFix => ("fx-node-fix", NODE_FIX, Some(node_fix_case())),
+        PluginKind::FxProgramFix => ("fx-program-fix", PROGRAM_FIX, Some(program_fix_case())),
+        PluginKind::Patch => ("patch", PATCH, None),
+        PluginKind::OnnxTranslation => ("onnx-translation", TRANSLATION, None),
+        PluginKind::OnnxIrFix => ("onnx-ir-fix", IR_FIX, None),
     }
 }
 

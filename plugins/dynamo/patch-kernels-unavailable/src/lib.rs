@@ -5,26 +5,16 @@
 
 use hfx_sdk::prelude::*;
 
-struct KernelsUnavailable;
-
-impl Guest for KernelsUnavailable {
-    fn describe() -> Vec<String> {
-        targets(&[
-            "transformers.utils.import_utils.is_kernels_available",
-            "transformers.utils.is_kernels_available",
-            "transformers.modeling_utils.is_kernels_available",
-            "transformers.models.sam3_video.modeling_sam3_video.is_kernels_available",
-            "transformers.models.mra.modeling_mra.is_kernels_available",
-            "transformers.models.rwkv.modeling_rwkv.is_kernels_available",
-            "transformers.models.yoso.modeling_yoso.is_kernels_available",
-        ])
-    }
-
-    fn apply(call: PatchedCall) -> Result<Program, Error> {
-        let mut p = ProgramBuilder::new(&call);
-        let no = p.boolean(false);
-        Ok(p.finish(no))
-    }
+#[hfx_sdk::patch(targets = [
+    "transformers.utils.import_utils.is_kernels_available", "transformers.utils.is_kernels_available",
+    "transformers.modeling_utils.is_kernels_available",
+    "transformers.models.sam3_video.modeling_sam3_video.is_kernels_available",
+    "transformers.models.mra.modeling_mra.is_kernels_available",
+    "transformers.models.rwkv.modeling_rwkv.is_kernels_available",
+    "transformers.models.yoso.modeling_yoso.is_kernels_available",
+])]
+fn patch_kernels_unavailable(call: PatchedCall) -> Result<Program> {
+    let mut p = ProgramBuilder::new(&call);
+    let no = p.boolean(false);
+    Ok(p.finish(no))
 }
-
-hfx_sdk::register_patch!(KernelsUnavailable);

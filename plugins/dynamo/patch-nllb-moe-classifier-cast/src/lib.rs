@@ -3,18 +3,11 @@
 
 use hfx_sdk::prelude::*;
 
-struct ClassifierCast;
-
-impl Guest for ClassifierCast {
-    fn describe() -> Vec<String> {
-        targets(&["transformers.models.nllb_moe.modeling_nllb_moe.NllbMoeTop2Router._cast_classifier"])
-    }
-
-    fn apply(call: PatchedCall) -> Result<Program, Error> {
-        let mut p = ProgramBuilder::new(&call);
-        let nothing = p.none();
-        Ok(p.finish(nothing))
-    }
+#[hfx_sdk::patch(targets = [
+    "transformers.models.nllb_moe.modeling_nllb_moe.NllbMoeTop2Router._cast_classifier",
+])]
+fn patch_nllb_moe_classifier_cast(call: PatchedCall) -> Result<Program> {
+    let mut p = ProgramBuilder::new(&call);
+    let nothing = p.none();
+    Ok(p.finish(nothing))
 }
-
-hfx_sdk::register_patch!(ClassifierCast);

@@ -6,26 +6,17 @@
 
 use hfx_sdk::prelude::*;
 
-struct SdpaMathOnCpu;
-
-impl Guest for SdpaMathOnCpu {
-    fn describe() -> Vec<String> {
-        targets(&["torch.nn.functional.scaled_dot_product_attention"])
+#[hfx_sdk::patch(targets = ["torch.nn.functional.scaled_dot_product_attention"])]
+fn patch_sdpa_math_cpu(call: PatchedCall) -> Result<Program> {
+    let query = call.param(0, "query").and_then(|s| call.tensor(s));
+    if !query.is_some_and(|q| q.meta.device.kind == "cpu") {
+        return Ok(ProgramBuilder::passthrough(&call));
     }
-
-    fn apply(call: PatchedCall) -> Result<Program, Error> {
-        let query = call.param(0, "query").and_then(|s| call.tensor(s));
-        if !query.is_some_and(|q| q.meta.device.kind == "cpu") {
-            return Ok(ProgramBuilder::passthrough(&call));
-        }
-        let mut p = ProgramBuilder::new(&call);
-        let math = p.lookup("torch.nn.attention.SDPBackend.MATH");
-        let context = p.call("torch.nn.attention.sdpa_kernel", &[math]);
-        p.enter(context);
-        let kwargs = call.kwarg_slots();
-        let out = p.original(&call.args, &kwargs);
-        Ok(p.finish(out))
-    }
+    let mut p = ProgramBuilder::new(&call);
+    let math = p.lookup("torch.nn.attention.SDPBackend.MATH");
+    let context = p.call("torch.nn.attention.sdpa_kernel", &[math]);
+    p.enter(context);
+    let kwargs = call.kwarg_slots();
+    let out = p.original(&call.args, &kwargs);
+    Ok(p.finish(out))
 }
-
-hfx_sdk::register_patch!(SdpaMathOnCpu);

@@ -5,26 +5,17 @@
 
 use hfx_sdk::prelude::*;
 
-struct SlidingWindowCache;
-
 const PREFIX: &str = "transformers.cache_utils.DynamicSlidingWindowLayer.";
 
-impl Guest for SlidingWindowCache {
-    fn describe() -> Vec<String> {
-        targets(&[
-            "transformers.cache_utils.DynamicSlidingWindowLayer.update",
-            "transformers.cache_utils.DynamicSlidingWindowLayer.get_mask_sizes",
-            "transformers.cache_utils.DynamicSlidingWindowLayer.get_seq_length",
-        ])
-    }
-
-    fn apply(call: PatchedCall) -> Result<Program, Error> {
-        let method = call.target.strip_prefix(PREFIX).ok_or_else(|| error(format!("unexpected target {}", call.target), None))?;
-        let mut p = ProgramBuilder::new(&call);
-        let kwargs = call.kwarg_slots();
-        let out = p.call_kw(&format!("transformers.cache_utils.DynamicLayer.{method}"), &call.args, &kwargs);
-        Ok(p.finish(out))
-    }
+#[hfx_sdk::patch(targets = [
+    "transformers.cache_utils.DynamicSlidingWindowLayer.update",
+    "transformers.cache_utils.DynamicSlidingWindowLayer.get_mask_sizes",
+    "transformers.cache_utils.DynamicSlidingWindowLayer.get_seq_length",
+])]
+fn patch_sliding_window_cache(call: PatchedCall) -> Result<Program> {
+    let method = call.target.strip_prefix(PREFIX).ok_or_else(|| error(format!("unexpected target {}", call.target), None))?;
+    let mut p = ProgramBuilder::new(&call);
+    let kwargs = call.kwarg_slots();
+    let out = p.call_kw(&format!("transformers.cache_utils.DynamicLayer.{method}"), &call.args, &kwargs);
+    Ok(p.finish(out))
 }
-
-hfx_sdk::register_patch!(SlidingWindowCache);

@@ -3,17 +3,8 @@
 
 use hfx_sdk::prelude::*;
 
-struct FixAlias;
-
-impl Guest for FixAlias {
-    fn describe() -> Vec<String> {
-        targets(&["aten.alias.default"])
-    }
-
-    fn apply(graph: &Graph, node: NodeId) -> Result<bool, Error> {
-        graph.forward_input(node, "self")?;
-        Ok(true)
-    }
+#[hfx_sdk::fx_node_fix(targets = ["aten.alias.default"])]
+fn fix_alias(graph: &Graph, node: NodeId) -> Result<bool> {
+    graph.forward_input(node, "self")?;
+    Ok(true)
 }
-
-hfx_sdk::register_fx_node_fix!(FixAlias);

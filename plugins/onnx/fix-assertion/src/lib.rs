@@ -4,25 +4,11 @@
 
 use hfx_sdk::prelude::*;
 
-const ASSERTIONS: &[&str] = &[
-    "aten._assert_async.default",
-    "aten._assert_async.msg",
-    "aten._assert_scalar.default",
-    "aten._assert_tensor_metadata.default",
-    "aten.sym_constrain_range_for_size.default",
-];
-
-struct FixAssertion;
-
-impl Guest for FixAssertion {
-    fn describe() -> Vec<String> {
-        targets(ASSERTIONS)
-    }
-
-    fn apply(graph: &Graph, node: NodeId) -> Result<bool, Error> {
-        graph.erase(node)?;
-        Ok(true)
-    }
+#[hfx_sdk::fx_node_fix(targets = [
+    "aten._assert_async.default", "aten._assert_async.msg", "aten._assert_scalar.default",
+    "aten._assert_tensor_metadata.default", "aten.sym_constrain_range_for_size.default",
+])]
+fn fix_assertion(graph: &Graph, node: NodeId) -> Result<bool> {
+    graph.erase(node)?;
+    Ok(true)
 }
-
-hfx_sdk::register_fx_node_fix!(FixAssertion);

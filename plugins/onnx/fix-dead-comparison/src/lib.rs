@@ -9,11 +9,9 @@
 
 use hfx_sdk::prelude::*;
 
-struct FixDeadComparison;
-
 /// A side of the comparison as a range of values: a constant is [c, c];
 /// a size symbol is its range constraint (an unbounded max is `int_oo`).
-fn range_of(graph: &Graph, side: &Argument) -> Result<Option<(i64, Option<i64>)>, Error> {
+fn range_of(graph: &Graph, side: &Argument) -> Result<Option<(i64, Option<i64>)>> {
     let value = match side {
         Argument::Int(c) | Argument::SymInt(SymInt::Constant(c)) => return Ok(Some((*c, Some(*c)))),
         Argument::SymInt(SymInt::Value(v)) => *v,
@@ -44,28 +42,23 @@ fn decide(op: &str, (a_min, a_max): (i64, Option<i64>), (b_min, b_max): (i64, Op
     }
 }
 
-impl Guest for FixDeadComparison {
-    fn describe() -> Vec<String> {
-        targets(&["_operator.le", "_operator.lt", "_operator.ge", "_operator.gt", "_operator.eq", "_operator.ne"])
-    }
-
-    fn apply(graph: &Graph, node: NodeId) -> Result<bool, Error> {
-        let outputs = graph.output_values(node)?;
-        let read = outputs.iter().map(|&v| Ok(!graph.value_users(v)?.is_empty() || graph.is_graph_output(v)?)).collect::<Result<Vec<bool>, Error>>()?;
-        if !read.contains(&true) {
-            graph.erase(node)?;
-            return Ok(true);
-        }
-        let inputs = graph.inputs(node)?;
-        let [a, b] = &inputs[..] else { return Ok(false) };
-        let (Some(ra), Some(rb)) = (range_of(graph, &a.value)?, range_of(graph, &b.value)?) else { return Ok(false) };
-        let Some(outcome) = decide(&graph.target(node)?, ra, rb) else { return Ok(false) };
-        for output in outputs {
-            graph.replace_uses(output, Replacement::Boolean(outcome))?;
-        }
+#[hfx_sdk::fx_node_fix(targets = [
+    "_operator.le", "_operator.lt", "_operator.ge", "_operator.gt", "_operator.eq", "_operator.ne",
+])]
+fn fix_dead_comparison(graph: &Graph, node: NodeId) -> Result<bool> {
+    let outputs = graph.output_values(node)?;
+    let read = outputs.iter().map(|&v| Ok(!graph.value_users(v)?.is_empty() || graph.is_graph_output(v)?)).collect::<Result<Vec<bool>, Error>>()?;
+    if !read.contains(&true) {
         graph.erase(node)?;
-        Ok(true)
+        return Ok(true);
     }
+    let inputs = graph.inputs(node)?;
+    let [a, b] = &inputs[..] else { return Ok(false) };
+    let (Some(ra), Some(rb)) = (range_of(graph, &a.value)?, range_of(graph, &b.value)?) else { return Ok(false) };
+    let Some(outcome) = decide(&graph.target(node)?, ra, rb) else { return Ok(false) };
+    for output in outputs {
+        graph.replace_uses(output, Replacement::Boolean(outcome))?;
+    }
+    graph.erase(node)?;
+    Ok(true)
 }
-
-hfx_sdk::register_fx_node_fix!(FixDeadComparison);

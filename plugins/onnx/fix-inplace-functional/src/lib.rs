@@ -9,17 +9,6 @@
 
 use hfx_sdk::prelude::*;
 
-struct InplaceFunctional;
-
-const TARGETS: &[&str] = &[
-    "aten.add_.Tensor", "aten.add_.Scalar", "aten.sub_.Tensor", "aten.sub_.Scalar", "aten.mul_.Tensor",
-    "aten.mul_.Scalar", "aten.div_.Tensor", "aten.div_.Scalar", "aten.masked_fill_.Scalar", "aten.masked_fill_.Tensor",
-    "aten.clamp_.default", "aten.clamp_min_.default", "aten.clamp_max_.default", "aten.neg_.default", "aten.exp_.default",
-    "aten.relu_.default", "aten.tanh_.default", "aten.sigmoid_.default", "aten.pow_.Scalar", "aten.triu_.default",
-    "aten.tril_.default", "aten.index_put_.default", "aten.scatter_.src", "aten.scatter_.value",
-    "aten.scatter_add_.default", "aten.fill_.Scalar", "aten.copy_.default",
-];
-
 /// Ops whose result may share memory with an input: a mutation through or of
 /// such a value is seen by the other alias, which a functional rewrite loses.
 const ALIASING: &[&str] = &[
@@ -37,7 +26,7 @@ fn aliases(target: &str) -> bool {
 }
 
 /// Whether something other than `node` could see `value` change in place.
-fn observable(graph: &Graph, node: NodeId, value: ValueId) -> Result<bool, Error> {
+fn observable(graph: &Graph, node: NodeId, value: ValueId) -> Result<bool> {
     let Some(producer) = graph.producer(value)? else { return Ok(true) }; // a graph input: the caller's tensor
     if graph.is_graph_output(value)? || aliases(&graph.target(producer)?) {
         return Ok(true);
@@ -61,36 +50,37 @@ fn reread(argument: Argument, old: ValueId, new: ValueId) -> Argument {
     }
 }
 
-impl Guest for InplaceFunctional {
-    fn describe() -> Vec<String> {
-        targets(TARGETS)
+#[hfx_sdk::fx_node_fix(targets = [
+    "aten.add_.Tensor", "aten.add_.Scalar", "aten.sub_.Tensor", "aten.sub_.Scalar", "aten.mul_.Tensor",
+    "aten.mul_.Scalar", "aten.div_.Tensor", "aten.div_.Scalar", "aten.masked_fill_.Scalar",
+    "aten.masked_fill_.Tensor", "aten.clamp_.default", "aten.clamp_min_.default", "aten.clamp_max_.default",
+    "aten.neg_.default", "aten.exp_.default", "aten.relu_.default", "aten.tanh_.default",
+    "aten.sigmoid_.default", "aten.pow_.Scalar", "aten.triu_.default", "aten.tril_.default",
+    "aten.index_put_.default", "aten.scatter_.src", "aten.scatter_.value", "aten.scatter_add_.default",
+    "aten.fill_.Scalar", "aten.copy_.default",
+])]
+fn fix_inplace_functional(graph: &Graph, node: NodeId) -> Result<bool> {
+    let target = graph.target(node)?;
+    let mutated = graph.tensor_input(node, "self")?;
+    if observable(graph, node, mutated)? {
+        return Ok(false);
     }
-
-    fn apply(graph: &Graph, node: NodeId) -> Result<bool, Error> {
-        let target = graph.target(node)?;
-        let mutated = graph.tensor_input(node, "self")?;
-        if observable(graph, node, mutated)? {
-            return Ok(false);
-        }
-        let order = graph.nodes();
-        let position = |n: NodeId| order.iter().position(|&m| m == n);
-        let here = position(node);
-        let later: Vec<NodeId> = graph.value_users(mutated)?.into_iter().filter(|&u| u != node && position(u) > here).collect();
-        // `aten.add_.Tensor` → `aten.add.Tensor`: the op name without its trailing underscore.
-        let mut parts: Vec<&str> = target.split('.').collect();
-        let functional = parts[1].trim_end_matches('_').to_string();
-        parts[1] = &functional;
-        let inputs = graph.inputs(node)?;
-        let replacement = graph.replace_with_call(node, &parts.join("."), inputs)?;
-        let result = graph.single_output(replacement)?;
-        for reader in later {
-            let inputs = graph.inputs(reader)?;
-            let reread: Vec<NamedArgument> =
-                inputs.into_iter().map(|a| NamedArgument { value: reread(a.value, mutated, result), ..a }).collect();
-            graph.set_inputs(reader, &reread)?;
-        }
-        Ok(true)
+    let order = graph.nodes();
+    let position = |n: NodeId| order.iter().position(|&m| m == n);
+    let here = position(node);
+    let later: Vec<NodeId> = graph.value_users(mutated)?.into_iter().filter(|&u| u != node && position(u) > here).collect();
+    // `aten.add_.Tensor` → `aten.add.Tensor`: the op name without its trailing underscore.
+    let mut parts: Vec<&str> = target.split('.').collect();
+    let functional = parts[1].trim_end_matches('_').to_string();
+    parts[1] = &functional;
+    let inputs = graph.inputs(node)?;
+    let replacement = graph.replace_with_call(node, &parts.join("."), inputs)?;
+    let result = graph.single_output(replacement)?;
+    for reader in later {
+        let inputs = graph.inputs(reader)?;
+        let reread: Vec<NamedArgument> =
+            inputs.into_iter().map(|a| NamedArgument { value: reread(a.value, mutated, result), ..a }).collect();
+        graph.set_inputs(reader, &reread)?;
     }
+    Ok(true)
 }
-
-hfx_sdk::register_fx_node_fix!(InplaceFunctional);

@@ -7,8 +7,6 @@
 
 use hfx_sdk::prelude::*;
 
-struct FixNoopSqueeze;
-
 /// True when dimension `dim` of a tensor of `shape` is certainly not 1.
 fn never_one(graph: &Graph, shape: &[Dim], dim: i64) -> bool {
     let rank = shape.len() as i64;
@@ -22,25 +20,18 @@ fn never_one(graph: &Graph, shape: &[Dim], dim: i64) -> bool {
     }
 }
 
-impl Guest for FixNoopSqueeze {
-    fn describe() -> Vec<String> {
-        targets(&["aten.squeeze.dim", "aten.squeeze.dims"])
+#[hfx_sdk::fx_node_fix(targets = ["aten.squeeze.dim", "aten.squeeze.dims"])]
+fn fix_noop_squeeze(graph: &Graph, node: NodeId) -> Result<bool> {
+    let input = graph.tensor_input(node, "self")?;
+    let ValueMeta::Tensor(meta) = graph.value_meta(input)? else { return Ok(false) };
+    let dims = match graph.input(node, "dim")? {
+        Some(Argument::Int(d)) => vec![d],
+        Some(Argument::Ints(ds)) => ds,
+        _ => return Ok(false),
+    };
+    if dims.is_empty() || !dims.iter().all(|&d| never_one(graph, &meta.shape, d)) {
+        return Ok(false);
     }
-
-    fn apply(graph: &Graph, node: NodeId) -> Result<bool, Error> {
-        let input = graph.tensor_input(node, "self")?;
-        let ValueMeta::Tensor(meta) = graph.value_meta(input)? else { return Ok(false) };
-        let dims = match graph.input(node, "dim")? {
-            Some(Argument::Int(d)) => vec![d],
-            Some(Argument::Ints(ds)) => ds,
-            _ => return Ok(false),
-        };
-        if dims.is_empty() || !dims.iter().all(|&d| never_one(graph, &meta.shape, d)) {
-            return Ok(false);
-        }
-        graph.forward_input(node, "self")?;
-        Ok(true)
-    }
+    graph.forward_input(node, "self")?;
+    Ok(true)
 }
-
-hfx_sdk::register_fx_node_fix!(FixNoopSqueeze);

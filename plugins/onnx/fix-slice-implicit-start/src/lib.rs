@@ -6,20 +6,11 @@
 
 use hfx_sdk::prelude::*;
 
-struct FixSliceImplicitStart;
-
-impl Guest for FixSliceImplicitStart {
-    fn describe() -> Vec<String> {
-        targets(&["aten.slice.Tensor"])
-    }
-
-    fn apply(graph: &Graph, node: NodeId) -> Result<bool, Error> {
-        let Some(Argument::None) = graph.input(node, "start")? else {
-            return Ok(false); // explicit start, or none given at all
-        };
-        graph.set_input(node, &NamedArgument { name: "start".into(), value: Argument::Int(0), keyword: false })?;
-        Ok(true)
-    }
+#[hfx_sdk::fx_node_fix(targets = ["aten.slice.Tensor"])]
+fn fix_slice_implicit_start(graph: &Graph, node: NodeId) -> Result<bool> {
+    let Some(Argument::None) = graph.input(node, "start")? else {
+        return Ok(false); // explicit start, or none given at all
+    };
+    graph.set_input(node, &NamedArgument { name: "start".into(), value: Argument::Int(0), keyword: false })?;
+    Ok(true)
 }
-
-hfx_sdk::register_fx_node_fix!(FixSliceImplicitStart);

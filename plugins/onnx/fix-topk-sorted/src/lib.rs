@@ -3,20 +3,11 @@
 
 use hfx_sdk::prelude::*;
 
-struct FixTopkSorted;
-
-impl Guest for FixTopkSorted {
-    fn describe() -> Vec<String> {
-        targets(&["TopK"])
+#[hfx_sdk::onnx_ir_fix(targets = ["TopK"])]
+fn fix_topk_sorted(model: &Model, node: OnnxNodeId) -> Result<bool> {
+    if matches!(model.attribute(node, "sorted")?, Some(Attribute::Int(1))) {
+        return Ok(false);
     }
-
-    fn apply(model: &Model, node: OnnxNodeId) -> Result<bool, Error> {
-        if matches!(model.attribute(node, "sorted")?, Some(Attribute::Int(1))) {
-            return Ok(false);
-        }
-        model.set_attribute(node, &NamedAttribute { name: "sorted".into(), value: Attribute::Int(1) })?;
-        Ok(true)
-    }
+    model.set_attribute(node, &NamedAttribute { name: "sorted".into(), value: Attribute::Int(1) })?;
+    Ok(true)
 }
-
-hfx_sdk::register_onnx_ir_fix!(FixTopkSorted);

@@ -6,38 +6,29 @@
 
 use hfx_sdk::prelude::*;
 
-struct ChunkSymbolic;
-
-impl Guest for ChunkSymbolic {
-    fn describe() -> Vec<String> {
-        targets(&["torch.chunk", "torch.Tensor.chunk"])
+#[hfx_sdk::patch(targets = ["torch.chunk", "torch.Tensor.chunk"])]
+fn patch_chunk_symbolic(call: PatchedCall) -> Result<Program> {
+    let input = call.param(0, "input").or_else(|| call.param(0, "self"));
+    let chunks = call.param(1, "chunks").and_then(|s| call.int(s));
+    let dim = call.param(2, "dim").and_then(|s| call.int(s)).unwrap_or(0);
+    let (Some(input), Some(chunks)) = (input, chunks) else { return Ok(ProgramBuilder::passthrough(&call)) };
+    if !call.tensor(input).is_some_and(|t| t.symbolic_dim(dim)) || chunks < 1 {
+        return Ok(ProgramBuilder::passthrough(&call));
     }
-
-    fn apply(call: PatchedCall) -> Result<Program, Error> {
-        let input = call.param(0, "input").or_else(|| call.param(0, "self"));
-        let chunks = call.param(1, "chunks").and_then(|s| call.int(s));
-        let dim = call.param(2, "dim").and_then(|s| call.int(s)).unwrap_or(0);
-        let (Some(input), Some(chunks)) = (input, chunks) else { return Ok(ProgramBuilder::passthrough(&call)) };
-        if !call.tensor(input).is_some_and(|t| t.symbolic_dim(dim)) || chunks < 1 {
-            return Ok(ProgramBuilder::passthrough(&call));
-        }
-        let mut p = ProgramBuilder::new(&call);
-        let dim = p.int(dim);
-        let total = p.call("torch.Tensor.size", &[input, dim]);
-        let pieces = p.int(chunks);
-        let minus_one = p.int(chunks - 1);
-        let padded = p.call("operator.add", &[total, minus_one]);
-        let chunk = p.call("operator.floordiv", &[padded, pieces]);
-        let mut start = p.int(0);
-        let mut parts = Vec::new();
-        for i in 0..chunks {
-            let length = if i == chunks - 1 { p.call("operator.sub", &[total, start]) } else { chunk };
-            parts.push(p.narrow(input, dim, start, length));
-            start = p.call("operator.add", &[start, chunk]);
-        }
-        let out = p.pack(&parts);
-        Ok(p.finish(out))
+    let mut p = ProgramBuilder::new(&call);
+    let dim = p.int(dim);
+    let total = p.call("torch.Tensor.size", &[input, dim]);
+    let pieces = p.int(chunks);
+    let minus_one = p.int(chunks - 1);
+    let padded = p.call("operator.add", &[total, minus_one]);
+    let chunk = p.call("operator.floordiv", &[padded, pieces]);
+    let mut start = p.int(0);
+    let mut parts = Vec::new();
+    for i in 0..chunks {
+        let length = if i == chunks - 1 { p.call("operator.sub", &[total, start]) } else { chunk };
+        parts.push(p.narrow(input, dim, start, length));
+        start = p.call("operator.add", &[start, chunk]);
     }
+    let out = p.pack(&parts);
+    Ok(p.finish(out))
 }
-
-hfx_sdk::register_patch!(ChunkSymbolic);

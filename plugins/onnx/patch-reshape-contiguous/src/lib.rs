@@ -6,26 +6,17 @@
 
 use hfx_sdk::prelude::*;
 
-struct ReshapeContiguous;
-
-impl Guest for ReshapeContiguous {
-    fn describe() -> Vec<String> {
-        targets(&["torch.reshape", "torch.Tensor.reshape", "torch.Tensor.view"])
+#[hfx_sdk::patch(targets = ["torch.reshape", "torch.Tensor.reshape", "torch.Tensor.view"])]
+fn patch_reshape_contiguous(call: PatchedCall) -> Result<Program> {
+    let Some(&input) = call.args.first() else { return Ok(ProgramBuilder::passthrough(&call)) };
+    if !call.tensor(input).is_some_and(|t| !t.contiguous) {
+        return Ok(ProgramBuilder::passthrough(&call));
     }
-
-    fn apply(call: PatchedCall) -> Result<Program, Error> {
-        let Some(&input) = call.args.first() else { return Ok(ProgramBuilder::passthrough(&call)) };
-        if !call.tensor(input).is_some_and(|t| !t.contiguous) {
-            return Ok(ProgramBuilder::passthrough(&call));
-        }
-        let mut p = ProgramBuilder::new(&call);
-        let format = p.lookup("torch.contiguous_format");
-        let copy = p.call_kw("torch.Tensor.clone", &[input], &[("memory_format", format)]);
-        let mut args = call.args.clone();
-        args[0] = copy;
-        let out = p.original(&args, &call.kwarg_slots());
-        Ok(p.finish(out))
-    }
+    let mut p = ProgramBuilder::new(&call);
+    let format = p.lookup("torch.contiguous_format");
+    let copy = p.call_kw("torch.Tensor.clone", &[input], &[("memory_format", format)]);
+    let mut args = call.args.clone();
+    args[0] = copy;
+    let out = p.original(&args, &call.kwarg_slots());
+    Ok(p.finish(out))
 }
-
-hfx_sdk::register_patch!(ReshapeContiguous);

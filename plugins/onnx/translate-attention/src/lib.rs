@@ -5,9 +5,11 @@
 
 use hfx_sdk::prelude::*;
 
-struct Attention;
+hfx_sdk::onnx_translations! {
+    "aten.scaled_dot_product_attention.default" => attention,
+}
 
-fn translate_node(e: &Emit) -> Result<(), Error> {
+fn attention(e: &Emit) -> Result<String> {
     let dtype = e.output_meta()?.dtype;
     let q = e.tensor("query")?;
     let mut k = e.tensor("key")?;
@@ -24,18 +26,18 @@ fn translate_node(e: &Emit) -> Result<(), Error> {
         // repeat_interleave of the kv heads: (B, Hk, S, E) -> (B, Hk, r, S, E) -> (B, Hq, S, E).
         let repeat = hq / hk;
         let axis = e.const_ints(&[rank - 2])?;
-        let reps = |x: &str| -> Result<String, Error> {
-            let unsqueezed = e.op("Unsqueeze", &[x, &axis], &[])?;
+        let reps = |x: &str| -> Result<String> {
+            let unsqueezed = e.op("Unsqueeze", &[x, &axis])?;
             let mut r = vec![1i64; rank as usize + 1];
             r[rank as usize - 2] = repeat;
             let times = e.const_ints(&r)?;
-            let tiled = e.op("Tile", &[&unsqueezed, &times], &[])?;
-            let shape = e.op("Shape", &[x], &[])?;
-            let lead = e.op("Slice", &[&shape, &e.const_ints(&[0])?, &e.const_ints(&[rank - 3])?], &[])?;
+            let tiled = e.op("Tile", &[&unsqueezed, &times])?;
+            let shape = e.op("Shape", &[x])?;
+            let lead = e.op("Slice", &[&shape, &e.const_ints(&[0])?, &e.const_ints(&[rank - 3])?])?;
             let heads = e.const_ints(&[*hq])?;
-            let tail = e.op("Slice", &[&shape, &e.const_ints(&[rank - 2])?, &e.const_ints(&[rank])?], &[])?;
-            let target = e.op("Concat", &[&lead, &heads, &tail], &[attr("axis", Attribute::Int(0))])?;
-            e.op("Reshape", &[&tiled, &target], &[])
+            let tail = e.op("Slice", &[&shape, &e.const_ints(&[rank - 2])?, &e.const_ints(&[rank])?])?;
+            let target = e.op_with("Concat", &[&lead, &heads, &tail], &[attr("axis", Attribute::Int(0))])?;
+            e.op("Reshape", &[&tiled, &target])
         };
         k = reps(&k)?;
         v = reps(&v)?;
@@ -49,19 +51,19 @@ fn translate_node(e: &Emit) -> Result<(), Error> {
     };
     let mut perm: Vec<i64> = (0..rank).collect();
     perm.swap(rank as usize - 1, rank as usize - 2);
-    let kt = e.op("Transpose", &[&k], &[attr("perm", Attribute::Ints(perm))])?;
-    let scores = e.op("MatMul", &[&q, &kt], &[])?;
+    let kt = e.op_with("Transpose", &[&k], &[attr("perm", Attribute::Ints(perm))])?;
+    let scores = e.op("MatMul", &[&q, &kt])?;
     let factor = e.scalar(scale, &dtype)?;
-    let mut scores = e.op("Mul", &[&scores, &factor], &[])?;
+    let mut scores = e.op("Mul", &[&scores, &factor])?;
     if e.boolean("is_causal", false)? {
-        let shape = e.op("Shape", &[&scores], &[attr("start", Attribute::Int(-2))])?;
+        let shape = e.op_with("Shape", &[&scores], &[attr("start", Attribute::Int(-2))])?;
         let one = e.scalar(1.0, "bool")?;
-        let ones = e.op("Expand", &[&one, &shape], &[])?;
-        let ones = e.op("Cast", &[&ones], &[attr("to", Attribute::Int(7))])?;
-        let lower = e.op("Trilu", &[&ones], &[attr("upper", Attribute::Int(0))])?;
-        let keep = e.op("Cast", &[&lower], &[attr("to", Attribute::Int(9))])?;
+        let ones = e.op("Expand", &[&one, &shape])?;
+        let ones = e.op_with("Cast", &[&ones], &[attr("to", Attribute::Int(7))])?;
+        let lower = e.op_with("Trilu", &[&ones], &[attr("upper", Attribute::Int(0))])?;
+        let keep = e.op_with("Cast", &[&lower], &[attr("to", Attribute::Int(9))])?;
         let blocked = e.scalar(f64::NEG_INFINITY, &dtype)?;
-        scores = e.op("Where", &[&keep, &scores, &blocked], &[])?;
+        scores = e.op("Where", &[&keep, &scores, &blocked])?;
     }
     match e.arg("attn_mask")? {
         Some(Argument::Tensor(mask)) => {
@@ -69,28 +71,15 @@ fn translate_node(e: &Emit) -> Result<(), Error> {
             let m = e.builder.value_name(mask)?;
             scores = if mask_meta.dtype == "bool" {
                 let blocked = e.scalar(f64::NEG_INFINITY, &dtype)?;
-                e.op("Where", &[&m, &scores, &blocked], &[])?
+                e.op("Where", &[&m, &scores, &blocked])?
             } else {
                 let m = e.cast(&m, &mask_meta.dtype, &dtype)?;
-                e.op("Add", &[&scores, &m], &[])?
+                e.op("Add", &[&scores, &m])?
             };
         }
         None | Some(Argument::None) => {}
         Some(other) => return Err(e.fail(format!("attn_mask {other:?}"))),
     }
-    let weights = e.op("Softmax", &[&scores], &[attr("axis", Attribute::Int(-1))])?;
-    let out = e.op("MatMul", &[&weights, &v], &[])?;
-    e.bind_output(&out)
+    let weights = e.op_with("Softmax", &[&scores], &[attr("axis", Attribute::Int(-1))])?;
+    e.op("MatMul", &[&weights, &v])
 }
-
-impl Guest for Attention {
-    fn describe() -> Vec<String> {
-        targets(&["aten.scaled_dot_product_attention.default"])
-    }
-
-    fn translate(graph: &Graph, node: NodeId, builder: &Builder) -> Result<(), Error> {
-        translate_node(&Emit::new(graph, node, builder))
-    }
-}
-
-hfx_sdk::register_onnx_translation!(Attention);

@@ -3,12 +3,17 @@
 
 use hfx_sdk::prelude::*;
 
-struct Conv;
-
-const TARGETS: &[&str] = &["aten.conv1d.default", "aten.conv2d.default", "aten.conv3d.default", "aten.conv1d.padding", "aten.conv2d.padding", "aten.convolution.default"];
+hfx_sdk::onnx_translations! {
+    "aten.conv1d.default" => conv,
+    "aten.conv2d.default" => conv,
+    "aten.conv3d.default" => conv,
+    "aten.conv1d.padding" => conv,
+    "aten.conv2d.padding" => conv,
+    "aten.convolution.default" => convolution,
+}
 
 /// A per-spatial-dim list argument (`[1]` broadcasts).
-fn per_dim(e: &Emit, name: &str, spatial: usize, default: i64) -> Result<Vec<i64>, Error> {
+fn per_dim(e: &Emit, name: &str, spatial: usize, default: i64) -> Result<Vec<i64>> {
     let values = match e.arg(name)? {
         None | Some(Argument::None) => vec![default],
         _ => e.ints(name)?,
@@ -16,10 +21,15 @@ fn per_dim(e: &Emit, name: &str, spatial: usize, default: i64) -> Result<Vec<i64
     Ok(if values.len() == 1 { vec![values[0]; spatial] } else { values })
 }
 
-fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
-    if target == "aten.convolution.default" && e.boolean("transposed", false)? {
+/// The generic form: only not transposed.
+fn convolution(e: &Emit) -> Result<String> {
+    if e.boolean("transposed", false)? {
         return Err(e.fail("transposed convolution is not translated yet"));
     }
+    conv(e)
+}
+
+fn conv(e: &Emit) -> Result<String> {
     let x = e.tensor("input")?;
     let weight = e.tensor("weight")?;
     let spatial = e.rank("weight")? as usize - 2;
@@ -44,19 +54,5 @@ fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
         inputs.push(e.tensor("bias")?);
     }
     let refs: Vec<&str> = inputs.iter().map(String::as_str).collect();
-    let out = e.op("Conv", &refs, &attributes)?;
-    e.bind_output(&out)
+    e.op_with("Conv", &refs, &attributes)
 }
-
-impl Guest for Conv {
-    fn describe() -> Vec<String> {
-        targets(TARGETS)
-    }
-
-    fn translate(graph: &Graph, node: NodeId, builder: &Builder) -> Result<(), Error> {
-        let target = graph.target(node)?;
-        translate_node(&Emit::new(graph, node, builder), &target)
-    }
-}
-
-hfx_sdk::register_onnx_translation!(Conv);

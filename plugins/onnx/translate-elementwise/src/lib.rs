@@ -4,83 +4,135 @@
 
 use hfx_sdk::prelude::*;
 
-struct Elementwise;
-
-const TARGETS: &[&str] = &[
+hfx_sdk::onnx_translations! {
     // arithmetic
-    "aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor", "aten.sub.Scalar", "aten.rsub.Scalar", "aten.rsub.Tensor",
-    "aten.mul.Tensor", "aten.mul.Scalar", "aten.div.Tensor", "aten.div.Scalar",
-    "aten.pow.Tensor_Scalar", "aten.pow.Tensor_Tensor", "aten.maximum.default", "aten.minimum.default",
-    "aten.max.other", "aten.min.other", "aten.floor_divide.default", "aten.floor_divide.Scalar",
+    "aten.add.Tensor" => |e| binary(e, "Add"),
+    "aten.add.Scalar" => |e| binary(e, "Add"),
+    "aten.sub.Tensor" => |e| binary(e, "Sub"),
+    "aten.sub.Scalar" => |e| binary(e, "Sub"),
+    "aten.rsub.Scalar" => rsub,
+    "aten.rsub.Tensor" => rsub,
+    "aten.mul.Tensor" => |e| binary(e, "Mul"),
+    "aten.mul.Scalar" => |e| binary(e, "Mul"),
+    "aten.div.Tensor" => |e| binary(e, "Div"),
+    "aten.div.Scalar" => |e| binary(e, "Div"),
+    "aten.pow.Tensor_Scalar" => |e| binary(e, "Pow"),
+    "aten.pow.Tensor_Tensor" => |e| binary(e, "Pow"),
+    "aten.maximum.default" => |e| binary(e, "Max"),
+    "aten.minimum.default" => |e| binary(e, "Min"),
+    "aten.max.other" => |e| binary(e, "Max"),
+    "aten.min.other" => |e| binary(e, "Min"),
+    "aten.floor_divide.default" => floor_divide,
+    "aten.floor_divide.Scalar" => floor_divide,
     // comparisons
-    "aten.lt.Tensor", "aten.lt.Scalar", "aten.le.Tensor", "aten.le.Scalar", "aten.gt.Tensor", "aten.gt.Scalar",
-    "aten.ge.Tensor", "aten.ge.Scalar", "aten.eq.Tensor", "aten.eq.Scalar", "aten.ne.Tensor", "aten.ne.Scalar",
+    "aten.lt.Tensor" => |e| compare(e, "Less"),
+    "aten.lt.Scalar" => |e| compare(e, "Less"),
+    "aten.le.Tensor" => |e| compare(e, "LessOrEqual"),
+    "aten.le.Scalar" => |e| compare(e, "LessOrEqual"),
+    "aten.gt.Tensor" => |e| compare(e, "Greater"),
+    "aten.gt.Scalar" => |e| compare(e, "Greater"),
+    "aten.ge.Tensor" => |e| compare(e, "GreaterOrEqual"),
+    "aten.ge.Scalar" => |e| compare(e, "GreaterOrEqual"),
+    "aten.eq.Tensor" => |e| compare(e, "Equal"),
+    "aten.eq.Scalar" => |e| compare(e, "Equal"),
+    "aten.ne.Tensor" => not_equal,
+    "aten.ne.Scalar" => not_equal,
     // logic
-    "aten.logical_not.default", "aten.bitwise_not.default", "aten.__and__.Tensor", "aten.bitwise_and.Tensor",
-    "aten.logical_and.default", "aten.__or__.Tensor", "aten.bitwise_or.Tensor", "aten.logical_or.default",
+    "aten.logical_not.default" => not,
+    "aten.bitwise_not.default" => not,
+    "aten.__and__.Tensor" => |e| logic(e, "And"),
+    "aten.bitwise_and.Tensor" => |e| logic(e, "And"),
+    "aten.logical_and.default" => |e| logic(e, "And"),
+    "aten.__or__.Tensor" => |e| logic(e, "Or"),
+    "aten.bitwise_or.Tensor" => |e| logic(e, "Or"),
+    "aten.logical_or.default" => |e| logic(e, "Or"),
     // unary
-    "aten.neg.default", "aten.rsqrt.default", "aten.sqrt.default", "aten.cos.default", "aten.sin.default",
-    "aten.exp.default", "aten.log.default", "aten.tanh.default", "aten.sigmoid.default", "aten.relu.default",
-    "aten.abs.default", "aten.reciprocal.default", "aten.erf.default", "aten.silu.default", "aten.gelu.default",
-    "aten.clamp.default", "aten.clamp_min.default", "aten.clamp_max.default",
+    "aten.neg.default" => |e| unary(e, "Neg"),
+    "aten.rsqrt.default" => rsqrt,
+    "aten.sqrt.default" => |e| unary(e, "Sqrt"),
+    "aten.cos.default" => |e| unary(e, "Cos"),
+    "aten.sin.default" => |e| unary(e, "Sin"),
+    "aten.exp.default" => |e| unary(e, "Exp"),
+    "aten.log.default" => |e| unary(e, "Log"),
+    "aten.tanh.default" => |e| unary(e, "Tanh"),
+    "aten.sigmoid.default" => |e| unary(e, "Sigmoid"),
+    "aten.relu.default" => |e| unary(e, "Relu"),
+    "aten.abs.default" => |e| unary(e, "Abs"),
+    "aten.reciprocal.default" => |e| unary(e, "Reciprocal"),
+    "aten.erf.default" => |e| unary(e, "Erf"),
+    "aten.silu.default" => silu,
+    "aten.gelu.default" => gelu,
+    "aten.clamp.default" => |e| clamp(e, Some("min"), Some("max")),
+    "aten.clamp_min.default" => |e| clamp(e, Some("min"), None),
+    "aten.clamp_max.default" => |e| clamp(e, None, Some("max")),
     // selection
-    "aten.where.self", "aten.where.ScalarOther", "aten.where.ScalarSelf", "aten.where.Scalar", "aten.masked_fill.Scalar", "aten.masked_fill.Tensor",
+    "aten.where.self" => where_,
+    "aten.where.ScalarOther" => where_,
+    "aten.where.ScalarSelf" => where_,
+    "aten.where.Scalar" => where_,
+    "aten.masked_fill.Scalar" => masked_fill,
+    "aten.masked_fill.Tensor" => masked_fill,
     // casts and identities
-    "aten.to.dtype", "aten.to.dtype_layout", "aten.to.device", "aten._to_copy.default", "aten.type_as.default",
-    "aten.clone.default", "aten.contiguous.default", "aten.detach.default", "aten.detach_.default",
-    "aten.alias.default", "aten.lift_fresh_copy.default", "aten.dropout.default",
-    "aten._assert_tensor_metadata.default",
-];
-
-fn binary(op: &str) -> Option<&'static str> {
-    Some(match op {
-        "add" => "Add",
-        "sub" | "rsub" => "Sub",
-        "mul" => "Mul",
-        "div" => "Div",
-        "pow" => "Pow",
-        "maximum" | "max" => "Max",
-        "minimum" | "min" => "Min",
-        _ => return None,
-    })
+    "aten.to.dtype" => cast,
+    "aten.to.dtype_layout" => cast,
+    "aten.to.device" => cast,
+    "aten._to_copy.default" => cast,
+    "aten.type_as.default" => cast,
+    "aten.clone.default" => |e| identity(e, "self"),
+    "aten.contiguous.default" => |e| identity(e, "self"),
+    "aten.detach.default" => |e| identity(e, "self"),
+    "aten.detach_.default" => |e| identity(e, "self"),
+    "aten.alias.default" => |e| identity(e, "self"),
+    "aten.lift_fresh_copy.default" => |e| identity(e, "self"),
+    "aten.dropout.default" => |e| identity(e, "input"),
+    // a check torch.export keeps; no value
+    "aten._assert_tensor_metadata.default" => |_| Ok(()),
 }
 
-fn comparison(op: &str) -> Option<&'static str> {
-    Some(match op {
-        "lt" => "Less",
-        "le" => "LessOrEqual",
-        "gt" => "Greater",
-        "ge" => "GreaterOrEqual",
-        "eq" | "ne" => "Equal",
-        _ => return None,
-    })
+/// `self op other` (or `exponent`) in the output's dtype, `other` scaled by `alpha`.
+fn binary(e: &Emit, op: &str) -> Result<String> {
+    let (x, y) = operands(e)?;
+    e.op(op, &[&x, &y])
 }
 
-fn unary(op: &str) -> Option<&'static str> {
-    Some(match op {
-        "neg" => "Neg",
-        "sqrt" => "Sqrt",
-        "cos" => "Cos",
-        "sin" => "Sin",
-        "exp" => "Exp",
-        "log" => "Log",
-        "tanh" => "Tanh",
-        "sigmoid" => "Sigmoid",
-        "relu" => "Relu",
-        "abs" => "Abs",
-        "reciprocal" => "Reciprocal",
-        "erf" => "Erf",
-        _ => return None,
-    })
+/// `other - self`.
+fn rsub(e: &Emit) -> Result<String> {
+    let (x, y) = operands(e)?;
+    e.op("Sub", &[&y, &x])
 }
 
-/// The name of the second operand: `other` or `exponent`.
-fn second_operand(e: &Emit) -> Result<&'static str, Error> {
-    Ok(if e.arg("other")?.is_some() { "other" } else { "exponent" })
+fn operands(e: &Emit) -> Result<(String, String)> {
+    let out = e.output_meta()?.dtype;
+    let x = e.operand("self", &out)?;
+    let second = if e.arg("other")?.is_some() { "other" } else { "exponent" };
+    let mut y = e.operand(second, &out)?;
+    let alpha = e.float("alpha", 1.0)?;
+    if alpha != 1.0 {
+        let a = e.scalar(alpha, &out)?;
+        y = e.op("Mul", &[&y, &a])?;
+    }
+    Ok((x, y))
+}
+
+fn floor_divide(e: &Emit) -> Result<String> {
+    let out = e.output_meta()?.dtype;
+    e.floor_div(&e.operand("self", &out)?, &e.operand("other", &out)?, &out)
+}
+
+fn compare(e: &Emit, op: &str) -> Result<String> {
+    let dtype = comparison_dtype(e)?;
+    let x = e.operand("self", &dtype)?;
+    let y = e.operand("other", &dtype)?;
+    e.op(op, &[&x, &y])
+}
+
+fn not_equal(e: &Emit) -> Result<String> {
+    let equal = compare(e, "Equal")?;
+    e.op("Not", &[&equal])
 }
 
 /// The dtype two operands are compared in: a floating one if either is.
-fn comparison_dtype(e: &Emit) -> Result<String, Error> {
+fn comparison_dtype(e: &Emit) -> Result<String> {
     let own = e.input_meta("self")?.dtype;
     if is_floating(&own) {
         return Ok(own);
@@ -95,136 +147,100 @@ fn comparison_dtype(e: &Emit) -> Result<String, Error> {
     })
 }
 
-fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
-    let op = target.split('.').nth(1).unwrap_or("");
-    if target == "aten._assert_tensor_metadata.default" {
-        return Ok(()); // a check torch.export keeps; no value
+fn not(e: &Emit) -> Result<String> {
+    let x = e.operand("self", "bool")?;
+    if e.output_meta()?.dtype != "bool" {
+        return Err(e.fail("bitwise_not of an integer tensor is not translated yet"));
     }
-    if let Some(onnx) = binary(op) {
-        let out = e.output_meta()?.dtype;
-        let x = e.operand("self", &out)?;
-        let mut y = e.operand(second_operand(e)?, &out)?;
-        let alpha = e.float("alpha", 1.0)?;
-        if alpha != 1.0 {
-            let a = e.scalar(alpha, &out)?;
-            y = e.op("Mul", &[&y, &a], &[])?;
-        }
-        let result = if op == "rsub" { e.op(onnx, &[&y, &x], &[])? } else { e.op(onnx, &[&x, &y], &[])? };
-        return e.bind_output(&result);
+    e.op("Not", &[&x])
+}
+
+fn logic(e: &Emit, op: &str) -> Result<String> {
+    if e.output_meta()?.dtype != "bool" {
+        return Err(e.fail("bitwise ops on integer tensors are not translated yet"));
     }
-    if let Some(onnx) = comparison(op) {
-        let dtype = comparison_dtype(e)?;
-        let x = e.operand("self", &dtype)?;
-        let y = e.operand("other", &dtype)?;
-        let mut result = e.op(onnx, &[&x, &y], &[])?;
-        if op == "ne" {
-            result = e.op("Not", &[&result], &[])?;
+    let x = e.operand("self", "bool")?;
+    let y = e.operand("other", "bool")?;
+    e.op(op, &[&x, &y])
+}
+
+fn unary(e: &Emit, op: &str) -> Result<String> {
+    let x = e.operand("self", &e.output_meta()?.dtype)?;
+    e.op(op, &[&x])
+}
+
+fn rsqrt(e: &Emit) -> Result<String> {
+    let root = unary(e, "Sqrt")?;
+    e.op("Reciprocal", &[&root])
+}
+
+fn silu(e: &Emit) -> Result<String> {
+    let x = e.tensor("self")?;
+    let gate = e.op("Sigmoid", &[&x])?;
+    e.op("Mul", &[&x, &gate])
+}
+
+/// `Clip(self, min, max)` of the bounds named (an absent or `None` one is no bound).
+fn clamp(e: &Emit, min: Option<&str>, max: Option<&str>) -> Result<String> {
+    let out = e.output_meta()?.dtype;
+    let x = e.operand("self", &out)?;
+    let bound = |name: Option<&str>| -> Result<String> {
+        match name {
+            Some(name) if !matches!(e.arg(name)?, None | Some(Argument::None)) => e.operand(name, &out),
+            _ => Ok(String::new()),
         }
-        return e.bind_output(&result);
-    }
-    if let Some(onnx) = unary(op) {
-        let out = e.output_meta()?.dtype;
-        let x = e.operand("self", &out)?;
-        let result = e.op(onnx, &[&x], &[])?;
-        return e.bind_output(&result);
-    }
-    let result = match op {
-        "floor_divide" => {
-            let out = e.output_meta()?.dtype;
-            e.floor_div(&e.operand("self", &out)?, &e.operand("other", &out)?, &out)?
-        }
-        "rsqrt" => {
-            let out = e.output_meta()?.dtype;
-            let x = e.operand("self", &out)?;
-            let root = e.op("Sqrt", &[&x], &[])?;
-            e.op("Reciprocal", &[&root], &[])?
-        }
-        "silu" => {
-            let x = e.tensor("self")?;
-            let gate = e.op("Sigmoid", &[&x], &[])?;
-            e.op("Mul", &[&x, &gate], &[])?
-        }
-        "gelu" => gelu(e)?,
-        "clamp" | "clamp_min" | "clamp_max" => {
-            let out = e.output_meta()?.dtype;
-            let x = e.operand("self", &out)?;
-            let bound = |name: &str| -> Result<String, Error> {
-                match e.arg(name)? {
-                    None | Some(Argument::None) => Ok(String::new()),
-                    Some(_) => e.operand(name, &out),
-                }
-            };
-            let (low, high) = match op {
-                "clamp_min" => (e.operand("min", &out)?, String::new()),
-                "clamp_max" => (String::new(), e.operand("max", &out)?),
-                _ => (bound("min")?, bound("max")?),
-            };
-            e.op("Clip", &[&x, &low, &high], &[])?
-        }
-        "logical_not" | "bitwise_not" => {
-            let x = e.operand("self", "bool")?;
-            if e.output_meta()?.dtype != "bool" {
-                return Err(e.fail("bitwise_not of an integer tensor is not translated yet"));
-            }
-            e.op("Not", &[&x], &[])?
-        }
-        "__and__" | "bitwise_and" | "logical_and" | "__or__" | "bitwise_or" | "logical_or" => {
-            if e.output_meta()?.dtype != "bool" {
-                return Err(e.fail("bitwise ops on integer tensors are not translated yet"));
-            }
-            let x = e.operand("self", "bool")?;
-            let y = e.operand("other", "bool")?;
-            e.op(if op.contains("and") { "And" } else { "Or" }, &[&x, &y], &[])?
-        }
-        "where" => {
-            let out = e.output_meta()?.dtype;
-            let condition = e.operand("condition", "bool")?;
-            let x = e.operand("self", &out)?;
-            let y = e.operand("other", &out)?;
-            e.op("Where", &[&condition, &x, &y], &[])?
-        }
-        "masked_fill" if e.output_meta()?.dtype == "bool" => {
-            // ORT's CPU Where has no bool kernel: fill True is `self | mask`, False `self & !mask`
-            // (the reference's `_aten_masked_fill`).
-            let x = e.tensor("self")?;
-            let mask = e.operand("mask", "bool")?;
-            let fill = match e.arg("value")? {
-                Some(Argument::Boolean(b)) => b,
-                Some(Argument::Int(i)) => i != 0,
-                Some(Argument::Float(f)) => f != 0.0,
-                other => return Err(e.fail(format!("masked_fill of a bool tensor with {other:?}"))),
-            };
-            if fill {
-                e.op("Or", &[&x, &mask], &[])?
-            } else {
-                let keep = e.op("Not", &[&mask], &[])?;
-                e.op("And", &[&x, &keep], &[])?
-            }
-        }
-        "masked_fill" => {
-            let out = e.output_meta()?.dtype;
-            let mask = e.operand("mask", "bool")?;
-            let value = e.operand("value", &out)?;
-            let x = e.operand("self", &out)?;
-            e.op("Where", &[&mask, &value, &x], &[])?
-        }
-        "to" | "_to_copy" | "type_as" => {
-            let out = e.output_meta()?.dtype;
-            let from = e.input_meta("self")?.dtype;
-            let x = e.tensor("self")?;
-            if from == out { e.op("Identity", &[&x], &[])? } else { e.cast(&x, &from, &out)? }
-        }
-        "clone" | "contiguous" | "detach" | "detach_" | "alias" | "lift_fresh_copy" | "dropout" => {
-            let x = e.tensor(if op == "dropout" { "input" } else { "self" })?;
-            e.op("Identity", &[&x], &[])?
-        }
-        _ => return Err(e.fail(format!("{target} is not translated by this plugin"))),
     };
-    e.bind_output(&result)
+    e.op("Clip", &[&x, &bound(min)?, &bound(max)?])
+}
+
+fn where_(e: &Emit) -> Result<String> {
+    let out = e.output_meta()?.dtype;
+    let condition = e.operand("condition", "bool")?;
+    let x = e.operand("self", &out)?;
+    let y = e.operand("other", &out)?;
+    e.op("Where", &[&condition, &x, &y])
+}
+
+fn masked_fill(e: &Emit) -> Result<String> {
+    let out = e.output_meta()?.dtype;
+    if out == "bool" {
+        // ORT's CPU Where has no bool kernel: fill True is `self | mask`, False `self & !mask`
+        // (the reference's `_aten_masked_fill`).
+        let x = e.tensor("self")?;
+        let mask = e.operand("mask", "bool")?;
+        let fill = match e.arg("value")? {
+            Some(Argument::Boolean(b)) => b,
+            Some(Argument::Int(i)) => i != 0,
+            Some(Argument::Float(f)) => f != 0.0,
+            other => return Err(e.fail(format!("masked_fill of a bool tensor with {other:?}"))),
+        };
+        if fill {
+            return e.op("Or", &[&x, &mask]);
+        }
+        let keep = e.op("Not", &[&mask])?;
+        return e.op("And", &[&x, &keep]);
+    }
+    let mask = e.operand("mask", "bool")?;
+    let value = e.operand("value", &out)?;
+    let x = e.operand("self", &out)?;
+    e.op("Where", &[&mask, &value, &x])
+}
+
+/// `self` in the output's dtype (an `Identity` when it already is).
+fn cast(e: &Emit) -> Result<String> {
+    let out = e.output_meta()?.dtype;
+    let from = e.input_meta("self")?.dtype;
+    let x = e.tensor("self")?;
+    if from == out { e.op("Identity", &[&x]) } else { e.cast(&x, &from, &out) }
+}
+
+fn identity(e: &Emit, input: &str) -> Result<String> {
+    let x = e.tensor(input)?;
+    e.op("Identity", &[&x])
 }
 
 /// gelu: exact (erf) or the tanh approximation.
-fn gelu(e: &Emit) -> Result<String, Error> {
+fn gelu(e: &Emit) -> Result<String> {
     let dtype = e.output_meta()?.dtype;
     let x = e.tensor("self")?;
     let approximate = match e.arg("approximate")? {
@@ -236,32 +252,19 @@ fn gelu(e: &Emit) -> Result<String, Error> {
     let inner = if approximate == "tanh" {
         // tanh(sqrt(2/pi) * (x + 0.044715 x^3))
         let three = e.scalar(3.0, &dtype)?;
-        let cube = e.op("Pow", &[&x, &three], &[])?;
+        let cube = e.op("Pow", &[&x, &three])?;
         let c = e.scalar(0.044715, &dtype)?;
-        let scaled = e.op("Mul", &[&cube, &c], &[])?;
-        let sum = e.op("Add", &[&x, &scaled], &[])?;
+        let scaled = e.op("Mul", &[&cube, &c])?;
+        let sum = e.op("Add", &[&x, &scaled])?;
         let k = e.scalar((2.0 / std::f64::consts::PI).sqrt(), &dtype)?;
-        let arg = e.op("Mul", &[&sum, &k], &[])?;
-        e.op("Tanh", &[&arg], &[])?
+        let arg = e.op("Mul", &[&sum, &k])?;
+        e.op("Tanh", &[&arg])?
     } else {
         let k = e.scalar(std::f64::consts::FRAC_1_SQRT_2, &dtype)?;
-        let arg = e.op("Mul", &[&x, &k], &[])?;
-        e.op("Erf", &[&arg], &[])?
+        let arg = e.op("Mul", &[&x, &k])?;
+        e.op("Erf", &[&arg])?
     };
-    let plus = e.op("Add", &[&inner, &one], &[])?;
-    let halfx = e.op("Mul", &[&x, &half], &[])?;
-    e.op("Mul", &[&halfx, &plus], &[])
+    let plus = e.op("Add", &[&inner, &one])?;
+    let halfx = e.op("Mul", &[&x, &half])?;
+    e.op("Mul", &[&halfx, &plus])
 }
-
-impl Guest for Elementwise {
-    fn describe() -> Vec<String> {
-        targets(TARGETS)
-    }
-
-    fn translate(graph: &Graph, node: NodeId, builder: &Builder) -> Result<(), Error> {
-        let target = graph.target(node)?;
-        translate_node(&Emit::new(graph, node, builder), &target)
-    }
-}
-
-hfx_sdk::register_onnx_translation!(Elementwise);

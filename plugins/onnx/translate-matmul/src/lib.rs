@@ -6,52 +6,49 @@
 
 use hfx_sdk::prelude::*;
 
-struct Matmul;
+hfx_sdk::onnx_translations! {
+    "aten.linear.default" => linear,
+    "aten.matmul.default" => |e| product(e, "other"),
+    "aten.mm.default" => |e| product(e, "mat2"),
+    "aten.bmm.default" => |e| product(e, "mat2"),
+    "aten.addmm.default" => addmm,
+    "aten.mm.dtype" => mm_dtype,
+    "aten._grouped_mm.default" => |e| grouped_mm(e, "self", "mat2"),
+    "transformers.grouped_mm_fallback.default" => |e| grouped_mm(e, "input", "weight"),
+}
 
-const TARGETS: &[&str] = &[
-    "aten.linear.default", "aten.matmul.default", "aten.mm.default", "aten.bmm.default", "aten.addmm.default",
-    "aten.mm.dtype", "aten._grouped_mm.default", "transformers.grouped_mm_fallback.default",
-];
+/// `self @ other`.
+fn product(e: &Emit, other: &str) -> Result<String> {
+    let (a, b) = (e.tensor("self")?, e.tensor(other)?);
+    e.op("MatMul", &[&a, &b])
+}
 
-fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
-    let result = match target {
-        "aten.linear.default" => {
-            let x = e.tensor("input")?;
-            let weight = e.tensor("weight")?;
-            let rank = e.rank("weight")?;
-            let transposed = if rank == 2 {
-                e.op("Transpose", &[&weight], &[attr("perm", Attribute::Ints(vec![1, 0]))])?
-            } else {
-                weight
-            };
-            let product = e.op("MatMul", &[&x, &transposed], &[])?;
-            match e.arg("bias")? {
-                Some(Argument::Tensor(_)) => {
-                    let bias = e.tensor("bias")?;
-                    e.op("Add", &[&product, &bias], &[])?
-                }
-                _ => product,
-            }
-        }
-        "aten.addmm.default" => {
-            let (input, a, b) = (e.tensor("self")?, e.tensor("mat1")?, e.tensor("mat2")?);
-            let (beta, alpha) = (e.float("beta", 1.0)?, e.float("alpha", 1.0)?);
-            e.op("Gemm", &[&a, &b, &input], &[attr("alpha", Attribute::Float(alpha as f32)), attr("beta", Attribute::Float(beta as f32))])?
-        }
-        "aten.mm.dtype" => {
-            // `torch.mm(a, b, out_dtype=...)`: the product in `out_dtype`, as the kernel accumulates in it
-            let out = e.output_meta()?.dtype;
-            let (a, b) = (e.operand("self", &out)?, e.operand("mat2", &out)?);
-            e.op("MatMul", &[&a, &b], &[])?
-        }
-        "aten._grouped_mm.default" => grouped_mm(e, "self", "mat2")?,
-        "transformers.grouped_mm_fallback.default" => grouped_mm(e, "input", "weight")?,
-        _ => {
-            let (a, b) = (e.tensor("self")?, e.tensor(if target == "aten.matmul.default" { "other" } else { "mat2" })?);
-            e.op("MatMul", &[&a, &b], &[])?
-        }
+fn linear(e: &Emit) -> Result<String> {
+    let x = e.tensor("input")?;
+    let weight = e.tensor("weight")?;
+    let transposed = if e.rank("weight")? == 2 {
+        e.op_with("Transpose", &[&weight], &[attr("perm", Attribute::Ints(vec![1, 0]))])?
+    } else {
+        weight
     };
-    e.bind_output(&result)
+    let product = e.op("MatMul", &[&x, &transposed])?;
+    match e.arg("bias")? {
+        Some(Argument::Tensor(_)) => e.op("Add", &[&product, &e.tensor("bias")?]),
+        _ => Ok(product),
+    }
+}
+
+fn addmm(e: &Emit) -> Result<String> {
+    let (input, a, b) = (e.tensor("self")?, e.tensor("mat1")?, e.tensor("mat2")?);
+    let (beta, alpha) = (e.float("beta", 1.0)?, e.float("alpha", 1.0)?);
+    e.op_with("Gemm", &[&a, &b, &input], &[attr("alpha", Attribute::Float(alpha as f32)), attr("beta", Attribute::Float(beta as f32))])
+}
+
+/// `torch.mm(a, b, out_dtype=...)`: the product in `out_dtype`, as the kernel accumulates in it.
+fn mm_dtype(e: &Emit) -> Result<String> {
+    let out = e.output_meta()?.dtype;
+    let (a, b) = (e.operand("self", &out)?, e.operand("mat2", &out)?);
+    e.op("MatMul", &[&a, &b])
 }
 
 /// `out[r] = a[r] @ b[group(r)]` for `a: (M, K)`, `b: (G, K, N)`, rows sorted by
@@ -61,14 +58,14 @@ fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
 /// to no local expert) come out as zeros, as transformers' fallback leaves them.
 /// bf16 products are computed in float32 and rounded once at the end: the bf16
 /// kernels accumulate in float32, and ONNX Runtime's CPU has no bf16 `MatMul`.
-fn grouped_mm(e: &Emit, a_name: &str, b_name: &str) -> Result<String, Error> {
+fn grouped_mm(e: &Emit, a_name: &str, b_name: &str) -> Result<String> {
     let (a_meta, b_meta) = (e.input_meta(a_name)?, e.input_meta(b_name)?);
     let out = e.output_meta()?.dtype;
     let offs = match e.arg("offs")? {
         Some(Argument::Tensor(_)) => e.operand("offs", "int64")?,
         _ if a_meta.shape.len() == 3 && b_meta.shape.len() == 3 => {
             // no offsets: a batch of products
-            let product = e.op("MatMul", &[&e.tensor(a_name)?, &e.tensor(b_name)?], &[])?;
+            let product = e.op("MatMul", &[&e.tensor(a_name)?, &e.tensor(b_name)?])?;
             return e.cast(&product, &a_meta.dtype, &out);
         }
         _ => return Err(e.fail("grouped mm without offsets on 2-D operands is not translated")),
@@ -86,7 +83,7 @@ fn grouped_mm(e: &Emit, a_name: &str, b_name: &str) -> Result<String, Error> {
     };
     let compute = if a_meta.dtype == "bfloat16" { "float32".to_string() } else { a_meta.dtype.clone() };
     let a = e.cast(&e.tensor(a_name)?, &a_meta.dtype, &compute)?;
-    let split = |x: &str| -> Result<Vec<String>, Error> {
+    let split = |x: &str| -> Result<Vec<String>> {
         if groups == 1 {
             return Ok(vec![x.to_string()]);
         }
@@ -103,42 +100,29 @@ fn grouped_mm(e: &Emit, a_name: &str, b_name: &str) -> Result<String, Error> {
     let mut start = axis0.clone();
     let mut blocks = Vec::with_capacity(groups as usize + 1);
     for g in 0..groups as usize {
-        let rows = e.op("Slice", &[&a, &start, &ends[g], &axis0], &[])?;
-        let weight = e.op("Squeeze", &[&weights[g], &axis0], &[])?;
-        let mut block = e.op("MatMul", &[&rows, &weight], &[])?;
+        let rows = e.op("Slice", &[&a, &start, &ends[g], &axis0])?;
+        let weight = e.op("Squeeze", &[&weights[g], &axis0])?;
+        let mut block = e.op("MatMul", &[&rows, &weight])?;
         if let Some(biases) = &biases {
-            block = e.op("Add", &[&block, &e.op("Squeeze", &[&biases[g], &axis0], &[])?], &[])?;
+            block = e.op("Add", &[&block, &e.op("Squeeze", &[&biases[g], &axis0])?])?;
         }
         blocks.push(block);
         start = ends[g].clone();
     }
     // the rows no group claims: zeros of shape (M - offs[-1], N)
-    let rows = e.op("Shape", &[&a], &[attr("start", Attribute::Int(0)), attr("end", Attribute::Int(1))])?;
-    let unclaimed = e.op("Sub", &[&rows, &start], &[])?;
+    let rows = e.op_with("Shape", &[&a], &[attr("start", Attribute::Int(0)), attr("end", Attribute::Int(1))])?;
+    let unclaimed = e.op("Sub", &[&rows, &start])?;
     let columns = match b_meta.shape[2] {
         Dim::Fixed(n) => e.const_ints(&[n])?,
         Dim::Symbolic(_) => {
             let b = e.tensor(b_name)?;
-            e.op("Shape", &[&b], &[attr("start", Attribute::Int(2)), attr("end", Attribute::Int(3))])?
+            e.op_with("Shape", &[&b], &[attr("start", Attribute::Int(2)), attr("end", Attribute::Int(3))])?
         }
     };
-    let zeros_shape = e.op("Concat", &[&unclaimed, &columns], &[attr("axis", Attribute::Int(0))])?;
+    let zeros_shape = e.op_with("Concat", &[&unclaimed, &columns], &[attr("axis", Attribute::Int(0))])?;
     let zero = e.scalar(0.0, &compute)?;
-    blocks.push(e.op("Expand", &[&zero, &zeros_shape], &[])?);
+    blocks.push(e.op("Expand", &[&zero, &zeros_shape])?);
     let refs: Vec<&str> = blocks.iter().map(String::as_str).collect();
-    let result = e.op("Concat", &refs, &[attr("axis", Attribute::Int(0))])?;
+    let result = e.op_with("Concat", &refs, &[attr("axis", Attribute::Int(0))])?;
     e.cast(&result, &compute, &out)
 }
-
-impl Guest for Matmul {
-    fn describe() -> Vec<String> {
-        targets(TARGETS)
-    }
-
-    fn translate(graph: &Graph, node: NodeId, builder: &Builder) -> Result<(), Error> {
-        let target = graph.target(node)?;
-        translate_node(&Emit::new(graph, node, builder), &target)
-    }
-}
-
-hfx_sdk::register_onnx_translation!(Matmul);

@@ -2,9 +2,11 @@
 
 use hfx_sdk::prelude::*;
 
-struct Normalization;
+hfx_sdk::onnx_translations! {
+    "aten.layer_norm.default" => layer_norm,
+}
 
-fn translate_node(e: &Emit) -> Result<(), Error> {
+fn layer_norm(e: &Emit) -> Result<String> {
     let x = e.tensor("input")?;
     let rank = e.rank("input")?;
     let normalized = e.ints("normalized_shape")?;
@@ -16,7 +18,7 @@ fn translate_node(e: &Emit) -> Result<(), Error> {
         _ => {
             let one = e.scalar(1.0, &dtype)?;
             let shape = e.const_ints(&normalized)?;
-            e.op("Expand", &[&one, &shape], &[])?
+            e.op("Expand", &[&one, &shape])?
         }
     };
     let mut inputs = vec![x, weight];
@@ -24,18 +26,5 @@ fn translate_node(e: &Emit) -> Result<(), Error> {
         inputs.push(e.tensor("bias")?);
     }
     let refs: Vec<&str> = inputs.iter().map(String::as_str).collect();
-    let out = e.op("LayerNormalization", &refs, &[attr("axis", Attribute::Int(axis)), attr("epsilon", Attribute::Float(eps as f32))])?;
-    e.bind_output(&out)
+    e.op_with("LayerNormalization", &refs, &[attr("axis", Attribute::Int(axis)), attr("epsilon", Attribute::Float(eps as f32))])
 }
-
-impl Guest for Normalization {
-    fn describe() -> Vec<String> {
-        targets(&["aten.layer_norm.default"])
-    }
-
-    fn translate(graph: &Graph, node: NodeId, builder: &Builder) -> Result<(), Error> {
-        translate_node(&Emit::new(graph, node, builder))
-    }
-}
-
-hfx_sdk::register_onnx_translation!(Normalization);

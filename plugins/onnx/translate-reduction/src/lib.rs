@@ -2,24 +2,38 @@
 
 use hfx_sdk::prelude::*;
 
-struct Reduction;
+hfx_sdk::onnx_translations! {
+    "aten.mean.dim" => |e| reduction(e, "mean"),
+    "aten.mean.default" => |e| reduction(e, "mean"),
+    "aten.sum.dim_IntList" => |e| reduction(e, "sum"),
+    "aten.sum.default" => |e| reduction(e, "sum"),
+    "aten.amax.default" => |e| reduction(e, "amax"),
+    "aten.amin.default" => |e| reduction(e, "amin"),
+    "aten.softmax.int" => |e| reduction(e, "softmax"),
+    "aten._softmax.default" => |e| reduction(e, "_softmax"),
+    "aten.log_softmax.int" => |e| reduction(e, "log_softmax"),
+    "aten._log_softmax.default" => |e| reduction(e, "_log_softmax"),
+    "aten.cumsum.default" => |e| reduction(e, "cumsum"),
+    "aten.topk.default" => topk,
+    "aten.bincount.default" => |e| reduction(e, "bincount"),
+    "aten.argmax.default" => |e| reduction(e, "argmax"),
+    "aten.argmin.default" => |e| reduction(e, "argmin"),
+    "aten.any.dim" => |e| reduction(e, "any"),
+    "aten.any.dims" => |e| reduction(e, "any"),
+    "aten.any.default" => |e| reduction(e, "any"),
+    "aten.all.dim" => |e| reduction(e, "all"),
+    "aten.all.dims" => |e| reduction(e, "all"),
+    "aten.all.default" => |e| reduction(e, "all"),
+    "aten.sort.default" => |e| reduction(e, "sort"),
+}
 
-const TARGETS: &[&str] = &[
-    "aten.mean.dim", "aten.mean.default", "aten.sum.dim_IntList", "aten.sum.default", "aten.amax.default",
-    "aten.amin.default", "aten.softmax.int", "aten._softmax.default", "aten.log_softmax.int",
-    "aten._log_softmax.default", "aten.cumsum.default", "aten.topk.default", "aten.bincount.default",
-    "aten.argmax.default", "aten.argmin.default", "aten.any.dim", "aten.any.dims", "aten.any.default",
-    "aten.all.dim", "aten.all.dims", "aten.all.default",
-    "aten.sort.default",
-];
-
-fn reduce(e: &Emit, onnx: &str) -> Result<String, Error> {
+fn reduce(e: &Emit, onnx: &str) -> Result<String> {
     // A sum of bools counts: reduce in the output's dtype.
     reduce_in(e, onnx, &e.output_meta()?.dtype)
 }
 
 /// `onnx` over the node's `dim`s (all when none), the input cast to `dtype`.
-fn reduce_in(e: &Emit, onnx: &str, dtype: &str) -> Result<String, Error> {
+fn reduce_in(e: &Emit, onnx: &str, dtype: &str) -> Result<String> {
     let x = e.operand("self", dtype)?;
     let keepdim = e.boolean("keepdim", false)?;
     let dims = match e.arg("dim")? {
@@ -31,11 +45,11 @@ fn reduce_in(e: &Emit, onnx: &str, dtype: &str) -> Result<String, Error> {
         inputs.push(e.const_ints(&dims)?);
     }
     let refs: Vec<&str> = inputs.iter().map(String::as_str).collect();
-    e.op(onnx, &refs, &[attr("keepdims", Attribute::Int(keepdim as i64))])
+    e.op_with(onnx, &refs, &[attr("keepdims", Attribute::Int(keepdim as i64))])
 }
 
 /// `topk(self, k, dim, largest, sorted)` → `TopK` (values, int64 indices).
-fn topk(e: &Emit) -> Result<(), Error> {
+fn topk(e: &Emit) -> Result<()> {
     let x = e.tensor("self")?;
     let k = e.int_1d("k", 1)?;
     let attributes = [
@@ -47,8 +61,8 @@ fn topk(e: &Emit) -> Result<(), Error> {
     e.bind_outputs(&outputs)
 }
 
-fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
-    let op = target.split('.').nth(1).unwrap_or("");
+/// The translation of `op` (`aten.<op>.<overload>`).
+fn reduction(e: &Emit, op: &str) -> Result<()> {
     if op == "topk" {
         return topk(e);
     }
@@ -58,7 +72,7 @@ fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
         let rank = e.rank("self")?;
         let dim = e.int("dim", -1)?;
         let dim = if dim < 0 { dim + rank } else { dim };
-        let k = e.op("Shape", &[&x], &[attr("start", Attribute::Int(dim)), attr("end", Attribute::Int(dim + 1))])?;
+        let k = e.op_with("Shape", &[&x], &[attr("start", Attribute::Int(dim)), attr("end", Attribute::Int(dim + 1))])?;
         let attributes = [
             attr("axis", Attribute::Int(dim)),
             attr("largest", Attribute::Int(e.boolean("descending", false)? as i64)),
@@ -82,57 +96,44 @@ fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
             let out = e.output_meta()?.dtype;
             let x = e.operand("self", &out)?;
             let onnx = if op.contains("log") { "LogSoftmax" } else { "Softmax" };
-            e.op(onnx, &[&x], &[attr("axis", Attribute::Int(e.int("dim", -1)?))])?
+            e.op_with(onnx, &[&x], &[attr("axis", Attribute::Int(e.int("dim", -1)?))])?
         }
         "cumsum" => {
             let out = e.output_meta()?.dtype;
             let x = e.operand("self", &out)?;
             let axis = e.scalar(e.int("dim", 0)? as f64, "int64")?;
-            e.op("CumSum", &[&x, &axis], &[])?
+            e.op("CumSum", &[&x, &axis])?
         }
         "argmax" | "argmin" => {
             // the first extreme index, as torch; no `dim` means over the flattened tensor
             let mut x = e.tensor("self")?;
             let (axis, keepdim) = match e.arg("dim")? {
                 None | Some(Argument::None) => {
-                    x = e.op("Reshape", &[&x, &e.const_ints(&[-1])?], &[])?;
+                    x = e.op("Reshape", &[&x, &e.const_ints(&[-1])?])?;
                     (0, false)
                 }
                 _ => (e.int("dim", 0)?, e.boolean("keepdim", false)?),
             };
             let onnx = if op == "argmax" { "ArgMax" } else { "ArgMin" };
-            e.op(onnx, &[&x], &[attr("axis", Attribute::Int(axis)), attr("keepdims", Attribute::Int(keepdim as i64))])?
+            e.op_with(onnx, &[&x], &[attr("axis", Attribute::Int(axis)), attr("keepdims", Attribute::Int(keepdim as i64))])?
         }
         "bincount" => {
             // counts of each value 0..=max (at least `minlength`): a one-hot row per
             // element, summed, as the reference's `_aten_bincount`; `weights` scale the rows
             let out = e.output_meta()?.dtype;
             let x = e.operand("self", "int64")?;
-            let top = e.op("ReduceMax", &[&x], &[attr("keepdims", Attribute::Int(1))])?;
-            let depth = e.op("Add", &[&top, &e.const_ints(&[1])?], &[])?;
-            let depth = e.op("Max", &[&depth, &e.int_1d("minlength", 0)?], &[])?;
+            let top = e.op_with("ReduceMax", &[&x], &[attr("keepdims", Attribute::Int(1))])?;
+            let depth = e.op("Add", &[&top, &e.const_ints(&[1])?])?;
+            let depth = e.op("Max", &[&depth, &e.int_1d("minlength", 0)?])?;
             let values = e.cast(&e.const_ints(&[0, 1])?, "int64", &out)?;
-            let mut rows = e.op("OneHot", &[&x, &depth, &values], &[attr("axis", Attribute::Int(-1))])?;
+            let mut rows = e.op_with("OneHot", &[&x, &depth, &values], &[attr("axis", Attribute::Int(-1))])?;
             if let Some(Argument::Tensor(_)) = e.arg("weights")? {
                 let weights = e.operand("weights", &out)?;
-                rows = e.op("Mul", &[&rows, &e.op("Unsqueeze", &[&weights, &e.const_ints(&[1])?], &[])?], &[])?;
+                rows = e.op("Mul", &[&rows, &e.op("Unsqueeze", &[&weights, &e.const_ints(&[1])?])?])?;
             }
-            e.op("ReduceSum", &[&rows, &e.const_ints(&[0])?], &[attr("keepdims", Attribute::Int(0))])?
+            e.op_with("ReduceSum", &[&rows, &e.const_ints(&[0])?], &[attr("keepdims", Attribute::Int(0))])?
         }
-        _ => return Err(e.fail(format!("{target} is not translated by this plugin"))),
+        _ => return Err(e.fail(format!("`{op}` is not translated by this plugin"))),
     };
     e.bind_output(&result)
 }
-
-impl Guest for Reduction {
-    fn describe() -> Vec<String> {
-        targets(TARGETS)
-    }
-
-    fn translate(graph: &Graph, node: NodeId, builder: &Builder) -> Result<(), Error> {
-        let target = graph.target(node)?;
-        translate_node(&Emit::new(graph, node, builder), &target)
-    }
-}
-
-hfx_sdk::register_onnx_translation!(Reduction);

@@ -4,20 +4,50 @@
 
 use hfx_sdk::prelude::*;
 
-struct Shape;
-
-const TARGETS: &[&str] = &[
-    "aten.view.default", "aten.reshape.default", "aten._unsafe_view.default",
-    "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims", "aten.transpose.int", "aten.permute.default",
-    "aten.expand.default", "aten.slice.Tensor", "aten.select.int", "aten.cat.default", "aten.index.Tensor",
-    "aten.embedding.default", "aten.arange.default", "aten.arange.start", "aten.arange.start_step",
-    "aten.zeros.default", "aten.ones.default", "aten.full.default", "aten.new_ones.default", "aten.new_zeros.default",
-    "aten.zeros_like.default", "aten.ones_like.default", "aten.full_like.default", "aten.sym_size.int",
-    "aten.flatten.using_ints", "aten.repeat_interleave.self_int", "aten.split.Tensor", "aten.split_with_sizes.default", "aten.chunk.default", "aten.unbind.int", "aten.gather.default",
-    "aten.empty_like.default", "aten.empty.memory_format", "aten.new_empty.default",
-    "aten.scatter.src", "aten.scatter.value", "aten.scatter_add.default", "aten.index_put.default",
-    "aten.fill.Scalar", "aten.copy.default",
-];
+hfx_sdk::onnx_translations! {
+    "aten.view.default" => |e| shape_op(e, "view"),
+    "aten.reshape.default" => |e| shape_op(e, "reshape"),
+    "aten._unsafe_view.default" => |e| shape_op(e, "_unsafe_view"),
+    "aten.unsqueeze.default" => |e| shape_op(e, "unsqueeze"),
+    "aten.squeeze.dim" => |e| shape_op(e, "squeeze"),
+    "aten.squeeze.dims" => |e| shape_op(e, "squeeze"),
+    "aten.transpose.int" => |e| shape_op(e, "transpose"),
+    "aten.permute.default" => |e| shape_op(e, "permute"),
+    "aten.expand.default" => |e| shape_op(e, "expand"),
+    "aten.slice.Tensor" => |e| shape_op(e, "slice"),
+    "aten.select.int" => |e| shape_op(e, "select"),
+    "aten.cat.default" => |e| shape_op(e, "cat"),
+    "aten.index.Tensor" => |e| shape_op(e, "index"),
+    "aten.embedding.default" => |e| shape_op(e, "embedding"),
+    "aten.arange.default" => |e| shape_op(e, "arange"),
+    "aten.arange.start" => |e| shape_op(e, "arange"),
+    "aten.arange.start_step" => |e| shape_op(e, "arange"),
+    "aten.zeros.default" => |e| shape_op(e, "zeros"),
+    "aten.ones.default" => |e| shape_op(e, "ones"),
+    "aten.full.default" => |e| shape_op(e, "full"),
+    "aten.new_ones.default" => |e| shape_op(e, "new_ones"),
+    "aten.new_zeros.default" => |e| shape_op(e, "new_zeros"),
+    "aten.zeros_like.default" => |e| shape_op(e, "zeros_like"),
+    "aten.ones_like.default" => |e| shape_op(e, "ones_like"),
+    "aten.full_like.default" => |e| shape_op(e, "full_like"),
+    "aten.sym_size.int" => |e| shape_op(e, "sym_size"),
+    "aten.flatten.using_ints" => |e| shape_op(e, "flatten"),
+    "aten.repeat_interleave.self_int" => |e| shape_op(e, "repeat_interleave"),
+    "aten.split.Tensor" => |e| shape_op(e, "split"),
+    "aten.split_with_sizes.default" => |e| shape_op(e, "split_with_sizes"),
+    "aten.chunk.default" => |e| shape_op(e, "chunk"),
+    "aten.unbind.int" => |e| shape_op(e, "unbind"),
+    "aten.gather.default" => |e| shape_op(e, "gather"),
+    "aten.empty_like.default" => |e| shape_op(e, "empty_like"),
+    "aten.empty.memory_format" => |e| shape_op(e, "empty"),
+    "aten.new_empty.default" => |e| shape_op(e, "new_empty"),
+    "aten.scatter.src" => |e| shape_op(e, "scatter"),
+    "aten.scatter.value" => |e| shape_op(e, "scatter"),
+    "aten.scatter_add.default" => |e| shape_op(e, "scatter_add"),
+    "aten.index_put.default" => |e| shape_op(e, "index_put"),
+    "aten.fill.Scalar" => |e| shape_op(e, "fill"),
+    "aten.copy.default" => |e| shape_op(e, "copy"),
+}
 
 fn normalize(dim: i64, rank: i64) -> i64 {
     if dim < 0 { dim + rank } else { dim }
@@ -25,7 +55,7 @@ fn normalize(dim: i64, rank: i64) -> i64 {
 
 /// `Expand(value, shape)`: the output's shape when it is constant, else built
 /// from the size list (where -1 keeps the input's size).
-fn expand_shape(e: &Emit, size: &str, input: Option<&str>) -> Result<String, Error> {
+fn expand_shape(e: &Emit, size: &str, input: Option<&str>) -> Result<String> {
     if let Some(shape) = fixed_shape(&e.output_meta()?) {
         return e.const_ints(&shape);
     }
@@ -38,23 +68,23 @@ fn expand_shape(e: &Emit, size: &str, input: Option<&str>) -> Result<String, Err
         parts.push(match s {
             SymInt::Constant(-1) => {
                 let axis = i as i64 - offset;
-                e.op("Shape", &[&x], &[attr("start", Attribute::Int(axis)), attr("end", Attribute::Int(axis + 1))])?
+                e.op_with("Shape", &[&x], &[attr("start", Attribute::Int(axis)), attr("end", Attribute::Int(axis + 1))])?
             }
             size => e.size_1d(size)?,
         });
     }
     let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
-    e.op("Concat", &refs, &[attr("axis", Attribute::Int(0))])
+    e.op_with("Concat", &refs, &[attr("axis", Attribute::Int(0))])
 }
 
 /// A tensor of `shape` (ONNX name) filled with `value` in the output's dtype.
-fn filled(e: &Emit, value: f64, shape: &str) -> Result<String, Error> {
+fn filled(e: &Emit, value: f64, shape: &str) -> Result<String> {
     let dtype = e.output_meta()?.dtype;
     let scalar = e.scalar(value, &dtype)?;
-    e.op("Expand", &[&scalar, shape], &[])
+    e.op("Expand", &[&scalar, shape])
 }
 
-fn fill_value(e: &Emit, op: &str) -> Result<f64, Error> {
+fn fill_value(e: &Emit, op: &str) -> Result<f64> {
     Ok(match op {
         // `empty*` content is unspecified; zeros are one valid choice
         "zeros" | "new_zeros" | "zeros_like" | "empty" | "new_empty" | "empty_like" => 0.0,
@@ -69,7 +99,7 @@ fn fill_value(e: &Emit, op: &str) -> Result<f64, Error> {
 }
 
 /// The `indices` of `index` / `index_put`: one per leading axis, None for a `:`.
-fn indices(e: &Emit) -> Result<Vec<Option<ValueId>>, Error> {
+fn indices(e: &Emit) -> Result<Vec<Option<ValueId>>> {
     match e.arg("indices")? {
         Some(Argument::Tensors(v)) => Ok(v.into_iter().map(Some).collect()),
         Some(Argument::OptionalTensors(v)) => Ok(v),
@@ -77,7 +107,7 @@ fn indices(e: &Emit) -> Result<Vec<Option<ValueId>>, Error> {
     }
 }
 
-fn index(e: &Emit) -> Result<String, Error> {
+fn index(e: &Emit) -> Result<String> {
     let x = e.tensor("self")?;
     let indices = indices(e)?;
     let given: Vec<(usize, ValueId)> = indices.iter().enumerate().filter_map(|(i, v)| v.map(|v| (i, v))).collect();
@@ -89,7 +119,7 @@ fn index(e: &Emit) -> Result<String, Error> {
     match given[..] {
         [(axis, v)] => {
             let i = e.builder.value_name(v)?;
-            e.op("Gather", &[&x, &i], &[attr("axis", Attribute::Int(axis as i64))])
+            e.op_with("Gather", &[&x, &i], &[attr("axis", Attribute::Int(axis as i64))])
         }
         _ if given.iter().enumerate().all(|(k, &(i, _))| k == i) => {
             // Leading advanced indices: broadcast them together, stack on a new last axis, GatherND.
@@ -97,20 +127,20 @@ fn index(e: &Emit) -> Result<String, Error> {
             let zero = e.scalar(0.0, "int64")?;
             let mut sum = zero.clone();
             for n in &names {
-                let as_i64 = e.op("Cast", &[n], &[attr("to", Attribute::Int(7))])?;
-                let zeroed = e.op("Mul", &[&as_i64, &zero], &[])?;
-                sum = e.op("Add", &[&sum, &zeroed], &[])?;
+                let as_i64 = e.op_with("Cast", &[n], &[attr("to", Attribute::Int(7))])?;
+                let zeroed = e.op("Mul", &[&as_i64, &zero])?;
+                sum = e.op("Add", &[&sum, &zeroed])?;
             }
             let last = e.const_ints(&[-1])?;
             let mut stacked = Vec::new();
             for n in &names {
-                let as_i64 = e.op("Cast", &[n], &[attr("to", Attribute::Int(7))])?;
-                let broadcast = e.op("Add", &[&as_i64, &sum], &[])?;
-                stacked.push(e.op("Unsqueeze", &[&broadcast, &last], &[])?);
+                let as_i64 = e.op_with("Cast", &[n], &[attr("to", Attribute::Int(7))])?;
+                let broadcast = e.op("Add", &[&as_i64, &sum])?;
+                stacked.push(e.op("Unsqueeze", &[&broadcast, &last])?);
             }
             let refs: Vec<&str> = stacked.iter().map(String::as_str).collect();
-            let index = e.op("Concat", &refs, &[attr("axis", Attribute::Int(-1))])?;
-            e.op("GatherND", &[&x, &index], &[])
+            let index = e.op_with("Concat", &refs, &[attr("axis", Attribute::Int(-1))])?;
+            e.op("GatherND", &[&x, &index])
         }
         _ => Err(e.fail("advanced indices that are not leading and consecutive are not translated yet")),
     }
@@ -122,7 +152,7 @@ fn index(e: &Emit) -> Result<String, Error> {
 /// broadcast (a scalar, or values shaped like `self`) or consumed in order
 /// (`x[mask] = flat_values`) through the mask's running count, as the
 /// reference's `_aten_index_put` does.
-fn index_put(e: &Emit) -> Result<String, Error> {
+fn index_put(e: &Emit) -> Result<String> {
     let dtype = e.output_meta()?.dtype;
     let x = e.tensor("self")?;
     let values = e.operand("values", &dtype)?;
@@ -137,53 +167,53 @@ fn index_put(e: &Emit) -> Result<String, Error> {
         if accumulate {
             return Err(e.fail("index_put with a bool mask and accumulate=True is not translated"));
         }
-        let shape = e.op("Shape", &[&x], &[])?;
+        let shape = e.op("Shape", &[&x])?;
         let mut mask = index_name;
         for _ in index_meta.shape.len()..e.rank("self")? as usize {
-            mask = e.op("Unsqueeze", &[&mask, &e.const_ints(&[-1])?], &[])?;
+            mask = e.op("Unsqueeze", &[&mask, &e.const_ints(&[-1])?])?;
         }
-        let mask = e.op("Expand", &[&mask, &shape], &[])?;
+        let mask = e.op("Expand", &[&mask, &shape])?;
         let values_meta = e.input_meta("values")?;
         let self_meta = e.input_meta("self")?;
         let broadcasts = values_meta.shape.iter().all(|d| *d == Dim::Fixed(1))
             || values_meta.shape == self_meta.shape;
         if broadcasts {
-            let expanded = e.op("Expand", &[&values, &shape], &[])?;
-            return e.op("Where", &[&mask, &expanded, &x], &[]);
+            let expanded = e.op("Expand", &[&values, &shape])?;
+            return e.op("Where", &[&mask, &expanded, &x]);
         }
         let flat = e.const_ints(&[-1])?;
-        let flat_mask = e.op("Reshape", &[&mask, &flat], &[])?;
-        let count = e.op("CumSum", &[&e.cast(&flat_mask, "bool", "int64")?, &e.scalar(0.0, "int64")?], &[])?;
-        let position = e.op("Sub", &[&count, &e.scalar(1.0, "int64")?], &[])?;
-        let position = e.op("Clip", &[&position, &e.scalar(0.0, "int64")?], &[])?;
-        let gathered = e.op("Gather", &[&e.op("Reshape", &[&values, &flat], &[])?, &position], &[])?;
-        let written = e.op("Where", &[&flat_mask, &gathered, &e.op("Reshape", &[&x, &flat], &[])?], &[])?;
-        return e.op("Reshape", &[&written, &shape], &[]);
+        let flat_mask = e.op("Reshape", &[&mask, &flat])?;
+        let count = e.op("CumSum", &[&e.cast(&flat_mask, "bool", "int64")?, &e.scalar(0.0, "int64")?])?;
+        let position = e.op("Sub", &[&count, &e.scalar(1.0, "int64")?])?;
+        let position = e.op("Clip", &[&position, &e.scalar(0.0, "int64")?])?;
+        let gathered = e.op("Gather", &[&e.op("Reshape", &[&values, &flat])?, &position])?;
+        let written = e.op("Where", &[&flat_mask, &gathered, &e.op("Reshape", &[&x, &flat])?])?;
+        return e.op("Reshape", &[&written, &shape]);
     }
     // integer index on axis 0: ScatterND with index[..., None]; values broadcast to index.shape + self.shape[1:]
     let index = e.cast(&index_name, &index_meta.dtype, "int64")?;
     let rank = e.rank("self")?;
-    let rows = e.op("Shape", &[&index], &[])?;
+    let rows = e.op("Shape", &[&index])?;
     let target = if rank > 1 {
-        let rest = e.op("Shape", &[&x], &[attr("start", Attribute::Int(1))])?;
-        e.op("Concat", &[&rows, &rest], &[attr("axis", Attribute::Int(0))])?
+        let rest = e.op_with("Shape", &[&x], &[attr("start", Attribute::Int(1))])?;
+        e.op_with("Concat", &[&rows, &rest], &[attr("axis", Attribute::Int(0))])?
     } else {
         rows
     };
     // negative indices count from the end, as torch's
-    let size = e.op("Shape", &[&x], &[attr("start", Attribute::Int(0)), attr("end", Attribute::Int(1))])?;
-    let wrapped = e.op("Add", &[&index, &size], &[])?;
-    let negative = e.op("Less", &[&index, &e.scalar(0.0, "int64")?], &[])?;
-    let index = e.op("Where", &[&negative, &wrapped, &index], &[])?;
-    let index = e.op("Unsqueeze", &[&index, &e.const_ints(&[-1])?], &[])?;
-    let updates = e.op("Expand", &[&values, &target], &[])?;
+    let size = e.op_with("Shape", &[&x], &[attr("start", Attribute::Int(0)), attr("end", Attribute::Int(1))])?;
+    let wrapped = e.op("Add", &[&index, &size])?;
+    let negative = e.op("Less", &[&index, &e.scalar(0.0, "int64")?])?;
+    let index = e.op("Where", &[&negative, &wrapped, &index])?;
+    let index = e.op("Unsqueeze", &[&index, &e.const_ints(&[-1])?])?;
+    let updates = e.op("Expand", &[&values, &target])?;
     let reduction = if accumulate { "add" } else { "none" };
-    e.op("ScatterND", &[&x, &index, &updates], &[attr("reduction", Attribute::Str(reduction.into()))])
+    e.op_with("ScatterND", &[&x, &index, &updates], &[attr("reduction", Attribute::Str(reduction.into()))])
 }
 
 /// `split`, `split_with_sizes`, `chunk`, `unbind`: one `Split` with the piece
 /// sizes, computed from the axis' constant size.
-fn split(e: &Emit, op: &str) -> Result<(), Error> {
+fn split(e: &Emit, op: &str) -> Result<()> {
     let x = e.tensor("self")?;
     let meta = e.input_meta("self")?;
     let rank = meta.shape.len() as i64;
@@ -209,7 +239,7 @@ fn split(e: &Emit, op: &str) -> Result<(), Error> {
     let mut outputs = e.op_n("Split", &[&x, &sizes], pieces.len() as u32, &[attr("axis", Attribute::Int(dim))])?;
     if op == "unbind" {
         let axes = e.const_ints(&[dim])?;
-        outputs = outputs.iter().map(|o| e.op("Squeeze", &[o, &axes], &[])).collect::<Result<_, _>>()?;
+        outputs = outputs.iter().map(|o| e.op("Squeeze", &[o, &axes])).collect::<Result<_, _>>()?;
     }
     let declared = e.graph.output_values(e.node)?.len();
     if declared != outputs.len() {
@@ -221,24 +251,24 @@ fn split(e: &Emit, op: &str) -> Result<(), Error> {
 /// `repeat_interleave(self, repeats: int, dim)`: Unsqueeze after the axis, Tile
 /// there, Reshape back (flattened first when `dim` is None), as the reference's
 /// `_aten_repeat_interleave_self_int` (torchlib's raises on `dim=None`).
-fn repeat_interleave(e: &Emit) -> Result<String, Error> {
+fn repeat_interleave(e: &Emit) -> Result<String> {
     let x = e.tensor("self")?;
     let repeats = e.int_1d("repeats", 1)?;
     let one = e.const_ints(&[1])?;
     let minus_one = e.const_ints(&[-1])?;
     match e.arg("dim")? {
         None | Some(Argument::None) => {
-            let flat = e.op("Reshape", &[&x, &minus_one], &[])?;
-            let column = e.op("Unsqueeze", &[&flat, &one], &[])?;
-            let tiles = e.op("Concat", &[&one, &repeats], &[attr("axis", Attribute::Int(0))])?;
-            let tiled = e.op("Tile", &[&column, &tiles], &[])?;
-            e.op("Reshape", &[&tiled, &minus_one], &[])
+            let flat = e.op("Reshape", &[&x, &minus_one])?;
+            let column = e.op("Unsqueeze", &[&flat, &one])?;
+            let tiles = e.op_with("Concat", &[&one, &repeats], &[attr("axis", Attribute::Int(0))])?;
+            let tiled = e.op("Tile", &[&column, &tiles])?;
+            e.op("Reshape", &[&tiled, &minus_one])
         }
         _ => {
             let rank = e.rank("self")?;
             let dim = normalize(e.int("dim", 0)?, rank);
             let after = e.const_ints(&[dim + 1])?;
-            let expanded = e.op("Unsqueeze", &[&x, &after], &[])?;
+            let expanded = e.op("Unsqueeze", &[&x, &after])?;
             let mut parts = Vec::new();
             if dim + 1 > 0 {
                 parts.push(e.const_ints(&vec![1; (dim + 1) as usize])?);
@@ -248,18 +278,18 @@ fn repeat_interleave(e: &Emit) -> Result<String, Error> {
                 parts.push(e.const_ints(&vec![1; (rank - dim - 1) as usize])?);
             }
             let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
-            let tiles = e.op("Concat", &refs, &[attr("axis", Attribute::Int(0))])?;
-            let tiled = e.op("Tile", &[&expanded, &tiles], &[])?;
-            let head = e.op("Shape", &[&x], &[attr("start", Attribute::Int(0)), attr("end", Attribute::Int(dim))])?;
-            let tail = e.op("Shape", &[&x], &[attr("start", Attribute::Int(dim + 1))])?;
-            let shape = e.op("Concat", &[&head, &minus_one, &tail], &[attr("axis", Attribute::Int(0))])?;
-            e.op("Reshape", &[&tiled, &shape], &[])
+            let tiles = e.op_with("Concat", &refs, &[attr("axis", Attribute::Int(0))])?;
+            let tiled = e.op("Tile", &[&expanded, &tiles])?;
+            let head = e.op_with("Shape", &[&x], &[attr("start", Attribute::Int(0)), attr("end", Attribute::Int(dim))])?;
+            let tail = e.op_with("Shape", &[&x], &[attr("start", Attribute::Int(dim + 1))])?;
+            let shape = e.op_with("Concat", &[&head, &minus_one, &tail], &[attr("axis", Attribute::Int(0))])?;
+            e.op("Reshape", &[&tiled, &shape])
         }
     }
 }
 
-fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
-    let op = target.split('.').nth(1).unwrap_or("");
+/// The translation of `op` (`aten.<op>.<overload>`).
+fn shape_op(e: &Emit, op: &str) -> Result<()> {
     if matches!(op, "split" | "split_with_sizes" | "chunk" | "unbind") {
         return split(e, op);
     }
@@ -272,21 +302,21 @@ fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
                 Some(shape) => e.const_ints(&shape)?,
                 None => {
                     // shape[:start] + [-1] + shape[end+1:]
-                    let full = e.op("Shape", &[&x], &[])?;
-                    let head = e.op("Slice", &[&full, &e.const_ints(&[0])?, &e.const_ints(&[start])?], &[])?;
-                    let tail = e.op("Slice", &[&full, &e.const_ints(&[end + 1])?, &e.const_ints(&[rank])?], &[])?;
+                    let full = e.op("Shape", &[&x])?;
+                    let head = e.op("Slice", &[&full, &e.const_ints(&[0])?, &e.const_ints(&[start])?])?;
+                    let tail = e.op("Slice", &[&full, &e.const_ints(&[end + 1])?, &e.const_ints(&[rank])?])?;
                     let merged = e.const_ints(&[-1])?;
-                    e.op("Concat", &[&head, &merged, &tail], &[attr("axis", Attribute::Int(0))])?
+                    e.op_with("Concat", &[&head, &merged, &tail], &[attr("axis", Attribute::Int(0))])?
                 }
             };
-            e.op("Reshape", &[&x, &shape], &[])?
+            e.op("Reshape", &[&x, &shape])?
         }
         "repeat_interleave" => repeat_interleave(e)?,
         "gather" => {
             let x = e.tensor("self")?;
             let index = e.tensor("index")?;
             let axis = normalize(e.int("dim", 0)?, e.rank("self")?);
-            e.op("GatherElements", &[&x, &index], &[attr("axis", Attribute::Int(axis))])?
+            e.op_with("GatherElements", &[&x, &index], &[attr("axis", Attribute::Int(axis))])?
         }
         "view" | "reshape" | "_unsafe_view" => {
             let x = e.tensor("self")?;
@@ -294,18 +324,18 @@ fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
                 Some(shape) => e.const_ints(&shape)?,
                 None => e.shape(if e.arg("size")?.is_some() { "size" } else { "shape" })?,
             };
-            e.op("Reshape", &[&x, &shape], &[])?
+            e.op("Reshape", &[&x, &shape])?
         }
         "unsqueeze" => {
             let x = e.tensor("self")?;
             let axes = e.const_ints(&[e.int("dim", 0)?])?;
-            e.op("Unsqueeze", &[&x, &axes], &[])?
+            e.op("Unsqueeze", &[&x, &axes])?
         }
         "squeeze" => {
             let x = e.tensor("self")?;
             let rank = e.rank("self")?;
             let meta = e.input_meta("self")?;
-            let dims = if target.ends_with(".dims") { e.ints("dim")? } else { vec![e.int("dim", 0)?] };
+            let dims = if e.target()?.ends_with(".dims") { e.ints("dim")? } else { vec![e.int("dim", 0)?] };
             // torch's squeeze skips dims that are not 1; ONNX's refuses them.
             let dims: Vec<i64> = dims
                 .into_iter()
@@ -313,10 +343,10 @@ fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
                 .filter(|&d| matches!(meta.shape.get(d as usize), Some(Dim::Fixed(1))))
                 .collect();
             if dims.is_empty() {
-                e.op("Identity", &[&x], &[])?
+                e.op("Identity", &[&x])?
             } else {
                 let axes = e.const_ints(&dims)?;
-                e.op("Squeeze", &[&x, &axes], &[])?
+                e.op("Squeeze", &[&x, &axes])?
             }
         }
         "transpose" => {
@@ -325,18 +355,18 @@ fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
             let (a, b) = (normalize(e.int("dim0", 0)?, rank), normalize(e.int("dim1", 1)?, rank));
             let mut perm: Vec<i64> = (0..rank).collect();
             perm.swap(a as usize, b as usize);
-            e.op("Transpose", &[&x], &[attr("perm", Attribute::Ints(perm))])?
+            e.op_with("Transpose", &[&x], &[attr("perm", Attribute::Ints(perm))])?
         }
         "permute" => {
             let x = e.tensor("self")?;
             let rank = e.rank("self")?;
             let perm: Vec<i64> = e.ints("dims")?.into_iter().map(|d| normalize(d, rank)).collect();
-            e.op("Transpose", &[&x], &[attr("perm", Attribute::Ints(perm))])?
+            e.op_with("Transpose", &[&x], &[attr("perm", Attribute::Ints(perm))])?
         }
         "expand" => {
             let x = e.tensor("self")?;
             let shape = expand_shape(e, "size", Some("self"))?;
-            e.op("Expand", &[&x, &shape], &[])?
+            e.op("Expand", &[&x, &shape])?
         }
         "slice" => {
             let x = e.tensor("self")?;
@@ -344,7 +374,7 @@ fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
             let ends = e.int_1d("end", i64::MAX)?;
             let axes = e.const_ints(&[e.int("dim", 0)?])?;
             let steps = e.const_ints(&[e.int("step", 1)?])?;
-            e.op("Slice", &[&x, &starts, &ends, &axes, &steps], &[])?
+            e.op("Slice", &[&x, &starts, &ends, &axes, &steps])?
         }
         "select" => {
             let x = e.tensor("self")?;
@@ -352,7 +382,7 @@ fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
                 Some(Argument::SymInt(SymInt::Value(v))) => e.builder.value_name(v)?,
                 _ => e.scalar(e.int("index", 0)? as f64, "int64")?,
             };
-            e.op("Gather", &[&x, &i], &[attr("axis", Attribute::Int(e.int("dim", 0)?))])?
+            e.op_with("Gather", &[&x, &i], &[attr("axis", Attribute::Int(e.int("dim", 0)?))])?
         }
         "cat" => {
             let Some(Argument::Tensors(values)) = e.arg("tensors")? else { return Err(e.fail("cat without tensors")) };
@@ -364,11 +394,11 @@ fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
                 }
             }
             if names.len() == 1 {
-                let only = e.op("Identity", &[&names[0]], &[])?;
+                let only = e.op("Identity", &[&names[0]])?;
                 return e.bind_output(&only);
             }
             let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-            e.op("Concat", &refs, &[attr("axis", Attribute::Int(e.int("dim", 0)?))])?
+            e.op_with("Concat", &refs, &[attr("axis", Attribute::Int(e.int("dim", 0)?))])?
         }
         "index" => index(e)?,
         "index_put" => index_put(e)?,
@@ -376,8 +406,8 @@ fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
             // `self`'s shape and dtype, the value (or `src`) broadcast into it
             let dtype = e.output_meta()?.dtype;
             let value = e.operand(if op == "fill" { "value" } else { "src" }, &dtype)?;
-            let shape = e.op("Shape", &[&e.tensor("self")?], &[])?;
-            e.op("Expand", &[&value, &shape], &[])?
+            let shape = e.op("Shape", &[&e.tensor("self")?])?;
+            e.op("Expand", &[&value, &shape])?
         }
         "scatter" | "scatter_add" => {
             let dtype = e.output_meta()?.dtype;
@@ -389,23 +419,23 @@ fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
                 _ => {
                     // a scalar `value`, one per index
                     let value = e.operand("value", &dtype)?;
-                    e.op("Expand", &[&value, &e.op("Shape", &[&index], &[])?], &[])?
+                    e.op("Expand", &[&value, &e.op("Shape", &[&index])?])?
                 }
             };
             let reduction = if op == "scatter_add" { "add" } else { "none" };
-            e.op("ScatterElements", &[&x, &index, &updates], &[attr("axis", Attribute::Int(axis)), attr("reduction", Attribute::Str(reduction.into()))])?
+            e.op_with("ScatterElements", &[&x, &index, &updates], &[attr("axis", Attribute::Int(axis)), attr("reduction", Attribute::Str(reduction.into()))])?
         }
         "embedding" => {
             let weight = e.tensor("weight")?;
             let indices = e.tensor("indices")?;
-            e.op("Gather", &[&weight, &indices], &[attr("axis", Attribute::Int(0))])?
+            e.op_with("Gather", &[&weight, &indices], &[attr("axis", Attribute::Int(0))])?
         }
         "arange" => {
             let dtype = e.output_meta()?.dtype;
             let start = if e.arg("start")?.is_some() { e.operand("start", &dtype)? } else { e.scalar(0.0, &dtype)? };
             let end = e.operand("end", &dtype)?;
             let step = if e.arg("step")?.is_some() { e.operand("step", &dtype)? } else { e.scalar(1.0, &dtype)? };
-            e.op("Range", &[&start, &end, &step], &[])?
+            e.op("Range", &[&start, &end, &step])?
         }
         "zeros" | "ones" | "full" | "new_ones" | "new_zeros" | "empty" | "new_empty" => {
             let shape = expand_shape(e, "size", None)?;
@@ -413,30 +443,17 @@ fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
         }
         "zeros_like" | "ones_like" | "full_like" | "empty_like" => {
             let x = e.tensor("self")?;
-            let shape = e.op("Shape", &[&x], &[])?;
+            let shape = e.op("Shape", &[&x])?;
             filled(e, fill_value(e, op)?, &shape)?
         }
         "sym_size" => {
             let x = e.tensor("self")?;
             let dim = normalize(e.int("dim", 0)?, e.rank("self")?);
-            let one = e.op("Shape", &[&x], &[attr("start", Attribute::Int(dim)), attr("end", Attribute::Int(dim + 1))])?;
+            let one = e.op_with("Shape", &[&x], &[attr("start", Attribute::Int(dim)), attr("end", Attribute::Int(dim + 1))])?;
             let axes = e.const_ints(&[0])?;
-            e.op("Squeeze", &[&one, &axes], &[])?
+            e.op("Squeeze", &[&one, &axes])?
         }
-        _ => return Err(e.fail(format!("{target} is not translated by this plugin"))),
+        _ => return Err(e.fail(format!("`{op}` is not translated by this plugin"))),
     };
     e.bind_output(&result)
 }
-
-impl Guest for Shape {
-    fn describe() -> Vec<String> {
-        targets(TARGETS)
-    }
-
-    fn translate(graph: &Graph, node: NodeId, builder: &Builder) -> Result<(), Error> {
-        let target = graph.target(node)?;
-        translate_node(&Emit::new(graph, node, builder), &target)
-    }
-}
-
-hfx_sdk::register_onnx_translation!(Shape);

@@ -5,61 +5,38 @@
 
 use hfx_sdk::prelude::*;
 
-struct Symbolic;
-
-const TARGETS: &[&str] = &[
-    "_operator.add", "_operator.sub", "_operator.mul", "_operator.floordiv", "_operator.mod", "_operator.neg",
-    "_operator.eq", "_operator.ne", "_operator.lt", "_operator.le", "_operator.gt", "_operator.ge",
-    "torch.sym_min", "torch.sym_max", "torch.sym_not", "_operator.and_", "_operator.or_",
-];
-
-fn translate_node(e: &Emit, target: &str) -> Result<(), Error> {
-    let op = target.rsplit('.').next().unwrap_or("");
-    let int = |name: &str| e.operand(name, "int64");
-    let result = match op {
-        "add" | "sub" | "mul" => {
-            let onnx = match op {
-                "add" => "Add",
-                "sub" => "Sub",
-                _ => "Mul",
-            };
-            e.op(onnx, &[&int("a")?, &int("b")?], &[])?
-        }
-        "neg" => e.op("Neg", &[&int("a")?], &[])?,
-        "floordiv" => e.floor_div(&int("a")?, &int("b")?, "int64")?,
-        "mod" => e.op("Mod", &[&int("a")?, &int("b")?], &[attr("fmod", Attribute::Int(0))])?,
-        "sym_min" => e.op("Min", &[&int("a")?, &int("b")?], &[])?,
-        "sym_max" => e.op("Max", &[&int("a")?, &int("b")?], &[])?,
-        "eq" | "ne" | "lt" | "le" | "gt" | "ge" => {
-            let onnx = match op {
-                "eq" | "ne" => "Equal",
-                "lt" => "Less",
-                "le" => "LessOrEqual",
-                "gt" => "Greater",
-                _ => "GreaterOrEqual",
-            };
-            let r = e.op(onnx, &[&int("a")?, &int("b")?], &[])?;
-            if op == "ne" { e.op("Not", &[&r], &[])? } else { r }
-        }
-        "sym_not" => e.op("Not", &[&e.operand("a", "bool")?], &[])?,
-        "and_" | "or_" => {
-            let (a, b) = (e.operand("a", "bool")?, e.operand("b", "bool")?);
-            e.op(if op == "and_" { "And" } else { "Or" }, &[&a, &b], &[])?
-        }
-        _ => return Err(e.fail(format!("{target} is not translated by this plugin"))),
-    };
-    e.bind_output(&result)
+hfx_sdk::onnx_translations! {
+    "_operator.add" => |e| ints(e, "Add"),
+    "_operator.sub" => |e| ints(e, "Sub"),
+    "_operator.mul" => |e| ints(e, "Mul"),
+    "_operator.floordiv" => |e| e.floor_div(&int(e, "a")?, &int(e, "b")?, "int64"),
+    "_operator.mod" => |e| e.op_with("Mod", &[&int(e, "a")?, &int(e, "b")?], &[attr("fmod", Attribute::Int(0))]),
+    "_operator.neg" => |e| e.op("Neg", &[&int(e, "a")?]),
+    "_operator.eq" => |e| ints(e, "Equal"),
+    "_operator.ne" => |e| e.op("Not", &[&ints(e, "Equal")?]),
+    "_operator.lt" => |e| ints(e, "Less"),
+    "_operator.le" => |e| ints(e, "LessOrEqual"),
+    "_operator.gt" => |e| ints(e, "Greater"),
+    "_operator.ge" => |e| ints(e, "GreaterOrEqual"),
+    "torch.sym_min" => |e| ints(e, "Min"),
+    "torch.sym_max" => |e| ints(e, "Max"),
+    "torch.sym_not" => |e| e.op("Not", &[&e.operand("a", "bool")?]),
+    "_operator.and_" => |e| bools(e, "And"),
+    "_operator.or_" => |e| bools(e, "Or"),
 }
 
-impl Guest for Symbolic {
-    fn describe() -> Vec<String> {
-        targets(TARGETS)
-    }
-
-    fn translate(graph: &Graph, node: NodeId, builder: &Builder) -> Result<(), Error> {
-        let target = graph.target(node)?;
-        translate_node(&Emit::new(graph, node, builder), &target)
-    }
+/// Operand `name` as a 0-d int64.
+fn int(e: &Emit, name: &str) -> Result<String> {
+    e.operand(name, "int64")
 }
 
-hfx_sdk::register_onnx_translation!(Symbolic);
+/// `op(a, b)` of two sizes.
+fn ints(e: &Emit, op: &str) -> Result<String> {
+    e.op(op, &[&int(e, "a")?, &int(e, "b")?])
+}
+
+/// `op(a, b)` of two bools.
+fn bools(e: &Emit, op: &str) -> Result<String> {
+    let (a, b) = (e.operand("a", "bool")?, e.operand("b", "bool")?);
+    e.op(op, &[&a, &b])
+}

@@ -4,20 +4,11 @@
 
 use hfx_sdk::prelude::*;
 
-struct BigList;
-
-impl Guest for BigList {
-    fn describe() -> Vec<String> {
-        targets(&["aten.relu.default"])
-    }
-
-    fn apply(graph: &Graph, node: NodeId) -> Result<bool, Error> {
-        let input = graph.tensor_input(node, "self")?;
-        let decls = graph.output_decls(node)?;
-        graph.insert_call(node, "aten.neg.default", &[positional("self", Argument::Tensor(input))], &decls)?;
-        graph.set_input(node, &keyword("padding", Argument::Ints(vec![7; 10_000_000])))?;
-        Ok(true)
-    }
+#[hfx_sdk::fx_node_fix(targets = ["aten.relu.default"])]
+fn hostile_big_list(graph: &Graph, node: NodeId) -> Result<bool> {
+    let input = graph.tensor_input(node, "self")?;
+    let decls = graph.output_decls(node)?;
+    graph.insert_call(node, "aten.neg.default", &[positional("self", Argument::Tensor(input))], &decls)?;
+    graph.set_input(node, &keyword("padding", Argument::Ints(vec![7; 10_000_000])))?;
+    Ok(true)
 }
-
-hfx_sdk::register_fx_node_fix!(BigList);

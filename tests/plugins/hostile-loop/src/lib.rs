@@ -2,19 +2,10 @@
 
 use hfx_sdk::prelude::*;
 
-struct Spin;
-
-impl Guest for Spin {
-    fn describe() -> Vec<String> {
-        targets(&["aten.relu.default"])
-    }
-
-    fn apply(_graph: &Graph, node: NodeId) -> Result<bool, Error> {
-        let mut x = node as u64;
-        loop {
-            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-        }
+#[hfx_sdk::fx_node_fix(targets = ["aten.relu.default"])]
+fn hostile_loop(_graph: &Graph, node: NodeId) -> Result<bool> {
+    let mut x = node as u64;
+    loop {
+        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
     }
 }
-
-hfx_sdk::register_fx_node_fix!(Spin);

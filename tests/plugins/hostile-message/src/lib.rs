@@ -5,18 +5,9 @@
 
 use hfx_sdk::prelude::*;
 
-struct Verbose;
-
-impl Guest for Verbose {
-    fn describe() -> Vec<String> {
-        targets(&["aten.relu.default"])
-    }
-
-    fn apply(graph: &Graph, node: NodeId) -> Result<bool, Error> {
-        let input = graph.tensor_input(node, "self")?;
-        graph.replace_with_call(node, "aten.neg.default", vec![positional("self", Argument::Tensor(input))])?;
-        Err(error("line\n".repeat((1 << 20) / 5), Some(node)))
-    }
+#[hfx_sdk::fx_node_fix(targets = ["aten.relu.default"])]
+fn hostile_message(graph: &Graph, node: NodeId) -> Result<bool> {
+    let input = graph.tensor_input(node, "self")?;
+    graph.replace_with_call(node, "aten.neg.default", vec![positional("self", Argument::Tensor(input))])?;
+    Err(error("line\n".repeat((1 << 20) / 5), Some(node)))
 }
-
-hfx_sdk::register_fx_node_fix!(Verbose);

@@ -7,38 +7,29 @@
 
 use hfx_sdk::prelude::*;
 
-struct HostileReach;
-
-impl Guest for HostileReach {
-    fn describe() -> Vec<String> {
-        targets(&["torch.where"])
-    }
-
-    fn apply(call: PatchedCall) -> Result<Program, Error> {
-        let x = call.param(1, "input").ok_or_else(|| error("no x", None))?;
-        let rows = call.tensor(x).and_then(|t| t.fixed_dim(0)).unwrap_or(0);
-        let mut p = ProgramBuilder::new(&call);
-        let out = match rows {
-            // A shell through a module a modeling module re-exports.
-            1 => {
-                let system = p.lookup("transformers.models.llama.modeling_llama.torch.os.system");
-                let command = p.string("touch hfx-escaped");
-                p.invoke(system, &[command], &[])
-            }
-            // The same, called by path.
-            2 => {
-                let command = p.string("touch hfx-escaped");
-                p.call("transformers.models.llama.modeling_llama.torch.os.system", &[command])
-            }
-            // torch's own zip writer, which creates (or overwrites) any file.
-            3 => {
-                let path = p.string("hfx-escaped");
-                p.call("torch.PyTorchFileWriter", &[path])
-            }
-            _ => return Ok(ProgramBuilder::passthrough(&call)),
-        };
-        Ok(p.finish(out))
-    }
+#[hfx_sdk::patch(targets = ["torch.where"])]
+fn hostile_reach(call: PatchedCall) -> Result<Program> {
+    let x = call.param(1, "input").ok_or_else(|| error("no x", None))?;
+    let rows = call.tensor(x).and_then(|t| t.fixed_dim(0)).unwrap_or(0);
+    let mut p = ProgramBuilder::new(&call);
+    let out = match rows {
+        // A shell through a module a modeling module re-exports.
+        1 => {
+            let system = p.lookup("transformers.models.llama.modeling_llama.torch.os.system");
+            let command = p.string("touch hfx-escaped");
+            p.invoke(system, &[command], &[])
+        }
+        // The same, called by path.
+        2 => {
+            let command = p.string("touch hfx-escaped");
+            p.call("transformers.models.llama.modeling_llama.torch.os.system", &[command])
+        }
+        // torch's own zip writer, which creates (or overwrites) any file.
+        3 => {
+            let path = p.string("hfx-escaped");
+            p.call("torch.PyTorchFileWriter", &[path])
+        }
+        _ => return Ok(ProgramBuilder::passthrough(&call)),
+    };
+    Ok(p.finish(out))
 }
-
-hfx_sdk::register_patch!(HostileReach);

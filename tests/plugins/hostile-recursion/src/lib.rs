@@ -4,8 +4,6 @@
 
 use hfx_sdk::prelude::*;
 
-struct Abyss;
-
 /// Not a tail call: the addition after the call keeps every frame alive, and
 /// `black_box` keeps the optimizer from turning the recursion into a loop.
 #[inline(never)]
@@ -14,16 +12,9 @@ fn descend(depth: u64) -> u64 {
     std::hint::black_box(descend(std::hint::black_box(depth + 1))).wrapping_add(depth)
 }
 
-impl Guest for Abyss {
-    fn describe() -> Vec<String> {
-        targets(&["aten.relu.default"])
-    }
-
-    fn apply(graph: &Graph, node: NodeId) -> Result<bool, Error> {
-        let input = graph.tensor_input(node, "self")?;
-        graph.replace_with_call(node, "aten.neg.default", vec![positional("self", Argument::Tensor(input))])?;
-        Ok(descend(node as u64) == 0)
-    }
+#[hfx_sdk::fx_node_fix(targets = ["aten.relu.default"])]
+fn hostile_recursion(graph: &Graph, node: NodeId) -> Result<bool> {
+    let input = graph.tensor_input(node, "self")?;
+    graph.replace_with_call(node, "aten.neg.default", vec![positional("self", Argument::Tensor(input))])?;
+    Ok(descend(node as u64) == 0)
 }
-
-hfx_sdk::register_fx_node_fix!(Abyss);

@@ -7,8 +7,6 @@
 
 use hfx_sdk::prelude::*;
 
-struct Tables;
-
 /// `table.grow` on the function table by `n` null references; the previous
 /// size, or -1 when the growth is refused softly.
 #[cfg(target_arch = "wasm32")]
@@ -34,19 +32,12 @@ fn table_grow(_n: i32) -> i32 {
     -1
 }
 
-impl Guest for Tables {
-    fn describe() -> Vec<String> {
-        targets(&["aten.relu.default"])
+#[hfx_sdk::fx_node_fix(targets = ["aten.relu.default"])]
+fn hostile_table(graph: &Graph, node: NodeId) -> Result<bool> {
+    let input = graph.tensor_input(node, "self")?;
+    graph.replace_with_call(node, "aten.neg.default", vec![positional("self", Argument::Tensor(input))])?;
+    if table_grow(100_000) < 0 {
+        return Err(error("table.grow of 100000 elements was refused softly", Some(node)));
     }
-
-    fn apply(graph: &Graph, node: NodeId) -> Result<bool, Error> {
-        let input = graph.tensor_input(node, "self")?;
-        graph.replace_with_call(node, "aten.neg.default", vec![positional("self", Argument::Tensor(input))])?;
-        if table_grow(100_000) < 0 {
-            return Err(error("table.grow of 100000 elements was refused softly", Some(node)));
-        }
-        Ok(true)
-    }
+    Ok(true)
 }
-
-hfx_sdk::register_fx_node_fix!(Tables);

@@ -4,25 +4,16 @@
 
 use hfx_sdk::prelude::*;
 
-struct HugeAttributes;
-
-impl Guest for HugeAttributes {
-    fn describe() -> Vec<String> {
-        targets(&["aten.relu.default"])
+#[hfx_sdk::onnx_translation(targets = ["aten.relu.default"])]
+fn hostile_translation(graph: &Graph, node: NodeId, builder: &Builder) -> Result<()> {
+    let value = "a".repeat(1 << 20);
+    let mut last = Vec::new();
+    for _ in 0..32 {
+        let attributes = [NamedAttribute { name: "value_string".into(), value: Attribute::Str(value.clone()) }];
+        last = builder.add_node("Constant", "", &[], 1, &attributes)?;
     }
-
-    fn translate(graph: &Graph, node: NodeId, builder: &Builder) -> Result<(), Error> {
-        let value = "a".repeat(1 << 20);
-        let mut last = Vec::new();
-        for _ in 0..32 {
-            let attributes = [NamedAttribute { name: "value_string".into(), value: Attribute::Str(value.clone()) }];
-            last = builder.add_node("Constant", "", &[], 1, &attributes)?;
-        }
-        let [output] = graph.output_values(node)?[..] else {
-            return Err(error("relu has one output", Some(node)));
-        };
-        builder.bind(output, &last[0])
-    }
+    let [output] = graph.output_values(node)?[..] else {
+        return Err(error("relu has one output", Some(node)));
+    };
+    builder.bind(output, &last[0])
 }
-
-hfx_sdk::register_onnx_translation!(HugeAttributes);

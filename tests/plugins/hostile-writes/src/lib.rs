@@ -4,23 +4,14 @@
 
 use hfx_sdk::prelude::*;
 
-struct Writes;
-
-impl Guest for Writes {
-    fn describe() -> Vec<String> {
-        targets(&["aten.relu.default"])
+#[hfx_sdk::fx_node_fix(targets = ["aten.relu.default"])]
+fn hostile_writes(graph: &Graph, node: NodeId) -> Result<bool> {
+    let input = graph.tensor_input(node, "self")?;
+    let decls = graph.output_decls(node)?;
+    let note = "w".repeat(1 << 20);
+    for _ in 0..64 {
+        let inputs = [positional("self", Argument::Tensor(input)), keyword("note", Argument::Str(note.clone()))];
+        graph.insert_call(node, "aten.neg.default", &inputs, &decls)?;
     }
-
-    fn apply(graph: &Graph, node: NodeId) -> Result<bool, Error> {
-        let input = graph.tensor_input(node, "self")?;
-        let decls = graph.output_decls(node)?;
-        let note = "w".repeat(1 << 20);
-        for _ in 0..64 {
-            let inputs = [positional("self", Argument::Tensor(input)), keyword("note", Argument::Str(note.clone()))];
-            graph.insert_call(node, "aten.neg.default", &inputs, &decls)?;
-        }
-        Ok(true)
-    }
+    Ok(true)
 }
-
-hfx_sdk::register_fx_node_fix!(Writes);

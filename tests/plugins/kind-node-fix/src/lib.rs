@@ -3,25 +3,16 @@
 
 use hfx_sdk::prelude::*;
 
-struct ReluToClamp;
-
-impl Guest for ReluToClamp {
-    fn describe() -> Vec<String> {
-        targets(&["aten.relu.default", "aten.add.Tensor"])
+#[hfx_sdk::fx_node_fix(targets = ["aten.relu.default", "aten.add.Tensor"])]
+fn kind_node_fix(graph: &Graph, node: NodeId) -> Result<bool> {
+    if graph.target(node)? != "aten.relu.default" {
+        return Ok(false);
     }
-
-    fn apply(graph: &Graph, node: NodeId) -> Result<bool, Error> {
-        if graph.target(node)? != "aten.relu.default" {
-            return Ok(false);
-        }
-        let input = graph.tensor_input(node, "self")?;
-        let inputs = vec![
-            NamedArgument { name: "self".into(), value: Argument::Tensor(input), keyword: false },
-            NamedArgument { name: "min".into(), value: Argument::Int(0), keyword: false },
-        ];
-        graph.replace_with_call(node, "aten.clamp_min.default", inputs)?;
-        Ok(true)
-    }
+    let input = graph.tensor_input(node, "self")?;
+    let inputs = vec![
+        NamedArgument { name: "self".into(), value: Argument::Tensor(input), keyword: false },
+        NamedArgument { name: "min".into(), value: Argument::Int(0), keyword: false },
+    ];
+    graph.replace_with_call(node, "aten.clamp_min.default", inputs)?;
+    Ok(true)
 }
-
-hfx_sdk::register_fx_node_fix!(ReluToClamp);

@@ -3,19 +3,12 @@
 
 use hfx_sdk::prelude::*;
 
-struct WrongSilu;
-
-impl Guest for WrongSilu {
-    fn describe() -> Vec<String> {
-        targets(&["aten.silu.default"])
-    }
-
-    fn translate(graph: &Graph, node: NodeId, builder: &Builder) -> Result<(), Error> {
-        let e = Emit::new(graph, node, builder);
-        let x = e.tensor("self")?;
-        let out = e.op("Sigmoid", &[&x], &[])?;
-        e.bind_output(&out)
-    }
+hfx_sdk::onnx_translations! {
+    "aten.silu.default" => wrong_silu,
 }
 
-hfx_sdk::register_onnx_translation!(WrongSilu);
+fn wrong_silu(e: &Emit) -> Result<()> {
+    let x = e.tensor("self")?;
+    let out = e.op("Sigmoid", &[&x])?;
+    e.bind_output(&out)
+}
