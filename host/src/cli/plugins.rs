@@ -73,7 +73,7 @@ pub(super) fn verify(args: &SetOptions, strict: bool) -> Result<()> {
     let mut failures = 0;
     let untrusted_cache = loaded.set.plugins.iter().any(|p| p.cache == plugins::cache::CacheOutcome::Untrusted);
     for p in &loaded.set.plugins {
-        let results = crate::plugins::selftest::run(&loaded.runtime, p)?;
+        let results = crate::stages::selftest::run(&loaded.runtime, p)?;
         let failed: Vec<&String> = results.iter().filter_map(|r| r.failure.as_ref()).collect();
         failures += failed.len();
         let status = if failed.is_empty() { "ok" } else { "FAILED" };

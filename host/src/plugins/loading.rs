@@ -1,15 +1,53 @@
-//! Loading a plugin set for a run or a `plugins` command: discovery, the
-//! upstream versions it resolves against, the runtime, and the lock check.
-//! The CLI fills [`SetOptions`] from flags and the config file; everything
-//! after that (which Python to ask, when to ask it, what the lock says) is here.
+//! Loading: one plugin (compiled by the runtime, then asked in a session
+//! what it serves, which must be what it declared), and a plugin set for a
+//! run or a `plugins` command: discovery, the upstream versions it resolves
+//! against, the runtime, and the lock check. The CLI fills [`SetOptions`]
+//! from flags and the config file; everything after that (which Python to
+//! ask, when to ask it, what the lock says) is here.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use anyhow::{bail, Result};
 
 use super::lock::LOCK_FILE;
-use super::{discover, upstream, Lock, PluginSet, Runtime, RuntimeOptions, Versions};
+use super::manifest::{same_targets, META_SECTION};
+use super::session::Session;
+use super::{discover, upstream, Discovered, LoadError, Lock, Plugin, PluginSet, Runtime, RuntimeOptions, Versions};
+
+impl Runtime {
+    /// Compiles (or fetches from the cache) and checks a discovered plugin,
+    /// then calls its `describe`: the targets it answers must be the ones it
+    /// declared (in its `hfx:plugin-meta` section, or an old manifest).
+    pub fn load(&self, found: &Discovered) -> Result<Plugin, LoadError> {
+        let start = Instant::now();
+        let mut plugin = self.compile(found)?;
+        let component_path = found.component_path();
+        let fail = |reason: String| LoadError::new(&component_path, reason);
+        let described = Session::new(self, &plugin, "load").describe().map_err(|e| fail(e.to_string()))?;
+        if !same_targets(&found.manifest.plugin.targets, &described) {
+            let (mut declared, mut described) = (found.manifest.plugin.targets.clone(), described.clone());
+            for list in [&mut declared, &mut described] {
+                list.sort();
+                list.dedup();
+            }
+            // Blame whoever stated the targets: the component's declaration, else the manifest.
+            return Err(match &found.declared {
+                Some(_) => fail(format!(
+                    "declares the targets {declared:?} ({META_SECTION}) but its describe() answers {described:?}"
+                )),
+                None => LoadError::new(
+                    found.manifest_path(),
+                    format!("plugin.targets {declared:?} differ from what the component describes: {described:?}"),
+                ),
+            });
+        }
+        plugin.targets = described;
+        plugin.load_time = start.elapsed();
+        Ok(plugin)
+    }
+}
 
 /// Where plugins come from and what they are resolved against.
 #[derive(Debug, Clone, Default)]

@@ -14,7 +14,6 @@ pub mod lock;
 pub mod manifest;
 pub mod resolve;
 pub mod scaffold;
-pub mod selftest;
 mod runtime;
 pub mod sandbox;
 mod session;

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use wasmtime::component::{types::ComponentItem, Component, Linker};
 use wasmtime::{Config, Engine, Store};
@@ -12,10 +12,9 @@ use super::bindings::{fx_node_fix, fx_program_fix, onnx_ir_fix, onnx_translation
 use super::cache::{CacheOutcome, ComponentCache};
 use super::discover::Discovered;
 use super::error::LoadError;
-use super::manifest::{same_targets, Manifest, PluginKind, META_SECTION};
+use super::manifest::{Manifest, PluginKind};
 use super::sandbox::Limits;
 use super::store::PluginState;
-use super::session::Session;
 
 /// Resolution of the wall-clock deadline.
 pub(super) const EPOCH_TICK: Duration = Duration::from_millis(5);
@@ -120,9 +119,11 @@ impl Runtime {
         self.limits
     }
 
-    /// Compiles (or fetches from the cache) and checks a discovered plugin.
-    pub fn load(&self, found: &Discovered) -> Result<Plugin, LoadError> {
-        let start = Instant::now();
+    /// Compiles (or fetches from the cache) a discovered plugin and checks
+    /// what can be checked without running it: a component, the contract's
+    /// imports only, the world of its kind. `Runtime::load` (in `loading.rs`)
+    /// then asks it what it serves.
+    pub(super) fn compile(&self, found: &Discovered) -> Result<Plugin, LoadError> {
         let component_path = found.component_path();
         let fail = |reason: String| LoadError::new(&component_path, reason);
         if let Some(imports) = core_module_imports(&found.component) {
@@ -140,7 +141,7 @@ impl Runtime {
         let pre = self.pre(kind, &component).map_err(|e| {
             fail(format!("does not implement the `{kind}` world of hfx:plugin@0.1.0: {}", one_line(&e)))
         })?;
-        let mut plugin = Plugin {
+        let plugin = Plugin {
             manifest: found.manifest.clone(),
             dir: found.dir.clone(),
             component_sha256: found.component_sha256.clone(),
@@ -153,26 +154,6 @@ impl Runtime {
             engine: self.engine.clone(),
             pre,
         };
-        let described = Session::new(self, &plugin, "load").describe().map_err(|e| fail(e.to_string()))?;
-        if !same_targets(&found.manifest.plugin.targets, &described) {
-            let (mut declared, mut described) = (found.manifest.plugin.targets.clone(), described.clone());
-            for list in [&mut declared, &mut described] {
-                list.sort();
-                list.dedup();
-            }
-            // Blame whoever stated the targets: the component's declaration, else the manifest.
-            return Err(match &found.declared {
-                Some(_) => fail(format!(
-                    "declares the targets {declared:?} ({META_SECTION}) but its describe() answers {described:?}"
-                )),
-                None => LoadError::new(
-                    found.manifest_path(),
-                    format!("plugin.targets {declared:?} differ from what the component describes: {described:?}"),
-                ),
-            });
-        }
-        plugin.targets = described;
-        plugin.load_time = start.elapsed();
         Ok(plugin)
     }
 

@@ -6,6 +6,7 @@ pub mod fx_node_fix;
 pub mod fx_program_fix;
 pub mod onnx_ir_fix;
 pub mod onnx_translation;
+pub mod selftest;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;

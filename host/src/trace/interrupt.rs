@@ -135,14 +135,6 @@ fn clean_up(registry: &Registry) {
     }
 }
 
-/// Whether process `pid` exists (a zombie counts as gone).
-pub fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-        Err(_) => false,
-    }
-}
-
 /// Removes the scratch folders (`.hfx-<what>-<pid>`) in `dir` that belong to
 /// an hfx that is no longer running; returns them.
 pub fn remove_stale_scratch(dir: &Path) -> Vec<PathBuf> {
@@ -151,7 +143,7 @@ pub fn remove_stale_scratch(dir: &Path) -> Vec<PathBuf> {
     for entry in entries.filter_map(Result::ok) {
         let name = entry.file_name();
         let Some(pid) = name.to_str().and_then(scratch_pid) else { continue };
-        if pid != std::process::id() && !alive(pid) && entry.file_type().is_ok_and(|t| t.is_dir()) {
+        if pid != std::process::id() && !super::process::alive(pid) && entry.file_type().is_ok_and(|t| t.is_dir()) {
             let path = entry.path();
             if std::fs::remove_dir_all(&path).is_ok() {
                 removed.push(path);

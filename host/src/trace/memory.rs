@@ -226,7 +226,7 @@ fn remove_stale_cgroups(parent: &Path) {
     for entry in entries.filter_map(Result::ok) {
         let name = entry.file_name();
         let pid = name.to_str().and_then(|n| n.strip_prefix("hfx-worker-")).and_then(|n| n.split_once('-')).and_then(|(pid, _)| pid.parse::<u32>().ok());
-        if pid.is_some_and(|pid| pid != std::process::id() && !super::interrupt::alive(pid)) {
+        if pid.is_some_and(|pid| pid != std::process::id() && !super::process::alive(pid)) {
             // Fails, harmlessly, while processes are still in it.
             let _ = std::fs::remove_dir(entry.path());
         }

@@ -534,6 +534,7 @@ pub fn trace(
 
 pub mod interrupt;
 pub mod memory;
+mod process;
 pub mod package;
 mod patch;
 pub mod protocol;

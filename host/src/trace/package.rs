@@ -118,7 +118,7 @@ fn remove_leftovers(dir: &Path, matches: impl Fn(&str) -> bool) {
         let mut parts = name.rsplitn(3, '.');
         let (Some(n), Some(pid), Some(prefix)) = (parts.next(), parts.next(), parts.next()) else { continue };
         let Ok(pid) = pid.parse::<u32>() else { continue };
-        if !matches(prefix) || n.parse::<u64>().is_err() || pid == std::process::id() || super::interrupt::alive(pid) {
+        if !matches(prefix) || n.parse::<u64>().is_err() || pid == std::process::id() || super::process::alive(pid) {
             continue;
         }
         let path = entry.path();

@@ -17,11 +17,9 @@ use cap_std::ambient_authority;
 use cap_std::fs::Dir;
 use serde::Deserialize;
 
-use super::error::LoadError;
-use super::manifest::PluginKind;
-use super::runtime::{Plugin, Runtime};
+use super::{fx_node_fix, fx_program_fix, OnPluginError};
 use crate::graph::{Graph, RangeConstraint};
-use crate::stages::{fx_node_fix, fx_program_fix, OnPluginError};
+use crate::plugins::{LoadError, Plugin, PluginKind, Runtime};
 
 const FOLDER: &str = "selftest";
 /// A self-test case larger than this is refused before it is read.
@@ -63,7 +61,7 @@ pub fn run(runtime: &Runtime, plugin: &Plugin) -> Result<Vec<Outcome>, LoadError
         .into_iter()
         .map(|name| {
             // Regular files only (a FIFO fails the case without blocking), bounded.
-            let failure = super::discover::read_regular(&cases, &name, MAX_CASE_BYTES)
+            let failure = crate::plugins::discover::read_regular(&cases, &name, MAX_CASE_BYTES)
                 .map_err(|e| e.to_string())
                 .and_then(|bytes| String::from_utf8(bytes).map_err(|_| "is not UTF-8".to_string()))
                 .and_then(|text| run_case(runtime, plugin, &text))
