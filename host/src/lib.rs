@@ -13,5 +13,6 @@ pub mod input;
 pub mod onnx;
 pub mod pipeline;
 pub mod plugins;
+pub mod private;
 pub mod stages;
 pub mod trace;

@@ -243,6 +243,43 @@ fn a_new_plugin_builds_and_passes_verify_as_generated() {
     assert!(stdout.contains("my-fix") && stdout.contains("self-tests: 1/1 passed"), "{stdout}");
 }
 
+/// The out-of-tree example of docs/plugins.md builds as its own workspace,
+/// passes its self-test, and lets a real model with `expm1` (which ONNX has
+/// no operator for) export to ONNX that matches eager in ONNX Runtime;
+/// without it the same export stops naming the op.
+#[test]
+fn the_out_of_tree_example_plugin_builds_verifies_and_exports() {
+    let example = root().join("examples/plugins/fix-expm1");
+    let build = Command::new(env!("CARGO"))
+        .args(["run", "--quiet", "--package", "xtask", "--", "build-plugins"])
+        .arg(&example)
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(build.status.success(), "{:?}", text(&build));
+    let tmp = tempfile::tempdir().unwrap();
+    let out = hfx(tmp.path(), &["plugins", "verify", "--plugins", example.to_str().unwrap()]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success() && stdout.contains("example-fix-expm1") && stdout.contains("self-tests: 1/1 passed"), "{stdout}{stderr}");
+    let onnx = root().join("plugins/onnx");
+    let export = |plugins: &[&Path]| {
+        let model = tmp.path().join("expm1.onnx");
+        let mut args = vec!["run", "--backend", "onnx", "--model-fn", "python:example_models:expm1", "-o", model.to_str().unwrap()];
+        for p in plugins {
+            args.extend(["--plugins", p.to_str().unwrap()]);
+        }
+        args.push("--verify");
+        hfx_with_python(tmp.path(), &args)
+    };
+    let with = export(&[&onnx, &example]);
+    let (stdout, stderr) = text(&with);
+    assert!(with.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("example-fix-expm1") && stdout.contains("ok"), "{stdout}");
+    let without = export(&[&onnx]);
+    let (_, stderr) = text(&without);
+    assert!(!without.status.success() && stderr.contains("aten.expm1.default"), "{stderr}");
+}
+
 // ── Nothing vanishes silently; every input bounded (issue 11) ──
 
 /// `hfx ARGS` in `dir` that must finish within `seconds` (a FIFO must not hang it).

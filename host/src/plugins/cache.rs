@@ -23,7 +23,7 @@
 use std::fs::OpenOptions;
 use std::hash::{Hash, Hasher};
 use std::io::{Read, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -139,7 +139,7 @@ fn read_entry(engine: &Engine, path: &Path, component_sha: &[u8; 32], engine_sha
     if meta.dev() != link.dev() || meta.ino() != link.ino() || !meta.is_file() {
         return Entry::Untrusted("it changed while being opened".into());
     }
-    if let Err(why) = owned_and_private(&meta) {
+    if let Err(why) = crate::private::owned_and_private(&meta) {
         return Entry::Untrusted(why);
     }
     if meta.len() > MAX_ENTRY_BYTES {
@@ -188,52 +188,13 @@ fn write_entry(path: &Path, component_sha: &[u8; 32], engine_sha: &[u8; 32], pay
     result
 }
 
-/// Creates the folder (0700) if needed, then checks that only this user (or
-/// root) can change what is in it or what its path leads to.
+/// The cache folder, trusted (`private::trust_dir`) or not, with a warning.
 fn trust_dir(dir: &Path) -> Result<(), String> {
-    let result = (|| {
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| format!("cannot create it: {e}"))?;
-        let real = dir.canonicalize().map_err(|e| format!("cannot resolve it: {e}"))?;
-        let meta = std::fs::metadata(&real).map_err(|e| e.to_string())?;
-        if !meta.is_dir() {
-            return Err("not a folder".into());
-        }
-        owned_and_private(&meta)?;
-        for ancestor in real.ancestors().skip(1) {
-            let meta = std::fs::metadata(ancestor).map_err(|e| format!("{}: {e}", ancestor.display()))?;
-            let owner_ok = meta.uid() == 0 || meta.uid() == euid();
-            let sticky = meta.mode() & 0o1000 != 0;
-            if !owner_ok || (meta.mode() & 0o022 != 0 && !sticky) {
-                return Err(format!(
-                    "{} (above it) can be changed by others (owner uid {}, mode {:o}), who could replace the cache",
-                    ancestor.display(),
-                    meta.uid(),
-                    meta.mode() & 0o7777
-                ));
-            }
-        }
-        Ok(())
-    })();
+    let result = crate::private::trust_dir(dir, "the cache");
     if let Err(why) = &result {
         tracing::warn!("component cache {} is not trusted: {why}; compiling components in memory", dir.display());
     }
     result
-}
-
-/// A file or folder only this user can write.
-fn owned_and_private(meta: &std::fs::Metadata) -> Result<(), String> {
-    if meta.uid() != euid() {
-        return Err(format!("owned by uid {}, not by this user (uid {})", meta.uid(), euid()));
-    }
-    if meta.mode() & 0o022 != 0 {
-        return Err(format!("writable by group or others (mode {:o})", meta.mode() & 0o7777));
-    }
-    Ok(())
-}
-
-fn euid() -> u32 {
-    // SAFETY: geteuid takes nothing, cannot fail and touches no memory.
-    unsafe { libc::geteuid() }
 }
 
 /// sha256 of wasmtime's compatibility hash of `engine` (its version, target,

@@ -43,18 +43,6 @@ impl t::Host for NoState {}
 impl w::Host for GraphHost<'_> {}
 
 impl GraphHost<'_> {
-    fn charge_read(&mut self, bytes: usize) -> wasmtime::Result<()> {
-        self.budget.charge_read(bytes)
-    }
-
-    fn charge_write(&mut self, bytes: usize) -> wasmtime::Result<()> {
-        self.budget.charge_write(bytes)
-    }
-
-    fn charge_node(&mut self) -> wasmtime::Result<()> {
-        self.budget.charge_node()
-    }
-
     fn writable(&self, node: Option<u32>) -> Result<(), t::Error> {
         if self.state.read_only {
             return Err(wit_error(GraphError::ReadOnly, node));
@@ -66,7 +54,7 @@ impl GraphHost<'_> {
     fn answer<T: ApproxSize>(&mut self, result: Result<T, GraphError>, node: Option<u32>) -> Answer<T> {
         match result {
             Ok(value) => {
-                self.charge_read(value.approx_size())?;
+                self.budget.charge_read(value.approx_size())?;
                 Ok(Ok(value))
             }
             Err(e) => Ok(Err(wit_error(e, node))),
@@ -77,14 +65,14 @@ impl GraphHost<'_> {
 impl w::HostGraph for GraphHost<'_> {
     fn nodes(&mut self, _: Resource<GraphRef>) -> wasmtime::Result<Vec<u32>> {
         let nodes: Vec<u32> = self.state.graph.nodes().map(|n| n.0).collect();
-        self.charge_read(nodes.len() * 4)?;
+        self.budget.charge_read(nodes.len() * 4)?;
         Ok(nodes)
     }
 
     fn nodes_by_target(&mut self, _: Resource<GraphRef>, target: String) -> wasmtime::Result<Vec<u32>> {
-        self.charge_write(target.approx_size())?;
+        self.budget.charge_write(target.approx_size())?;
         let nodes: Vec<u32> = self.state.graph.nodes_by_target(&target).map(|n| n.0).collect();
-        self.charge_read(nodes.len() * 4)?;
+        self.budget.charge_read(nodes.len() * 4)?;
         Ok(nodes)
     }
 
@@ -109,7 +97,7 @@ impl w::HostGraph for GraphHost<'_> {
     }
 
     fn input(&mut self, _: Resource<GraphRef>, node: u32, name: String) -> Answer<Option<w::Argument>> {
-        self.charge_write(name.approx_size())?;
+        self.budget.charge_write(name.approx_size())?;
         let r = self.state.graph.node(NodeId(node)).map(|n| n.input(&name).map(to_wit_argument));
         self.answer(r, Some(node))
     }
@@ -157,14 +145,14 @@ impl w::HostGraph for GraphHost<'_> {
 
     fn graph_inputs(&mut self, _: Resource<GraphRef>) -> wasmtime::Result<Vec<u32>> {
         let inputs: Vec<u32> = self.state.graph.subgraph(0).map(|s| s.inputs.iter().map(|v| v.0).collect()).unwrap_or_default();
-        self.charge_read(inputs.len() * 4)?;
+        self.budget.charge_read(inputs.len() * 4)?;
         Ok(inputs)
     }
 
     fn graph_outputs(&mut self, _: Resource<GraphRef>) -> wasmtime::Result<Vec<w::Argument>> {
         let outputs: Vec<w::Argument> =
             self.state.graph.subgraph(0).map(|s| s.outputs.iter().map(to_wit_argument).collect()).unwrap_or_default();
-        self.charge_read(outputs.approx_size())?;
+        self.budget.charge_read(outputs.approx_size())?;
         Ok(outputs)
     }
 
@@ -176,11 +164,11 @@ impl w::HostGraph for GraphHost<'_> {
         inputs: Vec<w::NamedArgument>,
         outputs: Vec<w::OutputDecl>,
     ) -> Answer<u32> {
-        self.charge_write(target.approx_size() + inputs.approx_size() + outputs.approx_size())?;
+        self.budget.charge_write(target.approx_size() + inputs.approx_size() + outputs.approx_size())?;
         if let Err(e) = self.writable(Some(before)) {
             return Ok(Err(e));
         }
-        self.charge_node()?;
+        self.budget.charge_node()?;
         let inputs = inputs.into_iter().map(from_wit_named).collect();
         let outputs = outputs.into_iter().map(from_wit_output_decl).collect();
         let r = self.state.graph.insert_before(NodeId(before), &target, inputs, outputs).map(|n| n.0);
@@ -188,7 +176,7 @@ impl w::HostGraph for GraphHost<'_> {
     }
 
     fn set_inputs(&mut self, _: Resource<GraphRef>, node: u32, inputs: Vec<w::NamedArgument>) -> Answer<()> {
-        self.charge_write(inputs.approx_size())?;
+        self.budget.charge_write(inputs.approx_size())?;
         if let Err(e) = self.writable(Some(node)) {
             return Ok(Err(e));
         }
@@ -197,7 +185,7 @@ impl w::HostGraph for GraphHost<'_> {
     }
 
     fn set_input(&mut self, _: Resource<GraphRef>, node: u32, input: w::NamedArgument) -> Answer<()> {
-        self.charge_write(input.approx_size())?;
+        self.budget.charge_write(input.approx_size())?;
         if let Err(e) = self.writable(Some(node)) {
             return Ok(Err(e));
         }
@@ -226,7 +214,7 @@ impl w::HostGraph for GraphHost<'_> {
     }
 
     fn set_value_meta(&mut self, _: Resource<GraphRef>, value: u32, meta: t::ValueMeta) -> Answer<()> {
-        self.charge_write(meta.approx_size())?;
+        self.budget.charge_write(meta.approx_size())?;
         if let Err(e) = self.writable(None) {
             return Ok(Err(e));
         }
@@ -241,12 +229,12 @@ impl w::HostGraph for GraphHost<'_> {
             .iter()
             .map(|(symbol, r)| w::RangeConstraint { symbol: symbol.clone(), min: r.min, max: r.max })
             .collect();
-        self.charge_read(ranges.approx_size())?;
+        self.budget.charge_read(ranges.approx_size())?;
         Ok(ranges)
     }
 
     fn set_range_constraint(&mut self, _: Resource<GraphRef>, c: w::RangeConstraint) -> Answer<()> {
-        self.charge_write(c.approx_size())?;
+        self.budget.charge_write(c.approx_size())?;
         if let Err(e) = self.writable(None) {
             return Ok(Err(e));
         }

@@ -59,20 +59,6 @@ pub struct OnnxHost<'a> {
     pub(super) budget: &'a mut CallBudget,
 }
 
-impl OnnxHost<'_> {
-    fn charge_read(&mut self, bytes: usize) -> wasmtime::Result<()> {
-        self.budget.charge_read(bytes)
-    }
-
-    fn charge_write(&mut self, bytes: usize) -> wasmtime::Result<()> {
-        self.budget.charge_write(bytes)
-    }
-
-    fn charge_node(&mut self) -> wasmtime::Result<()> {
-        self.budget.charge_node()
-    }
-}
-
 impl o::Host for OnnxHost<'_> {}
 impl super::bindings::wit_patching::Host for NoState {}
 
@@ -81,7 +67,7 @@ impl o::HostBuilder for OnnxHost<'_> {
         match self.onnx.builder.value_names.get(&ValueId(value)) {
             Some(name) => {
                 let name = name.clone();
-                self.charge_read(name.len())?;
+                self.budget.charge_read(name.len())?;
                 Ok(Ok(name))
             }
             None => err(format!("value {value} has no ONNX name yet (not translated)")),
@@ -97,13 +83,13 @@ impl o::HostBuilder for OnnxHost<'_> {
         outputs: u32,
         attributes: Vec<o::NamedAttribute>,
     ) -> Answer<Vec<String>> {
-        self.charge_write(op_type.len() + domain.len() + strings_size(&inputs) + attributes.iter().map(named_attribute_size).sum::<usize>())?;
-        self.charge_node()?;
+        self.budget.charge_write(op_type.len() + domain.len() + strings_size(&inputs) + attributes.iter().map(named_attribute_size).sum::<usize>())?;
+        self.budget.charge_node()?;
         if op_type.is_empty() {
             return err("op-type is empty");
         }
         let names: Vec<String> = (0..outputs).map(|_| self.onnx.builder.fresh_name(&op_type)).collect();
-        self.charge_read(names.iter().map(String::len).sum())?;
+        self.budget.charge_read(names.iter().map(String::len).sum())?;
         self.onnx.builder.nodes.push(Node {
             op_type,
             domain,
@@ -116,7 +102,7 @@ impl o::HostBuilder for OnnxHost<'_> {
     }
 
     fn bind(&mut self, _: Resource<BuilderRef>, value: u32, name: String) -> Answer<()> {
-        self.charge_write(name.len() + 8)?;
+        self.budget.charge_write(name.len() + 8)?;
         if self.onnx.builder.value_names.contains_key(&ValueId(value)) {
             return err(format!("value {value} is already bound"));
         }
@@ -143,14 +129,14 @@ impl OnnxHost<'_> {
 impl o::HostModel for OnnxHost<'_> {
     fn nodes(&mut self, _: Resource<ModelRef>) -> wasmtime::Result<Vec<u32>> {
         let n = self.onnx.model.nodes.len() as u32;
-        self.charge_read(n as usize * 4)?;
+        self.budget.charge_read(n as usize * 4)?;
         Ok((0..n).collect())
     }
 
     fn op_type(&mut self, _: Resource<ModelRef>, node: u32) -> Answer<String> {
         let r = self.onnx_node(node).map(|n| n.op_type.clone());
         if let Ok(s) = &r {
-            self.charge_read(s.len() + 8)?;
+            self.budget.charge_read(s.len() + 8)?;
         }
         Ok(r)
     }
@@ -158,7 +144,7 @@ impl o::HostModel for OnnxHost<'_> {
     fn domain(&mut self, _: Resource<ModelRef>, node: u32) -> Answer<String> {
         let r = self.onnx_node(node).map(|n| n.domain.clone());
         if let Ok(s) = &r {
-            self.charge_read(s.len() + 8)?;
+            self.budget.charge_read(s.len() + 8)?;
         }
         Ok(r)
     }
@@ -166,7 +152,7 @@ impl o::HostModel for OnnxHost<'_> {
     fn inputs(&mut self, _: Resource<ModelRef>, node: u32) -> Answer<Vec<String>> {
         let r = self.onnx_node(node).map(|n| n.inputs.clone());
         if let Ok(v) = &r {
-            self.charge_read(v.iter().map(|s| s.len() + 8).sum())?;
+            self.budget.charge_read(v.iter().map(|s| s.len() + 8).sum())?;
         }
         Ok(r)
     }
@@ -174,22 +160,22 @@ impl o::HostModel for OnnxHost<'_> {
     fn outputs(&mut self, _: Resource<ModelRef>, node: u32) -> Answer<Vec<String>> {
         let r = self.onnx_node(node).map(|n| n.outputs.clone());
         if let Ok(v) = &r {
-            self.charge_read(v.iter().map(|s| s.len() + 8).sum())?;
+            self.budget.charge_read(v.iter().map(|s| s.len() + 8).sum())?;
         }
         Ok(r)
     }
 
     fn attribute(&mut self, _: Resource<ModelRef>, node: u32, name: String) -> Answer<Option<o::Attribute>> {
-        self.charge_write(name.len() + 8)?;
+        self.budget.charge_write(name.len() + 8)?;
         let r = self.onnx_node(node).map(|n| n.attribute(&name).map(to_wit_attribute));
         if let Ok(a) = &r {
-            self.charge_read(4 + a.as_ref().map_or(0, attribute_size))?;
+            self.budget.charge_read(4 + a.as_ref().map_or(0, attribute_size))?;
         }
         Ok(r)
     }
 
     fn set_attribute(&mut self, _: Resource<ModelRef>, node: u32, attribute: o::NamedAttribute) -> Answer<()> {
-        self.charge_write(named_attribute_size(&attribute))?;
+        self.budget.charge_write(named_attribute_size(&attribute))?;
         match self.onnx.model.nodes.get_mut(node as usize) {
             Some(n) => {
                 let old = n.attribute(&attribute.name).cloned();

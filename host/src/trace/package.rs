@@ -122,7 +122,7 @@ fn remove_leftovers(dir: &Path, matches: impl Fn(&str) -> bool) {
             continue;
         }
         let path = entry.path();
-        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir() && m.uid() == euid()) {
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir() && m.uid() == crate::private::euid()) {
             let _ = std::fs::remove_dir_all(&path);
         }
     }
@@ -132,7 +132,7 @@ fn remove_leftovers(dir: &Path, matches: impl Fn(&str) -> bool) {
 /// be trusted, else in a private temp folder. `None`: no cache folder.
 pub fn unpack(cache: Option<&Path>) -> Result<Unpacked, String> {
     if let Some(cache) = cache {
-        match trust_dir(cache).and_then(|()| unpack_in_cache(cache)) {
+        match crate::private::trust_dir(cache, "the worker").and_then(|()| unpack_in_cache(cache)) {
             Ok(root) => return Ok(Unpacked { root, temporary: false }),
             Err(why) => tracing::warn!("worker package cache {}: {why}; using a private temp folder", cache.display()),
         }
@@ -242,7 +242,7 @@ pub fn verify(root: &Path) -> Result<(), String> {
         if !meta.is_file() {
             return Err(format!("{} is not a regular file", path.display()));
         }
-        owned_and_private(&meta).map_err(|why| format!("{}: {why}", path.display()))?;
+        crate::private::owned_and_private(&meta).map_err(|why| format!("{}: {why}", path.display()))?;
         if meta.len() != text.len() as u64 {
             return Err(format!("{} differs from this hfx's worker ({} bytes, expected {})", path.display(), meta.len(), text.len()));
         }
@@ -260,7 +260,7 @@ fn private_dir(dir: &Path) -> Result<(), String> {
     if !meta.is_dir() {
         return Err(format!("{} is not a folder", dir.display()));
     }
-    owned_and_private(&meta).map_err(|why| format!("{}: {why}", dir.display()))
+    crate::private::owned_and_private(&meta).map_err(|why| format!("{}: {why}", dir.display()))
 }
 
 /// `dir` holds exactly `expected` (an extra module could shadow an import).
@@ -277,48 +277,6 @@ fn only_entries(dir: &Path, expected: &[&str]) -> Result<(), String> {
     }
     if found != expected.len() {
         return Err(format!("{} lacks files of this hfx's worker", dir.display()));
-    }
-    Ok(())
-}
-
-/// A file or folder only this user can write.
-fn owned_and_private(meta: &std::fs::Metadata) -> Result<(), String> {
-    if meta.uid() != euid() {
-        return Err(format!("owned by uid {}, not by this user (uid {})", meta.uid(), euid()));
-    }
-    if meta.mode() & 0o022 != 0 {
-        return Err(format!("writable by group or others (mode {:o})", meta.mode() & 0o7777));
-    }
-    Ok(())
-}
-
-fn euid() -> u32 {
-    // SAFETY: geteuid takes nothing, cannot fail and touches no memory.
-    unsafe { libc::geteuid() }
-}
-
-/// Creates `dir` (0700) if needed and checks that only this user (or root)
-/// can change it or what its path leads to (the component cache's rule).
-fn trust_dir(dir: &Path) -> Result<(), String> {
-    DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| format!("cannot create it: {e}"))?;
-    let real = dir.canonicalize().map_err(|e| format!("cannot resolve it: {e}"))?;
-    let meta = std::fs::metadata(&real).map_err(|e| e.to_string())?;
-    if !meta.is_dir() {
-        return Err("not a folder".into());
-    }
-    owned_and_private(&meta)?;
-    for ancestor in real.ancestors().skip(1) {
-        let meta = std::fs::metadata(ancestor).map_err(|e| format!("{}: {e}", ancestor.display()))?;
-        let owner_ok = meta.uid() == 0 || meta.uid() == euid();
-        let sticky = meta.mode() & 0o1000 != 0;
-        if !owner_ok || (meta.mode() & 0o022 != 0 && !sticky) {
-            return Err(format!(
-                "{} (above it) can be changed by others (owner uid {}, mode {:o}), who could replace the worker",
-                ancestor.display(),
-                meta.uid(),
-                meta.mode() & 0o7777
-            ));
-        }
     }
     Ok(())
 }
