@@ -64,10 +64,11 @@ impl Run {
     }
 }
 
-/// The manifest's `name` of a plugin folder.
+/// The name of the plugin in a folder: its crate's package name (the SDK
+/// declares it in the component; `plugin.toml` no longer repeats it).
 fn plugin_name(dir: &Path) -> String {
-    let manifest = std::fs::read_to_string(dir.join("plugin.toml")).unwrap();
-    manifest.lines().find_map(|l| l.strip_prefix("name = ")).unwrap().trim_matches('"').to_string()
+    let cargo = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
+    cargo.lines().find_map(|l| l.strip_prefix("name = ")).unwrap().trim_matches('"').to_string()
 }
 
 /// How many calls the plugin named `name` answered, from `hfx run`'s summary.
