@@ -457,6 +457,8 @@ fn a_killed_hfx_takes_its_worker_along_and_the_next_run_removes_its_scratch() {
     // What the worker started is beyond reach without hfx; the test cleans it up.
     // SAFETY: kill(2) of the process the test's model function started.
     unsafe { libc::kill(grandchild as i32, libc::SIGKILL) };
+    // Until it has exited, its cgroup is populated and cannot be removed by anyone.
+    assert_gone(u32::MAX, &[grandchild]);
     let scratch = dir.path().join(format!(".hfx-trace-{pid}"));
     assert!(scratch.exists(), "SIGKILL leaves the scratch folder");
     let result = hfx(dir.path(), &["run", "--backend", "dynamo", "--model-fn", "python:hfx_test_models:doubler", "-o", out.to_str().unwrap()]);
