@@ -131,6 +131,8 @@ pub(super) fn merge(args: RunArgs) -> Result<RunOptions> {
     model.device = model.device.or(config.device.clone());
     model.dtype = model.dtype.or(config.dtype.clone());
     let trace = model.request()?;
+    // The deadline of a worker request: the trace's, and verification's.
+    let deadline = Duration::from_secs(model.trace_deadline_s.unwrap_or(600));
     let input = args.input.or(config.input.map(rel));
     let source = match (input, trace) {
         (None, None) => bail!("nothing to export: give a .pt2 (or IR JSON), or a model (--model, --model-dir, --model-fn)"),
@@ -142,9 +144,7 @@ pub(super) fn merge(args: RunArgs) -> Result<RunOptions> {
             }
             if is_json(&input) { Source::IrJson(input) } else { Source::Pt2(input) }
         }
-        (None, Some(request)) => {
-            Source::Trace(Trace { request, deadline: Duration::from_secs(model.trace_deadline_s.unwrap_or(600)) })
-        }
+        (None, Some(request)) => Source::Trace(Trace { request, deadline }),
     };
     let memory_limit = match model.worker_memory_gib {
         None => crate::trace::memory::default_limit(),
@@ -198,8 +198,7 @@ pub(super) fn merge(args: RunArgs) -> Result<RunOptions> {
         (Source::IrJson(_), Artifact::Pt2) => bail!("a graph read from JSON can only be written as JSON (-o OUT.json)"),
         _ => {}
     }
-    let verify_deadline = Duration::from_secs(model.trace_deadline_s.unwrap_or(600));
-    Ok(RunOptions { source, artifact, destination, backend, plugins: set.options()?, on_plugin_error, worker, verify_deadline })
+    Ok(RunOptions { source, artifact, destination, backend, plugins: set.options()?, on_plugin_error, worker, verify_deadline: deadline })
 }
 
 fn is_json(path: &Path) -> bool {

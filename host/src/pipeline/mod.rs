@@ -153,7 +153,7 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
                 progress.step("verify", "ONNX Runtime against eager PyTorch");
                 let worker = match worker.as_mut() {
                     Some(w) => w,
-                    None => worker.insert(Worker::start_with(&options.plugins.python(), WORKER_START, &options.worker)?),
+                    None => worker.insert(start_worker(&options, progress)?),
                 };
                 verified = verify::run(worker, &target, &reference, options.verify_deadline)?;
                 let data = crate::onnx::emit::data_file(&target);
