@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use hfx::graph::{Argument, Dim, Graph, NamedArgument, NodeId, OutputDecl, TensorMeta, ValueMeta};
-use hfx::plugins::{cache::CacheOutcome, discover, Runtime, RuntimeOptions, Session};
+use hfx::plugins::{cache::CacheOutcome, discover, kind, Runtime, RuntimeOptions, Session};
 use hfx::stages::{fx_node_fix, OnPluginError};
 
 fn root() -> PathBuf {
@@ -68,7 +68,8 @@ fn main() -> Result<()> {
         cached.push(micros(t.elapsed()));
         assert_eq!(plugin.cache, CacheOutcome::Hit);
     }
-    let plugin = runtime.load(&found)?;
+    let loaded = runtime.load(&found)?;
+    let plugin = loaded.of_kind::<kind::FxNodeFix>().context("the benchmark plugin is an fx-node-fix")?;
 
     // ── Calls: read a node and replace it (relu → clamp_min), and a declined call ──
     let n = 2000;
@@ -76,7 +77,7 @@ fn main() -> Result<()> {
     let mut stage = Vec::new();
     for _ in 0..5 {
         let (mut graph, nodes) = relu_chain(n);
-        let mut session = Session::new(&runtime, &plugin, "bench");
+        let mut session = Session::new(&runtime, plugin, "bench");
         session.fx_node_fix(&mut graph, nodes[0])?; // instantiate outside the timing
         let t = Instant::now();
         for &node in &nodes[1..] {
@@ -86,7 +87,7 @@ fn main() -> Result<()> {
 
         let (mut graph, _) = relu_chain(n);
         let t = Instant::now();
-        fx_node_fix::run(&runtime, &[&plugin], &mut graph, "bench", OnPluginError::Fail)?;
+        fx_node_fix::run(&runtime, &[plugin], &mut graph, "bench", OnPluginError::Fail)?;
         stage.push(micros(t.elapsed()) / n as f64);
     }
 

@@ -29,7 +29,7 @@ pub fn pt2_open(data: &[u8]) {
         assert_eq!(again.fingerprint(), graph.fingerprint());
         let roles = input_roles(program);
         let builder = TranslationBuilder::new(18);
-        let parts = emit::ModelParts { graph: &graph, roles: &roles, pt2: &pt2, builder: &builder, output_names: vec![] };
+        let parts = emit::ModelParts { graph: &graph, roles: &roles, weights: Some(&pt2), builder: &builder, output_names: vec![] };
         if let Ok(mut lowered) = emit::lower(&parts) {
             passes::run(&mut lowered.nodes, &mut lowered.initializers, &lowered.output_names);
             let _ = emit::plan(lowered, "fuzz", &[]);

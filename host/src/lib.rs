@@ -4,7 +4,7 @@
 //! The pipeline, as the modules are laid out: `trace` (the worker) → `stages`
 //! (the plugins of each stage) → `onnx` (the ONNX side) → `pipeline` (the
 //! steps of `hfx run`, in order); `graph` is the IR, `plugins` the platform,
-//! `cli` the command line on top.
+//! `selftest` the plugins' own test cases, `cli` the command line on top.
 
 pub mod atomic;
 pub mod cli;
@@ -14,5 +14,6 @@ pub mod onnx;
 pub mod pipeline;
 pub mod plugins;
 pub mod private;
+pub mod selftest;
 pub mod stages;
 pub mod trace;

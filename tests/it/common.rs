@@ -5,7 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use hfx::graph::{Argument, Dim, Graph, NamedArgument, NodeId, OutputDecl, Sym, TensorMeta, ValueId, ValueMeta};
-use hfx::plugins::{self, discover, Limits, Plugin, Runtime, RuntimeOptions};
+pub use hfx::plugins::kind;
+use hfx::plugins::{self, discover, Kind, Limits, Plugin, PluginOf, Runtime, RuntimeOptions};
 
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
@@ -264,4 +265,9 @@ pub fn try_python(script: &str, args: &[&str]) -> Result<String, String> {
         let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
         Err(format!("{script} {args:?}: {}", tail.into_iter().rev().collect::<Vec<_>>().join("\n")))
     }
+}
+
+/// `plugin` as one of kind `K`: the kind the test loaded it for.
+pub fn of<K: Kind>(plugin: &Plugin) -> PluginOf<'_, K> {
+    plugin.of_kind::<K>().unwrap_or_else(|| panic!("`{}` is a {} plugin", plugin.name(), plugin.kind()))
 }

@@ -159,7 +159,7 @@ fn compiled_components_are_cached_and_verified() {
 
     // And the replaced component still works.
     let (mut graph, _) = alias_graph();
-    hfx::stages::fx_node_fix::run(&runtime, &[&plugin], &mut graph, "fx-node-fixes", hfx::stages::OnPluginError::Fail).unwrap();
+    hfx::stages::fx_node_fix::run(&runtime, &[of::<kind::FxNodeFix>(&plugin)], &mut graph, "fx-node-fixes", hfx::stages::OnPluginError::Fail).unwrap();
     assert_eq!(targets(&graph), ["aten.mul.Tensor"]);
 }
 
@@ -256,7 +256,7 @@ fn a_cache_entry_copied_under_another_plugins_key_does_not_run() {
     assert_eq!(plugin.cache, CacheOutcome::Replaced, "the swapped entry must not verify");
     assert_eq!(plugin.targets, sort.manifest.plugin.targets, "describe() answered by the sort fix's own code");
     let (mut graph, _) = sort_stable_graph();
-    hfx::stages::fx_node_fix::run(&runtime, &[&plugin], &mut graph, "fx-node-fixes", hfx::stages::OnPluginError::Fail).unwrap();
+    hfx::stages::fx_node_fix::run(&runtime, &[of::<kind::FxNodeFix>(&plugin)], &mut graph, "fx-node-fixes", hfx::stages::OnPluginError::Fail).unwrap();
     assert_eq!(targets(&graph), ["aten.sort.default"]);
     // Rewritten with its own code: the next load is a hit.
     assert_eq!(cached_runtime(cache.path()).load(&sort).unwrap().cache, CacheOutcome::Hit);
@@ -287,7 +287,7 @@ fn a_cache_folder_others_can_write_is_not_used() {
     assert_eq!(std::fs::read_dir(cache.path()).unwrap().count(), 0, "nothing written to an untrusted folder");
     // Compiled in memory, it still works.
     let (mut graph, _) = alias_graph();
-    hfx::stages::fx_node_fix::run(&runtime, &[&plugin], &mut graph, "fx-node-fixes", hfx::stages::OnPluginError::Fail).unwrap();
+    hfx::stages::fx_node_fix::run(&runtime, &[of::<kind::FxNodeFix>(&plugin)], &mut graph, "fx-node-fixes", hfx::stages::OnPluginError::Fail).unwrap();
     assert_eq!(targets(&graph), ["aten.mul.Tensor"]);
 
     // A folder above the cache that others can write (without the sticky bit) is refused too.

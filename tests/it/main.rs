@@ -13,6 +13,7 @@ mod plugin_kinds;
 mod plugin_sets;
 mod pt2;
 mod sandbox;
+mod selftests;
 mod trace;
 
 /// The bodies the fuzz targets run, replayed on their seeds by `pt2`.

@@ -39,7 +39,7 @@ fn the_version_matching_torch_is_selected() {
         assert!(set.skipped[0].reason.contains(&format!("torch {torch_version} is outside")), "{}", set.skipped[0].reason);
         // The selected version is the one that runs.
         let (mut graph, _) = relu_add_mul();
-        let fixes: Vec<&plugins::Plugin> = set.plugins.iter().collect();
+        let fixes: Vec<_> = set.plugins.iter().map(of::<kind::FxNodeFix>).collect();
         hfx::stages::fx_node_fix::run(&runtime, &fixes, &mut graph, "fx-node-fixes", hfx::stages::OnPluginError::Fail).unwrap();
         assert_eq!(targets(&graph)[0], rewrite, "torch {torch_version}");
     }

@@ -16,7 +16,7 @@ fn contained(hostile: &str, limits: Limits) -> PluginError {
     let runtime = runtime_with(limits);
     let bad = load(&runtime, hostile);
     let good = load(&runtime, "tests/plugins/kind-node-fix");
-    let plugins = [&bad, &good];
+    let plugins = [of::<kind::FxNodeFix>(&bad), of::<kind::FxNodeFix>(&good)];
 
     let (mut graph, _) = relu_add_mul();
     let before = graph.fingerprint();
@@ -54,7 +54,7 @@ fn infinite_loop_is_stopped_by_the_deadline_when_fuel_is_plentiful() {
     let bad = load(&runtime, "tests/plugins/hostile-loop");
     let (mut graph, [relu, _, _]) = relu_add_mul();
     let start = Instant::now();
-    let error = Session::new(&runtime, &bad, "fx-node-fixes").fx_node_fix(&mut graph, relu).unwrap_err();
+    let error = Session::new(&runtime, of::<kind::FxNodeFix>(&bad), "fx-node-fixes").fx_node_fix(&mut graph, relu).unwrap_err();
     let took = start.elapsed();
     assert_eq!(error.failure, Failure::Deadline { millis: 200 });
     // Not a timing assertion on speed: a bound proving the backstop fired
@@ -90,7 +90,7 @@ fn a_trapped_instance_is_replaced_for_the_next_call() {
     let runtime = runtime();
     let bad = load(&runtime, "tests/plugins/hostile-panic");
     let (mut graph, [relu, _, _]) = relu_add_mul();
-    let mut session = Session::new(&runtime, &bad, "fx-node-fixes");
+    let mut session = Session::new(&runtime, of::<kind::FxNodeFix>(&bad), "fx-node-fixes");
     for _ in 0..3 {
         let error = session.fx_node_fix(&mut graph, relu).unwrap_err();
         assert!(matches!(error.failure, Failure::Trap(_)));
@@ -99,7 +99,7 @@ fn a_trapped_instance_is_replaced_for_the_next_call() {
     // A healthy plugin keeps one instance for the whole stage run.
     let good = load(&runtime, "tests/plugins/kind-node-fix");
     let (mut graph, [_, add, _]) = relu_add_mul();
-    let mut session = Session::new(&runtime, &good, "fx-node-fixes");
+    let mut session = Session::new(&runtime, of::<kind::FxNodeFix>(&good), "fx-node-fixes");
     for _ in 0..3 {
         assert!(!session.fx_node_fix(&mut graph, add).unwrap());
     }
@@ -124,7 +124,7 @@ fn reading_too_much_hits_the_host_budget() {
     let plugin = load(&runtime, "tests/plugins/kind-node-fix");
     let (mut graph, [relu, _, _]) = relu_add_mul();
     let before = graph.fingerprint();
-    let error = Session::new(&runtime, &plugin, "fx-node-fixes").fx_node_fix(&mut graph, relu).unwrap_err();
+    let error = Session::new(&runtime, of::<kind::FxNodeFix>(&plugin), "fx-node-fixes").fx_node_fix(&mut graph, relu).unwrap_err();
     assert_eq!(error.failure, Failure::HostBudget("read more than 64 bytes from the host in one call".into()));
     assert_eq!(graph.fingerprint(), before);
 }
@@ -142,7 +142,7 @@ fn unbounded_recursion_is_a_stack_overflow_not_a_host_crash() {
             let runtime = runtime();
             let bad = load(&runtime, "tests/plugins/hostile-recursion");
             let (mut graph, [relu, _, _]) = relu_add_mul();
-            Session::new(&runtime, &bad, "fx-node-fixes").fx_node_fix(&mut graph, relu).unwrap_err().failure
+            Session::new(&runtime, of::<kind::FxNodeFix>(&bad), "fx-node-fixes").fx_node_fix(&mut graph, relu).unwrap_err().failure
         })
         .unwrap()
         .join()
@@ -191,7 +191,7 @@ fn many_strings_over_many_host_calls_hit_the_write_budget() {
     let runtime = runtime_with(limits);
     let plugin = load(&runtime, "tests/plugins/hostile-writes");
     let (mut graph, [relu, _, _]) = relu_add_mul();
-    assert!(Session::new(&runtime, &plugin, "fx-node-fixes").fx_node_fix(&mut graph, relu).unwrap());
+    assert!(Session::new(&runtime, of::<kind::FxNodeFix>(&plugin), "fx-node-fixes").fx_node_fix(&mut graph, relu).unwrap());
 }
 
 #[test]
@@ -222,7 +222,7 @@ fn a_translation_writing_huge_attributes_hits_the_write_budget_and_is_rolled_bac
     let mut builder = TranslationBuilder::new(20);
     builder.value_names.insert(x, "x".into());
     let before = graph.fingerprint();
-    let error = Session::new(&runtime, &bad, "onnx-translations").translate(&mut graph, relu, &mut builder).unwrap_err();
+    let error = Session::new(&runtime, of::<kind::OnnxTranslation>(&bad), "onnx-translations").translate(&mut graph, relu, &mut builder).unwrap_err();
     assert_eq!(error.failure, write_budget(16 << 20));
     assert_eq!((error.plugin.as_str(), error.kind, error.stage.as_str()), ("test-hostile-translation", PluginKind::OnnxTranslation, "onnx-translations"));
     assert_eq!(error.node, Some(hfx::plugins::NodeRef::Fx("relu".into())));
@@ -230,7 +230,7 @@ fn a_translation_writing_huge_attributes_hits_the_write_budget_and_is_rolled_bac
     assert_eq!(builder.value_names.len(), 1);
     assert_eq!(graph.fingerprint(), before);
     // The next translation still runs on the same builder.
-    Session::new(&runtime, &good, "onnx-translations").translate(&mut graph, relu, &mut builder).unwrap();
+    Session::new(&runtime, of::<kind::OnnxTranslation>(&good), "onnx-translations").translate(&mut graph, relu, &mut builder).unwrap();
     assert_eq!(builder.nodes.len(), 1);
     assert_eq!(builder.nodes[0].op_type, "Relu");
 }
@@ -290,7 +290,7 @@ fn where_call(rows: i64) -> hfx::plugins::patching::PatchedCall {
 fn patch_programs_cannot_reach_files_processes_or_private_attributes() {
     let runtime = runtime();
     let plugin = load(&runtime, "tests/plugins/hostile-patch");
-    let mut session = Session::new(&runtime, &plugin, "patches");
+    let mut session = Session::new(&runtime, of::<kind::Patch>(&plugin), "patches");
     for (rows, refused) in [(1, "os.system"), (2, "builtins.__file__"), (3, "torch.save"), (4, "__class__"), (5, "slot 9999")] {
         let call = where_call(rows);
         let error = session.patch(&call, |program| hfx::trace::check_program(&call, program)).unwrap_err();

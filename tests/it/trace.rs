@@ -151,7 +151,7 @@ fn originals_are_restored_after_a_trace_also_when_it_fails() {
     let patches = PatchesRestored { patches: vec![PatchSpec { plugin: plugin.name().to_string(), targets: plugin.targets.clone() }] };
     for (function, should_work) in [("uses_where", true), ("where_then_fails", false)] {
         let request = TraceRequest::new(ModelSource::Function(format!("python:hfx_test_models:{function}")));
-        let mut sessions = vec![Session::new(&runtime, &plugin, "patches")];
+        let mut sessions = vec![Session::new(&runtime, of::<kind::Patch>(&plugin), "patches")];
         let result = hfx::trace::trace(&mut worker, &request, &mut sessions, &dir.path().join("m.pt2"), &dir.path().join("r.pt"), deadline);
         assert_eq!(result.is_ok(), should_work, "{function}: {:?}", result.as_ref().err().map(|e| e.to_string()));
         assert_eq!(sessions[0].calls, 1, "{function}: the patch answered the call");

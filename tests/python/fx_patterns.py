@@ -90,6 +90,22 @@ PATTERNS = {
 }
 
 
+def _model_fn(name):
+    """`--model-fn python:fx_patterns:NAME`: the pattern's module and its inputs, by name."""
+    def build():
+        import inspect
+
+        module, inputs = PATTERNS[name]
+        torch.manual_seed(0)
+        names = list(inspect.signature(module.forward).parameters)[1:]
+        return module().eval(), dict(zip(names, inputs()))
+    return build
+
+
+for _name in PATTERNS:
+    globals()[_name] = _model_fn(_name)
+
+
 def export_all(outdir):
     os.makedirs(outdir, exist_ok=True)
     for name, (module, inputs) in PATTERNS.items():

@@ -70,3 +70,15 @@ def where_rows_2():
 
 def where_rows_3():
     return UsesWhere(), {"x": torch.randn(3, 4)}
+
+
+class ReluSilu(torch.nn.Module):
+    """`relu` and `silu`: what the test plugins' self-test cases are cut from."""
+
+    def forward(self, x):
+        return torch.nn.functional.relu(x) + torch.nn.functional.silu(x)
+
+
+def relu_silu():
+    torch.manual_seed(0)
+    return ReluSilu(), {"x": torch.randn(3, 5)}

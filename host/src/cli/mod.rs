@@ -58,7 +58,21 @@ pub enum PluginsCommand {
         #[command(flatten)]
         set: PluginSetArgs,
     },
-    /// Load every plugin, check it (and the lock), and run its self-tests.
+    /// Run the plugins' self-tests below the folders: each case through the
+    /// plugin's real stage, and numerically in the worker (fixes against the
+    /// piece before them, translations in ONNX Runtime against PyTorch).
+    Test {
+        /// Plugin folders whose plugins are tested.
+        #[arg(required = true, value_name = "DIR")]
+        folders: Vec<PathBuf>,
+        #[command(flatten)]
+        set: PluginSetArgs,
+    },
+    /// Cut a self-test case out of a real trace: `hfx run`'s model, plugin
+    /// and backend flags, then the op to cut around and the case file.
+    Capture(CaptureArgs),
+    /// Load every plugin, check it (and the lock), and run the structural
+    /// half of its self-tests (no Python; `plugins test` runs all of them).
     Verify {
         #[command(flatten)]
         set: PluginSetArgs,
@@ -76,6 +90,21 @@ pub enum PluginsCommand {
     },
     /// Scaffold a plugin crate that builds and passes its self-test as generated.
     New(crate::plugins::scaffold::NewArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CaptureArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// The op the case is cut around (`aten.alias.default`).
+    #[arg(long, value_name = "TARGET")]
+    pub node: String,
+    /// How many of its nodes, in program order.
+    #[arg(long, default_value_t = 1)]
+    pub count: usize,
+    /// Where the case is written (`plugins/onnx/fix-alias/selftest/llama.json`).
+    #[arg(long, value_name = "FILE")]
+    pub case: PathBuf,
 }
 
 /// Where plugins come from and what they are resolved against.
@@ -263,6 +292,11 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Plugins(PluginsCommand::List { set, backend }) => plugins::list(&set.folder_options()?, backend),
         Command::Plugins(PluginsCommand::Inspect { name, set }) => plugins::inspect(&set.folder_options()?, &name),
         Command::Plugins(PluginsCommand::Verify { set, strict }) => plugins::verify(&set.folder_options()?, strict),
+        Command::Plugins(PluginsCommand::Test { folders, mut set }) => {
+            set.plugins.extend(folders);
+            plugins::test(&set.folder_options()?)
+        }
+        Command::Plugins(PluginsCommand::Capture(args)) => capture(args, verbose),
         Command::Plugins(PluginsCommand::Lock { set, output }) => plugins::lock(&set.folder_options()?, &output),
         Command::Plugins(PluginsCommand::New(args)) => crate::plugins::scaffold::new_plugin(&args),
         Command::Run(args) => run_export(args, verbose),
@@ -279,7 +313,30 @@ fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
     Ok(())
 }
 
-// ── Plugin sets ──
+fn capture(mut args: CaptureArgs, verbose: u8) -> Result<()> {
+    use std::io::IsTerminal;
+    if args.run.output.is_some() || args.run.verify {
+        bail!("capture writes the case (--case FILE): drop -o and --verify");
+    }
+    if args.count == 0 {
+        bail!("--count 0 cuts nothing: give 1 or more");
+    }
+    // A placeholder the pipeline's options need; capture writes into a scratch folder.
+    args.run.output = Some(args.case.with_extension("pt2"));
+    let progress = crate::pipeline::Progress { started: std::time::Instant::now(), shown: verbose > 0 || std::io::stderr().is_terminal() };
+    let options = config::merge(args.run)?;
+    let what = crate::selftest::capture::CaptureOptions { target: args.node, count: args.count, case: args.case };
+    let captured = crate::selftest::capture::capture(options, &what, progress)?;
+    println!(
+        "wrote {}: {} node(s) of {}, {} input value(s), {} KiB",
+        what.case.display(),
+        captured.nodes,
+        what.target,
+        captured.inputs,
+        captured.bytes.div_ceil(1024)
+    );
+    Ok(())
+}
 
 // ── Plugin sets ──
 

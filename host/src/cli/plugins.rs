@@ -1,4 +1,4 @@
-//! `hfx plugins list|inspect|verify|lock`: what a plugin set holds, checked.
+//! `hfx plugins list|inspect|verify|test|lock`: what a plugin set holds, checked.
 
 use std::path::Path;
 
@@ -6,6 +6,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::plugins::loading::{Purpose, SetOptions};
 use crate::plugins::{self, Backend, Lock};
+use crate::selftest::{self, Depth};
 
 pub(super) fn list(args: &SetOptions, backend: Option<Backend>) -> Result<()> {
     let loaded = args.load(Purpose::Use, None)?;
@@ -73,7 +74,7 @@ pub(super) fn verify(args: &SetOptions, strict: bool) -> Result<()> {
     let mut failures = 0;
     let untrusted_cache = loaded.set.plugins.iter().any(|p| p.cache == plugins::cache::CacheOutcome::Untrusted);
     for p in &loaded.set.plugins {
-        let results = crate::stages::selftest::run(&loaded.runtime, p)?;
+        let results = selftest::run(&loaded.runtime, p, &mut Depth::Structural)?;
         let failed: Vec<&String> = results.iter().filter_map(|r| r.failure.as_ref()).collect();
         failures += failed.len();
         let status = if failed.is_empty() { "ok" } else { "FAILED" };
@@ -96,6 +97,38 @@ pub(super) fn verify(args: &SetOptions, strict: bool) -> Result<()> {
         if warnings > 0 {
             bail!("--strict: {warnings} warning(s) (see above)");
         }
+    }
+    Ok(())
+}
+
+/// Every plugin's self-tests, numerically in one worker; a plugin without a
+/// case fails, except patches (tested on real traces by the test suite).
+pub(super) fn test(args: &SetOptions) -> Result<()> {
+    let loaded = args.load(Purpose::Use, None)?;
+    let mut worker = crate::trace::Worker::start(&args.python(), std::time::Duration::from_secs(120))?;
+    let (mut passed, mut failed) = (0, 0);
+    for p in &loaded.set.plugins {
+        let results = selftest::run(&loaded.runtime, p, &mut Depth::Numeric(&mut worker))?;
+        if results.is_empty() && p.kind() != plugins::PluginKind::Patch {
+            failed += 1;
+            println!("FAILED {:<34} ships no self-test (selftest/*.json; `hfx plugins capture` makes one)", p.name());
+        }
+        for r in results {
+            match (&r.passed, &r.failure) {
+                (Some(what), _) => {
+                    passed += 1;
+                    println!("ok     {:<34} {:<28} {what}", p.name(), r.case);
+                }
+                (None, failure) => {
+                    failed += 1;
+                    println!("FAILED {:<34} {}", p.name(), failure.as_deref().unwrap_or(&r.case));
+                }
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    if failed > 0 {
+        bail!("{failed} self-test(s) failed");
     }
     Ok(())
 }

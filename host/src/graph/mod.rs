@@ -7,7 +7,9 @@
 //! plugin call that fails leaves the graph exactly as it was before the call.
 
 pub mod pt2;
+mod cut;
 mod dce;
+pub use cut::Cut;
 pub use dce::has_side_effects;
 mod mutate;
 mod order;

@@ -204,6 +204,15 @@ impl<T> Sym<T> {
     }
 }
 
+impl<T: Clone> Sym<T> {
+    fn map_value(&self, mut f: impl FnMut(ValueId) -> ValueId) -> Sym<T> {
+        match self {
+            Sym::Value(v) => Sym::Value(f(*v)),
+            Sym::Const(c) => Sym::Const(c.clone()),
+        }
+    }
+}
+
 /// One case per kind of the torch.export schema's `Argument`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -250,6 +259,23 @@ impl Argument {
             SymBool(s) => Box::new(s.value().into_iter()),
             SymBools(ss) => Box::new(ss.iter().filter_map(Sym::value)),
             _ => Box::new(std::iter::empty()),
+        }
+    }
+
+    /// The argument with every value it reads replaced by `f(value)`.
+    pub fn map_values(&self, mut f: impl FnMut(ValueId) -> ValueId) -> Argument {
+        use Argument::*;
+        match self {
+            Tensor(v) => Tensor(f(*v)),
+            Tensors(vs) => Tensors(vs.iter().map(|v| f(*v)).collect()),
+            OptionalTensors(vs) => OptionalTensors(vs.iter().map(|v| v.map(&mut f)).collect()),
+            SymInt(s) => SymInt(s.map_value(f)),
+            SymInts(ss) => SymInts(ss.iter().map(|s| s.map_value(&mut f)).collect()),
+            SymFloat(s) => SymFloat(s.map_value(f)),
+            SymFloats(ss) => SymFloats(ss.iter().map(|s| s.map_value(&mut f)).collect()),
+            SymBool(s) => SymBool(s.map_value(f)),
+            SymBools(ss) => SymBools(ss.iter().map(|s| s.map_value(&mut f)).collect()),
+            other => other.clone(),
         }
     }
 }

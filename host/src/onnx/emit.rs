@@ -32,6 +32,8 @@ pub enum EmitError {
     Weight(#[from] WeightError),
     #[error(transparent)]
     Storage(#[from] crate::graph::pt2::Pt2Error),
+    #[error("graph input `{0}` is a weight, and the model has no weights archive")]
+    NoWeights(String),
     #[error("graph input `{0}` is not a tensor")]
     NotATensor(String),
     #[error("value {0} has no ONNX name (no translation produced it)")]
@@ -45,7 +47,9 @@ pub enum EmitError {
 pub struct ModelParts<'a> {
     pub graph: &'a Graph,
     pub roles: &'a [InputRole],
-    pub pt2: &'a Pt2,
+    /// Where the initializers' bytes are; None for a program whose inputs are
+    /// all user inputs (a plugin's self-test case).
+    pub weights: Option<&'a Pt2>,
     pub builder: &'a TranslationBuilder,
     /// Names for the graph outputs, in order (the model output's fields:
     /// `logits`, `cache.layers.0.keys`); empty keeps the translation's names.
@@ -144,8 +148,10 @@ fn name_outputs(nodes: &mut Vec<Node>, current: &[String], wanted: &[String], ta
 /// CRC-32 on all cores), then inputs, initializers in graph-input order,
 /// nodes, and the outputs named.
 pub fn lower<'a>(parts: &ModelParts<'a>) -> Result<Lowered<'a>, EmitError> {
-    let ModelParts { graph, roles, pt2, builder, .. } = parts;
-    pt2.check_payloads()?;
+    let ModelParts { graph, roles, weights, builder, .. } = parts;
+    if let Some(pt2) = weights {
+        pt2.check_payloads()?;
+    }
     let dims = dim_names(graph, roles);
     let mut inputs = Vec::new();
     let mut initializers = Vec::new();
@@ -163,6 +169,7 @@ pub fn lower<'a>(parts: &ModelParts<'a>) -> Result<Lowered<'a>, EmitError> {
                     continue;
                 }
                 let ValueMeta::Tensor(meta) = &v.meta else { return Err(EmitError::NotATensor(fqn.clone())) };
+                let pt2 = weights.ok_or_else(|| EmitError::NoWeights(fqn.clone()))?;
                 initializers.push(initializer(pt2, fqn, *constant, meta)?);
             }
             InputRole::Constant => {}

@@ -11,7 +11,7 @@ use crate::graph::pt2::{convert, Pt2};
 use crate::graph::Graph;
 use crate::onnx::optimize::OptimizeReport;
 use crate::plugins::loading::LoadedSet;
-use crate::plugins::{Backend, PluginKind};
+use crate::plugins::{kind, Backend};
 use crate::stages::{self, onnx_ir_fix, onnx_translation, OnPluginError, StageReport};
 
 /// The program as read: a `.pt2` (kept open: its weights are written from
@@ -72,15 +72,15 @@ pub fn onnx(
     let program = pt2.programs.get("model").context("no `model` program")?;
     let roles = crate::onnx::inputs::input_roles(program);
     progress.step("onnx", "translations");
-    let translations = stages::select(&loaded.set.plugins, Backend::Onnx, PluginKind::OnnxTranslation);
+    let translations = stages::select::<kind::OnnxTranslation>(&loaded.set.plugins, Backend::Onnx);
     let (mut builder, translated) = onnx_translation::run(&loaded.runtime, &translations, graph, &roles, options.opset)?;
     progress.step("onnx", "IR fixes");
-    let ir_fixes = stages::select(&loaded.set.plugins, Backend::Onnx, PluginKind::OnnxIrFix);
+    let ir_fixes = stages::select::<kind::OnnxIrFix>(&loaded.set.plugins, Backend::Onnx);
     let mut model = crate::onnx::Model { nodes: std::mem::take(&mut builder.nodes) };
     let fixed = onnx_ir_fix::run(&loaded.runtime, &ir_fixes, &mut model, "onnx-ir-fixes", on_plugin_error)?;
     builder.nodes = model.nodes;
     let metadata = onnx_metadata(loaded, &[&translated, &fixed]);
-    let parts = emit::ModelParts { graph, roles: &roles, pt2, builder: &builder, output_names };
+    let parts = emit::ModelParts { graph, roles: &roles, weights: Some(pt2), builder: &builder, output_names };
     let mut lowered = emit::lower(&parts)?;
     let optimized = options.optimize.then(|| passes::run(&mut lowered.nodes, &mut lowered.initializers, &lowered.output_names));
     let planned = emit::plan(lowered, "main_graph", &metadata);

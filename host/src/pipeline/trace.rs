@@ -8,7 +8,7 @@ use anyhow::Result;
 use super::options::Trace;
 use super::scratch::Scratch;
 use crate::plugins::loading::LoadedSet;
-use crate::plugins::{self, Backend, PluginKind};
+use crate::plugins::{self, kind, Backend};
 use crate::stages;
 use crate::trace::protocol::{ExportMetadata, StepPeaks, StepSeconds};
 use crate::trace::Worker;
@@ -48,9 +48,8 @@ pub fn run(worker: &mut Worker, trace: &Trace, loaded: &LoadedSet, backend: Back
     let scratch = Scratch::beside(output, "trace")?;
     let program = scratch.path().join("model.pt2");
     let reference = scratch.path().join("reference.pt");
-    let patch_plugins = stages::select(&loaded.set.plugins, backend, PluginKind::Patch);
-    let mut sessions: Vec<plugins::Session> =
-        patch_plugins.iter().map(|p| plugins::Session::new(&loaded.runtime, p, "patches")).collect();
+    let patch_plugins = stages::select::<kind::Patch>(&loaded.set.plugins, backend);
+    let mut sessions: Vec<_> = patch_plugins.into_iter().map(|p| plugins::Session::new(&loaded.runtime, p, "patches")).collect();
     let result = crate::trace::trace(worker, &trace.request, &mut sessions, &program, &reference, trace.deadline)?;
     let t = &result.seconds;
     let seconds = t.import + t.build + t.eager + t.export + t.save;

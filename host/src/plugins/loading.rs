@@ -13,7 +13,7 @@ use anyhow::{bail, Result};
 
 use super::lock::LOCK_FILE;
 use super::manifest::{same_targets, META_SECTION};
-use super::session::Session;
+use super::session::describe_any;
 use super::{discover, upstream, Discovered, LoadError, Lock, Plugin, PluginSet, Runtime, RuntimeOptions, Versions};
 
 impl Runtime {
@@ -25,7 +25,7 @@ impl Runtime {
         let mut plugin = self.compile(found)?;
         let component_path = found.component_path();
         let fail = |reason: String| LoadError::new(&component_path, reason);
-        let described = Session::new(self, &plugin, "load").describe().map_err(|e| fail(e.to_string()))?;
+        let described = describe_any(self, &plugin, "load").map_err(|e| fail(e.to_string()))?;
         if !same_targets(&found.manifest.plugin.targets, &described) {
             let (mut declared, mut described) = (found.manifest.plugin.targets.clone(), described.clone());
             for list in [&mut declared, &mut described] {

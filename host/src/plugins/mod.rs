@@ -1,12 +1,14 @@
 //! The plugin platform on the host side: discovery (`discover`), manifests
 //! (`manifest`), the wasmtime runtime and its cache (`runtime`, `cache`), the
 //! sandbox limits (`sandbox`), the contract's bindings and host implementations
-//! (`bindings`, `host_graph`, `host_onnx`) and calls (`session`).
+//! (`bindings`, `host_graph`, `host_onnx`), the kinds as types (`kind`) and
+//! calls (`session`).
 
 mod bindings;
 pub mod cache;
 pub mod discover;
 pub mod error;
+pub mod kind;
 mod host_graph;
 mod host_onnx;
 pub mod loading;
@@ -30,6 +32,7 @@ pub use error::{Failure, LoadError, NodeRef, PluginError};
 pub use manifest::{Backend, Manifest, PluginKind};
 pub use runtime::{Plugin, Runtime, RuntimeOptions};
 pub use sandbox::Limits;
+pub use kind::{Kind, PluginOf};
 pub use session::Session;
 
 use std::path::PathBuf;

@@ -85,7 +85,7 @@ impl Plugin {
     }
 }
 
-pub(super) enum KindPre {
+pub enum KindPre {
     FxNodeFix(fx_node_fix::FxNodeFixPre<PluginState>),
     FxProgramFix(fx_program_fix::FxProgramFixPre<PluginState>),
     Patch(patch::PatchPre<PluginState>),

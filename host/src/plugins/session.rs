@@ -2,34 +2,28 @@
 //! Store and instance. Each call gets fresh fuel, a fresh deadline and fresh
 //! host budgets; the graph (or ONNX model) is lent to the store for the call and
 //! its changes are rolled back if the call fails. After a trap the store is
-//! discarded and the next call instantiates afresh.
+//! discarded and the next call instantiates afresh. A session is typed by its
+//! plugin's kind: it offers exactly that kind's call.
 
 use wasmtime::component::Resource;
 use wasmtime::{Store, Trap};
 
-use super::bindings::{fx_node_fix, fx_program_fix, onnx_ir_fix, onnx_translation, patch, wit_patching, wit_types};
+use super::bindings::{wit_patching, wit_types};
 use super::bindings::{BuilderRef, GraphRef, ModelRef};
 use super::error::{Failure, NodeRef, PluginError};
+use super::kind::{self, Kind, PluginOf};
 use super::manifest::PluginKind;
-use super::runtime::{one_line, KindPre, Plugin, Runtime, EPOCH_TICK};
+use super::runtime::{one_line, Plugin, Runtime, EPOCH_TICK};
 use super::sandbox::{write_budget_message, MAX_DESCRIBE_BYTES, MAX_MESSAGE_BYTES, MAX_WASM_STACK};
 use super::store::PluginState;
 use crate::graph::{Graph, NodeId};
 use crate::onnx::{Model, TranslationBuilder};
 
-enum Instance {
-    FxNodeFix(fx_node_fix::FxNodeFix),
-    FxProgramFix(fx_program_fix::FxProgramFix),
-    Patch(patch::Patch),
-    OnnxTranslation(onnx_translation::OnnxTranslation),
-    OnnxIrFix(onnx_ir_fix::OnnxIrFix),
-}
-
-pub struct Session<'a> {
+pub struct Session<'a, K: Kind> {
     runtime: &'a Runtime,
-    plugin: &'a Plugin,
+    plugin: PluginOf<'a, K>,
     stage: String,
-    live: Option<(Store<PluginState>, Instance)>,
+    live: Option<(Store<PluginState>, K::Instance)>,
     /// The state of a store discarded after a trap, kept until the lent data is reclaimed.
     discarded: Option<PluginState>,
     /// Calls made, and instances created, in this session.
@@ -40,8 +34,8 @@ pub struct Session<'a> {
 /// What a call returned, before the host judges it.
 type Outcome<T> = wasmtime::Result<Result<T, wit_types::Error>>;
 
-impl<'a> Session<'a> {
-    pub fn new(runtime: &'a Runtime, plugin: &'a Plugin, stage: &str) -> Self {
+impl<'a, K: Kind> Session<'a, K> {
+    pub fn new(runtime: &'a Runtime, plugin: PluginOf<'a, K>, stage: &str) -> Self {
         assert!(
             wasmtime::Engine::same(&runtime.engine, &plugin.engine),
             "plugin `{}` was loaded by another Runtime: load and run plugins with the same one",
@@ -50,21 +44,13 @@ impl<'a> Session<'a> {
         Session { runtime, plugin, stage: stage.to_string(), live: None, discarded: None, calls: 0, instantiations: 0 }
     }
 
-    pub fn plugin(&self) -> &Plugin {
-        self.plugin
+    pub fn plugin(&self) -> &'a Plugin {
+        self.plugin.plugin
     }
 
     /// The plugin's declared targets, at most `MAX_DESCRIBE_BYTES` of them.
     pub fn describe(&mut self) -> Result<Vec<String>, PluginError> {
-        let targets = self.call(None, |store, instance| {
-            Ok(Ok(match instance {
-                Instance::FxNodeFix(i) => i.call_describe(store)?,
-                Instance::FxProgramFix(i) => i.call_describe(store)?,
-                Instance::Patch(i) => i.call_describe(store)?,
-                Instance::OnnxTranslation(i) => i.call_describe(store)?,
-                Instance::OnnxIrFix(i) => i.call_describe(store)?,
-            }))
-        })?;
+        let targets = self.call(None, |store, instance| Ok(Ok(K::describe(instance, store)?)))?;
         let bytes = 8 + targets.iter().map(|t| t.len() + 8).sum::<usize>();
         if bytes > MAX_DESCRIBE_BYTES {
             let budget = format!(
@@ -75,23 +61,23 @@ impl<'a> Session<'a> {
         }
         Ok(targets)
     }
+}
 
+impl Session<'_, kind::FxNodeFix> {
     /// FX node fix on `node`; true when the plugin consumed it.
     pub fn fx_node_fix(&mut self, graph: &mut Graph, node: NodeId) -> Result<bool, PluginError> {
-        self.with_graph(graph, Some(node), false, |store, instance, g| match instance {
-            Instance::FxNodeFix(i) => i.call_apply(store, g, node.0),
-            _ => unreachable!("kind checked at load"),
-        })
+        self.with_graph(graph, Some(node), false, |store, instance, g| instance.call_apply(store, g, node.0))
     }
+}
 
+impl Session<'_, kind::FxProgramFix> {
     /// FX program fix on the whole program.
     pub fn fx_program_fix(&mut self, graph: &mut Graph) -> Result<(), PluginError> {
-        self.with_graph(graph, None, false, |store, instance, g| match instance {
-            Instance::FxProgramFix(i) => i.call_apply(store, g),
-            _ => unreachable!("kind checked at load"),
-        })
+        self.with_graph(graph, None, false, |store, instance, g| instance.call_apply(store, g))
     }
+}
 
+impl Session<'_, kind::OnnxTranslation> {
     /// Translation of `node`; the emitted ONNX nodes land in `builder`.
     pub fn translate(&mut self, graph: &mut Graph, node: NodeId, builder: &mut TranslationBuilder) -> Result<(), PluginError> {
         self.ensure_live()?;
@@ -99,17 +85,16 @@ impl<'a> Session<'a> {
         let result = self.with_graph(graph, Some(node), true, |store, instance, g| {
             let b = store.data_mut().table.push(BuilderRef)?;
             let b_rep = Resource::<BuilderRef>::new_borrow(b.rep());
-            let r = match instance {
-                Instance::OnnxTranslation(i) => i.call_translate(&mut *store, g, node.0, b_rep),
-                _ => unreachable!("kind checked at load"),
-            };
+            let r = instance.call_translate(&mut *store, g, node.0, b_rep);
             let _ = store.data_mut().table.delete(b);
             r
         });
         *builder = self.reclaim(|s| std::mem::take(&mut s.onnx.builder));
         result
     }
+}
 
+impl Session<'_, kind::OnnxIrFix> {
     /// ONNX IR fix on node `node` of `model`; true when it changed the node.
     pub fn onnx_ir_fix(&mut self, model: &mut Model, node: u32) -> Result<bool, PluginError> {
         let name = model.nodes.get(node as usize).map(|n| NodeRef::Onnx { op_type: n.op_type.clone(), index: node });
@@ -119,17 +104,16 @@ impl<'a> Session<'a> {
         let result = self.call(name, |store, instance| {
             let m = store.data_mut().table.push(ModelRef)?;
             let m_rep = Resource::<ModelRef>::new_borrow(m.rep());
-            let r = match instance {
-                Instance::OnnxIrFix(i) => i.call_apply(&mut *store, m_rep, node),
-                _ => unreachable!("kind checked at load"),
-            };
+            let r = instance.call_apply(&mut *store, m_rep, node);
             let _ = store.data_mut().table.delete(m);
             r
         });
         *model = self.reclaim(|s| std::mem::take(&mut s.onnx.model));
         result
     }
+}
 
+impl Session<'_, kind::Patch> {
     /// A trace-time patch: the program that replaces `call`, once `check` accepts it.
     pub fn patch(
         &mut self,
@@ -137,14 +121,13 @@ impl<'a> Session<'a> {
         check: impl FnOnce(&wit_patching::Program) -> Result<(), String>,
     ) -> Result<wit_patching::Program, PluginError> {
         let target = call.target.clone();
-        let program = self.call(Some(NodeRef::Call(target.clone())), |store, instance| match instance {
-            Instance::Patch(i) => i.call_apply(store, call),
-            _ => unreachable!("kind checked at load"),
-        })?;
+        let program = self.call(Some(NodeRef::Call(target.clone())), |store, instance| instance.call_apply(store, call))?;
         check(&program).map_err(|reason| self.error(Some(NodeRef::Call(target)), Failure::Invalid(bounded_line(&reason))))?;
         Ok(program)
     }
+}
 
+impl<K: Kind> Session<'_, K> {
     // ── Machinery ──
 
     /// Takes something back from the store, or from the store discarded after a trap.
@@ -163,7 +146,7 @@ impl<'a> Session<'a> {
         graph: &mut Graph,
         node: Option<NodeId>,
         read_only: bool,
-        f: impl FnOnce(&mut Store<PluginState>, &Instance, Resource<GraphRef>) -> Outcome<T>,
+        f: impl FnOnce(&mut Store<PluginState>, &K::Instance, Resource<GraphRef>) -> Outcome<T>,
     ) -> Result<T, PluginError> {
         self.ensure_live()?;
         let about = node.map(|id| NodeRef::Fx(graph.node_name(id)));
@@ -200,14 +183,7 @@ impl<'a> Session<'a> {
         let mut store = self.runtime.new_store();
         // Instantiation runs guest start code: it gets a budget like any call.
         self.arm(&mut store);
-        let instance = match &self.plugin.pre {
-            KindPre::FxNodeFix(p) => p.instantiate(&mut store).map(Instance::FxNodeFix),
-            KindPre::FxProgramFix(p) => p.instantiate(&mut store).map(Instance::FxProgramFix),
-            KindPre::Patch(p) => p.instantiate(&mut store).map(Instance::Patch),
-            KindPre::OnnxTranslation(p) => p.instantiate(&mut store).map(Instance::OnnxTranslation),
-            KindPre::OnnxIrFix(p) => p.instantiate(&mut store).map(Instance::OnnxIrFix),
-        };
-        match instance {
+        match K::instantiate(self.plugin.pre, &mut store) {
             Ok(instance) => {
                 self.instantiations += 1;
                 self.live = Some((store, instance));
@@ -237,7 +213,7 @@ impl<'a> Session<'a> {
     fn call<T>(
         &mut self,
         node: Option<NodeRef>,
-        f: impl FnOnce(&mut Store<PluginState>, &Instance) -> Outcome<T>,
+        f: impl FnOnce(&mut Store<PluginState>, &K::Instance) -> Outcome<T>,
     ) -> Result<T, PluginError> {
         self.ensure_live()?;
         self.calls += 1;
@@ -293,7 +269,7 @@ impl<'a> Session<'a> {
     /// The node a plugin's error names by handle: an FX node for the kinds
     /// that see the graph, a node of the model for IR fixes.
     fn reported_node(&self, state: &PluginState, id: u32) -> Option<NodeRef> {
-        match self.plugin.kind() {
+        match K::KIND {
             PluginKind::FxNodeFix | PluginKind::FxProgramFix | PluginKind::OnnxTranslation => {
                 let graph = &state.graph.graph;
                 graph.node(NodeId(id)).ok().map(|_| NodeRef::Fx(graph.node_name(NodeId(id))))
@@ -313,6 +289,22 @@ impl<'a> Session<'a> {
             node,
             failure,
         }
+    }
+}
+
+/// `describe` of a loaded plugin whatever its kind: where a kind known only
+/// as a value (from the component) becomes a type.
+pub(super) fn describe_any(runtime: &Runtime, plugin: &Plugin, stage: &str) -> Result<Vec<String>, PluginError> {
+    fn typed<K: Kind>(runtime: &Runtime, plugin: PluginOf<'_, K>, stage: &str) -> Result<Vec<String>, PluginError> {
+        Session::new(runtime, plugin, stage).describe()
+    }
+    use super::runtime::KindPre;
+    match &plugin.pre {
+        KindPre::FxNodeFix(pre) => typed::<kind::FxNodeFix>(runtime, PluginOf { plugin, pre }, stage),
+        KindPre::FxProgramFix(pre) => typed::<kind::FxProgramFix>(runtime, PluginOf { plugin, pre }, stage),
+        KindPre::Patch(pre) => typed::<kind::Patch>(runtime, PluginOf { plugin, pre }, stage),
+        KindPre::OnnxTranslation(pre) => typed::<kind::OnnxTranslation>(runtime, PluginOf { plugin, pre }, stage),
+        KindPre::OnnxIrFix(pre) => typed::<kind::OnnxIrFix>(runtime, PluginOf { plugin, pre }, stage),
     }
 }
 

@@ -7,11 +7,12 @@ use std::time::Instant;
 
 use super::{Dispatcher, OnPluginError, StageReport};
 use crate::graph::{Graph, NodeId};
-use crate::plugins::{Plugin, PluginError, Runtime};
+use crate::plugins::kind;
+use crate::plugins::{PluginError, PluginOf, Runtime};
 
 pub fn run(
     runtime: &Runtime,
-    plugins: &[&Plugin],
+    plugins: &[PluginOf<'_, kind::FxNodeFix>],
     graph: &mut Graph,
     stage: &'static str,
     policy: OnPluginError,

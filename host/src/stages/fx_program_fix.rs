@@ -5,11 +5,12 @@ use std::time::Instant;
 
 use super::{OnPluginError, StageReport};
 use crate::graph::Graph;
-use crate::plugins::{Plugin, PluginError, Runtime, Session};
+use crate::plugins::kind;
+use crate::plugins::{PluginError, PluginOf, Runtime, Session};
 
 pub fn run(
     runtime: &Runtime,
-    plugins: &[&Plugin],
+    plugins: &[PluginOf<'_, kind::FxProgramFix>],
     graph: &mut Graph,
     stage: &'static str,
     policy: OnPluginError,
@@ -18,7 +19,7 @@ pub fn run(
     let mut report = StageReport::new(stage);
     for plugin in plugins {
         report.plugins.entry(plugin.name().to_string()).or_default().calls += 1;
-        match Session::new(runtime, plugin, stage).fx_program_fix(graph) {
+        match Session::new(runtime, *plugin, stage).fx_program_fix(graph) {
             Ok(()) => report.changed(plugin.name()),
             Err(error) => report.failed(error, policy)?,
         }

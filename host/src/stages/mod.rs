@@ -6,12 +6,12 @@ pub mod fx_node_fix;
 pub mod fx_program_fix;
 pub mod onnx_ir_fix;
 pub mod onnx_translation;
-pub mod selftest;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use crate::plugins::{Backend, Plugin, PluginError, PluginKind, Runtime, Session};
+use crate::plugins::kind::{self, Kind};
+use crate::plugins::{Backend, Plugin, PluginError, PluginOf, Runtime, Session};
 
 /// What to do when a plugin call fails (its changes are rolled back either way).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -66,10 +66,10 @@ impl StageReport {
     }
 }
 
-/// The plugins of one kind for one backend, in stage order (manifest `order`, then name).
-/// A plugin of the generic `executorch` backend also serves its sub-backends, and
-/// a `dynamo` plugin serves every backend.
-pub fn select(plugins: &[Plugin], backend: Backend, kind: PluginKind) -> Vec<&Plugin> {
+/// The plugins of kind `K` for one backend, in stage order (manifest `order`,
+/// then name). A plugin of the generic `executorch` backend also serves its
+/// sub-backends, and a `dynamo` plugin serves every backend.
+pub fn select<K: Kind>(plugins: &[Plugin], backend: Backend) -> Vec<PluginOf<'_, K>> {
     // Every backend starts from the dynamo export (the reference's OnnxExporter and
     // ExecutorchExporter extend DynamoExporter), so dynamo plugins serve them all.
     let serves = |b: Backend| {
@@ -77,24 +77,24 @@ pub fn select(plugins: &[Plugin], backend: Backend, kind: PluginKind) -> Vec<&Pl
             || b == Backend::Dynamo
             || (b == Backend::Executorch && matches!(backend, Backend::ExecutorchXnnpack | Backend::ExecutorchCuda))
     };
-    let mut chosen: Vec<&Plugin> =
-        plugins.iter().filter(|p| p.kind() == kind && serves(p.manifest.plugin.backend)).collect();
+    let mut chosen: Vec<PluginOf<K>> =
+        plugins.iter().filter(|p| serves(p.manifest.plugin.backend)).filter_map(Plugin::of_kind::<K>).collect();
     chosen.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
     chosen
 }
 
 /// Per-target dispatch over a stage's plugins, each with a session created on
 /// its first call (one Store per plugin per stage run).
-struct Dispatcher<'a> {
+struct Dispatcher<'a, K: Kind> {
     runtime: &'a Runtime,
-    plugins: &'a [&'a Plugin],
+    plugins: &'a [PluginOf<'a, K>],
     stage: &'static str,
     by_target: HashMap<&'a str, Vec<usize>>,
-    sessions: Vec<Option<Session<'a>>>,
+    sessions: Vec<Option<Session<'a, K>>>,
 }
 
-impl<'a> Dispatcher<'a> {
-    fn new(runtime: &'a Runtime, plugins: &'a [&'a Plugin], stage: &'static str) -> Self {
+impl<'a, K: Kind> Dispatcher<'a, K> {
+    fn new(runtime: &'a Runtime, plugins: &'a [PluginOf<'a, K>], stage: &'static str) -> Self {
         let mut by_target: HashMap<&str, Vec<usize>> = HashMap::new();
         for (index, plugin) in plugins.iter().enumerate() {
             for target in &plugin.targets {
@@ -110,7 +110,7 @@ impl<'a> Dispatcher<'a> {
     }
 
     /// The plugin's session, counting the call in `report`.
-    fn session(&mut self, index: usize, report: &mut StageReport) -> &mut Session<'a> {
+    fn session(&mut self, index: usize, report: &mut StageReport) -> &mut Session<'a, K> {
         report.plugins.entry(self.plugins[index].name().to_string()).or_default().calls += 1;
         let (runtime, plugin, stage) = (self.runtime, self.plugins[index], self.stage);
         self.sessions[index].get_or_insert_with(|| Session::new(runtime, plugin, stage))
@@ -135,10 +135,10 @@ pub fn run_fx_stages(
     policy: OnPluginError,
 ) -> Result<Vec<StageReport>, PluginError> {
     // ── fx-program-fixes: whole-program repairs (ranges, placeholder metadata) ──
-    let program_fixes = select(plugins, backend, PluginKind::FxProgramFix);
+    let program_fixes = select::<kind::FxProgramFix>(plugins, backend);
     let program = fx_program_fix::run(runtime, &program_fixes, graph, "fx-program-fixes", policy)?;
     // ── fx-node-fixes: per-node rewrites by declared target, DCE at the end ──
-    let node_fixes = select(plugins, backend, PluginKind::FxNodeFix);
+    let node_fixes = select::<kind::FxNodeFix>(plugins, backend);
     let node = fx_node_fix::run(runtime, &node_fixes, graph, "fx-node-fixes", policy)?;
     Ok(vec![program, node])
 }

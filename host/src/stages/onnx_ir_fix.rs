@@ -5,11 +5,12 @@ use std::time::Instant;
 
 use super::{Dispatcher, OnPluginError, StageReport};
 use crate::onnx::Model;
-use crate::plugins::{Plugin, PluginError, Runtime};
+use crate::plugins::kind;
+use crate::plugins::{PluginError, PluginOf, Runtime};
 
 pub fn run(
     runtime: &Runtime,
-    plugins: &[&Plugin],
+    plugins: &[PluginOf<'_, kind::OnnxIrFix>],
     model: &mut Model,
     stage: &'static str,
     policy: OnPluginError,

@@ -16,7 +16,8 @@ use super::{Dispatcher, StageReport};
 use crate::graph::{Graph, ValueId};
 use crate::onnx::inputs::{graph_outputs, InputRole};
 use crate::onnx::TranslationBuilder;
-use crate::plugins::{Plugin, PluginError, Runtime};
+use crate::plugins::kind;
+use crate::plugins::{PluginError, PluginOf, Runtime};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TranslationError {
@@ -34,7 +35,7 @@ pub enum TranslationError {
 /// names) and the stage report.
 pub fn run(
     runtime: &Runtime,
-    plugins: &[&Plugin],
+    plugins: &[PluginOf<'_, kind::OnnxTranslation>],
     graph: &mut Graph,
     roles: &[InputRole],
     opset: u32,

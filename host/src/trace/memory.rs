@@ -220,28 +220,31 @@ pub(crate) fn kill_cgroup(dir: &Path) {
     }
 }
 
-/// Removes the (empty) worker cgroups in `parent` of an hfx that is no longer running.
+/// Removes the worker cgroups in `parent` of an hfx that is no longer running,
+/// killing what its worker left in them, as that hfx would have on exit.
 fn remove_stale_cgroups(parent: &Path) {
     let Ok(entries) = std::fs::read_dir(parent) else { return };
     for entry in entries.filter_map(Result::ok) {
         let name = entry.file_name();
         let pid = name.to_str().and_then(|n| n.strip_prefix("hfx-worker-")).and_then(|n| n.split_once('-')).and_then(|(pid, _)| pid.parse::<u32>().ok());
         if pid.is_some_and(|pid| pid != std::process::id() && !super::process::alive(pid)) {
-            // Fails, harmlessly, while processes are still in it.
-            let _ = std::fs::remove_dir(entry.path());
+            // Retried: the kernel may report a cgroup busy for a moment after
+            // its last process has exited (seen with cgroup v1 on Linux 6.18).
+            remove_cgroup(&entry.path());
         }
     }
 }
 
-/// Removes a cgroup folder once its processes are gone (killed ones take a moment).
+/// Removes a cgroup folder once its processes are gone (killed ones take a
+/// moment); gives up, with a warning, after 5 s.
 pub(crate) fn remove_cgroup(dir: &Path) {
-    for _ in 0..50 {
+    for _ in 0..100 {
         match std::fs::remove_dir(dir) {
             Ok(()) => return,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
             Err(_) => {
                 kill_cgroup(dir);
-                std::thread::sleep(Duration::from_millis(20));
+                std::thread::sleep(Duration::from_millis(50));
             }
         }
     }

@@ -504,7 +504,7 @@ impl TraceRequest {
 pub fn trace(
     worker: &mut Worker,
     request: &TraceRequest,
-    patches: &mut [crate::plugins::Session<'_>],
+    patches: &mut [crate::plugins::Session<'_, crate::plugins::kind::Patch>],
     output: &std::path::Path,
     reference: &std::path::Path,
     deadline: Duration,

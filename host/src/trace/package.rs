@@ -41,9 +41,11 @@ pub const PACKAGE: &str = "hfx_worker";
 pub const FILES: &[(&str, &str)] = &[
     ("__init__.py", include_str!("../../worker/hfx_worker/__init__.py")),
     ("__main__.py", include_str!("../../worker/hfx_worker/__main__.py")),
+    ("graph.py", include_str!("../../worker/hfx_worker/graph.py")),
     ("protocol.py", include_str!("../../worker/hfx_worker/protocol.py")),
     ("pytree.py", include_str!("../../worker/hfx_worker/pytree.py")),
     ("sandbox.py", include_str!("../../worker/hfx_worker/sandbox.py")),
+    ("selftest.py", include_str!("../../worker/hfx_worker/selftest.py")),
     ("server.py", include_str!("../../worker/hfx_worker/server.py")),
     ("sources.py", include_str!("../../worker/hfx_worker/sources.py")),
     ("trace.py", include_str!("../../worker/hfx_worker/trace.py")),

@@ -23,7 +23,7 @@ use crate::plugins::Versions;
 
 /// The protocol version; the worker's `protocol.PROTOCOL` is the same number.
 /// Any change to a message below is a new version.
-pub const PROTOCOL: u64 = 2;
+pub const PROTOCOL: u64 = 3;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -166,6 +166,65 @@ impl Method for Verify {
     type Reply = VerifyReply;
 }
 
+/// `capture_values`: the values at `names` (node outputs, inputs) when the
+/// `.pt2` at `program` runs on the reference's sample inputs.
+#[derive(Debug, Clone, Serialize)]
+pub struct CaptureValues {
+    pub program: PathBuf,
+    pub reference: PathBuf,
+    pub names: Vec<String>,
+}
+
+impl Method for CaptureValues {
+    const NAME: &'static str = "capture_values";
+    type Reply = CaptureValuesReply;
+}
+
+/// What a self-test case's program is compared with.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Candidate {
+    /// The program after the plugin, in the IR's JSON form.
+    Graph { program: Value },
+    /// Its ONNX translation.
+    Onnx { path: PathBuf },
+}
+
+/// `run_case`: `program` (IR JSON) in the worker's interpreter and `candidate`
+/// on the same `values`, compared output by output.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunCase {
+    pub program: Value,
+    pub candidate: Candidate,
+    pub values: BTreeMap<String, CaseValue>,
+    pub atol: f64,
+    pub rtol: f64,
+}
+
+impl Method for RunCase {
+    const NAME: &'static str = "run_case";
+    type Reply = RunCaseReply;
+}
+
+/// A value of a self-test case: a tensor (base64 of its little-endian bytes,
+/// row-major) or a scalar (a symbolic size's value).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum CaseValue {
+    Tensor(CaseTensor),
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaseTensor {
+    pub dtype: String,
+    pub shape: Vec<u64>,
+    pub data: String,
+}
+
 // ── Replies (worker → host) ──
 
 /// An `Option` field that must be present (`null` for none): serde would
@@ -243,6 +302,18 @@ pub struct TraceReply {
     pub peak_rss_mib: StepPeaks,
     /// Whether the weights went to `<output>.weights` rather than into the `.pt2`.
     pub side_weights: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaptureValuesReply {
+    pub values: BTreeMap<String, CaseValue>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunCaseReply {
+    pub outputs: Vec<Comparison>,
 }
 
 /// One output of the ONNX model against eager PyTorch.

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Optional, Union
 
 # The protocol version; the host's `trace::protocol::PROTOCOL` is the same number.
-PROTOCOL = 2
+PROTOCOL = 3
 
 # The steps of a `trace` request, in order, as progress names them (the host's
 # `TraceStep`). `export` runs torch.export under the reference exporter's
@@ -127,6 +127,44 @@ class VerifyParams:
 
 
 @dataclass
+class CaptureValuesParams:
+    """The values flowing through the program at `names` (node outputs and
+    inputs) when it runs on the reference's sample inputs."""
+    NAME: ClassVar[str] = "`capture_values` request"
+    program: str
+    reference: str
+    names: list[str]
+
+
+@dataclass
+class GraphCandidate:
+    """A program in the IR's JSON form, run by the worker's interpreter."""
+    NAME: ClassVar[str] = "`graph` candidate"
+    KIND: ClassVar[str] = "graph"
+    program: dict[str, Any]
+
+
+@dataclass
+class OnnxCandidate:
+    """An ONNX model, run in ONNX Runtime."""
+    NAME: ClassVar[str] = "`onnx` candidate"
+    KIND: ClassVar[str] = "onnx"
+    path: str
+
+
+@dataclass
+class RunCaseParams:
+    """A self-test case: `program` (IR JSON) and `candidate` on the same `values`
+    (by input name), compared output by output."""
+    NAME: ClassVar[str] = "`run_case` request"
+    program: dict[str, Any]
+    candidate: Union[GraphCandidate, OnnxCandidate]
+    values: dict[str, Any]
+    atol: float
+    rtol: float
+
+
+@dataclass
 class PatchAnswer:
     """The host's answer to a `patch_call`: the plugin's program (host-checked), or why not."""
     NAME: ClassVar[str] = "patch answer"
@@ -205,6 +243,16 @@ class Check:
 class VerifyReply:
     checks: list[Check]
     providers: list[str]
+
+
+@dataclass
+class CaptureValuesReply:
+    values: dict[str, Any]
+
+
+@dataclass
+class RunCaseReply:
+    outputs: list[Comparison]
 
 
 @dataclass

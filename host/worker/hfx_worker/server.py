@@ -13,9 +13,10 @@ import sys
 import traceback
 
 from . import protocol
-from .protocol import (Channel, ErrorReply, HelloParams, HelloReply, PatchesRestoredParams, ProtocolError, Request,
-                       TraceParams, VerifyParams)
+from .protocol import (CaptureValuesParams, Channel, ErrorReply, HelloParams, HelloReply, PatchesRestoredParams,
+                       ProtocolError, Request, RunCaseParams, TraceParams, VerifyParams)
 from .sandbox import Reach, patch_status
+from .selftest import capture_values, run_case
 from .trace import trace
 from .verify import verify
 
@@ -76,6 +77,8 @@ METHODS = {
     "trace": (TraceParams, trace),
     "patches_restored": (PatchesRestoredParams, patches_restored),
     "verify": (VerifyParams, verify),
+    "capture_values": (CaptureValuesParams, capture_values),
+    "run_case": (RunCaseParams, run_case),
 }
 
 

@@ -1,0 +1,89 @@
+//! `hfx plugins capture`: a self-test case cut from a real trace. The model
+//! goes through `hfx run`'s pipeline as given (its plugin set, its backend's
+//! FX stages) into a `.pt2` in a scratch folder; the first nodes of the op
+//! asked for are cut out (`Graph::cut`), and the worker runs the program on
+//! its sample inputs to record the values that reach the piece.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+use super::{Case, MAX_CASE_BYTES};
+use crate::graph::pt2::{convert, Pt2};
+use crate::graph::NodeId;
+use crate::pipeline::scratch::Scratch;
+use crate::pipeline::{Artifact, Destination, Progress, RunOptions};
+use crate::trace::protocol::CaptureValues;
+use crate::trace::Worker;
+
+/// What to cut, and where the case goes.
+pub struct CaptureOptions {
+    /// The op the case is cut around (`aten.alias.default`).
+    pub target: String,
+    /// How many of its nodes, in program order.
+    pub count: usize,
+    pub case: PathBuf,
+}
+
+/// What was written.
+pub struct Captured {
+    pub nodes: usize,
+    pub inputs: usize,
+    pub bytes: usize,
+}
+
+/// Runs the pipeline of `run` (its source, plugins and backend; its artifact
+/// and destination are replaced by a `.pt2` in a scratch folder beside the
+/// case) and writes the case.
+pub fn capture(mut run: RunOptions, options: &CaptureOptions, progress: Progress) -> Result<Captured> {
+    if let Some(dir) = options.case.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let scratch = Scratch::beside(&options.case, "capture")?;
+    let program_path = scratch.path().join("model.pt2");
+    run.artifact = Artifact::Pt2;
+    run.destination = Destination::File(program_path.clone());
+    let python = run.plugins.python();
+    let worker_options = run.worker.clone();
+    let deadline = run.verify_deadline;
+    let summary = crate::pipeline::run(run, progress)?;
+    let reference = summary.reference.clone().context("capture needs a model to trace (--model, --model-dir or --model-fn)")?;
+
+    let pt2 = Pt2::open(&program_path)?;
+    let program = pt2.programs.get("model").context("the traced archive has no `model` program")?;
+    let graph = convert::to_ir(program).map_err(anyhow::Error::msg).context("reading the traced program")?;
+    let nodes: Vec<NodeId> =
+        graph.nodes_by_target(&options.target).filter(|&n| graph.node(n).is_ok_and(|n| n.subgraph == 0)).take(options.count).collect();
+    if nodes.is_empty() {
+        bail!("{} is not in the traced program ({} nodes): capture from a model that has it, or after other plugins (--plugins)", options.target, graph.node_count());
+    }
+    let cut = graph.cut(&nodes)?;
+
+    progress.step("capture", "recording the values at the piece's inputs");
+    let mut worker = Worker::start_with(&python, deadline, &worker_options)?;
+    let request = CaptureValues { program: program_path, reference, names: cut.inputs.clone() };
+    let values = worker.request(&request, deadline)?.values;
+    drop(worker);
+
+    let case = Case {
+        about: Some(format!("{} node(s) of {}, captured by `hfx plugins capture`", nodes.len(), options.target)),
+        input: serde_json::from_str(&cut.program.to_json())?,
+        values,
+        expect_targets: None,
+        expect_ranges: Default::default(),
+    };
+    let text = serde_json::to_string_pretty(&case)? + "\n";
+    if text.len() as u64 > MAX_CASE_BYTES {
+        bail!(
+            "the case is {} KiB, more than a self-test case may be ({} KiB): capture from a smaller config (--set) or fewer nodes",
+            text.len() >> 10,
+            MAX_CASE_BYTES >> 10
+        );
+    }
+    write_case(&options.case, &text)?;
+    Ok(Captured { nodes: nodes.len(), inputs: cut.inputs.len(), bytes: text.len() })
+}
+
+fn write_case(path: &Path, text: &str) -> Result<()> {
+    crate::atomic::write_bytes_atomically(path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))
+}

@@ -1,0 +1,226 @@
+//! Self-tests a plugin ships: `selftest/*.json` in its folder. A case is a
+//! piece of a real traced program, cut out around the nodes the plugin
+//! targets by `hfx plugins capture` (`capture.rs`), with the values that
+//! flowed into it there, and optionally what the stage must leave:
+//!
+//! ```json
+//! { "about": "llama (hfx plugins capture --node aten.alias.default)",
+//!   "input": { ...the piece, in the IR's JSON form... },
+//!   "values": { "x": {"tensor": {"dtype": "float32", "shape": [2, 8], "data": "<base64>"}},
+//!               "sym_size_int": {"int": 2} },
+//!   "expect-targets": ["aten.mul.Tensor"],
+//!   "expect-ranges": { "s0": [2, 4096] } }
+//! ```
+//!
+//! Each case runs the plugin alone through its real stage and must see it act
+//! (a fix changes the piece, a translation translates a node of it): a case
+//! that does not exercise its plugin fails. With `values`, `hfx plugins test`
+//! also checks the result in the worker: the piece after a fix against the
+//! piece before, both in the worker's interpreter; a translation's ONNX model
+//! in ONNX Runtime against the piece in PyTorch. `hfx plugins verify` runs the
+//! structural half only (no Python). Patch plugins are tested on real traces
+//! by the integration tests (their patterns are Python code; a case cannot
+//! carry code).
+
+pub mod capture;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use cap_std::ambient_authority;
+use cap_std::fs::Dir;
+use serde::{Deserialize, Serialize};
+
+use crate::graph::{Graph, RangeConstraint};
+use crate::onnx::inputs::InputRole;
+use crate::plugins::{kind, LoadError, Plugin, Runtime};
+use crate::stages::{fx_node_fix, fx_program_fix, onnx_translation, OnPluginError};
+use crate::trace::protocol::{Candidate, CaseValue, Comparison, RunCase};
+use crate::trace::Worker;
+
+const FOLDER: &str = "selftest";
+/// A self-test case larger than this is refused before it is read.
+pub const MAX_CASE_BYTES: u64 = 4 << 20;
+/// A fix must leave the piece computing the same: float round-off only.
+const FIX_TOLERANCE: f64 = 1e-4;
+/// A translation against PyTorch, as `--verify` checks a model.
+const TRANSLATION_TOLERANCE: f64 = 1e-3;
+/// The opset a translation case is emitted at.
+const CASE_OPSET: u32 = 18;
+const CASE_DEADLINE: Duration = Duration::from_secs(120);
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Case {
+    /// Where the piece comes from (informative).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub about: Option<String>,
+    pub input: serde_json::Value,
+    /// The values at the piece's inputs, by name; without them the case is structural only.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub values: BTreeMap<String, CaseValue>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect_targets: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub expect_ranges: BTreeMap<String, (i64, Option<i64>)>,
+}
+
+/// How far a run checks: the structure only, or numerically too, in a worker.
+pub enum Depth<'w> {
+    Structural,
+    Numeric(&'w mut Worker),
+}
+
+#[derive(Debug)]
+pub struct Outcome {
+    pub case: String,
+    /// What the case checked, when it passed (`2 nodes changed; max abs error 0`).
+    pub passed: Option<String>,
+    /// None when the case passed.
+    pub failure: Option<String>,
+}
+
+/// The case files of `plugin`, sorted; none when it has no `selftest/` folder.
+fn case_names(plugin: &Plugin) -> Result<Option<(Dir, Vec<String>)>, LoadError> {
+    let dir = Dir::open_ambient_dir(&plugin.dir, ambient_authority()).map_err(|e| LoadError::new(&plugin.dir, e.to_string()))?;
+    if !dir.is_dir(FOLDER) {
+        return Ok(None);
+    }
+    let cases = dir.open_dir(FOLDER).map_err(|e| LoadError::new(plugin.dir.join(FOLDER), e.to_string()))?;
+    let mut names: Vec<String> = cases
+        .entries()
+        .map_err(|e| LoadError::new(plugin.dir.join(FOLDER), e.to_string()))?
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".json"))
+        .collect();
+    names.sort();
+    Ok(Some((cases, names)))
+}
+
+/// Runs every self-test of `plugin` to `depth`; an unreadable case is a failure of that case.
+pub fn run(runtime: &Runtime, plugin: &Plugin, depth: &mut Depth) -> Result<Vec<Outcome>, LoadError> {
+    let Some((cases, names)) = case_names(plugin)? else { return Ok(Vec::new()) };
+    Ok(names
+        .into_iter()
+        .map(|name| {
+            // Regular files only (a FIFO fails the case without blocking), bounded.
+            let result = crate::plugins::discover::read_regular(&cases, &name, MAX_CASE_BYTES)
+                .map_err(|e| e.to_string())
+                .and_then(|bytes| String::from_utf8(bytes).map_err(|_| "is not UTF-8".to_string()))
+                .and_then(|text| run_case(runtime, plugin, &text, depth));
+            let case = format!("{FOLDER}/{name}");
+            match result {
+                Ok(passed) => Outcome { case, passed: Some(passed), failure: None },
+                Err(f) => Outcome { failure: Some(format!("{case}: {f}")), case, passed: None },
+            }
+        })
+        .collect())
+}
+
+fn run_case(runtime: &Runtime, plugin: &Plugin, text: &str, depth: &mut Depth) -> Result<String, String> {
+    let case: Case = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let before = Graph::from_json(&case.input.to_string()).map_err(|e| format!("input: {e}"))?;
+    let mut graph = before.clone();
+    let changes = graph.changes();
+    let candidate = if let Some(fix) = plugin.of_kind::<kind::FxNodeFix>() {
+        fx_node_fix::run(runtime, &[fix], &mut graph, "selftest", OnPluginError::Fail).map_err(|e| e.to_string())?;
+        changed(&graph, changes)?;
+        None
+    } else if let Some(fix) = plugin.of_kind::<kind::FxProgramFix>() {
+        fx_program_fix::run(runtime, &[fix], &mut graph, "selftest", OnPluginError::Fail).map_err(|e| e.to_string())?;
+        changed(&graph, changes)?;
+        None
+    } else if let Some(translation) = plugin.of_kind::<kind::OnnxTranslation>() {
+        Some(translation)
+    } else {
+        return Err(format!("{} plugins have no self-tests: they are tested on real traces", plugin.kind()));
+    };
+    if let Some(expected) = &case.expect_targets {
+        let found: Vec<String> = graph.nodes().map(|n| graph.node(n).map(|n| n.target.clone()).unwrap_or_default()).collect();
+        if &found != expected {
+            return Err(format!("expected targets {expected:?}, found {found:?}"));
+        }
+    }
+    for (symbol, &(min, max)) in &case.expect_ranges {
+        let found = graph.range_constraints().get(symbol).copied();
+        if found != Some(RangeConstraint { min, max }) {
+            return Err(format!("expected range of {symbol} [{min}, {max:?}], found {found:?}"));
+        }
+    }
+    let numeric = matches!(depth, Depth::Numeric(_)) && !case.values.is_empty();
+    // Removed on every exit path (a temp folder of this process's own).
+    let scratch = tempfile::Builder::new().prefix(".hfx-selftest-").tempdir().map_err(|e| e.to_string())?;
+    let onnx = scratch.path().join("case.onnx");
+    let (what, candidate, tolerance) = match candidate {
+        Some(translation) => {
+            let (translated, nodes) = translate(runtime, translation, &mut graph, numeric.then_some(onnx.as_path()))?;
+            let what = format!("{translated} node(s) translated into {nodes} ONNX node(s)");
+            (what, Candidate::Onnx { path: onnx }, TRANSLATION_TOLERANCE)
+        }
+        None => (format!("{} graph edit(s)", graph.changes() - changes), Candidate::Graph { program: json(&graph)? }, FIX_TOLERANCE),
+    };
+    let Depth::Numeric(worker) = depth else { return Ok(what) };
+    if !numeric {
+        return Ok(format!("{what}; no values: structural only"));
+    }
+    let request = RunCase { program: json(&before)?, candidate, values: case.values, atol: tolerance, rtol: tolerance };
+    let reply = worker.request(&request, CASE_DEADLINE).map_err(|e| e.to_string())?;
+    let worst = numeric_failures(&reply.outputs)?;
+    Ok(format!("{what}; max abs error {worst:.1e} on {} output(s)", reply.outputs.len()))
+}
+
+fn changed(graph: &Graph, before: u64) -> Result<(), String> {
+    if graph.changes() == before {
+        return Err("the plugin left the piece unchanged: the case does not exercise it".into());
+    }
+    Ok(())
+}
+
+fn json(graph: &Graph) -> Result<serde_json::Value, String> {
+    serde_json::from_str(&graph.to_json()).map_err(|e| e.to_string())
+}
+
+/// The largest error, or which output is off and by how much.
+fn numeric_failures(outputs: &[Comparison]) -> Result<f64, String> {
+    let mut worst = 0f64;
+    for (index, c) in outputs.iter().enumerate() {
+        if !c.ok {
+            return Err(match c.max_abs {
+                _ if c.shape != c.expected_shape => format!("output {index} has shape {:?}, expected {:?}", c.shape, c.expected_shape),
+                Some(err) => format!("output {index} differs by {err:.3e}"),
+                None => format!("output {index} differs (not finite)"),
+            });
+        }
+        worst = worst.max(c.max_abs.unwrap_or(0.0));
+    }
+    Ok(worst)
+}
+
+/// The piece translated by `translation` alone, every input a model input,
+/// and written to `onnx` if given: how many nodes it translated, into how many
+/// ONNX nodes.
+fn translate(
+    runtime: &Runtime,
+    translation: crate::plugins::PluginOf<'_, kind::OnnxTranslation>,
+    graph: &mut Graph,
+    onnx: Option<&std::path::Path>,
+) -> Result<(u64, usize), String> {
+    use crate::onnx::emit;
+    let inputs = graph.subgraph(0).map_err(|e| e.to_string())?.inputs.clone();
+    let roles: Vec<InputRole> =
+        inputs.iter().map(|&v| graph.value(v).map(|v| InputRole::User(v.name.clone()))).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+    let (builder, report) = onnx_translation::run(runtime, &[translation], graph, &roles, CASE_OPSET).map_err(|e| e.to_string())?;
+    let translated = report.plugins.get(translation.name()).map_or(0, |c| c.changed);
+    if translated == 0 {
+        return Err("the plugin translated no node: the case does not exercise it".into());
+    }
+    let parts = emit::ModelParts { graph, roles: &roles, weights: None, builder: &builder, output_names: Vec::new() };
+    let lowered = emit::lower(&parts).map_err(|e| e.to_string())?;
+    let planned = emit::plan(lowered, "selftest", &[]);
+    let nodes = planned.graph.node.len();
+    if let Some(path) = onnx {
+        emit::write(path, planned, emit::WeightStorage::Embedded).map_err(|e| e.to_string())?;
+    }
+    Ok((translated, nodes))
+}

@@ -1,0 +1,63 @@
+"""The requests behind plugin self-tests (`hfx plugins capture`, `hfx plugins test`).
+
+`capture_values` runs a traced program (a `.pt2` hfx wrote) on its sample
+inputs and records the values at the nodes a case is cut around: a case's
+inputs are what really flowed there. `run_case` runs a case's program in the
+IR interpreter (`graph.py`) and a candidate (the program after the plugin, or
+its ONNX translation in ONNX Runtime) on the case's values and compares them.
+"""
+
+from .graph import decode_value, encode_value, run_graph
+from .protocol import (CaptureValuesParams, CaptureValuesReply, GraphCandidate, RunCaseParams, RunCaseReply)
+from .verify import compared
+
+
+def capture_values(session, params: CaptureValuesParams) -> CaptureValuesReply:
+    import torch
+
+    program = torch.export.load(params.program)
+    reference = torch.load(params.reference)
+    kwargs = {**reference["inputs"], **reference.get("constants", {})}
+    try:
+        flat = program._graph_module_flat_inputs((), kwargs)
+    except Exception:  # constants the program was not traced with as inputs
+        flat = program._graph_module_flat_inputs((), dict(reference["inputs"]))
+    wanted = set(params.names)
+    found = {}
+
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, node):
+            result = super().run_node(node)
+            if node.name in wanted:
+                found[node.name] = encode_value(result)
+            return result
+
+    with torch.no_grad():
+        Recorder(program.graph_module).run(*flat)
+    missing = sorted(wanted - set(found))
+    if missing:
+        raise ValueError(f"the program has no value named {', '.join(f'`{m}`' for m in missing)}")
+    return CaptureValuesReply(values=found)
+
+
+def run_case(session, params: RunCaseParams) -> RunCaseReply:
+    import torch
+
+    values = {name: decode_value(v) for name, v in params.values.items()}
+    expected = run_graph(session.policy, params.program, values)
+    if isinstance(params.candidate, GraphCandidate):
+        got = [v.detach().numpy() if torch.is_tensor(v) else v
+               for v in run_graph(session.policy, params.candidate.program, values)]
+    else:
+        import onnxruntime
+
+        onnx = onnxruntime.InferenceSession(params.candidate.path, providers=["CPUExecutionProvider"])
+        feeds = {}
+        for i in onnx.get_inputs():
+            if i.name not in values:
+                raise ValueError(f"the ONNX model wants the input `{i.name}`; the case has {sorted(values)}")
+            v = values[i.name]
+            feeds[i.name] = v.numpy() if torch.is_tensor(v) else torch.tensor(v).numpy()
+        got = onnx.run(None, feeds)
+    expected = [v if torch.is_tensor(v) else torch.tensor(v) for v in expected]
+    return RunCaseReply(outputs=compared(got, expected, params.atol, params.rtol))
