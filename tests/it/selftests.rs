@@ -25,7 +25,7 @@ fn capture(dir: &Path, function: &str, target: &str, case: &Path) {
     let out = hfx_with_python(dir, &["plugins", "capture", "--backend", "onnx", "--model-fn", &spec, "--node", target, "--case", case.to_str().unwrap()]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains(&format!("1 node(s) of {target}, 1 input value(s)")), "{stdout}");
+    assert!(stdout.contains(&format!("1 node(s) around {target}, 1 input value(s)")), "{stdout}");
 }
 
 fn test(dir: &Path, folder: &Path) -> (bool, String) {

@@ -78,7 +78,44 @@ class SortStable(torch.nn.Module):
         return values * 2 + indices
 
 
+class Alias(torch.nn.Module):
+    """`aten.alias`: a view that is the whole tensor (what `x.view_as(x)` and friends leave)."""
+
+    def forward(self, x):
+        return torch.ops.aten.alias.default(x) * 2
+
+
+class InplaceArithmetic(torch.nn.Module):
+    """`add_` and `mul_` on a private copy: in-place ops the training IR keeps."""
+
+    def forward(self, x):
+        y = x.clone()
+        y.add_(1.5)
+        y.mul_(x)
+        return y - 1
+
+
+class UnsortedTopK(torch.nn.Module):
+    """`topk(sorted=False)`: ONNX `TopK(sorted=0)`, which ONNX Runtime may order differently."""
+
+    def forward(self, x):
+        values, indices = torch.topk(x, 3, dim=-1, sorted=False)
+        return values.sort(dim=-1).values, indices.sort(dim=-1).values
+
+
+class SymbolicSizes(torch.nn.Module):
+    """Arithmetic on the sizes of dynamic axes (`--dynamic`): `_operator.mul`, `add`, `floordiv`."""
+
+    def forward(self, x):
+        rows = x.shape[0] * x.shape[1]
+        return x.reshape(rows)[: rows // 2 + 1] * 2
+
+
 PATTERNS = {
+    "symbolic_sizes": (SymbolicSizes, lambda: (torch.randn(4, 6),)),
+    "alias": (Alias, lambda: (torch.randn(3, 4),)),
+    "inplace_arithmetic": (InplaceArithmetic, lambda: (torch.randn(3, 4),)),
+    "unsorted_topk": (UnsortedTopK, lambda: (torch.randn(2, 9),)),
     "sort_stable": (SortStable, lambda: (torch.randn(3, 7),)),
     "dead_comparison": (DeadComparison, lambda: (torch.randn(4, 3), torch.tensor([1, 2]))),
     "index_put_last_dim": (IndexPutLastDim, lambda: (torch.randn(3, 6), torch.tensor([1, 4]))),

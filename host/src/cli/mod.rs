@@ -102,6 +102,9 @@ pub struct CaptureArgs {
     /// How many of its nodes, in program order.
     #[arg(long, default_value_t = 1)]
     pub count: usize,
+    /// Also cut the nodes this many hops away (producers and readers).
+    #[arg(long, default_value_t = 0)]
+    pub radius: usize,
     /// Where the case is written (`plugins/onnx/fix-alias/selftest/llama.json`).
     #[arg(long, value_name = "FILE")]
     pub case: PathBuf,
@@ -325,10 +328,10 @@ fn capture(mut args: CaptureArgs, verbose: u8) -> Result<()> {
     args.run.output = Some(args.case.with_extension("pt2"));
     let progress = crate::pipeline::Progress { started: std::time::Instant::now(), shown: verbose > 0 || std::io::stderr().is_terminal() };
     let options = config::merge(args.run)?;
-    let what = crate::selftest::capture::CaptureOptions { target: args.node, count: args.count, case: args.case };
+    let what = crate::selftest::capture::CaptureOptions { target: args.node, count: args.count, radius: args.radius, case: args.case };
     let captured = crate::selftest::capture::capture(options, &what, progress)?;
     println!(
-        "wrote {}: {} node(s) of {}, {} input value(s), {} KiB",
+        "wrote {}: {} node(s) around {}, {} input value(s), {} KiB",
         what.case.display(),
         captured.nodes,
         what.target,

@@ -12,7 +12,7 @@ use super::{Case, MAX_CASE_BYTES};
 use crate::graph::pt2::{convert, Pt2};
 use crate::graph::NodeId;
 use crate::pipeline::scratch::Scratch;
-use crate::pipeline::{Artifact, Destination, Progress, RunOptions};
+use crate::pipeline::{Artifact, Destination, Progress, RunOptions, Source};
 use crate::trace::protocol::CaptureValues;
 use crate::trace::Worker;
 
@@ -22,6 +22,9 @@ pub struct CaptureOptions {
     pub target: String,
     /// How many of its nodes, in program order.
     pub count: usize,
+    /// Also the nodes this many hops away (producers and readers): the
+    /// context a plugin looks at (the `clone` an in-place op mutates).
+    pub radius: usize,
     pub case: PathBuf,
 }
 
@@ -41,13 +44,18 @@ pub fn capture(mut run: RunOptions, options: &CaptureOptions, progress: Progress
     }
     let scratch = Scratch::beside(&options.case, "capture")?;
     let program_path = scratch.path().join("model.pt2");
+    let model = match &run.source {
+        Source::Trace(trace) => format!("{}{}", trace.request.source, if trace.request.dynamic { " --dynamic" } else { "" }),
+        Source::Pt2(_) | Source::IrJson(_) => bail!("capture needs a model to trace (--model, --model-dir or --model-fn), not a file"),
+    };
+    let backend = run.backend;
     run.artifact = Artifact::Pt2;
     run.destination = Destination::File(program_path.clone());
     let python = run.plugins.python();
     let worker_options = run.worker.clone();
     let deadline = run.verify_deadline;
     let summary = crate::pipeline::run(run, progress)?;
-    let reference = summary.reference.clone().context("capture needs a model to trace (--model, --model-dir or --model-fn)")?;
+    let reference = summary.reference.clone().context("the pipeline wrote no eager reference")?;
 
     let pt2 = Pt2::open(&program_path)?;
     let program = pt2.programs.get("model").context("the traced archive has no `model` program")?;
@@ -57,7 +65,7 @@ pub fn capture(mut run: RunOptions, options: &CaptureOptions, progress: Progress
     if nodes.is_empty() {
         bail!("{} is not in the traced program ({} nodes): capture from a model that has it, or after other plugins (--plugins)", options.target, graph.node_count());
     }
-    let cut = graph.cut(&nodes)?;
+    let cut = graph.cut(&graph.neighbourhood(&nodes, options.radius))?;
 
     progress.step("capture", "recording the values at the piece's inputs");
     let mut worker = Worker::start_with(&python, deadline, &worker_options)?;
@@ -66,7 +74,12 @@ pub fn capture(mut run: RunOptions, options: &CaptureOptions, progress: Progress
     drop(worker);
 
     let case = Case {
-        about: Some(format!("{} node(s) of {}, captured by `hfx plugins capture`", nodes.len(), options.target)),
+        about: Some(format!(
+            "hfx plugins capture --backend {backend} {model} --node {} --count {} --radius {}",
+            options.target,
+            options.count,
+            options.radius
+        )),
         input: serde_json::from_str(&cut.program.to_json())?,
         values,
         expect_targets: None,
@@ -81,7 +94,7 @@ pub fn capture(mut run: RunOptions, options: &CaptureOptions, progress: Progress
         );
     }
     write_case(&options.case, &text)?;
-    Ok(Captured { nodes: nodes.len(), inputs: cut.inputs.len(), bytes: text.len() })
+    Ok(Captured { nodes: cut.program.node_count(), inputs: cut.inputs.len(), bytes: text.len() })
 }
 
 fn write_case(path: &Path, text: &str) -> Result<()> {

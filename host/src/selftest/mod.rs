@@ -12,9 +12,11 @@
 //!   "expect-ranges": { "s0": [2, 4096] } }
 //! ```
 //!
-//! Each case runs the plugin alone through its real stage and must see it act
-//! (a fix changes the piece, a translation translates a node of it): a case
-//! that does not exercise its plugin fails. With `values`, `hfx plugins test`
+//! Each case runs the plugin through its real stage (a translation or IR fix
+//! with the set's translations filling in the piece's other nodes) and must see it act
+//! (a fix changes the piece, a translation translates a node of it, an IR fix
+//! changes an ONNX node of the piece's translation by the set's translations):
+//! a case that does not exercise its plugin fails. With `values`, `hfx plugins test`
 //! also checks the result in the worker: the piece after a fix against the
 //! piece before, both in the worker's interpreter; a translation's ONNX model
 //! in ONNX Runtime against the piece in PyTorch. `hfx plugins verify` runs the
@@ -33,8 +35,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::graph::{Graph, RangeConstraint};
 use crate::onnx::inputs::InputRole;
-use crate::plugins::{kind, LoadError, Plugin, Runtime};
-use crate::stages::{fx_node_fix, fx_program_fix, onnx_translation, OnPluginError};
+use crate::plugins::{kind, LoadError, Plugin, PluginOf, Runtime};
+use crate::stages::{fx_node_fix, fx_program_fix, onnx_ir_fix, onnx_translation, OnPluginError};
 use crate::trace::protocol::{Candidate, CaseValue, Comparison, RunCase};
 use crate::trace::Worker;
 
@@ -99,7 +101,9 @@ fn case_names(plugin: &Plugin) -> Result<Option<(Dir, Vec<String>)>, LoadError> 
 }
 
 /// Runs every self-test of `plugin` to `depth`; an unreadable case is a failure of that case.
-pub fn run(runtime: &Runtime, plugin: &Plugin, depth: &mut Depth) -> Result<Vec<Outcome>, LoadError> {
+/// `set` is the plugin set loaded with it: an ONNX IR fix's cases are
+/// translated by the set's translations of its backend first.
+pub fn run(runtime: &Runtime, plugin: &Plugin, set: &[Plugin], depth: &mut Depth) -> Result<Vec<Outcome>, LoadError> {
     let Some((cases, names)) = case_names(plugin)? else { return Ok(Vec::new()) };
     Ok(names
         .into_iter()
@@ -108,7 +112,7 @@ pub fn run(runtime: &Runtime, plugin: &Plugin, depth: &mut Depth) -> Result<Vec<
             let result = crate::plugins::discover::read_regular(&cases, &name, MAX_CASE_BYTES)
                 .map_err(|e| e.to_string())
                 .and_then(|bytes| String::from_utf8(bytes).map_err(|_| "is not UTF-8".to_string()))
-                .and_then(|text| run_case(runtime, plugin, &text, depth));
+                .and_then(|text| run_case(runtime, plugin, set, &text, depth));
             let case = format!("{FOLDER}/{name}");
             match result {
                 Ok(passed) => Outcome { case, passed: Some(passed), failure: None },
@@ -118,7 +122,15 @@ pub fn run(runtime: &Runtime, plugin: &Plugin, depth: &mut Depth) -> Result<Vec<
         .collect())
 }
 
-fn run_case(runtime: &Runtime, plugin: &Plugin, text: &str, depth: &mut Depth) -> Result<String, String> {
+/// What is emitted as ONNX and checked in ONNX Runtime.
+enum OnnxUnderTest<'a> {
+    /// The translation under test, last (it wins the targets it shares), after
+    /// the set's other translations (for the piece's other nodes).
+    Translation { plugin: PluginOf<'a, kind::OnnxTranslation>, translations: Vec<PluginOf<'a, kind::OnnxTranslation>> },
+    IrFix { fix: PluginOf<'a, kind::OnnxIrFix>, translations: Vec<PluginOf<'a, kind::OnnxTranslation>> },
+}
+
+fn run_case(runtime: &Runtime, plugin: &Plugin, set: &[Plugin], text: &str, depth: &mut Depth) -> Result<String, String> {
     let case: Case = serde_json::from_str(text).map_err(|e| e.to_string())?;
     let before = Graph::from_json(&case.input.to_string()).map_err(|e| format!("input: {e}"))?;
     let mut graph = before.clone();
@@ -132,7 +144,16 @@ fn run_case(runtime: &Runtime, plugin: &Plugin, text: &str, depth: &mut Depth) -
         changed(&graph, changes)?;
         None
     } else if let Some(translation) = plugin.of_kind::<kind::OnnxTranslation>() {
-        Some(translation)
+        let mut translations = crate::stages::select::<kind::OnnxTranslation>(set, plugin.manifest.plugin.backend);
+        translations.retain(|t| !std::ptr::eq(t.plugin, plugin));
+        translations.push(translation);
+        Some(OnnxUnderTest::Translation { plugin: translation, translations })
+    } else if let Some(fix) = plugin.of_kind::<kind::OnnxIrFix>() {
+        let translations = crate::stages::select::<kind::OnnxTranslation>(set, plugin.manifest.plugin.backend);
+        if translations.is_empty() {
+            return Err(format!("an IR fix's case is translated first: load the {} translations too (--plugins)", plugin.manifest.plugin.backend));
+        }
+        Some(OnnxUnderTest::IrFix { fix, translations })
     } else {
         return Err(format!("{} plugins have no self-tests: they are tested on real traces", plugin.kind()));
     };
@@ -153,9 +174,8 @@ fn run_case(runtime: &Runtime, plugin: &Plugin, text: &str, depth: &mut Depth) -
     let scratch = tempfile::Builder::new().prefix(".hfx-selftest-").tempdir().map_err(|e| e.to_string())?;
     let onnx = scratch.path().join("case.onnx");
     let (what, candidate, tolerance) = match candidate {
-        Some(translation) => {
-            let (translated, nodes) = translate(runtime, translation, &mut graph, numeric.then_some(onnx.as_path()))?;
-            let what = format!("{translated} node(s) translated into {nodes} ONNX node(s)");
+        Some(under_test) => {
+            let what = emit_onnx(runtime, &under_test, &mut graph, numeric.then_some(onnx.as_path()))?;
             (what, Candidate::Onnx { path: onnx }, TRANSLATION_TOLERANCE)
         }
         None => (format!("{} graph edit(s)", graph.changes() - changes), Candidate::Graph { program: json(&graph)? }, FIX_TOLERANCE),
@@ -197,30 +217,43 @@ fn numeric_failures(outputs: &[Comparison]) -> Result<f64, String> {
     Ok(worst)
 }
 
-/// The piece translated by `translation` alone, every input a model input,
-/// and written to `onnx` if given: how many nodes it translated, into how many
-/// ONNX nodes.
-fn translate(
-    runtime: &Runtime,
-    translation: crate::plugins::PluginOf<'_, kind::OnnxTranslation>,
-    graph: &mut Graph,
-    onnx: Option<&std::path::Path>,
-) -> Result<(u64, usize), String> {
+/// The piece as an ONNX model, every input a model input: translated (by the
+/// translation under test, the set's others filling in), then for an IR fix
+/// repaired by the fix under test; written to `onnx` if given. Says what the
+/// plugin did.
+fn emit_onnx(runtime: &Runtime, under_test: &OnnxUnderTest, graph: &mut Graph, onnx: Option<&std::path::Path>) -> Result<String, String> {
     use crate::onnx::emit;
     let inputs = graph.subgraph(0).map_err(|e| e.to_string())?.inputs.clone();
     let roles: Vec<InputRole> =
         inputs.iter().map(|&v| graph.value(v).map(|v| InputRole::User(v.name.clone()))).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
-    let (builder, report) = onnx_translation::run(runtime, &[translation], graph, &roles, CASE_OPSET).map_err(|e| e.to_string())?;
-    let translated = report.plugins.get(translation.name()).map_or(0, |c| c.changed);
-    if translated == 0 {
-        return Err("the plugin translated no node: the case does not exercise it".into());
-    }
+    let translations = match under_test {
+        OnnxUnderTest::Translation { translations, .. } | OnnxUnderTest::IrFix { translations, .. } => translations.as_slice(),
+    };
+    let (mut builder, report) = onnx_translation::run(runtime, translations, graph, &roles, CASE_OPSET).map_err(|e| e.to_string())?;
+    let what = match under_test {
+        OnnxUnderTest::Translation { plugin, .. } => {
+            let translated = report.plugins.get(plugin.name()).map_or(0, |c| c.changed);
+            if translated == 0 {
+                return Err("the plugin translated no node: the case does not exercise it".into());
+            }
+            format!("{translated} node(s) translated into {} ONNX node(s)", builder.nodes.len())
+        }
+        OnnxUnderTest::IrFix { fix, .. } => {
+            let mut model = crate::onnx::Model { nodes: std::mem::take(&mut builder.nodes) };
+            let report = onnx_ir_fix::run(runtime, &[*fix], &mut model, "selftest", OnPluginError::Fail).map_err(|e| e.to_string())?;
+            builder.nodes = model.nodes;
+            let changed = report.plugins.get(fix.name()).map_or(0, |c| c.changed);
+            if changed == 0 {
+                return Err("the plugin changed no ONNX node: the case does not exercise it".into());
+            }
+            format!("{changed} ONNX node(s) changed")
+        }
+    };
     let parts = emit::ModelParts { graph, roles: &roles, weights: None, builder: &builder, output_names: Vec::new() };
     let lowered = emit::lower(&parts).map_err(|e| e.to_string())?;
     let planned = emit::plan(lowered, "selftest", &[]);
-    let nodes = planned.graph.node.len();
     if let Some(path) = onnx {
         emit::write(path, planned, emit::WeightStorage::Embedded).map_err(|e| e.to_string())?;
     }
-    Ok((translated, nodes))
+    Ok(what)
 }

@@ -428,6 +428,24 @@ pub enum ModelSource {
     Function(String),
 }
 
+impl std::fmt::Display for ModelSource {
+    /// As the flags that name it (`--model llama --set hidden_size=64`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ModelSource::Architecture { name, overrides } => {
+                write!(f, "--model {name}")?;
+                if !overrides.is_empty() {
+                    let set: Vec<String> = overrides.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                    write!(f, " --set {}", set.join(","))?;
+                }
+                Ok(())
+            }
+            ModelSource::Directory(dir) => write!(f, "--model-dir {}", dir.display()),
+            ModelSource::Function(spec) => write!(f, "--model-fn {spec}"),
+        }
+    }
+}
+
 /// What to trace and how.
 #[derive(Debug, Clone)]
 pub struct TraceRequest {

@@ -52,7 +52,7 @@ def encode_value(value):
 
     if torch.is_tensor(value):
         value = value.detach().contiguous().cpu()
-        data = value.view(torch.uint8).numpy().tobytes() if value.numel() else b""
+        data = value.reshape(-1).view(torch.uint8).numpy().tobytes() if value.numel() else b""
         return {"tensor": {"dtype": str(value.dtype).removeprefix("torch."), "shape": list(value.shape),
                            "data": base64.b64encode(data).decode("ascii")}}
     if isinstance(value, bool):
@@ -173,7 +173,7 @@ def run_graph(policy, graph, inputs):
                     args.append(v)
             result = ops[target](*args, **kwargs)
             outputs = node["outputs"]
-            results = [result] if len(outputs) == 1 else list(result)
+            results = [] if not outputs else [result] if len(outputs) == 1 else list(result)
             for output, r in zip(outputs, results):
                 bind(output, r, env)
     flat = []

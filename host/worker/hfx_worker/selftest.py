@@ -8,13 +8,18 @@ its ONNX translation in ONNX Runtime) on the case's values and compares them.
 """
 
 from .graph import decode_value, encode_value, run_graph
+from .pytree import register_cache_pytrees
 from .protocol import (CaptureValuesParams, CaptureValuesReply, GraphCandidate, RunCaseParams, RunCaseReply)
 from .verify import compared
 
 
 def capture_values(session, params: CaptureValuesParams) -> CaptureValuesReply:
     import torch
+    # The output types of transformers' models are pytree nodes once imported,
+    # its caches once registered: a traced model's program names them.
+    import transformers.modeling_outputs  # noqa: F401
 
+    register_cache_pytrees()
     program = torch.export.load(params.program)
     reference = torch.load(params.reference)
     kwargs = {**reference["inputs"], **reference.get("constants", {})}

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Re-captures the self-test case of every fix and translation plugin in
+# plugins/onnx from real traces (`hfx plugins capture`); each case's `about`
+# field repeats its command. Run from the repository root after
+# `cargo build` and `cargo xtask build-plugins`; `cargo xtask test` checks them
+# (`hfx plugins test plugins`).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+HFX=${HFX:-target/debug/hfx}
+export PYTHONPATH=tests/python
+
+# capture PLUGIN CASE-NAME CAPTURE-ARGS...
+capture() {
+  local plugin=$1 name=$2
+  shift 2
+  "$HFX" plugins capture --backend onnx "$@" --case "plugins/onnx/$plugin/selftest/$name.json"
+}
+pattern() { echo "python:fx_patterns:$1"; }
+# A tiny Llama whose pieces stay small (weights are a case's input values).
+LLAMA=(--model llama --set hidden_size=32,intermediate_size=64,num_attention_heads=4,num_key_value_heads=2,vocab_size=128)
+
+# ── FX node fixes: the patterns of tests/python/fx_patterns.py, before any fix ──
+capture fix-alias alias --model-fn "$(pattern alias)" --node aten.alias.default
+capture fix-assertion unbacked-size --model-fn "$(pattern dead_comparison)" --node aten._assert_scalar.default
+capture fix-dead-comparison unbacked-size --model-fn "$(pattern dead_comparison)" --node _operator.ge
+capture fix-fill-diagonal-inplace fill-diagonal --model-fn "$(pattern fill_diagonal)" --node aten.fill_diagonal_.default --radius 2
+capture fix-index-put-last-dim index-put --model-fn "$(pattern index_put_last_dim)" --node aten.index_put_.default --radius 2
+capture fix-inplace-functional add-mul --model-fn "$(pattern inplace_arithmetic)" --node aten.add_.Tensor --radius 2
+capture fix-integral-tensor-float-scalar mask-arithmetic --model-fn "$(pattern integral_tensor_float_scalar)" --node aten.rsub.Scalar
+capture fix-noop-squeeze squeeze --model-fn "$(pattern noop_squeeze)" --node aten.squeeze.dim
+capture fix-scatter-reduce reductions --model-fn "$(pattern scatter_reduce)" --node aten.scatter_reduce.two --count 5
+capture fix-slice-implicit-start slice --model-fn "$(pattern slice_implicit_start)" --node aten.slice.Tensor
+capture fix-sort-stable sort --model-fn "$(pattern sort_stable)" --node aten.sort.stable
+# An ONNX IR fix: the piece is translated by the set's translations first.
+capture fix-topk-sorted topk --model-fn "$(pattern unsorted_topk)" --node aten.topk.default
+
+# ── Translations: pieces of tiny random models, after the ONNX fixes ──
+FIXED=(--plugins plugins/onnx)
+capture translate-attention llama-sdpa "${LLAMA[@]}" "${FIXED[@]}" --node aten.scaled_dot_product_attention.default
+capture translate-conv vit-patches --model vit --set hidden_size=32,intermediate_size=64,num_attention_heads=4,image_size=32,patch_size=8 "${FIXED[@]}" --node aten.conv2d.default
+capture translate-elementwise llama-rms-norm "${LLAMA[@]}" "${FIXED[@]}" --node aten.rsqrt.default --radius 2
+capture translate-matmul llama-linear "${LLAMA[@]}" "${FIXED[@]}" --node aten.linear.default --count 2
+capture translate-normalization bert-layer-norm --model bert --set hidden_size=32,intermediate_size=64,num_attention_heads=4,vocab_size=128 "${FIXED[@]}" --node aten.layer_norm.default
+capture translate-reduction llama-mean "${LLAMA[@]}" "${FIXED[@]}" --node aten.mean.dim
+capture translate-shape llama-rotary "${LLAMA[@]}" "${FIXED[@]}" --node aten.transpose.int --count 3
+capture translate-symbolic sizes --model-fn "$(pattern symbolic_sizes)" --dynamic --node _operator.mul --radius 1
