@@ -113,6 +113,27 @@ pub fn worker_line(data: &[u8]) {
     }
 }
 
+/// A component's `hfx:plugin-meta` section, read as loading reads it (any
+/// bytes as a WebAssembly binary): the declaration, nothing, or a one-line error.
+pub fn plugin_meta(data: &[u8]) {
+    if let Err(e) = hfx::plugins::manifest::ComponentMeta::read(data) {
+        assert!(!e.contains('\n'), "multi-line error: {e}");
+    }
+}
+
+/// A plugin's self-test case, read as `hfx plugins test` reads it; a piece
+/// cut from its graph (`hfx plugins capture`'s cut) reloads.
+pub fn selftest_case(data: &[u8]) {
+    use hfx::graph::Graph;
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(case) = serde_json::from_str::<hfx::selftest::Case>(text) else { return };
+    let Ok(graph) = Graph::from_json(&case.input.to_string()) else { return };
+    let first: Vec<_> = graph.nodes().filter(|&n| graph.node(n).is_ok_and(|n| n.subgraph == 0)).take(2).collect();
+    if let Ok(cut) = graph.cut(&graph.neighbourhood(&first, 1)) {
+        Graph::from_json(&cut.program.to_json()).expect("a cut piece reloads");
+    }
+}
+
 /// Every target by name, for replays.
 pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("pt2_open", pt2_open),
@@ -122,4 +143,6 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("lock", lock),
     ("run_config", run_config),
     ("worker_line", worker_line),
+    ("plugin_meta", plugin_meta),
+    ("selftest_case", selftest_case),
 ];

@@ -43,6 +43,7 @@ pub enum Command {
 }
 
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per process
 pub enum PluginsCommand {
     /// List plugins: name, version, kind, backend, hash, status, upstream range, targets.
     List {
