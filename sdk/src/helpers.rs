@@ -160,3 +160,25 @@ mod graph_ext {
 
 #[cfg(any(feature = "fx-node-fix", feature = "fx-program-fix", feature = "onnx-translation"))]
 pub use graph_ext::{keyword, positional, GraphExt};
+
+// ── Dtypes, by torch name, from the one table the host shares (`hfx-dtype`) ──
+
+/// ONNX `TensorProto.DataType` of a torch dtype name.
+pub fn onnx_dtype(dtype: &str) -> Option<i64> {
+    hfx_dtype::DType::from_name(dtype).and_then(hfx_dtype::DType::onnx).map(i64::from)
+}
+
+/// A floating-point dtype (the float8 formats included).
+pub fn is_floating(dtype: &str) -> bool {
+    hfx_dtype::DType::from_name(dtype).is_some_and(hfx_dtype::DType::is_floating)
+}
+
+/// `torch.finfo(dtype).min` / `.max` for the float dtypes a model computes in.
+pub fn float_limits(dtype: &str) -> Option<(f64, f64)> {
+    hfx_dtype::DType::from_name(dtype)?.float_limits()
+}
+
+/// `torch.iinfo(dtype).min` / `.max` (bool's are 0 and 1).
+pub fn int_limits(dtype: &str) -> Option<(i64, i64)> {
+    hfx_dtype::DType::from_name(dtype)?.int_limits()
+}

@@ -137,7 +137,7 @@ impl TensorExt for LiveTensor {
         self.meta.dtype.starts_with("complex")
     }
     fn is_floating(&self) -> bool {
-        matches!(self.meta.dtype.as_str(), "float16" | "bfloat16" | "float32" | "float64") || self.meta.dtype.starts_with("float8")
+        crate::helpers::is_floating(&self.meta.dtype)
     }
 }
 
@@ -145,30 +145,6 @@ impl TensorExt for LiveTensor {
 pub fn normalize_dim(dim: i64, rank: usize) -> Option<usize> {
     let d = if dim < 0 { dim + rank as i64 } else { dim };
     (0..rank as i64).contains(&d).then_some(d as usize)
-}
-
-/// `torch.finfo(dtype).min` / `.max` for the float dtypes a model computes in.
-pub fn float_limits(dtype: &str) -> Option<(f64, f64)> {
-    let max = match dtype {
-        "float16" => 65504.0,
-        "bfloat16" => 3.3895313892515355e38,
-        "float32" => f32::MAX as f64,
-        "float64" => f64::MAX,
-        _ => return None,
-    };
-    Some((-max, max))
-}
-
-/// `torch.iinfo(dtype).min` / `.max`.
-pub fn int_limits(dtype: &str) -> Option<(i64, i64)> {
-    Some(match dtype {
-        "int8" => (i8::MIN as i64, i8::MAX as i64),
-        "uint8" => (0, u8::MAX as i64),
-        "int16" => (i16::MIN as i64, i16::MAX as i64),
-        "int32" => (i32::MIN as i64, i32::MAX as i64),
-        "int64" => (i64::MIN, i64::MAX),
-        _ => return None,
-    })
 }
 
 /// Appends steps; each returns the slot of its result.

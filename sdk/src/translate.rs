@@ -14,36 +14,10 @@
 //! }
 //! ```
 
-use crate::helpers::{error, GraphExt};
+use crate::helpers::{error, is_floating, onnx_dtype, GraphExt};
 use crate::hfx::plugin::graph::{Argument, Graph, SymInt};
 use crate::hfx::plugin::onnx::{Attribute, Builder, NamedAttribute};
 use crate::hfx::plugin::types::{Dim, Error, NodeId, TensorMeta, ValueId};
-
-/// ONNX `TensorProto.DataType` of a torch dtype name.
-pub fn onnx_dtype(dtype: &str) -> Option<i64> {
-    Some(match dtype {
-        "float32" => 1,
-        "uint8" => 2,
-        "int8" => 3,
-        "uint16" => 4,
-        "int16" => 5,
-        "int32" => 6,
-        "int64" => 7,
-        "bool" => 9,
-        "float16" => 10,
-        "float64" => 11,
-        "uint32" => 12,
-        "uint64" => 13,
-        "complex64" => 14,
-        "complex128" => 15,
-        "bfloat16" => 16,
-        _ => return None,
-    })
-}
-
-pub fn is_floating(dtype: &str) -> bool {
-    matches!(dtype, "float16" | "bfloat16" | "float32" | "float64")
-}
 
 /// An attribute.
 pub fn attr(name: &str, value: Attribute) -> NamedAttribute {

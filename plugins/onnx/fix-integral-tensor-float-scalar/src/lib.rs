@@ -10,10 +10,6 @@
 
 use hfx_sdk::prelude::*;
 
-fn is_floating(dtype: &str) -> bool {
-    dtype.starts_with("float") || dtype == "bfloat16"
-}
-
 #[hfx_sdk::fx_node_fix(targets = [
     "aten.rsub.Scalar", "aten.sub.Scalar", "aten.sub.Tensor", "aten.mul.Scalar", "aten.mul.Tensor",
 ])]
