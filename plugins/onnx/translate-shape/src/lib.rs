@@ -5,48 +5,49 @@
 use hfx_sdk::prelude::*;
 
 hfx_sdk::onnx_translations! {
-    "aten.view.default" => |e| shape_op(e, "view"),
-    "aten.reshape.default" => |e| shape_op(e, "reshape"),
-    "aten._unsafe_view.default" => |e| shape_op(e, "_unsafe_view"),
-    "aten.unsqueeze.default" => |e| shape_op(e, "unsqueeze"),
-    "aten.squeeze.dim" => |e| shape_op(e, "squeeze"),
-    "aten.squeeze.dims" => |e| shape_op(e, "squeeze"),
-    "aten.transpose.int" => |e| shape_op(e, "transpose"),
-    "aten.permute.default" => |e| shape_op(e, "permute"),
-    "aten.expand.default" => |e| shape_op(e, "expand"),
-    "aten.slice.Tensor" => |e| shape_op(e, "slice"),
-    "aten.select.int" => |e| shape_op(e, "select"),
-    "aten.cat.default" => |e| shape_op(e, "cat"),
-    "aten.index.Tensor" => |e| shape_op(e, "index"),
-    "aten.embedding.default" => |e| shape_op(e, "embedding"),
-    "aten.arange.default" => |e| shape_op(e, "arange"),
-    "aten.arange.start" => |e| shape_op(e, "arange"),
-    "aten.arange.start_step" => |e| shape_op(e, "arange"),
-    "aten.zeros.default" => |e| shape_op(e, "zeros"),
-    "aten.ones.default" => |e| shape_op(e, "ones"),
-    "aten.full.default" => |e| shape_op(e, "full"),
-    "aten.new_ones.default" => |e| shape_op(e, "new_ones"),
-    "aten.new_zeros.default" => |e| shape_op(e, "new_zeros"),
-    "aten.zeros_like.default" => |e| shape_op(e, "zeros_like"),
-    "aten.ones_like.default" => |e| shape_op(e, "ones_like"),
-    "aten.full_like.default" => |e| shape_op(e, "full_like"),
-    "aten.sym_size.int" => |e| shape_op(e, "sym_size"),
-    "aten.flatten.using_ints" => |e| shape_op(e, "flatten"),
-    "aten.repeat_interleave.self_int" => |e| shape_op(e, "repeat_interleave"),
-    "aten.split.Tensor" => |e| shape_op(e, "split"),
-    "aten.split_with_sizes.default" => |e| shape_op(e, "split_with_sizes"),
-    "aten.chunk.default" => |e| shape_op(e, "chunk"),
-    "aten.unbind.int" => |e| shape_op(e, "unbind"),
-    "aten.gather.default" => |e| shape_op(e, "gather"),
-    "aten.empty_like.default" => |e| shape_op(e, "empty_like"),
-    "aten.empty.memory_format" => |e| shape_op(e, "empty"),
-    "aten.new_empty.default" => |e| shape_op(e, "new_empty"),
-    "aten.scatter.src" => |e| shape_op(e, "scatter"),
-    "aten.scatter.value" => |e| shape_op(e, "scatter"),
-    "aten.scatter_add.default" => |e| shape_op(e, "scatter_add"),
-    "aten.index_put.default" => |e| shape_op(e, "index_put"),
-    "aten.fill.Scalar" => |e| shape_op(e, "fill"),
-    "aten.copy.default" => |e| shape_op(e, "copy"),
+    "aten.view.default" => |e| reshape(e, "size"),
+    "aten.reshape.default" => |e| reshape(e, "shape"),
+    "aten._unsafe_view.default" => |e| reshape(e, "size"),
+    "aten.unsqueeze.default" => unsqueeze,
+    "aten.squeeze.dim" => squeeze,
+    "aten.squeeze.dims" => squeeze,
+    "aten.transpose.int" => transpose,
+    "aten.permute.default" => permute,
+    "aten.expand.default" => expand,
+    "aten.slice.Tensor" => slice,
+    "aten.select.int" => select,
+    "aten.cat.default" => cat,
+    "aten.index.Tensor" => index,
+    "aten.embedding.default" => embedding,
+    "aten.arange.default" => arange,
+    "aten.arange.start" => arange,
+    "aten.arange.start_step" => arange,
+    "aten.zeros.default" => |e| factory(e, Fill::Zero),
+    "aten.ones.default" => |e| factory(e, Fill::One),
+    "aten.full.default" => |e| factory(e, Fill::Given),
+    "aten.new_ones.default" => |e| factory(e, Fill::One),
+    "aten.new_zeros.default" => |e| factory(e, Fill::Zero),
+    "aten.zeros_like.default" => |e| factory_like(e, Fill::Zero),
+    "aten.ones_like.default" => |e| factory_like(e, Fill::One),
+    "aten.full_like.default" => |e| factory_like(e, Fill::Given),
+    "aten.sym_size.int" => sym_size,
+    "aten.flatten.using_ints" => flatten,
+    "aten.repeat_interleave.self_int" => repeat_interleave,
+    "aten.split.Tensor" => |e| split(e, Pieces::OfSize),
+    "aten.split_with_sizes.default" => |e| split(e, Pieces::Sized),
+    "aten.chunk.default" => |e| split(e, Pieces::Chunks),
+    "aten.unbind.int" => |e| split(e, Pieces::Unbound),
+    "aten.gather.default" => gather,
+    // `empty*` content is unspecified; zeros are one valid choice.
+    "aten.empty_like.default" => |e| factory_like(e, Fill::Zero),
+    "aten.empty.memory_format" => |e| factory(e, Fill::Zero),
+    "aten.new_empty.default" => |e| factory(e, Fill::Zero),
+    "aten.scatter.src" => |e| scatter(e, "none"),
+    "aten.scatter.value" => |e| scatter(e, "none"),
+    "aten.scatter_add.default" => |e| scatter(e, "add"),
+    "aten.index_put.default" => index_put,
+    "aten.fill.Scalar" => |e| broadcast_into_self(e, "value"),
+    "aten.copy.default" => |e| broadcast_into_self(e, "src"),
 }
 
 fn normalize(dim: i64, rank: i64) -> i64 {
@@ -84,12 +85,20 @@ fn filled(e: &Emit, value: f64, shape: &str) -> Result<String> {
     e.op("Expand", &[&scalar, shape])
 }
 
-fn fill_value(e: &Emit, op: &str) -> Result<f64> {
-    Ok(match op {
-        // `empty*` content is unspecified; zeros are one valid choice
-        "zeros" | "new_zeros" | "zeros_like" | "empty" | "new_empty" | "empty_like" => 0.0,
-        "ones" | "new_ones" | "ones_like" => 1.0,
-        _ => match e.arg("fill_value")? {
+/// What a factory fills its tensor with.
+#[derive(Clone, Copy)]
+enum Fill {
+    Zero,
+    One,
+    /// The node's `fill_value`.
+    Given,
+}
+
+fn fill_value(e: &Emit, fill: Fill) -> Result<f64> {
+    Ok(match fill {
+        Fill::Zero => 0.0,
+        Fill::One => 1.0,
+        Fill::Given => match e.arg("fill_value")? {
             Some(Argument::Float(f)) => f,
             Some(Argument::Int(i)) => i as f64,
             Some(Argument::Boolean(b)) => b as i64 as f64,
@@ -211,21 +220,34 @@ fn index_put(e: &Emit) -> Result<String> {
     e.op_with("ScatterND", &[&x, &index, &updates], &[attr("reduction", Attribute::Str(reduction.into()))])
 }
 
-/// `split`, `split_with_sizes`, `chunk`, `unbind`: one `Split` with the piece
-/// sizes, computed from the axis' constant size.
-fn split(e: &Emit, op: &str) -> Result<()> {
+/// How `split`, `split_with_sizes`, `chunk` and `unbind` cut the axis.
+#[derive(Clone, Copy, PartialEq)]
+enum Pieces {
+    /// `split`: pieces of `split_size` (the last one shorter).
+    OfSize,
+    /// `split_with_sizes`: the sizes given.
+    Sized,
+    /// `chunk`: `chunks` pieces of equal size (the last one shorter).
+    Chunks,
+    /// `unbind`: every index, the axis squeezed away.
+    Unbound,
+}
+
+/// One `Split` with the piece sizes, computed from the axis' constant size.
+fn split(e: &Emit, pieces: Pieces) -> Result<Vec<String>> {
     let x = e.tensor("self")?;
     let meta = e.input_meta("self")?;
     let rank = meta.shape.len() as i64;
     let dim = normalize(e.int("dim", 0)?, rank);
+    let target = e.target()?;
     let Some(Dim::Fixed(total)) = meta.shape.get(dim as usize).cloned() else {
-        return Err(e.fail(format!("{op} of a symbolic axis (the patch-split/chunk plugins rewrite those into narrows)")));
+        return Err(e.fail(format!("{target} of a symbolic axis (the patch-split/chunk plugins rewrite those into narrows)")));
     };
-    let pieces: Vec<i64> = match op {
-        "split_with_sizes" => e.ints("split_sizes")?,
-        "unbind" => vec![1; total as usize],
-        _ => {
-            let size = if op == "chunk" {
+    let sizes: Vec<i64> = match pieces {
+        Pieces::Sized => e.ints("split_sizes")?,
+        Pieces::Unbound => vec![1; total as usize],
+        Pieces::OfSize | Pieces::Chunks => {
+            let size = if pieces == Pieces::Chunks {
                 let chunks = e.int("chunks", 1)?.max(1);
                 (total + chunks - 1) / chunks
             } else {
@@ -235,17 +257,17 @@ fn split(e: &Emit, op: &str) -> Result<()> {
             (0..total).step_by(size as usize).map(|start| size.min(total - start)).collect()
         }
     };
-    let sizes = e.const_ints(&pieces)?;
-    let mut outputs = e.op_n("Split", &[&x, &sizes], pieces.len() as u32, &[attr("axis", Attribute::Int(dim))])?;
-    if op == "unbind" {
+    let split = e.const_ints(&sizes)?;
+    let mut outputs = e.op_n("Split", &[&x, &split], sizes.len() as u32, &[attr("axis", Attribute::Int(dim))])?;
+    if pieces == Pieces::Unbound {
         let axes = e.const_ints(&[dim])?;
         outputs = outputs.iter().map(|o| e.op("Squeeze", &[o, &axes])).collect::<Result<_, _>>()?;
     }
     let declared = e.graph.output_values(e.node)?.len();
     if declared != outputs.len() {
-        return Err(e.fail(format!("{op}: {} pieces, the node declares {declared}", outputs.len())));
+        return Err(e.fail(format!("{target}: {} pieces, the node declares {declared}", outputs.len())));
     }
-    e.bind_outputs(&outputs)
+    Ok(outputs)
 }
 
 /// `repeat_interleave(self, repeats: int, dim)`: Unsqueeze after the axis, Tile
@@ -288,172 +310,179 @@ fn repeat_interleave(e: &Emit) -> Result<String> {
     }
 }
 
-/// The translation of `op` (`aten.<op>.<overload>`).
-fn shape_op(e: &Emit, op: &str) -> Result<()> {
-    if matches!(op, "split" | "split_with_sizes" | "chunk" | "unbind") {
-        return split(e, op);
-    }
-    let result = match op {
-        "flatten" => {
-            let x = e.tensor("self")?;
-            let rank = e.rank("self")?.max(1);
-            let (start, end) = (normalize(e.int("start_dim", 0)?, rank), normalize(e.int("end_dim", -1)?, rank));
-            let shape = match fixed_shape(&e.output_meta()?) {
-                Some(shape) => e.const_ints(&shape)?,
-                None => {
-                    // shape[:start] + [-1] + shape[end+1:]
-                    let full = e.op("Shape", &[&x])?;
-                    let head = e.op("Slice", &[&full, &e.const_ints(&[0])?, &e.const_ints(&[start])?])?;
-                    let tail = e.op("Slice", &[&full, &e.const_ints(&[end + 1])?, &e.const_ints(&[rank])?])?;
-                    let merged = e.const_ints(&[-1])?;
-                    e.op_with("Concat", &[&head, &merged, &tail], &[attr("axis", Attribute::Int(0))])?
-                }
-            };
-            e.op("Reshape", &[&x, &shape])?
+fn flatten(e: &Emit) -> Result<String> {
+    let x = e.tensor("self")?;
+    let rank = e.rank("self")?.max(1);
+    let (start, end) = (normalize(e.int("start_dim", 0)?, rank), normalize(e.int("end_dim", -1)?, rank));
+    let shape = match fixed_shape(&e.output_meta()?) {
+        Some(shape) => e.const_ints(&shape)?,
+        None => {
+            // shape[:start] + [-1] + shape[end+1:]
+            let full = e.op("Shape", &[&x])?;
+            let head = e.op("Slice", &[&full, &e.const_ints(&[0])?, &e.const_ints(&[start])?])?;
+            let tail = e.op("Slice", &[&full, &e.const_ints(&[end + 1])?, &e.const_ints(&[rank])?])?;
+            let merged = e.const_ints(&[-1])?;
+            e.op_with("Concat", &[&head, &merged, &tail], &[attr("axis", Attribute::Int(0))])?
         }
-        "repeat_interleave" => repeat_interleave(e)?,
-        "gather" => {
-            let x = e.tensor("self")?;
-            let index = e.tensor("index")?;
-            let axis = normalize(e.int("dim", 0)?, e.rank("self")?);
-            e.op_with("GatherElements", &[&x, &index], &[attr("axis", Attribute::Int(axis))])?
-        }
-        "view" | "reshape" | "_unsafe_view" => {
-            let x = e.tensor("self")?;
-            let shape = match fixed_shape(&e.output_meta()?) {
-                Some(shape) => e.const_ints(&shape)?,
-                None => e.shape(if e.arg("size")?.is_some() { "size" } else { "shape" })?,
-            };
-            e.op("Reshape", &[&x, &shape])?
-        }
-        "unsqueeze" => {
-            let x = e.tensor("self")?;
-            let axes = e.const_ints(&[e.int("dim", 0)?])?;
-            e.op("Unsqueeze", &[&x, &axes])?
-        }
-        "squeeze" => {
-            let x = e.tensor("self")?;
-            let rank = e.rank("self")?;
-            let meta = e.input_meta("self")?;
-            let dims = if e.target()?.ends_with(".dims") { e.ints("dim")? } else { vec![e.int("dim", 0)?] };
-            // torch's squeeze skips dims that are not 1; ONNX's refuses them.
-            let dims: Vec<i64> = dims
-                .into_iter()
-                .map(|d| normalize(d, rank))
-                .filter(|&d| matches!(meta.shape.get(d as usize), Some(Dim::Fixed(1))))
-                .collect();
-            if dims.is_empty() {
-                e.op("Identity", &[&x])?
-            } else {
-                let axes = e.const_ints(&dims)?;
-                e.op("Squeeze", &[&x, &axes])?
-            }
-        }
-        "transpose" => {
-            let x = e.tensor("self")?;
-            let rank = e.rank("self")?;
-            let (a, b) = (normalize(e.int("dim0", 0)?, rank), normalize(e.int("dim1", 1)?, rank));
-            let mut perm: Vec<i64> = (0..rank).collect();
-            perm.swap(a as usize, b as usize);
-            e.op_with("Transpose", &[&x], &[attr("perm", Attribute::Ints(perm))])?
-        }
-        "permute" => {
-            let x = e.tensor("self")?;
-            let rank = e.rank("self")?;
-            let perm: Vec<i64> = e.ints("dims")?.into_iter().map(|d| normalize(d, rank)).collect();
-            e.op_with("Transpose", &[&x], &[attr("perm", Attribute::Ints(perm))])?
-        }
-        "expand" => {
-            let x = e.tensor("self")?;
-            let shape = expand_shape(e, "size", Some("self"))?;
-            e.op("Expand", &[&x, &shape])?
-        }
-        "slice" => {
-            let x = e.tensor("self")?;
-            let starts = e.int_1d("start", 0)?;
-            let ends = e.int_1d("end", i64::MAX)?;
-            let axes = e.const_ints(&[e.int("dim", 0)?])?;
-            let steps = e.const_ints(&[e.int("step", 1)?])?;
-            e.op("Slice", &[&x, &starts, &ends, &axes, &steps])?
-        }
-        "select" => {
-            let x = e.tensor("self")?;
-            let i = match e.arg("index")? {
-                Some(Argument::SymInt(SymInt::Value(v))) => e.builder.value_name(v)?,
-                _ => e.scalar(e.int("index", 0)? as f64, "int64")?,
-            };
-            e.op_with("Gather", &[&x, &i], &[attr("axis", Attribute::Int(e.int("dim", 0)?))])?
-        }
-        "cat" => {
-            let Some(Argument::Tensors(values)) = e.arg("tensors")? else { return Err(e.fail("cat without tensors")) };
-            // torch skips 1-D empty tensors in cat (an empty cache's `torch.tensor([])`); ONNX cannot.
-            let mut names = Vec::new();
-            for &v in &values {
-                if e.meta_of(v)?.shape != [Dim::Fixed(0)] || values.len() == 1 {
-                    names.push(e.builder.value_name(v)?);
-                }
-            }
-            if names.len() == 1 {
-                let only = e.op("Identity", &[&names[0]])?;
-                return e.bind_output(&only);
-            }
-            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-            e.op_with("Concat", &refs, &[attr("axis", Attribute::Int(e.int("dim", 0)?))])?
-        }
-        "index" => index(e)?,
-        "index_put" => index_put(e)?,
-        "fill" | "copy" => {
-            // `self`'s shape and dtype, the value (or `src`) broadcast into it
-            let dtype = e.output_meta()?.dtype;
-            let value = e.operand(if op == "fill" { "value" } else { "src" }, &dtype)?;
-            let shape = e.op("Shape", &[&e.tensor("self")?])?;
-            e.op("Expand", &[&value, &shape])?
-        }
-        "scatter" | "scatter_add" => {
-            let dtype = e.output_meta()?.dtype;
-            let x = e.tensor("self")?;
-            let index = e.tensor("index")?;
-            let axis = normalize(e.int("dim", 0)?, e.rank("self")?);
-            let updates = match e.arg("src")? {
-                Some(Argument::Tensor(_)) => e.operand("src", &dtype)?,
-                _ => {
-                    // a scalar `value`, one per index
-                    let value = e.operand("value", &dtype)?;
-                    e.op("Expand", &[&value, &e.op("Shape", &[&index])?])?
-                }
-            };
-            let reduction = if op == "scatter_add" { "add" } else { "none" };
-            e.op_with("ScatterElements", &[&x, &index, &updates], &[attr("axis", Attribute::Int(axis)), attr("reduction", Attribute::Str(reduction.into()))])?
-        }
-        "embedding" => {
-            let weight = e.tensor("weight")?;
-            let indices = e.tensor("indices")?;
-            e.op_with("Gather", &[&weight, &indices], &[attr("axis", Attribute::Int(0))])?
-        }
-        "arange" => {
-            let dtype = e.output_meta()?.dtype;
-            let start = if e.arg("start")?.is_some() { e.operand("start", &dtype)? } else { e.scalar(0.0, &dtype)? };
-            let end = e.operand("end", &dtype)?;
-            let step = if e.arg("step")?.is_some() { e.operand("step", &dtype)? } else { e.scalar(1.0, &dtype)? };
-            e.op("Range", &[&start, &end, &step])?
-        }
-        "zeros" | "ones" | "full" | "new_ones" | "new_zeros" | "empty" | "new_empty" => {
-            let shape = expand_shape(e, "size", None)?;
-            filled(e, fill_value(e, op)?, &shape)?
-        }
-        "zeros_like" | "ones_like" | "full_like" | "empty_like" => {
-            let x = e.tensor("self")?;
-            let shape = e.op("Shape", &[&x])?;
-            filled(e, fill_value(e, op)?, &shape)?
-        }
-        "sym_size" => {
-            let x = e.tensor("self")?;
-            let dim = normalize(e.int("dim", 0)?, e.rank("self")?);
-            let one = e.op_with("Shape", &[&x], &[attr("start", Attribute::Int(dim)), attr("end", Attribute::Int(dim + 1))])?;
-            let axes = e.const_ints(&[0])?;
-            e.op("Squeeze", &[&one, &axes])?
-        }
-        _ => return Err(e.fail(format!("`{op}` is not translated by this plugin"))),
     };
-    e.bind_output(&result)
+    e.op("Reshape", &[&x, &shape])
+}
+
+fn gather(e: &Emit) -> Result<String> {
+    let x = e.tensor("self")?;
+    let index = e.tensor("index")?;
+    let axis = normalize(e.int("dim", 0)?, e.rank("self")?);
+    e.op_with("GatherElements", &[&x, &index], &[attr("axis", Attribute::Int(axis))])
+}
+
+/// `view` / `reshape` / `_unsafe_view` to the sizes in argument `sizes`.
+fn reshape(e: &Emit, sizes: &str) -> Result<String> {
+    let x = e.tensor("self")?;
+    let shape = match fixed_shape(&e.output_meta()?) {
+        Some(shape) => e.const_ints(&shape)?,
+        None => e.shape(sizes)?,
+    };
+    e.op("Reshape", &[&x, &shape])
+}
+
+fn unsqueeze(e: &Emit) -> Result<String> {
+    let x = e.tensor("self")?;
+    let axes = e.const_ints(&[e.int("dim", 0)?])?;
+    e.op("Unsqueeze", &[&x, &axes])
+}
+
+fn squeeze(e: &Emit) -> Result<String> {
+    let x = e.tensor("self")?;
+    let rank = e.rank("self")?;
+    let meta = e.input_meta("self")?;
+    let dims = match e.arg("dim")? {
+        Some(Argument::Ints(_)) => e.ints("dim")?,
+        _ => vec![e.int("dim", 0)?],
+    };
+    // torch's squeeze skips dims that are not 1; ONNX's refuses them.
+    let dims: Vec<i64> =
+        dims.into_iter().map(|d| normalize(d, rank)).filter(|&d| matches!(meta.shape.get(d as usize), Some(Dim::Fixed(1)))).collect();
+    if dims.is_empty() {
+        e.op("Identity", &[&x])
+    } else {
+        let axes = e.const_ints(&dims)?;
+        e.op("Squeeze", &[&x, &axes])
+    }
+}
+
+fn transpose(e: &Emit) -> Result<String> {
+    let x = e.tensor("self")?;
+    let rank = e.rank("self")?;
+    let (a, b) = (normalize(e.int("dim0", 0)?, rank), normalize(e.int("dim1", 1)?, rank));
+    let mut perm: Vec<i64> = (0..rank).collect();
+    perm.swap(a as usize, b as usize);
+    e.op_with("Transpose", &[&x], &[attr("perm", Attribute::Ints(perm))])
+}
+
+fn permute(e: &Emit) -> Result<String> {
+    let x = e.tensor("self")?;
+    let rank = e.rank("self")?;
+    let perm: Vec<i64> = e.ints("dims")?.into_iter().map(|d| normalize(d, rank)).collect();
+    e.op_with("Transpose", &[&x], &[attr("perm", Attribute::Ints(perm))])
+}
+
+fn expand(e: &Emit) -> Result<String> {
+    let x = e.tensor("self")?;
+    let shape = expand_shape(e, "size", Some("self"))?;
+    e.op("Expand", &[&x, &shape])
+}
+
+fn slice(e: &Emit) -> Result<String> {
+    let x = e.tensor("self")?;
+    let starts = e.int_1d("start", 0)?;
+    let ends = e.int_1d("end", i64::MAX)?;
+    let axes = e.const_ints(&[e.int("dim", 0)?])?;
+    let steps = e.const_ints(&[e.int("step", 1)?])?;
+    e.op("Slice", &[&x, &starts, &ends, &axes, &steps])
+}
+
+fn select(e: &Emit) -> Result<String> {
+    let x = e.tensor("self")?;
+    let i = match e.arg("index")? {
+        Some(Argument::SymInt(SymInt::Value(v))) => e.builder.value_name(v)?,
+        _ => e.scalar(e.int("index", 0)? as f64, "int64")?,
+    };
+    e.op_with("Gather", &[&x, &i], &[attr("axis", Attribute::Int(e.int("dim", 0)?))])
+}
+
+fn cat(e: &Emit) -> Result<String> {
+    let Some(Argument::Tensors(values)) = e.arg("tensors")? else { return Err(e.fail("cat without tensors")) };
+    // torch skips 1-D empty tensors in cat (an empty cache's `torch.tensor([])`); ONNX cannot.
+    let mut names = Vec::new();
+    for &v in &values {
+        if e.meta_of(v)?.shape != [Dim::Fixed(0)] || values.len() == 1 {
+            names.push(e.builder.value_name(v)?);
+        }
+    }
+    if names.len() == 1 {
+        return e.op("Identity", &[&names[0]]);
+    }
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    e.op_with("Concat", &refs, &[attr("axis", Attribute::Int(e.int("dim", 0)?))])
+}
+
+/// `fill` / `copy`: `self`'s shape and dtype, the argument `value` broadcast into it.
+fn broadcast_into_self(e: &Emit, value: &str) -> Result<String> {
+    let dtype = e.output_meta()?.dtype;
+    let value = e.operand(value, &dtype)?;
+    let shape = e.op("Shape", &[&e.tensor("self")?])?;
+    e.op("Expand", &[&value, &shape])
+}
+
+/// `scatter` (`src` or a scalar `value`) / `scatter_add`: `ScatterElements`
+/// with ONNX's `reduction`.
+fn scatter(e: &Emit, reduction: &str) -> Result<String> {
+    let dtype = e.output_meta()?.dtype;
+    let x = e.tensor("self")?;
+    let index = e.tensor("index")?;
+    let axis = normalize(e.int("dim", 0)?, e.rank("self")?);
+    let updates = match e.arg("src")? {
+        Some(Argument::Tensor(_)) => e.operand("src", &dtype)?,
+        _ => {
+            // a scalar `value`, one per index
+            let value = e.operand("value", &dtype)?;
+            e.op("Expand", &[&value, &e.op("Shape", &[&index])?])?
+        }
+    };
+    e.op_with("ScatterElements", &[&x, &index, &updates], &[attr("axis", Attribute::Int(axis)), attr("reduction", Attribute::Str(reduction.into()))])
+}
+
+fn embedding(e: &Emit) -> Result<String> {
+    let weight = e.tensor("weight")?;
+    let indices = e.tensor("indices")?;
+    e.op_with("Gather", &[&weight, &indices], &[attr("axis", Attribute::Int(0))])
+}
+
+fn arange(e: &Emit) -> Result<String> {
+    let dtype = e.output_meta()?.dtype;
+    let start = if e.arg("start")?.is_some() { e.operand("start", &dtype)? } else { e.scalar(0.0, &dtype)? };
+    let end = e.operand("end", &dtype)?;
+    let step = if e.arg("step")?.is_some() { e.operand("step", &dtype)? } else { e.scalar(1.0, &dtype)? };
+    e.op("Range", &[&start, &end, &step])
+}
+
+/// `zeros`, `ones`, `full`, `new_*`, `empty`: a tensor of the `size` given.
+fn factory(e: &Emit, fill: Fill) -> Result<String> {
+    let shape = expand_shape(e, "size", None)?;
+    filled(e, fill_value(e, fill)?, &shape)
+}
+
+/// `*_like`: a tensor of `self`'s shape.
+fn factory_like(e: &Emit, fill: Fill) -> Result<String> {
+    let x = e.tensor("self")?;
+    let shape = e.op("Shape", &[&x])?;
+    filled(e, fill_value(e, fill)?, &shape)
+}
+
+fn sym_size(e: &Emit) -> Result<String> {
+    let x = e.tensor("self")?;
+    let dim = normalize(e.int("dim", 0)?, e.rank("self")?);
+    let one = e.op_with("Shape", &[&x], &[attr("start", Attribute::Int(dim)), attr("end", Attribute::Int(dim + 1))])?;
+    let axes = e.const_ints(&[0])?;
+    e.op("Squeeze", &[&one, &axes])
 }
