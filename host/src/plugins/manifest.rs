@@ -293,7 +293,9 @@ impl ComponentMeta {
     pub fn read(component: &[u8]) -> Result<Option<ComponentMeta>, String> {
         let mut found: Option<&[u8]> = None;
         for payload in wasmparser::Parser::new(0).parse_all(component) {
-            let payload = payload.map_err(|e| format!("not a valid WebAssembly component: {}", e.message()))?;
+            // wasmparser's messages may span lines (a bad magic number prints arrays).
+            let one_line = |e: wasmparser::BinaryReaderError| e.message().split_whitespace().collect::<Vec<_>>().join(" ");
+            let payload = payload.map_err(|e| format!("not a valid WebAssembly component: {}", one_line(e)))?;
             let wasmparser::Payload::CustomSection(section) = payload else { continue };
             if section.name() != META_SECTION {
                 continue;
