@@ -54,7 +54,6 @@ impl Graph {
         let mut mapped: HashMap<ValueId, ValueId> = HashMap::new();
         let mut inputs = Vec::new();
         let mut outputs = Vec::new();
-        let mut last = Vec::new();
         for &id in &order {
             let node = self.node(id)?;
             if node.subgraph != 0 {
@@ -70,7 +69,7 @@ impl Graph {
             let node_inputs = node.inputs.iter().map(|a| NamedArgument { value: a.value.map_values(|v| mapped[&v]), ..a.clone() }).collect();
             let next = program.next_node_id();
             let mut produced = HashMap::new();
-            for value in node.outputs.iter().flat_map(Argument::values) {
+            for value in node.output_values() {
                 let v = self.value(value)?;
                 produced.insert(value, program.add_value(&v.name, v.meta.clone(), Some(next)));
                 let read_outside = self.value_users(value)?.iter().any(|u| match u {
@@ -81,14 +80,15 @@ impl Graph {
                     outputs.push(value);
                 }
             }
-            last = node.outputs.iter().flat_map(Argument::values).collect();
             let node_outputs: Vec<Argument> = node.outputs.iter().map(|a| a.map_values(|v| produced[&v])).collect();
             mapped.extend(produced);
             program.push_loaded(Node { inputs: node_inputs, outputs: node_outputs, subgraph: 0, ..node.clone() })?;
         }
         // A piece whose results nothing else reads still shows its last node's.
         if outputs.is_empty() {
-            outputs = last;
+            if let Some(&last) = order.last() {
+                outputs = self.node(last)?.output_values().collect();
+            }
         }
         let outputs = outputs.into_iter().map(|v| self.value(v).map(|value| output_argument(&value.meta, mapped[&v]))).collect::<Result<_, _>>()?;
         program.set_outputs(0, outputs)?;

@@ -99,6 +99,11 @@ impl Graph {
         serde_json::to_string_pretty(&self.to_repr()).expect("graph IR always serializes")
     }
 
+    /// The JSON form as a value (for a message that embeds it), not as text.
+    pub fn to_json_value(&self) -> serde_json::Value {
+        serde_json::to_value(self.to_repr()).expect("graph IR always serializes")
+    }
+
     fn to_repr(&self) -> GraphRepr {
         GraphRepr {
             nodes: self.nodes.clone(),

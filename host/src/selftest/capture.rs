@@ -80,7 +80,7 @@ pub fn capture(mut run: RunOptions, options: &CaptureOptions, progress: Progress
             options.count,
             options.radius
         )),
-        input: serde_json::from_str(&cut.program.to_json())?,
+        input: cut.program.to_json_value(),
         values,
         expect_targets: None,
         expect_ranges: Default::default(),

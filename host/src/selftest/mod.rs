@@ -132,8 +132,7 @@ enum OnnxUnderTest<'a> {
 
 fn run_case(runtime: &Runtime, plugin: &Plugin, set: &[Plugin], text: &str, depth: &mut Depth) -> Result<String, String> {
     let case: Case = serde_json::from_str(text).map_err(|e| e.to_string())?;
-    let before = Graph::from_json(&case.input.to_string()).map_err(|e| format!("input: {e}"))?;
-    let mut graph = before.clone();
+    let mut graph = Graph::from_json(&case.input.to_string()).map_err(|e| format!("input: {e}"))?;
     let changes = graph.changes();
     let candidate = if let Some(fix) = plugin.of_kind::<kind::FxNodeFix>() {
         fx_node_fix::run(runtime, &[fix], &mut graph, "selftest", OnPluginError::Fail).map_err(|e| e.to_string())?;
@@ -170,21 +169,23 @@ fn run_case(runtime: &Runtime, plugin: &Plugin, set: &[Plugin], text: &str, dept
         }
     }
     let numeric = matches!(depth, Depth::Numeric(_)) && !case.values.is_empty();
-    // Removed on every exit path (a temp folder of this process's own).
-    let scratch = tempfile::Builder::new().prefix(".hfx-selftest-").tempdir().map_err(|e| e.to_string())?;
-    let onnx = scratch.path().join("case.onnx");
+    // Only a numeric check writes (a temp folder of this process's own, removed on every exit path).
+    let scratch = numeric.then(|| tempfile::Builder::new().prefix(".hfx-selftest-").tempdir()).transpose().map_err(|e| e.to_string())?;
+    let onnx = scratch.as_ref().map(|s| s.path().join("case.onnx"));
     let (what, candidate, tolerance) = match candidate {
         Some(under_test) => {
-            let what = emit_onnx(runtime, &under_test, &mut graph, numeric.then_some(onnx.as_path()))?;
-            (what, Candidate::Onnx { path: onnx }, TRANSLATION_TOLERANCE)
+            let what = emit_onnx(runtime, &under_test, &mut graph, onnx.as_deref())?;
+            (what, onnx.map(|path| Candidate::Onnx { path }), TRANSLATION_TOLERANCE)
         }
-        None => (format!("{} graph edit(s)", graph.changes() - changes), Candidate::Graph { program: json(&graph)? }, FIX_TOLERANCE),
+        None => {
+            let what = format!("{} graph edit(s)", graph.changes() - changes);
+            (what, numeric.then(|| Candidate::Graph { program: graph.to_json_value() }), FIX_TOLERANCE)
+        }
     };
     let Depth::Numeric(worker) = depth else { return Ok(what) };
-    if !numeric {
-        return Ok(format!("{what}; no values: structural only"));
-    }
-    let request = RunCase { program: json(&before)?, candidate, values: case.values, atol: tolerance, rtol: tolerance };
+    let Some(candidate) = candidate else { return Ok(format!("{what}; no values: structural only")) };
+    // The case's input is the piece before the plugin, already in JSON form.
+    let request = RunCase { program: case.input, candidate, values: case.values, atol: tolerance, rtol: tolerance };
     let reply = worker.request(&request, CASE_DEADLINE).map_err(|e| e.to_string())?;
     let worst = numeric_failures(&reply.outputs)?;
     Ok(format!("{what}; max abs error {worst:.1e} on {} output(s)", reply.outputs.len()))
@@ -195,10 +196,6 @@ fn changed(graph: &Graph, before: u64) -> Result<(), String> {
         return Err("the plugin left the piece unchanged: the case does not exercise it".into());
     }
     Ok(())
-}
-
-fn json(graph: &Graph) -> Result<serde_json::Value, String> {
-    serde_json::from_str(&graph.to_json()).map_err(|e| e.to_string())
 }
 
 /// The largest error, or which output is off and by how much.
