@@ -66,6 +66,30 @@ fn captured_cases_check_fixes_and_translations_on_real_values() {
     assert_no_scratch_left(dir.path());
 }
 
+/// A case is as untrusted as its plugin: a node whose target is not an op the
+/// patch policy allows is refused by the worker's interpreter, and never runs.
+#[test]
+fn a_case_cannot_make_the_worker_call_what_the_policy_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let fix = copy_plugin("tests/plugins/kind-node-fix", dir.path());
+    let case_path = fix.join("selftest/relu.json");
+    capture(dir.path(), "relu_silu", "aten.relu.default", &case_path);
+    let captured = std::fs::read_to_string(&case_path).unwrap();
+    let marker = dir.path().join("reached");
+    for (target, argument) in [("os.system", format!("touch {}", marker.display())), ("builtins.exec", "open('x', 'w')".to_string())] {
+        let mut case: serde_json::Value = serde_json::from_str(&captured).unwrap();
+        let graph = &mut case["input"];
+        let hostile = serde_json::json!({"target": target, "inputs": [{"name": "command", "value": {"str": argument}}], "outputs": ["none"], "subgraph": 0});
+        let id = graph["nodes"].as_array().unwrap().len();
+        graph["nodes"].as_array_mut().unwrap().push(hostile);
+        graph["subgraphs"][0]["order"].as_array_mut().unwrap().insert(0, serde_json::json!(id));
+        std::fs::write(&case_path, serde_json::to_string(&case).unwrap()).unwrap();
+        let (ok, output) = test(dir.path(), &fix);
+        assert!(!ok && output.contains("PermissionError"), "{target}: {output}");
+        assert!(!marker.exists(), "{target} ran");
+    }
+}
+
 #[test]
 fn capture_names_a_missing_op_in_one_line_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
