@@ -126,6 +126,8 @@ pub fn plugin_meta(data: &[u8]) {
 pub fn selftest_case(data: &[u8]) {
     use hfx::graph::Graph;
     let Ok(text) = std::str::from_utf8(data) else { return };
+    // A patch plugin's case: read, never a panic.
+    let _ = serde_json::from_str::<hfx::selftest::patch::PatchCase>(text);
     let Ok(case) = serde_json::from_str::<hfx::selftest::Case>(text) else { return };
     let Ok(graph) = Graph::from_json(&case.input.to_string()) else { return };
     let first: Vec<_> = graph.nodes().filter(|&n| graph.node(n).is_ok_and(|n| n.subgraph == 0)).take(2).collect();

@@ -44,3 +44,39 @@ capture translate-normalization bert-layer-norm --model bert --set hidden_size=3
 capture translate-reduction llama-mean "${LLAMA[@]}" "${FIXED[@]}" --node aten.mean.dim
 capture translate-shape llama-rotary "${LLAMA[@]}" "${FIXED[@]}" --node aten.transpose.int --count 3
 capture translate-symbolic sizes --model-fn "$(pattern symbolic_sizes)" --dynamic --node _operator.mul --radius 1
+
+# ── Patches: a model to trace with and without the patch (a Python-level
+# program of tests/python/patch_patterns.py, `--program`), expecting the ops
+# the integration tests expect. Hand-written cases (layers, a mask function,
+# an architecture) are not regenerated: rms-norm-no-affine, vmap-mask-expansion,
+# nllb-moe-classifier-cast, sliding-window-cache, kernels-unavailable.
+# patch DIR NAME PATTERN [--dynamic] [EXPECT-JSON]
+patch() {
+  local dir=$1 name=$2 pattern=$3 dynamic=$4 expect=${5:-}
+  local case="plugins/$dir/selftest/$name.json"
+  "$HFX" plugins capture --program --model-fn "python:patch_patterns:$pattern" $dynamic --case "$case"
+  if [ -n "$expect" ]; then
+    python3 - "$case" "$expect" <<'PY'
+import json, sys
+path, expect = sys.argv[1], json.loads(sys.argv[2])
+case = json.load(open(path))
+case["expect"] = expect
+open(path, "w").write(json.dumps(case, indent=2) + "\n")
+PY
+  fi
+}
+ops() { echo "{\"ops\": {\"absent\": [$1], \"present\": [$2]}}"; }
+patch onnx/patch-split-symbolic split split_symbolic --dynamic "$(ops '"aten.split"' '"aten.narrow"')"
+patch onnx/patch-chunk-symbolic chunk chunk_symbolic --dynamic "$(ops '"aten.chunk"' '"aten.narrow"')"
+patch onnx/patch-roll roll roll --dynamic "$(ops '"aten.roll"' '"aten.cat"')"
+patch onnx/patch-reshape-contiguous reshape-transposed reshape_transposed "" "$(ops '' '"aten.clone"')"
+patch onnx/patch-complex-unsqueeze-exp complex-rotation complex_rotation --dynamic "$(ops '' '"aten.cos", "aten.sin"')"
+patch onnx/patch-masked-scatter masked-scatter masked_scatter --dynamic "$(ops '"aten.masked_scatter"' '"aten.cumsum", "aten.index_select"')"
+patch onnx/patch-histc histograms histograms --dynamic "$(ops '"aten.histc"' '"aten.scatter_add"')"
+patch onnx/patch-sorted-search searches sorted_search --dynamic "$(ops '"aten.searchsorted", "aten.bucketize"' '"aten.sum"')"
+patch onnx/patch-cumulative-extremum cummax-cummin cumulative_extremum --dynamic "$(ops '"aten.cummax", "aten.cummin"' '"aten.tril"')"
+patch onnx/patch-randperm randperm randperm --dynamic "$(ops '"aten.randperm"' '"aten.rand", "aten.argsort"')"
+# Rows masked at every key: torch answers zeros, ONNX Runtime without the patch NaN.
+patch onnx/patch-sdpa-masked-rows padded-rows sdpa_masked --dynamic
+# torch 2.13 traces this the same with or without the MATH backend (see tests/it/patches.rs).
+patch dynamo/patch-sdpa-math-cpu data-dependent-batch data_dependent_batch "" '"answered"'

@@ -3,6 +3,10 @@
 //! numerically in the worker. The negative controls: a wrong fix and a wrong
 //! translation, each well-formed, fail on the values; a case that does not
 //! exercise its plugin fails; every plugin the project ships passes its own.
+//! A patch's case is a model traced with and without the patch: it fails for
+//! a patch that is not called, for one whose effect is there without it, and
+//! when the ops it expects are missing; its program reaches only what the
+//! patch sandbox's policy allows.
 
 use std::path::{Path, PathBuf};
 
@@ -105,8 +109,110 @@ fn capture_names_a_missing_op_in_one_line_and_writes_nothing() {
     assert_no_scratch_left(dir.path());
 }
 
-/// Every fix and translation the project ships has a case cut from a real
-/// trace, and passes it numerically; patches are tested on real traces by `patches`.
+/// `capture --program` of a patch pattern into `case`.
+fn capture_program(dir: &Path, pattern: &str, case: &Path) {
+    let spec = format!("python:patch_patterns:{pattern}");
+    let out = hfx_with_python(dir, &["plugins", "capture", "--program", "--model-fn", &spec, "--dynamic", "--case", case.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && stdout.contains("a program of"), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn rewrite_case(path: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+    let mut case: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    edit(&mut case);
+    std::fs::write(path, serde_json::to_string(&case).unwrap()).unwrap();
+}
+
+#[test]
+fn patch_cases_trace_a_program_with_and_without_the_patch() {
+    let dir = tempfile::tempdir().unwrap();
+    let roll = copy_plugin("plugins/onnx/patch-roll", dir.path());
+    let case = roll.join("selftest/roll.json");
+    capture_program(dir.path(), "roll", &case);
+    let (ok, output) = test(dir.path(), &roll);
+    assert!(ok && output.contains("answered 2 call(s);") && output.contains("max abs error 0.0e0 against eager"), "{output}");
+
+    // Expected ops: there with the patch, missing without it.
+    rewrite_case(&case, |c| c["expect"] = serde_json::json!({"ops": {"absent": ["aten.roll"], "present": ["aten.cat"]}}));
+    let (ok, output) = test(dir.path(), &roll);
+    assert!(ok && output.contains("without it aten.roll is in the trace"), "{output}");
+    rewrite_case(&case, |c| c["expect"] = serde_json::json!({"ops": {"present": ["aten.roll"]}}));
+    let (ok, output) = test(dir.path(), &roll);
+    assert!(!ok && output.contains("with the patch: aten.roll is not in the trace"), "{output}");
+    rewrite_case(&case, |c| c["expect"] = serde_json::json!({"ops": {"present": ["aten.add"]}}));
+    let (ok, output) = test(dir.path(), &roll);
+    assert!(!ok && output.contains("the ops expected are there without the patch too"), "{output}");
+
+    // The same case for a patch the program never calls.
+    let chunk = copy_plugin("plugins/onnx/patch-chunk-symbolic", dir.path());
+    std::fs::create_dir_all(chunk.join("selftest")).unwrap();
+    std::fs::copy(&case, chunk.join("selftest/roll.json")).unwrap();
+    let (ok, output) = test(dir.path(), &chunk);
+    assert!(!ok && output.contains("the patch answered no call: the case does not exercise it"), "{output}");
+
+    // A patch whose program is the same either way does not show a change.
+    let math = copy_plugin("plugins/dynamo/patch-sdpa-math-cpu", dir.path());
+    std::fs::create_dir_all(math.join("selftest")).unwrap();
+    let shipped = plugin_dir("plugins/dynamo/patch-sdpa-math-cpu").join("selftest/data-dependent-batch.json");
+    let copied = math.join("selftest/batch.json");
+    std::fs::copy(shipped, &copied).unwrap();
+    rewrite_case(&copied, |c| c["expect"] = serde_json::json!("changes"));
+    let (ok, output) = test(dir.path(), &math);
+    assert!(!ok && output.contains("the traced program is the same without the patch"), "{output}");
+    assert_no_scratch_left(dir.path());
+}
+
+/// A patch case's program is as untrusted as its plugin: every call, method,
+/// attribute, layer class and reference is decided by the patch sandbox's
+/// policy on what it resolves to, and a refused one never runs.
+#[test]
+fn a_patch_case_program_reaches_only_what_the_policy_allows() {
+    let dir = tempfile::tempdir().unwrap();
+    let roll = copy_plugin("plugins/onnx/patch-roll", dir.path());
+    let case = roll.join("selftest/roll.json");
+    capture_program(dir.path(), "roll", &case);
+    let captured = std::fs::read_to_string(&case).unwrap();
+    let marker = dir.path().join("reached");
+    let touch = format!("touch {}", marker.display());
+    let x = serde_json::json!({"node": "x"});
+    let hostile: Vec<(&str, serde_json::Value, serde_json::Value)> = vec![
+        ("os.system", serde_json::json!({"name": "h", "op": "call_function", "target": "os.system", "args": [touch]}), serde_json::Value::Null),
+        ("a re-export", serde_json::json!({"name": "h", "op": "call_function", "target": "transformers.models.llama.modeling_llama.torch.os.system", "args": [touch]}), serde_json::Value::Null),
+        ("builtins.exec", serde_json::json!({"name": "h", "op": "call_function", "target": "builtins.exec", "args": ["import os; os.system('touch reached')"]}), serde_json::Value::Null),
+        ("a private method", serde_json::json!({"name": "h", "op": "call_method", "target": "__reduce_ex__", "args": [x, 2]}), serde_json::Value::Null),
+        ("a storage method", serde_json::json!({"name": "h", "op": "call_method", "target": "untyped_storage", "args": [x]}), serde_json::Value::Null),
+        ("a dunder attribute", serde_json::json!({"name": "h", "op": "getattr", "args": [x, "__class__"]}), serde_json::Value::Null),
+        ("a ref to eval", serde_json::json!({"name": "h", "op": "call_function", "target": "transformers.masking_utils.sdpa_mask", "args": [2, 8, 8], "kwargs": {"mask_function": {"ref": "builtins.eval"}}}), serde_json::Value::Null),
+        ("a layer that is not one", serde_json::json!({"name": "h", "op": "call_module", "target": "shell", "args": [touch]}),
+            serde_json::json!({"shell": {"class": "subprocess.Popen"}})),
+        ("a config that is not one", serde_json::json!({"name": "h", "op": "call_module", "target": "norm", "args": [x]}),
+            serde_json::json!({"norm": {"class": "transformers.models.llama.modeling_llama.LlamaRMSNorm", "config": "transformers.models.llama.modeling_llama.torch.os.system", "values": {}}})),
+    ];
+    // One case file each, run in one worker.
+    std::fs::remove_file(&case).unwrap();
+    for (index, (_, node, modules)) in hostile.iter().enumerate() {
+        let mut value: serde_json::Value = serde_json::from_str(&captured).unwrap();
+        let program = &mut value["model"]["program"];
+        program["nodes"].as_array_mut().unwrap().insert(1, node.clone());
+        if !modules.is_null() {
+            program["modules"] = modules.clone();
+        }
+        std::fs::write(roll.join(format!("selftest/hostile-{index}.json")), serde_json::to_string(&value).unwrap()).unwrap();
+    }
+    let (ok, output) = test(dir.path(), &roll);
+    assert!(!ok && output.contains(&format!("0 passed, {} failed", hostile.len())), "{output}");
+    for (index, (what, _, _)) in hostile.iter().enumerate() {
+        // This case's report runs to the next case's.
+        let report = output.split(&format!("selftest/hostile-{index}.json: ")).nth(1).unwrap_or_default();
+        let report = report.split("FAILED ").next().unwrap_or_default();
+        assert!(report.contains("PermissionError"), "{what}: {report}");
+    }
+    assert!(!marker.exists(), "a refused call ran");
+    assert_no_scratch_left(dir.path());
+}
+
+/// Every plugin the project ships has a case (cut from a real trace, or for a
+/// patch a model to trace) and passes it numerically.
 #[test]
 fn every_shipped_plugin_passes_its_self_tests() {
     let (ok, output) = test(&root(), &root().join("plugins"));
@@ -116,12 +222,17 @@ fn every_shipped_plugin_passes_its_self_tests() {
         .filter(|l| l.starts_with("ok") && l.contains("max abs error"))
         .filter_map(|l| l.split_whitespace().nth(1))
         .collect();
-    let fixes_and_translations: std::collections::BTreeSet<String> = std::fs::read_dir(root().join("plugins/onnx"))
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| n.starts_with("fix-") || n.starts_with("translate-"))
-        .map(|n| format!("onnx-{n}"))
+    let shipped: std::collections::BTreeSet<String> = ["dynamo", "onnx"]
+        .iter()
+        .flat_map(|backend| {
+            std::fs::read_dir(root().join("plugins").join(backend))
+                .unwrap()
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| n.starts_with("fix-") || n.starts_with("translate-") || n.starts_with("patch-"))
+                .map(move |n| format!("{backend}-{n}"))
+        })
         .collect();
-    let missing: Vec<&String> = fixes_and_translations.iter().filter(|n| !checked.contains(n.as_str())).collect();
+    assert!(shipped.len() >= 37, "{shipped:?}");
+    let missing: Vec<&String> = shipped.iter().filter(|n| !checked.contains(n.as_str())).collect();
     assert!(missing.is_empty(), "checked on values in no case: {missing:?}\n{output}");
 }

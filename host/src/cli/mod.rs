@@ -98,8 +98,12 @@ pub struct CaptureArgs {
     #[command(flatten)]
     pub run: RunArgs,
     /// The op the case is cut around (`aten.alias.default`).
-    #[arg(long, value_name = "TARGET")]
-    pub node: String,
+    #[arg(long, value_name = "TARGET", required_unless_present = "program")]
+    pub node: Option<String>,
+    /// A patch plugin's case instead: the `--model-fn` model's forward as a
+    /// Python-level program, traced with and without the patch.
+    #[arg(long, conflicts_with_all = ["node", "count", "radius"])]
+    pub program: bool,
     /// How many of its nodes, in program order.
     #[arg(long, default_value_t = 1)]
     pub count: usize,
@@ -327,9 +331,18 @@ fn capture(mut args: CaptureArgs, verbose: u8) -> Result<()> {
     }
     // A placeholder the pipeline's options need; capture writes into a scratch folder.
     args.run.output = Some(args.case.with_extension("pt2"));
+    if args.program && args.run.backend.is_none() {
+        // A program is captured before any backend's stage: any backend will do.
+        args.run.backend = Some(Backend::Dynamo);
+    }
     let progress = crate::pipeline::Progress { started: std::time::Instant::now(), shown: verbose > 0 || std::io::stderr().is_terminal() };
     let options = config::merge(args.run)?;
-    let what = crate::selftest::capture::CaptureOptions { target: args.node, count: args.count, radius: args.radius, case: args.case };
+    let Some(target) = args.node else {
+        let captured = crate::selftest::capture::capture_program(options, &args.case)?;
+        println!("wrote {}: a program of {} node(s), {} input value(s), {} KiB", args.case.display(), captured.nodes, captured.inputs, captured.bytes.div_ceil(1024));
+        return Ok(());
+    };
+    let what = crate::selftest::capture::CaptureOptions { target, count: args.count, radius: args.radius, case: args.case };
     let captured = crate::selftest::capture::capture(options, &what, progress)?;
     println!(
         "wrote {}: {} node(s) around {}, {} input value(s), {} KiB",

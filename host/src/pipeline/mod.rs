@@ -51,7 +51,7 @@ const WORKER_START: Duration = Duration::from_secs(120);
 
 /// What the emit step reads from: a traced program, or a file named by the user.
 enum Input<'a> {
-    Traced(Traced),
+    Traced(Box<Traced>),
     Pt2(&'a Path),
     IrJson(&'a Path),
 }
@@ -101,7 +101,7 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
             if verifying {
                 worker = Some(started);
             }
-            (loaded, Input::Traced(traced))
+            (loaded, Input::Traced(Box::new(traced)))
         }
         Source::Pt2(path) => (load_plugins(&options, None, progress)?, Input::Pt2(path)),
         Source::IrJson(path) => (load_plugins(&options, None, progress)?, Input::IrJson(path)),

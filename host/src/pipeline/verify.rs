@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 
-use crate::trace::protocol::{Check, Verify};
+use crate::trace::protocol::{Check, Verify, VerifyModel};
 use crate::trace::Worker;
 
 /// The tolerance of `--verify`, absolute and relative.
@@ -19,7 +19,7 @@ pub fn run(worker: &mut Worker, model: &Path, reference: &Path, deadline: Durati
     if !reference.exists() {
         bail!("--verify: no eager reference at {} (hfx writes one when it traces)", reference.display());
     }
-    let params = Verify { onnx: model.into(), reference: reference.into(), second_size: true, atol: TOLERANCE, rtol: TOLERANCE };
+    let params = Verify { model: VerifyModel::Onnx { path: model.into() }, reference: reference.into(), second_size: true, atol: TOLERANCE, rtol: TOLERANCE };
     let answer = worker.request(&params, deadline)?;
     let failed: Vec<String> = answer
         .checks

@@ -23,7 +23,8 @@ pub trait Kind {
 }
 
 macro_rules! kinds {
-    ($($(#[$doc:meta])* $kind:ident => $module:ident :: $world:ident, $pre:ident;)*) => {$(
+    ($($(#[$doc:meta])* $kind:ident => $module:ident :: $world:ident, $pre:ident;)*) => {
+        $(
         $(#[$doc])*
         pub enum $kind {}
 
@@ -44,7 +45,22 @@ macro_rules! kinds {
                 instance.call_describe(store)
             }
         }
-    )*};
+    )*
+
+        /// A plugin as its kind: one match covers every kind.
+        pub enum Typed<'a> {
+            $($kind(PluginOf<'a, $kind>),)*
+        }
+
+        impl Plugin {
+            /// This plugin as the one kind it is.
+            pub fn typed(&self) -> Typed<'_> {
+                match &self.pre {
+                    $(KindPre::$kind(pre) => Typed::$kind(PluginOf { plugin: self, pre }),)*
+                }
+            }
+        }
+    };
 }
 
 kinds! {

@@ -3,18 +3,22 @@
 //! FX stages) into a `.pt2` in a scratch folder; the first nodes of the op
 //! asked for are cut out (`Graph::cut`), and the worker runs the program on
 //! its sample inputs to record the values that reach the piece.
+//!
+//! `--program` captures a patch plugin's case instead: the forward of a
+//! `--model-fn` model as a Python-level program (`patch.rs`).
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
+use super::patch::{CaseModel, Expect, PatchCase};
 use super::{Case, MAX_CASE_BYTES};
 use crate::graph::pt2::{convert, Pt2};
 use crate::graph::NodeId;
 use crate::pipeline::scratch::Scratch;
 use crate::pipeline::{Artifact, Destination, Progress, RunOptions, Source};
-use crate::trace::protocol::CaptureValues;
-use crate::trace::Worker;
+use crate::trace::protocol::{CaptureProgram, CaptureValues};
+use crate::trace::{ModelSource, Worker};
 
 /// What to cut, and where the case goes.
 pub struct CaptureOptions {
@@ -85,7 +89,37 @@ pub fn capture(mut run: RunOptions, options: &CaptureOptions, progress: Progress
         expect_targets: None,
         expect_ranges: Default::default(),
     };
-    let text = serde_json::to_string_pretty(&case)? + "\n";
+    let bytes = write_case(&options.case, &case)?;
+    Ok(Captured { nodes: cut.program.node_count(), inputs: cut.inputs.len(), bytes })
+}
+
+/// `--program`: the forward of `run`'s `--model-fn` model as a patch case
+/// (expecting the default: the traced program changes with the patch).
+pub fn capture_program(run: RunOptions, case_path: &Path) -> Result<Captured> {
+    let Source::Trace(trace) = &run.source else { bail!("--program captures a model function (--model-fn), not a file") };
+    let ModelSource::Function(spec) = &trace.request.source else {
+        bail!("--program captures a model function (--model-fn python:module:function); an architecture can be a case as it is (see docs/plugins.md)")
+    };
+    let mut worker = Worker::start_with(&run.plugins.python(), run.verify_deadline, &run.worker)?;
+    let captured = worker.request(&CaptureProgram { spec: spec.clone() }, run.verify_deadline)?;
+    drop(worker);
+    let dynamic = trace.request.dynamic;
+    let nodes = captured.program.get("nodes").and_then(|n| n.as_array()).map_or(0, Vec::len);
+    let inputs = captured.inputs.len();
+    let case = PatchCase {
+        about: Some(format!("hfx plugins capture --program {}{}", trace.request.source, if dynamic { " --dynamic" } else { "" })),
+        model: CaseModel::Program { program: captured.program, inputs: captured.inputs },
+        dynamic,
+        expect: Expect::Changes,
+        compare_outputs: None,
+    };
+    let bytes = write_case(case_path, &case)?;
+    Ok(Captured { nodes, inputs, bytes })
+}
+
+/// Writes `case` atomically, refusing one larger than a case may be; its size.
+fn write_case(path: &Path, case: &impl serde::Serialize) -> Result<usize> {
+    let text = serde_json::to_string_pretty(case)? + "\n";
     if text.len() as u64 > MAX_CASE_BYTES {
         bail!(
             "the case is {} KiB, more than a self-test case may be ({} KiB): capture from a smaller config (--set) or fewer nodes",
@@ -93,10 +127,9 @@ pub fn capture(mut run: RunOptions, options: &CaptureOptions, progress: Progress
             MAX_CASE_BYTES >> 10
         );
     }
-    write_case(&options.case, &text)?;
-    Ok(Captured { nodes: cut.program.node_count(), inputs: cut.inputs.len(), bytes: text.len() })
-}
-
-fn write_case(path: &Path, text: &str) -> Result<()> {
-    crate::atomic::write_bytes_atomically(path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))
+    if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    crate::atomic::write_bytes_atomically(path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
+    Ok(text.len())
 }

@@ -20,11 +20,11 @@
 //! also checks the result in the worker: the piece after a fix against the
 //! piece before, both in the worker's interpreter; a translation's ONNX model
 //! in ONNX Runtime against the piece in PyTorch. `hfx plugins verify` runs the
-//! structural half only (no Python). Patch plugins are tested on real traces
-//! by the integration tests (their patterns are Python code; a case cannot
-//! carry code).
+//! structural half only (no Python). A patch plugin's case is a model to
+//! trace with the patch and without it instead (`patch.rs`).
 
 pub mod capture;
+pub mod patch;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -35,7 +35,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::graph::{Graph, RangeConstraint};
 use crate::onnx::inputs::InputRole;
-use crate::plugins::{kind, LoadError, Plugin, PluginOf, Runtime};
+use crate::plugins::kind::{self, Typed};
+use crate::plugins::{LoadError, Plugin, PluginOf, Runtime};
 use crate::stages::{fx_node_fix, fx_program_fix, onnx_ir_fix, onnx_translation, OnPluginError};
 use crate::trace::protocol::{Candidate, CaseValue, Comparison, RunCase};
 use crate::trace::Worker;
@@ -131,30 +132,42 @@ enum OnnxUnderTest<'a> {
 }
 
 fn run_case(runtime: &Runtime, plugin: &Plugin, set: &[Plugin], text: &str, depth: &mut Depth) -> Result<String, String> {
-    let case: Case = serde_json::from_str(text).map_err(|e| e.to_string())?;
-    let mut graph = Graph::from_json(&case.input.to_string()).map_err(|e| format!("input: {e}"))?;
-    let changes = graph.changes();
-    let candidate = if let Some(fix) = plugin.of_kind::<kind::FxNodeFix>() {
-        fx_node_fix::run(runtime, &[fix], &mut graph, "selftest", OnPluginError::Fail).map_err(|e| e.to_string())?;
-        changed(&graph, changes)?;
-        None
-    } else if let Some(fix) = plugin.of_kind::<kind::FxProgramFix>() {
-        fx_program_fix::run(runtime, &[fix], &mut graph, "selftest", OnPluginError::Fail).map_err(|e| e.to_string())?;
-        changed(&graph, changes)?;
-        None
-    } else if let Some(translation) = plugin.of_kind::<kind::OnnxTranslation>() {
-        let mut translations = crate::stages::select::<kind::OnnxTranslation>(set, plugin.manifest.plugin.backend);
-        translations.retain(|t| !std::ptr::eq(t.plugin, plugin));
-        translations.push(translation);
-        Some(OnnxUnderTest::Translation { plugin: translation, translations })
-    } else if let Some(fix) = plugin.of_kind::<kind::OnnxIrFix>() {
-        let translations = crate::stages::select::<kind::OnnxTranslation>(set, plugin.manifest.plugin.backend);
-        if translations.is_empty() {
-            return Err(format!("an IR fix's case is translated first: load the {} translations too (--plugins)", plugin.manifest.plugin.backend));
+    let text_case = || serde_json::from_str::<Case>(text).map_err(|e| e.to_string());
+    let (case, mut graph, changes, candidate) = match plugin.typed() {
+        Typed::Patch(patch) => {
+            let case: patch::PatchCase = serde_json::from_str(text).map_err(|e| e.to_string())?;
+            return match depth {
+                Depth::Structural => Ok("read; a patch case is traced by `hfx plugins test`".into()),
+                Depth::Numeric(worker) => patch::run(runtime, patch, &case, worker),
+            };
         }
-        Some(OnnxUnderTest::IrFix { fix, translations })
-    } else {
-        return Err(format!("{} plugins have no self-tests: they are tested on real traces", plugin.kind()));
+        Typed::FxNodeFix(fix) => {
+            let (case, mut graph, changes) = piece(text_case()?)?;
+            fx_node_fix::run(runtime, &[fix], &mut graph, "selftest", OnPluginError::Fail).map_err(|e| e.to_string())?;
+            changed(&graph, changes)?;
+            (case, graph, changes, None)
+        }
+        Typed::FxProgramFix(fix) => {
+            let (case, mut graph, changes) = piece(text_case()?)?;
+            fx_program_fix::run(runtime, &[fix], &mut graph, "selftest", OnPluginError::Fail).map_err(|e| e.to_string())?;
+            changed(&graph, changes)?;
+            (case, graph, changes, None)
+        }
+        Typed::OnnxTranslation(translation) => {
+            let (case, graph, changes) = piece(text_case()?)?;
+            let mut translations = crate::stages::select::<kind::OnnxTranslation>(set, plugin.manifest.plugin.backend);
+            translations.retain(|t| !std::ptr::eq(t.plugin, plugin));
+            translations.push(translation);
+            (case, graph, changes, Some(OnnxUnderTest::Translation { plugin: translation, translations }))
+        }
+        Typed::OnnxIrFix(fix) => {
+            let (case, graph, changes) = piece(text_case()?)?;
+            let translations = crate::stages::select::<kind::OnnxTranslation>(set, plugin.manifest.plugin.backend);
+            if translations.is_empty() {
+                return Err(format!("an IR fix's case is translated first: load the {} translations too (--plugins)", plugin.manifest.plugin.backend));
+            }
+            (case, graph, changes, Some(OnnxUnderTest::IrFix { fix, translations }))
+        }
     };
     if let Some(expected) = &case.expect_targets {
         let found: Vec<String> = graph.nodes().map(|n| graph.node(n).map(|n| n.target.clone()).unwrap_or_default()).collect();
@@ -189,6 +202,13 @@ fn run_case(runtime: &Runtime, plugin: &Plugin, set: &[Plugin], text: &str, dept
     let reply = worker.request(&request, CASE_DEADLINE).map_err(|e| e.to_string())?;
     let worst = numeric_failures(&reply.outputs)?;
     Ok(format!("{what}; max abs error {worst:.1e} on {} output(s)", reply.outputs.len()))
+}
+
+/// The case's piece as a graph, and its change count before the plugin.
+fn piece(case: Case) -> Result<(Case, Graph, u64), String> {
+    let graph = Graph::from_json(&case.input.to_string()).map_err(|e| format!("input: {e}"))?;
+    let changes = graph.changes();
+    Ok((case, graph, changes))
 }
 
 fn changed(graph: &Graph, before: u64) -> Result<(), String> {

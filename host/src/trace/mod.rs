@@ -426,6 +426,8 @@ pub enum ModelSource {
     Directory(PathBuf),
     /// `python:module:function` returning `(model, inputs)`.
     Function(String),
+    /// A Python-level program and its inputs: a patch plugin's self-test case.
+    Program { program: serde_json::Value, inputs: std::collections::BTreeMap<String, protocol::CaseValue> },
 }
 
 impl std::fmt::Display for ModelSource {
@@ -442,6 +444,7 @@ impl std::fmt::Display for ModelSource {
             }
             ModelSource::Directory(dir) => write!(f, "--model-dir {}", dir.display()),
             ModelSource::Function(spec) => write!(f, "--model-fn {spec}"),
+            ModelSource::Program { .. } => write!(f, "a self-test case's program"),
         }
     }
 }
@@ -497,6 +500,7 @@ impl TraceRequest {
             }
             ModelSource::Directory(path) => SourceParams::Directory { path: path.clone() },
             ModelSource::Function(spec) => SourceParams::Function { spec: spec.clone() },
+            ModelSource::Program { program, inputs } => SourceParams::Program { program: program.clone(), inputs: inputs.clone() },
         };
         TraceParams {
             source,

@@ -23,7 +23,7 @@ use crate::plugins::Versions;
 
 /// The protocol version; the worker's `protocol.PROTOCOL` is the same number.
 /// Any change to a message below is a new version.
-pub const PROTOCOL: u64 = 3;
+pub const PROTOCOL: u64 = 4;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -113,6 +113,8 @@ pub enum SourceParams {
     Architecture { name: String, overrides: BTreeMap<String, String> },
     Directory { path: PathBuf },
     Function { spec: String },
+    /// A Python-level program and its inputs (`hfx_worker/program.py`): a patch plugin's case.
+    Program { program: Value, inputs: BTreeMap<String, CaseValue> },
 }
 
 /// `trace`: every field is sent; the worker has no defaults.
@@ -150,10 +152,20 @@ impl Method for PatchesRestored {
     type Reply = BTreeMap<String, bool>;
 }
 
-/// `verify`: the ONNX model in ONNX Runtime against the eager reference.
+/// An artifact `verify` runs, in its runtime.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum VerifyModel {
+    /// In ONNX Runtime.
+    Onnx { path: PathBuf },
+    /// As `torch.export.load(path).module()` (weights inside the `.pt2`).
+    Pt2 { path: PathBuf },
+}
+
+/// `verify`: an artifact against the eager reference.
 #[derive(Debug, Clone, Serialize)]
 pub struct Verify {
-    pub onnx: PathBuf,
+    pub model: VerifyModel,
     pub reference: PathBuf,
     /// Also at a second input size, for a dynamic export of a generated model.
     pub second_size: bool,
@@ -178,6 +190,18 @@ pub struct CaptureValues {
 impl Method for CaptureValues {
     const NAME: &'static str = "capture_values";
     type Reply = CaptureValuesReply;
+}
+
+/// `capture_program`: the forward of a `python:module:function` model as a
+/// Python-level program, for a patch plugin's case.
+#[derive(Debug, Clone, Serialize)]
+pub struct CaptureProgram {
+    pub spec: String,
+}
+
+impl Method for CaptureProgram {
+    const NAME: &'static str = "capture_program";
+    type Reply = CaptureProgramReply;
 }
 
 /// What a self-test case's program is compared with.
@@ -308,6 +332,13 @@ pub struct TraceReply {
 #[serde(deny_unknown_fields)]
 pub struct CaptureValuesReply {
     pub values: BTreeMap<String, CaseValue>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaptureProgramReply {
+    pub program: Value,
+    pub inputs: BTreeMap<String, CaseValue>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -4,8 +4,8 @@ One JSON object per line. The host writes requests and patch answers on the
 worker's stdin; the worker writes responses, progress and patch calls on its
 stdout:
 
-    host → worker   {"id": 1, "method": "hello", "params": {"protocol": 2}}
-    worker → host   {"id": 1, "result": {"protocol": 2, "python": "3.11.9", "versions": {...}}}
+    host → worker   {"id": 1, "method": "hello", "params": {"protocol": 4}}
+    worker → host   {"id": 1, "result": {"protocol": 4, "python": "3.11.9", "versions": {...}}}
     host → worker   {"id": 2, "method": "trace", "params": {...TraceParams}}
     worker → host   {"progress": {"stage": "import"}}
     worker → host   {"patch_call": {...PatchCall}}       (during `trace` only)
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Optional, Union
 
 # The protocol version; the host's `trace::protocol::PROTOCOL` is the same number.
-PROTOCOL = 3
+PROTOCOL = 4
 
 # The steps of a `trace` request, in order, as progress names them (the host's
 # `TraceStep`). `export` runs torch.export under the reference exporter's
@@ -92,9 +92,18 @@ class FunctionSource:
 
 
 @dataclass
+class ProgramSource:
+    """A Python-level program (`program.py`) and its inputs (encoded values): a patch plugin's self-test."""
+    NAME: ClassVar[str] = "`program` source"
+    KIND: ClassVar[str] = "program"
+    program: dict[str, Any]
+    inputs: dict[str, Any]
+
+
+@dataclass
 class TraceParams:
     NAME: ClassVar[str] = "`trace` request"
-    source: Union[ArchitectureSource, DirectorySource, FunctionSource]
+    source: Union[ArchitectureSource, DirectorySource, FunctionSource, ProgramSource]
     task: Optional[str]
     dynamic: bool
     dynamic_shapes: list[str]
@@ -117,9 +126,25 @@ class PatchesRestoredParams:
 
 
 @dataclass
+class OnnxModel:
+    """An `.onnx` artifact, run in ONNX Runtime."""
+    NAME: ClassVar[str] = "`onnx` model"
+    KIND: ClassVar[str] = "onnx"
+    path: str
+
+
+@dataclass
+class Pt2Model:
+    """A `.pt2` artifact (weights inside), run as `torch.export.load(path).module()`."""
+    NAME: ClassVar[str] = "`pt2` model"
+    KIND: ClassVar[str] = "pt2"
+    path: str
+
+
+@dataclass
 class VerifyParams:
     NAME: ClassVar[str] = "`verify` request"
-    onnx: str
+    model: Union[OnnxModel, Pt2Model]
     reference: str
     second_size: bool
     atol: float
@@ -134,6 +159,13 @@ class CaptureValuesParams:
     program: str
     reference: str
     names: list[str]
+
+
+@dataclass
+class CaptureProgramParams:
+    """The program of a `python:module:function` model's forward, for a patch case."""
+    NAME: ClassVar[str] = "`capture_program` request"
+    spec: str
 
 
 @dataclass
@@ -248,6 +280,12 @@ class VerifyReply:
 @dataclass
 class CaptureValuesReply:
     values: dict[str, Any]
+
+
+@dataclass
+class CaptureProgramReply:
+    program: dict[str, Any]
+    inputs: dict[str, Any]
 
 
 @dataclass

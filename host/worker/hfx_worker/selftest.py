@@ -1,5 +1,7 @@
 """The requests behind plugin self-tests (`hfx plugins capture`, `hfx plugins test`).
 
+`capture_program` records a model function's forward as a Python-level
+program (`program.py`), the model of a patch plugin's case.
 `capture_values` runs a traced program (a `.pt2` hfx wrote) on its sample
 inputs and records the values at the nodes a case is cut around: a case's
 inputs are what really flowed there. `run_case` runs a case's program in the
@@ -7,10 +9,22 @@ IR interpreter (`graph.py`) and a candidate (the program after the plugin, or
 its ONNX translation in ONNX Runtime) on the case's values and compares them.
 """
 
+from . import program
 from .graph import decode_value, encode_value, run_graph
 from .pytree import register_cache_pytrees
-from .protocol import (CaptureValuesParams, CaptureValuesReply, GraphCandidate, RunCaseParams, RunCaseReply)
+from .protocol import (CaptureProgramParams, CaptureProgramReply, CaptureValuesParams, CaptureValuesReply,
+                       GraphCandidate, RunCaseParams, RunCaseReply)
+from .sources import from_function
 from .verify import compared
+
+
+def capture_program(session, params: CaptureProgramParams) -> CaptureProgramReply:
+    import torch
+
+    torch.manual_seed(0)
+    module, inputs = from_function(params.spec)
+    captured, values = program.capture(module.eval(), inputs)
+    return CaptureProgramReply(program=captured, inputs=values)
 
 
 def capture_values(session, params: CaptureValuesParams) -> CaptureValuesReply:

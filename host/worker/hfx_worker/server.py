@@ -13,10 +13,10 @@ import sys
 import traceback
 
 from . import protocol
-from .protocol import (CaptureValuesParams, Channel, ErrorReply, HelloParams, HelloReply, PatchesRestoredParams,
+from .protocol import (CaptureProgramParams, CaptureValuesParams, Channel, ErrorReply, HelloParams, HelloReply, PatchesRestoredParams,
                        ProtocolError, Request, RunCaseParams, TraceParams, VerifyParams)
 from .sandbox import Reach, patch_status
-from .selftest import capture_values, run_case
+from .selftest import capture_program, capture_values, run_case
 from .trace import trace
 from .verify import verify
 
@@ -78,6 +78,7 @@ METHODS = {
     "patches_restored": (PatchesRestoredParams, patches_restored),
     "verify": (VerifyParams, verify),
     "capture_values": (CaptureValuesParams, capture_values),
+    "capture_program": (CaptureProgramParams, capture_program),
     "run_case": (RunCaseParams, run_case),
 }
 

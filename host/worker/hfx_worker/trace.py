@@ -15,6 +15,7 @@ import os
 import time
 
 from . import protocol
+from .program import build as build_program
 from .protocol import ExportMetadata, TraceParams, TraceReply
 from .pytree import flat_outputs, output_names, register_cache_pytrees
 from .sandbox import patch_status, patches_applied
@@ -208,6 +209,8 @@ def trace(session, params: TraceParams) -> TraceReply:
         elif isinstance(source, protocol.DirectorySource):
             model = from_directory(source.path, params.task)
             inputs = None
+        elif isinstance(source, protocol.ProgramSource):
+            model, inputs = build_program(session.policy, source.program, source.inputs)
         else:
             model, inputs = from_function(source.spec)
         model = model.eval()
@@ -257,7 +260,7 @@ def trace(session, params: TraceParams) -> TraceReply:
     # Kept for `verify` at a second input size (generated inputs only).
     session.last_trace = LastTrace(
         model=model, flags=flags, device=device, dtype=dtype,
-        generated=not isinstance(source, protocol.FunctionSource), dynamic=bool(params.dynamic or params.dynamic_shapes))
+        generated=isinstance(source, (protocol.ArchitectureSource, protocol.DirectorySource)), dynamic=bool(params.dynamic or params.dynamic_shapes))
     return TraceReply(
         model_class=type(model).__name__,
         inputs={k: list(v.shape) for k, v in inputs.items() if torch.is_tensor(v)},

@@ -1,9 +1,10 @@
-"""The `verify` request: the ONNX artifact in ONNX Runtime against eager PyTorch."""
+"""The `verify` request: an artifact in its runtime against eager PyTorch (an
+`.onnx` in ONNX Runtime, a `.pt2` as torch.export loads it)."""
 
 import math
 
-from .protocol import Check, Comparison, VerifyParams, VerifyReply
-from .pytree import flat_outputs
+from .protocol import Check, Comparison, OnnxModel, VerifyParams, VerifyReply
+from .pytree import flat_outputs, register_cache_pytrees
 from .sources import on_device, sample_inputs
 from .trace import config_flags
 
@@ -41,14 +42,11 @@ def compared(outputs, eager, atol, rtol):
     return report
 
 
-def verify(session, params: VerifyParams) -> VerifyReply:
-    """Runs the ONNX model in ONNX Runtime on the recorded inputs (and, for a dynamic
-    export of a generated model, on a second input size) and compares with eager."""
+def onnx_runner(path):
+    """(run(inputs) -> outputs, providers) for an ONNX model in ONNX Runtime."""
     import onnxruntime
-    import torch
 
-    atol, rtol = params.atol, params.rtol
-    onnx_session = onnxruntime.InferenceSession(params.onnx, providers=["CPUExecutionProvider"])
+    onnx_session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
     names = [i.name for i in onnx_session.get_inputs()]
 
     def run(inputs):
@@ -57,7 +55,36 @@ def verify(session, params: VerifyParams) -> VerifyReply:
             raise ValueError(f"the ONNX model wants inputs {missing}; the sample has {sorted(inputs)}")
         return onnx_session.run(None, {n: inputs[n].detach().cpu().numpy() for n in names})
 
+    return run, onnx_session.get_providers()
+
+
+def pt2_runner(path, constants):
+    """(run(inputs) -> outputs, providers) for a `.pt2`, as `torch.export.load` gives it."""
+    import torch
+    import transformers.modeling_outputs  # noqa: F401  (its output types are pytree nodes)
+
+    register_cache_pytrees()
+    module = torch.export.load(path).module()
+
+    def run(inputs):
+        with torch.no_grad():
+            outputs = flat_outputs(module(**inputs, **constants))
+        return [o.detach().cpu().numpy() if torch.is_tensor(o) else o for o in outputs]
+
+    return run, ["torch.export"]
+
+
+def verify(session, params: VerifyParams) -> VerifyReply:
+    """Runs the model on the recorded inputs (and, for a dynamic export of a
+    generated model, on a second input size) and compares with eager."""
+    import torch
+
+    atol, rtol = params.atol, params.rtol
     ref = torch.load(params.reference)
+    if isinstance(params.model, OnnxModel):
+        run, providers = onnx_runner(params.model.path)
+    else:
+        run, providers = pt2_runner(params.model.path, ref.get("constants", {}))
     checks = [Check(inputs={k: list(v.shape) for k, v in ref["inputs"].items()},
                     outputs=compared(run(ref["inputs"]), ref["outputs"], atol, rtol))]
     last = session.last_trace
@@ -67,4 +94,4 @@ def verify(session, params: VerifyParams) -> VerifyReply:
         with torch.no_grad(), config_flags(model, last.flags):
             eager = flat_outputs(model(**inputs))
         checks.append(Check(inputs={k: list(v.shape) for k, v in inputs.items()}, outputs=compared(run(inputs), eager, atol, rtol)))
-    return VerifyReply(checks=checks, providers=onnx_session.get_providers())
+    return VerifyReply(checks=checks, providers=providers)

@@ -1,0 +1,178 @@
+//! A patch plugin's self-tests. A patch rewrites Python calls while
+//! torch.export traces, so its case is a model to trace, as data: a
+//! Python-level program (the calls of a forward, resolved by the patch
+//! sandbox's policy as they are made; `hfx_worker/program.py`, captured by
+//! `hfx plugins capture --program`) or a transformers architecture from a
+//! config. The worker traces it twice, with the patch and without:
+//!
+//! ```json
+//! { "about": "hfx plugins capture --program --model-fn python:patch_patterns:roll --dynamic",
+//!   "model": {"kind": "program", "program": {"nodes": [...]}, "inputs": {"x": {"tensor": {...}}}},
+//!   "dynamic": true,
+//!   "expect": {"ops": {"absent": ["aten.roll"], "present": ["aten.cat"]}} }
+//! ```
+//!
+//! With the patch the trace must succeed, the patch must answer a call, and
+//! the traced program must match eager PyTorch (1e-4, as `.pt2` parity is
+//! held). `expect` says what shows the patch's effect, and the unpatched
+//! trace must lack it (fail to trace, or miss the ops), so a case proves the
+//! effect: `changes` (the default: the traced ops differ, or the unpatched
+//! model does not trace), `ops` (targets containing these are absent/present),
+//! or `answered` (the patch only has to be called: for a patch whose program
+//! is the same either way, said so in its case's `about`).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::graph::pt2::Pt2;
+use crate::plugins::{kind, PluginOf, Runtime, Session};
+use crate::trace::protocol::{CaseValue, Verify, VerifyModel};
+use crate::trace::{ModelSource, TraceRequest, Worker};
+
+/// A patched trace against eager: float round-off only, as `.pt2` parity.
+const TOLERANCE: f64 = 1e-4;
+const DEADLINE: Duration = Duration::from_secs(300);
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct PatchCase {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub about: Option<String>,
+    pub model: CaseModel,
+    /// Traced with every axis dynamic (`--dynamic`).
+    #[serde(default)]
+    pub dynamic: bool,
+    #[serde(default)]
+    pub expect: Expect,
+    /// The outputs compared with eager, by position, when the patch changes
+    /// the others by design (a cache that keeps more positions): all by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compare_outputs: Option<Vec<usize>>,
+}
+
+/// The model a patch case traces.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum CaseModel {
+    /// A Python-level program and its inputs, by name.
+    Program { program: serde_json::Value, inputs: BTreeMap<String, CaseValue> },
+    /// A random model of a transformers architecture (`--model NAME --set K=V,...`,
+    /// `--task` a class of its modeling module), on hfx's generated inputs.
+    Architecture {
+        name: String,
+        #[serde(default)]
+        overrides: BTreeMap<String, String>,
+        #[serde(default)]
+        task: Option<String>,
+    },
+}
+
+/// What shows the patch's effect; the unpatched trace must not show it.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Expect {
+    /// The traced ops differ from the unpatched trace's, or only the patched model traces.
+    #[default]
+    Changes,
+    /// Ops whose targets contain these strings are absent from / present in the trace.
+    Ops {
+        #[serde(default)]
+        absent: Vec<String>,
+        #[serde(default)]
+        present: Vec<String>,
+    },
+    /// Only that the patch answered a call (its program is the same either way).
+    Answered,
+}
+
+impl PatchCase {
+    fn request(&self) -> TraceRequest {
+        let (source, task) = match &self.model {
+            CaseModel::Program { program, inputs } => (ModelSource::Program { program: program.clone(), inputs: inputs.clone() }, None),
+            CaseModel::Architecture { name, overrides, task } => {
+                (ModelSource::Architecture { name: name.clone(), overrides: overrides.clone().into_iter().collect() }, task.clone())
+            }
+        };
+        TraceRequest { task, dynamic: self.dynamic, ..TraceRequest::new(source) }
+    }
+}
+
+/// Runs `case` for `patch` in `worker`; says what it showed.
+pub fn run(runtime: &Runtime, patch: PluginOf<'_, kind::Patch>, case: &PatchCase, worker: &mut Worker) -> Result<String, String> {
+    let scratch = tempfile::Builder::new().prefix(".hfx-selftest-").tempdir().map_err(|e| e.to_string())?;
+    let request = case.request();
+
+    // With the patch: it traces, the patch answers, the program matches eager.
+    let (with, reference) = (scratch.path().join("with.pt2"), scratch.path().join("with.reference.pt"));
+    let mut sessions = vec![Session::new(runtime, patch, "selftest")];
+    crate::trace::trace(worker, &request, &mut sessions, &with, &reference, DEADLINE).map_err(|e| format!("with the patch: {e}"))?;
+    let answered = sessions[0].calls;
+    if answered == 0 {
+        return Err("the patch answered no call: the case does not exercise it".into());
+    }
+    let verify = Verify { model: VerifyModel::Pt2 { path: with.clone() }, reference, second_size: true, atol: TOLERANCE, rtol: TOLERANCE };
+    let checks = worker.request(&verify, DEADLINE).map_err(|e| format!("checking the patched program: {e}"))?.checks;
+    let mut worst = 0f64;
+    for check in &checks {
+        let compared: Vec<_> = match &case.compare_outputs {
+            None => check.outputs.clone(),
+            Some(wanted) => {
+                if let Some(missing) = wanted.iter().find(|&&i| i >= check.outputs.len()) {
+                    return Err(format!("compare-outputs names output {missing}; the program has {}", check.outputs.len()));
+                }
+                wanted.iter().map(|&i| check.outputs[i].clone()).collect()
+            }
+        };
+        worst = worst.max(super::numeric_failures(&compared).map_err(|e| format!("the patched program against eager: {e}"))?);
+    }
+    let patched = targets(&with)?;
+
+    // Without it: the effect must be missing (or the model must not trace).
+    let without_path = scratch.path().join("without.pt2");
+    let without = crate::trace::trace(worker, &request, &mut [], &without_path, &scratch.path().join("without.reference.pt"), DEADLINE)
+        .map_err(|e| e.to_string())
+        .and_then(|_| targets(&without_path));
+    let effect = match (&case.expect, without) {
+        (Expect::Answered, _) => "its program is the same either way".to_string(),
+        (_, Err(e)) => format!("the model does not trace without it ({})", e.lines().next().unwrap_or_default()),
+        (Expect::Changes, Ok(unpatched)) if unpatched == patched => {
+            return Err("the traced program is the same without the patch: the case does not show its effect".into())
+        }
+        (Expect::Changes, Ok(unpatched)) => format!("{} traced ops, {} without it", patched.len(), unpatched.len()),
+        (Expect::Ops { absent, present }, Ok(unpatched)) => {
+            ops_shown(&patched, absent, present).map_err(|e| format!("with the patch: {e}"))?;
+            match ops_shown(&unpatched, absent, present) {
+                Ok(()) => return Err("the ops expected are there without the patch too: the case does not show its effect".into()),
+                Err(e) => format!("without it {e}"),
+            }
+        }
+    };
+    let outputs = match &case.compare_outputs {
+        None => "every output".to_string(),
+        Some(wanted) => format!("output(s) {wanted:?}"),
+    };
+    Ok(format!("answered {answered} call(s); {effect}; max abs error {worst:.1e} against eager on {outputs}"))
+}
+
+/// The targets of a traced `.pt2`'s nodes, sorted.
+fn targets(path: &Path) -> Result<Vec<String>, String> {
+    let mut pt2 = Pt2::open(path).map_err(|e| e.to_string())?;
+    let program = pt2.programs.remove("model").ok_or("the traced archive has no `model` program")?;
+    let mut targets: Vec<String> = program.graph_module.graph.nodes.into_iter().map(|n| n.target).collect();
+    targets.sort();
+    Ok(targets)
+}
+
+/// Whether `targets` has no op containing an `absent` string and one containing each `present` one.
+fn ops_shown(targets: &[String], absent: &[String], present: &[String]) -> Result<(), String> {
+    if let Some(op) = absent.iter().find(|op| targets.iter().any(|t| t.contains(op.as_str()))) {
+        return Err(format!("{op} is in the trace"));
+    }
+    if let Some(op) = present.iter().find(|op| !targets.iter().any(|t| t.contains(op.as_str()))) {
+        return Err(format!("{op} is not in the trace"));
+    }
+    Ok(())
+}
