@@ -141,6 +141,10 @@ fn trace_options_with_an_input_file_are_an_error_not_ignored() {
     let out = hfx_in(dir.path(), &["run", "--config", "run.toml", example.to_str().unwrap(), "-o", output.to_str().unwrap()]);
     assert!(one_error_line(&out).contains("--dynamic apply to a model hfx traces"));
     assert!(!output.exists());
+    // --verify needs a runtime to run the artifact in.
+    let out = hfx_in(dir.path(), &[&base[..], &["--verify"][..]].concat());
+    assert!(one_error_line(&out).contains("a .json graph has none: write .onnx or .pt2"));
+    assert!(!output.exists());
 }
 
 #[test]

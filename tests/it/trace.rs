@@ -5,33 +5,71 @@
 use crate::common::*;
 use crate::common::hfx_with_python as hfx;
 
-const TINY: &[(&str, &str)] = &[
-    ("llama", "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,max_position_embeddings=64"),
-    ("gpt2", "vocab_size=128,n_embd=32,n_layer=2,n_head=4,n_positions=64"),
-    ("bert", "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,max_position_embeddings=64"),
-    ("vit", "image_size=32,patch_size=8,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4"),
-    ("qwen3", "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,head_dim=8"),
-    ("t5", "vocab_size=128,d_model=32,d_kv=8,d_ff=64,num_layers=2,num_decoder_layers=2,num_heads=4"),
-];
+const LLAMA: &str = "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,max_position_embeddings=64";
 
-#[test]
-fn traced_models_match_eager_static_and_dynamic() {
+/// Traces `arch` static and dynamic to `.pt2` with `--verify`: the archive as
+/// `torch.export.load` runs it matches eager at 1e-4 on the recorded inputs
+/// and, dynamic, at a second size (3, 5) without a retrace.
+fn traced_and_verified(arch: &str, set: &str) {
     let dir = tempfile::tempdir().unwrap();
-    for (arch, set) in TINY {
-        for mode in ["static", "dynamic"] {
-            let out = dir.path().join(format!("{arch}_{mode}.pt2"));
-            let mut args = vec!["run", "--backend", "dynamo", "--model", arch, "--set", set, "-o", out.to_str().unwrap()];
-            if mode == "dynamic" {
-                args.push("--dynamic");
-            }
-            let result = hfx(dir.path(), &args);
-            let stdout = String::from_utf8_lossy(&result.stdout);
-            assert!(result.status.success(), "{arch} {mode}: {}", String::from_utf8_lossy(&result.stderr));
-            assert!(stdout.contains("traced ") && stdout.contains("eager reference"), "{stdout}");
-            let reference = out.with_extension("reference.pt");
-            run_python("check_trace.py", &[out.to_str().unwrap(), reference.to_str().unwrap(), arch, &overrides_json(set), mode]);
+    for mode in ["static", "dynamic"] {
+        let out = dir.path().join(format!("{arch}_{mode}.pt2"));
+        let mut args = vec!["run", "--backend", "dynamo", "--model", arch, "--set", set, "--verify", "-o", out.to_str().unwrap()];
+        if mode == "dynamic" {
+            args.push("--dynamic");
         }
+        let result = hfx(dir.path(), &args);
+        let stdout = String::from_utf8_lossy(&result.stdout);
+        assert!(result.status.success(), "{arch} {mode}: {}", String::from_utf8_lossy(&result.stderr));
+        assert!(stdout.contains("traced ") && stdout.contains("eager reference"), "{stdout}");
+        let sizes = if mode == "dynamic" { 2 } else { 1 };
+        assert_eq!(stdout.matches("verify inputs").count(), sizes, "{arch} {mode}:\n{stdout}");
+        assert!(!stdout.contains("MISMATCH"), "{stdout}");
     }
+    assert_no_scratch_left(dir.path());
+}
+
+macro_rules! traced {
+    ($test:ident, $arch:literal, $set:expr) => {
+        #[test]
+        fn $test() {
+            traced_and_verified($arch, $set);
+        }
+    };
+}
+
+traced!(llama_traces_and_matches_eager, "llama", LLAMA);
+traced!(gpt2_traces_and_matches_eager, "gpt2", "vocab_size=128,n_embd=32,n_layer=2,n_head=4,n_positions=64");
+traced!(bert_traces_and_matches_eager, "bert", "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,max_position_embeddings=64");
+traced!(vit_traces_and_matches_eager, "vit", "image_size=32,patch_size=8,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4");
+traced!(qwen3_traces_and_matches_eager, "qwen3", "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,head_dim=8");
+traced!(t5_traces_and_matches_eager, "t5", "vocab_size=128,d_model=32,d_kv=8,d_ff=64,num_layers=2,num_decoder_layers=2,num_heads=4");
+
+/// `--verify` against an independent check: `check_trace.py` loads the archive
+/// itself and rebuilds the model for the second size; and the negative
+/// control, a fix that changes what the program computes, is caught by
+/// `--verify` and the previous output stays.
+#[test]
+fn verify_agrees_with_an_independent_check_and_catches_a_wrong_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("llama.pt2");
+    let result = hfx(dir.path(), &["run", "--backend", "dynamo", "--model", "llama", "--set", LLAMA, "--dynamic", "--verify", "-o", out.to_str().unwrap()]);
+    assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
+    let reference = out.with_extension("reference.pt");
+    run_python("check_trace.py", &[out.to_str().unwrap(), reference.to_str().unwrap(), "llama", &overrides_json(LLAMA), "dynamic"]);
+
+    let wrong = plugin_dir("tests/plugins/fix-wrong");
+    let out = dir.path().join("relu.pt2");
+    std::fs::write(&out, "previous good output").unwrap();
+    let args = ["run", "--backend", "onnx", "--plugins", wrong.to_str().unwrap(), "--model-fn", "python:hfx_test_models:relu_silu", "--verify", "-o", out.to_str().unwrap()];
+    let result = hfx(dir.path(), &args);
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(!result.status.success() && stderr.contains("--verify: torch.export differs from eager PyTorch beyond atol/rtol 1e-4"), "{stderr}");
+    assert!(stderr.contains("the output was not written"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "previous good output");
+    // Without --verify the same run writes (the fix is well-formed): the check is what refused it.
+    let result = hfx(dir.path(), &args[..args.len() - 3].iter().chain(&["-o", out.to_str().unwrap()]).copied().collect::<Vec<_>>());
+    assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
     assert_no_scratch_left(dir.path());
 }
 
@@ -204,7 +242,7 @@ fn a_tampered_cached_worker_package_is_replaced_before_it_runs() {
 fn a_model_is_traced_in_the_dtype_asked_for_and_decomposed() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("llama_bf16.pt2");
-    let (_, set) = TINY[0];
+    let set = LLAMA;
     let result = hfx(dir.path(), &["run", "--backend", "dynamo", "--model", "llama", "--set", set, "--dtype", "bfloat16", "--decompose", "-o", out.to_str().unwrap()]);
     assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
     let reference = out.with_extension("reference.pt");
@@ -354,7 +392,7 @@ fn a_deadline_kills_the_worker_and_what_it_started() {
 fn sigint_stops_the_worker_and_removes_the_scratch_folder() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("llama.pt2");
-    let (_, set) = TINY[0];
+    let set = LLAMA;
     let mut child = spawn_hfx(dir.path(), &["run", "--backend", "dynamo", "--model", "llama", "--set", set, "-o", out.to_str().unwrap()]);
     let pid = child.id();
     let scratch = dir.path().join(format!(".hfx-trace-{pid}"));
@@ -415,7 +453,7 @@ fn worker_lines_past_the_limit_or_the_protocol_are_errors() {
 fn an_export_folder_reexported_with_another_backend_holds_one_component() {
     let dir = tempfile::tempdir().unwrap();
     let folder = dir.path().join("llama");
-    let (_, set) = TINY[0];
+    let set = LLAMA;
     let plugins: Vec<String> = ["plugins/dynamo", "plugins/onnx"].iter().flat_map(|p| ["--plugins".to_string(), root().join(p).display().to_string()]).collect();
     plugin_dir("plugins/onnx/fix-alias");
     let present = |name: &str| folder.join(name).exists();

@@ -163,12 +163,7 @@ pub(super) fn merge(args: RunArgs) -> Result<RunOptions> {
         bail!("--opset {opset}: hfx writes opsets 18 to 23");
     }
     let verify = args.verify || config.verify;
-    if verify && (backend != Backend::Onnx || output.extension().is_some_and(|e| e != "onnx")) {
-        bail!("--verify checks an ONNX model: give --backend onnx and -o OUT.onnx (or an export folder)");
-    }
-    let onnx = |external_data: bool| {
-        Artifact::Onnx(OnnxOptions { opset, external_data, optimize: !(args.no_optimize || config.no_optimize), verify })
-    };
+    let onnx = |external_data: bool| Artifact::Onnx(OnnxOptions { opset, external_data, optimize: !(args.no_optimize || config.no_optimize) });
     let external_data = args.external_data || config.external_data;
     // A path with an extension that is not a folder names a file; else it is an export folder.
     let (artifact, destination) = if output.extension().is_some() && !output.is_dir() {
@@ -193,12 +188,15 @@ pub(super) fn merge(args: RunArgs) -> Result<RunOptions> {
         };
         (artifact, Destination::Folder(output))
     };
+    if verify && artifact == Artifact::IrJson {
+        bail!("--verify runs the artifact in its runtime, and a .json graph has none: write .onnx or .pt2");
+    }
     match (&source, &artifact) {
         (Source::IrJson(_), Artifact::Onnx(_)) => bail!("ONNX is emitted from a .pt2 (its weights), not from IR JSON"),
         (Source::IrJson(_), Artifact::Pt2) => bail!("a graph read from JSON can only be written as JSON (-o OUT.json)"),
         _ => {}
     }
-    Ok(RunOptions { source, artifact, destination, backend, plugins: set.options()?, on_plugin_error, worker, verify_deadline: deadline })
+    Ok(RunOptions { source, artifact, destination, backend, plugins: set.options()?, on_plugin_error, verify, worker, verify_deadline: deadline })
 }
 
 fn is_json(path: &Path) -> bool {

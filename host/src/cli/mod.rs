@@ -182,7 +182,8 @@ pub struct RunArgs {
     /// The ONNX opset of the default domain (18-23) [default: 20].
     #[arg(long)]
     pub opset: Option<u32>,
-    /// Run the ONNX model in ONNX Runtime against the eager reference (atol/rtol 1e-3) before writing it.
+    /// Run the artifact in its runtime against the eager reference before writing it: an .onnx in
+    /// ONNX Runtime (atol/rtol 1e-3), a .pt2 as torch.export loads it (1e-4).
     #[arg(long)]
     pub verify: bool,
     /// Weights in `<out>.onnx.data` beside the model (always past protobuf's 2 GB limit).

@@ -2,8 +2,8 @@
 //!
 //! trace (the worker, with patch plugins answering; or read a `.pt2` / IR
 //! JSON) → the backend's FX stages → emit (`.pt2`, IR JSON, or for ONNX:
-//! translations → IR fixes → generic passes → `.onnx`) → verify (ONNX Runtime
-//! against eager, before the artifact moves into place) → the export folder.
+//! translations → IR fixes → generic passes → `.onnx`) → verify (the artifact
+//! in its runtime against eager, before it moves into place) → the export folder.
 //! [`run`] takes options fixed once ([`RunOptions`]) and returns a
 //! [`RunSummary`] the caller prints; it never prints the summary itself.
 
@@ -85,7 +85,6 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
         // not pack them into the (intermediate) `.pt2`.
         trace.request.side_weights = matches!(options.artifact, Artifact::Onnx(_));
     }
-    let verifying = matches!(&options.artifact, Artifact::Onnx(o) if o.verify);
 
     // ── trace, or the file named ──
     let mut worker = None;
@@ -98,7 +97,7 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
             let traced = trace::run(&mut started, trace, &loaded, options.backend, &output)?;
             // The worker holds the model and torch: gone before the host's stages, the
             // pipeline's peak memory is the trace's, not the trace's plus the emission's.
-            if verifying {
+            if options.verify {
                 worker = Some(started);
             }
             (loaded, Input::Traced(Box::new(traced)))
@@ -124,49 +123,56 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
     let emit_started = Instant::now();
     let mut optimized = None;
     let mut verified = Vec::new();
-    match (&options.artifact, &mut program) {
-        (Artifact::IrJson, program) => emit::ir_json(program.graph(), &output)?,
-        (Artifact::Pt2, Program::Archive { pt2, graph }) => match &input {
-            // A traced program the stages left as it was moves into place as torch wrote it.
-            Input::Traced(traced) if graph.changes() == changes_before => crate::atomic::move_into_place(&traced.program, &output)
-                .with_context(|| format!("writing {}", output.display()))?,
-            _ => emit::pt2(pt2, graph, &output)?,
-        },
+    // With --verify the artifact is written into a scratch folder, checked in
+    // its runtime and moved into place only when it matches eager.
+    let scratch = options.verify.then(|| Scratch::beside(&output, "verify")).transpose()?;
+    // Same file name as the output: an external data file is referenced by name.
+    let target = match &scratch {
+        Some(s) => s.path().join(output.file_name().context("the output has no file name")?),
+        None => output.clone(),
+    };
+    let runtime = match (&options.artifact, &mut program) {
+        (Artifact::IrJson, program) => {
+            emit::ir_json(program.graph(), &output)?;
+            None
+        }
+        (Artifact::Pt2, Program::Archive { pt2, graph }) => {
+            match &input {
+                // A traced program the stages left as it was moves into place as torch wrote it.
+                Input::Traced(traced) if graph.changes() == changes_before => crate::atomic::move_into_place(&traced.program, &target)
+                    .with_context(|| format!("writing {}", target.display()))?,
+                _ => emit::pt2(pt2, graph, &target)?,
+            }
+            Some(verify::Runtime::Pt2)
+        }
         (Artifact::Onnx(onnx), Program::Archive { pt2, graph }) => {
-            // With --verify the model is checked in a scratch folder and moved
-            // into place only when it matches eager.
-            let scratch = onnx.verify.then(|| Scratch::beside(&output, "verify")).transpose()?;
-            // Same file name as the output: an external data file is referenced by name.
-            let target = match &scratch {
-                Some(s) => s.path().join(output.file_name().context("the output has no file name")?),
-                None => output.clone(),
-            };
             let output_names = input.traced().map(|t| t.output_names.clone()).unwrap_or_default();
             let emitted = emit::onnx(pt2, graph, &loaded, onnx, options.on_plugin_error, output_names, &target, progress)?;
             stages.extend(emitted.stages);
             optimized = emitted.optimized.map(|o| (o, emitted.nodes));
-            if onnx.verify {
-                let reference = match &input {
-                    Input::Traced(t) => t.reference.clone(),
-                    Input::Pt2(path) | Input::IrJson(path) => reference_path(path),
-                };
-                progress.step("verify", "ONNX Runtime against eager PyTorch");
-                let worker = match worker.as_mut() {
-                    Some(w) => w,
-                    None => worker.insert(start_worker(&options, progress)?),
-                };
-                verified = verify::run(worker, &target, &reference, options.verify_deadline)?;
-                let data = crate::onnx::emit::data_file(&target);
-                if data.exists() {
-                    let to = crate::onnx::emit::data_file(&output);
-                    crate::atomic::move_into_place(&data, &to).with_context(|| format!("writing {}", to.display()))?;
-                }
-                crate::atomic::move_into_place(&target, &output).with_context(|| format!("writing {}", output.display()))?;
-            }
+            Some(verify::Runtime::Onnx)
         }
         (Artifact::Pt2 | Artifact::Onnx(_), Program::IrJson { .. }) => {
             bail!("a graph read from JSON can only be written as JSON (-o OUT.json)")
         }
+    };
+    if let (Some(runtime), true) = (runtime, options.verify) {
+        let reference = match &input {
+            Input::Traced(t) => t.reference.clone(),
+            Input::Pt2(path) | Input::IrJson(path) => reference_path(path),
+        };
+        progress.step("verify", &format!("{} against eager PyTorch", runtime.name()));
+        let worker = match worker.as_mut() {
+            Some(w) => w,
+            None => worker.insert(start_worker(&options, progress)?),
+        };
+        verified = verify::run(worker, runtime, &target, &reference, options.verify_deadline)?;
+        let data = crate::onnx::emit::data_file(&target);
+        if data.exists() {
+            let to = crate::onnx::emit::data_file(&output);
+            crate::atomic::move_into_place(&data, &to).with_context(|| format!("writing {}", to.display()))?;
+        }
+        crate::atomic::move_into_place(&target, &output).with_context(|| format!("writing {}", output.display()))?;
     }
     let emit = emit_started.elapsed();
 

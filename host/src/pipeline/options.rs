@@ -51,8 +51,6 @@ pub struct OnnxOptions {
     pub external_data: bool,
     /// Run the generic graph passes (identities, duplicates, folding, dead code).
     pub optimize: bool,
-    /// Run the model in ONNX Runtime against eager PyTorch before it lands.
-    pub verify: bool,
 }
 
 /// Where the artifact lands.
@@ -83,6 +81,9 @@ pub struct RunOptions {
     pub backend: Backend,
     pub plugins: SetOptions,
     pub on_plugin_error: OnPluginError,
+    /// Run the artifact in its runtime against eager PyTorch before it lands
+    /// (`.onnx` and `.pt2`).
+    pub verify: bool,
     /// How trace workers start (memory limit); also the one `--verify` starts
     /// when nothing was traced.
     pub worker: WorkerOptions,

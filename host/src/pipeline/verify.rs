@@ -1,6 +1,9 @@
-//! The verify step (`--verify`): the ONNX model in ONNX Runtime, in the
-//! worker, on the recorded inputs (and a second size for dynamic exports)
-//! against eager PyTorch, atol/rtol 1e-3.
+//! The verify step (`--verify`): the artifact in its runtime, in the worker,
+//! on the recorded inputs (and a second size for dynamic exports of a
+//! generated model) against eager PyTorch: an `.onnx` in ONNX Runtime at
+//! atol/rtol 1e-3 (the reference exporters' tolerance), a `.pt2` as
+//! `torch.export.load` runs it at 1e-4 (float round-off only: it is the
+//! same program torch traced).
 
 use std::path::Path;
 use std::time::Duration;
@@ -10,16 +13,42 @@ use anyhow::{bail, Result};
 use crate::trace::protocol::{Check, Verify, VerifyModel};
 use crate::trace::Worker;
 
-/// The tolerance of `--verify`, absolute and relative.
-const TOLERANCE: f64 = 1e-3;
+/// Where an artifact is run.
+#[derive(Debug, Clone, Copy)]
+pub enum Runtime {
+    Onnx,
+    Pt2,
+}
 
-/// Runs the model against the eager reference; any output out of tolerance
+impl Runtime {
+    pub fn name(self) -> &'static str {
+        match self {
+            Runtime::Onnx => "ONNX Runtime",
+            Runtime::Pt2 => "torch.export",
+        }
+    }
+
+    /// The tolerance, absolute and relative.
+    pub fn tolerance(self) -> f64 {
+        match self {
+            Runtime::Onnx => 1e-3,
+            Runtime::Pt2 => 1e-4,
+        }
+    }
+}
+
+/// Runs the artifact against the eager reference; any output out of tolerance
 /// is an error naming it. The checks are returned for the summary.
-pub fn run(worker: &mut Worker, model: &Path, reference: &Path, deadline: Duration) -> Result<Vec<Check>> {
+pub fn run(worker: &mut Worker, runtime: Runtime, artifact: &Path, reference: &Path, deadline: Duration) -> Result<Vec<Check>> {
     if !reference.exists() {
         bail!("--verify: no eager reference at {} (hfx writes one when it traces)", reference.display());
     }
-    let params = Verify { model: VerifyModel::Onnx { path: model.into() }, reference: reference.into(), second_size: true, atol: TOLERANCE, rtol: TOLERANCE };
+    let model = match runtime {
+        Runtime::Onnx => VerifyModel::Onnx { path: artifact.into() },
+        Runtime::Pt2 => VerifyModel::Pt2 { path: artifact.into() },
+    };
+    let tolerance = runtime.tolerance();
+    let params = Verify { model, reference: reference.into(), second_size: true, atol: tolerance, rtol: tolerance };
     let answer = worker.request(&params, deadline)?;
     let failed: Vec<String> = answer
         .checks
@@ -30,11 +59,14 @@ pub fn run(worker: &mut Worker, model: &Path, reference: &Path, deadline: Durati
         .collect();
     if !failed.is_empty() {
         print(&answer.checks);
-        bail!("--verify: ONNX Runtime differs from eager PyTorch beyond atol/rtol 1e-3 ({}); the output was not written", failed.join("; "));
+        bail!(
+            "--verify: {} differs from eager PyTorch beyond atol/rtol {tolerance:e} ({}); the output was not written",
+            runtime.name(),
+            failed.join("; ")
+        );
     }
     Ok(answer.checks)
 }
-
 /// The max abs/rel error per output.
 pub fn print(checks: &[Check]) {
     for check in checks {

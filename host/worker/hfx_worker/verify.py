@@ -43,8 +43,15 @@ def compared(outputs, eager, atol, rtol):
 
 
 def onnx_runner(path):
-    """(run(inputs) -> outputs, providers) for an ONNX model in ONNX Runtime."""
+    """(run(inputs) -> outputs, providers) for an ONNX model in ONNX Runtime,
+    after the ONNX checker (full check, with shape inference) accepts it."""
+    import onnx
     import onnxruntime
+
+    try:
+        onnx.checker.check_model(path, full_check=True)
+    except Exception as error:  # the checker's errors are several types
+        raise ValueError(f"the ONNX checker refuses the model: {str(error).strip().splitlines()[0]}") from None
 
     onnx_session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
     names = [i.name for i in onnx_session.get_inputs()]
