@@ -272,3 +272,49 @@ fn an_export_folder_loads_in_the_reference_runtime() {
     }
     assert_no_scratch_left(dir.path());
 }
+
+/// An op no translation declares but torch's default table decomposes exports
+/// with no new plugin, and the summary says what was decomposed; a third
+/// party's translation of it keeps it whole, with no rebuild of hfx; an op with
+/// neither stops the run naming the op, the node and the model's line.
+#[test]
+fn untranslated_ops_are_decomposed_unless_a_plugin_translates_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("softplus.onnx");
+    let export = |function: &str, extra: &[String]| {
+        let spec = format!("python:hfx_test_models:{function}");
+        let mut args: Vec<String> = ["run", "--backend", "onnx", "--model-fn", &spec, "--dynamic", "--verify", "-o"].map(String::from).to_vec();
+        args.push(out.display().to_string());
+        args.extend(extra.iter().cloned());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        hfx(dir.path(), &args)
+    };
+    let result = export("softplus", &plugin_folders());
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(result.status.success(), "{}{stdout}", String::from_utf8_lossy(&result.stderr));
+    assert!(stdout.contains("decomposed aten.softplus.default") && stdout.contains("1 node(s) into"), "{stdout}");
+    assert!(!op_types(&out).contains(&"Softplus".to_string()), "{:?}", op_types(&out));
+
+    let mut with_plugin = plugin_folders();
+    with_plugin.extend(["--plugins".to_string(), plugin_dir("tests/plugins/translate-softplus").display().to_string()]);
+    let result = export("softplus", &with_plugin);
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(result.status.success(), "{}{stdout}", String::from_utf8_lossy(&result.stderr));
+    assert!(!stdout.contains("decomposed"), "{stdout}");
+    assert!(op_types(&out).contains(&"Softplus".to_string()), "{:?}", op_types(&out));
+
+    // Translations only (the histc patch would rewrite it): histc has neither.
+    let translations: Vec<String> = std::fs::read_dir(root().join("plugins/onnx"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("translate-"))
+        .flat_map(|p| ["--plugins".to_string(), p.display().to_string()])
+        .collect();
+    std::fs::remove_file(&out).unwrap();
+    let result = export("histogram", &translations);
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(!result.status.success() && !out.exists());
+    assert!(stderr.contains("no translation plugin for `aten.histc.default` (node `histc`, hfx_test_models.py:"), "{stderr}");
+    assert!(stderr.contains(" in forward), and torch's default table does not decompose it") && stderr.contains("hfx plugins new --kind onnx-translation"), "{stderr}");
+    assert_no_scratch_left(dir.path());
+}

@@ -82,3 +82,27 @@ class ReluSilu(torch.nn.Module):
 def relu_silu():
     torch.manual_seed(0)
     return ReluSilu(), {"x": torch.randn(3, 5)}
+
+
+class SoftplusScaled(torch.nn.Module):
+    """`softplus`: no shipped translation declares it; torch's default table decomposes it."""
+
+    def forward(self, x):
+        return torch.nn.functional.softplus(x) * 2
+
+
+def softplus():
+    torch.manual_seed(0)
+    return SoftplusScaled(), {"x": torch.randn(2, 8)}
+
+
+class Histogram(torch.nn.Module):
+    """`histc`: neither a shipped translation nor torch's default table has it."""
+
+    def forward(self, x):
+        return torch.histc(x, bins=4, min=-1.0, max=1.0)
+
+
+def histogram():
+    torch.manual_seed(0)
+    return Histogram(), {"x": torch.randn(2, 8)}

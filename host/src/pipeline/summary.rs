@@ -101,4 +101,8 @@ fn print_trace(t: &TraceSummary, reference: &std::path::Path) {
     for (plugin, calls) in &t.patched {
         println!("  patch {plugin:<30} answered {calls} call(s)");
     }
+    // No translation declares these: torch's default table decomposed them.
+    for d in &t.decomposed {
+        println!("  decomposed {:<30} {} node(s) into {} node(s)", d.op, d.nodes, d.became);
+    }
 }

@@ -10,7 +10,7 @@ use super::scratch::Scratch;
 use crate::plugins::loading::LoadedSet;
 use crate::plugins::{self, kind, Backend};
 use crate::stages;
-use crate::trace::protocol::{ExportMetadata, StepPeaks, StepSeconds};
+use crate::trace::protocol::{Decomposed, ExportMetadata, StepPeaks, StepSeconds};
 use crate::trace::Worker;
 
 /// A program traced into a scratch folder (removed on drop).
@@ -41,6 +41,8 @@ pub struct TraceSummary {
     pub outputs: u64,
     /// Patch plugins and how many calls each answered.
     pub patched: Vec<(String, u64)>,
+    /// Ops decomposed after the trace because no translation declares them.
+    pub decomposed: Vec<Decomposed>,
 }
 
 /// Traces `trace`'s model in `worker`, writing beside `output`.
@@ -50,7 +52,16 @@ pub fn run(worker: &mut Worker, trace: &Trace, loaded: &LoadedSet, backend: Back
     let reference = scratch.path().join("reference.pt");
     let patch_plugins = stages::select::<kind::Patch>(&loaded.set.plugins, backend);
     let mut sessions: Vec<_> = patch_plugins.into_iter().map(|p| plugins::Session::new(&loaded.runtime, p, "patches")).collect();
-    let result = crate::trace::trace(worker, &trace.request, &mut sessions, &program, &reference, trace.deadline)?;
+    // A backend that translates ops decomposes, after the trace, only ops no
+    // translation or FX node fix of it declares (a third party's plugin keeps its op whole).
+    let translations = stages::select::<kind::OnnxTranslation>(&loaded.set.plugins, backend);
+    let mut request = trace.request.clone();
+    if !translations.is_empty() {
+        let fixes = stages::select::<kind::FxNodeFix>(&loaded.set.plugins, backend);
+        let declared = translations.iter().map(|t| &t.targets).chain(fixes.iter().map(|f| &f.targets));
+        request.handled = Some(declared.flatten().cloned().collect());
+    }
+    let result = crate::trace::trace(worker, &request, &mut sessions, &program, &reference, trace.deadline)?;
     let t = &result.seconds;
     let seconds = t.import + t.build + t.eager + t.export + t.save;
     let patched = sessions.iter().map(|s| (s.plugin().name().to_string(), s.calls)).collect();
@@ -63,6 +74,7 @@ pub fn run(worker: &mut Worker, trace: &Trace, loaded: &LoadedSet, backend: Back
         side_weights: side_weights.is_some(),
         outputs: result.outputs,
         patched,
+        decomposed: result.decomposed,
     };
     let (output_names, export_metadata) = (result.output_names, result.export_metadata);
     Ok(Traced { _scratch: scratch, program, reference, side_weights, output_names, export_metadata, summary })

@@ -21,8 +21,8 @@ use crate::plugins::{PluginError, PluginOf, Runtime};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TranslationError {
-    #[error("no translation plugin for `{target}` (node `{node}`); add one to the plugin folders")]
-    Missing { target: String, node: String },
+    #[error("no translation plugin for `{target}` (node `{node}`{made_at}), and torch's default table does not decompose it: add one (`hfx plugins new --kind onnx-translation NAME`) to the plugin folders")]
+    Missing { target: String, node: String, made_at: String },
     #[error("plugin `{plugin}` translated node `{node}` (`{target}`) but left its output `{value}` without an ONNX name")]
     Unbound { plugin: String, node: String, target: String, value: String },
     #[error("the graph output `{0}` was never translated")]
@@ -51,7 +51,8 @@ pub fn run(
         let node = graph.node(id).expect("ordered nodes exist");
         let target = node.target.clone();
         let Some(&index) = dispatcher.candidates(&target).last() else {
-            return Err(TranslationError::Missing { target, node: graph.node_name(id) });
+            let made_at = model_line(node).map(|line| format!(", {line}")).unwrap_or_default();
+            return Err(TranslationError::Missing { target, node: graph.node_name(id), made_at });
         };
         let outputs: Vec<ValueId> = node.output_values().collect();
         dispatcher.session(index, &mut report).translate(graph, id, &mut builder)?;
@@ -85,4 +86,15 @@ fn bind_inputs(graph: &Graph, roles: &[InputRole], builder: &mut TranslationBuil
         };
         builder.value_names.insert(*value, name);
     }
+}
+
+/// Where the model's code made `node`: the innermost frame of its
+/// `stack_trace`, as `modeling_bloom.py:245 in forward`.
+fn model_line(node: &crate::graph::Node) -> Option<String> {
+    let trace = node.meta.get("stack_trace")?;
+    let frame = trace.lines().rev().find_map(|l| l.trim().strip_prefix("File \""))?;
+    let (path, rest) = frame.split_once("\", line ")?;
+    let (line, function) = rest.split_once(", in ")?;
+    let file = path.rsplit('/').next()?;
+    Some(format!("{file}:{line} in {}", function.trim()))
 }

@@ -26,7 +26,7 @@ use serde_json::Value;
 
 pub use memory::MemoryMechanism;
 use memory::{Cgroup, MemoryBox, Sampler};
-use protocol::{Hello, HelloReply, Incoming, Message, Method, PatchAnswer, PatchCall, PatchSpec, Progress, SourceParams, TraceParams, TraceReply, WireProgram, PROTOCOL};
+use protocol::{Decompose, Hello, HelloReply, Incoming, Message, Method, PatchAnswer, PatchCall, PatchSpec, Progress, SourceParams, TraceParams, TraceReply, WireProgram, PROTOCOL};
 /// How much of the worker's stderr is kept for error reports.
 const STDERR_TAIL: usize = 16 << 10;
 
@@ -460,8 +460,12 @@ pub struct TraceRequest {
     /// Sizes of the generated inputs (>= 2 on axes meant to be dynamic).
     pub batch: u32,
     pub sequence: u32,
-    /// `run_decompositions()` after the trace.
+    /// `run_decompositions()` after the trace (`--decompose`).
     pub decompose: bool,
+    /// The ops the backend's translation and FX node fix plugins declare: when
+    /// set, an op outside them that torch's default table decomposes is
+    /// decomposed after the trace (and those ops stay whole).
+    pub handled: Option<Vec<String>>,
     /// Backend preparation: where the model runs and in which dtype.
     pub device: String,
     pub dtype: String,
@@ -485,6 +489,7 @@ impl TraceRequest {
             batch: 2,
             sequence: 8,
             decompose: false,
+            handled: None,
             device: "cpu".into(),
             dtype: "float32".into(),
             folder: None,
@@ -511,7 +516,11 @@ impl TraceRequest {
             sequence: self.sequence,
             output: output.to_path_buf(),
             reference: reference.to_path_buf(),
-            decompose: self.decompose,
+            decompose: match (&self.decompose, &self.handled) {
+                (true, _) => Decompose::All,
+                (false, Some(handled)) => Decompose::Missing { handled: handled.clone() },
+                (false, None) => Decompose::None,
+            },
             device: self.device.clone(),
             dtype: self.dtype.clone(),
             folder: self.folder.clone(),

@@ -117,6 +117,20 @@ pub enum SourceParams {
     Program { program: Value, inputs: BTreeMap<String, CaseValue> },
 }
 
+/// What the worker decomposes after the trace (`kind` tags the variant).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Decompose {
+    /// Nothing: the program as torch.export traced it.
+    None,
+    /// Everything torch's default decomposition table covers (`--decompose`).
+    All,
+    /// Only when the program holds an op outside `handled` that the default
+    /// table decomposes: then the table minus `handled` (the ops the backend's
+    /// translation and FX node fix plugins declare stay whole).
+    Missing { handled: Vec<String> },
+}
+
 /// `trace`: every field is sent; the worker has no defaults.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TraceParams {
@@ -128,7 +142,7 @@ pub struct TraceParams {
     pub sequence: u32,
     pub output: PathBuf,
     pub reference: PathBuf,
-    pub decompose: bool,
+    pub decompose: Decompose,
     pub device: String,
     pub dtype: String,
     pub folder: Option<PathBuf>,
@@ -305,6 +319,15 @@ pub struct ExportMetadata {
     pub out_constants: Vec<Value>,
 }
 
+/// An op the worker decomposed: how many nodes of it, into how many nodes.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Decomposed {
+    pub op: String,
+    pub nodes: u64,
+    pub became: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TraceReply {
@@ -326,6 +349,8 @@ pub struct TraceReply {
     pub peak_rss_mib: StepPeaks,
     /// Whether the weights went to `<output>.weights` rather than into the `.pt2`.
     pub side_weights: bool,
+    /// The ops decomposed after the trace (`Decompose::Missing`), in program order.
+    pub decomposed: Vec<Decomposed>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -805,7 +830,7 @@ mod tests {
             sequence: 8,
             output: "m.pt2".into(),
             reference: "r.pt".into(),
-            decompose: false,
+            decompose: Decompose::Missing { handled: vec!["aten.mean.dim".into()] },
             device: "cpu".into(),
             dtype: "float32".into(),
             folder: None,

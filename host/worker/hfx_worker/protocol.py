@@ -101,6 +101,29 @@ class ProgramSource:
 
 
 @dataclass
+class DecomposeNone:
+    """Nothing: the program as torch.export traced it."""
+    NAME: ClassVar[str] = "`none` decomposition"
+    KIND: ClassVar[str] = "none"
+
+
+@dataclass
+class DecomposeAll:
+    """Everything torch's default decomposition table covers (`--decompose`)."""
+    NAME: ClassVar[str] = "`all` decomposition"
+    KIND: ClassVar[str] = "all"
+
+
+@dataclass
+class DecomposeMissing:
+    """Only when an op outside `handled` (the ops the backend's translations and FX
+    node fixes declare) is in the default table: the table minus `handled`."""
+    NAME: ClassVar[str] = "`missing` decomposition"
+    KIND: ClassVar[str] = "missing"
+    handled: list[str]
+
+
+@dataclass
 class TraceParams:
     NAME: ClassVar[str] = "`trace` request"
     source: Union[ArchitectureSource, DirectorySource, FunctionSource, ProgramSource]
@@ -111,7 +134,7 @@ class TraceParams:
     sequence: int
     output: str
     reference: str
-    decompose: bool
+    decompose: Union[DecomposeNone, DecomposeAll, DecomposeMissing]
     device: str
     dtype: str
     folder: Optional[str]
@@ -239,6 +262,14 @@ class ExportMetadata:
 
 
 @dataclass
+class Decomposed:
+    """An op decomposed after the trace: how many nodes of it, into how many nodes."""
+    op: str
+    nodes: int
+    became: int
+
+
+@dataclass
 class TraceReply:
     model_class: str
     inputs: dict[str, list[int]]
@@ -253,6 +284,7 @@ class TraceReply:
     # Peak resident memory (MiB) after: import, build, export, save.
     peak_rss_mib: dict[str, float]
     side_weights: bool
+    decomposed: list[Decomposed]
 
 
 @dataclass

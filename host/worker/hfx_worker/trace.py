@@ -242,9 +242,12 @@ def trace(session, params: TraceParams) -> TraceReply:
                 model, (), dict(inputs), dynamic_shapes=shapes, strict=False,
                 prefer_deferred_runtime_asserts_over_guards=bool(params.dynamic_shapes),
             )
-        if params.decompose:
+        decomposed = []
+        if isinstance(params.decompose, protocol.DecomposeAll):
             session.progress("decompose")
             program = program.run_decompositions()
+        elif isinstance(params.decompose, protocol.DecomposeMissing):
+            program, decomposed = decompose_missing(session, program, params.decompose.handled)
     with step(session, "save", seconds, peaks):
         side_weights = params.side_weights and side_weights_supported()
         if side_weights:
@@ -273,7 +276,38 @@ def trace(session, params: TraceParams) -> TraceReply:
         seconds=seconds,
         peak_rss_mib=peaks,
         side_weights=side_weights,
+        decomposed=decomposed,
     )
+
+
+def decompose_missing(session, program, handled):
+    """The ONNX-friendly decomposition (as torch.onnx builds it from its registry):
+    when the program holds an op no plugin handles and torch's default table
+    decomposes, the program decomposed by that table minus the handled ops, so
+    ops with a translation (or a fix) stay whole. Returns the program and what
+    was decomposed (from each new node's provenance)."""
+    import torch
+
+    handled = set(handled)
+    table = torch.export.default_decompositions()
+    for op in list(table.keys()):
+        if str(op) in handled:
+            table.pop(op)
+    missing = {}
+    for node in program.graph.nodes:
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
+                and str(node.target) not in handled and node.target in table:
+            missing[str(node.target)] = missing.get(str(node.target), 0) + 1
+    if not missing:
+        return program, []
+    session.progress("decompose")
+    program = program.run_decompositions(table)
+    became = dict.fromkeys(missing, 0)
+    for node in program.graph.nodes:
+        sources = node.meta.get("from_node") or []
+        if node.op == "call_function" and sources and sources[0].target in became:
+            became[sources[0].target] += 1
+    return program, [protocol.Decomposed(op=op, nodes=count, became=became[op]) for op, count in missing.items()]
 
 
 class LastTrace:

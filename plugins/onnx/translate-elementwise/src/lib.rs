@@ -54,6 +54,7 @@ hfx_sdk::onnx_translations! {
     "aten.sin.default" => |e| unary(e, "Sin"),
     "aten.exp.default" => |e| unary(e, "Exp"),
     "aten.log.default" => |e| unary(e, "Log"),
+    "aten.log1p.default" => log1p,
     "aten.tanh.default" => |e| unary(e, "Tanh"),
     "aten.sigmoid.default" => |e| unary(e, "Sigmoid"),
     "aten.relu.default" => |e| unary(e, "Relu"),
@@ -167,6 +168,15 @@ fn logic(e: &Emit, op: &str) -> Result<String> {
 fn unary(e: &Emit, op: &str) -> Result<String> {
     let x = e.operand("self", &e.output_meta()?.dtype)?;
     e.op(op, &[&x])
+}
+
+/// `Log(1 + x)`, as torch.onnx's table translates it.
+fn log1p(e: &Emit) -> Result<String> {
+    let out = e.output_meta()?.dtype;
+    let x = e.operand("self", &out)?;
+    let one = e.scalar(1.0, &out)?;
+    let sum = e.op("Add", &[&x, &one])?;
+    e.op("Log", &[&sum])
 }
 
 fn rsqrt(e: &Emit) -> Result<String> {
