@@ -778,7 +778,7 @@ mod tests {
             "nodes": 4, "patches_restored": {"torch.where": true}, "versions": {"torch": "2.13.0"},
             "seconds": {"import": 1.0, "build": 0.1, "eager": 0.1, "export": 0.5, "save": 0.1},
             "peak_rss_mib": {"import": 300.0, "build": 310.0, "export": 400.0, "save": 410.0},
-            "side_weights": false,
+            "side_weights": false, "decomposed": [{"op": "aten.softplus.default", "nodes": 1, "became": 4}],
         })
     }
 
