@@ -50,8 +50,8 @@ capture translate-symbolic sizes --model-fn "$(pattern symbolic_sizes)" --dynami
 # the integration tests expect. Hand-written cases (layers, a mask function,
 # an architecture) are not regenerated: rms-norm-no-affine, vmap-mask-expansion,
 # nllb-moe-classifier-cast, sliding-window-cache, kernels-unavailable.
-# patch DIR NAME PATTERN [--dynamic] [EXPECT-JSON]
-patch() {
+# patch_case DIR NAME PATTERN [--dynamic] [EXPECT-JSON]
+patch_case() {
   local dir=$1 name=$2 pattern=$3 dynamic=$4 expect=${5:-}
   local case="plugins/$dir/selftest/$name.json"
   "$HFX" plugins capture --program --model-fn "python:patch_patterns:$pattern" $dynamic --case "$case"
@@ -66,17 +66,17 @@ PY
   fi
 }
 ops() { echo "{\"ops\": {\"absent\": [$1], \"present\": [$2]}}"; }
-patch onnx/patch-split-symbolic split split_symbolic --dynamic "$(ops '"aten.split"' '"aten.narrow"')"
-patch onnx/patch-chunk-symbolic chunk chunk_symbolic --dynamic "$(ops '"aten.chunk"' '"aten.narrow"')"
-patch onnx/patch-roll roll roll --dynamic "$(ops '"aten.roll"' '"aten.cat"')"
-patch onnx/patch-reshape-contiguous reshape-transposed reshape_transposed "" "$(ops '' '"aten.clone"')"
-patch onnx/patch-complex-unsqueeze-exp complex-rotation complex_rotation --dynamic "$(ops '' '"aten.cos", "aten.sin"')"
-patch onnx/patch-masked-scatter masked-scatter masked_scatter --dynamic "$(ops '"aten.masked_scatter"' '"aten.cumsum", "aten.index_select"')"
-patch onnx/patch-histc histograms histograms --dynamic "$(ops '"aten.histc"' '"aten.scatter_add"')"
-patch onnx/patch-sorted-search searches sorted_search --dynamic "$(ops '"aten.searchsorted", "aten.bucketize"' '"aten.sum"')"
-patch onnx/patch-cumulative-extremum cummax-cummin cumulative_extremum --dynamic "$(ops '"aten.cummax", "aten.cummin"' '"aten.tril"')"
-patch onnx/patch-randperm randperm randperm --dynamic "$(ops '"aten.randperm"' '"aten.rand", "aten.argsort"')"
+patch_case onnx/patch-split-symbolic split split_symbolic --dynamic "$(ops '"aten.split"' '"aten.narrow"')"
+patch_case onnx/patch-chunk-symbolic chunk chunk_symbolic --dynamic "$(ops '"aten.chunk"' '"aten.narrow"')"
+patch_case onnx/patch-roll roll roll --dynamic "$(ops '"aten.roll"' '"aten.cat"')"
+patch_case onnx/patch-reshape-contiguous reshape-transposed reshape_transposed "" "$(ops '' '"aten.clone"')"
+patch_case onnx/patch-complex-unsqueeze-exp complex-rotation complex_rotation --dynamic "$(ops '' '"aten.cos", "aten.sin"')"
+patch_case onnx/patch-masked-scatter masked-scatter masked_scatter --dynamic "$(ops '"aten.masked_scatter"' '"aten.cumsum", "aten.index_select"')"
+patch_case onnx/patch-histc histograms histograms --dynamic "$(ops '"aten.histc"' '"aten.scatter_add"')"
+patch_case onnx/patch-sorted-search searches sorted_search --dynamic "$(ops '"aten.searchsorted", "aten.bucketize"' '"aten.sum"')"
+patch_case onnx/patch-cumulative-extremum cummax-cummin cumulative_extremum --dynamic "$(ops '"aten.cummax", "aten.cummin"' '"aten.tril"')"
+patch_case onnx/patch-randperm randperm randperm --dynamic "$(ops '"aten.randperm"' '"aten.rand", "aten.argsort"')"
 # Rows masked at every key: torch answers zeros, ONNX Runtime without the patch NaN.
-patch onnx/patch-sdpa-masked-rows padded-rows sdpa_masked --dynamic
+patch_case onnx/patch-sdpa-masked-rows padded-rows sdpa_masked --dynamic
 # torch 2.13 traces this the same with or without the MATH backend (see tests/it/patches.rs).
-patch dynamo/patch-sdpa-math-cpu data-dependent-batch data_dependent_batch "" '"answered"'
+patch_case dynamo/patch-sdpa-math-cpu data-dependent-batch data_dependent_batch "" '"answered"'
