@@ -271,3 +271,14 @@ pub fn try_python(script: &str, args: &[&str]) -> Result<String, String> {
 pub fn of<K: Kind>(plugin: &Plugin) -> PluginOf<'_, K> {
     plugin.of_kind::<K>().unwrap_or_else(|| panic!("`{}` is a {} plugin", plugin.name(), plugin.kind()))
 }
+
+/// Tiny random configs (`--set`) of the architectures several modules export.
+pub mod tiny {
+    pub const LLAMA: &str = "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,max_position_embeddings=64";
+    pub const QWEN3: &str = "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,head_dim=8,max_position_embeddings=64";
+    pub const GEMMA: &str = QWEN3;
+    pub const GPT2: &str = "vocab_size=128,n_embd=32,n_layer=2,n_head=4,n_positions=64";
+    pub const BERT: &str = "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,max_position_embeddings=64";
+    pub const VIT: &str = "image_size=32,patch_size=8,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4";
+    pub const T5: &str = "vocab_size=128,d_model=32,d_kv=8,d_ff=64,num_layers=2,num_decoder_layers=2,num_heads=4";
+}

@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
+use crate::common::tiny::*;
 use crate::common::*;
 use crate::common::hfx_with_python as hfx;
 use hfx::onnx::proto::ModelProto;
@@ -17,8 +18,6 @@ use prost::Message;
 fn plugin_folders() -> Vec<String> {
     ["plugins/dynamo", "plugins/onnx"].iter().flat_map(|p| ["--plugins".to_string(), root().join(p).display().to_string()]).collect()
 }
-
-const LLAMA: &str = "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,max_position_embeddings=64";
 
 /// Exports `arch` static and dynamic with `--verify` (the ONNX checker, then
 /// ONNX Runtime against eager), and checks what users see of the model.
@@ -74,19 +73,19 @@ macro_rules! architecture {
 }
 
 architecture!(llama_exports_to_onnx, "llama", LLAMA);
-architecture!(qwen3_exports_to_onnx, "qwen3", "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,head_dim=8,max_position_embeddings=64");
+architecture!(qwen3_exports_to_onnx, "qwen3", QWEN3);
 architecture!(mistral_exports_to_onnx, "mistral", LLAMA);
-architecture!(gemma_exports_to_onnx, "gemma", "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,head_dim=8,max_position_embeddings=64");
+architecture!(gemma_exports_to_onnx, "gemma", GEMMA);
 architecture!(phi3_exports_to_onnx, "phi3", "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,max_position_embeddings=64,pad_token_id=0");
-architecture!(gpt2_exports_to_onnx, "gpt2", "vocab_size=128,n_embd=32,n_layer=2,n_head=4,n_positions=64");
-architecture!(bert_exports_to_onnx, "bert", "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,max_position_embeddings=64");
-architecture!(roberta_exports_to_onnx, "roberta", "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,max_position_embeddings=64");
-architecture!(t5_exports_to_onnx, "t5", "vocab_size=128,d_model=32,d_kv=8,d_ff=64,num_layers=2,num_decoder_layers=2,num_heads=4");
+architecture!(gpt2_exports_to_onnx, "gpt2", GPT2);
+architecture!(bert_exports_to_onnx, "bert", BERT);
+architecture!(roberta_exports_to_onnx, "roberta", BERT);
+architecture!(t5_exports_to_onnx, "t5", T5);
 architecture!(whisper_encoder_exports_to_onnx, "whisper", "vocab_size=128,d_model=32,encoder_layers=2,decoder_layers=2,encoder_attention_heads=4,decoder_attention_heads=4,encoder_ffn_dim=64,decoder_ffn_dim=64,num_mel_bins=16,max_source_positions=16,max_target_positions=32", Some("WhisperEncoder"));
 // Mixture of experts through transformers' grouped_mm experts: under torch.export
 // in float32 they call its `transformers::grouped_mm_fallback` custom op.
 architecture!(qwen3_moe_grouped_experts_export_to_onnx, "qwen3_moe", "vocab_size=128,hidden_size=32,intermediate_size=64,moe_intermediate_size=16,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,head_dim=8,num_experts=4,num_experts_per_tok=2,experts_implementation=grouped_mm,max_position_embeddings=64");
-architecture!(vit_exports_to_onnx, "vit", "image_size=32,patch_size=8,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4");
+architecture!(vit_exports_to_onnx, "vit", VIT);
 
 fn op_types(path: &Path) -> Vec<String> {
     let model = ModelProto::decode(std::fs::read(path).unwrap().as_slice()).unwrap();

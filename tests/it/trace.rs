@@ -2,10 +2,9 @@
 //! real transformers model, and exports; worker failures are clear errors
 //! that leave no output behind.
 
+use crate::common::tiny::*;
 use crate::common::*;
 use crate::common::hfx_with_python as hfx;
-
-const LLAMA: &str = "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,max_position_embeddings=64";
 
 /// Traces `arch` static and dynamic to `.pt2` with `--verify`: the archive as
 /// `torch.export.load` runs it matches eager at 1e-4 on the recorded inputs
@@ -39,11 +38,11 @@ macro_rules! traced {
 }
 
 traced!(llama_traces_and_matches_eager, "llama", LLAMA);
-traced!(gpt2_traces_and_matches_eager, "gpt2", "vocab_size=128,n_embd=32,n_layer=2,n_head=4,n_positions=64");
-traced!(bert_traces_and_matches_eager, "bert", "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,max_position_embeddings=64");
-traced!(vit_traces_and_matches_eager, "vit", "image_size=32,patch_size=8,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4");
-traced!(qwen3_traces_and_matches_eager, "qwen3", "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,head_dim=8");
-traced!(t5_traces_and_matches_eager, "t5", "vocab_size=128,d_model=32,d_kv=8,d_ff=64,num_layers=2,num_decoder_layers=2,num_heads=4");
+traced!(gpt2_traces_and_matches_eager, "gpt2", GPT2);
+traced!(bert_traces_and_matches_eager, "bert", BERT);
+traced!(vit_traces_and_matches_eager, "vit", VIT);
+traced!(qwen3_traces_and_matches_eager, "qwen3", QWEN3);
+traced!(t5_traces_and_matches_eager, "t5", T5);
 
 /// `--verify` against an independent check: `check_trace.py` loads the archive
 /// itself and rebuilds the model for the second size; and the negative
