@@ -60,14 +60,14 @@ fn verify_agrees_with_an_independent_check_and_catches_a_wrong_fix() {
     let wrong = plugin_dir("tests/plugins/fix-wrong");
     let out = dir.path().join("relu.pt2");
     std::fs::write(&out, "previous good output").unwrap();
-    let args = ["run", "--backend", "onnx", "--plugins", wrong.to_str().unwrap(), "--model-fn", "python:hfx_test_models:relu_silu", "--verify", "-o", out.to_str().unwrap()];
-    let result = hfx(dir.path(), &args);
+    let run = ["run", "--backend", "onnx", "--plugins", wrong.to_str().unwrap(), "--model-fn", "python:hfx_test_models:relu_silu", "-o", out.to_str().unwrap()];
+    let result = hfx(dir.path(), &[&run[..], &["--verify"]].concat());
     let stderr = String::from_utf8_lossy(&result.stderr);
     assert!(!result.status.success() && stderr.contains("--verify: torch.export differs from eager PyTorch beyond atol/rtol 1e-4"), "{stderr}");
     assert!(stderr.contains("the output was not written"), "{stderr}");
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "previous good output");
     // Without --verify the same run writes (the fix is well-formed): the check is what refused it.
-    let result = hfx(dir.path(), &args[..args.len() - 3].iter().chain(&["-o", out.to_str().unwrap()]).copied().collect::<Vec<_>>());
+    let result = hfx(dir.path(), &run);
     assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
     assert_no_scratch_left(dir.path());
 }

@@ -101,7 +101,7 @@ fn print_trace(t: &TraceSummary, reference: &std::path::Path) {
     for (plugin, calls) in &t.patched {
         println!("  patch {plugin:<30} answered {calls} call(s)");
     }
-    // No translation declares these: torch's default table decomposed them.
+    // No translation or fix handles these: torch's default table decomposed them.
     for d in &t.decomposed {
         println!("  decomposed {:<30} {} node(s) into {} node(s)", d.op, d.nodes, d.became);
     }

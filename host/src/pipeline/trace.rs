@@ -41,7 +41,7 @@ pub struct TraceSummary {
     pub outputs: u64,
     /// Patch plugins and how many calls each answered.
     pub patched: Vec<(String, u64)>,
-    /// Ops decomposed after the trace because no translation declares them.
+    /// Ops decomposed after the trace because no translation or fix handles them.
     pub decomposed: Vec<Decomposed>,
 }
 

@@ -43,13 +43,8 @@ pub fn run(worker: &mut Worker, runtime: Runtime, artifact: &Path, reference: &P
     if !reference.exists() {
         bail!("--verify: no eager reference at {} (hfx writes one when it traces)", reference.display());
     }
-    let model = match runtime {
-        Runtime::Onnx => VerifyModel::Onnx { path: artifact.into() },
-        Runtime::Pt2 => VerifyModel::Pt2 { path: artifact.into() },
-    };
     let tolerance = runtime.tolerance();
-    let params = Verify { model, reference: reference.into(), second_size: true, atol: tolerance, rtol: tolerance };
-    let answer = worker.request(&params, deadline)?;
+    let answer = worker.request(&request(runtime, artifact, reference), deadline)?;
     let failed: Vec<String> = answer
         .checks
         .iter()
@@ -67,6 +62,18 @@ pub fn run(worker: &mut Worker, runtime: Runtime, artifact: &Path, reference: &P
     }
     Ok(answer.checks)
 }
+
+/// The worker's `verify` request for `artifact` in `runtime`, at its tolerance,
+/// on the recorded inputs and (for a dynamic export of a generated model) a second size.
+pub fn request(runtime: Runtime, artifact: &Path, reference: &Path) -> Verify {
+    let model = match runtime {
+        Runtime::Onnx => VerifyModel::Onnx { path: artifact.into() },
+        Runtime::Pt2 => VerifyModel::Pt2 { path: artifact.into() },
+    };
+    let tolerance = runtime.tolerance();
+    Verify { model, reference: reference.into(), second_size: true, atol: tolerance, rtol: tolerance }
+}
+
 /// The max abs/rel error per output.
 pub fn print(checks: &[Check]) {
     for check in checks {

@@ -132,7 +132,6 @@ enum OnnxUnderTest<'a> {
 }
 
 fn run_case(runtime: &Runtime, plugin: &Plugin, set: &[Plugin], text: &str, depth: &mut Depth) -> Result<String, String> {
-    let text_case = || serde_json::from_str::<Case>(text).map_err(|e| e.to_string());
     let (case, mut graph, changes, candidate) = match plugin.typed() {
         Typed::Patch(patch) => {
             let case: patch::PatchCase = serde_json::from_str(text).map_err(|e| e.to_string())?;
@@ -142,26 +141,26 @@ fn run_case(runtime: &Runtime, plugin: &Plugin, set: &[Plugin], text: &str, dept
             };
         }
         Typed::FxNodeFix(fix) => {
-            let (case, mut graph, changes) = piece(text_case()?)?;
+            let (case, mut graph, changes) = piece(text)?;
             fx_node_fix::run(runtime, &[fix], &mut graph, "selftest", OnPluginError::Fail).map_err(|e| e.to_string())?;
             changed(&graph, changes)?;
             (case, graph, changes, None)
         }
         Typed::FxProgramFix(fix) => {
-            let (case, mut graph, changes) = piece(text_case()?)?;
+            let (case, mut graph, changes) = piece(text)?;
             fx_program_fix::run(runtime, &[fix], &mut graph, "selftest", OnPluginError::Fail).map_err(|e| e.to_string())?;
             changed(&graph, changes)?;
             (case, graph, changes, None)
         }
         Typed::OnnxTranslation(translation) => {
-            let (case, graph, changes) = piece(text_case()?)?;
+            let (case, graph, changes) = piece(text)?;
             let mut translations = crate::stages::select::<kind::OnnxTranslation>(set, plugin.manifest.plugin.backend);
             translations.retain(|t| !std::ptr::eq(t.plugin, plugin));
             translations.push(translation);
             (case, graph, changes, Some(OnnxUnderTest::Translation { plugin: translation, translations }))
         }
         Typed::OnnxIrFix(fix) => {
-            let (case, graph, changes) = piece(text_case()?)?;
+            let (case, graph, changes) = piece(text)?;
             let translations = crate::stages::select::<kind::OnnxTranslation>(set, plugin.manifest.plugin.backend);
             if translations.is_empty() {
                 return Err(format!("an IR fix's case is translated first: load the {} translations too (--plugins)", plugin.manifest.plugin.backend));
@@ -204,8 +203,9 @@ fn run_case(runtime: &Runtime, plugin: &Plugin, set: &[Plugin], text: &str, dept
     Ok(format!("{what}; max abs error {worst:.1e} on {} output(s)", reply.outputs.len()))
 }
 
-/// The case's piece as a graph, and its change count before the plugin.
-fn piece(case: Case) -> Result<(Case, Graph, u64), String> {
+/// The case, its piece as a graph, and the graph's change count before the plugin.
+fn piece(text: &str) -> Result<(Case, Graph, u64), String> {
+    let case: Case = serde_json::from_str(text).map_err(|e| e.to_string())?;
     let graph = Graph::from_json(&case.input.to_string()).map_err(|e| format!("input: {e}"))?;
     let changes = graph.changes();
     Ok((case, graph, changes))

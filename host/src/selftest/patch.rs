@@ -28,12 +28,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::graph::pt2::Pt2;
+use crate::pipeline::verify;
 use crate::plugins::{kind, PluginOf, Runtime, Session};
-use crate::trace::protocol::{CaseValue, Verify, VerifyModel};
+use crate::trace::protocol::CaseValue;
 use crate::trace::{ModelSource, TraceRequest, Worker};
 
-/// A patched trace against eager: float round-off only, as `.pt2` parity.
-const TOLERANCE: f64 = 1e-4;
 const DEADLINE: Duration = Duration::from_secs(300);
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -113,8 +112,8 @@ pub fn run(runtime: &Runtime, patch: PluginOf<'_, kind::Patch>, case: &PatchCase
     if answered == 0 {
         return Err("the patch answered no call: the case does not exercise it".into());
     }
-    let verify = Verify { model: VerifyModel::Pt2 { path: with.clone() }, reference, second_size: true, atol: TOLERANCE, rtol: TOLERANCE };
-    let checks = worker.request(&verify, DEADLINE).map_err(|e| format!("checking the patched program: {e}"))?.checks;
+    // Against eager as `--verify` checks a `.pt2` (float round-off only).
+    let checks = worker.request(&verify::request(verify::Runtime::Pt2, &with, &reference), DEADLINE).map_err(|e| format!("checking the patched program: {e}"))?.checks;
     let mut worst = 0f64;
     for check in &checks {
         let compared: Vec<_> = match &case.compare_outputs {
@@ -131,24 +130,33 @@ pub fn run(runtime: &Runtime, patch: PluginOf<'_, kind::Patch>, case: &PatchCase
     let patched = targets(&with)?;
 
     // Without it: the effect must be missing (or the model must not trace).
-    let without_path = scratch.path().join("without.pt2");
-    let without = crate::trace::trace(worker, &request, &mut [], &without_path, &scratch.path().join("without.reference.pt"), DEADLINE)
-        .map_err(|e| e.to_string())
-        .and_then(|_| targets(&without_path));
-    let effect = match (&case.expect, without) {
-        (Expect::Answered, _) => "its program is the same either way".to_string(),
-        (_, Err(e)) => format!("the model does not trace without it ({})", e.lines().next().unwrap_or_default()),
-        (Expect::Changes, Ok(unpatched)) if unpatched == patched => {
-            return Err("the traced program is the same without the patch: the case does not show its effect".into())
-        }
-        (Expect::Changes, Ok(unpatched)) => format!("{} traced ops, {} without it", patched.len(), unpatched.len()),
-        (Expect::Ops { absent, present }, Ok(unpatched)) => {
-            ops_shown(&patched, absent, present).map_err(|e| format!("with the patch: {e}"))?;
-            match ops_shown(&unpatched, absent, present) {
-                Ok(()) => return Err("the ops expected are there without the patch too: the case does not show its effect".into()),
-                Err(e) => format!("without it {e}"),
+    // An `answered` case claims no effect, so it is not traced again.
+    let mut without = || {
+        let path = scratch.path().join("without.pt2");
+        crate::trace::trace(worker, &request, &mut [], &path, &scratch.path().join("without.reference.pt"), DEADLINE)
+            .map_err(|e| e.to_string())
+            .and_then(|_| targets(&path))
+    };
+    let not_traced = |e: String| format!("the model does not trace without it ({})", e.lines().next().unwrap_or_default());
+    let effect = match &case.expect {
+        Expect::Answered => "its program is the same either way".to_string(),
+        Expect::Changes => match without() {
+            Err(e) => not_traced(e),
+            Ok(unpatched) if unpatched == patched => {
+                return Err("the traced program is the same without the patch: the case does not show its effect".into())
             }
-        }
+            Ok(unpatched) => format!("{} traced ops, {} without it", patched.len(), unpatched.len()),
+        },
+        Expect::Ops { absent, present } => match without() {
+            Err(e) => not_traced(e),
+            Ok(unpatched) => {
+                ops_shown(&patched, absent, present).map_err(|e| format!("with the patch: {e}"))?;
+                match ops_shown(&unpatched, absent, present) {
+                    Ok(()) => return Err("the ops expected are there without the patch too: the case does not show its effect".into()),
+                    Err(e) => format!("without it {e}"),
+                }
+            }
+        },
     };
     let outputs = match &case.compare_outputs {
         None => "every output".to_string(),

@@ -125,6 +125,17 @@ def subclasses(cls):
         yield from subclasses(sub)
 
 
+def load_exported(path):
+    """A `.pt2` as `torch.export.load` gives it, with the pytree types its specs
+    may name registered first: transformers' output types (pytree nodes once
+    imported) and its caches."""
+    import torch
+    import transformers.modeling_outputs  # noqa: F401
+
+    register_cache_pytrees()
+    return torch.export.load(path)
+
+
 def register_cache_pytrees(model=None):
     """Every `Cache` subclass (and the model module's own `*Cache` classes) as a pytree node.
     `ModelOutput`s register themselves when transformers defines them. Also needed by whoever

@@ -11,17 +11,18 @@ its ONNX translation in ONNX Runtime) on the case's values and compares them.
 
 from . import program
 from .graph import decode_value, encode_value, run_graph
-from .pytree import register_cache_pytrees
+from .pytree import load_exported
 from .protocol import (CaptureProgramParams, CaptureProgramReply, CaptureValuesParams, CaptureValuesReply,
                        GraphCandidate, RunCaseParams, RunCaseReply)
 from .sources import from_function
+from .trace import SEED
 from .verify import compared
 
 
 def capture_program(session, params: CaptureProgramParams) -> CaptureProgramReply:
     import torch
 
-    torch.manual_seed(0)
+    torch.manual_seed(SEED)  # as the trace builds a model function's model
     module, inputs = from_function(params.spec)
     captured, values = program.capture(module.eval(), inputs)
     return CaptureProgramReply(program=captured, inputs=values)
@@ -29,12 +30,8 @@ def capture_program(session, params: CaptureProgramParams) -> CaptureProgramRepl
 
 def capture_values(session, params: CaptureValuesParams) -> CaptureValuesReply:
     import torch
-    # The output types of transformers' models are pytree nodes once imported,
-    # its caches once registered: a traced model's program names them.
-    import transformers.modeling_outputs  # noqa: F401
 
-    register_cache_pytrees()
-    program = torch.export.load(params.program)
+    program = load_exported(params.program)
     reference = torch.load(params.reference)
     kwargs = {**reference["inputs"], **reference.get("constants", {})}
     try:

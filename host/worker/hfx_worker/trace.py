@@ -295,9 +295,9 @@ def decompose_missing(session, program, handled):
             table.pop(op)
     missing = {}
     for node in program.graph.nodes:
-        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
-                and str(node.target) not in handled and node.target in table:
-            missing[str(node.target)] = missing.get(str(node.target), 0) + 1
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and node.target in table:
+            name = str(node.target)  # popped above when handled
+            missing[name] = missing.get(name, 0) + 1
     if not missing:
         return program, []
     session.progress("decompose")

@@ -4,7 +4,7 @@
 import math
 
 from .protocol import Check, Comparison, OnnxModel, VerifyParams, VerifyReply
-from .pytree import flat_outputs, register_cache_pytrees
+from .pytree import flat_outputs, load_exported
 from .sources import on_device, sample_inputs
 from .trace import config_flags
 
@@ -68,10 +68,8 @@ def onnx_runner(path):
 def pt2_runner(path, constants):
     """(run(inputs) -> outputs, providers) for a `.pt2`, as `torch.export.load` gives it."""
     import torch
-    import transformers.modeling_outputs  # noqa: F401  (its output types are pytree nodes)
 
-    register_cache_pytrees()
-    module = torch.export.load(path).module()
+    module = load_exported(path).module()
 
     def run(inputs):
         with torch.no_grad():
