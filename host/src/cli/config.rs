@@ -144,7 +144,7 @@ pub(super) fn merge(args: RunArgs) -> Result<RunOptions> {
             }
             if is_json(&input) { Source::IrJson(input) } else { Source::Pt2(input) }
         }
-        (None, Some(request)) => Source::Trace(Trace { request, deadline }),
+        (None, Some(request)) => Source::Trace(Box::new(Trace { request, deadline })),
     };
     let memory_limit = match model.worker_memory_gib {
         None => crate::trace::memory::default_limit(),

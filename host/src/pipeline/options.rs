@@ -20,7 +20,7 @@ pub enum Source {
     /// The IR's JSON form (tests and debugging).
     IrJson(PathBuf),
     /// A model the trace worker builds and traces.
-    Trace(Trace),
+    Trace(Box<Trace>),
 }
 
 /// A model to trace, and how long the trace may take.
