@@ -14,8 +14,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker"))
 from hfx_worker import protocol, server  # noqa: E402
-from hfx_worker.protocol import (HelloParams, PatchAnswer, ProtocolError, TraceParams, VerifyParams,  # noqa: E402
-                                 parse)
+from hfx_worker.protocol import (CheckSampleParams, HelloParams, OpSamplesParams, PatchAnswer, ProtocolError,  # noqa: E402
+                                 TraceParams, VerifyParams, parse)
 
 TRACE = {
     "source": {"kind": "architecture", "name": "llama", "overrides": {"vocab_size": "128"}}, "task": None,
@@ -51,6 +51,9 @@ def main():
         (VerifyParams, {"model": {"kind": "onnx", "path": "m.onnx"}, "reference": "r.pt", "second_size": True, "atol": 1e-3}, "missing field `rtol`"),
         (VerifyParams, {"model": {"kind": "tflite", "path": "m"}, "reference": "r.pt", "second_size": True, "atol": 1e-3, "rtol": 1e-3}, "unknown kind `tflite`"),
         (HelloParams, {"protocol": 2, "debug": True}, "unknown field `debug`"),
+        (OpSamplesParams, {"name": "abs", "variant": "", "dtypes": ["float32"], "per_dtype": "4", "handled": [], "folder": "/t"},
+         "field `per_dtype`: expected int, got str"),
+        (CheckSampleParams, {"index": 0, "onnx": "0.onnx", "atol": 1e-3}, "missing field `rtol`"),
         (HelloParams, [], "expected a JSON object"),
         (PatchAnswer, {}, "exactly one of `program` and `error`"),
         (PatchAnswer, {"program": {"steps": []}, "error": "x"}, "exactly one of"),

@@ -69,6 +69,11 @@ pub enum PluginsCommand {
         #[command(flatten)]
         set: PluginSetArgs,
     },
+    /// Run torch's own OpInfo test inputs through every op the folders' ONNX
+    /// translations declare, as `hfx run` exports a model, and compare each
+    /// sample's ONNX model in ONNX Runtime with eager PyTorch; per op: samples
+    /// passed, failed, skipped (with reasons).
+    TestOps(TestOpsArgs),
     /// Cut a self-test case out of a real trace: `hfx run`'s model, plugin
     /// and backend flags, then the op to cut around and the case file.
     Capture(CaptureArgs),
@@ -91,6 +96,34 @@ pub enum PluginsCommand {
     },
     /// Scaffold a plugin crate that builds and passes its self-test as generated.
     New(crate::plugins::scaffold::NewArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TestOpsArgs {
+    /// Plugin folders: their ONNX translations are tested (with their FX node fixes and IR fixes).
+    #[arg(required = true, value_name = "DIR")]
+    pub folders: Vec<PathBuf>,
+    #[command(flatten)]
+    pub set: PluginSetArgs,
+    /// Only this translated op (repeatable): `--op aten.elu.default`.
+    #[arg(long = "op", value_name = "OP")]
+    pub ops: Vec<String>,
+    /// Sample dtypes.
+    #[arg(long, value_delimiter = ',', default_value = "float32,float16,int64,bool")]
+    pub dtypes: Vec<String>,
+    /// Samples per OpInfo and dtype (torch's first N).
+    #[arg(long, default_value_t = 4)]
+    pub samples: u32,
+    /// The opset the samples are written at.
+    #[arg(long, default_value_t = 20)]
+    pub opset: u32,
+    /// The core ATen ops excluded from translation (`[ops] "aten.x.default" = "why"`):
+    /// then every core op must be translated or excluded, and every exclusion be a core op not translated.
+    #[arg(long, value_name = "FILE")]
+    pub exclusions: Option<PathBuf>,
+    /// Also write the report as Markdown here.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -305,6 +338,7 @@ pub fn run(cli: Cli) -> Result<()> {
             set.plugins.extend(folders);
             plugins::test(&set.folder_options()?)
         }
+        Command::Plugins(PluginsCommand::TestOps(args)) => plugins::test_ops(args, verbose),
         Command::Plugins(PluginsCommand::Capture(args)) => capture(args, verbose),
         Command::Plugins(PluginsCommand::Lock { set, output }) => plugins::lock(&set.folder_options()?, &output),
         Command::Plugins(PluginsCommand::New(args)) => crate::plugins::scaffold::new_plugin(&args),

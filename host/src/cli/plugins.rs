@@ -137,6 +137,53 @@ pub(super) fn test(args: &SetOptions) -> Result<()> {
     Ok(())
 }
 
+/// `hfx plugins test-ops`: the set's ONNX translations on torch's OpInfo samples.
+pub(super) fn test_ops(mut args: super::TestOpsArgs, verbose: u8) -> Result<()> {
+    use std::io::IsTerminal;
+    use crate::selftest::ops::{self, OpTestOptions};
+    if !(18..=23).contains(&args.opset) {
+        bail!("--opset {}: hfx writes opsets 18 to 23", args.opset);
+    }
+    args.set.plugins.extend(args.folders);
+    let set = args.set.folder_options()?;
+    let loaded = set.load(Purpose::Use, None)?;
+    let progress = crate::pipeline::Progress { started: std::time::Instant::now(), shown: verbose > 0 || std::io::stderr().is_terminal() };
+    let mut worker = crate::trace::Worker::start(&set.python(), std::time::Duration::from_secs(120))?;
+    let options = OpTestOptions { only: args.ops, dtypes: args.dtypes, per_dtype: args.samples, opset: args.opset, exclusions: args.exclusions };
+    let report = ops::run(&loaded, &mut worker, &options, progress)?;
+    for (op, tally) in &report.ops {
+        let skipped: usize = tally.skipped.values().sum();
+        let status = if !tally.failed.is_empty() { "FAILED" } else if tally.passed == 0 { "-" } else { "ok" };
+        println!("{status:<6} {op:<48} {:>4} passed {:>4} failed {:>4} skipped", tally.passed, tally.failed.len(), skipped);
+        for failure in &tally.failed {
+            if let ops::Verdict::Failed(reason) = &failure.verdict {
+                println!("         {} {} {}: {}", failure.opinfo, failure.dtype, failure.about, reason.lines().next().unwrap_or(""));
+            }
+        }
+    }
+    if let Some(coverage) = &report.coverage {
+        println!(
+            "core ATen: {} overloads, {} translated, {} excluded, {} neither",
+            coverage.core, coverage.translated, coverage.excluded.len(), coverage.missing.len()
+        );
+        for op in &coverage.missing {
+            println!("FAILED {op}: neither translated nor excluded (add a translation, or a reason to the exclusions)");
+        }
+        for op in &coverage.stale {
+            println!("FAILED stale exclusion {op}");
+        }
+    }
+    if let Some(path) = &args.report {
+        crate::atomic::write_bytes_atomically(path, report.markdown(&options).as_bytes()).with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
+    let failures = report.failures();
+    if failures > 0 {
+        bail!("{failures} failure(s)");
+    }
+    Ok(())
+}
+
 pub(super) fn lock(args: &SetOptions, output: &Path) -> Result<()> {
     let loaded = args.load(Purpose::Lock, None)?;
     let lock = Lock::of(&loaded.set.plugins, &loaded.set.upstream);

@@ -20,6 +20,14 @@ impl Scratch {
         Ok(Scratch(dir))
     }
 
+    /// A fresh folder in the system's temp folder, for work with no output
+    /// file (`hfx plugins test-ops`); stale ones of dead runs are removed first.
+    pub fn temp(what: &str) -> Result<Scratch> {
+        let temp = std::env::temp_dir();
+        crate::trace::interrupt::remove_stale_scratch(&temp);
+        Self::beside(&temp.join("output"), what)
+    }
+
     /// Removes the scratch folders beside `output` whose hfx is no longer
     /// running (SIGKILL, power loss).
     pub fn remove_stale_beside(output: &Path) -> Vec<PathBuf> {

@@ -52,15 +52,8 @@ pub fn run(worker: &mut Worker, trace: &Trace, loaded: &LoadedSet, backend: Back
     let reference = scratch.path().join("reference.pt");
     let patch_plugins = stages::select::<kind::Patch>(&loaded.set.plugins, backend);
     let mut sessions: Vec<_> = patch_plugins.into_iter().map(|p| plugins::Session::new(&loaded.runtime, p, "patches")).collect();
-    // A backend that translates ops decomposes, after the trace, only ops no
-    // translation or FX node fix of it declares (a third party's plugin keeps its op whole).
-    let translations = stages::select::<kind::OnnxTranslation>(&loaded.set.plugins, backend);
     let mut request = trace.request.clone();
-    if !translations.is_empty() {
-        let fixes = stages::select::<kind::FxNodeFix>(&loaded.set.plugins, backend);
-        let declared = translations.iter().map(|t| &t.targets).chain(fixes.iter().map(|f| &f.targets));
-        request.handled = Some(declared.flatten().cloned().collect());
-    }
+    request.handled = stages::handled_ops(&loaded.set.plugins, backend);
     let result = crate::trace::trace(worker, &request, &mut sessions, &program, &reference, trace.deadline)?;
     let t = &result.seconds;
     let seconds = t.import + t.build + t.eager + t.export + t.save;

@@ -24,6 +24,7 @@
 //! trace with the patch and without it instead (`patch.rs`).
 
 pub mod capture;
+pub mod ops;
 pub mod patch;
 
 use std::collections::BTreeMap;

@@ -83,6 +83,20 @@ pub fn select<K: Kind>(plugins: &[Plugin], backend: Backend) -> Vec<PluginOf<'_,
     chosen
 }
 
+/// The ops a backend that translates ops handles, as its translations and FX
+/// node fixes declare them; None for a backend without translations. After
+/// the trace, only ops outside this set are decomposed (so a third party's
+/// translation keeps its op whole).
+pub fn handled_ops(plugins: &[Plugin], backend: Backend) -> Option<Vec<String>> {
+    let translations = select::<kind::OnnxTranslation>(plugins, backend);
+    if translations.is_empty() {
+        return None;
+    }
+    let fixes = select::<kind::FxNodeFix>(plugins, backend);
+    let declared = translations.iter().map(|t| &t.targets).chain(fixes.iter().map(|f| &f.targets));
+    Some(declared.flatten().cloned().collect())
+}
+
 /// Per-target dispatch over a stage's plugins, each with a session created on
 /// its first call (one Store per plugin per stage run).
 struct Dispatcher<'a, K: Kind> {

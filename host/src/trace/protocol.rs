@@ -23,7 +23,7 @@ use crate::plugins::Versions;
 
 /// The protocol version; the worker's `protocol.PROTOCOL` is the same number.
 /// Any change to a message below is a new version.
-pub const PROTOCOL: u64 = 4;
+pub const PROTOCOL: u64 = 5;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -244,6 +244,51 @@ impl Method for RunCase {
     type Reply = RunCaseReply;
 }
 
+/// `op_infos`: the OpInfos of torch's `op_db` whose first sample dispatches
+/// only `translated` ops, and torch's core ATen overloads.
+#[derive(Debug, Clone, Serialize)]
+pub struct OpInfos {
+    pub translated: Vec<String>,
+}
+
+impl Method for OpInfos {
+    const NAME: &'static str = "op_infos";
+    type Reply = OpInfosReply;
+}
+
+/// `op_samples`: one OpInfo's samples, up to `per_dtype` per dtype, each
+/// exported (then decomposed where `handled` lacks an op, as a trace is) to a
+/// `.pt2` in `folder`; the worker keeps their inputs and eager outputs.
+#[derive(Debug, Clone, Serialize)]
+pub struct OpSamples {
+    pub name: String,
+    pub variant: String,
+    pub dtypes: Vec<String>,
+    pub per_dtype: u32,
+    pub handled: Vec<String>,
+    pub folder: PathBuf,
+}
+
+impl Method for OpSamples {
+    const NAME: &'static str = "op_samples";
+    type Reply = OpSamplesReply;
+}
+
+/// `check_sample`: sample `index` of the last `op_samples` as the ONNX model
+/// at `onnx`, in ONNX Runtime against eager.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckSample {
+    pub index: u32,
+    pub onnx: PathBuf,
+    pub atol: f64,
+    pub rtol: f64,
+}
+
+impl Method for CheckSample {
+    const NAME: &'static str = "check_sample";
+    type Reply = RunCaseReply;
+}
+
 /// A value of a self-test case: a tensor (base64 of its little-endian bytes,
 /// row-major) or a scalar (a symbolic size's value).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -364,6 +409,48 @@ pub struct CaptureValuesReply {
 pub struct CaptureProgramReply {
     pub program: Value,
     pub inputs: BTreeMap<String, CaseValue>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpInfosReply {
+    pub infos: Vec<OpInfoRef>,
+    pub core: Vec<String>,
+}
+
+/// An OpInfo of torch's `op_db`, and the ATen overloads its first sample dispatches.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpInfoRef {
+    pub name: String,
+    pub variant: String,
+    pub ops: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpSamplesReply {
+    pub samples: Vec<OpSample>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpSample {
+    pub index: u32,
+    pub dtype: String,
+    /// The sample's tensor shapes and other arguments, for the report.
+    pub about: String,
+    pub exported: SampleExport,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum SampleExport {
+    /// The sample's `.pt2`, the ATen overloads it holds, whether its outputs are random
+    /// (then compared by shape only).
+    Program { path: PathBuf, ops: Vec<String>, random: bool },
+    /// Why the sample is not a program hfx can be tested on (torch fails, a non-tensor output, ...).
+    Skipped { reason: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -861,6 +948,20 @@ mod tests {
             ], "output": 4}})
         );
         assert_eq!(serde_json::to_value(PatchAnswer::Error("no".into())).unwrap(), json!({"error": "no"}));
+    }
+
+    #[test]
+    fn op_samples_are_a_program_or_a_reason() {
+        // As the worker writes them: `dataclasses.asdict` of `OpSample`, `kind` a field.
+        let reply = serde_json::json!({"samples": [
+            {"index": 0, "dtype": "float32", "about": "[2x3]", "exported": {"path": "0.pt2", "ops": ["aten.abs.default"], "random": false, "kind": "program"}},
+            {"index": 1, "dtype": "bool", "about": "[2]", "exported": {"reason": "torch.export fails: x", "kind": "skipped"}}]});
+        let reply: OpSamplesReply = super::reply("op_samples", reply).unwrap();
+        assert_eq!(reply.samples[0].exported, SampleExport::Program { path: "0.pt2".into(), ops: vec!["aten.abs.default".into()], random: false });
+        assert_eq!(reply.samples[1].exported, SampleExport::Skipped { reason: "torch.export fails: x".into() });
+        let both = serde_json::json!({"samples": [{"index": 0, "dtype": "bool", "about": "", "exported": {"reason": "r", "path": "p", "kind": "skipped"}}]});
+        let Err(TraceError::Protocol(message)) = super::reply::<OpSamplesReply>("op_samples", both) else { panic!() };
+        assert!(message.contains("unknown field `path`"), "{message}");
     }
 
     #[test]

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Optional, Union
 
 # The protocol version; the host's `trace::protocol::PROTOCOL` is the same number.
-PROTOCOL = 4
+PROTOCOL = 5
 
 # The steps of a `trace` request, in order, as progress names them (the host's
 # `TraceStep`). `export` runs torch.export under the reference exporter's
@@ -220,6 +220,36 @@ class RunCaseParams:
 
 
 @dataclass
+class OpInfosParams:
+    """The OpInfos whose first sample dispatches only `translated` ops, and torch's core ATen overloads."""
+    NAME: ClassVar[str] = "`op_infos` request"
+    translated: list[str]
+
+
+@dataclass
+class OpSamplesParams:
+    """The samples of one OpInfo, up to `per_dtype` per dtype, exported into
+    `folder` (decomposing what `handled` lacks, as a trace does)."""
+    NAME: ClassVar[str] = "`op_samples` request"
+    name: str
+    variant: str
+    dtypes: list[str]
+    per_dtype: int
+    handled: list[str]
+    folder: str
+
+
+@dataclass
+class CheckSampleParams:
+    """Sample `index` of the last `op_samples`, its ONNX model at `onnx` in ONNX Runtime against eager."""
+    NAME: ClassVar[str] = "`check_sample` request"
+    index: int
+    onnx: str
+    atol: float
+    rtol: float
+
+
+@dataclass
 class PatchAnswer:
     """The host's answer to a `patch_call`: the plugin's program (host-checked), or why not."""
     NAME: ClassVar[str] = "patch answer"
@@ -318,6 +348,48 @@ class CaptureValuesReply:
 class CaptureProgramReply:
     program: dict[str, Any]
     inputs: dict[str, Any]
+
+
+@dataclass
+class OpInfo:
+    name: str
+    variant: str
+    # What its first sample dispatches.
+    ops: list[str]
+
+
+@dataclass
+class OpInfosReply:
+    infos: list[OpInfo]
+    core: list[str]
+
+
+@dataclass
+class SampleProgram:
+    """An exported sample: its `.pt2`, the ATen overloads it holds, whether its outputs are random."""
+    path: str
+    ops: list[str]
+    random: bool
+    kind: str = "program"
+
+
+@dataclass
+class SampleSkipped:
+    reason: str
+    kind: str = "skipped"
+
+
+@dataclass
+class OpSample:
+    index: int
+    dtype: str
+    about: str
+    exported: Union[SampleProgram, SampleSkipped]
+
+
+@dataclass
+class OpSamplesReply:
+    samples: list[OpSample]
 
 
 @dataclass

@@ -13,8 +13,10 @@ import sys
 import traceback
 
 from . import protocol
-from .protocol import (CaptureProgramParams, CaptureValuesParams, Channel, ErrorReply, HelloParams, HelloReply, PatchesRestoredParams,
-                       ProtocolError, Request, RunCaseParams, TraceParams, VerifyParams)
+from .opinfo import check_sample, op_infos, op_samples
+from .protocol import (CaptureProgramParams, CaptureValuesParams, Channel, CheckSampleParams, ErrorReply, HelloParams, HelloReply,
+                       OpInfosParams, OpSamplesParams, PatchesRestoredParams, ProtocolError, Request, RunCaseParams, TraceParams,
+                       VerifyParams)
 from .sandbox import Reach, patch_status
 from .selftest import capture_program, capture_values, run_case
 from .trace import trace
@@ -36,13 +38,14 @@ def versions():
 
 class Session:
     """The state of one worker process across its requests, passed to each: the
-    channel to the host, the patch policy (built on first use: it imports torch)
-    and what `verify` needs of the last trace."""
+    channel to the host, the patch policy (built on first use: it imports torch),
+    what `verify` needs of the last trace and `check_sample` of the last `op_samples`."""
 
     def __init__(self, channel):
         self.channel = channel
         self._policy = None
         self.last_trace = None
+        self.op_samples = []
 
     @property
     def policy(self):
@@ -80,6 +83,9 @@ METHODS = {
     "capture_values": (CaptureValuesParams, capture_values),
     "capture_program": (CaptureProgramParams, capture_program),
     "run_case": (RunCaseParams, run_case),
+    "op_infos": (OpInfosParams, op_infos),
+    "op_samples": (OpSamplesParams, op_samples),
+    "check_sample": (CheckSampleParams, check_sample),
 }
 
 

@@ -62,6 +62,7 @@ def onnx_runner(path):
             raise ValueError(f"the ONNX model wants inputs {missing}; the sample has {sorted(inputs)}")
         return onnx_session.run(None, {n: inputs[n].detach().cpu().numpy() for n in names})
 
+    run.input_names = names
     return run, onnx_session.get_providers()
 
 
