@@ -147,7 +147,13 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
         }
         (Artifact::Onnx(onnx), Program::Archive { pt2, graph }) => {
             let output_names = input.traced().map(|t| t.output_names.clone()).unwrap_or_default();
-            let emitted = emit::onnx(pt2, graph, &loaded, onnx, options.on_plugin_error, output_names, &target, progress)?;
+            let emitted = emit::onnx(pt2, graph, &loaded, onnx, options.on_plugin_error, output_names, &target, progress).map_err(|mut e| {
+                use crate::stages::onnx_translation::{ProgramSource, TranslationError};
+                if let Some(TranslationError::Missing { source_note, .. }) = e.downcast_mut::<TranslationError>() {
+                    *source_note = if input.traced().is_some() { ProgramSource::Traced } else { ProgramSource::Saved };
+                }
+                e
+            })?;
             stages.extend(emitted.stages);
             optimized = emitted.optimized.map(|o| (o, emitted.nodes));
             Some(verify::Runtime::Onnx)

@@ -21,14 +21,35 @@ use crate::plugins::{PluginError, PluginOf, Runtime};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TranslationError {
-    #[error("no translation plugin for `{target}` (node `{node}`{made_at}), and torch's default table does not decompose it: add one (`hfx plugins new --kind onnx-translation NAME`) to the plugin folders")]
-    Missing { target: String, node: String, made_at: String },
+    #[error("no translation plugin for `{target}` (node `{node}`{made_at}){source_note}: add one (`hfx plugins new --kind onnx-translation NAME`) to the plugin folders")]
+    Missing { target: String, node: String, made_at: String, source_note: ProgramSource },
     #[error("plugin `{plugin}` translated node `{node}` (`{target}`) but left its output `{value}` without an ONNX name")]
     Unbound { plugin: String, node: String, target: String, value: String },
     #[error("the graph output `{0}` was never translated")]
     Output(String),
     #[error(transparent)]
     Plugin(#[from] PluginError),
+}
+
+/// Where the program an op is missing from came from, which says whether
+/// decomposition was tried; set by the caller that knows (the pipeline).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgramSource {
+    Unknown,
+    /// Traced by hfx: what no plugin handles was decomposed where torch's default table can.
+    Traced,
+    /// A `.pt2` read as saved: nothing was decomposed.
+    Saved,
+}
+
+impl std::fmt::Display for ProgramSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ProgramSource::Unknown => "",
+            ProgramSource::Traced => ", and torch's default table does not decompose it",
+            ProgramSource::Saved => " (a `.pt2` is translated as saved: trace the model with hfx to decompose what no plugin translates)",
+        })
+    }
 }
 
 /// Translates the root graph of `graph`. Returns the builder (nodes and value
@@ -52,7 +73,7 @@ pub fn run(
         let target = node.target.clone();
         let Some(&index) = dispatcher.candidates(&target).last() else {
             let made_at = model_line(node).map(|line| format!(", {line}")).unwrap_or_default();
-            return Err(TranslationError::Missing { target, node: graph.node_name(id), made_at });
+            return Err(TranslationError::Missing { target, node: graph.node_name(id), made_at, source_note: ProgramSource::Unknown });
         };
         let outputs: Vec<ValueId> = node.output_values().collect();
         dispatcher.session(index, &mut report).translate(graph, id, &mut builder)?;
