@@ -446,9 +446,9 @@ pub struct OpSample {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum SampleExport {
-    /// The sample's `.pt2`, the ATen overloads it holds, whether its outputs are random
-    /// (then compared by shape only).
-    Program { path: PathBuf, ops: Vec<String>, random: bool },
+    /// The sample's `.pt2`, the ATen overloads it holds, whether its outputs
+    /// are compared by shape only (random, or uninitialized memory).
+    Program { path: PathBuf, ops: Vec<String>, shape_only: bool },
     /// Why the sample is not a program hfx can be tested on (torch fails, a non-tensor output, ...).
     Skipped { reason: String },
 }
@@ -954,10 +954,10 @@ mod tests {
     fn op_samples_are_a_program_or_a_reason() {
         // As the worker writes them: `dataclasses.asdict` of `OpSample`, `kind` a field.
         let reply = serde_json::json!({"samples": [
-            {"index": 0, "dtype": "float32", "about": "[2x3]", "exported": {"path": "0.pt2", "ops": ["aten.abs.default"], "random": false, "kind": "program"}},
+            {"index": 0, "dtype": "float32", "about": "[2x3]", "exported": {"path": "0.pt2", "ops": ["aten.abs.default"], "shape_only": false, "kind": "program"}},
             {"index": 1, "dtype": "bool", "about": "[2]", "exported": {"reason": "torch.export fails: x", "kind": "skipped"}}]});
         let reply: OpSamplesReply = super::reply("op_samples", reply).unwrap();
-        assert_eq!(reply.samples[0].exported, SampleExport::Program { path: "0.pt2".into(), ops: vec!["aten.abs.default".into()], random: false });
+        assert_eq!(reply.samples[0].exported, SampleExport::Program { path: "0.pt2".into(), ops: vec!["aten.abs.default".into()], shape_only: false });
         assert_eq!(reply.samples[1].exported, SampleExport::Skipped { reason: "torch.export fails: x".into() });
         let both = serde_json::json!({"samples": [{"index": 0, "dtype": "bool", "about": "", "exported": {"reason": "r", "path": "p", "kind": "skipped"}}]});
         let Err(TraceError::Protocol(message)) = super::reply::<OpSamplesReply>("op_samples", both) else { panic!() };

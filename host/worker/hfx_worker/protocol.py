@@ -366,10 +366,11 @@ class OpInfosReply:
 
 @dataclass
 class SampleProgram:
-    """An exported sample: its `.pt2`, the ATen overloads it holds, whether its outputs are random."""
+    """An exported sample: its `.pt2`, the ATen overloads it holds, whether its
+    outputs are compared by shape only (random, or uninitialized memory)."""
     path: str
     ops: list[str]
-    random: bool
+    shape_only: bool
     kind: str = "program"
 
 

@@ -1,5 +1,9 @@
-//! Convolutions → ONNX `Conv`: `conv1d`/`conv2d`/`conv3d` and the generic
-//! `convolution` (not transposed), with int or string (`same`, `valid`) padding.
+//! Convolutions → ONNX `Conv` / `ConvTranspose`: `conv1d`/`conv2d`/`conv3d`
+//! and the generic `convolution` (transposed too), with int or string
+//! (`same`, `valid`) padding. Every convolution runs in float32, as ONNX
+//! Runtime's CPU has only float32 kernels for both: float16 accumulates
+//! there as torch's CPU kernel does (in float32), integers are exact while
+//! sums stay below 2^24, float64 rounds to float32's precision.
 
 use hfx_sdk::prelude::*;
 
@@ -21,18 +25,30 @@ fn per_dim(e: &Emit, name: &str, spatial: usize, default: i64) -> Result<Vec<i64
     Ok(if values.len() == 1 { vec![values[0]; spatial] } else { values })
 }
 
-/// The generic form: only not transposed.
+/// The generic form, transposed or not.
 fn convolution(e: &Emit) -> Result<String> {
     if e.boolean("transposed", false)? {
-        return Err(e.fail("transposed convolution is not translated yet"));
+        conv_with(e, "ConvTranspose")
+    } else {
+        conv_with(e, "Conv")
     }
-    conv(e)
 }
 
 fn conv(e: &Emit) -> Result<String> {
-    let x = e.tensor("input")?;
-    let weight = e.tensor("weight")?;
+    conv_with(e, "Conv")
+}
+
+fn conv_with(e: &Emit, op: &str) -> Result<String> {
+    let out = e.output_meta()?.dtype;
+    let compute = "float32".to_string();
+    let mut x = e.operand("input", &compute)?;
+    let weight = e.operand("weight", &compute)?;
     let spatial = e.rank("weight")? as usize - 2;
+    // An unbatched input (C, *spatial) gets a batch of one: ONNX's convolutions want one.
+    let unbatched = e.rank("input")? as usize == spatial + 1;
+    if unbatched {
+        x = e.op("Unsqueeze", &[&x, &e.const_ints(&[0])?])?;
+    }
     let strides = per_dim(e, "stride", spatial, 1)?;
     let dilations = per_dim(e, "dilation", spatial, 1)?;
     let group = e.int("groups", 1)?;
@@ -49,10 +65,18 @@ fn conv(e: &Emit) -> Result<String> {
             attributes.push(attr("pads", Attribute::Ints(pads.iter().chain(pads.iter()).copied().collect())));
         }
     }
+    if op == "ConvTranspose" {
+        // Same output size as torch: stride*(in-1) + output_padding + dilation*(k-1) + 1 - 2*pad.
+        attributes.push(attr("output_padding", Attribute::Ints(per_dim(e, "output_padding", spatial, 0)?)));
+    }
     let mut inputs = vec![x, weight];
     if let Some(Argument::Tensor(_)) = e.arg("bias")? {
-        inputs.push(e.tensor("bias")?);
+        inputs.push(e.operand("bias", &compute)?);
     }
     let refs: Vec<&str> = inputs.iter().map(String::as_str).collect();
-    e.op_with("Conv", &refs, &attributes)
+    let mut result = e.op_with(op, &refs, &attributes)?;
+    if unbatched {
+        result = e.op("Squeeze", &[&result, &e.const_ints(&[0])?])?;
+    }
+    if compute == out { Ok(result) } else { e.cast(&result, &compute, &out) }
 }

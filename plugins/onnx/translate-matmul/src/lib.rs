@@ -39,9 +39,26 @@ fn linear(e: &Emit) -> Result<String> {
 }
 
 fn addmm(e: &Emit) -> Result<String> {
-    let (input, a, b) = (e.tensor("self")?, e.tensor("mat1")?, e.tensor("mat2")?);
     let (beta, alpha) = (e.float("beta", 1.0)?, e.float("alpha", 1.0)?);
-    e.op_with("Gemm", &[&a, &b, &input], &[attr("alpha", Attribute::Float(alpha as f32)), attr("beta", Attribute::Float(beta as f32))])
+    let out = e.output_meta()?.dtype;
+    if matches!(out.as_str(), "float16" | "float32" | "float64") {
+        let (input, a, b) = (e.tensor("self")?, e.tensor("mat1")?, e.tensor("mat2")?);
+        return e.op_with("Gemm", &[&a, &b, &input], &[attr("alpha", Attribute::Float(alpha as f32)), attr("beta", Attribute::Float(beta as f32))]);
+    }
+    // ONNX Runtime's CPU Gemm is floating only: `beta*self + alpha*(mat1 @ mat2)` in MatMul and Add.
+    let (input, a, b) = (e.operand("self", &out)?, e.operand("mat1", &out)?, e.operand("mat2", &out)?);
+    let scaled = |x: String, k: f64| -> Result<String> {
+        if k == 1.0 {
+            return Ok(x);
+        }
+        let k = e.scalar(k, &out)?;
+        e.op("Mul", &[&x, &k])
+    };
+    let product = scaled(e.op("MatMul", &[&a, &b])?, alpha)?;
+    if beta == 0.0 {
+        return Ok(product); // torch ignores `self` (even NaN) when beta is 0
+    }
+    e.op("Add", &[&scaled(input, beta)?, &product])
 }
 
 /// `torch.mm(a, b, out_dtype=...)`: the product in `out_dtype`, as the kernel accumulates in it.
