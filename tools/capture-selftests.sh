@@ -44,6 +44,23 @@ capture translate-normalization bert-layer-norm --model bert --set hidden_size=3
 capture translate-reduction llama-mean "${LLAMA[@]}" "${FIXED[@]}" --node aten.mean.dim
 capture translate-shape llama-rotary "${LLAMA[@]}" "${FIXED[@]}" --node aten.transpose.int --count 3
 capture translate-symbolic sizes --model-fn "$(pattern symbolic_sizes)" --dynamic --node _operator.mul --radius 1
+# Op families no small model holds: the patterns of tests/python/patterns_*.py.
+family() { echo "python:patterns_$1:$2"; }
+capture translate-distance cdist --model-fn "$(family numeric cdist)" "${FIXED[@]}" --node aten._cdist_forward.default
+capture translate-padding constant-pad --model-fn "$(family image constant_pad)" "${FIXED[@]}" --node aten.constant_pad_nd.default --count 3
+capture translate-padding reflection-pad --model-fn "$(family image reflection_pad)" "${FIXED[@]}" --node aten.reflection_pad2d.default --count 2
+capture translate-padding replication-pad --model-fn "$(family image replication_pad)" "${FIXED[@]}" --node aten.replication_pad3d.default --count 2
+capture translate-pooling adaptive-avg-pool --model-fn "$(family image adaptive_avg_pool)" "${FIXED[@]}" --node aten.adaptive_avg_pool2d.default --count 3
+capture translate-pooling avg-pool --model-fn "$(family image avg_pool)" "${FIXED[@]}" --node aten.avg_pool2d.default --count 5
+capture translate-pooling max-pool --model-fn "$(family image max_pool)" "${FIXED[@]}" --node aten.max_pool2d_with_indices.default --count 3
+capture translate-random dropout-extremes --model-fn "$(family numeric dropout_extremes)" "${FIXED[@]}" --node aten.native_dropout.default --count 2
+capture translate-resize bilinear --model-fn "$(family image upsample_linear)" "${FIXED[@]}" --node aten.upsample_bilinear2d.vec --count 3
+capture translate-resize col2im --model-fn "$(family image col2im)" "${FIXED[@]}" --node aten.col2im.default --count 2
+capture translate-resize grid-sample --model-fn "$(family image grid_sample)" "${FIXED[@]}" --node aten.grid_sampler_2d.default --count 3
+capture translate-resize nearest --model-fn "$(family image upsample_nearest)" "${FIXED[@]}" --node aten.upsample_nearest2d.vec --count 3
+capture translate-shape matrix-transposes --model-fn "$(family indexing matrix_transposes)" "${FIXED[@]}" --node aten.numpy_T.default --count 2
+capture translate-scatter select-scatter --model-fn "$(family indexing select_scatter)" "${FIXED[@]}" --node aten.select_scatter.default --count 2
+capture translate-trigonometry atan2 --model-fn "$(family math trigonometry)" "${FIXED[@]}" --node aten.atan2.default
 
 # ── Patches: a model to trace with and without the patch (a Python-level
 # program of tests/python/patch_patterns.py, `--program`), expecting the ops

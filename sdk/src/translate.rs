@@ -228,6 +228,17 @@ impl<'a> Emit<'a> {
         }
     }
 
+    /// `Where(condition, a, b)` of any dtype: ONNX Runtime's CPU `Where` has
+    /// no bool kernel, so bools are `(c & a) | (!c & b)`.
+    pub fn where_any(&self, condition: &str, a: &str, b: &str, dtype: &str) -> Result<String, Error> {
+        if dtype != "bool" {
+            return self.op("Where", &[condition, a, b]);
+        }
+        let picked = self.op("And", &[condition, a])?;
+        let kept = self.op("And", &[&self.op("Not", &[condition])?, b])?;
+        self.op("Or", &[&picked, &kept])
+    }
+
     /// `a // b` floored toward -inf, as Python and torch do (ONNX `Div`
     /// truncates integers): trunc(a/b) - (sign(a) != sign(b) and a mod b != 0),
     /// the reference's `_operator_floordiv`; floats are `Floor(a / b)`.

@@ -189,3 +189,32 @@ fn stale_scratch_folders_of_dead_hfx_runs_are_removed() {
     assert!(!dead.exists(), "the dead run's scratch folder must go");
     assert!(alive.exists(), "a running hfx's scratch folder must stay");
 }
+
+/// From a folder other than the checkout, hfx finds the checkout's Python;
+/// a Python without torch is named in one line with the command that fixes it.
+#[test]
+fn the_workers_python_is_found_from_any_folder_and_a_python_without_torch_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("tiny.onnx");
+    let plugins = root().join("plugins/onnx");
+    let set = "hidden_size=32,intermediate_size=64,num_hidden_layers=1,num_attention_heads=4,num_key_value_heads=2,vocab_size=128";
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", "--backend", "onnx", "--model", "llama", "--set", set, "--plugins", plugins.to_str().unwrap(), "-o", out.to_str().unwrap()];
+        args.extend(extra);
+        Command::new(env!("CARGO_BIN_EXE_hfx")).args(&args).current_dir(dir.path()).env_remove("HFX_PYTHON").env("HFX_CACHE_DIR", cache_dir()).output().unwrap()
+    };
+    let found = run(&[]);
+    assert!(found.status.success(), "{}", String::from_utf8_lossy(&found.stderr));
+    assert!(out.exists());
+
+    // A fresh virtual environment: a Python with no torch and no transformers.
+    let venv = dir.path().join("bare");
+    let made = Command::new("python3").args(["-m", "venv", "--without-pip"]).arg(&venv).status().unwrap();
+    assert!(made.success());
+    let bare = venv.join("bin/python");
+    let refused = run(&["--python", bare.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.contains("has no torch, transformers") && stderr.contains("cargo xtask setup-python"), "{stderr}");
+}

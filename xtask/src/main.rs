@@ -33,8 +33,9 @@ fn main() -> Result<()> {
         Some("test") => test(&args[1..]),
         Some("setup-python") => setup_python(),
         Some("fuzz") => fuzz::fuzz(&args[1..]),
+        Some("sweep") => sweep(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask build-plugins [CRATE-DIR...] | install-guest-toolchain | setup-python | test [CARGO-TEST-ARGS...] | fuzz [--seconds N] [TARGET...]");
+            eprintln!("usage: cargo xtask build-plugins [CRATE-DIR...] | install-guest-toolchain | setup-python | test [CARGO-TEST-ARGS...] | fuzz [--seconds N] [TARGET...] | sweep [SWEEP-ARGS...]");
             std::process::exit(2)
         }
     }
@@ -51,6 +52,21 @@ fn test(extra: &[String]) -> Result<()> {
     build_plugins(&[])?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     run(Command::new(cargo).current_dir(workspace_root()).args(["test", "--locked"]).args(extra))
+}
+
+/// The architecture sweep (`bench/sweep.py`, not part of `test`): hfx and the
+/// reference exporter side by side on tiny random models, the table in
+/// `docs/sweep.md`. Builds hfx in release first unless `--hfx PATH` is given.
+fn sweep(extra: &[String]) -> Result<()> {
+    let root = workspace_root();
+    let mut python = Command::new(root.join(".venv/bin/python"));
+    python.current_dir(&root).arg("bench/sweep.py").args(extra);
+    if !extra.iter().any(|a| a == "--hfx" || a.starts_with("--hfx=")) {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        run(Command::new(cargo).current_dir(&root).args(["build", "--release", "--locked", "-p", "hfx"]))?;
+        python.arg("--hfx").arg(target_dir(&root).join("release/hfx"));
+    }
+    run(&mut python)
 }
 
 /// The Python environment where PyTorch model code runs (trace worker, test

@@ -158,7 +158,7 @@ pub struct PluginSetArgs {
     /// (repeatable), e.g. `--target onnxruntime=1.31.0` for a deployment runtime.
     #[arg(long = "target", value_name = "PACKAGE=VERSION", value_parser = upstream::parse_target)]
     pub targets: Vec<(String, String)>,
-    /// Python whose installed packages give the upstream versions [default: $HFX_PYTHON, .venv/bin/python, python3].
+    /// Python whose installed packages give the upstream versions [default: $HFX_PYTHON, .venv/bin/python here or in the checkout hfx was built in, python3].
     #[arg(long)]
     pub python: Option<String>,
     /// Lock file [default: hfx.lock, if present].

@@ -112,6 +112,13 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
     let read = read_started.elapsed();
     let nodes_before = program.graph().node_count();
     let changes_before = program.graph().changes();
+    // --dynamic asks for every axis to vary; the ones the model's code fixed are said.
+    let fixed_axes = match (&options.source, &program) {
+        (Source::Trace(trace), Program::Archive { pt2, graph }) if trace.request.dynamic && trace.request.dynamic_shapes.is_empty() => {
+            pt2.programs.get("model").map(|p| trace::fixed_axes(p, graph)).unwrap_or_default()
+        }
+        _ => Vec::new(),
+    };
 
     // ── the backend's FX stages ──
     progress.step("fx stages", &format!("{nodes_before} nodes"));
@@ -205,6 +212,7 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
     };
     Ok(RunSummary {
         trace: input.traced().map(|t| t.summary.clone()),
+        fixed_axes,
         reference,
         read,
         nodes_before,

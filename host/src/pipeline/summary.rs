@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::trace::TraceSummary;
+use super::trace::{FixedAxis, TraceSummary};
 use super::verify;
 use crate::trace::protocol::Check;
 use crate::onnx::optimize::OptimizeReport;
@@ -12,6 +12,8 @@ use crate::stages::StageReport;
 
 pub struct RunSummary {
     pub trace: Option<TraceSummary>,
+    /// Input axes torch.export fixed although `--dynamic` asked them to vary.
+    pub fixed_axes: Vec<FixedAxis>,
     /// Where the eager reference went (traced runs).
     pub reference: Option<PathBuf>,
     pub read: Duration,
@@ -33,13 +35,15 @@ impl RunSummary {
     pub fn print(&self, verbose: u8) {
         if let Some((o, nodes)) = &self.optimized {
             println!(
-                "stage {:<18} identities removed {}, duplicates merged {}, nodes folded {}, weights stored transposed {}, \
-                 constants lifted {}, dead nodes removed {}; {nodes} nodes",
+                "stage {:<18} identities removed {}, duplicates merged {}, nodes folded {}, whole slices removed {}, \
+                 weights stored transposed {}, batch norms and pads fused into convolutions {}, constants lifted {}, dead nodes removed {}; {nodes} nodes",
                 "onnx-optimize",
                 o.identities_removed,
                 o.merged,
                 o.folding.folded,
+                o.folding.whole_slices,
                 o.folding.transposed,
+                o.folding.fused.batch_norms + o.folding.fused.pads,
                 o.folding.lifted,
                 o.dead_removed,
             );
@@ -47,6 +51,13 @@ impl RunSummary {
         verify::print(&self.verified);
         if let (Some(t), Some(reference)) = (&self.trace, &self.reference) {
             print_trace(t, reference);
+        }
+        if !self.fixed_axes.is_empty() {
+            let axes: Vec<String> = self.fixed_axes.iter().map(|f| format!("{}[{}] = {}", f.input, f.axis, f.size)).collect();
+            println!(
+                "  fixed by torch.export despite --dynamic: {} (the model's code depends on these sizes; the exported model accepts only them)",
+                axes.join(", ")
+            );
         }
         println!("stage {:<18} {:>8.2} ms  {} nodes", "read", self.read.as_secs_f64() * 1e3, self.nodes_before);
         for report in &self.stages {

@@ -72,3 +72,32 @@ pub fn run(worker: &mut Worker, trace: &Trace, loaded: &LoadedSet, backend: Back
     let (output_names, export_metadata) = (result.output_names, result.export_metadata);
     Ok(Traced { _scratch: scratch, program, reference, side_weights, output_names, export_metadata, summary })
 }
+
+/// An axis of a model input that torch.export fixed although `--dynamic`
+/// asked for every axis to vary: the model's code depends on its size.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FixedAxis {
+    pub input: String,
+    pub axis: usize,
+    pub size: i64,
+}
+
+/// The model inputs' axes the traced program holds fixed. Sizes 0 and 1 are
+/// not listed: torch.export always fixes them (its 0/1 specialization), and
+/// hfx's sample inputs avoid them on the axes users vary.
+pub fn fixed_axes(program: &crate::graph::pt2::schema::ExportedProgram, graph: &crate::graph::Graph) -> Vec<FixedAxis> {
+    use crate::graph::{Dim, ValueMeta};
+    use crate::onnx::inputs::{input_roles, InputRole};
+    let inputs = graph.subgraph(0).map(|g| g.inputs.clone()).unwrap_or_default();
+    let mut fixed = Vec::new();
+    for (value, role) in inputs.iter().zip(input_roles(program)) {
+        let (InputRole::User(input), Ok(value)) = (role, graph.value(*value)) else { continue };
+        let ValueMeta::Tensor(meta) = &value.meta else { continue };
+        for (axis, dim) in meta.shape.iter().enumerate() {
+            if let Dim::Fixed(size @ 2..) = dim {
+                fixed.push(FixedAxis { input: input.clone(), axis, size: *size });
+            }
+        }
+    }
+    fixed
+}

@@ -86,8 +86,9 @@ pub struct LoadedSet {
 
 impl SetOptions {
     /// The Python whose packages give the upstream versions (and which runs
-    /// the trace worker): `--python`, else `$HFX_PYTHON`, else `.venv/bin/python`
-    /// when present, else `python3`.
+    /// the trace worker): `--python`, else `$HFX_PYTHON`, else the current
+    /// folder's `.venv/bin/python`, else that of the checkout this hfx was
+    /// built in (so a checkout's hfx works from any folder), else `python3`.
     pub fn python(&self) -> String {
         if let Some(p) = &self.python {
             return p.clone();
@@ -95,8 +96,11 @@ impl SetOptions {
         if let Some(p) = std::env::var_os("HFX_PYTHON") {
             return p.to_string_lossy().into_owned();
         }
-        if Path::new(".venv/bin/python").exists() {
-            return ".venv/bin/python".into();
+        let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(|root| root.join(".venv/bin/python"));
+        for venv in std::iter::once(PathBuf::from(".venv/bin/python")).chain(checkout) {
+            if venv.exists() {
+                return venv.to_string_lossy().into_owned();
+            }
         }
         "python3".into()
     }

@@ -42,6 +42,8 @@ pub enum TraceError {
     Python { method: String, kind: String, message: String, traceback: String },
     #[error("trace worker protocol: {0}")]
     Protocol(String),
+    #[error("the trace worker's Python `{python}` has no {missing}: run `cargo xtask setup-python` in the hfx checkout, or give a Python that has them with `--python PATH` or `HFX_PYTHON`")]
+    MissingPackages { python: String, missing: String },
     #[error("cannot unpack the trace worker: {0}")]
     Package(String),
     #[error("the trace worker ran out of memory (limit {limit} GiB); try a smaller config (--set ...) or raise --worker-memory-gib")]
@@ -51,6 +53,9 @@ pub enum TraceError {
     #[error(transparent)]
     Plugin(crate::plugins::PluginError),
 }
+
+/// What every request of the worker imports.
+const REQUIRED_PACKAGES: [&str; 2] = ["torch", "transformers"];
 
 /// What the host does with a worker's progress line.
 pub type ProgressCallback = Box<dyn FnMut(&Progress)>;
@@ -213,6 +218,12 @@ impl Worker {
             }
         }
         worker.hello = protocol::reply(Hello::NAME, result).inspect_err(|_| worker.stop())?;
+        // Said before any request needs them, in one line (not a traceback's last).
+        let missing: Vec<&str> = REQUIRED_PACKAGES.iter().copied().filter(|p| !worker.hello.versions.contains_key(*p)).collect();
+        if !missing.is_empty() {
+            worker.stop();
+            return Err(TraceError::MissingPackages { python: python.to_string(), missing: missing.join(", ") });
+        }
         Ok(worker)
     }
 

@@ -25,6 +25,33 @@ UNINITIALIZED = {"aten.empty.memory_format", "aten.empty_like.default", "aten.ne
                  "aten.empty_strided.default", "aten.empty_permuted.default"}
 
 
+def StableSort():
+    """A dispatch mode running every sort of unspecified stability as a stable
+    sort; `replaced` says whether it met one."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    aten = torch.ops.aten
+
+    class Mode(TorchDispatchMode):
+        replaced = False
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = dict(kwargs or {})
+            if func is aten.sort.default:
+                names = ("dim", "descending")
+                kwargs.update(zip(names, args[1:]))
+                self.replaced = True
+                return aten.sort.stable(args[0], stable=True, **kwargs)
+            if func is aten.sort.stable and not (kwargs.get("stable") or (len(args) > 1 and args[1])):
+                kwargs["stable"] = True
+                self.replaced = True
+                return aten.sort.stable(args[0], **kwargs)
+            return func(*args, **kwargs)
+
+    return Mode()
+
+
 def op_database():
     # Importing it builds every OpInfo (~10 s); torch's test utilities want `expecttest`.
     from torch.testing._internal.common_methods_invocations import op_db
@@ -165,6 +192,15 @@ def export_sample(session, op, spec, fixed, tensors, handled, path):
             references.append([w.to(e.dtype) if torch.is_tensor(w) else w for w, e in zip(widened, eager)])
         except Exception:  # the op insists on float16 operands
             pass
+    # torch's unstable sort leaves the order of equal elements unspecified; a
+    # stable sort's (lower index first) is one valid order, and ONNX TopK's.
+    try:
+        with torch.no_grad(), StableSort() as stable:
+            ordered, _ = pytree.tree_flatten(module(*[t.clone() for t in tensors]))
+        if stable.replaced:
+            references.append(ordered)
+    except Exception:  # eager ran above: a stable sort of the same values runs too
+        pass
     try:
         program = torch.export.export(module, tensors, strict=False)
         program, _ = decompose_missing(session, program, handled)
@@ -203,8 +239,12 @@ def check_sample(session, params: CheckSampleParams) -> RunCaseReply:
 
 
 def run_positional(run, tensors):
-    """The model's inputs are the sample's tensors, in order (hfx names user inputs as the program does)."""
-    names = run.input_names
-    if len(names) != len(tensors):
-        raise ValueError(f"the ONNX model has {len(names)} inputs, the sample {len(tensors)}")
-    return run(dict(zip(names, tensors)))
+    """The model's inputs are the sample's tensors by name: `forward(*tensors)`
+    names them `tensors_0`, `tensors_1`, ... (hfx names user inputs as the
+    program does), and an input only read for its static shape (`expand_as`'s
+    `other`) is no ONNX input."""
+    named = {f"tensors_{i}": t for i, t in enumerate(tensors)}
+    unknown = [n for n in run.input_names if n not in named]
+    if unknown:
+        raise ValueError(f"the ONNX model's inputs {unknown} are none of the sample's {sorted(named)}")
+    return run({n: named[n] for n in run.input_names})

@@ -282,8 +282,9 @@ def trace(session, params: TraceParams) -> TraceReply:
 
 def decompose_missing(session, program, handled):
     """The ONNX-friendly decomposition (as torch.onnx builds it from its registry):
-    when the program holds an op no plugin handles and torch's default table
-    decomposes, the program decomposed by that table minus the handled ops, so
+    when the program holds an op no plugin handles and torch's default table (or
+    the op's composite kernel) decomposes, the program decomposed by that table
+    minus the handled ops, so
     ops with a translation (or a fix) stay whole. Returns the program and what
     was decomposed (from each new node's provenance)."""
     import torch
@@ -293,6 +294,14 @@ def decompose_missing(session, program, handled):
     for op in list(table.keys()):
         if str(op) in handled:
             table.pop(op)
+    # Ops torch.export keeps whole although they are compositions of others
+    # (`x.T` as `numpy_T`, `broadcast_to`): their own composite kernel decomposes them.
+    for node in program.graph.nodes:
+        op = node.target
+        if (node.op == "call_function" and isinstance(op, torch._ops.OpOverload) and op not in table
+                and str(op) not in handled
+                and torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")):
+            table[op] = op.decompose
     missing = {}
     for node in program.graph.nodes:
         if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and node.target in table:

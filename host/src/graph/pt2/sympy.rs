@@ -111,10 +111,28 @@ impl Parser<'_> {
         match self.peek() {
             Some(b'-' | b'0'..=b'9') => self.integer().map(Expr::Integer),
             Some(b'\'') => Err("unexpected string".into()),
+            // A tuple, as `Piecewise` holds its (value, condition) pairs.
+            Some(b'(') => {
+                self.at += 1;
+                let mut items = Vec::new();
+                while self.peek() != Some(b')') {
+                    items.push(self.expr()?);
+                    if self.peek() != Some(b',') {
+                        break;
+                    }
+                    self.at += 1;
+                }
+                self.eat(b')')?;
+                Ok(Expr::Call("Tuple".into(), items))
+            }
             _ => {
                 let name = self.ident();
                 if name.is_empty() {
                     return Err(format!("expected a sympy node at byte {}", self.at));
+                }
+                // A singleton written bare: `true`, `false`, `oo`, `zoo`, `nan`.
+                if self.peek() != Some(b'(') {
+                    return Ok(Expr::Symbol(name));
                 }
                 self.eat(b'(')?;
                 let mut args = Vec::new();
@@ -190,6 +208,15 @@ mod tests {
         assert_eq!(printed(&format!("FloorDiv({s}, Integer(2))")).unwrap(), "FloorDiv(s77, 2)");
         assert!(parse("Mul(Integer(2), ").is_err());
         assert!(parse("Symbol('s1') trailing").is_err());
+    }
+
+    #[test]
+    fn piecewise_conditions_and_bare_singletons_parse() {
+        let s = "Symbol('s0', positive=True, integer=True)";
+        let piecewise = format!("Piecewise((Integer(1), StrictLessThan({s}, Integer(4))), (Integer(0), true))");
+        assert_eq!(printed(&piecewise).unwrap(), "Piecewise(Tuple(1, StrictLessThan(s0, 4)), Tuple(0, true))");
+        assert_eq!(printed(&format!("Max({s}, oo)")).unwrap(), "Max(s0, oo)");
+        assert!(parse("(Integer(1), ").is_err());
     }
 
     #[test]

@@ -187,6 +187,8 @@ pub(super) fn evaluate(node: &Node, inputs: &[Option<&Known>]) -> Option<Vec<Kno
         "Gather" => one(gather(node, inputs)?),
         "Slice" => one(slice(node, inputs)?),
         "MatMul" => one(matmul(node, inputs)?),
+        "ScatterElements" => one(scatter_elements(node, inputs)?),
+        "ReduceSum" => one(reduce_sum(node, inputs)?),
         _ => None,
     }
 }
@@ -439,4 +441,80 @@ fn matmul(_node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
     }
     let dims: Vec<i64> = batch.into_iter().chain([m as i64, n as i64]).collect();
     Some(Known::new(a.dtype, dims, Data::Float(out)))
+}
+
+/// `ScatterElements` without reduction (torch's `index_put` / `scatter` on
+/// index tables built at init: relative position indices): `data` with
+/// `updates[i]` written at `indices[i]` along `axis`. Later writes win, as
+/// ONNX leaves duplicates unspecified and torch's CPU writes in order.
+fn scatter_elements(node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
+    let input = |i: usize| inputs.get(i).copied().flatten();
+    let (data, indices, updates) = (input(0)?, input(1)?, input(2)?);
+    let overwrites = match node.attribute("reduction") {
+        None => true,
+        Some(Attribute::Str(r)) => r == "none",
+        Some(_) => false,
+    };
+    if !overwrites {
+        return None;
+    }
+    let rank = data.dims.len();
+    let a = axis(int_attr(node, "axis").unwrap_or(0), rank)?;
+    if indices.dims != updates.dims || indices.dims.len() != rank || data.dtype != updates.dtype {
+        return None;
+    }
+    if indices.dims.iter().zip(&data.dims).enumerate().any(|(k, (&i, &d))| k != a && i > d) {
+        return None;
+    }
+    let positions = indices.int_values()?;
+    let (own, theirs) = (strides(&data.dims), strides(&indices.dims));
+    let mut targets = Vec::with_capacity(positions.len());
+    for (flat, &p) in positions.iter().enumerate() {
+        let p = if p < 0 { p + data.dims[a] } else { p };
+        if !(0..data.dims[a]).contains(&p) {
+            return None;
+        }
+        let at: usize = (0..rank).map(|k| if k == a { p as usize } else { flat / theirs[k] % indices.dims[k] as usize } * own[k]).sum();
+        targets.push(at);
+    }
+    let mut data_out = data.data.clone();
+    match (&mut data_out, &updates.data) {
+        (Data::Float(out), Data::Float(u)) => targets.iter().zip(u).for_each(|(&t, &v)| out[t] = v),
+        (Data::Int(out), Data::Int(u)) => targets.iter().zip(u).for_each(|(&t, &v)| out[t] = v),
+        _ => return None,
+    }
+    Some(Known { dtype: data.dtype, dims: data.dims.clone(), data: data_out })
+}
+
+/// `ReduceSum` over the `axes` input (none: every axis, unless
+/// `noop_with_empty_axes`), `keepdims` as given (default 1).
+fn reduce_sum(node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
+    let input = |i: usize| inputs.get(i).copied().flatten();
+    let x = input(0)?;
+    let rank = x.dims.len();
+    let axes: Vec<usize> = match (input(1), node.inputs.get(1).is_some_and(|n| !n.is_empty())) {
+        (Some(a), true) => a.int_values()?.iter().map(|&a| axis(a, rank)).collect::<Option<_>>()?,
+        (None, true) => return None,
+        _ if int_attr(node, "noop_with_empty_axes") == Some(1) => return Some(x.clone()),
+        _ => (0..rank).collect(),
+    };
+    let keep = int_attr(node, "keepdims").unwrap_or(1) != 0;
+    let reduced: Vec<i64> = x.dims.iter().enumerate().map(|(k, &d)| if axes.contains(&k) { 1 } else { d }).collect();
+    let (own, out_strides) = (strides(&x.dims), strides(&reduced));
+    let total = count(&reduced);
+    let index_of = |flat: usize| -> usize { (0..rank).map(|k| flat / own[k] % x.dims[k].max(1) as usize * if axes.contains(&k) { 0 } else { out_strides[k] }).sum() };
+    let data = match &x.data {
+        Data::Float(v) => {
+            let mut out = vec![0.0; total];
+            v.iter().enumerate().for_each(|(i, &e)| out[index_of(i)] += e);
+            Data::Float(out)
+        }
+        Data::Int(v) => {
+            let mut out = vec![0i64; total];
+            v.iter().enumerate().for_each(|(i, &e)| out[index_of(i)] = out[index_of(i)].wrapping_add(e));
+            Data::Int(out)
+        }
+    };
+    let dims = if keep { reduced } else { x.dims.iter().enumerate().filter(|(k, _)| !axes.contains(k)).map(|(_, &d)| d).collect() };
+    Some(Known::new(x.dtype, dims, data))
 }

@@ -8,7 +8,9 @@
 //!   is stored transposed; the transposition happens while the weight streams
 //!   from the `.pt2`'s memory map into the file, so no copy of it is held,
 //! - the Constant nodes left become initializers (what ONNX optimizers do: a
-//!   value, not a computation).
+//!   value, not a computation),
+//! - convolutions absorb the batch norms after them and the zero pads before
+//!   them (`fuse.rs`).
 //!
 //! The evaluator knows the ops static shape and position code is made of,
 //! in float32/float64 and the integer types (bf16/f16 values are left alone);
@@ -18,6 +20,7 @@
 use std::collections::{HashMap, HashSet};
 
 mod eval;
+mod fuse;
 mod known;
 
 use super::weights::{Bytes, Initializer};
@@ -40,6 +43,30 @@ pub struct FoldReport {
     pub transposed: usize,
     /// Constant nodes turned into initializers.
     pub lifted: usize,
+    /// Slices from 0 to the end with step 1 (torch's `x[:, None]`, `x[..., :]`,
+    /// `logits[:, -0:]`), removed: shape-independent identities.
+    pub whole_slices: usize,
+    /// What convolutions absorbed (`fuse.rs`).
+    pub fused: fuse::FuseReport,
+}
+
+/// `Slice` from 0 to at least 2^31 - 1 (torch writes i64::MAX for "to the end")
+/// with step 1 on every axis it names: it keeps every element, whatever the
+/// data's shape.
+fn is_whole_slice(node: &Node, inputs: &[Option<&Known>]) -> bool {
+    if node.op_type != "Slice" || !node.domain.is_empty() || node.function.is_some() || node.outputs.len() != 1 || inputs.len() < 3 {
+        return false;
+    }
+    let ints = |i: usize| inputs.get(i).copied().flatten().and_then(Known::int_values);
+    let (Some(starts), Some(ends)) = (ints(1), ints(2)) else { return false };
+    let steps_are_one = match inputs.get(4) {
+        None => true,
+        Some(_) if node.inputs[4].is_empty() => true,
+        Some(_) => ints(4).is_some_and(|steps| steps.iter().all(|&s| s == 1)),
+    };
+    // Named axes must be known (a repeated axis is the model's error, not ours to hide).
+    let axes_known = node.inputs.get(3).is_none_or(|a| a.is_empty() || ints(3).is_some());
+    steps_are_one && axes_known && starts.iter().all(|&s| s == 0) && ends.iter().all(|&e| e >= i32::MAX as i64)
 }
 
 /// Folds `nodes` (main graph, topological order). `initializers` are read as
@@ -58,8 +85,20 @@ pub fn fold<'a>(nodes: &mut Vec<Node>, initializers: &mut Vec<Initializer<'a>>, 
     }
     let mut kept = Vec::with_capacity(nodes.len());
     let mut new_initializers = Vec::new();
-    for node in std::mem::take(nodes) {
+    // Outputs of slices that keep everything: readers read the sliced value.
+    let mut renames: HashMap<String, String> = HashMap::new();
+    for mut node in std::mem::take(nodes) {
+        for input in node.inputs.iter_mut() {
+            if let Some(original) = renames.get(input.as_str()) {
+                *input = original.clone();
+            }
+        }
         let inputs: Vec<Option<&Known>> = node.inputs.iter().map(|i| known.get(i)).collect();
+        if is_whole_slice(&node, &inputs) && !keep.contains(node.outputs[0].as_str()) {
+            renames.insert(node.outputs[0].clone(), node.inputs[0].clone());
+            report.whole_slices += 1;
+            continue;
+        }
         let foldable = node.domain.is_empty()
             && node.function.is_none()
             && node.outputs.iter().all(|o| !keep.contains(o.as_str()))
@@ -100,6 +139,7 @@ pub fn fold<'a>(nodes: &mut Vec<Node>, initializers: &mut Vec<Initializer<'a>>, 
         !liftable
     });
     report.transposed = transpose_weights(&mut kept, initializers, keep);
+    report.fused = fuse::fuse(&mut kept, initializers, keep);
     *nodes = kept;
     report
 }
@@ -189,6 +229,31 @@ mod tests {
         assert_eq!(initializers[0].header.name.as_deref(), Some("table"));
         let expected: Vec<f32> = [0.0f64, 0.5, 1.0].iter().map(|a| a.cos() as f32).collect();
         assert_eq!(floats_of(&initializers[0]), expected);
+    }
+
+    #[test]
+    fn a_slice_keeping_every_element_goes_and_its_readers_read_the_data() {
+        let mut nodes = vec![
+            node("Constant", &[], "zero", vec![("value_ints", Attribute::Ints(vec![0, 0]))]),
+            node("Constant", &[], "end", vec![("value_ints", Attribute::Ints(vec![i64::MAX, i64::MAX]))]),
+            node("Constant", &[], "axes", vec![("value_ints", Attribute::Ints(vec![0, -1]))]),
+            node("Constant", &[], "two", vec![("value_ints", Attribute::Ints(vec![2, 2]))]),
+            node("Slice", &["x", "zero", "end", "axes"], "whole", vec![]),
+            node("Slice", &["whole", "zero", "end", "axes"], "whole_again", vec![]),
+            node("Neg", &["whole_again"], "y", vec![]),
+            // not whole: a step of 2, and an end short of the sentinel
+            node("Slice", &["x", "zero", "end", "axes", "two"], "strided", vec![]),
+            node("Slice", &["x", "zero", "two"], "head", vec![]),
+            node("Add", &["strided", "head"], "z", vec![]),
+            // a graph output keeps its slice
+            node("Slice", &["x", "zero", "end"], "out", vec![]),
+        ];
+        let mut initializers = Vec::new();
+        let report = fold(&mut nodes, &mut initializers, &HashSet::from(["y", "z", "out"]));
+        assert_eq!(report.whole_slices, 2);
+        let neg = nodes.iter().find(|n| n.op_type == "Neg").unwrap();
+        assert_eq!(neg.inputs, ["x"]);
+        assert_eq!(nodes.iter().filter(|n| n.op_type == "Slice").count(), 3, "{nodes:?}");
     }
 
     #[test]

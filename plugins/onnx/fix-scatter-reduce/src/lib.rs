@@ -8,7 +8,8 @@
 //! - `amax`/`amin`, `include_self=False`, floating point → a one-hot mask
 //!   `unsqueeze(index, d) == arange(K).view(...)`, `src` where the mask is
 //!   set and the reduction's identity elsewhere, reduced over the source
-//!   axis; positions nothing scatters to keep `self`.
+//!   axis; positions nothing scatters to keep `self`. Only where `index`
+//!   and `src` span `self` on the other axes (the mask is index-shaped).
 //!
 //! Other combinations are left for the backend to reject visibly.
 
@@ -85,6 +86,13 @@ fn fix_scatter_reduce(graph: &Graph, node: NodeId) -> Result<bool> {
             let index_meta = tensor_meta(graph, index, node)?;
             let rank = self_meta.shape.len() as i64;
             let d = if dim < 0 { dim + rank } else { dim } as usize;
+            // The mask is index-shaped: it lines up with `self` only where
+            // `index` (and `src`, which torch reads only as far as `index`
+            // covers) spans `self` on every other axis.
+            let spans = |shape: &[Dim]| shape.len() == self_meta.shape.len() && (0..shape.len()).all(|a| a == d || shape[a] == self_meta.shape[a]);
+            if src_meta.shape != index_meta.shape || !spans(&index_meta.shape) {
+                return Ok(false);
+            }
             let k = self_meta.shape[d].clone();
             let Dim::Fixed(k_size) = k else { return Ok(false) }; // a symbolic K needs a sym_size feed
             let arange_meta = plain("int64", vec![Dim::Fixed(k_size)]);

@@ -127,7 +127,10 @@ fn grouped_mm(e: &Emit, a_name: &str, b_name: &str) -> Result<String> {
         start = ends[g].clone();
     }
     // the rows no group claims: zeros of shape (M - offs[-1], N)
-    let rows = e.op_with("Shape", &[&a], &[attr("start", Attribute::Int(0)), attr("end", Attribute::Int(1))])?;
+    let rows = match a_meta.shape[0] {
+        Dim::Fixed(n) => e.const_ints(&[n])?,
+        Dim::Symbolic(_) => e.op_with("Shape", &[&a], &[attr("start", Attribute::Int(0)), attr("end", Attribute::Int(1))])?,
+    };
     let unclaimed = e.op("Sub", &[&rows, &start])?;
     let columns = match b_meta.shape[2] {
         Dim::Fixed(n) => e.const_ints(&[n])?,

@@ -13,8 +13,17 @@ hfx_sdk::onnx_translations! {
     "aten.squeeze.dims" => squeeze,
     "aten.transpose.int" => transpose,
     "aten.permute.default" => permute,
+    // `x.T` (Falcon's `self.weight.T`) and `x.mT` stay whole under torch.export;
+    // with real values the adjoints are the same transposes
+    "aten.numpy_T.default" => |e| reversed_axes(e, false),
+    "aten.mT.default" => |e| reversed_axes(e, true),
+    "aten.mH.default" => |e| reversed_axes(e, true),
+    "aten.adjoint.default" => |e| reversed_axes(e, true),
+    "aten.matrix_H.default" => |e| reversed_axes(e, true),
     "aten.expand.default" => expand,
     "aten.slice.Tensor" => slice,
+    // not core, but what the patch-split/chunk/roll plugins emit
+    "aten.narrow.default" => narrow,
     "aten.select.int" => select,
     "aten.cat.default" => cat,
     "aten.index.Tensor" => index,
@@ -48,6 +57,14 @@ hfx_sdk::onnx_translations! {
     "aten.index_put.default" => index_put,
     "aten.fill.Scalar" => |e| broadcast_into_self(e, "value"),
     "aten.copy.default" => |e| broadcast_into_self(e, "src"),
+    "aten.as_strided.default" => as_strided,
+    "aten.diagonal.default" => diagonal,
+    "aten.flip.default" => flip,
+    "aten.repeat.default" => repeat,
+    "aten.index_select.default" => index_select,
+    "aten.empty_strided.default" => |e| factory(e, Fill::Zero),
+    "aten.scalar_tensor.default" => |e| e.operand("s", &e.output_meta()?.dtype),
+    "aten.nonzero.default" => nonzero,
 }
 
 fn normalize(dim: i64, rank: i64) -> i64 {
@@ -60,7 +77,9 @@ fn expand_shape(e: &Emit, size: &str, input: Option<&str>) -> Result<String> {
     if let Some(shape) = fixed_shape(&e.output_meta()?) {
         return e.const_ints(&shape);
     }
-    let (Some(input), Some(Argument::SymInts(sizes))) = (input, e.arg(size)?) else { return e.shape(size) };
+    // sizes may arrive as ints or sym-ints; -1 keeps the input's size either way
+    let Some(input) = input else { return e.shape(size) };
+    let sizes = sym_ints(e, size)?;
     let rank = e.rank(input)?;
     let x = e.tensor(input)?;
     let offset = sizes.len() as i64 - rank;
@@ -78,10 +97,15 @@ fn expand_shape(e: &Emit, size: &str, input: Option<&str>) -> Result<String> {
     e.op_with("Concat", &refs, &[attr("axis", Attribute::Int(0))])
 }
 
-/// A tensor of `shape` (ONNX name) filled with `value` in the output's dtype.
-fn filled(e: &Emit, value: f64, shape: &str) -> Result<String> {
+/// A tensor of `shape` (ONNX name) filled with the factory's value in the
+/// output's dtype.
+fn filled(e: &Emit, fill: Fill, shape: &str) -> Result<String> {
     let dtype = e.output_meta()?.dtype;
-    let scalar = e.scalar(value, &dtype)?;
+    let scalar = match fill {
+        Fill::Zero => e.scalar(0.0, &dtype)?,
+        Fill::One => e.scalar(1.0, &dtype)?,
+        Fill::Given => scalar_operand(e, "fill_value", &dtype)?,
+    };
     e.op("Expand", &[&scalar, shape])
 }
 
@@ -90,21 +114,20 @@ fn filled(e: &Emit, value: f64, shape: &str) -> Result<String> {
 enum Fill {
     Zero,
     One,
-    /// The node's `fill_value`.
+    /// The node's `fill_value` (a number or a symbolic size).
     Given,
 }
 
-fn fill_value(e: &Emit, fill: Fill) -> Result<f64> {
-    Ok(match fill {
-        Fill::Zero => 0.0,
-        Fill::One => 1.0,
-        Fill::Given => match e.arg("fill_value")? {
-            Some(Argument::Float(f)) => f,
-            Some(Argument::Int(i)) => i as f64,
-            Some(Argument::Boolean(b)) => b as i64 as f64,
-            other => return Err(e.fail(format!("fill_value {other:?} is not translated"))),
-        },
-    })
+/// Operand `name` in `dtype`; a number becomes a bool as torch does (any
+/// nonzero is True, where `Emit::scalar` would truncate 0.5 to False).
+fn scalar_operand(e: &Emit, name: &str, dtype: &str) -> Result<String> {
+    if dtype != "bool" {
+        return e.operand(name, dtype);
+    }
+    match e.arg(name)? {
+        Some(Argument::Tensor(_)) => e.operand(name, dtype),
+        _ => e.cast(&e.operand(name, "float32")?, "float32", "bool"),
+    }
 }
 
 /// The `indices` of `index` / `index_put`: one per leading axis, None for a `:`.
@@ -116,108 +139,165 @@ fn indices(e: &Emit) -> Result<Vec<Option<ValueId>>> {
     }
 }
 
-fn index(e: &Emit) -> Result<String> {
-    let x = e.tensor("self")?;
-    let indices = indices(e)?;
-    let given: Vec<(usize, ValueId)> = indices.iter().enumerate().filter_map(|(i, v)| v.map(|v| (i, v))).collect();
-    for &(_, v) in &given {
-        if e.meta_of(v)?.dtype == "bool" {
-            return Err(e.fail("boolean mask indexing is data-dependent; not translated"));
+/// Each index of `index` / `index_put` as int64 with its rank, per axis of
+/// `self` it applies to (None for a `:`): a bool (or uint8) mask becomes one
+/// index per axis it covers, the rows of its `NonZero`.
+fn axis_indices(e: &Emit) -> Result<Vec<Option<(String, usize)>>> {
+    let mut out = Vec::new();
+    for entry in indices(e)? {
+        let Some(v) = entry else {
+            out.push(None);
+            continue;
+        };
+        let meta = e.meta_of(v)?;
+        let name = e.builder.value_name(v)?;
+        if meta.dtype == "bool" || meta.dtype == "uint8" {
+            if meta.shape.is_empty() {
+                return Err(e.fail("indexing with a 0-d bool mask (a new axis of size 0 or 1) is not translated"));
+            }
+            let found = e.op("NonZero", &[&e.cast(&name, &meta.dtype, "bool")?])?;
+            for j in 0..meta.shape.len() {
+                let row = e.op_with("Gather", &[&found, &int_0d(e, j as i64)?], &[attr("axis", Attribute::Int(0))])?;
+                out.push(Some((row, 1)));
+            }
+        } else {
+            out.push(Some((e.cast(&name, &meta.dtype, "int64")?, meta.shape.len())));
         }
     }
+    Ok(out)
+}
+
+/// Advanced indexing laid out for `GatherND` / `ScatterND`: `self` with the
+/// indexed axes moved first, the indices broadcast together and stacked on a
+/// last axis, and where torch puts the broadcast axes in its result (`at`:
+/// in place of the indexed axes when they are consecutive, else first).
+struct Advanced {
+    moved: String,
+    perm: Vec<i64>,
+    stacked: String,
+    /// The shape the indices broadcast to (1-D).
+    broadcast: String,
+    /// Its rank.
+    index_rank: i64,
+    /// How many axes are indexed.
+    count: i64,
+    at: i64,
+}
+
+fn advanced(e: &Emit, x: &str, rank: i64, axes: &[Option<(String, usize)>], wrap: bool) -> Result<Advanced> {
+    let given: Vec<(i64, &String, usize)> = axes.iter().enumerate().filter_map(|(a, v)| v.as_ref().map(|(n, r)| (a as i64, n, *r))).collect();
+    let first = given[0].0;
+    let consecutive = given.iter().enumerate().all(|(j, g)| g.0 == first + j as i64);
+    let mut perm: Vec<i64> = given.iter().map(|g| g.0).collect();
+    perm.extend((0..rank).filter(|a| !given.iter().any(|g| g.0 == *a)));
+    let moved = transposed(e, x, &perm)?;
+    // broadcast together: each index plus all of them times 0
+    let zero = int_0d(e, 0)?;
+    let mut sum = zero.clone();
+    for (_, n, _) in &given {
+        sum = e.op("Add", &[&sum, &e.op("Mul", &[n, &zero])?])?;
+    }
+    let last = e.const_ints(&[-1])?;
+    let mut parts = Vec::new();
+    for &(axis, n, _) in &given {
+        let mut index = n.clone();
+        if wrap {
+            // negative indices count from the end, as torch's
+            let wrapped = e.op("Add", &[&index, &dim_0d(e, x, axis)?])?;
+            let negative = e.op("Less", &[&index, &zero])?;
+            index = e.op("Where", &[&negative, &wrapped, &index])?;
+        }
+        parts.push(e.op("Unsqueeze", &[&e.op("Add", &[&index, &sum])?, &last])?);
+    }
+    Ok(Advanced {
+        moved,
+        perm,
+        stacked: concat(e, &parts, -1)?,
+        broadcast: e.op("Shape", &[&sum])?,
+        index_rank: given.iter().map(|g| g.2 as i64).max().unwrap_or(0),
+        count: given.len() as i64,
+        at: if consecutive { first } else { 0 },
+    })
+}
+
+/// `self[indices]`: one index is a `Gather` on its axis (torch's layout as
+/// is); several, or a mask over several axes, a `GatherND` over the indexed
+/// axes moved first, its index axes moved to where torch puts them.
+fn index(e: &Emit) -> Result<String> {
+    let x = e.tensor("self")?;
+    let rank = e.rank("self")?;
+    let axes = axis_indices(e)?;
+    let given: Vec<(usize, &String)> = axes.iter().enumerate().filter_map(|(a, v)| v.as_ref().map(|(index, _)| (a, index))).collect();
     match given[..] {
-        [(axis, v)] => {
-            let i = e.builder.value_name(v)?;
-            e.op_with("Gather", &[&x, &i], &[attr("axis", Attribute::Int(axis as i64))])
+        [] => e.op("Identity", &[&x]),
+        [(axis, index)] => e.op_with("Gather", &[&x, index], &[attr("axis", Attribute::Int(axis as i64))]),
+        _ => {
+            let adv = advanced(e, &x, rank, &axes, false)?;
+            let gathered = e.op("GatherND", &[&adv.moved, &adv.stacked])?;
+            let (b, at, rest) = (adv.index_rank, adv.at, rank - adv.count);
+            let perm: Vec<i64> = (b..b + at).chain(0..b).chain(b + at..b + rest).collect();
+            transposed(e, &gathered, &perm)
         }
-        _ if given.iter().enumerate().all(|(k, &(i, _))| k == i) => {
-            // Leading advanced indices: broadcast them together, stack on a new last axis, GatherND.
-            let names: Vec<String> = given.iter().map(|&(_, v)| e.builder.value_name(v)).collect::<Result<_, _>>()?;
-            let zero = e.scalar(0.0, "int64")?;
-            let mut sum = zero.clone();
-            for n in &names {
-                let as_i64 = e.op_with("Cast", &[n], &[attr("to", Attribute::Int(7))])?;
-                let zeroed = e.op("Mul", &[&as_i64, &zero])?;
-                sum = e.op("Add", &[&sum, &zeroed])?;
-            }
-            let last = e.const_ints(&[-1])?;
-            let mut stacked = Vec::new();
-            for n in &names {
-                let as_i64 = e.op_with("Cast", &[n], &[attr("to", Attribute::Int(7))])?;
-                let broadcast = e.op("Add", &[&as_i64, &sum])?;
-                stacked.push(e.op("Unsqueeze", &[&broadcast, &last])?);
-            }
-            let refs: Vec<&str> = stacked.iter().map(String::as_str).collect();
-            let index = e.op_with("Concat", &refs, &[attr("axis", Attribute::Int(-1))])?;
-            e.op("GatherND", &[&x, &index])
-        }
-        _ => Err(e.fail("advanced indices that are not leading and consecutive are not translated yet")),
     }
 }
 
-/// `self[indices] = values` (or `+=` with `accumulate`). One integer index on
-/// the first axis is a `ScatterND` (its rows broadcast from `values`); a bool
-/// mask over the leading axes writes `values` where it is set, either
-/// broadcast (a scalar, or values shaped like `self`) or consumed in order
-/// (`x[mask] = flat_values`) through the mask's running count, as the
-/// reference's `_aten_index_put` does.
+/// `self[indices] = values` (`+=` with `accumulate`): a `ScatterND` over the
+/// indexed axes moved first, `values` broadcast to torch's `self[indices]`
+/// and laid out the same way; a bool mask with a single value is a `Where`
+/// (no data-dependent shape). ORT has no float16 `add` kernel: accumulated
+/// in float32.
 fn index_put(e: &Emit) -> Result<String> {
     let dtype = e.output_meta()?.dtype;
     let x = e.tensor("self")?;
-    let values = e.operand("values", &dtype)?;
-    let accumulate = e.boolean("accumulate", false)?;
-    let indices = indices(e)?;
-    let [Some(index)] = indices[..] else {
-        return Err(e.fail("index_put with more than one index (or a None index) is not translated yet"));
-    };
-    let index_meta = e.meta_of(index)?;
-    let index_name = e.builder.value_name(index)?;
-    if index_meta.dtype == "bool" {
-        if accumulate {
-            return Err(e.fail("index_put with a bool mask and accumulate=True is not translated"));
-        }
-        let shape = e.op("Shape", &[&x])?;
-        let mut mask = index_name;
-        for _ in index_meta.shape.len()..e.rank("self")? as usize {
-            mask = e.op("Unsqueeze", &[&mask, &e.const_ints(&[-1])?])?;
-        }
-        let mask = e.op("Expand", &[&mask, &shape])?;
-        let values_meta = e.input_meta("values")?;
-        let self_meta = e.input_meta("self")?;
-        let broadcasts = values_meta.shape.iter().all(|d| *d == Dim::Fixed(1))
-            || values_meta.shape == self_meta.shape;
-        if broadcasts {
-            let expanded = e.op("Expand", &[&values, &shape])?;
-            return e.op("Where", &[&mask, &expanded, &x]);
-        }
-        let flat = e.const_ints(&[-1])?;
-        let flat_mask = e.op("Reshape", &[&mask, &flat])?;
-        let count = e.op("CumSum", &[&e.cast(&flat_mask, "bool", "int64")?, &e.scalar(0.0, "int64")?])?;
-        let position = e.op("Sub", &[&count, &e.scalar(1.0, "int64")?])?;
-        let position = e.op("Clip", &[&position, &e.scalar(0.0, "int64")?])?;
-        let gathered = e.op("Gather", &[&e.op("Reshape", &[&values, &flat])?, &position])?;
-        let written = e.op("Where", &[&flat_mask, &gathered, &e.op("Reshape", &[&x, &flat])?])?;
-        return e.op("Reshape", &[&written, &shape]);
-    }
-    // integer index on axis 0: ScatterND with index[..., None]; values broadcast to index.shape + self.shape[1:]
-    let index = e.cast(&index_name, &index_meta.dtype, "int64")?;
     let rank = e.rank("self")?;
-    let rows = e.op("Shape", &[&index])?;
-    let target = if rank > 1 {
-        let rest = e.op_with("Shape", &[&x], &[attr("start", Attribute::Int(1))])?;
-        e.op_with("Concat", &[&rows, &rest], &[attr("axis", Attribute::Int(0))])?
-    } else {
-        rows
-    };
-    // negative indices count from the end, as torch's
-    let size = e.op_with("Shape", &[&x], &[attr("start", Attribute::Int(0)), attr("end", Attribute::Int(1))])?;
-    let wrapped = e.op("Add", &[&index, &size])?;
-    let negative = e.op("Less", &[&index, &e.scalar(0.0, "int64")?])?;
-    let index = e.op("Where", &[&negative, &wrapped, &index])?;
-    let index = e.op("Unsqueeze", &[&index, &e.const_ints(&[-1])?])?;
-    let updates = e.op("Expand", &[&values, &target])?;
+    let values_meta = e.input_meta("values")?;
+    let accumulate = e.boolean("accumulate", false)?;
+    let raw = indices(e)?;
+    if let [Some(mask)] = raw[..] {
+        let mask_meta = e.meta_of(mask)?;
+        let single = values_meta.shape.iter().all(|d| *d == Dim::Fixed(1));
+        if mask_meta.dtype == "bool" && single && !accumulate && !mask_meta.shape.is_empty() {
+            let mut mask = e.builder.value_name(mask)?;
+            let trailing: Vec<i64> = (mask_meta.shape.len() as i64..rank).collect();
+            if !trailing.is_empty() {
+                mask = e.op("Unsqueeze", &[&mask, &e.const_ints(&trailing)?])?;
+            }
+            let shape = e.op("Shape", &[&x])?;
+            let mask = e.op("Expand", &[&mask, &shape])?;
+            let values = e.op("Expand", &[&e.operand("values", &dtype)?, &shape])?;
+            return e.where_any(&mask, &values, &x, &dtype);
+        }
+    }
+    let compute = if accumulate && matches!(dtype.as_str(), "float16" | "bfloat16") { "float32" } else { dtype.as_str() };
+    let x = e.cast(&x, &dtype, compute)?;
+    let values = e.operand("values", compute)?;
+    let axes = axis_indices(e)?;
+    if axes.iter().all(Option::is_none) {
+        return Err(e.fail("index_put without an index"));
+    }
+    let adv = advanced(e, &x, rank, &axes, true)?;
+    let (k, b, at) = (adv.count, adv.index_rank, adv.at);
+    // torch's `self[indices]` shape: the index axes at `at` among the others
+    let mut target = Vec::new();
+    if at > 0 {
+        target.push(dims_1d(e, &adv.moved, k, Some(k + at))?);
+    }
+    target.push(adv.broadcast.clone());
+    if k + at < rank {
+        target.push(dims_1d(e, &adv.moved, k + at, None)?);
+    }
+    let updates = e.op("Expand", &[&values, &concat(e, &target, 0)?])?;
+    let rest = rank - k;
+    let perm: Vec<i64> = (at..at + b).chain(0..at).chain(at + b..b + rest).collect();
+    let updates = transposed(e, &updates, &perm)?;
     let reduction = if accumulate { "add" } else { "none" };
-    e.op_with("ScatterND", &[&x, &index, &updates], &[attr("reduction", Attribute::Str(reduction.into()))])
+    let written = e.op_with("ScatterND", &[&adv.moved, &adv.stacked, &updates], &[attr("reduction", Attribute::Str(reduction.into()))])?;
+    let mut inverse = vec![0; rank as usize];
+    for (i, &p) in adv.perm.iter().enumerate() {
+        inverse[p as usize] = i as i64;
+    }
+    let result = transposed(e, &written, &inverse)?;
+    e.cast(&result, compute, &dtype)
 }
 
 /// How `split`, `split_with_sizes`, `chunk` and `unbind` cut the axis.
@@ -243,8 +323,11 @@ fn split(e: &Emit, pieces: Pieces) -> Result<Vec<String>> {
     let Some(Dim::Fixed(total)) = meta.shape.get(dim as usize).cloned() else {
         return Err(e.fail(format!("{target} of a symbolic axis (the patch-split/chunk plugins rewrite those into narrows)")));
     };
+    let declared = e.graph.output_values(e.node)?.len();
     let sizes: Vec<i64> = match pieces {
         Pieces::Sized => e.ints("split_sizes")?,
+        // torch cuts an empty axis into as many empty pieces as it declares
+        Pieces::OfSize | Pieces::Chunks if total == 0 => vec![0; declared],
         Pieces::Unbound => vec![1; total as usize],
         Pieces::OfSize | Pieces::Chunks => {
             let size = if pieces == Pieces::Chunks {
@@ -257,13 +340,15 @@ fn split(e: &Emit, pieces: Pieces) -> Result<Vec<String>> {
             (0..total).step_by(size as usize).map(|start| size.min(total - start)).collect()
         }
     };
+    if sizes.is_empty() && declared == 0 {
+        return Ok(vec![]);
+    }
     let split = e.const_ints(&sizes)?;
     let mut outputs = e.op_n("Split", &[&x, &split], sizes.len() as u32, &[attr("axis", Attribute::Int(dim))])?;
     if pieces == Pieces::Unbound {
         let axes = e.const_ints(&[dim])?;
         outputs = outputs.iter().map(|o| e.op("Squeeze", &[o, &axes])).collect::<Result<_, _>>()?;
     }
-    let declared = e.graph.output_values(e.node)?.len();
     if declared != outputs.len() {
         return Err(e.fail(format!("{target}: {} pieces, the node declares {declared}", outputs.len())));
     }
@@ -328,11 +413,31 @@ fn flatten(e: &Emit) -> Result<String> {
     e.op("Reshape", &[&x, &shape])
 }
 
+/// `gather`: `GatherElements` (which, like torch, allows an index smaller
+/// than `self` on the other axes). 0-d operands are gathered as one element.
 fn gather(e: &Emit) -> Result<String> {
-    let x = e.tensor("self")?;
-    let index = e.tensor("index")?;
-    let axis = normalize(e.int("dim", 0)?, e.rank("self")?);
+    let mut x = e.tensor("self")?;
+    let mut index = int_index(e, "index")?;
+    let rank = e.rank("self")?;
+    let axis = normalize(e.int("dim", 0)?, rank.max(1));
+    if rank == 0 {
+        let one = e.const_ints(&[1])?;
+        x = e.op("Reshape", &[&x, &one])?;
+        if e.rank("index")? == 0 {
+            index = e.op("Reshape", &[&index, &one])?;
+            let picked = e.op_with("GatherElements", &[&x, &index], &[attr("axis", Attribute::Int(0))])?;
+            return e.op("Reshape", &[&picked, &e.const_ints(&[])?]);
+        }
+    }
     e.op_with("GatherElements", &[&x, &index], &[attr("axis", Attribute::Int(axis))])
+}
+
+/// Tensor input `name` as ONNX index values: int32 and int64 as they are,
+/// any other integer type cast to int64.
+fn int_index(e: &Emit, name: &str) -> Result<String> {
+    let dtype = e.input_meta(name)?.dtype;
+    let index = e.tensor(name)?;
+    if dtype == "int32" || dtype == "int64" { Ok(index) } else { e.cast(&index, &dtype, "int64") }
 }
 
 /// `view` / `reshape` / `_unsafe_view` to the sizes in argument `sizes`.
@@ -373,6 +478,10 @@ fn squeeze(e: &Emit) -> Result<String> {
 fn transpose(e: &Emit) -> Result<String> {
     let x = e.tensor("self")?;
     let rank = e.rank("self")?;
+    if rank < 2 {
+        // a 0-d or 1-D tensor's transpose (dims 0/-1) is itself
+        return e.op("Identity", &[&x]);
+    }
     let (a, b) = (normalize(e.int("dim0", 0)?, rank), normalize(e.int("dim1", 1)?, rank));
     let mut perm: Vec<i64> = (0..rank).collect();
     perm.swap(a as usize, b as usize);
@@ -382,8 +491,26 @@ fn transpose(e: &Emit) -> Result<String> {
 fn permute(e: &Emit) -> Result<String> {
     let x = e.tensor("self")?;
     let rank = e.rank("self")?;
+    if rank == 0 {
+        return e.op("Identity", &[&x]);
+    }
     let perm: Vec<i64> = e.ints("dims")?.into_iter().map(|d| normalize(d, rank)).collect();
     e.op_with("Transpose", &[&x], &[attr("perm", Attribute::Ints(perm))])
+}
+
+/// Every axis reversed (`numpy_T`), or only the last two (`mT`: a batch of matrices).
+fn reversed_axes(e: &Emit, last_two: bool) -> Result<String> {
+    let x = e.tensor("self")?;
+    let rank = e.rank("self")?;
+    let perm: Vec<i64> = if last_two {
+        if rank < 2 {
+            return Err(e.fail(format!("a matrix transpose of a {rank}-d tensor (torch wants at least 2 dims)")));
+        }
+        (0..rank - 2).chain([rank - 1, rank - 2]).collect()
+    } else {
+        (0..rank).rev().collect()
+    };
+    transposed(e, &x, &perm)
 }
 
 fn expand(e: &Emit) -> Result<String> {
@@ -401,6 +528,33 @@ fn slice(e: &Emit) -> Result<String> {
     e.op("Slice", &[&x, &starts, &ends, &axes, &steps])
 }
 
+/// `narrow(self, dim, start, length)`: `Slice(start, start + length)`, a
+/// negative `start` counted from the end first.
+fn narrow(e: &Emit) -> Result<String> {
+    let x = e.tensor("self")?;
+    let dim = normalize(e.int("dim", 0)?, e.rank("self")?);
+    let start = match e.arg("start")? {
+        Some(Argument::SymInt(SymInt::Value(v))) => e.builder.value_name(v)?,
+        _ => int_0d(e, e.int("start", 0)?)?,
+    };
+    let start = match e.arg("start")? {
+        Some(Argument::Int(s)) | Some(Argument::SymInt(SymInt::Constant(s))) if s >= 0 => start,
+        _ => {
+            let wrapped = e.op("Add", &[&start, &dim_0d(e, &x, dim)?])?;
+            let negative = e.op("Less", &[&start, &int_0d(e, 0)?])?;
+            e.op("Where", &[&negative, &wrapped, &start])?
+        }
+    };
+    let length = match e.arg("length")? {
+        Some(Argument::SymInt(SymInt::Value(v))) => e.builder.value_name(v)?,
+        _ => int_0d(e, e.int("length", 0)?)?,
+    };
+    let first = e.const_ints(&[0])?;
+    let starts = e.op("Unsqueeze", &[&start, &first])?;
+    let ends = e.op("Unsqueeze", &[&e.op("Add", &[&start, &length])?, &first])?;
+    e.op("Slice", &[&x, &starts, &ends, &e.const_ints(&[dim])?])
+}
+
 fn select(e: &Emit) -> Result<String> {
     let x = e.tensor("self")?;
     let i = match e.arg("index")? {
@@ -412,11 +566,15 @@ fn select(e: &Emit) -> Result<String> {
 
 fn cat(e: &Emit) -> Result<String> {
     let Some(Argument::Tensors(values)) = e.arg("tensors")? else { return Err(e.fail("cat without tensors")) };
+    let dtype = e.output_meta()?.dtype;
     // torch skips 1-D empty tensors in cat (an empty cache's `torch.tensor([])`); ONNX cannot.
+    // Inputs of other dtypes are promoted, as torch's cat does.
     let mut names = Vec::new();
-    for &v in &values {
-        if e.meta_of(v)?.shape != [Dim::Fixed(0)] || values.len() == 1 {
-            names.push(e.builder.value_name(v)?);
+    for (i, &v) in values.iter().enumerate() {
+        let meta = e.meta_of(v)?;
+        let last = i + 1 == values.len() && names.is_empty();
+        if meta.shape != [Dim::Fixed(0)] || last {
+            names.push(e.cast(&e.builder.value_name(v)?, &meta.dtype, &dtype)?);
         }
     }
     if names.len() == 1 {
@@ -429,27 +587,50 @@ fn cat(e: &Emit) -> Result<String> {
 /// `fill` / `copy`: `self`'s shape and dtype, the argument `value` broadcast into it.
 fn broadcast_into_self(e: &Emit, value: &str) -> Result<String> {
     let dtype = e.output_meta()?.dtype;
-    let value = e.operand(value, &dtype)?;
+    let value = scalar_operand(e, value, &dtype)?;
     let shape = e.op("Shape", &[&e.tensor("self")?])?;
     e.op("Expand", &[&value, &shape])
 }
 
 /// `scatter` (`src` or a scalar `value`) / `scatter_add`: `ScatterElements`
-/// with ONNX's `reduction`.
+/// with ONNX's `reduction`, on the part of `src` the index covers (torch
+/// allows a larger `src`; ONNX wants them alike). 0-d operands are one
+/// element; ORT has no float16 `add` kernel, computed in float32.
 fn scatter(e: &Emit, reduction: &str) -> Result<String> {
     let dtype = e.output_meta()?.dtype;
-    let x = e.tensor("self")?;
-    let index = e.tensor("index")?;
-    let axis = normalize(e.int("dim", 0)?, e.rank("self")?);
-    let updates = match e.arg("src")? {
-        Some(Argument::Tensor(_)) => e.operand("src", &dtype)?,
+    let compute = if reduction != "none" && matches!(dtype.as_str(), "float16" | "bfloat16") { "float32" } else { dtype.as_str() };
+    let mut x = e.cast(&e.tensor("self")?, &dtype, compute)?;
+    let mut index = int_index(e, "index")?;
+    let rank = e.rank("self")?;
+    let axis = normalize(e.int("dim", 0)?, rank.max(1));
+    let mut updates = match e.arg("src")? {
+        Some(Argument::Tensor(_)) => {
+            let src = e.operand("src", compute)?;
+            if rank > 0 && e.input_meta("src")?.shape != e.input_meta("index")?.shape {
+                let starts = e.const_ints(&vec![0; rank as usize])?;
+                e.op("Slice", &[&src, &starts, &e.op("Shape", &[&index])?])?
+            } else {
+                src
+            }
+        }
         _ => {
             // a scalar `value`, one per index
-            let value = e.operand("value", &dtype)?;
+            let value = e.operand("value", compute)?;
             e.op("Expand", &[&value, &e.op("Shape", &[&index])?])?
         }
     };
-    e.op_with("ScatterElements", &[&x, &index, &updates], &[attr("axis", Attribute::Int(axis)), attr("reduction", Attribute::Str(reduction.into()))])
+    if rank == 0 {
+        let one = e.const_ints(&[1])?;
+        x = e.op("Reshape", &[&x, &one])?;
+        index = e.op("Reshape", &[&index, &one])?;
+        updates = e.op("Reshape", &[&updates, &one])?;
+    }
+    let attributes = [attr("axis", Attribute::Int(axis)), attr("reduction", Attribute::Str(reduction.into()))];
+    let mut result = e.op_with("ScatterElements", &[&x, &index, &updates], &attributes)?;
+    if rank == 0 {
+        result = e.op("Reshape", &[&result, &e.const_ints(&[])?])?;
+    }
+    e.cast(&result, compute, &dtype)
 }
 
 fn embedding(e: &Emit) -> Result<String> {
@@ -458,25 +639,38 @@ fn embedding(e: &Emit) -> Result<String> {
     e.op_with("Gather", &[&weight, &indices], &[attr("axis", Attribute::Int(0))])
 }
 
+/// `arange`: `start + i * step`, in float64 (torch sizes and steps floats
+/// in double) or int64 (an integer result takes truncated bounds, as torch),
+/// cast to the output's dtype (ORT's `Range` has no float16 or int8 kernel).
+/// The length is the output's when known: ONNX's own count from constants
+/// that arrive as float32 can be one off (`arange(0.1, 1.1)`).
 fn arange(e: &Emit) -> Result<String> {
-    let dtype = e.output_meta()?.dtype;
-    let start = if e.arg("start")?.is_some() { e.operand("start", &dtype)? } else { e.scalar(0.0, &dtype)? };
-    let end = e.operand("end", &dtype)?;
-    let step = if e.arg("step")?.is_some() { e.operand("step", &dtype)? } else { e.scalar(1.0, &dtype)? };
-    e.op("Range", &[&start, &end, &step])
+    let meta = e.output_meta()?;
+    let compute = if is_floating(&meta.dtype) { "float64" } else { "int64" };
+    let start = if e.arg("start")?.is_some() { e.operand("start", compute)? } else { e.scalar(0.0, compute)? };
+    let step = if e.arg("step")?.is_some() { e.operand("step", compute)? } else { e.scalar(1.0, compute)? };
+    let values = match fixed_shape(&meta).as_deref() {
+        Some(&[n]) => {
+            let i = e.op("Range", &[&int_0d(e, 0)?, &int_0d(e, n)?, &int_0d(e, 1)?])?;
+            let i = e.cast(&i, "int64", compute)?;
+            e.op("Add", &[&start, &e.op("Mul", &[&i, &step])?])?
+        }
+        _ => e.op("Range", &[&start, &e.operand("end", compute)?, &step])?,
+    };
+    e.cast(&values, compute, &meta.dtype)
 }
 
 /// `zeros`, `ones`, `full`, `new_*`, `empty`: a tensor of the `size` given.
 fn factory(e: &Emit, fill: Fill) -> Result<String> {
     let shape = expand_shape(e, "size", None)?;
-    filled(e, fill_value(e, fill)?, &shape)
+    filled(e, fill, &shape)
 }
 
 /// `*_like`: a tensor of `self`'s shape.
 fn factory_like(e: &Emit, fill: Fill) -> Result<String> {
     let x = e.tensor("self")?;
     let shape = e.op("Shape", &[&x])?;
-    filled(e, fill_value(e, fill)?, &shape)
+    filled(e, fill, &shape)
 }
 
 fn sym_size(e: &Emit) -> Result<String> {
@@ -485,4 +679,303 @@ fn sym_size(e: &Emit) -> Result<String> {
     let one = e.op_with("Shape", &[&x], &[attr("start", Attribute::Int(dim)), attr("end", Attribute::Int(dim + 1))])?;
     let axes = e.const_ints(&[0])?;
     e.op("Squeeze", &[&one, &axes])
+}
+
+/// A 0-d int64 constant (exact, where `Emit::scalar` goes through f64).
+fn int_0d(e: &Emit, value: i64) -> Result<String> {
+    e.op_with("Constant", &[], &[attr("value_int", Attribute::Int(value))])
+}
+
+/// A size as a 0-d int64: a constant, or the symbolic size's own value.
+fn size_0d(e: &Emit, size: &SymInt) -> Result<String> {
+    match size {
+        SymInt::Constant(i) => int_0d(e, *i),
+        SymInt::Value(v) => e.builder.value_name(*v),
+    }
+}
+
+/// `Shape(x)[axis]` as a 0-d int64.
+fn dim_0d(e: &Emit, x: &str, axis: i64) -> Result<String> {
+    let shape = e.op("Shape", &[x])?;
+    e.op_with("Gather", &[&shape, &int_0d(e, axis)?], &[attr("axis", Attribute::Int(0))])
+}
+
+/// `Shape(x)[start..end]` (to the last axis when `end` is None).
+fn dims_1d(e: &Emit, x: &str, start: i64, end: Option<i64>) -> Result<String> {
+    let mut attributes = vec![attr("start", Attribute::Int(start))];
+    if let Some(end) = end {
+        attributes.push(attr("end", Attribute::Int(end)));
+    }
+    e.op_with("Shape", &[x], &attributes)
+}
+
+fn concat(e: &Emit, parts: &[String], axis: i64) -> Result<String> {
+    let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
+    e.op_with("Concat", &refs, &[attr("axis", Attribute::Int(axis))])
+}
+
+fn transposed(e: &Emit, x: &str, perm: &[i64]) -> Result<String> {
+    if perm.iter().copied().eq(0..perm.len() as i64) {
+        return Ok(x.to_string());
+    }
+    e.op_with("Transpose", &[x], &[attr("perm", Attribute::Ints(perm.to_vec()))])
+}
+
+/// A size list (`SymInt[]`), however the node spells it.
+fn sym_ints(e: &Emit, name: &str) -> Result<Vec<SymInt>> {
+    match e.arg(name)? {
+        Some(Argument::SymInts(v)) => Ok(v),
+        Some(Argument::Ints(v)) => Ok(v.into_iter().map(SymInt::Constant).collect()),
+        Some(Argument::Int(i)) => Ok(vec![SymInt::Constant(i)]),
+        other => Err(e.fail(format!("`{name}`: expected sizes, got {other:?}"))),
+    }
+}
+
+/// `as_strided`: element `storage_offset + sum(i_k * stride_k)` of `self`'s
+/// storage at each position `i`, gathered from `self` flattened in memory
+/// order, as the reference's `_aten_as_strided_onnx` (one broadcast `Add` of
+/// a `Range * stride` per axis, so symbolic sizes work too).
+fn as_strided(e: &Emit) -> Result<String> {
+    let meta = e.input_meta("self")?;
+    let sizes = sym_ints(e, "size")?;
+    let strides = sym_ints(e, "stride")?;
+    if sizes.len() != strides.len() {
+        return Err(e.fail(format!("as_strided: {} sizes, {} strides", sizes.len(), strides.len())));
+    }
+    let offset = match e.arg("storage_offset")? {
+        None | Some(Argument::None) => SymInt::Constant(0),
+        Some(Argument::SymInt(s)) => s,
+        Some(Argument::Int(i)) => SymInt::Constant(i),
+        other => return Err(e.fail(format!("`storage_offset`: {other:?}"))),
+    };
+    let constant = |s: &SymInt| match s {
+        SymInt::Constant(c) => Some(*c),
+        SymInt::Value(_) => None,
+    };
+    let all = |v: &[SymInt]| v.iter().map(constant).collect::<Option<Vec<i64>>>();
+    if let (Some(shape), Some(sizes), Some(strides), Some(offset)) = (fixed_shape(&meta), all(&sizes), all(&strides), constant(&offset)) {
+        // Only `self`'s own elements are in the graph; a view reaching past them
+        // (into a larger base's storage) has nothing to read.
+        let numel: i64 = shape.iter().product();
+        let last = offset + sizes.iter().zip(&strides).map(|(n, s)| (n - 1) * s).sum::<i64>();
+        if !sizes.contains(&0) && (offset < 0 || last >= numel) {
+            return Err(e.fail(format!(
+                "as_strided reads storage element {last} of an input with {numel} elements: its base's storage is not in the graph"
+            )));
+        }
+    }
+    let storage = storage_order(e, &meta)?;
+    let rank = sizes.len();
+    let mut index = size_0d(e, &offset)?;
+    for (axis, (n, s)) in sizes.iter().zip(&strides).enumerate() {
+        let positions = match (n, s) {
+            (SymInt::Constant(n), SymInt::Constant(s)) => {
+                let values: Vec<i64> = (0..*n).map(|i| i * s).collect();
+                let mut shape = vec![1; rank];
+                shape[axis] = *n;
+                e.op("Reshape", &[&e.const_ints(&values)?, &e.const_ints(&shape)?])?
+            }
+            _ => {
+                let range = e.op("Range", &[&int_0d(e, 0)?, &size_0d(e, n)?, &int_0d(e, 1)?])?;
+                let scaled = e.op("Mul", &[&range, &size_0d(e, s)?])?;
+                let others: Vec<i64> = (0..rank as i64).filter(|&a| a != axis as i64).collect();
+                if others.is_empty() { scaled } else { e.op("Unsqueeze", &[&scaled, &e.const_ints(&others)?])? }
+            }
+        };
+        index = e.op("Add", &[&index, &positions])?;
+    }
+    e.op_with("Gather", &[&storage, &index], &[attr("axis", Attribute::Int(0))])
+}
+
+/// `self` flattened in the order its elements sit in memory: transposed
+/// first when its strides are those of a dense layout in another axis order
+/// (sizes and strides compared as products of factors, so symbolic ones too).
+fn storage_order(e: &Emit, meta: &TensorMeta) -> Result<String> {
+    let x = e.tensor("self")?;
+    let flat = e.const_ints(&[-1])?;
+    let rank = meta.shape.len();
+    if meta.strides.len() != rank || meta.shape.iter().any(|d| *d == Dim::Fixed(0)) {
+        return e.op("Reshape", &[&x, &flat]);
+    }
+    let unknown = || e.fail("as_strided of a tensor whose strides are not a dense layout: its storage holds more than its elements");
+    let sizes: Vec<Product> = meta.shape.iter().map(product).collect::<Option<_>>().ok_or_else(unknown)?;
+    let strides: Vec<Product> = meta.strides.iter().map(product).collect::<Option<_>>().ok_or_else(unknown)?;
+    // innermost first: the axis whose stride is the product of the sizes inside it
+    let mut inner: Vec<i64> = Vec::new();
+    let mut within = Product::one();
+    let mut left: Vec<usize> = (0..rank).filter(|&a| meta.shape[a] != Dim::Fixed(1)).collect();
+    while !left.is_empty() {
+        let at = left.iter().position(|&a| strides[a] == within).ok_or_else(unknown)?;
+        let axis = left.remove(at);
+        within = within.times(&sizes[axis]);
+        inner.push(axis as i64);
+    }
+    // size-1 axes hold index 0 only: anywhere will do, outermost here
+    let mut perm: Vec<i64> = (0..rank as i64).filter(|&a| meta.shape[a as usize] == Dim::Fixed(1)).collect();
+    perm.extend(inner.into_iter().rev());
+    let ordered = transposed(e, &x, &perm)?;
+    e.op("Reshape", &[&ordered, &flat])
+}
+
+/// A size or stride as a constant times symbolic factors (sorted), as torch
+/// prints them (`2*s0*s1`, `s0**2`, `s1*(s0 + 1)`); a sum is one factor.
+#[derive(PartialEq, Clone)]
+struct Product {
+    constant: i64,
+    factors: Vec<String>,
+}
+
+impl Product {
+    fn one() -> Self {
+        Product { constant: 1, factors: vec![] }
+    }
+
+    fn times(&self, other: &Product) -> Product {
+        let mut factors = [self.factors.clone(), other.factors.clone()].concat();
+        factors.sort();
+        Product { constant: self.constant * other.constant, factors }
+    }
+}
+
+fn product(dim: &Dim) -> Option<Product> {
+    let text = match dim {
+        Dim::Fixed(n) => return Some(Product { constant: *n, factors: vec![] }),
+        Dim::Symbolic(s) => s.replace(' ', ""),
+    };
+    let mut result = Product::one();
+    let (mut depth, mut start) = (0, 0);
+    let bytes = text.as_bytes();
+    let mut pieces = Vec::new();
+    for i in 0..=bytes.len() {
+        match bytes.get(i) {
+            Some(b'(') => depth += 1,
+            Some(b')') => depth -= 1,
+            // `**` is a power, not two products
+            Some(b'*') if depth == 0 && bytes.get(i + 1) != Some(&b'*') && (i == 0 || bytes[i - 1] != b'*') => {
+                pieces.push(&text[start..i]);
+                start = i + 1;
+            }
+            None => pieces.push(&text[start..i]),
+            _ => {}
+        }
+    }
+    for piece in pieces {
+        let (base, power) = match piece.rsplit_once("**") {
+            Some((base, power)) if !base.contains('(') || base.ends_with(')') => (base, power.parse::<usize>().ok()?),
+            _ => (piece, 1),
+        };
+        let base = base.strip_prefix('(').and_then(|b| b.strip_suffix(')')).unwrap_or(base);
+        if let Ok(n) = base.parse::<i64>() {
+            result.constant *= n.pow(power as u32);
+        } else {
+            result.factors.extend(std::iter::repeat_n(base.to_string(), power));
+        }
+    }
+    result.factors.sort();
+    Some(result)
+}
+
+/// `diagonal`: `dim1` and `dim2` moved last and merged into one axis, the
+/// diagonal's positions there gathered. (The reference multiplies by an
+/// `EyeLike` mask and sums, which turns an inf off the diagonal into NaN.)
+fn diagonal(e: &Emit) -> Result<String> {
+    let meta = e.input_meta("self")?;
+    let rank = meta.shape.len() as i64;
+    let offset = e.int("offset", 0)?;
+    let (d1, d2) = (normalize(e.int("dim1", 0)?, rank), normalize(e.int("dim2", 1)?, rank));
+    let x = e.tensor("self")?;
+    let mut perm: Vec<i64> = (0..rank).filter(|&a| a != d1 && a != d2).collect();
+    perm.extend([d1, d2]);
+    let moved = transposed(e, &x, &perm)?;
+    let lead = rank - 2;
+    let (positions, merged) = match (&meta.shape[d1 as usize], &meta.shape[d2 as usize]) {
+        (Dim::Fixed(n1), Dim::Fixed(n2)) => {
+            let (n1, n2) = (*n1, *n2);
+            let len = if offset >= 0 { n1.min(n2 - offset) } else { (n1 + offset).min(n2) }.max(0);
+            let start = if offset >= 0 { offset } else { -offset * n2 };
+            let positions: Vec<i64> = (0..len).map(|i| start + i * (n2 + 1)).collect();
+            (e.const_ints(&positions)?, e.const_ints(&[n1 * n2])?)
+        }
+        _ => {
+            let (n1, n2) = (dim_0d(e, &x, d1)?, dim_0d(e, &x, d2)?);
+            let shift = int_0d(e, offset.abs())?;
+            let len = if offset >= 0 {
+                e.op("Min", &[&n1, &e.op("Sub", &[&n2, &shift])?])?
+            } else {
+                e.op("Min", &[&e.op("Sub", &[&n1, &shift])?, &n2])?
+            };
+            let len = e.op("Max", &[&len, &int_0d(e, 0)?])?;
+            let start = if offset >= 0 { shift } else { e.op("Mul", &[&n2, &shift])? };
+            let step = e.op("Add", &[&n2, &int_0d(e, 1)?])?;
+            let range = e.op("Range", &[&int_0d(e, 0)?, &len, &int_0d(e, 1)?])?;
+            let positions = e.op("Add", &[&e.op("Mul", &[&range, &step])?, &start])?;
+            let merged = e.op("Unsqueeze", &[&e.op("Mul", &[&n1, &n2])?, &e.const_ints(&[0])?])?;
+            (positions, merged)
+        }
+    };
+    let shape = if lead == 0 { merged } else { concat(e, &[dims_1d(e, &moved, 0, Some(lead))?, merged], 0)? };
+    let flat = e.op("Reshape", &[&moved, &shape])?;
+    e.op_with("Gather", &[&flat, &positions], &[attr("axis", Attribute::Int(lead))])
+}
+
+/// `flip`: a `Slice` from the end backwards over each axis, as the reference.
+fn flip(e: &Emit) -> Result<String> {
+    let x = e.tensor("self")?;
+    let rank = e.rank("self")?;
+    let mut dims: Vec<i64> = e.ints("dims")?.into_iter().map(|d| normalize(d, rank.max(1))).collect();
+    dims.sort();
+    dims.dedup();
+    if dims.is_empty() || rank == 0 {
+        return e.op("Identity", &[&x]);
+    }
+    let k = dims.len();
+    let back = e.const_ints(&vec![-1; k])?;
+    let ends = e.const_ints(&vec![i64::MIN; k])?;
+    e.op("Slice", &[&x, &back, &ends, &e.const_ints(&dims)?, &back])
+}
+
+/// `repeat`: `self` given leading 1-axes up to `len(repeats)`, then `Tile`.
+fn repeat(e: &Emit) -> Result<String> {
+    let x = e.tensor("self")?;
+    let count = sym_ints(e, "repeats")?.len();
+    if count == 0 {
+        return e.op("Identity", &[&x]);
+    }
+    let expanded = e.op("Expand", &[&x, &e.const_ints(&vec![1; count])?])?;
+    e.op("Tile", &[&expanded, &e.shape("repeats")?])
+}
+
+/// `index_select`: `Gather` with the index flattened (a 0-d index keeps its
+/// axis, as torch's); a 0-d `self` is gathered as one element.
+fn index_select(e: &Emit) -> Result<String> {
+    let x = e.tensor("self")?;
+    let rank = e.rank("self")?;
+    let dim = normalize(e.int("dim", 0)?, rank.max(1));
+    let index = e.op("Reshape", &[&e.tensor("index")?, &e.const_ints(&[-1])?])?;
+    if rank == 0 {
+        let one = e.op("Reshape", &[&x, &e.const_ints(&[1])?])?;
+        let picked = e.op_with("Gather", &[&one, &index], &[attr("axis", Attribute::Int(0))])?;
+        return e.op("Reshape", &[&picked, &e.const_ints(&[])?]);
+    }
+    e.op_with("Gather", &[&x, &index], &[attr("axis", Attribute::Int(dim))])
+}
+
+/// `nonzero`: ONNX's `NonZero` is [rank, n], torch's [n, rank]. ORT has no
+/// `NonZero` for float64 or int8 (among others): those go through bool,
+/// which keeps exactly the nonzero elements. A 0-d input is one element of
+/// rank 0 ([n, 0]).
+fn nonzero(e: &Emit) -> Result<String> {
+    let meta = e.input_meta("self")?;
+    let mut x = e.tensor("self")?;
+    if !matches!(meta.dtype.as_str(), "bool" | "float32" | "int32" | "int64" | "uint8") {
+        x = e.cast(&x, &meta.dtype, "bool")?;
+    }
+    if meta.shape.is_empty() {
+        let one = e.op("Reshape", &[&x, &e.const_ints(&[1])?])?;
+        let rows = e.op_with("Transpose", &[&e.op("NonZero", &[&one])?], &[attr("perm", Attribute::Ints(vec![1, 0]))])?;
+        let none = e.const_ints(&[0])?;
+        return e.op("Slice", &[&rows, &none, &none, &e.const_ints(&[1])?]);
+    }
+    let found = e.op("NonZero", &[&x])?;
+    e.op_with("Transpose", &[&found], &[attr("perm", Attribute::Ints(vec![1, 0]))])
 }

@@ -1,5 +1,6 @@
 //! Symbolic-size arithmetic (`_operator.*`, `torch.sym_min/max`) → ONNX on 0-d
-//! int64 values. `floordiv` floors toward -inf as Python does (ONNX `Div`
+//! int64 values, and the ops that make such a value of a tensor (`numel`,
+//! `.item()`). `floordiv` floors toward -inf as Python does (ONNX `Div`
 //! truncates): trunc(a/b) - (sign(a) != sign(b) and a mod b != 0), as the
 //! reference's `_operator_floordiv`; `mod` takes the divisor's sign, as Python's.
 
@@ -12,6 +13,8 @@ hfx_sdk::onnx_translations! {
     "_operator.floordiv" => |e| e.floor_div(&int(e, "a")?, &int(e, "b")?, "int64"),
     "_operator.mod" => |e| e.op_with("Mod", &[&int(e, "a")?, &int(e, "b")?], &[attr("fmod", Attribute::Int(0))]),
     "_operator.neg" => |e| e.op("Neg", &[&int(e, "a")?]),
+    "_operator.pow" => |e| in_output_type(e, "Pow"),
+    "_operator.truediv" => |e| in_output_type(e, "Div"),
     "_operator.eq" => |e| ints(e, "Equal"),
     "_operator.ne" => |e| e.op("Not", &[&ints(e, "Equal")?]),
     "_operator.lt" => |e| ints(e, "Less"),
@@ -23,6 +26,8 @@ hfx_sdk::onnx_translations! {
     "torch.sym_not" => |e| e.op("Not", &[&e.operand("a", "bool")?]),
     "_operator.and_" => |e| bools(e, "And"),
     "_operator.or_" => |e| bools(e, "Or"),
+    "aten.sym_numel.default" => |e| e.op("Size", &[&e.tensor("self")?]),
+    "aten._local_scalar_dense.default" => local_scalar_dense,
 }
 
 /// Operand `name` as a 0-d int64.
@@ -35,8 +40,36 @@ fn ints(e: &Emit, op: &str) -> Result<String> {
     e.op(op, &[&int(e, "a")?, &int(e, "b")?])
 }
 
+/// `op(a, b)` in the output's type: a sym-int's `Pow` in int64, a sym-float's
+/// (`n ** 0.5`, `a / b`) in float32, as `.item()` gives sym-floats.
+fn in_output_type(e: &Emit, op: &str) -> Result<String> {
+    let output = *e.graph.output_values(e.node)?.first().ok_or_else(|| e.fail("no output"))?;
+    let dtype = match e.graph.value_meta(output)? {
+        ValueMeta::SymInt(_) => "int64",
+        ValueMeta::SymFloat(_) => "float32",
+        other => return Err(e.fail(format!("`{op}` of sizes giving {other:?}"))),
+    };
+    e.op(op, &[&e.operand("a", dtype)?, &e.operand("b", dtype)?])
+}
+
 /// `op(a, b)` of two bools.
 fn bools(e: &Emit, op: &str) -> Result<String> {
     let (a, b) = (e.operand("a", "bool")?, e.operand("b", "bool")?);
     e.op(op, &[&a, &b])
+}
+
+/// `.item()`: the one element of `self` as a 0-d value of the scalar's ONNX
+/// type (a sym-int is int64, a sym-float float32, a sym-bool bool).
+fn local_scalar_dense(e: &Emit) -> Result<String> {
+    let from = e.input_meta("self")?.dtype;
+    let output = *e.graph.output_values(e.node)?.first().ok_or_else(|| e.fail("no output"))?;
+    let to = match e.graph.value_meta(output)? {
+        ValueMeta::SymInt(_) => "int64".to_string(),
+        ValueMeta::SymFloat(_) => "float32".to_string(),
+        ValueMeta::SymBool(_) => "bool".to_string(),
+        ValueMeta::Tensor(meta) => meta.dtype,
+        ValueMeta::Opaque(kind) => return Err(e.fail(format!("_local_scalar_dense to a {kind}"))),
+    };
+    let scalar = e.op("Reshape", &[&e.tensor("self")?, &e.const_ints(&[])?])?;
+    e.cast(&scalar, &from, &to)
 }
