@@ -127,6 +127,11 @@ def hfx_export(hfx, arch, mode, out, timeout):
     result = {"seconds": round(wall, 2), "command": " ".join(command[1:]).replace(ROOT + "/", "")}
     if code == 0 and os.path.exists(path):
         result.update(ok=True, path=path, nodes=node_count(path))
+        # hfx says which input axes torch.export fixed although --dynamic asked them to vary.
+        fixed = next((l.split(":", 1)[1].split("(")[0].strip() for l in stdout.splitlines()
+                      if "fixed by torch.export despite --dynamic" in l), None)
+        if fixed:
+            result["fixed_axes"] = fixed
     else:
         result["log"] = os.path.join(out, "logs", f"hfx-{arch}-{mode}.log")
         write(result["log"], f"exit {code}\n{stdout}\n---- stderr ----\n{stderr}")
@@ -245,6 +250,8 @@ def check(arch, artifacts):
 
     spec = sweep_models.ARCHS[arch]
     model, inputs_a = spec.build()
+    if spec.eager_attention:
+        model.set_attn_implementation("eager")  # why: the architecture's `eager_attention`
     sizes = {"A": inputs_a, "B": spec.inputs(model, *spec.size_b())}
     eager = {}
     for size, inputs in sizes.items():
@@ -408,7 +415,11 @@ def reason_of(step):
         return step["reason"]
     check = step.get("check")
     if check is not None and not check["ok"]:
-        return check.get("reason", "check failed")
+        reason = check.get("reason", "check failed")
+        if step.get("fixed_axes"):
+            # The cause, as the exporter said it; ONNX Runtime's error is its effect.
+            reason = f"torch.export fixed {step['fixed_axes']} (the model's code depends on these sizes), so " + reason
+        return reason
     return None
 
 
@@ -526,6 +537,10 @@ def report(results, args, started, elapsed, command):
         "`cache.layers.0.keys`). Both exporters trace a sliding-window cache layer as a full layer (the reference's "
         "patch, which hfx ports), so its keys/values hold every position where eager keeps only the window: the "
         "check compares the positions eager keeps (the last ones).",
+    ]
+    lines += [f"- {name}: eager PyTorch runs with `attn_implementation=\"eager\"` for the check: {spec.eager_attention}"
+              for name, spec in sweep_models.ARCHS.items() if spec.eager_attention and name in {r["arch"] for r in results}]
+    lines += [
         "",
         "| architecture | what it exercises | hfx static | hfx dynamic | reference static | reference dynamic "
         "| nodes hfx / reference | max abs error hfx / reference | export time (s) hfx / reference | failure reason |",

@@ -68,6 +68,9 @@ pub struct Lowered<'a> {
     pub opset: u32,
     /// Custom domains the translations used (each imported at version 1).
     pub domains: BTreeSet<String>,
+    /// The program's values whose every axis is fixed, by ONNX name, with
+    /// that shape (constant folding knows their `Shape`).
+    pub static_shapes: HashMap<String, Vec<i64>>,
 }
 
 /// The model planned for writing: the `ModelProto` without its graph, the
@@ -190,13 +193,22 @@ pub fn lower<'a>(parts: &ModelParts<'a>) -> Result<Lowered<'a>, EmitError> {
         })
         .collect::<Result<Vec<_>, _>>()?;
     let domains = builder.nodes.iter().map(|n| n.domain.clone()).filter(|d| !d.is_empty()).collect();
-    Ok(Lowered { inputs, initializers, nodes, output_names, outputs, opset: builder.opset, domains })
+    let static_shapes = builder
+        .value_names
+        .iter()
+        .filter_map(|(value, name)| {
+            let ValueMeta::Tensor(meta) = &graph.value(*value).ok()?.meta else { return None };
+            let dims: Option<Vec<i64>> = meta.shape.iter().map(|d| if let Dim::Fixed(n) = d { Some(*n) } else { None }).collect();
+            Some((name.clone(), dims?))
+        })
+        .collect();
+    Ok(Lowered { inputs, initializers, nodes, output_names, outputs, opset: builder.opset, domains, static_shapes })
 }
 
 /// The `ModelProto` of the (passed) parts, without initializer bytes.
 /// Weights no node reads (any more) are left out.
 pub fn plan<'a>(lowered: Lowered<'a>, graph_name: &str, metadata: &[(String, String)]) -> Planned<'a> {
-    let Lowered { inputs, mut initializers, nodes, output_names, outputs, opset, domains } = lowered;
+    let Lowered { inputs, mut initializers, nodes, output_names, outputs, opset, domains, .. } = lowered;
     let read: HashSet<&str> =
         nodes.iter().flat_map(|n| n.inputs.iter().map(String::as_str)).chain(output_names.iter().map(String::as_str)).collect();
     initializers.retain(|i| i.header.name.as_deref().is_some_and(|n| read.contains(n)));

@@ -82,7 +82,7 @@ pub fn onnx(
     let metadata = onnx_metadata(loaded, &[&translated, &fixed]);
     let parts = emit::ModelParts { graph, roles: &roles, weights: Some(pt2), builder: &builder, output_names };
     let mut lowered = emit::lower(&parts)?;
-    let optimized = options.optimize.then(|| passes::run(&mut lowered.nodes, &mut lowered.initializers, &lowered.output_names));
+    let optimized = options.optimize.then(|| passes::run(&mut lowered.nodes, &mut lowered.initializers, &lowered.output_names, &lowered.static_shapes));
     let planned = emit::plan(lowered, "main_graph", &metadata);
     let nodes = planned.graph.node.len();
     let storage = if options.external_data || weights::weight_bytes(&planned.initializers) >= emit::PROTOBUF_LIMIT {

@@ -116,4 +116,10 @@ fn print_trace(t: &TraceSummary, reference: &std::path::Path) {
     for d in &t.decomposed {
         println!("  decomposed {:<30} {} node(s) into {} node(s)", d.op, d.nodes, d.became);
     }
+    if !t.size_guards.is_empty() {
+        println!(
+            "  valid only where torch.export's guards hold (the artifact cannot check them; other sizes run and compute wrong values): {}",
+            t.size_guards.join(" and ")
+        );
+    }
 }

@@ -43,6 +43,8 @@ pub struct TraceSummary {
     pub patched: Vec<(String, u64)>,
     /// Ops decomposed after the trace because no translation or fix handles them.
     pub decomposed: Vec<Decomposed>,
+    /// torch.export's guards on input sizes that the artifact cannot carry.
+    pub size_guards: Vec<String>,
 }
 
 /// Traces `trace`'s model in `worker`, writing beside `output`.
@@ -68,6 +70,7 @@ pub fn run(worker: &mut Worker, trace: &Trace, loaded: &LoadedSet, backend: Back
         outputs: result.outputs,
         patched,
         decomposed: result.decomposed,
+        size_guards: result.size_guards,
     };
     let (output_names, export_metadata) = (result.output_names, result.export_metadata);
     Ok(Traced { _scratch: scratch, program, reference, side_weights, output_names, export_metadata, summary })

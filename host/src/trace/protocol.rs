@@ -23,7 +23,7 @@ use crate::plugins::Versions;
 
 /// The protocol version; the worker's `protocol.PROTOCOL` is the same number.
 /// Any change to a message below is a new version.
-pub const PROTOCOL: u64 = 5;
+pub const PROTOCOL: u64 = 6;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -396,6 +396,10 @@ pub struct TraceReply {
     pub side_weights: bool,
     /// The ops decomposed after the trace (`Decompose::Missing`), in program order.
     pub decomposed: Vec<Decomposed>,
+    /// torch.export's guards on input sizes beyond its range constraints
+    /// (`((4 - input_ids.shape[1] % 4) % 4) <= 0`), inputs named: the program
+    /// is valid only where they hold, and no artifact carries them.
+    pub size_guards: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -866,6 +870,7 @@ mod tests {
             "seconds": {"import": 1.0, "build": 0.1, "eager": 0.1, "export": 0.5, "save": 0.1},
             "peak_rss_mib": {"import": 300.0, "build": 310.0, "export": 400.0, "save": 410.0},
             "side_weights": false, "decomposed": [{"op": "aten.softplus.default", "nodes": 1, "became": 4}],
+            "size_guards": ["((4 + (-1)*(x.shape[1] % 4)) % 4) <= 0"],
         })
     }
 

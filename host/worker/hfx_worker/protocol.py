@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Optional, Union
 
 # The protocol version; the host's `trace::protocol::PROTOCOL` is the same number.
-PROTOCOL = 5
+PROTOCOL = 6
 
 # The steps of a `trace` request, in order, as progress names them (the host's
 # `TraceStep`). `export` runs torch.export under the reference exporter's
@@ -315,6 +315,10 @@ class TraceReply:
     peak_rss_mib: dict[str, float]
     side_weights: bool
     decomposed: list[Decomposed]
+    # torch.export's guards on input sizes that no range constraint states
+    # (`((4 - input_ids.shape[1] % 4) % 4) <= 0`): the program is valid only
+    # where they hold, and no artifact carries them.
+    size_guards: list[str]
 
 
 @dataclass

@@ -242,6 +242,7 @@ def trace(session, params: TraceParams) -> TraceReply:
                 model, (), dict(inputs), dynamic_shapes=shapes, strict=False,
                 prefer_deferred_runtime_asserts_over_guards=bool(params.dynamic_shapes),
             )
+        guards = size_guards(program)
         decomposed = []
         if isinstance(params.decompose, protocol.DecomposeAll):
             session.progress("decompose")
@@ -277,7 +278,26 @@ def trace(session, params: TraceParams) -> TraceReply:
         peak_rss_mib=peaks,
         side_weights=side_weights,
         decomposed=decomposed,
+        size_guards=guards,
     )
+
+
+def size_guards(program):
+    """The guards torch.export checks on a call's input sizes beyond its range
+    constraints (`ExportedProgram._guards_code`, what `.module()` refuses
+    other sizes with), inputs named as the model names them. A `.pt2` and an
+    ONNX model keep only the ranges, so a size breaking one of these runs
+    and computes garbage (a branch the trace took at its own size, such as
+    a chunked scan's `if pad_size > 0`): the host says them."""
+    import re
+
+    readable = []
+    for code in getattr(program, "_guards_code", None) or []:
+        # L['kwargs']['input_ids'].size()[1], L['x'].size()[1] -> input_ids.shape[1]
+        code = re.sub(r"L(?:\['[^']*'\])*\['([^']+)'\]\.size\(\)\[(\d+)\]", r"\1.shape[\2]", code)
+        code = re.sub(r"L(?:\['[^']*'\])*\['([^']+)'\]", r"\1", code)
+        readable.append(code)
+    return readable
 
 
 def decompose_missing(session, program, handled):

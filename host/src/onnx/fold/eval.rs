@@ -189,6 +189,7 @@ pub(super) fn evaluate(node: &Node, inputs: &[Option<&Known>]) -> Option<Vec<Kno
         "MatMul" => one(matmul(node, inputs)?),
         "ScatterElements" => one(scatter_elements(node, inputs)?),
         "ReduceSum" => one(reduce_sum(node, inputs)?),
+        "Trilu" => one(trilu(node, inputs)?),
         _ => None,
     }
 }
@@ -328,7 +329,12 @@ fn range(_node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
 /// `Shape` of a known tensor, `start`..`end`.
 fn shape(node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
     let input = |i: usize| inputs.get(i).copied().flatten();
-    let x = input(0)?;
+    shape_of(node, &input(0)?.dims)
+}
+
+/// `Shape` of a tensor of static `dims` (known or not), `start`..`end`.
+pub(super) fn shape_of(node: &Node, dims: &[i64]) -> Option<Known> {
+    let x = Known { dtype: INT64, dims: dims.to_vec(), data: Data::Int(Vec::new()) };
     let rank = x.dims.len() as i64;
     let clamp = |v: i64| (if v < 0 { v + rank } else { v }).clamp(0, rank) as usize;
     let (start, end) = (clamp(int_attr(node, "start").unwrap_or(0)), clamp(int_attr(node, "end").unwrap_or(rank)));
@@ -517,4 +523,32 @@ fn reduce_sum(node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
     };
     let dims = if keep { reduced } else { x.dims.iter().enumerate().filter(|(k, _)| !axes.contains(k)).map(|(_, &d)| d).collect() };
     Some(Known::new(x.dtype, dims, data))
+}
+
+/// `Trilu`: the lower (`upper = 0`) or upper triangle of the last two axes,
+/// shifted by the diagonal offset `k` (input 1, default 0); the rest zero.
+fn trilu(node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
+    let input = |i: usize| inputs.get(i).copied().flatten();
+    let x = input(0)?;
+    let k = match (input(1), node.inputs.get(1).is_some_and(|n| !n.is_empty())) {
+        (Some(k), true) => *k.int_values()?.first()?,
+        (None, true) => return None,
+        _ => 0,
+    };
+    let upper = int_attr(node, "upper").unwrap_or(1) != 0;
+    let rank = x.dims.len();
+    if rank < 2 {
+        return None;
+    }
+    let (rows, cols) = (x.dims[rank - 2].max(0) as usize, x.dims[rank - 1].max(0) as usize);
+    let kept = |flat: usize| {
+        let (i, j) = ((flat / cols.max(1)) % rows.max(1), flat % cols.max(1));
+        let offset = j as i64 - i as i64;
+        if upper { offset >= k } else { offset <= k }
+    };
+    let data = match &x.data {
+        Data::Float(v) => Data::Float(v.iter().enumerate().map(|(f, &e)| if kept(f) { e } else { 0.0 }).collect()),
+        Data::Int(v) => Data::Int(v.iter().enumerate().map(|(f, &e)| if kept(f) { e } else { 0 }).collect()),
+    };
+    Some(Known { dtype: x.dtype, dims: x.dims.clone(), data })
 }

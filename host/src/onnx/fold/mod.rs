@@ -71,8 +71,10 @@ fn is_whole_slice(node: &Node, inputs: &[Option<&Known>]) -> bool {
 
 /// Folds `nodes` (main graph, topological order). `initializers` are read as
 /// known values where small, and gain the folded values; `keep` are graph
-/// outputs, whose producers stay.
-pub fn fold<'a>(nodes: &mut Vec<Node>, initializers: &mut Vec<Initializer<'a>>, keep: &HashSet<&str>) -> FoldReport {
+/// outputs, whose producers stay. `static_shapes` are the values whose shape
+/// the program fixes (every axis), by ONNX name: their `Shape` is known
+/// although they are not.
+pub fn fold<'a>(nodes: &mut Vec<Node>, initializers: &mut Vec<Initializer<'a>>, keep: &HashSet<&str>, static_shapes: &HashMap<String, Vec<i64>>) -> FoldReport {
     let mut report = FoldReport::default();
     let mut known: HashMap<String, Known> = HashMap::new();
     for init in initializers.iter() {
@@ -103,7 +105,14 @@ pub fn fold<'a>(nodes: &mut Vec<Node>, initializers: &mut Vec<Initializer<'a>>, 
             && node.function.is_none()
             && node.outputs.iter().all(|o| !keep.contains(o.as_str()))
             && inputs.iter().zip(&node.inputs).all(|(k, name)| k.is_some() || name.is_empty());
-        let values = if foldable { evaluate(&node, &inputs) } else { None };
+        let shape_only = node.op_type == "Shape" && node.domain.is_empty() && node.inputs.len() == 1 && !keep.contains(node.outputs[0].as_str());
+        let values = if foldable {
+            evaluate(&node, &inputs)
+        } else if shape_only {
+            static_shapes.get(&node.inputs[0]).and_then(|dims| eval::shape_of(&node, dims)).map(|k| vec![k])
+        } else {
+            None
+        };
         match values {
             Some(values) if values.len() == node.outputs.len() && values.iter().all(|v| v.data.len() <= MAX_ELEMENTS) => {
                 if node.op_type != "Constant" {
@@ -222,7 +231,7 @@ mod tests {
             node("Mul", &["x", "table"], "y", vec![]),
         ];
         let mut initializers = Vec::new();
-        let report = fold(&mut nodes, &mut initializers, &HashSet::from(["y"]));
+        let report = fold(&mut nodes, &mut initializers, &HashSet::from(["y"]), &HashMap::new());
         assert_eq!(report.folded, 4);
         assert_eq!(nodes.len(), 1, "only the Mul with the input is left: {nodes:?}");
         assert_eq!(initializers.len(), 1);
@@ -249,7 +258,7 @@ mod tests {
             node("Slice", &["x", "zero", "end"], "out", vec![]),
         ];
         let mut initializers = Vec::new();
-        let report = fold(&mut nodes, &mut initializers, &HashSet::from(["y", "z", "out"]));
+        let report = fold(&mut nodes, &mut initializers, &HashSet::from(["y", "z", "out"]), &HashMap::new());
         assert_eq!(report.whole_slices, 2);
         let neg = nodes.iter().find(|n| n.op_type == "Neg").unwrap();
         assert_eq!(neg.inputs, ["x"]);
@@ -269,7 +278,7 @@ mod tests {
             node("Neg", &["v"], "negated", vec![]),
         ];
         let mut initializers = Vec::new();
-        fold(&mut nodes, &mut initializers, &HashSet::from(["out", "negated"]));
+        fold(&mut nodes, &mut initializers, &HashSet::from(["out", "negated"]), &HashMap::new());
         let ops: Vec<&str> = nodes.iter().map(|n| n.op_type.as_str()).collect();
         assert_eq!(ops, ["Reshape", "Neg"], "the graph output `negated` keeps its node");
         let picked = initializers.iter().find(|i| i.header.name.as_deref() == Some("picked")).unwrap();
@@ -288,7 +297,7 @@ mod tests {
             node("Transpose", &["w"], "wt", vec![("perm", Attribute::Ints(vec![1, 0]))]),
             node("MatMul", &["x", "wt"], "y", vec![]),
         ];
-        let report = fold(&mut nodes, &mut initializers, &HashSet::from(["y"]));
+        let report = fold(&mut nodes, &mut initializers, &HashSet::from(["y"]), &HashMap::new());
         assert_eq!(report.transposed, 1);
         assert_eq!(nodes.len(), 1);
         assert_eq!(initializers[0].header.dims, [cols as i64, rows as i64]);

@@ -15,6 +15,35 @@ hfx_sdk::onnx_translations! {
     "aten.mm.dtype" => mm_dtype,
     "aten._grouped_mm.default" => |e| grouped_mm(e, "self", "mat2"),
     "transformers.grouped_mm_fallback.default" => |e| grouped_mm(e, "input", "weight"),
+    "aten.einsum.default" => einsum,
+}
+
+/// `torch.einsum(equation, *operands)` → ONNX `Einsum` (opset 12), kept whole
+/// rather than decomposed into the permutes, reshapes and batched products
+/// torch's composite writes (state-space scans hold dozens of them). The
+/// equation language is the same (letters, `...`, `->`); torch allows
+/// spaces, ONNX's parser too, but they are dropped. ONNX Runtime's CPU
+/// `Einsum` takes floating and 32/64-bit integer operands; others (bool,
+/// 8/16-bit) run through int64 and back. `path` (a contraction order hint)
+/// does not change the result.
+fn einsum(e: &Emit) -> Result<String> {
+    let Some(Argument::Str(equation)) = e.arg("equation")? else { return Err(e.fail("einsum without an equation")) };
+    let Some(Argument::Tensors(values)) = e.arg("tensors")? else { return Err(e.fail("einsum without operands")) };
+    let equation: String = equation.chars().filter(|c| !c.is_whitespace()).collect();
+    if !equation.chars().all(|c| c.is_ascii_alphabetic() || matches!(c, ',' | '-' | '>' | '.')) {
+        return Err(e.fail(format!("einsum equation `{equation}` has characters ONNX's Einsum does not take")));
+    }
+    let dtype = e.output_meta()?.dtype;
+    let runs = matches!(dtype.as_str(), "float32" | "float64" | "float16" | "int32" | "int64");
+    let via = if runs { dtype.clone() } else { "int64".to_string() };
+    let mut operands = Vec::new();
+    for &v in &values {
+        let meta = e.meta_of(v)?;
+        operands.push(e.cast(&e.builder.value_name(v)?, &meta.dtype, &via)?);
+    }
+    let names: Vec<&str> = operands.iter().map(String::as_str).collect();
+    let product = e.op_with("Einsum", &names, &[attr("equation", Attribute::Str(equation))])?;
+    e.cast(&product, &via, &dtype)
 }
 
 /// `self @ other`.

@@ -5,6 +5,8 @@
 use hfx_sdk::prelude::*;
 
 hfx_sdk::onnx_translations! {
+    "aten.tril.default" => |e| triangle(e, false),
+    "aten.triu.default" => |e| triangle(e, true),
     "aten.view.default" => |e| reshape(e, "size"),
     "aten.reshape.default" => |e| reshape(e, "shape"),
     "aten._unsafe_view.default" => |e| reshape(e, "size"),
@@ -978,4 +980,23 @@ fn nonzero(e: &Emit) -> Result<String> {
     }
     let found = e.op("NonZero", &[&x])?;
     e.op_with("Transpose", &[&found], &[attr("perm", Attribute::Ints(vec![1, 0]))])
+}
+
+/// `tril` / `triu` → ONNX `Trilu` (opset 14) with the diagonal offset `k`,
+/// one node where torch's decomposition writes an index grid and a select
+/// (chunked scans mask every chunk with one). ONNX Runtime's CPU `Trilu`
+/// has no 8/16-bit integer kernels: those run through int32 and back.
+fn triangle(e: &Emit, upper: bool) -> Result<String> {
+    let x = e.tensor("self")?;
+    let dtype = e.input_meta("self")?.dtype;
+    let via = match dtype.as_str() {
+        "uint8" | "int8" | "int16" | "uint16" => "int32",
+        other => other,
+    }
+    .to_string();
+    let diagonal = e.int("diagonal", 0)?;
+    let k = e.scalar(diagonal as f64, "int64")?;
+    let input = e.cast(&x, &dtype, &via)?;
+    let masked = e.op_with("Trilu", &[&input, &k], &[attr("upper", Attribute::Int(upper as i64))])?;
+    e.cast(&masked, &via, &dtype)
 }
