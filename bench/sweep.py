@@ -132,6 +132,10 @@ def hfx_export(hfx, arch, mode, out, timeout):
                       if "fixed by torch.export despite --dynamic" in l), None)
         if fixed:
             result["fixed_axes"] = fixed
+        # ... and the first guard of torch.export's that another size breaks (the artifact cannot check it).
+        guard = next((l.split("`")[1] for l in stdout.splitlines() if "valid only where torch.export's guard" in l), None)
+        if guard:
+            result["size_guard"] = guard
     else:
         result["log"] = os.path.join(out, "logs", f"hfx-{arch}-{mode}.log")
         write(result["log"], f"exit {code}\n{stdout}\n---- stderr ----\n{stderr}")
@@ -419,6 +423,8 @@ def reason_of(step):
         if step.get("fixed_axes"):
             # The cause, as the exporter said it; ONNX Runtime's error is its effect.
             reason = f"torch.export fixed {step['fixed_axes']} (the model's code depends on these sizes), so " + reason
+        elif step.get("size_guard"):
+            reason = f"valid only where torch.export's guard `{step['size_guard']}` holds, which size B breaks: " + reason
         return reason
     return None
 

@@ -31,7 +31,7 @@ pub fn pt2_open(data: &[u8]) {
         let builder = TranslationBuilder::new(18);
         let parts = emit::ModelParts { graph: &graph, roles: &roles, weights: Some(&pt2), builder: &builder, output_names: vec![] };
         if let Ok(mut lowered) = emit::lower(&parts) {
-            passes::run(&mut lowered.nodes, &mut lowered.initializers, &lowered.output_names);
+            passes::run(&mut lowered.nodes, &mut lowered.initializers, &lowered.output_names, &lowered.static_shapes);
             let _ = emit::plan(lowered, "fuzz", &[]);
         }
     }

@@ -376,3 +376,27 @@ fn a_subset_of_the_architecture_sweep_exports_and_verifies() {
         }
     }
 }
+
+/// A model whose code takes a branch at the traced size that other sizes do
+/// not (a chunked scan's cut of its padding): torch.export records only a
+/// guard, which neither a `.pt2` nor an ONNX model carries. hfx names the
+/// guard and a size that breaks it.
+#[test]
+fn a_size_guard_the_artifact_cannot_check_is_named_with_a_size_that_breaks_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("scan.onnx");
+    let spec = "python:hfx_test_models:chunked_scan";
+    let mut args: Vec<String> = ["run", "--backend", "onnx", "--model-fn", spec, "--dynamic", "-o"].map(String::from).to_vec();
+    args.push(out.display().to_string());
+    args.extend(plugin_folders());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let result = hfx(dir.path(), &args);
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(result.status.success(), "{}{stdout}", String::from_utf8_lossy(&result.stderr));
+    let line = stdout.lines().find(|l| l.contains("valid only where torch.export's guard")).unwrap_or_else(|| panic!("{stdout}"));
+    assert!(line.contains("x.shape[1] % 4") && line.contains("breaks at x [2, 9]"), "{line}");
+    // A model with no such branch says nothing of guards.
+    let softplus = args.iter().map(|a| if *a == spec { "python:hfx_test_models:softplus" } else { a }).collect::<Vec<_>>();
+    let stdout = String::from_utf8_lossy(&hfx(dir.path(), &softplus).stdout).into_owned();
+    assert!(!stdout.contains("torch.export's guard"), "{stdout}");
+}

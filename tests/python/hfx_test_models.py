@@ -106,3 +106,23 @@ class Histogram(torch.nn.Module):
 def histogram():
     torch.manual_seed(0)
     return Histogram(), {"x": torch.randn(2, 8)}
+
+
+class ChunkedScan(torch.nn.Module):
+    """Pads the sequence to a multiple of 4 and cuts the padding off after, as
+    chunked state-space scans do: at a traced length that is a multiple of 4
+    the cut is not traced, and torch.export's guard on `length % 4` is all
+    that says so (no range constraint, nothing in the artifact)."""
+
+    def forward(self, x):
+        pad = (4 - x.shape[1] % 4) % 4
+        padded = torch.nn.functional.pad(x, (0, pad))
+        chunks = padded.reshape(x.shape[0], -1, 4).cumsum(-1).reshape(x.shape[0], -1)
+        if pad > 0:
+            chunks = chunks[:, : x.shape[1]]
+        return chunks
+
+
+def chunked_scan():
+    torch.manual_seed(0)
+    return ChunkedScan(), {"x": torch.randn(2, 8)}

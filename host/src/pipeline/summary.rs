@@ -116,10 +116,17 @@ fn print_trace(t: &TraceSummary, reference: &std::path::Path) {
     for d in &t.decomposed {
         println!("  decomposed {:<30} {} node(s) into {} node(s)", d.op, d.nodes, d.became);
     }
-    if !t.size_guards.is_empty() {
+    // The artifact cannot check these: a size breaking one runs and computes wrong values.
+    if let Some(first) = t.size_guards.first() {
+        let at: Vec<String> = first.breaks_at.iter().map(|(input, shape)| format!("{input} {shape:?}")).collect();
+        let more = match t.size_guards.len() - 1 {
+            0 => String::new(),
+            n => format!(" (and {n} more guard(s) sizes break)"),
+        };
         println!(
-            "  valid only where torch.export's guards hold (the artifact cannot check them; other sizes run and compute wrong values): {}",
-            t.size_guards.join(" and ")
+            "  valid only where torch.export's guard `{}` holds: it breaks at {}, which the artifact does not check (it may run and compute wrong values){more}",
+            first.guard,
+            at.join(", ")
         );
     }
 }

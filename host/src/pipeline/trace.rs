@@ -10,7 +10,7 @@ use super::scratch::Scratch;
 use crate::plugins::loading::LoadedSet;
 use crate::plugins::{self, kind, Backend};
 use crate::stages;
-use crate::trace::protocol::{Decomposed, ExportMetadata, StepPeaks, StepSeconds};
+use crate::trace::protocol::{Decomposed, ExportMetadata, SizeGuard, StepPeaks, StepSeconds};
 use crate::trace::Worker;
 
 /// A program traced into a scratch folder (removed on drop).
@@ -43,8 +43,9 @@ pub struct TraceSummary {
     pub patched: Vec<(String, u64)>,
     /// Ops decomposed after the trace because no translation or fix handles them.
     pub decomposed: Vec<Decomposed>,
-    /// torch.export's guards on input sizes that the artifact cannot carry.
-    pub size_guards: Vec<String>,
+    /// torch.export's guards on input sizes that other sizes break and the
+    /// artifact cannot check.
+    pub size_guards: Vec<SizeGuard>,
 }
 
 /// Traces `trace`'s model in `worker`, writing beside `output`.

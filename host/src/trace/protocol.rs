@@ -397,9 +397,19 @@ pub struct TraceReply {
     /// The ops decomposed after the trace (`Decompose::Missing`), in program order.
     pub decomposed: Vec<Decomposed>,
     /// torch.export's guards on input sizes beyond its range constraints
-    /// (`((4 - input_ids.shape[1] % 4) % 4) <= 0`), inputs named: the program
-    /// is valid only where they hold, and no artifact carries them.
-    pub size_guards: Vec<String>,
+    /// that some other size breaks, simplest first: the program is valid only
+    /// where they hold, and no artifact carries them.
+    pub size_guards: Vec<SizeGuard>,
+}
+
+/// A guard of torch.export on input sizes and where it breaks.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SizeGuard {
+    /// As torch writes it, inputs named: `((4 - input_ids.shape[1] % 4) % 4) <= 0`.
+    pub guard: String,
+    /// Input shapes where it breaks (the inputs whose shape differs from the trace's).
+    pub breaks_at: BTreeMap<String, Vec<u64>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -870,7 +880,7 @@ mod tests {
             "seconds": {"import": 1.0, "build": 0.1, "eager": 0.1, "export": 0.5, "save": 0.1},
             "peak_rss_mib": {"import": 300.0, "build": 310.0, "export": 400.0, "save": 410.0},
             "side_weights": false, "decomposed": [{"op": "aten.softplus.default", "nodes": 1, "became": 4}],
-            "size_guards": ["((4 + (-1)*(x.shape[1] % 4)) % 4) <= 0"],
+            "size_guards": [{"guard": "((4 + (-1)*(x.shape[1] % 4)) % 4) <= 0", "breaks_at": {"x": [2, 4]}}],
         })
     }
 

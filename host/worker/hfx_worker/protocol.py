@@ -300,6 +300,14 @@ class Decomposed:
 
 
 @dataclass
+class SizeGuard:
+    """A guard of torch.export on input sizes (`((4 - input_ids.shape[1] % 4) % 4) <= 0`)
+    and input shapes where it breaks (the inputs whose shape differs from the trace's)."""
+    guard: str
+    breaks_at: dict[str, list[int]]
+
+
+@dataclass
 class TraceReply:
     model_class: str
     inputs: dict[str, list[int]]
@@ -315,10 +323,10 @@ class TraceReply:
     peak_rss_mib: dict[str, float]
     side_weights: bool
     decomposed: list[Decomposed]
-    # torch.export's guards on input sizes that no range constraint states
-    # (`((4 - input_ids.shape[1] % 4) % 4) <= 0`): the program is valid only
-    # where they hold, and no artifact carries them.
-    size_guards: list[str]
+    # torch.export's guards on input sizes that no range constraint states and
+    # some other size breaks, simplest first: the program is valid only where
+    # they hold, and no artifact carries them.
+    size_guards: list[SizeGuard]
 
 
 @dataclass

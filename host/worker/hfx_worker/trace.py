@@ -242,7 +242,7 @@ def trace(session, params: TraceParams) -> TraceReply:
                 model, (), dict(inputs), dynamic_shapes=shapes, strict=False,
                 prefer_deferred_runtime_asserts_over_guards=bool(params.dynamic_shapes),
             )
-        guards = size_guards(program)
+        guards = size_guards(program, inputs)
         decomposed = []
         if isinstance(params.decompose, protocol.DecomposeAll):
             session.progress("decompose")
@@ -282,22 +282,77 @@ def trace(session, params: TraceParams) -> TraceReply:
     )
 
 
-def size_guards(program):
+def size_guards(program, inputs):
     """The guards torch.export checks on a call's input sizes beyond its range
     constraints (`ExportedProgram._guards_code`, what `.module()` refuses
-    other sizes with), inputs named as the model names them. A `.pt2` and an
-    ONNX model keep only the ranges, so a size breaking one of these runs
-    and computes garbage (a branch the trace took at its own size, such as
-    a chunked scan's `if pad_size > 0`): the host says them."""
+    other sizes with) that some other size breaks. A `.pt2` and an ONNX model
+    keep only the ranges, so such a size runs and computes garbage (a branch
+    the trace took at its own size, such as a chunked scan's
+    `if pad_size > 0`): the host says them. Most guards hold at every size
+    (`s0 >= 2`, `s0*s1 != 1`); each is evaluated at probe sizes (every
+    dynamic size, one at a time and together, moved up by 1, 5 and to
+    2n + 1, within its range) and kept only where one breaks it, with the
+    inputs' shapes there. Inputs are named as the model names them."""
     import re
 
-    readable = []
+    import torch
+
+    size = re.compile(r"L(?:\['[^']*'\])*\['([^']+)'\]\.size\(\)\[(\d+)\]")
+    traced = {k: list(v.shape) for k, v in inputs.items() if torch.is_tensor(v)}
+    # Each input axis that varies: the sympy expression of its size.
+    axes, symbols = [], {}
+    for node in program.graph.nodes:
+        value = node.meta.get("val") if node.op == "placeholder" else None
+        if node.name not in traced or not torch.is_tensor(value):
+            continue
+        for axis, dim in enumerate(value.shape):
+            if isinstance(dim, torch.SymInt):
+                expr = dim.node.expr
+                axes.append((node.name, axis, expr))
+                if expr.is_symbol:
+                    symbols[expr] = traced[node.name][axis]
+    ranges = program.range_constraints
+
+    def fits(symbol, n):
+        bounds = ranges.get(symbol)
+        return bounds is None or (bool(bounds.lower <= n) and bool(n <= bounds.upper))
+
+    probes = []
+    moves = (lambda n: n + 1, lambda n: n + 5, lambda n: 2 * n + 1)
+    for move in moves:
+        for symbol, n in symbols.items():
+            probes.append({symbol: move(n)})
+        probes.append({symbol: move(n) for symbol, n in symbols.items()})
+    shapes_at = []
+    for probe in probes:
+        if not all(fits(s, n) for s, n in probe.items()):
+            continue
+        values = {**symbols, **probe}
+        shapes = {k: list(v) for k, v in traced.items()}
+        try:
+            for name, axis, expr in axes:
+                shapes[name][axis] = int(expr.xreplace(values))
+        except (TypeError, ValueError):  # an axis of a symbol that is no input's own size
+            continue
+        shapes_at.append(shapes)
+    found = []
     for code in getattr(program, "_guards_code", None) or []:
-        # L['kwargs']['input_ids'].size()[1], L['x'].size()[1] -> input_ids.shape[1]
-        code = re.sub(r"L(?:\['[^']*'\])*\['([^']+)'\]\.size\(\)\[(\d+)\]", r"\1.shape[\2]", code)
-        code = re.sub(r"L(?:\['[^']*'\])*\['([^']+)'\]", r"\1", code)
-        readable.append(code)
-    return readable
+        expression = size.sub(lambda m: f"S[{m.group(1)!r}][{m.group(2)}]", code)
+        if "L[" in expression:  # a guard on something other than sizes (strides, values)
+            continue
+        for shapes in shapes_at:
+            try:
+                holds = bool(eval(expression, {"__builtins__": {}, "max": max, "min": min, "S": shapes}))
+            except Exception:  # an expression torch writes and these names do not cover
+                break
+            if not holds:
+                readable = size.sub(lambda m: f"{m.group(1)}.shape[{m.group(2)}]", code)
+                breaks_at = {k: v for k, v in shapes.items() if v != traced[k]}
+                found.append(protocol.SizeGuard(guard=readable, breaks_at=breaks_at))
+                break
+    # The simplest first: a chain of derived sizes repeats one cause many times.
+    found.sort(key=lambda g: len(g.guard))
+    return found
 
 
 def decompose_missing(session, program, handled):
