@@ -190,6 +190,8 @@ pub(super) fn evaluate(node: &Node, inputs: &[Option<&Known>]) -> Option<Vec<Kno
         "ScatterElements" => one(scatter_elements(node, inputs)?),
         "ReduceSum" => one(reduce_sum(node, inputs)?),
         "Trilu" => one(trilu(node, inputs)?),
+        "Clip" => one(clip(node, inputs)?),
+        "Tile" => one(tile(node, inputs)?),
         _ => None,
     }
 }
@@ -551,4 +553,49 @@ fn trilu(node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
         Data::Int(v) => Data::Int(v.iter().enumerate().map(|(f, &e)| if kept(f) { e } else { 0 }).collect()),
     };
     Some(Known { dtype: x.dtype, dims: x.dims.clone(), data })
+}
+
+/// `Clip(x, min?, max?)`: each bound an optional 0-D input.
+fn clip(node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
+    let input = |i: usize| inputs.get(i).copied().flatten();
+    let x = input(0)?;
+    let bound = |i: usize| -> Option<Option<Known>> {
+        match node.inputs.get(i).filter(|n| !n.is_empty()) {
+            None => Some(None),
+            Some(_) => {
+                let b = input(i)?;
+                (b.data.len() == 1 && b.dtype == x.dtype).then(|| Some(b.clone()))
+            }
+        }
+    };
+    let (low, high) = (bound(1)?, bound(2)?);
+    let data = match &x.data {
+        Data::Float(v) => {
+            let (lo, hi) = (low.map_or(f64::NEG_INFINITY, |b| b.floats()[0]), high.map_or(f64::INFINITY, |b| b.floats()[0]));
+            Data::Float(v.iter().map(|&e| if e.is_nan() { e } else { e.max(lo).min(hi) }).collect())
+        }
+        Data::Int(v) => {
+            let value = |b: Option<Known>| b.and_then(|b| b.int_values()).map(|v| v[0]);
+            let (lo, hi) = (value(low).unwrap_or(i64::MIN), value(high).unwrap_or(i64::MAX));
+            Data::Int(v.iter().map(|&e| e.max(lo).min(hi)).collect())
+        }
+    };
+    Some(Known { dtype: x.dtype, dims: x.dims.clone(), data })
+}
+
+/// `Tile(x, repeats)`: each axis repeated `repeats[axis]` times.
+fn tile(_node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
+    let input = |i: usize| inputs.get(i).copied().flatten();
+    let (x, repeats) = (input(0)?, input(1)?.int_values()?);
+    if repeats.len() != x.dims.len() || repeats.iter().any(|&r| r < 0) {
+        return None;
+    }
+    let dims: Vec<i64> = x.dims.iter().zip(&repeats).map(|(d, r)| d * r).collect();
+    let total = count(&dims);
+    if total > MAX_ELEMENTS {
+        return None;
+    }
+    let (own, out) = (strides(&x.dims), strides(&dims));
+    let picks = (0..total).map(|flat| (0..dims.len()).map(|k| (flat / out[k] % dims[k] as usize) % x.dims[k] as usize * own[k]).sum());
+    Some(Known { dtype: x.dtype, data: x.data.pick(picks), dims })
 }

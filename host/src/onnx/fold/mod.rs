@@ -307,4 +307,45 @@ mod tests {
             assert_eq!(transposed[j * rows + i], (i * cols + j) as f32, "wt[{j}][{i}] = w[{i}][{j}]");
         }
     }
+
+    fn ints_of(init: &Initializer) -> Vec<i64> {
+        init.bytes.to_vec().chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect()
+    }
+
+    /// The index tables of relative position biases (BEiT, DeBERTa) and
+    /// chunk masks: scatters, sums, triangles, clips, tiles and the shape of
+    /// a value whose shape the program fixes, all settled at export time.
+    #[test]
+    fn index_tables_and_masks_fold() {
+        let ints = |name: &str, v: Vec<i64>| node("Constant", &[], name, vec![("value_ints", Attribute::Ints(v))]);
+        let mut nodes = vec![
+            ints("data", vec![0, 0, 0, 0]),
+            ints("where", vec![3, 1]),
+            ints("what", vec![7, 5]),
+            node("ScatterElements", &["data", "where", "what"], "scattered", vec![]), // [0, 5, 0, 7]
+            ints("shape", vec![2, 2]),
+            node("Reshape", &["scattered", "shape"], "square", vec![]), // [[0, 5], [0, 7]]
+            ints("one", vec![1]),
+            node("ReduceSum", &["square", "one"], "rows", vec![("keepdims", Attribute::Int(0))]), // [5, 7]
+            node("Trilu", &["square"], "upper", vec![]),                                         // [[0, 5], [0, 7]]
+            node("Trilu", &["square"], "lower", vec![("upper", Attribute::Int(0))]),             // [[0, 0], [0, 7]]
+            node("Constant", &[], "six", vec![("value_int", Attribute::Int(6))]),
+            node("Clip", &["rows", "", "six"], "clipped", vec![]), // [5, 6]
+            ints("twice", vec![2]),
+            node("Tile", &["clipped", "twice"], "tiled", vec![]), // [5, 6, 5, 6]
+            node("Shape", &["x"], "x_shape", vec![]),              // x is [3, 4] in the program
+            node("Add", &["upper", "lower"], "a", vec![]),
+            node("Add", &["tiled", "x_shape"], "b", vec![]), // broadcast [4] + [2]: not folded, kept
+            node("Mul", &["a", "x"], "y", vec![]),
+            node("Concat", &["tiled", "x_shape"], "z", vec![("axis", Attribute::Int(0))]),
+        ];
+        let mut initializers = Vec::new();
+        let shapes = HashMap::from([("x".to_string(), vec![3, 4])]);
+        fold(&mut nodes, &mut initializers, &HashSet::from(["y", "z"]), &shapes);
+        let value = |name: &str| initializers.iter().find(|i| i.header.name.as_deref() == Some(name)).map(ints_of);
+        assert_eq!(value("a"), Some(vec![0, 5, 0, 14]));
+        assert!(nodes.iter().all(|n| n.op_type != "Shape" && n.op_type != "Tile"), "{nodes:?}");
+        let z = nodes.iter().find(|n| n.outputs == ["z"]).unwrap();
+        assert_eq!(z.inputs.iter().map(|i| value(i)).collect::<Vec<_>>(), [Some(vec![5, 6, 5, 6]), Some(vec![3, 4])]);
+    }
 }
