@@ -219,9 +219,11 @@ fn normalize_batch(e: &Emit, running: bool) -> Result<BatchNorm> {
 /// `native_group_norm(input, weight, bias, N, C, HxW, group, eps)` →
 /// (output, mean [N, group], rstd [N, group]): the input as
 /// [N, group, C/group·HxW] (explicit sizes, so an empty batch reshapes too),
-/// normalized over its last axis, reshaped back and scaled per channel. As
-/// the reference, not ONNX `GroupNormalization`, whose scale is per group
-/// before opset 21.
+/// normalized over its last axis by `InstanceNormalization` (one node, unit
+/// scale per group), reshaped back and scaled per channel. Not ONNX
+/// `GroupNormalization`, whose scale is per group before opset 21. The
+/// statistics torch also returns are computed beside it from reductions
+/// (dead code, removed, when nothing reads them, as in inference).
 fn group_norm(e: &Emit) -> Result<Vec<String>> {
     let metas = output_metas(e)?;
     let out = metas[0].dtype.clone();
@@ -242,7 +244,10 @@ fn group_norm(e: &Emit) -> Result<Vec<String>> {
     let deviation = e.op("Sub", &[&grouped, &mean])?;
     let var = e.op_with("ReduceMean", &[&e.op("Mul", &[&deviation, &deviation])?, &last], &keep)?;
     let rstd = e.op("Reciprocal", &[&e.op("Sqrt", &[&e.op("Add", &[&var, &e.scalar(eps, work)?])?])?])?;
-    let normalized = e.op("Reshape", &[&e.op("Mul", &[&deviation, &rstd])?, &e.op("Shape", &[&x])?])?;
+    let per_group_constant = |value: f64| -> Result<String> { e.op("Expand", &[&e.scalar(value, work)?, &e.const_ints(&[groups])?]) };
+    let instance = [attr("epsilon", Attribute::Float(eps as f32))];
+    let normalized = e.op_with("InstanceNormalization", &[&grouped, &per_group_constant(1.0)?, &per_group_constant(0.0)?], &instance)?;
+    let normalized = e.op("Reshape", &[&normalized, &e.op("Shape", &[&x])?])?;
     // weight and bias [C] broadcast as [C, 1, ...] against [N, C, *].
     let per_channel = e.const_ints(&std::iter::once(-1).chain(std::iter::repeat_n(1, (rank - 2).max(0) as usize)).collect::<Vec<_>>())?;
     let mut y = normalized;
