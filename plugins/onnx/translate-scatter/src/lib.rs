@@ -120,11 +120,21 @@ fn select_scatter(e: &Emit) -> Result<String> {
     let src = e.operand("src", &dtype)?;
     let rank = e.rank("self")?;
     let dim = normalize(e.int("dim", 0)?, rank);
-    let index = int_arg(e, "index", 0)?;
-    // negative counts from the end
-    let wrapped = e.op("Add", &[&index, &dim_0d(e, &x, dim)?])?;
-    let negative = e.op("Less", &[&index, &int_0d(e, 0)?])?;
-    let index = e.op("Where", &[&negative, &wrapped, &index])?;
+    let size = match e.input_meta("self")?.shape.get(dim as usize) {
+        Some(Dim::Fixed(n)) => Some(*n),
+        _ => None,
+    };
+    let index = match (e.int("index", 0), size) {
+        // a constant index: where it lands is known now (negative counts from the end)
+        (Ok(i), _) if i >= 0 => int_0d(e, i)?,
+        (Ok(i), Some(n)) => int_0d(e, i + n)?,
+        _ => {
+            let index = int_arg(e, "index", 0)?;
+            let wrapped = e.op("Add", &[&index, &dim_0d(e, &x, dim)?])?;
+            let negative = e.op("Less", &[&index, &int_0d(e, 0)?])?;
+            e.op("Where", &[&negative, &wrapped, &index])?
+        }
+    };
     let update = e.op("Unsqueeze", &[&src, &e.const_ints(&[dim])?])?;
     let indices = e.op("Expand", &[&index, &e.op("Shape", &[&update])?])?;
     scatter_elements(e, &x, &indices, &update, dim, "none")
@@ -147,15 +157,39 @@ fn slice_scatter(e: &Emit) -> Result<String> {
             _ => e.const_ints(&[e.int(name, default)?]),
         }
     };
-    let size = dim_0d(e, &x, dim)?;
-    let axis = e.op("Range", &[&int_0d(e, 0)?, &size, &int_0d(e, 1)?])?;
-    let zero = e.const_ints(&[0])?;
-    let positions = e.op("Slice", &[&axis, &bound("start", 0)?, &bound("end", i64::MAX)?, &zero, &bound("step", 1)?])?;
+    // An axis of fixed size and constant bounds: the positions are known now.
+    let known = match (&meta.shape[dim as usize], e.int("start", 0), e.int("end", i64::MAX), e.int("step", 1)) {
+        (Dim::Fixed(n), Ok(start), Ok(end), Ok(step)) if step > 0 => Some(slice_positions(*n, start, end, step)),
+        _ => None,
+    };
+    if let Some(positions) = &known {
+        // Every position, in order, from a `src` of `self`'s shape: the result is `src`.
+        let whole = positions.iter().copied().eq(0..positions.len() as i64) && matches!(&meta.shape[dim as usize], Dim::Fixed(n) if *n == positions.len() as i64);
+        if whole && e.input_meta("src")?.shape == meta.shape {
+            return Ok(src);
+        }
+    }
+    let positions = match known {
+        Some(positions) => e.const_ints(&positions)?,
+        None => {
+            let size = dim_0d(e, &x, dim)?;
+            let axis = e.op("Range", &[&int_0d(e, 0)?, &size, &int_0d(e, 1)?])?;
+            let zero = e.const_ints(&[0])?;
+            e.op("Slice", &[&axis, &bound("start", 0)?, &bound("end", i64::MAX)?, &zero, &bound("step", 1)?])?
+        }
+    };
     let mut along = vec![1; rank as usize];
     along[dim as usize] = -1;
     let positions = e.op("Reshape", &[&positions, &e.const_ints(&along)?])?;
     let indices = e.op("Expand", &[&positions, &e.op("Shape", &[&src])?])?;
     scatter_elements(e, &x, &indices, &src, dim, "none")
+}
+
+/// The positions `start:end:step` (step > 0) selects of an axis of `n`, as
+/// `slice` reads its bounds: negative from the end, then clamped to the axis.
+fn slice_positions(n: i64, start: i64, end: i64, step: i64) -> Vec<i64> {
+    let clamp = |v: i64| (if v < 0 { v.saturating_add(n) } else { v }).clamp(0, n);
+    (clamp(start)..clamp(end)).step_by(step as usize).collect()
 }
 
 /// `masked_scatter`: `self` and `mask` broadcast together and flattened; the
