@@ -254,26 +254,27 @@ fn a_new_plugin_builds_and_passes_verify_as_generated() {
 }
 
 /// The out-of-tree example of docs/plugins.md builds as its own workspace,
-/// passes its self-test, and lets a real model with `expm1` (which ONNX has
-/// no operator for) export to ONNX that matches eager in ONNX Runtime;
-/// without it the same export stops naming the op.
+/// passes its self-tests, and lets a real model with `hypot` (which ONNX has
+/// no operator for and torch no decomposition of) export to ONNX that
+/// matches eager in ONNX Runtime; without it the same export stops naming
+/// the op.
 #[test]
 fn the_out_of_tree_example_plugin_builds_verifies_and_exports() {
-    let example = root().join("examples/plugins/fix-expm1");
+    let example = root().join("examples/plugins/fix-hypot");
     let build = build_plugin(&example);
     assert!(build.status.success(), "{:?}", text(&build));
     let tmp = tempfile::tempdir().unwrap();
     let out = hfx(tmp.path(), &["plugins", "verify", "--plugins", example.to_str().unwrap()]);
     let (stdout, stderr) = text(&out);
-    assert!(out.status.success() && stdout.contains("example-fix-expm1") && stdout.contains("self-tests: 2/2 passed"), "{stdout}{stderr}");
+    assert!(out.status.success() && stdout.contains("example-fix-hypot") && stdout.contains("self-tests: 2/2 passed"), "{stdout}{stderr}");
     // Its case cut from a real trace passes numerically, as docs/plugins.md shows.
     let out = hfx_with_python(tmp.path(), &["plugins", "test", example.to_str().unwrap()]);
     let (stdout, stderr) = text(&out);
-    assert!(out.status.success() && stdout.contains("selftest/expm1.json") && stdout.contains("max abs error"), "{stdout}{stderr}");
+    assert!(out.status.success() && stdout.contains("selftest/hypot.json") && stdout.contains("max abs error"), "{stdout}{stderr}");
     let onnx = root().join("plugins/onnx");
     let export = |plugins: &[&Path]| {
-        let model = tmp.path().join("expm1.onnx");
-        let mut args = vec!["run", "--backend", "onnx", "--model-fn", "python:example_models:expm1", "-o", model.to_str().unwrap()];
+        let model = tmp.path().join("hypot.onnx");
+        let mut args = vec!["run", "--backend", "onnx", "--model-fn", "python:example_models:hypot", "-o", model.to_str().unwrap()];
         for p in plugins {
             args.extend(["--plugins", p.to_str().unwrap()]);
         }
@@ -283,10 +284,10 @@ fn the_out_of_tree_example_plugin_builds_verifies_and_exports() {
     let with = export(&[&onnx, &example]);
     let (stdout, stderr) = text(&with);
     assert!(with.status.success(), "{stdout}{stderr}");
-    assert!(stdout.contains("example-fix-expm1") && stdout.contains("ok"), "{stdout}");
+    assert!(stdout.contains("example-fix-hypot") && stdout.contains("ok"), "{stdout}");
     let without = export(&[&onnx]);
     let (_, stderr) = text(&without);
-    assert!(!without.status.success() && stderr.contains("aten.expm1.default"), "{stderr}");
+    assert!(!without.status.success() && stderr.contains("aten.hypot.default"), "{stderr}");
 }
 
 // ── Nothing vanishes silently; every input bounded (issue 11) ──

@@ -4,10 +4,13 @@ for `hfx run --model-fn python:example_models:NAME`."""
 import torch
 
 
-class Expm1(torch.nn.Module):
-    def forward(self, x):
-        return torch.expm1(x * 0.5) + x
+class Hypot(torch.nn.Module):
+    """A distance of two coordinates (as a polar transform computes one):
+    `torch.hypot` has no ONNX operator and no decomposition in torch."""
+
+    def forward(self, x, y):
+        return torch.hypot(x * 0.5, y) + x
 
 
-def expm1(length=8):
-    return Expm1().eval(), {"x": torch.randn(2, length)}
+def hypot(length=8):
+    return Hypot().eval(), {"x": torch.randn(2, length), "y": torch.randn(2, length)}
