@@ -279,7 +279,7 @@ fn an_export_folder_loads_in_the_reference_runtime() {
 #[test]
 fn untranslated_ops_are_decomposed_unless_a_plugin_translates_them() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("softplus.onnx");
+    let out = dir.path().join("logaddexp.onnx");
     let export = |function: &str, extra: &[String]| {
         let spec = format!("python:hfx_test_models:{function}");
         let mut args: Vec<String> = ["run", "--backend", "onnx", "--model-fn", &spec, "--dynamic", "--verify", "-o"].map(String::from).to_vec();
@@ -288,15 +288,15 @@ fn untranslated_ops_are_decomposed_unless_a_plugin_translates_them() {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         hfx(dir.path(), &args)
     };
-    let result = export("softplus", &plugin_folders());
+    let result = export("logaddexp", &plugin_folders());
     let stdout = String::from_utf8_lossy(&result.stdout);
     assert!(result.status.success(), "{}{stdout}", String::from_utf8_lossy(&result.stderr));
-    assert!(stdout.contains("decomposed aten.softplus.default") && stdout.contains("1 node(s) into"), "{stdout}");
+    assert!(stdout.contains("decomposed aten.logaddexp.default") && stdout.contains("1 node(s) into"), "{stdout}");
     assert!(!op_types(&out).contains(&"Softplus".to_string()), "{:?}", op_types(&out));
 
     let mut with_plugin = plugin_folders();
-    with_plugin.extend(["--plugins".to_string(), plugin_dir("tests/plugins/translate-softplus").display().to_string()]);
-    let result = export("softplus", &with_plugin);
+    with_plugin.extend(["--plugins".to_string(), plugin_dir("tests/plugins/translate-logaddexp").display().to_string()]);
+    let result = export("logaddexp", &with_plugin);
     let stdout = String::from_utf8_lossy(&result.stdout);
     assert!(result.status.success(), "{}{stdout}", String::from_utf8_lossy(&result.stderr));
     assert!(!stdout.contains("decomposed"), "{stdout}");
@@ -396,7 +396,7 @@ fn a_size_guard_the_artifact_cannot_check_is_named_with_a_size_that_breaks_it() 
     let line = stdout.lines().find(|l| l.contains("valid only where torch.export's guard")).unwrap_or_else(|| panic!("{stdout}"));
     assert!(line.contains("x.shape[1] % 4") && line.contains("breaks at x [2, 9]"), "{line}");
     // A model with no such branch says nothing of guards.
-    let softplus = args.iter().map(|a| if *a == spec { "python:hfx_test_models:softplus" } else { a }).collect::<Vec<_>>();
-    let stdout = String::from_utf8_lossy(&hfx(dir.path(), &softplus).stdout).into_owned();
+    let logaddexp = args.iter().map(|a| if *a == spec { "python:hfx_test_models:logaddexp" } else { a }).collect::<Vec<_>>();
+    let stdout = String::from_utf8_lossy(&hfx(dir.path(), &logaddexp).stdout).into_owned();
     assert!(!stdout.contains("torch.export's guard"), "{stdout}");
 }

@@ -84,16 +84,16 @@ def relu_silu():
     return ReluSilu(), {"x": torch.randn(3, 5)}
 
 
-class SoftplusScaled(torch.nn.Module):
-    """`softplus`: no shipped translation declares it; torch's default table decomposes it."""
+class LogAddExp(torch.nn.Module):
+    """`logaddexp`: no shipped translation declares it; torch's default table decomposes it."""
 
-    def forward(self, x):
-        return torch.nn.functional.softplus(x) * 2
+    def forward(self, x, y):
+        return torch.logaddexp(x, y) * 2
 
 
-def softplus():
+def logaddexp():
     torch.manual_seed(0)
-    return SoftplusScaled(), {"x": torch.randn(2, 8)}
+    return LogAddExp(), {"x": torch.randn(2, 8), "y": torch.randn(2, 8)}
 
 
 class Histogram(torch.nn.Module):

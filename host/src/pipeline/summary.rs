@@ -35,13 +35,14 @@ impl RunSummary {
     pub fn print(&self, verbose: u8) {
         if let Some((o, nodes)) = &self.optimized {
             println!(
-                "stage {:<18} identities removed {}, duplicates merged {}, nodes folded {}, whole slices removed {}, \
+                "stage {:<18} Identity nodes removed {}, duplicates merged {}, nodes folded {}, no-op nodes removed {}, pairs merged {}, \
                  weights stored transposed {}, batch norms and pads fused into convolutions {}, constants lifted {}, dead nodes removed {}; {nodes} nodes",
                 "onnx-optimize",
                 o.identities_removed,
                 o.merged,
                 o.folding.folded,
-                o.folding.whole_slices,
+                o.folding.identities,
+                o.folding.merged_pairs,
                 o.folding.transposed,
                 o.folding.fused.batch_norms + o.folding.fused.pads,
                 o.folding.lifted,

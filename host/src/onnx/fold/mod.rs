@@ -12,6 +12,9 @@
 //! - convolutions absorb the batch norms after them and the zero pads before
 //!   them (`fuse.rs`).
 //!
+//! Before a node is evaluated, it may turn out to compute its input or to be
+//! one node with its producer (`simplify.rs`).
+//!
 //! The evaluator knows the ops static shape and position code is made of,
 //! in float32/float64 and the integer types (bf16/f16 values are left alone);
 //! results past [`MAX_ELEMENTS`] are not materialized. Graph outputs keep
@@ -22,11 +25,13 @@ use std::collections::{HashMap, HashSet};
 mod eval;
 mod fuse;
 mod known;
+mod simplify;
 
 use super::weights::{Bytes, Initializer};
 use super::{Attribute, Node};
 use eval::evaluate;
 use known::{count, Known};
+use simplify::{simplify, Simplified};
 
 /// Largest folded result, in elements: past it, a computed table costs more
 /// file than the nodes it replaces.
@@ -43,30 +48,15 @@ pub struct FoldReport {
     pub transposed: usize,
     /// Constant nodes turned into initializers.
     pub lifted: usize,
-    /// Slices from 0 to the end with step 1 (torch's `x[:, None]`, `x[..., :]`,
-    /// `logits[:, -0:]`), removed: shape-independent identities.
-    pub whole_slices: usize,
+    /// Nodes that compute their input, removed (`simplify.rs`): slices from
+    /// 0 to the end (torch's `x[:, None]`, `logits[:, -0:]`), `x + 0`, a
+    /// squeeze undone, transposes that cancel.
+    pub identities: usize,
+    /// Pairs computed by one node (`simplify.rs`): transposes, unsqueezes and
+    /// reshapes of their own kind.
+    pub merged_pairs: usize,
     /// What convolutions absorbed (`fuse.rs`).
     pub fused: fuse::FuseReport,
-}
-
-/// `Slice` from 0 to at least 2^31 - 1 (torch writes i64::MAX for "to the end")
-/// with step 1 on every axis it names: it keeps every element, whatever the
-/// data's shape.
-fn is_whole_slice(node: &Node, inputs: &[Option<&Known>]) -> bool {
-    if node.op_type != "Slice" || !node.domain.is_empty() || node.function.is_some() || node.outputs.len() != 1 || inputs.len() < 3 {
-        return false;
-    }
-    let ints = |i: usize| inputs.get(i).copied().flatten().and_then(Known::int_values);
-    let (Some(starts), Some(ends)) = (ints(1), ints(2)) else { return false };
-    let steps_are_one = match inputs.get(4) {
-        None => true,
-        Some(_) if node.inputs[4].is_empty() => true,
-        Some(_) => ints(4).is_some_and(|steps| steps.iter().all(|&s| s == 1)),
-    };
-    // Named axes must be known (a repeated axis is the model's error, not ours to hide).
-    let axes_known = node.inputs.get(3).is_none_or(|a| a.is_empty() || ints(3).is_some());
-    steps_are_one && axes_known && starts.iter().all(|&s| s == 0) && ends.iter().all(|&e| e >= i32::MAX as i64)
 }
 
 /// Folds `nodes` (main graph, topological order). `initializers` are read as
@@ -87,20 +77,35 @@ pub fn fold<'a>(nodes: &mut Vec<Node>, initializers: &mut Vec<Initializer<'a>>, 
     }
     let mut kept = Vec::with_capacity(nodes.len());
     let mut new_initializers = Vec::new();
-    // Outputs of slices that keep everything: readers read the sliced value.
+    // Outputs of nodes that compute their input: readers read that input.
     let mut renames: HashMap<String, String> = HashMap::new();
+    // The kept node computing each value.
+    let mut producers: HashMap<String, usize> = HashMap::new();
     for mut node in std::mem::take(nodes) {
         for input in node.inputs.iter_mut() {
             if let Some(original) = renames.get(input.as_str()) {
                 *input = original.clone();
             }
         }
-        let inputs: Vec<Option<&Known>> = node.inputs.iter().map(|i| known.get(i)).collect();
-        if is_whole_slice(&node, &inputs) && !keep.contains(node.outputs[0].as_str()) {
-            renames.insert(node.outputs[0].clone(), node.inputs[0].clone());
-            report.whole_slices += 1;
-            continue;
+        if node.outputs.iter().all(|o| !keep.contains(o.as_str())) {
+            match simplify(&node, &known, |name| producers.get(name).map(|&i| &kept[i])) {
+                Some(Simplified::Same(value)) => {
+                    renames.insert(node.outputs[0].clone(), value);
+                    report.identities += 1;
+                    continue;
+                }
+                Some(Simplified::Merged(merged, constant)) => {
+                    if let Some((name, value)) = constant {
+                        known.insert(name.clone(), value);
+                        new_initializers.push(vec![name]);
+                    }
+                    node = merged;
+                    report.merged_pairs += 1;
+                }
+                None => {}
+            }
         }
+        let inputs: Vec<Option<&Known>> = node.inputs.iter().map(|i| known.get(i)).collect();
         let foldable = node.domain.is_empty()
             && node.function.is_none()
             && node.outputs.iter().all(|o| !keep.contains(o.as_str()))
@@ -128,7 +133,12 @@ pub fn fold<'a>(nodes: &mut Vec<Node>, initializers: &mut Vec<Initializer<'a>>, 
                     new_initializers.push(node.outputs.clone());
                 }
             }
-            _ => kept.push(node),
+            _ => {
+                for output in &node.outputs {
+                    producers.insert(output.clone(), kept.len());
+                }
+                kept.push(node);
+            }
         }
     }
     // Every folded value still read becomes an initializer; Constant nodes still read are lifted.

@@ -91,6 +91,9 @@ hfx_sdk::onnx_translations! {
     "aten.elu.default" => elu,
     "aten.leaky_relu.default" => leaky_relu,
     "aten.hardtanh.default" => hardtanh,
+    "aten.softplus.default" => softplus,
+    "aten.hardsigmoid.default" => |e| hard_sigmoid(e, "HardSigmoid"),
+    "aten.hardswish.default" => |e| hard_sigmoid(e, "HardSwish"),
     "aten.clamp.default" => |e| clamp(e, Some("min"), Some("max")),
     "aten.clamp.Tensor" => clamp_tensor,
     "aten.clamp_min.default" => |e| clamp(e, Some("min"), None),
@@ -133,6 +136,7 @@ fn has_kernel(op: &str, dtype: &str) -> bool {
         "Ceil" | "Floor" | "Round" | "Exp" | "Log" | "Sqrt" | "Reciprocal" | "Tanh" | "Sigmoid" | "Cos" | "Sin"
         | "IsNaN" => float,
         "Erf" | "Elu" | "LeakyRelu" => matches!(dtype, "float32" | "float16"),
+        "Softplus" | "HardSigmoid" | "HardSwish" => dtype == "float32",
         "IsInf" => matches!(dtype, "float32" | "float64"),
         "Neg" => float || matches!(dtype, "int8" | "int16" | "int32" | "int64"),
         "Max" | "Min" | "Where" | "Clip" => float || matches!(dtype, "int8" | "int32" | "int64" | "uint8"),
@@ -708,6 +712,37 @@ fn hardtanh(e: &Emit) -> Result<String> {
     let low = bound(e, "min_val", -1.0, &out)?;
     let high = bound(e, "max_val", 1.0, &out)?;
     kernel(e, "Clip", &[&x, &low, &high], &out, &[])
+}
+
+/// `softplus(x, beta, threshold)`: ONNX's Softplus of `beta * x`, over `beta`;
+/// torch returns `x` itself where `beta * x > threshold`, which only differs
+/// from the softplus (by log1p(exp(-threshold)) / beta) for a small threshold.
+fn softplus(e: &Emit) -> Result<String> {
+    let out = e.output_meta()?.dtype;
+    let beta = e.float("beta", 1.0)?;
+    let threshold = e.float("threshold", 20.0)?;
+    let via = kernel_dtype("Softplus", &out);
+    let x = operand_via(e, "self", &out, &via)?;
+    let scaled = if beta == 1.0 { x.clone() } else { e.op("Mul", &[&x, &e.scalar(beta, &via)?])? };
+    let soft = e.op("Softplus", &[&scaled])?;
+    let soft = if beta == 1.0 { soft } else { e.op("Div", &[&soft, &e.scalar(beta, &via)?])? };
+    // Past 16 the difference is below float32's resolution of the value itself.
+    let result = if threshold >= 16.0 {
+        soft
+    } else {
+        let linear = e.op("Greater", &[&scaled, &e.scalar(threshold, &via)?])?;
+        e.op("Where", &[&linear, &x, &soft])?
+    };
+    e.cast(&result, &via, &out)
+}
+
+/// `hardsigmoid(x) = relu6(x + 3) / 6` is ONNX's HardSigmoid with alpha 1/6
+/// (its default is 0.2); `hardswish(x) = x * hardsigmoid(x)` is HardSwish.
+fn hard_sigmoid(e: &Emit, op: &str) -> Result<String> {
+    let out = e.output_meta()?.dtype;
+    let x = operand(e, "self", &out)?;
+    let attributes = if op == "HardSigmoid" { vec![attr("alpha", Attribute::Float(1.0 / 6.0))] } else { vec![] };
+    kernel(e, op, &[&x], &out, &attributes)
 }
 
 /// A scalar argument (or its default) as a 0-d constant of `dtype`.

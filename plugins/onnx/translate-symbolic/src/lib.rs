@@ -1,8 +1,11 @@
 //! Symbolic-size arithmetic (`_operator.*`, `torch.sym_min/max`) → ONNX on 0-d
 //! int64 values, and the ops that make such a value of a tensor (`numel`,
 //! `.item()`). `floordiv` floors toward -inf as Python does (ONNX `Div`
-//! truncates): trunc(a/b) - (sign(a) != sign(b) and a mod b != 0), as the
-//! reference's `_operator_floordiv`; `mod` takes the divisor's sign, as Python's.
+//! truncates): `(a - a mod b) / b`, where `mod` takes the divisor's sign (as
+//! Python's and ONNX's `Mod(fmod=0)` do), so the division is exact: three
+//! nodes where the reference's `_operator_floordiv` (trunc(a/b) minus a sign
+//! correction) takes eight. `a - a mod b` cannot overflow for a size (it is
+//! nowhere near i64::MIN); tensors' `floor_divide` keeps the sign correction.
 
 use hfx_sdk::prelude::*;
 
@@ -10,7 +13,7 @@ hfx_sdk::onnx_translations! {
     "_operator.add" => |e| ints(e, "Add"),
     "_operator.sub" => |e| ints(e, "Sub"),
     "_operator.mul" => |e| ints(e, "Mul"),
-    "_operator.floordiv" => |e| e.floor_div(&int(e, "a")?, &int(e, "b")?, "int64"),
+    "_operator.floordiv" => floordiv,
     "_operator.mod" => |e| e.op_with("Mod", &[&int(e, "a")?, &int(e, "b")?], &[attr("fmod", Attribute::Int(0))]),
     "_operator.neg" => |e| e.op("Neg", &[&int(e, "a")?]),
     "_operator.pow" => |e| in_output_type(e, "Pow"),
@@ -28,6 +31,13 @@ hfx_sdk::onnx_translations! {
     "_operator.or_" => |e| bools(e, "Or"),
     "aten.sym_numel.default" => |e| e.op("Size", &[&e.tensor("self")?]),
     "aten._local_scalar_dense.default" => local_scalar_dense,
+}
+
+/// `a // b` of two sizes: exact division of `a - a mod b`.
+fn floordiv(e: &Emit) -> Result<String> {
+    let (a, b) = (int(e, "a")?, int(e, "b")?);
+    let rest = e.op_with("Mod", &[&a, &b], &[attr("fmod", Attribute::Int(0))])?;
+    e.op("Div", &[&e.op("Sub", &[&a, &rest])?, &b])
 }
 
 /// Operand `name` as a 0-d int64.
