@@ -157,6 +157,12 @@ fn slice_scatter(e: &Emit) -> Result<String> {
             _ => e.const_ints(&[e.int(name, default)?]),
         }
     };
+    // `x[:, :, 0] += y` writes back through slices of every position (0 to
+    // "the end", step 1): whatever the axis' size, the result is `src`
+    // (which torch requires to have the slice's, here `self`'s, shape).
+    if matches!((e.int("start", 0), e.int("end", i64::MAX), e.int("step", 1)), (Ok(0), Ok(end), Ok(1)) if end >= i32::MAX as i64) {
+        return Ok(src);
+    }
     // An axis of fixed size and constant bounds: the positions are known now.
     let known = match (&meta.shape[dim as usize], e.int("start", 0), e.int("end", i64::MAX), e.int("step", 1)) {
         (Dim::Fixed(n), Ok(start), Ok(end), Ok(step)) if step > 0 => Some(slice_positions(*n, start, end, step)),
