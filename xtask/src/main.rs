@@ -70,7 +70,8 @@ fn sweep(extra: &[String]) -> Result<()> {
 }
 
 /// The Python environment where PyTorch model code runs (trace worker, test
-/// fixtures, reference outputs): `.venv` with `host/worker/requirements.txt`.
+/// fixtures, reference outputs): `.venv` with `host/worker/requirements.txt`,
+/// then `requirements-no-deps.txt` without dependencies.
 fn setup_python() -> Result<()> {
     let root = workspace_root();
     let venv = root.join(".venv");
@@ -78,12 +79,19 @@ fn setup_python() -> Result<()> {
         eprintln!("==> creating {}", venv.display());
         run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
     }
-    let requirements = root.join("host/worker/requirements.txt");
-    eprintln!("==> pip install -r {}", requirements.strip_prefix(&root).unwrap_or(&requirements).display());
-    run(Command::new(venv.join("bin/python"))
-        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r"])
-        .arg(&requirements))
-    .context("installing the Python requirements (torch's Linux wheel pulls ~4 GB of CUDA libraries)")
+    // The second file's packages come without their declared dependencies
+    // (the first file holds the ones they import).
+    for (file, flags) in [("requirements.txt", &[][..]), ("requirements-no-deps.txt", &["--no-deps"][..])] {
+        let requirements = root.join("host/worker").join(file);
+        eprintln!("==> pip install {}-r {}", flags.iter().map(|f| format!("{f} ")).collect::<String>(), requirements.strip_prefix(&root).unwrap_or(&requirements).display());
+        run(Command::new(venv.join("bin/python"))
+            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+            .args(flags)
+            .arg("-r")
+            .arg(&requirements))
+        .context("installing the Python requirements (torch's Linux wheel pulls ~4 GB of CUDA libraries)")?;
+    }
+    Ok(())
 }
 
 /// Installs Debian's wasm-capable Rust (1.96) beside rustup's, if missing.

@@ -13,6 +13,7 @@ use super::{parse_backend, RunArgs, MAX_WORKER_GIB, MIN_WORKER_GIB};
 use crate::pipeline::{Artifact, Destination, OnnxOptions, RunOptions, Source, Trace};
 use crate::plugins::Backend;
 use crate::stages::OnPluginError;
+use crate::trace::protocol::Delegate;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -87,6 +88,12 @@ pub(super) fn merge(args: RunArgs) -> Result<RunOptions> {
         (Some(b), _) => b,
         (None, Some(b)) => parse_backend(b).map_err(anyhow::Error::msg)?,
         (None, None) => bail!("no backend (--backend or `backend` in the config)"),
+    };
+    // `--backend executorch --delegate xnnpack` is the reference's spelling of executorch.xnnpack.
+    let backend = match (backend, args.delegate) {
+        (Backend::Executorch | Backend::ExecutorchXnnpack, Some(Delegate::Xnnpack)) => Backend::ExecutorchXnnpack,
+        (other, Some(delegate)) => bail!("--delegate {} is an ExecuTorch delegate: give it with --backend executorch, not {other}", delegate.name()),
+        (backend, None) => backend,
     };
     let on_plugin_error = match (args.on_plugin_error, &config.on_plugin_error) {
         (Some(p), _) => p,
@@ -172,7 +179,7 @@ pub(super) fn merge(args: RunArgs) -> Result<RunOptions> {
             Some("json") => Artifact::IrJson,
             Some("onnx") if backend == Backend::Onnx => onnx(external_data),
             Some("onnx") => bail!("a .onnx output needs --backend onnx"),
-            Some("pte") => bail!("emitting .pte is not implemented yet: write the {backend} backend's FX-fixed program with `-o OUT.pt2`"),
+            Some("pte") => pte(backend)?,
             _ => bail!("{}: the output must end in .pt2, .onnx or .json", output.display()),
         };
         (artifact, Destination::File(output))
@@ -184,7 +191,7 @@ pub(super) fn merge(args: RunArgs) -> Result<RunOptions> {
             // The reference's runtime reads an ONNX component's weights from `model.onnx.data`.
             Backend::Onnx => onnx(true),
             Backend::Dynamo => Artifact::Pt2,
-            other => bail!("an export folder for the {other} backend is not implemented yet"),
+            Backend::Executorch | Backend::ExecutorchXnnpack | Backend::ExecutorchCuda => pte(backend)?,
         };
         (artifact, Destination::Folder(output))
     };
@@ -197,6 +204,20 @@ pub(super) fn merge(args: RunArgs) -> Result<RunOptions> {
         _ => {}
     }
     Ok(RunOptions { source, artifact, destination, backend, plugins: set.options()?, on_plugin_error, verify, worker, verify_deadline: deadline })
+}
+
+/// The `.pte` of an ExecuTorch backend: the delegates ExecuTorch lowers in
+/// the worker; the native portable emitter is not there yet.
+fn pte(backend: Backend) -> Result<Artifact> {
+    match backend {
+        Backend::ExecutorchXnnpack => Ok(Artifact::Pte(Delegate::Xnnpack)),
+        Backend::Executorch => bail!(
+            "the portable ExecuTorch program (hfx's native .pte emitter) is not implemented yet: \
+             use --backend executorch.xnnpack (or --delegate xnnpack), or write the FX-fixed program with -o OUT.pt2"
+        ),
+        Backend::ExecutorchCuda => bail!("the ExecuTorch CUDA delegate needs a CUDA GPU and is not implemented: use --backend executorch.xnnpack"),
+        other => bail!("a .pte output needs an ExecuTorch backend (--backend executorch.xnnpack), not {other}"),
+    }
 }
 
 fn is_json(path: &Path) -> bool {

@@ -202,6 +202,9 @@ pub struct RunArgs {
     pub output: Option<PathBuf>,
     #[arg(long, value_parser = parse_backend)]
     pub backend: Option<Backend>,
+    /// The ExecuTorch delegate (with --backend executorch): `xnnpack`, lowered by ExecuTorch in the worker.
+    #[arg(long, value_parser = parse_delegate)]
+    pub delegate: Option<crate::trace::protocol::Delegate>,
     /// Take every option from this TOML file; flags given here override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -322,6 +325,13 @@ impl ModelArgs {
 
 /// The run options a `--config` file may set (the counterpart of the reference
 /// `AutoExportConfig.from_dict`). Relative paths are relative to the file.
+fn parse_delegate(s: &str) -> Result<crate::trace::protocol::Delegate, String> {
+    match s {
+        "xnnpack" => Ok(crate::trace::protocol::Delegate::Xnnpack),
+        other => Err(format!("unknown ExecuTorch delegate `{other}` (xnnpack)")),
+    }
+}
+
 fn parse_backend(s: &str) -> Result<Backend, String> {
     toml::Value::String(s.to_string())
         .try_into::<Backend>()

@@ -1,6 +1,6 @@
 //! `-o DIR`: what the reference's `ExportedModel.save_pretrained` writes, so
 //! `ExportedModel.from_pretrained(DIR)` loads and runs an hfx export: the
-//! component (`model.onnx` + `model.onnx.data`, or `model.pt2`), `export.json`
+//! component (`model.onnx` + `model.onnx.data`, `model.pt2` or `model.pte`), `export.json`
 //! (schema 1: format, component file and metadata), `config.json` and
 //! `generation_config.json`. Written in a scratch folder beside DIR; each
 //! file is renamed into DIR at the end.
@@ -15,7 +15,7 @@ use super::scratch::Scratch;
 use crate::plugins::Versions;
 
 /// The component files an export folder may hold, of every backend.
-const FOLDER_COMPONENTS: &[&str] = &["model.onnx", "model.onnx.data", "model.pt2"];
+const FOLDER_COMPONENTS: &[&str] = &["model.onnx", "model.onnx.data", "model.pt2", "model.pte"];
 
 pub struct ExportFolder {
     dir: PathBuf,
@@ -42,17 +42,16 @@ impl ExportFolder {
 
     /// Writes `export.json` and moves every file into the folder.
     pub fn finish(self, artifact: &Artifact, trace: &Trace, mut metadata: serde_json::Value, versions: &Versions) -> Result<()> {
-        let onnx = match artifact {
-            Artifact::Onnx(o) => Some(o),
-            Artifact::Pt2 | Artifact::IrJson => None,
+        let (format, required): (&str, &[&str]) = match artifact {
+            Artifact::Onnx(_) => ("onnx", &["torch", "onnx", "onnxscript"]),
+            Artifact::Pte(_) => ("executorch", &["torch", "executorch"]),
+            Artifact::Pt2 | Artifact::IrJson => ("dynamo", &["torch"]),
         };
-        let required: &[&str] = if onnx.is_some() { &["torch", "onnx", "onnxscript"] } else { &["torch"] };
         let packages: serde_json::Map<String, serde_json::Value> = std::iter::once("transformers")
             .chain(required.iter().copied())
             .filter_map(|p| Some((p.to_string(), json!(versions.get(p)?))))
             .collect();
         let request = &trace.request;
-        let format = if onnx.is_some() { "onnx" } else { "dynamo" };
         let mut config = json!({
             "dynamic": request.dynamic,
             "dynamic_shapes": if request.dynamic_shapes.is_empty() { serde_json::Value::Null } else { json!(request.dynamic_shapes) },
@@ -60,10 +59,20 @@ impl ExportFolder {
             "prefer_deferred_runtime_asserts_over_guards": !request.dynamic_shapes.is_empty(),
             "strict": false,
         });
-        if let Some(onnx) = onnx {
-            config["opset_version"] = json!(onnx.opset);
-            config["optimize"] = json!(onnx.optimize);
-            config["ort_fusions"] = serde_json::Value::Null;
+        match artifact {
+            Artifact::Onnx(onnx) => {
+                config["opset_version"] = json!(onnx.opset);
+                config["optimize"] = json!(onnx.optimize);
+                config["ort_fusions"] = serde_json::Value::Null;
+            }
+            // The reference's `ExecutorchConfig` fields (its memory planning's defaults).
+            Artifact::Pte(delegate) => {
+                config["backend"] = json!(delegate.name());
+                for field in ["alloc_graph_input", "alloc_graph_output", "alloc_mutable_buffers"] {
+                    config[field] = json!(true);
+                }
+            }
+            Artifact::Pt2 | Artifact::IrJson => {}
         }
         metadata["packages"] = json!(packages);
         metadata["export_config"] = config;

@@ -96,8 +96,9 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
             let loaded = load_plugins(&options, Some(&started), progress)?;
             let traced = trace::run(&mut started, trace, &loaded, options.backend, &output)?;
             // The worker holds the model and torch: gone before the host's stages, the
-            // pipeline's peak memory is the trace's, not the trace's plus the emission's.
-            if options.verify {
+            // pipeline's peak memory is the trace's, not the trace's plus the emission's
+            // (unless it is needed again: to verify, or to lower a `.pte`).
+            if options.verify || matches!(options.artifact, Artifact::Pte(_)) {
                 worker = Some(started);
             }
             (loaded, Input::Traced(Box::new(traced)))
@@ -138,6 +139,7 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
         Some(s) => s.path().join(output.file_name().context("the output has no file name")?),
         None => output.clone(),
     };
+    let mut lowered = None;
     let runtime = match (&options.artifact, &mut program) {
         (Artifact::IrJson, program) => {
             emit::ir_json(program.graph(), &output)?;
@@ -165,7 +167,29 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
             optimized = emitted.optimized.map(|o| (o, emitted.nodes));
             Some(verify::Runtime::Onnx)
         }
-        (Artifact::Pt2 | Artifact::Onnx(_), Program::IrJson { .. }) => {
+        (Artifact::Pte(delegate), Program::Archive { pt2, graph }) => {
+            // ExecuTorch lowers the program after hfx's FX stages, saved as a `.pt2`.
+            let work = Scratch::beside(&output, "lower")?;
+            let program = work.path().join("program.pt2");
+            match &input {
+                Input::Traced(traced) if graph.changes() == changes_before => std::fs::copy(&traced.program, &program)
+                    .map(drop)
+                    .with_context(|| format!("writing {}", program.display()))?,
+                _ => emit::pt2(pt2, graph, &program)?,
+            }
+            progress.step("lower", &format!("ExecuTorch edge + {} partitioner, to_executorch", delegate.name()));
+            let worker = match worker.as_mut() {
+                Some(w) => w,
+                None => worker.insert(start_worker(&options, progress)?),
+            };
+            // Written in the scratch folder, then moved into place: a `.pte` is never half there.
+            let pte = work.path().join("model.pte");
+            let request = crate::trace::protocol::Lower { program, output: pte.clone(), delegate: *delegate };
+            let reply = worker.request(&request, options.verify_deadline).context("lowering with ExecuTorch")?;
+            crate::atomic::move_into_place(&pte, &target).with_context(|| format!("writing {}", target.display()))?;
+            Some(verify::Runtime::Executorch { in_spec: &lowered.insert(reply).in_spec })
+        }
+        (Artifact::Pt2 | Artifact::Onnx(_) | Artifact::Pte(_), Program::IrJson { .. }) => {
             bail!("a graph read from JSON can only be written as JSON (-o OUT.json)")
         }
     };
@@ -219,6 +243,7 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
         nodes_after: program.graph().node_count(),
         stages,
         optimized,
+        lowered,
         verified,
         emit,
         skipped: loaded.set.skipped,

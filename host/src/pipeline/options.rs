@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::plugins::loading::SetOptions;
 use crate::plugins::Backend;
 use crate::stages::OnPluginError;
+use crate::trace::protocol::Delegate;
 use crate::trace::{TraceRequest, WorkerOptions};
 
 /// Where the program comes from.
@@ -41,6 +42,10 @@ pub enum Artifact {
     IrJson,
     /// An ONNX model (`--backend onnx`).
     Onnx(OnnxOptions),
+    /// An ExecuTorch program (`--backend executorch.xnnpack`): the program
+    /// after hfx's FX stages, lowered by ExecuTorch with the delegate's
+    /// partitioner in the worker.
+    Pte(Delegate),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -82,7 +87,7 @@ pub struct RunOptions {
     pub plugins: SetOptions,
     pub on_plugin_error: OnPluginError,
     /// Run the artifact in its runtime against eager PyTorch before it lands
-    /// (`.onnx` and `.pt2`).
+    /// (`.onnx`, `.pt2` and `.pte`).
     pub verify: bool,
     /// How trace workers start (memory limit); also the one `--verify` starts
     /// when nothing was traced.
@@ -96,6 +101,7 @@ impl Artifact {
     pub fn folder_component(&self) -> &'static str {
         match self {
             Artifact::Onnx(_) => "model.onnx",
+            Artifact::Pte(_) => "model.pte",
             Artifact::Pt2 => "model.pt2",
             Artifact::IrJson => "model.json",
         }

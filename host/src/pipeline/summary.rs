@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::trace::{FixedAxis, TraceSummary};
 use super::verify;
-use crate::trace::protocol::Check;
+use crate::trace::protocol::{Check, LowerReply};
 use crate::onnx::optimize::OptimizeReport;
 use crate::plugins::Skipped;
 use crate::stages::StageReport;
@@ -23,6 +23,8 @@ pub struct RunSummary {
     pub stages: Vec<StageReport>,
     /// The generic ONNX passes and the model's node count after them.
     pub optimized: Option<(OptimizeReport, usize)>,
+    /// What ExecuTorch's lowering made of the program (`.pte`).
+    pub lowered: Option<LowerReply>,
     pub verified: Vec<Check>,
     pub emit: Duration,
     pub skipped: Vec<Skipped>,
@@ -33,6 +35,18 @@ pub struct RunSummary {
 
 impl RunSummary {
     pub fn print(&self, verbose: u8) {
+        if let Some(l) = &self.lowered {
+            println!(
+                "stage {:<18} {:>8.2} s   edge + partitioner {:.2} s, to_executorch {:.2} s; delegated {} node(s), {} portable kernel call(s); {} bytes",
+                "lower",
+                l.edge_seconds + l.executorch_seconds,
+                l.edge_seconds,
+                l.executorch_seconds,
+                l.delegated_nodes,
+                l.portable_nodes,
+                l.bytes
+            );
+        }
         if let Some((o, nodes)) = &self.optimized {
             println!(
                 "stage {:<18} Identity nodes removed {}, duplicates merged {}, nodes folded {}, no-op nodes removed {}, pairs merged {}, \

@@ -3,7 +3,7 @@
 //! generated model) against eager PyTorch: an `.onnx` in ONNX Runtime at
 //! atol/rtol 1e-3 (the reference exporters' tolerance), a `.pt2` as
 //! `torch.export.load` runs it at 1e-4 (float round-off only: it is the
-//! same program torch traced).
+//! same program torch traced), a `.pte` in the ExecuTorch runtime at 1e-3.
 
 use std::path::Path;
 use std::time::Duration;
@@ -15,23 +15,26 @@ use crate::trace::Worker;
 
 /// Where an artifact is run.
 #[derive(Debug, Clone, Copy)]
-pub enum Runtime {
+pub enum Runtime<'a> {
     Onnx,
     Pt2,
+    /// With the lowered program's input spec.
+    Executorch { in_spec: &'a str },
 }
 
-impl Runtime {
+impl Runtime<'_> {
     pub fn name(self) -> &'static str {
         match self {
             Runtime::Onnx => "ONNX Runtime",
             Runtime::Pt2 => "torch.export",
+            Runtime::Executorch { .. } => "the ExecuTorch runtime",
         }
     }
 
     /// The tolerance, absolute and relative.
     pub fn tolerance(self) -> f64 {
         match self {
-            Runtime::Onnx => 1e-3,
+            Runtime::Onnx | Runtime::Executorch { .. } => 1e-3,
             Runtime::Pt2 => 1e-4,
         }
     }
@@ -69,6 +72,7 @@ pub fn request(runtime: Runtime, artifact: &Path, reference: &Path) -> Verify {
     let model = match runtime {
         Runtime::Onnx => VerifyModel::Onnx { path: artifact.into() },
         Runtime::Pt2 => VerifyModel::Pt2 { path: artifact.into() },
+        Runtime::Executorch { in_spec } => VerifyModel::Pte { path: artifact.into(), in_spec: in_spec.into() },
     };
     let tolerance = runtime.tolerance();
     Verify { model, reference: reference.into(), second_size: true, atol: tolerance, rtol: tolerance }

@@ -42,6 +42,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("__init__.py", include_str!("../../worker/hfx_worker/__init__.py")),
     ("__main__.py", include_str!("../../worker/hfx_worker/__main__.py")),
     ("graph.py", include_str!("../../worker/hfx_worker/graph.py")),
+    ("lower.py", include_str!("../../worker/hfx_worker/lower.py")),
     ("opinfo.py", include_str!("../../worker/hfx_worker/opinfo.py")),
     ("program.py", include_str!("../../worker/hfx_worker/program.py")),
     ("protocol.py", include_str!("../../worker/hfx_worker/protocol.py")),

@@ -23,7 +23,7 @@ use crate::plugins::Versions;
 
 /// The protocol version; the worker's `protocol.PROTOCOL` is the same number.
 /// Any change to a message below is a new version.
-pub const PROTOCOL: u64 = 6;
+pub const PROTOCOL: u64 = 7;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -174,6 +174,9 @@ pub enum VerifyModel {
     Onnx { path: PathBuf },
     /// As `torch.export.load(path).module()` (weights inside the `.pt2`).
     Pt2 { path: PathBuf },
+    /// In the ExecuTorch runtime; its method's flat inputs are the kwargs
+    /// flattened by `in_spec` (torch's pytree JSON, from [`LowerReply`]).
+    Pte { path: PathBuf, in_spec: String },
 }
 
 /// `verify`: an artifact against the eager reference.
@@ -190,6 +193,50 @@ pub struct Verify {
 impl Method for Verify {
     const NAME: &'static str = "verify";
     type Reply = VerifyReply;
+}
+
+/// `lower`: a `.pt2` (the program after hfx's FX stages) through ExecuTorch's
+/// edge lowering with a delegate's partitioner and `to_executorch`, to a `.pte`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Lower {
+    pub program: PathBuf,
+    pub output: PathBuf,
+    pub delegate: Delegate,
+}
+
+impl Method for Lower {
+    const NAME: &'static str = "lower";
+    type Reply = LowerReply;
+}
+
+/// An ExecuTorch delegate whose partitioner and payload ExecuTorch's own code
+/// builds, in the worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Delegate {
+    Xnnpack,
+}
+
+impl Delegate {
+    pub fn name(self) -> &'static str {
+        match self {
+            Delegate::Xnnpack => "xnnpack",
+        }
+    }
+}
+
+/// What `lower` made.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LowerReply {
+    /// The method's inputs as torch's pytree JSON of `((), kwargs)`.
+    pub in_spec: String,
+    /// Call nodes the delegate took, and kernel calls left to the portable runtime.
+    pub delegated_nodes: u64,
+    pub portable_nodes: u64,
+    pub edge_seconds: f64,
+    pub executorch_seconds: f64,
+    pub bytes: u64,
 }
 
 /// `capture_values`: the values at `names` (node outputs, inputs) when the

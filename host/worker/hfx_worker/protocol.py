@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Optional, Union
 
 # The protocol version; the host's `trace::protocol::PROTOCOL` is the same number.
-PROTOCOL = 6
+PROTOCOL = 7
 
 # The steps of a `trace` request, in order, as progress names them (the host's
 # `TraceStep`). `export` runs torch.export under the reference exporter's
@@ -165,13 +165,34 @@ class Pt2Model:
 
 
 @dataclass
+class PteModel:
+    """A `.pte` artifact, run in the ExecuTorch runtime; its method takes the
+    inputs flattened by `in_spec` (torch's pytree JSON of `((), kwargs)`)."""
+    NAME: ClassVar[str] = "`pte` model"
+    KIND: ClassVar[str] = "pte"
+    path: str
+    in_spec: str
+
+
+@dataclass
 class VerifyParams:
     NAME: ClassVar[str] = "`verify` request"
-    model: Union[OnnxModel, Pt2Model]
+    model: Union[OnnxModel, Pt2Model, PteModel]
     reference: str
     second_size: bool
     atol: float
     rtol: float
+
+
+@dataclass
+class LowerParams:
+    """`lower`: the `.pt2` at `program` (the program after hfx's FX stages)
+    through ExecuTorch's edge lowering with `delegate`'s partitioner, then
+    `to_executorch`, written to `output` (a `.pte`)."""
+    NAME: ClassVar[str] = "`lower` request"
+    program: str
+    output: str
+    delegate: str
 
 
 @dataclass
@@ -349,6 +370,18 @@ class Check:
 class VerifyReply:
     checks: list[Check]
     providers: list[str]
+
+
+@dataclass
+class LowerReply:
+    """The lowered program: its inputs' pytree spec (what the method's flat
+    inputs are), how many of its nodes the delegate took, seconds per step."""
+    in_spec: str
+    delegated_nodes: int
+    portable_nodes: int
+    edge_seconds: float
+    executorch_seconds: float
+    bytes: int
 
 
 @dataclass

@@ -15,8 +15,9 @@ import traceback
 from . import protocol
 from .opinfo import check_sample, op_infos, op_samples
 from .protocol import (CaptureProgramParams, CaptureValuesParams, Channel, CheckSampleParams, ErrorReply, HelloParams, HelloReply,
-                       OpInfosParams, OpSamplesParams, PatchesRestoredParams, ProtocolError, Request, RunCaseParams, TraceParams,
+                       LowerParams, OpInfosParams, OpSamplesParams, PatchesRestoredParams, ProtocolError, Request, RunCaseParams, TraceParams,
                        VerifyParams)
+from .lower import lower
 from .sandbox import Reach, patch_status
 from .selftest import capture_program, capture_values, run_case
 from .trace import trace
@@ -80,6 +81,7 @@ METHODS = {
     "trace": (TraceParams, trace),
     "patches_restored": (PatchesRestoredParams, patches_restored),
     "verify": (VerifyParams, verify),
+    "lower": (LowerParams, lower),
     "capture_values": (CaptureValuesParams, capture_values),
     "capture_program": (CaptureProgramParams, capture_program),
     "run_case": (RunCaseParams, run_case),

@@ -1,9 +1,10 @@
 """The `verify` request: an artifact in its runtime against eager PyTorch (an
-`.onnx` in ONNX Runtime, a `.pt2` as torch.export loads it)."""
+`.onnx` in ONNX Runtime, a `.pt2` as torch.export loads it, a `.pte` in the
+ExecuTorch runtime)."""
 
 import math
 
-from .protocol import Check, Comparison, OnnxModel, VerifyParams, VerifyReply
+from .protocol import Check, Comparison, OnnxModel, Pt2Model, PteModel, VerifyParams, VerifyReply
 from .pytree import flat_outputs, load_exported
 from .sources import on_device, sample_inputs
 from .trace import config_flags
@@ -80,6 +81,27 @@ def pt2_runner(path, constants):
     return run, ["torch.export"]
 
 
+def pte_runner(path, in_spec, constants):
+    """(run(inputs) -> outputs, providers) for a `.pte` in the ExecuTorch
+    runtime, its inputs flattened as the program's `in_spec` says (the
+    reference's `ExecutorchModelRunner` does the same); the method's trailing
+    values are the outputs."""
+    import torch
+    from executorch.runtime import Runtime
+    from torch.fx._pytree import tree_flatten_spec
+    from torch.utils._pytree import treespec_loads
+
+    method = Runtime.get().load_program(path).load_method("forward")
+    spec = treespec_loads(in_spec)
+
+    def run(inputs):
+        leaves = tree_flatten_spec(((), {**constants, **inputs}), spec)
+        feed = [leaf.contiguous() if torch.is_tensor(leaf) else leaf for leaf in leaves]
+        return [o.detach().cpu().numpy() if torch.is_tensor(o) else o for o in method.execute(feed)]
+
+    return run, ["ExecuTorch"]
+
+
 def verify(session, params: VerifyParams) -> VerifyReply:
     """Runs the model on the recorded inputs (and, for a dynamic export of a
     generated model, on a second input size) and compares with eager."""
@@ -89,8 +111,10 @@ def verify(session, params: VerifyParams) -> VerifyReply:
     ref = torch.load(params.reference)
     if isinstance(params.model, OnnxModel):
         run, providers = onnx_runner(params.model.path)
-    else:
+    elif isinstance(params.model, Pt2Model):
         run, providers = pt2_runner(params.model.path, ref.get("constants", {}))
+    else:
+        run, providers = pte_runner(params.model.path, params.model.in_spec, ref.get("constants", {}))
     checks = [Check(inputs={k: list(v.shape) for k, v in ref["inputs"].items()},
                     outputs=compared(run(ref["inputs"]), ref["outputs"], atol, rtol))]
     last = session.last_trace

@@ -1,0 +1,77 @@
+"""The `lower` request: hfx's program (after its FX stages, as a `.pt2`)
+through ExecuTorch's edge dialect with a delegate's partitioner, then
+`to_executorch`, written as a `.pte`.
+
+This is where hfx hands over to ExecuTorch, and only for a delegate: the
+delegate's payload (XNNPACK's partitioner, its ~10 passes and its graph
+serializer) is ExecuTorch's own code, which a native emitter would have to
+track release by release. Everything before it (trace, patches, FX fixes)
+is hfx's. The edge configuration is the reference's
+(`ExecutorchExporter._get_edge_compile_config`): core ATen, with the same
+non-core ops kept whole.
+"""
+
+import os
+import time
+
+from .protocol import LowerParams, LowerReply
+from .pytree import load_exported
+
+# The non-core ATen ops the reference lets through the edge verifier for
+# XNNPACK and CUDA (transformers 5.24, exporter_executorch.py): they have
+# portable kernels, or a patch removes them first.
+CORE_ATEN_EXCEPTIONS = (
+    "_fft_c2c.default", "_is_all_true.default", "bincount.default", "bucketize.Tensor",
+    "cummax.default", "cummin.default", "polar.default", "rand_like.default",
+    "randint.low", "randn_like.default", "searchsorted.Tensor", "unique_consecutive.default",
+)
+
+
+def partitioners(delegate):
+    if delegate == "xnnpack":
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+        return [XnnpackPartitioner()]
+    raise ValueError(f"unknown ExecuTorch delegate `{delegate}` (xnnpack)")
+
+
+def counted_nodes(program):
+    """(delegated, portable): call nodes inside the lowered delegates' programs,
+    and kernel calls left to the portable runtime."""
+    delegated = portable = 0
+    module = program.exported_program().graph_module
+    for node in module.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if "executorch_call_delegate" in str(node.target):
+            lowered = getattr(module, node.args[0].target)
+            delegated += sum(1 for n in lowered.original_module.graph.nodes if n.op == "call_function")
+        elif "getitem" not in str(node.target):
+            portable += 1
+    return delegated, portable
+
+
+def lower(_session, params: LowerParams) -> LowerReply:
+    import torch
+    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+
+    program = load_exported(params.program)
+    in_spec = torch.utils._pytree.treespec_dumps(program.call_spec.in_spec)
+    exceptions = [getattr(getattr(torch.ops.aten, op), overload) for op, overload in (n.split(".") for n in CORE_ATEN_EXCEPTIONS)]
+    started = time.monotonic()
+    edge = to_edge_transform_and_lower(
+        program,
+        partitioner=partitioners(params.delegate),
+        compile_config=EdgeCompileConfig(_core_aten_ops_exception_list=exceptions),
+    )
+    edge_seconds = time.monotonic() - started
+    delegated, portable = counted_nodes(edge)
+    started = time.monotonic()
+    executorch = edge.to_executorch()
+    with open(params.output, "wb") as out:
+        executorch.write_to_file(out)
+    executorch_seconds = time.monotonic() - started
+
+    return LowerReply(in_spec=in_spec, delegated_nodes=delegated, portable_nodes=portable,
+                      edge_seconds=edge_seconds, executorch_seconds=executorch_seconds,
+                      bytes=os.path.getsize(params.output))
