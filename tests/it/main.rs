@@ -5,6 +5,7 @@
 mod common;
 
 mod cli;
+mod executorch;
 mod fx_fixes;
 mod loading;
 mod onnx;
