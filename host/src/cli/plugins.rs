@@ -5,7 +5,7 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 
 use crate::plugins::loading::{Purpose, SetOptions};
-use crate::plugins::{self, Backend, Lock};
+use crate::plugins::{self, Backend, Backends, Lock};
 use crate::selftest::{self, Depth};
 
 pub(super) fn list(args: &SetOptions, backend: Option<Backend>) -> Result<()> {
@@ -14,21 +14,21 @@ pub(super) fn list(args: &SetOptions, backend: Option<Backend>) -> Result<()> {
         "{:<26} {:<8} {:<16} {:<10} {:<16} {:<8} {:<24} TARGETS",
         "NAME", "VERSION", "KIND", "BACKEND", "SHA256", "STATUS", "UPSTREAM"
     );
-    let shown = |b: Backend| backend.is_none_or(|want| want == b);
-    for p in loaded.set.plugins.iter().filter(|p| shown(p.manifest.plugin.backend)) {
+    let shown = |b: &Backends| backend.is_none_or(|want| b.iter().any(|b| b == want));
+    for p in loaded.set.plugins.iter().filter(|p| shown(&p.manifest.plugin.backend)) {
         let m = &p.manifest.plugin;
         let targets = if p.targets.is_empty() { "(whole program)".to_string() } else { p.targets.join(", ") };
         println!(
             "{:<26} {:<8} {:<16} {:<10} {:<16} {:<8} {:<24} {}",
-            m.name, m.version, m.kind.as_str(), m.backend.as_str(), &p.component_sha256[..16], "active",
+            m.name, m.version, m.kind.as_str(), m.backend.to_string(), &p.component_sha256[..16], "active",
             upstream_text(&p.manifest), targets
         );
     }
-    for s in loaded.set.skipped.iter().filter(|s| shown(s.found.manifest.plugin.backend)) {
+    for s in loaded.set.skipped.iter().filter(|s| shown(&s.found.manifest.plugin.backend)) {
         let m = &s.found.manifest.plugin;
         println!(
             "{:<26} {:<8} {:<16} {:<10} {:<16} {:<8} {:<24} skipped: {}",
-            m.name, m.version, m.kind.as_str(), m.backend.as_str(), &s.found.component_sha256[..16], "skipped",
+            m.name, m.version, m.kind.as_str(), m.backend.to_string(), &s.found.component_sha256[..16], "skipped",
             upstream_text(&s.found.manifest), s.reason
         );
     }

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::manifest::{Backend, PluginKind};
+use super::manifest::{Backends, PluginKind};
 use super::runtime::Plugin;
 use super::upstream::Versions;
 
@@ -33,7 +33,7 @@ pub struct LockedPlugin {
     pub name: String,
     pub version: String,
     pub kind: PluginKind,
-    pub backend: Backend,
+    pub backend: Backends,
     pub component_sha256: String,
     pub manifest_sha256: String,
     /// Folder it was loaded from, for people reading the lock (not compared).
@@ -57,7 +57,7 @@ impl Lock {
                 name: p.name().to_string(),
                 version: p.manifest.plugin.version.clone(),
                 kind: p.kind(),
-                backend: p.manifest.plugin.backend,
+                backend: p.manifest.plugin.backend.clone(),
                 component_sha256: p.component_sha256.clone(),
                 manifest_sha256: p.manifest_sha256.clone(),
                 source: p.dir.display().to_string(),

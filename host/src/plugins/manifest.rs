@@ -46,7 +46,7 @@ pub struct PluginSection {
     pub name: String,
     pub version: String,
     pub kind: PluginKind,
-    pub backend: Backend,
+    pub backend: Backends,
     pub api: String,
     /// Path of the component, relative to the manifest's folder.
     pub component: String,
@@ -75,7 +75,7 @@ pub struct PluginFile {
     pub name: Option<String>,
     pub version: Option<String>,
     pub kind: Option<PluginKind>,
-    pub backend: Backend,
+    pub backend: Backends,
     pub api: Option<String>,
     /// Path of the component, relative to the manifest's folder [default: `plugin.wasm`].
     pub component: Option<String>,
@@ -168,6 +168,76 @@ impl Backend {
 impl fmt::Display for Backend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// The backends a plugin serves: `backend = "onnx"`, or a list for one
+/// workaround several backends need (`backend = ["onnx", "executorch"]`, as
+/// the reference registers one patch for several). Never empty, no repeats.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Backends(Vec<Backend>);
+
+impl Backends {
+    pub fn one(backend: Backend) -> Backends {
+        Backends(vec![backend])
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = Backend> + '_ {
+        self.0.iter().copied()
+    }
+
+    /// Whether a plugin of these backends runs for `backend`: one it names;
+    /// every backend for a `dynamo` plugin (every backend starts from the
+    /// dynamo export: the reference's OnnxExporter and ExecutorchExporter
+    /// extend DynamoExporter); the ExecuTorch delegates for `executorch`.
+    pub fn serve(&self, backend: Backend) -> bool {
+        self.iter().any(|b| {
+            b == backend
+                || b == Backend::Dynamo
+                || (b == Backend::Executorch && matches!(backend, Backend::ExecutorchXnnpack | Backend::ExecutorchCuda))
+        })
+    }
+}
+
+impl fmt::Display for Backends {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.iter().map(Backend::as_str).collect();
+        f.write_str(&names.join(","))
+    }
+}
+
+impl Serialize for Backends {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match &self.0[..] {
+            [one] => one.serialize(serializer),
+            many => many.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Backends {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Backends, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum OneOrMany {
+            One(Backend),
+            Many(Vec<Backend>),
+        }
+        let list = match OneOrMany::deserialize(deserializer)? {
+            OneOrMany::One(b) => vec![b],
+            OneOrMany::Many(list) => list,
+        };
+        if list.is_empty() {
+            return Err(serde::de::Error::custom("backend: an empty list (name at least one backend)"));
+        }
+        let mut seen = Vec::new();
+        for b in &list {
+            if seen.contains(b) {
+                return Err(serde::de::Error::custom(format!("backend: `{b}` named twice")));
+            }
+            seen.push(*b);
+        }
+        Ok(Backends(list))
     }
 }
 

@@ -29,7 +29,7 @@ pub mod patching {
 }
 pub use discover::Discovered;
 pub use error::{Failure, LoadError, NodeRef, PluginError};
-pub use manifest::{Backend, Manifest, PluginKind};
+pub use manifest::{Backend, Backends, Manifest, PluginKind};
 pub use runtime::{Plugin, Runtime, RuntimeOptions};
 pub use sandbox::Limits;
 pub use kind::{Kind, PluginOf};

@@ -155,16 +155,16 @@ fn run_case(runtime: &Runtime, plugin: &Plugin, set: &[Plugin], text: &str, dept
         }
         Typed::OnnxTranslation(translation) => {
             let (case, graph, changes) = piece(text)?;
-            let mut translations = crate::stages::select::<kind::OnnxTranslation>(set, plugin.manifest.plugin.backend);
+            let mut translations = crate::stages::select::<kind::OnnxTranslation>(set, crate::plugins::Backend::Onnx);
             translations.retain(|t| !std::ptr::eq(t.plugin, plugin));
             translations.push(translation);
             (case, graph, changes, Some(OnnxUnderTest::Translation { plugin: translation, translations }))
         }
         Typed::OnnxIrFix(fix) => {
             let (case, graph, changes) = piece(text)?;
-            let translations = crate::stages::select::<kind::OnnxTranslation>(set, plugin.manifest.plugin.backend);
+            let translations = crate::stages::select::<kind::OnnxTranslation>(set, crate::plugins::Backend::Onnx);
             if translations.is_empty() {
-                return Err(format!("an IR fix's case is translated first: load the {} translations too (--plugins)", plugin.manifest.plugin.backend));
+                return Err("an IR fix's case is translated first: load the onnx translations too (--plugins)".to_string());
             }
             (case, graph, changes, Some(OnnxUnderTest::IrFix { fix, translations }))
         }

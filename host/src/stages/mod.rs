@@ -67,18 +67,10 @@ impl StageReport {
 }
 
 /// The plugins of kind `K` for one backend, in stage order (manifest `order`,
-/// then name). A plugin of the generic `executorch` backend also serves its
-/// sub-backends, and a `dynamo` plugin serves every backend.
+/// then name); which plugins serve a backend is [`Backends::serve`].
 pub fn select<K: Kind>(plugins: &[Plugin], backend: Backend) -> Vec<PluginOf<'_, K>> {
-    // Every backend starts from the dynamo export (the reference's OnnxExporter and
-    // ExecutorchExporter extend DynamoExporter), so dynamo plugins serve them all.
-    let serves = |b: Backend| {
-        b == backend
-            || b == Backend::Dynamo
-            || (b == Backend::Executorch && matches!(backend, Backend::ExecutorchXnnpack | Backend::ExecutorchCuda))
-    };
     let mut chosen: Vec<PluginOf<K>> =
-        plugins.iter().filter(|p| serves(p.manifest.plugin.backend)).filter_map(Plugin::of_kind::<K>).collect();
+        plugins.iter().filter(|p| p.manifest.plugin.backend.serve(backend)).filter_map(Plugin::of_kind::<K>).collect();
     chosen.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
     chosen
 }

@@ -87,23 +87,23 @@ pub fn fold<'a>(nodes: &mut Vec<Node>, initializers: &mut Vec<Initializer<'a>>, 
                 *input = original.clone();
             }
         }
-        if node.outputs.iter().all(|o| !keep.contains(o.as_str())) {
-            match simplify(&node, &known, |name| producers.get(name).map(|&i| &kept[i])) {
-                Some(Simplified::Same(value)) => {
-                    renames.insert(node.outputs[0].clone(), value);
-                    report.identities += 1;
-                    continue;
-                }
-                Some(Simplified::Merged(merged, constant)) => {
-                    if let Some((name, value)) = constant {
-                        known.insert(name.clone(), value);
-                        new_initializers.push(vec![name]);
-                    }
-                    node = merged;
-                    report.merged_pairs += 1;
-                }
-                None => {}
+        // A graph output keeps its node (and name); merged, it still computes it.
+        let is_output = node.outputs.iter().any(|o| keep.contains(o.as_str()));
+        match simplify(&node, &known, |name| producers.get(name).map(|&i| &kept[i])) {
+            Some(Simplified::Same(value)) if !is_output => {
+                renames.insert(node.outputs[0].clone(), value);
+                report.identities += 1;
+                continue;
             }
+            Some(Simplified::Merged(merged, constant)) => {
+                if let Some((name, value)) = constant {
+                    known.insert(name.clone(), value);
+                    new_initializers.push(vec![name]);
+                }
+                node = merged;
+                report.merged_pairs += 1;
+            }
+            _ => {}
         }
         let inputs: Vec<Option<&Known>> = node.inputs.iter().map(|i| known.get(i)).collect();
         let foldable = node.domain.is_empty()
@@ -269,10 +269,61 @@ mod tests {
         ];
         let mut initializers = Vec::new();
         let report = fold(&mut nodes, &mut initializers, &HashSet::from(["y", "z", "out"]), &HashMap::new());
-        assert_eq!(report.whole_slices, 2);
+        assert_eq!(report.identities, 2);
         let neg = nodes.iter().find(|n| n.op_type == "Neg").unwrap();
         assert_eq!(neg.inputs, ["x"]);
         assert_eq!(nodes.iter().filter(|n| n.op_type == "Slice").count(), 3, "{nodes:?}");
+    }
+
+    /// What `simplify.rs` removes and merges, and what it must leave: a
+    /// neutral operand that is not rank 0 (it may broadcast), negative
+    /// unsqueeze axes, a reshape whose shape copies a dim (0).
+    #[test]
+    fn nodes_that_compute_their_input_go_and_pairs_of_a_kind_merge() {
+        let mut nodes = vec![
+            node("Constant", &[], "zero", vec![("value_int", Attribute::Int(0))]),
+            node("Constant", &[], "one_vec", vec![("value_ints", Attribute::Ints(vec![1]))]),
+            node("Constant", &[], "axis0", vec![("value_ints", Attribute::Ints(vec![0]))]),
+            node("Constant", &[], "axis1", vec![("value_ints", Attribute::Ints(vec![1]))]),
+            node("Constant", &[], "minus1", vec![("value_ints", Attribute::Ints(vec![-1]))]),
+            node("Constant", &[], "flat", vec![("value_ints", Attribute::Ints(vec![-1]))]),
+            node("Constant", &[], "copy_dim", vec![("value_ints", Attribute::Ints(vec![0, -1]))]),
+            // x + 0 and 0 + x are x; x * [1] may broadcast a scalar x, so it stays
+            node("Add", &["x", "zero"], "plus_zero", vec![]),
+            node("Add", &["zero", "plus_zero"], "zero_plus", vec![]),
+            node("Mul", &["zero_plus", "one_vec"], "times_one", vec![]),
+            // a squeeze undone
+            node("Squeeze", &["times_one", "axis0"], "squeezed", vec![]),
+            node("Unsqueeze", &["squeezed", "axis0"], "restored", vec![]),
+            // unsqueeze(unsqueeze(r, [0]), [1]) is unsqueeze(r, [0, 1]); negative axes stay two nodes
+            node("Unsqueeze", &["restored", "axis0"], "u1", vec![]),
+            node("Unsqueeze", &["u1", "axis1"], "u2", vec![]),
+            node("Unsqueeze", &["restored", "minus1"], "n1", vec![]),
+            node("Unsqueeze", &["n1", "minus1"], "n2", vec![]),
+            // transposes compose, and cancel
+            node("Transpose", &["u2"], "t1", vec![("perm", Attribute::Ints(vec![1, 0, 2]))]),
+            node("Transpose", &["t1"], "t2", vec![("perm", Attribute::Ints(vec![0, 2, 1]))]),
+            node("Transpose", &["t1"], "t3", vec![("perm", Attribute::Ints(vec![1, 0, 2]))]),
+            // a reshape of a reshape reads the first one's input, unless its shape has a 0
+            node("Reshape", &["t2", "flat"], "r1", vec![]),
+            node("Reshape", &["r1", "flat"], "r2", vec![]),
+            node("Reshape", &["r1", "copy_dim"], "r3", vec![]),
+        ];
+        let outputs = ["times_one", "u2", "n2", "t2", "t3", "r2", "r3"];
+        let mut initializers = Vec::new();
+        let report = fold(&mut nodes, &mut initializers, &HashSet::from(outputs), &HashMap::new());
+        let find = |name: &str| nodes.iter().find(|n| n.outputs[0] == name).unwrap_or_else(|| panic!("no {name}: {nodes:?}"));
+        assert_eq!(find("times_one").inputs, ["x", "one_vec"], "x + 0 and 0 + x go; a rank-1 one stays");
+        assert_eq!(find("u2").inputs[0], "times_one", "the squeeze undone, the unsqueezes merged");
+        let axes = initializers.iter().find(|i| i.header.name.as_deref() == Some(find("u2").inputs[1].as_str())).unwrap();
+        assert_eq!(Known::from_bytes(INT64, &axes.header.dims, &axes.bytes.to_vec()).unwrap().data, Data::Int(vec![0, 1]));
+        assert_eq!(find("n2").inputs[0], "n1", "negative axes: not merged");
+        assert_eq!(find("t2").inputs[0], "u2");
+        assert_eq!(find("t2").attribute("perm"), Some(&Attribute::Ints(vec![1, 2, 0])));
+        // t3 cancels t1 but is a graph output: it keeps its node, merged to an identity perm on u2
+        assert_eq!(find("r2").inputs[0], "t2");
+        assert_eq!(find("r3").inputs[0], "r1", "a shape with 0 copies the inner reshape's dim");
+        assert!(report.identities >= 3 && report.merged_pairs >= 3, "{report:?}");
     }
 
     #[test]
