@@ -420,7 +420,11 @@ def reason_of(step):
     check = step.get("check")
     if check is not None and not check["ok"]:
         reason = check.get("reason", "check failed")
-        if step.get("fixed_axes"):
+        if step.get("fixed_axes") and step.get("size_guard"):
+            # Both causes, as the exporter said them (which one size B meets, ONNX Runtime's error shows).
+            reason = (f"torch.export fixed {step['fixed_axes']} and left its guard `{step['size_guard']}` to hold "
+                      "(the model's code depends on these sizes); size B breaks them: " + reason)
+        elif step.get("fixed_axes"):
             # The cause, as the exporter said it; ONNX Runtime's error is its effect.
             reason = f"torch.export fixed {step['fixed_axes']} (the model's code depends on these sizes), so " + reason
         elif step.get("size_guard"):
