@@ -77,6 +77,25 @@ fn an_executorch_export_folder_loads_in_the_reference_runtime() {
     assert_no_scratch_left(dir.path());
 }
 
+/// The ExecuTorch backend has no translations: its workarounds are FX fixes
+/// and patches, and a third party's, loaded from a folder, changes the program
+/// ExecuTorch lowers with no rebuild of hfx (silu becomes x * sigmoid(x) in a
+/// tiny Llama's MLP: a different `.pte`, still matching eager).
+#[test]
+fn a_third_party_fx_fix_changes_the_executorch_program() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("plain.pte");
+    let fixed = dir.path().join("fixed.pte");
+    let stdout = export(dir.path(), "llama", LLAMA, &plain, &["--verify"]);
+    assert!(!stdout.contains("test-executorch-silu-as-sigmoid"), "{stdout}");
+    let plugin = plugin_dir("tests/plugins/executorch-silu-as-sigmoid").display().to_string();
+    let stdout = export(dir.path(), "llama", LLAMA, &fixed, &["--verify", "--plugins", &plugin]);
+    let line = stdout.lines().find(|l| l.contains("test-executorch-silu-as-sigmoid")).unwrap_or_else(|| panic!("{stdout}"));
+    assert!(line.contains("changed     2"), "one silu per layer: {line}");
+    assert!(!stdout.contains("MISMATCH"), "{stdout}");
+    assert_ne!(std::fs::read(&plain).unwrap(), std::fs::read(&fixed).unwrap(), "the fix did not reach the program");
+}
+
 /// What is not there yet says so in one line, naming what works instead.
 #[test]
 fn the_portable_program_and_other_delegates_are_refused_in_one_line() {
