@@ -29,6 +29,7 @@ use scratch::Scratch;
 use trace::Traced;
 use crate::graph::Graph;
 use crate::plugins::loading::{LoadedSet, Purpose};
+use crate::trace::protocol::Delegate;
 use crate::trace::Worker;
 
 /// Progress lines on stderr (stdout is the summary), when `shown`.
@@ -84,6 +85,12 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
         // An ONNX export reads the weights once, to emit them: the worker need
         // not pack them into the (intermediate) `.pt2`.
         trace.request.side_weights = matches!(options.artifact, Artifact::Onnx(_));
+        // XNNPACK has no kernel for transformers' grouped experts (`_grouped_mm`,
+        // `histc`): MoE experts run as `batched_mm`, as the reference's
+        // `prepare_for_xnnpack` sets them.
+        if let Artifact::Pte(Delegate::Xnnpack) = options.artifact {
+            trace.request.experts = Some("batched_mm".into());
+        }
     }
 
     // ── trace, or the file named ──

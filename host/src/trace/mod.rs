@@ -480,6 +480,10 @@ pub struct TraceRequest {
     /// Backend preparation: where the model runs and in which dtype.
     pub device: String,
     pub dtype: String,
+    /// Backend preparation: how a mixture-of-experts model runs its experts
+    /// (transformers' `set_experts_implementation`), where the backend has no
+    /// kernel for the model's own; None keeps it.
+    pub experts: Option<String>,
     /// An export folder being written: the worker saves the model's configs there.
     pub folder: Option<PathBuf>,
     /// Weights to `<output>.weights` (indexed by `<output>.weights.json`) rather
@@ -503,6 +507,7 @@ impl TraceRequest {
             handled: None,
             device: "cpu".into(),
             dtype: "float32".into(),
+            experts: None,
             folder: None,
             side_weights: false,
         }
@@ -534,6 +539,7 @@ impl TraceRequest {
             },
             device: self.device.clone(),
             dtype: self.dtype.clone(),
+            experts: self.experts.clone(),
             folder: self.folder.clone(),
             side_weights: self.side_weights,
             patches,

@@ -137,6 +137,7 @@ class TraceParams:
     decompose: Union[DecomposeNone, DecomposeAll, DecomposeMissing]
     device: str
     dtype: str
+    experts: Optional[str]
     folder: Optional[str]
     side_weights: bool
     patches: list[PatchSpec]

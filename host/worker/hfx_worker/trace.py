@@ -215,6 +215,10 @@ def trace(session, params: TraceParams) -> TraceReply:
             model, inputs = from_function(source.spec)
         model = model.eval()
         model, device, dtype = prepared(model, params.device, params.dtype)
+        # Backend preparation the host asks for: a MoE model's experts run as
+        # the backend can (the reference's `prepare_for_xnnpack`).
+        if params.experts and getattr(model, "_can_set_experts_implementation", lambda: False)():
+            model.set_experts_implementation(params.experts)
         if hasattr(model, "set_attn_implementation"):
             with contextlib.suppress(Exception):
                 model.set_attn_implementation("sdpa")
