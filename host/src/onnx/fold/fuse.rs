@@ -249,20 +249,10 @@ fn zero_spatial_pads(pad: &Node, rank: usize, constants: &Constants) -> Option<V
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::{floats_of, node};
     use super::*;
     use crate::onnx::proto as p;
     use crate::onnx::weights::Bytes;
-
-    fn node(op: &str, inputs: &[&str], output: &str, attributes: Vec<(&str, Attribute)>) -> Node {
-        Node {
-            op_type: op.into(),
-            domain: String::new(),
-            inputs: inputs.iter().map(|s| s.to_string()).collect(),
-            outputs: vec![output.into()],
-            attributes: attributes.into_iter().map(|(n, a)| (n.to_string(), a)).collect(),
-            function: None,
-        }
-    }
 
     fn floats(name: &str, dims: &[i64], values: &[f32]) -> Initializer<'static> {
         let header = p::TensorProto { dims: dims.to_vec(), data_type: Some(FLOAT), name: Some(name.into()), ..Default::default() };
@@ -275,8 +265,7 @@ mod tests {
     }
 
     fn values(initializers: &[Initializer], name: &str) -> Vec<f32> {
-        let init = initializers.iter().find(|i| i.header.name.as_deref() == Some(name)).unwrap();
-        init.bytes.to_vec().chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+        floats_of(initializers.iter().find(|i| i.header.name.as_deref() == Some(name)).unwrap())
     }
 
     #[test]

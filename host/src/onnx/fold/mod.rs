@@ -211,7 +211,8 @@ mod tests {
     use super::*;
     use crate::onnx::proto as p;
 
-    fn node(op: &str, inputs: &[&str], output: &str, attributes: Vec<(&str, Attribute)>) -> Node {
+    /// A main-graph node with one output (the fold tests' and `fuse.rs`'s).
+    pub(super) fn node(op: &str, inputs: &[&str], output: &str, attributes: Vec<(&str, Attribute)>) -> Node {
         Node {
             op_type: op.into(),
             domain: String::new(),
@@ -222,7 +223,7 @@ mod tests {
         }
     }
 
-    fn floats_of(init: &Initializer) -> Vec<f32> {
+    pub(super) fn floats_of(init: &Initializer) -> Vec<f32> {
         init.bytes.to_vec().chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
     }
 
