@@ -138,7 +138,7 @@ pub(super) fn merge(args: RunArgs) -> Result<RunOptions> {
     model.device = model.device.or(config.device.clone());
     model.dtype = model.dtype.or(config.dtype.clone());
     let trace = model.request()?;
-    // The deadline of a worker request: the trace's, and verification's.
+    // The deadline of a worker request: the trace's, ExecuTorch's lowering's, and verification's.
     let deadline = Duration::from_secs(model.trace_deadline_s.unwrap_or(600));
     let input = args.input.or(config.input.map(rel));
     let source = match (input, trace) {

@@ -175,15 +175,17 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
             Some(verify::Runtime::Onnx)
         }
         (Artifact::Pte(delegate), Program::Archive { pt2, graph }) => {
-            // ExecuTorch lowers the program after hfx's FX stages, saved as a `.pt2`.
+            // ExecuTorch lowers the program after hfx's FX stages, as a `.pt2`:
+            // the traced one where the stages left it as it was.
             let work = Scratch::beside(&output, "lower")?;
-            let program = work.path().join("program.pt2");
-            match &input {
-                Input::Traced(traced) if graph.changes() == changes_before => std::fs::copy(&traced.program, &program)
-                    .map(drop)
-                    .with_context(|| format!("writing {}", program.display()))?,
-                _ => emit::pt2(pt2, graph, &program)?,
-            }
+            let program = match &input {
+                Input::Traced(traced) if graph.changes() == changes_before => traced.program.clone(),
+                _ => {
+                    let program = work.path().join("program.pt2");
+                    emit::pt2(pt2, graph, &program)?;
+                    program
+                }
+            };
             progress.step("lower", &format!("ExecuTorch edge + {} partitioner, to_executorch", delegate.name()));
             let worker = match worker.as_mut() {
                 Some(w) => w,

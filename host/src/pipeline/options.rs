@@ -92,7 +92,7 @@ pub struct RunOptions {
     /// How trace workers start (memory limit); also the one `--verify` starts
     /// when nothing was traced.
     pub worker: WorkerOptions,
-    /// Deadline of a worker request that is not a trace (verification).
+    /// Deadline of a worker request that is not a trace (ExecuTorch's lowering, verification).
     pub verify_deadline: Duration,
 }
 
