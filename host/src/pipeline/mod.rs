@@ -187,10 +187,7 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
                 }
             };
             progress.step("lower", &format!("ExecuTorch edge + {} partitioner, to_executorch", delegate.name()));
-            let worker = match worker.as_mut() {
-                Some(w) => w,
-                None => worker.insert(start_worker(&options, progress)?),
-            };
+            let worker = kept_or_started(&mut worker, &options, progress)?;
             // Written in the scratch folder, then moved into place: a `.pte` is never half there.
             let pte = work.path().join("model.pte");
             let request = crate::trace::protocol::Lower { program, output: pte.clone(), delegate: *delegate };
@@ -208,10 +205,7 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
             Input::Pt2(path) | Input::IrJson(path) => reference_path(path),
         };
         progress.step("verify", &format!("{} against eager PyTorch", runtime.name()));
-        let worker = match worker.as_mut() {
-            Some(w) => w,
-            None => worker.insert(start_worker(&options, progress)?),
-        };
+        let worker = kept_or_started(&mut worker, &options, progress)?;
         verified = verify::run(worker, runtime, &target, &reference, options.verify_deadline)?;
         let data = crate::onnx::emit::data_file(&target);
         if data.exists() {
@@ -265,6 +259,15 @@ fn start_worker(options: &RunOptions, progress: Progress) -> Result<Worker> {
     let mut worker = Worker::start_with(&options.plugins.python(), WORKER_START, &options.worker)?;
     worker.on_progress = Some(Box::new(move |p| progress.step("trace", p.stage.description())));
     Ok(worker)
+}
+
+/// The worker kept from the trace, or a new one (a run that read its program
+/// from a file, or whose trace worker was not kept).
+fn kept_or_started<'w>(worker: &'w mut Option<Worker>, options: &RunOptions, progress: Progress) -> Result<&'w mut Worker> {
+    Ok(match worker {
+        Some(w) => w,
+        None => worker.insert(start_worker(options, progress)?),
+    })
 }
 
 fn load_plugins(options: &RunOptions, worker: Option<&Worker>, progress: Progress) -> Result<LoadedSet> {

@@ -72,10 +72,9 @@ fn ints_attr(node: &Node, name: &str) -> Option<Vec<i64>> {
 /// weights are appended to `initializers` (the old ones go when nothing
 /// reads them, at plan time).
 pub fn fuse(nodes: &mut Vec<Node>, initializers: &mut Vec<Initializer>, keep: &HashSet<&str>) -> FuseReport {
-    let mut report = FuseReport::default();
-    report.pads = fuse_pads(nodes, initializers, keep);
-    report.batch_norms = fuse_batch_norms(nodes, initializers, keep);
-    report
+    let pads = fuse_pads(nodes, initializers, keep);
+    let batch_norms = fuse_batch_norms(nodes, initializers, keep);
+    FuseReport { pads, batch_norms }
 }
 
 fn readers(nodes: &[Node]) -> HashMap<String, usize> {

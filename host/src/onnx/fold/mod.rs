@@ -100,7 +100,7 @@ pub fn fold<'a>(nodes: &mut Vec<Node>, initializers: &mut Vec<Initializer<'a>>, 
                     known.insert(name.clone(), value);
                     new_initializers.push(vec![name]);
                 }
-                node = merged;
+                node = *merged;
                 report.merged_pairs += 1;
             }
             _ => {}

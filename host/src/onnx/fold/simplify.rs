@@ -21,7 +21,7 @@ pub enum Simplified {
     Same(String),
     /// It and its producer are one node: this one (reading the producer's
     /// input), with a new constant input where it needs one (`name`, value).
-    Merged(Node, Option<(String, Known)>),
+    Merged(Box<Node>, Option<(String, Known)>),
 }
 
 /// The simplification of `node`, if any. `known` holds the values known so
@@ -67,7 +67,7 @@ pub fn simplify<'n>(node: &Node, known: &HashMap<String, Known>, producer: impl 
             let mut merged = node.clone();
             merged.inputs[0] = inner.inputs[0].clone();
             merged.attributes = vec![("perm".into(), Attribute::Ints(composed))];
-            Some(Simplified::Merged(merged, None))
+            Some(Simplified::Merged(Box::new(merged), None))
         }
         // Squeeze and Unsqueeze of the same axes undo each other (the
         // squeezed axes had size 1, or Squeeze would have failed; both
@@ -98,7 +98,7 @@ pub fn simplify<'n>(node: &Node, known: &HashMap<String, Known>, producer: impl 
             let name = format!("{}_axes", node.outputs[0]);
             let mut merged = node.clone();
             merged.inputs = vec![inner.inputs[0].clone(), name.clone()];
-            Some(Simplified::Merged(merged, Some((name, Known::ints(vec![combined.len() as i64], combined)))))
+            Some(Simplified::Merged(Box::new(merged), Some((name, Known::ints(vec![combined.len() as i64], combined)))))
         }
         // The outer shape decides alone when it names no 0 (which would copy
         // a dim of its input, the inner result): -1 is solved from the
@@ -112,7 +112,7 @@ pub fn simplify<'n>(node: &Node, known: &HashMap<String, Known>, producer: impl 
             let inner = from(0).filter(|p| p.op_type == "Reshape")?;
             let mut merged = node.clone();
             merged.inputs[0] = inner.inputs[0].clone();
-            Some(Simplified::Merged(merged, None))
+            Some(Simplified::Merged(Box::new(merged), None))
         }
         _ => None,
     }

@@ -157,24 +157,23 @@ fn slice_scatter(e: &Emit) -> Result<String> {
             _ => e.const_ints(&[e.int(name, default)?]),
         }
     };
+    let axis_size = match &meta.shape[dim as usize] {
+        Dim::Fixed(n) => Some(*n),
+        _ => None,
+    };
+    let (start, end, step) = (e.int("start", 0), e.int("end", i64::MAX), e.int("step", 1));
     // `x[:, :, 0] += y` writes back through slices of every position (0 to
-    // "the end", step 1): whatever the axis' size, the result is `src`
-    // (which torch requires to have the slice's, here `self`'s, shape).
-    if matches!((e.int("start", 0), e.int("end", i64::MAX), e.int("step", 1)), (Ok(0), Ok(end), Ok(1)) if end >= i32::MAX as i64) {
+    // "the end" or past the axis' size, step 1): the result is `src` (which
+    // torch requires to have the slice's, here `self`'s, shape).
+    let to_the_end = |end: i64| end >= i32::MAX as i64 || axis_size.is_some_and(|n| end >= n);
+    if matches!((&start, &end, &step), (Ok(0), Ok(end), Ok(1)) if to_the_end(*end)) {
         return Ok(src);
     }
     // An axis of fixed size and constant bounds: the positions are known now.
-    let known = match (&meta.shape[dim as usize], e.int("start", 0), e.int("end", i64::MAX), e.int("step", 1)) {
-        (Dim::Fixed(n), Ok(start), Ok(end), Ok(step)) if step > 0 => Some(slice_positions(*n, start, end, step)),
+    let known = match (axis_size, start, end, step) {
+        (Some(n), Ok(start), Ok(end), Ok(step)) if step > 0 => Some(slice_positions(n, start, end, step)),
         _ => None,
     };
-    if let Some(positions) = &known {
-        // Every position, in order, from a `src` of `self`'s shape: the result is `src`.
-        let whole = positions.iter().copied().eq(0..positions.len() as i64) && matches!(&meta.shape[dim as usize], Dim::Fixed(n) if *n == positions.len() as i64);
-        if whole && e.input_meta("src")?.shape == meta.shape {
-            return Ok(src);
-        }
-    }
     let positions = match known {
         Some(positions) => e.const_ints(&positions)?,
         None => {
