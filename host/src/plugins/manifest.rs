@@ -477,6 +477,23 @@ upstream-issue = "https://example.invalid/1"
         assert_eq!(m.upstream["torch"], ">=2.12, <2.16");
     }
 
+    /// `backend` is one name or a list of distinct ones; an empty or
+    /// repeating list is refused in one line; dynamo serves every backend.
+    #[test]
+    fn a_plugin_serves_one_backend_or_a_list() {
+        let both = Manifest::parse(&GOOD.replace(r#"backend = "onnx""#, r#"backend = ["onnx", "executorch"]"#)).unwrap();
+        assert!(both.plugin.backend.serve(Backend::Onnx) && both.plugin.backend.serve(Backend::ExecutorchXnnpack));
+        assert!(!both.plugin.backend.serve(Backend::Dynamo));
+        assert_eq!(both.plugin.backend.to_string(), "onnx,executorch");
+        let one = Manifest::parse(GOOD).unwrap();
+        assert!(one.plugin.backend.serve(Backend::Onnx) && !one.plugin.backend.serve(Backend::Executorch));
+        assert!(Backends::one(Backend::Dynamo).serve(Backend::Onnx));
+        for (list, expected) in [("[]", "an empty list"), (r#"["onnx", "onnx"]"#, "named twice")] {
+            let e = Manifest::parse(&GOOD.replace(r#"backend = "onnx""#, &format!("backend = {list}"))).unwrap_err();
+            assert!(e.contains(expected) && !e.contains('\n'), "{list}: {e}");
+        }
+    }
+
     #[test]
     fn rejects_unknown_fields_with_the_line() {
         let text = GOOD.replace("api = \"0.1\"", "api = \"0.1\"\ncolour = \"red\"");
