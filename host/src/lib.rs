@@ -8,6 +8,7 @@
 
 pub mod atomic;
 pub mod cli;
+pub mod executorch;
 pub mod graph;
 pub mod input;
 pub mod onnx;

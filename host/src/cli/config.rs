@@ -206,15 +206,13 @@ pub(super) fn merge(args: RunArgs) -> Result<RunOptions> {
     Ok(RunOptions { source, artifact, destination, backend, plugins: set.options()?, on_plugin_error, verify, worker, verify_deadline: deadline })
 }
 
-/// The `.pte` of an ExecuTorch backend: the delegates ExecuTorch lowers in
-/// the worker; the native portable emitter is not there yet.
+/// The `.pte` of an ExecuTorch backend: portable (hfx's native emitter), or
+/// a delegate ExecuTorch lowers in the worker.
 fn pte(backend: Backend) -> Result<Artifact> {
+    use crate::pipeline::options::Pte;
     match backend {
-        Backend::ExecutorchXnnpack => Ok(Artifact::Pte(Delegate::Xnnpack)),
-        Backend::Executorch => bail!(
-            "the portable ExecuTorch program (hfx's native .pte emitter) is not implemented yet: \
-             use --backend executorch.xnnpack (or --delegate xnnpack), or write the FX-fixed program with -o OUT.pt2"
-        ),
+        Backend::ExecutorchXnnpack => Ok(Artifact::Pte(Pte::Delegated(Delegate::Xnnpack))),
+        Backend::Executorch => Ok(Artifact::Pte(Pte::Portable)),
         Backend::ExecutorchCuda => bail!("the ExecuTorch CUDA delegate needs a CUDA GPU and is not implemented: use --backend executorch.xnnpack"),
         other => bail!("a .pte output needs an ExecuTorch backend (--backend executorch.xnnpack), not {other}"),
     }

@@ -66,8 +66,8 @@ impl ExportFolder {
                 config["ort_fusions"] = serde_json::Value::Null;
             }
             // The reference's `ExecutorchConfig` fields (its memory planning's defaults).
-            Artifact::Pte(delegate) => {
-                config["backend"] = json!(delegate.name());
+            Artifact::Pte(pte) => {
+                config["backend"] = json!(pte.name());
                 for field in ["alloc_graph_input", "alloc_graph_output", "alloc_mutable_buffers"] {
                     config[field] = json!(true);
                 }

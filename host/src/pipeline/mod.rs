@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-pub use options::{Artifact, Destination, OnnxOptions, RunOptions, Source, Trace};
-pub use summary::RunSummary;
+pub use options::{Artifact, Destination, OnnxOptions, Pte, RunOptions, Source, Trace};
+pub use summary::{Lowered, RunSummary};
 
 use emit::Program;
 use folder::ExportFolder;
@@ -88,7 +88,7 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
         // XNNPACK has no kernel for transformers' grouped experts (`_grouped_mm`,
         // `histc`): MoE experts run as `batched_mm`, as the reference's
         // `prepare_for_xnnpack` sets them.
-        if let Artifact::Pte(Delegate::Xnnpack) = options.artifact {
+        if let Artifact::Pte(Pte::Delegated(Delegate::Xnnpack)) = options.artifact {
             trace.request.experts = Some("batched_mm".into());
         }
     }
@@ -147,6 +147,7 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
         None => output.clone(),
     };
     let mut lowered = None;
+    let mut lowered_in_spec = None;
     let runtime = match (&options.artifact, &mut program) {
         (Artifact::IrJson, program) => {
             emit::ir_json(program.graph(), &output)?;
@@ -174,7 +175,7 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
             optimized = emitted.optimized.map(|o| (o, emitted.nodes));
             Some(verify::Runtime::Onnx)
         }
-        (Artifact::Pte(delegate), Program::Archive { pt2, graph }) => {
+        (Artifact::Pte(pte), Program::Archive { pt2, graph }) => {
             // ExecuTorch lowers the program after hfx's FX stages, as a `.pt2`:
             // the traced one where the stages left it as it was.
             let work = Scratch::beside(&output, "lower")?;
@@ -186,14 +187,37 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
                     program
                 }
             };
-            progress.step("lower", &format!("ExecuTorch edge + {} partitioner, to_executorch", delegate.name()));
             let worker = kept_or_started(&mut worker, &options, progress)?;
-            // Written in the scratch folder, then moved into place: a `.pte` is never half there.
-            let pte = work.path().join("model.pte");
-            let request = crate::trace::protocol::Lower { program, output: pte.clone(), delegate: *delegate };
-            let reply = worker.request(&request, options.verify_deadline).context("lowering with ExecuTorch")?;
-            crate::atomic::move_into_place(&pte, &target).with_context(|| format!("writing {}", target.display()))?;
-            Some(verify::Runtime::Executorch { in_spec: &lowered.insert(reply).in_spec })
+            let in_spec = match pte {
+                Pte::Delegated(delegate) => {
+                    progress.step("lower", &format!("ExecuTorch edge + {} partitioner, to_executorch", delegate.name()));
+                    // Written in the scratch folder, then moved into place: a `.pte` is never half there.
+                    let pte = work.path().join("model.pte");
+                    let request = crate::trace::protocol::Lower { program, output: pte.clone(), delegate: *delegate };
+                    let reply = worker.request(&request, options.verify_deadline).context("lowering with ExecuTorch")?;
+                    crate::atomic::move_into_place(&pte, &target).with_context(|| format!("writing {}", target.display()))?;
+                    let in_spec = reply.in_spec.clone();
+                    lowered = Some(Lowered::Delegated(reply));
+                    in_spec
+                }
+                Pte::Portable => {
+                    progress.step("lower", "ExecuTorch's edge decomposition (worker)");
+                    let edge_path = work.path().join("edge.pt2");
+                    let request = crate::trace::protocol::EdgeProgram { program, output: edge_path.clone() };
+                    let edge = worker.request(&request, options.verify_deadline).context("decomposing for ExecuTorch's edge dialect")?;
+                    progress.step("emit", "portable .pte (hfx's native emitter)");
+                    let started = Instant::now();
+                    let edge_pt2 = crate::graph::pt2::Pt2::open(&edge_path)?;
+                    let model = edge_pt2.programs.get("model").with_context(|| format!("{}: no `model` program", edge_path.display()))?;
+                    let edge_graph = crate::graph::pt2::convert::to_ir(model).map_err(anyhow::Error::msg).with_context(|| format!("{}", edge_path.display()))?;
+                    let specs = crate::executorch::write::Specs { inputs: &edge.in_spec, outputs: &edge.out_spec };
+                    let emitted = crate::executorch::emit(&edge_pt2, &edge_graph, specs, &target)?;
+                    let in_spec = edge.in_spec.clone();
+                    lowered = Some(Lowered::Portable { edge, emitted, emit: started.elapsed() });
+                    in_spec
+                }
+            };
+            Some(verify::Runtime::Executorch { in_spec: lowered_in_spec.insert(in_spec) })
         }
         (Artifact::Pt2 | Artifact::Onnx(_) | Artifact::Pte(_), Program::IrJson { .. }) => {
             bail!("a graph read from JSON can only be written as JSON (-o OUT.json)")

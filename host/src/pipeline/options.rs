@@ -42,10 +42,29 @@ pub enum Artifact {
     IrJson,
     /// An ONNX model (`--backend onnx`).
     Onnx(OnnxOptions),
-    /// An ExecuTorch program (`--backend executorch.xnnpack`): the program
-    /// after hfx's FX stages, lowered by ExecuTorch with the delegate's
-    /// partitioner in the worker.
-    Pte(Delegate),
+    /// An ExecuTorch program: portable (`--backend executorch`, emitted by
+    /// hfx) or with a delegate (`--backend executorch.xnnpack`, lowered by
+    /// ExecuTorch with the delegate's partitioner in the worker).
+    Pte(Pte),
+}
+
+/// How a `.pte` is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pte {
+    /// Every op a portable kernel: hfx's native emitter (`crate::executorch`).
+    Portable,
+    /// A delegate's payload, built by ExecuTorch's own code in the worker.
+    Delegated(Delegate),
+}
+
+impl Pte {
+    /// The name the export folder records (`ExecutorchConfig.backend`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Pte::Portable => "portable",
+            Pte::Delegated(d) => d.name(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -5,10 +5,16 @@ use std::time::Duration;
 
 use super::trace::{FixedAxis, TraceSummary};
 use super::verify;
-use crate::trace::protocol::{Check, LowerReply};
+use crate::trace::protocol::{Check, EdgeProgramReply, LowerReply};
 use crate::onnx::optimize::OptimizeReport;
 use crate::plugins::Skipped;
 use crate::stages::StageReport;
+
+/// How a `.pte` was made: by ExecuTorch with a delegate, or by hfx's native emitter.
+pub enum Lowered {
+    Delegated(LowerReply),
+    Portable { edge: EdgeProgramReply, emitted: crate::executorch::Emitted, emit: Duration },
+}
 
 pub struct RunSummary {
     pub trace: Option<TraceSummary>,
@@ -23,8 +29,8 @@ pub struct RunSummary {
     pub stages: Vec<StageReport>,
     /// The generic ONNX passes and the model's node count after them.
     pub optimized: Option<(OptimizeReport, usize)>,
-    /// What ExecuTorch's lowering made of the program (`.pte`).
-    pub lowered: Option<LowerReply>,
+    /// What the `.pte`'s lowering made of the program.
+    pub lowered: Option<Lowered>,
     pub verified: Vec<Check>,
     pub emit: Duration,
     pub skipped: Vec<Skipped>,
@@ -35,7 +41,21 @@ pub struct RunSummary {
 
 impl RunSummary {
     pub fn print(&self, verbose: u8) {
-        if let Some(l) = &self.lowered {
+        if let Some(Lowered::Portable { edge, emitted, emit }) = &self.lowered {
+            println!("stage {:<18} {:>8.2} s   ExecuTorch's edge decomposition (worker)", "edge-decompose", edge.seconds);
+            println!(
+                "stage {:<18} {:>8.2} ms  {} kernel call(s), {} operator(s), {} value(s); planned arena {} bytes; {} bytes ({} of constants)",
+                "pte-emit",
+                emit.as_secs_f64() * 1e3,
+                emitted.instructions,
+                emitted.operators,
+                emitted.values,
+                emitted.arena,
+                emitted.written.bytes,
+                emitted.written.constant_bytes
+            );
+        }
+        if let Some(Lowered::Delegated(l)) = &self.lowered {
             println!(
                 "stage {:<18} {:>8.2} s   edge + partitioner {:.2} s, to_executorch {:.2} s; delegated {} node(s), {} portable kernel call(s); {} bytes",
                 "lower",

@@ -23,7 +23,7 @@ use crate::plugins::Versions;
 
 /// The protocol version; the worker's `protocol.PROTOCOL` is the same number.
 /// Any change to a message below is a new version.
-pub const PROTOCOL: u64 = 7;
+pub const PROTOCOL: u64 = 8;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -238,6 +238,29 @@ pub struct LowerReply {
     pub edge_seconds: f64,
     pub executorch_seconds: f64,
     pub bytes: u64,
+}
+
+/// `edge_program`: a `.pt2` (the program after hfx's FX stages) decomposed
+/// with ExecuTorch's edge decomposition table, saved as a `.pt2`: what the
+/// native portable emitter starts from.
+#[derive(Debug, Clone, Serialize)]
+pub struct EdgeProgram {
+    pub program: PathBuf,
+    pub output: PathBuf,
+}
+
+impl Method for EdgeProgram {
+    const NAME: &'static str = "edge_program";
+    type Reply = EdgeProgramReply;
+}
+
+/// The edge program's method specs (torch's pytree JSON) and how long the decomposition took.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EdgeProgramReply {
+    pub in_spec: String,
+    pub out_spec: String,
+    pub seconds: f64,
 }
 
 /// `capture_values`: the values at `names` (node outputs, inputs) when the

@@ -14,7 +14,7 @@ non-core ops kept whole.
 import os
 import time
 
-from .protocol import LowerParams, LowerReply
+from .protocol import EdgeProgramParams, EdgeProgramReply, LowerParams, LowerReply
 from .pytree import load_exported
 
 # The non-core ATen ops the reference lets through the edge verifier for
@@ -75,3 +75,20 @@ def lower(_session, params: LowerParams) -> LowerReply:
     return LowerReply(in_spec=in_spec, delegated_nodes=delegated, portable_nodes=portable,
                       edge_seconds=edge_seconds, executorch_seconds=executorch_seconds,
                       bytes=os.path.getsize(params.output))
+
+
+def edge_program(_session, params: EdgeProgramParams) -> EdgeProgramReply:
+    """The program in ExecuTorch's edge opset (its decomposition table, as
+    `to_edge` runs it), for hfx's native portable emitter: the only step of
+    the portable path that needs Python, because decompositions are Python
+    functions traced by torch."""
+    import torch
+    from executorch.exir.tracer import _default_decomposition_table
+
+    program = load_exported(params.program)
+    started = time.monotonic()
+    edge = program.run_decompositions(_default_decomposition_table())
+    torch.export.save(edge, params.output)
+    dumps = torch.utils._pytree.treespec_dumps
+    return EdgeProgramReply(in_spec=dumps(edge.call_spec.in_spec), out_spec=dumps(edge.call_spec.out_spec),
+                            seconds=time.monotonic() - started)

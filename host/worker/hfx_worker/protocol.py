@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Optional, Union
 
 # The protocol version; the host's `trace::protocol::PROTOCOL` is the same number.
-PROTOCOL = 7
+PROTOCOL = 8
 
 # The steps of a `trace` request, in order, as progress names them (the host's
 # `TraceStep`). `export` runs torch.export under the reference exporter's
@@ -194,6 +194,16 @@ class LowerParams:
     program: str
     output: str
     delegate: str
+
+
+@dataclass
+class EdgeProgramParams:
+    """`edge_program`: the `.pt2` at `program` decomposed with ExecuTorch's
+    edge decomposition table (core ATen), saved to `output` (a `.pt2`): what
+    hfx's native portable emitter starts from."""
+    NAME: ClassVar[str] = "`edge_program` request"
+    program: str
+    output: str
 
 
 @dataclass
@@ -383,6 +393,14 @@ class LowerReply:
     edge_seconds: float
     executorch_seconds: float
     bytes: int
+
+
+@dataclass
+class EdgeProgramReply:
+    """The method's input and output pytree specs, and the decomposition's seconds."""
+    in_spec: str
+    out_spec: str
+    seconds: float
 
 
 @dataclass

@@ -15,9 +15,9 @@ import traceback
 from . import protocol
 from .opinfo import check_sample, op_infos, op_samples
 from .protocol import (CaptureProgramParams, CaptureValuesParams, Channel, CheckSampleParams, ErrorReply, HelloParams, HelloReply,
-                       LowerParams, OpInfosParams, OpSamplesParams, PatchesRestoredParams, ProtocolError, Request, RunCaseParams, TraceParams,
+                       EdgeProgramParams, LowerParams, OpInfosParams, OpSamplesParams, PatchesRestoredParams, ProtocolError, Request, RunCaseParams, TraceParams,
                        VerifyParams)
-from .lower import lower
+from .lower import edge_program, lower
 from .sandbox import Reach, patch_status
 from .selftest import capture_program, capture_values, run_case
 from .trace import trace
@@ -82,6 +82,7 @@ METHODS = {
     "patches_restored": (PatchesRestoredParams, patches_restored),
     "verify": (VerifyParams, verify),
     "lower": (LowerParams, lower),
+    "edge_program": (EdgeProgramParams, edge_program),
     "capture_values": (CaptureValuesParams, capture_values),
     "capture_program": (CaptureProgramParams, capture_program),
     "run_case": (RunCaseParams, run_case),

@@ -1,0 +1,99 @@
+//! Symbolic sizes as upper bounds: the portable runtime plans memory for the
+//! largest tensor a dynamic axis allows (`DYNAMIC_BOUND`), and resizes within
+//! it at run time. A size expression is evaluated over intervals: each symbol
+//! ranges over its range constraint.
+
+use std::collections::BTreeMap;
+
+use crate::graph::pt2::sympy::{self, Expr};
+use crate::graph::{Dim, Graph, RangeConstraint};
+
+/// The upper bound of each size, or why there is none.
+pub struct Bounds<'g> {
+    graph: &'g Graph,
+    ranges: &'g BTreeMap<String, RangeConstraint>,
+}
+
+impl<'g> Bounds<'g> {
+    pub fn new(graph: &'g Graph) -> Self {
+        Bounds { graph, ranges: graph.range_constraints() }
+    }
+
+    /// The largest value `dim` takes.
+    pub fn upper(&self, dim: &Dim) -> Result<i64, String> {
+        match dim {
+            Dim::Fixed(n) => Ok(*n),
+            Dim::Symbolic(printed) => {
+                let expr = match self.graph.exprs().get(printed) {
+                    Some(e) => sympy::parse(&e.srepr)?,
+                    None => Expr::Symbol(printed.clone()),
+                };
+                let (_, hi) = self.interval(&expr).map_err(|e| format!("size `{printed}`: {e}"))?;
+                Ok(hi)
+            }
+        }
+    }
+
+    fn interval(&self, e: &Expr) -> Result<(i64, i64), String> {
+        let checked = |v: Option<i64>| v.ok_or_else(|| "overflows 64 bits".to_string());
+        Ok(match e {
+            Expr::Integer(n) => (*n, *n),
+            Expr::Symbol(s) => {
+                let range = self.ranges.get(s).ok_or_else(|| format!("symbol `{s}` has no range"))?;
+                let max = range.max.ok_or_else(|| {
+                    format!("symbol `{s}` has no upper bound (give --dynamic-shapes a max: the portable runtime plans memory for the largest size)")
+                })?;
+                (range.min, max)
+            }
+            Expr::Call(f, args) => {
+                let xs = args.iter().map(|a| self.interval(a)).collect::<Result<Vec<_>, _>>()?;
+                let corners = |a: (i64, i64), b: (i64, i64), op: fn(i64, i64) -> Option<i64>| -> Result<(i64, i64), String> {
+                    let v = [op(a.0, b.0), op(a.0, b.1), op(a.1, b.0), op(a.1, b.1)];
+                    let v = v.into_iter().map(checked).collect::<Result<Vec<_>, _>>()?;
+                    Ok((*v.iter().min().unwrap(), *v.iter().max().unwrap()))
+                };
+                match (f.as_str(), xs.as_slice()) {
+                    ("Add", [first, rest @ ..]) => rest.iter().try_fold(*first, |a, b| corners(a, *b, i64::checked_add))?,
+                    ("Mul", [first, rest @ ..]) => rest.iter().try_fold(*first, |a, b| corners(a, *b, i64::checked_mul))?,
+                    ("Max", [first, rest @ ..]) => rest.iter().fold(*first, |a, b| (a.0.max(b.0), a.1.max(b.1))),
+                    ("Min", [first, rest @ ..]) => rest.iter().fold(*first, |a, b| (a.0.min(b.0), a.1.min(b.1))),
+                    ("FloorDiv", [a, b]) if b.0 > 0 => corners(*a, *b, |x, y| Some(x.div_euclid(y)))?,
+                    ("CleanDiv" | "IntTrueDiv", [a, b]) if b.0 > 0 => corners(*a, *b, |x, y| Some(x.div_euclid(y)))?,
+                    ("CeilDiv", [a, b]) if b.0 > 0 => corners(*a, *b, |x, y| Some(-(-x).div_euclid(y)))?,
+                    ("Mod" | "PythonMod", [a, b]) if b.0 > 0 && a.0 >= 0 => (0, (b.1 - 1).min(a.1)),
+                    ("Pow", [a, (n, m)]) if n == m && *n >= 0 && a.0 >= 0 => {
+                        let p = u32::try_from(*n).map_err(|_| "exponent too large".to_string())?;
+                        (checked(a.0.checked_pow(p))?, checked(a.1.checked_pow(p))?)
+                    }
+                    _ => return Err(format!("no upper bound for `{}`", sympy::print(e))),
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_are_bounded_by_their_symbols_ranges() {
+        let mut g = Graph::new();
+        g.set_range_constraint("s0", RangeConstraint { min: 2, max: Some(64) }).unwrap();
+        g.set_range_constraint("s1", RangeConstraint { min: 1, max: None }).unwrap();
+        let b = Bounds::new(&g);
+        assert_eq!(b.upper(&Dim::Fixed(7)), Ok(7));
+        assert_eq!(b.upper(&Dim::Symbolic("s0".into())), Ok(64));
+        let upper = |e: Expr| b.interval(&e).map(|i| i.1);
+        let s0 = || Expr::Symbol("s0".into());
+        let call = |f: &str, args: Vec<Expr>| Expr::Call(f.into(), args);
+        assert_eq!(upper(call("Mul", vec![Expr::Integer(2), s0()])), Ok(128));
+        assert_eq!(upper(call("Add", vec![s0(), Expr::Integer(-1)])), Ok(63));
+        assert_eq!(upper(call("Add", vec![Expr::Integer(100), call("Mul", vec![Expr::Integer(-1), s0()])])), Ok(98), "decreasing in s0: its minimum");
+        assert_eq!(upper(call("FloorDiv", vec![s0(), Expr::Integer(3)])), Ok(21));
+        assert_eq!(upper(call("Mod", vec![s0(), Expr::Integer(4)])), Ok(3));
+        let e = b.upper(&Dim::Symbolic("s1".into())).unwrap_err();
+        assert!(e.contains("`s1` has no upper bound"), "{e}");
+        assert!(upper(call("Sin", vec![s0()])).unwrap_err().contains("no upper bound for `Sin(s0)`"));
+    }
+}

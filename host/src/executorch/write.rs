@@ -1,0 +1,226 @@
+//! The `.pte` file: the program as a FlatBuffer (`ET12`), a 32-byte extended
+//! header (`eh00`) spliced in at byte 8, and the constants in segment 0,
+//! 128-byte aligned, each tensor padded to 16 bytes and streamed from the
+//! `.pt2`'s memory map (never copied into memory first).
+
+use std::io::{self, Write};
+use std::path::Path;
+
+use flatbuffers::{FlatBufferBuilder, WIPOffset};
+
+use super::lower::{EValue, Program, Storage};
+use super::memory::Plan;
+use super::program_generated::executorch_flatbuffer as fb;
+
+const SEGMENT_ALIGNMENT: u64 = 128;
+const CONSTANT_ALIGNMENT: u64 = 16;
+const HEADER_LENGTH: usize = 32;
+
+/// The method's pytree specs (torch's `treespec_dumps`), kept for runners
+/// that rebuild structured inputs and outputs.
+pub struct Specs<'a> {
+    pub inputs: &'a str,
+    pub outputs: &'a str,
+}
+
+/// What was written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Written {
+    pub bytes: u64,
+    pub program_bytes: u64,
+    pub constant_bytes: u64,
+}
+
+fn align(n: u64, to: u64) -> u64 {
+    n.div_ceil(to) * to
+}
+
+/// Writes `program` with its memory `plan` and constant bytes to `path`, atomically.
+pub fn write(program: &Program, plan: &Plan, constants: &[&[u8]], specs: Specs, path: &Path) -> io::Result<Written> {
+    // Constant k (1-based: offsets[0] is reserved) at offsets[k] in segment 0.
+    let mut offsets = vec![0u64];
+    let mut at = 0u64;
+    for c in constants {
+        offsets.push(at);
+        at = align(at + c.len() as u64, CONSTANT_ALIGNMENT);
+    }
+    let segment_size = at;
+    let flatbuffer = flatbuffer(program, plan, &offsets, segment_size, specs);
+    // Splice the extended header in after the root offset and the identifier.
+    let program_size = (flatbuffer.len() + HEADER_LENGTH) as u64;
+    let segment_base = align(program_size, SEGMENT_ALIGNMENT);
+    let root = u32::from_le_bytes(flatbuffer[0..4].try_into().expect("a finished buffer starts with its root offset")) + HEADER_LENGTH as u32;
+    let mut header = Vec::with_capacity(8 + HEADER_LENGTH);
+    header.extend_from_slice(&root.to_le_bytes());
+    header.extend_from_slice(&flatbuffer[4..8]);
+    header.extend_from_slice(b"eh00");
+    header.extend_from_slice(&(HEADER_LENGTH as u32).to_le_bytes());
+    header.extend_from_slice(&program_size.to_le_bytes());
+    header.extend_from_slice(&segment_base.to_le_bytes());
+    header.extend_from_slice(&segment_size.to_le_bytes());
+    crate::atomic::write_atomically(path, |file| {
+        let mut out = io::BufWriter::with_capacity(1 << 20, file);
+        out.write_all(&header)?;
+        out.write_all(&flatbuffer[8..])?;
+        out.write_all(&vec![0u8; (segment_base - program_size) as usize])?;
+        let zeros = [0u8; CONSTANT_ALIGNMENT as usize];
+        for c in constants {
+            out.write_all(c)?;
+            let pad = align(c.len() as u64, CONSTANT_ALIGNMENT) - c.len() as u64;
+            out.write_all(&zeros[..pad as usize])?;
+        }
+        out.flush()
+    })?;
+    Ok(Written { bytes: segment_base + segment_size, program_bytes: program_size, constant_bytes: segment_size })
+}
+
+fn flatbuffer(program: &Program, plan: &Plan, constant_offsets: &[u64], segment_size: u64, specs: Specs) -> Vec<u8> {
+    let mut b = FlatBufferBuilder::with_capacity(1 << 16);
+    let offset_of: std::collections::HashMap<u32, u64> = plan.offsets.iter().copied().collect();
+    let root = |i: u32| match &program.values[i as usize] {
+        EValue::Tensor(t) => match t.storage {
+            Storage::Alias(r) => r,
+            _ => i,
+        },
+        _ => i,
+    };
+    let mut values = Vec::with_capacity(program.values.len());
+    for (i, v) in program.values.iter().enumerate() {
+        let (kind, val) = match v {
+            EValue::Null => (fb::KernelTypes::Null, fb::Null::create(&mut b, &fb::NullArgs {}).as_union_value()),
+            EValue::Int(n) => (fb::KernelTypes::Int, fb::Int::create(&mut b, &fb::IntArgs { int_val: *n }).as_union_value()),
+            EValue::Bool(x) => (fb::KernelTypes::Bool, fb::Bool::create(&mut b, &fb::BoolArgs { bool_val: *x }).as_union_value()),
+            EValue::Double(x) => (fb::KernelTypes::Double, fb::Double::create(&mut b, &fb::DoubleArgs { double_val: *x }).as_union_value()),
+            EValue::Str(s) => {
+                let s = b.create_string(s);
+                (fb::KernelTypes::String, fb::String::create(&mut b, &fb::StringArgs { string_val: Some(s) }).as_union_value())
+            }
+            EValue::IntList(items) => {
+                let items: Vec<i64> = items.iter().map(|&x| x as i64).collect();
+                let items = b.create_vector(&items);
+                (fb::KernelTypes::IntList, fb::IntList::create(&mut b, &fb::IntListArgs { items: Some(items) }).as_union_value())
+            }
+            EValue::DoubleList(items) => {
+                let items = b.create_vector(items);
+                (fb::KernelTypes::DoubleList, fb::DoubleList::create(&mut b, &fb::DoubleListArgs { items: Some(items) }).as_union_value())
+            }
+            EValue::BoolList(items) => {
+                let items = b.create_vector(items);
+                (fb::KernelTypes::BoolList, fb::BoolList::create(&mut b, &fb::BoolListArgs { items: Some(items) }).as_union_value())
+            }
+            EValue::TensorList(items) => {
+                let items: Vec<i32> = items.iter().map(|&x| x as i32).collect();
+                let items = b.create_vector(&items);
+                (fb::KernelTypes::TensorList, fb::TensorList::create(&mut b, &fb::TensorListArgs { items: Some(items) }).as_union_value())
+            }
+            EValue::OptionalTensorList(items) => {
+                let items = b.create_vector(items);
+                (fb::KernelTypes::OptionalTensorList, fb::OptionalTensorList::create(&mut b, &fb::OptionalTensorListArgs { items: Some(items) }).as_union_value())
+            }
+            EValue::Tensor(t) => {
+                let sizes = b.create_vector(&t.sizes);
+                let dim_order = b.create_vector(&t.dim_order);
+                let (data_buffer_idx, allocation) = match t.storage {
+                    Storage::Constant(c) => (c as u32 + 1, None),
+                    Storage::Planned | Storage::Alias(_) => (0, offset_of.get(&root(i as u32)).copied()),
+                    Storage::Empty => (0, None),
+                };
+                let allocation_info = allocation.map(|offset| {
+                    fb::AllocationDetails::create(
+                        &mut b,
+                        &fb::AllocationDetailsArgs { memory_id: 1, memory_offset_low: offset as u32, memory_offset_high: (offset >> 32) as u32 },
+                    )
+                });
+                let dynamism = if t.dynamic { fb::TensorShapeDynamism::DYNAMIC_BOUND } else { fb::TensorShapeDynamism::STATIC };
+                let tensor = fb::Tensor::create(
+                    &mut b,
+                    &fb::TensorArgs {
+                        scalar_type: fb::ScalarType(t.scalar_type),
+                        storage_offset: 0,
+                        sizes: Some(sizes),
+                        dim_order: Some(dim_order),
+                        requires_grad: false,
+                        data_buffer_idx,
+                        allocation_info,
+                        layout: 0,
+                        shape_dynamism: dynamism,
+                        extra_tensor_info: None,
+                    },
+                );
+                (fb::KernelTypes::Tensor, tensor.as_union_value())
+            }
+        };
+        values.push(fb::EValue::create(&mut b, &fb::EValueArgs { val_type: kind, val: Some(val) }));
+    }
+    let values = b.create_vector(&values);
+    let instructions: Vec<WIPOffset<fb::Instruction>> = program
+        .chain
+        .iter()
+        .map(|call| {
+            let args: Vec<i32> = call.args.iter().map(|&a| a as i32).collect();
+            let args = b.create_vector(&args);
+            let kernel = fb::KernelCall::create(&mut b, &fb::KernelCallArgs { op_index: call.operator as i32, args: Some(args) });
+            fb::Instruction::create(&mut b, &fb::InstructionArgs { instr_args_type: fb::InstructionArguments::KernelCall, instr_args: Some(kernel.as_union_value()) })
+        })
+        .collect();
+    let instructions = b.create_vector(&instructions);
+    let inputs: Vec<i32> = program.inputs.iter().map(|&x| x as i32).collect();
+    let outputs: Vec<i32> = program.outputs.iter().map(|&x| x as i32).collect();
+    let chain_inputs = b.create_vector(&inputs);
+    let chain_outputs = b.create_vector(&outputs);
+    let chain = fb::Chain::create(&mut b, &fb::ChainArgs { inputs: Some(chain_inputs), outputs: Some(chain_outputs), instructions: Some(instructions), stacktrace: None });
+    let chains = b.create_vector(&[chain]);
+    let operators: Vec<_> = program
+        .operators
+        .iter()
+        .map(|(name, overload)| {
+            let name = b.create_string(name);
+            let overload = b.create_string(overload);
+            fb::Operator::create(&mut b, &fb::OperatorArgs { name: Some(name), overload: Some(overload) })
+        })
+        .collect();
+    let operators = b.create_vector(&operators);
+    let delegates = b.create_vector::<WIPOffset<fb::BackendDelegate>>(&[]);
+    let buffer_sizes = b.create_vector(&[0i64, plan.arena as i64]);
+    let plan_inputs = b.create_vector(&inputs);
+    let plan_outputs = b.create_vector(&outputs);
+    let name = b.create_string("forward");
+    let encoded_inp_str = b.create_string(specs.inputs);
+    let encoded_out_str = b.create_string(specs.outputs);
+    let container = fb::ContainerMetadata::create(&mut b, &fb::ContainerMetadataArgs { encoded_inp_str: Some(encoded_inp_str), encoded_out_str: Some(encoded_out_str) });
+    let execution_plan = fb::ExecutionPlan::create(
+        &mut b,
+        &fb::ExecutionPlanArgs {
+            name: Some(name),
+            container_meta_type: Some(container),
+            values: Some(values),
+            inputs: Some(plan_inputs),
+            outputs: Some(plan_outputs),
+            chains: Some(chains),
+            operators: Some(operators),
+            delegates: Some(delegates),
+            non_const_buffer_sizes: Some(buffer_sizes),
+            non_const_buffer_device: None,
+        },
+    );
+    let plans = b.create_vector(&[execution_plan]);
+    let segment = fb::DataSegment::create(&mut b, &fb::DataSegmentArgs { offset: 0, size_: segment_size });
+    let segments = b.create_vector(&[segment]);
+    let offsets = b.create_vector(constant_offsets);
+    let constant_segment = fb::SubsegmentOffsets::create(&mut b, &fb::SubsegmentOffsetsArgs { segment_index: 0, offsets: Some(offsets) });
+    let root = fb::Program::create(
+        &mut b,
+        &fb::ProgramArgs {
+            version: 0,
+            execution_plan: Some(plans),
+            constant_buffer: None,
+            backend_delegate_data: None,
+            segments: Some(segments),
+            constant_segment: Some(constant_segment),
+            mutable_data_segments: None,
+            named_data: None,
+        },
+    );
+    fb::finish_program_buffer(&mut b, root);
+    b.finished_data().to_vec()
+}
