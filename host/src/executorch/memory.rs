@@ -53,10 +53,11 @@ pub fn plan(program: &Program) -> Plan {
     for (at, call) in program.chain.iter().enumerate() {
         for &a in &call.args {
             touch(a as usize, at + 1, &mut first, &mut last);
-            if let EValue::TensorList(items) = &program.values[a as usize] {
-                for &item in items {
-                    touch(item as usize, at + 1, &mut first, &mut last);
-                }
+            // A list's tensors are read (or written) where the list is.
+            match &program.values[a as usize] {
+                EValue::TensorList(items) => items.iter().for_each(|&t| touch(t as usize, at + 1, &mut first, &mut last)),
+                EValue::OptionalTensorList(items) => items.iter().filter(|&&t| t >= 0).for_each(|&t| touch(t as usize, at + 1, &mut first, &mut last)),
+                _ => {}
             }
         }
     }
