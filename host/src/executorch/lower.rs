@@ -229,6 +229,13 @@ impl Lowering<'_> {
         {
             if let Some(Argument::Tensor(base)) = node.inputs.first().map(|a| &a.value) {
                 let base_id = self.id(id, *base)?;
+                // An alias has the base's sizes, whatever they are at run time:
+                // the base's own value (a value of its own would keep the upper
+                // bounds of a dynamic size, never resized).
+                if node.target == "aten.alias.default" {
+                    self.ids.insert(outputs[0], base_id);
+                    return Ok(());
+                }
                 let root = match &self.program.values[base_id as usize] {
                     EValue::Tensor(Tensor { storage: Storage::Alias(r), .. }) => *r,
                     _ => base_id,
@@ -242,7 +249,7 @@ impl Lowering<'_> {
                 let dynamic = t.dynamic;
                 let out = self.push(EValue::Tensor(t));
                 self.ids.insert(outputs[0], out);
-                if dynamic && node.target != "aten.alias.default" {
+                if dynamic {
                     // Spelled as ExecuTorch's emitter spells it (overload `default`).
                     let op = self.named_operator("executorch_prim::et_view", "default");
                     let size = match node.inputs.get(1).map(|a| &a.value) {

@@ -29,7 +29,6 @@ use scratch::Scratch;
 use trace::Traced;
 use crate::graph::Graph;
 use crate::plugins::loading::{LoadedSet, Purpose};
-use crate::trace::protocol::Delegate;
 use crate::trace::Worker;
 
 /// Progress lines on stderr (stdout is the summary), when `shown`.
@@ -85,10 +84,10 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
         // An ONNX export reads the weights once, to emit them: the worker need
         // not pack them into the (intermediate) `.pt2`.
         trace.request.side_weights = matches!(options.artifact, Artifact::Onnx(_));
-        // XNNPACK has no kernel for transformers' grouped experts (`_grouped_mm`,
-        // `histc`): MoE experts run as `batched_mm`, as the reference's
-        // `prepare_for_xnnpack` sets them.
-        if let Artifact::Pte(Pte::Delegated(Delegate::Xnnpack)) = options.artifact {
+        // Neither XNNPACK nor the portable kernels run transformers' grouped
+        // experts (`_grouped_mm`, `histc`, `sort`): MoE experts run as
+        // `batched_mm`, as the reference's `prepare_for_xnnpack` sets them.
+        if let Artifact::Pte(_) = options.artifact {
             trace.request.experts = Some("batched_mm".into());
         }
     }
