@@ -1,19 +1,27 @@
-"""A Llama to ExecuTorch with the XNNPACK delegate: `hfx run --backend
-executorch --delegate xnnpack` against the reference
-`ExecutorchExporter().export(model, inputs, config=ExecutorchConfig(backend="xnnpack"))`
-+ `save_pretrained`, same model (same seed and config), same inputs, static,
-alternating, ROUNDS runs each (the median reported).
+"""A Llama to ExecuTorch, three programs side by side in one run:
+
+- the reference: `ExecutorchExporter().export(model, inputs,
+  config=ExecutorchConfig(backend="xnnpack"))` + `save_pretrained`;
+- hfx's XNNPACK program: `hfx run --backend executorch --delegate xnnpack`
+  (hfx traces and fixes, ExecuTorch's partitioner lowers in the worker);
+- hfx's portable program: `hfx run --backend executorch` (hfx decomposes in
+  the worker, then lowers, plans memory and writes the `.pte` natively).
+
+Same model (same seed and config), same inputs, static, alternating, ROUNDS
+runs each (medians reported).
 
     cargo build --release -p hfx && cargo xtask build-plugins
     .venv/bin/python bench/executorch_bench.py [tiny|125m] [ROUNDS]     # HFX=PATH for another hfx binary
 
 Each side is a fresh process tree: wall time around it, peak RSS as the
 largest sum of VmRSS over the tree (hfx + its worker), sampled every 10 ms.
-Then both `.pte` files run in the ExecuTorch runtime on the same inputs (one
-process, alternating, median of 20 forwards each) and against eager.
-
-Not measured here yet: hfx's native portable emission and its memory plan
-against ExecuTorch's planner (the portable emitter does not exist yet).
+hfx's own stage times come from its summary (`stage edge-decompose` is the
+worker's decomposition, `stage pte-emit` the native lowering, planning and
+writing). The planned arena of hfx's portable program is compared with
+ExecuTorch's own planner (`to_edge` + `to_executorch`, greedy, no delegate)
+on the same model and inputs. Then every `.pte` runs in the ExecuTorch
+runtime on the same inputs (one process, alternating, median of 20 forwards
+each) and against eager.
 """
 
 import json
@@ -61,6 +69,20 @@ def reference_side(size, folder):
     print(json.dumps({"export_s": exported_at - start, "save_s": time.perf_counter() - exported_at}))
 
 
+def planner_side(size):
+    """ExecuTorch's own portable program for the same model: its planner's arena
+    (memory id 1 of `non_const_buffer_sizes`) and its `.pte` size."""
+    import torch
+    from executorch.exir import to_edge
+
+    model, inputs = MODELS[size][1]()
+    with torch.no_grad():
+        program = torch.export.export(model, (), kwargs=inputs)
+    executorch = to_edge(program).to_executorch()
+    plan = executorch.executorch_program.execution_plan[0]
+    print(json.dumps({"arena": plan.non_const_buffer_sizes[1], "pte_bytes": len(executorch.buffer)}))
+
+
 def runtime_side(size, paths):
     """Median forward latency of each `.pte` in the ExecuTorch runtime, and its max error against eager."""
     import torch
@@ -82,6 +104,24 @@ def runtime_side(size, paths):
     print(json.dumps({p: {"latency_ms": statistics.median(t) * 1e3, "max_abs": errors[p]} for p, t in times.items()}))
 
 
+def python_json(args, env):
+    """The last stdout line of `python executorch_bench.py ARGS`, as JSON."""
+    done = subprocess.run([PYTHON, __file__, *args], capture_output=True, text=True, env=env, cwd=ROOT)
+    if done.returncode != 0:
+        raise SystemExit(done.stderr[-3000:])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def stage_lines(stdout, names):
+    """hfx's summary lines of the named stages (`stage pte-emit ...`)."""
+    return [line.strip() for line in stdout.splitlines() if any(line.startswith(f"stage {name}") for name in names)]
+
+
+def stage_ms(line):
+    """The milliseconds of a `stage NAME  12.34 ms ...` summary line."""
+    return float(line.split()[2])
+
+
 def main(size, rounds):
     os.makedirs(OUT, exist_ok=True)
     # HFX=target/debug/hfx measures a debug build (the host's part of an ExecuTorch export is small).
@@ -89,39 +129,52 @@ def main(size, rounds):
     env = {**os.environ, "PYTHONPATH": HERE}
     function = MODELS[size][0]
     module, name = (function.split(":") if ":" in function else ("executorch_bench", function))
-    hfx_pte = os.path.join(OUT, f"hfx-{size}.pte")
     ref_dir = os.path.join(OUT, f"reference-{size}")
-    hfx_command = [hfx, "run", "--backend", "executorch", "--delegate", "xnnpack", "--plugins", os.path.join(ROOT, "plugins"),
-                   "--model-fn", f"python:{module}:{name}", "-o", hfx_pte, "--python", PYTHON]
-    results = {"hfx": [], "reference": []}
-    lower = []
+    ptes = {"reference": os.path.join(ref_dir, "model.pte"),
+            "hfx-xnnpack": os.path.join(OUT, f"hfx-xnnpack-{size}.pte"),
+            "hfx-portable": os.path.join(OUT, f"hfx-portable-{size}.pte")}
+    commands = {"reference": [PYTHON, __file__, "--reference", size, ref_dir]}
+    for side, delegate in (("hfx-xnnpack", ["--delegate", "xnnpack"]), ("hfx-portable", [])):
+        commands[side] = [hfx, "run", "--backend", "executorch", *delegate, "--plugins", os.path.join(ROOT, "plugins"),
+                          "--model-fn", f"python:{module}:{name}", "-o", ptes[side], "--python", PYTHON]
+    results = {side: [] for side in commands}
+    stages = {side: [] for side in commands}
     for _ in range(rounds):
-        wall, rss, out = measured([PYTHON, __file__, "--reference", size, ref_dir], env)
-        results["reference"].append((wall, rss))
-        wall, rss, out = measured(hfx_command, env)
-        results["hfx"].append((wall, rss))
-        lower.extend(line.strip() for line in out.splitlines() if line.startswith("stage lower"))
-    ref_pte = os.path.join(ref_dir, "model.pte")
-    runtime = subprocess.run([PYTHON, __file__, "--runtime", size, hfx_pte, ref_pte], capture_output=True, text=True, env=env, cwd=ROOT)
-    if runtime.returncode != 0:
-        raise SystemExit(runtime.stderr[-3000:])
-    run = json.loads(runtime.stdout.strip().splitlines()[-1])
+        for side, command in commands.items():
+            wall, rss, out = measured(command, env)
+            results[side].append((wall, rss))
+            if side != "reference":
+                stages[side].append(stage_lines(out, ("lower", "edge-decompose", "pte-emit")))
+    planner = python_json(["--planner", size], env)
+    run = python_json(["--runtime", size, *ptes.values()], env)
     median = {side: (statistics.median(w for w, _ in r), statistics.median(m for _, m in r)) for side, r in results.items()}
-    print(f"Llama {size} to ExecuTorch (XNNPACK), inputs (2, 16), static, {rounds} alternating run(s) each, medians")
-    for side, pte in (("reference", ref_pte), ("hfx", hfx_pte)):
+    print(f"Llama {size} to ExecuTorch, inputs (2, 16), static, {rounds} alternating run(s) each, medians")
+    for side, pte in ptes.items():
         wall, rss = median[side]
-        print(f"  {side:<10} {wall:7.2f} s wall, peak RSS {rss / 2**30:.2f} GiB, .pte {os.path.getsize(pte)} bytes, "
+        print(f"  {side:<13} {wall:7.2f} s wall, peak RSS {rss / 2**30:.2f} GiB, .pte {os.path.getsize(pte)} bytes, "
               f"forward {run[pte]['latency_ms']:.3f} ms, logits max abs error vs eager {run[pte]['max_abs']:.1e}")
-    print(f"  whole process: reference / hfx = {median['reference'][0] / median['hfx'][0]:.2f}x; "
-          f"peak RSS hfx / reference = {median['hfx'][1] / median['reference'][1]:.2f}x; "
-          f"forward hfx / reference = {run[hfx_pte]['latency_ms'] / run[ref_pte]['latency_ms']:.2f}x")
-    if lower:
-        print(f"  hfx {lower[-1]}")
+    ref_wall, ref_rss = median["reference"]
+    for side in ("hfx-xnnpack", "hfx-portable"):
+        wall, rss = median[side]
+        print(f"  {side}: whole process reference / hfx = {ref_wall / wall:.2f}x; peak RSS hfx / reference = {rss / ref_rss:.2f}x; "
+              f"forward hfx / reference = {run[ptes[side]]['latency_ms'] / run[ptes['reference']]['latency_ms']:.2f}x")
+    for side in ("hfx-xnnpack", "hfx-portable"):
+        for line in stages[side][-1]:
+            print(f"  {side} {line}")
+    emits = [stage_ms(line) for lines in stages["hfx-portable"] for line in lines if line.startswith("stage pte-emit")]
+    arena = [int(line.split("planned arena ")[1].split()[0]) for line in stages["hfx-portable"][-1] if "planned arena" in line]
+    if emits:
+        print(f"  hfx native portable emission (lowering, memory plan, .pte): median {statistics.median(emits):.0f} ms")
+    if arena:
+        print(f"  planned arena: hfx {arena[0]} bytes, ExecuTorch's planner {planner['arena']} bytes "
+              f"(hfx / ExecuTorch = {arena[0] / planner['arena']:.2f}x); ExecuTorch's portable .pte {planner['pte_bytes']} bytes")
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--reference"]:
         reference_side(sys.argv[2], sys.argv[3])
+    elif sys.argv[1:2] == ["--planner"]:
+        planner_side(sys.argv[2])
     elif sys.argv[1:2] == ["--runtime"]:
         runtime_side(sys.argv[2], sys.argv[3:])
     else:

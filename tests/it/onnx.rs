@@ -76,12 +76,12 @@ architecture!(llama_exports_to_onnx, "llama", LLAMA);
 architecture!(qwen3_exports_to_onnx, "qwen3", QWEN3);
 architecture!(mistral_exports_to_onnx, "mistral", LLAMA);
 architecture!(gemma_exports_to_onnx, "gemma", GEMMA);
-architecture!(phi3_exports_to_onnx, "phi3", "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,max_position_embeddings=64,pad_token_id=0");
+architecture!(phi3_exports_to_onnx, "phi3", PHI3);
 architecture!(gpt2_exports_to_onnx, "gpt2", GPT2);
 architecture!(bert_exports_to_onnx, "bert", BERT);
 architecture!(roberta_exports_to_onnx, "roberta", BERT);
 architecture!(t5_exports_to_onnx, "t5", T5);
-architecture!(whisper_encoder_exports_to_onnx, "whisper", "vocab_size=128,d_model=32,encoder_layers=2,decoder_layers=2,encoder_attention_heads=4,decoder_attention_heads=4,encoder_ffn_dim=64,decoder_ffn_dim=64,num_mel_bins=16,max_source_positions=16,max_target_positions=32", Some("WhisperEncoder"));
+architecture!(whisper_encoder_exports_to_onnx, "whisper", WHISPER, Some("WhisperEncoder"));
 // Mixture of experts through transformers' grouped_mm experts: under torch.export
 // in float32 they call its `transformers::grouped_mm_fallback` custom op.
 architecture!(qwen3_moe_grouped_experts_export_to_onnx, "qwen3_moe", "vocab_size=128,hidden_size=32,intermediate_size=64,moe_intermediate_size=16,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,head_dim=8,num_experts=4,num_experts_per_tok=2,experts_implementation=grouped_mm,max_position_embeddings=64");

@@ -126,3 +126,13 @@ class ChunkedScan(torch.nn.Module):
 def chunked_scan():
     torch.manual_seed(0)
     return ChunkedScan(), {"x": torch.randn(2, 8)}
+
+
+class Sorts(torch.nn.Module):
+    def forward(self, x):
+        return torch.sort(x, dim=-1).values * 2
+
+
+def sorts():
+    """An op ExecuTorch's portable runtime has no kernel for (`aten.sort`)."""
+    return Sorts(), {"x": torch.randn(3, 4)}

@@ -37,8 +37,9 @@ pub struct Emitted {
     pub written: write::Written,
 }
 
-/// Emits the edge program `graph` (read from `pt2`, whose weights it streams) as a portable `.pte` at `path`.
-pub fn emit(pt2: &Pt2, graph: &Graph, specs: write::Specs, path: &Path) -> Result<Emitted> {
+/// Emits the edge program `graph` (read from `pt2`, whose weights it streams)
+/// as a portable `.pte` at `path`, with `provenance` (JSON) as named data.
+pub fn emit(pt2: &Pt2, graph: &Graph, specs: write::Specs, provenance: &[u8], path: &Path) -> Result<Emitted> {
     let model = pt2.programs.get("model").context("the edge program has no `model`")?;
     let program = lower::lower(graph, &model.graph_module.signature)?;
     let plan = memory::plan(&program);
@@ -53,6 +54,6 @@ pub fn emit(pt2: &Pt2, graph: &Graph, specs: write::Specs, path: &Path) -> Resul
             lower::Constant::Scalar(bytes) => Ok(bytes.as_slice()),
         })
         .collect::<Result<_>>()?;
-    let written = write::write(&program, &plan, &slices, specs, path).with_context(|| format!("writing {}", path.display()))?;
+    let written = write::write(&program, &plan, &slices, specs, provenance, path).with_context(|| format!("writing {}", path.display()))?;
     Ok(Emitted { instructions: program.chain.len(), operators: program.operators.len(), values: program.values.len(), arena: plan.arena, written })
 }

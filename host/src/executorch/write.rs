@@ -35,8 +35,15 @@ fn align(n: u64, to: u64) -> u64 {
     n.div_ceil(to) * to
 }
 
-/// Writes `program` with its memory `plan` and constant bytes to `path`, atomically.
-pub fn write(program: &Program, plan: &Plan, constants: &[&[u8]], specs: Specs, path: &Path) -> io::Result<Written> {
+/// The named-data key of the provenance segment: who wrote the program and
+/// with which plugins (JSON). The format has no metadata field; named data is
+/// the one place a reader (`executorch.exir._serialize`, the runtime's
+/// `NamedDataMap`) finds a keyed blob, and kernels never look at it.
+pub const PROVENANCE_KEY: &str = "hfx.provenance";
+
+/// Writes `program` with its memory `plan`, constant bytes and `provenance`
+/// (segment 1, named [`PROVENANCE_KEY`]) to `path`, atomically.
+pub fn write(program: &Program, plan: &Plan, constants: &[&[u8]], specs: Specs, provenance: &[u8], path: &Path) -> io::Result<Written> {
     // Constant k (1-based: offsets[0] is reserved) at offsets[k] in segment 0.
     let mut offsets = vec![0u64];
     let mut at = 0u64;
@@ -45,7 +52,10 @@ pub fn write(program: &Program, plan: &Plan, constants: &[&[u8]], specs: Specs, 
         at = align(at + c.len() as u64, CONSTANT_ALIGNMENT);
     }
     let segment_size = at;
-    let flatbuffer = flatbuffer(program, plan, &offsets, segment_size, specs);
+    let provenance_offset = align(segment_size, SEGMENT_ALIGNMENT);
+    let segments = [(0, segment_size), (provenance_offset, provenance.len() as u64)];
+    let flatbuffer = flatbuffer(program, plan, &offsets, &segments, specs);
+    let segment_data_size = provenance_offset + provenance.len() as u64;
     // Splice the extended header in after the root offset and the identifier.
     let program_size = (flatbuffer.len() + HEADER_LENGTH) as u64;
     let segment_base = align(program_size, SEGMENT_ALIGNMENT);
@@ -57,7 +67,7 @@ pub fn write(program: &Program, plan: &Plan, constants: &[&[u8]], specs: Specs, 
     header.extend_from_slice(&(HEADER_LENGTH as u32).to_le_bytes());
     header.extend_from_slice(&program_size.to_le_bytes());
     header.extend_from_slice(&segment_base.to_le_bytes());
-    header.extend_from_slice(&segment_size.to_le_bytes());
+    header.extend_from_slice(&segment_data_size.to_le_bytes());
     crate::atomic::write_atomically(path, |file| {
         let mut out = io::BufWriter::with_capacity(1 << 20, file);
         out.write_all(&header)?;
@@ -69,12 +79,16 @@ pub fn write(program: &Program, plan: &Plan, constants: &[&[u8]], specs: Specs, 
             let pad = align(c.len() as u64, CONSTANT_ALIGNMENT) - c.len() as u64;
             out.write_all(&zeros[..pad as usize])?;
         }
+        out.write_all(&vec![0u8; (provenance_offset - segment_size) as usize])?;
+        out.write_all(provenance)?;
         out.flush()
     })?;
-    Ok(Written { bytes: segment_base + segment_size, program_bytes: program_size, constant_bytes: segment_size })
+    Ok(Written { bytes: segment_base + segment_data_size, program_bytes: program_size, constant_bytes: segment_size })
 }
 
-fn flatbuffer(program: &Program, plan: &Plan, constant_offsets: &[u64], segment_size: u64, specs: Specs) -> Vec<u8> {
+/// The program's FlatBuffer; `segments` are (offset, size) from the segment
+/// base: the constants, then the provenance.
+fn flatbuffer(program: &Program, plan: &Plan, constant_offsets: &[u64], segments: &[(u64, u64); 2], specs: Specs) -> Vec<u8> {
     let mut b = FlatBufferBuilder::with_capacity(1 << 16);
     let offset_of: std::collections::HashMap<u32, u64> = plan.offsets.iter().copied().collect();
     let root = |i: u32| match &program.values[i as usize] {
@@ -204,8 +218,11 @@ fn flatbuffer(program: &Program, plan: &Plan, constant_offsets: &[u64], segment_
         },
     );
     let plans = b.create_vector(&[execution_plan]);
-    let segment = fb::DataSegment::create(&mut b, &fb::DataSegmentArgs { offset: 0, size_: segment_size });
-    let segments = b.create_vector(&[segment]);
+    let segments: Vec<_> = segments.iter().map(|&(offset, size_)| fb::DataSegment::create(&mut b, &fb::DataSegmentArgs { offset, size_ })).collect();
+    let segments = b.create_vector(&segments);
+    let key = b.create_string(PROVENANCE_KEY);
+    let named = fb::NamedData::create(&mut b, &fb::NamedDataArgs { key: Some(key), segment_index: 1 });
+    let named_data = b.create_vector(&[named]);
     let offsets = b.create_vector(constant_offsets);
     let constant_segment = fb::SubsegmentOffsets::create(&mut b, &fb::SubsegmentOffsetsArgs { segment_index: 0, offsets: Some(offsets) });
     let root = fb::Program::create(
@@ -218,7 +235,7 @@ fn flatbuffer(program: &Program, plan: &Plan, constant_offsets: &[u64], segment_
             segments: Some(segments),
             constant_segment: Some(constant_segment),
             mutable_data_segments: None,
-            named_data: None,
+            named_data: Some(named_data),
         },
     );
     fb::finish_program_buffer(&mut b, root);

@@ -12,7 +12,8 @@ use serde_json::json;
 
 use super::options::{Artifact, Trace};
 use super::scratch::Scratch;
-use crate::plugins::Versions;
+use crate::plugins::manifest::Backend;
+use crate::plugins::PluginSet;
 
 /// The component files an export folder may hold, of every backend.
 const FOLDER_COMPONENTS: &[&str] = &["model.onnx", "model.onnx.data", "model.pt2", "model.pte"];
@@ -40,8 +41,13 @@ impl ExportFolder {
         &self.dir
     }
 
-    /// Writes `export.json` and moves every file into the folder.
-    pub fn finish(self, artifact: &Artifact, trace: &Trace, mut metadata: serde_json::Value, versions: &Versions) -> Result<()> {
+    /// Writes `export.json` and moves every file into the folder. The
+    /// metadata gains `hfx`: who wrote the export and with which plugins (the
+    /// `.pte` and `.pt2` formats have no field for it; ONNX models also carry
+    /// it in `metadata_props`). The reference's `ExportMetadata.from_dict`
+    /// skips fields it does not know.
+    pub fn finish(self, artifact: &Artifact, trace: &Trace, mut metadata: serde_json::Value, set: &PluginSet, backend: Backend) -> Result<()> {
+        let versions = &set.upstream;
         let (format, required): (&str, &[&str]) = match artifact {
             Artifact::Onnx(_) => ("onnx", &["torch", "onnx", "onnxscript"]),
             Artifact::Pte(_) => ("executorch", &["torch", "executorch"]),
@@ -76,6 +82,7 @@ impl ExportFolder {
         }
         metadata["packages"] = json!(packages);
         metadata["export_config"] = config;
+        metadata["hfx"] = provenance(set, backend);
         let manifest = json!({
             "schema_version": 1,
             "export_format": format,
@@ -103,4 +110,16 @@ impl ExportFolder {
         }
         Ok(())
     }
+}
+
+/// hfx's version and the plugins that served `backend`, each with its
+/// version and component hash (what `hfx.lock` pins).
+pub fn provenance(set: &PluginSet, backend: Backend) -> serde_json::Value {
+    let plugins: Vec<serde_json::Value> = set
+        .plugins
+        .iter()
+        .filter(|p| p.manifest.plugin.backend.serve(backend))
+        .map(|p| json!({"name": p.manifest.plugin.name, "version": p.manifest.plugin.version, "sha256": p.component_sha256}))
+        .collect();
+    json!({"version": env!("CARGO_PKG_VERSION"), "plugins": plugins})
 }

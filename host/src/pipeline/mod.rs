@@ -210,7 +210,8 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
                     let model = edge_pt2.programs.get("model").with_context(|| format!("{}: no `model` program", edge_path.display()))?;
                     let edge_graph = crate::graph::pt2::convert::to_ir(model).map_err(anyhow::Error::msg).with_context(|| format!("{}", edge_path.display()))?;
                     let specs = crate::executorch::write::Specs { inputs: &edge.in_spec, outputs: &edge.out_spec };
-                    let emitted = crate::executorch::emit(&edge_pt2, &edge_graph, specs, &target)?;
+                    let provenance = serde_json::to_vec(&folder::provenance(&loaded.set, options.backend))?;
+                    let emitted = crate::executorch::emit(&edge_pt2, &edge_graph, specs, &provenance, &target)?;
                     let in_spec = edge.in_spec.clone();
                     lowered = Some(Lowered::Portable { edge, emitted, emit: started.elapsed() });
                     in_spec
@@ -255,7 +256,7 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
             };
             let dir = folder.dir().to_path_buf();
             let metadata = serde_json::to_value(&traced.export_metadata)?;
-            folder.finish(&options.artifact, trace, metadata, &loaded.set.upstream)?;
+            folder.finish(&options.artifact, trace, metadata, &loaded.set, options.backend)?;
             dir
         }
         None => output,

@@ -38,7 +38,10 @@ pub enum TraceError {
     Crashed { method: String, status: String, stderr: String },
     #[error("the trace worker did not answer `{method}` within {seconds} s (stopped); its last output:\n{stderr}")]
     Timeout { method: String, seconds: u64, stderr: String },
-    #[error("{kind} in the trace worker during `{method}`: {message}\n{traceback}")]
+    /// A Python exception; its traceback follows on the next lines, unless
+    /// the worker sent none (an artifact that fails in its runtime is not the
+    /// worker's fault: one line).
+    #[error("{kind} in the trace worker during `{method}`: {message}{}", if .traceback.is_empty() { String::new() } else { format!("\n{}", .traceback) })]
     Python { method: String, kind: String, message: String, traceback: String },
     #[error("trace worker protocol: {0}")]
     Protocol(String),

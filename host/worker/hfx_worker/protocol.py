@@ -483,6 +483,11 @@ class PatchCall:
     kwargs: list[list[Any]]
 
 
+class ArtifactFailed(RuntimeError):
+    """The artifact itself fails in its runtime: the message says where and
+    why, and no traceback is sent (the worker's Python is not at fault)."""
+
+
 @dataclass
 class ErrorReply:
     """A request's exception: its type, message and traceback."""

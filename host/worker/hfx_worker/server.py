@@ -14,7 +14,7 @@ import traceback
 
 from . import protocol
 from .opinfo import check_sample, op_infos, op_samples
-from .protocol import (CaptureProgramParams, CaptureValuesParams, Channel, CheckSampleParams, ErrorReply, HelloParams, HelloReply,
+from .protocol import (ArtifactFailed, CaptureProgramParams, CaptureValuesParams, Channel, CheckSampleParams, ErrorReply, HelloParams, HelloReply,
                        EdgeProgramParams, LowerParams, OpInfosParams, OpSamplesParams, PatchesRestoredParams, ProtocolError, Request, RunCaseParams, TraceParams,
                        VerifyParams)
 from .lower import edge_program, lower
@@ -115,6 +115,7 @@ def main():
             text = protocol.to_json({"id": request_id, "result": dataclasses.asdict(reply) if dataclasses.is_dataclass(reply) else reply})
         except BaseException as error:  # every failure goes back to the host, typed
             text = protocol.to_json({"id": request_id, "error": dataclasses.asdict(ErrorReply(
-                type=type(error).__name__, message=str(error), traceback=traceback.format_exc()))})
+                type=type(error).__name__, message=str(error),
+                traceback="" if isinstance(error, ArtifactFailed) else traceback.format_exc()))})
         protocol_out.write(text + "\n")
         protocol_out.flush()

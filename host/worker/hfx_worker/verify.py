@@ -2,9 +2,13 @@
 `.onnx` in ONNX Runtime, a `.pt2` as torch.export loads it, a `.pte` in the
 ExecuTorch runtime)."""
 
+import contextlib
 import math
+import os
+import sys
+import tempfile
 
-from .protocol import Check, Comparison, OnnxModel, Pt2Model, PteModel, VerifyParams, VerifyReply
+from .protocol import ArtifactFailed, Check, Comparison, OnnxModel, Pt2Model, PteModel, VerifyParams, VerifyReply
 from .pytree import flat_outputs, load_exported
 from .sources import on_device, sample_inputs
 from .trace import config_flags
@@ -97,9 +101,39 @@ def pte_runner(path, in_spec, constants):
     def run(inputs):
         leaves = tree_flatten_spec(((), {**constants, **inputs}), spec)
         feed = [leaf.contiguous() if torch.is_tensor(leaf) else leaf for leaf in leaves]
-        return [o.detach().cpu().numpy() if torch.is_tensor(o) else o for o in method.execute(feed)]
+        with runtime_log() as log:
+            try:
+                outputs = method.execute(feed)
+            except RuntimeError as error:
+                failed = error
+            else:
+                failed = None
+        if failed is not None:
+            sizes = ", ".join(f"{k} {list(v.shape)}" for k, v in inputs.items())
+            said = "; ".join(line for line in log() if "failed" in line.lower() or "attempted" in line.lower())
+            raise ArtifactFailed(f"the .pte fails in the ExecuTorch runtime on inputs {sizes}: {failed}"
+                                 + (f" (the runtime: {said})" if said else ""))
+        return [o.detach().cpu().numpy() if torch.is_tensor(o) else o for o in outputs]
 
     return run, ["ExecuTorch"]
+
+
+@contextlib.contextmanager
+def runtime_log():
+    """What the ExecuTorch runtime logs (C++, to file descriptor 2) while the
+    block runs, as a function returning its lines once the block is done."""
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as captured:
+        saved = os.dup(2)
+        lines = []
+        try:
+            os.dup2(captured.fileno(), 2)
+            yield lambda: lines
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            lines.extend(line.strip() for line in captured.read().decode(errors="replace").splitlines() if line.strip())
 
 
 def verify(session, params: VerifyParams) -> VerifyReply:
