@@ -75,9 +75,14 @@ def planner_side(size):
     import torch
     from executorch.exir import to_edge
 
+    # The cache an output as in hfx's program (the same pytree registration as hfx's worker).
+    sys.path.insert(0, os.path.join(ROOT, "host", "worker"))
+    from hfx_worker.pytree import register_cache_pytrees
+
     model, inputs = MODELS[size][1]()
+    register_cache_pytrees(model)
     with torch.no_grad():
-        program = torch.export.export(model, (), kwargs=inputs)
+        program = torch.export.export(model, (), kwargs=inputs, strict=False)
     executorch = to_edge(program).to_executorch()
     plan = executorch.executorch_program.execution_plan[0]
     print(json.dumps({"arena": plan.non_const_buffer_sizes[1], "pte_bytes": len(executorch.buffer)}))

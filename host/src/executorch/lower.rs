@@ -271,7 +271,7 @@ impl Lowering<'_> {
         let mut args = Vec::with_capacity(kernel.args.len() + 1);
         let mut outs = Vec::new();
         let mut out_values = outputs.iter().copied();
-        for arg in &kernel.args {
+        for (position, arg) in kernel.args.iter().enumerate() {
             if arg.out {
                 let id_out = match arg.ty {
                     ArgType::Tensor => {
@@ -288,7 +288,14 @@ impl Lowering<'_> {
                 outs.push((arg.ty, id_out));
                 continue;
             }
-            let given = node.inputs.iter().find(|a| a.name == arg.name).map(|a| &a.value);
+            // A Python sym function's arguments are positional (torch names
+            // `math.trunc`'s `x`, ExecuTorch's kernel `a`): by position there.
+            let given = node
+                .inputs
+                .iter()
+                .find(|a| a.name == arg.name)
+                .or_else(|| if kernel.scalar { node.inputs.get(position) } else { None })
+                .map(|a| &a.value);
             // The dim-order ops take the result's dim order where the op had a memory format.
             if arg.name == "dim_order" && kernel.kernel.starts_with("dim_order_ops::") {
                 if let Some(Argument::MemoryFormat(m)) = node.input("memory_format") {

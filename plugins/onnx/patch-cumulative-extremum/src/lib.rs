@@ -1,8 +1,15 @@
 //! `cummax` / `cummin` as a max / min over a lower-triangular masked grid:
 //! entry (i, j) of row i holds x[j] for j <= i and the reduction's identity
-//! elsewhere. O(N²) memory along the scanned axis; ONNX has no cumulative
-//! extremum. Returns `(values, indices)` as the original's named tuple. On ties
-//! the index is the first occurrence (`max`'s), where `cummax` reports the last.
+//! elsewhere. O(N²) memory along the scanned axis. Neither ONNX nor
+//! ExecuTorch's portable runtime has a cumulative extremum (ExecuTorch: the
+//! portable program cannot be emitted, the XNNPACK one does not load); the
+//! reference's ExecuTorch patches (`_patch_cummax`, `_patch_cummin`) build the
+//! same grid. Returns `(values, indices)` as the original's named tuple (the
+//! reference's ExecuTorch patches return zeros as indices). On ties the index
+//! is the first occurrence (`max`'s), where `cummax` reports the last.
+//!
+//! ExecuTorch plans every tensor at its sizes' upper bounds, so under a
+//! dynamic scanned axis the grid is planned at the bound squared.
 
 use hfx_sdk::prelude::*;
 
