@@ -11,6 +11,7 @@ pub mod cli;
 pub mod executorch;
 pub mod graph;
 pub mod input;
+pub mod installed;
 pub mod onnx;
 pub mod pipeline;
 pub mod plugins;

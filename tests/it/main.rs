@@ -6,8 +6,12 @@ mod common;
 
 mod cli;
 mod executorch;
+mod executorch_fixes;
+mod executorch_patches;
 mod fx_fixes;
+mod install;
 mod loading;
+mod model_id;
 mod onnx;
 mod patches;
 mod plugin_kinds;

@@ -266,6 +266,10 @@ fn an_export_folder_loads_in_the_reference_runtime() {
         assert_eq!(manifest["schema_version"], 1);
         assert_eq!(manifest["export_format"], backend);
         assert_eq!(manifest["components"]["model"]["metadata"]["architecture"], "LlamaForCausalLM");
+        // Provenance, which the reference's loader skips: hfx's version and the plugins that served the backend.
+        let provenance = &manifest["components"]["model"]["metadata"]["hfx"];
+        assert_eq!(provenance["version"], env!("CARGO_PKG_VERSION"), "{backend}: {provenance}");
+        assert!(provenance["plugins"].as_array().is_some_and(|p| p.iter().any(|p| p["name"] == "dynamo-patch-sdpa-math-cpu")), "{backend}: {provenance}");
         let reference = folder.join("model.reference.pt");
         run_python("check_folder.py", &[folder.to_str().unwrap(), reference.to_str().unwrap(), atol]);
     }

@@ -32,10 +32,11 @@ fn main() -> Result<()> {
         Some("install-guest-toolchain") => install_guest_toolchain(),
         Some("test") => test(&args[1..]),
         Some("setup-python") => setup_python(),
+        Some("install") => install(&args[1..]),
         Some("fuzz") => fuzz::fuzz(&args[1..]),
         Some("sweep") => sweep(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask build-plugins [CRATE-DIR...] | install-guest-toolchain | setup-python | test [CARGO-TEST-ARGS...] | fuzz [--seconds N] [TARGET...] | sweep [SWEEP-ARGS...]");
+            eprintln!("usage: cargo xtask build-plugins [CRATE-DIR...] | install [--prefix DIR] [--debug] [--no-setup] | install-guest-toolchain | setup-python | test [CARGO-TEST-ARGS...] | fuzz [--seconds N] [TARGET...] | sweep [SWEEP-ARGS...]");
             std::process::exit(2)
         }
     }
@@ -91,6 +92,152 @@ fn setup_python() -> Result<()> {
             .arg(&requirements))
         .context("installing the Python requirements (torch's Linux wheel pulls ~4 GB of CUDA libraries)")?;
     }
+    Ok(())
+}
+
+/// `cargo xtask install [--prefix DIR] [--debug] [--no-setup]`: hfx as a
+/// tool (default prefix `~/.local`), laid out as `hfx::installed` finds it:
+/// `bin/hfx`; `share/hfx/plugins/` (every shipped plugin: manifest, built
+/// component, self-tests), the default plugin sets; `share/hfx/sdk/<version>/`
+/// (the SDK, its macros, the dtype table and the WIT contract, for plugin
+/// crates outside any checkout); then `hfx setup` creates the worker's
+/// environment in `share/hfx/venv` (not with `--no-setup`). `--debug`
+/// installs the debug build (what the tests use). Every file is written to a
+/// temp name and renamed; a folder from an earlier install is replaced whole.
+fn install(args: &[String]) -> Result<()> {
+    let mut prefix = None;
+    let (mut debug, mut setup) = (false, true);
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "--prefix" => prefix = Some(PathBuf::from(rest.next().context("--prefix needs a folder")?)),
+            "--debug" => debug = true,
+            "--no-setup" => setup = false,
+            other => bail!("install: unknown argument `{other}` (--prefix DIR, --debug, --no-setup)"),
+        }
+    }
+    let prefix = match prefix {
+        Some(p) => p,
+        None => PathBuf::from(std::env::var_os("HOME").context("no $HOME: give --prefix")?).join(".local"),
+    };
+    let prefix = if prefix.is_absolute() { prefix } else { std::env::current_dir()?.join(prefix) };
+    let root = workspace_root();
+    build_plugins(&[root.join("plugins").display().to_string()])?;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut build = Command::new(cargo);
+    build.current_dir(&root).args(["build", "--locked", "-p", "hfx"]);
+    if !debug {
+        build.arg("--release");
+    }
+    run(&mut build)?;
+    let binary = target_dir(&root).join(if debug { "debug" } else { "release" }).join("hfx");
+    let share = prefix.join("share").join("hfx");
+    std::fs::create_dir_all(prefix.join("bin"))?;
+    std::fs::create_dir_all(&share)?;
+    let installed = prefix.join("bin").join("hfx");
+    copy_file(&binary, &installed)?;
+    // The default plugin sets: what the host reads of each plugin, nothing of its source.
+    let mut plugins = Vec::new();
+    walk(&root.join("plugins"), 3, &mut plugins)?;
+    replace_folder(&share.join("plugins"), |staging| {
+        for plugin in &plugins {
+            let to = staging.join(plugin.dir.strip_prefix(root.join("plugins"))?);
+            std::fs::create_dir_all(&to)?;
+            for file in ["plugin.toml", plugin.component.as_str()] {
+                copy_file(&plugin.dir.join(file), &to.join(file))?;
+            }
+            if plugin.dir.join("selftest").is_dir() {
+                copy_tree(&plugin.dir.join("selftest"), &to.join("selftest"))?;
+            }
+        }
+        Ok(())
+    })?;
+    // The SDK travels with hfx: a scaffolded plugin depends on this path.
+    let version = env!("CARGO_PKG_VERSION");
+    replace_folder(&share.join("sdk").join(version), |staging| {
+        for part in ["sdk", "dtype", "wit"] {
+            copy_tree(&root.join(part), &staging.join(part))?;
+        }
+        sdk_workspace(&root, staging)
+    })?;
+    eprintln!("installed {} ({} plugins, SDK {version}) under {}", installed.display(), plugins.len(), share.display());
+    if setup {
+        run(Command::new(&installed).arg("setup"))?;
+    }
+    if !std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d == prefix.join("bin"))) {
+        eprintln!("note: {} is not on PATH; add it, or call {}", prefix.join("bin").display(), installed.display());
+    }
+    Ok(())
+}
+
+/// The installed SDK's own workspace: its crates inherit `version`, `edition`
+/// and `wit-bindgen` from hfx's root manifest, which is not installed, so the
+/// inherited tables are written beside them.
+fn sdk_workspace(root: &Path, sdk: &Path) -> Result<()> {
+    let manifest: toml::Table = toml::from_str(&std::fs::read_to_string(root.join("Cargo.toml"))?)?;
+    let workspace = manifest.get("workspace").and_then(|w| w.as_table()).context("Cargo.toml: no [workspace]")?;
+    let mut installed = toml::Table::new();
+    installed.insert("resolver".into(), "2".into());
+    installed.insert("members".into(), toml::Value::Array(["sdk", "sdk/macros", "dtype"].map(toml::Value::from).to_vec()));
+    for table in ["package", "dependencies"] {
+        let value = workspace.get(table).with_context(|| format!("Cargo.toml: no [workspace.{table}]"))?;
+        installed.insert(table.into(), value.clone());
+    }
+    let text = format!(
+        "# hfx's plugin SDK as installed by `cargo xtask install`: a workspace of its own,\n# holding what its crates inherit from hfx's.\n{}",
+        toml::to_string(&toml::Table::from_iter([("workspace".to_string(), toml::Value::Table(installed))]))?
+    );
+    std::fs::write(sdk.join("Cargo.toml"), text)?;
+    Ok(())
+}
+
+/// `from` copied to `to` through a temp file and a rename, keeping its mode.
+fn copy_file(from: &Path, to: &Path) -> Result<()> {
+    let tmp = to.with_extension("install-tmp");
+    std::fs::copy(from, &tmp).with_context(|| format!("copying {} to {}", from.display(), tmp.display()))?;
+    std::fs::rename(&tmp, to).with_context(|| format!("writing {}", to.display()))?;
+    Ok(())
+}
+
+/// Every file below `from` copied under `to`, except build output (`target/`)
+/// and built components of crates (the SDK's own files only).
+fn copy_tree(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let path = entry.path();
+        let name = entry.file_name();
+        if name == "target" || name.to_string_lossy().starts_with('.') {
+            continue;
+        }
+        if entry.file_type()?.is_dir() {
+            copy_tree(&path, &to.join(&name))?;
+        } else if entry.file_type()?.is_file() {
+            copy_file(&path, &to.join(&name))?;
+        }
+    }
+    Ok(())
+}
+
+/// Fills a staging folder beside `dir` with `fill`, then swaps it in for
+/// `dir`: an install never leaves a folder half old, half new.
+fn replace_folder(dir: &Path, fill: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
+    let parent = dir.parent().context("an install folder has a parent")?;
+    std::fs::create_dir_all(parent)?;
+    let staging = parent.join(format!(".{}.installing", dir.file_name().and_then(|n| n.to_str()).unwrap_or("folder")));
+    let _ = std::fs::remove_dir_all(&staging);
+    std::fs::create_dir_all(&staging)?;
+    if let Err(e) = fill(&staging) {
+        let _ = std::fs::remove_dir_all(&staging);
+        return Err(e);
+    }
+    let old = parent.join(format!(".{}.old", dir.file_name().and_then(|n| n.to_str()).unwrap_or("folder")));
+    let _ = std::fs::remove_dir_all(&old);
+    if dir.exists() {
+        std::fs::rename(dir, &old)?;
+    }
+    std::fs::rename(&staging, dir)?;
+    let _ = std::fs::remove_dir_all(&old);
     Ok(())
 }
 

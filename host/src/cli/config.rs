@@ -36,9 +36,14 @@ pub struct RunConfig {
     pub model: Option<String>,
     #[serde(default)]
     pub set: BTreeMap<String, toml::Value>,
-    /// ...or a local model folder, or `python:module:function`.
+    /// ...or a local model folder, a Hub model in the local cache
+    /// (`org/name[@revision]`), or `python:module:function`.
     pub model_dir: Option<PathBuf>,
+    pub model_id: Option<String>,
     pub model_fn: Option<String>,
+    /// Load a model folder's own modeling code (`auto_map`).
+    #[serde(default)]
+    pub trust_remote_code: bool,
     pub task: Option<String>,
     #[serde(default)]
     pub dynamic: bool,
@@ -119,11 +124,13 @@ pub(super) fn merge(args: RunArgs) -> Result<RunOptions> {
     s.no_cache |= config.sandbox.no_cache;
     // Model flags win over the config's model; a config model fills in what flags leave out.
     let mut model = args.model;
-    if model.model.is_none() && model.model_dir.is_none() && model.model_fn.is_none() {
+    if model.model.is_none() && model.model_dir.is_none() && model.model_id.is_none() && model.model_fn.is_none() {
         model.model = config.model.clone();
         model.model_dir = config.model_dir.clone().map(rel);
+        model.model_id = config.model_id.clone();
         model.model_fn = config.model_fn.clone();
     }
+    model.trust_remote_code |= config.trust_remote_code;
     if model.set.is_empty() {
         model.set = config.set.iter().map(|(k, v)| format!("{k}={}", v.as_str().map(String::from).unwrap_or_else(|| v.to_string()))).collect();
     }
@@ -138,11 +145,13 @@ pub(super) fn merge(args: RunArgs) -> Result<RunOptions> {
     model.device = model.device.or(config.device.clone());
     model.dtype = model.dtype.or(config.dtype.clone());
     let trace = model.request()?;
+    // A Hub model was resolved offline; the worker that loads it stays offline too.
+    let offline = trace.as_ref().is_some_and(|(_, hub)| hub.is_some());
     // The deadline of a worker request: the trace's, ExecuTorch's lowering's, and verification's.
     let deadline = Duration::from_secs(model.trace_deadline_s.unwrap_or(600));
     let input = args.input.or(config.input.map(rel));
     let source = match (input, trace) {
-        (None, None) => bail!("nothing to export: give a .pt2 (or IR JSON), or a model (--model, --model-dir, --model-fn)"),
+        (None, None) => bail!("nothing to export: give a .pt2 (or IR JSON), or a model (--model, --model-dir, --model-id, --model-fn)"),
         (Some(_), Some(_)) => bail!("give either an input file or a model to trace, not both"),
         (Some(input), None) => {
             let ignored = model.trace_only();
@@ -151,7 +160,7 @@ pub(super) fn merge(args: RunArgs) -> Result<RunOptions> {
             }
             if is_json(&input) { Source::IrJson(input) } else { Source::Pt2(input) }
         }
-        (None, Some(request)) => Source::Trace(Box::new(Trace { request, deadline })),
+        (None, Some((request, hub))) => Source::Trace(Box::new(Trace { request, deadline, hub })),
     };
     let memory_limit = match model.worker_memory_gib {
         None => crate::trace::memory::default_limit(),
@@ -159,7 +168,7 @@ pub(super) fn merge(args: RunArgs) -> Result<RunOptions> {
         Some(gib) => bail!("--worker-memory-gib {gib}: give {MIN_WORKER_GIB} to {MAX_WORKER_GIB}"),
     };
     let worker = crate::trace::WorkerOptions {
-        env: vec![],
+        env: if offline { vec![("HF_HUB_OFFLINE".into(), "1".into())] } else { vec![] },
         memory_limit: Some(memory_limit),
         memory_mechanism: model.worker_memory_mechanism.unwrap_or_default(),
         ..Default::default()
@@ -185,7 +194,7 @@ pub(super) fn merge(args: RunArgs) -> Result<RunOptions> {
         (artifact, Destination::File(output))
     } else {
         if !matches!(source, Source::Trace(_)) {
-            bail!("an export folder records the traced model's metadata: trace it (--model, --model-dir, --model-fn)");
+            bail!("an export folder records the traced model's metadata: trace it (--model, --model-dir, --model-id, --model-fn)");
         }
         let artifact = match backend {
             // The reference's runtime reads an ONNX component's weights from `model.onnx.data`.

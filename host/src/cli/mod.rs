@@ -5,6 +5,7 @@
 
 mod config;
 mod plugins;
+mod setup;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -40,6 +41,19 @@ pub enum Command {
     /// an export folder (`-o DIR`, as `ExportedModel.save_pretrained`), or the
     /// IR's JSON form (`.json`).
     Run(RunArgs),
+    /// Create or repair an installed hfx's worker environment (the pinned
+    /// torch, transformers, onnx, onnxruntime, executorch) and report it.
+    Setup {
+        /// The Python that creates the environment.
+        #[arg(long, default_value = "python3")]
+        python: String,
+    },
+    /// Print what hfx would use (install, worker Python and its packages
+    /// against the pins, plugin sets, component cache) and what does not fit.
+    Doctor {
+        #[command(flatten)]
+        set: PluginSetArgs,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -96,6 +110,12 @@ pub enum PluginsCommand {
     },
     /// Scaffold a plugin crate that builds and passes its self-test as generated.
     New(crate::plugins::scaffold::NewArgs),
+    /// Compile every plugin component of the set into the cache now (for
+    /// images and CI), so runs start without compiling.
+    Precompile {
+        #[command(flatten)]
+        set: PluginSetArgs,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -151,9 +171,13 @@ pub struct CaptureArgs {
 /// Where plugins come from and what they are resolved against.
 #[derive(Debug, Args, Default)]
 pub struct PluginSetArgs {
-    /// Plugin folder (repeatable); every plugin.toml below it is found.
+    /// Plugin folder (repeatable); every plugin.toml below it is found. An
+    /// installed hfx adds these on top of its default plugin sets.
     #[arg(long = "plugins", value_name = "DIR")]
     pub plugins: Vec<PathBuf>,
+    /// Use only the folders given with --plugins, not the installed default sets.
+    #[arg(long)]
+    pub no_default_plugins: bool,
     /// Upstream version to resolve against instead of what is installed
     /// (repeatable), e.g. `--target onnxruntime=1.31.0` for a deployment runtime.
     #[arg(long = "target", value_name = "PACKAGE=VERSION", value_parser = upstream::parse_target)]
@@ -242,6 +266,14 @@ pub struct ModelArgs {
     /// A local Hugging Face model folder (config.json + weights); the class is the one in `architectures`.
     #[arg(long, conflicts_with = "model_fn")]
     pub model_dir: Option<PathBuf>,
+    /// A Hugging Face Hub model in the local cache, `org/name` or `org/name@revision` (a branch, tag or
+    /// commit hash; default main), loaded from its snapshot as --model-dir loads a folder. Read offline
+    /// from `$HF_HUB_CACHE`, else `$HF_HOME/hub`, else `~/.cache/huggingface/hub`.
+    #[arg(long, conflicts_with_all = ["model", "model_dir", "model_fn"])]
+    pub model_id: Option<String>,
+    /// Load a model folder's own modeling code (`auto_map` in its config.json), which runs in the trace worker.
+    #[arg(long)]
+    pub trust_remote_code: bool,
     /// `python:module:function` returning `(model, inputs)`.
     #[arg(long)]
     pub model_fn: Option<String>,
@@ -289,14 +321,32 @@ impl ModelArgs {
             ("--decompose", self.decompose),
             ("--device", self.device.is_some()),
             ("--dtype", self.dtype.is_some()),
+            ("--trust-remote-code", self.trust_remote_code),
         ];
         given.iter().filter(|(_, given)| *given).map(|(flag, _)| *flag).collect()
     }
 
-    fn request(&self) -> Result<Option<crate::trace::TraceRequest>> {
+    /// The model to trace, and the Hub model `--model-id` resolved to.
+    fn request(&self) -> Result<Option<(crate::trace::TraceRequest, Option<crate::pipeline::model_id::HubModel>)>> {
+        use crate::pipeline::model_id::{self, HubCache, ModelId};
         use crate::trace::{ModelSource, TraceRequest};
-        let source = match (&self.model, &self.model_dir, &self.model_fn) {
-            (Some(name), _, _) => {
+        // clap refuses two of these as flags; a config file can still name two.
+        let named: Vec<&str> = [
+            ("--model", self.model.is_some()),
+            ("--model-dir", self.model_dir.is_some()),
+            ("--model-id", self.model_id.is_some()),
+            ("--model-fn", self.model_fn.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(flag, given)| given.then_some(flag))
+        .collect();
+        if named.len() > 1 {
+            bail!("{} each name a model to trace: give one", named.join(" and "));
+        }
+        let trust_remote_code = self.trust_remote_code;
+        let mut hub = None;
+        let source = match (&self.model, &self.model_dir, &self.model_id, &self.model_fn) {
+            (Some(name), ..) => {
                 let overrides = self
                     .set
                     .iter()
@@ -305,13 +355,27 @@ impl ModelArgs {
                     .context("--set takes KEY=VALUE pairs")?;
                 ModelSource::Architecture { name: name.clone(), overrides }
             }
-            (None, Some(dir), _) => ModelSource::Directory(dir.canonicalize().with_context(|| format!("{}", dir.display()))?),
-            (None, None, Some(spec)) if spec.starts_with("python:") && spec.matches(':').count() == 2 => ModelSource::Function(spec.clone()),
-            (None, None, Some(spec)) => bail!("--model-fn `{spec}`: expected python:module:function"),
-            (None, None, None) => return Ok(None),
+            (_, Some(dir), ..) => {
+                let path = dir.canonicalize().with_context(|| format!("{}", dir.display()))?;
+                model_id::check_remote_code(&path, &format!("--model-dir {}", dir.display()), trust_remote_code)?;
+                ModelSource::Directory { path, trust_remote_code }
+            }
+            (_, _, Some(id), _) => {
+                let id = ModelId::parse(id)?;
+                let resolved = model_id::resolve(&id, &HubCache::from_env()?)?;
+                model_id::check_remote_code(&resolved.snapshot, &format!("--model-id {id}"), trust_remote_code)?;
+                hub = Some(resolved.model);
+                ModelSource::Directory { path: resolved.snapshot, trust_remote_code }
+            }
+            (.., Some(spec)) if spec.starts_with("python:") && spec.matches(':').count() == 2 => ModelSource::Function(spec.clone()),
+            (.., Some(spec)) => bail!("--model-fn `{spec}`: expected python:module:function"),
+            (None, None, None, None) => return Ok(None),
         };
+        if trust_remote_code && !matches!(source, ModelSource::Directory { .. }) {
+            bail!("--trust-remote-code lets a model folder's own code run: it applies to --model-dir and --model-id only");
+        }
         let defaults = TraceRequest::new(source);
-        Ok(Some(TraceRequest {
+        let request = TraceRequest {
             task: self.task.clone(),
             dynamic: self.dynamic,
             dynamic_shapes: self.dynamic_shapes.clone(),
@@ -319,7 +383,8 @@ impl ModelArgs {
             device: self.device.clone().unwrap_or(defaults.device.clone()),
             dtype: self.dtype.clone().unwrap_or(defaults.dtype.clone()),
             ..defaults
-        }))
+        };
+        Ok(Some((request, hub)))
     }
 }
 
@@ -345,14 +410,19 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Plugins(PluginsCommand::Inspect { name, set }) => plugins::inspect(&set.folder_options()?, &name),
         Command::Plugins(PluginsCommand::Verify { set, strict }) => plugins::verify(&set.folder_options()?, strict),
         Command::Plugins(PluginsCommand::Test { folders, mut set }) => {
+            // The folders named are what is tested, not the installed defaults.
             set.plugins.extend(folders);
+            set.no_default_plugins = true;
             plugins::test(&set.folder_options()?)
         }
         Command::Plugins(PluginsCommand::TestOps(args)) => plugins::test_ops(args, verbose),
         Command::Plugins(PluginsCommand::Capture(args)) => capture(args, verbose),
         Command::Plugins(PluginsCommand::Lock { set, output }) => plugins::lock(&set.folder_options()?, &output),
         Command::Plugins(PluginsCommand::New(args)) => crate::plugins::scaffold::new_plugin(&args),
+        Command::Plugins(PluginsCommand::Precompile { set }) => plugins::precompile(&set.folder_options()?),
         Command::Run(args) => run_export(args, verbose),
+        Command::Setup { python } => setup::setup(&python),
+        Command::Doctor { set } => setup::doctor(&set.options()?),
     }
 }
 
@@ -402,6 +472,19 @@ fn capture(mut args: CaptureArgs, verbose: u8) -> Result<()> {
 
 // ── Plugin sets ──
 
+/// The installed default sets (`defaults`, when they exist), then the folders
+/// given. A given folder that holds the defaults or lies inside them (a
+/// checkout's `plugins/onnx`, the install's own folder) replaces them: the
+/// same plugin is never found twice.
+fn with_default_plugins(given: Vec<PathBuf>, defaults: Option<PathBuf>) -> Vec<PathBuf> {
+    let Some(defaults) = defaults.and_then(|d| d.canonicalize().ok()).filter(|d| d.is_dir()) else { return given };
+    let overlaps = given.iter().filter_map(|g| g.canonicalize().ok()).any(|g| g.starts_with(&defaults) || defaults.starts_with(&g));
+    if overlaps {
+        return given;
+    }
+    std::iter::once(defaults).chain(given).collect()
+}
+
 impl SandboxArgs {
     /// The plugin runtime's options, each limit checked.
     fn runtime_options(&self) -> Result<RuntimeOptions> {
@@ -429,14 +512,18 @@ impl PluginSetArgs {
     /// The set's options, as `run` takes them (no folder is fine: no plugins).
     fn options(self) -> Result<SetOptions> {
         let runtime = self.sandbox.runtime_options()?;
-        Ok(SetOptions { folders: self.plugins, targets: self.targets, python: self.python, lock: self.lock, locked: self.locked, runtime })
+        let defaults = if self.no_default_plugins { None } else { crate::installed::Installed::find().map(|i| i.plugins()) };
+        let folders = with_default_plugins(self.plugins, defaults);
+        Ok(SetOptions { folders, targets: self.targets, python: self.python, lock: self.lock, locked: self.locked, runtime })
     }
 
-    /// The set's options for a `plugins` command, which needs a folder.
+    /// The set's options for a `plugins` command, which needs a folder (the
+    /// installed default sets count).
     fn folder_options(self) -> Result<SetOptions> {
-        if self.plugins.is_empty() {
-            bail!("no plugin folder given (--plugins DIR)");
+        let options = self.options()?;
+        if options.folders.is_empty() {
+            bail!("no plugin folder given (--plugins DIR; an installed hfx has its default sets)");
         }
-        self.options()
+        Ok(options)
     }
 }

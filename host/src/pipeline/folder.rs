@@ -83,6 +83,10 @@ impl ExportFolder {
         metadata["packages"] = json!(packages);
         metadata["export_config"] = config;
         metadata["hfx"] = provenance(set, backend);
+        // The reference records no model name (`config.json` drops `_name_or_path`): hfx's own field does.
+        if let Some(hub) = &trace.hub {
+            metadata["hfx"]["model"] = json!({"id": hub.id, "revision": hub.revision, "commit": hub.commit});
+        }
         let manifest = json!({
             "schema_version": 1,
             "export_format": format,

@@ -9,6 +9,7 @@
 
 pub mod emit;
 pub mod folder;
+pub mod model_id;
 pub mod options;
 pub mod scratch;
 pub mod summary;

@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::model_id::HubModel;
 use crate::plugins::loading::SetOptions;
 use crate::plugins::Backend;
 use crate::stages::OnPluginError;
@@ -29,6 +30,10 @@ pub enum Source {
 pub struct Trace {
     pub request: TraceRequest,
     pub deadline: Duration,
+    /// The Hub model `--model-id` named, as resolved in the local cache (the
+    /// request loads its snapshot folder); the summary and the export folder
+    /// record it.
+    pub hub: Option<HubModel>,
 }
 
 /// What is written. A new backend adds a variant here, and its emission in

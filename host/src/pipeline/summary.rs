@@ -126,7 +126,8 @@ impl RunSummary {
 }
 
 fn print_trace(t: &TraceSummary, reference: &std::path::Path) {
-    println!("traced {} in {:.1} s; eager reference: {}", t.model_class, t.seconds, reference.display());
+    let from = t.hub.as_ref().map_or_else(String::new, |hub| format!(" from {hub}"));
+    println!("traced {}{from} in {:.1} s; eager reference: {}", t.model_class, t.seconds, reference.display());
     let (seconds, peaks) = (&t.times, &t.peaks);
     println!(
         "stage {:<18} {:>8.2} s   import {:.2} s, build {:.2} s, eager {:.2} s, torch.export {:.2} s, save {:.2} s{}; {} output(s)",

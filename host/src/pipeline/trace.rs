@@ -32,6 +32,8 @@ pub struct Traced {
 #[derive(Debug, Clone)]
 pub struct TraceSummary {
     pub model_class: String,
+    /// The Hub model it was loaded from (`--model-id`), at the commit resolved.
+    pub hub: Option<super::model_id::HubModel>,
     pub seconds: f64,
     /// The worker's own times per step.
     pub times: StepSeconds,
@@ -64,6 +66,7 @@ pub fn run(worker: &mut Worker, trace: &Trace, loaded: &LoadedSet, backend: Back
     let side_weights = result.side_weights.then(|| crate::graph::pt2::side_weights_path(&program));
     let summary = TraceSummary {
         model_class: result.model_class,
+        hub: trace.hub.clone(),
         seconds,
         times: result.seconds,
         peaks: result.peak_rss_mib,

@@ -86,15 +86,19 @@ pub struct LoadedSet {
 
 impl SetOptions {
     /// The Python whose packages give the upstream versions (and which runs
-    /// the trace worker): `--python`, else `$HFX_PYTHON`, else the current
-    /// folder's `.venv/bin/python`, else that of the checkout this hfx was
-    /// built in (so a checkout's hfx works from any folder), else `python3`.
+    /// the trace worker): `--python`, else `$HFX_PYTHON`, else an installed
+    /// hfx's environment (`hfx setup`), else the current folder's
+    /// `.venv/bin/python`, else that of the checkout this hfx was built in
+    /// (so a checkout's hfx works from any folder), else `python3`.
     pub fn python(&self) -> String {
         if let Some(p) = &self.python {
             return p.clone();
         }
         if let Some(p) = std::env::var_os("HFX_PYTHON") {
             return p.to_string_lossy().into_owned();
+        }
+        if let Some(python) = crate::installed::Installed::find().map(|i| i.python()).filter(|p| p.exists()) {
+            return python.to_string_lossy().into_owned();
         }
         let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(|root| root.join(".venv/bin/python"));
         for venv in std::iter::once(PathBuf::from(".venv/bin/python")).chain(checkout) {

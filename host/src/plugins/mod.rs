@@ -72,6 +72,13 @@ pub fn discover_all(folders: &[PathBuf]) -> Result<Vec<Discovered>, SetError> {
 /// Resolves `found` against `upstream` and loads what applies.
 pub fn load_set(runtime: &Runtime, found: Vec<Discovered>, upstream: Versions) -> Result<PluginSet, SetError> {
     let resolution = resolve::resolve(found, &upstream)?;
+    // Compiling is the slow part of a first run (~1 s a component in a debug
+    // build); later runs read the cache. Said to a person at a terminal (a
+    // script's stderr keeps its one line per error).
+    let uncompiled = runtime.uncompiled(&resolution.active.iter().collect::<Vec<_>>());
+    if uncompiled > 1 && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        eprintln!("compiling {uncompiled} plugin components (first run only; `hfx plugins precompile` does it ahead)…");
+    }
     let plugins = resolution.active.iter().map(|f| runtime.load(f)).collect::<Result<Vec<_>, _>>()?;
     Ok(PluginSet { plugins, skipped: resolution.skipped, upstream })
 }

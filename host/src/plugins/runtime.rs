@@ -119,6 +119,12 @@ impl Runtime {
         self.limits
     }
 
+    /// How many of `found` have no compiled entry in the cache yet: what a
+    /// load is about to compile and keep (0 without a cache).
+    pub fn uncompiled(&self, found: &[&Discovered]) -> usize {
+        found.iter().filter(|f| self.cache.entry_path(&self.engine, &f.component_sha256).is_some_and(|p| !p.is_file())).count()
+    }
+
     /// Compiles (or fetches from the cache) a discovered plugin and checks
     /// what can be checked without running it: a component, the contract's
     /// imports only, the world of its kind. `Runtime::load` (in `loading.rs`)

@@ -22,7 +22,7 @@ pub struct NewArgs {
     /// Folder to create [default: plugins/<backend>/<name>].
     #[arg(long)]
     pub dir: Option<PathBuf>,
-    /// The hfx-sdk crate, for a plugin outside the hfx repository [default: the SDK hfx was built with].
+    /// The hfx-sdk crate, for a plugin outside the hfx repository [default: an installed hfx's own SDK, else that of the checkout hfx was built in].
     #[arg(long)]
     pub sdk: Option<PathBuf>,
 }
@@ -100,7 +100,11 @@ fn cargo_toml(name: &str, feature: &str, dir: &Path, sdk: Option<&Path>) -> Resu
     if member {
         return Ok(format!("{package}[dependencies]\nhfx-sdk = {{ workspace = true, features = [\"{feature}\"] }}\n"));
     }
-    let sdk = sdk.map(Path::to_path_buf).unwrap_or_else(|| repo.join("sdk"));
+    // An installed hfx's own SDK (its version's), else the checkout's it was built in.
+    let sdk = sdk.map(Path::to_path_buf).unwrap_or_else(|| match crate::installed::Installed::find() {
+        Some(installed) => installed.sdk().join("sdk"),
+        None => repo.join("sdk"),
+    });
     let sdk = sdk.canonicalize().with_context(|| format!("the SDK at {}", sdk.display()))?;
     Ok(format!(
         "{package}[dependencies]\nhfx-sdk = {{ path = {:?}, features = [\"{feature}\"] }}\n\n\

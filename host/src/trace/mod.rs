@@ -436,8 +436,10 @@ fn memory_box(group: i32, limit: u64, mechanism: MemoryMechanism) -> Result<Memo
 pub enum ModelSource {
     /// A tiny (or any) random model from an architecture name and config overrides.
     Architecture { name: String, overrides: Vec<(String, String)> },
-    /// A local Hugging Face model folder (config.json + weights).
-    Directory(PathBuf),
+    /// A local Hugging Face model folder (config.json + weights), or a Hub
+    /// model's snapshot in the local cache; its own modeling code (`auto_map`)
+    /// is loaded only with `trust_remote_code`.
+    Directory { path: PathBuf, trust_remote_code: bool },
     /// `python:module:function` returning `(model, inputs)`.
     Function(String),
     /// A Python-level program and its inputs: a patch plugin's self-test case.
@@ -456,7 +458,9 @@ impl std::fmt::Display for ModelSource {
                 }
                 Ok(())
             }
-            ModelSource::Directory(dir) => write!(f, "--model-dir {}", dir.display()),
+            ModelSource::Directory { path, trust_remote_code } => {
+                write!(f, "--model-dir {}{}", path.display(), if *trust_remote_code { " --trust-remote-code" } else { "" })
+            }
             ModelSource::Function(spec) => write!(f, "--model-fn {spec}"),
             ModelSource::Program { .. } => write!(f, "a self-test case's program"),
         }
@@ -522,7 +526,9 @@ impl TraceRequest {
             ModelSource::Architecture { name, overrides } => {
                 SourceParams::Architecture { name: name.clone(), overrides: overrides.iter().cloned().collect() }
             }
-            ModelSource::Directory(path) => SourceParams::Directory { path: path.clone() },
+            ModelSource::Directory { path, trust_remote_code } => {
+                SourceParams::Directory { path: path.clone(), trust_remote_code: *trust_remote_code }
+            }
             ModelSource::Function(spec) => SourceParams::Function { spec: spec.clone() },
             ModelSource::Program { program, inputs } => SourceParams::Program { program: program.clone(), inputs: inputs.clone() },
         };

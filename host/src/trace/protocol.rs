@@ -23,7 +23,7 @@ use crate::plugins::Versions;
 
 /// The protocol version; the worker's `protocol.PROTOCOL` is the same number.
 /// Any change to a message below is a new version.
-pub const PROTOCOL: u64 = 8;
+pub const PROTOCOL: u64 = 9;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -111,7 +111,9 @@ pub struct PatchSpec {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum SourceParams {
     Architecture { name: String, overrides: BTreeMap<String, String> },
-    Directory { path: PathBuf },
+    /// A model folder; `trust_remote_code` reaches `from_pretrained` as given
+    /// (never left unset: transformers would then prompt on the protocol's stdin).
+    Directory { path: PathBuf, trust_remote_code: bool },
     Function { spec: String },
     /// A Python-level program and its inputs (`hfx_worker/program.py`): a patch plugin's case.
     Program { program: Value, inputs: BTreeMap<String, CaseValue> },

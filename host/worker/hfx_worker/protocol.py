@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Optional, Union
 
 # The protocol version; the host's `trace::protocol::PROTOCOL` is the same number.
-PROTOCOL = 8
+PROTOCOL = 9
 
 # The steps of a `trace` request, in order, as progress names them (the host's
 # `TraceStep`). `export` runs torch.export under the reference exporter's
@@ -77,10 +77,12 @@ class ArchitectureSource:
 
 @dataclass
 class DirectorySource:
-    """A local Hugging Face model folder."""
+    """A local Hugging Face model folder (or a Hub model's snapshot in the local cache);
+    `trust_remote_code` goes to `from_pretrained` as the host gives it."""
     NAME: ClassVar[str] = "`directory` source"
     KIND: ClassVar[str] = "directory"
     path: str
+    trust_remote_code: bool
 
 
 @dataclass

@@ -51,15 +51,36 @@ def built(cls, config):
     return cls._from_config(config) if hasattr(cls, "_from_config") else cls(config)
 
 
-def from_directory(path, task):
+def from_directory(path, task, trust_remote_code):
+    """A model folder's model: the `--task` class, else the one `architectures` names.
+    `trust_remote_code` is always passed as a bool: left unset, transformers would ask
+    on stdin (the protocol's) whether to run a folder's own code."""
     import transformers
 
-    config = transformers.AutoConfig.from_pretrained(path)
+    config = transformers.AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     if task:
-        return model_class(task, config).from_pretrained(path)
+        return model_class(task, config).from_pretrained(path, trust_remote_code=trust_remote_code)
     names = getattr(config, "architectures", None) or []
-    cls = getattr(transformers, names[0]) if names else transformers.AutoModel
-    return cls.from_pretrained(path)
+    auto_map = getattr(config, "auto_map", None)
+    if names and auto_map and not hasattr(transformers, names[0]):
+        cls = remote_auto_class(auto_map, names[0])
+    else:
+        cls = getattr(transformers, names[0]) if names else transformers.AutoModel
+    return cls.from_pretrained(path, trust_remote_code=trust_remote_code)
+
+
+def remote_auto_class(auto_map, architecture):
+    """The auto class that loads a folder's own model class `architecture`: the `auto_map`
+    entry naming it (`"AutoModelForCausalLM": "modeling_x.XForCausalLM"`), else `AutoModel`."""
+    import transformers
+
+    for auto, reference in auto_map.items():
+        # `module.Class`, or `org/repo--module.Class` for code kept in another repo.
+        target = reference[0] if isinstance(reference, (list, tuple)) else reference
+        if auto.startswith("AutoModel") and isinstance(target, str) and target.rsplit(".", 1)[-1] == architecture \
+                and hasattr(transformers, auto):
+            return getattr(transformers, auto)
+    return transformers.AutoModel
 
 
 def from_function(spec):

@@ -207,7 +207,7 @@ def trace(session, params: TraceParams) -> TraceReply:
             model = from_architecture(source.name, source.overrides, params.task)
             inputs = None
         elif isinstance(source, protocol.DirectorySource):
-            model = from_directory(source.path, params.task)
+            model = from_directory(source.path, params.task, source.trust_remote_code)
             inputs = None
         elif isinstance(source, protocol.ProgramSource):
             model, inputs = build_program(session.policy, source.program, source.inputs)
