@@ -97,3 +97,19 @@ patch_case onnx/patch-randperm randperm randperm --dynamic "$(ops '"aten.randper
 patch_case onnx/patch-sdpa-masked-rows padded-rows sdpa_masked --dynamic
 # torch 2.13 traces this the same with or without the MATH backend (see tests/it/patches.rs).
 patch_case dynamo/patch-sdpa-math-cpu data-dependent-batch data_dependent_batch "" '"answered"'
+
+# ── ExecuTorch: the fixes on the patterns of tests/python/executorch_fx_patterns.py ──
+# (fix-python-sym-op's cases keep no values: the worker's interpreter does not
+# run executorch_prim ops, so they were cut by hand from these captures; the
+# executorch patch cases' `expect` fields were written by hand, see their `about`.)
+et_capture() {
+  local backend=$1 plugin=$2 name=$3
+  shift 3
+  "$HFX" plugins capture --backend "$backend" "$@" --count 1 --radius 0 --case "plugins/executorch/$plugin/selftest/$name.json"
+}
+et_pattern() { echo "python:executorch_fx_patterns:$1"; }
+et_capture executorch.xnnpack fix-amax-dim attention-max --model-fn "$(et_pattern amax_negative_dim)" --node aten.amax.default
+et_capture executorch.xnnpack fix-amax-dim max-dim --model-fn "$(et_pattern amax_negative_dim)" --node aten.max.dim
+et_capture executorch.xnnpack fix-clone-memory-format transposed-buffer --model-fn "$(et_pattern clone_of_transposed_buffer)" --node aten.clone.default
+et_capture executorch.xnnpack fix-negative-slice-start masked-tail --model-fn "$(et_pattern tail_of_masked_tokens)" --node aten.slice.Tensor
+et_capture executorch fix-sym-pow-as-mul size-squared --model-fn "$(et_pattern size_squared)" --dynamic --node _operator.pow

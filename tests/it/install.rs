@@ -10,8 +10,8 @@ use std::process::{Command, Output};
 use crate::common::tiny::LLAMA;
 use crate::common::*;
 
-/// The prefix of one `cargo xtask install --debug --no-setup` for every
-/// test here (the debug build the tests already have; `--no-setup`: the
+/// The prefix of one `cargo xtask install --binary HFX --no-setup` for
+/// every test here (the binary the tests already have; `--no-setup`: the
 /// worker environment is the checkout's, linked, not a second 4 GB one).
 fn installed() -> &'static Path {
     static PREFIX: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
@@ -19,7 +19,12 @@ fn installed() -> &'static Path {
         let prefix = root().join("target/hfx-install-test");
         let _ = std::fs::remove_dir_all(&prefix);
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let out = Command::new(cargo).current_dir(root()).args(["xtask", "install", "--debug", "--no-setup", "--prefix"]).arg(&prefix).output().unwrap();
+        let out = Command::new(cargo)
+            .current_dir(root())
+            .args(["xtask", "install", "--no-setup", "--binary", env!("CARGO_BIN_EXE_hfx"), "--prefix"])
+            .arg(&prefix)
+            .output()
+            .unwrap();
         assert!(out.status.success(), "install: {}", String::from_utf8_lossy(&out.stderr));
         // The worker environment `hfx setup` would create: here the checkout's, linked.
         std::os::unix::fs::symlink(root().join(".venv"), prefix.join("share/hfx/venv")).unwrap();

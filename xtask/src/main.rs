@@ -36,7 +36,7 @@ fn main() -> Result<()> {
         Some("fuzz") => fuzz::fuzz(&args[1..]),
         Some("sweep") => sweep(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask build-plugins [CRATE-DIR...] | install [--prefix DIR] [--debug] [--no-setup] | install-guest-toolchain | setup-python | test [CARGO-TEST-ARGS...] | fuzz [--seconds N] [TARGET...] | sweep [SWEEP-ARGS...]");
+            eprintln!("usage: cargo xtask build-plugins [CRATE-DIR...] | install [--prefix DIR] [--debug | --binary FILE] [--no-setup] | install-guest-toolchain | setup-python | test [CARGO-TEST-ARGS...] | fuzz [--seconds N] [TARGET...] | sweep [SWEEP-ARGS...]");
             std::process::exit(2)
         }
     }
@@ -95,7 +95,7 @@ fn setup_python() -> Result<()> {
     Ok(())
 }
 
-/// `cargo xtask install [--prefix DIR] [--debug] [--no-setup]`: hfx as a
+/// `cargo xtask install [--prefix DIR] [--debug | --binary FILE] [--no-setup]`: hfx as a
 /// tool (default prefix `~/.local`), laid out as `hfx::installed` finds it:
 /// `bin/hfx`; `share/hfx/plugins/` (every shipped plugin: manifest, built
 /// component, self-tests), the default plugin sets; `share/hfx/sdk/<version>/`
@@ -105,15 +105,17 @@ fn setup_python() -> Result<()> {
 /// installs the debug build (what the tests use). Every file is written to a
 /// temp name and renamed; a folder from an earlier install is replaced whole.
 fn install(args: &[String]) -> Result<()> {
-    let mut prefix = None;
+    let (mut prefix, mut binary) = (None, None);
     let (mut debug, mut setup) = (false, true);
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
         match arg.as_str() {
             "--prefix" => prefix = Some(PathBuf::from(rest.next().context("--prefix needs a folder")?)),
             "--debug" => debug = true,
+            // A binary already built (the tests' own): nothing is compiled.
+            "--binary" => binary = Some(PathBuf::from(rest.next().context("--binary needs a file")?)),
             "--no-setup" => setup = false,
-            other => bail!("install: unknown argument `{other}` (--prefix DIR, --debug, --no-setup)"),
+            other => bail!("install: unknown argument `{other}` (--prefix DIR, --debug, --binary FILE, --no-setup)"),
         }
     }
     let prefix = match prefix {
@@ -123,14 +125,19 @@ fn install(args: &[String]) -> Result<()> {
     let prefix = if prefix.is_absolute() { prefix } else { std::env::current_dir()?.join(prefix) };
     let root = workspace_root();
     build_plugins(&[root.join("plugins").display().to_string()])?;
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut build = Command::new(cargo);
-    build.current_dir(&root).args(["build", "--locked", "-p", "hfx"]);
-    if !debug {
-        build.arg("--release");
-    }
-    run(&mut build)?;
-    let binary = target_dir(&root).join(if debug { "debug" } else { "release" }).join("hfx");
+    let binary = match binary {
+        Some(binary) => binary,
+        None => {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let mut build = Command::new(cargo);
+            build.current_dir(&root).args(["build", "--locked", "-p", "hfx"]);
+            if !debug {
+                build.arg("--release");
+            }
+            run(&mut build)?;
+            target_dir(&root).join(if debug { "debug" } else { "release" }).join("hfx")
+        }
+    };
     let share = prefix.join("share").join("hfx");
     std::fs::create_dir_all(prefix.join("bin"))?;
     std::fs::create_dir_all(&share)?;

@@ -41,10 +41,14 @@ pub fn setup(base_python: &str) -> Result<()> {
         run(Command::new(base_python).args(["-m", "venv"]).arg(&venv)).with_context(|| format!("creating {} with {base_python} (give another with --python)", venv.display()))?;
     }
     let scratch = tempfile::tempdir().context("a temporary folder for the requirements")?;
-    for (name, text, flags) in [("requirements.txt", REQUIREMENTS, &[][..]), ("requirements-no-deps.txt", REQUIREMENTS_NO_DEPS, &["--no-deps"][..])] {
+    let files = [
+        ("requirements.txt", REQUIREMENTS, &[][..], " (torch's Linux wheel pulls ~4 GB of CUDA libraries the first time)"),
+        ("requirements-no-deps.txt", REQUIREMENTS_NO_DEPS, &["--no-deps"][..], ""),
+    ];
+    for (name, text, flags, note) in files {
         let file = scratch.path().join(name);
         std::fs::write(&file, text)?;
-        eprintln!("==> pip install {}{name} (torch's Linux wheel pulls ~4 GB of CUDA libraries the first time)", flags.iter().map(|f| format!("{f} ")).collect::<String>());
+        eprintln!("==> pip install {}{name}{note}", flags.iter().map(|f| format!("{f} ")).collect::<String>());
         run(Command::new(&python).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"]).args(flags).arg("-r").arg(&file))
             .with_context(|| format!("installing {name} into {}", venv.display()))?;
     }

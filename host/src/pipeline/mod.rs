@@ -207,7 +207,10 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
                     let edge = worker.request(&request, options.verify_deadline).context("decomposing for ExecuTorch's edge dialect")?;
                     progress.step("emit", "portable .pte (hfx's native emitter)");
                     let started = Instant::now();
-                    let edge_pt2 = crate::graph::pt2::Pt2::open(&edge_path)?;
+                    let mut edge_pt2 = crate::graph::pt2::Pt2::open(&edge_path)?;
+                    if edge.side_weights {
+                        edge_pt2.attach_side_weights(&crate::graph::pt2::side_weights_path(&edge_path))?;
+                    }
                     let model = edge_pt2.programs.get("model").with_context(|| format!("{}: no `model` program", edge_path.display()))?;
                     let edge_graph = crate::graph::pt2::convert::to_ir(model).map_err(anyhow::Error::msg).with_context(|| format!("{}", edge_path.display()))?;
                     let specs = crate::executorch::write::Specs { inputs: &edge.in_spec, outputs: &edge.out_spec };

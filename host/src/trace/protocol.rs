@@ -23,7 +23,7 @@ use crate::plugins::Versions;
 
 /// The protocol version; the worker's `protocol.PROTOCOL` is the same number.
 /// Any change to a message below is a new version.
-pub const PROTOCOL: u64 = 9;
+pub const PROTOCOL: u64 = 10;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -263,6 +263,9 @@ pub struct EdgeProgramReply {
     pub in_spec: String,
     pub out_spec: String,
     pub seconds: f64,
+    /// The weights are in `<output>.weights` (indexed by its `.json`), not
+    /// in the archive: written once, from the tensors' memory.
+    pub side_weights: bool,
 }
 
 /// `capture_values`: the values at `names` (node outputs, inputs) when the

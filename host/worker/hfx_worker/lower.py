@@ -16,6 +16,7 @@ import time
 
 from .protocol import EdgeProgramParams, EdgeProgramReply, LowerParams, LowerReply
 from .pytree import load_exported
+from .trace import save_with_side_weights, side_weights_supported
 
 # The non-core ATen ops the reference lets through the edge verifier for
 # XNNPACK and CUDA (transformers 5.24, exporter_executorch.py): they have
@@ -88,7 +89,13 @@ def edge_program(_session, params: EdgeProgramParams) -> EdgeProgramReply:
     program = load_exported(params.program)
     started = time.monotonic()
     edge = program.run_decompositions(_default_decomposition_table())
-    torch.export.save(edge, params.output)
+    # The edge program is intermediate, as a trace for ONNX is: its weights go
+    # beside it straight from tensor memory, and the host maps them.
+    side_weights = side_weights_supported()
+    if side_weights:
+        save_with_side_weights(edge, params.output)
+    else:
+        torch.export.save(edge, params.output)
     dumps = torch.utils._pytree.treespec_dumps
     return EdgeProgramReply(in_spec=dumps(edge.call_spec.in_spec), out_spec=dumps(edge.call_spec.out_spec),
-                            seconds=time.monotonic() - started)
+                            seconds=time.monotonic() - started, side_weights=side_weights)

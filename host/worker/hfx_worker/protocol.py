@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Optional, Union
 
 # The protocol version; the host's `trace::protocol::PROTOCOL` is the same number.
-PROTOCOL = 9
+PROTOCOL = 10
 
 # The steps of a `trace` request, in order, as progress names them (the host's
 # `TraceStep`). `export` runs torch.export under the reference exporter's
@@ -399,10 +399,12 @@ class LowerReply:
 
 @dataclass
 class EdgeProgramReply:
-    """The method's input and output pytree specs, and the decomposition's seconds."""
+    """The method's input and output pytree specs, the decomposition's seconds,
+    and whether the weights went beside the program (`<output>.weights`)."""
     in_spec: str
     out_spec: str
     seconds: float
+    side_weights: bool
 
 
 @dataclass
