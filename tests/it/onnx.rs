@@ -404,3 +404,22 @@ fn a_size_guard_the_artifact_cannot_check_is_named_with_a_size_that_breaks_it() 
     let stdout = String::from_utf8_lossy(&hfx(dir.path(), &logaddexp).stdout).into_owned();
     assert!(!stdout.contains("torch.export's guard"), "{stdout}");
 }
+
+/// ONNX Runtime's CPU provider has no bfloat16 kernels for most ops: a
+/// bfloat16 export with `--verify` says so in one line, naming the op and
+/// what to do, and writes nothing.
+#[test]
+fn a_bfloat16_model_that_cannot_be_verified_here_says_so_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("llama-bf16.onnx");
+    let mut args: Vec<String> = ["run", "--backend", "onnx", "--model", "llama", "--set", LLAMA, "--dtype", "bfloat16", "--verify", "-o"].map(String::from).to_vec();
+    args.push(out.display().to_string());
+    args.extend(plugin_folders());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let result = hfx(dir.path(), &args);
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(!result.status.success() && stderr.contains("no kernel for") && stderr.contains("--dtype float32"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(!out.exists(), "an unverified model landed");
+    assert_no_scratch_left(dir.path());
+}

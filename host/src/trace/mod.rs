@@ -41,7 +41,7 @@ pub enum TraceError {
     /// A Python exception; its traceback follows on the next lines, unless
     /// the worker sent none (an artifact that fails in its runtime is not the
     /// worker's fault: one line).
-    #[error("{kind} in the trace worker during `{method}`: {message}{}", if .traceback.is_empty() { String::new() } else { format!("\n{}", .traceback) })]
+    #[error("{}", python_error_text(.method, .kind, .message, .traceback))]
     Python { method: String, kind: String, message: String, traceback: String },
     #[error("trace worker protocol: {0}")]
     Protocol(String),
@@ -596,3 +596,14 @@ pub mod package;
 mod patch;
 pub mod protocol;
 pub use patch::check_program;
+
+/// A Python exception as one line, then its traceback; an artifact that
+/// fails in its runtime (`ArtifactFailed`, sent without a traceback) is the
+/// artifact's fault, not the worker's: the step and the message only.
+fn python_error_text(method: &str, kind: &str, message: &str, traceback: &str) -> String {
+    match (kind, traceback.is_empty()) {
+        ("ArtifactFailed", true) => format!("{method}: {message}"),
+        (_, true) => format!("{kind} in the trace worker during `{method}`: {message}"),
+        (_, false) => format!("{kind} in the trace worker during `{method}`: {message}\n{traceback}"),
+    }
+}

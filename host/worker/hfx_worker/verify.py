@@ -58,7 +58,17 @@ def onnx_runner(path):
     except Exception as error:  # the checker's errors are several types
         raise ValueError(f"the ONNX checker refuses the model: {str(error).strip().splitlines()[0]}") from None
 
-    onnx_session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    try:
+        onnx_session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    except Exception as error:  # onnxruntime's pybind errors share no base class but their name
+        text = str(error).strip()
+        if "NOT_IMPLEMENTED" not in text:
+            raise
+        # The CPU provider lacks a kernel for an op at this dtype (bfloat16 for most ops).
+        what = text.split("Could not find an implementation for", 1)[-1].strip().rstrip(".")
+        raise ArtifactFailed(f"ONNX Runtime's CPU provider has no kernel for {what}, so the model cannot be "
+                             "verified here: export with --dtype float32 to verify, or drop --verify and check "
+                             "it where a provider has the kernels") from None
     names = [i.name for i in onnx_session.get_inputs()]
 
     def run(inputs):
