@@ -291,7 +291,7 @@ fn patch_programs_cannot_reach_files_processes_or_private_attributes() {
     let runtime = runtime();
     let plugin = load(&runtime, "tests/plugins/hostile-patch");
     let mut session = Session::new(&runtime, of::<kind::Patch>(&plugin), "patches");
-    for (rows, refused) in [(1, "os.system"), (2, "builtins.__file__"), (3, "torch.save"), (4, "__class__"), (5, "slot 9999")] {
+    for (rows, refused) in [(1, "os.system"), (2, "builtins.__file__"), (3, "torch.save"), (4, "__class__"), (5, "slot 9999"), (8, "-inf is not finite")] {
         let call = where_call(rows);
         let error = session.patch(&call, |program| hfx::trace::check_program(&call, program)).unwrap_err();
         assert_eq!(error.plugin, "test-hostile-patch");

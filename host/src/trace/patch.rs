@@ -165,6 +165,11 @@ pub fn check_program(call: &PatchedCall, program: &Program) -> Result<(), String
                 }
             }
             Step::Item((s, _)) | Step::Enter(s) => slot(*s, defined, i)?,
+            // The worker's JSON has no infinities or NaN: serde would send
+            // `null`, a silent `None`. Refused, with the way that works.
+            Step::Constant(crate::plugins::patching::Scalar::Float(f)) if !f.is_finite() => {
+                return Err(format!("step {i}: the constant {f} is not finite (the protocol carries finite floats only): look up `math.inf` or `math.nan` instead, negated with `operator.neg`"));
+            }
             Step::Constant(_) => {}
             Step::Lookup(path) => reachable(path).map_err(|e| format!("step {i}: {e}"))?,
             Step::Pack(slots) => all(slots, &[], defined, i)?,

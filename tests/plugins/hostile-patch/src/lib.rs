@@ -32,6 +32,11 @@ fn hostile_patch(call: PatchedCall) -> Result<Program> {
             let method = p.getattr(x, "numpy");
             p.invoke(method, &[], &[])
         }
+        // A float the protocol's JSON cannot carry (it would arrive as None).
+        8 => {
+            let minus_infinity = p.float(f64::NEG_INFINITY);
+            p.call("torch.mul", &[x, minus_infinity])
+        }
         _ => return Ok(ProgramBuilder::passthrough(&call)),
     };
     Ok(p.finish(out))
