@@ -28,7 +28,7 @@ const PROFILE: &str = "plugin";
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
-        Some("build-plugins") => build_plugins(&args[1..]),
+        Some("build-plugins") => build_plugins(&args[1..]).map(drop),
         Some("install-guest-toolchain") => install_guest_toolchain(),
         Some("test") => test(&args[1..]),
         Some("setup-python") => setup_python(),
@@ -102,7 +102,8 @@ fn setup_python() -> Result<()> {
 /// (the SDK, its macros, the dtype table and the WIT contract, for plugin
 /// crates outside any checkout); then `hfx setup` creates the worker's
 /// environment in `share/hfx/venv` (not with `--no-setup`). `--debug`
-/// installs the debug build (what the tests use). Every file is written to a
+/// installs the debug build, `--binary` one already built (the tests' own).
+/// Every file is written to a
 /// temp name and renamed; a folder from an earlier install is replaced whole.
 fn install(args: &[String]) -> Result<()> {
     let (mut prefix, mut binary) = (None, None);
@@ -124,7 +125,7 @@ fn install(args: &[String]) -> Result<()> {
     };
     let prefix = if prefix.is_absolute() { prefix } else { std::env::current_dir()?.join(prefix) };
     let root = workspace_root();
-    build_plugins(&[root.join("plugins").display().to_string()])?;
+    let plugins = build_plugins(&[root.join("plugins").display().to_string()])?;
     let binary = match binary {
         Some(binary) => binary,
         None => {
@@ -144,8 +145,6 @@ fn install(args: &[String]) -> Result<()> {
     let installed = prefix.join("bin").join("hfx");
     copy_file(&binary, &installed)?;
     // The default plugin sets: what the host reads of each plugin, nothing of its source.
-    let mut plugins = Vec::new();
-    walk(&root.join("plugins"), 3, &mut plugins)?;
     replace_folder(&share.join("plugins"), |staging| {
         for plugin in &plugins {
             let to = staging.join(plugin.dir.strip_prefix(root.join("plugins"))?);
@@ -271,7 +270,8 @@ struct PluginCrate {
     standalone: bool,
 }
 
-fn build_plugins(only: &[String]) -> Result<()> {
+/// Builds the plugin crates (all, or those below `only`) and returns them.
+fn build_plugins(only: &[String]) -> Result<Vec<PluginCrate>> {
     install_guest_toolchain()?;
     let root = workspace_root();
     let crates = if only.is_empty() {
@@ -307,7 +307,7 @@ fn build_plugins(only: &[String]) -> Result<()> {
         );
     }
     eprintln!("{} plugins in {:.1} s", crates.len(), start.elapsed().as_secs_f64());
-    Ok(())
+    Ok(crates)
 }
 
 /// Cargo's target folder: `$CARGO_TARGET_DIR` when set, else `target/` of the workspace.

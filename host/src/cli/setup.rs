@@ -1,7 +1,6 @@
 //! `hfx setup` (the worker's Python environment of an installed hfx, created
 //! or repaired) and `hfx doctor` (what hfx would use, and what does not fit).
 
-use std::path::Path;
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
@@ -91,11 +90,17 @@ pub fn doctor(set: &SetOptions) -> Result<()> {
         }
         Err(e) => problems.push(format!("{e}: {}", fix(&installed))),
     }
+    // As a run discovers them: what it would skip is a problem too.
     for folder in &set.folders {
-        let plugins = count_manifests(folder);
-        println!("plugins       {} ({plugins} plugins)", folder.display());
-        if plugins == 0 {
-            problems.push(format!("no plugin below {}", folder.display()));
+        match crate::plugins::discover::discover_folders(std::slice::from_ref(folder)) {
+            Ok((found, warnings)) => {
+                println!("plugins       {} ({} plugins)", folder.display(), found.len());
+                if found.is_empty() {
+                    problems.push(format!("no plugin below {}", folder.display()));
+                }
+                problems.extend(warnings.iter().map(|w| w.to_string()));
+            }
+            Err(e) => problems.push(e.to_string()),
         }
     }
     if set.folders.is_empty() {
@@ -143,21 +148,6 @@ fn mismatches(found: &Versions) -> Vec<String> {
             Some(_) => None,
         })
         .collect()
-}
-
-/// How many `plugin.toml` lie below `dir` (three levels, as discovery looks).
-fn count_manifests(dir: &Path) -> usize {
-    fn walk(dir: &Path, depth: u32) -> usize {
-        if dir.join("plugin.toml").is_file() {
-            return 1;
-        }
-        if depth == 0 {
-            return 0;
-        }
-        let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
-        entries.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.is_dir()).map(|p| walk(&p, depth - 1)).sum()
-    }
-    walk(dir, 3)
 }
 
 fn run(command: &mut Command) -> Result<()> {

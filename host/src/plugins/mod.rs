@@ -75,7 +75,7 @@ pub fn load_set(runtime: &Runtime, found: Vec<Discovered>, upstream: Versions) -
     // Compiling is the slow part of a first run (~1 s a component in a debug
     // build); later runs read the cache. Said to a person at a terminal (a
     // script's stderr keeps its one line per error).
-    let uncompiled = runtime.uncompiled(&resolution.active.iter().collect::<Vec<_>>());
+    let uncompiled = runtime.uncompiled(&resolution.active);
     if uncompiled > 1 && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         eprintln!("compiling {uncompiled} plugin components (first run only; `hfx plugins precompile` does it ahead)…");
     }

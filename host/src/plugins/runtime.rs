@@ -121,7 +121,7 @@ impl Runtime {
 
     /// How many of `found` have no compiled entry in the cache yet: what a
     /// load is about to compile and keep (0 without a cache).
-    pub fn uncompiled(&self, found: &[&Discovered]) -> usize {
+    pub fn uncompiled(&self, found: &[Discovered]) -> usize {
         found.iter().filter(|f| self.cache.entry_path(&self.engine, &f.component_sha256).is_some_and(|p| !p.is_file())).count()
     }
 

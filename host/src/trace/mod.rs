@@ -39,8 +39,7 @@ pub enum TraceError {
     #[error("the trace worker did not answer `{method}` within {seconds} s (stopped); its last output:\n{stderr}")]
     Timeout { method: String, seconds: u64, stderr: String },
     /// A Python exception; its traceback follows on the next lines, unless
-    /// the worker sent none (an artifact that fails in its runtime is not the
-    /// worker's fault: one line).
+    /// the worker sent none (an artifact that fails in its runtime: one line).
     #[error("{}", python_error_text(.method, .kind, .message, .traceback))]
     Python { method: String, kind: String, message: String, traceback: String },
     #[error("trace worker protocol: {0}")]
@@ -597,13 +596,13 @@ mod patch;
 pub mod protocol;
 pub use patch::check_program;
 
-/// A Python exception as one line, then its traceback; an artifact that
-/// fails in its runtime (`ArtifactFailed`, sent without a traceback) is the
-/// artifact's fault, not the worker's: the step and the message only.
+/// A Python exception as one line, then its traceback. The worker sends no
+/// traceback only where the message says everything (an artifact that fails
+/// in its runtime, `ArtifactFailed`): the step and the message then.
 fn python_error_text(method: &str, kind: &str, message: &str, traceback: &str) -> String {
-    match (kind, traceback.is_empty()) {
-        ("ArtifactFailed", true) => format!("{method}: {message}"),
-        (_, true) => format!("{kind} in the trace worker during `{method}`: {message}"),
-        (_, false) => format!("{kind} in the trace worker during `{method}`: {message}\n{traceback}"),
+    if traceback.is_empty() {
+        format!("{method}: {message}")
+    } else {
+        format!("{kind} in the trace worker during `{method}`: {message}\n{traceback}")
     }
 }
