@@ -9,6 +9,7 @@ mod executorch;
 mod executorch_fixes;
 mod executorch_patches;
 mod fx_fixes;
+mod generation;
 mod install;
 mod loading;
 mod model_id;

@@ -62,6 +62,14 @@ pub struct RunConfig {
     pub no_optimize: bool,
     pub device: Option<String>,
     pub dtype: Option<String>,
+    /// Export for generation: prefill and decode components (`--generation`).
+    #[serde(default)]
+    pub generation: bool,
+    #[serde(default)]
+    pub multi_token_decode: bool,
+    pub cache: Option<String>,
+    pub max_cache_len: Option<u32>,
+    pub generate_steps: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -142,6 +150,13 @@ pub(super) fn merge(args: RunArgs) -> Result<RunOptions> {
     model.trace_deadline_s = model.trace_deadline_s.or(config.trace_deadline_s);
     model.worker_memory_gib = model.worker_memory_gib.or(config.worker_memory_gib);
     model.decompose |= config.decompose;
+    model.generation |= config.generation;
+    model.multi_token_decode |= config.multi_token_decode;
+    if model.cache.is_none() {
+        model.cache = config.cache.as_deref().map(|c| <crate::cli::CacheKind as clap::ValueEnum>::from_str(c, true)).transpose().map_err(anyhow::Error::msg)?;
+    }
+    model.max_cache_len = model.max_cache_len.or(config.max_cache_len);
+    model.generate_steps = model.generate_steps.or(config.generate_steps);
     model.device = model.device.or(config.device.clone());
     model.dtype = model.dtype.or(config.dtype.clone());
     let trace = model.request()?;
@@ -191,6 +206,9 @@ pub(super) fn merge(args: RunArgs) -> Result<RunOptions> {
             Some("pte") => pte(backend)?,
             _ => bail!("{}: the output must end in .pt2, .onnx or .json", output.display()),
         };
+        if matches!(&source, Source::Trace(t) if t.request.generation.is_some()) {
+            bail!("--generation writes an export folder, one file per component: give -o a folder (-o {}/)", output.with_extension("").display());
+        }
         (artifact, Destination::File(output))
     } else {
         if !matches!(source, Source::Trace(_)) {

@@ -304,6 +304,33 @@ pub struct ModelArgs {
     /// The dtype of the model's weights and floating inputs: `float32`, `bfloat16`, `float16` [default: float32].
     #[arg(long)]
     pub dtype: Option<String>,
+    /// Export for generation: the `prefill` and `decode` components one `generate` call is made of
+    /// (captured from it, each exported as its own program) into an export folder; with --verify,
+    /// greedy tokens through them must equal eager `generate`'s.
+    #[arg(long)]
+    pub generation: bool,
+    /// With --generation: `decode` takes several tokens at once (its sequence axis stays dynamic).
+    #[arg(long)]
+    pub multi_token_decode: bool,
+    /// With --generation: the cache `generate` builds: the model's own (growing) or a static one of
+    /// --max-cache-len positions [default: dynamic].
+    #[arg(long, value_enum)]
+    pub cache: Option<CacheKind>,
+    /// With --cache static: the cache's length in positions.
+    #[arg(long, value_name = "N")]
+    pub max_cache_len: Option<u32>,
+    /// With --generation --verify: how many greedy tokens the generation check compares [default: 8].
+    #[arg(long, value_name = "N")]
+    pub generate_steps: Option<u32>,
+}
+
+/// The cache a generation export is traced with (`--cache`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CacheKind {
+    /// The model's own cache (a `DynamicCache`, growing each step).
+    Dynamic,
+    /// A `StaticCache` of --max-cache-len positions.
+    Static,
 }
 
 /// The bounds of `--worker-memory-gib` (a worker with torch needs ~0.5 GiB to start).
@@ -322,6 +349,7 @@ impl ModelArgs {
             ("--device", self.device.is_some()),
             ("--dtype", self.dtype.is_some()),
             ("--trust-remote-code", self.trust_remote_code),
+            ("--generation", self.generation),
         ];
         given.iter().filter(|(_, given)| *given).map(|(flag, _)| *flag).collect()
     }
@@ -375,7 +403,9 @@ impl ModelArgs {
             bail!("--trust-remote-code lets a model folder's own code run: it applies to --model-dir and --model-id only");
         }
         let defaults = TraceRequest::new(source);
+        let generation = self.generation()?;
         let request = TraceRequest {
+            generation,
             task: self.task.clone(),
             dynamic: self.dynamic,
             dynamic_shapes: self.dynamic_shapes.clone(),
@@ -385,6 +415,43 @@ impl ModelArgs {
             ..defaults
         };
         Ok(Some((request, hub)))
+    }
+
+    /// `--generation` and the options that only mean something with it.
+    fn generation(&self) -> Result<Option<crate::trace::Generation>> {
+        if !self.generation {
+            let given: Vec<&str> = [
+                ("--multi-token-decode", self.multi_token_decode),
+                ("--cache", self.cache.is_some()),
+                ("--max-cache-len", self.max_cache_len.is_some()),
+                ("--generate-steps", self.generate_steps.is_some()),
+            ]
+            .into_iter()
+            .filter_map(|(flag, given)| given.then_some(flag))
+            .collect();
+            if !given.is_empty() {
+                bail!("{} shape an export for generation: add --generation", given.join(", "));
+            }
+            return Ok(None);
+        }
+        if !self.dynamic_shapes.is_empty() {
+            bail!("--dynamic-shapes names one program's inputs, and --generation exports several: use --dynamic");
+        }
+        let max_cache_len = match (self.cache.unwrap_or(CacheKind::Dynamic), self.max_cache_len) {
+            (CacheKind::Dynamic, None) => None,
+            (CacheKind::Dynamic, Some(_)) => bail!("--max-cache-len sizes a static cache: add --cache static"),
+            (CacheKind::Static, None) => bail!("--cache static needs its length: add --max-cache-len N"),
+            (CacheKind::Static, Some(n)) if n < 2 => bail!("--max-cache-len {n}: a static cache holds at least the prompt and one new token"),
+            (CacheKind::Static, Some(n)) => Some(n),
+        };
+        if max_cache_len.is_none() && !self.dynamic {
+            bail!("--generation with the model's growing cache needs --dynamic (each decode step reads a past one token longer), or a fixed-size cache: --cache static --max-cache-len N");
+        }
+        let steps = self.generate_steps.unwrap_or(8);
+        if !(1..=1024).contains(&steps) {
+            bail!("--generate-steps {steps}: give 1 to 1024");
+        }
+        Ok(Some(crate::trace::Generation { multi_token_decode: self.multi_token_decode, max_cache_len, steps }))
     }
 }
 

@@ -98,6 +98,8 @@ pub fn dim_names(graph: &Graph, roles: &[InputRole]) -> HashMap<String, String> 
             }
             let preferred = match (axis, input.as_str()) {
                 (0, _) => Some("batch"),
+                // A key/value cache leaf (`input.cache.layers.0.keys`): [batch, heads, past, head size].
+                (2, i) if i.contains("cache.") && meta.shape.len() == 4 => Some("past_sequence"),
                 (1, i) if TOKENS.contains(&i) => Some("sequence"),
                 (1, i) if i.starts_with("decoder_") => Some("decoder_sequence"),
                 _ => None,

@@ -35,6 +35,61 @@ pub fn input_roles(program: &s::ExportedProgram) -> Vec<InputRole> {
         .collect()
 }
 
+/// The user inputs named as the trace names them (`input_ids`,
+/// `input.cache.layers.0.keys`: the reference's leaf paths), in order, where
+/// it names each one; else the program's placeholder names stand.
+pub fn named_user_inputs(mut roles: Vec<InputRole>, names: &[String]) -> Vec<InputRole> {
+    let users = roles.iter().filter(|r| matches!(r, InputRole::User(_))).count();
+    if users == names.len() {
+        let users = roles.iter_mut().filter_map(|r| match r {
+            InputRole::User(name) => Some(name),
+            _ => None,
+        });
+        for (name, given) in users.zip(names) {
+            given.clone_into(name);
+        }
+    }
+    roles
+}
+
+/// The graph outputs' names: the model output's leaves as the trace names
+/// them (`logits`, `output.cache.layers.0.keys`), after the values of user
+/// inputs the program updates in place (a static cache), which the program
+/// returns first: `updated.<input>` (`updated.cache.layers.0.cumulative_length`).
+/// Empty (the emitter's own names) where the program's outputs are not
+/// exactly those.
+pub fn output_names(program: &s::ExportedProgram, input_names: &[String], names: &[String]) -> Vec<String> {
+    let signature = &program.graph_module.signature;
+    let users: Vec<String> = signature
+        .input_specs
+        .iter()
+        .filter_map(|spec| match spec {
+            s::InputSpec::UserInput { arg } => Some(user_input_name(arg)),
+            _ => None,
+        })
+        .collect();
+    let mut out = Vec::new();
+    let mut user_outputs = names.iter();
+    for spec in &signature.output_specs {
+        match spec {
+            s::OutputSpec::UserInputMutation { user_input_name, .. } => {
+                let Some(index) = users.iter().position(|u| u == user_input_name) else { return Vec::new() };
+                let input = input_names.get(index).unwrap_or(user_input_name);
+                out.push(format!("updated.{}", input.strip_prefix("input.").unwrap_or(input)));
+            }
+            s::OutputSpec::UserOutput { .. } => match user_outputs.next() {
+                Some(name) => out.push(name.clone()),
+                None => return Vec::new(),
+            },
+            _ => return Vec::new(),
+        }
+    }
+    if user_outputs.next().is_some() {
+        return Vec::new();
+    }
+    out
+}
+
 fn user_input_name(arg: &s::Argument) -> String {
     match serde_json::to_value(arg).ok().and_then(|v| v.as_object()?.values().next()?.get("name")?.as_str().map(String::from)) {
         Some(name) => name,

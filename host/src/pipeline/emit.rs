@@ -64,13 +64,14 @@ pub fn onnx(
     loaded: &LoadedSet,
     options: &OnnxOptions,
     on_plugin_error: OnPluginError,
-    output_names: Vec<String>,
+    (input_names, output_names): (Vec<String>, Vec<String>),
     target: &Path,
     progress: Progress,
 ) -> Result<OnnxEmitted> {
     use crate::onnx::{emit, passes, weights};
     let program = pt2.programs.get("model").context("no `model` program")?;
-    let roles = crate::onnx::inputs::input_roles(program);
+    let roles = crate::onnx::inputs::named_user_inputs(crate::onnx::inputs::input_roles(program), &input_names);
+    let output_names = crate::onnx::inputs::output_names(program, &input_names, &output_names);
     progress.step("onnx", "translations");
     let translations = stages::select::<kind::OnnxTranslation>(&loaded.set.plugins, Backend::Onnx);
     let (mut builder, translated) = onnx_translation::run(&loaded.runtime, &translations, graph, &roles, options.opset)?;

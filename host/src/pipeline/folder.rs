@@ -15,21 +15,26 @@ use super::scratch::Scratch;
 use crate::plugins::manifest::Backend;
 use crate::plugins::PluginSet;
 
-/// The component files an export folder may hold, of every backend.
-const FOLDER_COMPONENTS: &[&str] = &["model.onnx", "model.onnx.data", "model.pt2", "model.pte"];
+/// The components an export folder may hold (a single export's `model`, the
+/// generation components) and their files, of every backend: an export
+/// removes the ones it did not write.
+const FOLDER_COMPONENTS: &[&str] = &["model", "prefill", "decode"];
+const FOLDER_FILES: &[&str] = &[".onnx", ".onnx.data", ".pt2", ".pte", ".reference.pt"];
 
 pub struct ExportFolder {
     dir: PathBuf,
     scratch: Scratch,
-    /// Where the pipeline writes the component (in the scratch folder).
-    pub artifact: PathBuf,
 }
 
 impl ExportFolder {
-    pub fn beside(dir: &Path, artifact: &Artifact) -> Result<ExportFolder> {
+    pub fn beside(dir: &Path) -> Result<ExportFolder> {
         let scratch = Scratch::beside(dir, "folder")?;
-        let artifact = scratch.path().join(artifact.folder_component());
-        Ok(ExportFolder { dir: dir.to_path_buf(), scratch, artifact })
+        Ok(ExportFolder { dir: dir.to_path_buf(), scratch })
+    }
+
+    /// Where the pipeline writes a component's artifact (in the scratch folder).
+    pub fn component(&self, name: &str, artifact: &Artifact) -> PathBuf {
+        self.scratch.path().join(artifact.folder_file(name))
     }
 
     /// Where the worker saves the model's configs.
@@ -46,7 +51,7 @@ impl ExportFolder {
     /// `.pte` and `.pt2` formats have no field for it; ONNX models also carry
     /// it in `metadata_props`). The reference's `ExportMetadata.from_dict`
     /// skips fields it does not know.
-    pub fn finish(self, artifact: &Artifact, trace: &Trace, mut metadata: serde_json::Value, set: &PluginSet, backend: Backend) -> Result<()> {
+    pub fn finish(self, artifact: &Artifact, trace: &Trace, components: &[(String, serde_json::Value)], set: &PluginSet, backend: Backend) -> Result<()> {
         let versions = &set.upstream;
         let (format, required): (&str, &[&str]) = match artifact {
             Artifact::Onnx(_) => ("onnx", &["torch", "onnx", "onnxscript"]),
@@ -80,17 +85,22 @@ impl ExportFolder {
             }
             Artifact::Pt2 | Artifact::IrJson => {}
         }
-        metadata["packages"] = json!(packages);
-        metadata["export_config"] = config;
-        metadata["hfx"] = provenance(set, backend);
-        // The reference records no model name (`config.json` drops `_name_or_path`): hfx's own field does.
-        if let Some(hub) = &trace.hub {
-            metadata["hfx"]["model"] = json!({"id": hub.id, "revision": hub.revision, "commit": hub.commit});
+        let mut entries = serde_json::Map::new();
+        for (name, metadata) in components {
+            let mut metadata = metadata.clone();
+            metadata["packages"] = json!(packages);
+            metadata["export_config"] = config.clone();
+            metadata["hfx"] = provenance(set, backend);
+            // The reference records no model name (`config.json` drops `_name_or_path`): hfx's own field does.
+            if let Some(hub) = &trace.hub {
+                metadata["hfx"]["model"] = json!({"id": hub.id, "revision": hub.revision, "commit": hub.commit});
+            }
+            entries.insert(name.clone(), json!({"file": artifact.folder_file(name), "metadata": metadata}));
         }
         let manifest = json!({
             "schema_version": 1,
             "export_format": format,
-            "components": {"model": {"file": artifact.folder_component(), "metadata": metadata}},
+            "components": entries,
         });
         let text = serde_json::to_string_pretty(&manifest)? + "\n";
         crate::atomic::write_bytes_atomically(&self.scratch.path().join("export.json"), text.as_bytes())?;
@@ -106,7 +116,8 @@ impl ExportFolder {
         }
         // A folder exported before with another backend (or with its weights
         // inline): the component files hfx names that this export did not write go.
-        for stale in FOLDER_COMPONENTS.iter().filter(|&&f| !written.iter().any(|w| w.as_os_str() == std::ffi::OsStr::new(f))) {
+        let files = FOLDER_COMPONENTS.iter().flat_map(|c| FOLDER_FILES.iter().map(move |f| format!("{c}{f}")));
+        for stale in files.filter(|f| !written.iter().any(|w| w.as_os_str() == std::ffi::OsStr::new(f))) {
             let path = self.dir.join(stale);
             if path.is_file() {
                 std::fs::remove_file(&path).with_context(|| format!("removing the stale {}", path.display()))?;

@@ -9,6 +9,7 @@
 
 pub mod emit;
 pub mod folder;
+pub mod generation;
 pub mod model_id;
 pub mod options;
 pub mod scratch;
@@ -22,7 +23,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 pub use options::{Artifact, Destination, OnnxOptions, Pte, RunOptions, Source, Trace};
-pub use summary::{Lowered, RunSummary};
+pub use summary::{Component, Lowered, RunSummary};
 
 use emit::Program;
 use folder::ExportFolder;
@@ -70,15 +71,17 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
     for stale in Scratch::remove_stale_beside(options.destination.path()) {
         tracing::info!("removed the stale scratch folder {}", stale.display());
     }
-    // An export folder: the artifact is written into a scratch folder beside
+    // An export folder: the artifacts are written into a scratch folder beside
     // it, and everything moves in at the end.
     let folder = match &options.destination {
-        Destination::Folder(dir) => Some(ExportFolder::beside(dir, &options.artifact)?),
+        Destination::Folder(dir) => Some(ExportFolder::beside(dir)?),
         Destination::File(_) => None,
     };
-    let output: PathBuf = match (&folder, &options.destination) {
-        (Some(f), _) => f.artifact.clone(),
-        (None, d) => d.path().to_path_buf(),
+    let output = |component: &str| -> PathBuf {
+        match (&folder, &options.destination) {
+            (Some(f), _) => f.component(component, &options.artifact),
+            (None, d) => d.path().to_path_buf(),
+        }
     };
     if let Source::Trace(trace) = &mut options.source {
         trace.request.folder = folder.as_ref().map(|f| f.scratch().to_path_buf());
@@ -93,27 +96,114 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
         }
     }
 
-    // ── trace, or the file named ──
+    // ── trace (or the file named), then each program through the backend ──
     let mut worker = None;
-    let (loaded, input) = match &options.source {
+    let mut components = Vec::new();
+    let mut generation = None;
+    let loaded = match &options.source {
         Source::Trace(trace) => {
             progress.step("trace", "starting the worker");
             let mut started = start_worker(&options, progress)?;
             // The worker says which upstream versions are installed; plugins resolve against them.
             let loaded = load_plugins(&options, Some(&started), progress)?;
-            let traced = trace::run(&mut started, trace, &loaded, options.backend, &output)?;
-            // The worker holds the model and torch: gone before the host's stages, the
-            // pipeline's peak memory is the trace's, not the trace's plus the emission's
-            // (unless it is needed again: to verify, or to lower a `.pte`).
-            if options.verify || matches!(options.artifact, Artifact::Pte(_)) {
-                worker = Some(started);
+            match &trace.request.generation {
+                None => {
+                    let output = output(MODEL);
+                    let traced = trace::run(&mut started, trace, &loaded, options.backend, &output)?;
+                    // The worker holds the model and torch: gone before the host's stages, the
+                    // pipeline's peak memory is the trace's, not the trace's plus the emission's
+                    // (unless it is needed again: to verify, or to lower a `.pte`).
+                    if options.verify || matches!(options.artifact, Artifact::Pte(_)) {
+                        worker = Some(started);
+                    }
+                    components.push(export(&options, &loaded, &mut worker, MODEL, Input::Traced(Box::new(traced)), &output, options.verify, progress)?);
+                }
+                Some(asked) => {
+                    if folder.is_none() {
+                        bail!("--generation writes an export folder: name one with -o DIR/");
+                    }
+                    progress.step("trace", "capturing the generation components from one `generate` call");
+                    let capture = trace.request.capture_params(asked).map_err(anyhow::Error::msg)?;
+                    let captured = started.request(&capture, trace.deadline)?;
+                    // The worker keeps the model and the captured calls for every component's trace.
+                    worker = Some(started);
+                    for component in &captured.components {
+                        let name = &component.name;
+                        let output = output(name);
+                        progress.step("trace", &format!("component `{name}`"));
+                        let mut request = trace.request.clone();
+                        request.source = crate::trace::ModelSource::Captured { component: name.clone() };
+                        request.folder = None; // the capture saved the configs
+                        let one = Trace { request, deadline: trace.deadline, hub: trace.hub.clone() };
+                        let traced = trace::run(kept_or_started(&mut worker, &options, progress)?, &one, &loaded, options.backend, &output)
+                            .with_context(|| format!("component `{name}`"))?;
+                        // Verified by generating with all of them (below): a component's cache
+                        // output may differ from eager by design (a sliding window traced whole).
+                        let exported = export(&options, &loaded, &mut worker, name, Input::Traced(Box::new(traced)), &output, false, progress)
+                            .with_context(|| format!("component `{name}`"))?;
+                        components.push(exported);
+                    }
+                    if options.verify {
+                        progress.step("verify", &format!("{} greedy tokens through the components against eager `generate`", asked.steps));
+                        let tolerance = match &options.artifact {
+                            Artifact::Pt2 => verify::Runtime::Pt2.tolerance(),
+                            _ => verify::Runtime::Onnx.tolerance(),
+                        };
+                        let worker = kept_or_started(&mut worker, &options, progress)?;
+                        let check = generation::check(worker, &components, asked.steps, tolerance, options.verify_deadline)?;
+                        generation = Some(check);
+                    }
+                }
             }
-            (loaded, Input::Traced(Box::new(traced)))
+            loaded
         }
-        Source::Pt2(path) => (load_plugins(&options, None, progress)?, Input::Pt2(path)),
-        Source::IrJson(path) => (load_plugins(&options, None, progress)?, Input::IrJson(path)),
+        Source::Pt2(path) => {
+            let loaded = load_plugins(&options, None, progress)?;
+            components.push(export(&options, &loaded, &mut worker, MODEL, Input::Pt2(path), &output(MODEL), options.verify, progress)?);
+            loaded
+        }
+        Source::IrJson(path) => {
+            let loaded = load_plugins(&options, None, progress)?;
+            components.push(export(&options, &loaded, &mut worker, MODEL, Input::IrJson(path), &output(MODEL), options.verify, progress)?);
+            loaded
+        }
     };
 
+    let written = match folder {
+        Some(folder) => {
+            let Source::Trace(trace) = &options.source else {
+                bail!("an export folder records the traced model's metadata: trace it (--model, --model-dir, --model-fn)");
+            };
+            let dir = folder.dir().to_path_buf();
+            let recorded = components
+                .iter()
+                .map(|c| Ok((c.name.clone(), c.metadata.clone().context("an export folder records the traced model's metadata")?)))
+                .collect::<Result<Vec<_>>>()?;
+            folder.finish(&options.artifact, trace, &recorded, &loaded.set, options.backend)?;
+            dir
+        }
+        None => output(MODEL),
+    };
+    Ok(RunSummary { components, generation, skipped: loaded.set.skipped, written, total: progress.started.elapsed() })
+}
+
+/// The component of a single export, and its file's name in an export folder (`model.onnx`).
+const MODEL: &str = "model";
+
+/// One program from read to artifact at `output`: the backend's FX stages,
+/// emission, and (`verify`) the artifact in its runtime against eager before
+/// it moves into place; the eager reference goes beside it.
+#[allow(clippy::too_many_arguments)] // the run's parts and the program's, each distinct
+fn export(
+    options: &RunOptions,
+    loaded: &LoadedSet,
+    worker: &mut Option<Worker>,
+    name: &str,
+    input: Input,
+    output: &Path,
+    verify: bool,
+    progress: Progress,
+) -> Result<Component> {
     // ── read ──
     let read_started = Instant::now();
     let mut program = read(&input, progress)?;
@@ -123,7 +213,8 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
     // --dynamic asks for every axis to vary; the ones the model's code fixed are said.
     let fixed_axes = match (&options.source, &program) {
         (Source::Trace(trace), Program::Archive { pt2, graph }) if trace.request.dynamic && trace.request.dynamic_shapes.is_empty() => {
-            pt2.programs.get("model").map(|p| trace::fixed_axes(p, graph)).unwrap_or_default()
+            let names = input.traced().map(|t| t.input_names.as_slice()).unwrap_or_default();
+            pt2.programs.get("model").map(|p| trace::fixed_axes(p, graph, names)).unwrap_or_default()
         }
         _ => Vec::new(),
     };
@@ -140,17 +231,16 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
     let mut verified = Vec::new();
     // With --verify the artifact is written into a scratch folder, checked in
     // its runtime and moved into place only when it matches eager.
-    let scratch = options.verify.then(|| Scratch::beside(&output, "verify")).transpose()?;
+    let scratch = verify.then(|| Scratch::beside(output, "verify")).transpose()?;
     // Same file name as the output: an external data file is referenced by name.
     let target = match &scratch {
         Some(s) => s.path().join(output.file_name().context("the output has no file name")?),
-        None => output.clone(),
+        None => output.to_path_buf(),
     };
     let mut lowered = None;
-    let mut lowered_in_spec = None;
     let runtime = match (&options.artifact, &mut program) {
         (Artifact::IrJson, program) => {
-            emit::ir_json(program.graph(), &output)?;
+            emit::ir_json(program.graph(), output)?;
             None
         }
         (Artifact::Pt2, Program::Archive { pt2, graph }) => {
@@ -163,8 +253,8 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
             Some(verify::Runtime::Pt2)
         }
         (Artifact::Onnx(onnx), Program::Archive { pt2, graph }) => {
-            let output_names = input.traced().map(|t| t.output_names.clone()).unwrap_or_default();
-            let emitted = emit::onnx(pt2, graph, &loaded, onnx, options.on_plugin_error, output_names, &target, progress).map_err(|mut e| {
+            let names = input.traced().map(|t| (t.input_names.clone(), t.output_names.clone())).unwrap_or_default();
+            let emitted = emit::onnx(pt2, graph, loaded, onnx, options.on_plugin_error, names, &target, progress).map_err(|mut e| {
                 use crate::stages::onnx_translation::{ProgramSource, TranslationError};
                 if let Some(TranslationError::Missing { source_note, .. }) = e.downcast_mut::<TranslationError>() {
                     *source_note = if input.traced().is_some() { ProgramSource::Traced } else { ProgramSource::Saved };
@@ -178,7 +268,7 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
         (Artifact::Pte(pte), Program::Archive { pt2, graph }) => {
             // ExecuTorch lowers the program after hfx's FX stages, as a `.pt2`:
             // the traced one where the stages left it as it was.
-            let work = Scratch::beside(&output, "lower")?;
+            let work = Scratch::beside(output, "lower")?;
             let program = match &input {
                 Input::Traced(traced) if graph.changes() == changes_before => traced.program.clone(),
                 _ => {
@@ -187,7 +277,7 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
                     program
                 }
             };
-            let worker = kept_or_started(&mut worker, &options, progress)?;
+            let worker = kept_or_started(worker, options, progress)?;
             let in_spec = match pte {
                 Pte::Delegated(delegate) => {
                     progress.step("lower", &format!("ExecuTorch edge + {} partitioner, to_executorch", delegate.name()));
@@ -221,52 +311,42 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
                     in_spec
                 }
             };
-            Some(verify::Runtime::Executorch { in_spec: lowered_in_spec.insert(in_spec) })
+            Some(verify::Runtime::Executorch { in_spec })
         }
         (Artifact::Pt2 | Artifact::Onnx(_) | Artifact::Pte(_), Program::IrJson { .. }) => {
             bail!("a graph read from JSON can only be written as JSON (-o OUT.json)")
         }
     };
-    if let (Some(runtime), true) = (runtime, options.verify) {
+    if let (Some(runtime), true) = (&runtime, verify) {
         let reference = match &input {
             Input::Traced(t) => t.reference.clone(),
             Input::Pt2(path) | Input::IrJson(path) => reference_path(path),
         };
         progress.step("verify", &format!("{} against eager PyTorch", runtime.name()));
-        let worker = kept_or_started(&mut worker, &options, progress)?;
+        let worker = kept_or_started(worker, options, progress)?;
         verified = verify::run(worker, runtime, &target, &reference, options.verify_deadline)?;
         let data = crate::onnx::emit::data_file(&target);
         if data.exists() {
-            let to = crate::onnx::emit::data_file(&output);
+            let to = crate::onnx::emit::data_file(output);
             crate::atomic::move_into_place(&data, &to).with_context(|| format!("writing {}", to.display()))?;
         }
-        crate::atomic::move_into_place(&target, &output).with_context(|| format!("writing {}", output.display()))?;
+        crate::atomic::move_into_place(&target, output).with_context(|| format!("writing {}", output.display()))?;
     }
     let emit = emit_started.elapsed();
 
     // The eager reference goes next to the artifact, for verification.
-    let reference = match &input {
+    let (reference, summary, metadata) = match &input {
         Input::Traced(traced) => {
-            let reference = reference_path(&output);
+            let reference = reference_path(output);
             std::fs::rename(&traced.reference, &reference).with_context(|| format!("writing {}", reference.display()))?;
-            Some(reference)
+            (Some(reference), Some(traced.summary.clone()), Some(serde_json::to_value(&traced.export_metadata)?))
         }
-        Input::Pt2(_) | Input::IrJson(_) => None,
+        Input::Pt2(_) | Input::IrJson(_) => (None, None, None),
     };
-    let written = match folder {
-        Some(folder) => {
-            let (Source::Trace(trace), Input::Traced(traced)) = (&options.source, &input) else {
-                bail!("an export folder records the traced model's metadata: trace it (--model, --model-dir, --model-fn)");
-            };
-            let dir = folder.dir().to_path_buf();
-            let metadata = serde_json::to_value(&traced.export_metadata)?;
-            folder.finish(&options.artifact, trace, metadata, &loaded.set, options.backend)?;
-            dir
-        }
-        None => output,
-    };
-    Ok(RunSummary {
-        trace: input.traced().map(|t| t.summary.clone()),
+    Ok(Component {
+        name: name.to_string(),
+        trace: summary,
+        metadata,
         fixed_axes,
         reference,
         read,
@@ -277,9 +357,7 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
         lowered,
         verified,
         emit,
-        skipped: loaded.set.skipped,
-        written,
-        total: progress.started.elapsed(),
+        artifact: runtime.map(|r| r.model(output)),
     })
 }
 

@@ -121,13 +121,14 @@ pub struct RunOptions {
 }
 
 impl Artifact {
-    /// The component's file name in an export folder.
-    pub fn folder_component(&self) -> &'static str {
-        match self {
-            Artifact::Onnx(_) => "model.onnx",
-            Artifact::Pte(_) => "model.pte",
-            Artifact::Pt2 => "model.pt2",
-            Artifact::IrJson => "model.json",
-        }
+    /// A component's file name in an export folder: `model.onnx`, `decode.pte`.
+    pub fn folder_file(&self, component: &str) -> String {
+        let extension = match self {
+            Artifact::Onnx(_) => "onnx",
+            Artifact::Pte(_) => "pte",
+            Artifact::Pt2 => "pt2",
+            Artifact::IrJson => "json",
+        };
+        format!("{component}.{extension}")
     }
 }

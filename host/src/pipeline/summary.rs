@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::trace::{FixedAxis, TraceSummary};
 use super::verify;
-use crate::trace::protocol::{Check, EdgeProgramReply, LowerReply};
+use crate::trace::protocol::{Check, EdgeProgramReply, GenerateCheckReply, LowerReply, VerifyModel};
 use crate::onnx::optimize::OptimizeReport;
 use crate::plugins::Skipped;
 use crate::stages::StageReport;
@@ -16,8 +16,25 @@ pub enum Lowered {
     Portable { edge: EdgeProgramReply, emitted: crate::executorch::Emitted, emit: Duration },
 }
 
+/// What a run did: each program it exported (one, `model`, unless
+/// `--generation` split the model), the generation check, what it wrote.
 pub struct RunSummary {
+    pub components: Vec<Component>,
+    /// Greedy tokens through the components against eager (`--generation --verify`).
+    pub generation: Option<GenerateCheckReply>,
+    pub skipped: Vec<Skipped>,
+    /// The file or export folder written.
+    pub written: PathBuf,
+    pub total: Duration,
+}
+
+/// One exported program, from its trace (or file) to its artifact.
+pub struct Component {
+    /// `model`, or a generation component's name (`prefill`, `decode`).
+    pub name: String,
     pub trace: Option<TraceSummary>,
+    /// The reference's `ExportMetadata` fields the trace recorded (traced runs).
+    pub metadata: Option<serde_json::Value>,
     /// Input axes torch.export fixed although `--dynamic` asked them to vary.
     pub fixed_axes: Vec<FixedAxis>,
     /// Where the eager reference went (traced runs).
@@ -33,14 +50,49 @@ pub struct RunSummary {
     pub lowered: Option<Lowered>,
     pub verified: Vec<Check>,
     pub emit: Duration,
-    pub skipped: Vec<Skipped>,
-    /// The file or export folder written.
-    pub written: PathBuf,
-    pub total: Duration,
+    /// The artifact as the worker runs it (not for IR JSON).
+    pub artifact: Option<VerifyModel>,
 }
 
 impl RunSummary {
+    /// The single program's summary (`model`), for callers that run one.
+    pub fn single(&self) -> Option<&Component> {
+        match self.components.as_slice() {
+            [one] => Some(one),
+            _ => None,
+        }
+    }
+
     pub fn print(&self, verbose: u8) {
+        let many = self.components.len() > 1;
+        for component in &self.components {
+            if many {
+                println!("component {}", component.name);
+            }
+            component.print();
+        }
+        if let Some(check) = &self.generation {
+            super::generation::print(check);
+        }
+        if !self.skipped.is_empty() {
+            println!("skipped plugins: {}", self.skipped.len());
+            if verbose > 0 {
+                for s in &self.skipped {
+                    println!("  {} {}: {}", s.found.manifest.plugin.name, s.found.manifest.plugin.version, s.reason);
+                }
+            }
+        }
+        let nodes: Vec<String> = self
+            .components
+            .iter()
+            .map(|c| if many { format!("{} {} -> {}", c.name, c.nodes_before, c.nodes_after) } else { format!("{} -> {}", c.nodes_before, c.nodes_after) })
+            .collect();
+        println!("nodes: {}; wrote {} in {:.1} s", nodes.join(", "), self.written.display(), self.total.as_secs_f64());
+    }
+}
+
+impl Component {
+    fn print(&self) {
         if let Some(Lowered::Portable { edge, emitted, emit }) = &self.lowered {
             println!("stage {:<18} {:>8.2} s   ExecuTorch's edge decomposition (worker)", "edge-decompose", edge.seconds);
             println!(
@@ -106,22 +158,7 @@ impl RunSummary {
                 println!("  {plugin:<30} calls {:>5}  changed {:>5}  failed {:>3}", c.calls, c.changed, c.failed);
             }
         }
-        if !self.skipped.is_empty() {
-            println!("skipped plugins: {}", self.skipped.len());
-            if verbose > 0 {
-                for s in &self.skipped {
-                    println!("  {} {}: {}", s.found.manifest.plugin.name, s.found.manifest.plugin.version, s.reason);
-                }
-            }
-        }
         println!("stage {:<18} {:>8.2} ms", "emit", self.emit.as_secs_f64() * 1e3);
-        println!(
-            "nodes: {} -> {}; wrote {} in {:.1} s",
-            self.nodes_before,
-            self.nodes_after,
-            self.written.display(),
-            self.total.as_secs_f64()
-        );
     }
 }
 

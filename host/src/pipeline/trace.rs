@@ -21,6 +21,9 @@ pub struct Traced {
     pub reference: PathBuf,
     /// Where the weights are when the worker wrote them beside the `.pt2`.
     pub side_weights: Option<PathBuf>,
+    /// The tensor inputs' names (`input_ids`, `input.cache.layers.0.keys`);
+    /// empty where the program's placeholder names stand.
+    pub input_names: Vec<String>,
     /// The model output's leaf names (`logits`, `cache.layers.0.keys`).
     pub output_names: Vec<String>,
     /// The reference's `ExportMetadata` fields the worker recorded.
@@ -76,8 +79,8 @@ pub fn run(worker: &mut Worker, trace: &Trace, loaded: &LoadedSet, backend: Back
         decomposed: result.decomposed,
         size_guards: result.size_guards,
     };
-    let (output_names, export_metadata) = (result.output_names, result.export_metadata);
-    Ok(Traced { _scratch: scratch, program, reference, side_weights, output_names, export_metadata, summary })
+    let (input_names, output_names, export_metadata) = (result.input_names, result.output_names, result.export_metadata);
+    Ok(Traced { _scratch: scratch, program, reference, side_weights, input_names, output_names, export_metadata, summary })
 }
 
 /// An axis of a model input that torch.export fixed although `--dynamic`
@@ -92,15 +95,19 @@ pub struct FixedAxis {
 /// The model inputs' axes the traced program holds fixed. Sizes 0 and 1 are
 /// not listed: torch.export always fixes them (its 0/1 specialization), and
 /// hfx's sample inputs avoid them on the axes users vary.
-pub fn fixed_axes(program: &crate::graph::pt2::schema::ExportedProgram, graph: &crate::graph::Graph) -> Vec<FixedAxis> {
+/// A structured input's leaves (`input.cache.layers.0.keys`) report only
+/// their batch axis: their other sizes (heads, head size, a state's width)
+/// are the model's.
+pub fn fixed_axes(program: &crate::graph::pt2::schema::ExportedProgram, graph: &crate::graph::Graph, names: &[String]) -> Vec<FixedAxis> {
     use crate::graph::{Dim, ValueMeta};
-    use crate::onnx::inputs::{input_roles, InputRole};
+    use crate::onnx::inputs::{input_roles, named_user_inputs, InputRole};
     let inputs = graph.subgraph(0).map(|g| g.inputs.clone()).unwrap_or_default();
     let mut fixed = Vec::new();
-    for (value, role) in inputs.iter().zip(input_roles(program)) {
+    for (value, role) in inputs.iter().zip(named_user_inputs(input_roles(program), names)) {
         let (InputRole::User(input), Ok(value)) = (role, graph.value(*value)) else { continue };
         let ValueMeta::Tensor(meta) = &value.meta else { continue };
-        for (axis, dim) in meta.shape.iter().enumerate() {
+        let leaf = input.contains('.');
+        for (axis, dim) in meta.shape.iter().enumerate().filter(|(axis, _)| !leaf || *axis == 0) {
             if let Dim::Fixed(size @ 2..) = dim {
                 fixed.push(FixedAxis { input: input.clone(), axis, size: *size });
             }

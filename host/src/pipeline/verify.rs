@@ -14,16 +14,16 @@ use crate::trace::protocol::{Check, Verify, VerifyModel};
 use crate::trace::Worker;
 
 /// Where an artifact is run.
-#[derive(Debug, Clone, Copy)]
-pub enum Runtime<'a> {
+#[derive(Debug, Clone)]
+pub enum Runtime {
     Onnx,
     Pt2,
     /// With the lowered program's input spec.
-    Executorch { in_spec: &'a str },
+    Executorch { in_spec: String },
 }
 
-impl Runtime<'_> {
-    pub fn name(self) -> &'static str {
+impl Runtime {
+    pub fn name(&self) -> &'static str {
         match self {
             Runtime::Onnx => "ONNX Runtime",
             Runtime::Pt2 => "torch.export",
@@ -32,7 +32,7 @@ impl Runtime<'_> {
     }
 
     /// The tolerance, absolute and relative.
-    pub fn tolerance(self) -> f64 {
+    pub fn tolerance(&self) -> f64 {
         match self {
             Runtime::Onnx | Runtime::Executorch { .. } => 1e-3,
             Runtime::Pt2 => 1e-4,
@@ -42,7 +42,7 @@ impl Runtime<'_> {
 
 /// Runs the artifact against the eager reference; any output out of tolerance
 /// is an error naming it. The checks are returned for the summary.
-pub fn run(worker: &mut Worker, runtime: Runtime, artifact: &Path, reference: &Path, deadline: Duration) -> Result<Vec<Check>> {
+pub fn run(worker: &mut Worker, runtime: &Runtime, artifact: &Path, reference: &Path, deadline: Duration) -> Result<Vec<Check>> {
     if !reference.exists() {
         bail!("--verify: no eager reference at {} (hfx writes one when it traces)", reference.display());
     }
@@ -68,14 +68,20 @@ pub fn run(worker: &mut Worker, runtime: Runtime, artifact: &Path, reference: &P
 
 /// The worker's `verify` request for `artifact` in `runtime`, at its tolerance,
 /// on the recorded inputs and (for a dynamic export of a generated model) a second size.
-pub fn request(runtime: Runtime, artifact: &Path, reference: &Path) -> Verify {
-    let model = match runtime {
-        Runtime::Onnx => VerifyModel::Onnx { path: artifact.into() },
-        Runtime::Pt2 => VerifyModel::Pt2 { path: artifact.into() },
-        Runtime::Executorch { in_spec } => VerifyModel::Pte { path: artifact.into(), in_spec: in_spec.into() },
-    };
+pub fn request(runtime: &Runtime, artifact: &Path, reference: &Path) -> Verify {
     let tolerance = runtime.tolerance();
-    Verify { model, reference: reference.into(), second_size: true, atol: tolerance, rtol: tolerance }
+    Verify { model: runtime.model(artifact), reference: reference.into(), second_size: true, atol: tolerance, rtol: tolerance }
+}
+
+impl Runtime {
+    /// The artifact at `path`, as the worker runs it in this runtime.
+    pub fn model(&self, path: &Path) -> VerifyModel {
+        match self {
+            Runtime::Onnx => VerifyModel::Onnx { path: path.into() },
+            Runtime::Pt2 => VerifyModel::Pt2 { path: path.into() },
+            Runtime::Executorch { in_spec } => VerifyModel::Pte { path: path.into(), in_spec: in_spec.clone() },
+        }
+    }
 }
 
 /// The max abs/rel error per output.

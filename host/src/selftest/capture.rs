@@ -59,7 +59,7 @@ pub fn capture(mut run: RunOptions, options: &CaptureOptions, progress: Progress
     let worker_options = run.worker.clone();
     let deadline = run.verify_deadline;
     let summary = crate::pipeline::run(run, progress)?;
-    let reference = summary.reference.clone().context("the pipeline wrote no eager reference")?;
+    let reference = summary.single().and_then(|c| c.reference.clone()).context("the pipeline wrote no eager reference")?;
 
     let pt2 = Pt2::open(&program_path)?;
     let program = pt2.programs.get("model").context("the traced archive has no `model` program")?;

@@ -113,7 +113,7 @@ pub fn run(runtime: &Runtime, patch: PluginOf<'_, kind::Patch>, case: &PatchCase
         return Err("the patch answered no call: the case does not exercise it".into());
     }
     // Against eager as `--verify` checks a `.pt2` (float round-off only).
-    let checks = worker.request(&verify::request(verify::Runtime::Pt2, &with, &reference), DEADLINE).map_err(|e| format!("checking the patched program: {e}"))?.checks;
+    let checks = worker.request(&verify::request(&verify::Runtime::Pt2, &with, &reference), DEADLINE).map_err(|e| format!("checking the patched program: {e}"))?.checks;
     let mut worst = 0f64;
     for check in &checks {
         let compared: Vec<_> = match &case.compare_outputs {

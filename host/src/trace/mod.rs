@@ -443,6 +443,9 @@ pub enum ModelSource {
     Function(String),
     /// A Python-level program and its inputs: a patch plugin's self-test case.
     Program { program: serde_json::Value, inputs: std::collections::BTreeMap<String, protocol::CaseValue> },
+    /// A generation component (`prefill`, `decode`) of the model the same
+    /// worker captured (`capture_generation`).
+    Captured { component: String },
 }
 
 impl std::fmt::Display for ModelSource {
@@ -462,6 +465,7 @@ impl std::fmt::Display for ModelSource {
             }
             ModelSource::Function(spec) => write!(f, "--model-fn {spec}"),
             ModelSource::Program { .. } => write!(f, "a self-test case's program"),
+            ModelSource::Captured { component } => write!(f, "the captured `{component}` component"),
         }
     }
 }
@@ -496,6 +500,20 @@ pub struct TraceRequest {
     /// than into the `.pt2`: for an ONNX export, where the `.pt2` is
     /// intermediate and the host maps the weights from the side file.
     pub side_weights: bool,
+    /// Export for generation (`--generation`): the components a `generate`
+    /// call is made of, each traced and exported as its own program.
+    pub generation: Option<Generation>,
+}
+
+/// How a generative model is split and checked (`--generation`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Generation {
+    /// `decode` takes several tokens at once (its sequence axis stays symbolic).
+    pub multi_token_decode: bool,
+    /// A static cache of this many positions, else the model's own (growing) cache.
+    pub max_cache_len: Option<u32>,
+    /// Greedy tokens the generation check compares (`--verify`).
+    pub steps: u32,
 }
 
 impl TraceRequest {
@@ -516,12 +534,32 @@ impl TraceRequest {
             experts: None,
             folder: None,
             side_weights: false,
+            generation: None,
         }
     }
 
-    /// The `trace` request for this model, writing `output` and `reference`, with `patches`.
-    pub fn params(&self, output: &std::path::Path, reference: &std::path::Path, patches: Vec<PatchSpec>) -> TraceParams {
-        let source = match &self.source {
+    /// The `capture_generation` request for this model (a model the worker
+    /// builds: an architecture, a folder or a model function).
+    pub fn capture_params(&self, generation: &Generation) -> Result<protocol::CaptureGeneration, String> {
+        if matches!(self.source, ModelSource::Program { .. } | ModelSource::Captured { .. }) {
+            return Err(format!("--generation: {} is not a model generate can run", self.source));
+        }
+        Ok(protocol::CaptureGeneration {
+            source: self.source_params(),
+            task: self.task.clone(),
+            batch: self.batch,
+            sequence: self.sequence,
+            device: self.device.clone(),
+            dtype: self.dtype.clone(),
+            experts: self.experts.clone(),
+            multi_token_decode: generation.multi_token_decode,
+            max_cache_len: generation.max_cache_len,
+            folder: self.folder.clone(),
+        })
+    }
+
+    fn source_params(&self) -> SourceParams {
+        match &self.source {
             ModelSource::Architecture { name, overrides } => {
                 SourceParams::Architecture { name: name.clone(), overrides: overrides.iter().cloned().collect() }
             }
@@ -530,9 +568,14 @@ impl TraceRequest {
             }
             ModelSource::Function(spec) => SourceParams::Function { spec: spec.clone() },
             ModelSource::Program { program, inputs } => SourceParams::Program { program: program.clone(), inputs: inputs.clone() },
-        };
+            ModelSource::Captured { component } => SourceParams::Captured { component: component.clone() },
+        }
+    }
+
+    /// The `trace` request for this model, writing `output` and `reference`, with `patches`.
+    pub fn params(&self, output: &std::path::Path, reference: &std::path::Path, patches: Vec<PatchSpec>) -> TraceParams {
         TraceParams {
-            source,
+            source: self.source_params(),
             task: self.task.clone(),
             dynamic: self.dynamic,
             dynamic_shapes: self.dynamic_shapes.clone(),

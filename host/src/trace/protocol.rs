@@ -23,7 +23,7 @@ use crate::plugins::Versions;
 
 /// The protocol version; the worker's `protocol.PROTOCOL` is the same number.
 /// Any change to a message below is a new version.
-pub const PROTOCOL: u64 = 10;
+pub const PROTOCOL: u64 = 11;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -117,6 +117,8 @@ pub enum SourceParams {
     Function { spec: String },
     /// A Python-level program and its inputs (`hfx_worker/program.py`): a patch plugin's case.
     Program { program: Value, inputs: BTreeMap<String, CaseValue> },
+    /// A component `capture_generation` captured in the same worker (`prefill`, `decode`).
+    Captured { component: String },
 }
 
 /// What the worker decomposes after the trace (`kind` tags the variant).
@@ -196,6 +198,85 @@ pub struct Verify {
 impl Method for Verify {
     const NAME: &'static str = "verify";
     type Reply = VerifyReply;
+}
+
+/// `capture_generation`: the worker builds the model and captures the kwargs
+/// of its generation components from one `generate` call on its inputs; the
+/// `trace` requests that follow name them (`SourceParams::Captured`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CaptureGeneration {
+    pub source: SourceParams,
+    pub task: Option<String>,
+    pub batch: u32,
+    pub sequence: u32,
+    pub device: String,
+    pub dtype: String,
+    pub experts: Option<String>,
+    pub multi_token_decode: bool,
+    /// A static cache of this many positions (`cache_implementation="static"`).
+    pub max_cache_len: Option<u32>,
+    /// An export folder being written: the model's configs go there.
+    pub folder: Option<PathBuf>,
+}
+
+impl Method for CaptureGeneration {
+    const NAME: &'static str = "capture_generation";
+    type Reply = CaptureGenerationReply;
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaptureGenerationReply {
+    pub model_class: String,
+    /// In the order `generate` called them.
+    pub components: Vec<CapturedComponent>,
+    pub seconds: f64,
+}
+
+/// A captured component and its tensor inputs' shapes, by leaf path.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CapturedComponent {
+    pub name: String,
+    pub inputs: BTreeMap<String, Vec<u64>>,
+}
+
+/// `generate_check`: `steps` greedy tokens through the exported components,
+/// each in its runtime, against `model.generate` in eager.
+#[derive(Debug, Clone, Serialize)]
+pub struct GenerateCheck {
+    pub components: BTreeMap<String, VerifyModel>,
+    pub steps: u32,
+    /// The tolerance of each step's logits.
+    pub atol: f64,
+    pub rtol: f64,
+}
+
+impl Method for GenerateCheck {
+    const NAME: &'static str = "generate_check";
+    type Reply = GenerateCheckReply;
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GenerateCheckReply {
+    pub identical: bool,
+    pub steps: Vec<GenerateStep>,
+    /// How many times `generate` called the components.
+    pub calls: u64,
+    pub providers: Vec<String>,
+}
+
+/// One generated position: the token per batch row from the components and
+/// from eager, and the max abs error of the logits that chose them.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GenerateStep {
+    pub tokens: Vec<i64>,
+    pub eager_tokens: Vec<i64>,
+    pub max_abs: Option<f64>,
+    /// The logits within atol/rtol of eager's.
+    pub ok: bool,
 }
 
 /// `lower`: a `.pt2` (the program after hfx's FX stages) through ExecuTorch's
@@ -433,10 +514,11 @@ pub struct ExportMetadata {
     pub architecture: String,
     pub export_dtype: String,
     pub export_device: String,
-    pub kwargs: BTreeMap<String, Value>,
+    /// In the traced order (the reference's loader reads them as written).
+    pub kwargs: serde_json::Map<String, Value>,
     pub in_spec: String,
     pub out_spec: String,
-    pub in_constants: BTreeMap<String, Value>,
+    pub in_constants: serde_json::Map<String, Value>,
     pub out_constants: Vec<Value>,
 }
 
@@ -458,6 +540,10 @@ pub struct TraceReply {
     pub inputs: BTreeMap<String, Vec<u64>>,
     /// How many tensor outputs the program returns.
     pub outputs: u64,
+    /// The tensor inputs' names in order: leaf paths (`cache.layers.0.keys`),
+    /// `input.`-prefixed where an output has the same name; empty where the
+    /// program's own placeholder names stand.
+    pub input_names: Vec<String>,
     /// The output leaves' names (`logits`, `cache.layers.0.keys`).
     pub output_names: Vec<String>,
     pub export_metadata: ExportMetadata,
@@ -948,7 +1034,7 @@ mod tests {
 
     fn trace_reply() -> Value {
         serde_json::json!({
-            "model_class": "Doubler", "inputs": {"x": [2, 3]}, "outputs": 1, "output_names": ["output"],
+            "model_class": "Doubler", "inputs": {"x": [2, 3]}, "outputs": 1, "input_names": ["x"], "output_names": ["output"],
             "export_metadata": {"architecture": "Doubler", "export_dtype": "float32", "export_device": "cpu",
                 "kwargs": {"x": {"rank": 2, "shape": [2, 3], "dtype": "float32"}}, "in_spec": "[]", "out_spec": "[]",
                 "in_constants": {}, "out_constants": []},

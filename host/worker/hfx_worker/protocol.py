@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Optional, Union
 
 # The protocol version; the host's `trace::protocol::PROTOCOL` is the same number.
-PROTOCOL = 10
+PROTOCOL = 11
 
 # The steps of a `trace` request, in order, as progress names them (the host's
 # `TraceStep`). `export` runs torch.export under the reference exporter's
@@ -103,6 +103,14 @@ class ProgramSource:
 
 
 @dataclass
+class CapturedSource:
+    """A component `capture_generation` captured in this worker (`prefill`, `decode`)."""
+    NAME: ClassVar[str] = "`captured` source"
+    KIND: ClassVar[str] = "captured"
+    component: str
+
+
+@dataclass
 class DecomposeNone:
     """Nothing: the program as torch.export traced it."""
     NAME: ClassVar[str] = "`none` decomposition"
@@ -128,7 +136,7 @@ class DecomposeMissing:
 @dataclass
 class TraceParams:
     NAME: ClassVar[str] = "`trace` request"
-    source: Union[ArchitectureSource, DirectorySource, FunctionSource, ProgramSource]
+    source: Union[ArchitectureSource, DirectorySource, FunctionSource, ProgramSource, CapturedSource]
     task: Optional[str]
     dynamic: bool
     dynamic_shapes: list[str]
@@ -143,6 +151,25 @@ class TraceParams:
     folder: Optional[str]
     side_weights: bool
     patches: list[PatchSpec]
+
+
+@dataclass
+class CaptureGenerationParams:
+    """`capture_generation`: build the model and capture the kwargs of its
+    generation components from one `generate` call on its inputs; kept in the
+    worker for the `trace` requests (`CapturedSource`) that follow. The
+    model's configs go to `folder` when given."""
+    NAME: ClassVar[str] = "`capture_generation` request"
+    source: Union[ArchitectureSource, DirectorySource, FunctionSource]
+    task: Optional[str]
+    batch: int
+    sequence: int
+    device: str
+    dtype: str
+    experts: Optional[str]
+    multi_token_decode: bool
+    max_cache_len: Optional[int]
+    folder: Optional[str]
 
 
 @dataclass
@@ -183,6 +210,17 @@ class VerifyParams:
     model: Union[OnnxModel, Pt2Model, PteModel]
     reference: str
     second_size: bool
+    atol: float
+    rtol: float
+
+
+@dataclass
+class GenerateCheckParams:
+    """`generate_check`: `steps` greedy tokens through the exported components
+    (by name, each in its runtime) against `model.generate` in eager."""
+    NAME: ClassVar[str] = "`generate_check` request"
+    components: dict[str, Union[OnnxModel, Pt2Model, PteModel]]
+    steps: int
     atol: float
     rtol: float
 
@@ -346,6 +384,10 @@ class TraceReply:
     model_class: str
     inputs: dict[str, list[int]]
     outputs: int
+    # The tensor inputs' names, in order: leaf paths (`cache.layers.0.keys`),
+    # `input.`-prefixed where an output has the same; empty where the
+    # program's own placeholder names stand.
+    input_names: list[str]
     output_names: list[str]
     export_metadata: ExportMetadata
     nodes: int
@@ -361,6 +403,40 @@ class TraceReply:
     # some other size breaks, simplest first: the program is valid only where
     # they hold, and no artifact carries them.
     size_guards: list[SizeGuard]
+
+
+@dataclass
+class CapturedComponent:
+    """A captured component and its tensor inputs' shapes, by leaf path."""
+    name: str
+    inputs: dict[str, list[int]]
+
+
+@dataclass
+class CaptureGenerationReply:
+    model_class: str
+    components: list[CapturedComponent]
+    seconds: float
+
+
+@dataclass
+class GenerateStep:
+    """One generated position: the token per batch row from the components and
+    from eager, and the max abs error of the logits that chose it (null if not finite)."""
+    tokens: list[int]
+    eager_tokens: list[int]
+    max_abs: Optional[float]
+    # The logits within atol/rtol of eager's.
+    ok: bool
+
+
+@dataclass
+class GenerateCheckReply:
+    identical: bool
+    steps: list[GenerateStep]
+    # How many times `generate` called the components.
+    calls: int
+    providers: list[str]
 
 
 @dataclass
@@ -490,6 +566,11 @@ class PatchCall:
 class ArtifactFailed(RuntimeError):
     """The artifact itself fails in its runtime: the message says where and
     why, and no traceback is sent (the worker's Python is not at fault)."""
+
+
+class Unsupported(ValueError):
+    """The model cannot be exported as asked: the message says why and what to
+    do instead, and no traceback is sent (nothing failed but the request)."""
 
 
 @dataclass

@@ -8,6 +8,7 @@ leaves, everything else a JSON-native context naming classes by
 """
 
 import contextlib
+import enum
 import importlib
 
 # ── Pytree registration (the reference's `pytree registration` stage) ──
@@ -136,6 +137,62 @@ def load_exported(path):
     return torch.export.load(path)
 
 
+# ── The eager reference file ──
+
+
+def save_reference(path, inputs, constants, flags, outputs):
+    """The eager reference beside a traced program: its inputs, constants,
+    output flags and flat outputs. A structured input (a cache) is stored as
+    its tensor leaves and this module's JSON context, so the file loads with
+    `torch.load`'s `weights_only` (no pickled objects, no code run on load)."""
+    import json
+
+    import torch
+
+    tensors, structured = {}, {}
+    for name, value in inputs.items():
+        if torch.is_tensor(value):
+            tensors[name] = value
+        else:
+            leaves, context = pytree_flatten(value)
+            if not all(torch.is_tensor(leaf) for leaf in leaves):
+                raise TypeError(f"input `{name}` holds a symbolic size; the reference keeps tensors only")
+            structured[name] = {"leaves": leaves, "context": json.dumps(context)}
+    torch.save({"inputs": tensors, "structured": structured, "constants": constants, "flags": flags,
+                "outputs": outputs}, path)
+
+
+def load_reference(path):
+    """What `save_reference` wrote, structured inputs rebuilt (their classes
+    looked up only in transformers)."""
+    import json
+
+    import torch
+
+    reference = torch.load(path)
+    inputs = dict(reference["inputs"])
+    for name, stored in reference.get("structured", {}).items():
+        context = json.loads(stored["context"])
+        for found in class_paths(context):
+            if not found.startswith("transformers."):
+                raise ValueError(f"{path}: input `{name}` names the class `{found}`, outside transformers")
+        inputs[name] = unflatten_context(context, list(stored["leaves"]))
+    reference["inputs"] = inputs
+    return reference
+
+
+def class_paths(context):
+    """Every class path a flattened context names."""
+    if isinstance(context, list):
+        for item in context:
+            yield from class_paths(item)
+    elif isinstance(context, dict):
+        if isinstance(context.get("p"), str):
+            yield context["p"]
+        for value in context.values():
+            yield from class_paths(value)
+
+
 def register_cache_pytrees(model=None):
     """Every `Cache` subclass (and the model module's own `*Cache` classes) as a pytree node.
     `ModelOutput`s register themselves when transformers defines them. Also needed by whoever
@@ -191,6 +248,25 @@ def leaf_paths(value, path, out):
     elif hasattr(value, "__dict__") and not callable(value):
         for key, item in vars(value).items():
             leaf_paths(item, f"{path}.{key}", out)
+
+
+def named_leaves(value, path=""):
+    """`(dotted path, tensor)` for every tensor in a call's kwargs, in the
+    order torch.export flattens them (this module's flattener: a cache's
+    attributes in order): `input_ids`, `cache.layers.0.keys`. The reference's
+    `_iter_leaf_tensors`, whose paths name the ONNX inputs."""
+    import torch
+
+    if torch.is_tensor(value):
+        yield path or "output", value
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from named_leaves(item, f"{path}.{i}" if path else str(i))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from named_leaves(item, f"{path}.{key}" if path else str(key))
+    elif hasattr(value, "__dict__") and not callable(value) and not isinstance(value, (type, enum.Enum)):
+        yield from named_leaves(vars(value), path)
 
 
 def output_names(output):

@@ -11,7 +11,7 @@ its ONNX translation in ONNX Runtime) on the case's values and compares them.
 
 from . import program
 from .graph import decode_value, encode_value, run_graph
-from .pytree import load_exported
+from .pytree import load_exported, load_reference
 from .protocol import (CaptureProgramParams, CaptureProgramReply, CaptureValuesParams, CaptureValuesReply,
                        GraphCandidate, RunCaseParams, RunCaseReply)
 from .sources import from_function
@@ -32,7 +32,7 @@ def capture_values(session, params: CaptureValuesParams) -> CaptureValuesReply:
     import torch
 
     program = load_exported(params.program)
-    reference = torch.load(params.reference)
+    reference = load_reference(params.reference)
     kwargs = {**reference["inputs"], **reference.get("constants", {})}
     try:
         flat = program._graph_module_flat_inputs((), kwargs)

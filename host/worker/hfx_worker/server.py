@@ -14,9 +14,10 @@ import traceback
 
 from . import protocol
 from .opinfo import check_sample, op_infos, op_samples
-from .protocol import (ArtifactFailed, CaptureProgramParams, CaptureValuesParams, Channel, CheckSampleParams, ErrorReply, HelloParams, HelloReply,
-                       EdgeProgramParams, LowerParams, OpInfosParams, OpSamplesParams, PatchesRestoredParams, ProtocolError, Request, RunCaseParams, TraceParams,
+from .protocol import (ArtifactFailed, Unsupported, CaptureGenerationParams, CaptureProgramParams, CaptureValuesParams, Channel, CheckSampleParams, ErrorReply, HelloParams, HelloReply,
+                       EdgeProgramParams, GenerateCheckParams, LowerParams, OpInfosParams, OpSamplesParams, PatchesRestoredParams, ProtocolError, Request, RunCaseParams, TraceParams,
                        VerifyParams)
+from .generation import capture_generation, generate_check
 from .lower import edge_program, lower
 from .sandbox import Reach, patch_status
 from .selftest import capture_program, capture_values, run_case
@@ -46,6 +47,7 @@ class Session:
         self.channel = channel
         self._policy = None
         self.last_trace = None
+        self.generation = None  # what `capture_generation` captured (`generation.Generation`)
         self.op_samples = []
 
     @property
@@ -81,6 +83,8 @@ METHODS = {
     "trace": (TraceParams, trace),
     "patches_restored": (PatchesRestoredParams, patches_restored),
     "verify": (VerifyParams, verify),
+    "capture_generation": (CaptureGenerationParams, capture_generation),
+    "generate_check": (GenerateCheckParams, generate_check),
     "lower": (LowerParams, lower),
     "edge_program": (EdgeProgramParams, edge_program),
     "capture_values": (CaptureValuesParams, capture_values),
@@ -116,6 +120,6 @@ def main():
         except BaseException as error:  # every failure goes back to the host, typed
             text = protocol.to_json({"id": request_id, "error": dataclasses.asdict(ErrorReply(
                 type=type(error).__name__, message=str(error),
-                traceback="" if isinstance(error, ArtifactFailed) else traceback.format_exc()))})
+                traceback="" if isinstance(error, (ArtifactFailed, Unsupported)) else traceback.format_exc()))})
         protocol_out.write(text + "\n")
         protocol_out.flush()

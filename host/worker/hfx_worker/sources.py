@@ -17,14 +17,30 @@ def parse_value(text):
         return text
 
 
-def from_architecture(arch, overrides, task):
+def from_architecture(arch, overrides, task, generative=False):
+    """A random model of `arch`: the `--task` class, else for generation the
+    architecture's generative class, else its causal LM (decoder-only
+    families) or base model."""
     import transformers
 
     config = transformers.AutoConfig.for_model(arch, **{k: parse_value(v) for k, v in overrides.items()})
     if task:
         return built(model_class(task, config), config)
+    if generative:
+        for name in GENERATIVE:
+            auto = getattr(transformers, name, None)
+            if auto is not None and type(config) in auto._model_mapping:
+                return auto.from_config(config)
+        from .protocol import Unsupported
+
+        raise Unsupported(f"--generation: transformers has no generative class for `{arch}`; name one with --task")
     auto = transformers.AutoModelForCausalLM if arch in CAUSAL_LM else transformers.AutoModel
     return auto.from_config(config)
+
+
+# The auto classes of models that generate, in the order a generation export picks one.
+GENERATIVE = ("AutoModelForCausalLM", "AutoModelForSeq2SeqLM", "AutoModelForSpeechSeq2Seq",
+              "AutoModelForImageTextToText", "AutoModelForVision2Seq")
 
 
 def model_class(task, config):

@@ -10,6 +10,7 @@ save.
 """
 
 import contextlib
+import copy
 import json
 import os
 import time
@@ -17,7 +18,8 @@ import time
 from . import protocol
 from .program import build as build_program
 from .protocol import ExportMetadata, TraceParams, TraceReply
-from .pytree import flat_outputs, output_names, register_cache_pytrees
+from .generation import TracedComponent
+from .pytree import flat_outputs, named_leaves, output_names, register_cache_pytrees, save_reference
 from .sandbox import patch_status, patches_applied
 from .sources import from_architecture, from_directory, from_function, on_device, prepared, sample_inputs
 
@@ -29,7 +31,8 @@ SEED = 0
 
 def dynamic_shapes(inputs, dynamic, explicit):
     """The reference's `dynamic shapes` stage: `Dim.AUTO` on every tensor axis
-    (batch and sequence), or the explicit `name:axis=min..max` ranges."""
+    (batch and sequence; in a cache, past length too), or the explicit
+    `name:axis=min..max` ranges."""
     import torch
 
     if explicit:
@@ -42,9 +45,28 @@ def dynamic_shapes(inputs, dynamic, explicit):
         return shapes
     if not dynamic:
         return None
-    auto = torch.export.Dim.AUTO
-    return {name: ({axis: auto for axis in range(value.dim())} if torch.is_tensor(value) else None)
-            for name, value in inputs.items()}
+    return {name: auto_shapes(value) for name, value in inputs.items()}
+
+
+def auto_shapes(value):
+    """`Dim.AUTO` on every axis of every tensor in `value`, laid out as
+    torch.export compares it with the input: a registered pytree node (a
+    cache, a `ModelOutput`) one entry per child of its flattening."""
+    import torch
+
+    if torch.is_tensor(value):
+        return dict.fromkeys(range(value.dim()), torch.export.Dim.AUTO)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return None
+    if type(value) in (list, tuple):
+        return type(value)(auto_shapes(v) for v in value)
+    if type(value) is dict:
+        return {k: auto_shapes(v) for k, v in value.items()}
+    node = torch.utils._pytree.SUPPORTED_NODES.get(type(value))
+    if node is not None:
+        children, _ = node.flatten_fn(value)
+        return [auto_shapes(child) for child in children]
+    return None
 
 
 # ── Signature (the reference's `model signature` stage) ──
@@ -195,42 +217,77 @@ def step(session, name, seconds, peaks=None):
         peaks[name] = peak_rss_mib()
 
 
+def built_model(session, params, generative=False):
+    """The model of `params.source` on the backend's device and dtype, and its
+    inputs (the source's own, else sample inputs of `params.batch` x
+    `params.sequence`); `generative`: an architecture's generative class."""
+    import torch
+
+    torch.manual_seed(SEED)
+    source = params.source
+    if isinstance(source, protocol.ArchitectureSource):
+        model = from_architecture(source.name, source.overrides, params.task, generative)
+        inputs = None
+    elif isinstance(source, protocol.DirectorySource):
+        model = from_directory(source.path, params.task, source.trust_remote_code)
+        inputs = None
+    elif isinstance(source, protocol.ProgramSource):
+        model, inputs = build_program(session.policy, source.program, source.inputs)
+    else:
+        model, inputs = from_function(source.spec)
+    model = model.eval()
+    model, device, dtype = prepared(model, params.device, params.dtype)
+    # Backend preparation the host asks for: a MoE model's experts run as
+    # the backend can (the reference's `prepare_for_xnnpack`).
+    if params.experts and getattr(model, "_can_set_experts_implementation", lambda: False)():
+        model.set_experts_implementation(params.experts)
+    if hasattr(model, "set_attn_implementation"):
+        with contextlib.suppress(Exception):
+            model.set_attn_implementation("sdpa")
+    if inputs is None:
+        inputs = sample_inputs(model, params.batch, params.sequence)
+    return model, {k: on_device(v, device, dtype) for k, v in inputs.items()}
+
+
+def captured(session, component):
+    """A component `capture_generation` captured: the model, and a copy of its kwargs."""
+    generation = session.generation
+    if generation is None or component not in generation.components:
+        raise ValueError(f"trace: no captured component `{component}` in this worker (send `capture_generation` first)")
+    return generation.model, copy.deepcopy(generation.components[component])
+
+
+def is_constant(value):
+    """A kwarg torch.export folds into the program (`use_cache=False`, `None`)."""
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
+def disambiguated(inputs, outputs):
+    """A name both an input and an output carry (a cache's leaves in a decode
+    step) becomes `input.<name>` and `output.<name>`, as the reference's
+    `disambiguate_io_names` names them."""
+    both = set(inputs) & set(outputs)
+    return ([f"input.{n}" if n in both else n for n in inputs], [f"output.{n}" if n in both else n for n in outputs])
+
+
 def trace(session, params: TraceParams) -> TraceReply:
     seconds, peaks = {}, {}
     with step(session, "import", seconds, peaks):
         import torch
 
     with step(session, "build", seconds, peaks):
-        torch.manual_seed(SEED)
         source = params.source
-        if isinstance(source, protocol.ArchitectureSource):
-            model = from_architecture(source.name, source.overrides, params.task)
-            inputs = None
-        elif isinstance(source, protocol.DirectorySource):
-            model = from_directory(source.path, params.task, source.trust_remote_code)
-            inputs = None
-        elif isinstance(source, protocol.ProgramSource):
-            model, inputs = build_program(session.policy, source.program, source.inputs)
+        if isinstance(source, protocol.CapturedSource):
+            model, inputs = captured(session, source.component)
         else:
-            model, inputs = from_function(source.spec)
-        model = model.eval()
-        model, device, dtype = prepared(model, params.device, params.dtype)
-        # Backend preparation the host asks for: a MoE model's experts run as
-        # the backend can (the reference's `prepare_for_xnnpack`).
-        if params.experts and getattr(model, "_can_set_experts_implementation", lambda: False)():
-            model.set_experts_implementation(params.experts)
-        if hasattr(model, "set_attn_implementation"):
-            with contextlib.suppress(Exception):
-                model.set_attn_implementation("sdpa")
-        if inputs is None:
-            inputs = sample_inputs(model, params.batch, params.sequence)
-        inputs = {k: on_device(v, device, dtype) for k, v in inputs.items()}
+            model, inputs = built_model(session, params)
         flags = {k: inputs.pop(k) for k in OUTPUT_FLAGS if k in inputs}
+        register_cache_pytrees(model)
         shapes = dynamic_shapes(inputs, params.dynamic, params.dynamic_shapes)
     with step(session, "eager", seconds):
+        # On a copy: a cache input grows in place.
         with torch.no_grad(), config_flags(model, flags):
-            eager = model(**inputs)
-        register_cache_pytrees(model)
+            eager = model(**copy.deepcopy(inputs))
         names = output_names(eager)
         eager_output = eager
         eager = flat_outputs(eager)
@@ -243,10 +300,11 @@ def trace(session, params: TraceParams) -> TraceReply:
         with torch.no_grad(), patches_applied(policy, params.patches, session.ask), clean_state(model), \
                 config_flags(model, flags), flat_signature(model, inputs):
             program = torch.export.export(
-                model, (), dict(inputs), dynamic_shapes=shapes, strict=False,
+                model, (), copy.deepcopy(dict(inputs)), dynamic_shapes=shapes, strict=False,
                 prefer_deferred_runtime_asserts_over_guards=bool(params.dynamic_shapes),
             )
         guards = size_guards(program, inputs)
+        metadata = export_metadata(model, inputs, program, eager_output)
         decomposed = []
         if isinstance(params.decompose, protocol.DecomposeAll):
             session.progress("decompose")
@@ -260,21 +318,30 @@ def trace(session, params: TraceParams) -> TraceReply:
         else:
             torch.export.save(program, params.output)
         # The eager reference, next to the archive, for later verification.
-        torch.save({"inputs": {k: v for k, v in inputs.items() if torch.is_tensor(v)},
-                    "constants": {k: v for k, v in inputs.items() if not torch.is_tensor(v)},
-                    "flags": flags, "outputs": eager}, params.reference)
+        save_reference(params.reference, {k: v for k, v in inputs.items() if not is_constant(v)},
+                       {k: v for k, v in inputs.items() if is_constant(v)}, flags, eager)
         if params.folder:
             save_configs(model, params.folder)
+    input_paths = [path for path, _ in named_leaves(inputs)]
+    if len(input_paths) != len(program.graph_signature.user_inputs):
+        input_paths = []  # a leaf torch.export does not take as an input: its own names stand
+    input_names, names = disambiguated(input_paths, names)
+    if isinstance(source, protocol.CapturedSource):
+        session.generation.traced[source.component] = TracedComponent(
+            kwargs=list(inputs), input_paths=input_paths, out_spec=metadata["out_spec"], out_constants=metadata["out_constants"])
     # Kept for `verify` at a second input size (generated inputs only).
+    parameter = next(model.parameters(), None)
     session.last_trace = LastTrace(
-        model=model, flags=flags, device=device, dtype=dtype,
+        model=model, flags=flags, device=parameter.device if parameter is not None else torch.device("cpu"),
+        dtype=parameter.dtype if parameter is not None else torch.get_default_dtype(),
         generated=isinstance(source, (protocol.ArchitectureSource, protocol.DirectorySource)), dynamic=bool(params.dynamic or params.dynamic_shapes))
     return TraceReply(
         model_class=type(model).__name__,
-        inputs={k: list(v.shape) for k, v in inputs.items() if torch.is_tensor(v)},
+        inputs={k: list(v.shape) for k, v in named_leaves(inputs)},
         outputs=len(eager),
+        input_names=input_names,
         output_names=names,
-        export_metadata=ExportMetadata(**export_metadata(model, inputs, program, eager_output)),
+        export_metadata=ExportMetadata(**metadata),
         nodes=len(program.graph.nodes),
         patches_restored=patch_status(policy, params.patches),
         versions=session.versions(),
@@ -438,13 +505,14 @@ def export_metadata(model, inputs, program, output):
     }
 
 
-def save_configs(model, folder):
-    """`config.json`, and `generation_config.json` for a model that generates."""
+def save_configs(model, folder, generation=None):
+    """`config.json`, and `generation_config.json` for a model that generates
+    (`generation` when given: a static cache's)."""
     os.makedirs(folder, exist_ok=True)
     config = getattr(model, "config", None)
     if config is not None and hasattr(config, "save_pretrained"):
         config.save_pretrained(folder)
-    generation = getattr(model, "generation_config", None)
+    generation = generation or getattr(model, "generation_config", None)
     if generation is not None and hasattr(model, "can_generate") and model.can_generate():
         generation.save_pretrained(folder)
 

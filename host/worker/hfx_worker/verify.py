@@ -9,7 +9,7 @@ import sys
 import tempfile
 
 from .protocol import ArtifactFailed, Check, Comparison, OnnxModel, Pt2Model, PteModel, VerifyParams, VerifyReply
-from .pytree import flat_outputs, load_exported
+from .pytree import flat_outputs, load_exported, load_reference, named_leaves
 from .sources import on_device, sample_inputs
 from .trace import config_flags
 
@@ -72,10 +72,13 @@ def onnx_runner(path):
     names = [i.name for i in onnx_session.get_inputs()]
 
     def run(inputs):
-        missing = [n for n in names if n not in inputs]
+        # Inputs by leaf path (`cache.layers.0.keys`); one an output also
+        # names carries an `input.` prefix, as the reference names it.
+        leaves = dict(named_leaves(inputs))
+        missing = [n for n in names if n.removeprefix("input.") not in leaves]
         if missing:
-            raise ValueError(f"the ONNX model wants inputs {missing}; the sample has {sorted(inputs)}")
-        return onnx_session.run(None, {n: inputs[n].detach().cpu().numpy() for n in names})
+            raise ValueError(f"the ONNX model wants inputs {missing}; the sample has {sorted(leaves)}")
+        return onnx_session.run(None, {n: leaves[n.removeprefix("input.")].detach().cpu().numpy() for n in names})
 
     run.input_names = names
     return run, onnx_session.get_providers()
@@ -119,7 +122,7 @@ def pte_runner(path, in_spec, constants):
             else:
                 failed = None
         if failed is not None:
-            sizes = ", ".join(f"{k} {list(v.shape)}" for k, v in inputs.items())
+            sizes = ", ".join(f"{k} {list(v.shape)}" for k, v in named_leaves(inputs))
             said = "; ".join(line for line in log() if "failed" in line.lower() or "attempted" in line.lower())
             raise ArtifactFailed(f"the .pte fails in the ExecuTorch runtime on inputs {sizes}: {failed}"
                                  + (f" (the runtime: {said})" if said else ""))
@@ -152,14 +155,14 @@ def verify(session, params: VerifyParams) -> VerifyReply:
     import torch
 
     atol, rtol = params.atol, params.rtol
-    ref = torch.load(params.reference)
+    ref = load_reference(params.reference)
     if isinstance(params.model, OnnxModel):
         run, providers = onnx_runner(params.model.path)
     elif isinstance(params.model, Pt2Model):
         run, providers = pt2_runner(params.model.path, ref.get("constants", {}))
     else:
         run, providers = pte_runner(params.model.path, params.model.in_spec, ref.get("constants", {}))
-    checks = [Check(inputs={k: list(v.shape) for k, v in ref["inputs"].items()},
+    checks = [Check(inputs={k: list(v.shape) for k, v in named_leaves(ref["inputs"])},
                     outputs=compared(run(ref["inputs"]), ref["outputs"], atol, rtol))]
     last = session.last_trace
     if params.second_size and last is not None and last.generated and last.dynamic:
@@ -169,3 +172,53 @@ def verify(session, params: VerifyParams) -> VerifyReply:
             eager = flat_outputs(model(**inputs))
         checks.append(Check(inputs={k: list(v.shape) for k, v in inputs.items()}, outputs=compared(run(inputs), eager, atol, rtol)))
     return VerifyReply(checks=checks, providers=providers)
+
+
+def component_runner(artifact, traced):
+    """(call(**kwargs) -> the model's output, providers) for an exported
+    component, as the model is called: the kwargs it was traced with, its flat
+    outputs rebuilt into the model's output (`CausalLMOutputWithPast`, its
+    cache) by the output spec the trace recorded."""
+    import torch
+    from torch.utils._pytree import tree_unflatten, treespec_loads
+
+    spec = treespec_loads(traced.out_spec)
+    constants = dict(traced.out_constants)
+
+    def rebuilt(flat):
+        # A program that updates an input in place (a static cache) returns
+        # the updated values first: the model's outputs are the last ones.
+        outputs = flat[len(flat) - (spec.num_leaves - len(constants)):]
+        tensors = iter(torch.from_numpy(o) if not torch.is_tensor(o) else o for o in outputs)
+        return tree_unflatten([constants[i] if i in constants else next(tensors) for i in range(spec.num_leaves)], spec)
+
+    if isinstance(artifact, Pt2Model):
+        program = load_exported(artifact.path)
+        module, in_spec = program.module(), program.call_spec.in_spec
+
+        def call(**kwargs):
+            # The tensors the program takes, by leaf path as the ONNX runner
+            # binds them, laid out by the program's own input spec: a cache's
+            # Python attributes (a sliding layer's token count, whether a
+            # static layer is allocated yet) are constants of the trace.
+            given = dict(named_leaves(kwargs))
+            paths = traced.input_paths or list(given)
+            missing = [path for path in paths if path not in given]
+            if missing:
+                raise ValueError(f"the component takes {missing}, which the call does not hold")
+            args, kwargs = tree_unflatten([given[path] for path in paths], in_spec)
+            with torch.no_grad():
+                return module(*args, **kwargs)
+
+        providers = ["torch.export"]
+    else:
+        if isinstance(artifact, OnnxModel):
+            run, providers = onnx_runner(artifact.path)
+        else:
+            run, providers = pte_runner(artifact.path, artifact.in_spec, {})
+
+        def call(**kwargs):
+            return rebuilt(run(kwargs))
+
+    call.kwargs = traced.kwargs
+    return call, providers

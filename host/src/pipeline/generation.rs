@@ -1,0 +1,74 @@
+//! The generation check (`--generation --verify`): greedy decoding through
+//! the exported components, each in its backend's runtime, against
+//! `model.generate` in eager. The worker drives it (`hfx_worker/generation.py`:
+//! transformers' own `generate` loop with the model's forward replaced by the
+//! components), so every architecture gets the kwargs its generation builds;
+//! identical tokens at every step are required, and every step's logits
+//! within the backend's tolerance. This is the generation export's
+//! verification: each component's own outputs are checked through the steps
+//! that read them (a component's cache output may differ from eager's by
+//! design: a sliding-window layer traced whole, its window applied by the mask).
+
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+
+use super::summary::Component;
+use crate::trace::protocol::{GenerateCheck, GenerateCheckReply, GenerateStep};
+use crate::trace::Worker;
+
+/// Runs the check; tokens that differ anywhere are an error naming the first step.
+pub fn check(worker: &mut Worker, components: &[Component], steps: u32, tolerance: f64, deadline: Duration) -> Result<GenerateCheckReply> {
+    let components = components.iter().filter_map(|c| Some((c.name.clone(), c.artifact.clone()?))).collect();
+    let reply = worker.request(&GenerateCheck { components, steps, atol: tolerance, rtol: tolerance }, deadline)?;
+    if reply.identical {
+        if let Some((i, step)) = reply.steps.iter().enumerate().find(|(_, s)| !s.ok) {
+            print(&reply);
+            bail!(
+                "--verify: the exported components generate eager's tokens, but the logits of token {} differ by {} (beyond atol/rtol {tolerance:e}); nothing was written",
+                i + 1,
+                step.max_abs.map_or("a non-finite amount".into(), |e| format!("{e:.2e}"))
+            );
+        }
+    } else {
+        print(&reply);
+        let (step, first) = reply
+            .steps
+            .iter()
+            .enumerate()
+            .find(|(_, s)| s.tokens != s.eager_tokens)
+            .map_or((reply.steps.len(), None), |(i, s)| (i, Some(s)));
+        let at = match first {
+            Some(GenerateStep { tokens, eager_tokens, max_abs, .. }) => format!(
+                "at token {} the components chose {tokens:?}, eager {eager_tokens:?} (logits max abs error {})",
+                step + 1,
+                max_abs.map_or("not finite".into(), |e| format!("{e:.2e}"))
+            ),
+            None => "the components generated fewer tokens than eager".into(),
+        };
+        bail!("--verify: greedy generation through the exported components differs from eager `generate`: {at}; nothing was written");
+    }
+    Ok(reply)
+}
+
+pub fn print(check: &GenerateCheckReply) {
+    let worst = check.steps.iter().filter_map(|s| s.max_abs).fold(0.0_f64, f64::max);
+    println!(
+        "generate {} greedy token(s) x {} row(s): {} eager `generate` ({} component call(s), logits max abs error {worst:.2e}; {})",
+        check.steps.len(),
+        check.steps.first().map_or(0, |s| s.eager_tokens.len()),
+        if check.identical { "identical to" } else { "DIFFERENT from" },
+        check.calls,
+        check.providers.join(", ")
+    );
+    for (i, step) in check.steps.iter().enumerate() {
+        println!(
+            "  token {:<3} {:?}{}  logits max abs {}{}",
+            i + 1,
+            step.tokens,
+            if step.tokens == step.eager_tokens { String::new() } else { format!(" (eager {:?})", step.eager_tokens) },
+            step.max_abs.map_or("not finite".into(), |e| format!("{e:.2e}")),
+            if step.ok { "" } else { "  MISMATCH" }
+        );
+    }
+}

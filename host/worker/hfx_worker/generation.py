@@ -1,0 +1,316 @@
+"""Export for generation: the components a generative model splits into, and
+the check that they generate what the model generates.
+
+`capture_generation` runs `model.generate` once on the sample inputs with the
+model's forward wrapped, and keeps each call's keyword arguments: the first
+call is `prefill` (the prompt, an empty cache), the next `decode` (one token
+and the cache prefill filled). These are the reference's components
+(transformers 5.24, `exporters.utils.decompose_prefill_decode`): the same
+names, the same kwargs, so the same inputs and outputs. Each component is then
+traced by a `trace` request of its own (`CapturedSource`), through every
+stage a single export goes through.
+
+`generate_check` is what the reference does not do: greedy decoding through
+the exported components, against `model.generate` in eager. The loop is
+transformers' own `generate` with the model's forward replaced by the
+components (the first call to `prefill`, the others to `decode`), so every
+architecture gets the kwargs its own `prepare_inputs_for_generation` builds
+(positions, masks, cache positions, a sliding-window or state-space cache)
+and the check proves the components serve exactly the calls generation makes.
+`greedy` below is the same loop written out for a decoder-only model, the one
+the README shows: what a user writes to generate with the components alone.
+"""
+
+import contextlib
+import copy
+import functools
+import inspect
+import time
+
+from .protocol import CapturedComponent, CaptureGenerationReply, GenerateCheckReply, GenerateStep, Unsupported
+
+# A captured call's kwargs that are generation-time hints, not forward inputs.
+HINTS = ("logits_to_keep",)
+
+
+class Generation:
+    """What the session keeps of a `capture_generation`: the model, the prompt
+    (`generate` kwargs), the static cache's length if any, each component's
+    captured kwargs (`{name: kwargs}`, in order) and, once traced, what its
+    runner needs to call it as the model is called (`traced`)."""
+
+    def __init__(self, model, prompt, max_cache_len, components):
+        self.model = model
+        self.prompt = prompt
+        self.max_cache_len = max_cache_len
+        self.components = components
+        self.traced = {}
+
+
+class TracedComponent:
+    """A traced component's call: the kwargs it takes, its tensor inputs'
+    leaf paths (its ONNX inputs, before disambiguation), and how its flat
+    outputs rebuild the model's output."""
+
+    def __init__(self, kwargs, input_paths, out_spec, out_constants):
+        self.kwargs = kwargs
+        self.input_paths = input_paths
+        self.out_spec = out_spec
+        self.out_constants = out_constants
+
+
+@contextlib.contextmanager
+def captured_calls(module):
+    """Every call of `module.forward` while the block runs, as kwargs (positional
+    arguments bound to their names), deep-copied before the call mutates them
+    (a cache grows in place)."""
+    calls = []
+    original = module.forward
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def forward(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        captured = {}
+        for name, value in bound.arguments.items():
+            kind = signature.parameters[name].kind
+            if kind == inspect.Parameter.VAR_KEYWORD:
+                captured.update(copy.deepcopy(value))
+            elif kind != inspect.Parameter.VAR_POSITIONAL:
+                captured[name] = copy.deepcopy(value)
+        calls.append(captured)
+        return original(*args, **kwargs)
+
+    module.forward = forward
+    try:
+        yield calls
+    finally:
+        del module.forward  # the class's forward shows again
+
+
+def generation_config(model, new_tokens, max_cache_len):
+    """The model's generation config for `new_tokens` greedy tokens, with a
+    static cache of `max_cache_len` positions when asked."""
+    config = copy.deepcopy(model.generation_config)
+    config.max_new_tokens = config.min_new_tokens = new_tokens
+    config.do_sample = False
+    config.num_beams = 1
+    if max_cache_len is not None:
+        config.cache_implementation = "static"
+        config.max_cache_len = max_cache_len
+    return config
+
+
+def merge_decode_steps(steps):
+    """Consecutive single-token decode calls as one multi-token decode (its
+    sequence axis then stays symbolic; a single token specializes it to 1):
+    the first call's cache, the per-token inputs concatenated along their
+    sequence axis, the 2D padding mask of the last step, 4D causal masks
+    concatenated along the query axis. As the reference's `_merge_decode_calls`."""
+    import torch
+
+    def query_length(call):
+        for key in ("input_ids", "inputs_embeds"):
+            if call.get(key) is not None:
+                return call[key].shape[1]
+        return None
+
+    if any(query_length(call) != 1 for call in steps):
+        return copy.copy(steps[-1])  # no cache: each step already runs the whole sequence
+    merged = copy.copy(steps[0])
+    for key, dim in (("input_ids", 1), ("inputs_embeds", 1), ("audio_latents", 1), ("cache_position", 0), ("position_ids", -1)):
+        values = [call.get(key) for call in steps]
+        if all(v is not None for v in values):
+            merged[key] = torch.cat(values, dim=dim)
+    masks = [call.get("attention_mask") for call in steps]
+    if all(m is not None for m in masks):
+        merged["attention_mask"] = merge_masks(masks)
+    return merged
+
+
+def merge_masks(masks):
+    import torch
+
+    last = masks[-1]
+    if last is None:
+        return None
+    if isinstance(last, dict):
+        return {key: merge_masks([m[key] for m in masks]) for key in last}
+    if last.dim() == 4 and all(m.shape[3] == last.shape[3] for m in masks):
+        return torch.cat(masks, dim=2)
+    return last
+
+
+def capture(model, inputs, multi_token_decode, max_cache_len):
+    """`{"prefill": kwargs, "decode": kwargs}` from one `model.generate` call."""
+    import torch
+
+    if not (hasattr(model, "can_generate") and model.can_generate()):
+        raise Unsupported(f"--generation: {type(model).__name__} does not generate (no `generate`); "
+                         "export it without --generation, or pick its generative class with --task")
+    new_tokens = 3 if multi_token_decode else 2
+    config = generation_config(model, new_tokens, max_cache_len)
+    with torch.no_grad(), captured_calls(model) as calls:
+        model.generate(**copy.deepcopy(inputs), generation_config=config)
+    if len(calls) < new_tokens:
+        raise Unsupported(f"--generation: `generate` called {type(model).__name__}.forward {len(calls)} time(s) for "
+                         f"{new_tokens} new tokens; it generates through another module, which hfx cannot split "
+                         "into prefill and decode")
+    for call in calls:
+        for hint in HINTS:
+            call.pop(hint, None)
+        contiguous(call)
+    decode = merge_decode_steps(calls[1:new_tokens]) if multi_token_decode else calls[1]
+    return {"prefill": calls[0], "decode": decode}
+
+
+def contiguous(value):
+    """`value` with every tensor in it contiguous (caches changed in place).
+    A component's cache comes from another component's outputs, which are
+    contiguous; a decode traced on eager's sliced cache (a sliding window's
+    view) would guard on those strides."""
+    import torch
+
+    if torch.is_tensor(value):
+        return value.contiguous()
+    if isinstance(value, list):
+        return [contiguous(v) for v in value]
+    if isinstance(value, tuple):
+        return type(value)(*map(contiguous, value)) if hasattr(value, "_fields") else tuple(map(contiguous, value))
+    if isinstance(value, dict):
+        for key in list(value):
+            value[key] = contiguous(value[key])
+        return value
+    if hasattr(value, "__dict__") and not callable(value) and not isinstance(value, type):
+        for key, item in vars(value).items():
+            setattr(value, key, contiguous(item))
+    return value
+
+
+def describe(value):
+    """A captured kwarg's tensor leaves' shapes, by leaf path (`cache.layers.0.keys`)."""
+    from .pytree import named_leaves
+
+    return {path: list(leaf.shape) for path, leaf in named_leaves(value)}
+
+
+def capture_generation(session, params):
+    """The `capture_generation` request: build the model, capture its
+    components, keep them in the session for the `trace` requests that follow."""
+    from .trace import built_model, save_configs
+
+    started = time.perf_counter()
+    model, inputs = built_model(session, params, generative=True)
+    components = capture(model, inputs, params.multi_token_decode, params.max_cache_len)
+    session.generation = Generation(model, inputs, params.max_cache_len, components)
+    if params.folder:
+        # A static cache's length is the generation config's (`cache_implementation`, `max_cache_len`).
+        config = None
+        if params.max_cache_len is not None:
+            config = copy.deepcopy(model.generation_config)
+            config.cache_implementation, config.max_cache_len = "static", params.max_cache_len
+        save_configs(model, params.folder, config)
+    return CaptureGenerationReply(
+        model_class=type(model).__name__,
+        components=[CapturedComponent(name=name, inputs=describe(kwargs)) for name, kwargs in components.items()],
+        seconds=time.perf_counter() - started,
+    )
+
+
+# ── Generating with the components ──
+
+
+def greedy(prefill, decode, input_ids, new_tokens):
+    """Greedy decoding through a decoder-only model's exported `prefill` and
+    `decode` (each called with the kwargs it was traced with: token ids, their
+    positions, the cache), as a user drives them: `prefill` reads the prompt
+    and returns the logits and the filled cache; each `decode` reads one
+    token and the cache, and returns the next logits and the grown cache."""
+    import torch
+
+    batch, length = input_ids.shape
+    positions = torch.arange(length).expand(batch, length)
+    out = prefill(input_ids=input_ids, position_ids=positions)
+    tokens = []
+    for step in range(new_tokens):
+        token = out.logits[:, -1].argmax(-1, keepdim=True)
+        tokens.append(token)
+        positions = torch.full((batch, 1), length + step)
+        out = decode(input_ids=token, position_ids=positions, cache=out.cache)
+    return torch.cat(tokens, dim=1)
+
+
+class Components:
+    """The exported components in place of the model's forward: the first
+    call goes to `prefill`, every later one to `decode`. Each call's kwargs
+    are what `generate` built for it, minus the ones the component was not
+    traced with (as the reference's `ExportedModel.__call__` drops them); the
+    logits of every call are kept for the summary."""
+
+    def __init__(self, model, runners):
+        self.model = model
+        self.runners = runners
+        self.calls = 0
+        self.logits = []
+        # `generate` passes what the forward's signature names (`position_ids`, ...).
+        self.__signature__ = inspect.signature(model.forward)
+
+    def __call__(self, *args, **kwargs):
+        name = "prefill" if self.calls == 0 else "decode"
+        self.calls += 1
+        runner = self.runners[name]
+        kwargs = {k: v for k, v in kwargs.items() if k in runner.kwargs}
+        output = runner(**kwargs)
+        self.logits.append(output.logits)
+        return output
+
+
+def generate_check(session, params):
+    """`generate_check`: greedy tokens through the components (in their
+    runtime) against `model.generate` in eager, and the logits of each step."""
+    import torch
+
+    from .verify import component_runner
+
+    generation = session.generation
+    if generation is None:
+        raise ValueError("generate_check: no components were captured in this worker")
+    model, prompt = generation.model, generation.prompt
+    config = generation_config(model, params.steps, generation.max_cache_len)
+    with torch.no_grad():
+        eager = model.generate(**copy.deepcopy(prompt), generation_config=config,
+                               return_dict_in_generate=True, output_logits=True)
+    runners, providers = {}, []
+    for name, artifact in params.components.items():
+        traced = generation.traced.get(name)
+        if traced is None:
+            raise ValueError(f"generate_check: component `{name}` was not traced in this worker")
+        runners[name], found = component_runner(artifact, traced)
+        providers.extend(p for p in found if p not in providers)
+    missing = [name for name in ("prefill", "decode") if name not in runners]
+    if missing:
+        raise ValueError(f"generate_check: no artifact for {', '.join(missing)}")
+    components = Components(model, runners)
+    model.forward = components
+    try:
+        with torch.no_grad():
+            exported = model.generate(**copy.deepcopy(prompt), generation_config=config,
+                                      return_dict_in_generate=True, output_logits=True)
+    finally:
+        del model.forward
+    length = prompt["input_ids"].shape[1]
+    want, got = eager.sequences[:, length:], exported.sequences[:, length:]
+    steps = []
+    for i, (w, g) in enumerate(zip(eager.logits, exported.logits)):
+        diff = (w.double() - g.double()).abs()
+        steps.append(GenerateStep(
+            tokens=[int(t) for t in got[:, i]] if i < got.shape[1] else [],
+            eager_tokens=[int(t) for t in want[:, i]] if i < want.shape[1] else [],
+            max_abs=float(diff.max()) if diff.numel() and torch.isfinite(diff).all() else None,
+            ok=w.shape == g.shape and torch.allclose(g.double(), w.double(), atol=params.atol, rtol=params.rtol)))
+    return GenerateCheckReply(
+        identical=bool(want.shape == got.shape and torch.equal(want, got)),
+        steps=steps,
+        calls=components.calls,
+        providers=providers,
+    )

@@ -1,0 +1,125 @@
+//! Export for generation (`--generation`): the worker captures `prefill` and
+//! `decode` from one `generate` call, each goes through the backend's whole
+//! pipeline, and `--verify` generates 8 greedy tokens through the exported
+//! components (ONNX Runtime, `torch.export.load`) that must equal eager
+//! `generate`'s. `check_generation_folder.py` then holds the folder against
+//! the reference: its own `decompose_for_generation` capture (components,
+//! kwargs, ONNX input and output names) and `ExportedModel.from_pretrained`
+//! running each component; `generate_with_export.py` runs the README's loop.
+
+use std::path::Path;
+
+use crate::common::hfx_with_python as hfx;
+use crate::common::tiny::*;
+use crate::common::*;
+
+/// A Gemma 2 whose sliding window (4) the prompt (8) and the 8 new tokens pass.
+const GEMMA2: &str = "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,head_dim=8,max_position_embeddings=64,sliding_window=4";
+
+/// `hfx run --backend BACKEND --model ARCH --set SET --generation --verify -o DIR/ EXTRA`; its stdout.
+fn generate(backend: &str, arch: &str, set: &str, dir: &Path, extra: &[&str]) -> String {
+    let plugins = root().join("plugins");
+    let out = format!("{}/", dir.display());
+    let mut args = vec!["run", "--backend", backend, "--model", arch, "--set", set, "--generation", "--verify", "-o", &out];
+    args.extend(["--plugins", plugins.to_str().unwrap()]);
+    args.extend(extra);
+    let result = hfx(dir.parent().unwrap(), &args);
+    let stdout = String::from_utf8_lossy(&result.stdout).to_string();
+    assert!(result.status.success(), "{backend} {arch} {extra:?}: {}\n{stdout}", String::from_utf8_lossy(&result.stderr));
+    stdout
+}
+
+/// Exports `arch` for generation, checks the summary and the folder.
+fn exports(backend: &str, arch: &str, set: &str, extra: &[&str]) {
+    let root_dir = tempfile::tempdir().unwrap();
+    let dir = root_dir.path().join("exported");
+    let stdout = generate(backend, arch, set, &dir, extra);
+    assert!(stdout.contains("generate 8 greedy token(s) x 2 row(s): identical to eager `generate` (8 component call(s)"), "{stdout}");
+    assert!(!stdout.contains("MISMATCH"), "{stdout}");
+    assert!(stdout.contains("component prefill") && stdout.contains("component decode"), "{stdout}");
+    let extension = if backend == "onnx" { "onnx" } else { "pt2" };
+    for file in ["config.json", "generation_config.json", "export.json"].map(String::from).into_iter().chain(["prefill", "decode"].map(|c| format!("{c}.{extension}"))) {
+        assert!(dir.join(&file).is_file(), "{file} missing from the folder");
+    }
+    assert!(!dir.join(format!("model.{extension}")).exists());
+    let mut args = vec![dir.to_str().unwrap(), if backend == "onnx" { "1e-3" } else { "1e-4" }];
+    if extra.contains(&"--multi-token-decode") {
+        args.push("--multi-token-decode");
+    }
+    run_python("check_generation_folder.py", &args);
+    assert_no_scratch_left(root_dir.path());
+}
+
+macro_rules! generation {
+    ($test:ident, $backend:literal, $arch:literal, $set:expr $(, $extra:literal)*) => {
+        #[test]
+        fn $test() {
+            exports($backend, $arch, $set, &["--dynamic" $(, $extra)*]);
+        }
+    };
+}
+
+generation!(llama_generates_through_onnx_components, "onnx", "llama", LLAMA);
+generation!(llama_generates_through_pt2_components, "dynamo", "llama", LLAMA);
+generation!(qwen3_generates_through_onnx_components, "onnx", "qwen3", QWEN3);
+generation!(qwen3_generates_through_pt2_components, "dynamo", "qwen3", QWEN3);
+generation!(gemma2_sliding_window_generates_through_onnx_components, "onnx", "gemma2", GEMMA2);
+generation!(gemma2_sliding_window_generates_through_pt2_components, "dynamo", "gemma2", GEMMA2);
+generation!(a_multi_token_decode_generates_through_onnx_components, "onnx", "llama", LLAMA, "--multi-token-decode");
+
+/// A `StaticCache` (`--cache static --max-cache-len N`): the cache is a
+/// fixed-size input updated in place (the `.pt2` module writes it back; the
+/// ONNX model returns the updated cache), static shapes suffice.
+#[test]
+fn a_static_cache_generates_through_onnx_and_pt2_components() {
+    for backend in ["onnx", "dynamo"] {
+        let root_dir = tempfile::tempdir().unwrap();
+        let dir = root_dir.path().join("exported");
+        let stdout = generate(backend, "llama", LLAMA, &dir, &["--cache", "static", "--max-cache-len", "24"]);
+        assert!(stdout.contains("identical to eager `generate`"), "{stdout}");
+        let config = std::fs::read_to_string(dir.join("generation_config.json")).unwrap();
+        assert!(config.contains("\"cache_implementation\": \"static\"") && config.contains("\"max_cache_len\": 24"), "{config}");
+        run_python("check_generation_folder.py", &[dir.to_str().unwrap(), if backend == "onnx" { "1e-3" } else { "1e-4" }]);
+    }
+}
+
+/// The README's loop: the ONNX components, loaded by the reference's
+/// `ExportedModel.from_pretrained`, generate eager's tokens from a prompt of
+/// another length than the traced one.
+#[test]
+fn the_readme_loop_generates_with_the_exported_components() {
+    let root_dir = tempfile::tempdir().unwrap();
+    let dir = root_dir.path().join("exported");
+    generate("onnx", "llama", LLAMA, &dir, &["--dynamic"]);
+    run_python("generate_with_export.py", &[dir.to_str().unwrap(), "8"]);
+}
+
+/// What a generation export cannot be is refused in one line before any work.
+#[test]
+fn what_a_generation_export_cannot_be_is_refused_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = ["run", "--backend", "onnx", "--model", "llama", "--set", LLAMA];
+    let cases: &[(&[&str], &str)] = &[
+        (&["--generation", "--dynamic", "-o", "model.onnx"], "--generation writes an export folder"),
+        (&["--generation", "-o", "out/"], "needs --dynamic"),
+        (&["--generation", "--max-cache-len", "16", "-o", "out/"], "add --cache static"),
+        (&["--generation", "--cache", "static", "-o", "out/"], "add --max-cache-len N"),
+        (&["--multi-token-decode", "--dynamic", "-o", "out/"], "add --generation"),
+        (&["--generation", "--dynamic", "--dynamic-shapes", "input_ids:1=2..16", "-o", "out/"], "use --dynamic"),
+    ];
+    for (extra, expected) in cases {
+        let args: Vec<&str> = base.iter().chain(extra.iter()).copied().collect();
+        let out = hfx(dir.path(), &args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{extra:?} succeeded");
+        assert!(stderr.contains(expected), "{extra:?}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{extra:?}: one line: {stderr}");
+    }
+    // A model that does not generate: the worker says so in one line, nothing is written.
+    let out = hfx(dir.path(), &["run", "--backend", "onnx", "--model", "bert", "--set", BERT, "--task", "BertModel", "--generation", "--dynamic", "-o", "bert/", "--plugins", root().join("plugins").to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("does not generate"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    assert!(!dir.path().join("bert").exists());
+    assert_no_scratch_left(dir.path());
+}

@@ -1,0 +1,81 @@
+"""Checks an hfx `--generation` export folder against the reference.
+
+    python check_generation_folder.py FOLDER ATOL [--multi-token-decode]
+
+The reference's own `decompose_for_generation` (transformers 5.24,
+unchanged) captures the components of the same model (rebuilt from the
+folder's config with the seed hfx builds random models with) from the same
+sample inputs hfx generates, with the folder's generation config (a static
+cache's length). Then:
+- the components are the same, in the same order, traced with the same kwargs;
+- an ONNX component's inputs and outputs carry the reference's names (leaf
+  paths, `input.`/`output.` where both sides have one);
+- `ExportedModel.from_pretrained(FOLDER)` loads every component, and each,
+  run by the reference's runner on the reference's captured kwargs, returns
+  the model's output type with the eager logits within ATOL.
+"""
+
+import copy
+import os
+import sys
+
+import torch
+import transformers
+from transformers.exporters import ExportedModel
+from transformers.exporters.utils import decompose_for_generation, disambiguate_io_names, get_leaf_tensors
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker"))
+from hfx_worker import pytree, sources  # noqa: E402
+
+FLAGS = ("use_cache", "output_attentions", "output_hidden_states", "return_dict", "return_loss")
+
+
+def main(folder, atol, *options):
+    atol = float(atol)
+    exported = ExportedModel.from_pretrained(folder, trust_remote_code=True)
+    pytree.register_cache_pytrees()
+    torch.manual_seed(0)  # hfx's seed for a random model
+    config = exported.config
+    for name in sources.GENERATIVE:
+        auto = getattr(transformers, name)
+        if type(config) in auto._model_mapping:
+            model = auto.from_config(config).eval()
+            break
+    try:
+        model.set_attn_implementation("sdpa")  # as hfx traces, where the model has it
+    except ValueError:
+        pass
+    inputs = sources.sample_inputs(model, 2, 8)
+    generation = transformers.GenerationConfig.from_pretrained(folder)
+    with torch.no_grad():
+        components = decompose_for_generation(model, inputs, generation_config=generation,
+                                              multi_token_decode="--multi-token-decode" in options)
+    if list(components) != list(exported.components):
+        raise SystemExit(f"components {list(exported.components)}, the reference's {list(components)}")
+    for name, (module, kwargs) in components.items():
+        kwargs = {k: v for k, v in kwargs.items() if k not in FLAGS}
+        metadata = exported.components[name].metadata
+        if list(metadata.kwargs) != list(kwargs):
+            raise SystemExit(f"{name}: traced with {list(metadata.kwargs)}, the reference's capture has {list(kwargs)}")
+        with torch.no_grad():
+            eager = module(**copy.deepcopy(kwargs))
+        if exported.export_format == "onnx":
+            session = exported.runners[name].session
+            inputs_names = list(get_leaf_tensors(kwargs))
+            outputs_names = list(get_leaf_tensors(dict(eager)))
+            want_in, want_out = disambiguate_io_names(inputs_names, outputs_names)
+            got_in = [i.name for i in session.get_inputs()]
+            got_out = [o.name for o in session.get_outputs()]
+            # The export prunes inputs the graph does not read (as the reference's does).
+            if [n for n in want_in if n in got_in] != got_in or got_out[-len(want_out):] != want_out:
+                raise SystemExit(f"{name}: inputs {got_in} outputs {got_out}; the reference names {want_in} and {want_out}")
+        got = exported.runners[name](**copy.deepcopy(kwargs))
+        if type(got) is not type(eager):
+            raise SystemExit(f"{name}: returns a {type(got).__name__}, the model a {type(eager).__name__}")
+        if not torch.allclose(got.logits.float(), eager.logits.float(), atol=atol, rtol=atol):
+            raise SystemExit(f"{name}: logits differ by {(got.logits - eager.logits).abs().max():.2e}")
+        print(f"ok: {name} ({type(got).__name__}, {len(list(kwargs))} kwargs)")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
