@@ -13,19 +13,31 @@ use crate::common::hfx_with_python as hfx;
 use crate::common::tiny::*;
 use crate::common::*;
 
+/// Whisper and T5 generate from a start token the config names.
+const WHISPER_GENERATES: &str = "vocab_size=128,d_model=32,encoder_layers=2,decoder_layers=2,encoder_attention_heads=4,decoder_attention_heads=4,encoder_ffn_dim=64,decoder_ffn_dim=64,num_mel_bins=16,max_source_positions=16,max_target_positions=32,pad_token_id=1,bos_token_id=1,eos_token_id=2,decoder_start_token_id=1";
+const T5_GENERATES: &str = "vocab_size=128,d_model=32,d_kv=8,d_ff=64,num_layers=2,num_decoder_layers=2,num_heads=4,decoder_start_token_id=0";
+/// A state-space model: its cache is convolution and recurrent state, not keys and values.
+const MAMBA: &str = "vocab_size=128,hidden_size=32,num_hidden_layers=2,state_size=8,expand=2,conv_kernel=4";
 /// A Gemma 2 whose sliding window (4) the prompt (8) and the 8 new tokens pass.
 const GEMMA2: &str = "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,head_dim=8,max_position_embeddings=64,sliding_window=4";
 
 /// `hfx run --backend BACKEND --model ARCH --set SET --generation --verify -o DIR/ EXTRA`; its stdout.
 fn generate(backend: &str, arch: &str, set: &str, dir: &Path, extra: &[&str]) -> String {
+    generate_model(backend, &["--model", arch, "--set", set], dir, extra)
+}
+
+/// `hfx run --backend BACKEND MODEL... --generation --verify -o DIR/ EXTRA`; its stdout.
+fn generate_model(backend: &str, model: &[&str], dir: &Path, extra: &[&str]) -> String {
     let plugins = root().join("plugins");
     let out = format!("{}/", dir.display());
-    let mut args = vec!["run", "--backend", backend, "--model", arch, "--set", set, "--generation", "--verify", "-o", &out];
+    let mut args = vec!["run", "--backend", backend];
+    args.extend(model);
+    args.extend(["--generation", "--verify", "-o", &out]);
     args.extend(["--plugins", plugins.to_str().unwrap()]);
     args.extend(extra);
     let result = hfx(dir.parent().unwrap(), &args);
     let stdout = String::from_utf8_lossy(&result.stdout).to_string();
-    assert!(result.status.success(), "{backend} {arch} {extra:?}: {}\n{stdout}", String::from_utf8_lossy(&result.stderr));
+    assert!(result.status.success(), "{backend} {model:?} {extra:?}: {}\n{stdout}", String::from_utf8_lossy(&result.stderr));
     stdout
 }
 
@@ -34,7 +46,7 @@ fn exports(backend: &str, arch: &str, set: &str, extra: &[&str]) {
     let root_dir = tempfile::tempdir().unwrap();
     let dir = root_dir.path().join("exported");
     let stdout = generate(backend, arch, set, &dir, extra);
-    assert!(stdout.contains("generate 8 greedy token(s) x 2 row(s): identical to eager `generate` (8 component call(s)"), "{stdout}");
+    assert!(stdout.contains("generate 8 greedy token(s) x 2 row(s): identical to eager `generate` (component calls: prefill 1, decode 7;"), "{stdout}");
     assert!(!stdout.contains("MISMATCH"), "{stdout}");
     assert!(stdout.contains("component prefill") && stdout.contains("component decode"), "{stdout}");
     let extension = if backend == "onnx" { "onnx" } else { "pt2" };
@@ -66,6 +78,39 @@ generation!(qwen3_generates_through_pt2_components, "dynamo", "qwen3", QWEN3);
 generation!(gemma2_sliding_window_generates_through_onnx_components, "onnx", "gemma2", GEMMA2);
 generation!(gemma2_sliding_window_generates_through_pt2_components, "dynamo", "gemma2", GEMMA2);
 generation!(a_multi_token_decode_generates_through_onnx_components, "onnx", "llama", LLAMA, "--multi-token-decode");
+// Encoder-decoders: `prefill` runs the encoder and the first decoder step, `decode` takes its outputs and the cache.
+generation!(t5_generates_through_onnx_components, "onnx", "t5", T5_GENERATES);
+generation!(t5_generates_through_pt2_components, "dynamo", "t5", T5_GENERATES);
+generation!(whisper_generates_through_onnx_components, "onnx", "whisper", WHISPER_GENERATES);
+generation!(whisper_generates_through_pt2_components, "dynamo", "whisper", WHISPER_GENERATES);
+generation!(mamba_generates_through_pt2_components, "dynamo", "mamba", MAMBA);
+
+/// A multimodal model (`tests/python/generation_models.py`): its encoder,
+/// projector, language model and head are components of the prefill, and
+/// generating replaces each with its exported component.
+fn multimodal(backend: &str, function: &str, encoder: &str) {
+    let root_dir = tempfile::tempdir().unwrap();
+    let dir = root_dir.path().join("exported");
+    let spec = format!("python:generation_models:{function}");
+    let stdout = generate_model(backend, &["--model-fn", &spec], &dir, &["--dynamic"]);
+    let calls = format!("(component calls: {encoder} 1, multi_modal_projector 1, language_model 1, lm_head 1, decode 7;");
+    assert!(stdout.contains("identical to eager `generate`") && stdout.contains(&calls), "{stdout}");
+    let tolerance = if backend == "onnx" { "1e-3" } else { "1e-4" };
+    run_python("check_generation_folder.py", &[dir.to_str().unwrap(), tolerance, "--model-fn", &format!("generation_models:{function}")]);
+    assert_no_scratch_left(root_dir.path());
+}
+
+#[test]
+fn llava_generates_through_onnx_and_pt2_components() {
+    multimodal("onnx", "llava", "image_encoder");
+    multimodal("dynamo", "llava", "image_encoder");
+}
+
+#[test]
+fn qwen2_audio_generates_through_onnx_and_pt2_components() {
+    multimodal("onnx", "qwen2_audio", "audio_encoder");
+    multimodal("dynamo", "qwen2_audio", "audio_encoder");
+}
 
 /// A `StaticCache` (`--cache static --max-cache-len N`): the cache is a
 /// fixed-size input updated in place (the `.pt2` module writes it back; the

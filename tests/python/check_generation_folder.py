@@ -1,21 +1,25 @@
 """Checks an hfx `--generation` export folder against the reference.
 
-    python check_generation_folder.py FOLDER ATOL [--multi-token-decode]
+    python check_generation_folder.py FOLDER ATOL [--multi-token-decode] [--model-fn MODULE:FUNCTION]
 
 The reference's own `decompose_for_generation` (transformers 5.24,
 unchanged) captures the components of the same model (rebuilt from the
 folder's config with the seed hfx builds random models with) from the same
 sample inputs hfx generates, with the folder's generation config (a static
 cache's length). Then:
-- the components are the same, in the same order, traced with the same kwargs;
+- the components are the same, in the same order, traced with the same kwargs
+  (a multimodal model: hfx's hold the reference's, plus the encoders and
+  projector 5.24's `generate` runs before the forward the reference captures);
 - an ONNX component's inputs and outputs carry the reference's names (leaf
   paths, `input.`/`output.` where both sides have one);
 - `ExportedModel.from_pretrained(FOLDER)` loads every component, and each,
   run by the reference's runner on the reference's captured kwargs, returns
-  the model's output type with the eager logits within ATOL.
+  the module's output type with its first output (the logits, a part's
+  hidden states) within ATOL of eager's.
 """
 
 import copy
+import importlib
 import os
 import sys
 
@@ -34,24 +38,36 @@ def main(folder, atol, *options):
     atol = float(atol)
     exported = ExportedModel.from_pretrained(folder, trust_remote_code=True)
     pytree.register_cache_pytrees()
-    torch.manual_seed(0)  # hfx's seed for a random model
-    config = exported.config
-    for name in sources.GENERATIVE:
-        auto = getattr(transformers, name)
-        if type(config) in auto._model_mapping:
-            model = auto.from_config(config).eval()
-            break
+    function = options[options.index("--model-fn") + 1] if "--model-fn" in options else None
+    if function:  # the model function hfx traced, and its inputs
+        module, name = function.split(":")
+        model, inputs = getattr(importlib.import_module(module), name)()
+        model = model.eval()
+    else:
+        torch.manual_seed(0)  # hfx's seed for a random model
+        config = exported.config
+        for name in sources.GENERATIVE:
+            auto = getattr(transformers, name)
+            if type(config) in auto._model_mapping:
+                model = auto.from_config(config).eval()
+                break
     try:
         model.set_attn_implementation("sdpa")  # as hfx traces, where the model has it
     except ValueError:
         pass
-    inputs = sources.sample_inputs(model, 2, 8)
+    if not function:
+        inputs = sources.sample_inputs(model, 2, 8)
     generation = transformers.GenerationConfig.from_pretrained(folder)
     with torch.no_grad():
         components = decompose_for_generation(model, inputs, generation_config=generation,
                                               multi_token_decode="--multi-token-decode" in options)
-    if list(components) != list(exported.components):
-        raise SystemExit(f"components {list(exported.components)}, the reference's {list(components)}")
+    ours = list(exported.components)
+    extra = [name for name in ours if name not in components]
+    if [name for name in ours if name in components] != list(components) and sorted(ours) != sorted(components):
+        raise SystemExit(f"components {ours}, the reference's {list(components)}")
+    if any(name not in ("image_encoder", "audio_encoder", "multi_modal_projector", "connector", "embed_vision", "embed_audio")
+           for name in extra) or (extra and "language_model" not in ours):
+        raise SystemExit(f"components {ours}: {extra} beyond the reference's {list(components)}")
     for name, (module, kwargs) in components.items():
         kwargs = {k: v for k, v in kwargs.items() if k not in FLAGS}
         metadata = exported.components[name].metadata
@@ -62,7 +78,7 @@ def main(folder, atol, *options):
         if exported.export_format == "onnx":
             session = exported.runners[name].session
             inputs_names = list(get_leaf_tensors(kwargs))
-            outputs_names = list(get_leaf_tensors(dict(eager)))
+            outputs_names = list(get_leaf_tensors(eager))
             want_in, want_out = disambiguate_io_names(inputs_names, outputs_names)
             got_in = [i.name for i in session.get_inputs()]
             got_out = [o.name for o in session.get_outputs()]
@@ -72,8 +88,10 @@ def main(folder, atol, *options):
         got = exported.runners[name](**copy.deepcopy(kwargs))
         if type(got) is not type(eager):
             raise SystemExit(f"{name}: returns a {type(got).__name__}, the model a {type(eager).__name__}")
-        if not torch.allclose(got.logits.float(), eager.logits.float(), atol=atol, rtol=atol):
-            raise SystemExit(f"{name}: logits differ by {(got.logits - eager.logits).abs().max():.2e}")
+        # The main output: logits, a part's hidden states, an encoder's features.
+        got_main, eager_main = pytree.flat_outputs(got)[0], pytree.flat_outputs(eager)[0]
+        if got_main.shape != eager_main.shape or not torch.allclose(got_main.float(), eager_main.float(), atol=atol, rtol=atol):
+            raise SystemExit(f"{name}: its first output differs from eager's")
         print(f"ok: {name} ({type(got).__name__}, {len(list(kwargs))} kwargs)")
 
 

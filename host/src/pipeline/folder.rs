@@ -18,7 +18,10 @@ use crate::plugins::PluginSet;
 /// The components an export folder may hold (a single export's `model`, the
 /// generation components) and their files, of every backend: an export
 /// removes the ones it did not write.
-const FOLDER_COMPONENTS: &[&str] = &["model", "prefill", "decode"];
+const FOLDER_COMPONENTS: &[&str] = &[
+    "model", "prefill", "decode", "image_encoder", "audio_encoder", "multi_modal_projector", "connector", "embed_vision", "embed_audio",
+    "language_model", "lm_head",
+];
 const FOLDER_FILES: &[&str] = &[".onnx", ".onnx.data", ".pt2", ".pte", ".reference.pt"];
 
 pub struct ExportFolder {

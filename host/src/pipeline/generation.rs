@@ -21,6 +21,11 @@ use crate::trace::Worker;
 pub fn check(worker: &mut Worker, components: &[Component], steps: u32, tolerance: f64, deadline: Duration) -> Result<GenerateCheckReply> {
     let components = components.iter().filter_map(|c| Some((c.name.clone(), c.artifact.clone()?))).collect();
     let reply = worker.request(&GenerateCheck { components, steps, atol: tolerance, rtol: tolerance }, deadline)?;
+    // A component generation never called is one the check did not verify.
+    if let Some(unused) = reply.calls.iter().find(|c| c.calls == 0) {
+        print(&reply);
+        bail!("--verify: `generate` never called the exported `{}` component, so the generation check cannot vouch for it; nothing was written", unused.name);
+    }
     if reply.identical {
         if let Some((i, step)) = reply.steps.iter().enumerate().find(|(_, s)| !s.ok) {
             print(&reply);
@@ -53,12 +58,13 @@ pub fn check(worker: &mut Worker, components: &[Component], steps: u32, toleranc
 
 pub fn print(check: &GenerateCheckReply) {
     let worst = check.steps.iter().filter_map(|s| s.max_abs).fold(0.0_f64, f64::max);
+    let calls: Vec<String> = check.calls.iter().map(|c| format!("{} {}", c.name, c.calls)).collect();
     println!(
-        "generate {} greedy token(s) x {} row(s): {} eager `generate` ({} component call(s), logits max abs error {worst:.2e}; {})",
+        "generate {} greedy token(s) x {} row(s): {} eager `generate` (component calls: {}; logits max abs error {worst:.2e}; {})",
         check.steps.len(),
         check.steps.first().map_or(0, |s| s.eager_tokens.len()),
         if check.identical { "identical to" } else { "DIFFERENT from" },
-        check.calls,
+        calls.join(", "),
         check.providers.join(", ")
     );
     for (i, step) in check.steps.iter().enumerate() {

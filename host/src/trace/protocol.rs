@@ -262,9 +262,16 @@ impl Method for GenerateCheck {
 pub struct GenerateCheckReply {
     pub identical: bool,
     pub steps: Vec<GenerateStep>,
-    /// How many times `generate` called the components.
-    pub calls: u64,
+    /// How many times `generate` called each component.
+    pub calls: Vec<ComponentCalls>,
     pub providers: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ComponentCalls {
+    pub name: String,
+    pub calls: u64,
 }
 
 /// One generated position: the token per batch row from the components and

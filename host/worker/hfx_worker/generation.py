@@ -27,7 +27,7 @@ import functools
 import inspect
 import time
 
-from .protocol import CapturedComponent, CaptureGenerationReply, GenerateCheckReply, GenerateStep, Unsupported
+from .protocol import CapturedComponent, CaptureGenerationReply, ComponentCalls, GenerateCheckReply, GenerateStep, Unsupported
 
 # A captured call's kwargs that are generation-time hints, not forward inputs.
 HINTS = ("logits_to_keep",)
@@ -39,11 +39,13 @@ class Generation:
     captured kwargs (`{name: kwargs}`, in order) and, once traced, what its
     runner needs to call it as the model is called (`traced`)."""
 
-    def __init__(self, model, prompt, max_cache_len, components):
+    def __init__(self, model, prompt, max_cache_len, components, modules):
         self.model = model
         self.prompt = prompt
         self.max_cache_len = max_cache_len
         self.components = components
+        # The module each component is a call of: the model, or a part of a multimodal one.
+        self.modules = modules
         self.traced = {}
 
 
@@ -60,10 +62,10 @@ class TracedComponent:
 
 
 @contextlib.contextmanager
-def captured_calls(module):
+def captured_calls(module, clock=None):
     """Every call of `module.forward` while the block runs, as kwargs (positional
     arguments bound to their names), deep-copied before the call mutates them
-    (a cache grows in place)."""
+    (a cache grows in place); with `clock`, as `(clock(), kwargs)`."""
     calls = []
     original = module.forward
     signature = inspect.signature(original)
@@ -78,7 +80,7 @@ def captured_calls(module):
                 captured.update(copy.deepcopy(value))
             elif kind != inspect.Parameter.VAR_POSITIONAL:
                 captured[name] = copy.deepcopy(value)
-        calls.append(captured)
+        calls.append(captured if clock is None else (clock(), captured))
         return original(*args, **kwargs)
 
     module.forward = forward
@@ -142,26 +144,90 @@ def merge_masks(masks):
 
 
 def capture(model, inputs, multi_token_decode, max_cache_len):
-    """`{"prefill": kwargs, "decode": kwargs}` from one `model.generate` call."""
+    """The components of one `model.generate` call, in order, as `{name:
+    (module, kwargs)}`: `prefill` and `decode`; for a multimodal model the
+    prefill's parts instead of `prefill` (`image_encoder`, `audio_encoder`,
+    `multi_modal_projector`, `language_model`, `lm_head`, in the order data
+    flows through them: each part's last
+    call up to the end of the first forward), then `decode`."""
     import torch
 
     if not (hasattr(model, "can_generate") and model.can_generate()):
         raise Unsupported(f"--generation: {type(model).__name__} does not generate (no `generate`); "
-                         "export it without --generation, or pick its generative class with --task")
+                          "export it without --generation, or pick its generative class with --task")
     new_tokens = 3 if multi_token_decode else 2
     config = generation_config(model, new_tokens, max_cache_len)
-    with torch.no_grad(), captured_calls(model) as calls:
+    parts = multimodal_parts(model)
+    with torch.no_grad(), captured_calls(model) as calls, contextlib.ExitStack() as stack:
+        # Each part's calls, with how many forward calls had started by then.
+        part_calls = {name: stack.enter_context(captured_calls(module, lambda: len(calls))) for name, module in parts.items()}
         model.generate(**copy.deepcopy(inputs), generation_config=config)
     if len(calls) < new_tokens:
         raise Unsupported(f"--generation: `generate` called {type(model).__name__}.forward {len(calls)} time(s) for "
-                         f"{new_tokens} new tokens; it generates through another module, which hfx cannot split "
-                         "into prefill and decode")
+                          f"{new_tokens} new tokens; it generates through another module, which hfx cannot split "
+                          "into prefill and decode")
     for call in calls:
         for hint in HINTS:
             call.pop(hint, None)
         contiguous(call)
     decode = merge_decode_steps(calls[1:new_tokens]) if multi_token_decode else calls[1]
-    return {"prefill": calls[0], "decode": decode}
+    if not parts:
+        return {"prefill": (model, calls[0]), "decode": (model, decode)}
+    # The prefill's parts as the reference captures them: one forward on the
+    # prefill's kwargs (without `generate`'s hints, so the head sees every
+    # position), each part's last call; a part that forward does not call
+    # (an encoder `generate` ran before it) from the `generate` call.
+    with torch.no_grad(), contextlib.ExitStack() as stack:
+        forward_calls = {name: stack.enter_context(captured_calls(module)) for name, module in parts.items()}
+        model(**copy.deepcopy(calls[0]))
+    components = {}
+    for name, module in parts.items():
+        during_generate = [kwargs for started, kwargs in part_calls[name] if started <= 1]
+        chosen = forward_calls[name] or during_generate
+        if chosen:
+            components[name] = (module, contiguous(chosen[-1]))
+    components["decode"] = (model, decode)
+    return components
+
+
+# A multimodal model's parts, as the reference finds them (transformers 5.24,
+# `exporters.utils._find_multimodal_submodules`): encoders by `get_encoder`,
+# the language model by `get_decoder`, projector and head by name.
+PROJECTORS = ("multi_modal_projector", "connector", "embed_vision", "embed_audio")
+HEADS = ("lm_head",)
+
+
+def multimodal_parts(model):
+    """`{name: module}` for a model with a modality encoder and a language
+    model; `{}` for any other model. The reference exports only the parts
+    its capture sees called inside the prefill's forward; transformers 5.24's
+    `generate` runs the encoders (and projector) before it, so hfx captures
+    each part's calls during `generate` itself: the image or audio encoder
+    is a component too."""
+    from transformers import PreTrainedModel
+
+    if not isinstance(model, PreTrainedModel):
+        return {}
+    found = {}
+    for modality in ("image", "audio"):
+        encoder = model.get_encoder(modality=modality)
+        if encoder is not None and encoder is not model:
+            found[f"{modality}_encoder"] = encoder
+    if not found:
+        return {}
+    decoder = model.get_decoder()
+    if decoder is None or decoder is model:
+        return {}
+    found["language_model"] = decoder
+    for names in (PROJECTORS, HEADS):
+        for root in (model, model.base_model):
+            for name in names:
+                if name not in found and getattr(root, name, None) is not None:
+                    found[name] = getattr(root, name)
+    # In the order data flows: encoders, projectors, language model, head.
+    order = [n for n in found if n.endswith("_encoder")] + [n for n in found if n in PROJECTORS] + ["language_model"] \
+        + [n for n in found if n in HEADS]
+    return {name: found[name] for name in order}
 
 
 def contiguous(value):
@@ -201,8 +267,10 @@ def capture_generation(session, params):
 
     started = time.perf_counter()
     model, inputs = built_model(session, params, generative=True)
-    components = capture(model, inputs, params.multi_token_decode, params.max_cache_len)
-    session.generation = Generation(model, inputs, params.max_cache_len, components)
+    captured = capture(model, inputs, params.multi_token_decode, params.max_cache_len)
+    components = {name: kwargs for name, (_, kwargs) in captured.items()}
+    modules = {name: module for name, (module, _) in captured.items()}
+    session.generation = Generation(model, inputs, params.max_cache_len, components, modules)
     if params.folder:
         # A static cache's length is the generation config's (`cache_implementation`, `max_cache_len`).
         config = None
@@ -241,28 +309,66 @@ def greedy(prefill, decode, input_ids, new_tokens):
 
 
 class Components:
-    """The exported components in place of the model's forward: the first
-    call goes to `prefill`, every later one to `decode`. Each call's kwargs
-    are what `generate` built for it, minus the ones the component was not
-    traced with (as the reference's `ExportedModel.__call__` drops them); the
-    logits of every call are kept for the summary."""
+    """The exported components in place of the modules they were captured
+    from, for one `generate` call. A text model: its forward's first call
+    goes to `prefill`, every later one to `decode`. A multimodal model: each
+    part's forward is its component (the encoders `generate` runs first; the
+    language model and head inside the first forward), and every forward call
+    after the first goes to `decode`. Each call's kwargs are what `generate`
+    and the model built for it, minus the ones the component was not traced
+    with (as the reference's `ExportedModel.__call__` drops them)."""
 
-    def __init__(self, model, runners):
+    def __init__(self, model, runners, modules):
         self.model = model
         self.runners = runners
+        self.modules = modules
         self.calls = 0
-        self.logits = []
+        self.called = dict.fromkeys(runners, 0)  # per component
+        self.forward = model.forward
         # `generate` passes what the forward's signature names (`position_ids`, ...).
         self.__signature__ = inspect.signature(model.forward)
 
     def __call__(self, *args, **kwargs):
-        name = "prefill" if self.calls == 0 else "decode"
         self.calls += 1
+        if self.calls > 1:
+            return self.call("decode", kwargs)
+        if "prefill" in self.runners:
+            return self.call("prefill", kwargs)
+        return self.forward(*args, **kwargs)  # the parts inside it are components
+
+    def call(self, name, kwargs):
+        self.called[name] += 1
         runner = self.runners[name]
-        kwargs = {k: v for k, v in kwargs.items() if k in runner.kwargs}
-        output = runner(**kwargs)
-        self.logits.append(output.logits)
-        return output
+        return runner(**{k: v for k, v in kwargs.items() if k in runner.kwargs})
+
+    @contextlib.contextmanager
+    def in_place(self):
+        """The model's forward and its parts' forwards replaced while the block runs."""
+        replaced = [self.model]
+        self.model.forward = self
+        try:
+            for name, module in self.modules.items():
+                if module is not self.model:
+                    module.forward = self.part(name, module.forward)
+                    replaced.append(module)
+            yield
+        finally:
+            for module in replaced:
+                del module.forward
+
+    def part(self, name, original):
+        signature = inspect.signature(original)
+
+        def forward(*args, **kwargs):
+            bound = signature.bind(*args, **kwargs)
+            given = dict(bound.arguments)
+            for key, parameter in signature.parameters.items():
+                if parameter.kind == inspect.Parameter.VAR_KEYWORD:
+                    given.update(given.pop(key, {}))
+            return self.call(name, given)
+
+        forward.__signature__ = signature
+        return forward
 
 
 def generate_check(session, params):
@@ -287,17 +393,13 @@ def generate_check(session, params):
             raise ValueError(f"generate_check: component `{name}` was not traced in this worker")
         runners[name], found = component_runner(artifact, traced)
         providers.extend(p for p in found if p not in providers)
-    missing = [name for name in ("prefill", "decode") if name not in runners]
+    missing = [name for name in generation.components if name not in runners]
     if missing:
         raise ValueError(f"generate_check: no artifact for {', '.join(missing)}")
-    components = Components(model, runners)
-    model.forward = components
-    try:
-        with torch.no_grad():
-            exported = model.generate(**copy.deepcopy(prompt), generation_config=config,
-                                      return_dict_in_generate=True, output_logits=True)
-    finally:
-        del model.forward
+    components = Components(model, runners, generation.modules)
+    with torch.no_grad(), components.in_place():
+        exported = model.generate(**copy.deepcopy(prompt), generation_config=config,
+                                  return_dict_in_generate=True, output_logits=True)
     length = prompt["input_ids"].shape[1]
     want, got = eager.sequences[:, length:], exported.sequences[:, length:]
     steps = []
@@ -311,6 +413,6 @@ def generate_check(session, params):
     return GenerateCheckReply(
         identical=bool(want.shape == got.shape and torch.equal(want, got)),
         steps=steps,
-        calls=components.calls,
+        calls=[ComponentCalls(name=name, calls=components.called[name]) for name in generation.components],
         providers=providers,
     )

@@ -431,11 +431,17 @@ class GenerateStep:
 
 
 @dataclass
+class ComponentCalls:
+    name: str
+    calls: int
+
+
+@dataclass
 class GenerateCheckReply:
     identical: bool
     steps: list[GenerateStep]
-    # How many times `generate` called the components.
-    calls: int
+    # How many times `generate` called each component.
+    calls: list[ComponentCalls]
     providers: list[str]
 
 

@@ -269,6 +269,38 @@ def named_leaves(value, path=""):
         yield from named_leaves(vars(value), path)
 
 
+class _Slot:
+    """A placeholder for one flat leaf of an input spec (see `spec_paths`)."""
+
+    def __init__(self, index):
+        self.index = index
+
+
+def spec_paths(spec):
+    """The leaf path (`named_leaves`' naming) of every flat leaf of a
+    program's input spec `((), kwargs)`, in order: tensors and the leaves
+    torch.export keeps for other inputs (a `None` kwarg: `attention_mask`)."""
+    from torch.utils._pytree import tree_unflatten
+
+    _, kwargs = tree_unflatten([_Slot(i) for i in range(spec.num_leaves)], spec)
+    found = {}
+
+    def walk(value, path):
+        if isinstance(value, _Slot):
+            found[value.index] = path
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                walk(item, f"{path}.{i}" if path else str(i))
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                walk(item, f"{path}.{key}" if path else str(key))
+        elif hasattr(value, "__dict__") and not callable(value) and not isinstance(value, (type, enum.Enum)):
+            walk(vars(value), path)
+
+    walk(kwargs, "")
+    return [found.get(i, f"input_{i}") for i in range(spec.num_leaves)]
+
+
 def output_names(output):
     """Names for the flattened outputs, as the reference exporters name them: dotted
     paths (`logits`, `cache.layers.0.keys`, `encoder_last_hidden_state`), unique."""

@@ -19,7 +19,7 @@ from . import protocol
 from .program import build as build_program
 from .protocol import ExportMetadata, TraceParams, TraceReply
 from .generation import TracedComponent
-from .pytree import flat_outputs, named_leaves, output_names, register_cache_pytrees, save_reference
+from .pytree import flat_outputs, named_leaves, output_names, register_cache_pytrees, save_reference, spec_paths
 from .sandbox import patch_status, patches_applied
 from .sources import from_architecture, from_directory, from_function, on_device, prepared, sample_inputs
 
@@ -254,7 +254,7 @@ def captured(session, component):
     generation = session.generation
     if generation is None or component not in generation.components:
         raise ValueError(f"trace: no captured component `{component}` in this worker (send `capture_generation` first)")
-    return generation.model, copy.deepcopy(generation.components[component])
+    return generation.modules[component], copy.deepcopy(generation.components[component])
 
 
 def is_constant(value):
@@ -322,9 +322,10 @@ def trace(session, params: TraceParams) -> TraceReply:
                        {k: v for k, v in inputs.items() if is_constant(v)}, flags, eager)
         if params.folder:
             save_configs(model, params.folder)
-    input_paths = [path for path, _ in named_leaves(inputs)]
+    # Each user input's leaf path: its name in an ONNX model, where a component's runner finds it.
+    input_paths = spec_paths(program.call_spec.in_spec)
     if len(input_paths) != len(program.graph_signature.user_inputs):
-        input_paths = []  # a leaf torch.export does not take as an input: its own names stand
+        input_paths = []  # inputs torch.export lays out otherwise: its own names stand
     input_names, names = disambiguated(input_paths, names)
     if isinstance(source, protocol.CapturedSource):
         session.generation.traced[source.component] = TracedComponent(

@@ -197,16 +197,23 @@ def component_runner(artifact, traced):
         module, in_spec = program.module(), program.call_spec.in_spec
 
         def call(**kwargs):
-            # The tensors the program takes, by leaf path as the ONNX runner
-            # binds them, laid out by the program's own input spec: a cache's
-            # Python attributes (a sliding layer's token count, whether a
-            # static layer is allocated yet) are constants of the trace.
+            # The program's flat inputs, by leaf path as the ONNX runner binds
+            # them, laid out by the program's own input spec: a cache's Python
+            # attributes (a sliding layer's token count, whether a static
+            # layer is allocated yet) are constants of the trace.
+            if not traced.input_paths:  # the trace could not name them: as the model is called
+                with torch.no_grad():
+                    return module(**kwargs)
             given = dict(named_leaves(kwargs))
-            paths = traced.input_paths or list(given)
-            missing = [path for path in paths if path not in given]
-            if missing:
-                raise ValueError(f"the component takes {missing}, which the call does not hold")
-            args, kwargs = tree_unflatten([given[path] for path in paths], in_spec)
+            flat = []
+            for path in traced.input_paths:
+                if path in given:
+                    flat.append(given[path])
+                elif kwargs.get(path) is None and "." not in path:
+                    flat.append(None)  # a kwarg traced as None (`attention_mask`)
+                else:
+                    raise ValueError(f"the component takes `{path}`, which the call does not hold")
+            args, kwargs = tree_unflatten(flat, in_spec)
             with torch.no_grad():
                 return module(*args, **kwargs)
 
