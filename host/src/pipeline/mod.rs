@@ -116,7 +116,7 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
                     if options.verify || matches!(options.artifact, Artifact::Pte(_)) {
                         worker = Some(started);
                     }
-                    components.push(export(&options, &loaded, &mut worker, MODEL, Input::Traced(Box::new(traced)), &output, options.verify, progress)?);
+                    components.push(export(&options, &loaded, &mut worker, MODEL, Input::Traced(Box::new(traced)), &output, options.verify, progress)?.0);
                 }
                 Some(asked) => {
                     if folder.is_none() {
@@ -127,22 +127,50 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
                     let captured = started.request(&capture, trace.deadline)?;
                     // The worker keeps the model and the captured calls for every component's trace.
                     worker = Some(started);
-                    for component in &captured.components {
-                        let name = &component.name;
-                        let output = output(name);
-                        progress.step("trace", &format!("component `{name}`"));
-                        let mut request = trace.request.clone();
-                        request.source = crate::trace::ModelSource::Captured { component: name.clone() };
-                        request.folder = None; // the capture saved the configs
-                        let one = Trace { request, deadline: trace.deadline, hub: trace.hub.clone() };
-                        let traced = trace::run(kept_or_started(&mut worker, &options, progress)?, &one, &loaded, options.backend, &output)
-                            .with_context(|| format!("component `{name}`"))?;
-                        // Verified by generating with all of them (below): a component's cache
-                        // output may differ from eager by design (a sliding window traced whole).
-                        let exported = export(&options, &loaded, &mut worker, name, Input::Traced(Box::new(traced)), &output, false, progress)
-                            .with_context(|| format!("component `{name}`"))?;
-                        components.push(exported);
-                    }
+                    // Each component is emitted on a thread of its own while the worker
+                    // traces the next (a `.pte` is lowered by the worker: in turn).
+                    let lowered_by_worker = matches!(options.artifact, Artifact::Pte(_));
+                    // Each traced component's folder lives until every component is traced:
+                    // the worker links the next one's weights to its side file (one model,
+                    // the same weights) instead of writing them again.
+                    let mut traced_folders = Vec::new();
+                    std::thread::scope(|scope| -> Result<()> {
+                        let mut emitting: Option<std::thread::ScopedJoinHandle<'_, Result<Exported>>> = None;
+                        for component in &captured.components {
+                            let name = &component.name;
+                            let output = output(name);
+                            progress.step("trace", &format!("component `{name}`"));
+                            let mut request = trace.request.clone();
+                            request.source = crate::trace::ModelSource::Captured { component: name.clone() };
+                            request.folder = None; // the capture saved the configs
+                            let one = Trace { request, deadline: trace.deadline, hub: trace.hub.clone() };
+                            let traced = trace::run(kept_or_started(&mut worker, &options, progress)?, &one, &loaded, options.backend, &output)
+                                .with_context(|| format!("component `{name}`"))?;
+                            if let Some(previous) = emitting.take() {
+                                let (component, folder) = joined(previous)?;
+                                components.push(component);
+                                traced_folders.extend(folder);
+                            }
+                            // Verified by generating with all of them (below): a component's cache
+                            // output may differ from eager by design (a sliding window traced whole).
+                            let (options, loaded, input) = (&options, &loaded, Input::Traced(Box::new(traced)));
+                            let emit = move |worker: &mut Option<Worker>| {
+                                export(options, loaded, worker, name, input, &output, false, progress).with_context(|| format!("component `{name}`"))
+                            };
+                            if lowered_by_worker {
+                                let (component, folder) = emit(&mut worker)?;
+                                components.push(component);
+                                traced_folders.extend(folder);
+                            } else {
+                                emitting = Some(scope.spawn(move || emit(&mut None)));
+                            }
+                        }
+                        if let Some(last) = emitting.take() {
+                            components.push(joined(last)?.0);
+                        }
+                        Ok(())
+                    })?;
+                    drop(traced_folders);
                     if options.verify {
                         progress.step("verify", &format!("{} greedy tokens through the components against eager `generate`", asked.steps));
                         let tolerance = match &options.artifact {
@@ -159,12 +187,12 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
         }
         Source::Pt2(path) => {
             let loaded = load_plugins(&options, None, progress)?;
-            components.push(export(&options, &loaded, &mut worker, MODEL, Input::Pt2(path), &output(MODEL), options.verify, progress)?);
+            components.push(export(&options, &loaded, &mut worker, MODEL, Input::Pt2(path), &output(MODEL), options.verify, progress)?.0);
             loaded
         }
         Source::IrJson(path) => {
             let loaded = load_plugins(&options, None, progress)?;
-            components.push(export(&options, &loaded, &mut worker, MODEL, Input::IrJson(path), &output(MODEL), options.verify, progress)?);
+            components.push(export(&options, &loaded, &mut worker, MODEL, Input::IrJson(path), &output(MODEL), options.verify, progress)?.0);
             loaded
         }
     };
@@ -190,6 +218,10 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
 /// The component of a single export, and its file's name in an export folder (`model.onnx`).
 const MODEL: &str = "model";
 
+/// A program exported, and the scratch folder its trace was in (the caller
+/// decides how long it lives).
+type Exported = (Component, Option<Scratch>);
+
 /// One program from read to artifact at `output`: the backend's FX stages,
 /// emission, and (`verify`) the artifact in its runtime against eager before
 /// it moves into place; the eager reference goes beside it.
@@ -203,7 +235,7 @@ fn export(
     output: &Path,
     verify: bool,
     progress: Progress,
-) -> Result<Component> {
+) -> Result<Exported> {
     // ── read ──
     let read_started = Instant::now();
     let mut program = read(&input, progress)?;
@@ -343,7 +375,11 @@ fn export(
         }
         Input::Pt2(_) | Input::IrJson(_) => (None, None, None),
     };
-    Ok(Component {
+    let traced_folder = match input {
+        Input::Traced(traced) => Some(traced.scratch),
+        Input::Pt2(_) | Input::IrJson(_) => None,
+    };
+    let component = Component {
         name: name.to_string(),
         trace: summary,
         metadata,
@@ -358,7 +394,13 @@ fn export(
         verified,
         emit,
         artifact: runtime.map(|r| r.model(output)),
-    })
+    };
+    Ok((component, traced_folder))
+}
+
+/// A component emitted on its own thread: its result, or its panic as an error.
+fn joined(handle: std::thread::ScopedJoinHandle<'_, Result<Exported>>) -> Result<Exported> {
+    handle.join().map_err(|_| anyhow::anyhow!("emitting a component panicked"))?
 }
 
 fn start_worker(options: &RunOptions, progress: Progress) -> Result<Worker> {

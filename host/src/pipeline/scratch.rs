@@ -13,11 +13,21 @@ impl Scratch {
         output.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."))
     }
 
-    /// A fresh folder beside `output`.
+    /// A fresh folder beside `output`: `.hfx-<what>-<pid>`, or where one
+    /// of that name is in use (components traced while others are emitted)
+    /// `.hfx-<what>-<pid>.<n>`.
     pub fn beside(output: &Path, what: &str) -> Result<Scratch> {
-        let dir = Self::parent(output).join(format!(".hfx-{what}-{}", std::process::id()));
-        crate::trace::interrupt::create_scratch(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        Ok(Scratch(dir))
+        let base = format!(".hfx-{what}-{}", std::process::id());
+        let mut n = 0u32;
+        loop {
+            let name = if n == 0 { base.clone() } else { format!("{base}.{n}") };
+            let dir = Self::parent(output).join(name);
+            match crate::trace::interrupt::create_scratch(&dir) {
+                Ok(()) => return Ok(Scratch(dir)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 1000 => n += 1,
+                Err(e) => return Err(e).with_context(|| format!("creating {}", dir.display())),
+            }
+        }
     }
 
     /// A fresh folder in the system's temp folder, for work with no output

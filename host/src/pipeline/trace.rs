@@ -15,7 +15,8 @@ use crate::trace::Worker;
 
 /// A program traced into a scratch folder (removed on drop).
 pub struct Traced {
-    _scratch: Scratch,
+    /// The folder the program, its side weights and its reference are in.
+    pub scratch: Scratch,
     pub program: PathBuf,
     /// The eager outputs (`reference.pt`), moved beside the artifact at the end.
     pub reference: PathBuf,
@@ -80,7 +81,7 @@ pub fn run(worker: &mut Worker, trace: &Trace, loaded: &LoadedSet, backend: Back
         size_guards: result.size_guards,
     };
     let (input_names, output_names, export_metadata) = (result.input_names, result.output_names, result.export_metadata);
-    Ok(Traced { _scratch: scratch, program, reference, side_weights, input_names, output_names, export_metadata, summary })
+    Ok(Traced { scratch, program, reference, side_weights, input_names, output_names, export_metadata, summary })
 }
 
 /// An axis of a model input that torch.export fixed although `--dynamic`

@@ -40,7 +40,11 @@ pub fn guarded<T>(f: impl FnOnce(&mut Registry) -> T) -> T {
 /// Creates the scratch folder `dir` (and its parents) and registers it.
 pub fn create_scratch(dir: &Path) -> std::io::Result<()> {
     guarded(|r| {
-        std::fs::create_dir_all(dir)?;
+        if let Some(parent) = dir.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        // Not `create_dir_all`: a folder of that name already in use is an error.
+        std::fs::create_dir(dir)?;
         r.scratch.push(dir.to_path_buf());
         Ok(())
     })
@@ -153,10 +157,15 @@ pub fn remove_stale_scratch(dir: &Path) -> Vec<PathBuf> {
     removed
 }
 
-/// `.hfx-trace-1234` → 1234.
+/// `.hfx-trace-1234` (or a second one at once, `.hfx-trace-1234.1`) → 1234.
 fn scratch_pid(name: &str) -> Option<u32> {
     let rest = name.strip_prefix(".hfx-")?;
     let (what, pid) = rest.rsplit_once('-')?;
+    let pid = match pid.split_once('.') {
+        Some((pid, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => pid,
+        Some(_) => return None,
+        None => pid,
+    };
     if what.is_empty() || !what.bytes().all(|b| b.is_ascii_lowercase()) || pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
@@ -171,7 +180,8 @@ mod tests {
     fn scratch_names_carry_their_pid() {
         assert_eq!(scratch_pid(".hfx-trace-1234"), Some(1234));
         assert_eq!(scratch_pid(".hfx-folder-7"), Some(7));
-        for other in [".hfx-trace-", ".hfx--12", ".hfx-trace-12x", "hfx-trace-12", ".hfx-Trace-12", ".o.pt2.12.tmp"] {
+        assert_eq!(scratch_pid(".hfx-trace-1234.2"), Some(1234));
+        for other in [".hfx-trace-", ".hfx--12", ".hfx-trace-12x", "hfx-trace-12", ".hfx-Trace-12", ".o.pt2.12.tmp", ".hfx-trace-12.", ".hfx-trace-12.x"] {
             assert_eq!(scratch_pid(other), None, "{other}");
         }
     }

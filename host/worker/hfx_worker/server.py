@@ -21,7 +21,7 @@ from .generation import capture_generation, generate_check
 from .lower import edge_program, lower
 from .sandbox import Reach, patch_status
 from .selftest import capture_program, capture_values, run_case
-from .trace import trace
+from .trace import SideWeights, trace
 from .verify import verify
 
 # Upstream packages whose versions plugins resolve against (reported by `hello` and `trace`).
@@ -48,6 +48,7 @@ class Session:
         self._policy = None
         self.last_trace = None
         self.generation = None  # what `capture_generation` captured (`generation.Generation`)
+        self.side_weights = SideWeights()  # the last side-weights file a trace wrote
         self.op_samples = []
 
     @property

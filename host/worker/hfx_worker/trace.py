@@ -150,27 +150,41 @@ def side_weights_supported():
     return all(hasattr(_package, name) for name in ("_get_raw_tensor_bytes", "_is_fake_tensor")) and hasattr(serde, "canonicalize")
 
 
-def save_with_side_weights(program, output):
+def save_with_side_weights(program, output, written_before=None):
     """`torch.export.save` without the weights' bytes, which go to `<output>.weights`
     straight from the tensors' memory (no copy of each storage as a `bytes`, no
     CRC), indexed by `<output>.weights.json` ({"weights"|"constants": {fqn:
     [offset, length]}}, storages 64-byte aligned, shared storages once). For an
     ONNX export, where the `.pt2` is intermediate and the host maps the weights;
     measured on a 125M Llama: torch's `write_record` of the weights was 2.0 s of
-    a 2.8 s save, and each storage's `bytes` copy up to 190 MB of peak memory."""
+    a 2.8 s save, and each storage's `bytes` copy up to 190 MB of peak memory.
+
+    `written_before` (a `SideWeights` the session keeps) is the last file
+    written: a program whose every storage it holds (the generation components
+    of one model) gets that file hard-linked rather than written again."""
     import torch
     from torch.export.pt2_archive import _package
 
+    tables = []
+    for kind, table in (("weights", program.state_dict), ("constants", program.constants)):
+        for fqn, value in table.items():
+            if not torch.is_tensor(value) or type(value.data) is not torch.Tensor or value.device.type != "cpu":
+                continue  # subclasses and non-cpu tensors stay in the archive, as torch saves them
+            tables.append((kind, fqn, value.untyped_storage(), value._version))
     index = {"weights": {}, "constants": {}}
-    written = {}
-    with open(output + ".weights", "wb") as side:
-        offset = 0
-        for kind, table in (("weights", program.state_dict), ("constants", program.constants)):
-            for fqn, value in table.items():
-                if not torch.is_tensor(value) or type(value.data) is not torch.Tensor or value.device.type != "cpu":
-                    continue  # subclasses and non-cpu tensors stay in the archive, as torch saves them
-                storage = value.untyped_storage()
-                key = (storage.data_ptr(), storage.nbytes())
+    # A storage by address and size, and the version counter of the tensor
+    # over it (bumped by every in-place change: a buffer a forward updated
+    # since is written again).
+    keys = [(storage.data_ptr(), storage.nbytes(), version) for _, _, storage, version in tables]
+    if written_before is not None and keys and written_before.holds(keys) and written_before.link(output + ".weights"):
+        written = written_before.offsets
+        for (kind, fqn, _, _), key in zip(tables, keys):
+            index[kind][fqn] = written[key]
+    else:
+        written = {}
+        with open(output + ".weights", "wb") as side:
+            offset = 0
+            for (kind, fqn, storage, _), key in zip(tables, keys):
                 if key not in written:
                     padding = -offset % 64
                     side.write(b"\0" * padding)
@@ -180,10 +194,12 @@ def save_with_side_weights(program, output):
                     written[key] = [offset, storage.nbytes()]
                     offset += storage.nbytes()
                 index[kind][fqn] = written[key]
+        if written_before is not None:
+            written_before.remember(output + ".weights", written, [storage for _, _, storage, _ in tables])
     with open(output + ".weights.json", "w") as f:
         json.dump(index, f)
     raw_bytes = _package._get_raw_tensor_bytes
-    side_storages = {pointer for pointer, _ in written}
+    side_storages = {pointer for pointer, _, _ in keys}
 
     def without_side_weights(value):
         # torch asks for each storage group's complete tensor: one written to the side is left empty
@@ -204,6 +220,28 @@ def save_with_side_weights(program, output):
     finally:
         _package._get_raw_tensor_bytes = raw_bytes
         serde.canonicalize = canonicalize
+
+
+class SideWeights:
+    """The last side-weights file a session wrote: where, and each storage's
+    `[offset, length]` in it. The storages are kept referenced, so no other
+    tensor can take their addresses while the file stands for them."""
+
+    def __init__(self):
+        self.path, self.offsets, self.storages = None, {}, []
+
+    def holds(self, keys):
+        return self.path is not None and os.path.exists(self.path) and all(k in self.offsets for k in keys)
+
+    def link(self, to):
+        try:
+            os.link(self.path, to)
+            return True
+        except OSError:  # another filesystem, or links refused: written again
+            return False
+
+    def remember(self, path, offsets, storages):
+        self.path, self.offsets, self.storages = path, dict(offsets), storages
 
 
 @contextlib.contextmanager
@@ -314,7 +352,7 @@ def trace(session, params: TraceParams) -> TraceReply:
     with step(session, "save", seconds, peaks):
         side_weights = params.side_weights and side_weights_supported()
         if side_weights:
-            save_with_side_weights(program, params.output)
+            save_with_side_weights(program, params.output, session.side_weights)
         else:
             torch.export.save(program, params.output)
         # The eager reference, next to the archive, for later verification.

@@ -98,11 +98,11 @@ def pt2_runner(path, constants):
     return run, ["torch.export"]
 
 
-def pte_runner(path, in_spec, constants):
+def pte_runner(path, in_spec, constants, flatten=None):
     """(run(inputs) -> outputs, providers) for a `.pte` in the ExecuTorch
     runtime, its inputs flattened as the program's `in_spec` says (the
-    reference's `ExecutorchModelRunner` does the same); the method's trailing
-    values are the outputs."""
+    reference's `ExecutorchModelRunner` does the same), or by `flatten`; the
+    method's trailing values are the outputs."""
     import torch
     from executorch.runtime import Runtime
     from torch.fx._pytree import tree_flatten_spec
@@ -112,7 +112,7 @@ def pte_runner(path, in_spec, constants):
     spec = treespec_loads(in_spec)
 
     def run(inputs):
-        leaves = tree_flatten_spec(((), {**constants, **inputs}), spec)
+        leaves = flatten(inputs) if flatten else tree_flatten_spec(((), {**constants, **inputs}), spec)
         feed = [leaf.contiguous() if torch.is_tensor(leaf) else leaf for leaf in leaves]
         with runtime_log() as log:
             try:
@@ -174,6 +174,23 @@ def verify(session, params: VerifyParams) -> VerifyReply:
     return VerifyReply(checks=checks, providers=providers)
 
 
+def flat_inputs(kwargs, paths):
+    """A component's flat inputs, by leaf path (as the ONNX runner binds
+    them), in the order of its program's input spec: a cache's Python
+    attributes (a sliding layer's token count, whether a static layer is
+    allocated yet) are constants of the trace, and only its tensors are read."""
+    given = dict(named_leaves(kwargs))
+    flat = []
+    for path in paths:
+        if path in given:
+            flat.append(given[path])
+        elif kwargs.get(path) is None and "." not in path:
+            flat.append(None)  # a kwarg traced as None (`attention_mask`)
+        else:
+            raise ValueError(f"the component takes `{path}`, which the call does not hold")
+    return flat
+
+
 def component_runner(artifact, traced):
     """(call(**kwargs) -> the model's output, providers) for an exported
     component, as the model is called: the kwargs it was traced with, its flat
@@ -197,23 +214,10 @@ def component_runner(artifact, traced):
         module, in_spec = program.module(), program.call_spec.in_spec
 
         def call(**kwargs):
-            # The program's flat inputs, by leaf path as the ONNX runner binds
-            # them, laid out by the program's own input spec: a cache's Python
-            # attributes (a sliding layer's token count, whether a static
-            # layer is allocated yet) are constants of the trace.
             if not traced.input_paths:  # the trace could not name them: as the model is called
                 with torch.no_grad():
                     return module(**kwargs)
-            given = dict(named_leaves(kwargs))
-            flat = []
-            for path in traced.input_paths:
-                if path in given:
-                    flat.append(given[path])
-                elif kwargs.get(path) is None and "." not in path:
-                    flat.append(None)  # a kwarg traced as None (`attention_mask`)
-                else:
-                    raise ValueError(f"the component takes `{path}`, which the call does not hold")
-            args, kwargs = tree_unflatten(flat, in_spec)
+            args, kwargs = tree_unflatten(flat_inputs(kwargs, traced.input_paths), in_spec)
             with torch.no_grad():
                 return module(*args, **kwargs)
 
@@ -221,6 +225,9 @@ def component_runner(artifact, traced):
     else:
         if isinstance(artifact, OnnxModel):
             run, providers = onnx_runner(artifact.path)
+        elif traced.input_paths:
+            run, providers = pte_runner(artifact.path, artifact.in_spec, {},
+                                        flatten=lambda kwargs: flat_inputs(kwargs, traced.input_paths))
         else:
             run, providers = pte_runner(artifact.path, artifact.in_spec, {})
 
