@@ -128,6 +128,26 @@ fn a_static_cache_generates_through_onnx_and_pt2_components() {
     }
 }
 
+/// ExecuTorch with XNNPACK, as its own LLM export does it: a static cache
+/// (mutable state the program updates in place), every component verified
+/// by generating in the ExecuTorch runtime. A growing cache is refused in
+/// one line (ExecuTorch plans buffers at their largest size).
+#[test]
+fn executorch_xnnpack_generates_with_a_static_cache() {
+    let root_dir = tempfile::tempdir().unwrap();
+    let dir = root_dir.path().join("exported");
+    let stdout = generate("executorch", "llama", LLAMA, &dir, &["--delegate", "xnnpack", "--cache", "static", "--max-cache-len", "24"]);
+    assert!(stdout.contains("identical to eager `generate` (component calls: prefill 1, decode 7;") && stdout.contains("ExecuTorch"), "{stdout}");
+    for file in ["prefill.pte", "decode.pte", "export.json", "generation_config.json"] {
+        assert!(dir.join(file).is_file(), "{file} missing");
+    }
+    let out = hfx(root_dir.path(), &["run", "--backend", "executorch", "--delegate", "xnnpack", "--model", "llama", "--set", LLAMA, "--generation", "--dynamic", "-o", "growing/"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("add --cache static --max-cache-len N"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert_no_scratch_left(root_dir.path());
+}
+
 /// The README's loop: the ONNX components, loaded by the reference's
 /// `ExportedModel.from_pretrained`, generate eager's tokens from a prompt of
 /// another length than the traced one.

@@ -220,6 +220,14 @@ pub(super) fn merge(args: RunArgs) -> Result<RunOptions> {
             Backend::Dynamo => Artifact::Pt2,
             Backend::Executorch | Backend::ExecutorchXnnpack | Backend::ExecutorchCuda => pte(backend)?,
         };
+        if let (Artifact::Pte(_), Source::Trace(t)) = (&artifact, &source) {
+            if t.request.generation.as_ref().is_some_and(|g| g.max_cache_len.is_none()) {
+                bail!(
+                    "--generation to ExecuTorch needs a fixed-size cache: ExecuTorch plans every buffer at its largest size, and a growing \
+                     cache has none; add --cache static --max-cache-len N (ExecuTorch's own LLM export does the same)"
+                );
+            }
+        }
         (artifact, Destination::Folder(output))
     };
     if verify && artifact == Artifact::IrJson {

@@ -185,6 +185,9 @@ fn print_trace(t: &TraceSummary, reference: &std::path::Path) {
     for (plugin, calls) in &t.patched {
         println!("  patch {plugin:<30} answered {calls} call(s)");
     }
+    if t.patch_calls_cached > 0 {
+        println!("  patched calls answered from the worker's cache (described as a call a plugin answered): {}", t.patch_calls_cached);
+    }
     // No translation or fix handles these: torch's default table decomposed them.
     for d in &t.decomposed {
         println!("  decomposed {:<30} {} node(s) into {} node(s)", d.op, d.nodes, d.became);

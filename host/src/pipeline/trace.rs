@@ -47,6 +47,8 @@ pub struct TraceSummary {
     pub outputs: u64,
     /// Patch plugins and how many calls each answered.
     pub patched: Vec<(String, u64)>,
+    /// Patched calls the worker answered from programs plugins gave before.
+    pub patch_calls_cached: u64,
     /// Ops decomposed after the trace because no translation or fix handles them.
     pub decomposed: Vec<Decomposed>,
     /// torch.export's guards on input sizes that other sizes break and the
@@ -77,6 +79,7 @@ pub fn run(worker: &mut Worker, trace: &Trace, loaded: &LoadedSet, backend: Back
         side_weights: side_weights.is_some(),
         outputs: result.outputs,
         patched,
+        patch_calls_cached: result.patch_calls_cached,
         decomposed: result.decomposed,
         size_guards: result.size_guards,
     };

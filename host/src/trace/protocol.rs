@@ -23,7 +23,7 @@ use crate::plugins::Versions;
 
 /// The protocol version; the worker's `protocol.PROTOCOL` is the same number.
 /// Any change to a message below is a new version.
-pub const PROTOCOL: u64 = 11;
+pub const PROTOCOL: u64 = 12;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -558,6 +558,9 @@ pub struct TraceReply {
     pub nodes: u64,
     /// For each patch target: whether its original is back in place.
     pub patches_restored: BTreeMap<String, bool>,
+    /// Patched calls the worker answered with the program the plugin gave
+    /// for a call described the same way (no round trip to the host).
+    pub patch_calls_cached: u64,
     pub versions: Versions,
     pub seconds: StepSeconds,
     pub peak_rss_mib: StepPeaks,
@@ -1045,7 +1048,7 @@ mod tests {
             "export_metadata": {"architecture": "Doubler", "export_dtype": "float32", "export_device": "cpu",
                 "kwargs": {"x": {"rank": 2, "shape": [2, 3], "dtype": "float32"}}, "in_spec": "[]", "out_spec": "[]",
                 "in_constants": {}, "out_constants": []},
-            "nodes": 4, "patches_restored": {"torch.where": true}, "versions": {"torch": "2.13.0"},
+            "nodes": 4, "patches_restored": {"torch.where": true}, "patch_calls_cached": 0, "versions": {"torch": "2.13.0"},
             "seconds": {"import": 1.0, "build": 0.1, "eager": 0.1, "export": 0.5, "save": 0.1},
             "peak_rss_mib": {"import": 300.0, "build": 310.0, "export": 400.0, "save": 410.0},
             "side_weights": false, "decomposed": [{"op": "aten.softplus.default", "nodes": 1, "became": 4}],

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Optional, Union
 
 # The protocol version; the host's `trace::protocol::PROTOCOL` is the same number.
-PROTOCOL = 11
+PROTOCOL = 12
 
 # The steps of a `trace` request, in order, as progress names them (the host's
 # `TraceStep`). `export` runs torch.export under the reference exporter's
@@ -392,6 +392,8 @@ class TraceReply:
     export_metadata: ExportMetadata
     nodes: int
     patches_restored: dict[str, bool]
+    # Patched calls answered by a program the plugin gave for the same call before.
+    patch_calls_cached: int
     versions: dict[str, str]
     # Seconds per step: import, build, eager, export, save.
     seconds: dict[str, float]

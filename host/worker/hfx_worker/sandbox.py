@@ -12,10 +12,12 @@ shims installed right now; nothing here is a module-level mutable global.
 """
 
 import contextlib
+import dataclasses
 import functools
 import importlib
 import inspect
 import io
+import json
 import sys
 import types
 
@@ -374,26 +376,52 @@ class PatchProgramError(RuntimeError):
 
 # ── Patches (the reference's `model patches` stage), answered by WASM plugins through the host ──
 
-def shim(policy, ask, plugin, target, original):
+class Answers:
+    """The programs plugins answered during one trace, by the call exactly as
+    the plugin saw it (its described values: kinds, dtypes, static and
+    symbolic sizes, scalar values; its argument slots). A call described the
+    same way gets the same program without a round trip to the host: the
+    plugin saw nothing that could tell the two apart, so its decision stands
+    (83 reshape calls of a 125M Llama are one shape of call)."""
+
+    def __init__(self):
+        self.programs = {}
+        self.hits = 0
+
+    def get(self, call, ask):
+        try:
+            key = json.dumps(dataclasses.asdict(call), sort_keys=True)
+        except (TypeError, ValueError):  # a value JSON cannot hold: asked every time
+            return ask(call)
+        program = self.programs.get(key)
+        if program is None:
+            program = self.programs[key] = ask(call)
+        else:
+            self.hits += 1
+        return program
+
+
+def shim(policy, ask, plugin, target, original, answers):
     """The replacement of `target`: each call is answered by the plugin (`ask` sends
-    the described call to the host and returns the program it answers)."""
+    the described call to the host and returns the program it answers), or
+    by `answers` where the plugin answered the same call before."""
     def patched(*args, **kwargs):
-        return answer_call(policy, ask, plugin, target, original, args, kwargs)
+        return answer_call(policy, ask, plugin, target, original, args, kwargs, answers)
     patched.hfx_shim = True
     return patched
 
 
-def answer_call(policy, ask, plugin, target, original, args, kwargs):
+def answer_call(policy, ask, plugin, target, original, args, kwargs, answers):
     """Describes the call to the host, which asks the plugin; runs the program it answers."""
     values = []
     arg_slots = [describe(values, a) for a in args]
     kwarg_slots = [[k, describe(values, v)] for k, v in kwargs.items()]
     call = PatchCall(plugin=plugin, target=target, values=[v for v, _ in values], args=arg_slots, kwargs=kwarg_slots)
-    program = ask(call)
+    program = answers.get(call, ask)
 
     def make_callback(name, captured):
         def callback(*more, **more_kwargs):
-            return answer_call(policy, ask, plugin, name, original, (*captured, *more), more_kwargs)
+            return answer_call(policy, ask, plugin, name, original, (*captured, *more), more_kwargs, answers)
         return callback
 
     live = [v for _, v in values]
@@ -429,6 +457,7 @@ def patches_applied(policy, patches, ask):
     An unresolvable target is skipped with a warning, as the reference does; a
     target the policy refuses stops the trace."""
     installed = []
+    answers = Answers()
     try:
         for patch in patches:
             for target in patch.targets:
@@ -437,11 +466,11 @@ def patches_applied(policy, patches, ask):
                 except (AttributeError, ImportError):
                     print(f"hfx: patch target {target} not found; skipped", file=sys.stderr)
                     continue
-                replacement = shim(policy, ask, patch.plugin, target, original)
+                replacement = shim(policy, ask, patch.plugin, target, original, answers)
                 setattr(owner, attribute, replacement)
                 policy.shims[id(replacement)] = replacement
                 installed.append((owner, attribute, original, replacement))
-        yield installed
+        yield answers
     finally:
         for owner, attribute, original, replacement in reversed(installed):
             setattr(owner, attribute, original)

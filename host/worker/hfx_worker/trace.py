@@ -335,7 +335,7 @@ def trace(session, params: TraceParams) -> TraceReply:
     policy = session.policy if params.patches else None
     # The reference's order: patches, state cleanup, config flags, signature, then export.
     with step(session, "export", seconds, peaks):
-        with torch.no_grad(), patches_applied(policy, params.patches, session.ask), clean_state(model), \
+        with torch.no_grad(), patches_applied(policy, params.patches, session.ask) as answers, clean_state(model), \
                 config_flags(model, flags), flat_signature(model, inputs):
             program = torch.export.export(
                 model, (), copy.deepcopy(dict(inputs)), dynamic_shapes=shapes, strict=False,
@@ -383,6 +383,7 @@ def trace(session, params: TraceParams) -> TraceReply:
         export_metadata=ExportMetadata(**metadata),
         nodes=len(program.graph.nodes),
         patches_restored=patch_status(policy, params.patches),
+        patch_calls_cached=answers.hits,
         versions=session.versions(),
         seconds=seconds,
         peak_rss_mib=peaks,

@@ -51,8 +51,9 @@ const ALIASING: &[&str] = &[
     "expand", "expand_as", "unsqueeze", "squeeze", "as_strided", "t", "numpy_T", "mT", "mH", "adjoint", "alias",
     "detach", "narrow", "diagonal", "unbind", "split", "split_with_sizes", "unsafe_split", "tensor_split", "chunk",
     "unsafe_chunk", "unflatten", "flatten", "unfold", "contiguous", "to", "type_as", "view_as", "movedim",
-    "moveaxis", "swapaxes", "swapdims", "real", "imag", "view_as_real", "view_as_complex", "lift_fresh",
-    "positive", "conj", "_conj", "_neg_view", "resolve_conj", "resolve_neg",
+    "moveaxis", "swapaxes", "swapdims", "real", "imag", "view_as_real", "view_as_complex", "lift", "lift_fresh",
+    "positive", "conj", "_conj", "_neg_view", "resolve_conj", "resolve_neg", "matrix_H", "hsplit", "vsplit",
+    "dsplit", "atleast_1d", "atleast_2d", "atleast_3d", "broadcast_to", "broadcast_tensors", "ravel",
 ];
 
 /// Of those, the ops that return their input itself when the result has the
@@ -106,7 +107,9 @@ fn whole_alias_of(graph: &Graph, node: NodeId) -> Result<Option<ValueId>> {
         return Ok(Some(input));
     }
     let op = op_of(&target);
-    if !WHOLE_WHEN_SAME.contains(&op) || matches!(graph.input(node, "copy")?, Some(Argument::Boolean(true))) {
+    let copies = matches!(graph.input(node, "copy")?, Some(Argument::Boolean(true)));
+    let relayout = matches!(graph.input(node, "layout")?, Some(Argument::Layout(layout)) if layout != "strided");
+    if !WHOLE_WHEN_SAME.contains(&op) || copies || relayout {
         return Ok(None);
     }
     let output = graph.single_output(node)?;
