@@ -26,6 +26,8 @@ capture fix-dead-comparison unbacked-size --model-fn "$(pattern dead_comparison)
 capture fix-fill-diagonal-inplace fill-diagonal --model-fn "$(pattern fill_diagonal)" --node aten.fill_diagonal_.default --radius 2
 capture fix-index-put-last-dim index-put --model-fn "$(pattern index_put_last_dim)" --node aten.index_put_.default --radius 2
 capture fix-inplace-functional add-mul --model-fn "$(pattern inplace_arithmetic)" --node aten.add_.Tensor --radius 2
+# (its `expect-targets`, the functional ops the fix must leave, is added by hand after capturing)
+capture fix-inplace-functional copy-into-input --model-fn "$(pattern copy_into_input)" --node aten.copy_.default --count 2 --radius 4
 capture fix-integral-tensor-float-scalar mask-arithmetic --model-fn "$(pattern integral_tensor_float_scalar)" --node aten.rsub.Scalar
 capture fix-noop-squeeze squeeze --model-fn "$(pattern noop_squeeze)" --node aten.squeeze.dim
 capture fix-scatter-reduce reductions --model-fn "$(pattern scatter_reduce)" --node aten.scatter_reduce.two --count 5

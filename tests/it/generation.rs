@@ -84,6 +84,7 @@ generation!(t5_generates_through_pt2_components, "dynamo", "t5", T5_GENERATES);
 generation!(whisper_generates_through_onnx_components, "onnx", "whisper", WHISPER_GENERATES);
 generation!(whisper_generates_through_pt2_components, "dynamo", "whisper", WHISPER_GENERATES);
 generation!(mamba_generates_through_pt2_components, "dynamo", "mamba", MAMBA);
+generation!(mamba_generates_through_onnx_components, "onnx", "mamba", MAMBA);
 
 /// A multimodal model (`tests/python/generation_models.py`): its encoder,
 /// projector, language model and head are components of the prefill, and

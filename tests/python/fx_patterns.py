@@ -111,6 +111,22 @@ class SymbolicSizes(torch.nn.Module):
         return x.reshape(rows)[: rows // 2 + 1] * 2
 
 
+class CopyIntoInput(torch.nn.Module):
+    """In-place writes into model inputs, returned, as Mamba's decode updates its
+    cache state: `conv_state.copy_(window)`, and `state.copy_(new)` through
+    `state.float()` (a float32 state: the very tensor)."""
+
+    def forward(self, x, conv_state, state):
+        window = torch.cat([torch.zeros_like(conv_state[:, :, :1]), x], dim=-1)
+        conv_state.copy_(window[:, :, -conv_state.shape[-1]:])
+        # Two more names of `state`: the write goes through the second (and
+        # broadcasts), the first is read after it and sees the new value.
+        first = state.detach()
+        second = first.detach().float()
+        second.copy_(torch.tanh(x).sum(-1, keepdim=True))
+        return conv_state * 2, first + 1, conv_state, second
+
+
 PATTERNS = {
     "symbolic_sizes": (SymbolicSizes, lambda: (torch.randn(4, 6),)),
     "alias": (Alias, lambda: (torch.randn(3, 4),)),
@@ -124,6 +140,7 @@ PATTERNS = {
     "fill_diagonal": (FillDiagonal, lambda: (torch.randn(4, 6),)),
     "slice_implicit_start": (SliceImplicitStart, lambda: (torch.randn(3, 6),)),
     "integral_tensor_float_scalar": (IntegralTensorFloatScalar, lambda: (torch.randint(0, 2, (2, 5)),)),
+    "copy_into_input": (CopyIntoInput, lambda: (torch.randn(2, 3, 4), torch.randn(2, 3, 4), torch.randn(2, 3, 5))),
 }
 
 

@@ -258,12 +258,15 @@ pub fn data_file(model: &std::path::Path) -> std::path::PathBuf {
 /// the file: no second copy of the weights is held. With external storage the
 /// data file is written first, then the model that points into it (by file
 /// name, so the two move together); each is atomic on its own.
-pub fn write(path: &std::path::Path, planned: Planned, storage: WeightStorage) -> Result<(), EmitError> {
+/// Writes the model; `release` is called with each weight's mapped bytes
+/// once they are written (the map's pages can leave resident memory: a
+/// model's weights are then never all resident in hfx at once).
+pub fn write(path: &std::path::Path, planned: Planned, storage: WeightStorage, release: &dyn Fn(&[u8])) -> Result<(), EmitError> {
     let Planned { mut model, graph, initializers } = planned;
     let error = |source| EmitError::Write { path: path.display().to_string(), source };
     match storage {
         WeightStorage::Embedded => {
-            crate::atomic::write_atomically(path, |file| write_embedded(file, &model, &graph, &initializers)).map_err(error)
+            crate::atomic::write_atomically(path, |file| write_embedded(file, &model, &graph, &initializers, release)).map_err(error)
         }
         WeightStorage::External => {
             let data_path = data_file(path);
@@ -285,6 +288,9 @@ pub fn write(path: &std::path::Path, planned: Planned, storage: WeightStorage) -
                 std::io::Write::write_all(&mut out, &vec![0u8; padding as usize]).map_err(data_error)?;
                 offset += padding;
                 init.bytes.write_to(&mut out).map_err(data_error)?;
+                if let Some(bytes) = init.bytes.mapped() {
+                    release(bytes);
+                }
                 headers.push(external_header(&init.header, &data_name, offset, init.bytes.len() as u64));
                 offset += init.bytes.len() as u64;
             }
@@ -310,7 +316,13 @@ fn external_header(header: &p::TensorProto, location: &str, offset: u64, length:
 
 /// `ModelProto` bytes with the graph's initializers appended field by field
 /// (protobuf accepts fields in any order), raw bytes copied from the map.
-fn write_embedded(file: &mut std::fs::File, model: &p::ModelProto, graph: &p::GraphProto, initializers: &[Initializer]) -> std::io::Result<()> {
+fn write_embedded(
+    file: &mut std::fs::File,
+    model: &p::ModelProto,
+    graph: &p::GraphProto,
+    initializers: &[Initializer],
+    release: &dyn Fn(&[u8]),
+) -> std::io::Result<()> {
     use prost::encoding::{encode_key, encode_varint, encoded_len_varint, WireType};
     let graph_bytes = graph.encode_to_vec();
     let headers: Vec<Vec<u8>> = initializers.iter().map(|i| i.header.encode_to_vec()).collect();
@@ -340,6 +352,9 @@ fn write_embedded(file: &mut std::fs::File, model: &p::ModelProto, graph: &p::Gr
         encode_varint(i.bytes.len() as u64, &mut prefix);
         std::io::Write::write_all(&mut out, &prefix)?;
         i.bytes.write_to(&mut out)?;
+        if let Some(bytes) = i.bytes.mapped() {
+            release(bytes);
+        }
     }
     std::io::Write::flush(&mut out)
 }

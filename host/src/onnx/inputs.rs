@@ -36,20 +36,31 @@ pub fn input_roles(program: &s::ExportedProgram) -> Vec<InputRole> {
 }
 
 /// The user inputs named as the trace names them (`input_ids`,
-/// `input.cache.layers.0.keys`: the reference's leaf paths), in order, where
-/// it names each one; else the program's placeholder names stand.
-pub fn named_user_inputs(mut roles: Vec<InputRole>, names: &[String]) -> Vec<InputRole> {
-    let users = roles.iter().filter(|r| matches!(r, InputRole::User(_))).count();
-    if users == names.len() {
-        let users = roles.iter_mut().filter_map(|r| match r {
-            InputRole::User(name) => Some(name),
-            _ => None,
-        });
-        for (name, given) in users.zip(names) {
+/// `input.cache.layers.0.keys`: the reference's leaf paths), where it names
+/// each input the call lays out: the trace names them in the order of the
+/// program's call inputs, a constant one (a `None` kwarg, no ONNX input)
+/// included. Else the program's placeholder names stand.
+pub fn named_user_inputs(program: &s::ExportedProgram, mut roles: Vec<InputRole>, names: &[String]) -> Vec<InputRole> {
+    let specs = &program.graph_module.signature.input_specs;
+    let call_inputs = specs.iter().filter(|spec| is_call_input(spec)).count();
+    if call_inputs != names.len() || roles.len() != specs.len() {
+        return roles;
+    }
+    let mut names = names.iter();
+    for (role, spec) in roles.iter_mut().zip(specs) {
+        if !is_call_input(spec) {
+            continue;
+        }
+        if let (InputRole::User(name), Some(given)) = (role, names.next()) {
             given.clone_into(name);
         }
     }
     roles
+}
+
+/// An input the call gives: a user input, or one torch.export folded to a constant.
+fn is_call_input(spec: &s::InputSpec) -> bool {
+    matches!(spec, s::InputSpec::UserInput { .. } | s::InputSpec::ConstantInput { .. })
 }
 
 /// The graph outputs' names: the model output's leaves as the trace names
@@ -60,11 +71,13 @@ pub fn named_user_inputs(mut roles: Vec<InputRole>, names: &[String]) -> Vec<Inp
 /// exactly those.
 pub fn output_names(program: &s::ExportedProgram, input_names: &[String], names: &[String]) -> Vec<String> {
     let signature = &program.graph_module.signature;
+    // The call's inputs by placeholder name, in the order the trace names them.
     let users: Vec<String> = signature
         .input_specs
         .iter()
         .filter_map(|spec| match spec {
             s::InputSpec::UserInput { arg } => Some(user_input_name(arg)),
+            s::InputSpec::ConstantInput { name, .. } => Some(name.clone()),
             _ => None,
         })
         .collect();

@@ -58,6 +58,14 @@ impl Bytes<'_> {
 
     /// Streams the bytes to `out`; a transposed weight goes through a buffer
     /// of [`TRANSPOSE_BLOCK`] output rows at a time.
+    /// The slice of a map these bytes are read from, if any.
+    pub fn mapped(&self) -> Option<&[u8]> {
+        match self {
+            Bytes::Mapped(b) | Bytes::Transposed { source: b, .. } => Some(b),
+            Bytes::Owned(_) => None,
+        }
+    }
+
     pub fn write_to(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
         match self {
             Bytes::Mapped(b) => out.write_all(b),

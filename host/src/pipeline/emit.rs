@@ -70,7 +70,7 @@ pub fn onnx(
 ) -> Result<OnnxEmitted> {
     use crate::onnx::{emit, passes, weights};
     let program = pt2.programs.get("model").context("no `model` program")?;
-    let roles = crate::onnx::inputs::named_user_inputs(crate::onnx::inputs::input_roles(program), &input_names);
+    let roles = crate::onnx::inputs::named_user_inputs(program, crate::onnx::inputs::input_roles(program), &input_names);
     let output_names = crate::onnx::inputs::output_names(program, &input_names, &output_names);
     progress.step("onnx", "translations");
     let translations = stages::select::<kind::OnnxTranslation>(&loaded.set.plugins, Backend::Onnx);
@@ -91,7 +91,7 @@ pub fn onnx(
     } else {
         emit::WeightStorage::Embedded
     };
-    emit::write(target, planned, storage)?;
+    emit::write(target, planned, storage, &|bytes| pt2.release(bytes))?;
     Ok(OnnxEmitted { stages: vec![translated, fixed], optimized, nodes })
 }
 

@@ -107,7 +107,7 @@ pub fn fixed_axes(program: &crate::graph::pt2::schema::ExportedProgram, graph: &
     use crate::onnx::inputs::{input_roles, named_user_inputs, InputRole};
     let inputs = graph.subgraph(0).map(|g| g.inputs.clone()).unwrap_or_default();
     let mut fixed = Vec::new();
-    for (value, role) in inputs.iter().zip(named_user_inputs(input_roles(program), names)) {
+    for (value, role) in inputs.iter().zip(named_user_inputs(program, input_roles(program), names)) {
         let (InputRole::User(input), Ok(value)) = (role, graph.value(*value)) else { continue };
         let ValueMeta::Tensor(meta) = &value.meta else { continue };
         let leaf = input.contains('.');

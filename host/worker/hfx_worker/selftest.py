@@ -61,6 +61,9 @@ def run_case(session, params: RunCaseParams) -> RunCaseReply:
 
     values = {name: decode_value(v) for name, v in params.values.items()}
     expected = run_graph(session.policy, params.program, values)
+    # The piece may write its inputs in place (a cache state's `copy_`): the
+    # candidate gets the values as captured, not as the piece left them.
+    values = {name: decode_value(v) for name, v in params.values.items()}
     if isinstance(params.candidate, GraphCandidate):
         got = [v.detach().numpy() if torch.is_tensor(v) else v
                for v in run_graph(session.policy, params.candidate.program, values)]

@@ -56,6 +56,16 @@ enum Backing {
     Bytes(Vec<u8>),
 }
 
+impl Archive {
+    /// Drops `bytes`, a slice of the archive's file map, from resident memory
+    /// (see `Pt2::release`); an archive read into memory is left alone.
+    pub fn release(&self, bytes: &[u8]) {
+        if let Backing::Map(map) = &self.map {
+            super::release_from(map, bytes);
+        }
+    }
+}
+
 impl std::ops::Deref for Backing {
     type Target = [u8];
     fn deref(&self) -> &[u8] {

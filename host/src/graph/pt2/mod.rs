@@ -105,6 +105,24 @@ fn needed_bytes(meta: &PayloadMeta) -> Result<u64, String> {
 }
 
 /// The side file of weights the trace worker writes for `archive`.
+/// `MADV_DONTNEED` on the whole pages of `bytes` inside `map`, if it lies there.
+pub(crate) fn release_from(map: &memmap2::Mmap, bytes: &[u8]) {
+    const PAGE: usize = 4096;
+    let (start, base) = (bytes.as_ptr() as usize, map.as_ptr() as usize);
+    if start < base || start + bytes.len() > base + map.len() {
+        return;
+    }
+    let offset = start - base;
+    let first = offset.next_multiple_of(PAGE);
+    let end = (offset + bytes.len()) / PAGE * PAGE;
+    if end > first {
+        // SAFETY: a read-only private mapping of a file nobody writes while it
+        // is mapped: dropped pages are read from the file again when touched,
+        // so every slice of the map keeps its contents.
+        let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, first, end - first) };
+    }
+}
+
 pub fn side_weights_path(archive: &Path) -> std::path::PathBuf {
     let mut name = archive.as_os_str().to_owned();
     name.push(".weights");
@@ -203,6 +221,17 @@ impl Pt2 {
         }
         self.side = Some(SideWeights { path: path.to_path_buf(), map, weights: index.weights, constants: index.constants });
         Ok(())
+    }
+
+    /// Drops `bytes` (a weight's slice of this archive's or its side file's
+    /// map, once streamed into an artifact) from the process's resident
+    /// memory: the kernel reads the pages from the file again if they are
+    /// touched. A slice of no file map of this `.pt2` is left alone.
+    pub fn release(&self, bytes: &[u8]) {
+        if let Some(side) = &self.side {
+            release_from(&side.map, bytes);
+        }
+        self.archive.release(bytes);
     }
 
     /// The payload entries for `fqn` in every model.

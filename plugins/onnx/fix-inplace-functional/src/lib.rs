@@ -131,11 +131,15 @@ enum Use {
 
 fn use_of(graph: &Graph, user: NodeId, name: ValueId) -> Result<Use> {
     let target = graph.target(user)?;
-    let is_self = match graph.input(user, "self")? {
-        Some(Argument::Tensor(v)) => v == name,
+    let this = graph.input(user, "self")?;
+    let is_self = match &this {
+        Some(Argument::Tensor(v)) => *v == name,
         Some(Argument::Tensors(vs)) => vs.contains(&name),
         _ => false,
     };
+    // A view (or an in-place op) aliases its `self`; of an op without one
+    // (`broadcast_tensors`), any input.
+    let aliased = is_self || this.is_none();
     Ok(if writes_self(&target) && is_self {
         Use::Write(match graph.output_values(user)?[..] {
             [result] if graph.input(user, "self")? == Some(Argument::Tensor(name)) => Some(result),
@@ -143,7 +147,7 @@ fn use_of(graph: &Graph, user: NodeId, name: ValueId) -> Result<Use> {
         })
     } else if is_self && whole_alias_of(graph, user)? == Some(name) {
         Use::Whole(graph.single_output(user)?)
-    } else if aliases(&target) {
+    } else if aliases(&target) && aliased {
         Use::View
     } else {
         Use::Read
