@@ -273,18 +273,46 @@ def size_hint(size):
     return int(hint) if hint is not None else -1
 
 
-def describe(values, value):
-    """Appends `value` to the call's value table (nested sequences first); returns its slot."""
-    import torch
+def contiguous(value, known):
+    """Whether `value` is contiguous at every size its symbols may take (torch's
+    `is_contiguous_or_false`, as the reference asks it). That check is
+    symbolic algebra (~6 ms a tensor on a 125M Llama) and a trace asks it of
+    few layouts many times, so: a layout proven contiguous is remembered in
+    `known` by its sizes' and strides' expressions (facts only accumulate
+    during a trace: it stays proven), and one not contiguous at the sample's
+    sizes is not contiguous at every size, which needs no algebra."""
     from torch._prims_common import is_contiguous_or_false
 
+    if known is None:
+        return bool(is_contiguous_or_false(value))
+    key = (tuple(map(str, value.shape)), tuple(map(str, value.stride())))
+    if key in known:
+        return True
+    sizes, strides = [size_hint(d) for d in value.shape], [size_hint(d) for d in value.stride()]
+    if -1 not in sizes and -1 not in strides and 0 not in sizes:
+        expected = 1
+        for size, stride in reversed(list(zip(sizes, strides))):
+            if size != 1 and stride != expected:
+                return False
+            expected *= size
+    proven = bool(is_contiguous_or_false(value))
+    if proven:
+        known.add(key)
+    return proven
+
+
+def describe(values, value, known=None):
+    """Appends `value` to the call's value table (nested sequences first); returns
+    its slot. `known`: layouts whose contiguity was decided (`contiguous`)."""
+    import torch
+
     if isinstance(value, (list, tuple)):
-        slots = [describe(values, v) for v in value]
+        slots = [describe(values, v, known) for v in value]
         values.append(({"sequence": slots}, value))
     elif torch.is_tensor(value):
         shape = [d if isinstance(d, int) else {"symbolic": str(d)} for d in value.shape]
         meta = {"dtype": str(value.dtype).replace("torch.", ""), "shape": shape, "device": value.device.type,
-                "contiguous": bool(is_contiguous_or_false(value)), "sizes": [size_hint(d) for d in value.shape]}
+                "contiguous": contiguous(value, known), "sizes": [size_hint(d) for d in value.shape]}
         values.append(({"tensor": meta}, value))
     elif value is None or isinstance(value, (bool, int, float, str)):
         values.append(({"scalar": value}, value))
@@ -387,6 +415,7 @@ class Answers:
     def __init__(self):
         self.programs = {}
         self.hits = 0
+        self.layouts = set()  # layouts proven contiguous (`contiguous`)
 
     def get(self, call, ask):
         try:
@@ -414,8 +443,8 @@ def shim(policy, ask, plugin, target, original, answers):
 def answer_call(policy, ask, plugin, target, original, args, kwargs, answers):
     """Describes the call to the host, which asks the plugin; runs the program it answers."""
     values = []
-    arg_slots = [describe(values, a) for a in args]
-    kwarg_slots = [[k, describe(values, v)] for k, v in kwargs.items()]
+    arg_slots = [describe(values, a, answers.layouts) for a in args]
+    kwarg_slots = [[k, describe(values, v, answers.layouts)] for k, v in kwargs.items()]
     call = PatchCall(plugin=plugin, target=target, values=[v for v, _ in values], args=arg_slots, kwargs=kwarg_slots)
     program = answers.get(call, ask)
 
