@@ -136,11 +136,14 @@ fn a_static_cache_generates_through_onnx_and_pt2_components() {
 #[test]
 fn executorch_xnnpack_generates_with_a_static_cache() {
     let root_dir = tempfile::tempdir().unwrap();
-    let dir = root_dir.path().join("exported");
-    let stdout = generate("executorch", "llama", LLAMA, &dir, &["--delegate", "xnnpack", "--cache", "static", "--max-cache-len", "24"]);
-    assert!(stdout.contains("identical to eager `generate` (component calls: prefill 1, decode 7;") && stdout.contains("ExecuTorch"), "{stdout}");
-    for file in ["prefill.pte", "decode.pte", "export.json", "generation_config.json"] {
-        assert!(dir.join(file).is_file(), "{file} missing");
+    // Llama, Gemma 2 (its sliding window passed) and Phi-3.
+    for (arch, set) in [("llama", LLAMA), ("gemma2", GEMMA2), ("phi3", PHI3)] {
+        let dir = root_dir.path().join(arch);
+        let stdout = generate("executorch", arch, set, &dir, &["--delegate", "xnnpack", "--cache", "static", "--max-cache-len", "24"]);
+        assert!(stdout.contains("identical to eager `generate` (component calls: prefill 1, decode 7;") && stdout.contains("ExecuTorch"), "{arch}: {stdout}");
+        for file in ["prefill.pte", "decode.pte", "export.json", "generation_config.json"] {
+            assert!(dir.join(file).is_file(), "{arch}: {file} missing");
+        }
     }
     let out = hfx(root_dir.path(), &["run", "--backend", "executorch", "--delegate", "xnnpack", "--model", "llama", "--set", LLAMA, "--generation", "--dynamic", "-o", "growing/"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
