@@ -136,8 +136,8 @@ fn a_static_cache_generates_through_onnx_and_pt2_components() {
 #[test]
 fn executorch_xnnpack_generates_with_a_static_cache() {
     let root_dir = tempfile::tempdir().unwrap();
-    // Llama, Gemma 2 (its sliding window passed) and Phi-3.
-    for (arch, set) in [("llama", LLAMA), ("gemma2", GEMMA2), ("phi3", PHI3)] {
+    // Llama, Qwen3 (a mask per layer type, `None` at prefill), Gemma 2 (its sliding window passed) and Phi-3.
+    for (arch, set) in [("llama", LLAMA), ("qwen3", QWEN3), ("gemma2", GEMMA2), ("phi3", PHI3)] {
         let dir = root_dir.path().join(arch);
         let stdout = generate("executorch", arch, set, &dir, &["--delegate", "xnnpack", "--cache", "static", "--max-cache-len", "24"]);
         assert!(stdout.contains("identical to eager `generate` (component calls: prefill 1, decode 7;") && stdout.contains("ExecuTorch"), "{arch}: {stdout}");

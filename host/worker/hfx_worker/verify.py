@@ -184,11 +184,26 @@ def flat_inputs(kwargs, paths):
     for path in paths:
         if path in given:
             flat.append(given[path])
-        elif kwargs.get(path) is None and "." not in path:
-            flat.append(None)  # a kwarg traced as None (`attention_mask`)
+        elif none_at(kwargs, path):
+            flat.append(None)  # traced as None (`attention_mask`, `attention_mask.full_attention`)
         else:
             raise ValueError(f"the component takes `{path}`, which the call does not hold")
     return flat
+
+
+def none_at(kwargs, path):
+    """Whether `path` (named as `named_leaves` names) leads to None, or to nothing, in `kwargs`."""
+    value = kwargs
+    for key in path.split("."):
+        if value is None:
+            return True
+        if isinstance(value, dict):
+            value = value.get(key)
+        elif isinstance(value, (list, tuple)) and key.isdigit():
+            value = value[int(key)] if int(key) < len(value) else None
+        else:
+            value = vars(value).get(key) if hasattr(value, "__dict__") else None
+    return value is None
 
 
 def component_runner(artifact, traced):
