@@ -17,8 +17,9 @@ components (the first call to `prefill`, the others to `decode`), so every
 architecture gets the kwargs its own `prepare_inputs_for_generation` builds
 (positions, masks, cache positions, a sliding-window or state-space cache)
 and the check proves the components serve exactly the calls generation makes.
-`greedy` below is the same loop written out for a decoder-only model, the one
-the README shows: what a user writes to generate with the components alone.
+The same loop written out for a decoder-only model, what a user writes to
+generate with the components alone, is the README's
+(`tests/python/generate_with_export.py` runs it).
 """
 
 import contextlib
@@ -286,26 +287,6 @@ def capture_generation(session, params):
 
 
 # ── Generating with the components ──
-
-
-def greedy(prefill, decode, input_ids, new_tokens):
-    """Greedy decoding through a decoder-only model's exported `prefill` and
-    `decode` (each called with the kwargs it was traced with: token ids, their
-    positions, the cache), as a user drives them: `prefill` reads the prompt
-    and returns the logits and the filled cache; each `decode` reads one
-    token and the cache, and returns the next logits and the grown cache."""
-    import torch
-
-    batch, length = input_ids.shape
-    positions = torch.arange(length).expand(batch, length)
-    out = prefill(input_ids=input_ids, position_ids=positions)
-    tokens = []
-    for step in range(new_tokens):
-        token = out.logits[:, -1].argmax(-1, keepdim=True)
-        tokens.append(token)
-        positions = torch.full((batch, 1), length + step)
-        out = decode(input_ids=token, position_ids=positions, cache=out.cache)
-    return torch.cat(tokens, dim=1)
 
 
 class Components:

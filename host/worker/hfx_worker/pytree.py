@@ -250,23 +250,24 @@ def leaf_paths(value, path, out):
             leaf_paths(item, f"{path}.{key}", out)
 
 
-def named_leaves(value, path=""):
+def named_leaves(value, path="", is_leaf=None):
     """`(dotted path, tensor)` for every tensor in a call's kwargs, in the
     order torch.export flattens them (this module's flattener: a cache's
     attributes in order): `input_ids`, `cache.layers.0.keys`. The reference's
-    `_iter_leaf_tensors`, whose paths name the ONNX inputs."""
+    `_iter_leaf_tensors`, whose paths name the ONNX inputs. `is_leaf`: what
+    counts as a leaf instead of a tensor."""
     import torch
 
-    if torch.is_tensor(value):
+    if (is_leaf or torch.is_tensor)(value):
         yield path or "output", value
     elif isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
-            yield from named_leaves(item, f"{path}.{i}" if path else str(i))
+            yield from named_leaves(item, f"{path}.{i}" if path else str(i), is_leaf)
     elif isinstance(value, dict):
         for key, item in value.items():
-            yield from named_leaves(item, f"{path}.{key}" if path else str(key))
+            yield from named_leaves(item, f"{path}.{key}" if path else str(key), is_leaf)
     elif hasattr(value, "__dict__") and not callable(value) and not isinstance(value, (type, enum.Enum)):
-        yield from named_leaves(vars(value), path)
+        yield from named_leaves(vars(value), path, is_leaf)
 
 
 class _Slot:
@@ -283,21 +284,7 @@ def spec_paths(spec):
     from torch.utils._pytree import tree_unflatten
 
     _, kwargs = tree_unflatten([_Slot(i) for i in range(spec.num_leaves)], spec)
-    found = {}
-
-    def walk(value, path):
-        if isinstance(value, _Slot):
-            found[value.index] = path
-        elif isinstance(value, (list, tuple)):
-            for i, item in enumerate(value):
-                walk(item, f"{path}.{i}" if path else str(i))
-        elif isinstance(value, dict):
-            for key, item in value.items():
-                walk(item, f"{path}.{key}" if path else str(key))
-        elif hasattr(value, "__dict__") and not callable(value) and not isinstance(value, (type, enum.Enum)):
-            walk(vars(value), path)
-
-    walk(kwargs, "")
+    found = {slot.index: path for path, slot in named_leaves(kwargs, is_leaf=lambda v: isinstance(v, _Slot))}
     return [found.get(i, f"input_{i}") for i in range(spec.num_leaves)]
 
 
