@@ -18,9 +18,11 @@ mod patches;
 mod plugin_kinds;
 mod plugin_sets;
 mod pt2;
+mod report;
 mod sandbox;
 mod selftests;
 mod trace;
+mod weights;
 
 /// The bodies the fuzz targets run, replayed on their seeds by `pt2`.
 #[path = "../../fuzz/bodies.rs"]

@@ -20,7 +20,7 @@ from hfx_worker.protocol import (CheckSampleParams, HelloParams, OpSamplesParams
 TRACE = {
     "source": {"kind": "architecture", "name": "llama", "overrides": {"vocab_size": "128"}}, "task": None,
     "dynamic": False, "dynamic_shapes": [], "batch": 2, "sequence": 8, "output": "m.pt2", "reference": "r.pt",
-    "decompose": {"kind": "none"}, "device": "cpu", "dtype": "float32", "experts": None, "folder": None, "side_weights": False,
+    "decompose": {"kind": "none"}, "device": "cpu", "dtype": "float32", "experts": None, "folder": None, "weights": "side",
     "patches": [{"plugin": "p", "targets": ["torch.where"]}],
 }
 
@@ -48,6 +48,7 @@ def main():
         (TraceParams, {**TRACE, "source": {"kind": "hub", "name": "x"}}, "unknown kind `hub`"),
         (TraceParams, {**TRACE, "source": {"kind": "function", "spec": "a:b:c", "x": 1}}, "unknown field `x`"),
         (TraceParams, {**TRACE, "patches": [{"plugin": "p"}]}, "field `patches`[0]: missing field `targets`"),
+        (TraceParams, {**TRACE, "weights": "lazy"}, "field `weights`: `lazy` is not in_archive, side or streamed"),
         (VerifyParams, {"model": {"kind": "onnx", "path": "m.onnx"}, "reference": "r.pt", "second_size": True, "atol": 1e-3}, "missing field `rtol`"),
         (VerifyParams, {"model": {"kind": "tflite", "path": "m"}, "reference": "r.pt", "second_size": True, "atol": 1e-3, "rtol": 1e-3}, "unknown kind `tflite`"),
         (HelloParams, {"protocol": 2, "debug": True}, "unknown field `debug`"),

@@ -19,6 +19,8 @@ use anyhow::{bail, Context, Result};
 mod fuzz;
 
 const DEBIAN_PACKAGES: &[&str] = &["rustc-web", "cargo-web", "rust-web-src", "rust-web-llvm", "lld-22"];
+/// The browser the report test opens `hfx run --report`'s page in, headless.
+const TEST_BROWSER: &str = "chromium";
 const DEBIAN_RUSTC: &str = "/usr/bin/rustc";
 const DEBIAN_CARGO: &str = "/usr/bin/cargo";
 const STD_SOURCES: &str = "/usr/lib/rustlib/src/rust/library/std/Cargo.toml";
@@ -50,6 +52,7 @@ fn workspace_root() -> PathBuf {
 /// (which load the freshly built components).
 fn test(extra: &[String]) -> Result<()> {
     setup_python()?;
+    install_test_browser()?;
     build_plugins(&[])?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     run(Command::new(cargo).current_dir(workspace_root()).args(["test", "--locked"]).args(extra))
@@ -260,6 +263,20 @@ fn install_guest_toolchain() -> Result<()> {
         .args(DEBIAN_PACKAGES)
         .env("DEBIAN_FRONTEND", "noninteractive"))
     .context("apt-get install failed (run as root, or install the packages above by hand)")
+}
+
+/// Installs Debian's Chromium for the tests, if missing.
+fn install_test_browser() -> Result<()> {
+    let on_path = std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(TEST_BROWSER).is_file()));
+    if on_path {
+        return Ok(());
+    }
+    eprintln!("==> installing the tests' headless browser: apt-get install {TEST_BROWSER}");
+    run(Command::new("apt-get").arg("update").arg("-q"))?;
+    run(Command::new("apt-get")
+        .args(["install", "-y", "-q", "--no-install-recommends", TEST_BROWSER])
+        .env("DEBIAN_FRONTEND", "noninteractive"))
+    .context("apt-get install failed (run as root, or install chromium by hand)")
 }
 
 struct PluginCrate {

@@ -12,6 +12,7 @@ use serde::Deserialize;
 use super::{parse_backend, RunArgs, MAX_WORKER_GIB, MIN_WORKER_GIB};
 use crate::pipeline::{Artifact, Destination, OnnxOptions, RunOptions, Source, Trace};
 use crate::plugins::Backend;
+use crate::report::ReportTarget;
 use crate::stages::OnPluginError;
 use crate::trace::protocol::Delegate;
 
@@ -60,6 +61,8 @@ pub struct RunConfig {
     pub external_data: bool,
     #[serde(default)]
     pub no_optimize: bool,
+    /// A report of the run (`.html` or `.json`).
+    pub report: Option<PathBuf>,
     pub device: Option<String>,
     pub dtype: Option<String>,
     /// Export for generation: prefill and decode components (`--generation`).
@@ -85,8 +88,9 @@ pub struct SandboxConfig {
 
 
 /// Merges the flags over the config file and fixes the run's options,
-/// refusing every combination the pipeline cannot carry out.
-pub(super) fn merge(args: RunArgs) -> Result<RunOptions> {
+/// refusing every combination the pipeline cannot carry out; with where the
+/// run's report goes (`--report`), checked now rather than after the export.
+pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)> {
     let (config, base) = match &args.config {
         Some(path) => {
             let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -175,7 +179,7 @@ pub(super) fn merge(args: RunArgs) -> Result<RunOptions> {
             }
             if is_json(&input) { Source::IrJson(input) } else { Source::Pt2(input) }
         }
-        (None, Some((request, hub))) => Source::Trace(Box::new(Trace { request, deadline, hub })),
+        (None, Some((request, hub))) => Source::Trace(Box::new(Trace { request, deadline, hub, load_weights: model.load_weights })),
     };
     let memory_limit = match model.worker_memory_gib {
         None => crate::trace::memory::default_limit(),
@@ -189,6 +193,10 @@ pub(super) fn merge(args: RunArgs) -> Result<RunOptions> {
         ..Default::default()
     };
     let output = args.output.or(config.output.map(rel)).context("no output (-o or `output` in the config)")?;
+    let report = args.report.or(config.report.map(rel)).map(|path| ReportTarget::new(&path)).transpose()?;
+    if report.as_ref().is_some_and(|r| r.path == output) {
+        bail!("--report {}: the output's own path; name the report another file", output.display());
+    }
     let opset = args.opset.or(config.opset).unwrap_or(20);
     if !(18..=23).contains(&opset) {
         bail!("--opset {opset}: hfx writes opsets 18 to 23");
@@ -238,7 +246,8 @@ pub(super) fn merge(args: RunArgs) -> Result<RunOptions> {
         (Source::IrJson(_), Artifact::Pt2) => bail!("a graph read from JSON can only be written as JSON (-o OUT.json)"),
         _ => {}
     }
-    Ok(RunOptions { source, artifact, destination, backend, plugins: set.options()?, on_plugin_error, verify, worker, verify_deadline: deadline })
+    let options = RunOptions { source, artifact, destination, backend, plugins: set.options()?, on_plugin_error, verify, worker, verify_deadline: deadline };
+    Ok((options, report))
 }
 
 /// The `.pte` of an ExecuTorch backend: portable (hfx's native emitter), or

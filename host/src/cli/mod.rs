@@ -252,6 +252,10 @@ pub struct RunArgs {
     /// Skip the ONNX graph optimization (identity removal, common subexpressions, dead code).
     #[arg(long)]
     pub no_optimize: bool,
+    /// Also write a report of the run: a self-contained page (`.html`) or its facts as JSON
+    /// (`.json`): stage timeline, plugins and the nodes they changed, op histograms, parity.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
 }
 
 /// Tracing a model instead of reading a `.pt2`.
@@ -274,6 +278,11 @@ pub struct ModelArgs {
     /// Load a model folder's own modeling code (`auto_map` in its config.json), which runs in the trace worker.
     #[arg(long)]
     pub trust_remote_code: bool,
+    /// Read a model folder's weights into the trace worker. By default they stay in its safetensors
+    /// checkpoint: the worker traces the model without reading them (unless --verify needs the eager
+    /// reference) and hfx streams them from the checkpoint into the .onnx / .pt2.
+    #[arg(long)]
+    pub load_weights: bool,
     /// `python:module:function` returning `(model, inputs)`.
     #[arg(long)]
     pub model_fn: Option<String>,
@@ -493,13 +502,17 @@ pub fn run(cli: Cli) -> Result<()> {
     }
 }
 
-/// `hfx run`: options fixed once, the pipeline, then its summary.
+/// `hfx run`: options fixed once, the pipeline, then its summary (and report).
 fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
     use std::io::IsTerminal;
     let progress = crate::pipeline::Progress { started: std::time::Instant::now(), shown: verbose > 0 || std::io::stderr().is_terminal() };
-    let options = config::merge(args)?;
+    let (options, report) = config::merge(args)?;
     let summary = crate::pipeline::run(options, progress)?;
     summary.print(verbose);
+    if let Some(report) = report {
+        crate::report::write(&summary, &report)?;
+        println!("report: {}", report.path.display());
+    }
     Ok(())
 }
 
@@ -518,7 +531,10 @@ fn capture(mut args: CaptureArgs, verbose: u8) -> Result<()> {
         args.run.backend = Some(Backend::Dynamo);
     }
     let progress = crate::pipeline::Progress { started: std::time::Instant::now(), shown: verbose > 0 || std::io::stderr().is_terminal() };
-    let options = config::merge(args.run)?;
+    let (options, report) = config::merge(args.run)?;
+    if report.is_some() {
+        bail!("capture writes the case (--case FILE): drop --report");
+    }
     let Some(target) = args.node else {
         let captured = crate::selftest::capture::capture_program(options, &args.case)?;
         println!("wrote {}: a program of {} node(s), {} input value(s), {} KiB", args.case.display(), captured.nodes, captured.inputs, captured.bytes.div_ceil(1024));

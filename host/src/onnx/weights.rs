@@ -6,7 +6,8 @@
 use hfx_dtype::DType;
 
 use super::proto as p;
-use crate::graph::pt2::Pt2;
+use crate::graph::pt2::cast::Cast;
+use crate::graph::pt2::{Pt2, Source};
 use crate::graph::{Dim, TensorMeta};
 
 #[derive(Debug, thiserror::Error)]
@@ -31,18 +32,23 @@ pub struct Initializer<'a> {
 /// An initializer's bytes: a slice of the memory-mapped `.pt2`, a value
 /// computed at export time (folded constants, small), or a 2-D weight of the
 /// map stored transposed, transposed block by block as it is written.
+/// A slice stored in another dtype (a checkpoint's bfloat16 weight exported
+/// as float32) is converted as it is written; `element` and `source` are then
+/// the stored dtype's.
 pub enum Bytes<'a> {
     Mapped(&'a [u8]),
+    Converted { source: &'a [u8], cast: Cast },
     Owned(Vec<u8>),
-    Transposed { source: &'a [u8], rows: usize, cols: usize, element: usize },
+    Transposed { source: &'a [u8], rows: usize, cols: usize, element: usize, cast: Option<Cast> },
 }
 
 impl Bytes<'_> {
     pub fn len(&self) -> usize {
         match self {
             Bytes::Mapped(b) => b.len(),
+            Bytes::Converted { source, cast } => cast.output_len(source.len()),
             Bytes::Owned(b) => b.len(),
-            Bytes::Transposed { source, .. } => source.len(),
+            Bytes::Transposed { source, cast, .. } => cast.map_or(source.len(), |c| c.output_len(source.len())),
         }
     }
 
@@ -61,7 +67,7 @@ impl Bytes<'_> {
     /// The slice of a map these bytes are read from, if any.
     pub fn mapped(&self) -> Option<&[u8]> {
         match self {
-            Bytes::Mapped(b) | Bytes::Transposed { source: b, .. } => Some(b),
+            Bytes::Mapped(b) | Bytes::Converted { source: b, .. } | Bytes::Transposed { source: b, .. } => Some(b),
             Bytes::Owned(_) => None,
         }
     }
@@ -69,15 +75,17 @@ impl Bytes<'_> {
     pub fn write_to(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
         match self {
             Bytes::Mapped(b) => out.write_all(b),
+            Bytes::Converted { source, cast } => cast.write(source, out),
             Bytes::Owned(b) => out.write_all(b),
-            &Bytes::Transposed { source, rows, cols, element } => write_transposed(out, source, rows, cols, element),
+            &Bytes::Transposed { source, rows, cols, element, cast } => write_transposed(out, source, rows, cols, element, cast),
         }
     }
 }
 
 /// Writes the transpose of `source` (`rows` x `cols` elements of `element`
-/// bytes) through a buffer of [`TRANSPOSE_BLOCK`] output rows.
-fn write_transposed(out: &mut impl std::io::Write, source: &[u8], rows: usize, cols: usize, element: usize) -> std::io::Result<()> {
+/// bytes) through a buffer of [`TRANSPOSE_BLOCK`] output rows, each block
+/// converted by `cast` if given.
+fn write_transposed(out: &mut impl std::io::Write, source: &[u8], rows: usize, cols: usize, element: usize, cast: Option<Cast>) -> std::io::Result<()> {
     let mut buffer = vec![0u8; TRANSPOSE_BLOCK.min(cols) * rows * element];
     for first in (0..cols).step_by(TRANSPOSE_BLOCK) {
         let block = TRANSPOSE_BLOCK.min(cols - first);
@@ -87,7 +95,11 @@ fn write_transposed(out: &mut impl std::io::Write, source: &[u8], rows: usize, c
             8 => transpose_block::<8>(source, &mut buffer, rows, cols, first, block),
             _ => transpose_block::<1>(source, &mut buffer, rows, cols, first, block),
         }
-        out.write_all(&buffer[..block * rows * element])?;
+        let block = &buffer[..block * rows * element];
+        match cast {
+            Some(cast) => cast.write(block, out)?,
+            None => out.write_all(block)?,
+        }
     }
     Ok(())
 }
@@ -126,14 +138,14 @@ pub fn weight_bytes(initializers: &[Initializer]) -> u64 {
 pub fn initializer<'a>(pt2: &'a Pt2, fqn: &str, constant: bool, meta: &TensorMeta) -> Result<Initializer<'a>, WeightError> {
     let error = |reason: String| WeightError::Weight { fqn: fqn.into(), reason };
     // Non-persistent buffers are stored with the constants.
-    let bytes = match constant {
-        true => pt2.constant("model", fqn)?,
-        false => match pt2.weight("model", fqn)? {
-            Some(bytes) => Some(bytes),
-            None => pt2.constant("model", fqn)?,
+    let source = match constant {
+        true => pt2.constant_source("model", fqn)?,
+        false => match pt2.weight_source("model", fqn)? {
+            Some(source) => Some(source),
+            None => pt2.constant_source("model", fqn)?,
         },
     };
-    let bytes = bytes.ok_or_else(|| WeightError::Missing(fqn.into()))?;
+    let Source { bytes, cast } = source.ok_or_else(|| WeightError::Missing(fqn.into()))?;
     let fixed = |dims: &[Dim], what: &str| {
         dims.iter()
             .map(|d| match d {
@@ -154,10 +166,17 @@ pub fn initializer<'a>(pt2: &'a Pt2, fqn: &str, constant: bool, meta: &TensorMet
     // Contiguous: the tensor is the bytes from `offset` elements up to `end` (0 when empty).
     let end = crate::graph::storage_bytes(&dims, &[], offset, size).map_err(error)?;
     let start = if end == 0 { 0 } else { offset as u64 * size }; // offset >= 0, and no larger than `end`
+    // Stored in another dtype: the same elements, of the stored size.
+    let stored = cast.map_or(size, |c| c.from().size() as u64);
+    let (start, end) = (start / size * stored, end / size * stored);
     let raw = usize::try_from(start).ok().zip(usize::try_from(end).ok()).and_then(|(s, e)| bytes.get(s..e));
     let raw = raw.ok_or_else(|| error(format!("storage holds {} bytes, the tensor needs {start}..{end}", bytes.len())))?;
     let header = p::TensorProto { dims, data_type: Some(data_type), name: Some(fqn.into()), ..Default::default() };
-    Ok(Initializer { header, bytes: Bytes::Mapped(raw) })
+    let bytes = match cast {
+        Some(cast) => Bytes::Converted { source: raw, cast },
+        None => Bytes::Mapped(raw),
+    };
+    Ok(Initializer { header, bytes })
 }
 
 /// Row-major strides (or none given), sizes of 1 aside.
@@ -224,7 +243,7 @@ mod tests {
     fn a_transposed_weight_streams_in_blocks_and_a_failed_write_is_an_error() {
         let (rows, cols) = (37usize, 200usize); // past three blocks of output rows and two tiles of source rows
         let source: Vec<u8> = (0..(rows * cols) as u16).flat_map(|v| v.to_le_bytes()).collect();
-        let bytes = Bytes::Transposed { source: &source, rows, cols, element: 2 };
+        let bytes = Bytes::Transposed { source: &source, rows, cols, element: 2, cast: None };
         let written = bytes.to_vec();
         let value = |k: usize| u16::from_le_bytes([written[2 * k], written[2 * k + 1]]) as usize;
         for j in 0..cols {

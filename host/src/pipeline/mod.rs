@@ -85,9 +85,19 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
     };
     if let Source::Trace(trace) = &mut options.source {
         trace.request.folder = folder.as_ref().map(|f| f.scratch().to_path_buf());
-        // An ONNX export reads the weights once, to emit them: the worker need
-        // not pack them into the (intermediate) `.pt2`.
-        trace.request.side_weights = matches!(options.artifact, Artifact::Onnx(_));
+        // The host writes an ONNX model's or a `.pt2`'s weights itself, from
+        // where they are: the worker need not pack them into its `.pt2`, and a
+        // model folder's stay in its checkpoint (the worker never reads them
+        // unless the eager reference is asked for). ExecuTorch's lowering runs
+        // in the worker, on a `.pt2` with its weights.
+        use crate::trace::protocol::Weights;
+        let from_folder = matches!(trace.request.source, crate::trace::ModelSource::Directory { .. });
+        trace.request.weights = match options.artifact {
+            Artifact::Onnx(_) | Artifact::Pt2 if from_folder && !trace.load_weights => Weights::Streamed,
+            Artifact::Onnx(_) | Artifact::Pt2 => Weights::Side,
+            Artifact::Pte(_) | Artifact::IrJson => Weights::InArchive,
+        };
+        trace.request.reference = options.verify || trace.request.weights != Weights::Streamed;
         // Neither XNNPACK nor the portable kernels run transformers' grouped
         // experts (`_grouped_mm`, `histc`, `sort`): MoE experts run as
         // `batched_mm`, as the reference's `prepare_for_xnnpack` sets them.
@@ -100,10 +110,13 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
     let mut worker = None;
     let mut components = Vec::new();
     let mut generation = None;
+    // The trace worker's Python, for the summary (the worker may be gone by the end).
+    let mut worker_python = None;
     let loaded = match &options.source {
         Source::Trace(trace) => {
             progress.step("trace", "starting the worker");
             let mut started = start_worker(&options, progress)?;
+            worker_python = Some(started.hello.python.clone());
             // The worker says which upstream versions are installed; plugins resolve against them.
             let loaded = load_plugins(&options, Some(&started), progress)?;
             match &trace.request.generation {
@@ -143,7 +156,7 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
                             let mut request = trace.request.clone();
                             request.source = crate::trace::ModelSource::Captured { component: name.clone() };
                             request.folder = None; // the capture saved the configs
-                            let one = Trace { request, deadline: trace.deadline, hub: trace.hub.clone() };
+                            let one = Trace { request, deadline: trace.deadline, hub: trace.hub.clone(), load_weights: trace.load_weights };
                             let traced = trace::run(kept_or_started(&mut worker, &options, progress)?, &one, &loaded, options.backend, &output)
                                 .with_context(|| format!("component `{name}`"))?;
                             if let Some(previous) = emitting.take() {
@@ -212,7 +225,16 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
         }
         None => output(MODEL),
     };
-    Ok(RunSummary { components, generation, skipped: loaded.set.skipped, written, total: progress.started.elapsed() })
+    Ok(RunSummary {
+        components,
+        generation,
+        backend: options.backend,
+        plugin_set: summary::PluginSetSummary::of(&loaded, options.backend, options.plugins.locked),
+        environment: summary::Environment::of(worker_python.or_else(|| worker.as_ref().map(|w| w.hello.python.clone())), &loaded, &options.plugins),
+        skipped: loaded.set.skipped,
+        written,
+        total: progress.started.elapsed(),
+    })
 }
 
 /// The component of a single export, and its file's name in an export folder (`model.onnx`).
@@ -270,6 +292,7 @@ fn export(
         None => output.to_path_buf(),
     };
     let mut lowered = None;
+    let mut verify_time = Duration::ZERO;
     let runtime = match (&options.artifact, &mut program) {
         (Artifact::IrJson, program) => {
             emit::ir_json(program.graph(), output)?;
@@ -277,9 +300,10 @@ fn export(
         }
         (Artifact::Pt2, Program::Archive { pt2, graph }) => {
             match &input {
-                // A traced program the stages left as it was moves into place as torch wrote it.
-                Input::Traced(traced) if graph.changes() == changes_before => crate::atomic::move_into_place(&traced.program, &target)
-                    .with_context(|| format!("writing {}", target.display()))?,
+                // A traced program the stages left as it was, its weights inside, moves into place as torch wrote it.
+                Input::Traced(traced) if graph.changes() == changes_before && traced.side_weights.is_none() => {
+                    crate::atomic::move_into_place(&traced.program, &target).with_context(|| format!("writing {}", target.display()))?
+                }
                 _ => emit::pt2(pt2, graph, &target)?,
             }
             Some(verify::Runtime::Pt2)
@@ -331,7 +355,7 @@ fn export(
                     let started = Instant::now();
                     let mut edge_pt2 = crate::graph::pt2::Pt2::open(&edge_path)?;
                     if edge.side_weights {
-                        edge_pt2.attach_side_weights(&crate::graph::pt2::side_weights_path(&edge_path))?;
+                        edge_pt2.attach_side_weights(&crate::graph::pt2::side_weights_path(&edge_path), &[])?;
                     }
                     let model = edge_pt2.programs.get("model").with_context(|| format!("{}: no `model` program", edge_path.display()))?;
                     let edge_graph = crate::graph::pt2::convert::to_ir(model).map_err(anyhow::Error::msg).with_context(|| format!("{}", edge_path.display()))?;
@@ -351,12 +375,14 @@ fn export(
     };
     if let (Some(runtime), true) = (&runtime, verify) {
         let reference = match &input {
-            Input::Traced(t) => t.reference.clone(),
+            Input::Traced(t) => t.reference.clone().context("the trace wrote no eager reference to verify against")?,
             Input::Pt2(path) | Input::IrJson(path) => reference_path(path),
         };
         progress.step("verify", &format!("{} against eager PyTorch", runtime.name()));
         let worker = kept_or_started(worker, options, progress)?;
+        let started = Instant::now();
         verified = verify::run(worker, runtime, &target, &reference, options.verify_deadline)?;
+        verify_time = started.elapsed();
         let data = crate::onnx::emit::data_file(&target);
         if data.exists() {
             let to = crate::onnx::emit::data_file(output);
@@ -369,9 +395,15 @@ fn export(
     // The eager reference goes next to the artifact, for verification.
     let (reference, summary, metadata) = match &input {
         Input::Traced(traced) => {
-            let reference = reference_path(output);
-            std::fs::rename(&traced.reference, &reference).with_context(|| format!("writing {}", reference.display()))?;
-            (Some(reference), Some(traced.summary.clone()), Some(serde_json::to_value(&traced.export_metadata)?))
+            let reference = match &traced.reference {
+                Some(eager) => {
+                    let reference = reference_path(output);
+                    std::fs::rename(eager, &reference).with_context(|| format!("writing {}", reference.display()))?;
+                    Some(reference)
+                }
+                None => None,
+            };
+            (reference, Some(traced.summary.clone()), Some(serde_json::to_value(&traced.export_metadata)?))
         }
         Input::Pt2(_) | Input::IrJson(_) => (None, None, None),
     };
@@ -393,6 +425,7 @@ fn export(
         lowered,
         verified,
         emit,
+        verify: verify_time,
         artifact: runtime.map(|r| r.model(output)),
     };
     Ok((component, traced_folder))
@@ -425,20 +458,20 @@ fn load_plugins(options: &RunOptions, worker: Option<&Worker>, progress: Progres
 
 fn read(input: &Input, progress: Progress) -> Result<Program> {
     use crate::graph::pt2::{convert, Pt2};
-    let (path, side_weights) = match input {
+    let (path, side_weights, checkpoint) = match input {
         Input::IrJson(path) => {
             progress.step("read", &path.display().to_string());
             let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
             let graph = Graph::from_json(&text).with_context(|| format!("{}", path.display()))?;
             return Ok(Program::IrJson { graph });
         }
-        Input::Pt2(path) => (*path, None),
-        Input::Traced(t) => (t.program.as_path(), t.side_weights.as_deref()),
+        Input::Pt2(path) => (*path, None, &[][..]),
+        Input::Traced(t) => (t.program.as_path(), t.side_weights.as_deref(), t.checkpoint.as_slice()),
     };
     progress.step("read", &path.display().to_string());
     let mut pt2 = Pt2::open(path)?;
     if let Some(side) = side_weights {
-        pt2.attach_side_weights(side)?;
+        pt2.attach_side_weights(side, checkpoint)?;
     }
     let model = pt2.programs.get("model").with_context(|| format!("{}: no `model` program", path.display()))?;
     let graph = convert::to_ir(model).map_err(anyhow::Error::msg).with_context(|| format!("{}", path.display()))?;

@@ -34,6 +34,9 @@ pub struct Trace {
     /// request loads its snapshot folder); the summary and the export folder
     /// record it.
     pub hub: Option<HubModel>,
+    /// Read a model folder's weights in the worker (`--load-weights`) rather
+    /// than stream them from its checkpoint into the artifact.
+    pub load_weights: bool,
 }
 
 /// What is written. A new backend adds a variant here, and its emission in

@@ -7,7 +7,8 @@ use super::trace::{FixedAxis, TraceSummary};
 use super::verify;
 use crate::trace::protocol::{Check, EdgeProgramReply, GenerateCheckReply, LowerReply, VerifyModel};
 use crate::onnx::optimize::OptimizeReport;
-use crate::plugins::Skipped;
+use crate::plugins::loading::{LoadedSet, SetOptions};
+use crate::plugins::{Backend, PluginKind, Skipped, Versions};
 use crate::stages::StageReport;
 
 /// How a `.pte` was made: by ExecuTorch with a delegate, or by hfx's native emitter.
@@ -22,10 +23,102 @@ pub struct RunSummary {
     pub components: Vec<Component>,
     /// Greedy tokens through the components against eager (`--generation --verify`).
     pub generation: Option<GenerateCheckReply>,
+    pub backend: Backend,
+    /// The plugins that applied, and what the lock said of them.
+    pub plugin_set: PluginSetSummary,
+    pub environment: Environment,
     pub skipped: Vec<Skipped>,
     /// The file or export folder written.
     pub written: PathBuf,
     pub total: Duration,
+}
+
+/// The plugins that served a run: each one's identity and hashes, and the lock.
+#[derive(Debug, Clone, Default)]
+pub struct PluginSetSummary {
+    /// In stage order within each kind (manifest `order`, then name).
+    pub plugins: Vec<UsedPlugin>,
+    /// The lock the set was checked against, if any.
+    pub lock: Option<PathBuf>,
+    /// `--locked`: a difference from the lock would have stopped the run.
+    pub locked: bool,
+    /// Differences from the lock, one sentence each (drift warnings).
+    pub drift: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct UsedPlugin {
+    pub name: String,
+    pub version: String,
+    pub kind: PluginKind,
+    pub backends: String,
+    pub order: i32,
+    pub component_sha256: String,
+    pub manifest_sha256: String,
+    /// The folder its `plugin.toml` is in.
+    pub folder: PathBuf,
+}
+
+impl PluginSetSummary {
+    /// The plugins of `loaded` that serve `backend` (an installed hfx loads every backend's).
+    pub fn of(loaded: &LoadedSet, backend: Backend, locked: bool) -> Self {
+        let mut plugins: Vec<UsedPlugin> = loaded
+            .set
+            .plugins
+            .iter()
+            .filter(|p| p.manifest.plugin.backend.serve(backend))
+            .map(|p| UsedPlugin {
+                name: p.name().to_string(),
+                version: p.manifest.plugin.version.clone(),
+                kind: p.kind(),
+                backends: p.manifest.plugin.backend.to_string(),
+                order: p.manifest.plugin.order,
+                component_sha256: p.component_sha256.clone(),
+                manifest_sha256: p.manifest_sha256.clone(),
+                folder: p.dir.clone(),
+            })
+            .collect();
+        plugins.sort_by(|a, b| (stage_rank(a.kind), a.order, &a.name).cmp(&(stage_rank(b.kind), b.order, &b.name)));
+        PluginSetSummary { plugins, lock: loaded.lock.clone(), locked, drift: loaded.drift.clone() }
+    }
+}
+
+/// Where a kind's plugins run in the pipeline: patches at trace time, then
+/// the FX stages, then the ONNX ones.
+fn stage_rank(kind: PluginKind) -> u8 {
+    match kind {
+        PluginKind::Patch => 0,
+        PluginKind::FxProgramFix => 1,
+        PluginKind::FxNodeFix => 2,
+        PluginKind::OnnxTranslation => 3,
+        PluginKind::OnnxIrFix => 4,
+    }
+}
+
+/// What the run ran against.
+#[derive(Debug, Clone, Default)]
+pub struct Environment {
+    /// The Python the worker runs (and upstream versions are asked of).
+    pub interpreter: String,
+    /// The worker's Python version, as its `hello` reported it (None when no
+    /// worker ran: an export of a file, not verified).
+    pub python: Option<String>,
+    /// The upstream versions the plugin set was resolved against: what the
+    /// worker (or the Python asked) reported, with `--target`s over them.
+    pub upstream: Versions,
+    /// The packages whose version a `--target` gave.
+    pub targets: Vec<String>,
+}
+
+impl Environment {
+    pub fn of(python: Option<String>, loaded: &LoadedSet, set: &SetOptions) -> Self {
+        Environment {
+            interpreter: set.python(),
+            python,
+            upstream: loaded.set.upstream.clone(),
+            targets: set.targets.iter().map(|(package, _)| package.clone()).collect(),
+        }
+    }
 }
 
 /// One exported program, from its trace (or file) to its artifact.
@@ -49,7 +142,10 @@ pub struct Component {
     /// What the `.pte`'s lowering made of the program.
     pub lowered: Option<Lowered>,
     pub verified: Vec<Check>,
+    /// The emit step, verification included ([`Component::verify`]).
     pub emit: Duration,
+    /// The artifact run in its runtime against eager (`--verify`).
+    pub verify: Duration,
     /// The artifact as the worker runs it (not for IR JSON).
     pub artifact: Option<VerifyModel>,
 }
@@ -136,8 +232,8 @@ impl Component {
             );
         }
         verify::print(&self.verified);
-        if let (Some(t), Some(reference)) = (&self.trace, &self.reference) {
-            print_trace(t, reference);
+        if let Some(t) = &self.trace {
+            print_trace(t, self.reference.as_deref());
         }
         if !self.fixed_axes.is_empty() {
             let axes: Vec<String> = self.fixed_axes.iter().map(|f| format!("{}[{}] = {}", f.input, f.axis, f.size)).collect();
@@ -162,9 +258,18 @@ impl Component {
     }
 }
 
-fn print_trace(t: &TraceSummary, reference: &std::path::Path) {
+fn print_trace(t: &TraceSummary, reference: Option<&std::path::Path>) {
     let from = t.hub.as_ref().map_or_else(String::new, |hub| format!(" from {hub}"));
-    println!("traced {}{from} in {:.1} s; eager reference: {}", t.model_class, t.seconds, reference.display());
+    let reference = match reference {
+        Some(path) => format!("eager reference: {}", path.display()),
+        None => "no eager reference (weights not read; --verify reads them)".to_string(),
+    };
+    println!("traced {}{from} in {:.1} s; {reference}", t.model_class, t.seconds);
+    match (&t.weights.fallback, t.weights.streamed) {
+        (_, true) => println!("  weights: streamed from the model folder's checkpoint into the artifact{}", if t.weights.loaded { " (read once for the eager reference)" } else { ", never read by the worker" }),
+        (Some(why), false) => println!("  weights: read into the worker: {why}"),
+        (None, false) => {}
+    }
     let (seconds, peaks) = (&t.times, &t.peaks);
     println!(
         "stage {:<18} {:>8.2} s   import {:.2} s, build {:.2} s, eager {:.2} s, torch.export {:.2} s, save {:.2} s{}; {} output(s)",

@@ -10,7 +10,7 @@ use super::scratch::Scratch;
 use crate::plugins::loading::LoadedSet;
 use crate::plugins::{self, kind, Backend};
 use crate::stages;
-use crate::trace::protocol::{Decomposed, ExportMetadata, SizeGuard, StepPeaks, StepSeconds};
+use crate::trace::protocol::{Decomposed, ExportMetadata, SizeGuard, StepPeaks, StepSeconds, WeightsReport};
 use crate::trace::Worker;
 
 /// A program traced into a scratch folder (removed on drop).
@@ -18,10 +18,13 @@ pub struct Traced {
     /// The folder the program, its side weights and its reference are in.
     pub scratch: Scratch,
     pub program: PathBuf,
-    /// The eager outputs (`reference.pt`), moved beside the artifact at the end.
-    pub reference: PathBuf,
+    /// The eager outputs (`reference.pt`), moved beside the artifact at the
+    /// end; none when the weights were streamed and nothing asked to verify.
+    pub reference: Option<PathBuf>,
     /// Where the weights are when the worker wrote them beside the `.pt2`.
     pub side_weights: Option<PathBuf>,
+    /// The model folder's checkpoint files the side weights may point into.
+    pub checkpoint: Vec<PathBuf>,
     /// The tensor inputs' names (`input_ids`, `input.cache.layers.0.keys`);
     /// empty where the program's placeholder names stand.
     pub input_names: Vec<String>,
@@ -44,6 +47,8 @@ pub struct TraceSummary {
     /// The worker's peak resident memory (MiB) at the end of each step.
     pub peaks: StepPeaks,
     pub side_weights: bool,
+    /// Where the parameters came from (streamed from the checkpoint, or loaded).
+    pub weights: WeightsReport,
     pub outputs: u64,
     /// Patch plugins and how many calls each answered.
     pub patched: Vec<(String, u64)>,
@@ -77,6 +82,7 @@ pub fn run(worker: &mut Worker, trace: &Trace, loaded: &LoadedSet, backend: Back
         times: result.seconds,
         peaks: result.peak_rss_mib,
         side_weights: side_weights.is_some(),
+        weights: result.weights,
         outputs: result.outputs,
         patched,
         patch_calls_cached: result.patch_calls_cached,
@@ -84,7 +90,18 @@ pub fn run(worker: &mut Worker, trace: &Trace, loaded: &LoadedSet, backend: Back
         size_guards: result.size_guards,
     };
     let (input_names, output_names, export_metadata) = (result.input_names, result.output_names, result.export_metadata);
-    Ok(Traced { scratch, program, reference, side_weights, input_names, output_names, export_metadata, summary })
+    let reference = request.reference.then_some(reference);
+    let checkpoint = match &trace.request.source {
+        crate::trace::ModelSource::Directory { path, .. } => checkpoint_files(path),
+        _ => Vec::new(),
+    };
+    Ok(Traced { scratch, program, reference, side_weights, checkpoint, input_names, output_names, export_metadata, summary })
+}
+
+/// A model folder's safetensors files: what streamed weights may point into.
+fn checkpoint_files(folder: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(folder) else { return Vec::new() };
+    entries.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "safetensors")).collect()
 }
 
 /// An axis of a model input that torch.export fixed although `--dynamic`

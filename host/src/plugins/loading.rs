@@ -78,6 +78,8 @@ pub enum Purpose {
 pub struct LoadedSet {
     pub runtime: Runtime,
     pub set: PluginSet,
+    /// The lock the set was checked against, if any.
+    pub lock: Option<PathBuf>,
     /// Drift from the lock (empty without a lock).
     pub drift: Vec<String>,
     /// What discovery skipped and why (already printed, one line each).
@@ -155,7 +157,7 @@ impl SetOptions {
                 eprintln!("warning: drift from {}: {d}", path.display());
             }
         }
-        Ok(LoadedSet { runtime, set, drift, warnings })
+        Ok(LoadedSet { runtime, set, lock: lock.map(|(_, path)| path), drift, warnings })
     }
 
     /// Upstream versions: the explicit targets, and what is installed for the

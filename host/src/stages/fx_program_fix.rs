@@ -17,6 +17,7 @@ pub fn run(
 ) -> Result<StageReport, PluginError> {
     let start = Instant::now();
     let mut report = StageReport::new(stage);
+    report.ops_before = super::fx_ops(graph);
     for plugin in plugins {
         report.plugins.entry(plugin.name().to_string()).or_default().calls += 1;
         match Session::new(runtime, *plugin, stage).fx_program_fix(graph) {
@@ -24,6 +25,8 @@ pub fn run(
             Err(error) => report.failed(error, policy)?,
         }
     }
+    // A whole-program fix changes no one node: its calls are counted, no change is recorded.
+    report.ops_after = if plugins.is_empty() { report.ops_before.clone() } else { super::fx_ops(graph) };
     report.elapsed = start.elapsed();
     Ok(report)
 }

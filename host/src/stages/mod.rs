@@ -32,6 +32,33 @@ pub struct PluginCounts {
     pub failed: u64,
 }
 
+/// Op → how many nodes of it: FX targets (`aten.mm.default`) or ONNX op
+/// types (`MatMul`; `domain.Op` outside the default domain).
+pub type OpHistogram = BTreeMap<String, u64>;
+
+/// The node changes a stage run records; past this many it only counts them
+/// (a translation stage changes every node, and a report of a large model
+/// must stay a page a browser opens).
+pub const MAX_RECORDED_CHANGES: usize = 4096;
+/// The ops listed for what one node became; past this many they are counted.
+pub const MAX_OPS_PER_CHANGE: usize = 32;
+
+/// One node a plugin changed: what it was and what stands in its place.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeChange {
+    pub plugin: String,
+    /// The node's name before the change (its first output's).
+    pub node: String,
+    /// Its op before the change.
+    pub op: String,
+    /// The ops in its place after it, in the order they were made: the node
+    /// itself if it is kept, then the nodes the call added (a fix), or the
+    /// ONNX nodes emitted for it (a translation). Empty: the node is gone.
+    pub became: Vec<String>,
+    /// Ops it became past [`MAX_OPS_PER_CHANGE`], not listed.
+    pub became_unlisted: usize,
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct StageReport {
     pub stage: &'static str,
@@ -41,6 +68,15 @@ pub struct StageReport {
     /// Nodes removed by dead-code elimination after the walk.
     pub dead_code_removed: usize,
     pub elapsed: Duration,
+    /// The ops of the program the stage was given, and of the one it handed
+    /// on (for the ONNX stages, the ONNX nodes, functions' included).
+    pub ops_before: OpHistogram,
+    pub ops_after: OpHistogram,
+    /// The nodes plugins changed, in the order they did, at most
+    /// [`MAX_RECORDED_CHANGES`] (whole-program fixes change no one node).
+    pub changes: Vec<NodeChange>,
+    /// Changes past [`MAX_RECORDED_CHANGES`], counted only.
+    pub changes_unrecorded: u64,
 }
 
 impl StageReport {
@@ -50,6 +86,20 @@ impl StageReport {
 
     fn changed(&mut self, plugin: &str) {
         self.plugins.entry(plugin.to_string()).or_default().changed += 1;
+    }
+
+    /// Whether a change made now would be recorded: the caller then takes
+    /// the node's name before the call (the call may erase the node).
+    fn recording(&self) -> bool {
+        self.changes.len() < MAX_RECORDED_CHANGES
+    }
+
+    /// Records one node change (`None`: past the cap, counted only).
+    fn record(&mut self, change: Option<NodeChange>) {
+        match change {
+            Some(change) if self.recording() => self.changes.push(change),
+            _ => self.changes_unrecorded += 1,
+        }
     }
 
     /// Records a failure: an error under `fail`, a warning under `skip`.
@@ -63,6 +113,54 @@ impl StageReport {
                 Ok(())
             }
         }
+    }
+}
+
+/// A change's `became`, capped at [`MAX_OPS_PER_CHANGE`].
+fn became(ops: impl Iterator<Item = String>) -> (Vec<String>, usize) {
+    let mut listed = Vec::new();
+    let mut unlisted = 0;
+    for op in ops {
+        if listed.len() < MAX_OPS_PER_CHANGE {
+            listed.push(op);
+        } else {
+            unlisted += 1;
+        }
+    }
+    (listed, unlisted)
+}
+
+/// The op histogram of every (sub-)graph's live nodes.
+pub fn fx_ops(graph: &crate::graph::Graph) -> OpHistogram {
+    let mut counts: HashMap<&str, u64> = HashMap::new();
+    for id in graph.nodes() {
+        if let Ok(node) = graph.node(id) {
+            *counts.entry(node.target.as_str()).or_default() += 1;
+        }
+    }
+    counts.into_iter().map(|(op, n)| (op.to_string(), n)).collect()
+}
+
+/// The op histogram of ONNX nodes, keyed by [`onnx_op`].
+pub fn onnx_ops(nodes: &[crate::onnx::Node]) -> OpHistogram {
+    let mut counts: HashMap<(&str, &str), u64> = HashMap::new();
+    for node in nodes {
+        *counts.entry((node.domain.as_str(), node.op_type.as_str())).or_default() += 1;
+    }
+    let mut histogram = OpHistogram::new();
+    for ((domain, op_type), n) in counts {
+        // `` and `ai.onnx` are one domain.
+        *histogram.entry(onnx_op(domain, op_type)).or_default() += n;
+    }
+    histogram
+}
+
+/// An ONNX op as histograms name it: `MatMul` in the default domain, else
+/// `com.microsoft.FusedMatMul`.
+pub fn onnx_op(domain: &str, op_type: &str) -> String {
+    match domain {
+        "" | "ai.onnx" => op_type.to_string(),
+        domain => format!("{domain}.{op_type}"),
     }
 }
 

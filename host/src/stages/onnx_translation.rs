@@ -12,7 +12,7 @@
 
 use std::time::Instant;
 
-use super::{Dispatcher, StageReport};
+use super::{Dispatcher, NodeChange, StageReport};
 use crate::graph::{Graph, ValueId};
 use crate::onnx::inputs::{graph_outputs, InputRole};
 use crate::onnx::TranslationBuilder;
@@ -64,6 +64,7 @@ pub fn run(
     let start = Instant::now();
     let stage = "onnx-translations";
     let mut report = StageReport::new(stage);
+    report.ops_before = super::fx_ops(graph);
     let mut builder = TranslationBuilder::new(opset);
     bind_inputs(graph, roles, &mut builder);
     let mut dispatcher = Dispatcher::new(runtime, plugins, stage);
@@ -76,8 +77,16 @@ pub fn run(
             return Err(TranslationError::Missing { target, node: graph.node_name(id), made_at, source_note: ProgramSource::Unknown });
         };
         let outputs: Vec<ValueId> = node.output_values().collect();
+        let name = report.recording().then(|| graph.node_name(id));
+        let first_emitted = builder.nodes.len();
         dispatcher.session(index, &mut report).translate(graph, id, &mut builder)?;
         report.changed(dispatcher.name(index));
+        let change = name.map(|name| {
+            let emitted = builder.nodes.get(first_emitted..).unwrap_or_default();
+            let (became, became_unlisted) = super::became(emitted.iter().map(|n| super::onnx_op(&n.domain, &n.op_type)));
+            NodeChange { plugin: dispatcher.name(index).to_string(), node: name, op: target.clone(), became, became_unlisted }
+        });
+        report.record(change);
         // Every output something reads must have a name now.
         if let Some(&value) = outputs.iter().find(|&&v| graph.is_used(v) && !builder.value_names.contains_key(&v)) {
             return Err(TranslationError::Unbound {
@@ -93,6 +102,7 @@ pub fn run(
             return Err(TranslationError::Output(graph.value(output).map(|v| v.name.clone()).unwrap_or_default()));
         }
     }
+    report.ops_after = super::onnx_ops(&builder.nodes);
     report.elapsed = start.elapsed();
     Ok((builder, report))
 }

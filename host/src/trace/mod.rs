@@ -496,10 +496,13 @@ pub struct TraceRequest {
     pub experts: Option<String>,
     /// An export folder being written: the worker saves the model's configs there.
     pub folder: Option<PathBuf>,
-    /// Weights to `<output>.weights` (indexed by `<output>.weights.json`) rather
-    /// than into the `.pt2`: for an ONNX export, where the `.pt2` is
-    /// intermediate and the host maps the weights from the side file.
-    pub side_weights: bool,
+    /// Where the traced program's weights go: into the `.pt2`, or beside it
+    /// for the host to map and write into the artifact (and for a model
+    /// folder, left where its checkpoint holds them).
+    pub weights: protocol::Weights,
+    /// Whether the worker writes the eager reference: a streamed model's
+    /// weights are read only for it.
+    pub reference: bool,
     /// Export for generation (`--generation`): the components a `generate`
     /// call is made of, each traced and exported as its own program.
     pub generation: Option<Generation>,
@@ -533,7 +536,8 @@ impl TraceRequest {
             dtype: "float32".into(),
             experts: None,
             folder: None,
-            side_weights: false,
+            weights: protocol::Weights::InArchive,
+            reference: true,
             generation: None,
         }
     }
@@ -582,7 +586,7 @@ impl TraceRequest {
             batch: self.batch,
             sequence: self.sequence,
             output: output.to_path_buf(),
-            reference: reference.to_path_buf(),
+            reference: self.reference.then(|| reference.to_path_buf()),
             decompose: match (&self.decompose, &self.handled) {
                 (true, _) => Decompose::All,
                 (false, Some(handled)) => Decompose::Missing { handled: handled.clone() },
@@ -592,7 +596,7 @@ impl TraceRequest {
             dtype: self.dtype.clone(),
             experts: self.experts.clone(),
             folder: self.folder.clone(),
-            side_weights: self.side_weights,
+            weights: self.weights,
             patches,
         }
     }

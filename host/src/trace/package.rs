@@ -41,6 +41,7 @@ pub const PACKAGE: &str = "hfx_worker";
 pub const FILES: &[(&str, &str)] = &[
     ("__init__.py", include_str!("../../worker/hfx_worker/__init__.py")),
     ("__main__.py", include_str!("../../worker/hfx_worker/__main__.py")),
+    ("checkpoint.py", include_str!("../../worker/hfx_worker/checkpoint.py")),
     ("generation.py", include_str!("../../worker/hfx_worker/generation.py")),
     ("graph.py", include_str!("../../worker/hfx_worker/graph.py")),
     ("lower.py", include_str!("../../worker/hfx_worker/lower.py")),

@@ -23,7 +23,7 @@ use crate::plugins::Versions;
 
 /// The protocol version; the worker's `protocol.PROTOCOL` is the same number.
 /// Any change to a message below is a new version.
-pub const PROTOCOL: u64 = 12;
+pub const PROTOCOL: u64 = 13;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -145,14 +145,43 @@ pub struct TraceParams {
     pub batch: u32,
     pub sequence: u32,
     pub output: PathBuf,
-    pub reference: PathBuf,
+    /// Where the eager reference goes; None: no eager run on real weights
+    /// (a streamed model's weights are then never read).
+    pub reference: Option<PathBuf>,
     pub decompose: Decompose,
     pub device: String,
     pub dtype: String,
     pub experts: Option<String>,
     pub folder: Option<PathBuf>,
-    pub side_weights: bool,
+    pub weights: Weights,
     pub patches: Vec<PatchSpec>,
+}
+
+/// Where a traced program's weights go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Weights {
+    /// Into the `.pt2`, as `torch.export.save` writes them.
+    InArchive,
+    /// Beside it (`<output>.weights`, indexed by `<output>.weights.json`):
+    /// the host maps them and writes them into the artifact.
+    Side,
+    /// As `Side`, and a model folder's parameters are indexed where its
+    /// safetensors hold them: the worker builds the model without reading
+    /// them, and reads them only for the eager reference.
+    Streamed,
+}
+
+/// Where a traced program's parameters came from.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WeightsReport {
+    /// Indexed where the model folder's checkpoint holds them.
+    pub streamed: bool,
+    /// Read into the worker's memory.
+    pub loaded: bool,
+    /// Why streaming was asked but the weights were loaded.
+    pub fallback: Option<String>,
 }
 
 impl Method for TraceParams {
@@ -566,6 +595,7 @@ pub struct TraceReply {
     pub peak_rss_mib: StepPeaks,
     /// Whether the weights went to `<output>.weights` rather than into the `.pt2`.
     pub side_weights: bool,
+    pub weights: WeightsReport,
     /// The ops decomposed after the trace (`Decompose::Missing`), in program order.
     pub decomposed: Vec<Decomposed>,
     /// torch.export's guards on input sizes beyond its range constraints
@@ -1051,7 +1081,8 @@ mod tests {
             "nodes": 4, "patches_restored": {"torch.where": true}, "patch_calls_cached": 0, "versions": {"torch": "2.13.0"},
             "seconds": {"import": 1.0, "build": 0.1, "eager": 0.1, "export": 0.5, "save": 0.1},
             "peak_rss_mib": {"import": 300.0, "build": 310.0, "export": 400.0, "save": 410.0},
-            "side_weights": false, "decomposed": [{"op": "aten.softplus.default", "nodes": 1, "became": 4}],
+            "side_weights": false, "weights": {"streamed": false, "loaded": true, "fallback": null},
+            "decomposed": [{"op": "aten.softplus.default", "nodes": 1, "became": 4}],
             "size_guards": [{"guard": "((4 + (-1)*(x.shape[1] % 4)) % 4) <= 0", "breaks_at": {"x": [2, 4]}}],
         })
     }
@@ -1103,17 +1134,18 @@ mod tests {
             batch: 2,
             sequence: 8,
             output: "m.pt2".into(),
-            reference: "r.pt".into(),
+            reference: Some("r.pt".into()),
             decompose: Decompose::Missing { handled: vec!["aten.mean.dim".into()] },
             device: "cpu".into(),
             dtype: "float32".into(),
             experts: Some("batched_mm".into()),
             folder: None,
-            side_weights: true,
+            weights: Weights::Streamed,
             patches: vec![PatchSpec { plugin: "p".into(), targets: vec!["torch.where".into()] }],
         };
         let value = serde_json::to_value(&params).unwrap();
         assert_eq!(value["source"], json!({"kind": "architecture", "name": "llama", "overrides": {"vocab_size": "128"}}));
+        assert_eq!(value["weights"], json!("streamed"));
         assert_eq!((value["task"].clone(), value["patches"][0]["targets"][0].clone()), (Value::Null, json!("torch.where")));
         let program = WireProgram {
             steps: vec![

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Optional, Union
 
 # The protocol version; the host's `trace::protocol::PROTOCOL` is the same number.
-PROTOCOL = 12
+PROTOCOL = 13
 
 # The steps of a `trace` request, in order, as progress names them (the host's
 # `TraceStep`). `export` runs torch.export under the reference exporter's
@@ -143,14 +143,22 @@ class TraceParams:
     batch: int
     sequence: int
     output: str
-    reference: str
+    # Where the eager reference goes; None: no eager run on real weights (a
+    # streamed model's weights are then never read).
+    reference: Optional[str]
     decompose: Union[DecomposeNone, DecomposeAll, DecomposeMissing]
     device: str
     dtype: str
     experts: Optional[str]
     folder: Optional[str]
-    side_weights: bool
+    # "in_archive" (torch.export.save packs them), "side" (`save_with_side_weights`),
+    # "streamed" (side, and a model folder's parameters left in its checkpoint).
+    weights: str
     patches: list[PatchSpec]
+
+    def validate(self):
+        if self.weights not in ("in_archive", "side", "streamed"):
+            raise ProtocolError(f"{self.NAME}: field `weights`: `{self.weights}` is not in_archive, side or streamed")
 
 
 @dataclass
@@ -380,6 +388,17 @@ class SizeGuard:
 
 
 @dataclass
+class WeightsReport:
+    """Where the traced program's parameters came from."""
+    # Indexed where the model folder's checkpoint holds them (`weights: streamed`).
+    streamed: bool
+    # Read into the worker's memory (always, unless streamed without a reference).
+    loaded: bool
+    # Why `weights: streamed` was asked but the weights were loaded.
+    fallback: Optional[str]
+
+
+@dataclass
 class TraceReply:
     model_class: str
     inputs: dict[str, list[int]]
@@ -400,6 +419,7 @@ class TraceReply:
     # Peak resident memory (MiB) after: import, build, export, save.
     peak_rss_mib: dict[str, float]
     side_weights: bool
+    weights: WeightsReport
     decomposed: list[Decomposed]
     # torch.export's guards on input sizes that no range constraint states and
     # some other size breaks, simplest first: the program is valid only where

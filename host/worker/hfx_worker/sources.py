@@ -60,29 +60,43 @@ def model_class(task, config):
     return getattr(module, task)
 
 
-def built(cls, config):
+def built(cls, config, **kwargs):
     """A model of class `cls` from `config`: auto classes have `from_config`, models `_from_config`."""
     if hasattr(cls, "from_config"):
-        return cls.from_config(config)
+        return cls.from_config(config, **kwargs)
     return cls._from_config(config) if hasattr(cls, "_from_config") else cls(config)
 
 
-def from_directory(path, task, trust_remote_code):
-    """A model folder's model: the `--task` class, else the one `architectures` names.
+def directory_class(path, task, trust_remote_code):
+    """A model folder's class and config: the `--task` class, else the one `architectures` names.
     `trust_remote_code` is always passed as a bool: left unset, transformers would ask
     on stdin (the protocol's) whether to run a folder's own code."""
     import transformers
 
     config = transformers.AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     if task:
-        return model_class(task, config).from_pretrained(path, trust_remote_code=trust_remote_code)
+        return model_class(task, config), config
     names = getattr(config, "architectures", None) or []
     auto_map = getattr(config, "auto_map", None)
     if names and auto_map and not hasattr(transformers, names[0]):
-        cls = remote_auto_class(auto_map, names[0])
-    else:
-        cls = getattr(transformers, names[0]) if names else transformers.AutoModel
+        return remote_auto_class(auto_map, names[0]), config
+    return (getattr(transformers, names[0]) if names else transformers.AutoModel), config
+
+
+def from_directory(path, task, trust_remote_code):
+    """A model folder's model, its weights loaded."""
+    cls, _ = directory_class(path, task, trust_remote_code)
     return cls.from_pretrained(path, trust_remote_code=trust_remote_code)
+
+
+def streamed_from_directory(path, task, trust_remote_code, dtype):
+    """A model folder's model with its weights left in the checkpoint
+    (`checkpoint.StreamedModel`), or None and why they cannot be."""
+    from .checkpoint import streamed_model
+
+    cls, config = directory_class(path, task, trust_remote_code)
+    options = {"trust_remote_code": trust_remote_code} if hasattr(cls, "from_config") else {}
+    return streamed_model(lambda: built(cls, config, **options), path, dtype)
 
 
 def remote_auto_class(auto_map, architecture):

@@ -17,11 +17,11 @@ import time
 
 from . import protocol
 from .program import build as build_program
-from .protocol import ExportMetadata, TraceParams, TraceReply
+from .protocol import ExportMetadata, TraceParams, TraceReply, WeightsReport
 from .generation import TracedComponent
 from .pytree import flat_outputs, named_leaves, output_names, register_cache_pytrees, save_reference, spec_paths
 from .sandbox import patch_status, patches_applied
-from .sources import from_architecture, from_directory, from_function, on_device, prepared, sample_inputs
+from .sources import from_architecture, from_directory, from_function, on_device, prepared, sample_inputs, streamed_from_directory
 
 # The seed of random weights and generated inputs (a rebuilt model matches the traced one).
 SEED = 0
@@ -150,14 +150,19 @@ def side_weights_supported():
     return all(hasattr(_package, name) for name in ("_get_raw_tensor_bytes", "_is_fake_tensor")) and hasattr(serde, "canonicalize")
 
 
-def save_with_side_weights(program, output, written_before=None):
+def save_with_side_weights(program, output, written_before=None, streamed=None):
     """`torch.export.save` without the weights' bytes, which go to `<output>.weights`
     straight from the tensors' memory (no copy of each storage as a `bytes`, no
-    CRC), indexed by `<output>.weights.json` ({"weights"|"constants": {fqn:
-    [offset, length]}}, storages 64-byte aligned, shared storages once). For an
-    ONNX export, where the `.pt2` is intermediate and the host maps the weights;
-    measured on a 125M Llama: torch's `write_record` of the weights was 2.0 s of
+    CRC), indexed by `<output>.weights.json`: {"files": [...], "weights"|"constants":
+    {fqn: [file, offset, length]}}, where file 0 is the side file (named relative
+    to the index) and the others a model folder's checkpoint files (absolute).
+    Storages in the side file are 64-byte aligned, shared storages written once.
+    Measured on a 125M Llama: torch's `write_record` of the weights was 2.0 s of
     a 2.8 s save, and each storage's `bytes` copy up to 190 MB of peak memory.
+
+    `streamed` (a `checkpoint.StreamedModel`): a parameter backed by a
+    checkpoint tensor of its own dtype is indexed where the checkpoint holds it
+    (nothing written); of another dtype, written converted.
 
     `written_before` (a `SideWeights` the session keeps) is the last file
     written: a program whose every storage it holds (the generation components
@@ -165,37 +170,55 @@ def save_with_side_weights(program, output, written_before=None):
     import torch
     from torch.export.pt2_archive import _package
 
+    from .checkpoint import write_converted
+
     tables = []
     for kind, table in (("weights", program.state_dict), ("constants", program.constants)):
         for fqn, value in table.items():
             if not torch.is_tensor(value) or type(value.data) is not torch.Tensor or value.device.type != "cpu":
                 continue  # subclasses and non-cpu tensors stay in the archive, as torch saves them
-            tables.append((kind, fqn, value.untyped_storage(), value._version))
-    index = {"weights": {}, "constants": {}}
+            tables.append((kind, fqn, value.untyped_storage(), value._version, value.dtype))
+    index = {"files": [os.path.basename(output) + ".weights"], "weights": {}, "constants": {}}
+    sources = streamed.sources if streamed is not None else {}
     # A storage by address and size, and the version counter of the tensor
     # over it (bumped by every in-place change: a buffer a forward updated
     # since is written again).
-    keys = [(storage.data_ptr(), storage.nbytes(), version) for _, _, storage, version in tables]
-    if written_before is not None and keys and written_before.holds(keys) and written_before.link(output + ".weights"):
+    keys = [(storage.data_ptr(), storage.nbytes(), version) for _, _, storage, version, _ in tables]
+    if written_before is not None and keys and not sources and written_before.holds(keys) and written_before.link(output + ".weights"):
         written = written_before.offsets
-        for (kind, fqn, _, _), key in zip(tables, keys):
+        for (kind, fqn, _, _, _), key in zip(tables, keys):
             index[kind][fqn] = written[key]
     else:
         written = {}
         with open(output + ".weights", "wb") as side:
             offset = 0
-            for (kind, fqn, storage, _), key in zip(tables, keys):
+            for (kind, fqn, storage, _, dtype), key in zip(tables, keys):
+                stored = sources.get(storage.data_ptr())
+                if stored is not None and stored.length * dtype.itemsize == storage.nbytes() * stored.itemsize:
+                    if stored.file not in index["files"]:
+                        index["files"].append(stored.file)
+                    place = [index["files"].index(stored.file), stored.offset, stored.length]
+                    name = str(dtype).removeprefix("torch.")
+                    if name == stored.dtype:
+                        index[kind][fqn] = place
+                        continue
+                    if {name, stored.dtype} <= HOST_CONVERTS:  # the host converts it as it writes it
+                        index[kind][fqn] = place + [stored.dtype]
+                        continue
                 if key not in written:
                     padding = -offset % 64
                     side.write(b"\0" * padding)
                     offset += padding
-                    raw = torch.empty(0, dtype=torch.uint8).set_(storage, 0, (storage.nbytes(),), (1,))
-                    side.write(memoryview(raw.numpy()))
-                    written[key] = [offset, storage.nbytes()]
+                    if stored is not None:  # never loaded: its values come from the checkpoint
+                        write_converted(side, stored, dtype)
+                    else:
+                        raw = torch.empty(0, dtype=torch.uint8).set_(storage, 0, (storage.nbytes(),), (1,))
+                        side.write(memoryview(raw.numpy()))
+                    written[key] = [0, offset, storage.nbytes()]
                     offset += storage.nbytes()
                 index[kind][fqn] = written[key]
-        if written_before is not None:
-            written_before.remember(output + ".weights", written, [storage for _, _, storage, _ in tables])
+        if written_before is not None and not sources:
+            written_before.remember(output + ".weights", written, [storage for _, _, storage, _, _ in tables])
     with open(output + ".weights.json", "w") as f:
         json.dump(index, f)
     raw_bytes = _package._get_raw_tensor_bytes
@@ -220,6 +243,40 @@ def save_with_side_weights(program, output, written_before=None):
     finally:
         _package._get_raw_tensor_bytes = raw_bytes
         serde.canonicalize = canonicalize
+
+
+# The dtypes the host converts streamed weights between (`graph/pt2/cast.rs`).
+HOST_CONVERTS = {"float32", "bfloat16", "float16"}
+
+
+class Streaming:
+    """`weights: streamed` asked: the model built from its checkpoint's
+    headers (`checkpoint.StreamedModel`), or why it could not be."""
+
+    def __init__(self):
+        self.model, self.fallback = None, None
+
+
+def weights_report(streaming, streamed):
+    if streaming is None:
+        return WeightsReport(streamed=False, loaded=True, fallback=None)
+    model = streaming.model
+    fallback = streaming.fallback or (None if streamed else "this torch's archive writer has no side-weights hook")
+    return WeightsReport(streamed=streamed, loaded=model is None or model.loaded, fallback=fallback)
+
+
+def fake_outputs(model, inputs, flags):
+    """The model's outputs on fake tensors (shapes and structure, no values),
+    or None where the forward needs real values (a data-dependent size)."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    inputs = copy.deepcopy(inputs)  # outside the mode: a copy made inside would be fake
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=True), torch.no_grad(), config_flags(model, flags):
+            return model(**inputs)
+    except Exception:  # noqa: BLE001 - any failure means: run it for real
+        return None
 
 
 class SideWeights:
@@ -255,16 +312,25 @@ def step(session, name, seconds, peaks=None):
         peaks[name] = peak_rss_mib()
 
 
-def built_model(session, params, generative=False):
+def built_model(session, params, generative=False, streamed=None):
     """The model of `params.source` on the backend's device and dtype, and its
     inputs (the source's own, else sample inputs of `params.batch` x
-    `params.sequence`); `generative`: an architecture's generative class."""
+    `params.sequence`); `generative`: an architecture's generative class;
+    `streamed` (a `Streaming`): a folder's weights are left in its checkpoint
+    where they can be."""
     import torch
 
     torch.manual_seed(SEED)
     source = params.source
     if isinstance(source, protocol.ArchitectureSource):
         model = from_architecture(source.name, source.overrides, params.task, generative)
+        inputs = None
+    elif isinstance(source, protocol.DirectorySource) and streamed is not None and params.device == "cpu":
+        streamed.model, streamed.fallback = streamed_from_directory(source.path, params.task, source.trust_remote_code, params.dtype)
+        if streamed.model is not None:
+            model = streamed.model.model
+        else:
+            model = from_directory(source.path, params.task, source.trust_remote_code)
         inputs = None
     elif isinstance(source, protocol.DirectorySource):
         model = from_directory(source.path, params.task, source.trust_remote_code)
@@ -315,17 +381,26 @@ def trace(session, params: TraceParams) -> TraceReply:
 
     with step(session, "build", seconds, peaks):
         source = params.source
+        streaming = Streaming() if params.weights == "streamed" else None
         if isinstance(source, protocol.CapturedSource):
             model, inputs = captured(session, source.component)
         else:
-            model, inputs = built_model(session, params)
+            model, inputs = built_model(session, params, streamed=streaming)
+        streamed = streaming.model if streaming is not None else None
         flags = {k: inputs.pop(k) for k in OUTPUT_FLAGS if k in inputs}
         register_cache_pytrees(model)
         shapes = dynamic_shapes(inputs, params.dynamic, params.dynamic_shapes)
     with step(session, "eager", seconds):
-        # On a copy: a cache input grows in place.
-        with torch.no_grad(), config_flags(model, flags):
-            eager = model(**copy.deepcopy(inputs))
+        eager = None
+        if streamed is not None and params.reference is None:
+            # The outputs' structure without reading a weight: on fake tensors.
+            eager = fake_outputs(model, inputs, flags)
+        if eager is None:
+            if streamed is not None:
+                streamed.load()
+            # On a copy: a cache input grows in place.
+            with torch.no_grad(), config_flags(model, flags):
+                eager = model(**copy.deepcopy(inputs))
         names = output_names(eager)
         eager_output = eager
         eager = flat_outputs(eager)
@@ -350,14 +425,15 @@ def trace(session, params: TraceParams) -> TraceReply:
         elif isinstance(params.decompose, protocol.DecomposeMissing):
             program, decomposed = decompose_missing(session, program, params.decompose.handled)
     with step(session, "save", seconds, peaks):
-        side_weights = params.side_weights and side_weights_supported()
+        side_weights = params.weights != "in_archive" and side_weights_supported()
         if side_weights:
-            save_with_side_weights(program, params.output, session.side_weights)
+            save_with_side_weights(program, params.output, session.side_weights, streamed)
         else:
             torch.export.save(program, params.output)
         # The eager reference, next to the archive, for later verification.
-        save_reference(params.reference, {k: v for k, v in inputs.items() if not is_constant(v)},
-                       {k: v for k, v in inputs.items() if is_constant(v)}, flags, eager)
+        if params.reference is not None:
+            save_reference(params.reference, {k: v for k, v in inputs.items() if not is_constant(v)},
+                           {k: v for k, v in inputs.items() if is_constant(v)}, flags, eager)
         if params.folder:
             save_configs(model, params.folder)
     # Each user input's leaf path: its name in an ONNX model, where a component's runner finds it.
@@ -388,6 +464,7 @@ def trace(session, params: TraceParams) -> TraceReply:
         seconds=seconds,
         peak_rss_mib=peaks,
         side_weights=side_weights,
+        weights=weights_report(streaming, side_weights and streamed is not None),
         decomposed=decomposed,
         size_guards=guards,
     )

@@ -362,6 +362,24 @@ fn read_zip64_extra(extra: &[u8], uncompressed: &mut u64, compressed: &mut u64, 
     }
 }
 
+/// A writer that counts what passes through it.
+struct Counting<W> {
+    inner: W,
+    count: u64,
+}
+
+impl<W: Write> Write for Counting<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.count += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
 /// Writes a `.pt2` zip: stored entries, 64-byte aligned data, atomically.
 /// Its temp file is removed on every way out but `finish` succeeding: a
 /// failed `add`, a failed `finish`, or the writer dropped unfinished.
@@ -403,6 +421,21 @@ impl ArchiveWriter {
             w.header(name, data.len() as u64, crc32fast::hash(data))?;
             w.out.write_all(data)?;
             w.position += data.len() as u64;
+            Ok(())
+        })
+    }
+
+    /// Appends a stored entry of `len` bytes with CRC-32 `crc`, which `fill`
+    /// writes (bytes made as they are written: a weight converted on its way).
+    pub fn add_streamed(&mut self, name: &str, len: u64, crc: u32, fill: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> io::Result<()> {
+        self.step(|w| {
+            w.header(name, len, crc)?;
+            let mut counting = Counting { inner: &mut w.out, count: 0 };
+            fill(&mut counting)?;
+            if counting.count != len {
+                return Err(io::Error::other(format!("entry `{name}`: {} bytes written, {len} announced", counting.count)));
+            }
+            w.position += len;
             Ok(())
         })
     }

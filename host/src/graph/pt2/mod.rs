@@ -14,6 +14,7 @@
 //! map, and writing copies every entry hfx did not change byte for byte.
 
 pub mod archive;
+pub mod cast;
 pub mod convert;
 pub mod schema;
 pub mod sympy;
@@ -49,13 +50,57 @@ pub struct Pt2 {
     side: Option<SideWeights>,
 }
 
-/// `<archive>.weights`, memory-mapped, and its index `<archive>.weights.json`:
-/// each fqn's whole storage as `[offset, length]`.
+/// Weights stored outside the archive, indexed by `<archive>.weights.json`:
+/// each fqn's whole storage as `[file, offset, length]` in one of the files
+/// the index lists — the trace worker's `<archive>.weights`, or a model
+/// folder's safetensors the weights were streamed from — each memory-mapped.
 struct SideWeights {
+    files: Vec<SideFile>,
+    weights: BTreeMap<String, SideEntry>,
+    constants: BTreeMap<String, SideEntry>,
+}
+
+/// Where a side-stored storage is: `[file, offset, length]`, or with a fourth
+/// element the dtype it is stored in when that is not the tensor's (a
+/// checkpoint's bfloat16 weight exported as float32: converted as it is
+/// written, [`cast::Cast`]).
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(untagged)]
+enum SideEntry {
+    Same(usize, usize, usize),
+    Stored(usize, usize, usize, String),
+}
+
+impl SideEntry {
+    fn place(&self) -> (usize, usize, usize) {
+        match self {
+            SideEntry::Same(f, o, l) | SideEntry::Stored(f, o, l, _) => (*f, *o, *l),
+        }
+    }
+}
+
+/// A stored tensor's bytes, and the conversion they need to be the tensor's
+/// dtype (none but for streamed weights exported in another dtype).
+#[derive(Debug, Clone, Copy)]
+pub struct Source<'a> {
+    pub bytes: &'a [u8],
+    pub cast: Option<cast::Cast>,
+}
+
+impl Source<'_> {
+    /// Bytes of the tensor's dtype these make.
+    pub fn len(&self) -> usize {
+        self.cast.map_or(self.bytes.len(), |c| c.output_len(self.bytes.len()))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+}
+
+struct SideFile {
     path: std::path::PathBuf,
     map: memmap2::Mmap,
-    weights: BTreeMap<String, (usize, usize)>,
-    constants: BTreeMap<String, (usize, usize)>,
 }
 
 /// Most bytes the side weights' index (`<archive>.weights.json`) may hold.
@@ -188,48 +233,78 @@ impl Pt2 {
     }
 
     /// Reads weights from `path` (and its `.json` index) instead of the archive.
-    /// The side file has no CRC: each storage's length is checked against the
-    /// tensors the archive's payload configs say it holds.
-    pub fn attach_side_weights(&mut self, path: &Path) -> Result<(), Pt2Error> {
-        let invalid = |reason: String| Pt2Error::Invalid { path: path.display().to_string(), reason };
+    /// The index's first file is named relative to it (the worker's side
+    /// file); any other must be one of `sources` (a model folder's checkpoint
+    /// files, which the worker pointed the weights at), compared as
+    /// canonical paths: the index names no other file. Side bytes have no
+    /// CRC: each storage's length is checked against the tensors the
+    /// archive's payload configs say it holds.
+    pub fn attach_side_weights(&mut self, path: &Path, sources: &[std::path::PathBuf]) -> Result<(), Pt2Error> {
+        let invalid = |at: &Path, reason: String| Pt2Error::Invalid { path: at.display().to_string(), reason };
         let mut index_path = path.as_os_str().to_owned();
         index_path.push(".json");
-        let text = crate::input::read_bounded(Path::new(&index_path), SIDE_INDEX_LIMIT)
-            .map_err(|e| invalid(format!("reading its index: {e}")))?;
+        let index_path = std::path::PathBuf::from(index_path);
+        let text = crate::input::read_bounded(&index_path, SIDE_INDEX_LIMIT).map_err(|e| invalid(path, format!("reading its index: {e}")))?;
         #[derive(serde::Deserialize)]
         #[serde(deny_unknown_fields)]
         struct Index {
-            weights: BTreeMap<String, (usize, usize)>,
-            constants: BTreeMap<String, (usize, usize)>,
+            files: Vec<std::path::PathBuf>,
+            weights: BTreeMap<String, SideEntry>,
+            constants: BTreeMap<String, SideEntry>,
         }
-        let index: Index = serde_json::from_slice(&text).map_err(|e| invalid(format!("its index: {e}")))?;
-        let file = crate::input::open_regular(path).map_err(|e| invalid(e.to_string()))?;
-        // SAFETY: the file is hfx's own scratch output, not modified while mapped.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| invalid(e.to_string()))?;
+        let index: Index = serde_json::from_slice(&text).map_err(|e| invalid(path, format!("its index: {e}")))?;
+        let allowed: Vec<_> = sources.iter().filter_map(|s| s.canonicalize().ok()).collect();
+        let mut files = Vec::new();
+        for (i, name) in index.files.iter().enumerate() {
+            let file_path = if i == 0 {
+                if name.components().count() != 1 || name.is_absolute() {
+                    return Err(invalid(&index_path, format!("its side file `{}` is not a file name beside it", name.display())));
+                }
+                path.with_file_name(name)
+            } else {
+                let canonical = name.canonicalize().map_err(|e| invalid(name, e.to_string()))?;
+                if !allowed.contains(&canonical) {
+                    return Err(invalid(&index_path, format!("names `{}`, which is not a checkpoint file of the model folder", name.display())));
+                }
+                canonical
+            };
+            let file = crate::input::open_regular(&file_path).map_err(|e| invalid(&file_path, e.to_string()))?;
+            // SAFETY: hfx's own scratch output or the user's checkpoint, neither
+            // modified while the export reads it (a checkpoint rewritten
+            // meanwhile is the user's race, as for any input file).
+            let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| invalid(&file_path, e.to_string()))?;
+            files.push(SideFile { path: file_path, map });
+        }
         for (kind, table) in [(Kind::Weight, &index.weights), (Kind::Constant, &index.constants)] {
-            for (fqn, &(offset, length)) in table {
-                if offset.checked_add(length).is_none_or(|end| end > map.len()) {
-                    return Err(invalid(format!("{} `{fqn}`: bytes {offset}+{length} past the end ({})", kind.what(), map.len())));
+            for (fqn, entry) in table {
+                let (file, offset, length) = entry.place();
+                let Some(side) = files.get(file) else {
+                    return Err(invalid(&index_path, format!("{} `{fqn}`: file {file} of {}", kind.what(), files.len())));
+                };
+                if offset.checked_add(length).is_none_or(|end| end > side.map.len()) {
+                    return Err(invalid(&side.path, format!("{} `{fqn}`: bytes {offset}+{length} past the end ({})", kind.what(), side.map.len())));
                 }
                 for (model, meta) in self.metas(kind, fqn) {
-                    let need = needed_bytes(meta).map_err(|r| invalid(format!("{} `{fqn}` of `{model}`: {r}", kind.what())))?;
-                    if (length as u64) < need {
-                        return Err(invalid(format!("{} `{fqn}`: holds {length} bytes, the tensor needs {need}", kind.what())));
+                    let need = needed_bytes(meta).map_err(|r| invalid(&side.path, format!("{} `{fqn}` of `{model}`: {r}", kind.what())))?;
+                    let cast = side_cast(entry, meta).map_err(|r| invalid(&index_path, format!("{} `{fqn}`: {r}", kind.what())))?;
+                    let holds = cast.map_or(length, |c| c.output_len(length));
+                    if (holds as u64) < need {
+                        return Err(invalid(&side.path, format!("{} `{fqn}`: holds {holds} bytes, the tensor needs {need}", kind.what())));
                     }
                 }
             }
         }
-        self.side = Some(SideWeights { path: path.to_path_buf(), map, weights: index.weights, constants: index.constants });
+        self.side = Some(SideWeights { files, weights: index.weights, constants: index.constants });
         Ok(())
     }
 
-    /// Drops `bytes` (a weight's slice of this archive's or its side file's
-    /// map, once streamed into an artifact) from the process's resident
+    /// Drops `bytes` (a weight's slice of this archive's or its side files'
+    /// maps, once streamed into an artifact) from the process's resident
     /// memory: the kernel reads the pages from the file again if they are
     /// touched. A slice of no file map of this `.pt2` is left alone.
     pub fn release(&self, bytes: &[u8]) {
-        if let Some(side) = &self.side {
-            release_from(&side.map, bytes);
+        for file in self.side.iter().flat_map(|s| &s.files) {
+            release_from(&file.map, bytes);
         }
         self.archive.release(bytes);
     }
@@ -244,26 +319,55 @@ impl Pt2 {
     }
 
     fn side_bytes(&self, kind: Kind, fqn: &str) -> Option<&[u8]> {
+        self.side_file(kind, fqn).map(|(_, bytes, _)| bytes)
+    }
+
+    /// A side-stored tensor's file, bytes and index entry.
+    fn side_file(&self, kind: Kind, fqn: &str) -> Option<(&Path, &[u8], &SideEntry)> {
         let side = self.side.as_ref()?;
         let table = match kind {
             Kind::Weight => &side.weights,
             Kind::Constant => &side.constants,
         };
-        let &(offset, length) = table.get(fqn)?;
-        side.map.get(offset..offset.checked_add(length)?)
+        let entry = table.get(fqn)?;
+        let (file, offset, length) = entry.place();
+        let file = side.files.get(file)?;
+        Some((&file.path, file.map.get(offset..offset.checked_add(length)?)?, entry))
     }
 
     /// The stored bytes of weight `fqn` of `model` (tied weights share bytes):
     /// `None` if `model` has no such weight; an error if it has one whose
     /// storage is missing, empty, shorter than the tensor or corrupt (CRC-32,
     /// checked the first time an entry is read).
+    /// Weights streamed in another dtype ([`Pt2::weight_source`]) are refused here.
     pub fn weight(&self, model: &str, fqn: &str) -> Result<Option<&[u8]>, Pt2Error> {
-        self.stored(Kind::Weight, model, fqn)
+        self.unconverted(Kind::Weight, model, fqn)
     }
 
     /// The stored bytes of tensor constant `fqn` of `model`, checked as [`Pt2::weight`]'s.
     pub fn constant(&self, model: &str, fqn: &str) -> Result<Option<&[u8]>, Pt2Error> {
+        self.unconverted(Kind::Constant, model, fqn)
+    }
+
+    /// Weight `fqn`'s stored bytes and the conversion they need (streamed
+    /// from a checkpoint in another dtype), checked as [`Pt2::weight`]'s.
+    pub fn weight_source(&self, model: &str, fqn: &str) -> Result<Option<Source<'_>>, Pt2Error> {
+        self.stored(Kind::Weight, model, fqn)
+    }
+
+    /// Constant `fqn`'s stored bytes and the conversion they need.
+    pub fn constant_source(&self, model: &str, fqn: &str) -> Result<Option<Source<'_>>, Pt2Error> {
         self.stored(Kind::Constant, model, fqn)
+    }
+
+    fn unconverted(&self, kind: Kind, model: &str, fqn: &str) -> Result<Option<&[u8]>, Pt2Error> {
+        match self.stored(kind, model, fqn)? {
+            Some(Source { cast: Some(cast), .. }) => Err(Pt2Error::Invalid {
+                path: self.archive.path().display().to_string(),
+                reason: format!("{} `{fqn}`: stored as {}, read as {}: this step cannot convert it", kind.what(), cast.from().name(), cast.to().name()),
+            }),
+            other => Ok(other.map(|s| s.bytes)),
+        }
     }
 
     /// Checks the storage of every weight and constant the payload configs
@@ -298,25 +402,30 @@ impl Pt2 {
         Ok(())
     }
 
-    fn stored(&self, kind: Kind, model: &str, fqn: &str) -> Result<Option<&[u8]>, Pt2Error> {
+    fn stored(&self, kind: Kind, model: &str, fqn: &str) -> Result<Option<Source<'_>>, Pt2Error> {
         let what = kind.what();
-        let side = self.side_bytes(kind, fqn);
+        let side = self.side_file(kind, fqn);
         let table = match kind {
             Kind::Weight => &self.weights,
             Kind::Constant => &self.constants,
         };
-        let Some(meta) = table.get(model).and_then(|c| c.config.get(fqn)) else { return Ok(side) };
+        let Some(meta) = table.get(model).and_then(|c| c.config.get(fqn)) else {
+            // Not a tensor of `model`: only the bytes, unconverted.
+            return Ok(side.filter(|(_, _, e)| matches!(e, SideEntry::Same(..))).map(|(_, bytes, _)| Source { bytes, cast: None }));
+        };
         let invalid = |path: &Path, reason: String| Pt2Error::Invalid { path: path.display().to_string(), reason: format!("{what} `{fqn}`: {reason}") };
         let archive_path = self.archive.path();
         if meta.use_pickle {
             return Err(invalid(archive_path, "is stored pickled (a tensor subclass); hfx reads plain tensors only".into()));
         }
         let need = needed_bytes(meta).map_err(|r| invalid(archive_path, r))?;
-        if let (Some(bytes), Some(s)) = (side, &self.side) {
-            if (bytes.len() as u64) < need {
-                return Err(invalid(&s.path, format!("holds {} bytes, the tensor needs {need}", bytes.len())));
+        if let Some((path, bytes, entry)) = side {
+            let cast = side_cast(entry, meta).map_err(|r| invalid(path, r))?;
+            let source = Source { bytes, cast };
+            if (source.len() as u64) < need {
+                return Err(invalid(path, format!("holds {} bytes, the tensor needs {need}", source.len())));
             }
-            return Ok(Some(bytes));
+            return Ok(Some(source));
         }
         let name = format!("{}data/{}/{}", self.prefix, kind.folder(), meta.path_name);
         let entry = self.archive.entry(&name).ok_or_else(|| invalid(archive_path, format!("its entry `{name}` is missing")))?;
@@ -325,7 +434,7 @@ impl Pt2 {
             return Err(invalid(archive_path, format!("its entry `{name}` {held}, the tensor needs {need}")));
         }
         match self.archive.checked_bytes(entry) {
-            Ok(bytes) => Ok(Some(bytes)),
+            Ok(bytes) => Ok(Some(Source { bytes, cast: None })),
             Err(ArchiveError::Malformed { reason, .. }) => Err(invalid(archive_path, reason)),
             Err(e) => Err(e.into()),
         }
@@ -338,8 +447,29 @@ impl Pt2 {
     pub fn write(&self, path: &Path, programs: &BTreeMap<String, ExportedProgram>) -> Result<(), Pt2Error> {
         self.check_payloads()?;
         let write_error = |source| Pt2Error::Write { path: path.display().to_string(), source };
+        // Entries whose storage is stored beside the archive: written from there.
+        let mut side_entries = BTreeMap::new();
+        for (kind, tables) in [(Kind::Weight, &self.weights), (Kind::Constant, &self.constants)] {
+            for (model, config) in tables {
+                for (fqn, meta) in config.config.iter().filter(|(fqn, meta)| !meta.use_pickle && self.side_bytes(kind, fqn).is_some()) {
+                    if let Some(source) = self.stored(kind, model, fqn)? {
+                        side_entries.insert(format!("{}data/{}/{}", self.prefix, kind.folder(), meta.path_name), source);
+                    }
+                }
+            }
+        }
         let mut out = ArchiveWriter::create(path).map_err(write_error)?;
         for entry in self.archive.entries() {
+            if let Some(source) = side_entries.get(entry.name.as_str()) {
+                match source.cast {
+                    None => out.add(&entry.name, source.bytes),
+                    Some(cast) => out.add_streamed(&entry.name, source.len() as u64, cast.crc32(source.bytes), |mut w| cast.write(source.bytes, &mut w)),
+                }
+                .map_err(write_error)?;
+                // Written: its pages need not stay resident (a checkpoint of many GiB streams through).
+                self.release(source.bytes);
+                continue;
+            }
             let model = entry
                 .name
                 .strip_prefix(&format!("{}models/", self.prefix))
@@ -355,6 +485,19 @@ impl Pt2 {
         }
         out.finish().map_err(write_error)
     }
+}
+
+/// The conversion a side entry's bytes need to be `meta`'s tensor: none when
+/// stored in its dtype; an error for a pair hfx does not convert.
+fn side_cast(entry: &SideEntry, meta: &PayloadMeta) -> Result<Option<cast::Cast>, String> {
+    let SideEntry::Stored(.., stored) = entry else { return Ok(None) };
+    let t = meta.tensor_meta.as_ref().ok_or("has no tensor metadata")?;
+    let to = hfx_dtype::DType::from_pt2(i32::try_from(t.dtype).unwrap_or(-1)).ok_or_else(|| format!("unknown dtype code {}", t.dtype))?;
+    let from = hfx_dtype::DType::from_name(stored).ok_or_else(|| format!("stored as `{stored}`, not a dtype"))?;
+    if from == to {
+        return Ok(None);
+    }
+    cast::Cast::new(from, to).map(Some).ok_or_else(|| format!("stored as {stored}, the tensor is {}: hfx converts only between float32, bfloat16 and float16", to.name()))
 }
 
 fn check_schema_version(program: &ExportedProgram) -> Result<(), String> {
@@ -496,23 +639,55 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let side = dir.path().join("p.pt2.weights");
         std::fs::write(&side, floats(10)).unwrap();
-        let index = |length: usize| format!(r#"{{"weights": {{"w": [0, {length}]}}, "constants": {{}}}}"#);
+        let index = |length: usize| format!(r#"{{"files": ["p.pt2.weights"], "weights": {{"w": [0, 0, {length}]}}, "constants": {{}}}}"#);
         // The archive holds the weight empty, as the worker's hand-off save does.
         let mut pt2 = open(archive(&[weight(&[2, 4], &[4, 1], 0, Some(vec![]))]));
         std::fs::write(dir.path().join("p.pt2.weights.json"), index(32)).unwrap();
-        pt2.attach_side_weights(&side).unwrap();
+        pt2.attach_side_weights(&side, &[]).unwrap();
         assert_eq!(pt2.weight("model", "w").unwrap().unwrap(), &floats(8)[..]);
         let mut pt2 = open(archive(&[weight(&[2, 4], &[4, 1], 0, Some(vec![]))]));
         std::fs::write(dir.path().join("p.pt2.weights.json"), index(28)).unwrap();
-        let e = pt2.attach_side_weights(&side).err().unwrap().to_string();
+        let e = pt2.attach_side_weights(&side, &[]).err().unwrap().to_string();
         assert_eq!(e, format!("{}: weight `w`: holds 28 bytes, the tensor needs 32", side.display()));
         std::fs::write(dir.path().join("p.pt2.weights.json"), index(41)).unwrap();
-        let e = pt2.attach_side_weights(&side).err().unwrap().to_string();
+        let e = pt2.attach_side_weights(&side, &[]).err().unwrap().to_string();
         assert!(e.contains("weight `w`: bytes 0+41 past the end (40)"), "{e}");
         // Without a side entry the archive's empty entry is what there is.
-        std::fs::write(dir.path().join("p.pt2.weights.json"), r#"{"weights": {}, "constants": {}}"#).unwrap();
-        pt2.attach_side_weights(&side).unwrap();
+        std::fs::write(dir.path().join("p.pt2.weights.json"), r#"{"files": ["p.pt2.weights"], "weights": {}, "constants": {}}"#).unwrap();
+        pt2.attach_side_weights(&side, &[]).unwrap();
         assert!(pt2.weight("model", "w").err().unwrap().to_string().contains("is empty, the tensor needs 32"));
+    }
+
+    /// Streamed weights point into a model folder's checkpoint: the index may
+    /// name those files (any path reaching them) and no other.
+    #[test]
+    fn side_weights_read_only_the_checkpoint_files_they_were_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let side = dir.path().join("p.pt2.weights");
+        std::fs::write(&side, b"").unwrap();
+        let checkpoint = dir.path().join("model.safetensors");
+        let mut bytes = vec![0u8; 16];
+        bytes.extend(floats(8));
+        std::fs::write(&checkpoint, &bytes).unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, floats(8)).unwrap();
+        let index = |file: &Path| {
+            let files = serde_json::json!(["p.pt2.weights", file]);
+            format!(r#"{{"files": {files}, "weights": {{"w": [1, 16, 32]}}, "constants": {{}}}}"#)
+        };
+        let mut pt2 = open(archive(&[weight(&[2, 4], &[4, 1], 0, Some(vec![]))]));
+        // Named through another path (`dir/./model.safetensors`): the same file.
+        std::fs::write(dir.path().join("p.pt2.weights.json"), index(&dir.path().join(".").join("model.safetensors"))).unwrap();
+        pt2.attach_side_weights(&side, std::slice::from_ref(&checkpoint)).unwrap();
+        assert_eq!(pt2.weight("model", "w").unwrap().unwrap(), &floats(8)[..]);
+        std::fs::write(dir.path().join("p.pt2.weights.json"), index(&secret)).unwrap();
+        let e = pt2.attach_side_weights(&side, std::slice::from_ref(&checkpoint)).err().unwrap().to_string();
+        assert!(e.contains(&format!("names `{}`, which is not a checkpoint file of the model folder", secret.display())), "{e}");
+        // The side file itself is a name beside the index, never a path.
+        let outside = format!(r#"{{"files": ["{}"], "weights": {{}}, "constants": {{}}}}"#, secret.display());
+        std::fs::write(dir.path().join("p.pt2.weights.json"), outside).unwrap();
+        let e = pt2.attach_side_weights(&side, &[]).err().unwrap().to_string();
+        assert!(e.contains("is not a file name beside it"), "{e}");
     }
 
     #[test]
@@ -527,8 +702,8 @@ mod tests {
         assert_eq!(e, format!("{}: is a FIFO (named pipe), not a regular file; give the path of a regular file", fifo.display()));
         // The side weights file too.
         let mut pt2 = open(archive(&[]));
-        std::fs::write(dir.path().join("in.pt2.json"), r#"{"weights": {}, "constants": {}}"#).unwrap();
-        let e = pt2.attach_side_weights(&fifo).err().unwrap().to_string();
+        std::fs::write(dir.path().join("in.pt2.json"), r#"{"files": ["in.pt2"], "weights": {}, "constants": {}}"#).unwrap();
+        let e = pt2.attach_side_weights(&fifo, &[]).err().unwrap().to_string();
         assert!(e.contains("FIFO"), "{e}");
     }
 }

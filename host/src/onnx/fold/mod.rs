@@ -187,12 +187,16 @@ fn transpose_weights(nodes: &mut Vec<Node>, initializers: &mut [Initializer], ke
             continue;
         }
         let (rows, cols) = (init.header.dims[0] as usize, init.header.dims[1] as usize);
-        let element = init.bytes.len() / (rows * cols).max(1);
-        let Bytes::Mapped(source) = init.bytes else { continue };
+        let (source, cast) = match init.bytes {
+            Bytes::Mapped(source) => (source, None),
+            Bytes::Converted { source, cast } => (source, Some(cast)),
+            _ => continue,
+        };
+        let element = source.len() / (rows * cols).max(1);
         if ![1, 2, 4, 8].contains(&element) || element * rows * cols != source.len() {
             continue;
         }
-        init.bytes = Bytes::Transposed { source, rows, cols, element };
+        init.bytes = Bytes::Transposed { source, rows, cols, element, cast };
         init.header.dims = vec![cols as i64, rows as i64];
         init.header.name = Some(node.outputs[0].clone());
         done.insert(position);

@@ -1,0 +1,222 @@
+"""A model larger than the export should ever hold: a random Llama-architecture
+model of 3.2B parameters (Llama 3.2 3B's shapes), written as sharded bfloat16
+safetensors shard by shard (never whole in memory), exported by hfx to ONNX
+(float32, external data: the bfloat16 weights converted as they stream) and
+to `.pt2` (bfloat16), each with the whole pipeline's peak RSS (hfx + its
+worker, sampled every 10 ms); then the reference exporter on the same folder
+(`from_pretrained` + `OnnxExporter` + `save_pretrained`), its peak RSS or how
+it failed. Then:
+
+- ONNX Runtime loads the 3.2B ONNX model (a session is created: every node
+  has a kernel, the external data is read) in a process of its own;
+- a truncated config (the first 2 layers, same checkpoint: a folder whose
+  config says 2 layers and whose shards are links to the big model's) is
+  exported with `--verify`: ONNX Runtime against eager at 1e-3.
+
+    cargo build --release -p hfx && cargo xtask build-plugins
+    .venv/bin/python bench/large_model.py [--folder DIR] [--reference-timeout S]
+
+Needs ~26 GB of free disk (6.4 GB checkpoint, 12.8 GB ONNX data, then 6.4 GB
+`.pt2` after the ONNX is removed).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+PYTHON = sys.executable
+sys.path.insert(0, HERE)
+from trace_bench import tree_rss  # noqa: E402
+
+GIB = 1 << 30
+# Llama 3.2 3B's shapes (tied embeddings): 3.21B parameters.
+CONFIG = dict(hidden_size=3072, intermediate_size=8192, num_hidden_layers=28, num_attention_heads=24,
+              num_key_value_heads=8, vocab_size=128256, max_position_embeddings=131072, rope_theta=500000.0,
+              tie_word_embeddings=True, rms_norm_eps=1e-5)
+SHARD_BYTES = 2 * GIB
+
+
+def write_folder(folder):
+    """The checkpoint, shard by shard: each tensor made, written, dropped."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(**CONFIG, dtype="bfloat16")
+    with torch.device("meta"):
+        shapes = [(name, tuple(p.shape)) for name, p in LlamaForCausalLM(config).named_parameters()]
+    os.makedirs(folder, exist_ok=True)
+    generator = torch.Generator().manual_seed(0)
+    shards, current, size, weight_map, total = [], [], 0, {}, 0
+    for name, shape in shapes + [(None, None)]:
+        numel = 1
+        for s in shape or ():
+            numel *= s
+        if name is None or (current and size + 2 * numel > SHARD_BYTES):
+            shards.append(current)
+            current, size = [], 0
+        if name is not None:
+            current.append((name, shape))
+            size += 2 * numel
+            total += numel
+    count = len(shards)
+    for i, shard in enumerate(shards):
+        file = f"model-{i + 1:05d}-of-{count:05d}.safetensors"
+        tensors = {}
+        for name, shape in shard:
+            if name.endswith("norm.weight"):
+                tensors[name] = torch.ones(shape, dtype=torch.bfloat16)
+            else:
+                tensors[name] = (torch.randn(shape, generator=generator) * 0.02).to(torch.bfloat16)
+            weight_map[name] = file
+        save_file(tensors, os.path.join(folder, file), metadata={"format": "pt"})
+        del tensors
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": 2 * total}, "weight_map": weight_map}, f)
+    config.architectures = ["LlamaForCausalLM"]
+    config.save_pretrained(folder)
+    return total
+
+
+def truncated_folder(folder, layers):
+    """A folder whose config has `layers` layers, its shards links to `folder`'s."""
+    out = folder.rstrip("/") + f"-{layers}layers"
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    for name in os.listdir(folder):
+        if name.endswith(".safetensors") or name.endswith(".index.json"):
+            os.symlink(os.path.join(folder, name), os.path.join(out, name))
+    with open(os.path.join(folder, "config.json")) as f:
+        config = json.load(f)
+    config["num_hidden_layers"] = layers
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(config, f)
+    return out
+
+
+def measured(command, timeout=None):
+    """Wall time, peak RSS of the process tree, exit code and output tail."""
+    start = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                               start_new_session=True)
+    peak = 0
+    import threading
+
+    lines = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stdout))
+    reader.start()
+    while process.poll() is None:
+        peak = max(peak, tree_rss(process.pid))
+        if timeout and time.perf_counter() - start > timeout:
+            os.killpg(process.pid, 9)
+            process.wait()
+            reader.join()
+            return time.perf_counter() - start, peak, "timeout", "".join(lines[-20:])
+        time.sleep(0.01)
+    reader.join()
+    return time.perf_counter() - start, peak, process.returncode, "".join(lines[-40:])
+
+
+def hfx_command(backend, folder, out, *extra):
+    hfx = os.path.join(ROOT, "target", "release", "hfx")
+    return [hfx, "run", "--backend", backend, "--plugins", os.path.join(ROOT, "plugins", "dynamo"),
+            "--plugins", os.path.join(ROOT, "plugins", "onnx"), "--model-dir", folder, "-o", out,
+            "--python", PYTHON, *extra]
+
+
+def reference_side(folder, out):
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.exporters.exporter_onnx import OnnxConfig, OnnxExporter
+
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    inputs = {"input_ids": torch.randint(0, 1000, (2, 16)), "attention_mask": torch.ones(2, 16, dtype=torch.long)}
+    with torch.no_grad():
+        exported = OnnxExporter().export(model, inputs, config=OnnxConfig())
+    exported.save_pretrained(out)
+
+
+def ort_loads(path):
+    import onnxruntime as ort
+
+    start = time.perf_counter()
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    print(json.dumps({"inputs": [i.name for i in session.get_inputs()], "outputs": len(session.get_outputs()),
+                      "seconds": time.perf_counter() - start}))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--folder", default=os.path.join(ROOT, "target", "bench", "llama-3b"))
+    parser.add_argument("--reference-timeout", type=float, default=1800)
+    parser.add_argument("--skip-reference", action="store_true")
+    parser.add_argument("--skip-hfx", action="store_true")
+    args = parser.parse_args()
+    out = os.path.join(ROOT, "target", "bench", "large")
+    os.makedirs(out, exist_ok=True)
+    folder = args.folder
+    if not os.path.exists(os.path.join(folder, "model.safetensors.index.json")):
+        started = time.perf_counter()
+        wall, peak, code, tail = measured([PYTHON, __file__, "--write", folder])
+        print(f"wrote {folder}: {wall:.0f} s, peak RSS {peak / GIB:.2f} GiB (exit {code})")
+    size = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder) if f.endswith(".safetensors"))
+    print(f"checkpoint: {size / GIB:.2f} GiB of bfloat16 safetensors")
+    results = {}
+    if not args.skip_hfx:
+        hfx_side(folder, out, results)
+    if not args.skip_reference:
+        reference_run(folder, out, results, args.reference_timeout)
+    print(json.dumps({k: {"seconds": round(w, 1), "peak_rss_gib": round(p / GIB, 2), "exit": c} for k, (w, p, c) in results.items()}))
+
+
+def hfx_side(folder, out, results):
+    onnx_out = os.path.join(out, "onnx")
+    shutil.rmtree(onnx_out, ignore_errors=True)
+    wall, peak, code, tail = measured(hfx_command("onnx", folder, onnx_out + "/", "--dynamic"))
+    results["hfx onnx (float32, dynamic)"] = (wall, peak, code)
+    print(f"hfx -> ONNX float32: {wall:.0f} s, whole-pipeline peak RSS {peak / GIB:.2f} GiB (exit {code})\n{tail}")
+    if code == 0:
+        wall, peak, code, tail = measured([PYTHON, __file__, "--ort", os.path.join(onnx_out, "model.onnx")])
+        print(f"ONNX Runtime session on the 3.2B model: exit {code}, {wall:.0f} s, peak RSS {peak / GIB:.2f} GiB: {tail.strip().splitlines()[-1] if tail.strip() else ''}")
+    shutil.rmtree(onnx_out, ignore_errors=True)
+
+    pt2_out = os.path.join(out, "pt2")
+    shutil.rmtree(pt2_out, ignore_errors=True)
+    wall, peak, code, tail = measured(hfx_command("dynamo", folder, pt2_out + "/", "--dynamic", "--dtype", "bfloat16"))
+    results["hfx pt2 (bfloat16, dynamic)"] = (wall, peak, code)
+    print(f"hfx -> .pt2 bfloat16: {wall:.0f} s, whole-pipeline peak RSS {peak / GIB:.2f} GiB (exit {code})\n{tail}")
+    shutil.rmtree(pt2_out, ignore_errors=True)
+
+    small = truncated_folder(folder, 2)
+    check_out = os.path.join(out, "truncated")
+    shutil.rmtree(check_out, ignore_errors=True)
+    wall, peak, code, tail = measured(hfx_command("onnx", small, check_out + "/", "--dynamic", "--verify"))
+    print(f"truncated config (2 layers, same checkpoint) -> ONNX --verify: exit {code}, {wall:.0f} s, peak RSS {peak / GIB:.2f} GiB\n{tail}")
+    shutil.rmtree(check_out, ignore_errors=True)
+
+
+def reference_run(folder, out, results, timeout):
+    ref_out = os.path.join(out, "reference")
+    shutil.rmtree(ref_out, ignore_errors=True)
+    wall, peak, code, tail = measured([PYTHON, __file__, "--reference", folder, ref_out], timeout=timeout)
+    results["reference OnnxExporter"] = (wall, peak, code)
+    print(f"reference from_pretrained + OnnxExporter + save_pretrained: {wall:.0f} s, peak RSS {peak / GIB:.2f} GiB "
+          f"(exit {code})\n{tail[-2000:]}")
+    shutil.rmtree(ref_out, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--write"]:
+        print(write_folder(sys.argv[2]))
+    elif sys.argv[1:2] == ["--reference"]:
+        reference_side(sys.argv[2], sys.argv[3])
+    elif sys.argv[1:2] == ["--ort"]:
+        ort_loads(sys.argv[2])
+    else:
+        main()

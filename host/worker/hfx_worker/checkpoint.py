@@ -1,0 +1,219 @@
+"""Weights streamed from a model folder's safetensors (`weights: streamed`).
+
+The model is built from its config with every parameter allocated but never
+written (`torch.empty`: no page of it becomes resident), torch.export traces
+it (it reads shapes and dtypes, never values), and the side-weights index
+points each parameter at its bytes in the checkpoint's files. The host maps
+those files and streams the bytes into the artifact: the worker neither
+loads nor writes a weight. A parameter whose dtype differs from the
+checkpoint's (`--dtype`) is converted by the host as it writes it (float32,
+bfloat16, float16), or else here, a chunk at a time, into the side file.
+Buffers the model computes at init (rotary `inv_freq`) are real and go to
+the side file as before.
+
+The weights are read only when the eager reference is asked for (`--verify`):
+`StreamedModel.load` copies them into the same storages, so the index still
+holds.
+"""
+
+import contextlib
+import json
+import mmap
+import os
+import struct
+from typing import NamedTuple
+
+# safetensors' dtype names.
+DTYPES = {
+    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
+    "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
+}
+# Most bytes a safetensors header may hold (the format's own limit is 100 MB).
+HEADER_LIMIT = 100 << 20
+# Bytes converted at a time when a weight's dtype changes.
+CHUNK = 64 << 20
+
+
+class Stored(NamedTuple):
+    """A checkpoint tensor: its file, its bytes' offset and length there, dtype, shape."""
+    file: str
+    offset: int
+    length: int
+    dtype: str
+    shape: tuple
+
+    @property
+    def itemsize(self):
+        import torch
+
+        return getattr(torch, self.dtype).itemsize
+
+
+def checkpoint_files(folder):
+    """The folder's safetensors files: the index's shards, else `model.safetensors`; [] if neither."""
+    index = os.path.join(folder, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            shards = sorted(set(json.load(f)["weight_map"].values()))
+        return [os.path.join(folder, shard) for shard in shards]
+    single = os.path.join(folder, "model.safetensors")
+    return [single] if os.path.exists(single) else []
+
+
+def read_header(path):
+    """The tensors of one safetensors file, from its header alone."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        (length,) = struct.unpack("<Q", f.read(8))
+        if length > min(HEADER_LIMIT, size - 8):
+            raise ValueError(f"{path}: a safetensors header of {length} bytes (the file has {size})")
+        header = json.loads(f.read(length))
+    tensors = {}
+    for key, entry in header.items():
+        if key == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        if entry["dtype"] not in DTYPES or not 0 <= begin <= end or 8 + length + end > size:
+            raise ValueError(f"{path}: tensor `{key}`: dtype {entry['dtype']}, bytes {begin}..{end} of {size - 8 - length}")
+        tensors[key] = Stored(path, 8 + length + begin, end - begin, DTYPES[entry["dtype"]], tuple(entry["shape"]))
+    return tensors
+
+
+def checkpoint_tensors(folder):
+    tensors = {}
+    for path in checkpoint_files(folder):
+        tensors.update(read_header(path))
+    return tensors
+
+
+@contextlib.contextmanager
+def parameters_on_meta():
+    """Modules built inside get their parameters on the meta device (no
+    memory, no initialization); buffers stay real, so values a module
+    computes at init (rotary frequencies) are right."""
+    import torch
+
+    register = torch.nn.Module.register_parameter
+
+    def on_meta(module, name, param):
+        register(module, name, param)
+        # One already on meta is kept as it is: a tied parameter stays the same object.
+        if param is not None and param.device.type != "meta":
+            param = module._parameters[name]
+            module._parameters[name] = type(param)(param.to("meta"), requires_grad=param.requires_grad)
+
+    torch.nn.Module.register_parameter = on_meta
+    try:
+        yield
+    finally:
+        torch.nn.Module.register_parameter = register
+
+
+def source_of(names, tensors, prefix):
+    """The checkpoint key holding a parameter known by `names` (tied ones have
+    several): the name itself, or with the base model's prefix added or removed
+    (a `LlamaModel` from a `LlamaForCausalLM` checkpoint, and the reverse)."""
+    for name in names:
+        candidates = [name]
+        if prefix:
+            candidates += [name[len(prefix) + 1:]] if name.startswith(prefix + ".") else [f"{prefix}.{name}"]
+        for key in candidates:
+            if key in tensors:
+                return key
+    return None
+
+
+class StreamedModel:
+    """A model whose parameters are empty storages, each backed by a checkpoint tensor."""
+
+    def __init__(self, model, sources):
+        self.model = model
+        # Each parameter's storage address → the checkpoint tensor it stands for.
+        self.sources = sources
+        self.loaded = False
+
+    def load(self):
+        """Reads every parameter's value from the checkpoint into its storage
+        (the eager reference needs them): the whole model becomes resident."""
+        import torch
+
+        with torch.no_grad():
+            for param in unique_parameters(self.model):
+                stored = self.sources[param.untyped_storage().data_ptr()]
+                param.copy_(mapped(stored).view(stored.shape))
+        self.loaded = True
+
+
+def unique_parameters(model):
+    seen = set()
+    for module in model.modules():
+        for param in module._parameters.values():
+            if param is not None and id(param) not in seen:
+                seen.add(id(param))
+                yield param
+
+
+def mapped(stored, first=0, count=None):
+    """Elements `first`..`first + count` of `stored`, read from its file's map (copy-on-write: never written)."""
+    import torch
+
+    dtype = getattr(torch, stored.dtype)
+    element = torch.empty(0, dtype=dtype).element_size()
+    count = stored.length // element - first if count is None else count
+    with open(stored.file, "rb") as f:
+        view = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    return torch.frombuffer(view, dtype=dtype, count=count, offset=stored.offset + first * element)
+
+
+def write_converted(out, stored, dtype):
+    """Writes `stored`'s values converted to `dtype`, a chunk at a time."""
+    import torch
+
+    source = getattr(torch, stored.dtype)
+    element = torch.empty(0, dtype=source).element_size()
+    total = stored.length // element
+    step = max(1, CHUNK // element)
+    for first in range(0, total, step):
+        chunk = mapped(stored, first, min(step, total - first)).to(dtype)
+        out.write(memoryview(chunk.view(torch.uint8).numpy()))
+
+
+def streamed_model(build, folder, dtype_name):
+    """The model `build()` makes, its parameters empty and backed by the
+    folder's checkpoint; or None and why the weights cannot be streamed."""
+    import torch
+
+    tensors = checkpoint_tensors(folder)
+    if not tensors:
+        return None, "the folder has no safetensors checkpoint"
+    dtype = getattr(torch, dtype_name)
+    with parameters_on_meta():
+        model = build()
+    names = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(param), []).append(name)
+    prefix = getattr(model, "base_model_prefix", "")
+    empty, sources = {}, {}
+    for param in list(unique_parameters(model)):
+        key = source_of(names[id(param)], tensors, prefix)
+        if key is None:
+            return None, f"parameter `{names[id(param)][0]}` has no tensor in the checkpoint"
+        stored = tensors[key]
+        if tuple(stored.shape) != tuple(param.shape):
+            return None, f"parameter `{names[id(param)][0]}` is {list(param.shape)}, checkpoint tensor `{key}` {list(stored.shape)}"
+        target = dtype if param.is_floating_point() else param.dtype
+        fresh = torch.nn.Parameter(torch.empty(param.shape, dtype=target), requires_grad=param.requires_grad)
+        empty[id(param)] = fresh
+        sources[fresh.untyped_storage().data_ptr()] = stored
+    for module in model.modules():
+        for name, param in list(module._parameters.items()):
+            if param is not None:
+                module._parameters[name] = empty[id(param)]
+    # Buffers the checkpoint holds (a batch norm's statistics) take its values; they are small.
+    buffers = {name: buffer for name, buffer in model.named_buffers()}
+    with torch.no_grad():
+        for name, buffer in buffers.items():
+            key = source_of([name], tensors, prefix)
+            if key is not None and tuple(tensors[key].shape) == tuple(buffer.shape):
+                buffer.copy_(mapped(tensors[key]).view(buffer.shape))
+    return StreamedModel(model, sources), None

@@ -1,0 +1,38 @@
+"""Writes tiny model folders as `save_pretrained` writes them, for the tests of
+weights streamed from a checkpoint: `model_folders.py KIND OUT`.
+
+KIND: `llama` (float32, one file), `llama-sharded` (several shards and their
+index), `llama-tied-bf16` (tied embeddings stored once, bfloat16: exported as
+float32 they are converted), `bert-mlm` (a checkpoint without a pooler: a
+`BertModel` from it falls back to loading)."""
+
+import sys
+
+import torch
+from transformers import BertConfig, BertForMaskedLM, LlamaConfig, LlamaForCausalLM
+
+
+def llama(**extra):
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=1000, **extra)
+    return LlamaForCausalLM(config)
+
+
+def main(kind, out):
+    if kind == "llama":
+        llama().save_pretrained(out)
+    elif kind == "llama-sharded":
+        llama().save_pretrained(out, max_shard_size="300KB")
+    elif kind == "llama-tied-bf16":
+        llama(tie_word_embeddings=True).to(torch.bfloat16).save_pretrained(out)
+    elif kind == "bert-mlm":
+        torch.manual_seed(0)
+        BertForMaskedLM(BertConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                   vocab_size=500)).save_pretrained(out)
+    else:
+        raise SystemExit(f"unknown kind {kind}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
