@@ -93,6 +93,24 @@ pub fn move_into_place(from: &Path, to: &Path) -> io::Result<()> {
     std::fs::rename(from, to)
 }
 
+/// Puts a finished file of a scratch folder in place while keeping it there
+/// (another artifact of the same trace may need it too): hard-linked to a
+/// temp name beside the destination (copied where links are refused), synced,
+/// then renamed over the destination in one step.
+pub fn link_into_place(from: &Path, to: &Path) -> io::Result<()> {
+    let dir = to.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let (tmp, file) = temp_file(dir, to)?;
+    drop(file);
+    // The link needs the name free; the guard removes whatever stands there on the way out.
+    let guard = TempGuard::new(tmp.clone());
+    std::fs::remove_file(&tmp)?;
+    if std::fs::hard_link(from, &tmp).is_err() {
+        std::fs::copy(from, &tmp)?;
+    }
+    File::open(&tmp)?.sync_all()?;
+    guard.rename_to(to)
+}
+
 /// Convenience for whole buffers.
 pub fn write_bytes_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     write_atomically(path, |f| f.write_all(bytes))

@@ -20,9 +20,9 @@ mod plugin_sets;
 mod pt2;
 mod report;
 mod sandbox;
+mod scale;
 mod selftests;
 mod trace;
-mod weights;
 
 /// The bodies the fuzz targets run, replayed on their seeds by `pt2`.
 #[path = "../../fuzz/bodies.rs"]

@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 
 use super::{parse_backend, RunArgs, MAX_WORKER_GIB, MIN_WORKER_GIB};
-use crate::pipeline::{Artifact, Destination, OnnxOptions, RunOptions, Source, Trace};
+use crate::pipeline::{Artifact, Destination, OnnxOptions, RunOptions, Source, Target, Trace};
 use crate::plugins::Backend;
 use crate::report::ReportTarget;
 use crate::stages::OnPluginError;
@@ -63,6 +63,8 @@ pub struct RunConfig {
     pub no_optimize: bool,
     /// A report of the run (`.html` or `.json`).
     pub report: Option<PathBuf>,
+    /// Where traced programs are kept by what made them.
+    pub trace_cache: Option<PathBuf>,
     pub device: Option<String>,
     pub dtype: Option<String>,
     /// Export for generation: prefill and decode components (`--generation`).
@@ -101,17 +103,23 @@ pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)>
         None => (RunConfig::default(), PathBuf::new()),
     };
     let rel = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
-    let backend = match (args.backend, &config.backend) {
-        (Some(b), _) => b,
-        (None, Some(b)) => parse_backend(b).map_err(anyhow::Error::msg)?,
-        (None, None) => bail!("no backend (--backend or `backend` in the config)"),
+    let backends = match (args.backend, &config.backend) {
+        (given, _) if !given.is_empty() => given,
+        (_, Some(b)) => b.split(',').map(|b| parse_backend(b.trim())).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?,
+        (_, None) => bail!("no backend (--backend or `backend` in the config)"),
     };
     // `--backend executorch --delegate xnnpack` is the reference's spelling of executorch.xnnpack.
-    let backend = match (backend, args.delegate) {
-        (Backend::Executorch | Backend::ExecutorchXnnpack, Some(Delegate::Xnnpack)) => Backend::ExecutorchXnnpack,
-        (other, Some(delegate)) => bail!("--delegate {} is an ExecuTorch delegate: give it with --backend executorch, not {other}", delegate.name()),
-        (backend, None) => backend,
-    };
+    let backends = backends
+        .into_iter()
+        .map(|backend| match (backend, args.delegate) {
+            (Backend::Executorch | Backend::ExecutorchXnnpack, Some(Delegate::Xnnpack)) => Ok(Backend::ExecutorchXnnpack),
+            (other, Some(delegate)) => bail!("--delegate {} is an ExecuTorch delegate: give it with --backend executorch, not {other}", delegate.name()),
+            (backend, None) => Ok(backend),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if let Some(twice) = backends.iter().enumerate().find_map(|(i, b)| backends[..i].contains(b).then_some(b)) {
+        bail!("--backend names {twice} twice: each backend is written once");
+    }
     let on_plugin_error = match (args.on_plugin_error, &config.on_plugin_error) {
         (Some(p), _) => p,
         (None, Some(p)) => <OnPluginError as clap::ValueEnum>::from_str(p, true).map_err(anyhow::Error::msg)?,
@@ -179,7 +187,10 @@ pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)>
             }
             if is_json(&input) { Source::IrJson(input) } else { Source::Pt2(input) }
         }
-        (None, Some((request, hub))) => Source::Trace(Box::new(Trace { request, deadline, hub, load_weights: model.load_weights })),
+        (None, Some((request, hub))) => {
+            let cache = model.trace_cache.clone().or(config.trace_cache.clone().map(rel));
+            Source::Trace(Box::new(Trace { request, deadline, hub, load_weights: model.load_weights, cache }))
+        }
     };
     let memory_limit = match model.worker_memory_gib {
         None => crate::trace::memory::default_limit(),
@@ -204,8 +215,45 @@ pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)>
     let verify = args.verify || config.verify;
     let onnx = |external_data: bool| Artifact::Onnx(OnnxOptions { opset, external_data, optimize: !(args.no_optimize || config.no_optimize) });
     let external_data = args.external_data || config.external_data;
+    let is_file = output.extension().is_some() && !output.is_dir();
+    if let [first, second, ..] = backends.as_slice() {
+        if is_file {
+            bail!("--backend {first},{second}: each backend writes an export folder of its own (DIR/{first}/, DIR/{second}/): give -o a folder");
+        }
+        if matches!(&source, Source::Trace(t) if t.request.generation.is_some()) {
+            bail!("--generation exports one backend at a time: give --backend one backend");
+        }
+    }
+    let mut targets = Vec::new();
+    for &backend in &backends {
+        let output = if backends.len() > 1 { output.join(backend.to_string()) } else { output.clone() };
+        let (artifact, destination) = target(backend, output, is_file, &source, &onnx, external_data)?;
+        if verify && artifact == Artifact::IrJson {
+            bail!("--verify runs the artifact in its runtime, and a .json graph has none: write .onnx or .pt2");
+        }
+        match (&source, &artifact) {
+            (Source::IrJson(_), Artifact::Onnx(_)) => bail!("ONNX is emitted from a .pt2 (its weights), not from IR JSON"),
+            (Source::IrJson(_), Artifact::Pt2) => bail!("a graph read from JSON can only be written as JSON (-o OUT.json)"),
+            _ => {}
+        }
+        targets.push(Target { backend, artifact, destination });
+    }
+    let options = RunOptions { source, targets, plugins: set.options()?, on_plugin_error, verify, worker, verify_deadline: deadline };
+    Ok((options, report))
+}
+
+/// What `backend` writes at `output`: the artifact its extension names (a
+/// file), or its export folder.
+fn target(
+    backend: Backend,
+    output: PathBuf,
+    is_file: bool,
+    source: &Source,
+    onnx: &impl Fn(bool) -> Artifact,
+    external_data: bool,
+) -> Result<(Artifact, Destination)> {
     // A path with an extension that is not a folder names a file; else it is an export folder.
-    let (artifact, destination) = if output.extension().is_some() && !output.is_dir() {
+    Ok(if is_file {
         let artifact = match output.extension().and_then(|e| e.to_str()) {
             Some("pt2") => Artifact::Pt2,
             Some("json") => Artifact::IrJson,
@@ -237,17 +285,7 @@ pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)>
             }
         }
         (artifact, Destination::Folder(output))
-    };
-    if verify && artifact == Artifact::IrJson {
-        bail!("--verify runs the artifact in its runtime, and a .json graph has none: write .onnx or .pt2");
-    }
-    match (&source, &artifact) {
-        (Source::IrJson(_), Artifact::Onnx(_)) => bail!("ONNX is emitted from a .pt2 (its weights), not from IR JSON"),
-        (Source::IrJson(_), Artifact::Pt2) => bail!("a graph read from JSON can only be written as JSON (-o OUT.json)"),
-        _ => {}
-    }
-    let options = RunOptions { source, artifact, destination, backend, plugins: set.options()?, on_plugin_error, verify, worker, verify_deadline: deadline };
-    Ok((options, report))
+    })
 }
 
 /// The `.pte` of an ExecuTorch backend: portable (hfx's native emitter), or

@@ -224,8 +224,10 @@ pub struct RunArgs {
     /// Where to write the artifact (atomically).
     #[arg(short, long)]
     pub output: Option<PathBuf>,
-    #[arg(long, value_parser = parse_backend)]
-    pub backend: Option<Backend>,
+    /// The backend, or several (`onnx,dynamo`): one trace, then each backend's
+    /// artifact in an export folder of its own (`DIR/onnx/`, `DIR/dynamo/`).
+    #[arg(long, value_parser = parse_backend, value_delimiter = ',')]
+    pub backend: Vec<Backend>,
     /// The ExecuTorch delegate (with --backend executorch): `xnnpack`, lowered by ExecuTorch in the worker.
     #[arg(long, value_parser = parse_delegate)]
     pub delegate: Option<crate::trace::protocol::Delegate>,
@@ -283,6 +285,11 @@ pub struct ModelArgs {
     /// reference) and hfx streams them from the checkpoint into the .onnx / .pt2.
     #[arg(long)]
     pub load_weights: bool,
+    /// Keep traced programs here, keyed by what made them (the model's files, the trace options, the
+    /// patch plugins and their hashes, the upstream versions): a run that would trace the same again
+    /// (other backend options, --verify) reads the program from here instead.
+    #[arg(long, value_name = "DIR")]
+    pub trace_cache: Option<PathBuf>,
     /// `python:module:function` returning `(model, inputs)`.
     #[arg(long)]
     pub model_fn: Option<String>,
@@ -507,11 +514,19 @@ fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
     use std::io::IsTerminal;
     let progress = crate::pipeline::Progress { started: std::time::Instant::now(), shown: verbose > 0 || std::io::stderr().is_terminal() };
     let (options, report) = config::merge(args)?;
-    let summary = crate::pipeline::run(options, progress)?;
-    summary.print(verbose);
-    if let Some(report) = report {
-        crate::report::write(&summary, &report)?;
-        println!("report: {}", report.path.display());
+    let summaries = crate::pipeline::run(options, progress)?;
+    let several = summaries.len() > 1;
+    for summary in &summaries {
+        if several {
+            println!("── {} → {}", summary.backend, summary.written.display());
+        }
+        summary.print(verbose);
+        if let Some(report) = &report {
+            // One report per backend: `report.html` → `report.onnx.html`.
+            let path = if several { report.per_backend(summary.backend) } else { report.path.clone() };
+            crate::report::write(summary, &crate::report::ReportTarget { path: path.clone(), ..report.clone() })?;
+            println!("report: {}", path.display());
+        }
     }
     Ok(())
 }
@@ -526,9 +541,9 @@ fn capture(mut args: CaptureArgs, verbose: u8) -> Result<()> {
     }
     // A placeholder the pipeline's options need; capture writes into a scratch folder.
     args.run.output = Some(args.case.with_extension("pt2"));
-    if args.program && args.run.backend.is_none() {
+    if args.program && args.run.backend.is_empty() {
         // A program is captured before any backend's stage: any backend will do.
-        args.run.backend = Some(Backend::Dynamo);
+        args.run.backend = vec![Backend::Dynamo];
     }
     let progress = crate::pipeline::Progress { started: std::time::Instant::now(), shown: verbose > 0 || std::io::stderr().is_terminal() };
     let (options, report) = config::merge(args.run)?;

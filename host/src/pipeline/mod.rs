@@ -15,6 +15,7 @@ pub mod options;
 pub mod scratch;
 pub mod summary;
 pub mod trace;
+pub mod trace_cache;
 pub mod verify;
 
 use std::path::{Path, PathBuf};
@@ -22,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-pub use options::{Artifact, Destination, OnnxOptions, Pte, RunOptions, Source, Trace};
+pub use options::{Artifact, Destination, OnnxOptions, Pte, RunOptions, Source, Target, Trace};
 pub use summary::{Component, Lowered, RunSummary};
 
 use emit::Program;
@@ -31,6 +32,7 @@ use scratch::Scratch;
 use trace::Traced;
 use crate::graph::Graph;
 use crate::plugins::loading::{LoadedSet, Purpose};
+use crate::plugins::Backend;
 use crate::trace::Worker;
 
 /// Progress lines on stderr (stdout is the summary), when `shown`.
@@ -52,8 +54,9 @@ impl Progress {
 const WORKER_START: Duration = Duration::from_secs(120);
 
 /// What the emit step reads from: a traced program, or a file named by the user.
+#[derive(Clone, Copy)]
 enum Input<'a> {
-    Traced(Box<Traced>),
+    Traced(&'a Traced),
     Pt2(&'a Path),
     IrJson(&'a Path),
 }
@@ -67,24 +70,41 @@ impl Input<'_> {
     }
 }
 
-pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
-    for stale in Scratch::remove_stale_beside(options.destination.path()) {
-        tracing::info!("removed the stale scratch folder {}", stale.display());
-    }
-    // An export folder: the artifacts are written into a scratch folder beside
-    // it, and everything moves in at the end.
-    let folder = match &options.destination {
-        Destination::Folder(dir) => Some(ExportFolder::beside(dir)?),
-        Destination::File(_) => None,
-    };
-    let output = |component: &str| -> PathBuf {
-        match (&folder, &options.destination) {
-            (Some(f), _) => f.component(component, &options.artifact),
-            (None, d) => d.path().to_path_buf(),
+/// Where one target's artifacts go: straight to its file, or into the
+/// scratch folder of its export folder, which moves in at the end.
+struct Written {
+    target: Target,
+    folder: Option<ExportFolder>,
+    components: Vec<Component>,
+}
+
+impl Written {
+    fn output(&self, component: &str) -> PathBuf {
+        match &self.folder {
+            Some(f) => f.component(component, &self.target.artifact),
+            None => self.target.destination.path().to_path_buf(),
         }
-    };
+    }
+}
+
+/// Runs the pipeline: one summary per target, in the order asked.
+pub fn run(mut options: RunOptions, progress: Progress) -> Result<Vec<RunSummary>> {
+    let mut written = Vec::new();
+    for target in &options.targets {
+        for stale in Scratch::remove_stale_beside(target.destination.path()) {
+            tracing::info!("removed the stale scratch folder {}", stale.display());
+        }
+        // An export folder: the artifacts are written into a scratch folder beside
+        // it, and everything moves in at the end.
+        let folder = match &target.destination {
+            Destination::Folder(dir) => Some(ExportFolder::beside(dir)?),
+            Destination::File(_) => None,
+        };
+        written.push(Written { target: target.clone(), folder, components: Vec::new() });
+    }
+    let lowered_by_worker = options.targets.iter().any(|t| matches!(t.artifact, Artifact::Pte(_)));
     if let Source::Trace(trace) = &mut options.source {
-        trace.request.folder = folder.as_ref().map(|f| f.scratch().to_path_buf());
+        trace.request.folder = written[0].folder.as_ref().map(|f| f.scratch().to_path_buf());
         // The host writes an ONNX model's or a `.pt2`'s weights itself, from
         // where they are: the worker need not pack them into its `.pt2`, and a
         // model folder's stay in its checkpoint (the worker never reads them
@@ -92,23 +112,23 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
         // in the worker, on a `.pt2` with its weights.
         use crate::trace::protocol::Weights;
         let from_folder = matches!(trace.request.source, crate::trace::ModelSource::Directory { .. });
-        trace.request.weights = match options.artifact {
-            Artifact::Onnx(_) | Artifact::Pt2 if from_folder && !trace.load_weights => Weights::Streamed,
-            Artifact::Onnx(_) | Artifact::Pt2 => Weights::Side,
-            Artifact::Pte(_) | Artifact::IrJson => Weights::InArchive,
+        trace.request.weights = match () {
+            _ if lowered_by_worker || options.targets.iter().any(|t| t.artifact == Artifact::IrJson) => Weights::InArchive,
+            _ if from_folder && !trace.load_weights => Weights::Streamed,
+            _ => Weights::Side,
         };
         trace.request.reference = options.verify || trace.request.weights != Weights::Streamed;
         // Neither XNNPACK nor the portable kernels run transformers' grouped
         // experts (`_grouped_mm`, `histc`, `sort`): MoE experts run as
         // `batched_mm`, as the reference's `prepare_for_xnnpack` sets them.
-        if let Artifact::Pte(_) = options.artifact {
+        if lowered_by_worker {
             trace.request.experts = Some("batched_mm".into());
         }
     }
+    let backends: Vec<Backend> = options.targets.iter().map(|t| t.backend).collect();
 
-    // ── trace (or the file named), then each program through the backend ──
+    // ── trace (or the file named), then each program through each backend ──
     let mut worker = None;
-    let mut components = Vec::new();
     let mut generation = None;
     // The trace worker's Python, for the summary (the worker may be gone by the end).
     let mut worker_python = None;
@@ -121,18 +141,31 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
             let loaded = load_plugins(&options, Some(&started), progress)?;
             match &trace.request.generation {
                 None => {
-                    let output = output(MODEL);
-                    let traced = trace::run(&mut started, trace, &loaded, options.backend, &output)?;
+                    let traced = trace::run(&mut started, trace, &loaded, &backends, &written[0].output(MODEL))?;
                     // The worker holds the model and torch: gone before the host's stages, the
                     // pipeline's peak memory is the trace's, not the trace's plus the emission's
                     // (unless it is needed again: to verify, or to lower a `.pte`).
-                    if options.verify || matches!(options.artifact, Artifact::Pte(_)) {
+                    if options.verify || lowered_by_worker {
                         worker = Some(started);
                     }
-                    components.push(export(&options, &loaded, &mut worker, MODEL, Input::Traced(Box::new(traced)), &output, options.verify, progress)?.0);
+                    // The configs the worker saved go to every export folder.
+                    let configs = written[0].folder.as_ref().map(|f| files_in(f.scratch())).transpose()?.unwrap_or_default();
+                    for (i, w) in written.iter_mut().enumerate() {
+                        if let (Some(folder), true) = (&w.folder, i > 0) {
+                            for config in &configs {
+                                let to = folder.scratch().join(config.file_name().context("a config without a name")?);
+                                std::fs::copy(config, &to).with_context(|| format!("writing {}", to.display()))?;
+                            }
+                        }
+                        let output = w.output(MODEL);
+                        // The trace is reported once, with the first target.
+                        let component = export(&options, &w.target, &loaded, &mut worker, MODEL, Input::Traced(&traced), &output, options.verify, progress)?;
+                        w.components.push(Component { trace: component.trace.filter(|_| i == 0), ..component });
+                    }
                 }
                 Some(asked) => {
-                    if folder.is_none() {
+                    let [w] = written.as_mut_slice() else { bail!("--generation exports one backend at a time: give --backend one backend") };
+                    if w.folder.is_none() {
                         bail!("--generation writes an export folder: name one with -o DIR/");
                     }
                     progress.step("trace", "capturing the generation components from one `generate` call");
@@ -140,14 +173,18 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
                     let captured = started.request(&capture, trace.deadline)?;
                     // The worker keeps the model and the captured calls for every component's trace.
                     worker = Some(started);
-                    // Each component is emitted on a thread of its own while the worker
-                    // traces the next (a `.pte` is lowered by the worker: in turn).
-                    let lowered_by_worker = matches!(options.artifact, Artifact::Pte(_));
                     // Each traced component's folder lives until every component is traced:
                     // the worker links the next one's weights to its side file (one model,
                     // the same weights) instead of writing them again.
                     let mut traced_folders = Vec::new();
+                    let (target, components) = (&w.target, &mut w.components);
+                    let output = |name: &str| match &w.folder {
+                        Some(f) => f.component(name, &target.artifact),
+                        None => target.destination.path().to_path_buf(),
+                    };
                     std::thread::scope(|scope| -> Result<()> {
+                        // Each component is emitted on a thread of its own while the worker
+                        // traces the next (a `.pte` is lowered by the worker: in turn).
                         let mut emitting: Option<std::thread::ScopedJoinHandle<'_, Result<Exported>>> = None;
                         for component in &captured.components {
                             let name = &component.name;
@@ -156,24 +193,26 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
                             let mut request = trace.request.clone();
                             request.source = crate::trace::ModelSource::Captured { component: name.clone() };
                             request.folder = None; // the capture saved the configs
-                            let one = Trace { request, deadline: trace.deadline, hub: trace.hub.clone(), load_weights: trace.load_weights };
-                            let traced = trace::run(kept_or_started(&mut worker, &options, progress)?, &one, &loaded, options.backend, &output)
+                            let one = Trace { request, deadline: trace.deadline, hub: trace.hub.clone(), load_weights: trace.load_weights, cache: None };
+                            let traced = trace::run(kept_or_started(&mut worker, &options, progress)?, &one, &loaded, &backends, &output)
                                 .with_context(|| format!("component `{name}`"))?;
                             if let Some(previous) = emitting.take() {
                                 let (component, folder) = joined(previous)?;
                                 components.push(component);
-                                traced_folders.extend(folder);
+                                traced_folders.push(folder);
                             }
                             // Verified by generating with all of them (below): a component's cache
                             // output may differ from eager by design (a sliding window traced whole).
-                            let (options, loaded, input) = (&options, &loaded, Input::Traced(Box::new(traced)));
-                            let emit = move |worker: &mut Option<Worker>| {
-                                export(options, loaded, worker, name, input, &output, false, progress).with_context(|| format!("component `{name}`"))
+                            let (options, loaded) = (&options, &loaded);
+                            let emit = move |worker: &mut Option<Worker>| -> Result<Exported> {
+                                let component = export(options, target, loaded, worker, name, Input::Traced(&traced), &output, false, progress)
+                                    .with_context(|| format!("component `{name}`"))?;
+                                Ok((component, traced.scratch))
                             };
                             if lowered_by_worker {
                                 let (component, folder) = emit(&mut worker)?;
                                 components.push(component);
-                                traced_folders.extend(folder);
+                                traced_folders.push(folder);
                             } else {
                                 emitting = Some(scope.spawn(move || emit(&mut None)));
                             }
@@ -186,63 +225,78 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<RunSummary> {
                     drop(traced_folders);
                     if options.verify {
                         progress.step("verify", &format!("{} greedy tokens through the components against eager `generate`", asked.steps));
-                        let tolerance = match &options.artifact {
+                        let tolerance = match &target.artifact {
                             Artifact::Pt2 => verify::Runtime::Pt2.tolerance(),
                             _ => verify::Runtime::Onnx.tolerance(),
                         };
                         let worker = kept_or_started(&mut worker, &options, progress)?;
-                        let check = generation::check(worker, &components, asked.steps, tolerance, options.verify_deadline)?;
+                        let check = generation::check(worker, components, asked.steps, tolerance, options.verify_deadline)?;
                         generation = Some(check);
                     }
                 }
             }
             loaded
         }
-        Source::Pt2(path) => {
+        Source::Pt2(path) | Source::IrJson(path) => {
             let loaded = load_plugins(&options, None, progress)?;
-            components.push(export(&options, &loaded, &mut worker, MODEL, Input::Pt2(path), &output(MODEL), options.verify, progress)?.0);
-            loaded
-        }
-        Source::IrJson(path) => {
-            let loaded = load_plugins(&options, None, progress)?;
-            components.push(export(&options, &loaded, &mut worker, MODEL, Input::IrJson(path), &output(MODEL), options.verify, progress)?.0);
+            let input = match &options.source {
+                Source::Pt2(_) => Input::Pt2(path),
+                _ => Input::IrJson(path),
+            };
+            for w in &mut written {
+                let output = w.output(MODEL);
+                w.components.push(export(&options, &w.target, &loaded, &mut worker, MODEL, input, &output, options.verify, progress)?);
+            }
             loaded
         }
     };
 
-    let written = match folder {
-        Some(folder) => {
-            let Source::Trace(trace) = &options.source else {
-                bail!("an export folder records the traced model's metadata: trace it (--model, --model-dir, --model-fn)");
-            };
-            let dir = folder.dir().to_path_buf();
-            let recorded = components
-                .iter()
-                .map(|c| Ok((c.name.clone(), c.metadata.clone().context("an export folder records the traced model's metadata")?)))
-                .collect::<Result<Vec<_>>>()?;
-            folder.finish(&options.artifact, trace, &recorded, &loaded.set, options.backend)?;
-            dir
-        }
-        None => output(MODEL),
-    };
-    Ok(RunSummary {
-        components,
-        generation,
-        backend: options.backend,
-        plugin_set: summary::PluginSetSummary::of(&loaded, options.backend, options.plugins.locked),
-        environment: summary::Environment::of(worker_python.or_else(|| worker.as_ref().map(|w| w.hello.python.clone())), &loaded, &options.plugins),
-        skipped: loaded.set.skipped,
-        written,
-        total: progress.started.elapsed(),
-    })
+    let python = worker_python.or_else(|| worker.as_ref().map(|w| w.hello.python.clone()));
+    let first = options.targets[0].backend;
+    let mut summaries = Vec::new();
+    for Written { target, folder, components } in written {
+        let path = match folder {
+            Some(folder) => {
+                let Source::Trace(trace) = &options.source else {
+                    bail!("an export folder records the traced model's metadata: trace it (--model, --model-dir, --model-fn)");
+                };
+                let dir = folder.dir().to_path_buf();
+                let recorded = components
+                    .iter()
+                    .map(|c| Ok((c.name.clone(), c.metadata.clone().context("an export folder records the traced model's metadata")?)))
+                    .collect::<Result<Vec<_>>>()?;
+                folder.finish(&target.artifact, trace, &recorded, &loaded.set, target.backend)?;
+                dir
+            }
+            None => target.destination.path().to_path_buf(),
+        };
+        summaries.push(RunSummary {
+            components,
+            generation: generation.take(),
+            backend: target.backend,
+            trace_shared_with: (target.backend != first && matches!(options.source, Source::Trace(_))).then_some(first),
+            plugin_set: summary::PluginSetSummary::of(&loaded, target.backend, options.plugins.locked),
+            environment: summary::Environment::of(python.clone(), &loaded, &options.plugins),
+            skipped: loaded.set.skipped.clone(),
+            written: path,
+            total: progress.started.elapsed(),
+        });
+    }
+    Ok(summaries)
+}
+
+/// The regular files directly in `dir`.
+fn files_in(dir: &Path) -> Result<Vec<PathBuf>> {
+    let entries = std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
+    Ok(entries.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.is_file()).collect())
 }
 
 /// The component of a single export, and its file's name in an export folder (`model.onnx`).
 const MODEL: &str = "model";
 
-/// A program exported, and the scratch folder its trace was in (the caller
-/// decides how long it lives).
-type Exported = (Component, Option<Scratch>);
+/// A generation component exported, and the scratch folder its trace was in
+/// (the caller decides how long it lives).
+type Exported = (Component, Scratch);
 
 /// One program from read to artifact at `output`: the backend's FX stages,
 /// emission, and (`verify`) the artifact in its runtime against eager before
@@ -250,6 +304,7 @@ type Exported = (Component, Option<Scratch>);
 #[allow(clippy::too_many_arguments)] // the run's parts and the program's, each distinct
 fn export(
     options: &RunOptions,
+    target: &Target,
     loaded: &LoadedSet,
     worker: &mut Option<Worker>,
     name: &str,
@@ -257,7 +312,7 @@ fn export(
     output: &Path,
     verify: bool,
     progress: Progress,
-) -> Result<Exported> {
+) -> Result<Component> {
     // ── read ──
     let read_started = Instant::now();
     let mut program = read(&input, progress)?;
@@ -276,7 +331,7 @@ fn export(
     // ── the backend's FX stages ──
     progress.step("fx stages", &format!("{nodes_before} nodes"));
     let mut stages =
-        crate::stages::run_fx_stages(&loaded.runtime, &loaded.set.plugins, options.backend, program.graph_mut(), options.on_plugin_error)?;
+        crate::stages::run_fx_stages(&loaded.runtime, &loaded.set.plugins, target.backend, program.graph_mut(), options.on_plugin_error)?;
 
     // ── emit, and verify ──
     progress.step("emit", &output.display().to_string());
@@ -287,13 +342,13 @@ fn export(
     // its runtime and moved into place only when it matches eager.
     let scratch = verify.then(|| Scratch::beside(output, "verify")).transpose()?;
     // Same file name as the output: an external data file is referenced by name.
-    let target = match &scratch {
+    let staged = match &scratch {
         Some(s) => s.path().join(output.file_name().context("the output has no file name")?),
         None => output.to_path_buf(),
     };
     let mut lowered = None;
     let mut verify_time = Duration::ZERO;
-    let runtime = match (&options.artifact, &mut program) {
+    let runtime = match (&target.artifact, &mut program) {
         (Artifact::IrJson, program) => {
             emit::ir_json(program.graph(), output)?;
             None
@@ -302,15 +357,15 @@ fn export(
             match &input {
                 // A traced program the stages left as it was, its weights inside, moves into place as torch wrote it.
                 Input::Traced(traced) if graph.changes() == changes_before && traced.side_weights.is_none() => {
-                    crate::atomic::move_into_place(&traced.program, &target).with_context(|| format!("writing {}", target.display()))?
+                    crate::atomic::link_into_place(&traced.program, &staged).with_context(|| format!("writing {}", staged.display()))?
                 }
-                _ => emit::pt2(pt2, graph, &target)?,
+                _ => emit::pt2(pt2, graph, &staged)?,
             }
             Some(verify::Runtime::Pt2)
         }
         (Artifact::Onnx(onnx), Program::Archive { pt2, graph }) => {
             let names = input.traced().map(|t| (t.input_names.clone(), t.output_names.clone())).unwrap_or_default();
-            let emitted = emit::onnx(pt2, graph, loaded, onnx, options.on_plugin_error, names, &target, progress).map_err(|mut e| {
+            let emitted = emit::onnx(pt2, graph, loaded, onnx, options.on_plugin_error, names, &staged, progress).map_err(|mut e| {
                 use crate::stages::onnx_translation::{ProgramSource, TranslationError};
                 if let Some(TranslationError::Missing { source_note, .. }) = e.downcast_mut::<TranslationError>() {
                     *source_note = if input.traced().is_some() { ProgramSource::Traced } else { ProgramSource::Saved };
@@ -341,7 +396,7 @@ fn export(
                     let pte = work.path().join("model.pte");
                     let request = crate::trace::protocol::Lower { program, output: pte.clone(), delegate: *delegate };
                     let reply = worker.request(&request, options.verify_deadline).context("lowering with ExecuTorch")?;
-                    crate::atomic::move_into_place(&pte, &target).with_context(|| format!("writing {}", target.display()))?;
+                    crate::atomic::move_into_place(&pte, &staged).with_context(|| format!("writing {}", staged.display()))?;
                     let in_spec = reply.in_spec.clone();
                     lowered = Some(Lowered::Delegated(reply));
                     in_spec
@@ -360,8 +415,8 @@ fn export(
                     let model = edge_pt2.programs.get("model").with_context(|| format!("{}: no `model` program", edge_path.display()))?;
                     let edge_graph = crate::graph::pt2::convert::to_ir(model).map_err(anyhow::Error::msg).with_context(|| format!("{}", edge_path.display()))?;
                     let specs = crate::executorch::write::Specs { inputs: &edge.in_spec, outputs: &edge.out_spec };
-                    let provenance = serde_json::to_vec(&folder::provenance(&loaded.set, options.backend))?;
-                    let emitted = crate::executorch::emit(&edge_pt2, &edge_graph, specs, &provenance, &target)?;
+                    let provenance = serde_json::to_vec(&folder::provenance(&loaded.set, target.backend))?;
+                    let emitted = crate::executorch::emit(&edge_pt2, &edge_graph, specs, &provenance, &staged)?;
                     let in_spec = edge.in_spec.clone();
                     lowered = Some(Lowered::Portable { edge, emitted, emit: started.elapsed() });
                     in_spec
@@ -381,14 +436,14 @@ fn export(
         progress.step("verify", &format!("{} against eager PyTorch", runtime.name()));
         let worker = kept_or_started(worker, options, progress)?;
         let started = Instant::now();
-        verified = verify::run(worker, runtime, &target, &reference, options.verify_deadline)?;
+        verified = verify::run(worker, runtime, &staged, &reference, options.verify_deadline)?;
         verify_time = started.elapsed();
-        let data = crate::onnx::emit::data_file(&target);
+        let data = crate::onnx::emit::data_file(&staged);
         if data.exists() {
             let to = crate::onnx::emit::data_file(output);
             crate::atomic::move_into_place(&data, &to).with_context(|| format!("writing {}", to.display()))?;
         }
-        crate::atomic::move_into_place(&target, output).with_context(|| format!("writing {}", output.display()))?;
+        crate::atomic::move_into_place(&staged, output).with_context(|| format!("writing {}", output.display()))?;
     }
     let emit = emit_started.elapsed();
 
@@ -398,7 +453,7 @@ fn export(
             let reference = match &traced.reference {
                 Some(eager) => {
                     let reference = reference_path(output);
-                    std::fs::rename(eager, &reference).with_context(|| format!("writing {}", reference.display()))?;
+                    crate::atomic::link_into_place(eager, &reference).with_context(|| format!("writing {}", reference.display()))?;
                     Some(reference)
                 }
                 None => None,
@@ -406,10 +461,6 @@ fn export(
             (reference, Some(traced.summary.clone()), Some(serde_json::to_value(&traced.export_metadata)?))
         }
         Input::Pt2(_) | Input::IrJson(_) => (None, None, None),
-    };
-    let traced_folder = match input {
-        Input::Traced(traced) => Some(traced.scratch),
-        Input::Pt2(_) | Input::IrJson(_) => None,
     };
     let component = Component {
         name: name.to_string(),
@@ -428,7 +479,7 @@ fn export(
         verify: verify_time,
         artifact: runtime.map(|r| r.model(output)),
     };
-    Ok((component, traced_folder))
+    Ok(component)
 }
 
 /// A component emitted on its own thread: its result, or its panic as an error.

@@ -37,6 +37,8 @@ pub struct Trace {
     /// Read a model folder's weights in the worker (`--load-weights`) rather
     /// than stream them from its checkpoint into the artifact.
     pub load_weights: bool,
+    /// Where traced programs are kept by what made them (`--trace-cache DIR`).
+    pub cache: Option<PathBuf>,
 }
 
 /// What is written. A new backend adds a variant here, and its emission in
@@ -104,13 +106,21 @@ impl Destination {
     }
 }
 
+/// One artifact a run writes: a backend's, at its destination.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub backend: Backend,
+    pub artifact: Artifact,
+    pub destination: Destination,
+}
+
 /// `hfx run`'s options after the config file and the flags are merged.
 #[derive(Debug)]
 pub struct RunOptions {
     pub source: Source,
-    pub artifact: Artifact,
-    pub destination: Destination,
-    pub backend: Backend,
+    /// What is written, one per backend asked for (`--backend onnx,dynamo`),
+    /// never empty: a traced model is traced once for all of them.
+    pub targets: Vec<Target>,
     pub plugins: SetOptions,
     pub on_plugin_error: OnPluginError,
     /// Run the artifact in its runtime against eager PyTorch before it lands

@@ -24,6 +24,9 @@ pub struct RunSummary {
     /// Greedy tokens through the components against eager (`--generation --verify`).
     pub generation: Option<GenerateCheckReply>,
     pub backend: Backend,
+    /// Another backend's export of the same run whose trace this one used
+    /// (`--backend onnx,dynamo`: one trace, reported with the first).
+    pub trace_shared_with: Option<Backend>,
     /// The plugins that applied, and what the lock said of them.
     pub plugin_set: PluginSetSummary,
     pub environment: Environment,
@@ -160,6 +163,9 @@ impl RunSummary {
     }
 
     pub fn print(&self, verbose: u8) {
+        if let Some(first) = self.trace_shared_with {
+            println!("trace: the {first} export's (one trace for every backend of the run)");
+        }
         let many = self.components.len() > 1;
         for component in &self.components {
             if many {
@@ -264,7 +270,10 @@ fn print_trace(t: &TraceSummary, reference: Option<&std::path::Path>) {
         Some(path) => format!("eager reference: {}", path.display()),
         None => "no eager reference (weights not read; --verify reads them)".to_string(),
     };
-    println!("traced {}{from} in {:.1} s; {reference}", t.model_class, t.seconds);
+    match &t.cached {
+        Some(entry) => println!("traced {}{from} (the trace cache's {}: not traced again); {reference}", t.model_class, entry.display()),
+        None => println!("traced {}{from} in {:.1} s; {reference}", t.model_class, t.seconds),
+    }
     match (&t.weights.fallback, t.weights.streamed) {
         (_, true) => println!("  weights: streamed from the model folder's checkpoint into the artifact{}", if t.weights.loaded { " (read once for the eager reference)" } else { ", never read by the worker" }),
         (Some(why), false) => println!("  weights: read into the worker: {why}"),

@@ -7,6 +7,7 @@ use anyhow::Result;
 
 use super::options::Trace;
 use super::scratch::Scratch;
+use super::trace_cache::TraceCache;
 use crate::plugins::loading::LoadedSet;
 use crate::plugins::{self, kind, Backend};
 use crate::stages;
@@ -59,18 +60,68 @@ pub struct TraceSummary {
     /// torch.export's guards on input sizes that other sizes break and the
     /// artifact cannot check.
     pub size_guards: Vec<SizeGuard>,
+    /// The `--trace-cache` entry the program came from (the worker did not trace).
+    pub cached: Option<PathBuf>,
 }
 
-/// Traces `trace`'s model in `worker`, writing beside `output`.
-pub fn run(worker: &mut Worker, trace: &Trace, loaded: &LoadedSet, backend: Backend, output: &Path) -> Result<Traced> {
+/// Traces `trace`'s model in `worker` for `backends` (one program for all of
+/// them: every one's patch plugins answer, and what one cannot take whole is
+/// decomposed), writing beside `output`.
+pub fn run(worker: &mut Worker, trace: &Trace, loaded: &LoadedSet, backends: &[Backend], output: &Path) -> Result<Traced> {
     let scratch = Scratch::beside(output, "trace")?;
     let program = scratch.path().join("model.pt2");
     let reference = scratch.path().join("reference.pt");
-    let patch_plugins = stages::select::<kind::Patch>(&loaded.set.plugins, backend);
+    let mut patch_plugins = Vec::new();
+    for &backend in backends {
+        for plugin in stages::select::<kind::Patch>(&loaded.set.plugins, backend) {
+            if !patch_plugins.iter().any(|p: &plugins::PluginOf<'_, kind::Patch>| p.name() == plugin.name()) {
+                patch_plugins.push(plugin);
+            }
+        }
+    }
     let mut sessions: Vec<_> = patch_plugins.into_iter().map(|p| plugins::Session::new(&loaded.runtime, p, "patches")).collect();
     let mut request = trace.request.clone();
-    request.handled = stages::handled_ops(&loaded.set.plugins, backend);
-    let result = crate::trace::trace(worker, &request, &mut sessions, &program, &reference, trace.deadline)?;
+    // An op stays whole only if every backend that decomposes takes it whole.
+    request.handled = backends.iter().filter_map(|&b| stages::handled_ops(&loaded.set.plugins, b)).reduce(|kept, other| {
+        kept.into_iter().filter(|op| other.contains(op)).collect()
+    });
+    // The cache, when asked for and the model can be keyed.
+    let mut cached = None;
+    let cache = match &trace.cache {
+        Some(dir) => {
+            let cache = TraceCache::open(dir)?;
+            let specs = sessions.iter().map(|s| crate::trace::protocol::PatchSpec { plugin: s.plugin().name().to_string(), targets: s.plugin().targets.clone() }).collect();
+            let params = request.params(&program, &reference, specs);
+            let patches: Vec<(String, String)> = sessions.iter().map(|s| (s.plugin().name().to_string(), s.plugin().component_sha256.clone())).collect();
+            match TraceCache::key(&params, &request.source, &patches, &worker.versions()) {
+                Ok(key) => Some((cache, key)),
+                Err(why) => {
+                    tracing::warn!("--trace-cache: not used: {why}");
+                    None
+                }
+            }
+        }
+        None => None,
+    };
+    let folder = request.folder.clone();
+    let hit = cache.as_ref().and_then(|(cache, key)| cache.lookup(key, request.reference));
+    let result = match hit {
+        Some(entry) => {
+            let reply = TraceCache::restore(&entry, scratch.path(), folder.as_deref())?;
+            cached = Some(entry);
+            reply
+        }
+        None => {
+            let reply = crate::trace::trace(worker, &request, &mut sessions, &program, &reference, trace.deadline)?;
+            if let Some((cache, key)) = &cache {
+                // A cache that cannot take the entry costs the next run a trace, not this run its export.
+                if let Err(e) = cache.store(key, scratch.path(), folder.as_deref(), &reply) {
+                    tracing::warn!("{e:#}");
+                }
+            }
+            reply
+        }
+    };
     let t = &result.seconds;
     let seconds = t.import + t.build + t.eager + t.export + t.save;
     let patched = sessions.iter().map(|s| (s.plugin().name().to_string(), s.calls)).collect();
@@ -88,6 +139,7 @@ pub fn run(worker: &mut Worker, trace: &Trace, loaded: &LoadedSet, backend: Back
         patch_calls_cached: result.patch_calls_cached,
         decomposed: result.decomposed,
         size_guards: result.size_guards,
+        cached,
     };
     let (input_names, output_names, export_metadata) = (result.input_names, result.output_names, result.export_metadata);
     let reference = request.reference.then_some(reference);

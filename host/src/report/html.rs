@@ -145,6 +145,9 @@ fn summary(out: &mut String, report: &Report) {
     put!(out, "<header id=\"summary\">\n<h1>hfx export report</h1>\n<table>\n");
     row(out, "Written", &format!("<code>{}</code>", Esc(&report.written)));
     row(out, "Backend", &Esc(&report.backend).to_string());
+    if let Some(first) = &report.trace_shared_with {
+        row(out, "Trace", &format!("the {} export's (one trace for every backend of the run)", Esc(first)));
+    }
     let names: Vec<String> = report.components.iter().map(|c| Esc(&c.name).to_string()).collect();
     row(out, "Components", &names.join(", "));
     if let Some(class) = report.components.iter().find_map(|c| c.model_class.as_deref()) {
@@ -292,6 +295,9 @@ fn component(out: &mut String, index: usize, c: &ComponentReport) {
     }
     if let Some(r) = &c.reference {
         row(out, "Eager reference", &format!("<code>{}</code>", Esc(r)));
+    }
+    if let Some(w) = &c.weights {
+        row(out, "Weights", &Esc(w).to_string());
     }
     put!(out, "</table>\n");
     timeline(out, c);

@@ -33,6 +33,14 @@ pub struct ReportTarget {
 }
 
 impl ReportTarget {
+    /// The report of one backend's export when a run writes several:
+    /// `report.html` → `report.onnx.html`.
+    pub fn per_backend(&self, backend: crate::plugins::Backend) -> PathBuf {
+        let stem = self.path.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
+        let extension = self.path.extension().map(|e| e.to_string_lossy().to_string()).unwrap_or_default();
+        self.path.with_file_name(format!("{stem}.{backend}.{extension}"))
+    }
+
     /// Checks `path` as a report's file, so that a bad path fails in one line
     /// before an export, never after it: `.html` / `.htm` or `.json`, in a
     /// folder that exists, not a folder itself.

@@ -22,6 +22,9 @@ pub struct Report {
     pub schema_version: u32,
     pub hfx_version: String,
     pub backend: String,
+    /// The backend whose export of the same run carried the trace
+    /// (`--backend onnx,dynamo`: one trace, reported with the first).
+    pub trace_shared_with: Option<String>,
     /// The artifact file or export folder written.
     pub written: String,
     pub total_seconds: f64,
@@ -43,6 +46,11 @@ pub struct ComponentReport {
     pub artifact: Option<ArtifactReport>,
     /// The eager reference written beside the artifact.
     pub reference: Option<String>,
+    /// Where the weights came from: "streamed" from the model folder's
+    /// checkpoint (never read by the worker, or read once for the eager
+    /// reference: "streamed, read for the reference"), "loaded" by the worker,
+    /// or "loaded: <why they could not be streamed>" (traced runs).
+    pub weights: Option<String>,
     /// The run's steps for this program, in order, each after the last.
     pub timeline: Vec<TimelineStep>,
     /// The trace worker's peak resident memory after each step that moves it.
@@ -318,6 +326,7 @@ impl Report {
             schema_version: SCHEMA_VERSION,
             hfx_version: env!("CARGO_PKG_VERSION").to_string(),
             backend: summary.backend.to_string(),
+            trace_shared_with: summary.trace_shared_with.map(|b| b.to_string()),
             written: display(&summary.written),
             total_seconds: summary.total.as_secs_f64(),
             generation: summary.generation.as_ref().map(|g| GenerationReport {
@@ -370,6 +379,12 @@ fn component(c: &Component, written: &Path) -> ComponentReport {
             ArtifactReport { format: format.into(), path: display(&final_path(path, written)) }
         }),
         reference: c.reference.as_deref().map(|r| display(&final_path(r, written))),
+        weights: trace.map(|t| match (&t.weights.fallback, t.weights.streamed, t.weights.loaded) {
+            (_, true, false) => "streamed".to_string(),
+            (_, true, true) => "streamed, read for the reference".to_string(),
+            (Some(why), false, _) => format!("loaded: {why}"),
+            (None, false, _) => "loaded".to_string(),
+        }),
         timeline: timeline(c),
         worker_peak_rss_mib: trace
             .map(|t| {

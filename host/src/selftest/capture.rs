@@ -16,7 +16,7 @@ use super::{Case, MAX_CASE_BYTES};
 use crate::graph::pt2::{convert, Pt2};
 use crate::graph::NodeId;
 use crate::pipeline::scratch::Scratch;
-use crate::pipeline::{Artifact, Destination, Progress, RunOptions, Source};
+use crate::pipeline::{Artifact, Destination, Progress, RunOptions, Source, Target};
 use crate::trace::protocol::{CaptureProgram, CaptureValues};
 use crate::trace::{ModelSource, Worker};
 
@@ -52,14 +52,17 @@ pub fn capture(mut run: RunOptions, options: &CaptureOptions, progress: Progress
         Source::Trace(trace) => format!("{}{}", trace.request.source, if trace.request.dynamic { " --dynamic" } else { "" }),
         Source::Pt2(_) | Source::IrJson(_) => bail!("capture needs a model to trace (--model, --model-dir or --model-fn), not a file"),
     };
-    let backend = run.backend;
-    run.artifact = Artifact::Pt2;
-    run.destination = Destination::File(program_path.clone());
+    let backend = run.targets.first().context("no backend")?.backend;
+    run.targets = vec![Target { backend, artifact: Artifact::Pt2, destination: Destination::File(program_path.clone()) }];
+    // The values at the piece's inputs come from the eager reference: the weights are read.
+    if let Source::Trace(trace) = &mut run.source {
+        trace.load_weights = true;
+    }
     let python = run.plugins.python();
     let worker_options = run.worker.clone();
     let deadline = run.verify_deadline;
-    let summary = crate::pipeline::run(run, progress)?;
-    let reference = summary.single().and_then(|c| c.reference.clone()).context("the pipeline wrote no eager reference")?;
+    let summaries = crate::pipeline::run(run, progress)?;
+    let reference = summaries.first().and_then(|s| s.single()).and_then(|c| c.reference.clone()).context("the pipeline wrote no eager reference")?;
 
     let pt2 = Pt2::open(&program_path)?;
     let program = pt2.programs.get("model").context("the traced archive has no `model` program")?;

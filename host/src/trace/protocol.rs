@@ -173,7 +173,7 @@ pub enum Weights {
 }
 
 /// Where a traced program's parameters came from.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WeightsReport {
     /// Indexed where the model folder's checkpoint holds them.
@@ -520,7 +520,7 @@ pub struct HelloReply {
 }
 
 /// Seconds per step of the trace request.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StepSeconds {
     pub import: f64,
@@ -531,7 +531,7 @@ pub struct StepSeconds {
 }
 
 /// The worker's peak resident memory (MiB) after each step that moves it.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StepPeaks {
     pub import: f64,
@@ -559,7 +559,7 @@ pub struct ExportMetadata {
 }
 
 /// An op the worker decomposed: how many nodes of it, into how many nodes.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Decomposed {
     pub op: String,
@@ -567,7 +567,7 @@ pub struct Decomposed {
     pub became: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TraceReply {
     /// The traced model's class (`LlamaForCausalLM`).
@@ -605,7 +605,7 @@ pub struct TraceReply {
 }
 
 /// A guard of torch.export on input sizes and where it breaks.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SizeGuard {
     /// As torch writes it, inputs named: `((4 - input_ids.shape[1] % 4) % 4) <= 0`.
