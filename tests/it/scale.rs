@@ -183,3 +183,31 @@ fn a_trace_cache_hit_skips_the_trace() {
     assert_eq!(std::fs::read_dir(&cache).unwrap().count(), 3, "one entry per distinct trace");
     assert_no_scratch_left(dir.path());
 }
+
+/// `--verify-layers N`: the whole model is exported without its weights ever
+/// being read, and checked on its first N layers (the config truncated, the
+/// same checkpoint) in each runtime; the summary says what was verified.
+#[test]
+fn a_model_is_verified_on_its_first_layers() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = model_folder(dir.path(), "llama-sharded");
+    let out = dir.path().join("first-layer");
+    let stdout = export(dir.path(), "onnx", &folder, &out, &["--dynamic", "--verify-layers", "1"]);
+    assert!(stdout.contains(STREAMED), "the whole model's weights stay unread: {stdout}");
+    assert!(stdout.contains("verified on the model's first 1 layers"), "{stdout}");
+    assert_eq!(stdout.matches("verify inputs").count(), 2, "{stdout}");
+    assert!(!stdout.contains("FAIL") && out.join("model.onnx").exists(), "{stdout}");
+    for (extra, why) in [
+        (&["--verify-layers", "1", "--verify"][..], "drop --verify"),
+        (&["--verify-layers", "0"][..], "checks nothing"),
+    ] {
+        let mut args = vec!["run", "--backend", "onnx", "--model-dir", folder.as_str(), "-o", "x/"];
+        args.extend(extra);
+        let result = hfx(dir.path(), &args);
+        let stderr = String::from_utf8_lossy(&result.stderr);
+        assert!(!result.status.success() && stderr.contains(why) && stderr.trim().lines().count() == 1, "{stderr}");
+    }
+    let result = hfx(dir.path(), &["run", "--backend", "onnx", "--model", "llama", "--verify-layers", "1", "-o", "x/"]);
+    assert!(String::from_utf8_lossy(&result.stderr).contains("give --model-dir or --model-id"));
+    assert_no_scratch_left(dir.path());
+}

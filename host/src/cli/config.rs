@@ -189,7 +189,22 @@ pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)>
         }
         (None, Some((request, hub))) => {
             let cache = model.trace_cache.clone().or(config.trace_cache.clone().map(rel));
-            Source::Trace(Box::new(Trace { request, deadline, hub, load_weights: model.load_weights, cache }))
+            let verify_layers = model.verify_layers;
+            if let Some(layers) = verify_layers {
+                if !matches!(request.source, crate::trace::ModelSource::Directory { .. }) {
+                    bail!("--verify-layers {layers} truncates a model folder's config over its checkpoint: give --model-dir or --model-id");
+                }
+                if args.verify || config.verify {
+                    bail!("--verify-layers {layers} verifies the model's first {layers} layers instead of the whole model: drop --verify");
+                }
+                if request.generation.is_some() {
+                    bail!("--verify-layers does not apply to --generation (its check generates with the whole model)");
+                }
+                if layers == 0 {
+                    bail!("--verify-layers 0 checks nothing: give 1 or more");
+                }
+            }
+            Source::Trace(Box::new(Trace { request, deadline, hub, load_weights: model.load_weights, cache, verify_layers }))
         }
     };
     let memory_limit = match model.worker_memory_gib {

@@ -290,6 +290,11 @@ pub struct ModelArgs {
     /// (other backend options, --verify) reads the program from here instead.
     #[arg(long, value_name = "DIR")]
     pub trace_cache: Option<PathBuf>,
+    /// Verify on the model folder's first N layers (its config truncated, the same checkpoint) instead
+    /// of the whole model: for a model whose weights do not fit in memory. The artifact lands only if
+    /// the truncated model matches eager.
+    #[arg(long, value_name = "N")]
+    pub verify_layers: Option<u32>,
     /// `python:module:function` returning `(model, inputs)`.
     #[arg(long)]
     pub model_fn: Option<String>,
@@ -402,14 +407,14 @@ impl ModelArgs {
             (_, Some(dir), ..) => {
                 let path = dir.canonicalize().with_context(|| format!("{}", dir.display()))?;
                 model_id::check_remote_code(&path, &format!("--model-dir {}", dir.display()), trust_remote_code)?;
-                ModelSource::Directory { path, trust_remote_code }
+                ModelSource::Directory { path, trust_remote_code, layers: None }
             }
             (_, _, Some(id), _) => {
                 let id = ModelId::parse(id)?;
                 let resolved = model_id::resolve(&id, &HubCache::from_env()?)?;
                 model_id::check_remote_code(&resolved.snapshot, &format!("--model-id {id}"), trust_remote_code)?;
                 hub = Some(resolved.model);
-                ModelSource::Directory { path: resolved.snapshot, trust_remote_code }
+                ModelSource::Directory { path: resolved.snapshot, trust_remote_code, layers: None }
             }
             (.., Some(spec)) if spec.starts_with("python:") && spec.matches(':').count() == 2 => ModelSource::Function(spec.clone()),
             (.., Some(spec)) => bail!("--model-fn `{spec}`: expected python:module:function"),
@@ -623,5 +628,113 @@ impl PluginSetArgs {
             bail!("no plugin folder given (--plugins DIR; an installed hfx has its default sets)");
         }
         Ok(options)
+    }
+}
+
+#[cfg(test)]
+mod readme {
+    //! The README's commands run as written: every `hfx` line of its first
+    //! block and of its command list parses with this CLI (placeholders taken
+    //! as written, `a|b` as its first choice, `[optional]` parts included),
+    //! and every script and binary it names exists.
+
+    use clap::Parser;
+
+    const README: &str = include_str!("../../../README.md");
+    const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+
+    /// The commands of the README's first shell block and of its command list.
+    fn commands() -> Vec<String> {
+        let mut lines = Vec::new();
+        // None outside a code block; inside, whether it is shell.
+        let mut block: Option<bool> = None;
+        let mut section = "";
+        for line in README.lines() {
+            if let Some(title) = line.strip_prefix("## ") {
+                section = title;
+            }
+            if line.starts_with("```") {
+                block = match block {
+                    Some(_) => None,
+                    None => Some(line == "```sh"),
+                };
+                continue;
+            }
+            if block == Some(true) && (section.is_empty() || section == "Commands") {
+                let command = line.split(" #").next().unwrap_or("").trim();
+                if !command.is_empty() && !command.starts_with('#') {
+                    lines.push(command.to_string());
+                }
+            }
+        }
+        lines
+    }
+
+    /// `hfx ...` as the words clap gets: `[x]` → `x`, `a|b` → `a`, `x | y`
+    /// → `x` (the alternative after ` | `: its first word and the values up
+    /// to the next flag), a `...` (the rest of a command shown above)
+    /// dropped, `N` a count.
+    fn words(command: &str) -> Vec<String> {
+        let mut words = Vec::new();
+        let mut alternative = None; // Some(started) inside the alternative after ` | `
+        for word in command.replace(['[', ']'], "").split_whitespace() {
+            if word == "|" {
+                alternative = Some(false);
+                continue;
+            }
+            match alternative {
+                Some(false) => {
+                    alternative = Some(true);
+                    continue;
+                }
+                Some(true) if !word.starts_with('-') => continue,
+                _ => alternative = None,
+            }
+            if word == "..." {
+                continue;
+            }
+            let word = word.split('|').next().unwrap_or(word);
+            words.push(if word == "N" { "8".to_string() } else { word.to_string() });
+        }
+        words
+    }
+
+    #[test]
+    fn every_hfx_command_of_the_readme_parses() {
+        let commands = commands();
+        let mut checked = 0;
+        for command in &commands {
+            // The first command is `cargo xtask install && cd /tmp && ~/.local/bin/hfx run ...`.
+            let Some(start) = command.find("hfx run").or_else(|| command.strip_prefix("hfx ").map(|_| 0)) else { continue };
+            let words = words(&command[start..]);
+            if words.iter().any(|w| w == "flags") {
+                continue; // `[flags override the file]`: prose in a command
+            }
+            let parsed = super::Cli::try_parse_from(&words);
+            // `hfx run ...` lines that show only some options lack a backend or output: clap
+            // parses them; the pipeline's own checks say what is missing.
+            assert!(parsed.is_ok(), "README: `{command}` does not parse: {}", parsed.err().map(|e| e.to_string()).unwrap_or_default());
+            checked += 1;
+        }
+        assert!(checked >= 20, "only {checked} hfx commands found in the README");
+    }
+
+    #[test]
+    fn every_script_and_binary_the_readme_names_exists() {
+        for command in commands() {
+            for word in command.split_whitespace() {
+                if (word.starts_with("bench/") || word.starts_with("tests/") || word.starts_with("tools/")) && word.ends_with(".py") {
+                    assert!(std::path::Path::new(ROOT).join(word).is_file(), "README names {word}, which does not exist");
+                }
+            }
+            if let Some(bin) = command.split("--bin ").nth(1).and_then(|rest| rest.split_whitespace().next()) {
+                let manifest = std::fs::read_to_string(std::path::Path::new(ROOT).join("bench/Cargo.toml")).unwrap();
+                assert!(manifest.contains(&format!("name = \"{bin}\"")), "README runs --bin {bin}, which bench/Cargo.toml does not declare");
+            }
+            if let Some(task) = command.strip_prefix("cargo xtask ").and_then(|rest| rest.split_whitespace().next()) {
+                let xtask = std::fs::read_to_string(std::path::Path::new(ROOT).join("xtask/src/main.rs")).unwrap();
+                assert!(xtask.contains(&format!("\"{task}\"")), "README runs `cargo xtask {task}`, which xtask does not know");
+            }
+        }
     }
 }

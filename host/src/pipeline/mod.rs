@@ -142,6 +142,13 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<Vec<RunSummary
             match &trace.request.generation {
                 None => {
                     let traced = trace::run(&mut started, trace, &loaded, &backends, &written[0].output(MODEL))?;
+                    // Checked on a truncated model before anything lands: each target's checks.
+                    let mut kept = Some(started);
+                    let truncated = match trace.verify_layers {
+                        Some(layers) => Some((layers, verify_truncated(&options, trace, layers, &loaded, &mut kept, &written, progress)?)),
+                        None => None,
+                    };
+                    let started = kept.context("the trace worker went away")?;
                     // The worker holds the model and torch: gone before the host's stages, the
                     // pipeline's peak memory is the trace's, not the trace's plus the emission's
                     // (unless it is needed again: to verify, or to lower a `.pte`).
@@ -159,7 +166,11 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<Vec<RunSummary
                         }
                         let output = w.output(MODEL);
                         // The trace is reported once, with the first target.
-                        let component = export(&options, &w.target, &loaded, &mut worker, MODEL, Input::Traced(&traced), &output, options.verify, progress)?;
+                        let mut component = export(&options, &w.target, &loaded, &mut worker, MODEL, Input::Traced(&traced), &output, options.verify, progress)?;
+                        if let Some((layers, checks)) = &truncated {
+                            component.verified = checks[i].clone();
+                            component.verified_layers = Some(*layers);
+                        }
                         w.components.push(Component { trace: component.trace.filter(|_| i == 0), ..component });
                     }
                 }
@@ -193,7 +204,7 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<Vec<RunSummary
                             let mut request = trace.request.clone();
                             request.source = crate::trace::ModelSource::Captured { component: name.clone() };
                             request.folder = None; // the capture saved the configs
-                            let one = Trace { request, deadline: trace.deadline, hub: trace.hub.clone(), load_weights: trace.load_weights, cache: None };
+                            let one = Trace { request, deadline: trace.deadline, hub: trace.hub.clone(), load_weights: trace.load_weights, cache: None, verify_layers: None };
                             let traced = trace::run(kept_or_started(&mut worker, &options, progress)?, &one, &loaded, &backends, &output)
                                 .with_context(|| format!("component `{name}`"))?;
                             if let Some(previous) = emitting.take() {
@@ -283,6 +294,43 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<Vec<RunSummary
         });
     }
     Ok(summaries)
+}
+
+/// `--verify-layers N`: the model folder's first N layers (a truncated
+/// config over the same checkpoint) traced as the model was and exported
+/// for each target into a scratch folder, each checked in its runtime
+/// against eager; the checks, per target. The whole model's weights are never
+/// read: only the first layers' (and the layers around them, embeddings and
+/// head) for the eager reference.
+fn verify_truncated(
+    options: &RunOptions,
+    trace: &Trace,
+    layers: u32,
+    loaded: &LoadedSet,
+    worker: &mut Option<Worker>,
+    written: &[Written],
+    progress: Progress,
+) -> Result<Vec<Vec<crate::trace::protocol::Check>>> {
+    let crate::trace::ModelSource::Directory { path, trust_remote_code, .. } = &trace.request.source else {
+        bail!("--verify-layers truncates a model folder's config: give --model-dir or --model-id")
+    };
+    progress.step("verify", &format!("the model's first {layers} layers, from the same checkpoint"));
+    let mut request = trace.request.clone();
+    request.source = crate::trace::ModelSource::Directory { path: path.clone(), trust_remote_code: *trust_remote_code, layers: Some(layers) };
+    request.reference = true;
+    request.folder = None;
+    let small = Trace { request, deadline: trace.deadline, hub: None, load_weights: trace.load_weights, cache: None, verify_layers: None };
+    let scratch = Scratch::beside(written[0].target.destination.path(), "verify-layers")?;
+    let backends: Vec<Backend> = written.iter().map(|w| w.target.backend).collect();
+    let traced = trace::run(kept_or_started(worker, options, progress)?, &small, loaded, &backends, &scratch.path().join("model"))?;
+    let mut checks = Vec::new();
+    for w in written {
+        let output = scratch.path().join(w.target.artifact.folder_file(&format!("first-{layers}-layers")));
+        let component = export(options, &w.target, loaded, worker, "truncated", Input::Traced(&traced), &output, true, progress)
+            .with_context(|| format!("--verify-layers {layers}: the model's first {layers} layers"))?;
+        checks.push(component.verified);
+    }
+    Ok(checks)
 }
 
 /// The regular files directly in `dir`.
@@ -475,6 +523,7 @@ fn export(
         optimized,
         lowered,
         verified,
+        verified_layers: None,
         emit,
         verify: verify_time,
         artifact: runtime.map(|r| r.model(output)),

@@ -39,6 +39,10 @@ pub struct Trace {
     pub load_weights: bool,
     /// Where traced programs are kept by what made them (`--trace-cache DIR`).
     pub cache: Option<PathBuf>,
+    /// Verify on the model folder's first N layers instead of the whole model
+    /// (`--verify-layers N`: a model whose weights do not fit is checked on a
+    /// truncated config over the same checkpoint).
+    pub verify_layers: Option<u32>,
 }
 
 /// What is written. A new backend adds a variant here, and its emission in

@@ -145,6 +145,9 @@ pub struct Component {
     /// What the `.pte`'s lowering made of the program.
     pub lowered: Option<Lowered>,
     pub verified: Vec<Check>,
+    /// `--verify-layers N`: `verified` are the checks of the model's first N
+    /// layers (a truncated config over the same checkpoint), not of the model.
+    pub verified_layers: Option<u32>,
     /// The emit step, verification included ([`Component::verify`]).
     pub emit: Duration,
     /// The artifact run in its runtime against eager (`--verify`).
@@ -236,6 +239,9 @@ impl Component {
                 o.folding.lifted,
                 o.dead_removed,
             );
+        }
+        if let Some(layers) = self.verified_layers {
+            println!("verified on the model's first {layers} layers (--verify-layers: its config truncated, the same checkpoint), not the whole model:");
         }
         verify::print(&self.verified);
         if let Some(t) = &self.trace {

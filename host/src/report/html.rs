@@ -538,6 +538,9 @@ fn parity(out: &mut String, c: &ComponentReport) {
         return;
     };
     put!(out, "<p>In {} at atol/rtol {:e}.</p>\n", Esc(&p.runtime), p.tolerance);
+    if let Some(layers) = p.layers {
+        put!(out, "<p>On the model's first {layers} layers (--verify-layers: its config truncated, the same checkpoint), not the whole model.</p>\n");
+    }
     for check in &p.checks {
         put!(out, "<h4>inputs {}</h4>\n", Esc(&shapes(&check.inputs)));
         put!(

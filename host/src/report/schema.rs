@@ -220,6 +220,9 @@ pub struct Parity {
     pub tolerance: f64,
     /// One per input size checked.
     pub checks: Vec<ParityCheck>,
+    /// Checked on the model's first N layers (`--verify-layers`: its config
+    /// truncated, the same checkpoint), not on the whole model.
+    pub layers: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -593,7 +596,7 @@ fn parity(c: &Component, onnx_outputs: Option<&[String]>) -> Option<Parity> {
             }
         })
         .collect();
-    Some(Parity { runtime: runtime.name().to_string(), tolerance: runtime.tolerance(), checks })
+    Some(Parity { runtime: runtime.name().to_string(), tolerance: runtime.tolerance(), checks, layers: c.verified_layers })
 }
 
 fn plugin_set(summary: &RunSummary, components: &[ComponentReport]) -> PluginSetReport {

@@ -437,8 +437,9 @@ pub enum ModelSource {
     Architecture { name: String, overrides: Vec<(String, String)> },
     /// A local Hugging Face model folder (config.json + weights), or a Hub
     /// model's snapshot in the local cache; its own modeling code (`auto_map`)
-    /// is loaded only with `trust_remote_code`.
-    Directory { path: PathBuf, trust_remote_code: bool },
+    /// is loaded only with `trust_remote_code`; `layers`: only its first N
+    /// layers (`--verify-layers`: a truncated config, the same checkpoint).
+    Directory { path: PathBuf, trust_remote_code: bool, layers: Option<u32> },
     /// `python:module:function` returning `(model, inputs)`.
     Function(String),
     /// A Python-level program and its inputs: a patch plugin's self-test case.
@@ -460,8 +461,12 @@ impl std::fmt::Display for ModelSource {
                 }
                 Ok(())
             }
-            ModelSource::Directory { path, trust_remote_code } => {
-                write!(f, "--model-dir {}{}", path.display(), if *trust_remote_code { " --trust-remote-code" } else { "" })
+            ModelSource::Directory { path, trust_remote_code, layers } => {
+                write!(f, "--model-dir {}{}", path.display(), if *trust_remote_code { " --trust-remote-code" } else { "" })?;
+                match layers {
+                    Some(n) => write!(f, " (its first {n} layers)"),
+                    None => Ok(()),
+                }
             }
             ModelSource::Function(spec) => write!(f, "--model-fn {spec}"),
             ModelSource::Program { .. } => write!(f, "a self-test case's program"),
@@ -567,8 +572,8 @@ impl TraceRequest {
             ModelSource::Architecture { name, overrides } => {
                 SourceParams::Architecture { name: name.clone(), overrides: overrides.iter().cloned().collect() }
             }
-            ModelSource::Directory { path, trust_remote_code } => {
-                SourceParams::Directory { path: path.clone(), trust_remote_code: *trust_remote_code }
+            ModelSource::Directory { path, trust_remote_code, layers } => {
+                SourceParams::Directory { path: path.clone(), trust_remote_code: *trust_remote_code, layers: *layers }
             }
             ModelSource::Function(spec) => SourceParams::Function { spec: spec.clone() },
             ModelSource::Program { program, inputs } => SourceParams::Program { program: program.clone(), inputs: inputs.clone() },

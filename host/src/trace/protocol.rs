@@ -113,7 +113,8 @@ pub enum SourceParams {
     Architecture { name: String, overrides: BTreeMap<String, String> },
     /// A model folder; `trust_remote_code` reaches `from_pretrained` as given
     /// (never left unset: transformers would then prompt on the protocol's stdin).
-    Directory { path: PathBuf, trust_remote_code: bool },
+    /// `layers`: the config truncated to its first N layers.
+    Directory { path: PathBuf, trust_remote_code: bool, layers: Option<u32> },
     Function { spec: String },
     /// A Python-level program and its inputs (`hfx_worker/program.py`): a patch plugin's case.
     Program { program: Value, inputs: BTreeMap<String, CaseValue> },

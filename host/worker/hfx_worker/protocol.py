@@ -83,6 +83,8 @@ class DirectorySource:
     KIND: ClassVar[str] = "directory"
     path: str
     trust_remote_code: bool
+    # Only the first N layers (a truncated config over the same checkpoint: `--verify-layers`).
+    layers: Optional[int]
 
 
 @dataclass

@@ -67,13 +67,36 @@ def built(cls, config, **kwargs):
     return cls._from_config(config) if hasattr(cls, "_from_config") else cls(config)
 
 
-def directory_class(path, task, trust_remote_code):
-    """A model folder's class and config: the `--task` class, else the one `architectures` names.
-    `trust_remote_code` is always passed as a bool: left unset, transformers would ask
-    on stdin (the protocol's) whether to run a folder's own code."""
+# The names configs give their number of layers.
+LAYER_COUNTS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+
+
+def truncated(config, layers):
+    """`config` with only its first `layers` layers: each layer count cut, and
+    every per-layer list (`layer_types`) with it."""
+    counts = [key for key in LAYER_COUNTS if isinstance(getattr(config, key, None), int)]
+    if not counts:
+        raise ValueError(f"--verify-layers: {type(config).__name__} names no layer count ({', '.join(LAYER_COUNTS)})")
+    for key in counts:
+        count = getattr(config, key)
+        if layers < count:
+            for name, value in list(vars(config).items()):
+                if isinstance(value, list) and len(value) == count:
+                    setattr(config, name, value[:layers])
+            setattr(config, key, layers)
+    return config
+
+
+def directory_class(path, task, trust_remote_code, layers=None):
+    """A model folder's class and config (`layers`: truncated to its first N):
+    the `--task` class, else the one `architectures` names. `trust_remote_code`
+    is always passed as a bool: left unset, transformers would ask on stdin
+    (the protocol's) whether to run a folder's own code."""
     import transformers
 
     config = transformers.AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    if layers is not None:
+        config = truncated(config, layers)
     if task:
         return model_class(task, config), config
     names = getattr(config, "architectures", None) or []
@@ -83,18 +106,21 @@ def directory_class(path, task, trust_remote_code):
     return (getattr(transformers, names[0]) if names else transformers.AutoModel), config
 
 
-def from_directory(path, task, trust_remote_code):
-    """A model folder's model, its weights loaded."""
-    cls, _ = directory_class(path, task, trust_remote_code)
-    return cls.from_pretrained(path, trust_remote_code=trust_remote_code)
+def from_directory(path, task, trust_remote_code, layers=None):
+    """A model folder's model (its first `layers` layers), its weights loaded."""
+    cls, config = directory_class(path, task, trust_remote_code, layers)
+    if layers is None:
+        return cls.from_pretrained(path, trust_remote_code=trust_remote_code)
+    return cls.from_pretrained(path, config=config, trust_remote_code=trust_remote_code)
 
 
-def streamed_from_directory(path, task, trust_remote_code, dtype):
-    """A model folder's model with its weights left in the checkpoint
-    (`checkpoint.StreamedModel`), or None and why they cannot be."""
+def streamed_from_directory(path, task, trust_remote_code, dtype, layers=None):
+    """A model folder's model (its first `layers` layers) with its weights
+    left in the checkpoint (`checkpoint.StreamedModel`), or None and why they
+    cannot be."""
     from .checkpoint import streamed_model
 
-    cls, config = directory_class(path, task, trust_remote_code)
+    cls, config = directory_class(path, task, trust_remote_code, layers)
     options = {"trust_remote_code": trust_remote_code} if hasattr(cls, "from_config") else {}
     return streamed_model(lambda: built(cls, config, **options), path, dtype)
 

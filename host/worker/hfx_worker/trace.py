@@ -326,14 +326,14 @@ def built_model(session, params, generative=False, streamed=None):
         model = from_architecture(source.name, source.overrides, params.task, generative)
         inputs = None
     elif isinstance(source, protocol.DirectorySource) and streamed is not None and params.device == "cpu":
-        streamed.model, streamed.fallback = streamed_from_directory(source.path, params.task, source.trust_remote_code, params.dtype)
+        streamed.model, streamed.fallback = streamed_from_directory(source.path, params.task, source.trust_remote_code, params.dtype, source.layers)
         if streamed.model is not None:
             model = streamed.model.model
         else:
-            model = from_directory(source.path, params.task, source.trust_remote_code)
+            model = from_directory(source.path, params.task, source.trust_remote_code, source.layers)
         inputs = None
     elif isinstance(source, protocol.DirectorySource):
-        model = from_directory(source.path, params.task, source.trust_remote_code)
+        model = from_directory(source.path, params.task, source.trust_remote_code, source.layers)
         inputs = None
     elif isinstance(source, protocol.ProgramSource):
         model, inputs = build_program(session.policy, source.program, source.inputs)
