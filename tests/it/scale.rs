@@ -62,16 +62,18 @@ fn streamed_weights_give_the_same_artifacts_as_weights_read_by_the_worker() {
     // One file; several shards and their index; tied embeddings stored once, in
     // bfloat16 (exported as float32: converted as they are written); float32
     // exported as bfloat16 (rounded to nearest even, as torch rounds).
+    // Each writer (ONNX initializers and external data, `.pt2` entries) sees
+    // plain and converted weights.
     let cases = [
-        ("llama", &["--dynamic"][..]),
-        ("llama-sharded", &[][..]),
-        ("llama-tied-bf16", &[][..]),
-        ("llama", &["--dtype", "bfloat16"][..]),
+        ("llama", &["--dynamic"][..], &["onnx", "dynamo"][..]),
+        ("llama-sharded", &[][..], &["onnx"][..]),
+        ("llama-tied-bf16", &[][..], &["onnx", "dynamo"][..]),
+        ("llama", &["--dtype", "bfloat16"][..], &["dynamo"][..]),
     ];
-    for (kind, extra) in cases {
+    for (kind, extra, backends) in cases {
         let folder = dir.path().join(kind);
         let folder = if folder.exists() { folder.display().to_string() } else { model_folder(dir.path(), kind) };
-        for backend in ["onnx", "dynamo"] {
+        for &backend in backends {
             let streamed = dir.path().join(format!("{kind}-{backend}-{}-streamed", extra.join("")));
             let loaded = dir.path().join(format!("{kind}-{backend}-{}-loaded", extra.join("")));
             let stdout = export(dir.path(), backend, &folder, &streamed, extra);

@@ -125,7 +125,6 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<Vec<RunSummary
             trace.request.experts = Some("batched_mm".into());
         }
     }
-    let backends: Vec<Backend> = options.targets.iter().map(|t| t.backend).collect();
 
     // ── trace (or the file named), then each program through each backend ──
     let mut worker = None;
@@ -135,115 +134,15 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<Vec<RunSummary
     let loaded = match &options.source {
         Source::Trace(trace) => {
             progress.step("trace", "starting the worker");
-            let mut started = start_worker(&options, progress)?;
+            let started = start_worker(&options, progress)?;
             worker_python = Some(started.hello.python.clone());
             // The worker says which upstream versions are installed; plugins resolve against them.
             let loaded = load_plugins(&options, Some(&started), progress)?;
             match &trace.request.generation {
-                None => {
-                    let traced = trace::run(&mut started, trace, &loaded, &backends, &written[0].output(MODEL))?;
-                    // Checked on a truncated model before anything lands: each target's checks.
-                    let mut kept = Some(started);
-                    let truncated = match trace.verify_layers {
-                        Some(layers) => Some((layers, verify_truncated(&options, trace, layers, &loaded, &mut kept, &written, progress)?)),
-                        None => None,
-                    };
-                    let started = kept.context("the trace worker went away")?;
-                    // The worker holds the model and torch: gone before the host's stages, the
-                    // pipeline's peak memory is the trace's, not the trace's plus the emission's
-                    // (unless it is needed again: to verify, or to lower a `.pte`).
-                    if options.verify || lowered_by_worker {
-                        worker = Some(started);
-                    }
-                    // The configs the worker saved go to every export folder.
-                    let configs = written[0].folder.as_ref().map(|f| files_in(f.scratch())).transpose()?.unwrap_or_default();
-                    for (i, w) in written.iter_mut().enumerate() {
-                        if let (Some(folder), true) = (&w.folder, i > 0) {
-                            for config in &configs {
-                                let to = folder.scratch().join(config.file_name().context("a config without a name")?);
-                                std::fs::copy(config, &to).with_context(|| format!("writing {}", to.display()))?;
-                            }
-                        }
-                        let output = w.output(MODEL);
-                        // The trace is reported once, with the first target.
-                        let mut component = export(&options, &w.target, &loaded, &mut worker, MODEL, Input::Traced(&traced), &output, options.verify, progress)?;
-                        if let Some((layers, checks)) = &truncated {
-                            component.verified = checks[i].clone();
-                            component.verified_layers = Some(*layers);
-                        }
-                        w.components.push(Component { trace: component.trace.filter(|_| i == 0), ..component });
-                    }
-                }
+                None => export_traced(&options, trace, &loaded, started, &mut written, &mut worker, lowered_by_worker, progress)?,
                 Some(asked) => {
                     let [w] = written.as_mut_slice() else { bail!("--generation exports one backend at a time: give --backend one backend") };
-                    if w.folder.is_none() {
-                        bail!("--generation writes an export folder: name one with -o DIR/");
-                    }
-                    progress.step("trace", "capturing the generation components from one `generate` call");
-                    let capture = trace.request.capture_params(asked).map_err(anyhow::Error::msg)?;
-                    let captured = started.request(&capture, trace.deadline)?;
-                    // The worker keeps the model and the captured calls for every component's trace.
-                    worker = Some(started);
-                    // Each traced component's folder lives until every component is traced:
-                    // the worker links the next one's weights to its side file (one model,
-                    // the same weights) instead of writing them again.
-                    let mut traced_folders = Vec::new();
-                    let (target, components) = (&w.target, &mut w.components);
-                    let output = |name: &str| match &w.folder {
-                        Some(f) => f.component(name, &target.artifact),
-                        None => target.destination.path().to_path_buf(),
-                    };
-                    std::thread::scope(|scope| -> Result<()> {
-                        // Each component is emitted on a thread of its own while the worker
-                        // traces the next (a `.pte` is lowered by the worker: in turn).
-                        let mut emitting: Option<std::thread::ScopedJoinHandle<'_, Result<Exported>>> = None;
-                        for component in &captured.components {
-                            let name = &component.name;
-                            let output = output(name);
-                            progress.step("trace", &format!("component `{name}`"));
-                            let mut request = trace.request.clone();
-                            request.source = crate::trace::ModelSource::Captured { component: name.clone() };
-                            request.folder = None; // the capture saved the configs
-                            let one = Trace { request, deadline: trace.deadline, hub: trace.hub.clone(), load_weights: trace.load_weights, cache: None, verify_layers: None };
-                            let traced = trace::run(kept_or_started(&mut worker, &options, progress)?, &one, &loaded, &backends, &output)
-                                .with_context(|| format!("component `{name}`"))?;
-                            if let Some(previous) = emitting.take() {
-                                let (component, folder) = joined(previous)?;
-                                components.push(component);
-                                traced_folders.push(folder);
-                            }
-                            // Verified by generating with all of them (below): a component's cache
-                            // output may differ from eager by design (a sliding window traced whole).
-                            let (options, loaded) = (&options, &loaded);
-                            let emit = move |worker: &mut Option<Worker>| -> Result<Exported> {
-                                let component = export(options, target, loaded, worker, name, Input::Traced(&traced), &output, false, progress)
-                                    .with_context(|| format!("component `{name}`"))?;
-                                Ok((component, traced.scratch))
-                            };
-                            if lowered_by_worker {
-                                let (component, folder) = emit(&mut worker)?;
-                                components.push(component);
-                                traced_folders.push(folder);
-                            } else {
-                                emitting = Some(scope.spawn(move || emit(&mut None)));
-                            }
-                        }
-                        if let Some(last) = emitting.take() {
-                            components.push(joined(last)?.0);
-                        }
-                        Ok(())
-                    })?;
-                    drop(traced_folders);
-                    if options.verify {
-                        progress.step("verify", &format!("{} greedy tokens through the components against eager `generate`", asked.steps));
-                        let tolerance = match &target.artifact {
-                            Artifact::Pt2 => verify::Runtime::Pt2.tolerance(),
-                            _ => verify::Runtime::Onnx.tolerance(),
-                        };
-                        let worker = kept_or_started(&mut worker, &options, progress)?;
-                        let check = generation::check(worker, components, asked.steps, tolerance, options.verify_deadline)?;
-                        generation = Some(check);
-                    }
+                    generation = export_for_generation(&options, trace, asked, &loaded, started, w, &mut worker, lowered_by_worker, progress)?;
                 }
             }
             loaded
@@ -265,7 +164,7 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<Vec<RunSummary
     let python = worker_python.or_else(|| worker.as_ref().map(|w| w.hello.python.clone()));
     let first = options.targets[0].backend;
     let mut summaries = Vec::new();
-    for Written { target, folder, components } in written {
+    for Written { target, folder, mut components } in written {
         let path = match folder {
             Some(folder) => {
                 let Source::Trace(trace) = &options.source else {
@@ -277,6 +176,20 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<Vec<RunSummary
                     .map(|c| Ok((c.name.clone(), c.metadata.clone().context("an export folder records the traced model's metadata")?)))
                     .collect::<Result<Vec<_>>>()?;
                 folder.finish(&target.artifact, trace, &recorded, &loaded.set, target.backend)?;
+                // The files moved from the scratch folder into the export folder: say where they are.
+                let moved = |path: &mut PathBuf| {
+                    if let Some(name) = path.file_name() {
+                        *path = dir.join(name);
+                    }
+                };
+                for c in &mut components {
+                    if let Some(reference) = &mut c.reference {
+                        moved(reference);
+                    }
+                    if let Some(artifact) = &mut c.artifact {
+                        moved(artifact.path_mut());
+                    }
+                }
                 dir
             }
             None => target.destination.path().to_path_buf(),
@@ -294,6 +207,142 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<Vec<RunSummary
         });
     }
     Ok(summaries)
+}
+
+/// A traced model, one trace for every target: each target's export of it
+/// (checked first on the model's first layers with `--verify-layers`).
+#[allow(clippy::too_many_arguments)] // the run's parts, each distinct
+fn export_traced(
+    options: &RunOptions,
+    trace: &Trace,
+    loaded: &LoadedSet,
+    mut started: Worker,
+    written: &mut [Written],
+    worker: &mut Option<Worker>,
+    lowered_by_worker: bool,
+    progress: Progress,
+) -> Result<()> {
+    let backends: Vec<Backend> = written.iter().map(|w| w.target.backend).collect();
+    let traced = trace::run(&mut started, trace, loaded, &backends, &written[0].output(MODEL))?;
+    // Checked on a truncated model before anything lands: each target's checks.
+    let mut kept = Some(started);
+    let truncated = match trace.verify_layers {
+        Some(layers) => Some((layers, verify_truncated(options, trace, layers, loaded, &mut kept, written, progress)?)),
+        None => None,
+    };
+    let started = kept.context("the trace worker went away")?;
+    // The worker holds the model and torch: gone before the host's stages, the
+    // pipeline's peak memory is the trace's, not the trace's plus the emission's
+    // (unless it is needed again: to verify, or to lower a `.pte`).
+    if options.verify || lowered_by_worker {
+        *worker = Some(started);
+    }
+    // The configs the worker saved go to every export folder.
+    let configs = written[0].folder.as_ref().map(|f| files_in(f.scratch())).transpose()?.unwrap_or_default();
+    for (i, w) in written.iter_mut().enumerate() {
+        if let (Some(folder), true) = (&w.folder, i > 0) {
+            for config in &configs {
+                let to = folder.scratch().join(config.file_name().context("a config without a name")?);
+                std::fs::copy(config, &to).with_context(|| format!("writing {}", to.display()))?;
+            }
+        }
+        let output = w.output(MODEL);
+        // The trace is reported once, with the first target.
+        let mut component = export(options, &w.target, loaded, worker, MODEL, Input::Traced(&traced), &output, options.verify, progress)?;
+        if let Some((layers, checks)) = &truncated {
+            component.verified = checks[i].clone();
+            component.verified_layers = Some(*layers);
+        }
+        w.components.push(Component { trace: component.trace.filter(|_| i == 0), ..component });
+    }
+    Ok(())
+}
+
+/// `--generation`: the components one `generate` call is made of, each traced
+/// by name in the worker that captured them and exported to `w`'s target;
+/// with `--verify`, the generation check.
+#[allow(clippy::too_many_arguments)] // the run's parts, each distinct
+fn export_for_generation(
+    options: &RunOptions,
+    trace: &Trace,
+    asked: &crate::trace::Generation,
+    loaded: &LoadedSet,
+    mut started: Worker,
+    w: &mut Written,
+    worker: &mut Option<Worker>,
+    lowered_by_worker: bool,
+    progress: Progress,
+) -> Result<Option<crate::trace::protocol::GenerateCheckReply>> {
+    let backends = [w.target.backend];
+    let mut generation = None;
+    if w.folder.is_none() {
+        bail!("--generation writes an export folder: name one with -o DIR/");
+    }
+    progress.step("trace", "capturing the generation components from one `generate` call");
+    let capture = trace.request.capture_params(asked).map_err(anyhow::Error::msg)?;
+    let captured = started.request(&capture, trace.deadline)?;
+    // The worker keeps the model and the captured calls for every component's trace.
+    *worker = Some(started);
+    // Each traced component's folder lives until every component is traced:
+    // the worker links the next one's weights to its side file (one model,
+    // the same weights) instead of writing them again.
+    let mut traced_folders = Vec::new();
+    let (target, components) = (&w.target, &mut w.components);
+    let output = |name: &str| match &w.folder {
+        Some(f) => f.component(name, &target.artifact),
+        None => target.destination.path().to_path_buf(),
+    };
+    std::thread::scope(|scope| -> Result<()> {
+        // Each component is emitted on a thread of its own while the worker
+        // traces the next (a `.pte` is lowered by the worker: in turn).
+        let mut emitting: Option<std::thread::ScopedJoinHandle<'_, Result<Exported>>> = None;
+        for component in &captured.components {
+            let name = &component.name;
+            let output = output(name);
+            progress.step("trace", &format!("component `{name}`"));
+            let mut request = trace.request.clone();
+            request.source = crate::trace::ModelSource::Captured { component: name.clone() };
+            request.folder = None; // the capture saved the configs
+            let one = Trace { request, deadline: trace.deadline, hub: trace.hub.clone(), load_weights: trace.load_weights, cache: None, verify_layers: None };
+            let traced = trace::run(kept_or_started(worker, options, progress)?, &one, loaded, &backends, &output)
+                .with_context(|| format!("component `{name}`"))?;
+            if let Some(previous) = emitting.take() {
+                let (component, folder) = joined(previous)?;
+                components.push(component);
+                traced_folders.push(folder);
+            }
+            // Verified by generating with all of them (below): a component's cache
+            // output may differ from eager by design (a sliding window traced whole).
+            let emit = move |worker: &mut Option<Worker>| -> Result<Exported> {
+                let component = export(options, target, loaded, worker, name, Input::Traced(&traced), &output, false, progress)
+                    .with_context(|| format!("component `{name}`"))?;
+                Ok((component, traced.scratch))
+            };
+            if lowered_by_worker {
+                let (component, folder) = emit(worker)?;
+                components.push(component);
+                traced_folders.push(folder);
+            } else {
+                emitting = Some(scope.spawn(move || emit(&mut None)));
+            }
+        }
+        if let Some(last) = emitting.take() {
+            components.push(joined(last)?.0);
+        }
+        Ok(())
+    })?;
+    drop(traced_folders);
+    if options.verify {
+        progress.step("verify", &format!("{} greedy tokens through the components against eager `generate`", asked.steps));
+        let tolerance = match &target.artifact {
+            Artifact::Pt2 => verify::Runtime::Pt2.tolerance(),
+            _ => verify::Runtime::Onnx.tolerance(),
+        };
+        let worker = kept_or_started(worker, options, progress)?;
+        let check = generation::check(worker, components, asked.steps, tolerance, options.verify_deadline)?;
+        generation = Some(check);
+    }
+    Ok(generation)
 }
 
 /// `--verify-layers N`: the model folder's first N layers (a truncated

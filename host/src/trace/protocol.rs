@@ -214,6 +214,15 @@ pub enum VerifyModel {
     Pte { path: PathBuf, in_spec: String },
 }
 
+impl VerifyModel {
+    /// The artifact's file.
+    pub fn path_mut(&mut self) -> &mut PathBuf {
+        match self {
+            VerifyModel::Onnx { path } | VerifyModel::Pt2 { path } | VerifyModel::Pte { path, .. } => path,
+        }
+    }
+}
+
 /// `verify`: an artifact against the eager reference.
 #[derive(Debug, Clone, Serialize)]
 pub struct Verify {
