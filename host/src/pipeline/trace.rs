@@ -90,8 +90,7 @@ pub fn run(worker: &mut Worker, trace: &Trace, loaded: &LoadedSet, backends: &[B
     let cache = match &trace.cache {
         Some(dir) => {
             let cache = TraceCache::open(dir)?;
-            let specs = sessions.iter().map(|s| crate::trace::protocol::PatchSpec { plugin: s.plugin().name().to_string(), targets: s.plugin().targets.clone() }).collect();
-            let params = request.params(&program, &reference, specs);
+            let params = request.params(&program, &reference, crate::trace::patch_specs(&sessions));
             let patches: Vec<(String, String)> = sessions.iter().map(|s| (s.plugin().name().to_string(), s.plugin().component_sha256.clone())).collect();
             match TraceCache::key(&params, &request.source, &patches, &worker.versions()) {
                 Ok(key) => Some((cache, key)),

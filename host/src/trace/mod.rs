@@ -607,6 +607,11 @@ impl TraceRequest {
     }
 }
 
+/// The patch plugins of `patches` and the targets the worker swaps for shims.
+pub fn patch_specs(patches: &[crate::plugins::Session<'_, crate::plugins::kind::Patch>]) -> Vec<PatchSpec> {
+    patches.iter().map(|s| PatchSpec { plugin: s.plugin().name().to_string(), targets: s.plugin().targets.clone() }).collect()
+}
+
 /// Traces `request` into `output` (a `.pt2`) and `reference` (eager inputs and
 /// outputs), with `patches` (patch plugins) answering calls to their targets.
 pub fn trace(
@@ -617,8 +622,7 @@ pub fn trace(
     reference: &std::path::Path,
     deadline: Duration,
 ) -> Result<TraceReply, TraceError> {
-    let specs = patches.iter().map(|s| PatchSpec { plugin: s.plugin().name().to_string(), targets: s.plugin().targets.clone() }).collect();
-    let params = request.params(output, reference, specs);
+    let params = request.params(output, reference, patch_specs(patches));
     let mut failure: Option<crate::plugins::PluginError> = None;
     let result = worker.request_with(&params, deadline, &mut |call| {
         let session =
