@@ -161,30 +161,25 @@ def main():
     print(json.dumps({k: {"seconds": round(w, 1), "peak_rss_gib": round(p / GIB, 2), "exit": c} for k, (w, p, c) in results.items()}))
 
 
+def hfx_run(label, backend, folder, out, results, *extra):
+    """One hfx export into `out` (removed after), measured; its output tail."""
+    shutil.rmtree(out, ignore_errors=True)
+    wall, peak, code, tail = measured(hfx_command(backend, folder, out + "/", "--dynamic", *extra))
+    results[label] = (wall, peak, code)
+    print(f"{label}: {wall:.0f} s, whole-pipeline peak RSS {peak / GIB:.2f} GiB (exit {code})\n{tail}")
+    return code
+
+
 def hfx_side(folder, out, results):
     onnx_out = os.path.join(out, "onnx")
-    shutil.rmtree(onnx_out, ignore_errors=True)
-    wall, peak, code, tail = measured(hfx_command("onnx", folder, onnx_out + "/", "--dynamic"))
-    results["hfx onnx (float32, dynamic)"] = (wall, peak, code)
-    print(f"hfx -> ONNX float32: {wall:.0f} s, whole-pipeline peak RSS {peak / GIB:.2f} GiB (exit {code})\n{tail}")
-    if code == 0:
+    if hfx_run("hfx onnx (float32, dynamic)", "onnx", folder, onnx_out, results) == 0:
         wall, peak, code, tail = measured([PYTHON, __file__, "--ort", os.path.join(onnx_out, "model.onnx")])
         print(f"ONNX Runtime session on the 3.2B model: exit {code}, {wall:.0f} s, peak RSS {peak / GIB:.2f} GiB: {tail.strip().splitlines()[-1] if tail.strip() else ''}")
     shutil.rmtree(onnx_out, ignore_errors=True)
-
-    pt2_out = os.path.join(out, "pt2")
-    shutil.rmtree(pt2_out, ignore_errors=True)
-    wall, peak, code, tail = measured(hfx_command("dynamo", folder, pt2_out + "/", "--dynamic", "--dtype", "bfloat16"))
-    results["hfx pt2 (bfloat16, dynamic)"] = (wall, peak, code)
-    print(f"hfx -> .pt2 bfloat16: {wall:.0f} s, whole-pipeline peak RSS {peak / GIB:.2f} GiB (exit {code})\n{tail}")
-    shutil.rmtree(pt2_out, ignore_errors=True)
-
-    check_out = os.path.join(out, "verified")
-    shutil.rmtree(check_out, ignore_errors=True)
-    wall, peak, code, tail = measured(hfx_command("onnx", folder, check_out + "/", "--dynamic", "--verify-layers", "2"))
-    results["hfx onnx --verify-layers 2"] = (wall, peak, code)
-    print(f"hfx -> ONNX float32 --verify-layers 2: exit {code}, {wall:.0f} s, peak RSS {peak / GIB:.2f} GiB\n{tail}")
-    shutil.rmtree(check_out, ignore_errors=True)
+    hfx_run("hfx pt2 (bfloat16, dynamic)", "dynamo", folder, os.path.join(out, "pt2"), results, "--dtype", "bfloat16")
+    shutil.rmtree(os.path.join(out, "pt2"), ignore_errors=True)
+    hfx_run("hfx onnx --verify-layers 2", "onnx", folder, os.path.join(out, "verified"), results, "--verify-layers", "2")
+    shutil.rmtree(os.path.join(out, "verified"), ignore_errors=True)
 
 
 def reference_run(folder, out, results, timeout):
