@@ -236,6 +236,10 @@ fn export_traced(
     // (unless it is needed again: to verify, or to lower a `.pte`).
     if options.verify || lowered_by_worker {
         *worker = Some(started);
+    } else {
+        // Stopped now, not at the end of this function (a value moved on one
+        // branch only is dropped at the end of its scope).
+        drop(started);
     }
     // The configs the worker saved go to every export folder.
     let configs = written[0].folder.as_ref().map(|f| files_in(f.scratch())).transpose()?.unwrap_or_default();
