@@ -173,6 +173,13 @@ fn a_trace_cache_hit_skips_the_trace() {
     let (stdout, stderr) = export_with_stderr(dir.path(), "onnx", &folder, &dir.path().join("verified"), &["--dynamic", "--opset", "18", "--verify", "--trace-cache", cache_arg]);
     assert!(stdout.contains("the trace cache's") && !stderr.contains("trace: torch.export"), "{stdout}\n{stderr}");
     assert!(stdout.contains("verify inputs") && !stdout.contains("FAIL"), "{stdout}");
+    // A damaged entry is traced again (and replaced), not an error.
+    let entry = std::fs::read_dir(&cache).unwrap().map(|e| e.unwrap().path()).find(|p| p.join("reply.json").exists()).unwrap();
+    std::fs::write(entry.join("reply.json"), "{").unwrap();
+    let (stdout, stderr) = export_with_stderr(dir.path(), "onnx", &folder, &dir.path().join("damaged"), &["--dynamic", "--trace-cache", cache_arg]);
+    assert!(stderr.contains("traced again") && stderr.contains("trace: torch.export") && !stdout.contains("the trace cache's"), "{stderr}");
+    let (stdout, _) = export_with_stderr(dir.path(), "onnx", &folder, &dir.path().join("repaired"), &["--dynamic", "--trace-cache", cache_arg]);
+    assert!(stdout.contains("the trace cache's"), "the entry was stored again: {stdout}");
     // Static instead of dynamic: another trace.
     let (_, stderr) = export_with_stderr(dir.path(), "onnx", &folder, &dir.path().join("third"), &["--trace-cache", cache_arg]);
     assert!(stderr.contains("trace: torch.export"), "{stderr}");

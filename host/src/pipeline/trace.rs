@@ -104,9 +104,17 @@ pub fn run(worker: &mut Worker, trace: &Trace, loaded: &LoadedSet, backends: &[B
     };
     let folder = request.folder.clone();
     let hit = cache.as_ref().and_then(|(cache, key)| cache.lookup(key, request.reference));
-    let result = match hit {
-        Some(entry) => {
-            let reply = TraceCache::restore(&entry, scratch.path(), folder.as_deref())?;
+    // A damaged entry costs this run a trace, not its export.
+    let restored = hit.and_then(|entry| match TraceCache::restore(&entry, scratch.path(), folder.as_deref()) {
+        Ok(reply) => Some((entry, reply)),
+        Err(e) => {
+            tracing::warn!("--trace-cache: {e:#}: traced again");
+            let _ = std::fs::remove_dir_all(&entry);
+            None
+        }
+    });
+    let result = match restored {
+        Some((entry, reply)) => {
             cached = Some(entry);
             reply
         }

@@ -13,9 +13,11 @@
 //! An entry is `DIR/<key>/`: the program, its side weights and index, the
 //! eager reference, the configs the worker saved (`configs/`) and the
 //! worker's reply (`reply.json`). It is written into a temp folder and
-//! renamed into place, so an entry is whole or absent; files go in and out
-//! by hard link (copied where links are refused). Nothing is ever evicted:
-//! remove the folder to empty the cache.
+//! renamed into place, so an entry is whole or absent. The program and its
+//! weights go in and out by hard link (copied where links are refused; the
+//! run only reads them), the reference and configs by copy (they land in the
+//! user's folder). A damaged entry is removed and traced again. Nothing is
+//! ever evicted: remove the folder to empty the cache.
 
 use std::path::{Path, PathBuf};
 
@@ -79,22 +81,41 @@ impl TraceCache {
     }
 
     /// Puts `entry`'s files into `scratch` and its configs into `folder`
-    /// (an export folder's scratch, when the run writes one); its reply.
+    /// (an export folder's scratch, when the run writes one); its reply. The
+    /// program and its weights are linked (the run only reads them); what
+    /// lands in the user's folder (the eager reference, the configs) is
+    /// copied, so editing it there never changes the cache. On an error the
+    /// scratch folder is left as it was.
     pub fn restore(entry: &Path, scratch: &Path, folder: Option<&Path>) -> Result<TraceReply> {
-        let text = crate::input::read_bounded(&entry.join(REPLY), REPLY_LIMIT).map_err(|e| anyhow::anyhow!("{}: {e}", entry.display()))?;
-        let reply: TraceReply = serde_json::from_slice(&text).with_context(|| format!("{}: its reply", entry.display()))?;
-        for name in PROGRAM_FILES {
-            let from = entry.join(name);
-            if from.exists() {
-                link_or_copy(&from, &scratch.join(name))?;
+        let restored = (|| -> Result<TraceReply> {
+            let text = crate::input::read_bounded(&entry.join(REPLY), REPLY_LIMIT).map_err(|e| anyhow::anyhow!("{}: {e}", entry.display()))?;
+            let reply: TraceReply = serde_json::from_slice(&text).with_context(|| format!("{}: its reply", entry.display()))?;
+            for name in PROGRAM_FILES {
+                let from = entry.join(name);
+                if from.exists() {
+                    let to = scratch.join(name);
+                    if *name == REFERENCE {
+                        std::fs::copy(&from, &to).with_context(|| format!("copying {}", from.display()))?;
+                    } else {
+                        link_or_copy(&from, &to)?;
+                    }
+                }
+            }
+            if let Some(folder) = folder {
+                for config in files(&entry.join(CONFIGS))? {
+                    let to = folder.join(config.file_name().context("a config without a name")?);
+                    std::fs::copy(&config, &to).with_context(|| format!("copying {}", config.display()))?;
+                }
+            }
+            Ok(reply)
+        })();
+        if restored.is_err() {
+            // Nothing linked to the entry may stay: the trace that follows writes these files.
+            for name in PROGRAM_FILES {
+                let _ = std::fs::remove_file(scratch.join(name));
             }
         }
-        if let Some(folder) = folder {
-            for config in files(&entry.join(CONFIGS))? {
-                link_or_copy(&config, &folder.join(config.file_name().context("a config without a name")?))?;
-            }
-        }
-        Ok(reply)
+        restored
     }
 
     /// Keeps the program traced into `scratch` (and the configs the worker
@@ -113,12 +134,17 @@ impl TraceCache {
             for name in PROGRAM_FILES {
                 let from = scratch.join(name);
                 if from.exists() {
-                    link_or_copy(&from, &staging.join(name))?;
+                    // The eager reference moves on to the user's folder: a copy, as `restore` makes.
+                    if *name == REFERENCE {
+                        std::fs::copy(&from, staging.join(name))?;
+                    } else {
+                        link_or_copy(&from, &staging.join(name))?;
+                    }
                 }
             }
             if let Some(folder) = folder {
                 for config in files(folder)? {
-                    link_or_copy(&config, &staging.join(CONFIGS).join(config.file_name().context("a config without a name")?))?;
+                    std::fs::copy(&config, staging.join(CONFIGS).join(config.file_name().context("a config without a name")?))?;
                 }
             }
             crate::atomic::write_bytes_atomically(&staging.join(REPLY), &serde_json::to_vec(reply)?)?;
