@@ -29,9 +29,11 @@ use crate::trace::protocol::{TraceParams, TraceReply};
 use crate::trace::ModelSource;
 
 /// The files of a traced program in its scratch folder, as the trace step names them.
-pub const PROGRAM_FILES: &[&str] = &["model.pt2", "model.pt2.weights", "model.pt2.weights.json", "reference.pt"];
-const REPLY: &str = "reply.json";
+const PROGRAM: &str = "model.pt2";
+const SIDE_WEIGHTS: &str = "model.pt2.weights";
 const REFERENCE: &str = "reference.pt";
+pub const PROGRAM_FILES: &[&str] = &[PROGRAM, SIDE_WEIGHTS, "model.pt2.weights.json", REFERENCE];
+const REPLY: &str = "reply.json";
 const CONFIGS: &str = "configs";
 /// Most bytes a cached reply may hold.
 const REPLY_LIMIT: u64 = 64 << 20;
@@ -81,20 +83,20 @@ impl TraceCache {
     }
 
     /// Puts `entry`'s files into `scratch` and its configs into `folder`
-    /// (an export folder's scratch, when the run writes one); its reply. The
-    /// program and its weights are linked (the run only reads them); what
-    /// lands in the user's folder (the eager reference, the configs) is
-    /// copied, so editing it there never changes the cache. On an error the
-    /// scratch folder is left as it was.
+    /// (an export folder's scratch, when the run writes one); its reply.
+    /// Side weights are linked (the run only reads them); what may land in
+    /// the user's folder ([`reaches_the_user`], the configs) is copied. On an
+    /// error the scratch folder is left as it was.
     pub fn restore(entry: &Path, scratch: &Path, folder: Option<&Path>) -> Result<TraceReply> {
         let restored = (|| -> Result<TraceReply> {
             let text = crate::input::read_bounded(&entry.join(REPLY), REPLY_LIMIT).map_err(|e| anyhow::anyhow!("{}: {e}", entry.display()))?;
             let reply: TraceReply = serde_json::from_slice(&text).with_context(|| format!("{}: its reply", entry.display()))?;
+            let weights_inside = !entry.join(SIDE_WEIGHTS).exists();
             for name in PROGRAM_FILES {
                 let from = entry.join(name);
                 if from.exists() {
                     let to = scratch.join(name);
-                    if *name == REFERENCE {
+                    if reaches_the_user(name, weights_inside) {
                         std::fs::copy(&from, &to).with_context(|| format!("copying {}", from.display()))?;
                     } else {
                         link_or_copy(&from, &to)?;
@@ -131,11 +133,11 @@ impl TraceCache {
         let _ = std::fs::remove_dir_all(&staging);
         let stored = (|| -> Result<()> {
             std::fs::create_dir_all(staging.join(CONFIGS))?;
+            let weights_inside = !scratch.join(SIDE_WEIGHTS).exists();
             for name in PROGRAM_FILES {
                 let from = scratch.join(name);
                 if from.exists() {
-                    // The eager reference moves on to the user's folder: a copy, as `restore` makes.
-                    if *name == REFERENCE {
+                    if reaches_the_user(name, weights_inside) {
                         std::fs::copy(&from, staging.join(name))?;
                     } else {
                         link_or_copy(&from, &staging.join(name))?;
@@ -164,6 +166,14 @@ impl TraceCache {
         let _ = std::fs::remove_dir_all(&staging);
         stored.with_context(|| format!("--trace-cache: storing {}", entry.display()))
     }
+}
+
+/// Whether a traced file may end up in the user's folder (the eager
+/// reference; a program holding its weights, placed as an unchanged `.pt2`):
+/// such a file is copied in and out of the cache, never linked, so editing
+/// it there cannot change an entry.
+fn reaches_the_user(name: &str, weights_inside: bool) -> bool {
+    name == REFERENCE || (name == PROGRAM && weights_inside)
 }
 
 /// What identifies the model's own files.
