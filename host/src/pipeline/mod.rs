@@ -291,18 +291,14 @@ fn export_for_generation(
     // the worker links the next one's weights to its side file (one model,
     // the same weights) instead of writing them again.
     let mut traced_folders = Vec::new();
+    let outputs: Vec<PathBuf> = captured.components.iter().map(|c| w.output(&c.name)).collect();
     let (target, components) = (&w.target, &mut w.components);
-    let output = |name: &str| match &w.folder {
-        Some(f) => f.component(name, &target.artifact),
-        None => target.destination.path().to_path_buf(),
-    };
     std::thread::scope(|scope| -> Result<()> {
         // Each component is emitted on a thread of its own while the worker
         // traces the next (a `.pte` is lowered by the worker: in turn).
         let mut emitting: Option<std::thread::ScopedJoinHandle<'_, Result<Exported>>> = None;
-        for component in &captured.components {
+        for (component, output) in captured.components.iter().zip(outputs) {
             let name = &component.name;
-            let output = output(name);
             progress.step("trace", &format!("component `{name}`"));
             let mut request = trace.request.clone();
             request.source = crate::trace::ModelSource::Captured { component: name.clone() };
@@ -386,9 +382,13 @@ fn verify_truncated(
     Ok(checks)
 }
 
-/// The regular files directly in `dir`.
+/// The regular files directly in `dir` (links followed); none if it does not exist.
 fn files_in(dir: &Path) -> Result<Vec<PathBuf>> {
-    let entries = std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", dir.display())),
+    };
     Ok(entries.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.is_file()).collect())
 }
 

@@ -159,8 +159,8 @@ pub fn run(worker: &mut Worker, trace: &Trace, loaded: &LoadedSet, backends: &[B
 
 /// A model folder's safetensors files: what streamed weights may point into.
 fn checkpoint_files(folder: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(folder) else { return Vec::new() };
-    entries.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "safetensors")).collect()
+    let files = super::files_in(folder).unwrap_or_default();
+    files.into_iter().filter(|p| p.extension().is_some_and(|x| x == "safetensors")).collect()
 }
 
 /// An axis of a model input that torch.export fixed although `--dynamic`

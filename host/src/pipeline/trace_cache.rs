@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
 
+use super::files_in;
 use crate::plugins::Versions;
 use crate::trace::protocol::{TraceParams, TraceReply};
 use crate::trace::ModelSource;
@@ -104,7 +105,7 @@ impl TraceCache {
                 }
             }
             if let Some(folder) = folder {
-                for config in files(&entry.join(CONFIGS))? {
+                for config in files_in(&entry.join(CONFIGS))? {
                     let to = folder.join(config.file_name().context("a config without a name")?);
                     std::fs::copy(&config, &to).with_context(|| format!("copying {}", config.display()))?;
                 }
@@ -145,7 +146,7 @@ impl TraceCache {
                 }
             }
             if let Some(folder) = folder {
-                for config in files(folder)? {
+                for config in files_in(folder)? {
                     std::fs::copy(&config, staging.join(CONFIGS).join(config.file_name().context("a config without a name")?))?;
                 }
             }
@@ -182,7 +183,7 @@ fn model_fingerprint(source: &ModelSource) -> std::result::Result<serde_json::Va
         ModelSource::Architecture { .. } => Ok(serde_json::Value::Null), // the request names it whole
         ModelSource::Directory { path, .. } => {
             let mut found = Vec::new();
-            for file in files(path).map_err(|e| e.to_string())? {
+            for file in files_in(path).map_err(|e| e.to_string())? {
                 let meta = std::fs::metadata(&file).map_err(|e| format!("{}: {e}", file.display()))?;
                 let modified = meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_nanos());
                 found.push(serde_json::json!([file.file_name().map(|n| n.to_string_lossy().to_string()), meta.len(), modified.map(|m| m.to_string())]));
@@ -213,12 +214,6 @@ fn module_file(module: &str) -> Option<PathBuf> {
         }
     }
     None
-}
-
-/// The regular files directly in `dir` (none if it does not exist).
-fn files(dir: &Path) -> Result<Vec<PathBuf>> {
-    let Ok(entries) = std::fs::read_dir(dir) else { return Ok(Vec::new()) };
-    Ok(entries.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.is_file()).collect())
 }
 
 fn link_or_copy(from: &Path, to: &Path) -> Result<()> {
