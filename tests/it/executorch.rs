@@ -188,6 +188,24 @@ fn a_third_party_fx_fix_changes_the_executorch_program() {
     }
 }
 
+/// Sizes used where a kernel takes a tensor (`x + x.shape[1]` with a dynamic
+/// sequence): the portable program writes each into a 0-dim tensor at run
+/// time (`scalar_tensor`, as ExecuTorch's `SymToTensorPass`), so the program
+/// follows the size it is given.
+#[test]
+fn sizes_used_as_tensors_follow_the_input_in_the_portable_program() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("m.pte");
+    let plugins = root().join("plugins").display().to_string();
+    let model = "hfx_test_models:adds_its_length";
+    let args = ["run", "--backend", "executorch", "--model-fn", &format!("python:{model}"), "--dynamic", "--verify", "--plugins", &plugins, "-o", out.to_str().unwrap()];
+    let result = hfx(dir.path(), &args);
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(result.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&result.stderr));
+    assert!(stdout.contains("stage pte-emit") && stdout.contains(" ok"), "{stdout}");
+    run_python("run_pte_at.py", &[out.to_str().unwrap(), model, "2x5", "3x9", "1x2"]);
+}
+
 /// What cannot be emitted says so in one line, naming the node and the way
 /// out, and writes nothing: an op the portable runtime has no kernel for
 /// (`aten.sort`), a delegate of another backend, a `.pte` from ONNX.

@@ -129,20 +129,24 @@ fn a_static_cache_generates_through_onnx_and_pt2_components() {
     }
 }
 
-/// ExecuTorch with XNNPACK, as its own LLM export does it: a static cache
-/// (mutable state the program updates in place), every component verified
-/// by generating in the ExecuTorch runtime. A growing cache is refused in
-/// one line (ExecuTorch plans buffers at their largest size).
+/// ExecuTorch, as its own LLM export does it: a static cache (state the
+/// program updates in place), every component verified by generating in the
+/// ExecuTorch runtime, for both programs: hfx's native portable emitter (the
+/// updated cache returned as `updated.*` outputs) and XNNPACK. A growing cache is refused in one line
+/// (ExecuTorch plans buffers at their largest size).
 #[test]
-fn executorch_xnnpack_generates_with_a_static_cache() {
+fn executorch_generates_with_a_static_cache_portable_and_xnnpack() {
     let root_dir = tempfile::tempdir().unwrap();
     // Llama, Qwen3 (a mask per layer type, `None` at prefill), Gemma 2 (its sliding window passed) and Phi-3.
-    for (arch, set) in [("llama", LLAMA), ("qwen3", QWEN3), ("gemma2", GEMMA2), ("phi3", PHI3)] {
-        let dir = root_dir.path().join(arch);
-        let stdout = generate("executorch", arch, set, &dir, &["--delegate", "xnnpack", "--cache", "static", "--max-cache-len", "24"]);
-        assert!(stdout.contains("identical to eager `generate` (component calls: prefill 1, decode 7;") && stdout.contains("ExecuTorch"), "{arch}: {stdout}");
-        for file in ["prefill.pte", "decode.pte", "export.json", "generation_config.json"] {
-            assert!(dir.join(file).is_file(), "{arch}: {file} missing");
+    for (program, delegate) in [("portable", &[][..]), ("xnnpack", &["--delegate", "xnnpack"][..])] {
+        for (arch, set) in [("llama", LLAMA), ("qwen3", QWEN3), ("gemma2", GEMMA2), ("phi3", PHI3)] {
+            let dir = root_dir.path().join(format!("{arch}-{program}"));
+            let extra: Vec<&str> = delegate.iter().copied().chain(["--cache", "static", "--max-cache-len", "24"]).collect();
+            let stdout = generate("executorch", arch, set, &dir, &extra);
+            assert!(stdout.contains("identical to eager `generate` (component calls: prefill 1, decode 7;") && stdout.contains("ExecuTorch"), "{arch} {program}: {stdout}");
+            for file in ["prefill.pte", "decode.pte", "export.json", "generation_config.json"] {
+                assert!(dir.join(file).is_file(), "{arch} {program}: {file} missing");
+            }
         }
     }
     let out = hfx(root_dir.path(), &["run", "--backend", "executorch", "--delegate", "xnnpack", "--model", "llama", "--set", LLAMA, "--generation", "--dynamic", "-o", "growing/"]);
@@ -173,6 +177,7 @@ fn what_a_generation_export_cannot_be_is_refused_in_one_line() {
         (&["--generation", "-o", "out/"], "needs --dynamic"),
         (&["--generation", "--max-cache-len", "16", "-o", "out/"], "add --cache static"),
         (&["--generation", "--cache", "static", "-o", "out/"], "add --max-cache-len N"),
+        (&["--generation", "--dynamic", "--cache", "static", "--max-cache-len", "16", "-o", "out/"], "drop --dynamic"),
         (&["--multi-token-decode", "--dynamic", "-o", "out/"], "add --generation"),
         (&["--generation", "--dynamic", "--dynamic-shapes", "input_ids:1=2..16", "-o", "out/"], "use --dynamic"),
     ];

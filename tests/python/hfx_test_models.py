@@ -136,3 +136,16 @@ class Sorts(torch.nn.Module):
 def sorts():
     """An op ExecuTorch's portable runtime has no kernel for (`aten.sort`)."""
     return Sorts(), {"x": torch.randn(3, 4)}
+
+
+class AddsItsLength(torch.nn.Module):
+    def forward(self, x):
+        # With a dynamic sequence, `x.shape[1]` is a size (a SymInt) where
+        # `add.Tensor` takes a tensor, and `/` one where `div.Tensor` does.
+        positions = torch.arange(x.shape[1], dtype=torch.float32)
+        return x + x.shape[1] + positions / x.shape[1]
+
+
+def adds_its_length():
+    """Sizes used as tensors: ExecuTorch writes each into a 0-dim tensor (`scalar_tensor`)."""
+    return AddsItsLength(), {"x": torch.randn(2, 5)}

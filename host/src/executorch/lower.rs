@@ -157,13 +157,29 @@ impl Lowering<'_> {
 
     fn inputs(&mut self, signature: &s::GraphSignature) -> Result<(), LowerError> {
         let root = self.graph.subgraph(0).map_err(|e| LowerError(e.to_string()))?;
-        if let Some(spec) = signature.output_specs.iter().find(|o| !matches!(o, s::OutputSpec::UserOutput { .. })) {
-            return self.error(None, format!("the program writes state back ({spec:?}); the native portable emitter does not plan mutable buffers yet: use --delegate xnnpack"));
+        // An input the program updates in place (a static cache) is one more output:
+        // the caller gets the updated value back, as from ONNX (`updated.<input>`).
+        if let Some(spec) = signature.output_specs.iter().find(|o| !matches!(o, s::OutputSpec::UserOutput { .. } | s::OutputSpec::UserInputMutation { .. })) {
+            return self.error(None, format!("the program writes state back ({spec:?}); the native portable emitter plans no mutable buffer (a buffer the program updates; an updated input is fine): use --delegate xnnpack"));
         }
-        let specs = &signature.input_specs;
-        let mut specs_iter = specs.iter().filter(|s| !matches!(s, s::InputSpec::ConstantInput { .. }));
+        let mut specs = signature.input_specs.iter();
         for &v in &root.inputs {
-            let spec = specs_iter.next();
+            let spec = specs.next();
+            // An input torch.export folded to a constant (a `None` the trace saw)
+            // is still one of the call's inputs: that constant in the value table.
+            if let Some(s::InputSpec::ConstantInput { value, .. }) = spec {
+                let constant = match value {
+                    s::ConstantValue::AsNone(_) => EValue::Null,
+                    s::ConstantValue::AsInt(n) => EValue::Int(*n),
+                    s::ConstantValue::AsFloat(f) => EValue::Double(f.0),
+                    s::ConstantValue::AsBool(b) => EValue::Bool(*b),
+                    s::ConstantValue::AsString(text) => EValue::Str(text.clone()),
+                };
+                let id = self.push(constant);
+                self.ids.insert(v, id);
+                self.program.inputs.push(id);
+                continue;
+            }
             let meta = self.tensor_meta(v).cloned().map_err(LowerError);
             let (storage, constant) = match spec {
                 Some(s::InputSpec::Parameter { parameter_name, .. }) => (None, Some((parameter_name.clone(), false))),
@@ -369,6 +385,8 @@ impl Lowering<'_> {
                 self.program.chain.push(KernelCall { operator: op, args: vec![id, non_blocking, dim_order, out, out] });
                 Ok(out)
             }
+            // A size the program returns (a sequence length): the value the kernel wrote.
+            EValue::Int(_) | EValue::Double(_) | EValue::Bool(_) => Ok(id),
             other => Err(LowerError(format!("output value {} is {other:?}, not a tensor", v.0))),
         }
     }
@@ -425,6 +443,9 @@ impl Lowering<'_> {
                 let storage = Storage::Constant(self.program.constants.len() - 1);
                 EValue::Tensor(Tensor { scalar_type, sizes: vec![], dim_order: vec![], dynamic: false, storage })
             }
+            (ArgType::Tensor, sym @ (Argument::SymInt(Sym::Value(v)) | Argument::SymFloat(Sym::Value(v)) | Argument::SymBool(Sym::Value(v)))) => {
+                return self.scalar_tensor(node, sym, *v)
+            }
             (ArgType::TensorList, Argument::Tensors(vs)) => {
                 let items = vs.iter().map(|v| self.id(node, *v)).collect::<Result<Vec<_>, _>>()?;
                 EValue::TensorList(items)
@@ -463,6 +484,24 @@ impl Lowering<'_> {
             (_, other) => return Err(bad(other)),
         };
         Ok(self.push(value))
+    }
+
+    /// A size (`sym`, the value `v`) passed where the kernel takes a tensor
+    /// (`add.Tensor(s0, positions)`): a 0-dim tensor written from it at run
+    /// time by `scalar_tensor.out`, typed as ExecuTorch's `SymToTensorPass`
+    /// types it (int32, float32, bool).
+    fn scalar_tensor(&mut self, node: NodeId, sym: &Argument, v: ValueId) -> Result<u32, LowerError> {
+        let scalar_type = match sym {
+            Argument::SymFloat(_) => 6,
+            Argument::SymBool(_) => 11,
+            _ => 3,
+        };
+        let size = self.id(node, v)?;
+        let kernel = kernels::kernel("aten.scalar_tensor.default").expect("scalar_tensor is in the table");
+        let op = self.operator(kernel);
+        let out = self.push(EValue::Tensor(Tensor { scalar_type, sizes: vec![], dim_order: vec![], dynamic: false, storage: Storage::Planned }));
+        self.program.chain.push(KernelCall { operator: op, args: vec![size, out, out] });
+        Ok(out)
     }
 
     fn json(&mut self, node: NodeId, ty: ArgType, default: &serde_json::Value) -> Result<u32, String> {

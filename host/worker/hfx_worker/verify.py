@@ -211,6 +211,7 @@ def component_runner(artifact, traced):
     component, as the model is called: the kwargs it was traced with, its flat
     outputs rebuilt into the model's output (`CausalLMOutputWithPast`, its
     cache) by the output spec the trace recorded."""
+    import numpy as np
     import torch
     from torch.utils._pytree import tree_unflatten, treespec_loads
 
@@ -221,7 +222,8 @@ def component_runner(artifact, traced):
         # A program that updates an input in place (a static cache) returns
         # the updated values first: the model's outputs are the last ones.
         outputs = flat[len(flat) - (spec.num_leaves - len(constants)):]
-        tensors = iter(torch.from_numpy(o) if not torch.is_tensor(o) else o for o in outputs)
+        # (a size the program returns comes back from the ExecuTorch runtime as an int)
+        tensors = iter(torch.from_numpy(o) if isinstance(o, np.ndarray) else o for o in outputs)
         return tree_unflatten([constants[i] if i in constants else next(tensors) for i in range(spec.num_leaves)], spec)
 
     if isinstance(artifact, Pt2Model):
