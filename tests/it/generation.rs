@@ -137,9 +137,11 @@ fn a_static_cache_generates_through_onnx_and_pt2_components() {
 #[test]
 fn executorch_generates_with_a_static_cache_portable_and_xnnpack() {
     let root_dir = tempfile::tempdir().unwrap();
-    // Llama, Qwen3 (a mask per layer type, `None` at prefill), Gemma 2 (its sliding window passed) and Phi-3.
+    // Llama, Qwen3 (a mask per layer type, `None` at prefill), Gemma 2 (its
+    // sliding window passed), Phi-3 and Mamba (its fixed-size state updated in
+    // place; the cache length is not used).
     for (program, delegate) in [("portable", &[][..]), ("xnnpack", &["--delegate", "xnnpack"][..])] {
-        for (arch, set) in [("llama", LLAMA), ("qwen3", QWEN3), ("gemma2", GEMMA2), ("phi3", PHI3)] {
+        for (arch, set) in [("llama", LLAMA), ("qwen3", QWEN3), ("gemma2", GEMMA2), ("phi3", PHI3), ("mamba", MAMBA)] {
             let dir = root_dir.path().join(format!("{arch}-{program}"));
             let extra: Vec<&str> = delegate.iter().copied().chain(["--cache", "static", "--max-cache-len", "24"]).collect();
             let stdout = generate("executorch", arch, set, &dir, &extra);

@@ -334,10 +334,7 @@ fn export_for_generation(
     drop(traced_folders);
     if options.verify {
         progress.step("verify", &format!("{} greedy tokens through the components against eager `generate`", asked.steps));
-        let tolerance = match &target.artifact {
-            Artifact::Pt2 => verify::Runtime::Pt2.tolerance(),
-            _ => verify::Runtime::Onnx.tolerance(),
-        };
+        let tolerance = verify::tolerance(&target.artifact);
         let worker = kept_or_started(worker, options, progress)?;
         let check = generation::check(worker, components, asked.steps, tolerance, options.verify_deadline)?;
         generation = Some(check);

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 
+use super::options::Artifact;
 use crate::trace::protocol::{Check, Verify, VerifyModel};
 use crate::trace::Worker;
 
@@ -34,9 +35,22 @@ impl Runtime {
     /// The tolerance, absolute and relative.
     pub fn tolerance(&self) -> f64 {
         match self {
-            Runtime::Onnx | Runtime::Executorch { .. } => 1e-3,
-            Runtime::Pt2 => 1e-4,
+            Runtime::Onnx | Runtime::Executorch { .. } => OTHER_RUNTIME,
+            Runtime::Pt2 => SAME_PROGRAM,
         }
+    }
+}
+
+/// A `.pt2` is the program torch traced: only float round-off differs.
+const SAME_PROGRAM: f64 = 1e-4;
+/// Another runtime's kernels (the reference exporters' tolerance).
+const OTHER_RUNTIME: f64 = 1e-3;
+
+/// The tolerance `artifact` is held to: that of the runtime it runs in.
+pub fn tolerance(artifact: &Artifact) -> f64 {
+    match artifact {
+        Artifact::Pt2 | Artifact::IrJson => SAME_PROGRAM,
+        Artifact::Onnx(_) | Artifact::Pte(_) => OTHER_RUNTIME,
     }
 }
 

@@ -333,8 +333,13 @@ fn expand(kind: Kind, args: Args, function: &ItemFn) -> syn::Result<Tokens> {
             }
         }
     };
+    let targets = &args.targets;
     Ok(quote! {
         #function
+        /// The targets the plugin's attribute declares: stated there once,
+        /// readable here (a rewrite that must know which ops it also handles).
+        #[allow(dead_code)]
+        pub const TARGETS: &[&str] = &[#(#targets),*];
         const _: () = {
             #[doc(hidden)]
             pub struct __HfxPlugin;

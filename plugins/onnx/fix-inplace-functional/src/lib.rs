@@ -32,18 +32,6 @@ use std::collections::HashMap;
 
 use hfx_sdk::prelude::*;
 
-/// The targets below: a later in-place op on the same tensor must be one of
-/// them, whose rewrite moves the readers after it on in turn.
-const FUNCTIONAL: &[&str] = &[
-    "aten.add_.Tensor", "aten.add_.Scalar", "aten.sub_.Tensor", "aten.sub_.Scalar", "aten.mul_.Tensor",
-    "aten.mul_.Scalar", "aten.div_.Tensor", "aten.div_.Scalar", "aten.masked_fill_.Scalar",
-    "aten.masked_fill_.Tensor", "aten.clamp_.default", "aten.clamp_min_.default", "aten.clamp_max_.default",
-    "aten.neg_.default", "aten.exp_.default", "aten.relu_.default", "aten.tanh_.default",
-    "aten.sigmoid_.default", "aten.pow_.Scalar", "aten.triu_.default", "aten.tril_.default",
-    "aten.index_put_.default", "aten.scatter_.src", "aten.scatter_.value", "aten.scatter_add_.default",
-    "aten.fill_.Scalar", "aten.copy_.default",
-];
-
 /// Ops whose result may share memory with an input: a mutation through or of
 /// such a value is seen by the other alias, which a functional rewrite loses.
 const ALIASING: &[&str] = &[
@@ -174,8 +162,8 @@ fn plan(graph: &Graph, node: NodeId, mutated: ValueId) -> Result<Option<Vec<(Nod
     let after = |n: NodeId| order.get(&n).is_some_and(|&p| p > here);
     // Whether `user` is one whose effects the analysis follows.
     let followed = |user: NodeId| -> Result<bool> { Ok(graph.subgraph_of(user)? == subgraph && known(&graph.target(user)?)) };
-    // A later write must be one whose rewrite moves the readers after it on.
-    let rewritten = |user: NodeId| -> Result<bool> { Ok(FUNCTIONAL.contains(&graph.target(user)?.as_str())) };
+    // A later write must be one of this plugin's targets, whose rewrite moves the readers after it on.
+    let rewritten = |user: NodeId| -> Result<bool> { Ok(TARGETS.contains(&graph.target(user)?.as_str())) };
 
     // The base: back through whole aliases.
     let mut base = mutated;
@@ -289,9 +277,6 @@ fn seen_after(graph: &Graph, view: NodeId, after: &dyn Fn(NodeId) -> bool) -> Re
 ])]
 fn fix_inplace_functional(graph: &Graph, node: NodeId) -> Result<bool> {
     let target = graph.target(node)?;
-    if !FUNCTIONAL.contains(&target.as_str()) {
-        return Err(error(format!("`{target}` is a target missing from FUNCTIONAL"), Some(node)));
-    }
     let mutated = graph.tensor_input(node, "self")?;
     let Some(later) = plan(graph, node, mutated)? else { return Ok(false) };
     // `aten.add_.Tensor` → `aten.add.Tensor`: the op name without its trailing underscore.
