@@ -47,6 +47,14 @@ pub fn pt2(pt2: &Pt2, graph: &Graph, output: &Path) -> Result<()> {
     Ok(())
 }
 
+/// As [`pt2`], for the worker's ExecuTorch steps: the weights stay where they
+/// are, indexed beside it ([`Pt2::write_indexed`]).
+pub fn pt2_for_worker(pt2: &Pt2, graph: &Graph, output: &Path) -> Result<()> {
+    let program = convert::from_ir(graph, &pt2.programs["model"]).map_err(anyhow::Error::msg).with_context(|| format!("{}", output.display()))?;
+    pt2.write_indexed(output, &[("model".to_string(), program)].into())?;
+    Ok(())
+}
+
 /// What the ONNX emission reports.
 pub struct OnnxEmitted {
     /// The translation and IR-fix stages.

@@ -105,15 +105,15 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<Vec<RunSummary
     let lowered_by_worker = options.targets.iter().any(|t| matches!(t.artifact, Artifact::Pte(_)));
     if let Source::Trace(trace) = &mut options.source {
         trace.request.folder = written[0].folder.as_ref().map(|f| f.scratch().to_path_buf());
-        // The host writes an ONNX model's or a `.pt2`'s weights itself, from
-        // where they are: the worker need not pack them into its `.pt2`, and a
-        // model folder's stay in its checkpoint (the worker never reads them
-        // unless the eager reference is asked for). ExecuTorch's lowering runs
-        // in the worker, on a `.pt2` with its weights.
+        // The host writes an ONNX model's, a `.pt2`'s or a portable `.pte`'s
+        // weights itself, from where they are: the worker need not pack them
+        // into its `.pt2`, and a model folder's stay in its checkpoint (the
+        // worker never reads them unless the eager reference is asked for).
+        // ExecuTorch's steps in the worker map them where they are too.
         use crate::trace::protocol::Weights;
         let from_folder = matches!(trace.request.source, crate::trace::ModelSource::Directory { .. });
         trace.request.weights = match () {
-            _ if lowered_by_worker || options.targets.iter().any(|t| t.artifact == Artifact::IrJson) => Weights::InArchive,
+            _ if options.targets.iter().any(|t| t.artifact == Artifact::IrJson) => Weights::InArchive,
             _ if from_folder && !trace.load_weights => Weights::Streamed,
             _ => Weights::Side,
         };
@@ -482,7 +482,7 @@ fn export(
                 Input::Traced(traced) if graph.changes() == changes_before => traced.program.clone(),
                 _ => {
                     let program = work.path().join("program.pt2");
-                    emit::pt2(pt2, graph, &program)?;
+                    emit::pt2_for_worker(pt2, graph, &program)?;
                     program
                 }
             };
@@ -508,7 +508,8 @@ fn export(
                     let started = Instant::now();
                     let mut edge_pt2 = crate::graph::pt2::Pt2::open(&edge_path)?;
                     if edge.side_weights {
-                        edge_pt2.attach_side_weights(&crate::graph::pt2::side_weights_path(&edge_path), &[])?;
+                        // The weights the worker left where they were: in the files the traced program's are in.
+                        edge_pt2.attach_side_weights(&crate::graph::pt2::side_weights_path(&edge_path), &pt2.side_files())?;
                     }
                     let model = edge_pt2.programs.get("model").with_context(|| format!("{}: no `model` program", edge_path.display()))?;
                     let edge_graph = crate::graph::pt2::convert::to_ir(model).map_err(anyhow::Error::msg).with_context(|| format!("{}", edge_path.display()))?;

@@ -13,9 +13,10 @@ non-core ops kept whole.
 
 import os
 import time
+import types
 
 from .protocol import EdgeProgramParams, EdgeProgramReply, LowerParams, LowerReply
-from .pytree import load_exported
+from .pytree import load_exported_mapped
 from .trace import save_with_side_weights, side_weights_supported
 
 # The non-core ATen ops the reference lets through the edge verifier for
@@ -56,7 +57,7 @@ def lower(_session, params: LowerParams) -> LowerReply:
     import torch
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
-    program = load_exported(params.program)
+    program, _ = load_exported_mapped(params.program)
     in_spec = torch.utils._pytree.treespec_dumps(program.call_spec.in_spec)
     exceptions = [getattr(getattr(torch.ops.aten, op), overload) for op, overload in (n.split(".") for n in CORE_ATEN_EXCEPTIONS)]
     started = time.monotonic()
@@ -86,14 +87,16 @@ def edge_program(_session, params: EdgeProgramParams) -> EdgeProgramReply:
     import torch
     from executorch.exir.tracer import _default_decomposition_table
 
-    program = load_exported(params.program)
+    program, sources = load_exported_mapped(params.program)
     started = time.monotonic()
     edge = program.run_decompositions(_default_decomposition_table())
     # The edge program is intermediate, as a trace for ONNX is: its weights go
-    # beside it straight from tensor memory, and the host maps them.
+    # beside it straight from tensor memory, and the host maps them; a weight
+    # still over the map it was loaded from is indexed where it is (a model
+    # folder's checkpoint, the trace's side file), never written again.
     side_weights = side_weights_supported()
     if side_weights:
-        save_with_side_weights(edge, params.output)
+        save_with_side_weights(edge, params.output, streamed=types.SimpleNamespace(sources=sources))
     else:
         torch.export.save(edge, params.output)
     dumps = torch.utils._pytree.treespec_dumps

@@ -10,6 +10,8 @@ leaves, everything else a JSON-native context naming classes by
 import contextlib
 import enum
 import importlib
+import json
+import os
 
 # ── Pytree registration (the reference's `pytree registration` stage) ──
 
@@ -135,6 +137,73 @@ def load_exported(path):
 
     register_cache_pytrees()
     return torch.export.load(path)
+
+
+def load_exported_mapped(path):
+    """(program, sources): a `.pt2` hfx wrote for a step of its own with its
+    weights left where they are (empty entries, indexed by `<path>.weights.json`
+    as `save_with_side_weights` indexes them: `[file, offset, length, stored
+    dtype?]`, file 0 named relative to the index, the others absolute), each
+    weight a tensor over a private memory map of its file: nothing is read
+    until a step touches it. `sources` tells `save_with_side_weights` where
+    each mapped storage is, so a program saved from this one indexes those
+    weights in place instead of writing them again. Without an index, as
+    `load_exported`."""
+    import mmap
+
+    import torch
+    from torch.export.pt2_archive import _package
+
+    from .checkpoint import Stored
+
+    index_path = path + ".weights.json"
+    if not os.path.exists(index_path):
+        return load_exported(path), {}
+    with open(index_path) as f:
+        index = json.load(f)
+    maps = []
+    for name in index["files"]:
+        file = name if os.path.isabs(name) else os.path.join(os.path.dirname(os.path.abspath(path)), name)
+        with open(file, "rb") as f:
+            # ACCESS_COPY: writable to torch (no non-writable-buffer warning), never to the file.
+            maps.append((file, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) if os.path.getsize(file) else None))
+    sources = {}
+    build_file_map = _package._build_file_map
+    entries = {"weights/": index.get("weights", {}), "constants/": index.get("constants", {})}
+
+    def mapped_file_map(archive_reader, config, base_dir):
+        # torch's own map for what the archive holds; a mapped tensor for each empty
+        # entry the index places (the storage a payload's tensors are strided over)
+        file_map = build_file_map(archive_reader, config, base_dir)
+        table = next((t for d, t in entries.items() if base_dir.rstrip("/").endswith(d.rstrip("/"))), {})
+        for fqn, meta in config.config.items():
+            place = table.get(fqn)
+            if place is None or meta.use_pickle:
+                continue
+            record = os.path.join(base_dir, meta.path_name)
+            if archive_reader.archive_file.get_record_size(record) != 0:
+                continue
+            file, offset, length = place[:3]
+            name, buffer = maps[file]
+            if length == 0:
+                continue  # no elements: torch's loader made the tensor already
+            dtype = _package.deserialize_scalar_type(meta.tensor_meta.dtype)
+            stored = getattr(torch, place[3]) if len(place) > 3 else dtype
+            flat = torch.frombuffer(buffer, dtype=stored, count=length // stored.itemsize, offset=offset)
+            if stored != dtype:
+                flat = flat.to(dtype)  # converted: a tensor of its own (only with --dtype)
+            else:
+                sources[flat.untyped_storage().data_ptr()] = Stored(name, offset, length, str(dtype).removeprefix("torch."), tuple(flat.shape))
+            if meta.tensor_meta.requires_grad:
+                flat.requires_grad_(True)
+            file_map[meta.path_name] = flat
+        return file_map
+
+    _package._build_file_map = mapped_file_map
+    try:
+        return load_exported(path), sources
+    finally:
+        _package._build_file_map = build_file_map
 
 
 # ── The eager reference file ──

@@ -64,7 +64,7 @@ struct SideWeights {
 /// element the dtype it is stored in when that is not the tensor's (a
 /// checkpoint's bfloat16 weight exported as float32: converted as it is
 /// written, [`cast::Cast`]).
-#[derive(Debug, Clone, serde::Deserialize)]
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
 #[serde(untagged)]
 enum SideEntry {
     Same(usize, usize, usize),
@@ -438,6 +438,47 @@ impl Pt2 {
             Err(ArchiveError::Malformed { reason, .. }) => Err(invalid(archive_path, reason)),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// The files the side weights are read from (canonical paths): what an
+    /// index written from this `.pt2`'s programs may name.
+    pub fn side_files(&self) -> Vec<std::path::PathBuf> {
+        self.side.iter().flat_map(|s| &s.files).map(|f| f.path.canonicalize().unwrap_or_else(|_| f.path.clone())).collect()
+    }
+
+    /// Writes the archive with `programs` as [`Pt2::write`] does, but leaves
+    /// side-stored weights where they are: their entries empty, indexed by
+    /// `<path>.weights.json` with the same entries and every file named by its
+    /// absolute path. For a step of hfx's own that maps them (ExecuTorch's edge
+    /// decomposition and lowering in the worker), so the weights are never
+    /// copied on their way: torch itself cannot load this `.pt2`.
+    pub fn write_indexed(&self, path: &Path, programs: &BTreeMap<String, ExportedProgram>) -> Result<(), Pt2Error> {
+        let Some(side) = &self.side else { return self.write(path, programs) };
+        self.check_payloads()?;
+        let write_error = |source| Pt2Error::Write { path: path.display().to_string(), source };
+        let mut out = ArchiveWriter::create(path).map_err(write_error)?;
+        for entry in self.archive.entries() {
+            let model = entry
+                .name
+                .strip_prefix(&format!("{}models/", self.prefix))
+                .and_then(|n| n.strip_suffix(".json"))
+                .and_then(|n| programs.get(n));
+            match model {
+                Some(program) => out.add(&entry.name, &serde_json::to_vec(program).expect("programs serialize")).map_err(write_error)?,
+                None => self.archive.copy_entry(entry, &mut out)?,
+            }
+        }
+        #[derive(serde::Serialize)]
+        struct Index<'a> {
+            files: Vec<std::path::PathBuf>,
+            weights: &'a BTreeMap<String, SideEntry>,
+            constants: &'a BTreeMap<String, SideEntry>,
+        }
+        let index = Index { files: self.side_files(), weights: &side.weights, constants: &side.constants };
+        let mut index_path = side_weights_path(path).into_os_string();
+        index_path.push(".json");
+        crate::atomic::write_atomically(Path::new(&index_path), |f| std::io::Write::write_all(f, &serde_json::to_vec(&index).expect("the index serializes"))).map_err(write_error)?;
+        out.finish().map_err(write_error)
     }
 
     /// Writes the archive with `programs` in place of the ones read; every other
