@@ -1,27 +1,33 @@
-"""A Llama to ExecuTorch, three programs side by side in one run:
+"""A Llama to ExecuTorch, three programs side by side in one run, on the
+user's path: the model saved as a folder (safetensors) and exported from it,
+`--dynamic` (add `--static` for fixed shapes):
 
-- the reference: `ExecutorchExporter().export(model, inputs,
-  config=ExecutorchConfig(backend="xnnpack"))` + `save_pretrained`;
-- hfx's XNNPACK program: `hfx run --backend executorch --delegate xnnpack`
-  (hfx traces and fixes, ExecuTorch's partitioner lowers in the worker);
-- hfx's portable program: `hfx run --backend executorch` (hfx decomposes in
-  the worker, then lowers, plans memory and writes the `.pte` natively).
+- the reference: `from_pretrained(FOLDER)` + `ExecutorchExporter().export(
+  model, inputs, config=ExecutorchConfig(backend="xnnpack", dynamic=...))`
+  + `save_pretrained`;
+- hfx's XNNPACK program: `hfx run --backend executorch --delegate xnnpack
+  --model-dir FOLDER` (hfx traces and fixes, ExecuTorch's partitioner lowers
+  in the worker, the weights mapped from the checkpoint);
+- hfx's portable program: `hfx run --backend executorch --model-dir FOLDER`
+  (hfx decomposes in the worker, then lowers, plans memory and writes the
+  `.pte` natively, the weights streamed from the checkpoint into it).
 
-Same model (same seed and config), same inputs, static, alternating, ROUNDS
-runs each (medians reported).
+Same model (same seed and config), alternating, ROUNDS runs each (medians
+reported).
 
     cargo build --release -p hfx && cargo xtask build-plugins
-    .venv/bin/python bench/executorch_bench.py [tiny|125m] [ROUNDS]     # HFX=PATH for another hfx binary
+    .venv/bin/python bench/executorch_bench.py [tiny|125m] [ROUNDS] [--static]     # HFX=PATH for another hfx binary
 
 Each side is a fresh process tree: wall time around it, peak RSS as the
 largest sum of VmRSS over the tree (hfx + its worker), sampled every 10 ms.
 hfx's own stage times come from its summary (`stage edge-decompose` is the
 worker's decomposition, `stage pte-emit` the native lowering, planning and
-writing). The planned arena of hfx's portable program is compared with
-ExecuTorch's own planner (`to_edge` + `to_executorch`, greedy, no delegate)
-on the same model and inputs. Then every `.pte` runs in the ExecuTorch
-runtime on the same inputs (one process, alternating, median of 20 forwards
-each) and against eager.
+writing). With `--static`, the planned arena of hfx's portable program is
+compared with ExecuTorch's own planner (`to_edge` + `to_executorch`,
+greedy, no delegate) on the same model and inputs, (2, 8) (a dynamic program is
+planned at its upper bounds, which ExecuTorch's planner does not see).
+Then every `.pte` runs in the ExecuTorch runtime on the same inputs (one
+process, alternating, median of 20 forwards each) and against eager.
 """
 
 import json
@@ -56,14 +62,32 @@ def tiny():
 MODELS = {"tiny": ("tiny", tiny), "125m": ("trace_bench:llama125m", llama125m)}
 
 
-def reference_side(size, folder):
+def sample_inputs(size):
+    """The inputs every side traces with and runs on: batch 2, sequence 8, the
+    sizes of hfx's own sample inputs for a model folder."""
+    _, inputs = MODELS[size][1]()
+    return {name: value[:, :8] for name, value in inputs.items()}
+
+
+def model_folder(size):
+    """The model saved as users have it (`save_pretrained`: config + safetensors), written once."""
+    folder = os.path.join(ROOT, "target", "bench", "llama125m" if size == "125m" else f"llama-{size}")
+    if not os.path.exists(os.path.join(folder, "config.json")):
+        model, _ = MODELS[size][1]()
+        model.save_pretrained(folder)
+    return folder
+
+
+def reference_side(size, folder, dynamic):
     import torch
+    import transformers
     from transformers.exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter
 
-    model, inputs = MODELS[size][1]()
+    inputs = sample_inputs(size)
     start = time.perf_counter()
+    model = transformers.AutoModelForCausalLM.from_pretrained(model_folder(size)).eval()
     with torch.no_grad():
-        exported = ExecutorchExporter().export(model, inputs, config=ExecutorchConfig(backend="xnnpack"))
+        exported = ExecutorchExporter().export(model, inputs, config=ExecutorchConfig(backend="xnnpack", dynamic=dynamic))
     exported_at = time.perf_counter()
     exported.save_pretrained(folder)
     print(json.dumps({"export_s": exported_at - start, "save_s": time.perf_counter() - exported_at}))
@@ -79,7 +103,8 @@ def planner_side(size):
     sys.path.insert(0, os.path.join(ROOT, "host", "worker"))
     from hfx_worker.pytree import register_cache_pytrees
 
-    model, inputs = MODELS[size][1]()
+    model, _ = MODELS[size][1]()
+    inputs = sample_inputs(size)
     register_cache_pytrees(model)
     with torch.no_grad():
         program = torch.export.export(model, (), kwargs=inputs, strict=False)
@@ -93,7 +118,8 @@ def runtime_side(size, paths):
     import torch
     from executorch.runtime import Runtime
 
-    model, inputs = MODELS[size][1]()
+    model, _ = MODELS[size][1]()
+    inputs = sample_inputs(size)
     with torch.no_grad():
         eager = model(**inputs).logits
     methods = {p: Runtime.get().load_program(p).load_method("forward") for p in paths}
@@ -127,21 +153,21 @@ def stage_ms(line):
     return float(line.split()[2])
 
 
-def main(size, rounds):
+def main(size, rounds, dynamic):
     os.makedirs(OUT, exist_ok=True)
+    folder = model_folder(size)
     # HFX=target/debug/hfx measures a debug build (the host's part of an ExecuTorch export is small).
     hfx = os.environ.get("HFX", os.path.join(ROOT, "target", "release", "hfx"))
     env = {**os.environ, "PYTHONPATH": HERE}
-    function = MODELS[size][0]
-    module, name = (function.split(":") if ":" in function else ("executorch_bench", function))
     ref_dir = os.path.join(OUT, f"reference-{size}")
     ptes = {"reference": os.path.join(ref_dir, "model.pte"),
             "hfx-xnnpack": os.path.join(OUT, f"hfx-xnnpack-{size}.pte"),
             "hfx-portable": os.path.join(OUT, f"hfx-portable-{size}.pte")}
-    commands = {"reference": [PYTHON, __file__, "--reference", size, ref_dir]}
+    mode = "dynamic" if dynamic else "static"
+    commands = {"reference": [PYTHON, __file__, "--reference", size, ref_dir, mode]}
     for side, delegate in (("hfx-xnnpack", ["--delegate", "xnnpack"]), ("hfx-portable", [])):
         commands[side] = [hfx, "run", "--backend", "executorch", *delegate, "--plugins", os.path.join(ROOT, "plugins"),
-                          "--model-fn", f"python:{module}:{name}", "-o", ptes[side], "--python", PYTHON]
+                          "--model-dir", folder, "-o", ptes[side], "--python", PYTHON] + (["--dynamic"] if dynamic else [])
     results = {side: [] for side in commands}
     stages = {side: [] for side in commands}
     for _ in range(rounds):
@@ -150,10 +176,10 @@ def main(size, rounds):
             results[side].append((wall, rss))
             if side != "reference":
                 stages[side].append(stage_lines(out, ("lower", "edge-decompose", "pte-emit")))
-    planner = python_json(["--planner", size], env)
+    planner = python_json(["--planner", size], env) if not dynamic else None
     run = python_json(["--runtime", size, *ptes.values()], env)
     median = {side: (statistics.median(w for w, _ in r), statistics.median(m for _, m in r)) for side, r in results.items()}
-    print(f"Llama {size} to ExecuTorch, inputs (2, 16), static, {rounds} alternating run(s) each, medians")
+    print(f"Llama {size} from a model folder to ExecuTorch, {mode}, {rounds} alternating run(s) each, medians; forward on inputs (2, 8)")
     for side, pte in ptes.items():
         wall, rss = median[side]
         print(f"  {side:<13} {wall:7.2f} s wall, peak RSS {rss / 2**30:.2f} GiB, .pte {os.path.getsize(pte)} bytes, "
@@ -170,17 +196,18 @@ def main(size, rounds):
     arena = [int(line.split("planned arena ")[1].split()[0]) for line in stages["hfx-portable"][-1] if "planned arena" in line]
     if emits:
         print(f"  hfx native portable emission (lowering, memory plan, .pte): median {statistics.median(emits):.0f} ms")
-    if arena:
+    if arena and planner:
         print(f"  planned arena: hfx {arena[0]} bytes, ExecuTorch's planner {planner['arena']} bytes "
               f"(hfx / ExecuTorch = {arena[0] / planner['arena']:.2f}x); ExecuTorch's portable .pte {planner['pte_bytes']} bytes")
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--reference"]:
-        reference_side(sys.argv[2], sys.argv[3])
+        reference_side(sys.argv[2], sys.argv[3], sys.argv[4] == "dynamic")
     elif sys.argv[1:2] == ["--planner"]:
         planner_side(sys.argv[2])
     elif sys.argv[1:2] == ["--runtime"]:
         runtime_side(sys.argv[2], sys.argv[3:])
     else:
-        main(sys.argv[1] if len(sys.argv) > 1 else "tiny", int(sys.argv[2]) if len(sys.argv) > 2 else 2)
+        positional = [a for a in sys.argv[1:] if not a.startswith("--")]
+        main(positional[0] if positional else "tiny", int(positional[1]) if len(positional) > 1 else 2, "--static" not in sys.argv)

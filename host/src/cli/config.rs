@@ -291,19 +291,6 @@ fn target(
             Backend::Dynamo => Artifact::Pt2,
             Backend::Executorch | Backend::ExecutorchXnnpack | Backend::ExecutorchCuda => pte(backend)?,
         };
-        if let (Artifact::Pte(_) | Artifact::Onnx(_), Source::Trace(t)) = (&artifact, &source) {
-            // A static cache allocates itself at prefill for the traced batch: with
-            // `--dynamic` that batch size is a traced size the cache keeps, which
-            // the program then returns as one more output that ONNX and ExecuTorch
-            // give back as a value the cache's recorded structure has no place for.
-            if t.request.dynamic && t.request.generation.as_ref().is_some_and(|g| g.max_cache_len.is_some()) {
-                bail!(
-                    "--cache static with --dynamic: the static cache is allocated for the traced batch, and {} cannot hand its traced batch size \
-                     back; drop --dynamic (a static cache has fixed sizes; --backend dynamo takes both)",
-                    if matches!(artifact, Artifact::Pte(_)) { "an ExecuTorch program" } else { "an ONNX model" }
-                );
-            }
-        }
         if let (Artifact::Pte(_), Source::Trace(t)) = (&artifact, &source) {
             if t.request.generation.as_ref().is_some_and(|g| g.max_cache_len.is_none()) {
                 bail!(

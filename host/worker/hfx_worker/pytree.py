@@ -79,8 +79,16 @@ def unflatten_context(ctx, leaves):
     if type(ctx) is dict and "_t" not in ctx:
         return {k: unflatten_context(v, leaves) for k, v in ctx.items()}
     kind = ctx["_t"]
-    if kind in ("tensor", "sym"):
+    if kind == "tensor":
         return leaves[ctx["i"]]
+    if kind == "sym":
+        # A size the program returns (a static cache's traced batch size): a
+        # runtime that gives it back as a 0-dim array (ONNX Runtime) or tensor
+        # gives back its number, as eager has it.
+        value = leaves[ctx["i"]]
+        if type(value) is torch.Tensor or type(value).__name__ == "ndarray":
+            return value.item()
+        return value
     if kind == "items":
         return {k: unflatten_context(v, leaves) for k, v in ctx["v"]}
     if kind == "size":
@@ -355,6 +363,28 @@ def spec_paths(spec):
     _, kwargs = tree_unflatten([_Slot(i) for i in range(spec.num_leaves)], spec)
     found = {slot.index: path for path, slot in named_leaves(kwargs, is_leaf=lambda v: isinstance(v, _Slot))}
     return [found.get(i, f"input_{i}") for i in range(spec.num_leaves)]
+
+
+def spec_output_names(spec, constants):
+    """Names for a program's computed outputs (the leaves of its output `spec`
+    but the `constants` indices), as `output_names` names eager's: for a
+    program whose output has leaves eager's has not (a size the trace kept
+    symbolic: `cache.layers.0.batch_size`)."""
+    from torch.utils._pytree import tree_unflatten
+
+    output = tree_unflatten([_Slot(i) for i in range(spec.num_leaves)], spec)
+    found = {slot.index: path for path, slot in named_leaves(output, is_leaf=lambda v: isinstance(v, _Slot))}
+    names = []
+    for i in range(spec.num_leaves):
+        if i in constants:
+            continue
+        path = found.get(i, f"output_{i}")
+        name, n = path, 1
+        while name in names:
+            n += 1
+            name = f"{path}_{n}"
+        names.append(name)
+    return names
 
 
 def output_names(output):

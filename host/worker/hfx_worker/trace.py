@@ -19,7 +19,7 @@ from . import protocol
 from .program import build as build_program
 from .protocol import ExportMetadata, TraceParams, TraceReply, WeightsReport
 from .generation import TracedComponent
-from .pytree import flat_outputs, named_leaves, output_names, register_cache_pytrees, save_reference, spec_paths
+from .pytree import flat_outputs, named_leaves, output_names, register_cache_pytrees, save_reference, spec_output_names, spec_paths
 from .sandbox import patch_status, patches_applied
 from .sources import from_architecture, from_directory, from_function, on_device, prepared, sample_inputs, streamed_from_directory
 
@@ -418,6 +418,9 @@ def trace(session, params: TraceParams) -> TraceReply:
             )
         guards = size_guards(program, inputs)
         metadata = export_metadata(model, inputs, program, eager_output)
+        if metadata["out_spec"] != torch.utils._pytree.treespec_dumps(torch.utils._pytree.tree_flatten(eager_output)[1]):
+            # The program's outputs follow its own spec (see `export_metadata`): named from it.
+            names = spec_output_names(program.call_spec.out_spec, {i for i, _ in metadata["out_constants"]})
         decomposed = []
         if isinstance(params.decompose, protocol.DecomposeAll):
             session.progress("decompose")
@@ -609,6 +612,17 @@ def export_metadata(model, inputs, program, output):
     import torch
 
     leaves, spec = torch.utils._pytree.tree_flatten(output)
+    constants = [[i, leaf] for i, leaf in enumerate(leaves) if not torch.is_tensor(leaf)]
+    if program.call_spec.out_spec is not None and program.call_spec.out_spec.num_leaves != spec.num_leaves:
+        # The program's output has leaves eager's has not: a size the trace kept
+        # symbolic where eager holds an int (a static cache allocated at prefill
+        # for a dynamic batch). Its outputs follow the program's spec, and its
+        # constants are the outputs it computes none for.
+        from torch.export.graph_signature import ConstantArgument, OutputKind
+
+        spec = program.call_spec.out_spec
+        users = [s.arg for s in program.graph_signature.output_specs if s.kind == OutputKind.USER_OUTPUT]
+        constants = [[i, arg.value] for i, arg in enumerate(users) if isinstance(arg, ConstantArgument)]
     parameter = next(model.parameters(), None)
     return {
         "architecture": type(model).__name__,
@@ -618,7 +632,7 @@ def export_metadata(model, inputs, program, output):
         "in_spec": torch.utils._pytree.treespec_dumps(program.call_spec.in_spec),
         "out_spec": torch.utils._pytree.treespec_dumps(spec),
         "in_constants": {k: v for k, v in inputs.items() if v is None or isinstance(v, (bool, int, float, str))},
-        "out_constants": [[i, leaf] for i, leaf in enumerate(leaves) if not torch.is_tensor(leaf)],
+        "out_constants": constants,
     }
 
 
