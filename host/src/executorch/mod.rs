@@ -43,15 +43,15 @@ pub fn emit(pt2: &Pt2, graph: &Graph, specs: write::Specs, provenance: &[u8], pa
     let model = pt2.programs.get("model").context("the edge program has no `model`")?;
     let program = lower::lower(graph, &model.graph_module.signature)?;
     let plan = memory::plan(&program);
-    let slices: Vec<&[u8]> = program
+    let slices: Vec<write::ConstantBytes> = program
         .constants
         .iter()
         .map(|c| match c {
             lower::Constant::Archive { fqn, lifted, meta } => match crate::onnx::weights::initializer(pt2, fqn, *lifted, meta)?.bytes {
-                crate::onnx::weights::Bytes::Mapped(bytes) => Ok(bytes),
+                crate::onnx::weights::Bytes::Mapped(bytes) => Ok(write::ConstantBytes { bytes, origin: pt2.origin(bytes) }),
                 _ => Err(anyhow::anyhow!("weight `{fqn}` is not a slice of the archive")),
             },
-            lower::Constant::Scalar(bytes) => Ok(bytes.as_slice()),
+            lower::Constant::Scalar(bytes) => Ok(write::ConstantBytes { bytes: bytes.as_slice(), origin: None }),
         })
         .collect::<Result<_>>()?;
     let written = write::write(&program, &plan, &slices, specs, provenance, path).with_context(|| format!("writing {}", path.display()))?;

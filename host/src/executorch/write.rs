@@ -43,13 +43,20 @@ pub const PROVENANCE_KEY: &str = "hfx.provenance";
 
 /// Writes `program` with its memory `plan`, constant bytes and `provenance`
 /// (segment 1, named [`PROVENANCE_KEY`]) to `path`, atomically.
-pub fn write(program: &Program, plan: &Plan, constants: &[&[u8]], specs: Specs, provenance: &[u8], path: &Path) -> io::Result<Written> {
+/// A constant's bytes, and the file and offset they are stored at when they
+/// are a slice of a file map (then copied by the kernel, never through hfx).
+pub struct ConstantBytes<'a> {
+    pub bytes: &'a [u8],
+    pub origin: Option<(&'a std::fs::File, u64)>,
+}
+
+pub fn write(program: &Program, plan: &Plan, constants: &[ConstantBytes<'_>], specs: Specs, provenance: &[u8], path: &Path) -> io::Result<Written> {
     // Constant k (1-based: offsets[0] is reserved) at offsets[k] in segment 0.
     let mut offsets = vec![0u64];
     let mut at = 0u64;
     for c in constants {
         offsets.push(at);
-        at = align(at + c.len() as u64, CONSTANT_ALIGNMENT);
+        at = align(at + c.bytes.len() as u64, CONSTANT_ALIGNMENT);
     }
     let segment_size = at;
     let provenance_offset = align(segment_size, SEGMENT_ALIGNMENT);
@@ -75,8 +82,14 @@ pub fn write(program: &Program, plan: &Plan, constants: &[&[u8]], specs: Specs, 
         out.write_all(&vec![0u8; (segment_base - program_size) as usize])?;
         let zeros = [0u8; CONSTANT_ALIGNMENT as usize];
         for c in constants {
-            out.write_all(c)?;
-            let pad = align(c.len() as u64, CONSTANT_ALIGNMENT) - c.len() as u64;
+            match c.origin {
+                Some((source, offset)) => {
+                    out.flush()?;
+                    crate::atomic::append_from(out.get_mut(), source, offset, c.bytes.len() as u64)?;
+                }
+                None => out.write_all(c.bytes)?,
+            }
+            let pad = align(c.bytes.len() as u64, CONSTANT_ALIGNMENT) - c.bytes.len() as u64;
             out.write_all(&zeros[..pad as usize])?;
         }
         out.write_all(&vec![0u8; (provenance_offset - segment_size) as usize])?;

@@ -16,7 +16,7 @@ use prost::Message;
 
 use super::inputs::{graph_outputs, InputRole};
 use super::proto as p;
-use super::weights::{initializer, Initializer, WeightError};
+use super::weights::{initializer, Bytes, Initializer, WeightError};
 use super::{Attribute, Node, TranslationBuilder};
 use crate::graph::pt2::Pt2;
 use crate::graph::{Dim, Graph, ValueMeta};
@@ -258,15 +258,61 @@ pub fn data_file(model: &std::path::Path) -> std::path::PathBuf {
 /// the file: no second copy of the weights is held. With external storage the
 /// data file is written first, then the model that points into it (by file
 /// name, so the two move together); each is atomic on its own.
+/// Where the weights' bytes are stored: asked where a mapped weight lives
+/// (it is then copied by the kernel, [`crate::atomic::append_from`]) and told
+/// once it is written (its pages can leave resident memory).
+pub trait WeightFiles {
+    fn origin(&self, bytes: &[u8]) -> Option<(&std::fs::File, u64)>;
+    fn release(&self, bytes: &[u8]);
+}
+
+impl WeightFiles for crate::graph::pt2::Pt2 {
+    fn origin(&self, bytes: &[u8]) -> Option<(&std::fs::File, u64)> {
+        crate::graph::pt2::Pt2::origin(self, bytes)
+    }
+    fn release(&self, bytes: &[u8]) {
+        crate::graph::pt2::Pt2::release(self, bytes)
+    }
+}
+
+/// Weights in hfx's own memory (a self-test's model): no file, nothing to release.
+pub struct InMemory;
+
+impl WeightFiles for InMemory {
+    fn origin(&self, _: &[u8]) -> Option<(&std::fs::File, u64)> {
+        None
+    }
+    fn release(&self, _: &[u8]) {}
+}
+
+/// Writes `bytes` to `out`: a weight stored unchanged in a file is copied by
+/// the kernel, any other is written.
+fn write_weight(out: &mut std::io::BufWriter<&mut std::fs::File>, bytes: &Bytes<'_>, files: &dyn WeightFiles) -> std::io::Result<()> {
+    match bytes {
+        Bytes::Mapped(mapped) => match files.origin(mapped) {
+            Some((source, offset)) => {
+                std::io::Write::flush(out)?;
+                crate::atomic::append_from(out.get_mut(), source, offset, mapped.len() as u64)
+            }
+            None => std::io::Write::write_all(out, mapped),
+        },
+        other => other.write_to(out),
+    }?;
+    if let Some(mapped) = bytes.mapped() {
+        files.release(mapped);
+    }
+    Ok(())
+}
+
 /// Writes the model; `release` is called with each weight's mapped bytes
 /// once they are written (the map's pages can leave resident memory: a
 /// model's weights are then never all resident in hfx at once).
-pub fn write(path: &std::path::Path, planned: Planned, storage: WeightStorage, release: &dyn Fn(&[u8])) -> Result<(), EmitError> {
+pub fn write(path: &std::path::Path, planned: Planned, storage: WeightStorage, files: &dyn WeightFiles) -> Result<(), EmitError> {
     let Planned { mut model, graph, initializers } = planned;
     let error = |source| EmitError::Write { path: path.display().to_string(), source };
     match storage {
         WeightStorage::Embedded => {
-            crate::atomic::write_atomically(path, |file| write_embedded(file, &model, &graph, &initializers, release)).map_err(error)
+            crate::atomic::write_atomically(path, |file| write_embedded(file, &model, &graph, &initializers, files)).map_err(error)
         }
         WeightStorage::External => {
             let data_path = data_file(path);
@@ -287,10 +333,7 @@ pub fn write(path: &std::path::Path, planned: Planned, storage: WeightStorage, r
                 let padding = offset.next_multiple_of(EXTERNAL_ALIGNMENT) - offset;
                 std::io::Write::write_all(&mut out, &vec![0u8; padding as usize]).map_err(data_error)?;
                 offset += padding;
-                init.bytes.write_to(&mut out).map_err(data_error)?;
-                if let Some(bytes) = init.bytes.mapped() {
-                    release(bytes);
-                }
+                write_weight(&mut out, &init.bytes, files).map_err(data_error)?;
                 headers.push(external_header(&init.header, &data_name, offset, init.bytes.len() as u64));
                 offset += init.bytes.len() as u64;
             }
@@ -321,7 +364,7 @@ fn write_embedded(
     model: &p::ModelProto,
     graph: &p::GraphProto,
     initializers: &[Initializer],
-    release: &dyn Fn(&[u8]),
+    files: &dyn WeightFiles,
 ) -> std::io::Result<()> {
     use prost::encoding::{encode_key, encode_varint, encoded_len_varint, WireType};
     let graph_bytes = graph.encode_to_vec();
@@ -351,10 +394,7 @@ fn write_embedded(
         encode_key(9, WireType::LengthDelimited, &mut prefix); // TensorProto.raw_data
         encode_varint(i.bytes.len() as u64, &mut prefix);
         std::io::Write::write_all(&mut out, &prefix)?;
-        i.bytes.write_to(&mut out)?;
-        if let Some(bytes) = i.bytes.mapped() {
-            release(bytes);
-        }
+        write_weight(&mut out, &i.bytes, files)?;
     }
     std::io::Write::flush(&mut out)
 }

@@ -62,8 +62,6 @@ impl Bytes<'_> {
         out
     }
 
-    /// Streams the bytes to `out`; a transposed weight goes through a buffer
-    /// of [`TRANSPOSE_BLOCK`] output rows at a time.
     /// The slice of a map these bytes are read from, if any.
     pub fn mapped(&self) -> Option<&[u8]> {
         match self {
@@ -72,6 +70,8 @@ impl Bytes<'_> {
         }
     }
 
+    /// Streams the bytes to `out`; a transposed weight goes through a buffer
+    /// of [`TRANSPOSE_BLOCK`] output rows at a time.
     pub fn write_to(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
         match self {
             Bytes::Mapped(b) => out.write_all(b),

@@ -99,7 +99,7 @@ pub fn onnx(
     } else {
         emit::WeightStorage::Embedded
     };
-    emit::write(target, planned, storage, &|bytes| pt2.release(bytes))?;
+    emit::write(target, planned, storage, pt2)?;
     Ok(OnnxEmitted { stages: vec![translated, fixed], optimized, nodes })
 }
 

@@ -271,7 +271,7 @@ fn emit_onnx(runtime: &Runtime, under_test: &OnnxUnderTest, graph: &mut Graph, o
     let lowered = emit::lower(&parts).map_err(|e| e.to_string())?;
     let planned = emit::plan(lowered, "selftest", &[]);
     if let Some(path) = onnx {
-        emit::write(path, planned, emit::WeightStorage::Embedded, &|_| {}).map_err(|e| e.to_string())?;
+        emit::write(path, planned, emit::WeightStorage::Embedded, &emit::InMemory).map_err(|e| e.to_string())?;
     }
     Ok(what)
 }

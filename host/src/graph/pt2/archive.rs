@@ -154,6 +154,14 @@ impl Archive {
         &self.path
     }
 
+    /// The file and offset of `bytes` when they are a slice of this archive's map.
+    pub fn origin(&self, bytes: &[u8]) -> Option<(&File, u64)> {
+        match (&self.map, &self.file) {
+            (Backing::Map(map), Some(file)) => super::offset_in(map, bytes).map(|offset| (file, offset)),
+            _ => None,
+        }
+    }
+
     pub fn entries(&self) -> &[Entry] {
         &self.entries
     }

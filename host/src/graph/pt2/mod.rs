@@ -100,6 +100,8 @@ impl Source<'_> {
 
 struct SideFile {
     path: std::path::PathBuf,
+    /// The file behind the map, for kernel-side copies of its bytes.
+    file: std::fs::File,
     map: memmap2::Mmap,
 }
 
@@ -166,6 +168,12 @@ pub(crate) fn release_from(map: &memmap2::Mmap, bytes: &[u8]) {
         // so every slice of the map keeps its contents.
         let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, first, end - first) };
     }
+}
+
+/// Where `bytes` start inside `map`, if they lie there.
+pub(crate) fn offset_in(map: &[u8], bytes: &[u8]) -> Option<u64> {
+    let (start, base) = (bytes.as_ptr() as usize, map.as_ptr() as usize);
+    (start >= base && start + bytes.len() <= base + map.len()).then(|| (start - base) as u64)
 }
 
 pub fn side_weights_path(archive: &Path) -> std::path::PathBuf {
@@ -273,7 +281,7 @@ impl Pt2 {
             // modified while the export reads it (a checkpoint rewritten
             // meanwhile is the user's race, as for any input file).
             let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| invalid(&file_path, e.to_string()))?;
-            files.push(SideFile { path: file_path, map });
+            files.push(SideFile { path: file_path, file, map });
         }
         for (kind, table) in [(Kind::Weight, &index.weights), (Kind::Constant, &index.constants)] {
             for (fqn, entry) in table {
@@ -307,6 +315,17 @@ impl Pt2 {
             release_from(&file.map, bytes);
         }
         self.archive.release(bytes);
+    }
+
+    /// The file and offset `bytes` (a weight's slice of this archive's or its
+    /// side files' maps) are stored at: what a kernel-side copy reads
+    /// ([`crate::atomic::append_from`]). `None` for bytes of no file map.
+    pub fn origin(&self, bytes: &[u8]) -> Option<(&std::fs::File, u64)> {
+        self.side
+            .iter()
+            .flat_map(|s| &s.files)
+            .find_map(|f| offset_in(&f.map, bytes).map(|offset| (&f.file, offset)))
+            .or_else(|| self.archive.origin(bytes))
     }
 
     /// The payload entries for `fqn` in every model.
