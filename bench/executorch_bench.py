@@ -66,7 +66,7 @@ def sample_inputs(size):
     """The inputs every side traces with and runs on: batch 2, sequence 8, the
     sizes of hfx's own sample inputs for a model folder."""
     _, inputs = MODELS[size][1]()
-    return {name: value[:, :8] for name, value in inputs.items()}
+    return {name: value[:, :8].contiguous() for name, value in inputs.items()}
 
 
 def model_folder(size):
