@@ -137,6 +137,47 @@ pub fn selftest_case(data: &[u8]) {
 }
 
 /// Every target by name, for replays.
+/// The side-weights index (`<archive>.weights.json`: the trace worker's, a
+/// `--trace-cache` entry's) attached to a real archive whose weights it
+/// places: whatever it holds ends in a value or an error, it reaches no file
+/// but its own side file and the checkpoint it is given, and what it
+/// accepts reads (converted where it says), writes and indexes again
+/// without a panic. `$CHECKPOINT` in an input stands for the checkpoint's
+/// path, which is made for each input.
+pub fn side_weights(data: &[u8]) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEED: &[u8] = include_bytes!("seeds/pt2_open/small_static.pt2");
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!("hfx-fuzz-side-weights-{}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed)));
+    if std::fs::create_dir_all(&dir).is_err() {
+        return;
+    }
+    let side = dir.join("p.pt2.weights");
+    let checkpoint = dir.join("model.safetensors");
+    let index = String::from_utf8_lossy(data).replace("$CHECKPOINT", &checkpoint.display().to_string());
+    let written = std::fs::write(&side, &SEED[..SEED.len().min(4096)])
+        .and_then(|_| std::fs::write(&checkpoint, SEED))
+        .and_then(|_| std::fs::write(dir.join("p.pt2.weights.json"), index));
+    if written.is_ok() {
+        let archive = Archive::from_bytes(std::path::Path::new("fuzz.pt2"), SEED.to_vec()).expect("the seed archive reads");
+        let mut pt2 = Pt2::read(archive).expect("the seed archive parses");
+        if pt2.attach_side_weights(&side, std::slice::from_ref(&checkpoint)).is_ok() {
+            let named: Vec<(String, String)> = pt2.weights.iter().chain(&pt2.constants).flat_map(|(m, c)| c.config.keys().map(move |f| (m.clone(), f.clone()))).collect();
+            for (model, fqn) in &named {
+                let _ = pt2.weight_source(model, fqn);
+                let _ = pt2.constant_source(model, fqn);
+                if let Ok(Some(bytes)) = pt2.weight(model, fqn) {
+                    let _ = pt2.origin(bytes);
+                }
+            }
+            let programs = pt2.programs.clone();
+            let _ = pt2.write(&dir.join("out.pt2"), &programs);
+            let _ = pt2.write_indexed(&dir.join("indexed.pt2"), &programs);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("pt2_open", pt2_open),
     ("ir_json", ir_json),
@@ -147,4 +188,5 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("worker_line", worker_line),
     ("plugin_meta", plugin_meta),
     ("selftest_case", selftest_case),
+    ("side_weights", side_weights),
 ];

@@ -750,6 +750,44 @@ mod tests {
         assert!(e.contains("is not a file name beside it"), "{e}");
     }
 
+    /// A weight read from a checkpoint says where it is stored (what a
+    /// kernel-side copy reads), and the program written for the worker's
+    /// steps indexes it there, by absolute path, without its bytes.
+    #[test]
+    fn side_weights_tell_where_they_are_stored_and_are_indexed_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let side = dir.path().join("p.pt2.weights");
+        std::fs::write(&side, b"").unwrap();
+        let checkpoint = dir.path().join("model.safetensors");
+        let mut bytes = vec![0u8; 16];
+        bytes.extend(floats(8));
+        std::fs::write(&checkpoint, &bytes).unwrap();
+        let index = serde_json::json!({"files": ["p.pt2.weights", checkpoint], "weights": {"w": [1, 16, 32]}, "constants": {}});
+        std::fs::write(dir.path().join("p.pt2.weights.json"), index.to_string()).unwrap();
+        let mut pt2 = open(archive(&[weight(&[2, 4], &[4, 1], 0, Some(vec![]))]));
+        pt2.attach_side_weights(&side, std::slice::from_ref(&checkpoint)).unwrap();
+        let w = pt2.weight("model", "w").unwrap().unwrap();
+        let (file, offset) = pt2.origin(w).expect("a slice of the checkpoint's map");
+        assert_eq!(offset, 16);
+        assert_eq!(file.metadata().unwrap().len(), 48);
+        assert!(pt2.origin(&floats(8)).is_none(), "bytes of no map have no origin");
+
+        let out = dir.path().join("for-worker.pt2");
+        pt2.write_indexed(&out, &pt2.programs.clone()).unwrap();
+        let written: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join("for-worker.pt2.weights.json")).unwrap()).unwrap();
+        let canonical = checkpoint.canonicalize().unwrap();
+        assert_eq!(written["files"][1], serde_json::json!(canonical), "{written}");
+        assert_eq!(written["weights"]["w"], serde_json::json!([1, 16, 32]));
+        // The archive holds no weight bytes; read back with the index, it has them all.
+        let mut back = Pt2::open(&out).unwrap();
+        let entry_lengths: u64 = back.archive().entries().iter().filter(|e| e.name.contains("/data/weights/") && !e.name.ends_with(".json")).map(|e| e.len).sum();
+        assert_eq!(entry_lengths, 0);
+        // Every file is named by its absolute path: an index only the worker reads
+        // (the host's own reading wants its first file beside the index).
+        let e = back.attach_side_weights(&side_weights_path(&out), &pt2.side_files()).unwrap_err().to_string();
+        assert!(e.contains("is not a file name beside it"), "{e}");
+    }
+
     #[test]
     fn fifos_are_refused_at_once() {
         let dir = tempfile::tempdir().unwrap();
