@@ -237,9 +237,11 @@ class GenerateCheckParams:
 
 @dataclass
 class LowerParams:
-    """`lower`: the `.pt2` at `program` (the program after hfx's FX stages)
-    through ExecuTorch's edge lowering with `delegate`'s partitioner, then
-    `to_executorch`, written to `output` (a `.pte`)."""
+    """`lower`: the `.pt2` at `program` (the program after hfx's FX stages,
+    its weights indexed where they are by `<program>.weights.json` and
+    mapped, `pytree.load_exported_mapped`) through ExecuTorch's edge lowering
+    with `delegate`'s partitioner, then `to_executorch`, written to `output`
+    (a `.pte`)."""
     NAME: ClassVar[str] = "`lower` request"
     program: str
     output: str
@@ -248,9 +250,10 @@ class LowerParams:
 
 @dataclass
 class EdgeProgramParams:
-    """`edge_program`: the `.pt2` at `program` decomposed with ExecuTorch's
-    edge decomposition table (core ATen), saved to `output` (a `.pt2`): what
-    hfx's native portable emitter starts from."""
+    """`edge_program`: the `.pt2` at `program` (its weights mapped where they
+    are, as for `lower`) decomposed with ExecuTorch's edge decomposition
+    table (core ATen), saved to `output` (a `.pt2` whose weights are indexed
+    in the same files): what hfx's native portable emitter starts from."""
     NAME: ClassVar[str] = "`edge_program` request"
     program: str
     output: str
