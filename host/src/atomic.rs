@@ -111,13 +111,22 @@ pub fn link_into_place(from: &Path, to: &Path) -> io::Result<()> {
     guard.rename_to(to)
 }
 
+/// Writes `bytes` to `out`; where they are a slice of a file (`origin`: the
+/// file and their offset in it, a weight stored unchanged in a checkpoint or
+/// a side file), the kernel copies them instead ([`copy_range`]).
+pub fn write_or_copy(out: &mut io::BufWriter<&mut File>, bytes: &[u8], origin: Option<(&File, u64)>) -> io::Result<()> {
+    let Some((source, offset)) = origin else { return out.write_all(bytes) };
+    out.flush()?;
+    copy_range(source, offset, bytes.len() as u64, out.get_mut())
+}
+
 /// Appends `len` bytes of `source` at `offset` to `out` at its position,
 /// copied by the kernel (`copy_file_range`, which std's `io::copy` uses
 /// between files: a shared extent where the file system has them, else a
-/// copy that never passes through hfx's memory) rather than written from a
-/// memory map. Measured on this project's machine: about half the time of
-/// writing the same 512 MB from the map.
-pub fn append_from(out: &mut File, source: &File, offset: u64, len: u64) -> io::Result<()> {
+/// copy that never passes through hfx's memory). On this project's machine
+/// either way is bound by the page cache's write rate; the copy spares hfx
+/// the reads of a map. A source shorter than that is an `UnexpectedEof`.
+pub fn copy_range(source: &File, offset: u64, len: u64, out: &mut File) -> io::Result<()> {
     use std::io::{Read, Seek, SeekFrom};
     let mut reader = source.try_clone()?;
     reader.seek(SeekFrom::Start(offset))?;

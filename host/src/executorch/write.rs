@@ -41,8 +41,6 @@ fn align(n: u64, to: u64) -> u64 {
 /// `NamedDataMap`) finds a keyed blob, and kernels never look at it.
 pub const PROVENANCE_KEY: &str = "hfx.provenance";
 
-/// Writes `program` with its memory `plan`, constant bytes and `provenance`
-/// (segment 1, named [`PROVENANCE_KEY`]) to `path`, atomically.
 /// A constant's bytes, and the file and offset they are stored at when they
 /// are a slice of a file map (then copied by the kernel, never through hfx).
 pub struct ConstantBytes<'a> {
@@ -50,6 +48,8 @@ pub struct ConstantBytes<'a> {
     pub origin: Option<(&'a std::fs::File, u64)>,
 }
 
+/// Writes `program` with its memory `plan`, constant bytes and `provenance`
+/// (segment 1, named [`PROVENANCE_KEY`]) to `path`, atomically.
 pub fn write(program: &Program, plan: &Plan, constants: &[ConstantBytes<'_>], specs: Specs, provenance: &[u8], path: &Path) -> io::Result<Written> {
     // Constant k (1-based: offsets[0] is reserved) at offsets[k] in segment 0.
     let mut offsets = vec![0u64];
@@ -82,13 +82,7 @@ pub fn write(program: &Program, plan: &Plan, constants: &[ConstantBytes<'_>], sp
         out.write_all(&vec![0u8; (segment_base - program_size) as usize])?;
         let zeros = [0u8; CONSTANT_ALIGNMENT as usize];
         for c in constants {
-            match c.origin {
-                Some((source, offset)) => {
-                    out.flush()?;
-                    crate::atomic::append_from(out.get_mut(), source, offset, c.bytes.len() as u64)?;
-                }
-                None => out.write_all(c.bytes)?,
-            }
+            crate::atomic::write_or_copy(&mut out, c.bytes, c.origin)?;
             let pad = align(c.bytes.len() as u64, CONSTANT_ALIGNMENT) - c.bytes.len() as u64;
             out.write_all(&zeros[..pad as usize])?;
         }

@@ -259,7 +259,7 @@ pub fn data_file(model: &std::path::Path) -> std::path::PathBuf {
 /// data file is written first, then the model that points into it (by file
 /// name, so the two move together); each is atomic on its own.
 /// Where the weights' bytes are stored: asked where a mapped weight lives
-/// (it is then copied by the kernel, [`crate::atomic::append_from`]) and told
+/// (it is then copied by the kernel, [`crate::atomic::copy_range`]) and told
 /// once it is written (its pages can leave resident memory).
 pub trait WeightFiles {
     fn origin(&self, bytes: &[u8]) -> Option<(&std::fs::File, u64)>;
@@ -289,13 +289,7 @@ impl WeightFiles for InMemory {
 /// the kernel, any other is written.
 fn write_weight(out: &mut std::io::BufWriter<&mut std::fs::File>, bytes: &Bytes<'_>, files: &dyn WeightFiles) -> std::io::Result<()> {
     match bytes {
-        Bytes::Mapped(mapped) => match files.origin(mapped) {
-            Some((source, offset)) => {
-                std::io::Write::flush(out)?;
-                crate::atomic::append_from(out.get_mut(), source, offset, mapped.len() as u64)
-            }
-            None => std::io::Write::write_all(out, mapped),
-        },
+        Bytes::Mapped(mapped) => crate::atomic::write_or_copy(out, mapped, files.origin(mapped)),
         other => other.write_to(out),
     }?;
     if let Some(mapped) = bytes.mapped() {

@@ -42,17 +42,21 @@ pub fn ir_json(graph: &Graph, output: &Path) -> Result<()> {
 
 /// A `.pt2`: the program converted back, the weights copied from the map.
 pub fn pt2(pt2: &Pt2, graph: &Graph, output: &Path) -> Result<()> {
-    let program = convert::from_ir(graph, &pt2.programs["model"]).map_err(anyhow::Error::msg).with_context(|| format!("{}", output.display()))?;
-    pt2.write(output, &[("model".to_string(), program)].into())?;
+    pt2.write(output, &model_program(pt2, graph, output)?)?;
     Ok(())
 }
 
 /// As [`pt2`], for the worker's ExecuTorch steps: the weights stay where they
 /// are, indexed beside it ([`Pt2::write_indexed`]).
 pub fn pt2_for_worker(pt2: &Pt2, graph: &Graph, output: &Path) -> Result<()> {
-    let program = convert::from_ir(graph, &pt2.programs["model"]).map_err(anyhow::Error::msg).with_context(|| format!("{}", output.display()))?;
-    pt2.write_indexed(output, &[("model".to_string(), program)].into())?;
+    pt2.write_indexed(output, &model_program(pt2, graph, output)?)?;
     Ok(())
+}
+
+/// `graph` as the archive's `model` program, to be written at `output`.
+fn model_program(pt2: &Pt2, graph: &Graph, output: &Path) -> Result<std::collections::BTreeMap<String, crate::graph::pt2::schema::ExportedProgram>> {
+    let program = convert::from_ir(graph, &pt2.programs["model"]).map_err(anyhow::Error::msg).with_context(|| format!("{}", output.display()))?;
+    Ok([("model".to_string(), program)].into())
 }
 
 /// What the ONNX emission reports.

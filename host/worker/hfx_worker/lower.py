@@ -13,7 +13,6 @@ non-core ops kept whole.
 
 import os
 import time
-import types
 
 from .protocol import EdgeProgramParams, EdgeProgramReply, LowerParams, LowerReply
 from .pytree import load_exported_mapped
@@ -96,7 +95,7 @@ def edge_program(_session, params: EdgeProgramParams) -> EdgeProgramReply:
     # folder's checkpoint, the trace's side file), never written again.
     side_weights = side_weights_supported()
     if side_weights:
-        save_with_side_weights(edge, params.output, streamed=types.SimpleNamespace(sources=sources))
+        save_with_side_weights(edge, params.output, sources=sources)
     else:
         torch.export.save(edge, params.output)
     dumps = torch.utils._pytree.treespec_dumps

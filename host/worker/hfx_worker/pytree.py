@@ -83,12 +83,11 @@ def unflatten_context(ctx, leaves):
         return leaves[ctx["i"]]
     if kind == "sym":
         # A size the program returns (a static cache's traced batch size): a
-        # runtime that gives it back as a 0-dim array (ONNX Runtime) or tensor
-        # gives back its number, as eager has it.
+        # runtime that gives it back as a 0-dim tensor (ONNX Runtime's array,
+        # made a tensor by the component's runner) gives back its number, as
+        # eager has it.
         value = leaves[ctx["i"]]
-        if type(value) is torch.Tensor or type(value).__name__ == "ndarray":
-            return value.item()
-        return value
+        return value.item() if type(value) is torch.Tensor else value
     if kind == "items":
         return {k: unflatten_context(v, leaves) for k, v in ctx["v"]}
     if kind == "size":
@@ -374,17 +373,7 @@ def spec_output_names(spec, constants):
 
     output = tree_unflatten([_Slot(i) for i in range(spec.num_leaves)], spec)
     found = {slot.index: path for path, slot in named_leaves(output, is_leaf=lambda v: isinstance(v, _Slot))}
-    names = []
-    for i in range(spec.num_leaves):
-        if i in constants:
-            continue
-        path = found.get(i, f"output_{i}")
-        name, n = path, 1
-        while name in names:
-            n += 1
-            name = f"{path}_{n}"
-        names.append(name)
-    return names
+    return unique([found.get(i, f"output_{i}") for i in range(spec.num_leaves) if i not in constants])
 
 
 def output_names(output):
@@ -392,9 +381,13 @@ def output_names(output):
     paths (`logits`, `cache.layers.0.keys`, `encoder_last_hidden_state`), unique."""
     paths = []
     leaf_paths(output, "", paths)
+    return unique([path.lstrip(".") or "output" for path in paths])
+
+
+def unique(paths):
+    """`paths` as names, a repeated one suffixed `_2`, `_3`, ..."""
     names = []
     for path in paths:
-        path = path.lstrip(".") or "output"
         name, n = path, 1
         while name in names:
             n += 1

@@ -150,7 +150,7 @@ def side_weights_supported():
     return all(hasattr(_package, name) for name in ("_get_raw_tensor_bytes", "_is_fake_tensor")) and hasattr(serde, "canonicalize")
 
 
-def save_with_side_weights(program, output, written_before=None, streamed=None):
+def save_with_side_weights(program, output, written_before=None, sources=None):
     """`torch.export.save` without the weights' bytes, which go to `<output>.weights`
     straight from the tensors' memory (no copy of each storage as a `bytes`, no
     CRC), indexed by `<output>.weights.json`: {"files": [...], "weights"|"constants":
@@ -160,8 +160,9 @@ def save_with_side_weights(program, output, written_before=None, streamed=None):
     Measured on a 125M Llama: torch's `write_record` of the weights was 2.0 s of
     a 2.8 s save, and each storage's `bytes` copy up to 190 MB of peak memory.
 
-    `streamed` (a `checkpoint.StreamedModel`): a parameter backed by a
-    checkpoint tensor of its own dtype is indexed where the checkpoint holds it
+    `sources` ({storage address: `checkpoint.Stored`}: a streamed model's,
+    or a program's mapped by `pytree.load_exported_mapped`): a storage backed
+    by a file's tensor of its own dtype is indexed where that file holds it
     (nothing written); of another dtype, written converted.
 
     `written_before` (a `SideWeights` the session keeps) is the last file
@@ -179,7 +180,7 @@ def save_with_side_weights(program, output, written_before=None, streamed=None):
                 continue  # subclasses and non-cpu tensors stay in the archive, as torch saves them
             tables.append((kind, fqn, value.untyped_storage(), value._version, value.dtype))
     index = {"files": [os.path.basename(output) + ".weights"], "weights": {}, "constants": {}}
-    sources = streamed.sources if streamed is not None else {}
+    sources = sources or {}
     # A storage by address and size, and the version counter of the tensor
     # over it (bumped by every in-place change: a buffer a forward updated
     # since is written again).
@@ -417,10 +418,10 @@ def trace(session, params: TraceParams) -> TraceReply:
                 prefer_deferred_runtime_asserts_over_guards=bool(params.dynamic_shapes),
             )
         guards = size_guards(program, inputs)
-        metadata = export_metadata(model, inputs, program, eager_output)
-        if metadata["out_spec"] != torch.utils._pytree.treespec_dumps(torch.utils._pytree.tree_flatten(eager_output)[1]):
-            # The program's outputs follow its own spec (see `export_metadata`): named from it.
-            names = spec_output_names(program.call_spec.out_spec, {i for i, _ in metadata["out_constants"]})
+        out_spec, out_constants, own_spec = output_spec(program, eager_output)
+        metadata = export_metadata(model, inputs, program, out_spec, out_constants)
+        if own_spec:
+            names = spec_output_names(out_spec, {i for i, _ in out_constants})
         decomposed = []
         if isinstance(params.decompose, protocol.DecomposeAll):
             session.progress("decompose")
@@ -430,7 +431,7 @@ def trace(session, params: TraceParams) -> TraceReply:
     with step(session, "save", seconds, peaks):
         side_weights = params.weights != "in_archive" and side_weights_supported()
         if side_weights:
-            save_with_side_weights(program, params.output, session.side_weights, streamed)
+            save_with_side_weights(program, params.output, session.side_weights, streamed.sources if streamed is not None else None)
         else:
             torch.export.save(program, params.output)
         # The eager reference, next to the archive, for later verification.
@@ -605,24 +606,32 @@ def describe_kwarg(value):
     return {"container": type(value).__name__}
 
 
-def export_metadata(model, inputs, program, output):
-    """The fields of the reference's `ExportMetadata` the worker knows: architecture,
-    precision, traced kwargs and constants, the input and output pytree specs (the output's
-    non-tensor leaves as constants). The host adds the packages and the export config."""
+def output_spec(program, output):
+    """(spec, constants, own): the output pytree spec the program's outputs
+    follow, the leaves it computes none for ([index, value]), and whether
+    that is the program's own spec rather than eager `output`'s. It is the
+    program's where its output has leaves eager's has not: a size the trace
+    kept symbolic where eager holds an int (a static cache allocated at
+    prefill for a dynamic batch)."""
     import torch
 
     leaves, spec = torch.utils._pytree.tree_flatten(output)
-    constants = [[i, leaf] for i, leaf in enumerate(leaves) if not torch.is_tensor(leaf)]
-    if program.call_spec.out_spec is not None and program.call_spec.out_spec.num_leaves != spec.num_leaves:
-        # The program's output has leaves eager's has not: a size the trace kept
-        # symbolic where eager holds an int (a static cache allocated at prefill
-        # for a dynamic batch). Its outputs follow the program's spec, and its
-        # constants are the outputs it computes none for.
-        from torch.export.graph_signature import ConstantArgument, OutputKind
+    traced = program.call_spec.out_spec
+    if traced is None or traced.num_leaves == spec.num_leaves:
+        return spec, [[i, leaf] for i, leaf in enumerate(leaves) if not torch.is_tensor(leaf)], False
+    from torch.export.graph_signature import ConstantArgument, OutputKind
 
-        spec = program.call_spec.out_spec
-        users = [s.arg for s in program.graph_signature.output_specs if s.kind == OutputKind.USER_OUTPUT]
-        constants = [[i, arg.value] for i, arg in enumerate(users) if isinstance(arg, ConstantArgument)]
+    users = [s.arg for s in program.graph_signature.output_specs if s.kind == OutputKind.USER_OUTPUT]
+    return traced, [[i, arg.value] for i, arg in enumerate(users) if isinstance(arg, ConstantArgument)], True
+
+
+def export_metadata(model, inputs, program, out_spec, out_constants):
+    """The fields of the reference's `ExportMetadata` the worker knows: architecture,
+    precision, traced kwargs and constants, the input and output pytree specs
+    (`output_spec`'s: the output's non-tensor leaves as constants). The host adds
+    the packages and the export config."""
+    import torch
+
     parameter = next(model.parameters(), None)
     return {
         "architecture": type(model).__name__,
@@ -630,9 +639,9 @@ def export_metadata(model, inputs, program, output):
         "export_device": str(parameter.device if parameter is not None else torch.device("cpu")),
         "kwargs": {name: describe_kwarg(value) for name, value in inputs.items()},
         "in_spec": torch.utils._pytree.treespec_dumps(program.call_spec.in_spec),
-        "out_spec": torch.utils._pytree.treespec_dumps(spec),
+        "out_spec": torch.utils._pytree.treespec_dumps(out_spec),
         "in_constants": {k: v for k, v in inputs.items() if v is None or isinstance(v, (bool, int, float, str))},
-        "out_constants": constants,
+        "out_constants": out_constants,
     }
 
 

@@ -157,7 +157,7 @@ impl Archive {
     /// The file and offset of `bytes` when they are a slice of this archive's map.
     pub fn origin(&self, bytes: &[u8]) -> Option<(&File, u64)> {
         match (&self.map, &self.file) {
-            (Backing::Map(map), Some(file)) => super::offset_in(map, bytes).map(|offset| (file, offset)),
+            (Backing::Map(map), Some(file)) => super::offset_in(map, bytes).map(|offset| (file, offset as u64)),
             _ => None,
         }
     }
@@ -451,16 +451,13 @@ impl ArchiveWriter {
     /// Appends a stored entry whose bytes are `len` bytes of `source` at
     /// `offset`, with their known CRC-32 (copied by the kernel where it can).
     pub fn add_copy(&mut self, name: &str, source: &File, offset: u64, len: u64, crc: u32) -> io::Result<()> {
-        use std::io::{Read, SeekFrom};
         self.step(|w| {
             w.header(name, len, crc)?;
             w.out.flush()?;
-            let mut reader = source.try_clone()?;
-            reader.seek(SeekFrom::Start(offset))?;
-            let copied = io::copy(&mut Read::take(reader, len), w.out.get_mut())?;
-            if copied != len {
-                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("entry `{name}`: source ended early")));
-            }
+            crate::atomic::copy_range(source, offset, len, w.out.get_mut()).map_err(|e| match e.kind() {
+                io::ErrorKind::UnexpectedEof => io::Error::new(e.kind(), format!("entry `{name}`: source ended early")),
+                _ => e,
+            })?;
             w.position += len;
             Ok(())
         })

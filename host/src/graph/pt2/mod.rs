@@ -151,15 +151,10 @@ fn needed_bytes(meta: &PayloadMeta) -> Result<u64, String> {
     crate::graph::storage_bytes(&sizes, &strides, offset, element)
 }
 
-/// The side file of weights the trace worker writes for `archive`.
 /// `MADV_DONTNEED` on the whole pages of `bytes` inside `map`, if it lies there.
 pub(crate) fn release_from(map: &memmap2::Mmap, bytes: &[u8]) {
     const PAGE: usize = 4096;
-    let (start, base) = (bytes.as_ptr() as usize, map.as_ptr() as usize);
-    if start < base || start + bytes.len() > base + map.len() {
-        return;
-    }
-    let offset = start - base;
+    let Some(offset) = offset_in(map, bytes) else { return };
     let first = offset.next_multiple_of(PAGE);
     let end = (offset + bytes.len()) / PAGE * PAGE;
     if end > first {
@@ -171,11 +166,12 @@ pub(crate) fn release_from(map: &memmap2::Mmap, bytes: &[u8]) {
 }
 
 /// Where `bytes` start inside `map`, if they lie there.
-pub(crate) fn offset_in(map: &[u8], bytes: &[u8]) -> Option<u64> {
+pub(crate) fn offset_in(map: &[u8], bytes: &[u8]) -> Option<usize> {
     let (start, base) = (bytes.as_ptr() as usize, map.as_ptr() as usize);
-    (start >= base && start + bytes.len() <= base + map.len()).then(|| (start - base) as u64)
+    (start >= base && start + bytes.len() <= base + map.len()).then(|| start - base)
 }
 
+/// The side file of weights the trace worker writes for `archive`.
 pub fn side_weights_path(archive: &Path) -> std::path::PathBuf {
     let mut name = archive.as_os_str().to_owned();
     name.push(".weights");
@@ -319,12 +315,12 @@ impl Pt2 {
 
     /// The file and offset `bytes` (a weight's slice of this archive's or its
     /// side files' maps) are stored at: what a kernel-side copy reads
-    /// ([`crate::atomic::append_from`]). `None` for bytes of no file map.
+    /// ([`crate::atomic::copy_range`]). `None` for bytes of no file map.
     pub fn origin(&self, bytes: &[u8]) -> Option<(&std::fs::File, u64)> {
         self.side
             .iter()
             .flat_map(|s| &s.files)
-            .find_map(|f| offset_in(&f.map, bytes).map(|offset| (&f.file, offset)))
+            .find_map(|f| offset_in(&f.map, bytes).map(|offset| (&f.file, offset as u64)))
             .or_else(|| self.archive.origin(bytes))
     }
 
@@ -473,20 +469,7 @@ impl Pt2 {
     /// copied on their way: torch itself cannot load this `.pt2`.
     pub fn write_indexed(&self, path: &Path, programs: &BTreeMap<String, ExportedProgram>) -> Result<(), Pt2Error> {
         let Some(side) = &self.side else { return self.write(path, programs) };
-        self.check_payloads()?;
-        let write_error = |source| Pt2Error::Write { path: path.display().to_string(), source };
-        let mut out = ArchiveWriter::create(path).map_err(write_error)?;
-        for entry in self.archive.entries() {
-            let model = entry
-                .name
-                .strip_prefix(&format!("{}models/", self.prefix))
-                .and_then(|n| n.strip_suffix(".json"))
-                .and_then(|n| programs.get(n));
-            match model {
-                Some(program) => out.add(&entry.name, &serde_json::to_vec(program).expect("programs serialize")).map_err(write_error)?,
-                None => self.archive.copy_entry(entry, &mut out)?,
-            }
-        }
+        self.write_archive(path, programs, SideStored::LeftInPlace)?;
         #[derive(serde::Serialize)]
         struct Index<'a> {
             files: Vec<std::path::PathBuf>,
@@ -496,8 +479,8 @@ impl Pt2 {
         let index = Index { files: self.side_files(), weights: &side.weights, constants: &side.constants };
         let mut index_path = side_weights_path(path).into_os_string();
         index_path.push(".json");
-        crate::atomic::write_atomically(Path::new(&index_path), |f| std::io::Write::write_all(f, &serde_json::to_vec(&index).expect("the index serializes"))).map_err(write_error)?;
-        out.finish().map_err(write_error)
+        let json = serde_json::to_vec(&index).expect("the index serializes");
+        crate::atomic::write_bytes_atomically(Path::new(&index_path), &json).map_err(|source| Pt2Error::Write { path: path.display().to_string(), source })
     }
 
     /// Writes the archive with `programs` in place of the ones read; every other
@@ -505,11 +488,20 @@ impl Pt2 {
     /// Every weight and constant is checked first ([`Pt2::check_payloads`]): a
     /// `.pt2` torch would refuse to load is not written.
     pub fn write(&self, path: &Path, programs: &BTreeMap<String, ExportedProgram>) -> Result<(), Pt2Error> {
+        self.write_archive(path, programs, SideStored::Written)
+    }
+
+    fn write_archive(&self, path: &Path, programs: &BTreeMap<String, ExportedProgram>, side_stored: SideStored) -> Result<(), Pt2Error> {
         self.check_payloads()?;
         let write_error = |source| Pt2Error::Write { path: path.display().to_string(), source };
-        // Entries whose storage is stored beside the archive: written from there.
+        // Entries whose storage is stored beside the archive: written from there
+        // (or left as the archive holds them, empty).
         let mut side_entries = BTreeMap::new();
-        for (kind, tables) in [(Kind::Weight, &self.weights), (Kind::Constant, &self.constants)] {
+        let written = match side_stored {
+            SideStored::Written => [(Kind::Weight, &self.weights), (Kind::Constant, &self.constants)].to_vec(),
+            SideStored::LeftInPlace => Vec::new(),
+        };
+        for (kind, tables) in written {
             for (model, config) in tables {
                 for (fqn, meta) in config.config.iter().filter(|(fqn, meta)| !meta.use_pickle && self.side_bytes(kind, fqn).is_some()) {
                     if let Some(source) = self.stored(kind, model, fqn)? {
@@ -545,6 +537,15 @@ impl Pt2 {
         }
         out.finish().map_err(write_error)
     }
+}
+
+/// What a written archive holds of the weights stored beside it.
+#[derive(Debug, Clone, Copy)]
+enum SideStored {
+    /// Their bytes, in their entries (an artifact torch loads).
+    Written,
+    /// Nothing: their entries stay empty, as the trace wrote them.
+    LeftInPlace,
 }
 
 /// The conversion a side entry's bytes need to be `meta`'s tensor: none when
@@ -718,10 +719,9 @@ mod tests {
         assert!(pt2.weight("model", "w").err().unwrap().to_string().contains("is empty, the tensor needs 32"));
     }
 
-    /// Streamed weights point into a model folder's checkpoint: the index may
-    /// name those files (any path reaching them) and no other.
-    #[test]
-    fn side_weights_read_only_the_checkpoint_files_they_were_given() {
+    /// A folder with an empty side file `p.pt2.weights` and a checkpoint
+    /// `model.safetensors` holding 8 floats after a 16-byte header.
+    fn side_file_and_checkpoint() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
         let dir = tempfile::tempdir().unwrap();
         let side = dir.path().join("p.pt2.weights");
         std::fs::write(&side, b"").unwrap();
@@ -729,6 +729,14 @@ mod tests {
         let mut bytes = vec![0u8; 16];
         bytes.extend(floats(8));
         std::fs::write(&checkpoint, &bytes).unwrap();
+        (dir, side, checkpoint)
+    }
+
+    /// Streamed weights point into a model folder's checkpoint: the index may
+    /// name those files (any path reaching them) and no other.
+    #[test]
+    fn side_weights_read_only_the_checkpoint_files_they_were_given() {
+        let (dir, side, checkpoint) = side_file_and_checkpoint();
         let secret = dir.path().join("secret");
         std::fs::write(&secret, floats(8)).unwrap();
         let index = |file: &Path| {
@@ -755,13 +763,7 @@ mod tests {
     /// steps indexes it there, by absolute path, without its bytes.
     #[test]
     fn side_weights_tell_where_they_are_stored_and_are_indexed_in_place() {
-        let dir = tempfile::tempdir().unwrap();
-        let side = dir.path().join("p.pt2.weights");
-        std::fs::write(&side, b"").unwrap();
-        let checkpoint = dir.path().join("model.safetensors");
-        let mut bytes = vec![0u8; 16];
-        bytes.extend(floats(8));
-        std::fs::write(&checkpoint, &bytes).unwrap();
+        let (dir, side, checkpoint) = side_file_and_checkpoint();
         let index = serde_json::json!({"files": ["p.pt2.weights", checkpoint], "weights": {"w": [1, 16, 32]}, "constants": {}});
         std::fs::write(dir.path().join("p.pt2.weights.json"), index.to_string()).unwrap();
         let mut pt2 = open(archive(&[weight(&[2, 4], &[4, 1], 0, Some(vec![]))]));
