@@ -90,7 +90,7 @@ fn runs_in_the_executorch_runtime(arch: &str, set: &str, task: Option<&str>, xnn
                 // Emitted by the host: the edge decomposition, then hfx's own lowering and memory plan.
                 assert!(stdout.contains("stage edge-decompose") && stdout.contains("stage pte-emit") && stdout.contains("planned arena"), "{what}: {stdout}");
             } else {
-                assert!(stdout.contains("stage lower") && stdout.contains("delegated"), "{what}: {stdout}");
+                assert!(stdout.contains("stage lower") && stdout.contains("delegated") && stdout.contains("replayed"), "{what}: {stdout}");
             }
             assert_eq!(stdout.matches("verify inputs").count(), if dynamic { 2 } else { 1 }, "{what}: {stdout}");
             assert!(!stdout.contains("MISMATCH"), "{what}: {stdout}");
@@ -204,6 +204,19 @@ fn sizes_used_as_tensors_follow_the_input_in_the_portable_program() {
     assert!(result.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&result.stderr));
     assert!(stdout.contains("stage pte-emit") && stdout.contains(" ok"), "{stdout}");
     run_python("run_pte_at.py", &[out.to_str().unwrap(), model, "2x5", "3x9", "1x2"]);
+}
+
+/// The worker's shortcuts through ExecuTorch's XNNPACK lowering (a partition
+/// whose structure was seen takes the delegate graph made of it; a sorted
+/// graph is not re-sorted) give ExecuTorch's own `.pte`, byte for byte: a
+/// Llama static and dynamic (its second layer's partitions replayed) and a
+/// ViT (a convolution's weight is stored channels-last: that partition is
+/// never replayed).
+#[test]
+fn the_lowering_shortcuts_give_executorchs_own_bytes() {
+    run_python("check_lowering_shortcuts.py", &["llama", "dynamic", "5"]);
+    run_python("check_lowering_shortcuts.py", &["llama", "static", "2"]);
+    run_python("check_lowering_shortcuts.py", &["vit", "static", "1"]);
 }
 
 /// What cannot be emitted says so in one line, naming the node and the way

@@ -209,7 +209,19 @@ pub enum Lowering {
         constant_bytes: u64,
     },
     /// ExecuTorch's own lowering with a delegate's partitioner, in the worker.
-    Delegated { edge_seconds: f64, executorch_seconds: f64, delegated_nodes: u64, portable_nodes: u64, bytes: u64 },
+    Delegated {
+        edge_seconds: f64,
+        executorch_seconds: f64,
+        delegated_nodes: u64,
+        portable_nodes: u64,
+        /// The delegate's partitions, and those that took the delegate graph
+        /// of an earlier one of the same structure (absent in older reports).
+        #[serde(default)]
+        partitions: u64,
+        #[serde(default)]
+        partitions_replayed: u64,
+        bytes: u64,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -448,6 +460,8 @@ fn component(c: &Component, written: &Path) -> ComponentReport {
                 executorch_seconds: r.executorch_seconds,
                 delegated_nodes: r.delegated_nodes,
                 portable_nodes: r.portable_nodes,
+                partitions: r.partitions,
+                partitions_replayed: r.partitions_replayed,
                 bytes: r.bytes,
             },
         }),

@@ -364,6 +364,11 @@ pub struct LowerReply {
     /// Call nodes the delegate took, and kernel calls left to the portable runtime.
     pub delegated_nodes: u64,
     pub portable_nodes: u64,
+    /// The delegate's partitions, and how many of them took the delegate
+    /// graph of an earlier partition of the same structure
+    /// (`lowering_shortcuts.py`: the same bytes, without preprocessing again).
+    pub partitions: u64,
+    pub partitions_replayed: u64,
     pub edge_seconds: f64,
     pub executorch_seconds: f64,
     pub bytes: u64,

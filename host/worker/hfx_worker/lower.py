@@ -5,7 +5,8 @@ through ExecuTorch's edge dialect with a delegate's partitioner, then
 This is where hfx hands over to ExecuTorch, and only for a delegate: the
 delegate's payload (XNNPACK's partitioner, its ~10 passes and its graph
 serializer) is ExecuTorch's own code, which a native emitter would have to
-track release by release. Everything before it (trace, patches, FX fixes)
+track release by release. It runs with `lowering_shortcuts`: the same bytes,
+without preprocessing a partition whose structure it has seen. Everything before it (trace, patches, FX fixes)
 is hfx's. The edge configuration is the reference's
 (`ExecutorchExporter._get_edge_compile_config`): core ATen, with the same
 non-core ops kept whole.
@@ -14,6 +15,7 @@ non-core ops kept whole.
 import os
 import time
 
+from .lowering_shortcuts import shortcuts
 from .protocol import EdgeProgramParams, EdgeProgramReply, LowerParams, LowerReply
 from .pytree import load_exported_mapped
 from .trace import save_with_side_weights, side_weights_supported
@@ -60,11 +62,12 @@ def lower(_session, params: LowerParams) -> LowerReply:
     in_spec = torch.utils._pytree.treespec_dumps(program.call_spec.in_spec)
     exceptions = [getattr(getattr(torch.ops.aten, op), overload) for op, overload in (n.split(".") for n in CORE_ATEN_EXCEPTIONS)]
     started = time.monotonic()
-    edge = to_edge_transform_and_lower(
-        program,
-        partitioner=partitioners(params.delegate),
-        compile_config=EdgeCompileConfig(_core_aten_ops_exception_list=exceptions),
-    )
+    with shortcuts() as counts:
+        edge = to_edge_transform_and_lower(
+            program,
+            partitioner=partitioners(params.delegate),
+            compile_config=EdgeCompileConfig(_core_aten_ops_exception_list=exceptions),
+        )
     edge_seconds = time.monotonic() - started
     delegated, portable = counted_nodes(edge)
     started = time.monotonic()
@@ -74,6 +77,7 @@ def lower(_session, params: LowerParams) -> LowerReply:
     executorch_seconds = time.monotonic() - started
 
     return LowerReply(in_spec=in_spec, delegated_nodes=delegated, portable_nodes=portable,
+                      partitions=counts.partitions, partitions_replayed=counts.replayed,
                       edge_seconds=edge_seconds, executorch_seconds=executorch_seconds,
                       bytes=os.path.getsize(params.output))
 

@@ -501,6 +501,8 @@ class LowerReply:
     in_spec: str
     delegated_nodes: int
     portable_nodes: int
+    partitions: int  # the delegate's partitions, of which
+    partitions_replayed: int  # took the graph of a partition of the same structure
     edge_seconds: float
     executorch_seconds: float
     bytes: int

@@ -1,0 +1,393 @@
+"""Two shortcuts through ExecuTorch's delegate lowering that give the bytes
+it gives, for less of its work.
+
+ExecuTorch's lowering (`to_edge_transform_and_lower`) costs one to two
+thirds of an XNNPACK export, and most of that is work repeated, not work
+needed (a 125M Llama with dynamic shapes: 135 partitions, 65 s):
+
+- **Partitions that repeat.** A transformer's layers are the same graph with
+  other weights, so most partitions are one of a dozen shapes, and
+  XNNPACK's `preprocess` (17 passes, each re-tracing the partition with fake
+  tensors, ~0.2 s a partition) computes the same delegate graph again and
+  again. Here a partition's *structure* (its nodes, their arguments and
+  metadata with names replaced by first-use ids, its value shapes and
+  symbols, the values of its small constants) keys the XNNPACK graph
+  preprocess made of it. A partition with a known structure gets that graph
+  back with its own debug handles and its own weights, which go through
+  XNNPACK's own serializer call (`get_serialized_buffer_index`), so they are
+  converted, hashed and stored as XNNPACK stores them. A structure whose
+  graph used anything this cannot replay (a quantized, permuted or
+  channels-last weight, a constant made by a pass, data in the payload,
+  external data) is never replayed: each of its partitions is preprocessed.
+- **Re-sorting by copying.** After cutting out each partition, ExecuTorch
+  re-sorts the whole program topologically (`legalize_graph`) by copying
+  every node into a new graph and recompiling its Python code: quadratic in
+  the program's size. Here the nodes are moved into the order that sort
+  gives (the same queue discipline) within the graph, each node's users put
+  in the order a copy would register them, and the program is recompiled
+  once, after the last partition.
+
+The output is ExecuTorch's own, byte for byte (`tests/it/executorch.rs`
+compares the `.pte` with and without). Both reach into ExecuTorch 1.4.1 and
+torch 2.13 internals, so they apply only to those versions; any other runs
+ExecuTorch's lowering as it is.
+"""
+
+import collections
+import contextlib
+import copy
+import dataclasses
+import importlib.metadata
+import operator
+
+SUPPORTED = {"executorch": "1.4.1", "torch": "2.13."}
+
+
+def supported():
+    try:
+        return all(importlib.metadata.version(package).startswith(version) for package, version in SUPPORTED.items())
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
+@dataclasses.dataclass
+class Counts:
+    """What the shortcuts did in one lowering (the summary reports it)."""
+    partitions: int = 0
+    preprocessed: int = 0  # by XNNPACK's preprocess
+    replayed: int = 0  # from the graph of a partition with the same structure
+    resorts_in_place: int = 0
+
+
+@contextlib.contextmanager
+def shortcuts(enabled=True):
+    """Within: ExecuTorch's lowering with the shortcuts (when `enabled` and the
+    versions are the ones they were written against). Yields the `Counts`."""
+    counts = Counts()
+    if not (enabled and supported()):
+        yield counts
+        return
+    import executorch.backends.xnnpack.xnnpack_preprocess as xnnpack_preprocess
+    import executorch.exir.backend.backend_api as backend_api
+    import executorch.exir.lowered_backend_module as lowered_backend_module
+    from executorch.backends.xnnpack.operators.node_visitor import NodeVisitor
+    from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend
+
+    memo = PreprocessMemo(counts)
+    patches = [
+        (lowered_backend_module, "legalize_graph", resort_in_place(counts)),
+        (backend_api, "_create_partitions_in_graph_module", recompiled_after(backend_api._create_partitions_in_graph_module)),
+        (XnnpackBackend, "preprocess", staticmethod(memo.preprocess(XnnpackBackend.preprocess))),
+        (xnnpack_preprocess, "serialize_xnnpack_binary", memo.recording_graphs(xnnpack_preprocess.serialize_xnnpack_binary)),
+        (NodeVisitor, "get_serialized_buffer_index", memo.recording_constants(NodeVisitor.get_serialized_buffer_index)),
+    ]
+    originals = [(owner, name, owner.__dict__[name]) for owner, name, _ in patches]
+    try:
+        for owner, name, patched in patches:
+            setattr(owner, name, patched)
+        yield counts
+    finally:
+        for owner, name, original in originals:
+            setattr(owner, name, original)
+
+
+# --- Re-sorting a sorted graph ----------------------------------------------
+
+def _prioritized_ops():
+    """`legalize_graph`'s PRIORITIZED_OPS (torch 2.13): nodes it moves to the
+    front of its queue."""
+    import torch
+
+    aten = torch.ops.aten
+    return {operator.add, operator.mul, operator.sub, operator.floordiv, operator.truediv, operator.mod,
+            operator.le, operator.lt, operator.ge, operator.gt, operator.eq, operator.ne,
+            aten.sym_constrain_range.default, aten.sym_constrain_range_for_size.default, aten._assert_async.msg,
+            aten.scalar_tensor.default, aten._assert_scalar.default}
+
+
+def legalized_order(graph, prioritized):
+    """The order `legalize_graph` copies nodes in (Kahn's algorithm, its queue
+    discipline), without copying them."""
+    indegree = dict.fromkeys(graph.nodes, 0)
+    for node in graph.nodes:
+        for user in node.users:
+            indegree[user] += 1
+    queue = collections.deque(node for node in graph.nodes if indegree[node] == 0)
+    order = []
+    while queue:
+        node = queue.popleft()
+        order.append(node)
+        for user in node.users:
+            indegree[user] -= 1
+            if indegree[user] == 0:
+                if user.op == "call_function" and user.target in prioritized:
+                    queue.appendleft(user)
+                else:
+                    queue.append(user)
+    return order
+
+
+def resort_in_place(counts):
+    """`legalize_graph` without its copy: the nodes moved into the order it
+    would copy them in, and each node's users put in the order the copies
+    would register them (the graph's new order), which the next sort walks.
+    The Python code is recompiled once, after the last partition."""
+    prioritized = _prioritized_ops()
+
+    def resort(gm):
+        graph = gm.graph
+        order = legalized_order(graph, prioritized)
+        if len(order) < len(graph.nodes):
+            raise RuntimeError("the program has a cycle after cutting out a partition")
+        previous = graph._root
+        for node in order:
+            if previous.next is not node:
+                previous.append(node)
+            previous = node
+        position = {node: i for i, node in enumerate(order)}
+        for node in order:
+            node.users = dict(sorted(node.users.items(), key=lambda item: position[item[0]]))
+        counts.resorts_in_place += 1
+        return gm
+
+    return resort
+
+
+def recompiled_after(create_partitions):
+    def create(tagged_graph_module, *args, **kwargs):
+        try:
+            return create_partitions(tagged_graph_module, *args, **kwargs)
+        finally:
+            # The re-sorts in place did not recompile the program's code.
+            tagged_graph_module.recompile()
+
+    return create
+
+
+# --- Partitions that repeat -------------------------------------------------
+
+class NotReplayable(Exception):
+    pass
+
+
+@dataclasses.dataclass
+class Recorded:
+    """What XNNPACK's preprocess made of a partition, as far as a partition
+    of the same structure needs it: its graph (before serialization), the
+    debug handles of the partition's nodes in order, and each constant it
+    serialized: (buffer index, placeholder position, the serializer's flags)."""
+    graph: object
+    handles: list
+    constants: list
+
+
+@dataclasses.dataclass
+class Partition:
+    """A partition as it came to preprocess (preprocess's in-place passes
+    change its graph): its placeholders and its nodes' debug handles, in order."""
+    program: object
+    placeholders: list
+    handles: list
+
+    @staticmethod
+    def of(program):
+        nodes = list(program.graph.nodes)
+        return Partition(program=program, placeholders=[node for node in nodes if node.op == "placeholder"],
+                         handles=[node.meta.get("debug_handle") for node in nodes])
+
+
+class PreprocessMemo:
+    def __init__(self, counts):
+        self.counts = counts
+        self.known = {}  # structure -> Recorded, or None: preprocess each
+        self.recording = None  # the partition being preprocessed: {"graphs": [...], "constants": [...]}
+
+    def recording_graphs(self, serialize):
+        def serialize_recorded(xnnpack_graph, constant_data_bytes, *args, **kwargs):
+            if self.recording is not None:
+                self.recording["graphs"].append((copy.deepcopy(xnnpack_graph), len(constant_data_bytes), bool(args or kwargs)))
+            return serialize(xnnpack_graph, constant_data_bytes, *args, **kwargs)
+
+        return serialize_recorded
+
+    def recording_constants(self, serialized_buffer_index):
+        def index_recorded(visitor, tensor, xnn_graph, vals_to_ids, convert_to_nhwc, swap_in_out_for_weights, quant_params,
+                           force_fp32=False, groups=1):
+            index = serialized_buffer_index(visitor, tensor, xnn_graph, vals_to_ids, convert_to_nhwc,
+                                            swap_in_out_for_weights, quant_params, force_fp32, groups)
+            if self.recording is not None and index:
+                replayable = quant_params is None and not convert_to_nhwc and not swap_in_out_for_weights
+                self.recording["constants"].append((index, tensor.name, dict(force_fp32=force_fp32, groups=groups), replayable))
+            return index
+
+        return index_recorded
+
+    def preprocess(self, preprocess):
+        def memoized(edge_program, compile_specs):
+            self.counts.partitions += 1
+            try:
+                key = structure(edge_program, compile_specs)
+            except NotReplayable:
+                key = None
+            partition = Partition.of(edge_program)
+            recorded = self.known.get(key) if key is not None else None
+            if recorded is not None:
+                self.counts.replayed += 1
+                return replay(recorded, partition)
+            self.recording = {"graphs": [], "constants": []}
+            try:
+                result = preprocess(edge_program, compile_specs)
+            finally:
+                recording, self.recording = self.recording, None
+            self.counts.preprocessed += 1
+            if key is not None and key not in self.known:
+                self.known[key] = record(recording, partition, result)
+            return result
+
+        return memoized
+
+
+def record(recording, partition, result):
+    """The partition's `Recorded`, or None when any of it cannot be replayed."""
+    from executorch.backends.xnnpack.xnnpack_preprocess import DEFAULT_DEBUG_HANDLE
+
+    graphs, constants = recording["graphs"], recording["constants"]
+    if len(graphs) != 1 or result.debug_handle_map or getattr(result, "_delegate_info_meta", None) is not None:
+        return None
+    graph, data_bytes, extra_arguments = graphs[0]
+    output = result.data_store_output
+    if data_bytes or extra_arguments or output is None or output.external_data:
+        return None
+    names = [node.name for node in partition.placeholders]
+    replayed = []
+    for index, name, flags, replayable in constants:
+        if not replayable or name not in names:
+            return None
+        replayed.append((index, names.index(name), flags))
+    # Every datum the payload names came from a recorded constant.
+    if set(output.pte_data) != {graph.constant_data[index].named_key for index, _, _ in replayed}:
+        return None
+    known = {handle for handle in partition.handles if handle is not None}
+    if any(xnode.debug_handle not in known and xnode.debug_handle != DEFAULT_DEBUG_HANDLE for xnode in graph.xnodes):
+        return None
+    recorded = Recorded(graph=graph, handles=partition.handles, constants=replayed)
+    # The proof that replaying loses nothing: replayed on the partition it
+    # was recorded from, it gives preprocess's bytes and data exactly (a
+    # pass that rewrote a weight under its name, or put anything else in
+    # the graph, fails here).
+    again = replay(recorded, partition)
+    if again is None or again.processed_bytes != result.processed_bytes or again.data_store_output != result.data_store_output:
+        return None
+    return recorded
+
+
+def replay(recorded, partition):
+    """What XNNPACK's preprocess makes of `partition`, whose structure is the
+    recorded one's: the recorded graph with this partition's debug handles,
+    and its weights serialized by XNNPACK's own serializer call."""
+    from executorch.backends.xnnpack.operators.node_visitor import NodeVisitor
+    from executorch.backends.xnnpack.serialization.xnnpack_graph_schema import ConstantDataOffset, XNNGraph
+    from executorch.backends.xnnpack.xnnpack_preprocess import serialize_xnnpack_binary
+    from executorch.exir._serialize._named_data_store import NamedDataStore
+    from executorch.exir.backend.backend_details import PreprocessResult
+
+    # The structure keys which nodes share a handle, so this maps one to one.
+    handles = {old: new for old, new in zip(recorded.handles, partition.handles) if old is not None}
+    graph = copy.deepcopy(recorded.graph)
+    for xnode in graph.xnodes:
+        xnode.debug_handle = handles.get(xnode.debug_handle, xnode.debug_handle)
+
+    store = NamedDataStore()
+    visitor = NodeVisitor(partition.program, {}, store)
+    scratch = XNNGraph(version="0", xnodes=[], xvalues=[], num_externs=0, input_ids=[], output_ids=[],
+                       constant_data=[ConstantDataOffset(0, 0)])
+    for index, position, flags in recorded.constants:
+        visitor.get_serialized_buffer_index(partition.placeholders[position], scratch, {}, False, False, None, **flags)
+        serialized = scratch.constant_data[-1]
+        if serialized.size != graph.constant_data[index].size:
+            raise RuntimeError("a replayed XNNPACK partition's weight differs in size from the recorded one's")
+        graph.constant_data[index].named_key = serialized.named_key
+    return PreprocessResult(processed_bytes=serialize_xnnpack_binary(graph, bytearray()), debug_handle_map={},
+                            data_store_output=store.get_named_data_store_output())
+
+
+# --- A partition's structure ------------------------------------------------
+
+SMALL_CONSTANT = 64  # elements: a constant this small keys by value (a visitor may read it)
+# The node metadata XNNPACK 1.4.1's preprocess reads: its passes and
+# visitors read these of any node; torch's `get_source_partitions`
+# (ConvertToLinearPass) reads a call's last `source_fn_stack` entry and,
+# without one, its innermost `nn_module_stack` entry, grouping calls by the
+# name there. The rest (stack traces, provenance, outer modules, the
+# partitioner's notes) varies from layer to layer and changes nothing it makes.
+READ_META = ("val", "custom", "delegate_constant_tag", "quantization_annotation")
+
+
+def structure(program, compile_specs):
+    """A key equal for two partitions exactly when XNNPACK's preprocess
+    would make the same graph of them up to debug handles and weights."""
+    import torch
+
+    names = collections.defaultdict(dict)  # per kind of name: name -> first-use id
+
+    def canonical(text, kind="name"):
+        return (kind, names[kind].setdefault(text, len(names[kind])))
+
+    def value(v, index, in_meta):
+        if isinstance(v, torch.fx.Node):
+            return ("node", index[v])
+        if v is None or isinstance(v, (bool, int)):
+            return v
+        if isinstance(v, float):
+            return ("float", repr(v))
+        if isinstance(v, str):
+            return canonical(v) if in_meta else ("str", v)
+        if isinstance(v, (list, tuple)):
+            return (type(v).__name__, tuple(value(x, index, in_meta) for x in v))
+        if isinstance(v, dict):
+            return ("dict", tuple((value(k, index, in_meta), value(x, index, in_meta)) for k, x in v.items()))
+        if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return ("sym", str(v))
+        if isinstance(v, torch.Tensor):
+            return ("tensor", str(v.dtype), tuple(str(s) for s in v.shape), tuple(str(s) for s in v.stride()), v.device.type)
+        if isinstance(v, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
+            return ("torch", str(v))
+        if isinstance(v, type) or callable(v):
+            return ("callable", getattr(v, "__module__", ""), getattr(v, "__qualname__", repr(v)))
+        if dataclasses.is_dataclass(v):
+            return (type(v).__qualname__, value(dataclasses.asdict(v), index, in_meta))
+        raise NotReplayable(type(v).__qualname__)
+
+    signature = program.graph_signature
+    kinds = {spec.arg.name: (spec.kind.name, spec.persistent) for spec in signature.input_specs if hasattr(spec.arg, "name")}
+    targets = {spec.arg.name: spec.target for spec in signature.input_specs if hasattr(spec.arg, "name")}
+    index = {}
+    rows = [("specs", tuple(repr(spec) for spec in compile_specs)),
+            ("ranges", tuple(sorted((str(k), str(v)) for k, v in program.range_constraints.items()))),
+            ("outputs", tuple(spec.kind.name for spec in signature.output_specs))]
+    for i, node in enumerate(program.graph.nodes):
+        index[node] = i
+        meta = tuple((key, value(node.meta[key], index, True)) for key in READ_META if key in node.meta)
+        if node.op == "call_function":
+            sources, modules = node.meta.get("source_fn_stack"), node.meta.get("nn_module_stack")
+            if sources:
+                name, source = sources[-1]
+                meta += (("source", canonical(name, "source"), value(source, index, False)),)
+            elif modules:
+                name, module = list(modules.values())[-1]
+                meta += (("module", canonical(name, "module"), value(module, index, False)),)
+        # Which nodes share a debug handle (not the handles: a replay maps them).
+        handle = node.meta.get("debug_handle")
+        meta += (("debug_handle", None if handle is None else canonical(handle, "debug_handle")),)
+        row = [node.op, None if node.op == "placeholder" else canonical(node.target) if node.op == "get_attr" else ("target", str(node.target)),
+               value(node.args, index, False), value(node.kwargs, index, False), meta, kinds.get(node.name)]
+        target = targets.get(node.name)
+        if target is not None:
+            tensor = program.state_dict.get(target, program.constants.get(target))
+            if isinstance(tensor, torch.Tensor):
+                row.append(value(tensor, index, False))
+                if tensor.numel() <= SMALL_CONSTANT:
+                    row.append(("values", tensor.detach().cpu().contiguous().view(-1).tolist() if tensor.dtype != torch.bfloat16
+                                else tensor.float().view(-1).tolist()))
+        rows.append(tuple(row))
+    return repr(rows)
