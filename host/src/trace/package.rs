@@ -45,6 +45,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("generation.py", include_str!("../../worker/hfx_worker/generation.py")),
     ("graph.py", include_str!("../../worker/hfx_worker/graph.py")),
     ("lower.py", include_str!("../../worker/hfx_worker/lower.py")),
+    ("lowering_shortcuts.py", include_str!("../../worker/hfx_worker/lowering_shortcuts.py")),
     ("opinfo.py", include_str!("../../worker/hfx_worker/opinfo.py")),
     ("program.py", include_str!("../../worker/hfx_worker/program.py")),
     ("protocol.py", include_str!("../../worker/hfx_worker/protocol.py")),
