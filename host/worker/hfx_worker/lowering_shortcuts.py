@@ -91,7 +91,7 @@ def shortcuts(enabled=True):
             setattr(owner, name, original)
 
 
-# --- Re-sorting a sorted graph ----------------------------------------------
+# --- Re-sorting in place ---------------------------------------------------
 
 def _prioritized_ops():
     """`legalize_graph`'s PRIORITIZED_OPS (torch 2.13): nodes it moves to the
