@@ -214,9 +214,9 @@ fn sizes_used_as_tensors_follow_the_input_in_the_portable_program() {
 /// never replayed).
 #[test]
 fn the_lowering_shortcuts_give_executorchs_own_bytes() {
-    run_python("check_lowering_shortcuts.py", &["llama", "dynamic", "5"]);
-    run_python("check_lowering_shortcuts.py", &["llama", "static", "2"]);
-    run_python("check_lowering_shortcuts.py", &["vit", "static", "1"]);
+    run_python("check_lowering_shortcuts.py", &["llama", &overrides_json(LLAMA), "dynamic", "5"]);
+    run_python("check_lowering_shortcuts.py", &["llama", &overrides_json(LLAMA), "static", "2"]);
+    run_python("check_lowering_shortcuts.py", &["vit", &overrides_json(VIT), "static", "1"]);
 }
 
 /// What cannot be emitted says so in one line, naming the node and the way

@@ -1,43 +1,36 @@
 """ExecuTorch's XNNPACK lowering with hfx's shortcuts gives the `.pte` it
 gives without them, byte for byte, and the shortcuts were taken.
 
-    python check_lowering_shortcuts.py {llama,vit} {static,dynamic} MIN_REPLAYED
+    python check_lowering_shortcuts.py ARCH OVERRIDES_JSON {static,dynamic} MIN_REPLAYED
 
-Each model is a tiny random one (two layers), exported with torch.export,
-then lowered twice from identical exports: once as ExecuTorch lowers it, once
-inside `lowering_shortcuts.shortcuts()`. At least MIN_REPLAYED partitions must
-have been replayed (0 for a model whose partitions all need preprocess).
+The model is built as the worker builds `--model ARCH --set ...` (a tiny
+random one), on its sample inputs (2, 8), exported with torch.export (the
+batch, and the sequence of 2-D inputs, dynamic for `dynamic`), then lowered
+twice from identical exports: once as ExecuTorch lowers it, once inside
+`lowering_shortcuts.shortcuts()`. At least MIN_REPLAYED partitions must have
+been replayed.
 """
 
+import json
 import os
 import sys
 
 import torch
-import transformers
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker"))
+from hfx_worker import sources  # noqa: E402
 from hfx_worker.lowering_shortcuts import shortcuts, supported  # noqa: E402
 
 
-def llama():
+def model_and_inputs(arch, overrides, shapes):
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    model = transformers.LlamaForCausalLM(config).eval()
-    ids = torch.randint(0, 128, (2, 8), generator=torch.Generator().manual_seed(0))
-    inputs = {"input_ids": ids, "attention_mask": torch.ones(2, 8, dtype=torch.long), "use_cache": False}
+    model = sources.from_architecture(arch, overrides, None).eval()
+    model.config.use_cache = False  # a causal LM's cache is not what this checks
+    inputs = sources.sample_inputs(model, 2, 8)
+    if shapes == "static":
+        return model, inputs, None
     batch, sequence = torch.export.Dim("batch", max=64), torch.export.Dim("sequence", max=64)
-    dynamic = {"input_ids": {0: batch, 1: sequence}, "attention_mask": {0: batch, 1: sequence}, "use_cache": None}
-    return model, inputs, dynamic
-
-
-def vit():
-    torch.manual_seed(0)
-    config = transformers.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                                    image_size=32, patch_size=8, num_labels=3)
-    model = transformers.ViTForImageClassification(config).eval()
-    inputs = {"pixel_values": torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))}
-    return model, inputs, {"pixel_values": {0: torch.export.Dim("batch", max=64)}}
+    return model, inputs, {name: {0: batch, 1: sequence} if value.dim() == 2 else {0: batch} for name, value in inputs.items()}
 
 
 def lowered(model, inputs, dynamic, fast):
@@ -52,11 +45,10 @@ def lowered(model, inputs, dynamic, fast):
 
 
 def main():
-    arch, shapes, min_replayed = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    arch, overrides, shapes, min_replayed = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], int(sys.argv[4])
     if not supported():
         raise SystemExit("the shortcuts do not apply to the installed executorch/torch: update SUPPORTED and this check")
-    model, inputs, dynamic = {"llama": llama, "vit": vit}[arch]()
-    dynamic = dynamic if shapes == "dynamic" else None
+    model, inputs, dynamic = model_and_inputs(arch, overrides, shapes)
     plain, _ = lowered(model, inputs, dynamic, fast=False)
     fast, counts = lowered(model, inputs, dynamic, fast=True)
     print(f"{arch} {shapes}: {counts}, {len(plain)} bytes")

@@ -196,16 +196,26 @@ class Partition:
                          handles=[node.meta.get("debug_handle") for node in nodes])
 
 
+@dataclasses.dataclass
+class Recording:
+    """What the serializer calls of one preprocess saw: each graph it
+    serialized (a copy, the constant bytes' length, whether it had more
+    arguments), each constant (buffer index, placeholder name, flags,
+    whether a replay can reproduce it)."""
+    graphs: list = dataclasses.field(default_factory=list)
+    constants: list = dataclasses.field(default_factory=list)
+
+
 class PreprocessMemo:
     def __init__(self, counts):
         self.counts = counts
         self.known = {}  # structure -> Recorded, or None: preprocess each
-        self.recording = None  # the partition being preprocessed: {"graphs": [...], "constants": [...]}
+        self.recording = None  # the `Recording` of the partition being preprocessed
 
     def recording_graphs(self, serialize):
         def serialize_recorded(xnnpack_graph, constant_data_bytes, *args, **kwargs):
             if self.recording is not None:
-                self.recording["graphs"].append((copy.deepcopy(xnnpack_graph), len(constant_data_bytes), bool(args or kwargs)))
+                self.recording.graphs.append((copy.deepcopy(xnnpack_graph), len(constant_data_bytes), bool(args or kwargs)))
             return serialize(xnnpack_graph, constant_data_bytes, *args, **kwargs)
 
         return serialize_recorded
@@ -217,7 +227,7 @@ class PreprocessMemo:
                                             swap_in_out_for_weights, quant_params, force_fp32, groups)
             if self.recording is not None and index:
                 replayable = quant_params is None and not convert_to_nhwc and not swap_in_out_for_weights
-                self.recording["constants"].append((index, tensor.name, dict(force_fp32=force_fp32, groups=groups), replayable))
+                self.recording.constants.append((index, tensor.name, dict(force_fp32=force_fp32, groups=groups), replayable))
             return index
 
         return index_recorded
@@ -234,7 +244,7 @@ class PreprocessMemo:
             if recorded is not None:
                 self.counts.replayed += 1
                 return replay(recorded, partition)
-            self.recording = {"graphs": [], "constants": []}
+            self.recording = Recording()
             try:
                 result = preprocess(edge_program, compile_specs)
             finally:
@@ -251,7 +261,7 @@ def record(recording, partition, result):
     """The partition's `Recorded`, or None when any of it cannot be replayed."""
     from executorch.backends.xnnpack.xnnpack_preprocess import DEFAULT_DEBUG_HANDLE
 
-    graphs, constants = recording["graphs"], recording["constants"]
+    graphs, constants = recording.graphs, recording.constants
     if len(graphs) != 1 or result.debug_handle_map or getattr(result, "_delegate_info_meta", None) is not None:
         return None
     graph, data_bytes, extra_arguments = graphs[0]
@@ -276,7 +286,7 @@ def record(recording, partition, result):
     # pass that rewrote a weight under its name, or put anything else in
     # the graph, fails here).
     again = replay(recorded, partition)
-    if again is None or again.processed_bytes != result.processed_bytes or again.data_store_output != result.data_store_output:
+    if again.processed_bytes != result.processed_bytes or again.data_store_output != result.data_store_output:
         return None
     return recorded
 
@@ -315,12 +325,12 @@ def replay(recorded, partition):
 
 SMALL_CONSTANT = 64  # elements: a constant this small keys by value (a visitor may read it)
 # The node metadata XNNPACK 1.4.1's preprocess reads: its passes and
-# visitors read these of any node; torch's `get_source_partitions`
+# visitors read these of any node (`custom` holds `delegate_constant_tag`); torch's `get_source_partitions`
 # (ConvertToLinearPass) reads a call's last `source_fn_stack` entry and,
 # without one, its innermost `nn_module_stack` entry, grouping calls by the
 # name there. The rest (stack traces, provenance, outer modules, the
 # partitioner's notes) varies from layer to layer and changes nothing it makes.
-READ_META = ("val", "custom", "delegate_constant_tag", "quantization_annotation")
+READ_META = ("val", "custom", "quantization_annotation")
 
 
 def structure(program, compile_specs):
@@ -333,7 +343,9 @@ def structure(program, compile_specs):
     def canonical(text, kind="name"):
         return (kind, names[kind].setdefault(text, len(names[kind])))
 
-    def value(v, index, in_meta):
+    index = {}  # node -> its position
+
+    def value(v, in_meta):
         if isinstance(v, torch.fx.Node):
             return ("node", index[v])
         if v is None or isinstance(v, (bool, int)):
@@ -343,9 +355,9 @@ def structure(program, compile_specs):
         if isinstance(v, str):
             return canonical(v) if in_meta else ("str", v)
         if isinstance(v, (list, tuple)):
-            return (type(v).__name__, tuple(value(x, index, in_meta) for x in v))
+            return (type(v).__name__, tuple(value(x, in_meta) for x in v))
         if isinstance(v, dict):
-            return ("dict", tuple((value(k, index, in_meta), value(x, index, in_meta)) for k, x in v.items()))
+            return ("dict", tuple((value(k, in_meta), value(x, in_meta)) for k, x in v.items()))
         if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             return ("sym", str(v))
         if isinstance(v, torch.Tensor):
@@ -355,39 +367,37 @@ def structure(program, compile_specs):
         if isinstance(v, type) or callable(v):
             return ("callable", getattr(v, "__module__", ""), getattr(v, "__qualname__", repr(v)))
         if dataclasses.is_dataclass(v):
-            return (type(v).__qualname__, value(dataclasses.asdict(v), index, in_meta))
+            return (type(v).__qualname__, value(dataclasses.asdict(v), in_meta))
         raise NotReplayable(type(v).__qualname__)
 
     signature = program.graph_signature
-    kinds = {spec.arg.name: (spec.kind.name, spec.persistent) for spec in signature.input_specs if hasattr(spec.arg, "name")}
-    targets = {spec.arg.name: spec.target for spec in signature.input_specs if hasattr(spec.arg, "name")}
-    index = {}
+    inputs = {spec.arg.name: spec for spec in signature.input_specs if hasattr(spec.arg, "name")}
     rows = [("specs", tuple(repr(spec) for spec in compile_specs)),
             ("ranges", tuple(sorted((str(k), str(v)) for k, v in program.range_constraints.items()))),
             ("outputs", tuple(spec.kind.name for spec in signature.output_specs))]
     for i, node in enumerate(program.graph.nodes):
         index[node] = i
-        meta = tuple((key, value(node.meta[key], index, True)) for key in READ_META if key in node.meta)
+        meta = tuple((key, value(node.meta[key], True)) for key in READ_META if key in node.meta)
         if node.op == "call_function":
             sources, modules = node.meta.get("source_fn_stack"), node.meta.get("nn_module_stack")
             if sources:
                 name, source = sources[-1]
-                meta += (("source", canonical(name, "source"), value(source, index, False)),)
+                meta += (("source", canonical(name, "source"), value(source, False)),)
             elif modules:
                 name, module = list(modules.values())[-1]
-                meta += (("module", canonical(name, "module"), value(module, index, False)),)
+                meta += (("module", canonical(name, "module"), value(module, False)),)
         # Which nodes share a debug handle (not the handles: a replay maps them).
         handle = node.meta.get("debug_handle")
         meta += (("debug_handle", None if handle is None else canonical(handle, "debug_handle")),)
         row = [node.op, None if node.op == "placeholder" else canonical(node.target) if node.op == "get_attr" else ("target", str(node.target)),
-               value(node.args, index, False), value(node.kwargs, index, False), meta, kinds.get(node.name)]
-        target = targets.get(node.name)
-        if target is not None:
-            tensor = program.state_dict.get(target, program.constants.get(target))
+               value(node.args, False), value(node.kwargs, False), meta]
+        spec = inputs.get(node.name)
+        if spec is not None:
+            row.append((spec.kind.name, spec.persistent))
+            tensor = program.state_dict.get(spec.target, program.constants.get(spec.target))
             if isinstance(tensor, torch.Tensor):
-                row.append(value(tensor, index, False))
+                row.append(value(tensor, False))
                 if tensor.numel() <= SMALL_CONSTANT:
-                    row.append(("values", tensor.detach().cpu().contiguous().view(-1).tolist() if tensor.dtype != torch.bfloat16
-                                else tensor.float().view(-1).tolist()))
+                    row.append(("values", tensor.detach().reshape(-1).tolist()))
         rows.append(tuple(row))
     return repr(rows)
