@@ -111,30 +111,162 @@ pub fn link_into_place(from: &Path, to: &Path) -> io::Result<()> {
     guard.rename_to(to)
 }
 
-/// Writes `bytes` to `out`; where they are a slice of a file (`origin`: the
-/// file and their offset in it, a weight stored unchanged in a checkpoint or
-/// a side file), the kernel copies them instead ([`copy_range`]).
-pub fn write_or_copy(out: &mut io::BufWriter<&mut File>, bytes: &[u8], origin: Option<(&File, u64)>) -> io::Result<()> {
-    let Some((source, offset)) = origin else { return out.write_all(bytes) };
-    out.flush()?;
-    copy_range(source, offset, bytes.len() as u64, out.get_mut())
+/// Writes a new file front to back through its own aligned buffer, with the
+/// page cache bypassed (`O_DIRECT`) where the file system allows it.
+///
+/// Why: an artifact is mostly weights, written once and synced, and not read
+/// back by hfx. Through the page cache, every page of it is first allocated
+/// and filled in memory; on this project's VM that first touch is what a
+/// 536 MB write costs (2.2–4.5 s buffered against 0.2–0.45 s direct, `dd`, the
+/// same file). Direct writes need the buffer, the file offset and the length
+/// aligned to the device's block; the buffer is, every write but the last is
+/// a whole buffer, and the last is padded to a block and the file truncated
+/// back to its length in [`DirectWriter::finish`]. A file system that refuses
+/// `O_DIRECT` (tmpfs, some network ones) gets the same writes buffered.
+///
+/// `flush` writes whole blocks only; nothing is complete before `finish`.
+pub struct DirectWriter<F: std::borrow::Borrow<File>> {
+    file: F,
+    buffer: Vec<u8>,
+    /// Where the aligned block of `buffer` starts.
+    start: usize,
+    /// Bytes of the block in use.
+    used: usize,
+    /// Bytes already in the file (a multiple of [`DIRECT_ALIGNMENT`] while direct).
+    written: u64,
+    direct: bool,
 }
 
-/// Appends `len` bytes of `source` at `offset` to `out` at its position,
-/// copied by the kernel (`copy_file_range`, which std's `io::copy` uses
-/// between files: a shared extent where the file system has them, else a
-/// copy that never passes through hfx's memory). On this project's machine
-/// either way is bound by the page cache's write rate; the copy spares hfx
-/// the reads of a map. A source shorter than that is an `UnexpectedEof`.
-pub fn copy_range(source: &File, offset: u64, len: u64, out: &mut File) -> io::Result<()> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut reader = source.try_clone()?;
-    reader.seek(SeekFrom::Start(offset))?;
-    let copied = io::copy(&mut Read::take(reader, len), out)?;
-    if copied != len {
-        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("the source ended {} bytes early", len - copied)));
+/// Block alignment for direct writes: 4096 covers 512-byte and 4K-sector devices.
+const DIRECT_ALIGNMENT: usize = 4096;
+/// The buffer: 8 MiB, large enough that each direct write keeps the device busy.
+const DIRECT_BUFFER: usize = 8 << 20;
+
+impl<F: std::borrow::Borrow<File>> DirectWriter<F> {
+    /// Starts writing `file` (new and empty) at offset 0.
+    pub fn new(file: F) -> DirectWriter<F> {
+        let direct = set_direct(file.borrow(), true);
+        let buffer = vec![0u8; DIRECT_BUFFER + DIRECT_ALIGNMENT];
+        let start = buffer.as_ptr().align_offset(DIRECT_ALIGNMENT);
+        DirectWriter { file, buffer, start, used: 0, written: 0, direct }
     }
-    Ok(())
+
+    /// Bytes written so far, buffered ones included.
+    pub fn position(&self) -> u64 {
+        self.written + self.used as u64
+    }
+
+    /// Appends `bytes`; where they are a slice of a file (`origin`: the file
+    /// and their offset in it, a weight stored unchanged in a checkpoint or a
+    /// side file), they are read from that file instead of from the map, so
+    /// its pages never become hfx's resident memory.
+    pub fn write_or_copy(&mut self, bytes: &[u8], origin: Option<(&File, u64)>) -> io::Result<()> {
+        match origin {
+            Some((source, offset)) => self.copy_from(source, offset, bytes.len() as u64),
+            None => self.write_all(bytes),
+        }
+    }
+
+    /// Appends `len` bytes of `source` at `offset`. A source shorter than
+    /// that is an `UnexpectedEof`.
+    pub fn copy_from(&mut self, source: &File, mut offset: u64, len: u64) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let end = offset + len;
+        while offset < end {
+            if self.used == DIRECT_BUFFER {
+                self.write_block(DIRECT_BUFFER)?;
+            }
+            let room = (DIRECT_BUFFER - self.used).min((end - offset) as usize);
+            let at = self.start + self.used;
+            let n = match source.read_at(&mut self.buffer[at..at + room], offset) {
+                Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("the source ended {} bytes early", end - offset))),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            self.used += n;
+            offset += n as u64;
+        }
+        Ok(())
+    }
+
+    /// Writes what is buffered (the last block padded, then the file cut back
+    /// to its length) and gives the file back, with its length.
+    pub fn finish(mut self) -> io::Result<(F, u64)> {
+        let length = self.position();
+        if self.used > 0 {
+            let padded = if self.direct { self.used.next_multiple_of(DIRECT_ALIGNMENT) } else { self.used };
+            self.buffer[self.start + self.used..self.start + padded].fill(0);
+            self.write_block(padded)?;
+            if padded != self.used {
+                self.file.borrow().set_len(length)?;
+            }
+        }
+        if self.direct {
+            set_direct(self.file.borrow(), false);
+        }
+        Ok((self.file, length))
+    }
+
+    /// Writes the first `n` bytes of the block at the file's end and empties it.
+    fn write_block(&mut self, n: usize) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let block = &self.buffer[self.start..self.start + n];
+        match self.file.borrow().write_all_at(block, self.written) {
+            // A file system that took the flag but refuses the write: buffered from here on.
+            Err(e) if self.direct && e.raw_os_error() == Some(libc::EINVAL) => {
+                self.direct = false;
+                set_direct(self.file.borrow(), false);
+                self.file.borrow().write_all_at(block, self.written)
+            }
+            other => other,
+        }?;
+        self.written += n as u64;
+        // The kept tail of a partial block moves to the front (only `flush` leaves one);
+        // `finish`'s padded last block is past `used`, and leaves nothing.
+        if n < self.used {
+            self.buffer.copy_within(self.start + n..self.start + self.used, self.start);
+        }
+        self.used = self.used.saturating_sub(n);
+        Ok(())
+    }
+}
+
+impl<F: std::borrow::Borrow<File>> Write for DirectWriter<F> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        if self.used == DIRECT_BUFFER {
+            self.write_block(DIRECT_BUFFER)?;
+        }
+        let n = bytes.len().min(DIRECT_BUFFER - self.used);
+        self.buffer[self.start + self.used..self.start + self.used + n].copy_from_slice(&bytes[..n]);
+        self.used += n;
+        Ok(n)
+    }
+
+    /// Writes the whole blocks buffered; a partial one waits for more or for `finish`.
+    fn flush(&mut self) -> io::Result<()> {
+        let whole = if self.direct { self.used - self.used % DIRECT_ALIGNMENT } else { self.used };
+        if whole > 0 {
+            self.write_block(whole)?;
+        }
+        Ok(())
+    }
+}
+
+/// Turns `O_DIRECT` on or off for `file`; whether it is now on.
+fn set_direct(file: &File, on: bool) -> bool {
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
+    // SAFETY: fcntl on a descriptor this `File` owns, with integer arguments only.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags < 0 {
+            return false;
+        }
+        let wanted = if on { flags | libc::O_DIRECT } else { flags & !libc::O_DIRECT };
+        let set = libc::fcntl(fd, libc::F_SETFL, wanted) == 0;
+        on && set
+    }
 }
 
 /// Convenience for whole buffers.
@@ -191,6 +323,58 @@ mod tests {
         first.commit().unwrap();
         assert_eq!(std::fs::read(&b).unwrap(), b"data");
         assert_eq!(std::fs::read_dir(dir.path().join("sub")).unwrap().count(), 1);
+    }
+
+    /// Every path of the writer (small writes, writes across the buffer, a
+    /// flush with a partial block, copies from a file, a last block padded
+    /// and cut back, a length of whole blocks) gives exactly the bytes
+    /// written: direct on a disk's file system, buffered on tmpfs, which
+    /// refuses `O_DIRECT`.
+    #[test]
+    fn direct_writes_give_exactly_the_bytes_written() {
+        let source_dir = tempfile::tempdir().unwrap();
+        let source_path = source_dir.path().join("source.bin");
+        let source_bytes: Vec<u8> = (0..(3 * DIRECT_BUFFER as u32 / 2)).map(|i| (i * 7 + i / 251) as u8).collect();
+        std::fs::write(&source_path, &source_bytes).unwrap();
+        let source = File::open(&source_path).unwrap();
+        let dirs = [Some(tempfile::tempdir().unwrap()), tempfile::tempdir_in("/dev/shm").ok()];
+        for dir in dirs.iter().flatten() {
+            for tail in [0usize, 1, 4095, 4097] {
+                let path = dir.path().join(format!("out{tail}.bin"));
+                let mut expected = Vec::new();
+                let mut out = DirectWriter::new(File::create(&path).unwrap());
+                out.write_all(b"header").unwrap();
+                expected.extend_from_slice(b"header");
+                out.flush().unwrap();
+                let big: Vec<u8> = (0..DIRECT_BUFFER + 12_345).map(|i| (i % 253) as u8).collect();
+                out.write_all(&big).unwrap();
+                expected.extend_from_slice(&big);
+                out.copy_from(&source, 17, source_bytes.len() as u64 - 17).unwrap();
+                expected.extend_from_slice(&source_bytes[17..]);
+                out.write_or_copy(&source_bytes[5..9000], Some((&source, 5))).unwrap();
+                expected.extend_from_slice(&source_bytes[5..9000]);
+                out.write_or_copy(b"in memory", None).unwrap();
+                expected.extend_from_slice(b"in memory");
+                // Pad to a whole number of blocks, then add `tail` bytes.
+                let pad = vec![9u8; expected.len().next_multiple_of(DIRECT_ALIGNMENT) - expected.len() + tail];
+                out.write_all(&pad).unwrap();
+                expected.extend_from_slice(&pad);
+                assert_eq!(out.position(), expected.len() as u64);
+                let (_, length) = out.finish().unwrap();
+                assert_eq!(length, expected.len() as u64);
+                assert!(std::fs::read(&path).unwrap() == expected, "{} (tail {tail}) differs", dir.path().display());
+            }
+        }
+    }
+
+    #[test]
+    fn a_short_source_is_an_error_not_a_short_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let source_path = dir.path().join("source.bin");
+        std::fs::write(&source_path, [1u8; 100]).unwrap();
+        let mut out = DirectWriter::new(File::create(dir.path().join("out.bin")).unwrap());
+        let err = out.copy_from(&File::open(&source_path).unwrap(), 50, 51).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
     }
 
     #[test]

@@ -76,19 +76,19 @@ pub fn write(program: &Program, plan: &Plan, constants: &[ConstantBytes<'_>], sp
     header.extend_from_slice(&segment_base.to_le_bytes());
     header.extend_from_slice(&segment_data_size.to_le_bytes());
     crate::atomic::write_atomically(path, |file| {
-        let mut out = io::BufWriter::with_capacity(1 << 20, file);
+        let mut out = crate::atomic::DirectWriter::new(file);
         out.write_all(&header)?;
         out.write_all(&flatbuffer[8..])?;
         out.write_all(&vec![0u8; (segment_base - program_size) as usize])?;
         let zeros = [0u8; CONSTANT_ALIGNMENT as usize];
         for c in constants {
-            crate::atomic::write_or_copy(&mut out, c.bytes, c.origin)?;
+            out.write_or_copy(c.bytes, c.origin)?;
             let pad = align(c.bytes.len() as u64, CONSTANT_ALIGNMENT) - c.bytes.len() as u64;
             out.write_all(&zeros[..pad as usize])?;
         }
         out.write_all(&vec![0u8; (provenance_offset - segment_size) as usize])?;
         out.write_all(provenance)?;
-        out.flush()
+        out.finish().map(drop)
     })?;
     Ok(Written { bytes: segment_base + segment_data_size, program_bytes: program_size, constant_bytes: segment_size })
 }

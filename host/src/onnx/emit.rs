@@ -18,6 +18,7 @@ use super::inputs::{graph_outputs, InputRole};
 use super::proto as p;
 use super::weights::{initializer, Bytes, Initializer, WeightError};
 use super::{Attribute, Node, TranslationBuilder};
+use crate::atomic::DirectWriter;
 use crate::graph::pt2::Pt2;
 use crate::graph::{Dim, Graph, ValueMeta};
 
@@ -259,7 +260,7 @@ pub fn data_file(model: &std::path::Path) -> std::path::PathBuf {
 /// data file is written first, then the model that points into it (by file
 /// name, so the two move together); each is atomic on its own.
 /// Where the weights' bytes are stored: asked where a mapped weight lives
-/// (it is then copied by the kernel, [`crate::atomic::copy_range`]) and told
+/// (it is then read from that file, [`crate::atomic::DirectWriter::write_or_copy`]) and told
 /// once it is written (its pages can leave resident memory).
 pub trait WeightFiles {
     fn origin(&self, bytes: &[u8]) -> Option<(&std::fs::File, u64)>;
@@ -285,11 +286,11 @@ impl WeightFiles for InMemory {
     fn release(&self, _: &[u8]) {}
 }
 
-/// Writes `bytes` to `out`: a weight stored unchanged in a file is copied by
-/// the kernel, any other is written.
-fn write_weight(out: &mut std::io::BufWriter<&mut std::fs::File>, bytes: &Bytes<'_>, files: &dyn WeightFiles) -> std::io::Result<()> {
+/// Writes `bytes` to `out`: a weight stored unchanged in a file is read from
+/// that file, any other is written from memory.
+fn write_weight(out: &mut DirectWriter<&mut std::fs::File>, bytes: &Bytes<'_>, files: &dyn WeightFiles) -> std::io::Result<()> {
     match bytes {
-        Bytes::Mapped(mapped) => crate::atomic::write_or_copy(out, mapped, files.origin(mapped)),
+        Bytes::Mapped(mapped) => out.write_or_copy(mapped, files.origin(mapped)),
         other => other.write_to(out),
     }?;
     if let Some(mapped) = bytes.mapped() {
@@ -316,7 +317,7 @@ pub fn write(path: &std::path::Path, planned: Planned, storage: WeightStorage, f
             // Both files are written to temp files first and renamed only when both are
             // complete: a failure leaves neither (nor a new data file beside an old model).
             let mut data = crate::atomic::Staged::create(&data_path).map_err(data_error)?;
-            let mut out = std::io::BufWriter::with_capacity(1 << 20, data.file());
+            let mut out = DirectWriter::new(data.file());
             let mut offset = 0u64;
             for init in &initializers {
                 if (init.bytes.len() as u64) < EXTERNAL_THRESHOLD {
@@ -331,8 +332,7 @@ pub fn write(path: &std::path::Path, planned: Planned, storage: WeightStorage, f
                 headers.push(external_header(&init.header, &data_name, offset, init.bytes.len() as u64));
                 offset += init.bytes.len() as u64;
             }
-            std::io::Write::flush(&mut out).map_err(data_error)?;
-            drop(out);
+            out.finish().map_err(data_error)?;
             model.graph = Some(p::GraphProto { initializer: headers, ..graph });
             let mut staged = crate::atomic::Staged::create(path).map_err(error)?;
             std::io::Write::write_all(staged.file(), &model.encode_to_vec()).map_err(error)?;
@@ -374,7 +374,7 @@ fn write_embedded(
                 1 + encoded_len_varint(t as u64) + t
             })
             .sum::<usize>();
-    let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+    let mut out = DirectWriter::new(file);
     let mut head = model.encode_to_vec();
     encode_key(7, WireType::LengthDelimited, &mut head); // ModelProto.graph
     encode_varint(graph_len as u64, &mut head);
@@ -390,7 +390,7 @@ fn write_embedded(
         std::io::Write::write_all(&mut out, &prefix)?;
         write_weight(&mut out, &i.bytes, files)?;
     }
-    std::io::Write::flush(&mut out)
+    out.finish().map(drop)
 }
 
 fn value_info(name: &str, meta: &ValueMeta, dims: &HashMap<String, String>) -> Result<p::ValueInfoProto, EmitError> {

@@ -8,7 +8,9 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{self, BufWriter, Seek, Write};
+use std::io::{self, Write};
+
+use crate::atomic::DirectWriter;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -393,7 +395,7 @@ impl<W: Write> Write for Counting<W> {
 /// failed `add`, a failed `finish`, or the writer dropped unfinished.
 pub struct ArchiveWriter {
     path: PathBuf,
-    out: BufWriter<File>,
+    out: DirectWriter<File>,
     tmp: crate::atomic::TempGuard,
     written: Vec<(String, u64, u64, u32)>,
     position: u64,
@@ -407,7 +409,7 @@ impl ArchiveWriter {
         let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         let (tmp, file) = crate::atomic::temp_file(dir, path)?;
         let tmp = crate::atomic::TempGuard::new(tmp);
-        Ok(ArchiveWriter { path: path.to_path_buf(), out: BufWriter::with_capacity(1 << 20, file), tmp, written: Vec::new(), position: 0, failed: false })
+        Ok(ArchiveWriter { path: path.to_path_buf(), out: DirectWriter::new(file), tmp, written: Vec::new(), position: 0, failed: false })
     }
 
     /// The temp file being written (removed unless `finish` succeeds).
@@ -449,12 +451,11 @@ impl ArchiveWriter {
     }
 
     /// Appends a stored entry whose bytes are `len` bytes of `source` at
-    /// `offset`, with their known CRC-32 (copied by the kernel where it can).
+    /// `offset`, with their known CRC-32 (read from that file, not from a map).
     pub fn add_copy(&mut self, name: &str, source: &File, offset: u64, len: u64, crc: u32) -> io::Result<()> {
         self.step(|w| {
             w.header(name, len, crc)?;
-            w.out.flush()?;
-            crate::atomic::copy_range(source, offset, len, w.out.get_mut()).map_err(|e| match e.kind() {
+            w.out.copy_from(source, offset, len).map_err(|e| match e.kind() {
                 io::ErrorKind::UnexpectedEof => io::Error::new(e.kind(), format!("entry `{name}`: source ended early")),
                 _ => e,
             })?;
@@ -508,7 +509,9 @@ impl ArchiveWriter {
         // On an error `self` is dropped, and with it the temp file.
         self.step(Self::write_directory)?;
         let ArchiveWriter { path, out, tmp, .. } = self;
-        drop(out);
+        let (file, _) = out.finish()?;
+        file.sync_all()?;
+        drop(file);
         tmp.rename_to(&path)
     }
 
@@ -569,10 +572,6 @@ impl ArchiveWriter {
         tail.extend_from_slice(&(start.min(u32::MAX as u64) as u32).to_le_bytes());
         tail.extend_from_slice(&0u16.to_le_bytes());
         self.out.write_all(&tail)?;
-        self.out.flush()?;
-        let file = self.out.get_mut();
-        file.sync_all()?;
-        let _ = file.stream_position();
         Ok(())
     }
 }

@@ -314,8 +314,9 @@ impl Pt2 {
     }
 
     /// The file and offset `bytes` (a weight's slice of this archive's or its
-    /// side files' maps) are stored at: what a kernel-side copy reads
-    /// ([`crate::atomic::copy_range`]). `None` for bytes of no file map.
+    /// side files' maps) are stored at: where a writer reads them instead of
+    /// touching the map ([`crate::atomic::DirectWriter::write_or_copy`]).
+    /// `None` for bytes of no file map.
     pub fn origin(&self, bytes: &[u8]) -> Option<(&std::fs::File, u64)> {
         self.side
             .iter()
