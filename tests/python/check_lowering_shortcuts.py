@@ -9,16 +9,22 @@ batch, and the sequence of 2-D inputs, dynamic for `dynamic`), then lowered
 twice from identical exports: once as ExecuTorch lowers it, once inside
 `lowering_shortcuts.shortcuts()`. At least MIN_REPLAYED partitions must have
 been replayed.
+
+The lowered program is also written as the worker writes it (`lower.DirectFile`,
+past the page cache), and so is a stream of writes across its buffer, direct
+and buffered, and read back: the same bytes.
 """
 
 import json
 import os
 import sys
+import tempfile
 
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker"))
 from hfx_worker import sources  # noqa: E402
+from hfx_worker.lower import DirectFile  # noqa: E402
 from hfx_worker.lowering_shortcuts import shortcuts, supported  # noqa: E402
 
 
@@ -41,7 +47,28 @@ def lowered(model, inputs, dynamic, fast):
         program = torch.export.export(model, (), inputs, dynamic_shapes=dynamic, strict=False)
     with shortcuts(enabled=fast) as counts:
         edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
-    return edge.to_executorch().buffer, counts
+    return edge.to_executorch(), counts
+
+
+def check_direct_file(program):
+    """`program` written by `DirectFile` reads back as its bytes, and so does a
+    stream of writes of odd sizes longer than the file's buffer."""
+    expected = program.buffer
+    stream = [expected[i:i + 4097] for i in range(0, len(expected), 4097)] * (2 * DirectFile.SIZE // len(expected) + 1)
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "model.pte")
+        for direct in (True, False):
+            with DirectFile(path, direct) as out:
+                program.write_to_file(out)
+            with open(path, "rb") as f:
+                if f.read() != expected:
+                    raise SystemExit(f"DirectFile (direct {direct}): the .pte read back differs from ExecuTorch's bytes")
+            with DirectFile(path, direct) as out:
+                for chunk in stream:
+                    out.write(chunk)
+            with open(path, "rb") as f:
+                if f.read() != b"".join(stream):
+                    raise SystemExit(f"DirectFile (direct {direct}): a stream of {len(stream)} writes read back differs")
 
 
 def main():
@@ -50,7 +77,9 @@ def main():
         raise SystemExit("the shortcuts do not apply to the installed executorch/torch: update SUPPORTED and this check")
     model, inputs, dynamic = model_and_inputs(arch, overrides, shapes)
     plain, _ = lowered(model, inputs, dynamic, fast=False)
-    fast, counts = lowered(model, inputs, dynamic, fast=True)
+    fast_program, counts = lowered(model, inputs, dynamic, fast=True)
+    check_direct_file(fast_program)
+    plain, fast = plain.buffer, fast_program.buffer
     print(f"{arch} {shapes}: {counts}, {len(plain)} bytes")
     if fast != plain:
         first = next((i for i, (a, b) in enumerate(zip(fast, plain)) if a != b), min(len(fast), len(plain)))
