@@ -13,11 +13,11 @@ wall time measured around it and its peak RSS the largest sum of VmRSS over
 the tree (hfx + its worker), sampled every 10 ms. Reported: medians, and the
 median of the per-pair ratios.
 
-Durability differs: hfx syncs each artifact to disk before renaming it into
-place (`fsync`), the reference leaves its files in the page cache. On a disk
-that writes ~150 MB/s that is ~3 s of hfx's time for 500 MB of weights. Both
-are reported: "as run", and "durable", where each side's time includes a
-`sync()` right after its process ends (the time until its files are on disk).
+Durability differs: hfx writes each artifact past the page cache (`O_DIRECT`)
+and syncs it before renaming it into place (`fsync`); the reference leaves its
+files in the page cache. Both are reported: "as run", and "durable", where each
+side's time includes a `sync()` right after its process ends (the time until
+its files are on disk).
 
     cargo build --release -p hfx && cargo xtask build-plugins
     .venv/bin/pip install onnxscript==0.7.0     # the reference ONNX exporter needs it
