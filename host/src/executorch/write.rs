@@ -42,7 +42,7 @@ fn align(n: u64, to: u64) -> u64 {
 pub const PROVENANCE_KEY: &str = "hfx.provenance";
 
 /// A constant's bytes, and the file and offset they are stored at when they
-/// are a slice of a file map (then copied by the kernel, never through hfx).
+/// are a slice of a file map (then read from that file, never through hfx's map).
 pub struct ConstantBytes<'a> {
     pub bytes: &'a [u8],
     pub origin: Option<(&'a std::fs::File, u64)>,
