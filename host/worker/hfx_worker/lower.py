@@ -111,14 +111,17 @@ class DirectFile:
         self.used = 0
 
     def close(self):
-        length = self.written + self.used
-        if self.used:
-            padded = -(-self.used // self.BLOCK) * self.BLOCK if self.direct else self.used
-            self.buffer[self.used:padded] = bytes(padded - self.used)
-            self._write_block(padded)
-            os.ftruncate(self.fd, length)
-        os.close(self.fd)
-        self.buffer.close()
+        """Writes the last block and closes the file (closed on failure too)."""
+        try:
+            length = self.written + self.used
+            if self.used:
+                padded = -(-self.used // self.BLOCK) * self.BLOCK if self.direct else self.used
+                self.buffer[self.used:padded] = bytes(padded - self.used)
+                self._write_block(padded)
+                os.ftruncate(self.fd, length)
+        finally:
+            os.close(self.fd)
+            self.buffer.close()
 
     def __enter__(self):
         return self
