@@ -207,6 +207,13 @@ fn the_worker_refuses_malformed_messages_and_another_protocol() {
     run_python("check_protocol.py", &[]);
 }
 
+/// Without a GPU, a trace's imports leave triton (the GPU kernel compiler
+/// torch._dynamo loads when it is installed, ~67 MiB) unloaded.
+#[test]
+fn the_worker_leaves_the_gpu_compiler_unloaded_without_a_gpu() {
+    run_python("check_no_gpu_compiler.py", &[]);
+}
+
 /// A cached copy of the worker package that is not exactly this hfx's never
 /// runs: an edited module or a module beside the package that would shadow an
 /// import is found before the start, and the copy is written again.
