@@ -55,6 +55,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("server.py", include_str!("../../worker/hfx_worker/server.py")),
     ("sources.py", include_str!("../../worker/hfx_worker/sources.py")),
     ("trace.py", include_str!("../../worker/hfx_worker/trace.py")),
+    ("trace_shortcuts.py", include_str!("../../worker/hfx_worker/trace_shortcuts.py")),
     ("verify.py", include_str!("../../worker/hfx_worker/verify.py")),
 ];
 

@@ -22,6 +22,7 @@ from .generation import TracedComponent
 from .pytree import flat_outputs, named_leaves, output_names, register_cache_pytrees, save_reference, spec_output_names, spec_paths
 from .sandbox import patch_status, patches_applied
 from .sources import from_architecture, from_directory, from_function, on_device, prepared, sample_inputs, streamed_from_directory
+from .trace_shortcuts import frame_stacks
 
 # The seed of random weights and generated inputs (a rebuilt model matches the traced one).
 SEED = 0
@@ -412,7 +413,7 @@ def trace(session, params: TraceParams) -> TraceReply:
     # The reference's order: patches, state cleanup, config flags, signature, then export.
     with step(session, "export", seconds, peaks):
         with torch.no_grad(), patches_applied(policy, params.patches, session.ask) as answers, clean_state(model), \
-                config_flags(model, flags), flat_signature(model, inputs):
+                config_flags(model, flags), flat_signature(model, inputs), frame_stacks():
             program = torch.export.export(
                 model, (), copy.deepcopy(dict(inputs)), dynamic_shapes=shapes, strict=False,
                 prefer_deferred_runtime_asserts_over_guards=bool(params.dynamic_shapes),
