@@ -214,9 +214,9 @@ fn the_worker_leaves_the_gpu_compiler_unloaded_without_a_gpu() {
     run_python("check_no_gpu_compiler.py", &[]);
 }
 
-/// The worker's shortcut through torch.fx's stack-trace capture gives
-/// torch.export's own program, byte for byte, every node's stack trace
-/// included: a Llama with dynamic shapes and a BERT.
+/// The worker's shortcuts through torch.fx's stack-trace capture and
+/// torch's serializer give torch.export's own program and bytes, every
+/// node's stack trace included: a Llama with dynamic shapes and a BERT.
 #[test]
 fn the_trace_shortcut_gives_torch_exports_own_program() {
     run_python("check_trace_shortcuts.py", &["llama", &overrides_json(LLAMA), "dynamic"]);

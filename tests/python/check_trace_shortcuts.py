@@ -1,5 +1,6 @@
 """torch.export with hfx's `trace_shortcuts.frame_stacks()` gives the program
-it gives without, byte for byte, node stack traces included.
+it gives without, byte for byte, node stack traces included; and torch's
+serializer inside `trace_shortcuts.saving()` gives the bytes it gives without.
 
     python check_trace_shortcuts.py ARCH OVERRIDES_JSON {static,dynamic}
 
@@ -8,9 +9,12 @@ random one), on its sample inputs (2, 8), and exported twice with
 torch.export (the batch, and the sequence of 2-D inputs, dynamic for
 `dynamic`): once as torch traces, once inside the shortcut. The two
 programs serialize to the same bytes, and most nodes carry a stack trace
-into the model's code (so the comparison is not of empty strings).
+into the model's code (so the comparison is not of empty strings). The
+program serialized inside `saving()` (its canonical-form check skipped, the
+collector paused) is the same bytes, and both are restored after.
 """
 
+import gc
 import json
 import os
 import sys
@@ -19,7 +23,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker"))
 from hfx_worker import sources  # noqa: E402
-from hfx_worker.trace_shortcuts import FrameStack, frame_stacks, supported  # noqa: E402
+from hfx_worker.trace_shortcuts import FrameStack, frame_stacks, saving, supported  # noqa: E402
 
 
 def model_and_inputs(arch, overrides, shapes):
@@ -69,6 +73,17 @@ def main():
         raise SystemExit(f"{arch} {shapes}: {len(traces)} nodes, with the shortcut {len(fast_traces)}")
     if serialized(plain) != serialized(fast):
         raise SystemExit(f"{arch} {shapes}: the serialized programs differ")
+    from torch._export.serde import serialize
+
+    canonicalize = serialize.canonicalize
+    with saving():
+        if gc.isenabled() or serialize.canonicalize is canonicalize:
+            raise SystemExit("saving(): the collector runs or torch's canonical-form check is still in place inside the block")
+        saved = serialized(plain)
+    if not gc.isenabled() or serialize.canonicalize is not canonicalize:
+        raise SystemExit("saving(): the collector or torch's canonical-form check is not restored after the block")
+    if saved != serialized(plain):
+        raise SystemExit(f"{arch} {shapes}: the program serialized inside saving() differs")
     calls = [n for n in plain.graph.nodes if n.op == "call_function"]
     into_model = [n for n in calls if "modeling_" in (n.meta.get("stack_trace") or "")]
     if len(into_model) < len(calls) // 2:

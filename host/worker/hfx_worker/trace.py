@@ -22,7 +22,7 @@ from .generation import TracedComponent
 from .pytree import flat_outputs, named_leaves, output_names, register_cache_pytrees, save_reference, spec_output_names, spec_paths
 from .sandbox import patch_status, patches_applied
 from .sources import from_architecture, from_directory, from_function, on_device, prepared, sample_inputs, streamed_from_directory
-from .trace_shortcuts import frame_stacks
+from .trace_shortcuts import frame_stacks, saving
 
 # The seed of random weights and generated inputs (a rebuilt model matches the traced one).
 SEED = 0
@@ -431,10 +431,11 @@ def trace(session, params: TraceParams) -> TraceReply:
             program, decomposed = decompose_missing(session, program, params.decompose.handled)
     with step(session, "save", seconds, peaks):
         side_weights = params.weights != "in_archive" and side_weights_supported()
-        if side_weights:
-            save_with_side_weights(program, params.output, session.side_weights, streamed.sources if streamed is not None else None)
-        else:
-            torch.export.save(program, params.output)
+        with saving():
+            if side_weights:
+                save_with_side_weights(program, params.output, session.side_weights, streamed.sources if streamed is not None else None)
+            else:
+                torch.export.save(program, params.output)
         # The eager reference, next to the archive, for later verification.
         if params.reference is not None:
             save_reference(params.reference, {k: v for k, v in inputs.items() if not is_constant(v)},
