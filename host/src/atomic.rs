@@ -124,17 +124,64 @@ pub fn link_into_place(from: &Path, to: &Path) -> io::Result<()> {
 /// back to its length in [`DirectWriter::finish`]. A file system that refuses
 /// `O_DIRECT` (tmpfs, some network ones) gets the same writes buffered.
 ///
+/// A full buffer is written by a thread while the next one fills (two
+/// buffers, one write in flight): the copying, converting and encoding of
+/// the next block overlaps the device's write of the last one.
+///
 /// `flush` writes whole blocks only; nothing is complete before `finish`.
 pub struct DirectWriter<F: std::borrow::Borrow<File>> {
     file: F,
-    buffer: Vec<u8>,
-    /// Where the aligned block of `buffer` starts.
-    start: usize,
+    /// The block being filled.
+    block: Block,
     /// Bytes of the block in use.
     used: usize,
-    /// Bytes already in the file (a multiple of [`DIRECT_ALIGNMENT`] while direct).
+    /// Bytes in the file or on their way there, the write in flight included
+    /// (a multiple of [`DIRECT_ALIGNMENT`] while direct).
     written: u64,
     direct: bool,
+    /// The write in flight.
+    in_flight: Option<InFlight>,
+    /// The other block, when no write holds it.
+    spare: Option<Block>,
+    /// The file's descriptor again, for the writing thread (same open file).
+    for_thread: Option<std::sync::Arc<File>>,
+}
+
+/// A [`DIRECT_BUFFER`]-byte buffer aligned to [`DIRECT_ALIGNMENT`].
+struct Block {
+    bytes: Vec<u8>,
+    /// Where the aligned part of `bytes` starts.
+    start: usize,
+}
+
+impl Block {
+    fn new() -> Block {
+        let bytes = vec![0u8; DIRECT_BUFFER + DIRECT_ALIGNMENT];
+        let start = bytes.as_ptr().align_offset(DIRECT_ALIGNMENT);
+        Block { bytes, start }
+    }
+
+    fn get(&self, range: std::ops::Range<usize>) -> &[u8] {
+        &self.bytes[self.start + range.start..self.start + range.end]
+    }
+
+    fn get_mut(&mut self, range: std::ops::Range<usize>) -> &mut [u8] {
+        &mut self.bytes[self.start + range.start..self.start + range.end]
+    }
+}
+
+/// Writes `bytes` at `offset`; a file system that took `O_DIRECT` but
+/// refuses the write (`EINVAL`) gets it buffered, from then on. Whether the
+/// file is still written direct.
+fn write_block_at(file: &File, bytes: &[u8], offset: u64, direct: bool) -> io::Result<bool> {
+    use std::os::unix::fs::FileExt;
+    match file.write_all_at(bytes, offset) {
+        Err(e) if direct && e.raw_os_error() == Some(libc::EINVAL) => {
+            set_direct(file, false);
+            file.write_all_at(bytes, offset).map(|()| false)
+        }
+        other => other.map(|()| direct),
+    }
 }
 
 /// Block alignment for direct writes: 4096 covers 512-byte and 4K-sector devices.
@@ -150,9 +197,7 @@ impl<F: std::borrow::Borrow<File>> DirectWriter<F> {
     }
 
     fn with(file: F, direct: bool) -> DirectWriter<F> {
-        let buffer = vec![0u8; DIRECT_BUFFER + DIRECT_ALIGNMENT];
-        let start = buffer.as_ptr().align_offset(DIRECT_ALIGNMENT);
-        DirectWriter { file, buffer, start, used: 0, written: 0, direct }
+        DirectWriter { file, block: Block::new(), used: 0, written: 0, direct, in_flight: None, spare: None, for_thread: None }
     }
 
     /// Bytes written so far, buffered ones included.
@@ -181,8 +226,7 @@ impl<F: std::borrow::Borrow<File>> DirectWriter<F> {
                 self.write_block(DIRECT_BUFFER)?;
             }
             let room = (DIRECT_BUFFER - self.used).min((end - offset) as usize);
-            let at = self.start + self.used;
-            let n = match source.read_at(&mut self.buffer[at..at + room], offset) {
+            let n = match source.read_at(self.block.get_mut(self.used..self.used + room), offset) {
                 Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("the source ended {} bytes early", end - offset))),
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -198,9 +242,11 @@ impl<F: std::borrow::Borrow<File>> DirectWriter<F> {
     /// to its length) and gives the file back, with its length.
     pub fn finish(mut self) -> io::Result<(F, u64)> {
         let length = self.position();
+        self.land()?;
         if self.used > 0 {
             let padded = if self.direct { self.used.next_multiple_of(DIRECT_ALIGNMENT) } else { self.used };
-            self.buffer[self.start + self.used..self.start + padded].fill(0);
+            let used = self.used;
+            self.block.get_mut(used..padded).fill(0);
             self.write_block(padded)?;
             if padded != self.used {
                 self.file.borrow().set_len(length)?;
@@ -212,27 +258,67 @@ impl<F: std::borrow::Borrow<File>> DirectWriter<F> {
         Ok((self.file, length))
     }
 
-    /// Writes the first `n` bytes of the block at the file's end and empties it.
+    /// Waits for the write in flight, if any: its error is this writer's.
+    fn land(&mut self) -> io::Result<()> {
+        if let Some(write) = self.in_flight.take() {
+            let (block, result) = write.wait()?;
+            self.spare = Some(block);
+            self.direct = result?;
+        }
+        Ok(())
+    }
+
+    /// Writes the first `n` bytes of the block at the file's end and empties
+    /// it. A full block goes to a thread while the other block fills; a
+    /// partial one (`flush`, `finish`) is written here, after the one in flight.
     fn write_block(&mut self, n: usize) -> io::Result<()> {
-        use std::os::unix::fs::FileExt;
-        let block = &self.buffer[self.start..self.start + n];
-        match self.file.borrow().write_all_at(block, self.written) {
-            // A file system that took the flag but refuses the write: buffered from here on.
-            Err(e) if self.direct && e.raw_os_error() == Some(libc::EINVAL) => {
-                self.direct = false;
-                set_direct(self.file.borrow(), false);
-                self.file.borrow().write_all_at(block, self.written)
-            }
-            other => other,
-        }?;
+        self.land()?;
+        if n == DIRECT_BUFFER && self.used == DIRECT_BUFFER {
+            let file = match &self.for_thread {
+                Some(file) => file.clone(),
+                None => self.for_thread.insert(std::sync::Arc::new(self.file.borrow().try_clone()?)).clone(),
+            };
+            let full = std::mem::replace(&mut self.block, self.spare.take().unwrap_or_else(Block::new));
+            let (offset, direct) = (self.written, self.direct);
+            self.in_flight = Some(InFlight(Some(std::thread::spawn(move || {
+                let result = write_block_at(&file, full.get(0..DIRECT_BUFFER), offset, direct);
+                (full, result)
+            }))));
+            self.written += n as u64;
+            self.used = 0;
+            return Ok(());
+        }
+        self.direct = write_block_at(self.file.borrow(), self.block.get(0..n), self.written, self.direct)?;
         self.written += n as u64;
         // The kept tail of a partial block moves to the front (only `flush` leaves one);
         // `finish`'s padded last block is past `used`, and leaves nothing.
         if n < self.used {
-            self.buffer.copy_within(self.start + n..self.start + self.used, self.start);
+            let start = self.block.start;
+            self.block.bytes.copy_within(start + n..start + self.used, start);
         }
         self.used = self.used.saturating_sub(n);
         Ok(())
+    }
+}
+
+/// A full block being written on its thread (it gives back the block, and
+/// whether the file is still written direct). Dropped unwaited (a writer
+/// dropped on an error), it still waits, so no thread writes into a file
+/// its owner is removing.
+struct InFlight(Option<std::thread::JoinHandle<(Block, io::Result<bool>)>>);
+
+impl InFlight {
+    fn wait(mut self) -> io::Result<(Block, io::Result<bool>)> {
+        let thread = self.0.take().expect("waited for once: `wait` takes it, `drop` finds none");
+        thread.join().map_err(|_| io::Error::other("the thread writing a block panicked"))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Some(thread) = self.0.take() {
+            let _ = thread.join();
+        }
     }
 }
 
@@ -242,7 +328,7 @@ impl<F: std::borrow::Borrow<File>> Write for DirectWriter<F> {
             self.write_block(DIRECT_BUFFER)?;
         }
         let n = bytes.len().min(DIRECT_BUFFER - self.used);
-        self.buffer[self.start + self.used..self.start + self.used + n].copy_from_slice(&bytes[..n]);
+        self.block.get_mut(self.used..self.used + n).copy_from_slice(&bytes[..n]);
         self.used += n;
         Ok(n)
     }
@@ -369,6 +455,48 @@ mod tests {
                 assert!(std::fs::read(&path).unwrap() == expected, "direct {direct}, tail {tail}: the file differs");
             }
         }
+    }
+
+    /// Blocks written on the writing thread while the next fills: many full
+    /// blocks in a row, from writes and from a file, land in order; a write
+    /// that fails on the thread is the error of the writer's next call.
+    #[test]
+    fn blocks_written_in_flight_land_in_order_and_their_errors_surface() {
+        let dir = tempfile::tempdir().unwrap();
+        let source_path = dir.path().join("source.bin");
+        let source_bytes: Vec<u8> = (0..(5 * DIRECT_BUFFER as u32 / 2)).map(|i| (i * 13 + i / 4093) as u8).collect();
+        std::fs::write(&source_path, &source_bytes).unwrap();
+        let source = File::open(&source_path).unwrap();
+        for direct in [true, false] {
+            let path = dir.path().join(format!("out-{direct}.bin"));
+            let file = File::create(&path).unwrap();
+            let mut out = if direct { DirectWriter::new(file) } else { DirectWriter::with(file, false) };
+            let mut expected = Vec::new();
+            for round in 0..3u8 {
+                let chunk: Vec<u8> = (0..DIRECT_BUFFER + 777).map(|i| (i as u8).wrapping_mul(round + 3)).collect();
+                out.write_all(&chunk).unwrap();
+                expected.extend_from_slice(&chunk);
+                out.copy_from(&source, 3, source_bytes.len() as u64 - 3).unwrap();
+                expected.extend_from_slice(&source_bytes[3..]);
+            }
+            assert_eq!(out.position(), expected.len() as u64);
+            let (_, length) = out.finish().unwrap();
+            assert_eq!(length, expected.len() as u64);
+            assert!(std::fs::read(&path).unwrap() == expected, "direct {direct}: the file differs");
+        }
+        // A descriptor open for reading only: the first full block fails on the thread.
+        let path = dir.path().join("read-only.bin");
+        std::fs::write(&path, b"").unwrap();
+        let mut out = DirectWriter::with(File::open(&path).unwrap(), false);
+        out.write_all(&vec![1u8; DIRECT_BUFFER]).unwrap();
+        out.write_all(&[2u8]).unwrap(); // the full block goes to the thread
+        let failed = out.write_all(&vec![3u8; DIRECT_BUFFER]).and_then(|()| out.finish().map(|_| ()));
+        assert!(failed.is_err(), "a block that failed on the thread must fail the writer");
+        // Dropped with a block in flight: it waits for it, and nothing is left running.
+        let mut out = DirectWriter::with(File::create(dir.path().join("dropped.bin")).unwrap(), false);
+        out.write_all(&vec![4u8; DIRECT_BUFFER + 1]).unwrap();
+        drop(out);
+        assert_eq!(std::fs::metadata(dir.path().join("dropped.bin")).unwrap().len(), DIRECT_BUFFER as u64);
     }
 
     #[test]
