@@ -22,19 +22,8 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker"))
-from hfx_worker import sources  # noqa: E402
+from check_lowering_shortcuts import model_and_inputs  # noqa: E402  (the model as the worker builds it)
 from hfx_worker.trace_shortcuts import FrameStack, frame_stacks, saving, supported  # noqa: E402
-
-
-def model_and_inputs(arch, overrides, shapes):
-    torch.manual_seed(0)
-    model = sources.from_architecture(arch, overrides, None).eval()
-    model.config.use_cache = False
-    inputs = sources.sample_inputs(model, 2, 8)
-    if shapes == "static":
-        return model, inputs, None
-    batch, sequence = torch.export.Dim("batch", max=64), torch.export.Dim("sequence", max=64)
-    return model, inputs, {name: {0: batch, 1: sequence} if value.dim() == 2 else {0: batch} for name, value in inputs.items()}
 
 
 def exported(model, inputs, dynamic):
