@@ -40,7 +40,7 @@ def serialized(program):
 def main():
     arch, overrides, shapes = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
     if not supported():
-        raise SystemExit("the shortcut does not apply to the installed torch: update SUPPORTED_TORCH and this check")
+        raise SystemExit("the shortcut does not apply to the installed torch: update trace_shortcuts.SUPPORTED and this check")
     import torch.fx.proxy as proxy
 
     model, inputs, dynamic = model_and_inputs(arch, overrides, shapes)

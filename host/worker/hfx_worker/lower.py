@@ -21,8 +21,7 @@ import time
 from .lowering_shortcuts import shortcuts
 from .protocol import EdgeProgramParams, EdgeProgramReply, LowerParams, LowerReply
 from .pytree import load_exported_mapped
-from .trace import save_with_side_weights, side_weights_supported
-from .trace_shortcuts import saving
+from .trace import save_program, side_weights_supported
 
 # The non-core ATen ops the reference lets through the edge verifier for
 # XNNPACK and CUDA (transformers 5.24, exporter_executorch.py): they have
@@ -179,11 +178,7 @@ def edge_program(_session, params: EdgeProgramParams) -> EdgeProgramReply:
     # still over the map it was loaded from is indexed where it is (a model
     # folder's checkpoint, the trace's side file), never written again.
     side_weights = side_weights_supported()
-    with saving():
-        if side_weights:
-            save_with_side_weights(edge, params.output, sources=sources)
-        else:
-            torch.export.save(edge, params.output)
+    save_program(edge, params.output, side_weights, sources=sources)
     dumps = torch.utils._pytree.treespec_dumps
     return EdgeProgramReply(in_spec=dumps(edge.call_spec.in_spec), out_spec=dumps(edge.call_spec.out_spec),
                             seconds=time.monotonic() - started, side_weights=side_weights)

@@ -37,17 +37,15 @@ import collections
 import contextlib
 import copy
 import dataclasses
-import importlib.metadata
 import operator
+
+from .trace_shortcuts import pinned
 
 SUPPORTED = {"executorch": "1.4.1", "torch": "2.13."}
 
 
 def supported():
-    try:
-        return all(importlib.metadata.version(package).startswith(version) for package, version in SUPPORTED.items())
-    except importlib.metadata.PackageNotFoundError:
-        return False
+    return pinned(SUPPORTED)
 
 
 @dataclasses.dataclass

@@ -145,10 +145,22 @@ def peak_rss_mib():
 
 def side_weights_supported():
     """Whether this torch's archive writer has the hook `save_with_side_weights` uses."""
-    from torch._export.serde import serialize as serde
     from torch.export.pt2_archive import _package
 
-    return all(hasattr(_package, name) for name in ("_get_raw_tensor_bytes", "_is_fake_tensor")) and hasattr(serde, "canonicalize")
+    return all(hasattr(_package, name) for name in ("_get_raw_tensor_bytes", "_is_fake_tensor"))
+
+
+def save_program(program, output, side_weights, written_before=None, sources=None):
+    """`program` saved for the host at `output`: with its weights beside it
+    (`save_with_side_weights`) where `side_weights`, else by `torch.export.save`;
+    either way through `trace_shortcuts.saving`."""
+    import torch
+
+    with saving():
+        if side_weights:
+            save_with_side_weights(program, output, written_before, sources)
+        else:
+            torch.export.save(program, output)
 
 
 def save_with_side_weights(program, output, written_before=None, sources=None):
@@ -232,19 +244,13 @@ def save_with_side_weights(program, output, written_before=None, sources=None):
             return b""
         return raw_bytes(value)
 
-    # torch's serializer canonicalizes a deep copy of the program only to test that
-    # it can, and drops the result (torch 2.13, serialize.py: "Test canonical form
-    # is well defined"): ~1 s on a 125M Llama, for nothing the intermediate needs.
-    from torch._export.serde import serialize as serde
-
-    canonicalize = serde.canonicalize
+    # torch's discarded canonical-form check is skipped by the caller's
+    # `trace_shortcuts.saving` (`save_program`).
     _package._get_raw_tensor_bytes = without_side_weights
-    serde.canonicalize = lambda program, constants=None: program
     try:
         torch.export.save(program, output)
     finally:
         _package._get_raw_tensor_bytes = raw_bytes
-        serde.canonicalize = canonicalize
 
 
 # The dtypes the host converts streamed weights between (`graph/pt2/cast.rs`).
@@ -431,11 +437,7 @@ def trace(session, params: TraceParams) -> TraceReply:
             program, decomposed = decompose_missing(session, program, params.decompose.handled)
     with step(session, "save", seconds, peaks):
         side_weights = params.weights != "in_archive" and side_weights_supported()
-        with saving():
-            if side_weights:
-                save_with_side_weights(program, params.output, session.side_weights, streamed.sources if streamed is not None else None)
-            else:
-                torch.export.save(program, params.output)
+        save_program(program, params.output, side_weights, session.side_weights, streamed.sources if streamed is not None else None)
         # The eager reference, next to the archive, for later verification.
         if params.reference is not None:
             save_reference(params.reference, {k: v for k, v in inputs.items() if not is_constant(v)},
