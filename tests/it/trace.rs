@@ -223,6 +223,32 @@ fn the_trace_shortcut_gives_torch_exports_own_program() {
     run_python("check_trace_shortcuts.py", &["bert", &overrides_json(BERT), "static"]);
 }
 
+/// transformers' import structures (which object each of its ~1,700 model
+/// files exports, computed by reading them all, twice per `import
+/// transformers`) are kept in the worker's private memo folder and served
+/// from it as transformers computes them: the lazy modules built from them
+/// are the same, a changed file or a damaged memo is computed again
+/// (`tests/python/check_import_memo.py`). The host hands the worker that
+/// folder (`<cache>/worker/memo`, 0700) with `hello`.
+#[test]
+fn transformers_import_structures_are_kept_in_a_private_memo_as_transformers_computes_them() {
+    run_python("check_import_memo.py", &[]);
+    let cache = tempfile::tempdir().unwrap();
+    let out = cache.path().join("llama.pt2");
+    let result = std::process::Command::new(env!("CARGO_BIN_EXE_hfx"))
+        .args(["run", "--backend", "dynamo", "--model", "llama", "--set", LLAMA, "-o", out.to_str().unwrap(), "--python", python().to_str().unwrap()])
+        .env("HFX_CACHE_DIR", cache.path())
+        .output()
+        .unwrap();
+    assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
+    let memo = cache.path().join("worker").join(hfx::trace::package::MEMO);
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&memo).unwrap().permissions().mode() & 0o777, 0o700);
+    let kept: Vec<_> = std::fs::read_dir(&memo).unwrap().filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    assert!(kept.iter().filter(|n| n.starts_with("import-structure-") && n.ends_with(".json")).count() >= 2, "the worker kept no import structure: {kept:?}");
+    assert!(!kept.iter().any(|n| n.starts_with('.')), "temp files left in the memo: {kept:?}");
+}
+
 /// A cached copy of the worker package that is not exactly this hfx's never
 /// runs: an edited module or a module beside the package that would shadow an
 /// import is found before the start, and the copy is written again.

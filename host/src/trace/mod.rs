@@ -188,6 +188,7 @@ impl Worker {
             }
         });
         let placeholder = HelloReply { protocol: 0, python: String::new(), versions: Default::default() };
+        let hello = Hello { protocol: PROTOCOL, memo_dir: unpacked.memo_dir.clone() };
         let mut worker = Worker {
             child,
             group,
@@ -202,7 +203,7 @@ impl Worker {
             on_progress: None,
         };
         // Both ends check the version: the worker refuses another host's, the host another worker's.
-        let result = match worker.exchange(Hello::NAME, &Hello { protocol: PROTOCOL }, deadline, &mut no_patches) {
+        let result = match worker.exchange(Hello::NAME, &hello, deadline, &mut no_patches) {
             Err(TraceError::Python { message, .. }) => {
                 worker.stop();
                 return Err(TraceError::Protocol(format!("the worker refused `hello`: {message}")));

@@ -22,6 +22,11 @@
 //!   (registered as scratch, so a signal removes it too) removed when the
 //!   worker is dropped.
 //!
+//! - Beside the packages, `<cache>/worker/memo/` (same rule) is where the
+//!   worker keeps what it computes once per installed package rather than
+//!   per start (`import_memo.py`: transformers' import structures, each
+//!   valid while the files it was computed from are unchanged).
+//!
 //! Whoever can write these folders as this user can run code as this user
 //! anyway; the checks keep other users, stale copies and damage out.
 
@@ -37,6 +42,10 @@ use sha2::{Digest, Sha256};
 /// The package's name: the folder on `sys.path` holds this one entry.
 pub const PACKAGE: &str = "hfx_worker";
 
+/// The folder beside the packages (in `<cache>/worker/`) where the worker
+/// keeps what it computes once per installed package.
+pub const MEMO: &str = "memo";
+
 /// Every file of the package, embedded (name within `hfx_worker/`, text).
 pub const FILES: &[(&str, &str)] = &[
     ("__init__.py", include_str!("../../worker/hfx_worker/__init__.py")),
@@ -44,6 +53,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("checkpoint.py", include_str!("../../worker/hfx_worker/checkpoint.py")),
     ("generation.py", include_str!("../../worker/hfx_worker/generation.py")),
     ("graph.py", include_str!("../../worker/hfx_worker/graph.py")),
+    ("import_memo.py", include_str!("../../worker/hfx_worker/import_memo.py")),
     ("lower.py", include_str!("../../worker/hfx_worker/lower.py")),
     ("lowering_shortcuts.py", include_str!("../../worker/hfx_worker/lowering_shortcuts.py")),
     ("opinfo.py", include_str!("../../worker/hfx_worker/opinfo.py")),
@@ -99,6 +109,10 @@ pub fn default_dir() -> Option<PathBuf> {
 #[derive(Debug)]
 pub struct Unpacked {
     pub root: PathBuf,
+    /// `<cache>/memo`, where the worker keeps what it computes once per
+    /// installed package (`import_memo.py`); only beside a package in the
+    /// trusted cache, and under the same rule.
+    pub memo_dir: Option<PathBuf>,
     /// A private temp copy, removed on drop (the cache was not trusted).
     temporary: bool,
 }
@@ -142,7 +156,17 @@ fn remove_leftovers(dir: &Path, matches: impl Fn(&str) -> bool) {
 pub fn unpack(cache: Option<&Path>) -> Result<Unpacked, String> {
     if let Some(cache) = cache {
         match crate::private::trust_dir(cache, "the worker").and_then(|()| unpack_in_cache(cache)) {
-            Ok(root) => return Ok(Unpacked { root, temporary: false }),
+            Ok(root) => {
+                let memo = cache.join(MEMO);
+                let memo_dir = match crate::private::trust_dir(&memo, "what the worker keeps") {
+                    Ok(()) => Some(memo),
+                    Err(why) => {
+                        tracing::warn!("worker memo folder {}: {why}; the worker keeps nothing", memo.display());
+                        None
+                    }
+                };
+                return Ok(Unpacked { root, memo_dir, temporary: false });
+            }
             Err(why) => tracing::warn!("worker package cache {}: {why}; using a private temp folder", cache.display()),
         }
     }
@@ -203,7 +227,7 @@ fn unpack_temporary() -> Result<Unpacked, String> {
         registry.scratch.push(root.clone());
         Ok::<(), String>(())
     })?;
-    let unpacked = Unpacked { root, temporary: true };
+    let unpacked = Unpacked { root, memo_dir: None, temporary: true };
     let inner = unpacked.root.join(PACKAGE);
     write_files(&inner)?;
     verify(&unpacked.root)?;

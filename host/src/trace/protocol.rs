@@ -88,10 +88,15 @@ pub trait Method: Serialize {
     type Reply: DeserializeOwned;
 }
 
-/// `hello`: the host's protocol; the worker refuses another.
+/// `hello`: the host's protocol (the worker refuses another), and where the
+/// worker may keep what it computes once per installed package
+/// (`import_memo.py`): a folder the host checked as it checks the worker
+/// package's; none where that cache is not trusted.
 #[derive(Debug, Clone, Serialize)]
 pub struct Hello {
     pub protocol: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memo_dir: Option<PathBuf>,
 }
 
 impl Method for Hello {

@@ -56,6 +56,7 @@ class Request:
 class HelloParams:
     NAME: ClassVar[str] = "`hello` request"
     protocol: int
+    memo_dir: Optional[str] = None  # where `import_memo` keeps what it computes (a folder the host checked)
 
 
 @dataclass

@@ -20,6 +20,7 @@ from .protocol import (ArtifactFailed, Unsupported, CaptureGenerationParams, Cap
                        EdgeProgramParams, GenerateCheckParams, LowerParams, OpInfosParams, OpSamplesParams, PatchesRestoredParams, ProtocolError, Request, RunCaseParams, TraceParams,
                        VerifyParams)
 from .generation import capture_generation, generate_check
+from .import_memo import ImportStructureMemo
 from .lower import edge_program, lower
 from .sandbox import Reach, patch_status
 from .selftest import capture_program, capture_values, run_case
@@ -73,6 +74,8 @@ def hello(_session, params: HelloParams):
     if params.protocol != protocol.PROTOCOL:
         raise ProtocolError(f"the host speaks protocol {params.protocol}, this worker {protocol.PROTOCOL}; "
                             "the host and its embedded worker must come from the same hfx")
+    # Before any request imports transformers.
+    IMPORT_MEMO.memo_dir = params.memo_dir
     return HelloReply(protocol=protocol.PROTOCOL, python=sys.version.split()[0], versions=versions())
 
 
@@ -127,10 +130,14 @@ class NoGpuCompiler(importlib.abc.MetaPathFinder):
 # trace's collections take 0.4 s and its peak memory grows by under 2 MiB.
 GC_THRESHOLDS = (50_000, 10, 10)
 
+# transformers' import structures, kept where `hello` says (`import_memo`).
+IMPORT_MEMO = ImportStructureMemo()
+
 
 def main():
     gc.set_threshold(*GC_THRESHOLDS)
     sys.meta_path.insert(0, NoGpuCompiler())
+    sys.meta_path.insert(0, IMPORT_MEMO)
     protocol_out = sys.stdout
     sys.stdout = sys.stderr
     session = Session(Channel(protocol_out, sys.stdin))
