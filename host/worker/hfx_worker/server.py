@@ -145,6 +145,7 @@ def main():
         if not line.strip():
             continue
         request_id = 0  # until the line gives one: the host then reports a mismatch
+        greeted = False
         try:
             try:
                 data = json.loads(line)
@@ -157,6 +158,7 @@ def main():
                 raise ProtocolError(f"request: unknown method `{request.method}` (expected one of {', '.join(METHODS)})")
             params_type, handler = METHODS[request.method]
             reply = handler(session, protocol.parse(params_type, request.params))
+            greeted = request.method == "hello"
             text = protocol.to_json({"id": request_id, "result": dataclasses.asdict(reply) if dataclasses.is_dataclass(reply) else reply})
         except BaseException as error:  # every failure goes back to the host, typed
             text = protocol.to_json({"id": request_id, "error": dataclasses.asdict(ErrorReply(
@@ -164,3 +166,15 @@ def main():
                 traceback="" if isinstance(error, (ArtifactFailed, Unsupported)) else traceback.format_exc()))})
         protocol_out.write(text + "\n")
         protocol_out.flush()
+        if greeted:
+            warm_up()
+
+
+def warm_up():
+    """torch imported right after `hello`, while the host loads its plugins
+    (every request after `hello` needs torch; a trace's `import` step then
+    reports what was left of it). A failure is the next request's to report."""
+    try:
+        import torch  # noqa: F401
+    except Exception:  # noqa: BLE001 - said by the request that needs it
+        pass
