@@ -339,8 +339,11 @@ mod tests {
         let inode = std::fs::metadata(first.root.join(PACKAGE).join("server.py")).unwrap().ino();
         let second = unpack(Some(&dir)).unwrap();
         assert_eq!(std::fs::metadata(second.root.join(PACKAGE).join("server.py")).unwrap().ino(), inode, "reused, not rewritten");
-        // Nothing but the package is left in the cache (no temp folders).
-        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+        // The worker's memo folder beside it, private.
+        assert_eq!(second.memo_dir.as_deref(), Some(dir.join(MEMO).as_path()));
+        assert_eq!(mode(&dir.join(MEMO)), 0o700);
+        // Nothing but the package and the memo folder is left in the cache (no temp folders).
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2);
     }
 
     #[test]
@@ -377,7 +380,7 @@ mod tests {
             let again = unpack(Some(&dir)).unwrap();
             assert_eq!(again.root, root, "{what}");
             verify(&root).unwrap_or_else(|why| panic!("{what}: not repaired: {why}"));
-            assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1, "{what}: the damaged copy is gone");
+            assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2, "{what}: the damaged copy is gone (the package and the memo folder are left)");
         }
     }
 
@@ -389,6 +392,7 @@ mod tests {
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
         let unpacked = unpack(Some(&dir)).unwrap();
         assert!(unpacked.temporary && !unpacked.root.starts_with(&dir), "{:?}", unpacked.root);
+        assert_eq!(unpacked.memo_dir, None, "no memo in an untrusted cache");
         assert_eq!(mode(&unpacked.root), 0o700);
         verify(&unpacked.root).unwrap();
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "nothing written to the untrusted folder");
