@@ -96,7 +96,11 @@ class ImportStructureMemo(importlib.abc.MetaPathFinder):
         if self.memo_dir is None:
             self.computed += 1
             return upstream(module_path, prefix)
-        fingerprint = self.fingerprint(folder)
+        try:
+            fingerprint = self.fingerprint(folder)
+        except OSError:  # a folder that cannot be walked: transformers says what is wrong
+            self.computed += 1
+            return upstream(module_path, prefix)
         path = os.path.join(self.memo_dir, f"import-structure-{memo_key(folder, prefix)}.json")
         found = read(path, fingerprint)
         if found is not None:
