@@ -109,7 +109,7 @@ pub fn default_dir() -> Option<PathBuf> {
 #[derive(Debug)]
 pub struct Unpacked {
     pub root: PathBuf,
-    /// `<cache>/memo`, where the worker keeps what it computes once per
+    /// `<cache>/worker/memo`, where the worker keeps what it computes once per
     /// installed package (`import_memo.py`); only beside a package in the
     /// trusted cache, and under the same rule.
     pub memo_dir: Option<PathBuf>,
