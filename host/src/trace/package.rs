@@ -111,7 +111,7 @@ pub struct Unpacked {
     pub root: PathBuf,
     /// `<cache>/worker/memo`, where the worker keeps what it computes once per
     /// installed package (`import_memo.py`); only beside a package in the
-    /// trusted cache, and under the same rule.
+    /// trusted cache, under the same rule, and a UTF-8 path (`hello` carries it).
     pub memo_dir: Option<PathBuf>,
     /// A private temp copy, removed on drop (the cache was not trusted).
     temporary: bool,
@@ -158,7 +158,12 @@ pub fn unpack(cache: Option<&Path>) -> Result<Unpacked, String> {
         match crate::private::trust_dir(cache, "the worker").and_then(|()| unpack_in_cache(cache)) {
             Ok(root) => {
                 let memo = cache.join(MEMO);
-                let memo_dir = match crate::private::trust_dir(&memo, "what the worker keeps") {
+                // The folder travels in `hello`'s JSON, which holds only UTF-8 paths.
+                let checked = match memo.to_str() {
+                    Some(_) => crate::private::trust_dir(&memo, "what the worker keeps"),
+                    None => Err("not a UTF-8 path, which the worker protocol cannot carry".to_string()),
+                };
+                let memo_dir = match checked {
                     Ok(()) => Some(memo),
                     Err(why) => {
                         tracing::warn!("worker memo folder {}: {why}; the worker keeps nothing", memo.display());
@@ -402,6 +407,17 @@ mod tests {
         // No cache folder at all: a temp copy too.
         let unpacked = unpack(None).unwrap();
         assert!(unpacked.temporary);
+    }
+
+    #[test]
+    fn a_cache_path_the_protocol_cannot_carry_gets_the_package_and_no_memo() {
+        use std::os::unix::ffi::OsStrExt;
+        let cache = tempfile::tempdir().unwrap();
+        let dir = cache.path().join(std::ffi::OsStr::from_bytes(b"worker-\xff"));
+        let unpacked = unpack(Some(&dir)).unwrap();
+        assert!(!unpacked.temporary && unpacked.root.starts_with(&dir), "{:?}", unpacked.root);
+        verify(&unpacked.root).unwrap();
+        assert_eq!(unpacked.memo_dir, None);
     }
 
     #[test]
