@@ -31,6 +31,7 @@ import functools
 import hashlib
 import importlib.abc
 import importlib.machinery
+import importlib.metadata
 import json
 import os
 import sys
@@ -93,12 +94,8 @@ class ImportStructureMemo(importlib.abc.MetaPathFinder):
         folder = os.path.abspath(os.fspath(module_path))
         if os.path.isfile(folder):
             folder = os.path.dirname(folder)
-        if self.memo_dir is None:
-            self.computed += 1
-            return upstream(module_path, prefix)
-        try:
-            fingerprint = self.fingerprint(folder)
-        except OSError:  # a folder that cannot be walked: transformers says what is wrong
+        fingerprint = self.fingerprint(folder) if self.memo_dir is not None else None
+        if fingerprint is None:
             self.computed += 1
             return upstream(module_path, prefix)
         path = os.path.join(self.memo_dir, f"import-structure-{memo_key(folder, prefix)}.json")
@@ -115,18 +112,26 @@ class ImportStructureMemo(importlib.abc.MetaPathFinder):
 
     def fingerprint(self, folder):
         """Every entry below `folder` (as transformers walks it, `__pycache__`
-        left out): names, and each file's size and modification time."""
+        left out): names, and each file's size and modification time. None
+        for a folder that cannot be walked (transformers then says what is
+        wrong with it)."""
         if folder not in self._fingerprints:
             digest = hashlib.sha256()
-            walk(folder, digest)
+            try:
+                walk(folder, digest)
+            except OSError:
+                return None
             self._fingerprints[folder] = digest.hexdigest()
         return self._fingerprints[folder]
 
 
-def memo_key(folder, prefix):
-    import importlib.metadata
+@functools.cache
+def transformers_version():
+    return importlib.metadata.version("transformers")
 
-    key = json.dumps([importlib.metadata.version("transformers"), sys.version, folder, prefix])
+
+def memo_key(folder, prefix):
+    key = json.dumps([transformers_version(), sys.version, folder, prefix])
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
