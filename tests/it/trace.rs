@@ -214,6 +214,14 @@ fn the_worker_leaves_the_gpu_compiler_unloaded_without_a_gpu() {
     run_python("check_no_gpu_compiler.py", &[]);
 }
 
+/// The worker's cyclic collector is off while a request runs and collects
+/// once after its reply (a trace's ~2,500 collections cost it up to 1.2 s);
+/// what the warm-up after `hello` imported is frozen, never walked again.
+#[test]
+fn the_worker_collects_garbage_between_requests_not_inside_them() {
+    run_python("check_worker_collector.py", &[]);
+}
+
 /// The worker's shortcuts through torch.fx's stack-trace capture and
 /// torch's serializer give torch.export's own program and bytes, every
 /// node's stack trace included: a Llama with dynamic shapes and a BERT.
