@@ -78,20 +78,24 @@ OUTPUT_FLAGS = ("use_cache", "output_attentions", "output_hidden_states", "retur
 @contextlib.contextmanager
 def flat_signature(model, inputs):
     """`forward` with exactly the traced keyword arguments, so `torch.export` does not expand
-    `**kwargs` into a bundle that mismatches the dynamic shapes."""
+    `**kwargs` into a bundle that mismatches the dynamic shapes. Yields a list that
+    receives what each call returned (the trace's own output: fake tensors)."""
     import inspect
 
     original = model.forward
     own = "forward" in vars(model)  # a model function may have set an instance forward
+    returned = []
 
     def forward(**kwargs):
-        return original(**kwargs)
+        output = original(**kwargs)
+        returned.append(output)
+        return output
 
     forward.__signature__ = inspect.Signature(
         [inspect.Parameter(k, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None) for k in inputs])
     model.forward = forward
     try:
-        yield
+        yield returned
     finally:
         if own:
             model.forward = original
@@ -273,6 +277,32 @@ def weights_report(streaming, streamed):
     return WeightsReport(streamed=streamed, loaded=model is None or model.loaded, fallback=fallback)
 
 
+def eager_forward(model, inputs, flags, streamed):
+    """The model's outputs for `inputs`, its weights read first if `streamed`."""
+    import torch
+
+    if streamed is not None:
+        streamed.load()
+    # On a copy: a cache input grows in place.
+    with torch.no_grad(), config_flags(model, flags):
+        return model(**copy.deepcopy(inputs))
+
+
+def traced_output(returned):
+    """What the traced forward returned (`flat_signature`), as the outputs'
+    structure: fake tensors where eager has tensors. None unless the forward
+    ran once and its other leaves are plain values: a size the trace kept
+    symbolic (an int in eager) is eager's to say."""
+    import torch
+
+    if len(returned) != 1:
+        return None
+    leaves = torch.utils._pytree.tree_leaves(returned[0])
+    if any(isinstance(leaf, (torch.SymInt, torch.SymFloat, torch.SymBool)) for leaf in leaves):
+        return None
+    return returned[0]
+
+
 def fake_outputs(model, inputs, flags):
     """The model's outputs on fake tensors (shapes and structure, no values),
     or None where the forward needs real values (a data-dependent size)."""
@@ -398,32 +428,32 @@ def trace(session, params: TraceParams) -> TraceReply:
         flags = {k: inputs.pop(k) for k in OUTPUT_FLAGS if k in inputs}
         register_cache_pytrees(model)
         shapes = dynamic_shapes(inputs, params.dynamic, params.dynamic_shapes)
+    # A streamed model without `--verify` runs no eager forward: the outputs'
+    # structure (names, spec, constants) is the trace's own (`traced_output`).
+    weightless = streamed is not None and params.reference is None
     with step(session, "eager", seconds):
-        eager = None
-        if streamed is not None and params.reference is None:
-            # The outputs' structure without reading a weight: on fake tensors.
-            eager = fake_outputs(model, inputs, flags)
-        if eager is None:
-            if streamed is not None:
-                streamed.load()
-            # On a copy: a cache input grows in place.
-            with torch.no_grad(), config_flags(model, flags):
-                eager = model(**copy.deepcopy(inputs))
-        names = output_names(eager)
-        eager_output = eager
-        eager = flat_outputs(eager)
-        if len(names) != len(eager):
-            names = [f"output_{i}" for i in range(len(eager))]
+        eager = None if weightless else eager_forward(model, inputs, flags, streamed)
     # The policy is built only when a patch may need it (it resolves its lists once).
     policy = session.policy if params.patches else None
     # The reference's order: patches, state cleanup, config flags, signature, then export.
     with step(session, "export", seconds, peaks):
         with torch.no_grad(), patches_applied(policy, params.patches, session.ask) as answers, clean_state(model), \
-                config_flags(model, flags), flat_signature(model, inputs), frame_stacks():
+                config_flags(model, flags), flat_signature(model, inputs) as returned, frame_stacks():
             program = torch.export.export(
                 model, (), copy.deepcopy(dict(inputs)), dynamic_shapes=shapes, strict=False,
                 prefer_deferred_runtime_asserts_over_guards=bool(params.dynamic_shapes),
             )
+        if eager is None:
+            eager = traced_output(returned)
+        if eager is None:  # a structure the trace cannot give: eager's, on fake tensors, else for real
+            eager = fake_outputs(model, inputs, flags)
+        if eager is None:
+            eager = eager_forward(model, inputs, flags, streamed)
+        names = output_names(eager)
+        eager_output = eager
+        eager = flat_outputs(eager)
+        if len(names) != len(eager):
+            names = [f"output_{i}" for i in range(len(eager))]
         guards = size_guards(program, inputs)
         out_spec, out_constants, own_spec = output_spec(program, eager_output)
         metadata = export_metadata(model, inputs, program, out_spec, out_constants)
