@@ -63,12 +63,18 @@ fn streamed_weights_give_the_same_artifacts_as_weights_read_by_the_worker() {
     // bfloat16 (exported as float32: converted as they are written); float32
     // exported as bfloat16 (rounded to nearest even, as torch rounds).
     // Each writer (ONNX initializers and external data, `.pt2` entries) sees
-    // plain and converted weights.
+    // plain and converted weights. Without weights the worker names the
+    // outputs from the trace's own forward, with them from eager's: other
+    // output structures (a pooled output, a cache, image logits) check that
+    // both give the same names and metadata.
     let cases = [
         ("llama", &["--dynamic"][..], &["onnx", "dynamo"][..]),
         ("llama-sharded", &[][..], &["onnx"][..]),
         ("llama-tied-bf16", &[][..], &["onnx", "dynamo"][..]),
         ("llama", &["--dtype", "bfloat16"][..], &["dynamo"][..]),
+        ("bert", &["--dynamic"][..], &["onnx"][..]),
+        ("gpt2", &["--dynamic"][..], &["dynamo"][..]),
+        ("vit", &[][..], &["onnx"][..]),
     ];
     for (kind, extra, backends) in cases {
         let folder = dir.path().join(kind);

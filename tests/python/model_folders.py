@@ -4,12 +4,15 @@ weights streamed from a checkpoint: `model_folders.py KIND OUT`.
 KIND: `llama` (float32, one file), `llama-sharded` (several shards and their
 index), `llama-tied-bf16` (tied embeddings stored once, bfloat16: exported as
 float32 they are converted), `bert-mlm` (a checkpoint without a pooler: a
-`BertModel` from it falls back to loading)."""
+`BertModel` from it falls back to loading); and one per other output
+structure: `bert` (a base model: hidden states and a pooled output), `gpt2`
+(logits and a cache), `vit` (image classification logits)."""
 
 import sys
 
 import torch
-from transformers import BertConfig, BertForMaskedLM, LlamaConfig, LlamaForCausalLM
+from transformers import (BertConfig, BertForMaskedLM, BertModel, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
+                          ViTConfig, ViTForImageClassification)
 
 
 def llama(**extra):
@@ -30,6 +33,17 @@ def main(kind, out):
         torch.manual_seed(0)
         BertForMaskedLM(BertConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
                                    vocab_size=500)).save_pretrained(out)
+    elif kind == "bert":
+        torch.manual_seed(0)
+        BertModel(BertConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                             vocab_size=500)).save_pretrained(out)
+    elif kind == "gpt2":
+        torch.manual_seed(0)
+        GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=500, n_positions=64)).save_pretrained(out)
+    elif kind == "vit":
+        torch.manual_seed(0)
+        ViTForImageClassification(ViTConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                             image_size=32, patch_size=8, num_labels=3)).save_pretrained(out)
     else:
         raise SystemExit(f"unknown kind {kind}")
 

@@ -123,6 +123,33 @@ def source_of(names, tensors, prefix):
     return None
 
 
+def renamed_tensors(model, tensors, prefix):
+    """The checkpoint's tensors under the names transformers loads them by:
+    the model's own conversion mapping's renamings applied, as
+    `from_pretrained` applies them (ViT's `attention.attention.query` is the
+    model's `attention.q_proj`), the base model's prefix added or removed.
+    A key a converter claims (tensors merged or split on load) is left out:
+    no one tensor holds that parameter. Empty where transformers has no such
+    mapping (another version) or the model none."""
+    try:
+        from transformers.conversion_mapping import get_model_conversion_mapping
+        from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
+    except ImportError:
+        return {}
+    transforms = get_model_conversion_mapping(model)
+    renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
+    converters = [t for t in transforms if isinstance(t, WeightConverter)]
+    if not renamings and not converters:
+        return {}
+    state = model.state_dict()  # parameters on meta: names and nothing else
+    renamed = {}
+    for key, stored in tensors.items():
+        name, converter = rename_source_key(key, renamings, converters, prefix or None, state)
+        if converter is None and name != key and name in state:
+            renamed.setdefault(name, stored)
+    return renamed
+
+
 class StreamedModel:
     """A model whose parameters are empty storages, each backed by a checkpoint tensor."""
 
@@ -193,6 +220,8 @@ def streamed_model(build, folder, dtype_name):
     for name, param in model.named_parameters(remove_duplicate=False):
         names.setdefault(id(param), []).append(name)
     prefix = getattr(model, "base_model_prefix", "")
+    # A parameter's tensor by its own name first, else by the name loading gives it.
+    tensors = {**renamed_tensors(model, tensors, prefix), **tensors}
     empty, sources = {}, {}
     for param in list(unique_parameters(model)):
         key = source_of(names[id(param)], tensors, prefix)

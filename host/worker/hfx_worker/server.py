@@ -130,9 +130,11 @@ class NoGpuCompiler(importlib.abc.MetaPathFinder):
 # after the reply is written, while the host works on what it got (emits, or
 # loads the next request's plugins). What the warm-up imported is frozen
 # (`gc.freeze`), never walked again. Measured on a 125M Llama from a model
-# folder: a `.pt2` export 0.4-0.8 s faster (of 7), an XNNPACK lowering ~8 s
-# faster (of 66), at +10 MiB and +160 MiB of peak memory. These thresholds
-# hold only where a library turns the collector back on.
+# folder: a `.pt2` export 0.4-0.8 s faster (of 6-8) at +10 MiB of peak
+# memory; an XNNPACK export 3 s faster (of 60-64) at +150-230 MiB (of 2.3
+# GiB; with the collector on inside ExecuTorch's lowering, everything else
+# frozen, it kept the memory and lost the time). These thresholds hold only
+# where a library turns the collector back on.
 GC_THRESHOLDS = (50_000, 10, 10)
 
 
