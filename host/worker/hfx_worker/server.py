@@ -142,6 +142,7 @@ def collect_between_requests():
     """The collection the request skipped (see `GC_THRESHOLDS`)."""
     gc.collect()
 
+
 # transformers' import structures, kept where `hello` says (`import_memo`).
 IMPORT_MEMO = ImportStructureMemo()
 
