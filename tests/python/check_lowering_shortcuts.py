@@ -1,14 +1,17 @@
 """ExecuTorch's XNNPACK lowering with hfx's shortcuts gives the `.pte` it
 gives without them, byte for byte, and the shortcuts were taken.
 
-    python check_lowering_shortcuts.py ARCH OVERRIDES_JSON {static,dynamic} MIN_REPLAYED
+    python check_lowering_shortcuts.py ARCH OVERRIDES_JSON {static,dynamic} MIN_REPLAYED RETRACES_SKIPPED
 
 The model is built as the worker builds `--model ARCH --set ...` (a tiny
 random one), on its sample inputs (2, 8), exported with torch.export (the
 batch, and the sequence of 2-D inputs, dynamic for `dynamic`), then lowered
 twice from identical exports: once as ExecuTorch lowers it, once inside
 `lowering_shortcuts.shortcuts()`. At least MIN_REPLAYED partitions must have
-been replayed.
+been replayed, and exactly RETRACES_SKIPPED whole-program retraces skipped.
+
+First, the skip's condition: a program with an op the edge table
+decomposes is not taken for decomposing none.
 
 The lowered program is also written as the worker writes it (`lower.DirectFile`,
 past the page cache), and so is a stream of writes across its buffer, direct
@@ -25,7 +28,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker"))
 from hfx_worker import sources  # noqa: E402
 from hfx_worker.lower import DirectFile  # noqa: E402
-from hfx_worker.lowering_shortcuts import shortcuts, supported  # noqa: E402
+from hfx_worker.lowering_shortcuts import decomposes_none, shortcuts, supported  # noqa: E402
 
 
 def model_and_inputs(arch, overrides, shapes):
@@ -71,10 +74,36 @@ def check_direct_file(program):
                     raise SystemExit(f"DirectFile (direct {direct}): a stream of {len(stream)} writes read back differs")
 
 
+class Projects(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.nn.functional.silu(self.linear(x)).reshape(-1)
+
+
+def check_skip_condition():
+    """The skip's condition refuses a program the table would change, and
+    takes the same program once the table has decomposed it."""
+    from executorch.exir.tracer import _default_decomposition_table
+
+    program = torch.export.export(Projects(), (torch.ones(2, 4),))
+    targets = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
+    table = _default_decomposition_table()
+    if "aten.linear.default" not in targets or decomposes_none(program, table):
+        raise SystemExit(f"the edge table decomposes `aten.linear` ({sorted(targets)}), yet was taken for decomposing none")
+    program = program.run_decompositions(table)
+    if not decomposes_none(program, table):
+        raise SystemExit("a program the edge table decomposed was not taken for decomposing none")
+
+
 def main():
     arch, overrides, shapes, min_replayed = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+    retraces_skipped = int(sys.argv[5])
     if not supported():
         raise SystemExit("the shortcuts do not apply to the installed executorch/torch: update SUPPORTED and this check")
+    check_skip_condition()
     model, inputs, dynamic = model_and_inputs(arch, overrides, shapes)
     plain, _ = lowered(model, inputs, dynamic, fast=False)
     fast_program, counts = lowered(model, inputs, dynamic, fast=True)
@@ -86,6 +115,8 @@ def main():
         raise SystemExit(f"{arch} {shapes}: the .pte differs with the shortcuts (sizes {len(fast)} vs {len(plain)}, first difference at byte {first})")
     if counts.partitions == 0 or counts.replayed < min_replayed:
         raise SystemExit(f"{arch} {shapes}: expected at least {min_replayed} replayed partition(s), got {counts}")
+    if counts.retraces_skipped != retraces_skipped:
+        raise SystemExit(f"{arch} {shapes}: expected {retraces_skipped} whole-program retrace(s) skipped, got {counts}")
 
 
 if __name__ == "__main__":

@@ -214,12 +214,13 @@ impl Component {
         }
         if let Some(Lowered::Delegated(l)) = &self.lowered {
             println!(
-                "stage {:<18} {:>8.2} s   edge + partitioner {:.2} s ({} partition(s), {} replayed), to_executorch {:.2} s; delegated {} node(s), {} portable kernel call(s); {} bytes",
+                "stage {:<18} {:>8.2} s   edge + partitioner {:.2} s ({} partition(s), {} replayed; {} whole-program retrace(s) skipped), to_executorch {:.2} s; delegated {} node(s), {} portable kernel call(s); {} bytes",
                 "lower",
                 l.edge_seconds + l.executorch_seconds,
                 l.edge_seconds,
                 l.partitions,
                 l.partitions_replayed,
+                l.retraces_skipped,
                 l.executorch_seconds,
                 l.delegated_nodes,
                 l.portable_nodes,

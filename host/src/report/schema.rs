@@ -220,6 +220,9 @@ pub enum Lowering {
         partitions: u64,
         #[serde(default)]
         partitions_replayed: u64,
+        /// Whole-program retraces skipped because they change nothing (absent in older reports).
+        #[serde(default)]
+        retraces_skipped: u64,
         bytes: u64,
     },
 }
@@ -462,6 +465,7 @@ fn component(c: &Component, written: &Path) -> ComponentReport {
                 portable_nodes: r.portable_nodes,
                 partitions: r.partitions,
                 partitions_replayed: r.partitions_replayed,
+                retraces_skipped: r.retraces_skipped,
                 bytes: r.bytes,
             },
         }),

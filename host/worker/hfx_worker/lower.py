@@ -157,7 +157,7 @@ def lower(_session, params: LowerParams) -> LowerReply:
     executorch_seconds = time.monotonic() - started
 
     return LowerReply(in_spec=in_spec, delegated_nodes=delegated, portable_nodes=portable,
-                      partitions=counts.partitions, partitions_replayed=counts.replayed,
+                      partitions=counts.partitions, partitions_replayed=counts.replayed, retraces_skipped=counts.retraces_skipped,
                       edge_seconds=edge_seconds, executorch_seconds=executorch_seconds,
                       bytes=os.path.getsize(params.output))
 

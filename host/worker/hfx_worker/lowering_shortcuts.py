@@ -1,4 +1,4 @@
-"""Two shortcuts through ExecuTorch's delegate lowering that give the bytes
+"""Three shortcuts through ExecuTorch's delegate lowering that give the bytes
 it gives, for less of its work.
 
 ExecuTorch's lowering (`to_edge_transform_and_lower`) costs one to two
@@ -26,6 +26,16 @@ needed (a 125M Llama with dynamic shapes: 135 partitions, 65 s):
   gives (the same queue discipline) within the graph, each node's users put
   in the order a copy would register them, and the program is recompiled
   once, after the last partition.
+- **A retrace that changes nothing.** Before partitioning, ExecuTorch
+  retraces the whole program three times (`_gen_edge_manager_for_partitioners`,
+  5-8 s each on that Llama): with no decompositions, to functionalize it;
+  with the edge table minus the ops XNNPACK keeps; and with the whole table,
+  after renaming the kept ops XNNPACK takes so that they survive it. The
+  third decomposes only kept ops XNNPACK did not take, so when the table
+  decomposes none of the program's ops it is a retrace of what the second
+  gave, and is skipped. (Skipping the first, on the grounds that the second
+  functionalizes as it decomposes, changes the bytes: a static program's
+  `reshape(x, [2, 8, -1])` then decomposes to a view of `[2, 8, 32]`.)
 
 The output is ExecuTorch's own, byte for byte (`tests/it/executorch.rs`
 compares the `.pte` with and without). Both reach into ExecuTorch 1.4.1 and
@@ -55,6 +65,7 @@ class Counts:
     preprocessed: int = 0  # by XNNPACK's preprocess
     replayed: int = 0  # from the graph of a partition with the same structure
     resorts_in_place: int = 0
+    retraces_skipped: int = 0  # whole-program retraces that would have changed nothing
 
 
 @contextlib.contextmanager
@@ -71,8 +82,14 @@ def shortcuts(enabled=True):
     from executorch.backends.xnnpack.operators.node_visitor import NodeVisitor
     from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend
 
+    import executorch.exir.program._program as edge_manager
+    from torch.export import ExportedProgram
+
     memo = PreprocessMemo(counts)
+    retraces = Retraces(counts)
     patches = [
+        (edge_manager, "_replace_aten_ops_with_transformed_ops", retraces.renaming(edge_manager._replace_aten_ops_with_transformed_ops)),
+        (ExportedProgram, "run_decompositions", retraces.decomposing(ExportedProgram.run_decompositions)),
         (lowered_backend_module, "legalize_graph", resort_in_place(counts)),
         (backend_api, "_create_partitions_in_graph_module", recompiled_after(backend_api._create_partitions_in_graph_module)),
         (XnnpackBackend, "preprocess", staticmethod(memo.preprocess(XnnpackBackend.preprocess))),
@@ -87,6 +104,69 @@ def shortcuts(enabled=True):
     finally:
         for owner, name, original in originals:
             setattr(owner, name, original)
+
+
+# --- Retraces that change nothing ------------------------------------------
+
+class Retraces:
+    """Notes the program whose kept ops `_replace_aten_ops_with_transformed_ops`
+    renamed, and skips its next retrace if that changes nothing."""
+
+    def __init__(self, counts):
+        self.counts = counts
+        self.renamed = None
+
+    def renaming(self, replace):
+        def replace_noted(name, program, partitioner):
+            preserved = replace(name, program, partitioner)
+            self.renamed = program
+            return preserved
+
+        return replace_noted
+
+    def decomposing(self, run_decompositions):
+        def run_unless_unchanged(program, decomp_table=None, *args, **kwargs):
+            if self.renamed is program:
+                self.renamed = None
+                if decomp_table is not None and not args and not kwargs and decomposes_none(program, decomp_table):
+                    self.counts.retraces_skipped += 1
+                    return program
+            return run_decompositions(program, decomp_table, *args, **kwargs)
+
+        return run_unless_unchanged
+
+
+def _size_arithmetic(target):
+    """Python's operators and math on sizes, and torch's `sym_*` functions."""
+    module = getattr(target, "__module__", None)
+    return module in ("_operator", "math") or (module == "torch" and getattr(target, "__name__", "").startswith("sym_"))
+
+
+def decomposes_none(program, table):
+    """Whether retracing `program` with `table` has nothing to do but retrace:
+    no control flow, no module or method call, no call but arithmetic on
+    sizes and ATen ops the table does not decompose (the program is the
+    output of a retrace: functional). `aten.sym_size.int` and its kin are
+    in the table (they are composite) but no retrace decomposes them: they
+    are how a trace reads a symbolic size, made again by each."""
+    import torch
+
+    if any(isinstance(m, torch.fx.GraphModule) for m in program.graph_module.children()):
+        return False
+    aten = torch.ops.aten
+    sizes = {aten.sym_size.int, aten.sym_stride.int, aten.sym_numel.default, aten.sym_storage_offset.default}
+    for node in program.graph.nodes:
+        if node.op in ("call_module", "call_method"):
+            return False
+        if node.op != "call_function":
+            continue
+        target = node.target
+        if isinstance(target, torch._ops.OpOverload):
+            if target not in sizes and target in table:
+                return False
+        elif not _size_arithmetic(target):
+            return False
+    return True
 
 
 # --- Re-sorting in place ---------------------------------------------------
