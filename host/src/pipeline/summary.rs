@@ -214,7 +214,7 @@ impl Component {
         }
         if let Some(Lowered::Delegated(l)) = &self.lowered {
             println!(
-                "stage {:<18} {:>8.2} s   edge + partitioner {:.2} s ({} partition(s), {} replayed; {} whole-program retrace(s) skipped), to_executorch {:.2} s; delegated {} node(s), {} portable kernel call(s); {} bytes",
+                "stage {:<18} {:>8.2} s   edge + partitioner {:.2} s ({} partition(s), {} replayed; {} retrace(s) that change nothing skipped), to_executorch {:.2} s; delegated {} node(s), {} portable kernel call(s); {} bytes",
                 "lower",
                 l.edge_seconds + l.executorch_seconds,
                 l.edge_seconds,

@@ -220,7 +220,7 @@ pub enum Lowering {
         partitions: u64,
         #[serde(default)]
         partitions_replayed: u64,
-        /// Whole-program retraces skipped because they change nothing (absent in older reports).
+        /// Retraces skipped because they change nothing (absent in older reports).
         #[serde(default)]
         retraces_skipped: u64,
         bytes: u64,

@@ -374,8 +374,8 @@ pub struct LowerReply {
     /// (`lowering_shortcuts.py`: the same bytes, without preprocessing again).
     pub partitions: u64,
     pub partitions_replayed: u64,
-    /// Whole-program retraces ExecuTorch would have run that change nothing
-    /// (`lowering_shortcuts.py`), skipped.
+    /// Retraces ExecuTorch would have run that change nothing (a
+    /// decomposition, op-replacing passes; `lowering_shortcuts.py`), skipped.
     pub retraces_skipped: u64,
     pub edge_seconds: f64,
     pub executorch_seconds: f64,

@@ -26,7 +26,7 @@ needed (a 125M Llama with dynamic shapes: 135 partitions, 65 s):
   gives (the same queue discipline) within the graph, each node's users put
   in the order a copy would register them, and the program is recompiled
   once, after the last partition.
-- **A retrace that changes nothing.** Before partitioning, ExecuTorch
+- **Retraces that change nothing.** Before partitioning, ExecuTorch
   retraces the whole program three times (`_gen_edge_manager_for_partitioners`,
   5-8 s each on that Llama): with no decompositions, to functionalize it;
   with the edge table minus the ops XNNPACK keeps; and with the whole table,
@@ -36,10 +36,16 @@ needed (a 125M Llama with dynamic shapes: 135 partitions, 65 s):
   gave, and is skipped. (Skipping the first, on the grounds that the second
   functionalizes as it decomposes, changes the bytes: a static program's
   `reshape(x, [2, 8, -1])` then decomposes to a view of `[2, 8, 32]`.)
+  Likewise three of the edge dialect's op-replacing passes, each a
+  whole-program retrace (1.3-3 s), are skipped when the program holds
+  nothing they replace: `aten.t` (`NormalizeTransposePass`), a view op
+  (`ReplaceBrokenOpsWithFunctionalOpsPass`, after the views became copies),
+  a symbolic size given for a tensor (`SymToTensorPass`). Each comes right
+  after another retrace, and retracing a retraced program gives it back.
 
 The output is ExecuTorch's own, byte for byte (`tests/it/executorch.rs`
-compares the `.pte` with and without). Both reach into ExecuTorch 1.4.1 and
-torch 2.13 internals, so they apply only to those versions; any other runs
+compares the `.pte` with and without). All three reach into ExecuTorch 1.4.1
+and torch 2.13 internals, so they apply only to those versions; any other runs
 ExecuTorch's lowering as it is.
 """
 
@@ -65,7 +71,7 @@ class Counts:
     preprocessed: int = 0  # by XNNPACK's preprocess
     replayed: int = 0  # from the graph of a partition with the same structure
     resorts_in_place: int = 0
-    retraces_skipped: int = 0  # whole-program retraces that would have changed nothing
+    retraces_skipped: int = 0  # retraces that would have changed nothing (a decomposition, passes)
 
 
 @contextlib.contextmanager
@@ -85,9 +91,17 @@ def shortcuts(enabled=True):
     import executorch.exir.program._program as edge_manager
     from torch.export import ExportedProgram
 
+    from executorch.exir.passes.normalize_transpose_pass import NormalizeTransposePass
+    from executorch.exir.passes.replace_broken_ops_with_function_ops_pass import ReplaceBrokenOpsWithFunctionalOpsPass
+    from executorch.exir.passes.sym_to_tensor_pass import SymToTensorPass
+
     memo = PreprocessMemo(counts)
     retraces = Retraces(counts)
     patches = [
+        (NormalizeTransposePass, "call", retraces.unless_nothing_to_replace(NormalizeTransposePass.call, holds_transpose)),
+        (ReplaceBrokenOpsWithFunctionalOpsPass, "call",
+         retraces.unless_nothing_to_replace(ReplaceBrokenOpsWithFunctionalOpsPass.call, holds_view)),
+        (SymToTensorPass, "call", retraces.unless_nothing_to_replace(SymToTensorPass.call, holds_size_for_tensor)),
         (edge_manager, "_replace_aten_ops_with_transformed_ops", retraces.renaming(edge_manager._replace_aten_ops_with_transformed_ops)),
         (ExportedProgram, "run_decompositions", retraces.decomposing(ExportedProgram.run_decompositions)),
         (lowered_backend_module, "legalize_graph", resort_in_place(counts)),
@@ -96,21 +110,30 @@ def shortcuts(enabled=True):
         (xnnpack_preprocess, "serialize_xnnpack_binary", memo.recording_graphs(xnnpack_preprocess.serialize_xnnpack_binary)),
         (NodeVisitor, "get_serialized_buffer_index", memo.recording_constants(NodeVisitor.get_serialized_buffer_index)),
     ]
-    originals = [(owner, name, owner.__dict__[name]) for owner, name, _ in patches]
+    # A pass's `call` is its base class's: the patch is the subclass's own,
+    # and is deleted again rather than restored.
+    originals = [(owner, name, owner.__dict__.get(name, INHERITED)) for owner, name, _ in patches]
     try:
         for owner, name, patched in patches:
             setattr(owner, name, patched)
         yield counts
     finally:
         for owner, name, original in originals:
-            setattr(owner, name, original)
+            if original is INHERITED:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)
+
+
+INHERITED = object()
 
 
 # --- Retraces that change nothing ------------------------------------------
 
 class Retraces:
-    """Notes the program whose kept ops `_replace_aten_ops_with_transformed_ops`
-    renamed, and skips its next retrace if that changes nothing."""
+    """Skips retraces that change nothing: the decomposition after
+    `_replace_aten_ops_with_transformed_ops` renamed a program's kept ops,
+    and op-replacing passes with nothing to replace."""
 
     def __init__(self, counts):
         self.counts = counts
@@ -134,6 +157,61 @@ class Retraces:
             return run_decompositions(program, decomp_table, *args, **kwargs)
 
         return run_unless_unchanged
+
+
+    def unless_nothing_to_replace(self, call, replaces):
+        """An op-replacing pass's `call`, skipped (its graph module given
+        back unchanged) when the program has no call `replaces` is true of
+        and no subgraph (control flow, which the pass would walk)."""
+        def call_unless_nothing(pass_, graph_module):
+            import torch
+            from torch.fx.passes.infra.pass_base import PassResult
+
+            if not any(isinstance(m, torch.fx.GraphModule) for m in graph_module.children()) and \
+                    not any(replaces(node) for node in graph_module.graph.nodes if node.op == "call_function"):
+                self.counts.retraces_skipped += 1
+                return PassResult(graph_module, False)
+            return call(pass_, graph_module)
+
+        return call_unless_nothing
+
+
+def holds_transpose(node):
+    import torch
+
+    return node.target is torch.ops.aten.t.default
+
+
+def holds_view(node):
+    """A view op, or a call the pass might take for one (anything but an
+    ATen op and arithmetic on sizes)."""
+    import torch
+
+    if isinstance(node.target, torch._ops.OpOverload):
+        return node.target.is_view
+    return not _size_arithmetic(node.target)
+
+
+def holds_size_for_tensor(node):
+    """A symbolic size given where the op's schema takes a tensor (as
+    `SymToTensorPass` maps the arguments), or a call it might change
+    (anything but an ATen op and arithmetic on sizes)."""
+    import torch
+
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return not _size_arithmetic(target)
+    for i, argument in enumerate(target._schema.arguments):
+        if argument.name in node.kwargs:
+            value = node.kwargs[argument.name]
+        elif not argument.kwarg_only and i < len(node.args):
+            value = node.args[i]
+        else:
+            continue
+        if isinstance(argument.type, torch.TensorType) and isinstance(value, torch.fx.Node) and \
+                isinstance(value.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return True
+    return False
 
 
 def _size_arithmetic(target):

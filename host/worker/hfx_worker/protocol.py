@@ -504,7 +504,7 @@ class LowerReply:
     portable_nodes: int
     partitions: int  # the delegate's partitions, of which
     partitions_replayed: int  # took the graph of a partition of the same structure
-    retraces_skipped: int  # whole-program retraces that would have changed nothing
+    retraces_skipped: int  # retraces that would have changed nothing (a decomposition, passes)
     edge_seconds: float
     executorch_seconds: float
     bytes: int
