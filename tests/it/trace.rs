@@ -94,6 +94,16 @@ fn a_python_exception_is_reported_with_its_traceback() {
     assert!(stderr.contains("Traceback (most recent call last)") && stderr.contains("hfx_test_models.py"), "{stderr}");
 }
 
+/// A message holding bytes no UTF-8 decodes (a non-UTF-8 file name, as
+/// Python keeps it) reaches the user as the escape's text, not as a worker
+/// line the host cannot read.
+#[test]
+fn an_exception_about_an_undecodable_path_is_reported_as_it_is() {
+    let stderr = failing("raises_on_an_undecodable_path", &[]);
+    assert!(stderr.contains("FileNotFoundError in the trace worker during `trace`: no such file: /models/caf\\udce9/config.json"), "{stderr}");
+    assert!(!stderr.contains("not JSON"), "{stderr}");
+}
+
 /// (The deadline covers importing torch, ~12 s on a loaded 2-core machine:
 /// 3 s failed there before the model function printed anything.)
 #[test]

@@ -1,5 +1,6 @@
 """Model functions for `hfx run --model-fn python:hfx_test_models:NAME` in the tests."""
 
+import os
 import sys
 import time
 
@@ -149,3 +150,9 @@ class AddsItsLength(torch.nn.Module):
 def adds_its_length():
     """Sizes used as tensors: ExecuTorch writes each into a 0-dim tensor (`scalar_tensor`)."""
     return AddsItsLength(), {"x": torch.randn(2, 5)}
+
+
+def raises_on_an_undecodable_path():
+    # A file name that is not UTF-8, as Python gives it (`surrogateescape`).
+    path = os.fsdecode(b"/models/caf\xe9/config.json")
+    raise FileNotFoundError("no such file: " + path)

@@ -693,10 +693,26 @@ def _convert(tp, value, where):
 
 def to_json(message):
     """A message (a dataclass, or JSON-native data) as JSON. Non-finite floats are
-    refused: the host's JSON has no NaN or Infinity."""
+    refused: the host's JSON has no NaN or Infinity. A surrogate code point
+    in a string (a byte no UTF-8 decodes, as Python keeps it: a non-UTF-8
+    file name in an error) goes as its escape's text, `\\udce9`: the host's
+    JSON holds only Unicode characters."""
     if dataclasses.is_dataclass(message):
         message = dataclasses.asdict(message)
-    return json.dumps(message, allow_nan=False)
+    text = json.dumps(message, allow_nan=False)
+    if "\\ud" in text:  # a surrogate escaped (or a character beyond the BMP, left as it is)
+        text = json.dumps(_unicode(message), allow_nan=False)
+    return text
+
+
+def _unicode(value):
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_unicode(k): _unicode(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_unicode(v) for v in value]
+    return value
 
 
 class Channel:
