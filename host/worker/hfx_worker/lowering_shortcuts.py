@@ -158,22 +158,36 @@ class Retraces:
 
         return run_unless_unchanged
 
-
     def unless_nothing_to_replace(self, call, replaces):
         """An op-replacing pass's `call`, skipped (its graph module given
-        back unchanged) when the program has no call `replaces` is true of
-        and no subgraph (control flow, which the pass would walk)."""
+        back unchanged) when the program has only calls, none of which
+        `replaces` is true of."""
         def call_unless_nothing(pass_, graph_module):
-            import torch
             from torch.fx.passes.infra.pass_base import PassResult
 
-            if not any(isinstance(m, torch.fx.GraphModule) for m in graph_module.children()) and \
-                    not any(replaces(node) for node in graph_module.graph.nodes if node.op == "call_function"):
+            calls = _only_calls(graph_module)
+            if calls is not None and not any(replaces(node) for node in calls):
                 self.counts.retraces_skipped += 1
                 return PassResult(graph_module, False)
             return call(pass_, graph_module)
 
         return call_unless_nothing
+
+
+def _only_calls(graph_module):
+    """The graph's call nodes, or None when it has anything a retrace would
+    walk into: a subgraph (control flow), a module or method call."""
+    import torch
+
+    if any(isinstance(m, torch.fx.GraphModule) for m in graph_module.children()):
+        return None
+    calls = []
+    for node in graph_module.graph.nodes:
+        if node.op in ("call_module", "call_method"):
+            return None
+        if node.op == "call_function":
+            calls.append(node)
+    return calls
 
 
 def holds_transpose(node):
@@ -229,15 +243,12 @@ def decomposes_none(program, table):
     are how a trace reads a symbolic size, made again by each."""
     import torch
 
-    if any(isinstance(m, torch.fx.GraphModule) for m in program.graph_module.children()):
+    calls = _only_calls(program.graph_module)
+    if calls is None:
         return False
     aten = torch.ops.aten
     sizes = {aten.sym_size.int, aten.sym_stride.int, aten.sym_numel.default, aten.sym_storage_offset.default}
-    for node in program.graph.nodes:
-        if node.op in ("call_module", "call_method"):
-            return False
-        if node.op != "call_function":
-            continue
+    for node in calls:
         target = node.target
         if isinstance(target, torch._ops.OpOverload):
             if target not in sizes and target in table:
