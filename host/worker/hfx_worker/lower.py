@@ -19,7 +19,7 @@ import mmap
 import os
 import time
 
-from .lowering_shortcuts import shortcuts
+from .lowering_shortcuts import patched, shortcuts
 from .protocol import EdgeProgramParams, EdgeProgramReply, LowerParams, LowerReply
 from .pytree import load_exported_mapped
 from .trace import save_program, side_weights_supported
@@ -68,11 +68,8 @@ def list_returns_verified_whole():
                 node.meta["val"] = value
         return check(validator, target, args, kwargs)
 
-    EdgeOpArgValidator.call_function = call_function
-    try:
+    with patched([(EdgeOpArgValidator, "call_function", call_function)]):
         yield
-    finally:
-        EdgeOpArgValidator.call_function = check
 
 
 def partitioners(delegate):

@@ -110,13 +110,20 @@ def shortcuts(enabled=True):
         (xnnpack_preprocess, "serialize_xnnpack_binary", memo.recording_graphs(xnnpack_preprocess.serialize_xnnpack_binary)),
         (NodeVisitor, "get_serialized_buffer_index", memo.recording_constants(NodeVisitor.get_serialized_buffer_index)),
     ]
-    # A pass's `call` is its base class's: the patch is the subclass's own,
-    # and is deleted again rather than restored.
+    with patched(patches):
+        yield counts
+
+
+@contextlib.contextmanager
+def patched(patches):
+    """Within: each `(owner, name, value)` set; after: each put back as it
+    was. An inherited attribute (a pass's `call` is its base class's) is set
+    on the owner itself and deleted again rather than restored."""
     originals = [(owner, name, owner.__dict__.get(name, INHERITED)) for owner, name, _ in patches]
     try:
-        for owner, name, patched in patches:
-            setattr(owner, name, patched)
-        yield counts
+        for owner, name, value in patches:
+            setattr(owner, name, value)
+        yield
     finally:
         for owner, name, original in originals:
             if original is INHERITED:
