@@ -241,6 +241,16 @@ fn the_trace_shortcut_gives_torch_exports_own_program() {
     run_python("check_trace_shortcuts.py", &["bert", &overrides_json(BERT), "static"]);
 }
 
+/// The first model a worker builds imports transformers' quantizers without
+/// the quantization libraries its config does not name (torchao: 0.26 s of
+/// a 125M Llama's build), and they are importable right after; a later
+/// torchao-quantized model gets the quantizer module transformers' own
+/// import gives (`tests/python/check_quantizers.py`).
+#[test]
+fn quantization_libraries_a_model_does_not_use_are_not_imported() {
+    run_python("check_quantizers.py", &[]);
+}
+
 /// transformers' import structures (which object each of its ~1,700 model
 /// files exports, computed by reading them all, twice per `import
 /// transformers`) are kept in the worker's private memo folder and served

@@ -60,6 +60,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("program.py", include_str!("../../worker/hfx_worker/program.py")),
     ("protocol.py", include_str!("../../worker/hfx_worker/protocol.py")),
     ("pytree.py", include_str!("../../worker/hfx_worker/pytree.py")),
+    ("quantizers.py", include_str!("../../worker/hfx_worker/quantizers.py")),
     ("sandbox.py", include_str!("../../worker/hfx_worker/sandbox.py")),
     ("selftest.py", include_str!("../../worker/hfx_worker/selftest.py")),
     ("server.py", include_str!("../../worker/hfx_worker/server.py")),

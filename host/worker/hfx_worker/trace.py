@@ -15,7 +15,7 @@ import json
 import os
 import time
 
-from . import protocol
+from . import protocol, quantizers
 from .program import build as build_program
 from .protocol import ExportMetadata, TraceParams, TraceReply, WeightsReport
 from .generation import TracedComponent
@@ -360,6 +360,10 @@ def built_model(session, params, generative=False, streamed=None):
 
     torch.manual_seed(SEED)
     source = params.source
+    if isinstance(source, protocol.ArchitectureSource):
+        quantizers.import_for(None)
+    elif isinstance(source, protocol.DirectorySource):
+        quantizers.import_for(quantizers.folder_method(source.path))
     if isinstance(source, protocol.ArchitectureSource):
         model = from_architecture(source.name, source.overrides, params.task, generative)
         inputs = None
