@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 
 use super::options::OnnxOptions;
 use super::Progress;
+use crate::graph::pt2::prewrite::Prewritten;
 use crate::graph::pt2::{convert, Pt2};
 use crate::graph::Graph;
 use crate::onnx::optimize::OptimizeReport;
@@ -40,10 +41,11 @@ pub fn ir_json(graph: &Graph, output: &Path) -> Result<()> {
     crate::atomic::write_bytes_atomically(output, graph.to_json().as_bytes()).with_context(|| format!("writing {}", output.display()))
 }
 
-/// A `.pt2`: the program converted back, the weights copied from the map.
-pub fn pt2(pt2: &Pt2, graph: &Graph, output: &Path) -> Result<()> {
-    pt2.write(output, &model_program(pt2, graph, output)?)?;
-    Ok(())
+/// A `.pt2`: the program converted back, the weights copied from the map
+/// (after those `prewritten` while the worker traced, when the archive starts
+/// with them). Returns how many were.
+pub fn pt2(pt2: &Pt2, graph: &Graph, output: &Path, prewritten: Option<Prewritten>) -> Result<usize> {
+    Ok(pt2.write_continuing(output, &model_program(pt2, graph, output)?, prewritten)?)
 }
 
 /// As [`pt2`], for the worker's ExecuTorch steps: the weights stay where they

@@ -223,7 +223,11 @@ fn export_traced(
     progress: Progress,
 ) -> Result<()> {
     let backends: Vec<Backend> = written.iter().map(|w| w.target.backend).collect();
-    let traced = trace::run(&mut started, trace, loaded, &backends, &written[0].output(MODEL))?;
+    // A `.pt2` going into an export folder gets its weights written while the
+    // worker traces (into the scratch folder, which goes on every way out);
+    // verified, it is written elsewhere first.
+    let prewrite = written.iter().find(|w| w.target.artifact == Artifact::Pt2 && w.folder.is_some() && !options.verify).map(|w| w.output(MODEL));
+    let traced = trace::run(&mut started, trace, loaded, &backends, &written[0].output(MODEL), prewrite.as_deref())?;
     // Checked on a truncated model before anything lands: each target's checks.
     let mut kept = Some(started);
     let truncated = match trace.verify_layers {
@@ -304,7 +308,7 @@ fn export_for_generation(
             request.source = crate::trace::ModelSource::Captured { component: name.clone() };
             request.folder = None; // the capture saved the configs
             let one = Trace { request, deadline: trace.deadline, hub: trace.hub.clone(), load_weights: trace.load_weights, cache: None, verify_layers: None };
-            let traced = trace::run(kept_or_started(worker, options, progress)?, &one, loaded, &backends, &output)
+            let traced = trace::run(kept_or_started(worker, options, progress)?, &one, loaded, &backends, &output, None)
                 .with_context(|| format!("component `{name}`"))?;
             if let Some(previous) = emitting.take() {
                 let (component, folder) = joined(previous)?;
@@ -368,7 +372,7 @@ fn verify_truncated(
     let small = Trace { request, deadline: trace.deadline, hub: None, load_weights: trace.load_weights, cache: None, verify_layers: None };
     let scratch = Scratch::beside(written[0].target.destination.path(), "verify-layers")?;
     let backends: Vec<Backend> = written.iter().map(|w| w.target.backend).collect();
-    let traced = trace::run(kept_or_started(worker, options, progress)?, &small, loaded, &backends, &scratch.path().join("model"))?;
+    let traced = trace::run(kept_or_started(worker, options, progress)?, &small, loaded, &backends, &scratch.path().join("model"), None)?;
     let mut checks = Vec::new();
     for w in written {
         let output = scratch.path().join(w.target.artifact.folder_file(&format!("first-{layers}-layers")));
@@ -445,6 +449,7 @@ fn export(
         None => output.to_path_buf(),
     };
     let mut lowered = None;
+    let mut weights_prewritten = 0;
     let mut verify_time = Duration::ZERO;
     let runtime = match (&target.artifact, &mut program) {
         (Artifact::IrJson, program) => {
@@ -457,7 +462,10 @@ fn export(
                 Input::Traced(traced) if graph.changes() == changes_before && traced.side_weights.is_none() => {
                     crate::atomic::link_into_place(&traced.program, &staged).with_context(|| format!("writing {}", staged.display()))?
                 }
-                _ => emit::pt2(pt2, graph, &staged)?,
+                _ => {
+                    let prewritten = input.traced().and_then(|t| t.prewriting.lock().ok()?.take()).and_then(|p| p.finish());
+                    weights_prewritten = emit::pt2(pt2, graph, &staged, prewritten)?;
+                }
             }
             Some(verify::Runtime::Pt2)
         }
@@ -576,6 +584,7 @@ fn export(
         verified,
         verified_layers: None,
         emit,
+        weights_prewritten,
         verify: verify_time,
         artifact: runtime.map(|r| r.model(output)),
     };

@@ -150,6 +150,8 @@ pub struct Component {
     pub verified_layers: Option<u32>,
     /// The emit step, verification included ([`Component::verify`]).
     pub emit: Duration,
+    /// A `.pt2`'s weight entries written while the worker traced (kept by the emit step).
+    pub weights_prewritten: usize,
     /// The artifact run in its runtime against eager (`--verify`).
     pub verify: Duration,
     /// The artifact as the worker runs it (not for IR JSON).
@@ -269,7 +271,10 @@ impl Component {
                 println!("  {plugin:<30} calls {:>5}  changed {:>5}  failed {:>3}", c.calls, c.changed, c.failed);
             }
         }
-        println!("stage {:<18} {:>8.2} ms", "emit", self.emit.as_secs_f64() * 1e3);
+        match self.weights_prewritten {
+            0 => println!("stage {:<18} {:>8.2} ms", "emit", self.emit.as_secs_f64() * 1e3),
+            n => println!("stage {:<18} {:>8.2} ms  ({n} weight entries written while torch.export ran)", "emit", self.emit.as_secs_f64() * 1e3),
+        }
     }
 }
 

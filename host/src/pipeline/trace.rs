@@ -1,13 +1,16 @@
 //! The trace step: the worker traces the model into a scratch folder beside
 //! the output, with the backend's patch plugins answering patched calls.
 
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use anyhow::Result;
 
 use super::options::Trace;
 use super::scratch::Scratch;
 use super::trace_cache::TraceCache;
+use crate::graph::pt2::prewrite::Prewriting;
 use crate::plugins::loading::LoadedSet;
 use crate::plugins::{self, kind, Backend};
 use crate::stages;
@@ -26,6 +29,9 @@ pub struct Traced {
     pub side_weights: Option<PathBuf>,
     /// The model folder's checkpoint files the side weights may point into.
     pub checkpoint: Vec<PathBuf>,
+    /// The `.pt2`'s first weight entries, being written while the worker
+    /// traced (`graph::pt2::prewrite`); the emit step takes them.
+    pub prewriting: std::sync::Mutex<Option<Prewriting>>,
     /// The tensor inputs' names (`input_ids`, `input.cache.layers.0.keys`);
     /// empty where the program's placeholder names stand.
     pub input_names: Vec<String>,
@@ -66,8 +72,9 @@ pub struct TraceSummary {
 
 /// Traces `trace`'s model in `worker` for `backends` (one program for all of
 /// them: every one's patch plugins answer, and what one cannot take whole is
-/// decomposed), writing beside `output`.
-pub fn run(worker: &mut Worker, trace: &Trace, loaded: &LoadedSet, backends: &[Backend], output: &Path) -> Result<Traced> {
+/// decomposed), writing beside `output`. `prewrite`: a `.pt2` whose weight
+/// entries are written there while the worker traces, when they are streamed.
+pub fn run(worker: &mut Worker, trace: &Trace, loaded: &LoadedSet, backends: &[Backend], output: &Path, prewrite: Option<&Path>) -> Result<Traced> {
     let scratch = Scratch::beside(output, "trace")?;
     let program = scratch.path().join("model.pt2");
     let reference = scratch.path().join("reference.pt");
@@ -87,6 +94,7 @@ pub fn run(worker: &mut Worker, trace: &Trace, loaded: &LoadedSet, backends: &[B
     });
     // The cache, when asked for and the model can be keyed.
     let mut cached = None;
+    let started: Rc<RefCell<Option<Prewriting>>> = Rc::default();
     let cache = match &trace.cache {
         Some(dir) => {
             let cache = TraceCache::open(dir)?;
@@ -119,7 +127,16 @@ pub fn run(worker: &mut Worker, trace: &Trace, loaded: &LoadedSet, backends: &[B
             reply
         }
         None => {
-            let reply = crate::trace::trace(worker, &request, &mut sessions, &program, &reference, trace.deadline)?;
+            // Asked after the cache key is made: where the weights are written does not change the program.
+            let prewrite = prewrite.filter(|_| request.weights == crate::trace::protocol::Weights::Streamed);
+            request.plan_weights = prewrite.is_some();
+            if let Some(path) = prewrite {
+                let (slot, path) = (started.clone(), path.to_path_buf());
+                worker.on_weights_plan = Some(Box::new(move |plan| *slot.borrow_mut() = Some(Prewriting::start(&path, plan))));
+            }
+            let reply = crate::trace::trace(worker, &request, &mut sessions, &program, &reference, trace.deadline);
+            worker.on_weights_plan = None;
+            let reply = reply?;
             if let Some((cache, key)) = &cache {
                 // A cache that cannot take the entry costs the next run a trace, not this run its export.
                 if let Err(e) = cache.store(key, scratch.path(), folder.as_deref(), &reply) {
@@ -154,7 +171,8 @@ pub fn run(worker: &mut Worker, trace: &Trace, loaded: &LoadedSet, backends: &[B
         crate::trace::ModelSource::Directory { path, .. } => checkpoint_files(path),
         _ => Vec::new(),
     };
-    Ok(Traced { scratch, program, reference, side_weights, checkpoint, input_names, output_names, export_metadata, summary })
+    let prewriting = std::sync::Mutex::new(started.take());
+    Ok(Traced { scratch, program, reference, side_weights, checkpoint, prewriting, input_names, output_names, export_metadata, summary })
 }
 
 /// A model folder's safetensors files: what streamed weights may point into.

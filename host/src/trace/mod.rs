@@ -62,6 +62,9 @@ const REQUIRED_PACKAGES: [&str; 2] = ["torch", "transformers"];
 /// What the host does with a worker's progress line.
 pub type ProgressCallback = Box<dyn FnMut(&Progress)>;
 
+/// What the host does with a trace's weights plan.
+pub type WeightsPlanCallback = Box<dyn FnMut(Vec<protocol::PlannedWeight>)>;
+
 /// How the worker is started.
 #[derive(Debug, Clone, Default)]
 pub struct WorkerOptions {
@@ -96,6 +99,8 @@ pub struct Worker {
     pub hello: HelloReply,
     /// Called with each progress line the worker sends during a request.
     pub on_progress: Option<ProgressCallback>,
+    /// Called with a trace's weights plan (`TraceParams::plan_weights`).
+    pub on_weights_plan: Option<WeightsPlanCallback>,
 }
 
 impl Worker {
@@ -201,6 +206,7 @@ impl Worker {
             _package: unpacked,
             hello: placeholder,
             on_progress: None,
+            on_weights_plan: None,
         };
         // Both ends check the version: the worker refuses another host's, the host another worker's.
         let result = match worker.exchange(Hello::NAME, &hello, deadline, &mut no_patches) {
@@ -317,6 +323,11 @@ impl Worker {
                 Message::Progress(progress) => {
                     if let Some(show) = self.on_progress.as_mut() {
                         show(&progress);
+                    }
+                }
+                Message::WeightsPlan(plan) => {
+                    if let Some(take) = self.on_weights_plan.as_mut() {
+                        take(plan);
                     }
                 }
                 Message::PatchCall(call) => {
@@ -512,6 +523,9 @@ pub struct TraceRequest {
     /// Export for generation (`--generation`): the components a `generate`
     /// call is made of, each traced and exported as its own program.
     pub generation: Option<Generation>,
+    /// Streamed weights: the worker says which `.pt2` weight entries its save
+    /// will write before torch.export runs ([`Worker::on_weights_plan`]).
+    pub plan_weights: bool,
 }
 
 /// How a generative model is split and checked (`--generation`).
@@ -545,6 +559,7 @@ impl TraceRequest {
             weights: protocol::Weights::InArchive,
             reference: true,
             generation: None,
+            plan_weights: false,
         }
     }
 
@@ -603,6 +618,7 @@ impl TraceRequest {
             experts: self.experts.clone(),
             folder: self.folder.clone(),
             weights: self.weights,
+            plan_weights: self.plan_weights,
             patches,
         }
     }

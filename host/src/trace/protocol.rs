@@ -23,7 +23,7 @@ use crate::plugins::Versions;
 
 /// The protocol version; the worker's `protocol.PROTOCOL` is the same number.
 /// Any change to a message below is a new version.
-pub const PROTOCOL: u64 = 13;
+pub const PROTOCOL: u64 = 14;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -160,6 +160,9 @@ pub struct TraceParams {
     pub experts: Option<String>,
     pub folder: Option<PathBuf>,
     pub weights: Weights,
+    /// Streamed weights: the worker sends the `.pt2` weight entries its save
+    /// will write (`Message::WeightsPlan`) before torch.export runs.
+    pub plan_weights: bool,
     pub patches: Vec<PatchSpec>,
 }
 
@@ -775,6 +778,21 @@ pub struct Progress {
     pub stage: TraceStep,
 }
 
+/// One entry of `{"weights_plan": [...]}`: a weight entry the worker's `.pt2`
+/// will start with (`name`, with the archive's folder), filled from `length`
+/// bytes of the checkpoint `file` at `offset`, stored as `stored` and
+/// written as `dtype` (the worker's `checkpoint.weights_plan`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlannedWeight {
+    pub name: String,
+    pub file: PathBuf,
+    pub offset: u64,
+    pub length: u64,
+    pub stored: String,
+    pub dtype: String,
+}
+
 /// A Python scalar on the wire: null, a bool, an int (an `i64`; a larger
 /// integer arrives as a float, as JSON numbers do), a float or a string.
 #[derive(Debug, Clone)]
@@ -932,6 +950,7 @@ pub enum WireStep {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Message {
     Progress(Progress),
+    WeightsPlan(Vec<PlannedWeight>),
     PatchCall(PatchCall),
     /// `{"id": N, "result": ...}` or `{"id": N, "error": {...}}`; the result is
     /// typed by the caller, who knows the method (`reply`).
@@ -962,6 +981,11 @@ pub fn parse_message(line: &str) -> Result<Message, TraceError> {
         let progress = Progress::deserialize(progress).map_err(|e| bad(&format!("a progress line: {e}")))?;
         return Ok(Message::Progress(progress));
     }
+    if let Some(plan) = fields.remove("weights_plan") {
+        no_more(&fields, "a weights plan")?;
+        let plan = Vec::<PlannedWeight>::deserialize(plan).map_err(|e| bad(&format!("a weights plan: {e}")))?;
+        return Ok(Message::WeightsPlan(plan));
+    }
     if let Some(call) = fields.remove("patch_call") {
         no_more(&fields, "a patch call")?;
         let call = PatchCall::deserialize(call).map_err(|e| bad(&format!("a patch call: {e}")))?;
@@ -969,7 +993,7 @@ pub fn parse_message(line: &str) -> Result<Message, TraceError> {
     }
     let id = match fields.remove("id") {
         Some(id) => id.as_u64().ok_or_else(|| bad("a response's `id` is not a request number"))?,
-        None => return Err(bad("a worker line is neither progress, a patch call nor a response (no `id`)")),
+        None => return Err(bad("a worker line is neither progress, a weights plan, a patch call nor a response (no `id`)")),
     };
     let outcome = match (fields.remove("result"), fields.remove("error")) {
         (Some(_), Some(_)) => return Err(bad("a response has both `result` and `error`")),
@@ -1038,6 +1062,13 @@ mod tests {
     fn messages_are_typed() {
         use serde_json::json;
         assert_eq!(parse_message(r#"{"progress": {"stage": "import"}}"#).unwrap(), Message::Progress(Progress { stage: TraceStep::Import }));
+        let plan = r#"{"weights_plan": [{"name": "model/data/weights/weight_0", "file": "/m/model.safetensors", "offset": 8, "length": 64, "stored": "bfloat16", "dtype": "float32"}]}"#;
+        let Message::WeightsPlan(plan) = parse_message(plan).unwrap() else { panic!() };
+        assert_eq!((plan[0].name.as_str(), plan[0].offset, plan[0].length), ("model/data/weights/weight_0", 8, 64));
+        let e = parse_message(r#"{"weights_plan": [{"name": "w", "file": "f", "offset": -1, "length": 1, "stored": "a", "dtype": "a"}]}"#).unwrap_err().to_string();
+        assert!(e.contains("a weights plan:"), "{e}");
+        let e = parse_message(r#"{"weights_plan": [], "id": 3}"#).unwrap_err().to_string();
+        assert!(e.contains("a weights plan has an unknown field `id`"), "{e}");
         let call = r#"{"patch_call": {"plugin": "p", "target": "torch.where", "values": [
             {"tensor": {"dtype": "float32", "shape": [2, {"symbolic": "s0"}], "device": "cpu", "contiguous": true, "sizes": [2, 8]}},
             {"scalar": null}, {"scalar": 3}, {"scalar": 0.5}, {"scalar": "x"}, {"sequence": [0, 1]},
@@ -1164,6 +1195,7 @@ mod tests {
             experts: Some("batched_mm".into()),
             folder: None,
             weights: Weights::Streamed,
+            plan_weights: true,
             patches: vec![PatchSpec { plugin: "p".into(), targets: vec!["torch.where".into()] }],
         };
         let value = serde_json::to_value(&params).unwrap();

@@ -257,3 +257,67 @@ def streamed_model(build, folder, dtype_name):
             if key is not None and tuple(tensors[key].shape) == tuple(buffer.shape):
                 buffer.copy_(mapped(tensors[key]).view(buffer.shape))
     return StreamedModel(model, sources), None
+
+
+def weights_plan(module, sources, output):
+    """The weight entries `torch.export.save` will write first into the
+    `.pt2` of `module`'s program at `output`, in order, each with the
+    checkpoint bytes that fill it: `[{"name", "file", "offset", "length",
+    "stored", "dtype"}]`, up to the first one that is not a checkpoint
+    tensor's bytes (a buffer computed at init, a dtype the host does not
+    convert). The host writes them while torch.export runs
+    (`graph/pt2/prewrite.rs`) and keeps them only if the archive it gets
+    starts with exactly these entries.
+
+    A prediction, made by torch's own code: its packaging of a state dict
+    (`_package_state_dict`: the entries' order, names and tied storages
+    grouped) run over the state dict torch.export gives a program of
+    `module` (`_get_original_state_dict`), with no bytes read or written."""
+    import torch
+    from torch.export._trace import _get_original_state_dict
+    from torch.export.pt2_archive import _package
+
+    from .trace import HOST_CONVERTS
+
+    class Names:
+        """What `_package_state_dict` asks of an archive writer: the entries' names, in order."""
+
+        def __init__(self):
+            self.written = []
+
+        def count_prefix(self, prefix):
+            return 0
+
+        def write_bytes(self, name, data):
+            self.written.append(name)
+
+    class Program:
+        state_dict = _get_original_state_dict(module)
+
+    if any(not torch.is_tensor(t) or _package._should_use_pickle(t) for t in Program.state_dict.values()):
+        return []  # pickled entries (subclasses) come first and are torch's to write
+    names = Names()
+    raw_bytes = _package._get_raw_tensor_bytes
+    _package._get_raw_tensor_bytes = lambda value: b""
+    try:
+        config = _package._package_state_dict("model", Program, names)
+    finally:
+        _package._get_raw_tensor_bytes = raw_bytes
+    by_path = {}
+    for fqn, meta in config.config.items():
+        by_path.setdefault(meta.path_name, fqn)
+    archive = os.path.splitext(os.path.basename(output))[0]  # torch's archive name: the file's stem
+    plan = []
+    for name in names.written:
+        fqn = by_path.get(name.rsplit("/", 1)[-1])
+        tensor = Program.state_dict.get(fqn)
+        storage = tensor.untyped_storage() if tensor is not None else None
+        stored = sources.get(storage.data_ptr()) if storage is not None else None
+        if stored is None or stored.length * tensor.dtype.itemsize != storage.nbytes() * stored.itemsize:
+            break
+        dtype = str(tensor.dtype).removeprefix("torch.")
+        if dtype != stored.dtype and not {dtype, stored.dtype} <= HOST_CONVERTS:
+            break
+        plan.append({"name": f"{archive}/{name}", "file": os.path.abspath(stored.file), "offset": stored.offset,
+                     "length": stored.length, "stored": stored.dtype, "dtype": dtype})
+    return plan

@@ -9,6 +9,7 @@ stdout:
     host → worker   {"id": 2, "method": "trace", "params": {...TraceParams}}
     worker → host   {"progress": {"stage": "import"}}
     worker → host   {"patch_call": {...PatchCall}}       (during `trace` only)
+    worker → host   {"weights_plan": [...]}              (during `trace`, when asked)
     host → worker   {"program": {...}} | {"error": "..."}  (the answer, no id)
     worker → host   {"id": 2, "result": {...TraceReply}} | {"id": 2, "error": {...ErrorReply}}
 
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Optional, Union
 
 # The protocol version; the host's `trace::protocol::PROTOCOL` is the same number.
-PROTOCOL = 13
+PROTOCOL = 14
 
 # The steps of a `trace` request, in order, as progress names them (the host's
 # `TraceStep`). `export` runs torch.export under the reference exporter's
@@ -157,6 +158,10 @@ class TraceParams:
     # "in_archive" (torch.export.save packs them), "side" (`save_with_side_weights`),
     # "streamed" (side, and a model folder's parameters left in its checkpoint).
     weights: str
+    # Streamed weights: send the `.pt2` weight entries the save will write
+    # (`checkpoint.weights_plan`) before torch.export runs, for the host to
+    # write them meanwhile.
+    plan_weights: bool
     patches: list[PatchSpec]
 
     def validate(self):
@@ -730,6 +735,11 @@ class Channel:
         message = Progress(stage)
         message.validate()
         self.write({"progress": dataclasses.asdict(message)})
+
+    def weights_plan(self, entries):
+        """`{"weights_plan": [...]}`: the `.pt2` weight entries a trace's save
+        will write first (`checkpoint.weights_plan`), during the request."""
+        self.write({"weights_plan": entries})
 
     def ask(self, call: PatchCall):
         """Sends a patch call and waits for the host's answer: the program, or the host's error raised."""

@@ -63,6 +63,9 @@ class Session:
     def progress(self, stage):
         self.channel.progress(stage)
 
+    def weights_plan(self, entries):
+        self.channel.weights_plan(entries)
+
     def ask(self, call):
         return self.channel.ask(call)
 

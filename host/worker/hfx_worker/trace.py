@@ -21,6 +21,7 @@ from .protocol import ExportMetadata, TraceParams, TraceReply, WeightsReport
 from .generation import TracedComponent
 from .pytree import flat_outputs, named_leaves, output_names, register_cache_pytrees, save_reference, spec_output_names, spec_paths
 from .sandbox import patch_status, patches_applied
+from .checkpoint import weights_plan
 from .sources import from_architecture, from_directory, from_function, on_device, prepared, sample_inputs, streamed_from_directory
 from .trace_shortcuts import frame_stacks, saving
 
@@ -441,6 +442,8 @@ def trace(session, params: TraceParams) -> TraceReply:
     policy = session.policy if params.patches else None
     # The reference's order: patches, state cleanup, config flags, signature, then export.
     with step(session, "export", seconds, peaks):
+        if params.plan_weights and streamed is not None:
+            session.weights_plan(weights_plan(model, streamed.sources, params.output))
         with torch.no_grad(), patches_applied(policy, params.patches, session.ask) as answers, clean_state(model), \
                 config_flags(model, flags), flat_signature(model, inputs) as returned, frame_stacks():
             program = torch.export.export(

@@ -412,6 +412,11 @@ impl ArchiveWriter {
         Ok(ArchiveWriter { path: path.to_path_buf(), out: DirectWriter::new(file), tmp, written: Vec::new(), position: 0, failed: false })
     }
 
+    /// Where `finish` puts the archive.
+    pub fn target(&self) -> &Path {
+        &self.path
+    }
+
     /// The temp file being written (removed unless `finish` succeeds).
     pub fn temp_path(&self) -> &Path {
         self.tmp.path()

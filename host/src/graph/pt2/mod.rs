@@ -16,6 +16,7 @@
 pub mod archive;
 pub mod cast;
 pub mod convert;
+pub mod prewrite;
 pub mod schema;
 pub mod sympy;
 
@@ -470,7 +471,7 @@ impl Pt2 {
     /// copied on their way: torch itself cannot load this `.pt2`.
     pub fn write_indexed(&self, path: &Path, programs: &BTreeMap<String, ExportedProgram>) -> Result<(), Pt2Error> {
         let Some(side) = &self.side else { return self.write(path, programs) };
-        self.write_archive(path, programs, SideStored::LeftInPlace)?;
+        self.write_archive(path, programs, SideStored::LeftInPlace, None)?;
         #[derive(serde::Serialize)]
         struct Index<'a> {
             files: Vec<std::path::PathBuf>,
@@ -489,10 +490,44 @@ impl Pt2 {
     /// Every weight and constant is checked first ([`Pt2::check_payloads`]): a
     /// `.pt2` torch would refuse to load is not written.
     pub fn write(&self, path: &Path, programs: &BTreeMap<String, ExportedProgram>) -> Result<(), Pt2Error> {
-        self.write_archive(path, programs, SideStored::Written)
+        self.write_archive(path, programs, SideStored::Written, None).map(|_| ())
     }
 
-    fn write_archive(&self, path: &Path, programs: &BTreeMap<String, ExportedProgram>, side_stored: SideStored) -> Result<(), Pt2Error> {
+    /// As [`Pt2::write`], continuing `prewritten` (the archive's first
+    /// entries, written while the worker traced: [`prewrite`]) when this
+    /// archive starts with exactly those entries, made of exactly those
+    /// bytes; otherwise it is dropped (its temp file with it) and every entry
+    /// is written. The bytes are the same either way. Returns how many
+    /// entries were kept.
+    pub fn write_continuing(&self, path: &Path, programs: &BTreeMap<String, ExportedProgram>, prewritten: Option<prewrite::Prewritten>) -> Result<usize, Pt2Error> {
+        self.write_archive(path, programs, SideStored::Written, prewritten)
+    }
+
+    /// Whether `prewritten` is this archive's first entries, as
+    /// `side_entries` would write them, at `path`.
+    fn continues(&self, path: &Path, prewritten: &prewrite::Prewritten, side_entries: &BTreeMap<String, Source<'_>>) -> bool {
+        let side = self.side.iter().flat_map(|s| &s.files).collect::<Vec<_>>();
+        prewritten.writer.target() == path
+            && prewritten.entries.len() <= self.archive.entries().len()
+            && prewritten.entries.iter().zip(self.archive.entries()).all(|(written, entry)| {
+                let Some(source) = side_entries.get(&entry.name) else { return false };
+                let place = side.iter().find_map(|f| offset_in(&f.map, source.bytes).map(|offset| (&f.path, offset as u64)));
+                let Some((file, offset)) = place else { return false };
+                written.name == entry.name
+                    && written.cast == source.cast
+                    && written.length == source.bytes.len() as u64
+                    && written.offset == offset
+                    && file.canonicalize().is_ok_and(|f| f == written.file)
+            })
+    }
+
+    fn write_archive(
+        &self,
+        path: &Path,
+        programs: &BTreeMap<String, ExportedProgram>,
+        side_stored: SideStored,
+        prewritten: Option<prewrite::Prewritten>,
+    ) -> Result<usize, Pt2Error> {
         self.check_payloads()?;
         let write_error = |source| Pt2Error::Write { path: path.display().to_string(), source };
         // Entries whose storage is stored beside the archive: written from there
@@ -511,8 +546,14 @@ impl Pt2 {
                 }
             }
         }
-        let mut out = ArchiveWriter::create(path).map_err(write_error)?;
-        for entry in self.archive.entries() {
+        let (mut out, kept) = match prewritten {
+            Some(p) if self.continues(path, &p, &side_entries) => {
+                let kept = p.entries.len();
+                (p.writer, kept)
+            }
+            _ => (ArchiveWriter::create(path).map_err(write_error)?, 0),
+        };
+        for entry in &self.archive.entries()[kept..] {
             if let Some(source) = side_entries.get(entry.name.as_str()) {
                 match source.cast {
                     None => out.add(&entry.name, source.bytes),
@@ -536,7 +577,8 @@ impl Pt2 {
                 None => self.archive.copy_entry(entry, &mut out)?,
             }
         }
-        out.finish().map_err(write_error)
+        out.finish().map_err(write_error)?;
+        Ok(kept)
     }
 }
 
@@ -597,13 +639,12 @@ pub(crate) mod testing {
             .into()
     }
 
-    /// The bytes of a `.pt2` with model `model` and float32 weights `weights`.
+    /// The bytes of a `.pt2` with model `model` and float32 weights `weights`,
+    /// its entries in torch's order (the weights first).
     pub fn archive(weights: &[Stored]) -> Vec<u8> {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.pt2");
         let mut w = ArchiveWriter::create(&path).unwrap();
-        w.add("t/archive_format", b"pt2").unwrap();
-        w.add("t/models/model.json", program_json().as_bytes()).unwrap();
         let ints = |v: &[i64]| v.iter().map(|&i| SymInt::AsInt(i)).collect::<Vec<_>>();
         let mut config = PayloadConfig { config: BTreeMap::new() };
         for (i, t) in weights.iter().enumerate() {
@@ -623,6 +664,8 @@ pub(crate) mod testing {
             }
         }
         w.add("t/data/weights/model_weights_config.json", &serde_json::to_vec(&config).unwrap()).unwrap();
+        w.add("t/models/model.json", program_json().as_bytes()).unwrap();
+        w.add("t/archive_format", b"pt2").unwrap();
         w.finish().unwrap();
         std::fs::read(&path).unwrap()
     }
@@ -731,6 +774,57 @@ mod tests {
         bytes.extend(floats(8));
         std::fs::write(&checkpoint, &bytes).unwrap();
         (dir, side, checkpoint)
+    }
+
+    /// Weight entries written while the worker traced are kept only when the
+    /// archive starts with exactly those entries from exactly those bytes;
+    /// either way the archive's bytes are the same, and no temp file is left
+    /// (a plan dropped unfinished, when the trace fails, included).
+    #[test]
+    fn weights_written_while_tracing_are_kept_only_where_the_archive_starts_with_them() {
+        use super::prewrite::Prewriting;
+        use crate::trace::protocol::PlannedWeight;
+        let (dir, side, checkpoint) = side_file_and_checkpoint();
+        let index = serde_json::json!({"files": ["p.pt2.weights", checkpoint], "weights": {"a": [1, 16, 32], "b": [1, 0, 32]}, "constants": {}});
+        std::fs::write(dir.path().join("p.pt2.weights.json"), index.to_string()).unwrap();
+        let stored = |fqn| Stored { fqn, sizes: vec![2, 4], strides: vec![4, 1], offset: 0, bytes: Some(vec![]) };
+        let mut pt2 = open(archive(&[stored("a"), stored("b")]));
+        pt2.attach_side_weights(&side, std::slice::from_ref(&checkpoint)).unwrap();
+        let programs = pt2.programs.clone();
+        let plain = dir.path().join("plain.pt2");
+        pt2.write(&plain, &programs).unwrap();
+        let planned = |entry: &str, offset, stored: &str| PlannedWeight {
+            name: format!("t/data/weights/{entry}"),
+            file: checkpoint.clone(),
+            offset,
+            length: 32,
+            stored: stored.into(),
+            dtype: "float32".into(),
+        };
+        let cases = [
+            (vec![planned("weight_0", 16, "float32"), planned("weight_1", 0, "float32")], 2),
+            (vec![planned("weight_0", 16, "float32")], 1),
+            // Other entries first, other bytes, a conversion the archive does not make, a dtype hfx does not know.
+            (vec![planned("weight_1", 0, "float32"), planned("weight_0", 16, "float32")], 0),
+            (vec![planned("weight_0", 0, "float32")], 0),
+            (vec![planned("weight_0", 16, "bfloat16")], 0),
+            (vec![planned("weight_0", 16, "complex32")], 0),
+        ];
+        let before: std::collections::BTreeSet<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        for (plan, kept) in cases {
+            let out = dir.path().join("out.pt2");
+            let prewritten = Prewriting::start(&out, plan.clone()).finish();
+            assert_eq!(pt2.write_continuing(&out, &programs, prewritten).unwrap(), kept, "{plan:?}");
+            assert!(std::fs::read(&out).unwrap() == std::fs::read(&plain).unwrap(), "{plan:?}: other bytes");
+            std::fs::remove_file(&out).unwrap();
+            // Written for another path: not kept.
+            let prewritten = Prewriting::start(&dir.path().join("elsewhere.pt2"), plan.clone()).finish();
+            assert_eq!(pt2.write_continuing(&out, &programs, prewritten).unwrap(), 0);
+            std::fs::remove_file(&out).unwrap();
+        }
+        drop(Prewriting::start(&dir.path().join("failed.pt2"), vec![planned("weight_0", 16, "float32")]));
+        let after: std::collections::BTreeSet<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(before, after, "temp files left");
     }
 
     /// Streamed weights point into a model folder's checkpoint: the index may
