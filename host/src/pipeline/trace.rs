@@ -94,7 +94,8 @@ pub fn run(worker: &mut Worker, trace: &Trace, loaded: &LoadedSet, backends: &[B
     });
     // The cache, when asked for and the model can be keyed.
     let mut cached = None;
-    let started: Rc<RefCell<Option<Prewriting>>> = Rc::default();
+    // Where the weights-plan callback leaves the writer it starts.
+    let prewriting: Rc<RefCell<Option<Prewriting>>> = Rc::default();
     let cache = match &trace.cache {
         Some(dir) => {
             let cache = TraceCache::open(dir)?;
@@ -131,7 +132,7 @@ pub fn run(worker: &mut Worker, trace: &Trace, loaded: &LoadedSet, backends: &[B
             let prewrite = prewrite.filter(|_| request.weights == crate::trace::protocol::Weights::Streamed);
             request.plan_weights = prewrite.is_some();
             if let Some(path) = prewrite {
-                let (slot, path) = (started.clone(), path.to_path_buf());
+                let (slot, path) = (prewriting.clone(), path.to_path_buf());
                 worker.on_weights_plan = Some(Box::new(move |plan| *slot.borrow_mut() = Some(Prewriting::start(&path, plan))));
             }
             let reply = crate::trace::trace(worker, &request, &mut sessions, &program, &reference, trace.deadline);
@@ -171,7 +172,7 @@ pub fn run(worker: &mut Worker, trace: &Trace, loaded: &LoadedSet, backends: &[B
         crate::trace::ModelSource::Directory { path, .. } => checkpoint_files(path),
         _ => Vec::new(),
     };
-    let prewriting = std::sync::Mutex::new(started.take());
+    let prewriting = std::sync::Mutex::new(prewriting.take());
     Ok(Traced { scratch, program, reference, side_weights, checkpoint, prewriting, input_names, output_names, export_metadata, summary })
 }
 

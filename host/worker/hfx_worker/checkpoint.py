@@ -272,7 +272,22 @@ def weights_plan(module, sources, output):
     A prediction, made by torch's own code: its packaging of a state dict
     (`_package_state_dict`: the entries' order, names and tied storages
     grouped) run over the state dict torch.export gives a program of
-    `module` (`_get_original_state_dict`), with no bytes read or written."""
+    `module` (`_get_original_state_dict`), with no bytes read or written.
+    Those are torch internals: only with the torch the trace shortcuts were
+    checked against, and any failure is an empty plan (the weights are then
+    written at the emit step, as before)."""
+    from .trace_shortcuts import supported
+
+    if not supported():
+        return []
+    try:
+        return planned(module, sources, output)
+    except Exception:  # noqa: BLE001 - a plan is a head start, never a reason to fail
+        return []
+
+
+def planned(module, sources, output):
+    """`weights_plan`'s entries."""
     import torch
     from torch.export._trace import _get_original_state_dict
     from torch.export.pt2_archive import _package
