@@ -259,6 +259,21 @@ def streamed_model(build, folder, dtype_name):
     return StreamedModel(model, sources), None
 
 
+# The dtypes the host converts streamed weights between (`graph/pt2/cast.rs`).
+HOST_CONVERTS = {"float32", "bfloat16", "float16"}
+
+
+def host_reads(stored, storage, dtype):
+    """Whether the host writes `storage` (a tensor's of `dtype`) straight from
+    its checkpoint tensor `stored` (None: it has none): the same number of
+    elements, stored in `dtype` or in one the host converts from as it
+    writes. Otherwise the worker writes it to the side file."""
+    if stored is None or stored.length * dtype.itemsize != storage.nbytes() * stored.itemsize:
+        return False
+    name = str(dtype).removeprefix("torch.")
+    return name == stored.dtype or {name, stored.dtype} <= HOST_CONVERTS
+
+
 def weights_plan(module, sources, output):
     """The weight entries `torch.export.save` will write first into the
     `.pt2` of `module`'s program at `output`, in order, each with the
@@ -292,7 +307,6 @@ def planned(module, sources, output):
     from torch.export._trace import _get_original_state_dict
     from torch.export.pt2_archive import _package
 
-    from .trace import HOST_CONVERTS
 
     class Names:
         """What `_package_state_dict` asks of an archive writer: the entries' names, in order."""
@@ -328,11 +342,8 @@ def planned(module, sources, output):
         tensor = Program.state_dict.get(fqn)
         storage = tensor.untyped_storage() if tensor is not None else None
         stored = sources.get(storage.data_ptr()) if storage is not None else None
-        if stored is None or stored.length * tensor.dtype.itemsize != storage.nbytes() * stored.itemsize:
-            break
-        dtype = str(tensor.dtype).removeprefix("torch.")
-        if dtype != stored.dtype and not {dtype, stored.dtype} <= HOST_CONVERTS:
+        if not host_reads(stored, storage, tensor.dtype):
             break
         plan.append({"name": f"{archive}/{name}", "file": os.path.abspath(stored.file), "offset": stored.offset,
-                     "length": stored.length, "stored": stored.dtype, "dtype": dtype})
+                     "length": stored.length, "stored": stored.dtype, "dtype": str(tensor.dtype).removeprefix("torch.")})
     return plan

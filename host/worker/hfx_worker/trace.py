@@ -21,7 +21,7 @@ from .protocol import ExportMetadata, TraceParams, TraceReply, WeightsReport
 from .generation import TracedComponent
 from .pytree import flat_outputs, named_leaves, output_names, register_cache_pytrees, save_reference, spec_output_names, spec_paths
 from .sandbox import patch_status, patches_applied
-from .checkpoint import weights_plan
+from .checkpoint import host_reads, weights_plan
 from .sources import from_architecture, from_directory, from_function, on_device, prepared, sample_inputs, streamed_from_directory
 from .trace_shortcuts import frame_stacks, saving
 
@@ -213,17 +213,13 @@ def save_with_side_weights(program, output, written_before=None, sources=None):
             offset = 0
             for (kind, fqn, storage, _, dtype), key in zip(tables, keys):
                 stored = sources.get(storage.data_ptr())
-                if stored is not None and stored.length * dtype.itemsize == storage.nbytes() * stored.itemsize:
+                if host_reads(stored, storage, dtype):
                     if stored.file not in index["files"]:
                         index["files"].append(stored.file)
                     place = [index["files"].index(stored.file), stored.offset, stored.length]
-                    name = str(dtype).removeprefix("torch.")
-                    if name == stored.dtype:
-                        index[kind][fqn] = place
-                        continue
-                    if {name, stored.dtype} <= HOST_CONVERTS:  # the host converts it as it writes it
-                        index[kind][fqn] = place + [stored.dtype]
-                        continue
+                    same = str(dtype).removeprefix("torch.") == stored.dtype
+                    index[kind][fqn] = place if same else place + [stored.dtype]  # else the host converts it as it writes it
+                    continue
                 if key not in written:
                     padding = -offset % 64
                     side.write(b"\0" * padding)
@@ -257,9 +253,6 @@ def save_with_side_weights(program, output, written_before=None, sources=None):
     finally:
         _package._get_raw_tensor_bytes = raw_bytes
 
-
-# The dtypes the host converts streamed weights between (`graph/pt2/cast.rs`).
-HOST_CONVERTS = {"float32", "bfloat16", "float16"}
 
 
 class Streaming:
