@@ -132,8 +132,8 @@ pub fn run(worker: &mut Worker, trace: &Trace, loaded: &LoadedSet, backends: &[B
             let prewrite = prewrite.filter(|_| request.weights == crate::trace::protocol::Weights::Streamed);
             request.plan_weights = prewrite.is_some();
             if let Some(path) = prewrite {
-                let (slot, path) = (prewriting.clone(), path.to_path_buf());
-                worker.on_weights_plan = Some(Box::new(move |plan| *slot.borrow_mut() = Some(Prewriting::start(&path, plan))));
+                let (slot, path, sources) = (prewriting.clone(), path.to_path_buf(), source_checkpoint(&trace.request.source));
+                worker.on_weights_plan = Some(Box::new(move |plan| *slot.borrow_mut() = Some(Prewriting::start(&path, plan, &sources))));
             }
             let reply = crate::trace::trace(worker, &request, &mut sessions, &program, &reference, trace.deadline);
             worker.on_weights_plan = None;
@@ -168,12 +168,17 @@ pub fn run(worker: &mut Worker, trace: &Trace, loaded: &LoadedSet, backends: &[B
     };
     let (input_names, output_names, export_metadata) = (result.input_names, result.output_names, result.export_metadata);
     let reference = request.reference.then_some(reference);
-    let checkpoint = match &trace.request.source {
-        crate::trace::ModelSource::Directory { path, .. } => checkpoint_files(path),
-        _ => Vec::new(),
-    };
+    let checkpoint = source_checkpoint(&trace.request.source);
     let prewriting = std::sync::Mutex::new(prewriting.take());
     Ok(Traced { scratch, program, reference, side_weights, checkpoint, prewriting, input_names, output_names, export_metadata, summary })
+}
+
+/// The checkpoint files of a model folder source (none for any other).
+fn source_checkpoint(source: &crate::trace::ModelSource) -> Vec<PathBuf> {
+    match source {
+        crate::trace::ModelSource::Directory { path, .. } => checkpoint_files(path),
+        _ => Vec::new(),
+    }
 }
 
 /// A model folder's safetensors files: what streamed weights may point into.

@@ -813,16 +813,18 @@ mod tests {
         let before: std::collections::BTreeSet<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         for (plan, kept) in cases {
             let out = dir.path().join("out.pt2");
-            let prewritten = Prewriting::start(&out, plan.clone()).finish();
+            let prewritten = Prewriting::start(&out, plan.clone(), std::slice::from_ref(&checkpoint)).finish();
             assert_eq!(pt2.write_continuing(&out, &programs, prewritten).unwrap(), kept, "{plan:?}");
             assert!(std::fs::read(&out).unwrap() == std::fs::read(&plain).unwrap(), "{plan:?}: other bytes");
             std::fs::remove_file(&out).unwrap();
             // Written for another path: not kept.
-            let prewritten = Prewriting::start(&dir.path().join("elsewhere.pt2"), plan.clone()).finish();
+            let prewritten = Prewriting::start(&dir.path().join("elsewhere.pt2"), plan.clone(), std::slice::from_ref(&checkpoint)).finish();
             assert_eq!(pt2.write_continuing(&out, &programs, prewritten).unwrap(), 0);
             std::fs::remove_file(&out).unwrap();
+            // A plan naming a file that is not one of the checkpoint's: nothing is read.
+            assert!(Prewriting::start(&out, plan.clone(), std::slice::from_ref(&side)).finish().is_none(), "{plan:?}");
         }
-        drop(Prewriting::start(&dir.path().join("failed.pt2"), vec![planned("weight_0", 16, "float32")]));
+        drop(Prewriting::start(&dir.path().join("failed.pt2"), vec![planned("weight_0", 16, "float32")], std::slice::from_ref(&checkpoint)));
         let after: std::collections::BTreeSet<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(before, after, "temp files left");
     }

@@ -48,11 +48,15 @@ pub(super) struct Written {
 
 impl Prewriting {
     /// Starts writing `plan`'s entries into a temp file beside `path`, which
-    /// the emit step finishes (or removes).
-    pub fn start(path: &Path, plan: Vec<PlannedWeight>) -> Prewriting {
+    /// the emit step finishes (or removes). Only bytes of `sources` (the
+    /// model folder's checkpoint files) are read: the plan comes from the
+    /// worker, and an entry naming any other file ends it, as the side
+    /// weights' index may name no other ([`super::Pt2::attach_side_weights`]).
+    pub fn start(path: &Path, plan: Vec<PlannedWeight>, sources: &[PathBuf]) -> Prewriting {
         let stop = Arc::new(AtomicBool::new(false));
+        let allowed: Vec<PathBuf> = sources.iter().filter_map(|s| s.canonicalize().ok()).collect();
         let (path, flag) = (path.to_path_buf(), stop.clone());
-        let thread = std::thread::Builder::new().name("hfx-prewrite".into()).spawn(move || write(&path, plan, &flag));
+        let thread = std::thread::Builder::new().name("hfx-prewrite".into()).spawn(move || write(&path, plan, &allowed, &flag));
         match thread {
             Ok(thread) => Prewriting { thread: Some(thread), stop },
             Err(e) => {
@@ -78,9 +82,9 @@ impl Drop for Prewriting {
 }
 
 /// The entries of `plan` written in order, up to the first that cannot be
-/// (a file that does not open or is shorter, a dtype pair hfx does not
+/// (a file not `allowed`, one that does not open or is shorter, a dtype pair hfx does not
 /// convert) or until `stop`; None if none was or a write failed.
-fn write(path: &Path, plan: Vec<PlannedWeight>, stop: &AtomicBool) -> Option<Prewritten> {
+fn write(path: &Path, plan: Vec<PlannedWeight>, allowed: &[PathBuf], stop: &AtomicBool) -> Option<Prewritten> {
     let mut writer = match ArchiveWriter::create(path) {
         Ok(writer) => writer,
         Err(e) => {
@@ -94,7 +98,7 @@ fn write(path: &Path, plan: Vec<PlannedWeight>, stop: &AtomicBool) -> Option<Pre
         if stop.load(Ordering::Relaxed) {
             return None;
         }
-        let Some(file) = planned.file.canonicalize().ok() else { break };
+        let Some(file) = planned.file.canonicalize().ok().filter(|f| allowed.contains(f)) else { break };
         let at = match maps.iter().position(|(f, _)| *f == file) {
             Some(at) => at,
             None => {
