@@ -47,6 +47,11 @@ impl Staged {
         self.guard.path()
     }
 
+    /// The path it is renamed to.
+    pub fn target(&self) -> &Path {
+        &self.target
+    }
+
     pub fn commit(mut self) -> io::Result<()> {
         self.file.flush()?;
         self.file.sync_all()?;
@@ -203,6 +208,28 @@ impl<F: std::borrow::Borrow<File>> DirectWriter<F> {
     /// Bytes written so far, buffered ones included.
     pub fn position(&self) -> u64 {
         self.written + self.used as u64
+    }
+
+    /// Cuts what was written back to its first `to` bytes (no more than
+    /// [`DirectWriter::position`]); the next write goes there. `reader`
+    /// reads the same file: direct writes are whole blocks, so the block `to`
+    /// falls in is read back and filled on from `to`.
+    pub fn rewind(&mut self, to: u64, reader: &File) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.land()?;
+        if to > self.position() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("rewinding to {to}, past the {} bytes written", self.position())));
+        }
+        if to >= self.written {
+            self.used = (to - self.written) as usize;
+            return Ok(());
+        }
+        let start = if self.direct { to - to % DIRECT_ALIGNMENT as u64 } else { to };
+        let kept = (to - start) as usize;
+        reader.read_exact_at(self.block.get_mut(0..kept), start)?;
+        self.file.borrow().set_len(start)?;
+        (self.written, self.used) = (start, kept);
+        Ok(())
     }
 
     /// Appends `bytes`; where they are a slice of a file (`origin`: the file
@@ -454,6 +481,38 @@ mod tests {
                 assert_eq!(length, expected.len() as u64);
                 assert!(std::fs::read(&path).unwrap() == expected, "direct {direct}, tail {tail}: the file differs");
             }
+        }
+    }
+
+    /// Rewound to any point (in the block being filled, in blocks written
+    /// already, unaligned, to the start) and written on, the file is exactly
+    /// the bytes before that point and the bytes written after, direct and
+    /// buffered.
+    #[test]
+    fn a_rewound_writer_writes_on_from_where_it_was_rewound_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let bytes: Vec<u8> = (0..(5 * DIRECT_BUFFER / 2) as u32).map(|i| (i * 11 + i / 509) as u8).collect();
+        let big = 2 * DIRECT_BUFFER as u64;
+        for direct in [true, false] {
+            for to in [0, 1, 4096, 12_345, DIRECT_BUFFER as u64 + 777, big + 5, big + 4096 * 3, bytes.len() as u64] {
+                let path = dir.path().join(format!("out-{direct}-{to}.bin"));
+                let file = File::create(&path).unwrap();
+                let reader = File::open(&path).unwrap();
+                let mut out = if direct { DirectWriter::new(file) } else { DirectWriter::with(file, false) };
+                out.write_all(&bytes).unwrap();
+                out.rewind(to, &reader).unwrap();
+                assert_eq!(out.position(), to);
+                out.write_all(b"and on").unwrap();
+                let (_, length) = out.finish().unwrap();
+                let mut expected = bytes[..to as usize].to_vec();
+                expected.extend_from_slice(b"and on");
+                assert_eq!(length, expected.len() as u64);
+                assert!(std::fs::read(&path).unwrap() == expected, "direct {direct}, rewound to {to}: the file differs");
+            }
+            let file = File::create(dir.path().join("past.bin")).unwrap();
+            let mut out = if direct { DirectWriter::new(file) } else { DirectWriter::with(file, false) };
+            out.write_all(b"four").unwrap();
+            assert!(out.rewind(5, &File::open(dir.path().join("past.bin")).unwrap()).is_err());
         }
     }
 

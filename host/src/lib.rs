@@ -16,6 +16,7 @@ pub mod installed;
 pub mod onnx;
 pub mod pipeline;
 pub mod plugins;
+pub mod prewrite;
 pub mod private;
 pub mod report;
 pub mod selftest;

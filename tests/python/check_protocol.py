@@ -20,7 +20,7 @@ from hfx_worker.protocol import (CheckSampleParams, HelloParams, OpSamplesParams
 TRACE = {
     "source": {"kind": "architecture", "name": "llama", "overrides": {"vocab_size": "128"}}, "task": None,
     "dynamic": False, "dynamic_shapes": [], "batch": 2, "sequence": 8, "output": "m.pt2", "reference": "r.pt",
-    "decompose": {"kind": "none"}, "device": "cpu", "dtype": "float32", "experts": None, "folder": None, "weights": "side", "plan_weights": False,
+    "decompose": {"kind": "none"}, "device": "cpu", "dtype": "float32", "experts": None, "folder": None, "weights": "side", "plan_weights": None,
     "patches": [{"plugin": "p", "targets": ["torch.where"]}],
 }
 

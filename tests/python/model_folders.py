@@ -17,8 +17,8 @@ from transformers import (BertConfig, BertForMaskedLM, BertModel, GPT2Config, GP
 
 def llama(**extra):
     torch.manual_seed(0)
-    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, vocab_size=1000, **extra)
+    config = LlamaConfig(**{"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                            "num_key_value_heads": 2, "vocab_size": 1000, **extra})
     return LlamaForCausalLM(config)
 
 
@@ -28,7 +28,9 @@ def main(kind, out):
     elif kind == "llama-sharded":
         llama().save_pretrained(out, max_shard_size="300KB")
     elif kind == "llama-tied-bf16":
-        llama(tie_word_embeddings=True).to(torch.bfloat16).save_pretrained(out)
+        # Wide enough that no weight is small enough for the ONNX optimizer
+        # to fold it into a new initializer: each stays where the plan has it.
+        llama(tie_word_embeddings=True, hidden_size=96).to(torch.bfloat16).save_pretrained(out)
     elif kind == "bert-mlm":
         torch.manual_seed(0)
         BertForMaskedLM(BertConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,

@@ -15,10 +15,12 @@ use hfx_dtype::DType;
 use prost::Message;
 
 use super::inputs::{graph_outputs, InputRole};
+use super::prewrite::Kept;
 use super::proto as p;
 use super::weights::{initializer, Bytes, Initializer, WeightError};
 use super::{Attribute, Node, TranslationBuilder};
 use crate::atomic::DirectWriter;
+use crate::graph::pt2::cast::Cast;
 use crate::graph::pt2::Pt2;
 use crate::graph::{Dim, Graph, ValueMeta};
 
@@ -234,21 +236,21 @@ pub fn plan<'a>(lowered: Lowered<'a>, graph_name: &str, metadata: &[(String, Str
 }
 
 /// Where the weights go.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WeightStorage {
     /// Inside the `.onnx` (protobuf's 2 GB limit applies).
     Embedded,
-    /// In `<model>.onnx.data` beside it, referenced by offset.
-    External,
+    /// In `<model>.onnx.data` beside it, referenced by offset; its first
+    /// initializers perhaps written while the worker traced.
+    External { prewritten: Option<super::prewrite::PrewrittenData> },
 }
 
 /// Protobuf's hard limit for one message; past it weights must go external.
 pub const PROTOBUF_LIMIT: u64 = 2 << 30;
 /// Initializers smaller than this stay in the `.onnx` with external data, as
 /// onnx's `convert_model_to_external_data` keeps them (its `size_threshold`).
-const EXTERNAL_THRESHOLD: u64 = 1024;
+pub(super) const EXTERNAL_THRESHOLD: u64 = 1024;
 /// Offsets in the external data file are aligned for memory mapping.
-const EXTERNAL_ALIGNMENT: u64 = 64;
+pub(super) const EXTERNAL_ALIGNMENT: u64 = 64;
 
 /// `model.onnx` → `model.onnx.data`, the external data file beside it.
 pub fn data_file(model: &std::path::Path) -> std::path::PathBuf {
@@ -262,9 +264,12 @@ pub fn data_file(model: &std::path::Path) -> std::path::PathBuf {
 /// Where the weights' bytes are stored: asked where a mapped weight lives
 /// (it is then read from that file, [`crate::atomic::DirectWriter::write_or_copy`]) and told
 /// once it is written (its pages can leave resident memory).
+/// And what a weight's bytes are written from (the data file written while
+/// the worker traced is kept where its weights are the same bytes).
 pub trait WeightFiles {
     fn origin(&self, bytes: &[u8]) -> Option<(&std::fs::File, u64)>;
     fn release(&self, bytes: &[u8]);
+    fn place(&self, bytes: &[u8], cast: Option<Cast>, transposed: Option<(usize, usize)>) -> Option<crate::prewrite::Place>;
 }
 
 impl WeightFiles for crate::graph::pt2::Pt2 {
@@ -273,6 +278,9 @@ impl WeightFiles for crate::graph::pt2::Pt2 {
     }
     fn release(&self, bytes: &[u8]) {
         crate::graph::pt2::Pt2::release(self, bytes)
+    }
+    fn place(&self, bytes: &[u8], cast: Option<Cast>, transposed: Option<(usize, usize)>) -> Option<crate::prewrite::Place> {
+        crate::graph::pt2::Pt2::place(self, bytes, cast, transposed)
     }
 }
 
@@ -284,11 +292,18 @@ impl WeightFiles for InMemory {
         None
     }
     fn release(&self, _: &[u8]) {}
+    fn place(&self, _: &[u8], _: Option<Cast>, _: Option<(usize, usize)>) -> Option<crate::prewrite::Place> {
+        None
+    }
 }
 
 /// Writes `bytes` to `out`: a weight stored unchanged in a file is read from
 /// that file, any other is written from memory.
-fn write_weight(out: &mut DirectWriter<&mut std::fs::File>, bytes: &Bytes<'_>, files: &dyn WeightFiles) -> std::io::Result<()> {
+pub(super) fn write_weight<F: std::borrow::Borrow<std::fs::File>>(
+    out: &mut DirectWriter<F>,
+    bytes: &Bytes<'_>,
+    files: &dyn WeightFiles,
+) -> std::io::Result<()> {
     match bytes {
         Bytes::Mapped(mapped) => out.write_or_copy(mapped, files.origin(mapped)),
         other => other.write_to(out),
@@ -301,28 +316,42 @@ fn write_weight(out: &mut DirectWriter<&mut std::fs::File>, bytes: &Bytes<'_>, f
 
 /// Writes the model; `release` is called with each weight's mapped bytes
 /// once they are written (the map's pages can leave resident memory: a
-/// model's weights are then never all resident in hfx at once).
-pub fn write(path: &std::path::Path, planned: Planned, storage: WeightStorage, files: &dyn WeightFiles) -> Result<(), EmitError> {
+/// model's weights are then never all resident in hfx at once). How many
+/// initializers of the data file were written while the worker traced.
+pub fn write(path: &std::path::Path, planned: Planned, storage: WeightStorage, files: &dyn WeightFiles) -> Result<usize, EmitError> {
     let Planned { mut model, graph, initializers } = planned;
     let error = |source| EmitError::Write { path: path.display().to_string(), source };
     match storage {
         WeightStorage::Embedded => {
-            crate::atomic::write_atomically(path, |file| write_embedded(file, &model, &graph, &initializers, files)).map_err(error)
+            crate::atomic::write_atomically(path, |file| write_embedded(file, &model, &graph, &initializers, files)).map_err(error)?;
+            Ok(0)
         }
-        WeightStorage::External => {
+        WeightStorage::External { prewritten } => {
             let data_path = data_file(path);
             let data_name = data_path.file_name().and_then(|n| n.to_str()).unwrap_or("model.onnx.data").to_string();
             let mut headers = Vec::with_capacity(initializers.len());
             let data_error = |source| EmitError::Write { path: data_path.display().to_string(), source };
             // Both files are written to temp files first and renamed only when both are
             // complete: a failure leaves neither (nor a new data file beside an old model).
-            let mut data = crate::atomic::Staged::create(&data_path).map_err(data_error)?;
-            let mut out = DirectWriter::new(data.file());
-            let mut offset = 0u64;
+            let Kept { staged: data, mut out, starts: kept } = match prewritten.and_then(|p| p.kept(&data_path, &initializers, files)) {
+                Some(kept) => kept,
+                None => {
+                    let mut data = crate::atomic::Staged::create(&data_path).map_err(data_error)?;
+                    let out = DirectWriter::new(data.file().try_clone().map_err(data_error)?);
+                    Kept { staged: data, out, starts: Vec::new() }
+                }
+            };
+            let mut offset = out.position();
+            let mut external = 0;
             for init in &initializers {
                 if (init.bytes.len() as u64) < EXTERNAL_THRESHOLD {
                     // small values stay inline: shape inference reads them (axes, shapes)
                     headers.push(p::TensorProto { raw_data: Some(init.bytes.to_vec()), ..init.header.clone() });
+                    continue;
+                }
+                external += 1;
+                if let Some(&start) = kept.get(external - 1) {
+                    headers.push(external_header(&init.header, &data_name, start, init.bytes.len() as u64));
                     continue;
                 }
                 let padding = offset.next_multiple_of(EXTERNAL_ALIGNMENT) - offset;
@@ -337,7 +366,8 @@ pub fn write(path: &std::path::Path, planned: Planned, storage: WeightStorage, f
             let mut staged = crate::atomic::Staged::create(path).map_err(error)?;
             std::io::Write::write_all(staged.file(), &model.encode_to_vec()).map_err(error)?;
             data.commit().map_err(data_error)?;
-            staged.commit().map_err(error)
+            staged.commit().map_err(error)?;
+            Ok(kept.len())
         }
     }
 }

@@ -9,6 +9,7 @@ pub mod fold;
 pub mod inputs;
 pub mod optimize;
 pub mod passes;
+pub mod prewrite;
 pub mod weights;
 #[rustfmt::skip]
 pub mod proto;

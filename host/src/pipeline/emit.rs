@@ -67,6 +67,8 @@ pub struct OnnxEmitted {
     pub stages: Vec<StageReport>,
     pub optimized: Option<OptimizeReport>,
     pub nodes: usize,
+    /// Initializers of the data file written while the worker traced.
+    pub weights_prewritten: usize,
 }
 
 /// The ONNX stages (translations, IR fixes), the generic passes, then the
@@ -80,6 +82,7 @@ pub fn onnx(
     on_plugin_error: OnPluginError,
     (input_names, output_names): (Vec<String>, Vec<String>),
     target: &Path,
+    prewritten: Option<crate::onnx::prewrite::PrewrittenData>,
     progress: Progress,
 ) -> Result<OnnxEmitted> {
     use crate::onnx::{emit, passes, weights};
@@ -101,12 +104,12 @@ pub fn onnx(
     let planned = emit::plan(lowered, "main_graph", &metadata);
     let nodes = planned.graph.node.len();
     let storage = if options.external_data || weights::weight_bytes(&planned.initializers) >= emit::PROTOBUF_LIMIT {
-        emit::WeightStorage::External
+        emit::WeightStorage::External { prewritten }
     } else {
         emit::WeightStorage::Embedded
     };
-    emit::write(target, planned, storage, pt2)?;
-    Ok(OnnxEmitted { stages: vec![translated, fixed], optimized, nodes })
+    let weights_prewritten = emit::write(target, planned, storage, pt2)?;
+    Ok(OnnxEmitted { stages: vec![translated, fixed], optimized, nodes, weights_prewritten })
 }
 
 /// `metadata_props`: who wrote the model, against which upstream versions,

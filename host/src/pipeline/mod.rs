@@ -33,6 +33,7 @@ use trace::Traced;
 use crate::graph::Graph;
 use crate::plugins::loading::{LoadedSet, Purpose};
 use crate::plugins::Backend;
+use crate::prewrite::{Prewrite, PrewriteFor};
 use crate::trace::Worker;
 
 /// Progress lines on stderr (stdout is the summary), when `shown`.
@@ -223,11 +224,20 @@ fn export_traced(
     progress: Progress,
 ) -> Result<()> {
     let backends: Vec<Backend> = written.iter().map(|w| w.target.backend).collect();
-    // A `.pt2` going into an export folder gets its weights written while the
-    // worker traces (into the scratch folder, which goes on every way out);
-    // verified, it is written elsewhere first.
-    let prewrite = written.iter().find(|w| w.target.artifact == Artifact::Pt2 && w.folder.is_some() && !options.verify).map(|w| w.output(MODEL));
-    let traced = trace::run(&mut started, trace, loaded, &backends, &written[0].output(MODEL), prewrite.as_deref())?;
+    // A `.pt2`, or an ONNX model's external data, going into an export folder
+    // gets its weights written while the worker traces (into the scratch
+    // folder, which goes on every way out); verified, it is written elsewhere
+    // first. One artifact: the first that can.
+    let prewrite = written.iter().filter(|w| w.folder.is_some() && !options.verify).find_map(|w| {
+        let to = match &w.target.artifact {
+            Artifact::Pt2 => PrewriteFor::Archive,
+            Artifact::Onnx(onnx) if onnx.external_data => PrewriteFor::OnnxData { transposed_linear: onnx.optimize },
+            _ => return None,
+        };
+        Some((w.output(MODEL), to))
+    });
+    let prewrite = prewrite.as_ref().map(|(path, to)| (path.as_path(), *to));
+    let traced = trace::run(&mut started, trace, loaded, &backends, &written[0].output(MODEL), prewrite)?;
     // Checked on a truncated model before anything lands: each target's checks.
     let mut kept = Some(started);
     let truncated = match trace.verify_layers {
@@ -463,7 +473,12 @@ fn export(
                     crate::atomic::link_into_place(&traced.program, &staged).with_context(|| format!("writing {}", staged.display()))?
                 }
                 _ => {
-                    let prewritten = input.traced().and_then(|t| t.prewriting.lock().ok()?.take()).and_then(|p| p.finish());
+                    let prewritten = input.traced().and_then(|t| {
+                        t.prewritten(|p| match p {
+                            Prewrite::Archive(p) => Ok(p),
+                            other => Err(other),
+                        })
+                    });
                     weights_prewritten = emit::pt2(pt2, graph, &staged, prewritten)?;
                 }
             }
@@ -471,7 +486,13 @@ fn export(
         }
         (Artifact::Onnx(onnx), Program::Archive { pt2, graph }) => {
             let names = input.traced().map(|t| (t.input_names.clone(), t.output_names.clone())).unwrap_or_default();
-            let emitted = emit::onnx(pt2, graph, loaded, onnx, options.on_plugin_error, names, &staged, progress).map_err(|mut e| {
+            let prewritten = input.traced().and_then(|t| {
+                t.prewritten(|p| match p {
+                    Prewrite::OnnxData(p) => Ok(p),
+                    other => Err(other),
+                })
+            });
+            let emitted = emit::onnx(pt2, graph, loaded, onnx, options.on_plugin_error, names, &staged, prewritten, progress).map_err(|mut e| {
                 use crate::stages::onnx_translation::{ProgramSource, TranslationError};
                 if let Some(TranslationError::Missing { source_note, .. }) = e.downcast_mut::<TranslationError>() {
                     *source_note = if input.traced().is_some() { ProgramSource::Traced } else { ProgramSource::Saved };
@@ -480,6 +501,7 @@ fn export(
             })?;
             stages.extend(emitted.stages);
             optimized = emitted.optimized.map(|o| (o, emitted.nodes));
+            weights_prewritten = emitted.weights_prewritten;
             Some(verify::Runtime::Onnx)
         }
         (Artifact::Pte(pte), Program::Archive { pt2, graph }) => {

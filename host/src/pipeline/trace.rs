@@ -10,9 +10,9 @@ use anyhow::Result;
 use super::options::Trace;
 use super::scratch::Scratch;
 use super::trace_cache::TraceCache;
-use crate::graph::pt2::prewrite::Prewriting;
 use crate::plugins::loading::LoadedSet;
 use crate::plugins::{self, kind, Backend};
+use crate::prewrite::{Prewrite, PrewriteFor};
 use crate::stages;
 use crate::trace::protocol::{Decomposed, ExportMetadata, SizeGuard, StepPeaks, StepSeconds, WeightsReport};
 use crate::trace::Worker;
@@ -29,9 +29,9 @@ pub struct Traced {
     pub side_weights: Option<PathBuf>,
     /// The model folder's checkpoint files the side weights may point into.
     pub checkpoint: Vec<PathBuf>,
-    /// The `.pt2`'s first weight entries, being written while the worker
-    /// traced (`graph::pt2::prewrite`); the emit step takes them.
-    pub prewriting: std::sync::Mutex<Option<Prewriting>>,
+    /// An artifact's first weights, being written while the worker traced
+    /// (`crate::prewrite`); its emit step takes them.
+    pub prewriting: std::sync::Mutex<Option<Prewrite>>,
     /// The tensor inputs' names (`input_ids`, `input.cache.layers.0.keys`);
     /// empty where the program's placeholder names stand.
     pub input_names: Vec<String>,
@@ -40,6 +40,21 @@ pub struct Traced {
     /// The reference's `ExportMetadata` fields the worker recorded.
     pub export_metadata: ExportMetadata,
     pub summary: TraceSummary,
+}
+
+impl Traced {
+    /// What was written while the worker traced, once written, if `wanted`
+    /// takes it (Ok); else it stays for another target's emit step.
+    pub fn prewritten<T: Send + 'static>(&self, wanted: impl FnOnce(Prewrite) -> Result<crate::prewrite::Prewriting<T>, Prewrite>) -> Option<T> {
+        let mut slot = self.prewriting.lock().ok()?;
+        match wanted(slot.take()?) {
+            Ok(prewriting) => prewriting.finish(),
+            Err(other) => {
+                *slot = Some(other);
+                None
+            }
+        }
+    }
 }
 
 /// What the trace reports to the user.
@@ -72,9 +87,17 @@ pub struct TraceSummary {
 
 /// Traces `trace`'s model in `worker` for `backends` (one program for all of
 /// them: every one's patch plugins answer, and what one cannot take whole is
-/// decomposed), writing beside `output`. `prewrite`: a `.pt2` whose weight
-/// entries are written there while the worker traces, when they are streamed.
-pub fn run(worker: &mut Worker, trace: &Trace, loaded: &LoadedSet, backends: &[Backend], output: &Path, prewrite: Option<&Path>) -> Result<Traced> {
+/// decomposed), writing beside `output`. `prewrite`: an artifact whose
+/// first weights are written there while the worker traces, when they are
+/// streamed.
+pub fn run(
+    worker: &mut Worker,
+    trace: &Trace,
+    loaded: &LoadedSet,
+    backends: &[Backend],
+    output: &Path,
+    prewrite: Option<(&Path, PrewriteFor)>,
+) -> Result<Traced> {
     let scratch = Scratch::beside(output, "trace")?;
     let program = scratch.path().join("model.pt2");
     let reference = scratch.path().join("reference.pt");
@@ -95,7 +118,7 @@ pub fn run(worker: &mut Worker, trace: &Trace, loaded: &LoadedSet, backends: &[B
     // The cache, when asked for and the model can be keyed.
     let mut cached = None;
     // Where the weights-plan callback leaves the writer it starts.
-    let prewriting: Rc<RefCell<Option<Prewriting>>> = Rc::default();
+    let prewriting: Rc<RefCell<Option<Prewrite>>> = Rc::default();
     let cache = match &trace.cache {
         Some(dir) => {
             let cache = TraceCache::open(dir)?;
@@ -130,10 +153,10 @@ pub fn run(worker: &mut Worker, trace: &Trace, loaded: &LoadedSet, backends: &[B
         None => {
             // Asked after the cache key is made: where the weights are written does not change the program.
             let prewrite = prewrite.filter(|_| request.weights == crate::trace::protocol::Weights::Streamed);
-            request.plan_weights = prewrite.is_some();
-            if let Some(path) = prewrite {
+            request.plan_weights = prewrite.map(|(_, to)| to.planned());
+            if let Some((path, to)) = prewrite {
                 let (slot, path, sources) = (prewriting.clone(), path.to_path_buf(), source_checkpoint(&trace.request.source));
-                worker.on_weights_plan = Some(Box::new(move |plan| *slot.borrow_mut() = Some(Prewriting::start(&path, plan, &sources))));
+                worker.on_weights_plan = Some(Box::new(move |plan| *slot.borrow_mut() = Some(to.start(&path, plan, &sources))));
             }
             let reply = crate::trace::trace(worker, &request, &mut sessions, &program, &reference, trace.deadline);
             worker.on_weights_plan = None;

@@ -221,7 +221,7 @@ fn translate(loaded: &LoadedSet, pt2: &Path, onnx: &Path, options: &OnnxOptions)
     }
     let before = graph.clone();
     let hidden = Progress { started: std::time::Instant::now(), shown: false };
-    match emit::onnx(&archive, &mut graph, loaded, options, OnPluginError::Fail, Default::default(), onnx, hidden) {
+    match emit::onnx(&archive, &mut graph, loaded, options, OnPluginError::Fail, Default::default(), onnx, None, hidden) {
         Ok(_) => Ok(()),
         Err(e) => match e.downcast_ref::<TranslationError>() {
             Some(TranslationError::Missing { target, .. }) => Err(Untranslatable::Missing(target.clone())),

@@ -523,9 +523,9 @@ pub struct TraceRequest {
     /// Export for generation (`--generation`): the components a `generate`
     /// call is made of, each traced and exported as its own program.
     pub generation: Option<Generation>,
-    /// Streamed weights: the worker says which `.pt2` weight entries its save
-    /// will write before torch.export runs ([`Worker::on_weights_plan`]).
-    pub plan_weights: bool,
+    /// Streamed weights: the worker says where these weights' bytes are
+    /// before torch.export runs ([`Worker::on_weights_plan`]).
+    pub plan_weights: Option<protocol::PlannedWeights>,
 }
 
 /// How a generative model is split and checked (`--generation`).
@@ -559,7 +559,7 @@ impl TraceRequest {
             weights: protocol::Weights::InArchive,
             reference: true,
             generation: None,
-            plan_weights: false,
+            plan_weights: None,
         }
     }
 

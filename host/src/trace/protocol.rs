@@ -23,7 +23,7 @@ use crate::plugins::Versions;
 
 /// The protocol version; the worker's `protocol.PROTOCOL` is the same number.
 /// Any change to a message below is a new version.
-pub const PROTOCOL: u64 = 14;
+pub const PROTOCOL: u64 = 15;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -160,9 +160,9 @@ pub struct TraceParams {
     pub experts: Option<String>,
     pub folder: Option<PathBuf>,
     pub weights: Weights,
-    /// Streamed weights: the worker sends the `.pt2` weight entries its save
-    /// will write (`Message::WeightsPlan`) before torch.export runs.
-    pub plan_weights: bool,
+    /// Streamed weights: the worker sends these weights, with where each
+    /// one's bytes are (`Message::WeightsPlan`), before torch.export runs.
+    pub plan_weights: Option<PlannedWeights>,
     pub patches: Vec<PatchSpec>,
 }
 
@@ -179,6 +179,17 @@ pub enum Weights {
     /// safetensors hold them: the worker builds the model without reading
     /// them, and reads them only for the eager reference.
     Streamed,
+}
+
+/// The weights a trace's plan lists, in the order the host writes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlannedWeights {
+    /// The `.pt2`'s weight entries, in torch's archive order.
+    ArchiveEntries,
+    /// The program's parameters then buffers, in its signature's order: an
+    /// ONNX model's initializers.
+    Parameters,
 }
 
 /// Where a traced program's parameters came from.
@@ -778,10 +789,12 @@ pub struct Progress {
     pub stage: TraceStep,
 }
 
-/// One entry of `{"weights_plan": [...]}`: a weight entry the worker's `.pt2`
-/// will start with (`name`, with the archive's folder), filled from `length`
-/// bytes of the checkpoint `file` at `offset`, stored as `stored` and
-/// written as `dtype` (the worker's `checkpoint.weights_plan`).
+/// One entry of `{"weights_plan": [...]}` (the worker's
+/// `checkpoint.weights_plan`): a weight the artifact will start with (`name`:
+/// a `.pt2` entry's, with the archive's folder, or a parameter's), filled
+/// from `length` bytes of the checkpoint `file` at `offset`, stored as
+/// `stored` and written as `dtype`, of sizes `shape`; `linear_weight`: the
+/// `weight` of a `torch.nn.Linear`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PlannedWeight {
@@ -791,6 +804,8 @@ pub struct PlannedWeight {
     pub length: u64,
     pub stored: String,
     pub dtype: String,
+    pub shape: Vec<u64>,
+    pub linear_weight: bool,
 }
 
 /// A Python scalar on the wire: null, a bool, an int (an `i64`; a larger
@@ -1062,10 +1077,10 @@ mod tests {
     fn messages_are_typed() {
         use serde_json::json;
         assert_eq!(parse_message(r#"{"progress": {"stage": "import"}}"#).unwrap(), Message::Progress(Progress { stage: TraceStep::Import }));
-        let plan = r#"{"weights_plan": [{"name": "model/data/weights/weight_0", "file": "/m/model.safetensors", "offset": 8, "length": 64, "stored": "bfloat16", "dtype": "float32"}]}"#;
+        let plan = r#"{"weights_plan": [{"name": "model/data/weights/weight_0", "file": "/m/model.safetensors", "offset": 8, "length": 64, "stored": "bfloat16", "dtype": "float32", "shape": [4, 4], "linear_weight": false}]}"#;
         let Message::WeightsPlan(plan) = parse_message(plan).unwrap() else { panic!() };
         assert_eq!((plan[0].name.as_str(), plan[0].offset, plan[0].length), ("model/data/weights/weight_0", 8, 64));
-        let e = parse_message(r#"{"weights_plan": [{"name": "w", "file": "f", "offset": -1, "length": 1, "stored": "a", "dtype": "a"}]}"#).unwrap_err().to_string();
+        let e = parse_message(r#"{"weights_plan": [{"name": "w", "file": "f", "offset": -1, "length": 1, "stored": "a", "dtype": "a", "shape": [], "linear_weight": false}]}"#).unwrap_err().to_string();
         assert!(e.contains("a weights plan:"), "{e}");
         let e = parse_message(r#"{"weights_plan": [], "id": 3}"#).unwrap_err().to_string();
         assert!(e.contains("a weights plan has an unknown field `id`"), "{e}");
@@ -1195,12 +1210,13 @@ mod tests {
             experts: Some("batched_mm".into()),
             folder: None,
             weights: Weights::Streamed,
-            plan_weights: true,
+            plan_weights: Some(PlannedWeights::Parameters),
             patches: vec![PatchSpec { plugin: "p".into(), targets: vec!["torch.where".into()] }],
         };
         let value = serde_json::to_value(&params).unwrap();
         assert_eq!(value["source"], json!({"kind": "architecture", "name": "llama", "overrides": {"vocab_size": "128"}}));
         assert_eq!(value["weights"], json!("streamed"));
+        assert_eq!(value["plan_weights"], json!("parameters"));
         assert_eq!((value["task"].clone(), value["patches"][0]["targets"][0].clone()), (Value::Null, json!("torch.where")));
         let program = WireProgram {
             steps: vec![

@@ -274,31 +274,75 @@ def host_reads(stored, storage, dtype):
     return name == stored.dtype or {name, stored.dtype} <= HOST_CONVERTS
 
 
-def weights_plan(module, sources, output):
-    """The weight entries `torch.export.save` will write first into the
-    `.pt2` of `module`'s program at `output`, in order, each with the
-    checkpoint bytes that fill it: `[{"name", "file", "offset", "length",
-    "stored", "dtype"}]`, up to the first one that is not a checkpoint
-    tensor's bytes (a buffer computed at init, a dtype the host does not
-    convert). The host writes them while torch.export runs
-    (`graph/pt2/prewrite.rs`) and keeps them only if the archive it gets
-    starts with exactly these entries.
+def weights_plan(module, sources, output, kind):
+    """The weights the host will write for `module`'s program, in the order
+    it writes them, each with the checkpoint bytes that fill it: `[{"name",
+    "file", "offset", "length", "stored", "dtype", "shape", "linear_weight"}]`,
+    up to the first one that is not a checkpoint tensor's bytes (a buffer
+    computed at init, a dtype the host does not convert). The host writes
+    them while torch.export runs and keeps them only if the artifact it gets
+    starts with exactly these (`pipeline/prewrite.rs`). `kind`:
 
-    A prediction, made by torch's own code: its packaging of a state dict
-    (`_package_state_dict`: the entries' order, names and tied storages
-    grouped) run over the state dict torch.export gives a program of
-    `module` (`_get_original_state_dict`), with no bytes read or written.
-    Those are torch internals: only with the torch the trace shortcuts were
-    checked against, and any failure is an empty plan (the weights are then
-    written at the emit step, as before)."""
+    - "archive_entries": the weight entries `torch.export.save` will write
+      first into the `.pt2` at `output` (`name`: the entry's), made by
+      torch's own code: its packaging of a state dict (`_package_state_dict`:
+      the entries' order, names and tied storages grouped) run over the state
+      dict torch.export gives a program of `module`
+      (`_get_original_state_dict`), with no bytes read or written. Those are
+      torch internals: only with the torch the trace shortcuts were checked
+      against.
+    - "parameters": the program's parameters, then its buffers, in the order
+      of its signature (`named_parameters` / `named_buffers` with tied names
+      kept: torch.export lifts each name), `name` each one's; what an ONNX
+      model's initializers are, in its order. `linear_weight` says the tensor
+      is the `weight` of `torch.nn.Linear` modules only (which the ONNX
+      translation reads transposed).
+
+    Any failure is an empty plan: the weights are then written at the emit
+    step, as before."""
     from .trace_shortcuts import supported
 
-    if not supported():
-        return []
     try:
-        return planned(module, sources, output)
+        if kind == "parameters":
+            return planned_parameters(module, sources)
+        return planned(module, sources, output) if supported() else []
     except Exception:  # noqa: BLE001 - a plan is a head start, never a reason to fail
         return []
+
+
+def planned_weight(name, tensor, stored, linear_weight=False):
+    """One plan entry: `tensor` (named `name`) filled from checkpoint tensor `stored`."""
+    return {"name": name, "file": os.path.abspath(stored.file), "offset": stored.offset, "length": stored.length,
+            "stored": stored.dtype, "dtype": str(tensor.dtype).removeprefix("torch."), "shape": list(tensor.shape),
+            "linear_weight": linear_weight}
+
+
+def planned_parameters(module, sources):
+    """`weights_plan`'s "parameters" entries."""
+    import torch
+
+    named = [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]
+    # A tensor several names reach (tied embeddings) is lifted once per name,
+    # and the graph reads it through the last: the others are initializers
+    # no node reads, which the ONNX model leaves out.
+    last = {id(tensor): fqn for fqn, tensor in named}
+    linear = {}
+    for fqn, tensor in named:
+        owner, _, attribute = fqn.rpartition(".")
+        is_linear = attribute == "weight" and type(module.get_submodule(owner)) is torch.nn.Linear
+        linear[id(tensor)] = linear.get(id(tensor), True) and is_linear
+    plan = []
+    for fqn, tensor in named:
+        if last[id(tensor)] != fqn:
+            continue
+        storage = tensor.untyped_storage()
+        stored = sources.get(storage.data_ptr())
+        # The whole storage, as the host's initializer reads it.
+        whole = tensor.storage_offset() == 0 and tensor.is_contiguous() and tensor.nbytes == storage.nbytes()
+        if not whole or not host_reads(stored, storage, tensor.dtype):
+            break
+        plan.append(planned_weight(fqn, tensor, stored, linear[id(tensor)]))
+    return plan
 
 
 def planned(module, sources, output):
@@ -344,6 +388,5 @@ def planned(module, sources, output):
         stored = sources.get(storage.data_ptr()) if storage is not None else None
         if not host_reads(stored, storage, tensor.dtype):
             break
-        plan.append({"name": f"{archive}/{name}", "file": os.path.abspath(stored.file), "offset": stored.offset,
-                     "length": stored.length, "stored": stored.dtype, "dtype": str(tensor.dtype).removeprefix("torch.")})
+        plan.append(planned_weight(f"{archive}/{name}", tensor, stored))
     return plan

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Optional, Union
 
 # The protocol version; the host's `trace::protocol::PROTOCOL` is the same number.
-PROTOCOL = 14
+PROTOCOL = 15
 
 # The steps of a `trace` request, in order, as progress names them (the host's
 # `TraceStep`). `export` runs torch.export under the reference exporter's
@@ -158,15 +158,18 @@ class TraceParams:
     # "in_archive" (torch.export.save packs them), "side" (`save_with_side_weights`),
     # "streamed" (side, and a model folder's parameters left in its checkpoint).
     weights: str
-    # Streamed weights: send the `.pt2` weight entries the save will write
-    # (`checkpoint.weights_plan`) before torch.export runs, for the host to
-    # write them meanwhile.
-    plan_weights: bool
+    # Streamed weights: send the weights the host will write, "archive_entries"
+    # (the `.pt2`'s) or "parameters" (an ONNX model's initializers), with
+    # where each one's bytes are (`checkpoint.weights_plan`) before
+    # torch.export runs, for the host to write them meanwhile; None: no plan.
+    plan_weights: Optional[str]
     patches: list[PatchSpec]
 
     def validate(self):
         if self.weights not in ("in_archive", "side", "streamed"):
             raise ProtocolError(f"{self.NAME}: field `weights`: `{self.weights}` is not in_archive, side or streamed")
+        if self.plan_weights not in (None, "archive_entries", "parameters"):
+            raise ProtocolError(f"{self.NAME}: field `plan_weights`: `{self.plan_weights}` is not archive_entries or parameters")
 
 
 @dataclass
@@ -737,8 +740,8 @@ class Channel:
         self.write({"progress": dataclasses.asdict(message)})
 
     def weights_plan(self, entries):
-        """`{"weights_plan": [...]}`: the `.pt2` weight entries a trace's save
-        will write first (`checkpoint.weights_plan`), during the request."""
+        """`{"weights_plan": [...]}`: the weights the host will write, with
+        where each one's bytes are (`checkpoint.weights_plan`), during the request."""
         self.write({"weights_plan": entries})
 
     def ask(self, call: PatchCall):

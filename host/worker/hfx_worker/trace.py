@@ -435,8 +435,8 @@ def trace(session, params: TraceParams) -> TraceReply:
     policy = session.policy if params.patches else None
     # The reference's order: patches, state cleanup, config flags, signature, then export.
     with step(session, "export", seconds, peaks):
-        if params.plan_weights and streamed is not None:
-            session.weights_plan(weights_plan(model, streamed.sources, params.output))
+        if params.plan_weights is not None and streamed is not None:
+            session.weights_plan(weights_plan(model, streamed.sources, params.output, params.plan_weights))
         with torch.no_grad(), patches_applied(policy, params.patches, session.ask) as answers, clean_state(model), \
                 config_flags(model, flags), flat_signature(model, inputs) as returned, frame_stacks():
             program = torch.export.export(

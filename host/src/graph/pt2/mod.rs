@@ -506,19 +506,20 @@ impl Pt2 {
     /// Whether `prewritten` is this archive's first entries, as
     /// `side_entries` would write them, at `path`.
     fn continues(&self, path: &Path, prewritten: &prewrite::Prewritten, side_entries: &BTreeMap<String, Source<'_>>) -> bool {
-        let side = self.side.iter().flat_map(|s| &s.files).collect::<Vec<_>>();
         prewritten.writer.target() == path
             && prewritten.entries.len() <= self.archive.entries().len()
             && prewritten.entries.iter().zip(self.archive.entries()).all(|(written, entry)| {
                 let Some(source) = side_entries.get(&entry.name) else { return false };
-                let place = side.iter().find_map(|f| offset_in(&f.map, source.bytes).map(|offset| (&f.path, offset as u64)));
-                let Some((file, offset)) = place else { return false };
-                written.name == entry.name
-                    && written.cast == source.cast
-                    && written.length == source.bytes.len() as u64
-                    && written.offset == offset
-                    && file.canonicalize().is_ok_and(|f| f == written.file)
+                written.name == entry.name && self.place(source.bytes, source.cast, None).is_some_and(|place| place == written.place)
             })
+    }
+
+    /// What `bytes` (a slice of a side file's map: a model folder's
+    /// checkpoint, or the worker's side file), written through `cast` and
+    /// `transposed`, are written from.
+    pub fn place(&self, bytes: &[u8], cast: Option<cast::Cast>, transposed: Option<(usize, usize)>) -> Option<crate::prewrite::Place> {
+        let (file, offset) = self.side.iter().flat_map(|s| &s.files).find_map(|f| offset_in(&f.map, bytes).map(|offset| (&f.path, offset as u64)))?;
+        Some(crate::prewrite::Place { file: file.canonicalize().ok()?, offset, length: bytes.len() as u64, cast, transposed })
     }
 
     fn write_archive(
@@ -782,8 +783,12 @@ mod tests {
     /// (a plan dropped unfinished, when the trace fails, included).
     #[test]
     fn weights_written_while_tracing_are_kept_only_where_the_archive_starts_with_them() {
-        use super::prewrite::Prewriting;
+        use crate::prewrite::{Checkpoints, Prewriting};
         use crate::trace::protocol::PlannedWeight;
+        let prewritten = |out: &Path, plan: &Vec<PlannedWeight>, sources: &Path| {
+            let (out, plan, checkpoints) = (out.to_path_buf(), plan.clone(), Checkpoints::new(&[sources.to_path_buf()]));
+            Prewriting::start(move |stop| super::prewrite::write(&out, plan, checkpoints, stop))
+        };
         let (dir, side, checkpoint) = side_file_and_checkpoint();
         let index = serde_json::json!({"files": ["p.pt2.weights", checkpoint], "weights": {"a": [1, 16, 32], "b": [1, 0, 32]}, "constants": {}});
         std::fs::write(dir.path().join("p.pt2.weights.json"), index.to_string()).unwrap();
@@ -800,6 +805,8 @@ mod tests {
             length: 32,
             stored: stored.into(),
             dtype: "float32".into(),
+            shape: vec![2, 4],
+            linear_weight: false,
         };
         let cases = [
             (vec![planned("weight_0", 16, "float32"), planned("weight_1", 0, "float32")], 2),
@@ -813,18 +820,17 @@ mod tests {
         let before: std::collections::BTreeSet<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         for (plan, kept) in cases {
             let out = dir.path().join("out.pt2");
-            let prewritten = Prewriting::start(&out, plan.clone(), std::slice::from_ref(&checkpoint)).finish();
-            assert_eq!(pt2.write_continuing(&out, &programs, prewritten).unwrap(), kept, "{plan:?}");
+            assert_eq!(pt2.write_continuing(&out, &programs, prewritten(&out, &plan, &checkpoint).finish()).unwrap(), kept, "{plan:?}");
             assert!(std::fs::read(&out).unwrap() == std::fs::read(&plain).unwrap(), "{plan:?}: other bytes");
             std::fs::remove_file(&out).unwrap();
             // Written for another path: not kept.
-            let prewritten = Prewriting::start(&dir.path().join("elsewhere.pt2"), plan.clone(), std::slice::from_ref(&checkpoint)).finish();
-            assert_eq!(pt2.write_continuing(&out, &programs, prewritten).unwrap(), 0);
+            let elsewhere = prewritten(&dir.path().join("elsewhere.pt2"), &plan, &checkpoint).finish();
+            assert_eq!(pt2.write_continuing(&out, &programs, elsewhere).unwrap(), 0);
             std::fs::remove_file(&out).unwrap();
             // A plan naming a file that is not one of the checkpoint's: nothing is read.
-            assert!(Prewriting::start(&out, plan.clone(), std::slice::from_ref(&side)).finish().is_none(), "{plan:?}");
+            assert!(prewritten(&out, &plan, &side).finish().is_none(), "{plan:?}");
         }
-        drop(Prewriting::start(&dir.path().join("failed.pt2"), vec![planned("weight_0", 16, "float32")], std::slice::from_ref(&checkpoint)));
+        drop(prewritten(&dir.path().join("failed.pt2"), &vec![planned("weight_0", 16, "float32")], &checkpoint));
         let after: std::collections::BTreeSet<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(before, after, "temp files left");
     }
