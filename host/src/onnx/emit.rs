@@ -306,7 +306,7 @@ pub(super) fn write_weight<F: std::borrow::Borrow<std::fs::File>>(
 ) -> std::io::Result<()> {
     match bytes {
         Bytes::Mapped(mapped) => out.write_or_copy(mapped, files.origin(mapped)),
-        other => other.write_to(out),
+        other => other.write_releasing(out, &|read| files.release(read)),
     }?;
     if let Some(mapped) = bytes.mapped() {
         files.release(mapped);

@@ -89,6 +89,8 @@ pub fn write(data: &Path, plan: Vec<PlannedWeight>, mut checkpoints: Checkpoints
         let place = Place { file: got.from.path.clone(), offset: got.offset, length: planned.length, cast: got.cast, transposed };
         entries.push(DataEntry { place, start, end: start + bytes.len() as u64 });
     }
+    // Idle until the emit step: its buffers are not held meanwhile.
+    out.park().map_err(failed).ok()?;
     (!entries.is_empty()).then_some(PrewrittenData { staged, out, entries })
 }
 

@@ -73,27 +73,58 @@ impl Bytes<'_> {
     /// Streams the bytes to `out`; a transposed weight goes through a buffer
     /// of [`TRANSPOSE_BLOCK`] output rows at a time.
     pub fn write_to(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        self.write_releasing(out, &|_| {})
+    }
+
+    /// As [`Bytes::write_to`], and `release` is called with each part of a
+    /// map's bytes once read, so a weight read through a map is never
+    /// resident whole: converted, a [`RELEASED_PIECE`] at a time;
+    /// transposed, a weight larger than that releases each tile of source
+    /// rows once a block of output rows is done with it (the next block reads
+    /// them again, from the page cache).
+    pub fn write_releasing(&self, out: &mut impl std::io::Write, release: &dyn Fn(&[u8])) -> std::io::Result<()> {
         match self {
             Bytes::Mapped(b) => out.write_all(b),
-            Bytes::Converted { source, cast } => cast.write(source, out),
+            Bytes::Converted { source, cast } => source.chunks(RELEASED_PIECE).try_for_each(|piece| {
+                cast.write(piece, out)?;
+                release(piece);
+                Ok(())
+            }),
             Bytes::Owned(b) => out.write_all(b),
-            &Bytes::Transposed { source, rows, cols, element, cast } => write_transposed(out, source, rows, cols, element, cast),
+            &Bytes::Transposed { source, rows, cols, element, cast } => {
+                let release = (source.len() > RELEASED_PIECE).then_some(release);
+                write_transposed(out, source, rows, cols, element, cast, release)
+            }
         }
     }
 }
 
+/// About the most bytes of a map a weight's writer keeps resident (whole
+/// elements of every dtype).
+const RELEASED_PIECE: usize = 16 << 20;
+
 /// Writes the transpose of `source` (`rows` x `cols` elements of `element`
 /// bytes) through a buffer of [`TRANSPOSE_BLOCK`] output rows, each block
-/// converted by `cast` if given.
-fn write_transposed(out: &mut impl std::io::Write, source: &[u8], rows: usize, cols: usize, element: usize, cast: Option<Cast>) -> std::io::Result<()> {
+/// converted by `cast` if given; `release`, if given, is called with each
+/// tile of source rows a block is done with.
+#[allow(clippy::too_many_arguments)] // the transposition's shape, and what to do with what it read
+fn write_transposed(
+    out: &mut impl std::io::Write,
+    source: &[u8],
+    rows: usize,
+    cols: usize,
+    element: usize,
+    cast: Option<Cast>,
+    release: Option<&dyn Fn(&[u8])>,
+) -> std::io::Result<()> {
     let mut buffer = vec![0u8; TRANSPOSE_BLOCK.min(cols) * rows * element];
     for first in (0..cols).step_by(TRANSPOSE_BLOCK) {
         let block = TRANSPOSE_BLOCK.min(cols - first);
         match element {
-            4 => transpose_block::<4>(source, &mut buffer, rows, cols, first, block),
-            2 => transpose_block::<2>(source, &mut buffer, rows, cols, first, block),
-            8 => transpose_block::<8>(source, &mut buffer, rows, cols, first, block),
-            _ => transpose_block::<1>(source, &mut buffer, rows, cols, first, block),
+            4 => transpose_block::<4>(source, &mut buffer, rows, cols, first, block, release),
+            2 => transpose_block::<2>(source, &mut buffer, rows, cols, first, block, release),
+            8 => transpose_block::<8>(source, &mut buffer, rows, cols, first, block, release),
+            _ => transpose_block::<1>(source, &mut buffer, rows, cols, first, block, release),
         }
         let block = &buffer[..block * rows * element];
         match cast {
@@ -109,7 +140,16 @@ fn write_transposed(out: &mut impl std::io::Write, source: &[u8], rows: usize, c
 /// source rows keep both sides in cache: each output row gets a contiguous
 /// run per tile, and the tile's source rows stay in L1 across the block's
 /// columns (4x faster than row by row on a 2048 x 768 float weight).
-fn transpose_block<const E: usize>(source: &[u8], buffer: &mut [u8], rows: usize, cols: usize, first: usize, block: usize) {
+#[allow(clippy::too_many_arguments)] // the block's place in the transposition, and what to do with what it read
+fn transpose_block<const E: usize>(
+    source: &[u8],
+    buffer: &mut [u8],
+    rows: usize,
+    cols: usize,
+    first: usize,
+    block: usize,
+    release: Option<&dyn Fn(&[u8])>,
+) {
     for tile in (0..rows).step_by(TRANSPOSE_TILE) {
         let end = (tile + TRANSPOSE_TILE).min(rows);
         for j in 0..block {
@@ -118,6 +158,9 @@ fn transpose_block<const E: usize>(source: &[u8], buffer: &mut [u8], rows: usize
                 let at = (i * cols + first + j) * E;
                 out[k * E..(k + 1) * E].copy_from_slice(&source[at..at + E]);
             }
+        }
+        if let Some(release) = release {
+            release(&source[tile * cols * E..end * cols * E]);
         }
     }
 }

@@ -417,6 +417,11 @@ impl ArchiveWriter {
         &self.path
     }
 
+    /// Frees the writer's buffers until the next entry ([`DirectWriter::park`]).
+    pub fn park(&mut self) -> std::io::Result<()> {
+        self.out.park()
+    }
+
     /// The temp file being written (removed unless `finish` succeeds).
     pub fn temp_path(&self) -> &Path {
         self.tmp.path()

@@ -51,6 +51,8 @@ pub fn write(path: &Path, plan: Vec<PlannedWeight>, mut checkpoints: Checkpoints
         let place = Place { file: got.from.path.clone(), offset: got.offset, length: planned.length, cast: got.cast, transposed: None };
         entries.push(Written { name: planned.name, place });
     }
+    // Idle until the emit step: its buffers are not held meanwhile.
+    writer.park().ok()?;
     (!entries.is_empty()).then_some(Prewritten { writer, entries })
 }
 
