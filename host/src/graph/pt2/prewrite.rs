@@ -60,7 +60,7 @@ pub fn write(path: &Path, plan: Vec<PlannedWeight>, mut checkpoints: Checkpoints
 /// chunk's pages released from the map once used: while the worker traces,
 /// no entry is resident whole (a 3B Llama's bfloat16 embedding is 788 MB).
 /// Whole elements of every dtype hfx converts.
-const CHUNK: usize = 32 << 20;
+const CHUNK: usize = 8 << 20;
 
 /// Adds `bytes` (converted by `cast`) as entry `name`, `chunk` bytes at a
 /// time: the bytes the emit step's own `add` / `add_streamed` of a side
