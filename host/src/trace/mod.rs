@@ -357,6 +357,16 @@ impl Worker {
     }
 
     /// Kills the worker's process group (and cgroup) and reaps the worker; once.
+    /// Kills the worker's processes without waiting for them: their memory
+    /// is freed as they die, and dropping the worker reaps them.
+    pub fn kill(&mut self) {
+        // SAFETY: killpg(2) has no memory-safety preconditions.
+        unsafe { libc::killpg(self.group, libc::SIGKILL) };
+        if let Some(cgroup) = self.memory.as_ref().and_then(|m| m.cgroup.as_ref()) {
+            cgroup.kill_all();
+        }
+    }
+
     fn stop(&mut self) {
         if self.stopped {
             return;
