@@ -241,7 +241,7 @@ pub enum WeightStorage {
     Embedded,
     /// In `<model>.onnx.data` beside it, referenced by offset; its first
     /// initializers perhaps written while the worker traced.
-    External { prewritten: Option<super::prewrite::PrewrittenData> },
+    External { prewritten: Option<Box<super::prewrite::PrewrittenData>> },
 }
 
 /// Protobuf's hard limit for one message; past it weights must go external.
@@ -333,7 +333,7 @@ pub fn write(path: &std::path::Path, planned: Planned, storage: WeightStorage, f
             let data_error = |source| EmitError::Write { path: data_path.display().to_string(), source };
             // Both files are written to temp files first and renamed only when both are
             // complete: a failure leaves neither (nor a new data file beside an old model).
-            let Kept { staged: data, mut out, starts: kept } = match prewritten.and_then(|p| p.kept(&data_path, &initializers, files)) {
+            let Kept { staged: data, mut out, starts: kept } = match prewritten.and_then(|p| (*p).kept(&data_path, &initializers, files)) {
                 Some(kept) => kept,
                 None => {
                     let mut data = crate::atomic::Staged::create(&data_path).map_err(data_error)?;

@@ -218,8 +218,8 @@ mod tests {
         };
         let model = dir.path().join("out/model.onnx");
         let data = super::super::emit::data_file(&model);
-        let written = |prewritten| {
-            let kept = write_model(&model, planned(), WeightStorage::External { prewritten }, &pt2).unwrap();
+        let written = |prewritten: Option<PrewrittenData>| {
+            let kept = write_model(&model, planned(), WeightStorage::External { prewritten: prewritten.map(Box::new) }, &pt2).unwrap();
             (kept, std::fs::read(&model).unwrap(), std::fs::read(&data).unwrap())
         };
         let (_, plain_model, plain_data) = written(None);

@@ -99,6 +99,9 @@ impl Bytes<'_> {
     }
 }
 
+/// Called with each part of a map a writer is done with (its pages can go).
+type Release<'a> = Option<&'a dyn Fn(&[u8])>;
+
 /// About the most bytes of a map a weight's writer keeps resident (whole
 /// elements of every dtype).
 const RELEASED_PIECE: usize = 16 << 20;
@@ -115,7 +118,7 @@ fn write_transposed(
     cols: usize,
     element: usize,
     cast: Option<Cast>,
-    release: Option<&dyn Fn(&[u8])>,
+    release: Release<'_>,
 ) -> std::io::Result<()> {
     let mut buffer = vec![0u8; TRANSPOSE_BLOCK.min(cols) * rows * element];
     for first in (0..cols).step_by(TRANSPOSE_BLOCK) {
@@ -148,7 +151,7 @@ fn transpose_block<const E: usize>(
     cols: usize,
     first: usize,
     block: usize,
-    release: Option<&dyn Fn(&[u8])>,
+    release: Release<'_>,
 ) {
     for tile in (0..rows).step_by(TRANSPOSE_TILE) {
         let end = (tile + TRANSPOSE_TILE).min(rows);

@@ -104,7 +104,7 @@ pub fn onnx(
     let planned = emit::plan(lowered, "main_graph", &metadata);
     let nodes = planned.graph.node.len();
     let storage = if options.external_data || weights::weight_bytes(&planned.initializers) >= emit::PROTOBUF_LIMIT {
-        emit::WeightStorage::External { prewritten }
+        emit::WeightStorage::External { prewritten: prewritten.map(Box::new) }
     } else {
         emit::WeightStorage::Embedded
     };
