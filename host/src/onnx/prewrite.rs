@@ -60,19 +60,17 @@ pub fn write(data: &Path, plan: Vec<PlannedWeight>, mut checkpoints: Checkpoints
             return None;
         }
         let Some(got) = checkpoints.get(&planned) else { break };
+        // Transposed as the optimizer transposes a weight ([`super::fold`]):
+        // a 2-D Linear weight of whole elements of a size it moves.
         let transposed = match planned.shape[..] {
-            [rows, cols] if transposed_linear && planned.linear_weight => Some((usize::try_from(rows).ok()?, usize::try_from(cols).ok()?)),
+            [rows, cols] if transposed_linear && planned.linear_weight => usize::try_from(rows).ok().zip(usize::try_from(cols).ok()).filter(|&(rows, cols)| {
+                let count = rows.checked_mul(cols).filter(|&n| n > 0);
+                count.is_some_and(|n| [1, 2, 4, 8].iter().any(|&element| n.checked_mul(element) == Some(got.bytes.len())))
+            }),
             _ => None,
         };
         let bytes = match (transposed, got.cast) {
-            (Some((rows, cols)), cast) => {
-                // As the optimizer transposes a weight ([`super::fold`]): whole elements of a known size.
-                let element = got.bytes.len() / (rows * cols).max(1);
-                if ![1, 2, 4, 8].contains(&element) || element * rows * cols != got.bytes.len() {
-                    break;
-                }
-                Bytes::Transposed { source: got.bytes, rows, cols, element, cast }
-            }
+            (Some((rows, cols)), cast) => Bytes::Transposed { source: got.bytes, rows, cols, element: got.bytes.len() / (rows * cols), cast },
             (None, Some(cast)) => Bytes::Converted { source: got.bytes, cast },
             (None, None) => Bytes::Mapped(got.bytes),
         };
