@@ -281,7 +281,7 @@ def weights_plan(module, sources, output, kind):
     up to the first one that is not a checkpoint tensor's bytes (a buffer
     computed at init, a dtype the host does not convert). The host writes
     them while torch.export runs and keeps them only if the artifact it gets
-    starts with exactly these (`pipeline/prewrite.rs`). `kind`:
+    starts with exactly these (`host/src/prewrite.rs`). `kind`:
 
     - "archive_entries": the weight entries `torch.export.save` will write
       first into the `.pt2` at `output` (`name`: the entry's), made by
