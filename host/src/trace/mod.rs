@@ -371,11 +371,7 @@ impl Worker {
         if self.stopped {
             return;
         }
-        // SAFETY: killpg(2) has no memory-safety preconditions.
-        unsafe { libc::killpg(self.group, libc::SIGKILL) };
-        if let Some(cgroup) = self.memory.as_ref().and_then(|m| m.cgroup.as_ref()) {
-            cgroup.kill_all();
-        }
+        self.kill();
         let _ = self.child.kill();
         let _ = self.child.wait();
         self.stopped = true;
