@@ -231,11 +231,15 @@ mod tests {
             plan
         };
         let reordered = [plan[1].clone(), plan[0].clone()];
-        let cases: [(&[PlannedWeight], usize); 5] = [
+        // Sizes no weight has (the plan is a worker line): not transposed, no overflow.
+        let mut absurd = plan.clone();
+        absurd[1].shape = vec![u64::MAX, 2];
+        let cases: [(&[PlannedWeight], usize); 6] = [
             (&plan, 4), // `norm` is stored in the model
             (&plan[..2], 2),
             (&not_linear("o_proj"), 3), // rewound in the block being filled
             (&not_linear("q_proj"), 1), // rewound into a block written already
+            (&absurd, 1),
             (&reordered, 0),
         ];
         for (plan, kept) in cases {
