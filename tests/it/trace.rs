@@ -218,10 +218,12 @@ fn the_worker_refuses_malformed_messages_and_another_protocol() {
 }
 
 /// Without a GPU, a trace's imports leave triton (the GPU kernel compiler
-/// torch._dynamo loads when it is installed, ~67 MiB) unloaded.
+/// torch._dynamo loads when it is installed, ~67 MiB) and cuda.bindings
+/// (NVIDIA's runtime bindings `import torch` loads, ~0.13 s and a fork of
+/// `ldconfig`) unloaded.
 #[test]
-fn the_worker_leaves_the_gpu_compiler_unloaded_without_a_gpu() {
-    run_python("check_no_gpu_compiler.py", &[]);
+fn the_worker_leaves_the_gpu_libraries_unloaded_without_a_gpu() {
+    run_python("check_no_gpu_libraries.py", &[]);
 }
 
 /// The worker's cyclic collector is off while a request runs and collects

@@ -164,6 +164,53 @@ ALLOWED_TARGETS = [
 ]
 
 
+def deferred_targets():
+    """A target in a module not imported yet: not imported to be patched,
+    patched when the module is imported inside the block, refused then if the
+    policy refuses it, and every original (also one a module bound by name
+    while the block ran) back in place after."""
+    failures = []
+    yoso, rwkv = "transformers.models.yoso.modeling_yoso", "transformers.models.rwkv.modeling_rwkv"
+    if yoso in sys.modules or rwkv in sys.modules:
+        return [f"{yoso} or {rwkv} imported before the check"]
+    import transformers.utils
+
+    original = transformers.utils.is_kernels_available
+    targets = ["transformers.utils.is_kernels_available", f"{yoso}.is_kernels_available"]
+    with sandbox.patches_applied(POLICY, [PatchSpec(plugin="test", targets=targets)], None):
+        if yoso in sys.modules:
+            failures.append(f"a target in {yoso} imported the module")
+        import transformers.models.yoso.modeling_yoso as module
+
+        if not getattr(module.is_kernels_available, "hfx_shim", False):
+            failures.append(f"a target in {yoso} not patched when the module was imported")
+    if module.is_kernels_available is not original or transformers.utils.is_kernels_available is not original:
+        failures.append(f"after the block, {yoso}.is_kernels_available is {module.is_kernels_available}, not the original")
+    if POLICY.shims:
+        failures.append("shims left installed after a deferred target")
+    # The policy decides when the module arrives: a path through a module is refused then.
+    hostile = f"{rwkv}.torch.os.system"
+    try:
+        with sandbox.patches_applied(POLICY, [PatchSpec(plugin="test-hostile", targets=[hostile])], None):
+            import transformers.models.rwkv.modeling_rwkv  # noqa: F401
+        failures.append(f"target {hostile}: accepted when its module was imported")
+    except PermissionError as error:
+        if "test-hostile" not in str(error):
+            failures.append(f"target {hostile}: error does not name the plugin: {error}")
+        print(f"refused deferred target: {hostile}: {error}")
+    # Outside torch and transformers a target is refused now, and nothing is imported.
+    outside = "xml.dom.minidom.parseString"
+    try:
+        with sandbox.patches_applied(POLICY, [PatchSpec(plugin="test-hostile", targets=[outside])], None):
+            pass
+        failures.append(f"target {outside}: accepted")
+    except PermissionError:
+        pass
+    if "xml.dom.minidom" in sys.modules:
+        failures.append(f"target {outside}: its module was imported")
+    return failures
+
+
 def main():
     failures = []
     rng = torch.get_rng_state()
@@ -212,6 +259,7 @@ def main():
                 failures.append(f"a shimmed path {path}: {type(error).__name__}: {error}")
     if POLICY.shims or getattr(torch.roll, "hfx_shim", False):
         failures.append("shims left installed")
+    failures.extend(deferred_targets())
     # A context made by an allowed function may be entered, and a program may
     # use a layer it was handed.
     program = {"steps": [lookup("torch.nn.attention.SDPBackend.MATH"), call("torch.nn.attention.sdpa_kernel", G),

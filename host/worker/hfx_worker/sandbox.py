@@ -15,6 +15,8 @@ import contextlib
 import dataclasses
 import functools
 import importlib
+import importlib.abc
+import importlib.machinery
 import inspect
 import io
 import json
@@ -437,6 +439,7 @@ def shim(policy, ask, plugin, target, original, answers):
     def patched(*args, **kwargs):
         return answer_call(policy, ask, plugin, target, original, args, kwargs, answers)
     patched.hfx_shim = True
+    patched.hfx_original = original
     return patched
 
 
@@ -479,31 +482,114 @@ def resolve_target(policy, plugin, target):
     return owner, attribute, original
 
 
+def unimported_module(path):
+    """The first module on `path` that is not imported yet but exists (the
+    import system finds it), else None. Nothing is imported to tell."""
+    parts = path.split(".")
+    owner = sys.modules.get(parts[0])
+    if owner is None:
+        return parts[0] if importlib.machinery.PathFinder.find_spec(parts[0]) is not None else None
+    for depth in range(1, len(parts) - 1):
+        name = ".".join(parts[:depth + 1])
+        if name in sys.modules:
+            owner = sys.modules[name]
+            continue
+        # An attribute (a class, or what a lazy module makes on first access):
+        # the rest of the path resolves as it is now.
+        if parts[depth] in vars(owner) or not hasattr(owner, "__path__"):
+            return None
+        return name if importlib.machinery.PathFinder.find_spec(name, owner.__path__) is not None else None
+    return None
+
+
+class ImportWatch(importlib.abc.MetaPathFinder):
+    """Calls `imported(name)` right after a watched module's body has run
+    (first on `sys.meta_path` while it watches; the module is found as
+    the path finder finds it, and its loader's `exec_module` is wrapped)."""
+
+    def __init__(self, imported):
+        self.imported = imported
+        self.watched = set()
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self.watched:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        execute = spec.loader.exec_module
+
+        def exec_module(module):
+            execute(module)
+            self.imported(name)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
 @contextlib.contextmanager
 def patches_applied(policy, patches, ask):
     """Swaps each target of `patches` (`PatchSpec`s) for a shim whose calls `ask`
     answers; restores every original on exit, also on failure.
     An unresolvable target is skipped with a warning, as the reference does; a
-    target the policy refuses stops the trace."""
+    target the policy refuses stops the trace.
+    A target in a module not imported yet is not imported to be patched (the
+    dynamo set names five model modules a Llama never loads: ~70 ms): it is
+    patched if and when that module is imported inside the block.
+    A module first imported inside the block may have bound a shim by name
+    (`from ..utils import is_kernels_available`): on exit, its original goes
+    back there too."""
     installed = []
+    imported_before = set(sys.modules)
     answers = Answers()
+    waiting = {}  # module not imported yet -> [(plugin, target)] inside it
+
+    def install(plugin, target):
+        # A target outside torch and transformers is refused now, imported or not.
+        module = unimported_module(target) if target_root(target) else None
+        if module is not None:
+            waiting.setdefault(module, []).append((plugin, target))
+            watch.watched.add(module)
+            return
+        try:
+            owner, attribute, original = resolve_target(policy, plugin, target)
+        except (AttributeError, ImportError):
+            print(f"hfx: patch target {target} not found; skipped", file=sys.stderr)
+            return
+        replacement = shim(policy, ask, plugin, target, original, answers)
+        setattr(owner, attribute, replacement)
+        policy.shims[id(replacement)] = replacement
+        installed.append((owner, attribute, original, replacement))
+
+    def imported(module):
+        watch.watched.discard(module)
+        for plugin, target in waiting.pop(module, []):
+            install(plugin, target)
+
+    watch = ImportWatch(imported)
     try:
         for patch in patches:
             for target in patch.targets:
-                try:
-                    owner, attribute, original = resolve_target(policy, patch.plugin, target)
-                except (AttributeError, ImportError):
-                    print(f"hfx: patch target {target} not found; skipped", file=sys.stderr)
-                    continue
-                replacement = shim(policy, ask, patch.plugin, target, original, answers)
-                setattr(owner, attribute, replacement)
-                policy.shims[id(replacement)] = replacement
-                installed.append((owner, attribute, original, replacement))
+                install(patch.plugin, target)
+        if waiting:
+            sys.meta_path.insert(0, watch)
         yield answers
     finally:
+        if watch in sys.meta_path:
+            sys.meta_path.remove(watch)
         for owner, attribute, original, replacement in reversed(installed):
             setattr(owner, attribute, original)
             policy.shims.pop(id(replacement), None)
+        originals = {id(replacement): (replacement, original) for _, _, original, replacement in installed}
+        for name in set(sys.modules) - imported_before:
+            namespace = getattr(sys.modules.get(name), "__dict__", None)
+            for key, value in list(namespace.items()) if isinstance(namespace, dict) else ():
+                replacement, original = originals.get(id(value), (None, None))
+                if value is replacement:
+                    # A shim over a shim (the bound one) unwinds to the first original.
+                    while getattr(original, "hfx_shim", False) and id(original) in originals:
+                        original = originals[id(original)][1]
+                    namespace[key] = original
 
 
 def patch_status(policy, patches):
@@ -511,6 +597,9 @@ def patch_status(policy, patches):
     status = {}
     for patch in patches:
         for target in patch.targets:
+            if unimported_module(target) is not None:
+                status[target] = True  # never imported, never patched
+                continue
             try:
                 owner, attribute = policy.resolve(target, root_allowed=target_root)
                 status[target] = not getattr(getattr(owner, attribute), "hfx_shim", False)

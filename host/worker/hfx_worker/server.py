@@ -11,6 +11,7 @@ import gc
 import importlib.abc
 import importlib.metadata
 import json
+import os
 import sys
 import traceback
 
@@ -105,24 +106,39 @@ METHODS = {
 }
 
 
-class NoGpuCompiler(importlib.abc.MetaPathFinder):
-    """Refuses `import triton` where torch sees no GPU to run its kernels on.
+# Device nodes of an NVIDIA driver (Linux, and WSL's GPU paravirtualization).
+NVIDIA_DEVICES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg")
 
-    torch._dynamo (which transformers and torch.export import) imports
-    triton, the GPU kernel compiler, whenever it is installed, and PyPI's
-    torch installs it: its library alone is ~67 MiB resident and ~0.1 s per
-    worker, for kernels a CPU export never compiles. torch asks through
-    `torch.utils._triton.has_triton_package`, which takes the refusal as
-    "not installed". Decided when triton is first asked for, from what torch
-    sees then: with a GPU, triton loads as usual."""
+
+class NoGpuLibraries(importlib.abc.MetaPathFinder):
+    """Refuses the GPU-only libraries torch imports whenever they are
+    installed, where there is no GPU for them. PyPI's torch installs both:
+
+    - `triton`, the GPU kernel compiler. torch._dynamo (which transformers and
+      torch.export import) loads it: its library alone is ~67 MiB resident
+      and ~0.1 s per worker, for kernels a CPU export never compiles. torch
+      asks through `torch.utils._triton.has_triton_package`, which takes the
+      refusal as "not installed". Decided when triton is first asked for,
+      from what torch sees then.
+    - `cuda.bindings`, NVIDIA's runtime bindings, which `import torch` loads
+      (`torch.cuda._utils`, which takes an ImportError as "not installed"):
+      ~0.13 s of every worker's start, most of it `cuda.pathfinder` running
+      `ldconfig -p` to look for driver libraries. torch asks while it is
+      being imported, before it can say whether it sees a GPU, so this is
+      decided by the driver's device nodes: without them torch sees no GPU
+      either.
+
+    With a GPU, both load as usual."""
 
     def find_spec(self, name, path=None, target=None):
-        if name != "triton":
-            return None
-        cuda = getattr(sys.modules.get("torch"), "cuda", None)
-        if cuda is None or cuda.is_available():
-            return None  # torch not imported yet (not its request) or a GPU is there
-        raise ModuleNotFoundError("triton is not loaded by the hfx worker: torch sees no GPU to run its kernels", name=name)
+        if name == "triton":
+            cuda = getattr(sys.modules.get("torch"), "cuda", None)
+            if cuda is None or cuda.is_available():
+                return None  # torch not imported yet (not its request) or a GPU is there
+            raise ModuleNotFoundError("triton is not loaded by the hfx worker: torch sees no GPU to run its kernels", name=name)
+        if name == "cuda.bindings" and not any(os.path.exists(device) for device in NVIDIA_DEVICES):
+            raise ModuleNotFoundError("cuda.bindings is not loaded by the hfx worker: this machine has no NVIDIA device", name=name)
+        return None
 
 
 # Python's cyclic collector at its defaults (a young collection per 700 new
@@ -153,7 +169,7 @@ IMPORT_MEMO = ImportStructureMemo()
 def main():
     gc.set_threshold(*GC_THRESHOLDS)
     gc.disable()
-    sys.meta_path.insert(0, NoGpuCompiler())
+    sys.meta_path.insert(0, NoGpuLibraries())
     sys.meta_path.insert(0, IMPORT_MEMO)
     protocol_out = sys.stdout
     sys.stdout = sys.stderr
