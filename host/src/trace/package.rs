@@ -54,6 +54,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("generation.py", include_str!("../../worker/hfx_worker/generation.py")),
     ("graph.py", include_str!("../../worker/hfx_worker/graph.py")),
     ("import_memo.py", include_str!("../../worker/hfx_worker/import_memo.py")),
+    ("imports.py", include_str!("../../worker/hfx_worker/imports.py")),
     ("lower.py", include_str!("../../worker/hfx_worker/lower.py")),
     ("lowering_shortcuts.py", include_str!("../../worker/hfx_worker/lowering_shortcuts.py")),
     ("opinfo.py", include_str!("../../worker/hfx_worker/opinfo.py")),

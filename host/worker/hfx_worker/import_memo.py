@@ -30,13 +30,13 @@ gives are the ones transformers computes).
 import functools
 import hashlib
 import importlib.abc
-import importlib.machinery
 import importlib.metadata
 import json
 import os
 import sys
 import tempfile
 
+from .imports import found_then
 from .trace_shortcuts import pinned
 
 SUPPORTED = {"transformers": "5.24."}
@@ -59,17 +59,7 @@ class ImportStructureMemo(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name != MODULE or not pinned(SUPPORTED):
             return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        execute = spec.loader.exec_module
-
-        def exec_module(module):
-            execute(module)
-            self.install(module)
-
-        spec.loader.exec_module = exec_module
-        return spec
+        return found_then(name, path, self.install)
 
     def install(self, module):
         """Replaces `module`'s `create_import_structure_from_path` by one that

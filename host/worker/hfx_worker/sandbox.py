@@ -23,6 +23,7 @@ import json
 import sys
 import types
 
+from .imports import found_then
 from .protocol import PatchCall
 
 # ── What a patch program may reach: decided on the resolved object ──
@@ -504,8 +505,7 @@ def unimported_module(path):
 
 class ImportWatch(importlib.abc.MetaPathFinder):
     """Calls `imported(name)` right after a watched module's body has run
-    (first on `sys.meta_path` while it watches; the module is found as
-    the path finder finds it, and its loader's `exec_module` is wrapped)."""
+    (first on `sys.meta_path` while it watches)."""
 
     def __init__(self, imported):
         self.imported = imported
@@ -514,17 +514,7 @@ class ImportWatch(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name not in self.watched:
             return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        execute = spec.loader.exec_module
-
-        def exec_module(module):
-            execute(module)
-            self.imported(name)
-
-        spec.loader.exec_module = exec_module
-        return spec
+        return found_then(name, path, lambda _module: self.imported(name))
 
 
 @contextlib.contextmanager
