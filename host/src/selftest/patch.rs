@@ -19,7 +19,9 @@
 //! effect: `changes` (the default: the traced ops differ, or the unpatched
 //! model does not trace), `ops` (targets containing these are absent/present),
 //! or `answered` (the patch only has to be called: for a patch whose program
-//! is the same either way, said so in its case's `about`).
+//! is the same either way, said so in its case's `about`), or `installed`
+//! (no call has to reach it: for a patch whose targets only a GPU path or an
+//! optional library calls, said so in `about`, its effect shown elsewhere).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -85,6 +87,10 @@ pub enum Expect {
     },
     /// Only that the patch answered a call (its program is the same either way).
     Answered,
+    /// Only that the trace with the patch in place matches eager: no call
+    /// reaches it on a machine without the GPU path or the optional library
+    /// that calls its targets (`is_kernels_available`).
+    Installed,
 }
 
 impl PatchCase {
@@ -109,7 +115,7 @@ pub fn run(runtime: &Runtime, patch: PluginOf<'_, kind::Patch>, case: &PatchCase
     let mut sessions = vec![Session::new(runtime, patch, "selftest")];
     crate::trace::trace(worker, &request, &mut sessions, &with, &reference, DEADLINE).map_err(|e| format!("with the patch: {e}"))?;
     let answered = sessions[0].calls;
-    if answered == 0 {
+    if answered == 0 && !matches!(case.expect, Expect::Installed) {
         return Err("the patch answered no call: the case does not exercise it".into());
     }
     // Against eager as `--verify` checks a `.pt2` (float round-off only).
@@ -130,7 +136,7 @@ pub fn run(runtime: &Runtime, patch: PluginOf<'_, kind::Patch>, case: &PatchCase
     let patched = targets(&with)?;
 
     // Without it: the effect must be missing (or the model must not trace).
-    // An `answered` case claims no effect, so it is not traced again.
+    // An `answered` or `installed` case claims no effect, so it is not traced again.
     let mut without = || {
         let path = scratch.path().join("without.pt2");
         crate::trace::trace(worker, &request, &mut [], &path, &scratch.path().join("without.reference.pt"), DEADLINE)
@@ -140,6 +146,7 @@ pub fn run(runtime: &Runtime, patch: PluginOf<'_, kind::Patch>, case: &PatchCase
     let not_traced = |e: String| format!("the model does not trace without it ({})", e.lines().next().unwrap_or_default());
     let effect = match &case.expect {
         Expect::Answered => "its program is the same either way".to_string(),
+        Expect::Installed => "installed while tracing (no call reaches it here)".to_string(),
         Expect::Changes => match without() {
             Err(e) => not_traced(e),
             Ok(unpatched) if unpatched == patched => {
