@@ -72,6 +72,24 @@ pub enum Prewrite {
     OnnxData(Prewriting<crate::onnx::prewrite::PrewrittenData>),
 }
 
+impl Prewrite {
+    /// A `.pt2`'s, or itself back (`Traced::prewritten` keeps it for another target).
+    pub fn archive(self) -> Result<Prewriting<crate::graph::pt2::prewrite::Prewritten>, Prewrite> {
+        match self {
+            Prewrite::Archive(p) => Ok(p),
+            other => Err(other),
+        }
+    }
+
+    /// An ONNX model's external data, or itself back.
+    pub fn onnx_data(self) -> Result<Prewriting<crate::onnx::prewrite::PrewrittenData>, Prewrite> {
+        match self {
+            Prewrite::OnnxData(p) => Ok(p),
+            other => Err(other),
+        }
+    }
+}
+
 /// What the worker is asked to plan for the artifact at `path`, and how the
 /// plan is written there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,10 +175,7 @@ impl Checkpoints {
         let bytes = from.map.get(start..start.checked_add(usize::try_from(planned.length).ok()?)?)?;
         let cast = match planned.stored == planned.dtype {
             true => None,
-            false => {
-                let pair = hfx_dtype::DType::from_name(&planned.stored).zip(hfx_dtype::DType::from_name(&planned.dtype));
-                Some(pair.and_then(|(from, to)| Cast::new(from, to))?)
-            }
+            false => Cast::of_stored(&planned.stored, hfx_dtype::DType::from_name(&planned.dtype)?).ok()?,
         };
         Some(PlannedBytes { from, bytes, offset: planned.offset, cast })
     }

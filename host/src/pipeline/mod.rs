@@ -475,12 +475,7 @@ fn export(
                     crate::atomic::link_into_place(&traced.program, &staged).with_context(|| format!("writing {}", staged.display()))?
                 }
                 _ => {
-                    let prewritten = input.traced().and_then(|t| {
-                        t.prewritten(|p| match p {
-                            Prewrite::Archive(p) => Ok(p),
-                            other => Err(other),
-                        })
-                    });
+                    let prewritten = input.traced().and_then(|t| t.prewritten(Prewrite::archive));
                     weights_prewritten = emit::pt2(pt2, graph, &staged, prewritten)?;
                 }
             }
@@ -488,12 +483,7 @@ fn export(
         }
         (Artifact::Onnx(onnx), Program::Archive { pt2, graph }) => {
             let names = input.traced().map(|t| (t.input_names.clone(), t.output_names.clone())).unwrap_or_default();
-            let prewritten = input.traced().and_then(|t| {
-                t.prewritten(|p| match p {
-                    Prewrite::OnnxData(p) => Ok(p),
-                    other => Err(other),
-                })
-            });
+            let prewritten = input.traced().and_then(|t| t.prewritten(Prewrite::onnx_data));
             let emitted = emit::onnx(pt2, graph, loaded, onnx, options.on_plugin_error, names, &staged, prewritten, progress).map_err(|mut e| {
                 use crate::stages::onnx_translation::{ProgramSource, TranslationError};
                 if let Some(TranslationError::Missing { source_note, .. }) = e.downcast_mut::<TranslationError>() {

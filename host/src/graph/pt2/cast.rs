@@ -22,6 +22,20 @@ impl Cast {
         (from != to && convertible(from) && convertible(to)).then_some(Cast { from, to })
     }
 
+    /// What turns a tensor stored as `stored` (a dtype's name, as a
+    /// checkpoint index or the worker's weights plan gives it) into one of
+    /// `to`: None when it is stored as it is; an error naming both when hfx
+    /// does not convert between them.
+    pub fn of_stored(stored: &str, to: DType) -> Result<Option<Cast>, String> {
+        let from = DType::from_name(stored).ok_or_else(|| format!("stored as `{stored}`, not a dtype"))?;
+        if from == to {
+            return Ok(None);
+        }
+        Cast::new(from, to)
+            .map(Some)
+            .ok_or_else(|| format!("stored as {stored}, the tensor is {}: hfx converts only between float32, bfloat16 and float16", to.name()))
+    }
+
     pub fn from(self) -> DType {
         self.from
     }
@@ -62,7 +76,9 @@ impl Cast {
         self.each_chunk(source, |chunk| out.write_all(chunk))
     }
 
-    /// The CRC-32 of `source` converted (a zip entry's header comes before its bytes).
+    /// The CRC-32 of `source` converted, in one pass: what tests check the
+    /// writers' chunked passes against.
+    #[cfg(test)]
     pub fn crc32(self, source: &[u8]) -> u32 {
         let mut hasher = crc32fast::Hasher::new();
         let _ = self.each_chunk(source, |chunk| {

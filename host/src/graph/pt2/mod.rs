@@ -166,6 +166,48 @@ pub(crate) fn release_from(map: &memmap2::Mmap, bytes: &[u8]) {
     }
 }
 
+/// Bytes of a weight read at most this many at a time, each chunk's pages
+/// released once used: no entry is resident whole, neither while the worker
+/// traces nor at the emit step (a 3B Llama's bfloat16 embedding is 788 MB).
+/// Whole elements of every dtype hfx converts.
+const WEIGHT_CHUNK: usize = 8 << 20;
+
+/// Adds a weight's `bytes` (a file map's, converted by `cast`) as entry
+/// `name`: its CRC-32 over the bytes written, then the bytes, a chunk at a
+/// time, each chunk handed to `release` once used (the pages are read again
+/// from the page cache for the second pass).
+pub(crate) fn add_weight(writer: &mut ArchiveWriter, name: &str, bytes: &[u8], cast: Option<cast::Cast>, release: impl Fn(&[u8])) -> std::io::Result<()> {
+    add_weight_in(writer, name, bytes, cast, release, WEIGHT_CHUNK)
+}
+
+fn add_weight_in(writer: &mut ArchiveWriter, name: &str, bytes: &[u8], cast: Option<cast::Cast>, release: impl Fn(&[u8]), chunk: usize) -> std::io::Result<()> {
+    let mut crc = crc32fast::Hasher::new();
+    for piece in bytes.chunks(chunk) {
+        match cast {
+            None => crc.update(piece),
+            Some(cast) => {
+                let converted: Result<(), std::convert::Infallible> = cast.each_chunk(piece, |out| {
+                    crc.update(out);
+                    Ok(())
+                });
+                let Ok(()) = converted;
+            }
+        }
+        release(piece);
+    }
+    let len = cast.map_or(bytes.len(), |c| c.output_len(bytes.len()));
+    writer.add_streamed(name, len as u64, crc.finalize(), |w| {
+        for piece in bytes.chunks(chunk) {
+            match cast {
+                None => w.write_all(piece)?,
+                Some(cast) => cast.write(piece, &mut &mut *w)?,
+            }
+            release(piece);
+        }
+        Ok(())
+    })
+}
+
 /// Where `bytes` start inside `map`, if they lie there.
 pub(crate) fn offset_in(map: &[u8], bytes: &[u8]) -> Option<usize> {
     let (start, base) = (bytes.as_ptr() as usize, map.as_ptr() as usize);
@@ -556,13 +598,8 @@ impl Pt2 {
         };
         for entry in &self.archive.entries()[kept..] {
             if let Some(source) = side_entries.get(entry.name.as_str()) {
-                match source.cast {
-                    None => out.add(&entry.name, source.bytes),
-                    Some(cast) => out.add_streamed(&entry.name, source.len() as u64, cast.crc32(source.bytes), |mut w| cast.write(source.bytes, &mut w)),
-                }
-                .map_err(write_error)?;
-                // Written: its pages need not stay resident (a checkpoint of many GiB streams through).
-                self.release(source.bytes);
+                // Its pages need not stay resident once written (a checkpoint of many GiB streams through).
+                add_weight(&mut out, &entry.name, source.bytes, source.cast, |piece| self.release(piece)).map_err(write_error)?;
                 continue;
             }
             let model = entry
@@ -598,11 +635,7 @@ fn side_cast(entry: &SideEntry, meta: &PayloadMeta) -> Result<Option<cast::Cast>
     let SideEntry::Stored(.., stored) = entry else { return Ok(None) };
     let t = meta.tensor_meta.as_ref().ok_or("has no tensor metadata")?;
     let to = hfx_dtype::DType::from_pt2(i32::try_from(t.dtype).unwrap_or(-1)).ok_or_else(|| format!("unknown dtype code {}", t.dtype))?;
-    let from = hfx_dtype::DType::from_name(stored).ok_or_else(|| format!("stored as `{stored}`, not a dtype"))?;
-    if from == to {
-        return Ok(None);
-    }
-    cast::Cast::new(from, to).map(Some).ok_or_else(|| format!("stored as {stored}, the tensor is {}: hfx converts only between float32, bfloat16 and float16", to.name()))
+    cast::Cast::of_stored(stored, to)
 }
 
 fn check_schema_version(program: &ExportedProgram) -> Result<(), String> {
@@ -684,6 +717,31 @@ pub(crate) mod testing {
 mod tests {
     use super::testing::*;
     use super::*;
+
+    /// Written a chunk at a time, an entry (plain or converted) has the bytes
+    /// and CRC-32 it has written whole.
+    #[test]
+    fn an_entry_written_in_chunks_is_the_entry_written_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("source");
+        std::fs::write(&source, (0..40_000u32).flat_map(|i| (i as f32 * 0.37).to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+        // SAFETY: a file of this test's own.
+        let map = unsafe { memmap2::Mmap::map(&std::fs::File::open(&source).unwrap()) }.unwrap();
+        let bytes = &map[64..64 + 4 * 30_001];
+        for cast in [None, cast::Cast::new(hfx_dtype::DType::Float32, hfx_dtype::DType::Bfloat16), cast::Cast::new(hfx_dtype::DType::Float32, hfx_dtype::DType::Float16)] {
+            let (chunked, whole) = (dir.path().join("chunked.pt2"), dir.path().join("whole.pt2"));
+            let mut w = ArchiveWriter::create(&chunked).unwrap();
+            add_weight_in(&mut w, "m/data/weights/weight_0", bytes, cast, |piece| release_from(&map, piece), 4096 + 4).unwrap();
+            w.finish().unwrap();
+            let mut w = ArchiveWriter::create(&whole).unwrap();
+            match cast {
+                None => w.add("m/data/weights/weight_0", bytes).unwrap(),
+                Some(c) => w.add_streamed("m/data/weights/weight_0", c.output_len(bytes.len()) as u64, c.crc32(bytes), |mut out| c.write(bytes, &mut out)).unwrap(),
+            }
+            w.finish().unwrap();
+            assert!(std::fs::read(&chunked).unwrap() == std::fs::read(&whole).unwrap(), "{cast:?}");
+        }
+    }
 
     fn weight(sizes: &[i64], strides: &[i64], offset: i64, bytes: Option<Vec<u8>>) -> Stored<'static> {
         Stored { fqn: "w", sizes: sizes.to_vec(), strides: strides.to_vec(), offset, bytes }
