@@ -440,7 +440,6 @@ def shim(policy, ask, plugin, target, original, answers):
     def patched(*args, **kwargs):
         return answer_call(policy, ask, plugin, target, original, args, kwargs, answers)
     patched.hfx_shim = True
-    patched.hfx_original = original
     return patched
 
 
@@ -524,7 +523,7 @@ def patches_applied(policy, patches, ask):
     An unresolvable target is skipped with a warning, as the reference does; a
     target the policy refuses stops the trace.
     A target in a module not imported yet is not imported to be patched (the
-    dynamo set names five model modules a Llama never loads: ~70 ms): it is
+    dynamo set names four model modules a Llama never loads: ~65 ms): it is
     patched if and when that module is imported inside the block.
     A module first imported inside the block may have bound a shim by name
     (`from ..utils import is_kernels_available`): on exit, its original goes
