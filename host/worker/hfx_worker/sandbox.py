@@ -503,17 +503,25 @@ def unimported_module(path):
 
 
 class ImportWatch(importlib.abc.MetaPathFinder):
-    """Calls `imported(name)` right after a watched module's body has run
-    (first on `sys.meta_path` while it watches)."""
+    """Patch targets waiting for their module: each handed to `install`
+    right after that module's body has run (first on `sys.meta_path` while
+    any waits)."""
 
-    def __init__(self, imported):
-        self.imported = imported
-        self.watched = set()
+    def __init__(self, install):
+        self.install = install
+        self.waiting = {}  # module not imported yet -> [(plugin, target)] inside it
+
+    def wait(self, module, plugin, target):
+        self.waiting.setdefault(module, []).append((plugin, target))
 
     def find_spec(self, name, path=None, target=None):
-        if name not in self.watched:
+        if name not in self.waiting:
             return None
-        return found_then(name, path, lambda _module: self.imported(name))
+        return found_then(name, path, lambda _module: self.arrived(name))
+
+    def arrived(self, name):
+        for plugin, target in self.waiting.pop(name, []):
+            self.install(plugin, target)
 
 
 @contextlib.contextmanager
@@ -531,14 +539,12 @@ def patches_applied(policy, patches, ask):
     installed = []
     imported_before = set(sys.modules)
     answers = Answers()
-    waiting = {}  # module not imported yet -> [(plugin, target)] inside it
 
     def install(plugin, target):
         # A target outside torch and transformers is refused now, imported or not.
         module = unimported_module(target) if target_root(target) else None
         if module is not None:
-            waiting.setdefault(module, []).append((plugin, target))
-            watch.watched.add(module)
+            watch.wait(module, plugin, target)
             return
         try:
             owner, attribute, original = resolve_target(policy, plugin, target)
@@ -550,17 +556,12 @@ def patches_applied(policy, patches, ask):
         policy.shims[id(replacement)] = replacement
         installed.append((owner, attribute, original, replacement))
 
-    def imported(module):
-        watch.watched.discard(module)
-        for plugin, target in waiting.pop(module, []):
-            install(plugin, target)
-
-    watch = ImportWatch(imported)
+    watch = ImportWatch(install)
     try:
         for patch in patches:
             for target in patch.targets:
                 install(patch.plugin, target)
-        if waiting:
+        if watch.waiting:
             sys.meta_path.insert(0, watch)
         yield answers
     finally:
