@@ -125,6 +125,26 @@ HOSTILE = [
     ("importing an arbitrary module", [lookup("antigravity.fly")]),
     ("a path into the standard library", [constant(SHELL), call("os.system", G)]),
     ("a path into transformers' hub code", [lookup("transformers.utils.hub.cached_file")]),
+    # Capabilities, not namespaces: living in a modeling module admits nothing.
+    ("a classmethod's __func__ (a config loader with trust_remote_code)", [
+        lookup("transformers.models.rag.modeling_rag.RagPreTrainedModel.from_pretrained_question_encoder_generator.__func__")]),
+    ("a classmethod of a modeling class (bound to the class)", [
+        lookup("transformers.models.rag.modeling_rag.RagPreTrainedModel.from_pretrained_question_encoder_generator")]),
+    ("a modeling method that calls torch.load on a path", [
+        lookup("transformers.models.qwen2_5_omni.modeling_qwen2_5_omni.Qwen2_5OmniForConditionalGeneration.load_speakers"),
+        constant(MARKER), invoke(G, 1, G + 1)]),
+    ("a modeling adapter loader (cached_file, torch.load)", [
+        lookup("transformers.models.wav2vec2.modeling_wav2vec2.Wav2Vec2PreTrainedModel.load_adapter")]),
+    ("an unbound method that loads a state dict", [lookup("torch.nn.Module.load_state_dict")]),
+    ("an unbound method of a modeling class", [lookup("transformers.models.llama.modeling_llama.LlamaModel.forward")]),
+    ("a modeling helper not on the list (another model's rotary)", [
+        lookup("transformers.models.mistral.modeling_mistral.apply_rotary_pos_emb")]),
+    ("a `_` name in a module the allowlist names", [lookup("transformers.masking_utils._preprocess_mask_arguments")]),
+    ("a `_` name in torch", [constant(MARKER), call("torch.serialization._load", G)]),
+    ("a `_` method of a modeling class", [lookup("transformers.models.llama.modeling_llama.LlamaForCausalLM._from_config")]),
+    ("a bound method by path (a tensor class's classmethod)", [lookup("torch.Tensor.__torch_function__")]),
+    ("a module-level object's attribute walk", [lookup("transformers.models.llama.modeling_llama.logger.manager")]),
+    ("a class not on the list", [lookup("torch.nn.Linear")]),
 ]
 
 # Patch targets a plugin may not replace (its `original` step would run them).
@@ -133,6 +153,13 @@ HOSTILE_TARGETS = [
     "torch.PyTorchFileWriter", "torch.set_rng_state", "transformers.models.llama.modeling_llama.torch.os.system",
     "transformers.utils.hub.cached_file", "transformers.modeling_utils.PreTrainedModel.save_pretrained",
     "transformers.models.auto.modeling_auto.os.system", "torch.utils.cpp_extension.load_inline",
+    # A modeling module's own methods and loaders are not targets for living there.
+    "transformers.models.qwen2_5_omni.modeling_qwen2_5_omni.Qwen2_5OmniForConditionalGeneration.load_speakers",
+    "transformers.models.wav2vec2.modeling_wav2vec2.Wav2Vec2PreTrainedModel.load_adapter",
+    "transformers.models.llama.modeling_llama.LlamaForCausalLM.from_pretrained",
+    "transformers.models.llama.modeling_llama.LlamaModel.forward",
+    "transformers.models.llama.modeling_llama.LlamaPreTrainedModel._init_weights",
+    "transformers.utils.import_utils.is_torch_available.__wrapped__",
 ]
 
 # What the shipped plugins call and look up, and their targets.
@@ -149,14 +176,33 @@ ALLOWED_PATHS = [
     "prims.convert_element_type.default", "torch.nn.functional.scaled_dot_product_attention", "torch.split",
     "torch.fft.fft", "torch.linalg.norm", "torch.special.erf", "math.sqrt",
     "torch.fx.experimental.symbolic_shapes.guard_or_false", "transformers.cache_utils.DynamicLayer.update",
-    "transformers.models.llama.modeling_llama.apply_rotary_pos_emb",
-    "transformers.models.llama.modeling_llama.LlamaRMSNorm",
+    "transformers.models.llama.modeling_llama.apply_rotary_pos_emb", "torch.Tensor.bernoulli", "torch.bernoulli",
+    "torch.Tensor.detach", "torch.detach", "torch.Tensor.clone", "torch.Tensor.expand", "aten.expand.default",
+    "aten._safe_softmax.default", "math.inf", "torch.Tensor.mean", "torch.masked_fill", "torch.matmul", "torch.ones",
+    "torch.repeat_interleave", "torch.transpose", "torch.clamp", "torch.full", "torch.max", "torch.min", "torch.zeros",
+    "torch.return_types.cummax", "torch.return_types.cummin", "torch.Tensor.cummin", "torch.cummin", "torch.Tensor.view",
+    "torch.Tensor.unsqueeze", "torch.Tensor.exp", "torch.exp", "torch.neg", "torch.nn.functional.avg_pool2d",
+    "transformers.cache_utils.DynamicLayer.get_mask_sizes", "transformers.cache_utils.DynamicLayer.get_seq_length",
+    "torch.sym_max", "torch.float64", "transformers.masking_utils.sdpa_mask", "transformers.masking_utils.causal_mask_function",
+]
+# Layer and configuration classes a program case may build (`program.layer_class`).
+ALLOWED_LAYERS = [
+    "torch.nn.RMSNorm", "transformers.models.llama.modeling_llama.LlamaRMSNorm",
+    "transformers.models.nllb_moe.modeling_nllb_moe.NllbMoeTop2Router",
+]
+HOSTILE_LAYERS = [
+    "transformers.models.llama.modeling_llama.LlamaForCausalLM", "transformers.models.timm_backbone.modeling_timm_backbone.TimmBackbone",
+    "torch.nn.modules.module.Module", "transformers.models.llama.modeling_llama.torch.nn.Linear",
 ]
 ALLOWED_TARGETS = [
     "torch.Tensor.masked_scatter", "torch.chunk", "torch.Tensor.chunk", "torch.cummax", "torch.Tensor.cummax",
     "torch.histc", "torch.nn.RMSNorm.forward", "torch.nn.functional.scaled_dot_product_attention", "torch.randperm",
     "torch.reshape", "torch.Tensor.reshape", "torch.Tensor.view", "torch.roll", "torch.searchsorted", "torch.bucketize",
-    "torch.split", "torch.Tensor.split", "torch.unsqueeze", "torch.exp", "torch.Tensor.exp",
+    "torch.split", "torch.Tensor.split", "torch.unsqueeze", "torch.exp", "torch.Tensor.exp", "torch.bernoulli",
+    "torch.Tensor.bernoulli", "torch.detach", "torch.Tensor.detach", "torch.Tensor.expand",
+    "torch.nn.functional.adaptive_avg_pool2d", "transformers.cache_utils.DynamicSlidingWindowLayer.get_mask_sizes",
+    "transformers.cache_utils.DynamicSlidingWindowLayer.get_seq_length",
+    "transformers.models.mra.modeling_mra.is_kernels_available",
     "transformers.cache_utils.DynamicSlidingWindowLayer.update", "transformers.masking_utils._vmap_expansion_sdpa",
     "transformers.models.nllb_moe.modeling_nllb_moe.NllbMoeTop2Router._cast_classifier",
     "transformers.utils.import_utils.is_kernels_available", "transformers.utils.is_kernels_available",
@@ -211,6 +257,98 @@ def deferred_targets():
     return failures
 
 
+def refused(what, run, failures, cause=PermissionError):
+    """Runs `run`; a failure unless it raises (`cause` itself, or as a PatchProgramError's cause)."""
+    try:
+        run()
+        failures.append(f"{what}: ran")
+    except sandbox.PatchProgramError as error:
+        if not isinstance(error.__cause__, cause):
+            failures.append(f"{what}: refused by {type(error.__cause__).__name__}, not the policy: {error}")
+        else:
+            print(f"refused: {what}: {error}")
+        return error
+    except cause as error:
+        print(f"refused: {what}: {error}")
+        return error
+    return None
+
+
+def originals_checked(failures):
+    """An `original` step's result is judged like any result: no module, no function off the list."""
+    import os as os_module
+
+    for what, original in (("an original returning a module", lambda *a: os_module),
+                           ("an original returning a loader", lambda *a: torch.load),
+                           ("an original returning a shell", lambda *a: os_module.system),
+                           ("an original returning a module in a tuple", lambda *a: (a[0], os_module))):
+        program = {"steps": [{"original": {"op": "", "args": [0], "kwargs": []}}], "output": G}
+        refused(what, lambda: sandbox.run_program(POLICY, program, given(), original, {0, 1}, None), failures)
+    program = {"steps": [{"original": {"op": "", "args": [0], "kwargs": []}}], "output": G}
+    try:
+        sandbox.run_program(POLICY, program, given(), lambda x: (x + 1, x.shape), {0, 1}, None)
+    except Exception as error:  # noqa: BLE001
+        failures.append(f"an original returning tensors: {error}")
+
+
+def self_invoking_callback(failures):
+    """A program whose callback calls the same target again: a bounded refusal of one short line."""
+    program = {"steps": [{"callback": {"target": "torch.roll", "captured": [0]}}, invoke(1)], "output": 2}
+    asked = []
+
+    def ask(call):
+        asked.append(call)
+        return program
+
+    error = refused("a self-invoking callback", lambda: sandbox.answer_call(
+        POLICY, ask, "test-hostile", "torch.roll", torch.roll, (torch.randn(2),), {}, sandbox.Answers()), failures)
+    if error is not None:
+        line = str(error)
+        if len(line) > sandbox.MAX_MESSAGE + 100 or "\n" in line or "test-hostile" not in line:
+            failures.append(f"a self-invoking callback: the refusal is {len(line)} chars, not one bounded line naming the plugin")
+        if len(asked) > sandbox.MAX_CALLBACK_DEPTH + 1:
+            failures.append(f"a self-invoking callback: asked the plugin {len(asked)} times")
+
+
+def layers_checked(failures):
+    """A program case's layers and configuration classes are allowlist entries; values naming code are refused."""
+    from hfx_worker import program
+
+    for path in ALLOWED_LAYERS:
+        try:
+            program.layer_class(POLICY, path, "test")
+        except Exception as error:  # noqa: BLE001
+            failures.append(f"allowed layer {path}: {type(error).__name__}: {error}")
+    for path in HOSTILE_LAYERS:
+        refused(f"layer {path}", lambda: program.layer_class(POLICY, path, "test"), failures)
+    config = "transformers.models.nllb_moe.modeling_nllb_moe.NllbMoeConfig"
+    for key, value in (("auto_map", {"AutoModel": "evil--x.Y"}), ("attn_implementation", "kernels-community/evil"),
+                       ("_attn_implementation", "kernels-community/evil")):
+        spec = {"class": "transformers.models.nllb_moe.modeling_nllb_moe.NllbMoeTop2Router", "config": config,
+                "values": {key: "x" if not isinstance(value, dict) else "y"}}
+        refused(f"a layer's configuration value `{key}`", lambda: program.layer(POLICY, "router", spec), failures)
+    spec = {"class": "transformers.models.nllb_moe.modeling_nllb_moe.NllbMoeTop2Router",
+            "config": "transformers.models.llama.modeling_llama.LlamaForCausalLM.config_class", "values": {}}
+    refused("a configuration class off the list, reached through a model class", lambda: program.layer(POLICY, "router", spec), failures)
+
+
+def tasks_checked(failures):
+    """A patch case's `architecture.task` names a model class, never a function or loader."""
+    import transformers
+    from hfx_worker import sources
+
+    config = transformers.LlamaConfig(vocab_size=16, hidden_size=8, intermediate_size=8, num_hidden_layers=1,
+                                      num_attention_heads=2, num_key_value_heads=1)
+    for task in ("pipeline", "AutoTokenizer", "load_tf2_weights_in_pytorch_model", "logger", "_from_config", "apply_rotary_pos_emb",
+                 "LlamaRMSNorm", "torch"):
+        refused(f"task {task}", lambda: sources.model_class(task, config), failures, (PermissionError, ValueError))
+    for task in ("LlamaForCausalLM", "AutoModel", "LlamaModel"):
+        try:
+            sources.model_class(task, config)
+        except Exception as error:  # noqa: BLE001
+            failures.append(f"task {task}: {type(error).__name__}: {error}")
+
+
 def main():
     failures = []
     rng = torch.get_rng_state()
@@ -260,6 +398,10 @@ def main():
     if POLICY.shims or getattr(torch.roll, "hfx_shim", False):
         failures.append("shims left installed")
     failures.extend(deferred_targets())
+    originals_checked(failures)
+    self_invoking_callback(failures)
+    layers_checked(failures)
+    tasks_checked(failures)
     # A context made by an allowed function may be entered, and a program may
     # use a layer it was handed.
     program = {"steps": [lookup("torch.nn.attention.SDPBackend.MATH"), call("torch.nn.attention.sdpa_kernel", G),

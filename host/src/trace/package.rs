@@ -50,6 +50,7 @@ pub const MEMO: &str = "memo";
 pub const FILES: &[(&str, &str)] = &[
     ("__init__.py", include_str!("../../worker/hfx_worker/__init__.py")),
     ("__main__.py", include_str!("../../worker/hfx_worker/__main__.py")),
+    ("allowlist.json", include_str!("../../worker/hfx_worker/allowlist.json")),
     ("checkpoint.py", include_str!("../../worker/hfx_worker/checkpoint.py")),
     ("generation.py", include_str!("../../worker/hfx_worker/generation.py")),
     ("graph.py", include_str!("../../worker/hfx_worker/graph.py")),

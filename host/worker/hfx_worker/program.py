@@ -14,8 +14,9 @@ resolved again on each call, so the shim a patch installed there is what runs,
 and anything the policy refuses stops the program; a method (`x.split`) is one
 of `torch.Tensor`'s, called on a tensor; an attribute is data
 (`checked_attribute`); every result is checked like a patch program's. A
-program may also use layers (`modules`): a `torch.nn` layer class, or a
-transformers modeling module's, built from constants and its configuration.
+program may also use layers (`modules`): a layer class of the allowlist's
+`layers` (by identity, as every entry), built from constants and, for a
+transformers layer, a configuration class of the same section.
 
     {"nodes": [{"name": "x", "op": "placeholder"},
                {"name": "size", "op": "call_method", "target": "size", "args": [{"node": "x"}, 1]},
@@ -39,7 +40,7 @@ import math
 import operator
 
 from .graph import decode_value, encode_value
-from .sandbox import checked_attribute, is_modeling_module
+from .sandbox import checked_attribute
 
 OPS = ("placeholder", "get_attr", "call_function", "call_method", "getattr", "call_module", "output")
 # Bounds on what a program may ask the worker to build.
@@ -194,24 +195,33 @@ def layer(policy, name, spec):
     if "config" in spec:
         owner, attribute = policy.resolve(str(spec["config"]))
         config_class = getattr(owner, attribute)
-        if not (isinstance(config_class, type) and issubclass(config_class, transformers.PreTrainedConfig)):
-            raise PermissionError(f"{where}: `{spec['config']}` is not a transformers configuration class")
+        if not (policy.layer_allowed(config_class) and issubclass(config_class, transformers.PreTrainedConfig)):
+            raise PermissionError(f"{where}: `{spec['config']}` is not a configuration class of the allowlist's layers")
         values = {k: constant(v, where) for k, v in (spec.get("values") or {}).items()}
+        for key in values:
+            if not config_key_allowed(key):
+                raise PermissionError(f"{where}: configuration value `{key}` may name code or files; a case sets sizes and flags only")
         args.insert(0, config_class(**values))
     return cls(*args, **kwargs)
 
 
+# Configuration keys a case may not set: they name code, kernels or files to load.
+CONFIG_KEYS_DENIED = ("auto_map", "attn_implementation", "experts_implementation", "trust_remote_code", "name_or_path",
+                      "quantization_config", "kernel_config")
+
+
+def config_key_allowed(key):
+    return isinstance(key, str) and not key.startswith("_") and key not in CONFIG_KEYS_DENIED and "implementation" not in key
+
+
 def layer_class(policy, path, where):
-    """The layer class at `path`: reached from `torch.nn` or a modeling module, and
-    defined in torch.nn's modules or a modeling module (judged where it lives)."""
+    """The layer class at `path`: one of the allowlist's `layers`, by identity."""
     import torch
 
-    owner, attribute = policy.resolve(str(path), root_allowed=lambda root: root == "torch.nn" or is_modeling_module(root))
+    owner, attribute = policy.resolve(str(path))
     cls = getattr(owner, attribute)
-    home = policy.home(cls) or ""
-    if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)
-            and (home.startswith("torch.nn.modules.") or is_modeling_module(home))):
-        raise PermissionError(f"{where}: `{path}` is not a layer class of torch.nn or a transformers modeling module")
+    if not (policy.layer_allowed(cls) and issubclass(cls, torch.nn.Module)):
+        raise PermissionError(f"{where}: `{path}` is not a layer class of the allowlist")
     return cls
 
 

@@ -13,76 +13,41 @@ shims installed right now; nothing here is a module-level mutable global.
 
 import contextlib
 import dataclasses
-import functools
 import importlib
 import importlib.abc
 import importlib.machinery
-import inspect
 import io
 import json
+import os
 import sys
 import types
 
 from .imports import found_then
 from .protocol import PatchCall
 
-# ── What a patch program may reach: decided on the resolved object ──
+# ── What a patch program may reach: capabilities, decided on the resolved object ──
 #
 # The host's `check_program` filters paths as strings first; this is the half
-# that decides. Every path is resolved from an importable root through classes
-# and attributes only (never through another module, so re-exports such as
-# `modeling_llama.torch.os` lead nowhere), and what it resolves to is judged by
-# identity: ATen/prims ops, the tensor functions of torch's C namespace and of
-# `torch.Tensor`, the functions and classes that live in a pure module (their
-# own definitions, found again at their home), and a few named objects. Every
-# value a step produces is judged again before it lands in a slot: no module,
-# frame, code object or module namespace, and no callable outside the policy.
+# that decides. A program (a patch plugin's, or a self-test case's) may use the
+# values its call hands it (tensors, the module instance, its layers, the
+# original) and the entries of one explicit allowlist (`allowlist.json`,
+# reviewed like code and scanned by `tests/python/check_allowlist.py`): pure
+# functions, classes and tensor methods, each admitted by identity (the object
+# a path resolves to is the very object found at the entry's canonical path),
+# plus ATen/prims operator overloads as a family. Nothing is admitted for the
+# module it lives in. A path starts at a module an entry lives in and goes
+# through classes and attributes only (never through another module, so
+# re-exports such as `modeling_llama.torch.os` lead nowhere), with no `_` name
+# unless the whole path is an entry the allowlist reviews as private, and no
+# dunder at all. Every value a step produces is judged again before it lands
+# in a slot: no module, frame, code object or module namespace, no callable
+# that is not an entry (a bound method never is), no object whose type is not.
 
-# Modules a path may start from (imported on demand) and the modeling modules
-# of transformers (`transformers.models.<model>.modeling_<name>`).
-ROOT_MODULES = (
-    "torch", "torch.nn.functional", "torch.fft", "torch.linalg", "torch.special", "torch.return_types",
-    "torch.nn.attention", "torch.fx.experimental.symbolic_shapes", "math", "operator", "builtins",
-    "transformers.masking_utils", "transformers.cache_utils", "transformers.pytorch_utils",
-    "transformers.activations", "transformers.modeling_rope_utils", "transformers.integrations.sdpa_attention",
-)
-# Modules whose own functions and classes are pure computation on their arguments.
-PURE_MODULES = (
-    "torch.functional", "torch.nn.functional", "torch.fft", "torch._C._fft", "torch.linalg", "torch._C._linalg",
-    "torch.special", "torch._C._special", "torch._C._nn", "torch.return_types", "torch.nn.attention", "math",
-    "transformers.masking_utils", "transformers.cache_utils", "transformers.pytorch_utils",
-    "transformers.activations", "transformers.modeling_rope_utils", "transformers.integrations.sdpa_attention",
-)
-# Named objects allowed beyond those rules (resolved once, compared by identity).
-NAMED = (
-    "builtins.int", "builtins.float", "builtins.bool", "builtins.len", "builtins.min", "builtins.max",
-    "builtins.abs", "builtins.range", "builtins.tuple", "builtins.list", "builtins.slice", "builtins.round",
-    "builtins.sum", "builtins.divmod", "builtins.pow",
-    "torch._check", "torch._check_is_size", "torch._check_with", "torch.sym_min", "torch.sym_max", "torch.sym_int",
-    "torch.sym_float", "torch.sym_not", "torch.sym_ite", "torch.sym_sum", "torch.is_tensor",
-    "torch.is_floating_point", "torch.is_complex", "torch.Size", "torch.device", "torch.finfo", "torch.iinfo",
-    "torch.fx.experimental.symbolic_shapes.guard_or_false", "torch.fx.experimental.symbolic_shapes.guard_or_true",
-    "torch.fx.experimental.symbolic_shapes.statically_known_true",
-    "torch.fx.experimental.symbolic_shapes.definitely_true", "torch.fx.experimental.symbolic_shapes.definitely_false",
-    "torch.fx.experimental.symbolic_shapes.sym_eq",
-) + tuple(f"operator.{name}" for name in (
-    "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "neg", "pos", "abs", "eq", "ne", "lt", "le", "gt",
-    "ge", "and_", "or_", "xor", "not_", "invert", "lshift", "rshift", "matmul", "getitem", "index", "truth",
-    "is_", "is_not", "contains",
-))
-# Objects the rules above would admit but that touch files, processes, global
-# state or autograd internals (resolved once, compared by identity).
-DENIED = (
-    "torch.from_file", "torch.Tensor.storage", "torch.Tensor.untyped_storage", "torch.Tensor.share_memory_",
-    "torch.Tensor.set_", "torch.Tensor.record_stream", "torch.Tensor.register_hook",
-    "torch.Tensor.register_post_accumulate_grad_hook", "torch.Tensor.backward", "torch.Tensor.pin_memory",
-    "torch.Tensor.apply_", "torch.Tensor.map_", "torch.Tensor.map2_", "torch.Tensor.retain_grad",
-    "torch.Tensor.module_load", "torch.Tensor.share_memory_", "torch.Tensor.is_shared",
-)
-# Patch targets may also be the methods of torch's layers and transformers'
-# availability probes: their originals run only as the model would run them.
-TARGET_MODULE_PREFIXES = ("torch.nn.modules.",)
-AVAILABILITY_MODULE = "transformers.utils.import_utils"
+ALLOWLIST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "allowlist.json")
+# The longest error a refusal carries (a recursion must not grow a line without bound).
+MAX_MESSAGE = 512
+# How deep a program's callbacks may nest (each one a plugin round trip).
+MAX_CALLBACK_DEPTH = 16
 
 
 def is_modeling_module(name):
@@ -91,79 +56,146 @@ def is_modeling_module(name):
             and parts[3].startswith("modeling_"))
 
 
-class Reach:
-    """The resolved-object policy, built once per worker session (torch imported)."""
+def bounded(message):
+    """One line of at most `MAX_MESSAGE` characters."""
+    line = " ".join(str(message).split())
+    return line if len(line) <= MAX_MESSAGE else line[:MAX_MESSAGE - 15] + " … (truncated)"
 
-    def __init__(self):
+
+def load_allowlist(path=ALLOWLIST):
+    """The allowlist as {section: {canonical path: module}}: `call` (what a program
+    may call or look up), `layers` (what a program case may build), `targets`
+    (what a patch may replace besides `call` entries); `private` the `_` paths reviewed."""
+    with open(path, encoding="utf-8") as file:
+        data = json.load(file)
+    sections = {}
+    for section in ("call", "layers", "targets"):
+        sections[section] = {f"{module}.{name}": module for module, names in data[section].items() for name in names}
+    sections["private"] = dict(data["private"])
+    sections["target_roots"] = list(data["target_roots"])
+    return sections
+
+
+def private_segment(path):
+    return any(part.startswith("_") for part in path.split("."))
+
+
+def dunder_segment(path):
+    return any(part.startswith("__") or part.endswith("__") for part in path.split("."))
+
+
+class Reach:
+    """The capability policy, built once per worker session (torch imported).
+
+    Entries are resolved lazily, when their module has been imported (the
+    policy never imports a modeling module to build itself), and kept by
+    identity; a program's path imports only a module an entry lives in."""
+
+    def __init__(self, allowlist=ALLOWLIST):
         import torch
 
         self.torch = torch
+        self.sections = load_allowlist(allowlist)
+        self.private = self.sections["private"]
         # The shims in place now, by identity: a program may call a path another patch
         # replaced (its original passed the target check when the shim was installed).
         self.shims = {}
-        self.named = {id(self._walk(path)): path for path in NAMED if self._try_walk(path) is not None}
-        self.denied = {id(obj) for obj in map(self._try_walk, DENIED) if obj is not None}
-        self.tensor_base = torch._C.TensorBase
-        self.variable_functions = torch._C._VariableFunctions
+        # id -> (object, path), per section; `pending` what is not resolved yet.
+        self.admitted = {section: {} for section in ("call", "layers", "targets")}
+        self.pending = {section: dict(self.sections[section]) for section in ("call", "layers", "targets")}
+        self.roots = {module for section in ("call", "layers") for module in self.sections[section].values()}
+        self.target_roots = set(self.sections["target_roots"]) | set(self.sections["targets"].values()) | self.roots
+        self.value_types = (bool, int, float, complex, str, type(None), torch.dtype, torch.memory_format, torch.layout,
+                            torch.device, torch.SymInt, torch.SymFloat, torch.SymBool)
 
-    @staticmethod
-    def _walk(path):
-        """The object at a trusted path of this file's own lists."""
-        parts = path.split(".")
-        for split in range(len(parts) - 1, 0, -1):
-            try:
-                owner = importlib.import_module(".".join(parts[:split]))
-            except ImportError:
-                continue
-            for name in parts[split:]:
-                owner = getattr(owner, name)
-            return owner
-        raise ImportError(path)
-
-    def _try_walk(self, path):
-        try:
-            return self._walk(path)
-        except (AttributeError, ImportError):
+    # Entries: resolved when their module is loaded, refused if they are not what an entry may be.
+    def entry_object(self, path, module_name):
+        """The object at an entry's canonical path, or None while its module is not imported."""
+        module = sys.modules.get(module_name)
+        if module is None:
             return None
+        owner = module
+        for index, name in enumerate(path[len(module_name) + 1:].split(".")):
+            # From the module, its own namespace only (a lazy module would import on getattr).
+            owner = vars(owner).get(name) if index == 0 else getattr(owner, name, None)
+            if owner is None or isinstance(owner, types.ModuleType):
+                return None
+        return owner
 
-    # Resolution: an importable root, then classes and attributes only.
-    def resolve(self, path, root_allowed=lambda name: name in ROOT_MODULES or is_modeling_module(name)):
+    def settle(self, section):
+        """Resolves the entries of `section` whose module is imported now."""
+        pending = self.pending[section]
+        for path, module_name in list(pending.items()):
+            obj = self.entry_object(path, module_name)
+            if obj is None:
+                continue
+            del pending[path]
+            problem = entry_problem(path, obj, self.private)
+            if problem is not None:
+                raise RuntimeError(f"allowlist entry `{path}`: {problem}")
+            self.admitted[section][id(obj)] = (obj, path)
+
+    def entry(self, obj, sections=("call",)):
+        """The canonical path of the entry `obj` is (by identity), else None."""
+        for section in sections:
+            found = self.admitted[section].get(id(obj))
+            if found is None and self.pending[section]:
+                self.settle(section)
+                found = self.admitted[section].get(id(obj))
+            if found is not None and found[0] is obj:
+                return found[1]
+        return None
+
+    # Resolution: an entry's module, then classes and attributes only.
+    def check_path(self, path):
+        if not isinstance(path, str) or not path or any(not part.isidentifier() for part in path.split(".")):
+            raise PermissionError(f"`{path!s:.80}` is not a dotted path")
+        if dunder_segment(path):
+            raise PermissionError(f"`{path}` names a dunder attribute")
+        if private_segment(path) and path not in self.private:
+            raise PermissionError(f"`{path}` names a private (`_`) attribute")
+
+    def resolve(self, path, root_allowed=None):
         """(owner, attribute) of `path`; refuses to pass through a second module."""
-        types_module = type(sys)
+        self.check_path(path)
+        root_allowed = root_allowed or self.roots.__contains__
         parts = path.split(".")
         for split in range(len(parts) - 1, 0, -1):
             root = ".".join(parts[:split])
             if not root_allowed(root):
                 continue
-            try:
-                owner = importlib.import_module(root)
-            except ImportError:
-                continue
+            owner = importlib.import_module(root)
             for name in parts[split:-1]:
                 owner = getattr(owner, name)
-                if isinstance(owner, types_module):
+                if isinstance(owner, types.ModuleType):
                     raise PermissionError(f"`{path}` passes through the module `{owner.__name__}`")
+                if not isinstance(owner, type):
+                    # Only a class's attributes are walked: an object's (a logger's handlers) never.
+                    raise PermissionError(f"`{path}` passes through `{name}`, a {type(owner).__name__}, not a class")
             return owner, parts[-1]
-        raise PermissionError(f"`{path}` does not start at a module a patch program may use")
+        raise PermissionError(f"`{path}` does not start at a module of the allowlist")
 
     def resolve_op(self, path):
         """The callable or value at `path`, judged by what it is."""
         torch = self.torch
+        if not isinstance(path, str):
+            raise PermissionError("a path is a string")
         name = path.removeprefix("torch.ops.")
         if name.startswith(("aten.", "prims.")):
-            namespace, op, overload = name.split(".")
-            found = getattr(getattr(getattr(torch.ops, namespace), op), overload)
+            namespace, _, rest = name.partition(".")
+            parts = rest.split(".")
+            if len(parts) != 2 or not all(p.isidentifier() and not p.startswith("__") for p in parts):
+                raise PermissionError(f"`{path}` is not an operator overload (namespace.op.overload)")
+            found = getattr(getattr(getattr(torch.ops, namespace), parts[0]), parts[1])
         else:
             owner, attribute = self.resolve(path)
             found = getattr(owner, attribute)
-        self.check_value(found, f"`{path}`")
+        self.check_value(found, f"`{path}`", looked_up=True)
         return found
 
     # Judgement.
     def home(self, obj):
-        """The module an object is defined in: `__module__` names a loaded module
-        and the object is found there under its qualified name, or (a function
-        the module's name was since rebound away from) its code is that module's."""
+        """The module an object is found in under its qualified name, else None."""
         module_name = getattr(obj, "__module__", None)
         qualname = getattr(obj, "__qualname__", None)
         module = sys.modules.get(module_name) if isinstance(module_name, str) else None
@@ -172,62 +204,32 @@ class Reach:
         owner = module
         for name in qualname.split("."):
             owner = getattr(owner, name, None)
-        if owner is obj:
-            return module_name
-        try:
-            code = getattr(inspect.unwrap(obj), "__code__", None)
-        except ValueError:  # a `__wrapped__` cycle
-            return None
-        defined_in = getattr(code, "co_filename", None)
-        return module_name if defined_in is not None and defined_in == getattr(module, "__file__", "") else None
+        return module_name if owner is obj else None
+
+    def is_operator(self, obj):
+        torch = self.torch
+        return isinstance(obj, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)) and obj.namespace in ("aten", "prims")
 
     def callable_allowed(self, obj):
-        torch = self.torch
-        if id(obj) in self.denied:
-            return False
-        if isinstance(obj, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
-            return obj.namespace in ("aten", "prims")
-        if id(obj) in self.named or id(obj) in self.shims:
-            return True
-        name = getattr(obj, "__name__", None)
-        if isinstance(obj, types.BuiltinFunctionType) and isinstance(name, str) and not name.startswith("_"):
-            # torch.where, torch.cat, ...: the tensor functions of torch's C namespace.
-            if getattr(self.variable_functions, name, None) is obj:
-                return True
-        if getattr(obj, "__objclass__", None) is self.tensor_base:
-            # torch.Tensor.narrow, .to, .size, ...: methods of the C tensor.
-            return isinstance(name, str) and not name.startswith("_")
-        home = self.home(obj)
-        if home is None:
-            return False
-        last = obj.__qualname__.rsplit(".", 1)[-1]
-        if home == "torch._tensor":
-            # torch.Tensor.split, ...: methods written in Python.
-            return obj.__qualname__.startswith("Tensor.") and not last.startswith("_")
-        if home in PURE_MODULES or is_modeling_module(home):
-            if isinstance(obj, type):
-                return home in ("torch.return_types", "torch.nn.attention") or issubclass(obj, torch.nn.Module)
-            return isinstance(obj, (types.FunctionType, types.BuiltinFunctionType))
-        return False
+        return self.is_operator(obj) or id(obj) in self.shims or self.entry(obj) is not None
 
     def target_allowed(self, obj):
-        """A patch target: its original is what a program's `original` step runs."""
-        if self.callable_allowed(obj):
-            return True
-        home = self.home(obj)
-        if home is None:
-            return False
-        if isinstance(obj, types.FunctionType) and (home.startswith(TARGET_MODULE_PREFIXES) or is_modeling_module(home)):
-            return True  # a layer's or a model's own method (NllbMoeTop2Router._cast_classifier)
-        # transformers' availability probes (`@lru_cache`d functions answering a bool).
-        name = obj.__qualname__
-        return (home == AVAILABILITY_MODULE and isinstance(obj, (types.FunctionType, functools._lru_cache_wrapper))
-                and name.startswith("is_") and name.endswith("_available"))
+        """A patch target: an entry, or one of `targets` (its original runs only as the model would run it)."""
+        return self.callable_allowed(obj) or self.entry(obj, ("targets",)) is not None
 
-    def check_value(self, value, what):
-        """Refuses a value no slot may hold; returns it otherwise."""
+    def layer_allowed(self, obj):
+        """A layer or configuration class a program case may build."""
+        return isinstance(obj, type) and self.entry(obj, ("layers",)) is not None
+
+    def check_value(self, value, what, depth=0, looked_up=False):
+        """Refuses a value no slot may hold; returns it otherwise. A value a path
+        resolves to (`looked_up`) must be plain data, an entry or a value of an
+        entry's class; a value a step produced may also be another object (a
+        model output, a configuration), whose callables stay refused."""
         torch = self.torch
-        if isinstance(value, type(sys)):
+        if depth > 8:
+            raise PermissionError(f"{what} nests deeper than 8")
+        if isinstance(value, types.ModuleType):
             raise PermissionError(f"{what} is a module, not a value a patch program may use")
         if isinstance(value, UNREACHABLE_TYPES):
             raise PermissionError(f"{what} is a {type(value).__name__}, not a value a patch program may use")
@@ -235,14 +237,33 @@ class Reach:
             raise PermissionError(f"{what} is a module's namespace, not a value a patch program may use")
         if isinstance(value, (list, tuple)):
             for item in value:
-                self.check_value(item, what)
+                self.check_value(item, what, depth + 1, looked_up)
             return value
-        if callable(value) and not torch.is_tensor(value) and not isinstance(value, torch.nn.Module):
+        if torch.is_tensor(value) or isinstance(value, torch.nn.Module) or isinstance(value, self.value_types):
+            return value
+        if callable(value):
             if context_allowed(self, value):
                 return value  # sdpa_kernel(...): a context made by an allowed function
             if not self.callable_allowed(value):
-                raise PermissionError(f"{what} ({describe_object(value)}) is not a callable a patch program may use")
-        return value
+                raise PermissionError(f"{what} ({describe_object(value)}) is not a callable of the allowlist")
+            return value
+        if not looked_up or self.entry(value) is not None or self.entry(type(value)) is not None:
+            return value  # SDPBackend.MATH: an entry, or a value of an entry's class
+        raise PermissionError(f"{what} is a {describe_object(type(value))}, not a value a patch program may use")
+
+
+def entry_problem(path, obj, private):
+    """Why `obj` cannot be an allowlist entry, else None."""
+    if dunder_segment(path) or (private_segment(path) and path not in private):
+        return "a private or dunder name that the allowlist does not review"
+    if isinstance(obj, (types.MethodType, classmethod, staticmethod)):
+        return "a bound method (or a class/static method object)"
+    self_of = getattr(obj, "__self__", None)
+    if isinstance(obj, types.BuiltinFunctionType) and self_of is not None and not isinstance(self_of, (types.ModuleType, type)):
+        return "a bound builtin method"
+    if isinstance(obj, types.ModuleType):
+        return "a module"
+    return None
 
 
 def describe_object(value):
@@ -357,7 +378,6 @@ def run_program(policy, program, slots, original, invokable, make_callback):
     import torch
 
     given = len(slots)
-    looked_up = set()
     with contextlib.ExitStack() as contexts:
         for index, step in enumerate(program["steps"]):
             kind, body = next(iter(step.items()))
@@ -365,15 +385,14 @@ def run_program(policy, program, slots, original, invokable, make_callback):
                 if kind in ("call", "original"):
                     function = original if kind == "original" else policy.resolve_op(body["op"])
                     result = function(*[slots[i] for i in body["args"]], **{k: slots[i] for k, i in body["kwargs"]})
-                    if kind == "call":
-                        result = policy.check_value(result, f"the result of `{body['op']}`")
+                    what = "the original" if kind == "original" else f"`{body['op']}`"
+                    result = policy.check_value(result, f"the result of {what}")
                 elif kind == "invoke":
                     callee = slots[body["callee"]]
                     if body["callee"] not in invokable and not isinstance(callee, torch.nn.Module):
                         raise PermissionError(f"slot {body['callee']} ({type(callee).__name__}) may not be invoked")
                     result = callee(*[slots[i] for i in body["args"]], **{k: slots[i] for k, i in body["kwargs"]})
-                    if body["callee"] in looked_up:
-                        result = policy.check_value(result, f"the result of slot {body['callee']}")
+                    result = policy.check_value(result, f"the result of slot {body['callee']}")
                 elif kind == "getattr":
                     result = checked_attribute(policy, slots[body[0]], body[1])
                 elif kind == "item":
@@ -383,7 +402,6 @@ def run_program(policy, program, slots, original, invokable, make_callback):
                 elif kind == "lookup":
                     result = policy.resolve_op(body)
                     invokable.add(len(slots))
-                    looked_up.add(len(slots))
                 elif kind == "pack":
                     result = tuple(slots[i] for i in body)
                 elif kind == "enter":
@@ -395,8 +413,12 @@ def run_program(policy, program, slots, original, invokable, make_callback):
                     invokable.add(len(slots))
                 else:
                     raise ValueError(f"unknown step kind `{kind}`")
+            except PatchProgramError:
+                raise  # a callback's own program failed: its line already says which step, not wrapped per level
+            except RecursionError:
+                raise PatchProgramError(f"step {index} ({kind}): RecursionError: the program recursed too deep") from None
             except Exception as error:
-                raise PatchProgramError(f"step {index} ({kind}): {type(error).__name__}: {error}") from error
+                raise PatchProgramError(bounded(f"step {index} ({kind}): {type(error).__name__}: {error}")) from error
             slots.append(result)
         return slots[program["output"]]
 
@@ -443,7 +465,7 @@ def shim(policy, ask, plugin, target, original, answers):
     return patched
 
 
-def answer_call(policy, ask, plugin, target, original, args, kwargs, answers):
+def answer_call(policy, ask, plugin, target, original, args, kwargs, answers, depth=0):
     """Describes the call to the host, which asks the plugin; runs the program it answers."""
     values = []
     arg_slots = [describe(values, a, answers.layouts) for a in args]
@@ -453,18 +475,28 @@ def answer_call(policy, ask, plugin, target, original, args, kwargs, answers):
 
     def make_callback(name, captured):
         def callback(*more, **more_kwargs):
-            return answer_call(policy, ask, plugin, name, original, (*captured, *more), more_kwargs, answers)
+            if depth >= MAX_CALLBACK_DEPTH:
+                raise PermissionError(f"callbacks nest deeper than {MAX_CALLBACK_DEPTH} (a callback that calls itself?)")
+            return answer_call(policy, ask, plugin, name, original, (*captured, *more), more_kwargs, answers, depth + 1)
         return callback
 
     live = [v for _, v in values]
     try:
         return run_program(policy, program, live, original, set(range(len(live))), make_callback)
     except PatchProgramError as error:
-        raise PatchProgramError(f"patch plugin `{plugin}` on `{target}`: {error}") from error.__cause__
+        if depth:
+            raise  # the outermost call names plugin and target, once
+        raise PatchProgramError(bounded(f"patch plugin `{plugin}` on `{target}`: {error}")) from error.__cause__
 
 
 def target_root(name):
     return name.split(".")[0] in ("torch", "transformers")
+
+
+def target_module(policy):
+    """The modules a target path may start at: the allowlist's, and transformers'
+    modeling modules (a patch replaces the name model code looks up there)."""
+    return lambda root: root in policy.target_roots or is_modeling_module(root)
 
 
 def resolve_target(policy, plugin, target):
@@ -472,13 +504,13 @@ def resolve_target(policy, plugin, target):
     plugin's `original` step runs, so it is judged like any callable a program
     reaches; a target outside torch and transformers is never imported."""
     try:
-        owner, attribute = policy.resolve(target, root_allowed=target_root)
+        owner, attribute = policy.resolve(target, root_allowed=target_module(policy))
     except PermissionError as error:
         raise PermissionError(f"patch plugin `{plugin}` targets `{target}`: {error}") from None
     original = getattr(owner, attribute)
-    if not getattr(original, "hfx_shim", False) and not policy.target_allowed(original):
+    if id(original) not in policy.shims and not policy.target_allowed(original):
         raise PermissionError(f"patch plugin `{plugin}` targets `{target}` ({describe_object(original)}), "
-                              "which is not a function a patch may replace")
+                              "which is not a function of the allowlist a patch may replace")
     return owner, attribute, original
 
 
@@ -591,7 +623,7 @@ def patch_status(policy, patches):
                 status[target] = True  # never imported, never patched
                 continue
             try:
-                owner, attribute = policy.resolve(target, root_allowed=target_root)
+                owner, attribute = policy.resolve(target, root_allowed=target_module(policy))
                 status[target] = not getattr(getattr(owner, attribute), "hfx_shim", False)
             except (AttributeError, ImportError, PermissionError):
                 pass

@@ -24,18 +24,28 @@ def from_architecture(arch, overrides, task, generative=False):
     import transformers
 
     config = transformers.AutoConfig.for_model(arch, **{k: parse_value(v) for k, v in overrides.items()})
+    # A config made here names no code to fetch: an `auto_map` set by `--set`
+    # (or a self-test case's overrides) is never followed.
     if task:
-        return built(model_class(task, config), config)
+        cls = model_class(task, config)
+        return built(cls, config, **remote_refused(cls))
     if generative:
         for name in GENERATIVE:
             auto = getattr(transformers, name, None)
             if auto is not None and type(config) in auto._model_mapping:
-                return auto.from_config(config)
+                return auto.from_config(config, trust_remote_code=False)
         from .protocol import Unsupported
 
         raise Unsupported(f"--generation: transformers has no generative class for `{arch}`; name one with --task")
     auto = transformers.AutoModelForCausalLM if arch in CAUSAL_LM else transformers.AutoModel
-    return auto.from_config(config)
+    return auto.from_config(config, trust_remote_code=False)
+
+
+def remote_refused(cls):
+    """`trust_remote_code=False` for an auto class (a model class takes no such option)."""
+    import transformers
+
+    return {"trust_remote_code": False} if isinstance(cls, type) and issubclass(cls, transformers.models.auto.auto_factory._BaseAutoModelClass) else {}
 
 
 # The auto classes of models that generate, in the order a generation export picks one.
@@ -44,20 +54,37 @@ GENERATIVE = ("AutoModelForCausalLM", "AutoModelForSeq2SeqLM", "AutoModelForSpee
 
 
 def model_class(task, config):
-    """`--task`: a transformers class (`BertModel`), a dotted path, or a class of the
-    architecture's modeling module (`WhisperEncoder`)."""
+    """`--task`: a transformers class (`BertModel`), a dotted path (the user's
+    own: a self-test case's task is a plain name, the host refuses others), or a
+    class of the architecture's modeling module (`WhisperEncoder`). A plain name
+    must be a model class (a `PreTrainedModel` or an auto model class) found at
+    its home under its name: never a function (`pipeline`) nor a loader."""
     import transformers
 
-    if hasattr(transformers, task):
-        return getattr(transformers, task)
     if "." in task:
         module, name = task.rsplit(".", 1)
         return getattr(importlib.import_module(module), name)
+    if not task.isidentifier() or task.startswith("_"):
+        raise PermissionError(f"--task {task}: not a class name")
+    if task in dir(transformers):
+        return checked_model_class(task, getattr(transformers, task))
     kind = config.model_type.replace("-", "_")
     module = importlib.import_module(f"transformers.models.{kind}.modeling_{kind}")
-    if not hasattr(module, task):
+    if task not in vars(module):
         raise ValueError(f"--task {task}: not a transformers class, nor one of transformers.models.{kind}")
-    return getattr(module, task)
+    return checked_model_class(task, vars(module)[task])
+
+
+def checked_model_class(task, cls):
+    """`cls` if it is a model class found again at its home (by identity), else refused."""
+    import transformers
+    from transformers.models.auto.auto_factory import _BaseAutoModelClass
+
+    module = sys.modules.get(getattr(cls, "__module__", None) or "")
+    at_home = module is not None and vars(module).get(getattr(cls, "__name__", None)) is cls
+    if not (isinstance(cls, type) and issubclass(cls, (transformers.PreTrainedModel, _BaseAutoModelClass)) and at_home):
+        raise PermissionError(f"--task {task}: not a transformers model class")
+    return cls
 
 
 def built(cls, config, **kwargs):
@@ -142,7 +169,9 @@ def remote_auto_class(auto_map, architecture):
 def from_function(spec):
     # python:module:function returning (model, inputs)
     _, module, function = spec.split(":", 2)
-    sys.path.insert(0, os.getcwd())
+    # The folder comes last: a `json.py` there cannot shadow the standard library or site-packages.
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
     return getattr(importlib.import_module(module), function)()
 
 
