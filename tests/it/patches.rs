@@ -282,6 +282,16 @@ fn the_worker_refuses_what_a_patch_program_resolves_to_not_its_path() {
     assert!(!dir.path().join("escaped").exists());
 }
 
+/// The allowlist a patch program or self-test case draws on is pure: every
+/// entry's code, and its callees to a fixed depth, reach no file, process,
+/// socket, import, pickle or Hub function (`tests/python/check_allowlist.py`,
+/// which first proves the scan flags `from_pretrained`, a modeling method that
+/// calls `torch.load` and an allowlist with such an entry added).
+#[test]
+fn every_allowlist_entry_is_free_of_files_processes_network_imports_and_the_hub() {
+    run_python("check_allowlist.py", &[]);
+}
+
 /// Through the whole pipeline: paths that pass the host's string check
 /// (`transformers.models.llama.modeling_llama.torch.os.system`,
 /// `torch.PyTorchFileWriter`) reach the worker, which refuses what they resolve
