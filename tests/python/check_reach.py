@@ -271,6 +271,8 @@ def refused(what, run, failures, cause=PermissionError):
     except cause as error:
         print(f"refused: {what}: {error}")
         return error
+    except Exception as error:  # noqa: BLE001
+        failures.append(f"{what}: failed with {type(error).__name__}, not refused by the policy: {str(error)[:200]}")
     return None
 
 

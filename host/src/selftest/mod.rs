@@ -85,19 +85,29 @@ pub struct Outcome {
 }
 
 /// The case files of `plugin`, sorted; none when it has no `selftest/` folder.
+/// The folder holds JSON cases only: a case is data, and anything else there
+/// (a `.py` a case could try to reach, a folder) refuses the plugin's self-tests.
 fn case_names(plugin: &Plugin) -> Result<Option<(Dir, Vec<String>)>, LoadError> {
     let dir = Dir::open_ambient_dir(&plugin.dir, ambient_authority()).map_err(|e| LoadError::new(&plugin.dir, e.to_string()))?;
     if !dir.is_dir(FOLDER) {
         return Ok(None);
     }
-    let cases = dir.open_dir(FOLDER).map_err(|e| LoadError::new(plugin.dir.join(FOLDER), e.to_string()))?;
-    let mut names: Vec<String> = cases
-        .entries()
-        .map_err(|e| LoadError::new(plugin.dir.join(FOLDER), e.to_string()))?
-        .filter_map(Result::ok)
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| n.ends_with(".json"))
-        .collect();
+    let folder = plugin.dir.join(FOLDER);
+    let cases = dir.open_dir(FOLDER).map_err(|e| LoadError::new(&folder, e.to_string()))?;
+    let mut names = Vec::new();
+    for entry in cases.entries().map_err(|e| LoadError::new(&folder, e.to_string()))? {
+        let entry = entry.map_err(|e| LoadError::new(&folder, e.to_string()))?;
+        let name = entry.file_name();
+        match name.to_str() {
+            Some(name) if name.ends_with(".json") && name.len() > ".json".len() => names.push(name.to_string()),
+            _ => {
+                return Err(LoadError::new(
+                    folder.join(&name),
+                    format!("a self-test folder holds only `.json` cases; remove `{FOLDER}/{}`", name.to_string_lossy()),
+                ))
+            }
+        }
+    }
     names.sort();
     Ok(Some((cases, names)))
 }
@@ -136,6 +146,7 @@ fn run_case(runtime: &Runtime, plugin: &Plugin, set: &[Plugin], text: &str, dept
     let (case, mut graph, changes, candidate) = match plugin.typed() {
         Typed::Patch(patch) => {
             let case: patch::PatchCase = serde_json::from_str(text).map_err(|e| e.to_string())?;
+            case.check()?;
             return match depth {
                 Depth::Structural => Ok("read; a patch case is traced by `hfx plugins test`".into()),
                 Depth::Numeric(worker) => patch::run(runtime, patch, &case, worker),

@@ -93,7 +93,31 @@ pub enum Expect {
     Installed,
 }
 
+/// Configuration keys a case may not set: they name code, kernels or files to
+/// load (the worker also builds every case's model with remote code refused).
+const OVERRIDES_DENIED: &[&str] = &["auto_map", "trust_remote_code", "name_or_path", "quantization_config", "kernel_config"];
+
 impl PatchCase {
+    /// A case is as untrusted as its plugin: its `task` is a plain class name
+    /// (the worker accepts only a transformers model class by it; a dotted path
+    /// would import a module), and its overrides set sizes and flags, never code.
+    pub fn check(&self) -> Result<(), String> {
+        let CaseModel::Architecture { name, overrides, task } = &self.model else { return Ok(()) };
+        let plain = |s: &str| !s.is_empty() && !s.starts_with('_') && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !plain(name) {
+            return Err(format!("model: `{name}` is not an architecture name"));
+        }
+        if let Some(task) = task {
+            if !plain(task) || task.contains('-') {
+                return Err(format!("model: task `{task}` is not a class name (a case names a transformers model class, never a dotted path)"));
+            }
+        }
+        if let Some(key) = overrides.keys().find(|k| !plain(k) || OVERRIDES_DENIED.contains(&k.as_str()) || k.contains("implementation")) {
+            return Err(format!("model: the override `{key}` may name code or files to load; a case sets sizes and flags only"));
+        }
+        Ok(())
+    }
+
     fn request(&self) -> TraceRequest {
         let (source, task) = match &self.model {
             CaseModel::Program { program, inputs } => (ModelSource::Program { program: program.clone(), inputs: inputs.clone() }, None),
@@ -107,6 +131,7 @@ impl PatchCase {
 
 /// Runs `case` for `patch` in `worker`; says what it showed.
 pub fn run(runtime: &Runtime, patch: PluginOf<'_, kind::Patch>, case: &PatchCase, worker: &mut Worker) -> Result<String, String> {
+    case.check()?;
     let scratch = tempfile::Builder::new().prefix(".hfx-selftest-").tempdir().map_err(|e| e.to_string())?;
     let request = case.request();
 

@@ -111,15 +111,36 @@ const TRANSFORMERS_MODULES: &[&str] = &[
 /// Names that save, load or publish, wherever they appear.
 const IO_NAMES: &[&str] = &["save_pretrained", "from_pretrained", "push_to_hub", "to_json_file", "save", "load", "register_for_auto_class"];
 
+/// The worker's allowlist (`hfx_worker/allowlist.json`): its `private` map
+/// names the only `_` paths a program may write, each reviewed there.
+const ALLOWLIST: &str = include_str!("../../worker/hfx_worker/allowlist.json");
+
+fn reviewed_private(path: &str) -> bool {
+    static PRIVATE: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    PRIVATE
+        .get_or_init(|| {
+            let list: serde_json::Value = serde_json::from_str(ALLOWLIST).unwrap_or_default();
+            list.get("private").and_then(|p| p.as_object()).map(|p| p.keys().cloned().collect()).unwrap_or_default()
+        })
+        .iter()
+        .any(|p| p == path)
+}
+
 fn reachable(path: &str) -> Result<(), String> {
     let path = path.strip_prefix("torch.ops.").unwrap_or(path);
     let parts: Vec<&str> = path.split('.').collect();
-    if parts.iter().any(|p| p.is_empty() || p.starts_with("__") || IO_NAMES.contains(p)) {
+    let dunder = |p: &&str| p.starts_with("__") || p.ends_with("__");
+    if parts.iter().any(|p| p.is_empty() || dunder(p) || IO_NAMES.contains(p)) {
         return Err(format!("`{path}` is not reachable from a patch program"));
+    }
+    // ATen/prims overloads are a family (`aten._softmax.default`); elsewhere a `_` name only where the allowlist reviews it.
+    let operator = matches!(parts.as_slice(), ["aten" | "prims", _, _]);
+    if !operator && parts.iter().any(|p| p.starts_with('_')) && !reviewed_private(path) {
+        return Err(format!("`{path}` names a private (`_`) attribute the allowlist does not review"));
     }
     let private = |p: &&str| p.starts_with('_');
     let ok = match parts.as_slice() {
-        ["aten", _op, _overload] => true,
+        ["aten" | "prims", _op, _overload] => true,
         ["operator" | "math", name] => !private(name),
         ["builtins", name] => BUILTINS.contains(name),
         ["torch", "_check" | "_check_is_size"] => true,
@@ -222,6 +243,10 @@ mod tests {
             "transformers.models.llama.modeling_llama.LlamaForCausalLM.save_pretrained",
             "transformers.models.llama.configuration_llama.LlamaConfig",
             "transformers.modeling_utils",
+            "transformers.models.rag.modeling_rag.RagPreTrainedModel.from_pretrained_question_encoder_generator.__func__",
+            "transformers.masking_utils._preprocess_mask_arguments",
+            "transformers.models.llama.modeling_llama.LlamaForCausalLM._from_config",
+            "torch.nn.functional.relu.__builtins__",
         ] {
             assert!(reachable(path).is_err(), "{path}");
         }

@@ -2,10 +2,10 @@
 of a plugin's self-test (`hfx plugins test`).
 
 The program comes from a plugin's folder, so it is untrusted like the plugin:
-a node's target is resolved through the patch sandbox's policy (`Reach`), which
-decides on the resolved object (ATen/prims operator overloads, the symbolic
-arithmetic of `operator` and `torch.sym_*`); nothing else is imported or
-called. Sub-graphs (control flow), operators as values and opaque objects are
+a node's target is resolved through the patch sandbox's capability policy
+(`Reach`), as a patch program's paths are: an ATen/prims operator overload,
+or an entry of the allowlist by identity (the symbolic arithmetic of
+`operator`, `math` and `torch.sym_*`); nothing else is imported or called. Sub-graphs (control flow), operators as values and opaque objects are
 refused: a captured case is a straight-line piece of a traced program.
 
 Values cross the protocol as `{"tensor": {"dtype", "shape", "data"}}` (data:
