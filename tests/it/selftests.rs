@@ -236,3 +236,55 @@ fn every_shipped_plugin_passes_its_self_tests() {
     let missing: Vec<&String> = shipped.iter().filter(|n| !checked.contains(n.as_str())).collect();
     assert!(missing.is_empty(), "checked on values in no case: {missing:?}\n{output}");
 }
+
+/// A self-test folder is data only: a `.py` (or anything not a `.json` case)
+/// beside the cases refuses the plugin's self-tests in one line naming the
+/// file, before any case runs.
+#[test]
+fn a_self_test_folder_holding_anything_but_json_is_refused_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = copy_plugin("plugins/dynamo/patch-kernels-unavailable", dir.path());
+    std::fs::create_dir_all(plugin.join("selftest")).unwrap();
+    std::fs::copy(plugin_dir("plugins/dynamo/patch-kernels-unavailable").join("selftest/llama.json"), plugin.join("selftest/llama.json")).unwrap();
+    let marker = dir.path().join("reached");
+    std::fs::write(plugin.join("selftest/json.py"), format!("import os\nos.system('touch {}')\n", marker.display())).unwrap();
+    for command in ["verify", "test"] {
+        let out = hfx_with_python(dir.path(), &["plugins", command, plugin.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains("selftest/json.py") && stderr.contains("only `.json` cases"), "{command}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{command}: {stderr}");
+    }
+    assert!(!marker.exists());
+}
+
+/// A patch case's `architecture` is as untrusted as its plugin: its task names
+/// a transformers model class (never a dotted path the worker would import,
+/// nor a function such as `pipeline`), and its overrides set no `auto_map`
+/// or attention implementation (code or kernels to fetch).
+#[test]
+fn a_patch_case_task_and_overrides_name_no_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = copy_plugin("plugins/dynamo/patch-kernels-unavailable", dir.path());
+    std::fs::create_dir_all(plugin.join("selftest")).unwrap();
+    let original = plugin_dir("plugins/dynamo/patch-kernels-unavailable").join("selftest/llama.json");
+    let hostile: Vec<(&str, Box<dyn Fn(&mut serde_json::Value)>, &str)> = vec![
+        ("a dotted task", Box::new(|c| c["model"]["task"] = "transformers.utils.hub.cached_file".into()), "is not a class name"),
+        ("a function as task", Box::new(|c| c["model"]["task"] = "pipeline".into()), "not a transformers model class"),
+        ("a tokenizer as task", Box::new(|c| c["model"]["task"] = "AutoTokenizer".into()), "not a transformers model class"),
+        ("an auto_map override", Box::new(|c| c["model"]["overrides"]["auto_map"] = "{\"AutoModel\": \"evil/repo--x.Y\"}".into()), "may name code"),
+        ("an attention kernel", Box::new(|c| c["model"]["overrides"]["attn_implementation"] = "kernels-community/evil".into()), "may name code"),
+    ];
+    for (index, (_, edit, _)) in hostile.iter().enumerate() {
+        let case = plugin.join(format!("selftest/hostile-{index}.json"));
+        std::fs::copy(&original, &case).unwrap();
+        rewrite_case(&case, |c| edit(c));
+    }
+    let (ok, output) = test(dir.path(), &plugin);
+    assert!(!ok && output.contains(&format!("0 passed, {} failed", hostile.len())), "{output}");
+    for (index, (what, _, expected)) in hostile.iter().enumerate() {
+        let report = output.split(&format!("selftest/hostile-{index}.json: ")).nth(1).unwrap_or_default();
+        let report = report.split("FAILED ").next().unwrap_or_default();
+        assert!(report.contains(expected), "{what}: {report}");
+    }
+    assert_no_scratch_left(dir.path());
+}

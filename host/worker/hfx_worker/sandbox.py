@@ -4,8 +4,12 @@ interpreter that runs a program under that policy.
 Security-critical. A patch plugin (WebAssembly, untrusted) answers a patched
 call with a straight-line program; the host's `check_program`
 (`host/src/trace/patch.rs`) filters its paths as strings, and this module
-decides on the resolved objects. Proven by `tests/python/check_reach.py` and
-the hostile plugins of `tests/plugins/`; see docs/security.md.
+decides on the resolved objects, by capability: the values a call hands a
+program and the entries of `allowlist.json`, by identity. Proven by
+`tests/python/check_reach.py` (hostile programs, targets, layers, tasks),
+`tests/python/check_allowlist.py` (every entry scanned for files, processes,
+sockets, imports, pickles and the Hub) and the hostile plugins of
+`tests/plugins/`; see docs/security.md.
 
 State: the policy (`Reach`) is built once per worker session and holds the
 shims installed right now; nothing here is a module-level mutable global.
@@ -48,6 +52,8 @@ ALLOWLIST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "allowlist.
 MAX_MESSAGE = 512
 # How deep a program's callbacks may nest (each one a plugin round trip).
 MAX_CALLBACK_DEPTH = 16
+# The longest dotted path a program may name (the longest entry is ~90).
+MAX_PATH = 256
 
 
 def is_modeling_module(name):
@@ -127,8 +133,8 @@ class Reach:
         pending = self.pending[section]
         for path, module_name in list(pending.items()):
             obj = self.entry_object(path, module_name)
-            if obj is None:
-                continue
+            if obj is None or id(obj) in self.shims:
+                continue  # not imported yet, or a shim stands there now: the original is the entry
             del pending[path]
             problem = entry_problem(path, obj, self.private)
             if problem is not None:
@@ -148,8 +154,8 @@ class Reach:
 
     # Resolution: an entry's module, then classes and attributes only.
     def check_path(self, path):
-        if not isinstance(path, str) or not path or any(not part.isidentifier() for part in path.split(".")):
-            raise PermissionError(f"`{path!s:.80}` is not a dotted path")
+        if not isinstance(path, str) or not path or len(path) > MAX_PATH or any(not p.isidentifier() for p in path.split(".")):
+            raise PermissionError(f"`{path!s:.80}` is not a dotted path of at most {MAX_PATH} characters")
         if dunder_segment(path):
             raise PermissionError(f"`{path}` names a dunder attribute")
         if private_segment(path) and path not in self.private:
