@@ -216,3 +216,29 @@ fn ops_shown(targets: &[String], absent: &[String], present: &[String]) -> Resul
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::PatchCase;
+
+    fn case(task: Option<&str>, override_key: &str) -> PatchCase {
+        let mut model = serde_json::json!({"kind": "architecture", "name": "llama", "overrides": {"hidden_size": "32"}});
+        if let Some(task) = task {
+            model["task"] = task.into();
+        }
+        model["overrides"][override_key] = "x".into();
+        serde_json::from_value(serde_json::json!({"model": model})).unwrap()
+    }
+
+    #[test]
+    fn a_case_task_is_a_class_name_and_its_overrides_name_no_code() {
+        assert!(case(Some("LlamaForCausalLM"), "num_hidden_layers").check().is_ok());
+        assert!(case(None, "sliding_window").check().is_ok());
+        for task in ["transformers.utils.hub.cached_file", "os.system", "_from_config", "", "a b"] {
+            assert!(case(Some(task), "num_hidden_layers").check().is_err(), "{task}");
+        }
+        for key in ["auto_map", "attn_implementation", "_attn_implementation", "experts_implementation", "trust_remote_code"] {
+            assert!(case(None, key).check().unwrap_err().contains(key), "{key}");
+        }
+    }
+}
