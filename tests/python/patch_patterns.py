@@ -185,15 +185,20 @@ class KernelsOrFallback(torch.nn.Module):
 def kernels_or_fallback(length=8):
     import transformers.utils.import_utils as import_utils
 
+    import transformers.modeling_utils
+    import transformers.utils
+
     # As if `kernels` were installed: the patch must make the trace take the fallback.
-    # The stand-in lives where the probe lives (hfx lets a patch replace only
-    # transformers' own `is_*_available` probes, judged by where they live).
+    # The stand-in stands wherever transformers bound the probe by name: hfx lets
+    # a patch replace the object at the allowlist's canonical path
+    # (`transformers.utils.import_utils.is_kernels_available`), by identity.
     def is_kernels_available(*args, **kwargs):
         return True
 
     is_kernels_available.__module__ = import_utils.__name__
     is_kernels_available.__qualname__ = "is_kernels_available"
-    import_utils.is_kernels_available = is_kernels_available
+    for module in (import_utils, transformers.utils, transformers.modeling_utils):
+        module.is_kernels_available = is_kernels_available
     model = KernelsOrFallback()
     original_forward = model.forward
 
