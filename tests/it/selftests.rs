@@ -248,8 +248,9 @@ fn a_self_test_folder_holding_anything_but_json_is_refused_naming_the_file() {
     std::fs::copy(plugin_dir("plugins/dynamo/patch-kernels-unavailable").join("selftest/llama.json"), plugin.join("selftest/llama.json")).unwrap();
     let marker = dir.path().join("reached");
     std::fs::write(plugin.join("selftest/json.py"), format!("import os\nos.system('touch {}')\n", marker.display())).unwrap();
-    for command in ["verify", "test"] {
-        let out = hfx_with_python(dir.path(), &["plugins", command, plugin.to_str().unwrap()]);
+    let folder = plugin.to_str().unwrap();
+    for (command, args) in [("verify", vec!["plugins", "verify", "--no-default-plugins", "--plugins", folder]), ("test", vec!["plugins", "test", folder])] {
+        let out = hfx_with_python(dir.path(), &args);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success() && stderr.contains("selftest/json.py") && stderr.contains("only `.json` cases"), "{command}: {stderr}");
         assert_eq!(stderr.trim().lines().count(), 1, "{command}: {stderr}");
