@@ -34,30 +34,24 @@ const LINE_LIMIT: usize = 1000;
 
 /// The error and its causes in one bounded line, each message once: an error
 /// that already quotes its source (`cannot start ...: No such file or
-/// directory`) is not followed by the source again. What a message carries
-/// after its first line (a Python traceback, the worker's last output) is
-/// left to `-v`, except that a first line ending in `:` is completed by the
-/// last line after it, which says what went wrong.
+/// directory`) is not followed by the source again. A Python traceback is
+/// left to `-v`; so is a process's output quoted after a line ending in `:`,
+/// except its last line, which says what went wrong. What is left of a
+/// message is joined into the line.
 fn one_line(error: &anyhow::Error) -> String {
     let mut line = String::new();
     let mut dropped = false;
     for cause in error.chain() {
         let message = cause.to_string();
-        let (head, rest) = message.split_once('\n').unwrap_or((&message, ""));
-        let last = rest.lines().rev().map(str::trim).find(|l| !l.is_empty());
-        let head = match last {
-            Some(last) if head.trim_end().ends_with(':') => format!("{} {last}", head.trim_end()),
-            _ => head.to_string(),
-        };
-        dropped |= last.is_some();
-        let head = head.chars().map(|c| if c.is_control() { ' ' } else { c }).collect::<String>();
-        if line.contains(&head) {
+        let (said, more) = summary(&message);
+        dropped |= more;
+        if line.contains(&said) {
             continue;
         }
         if !line.is_empty() {
             line.push_str(": ");
         }
-        line.push_str(&head);
+        line.push_str(&said);
     }
     if line.chars().count() > LINE_LIMIT {
         let total = line.chars().count();
@@ -68,6 +62,22 @@ fn one_line(error: &anyhow::Error) -> String {
         line.push_str(" (-v shows all of it)");
     }
     line
+}
+
+/// What one message says on the error line, and whether anything was left out.
+fn summary(message: &str) -> (String, bool) {
+    let (said, more) = match message.find("\nTraceback (most recent call last):") {
+        Some(at) => (message[..at].to_string(), true),
+        None => match message.split_once('\n') {
+            Some((head, rest)) if head.trim_end().ends_with(':') => match rest.lines().rev().map(str::trim).find(|l| !l.is_empty()) {
+                Some(last) => (format!("{} {last}", head.trim_end()), true),
+                None => (head.to_string(), false),
+            },
+            _ => (message.to_string(), false),
+        },
+    };
+    let said: String = said.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    (said.split_whitespace().collect::<Vec<_>>().join(" "), more)
 }
 
 /// `-v`: the error and its causes whole, each message once.
