@@ -5,6 +5,7 @@
 mod common;
 
 mod cli;
+mod confine;
 mod executorch;
 mod executorch_fixes;
 mod executorch_patches;

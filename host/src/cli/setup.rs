@@ -90,6 +90,7 @@ pub fn doctor(set: &SetOptions) -> Result<()> {
         }
         Err(e) => problems.push(format!("{e}: {}", fix(&installed))),
     }
+    println!("sandbox       {}", crate::trace::confine::doctor_line());
     // As a run discovers them: what it would skip is a problem too.
     for folder in &set.folders {
         match crate::plugins::discover::discover_folders(std::slice::from_ref(folder)) {

@@ -611,7 +611,11 @@ fn joined(handle: std::thread::ScopedJoinHandle<'_, Result<Exported>>) -> Result
 }
 
 fn start_worker(options: &RunOptions, progress: Progress) -> Result<Worker> {
-    let mut worker = Worker::start_with(&options.plugins.python(), WORKER_START, &options.worker)?;
+    let worker_options = crate::trace::WorkerOptions { sandbox: Some(trace::worker_sandbox(options)), ..options.worker.clone() };
+    let mut worker = Worker::start_with(&options.plugins.python(), WORKER_START, &worker_options)?;
+    if !worker.sandbox.off().is_empty() {
+        tracing::warn!("the trace worker's OS sandbox is partly off on this machine: {}", worker.sandbox.line());
+    }
     worker.on_progress = Some(Box::new(move |p| progress.step("trace", p.stage.description())));
     Ok(worker)
 }

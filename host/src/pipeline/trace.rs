@@ -242,3 +242,67 @@ pub fn fixed_axes(program: &crate::graph::pt2::schema::ExportedProgram, graph: &
     }
     fixed
 }
+
+/// What the run's trace worker may read and write besides its Python, its
+/// package and its scratch folder (`trace::confine`): it writes below the
+/// outputs' folders (the scratch folders and staged artifacts are there) and
+/// reads the model folder (with the Hub cache's blobs its files link to), the
+/// `.pt2` input, the model function's folder, the trace cache and the plugins.
+pub fn worker_sandbox(options: &super::options::RunOptions) -> crate::trace::Sandbox {
+    use super::options::Source;
+    let mut sandbox = crate::trace::Sandbox::default();
+    for target in &options.targets {
+        let parent = target.destination.path().parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        sandbox.write.push(parent.to_path_buf());
+    }
+    match &options.source {
+        Source::Pt2(path) | Source::IrJson(path) => sandbox.read.push(path.clone()),
+        Source::Trace(trace) => {
+            match &trace.request.source {
+                crate::trace::ModelSource::Directory { path, .. } => sandbox.read.extend(folder_and_link_targets(path)),
+                // A model function's module may be found in the current folder.
+                crate::trace::ModelSource::Function(_) => sandbox.read.extend(std::env::current_dir().ok()),
+                _ => {}
+            }
+            sandbox.read.extend(trace.cache.iter().cloned());
+        }
+    }
+    sandbox.read.extend(options.plugins.folders.iter().cloned());
+    if let Some(target) = options.targets.iter().find(|t| matches!(t.artifact, super::options::Artifact::Pte(super::options::Pte::Delegated(_)))) {
+        sandbox.runs_programs = Some(format!("--backend {}: ExecuTorch's delegate lowering runs `flatc`", target.backend));
+    }
+    sandbox
+}
+
+/// Most entries a model folder is scanned for links out of it.
+const LINKS_SCANNED: usize = 10_000;
+
+/// `dir`, and the folders its entries (and its subfolders' entries) link
+/// into: a Hub snapshot's files link to the model's `blobs/`.
+fn folder_and_link_targets(dir: &Path) -> Vec<PathBuf> {
+    let mut found = vec![dir.to_path_buf()];
+    let mut pending = vec![dir.to_path_buf()];
+    let mut scanned = 0;
+    while let Some(folder) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&folder) else { continue };
+        for entry in entries.filter_map(Result::ok) {
+            scanned += 1;
+            if scanned > LINKS_SCANNED {
+                return found;
+            }
+            let path = entry.path();
+            match entry.file_type() {
+                Ok(t) if t.is_symlink() => {
+                    if let Some(parent) = std::fs::canonicalize(&path).ok().and_then(|p| p.parent().map(Path::to_path_buf)) {
+                        if !found.contains(&parent) {
+                            found.push(parent);
+                        }
+                    }
+                }
+                Ok(t) if t.is_dir() => pending.push(path),
+                _ => {}
+            }
+        }
+    }
+    found
+}

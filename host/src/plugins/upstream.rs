@@ -59,13 +59,15 @@ pub fn unmet(ranges: &BTreeMap<String, String>, versions: &Versions) -> Option<S
 }
 
 /// Versions installed in the Python environment `python` runs (the trace
-/// worker's, once it exists); packages not installed are left out.
+/// worker's, once it exists); packages not installed are left out. Python
+/// runs isolated (`-I`): a module in the current folder (`email.py`, which
+/// `importlib.metadata` imports) does not run.
 pub fn probe_installed(python: &str) -> Result<Versions, String> {
     let script = format!(
         "import importlib.metadata as m\nfor p in {:?}:\n    try: print(p, m.version(p))\n    except m.PackageNotFoundError: pass\n",
         KNOWN_PACKAGES
     );
-    let out = Command::new(python).arg("-c").arg(&script).output().map_err(|e| format!("cannot run {python}: {e}"))?;
+    let out = Command::new(python).args(["-I", "-c"]).arg(&script).output().map_err(|e| format!("cannot run {python}: {e}"))?;
     if !out.status.success() {
         // One line: the last line of a traceback says what went wrong.
         let stderr = String::from_utf8_lossy(&out.stderr);

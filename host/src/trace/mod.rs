@@ -11,7 +11,10 @@
 //! The worker runs in a box: its own process group, killed as a whole on a
 //! deadline, an error, drop or hfx's own SIGINT / SIGTERM (`interrupt`), a
 //! memory limit on its process tree (`memory`), and lines read with a bound
-//! (`protocol`).
+//! (`protocol`). Its Python starts isolated (`-I`: neither the current
+//! folder nor `PYTHON*` variables nor the user's site-packages), and where
+//! the run asks for it an OS sandbox limits its files, network and processes
+//! (`confine`).
 
 use std::io::{BufReader, Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -24,6 +27,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::Value;
 
+pub use confine::{Applied as SandboxApplied, Sandbox};
 pub use memory::MemoryMechanism;
 use memory::{Cgroup, MemoryBox, Sampler};
 use protocol::{Decompose, Hello, HelloReply, Incoming, Message, Method, PatchAnswer, PatchCall, PatchSpec, Progress, SourceParams, TraceParams, TraceReply, WireProgram, PROTOCOL};
@@ -52,6 +56,8 @@ pub enum TraceError {
     OutOfMemory { limit: String },
     #[error("cannot limit the trace worker's memory with a cgroup: {0}")]
     NoCgroup(String),
+    #[error("cannot sandbox the trace worker: {0}")]
+    Sandbox(String),
     #[error(transparent)]
     Plugin(crate::plugins::PluginError),
 }
@@ -76,6 +82,8 @@ pub struct WorkerOptions {
     pub memory_mechanism: MemoryMechanism,
     /// Where the worker package is unpacked (None: `package::default_dir`).
     pub package_dir: Option<PathBuf>,
+    /// The OS sandbox and what it lets the worker read and write (None: none).
+    pub sandbox: Option<Sandbox>,
 }
 
 /// How often a waiting request checks that the worker is still alive (a
@@ -95,6 +103,10 @@ pub struct Worker {
     next_id: u64,
     /// The package the worker runs (a temp copy is removed after the worker).
     _package: package::Unpacked,
+    /// A sandboxed worker's own scratch folder (its `TMPDIR`), removed after it.
+    _scratch: Option<tempfile::TempDir>,
+    /// The protections of the OS sandbox the worker runs in.
+    pub sandbox: SandboxApplied,
     /// What `hello` answered: protocol, python, upstream versions.
     pub hello: HelloReply,
     /// Called with each progress line the worker sends during a request.
@@ -123,22 +135,43 @@ impl Worker {
         let unpacked = package::unpack(cache.as_deref()).map_err(TraceError::Package)?;
         let mut command = Command::new(python);
         command
-            .args(["-u", "-c", package::BOOTSTRAP])
+            .args(["-I", "-u", "-c", package::BOOTSTRAP])
             .arg(&unpacked.root)
             .envs(options.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
+        let (mut confinement, scratch) = match &options.sandbox {
+            None => (None, None),
+            Some(sandbox) => {
+                let scratch = tempfile::Builder::new()
+                    .prefix("hfx-worker-")
+                    .tempdir()
+                    .map_err(|e| TraceError::Sandbox(format!("cannot create its scratch folder in {}: {e}", std::env::temp_dir().display())))?;
+                let pythonpath = worker_pythonpath(&options.env);
+                let prepared = confine::Prepared::new(sandbox, python, &unpacked.root, &pythonpath, scratch.path(), unpacked.memo_dir.as_deref())?;
+                // What the worker's libraries write goes to its scratch folder, the one place it may write.
+                command.env("TMPDIR", scratch.path()).env("HF_MODULES_CACHE", scratch.path().join("modules"));
+                if prepared.no_exec() {
+                    command.env(confine::NO_EXEC_ENV, "1");
+                }
+                (Some(prepared), Some(scratch))
+            }
+        };
+        let applied = confinement.as_ref().map(|c| c.applied.clone()).unwrap_or_default();
         // Should hfx itself die without cleaning up (SIGKILL, the OOM killer), the worker goes too.
         let host = std::process::id() as libc::pid_t;
-        // SAFETY: prctl and getppid are async-signal-safe and nothing is allocated.
+        // SAFETY: prctl and getppid are async-signal-safe; the sandbox was prepared before the fork and allocates nothing.
         unsafe {
             command.pre_exec(move || {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 || libc::getppid() != host {
                     return Err(std::io::Error::other("hfx exited while starting the worker"));
                 }
-                Ok(())
+                match confinement.as_mut() {
+                    Some(confinement) => confinement.apply(),
+                    None => Ok(()),
+                }
             });
         }
         // Started and registered in one step: a SIGINT now kills it too.
@@ -204,6 +237,8 @@ impl Worker {
             stderr,
             next_id: 0,
             _package: unpacked,
+            _scratch: scratch,
+            sandbox: applied,
             hello: placeholder,
             on_progress: None,
             on_weights_plan: None,
@@ -667,6 +702,14 @@ pub fn trace(
     }
 }
 
+/// The worker's `PYTHONPATH` entries (its own environment's over hfx's),
+/// which its bootstrap appends to `sys.path` and the sandbox lets it read.
+fn worker_pythonpath(env: &[(std::ffi::OsString, std::ffi::OsString)]) -> Vec<PathBuf> {
+    let value = env.iter().rev().find(|(k, _)| k == "PYTHONPATH").map(|(_, v)| v.clone()).or_else(|| std::env::var_os("PYTHONPATH"));
+    value.map(|v| std::env::split_paths(&v).filter(|p| !p.as_os_str().is_empty()).collect()).unwrap_or_default()
+}
+
+pub mod confine;
 pub mod interrupt;
 pub mod memory;
 mod process;

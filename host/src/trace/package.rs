@@ -52,6 +52,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("__main__.py", include_str!("../../worker/hfx_worker/__main__.py")),
     ("allowlist.json", include_str!("../../worker/hfx_worker/allowlist.json")),
     ("checkpoint.py", include_str!("../../worker/hfx_worker/checkpoint.py")),
+    ("confine.py", include_str!("../../worker/hfx_worker/confine.py")),
     ("generation.py", include_str!("../../worker/hfx_worker/generation.py")),
     ("graph.py", include_str!("../../worker/hfx_worker/graph.py")),
     ("import_memo.py", include_str!("../../worker/hfx_worker/import_memo.py")),
@@ -72,11 +73,14 @@ pub const FILES: &[(&str, &str)] = &[
     ("verify.py", include_str!("../../worker/hfx_worker/verify.py")),
 ];
 
-/// What `python -c` runs: the verified folder first on `sys.path`, the server
-/// imported without writing bytecode beside it (the folder must stay exactly
-/// as checked), then the request loop. The folder is `sys.argv[1]`.
-pub const BOOTSTRAP: &str = "import sys\n\
+/// What `python -I -c` runs: the verified folder first on `sys.path`, the
+/// `PYTHONPATH` entries (which `-I` ignores) last, after the standard library
+/// and site-packages (a `json.py` or `torch/` there shadows nothing), the
+/// server imported without writing bytecode beside it (the folder must stay
+/// exactly as checked), then the request loop. The folder is `sys.argv[1]`.
+pub const BOOTSTRAP: &str = "import os, sys\n\
 sys.path.insert(0, sys.argv[1])\n\
+sys.path.extend(os.path.abspath(p) for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p)\n\
 saved, sys.dont_write_bytecode = sys.dont_write_bytecode, True\n\
 import hfx_worker.server\n\
 sys.dont_write_bytecode = saved\n\

@@ -15,7 +15,7 @@ import os
 import sys
 import traceback
 
-from . import protocol
+from . import confine, protocol
 from .opinfo import check_sample, op_infos, op_samples
 from .protocol import (ArtifactFailed, Unsupported, CaptureGenerationParams, CaptureProgramParams, CaptureValuesParams, Channel, CheckSampleParams, ErrorReply, HelloParams, HelloReply,
                        EdgeProgramParams, GenerateCheckParams, LowerParams, OpInfosParams, OpSamplesParams, PatchesRestoredParams, ProtocolError, Request, RunCaseParams, TraceParams,
@@ -167,6 +167,8 @@ IMPORT_MEMO = ImportStructureMemo()
 
 
 def main():
+    # Before any request: nothing a request runs may start a program.
+    confine.from_environment()
     gc.set_threshold(*GC_THRESHOLDS)
     gc.disable()
     sys.meta_path.insert(0, NoGpuLibraries())
