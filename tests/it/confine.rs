@@ -36,10 +36,10 @@ fn modules_in_the_current_folder_do_not_run_in_the_worker_or_the_version_probe()
         .env("HFX_CACHE_DIR", root().join("target/hfx-test-cache"))
         .output()
         .unwrap();
+    assert!(!marker.exists(), "a planted module ran in the worker: {}", std::fs::read_to_string(&marker).unwrap());
     assert!(!run.status.success());
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(stderr.contains("no_such_function"), "the worker started and reached the model function: {stderr}");
-    assert!(!marker.exists(), "a planted module ran in the worker: {}", std::fs::read_to_string(&marker).unwrap());
 }
 
 /// What the hostile model function tries; it raises naming every attempt

@@ -3,7 +3,6 @@ the worker starts, lines it writes past the protocol. Each writes the pids it
 knows to files in the current folder (hfx's, where the test looks)."""
 
 import os
-import subprocess
 import sys
 import time
 
@@ -15,9 +14,13 @@ def _write(name, pid):
 
 
 def spawns_and_hangs():
-    """Starts a child process (which inherits the worker's stdout) and hangs."""
-    child = subprocess.Popen(["sleep", "1000"])
-    _write("child.pid", child.pid)
+    """Starts a child process (which inherits the worker's stdout) and hangs.
+    A fork, not a program: the worker's sandbox refuses `execve`."""
+    child = os.fork()
+    if child == 0:
+        time.sleep(1000)
+        os._exit(0)
+    _write("child.pid", child)
     _write("worker.pid", os.getpid())
     print("started a child, about to hang", file=sys.stderr, flush=True)
     time.sleep(3600)
