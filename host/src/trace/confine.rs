@@ -331,3 +331,50 @@ fn network_filter() -> Vec<libc::sock_filter> {
         statement(BPF_RET_K, SECCOMP_RET_ALLOW),
     ]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_network_filter_refuses_inet_sockets_and_io_uring_and_keeps_unix_sockets() {
+        if !support().seccomp {
+            return;
+        }
+        let filter = network_filter();
+        let program = libc::sock_fprog { len: filter.len() as u16, filter: filter.as_ptr() as *mut libc::sock_filter };
+        // SAFETY: the child makes only async-signal-safe calls and leaves with _exit; the parent reaps it.
+        unsafe {
+            let pid = libc::fork();
+            if pid == 0 {
+                let installed = libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
+                    && libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &program as *const libc::sock_fprog) == 0;
+                let refused = |result: libc::c_long, errno: i32| result == -1 && *libc::__errno_location() == errno;
+                let inet = refused(libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) as libc::c_long, libc::EACCES);
+                let inet6 = refused(libc::socket(libc::AF_INET6, libc::SOCK_DGRAM, 0) as libc::c_long, libc::EACCES);
+                let mut pair = [0; 2];
+                let inet_pair = refused(libc::socketpair(libc::AF_INET, libc::SOCK_STREAM, 0, pair.as_mut_ptr()) as libc::c_long, libc::EACCES);
+                let uring = refused(libc::syscall(libc::SYS_io_uring_setup, 1u32, std::ptr::null_mut::<u8>()), libc::ENOSYS);
+                let unix = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0) >= 0;
+                let unix_pair = libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, pair.as_mut_ptr()) == 0;
+                let code = [installed, inet, inet6, inet_pair, uring, unix, unix_pair].iter().position(|ok| !ok).map_or(0, |i| 10 + i as i32);
+                libc::_exit(code);
+            }
+            let mut status = 0;
+            assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
+            // 10 + the index of the first check that failed: installed, inet, inet6, inet pair, io_uring, unix, unix pair.
+            assert_eq!(libc::WEXITSTATUS(status), 0, "status {status}");
+        }
+    }
+
+    #[test]
+    fn the_protections_off_are_named() {
+        let applied = Applied {
+            files: Protection::On("Landlock ABI 7".into()),
+            network: Protection::Off("no seccomp filters in this kernel".into()),
+            exec: Protection::Off("--backend executorch.xnnpack: ExecuTorch's delegate lowering runs `flatc`".into()),
+        };
+        assert_eq!(applied.off(), ["network", "processes"]);
+        assert!(applied.line().starts_with("files on (Landlock ABI 7), network OFF (no seccomp"), "{}", applied.line());
+    }
+}
