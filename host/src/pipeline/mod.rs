@@ -614,7 +614,7 @@ fn start_worker(options: &RunOptions, progress: Progress) -> Result<Worker> {
     let worker_options = crate::trace::WorkerOptions { sandbox: Some(trace::worker_sandbox(options)), ..options.worker.clone() };
     let mut worker = Worker::start_with(&options.plugins.python(), WORKER_START, &worker_options)?;
     if !worker.sandbox.off().is_empty() {
-        tracing::warn!("the trace worker's OS sandbox is partly off on this machine: {}", worker.sandbox.line());
+        tracing::warn!("the trace worker runs with part of its OS sandbox off: {}", worker.sandbox.line());
     }
     worker.on_progress = Some(Box::new(move |p| progress.step("trace", p.stage.description())));
     Ok(worker)
