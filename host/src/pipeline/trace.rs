@@ -246,7 +246,7 @@ pub fn fixed_axes(program: &crate::graph::pt2::schema::ExportedProgram, graph: &
 /// What the run's trace worker may read and write besides its Python, its
 /// package and its scratch folder (`trace::confine`): it writes below the
 /// outputs' folders (the scratch folders and staged artifacts are there) and
-/// reads the model folder (with the Hub cache's blobs its files link to), the
+/// reads the model folder (and a Hub snapshot's blobs), the
 /// `.pt2` input, the model function's folder, the trace cache and the plugins.
 pub fn worker_sandbox(options: &super::options::RunOptions) -> crate::trace::Sandbox {
     use super::options::Source;
@@ -259,7 +259,7 @@ pub fn worker_sandbox(options: &super::options::RunOptions) -> crate::trace::San
         Source::Pt2(path) | Source::IrJson(path) => sandbox.read.push(path.clone()),
         Source::Trace(trace) => {
             match &trace.request.source {
-                crate::trace::ModelSource::Directory { path, .. } => sandbox.read.extend(folder_and_link_targets(path)),
+                crate::trace::ModelSource::Directory { path, .. } => sandbox.read.extend(model_folder_reads(path)),
                 // A model function's module may be found in the current folder.
                 crate::trace::ModelSource::Function(_) => sandbox.read.extend(std::env::current_dir().ok()),
                 _ => {}
@@ -274,35 +274,35 @@ pub fn worker_sandbox(options: &super::options::RunOptions) -> crate::trace::San
     sandbox
 }
 
-/// Most entries a model folder is scanned for links out of it.
-const LINKS_SCANNED: usize = 10_000;
-
-/// `dir`, and the folders its entries (and its subfolders' entries) link
-/// into: a Hub snapshot's files link to the model's `blobs/`.
-fn folder_and_link_targets(dir: &Path) -> Vec<PathBuf> {
+/// `dir`, and where it is a Hub cache snapshot (`<repo>/snapshots/<commit>`)
+/// the repo's `blobs/`, which its files link to. No other link is followed:
+/// a model folder's link to `~/.ssh/id_rsa` must not make `~/.ssh` readable.
+fn model_folder_reads(dir: &Path) -> Vec<PathBuf> {
     let mut found = vec![dir.to_path_buf()];
-    let mut pending = vec![dir.to_path_buf()];
-    let mut scanned = 0;
-    while let Some(folder) = pending.pop() {
-        let Ok(entries) = std::fs::read_dir(&folder) else { continue };
-        for entry in entries.filter_map(Result::ok) {
-            scanned += 1;
-            if scanned > LINKS_SCANNED {
-                return found;
-            }
-            let path = entry.path();
-            match entry.file_type() {
-                Ok(t) if t.is_symlink() => {
-                    if let Some(parent) = std::fs::canonicalize(&path).ok().and_then(|p| p.parent().map(Path::to_path_buf)) {
-                        if !found.contains(&parent) {
-                            found.push(parent);
-                        }
-                    }
-                }
-                Ok(t) if t.is_dir() => pending.push(path),
-                _ => {}
-            }
-        }
+    let canonical = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    if let Some(repo) = canonical.parent().filter(|p| p.file_name().is_some_and(|n| n == "snapshots")).and_then(Path::parent) {
+        found.push(repo.join("blobs"));
     }
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_model_folder_grants_its_snapshot_blobs_but_never_where_its_links_point() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("private/id_rsa");
+        std::fs::create_dir_all(secret.parent().unwrap()).unwrap();
+        std::fs::write(&secret, "key").unwrap();
+        let folder = dir.path().join("model");
+        std::fs::create_dir(&folder).unwrap();
+        std::os::unix::fs::symlink(&secret, folder.join("model.safetensors")).unwrap();
+        assert_eq!(model_folder_reads(&folder), [folder.clone()]);
+        let snapshot = dir.path().join("models--org--name/snapshots/abc123");
+        std::fs::create_dir_all(&snapshot).unwrap();
+        let blobs = std::fs::canonicalize(dir.path()).unwrap().join("models--org--name/blobs");
+        assert_eq!(model_folder_reads(&snapshot), [snapshot.clone(), blobs]);
+    }
 }
