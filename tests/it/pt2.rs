@@ -85,10 +85,12 @@ fn read_write_round_trip_runs_identically_in_torch() {
                 serde_json::from_slice(p.archive().bytes(entry)).unwrap()
             };
             assert_eq!(json_of(&again), json_of(&pt2), "{arch} {mode}: JSON changed");
-            // Every other entry is copied byte for byte, and data stays aligned.
+            // Every other entry is copied byte for byte, and data stays aligned;
+            // the sample inputs (a pickle) are written empty.
             for entry in pt2.archive().entries().iter().filter(|e| !e.name.ends_with(".json")) {
                 let copied = again.archive().entry(&entry.name).unwrap();
-                assert_eq!(again.archive().bytes(copied), pt2.archive().bytes(entry), "{}", entry.name);
+                let expected = if entry.name.contains("/data/sample_inputs/") { &[][..] } else { pt2.archive().bytes(entry) };
+                assert_eq!(again.archive().bytes(copied), expected, "{}", entry.name);
                 assert_eq!(copied.offset % 64, 0, "{} not 64-byte aligned", entry.name);
             }
             quads.extend([original.display().to_string(), copy.display().to_string(), arch.to_string(), mode.to_string()]);
@@ -536,4 +538,89 @@ fn weight_check_cost_on_a_125m_llama() {
             bytes as f64 / 1e6
         );
     }
+}
+
+/// A copy of the bert fixture at `path` with `edit(entry name, bytes)`
+/// giving each entry's new bytes (None leaves it out).
+fn edited_fixture(path: &Path, edit: impl Fn(&str, &[u8]) -> Option<Vec<u8>>) {
+    let original = Pt2::open(&fixture(&fixtures(), "bert", "static")).unwrap();
+    let mut w = hfx::graph::pt2::archive::ArchiveWriter::create(path).unwrap();
+    for e in original.archive().entries() {
+        if let Some(bytes) = edit(&e.name, original.archive().bytes(e)) {
+            w.add(&e.name, &bytes).unwrap();
+        }
+    }
+    w.finish().unwrap();
+}
+
+/// A torch.save pickle that creates `marker` when unpickled.
+fn pickle_payload(dir: &Path, marker: &Path) -> Vec<u8> {
+    let payload = dir.join("payload.pt");
+    harness(&["pickle-payload", marker.to_str().unwrap(), payload.to_str().unwrap()]);
+    std::fs::read(payload).unwrap()
+}
+
+fn run_backend(input: &Path, backend: &str, out: &Path, verify: bool) -> std::process::Output {
+    let mut args = vec!["run", "--backend", backend, input.to_str().unwrap(), "-o", out.to_str().unwrap()];
+    let plugins = root().join(format!("plugins/{backend}")).display().to_string();
+    args.extend(["--plugins", &plugins]);
+    if verify {
+        args.push("--verify");
+    }
+    hfx(&args)
+}
+
+/// A `.pt2` is input from whoever sent it: a weight stored pickled (its
+/// `__reduce__` creates a marker file when unpickled) is refused, with one
+/// line naming the file and the weight, by every backend, before any worker
+/// loads it (ExecuTorch lowers in the worker; a dynamo artifact is verified
+/// there). Sample inputs, a pickle torch loads with a fallback to
+/// `weights_only=False`, never pass into what the worker or the recipient of
+/// the artifact loads: the host rebuilds the archive from what it checked.
+#[test]
+fn pickles_in_a_pt2_are_never_loaded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let marker = dir.join("pwned");
+    let payload = pickle_payload(dir, &marker);
+    let original = Pt2::open(&fixture(&fixtures(), "bert", "static")).unwrap();
+    let (fqn, meta) = original.weights["model"].config.iter().next().unwrap();
+    let entry = format!("bert/data/weights/{}", meta.path_name);
+
+    let pickled = dir.join("pickled.pt2");
+    edited_fixture(&pickled, |name, bytes| {
+        if name == entry {
+            return Some(payload.clone());
+        }
+        if name.ends_with("model_weights_config.json") {
+            let mut config: serde_json::Value = serde_json::from_slice(bytes).unwrap();
+            config["config"][fqn.as_str()]["use_pickle"] = true.into();
+            return Some(serde_json::to_vec(&config).unwrap());
+        }
+        Some(bytes.to_vec())
+    });
+    for (backend, out, verify) in [("executorch", "out.pte", false), ("dynamo", "out.pt2", true), ("onnx", "out.onnx", false)] {
+        let result = run_backend(&pickled, backend, &dir.join(out), verify);
+        let stderr = String::from_utf8_lossy(&result.stderr);
+        assert!(!result.status.success(), "{backend}: accepted: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{backend}: {stderr}");
+        let expected = format!("weight `{fqn}` is stored pickled");
+        for part in [pickled.to_str().unwrap(), &expected, "pickled weights are not loaded from untrusted files"] {
+            assert!(stderr.contains(part), "{backend}: `{part}` not in: {stderr}");
+        }
+        assert!(!marker.exists(), "{backend}: the pickle ran");
+        assert!(!dir.join(out).exists(), "{backend}: wrote {out}");
+    }
+
+    let sampled = dir.join("sample-inputs.pt2");
+    edited_fixture(&sampled, |name, bytes| Some(if name.ends_with("data/sample_inputs/model.pt") { payload.clone() } else { bytes.to_vec() }));
+    let out = dir.join("sampled-out.pt2");
+    let result = run_backend(&sampled, "dynamo", &out, false);
+    assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
+    // Whoever loads the artifact with torch loads no pickle from it.
+    harness(&["load", out.to_str().unwrap()]);
+    assert!(!marker.exists(), "the dynamo artifact carried the pickle on");
+    let result = run_backend(&sampled, "executorch", &dir.join("sampled.pte"), false);
+    assert!(!marker.exists(), "the worker unpickled the sample inputs: {}", String::from_utf8_lossy(&result.stderr));
+    assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
 }

@@ -231,3 +231,147 @@ fn a_model_is_verified_on_its_first_layers() {
     assert!(String::from_utf8_lossy(&result.stderr).contains("give --model-dir or --model-id"));
     assert_no_scratch_left(dir.path());
 }
+
+/// `hfx run` of `folder` to export folder `out` (as `export_with_stderr`),
+/// successful or not.
+fn run_export(dir: &Path, backend: &str, folder: &str, out: &Path, extra: &[&str]) -> std::process::Output {
+    let plugins = [root().join("plugins/dynamo"), root().join("plugins/onnx")];
+    let out = format!("{}/", out.display());
+    let mut args = vec!["run", "--backend", backend, "--model-dir", folder, "-o", &out];
+    for p in &plugins {
+        args.extend(["--plugins", p.to_str().unwrap()]);
+    }
+    args.extend(extra);
+    args.push("-v");
+    hfx(dir, &args)
+}
+
+/// The one entry of trace cache `cache` with a reply.
+fn cache_entry(cache: &Path) -> std::path::PathBuf {
+    let entries: Vec<_> = std::fs::read_dir(cache).unwrap().map(|e| e.unwrap().path()).filter(|p| p.join("reply.json").exists()).collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    entries[0].clone()
+}
+
+/// Records `file`'s new size and sha256 in its entry's manifest, as someone
+/// who knows the format would.
+fn rewrite_manifest(entry: &Path, file: &str) {
+    let manifest_path = entry.join("manifest.json");
+    let Ok(text) = std::fs::read(&manifest_path) else { return };
+    let mut manifest: serde_json::Value = serde_json::from_slice(&text).unwrap();
+    let bytes = std::fs::read(entry.join(file)).unwrap();
+    let sum = std::process::Command::new("sha256sum").arg(entry.join(file)).output().unwrap();
+    let sha256 = String::from_utf8_lossy(&sum.stdout).split_whitespace().next().unwrap().to_string();
+    manifest[file] = serde_json::json!([bytes.len(), sha256]);
+    std::fs::write(&manifest_path, serde_json::to_vec(&manifest).unwrap()).unwrap();
+}
+
+/// The trace cache is input like any file: an entry edited after it was
+/// stored is discarded (one warning line) and the model traced again, the
+/// artifact the same as a clean run's; a pickled weight placed in an entry
+/// (its manifest rewritten to match) is refused when read, never unpickled;
+/// a cache folder others can write is not used.
+#[test]
+fn an_edited_or_exposed_trace_cache_entry_is_not_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = model_folder(dir.path(), "llama");
+    let cache = dir.path().join("cache");
+    let cache_arg = cache.to_str().unwrap();
+    let args = ["--load-weights", "--trace-cache", cache_arg];
+    let clean = dir.path().join("clean");
+    export_with_stderr(dir.path(), "onnx", &folder, &clean, &args);
+    let entry = cache_entry(&cache);
+
+    // One byte of the cached weights changed, in place.
+    let weights = entry.join("model.pt2.weights");
+    let mut bytes = std::fs::read(&weights).unwrap();
+    assert!(bytes.len() > 1000, "the entry holds the weights");
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x40;
+    std::fs::OpenOptions::new().write(true).open(&weights).and_then(|mut f| std::io::Write::write_all(&mut f, &bytes)).unwrap();
+    let edited = dir.path().join("edited");
+    let (stdout, stderr) = export_with_stderr(dir.path(), "onnx", &folder, &edited, &args);
+    assert!(stderr.contains("discarded: `model.pt2.weights` is not what was stored") && stderr.contains("traced again"), "{stderr}");
+    assert!(stderr.contains("trace: torch.export") && !stdout.contains("the trace cache's"), "{stdout}\n{stderr}");
+    assert!(std::fs::read(clean.join("model.onnx.data")).unwrap() == std::fs::read(edited.join("model.onnx.data")).unwrap(), "the artifact changed");
+    let (stdout, _) = export_with_stderr(dir.path(), "onnx", &folder, &dir.path().join("stored-again"), &args);
+    assert!(stdout.contains("the trace cache's"), "{stdout}");
+
+    // A cache folder others can write: not used, one line, traced.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o775)).unwrap();
+    let (stdout, stderr) = export_with_stderr(dir.path(), "onnx", &folder, &dir.path().join("exposed"), &args);
+    let warning = format!("--trace-cache {cache_arg} is not used: writable by group or others (mode 775); tracing without it");
+    assert_eq!(stderr.lines().filter(|l| l.contains(&warning)).count(), 1, "{stderr}");
+    assert!(stderr.contains("trace: torch.export") && !stdout.contains("the trace cache's"), "{stdout}\n{stderr}");
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o700)).unwrap();
+
+    // The dynamo backend's entry, its first weight made a pickle that creates a marker file.
+    std::fs::remove_dir_all(&cache).unwrap();
+    export_with_stderr(dir.path(), "dynamo", &folder, &dir.path().join("dynamo"), &args);
+    let entry = cache_entry(&cache);
+    let marker = dir.path().join("pwned");
+    let payload = dir.path().join("payload.pt");
+    run_python("pt2_fixture.py", &["pickle-payload", marker.to_str().unwrap(), payload.to_str().unwrap()]);
+    let payload = std::fs::read(&payload).unwrap();
+    let program = entry.join("model.pt2");
+    let original = hfx::graph::pt2::Pt2::open(&program).unwrap();
+    let (fqn, meta) = original.weights["model"].config.iter().next().unwrap();
+    let pickled = dir.path().join("pickled.pt2");
+    let mut w = hfx::graph::pt2::archive::ArchiveWriter::create(&pickled).unwrap();
+    for e in original.archive().entries() {
+        let bytes = original.archive().bytes(e);
+        if e.name.ends_with(&format!("data/weights/{}", meta.path_name)) {
+            w.add(&e.name, &payload).unwrap();
+        } else if e.name.ends_with("model_weights_config.json") {
+            let mut config: serde_json::Value = serde_json::from_slice(bytes).unwrap();
+            config["config"][fqn.as_str()]["use_pickle"] = true.into();
+            w.add(&e.name, &serde_json::to_vec(&config).unwrap()).unwrap();
+        } else {
+            w.add(&e.name, bytes).unwrap();
+        }
+    }
+    w.finish().unwrap();
+    let index = entry.join("model.pt2.weights.json");
+    let mut side: serde_json::Value = serde_json::from_slice(&std::fs::read(&index).unwrap()).unwrap();
+    side["weights"].as_object_mut().unwrap().remove(fqn.as_str());
+    std::fs::write(&index, serde_json::to_vec(&side).unwrap()).unwrap();
+    std::fs::rename(&pickled, &program).unwrap();
+    rewrite_manifest(&entry, "model.pt2");
+    rewrite_manifest(&entry, "model.pt2.weights.json");
+    let out = dir.path().join("pickled");
+    let result = run_export(dir.path(), "dynamo", &folder, &out, &["--load-weights", "--trace-cache", cache_arg, "--verify"]);
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(!result.status.success(), "accepted: {stderr}");
+    assert!(!marker.exists(), "the pickle in the cache entry ran");
+    let refusal: Vec<&str> = stderr.lines().filter(|l| l.contains("is stored pickled")).collect();
+    assert_eq!(refusal.len(), 1, "{stderr}");
+    assert!(refusal[0].contains(&format!("weight `{fqn}`")) && refusal[0].contains("pickled weights are not loaded from untrusted files"), "{stderr}");
+    assert!(!out.join("model.pt2").exists());
+    assert_no_scratch_left(dir.path());
+}
+
+/// A model folder's `model.safetensors` that is a symbolic link (here to a
+/// valid checkpoint outside the folder; it could be any file) is refused
+/// with one line when its bytes would be streamed into the artifact: none of
+/// the file it points at is written anywhere.
+#[test]
+fn a_checkpoint_that_is_a_link_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = model_folder(dir.path(), "llama");
+    let checkpoint = Path::new(&folder).join("model.safetensors");
+    let secret = dir.path().join("secret.safetensors");
+    std::fs::rename(&checkpoint, &secret).unwrap();
+    std::os::unix::fs::symlink(&secret, &checkpoint).unwrap();
+    for backend in ["onnx", "dynamo"] {
+        let out = dir.path().join(backend);
+        let result = run_export(dir.path(), backend, &folder, &out, &[]);
+        let stderr = String::from_utf8_lossy(&result.stderr);
+        assert!(!result.status.success(), "{backend}: accepted: {stderr}");
+        let refusal: Vec<&str> = stderr.lines().filter(|l| l.contains("a symbolic link")).collect();
+        assert_eq!(refusal.len(), 1, "{backend}: {stderr}");
+        assert!(refusal[0].contains(&checkpoint.display().to_string()), "{backend}: {stderr}");
+        assert!(!out.exists(), "{backend}: wrote {}", out.display());
+    }
+    assert_no_scratch_left(dir.path());
+}

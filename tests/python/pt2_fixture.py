@@ -5,6 +5,8 @@ random transformers models, and an exact comparison of two archives.
     python pt2_fixture.py export-all OUTDIR          # every ARCH x mode, as OUTDIR/ARCH_MODE.pt2
     python pt2_fixture.py compare ORIGINAL.pt2 OTHER.pt2 ARCH {static,dynamic}
     python pt2_fixture.py compare-all ORIGINAL OTHER ARCH MODE [ORIGINAL OTHER ARCH MODE ...]
+    python pt2_fixture.py pickle-payload MARKER OUT  # a torch.save pickle that creates MARKER when unpickled
+    python pt2_fixture.py load ARCHIVE.pt2            # torch.export.load, as anyone who receives it would
 
 `export` writes OUT.pt2 (torch.export.save). `compare` loads both archives,
 runs `.module()` on the architecture's sample inputs (and, for a dynamic
@@ -124,6 +126,27 @@ def compare_all(*quads):
         raise SystemExit("; ".join(failures))
 
 
+class Payload:
+    """Unpickled, it opens (creates) the marker file: the code a hostile
+    archive runs in whoever loads it with `weights_only=False`."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def pickle_payload(marker, out):
+    torch.save(Payload(marker), out)
+
+
+def load(path):
+    torch.export.load(path)
+    print("loaded")
+
+
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
-    {"export": export, "export-all": export_all, "compare": compare, "compare-all": compare_all}[command](*args)
+    {"export": export, "export-all": export_all, "compare": compare, "compare-all": compare_all,
+     "pickle-payload": pickle_payload, "load": load}[command](*args)

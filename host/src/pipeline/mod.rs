@@ -470,8 +470,9 @@ fn export(
         }
         (Artifact::Pt2, Program::Archive { pt2, graph }) => {
             match &input {
-                // A traced program the stages left as it was, its weights inside, moves into place as torch wrote it.
-                Input::Traced(traced) if graph.changes() == changes_before && traced.side_weights.is_none() => {
+                // A traced program the stages left as it was, its weights inside, moves into place as torch wrote it
+                // (one from the trace cache is rebuilt from what was read and checked, as a `.pt2` input is).
+                Input::Traced(traced) if graph.changes() == changes_before && traced.side_weights.is_none() && traced.summary.cached.is_none() => {
                     crate::atomic::link_into_place(&traced.program, &staged).with_context(|| format!("writing {}", staged.display()))?
                 }
                 _ => {
@@ -501,7 +502,7 @@ fn export(
             // the traced one where the stages left it as it was.
             let work = Scratch::beside(output, "lower")?;
             let program = match &input {
-                Input::Traced(traced) if graph.changes() == changes_before => traced.program.clone(),
+                Input::Traced(traced) if graph.changes() == changes_before && traced.summary.cached.is_none() => traced.program.clone(),
                 _ => {
                     let program = work.path().join("program.pt2");
                     emit::pt2_for_worker(pt2, graph, &program)?;

@@ -124,7 +124,7 @@ pub fn run(
             let cache = TraceCache::open(dir)?;
             let params = request.params(&program, &reference, crate::trace::patch_specs(&sessions));
             let patches: Vec<(String, String)> = sessions.iter().map(|s| (s.plugin().name().to_string(), s.plugin().component_sha256.clone())).collect();
-            match TraceCache::key(&params, &request.source, &patches, &worker.versions()) {
+            match TraceCache::key(&params, &request.source, &patches, &worker.versions(), loaded.lock.as_deref()) {
                 Ok(key) => Some((cache, key)),
                 Err(why) => {
                     tracing::warn!("--trace-cache: not used: {why}");

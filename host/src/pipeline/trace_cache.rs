@@ -6,20 +6,39 @@
 //! worker package's sha256, the trace request as the worker gets it (scratch
 //! paths aside), the model's files (each file of a model folder by name,
 //! size and modification time; a model function's module file by its bytes),
-//! the patch plugins by name and component sha256, and the upstream versions.
-//! A model that cannot be keyed (a function whose module file is not found, a
-//! patch case's program) is traced as without a cache.
+//! the patch plugins by name and component sha256, the upstream versions,
+//! and the sha256 of the lock the plugin set was checked against (`hfx.lock`,
+//! when one was read): an entry is used only by runs under the very lock
+//! that stored it. A model that cannot be keyed (a function whose module
+//! file is not found, a patch case's program) is traced as without a cache.
 //!
 //! An entry is `DIR/<key>/`: the program, its side weights and index, the
-//! eager reference, the configs the worker saved (`configs/`) and the
-//! worker's reply (`reply.json`). It is written into a temp folder and
-//! renamed into place, so an entry is whole or absent. The program and its
-//! weights go in and out by hard link (copied where links are refused; the
-//! run only reads them), the reference and configs by copy (they land in the
-//! user's folder). A damaged entry is removed and traced again. Nothing is
-//! ever evicted: remove the folder to empty the cache.
+//! eager reference, the configs the worker saved (`configs/`), the worker's
+//! reply (`reply.json`) and a manifest (`manifest.json`) of every other
+//! file's size and sha256. It is written into a temp folder and renamed
+//! into place, so an entry is whole or absent. The program and its weights
+//! go in and out by hard link (copied where links are refused; the run only
+//! reads them), the reference and configs by copy (they land in the user's
+//! folder). Nothing is ever evicted: remove the folder to empty the cache.
+//!
+//! An entry is input like any file handed to hfx, so it is checked before
+//! use: the folder is used only when it and every folder above it belong to
+//! this user (or root) and are not writable by group or others, as the
+//! component cache's ([`crate::private::trust_dir`]); otherwise hfx traces
+//! without it, with one warning line. An entry is used only when it, and
+//! each of its files, is a folder or regular file of this user not writable
+//! by others (no link), holds exactly the files its manifest lists, each of
+//! the size and sha256 listed; otherwise it is removed, with one warning
+//! line, and the model traced again. The program is then read as any `.pt2`
+//! (nothing pickled is loaded from it: [`crate::graph::pt2::Pt2::open`]),
+//! and the eager reference loads with `weights_only`. What the manifest
+//! binds is the entry to itself: someone who can write this user's files
+//! can rewrite both, and could run code as this user anyway.
 
 use std::path::{Path, PathBuf};
+
+use std::collections::BTreeMap;
+use std::io::Read;
 
 use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
@@ -36,26 +55,45 @@ const REFERENCE: &str = "reference.pt";
 pub const PROGRAM_FILES: &[&str] = &[PROGRAM, SIDE_WEIGHTS, "model.pt2.weights.json", REFERENCE];
 const REPLY: &str = "reply.json";
 const CONFIGS: &str = "configs";
+/// Every file of an entry but itself, by path inside the entry: `[size, sha256]`.
+const MANIFEST: &str = "manifest.json";
 /// Most bytes a cached reply may hold.
 const REPLY_LIMIT: u64 = 64 << 20;
+/// Most bytes an entry's manifest may hold.
+const MANIFEST_LIMIT: u64 = 1 << 20;
 
 pub struct TraceCache {
     dir: PathBuf,
+    /// Why the folder cannot be trusted; then it is neither read nor written.
+    untrusted: Option<String>,
 }
 
 /// A trace request's key, or why it has none.
 pub type Key = std::result::Result<String, String>;
 
 impl TraceCache {
+    /// The cache in `dir` (created 0700 if needed); one that cannot be
+    /// trusted is said once and not used.
     pub fn open(dir: &Path) -> Result<TraceCache> {
-        std::fs::create_dir_all(dir).with_context(|| format!("--trace-cache {}: creating it", dir.display()))?;
-        Ok(TraceCache { dir: dir.to_path_buf() })
+        let untrusted = crate::private::trust_dir(dir, "the traced programs it keeps").err();
+        if let Some(why) = &untrusted {
+            tracing::warn!("--trace-cache {} is not used: {why}; tracing without it", dir.display());
+        }
+        Ok(TraceCache { dir: dir.to_path_buf(), untrusted })
     }
 
     /// The key of `params` (the request as sent) for `source`, with the patch
-    /// plugins `(name, component sha256)` and the upstream `versions`.
-    pub fn key(params: &TraceParams, source: &ModelSource, patches: &[(String, String)], versions: &Versions) -> Key {
+    /// plugins `(name, component sha256)`, the upstream `versions` and the
+    /// lock file the plugin set was checked against.
+    pub fn key(params: &TraceParams, source: &ModelSource, patches: &[(String, String)], versions: &Versions, lock: Option<&Path>) -> Key {
         let model = model_fingerprint(source)?;
+        let lock = match lock {
+            Some(path) => {
+                let bytes = crate::input::read_bounded(path, crate::plugins::lock::MAX_LOCK_BYTES).map_err(|e| format!("the lock cannot be read: {e}"))?;
+                serde_json::Value::String(hex(&Sha256::digest(&bytes)))
+            }
+            None => serde_json::Value::Null,
+        };
         let mut request = serde_json::to_value(params).map_err(|e| e.to_string())?;
         // Where the scratch files go is not what is traced; and an entry with
         // the eager reference also serves a run that does not ask for it.
@@ -71,15 +109,29 @@ impl TraceCache {
             "model": model,
             "patches": patches,
             "versions": versions,
+            "lock": lock,
         });
-        let digest = Sha256::digest(keyed.to_string().as_bytes());
-        Ok(digest.iter().map(|b| format!("{b:02x}")).collect())
+        Ok(hex(&Sha256::digest(keyed.to_string().as_bytes())))
     }
 
     /// The entry of `key`, if the cache holds it whole (with the eager
-    /// reference when the run needs one).
+    /// reference when the run needs one) and it verifies ([`verify`]); an
+    /// entry that does not is removed, with one warning line.
     pub fn lookup(&self, key: &str, reference: bool) -> Option<PathBuf> {
+        if self.untrusted.is_some() {
+            return None;
+        }
         let entry = self.dir.join(key);
+        std::fs::symlink_metadata(&entry).ok()?;
+        if let Err(why) = verify(&entry) {
+            tracing::warn!("--trace-cache: entry {} discarded: {why}; traced again", entry.display());
+            if std::fs::symlink_metadata(&entry).is_ok_and(|m| m.file_type().is_symlink() || !m.is_dir()) {
+                let _ = std::fs::remove_file(&entry);
+            } else {
+                let _ = std::fs::remove_dir_all(&entry);
+            }
+            return None;
+        }
         (entry.join(REPLY).is_file() && (!reference || entry.join(REFERENCE).is_file())).then_some(entry)
     }
 
@@ -98,7 +150,7 @@ impl TraceCache {
                 if from.exists() {
                     let to = scratch.join(name);
                     if reaches_the_user(name, weights_inside) {
-                        std::fs::copy(&from, &to).with_context(|| format!("copying {}", from.display()))?;
+                        copy_for_the_user(&from, &to)?;
                     } else {
                         link_or_copy(&from, &to)?;
                     }
@@ -107,7 +159,7 @@ impl TraceCache {
             if let Some(folder) = folder {
                 for config in files_in(&entry.join(CONFIGS))? {
                     let to = folder.join(config.file_name().context("a config without a name")?);
-                    std::fs::copy(&config, &to).with_context(|| format!("copying {}", config.display()))?;
+                    copy_for_the_user(&config, &to)?;
                 }
             }
             Ok(reply)
@@ -125,6 +177,9 @@ impl TraceCache {
     /// saved into `folder`) under `key`. Another run that stored the same key
     /// meanwhile wins; its entry is the same trace.
     pub fn store(&self, key: &str, scratch: &Path, folder: Option<&Path>, reply: &TraceReply) -> Result<()> {
+        if self.untrusted.is_some() {
+            return Ok(());
+        }
         let entry = self.dir.join(key);
         // An entry without the eager reference gives way to one with it.
         if entry.join(REPLY).is_file() && (entry.join(REFERENCE).is_file() || !scratch.join(REFERENCE).is_file()) {
@@ -133,7 +188,9 @@ impl TraceCache {
         let staging = self.dir.join(format!(".{key}.{}.tmp", std::process::id()));
         let _ = std::fs::remove_dir_all(&staging);
         let stored = (|| -> Result<()> {
-            std::fs::create_dir_all(staging.join(CONFIGS))?;
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new().mode(0o700).create(&staging)?;
+            std::fs::DirBuilder::new().mode(0o700).create(staging.join(CONFIGS))?;
             let weights_inside = !scratch.join(SIDE_WEIGHTS).exists();
             for name in PROGRAM_FILES {
                 let from = scratch.join(name);
@@ -151,6 +208,7 @@ impl TraceCache {
                 }
             }
             crate::atomic::write_bytes_atomically(&staging.join(REPLY), &serde_json::to_vec(reply)?)?;
+            write_manifest(&staging)?;
             // The old entry goes aside first: a rename does not replace a folder that has files.
             let replaced = self.dir.join(format!(".{key}.{}.old", std::process::id()));
             if entry.exists() {
@@ -216,9 +274,194 @@ fn module_file(module: &str) -> Option<PathBuf> {
     None
 }
 
+/// Copies an entry's file (private, 0600) to `to`, where it may land in the
+/// user's folder: readable as a file the run wrote (0644).
+fn copy_for_the_user(from: &Path, to: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::copy(from, to).with_context(|| format!("copying {}", from.display()))?;
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o644)).with_context(|| format!("{}", to.display()))
+}
+
 fn link_or_copy(from: &Path, to: &Path) -> Result<()> {
     if std::fs::hard_link(from, to).is_err() {
         std::fs::copy(from, to).with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
     }
     Ok(())
+}
+
+/// Every file of `entry` but the manifest, by its path inside the entry
+/// (`configs/` is its one folder); an error for anything else there (a link,
+/// another folder, a FIFO), or for a part another user could have written.
+fn entry_files(entry: &Path) -> std::result::Result<BTreeMap<String, PathBuf>, String> {
+    fn walk(dir: &Path, prefix: &str, found: &mut BTreeMap<String, PathBuf>) -> std::result::Result<(), String> {
+        let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        for item in entries {
+            let item = item.map_err(|e| format!("{}: {e}", dir.display()))?;
+            let path = item.path();
+            let name = item.file_name().to_str().map(str::to_string).ok_or_else(|| format!("{}: a name that is not UTF-8", path.display()))?;
+            let meta = std::fs::symlink_metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let folder = meta.is_dir() && prefix.is_empty() && name == CONFIGS;
+            if !folder && !meta.file_type().is_file() {
+                return Err(format!("`{prefix}{name}` is not a regular file"));
+            }
+            crate::private::owned_and_private(&meta).map_err(|why| format!("`{prefix}{name}` is {why}"))?;
+            if folder {
+                walk(&path, &format!("{CONFIGS}/"), found)?;
+            } else if !(prefix.is_empty() && name == MANIFEST) {
+                found.insert(format!("{prefix}{name}"), path);
+            }
+        }
+        Ok(())
+    }
+    let meta = std::fs::symlink_metadata(entry).map_err(|e| e.to_string())?;
+    if !meta.is_dir() {
+        return Err("not a folder".into());
+    }
+    crate::private::owned_and_private(&meta)?;
+    let mut found = BTreeMap::new();
+    walk(entry, "", &mut found)?;
+    Ok(found)
+}
+
+/// The size and sha256 of regular file `path`, read without following a link.
+fn digest(path: &Path) -> std::result::Result<(u64, String), String> {
+    let mut file = crate::prewrite::open_no_follow(path)?;
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; 1 << 20];
+    let mut size = 0u64;
+    loop {
+        let n = file.read(&mut buffer).map_err(|e| format!("{}: {e}", path.display()))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buffer[..n]);
+        size += n as u64;
+    }
+    Ok((size, hex(&hasher.finalize())))
+}
+
+/// Records every file of the staged entry `staging` in its manifest, each
+/// made private first (a hard link shares the scratch file's mode).
+fn write_manifest(staging: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut manifest = BTreeMap::new();
+    for (name, path) in entry_files(staging).map_err(anyhow::Error::msg)? {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        manifest.insert(name, digest(&path).map_err(anyhow::Error::msg)?);
+    }
+    crate::atomic::write_bytes_atomically(&staging.join(MANIFEST), &serde_json::to_vec(&manifest)?)?;
+    std::fs::set_permissions(staging.join(MANIFEST), std::fs::Permissions::from_mode(0o600))?;
+    Ok(())
+}
+
+/// Whether `entry` holds exactly the files its manifest lists, each of the
+/// size and sha256 listed, all of them this user's and private; the reason
+/// if not.
+fn verify(entry: &Path) -> std::result::Result<(), String> {
+    let found = entry_files(entry)?;
+    let manifest_path = entry.join(MANIFEST);
+    let text = crate::input::read_bounded(&manifest_path, MANIFEST_LIMIT).map_err(|e| format!("its manifest: {e}"))?;
+    let manifest: BTreeMap<String, (u64, String)> = serde_json::from_slice(&text).map_err(|e| format!("its manifest: {e}"))?;
+    if let Some(extra) = found.keys().find(|name| !manifest.contains_key(*name)) {
+        return Err(format!("`{extra}` is not in its manifest"));
+    }
+    for (name, (size, sha256)) in &manifest {
+        let path = found.get(name).ok_or_else(|| format!("`{name}` is missing"))?;
+        let (found_size, found_sha256) = digest(path)?;
+        if found_size != *size || found_sha256 != *sha256 {
+            return Err(format!("`{name}` is not what was stored (size {found_size}, sha256 {}; stored {size}, {})", &found_sha256[..12], sha256.get(..12).unwrap_or(sha256)));
+        }
+    }
+    Ok(())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A staged entry: a program, side weights and a config, its manifest written.
+    fn staged() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let entry = dir.path().join("key");
+        std::fs::create_dir_all(entry.join(CONFIGS)).unwrap();
+        std::fs::write(entry.join(PROGRAM), b"program").unwrap();
+        std::fs::write(entry.join(SIDE_WEIGHTS), vec![7u8; 3000]).unwrap();
+        std::fs::write(entry.join(CONFIGS).join("config.json"), b"{}").unwrap();
+        std::fs::write(entry.join(REPLY), b"{}").unwrap();
+        write_manifest(&entry).unwrap();
+        (dir, entry)
+    }
+
+    /// An entry is used only as it was stored: any byte changed, a file
+    /// added, removed or replaced by a link, or a file others could write,
+    /// and it does not verify.
+    #[test]
+    fn an_entry_verifies_only_as_it_was_stored() {
+        let (_dir, entry) = staged();
+        verify(&entry).unwrap();
+        for mode in [0o600, 0o644] {
+            std::fs::set_permissions(entry.join(SIDE_WEIGHTS), std::fs::Permissions::from_mode(mode)).unwrap();
+            verify(&entry).unwrap();
+        }
+
+        let (_dir, entry) = staged();
+        let mut bytes = std::fs::read(entry.join(SIDE_WEIGHTS)).unwrap();
+        bytes[1234] ^= 1;
+        std::fs::write(entry.join(SIDE_WEIGHTS), &bytes).unwrap();
+        let e = verify(&entry).unwrap_err();
+        assert!(e.starts_with("`model.pt2.weights` is not what was stored (size 3000, sha256 "), "{e}");
+
+        let (_dir, entry) = staged();
+        std::fs::write(entry.join(CONFIGS).join("extra.py"), b"").unwrap();
+        assert_eq!(verify(&entry).unwrap_err(), "`configs/extra.py` is not in its manifest");
+
+        let (_dir, entry) = staged();
+        std::fs::remove_file(entry.join(PROGRAM)).unwrap();
+        assert_eq!(verify(&entry).unwrap_err(), "`model.pt2` is missing");
+
+        let (dir, entry) = staged();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, b"program").unwrap();
+        std::fs::remove_file(entry.join(PROGRAM)).unwrap();
+        std::os::unix::fs::symlink(&secret, entry.join(PROGRAM)).unwrap();
+        assert_eq!(verify(&entry).unwrap_err(), "`model.pt2` is not a regular file");
+
+        let (_dir, entry) = staged();
+        std::fs::set_permissions(entry.join(REPLY), std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert_eq!(verify(&entry).unwrap_err(), "`reply.json` is writable by group or others (mode 666)");
+
+        let (_dir, entry) = staged();
+        std::fs::set_permissions(&entry, std::fs::Permissions::from_mode(0o770)).unwrap();
+        assert_eq!(verify(&entry).unwrap_err(), "writable by group or others (mode 770)");
+
+        let (_dir, entry) = staged();
+        std::fs::write(entry.join(MANIFEST), b"{").unwrap();
+        assert!(verify(&entry).unwrap_err().starts_with("its manifest: "));
+    }
+
+    /// A cache folder others can write is not used: nothing is looked up or stored.
+    #[test]
+    fn a_cache_folder_others_can_write_is_not_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_entries, stored) = staged();
+        let cache = dir.path().join("cache");
+        let trusted = TraceCache::open(&cache).unwrap();
+        assert!(trusted.untrusted.is_none());
+        std::fs::rename(&stored, cache.join("key")).unwrap();
+        assert!(trusted.lookup("key", false).is_some());
+        std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let exposed = TraceCache::open(&cache).unwrap();
+        assert_eq!(exposed.untrusted.as_deref(), Some("writable by group or others (mode 777)"));
+        assert!(exposed.lookup("key", false).is_none());
+        // A damaged entry in a trusted folder is removed.
+        std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::fs::write(cache.join("key").join(REPLY), b"[]").unwrap();
+        assert!(trusted.lookup("key", false).is_none());
+        assert!(!cache.join("key").exists());
+    }
 }

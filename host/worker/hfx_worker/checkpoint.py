@@ -55,6 +55,10 @@ def checkpoint_files(folder):
     if os.path.exists(index):
         with open(index) as f:
             shards = sorted(set(json.load(f)["weight_map"].values()))
+        for shard in shards:
+            # A shard is a file of the folder: a path would let the index point anywhere.
+            if not isinstance(shard, str) or shard in ("", ".", "..") or "/" in shard or "\\" in shard:
+                raise ValueError(f"{index}: names the shard {shard!r}, which is not a file name in the model folder")
         return [os.path.join(folder, shard) for shard in shards]
     single = os.path.join(folder, "model.safetensors")
     return [single] if os.path.exists(single) else []

@@ -138,12 +138,50 @@ def subclasses(cls):
 def load_exported(path):
     """A `.pt2` as `torch.export.load` gives it, with the pytree types its specs
     may name registered first: transformers' output types (pytree nodes once
-    imported) and its caches."""
+    imported) and its caches. Nothing in it is unpickled (`no_pickles`)."""
     import torch
     import transformers.modeling_outputs  # noqa: F401
 
     register_cache_pytrees()
-    return torch.export.load(path)
+    with no_pickles(path):
+        return torch.export.load(path)
+
+
+class PickleRefused(Exception):
+    """A `.pt2` asked the worker to unpickle something."""
+
+
+@contextlib.contextmanager
+def no_pickles(path):
+    """While torch loads the `.pt2` at `path`: every `torch.load` is
+    `weights_only=True` (torch's loader falls back to `weights_only=False` for
+    sample inputs, and uses it for a weight marked `use_pickle`), and the
+    object loaders (`pickle.loads`, `torch._C._pickle_load_obj`) refuse. The
+    host rebuilds every `.pt2` it hands over without such entries; this holds
+    for any file that reaches the loader anyway."""
+    import torch
+    from torch.export.pt2_archive import _package
+
+    load = torch.load
+
+    def plain_load(*args, **kwargs):
+        if kwargs.get("weights_only") is False:
+            raise PickleRefused(f"{path}: holds a pickled object; pickled weights are not loaded from untrusted files")
+        kwargs["weights_only"] = True
+        return load(*args, **kwargs)
+
+    def refused(*_args, **_kwargs):
+        raise PickleRefused(f"{path}: holds a pickled object; pickled weights are not loaded from untrusted files")
+
+    class NoPickle:
+        loads = load_obj = staticmethod(refused)
+
+    saved = (torch.load, _package.pickle, torch._C._pickle_load_obj)
+    torch.load, _package.pickle, torch._C._pickle_load_obj = plain_load, NoPickle, refused
+    try:
+        yield
+    finally:
+        torch.load, _package.pickle, torch._C._pickle_load_obj = saved
 
 
 def load_exported_mapped(path):
@@ -245,7 +283,7 @@ def load_reference(path):
 
     import torch
 
-    reference = torch.load(path)
+    reference = torch.load(path, weights_only=True)
     inputs = dict(reference["inputs"])
     for name, stored in reference.get("structured", {}).items():
         context = json.loads(stored["context"])

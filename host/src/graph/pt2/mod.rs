@@ -109,6 +109,10 @@ struct SideFile {
 /// Most bytes the side weights' index (`<archive>.weights.json`) may hold.
 const SIDE_INDEX_LIMIT: u64 = 64 << 20;
 
+/// The `path_name` prefix torch loads a constant by as a raw tensor storage
+/// (every other prefix is an object it unpickles).
+const TENSOR_CONSTANT_PREFIX: &str = "tensor_";
+
 /// Where a tensor's bytes are stored: `data/weights/` or `data/constants/`.
 #[derive(Debug, Clone, Copy)]
 enum Kind {
@@ -262,7 +266,43 @@ impl Pt2 {
             }
             pt2.programs.insert(model, program);
         }
+        pt2.refuse_pickles().map_err(invalid)?;
         Ok(pt2)
+    }
+
+    /// Refuses every stored payload torch would unpickle when it loads the
+    /// archive (`torch.load(weights_only=False)`, `pickle.loads`,
+    /// `_pickle_load_obj`): a weight or constant marked `use_pickle` (a tensor
+    /// subclass), a constant that is not a tensor (torch picks its loader by
+    /// the `path_name` prefix alone: `custom_obj_`, `opaque_obj_`), and the
+    /// legacy whole-state-dict files (`data/weights/<model>.pt`). An archive
+    /// comes from whoever sent it, or from a cache another run filled: a
+    /// pickle in it would run its code in the worker that loads it.
+    fn refuse_pickles(&self) -> Result<(), String> {
+        const FIX: &str = "pickled weights are not loaded from untrusted files; re-export with torch >= 2.13 from plain tensors, or save tensors plainly";
+        for (kind, tables) in [(Kind::Weight, &self.weights), (Kind::Constant, &self.constants)] {
+            for config in tables.values() {
+                for (fqn, meta) in &config.config {
+                    if meta.use_pickle {
+                        return Err(format!("{} `{fqn}` is stored pickled (`{}`): {FIX}", kind.what(), meta.path_name));
+                    }
+                    if let Kind::Constant = kind {
+                        if !meta.path_name.starts_with(TENSOR_CONSTANT_PREFIX) {
+                            return Err(format!("constant `{fqn}` is an object, not a tensor (`{}`): {FIX}", meta.path_name));
+                        }
+                    }
+                }
+            }
+        }
+        for model in self.programs.keys() {
+            for kind in ["weights", "constants"] {
+                let name = format!("{}data/{kind}/{model}.pt", self.prefix);
+                if self.archive.entry(&name).is_some() {
+                    return Err(format!("`{name}` is a pickled state dict (torch's legacy layout): {FIX}"));
+                }
+            }
+        }
+        Ok(())
     }
 
     fn entries_under<'a>(&'a self, folder: &'a str) -> impl Iterator<Item = &'a Entry> + 'a {
@@ -282,8 +322,9 @@ impl Pt2 {
     /// Reads weights from `path` (and its `.json` index) instead of the archive.
     /// The index's first file is named relative to it (the worker's side
     /// file); any other must be one of `sources` (a model folder's checkpoint
-    /// files, which the worker pointed the weights at), compared as
-    /// canonical paths: the index names no other file. Side bytes have no
+    /// files, which the worker pointed the weights at), compared as paths
+    /// and opened without following a link ([`crate::prewrite::open_checkpoint`]):
+    /// the index names no other file. Side bytes have no
     /// CRC: each storage's length is checked against the tensors the
     /// archive's payload configs say it holds.
     pub fn attach_side_weights(&mut self, path: &Path, sources: &[std::path::PathBuf]) -> Result<(), Pt2Error> {
@@ -300,22 +341,18 @@ impl Pt2 {
             constants: BTreeMap<String, SideEntry>,
         }
         let index: Index = serde_json::from_slice(&text).map_err(|e| invalid(path, format!("its index: {e}")))?;
-        let allowed: Vec<_> = sources.iter().filter_map(|s| s.canonicalize().ok()).collect();
         let mut files = Vec::new();
         for (i, name) in index.files.iter().enumerate() {
-            let file_path = if i == 0 {
+            let (file_path, file) = if i == 0 {
                 if name.components().count() != 1 || name.is_absolute() {
                     return Err(invalid(&index_path, format!("its side file `{}` is not a file name beside it", name.display())));
                 }
-                path.with_file_name(name)
+                let file_path = path.with_file_name(name);
+                let file = crate::input::open_regular(&file_path).map_err(|e| invalid(&file_path, e.to_string()))?;
+                (file_path, file)
             } else {
-                let canonical = name.canonicalize().map_err(|e| invalid(name, e.to_string()))?;
-                if !allowed.contains(&canonical) {
-                    return Err(invalid(&index_path, format!("names `{}`, which is not a checkpoint file of the model folder", name.display())));
-                }
-                canonical
+                crate::prewrite::open_checkpoint(name, sources).map_err(|reason| invalid(&index_path, format!("names {reason}")))?
             };
-            let file = crate::input::open_regular(&file_path).map_err(|e| invalid(&file_path, e.to_string()))?;
             // SAFETY: hfx's own scratch output or the user's checkpoint, neither
             // modified while the export reads it (a checkpoint rewritten
             // meanwhile is the user's race, as for any input file).
@@ -499,10 +536,11 @@ impl Pt2 {
         }
     }
 
-    /// The files the side weights are read from (canonical paths): what an
-    /// index written from this `.pt2`'s programs may name.
+    /// The files the side weights are read from (absolute, as opened: a Hub
+    /// cache link as its blob): what an index written from this `.pt2`'s
+    /// programs may name.
     pub fn side_files(&self) -> Vec<std::path::PathBuf> {
-        self.side.iter().flat_map(|s| &s.files).map(|f| f.path.canonicalize().unwrap_or_else(|_| f.path.clone())).collect()
+        self.side.iter().flat_map(|s| &s.files).map(|f| crate::prewrite::lexical(&f.path).unwrap_or_else(|| f.path.clone())).collect()
     }
 
     /// Writes the archive with `programs` as [`Pt2::write`] does, but leaves
@@ -561,7 +599,44 @@ impl Pt2 {
     /// `transposed`, are written from.
     pub fn place(&self, bytes: &[u8], cast: Option<cast::Cast>, transposed: Option<(usize, usize)>) -> Option<crate::prewrite::Place> {
         let (file, offset) = self.side.iter().flat_map(|s| &s.files).find_map(|f| offset_in(&f.map, bytes).map(|offset| (&f.path, offset as u64)))?;
-        Some(crate::prewrite::Place { file: file.canonicalize().ok()?, offset, length: bytes.len() as u64, cast, transposed })
+        Some(crate::prewrite::Place { file: crate::prewrite::lexical(file)?, offset, length: bytes.len() as u64, cast, transposed })
+    }
+
+    /// How `entry` goes into an archive written with `programs`.
+    fn rebuilt(&self, entry: &Entry, programs: &BTreeMap<String, ExportedProgram>) -> Rebuilt {
+        let Some(name) = entry.name.strip_prefix(&self.prefix) else { return Rebuilt::Dropped };
+        if let Some(model) = name.strip_prefix("models/").and_then(|n| n.strip_suffix(".json")) {
+            return match programs.get(model).or_else(|| self.programs.get(model)) {
+                Some(program) => Rebuilt::Json(serde_json::to_vec(program).expect("programs serialize")),
+                None => Rebuilt::Dropped,
+            };
+        }
+        for (kind, tables) in [(Kind::Weight, &self.weights), (Kind::Constant, &self.constants)] {
+            let folder = kind.folder();
+            let Some(file) = name.strip_prefix(&format!("data/{folder}/")) else { continue };
+            if let Some(config) = file.strip_suffix(&format!("_{folder}_config.json")).and_then(|model| tables.get(model)) {
+                return Rebuilt::Json(serde_json::to_vec(config).expect("payload configs serialize"));
+            }
+            let stored = tables.values().flat_map(|c| c.config.values()).any(|meta| !meta.use_pickle && meta.path_name == file);
+            return if stored { Rebuilt::Storage } else { Rebuilt::Dropped };
+        }
+        if name.strip_prefix("data/sample_inputs/").and_then(|n| n.strip_suffix(".pt")).is_some_and(|m| self.programs.contains_key(m)) {
+            return Rebuilt::Empty;
+        }
+        // The archive's small marker files, kept only when they hold what torch writes there.
+        let bytes = self.archive.checked_bytes(entry).unwrap_or_default();
+        let plain = match name {
+            "archive_format" => bytes == b"pt2",
+            "archive_version" | ".data/version" => !bytes.is_empty() && bytes.len() <= 16 && bytes.iter().all(|b| b.is_ascii_digit() || *b == b'\n'),
+            "byteorder" => bytes == b"little" || bytes == b"big",
+            ".data/serialization_id" => !bytes.is_empty() && bytes.len() <= 64 && bytes.iter().all(u8::is_ascii_alphanumeric),
+            _ => false,
+        };
+        if plain {
+            Rebuilt::Storage
+        } else {
+            Rebuilt::Dropped
+        }
     }
 
     fn write_archive(
@@ -602,22 +677,31 @@ impl Pt2 {
                 add_weight(&mut out, &entry.name, source.bytes, source.cast, |piece| self.release(piece)).map_err(write_error)?;
                 continue;
             }
-            let model = entry
-                .name
-                .strip_prefix(&format!("{}models/", self.prefix))
-                .and_then(|n| n.strip_suffix(".json"))
-                .and_then(|n| programs.get(n));
-            match model {
-                Some(program) => {
-                    let json = serde_json::to_vec(program).expect("programs serialize");
-                    out.add(&entry.name, &json).map_err(write_error)?;
-                }
-                None => self.archive.copy_entry(entry, &mut out)?,
+            match self.rebuilt(entry, programs) {
+                Rebuilt::Json(json) => out.add(&entry.name, &json).map_err(write_error)?,
+                Rebuilt::Storage => self.archive.copy_entry(entry, &mut out)?,
+                Rebuilt::Empty => out.add(&entry.name, &[]).map_err(write_error)?,
+                Rebuilt::Dropped => {}
             }
         }
         out.finish().map_err(write_error)?;
         Ok(kept)
     }
+}
+
+/// How an entry of a read archive is written into the archive hfx writes:
+/// only from what was parsed and checked, so nothing torch would unpickle or
+/// run passes through.
+enum Rebuilt {
+    /// A program or payload config, serialized from what was parsed.
+    Json(Vec<u8>),
+    /// A raw tensor storage a (non-pickled) payload config names, copied with its CRC-32 checked.
+    Storage,
+    /// Sample inputs: a pickle torch loads with a fallback to `weights_only=False`;
+    /// written empty, which torch reads as none.
+    Empty,
+    /// Anything else (AOTInductor libraries, extra files, entries outside the top folder).
+    Dropped,
 }
 
 /// What a written archive holds of the weights stored beside it.
@@ -949,6 +1033,120 @@ mod tests {
         // (the host's own reading wants its first file beside the index).
         let e = back.attach_side_weights(&side_weights_path(&out), &pt2.side_files()).unwrap_err().to_string();
         assert!(e.contains("is not a file name beside it"), "{e}");
+    }
+
+    /// The bytes of a `.pt2` whose weight `w` and constants are as given, with
+    /// `extra` entries after the programs.
+    fn archive_with(weight: PayloadMeta, constants: &[(&str, PayloadMeta)], extra: &[(&str, &[u8])]) -> Vec<u8> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.pt2");
+        let mut w = ArchiveWriter::create(&path).unwrap();
+        w.add(&format!("t/data/weights/{}", weight.path_name), &floats(4)).unwrap();
+        let config = PayloadConfig { config: [("w".to_string(), weight)].into() };
+        w.add("t/data/weights/model_weights_config.json", &serde_json::to_vec(&config).unwrap()).unwrap();
+        if !constants.is_empty() {
+            for (_, meta) in constants {
+                w.add(&format!("t/data/constants/{}", meta.path_name), &floats(4)).unwrap();
+            }
+            let config = PayloadConfig { config: constants.iter().map(|(fqn, meta)| (fqn.to_string(), meta.clone())).collect() };
+            w.add("t/data/constants/model_constants_config.json", &serde_json::to_vec(&config).unwrap()).unwrap();
+        }
+        w.add("t/models/model.json", program_json().as_bytes()).unwrap();
+        for (name, bytes) in extra {
+            w.add(name, bytes).unwrap();
+        }
+        w.add("t/archive_format", b"pt2").unwrap();
+        w.finish().unwrap();
+        std::fs::read(&path).unwrap()
+    }
+
+    fn stored_meta(path_name: &str, use_pickle: bool) -> PayloadMeta {
+        let ints = |v: &[i64]| v.iter().map(|&i| schema::SymInt::AsInt(i)).collect::<Vec<_>>();
+        let tensor_meta = schema::TensorMeta {
+            dtype: 7,
+            sizes: ints(&[4]),
+            requires_grad: false,
+            device: schema::Device { kind: "cpu".into(), index: None },
+            strides: ints(&[1]),
+            storage_offset: schema::SymInt::AsInt(0),
+            layout: 7,
+        };
+        PayloadMeta { path_name: path_name.into(), is_param: true, use_pickle, tensor_meta: (!use_pickle).then_some(tensor_meta) }
+    }
+
+    fn read_error(bytes: Vec<u8>) -> String {
+        let e = Pt2::read(Archive::from_bytes(Path::new("t.pt2"), bytes).unwrap()).err().expect("refused").to_string();
+        assert!(e.starts_with("t.pt2: ") && !e.contains('\n'), "{e}");
+        e
+    }
+
+    /// Whatever torch would unpickle when loading an archive is refused when
+    /// hfx reads it, for every backend: a `use_pickle` weight or constant, a
+    /// constant torch loads as an object (by its name's prefix), torch's
+    /// legacy pickled state dict.
+    #[test]
+    fn pickled_payloads_are_refused_when_read() {
+        let e = read_error(archive_with(stored_meta("weight_0", true), &[], &[]));
+        assert_eq!(
+            e,
+            "t.pt2: weight `w` is stored pickled (`weight_0`): pickled weights are not loaded from untrusted files; \
+             re-export with torch >= 2.13 from plain tensors, or save tensors plainly"
+        );
+        let e = read_error(archive_with(stored_meta("weight_0", false), &[("c", stored_meta("tensor_0", true))], &[]));
+        assert!(e.contains("constant `c` is stored pickled"), "{e}");
+        for object in ["custom_obj_0", "opaque_obj_0", "weight_0"] {
+            let e = read_error(archive_with(stored_meta("weight_0", false), &[("c", stored_meta(object, false))], &[]));
+            assert!(e.contains(&format!("constant `c` is an object, not a tensor (`{object}`)")), "{e}");
+        }
+        let e = read_error(archive_with(stored_meta("weight_0", false), &[], &[("t/data/weights/model.pt", b"pickle")]));
+        assert!(e.contains("`t/data/weights/model.pt` is a pickled state dict"), "{e}");
+        // Plain tensors are read.
+        let pt2 = open(archive_with(stored_meta("weight_0", false), &[("c", stored_meta("tensor_0", false))], &[]));
+        assert_eq!(pt2.weight("model", "w").unwrap().unwrap(), &floats(4)[..]);
+    }
+
+    /// An archive hfx writes holds only what it read and checked: the
+    /// programs and payload configs as parsed, the storages they name, torch's
+    /// marker files when they hold what torch writes; sample inputs (a pickle)
+    /// written empty; anything else (AOTInductor libraries, extra files, an
+    /// entry no config names) left out.
+    #[test]
+    fn written_archives_are_rebuilt_from_checked_parts() {
+        let extra: &[(&str, &[u8])] = &[
+            ("t/data/sample_inputs/model.pt", b"a pickle"),
+            ("t/data/aotinductor/model/model.so", b"\x7fELF"),
+            ("t/extra/notes", b"anything"),
+            ("t/data/weights/weight_9", b"unnamed"),
+            ("t/archive_version", b"0"),
+            ("t/byteorder", b"little"),
+            ("t/.data/version", b"code()"),
+            ("elsewhere/file", b"outside"),
+        ];
+        let pt2 = open(archive_with(stored_meta("weight_0", false), &[("c", stored_meta("tensor_0", false))], extra));
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("o.pt2");
+        pt2.write(&out, &pt2.programs.clone()).unwrap();
+        let written = Pt2::open(&out).unwrap();
+        let names: Vec<&str> = written.archive().entries().iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "t/data/weights/weight_0",
+                "t/data/weights/model_weights_config.json",
+                "t/data/constants/tensor_0",
+                "t/data/constants/model_constants_config.json",
+                "t/models/model.json",
+                "t/data/sample_inputs/model.pt",
+                "t/archive_version",
+                "t/byteorder",
+                "t/archive_format",
+            ]
+        );
+        let bytes = |name: &str| written.archive().bytes(written.archive().entry(name).unwrap()).to_vec();
+        assert!(bytes("t/data/sample_inputs/model.pt").is_empty());
+        assert_eq!(bytes("t/data/weights/weight_0"), floats(4));
+        assert_eq!(written.weights, pt2.weights);
+        assert_eq!(written.programs, pt2.programs);
     }
 
     #[test]
