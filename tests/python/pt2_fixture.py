@@ -142,6 +142,8 @@ def pickle_payload(marker, out):
 
 
 def load(path):
+    import transformers.modeling_outputs  # noqa: F401  (the output types the specs name)
+
     torch.export.load(path)
     print("loaded")
 
