@@ -599,7 +599,8 @@ fn pickles_in_a_pt2_are_never_loaded() {
         }
         Some(bytes.to_vec())
     });
-    for (backend, out, verify) in [("executorch", "out.pte", false), ("dynamo", "out.pt2", true), ("onnx", "out.onnx", false)] {
+    let cases = [("executorch", "out.pte", false), ("dynamo", "out.pt2", true), ("dynamo", "plain.pt2", false), ("onnx", "out.onnx", false)];
+    for (backend, out, verify) in cases {
         let result = run_backend(&pickled, backend, &dir.join(out), verify);
         let stderr = String::from_utf8_lossy(&result.stderr);
         assert!(!result.status.success(), "{backend}: accepted: {stderr}");
