@@ -209,3 +209,26 @@ fn bad_ids_revisions_and_refs_are_refused_in_one_line() {
     let error = run(&["--model-id", "org/name"]);
     assert!(error.contains(&format!("{}: holds `../../../../etc`, not a commit hash", refs.join("main").display())), "{error}");
 }
+
+/// A Hub cache's snapshot links are taken only into the repository's own
+/// `blobs/`: a `model.safetensors` link leading elsewhere (here to a valid
+/// checkpoint outside the cache; it could be any file) is refused in one
+/// line, and nothing is written.
+#[test]
+fn a_snapshot_link_out_of_its_blobs_is_refused() {
+    let hub = hub();
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    assert!(Command::new("cp").arg("-a").arg(&hub.home).arg(&home).status().unwrap().success());
+    let key = "tiny-org/tiny-llama@main";
+    let snapshot = home.join("hub/models--tiny-org--tiny-llama/snapshots").join(hub.commit(key));
+    let link = snapshot.join("model.safetensors");
+    let secret = dir.path().join("secret.safetensors");
+    std::fs::copy(&link, &secret).unwrap();
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink(&secret, &link).unwrap();
+    let out = dir.path().join("out.pt2");
+    let error = refused(dir.path(), &home, &["run", "--backend", "dynamo", "--model-id", "tiny-org/tiny-llama", "-o", out.to_str().unwrap()]);
+    assert!(error.contains(&format!("{}, a symbolic link to {}, not into its repository's blobs/", link.display(), secret.display())), "{error}");
+    assert!(!out.exists());
+}
