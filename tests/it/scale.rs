@@ -375,3 +375,29 @@ fn a_checkpoint_that_is_a_link_is_refused() {
     }
     assert_no_scratch_left(dir.path());
 }
+
+/// With a lock (`hfx.lock`, here with `--locked`), a trace cache entry is
+/// used only by runs under the very lock that stored it: the lock's sha256
+/// is part of the key, so a lock that changes in any byte (here the
+/// `source` of a plugin, which `--locked` does not compare) traces again.
+#[test]
+fn a_trace_cache_entry_is_used_only_under_the_lock_that_stored_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = model_folder(dir.path(), "llama");
+    let (dynamo, onnx) = (root().join("plugins/dynamo"), root().join("plugins/onnx"));
+    let lock = hfx(dir.path(), &["plugins", "lock", "--plugins", dynamo.to_str().unwrap(), "--plugins", onnx.to_str().unwrap()]);
+    assert!(lock.status.success(), "{}", String::from_utf8_lossy(&lock.stderr));
+    let cache = dir.path().join("cache");
+    let args = ["--locked", "--trace-cache", cache.to_str().unwrap()];
+    let (stdout, stderr) = export_with_stderr(dir.path(), "onnx", &folder, &dir.path().join("first"), &args);
+    assert!(stderr.contains("trace: torch.export") && !stdout.contains("the trace cache's"), "{stdout}");
+    let (stdout, _) = export_with_stderr(dir.path(), "onnx", &folder, &dir.path().join("second"), &args);
+    assert!(stdout.contains("the trace cache's"), "{stdout}");
+    let path = dir.path().join("hfx.lock");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let (at, _) = text.match_indices("source = \"").next().expect("a plugin's source");
+    std::fs::write(&path, format!("{}source = \"elsewhere/{}", &text[..at], &text[at + "source = \"".len()..])).unwrap();
+    let (stdout, stderr) = export_with_stderr(dir.path(), "onnx", &folder, &dir.path().join("third"), &args);
+    assert!(stderr.contains("trace: torch.export") && !stdout.contains("the trace cache's"), "{stdout}\n{stderr}");
+    assert_no_scratch_left(dir.path());
+}
