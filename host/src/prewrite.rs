@@ -297,7 +297,7 @@ mod tests {
     use std::os::unix::fs::symlink;
 
     fn refused(named: &Path, allowed: &[PathBuf]) -> String {
-        let e = open_checkpoint(named, allowed).err().expect("refused");
+        let e = open_checkpoint(named, allowed).expect_err("refused");
         assert!(!e.contains('\n'), "{e}");
         e
     }
