@@ -87,10 +87,13 @@ fn failing(function: &str, extra: &[&str]) -> String {
     String::from_utf8_lossy(&result.stderr).into_owned()
 }
 
+/// A Python exception is one line naming it; `-v` adds its traceback.
 #[test]
-fn a_python_exception_is_reported_with_its_traceback() {
+fn a_python_exception_is_one_line_and_its_traceback_comes_with_v() {
     let stderr = failing("raises", &[]);
     assert!(stderr.contains("ValueError in the trace worker during `trace`: this model cannot be built (on purpose)"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    let stderr = failing("raises", &["-v"]);
     assert!(stderr.contains("Traceback (most recent call last)") && stderr.contains("hfx_test_models.py"), "{stderr}");
 }
 
