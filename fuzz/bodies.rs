@@ -136,6 +136,14 @@ pub fn selftest_case(data: &[u8]) {
     }
 }
 
+/// The contract's host functions (`graph`, `builder`, `model`) called with
+/// whatever a hostile guest could pass: counts up to `u32::MAX`, identifiers
+/// and lists up to what one host call may lift. Each call is bounded before
+/// the host allocates; a trapped call rolls back to exactly what was lent.
+pub fn host_calls(data: &[u8]) {
+    hfx::plugins::sandbox::host_calls::drive(data);
+}
+
 /// Every target by name, for replays.
 /// The side-weights index (`<archive>.weights.json`: the trace worker's, a
 /// `--trace-cache` entry's) attached to a real archive whose weights it
@@ -189,4 +197,5 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("plugin_meta", plugin_meta),
     ("selftest_case", selftest_case),
     ("side_weights", side_weights),
+    ("host_calls", host_calls),
 ];

@@ -82,7 +82,7 @@ fn panic_after_mutating_is_a_trap_and_rolled_back() {
 fn node_flood_hits_the_host_budget() {
     let limits = Limits { max_new_nodes: 500, ..Limits::default() };
     let error = contained("tests/plugins/hostile-flood", limits);
-    assert_eq!(error.failure, Failure::HostBudget("added more than 500 nodes in one call".into()));
+    assert_eq!(error.failure, Failure::HostBudget("`graph.insert-call` added more than 500 nodes in one call".into()));
 }
 
 #[test]
@@ -125,7 +125,11 @@ fn reading_too_much_hits_the_host_budget() {
     let (mut graph, [relu, _, _]) = relu_add_mul();
     let before = graph.fingerprint();
     let error = Session::new(&runtime, of::<kind::FxNodeFix>(&plugin), "fx-node-fixes").fx_node_fix(&mut graph, relu).unwrap_err();
-    assert_eq!(error.failure, Failure::HostBudget("read more than 64 bytes from the host in one call".into()));
+    assert!(
+        matches!(&error.failure, Failure::HostBudget(m) if m.starts_with("`graph.") && m.ends_with("` read more than 64 bytes from the host in one call")),
+        "{:?}",
+        error.failure
+    );
     assert_eq!(graph.fingerprint(), before);
 }
 
@@ -167,9 +171,17 @@ fn table_growth_is_refused_at_the_table_cap() {
     assert!(line.contains("table limit") && line.contains("10000"), "{line}");
 }
 
-/// What a tripped write budget says (also when one host call alone is over it).
-fn write_budget(bytes: u64) -> Failure {
-    Failure::HostBudget(format!("wrote more than {bytes} bytes to the host in one call"))
+/// Asserts a tripped write budget: named after the host function that tripped
+/// it, or unnamed when one copy out of the guest alone was over it (wasmtime's
+/// hostcall fuel, before any host function runs).
+#[track_caller]
+fn assert_write_budget(failure: &Failure, bytes: u64, function: Option<&str>) {
+    let tail = format!("wrote more than {bytes} bytes to the host in one call");
+    let expected = match function {
+        Some(f) => format!("`{f}` {tail}"),
+        None => tail,
+    };
+    assert_eq!(failure, &Failure::HostBudget(expected));
 }
 
 #[test]
@@ -178,14 +190,14 @@ fn a_huge_list_in_one_host_call_hits_the_write_budget() {
     // only the write budget stands between it and the host.
     let limits = Limits { memory_bytes: 256 << 20, ..Limits::default() };
     let error = contained("tests/plugins/hostile-big-list", limits);
-    assert_eq!(error.failure, write_budget(16 << 20));
+    assert_write_budget(&error.failure, 16 << 20, None);
 }
 
 #[test]
 fn many_strings_over_many_host_calls_hit_the_write_budget() {
     // 64 insert-calls of 1 MiB each: every one is small, their sum is not.
     let error = contained("tests/plugins/hostile-writes", Limits::default());
-    assert_eq!(error.failure, write_budget(16 << 20));
+    assert_write_budget(&error.failure, 16 << 20, Some("graph.insert-call"));
     // The budget is a limit: raise it and the same plugin is let through.
     let limits = Limits { max_write_bytes: 128 << 20, ..Limits::default() };
     let runtime = runtime_with(limits);
@@ -223,7 +235,7 @@ fn a_translation_writing_huge_attributes_hits_the_write_budget_and_is_rolled_bac
     builder.value_names.insert(x, "x".into());
     let before = graph.fingerprint();
     let error = Session::new(&runtime, of::<kind::OnnxTranslation>(&bad), "onnx-translations").translate(&mut graph, relu, &mut builder).unwrap_err();
-    assert_eq!(error.failure, write_budget(16 << 20));
+    assert_write_budget(&error.failure, 16 << 20, Some("builder.add-node"));
     assert_eq!((error.plugin.as_str(), error.kind, error.stage.as_str()), ("test-hostile-translation", PluginKind::OnnxTranslation, "onnx-translations"));
     assert_eq!(error.node, Some(hfx::plugins::NodeRef::Fx("relu".into())));
     assert!(builder.nodes.is_empty(), "the emitted nodes must be rolled back");
@@ -233,6 +245,99 @@ fn a_translation_writing_huge_attributes_hits_the_write_budget_and_is_rolled_bac
     Session::new(&runtime, of::<kind::OnnxTranslation>(&good), "onnx-translations").translate(&mut graph, relu, &mut builder).unwrap();
     assert_eq!(builder.nodes.len(), 1);
     assert_eq!(builder.nodes[0].op_type, "Relu");
+}
+
+/// Translates `node` of the relu/add/mul graph with `hostile-outputs`, whose
+/// `add-node` asks for more output names than the host can hold: the call
+/// fails naming plugin, stage, node and `builder.add-node`, and the builder
+/// and graph are as before.
+fn refused_outputs(node: usize) -> PluginError {
+    use hfx::onnx::TranslationBuilder;
+    let runtime = runtime();
+    let bad = load(&runtime, "tests/plugins/hostile-outputs");
+    let (mut graph, nodes) = relu_add_mul();
+    let mut builder = TranslationBuilder::new(20);
+    builder.value_names.insert(graph.subgraph(0).unwrap().inputs[0], "x".into());
+    let before = graph.fingerprint();
+    let start = Instant::now();
+    let error = Session::new(&runtime, of::<kind::OnnxTranslation>(&bad), "onnx-translations")
+        .translate(&mut graph, nodes[node], &mut builder)
+        .unwrap_err();
+    assert!(start.elapsed() < Duration::from_secs(10), "refused before the work, not after: {:?}", start.elapsed());
+    assert_eq!((error.plugin.as_str(), error.kind, error.stage.as_str()), ("test-hostile-outputs", PluginKind::OnnxTranslation, "onnx-translations"));
+    assert!(builder.nodes.is_empty() && builder.value_names.len() == 1, "the builder must be rolled back");
+    assert_eq!(graph.fingerprint(), before);
+    let line = error.to_string();
+    assert!(line.contains("test-hostile-outputs") && line.contains("`builder.add-node`") && !line.contains('\n'), "{line}");
+    error
+}
+
+#[test]
+fn add_node_with_u32_max_outputs_is_refused_before_the_host_allocates() {
+    // Before the bound: 4 billion names, "memory allocation of 103079215080 bytes failed", SIGABRT.
+    let error = refused_outputs(2);
+    assert_eq!(error.failure, Failure::HostBudget("`builder.add-node` was asked for 4294967295 outputs (at most 65536)".into()));
+}
+
+#[test]
+fn add_node_output_names_from_a_long_op_type_are_charged_before_they_are_made() {
+    // 60 000 names each repeating a 4 KiB op type: 500 MB of host memory for 4 KiB handed in.
+    let error = refused_outputs(1);
+    let Failure::HostBudget(message) = &error.failure else { panic!("{:?}", error.failure) };
+    assert!(message.starts_with("`builder.add-node` would allocate"), "{message}");
+    assert!(message.contains("60000 output names of a 4096-byte op type, over the write budget of 16777216 bytes"), "{message}");
+    // A longer op type is no identifier: refused whatever the count (2400 here, 2.5 GB of names before).
+    let error = refused_outputs(0);
+    assert_eq!(error.failure, Failure::HostBudget("`builder.add-node` was given an op type of 1048576 bytes (at most 4096)".into()));
+}
+
+/// The peak resident memory of a finished child (its own and that of the
+/// children it waited for), from `wait4`; and how it ended.
+fn wait_with_peak(mut child: std::process::Child) -> (std::process::ExitStatus, String, u64) {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    let mut stderr = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    let mut status = 0;
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as libc::pid_t, "wait4: {}", std::io::Error::last_os_error());
+    (std::process::ExitStatus::from_raw(status), stderr, usage.ru_maxrss as u64 * 1024)
+}
+
+#[test]
+fn hfx_survives_a_translation_asking_for_gigabytes_of_output_names_in_one_line() {
+    // `hostile-outputs` end to end: on `relu_silu` its relu translation asks
+    // for 2400 names of a 1 MiB op type (before the bounds: 2.5 GB peak), on
+    // `doubler` its mul translation for u32::MAX names (before: "memory
+    // allocation of 103079215080 bytes failed", SIGABRT).
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = plugin_dir("tests/plugins/hostile-outputs");
+    let out = dir.path().join("out.onnx");
+    let python = python();
+    for (model, node, reason) in [("relu_silu", "relu", "was given an op type of 1048576 bytes (at most 4096)"), ("doubler", "mul", "was asked for 4294967295 outputs (at most 65536)")] {
+        let spec = format!("python:hfx_test_models:{model}");
+        let args = ["run", "--backend", "onnx", "--plugins", plugin.to_str().unwrap(), "--model-fn", &spec, "-o", out.to_str().unwrap(), "--python", python.to_str().unwrap()];
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_hfx"))
+            .args(args)
+            .current_dir(dir.path())
+            .env("PYTHONPATH", root().join("tests/python"))
+            .env("HFX_CACHE_DIR", root().join("target/hfx-test-cache"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (status, stderr, peak) = wait_with_peak(child);
+        assert_eq!(status.code(), Some(1), "{model}: hfx must exit with an error, not a signal ({status:?}): {stderr}");
+        assert!(!stderr.contains("panicked") && !stderr.contains("memory allocation of"), "{model}: {stderr}");
+        let error: Vec<&str> = stderr.lines().filter(|l| l.contains("test-hostile-outputs")).collect();
+        assert_eq!(error.len(), 1, "{model}: one line names the plugin:\n{stderr}");
+        let expected = format!("at node `{node}`: exceeded the host budget: `builder.add-node` {reason}");
+        assert!(error[0].contains("onnx-translations") && error[0].ends_with(&expected), "{model}: {}", error[0]);
+        // hfx and its Python worker (the larger of the two): far below the gigabytes asked for.
+        assert!(peak < 1 << 30, "{model}: peak resident memory {} MiB", peak >> 20);
+        assert!(!out.exists());
+    }
 }
 
 #[test]

@@ -29,6 +29,10 @@ pub enum Failure {
     OutOfFuel { budget: u64 },
     #[error("hit the {millis} ms wall-clock deadline")]
     Deadline { millis: u64 },
+    /// The deadline passed while a host function worked for the guest
+    /// (epochs interrupt wasm code only; host work checks the clock itself).
+    #[error("hit the {millis} ms wall-clock deadline in host function `{function}`")]
+    HostDeadline { function: String, millis: u64 },
     #[error("exceeded the memory limit (cap of {bytes} bytes)")]
     MemoryCap { bytes: usize },
     #[error("exceeded the table limit (cap of {elements} elements)")]

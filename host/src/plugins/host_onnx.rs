@@ -1,14 +1,21 @@
 //! The `onnx` interface of the contract: the translation builder and the model
-//! under IR repair. Answers are charged against the call's read budget, the
-//! strings and lists the guest hands in against its write budget, ONNX nodes
-//! added against its node budget.
+//! under IR repair. Each method bounds what the guest asks of it before
+//! allocating: identifiers (op type, domain, value and attribute names)
+//! against `MAX_NAME_BYTES`, `add-node`'s `outputs` against `MAX_NODE_OUTPUTS`,
+//! the strings and lists handed in against the write budget, and what the
+//! host allocates for them (an output name derived from the op type per
+//! output, a copy of an attribute kept for rollback) against the write budget
+//! at its host size. Answers are charged against the read budget before they
+//! are built, ONNX nodes added against the node budget.
+
+use std::mem::size_of;
 
 use wasmtime::component::{Resource, ResourceTable};
 
 use super::bindings::wit_onnx as o;
 use super::bindings::wit_types as t;
 use super::bindings::{BuilderRef, ModelRef};
-use super::sandbox::CallBudget;
+use super::sandbox::{CallBudget, Ticks, MAX_NODE_OUTPUTS};
 use super::bindings::NoState;
 use crate::graph::ValueId;
 use crate::onnx::{Attribute, Model, Node, TranslationBuilder};
@@ -62,13 +69,26 @@ pub struct OnnxHost<'a> {
 impl o::Host for OnnxHost<'_> {}
 impl super::bindings::wit_patching::Host for NoState {}
 
+/// Longest `_N` suffix a fresh output name gets (`fresh_name`: the op type in
+/// lower case, `_`, a `u64` counter).
+const NAME_SUFFIX_BYTES: usize = 21;
+
+impl OnnxHost<'_> {
+    /// Identifiers within `MAX_NAME_BYTES`: the names of attributes handed in.
+    fn bound_attribute_names(&mut self, function: &str, attributes: &[o::NamedAttribute]) -> wasmtime::Result<()> {
+        for a in attributes {
+            self.budget.check_name(function, "an attribute name", &a.name)?;
+        }
+        Ok(())
+    }
+}
+
 impl o::HostBuilder for OnnxHost<'_> {
     fn value_name(&mut self, _: Resource<BuilderRef>, value: u32) -> Answer<String> {
         match self.onnx.builder.value_names.get(&ValueId(value)) {
             Some(name) => {
-                let name = name.clone();
-                self.budget.charge_read(name.len())?;
-                Ok(Ok(name))
+                self.budget.charge_read("builder.value-name", name.len() + 8)?;
+                Ok(Ok(name.clone()))
             }
             None => err(format!("value {value} has no ONNX name yet (not translated)")),
         }
@@ -83,13 +103,33 @@ impl o::HostBuilder for OnnxHost<'_> {
         outputs: u32,
         attributes: Vec<o::NamedAttribute>,
     ) -> Answer<Vec<String>> {
-        self.budget.charge_write(op_type.len() + domain.len() + strings_size(&inputs) + attributes.iter().map(named_attribute_size).sum::<usize>())?;
-        self.budget.charge_node()?;
+        const F: &str = "builder.add-node";
+        let handed_in = op_type.len() + domain.len() + strings_size(&inputs) + attributes.iter().map(named_attribute_size).sum::<usize>();
+        self.budget.charge_write(F, handed_in)?;
+        self.budget.charge_node(F)?;
+        self.budget.check_name(F, "an op type", &op_type)?;
+        self.budget.check_name(F, "a domain", &domain)?;
+        for input in &inputs {
+            self.budget.check_name(F, "an input name", input)?;
+        }
+        self.bound_attribute_names(F, &attributes)?;
+        let outputs = outputs as usize;
+        self.budget.check_count(F, "outputs", outputs, MAX_NODE_OUTPUTS)?;
         if op_type.is_empty() {
             return err("op-type is empty");
         }
-        let names: Vec<String> = (0..outputs).map(|_| self.onnx.builder.fresh_name(&op_type)).collect();
-        self.budget.charge_read(names.iter().map(String::len).sum())?;
+        // Each output gets a name derived from the op type, held twice on the
+        // host (the node's outputs, the answer) and read back by the guest.
+        let name = op_type.len() + NAME_SUFFIX_BYTES;
+        let what = format!("{outputs} output names of a {}-byte op type", op_type.len());
+        self.budget.charge_host(F, &what, outputs.checked_mul(2 * (name + size_of::<String>())))?;
+        self.budget.charge_read(F, outputs.saturating_mul(name + 8).saturating_add(8))?;
+        let mut ticks = Ticks::new(F);
+        let mut names = Vec::with_capacity(outputs);
+        for _ in 0..outputs {
+            ticks.step(self.budget)?;
+            names.push(self.onnx.builder.fresh_name(&op_type));
+        }
         self.onnx.builder.nodes.push(Node {
             op_type,
             domain,
@@ -102,7 +142,9 @@ impl o::HostBuilder for OnnxHost<'_> {
     }
 
     fn bind(&mut self, _: Resource<BuilderRef>, value: u32, name: String) -> Answer<()> {
-        self.budget.charge_write(name.len() + 8)?;
+        const F: &str = "builder.bind";
+        self.budget.charge_write(F, name.len() + 8)?;
+        self.budget.check_name(F, "a value name", &name)?;
         if self.onnx.builder.value_names.contains_key(&ValueId(value)) {
             return err(format!("value {value} is already bound"));
         }
@@ -124,67 +166,64 @@ impl OnnxHost<'_> {
     fn onnx_node(&self, node: u32) -> Result<&Node, t::Error> {
         self.onnx.model.nodes.get(node as usize).ok_or(t::Error { message: format!("no ONNX node {node}"), node: None })
     }
+
+    /// Charges a read of `size(node)` bytes of node `node`, then answers
+    /// `build(node)`: nothing is copied past the budget.
+    fn read_node<T>(&mut self, function: &str, node: u32, size: impl Fn(&Node) -> usize, build: impl Fn(&Node) -> T) -> Answer<T> {
+        let bytes = match self.onnx_node(node) {
+            Ok(n) => size(n),
+            Err(e) => return Ok(Err(e)),
+        };
+        self.budget.charge_read(function, bytes)?;
+        Ok(self.onnx_node(node).map(build))
+    }
 }
 
 impl o::HostModel for OnnxHost<'_> {
     fn nodes(&mut self, _: Resource<ModelRef>) -> wasmtime::Result<Vec<u32>> {
-        let n = self.onnx.model.nodes.len() as u32;
-        self.budget.charge_read(n as usize * 4)?;
+        const F: &str = "model.nodes";
+        let n = u32::try_from(self.onnx.model.nodes.len()).unwrap_or(u32::MAX);
+        self.budget.charge_read(F, 8 + n as usize * 4)?;
+        self.budget.check_deadline(F)?;
         Ok((0..n).collect())
     }
 
     fn op_type(&mut self, _: Resource<ModelRef>, node: u32) -> Answer<String> {
-        let r = self.onnx_node(node).map(|n| n.op_type.clone());
-        if let Ok(s) = &r {
-            self.budget.charge_read(s.len() + 8)?;
-        }
-        Ok(r)
+        self.read_node("model.op-type", node, |n| n.op_type.len() + 8, |n| n.op_type.clone())
     }
 
     fn domain(&mut self, _: Resource<ModelRef>, node: u32) -> Answer<String> {
-        let r = self.onnx_node(node).map(|n| n.domain.clone());
-        if let Ok(s) = &r {
-            self.budget.charge_read(s.len() + 8)?;
-        }
-        Ok(r)
+        self.read_node("model.domain", node, |n| n.domain.len() + 8, |n| n.domain.clone())
     }
 
     fn inputs(&mut self, _: Resource<ModelRef>, node: u32) -> Answer<Vec<String>> {
-        let r = self.onnx_node(node).map(|n| n.inputs.clone());
-        if let Ok(v) = &r {
-            self.budget.charge_read(v.iter().map(|s| s.len() + 8).sum())?;
-        }
-        Ok(r)
+        self.read_node("model.inputs", node, |n| strings_size(&n.inputs), |n| n.inputs.clone())
     }
 
     fn outputs(&mut self, _: Resource<ModelRef>, node: u32) -> Answer<Vec<String>> {
-        let r = self.onnx_node(node).map(|n| n.outputs.clone());
-        if let Ok(v) = &r {
-            self.budget.charge_read(v.iter().map(|s| s.len() + 8).sum())?;
-        }
-        Ok(r)
+        self.read_node("model.outputs", node, |n| strings_size(&n.outputs), |n| n.outputs.clone())
     }
 
     fn attribute(&mut self, _: Resource<ModelRef>, node: u32, name: String) -> Answer<Option<o::Attribute>> {
-        self.budget.charge_write(name.len() + 8)?;
-        let r = self.onnx_node(node).map(|n| n.attribute(&name).map(to_wit_attribute));
-        if let Ok(a) = &r {
-            self.budget.charge_read(4 + a.as_ref().map_or(0, attribute_size))?;
-        }
-        Ok(r)
+        const F: &str = "model.attribute";
+        self.budget.charge_write(F, name.len() + 8)?;
+        self.budget.check_name(F, "an attribute name", &name)?;
+        self.read_node(F, node, |n| 4 + n.attribute(&name).map_or(0, ir_attribute_size), |n| n.attribute(&name).map(to_wit_attribute))
     }
 
     fn set_attribute(&mut self, _: Resource<ModelRef>, node: u32, attribute: o::NamedAttribute) -> Answer<()> {
-        self.budget.charge_write(named_attribute_size(&attribute))?;
-        match self.onnx.model.nodes.get_mut(node as usize) {
-            Some(n) => {
-                let old = n.attribute(&attribute.name).cloned();
-                n.set_attribute(&attribute.name, from_wit_attribute(attribute.value));
-                self.onnx.overwritten.push((node, attribute.name, old));
-                Ok(Ok(()))
-            }
-            None => err(format!("no ONNX node {node}")),
-        }
+        const F: &str = "model.set-attribute";
+        self.budget.charge_write(F, named_attribute_size(&attribute))?;
+        self.bound_attribute_names(F, std::slice::from_ref(&attribute))?;
+        let Some(n) = self.onnx.model.nodes.get(node as usize) else { return err(format!("no ONNX node {node}")) };
+        // The value it replaces is kept for rollback, with the name.
+        let kept = n.attribute(&attribute.name).map_or(0, ir_attribute_size) + attribute.name.len() + size_of::<(u32, String, Option<Attribute>)>();
+        self.budget.charge_host(F, &format!("the `{}` attribute it replaces, kept for rollback", attribute.name), Some(kept))?;
+        let n = &mut self.onnx.model.nodes[node as usize];
+        let old = n.attribute(&attribute.name).cloned();
+        n.set_attribute(&attribute.name, from_wit_attribute(attribute.value));
+        self.onnx.overwritten.push((node, attribute.name, old));
+        Ok(Ok(()))
     }
 
     fn drop(&mut self, model: Resource<ModelRef>) -> wasmtime::Result<()> {
@@ -210,6 +249,17 @@ fn attribute_size(a: &o::Attribute) -> usize {
 
 fn named_attribute_size(a: &o::NamedAttribute) -> usize {
     a.name.len() + 8 + attribute_size(&a.value)
+}
+
+/// `attribute_size` of the IR form, known before the contract form is built.
+fn ir_attribute_size(a: &Attribute) -> usize {
+    16 + match a {
+        Attribute::Int(_) | Attribute::Float(_) => 0,
+        Attribute::Ints(v) => v.len() * 8,
+        Attribute::Floats(v) => v.len() * 4,
+        Attribute::Str(s) => s.len(),
+        Attribute::Strs(v) => strings_size(v),
+    }
 }
 
 fn from_wit_attribute(a: o::Attribute) -> Attribute {

@@ -10,10 +10,21 @@
 //! what it returns: wasmtime's hostcall fuel caps each single transfer, the
 //! write budget their sum). No WASI is linked, so a plugin has no files,
 //! network, clock or environment at all.
+//!
+//! Host functions run outside the wasm deadline's reach (epochs interrupt only
+//! wasm code), so each one bounds what the guest asks of it before allocating:
+//! counts and names against fixed caps, and every host allocation the call
+//! causes (copies, derived names, journal entries) against the write budget at
+//! its host size. Host work that grows with the graph or the guest's input
+//! checks the call's deadline as it goes.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use wasmtime::ResourceLimiter;
+
+/// The host functions called straight from bytes: the fuzz target's body.
+#[path = "host_calls.rs"]
+pub mod host_calls;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -41,6 +52,17 @@ pub struct Limits {
 pub const MAX_WASM_STACK: usize = 512 << 10;
 /// Bytes of targets `describe` may return (names and list together).
 pub const MAX_DESCRIBE_BYTES: usize = 64 << 10;
+/// Outputs of one node a plugin adds (`builder.add-node`'s `outputs`, the
+/// values `graph.insert-call` declares): far beyond any real operator (a
+/// `Split` into thousands), and small enough that one node's names are cheap.
+pub const MAX_NODE_OUTPUTS: usize = 65_536;
+/// Bytes of one identifier a plugin hands in: an op type, a domain, a target,
+/// an argument, attribute, value or symbol name, a dtype, a device kind.
+/// Strings that carry data (a string attribute or argument, an expression)
+/// are bounded by the write budget alone.
+pub const MAX_NAME_BYTES: usize = 4 << 10;
+/// How many steps of host work go between two looks at the clock.
+pub const DEADLINE_CHECK_EVERY: usize = 1 << 12;
 /// Bytes of an error message a plugin may return.
 pub const MAX_MESSAGE_BYTES: usize = 4 << 10;
 /// Core instances, tables and linear memories per store (one store per plugin
@@ -71,51 +93,135 @@ pub struct CallBudget {
     pub new_nodes: u32,
     pub read_bytes: u64,
     pub written_bytes: u64,
+    /// When the call's wall-clock deadline passes: the instant its epoch
+    /// deadline stands for, which host work checks (epochs cannot stop it).
+    pub deadline: Instant,
     /// Set when a budget tripped, so the trap it caused is reported as such.
     pub exceeded: Option<String>,
+    /// The host function that found the deadline passed.
+    pub deadline_passed_in: Option<&'static str>,
 }
 
 impl CallBudget {
     pub fn new(limits: Limits) -> Self {
-        CallBudget { limits, new_nodes: 0, read_bytes: 0, written_bytes: 0, exceeded: None }
+        CallBudget {
+            limits,
+            new_nodes: 0,
+            read_bytes: 0,
+            written_bytes: 0,
+            deadline: deadline_after(limits.deadline),
+            exceeded: None,
+            deadline_passed_in: None,
+        }
     }
 
-    /// Fresh budgets for the next call.
+    /// Fresh budgets and a fresh deadline for the next call.
     pub fn reset(&mut self) {
         *self = CallBudget::new(self.limits);
     }
 
-    /// Charges `bytes` read by the guest; a trap once over budget.
-    pub fn charge_read(&mut self, bytes: usize) -> wasmtime::Result<()> {
-        self.read_bytes += bytes as u64;
+    /// Charges `bytes` read by the guest from `function`; a trap once over budget.
+    pub fn charge_read(&mut self, function: &str, bytes: usize) -> wasmtime::Result<()> {
+        self.read_bytes = self.read_bytes.saturating_add(bytes as u64);
         if self.read_bytes > self.limits.max_read_bytes {
-            return self.trip(format!("read more than {} bytes from the host in one call", self.limits.max_read_bytes));
+            return self.trip(format!("`{function}` read more than {} bytes from the host in one call", self.limits.max_read_bytes));
         }
         Ok(())
     }
 
-    /// Charges `bytes` handed over by the guest (strings and lists passed to a
-    /// host function); a trap once over budget.
-    pub fn charge_write(&mut self, bytes: usize) -> wasmtime::Result<()> {
+    /// Charges `bytes` handed over by the guest to `function` (strings and
+    /// lists passed in); a trap once over budget.
+    pub fn charge_write(&mut self, function: &str, bytes: usize) -> wasmtime::Result<()> {
         self.written_bytes = self.written_bytes.saturating_add(bytes as u64);
         if self.written_bytes > self.limits.max_write_bytes {
-            return self.trip(write_budget_message(self.limits.max_write_bytes));
+            return self.trip(format!("`{function}` {}", write_budget_message(self.limits.max_write_bytes)));
         }
         Ok(())
     }
 
-    /// Charges one new node; a trap once over budget.
-    pub fn charge_node(&mut self) -> wasmtime::Result<()> {
+    /// Charges what `function` is about to allocate on the host on the
+    /// guest's behalf (`what`, `bytes` of it, `None` past `usize`) against the
+    /// write budget, before allocating it; a trap once over budget.
+    pub fn charge_host(&mut self, function: &str, what: &dyn std::fmt::Display, bytes: Option<usize>) -> wasmtime::Result<()> {
+        let bytes = bytes.map_or(u64::MAX, |b| b as u64);
+        let total = self.written_bytes.saturating_add(bytes);
+        if total > self.limits.max_write_bytes {
+            let size = if bytes == u64::MAX { "more than the address space".to_string() } else { format!("{bytes} bytes") };
+            return self.trip(format!(
+                "`{function}` would allocate {size} on the host for {what}, over the write budget of {} bytes in one call",
+                self.limits.max_write_bytes
+            ));
+        }
+        self.written_bytes = total;
+        Ok(())
+    }
+
+    /// Charges one new node added by `function`; a trap once over budget.
+    pub fn charge_node(&mut self, function: &str) -> wasmtime::Result<()> {
         self.new_nodes += 1;
         if self.new_nodes > self.limits.max_new_nodes {
-            return self.trip(format!("added more than {} nodes in one call", self.limits.max_new_nodes));
+            return self.trip(format!("`{function}` added more than {} nodes in one call", self.limits.max_new_nodes));
         }
         Ok(())
+    }
+
+    /// Refuses `count` items of `what` in one `function` call past `max`.
+    pub fn check_count(&mut self, function: &str, what: &str, count: usize, max: usize) -> wasmtime::Result<()> {
+        if count > max {
+            return self.trip(format!("`{function}` was asked for {count} {what} (at most {max})"));
+        }
+        Ok(())
+    }
+
+    /// Refuses an identifier (`what`: an op type, a target, a name) longer
+    /// than `MAX_NAME_BYTES`.
+    pub fn check_name(&mut self, function: &str, what: &str, name: &str) -> wasmtime::Result<()> {
+        if name.len() > MAX_NAME_BYTES {
+            return self.trip(format!("`{function}` was given {what} of {} bytes (at most {MAX_NAME_BYTES})", name.len()));
+        }
+        Ok(())
+    }
+
+    /// A trap once the call's deadline has passed: host work that grows with
+    /// the guest's input calls this as it goes (`Ticks` every so many steps).
+    pub fn check_deadline(&mut self, function: &'static str) -> wasmtime::Result<()> {
+        if Instant::now() <= self.deadline {
+            return Ok(());
+        }
+        self.deadline_passed_in = Some(function);
+        Err(wasmtime::Error::msg(format!("`{function}` ran past the call's deadline")))
     }
 
     fn trip(&mut self, message: String) -> wasmtime::Result<()> {
         self.exceeded = Some(message.clone());
         Err(wasmtime::Error::msg(message))
+    }
+}
+
+/// `now + after`, or as far as an `Instant` goes (a deadline of years is no deadline).
+fn deadline_after(after: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(after).unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
+}
+
+/// Counts steps of host work and looks at the deadline every
+/// `DEADLINE_CHECK_EVERY` of them (a clock read costs more than a step).
+pub struct Ticks {
+    function: &'static str,
+    steps: usize,
+}
+
+impl Ticks {
+    pub fn new(function: &'static str) -> Self {
+        Ticks { function, steps: 0 }
+    }
+
+    pub fn step(&mut self, budget: &mut CallBudget) -> wasmtime::Result<()> {
+        self.steps += 1;
+        if self.steps % DEADLINE_CHECK_EVERY == 0 {
+            budget.check_deadline(self.function)?;
+        }
+        Ok(())
     }
 }
 

@@ -253,6 +253,9 @@ impl<K: Kind> Session<'_, K> {
         if let Some(budget) = &state.budget.exceeded {
             return Failure::HostBudget(budget.clone());
         }
+        if let Some(function) = state.budget.deadline_passed_in {
+            return Failure::HostDeadline { function: function.to_string(), millis: state.limits().deadline.as_millis() as u64 };
+        }
         // wasmtime's hostcall fuel (set to the write budget in `arm`); its error type is private.
         if format!("{e:#}").contains("fuel allocated for hostcalls has been exhausted") {
             return Failure::HostBudget(write_budget_message(state.limits().max_write_bytes));
