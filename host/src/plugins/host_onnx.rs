@@ -27,15 +27,19 @@ pub struct OnnxState {
     pub model: Model,
     /// Attribute values overwritten in this call, oldest first, for rollback.
     overwritten: Vec<(u32, String, Option<Attribute>)>,
-    /// Builder sizes when the call started, for rollback.
-    builder_mark: (usize, Vec<ValueId>),
+    /// Builder nodes when the call started, for rollback.
+    builder_nodes: usize,
+    /// Values the call bound, for rollback: a call's own work, never the
+    /// builder's whole table (a model's worth of names per call).
+    bound: Vec<ValueId>,
 }
 
 impl OnnxState {
     /// Marks the start of a call.
     pub fn begin(&mut self) {
         self.overwritten.clear();
-        self.builder_mark = (self.builder.nodes.len(), self.builder.value_names.keys().copied().collect());
+        self.bound.clear();
+        self.builder_nodes = self.builder.nodes.len();
     }
 
     /// Undoes what the call did to the builder and the model.
@@ -47,9 +51,10 @@ impl OnnxState {
                 None => n.attributes.retain(|(k, _)| *k != name),
             }
         }
-        let (nodes, bound) = std::mem::take(&mut self.builder_mark);
-        self.builder.nodes.truncate(nodes);
-        self.builder.value_names.retain(|k, _| bound.contains(k));
+        self.builder.nodes.truncate(self.builder_nodes);
+        for value in self.bound.drain(..) {
+            self.builder.value_names.remove(&value);
+        }
     }
 }
 
@@ -149,6 +154,7 @@ impl o::HostBuilder for OnnxHost<'_> {
             return err(format!("value {value} is already bound"));
         }
         self.onnx.builder.value_names.insert(ValueId(value), name);
+        self.onnx.bound.push(ValueId(value));
         Ok(Ok(()))
     }
 
