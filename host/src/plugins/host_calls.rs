@@ -15,6 +15,7 @@ use wasmtime::component::Resource;
 use super::super::bindings::wit_graph::{self as w, HostGraph};
 use super::super::bindings::wit_onnx::{self as o, HostBuilder, HostModel};
 use super::super::bindings::wit_types as t;
+use super::super::host_graph::ApproxSize;
 use super::super::store::PluginState;
 use super::Limits;
 use crate::graph::{Argument, Dim, Graph, NamedArgument, OutputDecl, TensorMeta, ValueMeta};
@@ -26,14 +27,16 @@ pub fn fuzz_limits() -> Limits {
     Limits { max_new_nodes: 1_000, max_read_bytes: 4 << 20, max_write_bytes: 1 << 20, ..Limits::default() }
 }
 
-/// The largest string or list a step hands in: what hostcall fuel lets a guest
-/// pass in one call under `fuzz_limits`.
+/// The most one step hands in, all its strings and lists together: what
+/// wasmtime's hostcall fuel lets a guest pass in one call under `fuzz_limits`
+/// (a list of one described tensor repeated is cheap to ask for here, as it
+/// is not for a guest).
 const MAX_LIFTED: usize = 1 << 20;
 
 /// Runs the host-function calls `data` describes on a small graph, builder
 /// and model, then checks the rollback of a trapped call.
 pub fn drive(data: &[u8]) {
-    let mut input = Bytes { data, at: 0 };
+    let mut input = Bytes { data, at: 0, lifted: 0 };
     let mut state = PluginState::new(fuzz_limits());
     state.graph.graph = relu_add_mul();
     state.graph.read_only = input.u8() & 1 == 1;
@@ -70,6 +73,7 @@ fn step(state: &mut PluginState, input: &mut Bytes) -> wasmtime::Result<()> {
     let g = || Resource::<super::super::bindings::GraphRef>::new_borrow(0);
     let b = || Resource::<super::super::bindings::BuilderRef>::new_borrow(0);
     let m = || Resource::<super::super::bindings::ModelRef>::new_borrow(0);
+    input.lifted = MAX_LIFTED;
     let id = input.small_u32();
     match input.u8() % 32 {
         0 => drop(state.graph_host().nodes(g())?),
@@ -172,9 +176,18 @@ fn two_node_model() -> Model {
 struct Bytes<'a> {
     data: &'a [u8],
     at: usize,
+    /// Bytes the current step may still hand in (its guest-side size).
+    lifted: usize,
 }
 
 impl Bytes<'_> {
+    /// `n` items of `size` bytes, or as many as the step may still hand in.
+    fn lift(&mut self, n: usize, size: usize) -> usize {
+        let n = n.min(self.lifted / size.max(1));
+        self.lifted -= n * size.max(1);
+        n
+    }
+
     fn done(&self) -> bool {
         self.at >= self.data.len()
     }
@@ -215,6 +228,7 @@ impl Bytes<'_> {
     /// (a long identifier costs the fuzzer two bytes, not a megabyte).
     fn string(&mut self) -> String {
         let len = self.len();
+        let len = self.lift(len + 8, 1).saturating_sub(8);
         let c = char::from(b'a' + self.u8() % 26);
         match self.u8() % 4 {
             0 => ["aten.relu.default", "aten.add.Tensor", "self", "x", "float32", "s0"][len % 6].to_string(),
@@ -223,8 +237,8 @@ impl Bytes<'_> {
     }
 
     fn strings(&mut self) -> Vec<String> {
-        let n = self.len().min(MAX_LIFTED / 16);
-        (0..n).map(|_| self.string()).collect()
+        let n = self.len();
+        (0..n).map_while(|_| (self.lifted > 0).then(|| self.string())).collect()
     }
 
     fn dim(&mut self) -> t::Dim {
@@ -233,6 +247,7 @@ impl Bytes<'_> {
 
     fn tensor_meta(&mut self) -> t::TensorMeta {
         let rank = self.len().min(64);
+        let rank = self.lift(rank, 16);
         t::TensorMeta {
             dtype: self.string(),
             shape: (0..rank).map(|_| self.dim()).collect(),
@@ -257,7 +272,8 @@ impl Bytes<'_> {
                 1 => {
                     // Many values of one shared description: cheap to ask for, each a value on the host.
                     let meta = self.tensor_meta();
-                    let count = self.len().min(MAX_LIFTED / 64);
+                    let count = self.len();
+                    let count = self.lift(count, meta.approx_size());
                     w::OutputDecl::Tensors(vec![meta; count])
                 }
                 2 => w::OutputDecl::SymInt(self.string()),
@@ -270,14 +286,17 @@ impl Bytes<'_> {
         match self.u8() % 8 {
             0 => w::Argument::Tensor(self.small_u32()),
             1 => {
-                let (value, n) = (self.small_u32(), self.len().min(MAX_LIFTED / 4));
-                w::Argument::Tensors(vec![value; n])
+                let (value, n) = (self.small_u32(), self.len());
+                w::Argument::Tensors(vec![value; self.lift(n, 4)])
             }
             2 => w::Argument::Int(i64::from(self.u32())),
             3 => w::Argument::Str(self.string()),
             4 => w::Argument::Dtype(self.string()),
             5 => w::Argument::Device(t::Device { kind: self.string(), index: None }),
-            6 => w::Argument::Ints(vec![1; self.len().min(MAX_LIFTED / 8)]),
+            6 => {
+                let n = self.len();
+                w::Argument::Ints(vec![1; self.lift(n, 8)])
+            }
             _ => w::Argument::None,
         }
     }
@@ -288,13 +307,16 @@ impl Bytes<'_> {
 
     fn named_arguments(&mut self) -> Vec<w::NamedArgument> {
         let n = self.len().min(64);
-        (0..n).map(|_| self.named_argument()).collect()
+        (0..n).map_while(|_| (self.lift(1, 16) == 1).then(|| self.named_argument())).collect()
     }
 
     fn attribute(&mut self) -> o::Attribute {
         match self.u8() % 4 {
             0 => o::Attribute::Int(i64::from(self.u32())),
-            1 => o::Attribute::Ints(vec![7; self.len().min(MAX_LIFTED / 8)]),
+            1 => {
+                let n = self.len();
+                o::Attribute::Ints(vec![7; self.lift(n, 8)])
+            }
             2 => o::Attribute::Str(self.string()),
             _ => o::Attribute::Strs(self.strings()),
         }
@@ -302,7 +324,7 @@ impl Bytes<'_> {
 
     fn named_attributes(&mut self) -> Vec<o::NamedAttribute> {
         let n = self.len().min(16);
-        (0..n).map(|_| o::NamedAttribute { name: self.string(), value: self.attribute() }).collect()
+        (0..n).map_while(|_| (self.lift(1, 16) == 1).then(|| o::NamedAttribute { name: self.string(), value: self.attribute() })).collect()
     }
 }
 
