@@ -451,8 +451,8 @@ mod tests {
             .unwrap()
             .filter_map(Result::ok)
             .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.ends_with(".py"))
+            .filter(|n| n.ends_with(".py") || n.ends_with(".json"))
             .collect();
-        assert_eq!(on_disk, names.iter().map(|n| n.to_string()).collect(), "every module of host/worker/hfx_worker is embedded");
+        assert_eq!(on_disk, names.iter().map(|n| n.to_string()).collect(), "every module and data file of host/worker/hfx_worker is embedded");
     }
 }
