@@ -116,11 +116,24 @@ pub(super) fn verify(args: &SetOptions, strict: bool) -> Result<()> {
     Ok(())
 }
 
+/// The worker that runs a set's self-test cases, which are as untrusted as
+/// its plugins: in the OS sandbox, reading the plugin folders, writing
+/// nothing but its scratch folder.
+fn case_worker(set: &SetOptions) -> Result<crate::trace::Worker> {
+    let sandbox = crate::trace::Sandbox { read: set.folders.clone(), ..Default::default() };
+    let options = crate::trace::WorkerOptions { sandbox: Some(sandbox), ..Default::default() };
+    let worker = crate::trace::Worker::start_with(&set.python(), std::time::Duration::from_secs(120), &options)?;
+    if !worker.sandbox.off().is_empty() {
+        tracing::warn!("the self-test worker runs with part of its OS sandbox off: {}", worker.sandbox.line());
+    }
+    Ok(worker)
+}
+
 /// Every plugin's self-tests, numerically in one worker; a plugin without a
 /// case fails, except patches (tested on real traces by the test suite).
 pub(super) fn test(args: &SetOptions) -> Result<()> {
     let loaded = args.load(Purpose::Use, None)?;
-    let mut worker = crate::trace::Worker::start(&args.python(), std::time::Duration::from_secs(120))?;
+    let mut worker = case_worker(args)?;
     let (mut passed, mut failed) = (0, 0);
     for p in &loaded.set.plugins {
         let results = selftest::run(&loaded.runtime, p, &loaded.set.plugins, &mut Depth::Numeric(&mut worker))?;
@@ -163,7 +176,7 @@ pub(super) fn test_ops(mut args: super::TestOpsArgs, verbose: u8) -> Result<()> 
     let set = args.set.folder_options()?;
     let loaded = set.load(Purpose::Use, None)?;
     let progress = crate::pipeline::Progress { started: std::time::Instant::now(), shown: verbose > 0 || std::io::stderr().is_terminal() };
-    let mut worker = crate::trace::Worker::start(&set.python(), std::time::Duration::from_secs(120))?;
+    let mut worker = case_worker(&set)?;
     let options = OpTestOptions { only: args.ops, dtypes: args.dtypes, per_dtype: args.samples, opset: args.opset, exclusions: args.exclusions };
     let report = ops::run(&loaded, &mut worker, &options, progress)?;
     for (op, tally) in &report.ops {
