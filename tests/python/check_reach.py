@@ -358,14 +358,7 @@ def main():
     for what, steps in HOSTILE:
         program = {"steps": steps, "output": G + len(steps) - 1}
         slots = given()
-        try:
-            sandbox.run_program(POLICY, program, slots, None, set(range(len(slots))), None)
-            failures.append(f"{what}: ran")
-        except sandbox.PatchProgramError as error:
-            if not isinstance(error.__cause__, PermissionError):
-                failures.append(f"{what}: refused by {type(error.__cause__).__name__}, not the policy: {error}")
-            else:
-                print(f"refused: {what}: {error}")
+        refused(what, lambda: sandbox.run_program(POLICY, program, slots, None, set(range(len(slots))), None), failures)
     for target in HOSTILE_TARGETS:
         try:
             sandbox.resolve_target(POLICY, "test-hostile", target)
