@@ -145,6 +145,24 @@ HOSTILE = [
     ("a bound method by path (a tensor class's classmethod)", [lookup("torch.Tensor.__torch_function__")]),
     ("a module-level object's attribute walk", [lookup("transformers.models.llama.modeling_llama.logger.manager")]),
     ("a class not on the list", [lookup("torch.nn.Linear")]),
+    # ATen holds more than computation.
+    ("a file mapped by an ATen factory", [
+        constant("/etc/passwd"), constant(False), constant(32), lookup("torch.uint8"),
+        call("aten.from_file.default", G, G + 1, G + 2, dtype=G + 3)]),
+    ("a file mapped shared, to write through", [
+        constant(MARKER), constant(True), constant(8), lookup("torch.uint8"),
+        call("aten.from_file.default", G, G + 1, G + 2, dtype=G + 3)]),
+    ("TorchScript's print, straight to the protocol's fd 1", [
+        constant('{"id": 1, "result": "forged"}'), call("aten._print.default", G)]),
+    ("TorchScript's set_grad_enabled", [constant(False), call("aten.set_grad_enabled.default", G)]),
+    ("TorchScript's manual_seed", [constant(1234), call("aten.manual_seed.default", G)]),
+    ("TorchScript's Generator", [call("aten.Generator.default")]),
+    ("an unchecked view past its storage", [constant([64]), constant([1]), call("aten._reshape_alias.default", 0, G, G + 1)]),
+    ("an ATen packet holding an unchecked view", [constant([64]), constant([1]), call("aten._reshape_alias", 0, G, G + 1)]),
+    ("a storage swapped in", [call("torch.Tensor.untyped_storage", 0), call("aten.set_.source_Storage", 0, G)]),
+    ("memory nobody wrote (ATen)", [constant([1024]), call("aten.empty.memory_format", G)]),
+    ("memory nobody wrote (torch)", [constant(1024), call("torch.empty", G)]),
+    ("memory nobody wrote (a grown tensor)", [constant([1024]), call("torch.Tensor.resize_", 0, G)]),
 ]
 
 # Patch targets a plugin may not replace (its `original` step would run them).
@@ -351,6 +369,23 @@ def tasks_checked(failures):
             failures.append(f"task {task}: {type(error).__name__}: {error}")
 
 
+def lazy_dtype(failures):
+    """A case's dtype name is looked up in torch's own namespace: `_dynamo` or
+    `onnx` would have torch import a submodule (and register its ops) first."""
+    from hfx_worker import graph, program
+
+    before = set(sys.modules)
+    refused("a lazy submodule of torch, looked up by a program", lambda: POLICY.resolve_op("torch.onnx"), failures)
+    for name in ("_dynamo", "onnx", "_inductor"):
+        refused(f"dtype `{name}` in an IR case", lambda: graph.decode_value({"tensor": {"dtype": name, "shape": [], "data": ""}}),
+                failures, ValueError)
+        refused(f"dtype `{name}` in a program case", lambda: program.argument(POLICY, {"dtype": name}, [], 0), failures,
+                program.ProgramError)
+    imported = sorted(set(sys.modules) - before)
+    if imported:
+        failures.append(f"a lookup or a dtype name imported {', '.join(imported[:5])}")
+
+
 def main():
     failures = []
     rng = torch.get_rng_state()
@@ -371,8 +406,9 @@ def main():
             failures.append(f"target {target}: {type(error).__name__} instead of a refusal: {error}")
     if os.path.exists(MARKER):
         failures.append(f"a hostile program wrote {MARKER}")
-    if not torch.equal(torch.get_rng_state(), rng) or torch.get_default_dtype() != dtype:
+    if not torch.equal(torch.get_rng_state(), rng) or torch.get_default_dtype() != dtype or not torch.is_grad_enabled():
         failures.append("a hostile program changed torch's global state")
+    lazy_dtype(failures)
     for path in ALLOWED_PATHS:
         try:
             POLICY.resolve_op(path)

@@ -18,6 +18,16 @@ import base64
 TARGET_ALIASES = {"_operator.": "operator."}
 
 
+def torch_constant(name, expected):
+    """torch's dtype, layout or memory format called `name`, else None: looked up
+    in torch's own namespace, where a name torch does not hold yet would make it
+    import a submodule (`_dynamo`, `onnx`) just to find it."""
+    import torch
+
+    found = vars(torch).get(name) if isinstance(name, str) and not name.startswith("_") else None
+    return found if isinstance(found, expected) else None
+
+
 def decode_value(value):
     import torch
 
@@ -25,8 +35,8 @@ def decode_value(value):
         raise ValueError(f"a value is one of tensor, int, float, bool; got {value!r:.80}")
     (kind, body), = value.items()
     if kind == "tensor":
-        dtype = getattr(torch, body["dtype"], None)
-        if not isinstance(dtype, torch.dtype):
+        dtype = torch_constant(body["dtype"], torch.dtype)
+        if dtype is None:
             raise ValueError(f"unknown dtype `{body['dtype']}`")
         shape = [int(d) for d in body["shape"]]
         data = base64.b64decode(body["data"], validate=True)
@@ -120,8 +130,8 @@ def argument(value, env):
         return simple[kind]()
     if kind in ("dtype", "layout", "memory_format"):
         expected = {"dtype": torch.dtype, "layout": torch.layout, "memory_format": torch.memory_format}[kind]
-        found = getattr(torch, body, None) if isinstance(body, str) and not body.startswith("_") else None
-        if not isinstance(found, expected):
+        found = torch_constant(body, expected)
+        if found is None:
             raise ValueError(f"unknown {kind} `{body}`")
         return found
     raise ValueError(f"a `{kind}` argument cannot run in a self-test (straight-line programs only)")

@@ -39,7 +39,7 @@ import functools
 import math
 import operator
 
-from .graph import decode_value, encode_value
+from .graph import decode_value, encode_value, torch_constant
 from .sandbox import checked_attribute
 
 OPS = ("placeholder", "get_attr", "call_function", "call_method", "getattr", "call_module", "output")
@@ -343,8 +343,8 @@ def argument(policy, value, env, depth):
             raise ProgramError("`ref` names a path")
         return policy.resolve_op(body)
     if kind == "dtype":
-        dtype = getattr(torch, body, None) if isinstance(body, str) else None
-        if not isinstance(dtype, torch.dtype):
+        dtype = torch_constant(body, torch.dtype)
+        if dtype is None:
             raise ProgramError(f"unknown dtype `{body}`")
         return dtype
     if kind == "device":

@@ -56,6 +56,25 @@ MAX_CALLBACK_DEPTH = 16
 MAX_PATH = 256
 
 
+# ATen ops the dispatcher knows that map files, reach a process's state, or
+# hand out memory nobody wrote (`empty`, a growing `resize_`: whatever the
+# allocator held before, the worker's secrets included).
+DENIED_OPERATORS = frozenset({"from_file", "set_", "set", "seed", "manual_seed", "initial_seed", "Generator", "record_stream",
+                              "share_memory_", "pin_memory", "is_pinned", "to_mkldnn", "empty", "empty_like", "empty_strided",
+                              "empty_permuted", "new_empty", "new_empty_strided", "resize_", "resize_as_", "resize_as_sparse_",
+                              "sparse_resize_", "sparse_resize_and_clear_"})
+
+
+def attribute_of(owner, name, path):
+    """`owner.name`, where a module's attribute is read from its own namespace:
+    a lazy module imports a submodule on `getattr` (`torch.onnx` registers ops)."""
+    if isinstance(owner, types.ModuleType):
+        if name not in vars(owner):
+            raise PermissionError(f"`{path}` names `{name}`, which `{owner.__name__}` does not hold")
+        return vars(owner)[name]
+    return getattr(owner, name)
+
+
 def is_modeling_module(name):
     parts = name.split(".")
     return (len(parts) == 4 and parts[:2] == ["transformers", "models"] and parts[2] != "auto"
@@ -172,7 +191,7 @@ class Reach:
                 continue
             owner = importlib.import_module(root)
             for name in parts[split:-1]:
-                owner = getattr(owner, name)
+                owner = attribute_of(owner, name, path)
                 if isinstance(owner, types.ModuleType):
                     raise PermissionError(f"`{path}` passes through the module `{owner.__name__}`")
                 if not isinstance(owner, type):
@@ -193,9 +212,11 @@ class Reach:
             if len(parts) != 2 or not all(p.isidentifier() and not p.startswith("__") for p in parts):
                 raise PermissionError(f"`{path}` is not an operator overload (namespace.op.overload)")
             found = getattr(getattr(getattr(torch.ops, namespace), parts[0]), parts[1])
+            if not self.operator_allowed(found):
+                raise PermissionError(f"`{path}` is not an ATen operator a patch program may call (an effect, a file, a storage or an unchecked internal)")
         else:
             owner, attribute = self.resolve(path)
-            found = getattr(owner, attribute)
+            found = attribute_of(owner, attribute, path)
         self.check_value(found, f"`{path}`", looked_up=True)
         return found
 
@@ -216,8 +237,39 @@ class Reach:
         torch = self.torch
         return isinstance(obj, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)) and obj.namespace in ("aten", "prims")
 
+    def operator_allowed(self, obj):
+        """An ATen or prims operator that only computes. `torch.ops.aten` also
+        holds TorchScript's builtins (`_print` writes to fd 1, `manual_seed`,
+        `set_grad_enabled`), which the dispatcher does not know; factories that
+        map files (`from_file`); ops over storages (`set_`); and unchecked
+        internals (`_reshape_alias` reads past its storage). An overload must be
+        a dispatcher op with no `Storage` argument, not denied by name, and a
+        `_` op only if it is core ATen (the set PyTorch defines for backends)
+        or the allowlist's `private` map reviews it; a packet only if every
+        overload is."""
+        torch = self.torch
+        if not self.is_operator(obj):
+            return False
+        overloads = [getattr(obj, name) for name in obj.overloads()] if isinstance(obj, torch._ops.OpOverloadPacket) else [obj]
+        return bool(overloads) and all(self.overload_allowed(op) for op in overloads)
+
+    def overload_allowed(self, op):
+        schema = op._schema
+        namespace, _, base = schema.name.partition("::")
+        if base in DENIED_OPERATORS:
+            return False
+        if base.startswith("_") and self.torch.Tag.core not in op.tags and f"{namespace}.{base}" not in self.private:
+            return False
+        if any("Storage" in str(argument.type) for argument in schema.arguments):
+            return False
+        try:
+            self.torch._C._dispatch_find_schema_or_throw(schema.name, schema.overload_name)
+        except RuntimeError:
+            return False  # a TorchScript builtin
+        return True
+
     def callable_allowed(self, obj):
-        return self.is_operator(obj) or id(obj) in self.shims or self.entry(obj) is not None
+        return self.operator_allowed(obj) or id(obj) in self.shims or self.entry(obj) is not None
 
     def target_allowed(self, obj):
         """A patch target: an entry, or one of `targets` (its original runs only as the model would run it)."""
