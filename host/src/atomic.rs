@@ -109,8 +109,16 @@ pub fn link_into_place(from: &Path, to: &Path) -> io::Result<()> {
     // The link needs the name free; the guard removes whatever stands there on the way out.
     let guard = TempGuard::new(tmp.clone());
     std::fs::remove_file(&tmp)?;
-    if std::fs::hard_link(from, &tmp).is_err() {
-        std::fs::copy(from, &tmp)?;
+    // `from` is the worker's output: opened without following a link, and the
+    // opened file itself linked or copied (a name swapped meanwhile changes nothing).
+    let source = crate::input::open_written(from).map_err(io::Error::from)?;
+    let opened = PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&source)));
+    let linked = std::ffi::CString::new(opened.as_os_str().as_encoded_bytes()).ok().zip(std::ffi::CString::new(tmp.as_os_str().as_encoded_bytes()).ok());
+    // SAFETY: two NUL-terminated paths that outlive the call.
+    let linked = linked.is_some_and(|(opened, tmp)| unsafe { libc::linkat(libc::AT_FDCWD, opened.as_ptr(), libc::AT_FDCWD, tmp.as_ptr(), libc::AT_SYMLINK_FOLLOW) } == 0);
+    if !linked {
+        let mut target = File::options().write(true).create_new(true).open(&tmp)?;
+        io::copy(&mut &source, &mut target)?;
     }
     File::open(&tmp)?.sync_all()?;
     guard.rename_to(to)

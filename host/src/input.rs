@@ -108,6 +108,25 @@ pub fn open_regular(path: &Path) -> Result<File, InputError> {
     Ok(file)
 }
 
+/// [`open_regular`] for a file the trace worker wrote (its scratch output): a
+/// symbolic link as the last part is refused, not followed, so the worker
+/// cannot point hfx at a file it may not read itself.
+pub fn open_written(path: &Path) -> Result<File, InputError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = OpenOptions::new().read(true).custom_flags(O_NONBLOCK | libc::O_NOFOLLOW).open(path).map_err(|source| {
+        if source.raw_os_error() == Some(libc::ELOOP) {
+            InputError::NotRegular { path: path.to_path_buf(), kind: "a symbolic link" }
+        } else {
+            InputError::Io { path: path.to_path_buf(), source }
+        }
+    })?;
+    let meta = file.metadata().map_err(|source| InputError::Io { path: path.to_path_buf(), source })?;
+    if !meta.is_file() {
+        return Err(InputError::NotRegular { path: path.to_path_buf(), kind: kind_of(&meta) });
+    }
+    Ok(file)
+}
+
 /// Opens `path` as [`open_regular`] does and refuses it if it is over `limit`
 /// bytes. Returns the file and its size.
 pub fn open_bounded(path: &Path, limit: u64) -> Result<(File, u64), InputError> {

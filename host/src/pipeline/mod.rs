@@ -95,6 +95,10 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<Vec<RunSummary
         for stale in Scratch::remove_stale_beside(target.destination.path()) {
             tracing::info!("removed the stale scratch folder {}", stale.display());
         }
+    }
+    // Every scratch folder of the run, the worker's among them, is made in these.
+    let _staging = scratch::Staging::beside(options.targets.iter().map(|t| t.destination.path()))?;
+    for target in &options.targets {
         // An export folder: the artifacts are written into a scratch folder beside
         // it, and everything moves in at the end.
         let folder = match &target.destination {

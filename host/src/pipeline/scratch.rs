@@ -1,27 +1,93 @@
 //! Scratch folders beside the output: `.hfx-<what>-<pid>`, on the output's
 //! file system so their files rename into place; removed on drop and by the
 //! SIGINT / SIGTERM handler (`trace::interrupt`) when hfx is stopped.
+//!
+//! While a run's [`Staging`] holds, the scratch folders beside an output are
+//! made inside its staging folder (`.hfx-work-<pid>`) rather than in the
+//! output's folder itself: the trace worker may write below the staging
+//! folders only (`trace::confine`), never the output's whole folder, which
+//! may be a home folder with its caches and shell start-up files.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
 
 pub struct Scratch(PathBuf);
+
+/// The staging folder of each output folder, while a [`Staging`] holds it:
+/// (output folder, staging folder, how many stagings hold it).
+static STAGED: Mutex<Vec<(PathBuf, Arc<Scratch>, usize)>> = Mutex::new(Vec::new());
+
+/// The staging folders of a run's outputs, made before its worker starts.
+pub struct Staging(Vec<PathBuf>);
+
+impl Staging {
+    /// A staging folder beside each of `outputs` (one per output folder).
+    pub fn beside<'a>(outputs: impl IntoIterator<Item = &'a Path>) -> Result<Staging> {
+        let mut held = Vec::new();
+        for output in outputs {
+            let parent = Scratch::parent(output).to_path_buf();
+            if held.contains(&parent) {
+                continue;
+            }
+            let mut staged = STAGED.lock().unwrap_or_else(|e| e.into_inner());
+            match staged.iter_mut().find(|(p, _, _)| *p == parent) {
+                Some((_, _, users)) => *users += 1,
+                None => {
+                    let folder = Scratch::made_in(&parent, "work")?;
+                    staged.push((parent.clone(), Arc::new(folder), 1));
+                }
+            }
+            held.push(parent);
+        }
+        Ok(Staging(held))
+    }
+
+    /// The staging folder of `output`'s folder, while a staging holds it.
+    pub fn folder_of(output: &Path) -> Option<PathBuf> {
+        let parent = Scratch::parent(output);
+        let staged = STAGED.lock().unwrap_or_else(|e| e.into_inner());
+        staged.iter().find(|(p, _, _)| p == parent).map(|(_, folder, _)| folder.path().to_path_buf())
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        let mut staged = STAGED.lock().unwrap_or_else(|e| e.into_inner());
+        for parent in &self.0 {
+            if let Some((_, _, users)) = staged.iter_mut().find(|(p, _, _)| p == parent) {
+                *users -= 1;
+            }
+        }
+        staged.retain(|(_, _, users)| *users > 0);
+    }
+}
 
 impl Scratch {
     fn parent(output: &Path) -> &Path {
         output.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."))
     }
 
+    /// Where the scratch folders beside `output` are made: its staging folder, else its folder.
+    fn home(output: &Path) -> PathBuf {
+        Staging::folder_of(output).unwrap_or_else(|| Self::parent(output).to_path_buf())
+    }
+
     /// A fresh folder beside `output`: `.hfx-<what>-<pid>`, or where one
     /// of that name is in use (components traced while others are emitted)
     /// `.hfx-<what>-<pid>.<n>`.
     pub fn beside(output: &Path, what: &str) -> Result<Scratch> {
+        Self::made_in(&Self::home(output), what)
+    }
+
+    /// A fresh folder `.hfx-<what>-<pid>[.<n>]` in `folder`.
+    fn made_in(folder: &Path, what: &str) -> Result<Scratch> {
         let base = format!(".hfx-{what}-{}", std::process::id());
         let mut n = 0u32;
         loop {
             let name = if n == 0 { base.clone() } else { format!("{base}.{n}") };
-            let dir = Self::parent(output).join(name);
+            let dir = folder.join(name);
             match crate::trace::interrupt::create_scratch(&dir) {
                 Ok(()) => return Ok(Scratch(dir)),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 1000 => n += 1,

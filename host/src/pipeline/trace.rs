@@ -245,16 +245,15 @@ pub fn fixed_axes(program: &crate::graph::pt2::schema::ExportedProgram, graph: &
 
 /// What the run's trace worker may read and write besides its Python, its
 /// package and its scratch folder (`trace::confine`): it writes below the
-/// outputs' folders (the scratch folders and staged artifacts are there) and
+/// run's staging folders (the scratch folders and staged artifacts are there) and
 /// reads the model folder (and a Hub snapshot's blobs), the
 /// `.pt2` input, the model function's folder, the trace cache and the plugins.
 pub fn worker_sandbox(options: &super::options::RunOptions) -> crate::trace::Sandbox {
     use super::options::Source;
     let mut sandbox = crate::trace::Sandbox::default();
-    for target in &options.targets {
-        let parent = target.destination.path().parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        sandbox.write.push(parent.to_path_buf());
-    }
+    // The run's staging folders, not the outputs' folders (a home folder holds caches and shell start-up files).
+    sandbox.write.extend(options.targets.iter().filter_map(|t| super::scratch::Staging::folder_of(t.destination.path())));
+    sandbox.write.dedup();
     match &options.source {
         Source::Pt2(path) | Source::IrJson(path) => sandbox.read.push(path.clone()),
         Source::Trace(trace) => {

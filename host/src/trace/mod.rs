@@ -168,6 +168,13 @@ impl Worker {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 || libc::getppid() != host {
                     return Err(std::io::Error::other("hfx exited while starting the worker"));
                 }
+                // Only its three pipes cross into the worker: any other descriptor hfx was
+                // handed (`9</secret` in a shell) would pass by every path rule. Marked
+                // close-on-exec rather than closed, so the spawn's own error pipe still works.
+                const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+                if libc::syscall(libc::SYS_close_range, 3 as libc::c_uint, libc::c_uint::MAX, CLOSE_RANGE_CLOEXEC) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
                 match confinement.as_mut() {
                     Some(confinement) => confinement.apply(),
                     None => Ok(()),

@@ -348,7 +348,7 @@ impl Pt2 {
                     return Err(invalid(&index_path, format!("its side file `{}` is not a file name beside it", name.display())));
                 }
                 let file_path = path.with_file_name(name);
-                let file = crate::input::open_regular(&file_path).map_err(|e| invalid(&file_path, e.to_string()))?;
+                let file = crate::input::open_written(&file_path).map_err(|e| invalid(&file_path, e.to_string()))?;
                 (file_path, file)
             } else {
                 crate::prewrite::open_checkpoint(name, sources).map_err(|reason| invalid(&index_path, format!("names {reason}")))?
