@@ -94,8 +94,16 @@ impl Drop for TempGuard {
 /// Moves a finished file from a scratch folder on the same file system into
 /// place: synced first, then renamed over the destination in one step.
 pub fn move_into_place(from: &Path, to: &Path) -> io::Result<()> {
-    File::open(from)?.sync_all()?;
-    std::fs::rename(from, to)
+    crate::input::open_written(from).map_err(io::Error::from)?.sync_all()?;
+    std::fs::rename(from, to)?;
+    // The scratch folder may be the worker's, which could swap in a link after
+    // the check above; the destination's folder is not, so what landed is
+    // checked there, and a link is removed rather than left as the artifact.
+    if !std::fs::symlink_metadata(to)?.is_file() {
+        std::fs::remove_file(to)?;
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{} was not a regular file when it was moved into place", from.display())));
+    }
+    Ok(())
 }
 
 /// Puts a finished file of a scratch folder in place while keeping it there
@@ -455,6 +463,27 @@ pub(crate) fn temp_file(dir: &Path, target: &Path) -> io::Result<(PathBuf, File)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A worker's file swapped for a link to a secret is neither followed nor
+    /// moved into place as a link.
+    #[test]
+    fn a_link_in_the_scratch_folder_never_becomes_an_artifact() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "the victim's secret").unwrap();
+        let planted = dir.path().join("reference.pt");
+        std::os::unix::fs::symlink(&secret, &planted).unwrap();
+        for place in [link_into_place as fn(&Path, &Path) -> io::Result<()>, move_into_place] {
+            let to = dir.path().join("out.pt");
+            assert!(place(&planted, &to).is_err());
+            assert!(std::fs::symlink_metadata(&to).is_err(), "nothing lands");
+        }
+        let written = dir.path().join("written.pt");
+        std::fs::write(&written, "tensor bytes").unwrap();
+        link_into_place(&written, &dir.path().join("linked.pt")).unwrap();
+        assert_eq!(std::fs::read_to_string(dir.path().join("linked.pt")).unwrap(), "tensor bytes");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 4, "no temp file is left");
+    }
 
     #[test]
     fn a_failed_write_keeps_the_old_file() {

@@ -48,7 +48,7 @@ const HOSTILE: &str = r#"
 import os, socket, subprocess, sys
 import torch
 
-def attempts(outside, secret, home):
+def attempts(outside, secret, home, beside, inherited):
     escaped = []
     def attempt(what, action):
         try:
@@ -59,6 +59,8 @@ def attempts(outside, secret, home):
             escaped.append(what)
     attempt("write outside", lambda: open(os.path.join(outside, "escaped"), "w").write("x"))
     attempt("write in $HOME", lambda: open(home, "w").write("x"))
+    attempt("write beside the output (its folder, not the run's staging)", lambda: open(beside, "a").write("x"))
+    attempt("read a descriptor hfx was handed", lambda: os.pread(inherited, 64, 0))
     attempt("read a secret", lambda: open(secret).read())
     attempt("list a private folder", lambda: os.listdir(outside))
     attempt("AF_INET socket", lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM).close())
@@ -82,7 +84,8 @@ class Doubler(torch.nn.Module):
         return x * 2
 
 def model():
-    escaped = attempts(os.environ["HOSTILE_OUTSIDE"], os.environ["HOSTILE_SECRET"], os.environ["HOSTILE_HOME"])
+    escaped = attempts(os.environ["HOSTILE_OUTSIDE"], os.environ["HOSTILE_SECRET"], os.environ["HOSTILE_HOME"],
+                       os.environ["HOSTILE_BESIDE"], int(os.environ["HOSTILE_FD"]))
     if escaped:
         raise RuntimeError("escaped the sandbox: " + ", ".join(escaped))
     # The scratch folder is the worker's own.
@@ -103,6 +106,14 @@ fn hostile_code_in_the_worker_cannot_write_read_connect_or_start_programs() {
     let work = tempfile::tempdir().unwrap();
     let out = work.path().join("model.pt2");
     let pythonpath = std::env::join_paths([root().join("tests/python"), modules.path().to_path_buf()]).unwrap();
+    // A file of the output's folder (a home folder's `.bashrc`), and a descriptor of
+    // the secret hfx inherits without close-on-exec (`9<secret` in a shell).
+    let beside = work.path().join(".bashrc");
+    std::fs::write(&beside, "the user's start-up file").unwrap();
+    let inherited = std::fs::File::open(&secret).unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&inherited);
+    // SAFETY: clears close-on-exec on a descriptor this test owns, as a shell's redirection leaves it.
+    assert_eq!(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }, 0);
     let result = std::process::Command::new(env!("CARGO_BIN_EXE_hfx"))
         .args(["run", "--backend", "dynamo", "--model-fn", "python:hfx_hostile_model:model", "-o", out.to_str().unwrap()])
         .args(["--python", python().to_str().unwrap()])
@@ -112,13 +123,17 @@ fn hostile_code_in_the_worker_cannot_write_read_connect_or_start_programs() {
         .env("HOSTILE_OUTSIDE", outside.path())
         .env("HOSTILE_SECRET", &secret)
         .env("HOSTILE_HOME", &home)
+        .env("HOSTILE_BESIDE", &beside)
+        .env("HOSTILE_FD", fd.to_string())
         .output()
         .unwrap();
+    drop(inherited);
     let escaped_home = home.exists();
     let _ = std::fs::remove_file(&home);
     let stderr = String::from_utf8_lossy(&result.stderr);
     assert!(result.status.success(), "{stderr}");
     assert!(!outside.path().join("escaped").exists() && !escaped_home, "{stderr}");
+    assert_eq!(std::fs::read_to_string(&beside).unwrap(), "the user's start-up file", "{stderr}");
     assert!(out.exists(), "the export itself works in the sandbox");
     assert!(!stderr.contains("part of its OS sandbox off"), "{stderr}");
 }

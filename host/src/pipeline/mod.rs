@@ -620,6 +620,8 @@ fn start_worker(options: &RunOptions, progress: Progress) -> Result<Worker> {
     let mut worker = Worker::start_with(&options.plugins.python(), WORKER_START, &worker_options)?;
     if !worker.sandbox.off().is_empty() {
         tracing::warn!("the trace worker runs with part of its OS sandbox off: {}", worker.sandbox.line());
+    } else {
+        tracing::info!("the trace worker's OS sandbox: {}", worker.sandbox.line());
     }
     worker.on_progress = Some(Box::new(move |p| progress.step("trace", p.stage.description())));
     Ok(worker)

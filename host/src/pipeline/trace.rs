@@ -255,7 +255,8 @@ pub fn worker_sandbox(options: &super::options::RunOptions) -> crate::trace::San
     sandbox.write.extend(options.targets.iter().filter_map(|t| super::scratch::Staging::folder_of(t.destination.path())));
     sandbox.write.dedup();
     match &options.source {
-        Source::Pt2(path) | Source::IrJson(path) => sandbox.read.push(path.clone()),
+        // The file, and the eager outputs beside it that `--verify` compares with.
+        Source::Pt2(path) | Source::IrJson(path) => sandbox.read.extend([path.clone(), path.with_extension("reference.pt")]),
         Source::Trace(trace) => {
             match &trace.request.source {
                 crate::trace::ModelSource::Directory { path, .. } => sandbox.read.extend(model_folder_reads(path)),

@@ -53,7 +53,10 @@ pub struct Sandbox {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Protection {
     On(String),
+    /// Off because the kernel lacks the mechanism.
     Off(String),
+    /// Off because the run needs what it would refuse (a delegate's lowering starts `flatc`).
+    Waived(String),
 }
 
 impl Default for Protection {
@@ -67,6 +70,7 @@ impl std::fmt::Display for Protection {
         match self {
             Protection::On(by) => write!(f, "on ({by})"),
             Protection::Off(why) => write!(f, "OFF ({why})"),
+            Protection::Waived(why) => write!(f, "off for this run ({why})"),
         }
     }
 }
@@ -88,7 +92,7 @@ impl Applied {
         format!("files {}, network {}, processes {}", self.files, self.network, self.exec)
     }
 
-    /// The protections that are off, named (`files`, `network`, `processes`).
+    /// The protections the kernel lacks, named (`files`, `network`, `processes`).
     pub fn off(&self) -> Vec<&'static str> {
         [("files", &self.files), ("network", &self.network), ("processes", &self.exec)]
             .into_iter()
@@ -193,7 +197,7 @@ impl Prepared {
             applied.network = Protection::On("seccomp".into());
             applied.exec = match &sandbox.runs_programs {
                 None => Protection::On("seccomp, from start-up".into()),
-                Some(why) => Protection::Off(why.clone()),
+                Some(why) => Protection::Waived(why.clone()),
             };
             Some(network_filter())
         } else {
@@ -372,9 +376,10 @@ mod tests {
         let applied = Applied {
             files: Protection::On("Landlock ABI 7".into()),
             network: Protection::Off("no seccomp filters in this kernel".into()),
-            exec: Protection::Off("--backend executorch.xnnpack: ExecuTorch's delegate lowering runs `flatc`".into()),
+            exec: Protection::Waived("--backend executorch.xnnpack: ExecuTorch's delegate lowering runs `flatc`".into()),
         };
-        assert_eq!(applied.off(), ["network", "processes"]);
+        assert_eq!(applied.off(), ["network"], "a waiver the run needs is not the kernel's lack");
         assert!(applied.line().starts_with("files on (Landlock ABI 7), network OFF (no seccomp"), "{}", applied.line());
+        assert!(applied.line().ends_with("processes off for this run (--backend executorch.xnnpack: ExecuTorch's delegate lowering runs `flatc`)"));
     }
 }
