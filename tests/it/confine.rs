@@ -61,6 +61,9 @@ def attempts(outside, secret, home, beside, inherited):
     attempt("write in $HOME", lambda: open(home, "w").write("x"))
     attempt("write beside the output (its folder, not the run's staging)", lambda: open(beside, "a").write("x"))
     attempt("read a descriptor hfx was handed", lambda: os.pread(inherited, 64, 0))
+    import stat, tempfile
+    attempt("make a device node where it may write", lambda: os.mknod(os.path.join(tempfile.gettempdir(), "disk"), stat.S_IFCHR | 0o600, os.makedev(1, 3)))
+    attempt("chroot (a capability of root)", lambda: os.chroot(tempfile.gettempdir()))
     attempt("read a secret", lambda: open(secret).read())
     attempt("list a private folder", lambda: os.listdir(outside))
     attempt("AF_INET socket", lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM).close())

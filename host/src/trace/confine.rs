@@ -34,6 +34,10 @@ use landlock::{
     ABI,
 };
 
+/// Above the highest capability any kernel defines (40 on 6.x): dropping one
+/// the kernel does not know is `EINVAL`, and skipped.
+const CAP_LAST_CAP_MAX: u8 = 63;
+
 /// Set in the worker's environment when it must refuse `execve` from its first request on.
 pub const NO_EXEC_ENV: &str = "HFX_WORKER_NO_EXEC";
 
@@ -212,6 +216,19 @@ impl Prepared {
     /// Applies the sandbox to the calling process: between `fork` and `exec`,
     /// so only async-signal-safe calls, no allocation. Once.
     pub fn apply(&mut self) -> std::io::Result<()> {
+        // A worker of a root hfx keeps no capability: with the bounding set
+        // empty, the exec of Python grants none (no raw devices, no chroot, no
+        // bpf). Not root: there is nothing to drop, and the drop is refused.
+        // SAFETY: prctl takes plain integers.
+        unsafe {
+            if libc::geteuid() == 0 {
+                for capability in 0..=libc::c_ulong::from(CAP_LAST_CAP_MAX) {
+                    if libc::prctl(libc::PR_CAPBSET_DROP, capability, 0, 0, 0) != 0 && *libc::__errno_location() != libc::EINVAL {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+            }
+        }
         if let Some(ruleset) = self.ruleset.take() {
             ruleset.restrict_self().map_err(|_| std::io::Error::other("Landlock refused the worker's rules"))?;
         }
@@ -243,7 +260,8 @@ fn landlock_ruleset(installed: &[PathBuf], read: &[PathBuf], write: &[PathBuf]) 
     let abi = ABI::V7;
     let all = AccessFs::from_all(abi);
     let read_access = AccessFs::from_read(abi) & !AccessFs::Execute;
-    let write_access = all & !AccessFs::Execute;
+    // No device nodes made where it writes (root could make one for a disk).
+    let write_access = all & !AccessFs::Execute & !AccessFs::MakeChar & !AccessFs::MakeBlock;
     let null = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate;
     Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
