@@ -67,6 +67,11 @@ fn one_line(error: &anyhow::Error) -> String {
 /// What one message says on the error line, and whether anything was left out.
 fn summary(message: &str) -> (String, bool) {
     let (said, more) = match message.find("\nTraceback (most recent call last):") {
+        // An exception without a message (a failed `assert`) is named by the line that raised it.
+        Some(at) if message[..at].trim_end().ends_with(':') => {
+            let raised = message[at..].lines().rev().filter(|l| l.starts_with("    ")).map(str::trim).find(|l| !l.chars().all(|c| matches!(c, '^' | '~')));
+            (format!("{} {}", message[..at].trim_end(), raised.unwrap_or("")), true)
+        }
         Some(at) => (message[..at].to_string(), true),
         None => match message.split_once('\n') {
             Some((head, rest)) if head.trim_end().ends_with(':') => match rest.lines().rev().map(str::trim).find(|l| !l.is_empty()) {

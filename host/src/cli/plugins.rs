@@ -118,9 +118,9 @@ pub(super) fn verify(args: &SetOptions, strict: bool) -> Result<()> {
 
 /// The worker that runs a set's self-test cases, which are as untrusted as
 /// its plugins: in the OS sandbox, reading the plugin folders, writing
-/// nothing but its scratch folder.
-fn case_worker(set: &SetOptions) -> Result<crate::trace::Worker> {
-    let sandbox = crate::trace::Sandbox { read: set.folders.clone(), ..Default::default() };
+/// only its scratch folder and `write`.
+fn case_worker(set: &SetOptions, write: Option<&Path>) -> Result<crate::trace::Worker> {
+    let sandbox = crate::trace::Sandbox { read: set.folders.clone(), write: write.map(Path::to_path_buf).into_iter().collect(), ..Default::default() };
     let options = crate::trace::WorkerOptions { sandbox: Some(sandbox), ..Default::default() };
     let worker = crate::trace::Worker::start_with(&set.python(), std::time::Duration::from_secs(120), &options)?;
     if !worker.sandbox.off().is_empty() {
@@ -133,7 +133,7 @@ fn case_worker(set: &SetOptions) -> Result<crate::trace::Worker> {
 /// case fails, except patches (tested on real traces by the test suite).
 pub(super) fn test(args: &SetOptions) -> Result<()> {
     let loaded = args.load(Purpose::Use, None)?;
-    let mut worker = case_worker(args)?;
+    let mut worker = case_worker(args, None)?;
     let (mut passed, mut failed) = (0, 0);
     for p in &loaded.set.plugins {
         let results = selftest::run(&loaded.runtime, p, &loaded.set.plugins, &mut Depth::Numeric(&mut worker))?;
@@ -176,9 +176,11 @@ pub(super) fn test_ops(mut args: super::TestOpsArgs, verbose: u8) -> Result<()> 
     let set = args.set.folder_options()?;
     let loaded = set.load(Purpose::Use, None)?;
     let progress = crate::pipeline::Progress { started: std::time::Instant::now(), shown: verbose > 0 || std::io::stderr().is_terminal() };
-    let mut worker = case_worker(&set)?;
+    // The models the worker writes go here: removed on every exit path, Ctrl-C included.
+    let scratch = crate::pipeline::scratch::Scratch::temp("test-ops")?;
+    let mut worker = case_worker(&set, Some(scratch.path()))?;
     let options = OpTestOptions { only: args.ops, dtypes: args.dtypes, per_dtype: args.samples, opset: args.opset, exclusions: args.exclusions };
-    let report = ops::run(&loaded, &mut worker, &options, progress)?;
+    let report = ops::run(&loaded, &mut worker, &options, scratch.path(), progress)?;
     for (op, tally) in &report.ops {
         let skipped: usize = tally.skipped.values().sum();
         let status = if !tally.failed.is_empty() { "FAILED" } else if tally.passed == 0 { "-" } else { "ok" };

@@ -106,7 +106,7 @@ impl OpReport {
     }
 }
 
-pub fn run(loaded: &LoadedSet, worker: &mut Worker, options: &OpTestOptions, progress: Progress) -> Result<OpReport> {
+pub fn run(loaded: &LoadedSet, worker: &mut Worker, options: &OpTestOptions, scratch: &std::path::Path, progress: Progress) -> Result<OpReport> {
     let translations = stages::select::<kind::OnnxTranslation>(&loaded.set.plugins, Backend::Onnx);
     let translated: BTreeSet<String> = translations.iter().flat_map(|t| t.targets.iter().cloned()).collect();
     if translated.is_empty() {
@@ -127,8 +127,6 @@ pub fn run(loaded: &LoadedSet, worker: &mut Worker, options: &OpTestOptions, pro
     let selected = worker.request(&OpInfos { translated: translated.iter().cloned().collect() }, SELECT_DEADLINE)?;
     let infos: Vec<_> = selected.infos.iter().filter(|i| i.ops.iter().any(|o| under_test.contains(o))).collect();
 
-    // Removed on every exit path, Ctrl-C included.
-    let scratch = crate::pipeline::scratch::Scratch::temp("test-ops")?;
     let mut report = OpReport {
         ops: under_test.iter().map(|op| (op.clone(), OpTally::default())).collect(),
         unattributed: BTreeMap::new(),
@@ -138,7 +136,7 @@ pub fn run(loaded: &LoadedSet, worker: &mut Worker, options: &OpTestOptions, pro
     for (n, info) in infos.iter().enumerate() {
         let opinfo = if info.variant.is_empty() { info.name.clone() } else { format!("{}.{}", info.name, info.variant) };
         progress.step("samples", &format!("{}/{} {opinfo}", n + 1, infos.len()));
-        let folder = scratch.path().join(format!("{n}"));
+        let folder = scratch.join(format!("{n}"));
         std::fs::create_dir(&folder).with_context(|| format!("creating {}", folder.display()))?;
         let request = OpSamples {
             name: info.name.clone(),

@@ -157,12 +157,20 @@ def no_pickles(path):
     `weights_only=True` (torch's loader falls back to `weights_only=False` for
     sample inputs, and uses it for a weight marked `use_pickle`), and the
     object loaders (`pickle.loads`, `torch._C._pickle_load_obj`) refuse. The
+    sample inputs, which hfx never uses, read as none: torch pickles a cache
+    object among them, and a program traced with one must still load. The
     host rebuilds every `.pt2` it hands over without such entries; this holds
     for any file that reaches the loader anyway."""
     import torch
     from torch.export.pt2_archive import _package
+    from torch.export.pt2_archive.constants import SAMPLE_INPUTS_FILENAME_FORMAT
 
     load = torch.load
+    read_bytes = _package.PT2ArchiveReader.read_bytes
+    sample_inputs = SAMPLE_INPUTS_FILENAME_FORMAT.split("{}")[0]
+
+    def without_sample_inputs(self, name):
+        return b"" if name.startswith(sample_inputs) else read_bytes(self, name)
 
     def plain_load(*args, **kwargs):
         if kwargs.get("weights_only") is False:
@@ -176,12 +184,13 @@ def no_pickles(path):
     class NoPickle:
         loads = load_obj = staticmethod(refused)
 
-    saved = (torch.load, _package.pickle, torch._C._pickle_load_obj)
-    torch.load, _package.pickle, torch._C._pickle_load_obj = plain_load, NoPickle, refused
+    saved = (torch.load, _package.pickle, torch._C._pickle_load_obj, read_bytes)
+    torch.load, _package.pickle, torch._C._pickle_load_obj, _package.PT2ArchiveReader.read_bytes = \
+        plain_load, NoPickle, refused, without_sample_inputs
     try:
         yield
     finally:
-        torch.load, _package.pickle, torch._C._pickle_load_obj = saved
+        torch.load, _package.pickle, torch._C._pickle_load_obj, _package.PT2ArchiveReader.read_bytes = saved
 
 
 def load_exported_mapped(path):
