@@ -405,8 +405,18 @@ fn worker_cgroups(pid: u32) -> Vec<std::path::PathBuf> {
     found
 }
 
-fn read_pid(path: &std::path::Path) -> Option<u32> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+/// The trace worker of hfx `pid`: its child running the worker package.
+fn worker_of(pid: u32) -> Option<u32> {
+    processes()
+        .into_iter()
+        .filter(|&(_, ppid, _)| ppid == pid)
+        .map(|(p, _, _)| p)
+        .find(|p| std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains("hfx_worker")))
+}
+
+/// A process `pid` started.
+fn child_of(pid: u32) -> Option<u32> {
+    processes().into_iter().find(|&(_, ppid, _)| ppid == pid).map(|(p, _, _)| p)
 }
 
 /// A Llama config whose random weights (~2.7 GB in float32) are far past 1 GiB.
@@ -451,11 +461,12 @@ fn a_deadline_kills_the_worker_and_what_it_started() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.pt2");
     let args = ["run", "--backend", "dynamo", "--model-fn", "python:hfx_box_models:spawns_and_hangs", "--trace-deadline-s", "40", "-o", out.to_str().unwrap()];
-    let result = spawn_hfx(dir.path(), &args).wait_with_output().unwrap();
+    let hfx = spawn_hfx(dir.path(), &args);
+    let worker = wait_for("worker", 120, || worker_of(hfx.id()));
+    let child = wait_for("the model function's child", 120, || child_of(worker));
+    let result = hfx.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&result.stderr);
     assert!(!result.status.success() && stderr.contains("did not answer `trace` within 40 s (stopped)"), "{stderr}");
-    let worker = read_pid(&dir.path().join("worker.pid")).expect("the model function ran");
-    let child = read_pid(&dir.path().join("child.pid")).expect("the model function started its child");
     assert_gone(worker, &[worker, child]);
     assert_no_scratch_left(dir.path());
 }
@@ -469,9 +480,9 @@ fn sigint_stops_the_worker_and_removes_the_scratch_folder() {
     let set = LLAMA;
     let mut child = spawn_hfx(dir.path(), &["run", "--backend", "dynamo", "--model", "llama", "--set", set, "-o", out.to_str().unwrap()]);
     let pid = child.id();
-    let scratch = dir.path().join(format!(".hfx-trace-{pid}"));
+    let scratch = dir.path().join(format!(".hfx-work-{pid}/.hfx-trace-{pid}"));
     // The worker is running (a child of hfx) and the trace has begun (its scratch folder exists).
-    let worker = wait_for("worker", 120, || processes().into_iter().find(|&(_, ppid, _)| ppid == pid).map(|(p, _, _)| p));
+    let worker = wait_for("worker", 120, || worker_of(pid));
     wait_for("scratch folder", 120, || scratch.exists().then_some(()));
     // SAFETY: kill(2) to the child this test started.
     assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGINT) }, 0);
@@ -493,8 +504,8 @@ fn sigterm_stops_the_worker_and_its_children() {
     let out = dir.path().join("out.pt2");
     let mut child = spawn_hfx(dir.path(), &["run", "--backend", "dynamo", "--model-fn", "python:hfx_box_models:spawns_and_hangs", "-o", out.to_str().unwrap()]);
     let pid = child.id();
-    let worker = wait_for("worker.pid", 120, || read_pid(&dir.path().join("worker.pid")));
-    let grandchild = wait_for("child.pid", 20, || read_pid(&dir.path().join("child.pid")));
+    let worker = wait_for("worker", 120, || worker_of(pid));
+    let grandchild = wait_for("the model function's child", 120, || child_of(worker));
     // SAFETY: kill(2) to the child this test started.
     assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGTERM) }, 0);
     let status = wait_for("exit after SIGTERM", 20, || child.try_wait().unwrap());
@@ -511,11 +522,12 @@ fn worker_lines_past_the_limit_or_the_protocol_are_errors() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("out.pt2");
         let spec = format!("python:hfx_box_models:{function}");
-        let result = spawn_hfx(dir.path(), &["run", "--backend", "dynamo", "--model-fn", &spec, "-o", out.to_str().unwrap()]).wait_with_output().unwrap();
+        let hfx = spawn_hfx(dir.path(), &["run", "--backend", "dynamo", "--model-fn", &spec, "-o", out.to_str().unwrap()]);
+        let worker = wait_for("worker", 120, || worker_of(hfx.id()));
+        let result = hfx.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&result.stderr);
         assert!(!result.status.success() && stderr.contains(why), "{function}: {stderr}");
         assert_eq!(stderr.lines().count(), 1, "{function}: {stderr}");
-        let worker = read_pid(&dir.path().join("worker.pid")).expect("the model function ran");
         assert_gone(worker, &[worker]);
         assert_no_scratch_left(dir.path());
     }
@@ -561,8 +573,8 @@ fn a_killed_hfx_takes_its_worker_along_and_the_next_run_removes_its_scratch() {
     let out = dir.path().join("out.pt2");
     let mut child = spawn_hfx(dir.path(), &["run", "--backend", "dynamo", "--model-fn", "python:hfx_box_models:spawns_and_hangs", "-o", out.to_str().unwrap()]);
     let pid = child.id();
-    let worker = wait_for("worker.pid", 120, || read_pid(&dir.path().join("worker.pid")));
-    let grandchild = wait_for("child.pid", 20, || read_pid(&dir.path().join("child.pid")));
+    let worker = wait_for("worker", 120, || worker_of(pid));
+    let grandchild = wait_for("the model function's child", 120, || child_of(worker));
     child.kill().unwrap();
     child.wait().unwrap();
     assert_gone(u32::MAX, &[worker]);
@@ -571,7 +583,7 @@ fn a_killed_hfx_takes_its_worker_along_and_the_next_run_removes_its_scratch() {
     unsafe { libc::kill(grandchild as i32, libc::SIGKILL) };
     // Until it has exited, its cgroup is populated and cannot be removed by anyone.
     assert_gone(u32::MAX, &[grandchild]);
-    let scratch = dir.path().join(format!(".hfx-trace-{pid}"));
+    let scratch = dir.path().join(format!(".hfx-work-{pid}"));
     assert!(scratch.exists(), "SIGKILL leaves the scratch folder");
     let result = hfx(dir.path(), &["run", "--backend", "dynamo", "--model-fn", "python:hfx_test_models:doubler", "-o", out.to_str().unwrap()]);
     assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));

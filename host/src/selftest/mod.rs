@@ -194,7 +194,10 @@ fn run_case(runtime: &Runtime, plugin: &Plugin, set: &[Plugin], text: &str, dept
     }
     let numeric = matches!(depth, Depth::Numeric(_)) && !case.values.is_empty();
     // Only a numeric check writes (a temp folder of this process's own, removed on every exit path).
-    let scratch = numeric.then(|| tempfile::Builder::new().prefix(".hfx-selftest-").tempdir()).transpose().map_err(|e| e.to_string())?;
+    let scratch = match depth {
+        Depth::Numeric(worker) if numeric => Some(worker.temp_dir(".hfx-selftest-").map_err(|e| e.to_string())?),
+        _ => None,
+    };
     let onnx = scratch.as_ref().map(|s| s.path().join("case.onnx"));
     let (what, candidate, tolerance) = match candidate {
         Some(under_test) => {

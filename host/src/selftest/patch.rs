@@ -132,7 +132,7 @@ impl PatchCase {
 /// Runs `case` for `patch` in `worker`; says what it showed.
 pub fn run(runtime: &Runtime, patch: PluginOf<'_, kind::Patch>, case: &PatchCase, worker: &mut Worker) -> Result<String, String> {
     case.check()?;
-    let scratch = tempfile::Builder::new().prefix(".hfx-selftest-").tempdir().map_err(|e| e.to_string())?;
+    let scratch = worker.temp_dir(".hfx-selftest-").map_err(|e| e.to_string())?;
     let request = case.request();
 
     // With the patch: it traces, the patch answers, the program matches eager.

@@ -104,7 +104,7 @@ pub struct Worker {
     /// The package the worker runs (a temp copy is removed after the worker).
     _package: package::Unpacked,
     /// A sandboxed worker's own scratch folder (its `TMPDIR`), removed after it.
-    _scratch: Option<tempfile::TempDir>,
+    scratch: Option<tempfile::TempDir>,
     /// The protections of the OS sandbox the worker runs in.
     pub sandbox: SandboxApplied,
     /// What `hello` answered: protocol, python, upstream versions.
@@ -116,6 +116,18 @@ pub struct Worker {
 }
 
 impl Worker {
+    /// A temp folder for files the worker reads and writes: inside its own
+    /// scratch folder where it is sandboxed (the one place it may write), else
+    /// in the system's temp folder. Removed on drop.
+    pub fn temp_dir(&self, prefix: &str) -> std::io::Result<tempfile::TempDir> {
+        let mut builder = tempfile::Builder::new();
+        builder.prefix(prefix);
+        match &self.scratch {
+            Some(scratch) => builder.tempdir_in(scratch.path()),
+            None => builder.tempdir(),
+        }
+    }
+
     /// Starts the worker under `python` and checks it speaks this host's protocol.
     /// The worker dies with the thread that started it (`PR_SET_PDEATHSIG`):
     /// start it on a thread that outlives its use.
@@ -244,7 +256,7 @@ impl Worker {
             stderr,
             next_id: 0,
             _package: unpacked,
-            _scratch: scratch,
+            scratch,
             sandbox: applied,
             hello: placeholder,
             on_progress: None,

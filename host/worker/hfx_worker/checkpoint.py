@@ -64,9 +64,21 @@ def checkpoint_files(folder):
     return [single] if os.path.exists(single) else []
 
 
+def opened_checkpoint(path):
+    """`path` opened for reading. A link the worker's sandbox will not follow
+    (one leaving the model folder) is named as the host names it."""
+    try:
+        return open(path, "rb")
+    except PermissionError:
+        if os.path.islink(path):
+            raise ValueError(f"{path}, a symbolic link: checkpoint files are read only as regular files inside the model folder "
+                             "(copy the file there)") from None
+        raise
+
+
 def read_header(path):
     """The tensors of one safetensors file, from its header alone."""
-    with open(path, "rb") as f:
+    with opened_checkpoint(path) as f:
         size = os.fstat(f.fileno()).st_size
         (length,) = struct.unpack("<Q", f.read(8))
         if length > min(HEADER_LIMIT, size - 8):
