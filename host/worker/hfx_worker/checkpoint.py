@@ -71,8 +71,9 @@ def opened_checkpoint(path):
         return open(path, "rb")
     except PermissionError:
         if os.path.islink(path):
-            raise ValueError(f"{path}, a symbolic link: checkpoint files are read only as regular files inside the model folder "
-                             "(copy the file there)") from None
+            raise ValueError(f"{path}, a symbolic link to {os.readlink(path)}, outside what the worker may read: checkpoint files "
+                             "are read only as regular files inside the model folder, or as a Hub snapshot's links into its "
+                             "repository's blobs/ (copy the file there)") from None
         raise
 
 
