@@ -39,20 +39,12 @@ const LINE_LIMIT: usize = 1000;
 /// except its last line, which says what went wrong. What is left of a
 /// message is joined into the line.
 fn one_line(error: &anyhow::Error) -> String {
-    let mut line = String::new();
     let mut dropped = false;
-    for cause in error.chain() {
-        let message = cause.to_string();
+    let mut line = joined(error, |message| {
         let (said, more) = summary(&message);
         dropped |= more;
-        if line.contains(&said) {
-            continue;
-        }
-        if !line.is_empty() {
-            line.push_str(": ");
-        }
-        line.push_str(&said);
-    }
+        said
+    });
     if line.chars().count() > LINE_LIMIT {
         let total = line.chars().count();
         line = format!("{}… ({} more characters)", line.chars().take(LINE_LIMIT).collect::<String>(), total - LINE_LIMIT);
@@ -62,6 +54,22 @@ fn one_line(error: &anyhow::Error) -> String {
         line.push_str(" (-v shows all of it)");
     }
     line
+}
+
+/// The error's causes as `each` renders them, joined by `: `, each text once.
+fn joined(error: &anyhow::Error, mut each: impl FnMut(String) -> String) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let said = each(cause.to_string());
+        if text.contains(&said) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&said);
+    }
+    text
 }
 
 /// What one message says on the error line, and whether anything was left out.
@@ -87,16 +95,5 @@ fn summary(message: &str) -> (String, bool) {
 
 /// `-v`: the error and its causes whole, each message once.
 fn whole(error: &anyhow::Error) -> String {
-    let mut text = String::new();
-    for cause in error.chain() {
-        let message = cause.to_string();
-        if text.contains(&message) {
-            continue;
-        }
-        if !text.is_empty() {
-            text.push_str(": ");
-        }
-        text.push_str(&message);
-    }
-    text
+    joined(error, |message| message)
 }
