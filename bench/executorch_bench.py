@@ -52,8 +52,15 @@ def tiny():
     import transformers
 
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    config = transformers.LlamaConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     model = transformers.LlamaForCausalLM(config).eval()
     ids = torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(0))
     return model, {"input_ids": ids, "attention_mask": torch.ones(2, 16, dtype=torch.long)}
@@ -71,7 +78,9 @@ def sample_inputs(size):
 
 def model_folder(size):
     """The model saved as users have it (`save_pretrained`: config + safetensors), written once."""
-    folder = os.path.join(ROOT, "target", "bench", "llama125m" if size == "125m" else f"llama-{size}")
+    folder = os.path.join(
+        ROOT, "target", "bench", "llama125m" if size == "125m" else f"llama-{size}"
+    )
     if not os.path.exists(os.path.join(folder, "config.json")):
         model, _ = MODELS[size][1]()
         model.save_pretrained(folder)
@@ -87,10 +96,14 @@ def reference_side(size, folder, dynamic):
     start = time.perf_counter()
     model = transformers.AutoModelForCausalLM.from_pretrained(model_folder(size)).eval()
     with torch.no_grad():
-        exported = ExecutorchExporter().export(model, inputs, config=ExecutorchConfig(backend="xnnpack", dynamic=dynamic))
+        exported = ExecutorchExporter().export(
+            model, inputs, config=ExecutorchConfig(backend="xnnpack", dynamic=dynamic)
+        )
     exported_at = time.perf_counter()
     exported.save_pretrained(folder)
-    print(json.dumps({"export_s": exported_at - start, "save_s": time.perf_counter() - exported_at}))
+    print(
+        json.dumps({"export_s": exported_at - start, "save_s": time.perf_counter() - exported_at})
+    )
 
 
 def planner_side(size):
@@ -110,7 +123,9 @@ def planner_side(size):
         program = torch.export.export(model, (), kwargs=inputs, strict=False)
     executorch = to_edge(program).to_executorch()
     plan = executorch.executorch_program.execution_plan[0]
-    print(json.dumps({"arena": plan.non_const_buffer_sizes[1], "pte_bytes": len(executorch.buffer)}))
+    print(
+        json.dumps({"arena": plan.non_const_buffer_sizes[1], "pte_bytes": len(executorch.buffer)})
+    )
 
 
 def runtime_side(size, paths):
@@ -132,12 +147,21 @@ def runtime_side(size, paths):
             outputs = method.execute(feed)
             times[p].append(time.perf_counter() - start)
             errors[p] = float((outputs[0] - eager).abs().max())
-    print(json.dumps({p: {"latency_ms": statistics.median(t) * 1e3, "max_abs": errors[p]} for p, t in times.items()}))
+    print(
+        json.dumps(
+            {
+                p: {"latency_ms": statistics.median(t) * 1e3, "max_abs": errors[p]}
+                for p, t in times.items()
+            }
+        )
+    )
 
 
 def python_json(args, env):
     """The last stdout line of `python executorch_bench.py ARGS`, as JSON."""
-    done = subprocess.run([PYTHON, __file__, *args], capture_output=True, text=True, env=env, cwd=ROOT)
+    done = subprocess.run(
+        [PYTHON, __file__, *args], capture_output=True, text=True, env=env, cwd=ROOT
+    )
     if done.returncode != 0:
         raise SystemExit(done.stderr[-3000:])
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -145,7 +169,11 @@ def python_json(args, env):
 
 def stage_lines(stdout, names):
     """hfx's summary lines of the named stages (`stage pte-emit ...`)."""
-    return [line.strip() for line in stdout.splitlines() if any(line.startswith(f"stage {name}") for name in names)]
+    return [
+        line.strip()
+        for line in stdout.splitlines()
+        if any(line.startswith(f"stage {name}") for name in names)
+    ]
 
 
 def stage_ms(line):
@@ -160,14 +188,29 @@ def main(size, rounds, dynamic):
     hfx = os.environ.get("HFX", os.path.join(ROOT, "target", "release", "hfx"))
     env = {**os.environ, "PYTHONPATH": HERE}
     ref_dir = os.path.join(OUT, f"reference-{size}")
-    ptes = {"reference": os.path.join(ref_dir, "model.pte"),
-            "hfx-xnnpack": os.path.join(OUT, f"hfx-xnnpack-{size}.pte"),
-            "hfx-portable": os.path.join(OUT, f"hfx-portable-{size}.pte")}
+    ptes = {
+        "reference": os.path.join(ref_dir, "model.pte"),
+        "hfx-xnnpack": os.path.join(OUT, f"hfx-xnnpack-{size}.pte"),
+        "hfx-portable": os.path.join(OUT, f"hfx-portable-{size}.pte"),
+    }
     mode = "dynamic" if dynamic else "static"
     commands = {"reference": [PYTHON, __file__, "--reference", size, ref_dir, mode]}
     for side, delegate in (("hfx-xnnpack", ["--delegate", "xnnpack"]), ("hfx-portable", [])):
-        commands[side] = [hfx, "run", "--backend", "executorch", *delegate, "--plugins", os.path.join(ROOT, "plugins"),
-                          "--model-dir", folder, "-o", ptes[side], "--python", PYTHON] + (["--dynamic"] if dynamic else [])
+        commands[side] = [
+            hfx,
+            "run",
+            "--backend",
+            "executorch",
+            *delegate,
+            "--plugins",
+            os.path.join(ROOT, "plugins"),
+            "--model-dir",
+            folder,
+            "-o",
+            ptes[side],
+            "--python",
+            PYTHON,
+        ] + (["--dynamic"] if dynamic else [])
     results = {side: [] for side in commands}
     stages = {side: [] for side in commands}
     for _ in range(rounds):
@@ -178,27 +221,49 @@ def main(size, rounds, dynamic):
                 stages[side].append(stage_lines(out, ("lower", "edge-decompose", "pte-emit")))
     planner = python_json(["--planner", size], env) if not dynamic else None
     run = python_json(["--runtime", size, *ptes.values()], env)
-    median = {side: (statistics.median(w for w, _ in r), statistics.median(m for _, m in r)) for side, r in results.items()}
-    print(f"Llama {size} from a model folder to ExecuTorch, {mode}, {rounds} alternating run(s) each, medians; forward on inputs (2, 8)")
+    median = {
+        side: (statistics.median(w for w, _ in r), statistics.median(m for _, m in r))
+        for side, r in results.items()
+    }
+    print(
+        f"Llama {size} from a model folder to ExecuTorch, {mode}, {rounds} alternating run(s) each, medians; forward on inputs (2, 8)"
+    )
     for side, pte in ptes.items():
         wall, rss = median[side]
-        print(f"  {side:<13} {wall:7.2f} s wall, peak RSS {rss / 2**30:.2f} GiB, .pte {os.path.getsize(pte)} bytes, "
-              f"forward {run[pte]['latency_ms']:.3f} ms, logits max abs error vs eager {run[pte]['max_abs']:.1e}")
+        print(
+            f"  {side:<13} {wall:7.2f} s wall, peak RSS {rss / 2**30:.2f} GiB, .pte {os.path.getsize(pte)} bytes, "
+            f"forward {run[pte]['latency_ms']:.3f} ms, logits max abs error vs eager {run[pte]['max_abs']:.1e}"
+        )
     ref_wall, ref_rss = median["reference"]
     for side in ("hfx-xnnpack", "hfx-portable"):
         wall, rss = median[side]
-        print(f"  {side}: whole process reference / hfx = {ref_wall / wall:.2f}x; peak RSS hfx / reference = {rss / ref_rss:.2f}x; "
-              f"forward hfx / reference = {run[ptes[side]]['latency_ms'] / run[ptes['reference']]['latency_ms']:.2f}x")
+        print(
+            f"  {side}: whole process reference / hfx = {ref_wall / wall:.2f}x; peak RSS hfx / reference = {rss / ref_rss:.2f}x; "
+            f"forward hfx / reference = {run[ptes[side]]['latency_ms'] / run[ptes['reference']]['latency_ms']:.2f}x"
+        )
     for side in ("hfx-xnnpack", "hfx-portable"):
         for line in stages[side][-1]:
             print(f"  {side} {line}")
-    emits = [stage_ms(line) for lines in stages["hfx-portable"] for line in lines if line.startswith("stage pte-emit")]
-    arena = [int(line.split("planned arena ")[1].split()[0]) for line in stages["hfx-portable"][-1] if "planned arena" in line]
+    emits = [
+        stage_ms(line)
+        for lines in stages["hfx-portable"]
+        for line in lines
+        if line.startswith("stage pte-emit")
+    ]
+    arena = [
+        int(line.split("planned arena ")[1].split()[0])
+        for line in stages["hfx-portable"][-1]
+        if "planned arena" in line
+    ]
     if emits:
-        print(f"  hfx native portable emission (lowering, memory plan, .pte): median {statistics.median(emits):.0f} ms")
+        print(
+            f"  hfx native portable emission (lowering, memory plan, .pte): median {statistics.median(emits):.0f} ms"
+        )
     if arena and planner:
-        print(f"  planned arena: hfx {arena[0]} bytes, ExecuTorch's planner {planner['arena']} bytes "
-              f"(hfx / ExecuTorch = {arena[0] / planner['arena']:.2f}x); ExecuTorch's portable .pte {planner['pte_bytes']} bytes")
+        print(
+            f"  planned arena: hfx {arena[0]} bytes, ExecuTorch's planner {planner['arena']} bytes "
+            f"(hfx / ExecuTorch = {arena[0] / planner['arena']:.2f}x); ExecuTorch's portable .pte {planner['pte_bytes']} bytes"
+        )
 
 
 if __name__ == "__main__":
@@ -210,4 +275,8 @@ if __name__ == "__main__":
         runtime_side(sys.argv[2], sys.argv[3:])
     else:
         positional = [a for a in sys.argv[1:] if not a.startswith("--")]
-        main(positional[0] if positional else "tiny", int(positional[1]) if len(positional) > 1 else 2, "--static" not in sys.argv)
+        main(
+            positional[0] if positional else "tiny",
+            int(positional[1]) if len(positional) > 1 else 2,
+            "--static" not in sys.argv,
+        )

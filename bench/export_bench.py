@@ -61,11 +61,15 @@ def reference_side(case, out):
         if backend == "onnx":
             from transformers.exporters.exporter_onnx import OnnxConfig, OnnxExporter
 
-            exported = OnnxExporter().export(model, inputs, config=OnnxConfig(dynamic=mode == "dynamic"))
+            exported = OnnxExporter().export(
+                model, inputs, config=OnnxConfig(dynamic=mode == "dynamic")
+            )
         else:
             from transformers.exporters.exporter_dynamo import DynamoConfig, DynamoExporter
 
-            exported = DynamoExporter().export(model, inputs, config=DynamoConfig(dynamic=mode == "dynamic"))
+            exported = DynamoExporter().export(
+                model, inputs, config=DynamoConfig(dynamic=mode == "dynamic")
+            )
     exported.save_pretrained(out)
 
 
@@ -88,9 +92,22 @@ def sample_inputs():
 def hfx_command(case, out):
     backend, mode = case.split("-")
     hfx = os.path.join(ROOT, "target", "release", "hfx")
-    command = [hfx, "run", "--backend", "onnx" if backend == "onnx" else "dynamo",
-               "--plugins", os.path.join(ROOT, "plugins", "dynamo"), "--plugins", os.path.join(ROOT, "plugins", "onnx"),
-               "--model-dir", MODEL, "-o", out + "/", "--python", PYTHON]
+    command = [
+        hfx,
+        "run",
+        "--backend",
+        "onnx" if backend == "onnx" else "dynamo",
+        "--plugins",
+        os.path.join(ROOT, "plugins", "dynamo"),
+        "--plugins",
+        os.path.join(ROOT, "plugins", "onnx"),
+        "--model-dir",
+        MODEL,
+        "-o",
+        out + "/",
+        "--python",
+        PYTHON,
+    ]
     return command + (["--dynamic"] if mode == "dynamic" else [])
 
 
@@ -105,7 +122,10 @@ def main():
     for case in args.only.split(","):
         pairs = []
         for _ in range(args.rounds):
-            ref_out, hfx_out = os.path.join(OUT, f"{case}-reference"), os.path.join(OUT, f"{case}-hfx")
+            ref_out, hfx_out = (
+                os.path.join(OUT, f"{case}-reference"),
+                os.path.join(OUT, f"{case}-hfx"),
+            )
             shutil.rmtree(ref_out, ignore_errors=True)
             shutil.rmtree(hfx_out, ignore_errors=True)
             os.sync()
@@ -117,8 +137,11 @@ def main():
                 if code != 0:
                     raise SystemExit(f"{case}: {side} failed ({code}):\n{tail}")
             pairs.append((ref[0], ref[1], ours[0], ours[1], ref[0] + ref_sync, ours[0] + our_sync))
-            print(f"{case}: reference {ref[0]:.1f} s (+{ref_sync:.1f} s sync) {ref[1] / GIB:.2f} GiB | "
-                  f"hfx {ours[0]:.1f} s (+{our_sync:.1f} s sync) {ours[1] / GIB:.2f} GiB", flush=True)
+            print(
+                f"{case}: reference {ref[0]:.1f} s (+{ref_sync:.1f} s sync) {ref[1] / GIB:.2f} GiB | "
+                f"hfx {ours[0]:.1f} s (+{our_sync:.1f} s sync) {ours[1] / GIB:.2f} GiB",
+                flush=True,
+            )
         rows[case] = {
             "reference_s": statistics.median(p[0] for p in pairs),
             "reference_rss_gib": statistics.median(p[1] for p in pairs) / GIB,
@@ -128,11 +151,17 @@ def main():
             "durable_speedup": statistics.median(p[4] / p[5] for p in pairs),
             "rss_ratio": statistics.median(p[3] / p[1] for p in pairs),
         }
-    print(f"\n125M Llama from a model folder, {args.rounds} alternating rounds, medians (whole process trees)")
-    print(f"{'case':<14} {'reference':>16} {'hfx':>16} {'hfx faster':>11} {'(durable)':>10} {'hfx RSS':>9}")
+    print(
+        f"\n125M Llama from a model folder, {args.rounds} alternating rounds, medians (whole process trees)"
+    )
+    print(
+        f"{'case':<14} {'reference':>16} {'hfx':>16} {'hfx faster':>11} {'(durable)':>10} {'hfx RSS':>9}"
+    )
     for case, r in rows.items():
-        print(f"{case:<14} {r['reference_s']:6.1f} s {r['reference_rss_gib']:5.2f} GiB {r['hfx_s']:6.1f} s {r['hfx_rss_gib']:5.2f} GiB "
-              f"{r['speedup']:10.2f}x {r['durable_speedup']:9.2f}x {r['rss_ratio']:8.2f}x")
+        print(
+            f"{case:<14} {r['reference_s']:6.1f} s {r['reference_rss_gib']:5.2f} GiB {r['hfx_s']:6.1f} s {r['hfx_rss_gib']:5.2f} GiB "
+            f"{r['speedup']:10.2f}x {r['durable_speedup']:9.2f}x {r['rss_ratio']:8.2f}x"
+        )
     print(json.dumps(rows))
 
 

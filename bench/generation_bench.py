@@ -55,10 +55,20 @@ def reference_side(out):
     model = transformers.AutoModelForCausalLM.from_pretrained(MODEL).eval()
     loaded = time.perf_counter()
     with torch.no_grad():
-        exported = OnnxExporter().export_for_generation(model, generate_inputs(), config=OnnxConfig(dynamic=True))
+        exported = OnnxExporter().export_for_generation(
+            model, generate_inputs(), config=OnnxConfig(dynamic=True)
+        )
     exported_at = time.perf_counter()
     exported.save_pretrained(out)
-    print(json.dumps({"load_s": loaded - start, "export_s": exported_at - loaded, "save_s": time.perf_counter() - exported_at}))
+    print(
+        json.dumps(
+            {
+                "load_s": loaded - start,
+                "export_s": exported_at - loaded,
+                "save_s": time.perf_counter() - exported_at,
+            }
+        )
+    )
 
 
 def decode_feed():
@@ -102,11 +112,27 @@ def main(rounds):
     subprocess.run([PYTHON, "-c", "import torch, transformers, onnxscript"], check=True)
     plugins = os.path.join(ROOT, "plugins")
     hfx_out = os.path.join(OUT, "hfx")
-    command = [hfx, "run", "--backend", "onnx", "--plugins", plugins, "--model-dir", MODEL, "--generation", "--dynamic",
-               "-o", hfx_out + "/", "--python", PYTHON]
+    command = [
+        hfx,
+        "run",
+        "--backend",
+        "onnx",
+        "--plugins",
+        plugins,
+        "--model-dir",
+        MODEL,
+        "--generation",
+        "--dynamic",
+        "-o",
+        hfx_out + "/",
+        "--python",
+        PYTHON,
+    ]
     results = {"reference": [], "hfx": []}
     for _ in range(rounds):
-        wall, rss, out = measured([PYTHON, __file__, "--reference", os.path.join(OUT, "reference")], env)
+        wall, rss, out = measured(
+            [PYTHON, __file__, "--reference", os.path.join(OUT, "reference")], env
+        )
         results["reference"].append((wall, rss, json.loads(out.strip().splitlines()[-1])))
         wall, rss, _ = measured(command, env)
         results["hfx"].append((wall, rss, None))
@@ -114,24 +140,37 @@ def main(rounds):
     check = next((line for line in verified.splitlines() if line.startswith("generate ")), "")
 
     feed = decode_feed()
-    latency = {side: decode_latency(os.path.join(OUT, side, "decode.onnx"), feed) for side in ("reference", "hfx")}
+    latency = {
+        side: decode_latency(os.path.join(OUT, side, "decode.onnx"), feed)
+        for side in ("reference", "hfx")
+    }
 
     def best(side, index):
         return min(r[index] for r in results[side])
 
-    gib = 1024 ** 3
+    gib = 1024**3
     ref_wall, hfx_wall = best("reference", 0), best("hfx", 0)
     ref_rss, hfx_rss = best("reference", 1), best("hfx", 1)
-    print(f"125M Llama model folder -> ONNX prefill + decode, --dynamic, {rounds} round(s) alternating, best of each")
-    print(f"  reference  {ref_wall:6.1f} s  {ref_rss / gib:5.2f} GiB peak RSS   "
-          f"(load {results['reference'][0][2]['load_s']:.1f} s, export_for_generation {results['reference'][0][2]['export_s']:.1f} s, "
-          f"save {results['reference'][0][2]['save_s']:.1f} s)")
+    print(
+        f"125M Llama model folder -> ONNX prefill + decode, --dynamic, {rounds} round(s) alternating, best of each"
+    )
+    print(
+        f"  reference  {ref_wall:6.1f} s  {ref_rss / gib:5.2f} GiB peak RSS   "
+        f"(load {results['reference'][0][2]['load_s']:.1f} s, export_for_generation {results['reference'][0][2]['export_s']:.1f} s, "
+        f"save {results['reference'][0][2]['save_s']:.1f} s)"
+    )
     print(f"  hfx        {hfx_wall:6.1f} s  {hfx_rss / gib:5.2f} GiB peak RSS")
-    print(f"  hfx speed {ref_wall / hfx_wall:.2f}x the reference's, memory {hfx_rss / ref_rss:.2f}x")
-    print(f"  hfx with --verify (8 greedy tokens through the components vs eager): {verify_wall:.1f} s; {check}")
+    print(
+        f"  hfx speed {ref_wall / hfx_wall:.2f}x the reference's, memory {hfx_rss / ref_rss:.2f}x"
+    )
+    print(
+        f"  hfx with --verify (8 greedy tokens through the components vs eager): {verify_wall:.1f} s; {check}"
+    )
     for side in ("reference", "hfx"):
         seconds, inputs = latency[side]
-        print(f"  decode step in ONNX Runtime ({side}): {seconds * 1e3:.2f} ms median, {inputs} inputs")
+        print(
+            f"  decode step in ONNX Runtime ({side}): {seconds * 1e3:.2f} ms median, {inputs} inputs"
+        )
     print(f"  decode latency hfx/reference: {latency['hfx'][0] / latency['reference'][0]:.2f}x")
 
 

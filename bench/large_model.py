@@ -38,9 +38,18 @@ from trace_bench import tree_rss  # noqa: E402
 
 GIB = 1 << 30
 # Llama 3.2 3B's shapes (tied embeddings): 3.21B parameters.
-CONFIG = dict(hidden_size=3072, intermediate_size=8192, num_hidden_layers=28, num_attention_heads=24,
-              num_key_value_heads=8, vocab_size=128256, max_position_embeddings=131072, rope_theta=500000.0,
-              tie_word_embeddings=True, rms_norm_eps=1e-5)
+CONFIG = dict(
+    hidden_size=3072,
+    intermediate_size=8192,
+    num_hidden_layers=28,
+    num_attention_heads=24,
+    num_key_value_heads=8,
+    vocab_size=128256,
+    max_position_embeddings=131072,
+    rope_theta=500000.0,
+    tie_word_embeddings=True,
+    rms_norm_eps=1e-5,
+)
 SHARD_BYTES = 2 * GIB
 
 
@@ -89,8 +98,14 @@ def write_folder(folder):
 def measured(command, timeout=None):
     """Wall time, peak RSS of the process tree, exit code and output tail."""
     start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+        start_new_session=True,
+    )
     peak = 0
     import threading
 
@@ -111,9 +126,23 @@ def measured(command, timeout=None):
 
 def hfx_command(backend, folder, out, *extra):
     hfx = os.path.join(ROOT, "target", "release", "hfx")
-    return [hfx, "run", "--backend", backend, "--plugins", os.path.join(ROOT, "plugins", "dynamo"),
-            "--plugins", os.path.join(ROOT, "plugins", "onnx"), "--model-dir", folder, "-o", out,
-            "--python", PYTHON, *extra]
+    return [
+        hfx,
+        "run",
+        "--backend",
+        backend,
+        "--plugins",
+        os.path.join(ROOT, "plugins", "dynamo"),
+        "--plugins",
+        os.path.join(ROOT, "plugins", "onnx"),
+        "--model-dir",
+        folder,
+        "-o",
+        out,
+        "--python",
+        PYTHON,
+        *extra,
+    ]
 
 
 def reference_side(folder, out):
@@ -122,7 +151,10 @@ def reference_side(folder, out):
     from transformers.exporters.exporter_onnx import OnnxConfig, OnnxExporter
 
     model = AutoModelForCausalLM.from_pretrained(folder)
-    inputs = {"input_ids": torch.randint(0, 1000, (2, 16)), "attention_mask": torch.ones(2, 16, dtype=torch.long)}
+    inputs = {
+        "input_ids": torch.randint(0, 1000, (2, 16)),
+        "attention_mask": torch.ones(2, 16, dtype=torch.long),
+    }
     with torch.no_grad():
         exported = OnnxExporter().export(model, inputs, config=OnnxConfig())
     exported.save_pretrained(out)
@@ -133,8 +165,15 @@ def ort_loads(path):
 
     start = time.perf_counter()
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    print(json.dumps({"inputs": [i.name for i in session.get_inputs()], "outputs": len(session.get_outputs()),
-                      "seconds": time.perf_counter() - start}))
+    print(
+        json.dumps(
+            {
+                "inputs": [i.name for i in session.get_inputs()],
+                "outputs": len(session.get_outputs()),
+                "seconds": time.perf_counter() - start,
+            }
+        )
+    )
 
 
 def main():
@@ -148,17 +187,27 @@ def main():
     os.makedirs(out, exist_ok=True)
     folder = args.folder
     if not os.path.exists(os.path.join(folder, "model.safetensors.index.json")):
-        started = time.perf_counter()
         wall, peak, code, tail = measured([PYTHON, __file__, "--write", folder])
         print(f"wrote {folder}: {wall:.0f} s, peak RSS {peak / GIB:.2f} GiB (exit {code})")
-    size = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder) if f.endswith(".safetensors"))
+    size = sum(
+        os.path.getsize(os.path.join(folder, f))
+        for f in os.listdir(folder)
+        if f.endswith(".safetensors")
+    )
     print(f"checkpoint: {size / GIB:.2f} GiB of bfloat16 safetensors")
     results = {}
     if not args.skip_hfx:
         hfx_side(folder, out, results)
     if not args.skip_reference:
         reference_run(folder, out, results, args.reference_timeout)
-    print(json.dumps({k: {"seconds": round(w, 1), "peak_rss_gib": round(p / GIB, 2), "exit": c} for k, (w, p, c) in results.items()}))
+    print(
+        json.dumps(
+            {
+                k: {"seconds": round(w, 1), "peak_rss_gib": round(p / GIB, 2), "exit": c}
+                for k, (w, p, c) in results.items()
+            }
+        )
+    )
 
 
 def hfx_run(label, backend, folder, out, results, *extra):
@@ -166,29 +215,55 @@ def hfx_run(label, backend, folder, out, results, *extra):
     shutil.rmtree(out, ignore_errors=True)
     wall, peak, code, tail = measured(hfx_command(backend, folder, out + "/", "--dynamic", *extra))
     results[label] = (wall, peak, code)
-    print(f"{label}: {wall:.0f} s, whole-pipeline peak RSS {peak / GIB:.2f} GiB (exit {code})\n{tail}")
+    print(
+        f"{label}: {wall:.0f} s, whole-pipeline peak RSS {peak / GIB:.2f} GiB (exit {code})\n{tail}"
+    )
     return code
 
 
 def hfx_side(folder, out, results):
     onnx_out = os.path.join(out, "onnx")
     if hfx_run("hfx onnx (float32, dynamic)", "onnx", folder, onnx_out, results) == 0:
-        wall, peak, code, tail = measured([PYTHON, __file__, "--ort", os.path.join(onnx_out, "model.onnx")])
-        print(f"ONNX Runtime session on the 3.2B model: exit {code}, {wall:.0f} s, peak RSS {peak / GIB:.2f} GiB: {tail.strip().splitlines()[-1] if tail.strip() else ''}")
+        wall, peak, code, tail = measured(
+            [PYTHON, __file__, "--ort", os.path.join(onnx_out, "model.onnx")]
+        )
+        print(
+            f"ONNX Runtime session on the 3.2B model: exit {code}, {wall:.0f} s, peak RSS {peak / GIB:.2f} GiB: {tail.strip().splitlines()[-1] if tail.strip() else ''}"
+        )
     shutil.rmtree(onnx_out, ignore_errors=True)
-    hfx_run("hfx pt2 (bfloat16, dynamic)", "dynamo", folder, os.path.join(out, "pt2"), results, "--dtype", "bfloat16")
+    hfx_run(
+        "hfx pt2 (bfloat16, dynamic)",
+        "dynamo",
+        folder,
+        os.path.join(out, "pt2"),
+        results,
+        "--dtype",
+        "bfloat16",
+    )
     shutil.rmtree(os.path.join(out, "pt2"), ignore_errors=True)
-    hfx_run("hfx onnx --verify-layers 2", "onnx", folder, os.path.join(out, "verified"), results, "--verify-layers", "2")
+    hfx_run(
+        "hfx onnx --verify-layers 2",
+        "onnx",
+        folder,
+        os.path.join(out, "verified"),
+        results,
+        "--verify-layers",
+        "2",
+    )
     shutil.rmtree(os.path.join(out, "verified"), ignore_errors=True)
 
 
 def reference_run(folder, out, results, timeout):
     ref_out = os.path.join(out, "reference")
     shutil.rmtree(ref_out, ignore_errors=True)
-    wall, peak, code, tail = measured([PYTHON, __file__, "--reference", folder, ref_out], timeout=timeout)
+    wall, peak, code, tail = measured(
+        [PYTHON, __file__, "--reference", folder, ref_out], timeout=timeout
+    )
     results["reference OnnxExporter"] = (wall, peak, code)
-    print(f"reference from_pretrained + OnnxExporter + save_pretrained: {wall:.0f} s, peak RSS {peak / GIB:.2f} GiB "
-          f"(exit {code})\n{tail[-2000:]}")
+    print(
+        f"reference from_pretrained + OnnxExporter + save_pretrained: {wall:.0f} s, peak RSS {peak / GIB:.2f} GiB "
+        f"(exit {code})\n{tail[-2000:]}"
+    )
     shutil.rmtree(ref_out, ignore_errors=True)
 
 

@@ -43,7 +43,9 @@ def reference_side():
         exported = OnnxExporter().export(model, inputs, config=OnnxConfig())
     exported_at = time.perf_counter()
     exported.save_pretrained(os.path.join(OUT, "reference"))
-    print(json.dumps({"export_s": exported_at - start, "save_s": time.perf_counter() - exported_at}))
+    print(
+        json.dumps({"export_s": exported_at - start, "save_s": time.perf_counter() - exported_at})
+    )
 
 
 def node_count(path):
@@ -70,22 +72,43 @@ def main():
     ref_wall, ref_rss, ref_out = measured([PYTHON, __file__, "--reference"], env)
     ref = json.loads(ref_out.strip().splitlines()[-1])
     out = os.path.join(OUT, "hfx.onnx")
-    command = [hfx, "run", "--backend", "onnx", "--plugins", os.path.join(ROOT, "plugins", "dynamo"),
-               "--plugins", os.path.join(ROOT, "plugins", "onnx"), "--model-fn", "python:trace_bench:llama125m",
-               "-o", out, "--python", PYTHON]
+    command = [
+        hfx,
+        "run",
+        "--backend",
+        "onnx",
+        "--plugins",
+        os.path.join(ROOT, "plugins", "dynamo"),
+        "--plugins",
+        os.path.join(ROOT, "plugins", "onnx"),
+        "--model-fn",
+        "python:trace_bench:llama125m",
+        "-o",
+        out,
+        "--python",
+        PYTHON,
+    ]
     hfx_wall, hfx_rss, hfx_out = measured(command, env)
     times = stage_times(hfx_out)
     after_trace = sum(v for k, v in times.items() if k != "trace")
     ref_files = [f for f in os.listdir(os.path.join(OUT, "reference")) if f.endswith(".onnx")]
     ref_nodes = node_count(os.path.join(OUT, "reference", ref_files[0]))
     print("125M Llama to ONNX, inputs (2, 16), static, one run each")
-    print(f"  reference OnnxExporter + save_pretrained: {ref_wall:6.2f} s wall ({ref['export_s']:.2f} s export incl. "
-          f"torch.export, {ref['save_s']:.2f} s save), peak RSS {ref_rss / 2**30:.2f} GiB, {ref_nodes} nodes")
+    print(
+        f"  reference OnnxExporter + save_pretrained: {ref_wall:6.2f} s wall ({ref['export_s']:.2f} s export incl. "
+        f"torch.export, {ref['save_s']:.2f} s save), peak RSS {ref_rss / 2**30:.2f} GiB, {ref_nodes} nodes"
+    )
     stages = ", ".join(f"{k} {v:.2f} s" for k, v in times.items())
-    print(f"  hfx run --backend onnx:                  {hfx_wall:6.2f} s wall ({stages}), peak RSS {hfx_rss / 2**30:.2f} GiB, "
-          f"{node_count(out)} nodes")
-    print(f"  whole process: reference / hfx = {ref_wall / hfx_wall:.2f}x faster;  peak RSS: hfx / reference = {hfx_rss / ref_rss:.2f}x")
-    print(f"  hfx stages after the trace (read, FX fixes, translations, IR fixes, emit): {after_trace:.2f} s")
+    print(
+        f"  hfx run --backend onnx:                  {hfx_wall:6.2f} s wall ({stages}), peak RSS {hfx_rss / 2**30:.2f} GiB, "
+        f"{node_count(out)} nodes"
+    )
+    print(
+        f"  whole process: reference / hfx = {ref_wall / hfx_wall:.2f}x faster;  peak RSS: hfx / reference = {hfx_rss / ref_rss:.2f}x"
+    )
+    print(
+        f"  hfx stages after the trace (read, FX fixes, translations, IR fixes, emit): {after_trace:.2f} s"
+    )
     for line in hfx_out.splitlines():
         if "worker peak RSS" in line or line.startswith("stage trace"):
             print("   ", line.strip())
@@ -99,15 +122,27 @@ def main():
     check = os.path.join(ROOT, "tests", "python", "check_onnx.py")
     errors = {}
     for path in (out, decomposed):
-        result = subprocess.run([PYTHON, check, path, path.replace(".onnx", ".reference.pt")], capture_output=True, text=True)
-        errors[path] = result.stdout.strip().splitlines()[-1] if result.returncode == 0 else "MISMATCH " + result.stderr[-300:]
+        result = subprocess.run(
+            [PYTHON, check, path, path.replace(".onnx", ".reference.pt")],
+            capture_output=True,
+            text=True,
+        )
+        errors[path] = (
+            result.stdout.strip().splitlines()[-1]
+            if result.returncode == 0
+            else "MISMATCH " + result.stderr[-300:]
+        )
     worst = errors[decomposed]
-    print(f"  hfx --decompose:                         {dec_wall:6.2f} s wall (trace {dec_times.get('trace', 0):.2f} s incl. "
-          f"run_decompositions, translations {dec_times.get('onnx-translations', 0) * 1e3:.0f} ms), peak RSS "
-          f"{dec_rss / 2**30:.2f} GiB, {node_count(decomposed)} nodes; vs eager: {worst}")
+    print(
+        f"  hfx --decompose:                         {dec_wall:6.2f} s wall (trace {dec_times.get('trace', 0):.2f} s incl. "
+        f"run_decompositions, translations {dec_times.get('onnx-translations', 0) * 1e3:.0f} ms), peak RSS "
+        f"{dec_rss / 2**30:.2f} GiB, {node_count(decomposed)} nodes; vs eager: {worst}"
+    )
     print(f"  (direct translation vs eager: {errors[out]})")
-    print(f"  decomposition choice: direct / decomposed wall = {hfx_wall / dec_wall:.2f}, nodes "
-          f"{node_count(out)} vs {node_count(decomposed)}")
+    print(
+        f"  decomposition choice: direct / decomposed wall = {hfx_wall / dec_wall:.2f}, nodes "
+        f"{node_count(out)} vs {node_count(decomposed)}"
+    )
 
 
 if __name__ == "__main__":

@@ -27,7 +27,12 @@ fn relu_chain(n: usize) -> (Graph, Vec<NodeId>) {
     let mut nodes = Vec::with_capacity(n);
     for _ in 0..n {
         let id = g
-            .push_node(0, "aten.relu.default", vec![NamedArgument::positional("self", Argument::Tensor(prev))], vec![OutputDecl::Tensor(meta.clone())])
+            .push_node(
+                0,
+                "aten.relu.default",
+                vec![NamedArgument::positional("self", Argument::Tensor(prev))],
+                vec![OutputDecl::Tensor(meta.clone())],
+            )
             .unwrap();
         prev = g.node(id).unwrap().output_values().next().unwrap();
         nodes.push(id);
@@ -47,7 +52,9 @@ fn median(mut xs: Vec<f64>) -> f64 {
 
 fn main() -> Result<()> {
     let plugin_dir = root().join("tests/plugins/kind-node-fix");
-    let found = discover::discover(&plugin_dir)?.remove(0).context("run `cargo xtask build-plugins` first")?;
+    let found = discover::discover(&plugin_dir)?
+        .remove(0)
+        .context("run `cargo xtask build-plugins` first")?;
     let cache = tempfile::tempdir()?;
 
     // ── Load: cold compile vs cached ──
@@ -59,7 +66,10 @@ fn main() -> Result<()> {
         cold.push(micros(t.elapsed()));
         assert_eq!(plugin.cache, CacheOutcome::Compiled);
     }
-    let runtime = Runtime::new(RuntimeOptions { cache_dir: Some(cache.path().to_path_buf()), ..Default::default() })?;
+    let runtime = Runtime::new(RuntimeOptions {
+        cache_dir: Some(cache.path().to_path_buf()),
+        ..Default::default()
+    })?;
     runtime.load(&found)?; // fills the cache
     let mut cached = Vec::new();
     for _ in 0..20 {
@@ -69,7 +79,8 @@ fn main() -> Result<()> {
         assert_eq!(plugin.cache, CacheOutcome::Hit);
     }
     let loaded = runtime.load(&found)?;
-    let plugin = loaded.of_kind::<kind::FxNodeFix>().context("the benchmark plugin is an fx-node-fix")?;
+    let plugin =
+        loaded.of_kind::<kind::FxNodeFix>().context("the benchmark plugin is an fx-node-fix")?;
 
     // ── Calls: read a node and replace it (relu → clamp_min), and a declined call ──
     let n = 2000;
@@ -99,11 +110,19 @@ fn main() -> Result<()> {
         for &node in &nodes {
             let input = graph.node(node)?.inputs.clone();
             let output = graph.node(node)?.output_values().next().unwrap();
-            let meta = match &graph.value(output)?.meta { ValueMeta::Tensor(m) => m.clone(), _ => unreachable!() };
+            let meta = match &graph.value(output)?.meta {
+                ValueMeta::Tensor(m) => m.clone(),
+                _ => unreachable!(),
+            };
             let mut inputs = input;
             inputs.push(NamedArgument::positional("min", Argument::Int(0)));
             graph.begin();
-            let new = graph.insert_before(node, "aten.clamp_min.default", inputs, vec![OutputDecl::Tensor(meta)])?;
+            let new = graph.insert_before(
+                node,
+                "aten.clamp_min.default",
+                inputs,
+                vec![OutputDecl::Tensor(meta)],
+            )?;
             let new_out = graph.node(new)?.output_values().next().unwrap();
             graph.replace_uses(output, hfx::graph::Replacement::Value(new_out))?;
             graph.erase(node)?;
@@ -112,12 +131,32 @@ fn main() -> Result<()> {
         native.push(micros(t.elapsed()) / n as f64);
     }
 
-    let (cold, cached, replace, stage, native) = (median(cold), median(cached), median(replace), median(stage), median(native));
+    let (cold, cached, replace, stage, native) =
+        (median(cold), median(cached), median(replace), median(stage), median(native));
     println!("plugin: {} ({} bytes component)", plugin.name(), found.component.len());
-    println!("load, cold compile (no cache)      {:>9.1} µs   target ≤ 100000 µs   ({:.2}x of target)", cold, cold / 100_000.0);
-    println!("load, cached (verified + deser.)   {:>9.1} µs   target ≤   2000 µs   ({:.2}x of target)", cached, cached / 2_000.0);
-    println!("node-fix call, read + replace      {:>9.2} µs   target ≤     10 µs   ({:.2}x of target)", replace, replace / 10.0);
-    println!("  same rewrite in the host, no wasm {:>8.2} µs   (boundary overhead {:.1}x)", native, replace / native);
-    println!("fx-node-fix stage per node (incl. instantiation, DCE) {:.2} µs on a {n}-node chain", stage);
+    println!(
+        "load, cold compile (no cache)      {:>9.1} µs   target ≤ 100000 µs   ({:.2}x of target)",
+        cold,
+        cold / 100_000.0
+    );
+    println!(
+        "load, cached (verified + deser.)   {:>9.1} µs   target ≤   2000 µs   ({:.2}x of target)",
+        cached,
+        cached / 2_000.0
+    );
+    println!(
+        "node-fix call, read + replace      {:>9.2} µs   target ≤     10 µs   ({:.2}x of target)",
+        replace,
+        replace / 10.0
+    );
+    println!(
+        "  same rewrite in the host, no wasm {:>8.2} µs   (boundary overhead {:.1}x)",
+        native,
+        replace / native
+    );
+    println!(
+        "fx-node-fix stage per node (incl. instantiation, DCE) {:.2} µs on a {n}-node chain",
+        stage
+    );
     Ok(())
 }

@@ -24,7 +24,6 @@ MODEL = os.path.join(OUT, "llama125m.pt2")
 
 def make_model():
     import torch
-
     from trace_bench import llama125m  # the one 125M Llama of the benchmarks
 
     model, _ = llama125m()
@@ -54,11 +53,17 @@ def torch_side():
     start = time.perf_counter()
     torch.export.save(ep, os.path.join(OUT, "torch-out.pt2"))
     write = time.perf_counter() - start
-    print(json.dumps({"read_s": read, "write_s": write, "peak_rss_above_baseline": rss() - baseline}))
+    print(
+        json.dumps({"read_s": read, "write_s": write, "peak_rss_above_baseline": rss() - baseline})
+    )
 
 
 def run(cmd):
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    out = (
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     return json.loads(out)
 
 
@@ -71,12 +76,22 @@ def main():
     if not os.path.exists(hfx):
         raise SystemExit("build it first: cargo build --release -p hfx-bench")
     import zipfile
-    weights = sum(i.file_size for i in zipfile.ZipFile(MODEL).infolist() if "/data/weights/weight_" in i.filename)
+
+    weights = sum(
+        i.file_size
+        for i in zipfile.ZipFile(MODEL).infolist()
+        if "/data/weights/weight_" in i.filename
+    )
     sides = {}
-    for name, cmd in (("torch", [sys.executable, __file__, "--torch-side"]),
-                      ("hfx", [hfx, MODEL, os.path.join(OUT, "hfx-out.pt2")])):
+    for name, cmd in (
+        ("torch", [sys.executable, __file__, "--torch-side"]),
+        ("hfx", [hfx, MODEL, os.path.join(OUT, "hfx-out.pt2")]),
+    ):
         runs = [run(cmd) for _ in range(3)]
-        sides[name] = {k: statistics.median(r[k] for r in runs) for k in ("read_s", "write_s", "peak_rss_above_baseline")}
+        sides[name] = {
+            k: statistics.median(r[k] for r in runs)
+            for k in ("read_s", "write_s", "peak_rss_above_baseline")
+        }
     t, h = sides["torch"], sides["hfx"]
     total_t, total_h = t["read_s"] + t["write_s"], h["read_s"] + h["write_s"]
     print(f"model: {MODEL} ({weights / 1e6:.0f} MB of weights)")
@@ -84,9 +99,13 @@ def main():
     for key, label in (("read_s", "read (s)"), ("write_s", "write (s)")):
         print(f"{label:28}{t[key]:>12.3f}{h[key]:>12.3f}{t[key] / h[key]:>11.1f}x")
     print(f"{'read + write (s)':28}{total_t:>12.3f}{total_h:>12.3f}{total_t / total_h:>11.1f}x")
-    print(f"{'peak RSS above baseline (MB)':28}{t['peak_rss_above_baseline'] / 1e6:>12.1f}{h['peak_rss_above_baseline'] / 1e6:>12.1f}")
-    print(f"hfx peak RSS / weight bytes: {h['peak_rss_above_baseline'] / weights:.3f} (target <= 0.2); "
-          f"speed-up {total_t / total_h:.1f}x (target >= 5x)")
+    print(
+        f"{'peak RSS above baseline (MB)':28}{t['peak_rss_above_baseline'] / 1e6:>12.1f}{h['peak_rss_above_baseline'] / 1e6:>12.1f}"
+    )
+    print(
+        f"hfx peak RSS / weight bytes: {h['peak_rss_above_baseline'] / weights:.3f} (target <= 0.2); "
+        f"speed-up {total_t / total_h:.1f}x (target >= 5x)"
+    )
 
 
 if __name__ == "__main__":

@@ -50,18 +50,28 @@ ROOT = os.path.dirname(HERE)
 PYTHON = sys.executable
 MODES = ("static", "dynamic")
 ATOL = RTOL = 1e-3
-NODE_SLACK = 1.10  # the issue's bound: no graph larger than the reference's optimized one by more than 10%
+NODE_SLACK = (
+    1.10  # the issue's bound: no graph larger than the reference's optimized one by more than 10%
+)
 
 sys.path.insert(0, HERE)
 
 
 # ── Running a step: a fresh process, a timeout, one line on failure ──
 
+
 def run_step(command, timeout, env=None):
     """(returncode or "timeout", wall seconds, stdout, stderr) of a command in its own process group."""
     start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                               env=env, start_new_session=True)
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+    )
     try:
         stdout, stderr = process.communicate(timeout=timeout)
         code = process.returncode
@@ -77,7 +87,9 @@ def run_step(command, timeout, env=None):
     return code, time.perf_counter() - start, stdout, stderr
 
 
-NOISE = re.compile(r"^\s*(\[transformers\]|warnings\.warn|W\d{4} |.*Warning:|Traceback|\s*File \"|\s*\^+\s*$)")
+NOISE = re.compile(
+    r"^\s*(\[transformers\]|warnings\.warn|W\d{4} |.*Warning:|Traceback|\s*File \"|\s*\^+\s*$)"
+)
 
 
 def one_line(text, limit=240):
@@ -112,14 +124,29 @@ def node_count(path):
 
 # ── The two exporters ──
 
+
 def hfx_export(hfx, arch, mode, out, timeout):
     path = os.path.join(out, f"hfx-{arch}-{mode}.onnx")
     for stale in (path, path + ".data"):
         if os.path.exists(stale):
             os.remove(stale)
-    command = [hfx, "run", "--backend", "onnx", "--plugins", os.path.join(ROOT, "plugins", "dynamo"),
-               "--plugins", os.path.join(ROOT, "plugins", "onnx"), "--model-fn", f"python:sweep_models:{arch}_model",
-               "-o", path, "--python", PYTHON, "-v"]
+    command = [
+        hfx,
+        "run",
+        "--backend",
+        "onnx",
+        "--plugins",
+        os.path.join(ROOT, "plugins", "dynamo"),
+        "--plugins",
+        os.path.join(ROOT, "plugins", "onnx"),
+        "--model-fn",
+        f"python:sweep_models:{arch}_model",
+        "-o",
+        path,
+        "--python",
+        PYTHON,
+        "-v",
+    ]
     if mode == "dynamic":
         command.append("--dynamic")
     env = {**os.environ, "PYTHONPATH": HERE}
@@ -128,12 +155,25 @@ def hfx_export(hfx, arch, mode, out, timeout):
     if code == 0 and os.path.exists(path):
         result.update(ok=True, path=path, nodes=node_count(path))
         # hfx says which input axes torch.export fixed although --dynamic asked them to vary.
-        fixed = next((l.split(":", 1)[1].split("(")[0].strip() for l in stdout.splitlines()
-                      if "fixed by torch.export despite --dynamic" in l), None)
+        fixed = next(
+            (
+                l.split(":", 1)[1].split("(")[0].strip()
+                for l in stdout.splitlines()
+                if "fixed by torch.export despite --dynamic" in l
+            ),
+            None,
+        )
         if fixed:
             result["fixed_axes"] = fixed
         # ... and the first guard of torch.export's that another size breaks (the artifact cannot check it).
-        guard = next((l.split("`")[1] for l in stdout.splitlines() if "valid only where torch.export's guard" in l), None)
+        guard = next(
+            (
+                l.split("`")[1]
+                for l in stdout.splitlines()
+                if "valid only where torch.export's guard" in l
+            ),
+            None,
+        )
         if guard:
             result["size_guard"] = guard
     else:
@@ -165,12 +205,22 @@ def reference_export(arch, mode, out, timeout):
     reply = last_json(stdout)
     path = os.path.join(folder, "model.onnx")
     if code == 0 and reply and reply.get("ok") and os.path.exists(path):
-        result.update(ok=True, path=path, nodes=node_count(path), export_s=reply["export_s"], save_s=reply["save_s"])
+        result.update(
+            ok=True,
+            path=path,
+            nodes=node_count(path),
+            export_s=reply["export_s"],
+            save_s=reply["save_s"],
+        )
     else:
         if code == "timeout":
             # torch.onnx prints each of its steps (`[torch.onnx] Run decomposition...`): name the one it was in.
-            steps = [l.strip() for l in (stdout + stderr).splitlines() if l.startswith("[torch.onnx]")]
-            reason = f"timeout after {timeout} s" + (f" (after `{steps[-1]}`)" if steps else " (in torch.export)")
+            steps = [
+                l.strip() for l in (stdout + stderr).splitlines() if l.startswith("[torch.onnx]")
+            ]
+            reason = f"timeout after {timeout} s" + (
+                f" (after `{steps[-1]}`)" if steps else " (in torch.export)"
+            )
         elif reply and reply.get("error"):
             reason = reply["error"]
         else:
@@ -186,10 +236,9 @@ def reference_one(arch, mode, folder):
     import shutil
     import traceback
 
+    import sweep_models
     import torch
     from transformers.exporters import OnnxConfig, OnnxExporter
-
-    import sweep_models
 
     if os.path.exists(folder):
         shutil.rmtree(folder)
@@ -197,10 +246,16 @@ def reference_one(arch, mode, folder):
     try:
         start = time.perf_counter()
         with torch.no_grad():
-            exported = OnnxExporter().export(model, inputs, config=OnnxConfig(dynamic=mode == "dynamic"))
+            exported = OnnxExporter().export(
+                model, inputs, config=OnnxConfig(dynamic=mode == "dynamic")
+            )
         exported_at = time.perf_counter()
         exported.save_pretrained(folder)
-        reply = {"ok": True, "export_s": round(exported_at - start, 2), "save_s": round(time.perf_counter() - exported_at, 2)}
+        reply = {
+            "ok": True,
+            "export_s": round(exported_at - start, 2),
+            "save_s": round(time.perf_counter() - exported_at, 2),
+        }
     except Exception as error:  # any failure of the exporter is a result, reduced to one line
         traceback.print_exc()
         reply = {"ok": False, "error": exception_line(error)}
@@ -215,7 +270,9 @@ def exception_line(error):
         chain.append(chain[-1].__cause__)
     for candidate in (chain[-1], error):
         lines = [l.strip() for l in str(candidate).splitlines() if l.strip()]
-        generic = not lines or re.match(r"^(Failed to (export|convert)|An error occurred|Error when|See the stack)", lines[0])
+        generic = not lines or re.match(
+            r"^(Failed to (export|convert)|An error occurred|Error when|See the stack)", lines[0]
+        )
         if not generic or candidate is error:
             text = lines[0] if lines else ""
             return re.sub(r"\s+", " ", f"{type(candidate).__name__}: {text}")[:240]
@@ -223,6 +280,7 @@ def exception_line(error):
 
 
 # ── The check: both artifacts against eager, in one process ──
+
 
 def check_arch(arch, artifacts, timeout):
     """Runs `--check` in a fresh process; a crash (ORT can segfault) fails the artifacts it did not reach."""
@@ -237,7 +295,11 @@ def check_arch(arch, artifacts, timeout):
             results[entry.pop("key")] = entry
     for key in artifacts:
         if key not in results:
-            cause = f"timeout after {timeout} s" if code == "timeout" else f"check process exit {code}: {one_line(stderr)}"
+            cause = (
+                f"timeout after {timeout} s"
+                if code == "timeout"
+                else f"check process exit {code}: {one_line(stderr)}"
+            )
             results[key] = {"ok": False, "max_abs": None, "reason": cause}
     return results
 
@@ -247,10 +309,9 @@ def check(arch, artifacts):
     Runtime; prints one JSON line per artifact."""
     import numpy as np
     import onnxruntime
+    import sweep_models
     import torch
     from transformers.exporters.utils import get_leaf_tensors
-
-    import sweep_models
 
     spec = sweep_models.ARCHS[arch]
     model, inputs_a = spec.build()
@@ -268,12 +329,16 @@ def check(arch, artifacts):
         try:
             options = onnxruntime.SessionOptions()
             options.log_severity_level = 3
-            session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+            session = onnxruntime.InferenceSession(
+                path, options, providers=["CPUExecutionProvider"]
+            )
         except Exception as error:
-            entry.update(ok=False, max_abs=None, reason="ONNX Runtime refuses the model: " + ort_line(error))
+            entry.update(
+                ok=False, max_abs=None, reason="ONNX Runtime refuses the model: " + ort_line(error)
+            )
             print(json.dumps(entry), flush=True)
             continue
-        for size in (("A", "B") if mode == "dynamic" else ("A",)):
+        for size in ("A", "B") if mode == "dynamic" else ("A",):
             where = f"size {size} ({shape_of(sizes[size])})"
             try:
                 ok, worst, reason = compare(session, sizes[size], eager[size], np)
@@ -281,7 +346,9 @@ def check(arch, artifacts):
                 entry.update(ok=False, reason=f"ONNX Runtime at {where}: {ort_line(error)}")
                 break
             entry["sizes"][size] = {"ok": ok, "max_abs": worst}
-            entry["max_abs"] = max(entry["max_abs"], worst) if worst is not None else entry["max_abs"]
+            entry["max_abs"] = (
+                max(entry["max_abs"], worst) if worst is not None else entry["max_abs"]
+            )
             if not ok:
                 entry.update(ok=False, reason=f"{where}: {reason}")
                 break
@@ -292,8 +359,11 @@ def ort_line(error):
     """ONNX Runtime's error in one line: the node and the message, without source paths."""
     text = re.sub(r"\s+", " ", str(error))
     text = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text)
-    text = re.sub(r"Non-zero status code returned while running (\w+) node\. Name:'([^']*)' Status Message: ",
-                  r"\1 node `\2`: ", text)
+    text = re.sub(
+        r"Non-zero status code returned while running (\w+) node\. Name:'([^']*)' Status Message: ",
+        r"\1 node `\2`: ",
+        text,
+    )
     text = re.sub(r"/onnxruntime_src/\S+:\d+ (\S+\([^)]*\)(?: const)?)? ?", "", text)
     return text[:240]
 
@@ -308,11 +378,18 @@ def compare(session, inputs, eager, np):
     disambiguation stripped), outputs mapped by name, else by position when no name matches."""
     feeds = {}
     for spec in session.get_inputs():
-        name = spec.name[len("input."):] if spec.name.startswith("input.") else spec.name
+        name = spec.name[len("input.") :] if spec.name.startswith("input.") else spec.name
         if name not in inputs:
-            return False, None, f"the graph wants input `{spec.name}`, the model takes {sorted(inputs)}"
+            return (
+                False,
+                None,
+                f"the graph wants input `{spec.name}`, the model takes {sorted(inputs)}",
+            )
         feeds[spec.name] = inputs[name].numpy()
-    names = [o.name[len("output."):] if o.name.startswith("output.") else o.name for o in session.get_outputs()]
+    names = [
+        o.name[len("output.") :] if o.name.startswith("output.") else o.name
+        for o in session.get_outputs()
+    ]
     got = session.run(None, feeds)
     eager_names = list(eager)
     if not set(names) & set(eager_names) and len(names) == len(eager_names):
@@ -321,7 +398,11 @@ def compare(session, inputs, eager, np):
     worst, failures = 0.0, []
     for name, value in zip(names, got):
         if name not in eager:
-            return False, None, f"graph output `{name}` is no output of the model ({', '.join(eager_names[:6])}…)"
+            return (
+                False,
+                None,
+                f"graph output `{name}` is no output of the model ({', '.join(eager_names[:6])}…)",
+            )
         want = eager[name].to(torch_float64(eager[name])).numpy()
         value = np.asarray(value)
         value = sliding_window_part(name, value, want, eager)
@@ -333,7 +414,9 @@ def compare(session, inputs, eager, np):
         diff = np.abs(value.astype(np.float64) - want.astype(np.float64))
         error = float(np.nanmax(diff)) if not np.isnan(diff).all() else float("nan")
         worst = max(worst, error) if error == error else float("nan")
-        if not np.allclose(value.astype(np.float64), want.astype(np.float64), atol=ATOL, rtol=RTOL, equal_nan=True):
+        if not np.allclose(
+            value.astype(np.float64), want.astype(np.float64), atol=ATOL, rtol=RTOL, equal_nan=True
+        ):
             failures.append(f"`{name}` max abs {error:.2e}")
     if missing:
         failures.append(f"outputs missing from the graph: {', '.join(missing[:4])}")
@@ -345,10 +428,14 @@ def sliding_window_part(name, value, want, eager):
     ports: a trace would bake in the window's cut), so its keys/values hold every position where eager keeps
     the window: compare the positions eager keeps, the last ones."""
     layer = name.rsplit(".", 1)[0]
-    if (f"{layer}._sliding_window_tensor" in eager and value.ndim == want.ndim >= 2
-            and value.shape[:-2] == want.shape[:-2] and value.shape[-1] == want.shape[-1]
-            and value.shape[-2] > want.shape[-2]):
-        return value[..., value.shape[-2] - want.shape[-2]:, :]
+    if (
+        f"{layer}._sliding_window_tensor" in eager
+        and value.ndim == want.ndim >= 2
+        and value.shape[:-2] == want.shape[:-2]
+        and value.shape[-1] == want.shape[-1]
+        and value.shape[-2] > want.shape[-2]
+    ):
+        return value[..., value.shape[-2] - want.shape[-2] :, :]
     return value
 
 
@@ -360,13 +447,20 @@ def torch_float64(tensor):
 
 # ── The sweep ──
 
+
 def sweep_arch(arch, args):
     """hfx and the reference, alternating, then the check; the result is written to OUT/results/<arch>.json."""
     import sweep_models
 
     spec = sweep_models.ARCHS[arch]
-    result = {"arch": arch, "category": spec.category, "feature": spec.feature, "model_class": spec.model_class,
-              "hfx": {}, "reference": {}}
+    result = {
+        "arch": arch,
+        "category": spec.category,
+        "feature": spec.feature,
+        "model_class": spec.model_class,
+        "hfx": {},
+        "reference": {},
+    }
     for mode in args.modes:
         log(f"{arch}: hfx {mode}")
         result["hfx"][mode] = hfx_export(args.hfx, arch, mode, args.out, args.timeout)
@@ -383,17 +477,28 @@ def sweep_arch(arch, args):
 def checked(result, args):
     """The check of every artifact of one architecture, recorded in `result`."""
     arch = result["arch"]
-    artifacts = {f"{side}/{mode}": r["path"] for side in ("hfx", "reference") for mode, r in result[side].items() if r["ok"]}
+    artifacts = {
+        f"{side}/{mode}": r["path"]
+        for side in ("hfx", "reference")
+        for mode, r in result[side].items()
+        if r["ok"]
+    }
     checks = check_arch(arch, artifacts, args.timeout)
     for key, entry in checks.items():
         side, mode = key.split("/")
         result[side][mode]["check"] = entry
-        log(f"{arch}: check {side} {mode}: {'pass' if entry['ok'] else 'FAIL ' + entry.get('reason', '')} "
-            f"(max abs {entry.get('max_abs')})")
+        log(
+            f"{arch}: check {side} {mode}: {'pass' if entry['ok'] else 'FAIL ' + entry.get('reason', '')} "
+            f"(max abs {entry.get('max_abs')})"
+        )
 
 
 def summary(step):
-    return f"ok, {step['nodes']} nodes, {step['seconds']:.1f} s" if step["ok"] else f"FAIL ({step['seconds']:.1f} s): {step['reason']}"
+    return (
+        f"ok, {step['nodes']} nodes, {step['seconds']:.1f} s"
+        if step["ok"]
+        else f"FAIL ({step['seconds']:.1f} s): {step['reason']}"
+    )
 
 
 def status(step):
@@ -405,7 +510,11 @@ def status(step):
     check = step.get("check")
     if check is None:
         return "unchecked"
-    return "pass" if check["ok"] else ("ORT error" if check.get("reason", "").startswith("ONNX Runtime") else "mismatch")
+    return (
+        "pass"
+        if check["ok"]
+        else ("ORT error" if check.get("reason", "").startswith("ONNX Runtime") else "mismatch")
+    )
 
 
 def passed(step):
@@ -422,13 +531,21 @@ def reason_of(step):
         reason = check.get("reason", "check failed")
         if step.get("fixed_axes") and step.get("size_guard"):
             # Both causes, as the exporter said them (which one size B meets, ONNX Runtime's error shows).
-            reason = (f"torch.export fixed {step['fixed_axes']} and left its guard `{step['size_guard']}` to hold "
-                      "(the model's code depends on these sizes); size B breaks them: " + reason)
+            reason = (
+                f"torch.export fixed {step['fixed_axes']} and left its guard `{step['size_guard']}` to hold "
+                "(the model's code depends on these sizes); size B breaks them: " + reason
+            )
         elif step.get("fixed_axes"):
             # The cause, as the exporter said it; ONNX Runtime's error is its effect.
-            reason = f"torch.export fixed {step['fixed_axes']} (the model's code depends on these sizes), so " + reason
+            reason = (
+                f"torch.export fixed {step['fixed_axes']} (the model's code depends on these sizes), so "
+                + reason
+            )
         elif step.get("size_guard"):
-            reason = f"valid only where torch.export's guard `{step['size_guard']}` holds, which size B breaks: " + reason
+            reason = (
+                f"valid only where torch.export's guard `{step['size_guard']}` holds, which size B breaks: "
+                + reason
+            )
         return reason
     return None
 
@@ -456,6 +573,7 @@ def last_json(text):
 
 # ── The report ──
 
+
 def versions():
     import importlib.metadata as metadata
 
@@ -469,7 +587,10 @@ def versions():
 
 
 def machine():
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.machine())
+    cpu = next(
+        (l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")),
+        platform.machine(),
+    )
     memory = next((int(l.split()[1]) for l in open("/proc/meminfo") if l.startswith("MemTotal")), 0)
     return f"{os.cpu_count()} cores ({cpu}), {memory / 2**20:.0f} GiB, {platform.system()} {platform.release()}"
 
@@ -536,7 +657,9 @@ def report(results, args, started, elapsed, command):
         f"- Produced by: `{command}` (`cargo xtask sweep` runs `bench/sweep.py`), {started:%Y-%m-%d %H:%M} UTC, "
         f"{elapsed / 60:.0f} min for the whole run",
         f"- Machine: {machine()}; shared with other jobs while it ran, so times are indicative only",
-        "- Versions: " + ", ".join(f"{k} {v}" for k, v in versions().items()) + f"; hfx {hfx_version(args.hfx)}",
+        "- Versions: "
+        + ", ".join(f"{k} {v}" for k, v in versions().items())
+        + f"; hfx {hfx_version(args.hfx)}",
         "- Status: **pass** = exported and matched eager at every size checked; **mismatch** = exported, an "
         "output off eager beyond tolerance (or missing); **ORT error** = exported, ONNX Runtime refused or "
         "failed to run it; **export fail** / **timeout** = no artifact "
@@ -548,8 +671,11 @@ def report(results, args, started, elapsed, command):
         "patch, which hfx ports), so its keys/values hold every position where eager keeps only the window: the "
         "check compares the positions eager keeps (the last ones).",
     ]
-    lines += [f"- {name}: eager PyTorch runs with `attn_implementation=\"eager\"` for the check: {spec.eager_attention}"
-              for name, spec in sweep_models.ARCHS.items() if spec.eager_attention and name in {r["arch"] for r in results}]
+    lines += [
+        f'- {name}: eager PyTorch runs with `attn_implementation="eager"` for the check: {spec.eager_attention}'
+        for name, spec in sweep_models.ARCHS.items()
+        if spec.eager_attention and name in {r["arch"] for r in results}
+    ]
     lines += [
         "",
         "| architecture | what it exercises | hfx static | hfx dynamic | reference static | reference dynamic "
@@ -558,45 +684,87 @@ def report(results, args, started, elapsed, command):
     ]
     for result in results:
         h, r = result["hfx"], result["reference"]
-        lines.append("| " + " | ".join([
-            f"{result['arch']} ({result['category']})", cell(result["feature"]),
-            status(h.get("static")), status(h.get("dynamic")), status(r.get("static")), status(r.get("dynamic")),
-            per_mode(result, lambda s: s.get("nodes"), str),
-            per_mode(result, error_of, lambda v: f"{v:.1e}"),
-            per_mode(result, lambda s: s.get("seconds"), lambda v: f"{v:.0f}"),
-            reasons(result),
-        ]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    f"{result['arch']} ({result['category']})",
+                    cell(result["feature"]),
+                    status(h.get("static")),
+                    status(h.get("dynamic")),
+                    status(r.get("static")),
+                    status(r.get("dynamic")),
+                    per_mode(result, lambda s: s.get("nodes"), str),
+                    per_mode(result, error_of, lambda v: f"{v:.1e}"),
+                    per_mode(result, lambda s: s.get("seconds"), lambda v: f"{v:.0f}"),
+                    reasons(result),
+                ]
+            )
+            + " |"
+        )
 
     lines += ["", "## Totals", ""]
     count = len(results)
-    lines.append(f"{count} architectures ({', '.join(f'{n} {c}' for c, n in categories(results))}).")
+    lines.append(
+        f"{count} architectures ({', '.join(f'{n} {c}' for c, n in categories(results))})."
+    )
     lines.append("")
     lines.append("| | hfx static | hfx dynamic | reference static | reference dynamic |")
     lines.append("| --- | --- | --- | --- | --- |")
-    for label, test in (("exported", lambda s: bool(s) and s["ok"]), ("exported and verified", passed)):
-        row = [sum(1 for x in results if test(x[side].get(mode))) for side in ("hfx", "reference") for mode in MODES]
+    for label, test in (
+        ("exported", lambda s: bool(s) and s["ok"]),
+        ("exported and verified", passed),
+    ):
+        row = [
+            sum(1 for x in results if test(x[side].get(mode)))
+            for side in ("hfx", "reference")
+            for mode in MODES
+        ]
         lines.append(f"| {label} | " + " | ".join(f"{n} / {count}" for n in row) + " |")
     lines.append("")
     for mode in MODES:
-        only_hfx = [x["arch"] for x in results if passed(x["hfx"].get(mode)) and not passed(x["reference"].get(mode))]
-        only_ref = [x["arch"] for x in results if passed(x["reference"].get(mode)) and not passed(x["hfx"].get(mode))]
-        lines.append(f"- {mode}: hfx exports and verifies where the reference does not: "
-                     f"{', '.join(only_hfx) or 'none'}; the reverse: {', '.join(only_ref) or 'none'}")
+        only_hfx = [
+            x["arch"]
+            for x in results
+            if passed(x["hfx"].get(mode)) and not passed(x["reference"].get(mode))
+        ]
+        only_ref = [
+            x["arch"]
+            for x in results
+            if passed(x["reference"].get(mode)) and not passed(x["hfx"].get(mode))
+        ]
+        lines.append(
+            f"- {mode}: hfx exports and verifies where the reference does not: "
+            f"{', '.join(only_hfx) or 'none'}; the reverse: {', '.join(only_ref) or 'none'}"
+        )
 
-    lines += ["", f"## Node counts above the reference's optimized graph by more than {100 * (NODE_SLACK - 1):.0f}%", ""]
+    lines += [
+        "",
+        f"## Node counts above the reference's optimized graph by more than {100 * (NODE_SLACK - 1):.0f}%",
+        "",
+    ]
     outliers = []
     for result in results:
         for mode in MODES:
             h, r = result["hfx"].get(mode), result["reference"].get(mode)
             if h and r and h["ok"] and r["ok"] and h["nodes"] > NODE_SLACK * r["nodes"]:
-                outliers.append(f"- {result['arch']} {mode}: hfx {h['nodes']}, reference {r['nodes']} "
-                                f"({h['nodes'] / r['nodes']:.2f}x)")
+                outliers.append(
+                    f"- {result['arch']} {mode}: hfx {h['nodes']}, reference {r['nodes']} "
+                    f"({h['nodes'] / r['nodes']:.2f}x)"
+                )
     lines += outliers or ["None (where both exported)."]
-    both = [(x["hfx"][m]["nodes"], x["reference"][m]["nodes"]) for x in results for m in MODES
-            if x["hfx"].get(m, {}).get("ok") and x["reference"].get(m, {}).get("ok")]
+    both = [
+        (x["hfx"][m]["nodes"], x["reference"][m]["nodes"])
+        for x in results
+        for m in MODES
+        if x["hfx"].get(m, {}).get("ok") and x["reference"].get(m, {}).get("ok")
+    ]
     if both:
-        lines += ["", f"Over the {len(both)} exports both sides produced: hfx {sum(a for a, _ in both)} nodes, "
-                      f"reference {sum(b for _, b in both)} ({sum(a for a, _ in both) / sum(b for _, b in both):.2f}x)."]
+        lines += [
+            "",
+            f"Over the {len(both)} exports both sides produced: hfx {sum(a for a, _ in both)} nodes, "
+            f"reference {sum(b for _, b in both)} ({sum(a for a, _ in both) / sum(b for _, b in both):.2f}x).",
+        ]
     write(args.report, "\n".join(lines) + "\n")
 
 
@@ -609,39 +777,66 @@ def categories(results):
 
 def hfx_version(hfx):
     try:
-        text = subprocess.run([hfx, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
+        text = subprocess.run(
+            [hfx, "--version"], capture_output=True, text=True, timeout=30
+        ).stdout.strip()
     except OSError:
         text = "?"
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
-                           cwd=ROOT).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    ).stdout.strip()
     return f"{text.split()[-1] if text else '?'} (commit {commit}{', with uncommitted changes' if dirty else ''})"
 
 
 # ── Command line ──
 
+
 def main():
     import sweep_models
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--only", help="comma-separated architectures (default: all); see --list")
     parser.add_argument("--list", action="store_true", help="print the architectures and exit")
-    parser.add_argument("--out", default=os.path.join(ROOT, "target", "sweep"), help="artifacts, logs and results")
-    parser.add_argument("--report", default=os.path.join(ROOT, "docs", "sweep.md"), help="the Markdown table")
+    parser.add_argument(
+        "--out", default=os.path.join(ROOT, "target", "sweep"), help="artifacts, logs and results"
+    )
+    parser.add_argument(
+        "--report", default=os.path.join(ROOT, "docs", "sweep.md"), help="the Markdown table"
+    )
     parser.add_argument("--jobs", type=int, default=1, help="architectures run at once")
-    parser.add_argument("--hfx", default=os.path.join(ROOT, "target", "release", "hfx"), help="the hfx binary")
-    parser.add_argument("--timeout", type=int, default=600, help="seconds per step (each export, each check)")
-    parser.add_argument("--modes", default="static,dynamic", help="static,dynamic (default) or one of them")
+    parser.add_argument(
+        "--hfx", default=os.path.join(ROOT, "target", "release", "hfx"), help="the hfx binary"
+    )
+    parser.add_argument(
+        "--timeout", type=int, default=600, help="seconds per step (each export, each check)"
+    )
+    parser.add_argument(
+        "--modes", default="static,dynamic", help="static,dynamic (default) or one of them"
+    )
     parser.add_argument("--no-reference", action="store_true", help="hfx only")
     parser.add_argument("--resume", action="store_true", help="keep results already in OUT/results")
-    parser.add_argument("--report-only", action="store_true", help="write the report from OUT/results")
-    parser.add_argument("--recheck", action="store_true", help="check the artifacts in OUT again, then report")
+    parser.add_argument(
+        "--report-only", action="store_true", help="write the report from OUT/results"
+    )
+    parser.add_argument(
+        "--recheck", action="store_true", help="check the artifacts in OUT again, then report"
+    )
     args = parser.parse_args()
     if args.list:
         for name, spec in sweep_models.ARCHS.items():
             print(f"{name:14} {spec.category:16} {spec.model_class:34} {spec.feature}")
         return
-    args.out, args.report, args.hfx = (os.path.abspath(p) for p in (args.out, args.report, args.hfx))
+    args.out, args.report, args.hfx = (
+        os.path.abspath(p) for p in (args.out, args.report, args.hfx)
+    )
     args.modes = [m for m in args.modes.split(",") if m]
     if any(m not in MODES for m in args.modes):
         parser.error(f"--modes: {args.modes} (static, dynamic)")
@@ -652,7 +847,7 @@ def main():
     if not os.access(args.hfx, os.X_OK) and not (args.report_only or args.recheck):
         parser.error(f"no hfx binary at {args.hfx} (cargo build --release -p hfx, or --hfx PATH)")
     command = "python bench/sweep.py " + " ".join(a.replace(ROOT + "/", "") for a in sys.argv[1:])
-    started, clock = datetime.datetime.now(datetime.timezone.utc), time.perf_counter()
+    started, clock = datetime.datetime.now(datetime.UTC), time.perf_counter()
 
     def stored(name):
         path = os.path.join(args.out, "results", f"{name}.json")
@@ -672,7 +867,9 @@ def main():
                 results[name] = stored(name)
             else:
                 todo.append(name)
-        log(f"{len(todo)} architectures to run ({len(results)} kept), {args.jobs} at a time, out {args.out}")
+        log(
+            f"{len(todo)} architectures to run ({len(results)} kept), {args.jobs} at a time, out {args.out}"
+        )
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             for name, result in zip(todo, pool.map(lambda n: sweep_arch(n, args), todo)):
                 results[name] = result
@@ -680,13 +877,18 @@ def main():
     elapsed = time.perf_counter() - clock
     # The run's start, command and time; a resumed run adds its time to the run it completes.
     meta = os.path.join(args.out, "results", "_run.json")
-    run = json.load(open(meta)) if (args.report_only or args.resume) and os.path.exists(meta) else {}
+    run = (
+        json.load(open(meta)) if (args.report_only or args.resume) and os.path.exists(meta) else {}
+    )
     if run:
         started = datetime.datetime.fromisoformat(run["started"])
         command = run["command"]
         elapsed = run["elapsed"] + (0 if args.report_only else elapsed)
     if not args.report_only:
-        write(meta, json.dumps({"started": started.isoformat(), "elapsed": elapsed, "command": command}))
+        write(
+            meta,
+            json.dumps({"started": started.isoformat(), "elapsed": elapsed, "command": command}),
+        )
     report(ordered, args, started, elapsed, command)
     log(f"{len(ordered)} architectures in {elapsed / 60:.1f} min; report: {args.report}")
 

@@ -29,9 +29,15 @@ def llama125m():
     import transformers
 
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=32000, hidden_size=768, intermediate_size=2048,
-                                      num_hidden_layers=12, num_attention_heads=12, num_key_value_heads=12,
-                                      max_position_embeddings=512)
+    config = transformers.LlamaConfig(
+        vocab_size=32000,
+        hidden_size=768,
+        intermediate_size=2048,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        num_key_value_heads=12,
+        max_position_embeddings=512,
+    )
     model = transformers.LlamaForCausalLM(config).eval()
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(0, 32000, (2, 16), generator=generator)
@@ -69,7 +75,9 @@ def tree_rss(pid):
 
 def measured(command, env=None):
     start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT
+    )
     peak = [0]
 
     def sample():
@@ -95,29 +103,58 @@ def main():
     subprocess.run([PYTHON, "-c", "import torch, transformers"], check=True)
     ref_wall, ref_rss, ref_out = measured([PYTHON, __file__, "--reference"], env)
     ref = json.loads(ref_out.strip().splitlines()[-1])
-    command = [hfx, "run", "--backend", "dynamo", "--plugins", os.path.join(ROOT, "plugins", "dynamo"),
-               "--model-fn", "python:trace_bench:llama125m", "-o", os.path.join(OUT, "hfx.pt2"), "--python", PYTHON]
+    command = [
+        hfx,
+        "run",
+        "--backend",
+        "dynamo",
+        "--plugins",
+        os.path.join(ROOT, "plugins", "dynamo"),
+        "--model-fn",
+        "python:trace_bench:llama125m",
+        "-o",
+        os.path.join(OUT, "hfx.pt2"),
+        "--python",
+        PYTHON,
+    ]
     hfx_wall, hfx_rss, hfx_out = measured(command, env)
     times = {}
     for line in hfx_out.splitlines():
         if line.startswith("stage trace"):
             # stage trace  N s   import I s, build B s, eager E s, torch.export T s, save S s; ...
             words = line.replace(",", "").replace(";", "").split()
-            times = {"trace_request": float(words[2]), "import": float(words[5]), "build": float(words[8]),
-                     "eager": float(words[11]), "export": float(words[14]), "save": float(words[17])}
+            times = {
+                "trace_request": float(words[2]),
+                "import": float(words[5]),
+                "build": float(words[8]),
+                "eager": float(words[11]),
+                "export": float(words[14]),
+                "save": float(words[17]),
+            }
     host_overhead = hfx_wall - times["trace_request"] if times else float("nan")
-    print(f"125M Llama, inputs (2, 16), static, one run each")
-    print(f"  reference DynamoExporter + save_pretrained: {ref_wall:6.2f} s wall ({ref['export_s']:.2f} s export, "
-          f"{ref['save_s']:.2f} s save), peak RSS {ref_rss / 2**30:.2f} GiB")
-    print(f"  hfx run --backend dynamo:                   {hfx_wall:6.2f} s wall ({times.get('export', 0):.2f} s torch.export, "
-          f"{times.get('import', 0):.2f} s import torch, {times.get('build', 0):.2f} s build, {times.get('eager', 0):.2f} s eager, "
-          f"{times.get('save', 0):.2f} s save), peak RSS {hfx_rss / 2**30:.2f} GiB")
-    print(f"  wall time: hfx / reference = {hfx_wall / ref_wall:.2f}x;  peak RSS: hfx / reference = {hfx_rss / ref_rss:.2f}x")
-    emit = next((float(l.split()[2]) / 1e3 for l in hfx_out.splitlines() if l.startswith("stage emit")), float("nan"))
-    print(f"  hfx host overhead (wall - worker's trace request) = {host_overhead:.2f} s = "
-          f"{100 * host_overhead / times['trace_request']:.1f}% of the trace stage ({times['trace_request']:.2f} s), "
-          f"{100 * host_overhead / times['export']:.1f}% of the torch.export call; "
-          f"of it {emit:.2f} s emit (fsync of the traced archive before its rename)")
+    print("125M Llama, inputs (2, 16), static, one run each")
+    print(
+        f"  reference DynamoExporter + save_pretrained: {ref_wall:6.2f} s wall ({ref['export_s']:.2f} s export, "
+        f"{ref['save_s']:.2f} s save), peak RSS {ref_rss / 2**30:.2f} GiB"
+    )
+    print(
+        f"  hfx run --backend dynamo:                   {hfx_wall:6.2f} s wall ({times.get('export', 0):.2f} s torch.export, "
+        f"{times.get('import', 0):.2f} s import torch, {times.get('build', 0):.2f} s build, {times.get('eager', 0):.2f} s eager, "
+        f"{times.get('save', 0):.2f} s save), peak RSS {hfx_rss / 2**30:.2f} GiB"
+    )
+    print(
+        f"  wall time: hfx / reference = {hfx_wall / ref_wall:.2f}x;  peak RSS: hfx / reference = {hfx_rss / ref_rss:.2f}x"
+    )
+    emit = next(
+        (float(l.split()[2]) / 1e3 for l in hfx_out.splitlines() if l.startswith("stage emit")),
+        float("nan"),
+    )
+    print(
+        f"  hfx host overhead (wall - worker's trace request) = {host_overhead:.2f} s = "
+        f"{100 * host_overhead / times['trace_request']:.1f}% of the trace stage ({times['trace_request']:.2f} s), "
+        f"{100 * host_overhead / times['export']:.1f}% of the torch.export call; "
+        f"of it {emit:.2f} s emit (fsync of the traced archive before its rename)"
+    )
 
 
 if __name__ == "__main__":

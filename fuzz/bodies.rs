@@ -11,9 +11,11 @@ use hfx::graph::Graph;
 /// checked, and the ONNX initializers planned from them (the part of ONNX
 /// emission that reads the file; its nodes come from plugins, not run here).
 pub fn pt2_open(data: &[u8]) {
-    use hfx::onnx::{emit, passes, TranslationBuilder};
     use hfx::onnx::inputs::input_roles;
-    let Ok(archive) = Archive::from_bytes(std::path::Path::new("fuzz.pt2"), data.to_vec()) else { return };
+    use hfx::onnx::{emit, passes, TranslationBuilder};
+    let Ok(archive) = Archive::from_bytes(std::path::Path::new("fuzz.pt2"), data.to_vec()) else {
+        return;
+    };
     let Ok(pt2) = Pt2::read(archive) else { return };
     let _ = pt2.check_payloads();
     for (model, config) in pt2.weights.iter().chain(&pt2.constants) {
@@ -25,13 +27,25 @@ pub fn pt2_open(data: &[u8]) {
     for program in pt2.programs.values() {
         let Ok(graph) = convert::to_ir(program) else { continue };
         let _ = convert::from_ir(&graph, program);
-        let again = Graph::from_json(&graph.to_json()).expect("a converted graph reloads from its JSON");
+        let again =
+            Graph::from_json(&graph.to_json()).expect("a converted graph reloads from its JSON");
         assert_eq!(again.fingerprint(), graph.fingerprint());
         let roles = input_roles(program);
         let builder = TranslationBuilder::new(18);
-        let parts = emit::ModelParts { graph: &graph, roles: &roles, weights: Some(&pt2), builder: &builder, output_names: vec![] };
+        let parts = emit::ModelParts {
+            graph: &graph,
+            roles: &roles,
+            weights: Some(&pt2),
+            builder: &builder,
+            output_names: vec![],
+        };
         if let Ok(mut lowered) = emit::lower(&parts) {
-            passes::run(&mut lowered.nodes, &mut lowered.initializers, &lowered.output_names, &lowered.static_shapes);
+            passes::run(
+                &mut lowered.nodes,
+                &mut lowered.initializers,
+                &lowered.output_names,
+                &lowered.static_shapes,
+            );
             let _ = emit::plan(lowered, "fuzz", &[]);
         }
     }
@@ -130,7 +144,8 @@ pub fn selftest_case(data: &[u8]) {
     let _ = serde_json::from_str::<hfx::selftest::patch::PatchCase>(text);
     let Ok(case) = serde_json::from_str::<hfx::selftest::Case>(text) else { return };
     let Ok(graph) = Graph::from_json(&case.input.to_string()) else { return };
-    let first: Vec<_> = graph.nodes().filter(|&n| graph.node(n).is_ok_and(|n| n.subgraph == 0)).take(2).collect();
+    let first: Vec<_> =
+        graph.nodes().filter(|&n| graph.node(n).is_ok_and(|n| n.subgraph == 0)).take(2).collect();
     if let Ok(cut) = graph.cut(&graph.neighbourhood(&first, 1)) {
         Graph::from_json(&cut.program.to_json()).expect("a cut piece reloads");
     }
@@ -156,21 +171,32 @@ pub fn side_weights(data: &[u8]) {
     use std::sync::atomic::{AtomicU64, Ordering};
     static SEED: &[u8] = include_bytes!("seeds/pt2_open/small_static.pt2");
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let dir = std::env::temp_dir().join(format!("hfx-fuzz-side-weights-{}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed)));
+    let dir = std::env::temp_dir().join(format!(
+        "hfx-fuzz-side-weights-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
     if std::fs::create_dir_all(&dir).is_err() {
         return;
     }
     let side = dir.join("p.pt2.weights");
     let checkpoint = dir.join("model.safetensors");
-    let index = String::from_utf8_lossy(data).replace("$CHECKPOINT", &checkpoint.display().to_string());
+    let index =
+        String::from_utf8_lossy(data).replace("$CHECKPOINT", &checkpoint.display().to_string());
     let written = std::fs::write(&side, &SEED[..SEED.len().min(4096)])
         .and_then(|_| std::fs::write(&checkpoint, SEED))
         .and_then(|_| std::fs::write(dir.join("p.pt2.weights.json"), index));
     if written.is_ok() {
-        let archive = Archive::from_bytes(std::path::Path::new("fuzz.pt2"), SEED.to_vec()).expect("the seed archive reads");
+        let archive = Archive::from_bytes(std::path::Path::new("fuzz.pt2"), SEED.to_vec())
+            .expect("the seed archive reads");
         let mut pt2 = Pt2::read(archive).expect("the seed archive parses");
         if pt2.attach_side_weights(&side, std::slice::from_ref(&checkpoint)).is_ok() {
-            let named: Vec<(String, String)> = pt2.weights.iter().chain(&pt2.constants).flat_map(|(m, c)| c.config.keys().map(move |f| (m.clone(), f.clone()))).collect();
+            let named: Vec<(String, String)> = pt2
+                .weights
+                .iter()
+                .chain(&pt2.constants)
+                .flat_map(|(m, c)| c.config.keys().map(move |f| (m.clone(), f.clone())))
+                .collect();
             for (model, fqn) in &named {
                 let _ = pt2.weight_source(model, fqn);
                 let _ = pt2.constant_source(model, fqn);

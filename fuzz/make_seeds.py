@@ -20,8 +20,14 @@ import transformers
 def main(out):
     os.makedirs(out, exist_ok=True)
     torch.manual_seed(0)
-    text = dict(vocab_size=16, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
-                num_attention_heads=2, max_position_embeddings=16)
+    text = dict(
+        vocab_size=16,
+        hidden_size=8,
+        intermediate_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        max_position_embeddings=16,
+    )
     small_modules(out)
     models = {
         "bert": transformers.BertModel(transformers.BertConfig(**text)),
@@ -35,8 +41,14 @@ def main(out):
         for mode in ("static", "dynamic"):
             dynamic = None
             if mode == "dynamic":
-                batch, seq = torch.export.Dim("batch", min=1, max=8), torch.export.Dim("seq", min=2, max=16)
-                dynamic = {k: ({0: batch, 1: seq} if isinstance(v, torch.Tensor) else None) for k, v in kwargs.items()}
+                batch, seq = (
+                    torch.export.Dim("batch", min=1, max=8),
+                    torch.export.Dim("seq", min=2, max=16),
+                )
+                dynamic = {
+                    k: ({0: batch, 1: seq} if isinstance(v, torch.Tensor) else None)
+                    for k, v in kwargs.items()
+                }
             program = torch.export.export(model, (), kwargs, dynamic_shapes=dynamic, strict=False)
             path = os.path.join(out, f"{name}_{mode}.pt2")
             torch.export.save(program, path)

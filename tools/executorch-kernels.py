@@ -20,11 +20,13 @@ import json
 import pathlib
 import sys
 
-import torch
 import executorch
-from executorch.exir.operator.convert import to_out_variant
-from executorch.exir.passes.executorch_prim_ops_registry import _PYTHON_SYM_OPS_TO_EXECUTORCH_SYM_OPS
 import executorch.exir.passes.dim_order_ops_registry  # noqa: F401  (registers dim_order_ops)
+import torch
+from executorch.exir.operator.convert import to_out_variant
+from executorch.exir.passes.executorch_prim_ops_registry import (
+    _PYTHON_SYM_OPS_TO_EXECUTORCH_SYM_OPS,
+)
 from executorch.extension.pybindings import _portable_lib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -72,7 +74,12 @@ def arg_type(t):
         kind = "str"
     else:
         s = str(t)
-        kind = {"ScalarType": "scalar_type", "MemoryFormat": "memory_format", "Layout": "layout", "Device": "device"}.get(s)
+        kind = {
+            "ScalarType": "scalar_type",
+            "MemoryFormat": "memory_format",
+            "Layout": "layout",
+            "Device": "device",
+        }.get(s)
         if kind is None:
             raise TypeError(f"type {s}")
     return kind, optional
@@ -86,12 +93,15 @@ def default(value):
     if isinstance(value, torch.dtype):
         from executorch.exir.scalar_type import ScalarType  # noqa
         from executorch.exir.tensor import scalar_type_enum
+
         return int(scalar_type_enum(value))
     if isinstance(value, torch.memory_format):
         from executorch.exir.tensor import memory_format_enum
+
         return int(memory_format_enum(value))
     if isinstance(value, torch.layout):
         from executorch.exir.tensor import layout_enum
+
         return int(layout_enum(value))
     raise TypeError(f"default {value!r}")
 
@@ -124,7 +134,10 @@ def same_arguments_out(op):
     for overload in packet.overloads():
         candidate = getattr(packet, overload)
         arguments = candidate._schema.arguments
-        if any(a.is_out for a in arguments) and [(a.name, str(a.type)) for a in arguments if not a.is_out] == key:
+        if (
+            any(a.is_out for a in arguments)
+            and [(a.name, str(a.type)) for a in arguments if not a.is_out] == key
+        ):
             return candidate
     return None
 
@@ -142,7 +155,10 @@ def main():
             source = f"aten.{packet_name}.{overload}"
             target = op
             # A view op: to_edge replaces it by its copy (`permute` -> `permute_copy`).
-            if any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns) and not schema.is_mutable:
+            if (
+                any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
+                and not schema.is_mutable
+            ):
                 copy = getattr(torch.ops.aten, packet_name + "_copy", None)
                 if copy is None or overload not in copy.overloads():
                     continue
@@ -174,7 +190,9 @@ def main():
         "aten._local_scalar_dense.default": torch.ops.aten._local_scalar_dense.default,
     }
     python_names = {
-        "round": "builtins.round", "ceil": "math.ceil", "trunc": "math.trunc",
+        "round": "builtins.round",
+        "ceil": "math.ceil",
+        "trunc": "math.trunc",
     }
     for fn, op in _PYTHON_SYM_OPS_TO_EXECUTORCH_SYM_OPS.items():
         module = getattr(fn, "__module__", None) or "builtins"
@@ -200,7 +218,9 @@ def main():
     lines = [f" {json.dumps(k)}: {json.dumps(v)}" for k, v in document.pop("kernels").items()]
     head = json.dumps(document, indent=1)[:-2]
     OUT.write_text(head + ',\n "kernels": {\n' + ",\n".join(lines) + "\n }\n}\n")
-    print(f"{len(table)} ops -> {len({v['kernel'] for v in table.values()})} kernels; {OUT.relative_to(ROOT)}")
+    print(
+        f"{len(table)} ops -> {len({v['kernel'] for v in table.values()})} kernels; {OUT.relative_to(ROOT)}"
+    )
     for s in skipped:
         print("skipped", s)
 

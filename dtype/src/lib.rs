@@ -119,7 +119,8 @@ impl DType {
 
     /// A floating-point type (the float8 formats included).
     pub fn is_floating(self) -> bool {
-        matches!(self, DType::Float16 | DType::Bfloat16 | DType::Float32 | DType::Float64) || self.name().starts_with("float8")
+        matches!(self, DType::Float16 | DType::Bfloat16 | DType::Float32 | DType::Float64)
+            || self.name().starts_with("float8")
     }
 
     pub fn is_complex(self) -> bool {
@@ -169,7 +170,12 @@ mod tests {
                 assert_eq!(DType::from_onnx(code), Some(row.0));
             }
             for other in &TABLE[i + 1..] {
-                assert!(row.1 != other.1 && row.4 != other.4 && (row.3 == 0 || row.3 != other.3), "{:?} / {:?}", row.0, other.0);
+                assert!(
+                    row.1 != other.1 && row.4 != other.4 && (row.3 == 0 || row.3 != other.3),
+                    "{:?} / {:?}",
+                    row.0,
+                    other.0
+                );
             }
         }
         assert_eq!(DType::all().count(), 21);

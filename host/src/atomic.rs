@@ -9,7 +9,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Writes `path` with what `fill` writes; either the whole new content lands or
 /// the old file (if any) stays untouched.
-pub fn write_atomically(path: &Path, fill: impl FnOnce(&mut File) -> io::Result<()>) -> io::Result<()> {
+pub fn write_atomically(
+    path: &Path,
+    fill: impl FnOnce(&mut File) -> io::Result<()>,
+) -> io::Result<()> {
     let mut staged = Staged::create(path)?;
     // On an error or a panic in `fill`, dropping `staged` removes the temp file.
     fill(staged.file())?;
@@ -101,7 +104,10 @@ pub fn move_into_place(from: &Path, to: &Path) -> io::Result<()> {
     // checked there, and a link is removed rather than left as the artifact.
     if !std::fs::symlink_metadata(to)?.is_file() {
         std::fs::remove_file(to)?;
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{} was not a regular file when it was moved into place", from.display())));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} was not a regular file when it was moved into place", from.display()),
+        ));
     }
     Ok(())
 }
@@ -120,8 +126,11 @@ pub fn link_into_place(from: &Path, to: &Path) -> io::Result<()> {
     // `from` is the worker's output: opened without following a link, and the
     // opened file itself linked or copied (a name swapped meanwhile changes nothing).
     let source = crate::input::open_written(from).map_err(io::Error::from)?;
-    let opened = PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&source)));
-    let linked = std::ffi::CString::new(opened.as_os_str().as_encoded_bytes()).ok().zip(std::ffi::CString::new(tmp.as_os_str().as_encoded_bytes()).ok());
+    let opened =
+        PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&source)));
+    let linked = std::ffi::CString::new(opened.as_os_str().as_encoded_bytes())
+        .ok()
+        .zip(std::ffi::CString::new(tmp.as_os_str().as_encoded_bytes()).ok());
     // SAFETY: two NUL-terminated paths that outlive the call.
     let linked = linked.is_some_and(|(opened, tmp)| unsafe { libc::linkat(libc::AT_FDCWD, opened.as_ptr(), libc::AT_FDCWD, tmp.as_ptr(), libc::AT_SYMLINK_FOLLOW) } == 0);
     if !linked {
@@ -231,7 +240,16 @@ impl<F: std::borrow::Borrow<File>> DirectWriter<F> {
     }
 
     fn with(file: F, direct: bool) -> DirectWriter<F> {
-        DirectWriter { file, block: Block::new(), used: 0, written: 0, direct, in_flight: None, spare: None, for_thread: None }
+        DirectWriter {
+            file,
+            block: Block::new(),
+            used: 0,
+            written: 0,
+            direct,
+            in_flight: None,
+            spare: None,
+            for_thread: None,
+        }
     }
 
     /// Bytes written so far, buffered ones included.
@@ -269,7 +287,10 @@ impl<F: std::borrow::Borrow<File>> DirectWriter<F> {
         self.land()?;
         self.unpark();
         if to > self.position() {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("rewinding to {to}, past the {} bytes written", self.position())));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("rewinding to {to}, past the {} bytes written", self.position()),
+            ));
         }
         if to >= self.written {
             self.used = (to - self.written) as usize;
@@ -306,7 +327,12 @@ impl<F: std::borrow::Borrow<File>> DirectWriter<F> {
             }
             let room = (DIRECT_BUFFER - self.used).min((end - offset) as usize);
             let n = match source.read_at(self.block.get_mut(self.used..self.used + room), offset) {
-                Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("the source ended {} bytes early", end - offset))),
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("the source ended {} bytes early", end - offset),
+                    ))
+                }
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
@@ -324,7 +350,8 @@ impl<F: std::borrow::Borrow<File>> DirectWriter<F> {
         self.land()?;
         self.unpark();
         if self.used > 0 {
-            let padded = if self.direct { self.used.next_multiple_of(DIRECT_ALIGNMENT) } else { self.used };
+            let padded =
+                if self.direct { self.used.next_multiple_of(DIRECT_ALIGNMENT) } else { self.used };
             let used = self.used;
             self.block.get_mut(used..padded).fill(0);
             self.write_block(padded)?;
@@ -356,9 +383,13 @@ impl<F: std::borrow::Borrow<File>> DirectWriter<F> {
         if n == DIRECT_BUFFER && self.used == DIRECT_BUFFER {
             let file = match &self.for_thread {
                 Some(file) => file.clone(),
-                None => self.for_thread.insert(std::sync::Arc::new(self.file.borrow().try_clone()?)).clone(),
+                None => self
+                    .for_thread
+                    .insert(std::sync::Arc::new(self.file.borrow().try_clone()?))
+                    .clone(),
             };
-            let full = std::mem::replace(&mut self.block, self.spare.take().unwrap_or_else(Block::new));
+            let full =
+                std::mem::replace(&mut self.block, self.spare.take().unwrap_or_else(Block::new));
             let (offset, direct) = (self.written, self.direct);
             self.in_flight = Some(InFlight(Some(std::thread::spawn(move || {
                 let result = write_block_at(&file, full.get(0..DIRECT_BUFFER), offset, direct);
@@ -368,7 +399,8 @@ impl<F: std::borrow::Borrow<File>> DirectWriter<F> {
             self.used = 0;
             return Ok(());
         }
-        self.direct = write_block_at(self.file.borrow(), self.block.get(0..n), self.written, self.direct)?;
+        self.direct =
+            write_block_at(self.file.borrow(), self.block.get(0..n), self.written, self.direct)?;
         self.written += n as u64;
         // The kept tail of a partial block moves to the front (only `flush` leaves one);
         // `finish`'s padded last block is past `used`, and leaves nothing.
@@ -525,7 +557,8 @@ mod tests {
     fn direct_writes_give_exactly_the_bytes_written() {
         let source_dir = tempfile::tempdir().unwrap();
         let source_path = source_dir.path().join("source.bin");
-        let source_bytes: Vec<u8> = (0..(3 * DIRECT_BUFFER as u32 / 2)).map(|i| (i * 7 + i / 251) as u8).collect();
+        let source_bytes: Vec<u8> =
+            (0..(3 * DIRECT_BUFFER as u32 / 2)).map(|i| (i * 7 + i / 251) as u8).collect();
         std::fs::write(&source_path, &source_bytes).unwrap();
         let source = File::open(&source_path).unwrap();
         let dir = tempfile::tempdir().unwrap();
@@ -534,7 +567,8 @@ mod tests {
                 let path = dir.path().join(format!("out{tail}.bin"));
                 let mut expected = Vec::new();
                 let file = File::create(&path).unwrap();
-                let mut out = if direct { DirectWriter::new(file) } else { DirectWriter::with(file, false) };
+                let mut out =
+                    if direct { DirectWriter::new(file) } else { DirectWriter::with(file, false) };
                 out.write_all(b"header").unwrap();
                 expected.extend_from_slice(b"header");
                 out.flush().unwrap();
@@ -548,13 +582,20 @@ mod tests {
                 out.write_or_copy(b"in memory", None).unwrap();
                 expected.extend_from_slice(b"in memory");
                 // Pad to a whole number of blocks, then add `tail` bytes.
-                let pad = vec![9u8; expected.len().next_multiple_of(DIRECT_ALIGNMENT) - expected.len() + tail];
+                let pad = vec![
+                    9u8;
+                    expected.len().next_multiple_of(DIRECT_ALIGNMENT) - expected.len()
+                        + tail
+                ];
                 out.write_all(&pad).unwrap();
                 expected.extend_from_slice(&pad);
                 assert_eq!(out.position(), expected.len() as u64);
                 let (_, length) = out.finish().unwrap();
                 assert_eq!(length, expected.len() as u64);
-                assert!(std::fs::read(&path).unwrap() == expected, "direct {direct}, tail {tail}: the file differs");
+                assert!(
+                    std::fs::read(&path).unwrap() == expected,
+                    "direct {direct}, tail {tail}: the file differs"
+                );
             }
         }
     }
@@ -567,14 +608,25 @@ mod tests {
     #[test]
     fn a_rewound_writer_writes_on_from_where_it_was_rewound_to() {
         let dir = tempfile::tempdir().unwrap();
-        let bytes: Vec<u8> = (0..(5 * DIRECT_BUFFER / 2) as u32).map(|i| (i * 11 + i / 509) as u8).collect();
+        let bytes: Vec<u8> =
+            (0..(5 * DIRECT_BUFFER / 2) as u32).map(|i| (i * 11 + i / 509) as u8).collect();
         let big = 2 * DIRECT_BUFFER as u64;
         for direct in [true, false] {
-            for to in [0, 1, 4096, 12_345, DIRECT_BUFFER as u64 + 777, big + 5, big + 4096 * 3, bytes.len() as u64] {
+            for to in [
+                0,
+                1,
+                4096,
+                12_345,
+                DIRECT_BUFFER as u64 + 777,
+                big + 5,
+                big + 4096 * 3,
+                bytes.len() as u64,
+            ] {
                 let path = dir.path().join(format!("out-{direct}-{to}.bin"));
                 let file = File::create(&path).unwrap();
                 let reader = File::open(&path).unwrap();
-                let mut out = if direct { DirectWriter::new(file) } else { DirectWriter::with(file, false) };
+                let mut out =
+                    if direct { DirectWriter::new(file) } else { DirectWriter::with(file, false) };
                 out.write_all(&bytes).unwrap();
                 // Parked (its buffers freed) where `to` is odd: the rewind finds what it needs in the file.
                 if to % 2 == 1 {
@@ -590,10 +642,14 @@ mod tests {
                 let mut expected = bytes[..to as usize].to_vec();
                 expected.extend_from_slice(b"and on, parked");
                 assert_eq!(length, expected.len() as u64);
-                assert!(std::fs::read(&path).unwrap() == expected, "direct {direct}, rewound to {to}: the file differs");
+                assert!(
+                    std::fs::read(&path).unwrap() == expected,
+                    "direct {direct}, rewound to {to}: the file differs"
+                );
             }
             let file = File::create(dir.path().join("past.bin")).unwrap();
-            let mut out = if direct { DirectWriter::new(file) } else { DirectWriter::with(file, false) };
+            let mut out =
+                if direct { DirectWriter::new(file) } else { DirectWriter::with(file, false) };
             out.write_all(b"four").unwrap();
             assert!(out.rewind(5, &File::open(dir.path().join("past.bin")).unwrap()).is_err());
         }
@@ -606,16 +662,19 @@ mod tests {
     fn blocks_written_in_flight_land_in_order_and_their_errors_surface() {
         let dir = tempfile::tempdir().unwrap();
         let source_path = dir.path().join("source.bin");
-        let source_bytes: Vec<u8> = (0..(5 * DIRECT_BUFFER as u32 / 2)).map(|i| (i * 13 + i / 4093) as u8).collect();
+        let source_bytes: Vec<u8> =
+            (0..(5 * DIRECT_BUFFER as u32 / 2)).map(|i| (i * 13 + i / 4093) as u8).collect();
         std::fs::write(&source_path, &source_bytes).unwrap();
         let source = File::open(&source_path).unwrap();
         for direct in [true, false] {
             let path = dir.path().join(format!("out-{direct}.bin"));
             let file = File::create(&path).unwrap();
-            let mut out = if direct { DirectWriter::new(file) } else { DirectWriter::with(file, false) };
+            let mut out =
+                if direct { DirectWriter::new(file) } else { DirectWriter::with(file, false) };
             let mut expected = Vec::new();
             for round in 0..3u8 {
-                let chunk: Vec<u8> = (0..DIRECT_BUFFER + 777).map(|i| (i as u8).wrapping_mul(round + 3)).collect();
+                let chunk: Vec<u8> =
+                    (0..DIRECT_BUFFER + 777).map(|i| (i as u8).wrapping_mul(round + 3)).collect();
                 out.write_all(&chunk).unwrap();
                 expected.extend_from_slice(&chunk);
                 out.copy_from(&source, 3, source_bytes.len() as u64 - 3).unwrap();
@@ -632,13 +691,18 @@ mod tests {
         let mut out = DirectWriter::with(File::open(&path).unwrap(), false);
         out.write_all(&vec![1u8; DIRECT_BUFFER]).unwrap();
         out.write_all(&[2u8]).unwrap(); // the full block goes to the thread
-        let failed = out.write_all(&vec![3u8; DIRECT_BUFFER]).and_then(|()| out.finish().map(|_| ()));
+        let failed =
+            out.write_all(&vec![3u8; DIRECT_BUFFER]).and_then(|()| out.finish().map(|_| ()));
         assert!(failed.is_err(), "a block that failed on the thread must fail the writer");
         // Dropped with a block in flight: it waits for it, and nothing is left running.
-        let mut out = DirectWriter::with(File::create(dir.path().join("dropped.bin")).unwrap(), false);
+        let mut out =
+            DirectWriter::with(File::create(dir.path().join("dropped.bin")).unwrap(), false);
         out.write_all(&vec![4u8; DIRECT_BUFFER + 1]).unwrap();
         drop(out);
-        assert_eq!(std::fs::metadata(dir.path().join("dropped.bin")).unwrap().len(), DIRECT_BUFFER as u64);
+        assert_eq!(
+            std::fs::metadata(dir.path().join("dropped.bin")).unwrap().len(),
+            DIRECT_BUFFER as u64
+        );
     }
 
     #[test]

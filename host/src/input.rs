@@ -31,7 +31,9 @@ pub enum InputError {
 impl InputError {
     pub fn path(&self) -> &Path {
         match self {
-            InputError::Io { path, .. } | InputError::NotRegular { path, .. } | InputError::TooLarge { path, .. } => path,
+            InputError::Io { path, .. }
+            | InputError::NotRegular { path, .. }
+            | InputError::TooLarge { path, .. } => path,
         }
     }
 }
@@ -41,7 +43,9 @@ impl From<InputError> for io::Error {
     fn from(e: InputError) -> io::Error {
         let kind = match &e {
             InputError::Io { source, .. } => source.kind(),
-            InputError::NotRegular { .. } | InputError::TooLarge { .. } => io::ErrorKind::InvalidInput,
+            InputError::NotRegular { .. } | InputError::TooLarge { .. } => {
+                io::ErrorKind::InvalidInput
+            }
         };
         io::Error::new(kind, e.to_string())
     }
@@ -113,14 +117,19 @@ pub fn open_regular(path: &Path) -> Result<File, InputError> {
 /// cannot point hfx at a file it may not read itself.
 pub fn open_written(path: &Path) -> Result<File, InputError> {
     use std::os::unix::fs::OpenOptionsExt;
-    let file = OpenOptions::new().read(true).custom_flags(O_NONBLOCK | libc::O_NOFOLLOW).open(path).map_err(|source| {
-        if source.raw_os_error() == Some(libc::ELOOP) {
-            InputError::NotRegular { path: path.to_path_buf(), kind: "a symbolic link" }
-        } else {
-            InputError::Io { path: path.to_path_buf(), source }
-        }
-    })?;
-    let meta = file.metadata().map_err(|source| InputError::Io { path: path.to_path_buf(), source })?;
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|source| {
+            if source.raw_os_error() == Some(libc::ELOOP) {
+                InputError::NotRegular { path: path.to_path_buf(), kind: "a symbolic link" }
+            } else {
+                InputError::Io { path: path.to_path_buf(), source }
+            }
+        })?;
+    let meta =
+        file.metadata().map_err(|source| InputError::Io { path: path.to_path_buf(), source })?;
     if !meta.is_file() {
         return Err(InputError::NotRegular { path: path.to_path_buf(), kind: kind_of(&meta) });
     }
@@ -131,7 +140,10 @@ pub fn open_written(path: &Path) -> Result<File, InputError> {
 /// bytes. Returns the file and its size.
 pub fn open_bounded(path: &Path, limit: u64) -> Result<(File, u64), InputError> {
     let file = open_regular(path)?;
-    let size = file.metadata().map_err(|source| InputError::Io { path: path.to_path_buf(), source })?.len();
+    let size = file
+        .metadata()
+        .map_err(|source| InputError::Io { path: path.to_path_buf(), source })?
+        .len();
     if size > limit {
         return Err(InputError::TooLarge { path: path.to_path_buf(), size, limit });
     }
@@ -147,7 +159,11 @@ pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, InputError> {
         .read_to_end(&mut bytes)
         .map_err(|source| InputError::Io { path: path.to_path_buf(), source })?;
     if bytes.len() as u64 > limit {
-        return Err(InputError::TooLarge { path: path.to_path_buf(), size: bytes.len() as u64, limit });
+        return Err(InputError::TooLarge {
+            path: path.to_path_buf(),
+            size: bytes.len() as u64,
+            limit,
+        });
     }
     Ok(bytes)
 }
@@ -157,7 +173,10 @@ pub fn read_to_string_bounded(path: &Path, limit: u64) -> Result<String, InputEr
     let bytes = read_bounded(path, limit)?;
     String::from_utf8(bytes).map_err(|e| InputError::Io {
         path: path.to_path_buf(),
-        source: io::Error::new(io::ErrorKind::InvalidData, format!("not UTF-8 text (byte {})", e.utf8_error().valid_up_to())),
+        source: io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("not UTF-8 text (byte {})", e.utf8_error().valid_up_to()),
+        ),
     })
 }
 
@@ -185,7 +204,13 @@ mod tests {
         let path = dir.path().join("big.toml");
         std::fs::write(&path, vec![b'#'; 3 << 20]).unwrap();
         let e = read_to_string_bounded(&path, 1 << 20).unwrap_err().to_string();
-        assert!(e.contains("big.toml") && e.contains("3 MiB") && e.contains("1 MiB limit") && e.contains("3145728 bytes"), "{e}");
+        assert!(
+            e.contains("big.toml")
+                && e.contains("3 MiB")
+                && e.contains("1 MiB limit")
+                && e.contains("3145728 bytes"),
+            "{e}"
+        );
         assert!(!e.contains('\n'), "{e}");
     }
 

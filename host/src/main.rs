@@ -8,7 +8,9 @@ fn main() -> std::process::ExitCode {
         _ => "debug",
     };
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("HFX_LOG").unwrap_or_else(|_| level.into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("HFX_LOG").unwrap_or_else(|_| level.into()),
+        )
         .with_writer(std::io::stderr)
         // Colour codes only on a terminal: piped stderr is read by people's tools.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -47,7 +49,11 @@ fn one_line(error: &anyhow::Error) -> String {
     });
     if line.chars().count() > LINE_LIMIT {
         let total = line.chars().count();
-        line = format!("{}… ({} more characters)", line.chars().take(LINE_LIMIT).collect::<String>(), total - LINE_LIMIT);
+        line = format!(
+            "{}… ({} more characters)",
+            line.chars().take(LINE_LIMIT).collect::<String>(),
+            total - LINE_LIMIT
+        );
         dropped = true;
     }
     if dropped {
@@ -77,15 +83,22 @@ fn summary(message: &str) -> (String, bool) {
     let (said, more) = match message.find("\nTraceback (most recent call last):") {
         // An exception without a message (a failed `assert`) is named by the line that raised it.
         Some(at) if message[..at].trim_end().ends_with(':') => {
-            let raised = message[at..].lines().rev().filter(|l| l.starts_with("    ")).map(str::trim).find(|l| !l.chars().all(|c| matches!(c, '^' | '~')));
+            let raised = message[at..]
+                .lines()
+                .rev()
+                .filter(|l| l.starts_with("    "))
+                .map(str::trim)
+                .find(|l| !l.chars().all(|c| matches!(c, '^' | '~')));
             (format!("{} {}", message[..at].trim_end(), raised.unwrap_or("")), true)
         }
         Some(at) => (message[..at].to_string(), true),
         None => match message.split_once('\n') {
-            Some((head, rest)) if head.trim_end().ends_with(':') => match rest.lines().rev().map(str::trim).find(|l| !l.is_empty()) {
-                Some(last) => (format!("{} {last}", head.trim_end()), true),
-                None => (head.to_string(), false),
-            },
+            Some((head, rest)) if head.trim_end().ends_with(':') => {
+                match rest.lines().rev().map(str::trim).find(|l| !l.is_empty()) {
+                    Some(last) => (format!("{} {last}", head.trim_end()), true),
+                    None => (head.to_string(), false),
+                }
+            }
             _ => (message.to_string(), false),
         },
     };

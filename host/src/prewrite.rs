@@ -43,7 +43,9 @@ impl<T: Send + 'static> Prewriting<T> {
         match std::thread::Builder::new().name("hfx-prewrite".into()).spawn(move || write(&flag)) {
             Ok(thread) => Prewriting { thread: Some(thread), stop },
             Err(e) => {
-                tracing::info!("weights are written at the emit step: no thread to write them earlier ({e})");
+                tracing::info!(
+                    "weights are written at the emit step: no thread to write them earlier ({e})"
+                );
                 Prewriting { thread: None, stop }
             }
         }
@@ -116,10 +118,14 @@ impl PrewriteFor {
     pub fn start(self, path: &Path, plan: Vec<PlannedWeight>, sources: &[PathBuf]) -> Prewrite {
         let (path, checkpoints) = (path.to_path_buf(), Checkpoints::new(sources));
         match self {
-            PrewriteFor::Archive => Prewrite::Archive(Prewriting::start(move |stop| crate::graph::pt2::prewrite::write(&path, plan, checkpoints, stop))),
+            PrewriteFor::Archive => Prewrite::Archive(Prewriting::start(move |stop| {
+                crate::graph::pt2::prewrite::write(&path, plan, checkpoints, stop)
+            })),
             PrewriteFor::OnnxData { transposed_linear } => {
                 let data = crate::onnx::emit::data_file(&path);
-                Prewrite::OnnxData(Prewriting::start(move |stop| crate::onnx::prewrite::write(&data, plan, checkpoints, transposed_linear, stop)))
+                Prewrite::OnnxData(Prewriting::start(move |stop| {
+                    crate::onnx::prewrite::write(&data, plan, checkpoints, transposed_linear, stop)
+                }))
             }
         }
     }
@@ -177,10 +183,12 @@ impl Checkpoints {
         };
         let from = &self.opened[at];
         let start = usize::try_from(planned.offset).ok()?;
-        let bytes = from.map.get(start..start.checked_add(usize::try_from(planned.length).ok()?)?)?;
+        let bytes =
+            from.map.get(start..start.checked_add(usize::try_from(planned.length).ok()?)?)?;
         let cast = match planned.stored == planned.dtype {
             true => None,
-            false => Cast::of_stored(&planned.stored, hfx_dtype::DType::from_name(&planned.dtype)?).ok()?,
+            false => Cast::of_stored(&planned.stored, hfx_dtype::DType::from_name(&planned.dtype)?)
+                .ok()?,
         };
         Some(PlannedBytes { from, bytes, offset: planned.offset, cast })
     }
@@ -191,7 +199,11 @@ impl Checkpoints {
 /// depends on the links on the way.
 pub fn lexical(path: &Path) -> Option<PathBuf> {
     use std::path::Component;
-    let absolute = if path.is_absolute() { path.to_path_buf() } else { std::env::current_dir().ok()?.join(path) };
+    let absolute = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir().ok()?.join(path)
+    };
     let mut out = PathBuf::new();
     for part in absolute.components() {
         match part {
@@ -213,10 +225,16 @@ pub fn lexical(path: &Path) -> Option<PathBuf> {
 /// file pointing into the same repository's `blobs/`. Returns the path
 /// opened (the blob's, for such a link) and the file; a one-line reason
 /// otherwise.
-pub fn open_checkpoint(named: &Path, allowed: &[PathBuf]) -> Result<(PathBuf, std::fs::File), String> {
+pub fn open_checkpoint(
+    named: &Path,
+    allowed: &[PathBuf],
+) -> Result<(PathBuf, std::fs::File), String> {
     let path = lexical(named).ok_or_else(|| format!("`{}`, which has a `..` part (a checkpoint file is named plainly inside the model folder)", named.display()))?;
     if !allowed.iter().any(|a| lexical(a).as_ref() == Some(&path)) {
-        return Err(format!("`{}`, which is not a checkpoint file of the model folder", named.display()));
+        return Err(format!(
+            "`{}`, which is not a checkpoint file of the model folder",
+            named.display()
+        ));
     }
     let meta = std::fs::symlink_metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let opened = if meta.file_type().is_symlink() { hub_blob(&path)? } else { path };
@@ -257,8 +275,14 @@ fn hub_blob(link: &Path) -> Result<PathBuf, String> {
         )
     };
     let snapshot = link.parent().ok_or_else(|| refused(""))?;
-    let snapshots = snapshot.parent().filter(|s| s.file_name().is_some_and(|n| n == "snapshots")).ok_or_else(|| refused(" outside a Hub cache snapshot"))?;
-    let repo = snapshots.parent().filter(|r| r.file_name().is_some_and(|n| n.to_string_lossy().starts_with("models--"))).ok_or_else(|| refused(" outside a Hub cache snapshot"))?;
+    let snapshots = snapshot
+        .parent()
+        .filter(|s| s.file_name().is_some_and(|n| n == "snapshots"))
+        .ok_or_else(|| refused(" outside a Hub cache snapshot"))?;
+    let repo = snapshots
+        .parent()
+        .filter(|r| r.file_name().is_some_and(|n| n.to_string_lossy().starts_with("models--")))
+        .ok_or_else(|| refused(" outside a Hub cache snapshot"))?;
     let target = std::fs::read_link(link).map_err(|e| format!("{}: {e}", link.display()))?;
     let blobs = repo.join("blobs");
     let blob = if target.is_absolute() {
@@ -266,12 +290,19 @@ fn hub_blob(link: &Path) -> Result<PathBuf, String> {
     } else {
         let parts: Vec<Component> = target.components().collect();
         match parts.as_slice() {
-            [Component::ParentDir, Component::ParentDir, Component::Normal(b), Component::Normal(name)] if *b == "blobs" => Some(blobs.join(name)),
+            [Component::ParentDir, Component::ParentDir, Component::Normal(b), Component::Normal(name)]
+                if *b == "blobs" =>
+            {
+                Some(blobs.join(name))
+            }
             _ => None,
         }
     };
-    let blob = blob.ok_or_else(|| refused(&format!(" to {}, not into its repository's blobs/", target.display())))?;
-    let folder = std::fs::symlink_metadata(&blobs).map_err(|e| format!("{}: {e}", blobs.display()))?;
+    let blob = blob.ok_or_else(|| {
+        refused(&format!(" to {}, not into its repository's blobs/", target.display()))
+    })?;
+    let folder =
+        std::fs::symlink_metadata(&blobs).map_err(|e| format!("{}: {e}", blobs.display()))?;
     if !folder.is_dir() {
         return Err(refused(&format!(" into {}, which is not a folder", blobs.display())));
     }
@@ -318,11 +349,15 @@ mod tests {
         symlink(&secret, &link).unwrap();
         let allowed = [checkpoint.clone(), link.clone()];
 
-        let (path, file) = open_checkpoint(&folder.join(".").join("model.safetensors"), &allowed).unwrap();
+        let (path, file) =
+            open_checkpoint(&folder.join(".").join("model.safetensors"), &allowed).unwrap();
         assert_eq!(path, checkpoint);
         assert_eq!(file.metadata().unwrap().len(), 7);
         let e = refused(&link, &allowed);
-        assert!(e.contains("other.safetensors, a symbolic link outside a Hub cache snapshot"), "{e}");
+        assert!(
+            e.contains("other.safetensors, a symbolic link outside a Hub cache snapshot"),
+            "{e}"
+        );
         let e = refused(&secret, &allowed);
         assert!(e.contains("which is not a checkpoint file of the model folder"), "{e}");
         let e = refused(&folder.join("..").join("model").join("model.safetensors"), &allowed);
@@ -370,7 +405,8 @@ mod tests {
         symlink("../../../secret", &outside).unwrap();
         let absolute_outside = snapshot.join("model-00003.safetensors");
         symlink(&secret, &absolute_outside).unwrap();
-        let allowed = [relative.clone(), absolute.clone(), outside.clone(), absolute_outside.clone()];
+        let allowed =
+            [relative.clone(), absolute.clone(), outside.clone(), absolute_outside.clone()];
         for link in [&relative, &absolute] {
             let (path, file) = open_checkpoint(link, &allowed).unwrap();
             assert_eq!(path, repo.join("blobs").join("abc"));
@@ -384,6 +420,9 @@ mod tests {
         std::fs::remove_file(repo.join("blobs").join("abc")).unwrap();
         symlink(&secret, repo.join("blobs").join("abc")).unwrap();
         let e = refused(&relative, &allowed);
-        assert!(e.contains("a symbolic link: checkpoint files are read only as regular files"), "{e}");
+        assert!(
+            e.contains("a symbolic link: checkpoint files are read only as regular files"),
+            "{e}"
+        );
     }
 }

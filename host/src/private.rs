@@ -9,7 +9,11 @@ use std::path::Path;
 /// can change it or what its path leads to; `holds` names what it keeps, for
 /// the reason given when it cannot be trusted.
 pub fn trust_dir(dir: &Path, holds: &str) -> Result<(), String> {
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| format!("cannot create it: {e}"))?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| format!("cannot create it: {e}"))?;
     let real = dir.canonicalize().map_err(|e| format!("cannot resolve it: {e}"))?;
     let meta = std::fs::metadata(&real).map_err(|e| e.to_string())?;
     if !meta.is_dir() {
@@ -17,7 +21,8 @@ pub fn trust_dir(dir: &Path, holds: &str) -> Result<(), String> {
     }
     owned_and_private(&meta)?;
     for ancestor in real.ancestors().skip(1) {
-        let meta = std::fs::metadata(ancestor).map_err(|e| format!("{}: {e}", ancestor.display()))?;
+        let meta =
+            std::fs::metadata(ancestor).map_err(|e| format!("{}: {e}", ancestor.display()))?;
         let owner_ok = meta.uid() == 0 || meta.uid() == euid();
         let sticky = meta.mode() & 0o1000 != 0;
         if !owner_ok || (meta.mode() & 0o022 != 0 && !sticky) {

@@ -29,12 +29,23 @@ mod graph_ext {
         fn output_values(&self, node: NodeId) -> Result<Vec<ValueId>, Error>;
         /// Replace `node` by a call to `target` with the same outputs (metadata
         /// copied), move every reader over, and erase `node`. Returns the new node.
-        fn replace_with_call(&self, node: NodeId, target: &str, inputs: Vec<NamedArgument>) -> Result<NodeId, Error>;
+        fn replace_with_call(
+            &self,
+            node: NodeId,
+            target: &str,
+            inputs: Vec<NamedArgument>,
+        ) -> Result<NodeId, Error>;
         /// Make the readers of `node`'s single output read input `name` instead,
         /// and erase `node`.
         fn forward_input(&self, node: NodeId, name: &str) -> Result<(), Error>;
         /// Insert `target(inputs)` before `before` with one output; returns that value.
-        fn insert_value(&self, before: NodeId, target: &str, inputs: &[NamedArgument], output: OutputDecl) -> Result<ValueId, Error>;
+        fn insert_value(
+            &self,
+            before: NodeId,
+            target: &str,
+            inputs: &[NamedArgument],
+            output: OutputDecl,
+        ) -> Result<ValueId, Error>;
         /// The only value `node` outputs.
         fn single_output(&self, node: NodeId) -> Result<ValueId, Error>;
         /// The tensor metadata of `value`; None for a value that is not a tensor.
@@ -72,7 +83,12 @@ mod graph_ext {
             Ok(values_of(&self.outputs(node)?))
         }
 
-        fn replace_with_call(&self, node: NodeId, target: &str, inputs: Vec<NamedArgument>) -> Result<NodeId, Error> {
+        fn replace_with_call(
+            &self,
+            node: NodeId,
+            target: &str,
+            inputs: Vec<NamedArgument>,
+        ) -> Result<NodeId, Error> {
             let outputs = self.outputs(node)?;
             let old = values_of(&outputs);
             let new = self.insert_call(node, target, &inputs, &decls_of(self, node, outputs)?)?;
@@ -87,13 +103,22 @@ mod graph_ext {
             let input = self.tensor_input(node, name)?;
             let outputs = self.output_values(node)?;
             let [output] = outputs.as_slice() else {
-                return Err(error(format!("expected one output, found {}", outputs.len()), Some(node)));
+                return Err(error(
+                    format!("expected one output, found {}", outputs.len()),
+                    Some(node),
+                ));
             };
             self.replace_uses(*output, Replacement::Value(input))?;
             self.erase(node)
         }
 
-        fn insert_value(&self, before: NodeId, target: &str, inputs: &[NamedArgument], output: OutputDecl) -> Result<ValueId, Error> {
+        fn insert_value(
+            &self,
+            before: NodeId,
+            target: &str,
+            inputs: &[NamedArgument],
+            output: OutputDecl,
+        ) -> Result<ValueId, Error> {
             let node = self.insert_call(before, target, inputs, &[output])?;
             self.single_output(node)
         }
@@ -101,7 +126,9 @@ mod graph_ext {
         fn single_output(&self, node: NodeId) -> Result<ValueId, Error> {
             match self.output_values(node)?[..] {
                 [value] => Ok(value),
-                ref values => Err(error(format!("expected one output, found {}", values.len()), Some(node))),
+                ref values => {
+                    Err(error(format!("expected one output, found {}", values.len()), Some(node)))
+                }
             }
         }
 
@@ -114,7 +141,11 @@ mod graph_ext {
     }
 
     /// Declarations copying the metadata of `outputs`, the outputs of `node`.
-    fn decls_of(graph: &Graph, node: NodeId, outputs: Vec<Argument>) -> Result<Vec<OutputDecl>, Error> {
+    fn decls_of(
+        graph: &Graph,
+        node: NodeId,
+        outputs: Vec<Argument>,
+    ) -> Result<Vec<OutputDecl>, Error> {
         let meta_of = |value: ValueId| -> Result<TensorMeta, Error> {
             match graph.value_meta(value)? {
                 ValueMeta::Tensor(meta) => Ok(meta),
@@ -126,17 +157,31 @@ mod graph_ext {
             .map(|output| {
                 Ok(match output {
                     Argument::Tensor(v) => OutputDecl::Tensor(meta_of(v)?),
-                    Argument::Tensors(vs) => OutputDecl::Tensors(vs.into_iter().map(meta_of).collect::<Result<_, _>>()?),
+                    Argument::Tensors(vs) => {
+                        OutputDecl::Tensors(vs.into_iter().map(meta_of).collect::<Result<_, _>>()?)
+                    }
                     Argument::SymInt(SymInt::Value(v)) => match graph.value_meta(v)? {
                         ValueMeta::SymInt(expr) => OutputDecl::SymInt(expr),
-                        _ => return Err(error("sym-int output without sym-int metadata", Some(node))),
+                        _ => {
+                            return Err(error(
+                                "sym-int output without sym-int metadata",
+                                Some(node),
+                            ))
+                        }
                     },
                     Argument::SymBool(SymBool::Value(v)) => match graph.value_meta(v)? {
                         ValueMeta::SymBool(expr) => OutputDecl::SymBool(expr),
-                        _ => return Err(error("sym-bool output without sym-bool metadata", Some(node))),
+                        _ => {
+                            return Err(error(
+                                "sym-bool output without sym-bool metadata",
+                                Some(node),
+                            ))
+                        }
                     },
                     Argument::None => OutputDecl::None,
-                    _ => return Err(error("output kind not supported by output_decls", Some(node))),
+                    _ => {
+                        return Err(error("output kind not supported by output_decls", Some(node)))
+                    }
                 })
             })
             .collect()

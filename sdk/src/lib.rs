@@ -29,14 +29,31 @@
 //! `hfx:plugin-meta`.
 
 #[cfg(any(
-    all(feature = "fx-node-fix", any(feature = "fx-program-fix", feature = "patch", feature = "onnx-translation", feature = "onnx-ir-fix")),
-    all(feature = "fx-program-fix", any(feature = "patch", feature = "onnx-translation", feature = "onnx-ir-fix")),
+    all(
+        feature = "fx-node-fix",
+        any(
+            feature = "fx-program-fix",
+            feature = "patch",
+            feature = "onnx-translation",
+            feature = "onnx-ir-fix"
+        )
+    ),
+    all(
+        feature = "fx-program-fix",
+        any(feature = "patch", feature = "onnx-translation", feature = "onnx-ir-fix")
+    ),
     all(feature = "patch", any(feature = "onnx-translation", feature = "onnx-ir-fix")),
     all(feature = "onnx-translation", feature = "onnx-ir-fix"),
 ))]
 compile_error!("hfx-sdk: enable exactly one plugin-kind feature (a component exports one world)");
 
-#[cfg(not(any(feature = "fx-node-fix", feature = "fx-program-fix", feature = "patch", feature = "onnx-translation", feature = "onnx-ir-fix")))]
+#[cfg(not(any(
+    feature = "fx-node-fix",
+    feature = "fx-program-fix",
+    feature = "patch",
+    feature = "onnx-translation",
+    feature = "onnx-ir-fix"
+)))]
 compile_error!("hfx-sdk: enable the feature of the plugin's kind: fx-node-fix, fx-program-fix, patch, onnx-translation or onnx-ir-fix");
 
 macro_rules! bindings {
@@ -64,7 +81,9 @@ bindings!("onnx-ir-fix", "hfx:plugin/onnx-ir-fix@0.1.0");
 
 pub use bindings::*;
 
-pub use hfx_sdk_macros::{fx_node_fix, fx_program_fix, onnx_ir_fix, onnx_translation, onnx_translations, patch};
+pub use hfx_sdk_macros::{
+    fx_node_fix, fx_program_fix, onnx_ir_fix, onnx_translation, onnx_translations, patch,
+};
 
 pub mod helpers;
 #[cfg(feature = "patch")]
@@ -81,15 +100,21 @@ pub mod prelude {
     /// `Result<T>` is `Result<T, Error>`, the contract's error.
     pub type Result<T, E = crate::hfx::plugin::types::Error> = core::result::Result<T, E>;
 
-    #[cfg(any(feature = "fx-node-fix", feature = "fx-program-fix", feature = "onnx-translation"))]
+    #[cfg(any(
+        feature = "fx-node-fix",
+        feature = "fx-program-fix",
+        feature = "onnx-translation"
+    ))]
     pub use crate::hfx::plugin::graph::{
-        Argument, Graph, NamedArgument, OutputDecl, RangeConstraint, Replacement, SymBool, SymFloat, SymInt,
+        Argument, Graph, NamedArgument, OutputDecl, RangeConstraint, Replacement, SymBool,
+        SymFloat, SymInt,
     };
     #[cfg(any(feature = "onnx-translation", feature = "onnx-ir-fix"))]
     pub use crate::hfx::plugin::onnx::{Attribute, Builder, Model, NamedAttribute, OnnxNodeId};
     #[cfg(feature = "patch")]
     pub use crate::hfx::plugin::patching::{
-        Callback, CallValue, LiveTensor, ObjectValue, OpCall, PatchedCall, Program, Scalar, Slot, Step, SymValue, ValueCall,
+        CallValue, Callback, LiveTensor, ObjectValue, OpCall, PatchedCall, Program, Scalar, Slot,
+        Step, SymValue, ValueCall,
     };
     #[cfg(feature = "patch")]
     pub use crate::program::*;

@@ -44,7 +44,10 @@ pub trait CallExt {
 
 impl CallExt for PatchedCall {
     fn param(&self, index: usize, name: &str) -> Option<Slot> {
-        self.args.get(index).copied().or_else(|| self.kwargs.iter().find(|(k, _)| k == name).map(|(_, s)| *s))
+        self.args
+            .get(index)
+            .copied()
+            .or_else(|| self.kwargs.iter().find(|(k, _)| k == name).map(|(_, s)| *s))
     }
     fn kwarg(&self, name: &str) -> Option<Slot> {
         self.kwargs.iter().find(|(k, _)| k == name).map(|(_, s)| *s)
@@ -94,7 +97,9 @@ impl CallExt for PatchedCall {
     }
     fn attribute(&self, slot: Slot, name: &str) -> Option<&Scalar> {
         match self.value(slot) {
-            Some(CallValue::Object(o)) => o.attributes.iter().find(|(k, _)| k == name).map(|(_, v)| v),
+            Some(CallValue::Object(o)) => {
+                o.attributes.iter().find(|(k, _)| k == name).map(|(_, v)| v)
+            }
             _ => None,
         }
     }
@@ -131,7 +136,8 @@ impl TensorExt for LiveTensor {
         }
     }
     fn symbolic_dim(&self, dim: i64) -> bool {
-        normalize_dim(dim, self.rank()).is_some_and(|d| matches!(self.meta.shape.get(d), Some(Dim::Symbolic(_))))
+        normalize_dim(dim, self.rank())
+            .is_some_and(|d| matches!(self.meta.shape.get(d), Some(Dim::Symbolic(_))))
     }
     fn is_complex(&self) -> bool {
         self.meta.dtype.starts_with("complex")
@@ -182,17 +188,29 @@ impl ProgramBuilder {
     }
 
     pub fn call_kw(&mut self, op: &str, args: &[Slot], kwargs: &[(&str, Slot)]) -> Slot {
-        self.push(Step::Call(OpCall { op: op.into(), args: args.to_vec(), kwargs: Self::kwargs(kwargs) }))
+        self.push(Step::Call(OpCall {
+            op: op.into(),
+            args: args.to_vec(),
+            kwargs: Self::kwargs(kwargs),
+        }))
     }
 
     /// The original target.
     pub fn original(&mut self, args: &[Slot], kwargs: &[(&str, Slot)]) -> Slot {
-        self.push(Step::Original(OpCall { op: String::new(), args: args.to_vec(), kwargs: Self::kwargs(kwargs) }))
+        self.push(Step::Original(OpCall {
+            op: String::new(),
+            args: args.to_vec(),
+            kwargs: Self::kwargs(kwargs),
+        }))
     }
 
     /// Calls the value in `callee` (a module, or a callable the call was handed).
     pub fn invoke(&mut self, callee: Slot, args: &[Slot], kwargs: &[(&str, Slot)]) -> Slot {
-        self.push(Step::Invoke(ValueCall { callee, args: args.to_vec(), kwargs: Self::kwargs(kwargs) }))
+        self.push(Step::Invoke(ValueCall {
+            callee,
+            args: args.to_vec(),
+            kwargs: Self::kwargs(kwargs),
+        }))
     }
 
     pub fn getattr(&mut self, slot: Slot, name: &str) -> Slot {

@@ -108,13 +108,15 @@ impl<'a> Emit<'a> {
         match self.arg(name)? {
             Some(Argument::Ints(v)) => Ok(v),
             Some(Argument::Int(i)) => Ok(vec![i]),
-            Some(Argument::SymInts(v)) => v
-                .iter()
-                .map(|s| match s {
-                    SymInt::Constant(i) => Ok(*i),
-                    SymInt::Value(_) => Err(self.fail(format!("`{name}`: a symbolic size here is not supported yet"))),
-                })
-                .collect(),
+            Some(Argument::SymInts(v)) => {
+                v.iter()
+                    .map(|s| match s {
+                        SymInt::Constant(i) => Ok(*i),
+                        SymInt::Value(_) => Err(self
+                            .fail(format!("`{name}`: a symbolic size here is not supported yet"))),
+                    })
+                    .collect()
+            }
             Some(other) => Err(self.fail(format!("`{name}`: expected ints, got {other:?}"))),
             None => Err(self.fail(format!("missing `{name}`"))),
         }
@@ -170,11 +172,22 @@ impl<'a> Emit<'a> {
     }
 
     /// A node with one output and attributes; returns its name.
-    pub fn op_with(&self, op_type: &str, inputs: &[&str], attributes: &[NamedAttribute]) -> Result<String, Error> {
+    pub fn op_with(
+        &self,
+        op_type: &str,
+        inputs: &[&str],
+        attributes: &[NamedAttribute],
+    ) -> Result<String, Error> {
         Ok(self.op_n(op_type, inputs, 1, attributes)?.remove(0))
     }
 
-    pub fn op_n(&self, op_type: &str, inputs: &[&str], outputs: u32, attributes: &[NamedAttribute]) -> Result<Vec<String>, Error> {
+    pub fn op_n(
+        &self,
+        op_type: &str,
+        inputs: &[&str],
+        outputs: u32,
+        attributes: &[NamedAttribute],
+    ) -> Result<Vec<String>, Error> {
         let inputs: Vec<String> = inputs.iter().map(|s| s.to_string()).collect();
         self.builder.add_node(op_type, "", &inputs, outputs, attributes)
     }
@@ -188,7 +201,14 @@ impl<'a> Emit<'a> {
     pub fn scalar(&self, value: f64, dtype: &str) -> Result<String, Error> {
         let to = onnx_dtype(dtype).ok_or_else(|| self.fail(format!("no ONNX type for {dtype}")))?;
         let (constant, own) = if is_floating(dtype) {
-            (self.op_with("Constant", &[], &[attr("value_float", Attribute::Float(value as f32))])?, 1)
+            (
+                self.op_with(
+                    "Constant",
+                    &[],
+                    &[attr("value_float", Attribute::Float(value as f32))],
+                )?,
+                1,
+            )
         } else {
             (self.op_with("Constant", &[], &[attr("value_int", Attribute::Int(value as i64))])?, 7)
         };
@@ -224,13 +244,21 @@ impl<'a> Emit<'a> {
                 self.cast(&onnx, "int64", dtype)
             }
             Some(Argument::SymInt(SymInt::Constant(i))) => self.scalar(i as f64, dtype),
-            other => Err(self.fail(format!("`{name}`: expected a tensor or a number, got {other:?}"))),
+            other => {
+                Err(self.fail(format!("`{name}`: expected a tensor or a number, got {other:?}")))
+            }
         }
     }
 
     /// `Where(condition, a, b)` of any dtype: ONNX Runtime's CPU `Where` has
     /// no bool kernel, so bools are `(c & a) | (!c & b)`.
-    pub fn where_any(&self, condition: &str, a: &str, b: &str, dtype: &str) -> Result<String, Error> {
+    pub fn where_any(
+        &self,
+        condition: &str,
+        a: &str,
+        b: &str,
+        dtype: &str,
+    ) -> Result<String, Error> {
         if dtype != "bool" {
             return self.op("Where", &[condition, a, b]);
         }
@@ -259,7 +287,9 @@ impl<'a> Emit<'a> {
     /// Binds the node's single output to `name`.
     pub fn bind_output(&self, name: &str) -> Result<(), Error> {
         let outputs = self.graph.output_values(self.node)?;
-        let [output] = outputs[..] else { return Err(self.fail(format!("expected one output, found {}", outputs.len()))) };
+        let [output] = outputs[..] else {
+            return Err(self.fail(format!("expected one output, found {}", outputs.len())));
+        };
         self.builder.bind(output, name)
     }
 
@@ -267,7 +297,11 @@ impl<'a> Emit<'a> {
     pub fn bind_outputs(&self, names: &[String]) -> Result<(), Error> {
         let outputs = self.graph.output_values(self.node)?;
         if outputs.len() != names.len() {
-            return Err(self.fail(format!("{} outputs to bind, {} names", outputs.len(), names.len())));
+            return Err(self.fail(format!(
+                "{} outputs to bind, {} names",
+                outputs.len(),
+                names.len()
+            )));
         }
         outputs.iter().zip(names).try_for_each(|(&v, n)| self.builder.bind(v, n))
     }
@@ -306,7 +340,10 @@ impl Translated for Vec<String> {
 /// Calls one entry of an `onnx_translations!` table (its right-hand side gets
 /// its signature from here, so a closure needs no annotations).
 #[doc(hidden)]
-pub fn __translate_with<T: Translated>(emit: &Emit, function: impl FnOnce(&Emit) -> Result<T, Error>) -> Result<(), Error> {
+pub fn __translate_with<T: Translated>(
+    emit: &Emit,
+    function: impl FnOnce(&Emit) -> Result<T, Error>,
+) -> Result<(), Error> {
     function(emit)?.bind(emit)
 }
 

@@ -7,7 +7,12 @@ use crate::common::*;
 const EXAMPLE: &str = "examples/graphs/dynamic-batch-sort.json";
 
 fn hfx(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_hfx")).args(args).current_dir(root()).env("HFX_CACHE_DIR", cache_dir()).output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_hfx"))
+        .args(args)
+        .current_dir(root())
+        .env("HFX_CACHE_DIR", cache_dir())
+        .output()
+        .unwrap()
 }
 
 fn cache_dir() -> std::path::PathBuf {
@@ -23,7 +28,11 @@ fn example_graph_is_current() {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, &expected).unwrap();
     }
-    assert_eq!(std::fs::read_to_string(&path).unwrap(), expected, "run with HFX_BLESS=1 to update {EXAMPLE}");
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        expected,
+        "run with HFX_BLESS=1 to update {EXAMPLE}"
+    );
 }
 
 #[test]
@@ -48,7 +57,16 @@ fn fix_runs_the_onnx_fixes_on_the_example() {
     plugin_dir("plugins/onnx/fix-alias");
     let out_dir = tempfile::tempdir().unwrap();
     let output = out_dir.path().join("fixed.json");
-    let out = hfx(&["run", "--backend", "onnx", "--plugins", "plugins/onnx", EXAMPLE, "-o", output.to_str().unwrap()]);
+    let out = hfx(&[
+        "run",
+        "--backend",
+        "onnx",
+        "--plugins",
+        "plugins/onnx",
+        EXAMPLE,
+        "-o",
+        output.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let summary = String::from_utf8(out.stdout).unwrap();
     assert!(summary.contains("nodes: 5 -> 1"), "{summary}");
@@ -65,8 +83,14 @@ fn a_failing_plugin_leaves_the_previous_output_in_place() {
     let graph = out_dir.path().join("relu.json");
     std::fs::write(&graph, relu_add_mul().0.to_json()).unwrap();
     let out = hfx(&[
-        "run", "--backend", "onnx", "--plugins", "tests/plugins/hostile-panic",
-        graph.to_str().unwrap(), "-o", output.to_str().unwrap(),
+        "run",
+        "--backend",
+        "onnx",
+        "--plugins",
+        "tests/plugins/hostile-panic",
+        graph.to_str().unwrap(),
+        "-o",
+        output.to_str().unwrap(),
     ]);
     assert!(!out.status.success());
     let stderr = String::from_utf8(out.stderr).unwrap();
@@ -86,12 +110,21 @@ fn a_bad_manifest_is_one_line_naming_the_file() {
     assert!(!out.status.success());
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.contains(&dir.join("plugin.toml").display().to_string()) && stderr.contains("missing field"), "{stderr}");
+    assert!(
+        stderr.contains(&dir.join("plugin.toml").display().to_string())
+            && stderr.contains("missing field"),
+        "{stderr}"
+    );
 }
 
 /// `hfx ARGS` in `dir` (no Python involved).
 fn hfx_in(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_hfx")).args(args).current_dir(dir).env("HFX_CACHE_DIR", cache_dir()).output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_hfx"))
+        .args(args)
+        .current_dir(dir)
+        .env("HFX_CACHE_DIR", cache_dir())
+        .output()
+        .unwrap()
 }
 
 fn one_error_line(out: &std::process::Output) -> String {
@@ -108,12 +141,36 @@ fn a_plugin_memory_cap_past_32_bits_is_refused_not_wrapped() {
     let output = dir.path().join("out.json");
     // 2^44 MiB: `m << 20` wraps to a 0-byte cap.
     for mib in ["17592186044416", "4097", "0"] {
-        let out = hfx_in(dir.path(), &["run", "--backend", "onnx", example.to_str().unwrap(), "-o", output.to_str().unwrap(), "--plugin-memory-mib", mib]);
+        let out = hfx_in(
+            dir.path(),
+            &[
+                "run",
+                "--backend",
+                "onnx",
+                example.to_str().unwrap(),
+                "-o",
+                output.to_str().unwrap(),
+                "--plugin-memory-mib",
+                mib,
+            ],
+        );
         let stderr = one_error_line(&out);
         assert!(stderr.contains(&format!("--plugin-memory-mib {mib}: give 1 to 4096")), "{stderr}");
     }
     assert!(!output.exists());
-    let out = hfx_in(dir.path(), &["run", "--backend", "onnx", example.to_str().unwrap(), "-o", output.to_str().unwrap(), "--plugin-memory-mib", "4096"]);
+    let out = hfx_in(
+        dir.path(),
+        &[
+            "run",
+            "--backend",
+            "onnx",
+            example.to_str().unwrap(),
+            "-o",
+            output.to_str().unwrap(),
+            "--plugin-memory-mib",
+            "4096",
+        ],
+    );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
@@ -122,7 +179,8 @@ fn trace_options_with_an_input_file_are_an_error_not_ignored() {
     let dir = tempfile::tempdir().unwrap();
     let example = root().join(EXAMPLE);
     let output = dir.path().join("out.json");
-    let base = ["run", "--backend", "onnx", example.to_str().unwrap(), "-o", output.to_str().unwrap()];
+    let base =
+        ["run", "--backend", "onnx", example.to_str().unwrap(), "-o", output.to_str().unwrap()];
     for (extra, named) in [
         (&["--set", "hidden_size=64"][..], "--set"),
         (&["--dynamic"][..], "--dynamic"),
@@ -133,12 +191,19 @@ fn trace_options_with_an_input_file_are_an_error_not_ignored() {
         let stderr = one_error_line(&out);
         assert!(stderr.contains(named), "{extra:?}: {stderr}");
         if !extra.contains(&"--model") {
-            assert!(stderr.contains("apply to a model hfx traces") && stderr.contains("dynamic-batch-sort.json"), "{stderr}");
+            assert!(
+                stderr.contains("apply to a model hfx traces")
+                    && stderr.contains("dynamic-batch-sort.json"),
+                "{stderr}"
+            );
         }
     }
     // The same from a config file.
     std::fs::write(dir.path().join("run.toml"), "backend = \"onnx\"\ndynamic = true\n").unwrap();
-    let out = hfx_in(dir.path(), &["run", "--config", "run.toml", example.to_str().unwrap(), "-o", output.to_str().unwrap()]);
+    let out = hfx_in(
+        dir.path(),
+        &["run", "--config", "run.toml", example.to_str().unwrap(), "-o", output.to_str().unwrap()],
+    );
     assert!(one_error_line(&out).contains("--dynamic apply to a model hfx traces"));
     assert!(!output.exists());
     // --verify needs a runtime to run the artifact in.
@@ -150,11 +215,30 @@ fn trace_options_with_an_input_file_are_an_error_not_ignored() {
 #[test]
 fn an_os_error_is_printed_once() {
     let dir = tempfile::tempdir().unwrap();
-    let out = hfx_in(dir.path(), &["run", "--backend", "dynamo", "--model", "llama", "-o", "out.pt2", "--python", "/nonexistent/python"]);
+    let out = hfx_in(
+        dir.path(),
+        &[
+            "run",
+            "--backend",
+            "dynamo",
+            "--model",
+            "llama",
+            "-o",
+            "out.pt2",
+            "--python",
+            "/nonexistent/python",
+        ],
+    );
     let stderr = one_error_line(&out);
-    assert!(stderr.contains("cannot start the trace worker with `/nonexistent/python`"), "{stderr}");
+    assert!(
+        stderr.contains("cannot start the trace worker with `/nonexistent/python`"),
+        "{stderr}"
+    );
     assert_eq!(stderr.matches("No such file or directory").count(), 1, "{stderr}");
-    let out = hfx_in(dir.path(), &["run", "--backend", "onnx", "/nonexistent/graph.json", "-o", "out.json"]);
+    let out = hfx_in(
+        dir.path(),
+        &["run", "--backend", "onnx", "/nonexistent/graph.json", "-o", "out.json"],
+    );
     let stderr = one_error_line(&out);
     assert_eq!(stderr.matches("No such file or directory").count(), 1, "{stderr}");
 }
@@ -163,12 +247,31 @@ fn an_os_error_is_printed_once() {
 fn worker_memory_limits_out_of_range_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     for gib in ["0", "-1", "NaN", "1e300"] {
-        let out = hfx_in(dir.path(), &["run", "--backend", "dynamo", "--model", "llama", "-o", "out.pt2", &format!("--worker-memory-gib={gib}")]);
+        let out = hfx_in(
+            dir.path(),
+            &[
+                "run",
+                "--backend",
+                "dynamo",
+                "--model",
+                "llama",
+                "-o",
+                "out.pt2",
+                &format!("--worker-memory-gib={gib}"),
+            ],
+        );
         let stderr = one_error_line(&out);
-        assert!(stderr.contains("--worker-memory-gib") && stderr.contains("give 0.25 to"), "{gib}: {stderr}");
+        assert!(
+            stderr.contains("--worker-memory-gib") && stderr.contains("give 0.25 to"),
+            "{gib}: {stderr}"
+        );
     }
     // From the config file too (`worker-memory-gib`).
-    std::fs::write(dir.path().join("run.toml"), "backend = \"dynamo\"\nmodel = \"llama\"\noutput = \"out.pt2\"\nworker-memory-gib = 0.1\n").unwrap();
+    std::fs::write(
+        dir.path().join("run.toml"),
+        "backend = \"dynamo\"\nmodel = \"llama\"\noutput = \"out.pt2\"\nworker-memory-gib = 0.1\n",
+    )
+    .unwrap();
     let stderr = one_error_line(&hfx_in(dir.path(), &["run", "--config", "run.toml"]));
     assert!(stderr.contains("--worker-memory-gib 0.1: give 0.25 to"), "{stderr}");
 }
@@ -184,7 +287,10 @@ fn stale_scratch_folders_of_dead_hfx_runs_are_removed() {
         std::fs::write(scratch.join("model.pt2"), "left by a killed run").unwrap();
     }
     let example = root().join(EXAMPLE);
-    let out = hfx_in(dir.path(), &["run", "--backend", "onnx", example.to_str().unwrap(), "-o", "out.json"]);
+    let out = hfx_in(
+        dir.path(),
+        &["run", "--backend", "onnx", example.to_str().unwrap(), "-o", "out.json"],
+    );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(!dead.exists(), "the dead run's scratch folder must go");
     assert!(alive.exists(), "a running hfx's scratch folder must stay");
@@ -199,9 +305,27 @@ fn the_workers_python_is_found_from_any_folder_and_a_python_without_torch_is_nam
     let plugins = root().join("plugins/onnx");
     let set = "hidden_size=32,intermediate_size=64,num_hidden_layers=1,num_attention_heads=4,num_key_value_heads=2,vocab_size=128";
     let run = |extra: &[&str]| {
-        let mut args = vec!["run", "--backend", "onnx", "--model", "llama", "--set", set, "--plugins", plugins.to_str().unwrap(), "-o", out.to_str().unwrap()];
+        let mut args = vec![
+            "run",
+            "--backend",
+            "onnx",
+            "--model",
+            "llama",
+            "--set",
+            set,
+            "--plugins",
+            plugins.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ];
         args.extend(extra);
-        Command::new(env!("CARGO_BIN_EXE_hfx")).args(&args).current_dir(dir.path()).env_remove("HFX_PYTHON").env("HFX_CACHE_DIR", cache_dir()).output().unwrap()
+        Command::new(env!("CARGO_BIN_EXE_hfx"))
+            .args(&args)
+            .current_dir(dir.path())
+            .env_remove("HFX_PYTHON")
+            .env("HFX_CACHE_DIR", cache_dir())
+            .output()
+            .unwrap()
     };
     let found = run(&[]);
     assert!(found.status.success(), "{}", String::from_utf8_lossy(&found.stderr));
@@ -209,12 +333,17 @@ fn the_workers_python_is_found_from_any_folder_and_a_python_without_torch_is_nam
 
     // A fresh virtual environment: a Python with no torch and no transformers.
     let venv = dir.path().join("bare");
-    let made = Command::new("python3").args(["-m", "venv", "--without-pip"]).arg(&venv).status().unwrap();
+    let made =
+        Command::new("python3").args(["-m", "venv", "--without-pip"]).arg(&venv).status().unwrap();
     assert!(made.success());
     let bare = venv.join("bin/python");
     let refused = run(&["--python", bare.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success());
     assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
-    assert!(stderr.contains("has no torch, transformers") && stderr.contains("cargo xtask setup-python"), "{stderr}");
+    assert!(
+        stderr.contains("has no torch, transformers")
+            && stderr.contains("cargo xtask setup-python"),
+        "{stderr}"
+    );
 }

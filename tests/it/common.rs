@@ -4,7 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use hfx::graph::{Argument, Dim, Graph, NamedArgument, NodeId, OutputDecl, Sym, TensorMeta, ValueId, ValueMeta};
+use hfx::graph::{
+    Argument, Dim, Graph, NamedArgument, NodeId, OutputDecl, Sym, TensorMeta, ValueId, ValueMeta,
+};
 pub use hfx::plugins::kind;
 use hfx::plugins::{self, discover, Kind, Limits, Plugin, PluginOf, Runtime, RuntimeOptions};
 
@@ -17,7 +19,11 @@ pub fn plugin_dir(relative: &str) -> PathBuf {
     let dir = root().join(relative);
     let manifest = std::fs::read_to_string(dir.join("plugin.toml")).unwrap();
     // `plugin.wasm` unless the manifest names another file.
-    let component = manifest.lines().find_map(|l| l.strip_prefix("component = ")).map_or("plugin.wasm", |c| c.trim_matches('"')).to_string();
+    let component = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("component = "))
+        .map_or("plugin.wasm", |c| c.trim_matches('"'))
+        .to_string();
     assert!(
         dir.join(&component).exists(),
         "{} is not built: run `cargo xtask build-plugins` (or `cargo xtask test`)",
@@ -53,19 +59,31 @@ pub fn hfx_with_python(dir: &Path, args: &[&str]) -> std::process::Output {
 
 /// `--set k=v,...` as the JSON object the Python checks take.
 pub fn overrides_json(set: &str) -> String {
-    let pairs: Vec<String> = set.split(',').map(|kv| kv.split_once('=').unwrap()).map(|(k, v)| format!("\"{k}\": \"{v}\"")).collect();
+    let pairs: Vec<String> = set
+        .split(',')
+        .map(|kv| kv.split_once('=').unwrap())
+        .map(|(k, v)| format!("\"{k}\": \"{v}\""))
+        .collect();
     format!("{{{}}}", pairs.join(", "))
 }
 
 /// Fails when hfx left a scratch folder (`.hfx-*`) in `dir`.
 pub fn assert_no_scratch_left(dir: &Path) {
-    let leftovers: Vec<_> = std::fs::read_dir(dir).unwrap().filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().starts_with(".hfx")).collect();
+    let leftovers: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".hfx"))
+        .collect();
     assert!(leftovers.is_empty(), "scratch folders left behind: {leftovers:?}");
 }
 
 /// Runs `tests/python/<script>` with `args`; fails the test with its stderr.
 pub fn run_python(script: &str, args: &[&str]) {
-    let out = std::process::Command::new(python()).arg(root().join("tests/python").join(script)).args(args).output().unwrap();
+    let out = std::process::Command::new(python())
+        .arg(root().join("tests/python").join(script))
+        .args(args)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{script} {args:?}:\n{}", String::from_utf8_lossy(&out.stderr));
 }
 
@@ -118,14 +136,25 @@ pub fn relu_add_mul() -> (Graph, [NodeId; 3]) {
     let mut g = Graph::new();
     let x = g.add_input(0, "x", ValueMeta::Tensor(f32_meta(&batch_by_8())));
     let t = || vec![OutputDecl::Tensor(f32_meta(&batch_by_8()))];
-    let relu = g.push_node(0, "aten.relu.default", vec![pos("self", Argument::Tensor(x))], t()).unwrap();
+    let relu =
+        g.push_node(0, "aten.relu.default", vec![pos("self", Argument::Tensor(x))], t()).unwrap();
     let y = first_output(&g, relu);
     let add = g
-        .push_node(0, "aten.add.Tensor", vec![pos("self", Argument::Tensor(y)), pos("other", Argument::Tensor(x))], t())
+        .push_node(
+            0,
+            "aten.add.Tensor",
+            vec![pos("self", Argument::Tensor(y)), pos("other", Argument::Tensor(x))],
+            t(),
+        )
         .unwrap();
     let z = first_output(&g, add);
     let mul = g
-        .push_node(0, "aten.mul.Tensor", vec![pos("self", Argument::Tensor(z)), pos("other", Argument::Float(2.0))], t())
+        .push_node(
+            0,
+            "aten.mul.Tensor",
+            vec![pos("self", Argument::Tensor(z)), pos("other", Argument::Float(2.0))],
+            t(),
+        )
         .unwrap();
     let w = first_output(&g, mul);
     g.set_outputs(0, vec![Argument::Tensor(w)]).unwrap();
@@ -137,7 +166,12 @@ pub fn alias_graph() -> (Graph, NodeId) {
     let mut g = Graph::new();
     let x = g.add_input(0, "x", ValueMeta::Tensor(f32_meta(&batch_by_8())));
     let alias = g
-        .push_node(0, "aten.alias.default", vec![pos("self", Argument::Tensor(x))], vec![OutputDecl::Tensor(f32_meta(&batch_by_8()))])
+        .push_node(
+            0,
+            "aten.alias.default",
+            vec![pos("self", Argument::Tensor(x))],
+            vec![OutputDecl::Tensor(f32_meta(&batch_by_8()))],
+        )
         .unwrap();
     let a = first_output(&g, alias);
     let mul = g
@@ -166,7 +200,10 @@ pub fn sort_stable_graph() -> (Graph, NodeId) {
                 kw("dim", Argument::Int(1)),
                 kw("descending", Argument::Bool(true)),
             ],
-            vec![OutputDecl::Tensor(f32_meta(&batch_by_8())), OutputDecl::Tensor(meta("int64", &batch_by_8()))],
+            vec![
+                OutputDecl::Tensor(f32_meta(&batch_by_8())),
+                OutputDecl::Tensor(meta("int64", &batch_by_8())),
+            ],
         )
         .unwrap();
     let outs: Vec<Argument> = g.node(sort).unwrap().outputs.clone();
@@ -209,17 +246,33 @@ pub fn assertion_graph() -> Graph {
 /// `s0 = sym_size(x, 0); _assert_scalar(s0 >= 2)`, as a dynamic batch leaves it. Returns `s0`.
 fn push_batch_assert(g: &mut Graph, x: ValueId) -> ValueId {
     let size = g
-        .push_node(0, "aten.sym_size.int", vec![pos("self", Argument::Tensor(x)), pos("dim", Argument::Int(0))], vec![OutputDecl::SymInt("s0".into())])
+        .push_node(
+            0,
+            "aten.sym_size.int",
+            vec![pos("self", Argument::Tensor(x)), pos("dim", Argument::Int(0))],
+            vec![OutputDecl::SymInt("s0".into())],
+        )
         .unwrap();
     let s0 = first_output(g, size);
     let ge = g
-        .push_node(0, "_operator.ge", vec![pos("a", Argument::SymInt(Sym::Value(s0))), pos("b", Argument::Int(2))], vec![OutputDecl::SymBool("s0 >= 2".into())])
+        .push_node(
+            0,
+            "_operator.ge",
+            vec![pos("a", Argument::SymInt(Sym::Value(s0))), pos("b", Argument::Int(2))],
+            vec![OutputDecl::SymBool("s0 >= 2".into())],
+        )
         .unwrap();
     let ok = first_output(g, ge);
     g.push_node(
         0,
         "aten._assert_scalar.default",
-        vec![pos("self", Argument::SymBool(Sym::Value(ok))), pos("assert_msg", Argument::Str("Runtime assertion failed for expression s0 >= 2".into()))],
+        vec![
+            pos("self", Argument::SymBool(Sym::Value(ok))),
+            pos(
+                "assert_msg",
+                Argument::Str("Runtime assertion failed for expression s0 >= 2".into()),
+            ),
+        ],
         vec![OutputDecl::None],
     )
     .unwrap();
@@ -237,15 +290,28 @@ pub fn example_graph() -> Graph {
     let x = g.add_input(0, "x", ValueMeta::Tensor(f32_meta(&batch_by_8())));
     push_batch_assert(&mut g, x);
     let alias = g
-        .push_node(0, "aten.alias.default", vec![pos("self", Argument::Tensor(x))], vec![OutputDecl::Tensor(f32_meta(&batch_by_8()))])
+        .push_node(
+            0,
+            "aten.alias.default",
+            vec![pos("self", Argument::Tensor(x))],
+            vec![OutputDecl::Tensor(f32_meta(&batch_by_8()))],
+        )
         .unwrap();
     let a = first_output(&g, alias);
     let sort = g
         .push_node(
             0,
             "aten.sort.stable",
-            vec![pos("self", Argument::Tensor(a)), kw("stable", Argument::Bool(true)), kw("dim", Argument::Int(-1)), kw("descending", Argument::Bool(true))],
-            vec![OutputDecl::Tensor(f32_meta(&batch_by_8())), OutputDecl::Tensor(meta("int64", &batch_by_8()))],
+            vec![
+                pos("self", Argument::Tensor(a)),
+                kw("stable", Argument::Bool(true)),
+                kw("dim", Argument::Int(-1)),
+                kw("descending", Argument::Bool(true)),
+            ],
+            vec![
+                OutputDecl::Tensor(f32_meta(&batch_by_8())),
+                OutputDecl::Tensor(meta("int64", &batch_by_8())),
+            ],
         )
         .unwrap();
     let outs = g.node(sort).unwrap().outputs.clone();
@@ -257,7 +323,11 @@ pub fn example_graph() -> Graph {
 /// Runs `tests/python/<script>` with `args`: its stdout, or its stderr (the
 /// last lines) when it fails. For checks a negative control expects to fail.
 pub fn try_python(script: &str, args: &[&str]) -> Result<String, String> {
-    let out = std::process::Command::new(python()).arg(root().join("tests/python").join(script)).args(args).output().unwrap();
+    let out = std::process::Command::new(python())
+        .arg(root().join("tests/python").join(script))
+        .args(args)
+        .output()
+        .unwrap();
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
@@ -269,7 +339,9 @@ pub fn try_python(script: &str, args: &[&str]) -> Result<String, String> {
 
 /// `plugin` as one of kind `K`: the kind the test loaded it for.
 pub fn of<K: Kind>(plugin: &Plugin) -> PluginOf<'_, K> {
-    plugin.of_kind::<K>().unwrap_or_else(|| panic!("`{}` is a {} plugin", plugin.name(), plugin.kind()))
+    plugin
+        .of_kind::<K>()
+        .unwrap_or_else(|| panic!("`{}` is a {} plugin", plugin.name(), plugin.kind()))
 }
 
 /// Tiny random configs (`--set`) of the architectures several modules export.
@@ -282,5 +354,6 @@ pub mod tiny {
     pub const VIT: &str = "image_size=32,patch_size=8,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4";
     pub const PHI3: &str = "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,max_position_embeddings=64,pad_token_id=0";
     pub const WHISPER: &str = "vocab_size=128,d_model=32,encoder_layers=2,decoder_layers=2,encoder_attention_heads=4,decoder_attention_heads=4,encoder_ffn_dim=64,decoder_ffn_dim=64,num_mel_bins=16,max_source_positions=16,max_target_positions=32";
-    pub const T5: &str = "vocab_size=128,d_model=32,d_kv=8,d_ff=64,num_layers=2,num_decoder_layers=2,num_heads=4";
+    pub const T5: &str =
+        "vocab_size=128,d_model=32,d_kv=8,d_ff=64,num_layers=2,num_decoder_layers=2,num_heads=4";
 }

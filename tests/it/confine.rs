@@ -10,7 +10,10 @@ use crate::common::*;
 
 /// A module that records that it ran, at `marker`, under a standard library module's name.
 fn planted(dir: &Path, name: &str, marker: &Path) {
-    let code = format!("open({:?}, 'a').write('{name} ran\\n')\nraise ImportError('planted')\n", marker.to_str().unwrap());
+    let code = format!(
+        "open({:?}, 'a').write('{name} ran\\n')\nraise ImportError('planted')\n",
+        marker.to_str().unwrap()
+    );
     std::fs::write(dir.join(format!("{name}.py")), code).unwrap();
 }
 
@@ -24,22 +27,48 @@ fn modules_in_the_current_folder_do_not_run_in_the_worker_or_the_version_probe()
     }
     // `hfx doctor` probes the versions; a run starts a worker (its model function does not exist: it fails after `hello`).
     let doctor = hfx_with_python(dir.path(), &["doctor"]);
-    assert!(!marker.exists(), "a planted module ran for `hfx doctor`: {}", std::fs::read_to_string(&marker).unwrap());
-    assert!(String::from_utf8_lossy(&doctor.stdout).contains("torch"), "{}", String::from_utf8_lossy(&doctor.stdout));
+    assert!(
+        !marker.exists(),
+        "a planted module ran for `hfx doctor`: {}",
+        std::fs::read_to_string(&marker).unwrap()
+    );
+    assert!(
+        String::from_utf8_lossy(&doctor.stdout).contains("torch"),
+        "{}",
+        String::from_utf8_lossy(&doctor.stdout)
+    );
     // The folder on PYTHONPATH too: its entries come after the standard library.
     let out = dir.path().join("m.pt2");
     let run = std::process::Command::new(env!("CARGO_BIN_EXE_hfx"))
-        .args(["run", "--backend", "dynamo", "--model-fn", "python:hfx_test_models:no_such_function", "-o", out.to_str().unwrap()])
+        .args([
+            "run",
+            "--backend",
+            "dynamo",
+            "--model-fn",
+            "python:hfx_test_models:no_such_function",
+            "-o",
+            out.to_str().unwrap(),
+        ])
         .args(["--python", python().to_str().unwrap()])
         .current_dir(dir.path())
-        .env("PYTHONPATH", std::env::join_paths([root().join("tests/python"), dir.path().to_path_buf()]).unwrap())
+        .env(
+            "PYTHONPATH",
+            std::env::join_paths([root().join("tests/python"), dir.path().to_path_buf()]).unwrap(),
+        )
         .env("HFX_CACHE_DIR", root().join("target/hfx-test-cache"))
         .output()
         .unwrap();
-    assert!(!marker.exists(), "a planted module ran in the worker: {}", std::fs::read_to_string(&marker).unwrap());
+    assert!(
+        !marker.exists(),
+        "a planted module ran in the worker: {}",
+        std::fs::read_to_string(&marker).unwrap()
+    );
     assert!(!run.status.success());
     let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(stderr.contains("no_such_function"), "the worker started and reached the model function: {stderr}");
+    assert!(
+        stderr.contains("no_such_function"),
+        "the worker started and reached the model function: {stderr}"
+    );
 }
 
 /// What the hostile model function tries; it raises naming every attempt
@@ -105,10 +134,12 @@ fn hostile_code_in_the_worker_cannot_write_read_connect_or_start_programs() {
     let outside = tempfile::tempdir().unwrap();
     let secret = outside.path().join("secret.txt");
     std::fs::write(&secret, "the victim's secret").unwrap();
-    let home = std::path::PathBuf::from(std::env::var_os("HOME").unwrap()).join(format!(".hfx-confine-escape-{}", std::process::id()));
+    let home = std::path::PathBuf::from(std::env::var_os("HOME").unwrap())
+        .join(format!(".hfx-confine-escape-{}", std::process::id()));
     let work = tempfile::tempdir().unwrap();
     let out = work.path().join("model.pt2");
-    let pythonpath = std::env::join_paths([root().join("tests/python"), modules.path().to_path_buf()]).unwrap();
+    let pythonpath =
+        std::env::join_paths([root().join("tests/python"), modules.path().to_path_buf()]).unwrap();
     // A file of the output's folder (a home folder's `.bashrc`), and a descriptor of
     // the secret hfx inherits without close-on-exec (`9<secret` in a shell).
     let beside = work.path().join(".bashrc");
@@ -118,7 +149,15 @@ fn hostile_code_in_the_worker_cannot_write_read_connect_or_start_programs() {
     // SAFETY: clears close-on-exec on a descriptor this test owns, as a shell's redirection leaves it.
     assert_eq!(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }, 0);
     let result = std::process::Command::new(env!("CARGO_BIN_EXE_hfx"))
-        .args(["run", "--backend", "dynamo", "--model-fn", "python:hfx_hostile_model:model", "-o", out.to_str().unwrap()])
+        .args([
+            "run",
+            "--backend",
+            "dynamo",
+            "--model-fn",
+            "python:hfx_hostile_model:model",
+            "-o",
+            out.to_str().unwrap(),
+        ])
         .args(["--python", python().to_str().unwrap()])
         .current_dir(work.path())
         .env("PYTHONPATH", pythonpath)
@@ -146,6 +185,14 @@ fn doctor_says_which_sandbox_protections_this_machine_has() {
     let dir = tempfile::tempdir().unwrap();
     let doctor = hfx_with_python(dir.path(), &["doctor"]);
     let stdout = String::from_utf8_lossy(&doctor.stdout);
-    let line = stdout.lines().find(|l| l.starts_with("sandbox")).unwrap_or_else(|| panic!("no sandbox line: {stdout}"));
-    assert!(line.contains("files on (Landlock ABI") && line.contains("network on (seccomp)") && line.contains("processes on (seccomp)"), "{line}");
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("sandbox"))
+        .unwrap_or_else(|| panic!("no sandbox line: {stdout}"));
+    assert!(
+        line.contains("files on (Landlock ABI")
+            && line.contains("network on (seccomp)")
+            && line.contains("processes on (seccomp)"),
+        "{line}"
+    );
 }

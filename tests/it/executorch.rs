@@ -28,8 +28,17 @@ const XNNPACK: &[&str] = &["--delegate", "xnnpack"];
 
 /// The arguments of `hfx run --backend executorch PROGRAM` to `out` (a
 /// `.pte` or a folder) with `extra` flags.
-fn export_args(program: &[&str], arch: &str, set: &str, out: &std::path::Path, extra: &[&str]) -> Vec<String> {
-    let mut args: Vec<String> = ["run", "--backend", "executorch", "--model", arch, "--set", set, "-o"].map(String::from).to_vec();
+fn export_args(
+    program: &[&str],
+    arch: &str,
+    set: &str,
+    out: &std::path::Path,
+    extra: &[&str],
+) -> Vec<String> {
+    let mut args: Vec<String> =
+        ["run", "--backend", "executorch", "--model", arch, "--set", set, "-o"]
+            .map(String::from)
+            .to_vec();
     args.push(out.display().to_string());
     args.extend(program.iter().chain(extra).map(|s| s.to_string()));
     args.extend(plugin_folders());
@@ -37,11 +46,22 @@ fn export_args(program: &[&str], arch: &str, set: &str, out: &std::path::Path, e
 }
 
 /// `hfx run --backend executorch PROGRAM` to `out` with `extra` flags; its stdout.
-fn export(dir: &std::path::Path, program: &[&str], arch: &str, set: &str, out: &std::path::Path, extra: &[&str]) -> String {
+fn export(
+    dir: &std::path::Path,
+    program: &[&str],
+    arch: &str,
+    set: &str,
+    out: &std::path::Path,
+    extra: &[&str],
+) -> String {
     let args = export_args(program, arch, set, out, extra);
     let result = hfx(dir, &args.iter().map(String::as_str).collect::<Vec<_>>());
     let stdout = String::from_utf8_lossy(&result.stdout).into_owned();
-    assert!(result.status.success(), "{arch} {program:?} {extra:?}: {}{stdout}", String::from_utf8_lossy(&result.stderr));
+    assert!(
+        result.status.success(),
+        "{arch} {program:?} {extra:?}: {}{stdout}",
+        String::from_utf8_lossy(&result.stderr)
+    );
     stdout
 }
 
@@ -67,22 +87,47 @@ fn runs_in_the_executorch_runtime(arch: &str, set: &str, task: Option<&str>) {
             let stdout = export(dir.path(), program, arch, set, &out, &flags);
             if program == PORTABLE {
                 // Emitted by the host: the edge decomposition, then hfx's own lowering and memory plan.
-                assert!(stdout.contains("stage edge-decompose") && stdout.contains("stage pte-emit") && stdout.contains("planned arena"), "{what}: {stdout}");
+                assert!(
+                    stdout.contains("stage edge-decompose")
+                        && stdout.contains("stage pte-emit")
+                        && stdout.contains("planned arena"),
+                    "{what}: {stdout}"
+                );
             } else {
-                assert!(stdout.contains("stage lower") && stdout.contains("delegated") && stdout.contains("replayed"), "{what}: {stdout}");
+                assert!(
+                    stdout.contains("stage lower")
+                        && stdout.contains("delegated")
+                        && stdout.contains("replayed"),
+                    "{what}: {stdout}"
+                );
                 // Every architecture here leaves the third edge retrace nothing to decompose.
-                assert!(!stdout.contains("; 0 retrace(s) that change nothing skipped") && stdout.contains("retrace(s) that change nothing skipped"), "{what}: {stdout}");
+                assert!(
+                    !stdout.contains("; 0 retrace(s) that change nothing skipped")
+                        && stdout.contains("retrace(s) that change nothing skipped"),
+                    "{what}: {stdout}"
+                );
             }
-            assert_eq!(stdout.matches("verify inputs").count(), if dynamic { 2 } else { 1 }, "{what}: {stdout}");
+            assert_eq!(
+                stdout.matches("verify inputs").count(),
+                if dynamic { 2 } else { 1 },
+                "{what}: {stdout}"
+            );
             assert!(!stdout.contains("MISMATCH"), "{what}: {stdout}");
             // A .pte: the flatbuffer's identifier at bytes 4..8.
             let bytes = std::fs::read(&out).unwrap();
             assert_eq!(&bytes[4..8], b"ET12", "{what}: not an ExecuTorch program");
             if dynamic {
-                assert!(stdout.contains("executorch-fix-range-constraints") && stdout.contains("changed     1"), "{what}: {stdout}");
+                assert!(
+                    stdout.contains("executorch-fix-range-constraints")
+                        && stdout.contains("changed     1"),
+                    "{what}: {stdout}"
+                );
                 if program == PORTABLE {
                     // The provenance named-data entry, read back by ExecuTorch's own deserializer.
-                    run_python("check_pte_provenance.py", &[out.to_str().unwrap(), "executorch-fix-range-constraints"]);
+                    run_python(
+                        "check_pte_provenance.py",
+                        &[out.to_str().unwrap(), "executorch-fix-range-constraints"],
+                    );
                 }
             }
         }
@@ -114,7 +159,12 @@ architecture!(phi3_runs_in_the_executorch_runtime, "phi3", PHI3);
 architecture!(gpt2_runs_in_the_executorch_runtime, "gpt2", GPT2);
 architecture!(bert_runs_in_the_executorch_runtime, "bert", BERT);
 architecture!(vit_runs_in_the_executorch_runtime, "vit", VIT);
-architecture!(whisper_encoder_runs_in_the_executorch_runtime, "whisper", WHISPER, Some("WhisperEncoder"));
+architecture!(
+    whisper_encoder_runs_in_the_executorch_runtime,
+    "whisper",
+    WHISPER,
+    Some("WhisperEncoder")
+);
 architecture!(qwen3_moe_runs_in_the_executorch_runtime, "qwen3_moe", QWEN3_MOE);
 
 /// `-o DIR` writes the reference's ExecuTorch folder (`model.pte`,
@@ -130,7 +180,9 @@ fn an_executorch_export_folder_loads_in_the_reference_runtime() {
         for file in ["model.pte", "export.json", "config.json"] {
             assert!(folder.join(file).exists(), "{name}: no {file}");
         }
-        let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(folder.join("export.json")).unwrap()).unwrap();
+        let manifest: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(folder.join("export.json")).unwrap())
+                .unwrap();
         assert_eq!(manifest["export_format"], "executorch");
         let metadata = &manifest["components"]["model"]["metadata"];
         assert_eq!(metadata["export_config"]["backend"], name);
@@ -138,11 +190,20 @@ fn an_executorch_export_folder_loads_in_the_reference_runtime() {
         // Provenance: hfx's version and the plugins that served the backend, with their hashes.
         assert_eq!(metadata["hfx"]["version"], env!("CARGO_PKG_VERSION"));
         let plugins = metadata["hfx"]["plugins"].as_array().unwrap();
-        let range_fix = plugins.iter().find(|p| p["name"] == "executorch-fix-range-constraints").unwrap_or_else(|| panic!("{metadata}"));
+        let range_fix = plugins
+            .iter()
+            .find(|p| p["name"] == "executorch-fix-range-constraints")
+            .unwrap_or_else(|| panic!("{metadata}"));
         assert_eq!(range_fix["sha256"].as_str().map(str::len), Some(64), "{metadata}");
-        assert!(!plugins.iter().any(|p| p["name"] == "onnx-fix-alias"), "an ONNX-only plugin listed for ExecuTorch: {metadata}");
+        assert!(
+            !plugins.iter().any(|p| p["name"] == "onnx-fix-alias"),
+            "an ONNX-only plugin listed for ExecuTorch: {metadata}"
+        );
         let reference = folder.join("model.reference.pt");
-        run_python("check_folder.py", &[folder.to_str().unwrap(), reference.to_str().unwrap(), "1e-3"]);
+        run_python(
+            "check_folder.py",
+            &[folder.to_str().unwrap(), reference.to_str().unwrap(), "1e-3"],
+        );
     }
     assert_no_scratch_left(dir.path());
 }
@@ -161,11 +222,25 @@ fn a_third_party_fx_fix_changes_the_executorch_program() {
         let fixed = dir.path().join(format!("fixed-{name}.pte"));
         let stdout = export(dir.path(), program, "llama", LLAMA, &plain, &["--verify"]);
         assert!(!stdout.contains("test-executorch-silu-as-sigmoid"), "{stdout}");
-        let stdout = export(dir.path(), program, "llama", LLAMA, &fixed, &["--verify", "--plugins", &plugin]);
-        let line = stdout.lines().find(|l| l.contains("test-executorch-silu-as-sigmoid")).unwrap_or_else(|| panic!("{stdout}"));
+        let stdout = export(
+            dir.path(),
+            program,
+            "llama",
+            LLAMA,
+            &fixed,
+            &["--verify", "--plugins", &plugin],
+        );
+        let line = stdout
+            .lines()
+            .find(|l| l.contains("test-executorch-silu-as-sigmoid"))
+            .unwrap_or_else(|| panic!("{stdout}"));
         assert!(line.contains("changed     2"), "{name}: one silu per layer: {line}");
         assert!(!stdout.contains("MISMATCH"), "{stdout}");
-        assert_ne!(std::fs::read(&plain).unwrap(), std::fs::read(&fixed).unwrap(), "{name}: the fix did not reach the program");
+        assert_ne!(
+            std::fs::read(&plain).unwrap(),
+            std::fs::read(&fixed).unwrap(),
+            "{name}: the fix did not reach the program"
+        );
     }
 }
 
@@ -179,7 +254,19 @@ fn sizes_used_as_tensors_follow_the_input_in_the_portable_program() {
     let out = dir.path().join("m.pte");
     let plugins = root().join("plugins").display().to_string();
     let model = "hfx_test_models:adds_its_length";
-    let args = ["run", "--backend", "executorch", "--model-fn", &format!("python:{model}"), "--dynamic", "--verify", "--plugins", &plugins, "-o", out.to_str().unwrap()];
+    let args = [
+        "run",
+        "--backend",
+        "executorch",
+        "--model-fn",
+        &format!("python:{model}"),
+        "--dynamic",
+        "--verify",
+        "--plugins",
+        &plugins,
+        "-o",
+        out.to_str().unwrap(),
+    ];
     let result = hfx(dir.path(), &args);
     let stdout = String::from_utf8_lossy(&result.stdout);
     assert!(result.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&result.stderr));
@@ -198,8 +285,14 @@ fn sizes_used_as_tensors_follow_the_input_in_the_portable_program() {
 /// conditions see what a retrace would change.
 #[test]
 fn the_lowering_shortcuts_give_executorchs_own_bytes() {
-    run_python("check_lowering_shortcuts.py", &["llama", &overrides_json(LLAMA), "dynamic", "5", "4"]);
-    run_python("check_lowering_shortcuts.py", &["llama", &overrides_json(LLAMA), "static", "2", "4"]);
+    run_python(
+        "check_lowering_shortcuts.py",
+        &["llama", &overrides_json(LLAMA), "dynamic", "5", "4"],
+    );
+    run_python(
+        "check_lowering_shortcuts.py",
+        &["llama", &overrides_json(LLAMA), "static", "2", "4"],
+    );
     run_python("check_lowering_shortcuts.py", &["vit", &overrides_json(VIT), "static", "1", "4"]);
 }
 
@@ -214,11 +307,24 @@ fn what_cannot_be_emitted_is_refused_in_one_line() {
     let llama = ["--model", "llama", "--set", LLAMA];
     for (args, expected) in [
         (
-            &["--backend", "executorch", "--model-fn", "python:hfx_test_models:sorts", "--plugins", &plugins][..],
+            &[
+                "--backend",
+                "executorch",
+                "--model-fn",
+                "python:hfx_test_models:sorts",
+                "--plugins",
+                &plugins,
+            ][..],
             "`aten.sort.default` has no kernel in ExecuTorch's portable runtime",
         ),
-        (&[&llama[..], &["--backend", "onnx", "--delegate", "xnnpack"]].concat()[..], "--delegate xnnpack is an ExecuTorch delegate"),
-        (&[&llama[..], &["--backend", "onnx"]].concat()[..], "a .pte output needs an ExecuTorch backend"),
+        (
+            &[&llama[..], &["--backend", "onnx", "--delegate", "xnnpack"]].concat()[..],
+            "--delegate xnnpack is an ExecuTorch delegate",
+        ),
+        (
+            &[&llama[..], &["--backend", "onnx"]].concat()[..],
+            "a .pte output needs an ExecuTorch backend",
+        ),
     ] {
         let mut all = vec!["run", "-o", out.to_str().unwrap()];
         all.extend(args);

@@ -44,7 +44,8 @@ fn traced(name: &str, dynamic: bool) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(format!("{name}.pt2"));
     let model = format!("python:executorch_fx_patterns:{name}");
-    let mut args = vec!["run", "--backend", "dynamo", "--model-fn", &model, "-o", path.to_str().unwrap()];
+    let mut args =
+        vec!["run", "--backend", "dynamo", "--model-fn", &model, "-o", path.to_str().unwrap()];
     if dynamic {
         args.push("--dynamic");
     }
@@ -89,11 +90,26 @@ fn lowers_with(trace: &Path, program: Program, plugin: &str, others: &[&str], ch
     let plugins: Vec<&str> = others.iter().copied().chain([plugin]).collect();
     let result = export(trace, program, &plugins, &out);
     let stdout = String::from_utf8_lossy(&result.stdout);
-    assert!(result.status.success(), "{program:?} with {plugin}: {}{stdout}", String::from_utf8_lossy(&result.stderr));
+    assert!(
+        result.status.success(),
+        "{program:?} with {plugin}: {}{stdout}",
+        String::from_utf8_lossy(&result.stderr)
+    );
     let name = format!("executorch-{}", Path::new(plugin).file_name().unwrap().to_string_lossy());
-    assert_eq!(changed_by(&stdout, &name), Some(changed), "{program:?}: what {name} changed:\n{stdout}");
-    assert!(stdout.contains("verify inputs") && !stdout.contains("MISMATCH"), "{program:?}: {stdout}");
-    assert_eq!(&std::fs::read(&out).unwrap()[4..8], b"ET12", "{program:?}: not an ExecuTorch program");
+    assert_eq!(
+        changed_by(&stdout, &name),
+        Some(changed),
+        "{program:?}: what {name} changed:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("verify inputs") && !stdout.contains("MISMATCH"),
+        "{program:?}: {stdout}"
+    );
+    assert_eq!(
+        &std::fs::read(&out).unwrap()[4..8],
+        b"ET12",
+        "{program:?}: not an ExecuTorch program"
+    );
     assert_no_scratch_left(dir.path());
 }
 
@@ -104,8 +120,14 @@ fn fails_without(trace: &Path, program: Program, others: &[&str], reason: &str) 
     let out = dir.path().join("unfixed.pte");
     let result = export(trace, program, others, &out);
     let stderr = String::from_utf8_lossy(&result.stderr);
-    assert!(!result.status.success(), "{program:?}: lowers without the fix, so its test proves nothing");
-    assert!(stderr.contains(reason), "{program:?}: fails without the fix, but not for `{reason}`:\n{stderr}");
+    assert!(
+        !result.status.success(),
+        "{program:?}: lowers without the fix, so its test proves nothing"
+    );
+    assert!(
+        stderr.contains(reason),
+        "{program:?}: fails without the fix, but not for `{reason}`:\n{stderr}"
+    );
     assert!(!out.exists(), "{program:?}: wrote {}", out.display());
 }
 
@@ -135,7 +157,12 @@ fn python_sym_functions_become_executorch_sym_ops() {
 fn a_clone_of_a_transposed_buffer_is_made_contiguous() {
     let trace = traced("clone_of_transposed_buffer", false);
     lowers_with(&trace, Program::Xnnpack, "plugins/executorch/fix-clone-memory-format", &[], 1);
-    fails_without(&trace, Program::Xnnpack, &[], "Failed to map a given dim_order: [1, 0, 2, 3] to a torch.memory_format");
+    fails_without(
+        &trace,
+        Program::Xnnpack,
+        &[],
+        "Failed to map a given dim_order: [1, 0, 2, 3] to a torch.memory_format",
+    );
 }
 
 /// `size ** 2` (seamless_m4t) becomes `size * size`: neither program has a
@@ -146,8 +173,18 @@ fn a_size_squared_becomes_a_product_in_both_programs() {
     let plugin = "plugins/executorch/fix-sym-pow-as-mul";
     lowers_with(&trace, Program::Portable, plugin, &[RANGES], 1);
     lowers_with(&trace, Program::Xnnpack, plugin, &[RANGES], 1);
-    fails_without(&trace, Program::Portable, &[RANGES], "`_operator.pow` has no kernel in ExecuTorch's portable runtime");
-    fails_without(&trace, Program::Xnnpack, &[RANGES], "invalid target for call_function <built-in function pow>");
+    fails_without(
+        &trace,
+        Program::Portable,
+        &[RANGES],
+        "`_operator.pow` has no kernel in ExecuTorch's portable runtime",
+    );
+    fails_without(
+        &trace,
+        Program::Xnnpack,
+        &[RANGES],
+        "invalid target for call_function <built-in function pow>",
+    );
 }
 
 /// VideoMAE's `hidden_states[:, -return_token_num:]` with a count from a
@@ -166,26 +203,56 @@ fn a_data_dependent_negative_slice_start_becomes_size_plus_start() {
     let trace = traced("tail_of_masked_tokens", false);
     let plugin = "plugins/executorch/fix-negative-slice-start";
     let slice_start = |program: &schema::ExportedProgram| -> schema::Argument {
-        let slice = program.graph_module.graph.nodes.iter().find(|n| n.target == "torch.ops.aten.slice.Tensor").expect("the trace slices");
+        let slice = program
+            .graph_module
+            .graph
+            .nodes
+            .iter()
+            .find(|n| n.target == "torch.ops.aten.slice.Tensor")
+            .expect("the trace slices");
         slice.inputs.iter().find(|a| a.name == "start").expect("the slice has a start").arg.clone()
     };
     let original = Pt2::open(&trace).unwrap();
-    assert!(matches!(slice_start(&original.programs["model"]), schema::Argument::AsSymInt(_)), "the trace holds the pattern");
+    assert!(
+        matches!(slice_start(&original.programs["model"]), schema::Argument::AsSymInt(_)),
+        "the trace holds the pattern"
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let fixed = dir.path().join("fixed.pt2");
     let result = export(&trace, Program::Xnnpack, &[plugin], &fixed);
     assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
-    assert_eq!(changed_by(&String::from_utf8_lossy(&result.stdout), "executorch-fix-negative-slice-start"), Some(1));
-    assert_eq!(slice_start(&Pt2::open(&fixed).unwrap().programs["model"]), schema::Argument::AsInt(6));
-    run_python("executorch_fx_patterns.py", &["compare", "tail_of_masked_tokens", fixed.to_str().unwrap()]);
+    assert_eq!(
+        changed_by(&String::from_utf8_lossy(&result.stdout), "executorch-fix-negative-slice-start"),
+        Some(1)
+    );
+    assert_eq!(
+        slice_start(&Pt2::open(&fixed).unwrap().programs["model"]),
+        schema::Argument::AsInt(6)
+    );
+    run_python(
+        "executorch_fx_patterns.py",
+        &["compare", "tail_of_masked_tokens", fixed.to_str().unwrap()],
+    );
 
-    fails_without(&trace, Program::Xnnpack, &[], "Could not guard on data-dependent expression -((u");
+    fails_without(
+        &trace,
+        Program::Xnnpack,
+        &[],
+        "Could not guard on data-dependent expression -((u",
+    );
     let out = dir.path().join("fixed.pte");
     let result = export(&trace, Program::Xnnpack, &[plugin], &out);
     let stderr = String::from_utf8_lossy(&result.stderr);
-    assert!(!result.status.success() && !stderr.contains("Could not guard on data-dependent expression"), "{stderr}");
-    assert!(stderr.contains("should have been constant, but got (u"), "the lowering now stops elsewhere: {stderr}");
+    assert!(
+        !result.status.success()
+            && !stderr.contains("Could not guard on data-dependent expression"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("should have been constant, but got (u"),
+        "the lowering now stops elsewhere: {stderr}"
+    );
 }
 
 /// Why there is no `fix-missing-placeholder-vals`: ExecuTorch always gets the
@@ -201,7 +268,16 @@ fn every_state_placeholder_of_a_written_program_has_its_tensor() {
     let written = dir.path().join("written.pt2");
     let result = export(&trace, Program::Xnnpack, &["plugins/executorch/fix-amax-dim"], &written);
     assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
-    assert_eq!(changed_by(&String::from_utf8_lossy(&result.stdout), "executorch-fix-amax-dim"), Some(1), "hfx wrote the program itself");
-    let placeholders = try_python("executorch_fx_patterns.py", &["placeholders", written.to_str().unwrap()]).unwrap();
-    assert!(placeholders.starts_with("4 state placeholder(s) with tensor values"), "{placeholders}");
+    assert_eq!(
+        changed_by(&String::from_utf8_lossy(&result.stdout), "executorch-fix-amax-dim"),
+        Some(1),
+        "hfx wrote the program itself"
+    );
+    let placeholders =
+        try_python("executorch_fx_patterns.py", &["placeholders", written.to_str().unwrap()])
+            .unwrap();
+    assert!(
+        placeholders.starts_with("4 state placeholder(s) with tensor values"),
+        "{placeholders}"
+    );
 }

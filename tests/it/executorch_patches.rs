@@ -44,10 +44,20 @@ impl Export {
 /// `hfx run --backend executorch` of `executorch_patch_patterns.PATTERN` as
 /// `program` to `DIR/NAME.pte` with `--verify`, `extra` flags and the plugin
 /// folders `plugins` (relative to the repository) and no others.
-fn export(dir: &Path, name: &str, pattern: &str, program: Program, plugins: &[&str], extra: &[&str]) -> Export {
+fn export(
+    dir: &Path,
+    name: &str,
+    pattern: &str,
+    program: Program,
+    plugins: &[&str],
+    extra: &[&str],
+) -> Export {
     let pte = dir.join(format!("{name}.pte"));
     let model = format!("python:executorch_patch_patterns:{pattern}");
-    let mut args: Vec<String> = ["run", "--backend", "executorch", "--model-fn", &model, "--verify", "-o"].map(String::from).to_vec();
+    let mut args: Vec<String> =
+        ["run", "--backend", "executorch", "--model-fn", &model, "--verify", "-o"]
+            .map(String::from)
+            .to_vec();
     args.push(pte.display().to_string());
     if program == Program::Xnnpack {
         args.extend(["--delegate".into(), "xnnpack".into()]);
@@ -105,15 +115,29 @@ fn verified_with(export: &Export, plugin: &str, what: &str) {
     assert!(export.output.status.success(), "{what}: {}{stdout}", export.stderr());
     assert!(answered(&stdout, plugin) > 0, "{what}: {plugin} answered no call:\n{stdout}");
     assert!(stdout.contains("verify inputs") && !stdout.contains("MISMATCH"), "{what}: {stdout}");
-    assert_eq!(&std::fs::read(&export.pte).unwrap()[4..8], b"ET12", "{what}: not an ExecuTorch program");
-    eprintln!("{what}: {plugin} answered {} call(s); max abs error {:.1e} against eager", answered(&stdout, plugin), max_abs_error(&stdout));
+    assert_eq!(
+        &std::fs::read(&export.pte).unwrap()[4..8],
+        b"ET12",
+        "{what}: not an ExecuTorch program"
+    );
+    eprintln!(
+        "{what}: {plugin} answered {} call(s); max abs error {:.1e} against eager",
+        answered(&stdout, plugin),
+        max_abs_error(&stdout)
+    );
 }
 
 /// The negative control fails for `reason` and writes nothing.
 fn fails(export: &Export, reason: &str, what: &str) {
     let stderr = export.stderr();
-    assert!(!export.output.status.success(), "{what}: exports without the plugin, so its test proves nothing");
-    assert!(stderr.contains(reason), "{what}: fails without the plugin, but not for `{reason}`:\n{stderr}");
+    assert!(
+        !export.output.status.success(),
+        "{what}: exports without the plugin, so its test proves nothing"
+    );
+    assert!(
+        stderr.contains(reason),
+        "{what}: fails without the plugin, but not for `{reason}`:\n{stderr}"
+    );
     assert!(!export.pte.exists(), "{what}: wrote {}", export.pte.display());
 }
 
@@ -143,7 +167,8 @@ const SDPA: &str = "plugins/executorch/patch-sdpa-contiguous";
 fn adaptive_avg_pool2d_runs_in_xnnpack() {
     let dir = tempfile::tempdir().unwrap();
     let plugin = "executorch-patch-adaptive-avg-pool2d";
-    let with = export(dir.path(), "with", "adaptive_pools", Program::Xnnpack, &[ADAPTIVE_POOL], &[]);
+    let with =
+        export(dir.path(), "with", "adaptive_pools", Program::Xnnpack, &[ADAPTIVE_POOL], &[]);
     verified_with(&with, plugin, "xnnpack");
     assert_eq!(portable_kernel_calls(&with.stdout()), 0, "{}", with.stdout());
     assert!(!names_operator(&with.pte, "aten::_adaptive_avg_pool2d"));
@@ -153,9 +178,19 @@ fn adaptive_avg_pool2d_runs_in_xnnpack() {
     assert_eq!(portable_kernel_calls(&stdout), 3, "one portable kernel per pool: {stdout}");
     assert!(names_operator(&without.pte, "aten::_adaptive_avg_pool2d"));
 
-    let dynamic = export(dir.path(), "dynamic", "adaptive_pools", Program::Xnnpack, &[ADAPTIVE_POOL], &["--dynamic"]);
+    let dynamic = export(
+        dir.path(),
+        "dynamic",
+        "adaptive_pools",
+        Program::Xnnpack,
+        &[ADAPTIVE_POOL],
+        &["--dynamic"],
+    );
     verified_with(&dynamic, plugin, "xnnpack --dynamic");
-    assert!(names_operator(&dynamic.pte, "aten::_adaptive_avg_pool2d"), "a symbolic size keeps the original");
+    assert!(
+        names_operator(&dynamic.pte, "aten::_adaptive_avg_pool2d"),
+        "a symbolic size keeps the original"
+    );
     assert_no_scratch_left(dir.path());
 }
 
@@ -168,13 +203,30 @@ fn cummax_and_cummin_become_masked_reductions_in_both_programs() {
     let dir = tempfile::tempdir().unwrap();
     let plugin = "onnx-patch-cumulative-extremum";
     for (program, name) in [(Program::Portable, "portable"), (Program::Xnnpack, "xnnpack")] {
-        let with = export(dir.path(), &format!("with-{name}"), "cumulative_extremum", program, &[CUMULATIVE], &[]);
+        let with = export(
+            dir.path(),
+            &format!("with-{name}"),
+            "cumulative_extremum",
+            program,
+            &[CUMULATIVE],
+            &[],
+        );
         verified_with(&with, plugin, name);
-        assert!(!names_operator(&with.pte, "aten::cummax") && !names_operator(&with.pte, "aten::cummin"), "{name}");
+        assert!(
+            !names_operator(&with.pte, "aten::cummax")
+                && !names_operator(&with.pte, "aten::cummin"),
+            "{name}"
+        );
     }
-    let without = export(dir.path(), "without-portable", "cumulative_extremum", Program::Portable, &[], &[]);
-    fails(&without, "`aten.cummax.default` has no kernel in ExecuTorch's portable runtime", "portable");
-    let without = export(dir.path(), "without-xnnpack", "cumulative_extremum", Program::Xnnpack, &[], &[]);
+    let without =
+        export(dir.path(), "without-portable", "cumulative_extremum", Program::Portable, &[], &[]);
+    fails(
+        &without,
+        "`aten.cummax.default` has no kernel in ExecuTorch's portable runtime",
+        "portable",
+    );
+    let without =
+        export(dir.path(), "without-xnnpack", "cumulative_extremum", Program::Xnnpack, &[], &[]);
     fails(&without, "Failed to load method forward, error: 0x:14", "xnnpack");
     assert_no_scratch_left(dir.path());
 }
@@ -190,15 +242,26 @@ fn bernoulli_becomes_a_comparison_with_rand_in_both_programs() {
     let dir = tempfile::tempdir().unwrap();
     let plugin = "executorch-patch-bernoulli";
     for (program, name) in [(Program::Portable, "portable"), (Program::Xnnpack, "xnnpack")] {
-        let with = export(dir.path(), &format!("with-{name}"), "bernoulli", program, &[BERNOULLI], &[]);
+        let with =
+            export(dir.path(), &format!("with-{name}"), "bernoulli", program, &[BERNOULLI], &[]);
         verified_with(&with, plugin, name);
-        assert!(names_operator(&with.pte, "aten::rand") && names_operator(&with.pte, "aten::lt"), "{name}");
+        assert!(
+            names_operator(&with.pte, "aten::rand") && names_operator(&with.pte, "aten::lt"),
+            "{name}"
+        );
         assert!(!names_operator(&with.pte, "aten::bernoulli"), "{name}");
-        let draws = try_python("executorch_patch_patterns.py", &["bernoulli-draws", with.pte.to_str().unwrap()]);
+        let draws = try_python(
+            "executorch_patch_patterns.py",
+            &["bernoulli-draws", with.pte.to_str().unwrap()],
+        );
         eprintln!("{name}: {}", draws.unwrap_or_else(|e| panic!("{name}: {e}")).trim());
     }
     let without = export(dir.path(), "without-portable", "bernoulli", Program::Portable, &[], &[]);
-    fails(&without, "`aten.bernoulli.p` has no kernel in ExecuTorch's portable runtime", "portable");
+    fails(
+        &without,
+        "`aten.bernoulli.p` has no kernel in ExecuTorch's portable runtime",
+        "portable",
+    );
     let without = export(dir.path(), "without-xnnpack", "bernoulli", Program::Xnnpack, &[], &[]);
     fails(&without, "aten.bernoulli", "xnnpack");
     assert!(without.stderr().contains("SpecViolationError"), "{}", without.stderr());
@@ -220,7 +283,11 @@ fn an_expand_that_broadcasts_is_cloned_to_contiguous() {
     let without = export(dir.path(), "without-portable", "expands", Program::Portable, &[], &[]);
     let stdout = verified_without(&without, "portable without the plugin");
     assert!(!names_operator(&without.pte, "dim_order_ops::_clone_dim_order"));
-    assert_eq!(portable_kernel_calls(&with.stdout()), portable_kernel_calls(&stdout) + 2, "a clone per broadcasting expand");
+    assert_eq!(
+        portable_kernel_calls(&with.stdout()),
+        portable_kernel_calls(&stdout) + 2,
+        "a clone per broadcasting expand"
+    );
 
     let with = export(dir.path(), "with-xnnpack", "expands", Program::Xnnpack, &[EXPAND], &[]);
     verified_with(&with, plugin, "xnnpack");
@@ -240,7 +307,10 @@ fn detach_leaves_the_xnnpack_program() {
 
     let without = export(dir.path(), "without", "detaches", Program::Xnnpack, &[], &[]);
     let stdout = verified_without(&without, "xnnpack without the plugin");
-    assert!(portable_kernel_calls(&stdout) > 0 && names_operator(&without.pte, "aten::alias_copy"), "{stdout}");
+    assert!(
+        portable_kernel_calls(&stdout) > 0 && names_operator(&without.pte, "aten::alias_copy"),
+        "{stdout}"
+    );
     assert_no_scratch_left(dir.path());
 }
 
@@ -255,12 +325,26 @@ fn attention_over_a_data_dependent_batch_is_computed_eagerly() {
     let dir = tempfile::tempdir().unwrap();
     let plugin = "executorch-patch-sdpa-contiguous";
     for (program, name) in [(Program::Portable, "portable"), (Program::Xnnpack, "xnnpack")] {
-        let with = export(dir.path(), &format!("with-{name}"), "data_dependent_attention", program, &[SDPA], &[]);
+        let with = export(
+            dir.path(),
+            &format!("with-{name}"),
+            "data_dependent_attention",
+            program,
+            &[SDPA],
+            &[],
+        );
         // The effect on the portable program (which copes with SDPA here too)
         // is in the trace: the plugin's self-test has SDPA gone from it.
         verified_with(&with, plugin, name);
     }
-    let without = export(dir.path(), "without-xnnpack", "data_dependent_attention", Program::Xnnpack, &[], &[]);
+    let without = export(
+        dir.path(),
+        "without-xnnpack",
+        "data_dependent_attention",
+        Program::Xnnpack,
+        &[],
+        &[],
+    );
     fails(&without, "GuardOnDataDependentSymNode", "xnnpack");
     assert_no_scratch_left(dir.path());
 }

@@ -17,7 +17,8 @@ use crate::common::*;
 const WHISPER_GENERATES: &str = "vocab_size=128,d_model=32,encoder_layers=2,decoder_layers=2,encoder_attention_heads=4,decoder_attention_heads=4,encoder_ffn_dim=64,decoder_ffn_dim=64,num_mel_bins=16,max_source_positions=16,max_target_positions=32,pad_token_id=1,bos_token_id=1,eos_token_id=2,decoder_start_token_id=1";
 const T5_GENERATES: &str = "vocab_size=128,d_model=32,d_kv=8,d_ff=64,num_layers=2,num_decoder_layers=2,num_heads=4,decoder_start_token_id=0";
 /// A state-space model: its cache is convolution and recurrent state, not keys and values.
-const MAMBA: &str = "vocab_size=128,hidden_size=32,num_hidden_layers=2,state_size=8,expand=2,conv_kernel=4";
+const MAMBA: &str =
+    "vocab_size=128,hidden_size=32,num_hidden_layers=2,state_size=8,expand=2,conv_kernel=4";
 /// A Gemma 2 whose sliding window (4) the prompt (8) and the 8 new tokens pass.
 const GEMMA2: &str = "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,head_dim=8,max_position_embeddings=64,sliding_window=4";
 
@@ -37,7 +38,11 @@ fn generate_model(backend: &str, model: &[&str], dir: &Path, extra: &[&str]) -> 
     args.extend(extra);
     let result = hfx(dir.parent().unwrap(), &args);
     let stdout = String::from_utf8_lossy(&result.stdout).to_string();
-    assert!(result.status.success(), "{backend} {model:?} {extra:?}: {}\n{stdout}", String::from_utf8_lossy(&result.stderr));
+    assert!(
+        result.status.success(),
+        "{backend} {model:?} {extra:?}: {}\n{stdout}",
+        String::from_utf8_lossy(&result.stderr)
+    );
     stdout
 }
 
@@ -48,9 +53,16 @@ fn exports(backend: &str, arch: &str, set: &str, extra: &[&str]) {
     let stdout = generate(backend, arch, set, &dir, extra);
     assert!(stdout.contains("generate 8 greedy token(s) x 2 row(s): identical to eager `generate` (component calls: prefill 1, decode 7;"), "{stdout}");
     assert!(!stdout.contains("MISMATCH"), "{stdout}");
-    assert!(stdout.contains("component prefill") && stdout.contains("component decode"), "{stdout}");
+    assert!(
+        stdout.contains("component prefill") && stdout.contains("component decode"),
+        "{stdout}"
+    );
     let extension = if backend == "onnx" { "onnx" } else { "pt2" };
-    for file in ["config.json", "generation_config.json", "export.json"].map(String::from).into_iter().chain(["prefill", "decode"].map(|c| format!("{c}.{extension}"))) {
+    for file in ["config.json", "generation_config.json", "export.json"]
+        .map(String::from)
+        .into_iter()
+        .chain(["prefill", "decode"].map(|c| format!("{c}.{extension}")))
+    {
         assert!(dir.join(&file).is_file(), "{file} missing from the folder");
     }
     assert!(!dir.join(format!("model.{extension}")).exists());
@@ -77,7 +89,13 @@ generation!(qwen3_generates_through_onnx_components, "onnx", "qwen3", QWEN3);
 generation!(qwen3_generates_through_pt2_components, "dynamo", "qwen3", QWEN3);
 generation!(gemma2_sliding_window_generates_through_onnx_components, "onnx", "gemma2", GEMMA2);
 generation!(gemma2_sliding_window_generates_through_pt2_components, "dynamo", "gemma2", GEMMA2);
-generation!(a_multi_token_decode_generates_through_onnx_components, "onnx", "llama", LLAMA, "--multi-token-decode");
+generation!(
+    a_multi_token_decode_generates_through_onnx_components,
+    "onnx",
+    "llama",
+    LLAMA,
+    "--multi-token-decode"
+);
 // Encoder-decoders: `prefill` runs the encoder and the first decoder step, `decode` takes its outputs and the cache.
 generation!(t5_generates_through_onnx_components, "onnx", "t5", T5_GENERATES);
 generation!(t5_generates_through_pt2_components, "dynamo", "t5", T5_GENERATES);
@@ -95,9 +113,15 @@ fn multimodal(backend: &str, function: &str, encoder: &str) {
     let spec = format!("python:generation_models:{function}");
     let stdout = generate_model(backend, &["--model-fn", &spec], &dir, &["--dynamic"]);
     let calls = format!("(component calls: {encoder} 1, multi_modal_projector 1, language_model 1, lm_head 1, decode 7;");
-    assert!(stdout.contains("identical to eager `generate`") && stdout.contains(&calls), "{stdout}");
+    assert!(
+        stdout.contains("identical to eager `generate`") && stdout.contains(&calls),
+        "{stdout}"
+    );
     let tolerance = if backend == "onnx" { "1e-3" } else { "1e-4" };
-    run_python("check_generation_folder.py", &[dir.to_str().unwrap(), tolerance, "--model-fn", &format!("generation_models:{function}")]);
+    run_python(
+        "check_generation_folder.py",
+        &[dir.to_str().unwrap(), tolerance, "--model-fn", &format!("generation_models:{function}")],
+    );
     assert_no_scratch_left(root_dir.path());
 }
 
@@ -121,11 +145,24 @@ fn a_static_cache_generates_through_onnx_and_pt2_components() {
     for backend in ["onnx", "dynamo"] {
         let root_dir = tempfile::tempdir().unwrap();
         let dir = root_dir.path().join("exported");
-        let stdout = generate(backend, "llama", LLAMA, &dir, &["--cache", "static", "--max-cache-len", "24"]);
+        let stdout = generate(
+            backend,
+            "llama",
+            LLAMA,
+            &dir,
+            &["--cache", "static", "--max-cache-len", "24"],
+        );
         assert!(stdout.contains("identical to eager `generate`"), "{stdout}");
         let config = std::fs::read_to_string(dir.join("generation_config.json")).unwrap();
-        assert!(config.contains("\"cache_implementation\": \"static\"") && config.contains("\"max_cache_len\": 24"), "{config}");
-        run_python("check_generation_folder.py", &[dir.to_str().unwrap(), if backend == "onnx" { "1e-3" } else { "1e-4" }]);
+        assert!(
+            config.contains("\"cache_implementation\": \"static\"")
+                && config.contains("\"max_cache_len\": 24"),
+            "{config}"
+        );
+        run_python(
+            "check_generation_folder.py",
+            &[dir.to_str().unwrap(), if backend == "onnx" { "1e-3" } else { "1e-4" }],
+        );
     }
 }
 
@@ -139,12 +176,24 @@ fn a_static_cache_with_dynamic_shapes_generates_in_every_runtime() {
     let root_dir = tempfile::tempdir().unwrap();
     for backend in ["onnx", "dynamo", "executorch"] {
         let dir = root_dir.path().join(backend);
-        let stdout = generate(backend, "llama", LLAMA, &dir, &["--cache", "static", "--max-cache-len", "24", "--dynamic"]);
-        assert!(stdout.contains("identical to eager `generate` (component calls: prefill 1, decode 7;"), "{backend}: {stdout}");
+        let stdout = generate(
+            backend,
+            "llama",
+            LLAMA,
+            &dir,
+            &["--cache", "static", "--max-cache-len", "24", "--dynamic"],
+        );
+        assert!(
+            stdout.contains("identical to eager `generate` (component calls: prefill 1, decode 7;"),
+            "{backend}: {stdout}"
+        );
     }
     // The ONNX output is named for the leaf it is.
     let model = std::fs::read(root_dir.path().join("onnx/prefill.onnx")).unwrap();
-    assert!(model.windows(25).any(|w| w == b"cache.layers.0.batch_size"), "the size output is named for its leaf");
+    assert!(
+        model.windows(25).any(|w| w == b"cache.layers.0.batch_size"),
+        "the size output is named for its leaf"
+    );
 }
 
 /// ExecuTorch, as its own LLM export does it: a static cache (state the
@@ -158,20 +207,56 @@ fn executorch_generates_with_a_static_cache_portable_and_xnnpack() {
     // Llama, Qwen3 (a mask per layer type, `None` at prefill), Gemma 2 (its
     // sliding window passed), Phi-3 and Mamba (its fixed-size state updated in
     // place; the cache length is not used).
-    for (program, delegate) in [("portable", &[][..]), ("xnnpack", &["--delegate", "xnnpack"][..])] {
-        for (arch, set) in [("llama", LLAMA), ("qwen3", QWEN3), ("gemma2", GEMMA2), ("phi3", PHI3), ("mamba", MAMBA)] {
+    for (program, delegate) in [("portable", &[][..]), ("xnnpack", &["--delegate", "xnnpack"][..])]
+    {
+        for (arch, set) in [
+            ("llama", LLAMA),
+            ("qwen3", QWEN3),
+            ("gemma2", GEMMA2),
+            ("phi3", PHI3),
+            ("mamba", MAMBA),
+        ] {
             let dir = root_dir.path().join(format!("{arch}-{program}"));
-            let extra: Vec<&str> = delegate.iter().copied().chain(["--cache", "static", "--max-cache-len", "24"]).collect();
+            let extra: Vec<&str> = delegate
+                .iter()
+                .copied()
+                .chain(["--cache", "static", "--max-cache-len", "24"])
+                .collect();
             let stdout = generate("executorch", arch, set, &dir, &extra);
-            assert!(stdout.contains("identical to eager `generate` (component calls: prefill 1, decode 7;") && stdout.contains("ExecuTorch"), "{arch} {program}: {stdout}");
+            assert!(
+                stdout.contains(
+                    "identical to eager `generate` (component calls: prefill 1, decode 7;"
+                ) && stdout.contains("ExecuTorch"),
+                "{arch} {program}: {stdout}"
+            );
             for file in ["prefill.pte", "decode.pte", "export.json", "generation_config.json"] {
                 assert!(dir.join(file).is_file(), "{arch} {program}: {file} missing");
             }
         }
     }
-    let out = hfx(root_dir.path(), &["run", "--backend", "executorch", "--delegate", "xnnpack", "--model", "llama", "--set", LLAMA, "--generation", "--dynamic", "-o", "growing/"]);
+    let out = hfx(
+        root_dir.path(),
+        &[
+            "run",
+            "--backend",
+            "executorch",
+            "--delegate",
+            "xnnpack",
+            "--model",
+            "llama",
+            "--set",
+            LLAMA,
+            "--generation",
+            "--dynamic",
+            "-o",
+            "growing/",
+        ],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && stderr.contains("add --cache static --max-cache-len N"), "{stderr}");
+    assert!(
+        !out.status.success() && stderr.contains("add --cache static --max-cache-len N"),
+        "{stderr}"
+    );
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert_no_scratch_left(root_dir.path());
 }
@@ -193,12 +278,18 @@ fn what_a_generation_export_cannot_be_is_refused_in_one_line() {
     let dir = tempfile::tempdir().unwrap();
     let base = ["run", "--backend", "onnx", "--model", "llama", "--set", LLAMA];
     let cases: &[(&[&str], &str)] = &[
-        (&["--generation", "--dynamic", "-o", "model.onnx"], "--generation writes an export folder"),
+        (
+            &["--generation", "--dynamic", "-o", "model.onnx"],
+            "--generation writes an export folder",
+        ),
         (&["--generation", "-o", "out/"], "needs --dynamic"),
         (&["--generation", "--max-cache-len", "16", "-o", "out/"], "add --cache static"),
         (&["--generation", "--cache", "static", "-o", "out/"], "add --max-cache-len N"),
         (&["--multi-token-decode", "--dynamic", "-o", "out/"], "add --generation"),
-        (&["--generation", "--dynamic", "--dynamic-shapes", "input_ids:1=2..16", "-o", "out/"], "use --dynamic"),
+        (
+            &["--generation", "--dynamic", "--dynamic-shapes", "input_ids:1=2..16", "-o", "out/"],
+            "use --dynamic",
+        ),
     ];
     for (extra, expected) in cases {
         let args: Vec<&str> = base.iter().chain(extra.iter()).copied().collect();
@@ -209,7 +300,26 @@ fn what_a_generation_export_cannot_be_is_refused_in_one_line() {
         assert_eq!(stderr.trim().lines().count(), 1, "{extra:?}: one line: {stderr}");
     }
     // A model that does not generate: the worker says so in one line, nothing is written.
-    let out = hfx(dir.path(), &["run", "--backend", "onnx", "--model", "bert", "--set", BERT, "--task", "BertModel", "--generation", "--dynamic", "-o", "bert/", "--plugins", root().join("plugins").to_str().unwrap()]);
+    let out = hfx(
+        dir.path(),
+        &[
+            "run",
+            "--backend",
+            "onnx",
+            "--model",
+            "bert",
+            "--set",
+            BERT,
+            "--task",
+            "BertModel",
+            "--generation",
+            "--dynamic",
+            "-o",
+            "bert/",
+            "--plugins",
+            root().join("plugins").to_str().unwrap(),
+        ],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains("does not generate"), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");

@@ -12,13 +12,19 @@ fn plugin_copy(edit: impl FnOnce(String) -> String) -> (tempfile::TempDir, PathB
     plugin_copy_of("plugins/onnx/fix-alias", edit)
 }
 
-fn plugin_copy_of(relative: &str, edit: impl FnOnce(String) -> String) -> (tempfile::TempDir, PathBuf) {
+fn plugin_copy_of(
+    relative: &str,
+    edit: impl FnOnce(String) -> String,
+) -> (tempfile::TempDir, PathBuf) {
     let src = plugin_dir(relative);
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("plugin");
     std::fs::create_dir(&dir).unwrap();
     let manifest = std::fs::read_to_string(src.join("plugin.toml")).unwrap();
-    let component = manifest.lines().find_map(|l| l.strip_prefix("component = ")).map_or("plugin.wasm", |c| c.trim_matches('"'));
+    let component = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("component = "))
+        .map_or("plugin.wasm", |c| c.trim_matches('"'));
     std::fs::copy(src.join(component), dir.join(component)).unwrap();
     std::fs::write(dir.join("plugin.toml"), edit(manifest)).unwrap();
     (tmp, dir)
@@ -99,10 +105,16 @@ fn corrupt_wasm() {
 fn the_component_states_kind_targets_name_and_version() {
     let found = discover_one(&plugin_dir("plugins/onnx/fix-alias")).unwrap();
     let p = &found.manifest.plugin;
-    assert_eq!((p.name.as_str(), p.version.as_str(), p.kind.as_str(), p.api.as_str()), ("onnx-fix-alias", "1.0.0", "fx-node-fix", "0.1"));
+    assert_eq!(
+        (p.name.as_str(), p.version.as_str(), p.kind.as_str(), p.api.as_str()),
+        ("onnx-fix-alias", "1.0.0", "fx-node-fix", "0.1")
+    );
     assert_eq!(p.targets, ["aten.alias.default"]);
     let manifest = std::fs::read_to_string(found.manifest_path()).unwrap();
-    assert!(!manifest.contains("kind") && !manifest.contains("targets") && !manifest.contains("name"), "{manifest}");
+    assert!(
+        !manifest.contains("kind") && !manifest.contains("targets") && !manifest.contains("name"),
+        "{manifest}"
+    );
 
     // A manifest may restate them (old manifests do) if it agrees.
     let old = "name = \"onnx-fix-alias\"\nversion = \"1.0.0\"\nkind = \"fx-node-fix\"\napi = \"0.1\"\ntargets = [\"aten.alias.default\"]";
@@ -115,9 +127,13 @@ fn a_manifest_disagreeing_with_the_component_is_refused_naming_both() {
     let (_tmp, dir) = plugin_copy(stating("kind = \"onnx-ir-fix\""));
     let e = load_error(&dir);
     assert!(e.starts_with(&dir.join("plugin.toml").display().to_string()), "{e}");
-    assert!(e.contains("plugin.kind `onnx-ir-fix` differs from the component's `fx-node-fix`"), "{e}");
+    assert!(
+        e.contains("plugin.kind `onnx-ir-fix` differs from the component's `fx-node-fix`"),
+        "{e}"
+    );
 
-    let (_tmp, dir) = plugin_copy(stating("targets = [\"aten.alias.default\", \"aten.view.default\"]"));
+    let (_tmp, dir) =
+        plugin_copy(stating("targets = [\"aten.alias.default\", \"aten.view.default\"]"));
     let e = load_error(&dir);
     assert!(e.contains("plugin.toml") && e.contains("plugin.targets [\"aten.alias.default\", \"aten.view.default\"] differs from the component's [\"aten.alias.default\"]"), "{e}");
 
@@ -130,19 +146,32 @@ fn a_manifest_disagreeing_with_the_component_is_refused_naming_both() {
 /// nothing, and its manifest states kind and targets (checked at load).
 #[test]
 fn wrong_kind_for_a_component_without_a_declaration() {
-    let (_tmp, dir) = plugin_copy_of("tests/plugins/hostile-describe", |m| m.replace("kind = \"fx-node-fix\"", "kind = \"onnx-ir-fix\""));
+    let (_tmp, dir) = plugin_copy_of("tests/plugins/hostile-describe", |m| {
+        m.replace("kind = \"fx-node-fix\"", "kind = \"onnx-ir-fix\"")
+    });
     let e = load_error(&dir);
     assert!(e.contains("does not implement the `onnx-ir-fix` world"), "{e}");
 
-    let (_tmp, dir) = plugin_copy_of("tests/plugins/hostile-describe", |m| m.replace("kind = \"fx-node-fix\"\n", ""));
+    let (_tmp, dir) = plugin_copy_of("tests/plugins/hostile-describe", |m| {
+        m.replace("kind = \"fx-node-fix\"\n", "")
+    });
     let e = load_error(&dir);
-    assert!(e.contains("plugin.toml") && e.contains("plugin.kind is missing") && e.contains("hfx:plugin-meta"), "{e}");
+    assert!(
+        e.contains("plugin.toml")
+            && e.contains("plugin.kind is missing")
+            && e.contains("hfx:plugin-meta"),
+        "{e}"
+    );
 }
 
 #[test]
 fn compiled_components_are_cached_and_verified() {
     let cache = tempfile::tempdir().unwrap();
-    let runtime = Runtime::new(RuntimeOptions { cache_dir: Some(cache.path().to_path_buf()), ..Default::default() }).unwrap();
+    let runtime = Runtime::new(RuntimeOptions {
+        cache_dir: Some(cache.path().to_path_buf()),
+        ..Default::default()
+    })
+    .unwrap();
     let found = discover_one(&plugin_dir("plugins/onnx/fix-alias")).unwrap();
     assert_eq!(runtime.load(&found).unwrap().cache, CacheOutcome::Compiled);
     assert_eq!(runtime.load(&found).unwrap().cache, CacheOutcome::Hit);
@@ -159,7 +188,14 @@ fn compiled_components_are_cached_and_verified() {
 
     // And the replaced component still works.
     let (mut graph, _) = alias_graph();
-    hfx::stages::fx_node_fix::run(&runtime, &[of::<kind::FxNodeFix>(&plugin)], &mut graph, "fx-node-fixes", hfx::stages::OnPluginError::Fail).unwrap();
+    hfx::stages::fx_node_fix::run(
+        &runtime,
+        &[of::<kind::FxNodeFix>(&plugin)],
+        &mut graph,
+        "fx-node-fixes",
+        hfx::stages::OnPluginError::Fail,
+    )
+    .unwrap();
     assert_eq!(targets(&graph), ["aten.mul.Tensor"]);
 }
 
@@ -183,7 +219,9 @@ fn load_error_within(dir: &Path, seconds: u64) -> String {
     let dir = dir.to_path_buf();
     let (send, receive) = std::sync::mpsc::channel();
     std::thread::spawn(move || send.send(load_error(&dir)).unwrap());
-    receive.recv_timeout(std::time::Duration::from_secs(seconds)).expect("reading the plugin blocked")
+    receive
+        .recv_timeout(std::time::Duration::from_secs(seconds))
+        .expect("reading the plugin blocked")
 }
 
 #[test]
@@ -224,7 +262,8 @@ fn an_oversized_manifest_is_refused_before_it_is_read() {
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
 fn cached_runtime(dir: &Path) -> Runtime {
-    Runtime::new(RuntimeOptions { cache_dir: Some(dir.to_path_buf()), ..Default::default() }).unwrap()
+    Runtime::new(RuntimeOptions { cache_dir: Some(dir.to_path_buf()), ..Default::default() })
+        .unwrap()
 }
 
 /// The cache entry of the component with this sha256.
@@ -232,7 +271,10 @@ fn entry_of(cache: &Path, sha256: &str) -> PathBuf {
     let entries: Vec<PathBuf> = std::fs::read_dir(cache)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(sha256) && p.extension().is_some_and(|e| e == "cwasm"))
+        .filter(|p| {
+            p.file_name().unwrap().to_string_lossy().starts_with(sha256)
+                && p.extension().is_some_and(|e| e == "cwasm")
+        })
         .collect();
     assert_eq!(entries.len(), 1, "{entries:?}");
     entries[0].clone()
@@ -249,14 +291,28 @@ fn a_cache_entry_copied_under_another_plugins_key_does_not_run() {
         assert_eq!(runtime.load(&sort).unwrap().cache, CacheOutcome::Compiled);
     }
     // The attacker's move: the alias fix's compiled code under the sort fix's key.
-    std::fs::copy(entry_of(cache.path(), &alias.component_sha256), entry_of(cache.path(), &sort.component_sha256)).unwrap();
+    std::fs::copy(
+        entry_of(cache.path(), &alias.component_sha256),
+        entry_of(cache.path(), &sort.component_sha256),
+    )
+    .unwrap();
 
     let runtime = cached_runtime(cache.path());
     let plugin = runtime.load(&sort).expect("the sort fix loads its own code");
     assert_eq!(plugin.cache, CacheOutcome::Replaced, "the swapped entry must not verify");
-    assert_eq!(plugin.targets, sort.manifest.plugin.targets, "describe() answered by the sort fix's own code");
+    assert_eq!(
+        plugin.targets, sort.manifest.plugin.targets,
+        "describe() answered by the sort fix's own code"
+    );
     let (mut graph, _) = sort_stable_graph();
-    hfx::stages::fx_node_fix::run(&runtime, &[of::<kind::FxNodeFix>(&plugin)], &mut graph, "fx-node-fixes", hfx::stages::OnPluginError::Fail).unwrap();
+    hfx::stages::fx_node_fix::run(
+        &runtime,
+        &[of::<kind::FxNodeFix>(&plugin)],
+        &mut graph,
+        "fx-node-fixes",
+        hfx::stages::OnPluginError::Fail,
+    )
+    .unwrap();
     assert_eq!(targets(&graph), ["aten.sort.default"]);
     // Rewritten with its own code: the next load is a hit.
     assert_eq!(cached_runtime(cache.path()).load(&sort).unwrap().cache, CacheOutcome::Hit);
@@ -284,16 +340,30 @@ fn a_cache_folder_others_can_write_is_not_used() {
     let plugin = runtime.load(&found).unwrap();
     assert_eq!(plugin.cache, CacheOutcome::Untrusted);
     assert_eq!(runtime.load(&found).unwrap().cache, CacheOutcome::Untrusted, "never a hit");
-    assert_eq!(std::fs::read_dir(cache.path()).unwrap().count(), 0, "nothing written to an untrusted folder");
+    assert_eq!(
+        std::fs::read_dir(cache.path()).unwrap().count(),
+        0,
+        "nothing written to an untrusted folder"
+    );
     // Compiled in memory, it still works.
     let (mut graph, _) = alias_graph();
-    hfx::stages::fx_node_fix::run(&runtime, &[of::<kind::FxNodeFix>(&plugin)], &mut graph, "fx-node-fixes", hfx::stages::OnPluginError::Fail).unwrap();
+    hfx::stages::fx_node_fix::run(
+        &runtime,
+        &[of::<kind::FxNodeFix>(&plugin)],
+        &mut graph,
+        "fx-node-fixes",
+        hfx::stages::OnPluginError::Fail,
+    )
+    .unwrap();
     assert_eq!(targets(&graph), ["aten.mul.Tensor"]);
 
     // A folder above the cache that others can write (without the sticky bit) is refused too.
     let base = tempfile::tempdir().unwrap();
     std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    assert_eq!(cached_runtime(&base.path().join("cache")).load(&found).unwrap().cache, CacheOutcome::Untrusted);
+    assert_eq!(
+        cached_runtime(&base.path().join("cache")).load(&found).unwrap().cache,
+        CacheOutcome::Untrusted
+    );
 }
 
 #[test]
@@ -321,8 +391,20 @@ fn a_cache_owned_by_someone_else_is_not_used() {
     let cache = tempfile::tempdir().unwrap();
     assert_eq!(cached_runtime(cache.path()).load(&found).unwrap().cache, CacheOutcome::Compiled);
     chown(&entry_of(cache.path(), &found.component_sha256));
-    assert_eq!(cached_runtime(cache.path()).load(&found).unwrap().cache, CacheOutcome::Untrusted, "an entry of another user");
-    assert_eq!(cached_runtime(cache.path()).load(&found).unwrap().cache, CacheOutcome::Hit, "rewritten as ours");
+    assert_eq!(
+        cached_runtime(cache.path()).load(&found).unwrap().cache,
+        CacheOutcome::Untrusted,
+        "an entry of another user"
+    );
+    assert_eq!(
+        cached_runtime(cache.path()).load(&found).unwrap().cache,
+        CacheOutcome::Hit,
+        "rewritten as ours"
+    );
     chown(cache.path());
-    assert_eq!(cached_runtime(cache.path()).load(&found).unwrap().cache, CacheOutcome::Untrusted, "a folder of another user");
+    assert_eq!(
+        cached_runtime(cache.path()).load(&found).unwrap().cache,
+        CacheOutcome::Untrusted,
+        "a folder of another user"
+    );
 }

@@ -35,7 +35,11 @@ fn hub() -> &'static Hub {
     static HUB: std::sync::OnceLock<Hub> = std::sync::OnceLock::new();
     HUB.get_or_init(|| {
         let home = root().join("target/hub-cache");
-        let out = Command::new(python()).arg(root().join("tests/python/hub_cache.py")).arg(&home).output().unwrap();
+        let out = Command::new(python())
+            .arg(root().join("tests/python/hub_cache.py"))
+            .arg(&home)
+            .output()
+            .unwrap();
         assert!(out.status.success(), "hub_cache.py:\n{}", String::from_utf8_lossy(&out.stderr));
         let resolved = serde_json::from_slice(&out.stdout).unwrap();
         Hub { home, resolved }
@@ -78,14 +82,38 @@ fn a_cached_model_exports_verified_and_the_folder_names_its_id_and_commit() {
     let commit = hub.commit("tiny-org/tiny-llama@main");
     let dir = tempfile::tempdir().unwrap();
     let folder = dir.path().join("exported");
-    let out = hfx_at(dir.path(), &hub.home, &["run", "--backend", "dynamo", "--model-id", "tiny-org/tiny-llama", "--verify", "-o", folder.to_str().unwrap()]);
+    let out = hfx_at(
+        dir.path(),
+        &hub.home,
+        &[
+            "run",
+            "--backend",
+            "dynamo",
+            "--model-id",
+            "tiny-org/tiny-llama",
+            "--verify",
+            "-o",
+            folder.to_str().unwrap(),
+        ],
+    );
     let printed = stdout(&out);
-    assert!(printed.contains(&format!("traced LlamaForCausalLM from tiny-org/tiny-llama@main (commit {commit})")), "{printed}");
+    assert!(
+        printed.contains(&format!(
+            "traced LlamaForCausalLM from tiny-org/tiny-llama@main (commit {commit})"
+        )),
+        "{printed}"
+    );
     assert_eq!(printed.matches("verify inputs").count(), 1, "{printed}");
     assert!(!printed.contains("MISMATCH"), "{printed}");
-    let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(folder.join("export.json")).unwrap()).unwrap();
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(folder.join("export.json")).unwrap())
+            .unwrap();
     let model = &manifest["components"]["model"]["metadata"]["hfx"]["model"];
-    assert_eq!(model, &serde_json::json!({"id": "tiny-org/tiny-llama", "revision": "main", "commit": commit}), "{manifest}");
+    assert_eq!(
+        model,
+        &serde_json::json!({"id": "tiny-org/tiny-llama", "revision": "main", "commit": commit}),
+        "{manifest}"
+    );
     assert!(folder.join("model.pt2").is_file() && folder.join("config.json").is_file());
     assert_no_scratch_left(dir.path());
 }
@@ -98,14 +126,26 @@ fn a_revision_is_found_by_its_name_and_by_its_commit() {
     let v1 = hub.commit("tiny-org/tiny-llama@v1");
     assert_ne!(v1, hub.commit("tiny-org/tiny-llama@main"));
     let dir = tempfile::tempdir().unwrap();
-    let out = hfx_at(dir.path(), &hub.home, &["run", "--backend", "dynamo", "--model-id", "tiny-org/tiny-llama@v1", "-o", "v1.pt2"]);
+    let out = hfx_at(
+        dir.path(),
+        &hub.home,
+        &["run", "--backend", "dynamo", "--model-id", "tiny-org/tiny-llama@v1", "-o", "v1.pt2"],
+    );
     let printed = stdout(&out);
-    assert!(printed.contains(&format!("traced Qwen2ForCausalLM from tiny-org/tiny-llama@v1 (commit {v1})")), "{printed}");
+    assert!(
+        printed.contains(&format!(
+            "traced Qwen2ForCausalLM from tiny-org/tiny-llama@v1 (commit {v1})"
+        )),
+        "{printed}"
+    );
 
     std::fs::write(dir.path().join("export.toml"), format!("backend = \"dynamo\"\nmodel-id = \"tiny-org/tiny-llama@{v1}\"\noutput = \"commit.pt2\"\n")).unwrap();
     let out = hfx_at(dir.path(), &hub.home, &["run", "--config", "export.toml"]);
     let printed = stdout(&out);
-    assert!(printed.contains(&format!("traced Qwen2ForCausalLM from tiny-org/tiny-llama@{v1} in")), "{printed}");
+    assert!(
+        printed.contains(&format!("traced Qwen2ForCausalLM from tiny-org/tiny-llama@{v1} in")),
+        "{printed}"
+    );
     assert!(dir.path().join("v1.pt2").is_file() && dir.path().join("commit.pt2").is_file());
     assert_no_scratch_left(dir.path());
 }
@@ -118,16 +158,44 @@ fn remote_code_runs_only_with_trust_remote_code() {
     let hub = hub();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("custom.pt2");
-    let by_id = ["run", "--backend", "dynamo", "--model-id", "tiny-org/custom-llama", "-o", out.to_str().unwrap()];
+    let by_id = [
+        "run",
+        "--backend",
+        "dynamo",
+        "--model-id",
+        "tiny-org/custom-llama",
+        "-o",
+        out.to_str().unwrap(),
+    ];
     let error = refused(dir.path(), &hub.home, &by_id);
-    assert!(error.contains("--model-id tiny-org/custom-llama brings its own modeling code") && error.contains("add --trust-remote-code"), "{error}");
-    let snapshot = hub.resolved["tiny-org/custom-llama@main"].snapshot.to_str().unwrap().to_string();
-    let error = refused(dir.path(), &hub.home, &["run", "--backend", "dynamo", "--model-dir", &snapshot, "-o", out.to_str().unwrap()]);
-    assert!(error.contains(&format!("--model-dir {snapshot} brings its own modeling code")) && error.contains("--trust-remote-code"), "{error}");
+    assert!(
+        error.contains("--model-id tiny-org/custom-llama brings its own modeling code")
+            && error.contains("add --trust-remote-code"),
+        "{error}"
+    );
+    let snapshot =
+        hub.resolved["tiny-org/custom-llama@main"].snapshot.to_str().unwrap().to_string();
+    let error = refused(
+        dir.path(),
+        &hub.home,
+        &["run", "--backend", "dynamo", "--model-dir", &snapshot, "-o", out.to_str().unwrap()],
+    );
+    assert!(
+        error.contains(&format!("--model-dir {snapshot} brings its own modeling code"))
+            && error.contains("--trust-remote-code"),
+        "{error}"
+    );
     assert!(!out.exists());
 
-    let printed = stdout(&hfx_at(dir.path(), &hub.home, &[&by_id[..], &["--trust-remote-code", "--verify"]].concat()));
-    assert!(printed.contains("traced CustomLlamaForCausalLM from tiny-org/custom-llama@main"), "{printed}");
+    let printed = stdout(&hfx_at(
+        dir.path(),
+        &hub.home,
+        &[&by_id[..], &["--trust-remote-code", "--verify"]].concat(),
+    ));
+    assert!(
+        printed.contains("traced CustomLlamaForCausalLM from tiny-org/custom-llama@main"),
+        "{printed}"
+    );
     assert!(!printed.contains("MISMATCH"), "{printed}");
     assert!(out.is_file());
     assert_no_scratch_left(dir.path());
@@ -140,22 +208,45 @@ fn a_model_or_revision_not_in_the_cache_says_where_it_looked_and_how_to_get_it()
     let hub = hub();
     let dir = tempfile::tempdir().unwrap();
     let cache = hub.home.join("hub");
-    let run = |id: &str| refused(dir.path(), &hub.home, &["run", "--backend", "dynamo", "--model-id", id, "-o", "out.pt2"]);
+    let run = |id: &str| {
+        refused(
+            dir.path(),
+            &hub.home,
+            &["run", "--backend", "dynamo", "--model-id", id, "-o", "out.pt2"],
+        )
+    };
 
     let error = run("tiny-org/absent");
     let folder = cache.join("models--tiny-org--absent");
-    assert!(error.contains(&format!("not in the local Hugging Face cache (no {}; the cache is $HF_HOME/hub)", folder.display())), "{error}");
-    assert!(error.contains("`hf download tiny-org/absent`") && error.contains("HF_HOME"), "{error}");
+    assert!(
+        error.contains(&format!(
+            "not in the local Hugging Face cache (no {}; the cache is $HF_HOME/hub)",
+            folder.display()
+        )),
+        "{error}"
+    );
+    assert!(
+        error.contains("`hf download tiny-org/absent`") && error.contains("HF_HOME"),
+        "{error}"
+    );
 
     let error = run("tiny-org/tiny-llama@v2");
-    assert!(error.contains("no revision `v2`") && error.contains("cached: main, v1") && error.contains("`hf download tiny-org/tiny-llama --revision v2`"), "{error}");
+    assert!(
+        error.contains("no revision `v2`")
+            && error.contains("cached: main, v1")
+            && error.contains("`hf download tiny-org/tiny-llama --revision v2`"),
+        "{error}"
+    );
 
     let unknown = "0123456789abcdef0123456789abcdef01234567";
     let error = run(&format!("tiny-org/tiny-llama@{unknown}"));
     assert!(error.contains(&format!("no files of commit {unknown}")), "{error}");
 
     let error = run("tiny-org/partial");
-    assert!(error.contains("holds no weights") && error.contains("the download was partial"), "{error}");
+    assert!(
+        error.contains("holds no weights") && error.contains("the download was partial"),
+        "{error}"
+    );
 
     // $HF_HUB_CACHE comes before $HF_HOME, as in huggingface_hub.
     let elsewhere = dir.path().join("elsewhere");
@@ -167,7 +258,14 @@ fn a_model_or_revision_not_in_the_cache_says_where_it_looked_and_how_to_get_it()
         .output()
         .unwrap();
     let error = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && error.contains(&format!("no {}; the cache is $HF_HUB_CACHE", elsewhere.join("models--tiny-org--tiny-llama").display())), "{error}");
+    assert!(
+        !out.status.success()
+            && error.contains(&format!(
+                "no {}; the cache is $HF_HUB_CACHE",
+                elsewhere.join("models--tiny-org--tiny-llama").display()
+            )),
+        "{error}"
+    );
     assert!(!dir.path().join("out.pt2").exists());
 }
 
@@ -178,7 +276,13 @@ fn a_model_or_revision_not_in_the_cache_says_where_it_looked_and_how_to_get_it()
 fn bad_ids_revisions_and_refs_are_refused_in_one_line() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
-    let run = |args: &[&str]| refused(dir.path(), &home, &[&["run", "--backend", "dynamo", "-o", "out.pt2"][..], args].concat());
+    let run = |args: &[&str]| {
+        refused(
+            dir.path(),
+            &home,
+            &[&["run", "--backend", "dynamo", "-o", "out.pt2"][..], args].concat(),
+        )
+    };
     for (id, why) in [
         ("", "no model named"),
         ("/etc/passwd", "an empty part"),
@@ -197,17 +301,29 @@ fn bad_ids_revisions_and_refs_are_refused_in_one_line() {
         ("org/name@a:b", "the revision holds ':'"),
     ] {
         let error = run(&["--model-id", id]);
-        assert!(error.starts_with(&format!("error: --model-id `{id}`: ")) && error.contains(why), "{id:?}: {error}");
+        assert!(
+            error.starts_with(&format!("error: --model-id `{id}`: ")) && error.contains(why),
+            "{id:?}: {error}"
+        );
     }
     let error = run(&["--model", "llama", "--trust-remote-code"]);
-    assert!(error.contains("--trust-remote-code") && error.contains("--model-dir and --model-id"), "{error}");
+    assert!(
+        error.contains("--trust-remote-code") && error.contains("--model-dir and --model-id"),
+        "{error}"
+    );
 
     // A ref whose content is a path, not a commit, is never followed.
     let refs = home.join("hub/models--org--name/refs");
     std::fs::create_dir_all(&refs).unwrap();
     std::fs::write(refs.join("main"), "../../../../etc").unwrap();
     let error = run(&["--model-id", "org/name"]);
-    assert!(error.contains(&format!("{}: holds `../../../../etc`, not a commit hash", refs.join("main").display())), "{error}");
+    assert!(
+        error.contains(&format!(
+            "{}: holds `../../../../etc`, not a commit hash",
+            refs.join("main").display()
+        )),
+        "{error}"
+    );
 }
 
 /// A Hub cache's snapshot links are taken only into the repository's own
@@ -228,8 +344,23 @@ fn a_snapshot_link_out_of_its_blobs_is_refused() {
     std::fs::remove_file(&link).unwrap();
     std::os::unix::fs::symlink(&secret, &link).unwrap();
     let out = dir.path().join("out.pt2");
-    let error = refused(dir.path(), &home, &["run", "--backend", "dynamo", "--model-id", "tiny-org/tiny-llama", "-o", out.to_str().unwrap()]);
+    let error = refused(
+        dir.path(),
+        &home,
+        &[
+            "run",
+            "--backend",
+            "dynamo",
+            "--model-id",
+            "tiny-org/tiny-llama",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
     // Refused where it is first met: by the worker's sandbox (which reads the checkpoint first), else by the host.
-    assert!(error.contains(&format!("{}, a symbolic link to {}", link.display(), secret.display())), "{error}");
+    assert!(
+        error.contains(&format!("{}, a symbolic link to {}", link.display(), secret.display())),
+        "{error}"
+    );
     assert!(!out.exists());
 }

@@ -9,14 +9,17 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
+use crate::common::hfx_with_python as hfx;
 use crate::common::tiny::*;
 use crate::common::*;
-use crate::common::hfx_with_python as hfx;
 use hfx::onnx::proto::ModelProto;
 use prost::Message;
 
 fn plugin_folders() -> Vec<String> {
-    ["plugins/dynamo", "plugins/onnx"].iter().flat_map(|p| ["--plugins".to_string(), root().join(p).display().to_string()]).collect()
+    ["plugins/dynamo", "plugins/onnx"]
+        .iter()
+        .flat_map(|p| ["--plugins".to_string(), root().join(p).display().to_string()])
+        .collect()
 }
 
 /// Exports `arch` static and dynamic with `--verify` (the ONNX checker, then
@@ -25,7 +28,10 @@ fn exports(arch: &str, set: &str, task: Option<&str>) {
     let dir = tempfile::tempdir().unwrap();
     for mode in ["static", "dynamic"] {
         let out = dir.path().join(format!("{arch}_{mode}.onnx"));
-        let mut args: Vec<String> = ["run", "--backend", "onnx", "--model", arch, "--set", set, "--verify", "-o"].map(String::from).to_vec();
+        let mut args: Vec<String> =
+            ["run", "--backend", "onnx", "--model", arch, "--set", set, "--verify", "-o"]
+                .map(String::from)
+                .to_vec();
         args.push(out.display().to_string());
         args.extend(plugin_folders());
         if let Some(task) = task {
@@ -37,25 +43,45 @@ fn exports(arch: &str, set: &str, task: Option<&str>) {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let result = hfx(dir.path(), &args);
         let stdout = String::from_utf8_lossy(&result.stdout);
-        assert!(result.status.success(), "{arch} {mode}: {}\n{stdout}", String::from_utf8_lossy(&result.stderr));
+        assert!(
+            result.status.success(),
+            "{arch} {mode}: {}\n{stdout}",
+            String::from_utf8_lossy(&result.stderr)
+        );
         assert!(stdout.contains("verify inputs") && !stdout.contains("MISMATCH"), "{stdout}");
         // The intermediate `.pt2` goes without its weights; they are emitted from the worker's side file.
         assert!(stdout.contains("(weights beside the program)"), "{stdout}");
         if mode == "dynamic" && task.is_none() {
-            assert_eq!(stdout.matches("verify inputs").count(), 2, "a dynamic export is verified at a second size:\n{stdout}");
+            assert_eq!(
+                stdout.matches("verify inputs").count(),
+                2,
+                "a dynamic export is verified at a second size:\n{stdout}"
+            );
         }
         // Named as users expect: the forward's arguments, the output's fields, readable sizes.
         let model = ModelProto::decode(std::fs::read(&out).unwrap().as_slice()).unwrap();
         let graph = model.graph.unwrap();
         let first_output = graph.output[0].name.clone().unwrap();
-        assert!(["logits", "last_hidden_state"].contains(&first_output.as_str()), "{arch}: first output {first_output}");
+        assert!(
+            ["logits", "last_hidden_state"].contains(&first_output.as_str()),
+            "{arch}: first output {first_output}"
+        );
         let first_input = &graph.input[0];
-        assert!(["input_ids", "pixel_values", "input_features"].contains(&first_input.name.as_deref().unwrap()));
+        assert!(["input_ids", "pixel_values", "input_features"]
+            .contains(&first_input.name.as_deref().unwrap()));
         if mode == "dynamic" {
             use hfx::onnx::proto::{tensor_shape_proto::dimension::Value, type_proto};
-            let Some(type_proto::Value::TensorType(t)) = &first_input.r#type.as_ref().unwrap().value else { panic!("not a tensor") };
+            let Some(type_proto::Value::TensorType(t)) =
+                &first_input.r#type.as_ref().unwrap().value
+            else {
+                panic!("not a tensor")
+            };
             let batch = &t.shape.as_ref().unwrap().dim[0].value;
-            assert_eq!(batch, &Some(Value::DimParam("batch".into())), "{arch}: the batch axis is named");
+            assert_eq!(
+                batch,
+                &Some(Value::DimParam("batch".into())),
+                "{arch}: the batch axis is named"
+            );
         }
     }
 }
@@ -94,13 +120,20 @@ fn op_types(path: &Path) -> Vec<String> {
 
 fn metadata(path: &Path) -> Vec<(String, String)> {
     let model = ModelProto::decode(std::fs::read(path).unwrap().as_slice()).unwrap();
-    model.metadata_props.into_iter().map(|e| (e.key.unwrap_or_default(), e.value.unwrap_or_default())).collect()
+    model
+        .metadata_props
+        .into_iter()
+        .map(|e| (e.key.unwrap_or_default(), e.value.unwrap_or_default()))
+        .collect()
 }
 
 /// Traces tiny Llama once to a `.pt2` (the ONNX backend's FX-fixed program).
 fn traced_llama(dir: &Path) -> PathBuf {
     let pt2 = dir.join("llama.pt2");
-    let mut args: Vec<String> = ["run", "--backend", "onnx", "--model", "llama", "--set", LLAMA, "-o"].map(String::from).to_vec();
+    let mut args: Vec<String> =
+        ["run", "--backend", "onnx", "--model", "llama", "--set", LLAMA, "-o"]
+            .map(String::from)
+            .to_vec();
     args.push(pt2.display().to_string());
     args.extend(plugin_folders());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -132,25 +165,51 @@ fn a_higher_order_translation_overrides_the_default_and_verify_keeps_the_old_out
         let result = export_pt2(dir.path(), &pt2, out, &[]);
         assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
     }
-    assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap(), "identical input gives identical bytes");
+    assert_eq!(
+        std::fs::read(&a).unwrap(),
+        std::fs::read(&b).unwrap(),
+        "identical input gives identical bytes"
+    );
     assert!(!op_types(&a).contains(&"Exp".to_string()));
     let meta = metadata(&a);
     assert!(meta.iter().any(|(k, v)| k == "hfx.plugin.onnx-translate-matmul" && v.starts_with("1.0.0 sha256:")), "{meta:?}");
-    assert!(meta.iter().any(|(k, v)| k == "hfx.stage.onnx-translations.onnx-translate-matmul" && v == "changed 15"), "{meta:?}");
+    assert!(
+        meta.iter()
+            .any(|(k, v)| k == "hfx.stage.onnx-translations.onnx-translate-matmul"
+                && v == "changed 15"),
+        "{meta:?}"
+    );
 
     // A third party's plugin of higher order translates silu instead, without rebuilding hfx.
     let overridden = dir.path().join("override.onnx");
     let plugin = plugin_dir("tests/plugins/translation-override");
-    let result = export_pt2(dir.path(), &pt2, &overridden, &["--plugins", plugin.to_str().unwrap(), "--verify"]);
+    let result = export_pt2(
+        dir.path(),
+        &pt2,
+        &overridden,
+        &["--plugins", plugin.to_str().unwrap(), "--verify"],
+    );
     let stdout = String::from_utf8_lossy(&result.stdout);
     assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
-    assert!(stdout.contains("test-translation-override") && !stdout.contains("MISMATCH"), "{stdout}");
-    assert_eq!(op_types(&overridden).iter().filter(|t| *t == "Exp").count(), 2, "silu of both layers goes through the override");
+    assert!(
+        stdout.contains("test-translation-override") && !stdout.contains("MISMATCH"),
+        "{stdout}"
+    );
+    assert_eq!(
+        op_types(&overridden).iter().filter(|t| *t == "Exp").count(),
+        2,
+        "silu of both layers goes through the override"
+    );
 
     // A wrong translation: the model runs, but --verify catches it and the previous output stays.
     let plugin = plugin_dir("tests/plugins/translation-wrong");
     let before = std::fs::read(&overridden).unwrap();
-    let result = export_pt2(dir.path(), &pt2, &overridden, &["--plugins", plugin.to_str().unwrap(), "--verify"]);
+    let result = export_pt2(
+        dir.path(),
+        &pt2,
+        &overridden,
+        &["--plugins", plugin.to_str().unwrap(), "--verify"],
+    );
     let stderr = String::from_utf8_lossy(&result.stderr);
     assert!(!result.status.success(), "{}", String::from_utf8_lossy(&result.stdout));
     assert!(stderr.contains("--verify") && stderr.contains("not written"), "{stderr}");
@@ -165,10 +224,16 @@ fn a_missing_translation_names_the_op_and_the_node_and_writes_nothing() {
     let pt2 = traced_llama(dir.path());
     let out = dir.path().join("out.onnx");
     // Only the dynamo plugins and no translations at all.
-    let result = hfx(dir.path(), &["run", "--backend", "onnx", pt2.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    let result = hfx(
+        dir.path(),
+        &["run", "--backend", "onnx", pt2.to_str().unwrap(), "-o", out.to_str().unwrap()],
+    );
     let stderr = String::from_utf8_lossy(&result.stderr);
     assert!(!result.status.success() && !out.exists());
-    assert!(stderr.contains("no translation plugin for `aten.") && stderr.contains("(node `"), "{stderr}");
+    assert!(
+        stderr.contains("no translation plugin for `aten.") && stderr.contains("(node `"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -178,11 +243,21 @@ fn every_supported_opset_checks_and_runs() {
     for opset in ["18", "23"] {
         let out = dir.path().join(format!("opset{opset}.onnx"));
         let result = export_pt2(dir.path(), &pt2, &out, &["--opset", opset, "--verify"]);
-        assert!(result.status.success(), "opset {opset}: {}", String::from_utf8_lossy(&result.stderr));
-        run_python("check_onnx.py", &[out.to_str().unwrap(), pt2.with_extension("reference.pt").to_str().unwrap()]);
+        assert!(
+            result.status.success(),
+            "opset {opset}: {}",
+            String::from_utf8_lossy(&result.stderr)
+        );
+        run_python(
+            "check_onnx.py",
+            &[out.to_str().unwrap(), pt2.with_extension("reference.pt").to_str().unwrap()],
+        );
     }
     let result = export_pt2(dir.path(), &pt2, &dir.path().join("x.onnx"), &["--opset", "17"]);
-    assert!(!result.status.success() && String::from_utf8_lossy(&result.stderr).contains("opsets 18 to 23"));
+    assert!(
+        !result.status.success()
+            && String::from_utf8_lossy(&result.stderr).contains("opsets 18 to 23")
+    );
 }
 
 #[test]
@@ -197,13 +272,23 @@ fn weights_go_to_an_external_data_file_on_request() {
     let model = ModelProto::decode(std::fs::read(&out).unwrap().as_slice()).unwrap();
     let initializers = model.graph.unwrap().initializer;
     // Weights go out; values under 1 KiB (folded constants, axes) stay inline, as onnx's own converter keeps them.
-    let (external, inline): (Vec<_>, Vec<_>) = initializers.iter().partition(|t| t.data_location == Some(1));
+    let (external, inline): (Vec<_>, Vec<_>) =
+        initializers.iter().partition(|t| t.data_location == Some(1));
     assert!(!external.is_empty() && external.iter().all(|t| t.raw_data.is_none()));
-    assert!(inline.iter().all(|t| t.raw_data.as_ref().is_some_and(|b| b.len() < 1024)), "only small values inline");
+    assert!(
+        inline.iter().all(|t| t.raw_data.as_ref().is_some_and(|b| b.len() < 1024)),
+        "only small values inline"
+    );
     let embedded = dir.path().join("embedded.onnx");
     assert!(export_pt2(dir.path(), &pt2, &embedded, &[]).status.success());
-    assert!(std::fs::metadata(&out).unwrap().len() + std::fs::metadata(&data).unwrap().len() >= std::fs::metadata(&embedded).unwrap().len() / 2);
-    run_python("check_onnx.py", &[out.to_str().unwrap(), pt2.with_extension("reference.pt").to_str().unwrap()]);
+    assert!(
+        std::fs::metadata(&out).unwrap().len() + std::fs::metadata(&data).unwrap().len()
+            >= std::fs::metadata(&embedded).unwrap().len() / 2
+    );
+    run_python(
+        "check_onnx.py",
+        &[out.to_str().unwrap(), pt2.with_extension("reference.pt").to_str().unwrap()],
+    );
 }
 
 /// The reference's own translations, each on a real trace holding its op:
@@ -225,7 +310,10 @@ fn the_reference_translations_run_on_real_graphs() {
     for (pattern, ops) in cases {
         let out = dir.path().join(format!("{pattern}.onnx"));
         let spec = format!("python:patch_patterns:{pattern}");
-        let mut args: Vec<String> = ["run", "--backend", "onnx", "--model-fn", &spec, "--dynamic", "--verify", "-o"].map(String::from).to_vec();
+        let mut args: Vec<String> =
+            ["run", "--backend", "onnx", "--model-fn", &spec, "--dynamic", "--verify", "-o"]
+                .map(String::from)
+                .to_vec();
         args.push(out.display().to_string());
         args.extend(plugin_folders());
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -238,10 +326,16 @@ fn the_reference_translations_run_on_real_graphs() {
         if pattern == "unsorted_topk" {
             // The IR fix turned the translation's TopK(sorted=0) into sorted=1.
             let stdout = String::from_utf8_lossy(&result.stdout);
-            assert!(stdout.contains("onnx-fix-topk-sorted") && stdout.contains("changed     1"), "{stdout}");
+            assert!(
+                stdout.contains("onnx-fix-topk-sorted") && stdout.contains("changed     1"),
+                "{stdout}"
+            );
         }
         let reference = out.with_extension("reference.pt");
-        run_python("check_onnx.py", &[out.to_str().unwrap(), reference.to_str().unwrap(), "pattern", pattern]);
+        run_python(
+            "check_onnx.py",
+            &[out.to_str().unwrap(), reference.to_str().unwrap(), "pattern", pattern],
+        );
     }
 }
 
@@ -251,9 +345,15 @@ fn the_reference_translations_run_on_real_graphs() {
 #[test]
 fn an_export_folder_loads_in_the_reference_runtime() {
     let dir = tempfile::tempdir().unwrap();
-    for (backend, atol, files) in [("onnx", "1e-3", &["model.onnx", "model.onnx.data"][..]), ("dynamo", "1e-4", &["model.pt2"][..])] {
+    for (backend, atol, files) in [
+        ("onnx", "1e-3", &["model.onnx", "model.onnx.data"][..]),
+        ("dynamo", "1e-4", &["model.pt2"][..]),
+    ] {
         let folder = dir.path().join(format!("llama-{backend}"));
-        let mut args: Vec<String> = ["run", "--backend", backend, "--model", "llama", "--set", LLAMA, "--dynamic", "-o"].map(String::from).to_vec();
+        let mut args: Vec<String> =
+            ["run", "--backend", backend, "--model", "llama", "--set", LLAMA, "--dynamic", "-o"]
+                .map(String::from)
+                .to_vec();
         args.push(folder.display().to_string());
         args.extend(plugin_folders());
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -262,16 +362,26 @@ fn an_export_folder_loads_in_the_reference_runtime() {
         for file in files.iter().chain(&["export.json", "config.json", "generation_config.json"]) {
             assert!(folder.join(file).exists(), "{backend}: no {file}");
         }
-        let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(folder.join("export.json")).unwrap()).unwrap();
+        let manifest: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(folder.join("export.json")).unwrap())
+                .unwrap();
         assert_eq!(manifest["schema_version"], 1);
         assert_eq!(manifest["export_format"], backend);
         assert_eq!(manifest["components"]["model"]["metadata"]["architecture"], "LlamaForCausalLM");
         // Provenance, which the reference's loader skips: hfx's version and the plugins that served the backend.
         let provenance = &manifest["components"]["model"]["metadata"]["hfx"];
         assert_eq!(provenance["version"], env!("CARGO_PKG_VERSION"), "{backend}: {provenance}");
-        assert!(provenance["plugins"].as_array().is_some_and(|p| p.iter().any(|p| p["name"] == "dynamo-patch-sdpa-math-cpu")), "{backend}: {provenance}");
+        assert!(
+            provenance["plugins"]
+                .as_array()
+                .is_some_and(|p| p.iter().any(|p| p["name"] == "dynamo-patch-sdpa-math-cpu")),
+            "{backend}: {provenance}"
+        );
         let reference = folder.join("model.reference.pt");
-        run_python("check_folder.py", &[folder.to_str().unwrap(), reference.to_str().unwrap(), atol]);
+        run_python(
+            "check_folder.py",
+            &[folder.to_str().unwrap(), reference.to_str().unwrap(), atol],
+        );
     }
     assert_no_scratch_left(dir.path());
 }
@@ -286,7 +396,10 @@ fn untranslated_ops_are_decomposed_unless_a_plugin_translates_them() {
     let out = dir.path().join("logaddexp.onnx");
     let export = |function: &str, extra: &[String]| {
         let spec = format!("python:hfx_test_models:{function}");
-        let mut args: Vec<String> = ["run", "--backend", "onnx", "--model-fn", &spec, "--dynamic", "--verify", "-o"].map(String::from).to_vec();
+        let mut args: Vec<String> =
+            ["run", "--backend", "onnx", "--model-fn", &spec, "--dynamic", "--verify", "-o"]
+                .map(String::from)
+                .to_vec();
         args.push(out.display().to_string());
         args.extend(extra.iter().cloned());
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -295,11 +408,17 @@ fn untranslated_ops_are_decomposed_unless_a_plugin_translates_them() {
     let result = export("logaddexp", &plugin_folders());
     let stdout = String::from_utf8_lossy(&result.stdout);
     assert!(result.status.success(), "{}{stdout}", String::from_utf8_lossy(&result.stderr));
-    assert!(stdout.contains("decomposed aten.logaddexp.default") && stdout.contains("1 node(s) into"), "{stdout}");
+    assert!(
+        stdout.contains("decomposed aten.logaddexp.default") && stdout.contains("1 node(s) into"),
+        "{stdout}"
+    );
     assert!(!op_types(&out).contains(&"Softplus".to_string()), "{:?}", op_types(&out));
 
     let mut with_plugin = plugin_folders();
-    with_plugin.extend(["--plugins".to_string(), plugin_dir("tests/plugins/translate-logaddexp").display().to_string()]);
+    with_plugin.extend([
+        "--plugins".to_string(),
+        plugin_dir("tests/plugins/translate-logaddexp").display().to_string(),
+    ]);
     let result = export("logaddexp", &with_plugin);
     let stdout = String::from_utf8_lossy(&result.stdout);
     assert!(result.status.success(), "{}{stdout}", String::from_utf8_lossy(&result.stderr));
@@ -317,8 +436,17 @@ fn untranslated_ops_are_decomposed_unless_a_plugin_translates_them() {
     let result = export("histogram", &translations);
     let stderr = String::from_utf8_lossy(&result.stderr);
     assert!(!result.status.success() && !out.exists());
-    assert!(stderr.contains("no translation plugin for `aten.histc.default` (node `histc`, hfx_test_models.py:"), "{stderr}");
-    assert!(stderr.contains(" in forward), and torch's default table does not decompose it") && stderr.contains("hfx plugins new --kind onnx-translation"), "{stderr}");
+    assert!(
+        stderr.contains(
+            "no translation plugin for `aten.histc.default` (node `histc`, hfx_test_models.py:"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(" in forward), and torch's default table does not decompose it")
+            && stderr.contains("hfx plugins new --kind onnx-translation"),
+        "{stderr}"
+    );
     assert_no_scratch_left(dir.path());
 }
 
@@ -331,19 +459,45 @@ fn the_translations_pass_torchs_opinfo_samples_and_cover_core_aten() {
     let dir = tempfile::tempdir().unwrap();
     let onnx = root().join("plugins/onnx");
     let exclusions = root().join("plugins/onnx/excluded-ops.toml");
-    let args = ["plugins", "test-ops", onnx.to_str().unwrap(), "--samples", "1", "--dtypes", "float32,int64", "--exclusions", exclusions.to_str().unwrap()];
+    let args = [
+        "plugins",
+        "test-ops",
+        onnx.to_str().unwrap(),
+        "--samples",
+        "1",
+        "--dtypes",
+        "float32,int64",
+        "--exclusions",
+        exclusions.to_str().unwrap(),
+    ];
     let result = hfx(dir.path(), &args);
     let stdout = String::from_utf8_lossy(&result.stdout);
     assert!(result.status.success(), "{}{stdout}", String::from_utf8_lossy(&result.stderr));
-    assert!(stdout.contains("ok     aten.silu.default") && stdout.contains(" 0 neither"), "{stdout}");
+    assert!(
+        stdout.contains("ok     aten.silu.default") && stdout.contains(" 0 neither"),
+        "{stdout}"
+    );
 
     // Negative control: the wrong silu (order 300, so it wins) fails its samples.
     let wrong = plugin_dir("tests/plugins/translation-wrong");
-    let args = ["plugins", "test-ops", onnx.to_str().unwrap(), wrong.to_str().unwrap(), "--op", "aten.silu.default", "--samples", "1"];
+    let args = [
+        "plugins",
+        "test-ops",
+        onnx.to_str().unwrap(),
+        wrong.to_str().unwrap(),
+        "--op",
+        "aten.silu.default",
+        "--samples",
+        "1",
+    ];
     let result = hfx(dir.path(), &args);
     let stdout = String::from_utf8_lossy(&result.stdout);
     assert!(!result.status.success() && stdout.contains("FAILED aten.silu.default"), "{stdout}");
-    assert!(String::from_utf8_lossy(&result.stderr).contains("failure(s)"), "{}", String::from_utf8_lossy(&result.stderr));
+    assert!(
+        String::from_utf8_lossy(&result.stderr).contains("failure(s)"),
+        "{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
 }
 
 /// A subset of the architecture sweep (`bench/sweep.py`, `docs/sweep.md`):
@@ -358,7 +512,10 @@ fn a_subset_of_the_architecture_sweep_exports_and_verifies() {
     for arch in ["falcon_alibi", "mamba", "swin"] {
         let out = dir.path().join(format!("{arch}.onnx"));
         let model_fn = format!("python:sweep_models:{arch}_model");
-        let mut args: Vec<String> = ["run", "--backend", "onnx", "--model-fn", &model_fn, "--dynamic", "--verify", "-o"].map(String::from).to_vec();
+        let mut args: Vec<String> =
+            ["run", "--backend", "onnx", "--model-fn", &model_fn, "--dynamic", "--verify", "-o"]
+                .map(String::from)
+                .to_vec();
         args.push(out.display().to_string());
         args.extend(plugin_folders());
         args.extend(["--python".to_string(), python().display().to_string()]);
@@ -370,13 +527,20 @@ fn a_subset_of_the_architecture_sweep_exports_and_verifies() {
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&result.stdout);
-        assert!(result.status.success(), "{arch}: {}\n{stdout}", String::from_utf8_lossy(&result.stderr));
+        assert!(
+            result.status.success(),
+            "{arch}: {}\n{stdout}",
+            String::from_utf8_lossy(&result.stderr)
+        );
         assert!(stdout.contains("verify inputs") && out.exists(), "{arch}: {stdout}");
         let fixed = stdout.lines().find(|l| l.contains("fixed by torch.export despite --dynamic"));
         match arch {
             "mamba" => assert!(fixed.is_some_and(|l| l.contains("input_ids[1] = 8")), "{stdout}"),
             // the batch and sequence vary (an image's channels and size may be fixed)
-            _ => assert!(fixed.is_none_or(|l| !l.contains("[0] =") && !l.contains("input_ids")), "{arch}: {stdout}"),
+            _ => assert!(
+                fixed.is_none_or(|l| !l.contains("[0] =") && !l.contains("input_ids")),
+                "{arch}: {stdout}"
+            ),
         }
     }
 }
@@ -390,17 +554,25 @@ fn a_size_guard_the_artifact_cannot_check_is_named_with_a_size_that_breaks_it() 
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("scan.onnx");
     let spec = "python:hfx_test_models:chunked_scan";
-    let mut args: Vec<String> = ["run", "--backend", "onnx", "--model-fn", spec, "--dynamic", "-o"].map(String::from).to_vec();
+    let mut args: Vec<String> = ["run", "--backend", "onnx", "--model-fn", spec, "--dynamic", "-o"]
+        .map(String::from)
+        .to_vec();
     args.push(out.display().to_string());
     args.extend(plugin_folders());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let result = hfx(dir.path(), &args);
     let stdout = String::from_utf8_lossy(&result.stdout);
     assert!(result.status.success(), "{}{stdout}", String::from_utf8_lossy(&result.stderr));
-    let line = stdout.lines().find(|l| l.contains("valid only where torch.export's guard")).unwrap_or_else(|| panic!("{stdout}"));
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("valid only where torch.export's guard"))
+        .unwrap_or_else(|| panic!("{stdout}"));
     assert!(line.contains("x.shape[1] % 4") && line.contains("breaks at x [2, 9]"), "{line}");
     // A model with no such branch says nothing of guards.
-    let logaddexp = args.iter().map(|a| if *a == spec { "python:hfx_test_models:logaddexp" } else { a }).collect::<Vec<_>>();
+    let logaddexp = args
+        .iter()
+        .map(|a| if *a == spec { "python:hfx_test_models:logaddexp" } else { a })
+        .collect::<Vec<_>>();
     let stdout = String::from_utf8_lossy(&hfx(dir.path(), &logaddexp).stdout).into_owned();
     assert!(!stdout.contains("torch.export's guard"), "{stdout}");
 }
@@ -412,13 +584,32 @@ fn a_size_guard_the_artifact_cannot_check_is_named_with_a_size_that_breaks_it() 
 fn a_bfloat16_model_that_cannot_be_verified_here_says_so_in_one_line() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("llama-bf16.onnx");
-    let mut args: Vec<String> = ["run", "--backend", "onnx", "--model", "llama", "--set", LLAMA, "--dtype", "bfloat16", "--verify", "-o"].map(String::from).to_vec();
+    let mut args: Vec<String> = [
+        "run",
+        "--backend",
+        "onnx",
+        "--model",
+        "llama",
+        "--set",
+        LLAMA,
+        "--dtype",
+        "bfloat16",
+        "--verify",
+        "-o",
+    ]
+    .map(String::from)
+    .to_vec();
     args.push(out.display().to_string());
     args.extend(plugin_folders());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let result = hfx(dir.path(), &args);
     let stderr = String::from_utf8_lossy(&result.stderr);
-    assert!(!result.status.success() && stderr.contains("no kernel for") && stderr.contains("--dtype float32"), "{stderr}");
+    assert!(
+        !result.status.success()
+            && stderr.contains("no kernel for")
+            && stderr.contains("--dtype float32"),
+        "{stderr}"
+    );
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(!out.exists(), "an unverified model landed");
     assert_no_scratch_left(dir.path());

@@ -75,7 +75,9 @@ fn plugin_name(dir: &Path) -> String {
 fn answered(stdout: &str, name: &str) -> u64 {
     stdout
         .lines()
-        .find(|l| l.trim_start().starts_with("patch ") && l.contains(name) && l.contains("answered"))
+        .find(|l| {
+            l.trim_start().starts_with("patch ") && l.contains(name) && l.contains("answered")
+        })
         .and_then(|l| l.split("answered ").nth(1)?.split(' ').next()?.parse().ok())
         .unwrap_or(0)
 }
@@ -88,7 +90,11 @@ fn plugin_folders(case: &Case, with_plugin: bool) -> Vec<PathBuf> {
     if !matches!(case.effect, Effect::OnnxParity) {
         return if with_plugin { vec![plugin] } else { vec![] };
     }
-    let mut all: Vec<PathBuf> = std::fs::read_dir(root().join("plugins/onnx")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.join("plugin.toml").exists()).collect();
+    let mut all: Vec<PathBuf> = std::fs::read_dir(root().join("plugins/onnx"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("plugin.toml").exists())
+        .collect();
     all.sort();
     all.retain(|p| with_plugin || *p != plugin);
     all
@@ -98,7 +104,8 @@ fn run(case: &Case, dir: &Path, with_plugin: bool) -> Run {
     let extension = if matches!(case.effect, Effect::OnnxParity) { "onnx" } else { "pt2" };
     let out = dir.join(format!("{}.{extension}", case.pattern));
     let spec = format!("python:patch_patterns:{}", case.pattern);
-    let mut args: Vec<String> = ["run", "--backend", case.backend, "--model-fn", &spec, "-o"].map(String::from).to_vec();
+    let mut args: Vec<String> =
+        ["run", "--backend", case.backend, "--model-fn", &spec, "-o"].map(String::from).to_vec();
     args.push(out.display().to_string());
     for folder in plugin_folders(case, with_plugin) {
         args.extend(["--plugins".to_string(), folder.display().to_string()]);
@@ -155,15 +162,27 @@ fn effect(case: &Case, run: &Run) -> Result<(), String> {
             }
             for meta in caches {
                 if meta.sizes[2] != schema::SymInt::AsInt(length) {
-                    return Err(format!("a cache output keeps {:?} positions, not {length}", meta.sizes[2]));
+                    return Err(format!(
+                        "a cache output keeps {:?} positions, not {length}",
+                        meta.sizes[2]
+                    ));
                 }
             }
             Ok(())
         }
         Effect::OnnxParity => {
             let reference = run.out.with_extension("reference.pt");
-            try_python("check_onnx.py", &[run.out.to_str().unwrap(), reference.to_str().unwrap(), "pattern", case.pattern, "--atol=1e-4"])
-                .map(drop)
+            try_python(
+                "check_onnx.py",
+                &[
+                    run.out.to_str().unwrap(),
+                    reference.to_str().unwrap(),
+                    "pattern",
+                    case.pattern,
+                    "--atol=1e-4",
+                ],
+            )
+            .map(drop)
         }
         Effect::Answered => match answered(&run.stdout(), &plugin_name(&plugin_dir(case.plugin))) {
             0 => Err("no patch answered a call".into()),
@@ -195,16 +214,36 @@ fn traced_with_patch(case: Case) {
     let without = run(&case, dir.path(), false);
     match case.without {
         Without::Lacks(reason) => {
-            assert!(without.output.status.success(), "{}: without {name} the run must still work: {}", case.pattern, without.stderr());
+            assert!(
+                without.output.status.success(),
+                "{}: without {name} the run must still work: {}",
+                case.pattern,
+                without.stderr()
+            );
             match effect(&case, &without) {
-                Ok(()) => panic!("{}: without {name} the effect is there too: the test proves nothing", case.pattern),
-                Err(e) => assert!(e.contains(reason), "{}: without {name} the effect fails, but not for `{reason}`: {e}", case.pattern),
+                Ok(()) => panic!(
+                    "{}: without {name} the effect is there too: the test proves nothing",
+                    case.pattern
+                ),
+                Err(e) => assert!(
+                    e.contains(reason),
+                    "{}: without {name} the effect fails, but not for `{reason}`: {e}",
+                    case.pattern
+                ),
             }
         }
         Without::Fails(reason) => {
             let stderr = without.stderr();
-            assert!(!without.output.status.success() && !without.out.exists(), "{}: without {name} the run must fail", case.pattern);
-            assert!(stderr.contains(reason), "{}: without {name} the run fails, but not with `{reason}`: {stderr}", case.pattern);
+            assert!(
+                !without.output.status.success() && !without.out.exists(),
+                "{}: without {name} the run must fail",
+                case.pattern
+            );
+            assert!(
+                stderr.contains(reason),
+                "{}: without {name} the run fails, but not with `{reason}`: {stderr}",
+                case.pattern
+            );
         }
     }
 }
@@ -307,10 +346,28 @@ fn a_patch_program_cannot_reach_a_shell_or_a_file_writer_through_allowed_modules
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("out.onnx");
         let spec = format!("python:hfx_test_models:where_rows_{rows}");
-        let result = hfx_with_python(dir.path(), &["run", "--backend", "onnx", "--plugins", plugin.to_str().unwrap(), "--model-fn", &spec, "-o", out.to_str().unwrap()]);
+        let result = hfx_with_python(
+            dir.path(),
+            &[
+                "run",
+                "--backend",
+                "onnx",
+                "--plugins",
+                plugin.to_str().unwrap(),
+                "--model-fn",
+                &spec,
+                "-o",
+                out.to_str().unwrap(),
+            ],
+        );
         let stderr = String::from_utf8_lossy(&result.stderr);
         assert!(!result.status.success() && !out.exists(), "{rows}: {stderr}");
-        assert!(stderr.contains("test-hostile-reach") && stderr.contains("torch.where") && stderr.contains("PermissionError"), "{rows}: {stderr}");
+        assert!(
+            stderr.contains("test-hostile-reach")
+                && stderr.contains("torch.where")
+                && stderr.contains("PermissionError"),
+            "{rows}: {stderr}"
+        );
         assert!(stderr.contains(path.rsplit('.').next().unwrap()), "{rows}: {stderr}");
         assert!(!dir.path().join("hfx-escaped").exists(), "{rows}: the hostile program ran");
         assert_no_scratch_left(dir.path());

@@ -14,7 +14,14 @@ fn node_fix_is_called_only_for_declared_targets() {
     let plugin = load(&runtime, "tests/plugins/kind-node-fix");
     assert_eq!(plugin.targets, ["aten.relu.default", "aten.add.Tensor"]);
     let (mut graph, _) = relu_add_mul();
-    let report = fx_node_fix::run(&runtime, &[of::<kind::FxNodeFix>(&plugin)], &mut graph, "fx-node-fixes", OnPluginError::Fail).unwrap();
+    let report = fx_node_fix::run(
+        &runtime,
+        &[of::<kind::FxNodeFix>(&plugin)],
+        &mut graph,
+        "fx-node-fixes",
+        OnPluginError::Fail,
+    )
+    .unwrap();
     let counts = &report.plugins["test-kind-node-fix"];
     // relu (consumed) and add (declined); mul was never offered.
     assert_eq!((counts.calls, counts.changed, counts.failed), (2, 1, 0));
@@ -25,7 +32,10 @@ fn node_fix_is_called_only_for_declared_targets() {
     let add = graph.nodes().nth(1).unwrap();
     let y = first_output(&graph, clamp);
     assert_eq!(graph.node(add).unwrap().input("self"), Some(&Argument::Tensor(y)));
-    assert_eq!(graph.value(y).unwrap().meta, hfx::graph::ValueMeta::Tensor(f32_meta(&batch_by_8())));
+    assert_eq!(
+        graph.value(y).unwrap().meta,
+        hfx::graph::ValueMeta::Tensor(f32_meta(&batch_by_8()))
+    );
 }
 
 #[test]
@@ -36,7 +46,14 @@ fn program_fix_sees_the_whole_program() {
     let (mut graph, _) = relu_add_mul();
     graph.set_range_constraint("s0", RangeConstraint { min: 2, max: None }).unwrap();
     graph.set_range_constraint("s1", RangeConstraint { min: 1, max: Some(64) }).unwrap();
-    let report = fx_program_fix::run(&runtime, &[of::<kind::FxProgramFix>(&plugin)], &mut graph, "fx-program-fixes", OnPluginError::Fail).unwrap();
+    let report = fx_program_fix::run(
+        &runtime,
+        &[of::<kind::FxProgramFix>(&plugin)],
+        &mut graph,
+        "fx-program-fixes",
+        OnPluginError::Fail,
+    )
+    .unwrap();
     assert_eq!(report.plugins["test-kind-program-fix"].changed, 1);
     assert_eq!(graph.range_constraints()["s0"], RangeConstraint { min: 2, max: Some(4096) });
     assert_eq!(graph.range_constraints()["s1"], RangeConstraint { min: 1, max: Some(64) });
@@ -47,7 +64,11 @@ fn patch_answers_with_a_program() {
     let runtime = runtime();
     let plugin = load(&runtime, "tests/plugins/kind-patch");
     assert_eq!(plugin.targets, ["torch.where"]);
-    let tensor = CallValue::Tensor(hfx_wit_meta::LiveTensor { meta: hfx_meta(), contiguous: true, sizes: vec![2, 8] });
+    let tensor = CallValue::Tensor(hfx_wit_meta::LiveTensor {
+        meta: hfx_meta(),
+        contiguous: true,
+        sizes: vec![2, 8],
+    });
     let call = PatchedCall {
         target: "torch.where".into(),
         values: vec![tensor.clone(), tensor.clone(), tensor],
@@ -57,9 +78,15 @@ fn patch_answers_with_a_program() {
     let mut session = Session::new(&runtime, of::<kind::Patch>(&plugin), "trace");
     let program = session.patch(&call, |p| hfx::trace::check_program(&call, p)).unwrap();
     assert_eq!(program.output, 3);
-    assert!(matches!(&program.steps[..], [Step::Call(op)] if op.op == "aten.where.self" && op.args == [0, 1, 2]));
+    assert!(
+        matches!(&program.steps[..], [Step::Call(op)] if op.op == "aten.where.self" && op.args == [0, 1, 2])
+    );
     // A scalar operand: the patch defers to the original.
-    let call = PatchedCall { values: vec![CallValue::Scalar(Scalar::Float(0.5)), CallValue::Scalar(Scalar::None)], args: vec![0, 1], ..call };
+    let call = PatchedCall {
+        values: vec![CallValue::Scalar(Scalar::Float(0.5)), CallValue::Scalar(Scalar::None)],
+        args: vec![0, 1],
+        ..call
+    };
     let program = session.patch(&call, |p| hfx::trace::check_program(&call, p)).unwrap();
     assert!(matches!(&program.steps[..], [Step::Original(_)]));
 }
@@ -83,7 +110,9 @@ fn translation_emits_onnx_nodes() {
     let mut builder = TranslationBuilder::new(20);
     builder.value_names.insert(x, "x".into());
     let before = graph.fingerprint();
-    Session::new(&runtime, of::<kind::OnnxTranslation>(&plugin), "onnx-translations").translate(&mut graph, relu, &mut builder).unwrap();
+    Session::new(&runtime, of::<kind::OnnxTranslation>(&plugin), "onnx-translations")
+        .translate(&mut graph, relu, &mut builder)
+        .unwrap();
     assert_eq!(graph.fingerprint(), before, "a translation must not change the graph");
     assert_eq!(builder.nodes.len(), 1);
     assert_eq!(builder.nodes[0].op_type, "Relu");
@@ -98,7 +127,9 @@ fn topk(sorted: Option<i64>, function: Option<&str>) -> Node {
         domain: String::new(),
         inputs: vec!["x".into(), "k".into()],
         outputs: vec!["values".into(), "indices".into()],
-        attributes: sorted.map(|s| vec![("sorted".to_string(), Attribute::Int(s))]).unwrap_or_default(),
+        attributes: sorted
+            .map(|s| vec![("sorted".to_string(), Attribute::Int(s))])
+            .unwrap_or_default(),
         function: function.map(String::from),
     }
 }
@@ -108,10 +139,28 @@ fn onnx_fix_topk_sorted_repairs_graph_and_functions() {
     let runtime = runtime();
     let plugin = load(&runtime, "plugins/onnx/fix-topk-sorted");
     let relu = Node { op_type: "Relu".into(), attributes: vec![], ..topk(None, None) };
-    let mut model = Model { nodes: vec![topk(Some(0), None), relu.clone(), topk(None, Some("f")), topk(Some(1), Some("g"))] };
-    let report = onnx_ir_fix::run(&runtime, &[of::<kind::OnnxIrFix>(&plugin)], &mut model, "onnx-ir-fixes", OnPluginError::Fail).unwrap();
+    let mut model = Model {
+        nodes: vec![
+            topk(Some(0), None),
+            relu.clone(),
+            topk(None, Some("f")),
+            topk(Some(1), Some("g")),
+        ],
+    };
+    let report = onnx_ir_fix::run(
+        &runtime,
+        &[of::<kind::OnnxIrFix>(&plugin)],
+        &mut model,
+        "onnx-ir-fixes",
+        OnPluginError::Fail,
+    )
+    .unwrap();
     let counts = &report.plugins["onnx-fix-topk-sorted"];
-    assert_eq!((counts.calls, counts.changed), (3, 2), "Relu is never offered; a sorted TopK is left alone");
+    assert_eq!(
+        (counts.calls, counts.changed),
+        (3, 2),
+        "Relu is never offered; a sorted TopK is left alone"
+    );
     for node in [0, 2, 3] {
         assert_eq!(model.nodes[node].attribute("sorted"), Some(&Attribute::Int(1)));
     }
@@ -124,7 +173,14 @@ fn onnx_fix_alias_forwards_the_input() {
     let plugin = load(&runtime, "plugins/onnx/fix-alias");
     let (mut graph, _) = alias_graph();
     let x = graph.subgraph(0).unwrap().inputs[0];
-    fx_node_fix::run(&runtime, &[of::<kind::FxNodeFix>(&plugin)], &mut graph, "fx-node-fixes", OnPluginError::Fail).unwrap();
+    fx_node_fix::run(
+        &runtime,
+        &[of::<kind::FxNodeFix>(&plugin)],
+        &mut graph,
+        "fx-node-fixes",
+        OnPluginError::Fail,
+    )
+    .unwrap();
     assert_eq!(targets(&graph), ["aten.mul.Tensor"]);
     let mul = graph.nodes().next().unwrap();
     assert_eq!(graph.node(mul).unwrap().input("self"), Some(&Argument::Tensor(x)));
@@ -136,22 +192,37 @@ fn onnx_fix_sort_stable_becomes_sort_default() {
     let plugin = load(&runtime, "plugins/onnx/fix-sort-stable");
     let (mut graph, old) = sort_stable_graph();
     let old_outputs: Vec<_> = graph.node(old).unwrap().output_values().collect();
-    let old_metas: Vec<_> = old_outputs.iter().map(|v| graph.value(*v).unwrap().meta.clone()).collect();
-    fx_node_fix::run(&runtime, &[of::<kind::FxNodeFix>(&plugin)], &mut graph, "fx-node-fixes", OnPluginError::Fail).unwrap();
+    let old_metas: Vec<_> =
+        old_outputs.iter().map(|v| graph.value(*v).unwrap().meta.clone()).collect();
+    fx_node_fix::run(
+        &runtime,
+        &[of::<kind::FxNodeFix>(&plugin)],
+        &mut graph,
+        "fx-node-fixes",
+        OnPluginError::Fail,
+    )
+    .unwrap();
     assert_eq!(targets(&graph), ["aten.sort.default"]);
     let sort = graph.nodes().next().unwrap();
     let node = graph.node(sort).unwrap();
-    let inputs: Vec<(&str, &Argument, bool)> = node.inputs.iter().map(|a| (a.name.as_str(), &a.value, a.keyword)).collect();
+    let inputs: Vec<(&str, &Argument, bool)> =
+        node.inputs.iter().map(|a| (a.name.as_str(), &a.value, a.keyword)).collect();
     let x = graph.subgraph(0).unwrap().inputs[0];
     assert_eq!(
         inputs,
-        [("self", &Argument::Tensor(x), false), ("dim", &Argument::Int(1), false), ("descending", &Argument::Bool(true), false)]
+        [
+            ("self", &Argument::Tensor(x), false),
+            ("dim", &Argument::Int(1), false),
+            ("descending", &Argument::Bool(true), false)
+        ]
     );
     // Both outputs moved over with their metadata (values f32, indices i64).
     let new_outputs: Vec<_> = node.output_values().collect();
-    let new_metas: Vec<_> = new_outputs.iter().map(|v| graph.value(*v).unwrap().meta.clone()).collect();
+    let new_metas: Vec<_> =
+        new_outputs.iter().map(|v| graph.value(*v).unwrap().meta.clone()).collect();
     assert_eq!(new_metas, old_metas);
-    let graph_outputs: Vec<_> = graph.subgraph(0).unwrap().outputs.iter().flat_map(Argument::values).collect();
+    let graph_outputs: Vec<_> =
+        graph.subgraph(0).unwrap().outputs.iter().flat_map(Argument::values).collect();
     assert_eq!(graph_outputs, new_outputs);
 }
 
@@ -160,7 +231,14 @@ fn onnx_fix_assertion_erases_asserts_and_their_feeders() {
     let runtime = runtime();
     let plugin = load(&runtime, "plugins/onnx/fix-assertion");
     let mut graph = assertion_graph();
-    let report = fx_node_fix::run(&runtime, &[of::<kind::FxNodeFix>(&plugin)], &mut graph, "fx-node-fixes", OnPluginError::Fail).unwrap();
+    let report = fx_node_fix::run(
+        &runtime,
+        &[of::<kind::FxNodeFix>(&plugin)],
+        &mut graph,
+        "fx-node-fixes",
+        OnPluginError::Fail,
+    )
+    .unwrap();
     assert_eq!(report.plugins["onnx-fix-assertion"].changed, 3);
     // `ge` and `sym_size` only fed the asserts: DCE removed them.
     assert_eq!(report.dead_code_removed, 2);
@@ -171,13 +249,20 @@ fn onnx_fix_assertion_erases_asserts_and_their_feeders() {
 fn fixes_are_idempotent() {
     // Node fixes run again after decomposition: a second pass must change nothing.
     let runtime = runtime();
-    let loaded = hfx::plugins::load_all(&runtime, &[plugin_dir("plugins/onnx/fix-alias").parent().unwrap().to_path_buf()]).unwrap();
+    let loaded = hfx::plugins::load_all(
+        &runtime,
+        &[plugin_dir("plugins/onnx/fix-alias").parent().unwrap().to_path_buf()],
+    )
+    .unwrap();
     let fixes = stages::select::<kind::FxNodeFix>(&loaded, Backend::Onnx);
     assert_eq!(fixes.len(), 11);
     for mut graph in [alias_graph().0, sort_stable_graph().0, assertion_graph()] {
-        fx_node_fix::run(&runtime, &fixes, &mut graph, "fx-node-fixes", OnPluginError::Fail).unwrap();
+        fx_node_fix::run(&runtime, &fixes, &mut graph, "fx-node-fixes", OnPluginError::Fail)
+            .unwrap();
         let once = graph.fingerprint();
-        let report = fx_node_fix::run(&runtime, &fixes, &mut graph, "fx-node-fixes", OnPluginError::Fail).unwrap();
+        let report =
+            fx_node_fix::run(&runtime, &fixes, &mut graph, "fx-node-fixes", OnPluginError::Fail)
+                .unwrap();
         assert_eq!(graph.fingerprint(), once);
         assert!(report.plugins.values().all(|c| c.changed == 0));
     }
@@ -190,8 +275,14 @@ fn dead_comparison_with_constant_is_foldable_through_the_contract() {
     let ge = graph.nodes().find(|n| graph.node(*n).unwrap().target == "_operator.ge").unwrap();
     let ok = first_output(&graph, ge);
     graph.replace_uses(ok, hfx::graph::Replacement::Bool(true)).unwrap();
-    let assert = graph.nodes().find(|n| graph.node(*n).unwrap().target == "aten._assert_scalar.default").unwrap();
-    assert_eq!(graph.node(assert).unwrap().input("self"), Some(&Argument::SymBool(Sym::Const(true))));
+    let assert = graph
+        .nodes()
+        .find(|n| graph.node(*n).unwrap().target == "aten._assert_scalar.default")
+        .unwrap();
+    assert_eq!(
+        graph.node(assert).unwrap().input("self"),
+        Some(&Argument::SymBool(Sym::Const(true)))
+    );
     graph.erase(ge).unwrap();
 }
 
@@ -203,7 +294,9 @@ fn a_returned_error_names_plugin_stage_and_node_and_rolls_back() {
     // `x` has no ONNX name: the translation's `value-name` call fails, and the plugin returns that error.
     let mut builder = TranslationBuilder::new(20);
     builder.nodes.push(topk(Some(1), None));
-    let error = Session::new(&runtime, of::<kind::OnnxTranslation>(&plugin), "onnx-translations").translate(&mut graph, relu, &mut builder).unwrap_err();
+    let error = Session::new(&runtime, of::<kind::OnnxTranslation>(&plugin), "onnx-translations")
+        .translate(&mut graph, relu, &mut builder)
+        .unwrap_err();
     assert_eq!(error.to_string(), "plugin `test-kind-translation` (onnx-translation) failed in stage `onnx-translations` at node `relu`: value 0 has no ONNX name yet (not translated)");
     assert_eq!(builder.nodes, [topk(Some(1), None)], "the builder is as before the call");
 }

@@ -28,14 +28,21 @@ fn assert_program_eq(a: &ExportedProgram, b: &ExportedProgram, what: &str) {
                 }
                 None
             }
-            (Array(x), Array(y)) if x.len() == y.len() => {
-                x.iter().zip(y).enumerate().find_map(|(i, (p, q))| diff(p, q, format!("{path}[{i}]")))
-            }
+            (Array(x), Array(y)) if x.len() == y.len() => x
+                .iter()
+                .zip(y)
+                .enumerate()
+                .find_map(|(i, (p, q))| diff(p, q, format!("{path}[{i}]"))),
             _ if a == b => None,
-            _ => Some(format!("{path}: {} vs {}", a.to_string().chars().take(300).collect::<std::string::String>(), b.to_string().chars().take(300).collect::<std::string::String>())),
+            _ => Some(format!(
+                "{path}: {} vs {}",
+                a.to_string().chars().take(300).collect::<std::string::String>(),
+                b.to_string().chars().take(300).collect::<std::string::String>()
+            )),
         }
     }
-    let d = diff(&serde_json::to_value(a).unwrap(), &serde_json::to_value(b).unwrap(), String::new());
+    let d =
+        diff(&serde_json::to_value(a).unwrap(), &serde_json::to_value(b).unwrap(), String::new());
     panic!("{what}: programs differ at {}", d.unwrap_or_else(|| "(float NaN?)".into()));
 }
 
@@ -81,7 +88,12 @@ fn read_write_round_trip_runs_identically_in_torch() {
             let again = Pt2::open(&copy).unwrap();
             assert_eq!(again.programs, pt2.programs, "{arch} {mode}");
             let json_of = |p: &Pt2| -> serde_json::Value {
-                let entry = p.archive().entries().iter().find(|e| e.name.ends_with("models/model.json")).unwrap();
+                let entry = p
+                    .archive()
+                    .entries()
+                    .iter()
+                    .find(|e| e.name.ends_with("models/model.json"))
+                    .unwrap();
                 serde_json::from_slice(p.archive().bytes(entry)).unwrap()
             };
             assert_eq!(json_of(&again), json_of(&pt2), "{arch} {mode}: JSON changed");
@@ -89,14 +101,24 @@ fn read_write_round_trip_runs_identically_in_torch() {
             // the sample inputs (a pickle) are written empty.
             for entry in pt2.archive().entries().iter().filter(|e| !e.name.ends_with(".json")) {
                 let copied = again.archive().entry(&entry.name).unwrap();
-                let expected = if entry.name.contains("/data/sample_inputs/") { &[][..] } else { pt2.archive().bytes(entry) };
+                let expected = if entry.name.contains("/data/sample_inputs/") {
+                    &[][..]
+                } else {
+                    pt2.archive().bytes(entry)
+                };
                 assert_eq!(again.archive().bytes(copied), expected, "{}", entry.name);
                 assert_eq!(copied.offset % 64, 0, "{} not 64-byte aligned", entry.name);
             }
-            quads.extend([original.display().to_string(), copy.display().to_string(), arch.to_string(), mode.to_string()]);
+            quads.extend([
+                original.display().to_string(),
+                copy.display().to_string(),
+                arch.to_string(),
+                mode.to_string(),
+            ]);
         }
     }
-    let args: Vec<&str> = std::iter::once("compare-all").chain(quads.iter().map(String::as_str)).collect();
+    let args: Vec<&str> =
+        std::iter::once("compare-all").chain(quads.iter().map(String::as_str)).collect();
     harness(&args);
 }
 
@@ -111,7 +133,10 @@ fn weights_are_byte_ranges_and_tied_weights_share_them() {
     assert_eq!(wte.path_name, head.path_name);
     let bytes = pt2.weight("model", "lm_head.weight").unwrap().unwrap();
     assert_eq!(bytes.len(), 128 * 32 * 4);
-    assert_eq!(bytes.as_ptr(), pt2.weight("model", "transformer.wte.weight").unwrap().unwrap().as_ptr());
+    assert_eq!(
+        bytes.as_ptr(),
+        pt2.weight("model", "transformer.wte.weight").unwrap().unwrap().as_ptr()
+    );
 }
 
 #[test]
@@ -120,7 +145,10 @@ fn sympy_sizes_and_range_constraints_are_read() {
     let pt2 = Pt2::open(&fixture(&dir, "llama", "dynamic")).unwrap();
     let program: &ExportedProgram = &pt2.programs["model"];
     assert!(!program.range_constraints.is_empty());
-    assert!(program.range_constraints.values().all(|r| r.min_val == Some(2) && r.max_val.is_none()));
+    assert!(program
+        .range_constraints
+        .values()
+        .all(|r| r.min_val == Some(2) && r.max_val.is_none()));
     let ids = &program.graph_module.graph.tensor_values["input_ids"];
     let symbolic = ids.sizes.iter().filter(|s| matches!(s, hfx::graph::pt2::schema::SymInt::AsExpr(e) if e.expr_str.starts_with("Symbol("))).count();
     assert_eq!(symbolic, 2, "batch and sequence are symbolic");
@@ -158,17 +186,36 @@ fn malformed_archives_get_a_one_line_error() {
     assert!(open_error(&path).contains("models/model.json: EOF while parsing"));
     let (_t, path) = with_model_json(|j| j.replacen("\"as_tensor\"", "\"as_quantum_tensor\"", 1));
     assert!(open_error(&path).contains("unknown variant `as_quantum_tensor`"));
-    let (_t, path) = with_model_json(|j| j.replacen("\"graph_module\": {", "\"graph_module\": {\"novelty\": 1, ", 1));
+    let (_t, path) = with_model_json(|j| {
+        j.replacen("\"graph_module\": {", "\"graph_module\": {\"novelty\": 1, ", 1)
+    });
     assert!(open_error(&path).contains("unknown field `novelty`"));
     let (_t, path) = with_model_json(|j| j.replace("\"major\": 8", "\"major\": 9"));
-    assert!(open_error(&path).contains("schema version 9.20 is not supported (this hfx reads 8.0 to 8.20"));
+    assert!(open_error(&path)
+        .contains("schema version 9.20 is not supported (this hfx reads 8.0 to 8.20"));
 
     // A node reading a value nobody defines: the archive opens, its program does not convert.
-    let (_t, path) = with_model_json(|j| j.replacen("{\"as_tensor\": {\"name\": \"input_ids\"}}, \"kind\"", "{\"as_tensor\": {\"name\": \"ghost\"}}, \"kind\"", 1));
-    let out = hfx(&["run", "--backend", "dynamo", path.to_str().unwrap(), "-o", path.with_extension("out.pt2").to_str().unwrap()]);
+    let (_t, path) = with_model_json(|j| {
+        j.replacen(
+            "{\"as_tensor\": {\"name\": \"input_ids\"}}, \"kind\"",
+            "{\"as_tensor\": {\"name\": \"ghost\"}}, \"kind\"",
+            1,
+        )
+    });
+    let out = hfx(&[
+        "run",
+        "--backend",
+        "dynamo",
+        path.to_str().unwrap(),
+        "-o",
+        path.with_extension("out.pt2").to_str().unwrap(),
+    ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(stderr.contains("dangling value reference `ghost`") && stderr.contains("bad.pt2"), "{stderr}");
+    assert!(
+        stderr.contains("dangling value reference `ghost`") && stderr.contains("bad.pt2"),
+        "{stderr}"
+    );
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
 
     let dir = fixtures();
@@ -214,21 +261,49 @@ fn run_applies_the_onnx_fx_fixes_to_real_traces_without_changing_outputs() {
         for mode in MODES {
             let original = fixture(&dir, arch, mode);
             let fixed = out.path().join(format!("{arch}_{mode}.pt2"));
-            let result = hfx(&["run", "--backend", "onnx", "--plugins", "plugins/onnx", original.to_str().unwrap(), "-o", fixed.to_str().unwrap()]);
+            let result = hfx(&[
+                "run",
+                "--backend",
+                "onnx",
+                "--plugins",
+                "plugins/onnx",
+                original.to_str().unwrap(),
+                "-o",
+                fixed.to_str().unwrap(),
+            ]);
             let stdout = String::from_utf8_lossy(&result.stdout);
-            assert!(result.status.success(), "{arch} {mode}: {}", String::from_utf8_lossy(&result.stderr));
+            assert!(
+                result.status.success(),
+                "{arch} {mode}: {}",
+                String::from_utf8_lossy(&result.stderr)
+            );
             let asserts = count_target(&original, "torch.ops.aten._assert_tensor_metadata.default");
             total_asserts += asserts;
             if asserts > 0 {
-                assert!(stdout.contains(&format!("onnx-fix-assertion             calls {asserts:>5}  changed {asserts:>5}")), "{arch} {mode}: {stdout}");
+                assert!(
+                    stdout.contains(&format!(
+                        "onnx-fix-assertion             calls {asserts:>5}  changed {asserts:>5}"
+                    )),
+                    "{arch} {mode}: {stdout}"
+                );
             }
-            assert_eq!(count_target(&fixed, "torch.ops.aten._assert_tensor_metadata.default"), 0, "{arch} {mode}");
+            assert_eq!(
+                count_target(&fixed, "torch.ops.aten._assert_tensor_metadata.default"),
+                0,
+                "{arch} {mode}"
+            );
             assert_eq!(count_target(&fixed, "torch.ops.aten.alias.default"), 0, "{arch} {mode}");
-            quads.extend([original.display().to_string(), fixed.display().to_string(), arch.to_string(), mode.to_string()]);
+            quads.extend([
+                original.display().to_string(),
+                fixed.display().to_string(),
+                arch.to_string(),
+                mode.to_string(),
+            ]);
         }
     }
     assert!(total_asserts > 100, "the traces should hold runtime asserts to fix ({total_asserts})");
-    let args: Vec<&str> = std::iter::once("compare-all").chain(quads.iter().map(String::as_str)).collect();
+    let args: Vec<&str> =
+        std::iter::once("compare-all").chain(quads.iter().map(String::as_str)).collect();
     harness(&args);
 }
 
@@ -238,12 +313,31 @@ fn run_dynamo_without_plugins_writes_an_equivalent_archive() {
     let out = tempfile::tempdir().unwrap();
     let fixed = out.path().join("qwen3_dynamic.pt2");
     let original = fixture(&dir, "qwen3", "dynamic");
-    let result = hfx(&["run", "--backend", "dynamo", original.to_str().unwrap(), "-o", fixed.to_str().unwrap()]);
+    let result = hfx(&[
+        "run",
+        "--backend",
+        "dynamo",
+        original.to_str().unwrap(),
+        "-o",
+        fixed.to_str().unwrap(),
+    ]);
     assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
-    assert_program_eq(&Pt2::open(&fixed).unwrap().programs["model"], &Pt2::open(&original).unwrap().programs["model"], "qwen3 dynamic");
+    assert_program_eq(
+        &Pt2::open(&fixed).unwrap().programs["model"],
+        &Pt2::open(&original).unwrap().programs["model"],
+        "qwen3 dynamic",
+    );
     let pte = out.path().join("model.pte");
-    let result = hfx(&["run", "--backend", "dynamo", original.to_str().unwrap(), "-o", pte.to_str().unwrap()]);
-    assert!(String::from_utf8_lossy(&result.stderr).contains("a .pte output needs an ExecuTorch backend"));
+    let result = hfx(&[
+        "run",
+        "--backend",
+        "dynamo",
+        original.to_str().unwrap(),
+        "-o",
+        pte.to_str().unwrap(),
+    ]);
+    assert!(String::from_utf8_lossy(&result.stderr)
+        .contains("a .pte output needs an ExecuTorch backend"));
     assert!(!pte.exists());
 }
 
@@ -290,7 +384,9 @@ fn mutated_archives_never_panic_the_reader() {
             }
         }
         std::fs::write(&path, &bytes).unwrap();
-        match std::panic::catch_unwind(|| Pt2::open(&path).map(|p| p.programs.values().map(convert::to_ir).count())) {
+        match std::panic::catch_unwind(|| {
+            Pt2::open(&path).map(|p| p.programs.values().map(convert::to_ir).count())
+        }) {
             Ok(Ok(_)) => opened += 1,
             Ok(Err(e)) => {
                 assert!(!e.to_string().contains('\n'), "multi-line error: {e}");
@@ -340,7 +436,14 @@ enum Damage {
 fn damaged(dir: &Path, damage: Damage) -> (PathBuf, String, String) {
     let original = Pt2::open(&fixture(&fixtures(), "bert", "static")).unwrap();
     let (fqn, meta) = original.weights["model"].config.iter().next().unwrap();
-    let entry_name = original.archive().entries().iter().find(|e| e.name.ends_with(&format!("data/weights/{}", meta.path_name))).unwrap().name.clone();
+    let entry_name = original
+        .archive()
+        .entries()
+        .iter()
+        .find(|e| e.name.ends_with(&format!("data/weights/{}", meta.path_name)))
+        .unwrap()
+        .name
+        .clone();
     let path = dir.join("damaged.pt2");
     let mut w = hfx::graph::pt2::archive::ArchiveWriter::create(&path).unwrap();
     for e in original.archive().entries() {
@@ -360,8 +463,13 @@ fn damaged(dir: &Path, damage: Damage) -> (PathBuf, String, String) {
         Damage::LocalNameLength | Damage::LocalSize => {
             // The local header is right before the name, padding and data: find its signature.
             let offset = entry.unwrap().offset as usize;
-            let local = (0..offset).rev().find(|&i| bytes[i..i + 4] == [0x50, 0x4b, 0x03, 0x04]).unwrap();
-            let (at, delta) = if let Damage::LocalNameLength = damage { (local + 26, -1i64) } else { (local + 22, 1) };
+            let local =
+                (0..offset).rev().find(|&i| bytes[i..i + 4] == [0x50, 0x4b, 0x03, 0x04]).unwrap();
+            let (at, delta) = if let Damage::LocalNameLength = damage {
+                (local + 26, -1i64)
+            } else {
+                (local + 22, 1)
+            };
             let width = if at == local + 26 { 2 } else { 4 };
             let mut value = [0u8; 8];
             value[..width].copy_from_slice(&bytes[at..at + width]);
@@ -386,7 +494,8 @@ fn damaged(dir: &Path, damage: Damage) -> (PathBuf, String, String) {
 /// the archive and `expect`, and leaves neither output nor temp file.
 fn refused_by_run(dir: &Path, input: &Path, backend: &str, expect: &[&str]) {
     let out = dir.join(if backend == "onnx" { "out.onnx" } else { "out.pt2" });
-    let mut args = vec!["run", "--backend", backend, input.to_str().unwrap(), "-o", out.to_str().unwrap()];
+    let mut args =
+        vec!["run", "--backend", backend, input.to_str().unwrap(), "-o", out.to_str().unwrap()];
     let plugins = root().join("plugins/onnx").display().to_string();
     let dynamo = root().join("plugins/dynamo").display().to_string();
     if backend == "onnx" {
@@ -400,7 +509,11 @@ fn refused_by_run(dir: &Path, input: &Path, backend: &str, expect: &[&str]) {
     for e in expect {
         assert!(stderr.contains(e), "{backend}: `{e}` not in: {stderr}");
     }
-    let left: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).filter(|n| n != "damaged.pt2").collect();
+    let left: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "damaged.pt2")
+        .collect();
     assert!(left.is_empty(), "{backend}: left behind: {left:?}");
 }
 
@@ -418,7 +531,11 @@ fn damaged_weights_are_refused_by_both_backends() {
         let (path, fqn, entry) = damaged(dir, damage);
         let weight = format!("weight `{fqn}`");
         let expect = [weight.as_str(), entry.as_str(), what];
-        let e = Pt2::open(&path).unwrap().weight("model", &fqn).expect_err("weight refused").to_string();
+        let e = Pt2::open(&path)
+            .unwrap()
+            .weight("model", &fqn)
+            .expect_err("weight refused")
+            .to_string();
         assert!(expect.iter().all(|x| e.contains(x)), "{e}");
         refused_by_run(dir, &path, "dynamo", &expect);
         refused_by_run(dir, &path, "onnx", &expect);
@@ -426,7 +543,10 @@ fn damaged_weights_are_refused_by_both_backends() {
     for (damage, what) in [
         (Damage::LocalNameLength, "local header names another entry"),
         (Damage::LocalSize, "local header says"),
-        (Damage::Descriptor, "local header's data descriptor disagrees with the directory's CRC-32"),
+        (
+            Damage::Descriptor,
+            "local header's data descriptor disagrees with the directory's CRC-32",
+        ),
     ] {
         let (path, _, entry) = damaged(dir, damage);
         let e = Pt2::open(&path).err().expect("archive refused").to_string();
@@ -561,7 +681,8 @@ fn pickle_payload(dir: &Path, marker: &Path) -> Vec<u8> {
 }
 
 fn run_backend(input: &Path, backend: &str, out: &Path, verify: bool) -> std::process::Output {
-    let mut args = vec!["run", "--backend", backend, input.to_str().unwrap(), "-o", out.to_str().unwrap()];
+    let mut args =
+        vec!["run", "--backend", backend, input.to_str().unwrap(), "-o", out.to_str().unwrap()];
     let plugins = root().join(format!("plugins/{backend}")).display().to_string();
     args.extend(["--plugins", &plugins]);
     if verify {
@@ -599,14 +720,23 @@ fn pickles_in_a_pt2_are_never_loaded() {
         }
         Some(bytes.to_vec())
     });
-    let cases = [("executorch", "out.pte", false), ("dynamo", "out.pt2", true), ("dynamo", "plain.pt2", false), ("onnx", "out.onnx", false)];
+    let cases = [
+        ("executorch", "out.pte", false),
+        ("dynamo", "out.pt2", true),
+        ("dynamo", "plain.pt2", false),
+        ("onnx", "out.onnx", false),
+    ];
     for (backend, out, verify) in cases {
         let result = run_backend(&pickled, backend, &dir.join(out), verify);
         let stderr = String::from_utf8_lossy(&result.stderr);
         assert!(!result.status.success(), "{backend}: accepted: {stderr}");
         assert_eq!(stderr.trim_end().lines().count(), 1, "{backend}: {stderr}");
         let expected = format!("weight `{fqn}` is stored pickled");
-        for part in [pickled.to_str().unwrap(), &expected, "pickled weights are not loaded from untrusted files"] {
+        for part in [
+            pickled.to_str().unwrap(),
+            &expected,
+            "pickled weights are not loaded from untrusted files",
+        ] {
             assert!(stderr.contains(part), "{backend}: `{part}` not in: {stderr}");
         }
         assert!(!marker.exists(), "{backend}: the pickle ran");
@@ -614,7 +744,13 @@ fn pickles_in_a_pt2_are_never_loaded() {
     }
 
     let sampled = dir.join("sample-inputs.pt2");
-    edited_fixture(&sampled, |name, bytes| Some(if name.ends_with("data/sample_inputs/model.pt") { payload.clone() } else { bytes.to_vec() }));
+    edited_fixture(&sampled, |name, bytes| {
+        Some(if name.ends_with("data/sample_inputs/model.pt") {
+            payload.clone()
+        } else {
+            bytes.to_vec()
+        })
+    });
     let out = dir.join("sampled-out.pt2");
     let result = run_backend(&sampled, "dynamo", &out, false);
     assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
@@ -622,6 +758,10 @@ fn pickles_in_a_pt2_are_never_loaded() {
     harness(&["load", out.to_str().unwrap()]);
     assert!(!marker.exists(), "the dynamo artifact carried the pickle on");
     let result = run_backend(&sampled, "executorch", &dir.join("sampled.pte"), false);
-    assert!(!marker.exists(), "the worker unpickled the sample inputs: {}", String::from_utf8_lossy(&result.stderr));
+    assert!(
+        !marker.exists(),
+        "the worker unpickled the sample inputs: {}",
+        String::from_utf8_lossy(&result.stderr)
+    );
     assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
 }

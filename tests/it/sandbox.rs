@@ -20,18 +20,25 @@ fn contained(hostile: &str, limits: Limits) -> PluginError {
 
     let (mut graph, _) = relu_add_mul();
     let before = graph.fingerprint();
-    let error = fx_node_fix::run(&runtime, &plugins, &mut graph, "fx-node-fixes", OnPluginError::Fail).unwrap_err();
+    let error =
+        fx_node_fix::run(&runtime, &plugins, &mut graph, "fx-node-fixes", OnPluginError::Fail)
+            .unwrap_err();
     assert_eq!(graph.fingerprint(), before, "the failed call's changes must be rolled back");
     assert_eq!(error.plugin, bad.name());
     assert_eq!(error.kind, PluginKind::FxNodeFix);
     assert_eq!(error.stage, "fx-node-fixes");
     assert_eq!(error.node, Some(hfx::plugins::NodeRef::Fx("relu".into())));
     let line = error.to_string();
-    assert!(line.contains(bad.name()) && line.contains("fx-node-fixes") && line.contains("`relu`"), "{line}");
+    assert!(
+        line.contains(bad.name()) && line.contains("fx-node-fixes") && line.contains("`relu`"),
+        "{line}"
+    );
     assert!(!line.contains('\n'));
 
     let (mut graph, _) = relu_add_mul();
-    let report = fx_node_fix::run(&runtime, &plugins, &mut graph, "fx-node-fixes", OnPluginError::Skip).unwrap();
+    let report =
+        fx_node_fix::run(&runtime, &plugins, &mut graph, "fx-node-fixes", OnPluginError::Skip)
+            .unwrap();
     assert_eq!(report.skipped.len(), 1);
     assert_eq!(report.plugins[bad.name()].failed, 1);
     assert_eq!(report.plugins["test-kind-node-fix"].changed, 1, "the next plugin must still run");
@@ -54,7 +61,9 @@ fn infinite_loop_is_stopped_by_the_deadline_when_fuel_is_plentiful() {
     let bad = load(&runtime, "tests/plugins/hostile-loop");
     let (mut graph, [relu, _, _]) = relu_add_mul();
     let start = Instant::now();
-    let error = Session::new(&runtime, of::<kind::FxNodeFix>(&bad), "fx-node-fixes").fx_node_fix(&mut graph, relu).unwrap_err();
+    let error = Session::new(&runtime, of::<kind::FxNodeFix>(&bad), "fx-node-fixes")
+        .fx_node_fix(&mut graph, relu)
+        .unwrap_err();
     let took = start.elapsed();
     assert_eq!(error.failure, Failure::Deadline { millis: 200 });
     // Not a timing assertion on speed: a bound proving the backstop fired
@@ -75,14 +84,21 @@ fn memory_bomb_hits_the_cap() {
 #[test]
 fn panic_after_mutating_is_a_trap_and_rolled_back() {
     let error = contained("tests/plugins/hostile-panic", Limits::default());
-    assert!(matches!(&error.failure, Failure::Trap(m) if m.contains("unreachable")), "{:?}", error.failure);
+    assert!(
+        matches!(&error.failure, Failure::Trap(m) if m.contains("unreachable")),
+        "{:?}",
+        error.failure
+    );
 }
 
 #[test]
 fn node_flood_hits_the_host_budget() {
     let limits = Limits { max_new_nodes: 500, ..Limits::default() };
     let error = contained("tests/plugins/hostile-flood", limits);
-    assert_eq!(error.failure, Failure::HostBudget("`graph.insert-call` added more than 500 nodes in one call".into()));
+    assert_eq!(
+        error.failure,
+        Failure::HostBudget("`graph.insert-call` added more than 500 nodes in one call".into())
+    );
 }
 
 #[test]
@@ -95,7 +111,10 @@ fn a_trapped_instance_is_replaced_for_the_next_call() {
         let error = session.fx_node_fix(&mut graph, relu).unwrap_err();
         assert!(matches!(error.failure, Failure::Trap(_)));
     }
-    assert_eq!(session.instantiations, 3, "each trap discards the store; each call gets a fresh instance");
+    assert_eq!(
+        session.instantiations, 3,
+        "each trap discards the store; each call gets a fresh instance"
+    );
     // A healthy plugin keeps one instance for the whole stage run.
     let good = load(&runtime, "tests/plugins/kind-node-fix");
     let (mut graph, [_, add, _]) = relu_add_mul();
@@ -124,7 +143,9 @@ fn reading_too_much_hits_the_host_budget() {
     let plugin = load(&runtime, "tests/plugins/kind-node-fix");
     let (mut graph, [relu, _, _]) = relu_add_mul();
     let before = graph.fingerprint();
-    let error = Session::new(&runtime, of::<kind::FxNodeFix>(&plugin), "fx-node-fixes").fx_node_fix(&mut graph, relu).unwrap_err();
+    let error = Session::new(&runtime, of::<kind::FxNodeFix>(&plugin), "fx-node-fixes")
+        .fx_node_fix(&mut graph, relu)
+        .unwrap_err();
     assert!(
         matches!(&error.failure, Failure::HostBudget(m) if m.starts_with("`graph.") && m.ends_with("` read more than 64 bytes from the host in one call")),
         "{:?}",
@@ -146,7 +167,10 @@ fn unbounded_recursion_is_a_stack_overflow_not_a_host_crash() {
             let runtime = runtime();
             let bad = load(&runtime, "tests/plugins/hostile-recursion");
             let (mut graph, [relu, _, _]) = relu_add_mul();
-            Session::new(&runtime, of::<kind::FxNodeFix>(&bad), "fx-node-fixes").fx_node_fix(&mut graph, relu).unwrap_err().failure
+            Session::new(&runtime, of::<kind::FxNodeFix>(&bad), "fx-node-fixes")
+                .fx_node_fix(&mut graph, relu)
+                .unwrap_err()
+                .failure
         })
         .unwrap()
         .join()
@@ -203,13 +227,18 @@ fn many_strings_over_many_host_calls_hit_the_write_budget() {
     let runtime = runtime_with(limits);
     let plugin = load(&runtime, "tests/plugins/hostile-writes");
     let (mut graph, [relu, _, _]) = relu_add_mul();
-    assert!(Session::new(&runtime, of::<kind::FxNodeFix>(&plugin), "fx-node-fixes").fx_node_fix(&mut graph, relu).unwrap());
+    assert!(Session::new(&runtime, of::<kind::FxNodeFix>(&plugin), "fx-node-fixes")
+        .fx_node_fix(&mut graph, relu)
+        .unwrap());
 }
 
 #[test]
 fn a_huge_error_message_is_refused_in_one_line() {
     let error = contained("tests/plugins/hostile-message", Limits::default());
-    assert_eq!(error.failure, Failure::HostBudget("returned an error message of 1048575 bytes (at most 4096)".into()));
+    assert_eq!(
+        error.failure,
+        Failure::HostBudget("returned an error message of 1048575 bytes (at most 4096)".into())
+    );
     assert!(error.to_string().len() < 300, "{error}");
 }
 
@@ -218,8 +247,14 @@ fn a_huge_describe_is_refused_at_load() {
     let runtime = runtime();
     let found = discover_one(&plugin_dir("tests/plugins/hostile-describe")).unwrap();
     let error = runtime.load(&found).err().unwrap().to_string();
-    assert!(error.contains("test_hostile_describe.wasm") && error.contains("test-hostile-describe"), "{error}");
-    assert!(error.contains("describe returned 2 targets in 1048616 bytes (at most 65536)"), "{error}");
+    assert!(
+        error.contains("test_hostile_describe.wasm") && error.contains("test-hostile-describe"),
+        "{error}"
+    );
+    assert!(
+        error.contains("describe returned 2 targets in 1048616 bytes (at most 65536)"),
+        "{error}"
+    );
     assert!(error.len() < 400 && !error.contains('\n'), "{error}");
 }
 
@@ -234,15 +269,22 @@ fn a_translation_writing_huge_attributes_hits_the_write_budget_and_is_rolled_bac
     let mut builder = TranslationBuilder::new(20);
     builder.value_names.insert(x, "x".into());
     let before = graph.fingerprint();
-    let error = Session::new(&runtime, of::<kind::OnnxTranslation>(&bad), "onnx-translations").translate(&mut graph, relu, &mut builder).unwrap_err();
+    let error = Session::new(&runtime, of::<kind::OnnxTranslation>(&bad), "onnx-translations")
+        .translate(&mut graph, relu, &mut builder)
+        .unwrap_err();
     assert_write_budget(&error.failure, 16 << 20, Some("builder.add-node"));
-    assert_eq!((error.plugin.as_str(), error.kind, error.stage.as_str()), ("test-hostile-translation", PluginKind::OnnxTranslation, "onnx-translations"));
+    assert_eq!(
+        (error.plugin.as_str(), error.kind, error.stage.as_str()),
+        ("test-hostile-translation", PluginKind::OnnxTranslation, "onnx-translations")
+    );
     assert_eq!(error.node, Some(hfx::plugins::NodeRef::Fx("relu".into())));
     assert!(builder.nodes.is_empty(), "the emitted nodes must be rolled back");
     assert_eq!(builder.value_names.len(), 1);
     assert_eq!(graph.fingerprint(), before);
     // The next translation still runs on the same builder.
-    Session::new(&runtime, of::<kind::OnnxTranslation>(&good), "onnx-translations").translate(&mut graph, relu, &mut builder).unwrap();
+    Session::new(&runtime, of::<kind::OnnxTranslation>(&good), "onnx-translations")
+        .translate(&mut graph, relu, &mut builder)
+        .unwrap();
     assert_eq!(builder.nodes.len(), 1);
     assert_eq!(builder.nodes[0].op_type, "Relu");
 }
@@ -263,12 +305,27 @@ fn refused_outputs(node: usize) -> PluginError {
     let error = Session::new(&runtime, of::<kind::OnnxTranslation>(&bad), "onnx-translations")
         .translate(&mut graph, nodes[node], &mut builder)
         .unwrap_err();
-    assert!(start.elapsed() < Duration::from_secs(10), "refused before the work, not after: {:?}", start.elapsed());
-    assert_eq!((error.plugin.as_str(), error.kind, error.stage.as_str()), ("test-hostile-outputs", PluginKind::OnnxTranslation, "onnx-translations"));
-    assert!(builder.nodes.is_empty() && builder.value_names.len() == 1, "the builder must be rolled back");
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "refused before the work, not after: {:?}",
+        start.elapsed()
+    );
+    assert_eq!(
+        (error.plugin.as_str(), error.kind, error.stage.as_str()),
+        ("test-hostile-outputs", PluginKind::OnnxTranslation, "onnx-translations")
+    );
+    assert!(
+        builder.nodes.is_empty() && builder.value_names.len() == 1,
+        "the builder must be rolled back"
+    );
     assert_eq!(graph.fingerprint(), before);
     let line = error.to_string();
-    assert!(line.contains("test-hostile-outputs") && line.contains("`builder.add-node`") && !line.contains('\n'), "{line}");
+    assert!(
+        line.contains("test-hostile-outputs")
+            && line.contains("`builder.add-node`")
+            && !line.contains('\n'),
+        "{line}"
+    );
     error
 }
 
@@ -276,7 +333,12 @@ fn refused_outputs(node: usize) -> PluginError {
 fn add_node_with_u32_max_outputs_is_refused_before_the_host_allocates() {
     // Before the bound: 4 billion names, "memory allocation of 103079215080 bytes failed", SIGABRT.
     let error = refused_outputs(2);
-    assert_eq!(error.failure, Failure::HostBudget("`builder.add-node` was asked for 4294967295 outputs (at most 65536)".into()));
+    assert_eq!(
+        error.failure,
+        Failure::HostBudget(
+            "`builder.add-node` was asked for 4294967295 outputs (at most 65536)".into()
+        )
+    );
 }
 
 #[test]
@@ -285,10 +347,20 @@ fn add_node_output_names_from_a_long_op_type_are_charged_before_they_are_made() 
     let error = refused_outputs(1);
     let Failure::HostBudget(message) = &error.failure else { panic!("{:?}", error.failure) };
     assert!(message.starts_with("`builder.add-node` would allocate"), "{message}");
-    assert!(message.contains("60000 output names of a 4096-byte op type, over the write budget of 16777216 bytes"), "{message}");
+    assert!(
+        message.contains(
+            "60000 output names of a 4096-byte op type, over the write budget of 16777216 bytes"
+        ),
+        "{message}"
+    );
     // A longer op type is no identifier: refused whatever the count (2400 here, 2.5 GB of names before).
     let error = refused_outputs(0);
-    assert_eq!(error.failure, Failure::HostBudget("`builder.add-node` was given an op type of 1048576 bytes (at most 4096)".into()));
+    assert_eq!(
+        error.failure,
+        Failure::HostBudget(
+            "`builder.add-node` was given an op type of 1048576 bytes (at most 4096)".into()
+        )
+    );
 }
 
 /// The peak resident memory of a finished child (its own and that of the
@@ -315,9 +387,24 @@ fn hfx_survives_a_translation_asking_for_gigabytes_of_output_names_in_one_line()
     let plugin = plugin_dir("tests/plugins/hostile-outputs");
     let out = dir.path().join("out.onnx");
     let python = python();
-    for (model, node, reason) in [("relu_silu", "relu", "was given an op type of 1048576 bytes (at most 4096)"), ("doubler", "mul", "was asked for 4294967295 outputs (at most 65536)")] {
+    for (model, node, reason) in [
+        ("relu_silu", "relu", "was given an op type of 1048576 bytes (at most 4096)"),
+        ("doubler", "mul", "was asked for 4294967295 outputs (at most 65536)"),
+    ] {
         let spec = format!("python:hfx_test_models:{model}");
-        let args = ["run", "--backend", "onnx", "--plugins", plugin.to_str().unwrap(), "--model-fn", &spec, "-o", out.to_str().unwrap(), "--python", python.to_str().unwrap()];
+        let args = [
+            "run",
+            "--backend",
+            "onnx",
+            "--plugins",
+            plugin.to_str().unwrap(),
+            "--model-fn",
+            &spec,
+            "-o",
+            out.to_str().unwrap(),
+            "--python",
+            python.to_str().unwrap(),
+        ];
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_hfx"))
             .args(args)
             .current_dir(dir.path())
@@ -328,12 +415,25 @@ fn hfx_survives_a_translation_asking_for_gigabytes_of_output_names_in_one_line()
             .spawn()
             .unwrap();
         let (status, stderr, peak) = wait_with_peak(child);
-        assert_eq!(status.code(), Some(1), "{model}: hfx must exit with an error, not a signal ({status:?}): {stderr}");
-        assert!(!stderr.contains("panicked") && !stderr.contains("memory allocation of"), "{model}: {stderr}");
-        let error: Vec<&str> = stderr.lines().filter(|l| l.contains("test-hostile-outputs")).collect();
+        assert_eq!(
+            status.code(),
+            Some(1),
+            "{model}: hfx must exit with an error, not a signal ({status:?}): {stderr}"
+        );
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("memory allocation of"),
+            "{model}: {stderr}"
+        );
+        let error: Vec<&str> =
+            stderr.lines().filter(|l| l.contains("test-hostile-outputs")).collect();
         assert_eq!(error.len(), 1, "{model}: one line names the plugin:\n{stderr}");
-        let expected = format!("at node `{node}`: exceeded the host budget: `builder.add-node` {reason}");
-        assert!(error[0].contains("onnx-translations") && error[0].ends_with(&expected), "{model}: {}", error[0]);
+        let expected =
+            format!("at node `{node}`: exceeded the host budget: `builder.add-node` {reason}");
+        assert!(
+            error[0].contains("onnx-translations") && error[0].ends_with(&expected),
+            "{model}: {}",
+            error[0]
+        );
         // hfx and its Python worker (the larger of the two): far below the gigabytes asked for.
         assert!(peak < 1 << 30, "{model}: peak resident memory {} MiB", peak >> 20);
         assert!(!out.exists());
@@ -358,19 +458,28 @@ fn a_core_module_importing_env_system_is_refused_at_load() {
     let core: &[u8] = &[
         0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // magic, core version 1
         0x01, 0x07, 0x01, 0x60, 0x02, 0x7f, 0x7f, 0x01, 0x7f, // type: (i32, i32) -> i32
-        0x02, 0x0e, 0x01, 0x03, b'e', b'n', b'v', 0x06, b's', b'y', b's', b't', b'e', b'm', 0x00, 0x00, // import env.system
+        0x02, 0x0e, 0x01, 0x03, b'e', b'n', b'v', 0x06, b's', b'y', b's', b't', b'e', b'm', 0x00,
+        0x00, // import env.system
     ];
     let dir = tempfile::tempdir().unwrap();
     let plugin = dir.path().join("core");
     std::fs::create_dir(&plugin).unwrap();
     std::fs::write(plugin.join("core.wasm"), core).unwrap();
-    let manifest = std::fs::read_to_string(root().join("tests/plugins/hostile-wasi/plugin.toml")).unwrap();
-    let manifest = manifest.replace("test-hostile-wasi", "test-hostile-core").replace("test_hostile_wasi.wasm", "core.wasm");
+    let manifest =
+        std::fs::read_to_string(root().join("tests/plugins/hostile-wasi/plugin.toml")).unwrap();
+    let manifest = manifest
+        .replace("test-hostile-wasi", "test-hostile-core")
+        .replace("test_hostile_wasi.wasm", "core.wasm");
     std::fs::write(plugin.join("plugin.toml"), manifest).unwrap();
     let found = discover_one(&plugin).unwrap();
     // Refused before anything is compiled, linked or run, naming what it imports.
     let error = runtime().load(&found).err().unwrap().to_string();
-    assert!(error.contains("core.wasm") && error.contains("not a component") && error.contains("`env.system`"), "{error}");
+    assert!(
+        error.contains("core.wasm")
+            && error.contains("not a component")
+            && error.contains("`env.system`"),
+        "{error}"
+    );
     assert!(!error.contains('\n'), "{error}");
 }
 
@@ -388,7 +497,12 @@ fn where_call(rows: i64) -> hfx::plugins::patching::PatchedCall {
             sizes: vec![rows, 4],
         })
     };
-    PatchedCall { target: "torch.where".into(), values: vec![tensor("bool"), tensor("float32"), tensor("float32")], args: vec![0, 1, 2], kwargs: vec![] }
+    PatchedCall {
+        target: "torch.where".into(),
+        values: vec![tensor("bool"), tensor("float32"), tensor("float32")],
+        args: vec![0, 1, 2],
+        kwargs: vec![],
+    }
 }
 
 #[test]
@@ -396,13 +510,24 @@ fn patch_programs_cannot_reach_files_processes_or_private_attributes() {
     let runtime = runtime();
     let plugin = load(&runtime, "tests/plugins/hostile-patch");
     let mut session = Session::new(&runtime, of::<kind::Patch>(&plugin), "patches");
-    for (rows, refused) in [(1, "os.system"), (2, "builtins.__file__"), (3, "torch.save"), (4, "__class__"), (5, "slot 9999"), (8, "-inf is not finite")] {
+    for (rows, refused) in [
+        (1, "os.system"),
+        (2, "builtins.__file__"),
+        (3, "torch.save"),
+        (4, "__class__"),
+        (5, "slot 9999"),
+        (8, "-inf is not finite"),
+    ] {
         let call = where_call(rows);
-        let error = session.patch(&call, |program| hfx::trace::check_program(&call, program)).unwrap_err();
+        let error =
+            session.patch(&call, |program| hfx::trace::check_program(&call, program)).unwrap_err();
         assert_eq!(error.plugin, "test-hostile-patch");
         assert!(matches!(error.failure, Failure::Invalid(_)), "{error}");
         let line = error.to_string();
-        assert!(line.contains(refused) && line.contains("`torch.where`") && line.contains("patches"), "{line}");
+        assert!(
+            line.contains(refused) && line.contains("`torch.where`") && line.contains("patches"),
+            "{line}"
+        );
     }
     // A well-formed answer still goes through.
     let call = where_call(7);
@@ -418,8 +543,26 @@ fn a_patch_program_cannot_call_a_method_it_took_from_a_tensor() {
     let out = dir.path().join("out.pt2");
     let plugin = plugin_dir("tests/plugins/hostile-patch");
     let spec = "python:hfx_test_models:where_six_rows";
-    let result = hfx_with_python(dir.path(), &["run", "--backend", "onnx", "--plugins", plugin.to_str().unwrap(), "--model-fn", spec, "-o", out.to_str().unwrap()]);
+    let result = hfx_with_python(
+        dir.path(),
+        &[
+            "run",
+            "--backend",
+            "onnx",
+            "--plugins",
+            plugin.to_str().unwrap(),
+            "--model-fn",
+            spec,
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
     let stderr = String::from_utf8_lossy(&result.stderr);
     assert!(!result.status.success() && !out.exists(), "{stderr}");
-    assert!(stderr.contains("test-hostile-patch") && stderr.contains("torch.where") && stderr.contains("callable"), "{stderr}");
+    assert!(
+        stderr.contains("test-hostile-patch")
+            && stderr.contains("torch.where")
+            && stderr.contains("callable"),
+        "{stderr}"
+    );
 }

@@ -26,7 +26,13 @@ fn export(dir: &Path, backend: &str, folder: &str, out: &Path, extra: &[&str]) -
 }
 
 /// `hfx run -v` of `folder` to an export folder `out`; its stdout and stderr (progress).
-fn export_with_stderr(dir: &Path, backend: &str, folder: &str, out: &Path, extra: &[&str]) -> (String, String) {
+fn export_with_stderr(
+    dir: &Path,
+    backend: &str,
+    folder: &str,
+    out: &Path,
+    extra: &[&str],
+) -> (String, String) {
     let plugins = [root().join("plugins/dynamo"), root().join("plugins/onnx")];
     let mut args = vec!["run", "--backend", backend, "--model-dir", folder, "-o"];
     let out = format!("{}/", out.display());
@@ -37,7 +43,10 @@ fn export_with_stderr(dir: &Path, backend: &str, folder: &str, out: &Path, extra
     args.extend(extra);
     args.push("-v");
     let result = hfx(dir, &args);
-    let (stdout, stderr) = (String::from_utf8_lossy(&result.stdout).to_string(), String::from_utf8_lossy(&result.stderr).to_string());
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&result.stdout).to_string(),
+        String::from_utf8_lossy(&result.stderr).to_string(),
+    );
     assert!(result.status.success(), "{args:?}\n{stdout}\n{stderr}");
     (stdout, stderr)
 }
@@ -79,7 +88,11 @@ fn streamed_weights_give_the_same_artifacts_as_weights_read_by_the_worker() {
     ];
     for (kind, extra, backends) in cases {
         let folder = dir.path().join(kind);
-        let folder = if folder.exists() { folder.display().to_string() } else { model_folder(dir.path(), kind) };
+        let folder = if folder.exists() {
+            folder.display().to_string()
+        } else {
+            model_folder(dir.path(), kind)
+        };
         for &backend in backends {
             let streamed = dir.path().join(format!("{kind}-{backend}-{}-streamed", extra.join("")));
             let loaded = dir.path().join(format!("{kind}-{backend}-{}-loaded", extra.join("")));
@@ -88,15 +101,25 @@ fn streamed_weights_give_the_same_artifacts_as_weights_read_by_the_worker() {
             // The weights were written while torch.export ran (the worker's
             // plan held: a `.pt2`'s archive entries, an ONNX model's
             // initializers, transposed ones and converted ones included).
-            assert!(stdout.contains("weight entries written while torch.export ran)"), "{kind} {backend} {extra:?}: {stdout}");
+            assert!(
+                stdout.contains("weight entries written while torch.export ran)"),
+                "{kind} {backend} {extra:?}: {stdout}"
+            );
             assert!(stdout.contains("no eager reference"), "{stdout}");
             let with_load: Vec<&str> = extra.iter().copied().chain(["--load-weights"]).collect();
             let stdout = export(dir.path(), backend, &folder, &loaded, &with_load);
             assert!(!stdout.contains("weights: streamed"), "{stdout}");
             let (a, b) = (artifact_files(&streamed), artifact_files(&loaded));
-            assert_eq!(a.iter().map(|f| &f.0).collect::<Vec<_>>(), b.iter().map(|f| &f.0).collect::<Vec<_>>(), "{kind} {backend}");
+            assert_eq!(
+                a.iter().map(|f| &f.0).collect::<Vec<_>>(),
+                b.iter().map(|f| &f.0).collect::<Vec<_>>(),
+                "{kind} {backend}"
+            );
             for ((name, x), (_, y)) in a.iter().zip(&b) {
-                assert!(x == y, "{kind} {backend}: {name} differs between streamed and loaded weights");
+                assert!(
+                    x == y,
+                    "{kind} {backend}: {name} differs between streamed and loaded weights"
+                );
             }
         }
     }
@@ -141,10 +164,14 @@ fn several_backends_share_one_trace() {
     let dir = tempfile::tempdir().unwrap();
     let folder = model_folder(dir.path(), "llama");
     let out = dir.path().join("both");
-    let (stdout, stderr) = export_with_stderr(dir.path(), "onnx,dynamo", &folder, &out, &["--dynamic", "--verify"]);
+    let (stdout, stderr) =
+        export_with_stderr(dir.path(), "onnx,dynamo", &folder, &out, &["--dynamic", "--verify"]);
     assert_eq!(stdout.matches("traced LlamaForCausalLM").count(), 1, "{stdout}");
     assert_eq!(stderr.matches("trace: torch.export").count(), 1, "{stderr}");
-    assert!(stdout.contains("trace: the onnx export's (one trace for every backend of the run)"), "{stdout}");
+    assert!(
+        stdout.contains("trace: the onnx export's (one trace for every backend of the run)"),
+        "{stdout}"
+    );
     assert_eq!(stdout.matches("verify inputs").count(), 4, "two sizes for each backend: {stdout}");
     for (backend, file) in [("onnx", "model.onnx"), ("dynamo", "model.pt2")] {
         let sub = out.join(backend);
@@ -152,13 +179,24 @@ fn several_backends_share_one_trace() {
             assert!(sub.join(name).exists(), "{} missing", sub.join(name).display());
         }
         let reference = sub.join("model.reference.pt");
-        run_python("check_folder.py", &[sub.to_str().unwrap(), reference.to_str().unwrap(), "1e-3"]);
+        run_python(
+            "check_folder.py",
+            &[sub.to_str().unwrap(), reference.to_str().unwrap(), "1e-3"],
+        );
     }
     // A file output cannot hold two artifacts; each backend at most once.
-    let result = hfx(dir.path(), &["run", "--backend", "onnx,dynamo", "--model-dir", &folder, "-o", "x.onnx"]);
+    let result = hfx(
+        dir.path(),
+        &["run", "--backend", "onnx,dynamo", "--model-dir", &folder, "-o", "x.onnx"],
+    );
     let stderr = String::from_utf8_lossy(&result.stderr);
-    assert!(stderr.contains("each backend writes an export folder of its own") && stderr.trim().lines().count() == 1, "{stderr}");
-    let result = hfx(dir.path(), &["run", "--backend", "onnx,onnx", "--model-dir", &folder, "-o", "x/"]);
+    assert!(
+        stderr.contains("each backend writes an export folder of its own")
+            && stderr.trim().lines().count() == 1,
+        "{stderr}"
+    );
+    let result =
+        hfx(dir.path(), &["run", "--backend", "onnx,onnx", "--model-dir", &folder, "-o", "x/"]);
     assert!(String::from_utf8_lossy(&result.stderr).contains("--backend names onnx twice"));
     assert_no_scratch_left(dir.path());
 }
@@ -173,33 +211,100 @@ fn a_trace_cache_hit_skips_the_trace() {
     let cache = dir.path().join("cache");
     let cache_arg = cache.to_str().unwrap();
     let first = dir.path().join("first");
-    let (stdout, stderr) = export_with_stderr(dir.path(), "onnx", &folder, &first, &["--dynamic", "--verify", "--trace-cache", cache_arg]);
-    assert!(stderr.contains("trace: torch.export") && !stdout.contains("the trace cache's"), "{stdout}");
+    let (stdout, stderr) = export_with_stderr(
+        dir.path(),
+        "onnx",
+        &folder,
+        &first,
+        &["--dynamic", "--verify", "--trace-cache", cache_arg],
+    );
+    assert!(
+        stderr.contains("trace: torch.export") && !stdout.contains("the trace cache's"),
+        "{stdout}"
+    );
     // Another opset, without --verify: the same trace (the entry's eager reference unused).
     let second = dir.path().join("second");
-    let (stdout, stderr) = export_with_stderr(dir.path(), "onnx", &folder, &second, &["--dynamic", "--opset", "19", "--trace-cache", cache_arg]);
-    assert!(stdout.contains("the trace cache's") && !stderr.contains("trace: torch.export"), "{stdout}\n{stderr}");
-    assert_eq!(std::fs::read(first.join("model.onnx.data")).unwrap(), std::fs::read(second.join("model.onnx.data")).unwrap());
+    let (stdout, stderr) = export_with_stderr(
+        dir.path(),
+        "onnx",
+        &folder,
+        &second,
+        &["--dynamic", "--opset", "19", "--trace-cache", cache_arg],
+    );
+    assert!(
+        stdout.contains("the trace cache's") && !stderr.contains("trace: torch.export"),
+        "{stdout}\n{stderr}"
+    );
+    assert_eq!(
+        std::fs::read(first.join("model.onnx.data")).unwrap(),
+        std::fs::read(second.join("model.onnx.data")).unwrap()
+    );
     // With --verify: checked against the entry's eager reference.
-    let (stdout, stderr) = export_with_stderr(dir.path(), "onnx", &folder, &dir.path().join("verified"), &["--dynamic", "--opset", "18", "--verify", "--trace-cache", cache_arg]);
-    assert!(stdout.contains("the trace cache's") && !stderr.contains("trace: torch.export"), "{stdout}\n{stderr}");
+    let (stdout, stderr) = export_with_stderr(
+        dir.path(),
+        "onnx",
+        &folder,
+        &dir.path().join("verified"),
+        &["--dynamic", "--opset", "18", "--verify", "--trace-cache", cache_arg],
+    );
+    assert!(
+        stdout.contains("the trace cache's") && !stderr.contains("trace: torch.export"),
+        "{stdout}\n{stderr}"
+    );
     assert!(stdout.contains("verify inputs") && !stdout.contains("FAIL"), "{stdout}");
     // A damaged entry is traced again (and replaced), not an error.
-    let entry = std::fs::read_dir(&cache).unwrap().map(|e| e.unwrap().path()).find(|p| p.join("reply.json").exists()).unwrap();
+    let entry = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.join("reply.json").exists())
+        .unwrap();
     std::fs::write(entry.join("reply.json"), "{").unwrap();
-    let (stdout, stderr) = export_with_stderr(dir.path(), "onnx", &folder, &dir.path().join("damaged"), &["--dynamic", "--trace-cache", cache_arg]);
-    assert!(stderr.contains("traced again") && stderr.contains("trace: torch.export") && !stdout.contains("the trace cache's"), "{stderr}");
-    let (stdout, _) = export_with_stderr(dir.path(), "onnx", &folder, &dir.path().join("repaired"), &["--dynamic", "--trace-cache", cache_arg]);
+    let (stdout, stderr) = export_with_stderr(
+        dir.path(),
+        "onnx",
+        &folder,
+        &dir.path().join("damaged"),
+        &["--dynamic", "--trace-cache", cache_arg],
+    );
+    assert!(
+        stderr.contains("traced again")
+            && stderr.contains("trace: torch.export")
+            && !stdout.contains("the trace cache's"),
+        "{stderr}"
+    );
+    let (stdout, _) = export_with_stderr(
+        dir.path(),
+        "onnx",
+        &folder,
+        &dir.path().join("repaired"),
+        &["--dynamic", "--trace-cache", cache_arg],
+    );
     assert!(stdout.contains("the trace cache's"), "the entry was stored again: {stdout}");
     // Static instead of dynamic: another trace.
-    let (_, stderr) = export_with_stderr(dir.path(), "onnx", &folder, &dir.path().join("third"), &["--trace-cache", cache_arg]);
+    let (_, stderr) = export_with_stderr(
+        dir.path(),
+        "onnx",
+        &folder,
+        &dir.path().join("third"),
+        &["--trace-cache", cache_arg],
+    );
     assert!(stderr.contains("trace: torch.export"), "{stderr}");
     // The model folder changed: traced again.
     let config = Path::new(&folder).join("config.json");
     let text = std::fs::read_to_string(&config).unwrap();
-    std::fs::write(&config, text.replace("\"rms_norm_eps\": 1e-06", "\"rms_norm_eps\": 1e-05")).unwrap();
-    let (stdout, stderr) = export_with_stderr(dir.path(), "onnx", &folder, &dir.path().join("fourth"), &["--dynamic", "--trace-cache", cache_arg]);
-    assert!(stderr.contains("trace: torch.export") && !stdout.contains("the trace cache's"), "{stdout}");
+    std::fs::write(&config, text.replace("\"rms_norm_eps\": 1e-06", "\"rms_norm_eps\": 1e-05"))
+        .unwrap();
+    let (stdout, stderr) = export_with_stderr(
+        dir.path(),
+        "onnx",
+        &folder,
+        &dir.path().join("fourth"),
+        &["--dynamic", "--trace-cache", cache_arg],
+    );
+    assert!(
+        stderr.contains("trace: torch.export") && !stdout.contains("the trace cache's"),
+        "{stdout}"
+    );
     assert_eq!(std::fs::read_dir(&cache).unwrap().count(), 3, "one entry per distinct trace");
     assert_no_scratch_left(dir.path());
 }
@@ -225,16 +330,28 @@ fn a_model_is_verified_on_its_first_layers() {
         args.extend(extra);
         let result = hfx(dir.path(), &args);
         let stderr = String::from_utf8_lossy(&result.stderr);
-        assert!(!result.status.success() && stderr.contains(why) && stderr.trim().lines().count() == 1, "{stderr}");
+        assert!(
+            !result.status.success() && stderr.contains(why) && stderr.trim().lines().count() == 1,
+            "{stderr}"
+        );
     }
-    let result = hfx(dir.path(), &["run", "--backend", "onnx", "--model", "llama", "--verify-layers", "1", "-o", "x/"]);
+    let result = hfx(
+        dir.path(),
+        &["run", "--backend", "onnx", "--model", "llama", "--verify-layers", "1", "-o", "x/"],
+    );
     assert!(String::from_utf8_lossy(&result.stderr).contains("give --model-dir or --model-id"));
     assert_no_scratch_left(dir.path());
 }
 
 /// `hfx run` of `folder` to export folder `out` (as `export_with_stderr`),
 /// successful or not.
-fn run_export(dir: &Path, backend: &str, folder: &str, out: &Path, extra: &[&str]) -> std::process::Output {
+fn run_export(
+    dir: &Path,
+    backend: &str,
+    folder: &str,
+    out: &Path,
+    extra: &[&str],
+) -> std::process::Output {
     let plugins = [root().join("plugins/dynamo"), root().join("plugins/onnx")];
     let out = format!("{}/", out.display());
     let mut args = vec!["run", "--backend", backend, "--model-dir", folder, "-o", &out];
@@ -248,7 +365,11 @@ fn run_export(dir: &Path, backend: &str, folder: &str, out: &Path, extra: &[&str
 
 /// The one entry of trace cache `cache` with a reply.
 fn cache_entry(cache: &Path) -> std::path::PathBuf {
-    let entries: Vec<_> = std::fs::read_dir(cache).unwrap().map(|e| e.unwrap().path()).filter(|p| p.join("reply.json").exists()).collect();
+    let entries: Vec<_> = std::fs::read_dir(cache)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("reply.json").exists())
+        .collect();
     assert_eq!(entries.len(), 1, "{entries:?}");
     entries[0].clone()
 }
@@ -261,7 +382,8 @@ fn rewrite_manifest(entry: &Path, file: &str) {
     let mut manifest: serde_json::Value = serde_json::from_slice(&text).unwrap();
     let bytes = std::fs::read(entry.join(file)).unwrap();
     let sum = std::process::Command::new("sha256sum").arg(entry.join(file)).output().unwrap();
-    let sha256 = String::from_utf8_lossy(&sum.stdout).split_whitespace().next().unwrap().to_string();
+    let sha256 =
+        String::from_utf8_lossy(&sum.stdout).split_whitespace().next().unwrap().to_string();
     manifest[file] = serde_json::json!([bytes.len(), sha256]);
     std::fs::write(&manifest_path, serde_json::to_vec(&manifest).unwrap()).unwrap();
 }
@@ -288,22 +410,42 @@ fn an_edited_or_exposed_trace_cache_entry_is_not_used() {
     assert!(bytes.len() > 1000, "the entry holds the weights");
     let at = bytes.len() / 2;
     bytes[at] ^= 0x40;
-    std::fs::OpenOptions::new().write(true).open(&weights).and_then(|mut f| std::io::Write::write_all(&mut f, &bytes)).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&weights)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, &bytes))
+        .unwrap();
     let edited = dir.path().join("edited");
     let (stdout, stderr) = export_with_stderr(dir.path(), "onnx", &folder, &edited, &args);
-    assert!(stderr.contains("discarded: `model.pt2.weights` is not what was stored") && stderr.contains("traced again"), "{stderr}");
-    assert!(stderr.contains("trace: torch.export") && !stdout.contains("the trace cache's"), "{stdout}\n{stderr}");
-    assert!(std::fs::read(clean.join("model.onnx.data")).unwrap() == std::fs::read(edited.join("model.onnx.data")).unwrap(), "the artifact changed");
-    let (stdout, _) = export_with_stderr(dir.path(), "onnx", &folder, &dir.path().join("stored-again"), &args);
+    assert!(
+        stderr.contains("discarded: `model.pt2.weights` is not what was stored")
+            && stderr.contains("traced again"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("trace: torch.export") && !stdout.contains("the trace cache's"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(
+        std::fs::read(clean.join("model.onnx.data")).unwrap()
+            == std::fs::read(edited.join("model.onnx.data")).unwrap(),
+        "the artifact changed"
+    );
+    let (stdout, _) =
+        export_with_stderr(dir.path(), "onnx", &folder, &dir.path().join("stored-again"), &args);
     assert!(stdout.contains("the trace cache's"), "{stdout}");
 
     // A cache folder others can write: not used, one line, traced.
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o775)).unwrap();
-    let (stdout, stderr) = export_with_stderr(dir.path(), "onnx", &folder, &dir.path().join("exposed"), &args);
+    let (stdout, stderr) =
+        export_with_stderr(dir.path(), "onnx", &folder, &dir.path().join("exposed"), &args);
     let warning = format!("--trace-cache {cache_arg} is not used: writable by group or others (mode 775); tracing without it");
     assert_eq!(stderr.lines().filter(|l| l.contains(&warning)).count(), 1, "{stderr}");
-    assert!(stderr.contains("trace: torch.export") && !stdout.contains("the trace cache's"), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("trace: torch.export") && !stdout.contains("the trace cache's"),
+        "{stdout}\n{stderr}"
+    );
     std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o700)).unwrap();
 
     // The dynamo backend's entry, its first weight made a pickle that creates a marker file.
@@ -312,7 +454,10 @@ fn an_edited_or_exposed_trace_cache_entry_is_not_used() {
     let entry = cache_entry(&cache);
     let marker = dir.path().join("pwned");
     let payload = dir.path().join("payload.pt");
-    run_python("pt2_fixture.py", &["pickle-payload", marker.to_str().unwrap(), payload.to_str().unwrap()]);
+    run_python(
+        "pt2_fixture.py",
+        &["pickle-payload", marker.to_str().unwrap(), payload.to_str().unwrap()],
+    );
     let payload = std::fs::read(&payload).unwrap();
     let program = entry.join("model.pt2");
     let original = hfx::graph::pt2::Pt2::open(&program).unwrap();
@@ -333,20 +478,31 @@ fn an_edited_or_exposed_trace_cache_entry_is_not_used() {
     }
     w.finish().unwrap();
     let index = entry.join("model.pt2.weights.json");
-    let mut side: serde_json::Value = serde_json::from_slice(&std::fs::read(&index).unwrap()).unwrap();
+    let mut side: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&index).unwrap()).unwrap();
     side["weights"].as_object_mut().unwrap().remove(fqn.as_str());
     std::fs::write(&index, serde_json::to_vec(&side).unwrap()).unwrap();
     std::fs::rename(&pickled, &program).unwrap();
     rewrite_manifest(&entry, "model.pt2");
     rewrite_manifest(&entry, "model.pt2.weights.json");
     let out = dir.path().join("pickled");
-    let result = run_export(dir.path(), "dynamo", &folder, &out, &["--load-weights", "--trace-cache", cache_arg, "--verify"]);
+    let result = run_export(
+        dir.path(),
+        "dynamo",
+        &folder,
+        &out,
+        &["--load-weights", "--trace-cache", cache_arg, "--verify"],
+    );
     let stderr = String::from_utf8_lossy(&result.stderr);
     assert!(!result.status.success(), "accepted: {stderr}");
     assert!(!marker.exists(), "the pickle in the cache entry ran");
     let refusal: Vec<&str> = stderr.lines().filter(|l| l.contains("is stored pickled")).collect();
     assert_eq!(refusal.len(), 1, "{stderr}");
-    assert!(refusal[0].contains(&format!("weight `{fqn}`")) && refusal[0].contains("pickled weights are not loaded from untrusted files"), "{stderr}");
+    assert!(
+        refusal[0].contains(&format!("weight `{fqn}`"))
+            && refusal[0].contains("pickled weights are not loaded from untrusted files"),
+        "{stderr}"
+    );
     assert!(!out.join("model.pt2").exists());
     assert_no_scratch_left(dir.path());
 }
@@ -369,7 +525,10 @@ fn a_checkpoint_that_is_a_link_is_refused() {
         let stderr = String::from_utf8_lossy(&result.stderr);
         assert!(!result.status.success(), "{backend}: accepted: {stderr}");
         // The error line (`-v` adds the worker's traceback, which quotes the refusal again).
-        let refusal: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:") && l.contains("a symbolic link")).collect();
+        let refusal: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.starts_with("error:") && l.contains("a symbolic link"))
+            .collect();
         assert_eq!(refusal.len(), 1, "{backend}: {stderr}");
         assert!(refusal[0].contains(&checkpoint.display().to_string()), "{backend}: {stderr}");
         assert!(!out.exists(), "{backend}: wrote {}", out.display());
@@ -386,19 +545,42 @@ fn a_trace_cache_entry_is_used_only_under_the_lock_that_stored_it() {
     let dir = tempfile::tempdir().unwrap();
     let folder = model_folder(dir.path(), "llama");
     let (dynamo, onnx) = (root().join("plugins/dynamo"), root().join("plugins/onnx"));
-    let lock = hfx(dir.path(), &["plugins", "lock", "--plugins", dynamo.to_str().unwrap(), "--plugins", onnx.to_str().unwrap()]);
+    let lock = hfx(
+        dir.path(),
+        &[
+            "plugins",
+            "lock",
+            "--plugins",
+            dynamo.to_str().unwrap(),
+            "--plugins",
+            onnx.to_str().unwrap(),
+        ],
+    );
     assert!(lock.status.success(), "{}", String::from_utf8_lossy(&lock.stderr));
     let cache = dir.path().join("cache");
     let args = ["--locked", "--trace-cache", cache.to_str().unwrap()];
-    let (stdout, stderr) = export_with_stderr(dir.path(), "onnx", &folder, &dir.path().join("first"), &args);
-    assert!(stderr.contains("trace: torch.export") && !stdout.contains("the trace cache's"), "{stdout}");
-    let (stdout, _) = export_with_stderr(dir.path(), "onnx", &folder, &dir.path().join("second"), &args);
+    let (stdout, stderr) =
+        export_with_stderr(dir.path(), "onnx", &folder, &dir.path().join("first"), &args);
+    assert!(
+        stderr.contains("trace: torch.export") && !stdout.contains("the trace cache's"),
+        "{stdout}"
+    );
+    let (stdout, _) =
+        export_with_stderr(dir.path(), "onnx", &folder, &dir.path().join("second"), &args);
     assert!(stdout.contains("the trace cache's"), "{stdout}");
     let path = dir.path().join("hfx.lock");
     let text = std::fs::read_to_string(&path).unwrap();
     let (at, _) = text.match_indices("source = \"").next().expect("a plugin's source");
-    std::fs::write(&path, format!("{}source = \"elsewhere/{}", &text[..at], &text[at + "source = \"".len()..])).unwrap();
-    let (stdout, stderr) = export_with_stderr(dir.path(), "onnx", &folder, &dir.path().join("third"), &args);
-    assert!(stderr.contains("trace: torch.export") && !stdout.contains("the trace cache's"), "{stdout}\n{stderr}");
+    std::fs::write(
+        &path,
+        format!("{}source = \"elsewhere/{}", &text[..at], &text[at + "source = \"".len()..]),
+    )
+    .unwrap();
+    let (stdout, stderr) =
+        export_with_stderr(dir.path(), "onnx", &folder, &dir.path().join("third"), &args);
+    assert!(
+        stderr.contains("trace: torch.export") && !stdout.contains("the trace cache's"),
+        "{stdout}\n{stderr}"
+    );
     assert_no_scratch_left(dir.path());
 }

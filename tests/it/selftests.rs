@@ -26,7 +26,21 @@ fn copy_plugin(relative: &str, dir: &Path) -> PathBuf {
 /// `hfx plugins capture` of `target` in the test model `function` into `case`.
 fn capture(dir: &Path, function: &str, target: &str, case: &Path) {
     let spec = format!("python:hfx_test_models:{function}");
-    let out = hfx_with_python(dir, &["plugins", "capture", "--backend", "onnx", "--model-fn", &spec, "--node", target, "--case", case.to_str().unwrap()]);
+    let out = hfx_with_python(
+        dir,
+        &[
+            "plugins",
+            "capture",
+            "--backend",
+            "onnx",
+            "--model-fn",
+            &spec,
+            "--node",
+            target,
+            "--case",
+            case.to_str().unwrap(),
+        ],
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains(&format!("1 node(s) around {target}, 1 input value(s)")), "{stdout}");
@@ -34,17 +48,28 @@ fn capture(dir: &Path, function: &str, target: &str, case: &Path) {
 
 fn test(dir: &Path, folder: &Path) -> (bool, String) {
     let out = hfx_with_python(dir, &["plugins", "test", folder.to_str().unwrap()]);
-    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    (
+        out.status.success(),
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+    )
 }
 
 #[test]
 fn captured_cases_check_fixes_and_translations_on_real_values() {
     let dir = tempfile::tempdir().unwrap();
-    let (right_fix, wrong_fix) = (copy_plugin("tests/plugins/kind-node-fix", dir.path()), copy_plugin("tests/plugins/fix-wrong", dir.path()));
+    let (right_fix, wrong_fix) = (
+        copy_plugin("tests/plugins/kind-node-fix", dir.path()),
+        copy_plugin("tests/plugins/fix-wrong", dir.path()),
+    );
     let relu = right_fix.join("selftest/relu.json");
     capture(dir.path(), "relu_silu", "aten.relu.default", &relu);
-    let case: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&relu).unwrap()).unwrap();
-    assert_eq!(case["values"]["x"]["tensor"]["shape"], serde_json::json!([3, 5]), "the trace's own input reached the piece");
+    let case: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&relu).unwrap()).unwrap();
+    assert_eq!(
+        case["values"]["x"]["tensor"]["shape"],
+        serde_json::json!([3, 5]),
+        "the trace's own input reached the piece"
+    );
     std::fs::create_dir_all(wrong_fix.join("selftest")).unwrap();
     std::fs::copy(&relu, wrong_fix.join("selftest/relu.json")).unwrap();
 
@@ -55,18 +80,28 @@ fn captured_cases_check_fixes_and_translations_on_real_values() {
     assert!(!ok && output.contains("selftest/relu.json: output 0 differs by"), "{output}");
 
     // Translations: the same, in ONNX Runtime against PyTorch.
-    let (right, wrong) = (copy_plugin("tests/plugins/kind-translation", dir.path()), copy_plugin("tests/plugins/translation-wrong", dir.path()));
+    let (right, wrong) = (
+        copy_plugin("tests/plugins/kind-translation", dir.path()),
+        copy_plugin("tests/plugins/translation-wrong", dir.path()),
+    );
     capture(dir.path(), "relu_silu", "aten.relu.default", &right.join("selftest/relu.json"));
     capture(dir.path(), "relu_silu", "aten.silu.default", &wrong.join("selftest/silu.json"));
     let (ok, output) = test(dir.path(), &right);
-    assert!(ok && output.contains("1 node(s) translated into 1 ONNX node(s); max abs error"), "{output}");
+    assert!(
+        ok && output.contains("1 node(s) translated into 1 ONNX node(s); max abs error"),
+        "{output}"
+    );
     let (ok, output) = test(dir.path(), &wrong);
     assert!(!ok && output.contains("selftest/silu.json: output 0 differs by"), "{output}");
 
     // A case that does not hold the plugin's pattern proves nothing, and fails.
     std::fs::copy(wrong.join("selftest/silu.json"), right_fix.join("selftest/relu.json")).unwrap();
     let (ok, output) = test(dir.path(), &right_fix);
-    assert!(!ok && output.contains("the plugin left the piece unchanged: the case does not exercise it"), "{output}");
+    assert!(
+        !ok && output
+            .contains("the plugin left the piece unchanged: the case does not exercise it"),
+        "{output}"
+    );
     assert_no_scratch_left(dir.path());
 }
 
@@ -80,7 +115,10 @@ fn a_case_cannot_make_the_worker_call_what_the_policy_refuses() {
     capture(dir.path(), "relu_silu", "aten.relu.default", &case_path);
     let captured = std::fs::read_to_string(&case_path).unwrap();
     let marker = dir.path().join("reached");
-    for (target, argument) in [("os.system", format!("touch {}", marker.display())), ("builtins.exec", "open('x', 'w')".to_string())] {
+    for (target, argument) in [
+        ("os.system", format!("touch {}", marker.display())),
+        ("builtins.exec", "open('x', 'w')".to_string()),
+    ] {
         let mut case: serde_json::Value = serde_json::from_str(&captured).unwrap();
         let graph = &mut case["input"];
         let hostile = serde_json::json!({"target": target, "inputs": [{"name": "command", "value": {"str": argument}}], "outputs": ["none"], "subgraph": 0});
@@ -100,10 +138,24 @@ fn capture_names_a_missing_op_in_one_line_and_writes_nothing() {
     let case = dir.path().join("case.json");
     let out = hfx_with_python(
         dir.path(),
-        &["plugins", "capture", "--backend", "onnx", "--model-fn", "python:hfx_test_models:doubler", "--node", "aten.relu.default", "--case", case.to_str().unwrap()],
+        &[
+            "plugins",
+            "capture",
+            "--backend",
+            "onnx",
+            "--model-fn",
+            "python:hfx_test_models:doubler",
+            "--node",
+            "aten.relu.default",
+            "--case",
+            case.to_str().unwrap(),
+        ],
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && stderr.contains("aten.relu.default is not in the traced program"), "{stderr}");
+    assert!(
+        !out.status.success() && stderr.contains("aten.relu.default is not in the traced program"),
+        "{stderr}"
+    );
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(!case.exists());
     assert_no_scratch_left(dir.path());
@@ -112,13 +164,30 @@ fn capture_names_a_missing_op_in_one_line_and_writes_nothing() {
 /// `capture --program` of a patch pattern into `case`.
 fn capture_program(dir: &Path, pattern: &str, case: &Path) {
     let spec = format!("python:patch_patterns:{pattern}");
-    let out = hfx_with_python(dir, &["plugins", "capture", "--program", "--model-fn", &spec, "--dynamic", "--case", case.to_str().unwrap()]);
+    let out = hfx_with_python(
+        dir,
+        &[
+            "plugins",
+            "capture",
+            "--program",
+            "--model-fn",
+            &spec,
+            "--dynamic",
+            "--case",
+            case.to_str().unwrap(),
+        ],
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success() && stdout.contains("a program of"), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success() && stdout.contains("a program of"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn rewrite_case(path: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
-    let mut case: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut case: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     edit(&mut case);
     std::fs::write(path, serde_json::to_string(&case).unwrap()).unwrap();
 }
@@ -130,10 +199,16 @@ fn patch_cases_trace_a_program_with_and_without_the_patch() {
     let case = roll.join("selftest/roll.json");
     capture_program(dir.path(), "roll", &case);
     let (ok, output) = test(dir.path(), &roll);
-    assert!(ok && output.contains("answered 2 call(s);") && output.contains("max abs error 0.0e0 against eager"), "{output}");
+    assert!(
+        ok && output.contains("answered 2 call(s);")
+            && output.contains("max abs error 0.0e0 against eager"),
+        "{output}"
+    );
 
     // Expected ops: there with the patch, missing without it.
-    rewrite_case(&case, |c| c["expect"] = serde_json::json!({"ops": {"absent": ["aten.roll"], "present": ["aten.cat"]}}));
+    rewrite_case(&case, |c| {
+        c["expect"] = serde_json::json!({"ops": {"absent": ["aten.roll"], "present": ["aten.cat"]}})
+    });
     let (ok, output) = test(dir.path(), &roll);
     assert!(ok && output.contains("without it aten.roll is in the trace"), "{output}");
     rewrite_case(&case, |c| c["expect"] = serde_json::json!({"ops": {"present": ["aten.roll"]}}));
@@ -148,12 +223,16 @@ fn patch_cases_trace_a_program_with_and_without_the_patch() {
     std::fs::create_dir_all(chunk.join("selftest")).unwrap();
     std::fs::copy(&case, chunk.join("selftest/roll.json")).unwrap();
     let (ok, output) = test(dir.path(), &chunk);
-    assert!(!ok && output.contains("the patch answered no call: the case does not exercise it"), "{output}");
+    assert!(
+        !ok && output.contains("the patch answered no call: the case does not exercise it"),
+        "{output}"
+    );
 
     // A patch whose program is the same either way does not show a change.
     let math = copy_plugin("plugins/dynamo/patch-sdpa-math-cpu", dir.path());
     std::fs::create_dir_all(math.join("selftest")).unwrap();
-    let shipped = plugin_dir("plugins/dynamo/patch-sdpa-math-cpu").join("selftest/data-dependent-batch.json");
+    let shipped =
+        plugin_dir("plugins/dynamo/patch-sdpa-math-cpu").join("selftest/data-dependent-batch.json");
     let copied = math.join("selftest/batch.json");
     std::fs::copy(shipped, &copied).unwrap();
     rewrite_case(&copied, |c| c["expect"] = serde_json::json!("changes"));
@@ -176,17 +255,51 @@ fn a_patch_case_program_reaches_only_what_the_policy_allows() {
     let touch = format!("touch {}", marker.display());
     let x = serde_json::json!({"node": "x"});
     let hostile: Vec<(&str, serde_json::Value, serde_json::Value)> = vec![
-        ("os.system", serde_json::json!({"name": "h", "op": "call_function", "target": "os.system", "args": [touch]}), serde_json::Value::Null),
-        ("a re-export", serde_json::json!({"name": "h", "op": "call_function", "target": "transformers.models.llama.modeling_llama.torch.os.system", "args": [touch]}), serde_json::Value::Null),
-        ("builtins.exec", serde_json::json!({"name": "h", "op": "call_function", "target": "builtins.exec", "args": ["import os; os.system('touch reached')"]}), serde_json::Value::Null),
-        ("a private method", serde_json::json!({"name": "h", "op": "call_method", "target": "__reduce_ex__", "args": [x, 2]}), serde_json::Value::Null),
-        ("a storage method", serde_json::json!({"name": "h", "op": "call_method", "target": "untyped_storage", "args": [x]}), serde_json::Value::Null),
-        ("a dunder attribute", serde_json::json!({"name": "h", "op": "getattr", "args": [x, "__class__"]}), serde_json::Value::Null),
-        ("a ref to eval", serde_json::json!({"name": "h", "op": "call_function", "target": "transformers.masking_utils.sdpa_mask", "args": [2, 8, 8], "kwargs": {"mask_function": {"ref": "builtins.eval"}}}), serde_json::Value::Null),
-        ("a layer that is not one", serde_json::json!({"name": "h", "op": "call_module", "target": "shell", "args": [touch]}),
-            serde_json::json!({"shell": {"class": "subprocess.Popen"}})),
-        ("a config that is not one", serde_json::json!({"name": "h", "op": "call_module", "target": "norm", "args": [x]}),
-            serde_json::json!({"norm": {"class": "transformers.models.llama.modeling_llama.LlamaRMSNorm", "config": "transformers.models.llama.modeling_llama.torch.os.system", "values": {}}})),
+        (
+            "os.system",
+            serde_json::json!({"name": "h", "op": "call_function", "target": "os.system", "args": [touch]}),
+            serde_json::Value::Null,
+        ),
+        (
+            "a re-export",
+            serde_json::json!({"name": "h", "op": "call_function", "target": "transformers.models.llama.modeling_llama.torch.os.system", "args": [touch]}),
+            serde_json::Value::Null,
+        ),
+        (
+            "builtins.exec",
+            serde_json::json!({"name": "h", "op": "call_function", "target": "builtins.exec", "args": ["import os; os.system('touch reached')"]}),
+            serde_json::Value::Null,
+        ),
+        (
+            "a private method",
+            serde_json::json!({"name": "h", "op": "call_method", "target": "__reduce_ex__", "args": [x, 2]}),
+            serde_json::Value::Null,
+        ),
+        (
+            "a storage method",
+            serde_json::json!({"name": "h", "op": "call_method", "target": "untyped_storage", "args": [x]}),
+            serde_json::Value::Null,
+        ),
+        (
+            "a dunder attribute",
+            serde_json::json!({"name": "h", "op": "getattr", "args": [x, "__class__"]}),
+            serde_json::Value::Null,
+        ),
+        (
+            "a ref to eval",
+            serde_json::json!({"name": "h", "op": "call_function", "target": "transformers.masking_utils.sdpa_mask", "args": [2, 8, 8], "kwargs": {"mask_function": {"ref": "builtins.eval"}}}),
+            serde_json::Value::Null,
+        ),
+        (
+            "a layer that is not one",
+            serde_json::json!({"name": "h", "op": "call_module", "target": "shell", "args": [touch]}),
+            serde_json::json!({"shell": {"class": "subprocess.Popen"}}),
+        ),
+        (
+            "a config that is not one",
+            serde_json::json!({"name": "h", "op": "call_module", "target": "norm", "args": [x]}),
+            serde_json::json!({"norm": {"class": "transformers.models.llama.modeling_llama.LlamaRMSNorm", "config": "transformers.models.llama.modeling_llama.torch.os.system", "values": {}}}),
+        ),
     ];
     // One case file each, run in one worker.
     std::fs::remove_file(&case).unwrap();
@@ -197,13 +310,18 @@ fn a_patch_case_program_reaches_only_what_the_policy_allows() {
         if !modules.is_null() {
             program["modules"] = modules.clone();
         }
-        std::fs::write(roll.join(format!("selftest/hostile-{index}.json")), serde_json::to_string(&value).unwrap()).unwrap();
+        std::fs::write(
+            roll.join(format!("selftest/hostile-{index}.json")),
+            serde_json::to_string(&value).unwrap(),
+        )
+        .unwrap();
     }
     let (ok, output) = test(dir.path(), &roll);
     assert!(!ok && output.contains(&format!("0 passed, {} failed", hostile.len())), "{output}");
     for (index, (what, _, _)) in hostile.iter().enumerate() {
         // This case's report runs to the next case's.
-        let report = output.split(&format!("selftest/hostile-{index}.json: ")).nth(1).unwrap_or_default();
+        let report =
+            output.split(&format!("selftest/hostile-{index}.json: ")).nth(1).unwrap_or_default();
         let report = report.split("FAILED ").next().unwrap_or_default();
         assert!(report.contains("PermissionError"), "{what}: {report}");
     }
@@ -228,7 +346,9 @@ fn every_shipped_plugin_passes_its_self_tests() {
             std::fs::read_dir(root().join("plugins").join(backend))
                 .unwrap()
                 .filter_map(|e| e.ok()?.file_name().into_string().ok())
-                .filter(|n| n.starts_with("fix-") || n.starts_with("translate-") || n.starts_with("patch-"))
+                .filter(|n| {
+                    n.starts_with("fix-") || n.starts_with("translate-") || n.starts_with("patch-")
+                })
                 .map(move |n| format!("{backend}-{n}"))
         })
         .collect();
@@ -245,14 +365,30 @@ fn a_self_test_folder_holding_anything_but_json_is_refused_naming_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let plugin = copy_plugin("plugins/dynamo/patch-kernels-unavailable", dir.path());
     std::fs::create_dir_all(plugin.join("selftest")).unwrap();
-    std::fs::copy(plugin_dir("plugins/dynamo/patch-kernels-unavailable").join("selftest/llama.json"), plugin.join("selftest/llama.json")).unwrap();
+    std::fs::copy(
+        plugin_dir("plugins/dynamo/patch-kernels-unavailable").join("selftest/llama.json"),
+        plugin.join("selftest/llama.json"),
+    )
+    .unwrap();
     let marker = dir.path().join("reached");
-    std::fs::write(plugin.join("selftest/json.py"), format!("import os\nos.system('touch {}')\n", marker.display())).unwrap();
+    std::fs::write(
+        plugin.join("selftest/json.py"),
+        format!("import os\nos.system('touch {}')\n", marker.display()),
+    )
+    .unwrap();
     let folder = plugin.to_str().unwrap();
-    for (command, args) in [("verify", vec!["plugins", "verify", "--no-default-plugins", "--plugins", folder]), ("test", vec!["plugins", "test", folder])] {
+    for (command, args) in [
+        ("verify", vec!["plugins", "verify", "--no-default-plugins", "--plugins", folder]),
+        ("test", vec!["plugins", "test", folder]),
+    ] {
         let out = hfx_with_python(dir.path(), &args);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success() && stderr.contains("selftest/json.py") && stderr.contains("only `.json` cases"), "{command}: {stderr}");
+        assert!(
+            !out.status.success()
+                && stderr.contains("selftest/json.py")
+                && stderr.contains("only `.json` cases"),
+            "{command}: {stderr}"
+        );
         assert_eq!(stderr.trim().lines().count(), 1, "{command}: {stderr}");
     }
     assert!(!marker.exists());
@@ -267,13 +403,38 @@ fn a_patch_case_task_and_overrides_name_no_code() {
     let dir = tempfile::tempdir().unwrap();
     let plugin = copy_plugin("plugins/dynamo/patch-kernels-unavailable", dir.path());
     std::fs::create_dir_all(plugin.join("selftest")).unwrap();
-    let original = plugin_dir("plugins/dynamo/patch-kernels-unavailable").join("selftest/llama.json");
+    let original =
+        plugin_dir("plugins/dynamo/patch-kernels-unavailable").join("selftest/llama.json");
     let hostile: Vec<(&str, Box<dyn Fn(&mut serde_json::Value)>, &str)> = vec![
-        ("a dotted task", Box::new(|c| c["model"]["task"] = "transformers.utils.hub.cached_file".into()), "is not a class name"),
-        ("a function as task", Box::new(|c| c["model"]["task"] = "pipeline".into()), "not a transformers model class"),
-        ("a tokenizer as task", Box::new(|c| c["model"]["task"] = "AutoTokenizer".into()), "not a transformers model class"),
-        ("an auto_map override", Box::new(|c| c["model"]["overrides"]["auto_map"] = "{\"AutoModel\": \"evil/repo--x.Y\"}".into()), "may name code"),
-        ("an attention kernel", Box::new(|c| c["model"]["overrides"]["attn_implementation"] = "kernels-community/evil".into()), "may name code"),
+        (
+            "a dotted task",
+            Box::new(|c| c["model"]["task"] = "transformers.utils.hub.cached_file".into()),
+            "is not a class name",
+        ),
+        (
+            "a function as task",
+            Box::new(|c| c["model"]["task"] = "pipeline".into()),
+            "not a transformers model class",
+        ),
+        (
+            "a tokenizer as task",
+            Box::new(|c| c["model"]["task"] = "AutoTokenizer".into()),
+            "not a transformers model class",
+        ),
+        (
+            "an auto_map override",
+            Box::new(|c| {
+                c["model"]["overrides"]["auto_map"] = "{\"AutoModel\": \"evil/repo--x.Y\"}".into()
+            }),
+            "may name code",
+        ),
+        (
+            "an attention kernel",
+            Box::new(|c| {
+                c["model"]["overrides"]["attn_implementation"] = "kernels-community/evil".into()
+            }),
+            "may name code",
+        ),
     ];
     for (index, (_, edit, _)) in hostile.iter().enumerate() {
         let case = plugin.join(format!("selftest/hostile-{index}.json"));
@@ -283,7 +444,8 @@ fn a_patch_case_task_and_overrides_name_no_code() {
     let (ok, output) = test(dir.path(), &plugin);
     assert!(!ok && output.contains(&format!("0 passed, {} failed", hostile.len())), "{output}");
     for (index, (what, _, expected)) in hostile.iter().enumerate() {
-        let report = output.split(&format!("selftest/hostile-{index}.json: ")).nth(1).unwrap_or_default();
+        let report =
+            output.split(&format!("selftest/hostile-{index}.json: ")).nth(1).unwrap_or_default();
         let report = report.split("FAILED ").next().unwrap_or_default();
         assert!(report.contains(expected), "{what}: {report}");
     }

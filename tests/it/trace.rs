@@ -2,9 +2,9 @@
 //! real transformers model, and exports; worker failures are clear errors
 //! that leave no output behind.
 
+use crate::common::hfx_with_python as hfx;
 use crate::common::tiny::*;
 use crate::common::*;
-use crate::common::hfx_with_python as hfx;
 
 /// Traces `arch` static and dynamic to `.pt2` with `--verify`: the archive as
 /// `torch.export.load` runs it matches eager at 1e-4 on the recorded inputs
@@ -13,13 +13,28 @@ fn traced_and_verified(arch: &str, set: &str) {
     let dir = tempfile::tempdir().unwrap();
     for mode in ["static", "dynamic"] {
         let out = dir.path().join(format!("{arch}_{mode}.pt2"));
-        let mut args = vec!["run", "--backend", "dynamo", "--model", arch, "--set", set, "--verify", "-o", out.to_str().unwrap()];
+        let mut args = vec![
+            "run",
+            "--backend",
+            "dynamo",
+            "--model",
+            arch,
+            "--set",
+            set,
+            "--verify",
+            "-o",
+            out.to_str().unwrap(),
+        ];
         if mode == "dynamic" {
             args.push("--dynamic");
         }
         let result = hfx(dir.path(), &args);
         let stdout = String::from_utf8_lossy(&result.stdout);
-        assert!(result.status.success(), "{arch} {mode}: {}", String::from_utf8_lossy(&result.stderr));
+        assert!(
+            result.status.success(),
+            "{arch} {mode}: {}",
+            String::from_utf8_lossy(&result.stderr)
+        );
         assert!(stdout.contains("traced ") && stdout.contains("eager reference"), "{stdout}");
         let sizes = if mode == "dynamic" { 2 } else { 1 };
         assert_eq!(stdout.matches("verify inputs").count(), sizes, "{arch} {mode}:\n{stdout}");
@@ -52,18 +67,58 @@ traced!(t5_traces_and_matches_eager, "t5", T5);
 fn verify_agrees_with_an_independent_check_and_catches_a_wrong_fix() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("llama.pt2");
-    let result = hfx(dir.path(), &["run", "--backend", "dynamo", "--model", "llama", "--set", LLAMA, "--dynamic", "--verify", "-o", out.to_str().unwrap()]);
+    let result = hfx(
+        dir.path(),
+        &[
+            "run",
+            "--backend",
+            "dynamo",
+            "--model",
+            "llama",
+            "--set",
+            LLAMA,
+            "--dynamic",
+            "--verify",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
     assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
     let reference = out.with_extension("reference.pt");
-    run_python("check_trace.py", &[out.to_str().unwrap(), reference.to_str().unwrap(), "llama", &overrides_json(LLAMA), "dynamic"]);
+    run_python(
+        "check_trace.py",
+        &[
+            out.to_str().unwrap(),
+            reference.to_str().unwrap(),
+            "llama",
+            &overrides_json(LLAMA),
+            "dynamic",
+        ],
+    );
 
     let wrong = plugin_dir("tests/plugins/fix-wrong");
     let out = dir.path().join("relu.pt2");
     std::fs::write(&out, "previous good output").unwrap();
-    let run = ["run", "--backend", "onnx", "--plugins", wrong.to_str().unwrap(), "--model-fn", "python:hfx_test_models:relu_silu", "-o", out.to_str().unwrap()];
+    let run = [
+        "run",
+        "--backend",
+        "onnx",
+        "--plugins",
+        wrong.to_str().unwrap(),
+        "--model-fn",
+        "python:hfx_test_models:relu_silu",
+        "-o",
+        out.to_str().unwrap(),
+    ];
     let result = hfx(dir.path(), &[&run[..], &["--verify"]].concat());
     let stderr = String::from_utf8_lossy(&result.stderr);
-    assert!(!result.status.success() && stderr.contains("--verify: torch.export differs from eager PyTorch beyond atol/rtol 1e-4"), "{stderr}");
+    assert!(
+        !result.status.success()
+            && stderr.contains(
+                "--verify: torch.export differs from eager PyTorch beyond atol/rtol 1e-4"
+            ),
+        "{stderr}"
+    );
     assert!(stderr.contains("the output was not written"), "{stderr}");
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "previous good output");
     // Without --verify the same run writes (the fix is well-formed): the check is what refused it.
@@ -78,12 +133,21 @@ fn failing(function: &str, extra: &[&str]) -> String {
     let out = dir.path().join("out.pt2");
     std::fs::write(&out, "previous good output").unwrap();
     let spec = format!("python:hfx_test_models:{function}");
-    let mut args = vec!["run", "--backend", "dynamo", "--model-fn", &spec, "-o", out.to_str().unwrap()];
+    let mut args =
+        vec!["run", "--backend", "dynamo", "--model-fn", &spec, "-o", out.to_str().unwrap()];
     args.extend_from_slice(extra);
     let result = hfx(dir.path(), &args);
     assert!(!result.status.success());
-    assert_eq!(std::fs::read_to_string(&out).unwrap(), "previous good output", "the old artifact must stay");
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "nothing else may be left behind");
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        "previous good output",
+        "the old artifact must stay"
+    );
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "nothing else may be left behind"
+    );
     String::from_utf8_lossy(&result.stderr).into_owned()
 }
 
@@ -94,7 +158,11 @@ fn a_python_exception_is_one_line_and_its_traceback_comes_with_v() {
     assert!(stderr.contains("ValueError in the trace worker during `trace`: this model cannot be built (on purpose)"), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     let stderr = failing("raises", &["-v"]);
-    assert!(stderr.contains("Traceback (most recent call last)") && stderr.contains("hfx_test_models.py"), "{stderr}");
+    assert!(
+        stderr.contains("Traceback (most recent call last)")
+            && stderr.contains("hfx_test_models.py"),
+        "{stderr}"
+    );
 }
 
 /// A message holding bytes no UTF-8 decodes (a non-UTF-8 file name, as
@@ -113,21 +181,43 @@ fn an_exception_about_an_undecodable_path_is_reported_as_it_is() {
 fn a_hanging_worker_is_stopped_at_the_deadline() {
     let started = std::time::Instant::now();
     let stderr = failing("hangs", &["--trace-deadline-s", "40"]);
-    assert!(stderr.contains("did not answer `trace` within 40 s (stopped)") && stderr.contains("about to hang"), "{stderr}");
-    assert!(started.elapsed() < std::time::Duration::from_secs(300), "the deadline must stop the hang");
+    assert!(
+        stderr.contains("did not answer `trace` within 40 s (stopped)")
+            && stderr.contains("about to hang"),
+        "{stderr}"
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(300),
+        "the deadline must stop the hang"
+    );
 }
 
 #[test]
 fn a_crashing_worker_is_reported_with_its_output() {
     let stderr = failing("crashes", &[]);
-    assert!(stderr.contains("the trace worker exited (exit status: 3) during `trace`") && stderr.contains("about to crash"), "{stderr}");
+    assert!(
+        stderr.contains("the trace worker exited (exit status: 3) during `trace`")
+            && stderr.contains("about to crash"),
+        "{stderr}"
+    );
 }
 
 #[test]
 fn a_model_function_exports_with_its_own_inputs() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("doubler.pt2");
-    let result = hfx(dir.path(), &["run", "--backend", "dynamo", "--model-fn", "python:hfx_test_models:doubler", "-o", out.to_str().unwrap()]);
+    let result = hfx(
+        dir.path(),
+        &[
+            "run",
+            "--backend",
+            "dynamo",
+            "--model-fn",
+            "python:hfx_test_models:doubler",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
     assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
     assert!(String::from_utf8_lossy(&result.stdout).contains("traced Doubler"));
 }
@@ -147,7 +237,16 @@ fn a_config_file_names_the_model_and_flags_override_it() {
     assert!(dir.path().join("from-flag.pt2").exists() && !dir.path().join("bert.pt2").exists());
     let set = "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=1,num_attention_heads=4";
     let out = dir.path().join("from-flag.pt2");
-    run_python("check_trace.py", &[out.to_str().unwrap(), out.with_extension("reference.pt").to_str().unwrap(), "bert", &overrides_json(set), "dynamic"]);
+    run_python(
+        "check_trace.py",
+        &[
+            out.to_str().unwrap(),
+            out.with_extension("reference.pt").to_str().unwrap(),
+            "bert",
+            &overrides_json(set),
+            "dynamic",
+        ],
+    );
 }
 
 #[test]
@@ -156,19 +255,48 @@ fn the_worker_reports_the_versions_plugins_are_resolved_and_locked_against() {
     let v1 = plugin_dir("tests/plugins/versioned-v1");
     let v2 = plugin_dir("tests/plugins/versioned-v2");
     let lock = dir.path().join("hfx.lock");
-    let plugins = ["--plugins", v1.to_str().unwrap(), "--plugins", v2.to_str().unwrap(), "--lock", lock.to_str().unwrap()];
-    let result = hfx(dir.path(), &[&["plugins", "lock", "-o", lock.to_str().unwrap()][..], &plugins[..4]].concat());
+    let plugins = [
+        "--plugins",
+        v1.to_str().unwrap(),
+        "--plugins",
+        v2.to_str().unwrap(),
+        "--lock",
+        lock.to_str().unwrap(),
+    ];
+    let result = hfx(
+        dir.path(),
+        &[&["plugins", "lock", "-o", lock.to_str().unwrap()][..], &plugins[..4]].concat(),
+    );
     assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
     // torch 2.13 is installed: version 2 of the plugin applies, and the worker's report matches the lock.
-    let run = ["run", "--backend", "onnx", "--model-fn", "python:hfx_test_models:doubler", "-o", "out.pt2", "--locked", "-v"];
+    let run = [
+        "run",
+        "--backend",
+        "onnx",
+        "--model-fn",
+        "python:hfx_test_models:doubler",
+        "-o",
+        "out.pt2",
+        "--locked",
+        "-v",
+    ];
     let result = hfx(dir.path(), &[&run[..], &plugins[..]].concat());
     let stdout = String::from_utf8_lossy(&result.stdout);
     assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
-    assert!(stdout.contains("test-versioned-fix 1.0.0: torch 2.13.0"), "version 1 is skipped for the installed torch: {stdout}");
+    assert!(
+        stdout.contains("test-versioned-fix 1.0.0: torch 2.13.0"),
+        "version 1 is skipped for the installed torch: {stdout}"
+    );
     // A different deployment torch is a lock difference naming both versions.
-    let result = hfx(dir.path(), &[&run[..], &plugins[..], &["--target", "torch=2.14.0"][..]].concat());
+    let result =
+        hfx(dir.path(), &[&run[..], &plugins[..], &["--target", "torch=2.14.0"][..]].concat());
     let stderr = String::from_utf8_lossy(&result.stderr);
-    assert!(!result.status.success() && stderr.contains("torch: locked 2.13.0") && stderr.contains("found 2.14.0"), "{stderr}");
+    assert!(
+        !result.status.success()
+            && stderr.contains("torch: locked 2.13.0")
+            && stderr.contains("found 2.14.0"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -176,13 +304,35 @@ fn a_patch_plugin_answers_calls_while_tracing() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("where.pt2");
     let patch = plugin_dir("tests/plugins/kind-patch");
-    let result = hfx(dir.path(), &["run", "--backend", "onnx", "--plugins", patch.to_str().unwrap(), "--model-fn", "python:hfx_test_models:uses_where", "-o", out.to_str().unwrap()]);
+    let result = hfx(
+        dir.path(),
+        &[
+            "run",
+            "--backend",
+            "onnx",
+            "--plugins",
+            patch.to_str().unwrap(),
+            "--model-fn",
+            "python:hfx_test_models:uses_where",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
     let stdout = String::from_utf8_lossy(&result.stdout);
     assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
-    assert!(stdout.contains("patch test-kind-patch") && stdout.contains("answered 1 call(s)"), "{stdout}");
+    assert!(
+        stdout.contains("patch test-kind-patch") && stdout.contains("answered 1 call(s)"),
+        "{stdout}"
+    );
     // The recorded op is the one the plugin's program called, not torch.where's own lowering.
     let pt2 = hfx::graph::pt2::Pt2::open(&out).unwrap();
-    let node = pt2.programs["model"].graph_module.graph.nodes.iter().find(|n| n.target == "torch.ops.aten.where.self").unwrap();
+    let node = pt2.programs["model"]
+        .graph_module
+        .graph
+        .nodes
+        .iter()
+        .find(|n| n.target == "torch.ops.aten.where.self")
+        .unwrap();
     assert!(node.metadata["torch_fn"].contains("OpOverload.where.self"), "{:?}", node.metadata);
 }
 
@@ -196,17 +346,44 @@ fn originals_are_restored_after_a_trace_also_when_it_fails() {
     let dir = tempfile::tempdir().unwrap();
     let pythonpath = root().join("tests/python");
     let env = [("PYTHONPATH", pythonpath.as_os_str())];
-    let mut worker = Worker::start_with_env(python().to_str().unwrap(), std::time::Duration::from_secs(120), &env).unwrap();
+    let mut worker = Worker::start_with_env(
+        python().to_str().unwrap(),
+        std::time::Duration::from_secs(120),
+        &env,
+    )
+    .unwrap();
     let deadline = std::time::Duration::from_secs(300);
-    let patches = PatchesRestored { patches: vec![PatchSpec { plugin: plugin.name().to_string(), targets: plugin.targets.clone() }] };
+    let patches = PatchesRestored {
+        patches: vec![PatchSpec {
+            plugin: plugin.name().to_string(),
+            targets: plugin.targets.clone(),
+        }],
+    };
     for (function, should_work) in [("uses_where", true), ("where_then_fails", false)] {
-        let request = TraceRequest::new(ModelSource::Function(format!("python:hfx_test_models:{function}")));
+        let request =
+            TraceRequest::new(ModelSource::Function(format!("python:hfx_test_models:{function}")));
         let mut sessions = vec![Session::new(&runtime, of::<kind::Patch>(&plugin), "patches")];
-        let result = hfx::trace::trace(&mut worker, &request, &mut sessions, &dir.path().join("m.pt2"), &dir.path().join("r.pt"), deadline);
-        assert_eq!(result.is_ok(), should_work, "{function}: {:?}", result.as_ref().err().map(|e| e.to_string()));
+        let result = hfx::trace::trace(
+            &mut worker,
+            &request,
+            &mut sessions,
+            &dir.path().join("m.pt2"),
+            &dir.path().join("r.pt"),
+            deadline,
+        );
+        assert_eq!(
+            result.is_ok(),
+            should_work,
+            "{function}: {:?}",
+            result.as_ref().err().map(|e| e.to_string())
+        );
         assert_eq!(sessions[0].calls, 1, "{function}: the patch answered the call");
         let restored = worker.request(&patches, deadline).unwrap();
-        assert_eq!(restored, [("torch.where".to_string(), true)].into(), "{function}: torch.where is the original again");
+        assert_eq!(
+            restored,
+            [("torch.where".to_string(), true)].into(),
+            "{function}: torch.where is the original again"
+        );
         if let Ok(reply) = result {
             assert_eq!(reply.patches_restored, restored, "{function}: the trace reply says so too");
         }
@@ -269,7 +446,19 @@ fn transformers_import_structures_are_kept_in_a_private_memo_as_transformers_com
     let cache = tempfile::tempdir().unwrap();
     let out = cache.path().join("llama.pt2");
     let result = std::process::Command::new(env!("CARGO_BIN_EXE_hfx"))
-        .args(["run", "--backend", "dynamo", "--model", "llama", "--set", LLAMA, "-o", out.to_str().unwrap(), "--python", python().to_str().unwrap()])
+        .args([
+            "run",
+            "--backend",
+            "dynamo",
+            "--model",
+            "llama",
+            "--set",
+            LLAMA,
+            "-o",
+            out.to_str().unwrap(),
+            "--python",
+            python().to_str().unwrap(),
+        ])
         .env("HFX_CACHE_DIR", cache.path())
         .output()
         .unwrap();
@@ -277,8 +466,16 @@ fn transformers_import_structures_are_kept_in_a_private_memo_as_transformers_com
     let memo = cache.path().join("worker").join(hfx::trace::package::MEMO);
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(std::fs::metadata(&memo).unwrap().permissions().mode() & 0o777, 0o700);
-    let kept: Vec<_> = std::fs::read_dir(&memo).unwrap().filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
-    assert!(kept.iter().filter(|n| n.starts_with("import-structure-") && n.ends_with(".json")).count() >= 2, "the worker kept no import structure: {kept:?}");
+    let kept: Vec<_> = std::fs::read_dir(&memo)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        kept.iter().filter(|n| n.starts_with("import-structure-") && n.ends_with(".json")).count()
+            >= 2,
+        "the worker kept no import structure: {kept:?}"
+    );
     assert!(!kept.iter().any(|n| n.starts_with('.')), "temp files left in the memo: {kept:?}");
 }
 
@@ -293,19 +490,39 @@ fn a_tampered_cached_worker_package_is_replaced_before_it_runs() {
     let marker = cache.path().join("escaped");
     let evil = format!("open({:?}, 'w').write('ran')\n", marker.to_str().unwrap());
     let root = cache.path().join(package::sha256());
-    for (what, tamper) in [("an edited module", "hfx_worker/server.py"), ("a module shadowing torch", "torch.py")] {
+    for (what, tamper) in
+        [("an edited module", "hfx_worker/server.py"), ("a module shadowing torch", "torch.py")]
+    {
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(root.join(PACKAGE)).unwrap();
         for (name, text) in FILES {
             std::fs::write(root.join(PACKAGE).join(name), text).unwrap();
         }
-        std::fs::write(root.join(tamper), format!("{evil}{}", if tamper == "torch.py" { "" } else { FILES.iter().find(|f| f.0 == "server.py").unwrap().1 })).unwrap();
-        let options = WorkerOptions { package_dir: Some(cache.path().to_path_buf()), ..Default::default() };
-        let worker = Worker::start_with(python().to_str().unwrap(), std::time::Duration::from_secs(120), &options).unwrap();
+        std::fs::write(
+            root.join(tamper),
+            format!(
+                "{evil}{}",
+                if tamper == "torch.py" {
+                    ""
+                } else {
+                    FILES.iter().find(|f| f.0 == "server.py").unwrap().1
+                }
+            ),
+        )
+        .unwrap();
+        let options =
+            WorkerOptions { package_dir: Some(cache.path().to_path_buf()), ..Default::default() };
+        let worker = Worker::start_with(
+            python().to_str().unwrap(),
+            std::time::Duration::from_secs(120),
+            &options,
+        )
+        .unwrap();
         assert_eq!(worker.hello.protocol, hfx::trace::protocol::PROTOCOL, "{what}");
         drop(worker);
         assert!(!marker.exists(), "{what}: the tampered copy ran");
-        package::verify(&root).unwrap_or_else(|why| panic!("{what}: the copy was not written again: {why}"));
+        package::verify(&root)
+            .unwrap_or_else(|why| panic!("{what}: the copy was not written again: {why}"));
     }
 }
 
@@ -317,14 +534,53 @@ fn a_model_is_traced_in_the_dtype_asked_for_and_decomposed() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("llama_bf16.pt2");
     let set = LLAMA;
-    let result = hfx(dir.path(), &["run", "--backend", "dynamo", "--model", "llama", "--set", set, "--dtype", "bfloat16", "--decompose", "-o", out.to_str().unwrap()]);
+    let result = hfx(
+        dir.path(),
+        &[
+            "run",
+            "--backend",
+            "dynamo",
+            "--model",
+            "llama",
+            "--set",
+            set,
+            "--dtype",
+            "bfloat16",
+            "--decompose",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
     assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
     let reference = out.with_extension("reference.pt");
     run_python(
         "check_patch.py",
-        &[out.to_str().unwrap(), reference.to_str().unwrap(), "-", "--absent=aten.linear", "--present=aten.mm", "--weights-dtype=bfloat16", "--atol=1e-2"],
+        &[
+            out.to_str().unwrap(),
+            reference.to_str().unwrap(),
+            "-",
+            "--absent=aten.linear",
+            "--present=aten.mm",
+            "--weights-dtype=bfloat16",
+            "--atol=1e-2",
+        ],
     );
-    let result = hfx(dir.path(), &["run", "--backend", "dynamo", "--model", "llama", "--set", set, "--dtype", "int64", "-o", out.to_str().unwrap()]);
+    let result = hfx(
+        dir.path(),
+        &[
+            "run",
+            "--backend",
+            "dynamo",
+            "--model",
+            "llama",
+            "--set",
+            set,
+            "--dtype",
+            "int64",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
     assert!(!result.status.success());
     assert!(String::from_utf8_lossy(&result.stderr).contains("not a floating torch dtype"));
 }
@@ -368,8 +624,13 @@ fn processes() -> Vec<(u32, u32, u32)> {
         .filter_map(|stat| {
             let (head, tail) = stat.rsplit_once(')')?;
             let fields: Vec<&str> = tail.split_whitespace().collect();
-            (fields.first() != Some(&"Z"))
-                .then(|| Some((head.split_once('(')?.0.trim().parse().ok()?, fields.get(1)?.parse().ok()?, fields.get(2)?.parse().ok()?)))?
+            (fields.first() != Some(&"Z")).then(|| {
+                Some((
+                    head.split_once('(')?.0.trim().parse().ok()?,
+                    fields.get(1)?.parse().ok()?,
+                    fields.get(2)?.parse().ok()?,
+                ))
+            })?
         })
         .collect()
 }
@@ -379,7 +640,10 @@ fn processes() -> Vec<(u32, u32, u32)> {
 fn assert_gone(group: u32, pids: &[u32]) {
     let end = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
-        let left: Vec<_> = processes().into_iter().filter(|&(pid, _, pgrp)| pgrp == group || pids.contains(&pid)).collect();
+        let left: Vec<_> = processes()
+            .into_iter()
+            .filter(|&(pid, _, pgrp)| pgrp == group || pids.contains(&pid))
+            .collect();
         if left.is_empty() {
             return;
         }
@@ -392,7 +656,9 @@ fn assert_gone(group: u32, pids: &[u32]) {
 fn worker_cgroups(pid: u32) -> Vec<std::path::PathBuf> {
     fn walk(dir: &std::path::Path, depth: u32, prefix: &str, found: &mut Vec<std::path::PathBuf>) {
         let Ok(entries) = std::fs::read_dir(dir) else { return };
-        for entry in entries.filter_map(Result::ok).filter(|e| e.file_type().is_ok_and(|t| t.is_dir())) {
+        for entry in
+            entries.filter_map(Result::ok).filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        {
             if entry.file_name().to_string_lossy().starts_with(prefix) {
                 found.push(entry.path());
             } else if depth > 0 {
@@ -407,11 +673,10 @@ fn worker_cgroups(pid: u32) -> Vec<std::path::PathBuf> {
 
 /// The trace worker of hfx `pid`: its child running the worker package.
 fn worker_of(pid: u32) -> Option<u32> {
-    processes()
-        .into_iter()
-        .filter(|&(_, ppid, _)| ppid == pid)
-        .map(|(p, _, _)| p)
-        .find(|p| std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains("hfx_worker")))
+    processes().into_iter().filter(|&(_, ppid, _)| ppid == pid).map(|(p, _, _)| p).find(|p| {
+        std::fs::read(format!("/proc/{p}/cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains("hfx_worker"))
+    })
 }
 
 /// A process `pid` started.
@@ -420,7 +685,8 @@ fn child_of(pid: u32) -> Option<u32> {
 }
 
 /// A Llama config whose random weights (~2.7 GB in float32) are far past 1 GiB.
-const BIG_LLAMA: &str = "hidden_size=2048,intermediate_size=8192,num_hidden_layers=8,vocab_size=32000";
+const BIG_LLAMA: &str =
+    "hidden_size=2048,intermediate_size=8192,num_hidden_layers=8,vocab_size=32000";
 
 /// `--worker-memory-gib 1` stops a worker building a model past it, by each
 /// mechanism: the kernel in a cgroup (where the machine allows one) and the
@@ -431,13 +697,29 @@ fn a_worker_past_its_memory_limit_is_stopped_with_one_line() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("big.pt2");
         let started = std::time::Instant::now();
-        let args = ["run", "--backend", "dynamo", "--model", "llama", "--set", BIG_LLAMA, "--worker-memory-gib", "1", "--worker-memory-mechanism", mechanism, "-o", out.to_str().unwrap()];
+        let args = [
+            "run",
+            "--backend",
+            "dynamo",
+            "--model",
+            "llama",
+            "--set",
+            BIG_LLAMA,
+            "--worker-memory-gib",
+            "1",
+            "--worker-memory-mechanism",
+            mechanism,
+            "-o",
+            out.to_str().unwrap(),
+        ];
         let child = spawn_hfx(dir.path(), &args);
         let pid = child.id();
         let result = child.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&result.stderr);
         assert!(!result.status.success(), "{mechanism}: {stderr}");
-        if mechanism == "cgroup" && stderr.contains("cannot limit the trace worker's memory with a cgroup") {
+        if mechanism == "cgroup"
+            && stderr.contains("cannot limit the trace worker's memory with a cgroup")
+        {
             eprintln!("this machine allows no memory cgroup: {stderr}");
             continue;
         }
@@ -446,9 +728,20 @@ fn a_worker_past_its_memory_limit_is_stopped_with_one_line() {
             "error: the trace worker ran out of memory (limit 1 GiB); try a smaller config (--set ...) or raise --worker-memory-gib",
             "{mechanism}"
         );
-        assert!(started.elapsed() < std::time::Duration::from_secs(180), "{mechanism}: the limit must stop the build early");
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "{mechanism}: nothing may be left behind");
-        assert_eq!(worker_cgroups(pid), Vec::<std::path::PathBuf>::new(), "{mechanism}: the worker's cgroup must go");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(180),
+            "{mechanism}: the limit must stop the build early"
+        );
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "{mechanism}: nothing may be left behind"
+        );
+        assert_eq!(
+            worker_cgroups(pid),
+            Vec::<std::path::PathBuf>::new(),
+            "{mechanism}: the worker's cgroup must go"
+        );
     }
 }
 
@@ -460,13 +753,26 @@ fn a_worker_past_its_memory_limit_is_stopped_with_one_line() {
 fn a_deadline_kills_the_worker_and_what_it_started() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.pt2");
-    let args = ["run", "--backend", "dynamo", "--model-fn", "python:hfx_box_models:spawns_and_hangs", "--trace-deadline-s", "40", "-o", out.to_str().unwrap()];
+    let args = [
+        "run",
+        "--backend",
+        "dynamo",
+        "--model-fn",
+        "python:hfx_box_models:spawns_and_hangs",
+        "--trace-deadline-s",
+        "40",
+        "-o",
+        out.to_str().unwrap(),
+    ];
     let hfx = spawn_hfx(dir.path(), &args);
     let worker = wait_for("worker", 120, || worker_of(hfx.id()));
     let child = wait_for("the model function's child", 120, || child_of(worker));
     let result = hfx.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&result.stderr);
-    assert!(!result.status.success() && stderr.contains("did not answer `trace` within 40 s (stopped)"), "{stderr}");
+    assert!(
+        !result.status.success() && stderr.contains("did not answer `trace` within 40 s (stopped)"),
+        "{stderr}"
+    );
     assert_gone(worker, &[worker, child]);
     assert_no_scratch_left(dir.path());
 }
@@ -478,7 +784,20 @@ fn sigint_stops_the_worker_and_removes_the_scratch_folder() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("llama.pt2");
     let set = LLAMA;
-    let mut child = spawn_hfx(dir.path(), &["run", "--backend", "dynamo", "--model", "llama", "--set", set, "-o", out.to_str().unwrap()]);
+    let mut child = spawn_hfx(
+        dir.path(),
+        &[
+            "run",
+            "--backend",
+            "dynamo",
+            "--model",
+            "llama",
+            "--set",
+            set,
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
     let pid = child.id();
     let scratch = dir.path().join(format!(".hfx-work-{pid}/.hfx-trace-{pid}"));
     // The worker is running (a child of hfx) and the trace has begun (its scratch folder exists).
@@ -494,7 +813,11 @@ fn sigint_stops_the_worker_and_removes_the_scratch_folder() {
     assert!(!scratch.exists());
     assert_no_scratch_left(dir.path());
     assert_gone(worker, &[worker]);
-    assert_eq!(worker_cgroups(pid), Vec::<std::path::PathBuf>::new(), "the worker's cgroup must go");
+    assert_eq!(
+        worker_cgroups(pid),
+        Vec::<std::path::PathBuf>::new(),
+        "the worker's cgroup must go"
+    );
 }
 
 /// SIGTERM while the model function's child runs: both go, hfx exits 143.
@@ -502,7 +825,18 @@ fn sigint_stops_the_worker_and_removes_the_scratch_folder() {
 fn sigterm_stops_the_worker_and_its_children() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.pt2");
-    let mut child = spawn_hfx(dir.path(), &["run", "--backend", "dynamo", "--model-fn", "python:hfx_box_models:spawns_and_hangs", "-o", out.to_str().unwrap()]);
+    let mut child = spawn_hfx(
+        dir.path(),
+        &[
+            "run",
+            "--backend",
+            "dynamo",
+            "--model-fn",
+            "python:hfx_box_models:spawns_and_hangs",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
     let pid = child.id();
     let worker = wait_for("worker", 120, || worker_of(pid));
     let grandchild = wait_for("the model function's child", 120, || child_of(worker));
@@ -518,11 +852,17 @@ fn sigterm_stops_the_worker_and_its_children() {
 /// a protocol message stops the worker with a protocol error naming why.
 #[test]
 fn worker_lines_past_the_limit_or_the_protocol_are_errors() {
-    for (function, why) in [("long_line", "a line from the worker is longer than 64 MiB (the limit)"), ("bad_line", "a worker line is not JSON")] {
+    for (function, why) in [
+        ("long_line", "a line from the worker is longer than 64 MiB (the limit)"),
+        ("bad_line", "a worker line is not JSON"),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("out.pt2");
         let spec = format!("python:hfx_box_models:{function}");
-        let hfx = spawn_hfx(dir.path(), &["run", "--backend", "dynamo", "--model-fn", &spec, "-o", out.to_str().unwrap()]);
+        let hfx = spawn_hfx(
+            dir.path(),
+            &["run", "--backend", "dynamo", "--model-fn", &spec, "-o", out.to_str().unwrap()],
+        );
         let worker = wait_for("worker", 120, || worker_of(hfx.id()));
         let result = hfx.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&result.stderr);
@@ -540,7 +880,10 @@ fn an_export_folder_reexported_with_another_backend_holds_one_component() {
     let dir = tempfile::tempdir().unwrap();
     let folder = dir.path().join("llama");
     let set = LLAMA;
-    let plugins: Vec<String> = ["plugins/dynamo", "plugins/onnx"].iter().flat_map(|p| ["--plugins".to_string(), root().join(p).display().to_string()]).collect();
+    let plugins: Vec<String> = ["plugins/dynamo", "plugins/onnx"]
+        .iter()
+        .flat_map(|p| ["--plugins".to_string(), root().join(p).display().to_string()])
+        .collect();
     plugin_dir("plugins/onnx/fix-alias");
     let present = |name: &str| folder.join(name).exists();
     for (backend, expected, stale) in [
@@ -548,7 +891,17 @@ fn an_export_folder_reexported_with_another_backend_holds_one_component() {
         ("onnx", &["model.onnx", "model.onnx.data"][..], &["model.pt2"][..]),
         ("dynamo", &["model.pt2"][..], &["model.onnx", "model.onnx.data"][..]),
     ] {
-        let mut args = vec!["run", "--backend", backend, "--model", "llama", "--set", set, "-o", folder.to_str().unwrap()];
+        let mut args = vec![
+            "run",
+            "--backend",
+            backend,
+            "--model",
+            "llama",
+            "--set",
+            set,
+            "-o",
+            folder.to_str().unwrap(),
+        ];
         args.extend(plugins.iter().map(String::as_str));
         let result = hfx(dir.path(), &args);
         assert!(result.status.success(), "{backend}: {}", String::from_utf8_lossy(&result.stderr));
@@ -571,7 +924,18 @@ fn an_export_folder_reexported_with_another_backend_holds_one_component() {
 fn a_killed_hfx_takes_its_worker_along_and_the_next_run_removes_its_scratch() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.pt2");
-    let mut child = spawn_hfx(dir.path(), &["run", "--backend", "dynamo", "--model-fn", "python:hfx_box_models:spawns_and_hangs", "-o", out.to_str().unwrap()]);
+    let mut child = spawn_hfx(
+        dir.path(),
+        &[
+            "run",
+            "--backend",
+            "dynamo",
+            "--model-fn",
+            "python:hfx_box_models:spawns_and_hangs",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
     let pid = child.id();
     let worker = wait_for("worker", 120, || worker_of(pid));
     let grandchild = wait_for("the model function's child", 120, || child_of(worker));
@@ -585,8 +949,23 @@ fn a_killed_hfx_takes_its_worker_along_and_the_next_run_removes_its_scratch() {
     assert_gone(u32::MAX, &[grandchild]);
     let scratch = dir.path().join(format!(".hfx-work-{pid}"));
     assert!(scratch.exists(), "SIGKILL leaves the scratch folder");
-    let result = hfx(dir.path(), &["run", "--backend", "dynamo", "--model-fn", "python:hfx_test_models:doubler", "-o", out.to_str().unwrap()]);
+    let result = hfx(
+        dir.path(),
+        &[
+            "run",
+            "--backend",
+            "dynamo",
+            "--model-fn",
+            "python:hfx_test_models:doubler",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
     assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
     assert!(!scratch.exists(), "the next run removes a dead run's scratch folder");
-    assert_eq!(worker_cgroups(pid), Vec::<std::path::PathBuf>::new(), "the next run removes the dead run's worker cgroup");
+    assert_eq!(
+        worker_cgroups(pid),
+        Vec::<std::path::PathBuf>::new(),
+        "the next run removes the dead run's worker cgroup"
+    );
 }

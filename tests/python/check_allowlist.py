@@ -36,30 +36,101 @@ from hfx_worker import sandbox  # noqa: E402
 DEPTH = 3
 # Modules whose use is a capability an entry may not have.
 BANNED_MODULES = (
-    "os", "posix", "nt", "subprocess", "socket", "_socket", "ssl", "importlib", "pickle", "_pickle", "marshal", "shutil",
-    "urllib", "http", "requests", "httpx", "huggingface_hub", "ctypes", "multiprocessing", "pathlib", "io", "tempfile",
-    "zipfile", "tarfile", "runpy", "code", "torch.hub", "torch.serialization", "torch.utils.cpp_extension",
-    "torch.package", "torch.multiprocessing", "torch.distributed", "transformers.utils.hub",
-    "transformers.dynamic_module_utils", "safetensors",
+    "os",
+    "posix",
+    "nt",
+    "subprocess",
+    "socket",
+    "_socket",
+    "ssl",
+    "importlib",
+    "pickle",
+    "_pickle",
+    "marshal",
+    "shutil",
+    "urllib",
+    "http",
+    "requests",
+    "httpx",
+    "huggingface_hub",
+    "ctypes",
+    "multiprocessing",
+    "pathlib",
+    "io",
+    "tempfile",
+    "zipfile",
+    "tarfile",
+    "runpy",
+    "code",
+    "torch.hub",
+    "torch.serialization",
+    "torch.utils.cpp_extension",
+    "torch.package",
+    "torch.multiprocessing",
+    "torch.distributed",
+    "transformers.utils.hub",
+    "transformers.dynamic_module_utils",
+    "safetensors",
 )
 # Names that are such a capability wherever they appear (a global, an attribute, a method).
 BANNED_NAMES = {
-    "open", "__import__", "eval", "exec", "compile", "import_module", "find_spec", "hf_hub_download", "snapshot_download",
-    "cached_file", "cached_files", "from_pretrained", "save_pretrained", "push_to_hub", "load_state_dict_from_url",
-    "system", "popen", "Popen", "urlopen", "create_connection", "getaddrinfo", "load_library", "load_inline",
-    "get_class_from_dynamic_module", "check_torch_load_is_safe", "safe_open", "load_file", "from_file",
+    "open",
+    "__import__",
+    "eval",
+    "exec",
+    "compile",
+    "import_module",
+    "find_spec",
+    "hf_hub_download",
+    "snapshot_download",
+    "cached_file",
+    "cached_files",
+    "from_pretrained",
+    "save_pretrained",
+    "push_to_hub",
+    "load_state_dict_from_url",
+    "system",
+    "popen",
+    "Popen",
+    "urlopen",
+    "create_connection",
+    "getaddrinfo",
+    "load_library",
+    "load_inline",
+    "get_class_from_dynamic_module",
+    "check_torch_load_is_safe",
+    "safe_open",
+    "load_file",
+    "from_file",
 }
 
 
 def banned_objects():
     import torch
 
-    found = {builtins.open, builtins.__import__, builtins.eval, builtins.exec, builtins.compile, torch.load, torch.save,
-             torch.from_file}
-    for module, name in (("io", "open"), ("importlib", "import_module"), ("os", "system"), ("subprocess", "run"),
-                         ("subprocess", "Popen"), ("socket", "socket"), ("pickle", "load"), ("pickle", "loads"),
-                         ("huggingface_hub", "hf_hub_download"), ("transformers.utils.hub", "cached_file"),
-                         ("safetensors.torch", "load_file")):
+    found = {
+        builtins.open,
+        builtins.__import__,
+        builtins.eval,
+        builtins.exec,
+        builtins.compile,
+        torch.load,
+        torch.save,
+        torch.from_file,
+    }
+    for module, name in (
+        ("io", "open"),
+        ("importlib", "import_module"),
+        ("os", "system"),
+        ("subprocess", "run"),
+        ("subprocess", "Popen"),
+        ("socket", "socket"),
+        ("pickle", "load"),
+        ("pickle", "loads"),
+        ("huggingface_hub", "hf_hub_download"),
+        ("transformers.utils.hub", "cached_file"),
+        ("safetensors.torch", "load_file"),
+    ):
         try:
             found.add(getattr(__import__(module, fromlist=[name]), name))
         except (ImportError, AttributeError):
@@ -139,7 +210,12 @@ def scan(obj, depth=0, seen=None, trail=""):
         for name in sorted(names & BANNED_NAMES):
             found.append(f"{trail}: names `{name}`")
         for name in sorted(names):
-            target = namespace.get(name, getattr(builtins, name, None) if name in namespace.get("__builtins__", vars(builtins)) else None)
+            target = namespace.get(
+                name,
+                getattr(builtins, name, None)
+                if name in namespace.get("__builtins__", vars(builtins))
+                else None,
+            )
             if target is None:
                 continue
             if id(target) in BANNED:
@@ -154,10 +230,16 @@ def scan(obj, depth=0, seen=None, trail=""):
                     value = static_attribute(target, attribute)
                     if value is None:
                         continue
-                    if id(value) in BANNED or (isinstance(value, types.ModuleType) and module_banned(value)):
+                    if id(value) in BANNED or (
+                        isinstance(value, types.ModuleType) and module_banned(value)
+                    ):
                         found.append(f"{trail}: reaches {target.__name__}.{attribute}")
-                    elif depth < DEPTH and (function_of(value) is not None or isinstance(value, type)):
-                        found += scan(value, depth + 1, seen, f"{trail} → {target.__name__}.{attribute}")
+                    elif depth < DEPTH and (
+                        function_of(value) is not None or isinstance(value, type)
+                    ):
+                        found += scan(
+                            value, depth + 1, seen, f"{trail} → {target.__name__}.{attribute}"
+                        )
             elif depth < DEPTH and (function_of(target) is not None or isinstance(target, type)):
                 found += scan(target, depth + 1, seen, f"{trail} → {name}")
     return found
@@ -165,7 +247,11 @@ def scan(obj, depth=0, seen=None, trail=""):
 
 def describe(obj):
     module = getattr(obj, "__module__", None) or type(obj).__module__
-    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or type(obj).__qualname__
+    name = (
+        getattr(obj, "__qualname__", None)
+        or getattr(obj, "__name__", None)
+        or type(obj).__qualname__
+    )
     return f"{module}.{name}"
 
 
@@ -178,7 +264,7 @@ def entries(path):
         for canonical, module_name in sorted(sections[section].items()):
             module = importlib.import_module(module_name)
             obj = module
-            for index, name in enumerate(canonical[len(module_name) + 1:].split(".")):
+            for index, name in enumerate(canonical[len(module_name) + 1 :].split(".")):
                 obj = vars(obj).get(name) if index == 0 else getattr(obj, name, None)
                 if obj is None:
                     break
@@ -213,8 +299,7 @@ def self_test():
         "PreTrainedModel.from_pretrained": transformers.modeling_utils.PreTrainedModel.from_pretrained,
         "a modeling method calling torch.load": modeling_qwen2_5_omni.Qwen2_5OmniForConditionalGeneration.load_speakers,
         "an adapter loader": modeling_wav2vec2.Wav2Vec2PreTrainedModel.load_adapter,
-        "a classmethod loading configs with trust_remote_code":
-            modeling_rag.RagPreTrainedModel.from_pretrained_question_encoder_generator.__func__,
+        "a classmethod loading configs with trust_remote_code": modeling_rag.RagPreTrainedModel.from_pretrained_question_encoder_generator.__func__,
         "torch.hub.load": __import__("torch").hub.load,
         "a function using os": sandbox.load_allowlist,
     }
@@ -227,9 +312,14 @@ def self_test():
     # A bad entry added to a copy of the allowlist fails the check.
     with open(sandbox.ALLOWLIST, encoding="utf-8") as file:
         data = json.load(file)
-    for module, name in (("transformers.modeling_utils", "PreTrainedModel.from_pretrained"),
-                         ("transformers.models.qwen2_5_omni.modeling_qwen2_5_omni", "Qwen2_5OmniForConditionalGeneration.load_speakers"),
-                         ("torch", "load")):
+    for module, name in (
+        ("transformers.modeling_utils", "PreTrainedModel.from_pretrained"),
+        (
+            "transformers.models.qwen2_5_omni.modeling_qwen2_5_omni",
+            "Qwen2_5OmniForConditionalGeneration.load_speakers",
+        ),
+        ("torch", "load"),
+    ):
         bad = json.loads(json.dumps(data))
         bad["call"].setdefault(module, []).append(name)
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as file:
@@ -254,8 +344,10 @@ def main():
     if failures:
         print("\n".join(failures), file=sys.stderr)
         raise SystemExit(1)
-    print(f"{count} allowlist entries scanned to depth {DEPTH}: none reaches files, processes, the network, imports, "
-          "pickles or the Hub")
+    print(
+        f"{count} allowlist entries scanned to depth {DEPTH}: none reaches files, processes, the network, imports, "
+        "pickles or the Hub"
+    )
 
 
 if __name__ == "__main__":

@@ -15,7 +15,9 @@ import torch
 from transformers.exporters import ExportedModel
 from transformers.utils import ModelOutput
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker"))
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker")
+)
 from hfx_worker import pytree  # noqa: E402
 
 
@@ -25,7 +27,9 @@ def main(folder, reference, atol):
     exported = ExportedModel.from_pretrained(folder, trust_remote_code=True)
     outputs = exported(**ref["inputs"])
     if not isinstance(outputs, ModelOutput):
-        raise SystemExit(f"the export returns a {type(outputs).__name__}, not the model's ModelOutput")
+        raise SystemExit(
+            f"the export returns a {type(outputs).__name__}, not the model's ModelOutput"
+        )
     got = pytree.flat_outputs(outputs)
     want = ref["outputs"]
     if len(got) != len(want):

@@ -26,9 +26,15 @@ import sys
 import torch
 import transformers
 from transformers.exporters import ExportedModel
-from transformers.exporters.utils import decompose_for_generation, disambiguate_io_names, get_leaf_tensors
+from transformers.exporters.utils import (
+    decompose_for_generation,
+    disambiguate_io_names,
+    get_leaf_tensors,
+)
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker"))
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker")
+)
 from hfx_worker import pytree, sources  # noqa: E402
 
 FLAGS = ("use_cache", "output_attentions", "output_hidden_states", "return_dict", "return_loss")
@@ -59,20 +65,38 @@ def main(folder, atol, *options):
         inputs = sources.sample_inputs(model, 2, 8)
     generation = transformers.GenerationConfig.from_pretrained(folder)
     with torch.no_grad():
-        components = decompose_for_generation(model, inputs, generation_config=generation,
-                                              multi_token_decode="--multi-token-decode" in options)
+        components = decompose_for_generation(
+            model,
+            inputs,
+            generation_config=generation,
+            multi_token_decode="--multi-token-decode" in options,
+        )
     ours = list(exported.components)
     extra = [name for name in ours if name not in components]
-    if [name for name in ours if name in components] != list(components) and sorted(ours) != sorted(components):
+    if [name for name in ours if name in components] != list(components) and sorted(ours) != sorted(
+        components
+    ):
         raise SystemExit(f"components {ours}, the reference's {list(components)}")
-    if any(name not in ("image_encoder", "audio_encoder", "multi_modal_projector", "connector", "embed_vision", "embed_audio")
-           for name in extra) or (extra and "language_model" not in ours):
+    if any(
+        name
+        not in (
+            "image_encoder",
+            "audio_encoder",
+            "multi_modal_projector",
+            "connector",
+            "embed_vision",
+            "embed_audio",
+        )
+        for name in extra
+    ) or (extra and "language_model" not in ours):
         raise SystemExit(f"components {ours}: {extra} beyond the reference's {list(components)}")
     for name, (module, kwargs) in components.items():
         kwargs = {k: v for k, v in kwargs.items() if k not in FLAGS}
         metadata = exported.components[name].metadata
         if list(metadata.kwargs) != list(kwargs):
-            raise SystemExit(f"{name}: traced with {list(metadata.kwargs)}, the reference's capture has {list(kwargs)}")
+            raise SystemExit(
+                f"{name}: traced with {list(metadata.kwargs)}, the reference's capture has {list(kwargs)}"
+            )
         with torch.no_grad():
             eager = module(**copy.deepcopy(kwargs))
         if exported.export_format == "onnx":
@@ -83,14 +107,22 @@ def main(folder, atol, *options):
             got_in = [i.name for i in session.get_inputs()]
             got_out = [o.name for o in session.get_outputs()]
             # The export prunes inputs the graph does not read (as the reference's does).
-            if [n for n in want_in if n in got_in] != got_in or got_out[-len(want_out):] != want_out:
-                raise SystemExit(f"{name}: inputs {got_in} outputs {got_out}; the reference names {want_in} and {want_out}")
+            if [n for n in want_in if n in got_in] != got_in or got_out[
+                -len(want_out) :
+            ] != want_out:
+                raise SystemExit(
+                    f"{name}: inputs {got_in} outputs {got_out}; the reference names {want_in} and {want_out}"
+                )
         got = exported.runners[name](**copy.deepcopy(kwargs))
         if type(got) is not type(eager):
-            raise SystemExit(f"{name}: returns a {type(got).__name__}, the model a {type(eager).__name__}")
+            raise SystemExit(
+                f"{name}: returns a {type(got).__name__}, the model a {type(eager).__name__}"
+            )
         # The main output: logits, a part's hidden states, an encoder's features.
         got_main, eager_main = pytree.flat_outputs(got)[0], pytree.flat_outputs(eager)[0]
-        if got_main.shape != eager_main.shape or not torch.allclose(got_main.float(), eager_main.float(), atol=atol, rtol=atol):
+        if got_main.shape != eager_main.shape or not torch.allclose(
+            got_main.float(), eager_main.float(), atol=atol, rtol=atol
+        ):
             raise SystemExit(f"{name}: its first output differs from eager's")
         print(f"ok: {name} ({type(got).__name__}, {len(list(kwargs))} kwargs)")
 

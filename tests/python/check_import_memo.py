@@ -33,16 +33,24 @@ def dump(memo_dir):
 
     transformers.AutoConfig  # noqa: B018 - resolves through the lazy structure
     model_class = transformers.LlamaForCausalLM
-    print(json.dumps({
-        "served": memo.served, "computed": memo.computed,
-        "transformers": sorted(dir(transformers)), "models": sorted(dir(transformers.models)),
-        "class_to_module": sorted(transformers._class_to_module.items()),
-        "model_class": f"{model_class.__module__}.{model_class.__name__}",
-    }))
+    print(
+        json.dumps(
+            {
+                "served": memo.served,
+                "computed": memo.computed,
+                "transformers": sorted(dir(transformers)),
+                "models": sorted(dir(transformers.models)),
+                "class_to_module": sorted(transformers._class_to_module.items()),
+                "model_class": f"{model_class.__module__}.{model_class.__name__}",
+            }
+        )
+    )
 
 
 def run_dump(memo_dir):
-    done = subprocess.run([sys.executable, __file__, "--dump", memo_dir], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, __file__, "--dump", memo_dir], capture_output=True, text=True
+    )
     if done.returncode != 0:
         raise SystemExit(f"the import under the memo failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -53,15 +61,28 @@ def main():
     with tempfile.TemporaryDirectory() as memo_dir:
         # 1. Fresh processes: transformers alone, the memo without a folder
         # (the process-wide cache only), storing, then served from the folder.
-        plain, unfiled, storing, served = run_dump("upstream"), run_dump("-"), run_dump(memo_dir), run_dump(memo_dir)
+        plain, unfiled, storing, served = (
+            run_dump("upstream"),
+            run_dump("-"),
+            run_dump(memo_dir),
+            run_dump(memo_dir),
+        )
         if storing["computed"] == 0:
             failures.append("the first import with an empty memo computed nothing")
         if served["computed"] != 0 or served["served"] < 2:
-            failures.append(f"an import with the memo stored still computed {served['computed']} structure(s), served {served['served']}")
+            failures.append(
+                f"an import with the memo stored still computed {served['computed']} structure(s), served {served['served']}"
+            )
         for name in ("transformers", "models", "class_to_module", "model_class"):
-            for label, seen in (("without a folder", unfiled), ("storing", storing), ("served", served)):
+            for label, seen in (
+                ("without a folder", unfiled),
+                ("storing", storing),
+                ("served", served),
+            ):
                 if seen[name] != plain[name]:
-                    failures.append(f"{name}: the lazy module built from the memo ({label}) differs from transformers' own")
+                    failures.append(
+                        f"{name}: the lazy module built from the memo ({label}) differs from transformers' own"
+                    )
 
         # 2. The structures themselves, against transformers' function.
         sys.meta_path.insert(0, ImportStructureMemo(memo_dir))
@@ -77,9 +98,14 @@ def main():
 
         root = os.path.dirname(transformers.__file__)
         from pathlib import Path
+
         served = 0
-        for path, prefix in ((Path(root) / "models", "models"), (os.path.join(root, "models", "__init__.py"), None),
-                             (os.path.join(root, "models", "llama", "__init__.py"), None), (os.path.join(root, "models", "bert"), "bert")):
+        for path, prefix in (
+            (Path(root) / "models", "models"),
+            (os.path.join(root, "models", "__init__.py"), None),
+            (os.path.join(root, "models", "llama", "__init__.py"), None),
+            (os.path.join(root, "models", "bert"), "bert"),
+        ):
             # Each call as a new process makes it (no structure or fingerprint kept in memory).
             for attempt in ("first", "second", "after a caller's change"):
                 fresh = computed_by_transformers(path, prefix)
@@ -87,10 +113,16 @@ def main():
                 got = memo.define(upstream, path, prefix)
                 served += memo.served
                 if got != fresh:
-                    failures.append(f"{path} ({prefix}), {attempt} call: the memo's structure differs from transformers'")
-                got.setdefault(frozenset({"caller"}), {})  # a caller's change must not reach the memo
+                    failures.append(
+                        f"{path} ({prefix}), {attempt} call: the memo's structure differs from transformers'"
+                    )
+                got.setdefault(
+                    frozenset({"caller"}), {}
+                )  # a caller's change must not reach the memo
         if served < 8:
-            failures.append(f"the later calls of each structure were not served from the memo ({served} served)")
+            failures.append(
+                f"the later calls of each structure were not served from the memo ({served} served)"
+            )
 
         # 3. A changed file: computed again; a damaged memo: computed again.
         with tempfile.TemporaryDirectory() as package:
@@ -108,7 +140,10 @@ def main():
             second = fresh_memo.define(upstream, package, None)
             if first != {frozenset(): {"configuration_toy": {"ToyConfig"}}}:
                 failures.append(f"a toy package's structure is {first}")
-            if second != {frozenset(): {"configuration_toy": {"ToyConfig", "OtherConfig"}}} or fresh_memo.computed != 1:
+            if (
+                second != {frozenset(): {"configuration_toy": {"ToyConfig", "OtherConfig"}}}
+                or fresh_memo.computed != 1
+            ):
                 failures.append(f"an edited file was served from the memo: {second}")
             for name in os.listdir(memo_dir):
                 with open(os.path.join(memo_dir, name), "w") as f:

@@ -26,10 +26,19 @@ import tempfile
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker"))
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker")
+)
 from hfx_worker import sources  # noqa: E402
 from hfx_worker.lower import DirectFile  # noqa: E402
-from hfx_worker.lowering_shortcuts import decomposes_none, holds_size_for_tensor, holds_transpose, holds_view, shortcuts, supported  # noqa: E402
+from hfx_worker.lowering_shortcuts import (  # noqa: E402
+    decomposes_none,
+    holds_size_for_tensor,
+    holds_transpose,
+    holds_view,
+    shortcuts,
+    supported,
+)
 
 
 def model_and_inputs(arch, overrides, shapes):
@@ -40,7 +49,14 @@ def model_and_inputs(arch, overrides, shapes):
     if shapes == "static":
         return model, inputs, None
     batch, sequence = torch.export.Dim("batch", max=64), torch.export.Dim("sequence", max=64)
-    return model, inputs, {name: {0: batch, 1: sequence} if value.dim() == 2 else {0: batch} for name, value in inputs.items()}
+    return (
+        model,
+        inputs,
+        {
+            name: {0: batch, 1: sequence} if value.dim() == 2 else {0: batch}
+            for name, value in inputs.items()
+        },
+    )
 
 
 def lowered(model, inputs, dynamic, fast):
@@ -58,7 +74,9 @@ def check_direct_file(program):
     """`program` written by `DirectFile` reads back as its bytes, and so does a
     stream of writes of odd sizes longer than the file's buffer."""
     expected = program.buffer
-    stream = [expected[i:i + 4097] for i in range(0, len(expected), 4097)] * (2 * DirectFile.SIZE // len(expected) + 1)
+    stream = [expected[i : i + 4097] for i in range(0, len(expected), 4097)] * (
+        2 * DirectFile.SIZE // len(expected) + 1
+    )
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "model.pte")
         for direct in (True, False):
@@ -66,13 +84,17 @@ def check_direct_file(program):
                 program.write_to_file(out)
             with open(path, "rb") as f:
                 if f.read() != expected:
-                    raise SystemExit(f"DirectFile (direct {direct}): the .pte read back differs from ExecuTorch's bytes")
+                    raise SystemExit(
+                        f"DirectFile (direct {direct}): the .pte read back differs from ExecuTorch's bytes"
+                    )
             with DirectFile(path, direct) as out:
                 for chunk in stream:
                     out.write(chunk)
             with open(path, "rb") as f:
                 if f.read() != b"".join(stream):
-                    raise SystemExit(f"DirectFile (direct {direct}): a stream of {len(stream)} writes read back differs")
+                    raise SystemExit(
+                        f"DirectFile (direct {direct}): a stream of {len(stream)} writes read back differs"
+                    )
 
 
 class Projects(torch.nn.Module):
@@ -93,16 +115,28 @@ def check_skip_condition():
     targets = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
     table = _default_decomposition_table()
     if "aten.linear.default" not in targets or decomposes_none(program, table):
-        raise SystemExit(f"the edge table decomposes `aten.linear` ({sorted(targets)}), yet was taken for decomposing none")
+        raise SystemExit(
+            f"the edge table decomposes `aten.linear` ({sorted(targets)}), yet was taken for decomposing none"
+        )
     program = program.run_decompositions(table)
     if not decomposes_none(program, table):
         raise SystemExit("a program the edge table decomposed was not taken for decomposing none")
 
     # The passes' conditions: each sees what its pass replaces, and only that.
-    program = torch.export.export(Replaceable(), (torch.ones(3, 4),), dynamic_shapes=({0: torch.export.Dim("rows", min=2)},))
-    seen = {test.__name__: sorted(str(n.target) for n in program.graph.nodes if n.op == "call_function" and test(n))
-            for test in (holds_transpose, holds_view, holds_size_for_tensor)}
-    expected = {"holds_transpose": ["aten.t.default"], "holds_view": ["aten.t.default", "aten.view.default"], "holds_size_for_tensor": ["aten.add.Tensor"]}
+    program = torch.export.export(
+        Replaceable(), (torch.ones(3, 4),), dynamic_shapes=({0: torch.export.Dim("rows", min=2)},)
+    )
+    seen = {
+        test.__name__: sorted(
+            str(n.target) for n in program.graph.nodes if n.op == "call_function" and test(n)
+        )
+        for test in (holds_transpose, holds_view, holds_size_for_tensor)
+    }
+    expected = {
+        "holds_transpose": ["aten.t.default"],
+        "holds_view": ["aten.t.default", "aten.view.default"],
+        "holds_size_for_tensor": ["aten.add.Tensor"],
+    }
     if seen != expected:
         raise SystemExit(f"the passes' conditions saw {seen}, expected {expected}")
 
@@ -115,10 +149,17 @@ class Replaceable(torch.nn.Module):
 
 
 def main():
-    arch, overrides, shapes, min_replayed = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+    arch, overrides, shapes, min_replayed = (
+        sys.argv[1],
+        json.loads(sys.argv[2]),
+        sys.argv[3],
+        int(sys.argv[4]),
+    )
     min_retraces_skipped = int(sys.argv[5])
     if not supported():
-        raise SystemExit("the shortcuts do not apply to the installed executorch/torch: update SUPPORTED and this check")
+        raise SystemExit(
+            "the shortcuts do not apply to the installed executorch/torch: update SUPPORTED and this check"
+        )
     check_skip_condition()
     model, inputs, dynamic = model_and_inputs(arch, overrides, shapes)
     plain, _ = lowered(model, inputs, dynamic, fast=False)
@@ -127,12 +168,20 @@ def main():
     plain, fast = plain.buffer, fast_program.buffer
     print(f"{arch} {shapes}: {counts}, {len(plain)} bytes")
     if fast != plain:
-        first = next((i for i, (a, b) in enumerate(zip(fast, plain)) if a != b), min(len(fast), len(plain)))
-        raise SystemExit(f"{arch} {shapes}: the .pte differs with the shortcuts (sizes {len(fast)} vs {len(plain)}, first difference at byte {first})")
+        first = next(
+            (i for i, (a, b) in enumerate(zip(fast, plain)) if a != b), min(len(fast), len(plain))
+        )
+        raise SystemExit(
+            f"{arch} {shapes}: the .pte differs with the shortcuts (sizes {len(fast)} vs {len(plain)}, first difference at byte {first})"
+        )
     if counts.partitions == 0 or counts.replayed < min_replayed:
-        raise SystemExit(f"{arch} {shapes}: expected at least {min_replayed} replayed partition(s), got {counts}")
+        raise SystemExit(
+            f"{arch} {shapes}: expected at least {min_replayed} replayed partition(s), got {counts}"
+        )
     if counts.retraces_skipped < min_retraces_skipped:
-        raise SystemExit(f"{arch} {shapes}: expected at least {min_retraces_skipped} whole-program retrace(s) skipped, got {counts}")
+        raise SystemExit(
+            f"{arch} {shapes}: expected at least {min_retraces_skipped} whole-program retrace(s) skipped, got {counts}"
+        )
 
 
 if __name__ == "__main__":

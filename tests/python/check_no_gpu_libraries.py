@@ -11,16 +11,20 @@ Exits non-zero with one line per failure.
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker"))
-from hfx_worker import server  # noqa: E402
-
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker")
+)
 import importlib.util  # noqa: E402
+
+from hfx_worker import server  # noqa: E402
 
 failures = []
 if importlib.util.find_spec("triton") is None:
     failures.append("triton is not installed here: nothing to check (PyPI's torch installs it)")
 if importlib.util.find_spec("cuda") is None or importlib.util.find_spec("cuda.bindings") is None:
-    failures.append("cuda.bindings is not installed here: nothing to check (PyPI's torch installs it)")
+    failures.append(
+        "cuda.bindings is not installed here: nothing to check (PyPI's torch installs it)"
+    )
 if any(os.path.exists(device) for device in server.NVIDIA_DEVICES):
     failures.append("an NVIDIA device is here: this check is for a machine without one")
 sys.meta_path.insert(0, server.NoGpuLibraries())
@@ -29,8 +33,8 @@ import torch  # noqa: E402
 import torch._dynamo  # noqa: E402,F401
 import torch.export  # noqa: E402,F401
 import transformers.models.llama.modeling_llama  # noqa: E402,F401
-from torch.utils._triton import has_triton_package  # noqa: E402
 from torch.cuda import _utils as cuda_utils  # noqa: E402
+from torch.utils._triton import has_triton_package  # noqa: E402
 
 if torch.cuda.is_available():
     failures.append("a GPU is visible: this check is for a machine without one")
@@ -40,13 +44,16 @@ if has_triton_package():
     failures.append("torch takes triton as installed")
 try:
     import triton  # noqa: F401
+
     failures.append("`import triton` succeeded")
 except ModuleNotFoundError as error:
     if "no GPU" not in str(error):
         failures.append(f"`import triton` refused without saying why: {error}")
 
 if "cuda.bindings" in sys.modules or cuda_utils._HAS_CUDA_BINDINGS:
-    failures.append("cuda.bindings was imported, or torch takes it as installed, on a machine without an NVIDIA device")
+    failures.append(
+        "cuda.bindings was imported, or torch takes it as installed, on a machine without an NVIDIA device"
+    )
 if "cuda.pathfinder" in sys.modules:
     failures.append("cuda.pathfinder (which runs `ldconfig -p`) was imported")
 

@@ -21,9 +21,13 @@ import onnx
 import onnxruntime
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker"))
-from hfx_worker import pytree  # noqa: E402
-from hfx_worker import sources  # noqa: E402
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker")
+)
+from hfx_worker import (
+    pytree,  # noqa: E402
+    sources,  # noqa: E402
+)
 
 
 def run(session, inputs):
@@ -44,11 +48,19 @@ def close(got, want, what):
         w = w.detach().float().numpy() if w.dtype == torch.bfloat16 else w.detach().numpy()
         if g.shape != w.shape:
             raise SystemExit(f"{what}: output {i} has shape {g.shape}, eager {w.shape}")
-        if not np.allclose(g.astype(np.float64), w.astype(np.float64), atol=TOLERANCE, rtol=TOLERANCE):
+        if not np.allclose(
+            g.astype(np.float64), w.astype(np.float64), atol=TOLERANCE, rtol=TOLERANCE
+        ):
             diff = np.abs(g.astype(np.float64) - w.astype(np.float64)).max()
             raise SystemExit(f"{what}: output {i} differs by {diff}")
-    return max((float(np.abs(g.astype(np.float64) - w.detach().numpy().astype(np.float64)).max()) if g.size else 0.0)
-               for g, w in zip(got, want))
+    return max(
+        (
+            float(np.abs(g.astype(np.float64) - w.detach().numpy().astype(np.float64)).max())
+            if g.size
+            else 0.0
+        )
+        for g, w in zip(got, want)
+    )
 
 
 def main(path, reference, arch=None, overrides=None, task=None):

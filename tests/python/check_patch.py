@@ -20,10 +20,11 @@ import sys
 import torch
 import transformers.modeling_outputs  # noqa: F401  (ModelOutput pytrees the archives name)
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker"))
-from hfx_worker import pytree  # noqa: E402
-
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker")
+)
 import patch_patterns  # noqa: E402
+from hfx_worker import pytree  # noqa: E402
 
 
 def close(got, want, what, atol, compare=None):
@@ -32,9 +33,13 @@ def close(got, want, what, atol, compare=None):
         raise SystemExit(f"{what}: {len(got)} outputs vs {len(want)}")
     for i, (g, w) in enumerate(zip(got, want)):
         if g.shape != w.shape or g.dtype != w.dtype:
-            raise SystemExit(f"{what}: output {i}: {tuple(g.shape)} {g.dtype} vs {tuple(w.shape)} {w.dtype}")
+            raise SystemExit(
+                f"{what}: output {i}: {tuple(g.shape)} {g.dtype} vs {tuple(w.shape)} {w.dtype}"
+            )
         if not torch.allclose(g.double(), w.double(), atol=atol, rtol=atol, equal_nan=True):
-            raise SystemExit(f"{what}: output {i} differs by {(g.double() - w.double()).abs().max().item()}")
+            raise SystemExit(
+                f"{what}: output {i} differs by {(g.double() - w.double()).abs().max().item()}"
+            )
 
 
 def main():
@@ -59,7 +64,11 @@ def main():
         if not any(op in t for t in targets):
             raise SystemExit(f"{op} is not in the graph: {sorted(set(targets))}")
     if args.weights_dtype:
-        dtypes = {str(p.dtype).removeprefix("torch.") for p in ep.state_dict.values() if p.is_floating_point()}
+        dtypes = {
+            str(p.dtype).removeprefix("torch.")
+            for p in ep.state_dict.values()
+            if p.is_floating_point()
+        }
         if dtypes != {args.weights_dtype}:
             raise SystemExit(f"weights are {dtypes}, expected {args.weights_dtype}")
     ref = torch.load(args.reference, weights_only=False)
@@ -71,7 +80,11 @@ def main():
         shape = tuple(pytree.flat_outputs(outputs)[int(index)].shape)
         if shape != tuple(int(d) for d in dims.split("x")):
             raise SystemExit(f"output {index} has shape {shape}, expected {dims}")
-    second = patch_patterns.second_inputs(args.pattern) if hasattr(patch_patterns, args.pattern) else None
+    second = (
+        patch_patterns.second_inputs(args.pattern)
+        if hasattr(patch_patterns, args.pattern)
+        else None
+    )
     if second is not None:
         torch.manual_seed(0)
         model, _ = getattr(patch_patterns, args.pattern)()

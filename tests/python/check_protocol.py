@@ -12,15 +12,37 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker"))
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker")
+)
 from hfx_worker import protocol, server  # noqa: E402
-from hfx_worker.protocol import (CheckSampleParams, HelloParams, OpSamplesParams, PatchAnswer, ProtocolError,  # noqa: E402
-                                 TraceParams, VerifyParams, parse)
+from hfx_worker.protocol import (  # noqa: E402
+    CheckSampleParams,
+    HelloParams,
+    OpSamplesParams,
+    PatchAnswer,
+    ProtocolError,
+    TraceParams,
+    VerifyParams,
+    parse,
+)
 
 TRACE = {
-    "source": {"kind": "architecture", "name": "llama", "overrides": {"vocab_size": "128"}}, "task": None,
-    "dynamic": False, "dynamic_shapes": [], "batch": 2, "sequence": 8, "output": "m.pt2", "reference": "r.pt",
-    "decompose": {"kind": "none"}, "device": "cpu", "dtype": "float32", "experts": None, "folder": None, "weights": "side", "plan_weights": None,
+    "source": {"kind": "architecture", "name": "llama", "overrides": {"vocab_size": "128"}},
+    "task": None,
+    "dynamic": False,
+    "dynamic_shapes": [],
+    "batch": 2,
+    "sequence": 8,
+    "output": "m.pt2",
+    "reference": "r.pt",
+    "decompose": {"kind": "none"},
+    "device": "cpu",
+    "dtype": "float32",
+    "experts": None,
+    "folder": None,
+    "weights": "side",
+    "plan_weights": None,
     "patches": [{"plugin": "p", "targets": ["torch.where"]}],
 }
 
@@ -38,27 +60,78 @@ def refused(cls, data, why):
 def main():
     failures = []
     params = parse(TraceParams, TRACE)
-    if not isinstance(params.source, protocol.ArchitectureSource) or params.patches[0].targets != ["torch.where"]:
+    if not isinstance(params.source, protocol.ArchitectureSource) or params.patches[0].targets != [
+        "torch.where"
+    ]:
         failures.append(f"the trace request was not typed: {params}")
     cases = [
         (TraceParams, {**TRACE, "seed": 1}, "`trace` request: unknown field `seed`"),
-        (TraceParams, {k: v for k, v in TRACE.items() if k != "batch"}, "`trace` request: missing field `batch`"),
+        (
+            TraceParams,
+            {k: v for k, v in TRACE.items() if k != "batch"},
+            "`trace` request: missing field `batch`",
+        ),
         (TraceParams, {**TRACE, "batch": "2"}, "field `batch`: expected int, got str"),
         (TraceParams, {**TRACE, "dynamic": 1}, "field `dynamic`: expected bool, got int"),
         (TraceParams, {**TRACE, "source": {"kind": "hub", "name": "x"}}, "unknown kind `hub`"),
-        (TraceParams, {**TRACE, "source": {"kind": "function", "spec": "a:b:c", "x": 1}}, "unknown field `x`"),
-        (TraceParams, {**TRACE, "patches": [{"plugin": "p"}]}, "field `patches`[0]: missing field `targets`"),
-        (TraceParams, {**TRACE, "weights": "lazy"}, "field `weights`: `lazy` is not in_archive, side or streamed"),
-        (VerifyParams, {"model": {"kind": "onnx", "path": "m.onnx"}, "reference": "r.pt", "second_size": True, "atol": 1e-3}, "missing field `rtol`"),
-        (VerifyParams, {"model": {"kind": "tflite", "path": "m"}, "reference": "r.pt", "second_size": True, "atol": 1e-3, "rtol": 1e-3}, "unknown kind `tflite`"),
+        (
+            TraceParams,
+            {**TRACE, "source": {"kind": "function", "spec": "a:b:c", "x": 1}},
+            "unknown field `x`",
+        ),
+        (
+            TraceParams,
+            {**TRACE, "patches": [{"plugin": "p"}]},
+            "field `patches`[0]: missing field `targets`",
+        ),
+        (
+            TraceParams,
+            {**TRACE, "weights": "lazy"},
+            "field `weights`: `lazy` is not in_archive, side or streamed",
+        ),
+        (
+            VerifyParams,
+            {
+                "model": {"kind": "onnx", "path": "m.onnx"},
+                "reference": "r.pt",
+                "second_size": True,
+                "atol": 1e-3,
+            },
+            "missing field `rtol`",
+        ),
+        (
+            VerifyParams,
+            {
+                "model": {"kind": "tflite", "path": "m"},
+                "reference": "r.pt",
+                "second_size": True,
+                "atol": 1e-3,
+                "rtol": 1e-3,
+            },
+            "unknown kind `tflite`",
+        ),
         (HelloParams, {"protocol": 2, "debug": True}, "unknown field `debug`"),
-        (OpSamplesParams, {"name": "abs", "variant": "", "dtypes": ["float32"], "per_dtype": "4", "handled": [], "folder": "/t"},
-         "field `per_dtype`: expected int, got str"),
+        (
+            OpSamplesParams,
+            {
+                "name": "abs",
+                "variant": "",
+                "dtypes": ["float32"],
+                "per_dtype": "4",
+                "handled": [],
+                "folder": "/t",
+            },
+            "field `per_dtype`: expected int, got str",
+        ),
         (CheckSampleParams, {"index": 0, "onnx": "0.onnx", "atol": 1e-3}, "missing field `rtol`"),
         (HelloParams, [], "expected a JSON object"),
         (PatchAnswer, {}, "exactly one of `program` and `error`"),
         (PatchAnswer, {"program": {"steps": []}, "error": "x"}, "exactly one of"),
-        (PatchAnswer, {"program": {"steps": [], "output": 0, "extra": 1}}, "expected `steps` and `output`"),
+        (
+            PatchAnswer,
+            {"program": {"steps": [], "output": 0, "extra": 1}},
+            "expected `steps` and `output`",
+        ),
         (PatchAnswer, {"program": {"steps": [], "output": 0}, "note": ""}, "unknown field `note`"),
     ]
     failures += [f for f in (refused(*case) for case in cases) if f]
@@ -69,9 +142,11 @@ def main():
         if f"protocol {protocol.PROTOCOL + 1}, this worker {protocol.PROTOCOL}" not in str(error):
             failures.append(f"the version mismatch does not name both versions: {error}")
     # The loop: a bad line is a typed error for its request, and the next request is served.
-    lines = [json.dumps({"id": 1, "method": "hello", "params": {"protocol": protocol.PROTOCOL, "x": 1}}),
-             "not json",
-             json.dumps({"id": 3, "method": "hello", "params": {"protocol": protocol.PROTOCOL}})]
+    lines = [
+        json.dumps({"id": 1, "method": "hello", "params": {"protocol": protocol.PROTOCOL, "x": 1}}),
+        "not json",
+        json.dumps({"id": 3, "method": "hello", "params": {"protocol": protocol.PROTOCOL}}),
+    ]
     out = io.StringIO()
     stdin, stdout = sys.stdin, sys.stdout
     sys.stdin, sys.stdout = io.StringIO("\n".join(lines) + "\n"), out
@@ -80,8 +155,12 @@ def main():
     finally:
         sys.stdin, sys.stdout = stdin, stdout
     replies = [json.loads(line) for line in out.getvalue().splitlines()]
-    if [r["id"] for r in replies] != [1, 0, 3] or "error" not in replies[0] or "error" not in replies[1] \
-            or replies[2].get("result", {}).get("protocol") != protocol.PROTOCOL:
+    if (
+        [r["id"] for r in replies] != [1, 0, 3]
+        or "error" not in replies[0]
+        or "error" not in replies[1]
+        or replies[2].get("result", {}).get("protocol") != protocol.PROTOCOL
+    ):
         failures.append(f"the request loop answered {replies}")
     elif set(replies[0]["error"]) != {"type", "message", "traceback"}:
         failures.append(f"an error reply has fields {sorted(replies[0]['error'])}")
@@ -94,7 +173,9 @@ def main():
     if failures:
         print("\n".join(failures), file=sys.stderr)
         raise SystemExit(1)
-    print(f"{len(cases)} malformed messages refused; hello checks the version; the loop survives bad lines")
+    print(
+        f"{len(cases)} malformed messages refused; hello checks the version; the loop survives bad lines"
+    )
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ def quantizer_names():
 def case(name):
     """One case, in this (fresh) process; prints what it saw as JSON."""
     import torch  # noqa: F401 - as the worker has it before a model is built
-
     from hfx_worker import quantizers
 
     seen = {}
@@ -61,7 +60,9 @@ def case(name):
 
 
 def run(name):
-    done = subprocess.run([sys.executable, __file__, "--case", name], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, __file__, "--case", name], capture_output=True, text=True
+    )
     if done.returncode != 0:
         raise SystemExit(f"case `{name}` failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -71,33 +72,51 @@ def main():
     from hfx_worker import quantizers
 
     failures = []
-    upstream, unquantized, torchao, later = (run(n) for n in ("upstream", "unquantized", "torchao", "unquantized-then-torchao"))
+    upstream, unquantized, torchao, later = (
+        run(n) for n in ("upstream", "unquantized", "torchao", "unquantized-then-torchao")
+    )
     if unquantized["torchao_imported"]:
         failures.append("an unquantized model's build imported torchao")
     if not unquantized["available_after"] or not unquantized.get("importable_after"):
-        failures.append("torchao was not available again after the quantizers were imported without it")
+        failures.append(
+            "torchao was not available again after the quantizers were imported without it"
+        )
     if not torchao["torchao_imported"]:
         failures.append("a torchao-quantized model's build did not import torchao")
     for label, seen in (("torchao", torchao), ("unquantized-then-torchao", later)):
         if seen["names"] != upstream["names"]:
             missing = sorted(set(upstream["names"]) - set(seen["names"]))
-            failures.append(f"{label}: the torchao quantizer module lacks {missing} that transformers' own import gives it")
+            failures.append(
+                f"{label}: the torchao quantizer module lacks {missing} that transformers' own import gives it"
+            )
     if later.get("quantizer") != "TorchAoHfQuantizer":
-        failures.append(f"a torchao config after an unquantized model gave the quantizer {later.get('quantizer')}")
+        failures.append(
+            f"a torchao config after an unquantized model gave the quantizer {later.get('quantizer')}"
+        )
     if set(unquantized["names"]) >= set(upstream["names"]):
-        failures.append("the torchao quantizer module imported without torchao holds all it holds with it: the check proves nothing")
+        failures.append(
+            "the torchao quantizer module imported without torchao holds all it holds with it: the check proves nothing"
+        )
 
     with tempfile.TemporaryDirectory() as folder:
         for config, expected in (
             ({"model_type": "llama"}, None),
-            ({"model_type": "llama", "quantization_config": {"quant_method": "torchao", "quant_type": {}}}, "torchao"),
+            (
+                {
+                    "model_type": "llama",
+                    "quantization_config": {"quant_method": "torchao", "quant_type": {}},
+                },
+                "torchao",
+            ),
             ({"model_type": "llama", "quantization_config": {"quant_method": 3}}, None),
             ([1, 2], None),
         ):
             with open(os.path.join(folder, "config.json"), "w") as f:
                 json.dump(config, f)
             if quantizers.folder_method(folder) != expected:
-                failures.append(f"folder_method of {config} is {quantizers.folder_method(folder)!r}, expected {expected!r}")
+                failures.append(
+                    f"folder_method of {config} is {quantizers.folder_method(folder)!r}, expected {expected!r}"
+                )
         os.remove(os.path.join(folder, "config.json"))
         if quantizers.folder_method(folder) is not None:
             failures.append("folder_method of a folder without config.json is not None")

@@ -16,9 +16,13 @@ import sys
 import torch
 import transformers.modeling_outputs  # noqa: F401  (ModelOutput pytrees the archives name)
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker"))
-from hfx_worker import pytree  # noqa: E402
-from hfx_worker import sources  # noqa: E402
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker")
+)
+from hfx_worker import (
+    pytree,  # noqa: E402
+    sources,  # noqa: E402
+)
 
 
 def close(a, b, what):
@@ -27,7 +31,9 @@ def close(a, b, what):
         raise SystemExit(f"{what}: {len(a)} outputs vs {len(b)}")
     for i, (p, q) in enumerate(zip(a, b)):
         if p.shape != q.shape or not torch.allclose(p, q, atol=1e-4, rtol=1e-4):
-            raise SystemExit(f"{what}: output {i} differs (shapes {tuple(p.shape)} vs {tuple(q.shape)})")
+            raise SystemExit(
+                f"{what}: output {i} differs (shapes {tuple(p.shape)} vs {tuple(q.shape)})"
+            )
 
 
 def main(program, reference, arch, overrides, mode):

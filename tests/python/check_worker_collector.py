@@ -19,7 +19,9 @@ import sys
 import weakref
 from typing import ClassVar
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker"))
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker")
+)
 from hfx_worker import protocol, server  # noqa: E402
 
 
@@ -69,11 +71,15 @@ errors = [a["error"]["message"] for a in answers if "error" in a]
 if errors or len(answers) != 3:
     failures.append(f"expected 3 replies without error, got {len(answers)}: {errors}")
 if seen != [(False, 0), (False, 0)]:
-    failures.append(f"each probe should see the collector off and no cycle left by an earlier request, saw {seen}")
+    failures.append(
+        f"each probe should see the collector off and no cycle left by an earlier request, saw {seen}"
+    )
 if "torch" not in sys.modules:
     failures.append("the warm-up after `hello` did not import torch")
 elif gc.get_freeze_count() < 10_000:
-    failures.append(f"the warm-up froze {gc.get_freeze_count()} objects: torch's should be among them")
+    failures.append(
+        f"the warm-up froze {gc.get_freeze_count()} objects: torch's should be among them"
+    )
 
 for failure in failures:
     print(failure, file=sys.stderr)

@@ -88,7 +88,7 @@ class TailOfMaskedTokens(torch.nn.Module):
         batch, _, channels = x.shape
         masked = x[mask].reshape(batch, -1, channels)
         full = torch.cat([x, masked * 2], dim=1)
-        return full[:, -masked.shape[1]:] + 1
+        return full[:, -masked.shape[1] :] + 1
 
 
 def tail_of_masked_tokens():
@@ -127,7 +127,9 @@ def compare(name, fixed):
     eager = module.eval()(**inputs)
     got = torch.export.load(fixed).module()(**inputs)
     if got.shape != eager.shape or not torch.allclose(got, eager, atol=1e-4, rtol=1e-4):
-        raise SystemExit(f"{name}: {tuple(got.shape)} vs eager {tuple(eager.shape)}, max |diff| {(got - eager).abs().max().item()}")
+        raise SystemExit(
+            f"{name}: {tuple(got.shape)} vs eager {tuple(eager.shape)}, max |diff| {(got - eager).abs().max().item()}"
+        )
     print(f"{name}: matches eager")
 
 
@@ -137,12 +139,18 @@ def placeholders(program):
     value: what ExecuTorch's SpecPropPass builds each one's spec from."""
     ep = torch.export.load(program)
     signature = ep.graph_signature
-    state = {**signature.inputs_to_parameters, **signature.inputs_to_buffers, **signature.inputs_to_lifted_tensor_constants}
+    state = {
+        **signature.inputs_to_parameters,
+        **signature.inputs_to_buffers,
+        **signature.inputs_to_lifted_tensor_constants,
+    }
     seen = []
     for node in ep.graph.nodes:
         if node.op == "placeholder" and node.target in state:
             if not isinstance(node.meta.get("val"), torch.Tensor):
-                raise SystemExit(f"placeholder `{node.name}` ({state[node.target]}) has no tensor value: {node.meta.get('val')!r}")
+                raise SystemExit(
+                    f"placeholder `{node.name}` ({state[node.target]}) has no tensor value: {node.meta.get('val')!r}"
+                )
             seen.append(node.name)
     print(f"{len(seen)} state placeholder(s) with tensor values: {', '.join(seen)}")
 

@@ -50,7 +50,12 @@ class Bernoulli(torch.nn.Module):
     program on probabilities of 0.5 draws at random (`bernoulli-draws`)."""
 
     def forward(self, probabilities, x):
-        return torch.bernoulli(probabilities), x.bernoulli(1.0), torch.bernoulli(x, p=0.0), probabilities * 2
+        return (
+            torch.bernoulli(probabilities),
+            x.bernoulli(1.0),
+            torch.bernoulli(x, p=0.0),
+            probabilities * 2,
+        )
 
 
 def bernoulli():
@@ -100,7 +105,9 @@ class DataDependentAttention(torch.nn.Module):
     def forward(self, x, mask, keep):
         images = x[keep]
         masked = F.scaled_dot_product_attention(images, images, images, attn_mask=mask[keep])
-        grouped = F.scaled_dot_product_attention(images, images[:, :1], images[:, :1], is_causal=True, enable_gqa=True)
+        grouped = F.scaled_dot_product_attention(
+            images, images[:, :1], images[:, :1], is_causal=True, enable_gqa=True
+        )
         return masked, grouped
 
 
@@ -108,8 +115,12 @@ def data_dependent_attention():
     torch.manual_seed(0)
     mask = torch.ones(4, 1, 8, 8, dtype=torch.bool).tril()
     mask[2, :, 3] = False
-    return _pair(DataDependentAttention(), x=torch.randn(4, 2, 8, 16), mask=mask,
-                 keep=torch.tensor([True, False, True, True]))
+    return _pair(
+        DataDependentAttention(),
+        x=torch.randn(4, 2, 8, 16),
+        mask=mask,
+        keep=torch.tensor([True, False, True, True]),
+    )
 
 
 def bernoulli_draws(pte):
@@ -122,7 +133,9 @@ def bernoulli_draws(pte):
     draws, ones, zeros, _ = method.execute([halves, inputs["x"]])
     values = set(draws.unique().tolist())
     if values != {0.0, 1.0}:
-        raise SystemExit(f"bernoulli(probabilities) at p=0.5 drew {sorted(values)}, not both 0 and 1")
+        raise SystemExit(
+            f"bernoulli(probabilities) at p=0.5 drew {sorted(values)}, not both 0 and 1"
+        )
     if not (torch.all(ones == 1) and torch.all(zeros == 0)):
         raise SystemExit("bernoulli with p=1 / p=0 drew other values")
     print(f"ok: {int(draws.sum())} ones of {draws.numel()} draws at p=0.5")

@@ -38,7 +38,9 @@ class ScatterReduce(torch.nn.Module):
     def forward(self, x, index, src):
         total = torch.scatter_reduce(x, 0, index, src, reduce="sum")
         for reduce in ("sum", "mean", "amax", "amin"):
-            total = total + torch.scatter_reduce(x, 0, index, src, reduce=reduce, include_self=False)
+            total = total + torch.scatter_reduce(
+                x, 0, index, src, reduce=reduce, include_self=False
+            )
         return total
 
 
@@ -118,7 +120,7 @@ class CopyIntoInput(torch.nn.Module):
 
     def forward(self, x, conv_state, state):
         window = torch.cat([torch.zeros_like(conv_state[:, :, :1]), x], dim=-1)
-        conv_state.copy_(window[:, :, -conv_state.shape[-1]:])
+        conv_state.copy_(window[:, :, -conv_state.shape[-1] :])
         # Two more names of `state`: the write goes through the second (and
         # broadcasts), the first is read after it and sees the new value.
         first = state.detach()
@@ -136,16 +138,26 @@ PATTERNS = {
     "dead_comparison": (DeadComparison, lambda: (torch.randn(4, 3), torch.tensor([1, 2]))),
     "index_put_last_dim": (IndexPutLastDim, lambda: (torch.randn(3, 6), torch.tensor([1, 4]))),
     "noop_squeeze": (NoopSqueeze, lambda: (torch.randn(2, 3),)),
-    "scatter_reduce": (ScatterReduce, lambda: (torch.randn(5), torch.tensor([0, 1, 0, 3]), torch.randn(4))),
+    "scatter_reduce": (
+        ScatterReduce,
+        lambda: (torch.randn(5), torch.tensor([0, 1, 0, 3]), torch.randn(4)),
+    ),
     "fill_diagonal": (FillDiagonal, lambda: (torch.randn(4, 6),)),
     "slice_implicit_start": (SliceImplicitStart, lambda: (torch.randn(3, 6),)),
-    "integral_tensor_float_scalar": (IntegralTensorFloatScalar, lambda: (torch.randint(0, 2, (2, 5)),)),
-    "copy_into_input": (CopyIntoInput, lambda: (torch.randn(2, 3, 4), torch.randn(2, 3, 4), torch.randn(2, 3, 5))),
+    "integral_tensor_float_scalar": (
+        IntegralTensorFloatScalar,
+        lambda: (torch.randint(0, 2, (2, 5)),),
+    ),
+    "copy_into_input": (
+        CopyIntoInput,
+        lambda: (torch.randn(2, 3, 4), torch.randn(2, 3, 4), torch.randn(2, 3, 5)),
+    ),
 }
 
 
 def _model_fn(name):
     """`--model-fn python:fx_patterns:NAME`: the pattern's module and its inputs, by name."""
+
     def build():
         import inspect
 
@@ -153,6 +165,7 @@ def _model_fn(name):
         torch.manual_seed(0)
         names = list(inspect.signature(module.forward).parameters)[1:]
         return module().eval(), dict(zip(names, inputs()))
+
     return build
 
 
@@ -181,7 +194,9 @@ def compare(name, fixed):
     eager = module().eval()(*x)
     got = torch.export.load(fixed).module()(*x)
     if eager.shape != got.shape or eager.dtype != got.dtype:
-        raise SystemExit(f"{name}: {got.dtype}{tuple(got.shape)} vs eager {eager.dtype}{tuple(eager.shape)}")
+        raise SystemExit(
+            f"{name}: {got.dtype}{tuple(got.shape)} vs eager {eager.dtype}{tuple(eager.shape)}"
+        )
     if not torch.allclose(got, eager, atol=1e-4, rtol=1e-4):
         raise SystemExit(f"{name}: max |diff| {(got - eager).abs().max().item()}")
     print(f"{name}: matches eager")

@@ -28,6 +28,7 @@ def hangs():
 def crashes():
     print("about to crash", file=sys.stderr, flush=True)
     import os
+
     os._exit(3)
 
 

@@ -44,27 +44,34 @@ from huggingface_hub.file_download import (  # noqa: E402
 
 CACHE = os.path.join(HOME, "hub")
 
-TINY = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=64)
+TINY = dict(
+    vocab_size=128,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+)
 
 # Stored in git LFS on the Hub, so their etag is the sha256 of their bytes.
 LFS_SUFFIXES = (".safetensors", ".bin")
 
-CUSTOM_CONFIG = '''from transformers import LlamaConfig
+CUSTOM_CONFIG = """from transformers import LlamaConfig
 
 
 class CustomLlamaConfig(LlamaConfig):
     model_type = "custom-llama"
-'''
+"""
 
-CUSTOM_MODEL = '''from transformers import LlamaForCausalLM
+CUSTOM_MODEL = """from transformers import LlamaForCausalLM
 
 from .configuration_custom import CustomLlamaConfig
 
 
 class CustomLlamaForCausalLM(LlamaForCausalLM):
     config_class = CustomLlamaConfig
-'''
+"""
 
 
 def etag(name, data):
@@ -123,10 +130,14 @@ def main():
 
     custom = dict(llama)
     config = json.loads(custom["config.json"])
-    config.update(model_type="custom-llama", architectures=["CustomLlamaForCausalLM"], auto_map={
-        "AutoConfig": "configuration_custom.CustomLlamaConfig",
-        "AutoModelForCausalLM": "modeling_custom.CustomLlamaForCausalLM",
-    })
+    config.update(
+        model_type="custom-llama",
+        architectures=["CustomLlamaForCausalLM"],
+        auto_map={
+            "AutoConfig": "configuration_custom.CustomLlamaConfig",
+            "AutoModelForCausalLM": "modeling_custom.CustomLlamaForCausalLM",
+        },
+    )
     custom["config.json"] = json.dumps(config, indent=2).encode()
     custom["configuration_custom.py"] = CUSTOM_CONFIG.encode()
     custom["modeling_custom.py"] = CUSTOM_MODEL.encode()
@@ -143,8 +154,13 @@ def main():
     for repo in info.repos:
         for revision in repo.revisions:
             for ref in sorted(revision.refs) or [revision.commit_hash]:
-                snapshot = snapshot_download(repo.repo_id, revision=ref, cache_dir=CACHE, local_files_only=True)
-                resolved[f"{repo.repo_id}@{ref}"] = {"commit": os.path.basename(snapshot), "snapshot": snapshot}
+                snapshot = snapshot_download(
+                    repo.repo_id, revision=ref, cache_dir=CACHE, local_files_only=True
+                )
+                resolved[f"{repo.repo_id}@{ref}"] = {
+                    "commit": os.path.basename(snapshot),
+                    "snapshot": snapshot,
+                }
     print(json.dumps(resolved, indent=2, sort_keys=True))
 
 

@@ -11,14 +11,32 @@ structure: `bert` (a base model: hidden states and a pooled output), `gpt2`
 import sys
 
 import torch
-from transformers import (BertConfig, BertForMaskedLM, BertModel, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
-                          ViTConfig, ViTForImageClassification)
+from transformers import (
+    BertConfig,
+    BertForMaskedLM,
+    BertModel,
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    ViTConfig,
+    ViTForImageClassification,
+)
 
 
 def llama(**extra):
     torch.manual_seed(0)
-    config = LlamaConfig(**{"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-                            "num_key_value_heads": 2, "vocab_size": 1000, **extra})
+    config = LlamaConfig(
+        **{
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "vocab_size": 1000,
+            **extra,
+        }
+    )
     return LlamaForCausalLM(config)
 
 
@@ -33,19 +51,44 @@ def main(kind, out):
         llama(tie_word_embeddings=True, hidden_size=96).to(torch.bfloat16).save_pretrained(out)
     elif kind == "bert-mlm":
         torch.manual_seed(0)
-        BertForMaskedLM(BertConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                                   vocab_size=500)).save_pretrained(out)
+        BertForMaskedLM(
+            BertConfig(
+                hidden_size=32,
+                intermediate_size=64,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                vocab_size=500,
+            )
+        ).save_pretrained(out)
     elif kind == "bert":
         torch.manual_seed(0)
-        BertModel(BertConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                             vocab_size=500)).save_pretrained(out)
+        BertModel(
+            BertConfig(
+                hidden_size=32,
+                intermediate_size=64,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                vocab_size=500,
+            )
+        ).save_pretrained(out)
     elif kind == "gpt2":
         torch.manual_seed(0)
-        GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=500, n_positions=64)).save_pretrained(out)
+        GPT2LMHeadModel(
+            GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=500, n_positions=64)
+        ).save_pretrained(out)
     elif kind == "vit":
         torch.manual_seed(0)
-        ViTForImageClassification(ViTConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                                             image_size=32, patch_size=8, num_labels=3)).save_pretrained(out)
+        ViTForImageClassification(
+            ViTConfig(
+                hidden_size=32,
+                intermediate_size=64,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                image_size=32,
+                patch_size=8,
+                num_labels=3,
+            )
+        ).save_pretrained(out)
     else:
         raise SystemExit(f"unknown kind {kind}")
 

@@ -67,7 +67,9 @@ class MaskedScatter(torch.nn.Module):
 def masked_scatter(length=8):
     generator = torch.Generator().manual_seed(1)
     mask = torch.rand(2, length, generator=generator) > 0.5
-    return _pair(MaskedScatter(), x=torch.randn(2, length), mask=mask, source=torch.randn(2, length))
+    return _pair(
+        MaskedScatter(), x=torch.randn(2, length), mask=mask, source=torch.randn(2, length)
+    )
 
 
 class RmsNorms(torch.nn.Module):
@@ -105,8 +107,11 @@ class SortedSearch(torch.nn.Module):
 def sorted_search(length=8):
     # Integer-valued floats: ties exercise `right`.
     generator = torch.Generator().manual_seed(2)
-    return _pair(SortedSearch(), boundaries=torch.arange(-3.0, 4.0),
-                 x=torch.randint(-5, 6, (2, length), generator=generator).float())
+    return _pair(
+        SortedSearch(),
+        boundaries=torch.arange(-3.0, 4.0),
+        x=torch.randint(-5, 6, (2, length), generator=generator).float(),
+    )
 
 
 class CumulativeExtremum(torch.nn.Module):
@@ -141,8 +146,13 @@ def sdpa_masked(length=8):
     # key: rows torch answers with zeros and ONNX Runtime, unpatched, with NaN.
     mask = torch.ones(2, 1, length, length, dtype=torch.bool).tril()
     mask[1, :, -2:, :] = False
-    return _pair(SdpaMasked(), q=torch.randn(2, 4, length, 8), k=torch.randn(2, 4, length, 8),
-                 v=torch.randn(2, 4, length, 8), mask=mask)
+    return _pair(
+        SdpaMasked(),
+        q=torch.randn(2, 4, length, 8),
+        k=torch.randn(2, 4, length, 8),
+        v=torch.randn(2, 4, length, 8),
+        mask=mask,
+    )
 
 
 class VmapMask(torch.nn.Module):
@@ -168,7 +178,11 @@ class DataDependentBatch(torch.nn.Module):
 
 
 def data_dependent_batch(length=8):
-    return _pair(DataDependentBatch(), x=torch.randn(4, 2, length, 16), keep=torch.tensor([True, False, True, True]))
+    return _pair(
+        DataDependentBatch(),
+        x=torch.randn(4, 2, length, 16),
+        keep=torch.tensor([True, False, True, True]),
+    )
 
 
 class KernelsOrFallback(torch.nn.Module):
@@ -183,10 +197,9 @@ class KernelsOrFallback(torch.nn.Module):
 
 
 def kernels_or_fallback(length=8):
-    import transformers.utils.import_utils as import_utils
-
     import transformers.modeling_utils
     import transformers.utils
+    import transformers.utils.import_utils as import_utils
 
     # As if `kernels` were installed: the patch must make the trace take the fallback.
     # The stand-in stands wherever transformers bound the probe by name: hfx lets
@@ -218,7 +231,9 @@ def nllb_moe_router():
     import transformers
     from transformers.models.nllb_moe.modeling_nllb_moe import NllbMoeTop2Router
 
-    config = transformers.NllbMoeConfig(vocab_size=128, d_model=32, num_experts=4, expert_capacity=8, router_dtype="float32")
+    config = transformers.NllbMoeConfig(
+        vocab_size=128, d_model=32, num_experts=4, expert_capacity=8, router_dtype="float32"
+    )
     return _pair(NllbMoeTop2Router(config), hidden_states=torch.randn(2, 8, 32))
 
 
@@ -227,8 +242,15 @@ def sliding_window_mistral():
     import transformers
 
     config = transformers.MistralConfig(
-        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, sliding_window=4)
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        sliding_window=4,
+    )
     model = transformers.MistralForCausalLM(config).eval()
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(0, 128, (2, 8), generator=generator)
@@ -237,10 +259,25 @@ def sliding_window_mistral():
 
 def second_inputs(name):
     """Inputs of another size for `name`, or None when the pattern has none."""
-    sizes = {"split_symbolic": 12, "chunk_symbolic": 6, "roll": 5, "complex_rotation": 5, "masked_scatter": 5,
-             "histograms": 5, "sorted_search": 5, "cumulative_extremum": 5, "randperm": 5, "sdpa_masked": 5,
-             "vmap_mask": 5, "repeat_interleave": 5, "masked_fill_bool": 5, "ceil_division": 7, "unsorted_topk": 6,
-             "grouped_mm": 7, "bincount": 13}
+    sizes = {
+        "split_symbolic": 12,
+        "chunk_symbolic": 6,
+        "roll": 5,
+        "complex_rotation": 5,
+        "masked_scatter": 5,
+        "histograms": 5,
+        "sorted_search": 5,
+        "cumulative_extremum": 5,
+        "randperm": 5,
+        "sdpa_masked": 5,
+        "vmap_mask": 5,
+        "repeat_interleave": 5,
+        "masked_fill_bool": 5,
+        "ceil_division": 7,
+        "unsorted_topk": 6,
+        "grouped_mm": 7,
+        "bincount": 13,
+    }
     if name not in sizes:
         return None
     torch.manual_seed(1)
@@ -248,6 +285,7 @@ def second_inputs(name):
 
 
 # ── Patterns for the reference's ONNX translations ──
+
 
 class RepeatInterleave(torch.nn.Module):
     def forward(self, x):
@@ -265,8 +303,11 @@ class MaskedFillBool(torch.nn.Module):
 
 def masked_fill_bool(length=8):
     generator = torch.Generator().manual_seed(3)
-    return _pair(MaskedFillBool(), flags=torch.rand(2, length, generator=generator) > 0.5,
-                 mask=torch.rand(2, length, generator=generator) > 0.5)
+    return _pair(
+        MaskedFillBool(),
+        flags=torch.rand(2, length, generator=generator) > 0.5,
+        mask=torch.rand(2, length, generator=generator) > 0.5,
+    )
 
 
 class CeilDivision(torch.nn.Module):
@@ -307,7 +348,9 @@ class GroupedMm(torch.nn.Module):
         super().__init__()
         generator = torch.Generator().manual_seed(5)
         self.router = torch.nn.Parameter(torch.randn(8, 4, generator=generator))
-        self.experts = torch.nn.Parameter(torch.randint(-3, 4, (4, 8, 8), generator=generator).float())
+        self.experts = torch.nn.Parameter(
+            torch.randint(-3, 4, (4, 8, 8), generator=generator).float()
+        )
 
     def forward(self, x):
         expert = (x @ self.router).argmax(-1)

@@ -38,6 +38,7 @@ H, BF, D = torch.float16, torch.bfloat16, torch.float64
 
 # ── Padding ──
 
+
 def constant_pad():
     """`constant_pad_nd`: 1 to 3 padded axes, negative pads (crops), values, dtypes."""
     return calls(
@@ -54,7 +55,10 @@ def constant_pad():
         lambda i: F.pad(i["x"], (0, 0)),
         lambda i: F.pad(i["x"].to(BF), (1, 2, 2, 1), value=0.5).float(),
         lambda i: F.pad(i["x"].to(D), (1, 0, 0, 3), value=-1.0),
-        x=floats(2, 3, 4, 5), n=ints(2, 3, 4), b=lambda: torch.rand(2, 3) > 0.5, h=floats(2, 3, 4),
+        x=floats(2, 3, 4, 5),
+        n=ints(2, 3, 4),
+        b=lambda: torch.rand(2, 3) > 0.5,
+        h=floats(2, 3, 4),
         s=ints(2, 4, dtype=torch.int16),
     )
 
@@ -83,7 +87,10 @@ def reflection_pad():
         lambda i: F.pad(i["x2"].to(H), (1, 1, 1, 1), mode="reflect"),
         lambda i: F.pad(i["x2"].to(BF), (1, 1, 1, 1), mode="reflect").float(),
         lambda i: F.pad(i["x2"].to(D), (2, 0, 0, 1), mode="reflect"),
-        x1=floats(2, 3, 6), x2=floats(2, 3, 5, 6), x3=floats(1, 2, 3, 4, 5), n2=ints(2, 3, 4, 5),
+        x1=floats(2, 3, 6),
+        x2=floats(2, 3, 5, 6),
+        x3=floats(1, 2, 3, 4, 5),
+        n2=ints(2, 3, 4, 5),
     )
 
 
@@ -101,12 +108,16 @@ def replication_pad():
         lambda i: F.pad(i["x2"].to(H), (0, 1, 2, 2), mode="replicate"),
         lambda i: F.pad(i["x2"].to(D), (3, 1, 0, 2), mode="replicate"),
         lambda i: F.pad(i["u1"], (2, 1), mode="replicate"),
-        x1=floats(2, 3, 6), x2=floats(2, 3, 5, 6), x3=floats(1, 2, 3, 4, 5), n2=ints(2, 3, 4, 5, dtype=torch.int32),
+        x1=floats(2, 3, 6),
+        x2=floats(2, 3, 5, 6),
+        x3=floats(1, 2, 3, 4, 5),
+        n2=ints(2, 3, 4, 5, dtype=torch.int32),
         u1=ints(2, 3, 4, dtype=torch.uint8, low=0, high=255),
     )
 
 
 # ── Pooling ──
+
 
 def avg_pool():
     """`avg_pool{1,2,3}d`: kernels, strides, padding, ceil_mode (a last window
@@ -126,14 +137,18 @@ def avg_pool():
         lambda i: F.avg_pool2d(i["x"].to(H), 3, 2, 1),
         lambda i: F.avg_pool2d(i["x"].to(BF), 2).float(),
         lambda i: F.avg_pool2d(i["x"].to(D), 3, 2, 1, count_include_pad=False),
-        lambda i: F.avg_pool3d(i["v"], (2, 3, 4), (1, 2, 2), (0, 1, 2), ceil_mode=True, divisor_override=2),
+        lambda i: F.avg_pool3d(
+            i["v"], (2, 3, 4), (1, 2, 2), (0, 1, 2), ceil_mode=True, divisor_override=2
+        ),
         lambda i: F.avg_pool3d(i["v"], (2, 3, 4), (1, 2, 2), (0, 1, 2)),
         lambda i: F.avg_pool3d(i["v"], 2, 1, 1, ceil_mode=True, count_include_pad=False),
         lambda i: F.avg_pool3d(i["v"][0], (4, 5, 5), (2, 3, 2), 2, ceil_mode=True),
         lambda i: F.avg_pool1d(i["x"][0], 3, 1, 1, ceil_mode=True, count_include_pad=False),
         lambda i: F.avg_pool1d(i["x"][0], 6, 3, 2, ceil_mode=True),
         lambda i: F.avg_pool1d(i["x"][0, 0], 4, 3, 2, ceil_mode=True),
-        x=floats(2, 3, 9, 8), n=ints(2, 3, 7, 6), v=floats(1, 2, 5, 6, 7),
+        x=floats(2, 3, 9, 8),
+        n=ints(2, 3, 7, 6),
+        v=floats(1, 2, 5, 6, 7),
     )
 
 
@@ -152,7 +167,9 @@ def max_pool():
         lambda i: F.max_pool2d(i["x"], (1, 3), (3, 2), ceil_mode=True, return_indices=True),
         lambda i: F.max_pool2d(-i["x"].abs(), 3, 2, 1),
         lambda i: F.max_pool2d(i["n"], 2, return_indices=True),
-        lambda i: F.max_pool2d(i["n"].to(torch.int32), 3, 2, 1, ceil_mode=True, return_indices=True),
+        lambda i: F.max_pool2d(
+            i["n"].to(torch.int32), 3, 2, 1, ceil_mode=True, return_indices=True
+        ),
         lambda i: F.max_pool2d(i["n"].to(torch.int16), 2, 1, return_indices=True),
         lambda i: F.max_pool2d(i["n"].to(torch.int8), (2, 3), return_indices=True),
         lambda i: F.max_pool2d((i["n"] + 9).to(torch.uint8), 3, 1, 1, return_indices=True),
@@ -160,11 +177,15 @@ def max_pool():
         lambda i: F.max_pool2d(i["x"].to(BF), 2).float(),
         lambda i: F.max_pool2d(i["x"].to(D), 3, 2, 1, return_indices=True),
         lambda i: F.max_pool3d(i["v"], (2, 3, 4), (1, 2, 2), (0, 1, 2), return_indices=True),
-        lambda i: F.max_pool3d(i["v"], 3, 2, 1, dilation=(1, 2, 1), ceil_mode=True, return_indices=True),
+        lambda i: F.max_pool3d(
+            i["v"], 3, 2, 1, dilation=(1, 2, 1), ceil_mode=True, return_indices=True
+        ),
         lambda i: F.max_pool3d(i["v"][0], 2, return_indices=True),
         lambda i: F.max_pool3d(i["v"], (2, 2, 1), (2, 2, 4), ceil_mode=True, return_indices=True),
         lambda i: F.max_pool1d(i["x"][0], 3, 2, 1, ceil_mode=True, return_indices=True),
-        x=floats(2, 3, 9, 8), n=ints(2, 3, 7, 6), v=floats(1, 2, 5, 6, 7),
+        x=floats(2, 3, 9, 8),
+        n=ints(2, 3, 7, 6),
+        v=floats(1, 2, 5, 6, 7),
     )
 
 
@@ -188,11 +209,13 @@ def adaptive_avg_pool():
         lambda i: F.adaptive_avg_pool3d(i["v"], (2, 3, 3)),
         lambda i: F.adaptive_avg_pool1d(i["x"][0], 5),
         lambda i: F.adaptive_avg_pool1d(i["x"][0], 1),
-        x=floats(2, 3, 8, 6), v=floats(2, 3, 8, 6, 9),
+        x=floats(2, 3, 8, 6),
+        v=floats(2, 3, 8, 6, 9),
     )
 
 
 # ── Resizing, grid sampling, col2im ──
+
 
 def upsample_nearest():
     """`upsample_nearest{1,2,3}d`: output sizes and scale factors (up and
@@ -211,7 +234,9 @@ def upsample_nearest():
         lambda i: F.interpolate(i["x"][:, :, 0], size=11),
         lambda i: F.interpolate(i["v"], scale_factor=(2, 1.5, 0.5)),
         lambda i: F.interpolate(i["v"], size=(3, 9, 7)),
-        x=floats(2, 3, 5, 6), v=floats(1, 2, 3, 4, 5), u=ints(2, 3, 5, 6, dtype=torch.uint8, low=0, high=255),
+        x=floats(2, 3, 5, 6),
+        v=floats(1, 2, 3, 4, 5),
+        u=ints(2, 3, 5, 6, dtype=torch.uint8, low=0, high=255),
     )
 
 
@@ -220,7 +245,9 @@ def upsample_recomputed():
     --dynamic that is `torch.sym_float` arithmetic, which no plugin translates yet."""
     return calls(
         lambda i: F.interpolate(i["x"], scale_factor=2.5, recompute_scale_factor=True),
-        lambda i: F.interpolate(i["x"], scale_factor=(1.3, 0.7), mode="bilinear", recompute_scale_factor=True),
+        lambda i: F.interpolate(
+            i["x"], scale_factor=(1.3, 0.7), mode="bilinear", recompute_scale_factor=True
+        ),
         x=floats(2, 3, 5, 6),
     )
 
@@ -235,7 +262,9 @@ def upsample_linear():
         lambda i: F.interpolate(i["x"], size=(1, 3), mode="bilinear"),
         lambda i: F.interpolate(i["x"], size=(1, 3), mode="bilinear", align_corners=True),
         lambda i: F.interpolate(i["x"], scale_factor=(1.7, 0.6), mode="bilinear"),
-        lambda i: F.interpolate(i["x"], scale_factor=(1.7, 0.6), mode="bilinear", align_corners=True),
+        lambda i: F.interpolate(
+            i["x"], scale_factor=(1.7, 0.6), mode="bilinear", align_corners=True
+        ),
         lambda i: F.interpolate(i["x"].to(H), size=(9, 4), mode="bilinear"),
         lambda i: F.interpolate(i["x"].to(D), scale_factor=1.5, mode="bilinear"),
         lambda i: F.interpolate(i["x"].to(BF), size=(8, 8), mode="bilinear").float(),
@@ -248,7 +277,8 @@ def upsample_linear():
         lambda i: F.interpolate(i["x"][:, :, 0], size=11, mode="linear", align_corners=True),
         lambda i: F.interpolate(i["v"], scale_factor=(2, 1.5, 0.5), mode="trilinear"),
         lambda i: F.interpolate(i["v"], size=(3, 9, 7), mode="trilinear", align_corners=True),
-        x=floats(2, 3, 5, 6), v=floats(1, 2, 3, 4, 5),
+        x=floats(2, 3, 5, 6),
+        v=floats(1, 2, 3, 4, 5),
     )
 
 
@@ -261,7 +291,8 @@ def upsample_default():
         lambda i: aten.upsample_bilinear2d.default(i["x"], [8, 3], True),
         lambda i: aten.upsample_trilinear3d.default(i["v"], [6, 6, 7], False),
         lambda i: aten.upsample_bicubic2d.default(i["x"], [9, 11], True),
-        x=floats(2, 3, 5, 6), v=floats(1, 2, 3, 4, 5),
+        x=floats(2, 3, 5, 6),
+        v=floats(1, 2, 3, 4, 5),
     )
 
 
@@ -284,8 +315,11 @@ class UpsampleToOther(torch.nn.Module):
     """Resizes `x` to `y`'s spatial size: a symbolic output size under --dynamic."""
 
     def forward(self, x, y):
-        return (F.interpolate(x, size=y.shape[-2:], mode="bilinear"), F.interpolate(x, size=y.shape[-2:]),
-                F.interpolate(x, size=y.shape[-2:], mode="bicubic", align_corners=True))
+        return (
+            F.interpolate(x, size=y.shape[-2:], mode="bilinear"),
+            F.interpolate(x, size=y.shape[-2:]),
+            F.interpolate(x, size=y.shape[-2:], mode="bicubic", align_corners=True),
+        )
 
 
 def upsample_to_other():
@@ -296,12 +330,23 @@ def upsample_to_other():
 def grid_sample():
     """`grid_sampler_2d`: bilinear, nearest and bicubic, zeros/border/reflection
     padding, align_corners, a grid reaching outside the input, dtypes."""
-    modes = [(m, p, a) for m in ("bilinear", "nearest", "bicubic") for p in ("zeros", "border", "reflection") for a in (False, True)]
+    modes = [
+        (m, p, a)
+        for m in ("bilinear", "nearest", "bicubic")
+        for p in ("zeros", "border", "reflection")
+        for a in (False, True)
+    ]
     return calls(
-        *[lambda i, m=m, p=p, a=a: F.grid_sample(i["x"], i["g"], mode=m, padding_mode=p, align_corners=a) for m, p, a in modes],
+        *[
+            lambda i, m=m, p=p, a=a: F.grid_sample(
+                i["x"], i["g"], mode=m, padding_mode=p, align_corners=a
+            )
+            for m, p, a in modes
+        ],
         # (not float16: torch's CPU kernel computes it in float16, ONNX Runtime in float32)
         lambda i: F.grid_sample(i["x"].to(D), i["g"].to(D), mode="bicubic", align_corners=True),
-        x=floats(2, 3, 5, 6), g=lambda: torch.rand(2, 4, 7, 2) * 2.6 - 1.3,
+        x=floats(2, 3, 5, 6),
+        g=lambda: torch.rand(2, 4, 7, 2) * 2.6 - 1.3,
     )
 
 
@@ -312,5 +357,6 @@ def col2im():
         lambda i: F.fold(i["c"][0], (4, 5), 2),
         lambda i: F.fold(i["d"], (6, 7), (2, 3), dilation=(1, 2), padding=1, stride=(2, 1)),
         lambda i: F.fold(i["d"].to(D), (6, 7), (2, 3), dilation=(1, 2), padding=1, stride=(2, 1)),
-        c=floats(2, 12, 12), d=floats(2, 12, 20),
+        c=floats(2, 12, 12),
+        d=floats(2, 12, 20),
     )

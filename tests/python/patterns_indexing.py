@@ -67,7 +67,14 @@ def diagonal():
     def fn(sq, wide, tall, cube):
         out = []
         for t in (sq, wide, tall):
-            out += [torch.diagonal(t), torch.diagonal(t, 1), torch.diagonal(t, 2), torch.diagonal(t, -1), torch.diagonal(t, -4), torch.diagonal(t, 7)]
+            out += [
+                torch.diagonal(t),
+                torch.diagonal(t, 1),
+                torch.diagonal(t, 2),
+                torch.diagonal(t, -1),
+                torch.diagonal(t, -4),
+                torch.diagonal(t, 7),
+            ]
         out += [
             torch.diagonal(cube, 1, 1, 2),
             torch.diagonal(cube, 2, 0, 1),
@@ -79,7 +86,9 @@ def diagonal():
 
     wide = torch.randn(3, 5)
     wide[0, 4] = float("inf")  # off the diagonal: must not leak NaN into it
-    return _module(fn, sq=torch.randn(5, 5), wide=wide, tall=torch.randn(5, 3), cube=torch.randn(4, 5, 6))
+    return _module(
+        fn, sq=torch.randn(5, 5), wide=wide, tall=torch.randn(5, 3), cube=torch.randn(4, 5, 6)
+    )
 
 
 def diagonal_int():
@@ -88,7 +97,9 @@ def diagonal_int():
     def fn(x, b, h):
         return torch.diagonal(x, 1), torch.diagonal(b, -1), torch.diagonal(h.half(), 0, -2, -1)
 
-    return _module(fn, x=torch.randint(-9, 9, (4, 5)), b=torch.rand(4, 4) > 0.5, h=torch.randn(2, 3, 3))
+    return _module(
+        fn, x=torch.randint(-9, 9, (4, 5)), b=torch.rand(4, 4) > 0.5, h=torch.randn(2, 3, 3)
+    )
 
 
 def flip():
@@ -134,7 +145,9 @@ def repeat():
             e.repeat(2, 3),
         )
 
-    return _module(fn, s=torch.tensor(1.5), v=torch.randn(2), m=torch.randn(3, 2), e=torch.randn(3, 0))
+    return _module(
+        fn, s=torch.tensor(1.5), v=torch.randn(2), m=torch.randn(3, 2), e=torch.randn(3, 0)
+    )
 
 
 def repeat_int():
@@ -176,7 +189,9 @@ def index_select_int():
     def fn(x, b, i):
         return torch.index_select(x, 1, i), torch.index_select(b, 0, i.int())
 
-    return _module(fn, x=torch.randint(0, 9, (3, 4)), b=torch.rand(4, 2) > 0.5, i=torch.tensor([3, 1, 1]))
+    return _module(
+        fn, x=torch.randint(0, 9, (3, 4)), b=torch.rand(4, 2) > 0.5, i=torch.tensor([3, 1, 1])
+    )
 
 
 def empty_strided():
@@ -254,7 +269,13 @@ def nonzero_dtypes():
     torch.manual_seed(0)
 
     def fn(d, i8, b, h, i):
-        return torch.nonzero(d.double()), torch.nonzero(i8), torch.nonzero(b), torch.nonzero(h.half()), torch.nonzero(i)
+        return (
+            torch.nonzero(d.double()),
+            torch.nonzero(i8),
+            torch.nonzero(b),
+            torch.nonzero(h.half()),
+            torch.nonzero(i),
+        )
 
     return _module(
         fn,
@@ -360,7 +381,9 @@ def select_scatter():
             torch.select_scatter(v, s, 0, 2),
         )
 
-    return _module(fn, x=torch.randn(5, 5, 5), src=torch.randn(5, 5), v=torch.randn(5), s=torch.tensor(9.0))
+    return _module(
+        fn, x=torch.randn(5, 5, 5), src=torch.randn(5, 5), v=torch.randn(5), s=torch.tensor(9.0)
+    )
 
 
 def select_scatter_dtypes():
@@ -482,7 +505,11 @@ def masked_scatter_dtypes():
     torch.manual_seed(0)
 
     def fn(x, m, s, b, bs, h):
-        return torch.masked_scatter(x, m, s), torch.masked_scatter(b, m, bs), torch.masked_scatter(h.half(), m, h.half() * 2)
+        return (
+            torch.masked_scatter(x, m, s),
+            torch.masked_scatter(b, m, bs),
+            torch.masked_scatter(h.half(), m, h.half() * 2),
+        )
 
     return _module(
         fn,
@@ -567,7 +594,9 @@ def transpose_permute():
             x.permute(0, -2, -1, 1)[..., 0].permute(2, 0, 1),
         )
 
-    return _module(fn, s=torch.tensor(2.0), v=torch.randn(3), x=torch.randn(1, 2, 3, 4), y=torch.randn(5, 5, 5))
+    return _module(
+        fn, s=torch.tensor(2.0), v=torch.randn(3), x=torch.randn(1, 2, 3, 4), y=torch.randn(5, 5, 5)
+    )
 
 
 def cat():
@@ -793,7 +822,13 @@ def index_tensor_dtypes():
     def fn(x, b, i, m):
         return x[i], b[i, i], x[m], b[:, i.int()], x.half()[m].float()
 
-    return _module(fn, x=torch.randint(0, 9, (4, 4)), b=torch.rand(4, 4) > 0.5, i=torch.tensor([1, 3, 1]), m=torch.tensor([True, False, False, True]))
+    return _module(
+        fn,
+        x=torch.randint(0, 9, (4, 4)),
+        b=torch.rand(4, 4) > 0.5,
+        i=torch.tensor([1, 3, 1]),
+        m=torch.tensor([True, False, False, True]),
+    )
 
 
 def _put(x, indices, values, accumulate=False):
@@ -847,7 +882,13 @@ def index_put_last_dim():
     def fn(x, i2, v25, vs):
         return _put(x, [None, i2], vs), _put(x, [None, i2], v25.t(), True)
 
-    return _module(fn, x=torch.randn(5, 5), i2=torch.tensor([4, -5]), v25=torch.randn(2, 5), vs=torch.tensor(9.0))
+    return _module(
+        fn,
+        x=torch.randn(5, 5),
+        i2=torch.tensor([4, -5]),
+        v25=torch.randn(2, 5),
+        vs=torch.tensor(9.0),
+    )
 
 
 def index_put_dtypes():
@@ -912,7 +953,14 @@ def views():
             e[2:],
         )
 
-    return _module(fn, s=torch.tensor(3.0), x=torch.randn(5, 5, 5), y=torch.randn(5, 1, 5), e=torch.randn(0, 10), one=torch.randn(1, 1, 1))
+    return _module(
+        fn,
+        s=torch.tensor(3.0),
+        x=torch.randn(5, 5, 5),
+        y=torch.randn(5, 1, 5),
+        e=torch.randn(0, 10),
+        one=torch.randn(1, 1, 1),
+    )
 
 
 def views_symbolic():
@@ -949,7 +997,14 @@ def repeat_interleave_embedding():
             torch.nn.functional.embedding(i2, w, padding_idx=0),
         )
 
-    return _module(fn, s=torch.tensor(1.5), x=torch.randn(2, 3, 4), w=torch.randn(10, 3), i=torch.tensor([[1, 2], [9, 0]]), i2=torch.tensor([0, 5]))
+    return _module(
+        fn,
+        s=torch.tensor(1.5),
+        x=torch.randn(2, 3, 4),
+        w=torch.randn(10, 3),
+        i=torch.tensor([[1, 2], [9, 0]]),
+        i2=torch.tensor([0, 5]),
+    )
 
 
 def matrix_transposes():

@@ -12,8 +12,15 @@ class Rounding(torch.nn.Module):
     """ceil/floor/round/trunc/sign, `round(decimals=)` both ways."""
 
     def forward(self, x):
-        return (torch.ceil(x), torch.floor(x), torch.round(x), torch.trunc(x), torch.sign(x),
-                torch.round(x, decimals=2), torch.round(x, decimals=-1))
+        return (
+            torch.ceil(x),
+            torch.floor(x),
+            torch.round(x),
+            torch.trunc(x),
+            torch.sign(x),
+            torch.round(x, decimals=2),
+            torch.round(x, decimals=-1),
+        )
 
 
 def rounding():
@@ -27,7 +34,14 @@ class RoundingInt(torch.nn.Module):
     """On integers ceil/floor/round/trunc are identities; sign of ints and bools."""
 
     def forward(self, n, mask):
-        return torch.ceil(n), torch.floor(n), torch.round(n), torch.trunc(n), torch.sign(n), torch.sign(mask)
+        return (
+            torch.ceil(n),
+            torch.floor(n),
+            torch.round(n),
+            torch.trunc(n),
+            torch.sign(n),
+            torch.sign(mask),
+        )
 
 
 def rounding_int():
@@ -40,7 +54,13 @@ class ExpLog(torch.nn.Module):
     """expm1, log2, log10 (of an integer tensor too, which promotes to float)."""
 
     def forward(self, x, n):
-        return torch.expm1(x), torch.log2(x.abs() + 0.1), torch.log10(x.abs() + 0.1), torch.log2(n), torch.expm1(n)
+        return (
+            torch.expm1(x),
+            torch.log2(x.abs() + 0.1),
+            torch.log10(x.abs() + 0.1),
+            torch.log2(n),
+            torch.expm1(n),
+        )
 
 
 def exp_log():
@@ -67,9 +87,17 @@ class Activations(torch.nn.Module):
     bounds, an integer tensor whose bounds truncate), leaky_relu."""
 
     def forward(self, x, n):
-        return (F.elu(x), F.elu(x, alpha=0.5), aten.elu(x, 1.6732632423543772, 1.0507009873554805, 2.0),
-                F.hardtanh(x), F.hardtanh(x, -0.5, 2.0), F.relu6(x), aten.hardtanh(n, -1.5, 2.7),
-                F.leaky_relu(x), F.leaky_relu(x, 0.2))
+        return (
+            F.elu(x),
+            F.elu(x, alpha=0.5),
+            aten.elu(x, 1.6732632423543772, 1.0507009873554805, 2.0),
+            F.hardtanh(x),
+            F.hardtanh(x, -0.5, 2.0),
+            F.relu6(x),
+            aten.hardtanh(n, -1.5, 2.7),
+            F.leaky_relu(x),
+            F.leaky_relu(x, 0.2),
+        )
 
 
 def activations():
@@ -82,9 +110,24 @@ class Bitwise(torch.nn.Module):
 
     def forward(self, a, b, x):
         p, q = a > 0, b > 0
-        return (a & b, a | b, a ^ b, ~a, a & 6, a | 0x0F0F, torch.bitwise_xor(a, -3),
-                p & q, p | q, p ^ q, ~p, torch.bitwise_xor(p, True), torch.bitwise_and(p, False),
-                torch.logical_xor(x, b), torch.logical_xor(p, q), a.to(torch.uint8) ^ b.to(torch.uint8))
+        return (
+            a & b,
+            a | b,
+            a ^ b,
+            ~a,
+            a & 6,
+            a | 0x0F0F,
+            torch.bitwise_xor(a, -3),
+            p & q,
+            p | q,
+            p ^ q,
+            ~p,
+            torch.bitwise_xor(p, True),
+            torch.bitwise_and(p, False),
+            torch.logical_xor(x, b),
+            torch.logical_xor(p, q),
+            a.to(torch.uint8) ^ b.to(torch.uint8),
+        )
 
 
 def bitwise():
@@ -100,32 +143,53 @@ class Modulo(torch.nn.Module):
     """fmod (sign of the dividend) and remainder (sign of the divisor), Tensor and Scalar, float and int."""
 
     def forward(self, x, y, a, b):
-        return (torch.fmod(x, y), torch.remainder(x, y), torch.fmod(x, -1.5), torch.remainder(x, -1.5),
-                torch.fmod(a, b), torch.remainder(a, b), torch.fmod(a, 3), torch.remainder(a, -3),
-                torch.remainder(a, 2.5))
+        return (
+            torch.fmod(x, y),
+            torch.remainder(x, y),
+            torch.fmod(x, -1.5),
+            torch.remainder(x, -1.5),
+            torch.fmod(a, b),
+            torch.remainder(a, b),
+            torch.fmod(a, 3),
+            torch.remainder(a, -3),
+            torch.remainder(a, 2.5),
+        )
 
 
 def modulo():
     torch.manual_seed(0)
     b = torch.randint(1, 7, (4, 5)) * (torch.randint(0, 2, (4, 5)) * 2 - 1)
-    return Modulo(), {"x": torch.randn(4, 5) * 10, "y": torch.randn(4, 5) * 3,
-                      "a": torch.randint(-20, 20, (4, 5)), "b": b}
+    return Modulo(), {
+        "x": torch.randn(4, 5) * 10,
+        "y": torch.randn(4, 5) * 3,
+        "a": torch.randint(-20, 20, (4, 5)),
+        "b": b,
+    }
 
 
 class ClampTensor(torch.nn.Module):
     """clamp with tensor bounds (both, one, broadcast, min above max) and an integer tensor."""
 
     def forward(self, x, low, high, n):
-        return (torch.clamp(x, low, high), torch.clamp(x, min=low), torch.clamp(x, max=high),
-                torch.clamp(x, high, low), torch.clamp(n, low.to(torch.int64), high.to(torch.int64)),
-                torch.clamp(x, low[0], high[:, :1]))
+        return (
+            torch.clamp(x, low, high),
+            torch.clamp(x, min=low),
+            torch.clamp(x, max=high),
+            torch.clamp(x, high, low),
+            torch.clamp(n, low.to(torch.int64), high.to(torch.int64)),
+            torch.clamp(x, low[0], high[:, :1]),
+        )
 
 
 def clamp_tensor():
     torch.manual_seed(0)
     low = torch.randn(4, 5) - 1
-    return ClampTensor(), {"x": torch.randn(4, 5) * 3, "low": low, "high": low + 2,
-                           "n": torch.randint(-5, 5, (4, 5))}
+    return ClampTensor(), {
+        "x": torch.randn(4, 5) * 3,
+        "low": low,
+        "high": low + 2,
+        "n": torch.randint(-5, 5, (4, 5)),
+    }
 
 
 class Division(torch.nn.Module):
@@ -133,11 +197,21 @@ class Division(torch.nn.Module):
     (true division of ints is float), floor_divide."""
 
     def forward(self, x, y, a, b):
-        return (torch.div(x, y), torch.div(x, y, rounding_mode="trunc"), torch.div(x, y, rounding_mode="floor"),
-                torch.div(x, 0.1, rounding_mode="floor"), torch.div(x, -0.3, rounding_mode="trunc"),
-                torch.div(a, b), torch.div(a, b, rounding_mode="trunc"), torch.div(a, b, rounding_mode="floor"),
-                torch.div(a, -4, rounding_mode="floor"), torch.div(a, 4, rounding_mode="trunc"), a / 4,
-                torch.floor_divide(x, y), torch.floor_divide(a, b))
+        return (
+            torch.div(x, y),
+            torch.div(x, y, rounding_mode="trunc"),
+            torch.div(x, y, rounding_mode="floor"),
+            torch.div(x, 0.1, rounding_mode="floor"),
+            torch.div(x, -0.3, rounding_mode="trunc"),
+            torch.div(a, b),
+            torch.div(a, b, rounding_mode="trunc"),
+            torch.div(a, b, rounding_mode="floor"),
+            torch.div(a, -4, rounding_mode="floor"),
+            torch.div(a, 4, rounding_mode="trunc"),
+            a / 4,
+            torch.floor_divide(x, y),
+            torch.floor_divide(a, b),
+        )
 
 
 def division():
@@ -155,7 +229,7 @@ class PowScalar(torch.nn.Module):
     an integer base of zero to a negative power is 0, as in torch."""
 
     def forward(self, x, n):
-        return 2.0 ** x, torch.pow(2.5, x), torch.pow(3, n), 2 ** n.abs(), torch.pow(n, n - 3)
+        return 2.0**x, torch.pow(2.5, x), torch.pow(3, n), 2 ** n.abs(), torch.pow(n, n - 3)
 
 
 def pow_scalar():
@@ -168,9 +242,21 @@ class Trigonometry(torch.nn.Module):
     (quadrants, zeros of either sign), and an integer input (promoted to float)."""
 
     def forward(self, x, y, unit, n):
-        return (torch.tan(x), torch.acos(unit), torch.asin(unit), torch.atan(x * 5), torch.cosh(x),
-                torch.sinh(x), torch.acosh(x.abs() + 1), torch.asinh(x * 5), torch.atanh(unit),
-                torch.atan2(x, y), torch.atan2(n, n.flip(0)), torch.sin(n), torch.tan(n))
+        return (
+            torch.tan(x),
+            torch.acos(unit),
+            torch.asin(unit),
+            torch.atan(x * 5),
+            torch.cosh(x),
+            torch.sinh(x),
+            torch.acosh(x.abs() + 1),
+            torch.asinh(x * 5),
+            torch.atanh(unit),
+            torch.atan2(x, y),
+            torch.atan2(n, n.flip(0)),
+            torch.sin(n),
+            torch.tan(n),
+        )
 
 
 def trigonometry():

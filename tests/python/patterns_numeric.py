@@ -53,7 +53,10 @@ def prod_int():
 def prod_half():
     torch.manual_seed(0)
     # Floating inputs arrive in the model's dtype (float32): half is made inside.
-    return _pattern(lambda m, x: (aten.prod.dim_int(x.half(), 1), aten.prod.default(x[:, :3].half())), x=torch.rand(2, 5) + 0.5)
+    return _pattern(
+        lambda m, x: (aten.prod.dim_int(x.half(), 1), aten.prod.default(x[:, :3].half())),
+        x=torch.rand(2, 5) + 0.5,
+    )
 
 
 def var_dims():
@@ -76,7 +79,10 @@ def var_dims():
 
 def var_half():
     torch.manual_seed(0)
-    return _pattern(lambda m, x: (aten.var.correction(x.half(), [1]), aten.var.dim(x.half(), None, False)), x=torch.randn(3, 6))
+    return _pattern(
+        lambda m, x: (aten.var.correction(x.half(), [1]), aten.var.dim(x.half(), None, False)),
+        x=torch.randn(3, 6),
+    )
 
 
 def max_min_dim():
@@ -102,13 +108,30 @@ def max_min_dim():
 
 def max_min_nan():
     """A NaN in a slice is its max and min, at the first NaN's index (as torch)."""
-    x = torch.tensor([[2.0, float("nan"), -1.0, float("nan")], [float("nan"), 5.0, 0.0, 1.0], [1.0, 3.0, 3.0, -2.0]])
-    return _pattern(lambda m, x: (*aten.max.dim(x, 1), *aten.min.dim(x, -1, True), *aten.max.dim(x, 0), *aten.min.dim(x.half(), 0)), x=x)
+    x = torch.tensor(
+        [
+            [2.0, float("nan"), -1.0, float("nan")],
+            [float("nan"), 5.0, 0.0, 1.0],
+            [1.0, 3.0, 3.0, -2.0],
+        ]
+    )
+    return _pattern(
+        lambda m, x: (
+            *aten.max.dim(x, 1),
+            *aten.min.dim(x, -1, True),
+            *aten.max.dim(x, 0),
+            *aten.min.dim(x.half(), 0),
+        ),
+        x=x,
+    )
 
 
 def max_min_half():
     torch.manual_seed(0)
-    return _pattern(lambda m, x: (*aten.max.dim(x.half(), 1), *aten.min.dim(x.half(), 0, True)), x=torch.randn(3, 4))
+    return _pattern(
+        lambda m, x: (*aten.max.dim(x.half(), 1), *aten.min.dim(x.half(), 0, True)),
+        x=torch.randn(3, 4),
+    )
 
 
 def embedding_bag_modes():
@@ -119,15 +142,31 @@ def embedding_bag_modes():
         outs = []
         for mode in (0, 1, 2):
             outs += list(aten._embedding_bag.default(m.weight, indices, offsets, False, mode))
-            outs += list(aten._embedding_bag.default(m.weight, indices, ends, False, mode, False, None, True))
-            outs += list(aten._embedding_bag.default(m.weight, indices, offsets, False, mode, False, None, False, 2))
-            outs += list(aten._embedding_bag.default(m.weight, indices, ends, False, mode, False, None, True, 4))
+            outs += list(
+                aten._embedding_bag.default(m.weight, indices, ends, False, mode, False, None, True)
+            )
+            outs += list(
+                aten._embedding_bag.default(
+                    m.weight, indices, offsets, False, mode, False, None, False, 2
+                )
+            )
+            outs += list(
+                aten._embedding_bag.default(
+                    m.weight, indices, ends, False, mode, False, None, True, 4
+                )
+            )
         return tuple(outs)
 
     # An empty bag (offsets 2, 2), repeated rows, a bag of padding only (4, 4);
     # with include_last_offset the offsets end with the number of indices.
     indices = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9, 4, 4])
-    return _pattern(fn, {"weight": weight}, indices=indices, offsets=torch.tensor([0, 2, 2, 8]), ends=torch.tensor([0, 2, 2, 8, 10]))
+    return _pattern(
+        fn,
+        {"weight": weight},
+        indices=indices,
+        offsets=torch.tensor([0, 2, 2, 8]),
+        ends=torch.tensor([0, 2, 2, 8, 10]),
+    )
 
 
 def embedding_bag_weighted():
@@ -135,12 +174,20 @@ def embedding_bag_weighted():
 
     def fn(m, indices, offsets, scale):
         a = aten._embedding_bag.default(m.weight, indices, offsets, False, 0, False, scale)
-        b = aten._embedding_bag.default(m.weight, indices, offsets, False, 0, False, scale, False, 2)
+        b = aten._embedding_bag.default(
+            m.weight, indices, offsets, False, 0, False, scale, False, 2
+        )
         c = aten._embedding_bag.default(m.weight.double(), indices.int(), offsets, False, 2)
         d = aten._embedding_bag.default(m.weight.half(), indices, offsets, False, 1)
         return (*a, *b, *c, *d)
 
-    return _pattern(fn, {"weight": torch.randn(7, 4)}, indices=torch.tensor([0, 6, 2, 2, 5, 1]), offsets=torch.tensor([0, 1, 4]), scale=torch.rand(6))
+    return _pattern(
+        fn,
+        {"weight": torch.randn(7, 4)},
+        indices=torch.tensor([0, 6, 2, 2, 5, 1]),
+        offsets=torch.tensor([0, 1, 4]),
+        scale=torch.rand(6),
+    )
 
 
 def embedding_bag_weighted_last():
@@ -148,9 +195,17 @@ def embedding_bag_weighted_last():
     torch.manual_seed(0)
 
     def fn(m, indices, offsets, scale):
-        return aten._embedding_bag.default(m.weight.double(), indices, offsets.int(), False, 0, False, scale.double(), True)
+        return aten._embedding_bag.default(
+            m.weight.double(), indices, offsets.int(), False, 0, False, scale.double(), True
+        )
 
-    return _pattern(fn, {"weight": torch.randn(7, 4)}, indices=torch.tensor([0, 6, 2, 2, 5, 1]), offsets=torch.tensor([0, 1, 4, 6]), scale=torch.rand(6))
+    return _pattern(
+        fn,
+        {"weight": torch.randn(7, 4)},
+        indices=torch.tensor([0, 6, 2, 2, 5, 1]),
+        offsets=torch.tensor([0, 1, 4, 6]),
+        scale=torch.rand(6),
+    )
 
 
 def embedding_bag_module():
@@ -166,12 +221,21 @@ def embedding_bag_module():
 def batch_norm_eval():
     """`BatchNorm` in eval mode → `_native_batch_norm_legit_no_training` (its CPU statistics are empty)."""
     torch.manual_seed(0)
-    stats = {"mean": torch.randn(3), "var": torch.rand(3) + 0.5, "w": torch.randn(3), "b": torch.randn(3)}
+    stats = {
+        "mean": torch.randn(3),
+        "var": torch.rand(3) + 0.5,
+        "w": torch.randn(3),
+        "b": torch.randn(3),
+    }
 
     def fn(m, x, y):
         a = aten._native_batch_norm_legit_no_training.default(x, m.w, m.b, m.mean, m.var, 0.1, 1e-5)
-        b = aten._native_batch_norm_legit_no_training.default(y, None, None, m.mean, m.var, 0.1, 1e-3)
-        c = aten._native_batch_norm_legit.default(x, m.w, None, m.mean.clone(), m.var.clone(), False, 0.1, 1e-5)
+        b = aten._native_batch_norm_legit_no_training.default(
+            y, None, None, m.mean, m.var, 0.1, 1e-3
+        )
+        c = aten._native_batch_norm_legit.default(
+            x, m.w, None, m.mean.clone(), m.var.clone(), False, 0.1, 1e-5
+        )
         return (*a, *b, *c)
 
     return _pattern(fn, stats, x=torch.randn(2, 3, 4, 5), y=torch.randn(4, 3))
@@ -180,10 +244,17 @@ def batch_norm_eval():
 def batch_norm_train():
     """Batch statistics: `_native_batch_norm_legit` in training (with running stats) and `.no_stats`."""
     torch.manual_seed(0)
-    stats = {"mean": torch.randn(3), "var": torch.rand(3) + 0.5, "w": torch.randn(3), "b": torch.randn(3)}
+    stats = {
+        "mean": torch.randn(3),
+        "var": torch.rand(3) + 0.5,
+        "w": torch.randn(3),
+        "b": torch.randn(3),
+    }
 
     def fn(m, x, y):
-        a = aten._native_batch_norm_legit.default(x, m.w, m.b, m.mean.clone(), m.var.clone(), True, 0.1, 1e-5)
+        a = aten._native_batch_norm_legit.default(
+            x, m.w, m.b, m.mean.clone(), m.var.clone(), True, 0.1, 1e-5
+        )
         b = aten._native_batch_norm_legit.no_stats(x, None, m.b, True, 0.1, 1e-5)
         c = aten._native_batch_norm_legit.no_stats(y, m.w, None, True, 0.1, 1e-2)
         return (*a, *b, *c)
@@ -193,11 +264,18 @@ def batch_norm_train():
 
 def batch_norm_half():
     torch.manual_seed(0)
-    stats = {"mean": torch.randn(3), "var": torch.rand(3) + 0.5, "w": torch.randn(3), "b": torch.randn(3)}
+    stats = {
+        "mean": torch.randn(3),
+        "var": torch.rand(3) + 0.5,
+        "w": torch.randn(3),
+        "b": torch.randn(3),
+    }
 
     def fn(m, x):
         x = x.half()
-        a = aten._native_batch_norm_legit_no_training.default(x, m.w.half(), m.b.half(), m.mean.half(), m.var.half(), 0.1, 1e-5)
+        a = aten._native_batch_norm_legit_no_training.default(
+            x, m.w.half(), m.b.half(), m.mean.half(), m.var.half(), 0.1, 1e-5
+        )
         b = aten._native_batch_norm_legit.no_stats(x, m.w.half(), None, True, 0.1, 1e-5)
         # Mixed: half input, float32 parameters (torch's CPU kernel takes those).
         c = aten._native_batch_norm_legit_no_training.default(x, m.w, m.b, m.mean, m.var, 0.1, 1e-5)
@@ -218,12 +296,23 @@ def batch_norm_module():
 def batch_norm_functional():
     """Training with running statistics, as torch.export records it: the updated statistics too."""
     torch.manual_seed(0)
-    stats = {"mean": torch.randn(3), "var": torch.rand(3) + 0.5, "w": torch.randn(3), "b": torch.randn(3)}
+    stats = {
+        "mean": torch.randn(3),
+        "var": torch.rand(3) + 0.5,
+        "w": torch.randn(3),
+        "b": torch.randn(3),
+    }
 
     def fn(m, x):
-        a = aten._native_batch_norm_legit_functional.default(x, m.w, m.b, m.mean, m.var, True, 0.1, 1e-5)
-        b = aten._native_batch_norm_legit_functional.default(x, None, None, m.mean, m.var, False, 0.3, 1e-5)
-        c = torch.nn.functional.batch_norm(x, m.mean.clone(), m.var.clone(), m.w, m.b, training=True, momentum=0.2)
+        a = aten._native_batch_norm_legit_functional.default(
+            x, m.w, m.b, m.mean, m.var, True, 0.1, 1e-5
+        )
+        b = aten._native_batch_norm_legit_functional.default(
+            x, None, None, m.mean, m.var, False, 0.3, 1e-5
+        )
+        c = torch.nn.functional.batch_norm(
+            x, m.mean.clone(), m.var.clone(), m.w, m.b, training=True, momentum=0.2
+        )
         return (*a, *b, c)
 
     return _pattern(fn, stats, x=torch.randn(4, 3, 5))
@@ -234,13 +323,19 @@ def group_norm():
     params = {"w": torch.randn(6), "b": torch.randn(6)}
 
     def fn(m, x, y, z):
-        a = aten.native_group_norm.default(x, m.w, m.b, x.shape[0], 6, x.shape[2] * x.shape[3], 3, 1e-5)
+        a = aten.native_group_norm.default(
+            x, m.w, m.b, x.shape[0], 6, x.shape[2] * x.shape[3], 3, 1e-5
+        )
         b = aten.native_group_norm.default(y, None, None, y.shape[0], 6, 1, 2, 1e-5)
         c = aten.native_group_norm.default(z, m.w, None, z.shape[0], 6, z.shape[2], 6, 1e-3)
-        d = aten.native_group_norm.default(x, None, m.b, x.shape[0], 6, x.shape[2] * x.shape[3], 1, 1e-5)
+        d = aten.native_group_norm.default(
+            x, None, m.b, x.shape[0], 6, x.shape[2] * x.shape[3], 1, 1e-5
+        )
         return (*a, *b, *c, *d)
 
-    return _pattern(fn, params, x=torch.randn(2, 6, 3, 4), y=torch.randn(3, 6), z=torch.randn(2, 6, 5))
+    return _pattern(
+        fn, params, x=torch.randn(2, 6, 3, 4), y=torch.randn(3, 6), z=torch.randn(2, 6, 5)
+    )
 
 
 def group_norm_module():
@@ -255,7 +350,12 @@ def group_norm_module():
 
 def group_norm_half():
     torch.manual_seed(0)
-    return _pattern(lambda m, x: aten.native_group_norm.default(x.half(), None, None, x.shape[0], 4, x.shape[2], 2, 1e-5), x=torch.randn(2, 4, 8))
+    return _pattern(
+        lambda m, x: aten.native_group_norm.default(
+            x.half(), None, None, x.shape[0], 4, x.shape[2], 2, 1e-5
+        ),
+        x=torch.randn(2, 4, 8),
+    )
 
 
 def layer_norm():
@@ -275,7 +375,10 @@ def layer_norm():
 
 def layer_norm_half():
     torch.manual_seed(0)
-    return _pattern(lambda m, x: aten.native_layer_norm.default(x.half(), [8], None, None, 1e-5), x=torch.randn(3, 8))
+    return _pattern(
+        lambda m, x: aten.native_layer_norm.default(x.half(), [8], None, None, 1e-5),
+        x=torch.randn(3, 8),
+    )
 
 
 # ── Distances ──
@@ -295,22 +398,38 @@ def cdist():
         return tuple(outs)
 
     # Batch axes broadcast ([2, 1] against [3]); integer-valued c, d make p = 0 count ties.
-    return _pattern(fn, a=torch.randn(2, 1, 4, 3), b=torch.randn(3, 5, 3), c=torch.randint(0, 3, (30, 2)).float(), d=torch.randint(0, 3, (6, 2)).float())
+    return _pattern(
+        fn,
+        a=torch.randn(2, 1, 4, 3),
+        b=torch.randn(3, 5, 3),
+        c=torch.randint(0, 3, (30, 2)).float(),
+        d=torch.randint(0, 3, (6, 2)).float(),
+    )
 
 
 def cdist_double():
     torch.manual_seed(0)
-    return _pattern(lambda m, a, b: (aten._cdist_forward.default(a, b, 2.0, None), aten._cdist_forward.default(a, b, 1.5, None)),
-                    a=torch.randn(3, 4, dtype=torch.float64), b=torch.randn(5, 4, dtype=torch.float64))
+    return _pattern(
+        lambda m, a, b: (
+            aten._cdist_forward.default(a, b, 2.0, None),
+            aten._cdist_forward.default(a, b, 1.5, None),
+        ),
+        a=torch.randn(3, 4, dtype=torch.float64),
+        b=torch.randn(5, 4, dtype=torch.float64),
+    )
 
 
 def pdist():
     torch.manual_seed(0)
 
     def fn(m, x):
-        return tuple(aten._pdist_forward.default(x, p) for p in (0.0, 1.0, 2.0, 3.0, 0.5, float("inf")))
+        return tuple(
+            aten._pdist_forward.default(x, p) for p in (0.0, 1.0, 2.0, 3.0, 0.5, float("inf"))
+        )
 
-    return _pattern(fn, x=torch.randint(0, 3, (5, 3)).float() + torch.randn(5, 3) * (torch.rand(5, 3) > 0.5))
+    return _pattern(
+        fn, x=torch.randint(0, 3, (5, 3)).float() + torch.randn(5, 3) * (torch.rand(5, 3) > 0.5)
+    )
 
 
 def pdist_module():
@@ -337,10 +456,16 @@ def random_checks():
         same, all_kept = aten.native_dropout.default(x, 0.25, False)
         gone, none_kept = aten.native_dropout.default(x, 1.0, True)
         return (
-            (u >= 0).all() & (u < 1).all(), torch.isfinite(z).all(), (h >= 0).all() & (h <= 1).all(),
-            torch.sort(perm).values, torch.sort(perm32).values,
+            (u >= 0).all() & (u < 1).all(),
+            torch.isfinite(z).all(),
+            (h >= 0).all() & (h <= 1).all(),
+            torch.sort(perm).values,
+            torch.sort(perm32).values,
             torch.where(mask, x / 0.75, torch.zeros_like(x)) - out,
-            same, all_kept, gone, none_kept,
+            same,
+            all_kept,
+            gone,
+            none_kept,
         )
 
     return _pattern(fn, x=torch.randn(6, 5))
@@ -370,6 +495,9 @@ def dropout_extremes():
     torch.manual_seed(0)
 
     def fn(m, x):
-        return (*aten.native_dropout.default(x, 1.0, True), *aten.native_dropout.default(x, 0.0, True))
+        return (
+            *aten.native_dropout.default(x, 1.0, True),
+            *aten.native_dropout.default(x, 0.0, True),
+        )
 
     return _pattern(fn, x=torch.randn(3, 4))

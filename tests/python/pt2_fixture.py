@@ -23,23 +23,44 @@ import transformers
 def tiny(arch):
     """(model, sample-input factory) for a tiny random config of `arch`."""
     torch.manual_seed(0)
-    text = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                num_attention_heads=4, max_position_embeddings=64)
+    text = dict(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=64,
+    )
     if arch == "llama":
-        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(num_key_value_heads=2, **text))
+        model = transformers.LlamaForCausalLM(
+            transformers.LlamaConfig(num_key_value_heads=2, **text)
+        )
     elif arch == "qwen2":
-        model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(num_key_value_heads=2, **text))
+        model = transformers.Qwen2ForCausalLM(
+            transformers.Qwen2Config(num_key_value_heads=2, **text)
+        )
     elif arch == "qwen3":
-        model = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(num_key_value_heads=2, head_dim=8, **text))
+        model = transformers.Qwen3ForCausalLM(
+            transformers.Qwen3Config(num_key_value_heads=2, head_dim=8, **text)
+        )
     elif arch == "gpt2":
-        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
-            vocab_size=128, n_embd=32, n_layer=2, n_head=4, n_positions=64))
+        model = transformers.GPT2LMHeadModel(
+            transformers.GPT2Config(vocab_size=128, n_embd=32, n_layer=2, n_head=4, n_positions=64)
+        )
     elif arch == "bert":
         model = transformers.BertModel(transformers.BertConfig(**text))
     elif arch == "vit":
-        model = transformers.ViTModel(transformers.ViTConfig(
-            image_size=32, patch_size=8, num_channels=3, hidden_size=32, intermediate_size=64,
-            num_hidden_layers=2, num_attention_heads=4))
+        model = transformers.ViTModel(
+            transformers.ViTConfig(
+                image_size=32,
+                patch_size=8,
+                num_channels=3,
+                hidden_size=32,
+                intermediate_size=64,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+            )
+        )
         return model.eval(), lambda batch, _seq: {"pixel_values": torch.randn(batch, 3, 32, 32)}
     else:
         raise SystemExit(f"unknown architecture {arch}")
@@ -61,8 +82,12 @@ def export(arch, mode, out):
     dynamic = None
     if mode == "dynamic":
         auto = torch.export.Dim.AUTO
-        dynamic = {k: ({0: auto} if k == "pixel_values" else {0: auto, 1: auto}) if torch.is_tensor(v) else None
-                   for k, v in sample.items()}
+        dynamic = {
+            k: ({0: auto} if k == "pixel_values" else {0: auto, 1: auto})
+            if torch.is_tensor(v)
+            else None
+            for k, v in sample.items()
+        }
     with torch.no_grad():
         ep = torch.export.export(model, (), sample, dynamic_shapes=dynamic, strict=False)
     torch.export.save(ep, out)
@@ -102,6 +127,7 @@ ARCHS = ("llama", "qwen2", "qwen3", "gpt2", "bert", "vit")
 
 def export_all(outdir):
     import os
+
     os.makedirs(outdir, exist_ok=True)
     for arch in ARCHS:
         for mode in ("static", "dynamic"):
@@ -117,7 +143,7 @@ def export_all(outdir):
 def compare_all(*quads):
     failures = []
     for i in range(0, len(quads), 4):
-        original, other, arch, mode = quads[i:i + 4]
+        original, other, arch, mode = quads[i : i + 4]
         try:
             compare(original, other, arch, mode)
         except SystemExit as e:
@@ -150,5 +176,11 @@ def load(path):
 
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
-    {"export": export, "export-all": export_all, "compare": compare, "compare-all": compare_all,
-     "pickle-payload": pickle_payload, "load": load}[command](*args)
+    {
+        "export": export,
+        "export-all": export_all,
+        "compare": compare,
+        "compare-all": compare_all,
+        "pickle-payload": pickle_payload,
+        "load": load,
+    }[command](*args)

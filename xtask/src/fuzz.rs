@@ -20,8 +20,16 @@ pub fn fuzz(args: &[String]) -> Result<()> {
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
-            "--seconds" => seconds = it.next().context("--seconds needs a number")?.parse().context("--seconds needs a number")?,
-            other if other.starts_with('-') => bail!("unknown option {other} (usage: cargo xtask fuzz [--seconds N] [TARGET...])"),
+            "--seconds" => {
+                seconds = it
+                    .next()
+                    .context("--seconds needs a number")?
+                    .parse()
+                    .context("--seconds needs a number")?
+            }
+            other if other.starts_with('-') => {
+                bail!("unknown option {other} (usage: cargo xtask fuzz [--seconds N] [TARGET...])")
+            }
             target => chosen.push(target.to_string()),
         }
     }
@@ -32,13 +40,21 @@ pub fn fuzz(args: &[String]) -> Result<()> {
     }
     let targets = if chosen.is_empty() { all } else { chosen };
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    if !Command::new(&cargo).args(["fuzz", "--version"]).output().is_ok_and(|o| o.status.success()) {
+    if !Command::new(&cargo).args(["fuzz", "--version"]).output().is_ok_and(|o| o.status.success())
+    {
         eprintln!("==> installing cargo-fuzz");
         super::run(Command::new(&cargo).args(["install", "cargo-fuzz", "--locked"]))?;
     }
     eprintln!("==> building {} fuzz target(s)", targets.len());
     let mut build = Command::new(&cargo);
-    build.current_dir(&fuzz_dir).env("RUSTC_BOOTSTRAP", "1").args(["fuzz", "build", "--release", "--debug-assertions", "--sanitizer", "none"]);
+    build.current_dir(&fuzz_dir).env("RUSTC_BOOTSTRAP", "1").args([
+        "fuzz",
+        "build",
+        "--release",
+        "--debug-assertions",
+        "--sanitizer",
+        "none",
+    ]);
     super::run(&mut build)?;
     let binaries = fuzz_dir.join("target").join(host_triple()?).join("release");
     let mut results = Vec::new();
@@ -67,9 +83,19 @@ pub fn fuzz(args: &[String]) -> Result<()> {
             .with_context(|| format!("running the {target} fuzzer"))?;
         let log = String::from_utf8_lossy(&output.stderr);
         std::fs::write(artifacts.join("last-run.log"), log.as_bytes())?;
-        let runs = log.lines().find_map(|l| l.strip_prefix("stat::number_of_executed_units:")).map(|n| n.trim().to_string());
-        let found: Vec<PathBuf> = crashers(&artifacts)?.into_iter().filter(|p| !before.contains(p)).collect();
-        results.push((target.clone(), runs.unwrap_or_else(|| "?".into()), started.elapsed().as_secs(), output.status.success(), found));
+        let runs = log
+            .lines()
+            .find_map(|l| l.strip_prefix("stat::number_of_executed_units:"))
+            .map(|n| n.trim().to_string());
+        let found: Vec<PathBuf> =
+            crashers(&artifacts)?.into_iter().filter(|p| !before.contains(p)).collect();
+        results.push((
+            target.clone(),
+            runs.unwrap_or_else(|| "?".into()),
+            started.elapsed().as_secs(),
+            output.status.success(),
+            found,
+        ));
     }
     println!("{:<14} {:>12} {:>8}  result", "target", "executions", "seconds");
     let mut failed = false;
@@ -79,7 +105,10 @@ pub fn fuzz(args: &[String]) -> Result<()> {
             _ => {
                 failed = true;
                 let names: Vec<String> = found.iter().map(|p| p.display().to_string()).collect();
-                format!("CRASH {}", if names.is_empty() { "(see last-run.log)".into() } else { names.join(", ") })
+                format!(
+                    "CRASH {}",
+                    if names.is_empty() { "(see last-run.log)".into() } else { names.join(", ") }
+                )
             }
         };
         println!("{target:<14} {runs:>12} {secs:>8}  {result}");
@@ -112,8 +141,10 @@ fn targets(fuzz_dir: &Path) -> Result<Vec<String>> {
         name: String,
     }
     let path = fuzz_dir.join("Cargo.toml");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let manifest: Manifest = toml::from_str(&text).with_context(|| format!("{}", path.display()))?;
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let manifest: Manifest =
+        toml::from_str(&text).with_context(|| format!("{}", path.display()))?;
     Ok(manifest.bin.into_iter().map(|b| b.name).collect())
 }
 
@@ -133,5 +164,8 @@ fn crashers(dir: &Path) -> Result<Vec<PathBuf>> {
 fn host_triple() -> Result<String> {
     let out = Command::new("rustc").arg("-vV").output().context("running rustc -vV")?;
     let text = String::from_utf8_lossy(&out.stdout);
-    text.lines().find_map(|l| l.strip_prefix("host: ")).map(str::to_string).context("rustc -vV names no host")
+    text.lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .map(str::to_string)
+        .context("rustc -vV names no host")
 }

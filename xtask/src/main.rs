@@ -18,7 +18,8 @@ use anyhow::{bail, Context, Result};
 
 mod fuzz;
 
-const DEBIAN_PACKAGES: &[&str] = &["rustc-web", "cargo-web", "rust-web-src", "rust-web-llvm", "lld-22"];
+const DEBIAN_PACKAGES: &[&str] =
+    &["rustc-web", "cargo-web", "rust-web-src", "rust-web-llvm", "lld-22"];
 /// The browser the report test opens `hfx run --report`'s page in, headless.
 const TEST_BROWSER: &str = "chromium";
 const DEBIAN_RUSTC: &str = "/usr/bin/rustc";
@@ -45,7 +46,10 @@ fn main() -> Result<()> {
 }
 
 fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
 }
 
 /// The project's test command: build every plugin, then run the host's tests
@@ -67,7 +71,13 @@ fn sweep(extra: &[String]) -> Result<()> {
     python.current_dir(&root).arg("bench/sweep.py").args(extra);
     if !extra.iter().any(|a| a == "--hfx" || a.starts_with("--hfx=")) {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        run(Command::new(cargo).current_dir(&root).args(["build", "--release", "--locked", "-p", "hfx"]))?;
+        run(Command::new(cargo).current_dir(&root).args([
+            "build",
+            "--release",
+            "--locked",
+            "-p",
+            "hfx",
+        ]))?;
         python.arg("--hfx").arg(target_dir(&root).join("release/hfx"));
     }
     run(&mut python)
@@ -85,9 +95,15 @@ fn setup_python() -> Result<()> {
     }
     // The second file's packages come without their declared dependencies
     // (the first file holds the ones they import).
-    for (file, flags) in [("requirements.txt", &[][..]), ("requirements-no-deps.txt", &["--no-deps"][..])] {
+    for (file, flags) in
+        [("requirements.txt", &[][..]), ("requirements-no-deps.txt", &["--no-deps"][..])]
+    {
         let requirements = root.join("host/worker").join(file);
-        eprintln!("==> pip install {}-r {}", flags.iter().map(|f| format!("{f} ")).collect::<String>(), requirements.strip_prefix(&root).unwrap_or(&requirements).display());
+        eprintln!(
+            "==> pip install {}-r {}",
+            flags.iter().map(|f| format!("{f} ")).collect::<String>(),
+            requirements.strip_prefix(&root).unwrap_or(&requirements).display()
+        );
         run(Command::new(venv.join("bin/python"))
             .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
             .args(flags)
@@ -124,7 +140,8 @@ fn install(args: &[String]) -> Result<()> {
     }
     let prefix = match prefix {
         Some(p) => p,
-        None => PathBuf::from(std::env::var_os("HOME").context("no $HOME: give --prefix")?).join(".local"),
+        None => PathBuf::from(std::env::var_os("HOME").context("no $HOME: give --prefix")?)
+            .join(".local"),
     };
     let prefix = if prefix.is_absolute() { prefix } else { std::env::current_dir()?.join(prefix) };
     let root = workspace_root();
@@ -169,12 +186,23 @@ fn install(args: &[String]) -> Result<()> {
         }
         sdk_workspace(&root, staging)
     })?;
-    eprintln!("installed {} ({} plugins, SDK {version}) under {}", installed.display(), plugins.len(), share.display());
+    eprintln!(
+        "installed {} ({} plugins, SDK {version}) under {}",
+        installed.display(),
+        plugins.len(),
+        share.display()
+    );
     if setup {
         run(Command::new(&installed).arg("setup"))?;
     }
-    if !std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d == prefix.join("bin"))) {
-        eprintln!("note: {} is not on PATH; add it, or call {}", prefix.join("bin").display(), installed.display());
+    if !std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d == prefix.join("bin")))
+    {
+        eprintln!(
+            "note: {} is not on PATH; add it, or call {}",
+            prefix.join("bin").display(),
+            installed.display()
+        );
     }
     Ok(())
 }
@@ -184,12 +212,19 @@ fn install(args: &[String]) -> Result<()> {
 /// inherited tables are written beside them.
 fn sdk_workspace(root: &Path, sdk: &Path) -> Result<()> {
     let manifest: toml::Table = toml::from_str(&std::fs::read_to_string(root.join("Cargo.toml"))?)?;
-    let workspace = manifest.get("workspace").and_then(|w| w.as_table()).context("Cargo.toml: no [workspace]")?;
+    let workspace = manifest
+        .get("workspace")
+        .and_then(|w| w.as_table())
+        .context("Cargo.toml: no [workspace]")?;
     let mut installed = toml::Table::new();
     installed.insert("resolver".into(), "2".into());
-    installed.insert("members".into(), toml::Value::Array(["sdk", "sdk/macros", "dtype"].map(toml::Value::from).to_vec()));
+    installed.insert(
+        "members".into(),
+        toml::Value::Array(["sdk", "sdk/macros", "dtype"].map(toml::Value::from).to_vec()),
+    );
     for table in ["package", "dependencies"] {
-        let value = workspace.get(table).with_context(|| format!("Cargo.toml: no [workspace.{table}]"))?;
+        let value =
+            workspace.get(table).with_context(|| format!("Cargo.toml: no [workspace.{table}]"))?;
         installed.insert(table.into(), value.clone());
     }
     let text = format!(
@@ -203,7 +238,8 @@ fn sdk_workspace(root: &Path, sdk: &Path) -> Result<()> {
 /// `from` copied to `to` through a temp file and a rename, keeping its mode.
 fn copy_file(from: &Path, to: &Path) -> Result<()> {
     let tmp = to.with_extension("install-tmp");
-    std::fs::copy(from, &tmp).with_context(|| format!("copying {} to {}", from.display(), tmp.display()))?;
+    std::fs::copy(from, &tmp)
+        .with_context(|| format!("copying {} to {}", from.display(), tmp.display()))?;
     std::fs::rename(&tmp, to).with_context(|| format!("writing {}", to.display()))?;
     Ok(())
 }
@@ -233,14 +269,18 @@ fn copy_tree(from: &Path, to: &Path) -> Result<()> {
 fn replace_folder(dir: &Path, fill: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
     let parent = dir.parent().context("an install folder has a parent")?;
     std::fs::create_dir_all(parent)?;
-    let staging = parent.join(format!(".{}.installing", dir.file_name().and_then(|n| n.to_str()).unwrap_or("folder")));
+    let staging = parent.join(format!(
+        ".{}.installing",
+        dir.file_name().and_then(|n| n.to_str()).unwrap_or("folder")
+    ));
     let _ = std::fs::remove_dir_all(&staging);
     std::fs::create_dir_all(&staging)?;
     if let Err(e) = fill(&staging) {
         let _ = std::fs::remove_dir_all(&staging);
         return Err(e);
     }
-    let old = parent.join(format!(".{}.old", dir.file_name().and_then(|n| n.to_str()).unwrap_or("folder")));
+    let old = parent
+        .join(format!(".{}.old", dir.file_name().and_then(|n| n.to_str()).unwrap_or("folder")));
     let _ = std::fs::remove_dir_all(&old);
     if dir.exists() {
         std::fs::rename(dir, &old)?;
@@ -252,7 +292,9 @@ fn replace_folder(dir: &Path, fill: impl FnOnce(&Path) -> Result<()>) -> Result<
 
 /// Installs Debian's wasm-capable Rust (1.96) beside rustup's, if missing.
 fn install_guest_toolchain() -> Result<()> {
-    let present = Path::new(STD_SOURCES).exists() && Path::new("/usr/bin/rust-lld").exists() && Path::new(DEBIAN_CARGO).exists();
+    let present = Path::new(STD_SOURCES).exists()
+        && Path::new("/usr/bin/rust-lld").exists()
+        && Path::new(DEBIAN_CARGO).exists();
     if present {
         return Ok(());
     }
@@ -267,7 +309,9 @@ fn install_guest_toolchain() -> Result<()> {
 
 /// Installs Debian's Chromium for the tests, if missing.
 fn install_test_browser() -> Result<()> {
-    let on_path = std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(TEST_BROWSER).is_file()));
+    let on_path = std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| dir.join(TEST_BROWSER).is_file())
+    });
     if on_path {
         return Ok(());
     }
@@ -302,7 +346,8 @@ fn build_plugins(only: &[String]) -> Result<Vec<PluginCrate>> {
         }
         found
     };
-    let version = Command::new(DEBIAN_RUSTC).arg("-V").output().context("running /usr/bin/rustc -V")?;
+    let version =
+        Command::new(DEBIAN_RUSTC).arg("-V").output().context("running /usr/bin/rustc -V")?;
     // Debian moves rustc-web forward and -Zbuild-std is unstable: print the version so a break is obvious.
     eprintln!("guest compiler: {}", String::from_utf8_lossy(&version.stdout).trim());
     let start = Instant::now();
@@ -392,12 +437,19 @@ fn read_plugin_crate(dir: &Path) -> Result<PluginCrate> {
     let standalone = toml::from_str::<toml::Table>(&cargo_text)
         .with_context(|| format!("{}/Cargo.toml", dir.display()))?
         .contains_key("workspace");
-    let cargo: CargoToml = toml::from_str(&cargo_text).with_context(|| format!("{}/Cargo.toml", dir.display()))?;
+    let cargo: CargoToml =
+        toml::from_str(&cargo_text).with_context(|| format!("{}/Cargo.toml", dir.display()))?;
     // Only the field this task needs; the host validates the whole manifest.
     let manifest: toml::Table = toml::from_str(&std::fs::read_to_string(dir.join("plugin.toml"))?)
         .with_context(|| format!("{}/plugin.toml", dir.display()))?;
-    let manifest: Manifest = manifest.try_into().with_context(|| format!("{}/plugin.toml", dir.display()))?;
-    Ok(PluginCrate { dir: dir.to_path_buf(), package: cargo.package.name, component: manifest.plugin.component, standalone })
+    let manifest: Manifest =
+        manifest.try_into().with_context(|| format!("{}/plugin.toml", dir.display()))?;
+    Ok(PluginCrate {
+        dir: dir.to_path_buf(),
+        package: cargo.package.name,
+        component: manifest.plugin.component,
+        standalone,
+    })
 }
 
 /// One cargo invocation per plugin: the SDK's kind features must not unify.
@@ -417,7 +469,9 @@ fn compile_core_module(root: &Path, plugin: &PluginCrate) -> Result<()> {
         .args(["build", "--quiet", "--profile", PROFILE, "--target", TARGET])
         .arg("-Zbuild-std=std,panic_abort");
     if plugin.standalone {
-        cmd.arg("--manifest-path").arg(plugin.dir.join("Cargo.toml")).env("CARGO_TARGET_DIR", target_dir(root));
+        cmd.arg("--manifest-path")
+            .arg(plugin.dir.join("Cargo.toml"))
+            .env("CARGO_TARGET_DIR", target_dir(root));
     } else {
         cmd.args(["--locked", "--package", package]);
     }
@@ -429,7 +483,12 @@ fn encode_component(core: &Path, out: &Path) -> Result<usize> {
     let module = std::fs::read(core).with_context(|| format!("reading {}", core.display()))?;
     let component = wit_component::ComponentEncoder::default()
         .module(&module)
-        .with_context(|| format!("{}: no component type section (does the crate call an export macro?)", core.display()))?
+        .with_context(|| {
+            format!(
+                "{}: no component type section (does the crate call an export macro?)",
+                core.display()
+            )
+        })?
         .validate(true)
         .encode()
         .with_context(|| format!("encoding {} as a component", core.display()))?;

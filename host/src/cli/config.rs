@@ -88,16 +88,17 @@ pub struct SandboxConfig {
     pub no_cache: bool,
 }
 
-
 /// Merges the flags over the config file and fixes the run's options,
 /// refusing every combination the pipeline cannot carry out; with where the
 /// run's report goes (`--report`), checked now rather than after the export.
 pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)> {
     let (config, base) = match &args.config {
         Some(path) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-            let config: RunConfig =
-                toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.message().replace('\n', " ")))?;
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let config: RunConfig = toml::from_str(&text).map_err(|e| {
+                anyhow::anyhow!("{}: {}", path.display(), e.message().replace('\n', " "))
+            })?;
             (config, path.parent().map(Path::to_path_buf).unwrap_or_default())
         }
         None => (RunConfig::default(), PathBuf::new()),
@@ -105,7 +106,11 @@ pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)>
     let rel = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
     let backends = match (args.backend, &config.backend) {
         (given, _) if !given.is_empty() => given,
-        (_, Some(b)) => b.split(',').map(|b| parse_backend(b.trim())).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?,
+        (_, Some(b)) => b
+            .split(',')
+            .map(|b| parse_backend(b.trim()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(anyhow::Error::msg)?,
         (_, None) => bail!("no backend (--backend or `backend` in the config)"),
     };
     // `--backend executorch --delegate xnnpack` is the reference's spelling of executorch.xnnpack.
@@ -117,12 +122,16 @@ pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)>
             (backend, None) => Ok(backend),
         })
         .collect::<Result<Vec<_>>>()?;
-    if let Some(twice) = backends.iter().enumerate().find_map(|(i, b)| backends[..i].contains(b).then_some(b)) {
+    if let Some(twice) =
+        backends.iter().enumerate().find_map(|(i, b)| backends[..i].contains(b).then_some(b))
+    {
         bail!("--backend names {twice} twice: each backend is written once");
     }
     let on_plugin_error = match (args.on_plugin_error, &config.on_plugin_error) {
         (Some(p), _) => p,
-        (None, Some(p)) => <OnPluginError as clap::ValueEnum>::from_str(p, true).map_err(anyhow::Error::msg)?,
+        (None, Some(p)) => {
+            <OnPluginError as clap::ValueEnum>::from_str(p, true).map_err(anyhow::Error::msg)?
+        }
         (None, None) => OnPluginError::Fail,
     };
     let mut set = args.set;
@@ -144,7 +153,11 @@ pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)>
     s.no_cache |= config.sandbox.no_cache;
     // Model flags win over the config's model; a config model fills in what flags leave out.
     let mut model = args.model;
-    if model.model.is_none() && model.model_dir.is_none() && model.model_id.is_none() && model.model_fn.is_none() {
+    if model.model.is_none()
+        && model.model_dir.is_none()
+        && model.model_id.is_none()
+        && model.model_fn.is_none()
+    {
         model.model = config.model.clone();
         model.model_dir = config.model_dir.clone().map(rel);
         model.model_id = config.model_id.clone();
@@ -152,7 +165,13 @@ pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)>
     }
     model.trust_remote_code |= config.trust_remote_code;
     if model.set.is_empty() {
-        model.set = config.set.iter().map(|(k, v)| format!("{k}={}", v.as_str().map(String::from).unwrap_or_else(|| v.to_string()))).collect();
+        model.set = config
+            .set
+            .iter()
+            .map(|(k, v)| {
+                format!("{k}={}", v.as_str().map(String::from).unwrap_or_else(|| v.to_string()))
+            })
+            .collect();
     }
     model.task = model.task.or(config.task.clone());
     model.dynamic |= config.dynamic;
@@ -165,7 +184,12 @@ pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)>
     model.generation |= config.generation;
     model.multi_token_decode |= config.multi_token_decode;
     if model.cache.is_none() {
-        model.cache = config.cache.as_deref().map(|c| <crate::cli::CacheKind as clap::ValueEnum>::from_str(c, true)).transpose().map_err(anyhow::Error::msg)?;
+        model.cache = config
+            .cache
+            .as_deref()
+            .map(|c| <crate::cli::CacheKind as clap::ValueEnum>::from_str(c, true))
+            .transpose()
+            .map_err(anyhow::Error::msg)?;
     }
     model.max_cache_len = model.max_cache_len.or(config.max_cache_len);
     model.generate_steps = model.generate_steps.or(config.generate_steps);
@@ -209,7 +233,9 @@ pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)>
     };
     let memory_limit = match model.worker_memory_gib {
         None => crate::trace::memory::default_limit(),
-        Some(gib) if gib.is_finite() && (MIN_WORKER_GIB..=MAX_WORKER_GIB).contains(&gib) => (gib * crate::trace::memory::GIB as f64) as u64,
+        Some(gib) if gib.is_finite() && (MIN_WORKER_GIB..=MAX_WORKER_GIB).contains(&gib) => {
+            (gib * crate::trace::memory::GIB as f64) as u64
+        }
         Some(gib) => bail!("--worker-memory-gib {gib}: give {MIN_WORKER_GIB} to {MAX_WORKER_GIB}"),
     };
     let worker = crate::trace::WorkerOptions {
@@ -218,8 +244,12 @@ pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)>
         memory_mechanism: model.worker_memory_mechanism.unwrap_or_default(),
         ..Default::default()
     };
-    let output = args.output.or(config.output.map(rel)).context("no output (-o or `output` in the config)")?;
-    let report = args.report.or(config.report.map(rel)).map(|path| ReportTarget::new(&path)).transpose()?;
+    let output = args
+        .output
+        .or(config.output.map(rel))
+        .context("no output (-o or `output` in the config)")?;
+    let report =
+        args.report.or(config.report.map(rel)).map(|path| ReportTarget::new(&path)).transpose()?;
     if report.as_ref().is_some_and(|r| r.path == output) {
         bail!("--report {}: the output's own path; name the report another file", output.display());
     }
@@ -228,7 +258,13 @@ pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)>
         bail!("--opset {opset}: hfx writes opsets 18 to 23");
     }
     let verify = args.verify || config.verify;
-    let onnx = |external_data: bool| Artifact::Onnx(OnnxOptions { opset, external_data, optimize: !(args.no_optimize || config.no_optimize) });
+    let onnx = |external_data: bool| {
+        Artifact::Onnx(OnnxOptions {
+            opset,
+            external_data,
+            optimize: !(args.no_optimize || config.no_optimize),
+        })
+    };
     let external_data = args.external_data || config.external_data;
     let is_file = output.extension().is_some() && !output.is_dir();
     if let [first, second, ..] = backends.as_slice() {
@@ -241,19 +277,33 @@ pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)>
     }
     let mut targets = Vec::new();
     for &backend in &backends {
-        let output = if backends.len() > 1 { output.join(backend.to_string()) } else { output.clone() };
-        let (artifact, destination) = target(backend, output, is_file, &source, &onnx, external_data)?;
+        let output =
+            if backends.len() > 1 { output.join(backend.to_string()) } else { output.clone() };
+        let (artifact, destination) =
+            target(backend, output, is_file, &source, &onnx, external_data)?;
         if verify && artifact == Artifact::IrJson {
             bail!("--verify runs the artifact in its runtime, and a .json graph has none: write .onnx or .pt2");
         }
         match (&source, &artifact) {
-            (Source::IrJson(_), Artifact::Onnx(_)) => bail!("ONNX is emitted from a .pt2 (its weights), not from IR JSON"),
-            (Source::IrJson(_), Artifact::Pt2) => bail!("a graph read from JSON can only be written as JSON (-o OUT.json)"),
+            (Source::IrJson(_), Artifact::Onnx(_)) => {
+                bail!("ONNX is emitted from a .pt2 (its weights), not from IR JSON")
+            }
+            (Source::IrJson(_), Artifact::Pt2) => {
+                bail!("a graph read from JSON can only be written as JSON (-o OUT.json)")
+            }
             _ => {}
         }
         targets.push(Target { backend, artifact, destination });
     }
-    let options = RunOptions { source, targets, plugins: set.options()?, on_plugin_error, verify, worker, verify_deadline: deadline };
+    let options = RunOptions {
+        source,
+        targets,
+        plugins: set.options()?,
+        on_plugin_error,
+        verify,
+        worker,
+        verify_deadline: deadline,
+    };
     Ok((options, report))
 }
 
@@ -289,7 +339,9 @@ fn target(
             // The reference's runtime reads an ONNX component's weights from `model.onnx.data`.
             Backend::Onnx => onnx(true),
             Backend::Dynamo => Artifact::Pt2,
-            Backend::Executorch | Backend::ExecutorchXnnpack | Backend::ExecutorchCuda => pte(backend)?,
+            Backend::Executorch | Backend::ExecutorchXnnpack | Backend::ExecutorchCuda => {
+                pte(backend)?
+            }
         };
         if let (Artifact::Pte(_), Source::Trace(t)) = (&artifact, &source) {
             if t.request.generation.as_ref().is_some_and(|g| g.max_cache_len.is_none()) {

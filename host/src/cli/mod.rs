@@ -20,7 +20,11 @@ use crate::stages::OnPluginError;
 pub use config::RunConfig;
 
 #[derive(Debug, Parser)]
-#[command(name = "hfx", version, about = "Export PyTorch / Hugging Face models, with workarounds as WebAssembly plugins")]
+#[command(
+    name = "hfx",
+    version,
+    about = "Export PyTorch / Hugging Face models, with workarounds as WebAssembly plugins"
+)]
 pub struct Cli {
     /// More output (-v: skipped plugins and drift details).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
@@ -376,7 +380,10 @@ impl ModelArgs {
     }
 
     /// The model to trace, and the Hub model `--model-id` resolved to.
-    fn request(&self) -> Result<Option<(crate::trace::TraceRequest, Option<crate::pipeline::model_id::HubModel>)>> {
+    fn request(
+        &self,
+    ) -> Result<Option<(crate::trace::TraceRequest, Option<crate::pipeline::model_id::HubModel>)>>
+    {
         use crate::pipeline::model_id::{self, HubCache, ModelId};
         use crate::trace::{ModelSource, TraceRequest};
         // clap refuses two of these as flags; a config file can still name two.
@@ -399,24 +406,37 @@ impl ModelArgs {
                 let overrides = self
                     .set
                     .iter()
-                    .map(|kv| kv.split_once('=').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
+                    .map(|kv| {
+                        kv.split_once('=')
+                            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+                    })
                     .collect::<Option<Vec<_>>>()
                     .context("--set takes KEY=VALUE pairs")?;
                 ModelSource::Architecture { name: name.clone(), overrides }
             }
             (_, Some(dir), ..) => {
                 let path = dir.canonicalize().with_context(|| format!("{}", dir.display()))?;
-                model_id::check_remote_code(&path, &format!("--model-dir {}", dir.display()), trust_remote_code)?;
+                model_id::check_remote_code(
+                    &path,
+                    &format!("--model-dir {}", dir.display()),
+                    trust_remote_code,
+                )?;
                 ModelSource::Directory { path, trust_remote_code, layers: None }
             }
             (_, _, Some(id), _) => {
                 let id = ModelId::parse(id)?;
                 let resolved = model_id::resolve(&id, &HubCache::from_env()?)?;
-                model_id::check_remote_code(&resolved.snapshot, &format!("--model-id {id}"), trust_remote_code)?;
+                model_id::check_remote_code(
+                    &resolved.snapshot,
+                    &format!("--model-id {id}"),
+                    trust_remote_code,
+                )?;
                 hub = Some(resolved.model);
                 ModelSource::Directory { path: resolved.snapshot, trust_remote_code, layers: None }
             }
-            (.., Some(spec)) if spec.starts_with("python:") && spec.matches(':').count() == 2 => ModelSource::Function(spec.clone()),
+            (.., Some(spec)) if spec.starts_with("python:") && spec.matches(':').count() == 2 => {
+                ModelSource::Function(spec.clone())
+            }
             (.., Some(spec)) => bail!("--model-fn `{spec}`: expected python:module:function"),
             (None, None, None, None) => return Ok(None),
         };
@@ -460,9 +480,15 @@ impl ModelArgs {
         }
         let max_cache_len = match (self.cache.unwrap_or(CacheKind::Dynamic), self.max_cache_len) {
             (CacheKind::Dynamic, None) => None,
-            (CacheKind::Dynamic, Some(_)) => bail!("--max-cache-len sizes a static cache: add --cache static"),
-            (CacheKind::Static, None) => bail!("--cache static needs its length: add --max-cache-len N"),
-            (CacheKind::Static, Some(n)) if n < 2 => bail!("--max-cache-len {n}: a static cache holds at least the prompt and one new token"),
+            (CacheKind::Dynamic, Some(_)) => {
+                bail!("--max-cache-len sizes a static cache: add --cache static")
+            }
+            (CacheKind::Static, None) => {
+                bail!("--cache static needs its length: add --max-cache-len N")
+            }
+            (CacheKind::Static, Some(n)) if n < 2 => bail!(
+                "--max-cache-len {n}: a static cache holds at least the prompt and one new token"
+            ),
             (CacheKind::Static, Some(n)) => Some(n),
         };
         if max_cache_len.is_none() && !self.dynamic {
@@ -472,7 +498,11 @@ impl ModelArgs {
         if !(1..=1024).contains(&steps) {
             bail!("--generate-steps {steps}: give 1 to 1024");
         }
-        Ok(Some(crate::trace::Generation { multi_token_decode: self.multi_token_decode, max_cache_len, steps }))
+        Ok(Some(crate::trace::Generation {
+            multi_token_decode: self.multi_token_decode,
+            max_cache_len,
+            steps,
+        }))
     }
 }
 
@@ -486,17 +516,25 @@ fn parse_delegate(s: &str) -> Result<crate::trace::protocol::Delegate, String> {
 }
 
 fn parse_backend(s: &str) -> Result<Backend, String> {
-    toml::Value::String(s.to_string())
-        .try_into::<Backend>()
-        .map_err(|_| format!("unknown backend `{s}` (dynamo, onnx, executorch, executorch.xnnpack, executorch.cuda)"))
+    toml::Value::String(s.to_string()).try_into::<Backend>().map_err(|_| {
+        format!(
+            "unknown backend `{s}` (dynamo, onnx, executorch, executorch.xnnpack, executorch.cuda)"
+        )
+    })
 }
 
 pub fn run(cli: Cli) -> Result<()> {
     let verbose = cli.verbose;
     match cli.command {
-        Command::Plugins(PluginsCommand::List { set, backend }) => plugins::list(&set.folder_options()?, backend),
-        Command::Plugins(PluginsCommand::Inspect { name, set }) => plugins::inspect(&set.folder_options()?, &name),
-        Command::Plugins(PluginsCommand::Verify { set, strict }) => plugins::verify(&set.folder_options()?, strict),
+        Command::Plugins(PluginsCommand::List { set, backend }) => {
+            plugins::list(&set.folder_options()?, backend)
+        }
+        Command::Plugins(PluginsCommand::Inspect { name, set }) => {
+            plugins::inspect(&set.folder_options()?, &name)
+        }
+        Command::Plugins(PluginsCommand::Verify { set, strict }) => {
+            plugins::verify(&set.folder_options()?, strict)
+        }
         Command::Plugins(PluginsCommand::Test { folders, mut set }) => {
             // The folders named are what is tested, not the installed defaults.
             set.plugins.extend(folders);
@@ -505,9 +543,13 @@ pub fn run(cli: Cli) -> Result<()> {
         }
         Command::Plugins(PluginsCommand::TestOps(args)) => plugins::test_ops(args, verbose),
         Command::Plugins(PluginsCommand::Capture(args)) => capture(args, verbose),
-        Command::Plugins(PluginsCommand::Lock { set, output }) => plugins::lock(&set.folder_options()?, &output),
+        Command::Plugins(PluginsCommand::Lock { set, output }) => {
+            plugins::lock(&set.folder_options()?, &output)
+        }
         Command::Plugins(PluginsCommand::New(args)) => crate::plugins::scaffold::new_plugin(&args),
-        Command::Plugins(PluginsCommand::Precompile { set }) => plugins::precompile(&set.folder_options()?),
+        Command::Plugins(PluginsCommand::Precompile { set }) => {
+            plugins::precompile(&set.folder_options()?)
+        }
         Command::Run(args) => run_export(args, verbose),
         Command::Setup { python } => setup::setup(&python),
         Command::Doctor { set } => setup::doctor(&set.options()?),
@@ -517,7 +559,10 @@ pub fn run(cli: Cli) -> Result<()> {
 /// `hfx run`: options fixed once, the pipeline, then its summary (and report).
 fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
     use std::io::IsTerminal;
-    let progress = crate::pipeline::Progress { started: std::time::Instant::now(), shown: verbose > 0 || std::io::stderr().is_terminal() };
+    let progress = crate::pipeline::Progress {
+        started: std::time::Instant::now(),
+        shown: verbose > 0 || std::io::stderr().is_terminal(),
+    };
     let (options, report) = config::merge(args)?;
     let summaries = crate::pipeline::run(options, progress)?;
     let several = summaries.len() > 1;
@@ -528,8 +573,12 @@ fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
         summary.print(verbose);
         if let Some(report) = &report {
             // One report per backend: `report.html` → `report.onnx.html`.
-            let path = if several { report.per_backend(summary.backend) } else { report.path.clone() };
-            crate::report::write(summary, &crate::report::ReportTarget { path: path.clone(), ..report.clone() })?;
+            let path =
+                if several { report.per_backend(summary.backend) } else { report.path.clone() };
+            crate::report::write(
+                summary,
+                &crate::report::ReportTarget { path: path.clone(), ..report.clone() },
+            )?;
             println!("report: {}", path.display());
         }
     }
@@ -550,17 +599,31 @@ fn capture(mut args: CaptureArgs, verbose: u8) -> Result<()> {
         // A program is captured before any backend's stage: any backend will do.
         args.run.backend = vec![Backend::Dynamo];
     }
-    let progress = crate::pipeline::Progress { started: std::time::Instant::now(), shown: verbose > 0 || std::io::stderr().is_terminal() };
+    let progress = crate::pipeline::Progress {
+        started: std::time::Instant::now(),
+        shown: verbose > 0 || std::io::stderr().is_terminal(),
+    };
     let (options, report) = config::merge(args.run)?;
     if report.is_some() {
         bail!("capture writes the case (--case FILE): drop --report");
     }
     let Some(target) = args.node else {
         let captured = crate::selftest::capture::capture_program(options, &args.case)?;
-        println!("wrote {}: a program of {} node(s), {} input value(s), {} KiB", args.case.display(), captured.nodes, captured.inputs, captured.bytes.div_ceil(1024));
+        println!(
+            "wrote {}: a program of {} node(s), {} input value(s), {} KiB",
+            args.case.display(),
+            captured.nodes,
+            captured.inputs,
+            captured.bytes.div_ceil(1024)
+        );
         return Ok(());
     };
-    let what = crate::selftest::capture::CaptureOptions { target, count: args.count, radius: args.radius, case: args.case };
+    let what = crate::selftest::capture::CaptureOptions {
+        target,
+        count: args.count,
+        radius: args.radius,
+        case: args.case,
+    };
     let captured = crate::selftest::capture::capture(options, &what, progress)?;
     println!(
         "wrote {}: {} node(s) around {}, {} input value(s), {} KiB",
@@ -580,8 +643,13 @@ fn capture(mut args: CaptureArgs, verbose: u8) -> Result<()> {
 /// checkout's `plugins/onnx`, the install's own folder) replaces them: the
 /// same plugin is never found twice.
 fn with_default_plugins(given: Vec<PathBuf>, defaults: Option<PathBuf>) -> Vec<PathBuf> {
-    let Some(defaults) = defaults.and_then(|d| d.canonicalize().ok()).filter(|d| d.is_dir()) else { return given };
-    let overlaps = given.iter().filter_map(|g| g.canonicalize().ok()).any(|g| g.starts_with(&defaults) || defaults.starts_with(&g));
+    let Some(defaults) = defaults.and_then(|d| d.canonicalize().ok()).filter(|d| d.is_dir()) else {
+        return given;
+    };
+    let overlaps = given
+        .iter()
+        .filter_map(|g| g.canonicalize().ok())
+        .any(|g| g.starts_with(&defaults) || defaults.starts_with(&g));
     if overlaps {
         return given;
     }
@@ -604,8 +672,11 @@ impl SandboxArgs {
             deadline: self.plugin_deadline_ms.map_or(defaults.deadline, Duration::from_millis),
             ..defaults
         };
-        let cache_dir =
-            if self.no_cache { None } else { self.cache_dir.clone().or_else(crate::plugins::cache::ComponentCache::default_dir) };
+        let cache_dir = if self.no_cache {
+            None
+        } else {
+            self.cache_dir.clone().or_else(crate::plugins::cache::ComponentCache::default_dir)
+        };
         Ok(RuntimeOptions { limits, cache_dir })
     }
 }
@@ -615,9 +686,20 @@ impl PluginSetArgs {
     /// The set's options, as `run` takes them (no folder is fine: no plugins).
     fn options(self) -> Result<SetOptions> {
         let runtime = self.sandbox.runtime_options()?;
-        let defaults = if self.no_default_plugins { None } else { crate::installed::Installed::find().map(|i| i.plugins()) };
+        let defaults = if self.no_default_plugins {
+            None
+        } else {
+            crate::installed::Installed::find().map(|i| i.plugins())
+        };
         let folders = with_default_plugins(self.plugins, defaults);
-        Ok(SetOptions { folders, targets: self.targets, python: self.python, lock: self.lock, locked: self.locked, runtime })
+        Ok(SetOptions {
+            folders,
+            targets: self.targets,
+            python: self.python,
+            lock: self.lock,
+            locked: self.locked,
+            runtime,
+        })
     }
 
     /// The set's options for a `plugins` command, which needs a folder (the
@@ -705,7 +787,11 @@ mod readme {
         let mut checked = 0;
         for command in &commands {
             // The first command is `cargo xtask install && cd /tmp && ~/.local/bin/hfx run ...`.
-            let Some(start) = command.find("hfx run").or_else(|| command.strip_prefix("hfx ").map(|_| 0)) else { continue };
+            let Some(start) =
+                command.find("hfx run").or_else(|| command.strip_prefix("hfx ").map(|_| 0))
+            else {
+                continue;
+            };
             let words = words(&command[start..]);
             if words.iter().any(|w| w == "flags") {
                 continue; // `[flags override the file]`: prose in a command
@@ -713,7 +799,11 @@ mod readme {
             let parsed = super::Cli::try_parse_from(&words);
             // `hfx run ...` lines that show only some options lack a backend or output: clap
             // parses them; the pipeline's own checks say what is missing.
-            assert!(parsed.is_ok(), "README: `{command}` does not parse: {}", parsed.err().map(|e| e.to_string()).unwrap_or_default());
+            assert!(
+                parsed.is_ok(),
+                "README: `{command}` does not parse: {}",
+                parsed.err().map(|e| e.to_string()).unwrap_or_default()
+            );
             checked += 1;
         }
         assert!(checked >= 20, "only {checked} hfx commands found in the README");
@@ -723,17 +813,38 @@ mod readme {
     fn every_script_and_binary_the_readme_names_exists() {
         for command in commands() {
             for word in command.split_whitespace() {
-                if (word.starts_with("bench/") || word.starts_with("tests/") || word.starts_with("tools/")) && word.ends_with(".py") {
-                    assert!(std::path::Path::new(ROOT).join(word).is_file(), "README names {word}, which does not exist");
+                if (word.starts_with("bench/")
+                    || word.starts_with("tests/")
+                    || word.starts_with("tools/"))
+                    && word.ends_with(".py")
+                {
+                    assert!(
+                        std::path::Path::new(ROOT).join(word).is_file(),
+                        "README names {word}, which does not exist"
+                    );
                 }
             }
-            if let Some(bin) = command.split("--bin ").nth(1).and_then(|rest| rest.split_whitespace().next()) {
-                let manifest = std::fs::read_to_string(std::path::Path::new(ROOT).join("bench/Cargo.toml")).unwrap();
-                assert!(manifest.contains(&format!("name = \"{bin}\"")), "README runs --bin {bin}, which bench/Cargo.toml does not declare");
+            if let Some(bin) =
+                command.split("--bin ").nth(1).and_then(|rest| rest.split_whitespace().next())
+            {
+                let manifest =
+                    std::fs::read_to_string(std::path::Path::new(ROOT).join("bench/Cargo.toml"))
+                        .unwrap();
+                assert!(
+                    manifest.contains(&format!("name = \"{bin}\"")),
+                    "README runs --bin {bin}, which bench/Cargo.toml does not declare"
+                );
             }
-            if let Some(task) = command.strip_prefix("cargo xtask ").and_then(|rest| rest.split_whitespace().next()) {
-                let xtask = std::fs::read_to_string(std::path::Path::new(ROOT).join("xtask/src/main.rs")).unwrap();
-                assert!(xtask.contains(&format!("\"{task}\"")), "README runs `cargo xtask {task}`, which xtask does not know");
+            if let Some(task) =
+                command.strip_prefix("cargo xtask ").and_then(|rest| rest.split_whitespace().next())
+            {
+                let xtask =
+                    std::fs::read_to_string(std::path::Path::new(ROOT).join("xtask/src/main.rs"))
+                        .unwrap();
+                assert!(
+                    xtask.contains(&format!("\"{task}\"")),
+                    "README runs `cargo xtask {task}`, which xtask does not know"
+                );
             }
         }
     }

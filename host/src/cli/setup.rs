@@ -37,19 +37,33 @@ pub fn setup(base_python: &str) -> Result<()> {
     let python = installed.python();
     if !python.exists() {
         eprintln!("==> creating {}", venv.display());
-        run(Command::new(base_python).args(["-m", "venv"]).arg(&venv)).with_context(|| format!("creating {} with {base_python} (give another with --python)", venv.display()))?;
+        run(Command::new(base_python).args(["-m", "venv"]).arg(&venv)).with_context(|| {
+            format!("creating {} with {base_python} (give another with --python)", venv.display())
+        })?;
     }
     let scratch = tempfile::tempdir().context("a temporary folder for the requirements")?;
     let files = [
-        ("requirements.txt", REQUIREMENTS, &[][..], " (torch's Linux wheel pulls ~4 GB of CUDA libraries the first time)"),
+        (
+            "requirements.txt",
+            REQUIREMENTS,
+            &[][..],
+            " (torch's Linux wheel pulls ~4 GB of CUDA libraries the first time)",
+        ),
         ("requirements-no-deps.txt", REQUIREMENTS_NO_DEPS, &["--no-deps"][..], ""),
     ];
     for (name, text, flags, note) in files {
         let file = scratch.path().join(name);
         std::fs::write(&file, text)?;
-        eprintln!("==> pip install {}{name}{note}", flags.iter().map(|f| format!("{f} ")).collect::<String>());
-        run(Command::new(&python).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"]).args(flags).arg("-r").arg(&file))
-            .with_context(|| format!("installing {name} into {}", venv.display()))?;
+        eprintln!(
+            "==> pip install {}{name}{note}",
+            flags.iter().map(|f| format!("{f} ")).collect::<String>()
+        );
+        run(Command::new(&python)
+            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+            .args(flags)
+            .arg("-r")
+            .arg(&file))
+        .with_context(|| format!("installing {name} into {}", venv.display()))?;
     }
     let found = upstream::probe_installed(&python.to_string_lossy()).map_err(anyhow::Error::msg)?;
     println!("worker environment {}:", venv.display());
@@ -69,12 +83,16 @@ pub fn setup(base_python: &str) -> Result<()> {
 /// when something does not fit.
 pub fn doctor(set: &SetOptions) -> Result<()> {
     let mut problems = Vec::new();
-    let exe = std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_else(|e| format!("unknown ({e})"));
+    let exe = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|e| format!("unknown ({e})"));
     println!("hfx {} ({exe})", env!("CARGO_PKG_VERSION"));
     let installed = Installed::find();
     match &installed {
         Some(i) => println!("installed     {}", i.share().display()),
-        None => println!("installed     no (a build outside an install: plugins only from --plugins)"),
+        None => {
+            println!("installed     no (a build outside an install: plugins only from --plugins)")
+        }
     }
     let python = set.python();
     println!("python        {python}");
@@ -86,7 +104,11 @@ pub fn doctor(set: &SetOptions) -> Result<()> {
                     println!("  {package:<12} {have:<14} (pinned {want})");
                 }
             }
-            problems.extend(mismatches(&found).into_iter().map(|p| format!("{p} in {python}: {}", fix(&installed))));
+            problems.extend(
+                mismatches(&found)
+                    .into_iter()
+                    .map(|p| format!("{p} in {python}: {}", fix(&installed))),
+            );
         }
         Err(e) => problems.push(format!("{e}: {}", fix(&installed))),
     }
@@ -109,12 +131,29 @@ pub fn doctor(set: &SetOptions) -> Result<()> {
     }
     match &set.runtime.cache_dir {
         Some(dir) => {
-            let entries = std::fs::read_dir(dir).map(|d| d.filter_map(Result::ok).filter(|e| e.path().extension().is_some_and(|x| x == "cwasm")).count()).unwrap_or(0);
+            let entries = std::fs::read_dir(dir)
+                .map(|d| {
+                    d.filter_map(Result::ok)
+                        .filter(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
+                        .count()
+                })
+                .unwrap_or(0);
             // Not created here: a cache that does not exist yet is fine.
-            let private = if dir.exists() { crate::private::trust_dir(dir, "compiled components") } else { Ok(()) };
-            println!("cache         {} ({entries} compiled components{})", dir.display(), if private.is_ok() { "" } else { ", not trusted" });
+            let private = if dir.exists() {
+                crate::private::trust_dir(dir, "compiled components")
+            } else {
+                Ok(())
+            };
+            println!(
+                "cache         {} ({entries} compiled components{})",
+                dir.display(),
+                if private.is_ok() { "" } else { ", not trusted" }
+            );
             if let Err(why) = private {
-                problems.push(format!("component cache {}: {why} (components are compiled on every run)", dir.display()));
+                problems.push(format!(
+                    "component cache {}: {why} (components are compiled on every run)",
+                    dir.display()
+                ));
             }
         }
         None => println!("cache         off"),
@@ -145,14 +184,17 @@ fn mismatches(found: &Versions) -> Vec<String> {
         .filter(|(package, _)| upstream::KNOWN_PACKAGES.contains(&package.as_str()))
         .filter_map(|(package, want)| match found.get(&package) {
             None => Some(format!("{package} is missing (pinned {want})")),
-            Some(have) if upstream::release(have) != upstream::release(&want) => Some(format!("{package} is {have}, pinned {want}")),
+            Some(have) if upstream::release(have) != upstream::release(&want) => {
+                Some(format!("{package} is {have}, pinned {want}"))
+            }
             Some(_) => None,
         })
         .collect()
 }
 
 fn run(command: &mut Command) -> Result<()> {
-    let status = command.status().with_context(|| format!("running {:?}", command.get_program()))?;
+    let status =
+        command.status().with_context(|| format!("running {:?}", command.get_program()))?;
     if !status.success() {
         bail!("{:?} failed ({status})", command.get_program());
     }

@@ -39,7 +39,8 @@ impl<'g> Bounds<'g> {
         Ok(match e {
             Expr::Integer(n) => (*n, *n),
             Expr::Symbol(s) => {
-                let range = self.ranges.get(s).ok_or_else(|| format!("symbol `{s}` has no range"))?;
+                let range =
+                    self.ranges.get(s).ok_or_else(|| format!("symbol `{s}` has no range"))?;
                 let max = range.max.ok_or_else(|| {
                     format!("symbol `{s}` has no upper bound (give --dynamic-shapes a max: the portable runtime plans memory for the largest size)")
                 })?;
@@ -47,19 +48,36 @@ impl<'g> Bounds<'g> {
             }
             Expr::Call(f, args) => {
                 let xs = args.iter().map(|a| self.interval(a)).collect::<Result<Vec<_>, _>>()?;
-                let corners = |a: (i64, i64), b: (i64, i64), op: fn(i64, i64) -> Option<i64>| -> Result<(i64, i64), String> {
+                let corners = |a: (i64, i64),
+                               b: (i64, i64),
+                               op: fn(i64, i64) -> Option<i64>|
+                 -> Result<(i64, i64), String> {
                     let v = [op(a.0, b.0), op(a.0, b.1), op(a.1, b.0), op(a.1, b.1)];
                     let v = v.into_iter().map(checked).collect::<Result<Vec<_>, _>>()?;
                     Ok((*v.iter().min().unwrap(), *v.iter().max().unwrap()))
                 };
                 match (f.as_str(), xs.as_slice()) {
-                    ("Add", [first, rest @ ..]) => rest.iter().try_fold(*first, |a, b| corners(a, *b, i64::checked_add))?,
-                    ("Mul", [first, rest @ ..]) => rest.iter().try_fold(*first, |a, b| corners(a, *b, i64::checked_mul))?,
-                    ("Max", [first, rest @ ..]) => rest.iter().fold(*first, |a, b| (a.0.max(b.0), a.1.max(b.1))),
-                    ("Min", [first, rest @ ..]) => rest.iter().fold(*first, |a, b| (a.0.min(b.0), a.1.min(b.1))),
-                    ("FloorDiv", [a, b]) if b.0 > 0 => corners(*a, *b, |x, y| Some(x.div_euclid(y)))?,
-                    ("CleanDiv" | "IntTrueDiv", [a, b]) if b.0 > 0 => corners(*a, *b, |x, y| Some(x.div_euclid(y)))?,
-                    ("CeilDiv", [a, b]) if b.0 > 0 => corners(*a, *b, |x, y| Some(-(-x).div_euclid(y)))?,
+                    ("Add", [first, rest @ ..]) => {
+                        rest.iter().try_fold(*first, |a, b| corners(a, *b, i64::checked_add))?
+                    }
+                    ("Mul", [first, rest @ ..]) => {
+                        rest.iter().try_fold(*first, |a, b| corners(a, *b, i64::checked_mul))?
+                    }
+                    ("Max", [first, rest @ ..]) => {
+                        rest.iter().fold(*first, |a, b| (a.0.max(b.0), a.1.max(b.1)))
+                    }
+                    ("Min", [first, rest @ ..]) => {
+                        rest.iter().fold(*first, |a, b| (a.0.min(b.0), a.1.min(b.1)))
+                    }
+                    ("FloorDiv", [a, b]) if b.0 > 0 => {
+                        corners(*a, *b, |x, y| Some(x.div_euclid(y)))?
+                    }
+                    ("CleanDiv" | "IntTrueDiv", [a, b]) if b.0 > 0 => {
+                        corners(*a, *b, |x, y| Some(x.div_euclid(y)))?
+                    }
+                    ("CeilDiv", [a, b]) if b.0 > 0 => {
+                        corners(*a, *b, |x, y| Some(-(-x).div_euclid(y)))?
+                    }
                     ("Mod" | "PythonMod", [a, b]) if b.0 > 0 && a.0 >= 0 => (0, (b.1 - 1).min(a.1)),
                     ("Pow", [a, (n, m)]) if n == m && *n >= 0 && a.0 >= 0 => {
                         let p = u32::try_from(*n).map_err(|_| "exponent too large".to_string())?;
@@ -89,11 +107,20 @@ mod tests {
         let call = |f: &str, args: Vec<Expr>| Expr::Call(f.into(), args);
         assert_eq!(upper(call("Mul", vec![Expr::Integer(2), s0()])), Ok(128));
         assert_eq!(upper(call("Add", vec![s0(), Expr::Integer(-1)])), Ok(63));
-        assert_eq!(upper(call("Add", vec![Expr::Integer(100), call("Mul", vec![Expr::Integer(-1), s0()])])), Ok(98), "decreasing in s0: its minimum");
+        assert_eq!(
+            upper(call(
+                "Add",
+                vec![Expr::Integer(100), call("Mul", vec![Expr::Integer(-1), s0()])]
+            )),
+            Ok(98),
+            "decreasing in s0: its minimum"
+        );
         assert_eq!(upper(call("FloorDiv", vec![s0(), Expr::Integer(3)])), Ok(21));
         assert_eq!(upper(call("Mod", vec![s0(), Expr::Integer(4)])), Ok(3));
         let e = b.upper(&Dim::Symbolic("s1".into())).unwrap_err();
         assert!(e.contains("`s1` has no upper bound"), "{e}");
-        assert!(upper(call("Sin", vec![s0()])).unwrap_err().contains("no upper bound for `Sin(s0)`"));
+        assert!(upper(call("Sin", vec![s0()]))
+            .unwrap_err()
+            .contains("no upper bound for `Sin(s0)`"));
     }
 }

@@ -79,7 +79,10 @@ impl Kernel {
 pub fn kernel(target: &str) -> Option<&'static Kernel> {
     static TABLE: OnceLock<Table> = OnceLock::new();
     TABLE
-        .get_or_init(|| serde_json::from_str(include_str!("kernels.json")).expect("kernels.json is generated and committed"))
+        .get_or_init(|| {
+            serde_json::from_str(include_str!("kernels.json"))
+                .expect("kernels.json is generated and committed")
+        })
         .kernels
         .get(target)
 }
@@ -92,11 +95,17 @@ mod tests {
     fn the_table_maps_functional_view_memory_format_and_size_ops() {
         let add = kernel("aten.add.Tensor").unwrap();
         assert_eq!(add.operator(), ("aten::add", "out"));
-        assert_eq!(add.args.iter().map(|a| a.name.as_str()).collect::<Vec<_>>(), ["self", "other", "alpha", "out"]);
+        assert_eq!(
+            add.args.iter().map(|a| a.name.as_str()).collect::<Vec<_>>(),
+            ["self", "other", "alpha", "out"]
+        );
         assert_eq!(add.args[2].default, Some(serde_json::json!(1)));
         assert!(add.args[3].out);
         assert_eq!(kernel("aten.permute.default").unwrap().kernel, "aten::permute_copy.out");
-        assert_eq!(kernel("aten._to_copy.default").unwrap().kernel, "dim_order_ops::_to_dim_order_copy.out");
+        assert_eq!(
+            kernel("aten._to_copy.default").unwrap().kernel,
+            "dim_order_ops::_to_dim_order_copy.out"
+        );
         assert_eq!(kernel("_operator.mul").unwrap().operator(), ("executorch_prim::mul", "Scalar"));
         assert!(kernel("aten.sym_size.int").unwrap().scalar);
         assert!(kernel("aten.nonexistent.default").is_none());

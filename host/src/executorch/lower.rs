@@ -100,7 +100,13 @@ const DROPPED: &[&str] = &[
 ];
 
 pub fn lower(graph: &Graph, signature: &s::GraphSignature) -> Result<Program, LowerError> {
-    let mut l = Lowering { graph, bounds: Bounds::new(graph), program: Program::default(), ids: HashMap::new(), operators: HashMap::new() };
+    let mut l = Lowering {
+        graph,
+        bounds: Bounds::new(graph),
+        program: Program::default(),
+        ids: HashMap::new(),
+        operators: HashMap::new(),
+    };
     l.inputs(signature)?;
     let root = graph.subgraph(0).map_err(|e| LowerError(e.to_string()))?;
     let outputs: Vec<ValueId> = root.outputs.iter().flat_map(Argument::values).collect();
@@ -137,12 +143,18 @@ impl Lowering<'_> {
     }
 
     fn tensor(&self, meta: &TensorMeta, storage: Storage) -> Result<Tensor, String> {
-        let dtype = DType::from_name(&meta.dtype).ok_or_else(|| format!("dtype `{}` unknown", meta.dtype))?;
-        let scalar_type = scalar_type(dtype).ok_or_else(|| format!("ExecuTorch has no scalar type for `{}`", meta.dtype))?;
+        let dtype = DType::from_name(&meta.dtype)
+            .ok_or_else(|| format!("dtype `{}` unknown", meta.dtype))?;
+        let scalar_type = scalar_type(dtype)
+            .ok_or_else(|| format!("ExecuTorch has no scalar type for `{}`", meta.dtype))?;
         let sizes = meta
             .shape
             .iter()
-            .map(|d| self.bounds.upper(d).and_then(|n| i32::try_from(n).map_err(|_| format!("size {n} past 2^31"))))
+            .map(|d| {
+                self.bounds
+                    .upper(d)
+                    .and_then(|n| i32::try_from(n).map_err(|_| format!("size {n} past 2^31")))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let dynamic = meta.shape.iter().any(|d| matches!(d, Dim::Symbolic(_)));
         Ok(Tensor { scalar_type, dim_order: dim_order(meta)?, sizes, dynamic, storage })
@@ -151,7 +163,11 @@ impl Lowering<'_> {
     fn tensor_meta(&self, v: ValueId) -> Result<&TensorMeta, String> {
         match &self.graph.value(v).map_err(|e| e.to_string())?.meta {
             ValueMeta::Tensor(t) => Ok(t),
-            other => Err(format!("value `{}` is a {}, not a tensor", self.graph.value(v).map(|v| v.name.as_str()).unwrap_or("?"), other.kind())),
+            other => Err(format!(
+                "value `{}` is a {}, not a tensor",
+                self.graph.value(v).map(|v| v.name.as_str()).unwrap_or("?"),
+                other.kind()
+            )),
         }
     }
 
@@ -159,7 +175,9 @@ impl Lowering<'_> {
         let root = self.graph.subgraph(0).map_err(|e| LowerError(e.to_string()))?;
         // An input the program updates in place (a static cache) is one more output:
         // the caller gets the updated value back, as from ONNX (`updated.<input>`).
-        if let Some(spec) = signature.output_specs.iter().find(|o| !matches!(o, s::OutputSpec::UserOutput { .. } | s::OutputSpec::UserInputMutation { .. })) {
+        if let Some(spec) = signature.output_specs.iter().find(|o| {
+            !matches!(o, s::OutputSpec::UserOutput { .. } | s::OutputSpec::UserInputMutation { .. })
+        }) {
             return self.error(None, format!("the program writes state back ({spec:?}); the native portable emitter plans no mutable buffer (a buffer the program updates; an updated input is fine): use --delegate xnnpack"));
         }
         let mut specs = signature.input_specs.iter();
@@ -182,23 +200,43 @@ impl Lowering<'_> {
             }
             let meta = self.tensor_meta(v).cloned().map_err(LowerError);
             let (storage, constant) = match spec {
-                Some(s::InputSpec::Parameter { parameter_name, .. }) => (None, Some((parameter_name.clone(), false))),
-                Some(s::InputSpec::Buffer { buffer_name, .. }) => (None, Some((buffer_name.clone(), false))),
-                Some(s::InputSpec::TensorConstant { tensor_constant_name, .. }) => (None, Some((tensor_constant_name.clone(), true))),
+                Some(s::InputSpec::Parameter { parameter_name, .. }) => {
+                    (None, Some((parameter_name.clone(), false)))
+                }
+                Some(s::InputSpec::Buffer { buffer_name, .. }) => {
+                    (None, Some((buffer_name.clone(), false)))
+                }
+                Some(s::InputSpec::TensorConstant { tensor_constant_name, .. }) => {
+                    (None, Some((tensor_constant_name.clone(), true)))
+                }
                 Some(s::InputSpec::UserInput { .. }) => (Some(Storage::Planned), None),
-                other => return self.error(None, format!("input {other:?} is not a tensor input the portable runtime takes")),
+                other => {
+                    return self.error(
+                        None,
+                        format!("input {other:?} is not a tensor input the portable runtime takes"),
+                    )
+                }
             };
             let meta = meta?;
             let storage = match (storage, constant) {
                 (Some(s), _) => s,
                 (None, Some((fqn, lifted))) => {
-                    self.program.constants.push(Constant::Archive { fqn, lifted, meta: meta.clone() });
+                    self.program.constants.push(Constant::Archive {
+                        fqn,
+                        lifted,
+                        meta: meta.clone(),
+                    });
                     Storage::Constant(self.program.constants.len() - 1)
                 }
                 (None, None) => unreachable_input(),
             };
             let is_user = storage == Storage::Planned;
-            let t = self.tensor(&meta, storage).map_err(|e| LowerError(format!("input `{}`: {e}", self.graph.value(v).map(|v| v.name.as_str()).unwrap_or("?"))))?;
+            let t = self.tensor(&meta, storage).map_err(|e| {
+                LowerError(format!(
+                    "input `{}`: {e}",
+                    self.graph.value(v).map(|v| v.name.as_str()).unwrap_or("?")
+                ))
+            })?;
             let id = self.push(EValue::Tensor(t));
             self.ids.insert(v, id);
             if is_user {
@@ -239,8 +277,10 @@ impl Lowering<'_> {
         }
         let outputs: Vec<ValueId> = node.output_values().collect();
         // A view of a tensor that is not a graph output: the base's memory, resized.
-        if matches!(node.target.as_str(), "aten.view.default" | "aten._unsafe_view.default" | "aten.alias.default")
-            && outputs.len() == 1
+        if matches!(
+            node.target.as_str(),
+            "aten.view.default" | "aten._unsafe_view.default" | "aten.alias.default"
+        ) && outputs.len() == 1
             && !graph_outputs.contains(&outputs[0])
         {
             if let Some(Argument::Tensor(base)) = node.inputs.first().map(|a| &a.value) {
@@ -258,7 +298,9 @@ impl Lowering<'_> {
                 };
                 let meta = self.tensor_meta(outputs[0]).map_err(LowerError)?.clone();
                 let storage = match &self.program.values[root as usize] {
-                    EValue::Tensor(Tensor { storage: Storage::Constant(c), .. }) => Storage::Constant(*c),
+                    EValue::Tensor(Tensor { storage: Storage::Constant(c), .. }) => {
+                        Storage::Constant(*c)
+                    }
                     _ => Storage::Alias(root),
                 };
                 let t = self.tensor(&meta, storage).or_else(|e| self.error(Some(id), e))?;
@@ -272,7 +314,9 @@ impl Lowering<'_> {
                         Some(arg) => self.int_list(id, arg)?,
                         None => return self.error(Some(id), "a view without sizes".into()),
                     };
-                    self.program.chain.push(KernelCall { operator: op, args: vec![base_id, size, out] });
+                    self.program
+                        .chain
+                        .push(KernelCall { operator: op, args: vec![base_id, size, out] });
                 }
                 return Ok(());
             }
@@ -291,14 +335,25 @@ impl Lowering<'_> {
             if arg.out {
                 let id_out = match arg.ty {
                     ArgType::Tensor => {
-                        let v = out_values.next().ok_or_else(|| LowerError(format!("node `{}`: fewer outputs than `{}` writes", self.graph.node_name(id), kernel.kernel)))?;
+                        let v = out_values.next().ok_or_else(|| {
+                            LowerError(format!(
+                                "node `{}`: fewer outputs than `{}` writes",
+                                self.graph.node_name(id),
+                                kernel.kernel
+                            ))
+                        })?;
                         self.planned(id, v)?
                     }
                     ArgType::TensorList => {
-                        let items = out_values.by_ref().map(|v| self.planned(id, v)).collect::<Result<Vec<_>, _>>()?;
+                        let items = out_values
+                            .by_ref()
+                            .map(|v| self.planned(id, v))
+                            .collect::<Result<Vec<_>, _>>()?;
                         self.push(EValue::TensorList(items))
                     }
-                    other => return self.error(Some(id), format!("an out argument of type {other:?}")),
+                    other => {
+                        return self.error(Some(id), format!("an out argument of type {other:?}"))
+                    }
                 };
                 args.push(id_out);
                 outs.push((arg.ty, id_out));
@@ -330,12 +385,18 @@ impl Lowering<'_> {
         }
         if kernel.scalar {
             // A scalar op returns its value: a placeholder the kernel overwrites.
-            let v = outputs.first().copied().ok_or_else(|| LowerError(format!("node `{}`: a size op without a result", self.graph.node_name(id))))?;
-            let placeholder = match &self.graph.value(v).map_err(|e| LowerError(e.to_string()))?.meta {
-                ValueMeta::SymFloat(_) => EValue::Double(0.0),
-                ValueMeta::SymBool(_) => EValue::Bool(false),
-                _ => EValue::Int(0),
-            };
+            let v = outputs.first().copied().ok_or_else(|| {
+                LowerError(format!(
+                    "node `{}`: a size op without a result",
+                    self.graph.node_name(id)
+                ))
+            })?;
+            let placeholder =
+                match &self.graph.value(v).map_err(|e| LowerError(e.to_string()))?.meta {
+                    ValueMeta::SymFloat(_) => EValue::Double(0.0),
+                    ValueMeta::SymBool(_) => EValue::Bool(false),
+                    _ => EValue::Int(0),
+                };
             let ret = self.push(placeholder);
             self.ids.insert(v, ret);
             args.push(ret);
@@ -344,7 +405,10 @@ impl Lowering<'_> {
             match outs.as_slice() {
                 [(ArgType::Tensor, one)] => args.push(*one),
                 [(ArgType::TensorList, list)] => {
-                    let EValue::TensorList(items) = self.program.values[*list as usize].clone() else { unreachable!("pushed as a list above") };
+                    let EValue::TensorList(items) = self.program.values[*list as usize].clone()
+                    else {
+                        unreachable!("pushed as a list above")
+                    };
                     let again = self.push(EValue::TensorList(items));
                     args.push(again);
                 }
@@ -371,9 +435,16 @@ impl Lowering<'_> {
     /// A graph output: its tensor, or a copy where it is an input or a constant
     /// (the runtime hands out the output's own memory).
     fn output(&mut self, v: ValueId) -> Result<u32, LowerError> {
-        let id = *self.ids.get(&v).ok_or_else(|| LowerError(format!("output value {} is never computed", v.0)))?;
+        let id = *self
+            .ids
+            .get(&v)
+            .ok_or_else(|| LowerError(format!("output value {} is never computed", v.0)))?;
         match &self.program.values[id as usize] {
-            EValue::Tensor(t) if t.storage == Storage::Planned && !self.program.inputs.contains(&id) => Ok(id),
+            EValue::Tensor(t)
+                if t.storage == Storage::Planned && !self.program.inputs.contains(&id) =>
+            {
+                Ok(id)
+            }
             EValue::Tensor(t) => {
                 let mut copy = t.clone();
                 copy.storage = Storage::Planned;
@@ -382,7 +453,10 @@ impl Lowering<'_> {
                 let out = self.push(EValue::Tensor(copy));
                 let non_blocking = self.push(EValue::Bool(false));
                 let dim_order = self.push(EValue::Null);
-                self.program.chain.push(KernelCall { operator: op, args: vec![id, non_blocking, dim_order, out, out] });
+                self.program.chain.push(KernelCall {
+                    operator: op,
+                    args: vec![id, non_blocking, dim_order, out, out],
+                });
                 Ok(out)
             }
             // A size the program returns (a sequence length): the value the kernel wrote.
@@ -405,14 +479,29 @@ impl Lowering<'_> {
                     Sym::Value(v) => self.id(node, *v),
                 })
                 .collect::<Result<Vec<_>, _>>()?,
-            other => return self.error(Some(node), format!("expected a list of ints, got {other:?}")),
+            other => {
+                return self.error(Some(node), format!("expected a list of ints, got {other:?}"))
+            }
         };
         Ok(self.push(EValue::IntList(items)))
     }
 
     /// One schema argument as a value-table entry: the node's, or the default.
-    fn argument(&mut self, node: NodeId, arg: &Arg, given: Option<&Argument>, target: &str) -> Result<u32, LowerError> {
-        let bad = |what: &dyn std::fmt::Debug| LowerError(format!("node `{}` ({target}): argument `{}` of type {:?}: cannot pass {what:?}", self.graph.node_name(node), arg.name, arg.ty));
+    fn argument(
+        &mut self,
+        node: NodeId,
+        arg: &Arg,
+        given: Option<&Argument>,
+        target: &str,
+    ) -> Result<u32, LowerError> {
+        let bad = |what: &dyn std::fmt::Debug| {
+            LowerError(format!(
+                "node `{}` ({target}): argument `{}` of type {:?}: cannot pass {what:?}",
+                self.graph.node_name(node),
+                arg.name,
+                arg.ty
+            ))
+        };
         let given = match given {
             Some(Argument::None) | None => None,
             Some(a) => Some(a),
@@ -420,19 +509,32 @@ impl Lowering<'_> {
         let Some(given) = given else {
             return match (&arg.default, arg.ty) {
                 (_, ArgType::Tensor) if !arg.optional => {
-                    let empty = Tensor { scalar_type: 0, sizes: vec![0], dim_order: vec![0], dynamic: false, storage: Storage::Empty };
+                    let empty = Tensor {
+                        scalar_type: 0,
+                        sizes: vec![0],
+                        dim_order: vec![0],
+                        dynamic: false,
+                        storage: Storage::Empty,
+                    };
                     Ok(self.push(EValue::Tensor(empty)))
                 }
                 (Some(default), ty) => self.json(node, ty, default).map_err(|e| bad(&e)),
                 (None, _) if arg.optional => Ok(self.push(EValue::Null)),
                 (None, _) if arg.name == "dim_order" => Ok(self.push(EValue::Null)),
-                (None, _) => Err(LowerError(format!("node `{}` ({target}): argument `{}` missing and without default", self.graph.node_name(node), arg.name))),
+                (None, _) => Err(LowerError(format!(
+                    "node `{}` ({target}): argument `{}` missing and without default",
+                    self.graph.node_name(node),
+                    arg.name
+                ))),
             };
         };
         let value = match (arg.ty, given) {
             (ArgType::Tensor, Argument::Tensor(v)) => return self.id(node, *v),
             // A scalar where the kernel takes a tensor: a 0-dim constant (int64, float32 or bool, as `torch.tensor` makes it).
-            (ArgType::Tensor, scalar @ (Argument::Int(_) | Argument::Float(_) | Argument::Bool(_))) => {
+            (
+                ArgType::Tensor,
+                scalar @ (Argument::Int(_) | Argument::Float(_) | Argument::Bool(_)),
+            ) => {
                 let (scalar_type, bytes) = match scalar {
                     Argument::Int(n) => (4, n.to_le_bytes().to_vec()),
                     Argument::Float(f) => (6, (*f as f32).to_le_bytes().to_vec()),
@@ -441,31 +543,58 @@ impl Lowering<'_> {
                 };
                 self.program.constants.push(Constant::Scalar(bytes));
                 let storage = Storage::Constant(self.program.constants.len() - 1);
-                EValue::Tensor(Tensor { scalar_type, sizes: vec![], dim_order: vec![], dynamic: false, storage })
+                EValue::Tensor(Tensor {
+                    scalar_type,
+                    sizes: vec![],
+                    dim_order: vec![],
+                    dynamic: false,
+                    storage,
+                })
             }
-            (ArgType::Tensor, sym @ (Argument::SymInt(Sym::Value(v)) | Argument::SymFloat(Sym::Value(v)) | Argument::SymBool(Sym::Value(v)))) => {
-                return self.scalar_tensor(node, sym, *v)
-            }
+            (
+                ArgType::Tensor,
+                sym @ (Argument::SymInt(Sym::Value(v))
+                | Argument::SymFloat(Sym::Value(v))
+                | Argument::SymBool(Sym::Value(v))),
+            ) => return self.scalar_tensor(node, sym, *v),
             (ArgType::TensorList, Argument::Tensors(vs)) => {
                 let items = vs.iter().map(|v| self.id(node, *v)).collect::<Result<Vec<_>, _>>()?;
                 EValue::TensorList(items)
             }
             (ArgType::OptionalTensorList, Argument::Tensors(vs)) => {
-                let items = vs.iter().map(|v| self.id(node, *v).map(|i| i as i32)).collect::<Result<Vec<_>, _>>()?;
+                let items = vs
+                    .iter()
+                    .map(|v| self.id(node, *v).map(|i| i as i32))
+                    .collect::<Result<Vec<_>, _>>()?;
                 EValue::OptionalTensorList(items)
             }
             (ArgType::OptionalTensorList, Argument::OptionalTensors(vs)) => {
-                let items = vs.iter().map(|v| v.map(|v| self.id(node, v).map(|i| i as i32)).unwrap_or(Ok(-1))).collect::<Result<Vec<_>, _>>()?;
+                let items = vs
+                    .iter()
+                    .map(|v| v.map(|v| self.id(node, v).map(|i| i as i32)).unwrap_or(Ok(-1)))
+                    .collect::<Result<Vec<_>, _>>()?;
                 EValue::OptionalTensorList(items)
             }
-            (ArgType::IntList, a @ (Argument::Ints(_) | Argument::SymInts(_))) => return self.int_list(node, a),
-            (ArgType::Int | ArgType::Scalar, Argument::Int(n)) | (ArgType::Int | ArgType::Scalar, Argument::SymInt(Sym::Const(n))) => EValue::Int(*n),
-            (ArgType::Int | ArgType::Scalar | ArgType::Float | ArgType::Bool, Argument::SymInt(Sym::Value(v)) | Argument::SymFloat(Sym::Value(v)) | Argument::SymBool(Sym::Value(v))) => {
-                return self.id(node, *v)
+            (ArgType::IntList, a @ (Argument::Ints(_) | Argument::SymInts(_))) => {
+                return self.int_list(node, a)
             }
-            (ArgType::Float | ArgType::Scalar, Argument::Float(f)) | (ArgType::Float | ArgType::Scalar, Argument::SymFloat(Sym::Const(f))) => EValue::Double(*f),
+            (ArgType::Int | ArgType::Scalar, Argument::Int(n))
+            | (ArgType::Int | ArgType::Scalar, Argument::SymInt(Sym::Const(n))) => EValue::Int(*n),
+            (
+                ArgType::Int | ArgType::Scalar | ArgType::Float | ArgType::Bool,
+                Argument::SymInt(Sym::Value(v))
+                | Argument::SymFloat(Sym::Value(v))
+                | Argument::SymBool(Sym::Value(v)),
+            ) => return self.id(node, *v),
+            (ArgType::Float | ArgType::Scalar, Argument::Float(f))
+            | (ArgType::Float | ArgType::Scalar, Argument::SymFloat(Sym::Const(f))) => {
+                EValue::Double(*f)
+            }
             (ArgType::Float, Argument::Int(n)) => EValue::Double(*n as f64),
-            (ArgType::Bool | ArgType::Scalar, Argument::Bool(b)) | (ArgType::Bool | ArgType::Scalar, Argument::SymBool(Sym::Const(b))) => EValue::Bool(*b),
+            (ArgType::Bool | ArgType::Scalar, Argument::Bool(b))
+            | (ArgType::Bool | ArgType::Scalar, Argument::SymBool(Sym::Const(b))) => {
+                EValue::Bool(*b)
+            }
             (ArgType::FloatList, Argument::Floats(f)) => EValue::DoubleList(f.clone()),
             (ArgType::BoolList, Argument::Bools(b)) => EValue::BoolList(b.clone()),
             (ArgType::Str, Argument::Str(s)) => EValue::Str(s.clone()),
@@ -474,13 +603,17 @@ impl Lowering<'_> {
                 let code = DType::from_name(d).and_then(scalar_type).ok_or_else(|| bad(&d))?;
                 EValue::Int(code as i64)
             }
-            (ArgType::MemoryFormat | ArgType::Int, Argument::MemoryFormat(m)) => EValue::Int(match m.as_str() {
-                // (dim-order ops take no memory format: their `dim_order` is the result's)
-                "contiguous_format" => 0,
-                "preserve_format" => 1,
-                _ => return Err(bad(&m)),
-            }),
-            (ArgType::Layout | ArgType::Int, Argument::Layout(l)) if l == "strided" => EValue::Int(0),
+            (ArgType::MemoryFormat | ArgType::Int, Argument::MemoryFormat(m)) => {
+                EValue::Int(match m.as_str() {
+                    // (dim-order ops take no memory format: their `dim_order` is the result's)
+                    "contiguous_format" => 0,
+                    "preserve_format" => 1,
+                    _ => return Err(bad(&m)),
+                })
+            }
+            (ArgType::Layout | ArgType::Int, Argument::Layout(l)) if l == "strided" => {
+                EValue::Int(0)
+            }
             (_, other) => return Err(bad(other)),
         };
         Ok(self.push(value))
@@ -490,36 +623,67 @@ impl Lowering<'_> {
     /// (`add.Tensor(s0, positions)`): a 0-dim tensor written from it at run
     /// time by `scalar_tensor.out`, typed as ExecuTorch's `SymToTensorPass`
     /// types it (int32, float32, bool).
-    fn scalar_tensor(&mut self, node: NodeId, sym: &Argument, v: ValueId) -> Result<u32, LowerError> {
+    fn scalar_tensor(
+        &mut self,
+        node: NodeId,
+        sym: &Argument,
+        v: ValueId,
+    ) -> Result<u32, LowerError> {
         let scalar_type = match sym {
             Argument::SymFloat(_) => 6,
             Argument::SymBool(_) => 11,
             _ => 3,
         };
         let size = self.id(node, v)?;
-        let kernel = kernels::kernel("aten.scalar_tensor.default").expect("scalar_tensor is in the table");
+        let kernel =
+            kernels::kernel("aten.scalar_tensor.default").expect("scalar_tensor is in the table");
         let op = self.operator(kernel);
-        let out = self.push(EValue::Tensor(Tensor { scalar_type, sizes: vec![], dim_order: vec![], dynamic: false, storage: Storage::Planned }));
+        let out = self.push(EValue::Tensor(Tensor {
+            scalar_type,
+            sizes: vec![],
+            dim_order: vec![],
+            dynamic: false,
+            storage: Storage::Planned,
+        }));
         self.program.chain.push(KernelCall { operator: op, args: vec![size, out, out] });
         Ok(out)
     }
 
-    fn json(&mut self, node: NodeId, ty: ArgType, default: &serde_json::Value) -> Result<u32, String> {
+    fn json(
+        &mut self,
+        node: NodeId,
+        ty: ArgType,
+        default: &serde_json::Value,
+    ) -> Result<u32, String> {
         use serde_json::Value as J;
         let _ = node;
         let value = match (ty, default) {
             (_, J::Null) => EValue::Null,
             (ArgType::Bool | ArgType::Scalar, J::Bool(b)) => EValue::Bool(*b),
             (ArgType::Float, J::Number(n)) => EValue::Double(n.as_f64().ok_or("not a number")?),
-            (ArgType::Int | ArgType::Scalar | ArgType::ScalarType | ArgType::MemoryFormat | ArgType::Layout, J::Number(n)) if n.is_i64() => EValue::Int(n.as_i64().unwrap()),
+            (
+                ArgType::Int
+                | ArgType::Scalar
+                | ArgType::ScalarType
+                | ArgType::MemoryFormat
+                | ArgType::Layout,
+                J::Number(n),
+            ) if n.is_i64() => EValue::Int(n.as_i64().unwrap()),
             (ArgType::Scalar, J::Number(n)) => EValue::Double(n.as_f64().ok_or("not a number")?),
             (ArgType::Str, J::String(s)) => EValue::Str(s.clone()),
             (ArgType::IntList, J::Array(xs)) => {
-                let items = xs.iter().map(|x| x.as_i64().map(|n| self.int(n)).ok_or("not an int")).collect::<Result<Vec<_>, _>>()?;
+                let items = xs
+                    .iter()
+                    .map(|x| x.as_i64().map(|n| self.int(n)).ok_or("not an int"))
+                    .collect::<Result<Vec<_>, _>>()?;
                 EValue::IntList(items)
             }
-            (ArgType::BoolList, J::Array(xs)) => EValue::BoolList(xs.iter().map(|x| x.as_bool().ok_or("not a bool")).collect::<Result<_, _>>()?),
-            (ArgType::FloatList, J::Array(xs)) => EValue::DoubleList(xs.iter().map(|x| x.as_f64().ok_or("not a float")).collect::<Result<_, _>>()?),
+            (ArgType::BoolList, J::Array(xs)) => EValue::BoolList(
+                xs.iter().map(|x| x.as_bool().ok_or("not a bool")).collect::<Result<_, _>>()?,
+            ),
+            (ArgType::FloatList, J::Array(xs)) => EValue::DoubleList(
+                xs.iter().map(|x| x.as_f64().ok_or("not a float")).collect::<Result<_, _>>()?,
+            ),
             (ty, other) => return Err(format!("default {other} for a {ty:?}")),
         };
         Ok(self.push(value))

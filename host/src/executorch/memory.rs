@@ -55,8 +55,13 @@ pub fn plan(program: &Program) -> Plan {
             touch(a as usize, at + 1, &mut first, &mut last);
             // A list's tensors are read (or written) where the list is.
             match &program.values[a as usize] {
-                EValue::TensorList(items) => items.iter().for_each(|&t| touch(t as usize, at + 1, &mut first, &mut last)),
-                EValue::OptionalTensorList(items) => items.iter().filter(|&&t| t >= 0).for_each(|&t| touch(t as usize, at + 1, &mut first, &mut last)),
+                EValue::TensorList(items) => {
+                    items.iter().for_each(|&t| touch(t as usize, at + 1, &mut first, &mut last))
+                }
+                EValue::OptionalTensorList(items) => items
+                    .iter()
+                    .filter(|&&t| t >= 0)
+                    .for_each(|&t| touch(t as usize, at + 1, &mut first, &mut last)),
                 _ => {}
             }
         }
@@ -68,7 +73,8 @@ pub fn plan(program: &Program) -> Plan {
         .filter_map(|i| match &program.values[i] {
             EValue::Tensor(t) if t.storage == Storage::Planned && first[i] != usize::MAX => {
                 let elements: u64 = t.sizes.iter().map(|&s| s.max(0) as u64).product();
-                let bytes = (elements * element_size(t.scalar_type)).div_ceil(ALIGNMENT) * ALIGNMENT;
+                let bytes =
+                    (elements * element_size(t.scalar_type)).div_ceil(ALIGNMENT) * ALIGNMENT;
                 Some((i as u32, bytes, first[i], last[i]))
             }
             _ => None,
@@ -79,7 +85,8 @@ pub fn plan(program: &Program) -> Plan {
     let mut placed: Vec<(u64, u64, usize, usize)> = Vec::new(); // offset, bytes, first, last
     let mut plan = Plan::default();
     for (value, bytes, from, to) in tensors {
-        let mut live: Vec<(u64, u64)> = placed.iter().filter(|p| p.2 <= to && from <= p.3).map(|p| (p.0, p.0 + p.1)).collect();
+        let mut live: Vec<(u64, u64)> =
+            placed.iter().filter(|p| p.2 <= to && from <= p.3).map(|p| (p.0, p.0 + p.1)).collect();
         live.sort();
         let mut offset = 0u64;
         for (start, stop) in live {
@@ -102,14 +109,26 @@ mod tests {
     use crate::executorch::lower::{KernelCall, Tensor};
 
     fn tensor(elements: i32, storage: Storage) -> EValue {
-        EValue::Tensor(Tensor { scalar_type: 6, sizes: vec![elements], dim_order: vec![0], dynamic: false, storage })
+        EValue::Tensor(Tensor {
+            scalar_type: 6,
+            sizes: vec![elements],
+            dim_order: vec![0],
+            dynamic: false,
+            storage,
+        })
     }
 
     #[test]
     fn tensors_that_never_live_together_share_memory_and_live_ones_never_overlap() {
         // x -> a -> b -> c (out); a dies when b is written, so c can reuse a's bytes.
         let mut p = Program::default();
-        p.values = vec![tensor(4, Storage::Planned), tensor(8, Storage::Planned), tensor(8, Storage::Planned), tensor(8, Storage::Planned), tensor(8, Storage::Alias(2))];
+        p.values = vec![
+            tensor(4, Storage::Planned),
+            tensor(8, Storage::Planned),
+            tensor(8, Storage::Planned),
+            tensor(8, Storage::Planned),
+            tensor(8, Storage::Alias(2)),
+        ];
         p.operators = vec![("aten::relu".into(), "out".into())];
         p.inputs = vec![0];
         p.chain = vec![
@@ -130,7 +149,10 @@ mod tests {
                 assert!(!(together && overlap), "{a} and {b} overlap while both live: {plan:?}");
             }
         }
-        assert_eq!(plan.arena, 64, "never more than two 32-byte tensors live at once; x fits beside a: {plan:?}");
+        assert_eq!(
+            plan.arena, 64,
+            "never more than two 32-byte tensors live at once; x fits beside a: {plan:?}"
+        );
         assert!(plan.offsets.iter().all(|o| o.1 % ALIGNMENT == 0));
         assert!(!plan.offsets.iter().any(|o| o.0 == 4), "a view has no memory of its own");
     }

@@ -39,7 +39,13 @@ pub struct Emitted {
 
 /// Emits the edge program `graph` (read from `pt2`, whose weights it streams)
 /// as a portable `.pte` at `path`, with `provenance` (JSON) as named data.
-pub fn emit(pt2: &Pt2, graph: &Graph, specs: write::Specs, provenance: &[u8], path: &Path) -> Result<Emitted> {
+pub fn emit(
+    pt2: &Pt2,
+    graph: &Graph,
+    specs: write::Specs,
+    provenance: &[u8],
+    path: &Path,
+) -> Result<Emitted> {
     let model = pt2.programs.get("model").context("the edge program has no `model`")?;
     let program = lower::lower(graph, &model.graph_module.signature)?;
     let plan = memory::plan(&program);
@@ -47,13 +53,26 @@ pub fn emit(pt2: &Pt2, graph: &Graph, specs: write::Specs, provenance: &[u8], pa
         .constants
         .iter()
         .map(|c| match c {
-            lower::Constant::Archive { fqn, lifted, meta } => match crate::onnx::weights::initializer(pt2, fqn, *lifted, meta)?.bytes {
-                crate::onnx::weights::Bytes::Mapped(bytes) => Ok(write::ConstantBytes { bytes, origin: pt2.origin(bytes) }),
-                _ => Err(anyhow::anyhow!("weight `{fqn}` is not a slice of the archive")),
-            },
-            lower::Constant::Scalar(bytes) => Ok(write::ConstantBytes { bytes: bytes.as_slice(), origin: None }),
+            lower::Constant::Archive { fqn, lifted, meta } => {
+                match crate::onnx::weights::initializer(pt2, fqn, *lifted, meta)?.bytes {
+                    crate::onnx::weights::Bytes::Mapped(bytes) => {
+                        Ok(write::ConstantBytes { bytes, origin: pt2.origin(bytes) })
+                    }
+                    _ => Err(anyhow::anyhow!("weight `{fqn}` is not a slice of the archive")),
+                }
+            }
+            lower::Constant::Scalar(bytes) => {
+                Ok(write::ConstantBytes { bytes: bytes.as_slice(), origin: None })
+            }
         })
         .collect::<Result<_>>()?;
-    let written = write::write(&program, &plan, &slices, specs, provenance, path).with_context(|| format!("writing {}", path.display()))?;
-    Ok(Emitted { instructions: program.chain.len(), operators: program.operators.len(), values: program.values.len(), arena: plan.arena, written })
+    let written = write::write(&program, &plan, &slices, specs, provenance, path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(Emitted {
+        instructions: program.chain.len(),
+        operators: program.operators.len(),
+        values: program.values.len(),
+        arena: plan.arena,
+        written,
+    })
 }

@@ -50,7 +50,14 @@ pub struct ConstantBytes<'a> {
 
 /// Writes `program` with its memory `plan`, constant bytes and `provenance`
 /// (segment 1, named [`PROVENANCE_KEY`]) to `path`, atomically.
-pub fn write(program: &Program, plan: &Plan, constants: &[ConstantBytes<'_>], specs: Specs, provenance: &[u8], path: &Path) -> io::Result<Written> {
+pub fn write(
+    program: &Program,
+    plan: &Plan,
+    constants: &[ConstantBytes<'_>],
+    specs: Specs,
+    provenance: &[u8],
+    path: &Path,
+) -> io::Result<Written> {
     // Constant k (1-based: offsets[0] is reserved) at offsets[k] in segment 0.
     let mut offsets = vec![0u64];
     let mut at = 0u64;
@@ -66,7 +73,9 @@ pub fn write(program: &Program, plan: &Plan, constants: &[ConstantBytes<'_>], sp
     // Splice the extended header in after the root offset and the identifier.
     let program_size = (flatbuffer.len() + HEADER_LENGTH) as u64;
     let segment_base = align(program_size, SEGMENT_ALIGNMENT);
-    let root = u32::from_le_bytes(flatbuffer[0..4].try_into().expect("a finished buffer starts with its root offset")) + HEADER_LENGTH as u32;
+    let root = u32::from_le_bytes(
+        flatbuffer[0..4].try_into().expect("a finished buffer starts with its root offset"),
+    ) + HEADER_LENGTH as u32;
     let mut header = Vec::with_capacity(8 + HEADER_LENGTH);
     header.extend_from_slice(&root.to_le_bytes());
     header.extend_from_slice(&flatbuffer[4..8]);
@@ -90,12 +99,22 @@ pub fn write(program: &Program, plan: &Plan, constants: &[ConstantBytes<'_>], sp
         out.write_all(provenance)?;
         out.finish().map(drop)
     })?;
-    Ok(Written { bytes: segment_base + segment_data_size, program_bytes: program_size, constant_bytes: segment_size })
+    Ok(Written {
+        bytes: segment_base + segment_data_size,
+        program_bytes: program_size,
+        constant_bytes: segment_size,
+    })
 }
 
 /// The program's FlatBuffer; `segments` are (offset, size) from the segment
 /// base: the constants, then the provenance.
-fn flatbuffer(program: &Program, plan: &Plan, constant_offsets: &[u64], segments: &[(u64, u64); 2], specs: Specs) -> Vec<u8> {
+fn flatbuffer(
+    program: &Program,
+    plan: &Plan,
+    constant_offsets: &[u64],
+    segments: &[(u64, u64); 2],
+    specs: Specs,
+) -> Vec<u8> {
     let mut b = FlatBufferBuilder::with_capacity(1 << 16);
     let offset_of: std::collections::HashMap<u32, u64> = plan.offsets.iter().copied().collect();
     let root = |i: u32| match &program.values[i as usize] {
@@ -108,51 +127,99 @@ fn flatbuffer(program: &Program, plan: &Plan, constant_offsets: &[u64], segments
     let mut values = Vec::with_capacity(program.values.len());
     for (i, v) in program.values.iter().enumerate() {
         let (kind, val) = match v {
-            EValue::Null => (fb::KernelTypes::Null, fb::Null::create(&mut b, &fb::NullArgs {}).as_union_value()),
-            EValue::Int(n) => (fb::KernelTypes::Int, fb::Int::create(&mut b, &fb::IntArgs { int_val: *n }).as_union_value()),
-            EValue::Bool(x) => (fb::KernelTypes::Bool, fb::Bool::create(&mut b, &fb::BoolArgs { bool_val: *x }).as_union_value()),
-            EValue::Double(x) => (fb::KernelTypes::Double, fb::Double::create(&mut b, &fb::DoubleArgs { double_val: *x }).as_union_value()),
+            EValue::Null => {
+                (fb::KernelTypes::Null, fb::Null::create(&mut b, &fb::NullArgs {}).as_union_value())
+            }
+            EValue::Int(n) => (
+                fb::KernelTypes::Int,
+                fb::Int::create(&mut b, &fb::IntArgs { int_val: *n }).as_union_value(),
+            ),
+            EValue::Bool(x) => (
+                fb::KernelTypes::Bool,
+                fb::Bool::create(&mut b, &fb::BoolArgs { bool_val: *x }).as_union_value(),
+            ),
+            EValue::Double(x) => (
+                fb::KernelTypes::Double,
+                fb::Double::create(&mut b, &fb::DoubleArgs { double_val: *x }).as_union_value(),
+            ),
             EValue::Str(s) => {
                 let s = b.create_string(s);
-                (fb::KernelTypes::String, fb::String::create(&mut b, &fb::StringArgs { string_val: Some(s) }).as_union_value())
+                (
+                    fb::KernelTypes::String,
+                    fb::String::create(&mut b, &fb::StringArgs { string_val: Some(s) })
+                        .as_union_value(),
+                )
             }
             EValue::IntList(items) => {
                 let items: Vec<i64> = items.iter().map(|&x| x as i64).collect();
                 let items = b.create_vector(&items);
-                (fb::KernelTypes::IntList, fb::IntList::create(&mut b, &fb::IntListArgs { items: Some(items) }).as_union_value())
+                (
+                    fb::KernelTypes::IntList,
+                    fb::IntList::create(&mut b, &fb::IntListArgs { items: Some(items) })
+                        .as_union_value(),
+                )
             }
             EValue::DoubleList(items) => {
                 let items = b.create_vector(items);
-                (fb::KernelTypes::DoubleList, fb::DoubleList::create(&mut b, &fb::DoubleListArgs { items: Some(items) }).as_union_value())
+                (
+                    fb::KernelTypes::DoubleList,
+                    fb::DoubleList::create(&mut b, &fb::DoubleListArgs { items: Some(items) })
+                        .as_union_value(),
+                )
             }
             EValue::BoolList(items) => {
                 let items = b.create_vector(items);
-                (fb::KernelTypes::BoolList, fb::BoolList::create(&mut b, &fb::BoolListArgs { items: Some(items) }).as_union_value())
+                (
+                    fb::KernelTypes::BoolList,
+                    fb::BoolList::create(&mut b, &fb::BoolListArgs { items: Some(items) })
+                        .as_union_value(),
+                )
             }
             EValue::TensorList(items) => {
                 let items: Vec<i32> = items.iter().map(|&x| x as i32).collect();
                 let items = b.create_vector(&items);
-                (fb::KernelTypes::TensorList, fb::TensorList::create(&mut b, &fb::TensorListArgs { items: Some(items) }).as_union_value())
+                (
+                    fb::KernelTypes::TensorList,
+                    fb::TensorList::create(&mut b, &fb::TensorListArgs { items: Some(items) })
+                        .as_union_value(),
+                )
             }
             EValue::OptionalTensorList(items) => {
                 let items = b.create_vector(items);
-                (fb::KernelTypes::OptionalTensorList, fb::OptionalTensorList::create(&mut b, &fb::OptionalTensorListArgs { items: Some(items) }).as_union_value())
+                (
+                    fb::KernelTypes::OptionalTensorList,
+                    fb::OptionalTensorList::create(
+                        &mut b,
+                        &fb::OptionalTensorListArgs { items: Some(items) },
+                    )
+                    .as_union_value(),
+                )
             }
             EValue::Tensor(t) => {
                 let sizes = b.create_vector(&t.sizes);
                 let dim_order = b.create_vector(&t.dim_order);
                 let (data_buffer_idx, allocation) = match t.storage {
                     Storage::Constant(c) => (c as u32 + 1, None),
-                    Storage::Planned | Storage::Alias(_) => (0, offset_of.get(&root(i as u32)).copied()),
+                    Storage::Planned | Storage::Alias(_) => {
+                        (0, offset_of.get(&root(i as u32)).copied())
+                    }
                     Storage::Empty => (0, None),
                 };
                 let allocation_info = allocation.map(|offset| {
                     fb::AllocationDetails::create(
                         &mut b,
-                        &fb::AllocationDetailsArgs { memory_id: 1, memory_offset_low: offset as u32, memory_offset_high: (offset >> 32) as u32 },
+                        &fb::AllocationDetailsArgs {
+                            memory_id: 1,
+                            memory_offset_low: offset as u32,
+                            memory_offset_high: (offset >> 32) as u32,
+                        },
                     )
                 });
-                let dynamism = if t.dynamic { fb::TensorShapeDynamism::DYNAMIC_BOUND } else { fb::TensorShapeDynamism::STATIC };
+                let dynamism = if t.dynamic {
+                    fb::TensorShapeDynamism::DYNAMIC_BOUND
+                } else {
+                    fb::TensorShapeDynamism::STATIC
+                };
                 let tensor = fb::Tensor::create(
                     &mut b,
                     &fb::TensorArgs {
@@ -180,8 +247,17 @@ fn flatbuffer(program: &Program, plan: &Plan, constant_offsets: &[u64], segments
         .map(|call| {
             let args: Vec<i32> = call.args.iter().map(|&a| a as i32).collect();
             let args = b.create_vector(&args);
-            let kernel = fb::KernelCall::create(&mut b, &fb::KernelCallArgs { op_index: call.operator as i32, args: Some(args) });
-            fb::Instruction::create(&mut b, &fb::InstructionArgs { instr_args_type: fb::InstructionArguments::KernelCall, instr_args: Some(kernel.as_union_value()) })
+            let kernel = fb::KernelCall::create(
+                &mut b,
+                &fb::KernelCallArgs { op_index: call.operator as i32, args: Some(args) },
+            );
+            fb::Instruction::create(
+                &mut b,
+                &fb::InstructionArgs {
+                    instr_args_type: fb::InstructionArguments::KernelCall,
+                    instr_args: Some(kernel.as_union_value()),
+                },
+            )
         })
         .collect();
     let instructions = b.create_vector(&instructions);
@@ -189,7 +265,15 @@ fn flatbuffer(program: &Program, plan: &Plan, constant_offsets: &[u64], segments
     let outputs: Vec<i32> = program.outputs.iter().map(|&x| x as i32).collect();
     let chain_inputs = b.create_vector(&inputs);
     let chain_outputs = b.create_vector(&outputs);
-    let chain = fb::Chain::create(&mut b, &fb::ChainArgs { inputs: Some(chain_inputs), outputs: Some(chain_outputs), instructions: Some(instructions), stacktrace: None });
+    let chain = fb::Chain::create(
+        &mut b,
+        &fb::ChainArgs {
+            inputs: Some(chain_inputs),
+            outputs: Some(chain_outputs),
+            instructions: Some(instructions),
+            stacktrace: None,
+        },
+    );
     let chains = b.create_vector(&[chain]);
     let operators: Vec<_> = program
         .operators
@@ -197,7 +281,10 @@ fn flatbuffer(program: &Program, plan: &Plan, constant_offsets: &[u64], segments
         .map(|(name, overload)| {
             let name = b.create_string(name);
             let overload = b.create_string(overload);
-            fb::Operator::create(&mut b, &fb::OperatorArgs { name: Some(name), overload: Some(overload) })
+            fb::Operator::create(
+                &mut b,
+                &fb::OperatorArgs { name: Some(name), overload: Some(overload) },
+            )
         })
         .collect();
     let operators = b.create_vector(&operators);
@@ -208,7 +295,13 @@ fn flatbuffer(program: &Program, plan: &Plan, constant_offsets: &[u64], segments
     let name = b.create_string("forward");
     let encoded_inp_str = b.create_string(specs.inputs);
     let encoded_out_str = b.create_string(specs.outputs);
-    let container = fb::ContainerMetadata::create(&mut b, &fb::ContainerMetadataArgs { encoded_inp_str: Some(encoded_inp_str), encoded_out_str: Some(encoded_out_str) });
+    let container = fb::ContainerMetadata::create(
+        &mut b,
+        &fb::ContainerMetadataArgs {
+            encoded_inp_str: Some(encoded_inp_str),
+            encoded_out_str: Some(encoded_out_str),
+        },
+    );
     let execution_plan = fb::ExecutionPlan::create(
         &mut b,
         &fb::ExecutionPlanArgs {
@@ -225,13 +318,22 @@ fn flatbuffer(program: &Program, plan: &Plan, constant_offsets: &[u64], segments
         },
     );
     let plans = b.create_vector(&[execution_plan]);
-    let segments: Vec<_> = segments.iter().map(|&(offset, size_)| fb::DataSegment::create(&mut b, &fb::DataSegmentArgs { offset, size_ })).collect();
+    let segments: Vec<_> = segments
+        .iter()
+        .map(|&(offset, size_)| {
+            fb::DataSegment::create(&mut b, &fb::DataSegmentArgs { offset, size_ })
+        })
+        .collect();
     let segments = b.create_vector(&segments);
     let key = b.create_string(PROVENANCE_KEY);
-    let named = fb::NamedData::create(&mut b, &fb::NamedDataArgs { key: Some(key), segment_index: 1 });
+    let named =
+        fb::NamedData::create(&mut b, &fb::NamedDataArgs { key: Some(key), segment_index: 1 });
     let named_data = b.create_vector(&[named]);
     let offsets = b.create_vector(constant_offsets);
-    let constant_segment = fb::SubsegmentOffsets::create(&mut b, &fb::SubsegmentOffsetsArgs { segment_index: 0, offsets: Some(offsets) });
+    let constant_segment = fb::SubsegmentOffsets::create(
+        &mut b,
+        &fb::SubsegmentOffsetsArgs { segment_index: 0, offsets: Some(offsets) },
+    );
     let root = fb::Program::create(
         &mut b,
         &fb::ProgramArgs {

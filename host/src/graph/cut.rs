@@ -27,11 +27,18 @@ impl Graph {
             let mut next = Vec::new();
             for &id in &frontier {
                 let Ok(node) = self.node(id) else { continue };
-                let producers = node.inputs.iter().flat_map(|a| a.value.values()).filter_map(|v| self.value(v).ok()?.producer);
-                let readers = node.output_values().flat_map(|v| self.value_users(v).unwrap_or_default()).filter_map(|u| match u {
-                    User::Node(n) => Some(n),
-                    User::Output(_) => None,
-                });
+                let producers = node
+                    .inputs
+                    .iter()
+                    .flat_map(|a| a.value.values())
+                    .filter_map(|v| self.value(v).ok()?.producer);
+                let readers = node
+                    .output_values()
+                    .flat_map(|v| self.value_users(v).unwrap_or_default())
+                    .filter_map(|u| match u {
+                        User::Node(n) => Some(n),
+                        User::Output(_) => None,
+                    });
                 for n in producers.chain(readers) {
                     if self.node(n).is_ok_and(|n| n.subgraph == 0) && found.insert(n) {
                         next.push(n);
@@ -57,7 +64,10 @@ impl Graph {
         for &id in &order {
             let node = self.node(id)?;
             if node.subgraph != 0 {
-                return Err(GraphError::Malformed(format!("node `{}` is in a sub-graph; only root-graph nodes can be cut", self.node_name(id))));
+                return Err(GraphError::Malformed(format!(
+                    "node `{}` is in a sub-graph; only root-graph nodes can be cut",
+                    self.node_name(id)
+                )));
             }
             for value in node.inputs.iter().flat_map(|a| a.value.values()) {
                 if let std::collections::hash_map::Entry::Vacant(slot) = mapped.entry(value) {
@@ -66,7 +76,11 @@ impl Graph {
                     inputs.push(v.name.clone());
                 }
             }
-            let node_inputs = node.inputs.iter().map(|a| NamedArgument { value: a.value.map_values(|v| mapped[&v]), ..a.clone() }).collect();
+            let node_inputs = node
+                .inputs
+                .iter()
+                .map(|a| NamedArgument { value: a.value.map_values(|v| mapped[&v]), ..a.clone() })
+                .collect();
             let next = program.next_node_id();
             let mut produced = HashMap::new();
             for value in node.output_values() {
@@ -80,9 +94,15 @@ impl Graph {
                     outputs.push(value);
                 }
             }
-            let node_outputs: Vec<Argument> = node.outputs.iter().map(|a| a.map_values(|v| produced[&v])).collect();
+            let node_outputs: Vec<Argument> =
+                node.outputs.iter().map(|a| a.map_values(|v| produced[&v])).collect();
             mapped.extend(produced);
-            program.push_loaded(Node { inputs: node_inputs, outputs: node_outputs, subgraph: 0, ..node.clone() })?;
+            program.push_loaded(Node {
+                inputs: node_inputs,
+                outputs: node_outputs,
+                subgraph: 0,
+                ..node.clone()
+            })?;
         }
         // A piece whose results nothing else reads still shows its last node's.
         if outputs.is_empty() {
@@ -90,7 +110,10 @@ impl Graph {
                 outputs = self.node(last)?.output_values().collect();
             }
         }
-        let outputs = outputs.into_iter().map(|v| self.value(v).map(|value| output_argument(&value.meta, mapped[&v]))).collect::<Result<_, _>>()?;
+        let outputs = outputs
+            .into_iter()
+            .map(|v| self.value(v).map(|value| output_argument(&value.meta, mapped[&v])))
+            .collect::<Result<_, _>>()?;
         program.set_outputs(0, outputs)?;
         Ok(Cut { program, inputs })
     }

@@ -29,7 +29,8 @@ pub fn has_side_effects(node: &Node) -> bool {
     }
     let mut parts = node.target.split('.');
     let (namespace, op, overload) = (parts.next(), parts.next(), parts.next());
-    let in_place = namespace == Some("aten") && op.is_some_and(|op| op.ends_with('_') && !op.ends_with("__"));
+    let in_place =
+        namespace == Some("aten") && op.is_some_and(|op| op.ends_with('_') && !op.ends_with("__"));
     in_place || overload == Some("out")
 }
 
@@ -43,7 +44,8 @@ impl Graph {
             let order: Vec<NodeId> = self.order(subgraph as u32).collect();
             for &id in order.iter().rev() {
                 let node = self.nodes[id.0 as usize].as_ref().expect("ordered nodes are live");
-                let dead = !has_side_effects(node) && node.output_values().all(|v| !self.is_used(v));
+                let dead =
+                    !has_side_effects(node) && node.output_values().all(|v| !self.is_used(v));
                 if dead && self.erase(id).is_ok() {
                     removed += 1;
                 }

@@ -6,9 +6,9 @@
 //! consistent and, inside a transaction, record how to undo themselves: a
 //! plugin call that fails leaves the graph exactly as it was before the call.
 
-pub mod pt2;
 mod cut;
 mod dce;
+pub mod pt2;
 pub use cut::Cut;
 pub use dce::has_side_effects;
 mod mutate;
@@ -91,7 +91,8 @@ impl Graph {
 
     /// Loads the IR's JSON form (a debugging and test format; `.pt2` is the real one).
     pub fn from_json(text: &str) -> Result<Self, GraphError> {
-        let repr: GraphRepr = serde_json::from_str(text).map_err(|e| GraphError::Malformed(e.to_string()))?;
+        let repr: GraphRepr =
+            serde_json::from_str(text).map_err(|e| GraphError::Malformed(e.to_string()))?;
         Graph::from_repr(repr)
     }
 
@@ -132,7 +133,10 @@ impl Graph {
         if repr.subgraphs.is_empty() {
             return Err(malformed("program has no root graph".into()));
         }
-        if repr.nodes.len() > u32::MAX as usize || repr.values.len() > u32::MAX as usize || repr.subgraphs.len() > u32::MAX as usize {
+        if repr.nodes.len() > u32::MAX as usize
+            || repr.values.len() > u32::MAX as usize
+            || repr.subgraphs.len() > u32::MAX as usize
+        {
             return Err(malformed("more nodes, values or graphs than ids".into()));
         }
         let mut g = Graph {
@@ -154,20 +158,29 @@ impl Graph {
             let id = NodeId(index as u32);
             for value in node.output_values() {
                 let slot = produced_by.get_mut(value.0 as usize);
-                let slot = slot.ok_or_else(|| malformed(format!("node {index} outputs missing value {}", value.0)))?;
+                let slot = slot.ok_or_else(|| {
+                    malformed(format!("node {index} outputs missing value {}", value.0))
+                })?;
                 if let Some(other) = slot.replace(id) {
-                    return Err(malformed(format!("value {} is produced by nodes {} and {index}", value.0, other.0)));
+                    return Err(malformed(format!(
+                        "value {} is produced by nodes {} and {index}",
+                        value.0, other.0
+                    )));
                 }
             }
         }
         for (index, (value, producer)) in g.values.iter().zip(&produced_by).enumerate() {
             // A value of an erased node (dead-code elimination, a fix) stays in the
             // arena naming it; nothing may read it (checked below: it is never visible).
-            let erased = value.producer.is_some_and(|p| matches!(g.nodes.get(p.0 as usize), Some(None)));
+            let erased =
+                value.producer.is_some_and(|p| matches!(g.nodes.get(p.0 as usize), Some(None)));
             if value.producer != *producer && !(erased && producer.is_none()) {
                 let said = value.producer.map_or("none".to_string(), |p| format!("node {}", p.0));
                 let is = producer.map_or("no node".to_string(), |p| format!("node {}", p.0));
-                return Err(malformed(format!("value {index} (`{}`) names {said} as its producer, but {is} outputs it", value.name)));
+                return Err(malformed(format!(
+                    "value {index} (`{}`) names {said} as its producer, but {is} outputs it",
+                    value.name
+                )));
             }
         }
         // Where each node is placed, as the orders are read.
@@ -179,12 +192,20 @@ impl Graph {
         for (index, sub) in repr.subgraphs.into_iter().enumerate() {
             let index = index as u32;
             for &input in &sub.inputs {
-                let value = g.values.get(input.0 as usize).ok_or_else(|| malformed(format!("graph {index} has missing input value {}", input.0)))?;
+                let value = g.values.get(input.0 as usize).ok_or_else(|| {
+                    malformed(format!("graph {index} has missing input value {}", input.0))
+                })?;
                 if value.producer.is_some() {
-                    return Err(malformed(format!("graph {index} input `{}` is produced by a node", value.name)));
+                    return Err(malformed(format!(
+                        "graph {index} input `{}` is produced by a node",
+                        value.name
+                    )));
                 }
                 if let Some(other) = is_input[input.0 as usize].replace(index) {
-                    return Err(malformed(format!("value `{}` is an input of graph {other} and again of graph {index}", value.name)));
+                    return Err(malformed(format!(
+                        "value `{}` is an input of graph {other} and again of graph {index}",
+                        value.name
+                    )));
                 }
             }
             g.subgraphs.push(Subgraph {
@@ -204,14 +225,20 @@ impl Graph {
             };
             for id in sub.order {
                 let node = g.nodes.get(id.0 as usize).and_then(Option::as_ref);
-                let node = node.ok_or_else(|| malformed(format!("graph {index} orders missing node {}", id.0)))?;
+                let node = node.ok_or_else(|| {
+                    malformed(format!("graph {index} orders missing node {}", id.0))
+                })?;
                 if node.subgraph != index || placed[id.0 as usize].is_some() {
                     return Err(malformed(format!("node {} is misplaced or listed twice", id.0)));
                 }
-                let reads: Vec<ValueId> = node.inputs.iter().flat_map(|a| a.value.values()).collect();
+                let reads: Vec<ValueId> =
+                    node.inputs.iter().flat_map(|a| a.value.values()).collect();
                 for value in reads {
                     if value.0 as usize >= g.values.len() {
-                        return Err(malformed(format!("node {} reads missing value {}", id.0, value.0)));
+                        return Err(malformed(format!(
+                            "node {} reads missing value {}",
+                            id.0, value.0
+                        )));
                     }
                     if !visible(&g, &placed, value) {
                         let name = &g.values[value.0 as usize].name;
@@ -225,7 +252,10 @@ impl Graph {
                 for a in &node.inputs {
                     if let Argument::Subgraph(called) = a.value {
                         if called as usize >= subgraph_count {
-                            return Err(malformed(format!("node {} refers to missing graph {called}", id.0)));
+                            return Err(malformed(format!(
+                                "node {} refers to missing graph {called}",
+                                id.0
+                            )));
                         }
                         calls.push((index, called));
                     }
@@ -236,16 +266,24 @@ impl Graph {
             }
             for value in sub.outputs.iter().flat_map(Argument::values) {
                 if value.0 as usize >= g.values.len() {
-                    return Err(malformed(format!("graph {index} outputs missing value {}", value.0)));
+                    return Err(malformed(format!(
+                        "graph {index} outputs missing value {}",
+                        value.0
+                    )));
                 }
                 if !visible(&g, &placed, value) {
-                    return Err(malformed(format!("graph {index} outputs value {} (`{}`), not defined in it", value.0, g.values[value.0 as usize].name)));
+                    return Err(malformed(format!(
+                        "graph {index} outputs value {} (`{}`), not defined in it",
+                        value.0, g.values[value.0 as usize].name
+                    )));
                 }
                 g.uses[value.0 as usize].push(User::Output(index));
             }
             g.subgraphs[index as usize].outputs = sub.outputs;
         }
-        if let Some(index) = g.nodes.iter().zip(&placed).position(|(n, p)| n.is_some() && p.is_none()) {
+        if let Some(index) =
+            g.nodes.iter().zip(&placed).position(|(n, p)| n.is_some() && p.is_none())
+        {
             return Err(malformed(format!("node {index} is in no graph's order")));
         }
         check_subgraph_calls(subgraph_count, &calls).map_err(malformed)?;
@@ -279,7 +317,12 @@ impl Graph {
     }
 
     /// Adds a value named `name` (or a fresh variant if taken), for loaders.
-    pub(crate) fn add_value(&mut self, name: &str, meta: ValueMeta, producer: Option<NodeId>) -> ValueId {
+    pub(crate) fn add_value(
+        &mut self,
+        name: &str,
+        meta: ValueMeta,
+        producer: Option<NodeId>,
+    ) -> ValueId {
         self.new_value(name, meta, producer)
     }
 
@@ -339,7 +382,9 @@ impl Graph {
     }
 
     pub fn nodes_by_target<'a>(&'a self, target: &'a str) -> impl Iterator<Item = NodeId> + 'a {
-        self.nodes().filter(move |&id| self.nodes[id.0 as usize].as_ref().is_some_and(|n| n.target == target))
+        self.nodes().filter(move |&id| {
+            self.nodes[id.0 as usize].as_ref().is_some_and(|n| n.target == target)
+        })
     }
 
     pub fn subgraph(&self, index: u32) -> Result<&Subgraph, GraphError> {
@@ -374,7 +419,9 @@ impl Graph {
     /// `nodes` sorted by their place in the program (graph, then order).
     pub fn in_order(&self, nodes: impl IntoIterator<Item = NodeId>) -> Vec<NodeId> {
         let mut nodes: Vec<NodeId> = nodes.into_iter().collect();
-        nodes.sort_by_key(|&n| (self.nodes[n.0 as usize].as_ref().map_or(u32::MAX, |n| n.subgraph), self.ordinal(n)));
+        nodes.sort_by_key(|&n| {
+            (self.nodes[n.0 as usize].as_ref().map_or(u32::MAX, |n| n.subgraph), self.ordinal(n))
+        });
         nodes
     }
 
@@ -452,7 +499,9 @@ fn check_subgraph_calls(count: usize, calls: &[(u32, u32)]) -> Result<(), String
         }
     }
     match (0..count).find(|&i| callers[i] > 0) {
-        Some(i) if done < count => Err(format!("graph {i} is on a cycle of graphs calling each other")),
+        Some(i) if done < count => {
+            Err(format!("graph {i} is on a cycle of graphs calling each other"))
+        }
         _ => Ok(()),
     }
 }
@@ -474,7 +523,8 @@ impl Graph {
     /// at once) of at most [`IR_JSON_LIMIT`] bytes.
     pub fn read_json(path: &std::path::Path) -> Result<Graph, ReadJsonError> {
         let text = crate::input::read_to_string_bounded(path, IR_JSON_LIMIT)?;
-        Graph::from_json(&text).map_err(|source| ReadJsonError::Graph { path: path.display().to_string(), source })
+        Graph::from_json(&text)
+            .map_err(|source| ReadJsonError::Graph { path: path.display().to_string(), source })
     }
 }
 
@@ -493,7 +543,12 @@ mod tests {
         let mut nodes = vec![];
         for _ in 0..n {
             let id = g
-                .push_node(0, "aten.relu.default", vec![NamedArgument::positional("self", Argument::Tensor(prev))], vec![OutputDecl::Tensor(meta())])
+                .push_node(
+                    0,
+                    "aten.relu.default",
+                    vec![NamedArgument::positional("self", Argument::Tensor(prev))],
+                    vec![OutputDecl::Tensor(meta())],
+                )
                 .unwrap();
             prev = g.node(id).unwrap().output_values().next().unwrap();
             nodes.push(id);
@@ -510,7 +565,12 @@ mod tests {
         let mut inserted = vec![];
         for _ in 0..64 {
             let id = g
-                .insert_before(nodes[1], "aten.neg.default", vec![NamedArgument::positional("self", Argument::Tensor(x))], vec![OutputDecl::Tensor(meta())])
+                .insert_before(
+                    nodes[1],
+                    "aten.neg.default",
+                    vec![NamedArgument::positional("self", Argument::Tensor(x))],
+                    vec![OutputDecl::Tensor(meta())],
+                )
                 .unwrap();
             inserted.push(id);
         }
@@ -526,9 +586,15 @@ mod tests {
     fn reads_must_come_before_the_reader() {
         let (mut g, nodes) = chain(3);
         let late = g.node(nodes[2]).unwrap().output_values().next().unwrap();
-        let e = g.insert_before(nodes[1], "aten.neg.default", vec![NamedArgument::positional("self", Argument::Tensor(late))], vec![]);
+        let e = g.insert_before(
+            nodes[1],
+            "aten.neg.default",
+            vec![NamedArgument::positional("self", Argument::Tensor(late))],
+            vec![],
+        );
         assert!(matches!(e, Err(GraphError::NotDominating { .. })), "{e:?}");
-        let e = g.set_inputs(nodes[0], vec![NamedArgument::positional("self", Argument::Tensor(late))]);
+        let e =
+            g.set_inputs(nodes[0], vec![NamedArgument::positional("self", Argument::Tensor(late))]);
         assert!(matches!(e, Err(GraphError::NotDominating { .. })), "{e:?}");
     }
 
@@ -540,8 +606,13 @@ mod tests {
         let x = g.subgraph(0).unwrap().inputs[0];
         let first_out = g.node(nodes[0]).unwrap().output_values().next().unwrap();
         let second_out = g.node(nodes[1]).unwrap().output_values().next().unwrap();
-        g.insert_before(nodes[2], "aten.neg.default", vec![NamedArgument::positional("self", Argument::Tensor(x))], vec![OutputDecl::Tensor(meta())])
-            .unwrap();
+        g.insert_before(
+            nodes[2],
+            "aten.neg.default",
+            vec![NamedArgument::positional("self", Argument::Tensor(x))],
+            vec![OutputDecl::Tensor(meta())],
+        )
+        .unwrap();
         g.replace_uses(second_out, Replacement::Value(first_out)).unwrap();
         g.erase(nodes[1]).unwrap();
         g.set_range_constraint("s0", RangeConstraint { min: 2, max: None }).unwrap();
@@ -561,7 +632,9 @@ mod tests {
         assert_eq!(again.fingerprint(), g.fingerprint());
         assert!(matches!(Graph::from_json("{"), Err(GraphError::Malformed(_))));
         let dangling = g.to_json().replace("\"tensor\": 0", "\"tensor\": 99");
-        assert!(matches!(Graph::from_json(&dangling), Err(GraphError::Malformed(m)) if m.contains("missing value 99")));
+        assert!(
+            matches!(Graph::from_json(&dangling), Err(GraphError::Malformed(m)) if m.contains("missing value 99"))
+        );
     }
 
     /// `chain(3)`'s JSON edited by `edit`, loaded: the error message.
@@ -588,7 +661,10 @@ mod tests {
         assert!(m.contains("node 1 reads value 1"), "{m}");
         // A graph calling itself, and two graphs calling each other.
         let m = load_edited(|j| {
-            j["subgraphs"].as_array_mut().unwrap().push(serde_json::json!({"inputs": [], "order": [3], "outputs": []}));
+            j["subgraphs"]
+                .as_array_mut()
+                .unwrap()
+                .push(serde_json::json!({"inputs": [], "order": [3], "outputs": []}));
             let call = |graph: u32, calls: u32| serde_json::json!({"target": "higher_order.cond", "inputs": [{"name": "body", "value": {"subgraph": calls}}], "outputs": [], "subgraph": graph});
             j["nodes"].as_array_mut().unwrap().push(call(1, 1));
         });
@@ -596,7 +672,10 @@ mod tests {
         let m = load_edited(|j| {
             let call = |graph: u32, calls: u32| serde_json::json!({"target": "higher_order.cond", "inputs": [{"name": "body", "value": {"subgraph": calls}}], "outputs": [], "subgraph": graph});
             for (graph, calls, node) in [(1, 2, 3), (2, 1, 4)] {
-                j["subgraphs"].as_array_mut().unwrap().push(serde_json::json!({"inputs": [], "order": [node], "outputs": []}));
+                j["subgraphs"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(serde_json::json!({"inputs": [], "order": [node], "outputs": []}));
                 j["nodes"].as_array_mut().unwrap().push(call(graph, calls));
             }
         });
@@ -605,10 +684,16 @@ mod tests {
         let m = load_edited(|j| {
             let call = |graph: u32, calls: u32| serde_json::json!({"target": "higher_order.cond", "inputs": [{"name": "body", "value": {"subgraph": calls}}], "outputs": [], "subgraph": graph});
             for graph in 1..=200u32 {
-                j["subgraphs"].as_array_mut().unwrap().push(serde_json::json!({"inputs": [], "order": [graph + 2], "outputs": []}));
+                j["subgraphs"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(serde_json::json!({"inputs": [], "order": [graph + 2], "outputs": []}));
                 j["nodes"].as_array_mut().unwrap().push(call(graph, graph + 1));
             }
-            j["subgraphs"].as_array_mut().unwrap().push(serde_json::json!({"inputs": [], "order": [], "outputs": []}));
+            j["subgraphs"]
+                .as_array_mut()
+                .unwrap()
+                .push(serde_json::json!({"inputs": [], "order": [], "outputs": []}));
         });
         assert!(m.contains("nested more than 100 graphs deep"), "{m}");
     }
@@ -619,20 +704,35 @@ mod tests {
         // in the arena naming their producer; the graph must reload its own JSON.
         let (mut g, nodes) = chain(3);
         let x = g.subgraph(0).unwrap().inputs[0];
-        let unused = g.push_node(0, "aten.neg.default", vec![NamedArgument::positional("self", Argument::Tensor(x))], vec![OutputDecl::Tensor(meta())]).unwrap();
+        let unused = g
+            .push_node(
+                0,
+                "aten.neg.default",
+                vec![NamedArgument::positional("self", Argument::Tensor(x))],
+                vec![OutputDecl::Tensor(meta())],
+            )
+            .unwrap();
         assert_eq!(g.eliminate_dead_code(), 1);
         let again = Graph::from_json(&g.to_json()).unwrap();
         assert_eq!(again.fingerprint(), g.fingerprint());
         // ...but such a value is never readable.
         let dead = g.to_json();
         let mut json: serde_json::Value = serde_json::from_str(&dead).unwrap();
-        let dead_value = json["values"].as_array().unwrap().iter().position(|v| v["producer"] == unused.0).unwrap();
+        let dead_value = json["values"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .position(|v| v["producer"] == unused.0)
+            .unwrap();
         json["nodes"][nodes[2].0 as usize]["inputs"][0]["value"]["tensor"] = dead_value.into();
         let m = match Graph::from_json(&json.to_string()) {
             Err(GraphError::Malformed(m)) => m,
             other => panic!("{other:?}"),
         };
-        assert!(m.contains(&format!("reads value {dead_value}")) && m.contains("before it is defined"), "{m}");
+        assert!(
+            m.contains(&format!("reads value {dead_value}")) && m.contains("before it is defined"),
+            "{m}"
+        );
     }
 
     #[test]
@@ -640,9 +740,17 @@ mod tests {
         let m = load_edited(|j| j["nodes"][1]["outputs"][0]["tensor"] = 1.into());
         assert!(m.contains("value 1 is produced by nodes 0 and 1"), "{m}");
         let m = load_edited(|j| j["values"][2]["producer"] = 0.into());
-        assert!(m.contains("value 2") && m.contains("names node 0 as its producer, but node 1 outputs it"), "{m}");
+        assert!(
+            m.contains("value 2")
+                && m.contains("names node 0 as its producer, but node 1 outputs it"),
+            "{m}"
+        );
         let m = load_edited(|j| j["values"][0]["producer"] = 1.into());
-        assert!(m.contains("value 0") && m.contains("names node 1 as its producer, but no node outputs it"), "{m}");
+        assert!(
+            m.contains("value 0")
+                && m.contains("names node 1 as its producer, but no node outputs it"),
+            "{m}"
+        );
         let m = load_edited(|j| j["values"][0]["producer"] = 9.into());
         assert!(m.contains("names node 9 as its producer"), "{m}");
         let m = load_edited(|j| j["nodes"][1]["outputs"][0]["tensor"] = 7.into());
@@ -658,7 +766,9 @@ mod tests {
         assert!(m.contains("node 2 is in no graph's order"), "{m}");
         let m = load_edited(|j| j["subgraphs"][0]["order"] = serde_json::json!([0, 1, 2, 2]));
         assert!(m.contains("listed twice"), "{m}");
-        let m = load_edited(|j| j["nodes"][1]["inputs"][0]["value"] = serde_json::json!({"subgraph": 4}));
+        let m = load_edited(|j| {
+            j["nodes"][1]["inputs"][0]["value"] = serde_json::json!({"subgraph": 4})
+        });
         assert!(m.contains("missing graph 4"), "{m}");
     }
 

@@ -40,7 +40,11 @@ pub(super) enum Undo {
     AddedValue(ValueId),
     SetInputs(NodeId, Vec<NamedArgument>),
     /// A node was erased; it followed `after` in its graph.
-    Erased { id: NodeId, after: Option<NodeId>, node: Box<Node> },
+    Erased {
+        id: NodeId,
+        after: Option<NodeId>,
+        node: Box<Node>,
+    },
     SetOutputs(u32, Vec<Argument>),
     SetMeta(ValueId, ValueMeta),
     SetRange(String, Option<RangeConstraint>),
@@ -137,11 +141,16 @@ impl Graph {
         self.check_reads(subgraph, after, &inputs, target)?;
         let id = NodeId(self.nodes.len() as u32);
         let base = target.split('.').nth(1).unwrap_or(target).trim_start_matches('_').to_string();
-        let outputs = outputs
-            .into_iter()
-            .map(|decl| self.declare_output(&base, id, decl))
-            .collect();
-        self.nodes.push(Some(Node { target: target.into(), inputs, outputs, subgraph, name: None, meta: Default::default() }));
+        let outputs =
+            outputs.into_iter().map(|decl| self.declare_output(&base, id, decl)).collect();
+        self.nodes.push(Some(Node {
+            target: target.into(),
+            inputs,
+            outputs,
+            subgraph,
+            name: None,
+            meta: Default::default(),
+        }));
         let inputs = self.nodes[id.0 as usize].as_ref().expect("just pushed").inputs.clone();
         self.link_inputs(id, &inputs);
         self.place_after(subgraph, after, id);
@@ -199,7 +208,12 @@ impl Graph {
                     let inputs = node
                         .inputs
                         .iter()
-                        .map(|a| Ok(NamedArgument { value: substitute(&a.value, old, with, &old_value)?, ..a.clone() }))
+                        .map(|a| {
+                            Ok(NamedArgument {
+                                value: substitute(&a.value, old, with, &old_value)?,
+                                ..a.clone()
+                            })
+                        })
                         .collect::<Result<Vec<_>, GraphError>>()?;
                     self.set_inputs(id, inputs)?;
                 }
@@ -221,7 +235,10 @@ impl Graph {
         let node = self.node(id)?;
         let subgraph = node.subgraph;
         if let Some(value) = node.output_values().find(|v| self.is_used(*v)) {
-            return Err(GraphError::StillUsed { node: self.node_name(id), value: self.values[value.0 as usize].name.clone() });
+            return Err(GraphError::StillUsed {
+                node: self.node_name(id),
+                value: self.values[value.0 as usize].name.clone(),
+            });
         }
         let node = self.nodes[id.0 as usize].take().expect("checked live");
         self.unlink_inputs(id, &node.inputs);
@@ -245,7 +262,11 @@ impl Graph {
         Ok(())
     }
 
-    pub fn set_range_constraint(&mut self, symbol: &str, range: RangeConstraint) -> Result<(), GraphError> {
+    pub fn set_range_constraint(
+        &mut self,
+        symbol: &str,
+        range: RangeConstraint,
+    ) -> Result<(), GraphError> {
         if range.max.is_some_and(|max| max < range.min) {
             return Err(GraphError::Malformed(format!("range of `{symbol}` has max < min")));
         }
@@ -254,7 +275,11 @@ impl Graph {
         Ok(())
     }
 
-    pub(super) fn replace_graph_outputs(&mut self, subgraph: u32, outputs: Vec<Argument>) -> Result<(), GraphError> {
+    pub(super) fn replace_graph_outputs(
+        &mut self,
+        subgraph: u32,
+        outputs: Vec<Argument>,
+    ) -> Result<(), GraphError> {
         self.subgraph(subgraph)?;
         for value in outputs.iter().flat_map(Argument::values) {
             self.value(value)?;
@@ -266,7 +291,12 @@ impl Graph {
 
     // ── Bookkeeping ──
 
-    pub(super) fn new_value(&mut self, name: &str, meta: ValueMeta, producer: Option<NodeId>) -> ValueId {
+    pub(super) fn new_value(
+        &mut self,
+        name: &str,
+        meta: ValueMeta,
+        producer: Option<NodeId>,
+    ) -> ValueId {
         let name = self.fresh_name(name);
         let id = ValueId(self.values.len() as u32);
         self.names.insert(name.clone());
@@ -296,37 +326,54 @@ impl Graph {
         let value = |g: &mut Self, meta| g.new_value(base, meta, Some(producer));
         match decl {
             OutputDecl::Tensor(meta) => Argument::Tensor(value(self, ValueMeta::Tensor(meta))),
-            OutputDecl::Tensors(metas) => {
-                Argument::Tensors(metas.into_iter().map(|m| value(self, ValueMeta::Tensor(m))).collect())
+            OutputDecl::Tensors(metas) => Argument::Tensors(
+                metas.into_iter().map(|m| value(self, ValueMeta::Tensor(m))).collect(),
+            ),
+            OutputDecl::SymInt(expr) => {
+                Argument::SymInt(Sym::Value(value(self, ValueMeta::SymInt(expr))))
             }
-            OutputDecl::SymInt(expr) => Argument::SymInt(Sym::Value(value(self, ValueMeta::SymInt(expr)))),
-            OutputDecl::SymBool(expr) => Argument::SymBool(Sym::Value(value(self, ValueMeta::SymBool(expr)))),
+            OutputDecl::SymBool(expr) => {
+                Argument::SymBool(Sym::Value(value(self, ValueMeta::SymBool(expr))))
+            }
             OutputDecl::None => Argument::None,
         }
     }
 
     /// Every value `inputs` reads must exist and be defined in `subgraph` no later
     /// than `last_visible` (an input of the graph, or produced by a node up to it).
-    pub(super) fn check_reads(&self, subgraph: u32, last_visible: Option<NodeId>, inputs: &[NamedArgument], target: &str) -> Result<(), GraphError> {
+    pub(super) fn check_reads(
+        &self,
+        subgraph: u32,
+        last_visible: Option<NodeId>,
+        inputs: &[NamedArgument],
+        target: &str,
+    ) -> Result<(), GraphError> {
         for value in inputs.iter().flat_map(|a| a.value.values()) {
             let v = self.value(value)?;
             let visible = match (v.producer, last_visible) {
                 (None, _) => self.subgraphs[subgraph as usize].inputs.contains(&value),
                 (Some(p), Some(last)) => {
-                    self.nodes.get(p.0 as usize).and_then(Option::as_ref).is_some_and(|n| n.subgraph == subgraph)
+                    self.nodes
+                        .get(p.0 as usize)
+                        .and_then(Option::as_ref)
+                        .is_some_and(|n| n.subgraph == subgraph)
                         && self.ordinal(p) <= self.ordinal(last)
                 }
                 (Some(_), None) => false,
             };
             if !visible {
-                return Err(GraphError::NotDominating { value: v.name.clone(), reader: target.into() });
+                return Err(GraphError::NotDominating {
+                    value: v.name.clone(),
+                    reader: target.into(),
+                });
             }
         }
         Ok(())
     }
 
     fn swap_inputs(&mut self, id: NodeId, inputs: Vec<NamedArgument>) -> Vec<NamedArgument> {
-        let old = std::mem::take(&mut self.nodes[id.0 as usize].as_mut().expect("live node").inputs);
+        let old =
+            std::mem::take(&mut self.nodes[id.0 as usize].as_mut().expect("live node").inputs);
         self.unlink_inputs(id, &old);
         self.link_inputs(id, &inputs);
         self.nodes[id.0 as usize].as_mut().expect("live node").inputs = inputs;
@@ -338,7 +385,8 @@ impl Graph {
         for v in old.iter().flat_map(Argument::values) {
             remove_one(&mut self.uses[v.0 as usize], User::Output(subgraph));
         }
-        let new: Vec<ValueId> = self.subgraphs[subgraph as usize].outputs.iter().flat_map(Argument::values).collect();
+        let new: Vec<ValueId> =
+            self.subgraphs[subgraph as usize].outputs.iter().flat_map(Argument::values).collect();
         for v in new {
             self.uses[v.0 as usize].push(User::Output(subgraph));
         }
@@ -365,7 +413,12 @@ fn remove_one(uses: &mut Vec<User>, user: User) {
 }
 
 /// `arg` with every read of `old` replaced.
-fn substitute(arg: &Argument, old: ValueId, with: Replacement, old_value: &Value) -> Result<Argument, GraphError> {
+fn substitute(
+    arg: &Argument,
+    old: ValueId,
+    with: Replacement,
+    old_value: &Value,
+) -> Result<Argument, GraphError> {
     use Argument as A;
     let mismatch = || GraphError::KindMismatch {
         value: old_value.name.clone(),

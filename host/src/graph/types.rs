@@ -115,8 +115,17 @@ pub fn element_count(sizes: &[i64]) -> Option<u64> {
 /// + 1) × element` (0 when it has no elements), with every step checked:
 /// negative sizes, strides or offsets and overflow are errors, not wraps.
 /// Empty `strides` means contiguous.
-pub fn storage_bytes(sizes: &[i64], strides: &[i64], offset: i64, element: u64) -> Result<u64, String> {
-    let too_large = || format!("sizes {sizes:?}, strides {strides:?}, storage offset {offset} reach past 2^64 bytes");
+pub fn storage_bytes(
+    sizes: &[i64],
+    strides: &[i64],
+    offset: i64,
+    element: u64,
+) -> Result<u64, String> {
+    let too_large = || {
+        format!(
+            "sizes {sizes:?}, strides {strides:?}, storage offset {offset} reach past 2^64 bytes"
+        )
+    };
     if let Some(s) = sizes.iter().find(|&&s| s < 0) {
         return Err(format!("negative size {s} in {sizes:?}"));
     }
@@ -133,9 +142,19 @@ pub fn storage_bytes(sizes: &[i64], strides: &[i64], offset: i64, element: u64) 
     let last = if strides.is_empty() {
         element_count(sizes).ok_or_else(too_large)? - 1
     } else {
-        sizes.iter().zip(strides).try_fold(0u64, |sum, (&size, &stride)| (size as u64 - 1).checked_mul(stride as u64)?.checked_add(sum)).ok_or_else(too_large)?
+        sizes
+            .iter()
+            .zip(strides)
+            .try_fold(0u64, |sum, (&size, &stride)| {
+                (size as u64 - 1).checked_mul(stride as u64)?.checked_add(sum)
+            })
+            .ok_or_else(too_large)?
     };
-    offset.checked_add(last).and_then(|n| n.checked_add(1)).and_then(|n| n.checked_mul(element)).ok_or_else(too_large)
+    offset
+        .checked_add(last)
+        .and_then(|n| n.checked_add(1))
+        .and_then(|n| n.checked_mul(element))
+        .ok_or_else(too_large)
 }
 
 fn zero() -> Dim {

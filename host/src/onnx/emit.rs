@@ -88,7 +88,8 @@ pub struct Planned<'a> {
 /// axis 1 of token inputs `sequence` (`decoder_sequence` for the decoder's),
 /// any other `<input>_dim<axis>`. The first input naming a symbol wins.
 pub fn dim_names(graph: &Graph, roles: &[InputRole]) -> HashMap<String, String> {
-    const TOKENS: &[&str] = &["input_ids", "attention_mask", "token_type_ids", "position_ids", "inputs_embeds"];
+    const TOKENS: &[&str] =
+        &["input_ids", "attention_mask", "token_type_ids", "position_ids", "inputs_embeds"];
     let mut names = HashMap::new();
     let inputs = graph.subgraph(0).map(|g| g.inputs.clone()).unwrap_or_default();
     for (&value, role) in inputs.iter().zip(roles) {
@@ -120,7 +121,12 @@ pub fn dim_names(graph: &Graph, roles: &[InputRole]) -> HashMap<String, String> 
 
 /// Gives the graph outputs their names: the producing node's output is renamed
 /// where that is safe, else an `Identity` carries the new name.
-fn name_outputs(nodes: &mut Vec<Node>, current: &[String], wanted: &[String], taken: &HashSet<String>) -> Vec<String> {
+fn name_outputs(
+    nodes: &mut Vec<Node>,
+    current: &[String],
+    wanted: &[String],
+    taken: &HashSet<String>,
+) -> Vec<String> {
     if wanted.len() != current.len() {
         return current.to_vec();
     }
@@ -138,7 +144,14 @@ fn name_outputs(nodes: &mut Vec<Node>, current: &[String], wanted: &[String], ta
             renames.insert(c.clone(), name.clone());
         } else {
             let source = renames.get(c).cloned().unwrap_or_else(|| c.clone());
-            nodes.push(Node { op_type: "Identity".into(), domain: String::new(), inputs: vec![source], outputs: vec![name.clone()], attributes: vec![], function: None });
+            nodes.push(Node {
+                op_type: "Identity".into(),
+                domain: String::new(),
+                inputs: vec![source],
+                outputs: vec![name.clone()],
+                attributes: vec![],
+                function: None,
+            });
         }
         finals.push(name);
     }
@@ -176,7 +189,9 @@ pub fn lower<'a>(parts: &ModelParts<'a>) -> Result<Lowered<'a>, EmitError> {
                 if !graph.is_used(value) {
                     continue;
                 }
-                let ValueMeta::Tensor(meta) = &v.meta else { return Err(EmitError::NotATensor(fqn.clone())) };
+                let ValueMeta::Tensor(meta) = &v.meta else {
+                    return Err(EmitError::NotATensor(fqn.clone()));
+                };
                 let pt2 = weights.ok_or_else(|| EmitError::NoWeights(fqn.clone()))?;
                 initializers.push(initializer(pt2, fqn, *constant, meta)?);
             }
@@ -184,11 +199,19 @@ pub fn lower<'a>(parts: &ModelParts<'a>) -> Result<Lowered<'a>, EmitError> {
         }
     }
     let output_values = graph_outputs(graph);
-    let current: Vec<String> =
-        output_values.iter().map(|v| builder.value_names.get(v).cloned().ok_or(EmitError::Unnamed(v.0))).collect::<Result<_, _>>()?;
-    let mut nodes: Vec<Node> = builder.nodes.iter().filter(|n| n.function.is_none()).cloned().collect();
-    let taken: HashSet<String> = builder.value_names.values().filter(|n| !current.contains(n)).cloned().collect();
-    let output_names = if parts.output_names.is_empty() { current.clone() } else { name_outputs(&mut nodes, &current, &parts.output_names, &taken) };
+    let current: Vec<String> = output_values
+        .iter()
+        .map(|v| builder.value_names.get(v).cloned().ok_or(EmitError::Unnamed(v.0)))
+        .collect::<Result<_, _>>()?;
+    let mut nodes: Vec<Node> =
+        builder.nodes.iter().filter(|n| n.function.is_none()).cloned().collect();
+    let taken: HashSet<String> =
+        builder.value_names.values().filter(|n| !current.contains(n)).cloned().collect();
+    let output_names = if parts.output_names.is_empty() {
+        current.clone()
+    } else {
+        name_outputs(&mut nodes, &current, &parts.output_names, &taken)
+    };
     let outputs = output_values
         .iter()
         .zip(&output_names)
@@ -197,30 +220,61 @@ pub fn lower<'a>(parts: &ModelParts<'a>) -> Result<Lowered<'a>, EmitError> {
             Err(_) => Err(EmitError::Unnamed(value.0)),
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let domains = builder.nodes.iter().map(|n| n.domain.clone()).filter(|d| !d.is_empty()).collect();
+    let domains =
+        builder.nodes.iter().map(|n| n.domain.clone()).filter(|d| !d.is_empty()).collect();
     let static_shapes = builder
         .value_names
         .iter()
         .filter_map(|(value, name)| {
             let ValueMeta::Tensor(meta) = &graph.value(*value).ok()?.meta else { return None };
-            let dims: Option<Vec<i64>> = meta.shape.iter().map(|d| if let Dim::Fixed(n) = d { Some(*n) } else { None }).collect();
+            let dims: Option<Vec<i64>> = meta
+                .shape
+                .iter()
+                .map(|d| if let Dim::Fixed(n) = d { Some(*n) } else { None })
+                .collect();
             Some((name.clone(), dims?))
         })
         .collect();
-    Ok(Lowered { inputs, initializers, nodes, output_names, outputs, opset: builder.opset, domains, static_shapes })
+    Ok(Lowered {
+        inputs,
+        initializers,
+        nodes,
+        output_names,
+        outputs,
+        opset: builder.opset,
+        domains,
+        static_shapes,
+    })
 }
 
 /// The `ModelProto` of the (passed) parts, without initializer bytes.
 /// Weights no node reads (any more) are left out.
-pub fn plan<'a>(lowered: Lowered<'a>, graph_name: &str, metadata: &[(String, String)]) -> Planned<'a> {
-    let Lowered { inputs, mut initializers, nodes, output_names, outputs, opset, domains, .. } = lowered;
-    let read: HashSet<&str> =
-        nodes.iter().flat_map(|n| n.inputs.iter().map(String::as_str)).chain(output_names.iter().map(String::as_str)).collect();
+pub fn plan<'a>(
+    lowered: Lowered<'a>,
+    graph_name: &str,
+    metadata: &[(String, String)],
+) -> Planned<'a> {
+    let Lowered { inputs, mut initializers, nodes, output_names, outputs, opset, domains, .. } =
+        lowered;
+    let read: HashSet<&str> = nodes
+        .iter()
+        .flat_map(|n| n.inputs.iter().map(String::as_str))
+        .chain(output_names.iter().map(String::as_str))
+        .collect();
     initializers.retain(|i| i.header.name.as_deref().is_some_and(|n| read.contains(n)));
     let node = nodes.iter().map(node_proto).collect();
-    let graph = p::GraphProto { name: Some(graph_name.into()), node, input: inputs, output: outputs, ..Default::default() };
-    let mut opset_import = vec![p::OperatorSetIdProto { domain: Some(String::new()), version: Some(opset as i64) }];
-    opset_import.extend(domains.into_iter().map(|d| p::OperatorSetIdProto { domain: Some(d), version: Some(1) }));
+    let graph = p::GraphProto {
+        name: Some(graph_name.into()),
+        node,
+        input: inputs,
+        output: outputs,
+        ..Default::default()
+    };
+    let mut opset_import =
+        vec![p::OperatorSetIdProto { domain: Some(String::new()), version: Some(opset as i64) }];
+    opset_import.extend(
+        domains.into_iter().map(|d| p::OperatorSetIdProto { domain: Some(d), version: Some(1) }),
+    );
     let model = p::ModelProto {
         ir_version: Some(IR_VERSION),
         opset_import,
@@ -228,7 +282,10 @@ pub fn plan<'a>(lowered: Lowered<'a>, graph_name: &str, metadata: &[(String, Str
         producer_version: Some(env!("CARGO_PKG_VERSION").into()),
         metadata_props: metadata
             .iter()
-            .map(|(k, v)| p::StringStringEntryProto { key: Some(k.clone()), value: Some(v.clone()) })
+            .map(|(k, v)| p::StringStringEntryProto {
+                key: Some(k.clone()),
+                value: Some(v.clone()),
+            })
             .collect(),
         ..Default::default()
     };
@@ -254,7 +311,10 @@ pub(super) const EXTERNAL_ALIGNMENT: u64 = 64;
 
 /// `model.onnx` → `model.onnx.data`, the external data file beside it.
 pub fn data_file(model: &std::path::Path) -> std::path::PathBuf {
-    model.with_file_name(format!("{}.data", model.file_name().and_then(|n| n.to_str()).unwrap_or("model.onnx")))
+    model.with_file_name(format!(
+        "{}.data",
+        model.file_name().and_then(|n| n.to_str()).unwrap_or("model.onnx")
+    ))
 }
 
 /// Writes the model, streaming each weight from the `.pt2`'s memory map into
@@ -269,7 +329,12 @@ pub fn data_file(model: &std::path::Path) -> std::path::PathBuf {
 pub trait WeightFiles {
     fn origin(&self, bytes: &[u8]) -> Option<(&std::fs::File, u64)>;
     fn release(&self, bytes: &[u8]);
-    fn place(&self, bytes: &[u8], cast: Option<Cast>, transposed: Option<(usize, usize)>) -> Option<crate::prewrite::Place>;
+    fn place(
+        &self,
+        bytes: &[u8],
+        cast: Option<Cast>,
+        transposed: Option<(usize, usize)>,
+    ) -> Option<crate::prewrite::Place>;
 }
 
 impl WeightFiles for crate::graph::pt2::Pt2 {
@@ -279,7 +344,12 @@ impl WeightFiles for crate::graph::pt2::Pt2 {
     fn release(&self, bytes: &[u8]) {
         crate::graph::pt2::Pt2::release(self, bytes)
     }
-    fn place(&self, bytes: &[u8], cast: Option<Cast>, transposed: Option<(usize, usize)>) -> Option<crate::prewrite::Place> {
+    fn place(
+        &self,
+        bytes: &[u8],
+        cast: Option<Cast>,
+        transposed: Option<(usize, usize)>,
+    ) -> Option<crate::prewrite::Place> {
         crate::graph::pt2::Pt2::place(self, bytes, cast, transposed)
     }
 }
@@ -292,7 +362,12 @@ impl WeightFiles for InMemory {
         None
     }
     fn release(&self, _: &[u8]) {}
-    fn place(&self, _: &[u8], _: Option<Cast>, _: Option<(usize, usize)>) -> Option<crate::prewrite::Place> {
+    fn place(
+        &self,
+        _: &[u8],
+        _: Option<Cast>,
+        _: Option<(usize, usize)>,
+    ) -> Option<crate::prewrite::Place> {
         None
     }
 }
@@ -318,22 +393,37 @@ pub(super) fn write_weight<F: std::borrow::Borrow<std::fs::File>>(
 /// once they are written (the map's pages can leave resident memory: a
 /// model's weights are then never all resident in hfx at once). How many
 /// initializers of the data file were written while the worker traced.
-pub fn write(path: &std::path::Path, planned: Planned, storage: WeightStorage, files: &dyn WeightFiles) -> Result<usize, EmitError> {
+pub fn write(
+    path: &std::path::Path,
+    planned: Planned,
+    storage: WeightStorage,
+    files: &dyn WeightFiles,
+) -> Result<usize, EmitError> {
     let Planned { mut model, graph, initializers } = planned;
     let error = |source| EmitError::Write { path: path.display().to_string(), source };
     match storage {
         WeightStorage::Embedded => {
-            crate::atomic::write_atomically(path, |file| write_embedded(file, &model, &graph, &initializers, files)).map_err(error)?;
+            crate::atomic::write_atomically(path, |file| {
+                write_embedded(file, &model, &graph, &initializers, files)
+            })
+            .map_err(error)?;
             Ok(0)
         }
         WeightStorage::External { prewritten } => {
             let data_path = data_file(path);
-            let data_name = data_path.file_name().and_then(|n| n.to_str()).unwrap_or("model.onnx.data").to_string();
+            let data_name = data_path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("model.onnx.data")
+                .to_string();
             let mut headers = Vec::with_capacity(initializers.len());
-            let data_error = |source| EmitError::Write { path: data_path.display().to_string(), source };
+            let data_error =
+                |source| EmitError::Write { path: data_path.display().to_string(), source };
             // Both files are written to temp files first and renamed only when both are
             // complete: a failure leaves neither (nor a new data file beside an old model).
-            let Kept { staged: data, mut out, starts: kept } = match prewritten.and_then(|p| (*p).kept(&data_path, &initializers, files)) {
+            let Kept { staged: data, mut out, starts: kept } = match prewritten
+                .and_then(|p| (*p).kept(&data_path, &initializers, files))
+            {
                 Some(kept) => kept,
                 None => {
                     let mut data = crate::atomic::Staged::create(&data_path).map_err(data_error)?;
@@ -346,19 +436,33 @@ pub fn write(path: &std::path::Path, planned: Planned, storage: WeightStorage, f
             for init in &initializers {
                 if (init.bytes.len() as u64) < EXTERNAL_THRESHOLD {
                     // small values stay inline: shape inference reads them (axes, shapes)
-                    headers.push(p::TensorProto { raw_data: Some(init.bytes.to_vec()), ..init.header.clone() });
+                    headers.push(p::TensorProto {
+                        raw_data: Some(init.bytes.to_vec()),
+                        ..init.header.clone()
+                    });
                     continue;
                 }
                 external += 1;
                 if let Some(&start) = kept.get(external - 1) {
-                    headers.push(external_header(&init.header, &data_name, start, init.bytes.len() as u64));
+                    headers.push(external_header(
+                        &init.header,
+                        &data_name,
+                        start,
+                        init.bytes.len() as u64,
+                    ));
                     continue;
                 }
                 let padding = offset.next_multiple_of(EXTERNAL_ALIGNMENT) - offset;
-                std::io::Write::write_all(&mut out, &vec![0u8; padding as usize]).map_err(data_error)?;
+                std::io::Write::write_all(&mut out, &vec![0u8; padding as usize])
+                    .map_err(data_error)?;
                 offset += padding;
                 write_weight(&mut out, &init.bytes, files).map_err(data_error)?;
-                headers.push(external_header(&init.header, &data_name, offset, init.bytes.len() as u64));
+                headers.push(external_header(
+                    &init.header,
+                    &data_name,
+                    offset,
+                    init.bytes.len() as u64,
+                ));
                 offset += init.bytes.len() as u64;
             }
             out.finish().map_err(data_error)?;
@@ -372,11 +476,21 @@ pub fn write(path: &std::path::Path, planned: Planned, storage: WeightStorage, f
     }
 }
 
-fn external_header(header: &p::TensorProto, location: &str, offset: u64, length: u64) -> p::TensorProto {
-    let entry = |k: &str, v: String| p::StringStringEntryProto { key: Some(k.into()), value: Some(v) };
+fn external_header(
+    header: &p::TensorProto,
+    location: &str,
+    offset: u64,
+    length: u64,
+) -> p::TensorProto {
+    let entry =
+        |k: &str, v: String| p::StringStringEntryProto { key: Some(k.into()), value: Some(v) };
     p::TensorProto {
         data_location: Some(p::tensor_proto::DataLocation::External as i32),
-        external_data: vec![entry("location", location.into()), entry("offset", offset.to_string()), entry("length", length.to_string())],
+        external_data: vec![
+            entry("location", location.into()),
+            entry("offset", offset.to_string()),
+            entry("length", length.to_string()),
+        ],
         ..header.clone()
     }
 }
@@ -423,7 +537,11 @@ fn write_embedded(
     out.finish().map(drop)
 }
 
-fn value_info(name: &str, meta: &ValueMeta, dims: &HashMap<String, String>) -> Result<p::ValueInfoProto, EmitError> {
+fn value_info(
+    name: &str,
+    meta: &ValueMeta,
+    dims: &HashMap<String, String>,
+) -> Result<p::ValueInfoProto, EmitError> {
     let (dtype, shape) = match meta {
         ValueMeta::Tensor(t) => (t.dtype.as_str(), t.shape.clone()),
         // A sym-int output is a 0-d int64 tensor in ONNX.
@@ -438,7 +556,9 @@ fn value_info(name: &str, meta: &ValueMeta, dims: &HashMap<String, String>) -> R
             denotation: None,
             value: Some(match d {
                 Dim::Fixed(n) => p::tensor_shape_proto::dimension::Value::DimValue(*n),
-                Dim::Symbolic(s) => p::tensor_shape_proto::dimension::Value::DimParam(renamed(s, dims)),
+                Dim::Symbolic(s) => {
+                    p::tensor_shape_proto::dimension::Value::DimParam(renamed(s, dims))
+                }
             }),
         })
         .collect();
@@ -447,7 +567,11 @@ fn value_info(name: &str, meta: &ValueMeta, dims: &HashMap<String, String>) -> R
         r#type: Some(p::TypeProto {
             denotation: None,
             value: Some(p::type_proto::Value::TensorType(p::type_proto::Tensor {
-                elem_type: Some(DType::from_name(dtype).and_then(DType::onnx).ok_or_else(|| EmitError::Dtype(dtype.into()))?),
+                elem_type: Some(
+                    DType::from_name(dtype)
+                        .and_then(DType::onnx)
+                        .ok_or_else(|| EmitError::Dtype(dtype.into()))?,
+                ),
                 shape: Some(p::TensorShapeProto { dim: dims }),
             })),
         }),
@@ -519,4 +643,3 @@ fn attribute(name: &str, value: &Attribute) -> p::AttributeProto {
     a.r#type = Some(kind as i32);
     a
 }
-

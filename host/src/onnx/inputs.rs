@@ -25,8 +25,12 @@ pub fn input_roles(program: &s::ExportedProgram) -> Vec<InputRole> {
         .iter()
         .map(|spec| match spec {
             s::InputSpec::UserInput { arg } => InputRole::User(user_input_name(arg)),
-            s::InputSpec::Parameter { parameter_name, .. } => InputRole::Initializer { fqn: parameter_name.clone(), constant: false },
-            s::InputSpec::Buffer { buffer_name, .. } => InputRole::Initializer { fqn: buffer_name.clone(), constant: false },
+            s::InputSpec::Parameter { parameter_name, .. } => {
+                InputRole::Initializer { fqn: parameter_name.clone(), constant: false }
+            }
+            s::InputSpec::Buffer { buffer_name, .. } => {
+                InputRole::Initializer { fqn: buffer_name.clone(), constant: false }
+            }
             s::InputSpec::TensorConstant { tensor_constant_name, .. } => {
                 InputRole::Initializer { fqn: tensor_constant_name.clone(), constant: true }
             }
@@ -40,7 +44,11 @@ pub fn input_roles(program: &s::ExportedProgram) -> Vec<InputRole> {
 /// each input the call lays out: the trace names them in the order of the
 /// program's call inputs, a constant one (a `None` kwarg, no ONNX input)
 /// included. Else the program's placeholder names stand.
-pub fn named_user_inputs(program: &s::ExportedProgram, mut roles: Vec<InputRole>, names: &[String]) -> Vec<InputRole> {
+pub fn named_user_inputs(
+    program: &s::ExportedProgram,
+    mut roles: Vec<InputRole>,
+    names: &[String],
+) -> Vec<InputRole> {
     let specs = &program.graph_module.signature.input_specs;
     let call_inputs = specs.iter().filter(|spec| is_call_input(spec)).count();
     if call_inputs != names.len() || roles.len() != specs.len() {
@@ -69,7 +77,11 @@ fn is_call_input(spec: &s::InputSpec) -> bool {
 /// returns first: `updated.<input>` (`updated.cache.layers.0.cumulative_length`).
 /// Empty (the emitter's own names) where the program's outputs are not
 /// exactly those.
-pub fn output_names(program: &s::ExportedProgram, input_names: &[String], names: &[String]) -> Vec<String> {
+pub fn output_names(
+    program: &s::ExportedProgram,
+    input_names: &[String],
+    names: &[String],
+) -> Vec<String> {
     let signature = &program.graph_module.signature;
     // The call's inputs by placeholder name, in the order the trace names them.
     let users: Vec<String> = signature
@@ -86,7 +98,9 @@ pub fn output_names(program: &s::ExportedProgram, input_names: &[String], names:
     for spec in &signature.output_specs {
         match spec {
             s::OutputSpec::UserInputMutation { user_input_name, .. } => {
-                let Some(index) = users.iter().position(|u| u == user_input_name) else { return Vec::new() };
+                let Some(index) = users.iter().position(|u| u == user_input_name) else {
+                    return Vec::new();
+                };
                 let input = input_names.get(index).unwrap_or(user_input_name);
                 out.push(format!("updated.{}", input.strip_prefix("input.").unwrap_or(input)));
             }
@@ -104,7 +118,10 @@ pub fn output_names(program: &s::ExportedProgram, input_names: &[String], names:
 }
 
 fn user_input_name(arg: &s::Argument) -> String {
-    match serde_json::to_value(arg).ok().and_then(|v| v.as_object()?.values().next()?.get("name")?.as_str().map(String::from)) {
+    match serde_json::to_value(arg)
+        .ok()
+        .and_then(|v| v.as_object()?.values().next()?.get("name")?.as_str().map(String::from))
+    {
         Some(name) => name,
         None => "input".into(),
     }

@@ -16,7 +16,15 @@ use std::collections::{HashMap, HashSet};
 use super::{Attribute, Node};
 
 /// Ops whose two calls with equal inputs may differ.
-const NONDETERMINISTIC: &[&str] = &["RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Multinomial", "Bernoulli", "Dropout"];
+const NONDETERMINISTIC: &[&str] = &[
+    "RandomUniform",
+    "RandomNormal",
+    "RandomUniformLike",
+    "RandomNormalLike",
+    "Multinomial",
+    "Bernoulli",
+    "Dropout",
+];
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct OptimizeReport {
@@ -56,7 +64,12 @@ fn apply_renames(nodes: &mut [Node], renames: &HashMap<String, String>) {
 }
 
 fn remove_identities(nodes: &mut Vec<Node>, keep: &HashSet<&str>) -> usize {
-    let is_identity = |n: &Node| n.op_type == "Identity" && n.domain.is_empty() && n.inputs.len() == 1 && n.outputs.len() == 1;
+    let is_identity = |n: &Node| {
+        n.op_type == "Identity"
+            && n.domain.is_empty()
+            && n.inputs.len() == 1
+            && n.outputs.len() == 1
+    };
     let before = nodes.len();
     // Copies under internal names: readers read the original.
     let mut renames = HashMap::new();
@@ -70,14 +83,17 @@ fn remove_identities(nodes: &mut Vec<Node>, keep: &HashSet<&str>) -> usize {
     apply_renames(nodes, &renames);
     // A copy naming a graph output gives its name to the value it copies
     // instead, when a node computes that value and nothing else names it.
-    let produced: HashSet<String> = nodes.iter().filter(|n| !is_identity(n)).flat_map(|n| n.outputs.iter().cloned()).collect();
+    let produced: HashSet<String> =
+        nodes.iter().filter(|n| !is_identity(n)).flat_map(|n| n.outputs.iter().cloned()).collect();
     let mut named: HashMap<String, String> = HashMap::new();
     nodes.retain(|n| {
         if !is_identity(n) {
             return true;
         }
         let (input, output) = (&n.inputs[0], &n.outputs[0]);
-        let renameable = produced.contains(input) && !keep.contains(input.as_str()) && !named.contains_key(input);
+        let renameable = produced.contains(input)
+            && !keep.contains(input.as_str())
+            && !named.contains_key(input);
         if renameable {
             named.insert(input.clone(), output.clone());
         }
@@ -101,11 +117,20 @@ fn key(node: &Node) -> String {
         .map(|(name, a)| match a {
             // Float bits, so -0.0 and NaN payloads compare exactly.
             Attribute::Float(f) => format!("{name}=f{:08x}", f.to_bits()),
-            Attribute::Floats(v) => format!("{name}=F{:?}", v.iter().map(|f| f.to_bits()).collect::<Vec<_>>()),
+            Attribute::Floats(v) => {
+                format!("{name}=F{:?}", v.iter().map(|f| f.to_bits()).collect::<Vec<_>>())
+            }
             other => format!("{name}={other:?}"),
         })
         .collect();
-    format!("{}|{}|{}|{}|{}", node.domain, node.op_type, node.outputs.len(), node.inputs.join(","), attributes.join(";"))
+    format!(
+        "{}|{}|{}|{}|{}",
+        node.domain,
+        node.op_type,
+        node.outputs.len(),
+        node.inputs.join(","),
+        attributes.join(";")
+    )
 }
 
 fn eliminate_common_subexpressions(nodes: &mut Vec<Node>, keep: &HashSet<&str>) -> usize {
@@ -120,7 +145,8 @@ fn eliminate_common_subexpressions(nodes: &mut Vec<Node>, keep: &HashSet<&str>) 
                 *input = new.clone();
             }
         }
-        let mergeable = !NONDETERMINISTIC.contains(&node.op_type.as_str()) && node.outputs.iter().all(|o| !keep.contains(o.as_str()));
+        let mergeable = !NONDETERMINISTIC.contains(&node.op_type.as_str())
+            && node.outputs.iter().all(|o| !keep.contains(o.as_str()));
         if mergeable {
             let k = key(&node);
             if let Some(existing) = seen.get(&k) {
@@ -192,7 +218,15 @@ mod tests {
             node("Add", &["r1", "r2"], "z", vec![]),
         ];
         let report = optimize(&mut nodes, &["y".into(), "z".into()]);
-        assert_eq!(report, OptimizeReport { identities_removed: 1, merged: 2, dead_removed: 1, ..Default::default() });
+        assert_eq!(
+            report,
+            OptimizeReport {
+                identities_removed: 1,
+                merged: 2,
+                dead_removed: 1,
+                ..Default::default()
+            }
+        );
         let ops: Vec<&str> = nodes.iter().map(|n| n.op_type.as_str()).collect();
         assert_eq!(ops, ["Constant", "Unsqueeze", "Add", "RandomUniform", "RandomUniform", "Add"]);
         assert_eq!(nodes[2].inputs, ["u1", "u1"], "both unsqueezes are one");
@@ -211,7 +245,11 @@ mod tests {
         ];
         optimize(&mut nodes, &["logits".into(), "e".into(), "echo".into(), "echo_twice".into()]);
         let ops: Vec<&str> = nodes.iter().map(|n| n.op_type.as_str()).collect();
-        assert_eq!(ops, ["Neg", "Exp", "Identity", "Identity"], "copies of a graph input keep a node");
+        assert_eq!(
+            ops,
+            ["Neg", "Exp", "Identity", "Identity"],
+            "copies of a graph input keep a node"
+        );
         assert_eq!(nodes[3].inputs, ["x"], "through a chain of copies");
         assert_eq!(nodes[0].outputs, ["logits"]);
         assert_eq!(nodes[1].inputs, ["logits"], "readers follow the rename");

@@ -12,7 +12,12 @@ use super::{fold, Node};
 
 /// Runs every pass; `outputs` are the graph outputs' names, kept;
 /// `static_shapes` the values of a shape fixed on every axis, by name.
-pub fn run(nodes: &mut Vec<Node>, initializers: &mut Vec<Initializer>, outputs: &[String], static_shapes: &HashMap<String, Vec<i64>>) -> OptimizeReport {
+pub fn run(
+    nodes: &mut Vec<Node>,
+    initializers: &mut Vec<Initializer>,
+    outputs: &[String],
+    static_shapes: &HashMap<String, Vec<i64>>,
+) -> OptimizeReport {
     let mut report = optimize::optimize(nodes, outputs);
     let keep: HashSet<&str> = outputs.iter().map(String::as_str).collect();
     report.folding = fold::fold(nodes, initializers, &keep, static_shapes);

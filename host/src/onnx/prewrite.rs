@@ -50,8 +50,16 @@ pub struct Kept {
 /// The initializers of `plan` written in order into a temp file beside the
 /// data file `data`, up to the first whose bytes `checkpoints` does not give
 /// or until `stop`; None if none was or a write failed.
-pub fn write(data: &Path, plan: Vec<PlannedWeight>, mut checkpoints: Checkpoints, transposed_linear: bool, stop: &AtomicBool) -> Option<PrewrittenData> {
-    let failed = |e: std::io::Error| tracing::info!("weights are written at the emit step: {}: {e}", data.display());
+pub fn write(
+    data: &Path,
+    plan: Vec<PlannedWeight>,
+    mut checkpoints: Checkpoints,
+    transposed_linear: bool,
+    stop: &AtomicBool,
+) -> Option<PrewrittenData> {
+    let failed = |e: std::io::Error| {
+        tracing::info!("weights are written at the emit step: {}: {e}", data.display())
+    };
     let mut staged = Staged::create(data).map_err(failed).ok()?;
     let mut out = DirectWriter::new(staged.file().try_clone().map_err(failed).ok()?);
     let mut entries = Vec::new();
@@ -63,14 +71,27 @@ pub fn write(data: &Path, plan: Vec<PlannedWeight>, mut checkpoints: Checkpoints
         // Transposed as the optimizer transposes a weight ([`super::fold`]):
         // a 2-D Linear weight of whole elements of a size it moves.
         let transposed = match planned.shape[..] {
-            [rows, cols] if transposed_linear && planned.linear_weight => usize::try_from(rows).ok().zip(usize::try_from(cols).ok()).filter(|&(rows, cols)| {
-                let count = rows.checked_mul(cols).filter(|&n| n > 0);
-                count.is_some_and(|n| [1, 2, 4, 8].iter().any(|&element| n.checked_mul(element) == Some(got.bytes.len())))
-            }),
+            [rows, cols] if transposed_linear && planned.linear_weight => usize::try_from(rows)
+                .ok()
+                .zip(usize::try_from(cols).ok())
+                .filter(|&(rows, cols)| {
+                    let count = rows.checked_mul(cols).filter(|&n| n > 0);
+                    count.is_some_and(|n| {
+                        [1, 2, 4, 8]
+                            .iter()
+                            .any(|&element| n.checked_mul(element) == Some(got.bytes.len()))
+                    })
+                }),
             _ => None,
         };
         let bytes = match (transposed, got.cast) {
-            (Some((rows, cols)), cast) => Bytes::Transposed { source: got.bytes, rows, cols, element: got.bytes.len() / (rows * cols), cast },
+            (Some((rows, cols)), cast) => Bytes::Transposed {
+                source: got.bytes,
+                rows,
+                cols,
+                element: got.bytes.len() / (rows * cols),
+                cast,
+            },
             (None, Some(cast)) => Bytes::Converted { source: got.bytes, cast },
             (None, None) => Bytes::Mapped(got.bytes),
         };
@@ -79,12 +100,19 @@ pub fn write(data: &Path, plan: Vec<PlannedWeight>, mut checkpoints: Checkpoints
         }
         let start = out.position().next_multiple_of(EXTERNAL_ALIGNMENT);
         let padding = vec![0u8; (start - out.position()) as usize];
-        let written = std::io::Write::write_all(&mut out, &padding).and_then(|()| write_weight(&mut out, &bytes, got.from));
+        let written = std::io::Write::write_all(&mut out, &padding)
+            .and_then(|()| write_weight(&mut out, &bytes, got.from));
         if let Err(e) = written {
             failed(e);
             return None;
         }
-        let place = Place { file: got.from.path.clone(), offset: got.offset, length: planned.length, cast: got.cast, transposed };
+        let place = Place {
+            file: got.from.path.clone(),
+            offset: got.offset,
+            length: planned.length,
+            cast: got.cast,
+            transposed,
+        };
         entries.push(DataEntry { place, start, end: start + bytes.len() as u64 });
     }
     // Idle until the emit step: its buffers are not held meanwhile.
@@ -96,13 +124,22 @@ impl PrewrittenData {
     /// The file as far as it is the data file of `initializers` at `data`
     /// (their bytes' places given by `files`), the rest cut off; None if
     /// no initializer matches (the temp file is then removed).
-    pub fn kept(self, data: &Path, initializers: &[Initializer], files: &dyn WeightFiles) -> Option<Kept> {
+    pub fn kept(
+        self,
+        data: &Path,
+        initializers: &[Initializer],
+        files: &dyn WeightFiles,
+    ) -> Option<Kept> {
         let PrewrittenData { staged, mut out, entries } = self;
         if staged.target() != data {
             return None;
         }
         let external = initializers.iter().filter(|i| i.bytes.len() as u64 >= EXTERNAL_THRESHOLD);
-        let matched = entries.iter().zip(external).take_while(|(entry, init)| place_of(&init.bytes, files).as_ref() == Some(&entry.place)).count();
+        let matched = entries
+            .iter()
+            .zip(external)
+            .take_while(|(entry, init)| place_of(&init.bytes, files).as_ref() == Some(&entry.place))
+            .count();
         let last = entries.get(matched.checked_sub(1)?)?;
         let reader = File::open(staged.temp_path()).ok()?;
         out.rewind(last.end, &reader).ok()?;
@@ -116,7 +153,9 @@ fn place_of(bytes: &Bytes, files: &dyn WeightFiles) -> Option<Place> {
     match *bytes {
         Bytes::Mapped(source) => files.place(source, None, None),
         Bytes::Converted { source, cast } => files.place(source, Some(cast), None),
-        Bytes::Transposed { source, rows, cols, cast, .. } => files.place(source, cast, Some((rows, cols))),
+        Bytes::Transposed { source, rows, cols, cast, .. } => {
+            files.place(source, cast, Some((rows, cols)))
+        }
         Bytes::Owned(_) => None,
     }
 }
@@ -132,7 +171,12 @@ impl WeightFiles for Opened {
         crate::graph::pt2::release_from(&self.map, bytes);
     }
 
-    fn place(&self, _: &[u8], _: Option<crate::graph::pt2::cast::Cast>, _: Option<(usize, usize)>) -> Option<Place> {
+    fn place(
+        &self,
+        _: &[u8],
+        _: Option<crate::graph::pt2::cast::Cast>,
+        _: Option<(usize, usize)>,
+    ) -> Option<Place> {
         None
     }
 }
@@ -202,11 +246,22 @@ mod tests {
             let initializers = TENSORS
                 .iter()
                 .map(|&(fqn, rows, cols, _)| {
-                    let meta = TensorMeta::new("float32", vec![Dim::Fixed(rows as i64), Dim::Fixed(cols as i64)]);
+                    let meta = TensorMeta::new(
+                        "float32",
+                        vec![Dim::Fixed(rows as i64), Dim::Fixed(cols as i64)],
+                    );
                     let mut init = initializer(&pt2, fqn, false, &meta).unwrap();
                     if fqn.ends_with("_proj") {
-                        let Bytes::Mapped(source) = init.bytes else { panic!("{fqn} is stored as float32") };
-                        init.bytes = Bytes::Transposed { source, rows: rows as usize, cols: cols as usize, element: 4, cast: None };
+                        let Bytes::Mapped(source) = init.bytes else {
+                            panic!("{fqn} is stored as float32")
+                        };
+                        init.bytes = Bytes::Transposed {
+                            source,
+                            rows: rows as usize,
+                            cols: cols as usize,
+                            element: 4,
+                            cast: None,
+                        };
                         init.header.dims = vec![cols as i64, rows as i64];
                     }
                     init
@@ -217,12 +272,19 @@ mod tests {
         let model = dir.path().join("out/model.onnx");
         let data = super::super::emit::data_file(&model);
         let written = |prewritten: Option<PrewrittenData>| {
-            let kept = write_model(&model, planned(), WeightStorage::External { prewritten: prewritten.map(Box::new) }, &pt2).unwrap();
+            let kept = write_model(
+                &model,
+                planned(),
+                WeightStorage::External { prewritten: prewritten.map(Box::new) },
+                &pt2,
+            )
+            .unwrap();
             (kept, std::fs::read(&model).unwrap(), std::fs::read(&data).unwrap())
         };
         let (_, plain_model, plain_data) = written(None);
         let prewritten = |to: &Path, plan: &[PlannedWeight], sources: &Path| {
-            let (to, plan, checkpoints) = (to.to_path_buf(), plan.to_vec(), Checkpoints::new(&[sources.to_path_buf()]));
+            let (to, plan, checkpoints) =
+                (to.to_path_buf(), plan.to_vec(), Checkpoints::new(&[sources.to_path_buf()]));
             Prewriting::start(move |stop| write(&to, plan, checkpoints, true, stop))
         };
         let not_linear = |fqn: &str| {
@@ -244,18 +306,27 @@ mod tests {
         ];
         for (plan, kept) in cases {
             let names: Vec<&str> = plan.iter().map(|p| p.name.as_str()).collect();
-            let (got, model_bytes, data_bytes) = written(prewritten(&data, plan, &checkpoint).finish());
+            let (got, model_bytes, data_bytes) =
+                written(prewritten(&data, plan, &checkpoint).finish());
             assert_eq!(got, kept, "{names:?}");
-            assert!(model_bytes == plain_model && data_bytes == plain_data, "{names:?}: other bytes");
+            assert!(
+                model_bytes == plain_model && data_bytes == plain_data,
+                "{names:?}: other bytes"
+            );
             // Written for another data file: not kept.
-            let (got, _, data_bytes) = written(prewritten(&dir.path().join("elsewhere.onnx.data"), plan, &checkpoint).finish());
+            let (got, _, data_bytes) = written(
+                prewritten(&dir.path().join("elsewhere.onnx.data"), plan, &checkpoint).finish(),
+            );
             assert_eq!(got, 0);
             assert!(data_bytes == plain_data);
             // A plan naming a file that is not one of the checkpoint's: nothing is read.
             assert!(prewritten(&data, plan, &side).finish().is_none(), "{names:?}");
         }
         drop(prewritten(&dir.path().join("out/failed.onnx.data"), &plan, &checkpoint));
-        let mut left: Vec<_> = std::fs::read_dir(dir.path().join("out")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let mut left: Vec<_> = std::fs::read_dir(dir.path().join("out"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         left.sort();
         assert_eq!(left, ["model.onnx", "model.onnx.data"], "temp files left");
     }

@@ -48,7 +48,9 @@ impl Bytes<'_> {
             Bytes::Mapped(b) => b.len(),
             Bytes::Converted { source, cast } => cast.output_len(source.len()),
             Bytes::Owned(b) => b.len(),
-            Bytes::Transposed { source, cast, .. } => cast.map_or(source.len(), |c| c.output_len(source.len())),
+            Bytes::Transposed { source, cast, .. } => {
+                cast.map_or(source.len(), |c| c.output_len(source.len()))
+            }
         }
     }
 
@@ -65,7 +67,9 @@ impl Bytes<'_> {
     /// The slice of a map these bytes are read from, if any.
     pub fn mapped(&self) -> Option<&[u8]> {
         match self {
-            Bytes::Mapped(b) | Bytes::Converted { source: b, .. } | Bytes::Transposed { source: b, .. } => Some(b),
+            Bytes::Mapped(b)
+            | Bytes::Converted { source: b, .. }
+            | Bytes::Transposed { source: b, .. } => Some(b),
             Bytes::Owned(_) => None,
         }
     }
@@ -82,14 +86,20 @@ impl Bytes<'_> {
     /// transposed, a weight larger than that releases each tile of source
     /// rows once a block of output rows is done with it (the next block reads
     /// them again, from the page cache).
-    pub fn write_releasing(&self, out: &mut impl std::io::Write, release: &dyn Fn(&[u8])) -> std::io::Result<()> {
+    pub fn write_releasing(
+        &self,
+        out: &mut impl std::io::Write,
+        release: &dyn Fn(&[u8]),
+    ) -> std::io::Result<()> {
         match self {
             Bytes::Mapped(b) => out.write_all(b),
-            Bytes::Converted { source, cast } => source.chunks(RELEASED_PIECE).try_for_each(|piece| {
-                cast.write(piece, out)?;
-                release(piece);
-                Ok(())
-            }),
+            Bytes::Converted { source, cast } => {
+                source.chunks(RELEASED_PIECE).try_for_each(|piece| {
+                    cast.write(piece, out)?;
+                    release(piece);
+                    Ok(())
+                })
+            }
             Bytes::Owned(b) => out.write_all(b),
             &Bytes::Transposed { source, rows, cols, element, cast } => {
                 let release = (source.len() > RELEASED_PIECE).then_some(release);
@@ -181,7 +191,12 @@ pub fn weight_bytes(initializers: &[Initializer]) -> u64 {
 
 /// A weight's bytes as a contiguous initializer. Sizes, offsets and byte
 /// counts come from the file: every step is checked.
-pub fn initializer<'a>(pt2: &'a Pt2, fqn: &str, constant: bool, meta: &TensorMeta) -> Result<Initializer<'a>, WeightError> {
+pub fn initializer<'a>(
+    pt2: &'a Pt2,
+    fqn: &str,
+    constant: bool,
+    meta: &TensorMeta,
+) -> Result<Initializer<'a>, WeightError> {
     let error = |reason: String| WeightError::Weight { fqn: fqn.into(), reason };
     // Non-persistent buffers are stored with the constants.
     let source = match constant {
@@ -203,7 +218,8 @@ pub fn initializer<'a>(pt2: &'a Pt2, fqn: &str, constant: bool, meta: &TensorMet
     let dims = fixed(&meta.shape, "size")?;
     let strides = fixed(&meta.strides, "stride")?;
     let offset = fixed(std::slice::from_ref(&meta.storage_offset), "storage offset")?[0];
-    let dtype = DType::from_name(&meta.dtype).ok_or_else(|| WeightError::Dtype(meta.dtype.clone()))?;
+    let dtype =
+        DType::from_name(&meta.dtype).ok_or_else(|| WeightError::Dtype(meta.dtype.clone()))?;
     let data_type = dtype.onnx().ok_or_else(|| WeightError::Dtype(meta.dtype.clone()))?;
     let size = dtype.size() as u64;
     if !is_contiguous(&strides, &dims) {
@@ -212,12 +228,22 @@ pub fn initializer<'a>(pt2: &'a Pt2, fqn: &str, constant: bool, meta: &TensorMet
     // Contiguous: the tensor is the bytes from `offset` elements up to `end` (0 when empty).
     let end = crate::graph::storage_bytes(&dims, &[], offset, size).map_err(error)?;
     let start = if end == 0 { 0 } else { offset as u64 * size }; // offset >= 0, and no larger than `end`
-    // Stored in another dtype: the same elements, of the stored size.
+                                                                 // Stored in another dtype: the same elements, of the stored size.
     let stored = cast.map_or(size, |c| c.from().size() as u64);
     let (start, end) = (start / size * stored, end / size * stored);
-    let raw = usize::try_from(start).ok().zip(usize::try_from(end).ok()).and_then(|(s, e)| bytes.get(s..e));
-    let raw = raw.ok_or_else(|| error(format!("storage holds {} bytes, the tensor needs {start}..{end}", bytes.len())))?;
-    let header = p::TensorProto { dims, data_type: Some(data_type), name: Some(fqn.into()), ..Default::default() };
+    let raw = usize::try_from(start)
+        .ok()
+        .zip(usize::try_from(end).ok())
+        .and_then(|(s, e)| bytes.get(s..e));
+    let raw = raw.ok_or_else(|| {
+        error(format!("storage holds {} bytes, the tensor needs {start}..{end}", bytes.len()))
+    })?;
+    let header = p::TensorProto {
+        dims,
+        data_type: Some(data_type),
+        name: Some(fqn.into()),
+        ..Default::default()
+    };
     let bytes = match cast {
         Some(cast) => Bytes::Converted { source: raw, cast },
         None => Bytes::Mapped(raw),
@@ -250,7 +276,13 @@ mod tests {
     /// The initializer of weight `w` (4 float32 stored) read with graph metadata `meta`.
     fn initializer_error(shape: &[i64], strides: &[i64], offset: i64) -> String {
         use crate::graph::pt2::testing::{archive, floats, open, Stored};
-        let pt2 = open(archive(&[Stored { fqn: "w", sizes: vec![4], strides: vec![1], offset: 0, bytes: Some(floats(4)) }]));
+        let pt2 = open(archive(&[Stored {
+            fqn: "w",
+            sizes: vec![4],
+            strides: vec![1],
+            offset: 0,
+            bytes: Some(floats(4)),
+        }]));
         let mut meta = TensorMeta::new("float32", shape.iter().map(|&n| Dim::Fixed(n)).collect());
         meta.strides = strides.iter().map(|&n| Dim::Fixed(n)).collect();
         meta.storage_offset = Dim::Fixed(offset);
@@ -270,7 +302,10 @@ mod tests {
         let e = initializer_error(&[1 << 62, 1 << 62], &[], 0);
         assert!(e.contains("past 2^64"), "{e}");
         let e = initializer_error(&[1 << 61], &[1], 0);
-        assert!(e.contains("storage holds 16 bytes, the tensor needs 0..9223372036854775808"), "{e}");
+        assert!(
+            e.contains("storage holds 16 bytes, the tensor needs 0..9223372036854775808"),
+            "{e}"
+        );
         let e = initializer_error(&[-4], &[1], 0);
         assert!(e.contains("negative size -4"), "{e}");
         let e = initializer_error(&[2], &[1], 1 << 62);

@@ -38,13 +38,19 @@ impl Program {
 
 /// The IR's JSON form.
 pub fn ir_json(graph: &Graph, output: &Path) -> Result<()> {
-    crate::atomic::write_bytes_atomically(output, graph.to_json().as_bytes()).with_context(|| format!("writing {}", output.display()))
+    crate::atomic::write_bytes_atomically(output, graph.to_json().as_bytes())
+        .with_context(|| format!("writing {}", output.display()))
 }
 
 /// A `.pt2`: the program converted back, the weights copied from the map
 /// (after those `prewritten` while the worker traced, when the archive starts
 /// with them). Returns how many were.
-pub fn pt2(pt2: &Pt2, graph: &Graph, output: &Path, prewritten: Option<Prewritten>) -> Result<usize> {
+pub fn pt2(
+    pt2: &Pt2,
+    graph: &Graph,
+    output: &Path,
+    prewritten: Option<Prewritten>,
+) -> Result<usize> {
     Ok(pt2.write_continuing(output, &model_program(pt2, graph, output)?, prewritten)?)
 }
 
@@ -56,8 +62,14 @@ pub fn pt2_for_worker(pt2: &Pt2, graph: &Graph, output: &Path) -> Result<()> {
 }
 
 /// `graph` as the archive's `model` program, to be written at `output`.
-fn model_program(pt2: &Pt2, graph: &Graph, output: &Path) -> Result<std::collections::BTreeMap<String, crate::graph::pt2::schema::ExportedProgram>> {
-    let program = convert::from_ir(graph, &pt2.programs["model"]).map_err(anyhow::Error::msg).with_context(|| format!("{}", output.display()))?;
+fn model_program(
+    pt2: &Pt2,
+    graph: &Graph,
+    output: &Path,
+) -> Result<std::collections::BTreeMap<String, crate::graph::pt2::schema::ExportedProgram>> {
+    let program = convert::from_ir(graph, &pt2.programs["model"])
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("{}", output.display()))?;
     Ok([("model".to_string(), program)].into())
 }
 
@@ -87,23 +99,44 @@ pub fn onnx(
 ) -> Result<OnnxEmitted> {
     use crate::onnx::{emit, passes, weights};
     let program = pt2.programs.get("model").context("no `model` program")?;
-    let roles = crate::onnx::inputs::named_user_inputs(program, crate::onnx::inputs::input_roles(program), &input_names);
+    let roles = crate::onnx::inputs::named_user_inputs(
+        program,
+        crate::onnx::inputs::input_roles(program),
+        &input_names,
+    );
     let output_names = crate::onnx::inputs::output_names(program, &input_names, &output_names);
     progress.step("onnx", "translations");
     let translations = stages::select::<kind::OnnxTranslation>(&loaded.set.plugins, Backend::Onnx);
-    let (mut builder, translated) = onnx_translation::run(&loaded.runtime, &translations, graph, &roles, options.opset)?;
+    let (mut builder, translated) =
+        onnx_translation::run(&loaded.runtime, &translations, graph, &roles, options.opset)?;
     progress.step("onnx", "IR fixes");
     let ir_fixes = stages::select::<kind::OnnxIrFix>(&loaded.set.plugins, Backend::Onnx);
     let mut model = crate::onnx::Model { nodes: std::mem::take(&mut builder.nodes) };
-    let fixed = onnx_ir_fix::run(&loaded.runtime, &ir_fixes, &mut model, "onnx-ir-fixes", on_plugin_error)?;
+    let fixed =
+        onnx_ir_fix::run(&loaded.runtime, &ir_fixes, &mut model, "onnx-ir-fixes", on_plugin_error)?;
     builder.nodes = model.nodes;
     let metadata = onnx_metadata(loaded, &[&translated, &fixed]);
-    let parts = emit::ModelParts { graph, roles: &roles, weights: Some(pt2), builder: &builder, output_names };
+    let parts = emit::ModelParts {
+        graph,
+        roles: &roles,
+        weights: Some(pt2),
+        builder: &builder,
+        output_names,
+    };
     let mut lowered = emit::lower(&parts)?;
-    let optimized = options.optimize.then(|| passes::run(&mut lowered.nodes, &mut lowered.initializers, &lowered.output_names, &lowered.static_shapes));
+    let optimized = options.optimize.then(|| {
+        passes::run(
+            &mut lowered.nodes,
+            &mut lowered.initializers,
+            &lowered.output_names,
+            &lowered.static_shapes,
+        )
+    });
     let planned = emit::plan(lowered, "main_graph", &metadata);
     let nodes = planned.graph.node.len();
-    let storage = if options.external_data || weights::weight_bytes(&planned.initializers) >= emit::PROTOBUF_LIMIT {
+    let storage = if options.external_data
+        || weights::weight_bytes(&planned.initializers) >= emit::PROTOBUF_LIMIT
+    {
         emit::WeightStorage::External { prewritten: prewritten.map(Box::new) }
     } else {
         emit::WeightStorage::Embedded
@@ -121,11 +154,17 @@ fn onnx_metadata(loaded: &LoadedSet, reports: &[&StageReport]) -> Vec<(String, S
     }
     for plugin in &loaded.set.plugins {
         let p = &plugin.manifest.plugin;
-        metadata.push((format!("hfx.plugin.{}", p.name), format!("{} sha256:{}", p.version, plugin.component_sha256)));
+        metadata.push((
+            format!("hfx.plugin.{}", p.name),
+            format!("{} sha256:{}", p.version, plugin.component_sha256),
+        ));
     }
     for report in reports {
         for (plugin, counts) in &report.plugins {
-            metadata.push((format!("hfx.stage.{}.{plugin}", report.stage), format!("changed {}", counts.changed)));
+            metadata.push((
+                format!("hfx.stage.{}.{plugin}", report.stage),
+                format!("changed {}", counts.changed),
+            ));
         }
     }
     metadata

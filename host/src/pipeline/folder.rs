@@ -19,8 +19,17 @@ use crate::plugins::PluginSet;
 /// generation components) and their files, of every backend: an export
 /// removes the ones it did not write.
 const FOLDER_COMPONENTS: &[&str] = &[
-    "model", "prefill", "decode", "image_encoder", "audio_encoder", "multi_modal_projector", "connector", "embed_vision", "embed_audio",
-    "language_model", "lm_head",
+    "model",
+    "prefill",
+    "decode",
+    "image_encoder",
+    "audio_encoder",
+    "multi_modal_projector",
+    "connector",
+    "embed_vision",
+    "embed_audio",
+    "language_model",
+    "lm_head",
 ];
 const FOLDER_FILES: &[&str] = &[".onnx", ".onnx.data", ".pt2", ".pte", ".reference.pt"];
 
@@ -54,7 +63,14 @@ impl ExportFolder {
     /// `.pte` and `.pt2` formats have no field for it; ONNX models also carry
     /// it in `metadata_props`). The reference's `ExportMetadata.from_dict`
     /// skips fields it does not know.
-    pub fn finish(self, artifact: &Artifact, trace: &Trace, components: &[(String, serde_json::Value)], set: &PluginSet, backend: Backend) -> Result<()> {
+    pub fn finish(
+        self,
+        artifact: &Artifact,
+        trace: &Trace,
+        components: &[(String, serde_json::Value)],
+        set: &PluginSet,
+        backend: Backend,
+    ) -> Result<()> {
         let versions = &set.upstream;
         let (format, required): (&str, &[&str]) = match artifact {
             Artifact::Onnx(_) => ("onnx", &["torch", "onnx", "onnxscript"]),
@@ -96,9 +112,13 @@ impl ExportFolder {
             metadata["hfx"] = provenance(set, backend);
             // The reference records no model name (`config.json` drops `_name_or_path`): hfx's own field does.
             if let Some(hub) = &trace.hub {
-                metadata["hfx"]["model"] = json!({"id": hub.id, "revision": hub.revision, "commit": hub.commit});
+                metadata["hfx"]["model"] =
+                    json!({"id": hub.id, "revision": hub.revision, "commit": hub.commit});
             }
-            entries.insert(name.clone(), json!({"file": artifact.folder_file(name), "metadata": metadata}));
+            entries.insert(
+                name.clone(),
+                json!({"file": artifact.folder_file(name), "metadata": metadata}),
+            );
         }
         let manifest = json!({
             "schema_version": 1,
@@ -106,24 +126,34 @@ impl ExportFolder {
             "components": entries,
         });
         let text = serde_json::to_string_pretty(&manifest)? + "\n";
-        crate::atomic::write_bytes_atomically(&self.scratch.path().join("export.json"), text.as_bytes())?;
-        std::fs::create_dir_all(&self.dir).with_context(|| format!("creating {}", self.dir.display()))?;
+        crate::atomic::write_bytes_atomically(
+            &self.scratch.path().join("export.json"),
+            text.as_bytes(),
+        )?;
+        std::fs::create_dir_all(&self.dir)
+            .with_context(|| format!("creating {}", self.dir.display()))?;
         let mut written = Vec::new();
         for entry in std::fs::read_dir(self.scratch.path())? {
             let entry = entry?;
             if entry.file_type()?.is_file() {
                 let to = self.dir.join(entry.file_name());
-                std::fs::rename(entry.path(), &to).with_context(|| format!("writing {}", to.display()))?;
+                std::fs::rename(entry.path(), &to)
+                    .with_context(|| format!("writing {}", to.display()))?;
                 written.push(entry.file_name());
             }
         }
         // A folder exported before with another backend (or with its weights
         // inline): the component files hfx names that this export did not write go.
-        let files = FOLDER_COMPONENTS.iter().flat_map(|c| FOLDER_FILES.iter().map(move |f| format!("{c}{f}")));
-        for stale in files.filter(|f| !written.iter().any(|w| w.as_os_str() == std::ffi::OsStr::new(f))) {
+        let files = FOLDER_COMPONENTS
+            .iter()
+            .flat_map(|c| FOLDER_FILES.iter().map(move |f| format!("{c}{f}")));
+        for stale in
+            files.filter(|f| !written.iter().any(|w| w.as_os_str() == std::ffi::OsStr::new(f)))
+        {
             let path = self.dir.join(stale);
             if path.is_file() {
-                std::fs::remove_file(&path).with_context(|| format!("removing the stale {}", path.display()))?;
+                std::fs::remove_file(&path)
+                    .with_context(|| format!("removing the stale {}", path.display()))?;
             }
         }
         Ok(())

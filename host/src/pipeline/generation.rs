@@ -18,9 +18,19 @@ use crate::trace::protocol::{GenerateCheck, GenerateCheckReply, GenerateStep};
 use crate::trace::Worker;
 
 /// Runs the check; tokens that differ anywhere are an error naming the first step.
-pub fn check(worker: &mut Worker, components: &[Component], steps: u32, tolerance: f64, deadline: Duration) -> Result<GenerateCheckReply> {
-    let components = components.iter().filter_map(|c| Some((c.name.clone(), c.artifact.clone()?))).collect();
-    let reply = worker.request(&GenerateCheck { components, steps, atol: tolerance, rtol: tolerance }, deadline)?;
+pub fn check(
+    worker: &mut Worker,
+    components: &[Component],
+    steps: u32,
+    tolerance: f64,
+    deadline: Duration,
+) -> Result<GenerateCheckReply> {
+    let components =
+        components.iter().filter_map(|c| Some((c.name.clone(), c.artifact.clone()?))).collect();
+    let reply = worker.request(
+        &GenerateCheck { components, steps, atol: tolerance, rtol: tolerance },
+        deadline,
+    )?;
     // A component generation never called is one the check did not verify.
     if let Some(unused) = reply.calls.iter().find(|c| c.calls == 0) {
         print(&reply);
@@ -58,7 +68,8 @@ pub fn check(worker: &mut Worker, components: &[Component], steps: u32, toleranc
 
 pub fn print(check: &GenerateCheckReply) {
     let worst = check.steps.iter().filter_map(|s| s.max_abs).fold(0.0_f64, f64::max);
-    let calls: Vec<String> = check.calls.iter().map(|c| format!("{} {}", c.name, c.calls)).collect();
+    let calls: Vec<String> =
+        check.calls.iter().map(|c| format!("{} {}", c.name, c.calls)).collect();
     println!(
         "generate {} greedy token(s) x {} row(s): {} eager `generate` (component calls: {}; logits max abs error {worst:.2e}; {})",
         check.steps.len(),
@@ -72,7 +83,11 @@ pub fn print(check: &GenerateCheckReply) {
             "  token {:<3} {:?}{}  logits max abs {}{}",
             i + 1,
             step.tokens,
-            if step.tokens == step.eager_tokens { String::new() } else { format!(" (eager {:?})", step.eager_tokens) },
+            if step.tokens == step.eager_tokens {
+                String::new()
+            } else {
+                format!(" (eager {:?})", step.eager_tokens)
+            },
             step.max_abs.map_or("not finite".into(), |e| format!("{e:.2e}")),
             if step.ok { "" } else { "  MISMATCH" }
         );

@@ -26,15 +26,15 @@ use anyhow::{bail, Context, Result};
 pub use options::{Artifact, Destination, OnnxOptions, Pte, RunOptions, Source, Target, Trace};
 pub use summary::{Component, Lowered, RunSummary};
 
-use emit::Program;
-use folder::ExportFolder;
-use scratch::Scratch;
-use trace::Traced;
 use crate::graph::Graph;
 use crate::plugins::loading::{LoadedSet, Purpose};
 use crate::plugins::Backend;
 use crate::prewrite::{Prewrite, PrewriteFor};
 use crate::trace::Worker;
+use emit::Program;
+use folder::ExportFolder;
+use scratch::Scratch;
+use trace::Traced;
 
 /// Progress lines on stderr (stdout is the summary), when `shown`.
 #[derive(Debug, Clone, Copy)]
@@ -116,9 +116,12 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<Vec<RunSummary
         // worker never reads them unless the eager reference is asked for).
         // ExecuTorch's steps in the worker map them where they are too.
         use crate::trace::protocol::Weights;
-        let from_folder = matches!(trace.request.source, crate::trace::ModelSource::Directory { .. });
+        let from_folder =
+            matches!(trace.request.source, crate::trace::ModelSource::Directory { .. });
         trace.request.weights = match () {
-            _ if options.targets.iter().any(|t| t.artifact == Artifact::IrJson) => Weights::InArchive,
+            _ if options.targets.iter().any(|t| t.artifact == Artifact::IrJson) => {
+                Weights::InArchive
+            }
             _ if from_folder && !trace.load_weights => Weights::Streamed,
             _ => Weights::Side,
         };
@@ -144,10 +147,31 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<Vec<RunSummary
             // The worker says which upstream versions are installed; plugins resolve against them.
             let loaded = load_plugins(&options, Some(&started), progress)?;
             match &trace.request.generation {
-                None => export_traced(&options, trace, &loaded, started, &mut written, &mut worker, lowered_by_worker, progress)?,
+                None => export_traced(
+                    &options,
+                    trace,
+                    &loaded,
+                    started,
+                    &mut written,
+                    &mut worker,
+                    lowered_by_worker,
+                    progress,
+                )?,
                 Some(asked) => {
-                    let [w] = written.as_mut_slice() else { bail!("--generation exports one backend at a time: give --backend one backend") };
-                    generation = export_for_generation(&options, trace, asked, &loaded, started, w, &mut worker, lowered_by_worker, progress)?;
+                    let [w] = written.as_mut_slice() else {
+                        bail!("--generation exports one backend at a time: give --backend one backend")
+                    };
+                    generation = export_for_generation(
+                        &options,
+                        trace,
+                        asked,
+                        &loaded,
+                        started,
+                        w,
+                        &mut worker,
+                        lowered_by_worker,
+                        progress,
+                    )?;
                 }
             }
             loaded
@@ -160,7 +184,17 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<Vec<RunSummary
             };
             for w in &mut written {
                 let output = w.output(MODEL);
-                w.components.push(export(&options, &w.target, &loaded, &mut worker, MODEL, input, &output, options.verify, progress)?);
+                w.components.push(export(
+                    &options,
+                    &w.target,
+                    &loaded,
+                    &mut worker,
+                    MODEL,
+                    input,
+                    &output,
+                    options.verify,
+                    progress,
+                )?);
             }
             loaded
         }
@@ -178,7 +212,14 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<Vec<RunSummary
                 let dir = folder.dir().to_path_buf();
                 let recorded = components
                     .iter()
-                    .map(|c| Ok((c.name.clone(), c.metadata.clone().context("an export folder records the traced model's metadata")?)))
+                    .map(|c| {
+                        Ok((
+                            c.name.clone(),
+                            c.metadata
+                                .clone()
+                                .context("an export folder records the traced model's metadata")?,
+                        ))
+                    })
                     .collect::<Result<Vec<_>>>()?;
                 folder.finish(&target.artifact, trace, &recorded, &loaded.set, target.backend)?;
                 // The files moved from the scratch folder into the export folder: say where they are.
@@ -203,8 +244,14 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<Vec<RunSummary
             components,
             generation: generation.take(),
             backend: target.backend,
-            trace_shared_with: (target.backend != first && matches!(options.source, Source::Trace(_))).then_some(first),
-            plugin_set: summary::PluginSetSummary::of(&loaded, target.backend, options.plugins.locked),
+            trace_shared_with: (target.backend != first
+                && matches!(options.source, Source::Trace(_)))
+            .then_some(first),
+            plugin_set: summary::PluginSetSummary::of(
+                &loaded,
+                target.backend,
+                options.plugins.locked,
+            ),
             environment: summary::Environment::of(python.clone(), &loaded, &options.plugins),
             skipped: loaded.set.skipped.clone(),
             written: path,
@@ -235,17 +282,23 @@ fn export_traced(
     let prewrite = written.iter().filter(|w| w.folder.is_some() && !options.verify).find_map(|w| {
         let to = match &w.target.artifact {
             Artifact::Pt2 => PrewriteFor::Archive,
-            Artifact::Onnx(onnx) if onnx.external_data => PrewriteFor::OnnxData { transposed_linear: onnx.optimize },
+            Artifact::Onnx(onnx) if onnx.external_data => {
+                PrewriteFor::OnnxData { transposed_linear: onnx.optimize }
+            }
             _ => return None,
         };
         Some((w.output(MODEL), to))
     });
     let prewrite = prewrite.as_ref().map(|(path, to)| (path.as_path(), *to));
-    let traced = trace::run(&mut started, trace, loaded, &backends, &written[0].output(MODEL), prewrite)?;
+    let traced =
+        trace::run(&mut started, trace, loaded, &backends, &written[0].output(MODEL), prewrite)?;
     // Checked on a truncated model before anything lands: each target's checks.
     let mut kept = Some(started);
     let truncated = match trace.verify_layers {
-        Some(layers) => Some((layers, verify_truncated(options, trace, layers, loaded, &mut kept, written, progress)?)),
+        Some(layers) => Some((
+            layers,
+            verify_truncated(options, trace, layers, loaded, &mut kept, written, progress)?,
+        )),
         None => None,
     };
     let started = kept.context("the trace worker went away")?;
@@ -262,17 +315,29 @@ fn export_traced(
         _killed.insert(started).kill();
     }
     // The configs the worker saved go to every export folder.
-    let configs = written[0].folder.as_ref().map(|f| files_in(f.scratch())).transpose()?.unwrap_or_default();
+    let configs =
+        written[0].folder.as_ref().map(|f| files_in(f.scratch())).transpose()?.unwrap_or_default();
     for (i, w) in written.iter_mut().enumerate() {
         if let (Some(folder), true) = (&w.folder, i > 0) {
             for config in &configs {
-                let to = folder.scratch().join(config.file_name().context("a config without a name")?);
+                let to =
+                    folder.scratch().join(config.file_name().context("a config without a name")?);
                 std::fs::copy(config, &to).with_context(|| format!("writing {}", to.display()))?;
             }
         }
         let output = w.output(MODEL);
         // The trace is reported once, with the first target.
-        let mut component = export(options, &w.target, loaded, worker, MODEL, Input::Traced(&traced), &output, options.verify, progress)?;
+        let mut component = export(
+            options,
+            &w.target,
+            loaded,
+            worker,
+            MODEL,
+            Input::Traced(&traced),
+            &output,
+            options.verify,
+            progress,
+        )?;
         if let Some((layers, checks)) = &truncated {
             component.verified = checks[i].clone();
             component.verified_layers = Some(*layers);
@@ -323,9 +388,23 @@ fn export_for_generation(
             let mut request = trace.request.clone();
             request.source = crate::trace::ModelSource::Captured { component: name.clone() };
             request.folder = None; // the capture saved the configs
-            let one = Trace { request, deadline: trace.deadline, hub: trace.hub.clone(), load_weights: trace.load_weights, cache: None, verify_layers: None };
-            let traced = trace::run(kept_or_started(worker, options, progress)?, &one, loaded, &backends, &output, None)
-                .with_context(|| format!("component `{name}`"))?;
+            let one = Trace {
+                request,
+                deadline: trace.deadline,
+                hub: trace.hub.clone(),
+                load_weights: trace.load_weights,
+                cache: None,
+                verify_layers: None,
+            };
+            let traced = trace::run(
+                kept_or_started(worker, options, progress)?,
+                &one,
+                loaded,
+                &backends,
+                &output,
+                None,
+            )
+            .with_context(|| format!("component `{name}`"))?;
             if let Some(previous) = emitting.take() {
                 let (component, folder) = joined(previous)?;
                 components.push(component);
@@ -334,8 +413,18 @@ fn export_for_generation(
             // Verified by generating with all of them (below): a component's cache
             // output may differ from eager by design (a sliding window traced whole).
             let emit = move |worker: &mut Option<Worker>| -> Result<Exported> {
-                let component = export(options, target, loaded, worker, name, Input::Traced(&traced), &output, false, progress)
-                    .with_context(|| format!("component `{name}`"))?;
+                let component = export(
+                    options,
+                    target,
+                    loaded,
+                    worker,
+                    name,
+                    Input::Traced(&traced),
+                    &output,
+                    false,
+                    progress,
+                )
+                .with_context(|| format!("component `{name}`"))?;
                 Ok((component, traced.scratch))
             };
             if lowered_by_worker {
@@ -353,10 +442,17 @@ fn export_for_generation(
     })?;
     drop(traced_folders);
     if options.verify {
-        progress.step("verify", &format!("{} greedy tokens through the components against eager `generate`", asked.steps));
+        progress.step(
+            "verify",
+            &format!(
+                "{} greedy tokens through the components against eager `generate`",
+                asked.steps
+            ),
+        );
         let tolerance = verify::tolerance(&target.artifact);
         let worker = kept_or_started(worker, options, progress)?;
-        let check = generation::check(worker, components, asked.steps, tolerance, options.verify_deadline)?;
+        let check =
+            generation::check(worker, components, asked.steps, tolerance, options.verify_deadline)?;
         generation = Some(check);
     }
     Ok(generation)
@@ -377,23 +473,55 @@ fn verify_truncated(
     written: &[Written],
     progress: Progress,
 ) -> Result<Vec<Vec<crate::trace::protocol::Check>>> {
-    let crate::trace::ModelSource::Directory { path, trust_remote_code, .. } = &trace.request.source else {
+    let crate::trace::ModelSource::Directory { path, trust_remote_code, .. } =
+        &trace.request.source
+    else {
         bail!("--verify-layers truncates a model folder's config: give --model-dir or --model-id")
     };
-    progress.step("verify", &format!("the model's first {layers} layers, from the same checkpoint"));
+    progress
+        .step("verify", &format!("the model's first {layers} layers, from the same checkpoint"));
     let mut request = trace.request.clone();
-    request.source = crate::trace::ModelSource::Directory { path: path.clone(), trust_remote_code: *trust_remote_code, layers: Some(layers) };
+    request.source = crate::trace::ModelSource::Directory {
+        path: path.clone(),
+        trust_remote_code: *trust_remote_code,
+        layers: Some(layers),
+    };
     request.reference = true;
     request.folder = None;
-    let small = Trace { request, deadline: trace.deadline, hub: None, load_weights: trace.load_weights, cache: None, verify_layers: None };
+    let small = Trace {
+        request,
+        deadline: trace.deadline,
+        hub: None,
+        load_weights: trace.load_weights,
+        cache: None,
+        verify_layers: None,
+    };
     let scratch = Scratch::beside(written[0].target.destination.path(), "verify-layers")?;
     let backends: Vec<Backend> = written.iter().map(|w| w.target.backend).collect();
-    let traced = trace::run(kept_or_started(worker, options, progress)?, &small, loaded, &backends, &scratch.path().join("model"), None)?;
+    let traced = trace::run(
+        kept_or_started(worker, options, progress)?,
+        &small,
+        loaded,
+        &backends,
+        &scratch.path().join("model"),
+        None,
+    )?;
     let mut checks = Vec::new();
     for w in written {
-        let output = scratch.path().join(w.target.artifact.folder_file(&format!("first-{layers}-layers")));
-        let component = export(options, &w.target, loaded, worker, "truncated", Input::Traced(&traced), &output, true, progress)
-            .with_context(|| format!("--verify-layers {layers}: the model's first {layers} layers"))?;
+        let output =
+            scratch.path().join(w.target.artifact.folder_file(&format!("first-{layers}-layers")));
+        let component = export(
+            options,
+            &w.target,
+            loaded,
+            worker,
+            "truncated",
+            Input::Traced(&traced),
+            &output,
+            true,
+            progress,
+        )
+        .with_context(|| format!("--verify-layers {layers}: the model's first {layers} layers"))?;
         checks.push(component.verified);
     }
     Ok(checks)
@@ -439,17 +567,27 @@ fn export(
     let changes_before = program.graph().changes();
     // --dynamic asks for every axis to vary; the ones the model's code fixed are said.
     let fixed_axes = match (&options.source, &program) {
-        (Source::Trace(trace), Program::Archive { pt2, graph }) if trace.request.dynamic && trace.request.dynamic_shapes.is_empty() => {
+        (Source::Trace(trace), Program::Archive { pt2, graph })
+            if trace.request.dynamic && trace.request.dynamic_shapes.is_empty() =>
+        {
             let names = input.traced().map(|t| t.input_names.as_slice()).unwrap_or_default();
-            pt2.programs.get("model").map(|p| trace::fixed_axes(p, graph, names)).unwrap_or_default()
+            pt2.programs
+                .get("model")
+                .map(|p| trace::fixed_axes(p, graph, names))
+                .unwrap_or_default()
         }
         _ => Vec::new(),
     };
 
     // ── the backend's FX stages ──
     progress.step("fx stages", &format!("{nodes_before} nodes"));
-    let mut stages =
-        crate::stages::run_fx_stages(&loaded.runtime, &loaded.set.plugins, target.backend, program.graph_mut(), options.on_plugin_error)?;
+    let mut stages = crate::stages::run_fx_stages(
+        &loaded.runtime,
+        &loaded.set.plugins,
+        target.backend,
+        program.graph_mut(),
+        options.on_plugin_error,
+    )?;
 
     // ── emit, and verify ──
     progress.step("emit", &output.display().to_string());
@@ -476,8 +614,13 @@ fn export(
             match &input {
                 // A traced program the stages left as it was, its weights inside, moves into place as torch wrote it
                 // (one from the trace cache is rebuilt from what was read and checked, as a `.pt2` input is).
-                Input::Traced(traced) if graph.changes() == changes_before && traced.side_weights.is_none() && traced.summary.cached.is_none() => {
-                    crate::atomic::link_into_place(&traced.program, &staged).with_context(|| format!("writing {}", staged.display()))?
+                Input::Traced(traced)
+                    if graph.changes() == changes_before
+                        && traced.side_weights.is_none()
+                        && traced.summary.cached.is_none() =>
+                {
+                    crate::atomic::link_into_place(&traced.program, &staged)
+                        .with_context(|| format!("writing {}", staged.display()))?
                 }
                 _ => {
                     let prewritten = input.traced().and_then(|t| t.prewritten(Prewrite::archive));
@@ -487,12 +630,32 @@ fn export(
             Some(verify::Runtime::Pt2)
         }
         (Artifact::Onnx(onnx), Program::Archive { pt2, graph }) => {
-            let names = input.traced().map(|t| (t.input_names.clone(), t.output_names.clone())).unwrap_or_default();
+            let names = input
+                .traced()
+                .map(|t| (t.input_names.clone(), t.output_names.clone()))
+                .unwrap_or_default();
             let prewritten = input.traced().and_then(|t| t.prewritten(Prewrite::onnx_data));
-            let emitted = emit::onnx(pt2, graph, loaded, onnx, options.on_plugin_error, names, &staged, prewritten, progress).map_err(|mut e| {
+            let emitted = emit::onnx(
+                pt2,
+                graph,
+                loaded,
+                onnx,
+                options.on_plugin_error,
+                names,
+                &staged,
+                prewritten,
+                progress,
+            )
+            .map_err(|mut e| {
                 use crate::stages::onnx_translation::{ProgramSource, TranslationError};
-                if let Some(TranslationError::Missing { source_note, .. }) = e.downcast_mut::<TranslationError>() {
-                    *source_note = if input.traced().is_some() { ProgramSource::Traced } else { ProgramSource::Saved };
+                if let Some(TranslationError::Missing { source_note, .. }) =
+                    e.downcast_mut::<TranslationError>()
+                {
+                    *source_note = if input.traced().is_some() {
+                        ProgramSource::Traced
+                    } else {
+                        ProgramSource::Saved
+                    };
                 }
                 e
             })?;
@@ -506,7 +669,11 @@ fn export(
             // the traced one where the stages left it as it was.
             let work = Scratch::beside(output, "lower")?;
             let program = match &input {
-                Input::Traced(traced) if graph.changes() == changes_before && traced.summary.cached.is_none() => traced.program.clone(),
+                Input::Traced(traced)
+                    if graph.changes() == changes_before && traced.summary.cached.is_none() =>
+                {
+                    traced.program.clone()
+                }
                 _ => {
                     let program = work.path().join("program.pt2");
                     emit::pt2_for_worker(pt2, graph, &program)?;
@@ -516,12 +683,25 @@ fn export(
             let worker = kept_or_started(worker, options, progress)?;
             let in_spec = match pte {
                 Pte::Delegated(delegate) => {
-                    progress.step("lower", &format!("ExecuTorch edge + {} partitioner, to_executorch", delegate.name()));
+                    progress.step(
+                        "lower",
+                        &format!(
+                            "ExecuTorch edge + {} partitioner, to_executorch",
+                            delegate.name()
+                        ),
+                    );
                     // Written in the scratch folder, then moved into place: a `.pte` is never half there.
                     let pte = work.path().join("model.pte");
-                    let request = crate::trace::protocol::Lower { program, output: pte.clone(), delegate: *delegate };
-                    let reply = worker.request(&request, options.verify_deadline).context("lowering with ExecuTorch")?;
-                    crate::atomic::move_into_place(&pte, &staged).with_context(|| format!("writing {}", staged.display()))?;
+                    let request = crate::trace::protocol::Lower {
+                        program,
+                        output: pte.clone(),
+                        delegate: *delegate,
+                    };
+                    let reply = worker
+                        .request(&request, options.verify_deadline)
+                        .context("lowering with ExecuTorch")?;
+                    crate::atomic::move_into_place(&pte, &staged)
+                        .with_context(|| format!("writing {}", staged.display()))?;
                     let in_spec = reply.in_spec.clone();
                     lowered = Some(Lowered::Delegated(reply));
                     in_spec
@@ -529,20 +709,41 @@ fn export(
                 Pte::Portable => {
                     progress.step("lower", "ExecuTorch's edge decomposition (worker)");
                     let edge_path = work.path().join("edge.pt2");
-                    let request = crate::trace::protocol::EdgeProgram { program, output: edge_path.clone() };
-                    let edge = worker.request(&request, options.verify_deadline).context("decomposing for ExecuTorch's edge dialect")?;
+                    let request =
+                        crate::trace::protocol::EdgeProgram { program, output: edge_path.clone() };
+                    let edge = worker
+                        .request(&request, options.verify_deadline)
+                        .context("decomposing for ExecuTorch's edge dialect")?;
                     progress.step("emit", "portable .pte (hfx's native emitter)");
                     let started = Instant::now();
                     let mut edge_pt2 = crate::graph::pt2::Pt2::open(&edge_path)?;
                     if edge.side_weights {
                         // The weights the worker left where they were: in the files the traced program's are in.
-                        edge_pt2.attach_side_weights(&crate::graph::pt2::side_weights_path(&edge_path), &pt2.side_files())?;
+                        edge_pt2.attach_side_weights(
+                            &crate::graph::pt2::side_weights_path(&edge_path),
+                            &pt2.side_files(),
+                        )?;
                     }
-                    let model = edge_pt2.programs.get("model").with_context(|| format!("{}: no `model` program", edge_path.display()))?;
-                    let edge_graph = crate::graph::pt2::convert::to_ir(model).map_err(anyhow::Error::msg).with_context(|| format!("{}", edge_path.display()))?;
-                    let specs = crate::executorch::write::Specs { inputs: &edge.in_spec, outputs: &edge.out_spec };
-                    let provenance = serde_json::to_vec(&folder::provenance(&loaded.set, target.backend))?;
-                    let emitted = crate::executorch::emit(&edge_pt2, &edge_graph, specs, &provenance, &staged)?;
+                    let model = edge_pt2
+                        .programs
+                        .get("model")
+                        .with_context(|| format!("{}: no `model` program", edge_path.display()))?;
+                    let edge_graph = crate::graph::pt2::convert::to_ir(model)
+                        .map_err(anyhow::Error::msg)
+                        .with_context(|| format!("{}", edge_path.display()))?;
+                    let specs = crate::executorch::write::Specs {
+                        inputs: &edge.in_spec,
+                        outputs: &edge.out_spec,
+                    };
+                    let provenance =
+                        serde_json::to_vec(&folder::provenance(&loaded.set, target.backend))?;
+                    let emitted = crate::executorch::emit(
+                        &edge_pt2,
+                        &edge_graph,
+                        specs,
+                        &provenance,
+                        &staged,
+                    )?;
                     let in_spec = edge.in_spec.clone();
                     lowered = Some(Lowered::Portable { edge, emitted, emit: started.elapsed() });
                     in_spec
@@ -556,7 +757,10 @@ fn export(
     };
     if let (Some(runtime), true) = (&runtime, verify) {
         let reference = match &input {
-            Input::Traced(t) => t.reference.clone().context("the trace wrote no eager reference to verify against")?,
+            Input::Traced(t) => t
+                .reference
+                .clone()
+                .context("the trace wrote no eager reference to verify against")?,
             Input::Pt2(path) | Input::IrJson(path) => reference_path(path),
         };
         progress.step("verify", &format!("{} against eager PyTorch", runtime.name()));
@@ -567,9 +771,11 @@ fn export(
         let data = crate::onnx::emit::data_file(&staged);
         if data.exists() {
             let to = crate::onnx::emit::data_file(output);
-            crate::atomic::move_into_place(&data, &to).with_context(|| format!("writing {}", to.display()))?;
+            crate::atomic::move_into_place(&data, &to)
+                .with_context(|| format!("writing {}", to.display()))?;
         }
-        crate::atomic::move_into_place(&staged, output).with_context(|| format!("writing {}", output.display()))?;
+        crate::atomic::move_into_place(&staged, output)
+            .with_context(|| format!("writing {}", output.display()))?;
     }
     let emit = emit_started.elapsed();
 
@@ -579,12 +785,17 @@ fn export(
             let reference = match &traced.reference {
                 Some(eager) => {
                     let reference = reference_path(output);
-                    crate::atomic::link_into_place(eager, &reference).with_context(|| format!("writing {}", reference.display()))?;
+                    crate::atomic::link_into_place(eager, &reference)
+                        .with_context(|| format!("writing {}", reference.display()))?;
                     Some(reference)
                 }
                 None => None,
             };
-            (reference, Some(traced.summary.clone()), Some(serde_json::to_value(&traced.export_metadata)?))
+            (
+                reference,
+                Some(traced.summary.clone()),
+                Some(serde_json::to_value(&traced.export_metadata)?),
+            )
         }
         Input::Pt2(_) | Input::IrJson(_) => (None, None, None),
     };
@@ -616,10 +827,16 @@ fn joined(handle: std::thread::ScopedJoinHandle<'_, Result<Exported>>) -> Result
 }
 
 fn start_worker(options: &RunOptions, progress: Progress) -> Result<Worker> {
-    let worker_options = crate::trace::WorkerOptions { sandbox: Some(trace::worker_sandbox(options)), ..options.worker.clone() };
+    let worker_options = crate::trace::WorkerOptions {
+        sandbox: Some(trace::worker_sandbox(options)),
+        ..options.worker.clone()
+    };
     let mut worker = Worker::start_with(&options.plugins.python(), WORKER_START, &worker_options)?;
     if !worker.sandbox.off().is_empty() {
-        tracing::warn!("the trace worker runs with part of its OS sandbox off: {}", worker.sandbox.line());
+        tracing::warn!(
+            "the trace worker runs with part of its OS sandbox off: {}",
+            worker.sandbox.line()
+        );
     } else {
         tracing::info!("the trace worker's OS sandbox: {}", worker.sandbox.line());
     }
@@ -629,14 +846,22 @@ fn start_worker(options: &RunOptions, progress: Progress) -> Result<Worker> {
 
 /// The worker kept from the trace, or a new one (a run that read its program
 /// from a file, or whose trace worker was not kept).
-fn kept_or_started<'w>(worker: &'w mut Option<Worker>, options: &RunOptions, progress: Progress) -> Result<&'w mut Worker> {
+fn kept_or_started<'w>(
+    worker: &'w mut Option<Worker>,
+    options: &RunOptions,
+    progress: Progress,
+) -> Result<&'w mut Worker> {
     Ok(match worker {
         Some(w) => w,
         None => worker.insert(start_worker(options, progress)?),
     })
 }
 
-fn load_plugins(options: &RunOptions, worker: Option<&Worker>, progress: Progress) -> Result<LoadedSet> {
+fn load_plugins(
+    options: &RunOptions,
+    worker: Option<&Worker>,
+    progress: Progress,
+) -> Result<LoadedSet> {
     progress.step("plugins", "resolving and loading");
     options.plugins.load(Purpose::Use, worker.map(Worker::versions))
 }
@@ -646,20 +871,28 @@ fn read(input: &Input, progress: Progress) -> Result<Program> {
     let (path, side_weights, checkpoint) = match input {
         Input::IrJson(path) => {
             progress.step("read", &path.display().to_string());
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
             let graph = Graph::from_json(&text).with_context(|| format!("{}", path.display()))?;
             return Ok(Program::IrJson { graph });
         }
         Input::Pt2(path) => (*path, None, &[][..]),
-        Input::Traced(t) => (t.program.as_path(), t.side_weights.as_deref(), t.checkpoint.as_slice()),
+        Input::Traced(t) => {
+            (t.program.as_path(), t.side_weights.as_deref(), t.checkpoint.as_slice())
+        }
     };
     progress.step("read", &path.display().to_string());
     let mut pt2 = Pt2::open(path)?;
     if let Some(side) = side_weights {
         pt2.attach_side_weights(side, checkpoint)?;
     }
-    let model = pt2.programs.get("model").with_context(|| format!("{}: no `model` program", path.display()))?;
-    let graph = convert::to_ir(model).map_err(anyhow::Error::msg).with_context(|| format!("{}", path.display()))?;
+    let model = pt2
+        .programs
+        .get("model")
+        .with_context(|| format!("{}: no `model` program", path.display()))?;
+    let graph = convert::to_ir(model)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("{}", path.display()))?;
     Ok(Program::Archive { pt2: Box::new(pt2), graph })
 }
 

@@ -42,7 +42,12 @@ const MAX_REF_BYTES: u64 = 4096;
 const MAX_CONFIG_BYTES: u64 = 16 << 20;
 
 /// The files transformers' `from_pretrained` takes a model's weights from.
-const WEIGHT_FILES: &[&str] = &["model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json"];
+const WEIGHT_FILES: &[&str] = &[
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+];
 
 /// `org/name[@revision]` as the user wrote it, checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,7 +127,9 @@ fn check_repo(repo: &str) -> Result<(), String> {
         if part.len() > MAX_ID_PART {
             return Err(format!("a part of {} characters (at most {MAX_ID_PART})", part.len()));
         }
-        if let Some(c) = part.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))) {
+        if let Some(c) =
+            part.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+        {
             return Err(format!("`{c}`, where an id has letters, digits, `-`, `_` and `.`"));
         }
         if part.starts_with(['-', '.']) || part.ends_with(['-', '.']) {
@@ -146,7 +153,10 @@ fn check_revision(revision: &str) -> Result<(), String> {
     if revision.len() > MAX_REVISION {
         return Err(format!("has {} characters (at most {MAX_REVISION})", revision.len()));
     }
-    if let Some(c) = revision.chars().find(|&c| !c.is_ascii_graphic() || matches!(c, '~' | '^' | ':' | '?' | '*' | '[' | '\\')) {
+    if let Some(c) = revision
+        .chars()
+        .find(|&c| !c.is_ascii_graphic() || matches!(c, '~' | '^' | ':' | '?' | '*' | '[' | '\\'))
+    {
         return Err(format!("holds {c:?}, which git refuses in a name"));
     }
     if revision.contains("@{") {
@@ -201,7 +211,10 @@ impl HubCache {
         } else if let Some(v) = var("HF_HOME") {
             HubCache { root: expand(v).join("hub"), from: "$HF_HOME/hub" }
         } else if let Some(v) = var("XDG_CACHE_HOME") {
-            HubCache { root: expand(v).join("huggingface/hub"), from: "$XDG_CACHE_HOME/huggingface/hub" }
+            HubCache {
+                root: expand(v).join("huggingface/hub"),
+                from: "$XDG_CACHE_HOME/huggingface/hub",
+            }
         } else if let Some(home) = &home {
             HubCache { root: home.join(".cache/huggingface/hub"), from: "~/.cache/huggingface/hub" }
         } else {
@@ -273,14 +286,21 @@ pub fn resolve(id: &ModelId, cache: &HubCache) -> Result<Resolved> {
         let text = crate::input::read_to_string_bounded(&reference, MAX_REF_BYTES)?;
         let commit = text.trim();
         if !is_commit(commit) {
-            bail!("{}: holds `{}`, not a commit hash: the cache is damaged; fetch {} again (`{}`)", reference.display(), commit.escape_debug(), id.repo, id.download_command());
+            bail!(
+                "{}: holds `{}`, not a commit hash: the cache is damaged; fetch {} again (`{}`)",
+                reference.display(),
+                commit.escape_debug(),
+                id.repo,
+                id.download_command()
+            );
         }
         commit.to_string()
     };
     // `commit` is 40 hex digits: one plain part below `snapshots/`.
     let snapshot = folder.join("snapshots").join(&commit);
     if !snapshot.is_dir() {
-        let named = if commit == revision { String::new() } else { format!(" (refs/{revision} names it)") };
+        let named =
+            if commit == revision { String::new() } else { format!(" (refs/{revision} names it)") };
         bail!(
             "--model-id {id}: the cache holds no files of commit {commit}{named} (no {}): fetch them (`{}`)",
             snapshot.display(),
@@ -300,7 +320,10 @@ pub fn resolve(id: &ModelId, cache: &HubCache) -> Result<Resolved> {
         );
     }
     let snapshot = snapshot.canonicalize().with_context(|| format!("{}", snapshot.display()))?;
-    Ok(Resolved { model: HubModel { id: id.repo.clone(), revision: revision.to_string(), commit }, snapshot })
+    Ok(Resolved {
+        model: HubModel { id: id.repo.clone(), revision: revision.to_string(), commit },
+        snapshot,
+    })
 }
 
 /// The revision names under `refs/` (branches and tags; `refs/pr/1` nested),
@@ -311,7 +334,9 @@ fn cached_revisions(refs: &Path) -> String {
         for entry in entries.flatten() {
             let name = format!("{prefix}{}", entry.file_name().to_string_lossy());
             match entry.file_type() {
-                Ok(t) if t.is_dir() && depth < 4 => walk(&entry.path(), &format!("{name}/"), found, depth + 1),
+                Ok(t) if t.is_dir() && depth < 4 => {
+                    walk(&entry.path(), &format!("{name}/"), found, depth + 1)
+                }
                 Ok(t) if t.is_file() => found.push(name),
                 _ => {}
             }
@@ -333,10 +358,14 @@ fn cached_revisions(refs: &Path) -> String {
 pub fn check_remote_code(folder: &Path, model: &str, trust_remote_code: bool) -> Result<()> {
     let config = folder.join("config.json");
     if !config.is_file() {
-        bail!("{model}: {} is missing: a Hugging Face model folder holds config.json and the weights", config.display());
+        bail!(
+            "{model}: {} is missing: a Hugging Face model folder holds config.json and the weights",
+            config.display()
+        );
     }
     let text = crate::input::read_to_string_bounded(&config, MAX_CONFIG_BYTES)?;
-    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{}: not JSON: {e}", config.display()))?;
+    let value: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| anyhow::anyhow!("{}: not JSON: {e}", config.display()))?;
     let custom_code = value.get("auto_map").is_some_and(|m| !m.is_null());
     if custom_code && !trust_remote_code {
         bail!(
@@ -354,13 +383,39 @@ mod tests {
 
     #[test]
     fn ids_are_checked_as_huggingface_hub_checks_them() {
-        for good in ["org/name", "gpt2", "Org-1/name_2.v3", "org/name@main", "org/name@refs/pr/1", "org/name@v1.0"] {
+        for good in [
+            "org/name",
+            "gpt2",
+            "Org-1/name_2.v3",
+            "org/name@main",
+            "org/name@refs/pr/1",
+            "org/name@v1.0",
+        ] {
             assert!(ModelId::parse(good).is_ok(), "{good}");
         }
         for bad in [
-            "", "/abs/path", "org/", "/name", "a/b/c", "org//name", "../x", "org/..", "org/a..b", "org/a--b", "org/.x", "org/x-",
-            "org/x.git", "org/na me", "org/name@", "org/name@../x", "org/name@a//b", "org/name@.hidden", "org/name@a/..", "org/name@x:y",
-            "org/name@a\0b", "org/name@a.lock",
+            "",
+            "/abs/path",
+            "org/",
+            "/name",
+            "a/b/c",
+            "org//name",
+            "../x",
+            "org/..",
+            "org/a..b",
+            "org/a--b",
+            "org/.x",
+            "org/x-",
+            "org/x.git",
+            "org/na me",
+            "org/name@",
+            "org/name@../x",
+            "org/name@a//b",
+            "org/name@.hidden",
+            "org/name@a/..",
+            "org/name@x:y",
+            "org/name@a\0b",
+            "org/name@a.lock",
         ] {
             assert!(ModelId::parse(bad).is_err(), "{bad:?} was taken");
         }
@@ -374,10 +429,16 @@ mod tests {
             move |name: &str| set.iter().find(|(k, _)| *k == name).map(|(_, v)| OsString::from(v))
         };
         let root = |set| HubCache::from_vars(vars(set)).unwrap().root;
-        assert_eq!(root(&[("HF_HUB_CACHE", "/c"), ("HF_HOME", "/h"), ("HOME", "/u")]), PathBuf::from("/c"));
+        assert_eq!(
+            root(&[("HF_HUB_CACHE", "/c"), ("HF_HOME", "/h"), ("HOME", "/u")]),
+            PathBuf::from("/c")
+        );
         assert_eq!(root(&[("HF_HOME", "/h"), ("HOME", "/u")]), PathBuf::from("/h/hub"));
         assert_eq!(root(&[("HF_HOME", "~/h"), ("HOME", "/u")]), PathBuf::from("/u/h/hub"));
-        assert_eq!(root(&[("HF_HOME", ""), ("XDG_CACHE_HOME", "/x"), ("HOME", "/u")]), PathBuf::from("/x/huggingface/hub"));
+        assert_eq!(
+            root(&[("HF_HOME", ""), ("XDG_CACHE_HOME", "/x"), ("HOME", "/u")]),
+            PathBuf::from("/x/huggingface/hub")
+        );
         assert_eq!(root(&[("HOME", "/u")]), PathBuf::from("/u/.cache/huggingface/hub"));
         assert!(HubCache::from_vars(vars(&[])).is_err());
     }

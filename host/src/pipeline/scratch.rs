@@ -48,7 +48,10 @@ impl Staging {
     pub fn folder_of(output: &Path) -> Option<PathBuf> {
         let parent = Scratch::parent(output);
         let staged = STAGED.lock().unwrap_or_else(|e| e.into_inner());
-        staged.iter().find(|(p, _, _)| p == parent).map(|(_, folder, _)| folder.path().to_path_buf())
+        staged
+            .iter()
+            .find(|(p, _, _)| p == parent)
+            .map(|(_, folder, _)| folder.path().to_path_buf())
     }
 }
 

@@ -5,11 +5,13 @@ use std::time::Duration;
 
 use super::trace::{FixedAxis, TraceSummary};
 use super::verify;
-use crate::trace::protocol::{Check, EdgeProgramReply, GenerateCheckReply, LowerReply, VerifyModel};
 use crate::onnx::optimize::OptimizeReport;
 use crate::plugins::loading::{LoadedSet, SetOptions};
 use crate::plugins::{Backend, PluginKind, Skipped, Versions};
 use crate::stages::StageReport;
+use crate::trace::protocol::{
+    Check, EdgeProgramReply, GenerateCheckReply, LowerReply, VerifyModel,
+};
 
 /// How a `.pte` was made: by ExecuTorch with a delegate, or by hfx's native emitter.
 pub enum Lowered {
@@ -81,7 +83,9 @@ impl PluginSetSummary {
                 folder: p.dir.clone(),
             })
             .collect();
-        plugins.sort_by(|a, b| (stage_rank(a.kind), a.order, &a.name).cmp(&(stage_rank(b.kind), b.order, &b.name)));
+        plugins.sort_by(|a, b| {
+            (stage_rank(a.kind), a.order, &a.name).cmp(&(stage_rank(b.kind), b.order, &b.name))
+        });
         PluginSetSummary { plugins, lock: loaded.lock.clone(), locked, drift: loaded.drift.clone() }
     }
 }
@@ -185,23 +189,40 @@ impl RunSummary {
             println!("skipped plugins: {}", self.skipped.len());
             if verbose > 0 {
                 for s in &self.skipped {
-                    println!("  {} {}: {}", s.found.manifest.plugin.name, s.found.manifest.plugin.version, s.reason);
+                    println!(
+                        "  {} {}: {}",
+                        s.found.manifest.plugin.name, s.found.manifest.plugin.version, s.reason
+                    );
                 }
             }
         }
         let nodes: Vec<String> = self
             .components
             .iter()
-            .map(|c| if many { format!("{} {} -> {}", c.name, c.nodes_before, c.nodes_after) } else { format!("{} -> {}", c.nodes_before, c.nodes_after) })
+            .map(|c| {
+                if many {
+                    format!("{} {} -> {}", c.name, c.nodes_before, c.nodes_after)
+                } else {
+                    format!("{} -> {}", c.nodes_before, c.nodes_after)
+                }
+            })
             .collect();
-        println!("nodes: {}; wrote {} in {:.1} s", nodes.join(", "), self.written.display(), self.total.as_secs_f64());
+        println!(
+            "nodes: {}; wrote {} in {:.1} s",
+            nodes.join(", "),
+            self.written.display(),
+            self.total.as_secs_f64()
+        );
     }
 }
 
 impl Component {
     fn print(&self) {
         if let Some(Lowered::Portable { edge, emitted, emit }) = &self.lowered {
-            println!("stage {:<18} {:>8.2} s   ExecuTorch's edge decomposition (worker)", "edge-decompose", edge.seconds);
+            println!(
+                "stage {:<18} {:>8.2} s   ExecuTorch's edge decomposition (worker)",
+                "edge-decompose", edge.seconds
+            );
             println!(
                 "stage {:<18} {:>8.2} ms  {} kernel call(s), {} operator(s), {} value(s); planned arena {} bytes; {} bytes ({} of constants)",
                 "pte-emit",
@@ -253,13 +274,22 @@ impl Component {
             print_trace(t, self.reference.as_deref());
         }
         if !self.fixed_axes.is_empty() {
-            let axes: Vec<String> = self.fixed_axes.iter().map(|f| format!("{}[{}] = {}", f.input, f.axis, f.size)).collect();
+            let axes: Vec<String> = self
+                .fixed_axes
+                .iter()
+                .map(|f| format!("{}[{}] = {}", f.input, f.axis, f.size))
+                .collect();
             println!(
                 "  fixed by torch.export despite --dynamic: {} (the model's code depends on these sizes; the exported model accepts only them)",
                 axes.join(", ")
             );
         }
-        println!("stage {:<18} {:>8.2} ms  {} nodes", "read", self.read.as_secs_f64() * 1e3, self.nodes_before);
+        println!(
+            "stage {:<18} {:>8.2} ms  {} nodes",
+            "read",
+            self.read.as_secs_f64() * 1e3,
+            self.nodes_before
+        );
         for report in &self.stages {
             println!(
                 "stage {:<18} {:>8.2} ms  dead code removed: {}",
@@ -268,12 +298,19 @@ impl Component {
                 report.dead_code_removed
             );
             for (plugin, c) in &report.plugins {
-                println!("  {plugin:<30} calls {:>5}  changed {:>5}  failed {:>3}", c.calls, c.changed, c.failed);
+                println!(
+                    "  {plugin:<30} calls {:>5}  changed {:>5}  failed {:>3}",
+                    c.calls, c.changed, c.failed
+                );
             }
         }
         match self.weights_prewritten {
             0 => println!("stage {:<18} {:>8.2} ms", "emit", self.emit.as_secs_f64() * 1e3),
-            n => println!("stage {:<18} {:>8.2} ms  ({n} weight entries written while torch.export ran)", "emit", self.emit.as_secs_f64() * 1e3),
+            n => println!(
+                "stage {:<18} {:>8.2} ms  ({n} weight entries written while torch.export ran)",
+                "emit",
+                self.emit.as_secs_f64() * 1e3
+            ),
         }
     }
 }
@@ -285,11 +322,22 @@ fn print_trace(t: &TraceSummary, reference: Option<&std::path::Path>) {
         None => "no eager reference (weights not read; --verify reads them)".to_string(),
     };
     match &t.cached {
-        Some(entry) => println!("traced {}{from} (the trace cache's {}: not traced again); {reference}", t.model_class, entry.display()),
+        Some(entry) => println!(
+            "traced {}{from} (the trace cache's {}: not traced again); {reference}",
+            t.model_class,
+            entry.display()
+        ),
         None => println!("traced {}{from} in {:.1} s; {reference}", t.model_class, t.seconds),
     }
     match (&t.weights.fallback, t.weights.streamed) {
-        (_, true) => println!("  weights: streamed from the model folder's checkpoint into the artifact{}", if t.weights.loaded { " (read once for the eager reference)" } else { ", never read by the worker" }),
+        (_, true) => println!(
+            "  weights: streamed from the model folder's checkpoint into the artifact{}",
+            if t.weights.loaded {
+                " (read once for the eager reference)"
+            } else {
+                ", never read by the worker"
+            }
+        ),
         (Some(why), false) => println!("  weights: read into the worker: {why}"),
         (None, false) => {}
     }
@@ -322,7 +370,8 @@ fn print_trace(t: &TraceSummary, reference: Option<&std::path::Path>) {
     }
     // The artifact cannot check these: a size breaking one runs and computes wrong values.
     if let Some(first) = t.size_guards.first() {
-        let at: Vec<String> = first.breaks_at.iter().map(|(input, shape)| format!("{input} {shape:?}")).collect();
+        let at: Vec<String> =
+            first.breaks_at.iter().map(|(input, shape)| format!("{input} {shape:?}")).collect();
         let more = match t.size_guards.len() - 1 {
             0 => String::new(),
             n => format!(" (and {n} more guard(s) sizes break)"),

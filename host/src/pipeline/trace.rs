@@ -14,7 +14,9 @@ use crate::plugins::loading::LoadedSet;
 use crate::plugins::{self, kind, Backend};
 use crate::prewrite::{Prewrite, PrewriteFor};
 use crate::stages;
-use crate::trace::protocol::{Decomposed, ExportMetadata, SizeGuard, StepPeaks, StepSeconds, WeightsReport};
+use crate::trace::protocol::{
+    Decomposed, ExportMetadata, SizeGuard, StepPeaks, StepSeconds, WeightsReport,
+};
 use crate::trace::Worker;
 
 /// A program traced into a scratch folder (removed on drop).
@@ -45,7 +47,10 @@ pub struct Traced {
 impl Traced {
     /// What was written while the worker traced, once written, if `wanted`
     /// takes it (Ok); else it stays for another target's emit step.
-    pub fn prewritten<T: Send + 'static>(&self, wanted: impl FnOnce(Prewrite) -> Result<crate::prewrite::Prewriting<T>, Prewrite>) -> Option<T> {
+    pub fn prewritten<T: Send + 'static>(
+        &self,
+        wanted: impl FnOnce(Prewrite) -> Result<crate::prewrite::Prewriting<T>, Prewrite>,
+    ) -> Option<T> {
         let mut slot = self.prewriting.lock().ok()?;
         match wanted(slot.take()?) {
             Ok(prewriting) => prewriting.finish(),
@@ -104,17 +109,24 @@ pub fn run(
     let mut patch_plugins = Vec::new();
     for &backend in backends {
         for plugin in stages::select::<kind::Patch>(&loaded.set.plugins, backend) {
-            if !patch_plugins.iter().any(|p: &plugins::PluginOf<'_, kind::Patch>| p.name() == plugin.name()) {
+            if !patch_plugins
+                .iter()
+                .any(|p: &plugins::PluginOf<'_, kind::Patch>| p.name() == plugin.name())
+            {
                 patch_plugins.push(plugin);
             }
         }
     }
-    let mut sessions: Vec<_> = patch_plugins.into_iter().map(|p| plugins::Session::new(&loaded.runtime, p, "patches")).collect();
+    let mut sessions: Vec<_> = patch_plugins
+        .into_iter()
+        .map(|p| plugins::Session::new(&loaded.runtime, p, "patches"))
+        .collect();
     let mut request = trace.request.clone();
     // An op stays whole only if every backend that decomposes takes it whole.
-    request.handled = backends.iter().filter_map(|&b| stages::handled_ops(&loaded.set.plugins, b)).reduce(|kept, other| {
-        kept.into_iter().filter(|op| other.contains(op)).collect()
-    });
+    request.handled = backends
+        .iter()
+        .filter_map(|&b| stages::handled_ops(&loaded.set.plugins, b))
+        .reduce(|kept, other| kept.into_iter().filter(|op| other.contains(op)).collect());
     // The cache, when asked for and the model can be keyed.
     let mut cached = None;
     // Where the weights-plan callback leaves the writer it starts.
@@ -123,8 +135,17 @@ pub fn run(
         Some(dir) => {
             let cache = TraceCache::open(dir)?;
             let params = request.params(&program, &reference, crate::trace::patch_specs(&sessions));
-            let patches: Vec<(String, String)> = sessions.iter().map(|s| (s.plugin().name().to_string(), s.plugin().component_sha256.clone())).collect();
-            match TraceCache::key(&params, &request.source, &patches, &worker.versions(), loaded.lock.as_deref()) {
+            let patches: Vec<(String, String)> = sessions
+                .iter()
+                .map(|s| (s.plugin().name().to_string(), s.plugin().component_sha256.clone()))
+                .collect();
+            match TraceCache::key(
+                &params,
+                &request.source,
+                &patches,
+                &worker.versions(),
+                loaded.lock.as_deref(),
+            ) {
                 Ok(key) => Some((cache, key)),
                 Err(why) => {
                     tracing::warn!("--trace-cache: not used: {why}");
@@ -137,12 +158,14 @@ pub fn run(
     let folder = request.folder.clone();
     let hit = cache.as_ref().and_then(|(cache, key)| cache.lookup(key, request.reference));
     // A damaged entry costs this run a trace, not its export.
-    let restored = hit.and_then(|entry| match TraceCache::restore(&entry, scratch.path(), folder.as_deref()) {
-        Ok(reply) => Some((entry, reply)),
-        Err(e) => {
-            tracing::warn!("--trace-cache: {e:#}: traced again");
-            let _ = std::fs::remove_dir_all(&entry);
-            None
+    let restored = hit.and_then(|entry| {
+        match TraceCache::restore(&entry, scratch.path(), folder.as_deref()) {
+            Ok(reply) => Some((entry, reply)),
+            Err(e) => {
+                tracing::warn!("--trace-cache: {e:#}: traced again");
+                let _ = std::fs::remove_dir_all(&entry);
+                None
+            }
         }
     });
     let result = match restored {
@@ -152,13 +175,27 @@ pub fn run(
         }
         None => {
             // Asked after the cache key is made: where the weights are written does not change the program.
-            let prewrite = prewrite.filter(|_| request.weights == crate::trace::protocol::Weights::Streamed);
+            let prewrite =
+                prewrite.filter(|_| request.weights == crate::trace::protocol::Weights::Streamed);
             request.plan_weights = prewrite.map(|(_, to)| to.planned());
             if let Some((path, to)) = prewrite {
-                let (slot, path, sources) = (prewriting.clone(), path.to_path_buf(), source_checkpoint(&trace.request.source));
-                worker.on_weights_plan = Some(Box::new(move |plan| *slot.borrow_mut() = Some(to.start(&path, plan, &sources))));
+                let (slot, path, sources) = (
+                    prewriting.clone(),
+                    path.to_path_buf(),
+                    source_checkpoint(&trace.request.source),
+                );
+                worker.on_weights_plan = Some(Box::new(move |plan| {
+                    *slot.borrow_mut() = Some(to.start(&path, plan, &sources))
+                }));
             }
-            let reply = crate::trace::trace(worker, &request, &mut sessions, &program, &reference, trace.deadline);
+            let reply = crate::trace::trace(
+                worker,
+                &request,
+                &mut sessions,
+                &program,
+                &reference,
+                trace.deadline,
+            );
             worker.on_weights_plan = None;
             let reply = reply?;
             if let Some((cache, key)) = &cache {
@@ -189,11 +226,23 @@ pub fn run(
         size_guards: result.size_guards,
         cached,
     };
-    let (input_names, output_names, export_metadata) = (result.input_names, result.output_names, result.export_metadata);
+    let (input_names, output_names, export_metadata) =
+        (result.input_names, result.output_names, result.export_metadata);
     let reference = request.reference.then_some(reference);
     let checkpoint = source_checkpoint(&trace.request.source);
     let prewriting = std::sync::Mutex::new(prewriting.take());
-    Ok(Traced { scratch, program, reference, side_weights, checkpoint, prewriting, input_names, output_names, export_metadata, summary })
+    Ok(Traced {
+        scratch,
+        program,
+        reference,
+        side_weights,
+        checkpoint,
+        prewriting,
+        input_names,
+        output_names,
+        export_metadata,
+        summary,
+    })
 }
 
 /// The checkpoint files of a model folder source (none for any other).
@@ -225,12 +274,17 @@ pub struct FixedAxis {
 /// A structured input's leaves (`input.cache.layers.0.keys`) report only
 /// their batch axis: their other sizes (heads, head size, a state's width)
 /// are the model's.
-pub fn fixed_axes(program: &crate::graph::pt2::schema::ExportedProgram, graph: &crate::graph::Graph, names: &[String]) -> Vec<FixedAxis> {
+pub fn fixed_axes(
+    program: &crate::graph::pt2::schema::ExportedProgram,
+    graph: &crate::graph::Graph,
+    names: &[String],
+) -> Vec<FixedAxis> {
     use crate::graph::{Dim, ValueMeta};
     use crate::onnx::inputs::{input_roles, named_user_inputs, InputRole};
     let inputs = graph.subgraph(0).map(|g| g.inputs.clone()).unwrap_or_default();
     let mut fixed = Vec::new();
-    for (value, role) in inputs.iter().zip(named_user_inputs(program, input_roles(program), names)) {
+    for (value, role) in inputs.iter().zip(named_user_inputs(program, input_roles(program), names))
+    {
         let (InputRole::User(input), Ok(value)) = (role, graph.value(*value)) else { continue };
         let ValueMeta::Tensor(meta) = &value.meta else { continue };
         let leaf = input.contains('.');
@@ -252,24 +306,40 @@ pub fn worker_sandbox(options: &super::options::RunOptions) -> crate::trace::San
     use super::options::Source;
     let mut sandbox = crate::trace::Sandbox::default();
     // The run's staging folders, not the outputs' folders (a home folder holds caches and shell start-up files).
-    sandbox.write.extend(options.targets.iter().filter_map(|t| super::scratch::Staging::folder_of(t.destination.path())));
+    sandbox.write.extend(
+        options
+            .targets
+            .iter()
+            .filter_map(|t| super::scratch::Staging::folder_of(t.destination.path())),
+    );
     sandbox.write.dedup();
     match &options.source {
         // The file, and the eager outputs beside it that `--verify` compares with.
-        Source::Pt2(path) | Source::IrJson(path) => sandbox.read.extend([path.clone(), path.with_extension("reference.pt")]),
+        Source::Pt2(path) | Source::IrJson(path) => {
+            sandbox.read.extend([path.clone(), path.with_extension("reference.pt")])
+        }
         Source::Trace(trace) => {
             match &trace.request.source {
-                crate::trace::ModelSource::Directory { path, .. } => sandbox.read.extend(model_folder_reads(path)),
+                crate::trace::ModelSource::Directory { path, .. } => {
+                    sandbox.read.extend(model_folder_reads(path))
+                }
                 // A model function's module may be found in the current folder.
-                crate::trace::ModelSource::Function(_) => sandbox.read.extend(std::env::current_dir().ok()),
+                crate::trace::ModelSource::Function(_) => {
+                    sandbox.read.extend(std::env::current_dir().ok())
+                }
                 _ => {}
             }
             sandbox.read.extend(trace.cache.iter().cloned());
         }
     }
     sandbox.read.extend(options.plugins.folders.iter().cloned());
-    if let Some(target) = options.targets.iter().find(|t| matches!(t.artifact, super::options::Artifact::Pte(super::options::Pte::Delegated(_)))) {
-        sandbox.runs_programs = Some(format!("--backend {}: ExecuTorch's delegate lowering runs `flatc`", target.backend));
+    if let Some(target) = options.targets.iter().find(|t| {
+        matches!(t.artifact, super::options::Artifact::Pte(super::options::Pte::Delegated(_)))
+    }) {
+        sandbox.runs_programs = Some(format!(
+            "--backend {}: ExecuTorch's delegate lowering runs `flatc`",
+            target.backend
+        ));
     }
     sandbox
 }
@@ -280,7 +350,11 @@ pub fn worker_sandbox(options: &super::options::RunOptions) -> crate::trace::San
 fn model_folder_reads(dir: &Path) -> Vec<PathBuf> {
     let mut found = vec![dir.to_path_buf()];
     let canonical = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
-    if let Some(repo) = canonical.parent().filter(|p| p.file_name().is_some_and(|n| n == "snapshots")).and_then(Path::parent) {
+    if let Some(repo) = canonical
+        .parent()
+        .filter(|p| p.file_name().is_some_and(|n| n == "snapshots"))
+        .and_then(Path::parent)
+    {
         found.push(repo.join("blobs"));
     }
     found

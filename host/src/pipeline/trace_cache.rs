@@ -77,7 +77,10 @@ impl TraceCache {
     pub fn open(dir: &Path) -> Result<TraceCache> {
         let untrusted = crate::private::trust_dir(dir, "the traced programs it keeps").err();
         if let Some(why) = &untrusted {
-            tracing::warn!("--trace-cache {} is not used: {why}; tracing without it", dir.display());
+            tracing::warn!(
+                "--trace-cache {} is not used: {why}; tracing without it",
+                dir.display()
+            );
         }
         Ok(TraceCache { dir: dir.to_path_buf(), untrusted })
     }
@@ -85,11 +88,18 @@ impl TraceCache {
     /// The key of `params` (the request as sent) for `source`, with the patch
     /// plugins `(name, component sha256)`, the upstream `versions` and the
     /// lock file the plugin set was checked against.
-    pub fn key(params: &TraceParams, source: &ModelSource, patches: &[(String, String)], versions: &Versions, lock: Option<&Path>) -> Key {
+    pub fn key(
+        params: &TraceParams,
+        source: &ModelSource,
+        patches: &[(String, String)],
+        versions: &Versions,
+        lock: Option<&Path>,
+    ) -> Key {
         let model = model_fingerprint(source)?;
         let lock = match lock {
             Some(path) => {
-                let bytes = crate::input::read_bounded(path, crate::plugins::lock::MAX_LOCK_BYTES).map_err(|e| format!("the lock cannot be read: {e}"))?;
+                let bytes = crate::input::read_bounded(path, crate::plugins::lock::MAX_LOCK_BYTES)
+                    .map_err(|e| format!("the lock cannot be read: {e}"))?;
                 serde_json::Value::String(hex(&Sha256::digest(&bytes)))
             }
             None => serde_json::Value::Null,
@@ -124,15 +134,21 @@ impl TraceCache {
         let entry = self.dir.join(key);
         std::fs::symlink_metadata(&entry).ok()?;
         if let Err(why) = verify(&entry) {
-            tracing::warn!("--trace-cache: entry {} discarded: {why}; traced again", entry.display());
-            if std::fs::symlink_metadata(&entry).is_ok_and(|m| m.file_type().is_symlink() || !m.is_dir()) {
+            tracing::warn!(
+                "--trace-cache: entry {} discarded: {why}; traced again",
+                entry.display()
+            );
+            if std::fs::symlink_metadata(&entry)
+                .is_ok_and(|m| m.file_type().is_symlink() || !m.is_dir())
+            {
                 let _ = std::fs::remove_file(&entry);
             } else {
                 let _ = std::fs::remove_dir_all(&entry);
             }
             return None;
         }
-        (entry.join(REPLY).is_file() && (!reference || entry.join(REFERENCE).is_file())).then_some(entry)
+        (entry.join(REPLY).is_file() && (!reference || entry.join(REFERENCE).is_file()))
+            .then_some(entry)
     }
 
     /// Puts `entry`'s files into `scratch` and its configs into `folder`
@@ -142,8 +158,10 @@ impl TraceCache {
     /// error the scratch folder is left as it was.
     pub fn restore(entry: &Path, scratch: &Path, folder: Option<&Path>) -> Result<TraceReply> {
         let restored = (|| -> Result<TraceReply> {
-            let text = crate::input::read_bounded(&entry.join(REPLY), REPLY_LIMIT).map_err(|e| anyhow::anyhow!("{}: {e}", entry.display()))?;
-            let reply: TraceReply = serde_json::from_slice(&text).with_context(|| format!("{}: its reply", entry.display()))?;
+            let text = crate::input::read_bounded(&entry.join(REPLY), REPLY_LIMIT)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", entry.display()))?;
+            let reply: TraceReply = serde_json::from_slice(&text)
+                .with_context(|| format!("{}: its reply", entry.display()))?;
             let weights_inside = !entry.join(SIDE_WEIGHTS).exists();
             for name in PROGRAM_FILES {
                 let from = entry.join(name);
@@ -176,13 +194,21 @@ impl TraceCache {
     /// Keeps the program traced into `scratch` (and the configs the worker
     /// saved into `folder`) under `key`. Another run that stored the same key
     /// meanwhile wins; its entry is the same trace.
-    pub fn store(&self, key: &str, scratch: &Path, folder: Option<&Path>, reply: &TraceReply) -> Result<()> {
+    pub fn store(
+        &self,
+        key: &str,
+        scratch: &Path,
+        folder: Option<&Path>,
+        reply: &TraceReply,
+    ) -> Result<()> {
         if self.untrusted.is_some() {
             return Ok(());
         }
         let entry = self.dir.join(key);
         // An entry without the eager reference gives way to one with it.
-        if entry.join(REPLY).is_file() && (entry.join(REFERENCE).is_file() || !scratch.join(REFERENCE).is_file()) {
+        if entry.join(REPLY).is_file()
+            && (entry.join(REFERENCE).is_file() || !scratch.join(REFERENCE).is_file())
+        {
             return Ok(());
         }
         let staging = self.dir.join(format!(".{key}.{}.tmp", std::process::id()));
@@ -204,10 +230,18 @@ impl TraceCache {
             }
             if let Some(folder) = folder {
                 for config in files_in(folder)? {
-                    std::fs::copy(&config, staging.join(CONFIGS).join(config.file_name().context("a config without a name")?))?;
+                    std::fs::copy(
+                        &config,
+                        staging
+                            .join(CONFIGS)
+                            .join(config.file_name().context("a config without a name")?),
+                    )?;
                 }
             }
-            crate::atomic::write_bytes_atomically(&staging.join(REPLY), &serde_json::to_vec(reply)?)?;
+            crate::atomic::write_bytes_atomically(
+                &staging.join(REPLY),
+                &serde_json::to_vec(reply)?,
+            )?;
             write_manifest(&staging)?;
             // The old entry goes aside first: a rename does not replace a folder that has files.
             let replaced = self.dir.join(format!(".{key}.{}.old", std::process::id()));
@@ -242,20 +276,38 @@ fn model_fingerprint(source: &ModelSource) -> std::result::Result<serde_json::Va
         ModelSource::Directory { path, .. } => {
             let mut found = Vec::new();
             for file in files_in(path).map_err(|e| e.to_string())? {
-                let meta = std::fs::metadata(&file).map_err(|e| format!("{}: {e}", file.display()))?;
-                let modified = meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_nanos());
-                found.push(serde_json::json!([file.file_name().map(|n| n.to_string_lossy().to_string()), meta.len(), modified.map(|m| m.to_string())]));
+                let meta =
+                    std::fs::metadata(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+                let modified = meta
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map(|d| d.as_nanos());
+                found.push(serde_json::json!([
+                    file.file_name().map(|n| n.to_string_lossy().to_string()),
+                    meta.len(),
+                    modified.map(|m| m.to_string())
+                ]));
             }
             found.sort_by_key(|v| v.to_string());
             Ok(serde_json::Value::Array(found))
         }
         ModelSource::Function(spec) => {
             let module = spec.split(':').nth(1).unwrap_or_default();
-            let file = module_file(module).ok_or_else(|| format!("the module file of {spec} is not found in the current folder or PYTHONPATH"))?;
+            let file = module_file(module).ok_or_else(|| {
+                format!(
+                    "the module file of {spec} is not found in the current folder or PYTHONPATH"
+                )
+            })?;
             let bytes = std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))?;
-            Ok(serde_json::json!([file.display().to_string(), Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect::<String>()]))
+            Ok(serde_json::json!([
+                file.display().to_string(),
+                Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect::<String>()
+            ]))
         }
-        ModelSource::Program { .. } | ModelSource::Captured { .. } => Err("a patch case's program or a generation component is not cached".into()),
+        ModelSource::Program { .. } | ModelSource::Captured { .. } => {
+            Err("a patch case's program or a generation component is not cached".into())
+        }
     }
 }
 
@@ -263,9 +315,15 @@ fn model_fingerprint(source: &ModelSource) -> std::result::Result<serde_json::Va
 /// folder first (the worker puts it first on `sys.path`), then `PYTHONPATH`.
 fn module_file(module: &str) -> Option<PathBuf> {
     let relative = PathBuf::from(module.replace('.', "/"));
-    let roots = std::iter::once(std::env::current_dir().ok()?).chain(std::env::var_os("PYTHONPATH").map(|p| std::env::split_paths(&p).collect::<Vec<_>>()).unwrap_or_default());
+    let roots = std::iter::once(std::env::current_dir().ok()?).chain(
+        std::env::var_os("PYTHONPATH")
+            .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+            .unwrap_or_default(),
+    );
     for root in roots {
-        for candidate in [root.join(&relative).with_extension("py"), root.join(&relative).join("__init__.py")] {
+        for candidate in
+            [root.join(&relative).with_extension("py"), root.join(&relative).join("__init__.py")]
+        {
             if candidate.is_file() {
                 return Some(candidate);
             }
@@ -279,12 +337,14 @@ fn module_file(module: &str) -> Option<PathBuf> {
 fn copy_for_the_user(from: &Path, to: &Path) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::copy(from, to).with_context(|| format!("copying {}", from.display()))?;
-    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o644)).with_context(|| format!("{}", to.display()))
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o644))
+        .with_context(|| format!("{}", to.display()))
 }
 
 fn link_or_copy(from: &Path, to: &Path) -> Result<()> {
     if std::fs::hard_link(from, to).is_err() {
-        std::fs::copy(from, to).with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+        std::fs::copy(from, to)
+            .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
     }
     Ok(())
 }
@@ -293,18 +353,28 @@ fn link_or_copy(from: &Path, to: &Path) -> Result<()> {
 /// (`configs/` is its one folder); an error for anything else there (a link,
 /// another folder, a FIFO), or for a part another user could have written.
 fn entry_files(entry: &Path) -> std::result::Result<BTreeMap<String, PathBuf>, String> {
-    fn walk(dir: &Path, prefix: &str, found: &mut BTreeMap<String, PathBuf>) -> std::result::Result<(), String> {
+    fn walk(
+        dir: &Path,
+        prefix: &str,
+        found: &mut BTreeMap<String, PathBuf>,
+    ) -> std::result::Result<(), String> {
         let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         for item in entries {
             let item = item.map_err(|e| format!("{}: {e}", dir.display()))?;
             let path = item.path();
-            let name = item.file_name().to_str().map(str::to_string).ok_or_else(|| format!("{}: a name that is not UTF-8", path.display()))?;
-            let meta = std::fs::symlink_metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let name = item
+                .file_name()
+                .to_str()
+                .map(str::to_string)
+                .ok_or_else(|| format!("{}: a name that is not UTF-8", path.display()))?;
+            let meta =
+                std::fs::symlink_metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
             let folder = meta.is_dir() && prefix.is_empty() && name == CONFIGS;
             if !folder && !meta.file_type().is_file() {
                 return Err(format!("`{prefix}{name}` is not a regular file"));
             }
-            crate::private::owned_and_private(&meta).map_err(|why| format!("`{prefix}{name}` is {why}"))?;
+            crate::private::owned_and_private(&meta)
+                .map_err(|why| format!("`{prefix}{name}` is {why}"))?;
             if folder {
                 walk(&path, &format!("{CONFIGS}/"), found)?;
             } else if !(prefix.is_empty() && name == MANIFEST) {
@@ -349,7 +419,10 @@ fn write_manifest(staging: &Path) -> Result<()> {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
         manifest.insert(name, digest(&path).map_err(anyhow::Error::msg)?);
     }
-    crate::atomic::write_bytes_atomically(&staging.join(MANIFEST), &serde_json::to_vec(&manifest)?)?;
+    crate::atomic::write_bytes_atomically(
+        &staging.join(MANIFEST),
+        &serde_json::to_vec(&manifest)?,
+    )?;
     std::fs::set_permissions(staging.join(MANIFEST), std::fs::Permissions::from_mode(0o600))?;
     Ok(())
 }
@@ -360,8 +433,10 @@ fn write_manifest(staging: &Path) -> Result<()> {
 fn verify(entry: &Path) -> std::result::Result<(), String> {
     let found = entry_files(entry)?;
     let manifest_path = entry.join(MANIFEST);
-    let text = crate::input::read_bounded(&manifest_path, MANIFEST_LIMIT).map_err(|e| format!("its manifest: {e}"))?;
-    let manifest: BTreeMap<String, (u64, String)> = serde_json::from_slice(&text).map_err(|e| format!("its manifest: {e}"))?;
+    let text = crate::input::read_bounded(&manifest_path, MANIFEST_LIMIT)
+        .map_err(|e| format!("its manifest: {e}"))?;
+    let manifest: BTreeMap<String, (u64, String)> =
+        serde_json::from_slice(&text).map_err(|e| format!("its manifest: {e}"))?;
     if let Some(extra) = found.keys().find(|name| !manifest.contains_key(*name)) {
         return Err(format!("`{extra}` is not in its manifest"));
     }
@@ -369,7 +444,11 @@ fn verify(entry: &Path) -> std::result::Result<(), String> {
         let path = found.get(name).ok_or_else(|| format!("`{name}` is missing"))?;
         let (found_size, found_sha256) = digest(path)?;
         if found_size != *size || found_sha256 != *sha256 {
-            return Err(format!("`{name}` is not what was stored (size {found_size}, sha256 {}; stored {size}, {})", &found_sha256[..12], sha256.get(..12).unwrap_or(sha256)));
+            return Err(format!(
+                "`{name}` is not what was stored (size {found_size}, sha256 {}; stored {size}, {})",
+                &found_sha256[..12],
+                sha256.get(..12).unwrap_or(sha256)
+            ));
         }
     }
     Ok(())
@@ -405,7 +484,11 @@ mod tests {
         let (_dir, entry) = staged();
         verify(&entry).unwrap();
         for mode in [0o600, 0o644] {
-            std::fs::set_permissions(entry.join(SIDE_WEIGHTS), std::fs::Permissions::from_mode(mode)).unwrap();
+            std::fs::set_permissions(
+                entry.join(SIDE_WEIGHTS),
+                std::fs::Permissions::from_mode(mode),
+            )
+            .unwrap();
             verify(&entry).unwrap();
         }
 
@@ -414,7 +497,10 @@ mod tests {
         bytes[1234] ^= 1;
         std::fs::write(entry.join(SIDE_WEIGHTS), &bytes).unwrap();
         let e = verify(&entry).unwrap_err();
-        assert!(e.starts_with("`model.pt2.weights` is not what was stored (size 3000, sha256 "), "{e}");
+        assert!(
+            e.starts_with("`model.pt2.weights` is not what was stored (size 3000, sha256 "),
+            "{e}"
+        );
 
         let (_dir, entry) = staged();
         std::fs::write(entry.join(CONFIGS).join("extra.py"), b"").unwrap();
@@ -432,8 +518,12 @@ mod tests {
         assert_eq!(verify(&entry).unwrap_err(), "`model.pt2` is not a regular file");
 
         let (_dir, entry) = staged();
-        std::fs::set_permissions(entry.join(REPLY), std::fs::Permissions::from_mode(0o666)).unwrap();
-        assert_eq!(verify(&entry).unwrap_err(), "`reply.json` is writable by group or others (mode 666)");
+        std::fs::set_permissions(entry.join(REPLY), std::fs::Permissions::from_mode(0o666))
+            .unwrap();
+        assert_eq!(
+            verify(&entry).unwrap_err(),
+            "`reply.json` is writable by group or others (mode 666)"
+        );
 
         let (_dir, entry) = staged();
         std::fs::set_permissions(&entry, std::fs::Permissions::from_mode(0o770)).unwrap();

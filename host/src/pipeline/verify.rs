@@ -20,7 +20,9 @@ pub enum Runtime {
     Onnx,
     Pt2,
     /// With the lowered program's input spec.
-    Executorch { in_spec: String },
+    Executorch {
+        in_spec: String,
+    },
 }
 
 impl Runtime {
@@ -56,9 +58,18 @@ pub fn tolerance(artifact: &Artifact) -> f64 {
 
 /// Runs the artifact against the eager reference; any output out of tolerance
 /// is an error naming it. The checks are returned for the summary.
-pub fn run(worker: &mut Worker, runtime: &Runtime, artifact: &Path, reference: &Path, deadline: Duration) -> Result<Vec<Check>> {
+pub fn run(
+    worker: &mut Worker,
+    runtime: &Runtime,
+    artifact: &Path,
+    reference: &Path,
+    deadline: Duration,
+) -> Result<Vec<Check>> {
     if !reference.exists() {
-        bail!("--verify: no eager reference at {} (hfx writes one when it traces)", reference.display());
+        bail!(
+            "--verify: no eager reference at {} (hfx writes one when it traces)",
+            reference.display()
+        );
     }
     let tolerance = runtime.tolerance();
     let answer = worker.request(&request(runtime, artifact, reference), deadline)?;
@@ -66,7 +77,11 @@ pub fn run(worker: &mut Worker, runtime: &Runtime, artifact: &Path, reference: &
         .checks
         .iter()
         .flat_map(|c| {
-            c.outputs.iter().enumerate().filter(|(_, o)| !o.ok).map(move |(i, _)| format!("output {i} for inputs {}", shapes(&c.inputs)))
+            c.outputs
+                .iter()
+                .enumerate()
+                .filter(|(_, o)| !o.ok)
+                .map(move |(i, _)| format!("output {i} for inputs {}", shapes(&c.inputs)))
         })
         .collect();
     if !failed.is_empty() {
@@ -84,7 +99,13 @@ pub fn run(worker: &mut Worker, runtime: &Runtime, artifact: &Path, reference: &
 /// on the recorded inputs and (for a dynamic export of a generated model) a second size.
 pub fn request(runtime: &Runtime, artifact: &Path, reference: &Path) -> Verify {
     let tolerance = runtime.tolerance();
-    Verify { model: runtime.model(artifact), reference: reference.into(), second_size: true, atol: tolerance, rtol: tolerance }
+    Verify {
+        model: runtime.model(artifact),
+        reference: reference.into(),
+        second_size: true,
+        atol: tolerance,
+        rtol: tolerance,
+    }
 }
 
 impl Runtime {
@@ -93,7 +114,9 @@ impl Runtime {
         match self {
             Runtime::Onnx => VerifyModel::Onnx { path: path.into() },
             Runtime::Pt2 => VerifyModel::Pt2 { path: path.into() },
-            Runtime::Executorch { in_spec } => VerifyModel::Pte { path: path.into(), in_spec: in_spec.clone() },
+            Runtime::Executorch { in_spec } => {
+                VerifyModel::Pte { path: path.into(), in_spec: in_spec.clone() }
+            }
         }
     }
 }

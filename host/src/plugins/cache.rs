@@ -87,7 +87,12 @@ impl ComponentCache {
     /// The compiled component for `bytes`, from the cache when a trusted, valid
     /// entry compiled from exactly these bytes exists. The key and the check use
     /// the sha256 of `bytes` computed here, never a hash handed in.
-    pub fn load(&self, engine: &Engine, bytes: &[u8], _sha256: &str) -> wasmtime::Result<(Component, CacheOutcome)> {
+    pub fn load(
+        &self,
+        engine: &Engine,
+        bytes: &[u8],
+        _sha256: &str,
+    ) -> wasmtime::Result<(Component, CacheOutcome)> {
         let Some(dir) = &self.dir else {
             return Ok((Component::new(engine, bytes)?, CacheOutcome::Compiled));
         };
@@ -102,7 +107,10 @@ impl ComponentCache {
             Entry::Absent => CacheOutcome::Compiled,
             Entry::Invalid => CacheOutcome::Replaced,
             Entry::Untrusted(why) => {
-                tracing::warn!("component cache: refusing {}: {why}; compiling in memory and rewriting it", path.display());
+                tracing::warn!(
+                    "component cache: refusing {}: {why}; compiling in memory and rewriting it",
+                    path.display()
+                );
                 CacheOutcome::Untrusted
             }
         };
@@ -124,7 +132,12 @@ enum Entry {
     Untrusted(String),
 }
 
-fn read_entry(engine: &Engine, path: &Path, component_sha: &[u8; 32], engine_sha: &[u8; 32]) -> Entry {
+fn read_entry(
+    engine: &Engine,
+    path: &Path,
+    component_sha: &[u8; 32],
+    engine_sha: &[u8; 32],
+) -> Entry {
     let link = match std::fs::symlink_metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Entry::Absent,
@@ -133,7 +146,10 @@ fn read_entry(engine: &Engine, path: &Path, component_sha: &[u8; 32], engine_sha
     if !link.file_type().is_file() {
         return Entry::Untrusted("not a regular file".into());
     }
-    let Ok(mut file) = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path) else { return Entry::Invalid };
+    let Ok(mut file) = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)
+    else {
+        return Entry::Invalid;
+    };
     let Ok(meta) = file.metadata() else { return Entry::Invalid };
     // The file opened must be the one checked (not swapped in between).
     if meta.dev() != link.dev() || meta.ino() != link.ino() || !meta.is_file() {
@@ -146,14 +162,20 @@ fn read_entry(engine: &Engine, path: &Path, component_sha: &[u8; 32], engine_sha
         return Entry::Invalid;
     }
     let mut data = Vec::with_capacity(meta.len() as usize);
-    if (&mut file).take(MAX_ENTRY_BYTES).read_to_end(&mut data).is_err() || data.len() < HEADER || &data[..MAGIC.len()] != MAGIC {
+    if (&mut file).take(MAX_ENTRY_BYTES).read_to_end(&mut data).is_err()
+        || data.len() < HEADER
+        || &data[..MAGIC.len()] != MAGIC
+    {
         return Entry::Invalid;
     }
     let header = &data[MAGIC.len()..HEADER];
     let (compiled_from, rest) = header.split_at(32);
     let (compiled_for, payload_sha) = rest.split_at(32);
     let payload = &data[HEADER..];
-    if compiled_from != component_sha || compiled_for != engine_sha || Sha256::digest(payload).as_slice() != payload_sha {
+    if compiled_from != component_sha
+        || compiled_for != engine_sha
+        || Sha256::digest(payload).as_slice() != payload_sha
+    {
         return Entry::Invalid;
     }
     // SAFETY: the payload was written by `Component::serialize` of an engine with
@@ -167,11 +189,20 @@ fn read_entry(engine: &Engine, path: &Path, component_sha: &[u8; 32], engine_sha
     }
 }
 
-fn write_entry(path: &Path, component_sha: &[u8; 32], engine_sha: &[u8; 32], payload: &[u8]) -> std::io::Result<()> {
+fn write_entry(
+    path: &Path,
+    component_sha: &[u8; 32],
+    engine_sha: &[u8; 32],
+    payload: &[u8],
+) -> std::io::Result<()> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let dir = path.parent().expect("entries live in the cache folder");
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("entry");
-    let tmp = dir.join(format!(".{name}.{}.{}.tmp", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed)));
+    let tmp = dir.join(format!(
+        ".{name}.{}.{}.tmp",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
     let result = (|| {
         let mut file = OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
         file.write_all(MAGIC)?;
@@ -192,7 +223,10 @@ fn write_entry(path: &Path, component_sha: &[u8; 32], engine_sha: &[u8; 32], pay
 fn trust_dir(dir: &Path) -> Result<(), String> {
     let result = crate::private::trust_dir(dir, "the cache");
     if let Err(why) = &result {
-        tracing::warn!("component cache {} is not trusted: {why}; compiling components in memory", dir.display());
+        tracing::warn!(
+            "component cache {} is not trusted: {why}; compiling components in memory",
+            dir.display()
+        );
     }
     result
 }
@@ -218,4 +252,3 @@ fn engine_hash(engine: &Engine) -> [u8; 32] {
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
-

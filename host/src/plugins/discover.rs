@@ -91,8 +91,9 @@ pub fn discover(root: &Path) -> Result<Vec<Result<Discovered, LoadError>>, LoadE
 
 /// As [`discover`], with the warnings returned instead of logged.
 pub fn scan(root: &Path) -> Result<Discovery, LoadError> {
-    let dir = Dir::open_ambient_dir(root, ambient_authority())
-        .map_err(|e| LoadError::new(root, format!("cannot open plugin folder: {}", io_reason(&e))))?;
+    let dir = Dir::open_ambient_dir(root, ambient_authority()).map_err(|e| {
+        LoadError::new(root, format!("cannot open plugin folder: {}", io_reason(&e)))
+    })?;
     let mut discovery = Discovery::default();
     walk(&dir, root, 0, &mut discovery);
     discovery.found.sort_by(|a, b| path_of(a).cmp(path_of(b)));
@@ -103,7 +104,9 @@ pub fn scan(root: &Path) -> Result<Discovery, LoadError> {
 /// Every plugin below each folder, in folder then path order, and every
 /// warning. The first plugin that cannot be read stops with its error; the
 /// same name and version found twice is an error too.
-pub fn discover_folders(folders: &[PathBuf]) -> Result<(Vec<Discovered>, Vec<Warning>), super::SetError> {
+pub fn discover_folders(
+    folders: &[PathBuf],
+) -> Result<(Vec<Discovered>, Vec<Warning>), super::SetError> {
     let mut all: Vec<Discovered> = Vec::new();
     let mut warnings = Vec::new();
     for folder in folders {
@@ -112,10 +115,16 @@ pub fn discover_folders(folders: &[PathBuf]) -> Result<(Vec<Discovered>, Vec<War
         for found in discovery.found {
             let found = found?;
             let (name, version) = (&found.manifest.plugin.name, &found.manifest.plugin.version);
-            if let Some(other) = all.iter().find(|p| &p.manifest.plugin.name == name && &p.manifest.plugin.version == version) {
+            if let Some(other) = all
+                .iter()
+                .find(|p| &p.manifest.plugin.name == name && &p.manifest.plugin.version == version)
+            {
                 return Err(LoadError::new(
                     found.manifest_path(),
-                    format!("plugin `{name}` {version} is found twice (also in {})", other.dir.display()),
+                    format!(
+                        "plugin `{name}` {version} is found twice (also in {})",
+                        other.dir.display()
+                    ),
                 )
                 .into());
             }
@@ -154,11 +163,18 @@ fn walk(dir: &Dir, path: &Path, level: u32, out: &mut Discovery) {
                 return;
             }
             Ok(target) => {
-                out.found.push(Err(LoadError::new(path.join(MANIFEST), format!("is not a regular file ({})", file_kind(&target)))));
+                out.found.push(Err(LoadError::new(
+                    path.join(MANIFEST),
+                    format!("is not a regular file ({})", file_kind(&target)),
+                )));
                 return;
             }
             Err(e) => {
-                warn(out, path.join(MANIFEST), format!("{}; the plugin is skipped", symlink_reason(&e, "its plugin folder")));
+                warn(
+                    out,
+                    path.join(MANIFEST),
+                    format!("{}; the plugin is skipped", symlink_reason(&e, "its plugin folder")),
+                );
                 return;
             }
         },
@@ -248,21 +264,31 @@ fn warn_deeper(dir: &Dir, path: &Path, level: u32, out: &mut Discovery) {
 /// names, then what the component declares, which completes the manifest.
 pub fn read_plugin(dir: &Dir, path: &Path) -> Result<Discovered, LoadError> {
     let manifest_path = path.join(MANIFEST);
-    let bytes = read_regular(dir, MANIFEST, MAX_MANIFEST_BYTES).map_err(|e| LoadError::new(&manifest_path, e.to_string()))?;
-    let text = String::from_utf8(bytes).map_err(|_| LoadError::new(&manifest_path, "is not UTF-8"))?;
-    let file = ManifestFile::parse(&text).map_err(|reason| LoadError::new(&manifest_path, reason))?;
+    let bytes = read_regular(dir, MANIFEST, MAX_MANIFEST_BYTES)
+        .map_err(|e| LoadError::new(&manifest_path, e.to_string()))?;
+    let text =
+        String::from_utf8(bytes).map_err(|_| LoadError::new(&manifest_path, "is not UTF-8"))?;
+    let file =
+        ManifestFile::parse(&text).map_err(|reason| LoadError::new(&manifest_path, reason))?;
     let name = file.component().to_string();
     let component_path = path.join(&name);
     let component = read_regular(dir, &name, MAX_COMPONENT_BYTES).map_err(|e| {
         let reason = match e {
-            ReadError::NotFound => format!("component `{name}` not found (run `cargo xtask build-plugins`?)"),
-            ReadError::TooLarge { size, limit } => format!("component is {size} bytes, over the {limit}-byte limit"),
+            ReadError::NotFound => {
+                format!("component `{name}` not found (run `cargo xtask build-plugins`?)")
+            }
+            ReadError::TooLarge { size, limit } => {
+                format!("component is {size} bytes, over the {limit}-byte limit")
+            }
             e => format!("component `{name}` {e}"),
         };
         LoadError::new(&component_path, reason)
     })?;
-    let declared = ComponentMeta::read(&component).map_err(|reason| LoadError::new(&component_path, reason))?;
-    let manifest = file.complete(declared.as_ref()).map_err(|reason| LoadError::new(&manifest_path, reason))?;
+    let declared = ComponentMeta::read(&component)
+        .map_err(|reason| LoadError::new(&component_path, reason))?;
+    let manifest = file
+        .complete(declared.as_ref())
+        .map_err(|reason| LoadError::new(&manifest_path, reason))?;
     Ok(Discovered {
         manifest_sha256: sha256_hex(text.as_bytes()),
         component_sha256: sha256_hex(&component),
@@ -281,7 +307,10 @@ pub enum ReadError {
     Outside,
     /// A FIFO, device, socket or folder: never opened for reading.
     NotRegular(&'static str),
-    TooLarge { size: u64, limit: u64 },
+    TooLarge {
+        size: u64,
+        limit: u64,
+    },
     /// Permission denied, I/O error, ...
     Io(std::io::Error),
 }
@@ -292,7 +321,9 @@ impl fmt::Display for ReadError {
             ReadError::NotFound => f.write_str("not found"),
             ReadError::Outside => f.write_str("resolves outside the plugin folder"),
             ReadError::NotRegular(kind) => write!(f, "is not a regular file ({kind})"),
-            ReadError::TooLarge { size, limit } => write!(f, "is {size} bytes, over the {limit}-byte limit"),
+            ReadError::TooLarge { size, limit } => {
+                write!(f, "is {size} bytes, over the {limit}-byte limit")
+            }
             ReadError::Io(e) => write!(f, "cannot be read: {}", io_reason(e)),
         }
     }
@@ -400,7 +431,10 @@ mod tests {
     fn permission_denied_is_not_reported_as_outside_the_folder() {
         let denied = ReadError::from_io(std::io::Error::from_raw_os_error(13));
         assert_eq!(denied.to_string(), "cannot be read: permission denied");
-        let escape = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "a path led outside of the filesystem");
+        let escape = std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "a path led outside of the filesystem",
+        );
         assert_eq!(ReadError::from_io(escape).to_string(), "resolves outside the plugin folder");
     }
 }

@@ -24,7 +24,12 @@ use crate::onnx::{Attribute, Model, Node, TranslationBuilder};
 /// The budgets of a fuzzed call: the defaults', smaller, so that what they
 /// let through stays cheap and what they refuse is quick to reach.
 pub fn fuzz_limits() -> Limits {
-    Limits { max_new_nodes: 1_000, max_read_bytes: 4 << 20, max_write_bytes: 1 << 20, ..Limits::default() }
+    Limits {
+        max_new_nodes: 1_000,
+        max_read_bytes: 4 << 20,
+        max_write_bytes: 1 << 20,
+        ..Limits::default()
+    }
 }
 
 /// The most one step hands in, all its strings and lists together: what
@@ -60,9 +65,19 @@ pub fn drive(data: &[u8]) {
     if trapped {
         state.graph.graph.rollback();
         state.onnx.rollback();
-        assert_eq!(state.graph.graph.fingerprint(), graph_before, "a trapped call's graph changes must be rolled back");
-        assert_eq!((&state.onnx.builder.nodes, &state.onnx.builder.value_names), (&builder_before.0, &builder_before.1));
-        assert_eq!(state.onnx.model, model_before, "a trapped call's attribute changes must be rolled back");
+        assert_eq!(
+            state.graph.graph.fingerprint(),
+            graph_before,
+            "a trapped call's graph changes must be rolled back"
+        );
+        assert_eq!(
+            (&state.onnx.builder.nodes, &state.onnx.builder.value_names),
+            (&builder_before.0, &builder_before.1)
+        );
+        assert_eq!(
+            state.onnx.model, model_before,
+            "a trapped call's attribute changes must be rolled back"
+        );
     } else {
         state.graph.graph.commit();
     }
@@ -93,7 +108,8 @@ fn step(state: &mut PluginState, input: &mut Bytes) -> wasmtime::Result<()> {
         14 => drop(state.graph_host().graph_inputs(g())?),
         15 => drop(state.graph_host().graph_outputs(g())?),
         16 => {
-            let (target, inputs, outputs) = (input.string(), input.named_arguments(), input.output_decls());
+            let (target, inputs, outputs) =
+                (input.string(), input.named_arguments(), input.output_decls());
             drop(state.graph_host().insert_call(g(), id, target, inputs, outputs)?)
         }
         17 => drop(state.graph_host().set_inputs(g(), id, input.named_arguments())?),
@@ -111,7 +127,11 @@ fn step(state: &mut PluginState, input: &mut Bytes) -> wasmtime::Result<()> {
         21 => drop(state.graph_host().set_value_meta(g(), id, input.value_meta())?),
         22 => drop(state.graph_host().range_constraints(g())?),
         23 => {
-            let c = w::RangeConstraint { symbol: input.string(), min: input.u32() as i64, max: input.flag().then(|| input.u32() as i64) };
+            let c = w::RangeConstraint {
+                symbol: input.string(),
+                min: input.u32() as i64,
+                max: input.flag().then(|| input.u32() as i64),
+            };
             drop(state.graph_host().set_range_constraint(g(), c)?)
         }
         24 => drop(state.onnx_host().value_name(b(), id)?),
@@ -119,7 +139,14 @@ fn step(state: &mut PluginState, input: &mut Bytes) -> wasmtime::Result<()> {
             let (op_type, domain, inputs) = (input.string(), input.string(), input.strings());
             // Any u32 a guest can pass: `u32::MAX` included.
             let outputs = if input.flag() { input.u32() } else { input.small_u32() };
-            drop(state.onnx_host().add_node(b(), op_type, domain, inputs, outputs, input.named_attributes())?)
+            drop(state.onnx_host().add_node(
+                b(),
+                op_type,
+                domain,
+                inputs,
+                outputs,
+                input.named_attributes(),
+            )?)
         }
         26 => drop(state.onnx_host().bind(b(), id, input.string())?),
         27 => drop(state.onnx_host().nodes(m())?),
@@ -145,15 +172,34 @@ fn relu_add_mul() -> Graph {
     let pos = |name: &str, value| NamedArgument { name: name.into(), value, keyword: false };
     let mut g = Graph::new();
     let x = g.add_input(0, "x", ValueMeta::Tensor(meta()));
-    let first = |g: &Graph, n| g.node(n).ok().and_then(|n| n.output_values().next()).expect("declared one output");
-    let relu = g.push_node(0, "aten.relu.default", vec![pos("self", Argument::Tensor(x))], vec![OutputDecl::Tensor(meta())]).expect("relu");
+    let first = |g: &Graph, n| {
+        g.node(n).ok().and_then(|n| n.output_values().next()).expect("declared one output")
+    };
+    let relu = g
+        .push_node(
+            0,
+            "aten.relu.default",
+            vec![pos("self", Argument::Tensor(x))],
+            vec![OutputDecl::Tensor(meta())],
+        )
+        .expect("relu");
     let y = first(&g, relu);
     let add = g
-        .push_node(0, "aten.add.Tensor", vec![pos("self", Argument::Tensor(y)), pos("other", Argument::Tensor(x))], vec![OutputDecl::Tensor(meta())])
+        .push_node(
+            0,
+            "aten.add.Tensor",
+            vec![pos("self", Argument::Tensor(y)), pos("other", Argument::Tensor(x))],
+            vec![OutputDecl::Tensor(meta())],
+        )
         .expect("add");
     let z = first(&g, add);
     let mul = g
-        .push_node(0, "aten.mul.Tensor", vec![pos("self", Argument::Tensor(z)), pos("other", Argument::Float(2.0))], vec![OutputDecl::Tensor(meta())])
+        .push_node(
+            0,
+            "aten.mul.Tensor",
+            vec![pos("self", Argument::Tensor(z)), pos("other", Argument::Float(2.0))],
+            vec![OutputDecl::Tensor(meta())],
+        )
         .expect("mul");
     let out = first(&g, mul);
     g.set_outputs(0, vec![Argument::Tensor(out)]).expect("outputs");
@@ -169,7 +215,9 @@ fn two_node_model() -> Model {
         attributes,
         function: None,
     };
-    Model { nodes: vec![node("Relu", vec![]), node("Cast", vec![("to".into(), Attribute::Int(1))])] }
+    Model {
+        nodes: vec![node("Relu", vec![]), node("Cast", vec![("to".into(), Attribute::Int(1))])],
+    }
 }
 
 /// The fuzzer's bytes, read front to back; past the end everything is zero.
@@ -231,7 +279,8 @@ impl Bytes<'_> {
         let len = self.lift(len + 8, 1).saturating_sub(8);
         let c = char::from(b'a' + self.u8() % 26);
         match self.u8() % 4 {
-            0 => ["aten.relu.default", "aten.add.Tensor", "self", "x", "float32", "s0"][len % 6].to_string(),
+            0 => ["aten.relu.default", "aten.add.Tensor", "self", "x", "float32", "s0"][len % 6]
+                .to_string(),
             _ => std::iter::repeat_n(c, len).collect(),
         }
     }
@@ -242,7 +291,11 @@ impl Bytes<'_> {
     }
 
     fn dim(&mut self) -> t::Dim {
-        if self.flag() { t::Dim::Symbolic(self.string()) } else { t::Dim::Fixed(i64::from(self.u8())) }
+        if self.flag() {
+            t::Dim::Symbolic(self.string())
+        } else {
+            t::Dim::Fixed(i64::from(self.u8()))
+        }
     }
 
     fn tensor_meta(&mut self) -> t::TensorMeta {
@@ -252,7 +305,10 @@ impl Bytes<'_> {
             dtype: self.string(),
             shape: (0..rank).map(|_| self.dim()).collect(),
             strides: vec![],
-            device: t::Device { kind: if self.flag() { "cpu".into() } else { self.string() }, index: None },
+            device: t::Device {
+                kind: if self.flag() { "cpu".into() } else { self.string() },
+                index: None,
+            },
         }
     }
 
@@ -324,7 +380,12 @@ impl Bytes<'_> {
 
     fn named_attributes(&mut self) -> Vec<o::NamedAttribute> {
         let n = self.len().min(16);
-        (0..n).map_while(|_| (self.lift(1, 16) == 1).then(|| o::NamedAttribute { name: self.string(), value: self.attribute() })).collect()
+        (0..n)
+            .map_while(|_| {
+                (self.lift(1, 16) == 1)
+                    .then(|| o::NamedAttribute { name: self.string(), value: self.attribute() })
+            })
+            .collect()
     }
 }
 
@@ -358,8 +419,18 @@ mod tests {
     fn add_node_refuses_u32_max_outputs_before_naming_any() {
         let mut state = state();
         let start = Instant::now();
-        let r = state.onnx_host().add_node(b(), "Split".into(), String::new(), vec![], u32::MAX, vec![]);
-        assert_eq!(trap_message(r), "`builder.add-node` was asked for 4294967295 outputs (at most 65536)");
+        let r = state.onnx_host().add_node(
+            b(),
+            "Split".into(),
+            String::new(),
+            vec![],
+            u32::MAX,
+            vec![],
+        );
+        assert_eq!(
+            trap_message(r),
+            "`builder.add-node` was asked for 4294967295 outputs (at most 65536)"
+        );
         assert!(start.elapsed() < Duration::from_secs(1));
         assert!(state.onnx.builder.nodes.is_empty());
         assert!(state.budget.exceeded.is_some(), "reported as a host budget");
@@ -368,18 +439,39 @@ mod tests {
     #[test]
     fn add_node_charges_the_output_names_it_derives_from_the_op_type() {
         let mut state = state();
-        let r = state.onnx_host().add_node(b(), "A".repeat(4096), String::new(), vec![], 60_000, vec![]);
+        let r = state.onnx_host().add_node(
+            b(),
+            "A".repeat(4096),
+            String::new(),
+            vec![],
+            60_000,
+            vec![],
+        );
         let message = trap_message(r);
         assert!(message.starts_with("`builder.add-node` would allocate"), "{message}");
         assert!(message.contains("for 60000 output names of a 4096-byte op type, over the write budget of 16777216 bytes"), "{message}");
         assert!(state.onnx.builder.nodes.is_empty());
         // An op type past the identifier cap is refused whatever the count.
         let mut state = super::tests::state();
-        let r = state.onnx_host().add_node(b(), "S".repeat(1 << 20), String::new(), vec![], 1200, vec![]);
-        assert_eq!(trap_message(r), "`builder.add-node` was given an op type of 1048576 bytes (at most 4096)");
+        let r = state.onnx_host().add_node(
+            b(),
+            "S".repeat(1 << 20),
+            String::new(),
+            vec![],
+            1200,
+            vec![],
+        );
+        assert_eq!(
+            trap_message(r),
+            "`builder.add-node` was given an op type of 1048576 bytes (at most 4096)"
+        );
         // The cap on outputs is a limit, not a refusal of many: 65536 short names go through.
         let mut state = super::tests::state();
-        let names = state.onnx_host().add_node(b(), "Split".into(), String::new(), vec![], 65_536, vec![]).unwrap().unwrap();
+        let names = state
+            .onnx_host()
+            .add_node(b(), "Split".into(), String::new(), vec![], 65_536, vec![])
+            .unwrap()
+            .unwrap();
         assert_eq!((names.len(), names[65_535].as_str()), (65_536, "split_65536"));
     }
 
@@ -388,20 +480,43 @@ mod tests {
         let mut state = state();
         let before = state.graph.graph.fingerprint();
         let target = format!("aten.{}", "v".repeat(4090));
-        let meta = t::TensorMeta { dtype: "float32".into(), shape: vec![], strides: vec![], device: t::Device { kind: "cpu".into(), index: None } };
+        let meta = t::TensorMeta {
+            dtype: "float32".into(),
+            shape: vec![],
+            strides: vec![],
+            device: t::Device { kind: "cpu".into(), index: None },
+        };
         let outputs = vec![w::OutputDecl::Tensors(vec![meta; 60_000])];
         let relu = state.graph.graph.nodes().next().unwrap().0;
-        let message = trap_message(state.graph_host().insert_call(g(), relu, target, vec![], outputs));
+        let message =
+            trap_message(state.graph_host().insert_call(g(), relu, target, vec![], outputs));
         assert!(message.starts_with("`graph.insert-call` would allocate"), "{message}");
-        assert!(message.contains("for 60000 output values named after a 4095-byte target"), "{message}");
+        assert!(
+            message.contains("for 60000 output values named after a 4095-byte target"),
+            "{message}"
+        );
         state.graph.graph.rollback();
         assert_eq!(state.graph.graph.fingerprint(), before);
         // More values than one node may declare: refused by count.
         let mut state = super::tests::state();
-        let meta = t::TensorMeta { dtype: "f".into(), shape: vec![], strides: vec![], device: t::Device { kind: "c".into(), index: None } };
+        let meta = t::TensorMeta {
+            dtype: "f".into(),
+            shape: vec![],
+            strides: vec![],
+            device: t::Device { kind: "c".into(), index: None },
+        };
         let outputs = vec![w::OutputDecl::Tensors(vec![meta; 70_000])];
-        let message = trap_message(state.graph_host().insert_call(g(), relu, "aten.x.y".into(), vec![], outputs));
-        assert_eq!(message, "`graph.insert-call` was asked for 70000 output values (at most 65536)");
+        let message = trap_message(state.graph_host().insert_call(
+            g(),
+            relu,
+            "aten.x.y".into(),
+            vec![],
+            outputs,
+        ));
+        assert_eq!(
+            message,
+            "`graph.insert-call` was asked for 70000 output values (at most 65536)"
+        );
     }
 
     #[test]
@@ -411,13 +526,25 @@ mod tests {
         let mut state = state();
         state.graph.graph.begin();
         let mul = state.graph.graph.nodes().nth(2).unwrap().0;
-        let big = w::NamedArgument { name: "big".into(), value: w::Argument::Ints(vec![0; 1 << 20]), keyword: true };
+        let big = w::NamedArgument {
+            name: "big".into(),
+            value: w::Argument::Ints(vec![0; 1 << 20]),
+            keyword: true,
+        };
         state.graph_host().set_input(g(), mul, big).unwrap().unwrap();
         state.budget.reset();
-        let small = || w::NamedArgument { name: "other".into(), value: w::Argument::Float(3.0), keyword: false };
+        let small = || w::NamedArgument {
+            name: "other".into(),
+            value: w::Argument::Float(3.0),
+            keyword: false,
+        };
         state.graph_host().set_input(g(), mul, small()).unwrap().unwrap();
         let message = trap_message(state.graph_host().set_input(g(), mul, small()));
-        assert!(message.starts_with("`graph.set-input` would allocate") && message.contains("a copy of the 3 inputs of node"), "{message}");
+        assert!(
+            message.starts_with("`graph.set-input` would allocate")
+                && message.contains("a copy of the 3 inputs of node"),
+            "{message}"
+        );
     }
 
     #[test]
@@ -425,19 +552,28 @@ mod tests {
         let mut state = state();
         state.budget.deadline = Instant::now() - Duration::from_millis(1);
         // Looked at every few thousand names: 60000 short ones pass the budgets, not the clock.
-        let r = state.onnx_host().add_node(b(), "Split".into(), String::new(), vec![], 60_000, vec![]);
+        let r =
+            state.onnx_host().add_node(b(), "Split".into(), String::new(), vec![], 60_000, vec![]);
         assert_eq!(trap_message(r), "`builder.add-node` ran past the call's deadline");
         assert_eq!(state.budget.deadline_passed_in, Some("builder.add-node"));
         assert!(state.onnx.builder.nodes.is_empty());
         let mut state = super::tests::state();
         state.budget.deadline = Instant::now() - Duration::from_millis(1);
-        assert_eq!(trap_message(state.graph_host().nodes(g())), "`graph.nodes` ran past the call's deadline");
+        assert_eq!(
+            trap_message(state.graph_host().nodes(g())),
+            "`graph.nodes` ran past the call's deadline"
+        );
     }
 
     #[test]
     fn every_host_function_survives_a_sample_of_hostile_inputs() {
         // A few fixed inputs the fuzz target starts from (and regressions it found).
-        for data in [&[][..], &[0, 25, 0, 1, 255, 255, 255, 255][..], &[1, 16, 0, 255, 3, 1, 1, 255, 3][..], &[0, 30, 1, 255, 0, 1, 1][..]] {
+        for data in [
+            &[][..],
+            &[0, 25, 0, 1, 255, 255, 255, 255][..],
+            &[1, 16, 0, 255, 3, 1, 1, 255, 3][..],
+            &[0, 30, 1, 255, 0, 1, 1][..],
+        ] {
             drive(data);
         }
     }

@@ -19,11 +19,11 @@ use wasmtime::component::{Resource, ResourceTable};
 use super::bindings::wit_graph as w;
 use super::bindings::wit_types as t;
 use super::bindings::GraphRef;
-use super::sandbox::{CallBudget, Ticks, MAX_NODE_OUTPUTS};
 use super::bindings::NoState;
+use super::sandbox::{CallBudget, Ticks, MAX_NODE_OUTPUTS};
 use crate::graph::{
-    Argument, Device, Dim, Graph, GraphError, NamedArgument, NodeId, OutputDecl, RangeConstraint, Replacement, Sym,
-    TensorMeta, User, Value, ValueId, ValueMeta,
+    Argument, Device, Dim, Graph, GraphError, NamedArgument, NodeId, OutputDecl, RangeConstraint,
+    Replacement, Sym, TensorMeta, User, Value, ValueId, ValueMeta,
 };
 
 type Answer<T> = wasmtime::Result<Result<T, t::Error>>;
@@ -53,7 +53,8 @@ impl w::Host for GraphHost<'_> {}
 /// Host bytes behind one value a node declares, besides its name: the value,
 /// its (empty) list of readers, its place in the name set, its journal entry,
 /// and what a tensor's metadata gains on the host (its layout name).
-const VALUE_HOST_BYTES: usize = size_of::<Value>() + size_of::<Vec<User>>() + 2 * size_of::<String>() + 64;
+const VALUE_HOST_BYTES: usize =
+    size_of::<Value>() + size_of::<Vec<User>>() + 2 * size_of::<String>() + 64;
 /// Longest `_N` suffix a fresh name gets.
 const NAME_SUFFIX_BYTES: usize = 21;
 
@@ -67,7 +68,13 @@ impl GraphHost<'_> {
 
     /// Charges an answer by its approximate size on the guest side, before it
     /// is built (`build` runs only within budget).
-    fn answer<T>(&mut self, function: &'static str, sized: Result<usize, GraphError>, node: Option<u32>, build: impl FnOnce(&Graph) -> T) -> Answer<T> {
+    fn answer<T>(
+        &mut self,
+        function: &'static str,
+        sized: Result<usize, GraphError>,
+        node: Option<u32>,
+        build: impl FnOnce(&Graph) -> T,
+    ) -> Answer<T> {
         match sized {
             Ok(size) => {
                 self.budget.charge_read(function, size)?;
@@ -79,7 +86,11 @@ impl GraphHost<'_> {
 
     /// Node ids, charged 4 bytes each as they are collected; the deadline is
     /// looked at as the walk goes.
-    fn collect_nodes(&mut self, function: &'static str, keep: impl Fn(&Graph, NodeId) -> bool) -> wasmtime::Result<Vec<u32>> {
+    fn collect_nodes(
+        &mut self,
+        function: &'static str,
+        keep: impl Fn(&Graph, NodeId) -> bool,
+    ) -> wasmtime::Result<Vec<u32>> {
         self.budget.check_deadline(function)?;
         self.budget.charge_read(function, 8)?;
         let mut ticks = Ticks::new(function);
@@ -100,7 +111,13 @@ impl GraphHost<'_> {
     /// declared values; then charges the host what declaring them costs (a
     /// name derived from the target per value, stored twice, and the value
     /// itself) before any is made.
-    fn bound_new_node(&mut self, function: &'static str, target: &str, inputs: &[w::NamedArgument], outputs: &[w::OutputDecl]) -> wasmtime::Result<()> {
+    fn bound_new_node(
+        &mut self,
+        function: &'static str,
+        target: &str,
+        inputs: &[w::NamedArgument],
+        outputs: &[w::OutputDecl],
+    ) -> wasmtime::Result<()> {
         self.budget.check_name(function, "a target", target)?;
         self.bound_arguments(function, inputs)?;
         let values: usize = outputs.iter().map(declared_values).fold(0, usize::saturating_add);
@@ -117,7 +134,11 @@ impl GraphHost<'_> {
         let base = target.split('.').nth(1).unwrap_or(target).len();
         let per_value = 2 * (base + NAME_SUFFIX_BYTES + size_of::<String>()) + VALUE_HOST_BYTES;
         let what = format!("{values} output values named after a {}-byte target", target.len());
-        self.budget.charge_host(function, &what, values.checked_mul(per_value).and_then(|b| b.checked_add(base + 64)))?;
+        self.budget.charge_host(
+            function,
+            &what,
+            values.checked_mul(per_value).and_then(|b| b.checked_add(base + 64)),
+        )?;
         // The node keeps the inputs handed in (charged as written); the graph
         // adds a reader entry per value they read.
         self.charge_readers(function, inputs)
@@ -125,29 +146,47 @@ impl GraphHost<'_> {
 
     /// Argument names within `MAX_NAME_BYTES`, and the names inside them that
     /// are identifiers (a dtype, a device kind, a layout, a memory format).
-    fn bound_arguments(&mut self, function: &'static str, arguments: &[w::NamedArgument]) -> wasmtime::Result<()> {
+    fn bound_arguments(
+        &mut self,
+        function: &'static str,
+        arguments: &[w::NamedArgument],
+    ) -> wasmtime::Result<()> {
         for a in arguments {
             self.budget.check_name(function, "an argument name", &a.name)?;
             match &a.value {
                 w::Argument::Dtype(s) | w::Argument::Layout(s) | w::Argument::MemoryFormat(s) => {
                     self.budget.check_name(function, "a dtype, layout or memory format", s)?
                 }
-                w::Argument::Device(d) => self.budget.check_name(function, "a device kind", &d.kind)?,
+                w::Argument::Device(d) => {
+                    self.budget.check_name(function, "a device kind", &d.kind)?
+                }
                 _ => {}
             }
         }
         Ok(())
     }
 
-    fn bound_tensor_meta(&mut self, function: &'static str, m: &t::TensorMeta) -> wasmtime::Result<()> {
+    fn bound_tensor_meta(
+        &mut self,
+        function: &'static str,
+        m: &t::TensorMeta,
+    ) -> wasmtime::Result<()> {
         self.budget.check_name(function, "a dtype", &m.dtype)?;
         self.budget.check_name(function, "a device kind", &m.device.kind)
     }
 
     /// The reader entries the graph adds for the values `inputs` read.
-    fn charge_readers(&mut self, function: &'static str, inputs: &[w::NamedArgument]) -> wasmtime::Result<()> {
+    fn charge_readers(
+        &mut self,
+        function: &'static str,
+        inputs: &[w::NamedArgument],
+    ) -> wasmtime::Result<()> {
         let readers = inputs.iter().map(|a| reads(&a.value)).fold(0, usize::saturating_add);
-        self.budget.charge_host(function, &"the readers of the node's inputs", readers.checked_mul(size_of::<User>()))
+        self.budget.charge_host(
+            function,
+            &"the readers of the node's inputs",
+            readers.checked_mul(size_of::<User>()),
+        )
     }
 }
 
@@ -178,7 +217,12 @@ fn reads(a: &w::Argument) -> usize {
 fn ir_inputs_host_size(inputs: &[NamedArgument]) -> usize {
     inputs
         .iter()
-        .map(|a| a.name.len() + size_of::<NamedArgument>() + ir_argument_size(&a.value) + a.value.values().count() * size_of::<User>())
+        .map(|a| {
+            a.name.len()
+                + size_of::<NamedArgument>()
+                + ir_argument_size(&a.value)
+                + a.value.values().count() * size_of::<User>()
+        })
         .fold(0, usize::saturating_add)
 }
 
@@ -187,7 +231,11 @@ impl w::HostGraph for GraphHost<'_> {
         self.collect_nodes("graph.nodes", |_, _| true)
     }
 
-    fn nodes_by_target(&mut self, _: Resource<GraphRef>, target: String) -> wasmtime::Result<Vec<u32>> {
+    fn nodes_by_target(
+        &mut self,
+        _: Resource<GraphRef>,
+        target: String,
+    ) -> wasmtime::Result<Vec<u32>> {
         const F: &str = "graph.nodes-by-target";
         self.budget.check_name(F, "a target", &target)?;
         self.budget.charge_write(F, target.approx_size())?;
@@ -196,44 +244,77 @@ impl w::HostGraph for GraphHost<'_> {
 
     fn target(&mut self, _: Resource<GraphRef>, node: u32) -> Answer<String> {
         let sized = self.state.graph.node(NodeId(node)).map(|n| n.target.len() + 8);
-        self.answer("graph.target", sized, Some(node), |g| g.node(NodeId(node)).map(|n| n.target.clone()).unwrap_or_default())
+        self.answer("graph.target", sized, Some(node), |g| {
+            g.node(NodeId(node)).map(|n| n.target.clone()).unwrap_or_default()
+        })
     }
 
     fn name(&mut self, _: Resource<GraphRef>, node: u32) -> Answer<String> {
         // A node's name is its first output's name, else `target#id`.
         let g = &self.state.graph;
-        let sized = g.node(NodeId(node)).map(|n| match n.output_values().next().and_then(|v| g.value(v).ok()) {
-            Some(v) => v.name.len() + 8,
-            None => n.target.len() + 20,
+        let sized = g.node(NodeId(node)).map(|n| {
+            match n.output_values().next().and_then(|v| g.value(v).ok()) {
+                Some(v) => v.name.len() + 8,
+                None => n.target.len() + 20,
+            }
         });
         self.answer("graph.name", sized, Some(node), |g| g.node_name(NodeId(node)))
     }
 
     fn subgraph_of(&mut self, _: Resource<GraphRef>, node: u32) -> Answer<u32> {
         let subgraph = self.state.graph.node(NodeId(node)).map(|n| n.subgraph);
-        self.answer("graph.subgraph-of", subgraph.clone().map(|_| 4), Some(node), |_| subgraph.unwrap_or_default())
+        self.answer("graph.subgraph-of", subgraph.clone().map(|_| 4), Some(node), |_| {
+            subgraph.unwrap_or_default()
+        })
     }
 
     fn inputs(&mut self, _: Resource<GraphRef>, node: u32) -> Answer<Vec<w::NamedArgument>> {
         const F: &str = "graph.inputs";
         self.budget.check_deadline(F)?;
-        let sized = self.state.graph.node(NodeId(node)).map(|n| 8 + n.inputs.iter().map(ir_named_size).fold(0, usize::saturating_add));
-        self.answer(F, sized, Some(node), |g| g.node(NodeId(node)).map(|n| n.inputs.iter().map(to_wit_named).collect()).unwrap_or_default())
+        let sized = self
+            .state
+            .graph
+            .node(NodeId(node))
+            .map(|n| 8 + n.inputs.iter().map(ir_named_size).fold(0, usize::saturating_add));
+        self.answer(F, sized, Some(node), |g| {
+            g.node(NodeId(node))
+                .map(|n| n.inputs.iter().map(to_wit_named).collect())
+                .unwrap_or_default()
+        })
     }
 
-    fn input(&mut self, _: Resource<GraphRef>, node: u32, name: String) -> Answer<Option<w::Argument>> {
+    fn input(
+        &mut self,
+        _: Resource<GraphRef>,
+        node: u32,
+        name: String,
+    ) -> Answer<Option<w::Argument>> {
         const F: &str = "graph.input";
         self.budget.check_name(F, "an argument name", &name)?;
         self.budget.charge_write(F, name.approx_size())?;
-        let sized = self.state.graph.node(NodeId(node)).map(|n| 4 + n.input(&name).map_or(0, ir_argument_size));
-        self.answer(F, sized, Some(node), |g| g.node(NodeId(node)).ok().and_then(|n| n.input(&name).map(to_wit_argument)))
+        let sized = self
+            .state
+            .graph
+            .node(NodeId(node))
+            .map(|n| 4 + n.input(&name).map_or(0, ir_argument_size));
+        self.answer(F, sized, Some(node), |g| {
+            g.node(NodeId(node)).ok().and_then(|n| n.input(&name).map(to_wit_argument))
+        })
     }
 
     fn outputs(&mut self, _: Resource<GraphRef>, node: u32) -> Answer<Vec<w::Argument>> {
         const F: &str = "graph.outputs";
         self.budget.check_deadline(F)?;
-        let sized = self.state.graph.node(NodeId(node)).map(|n| 8 + n.outputs.iter().map(ir_argument_size).fold(0, usize::saturating_add));
-        self.answer(F, sized, Some(node), |g| g.node(NodeId(node)).map(|n| n.outputs.iter().map(to_wit_argument).collect()).unwrap_or_default())
+        let sized = self
+            .state
+            .graph
+            .node(NodeId(node))
+            .map(|n| 8 + n.outputs.iter().map(ir_argument_size).fold(0, usize::saturating_add));
+        self.answer(F, sized, Some(node), |g| {
+            g.node(NodeId(node))
+                .map(|n| n.outputs.iter().map(to_wit_argument).collect())
+                .unwrap_or_default()
+        })
     }
 
     fn users(&mut self, _: Resource<GraphRef>, node: u32) -> Answer<Vec<u32>> {
@@ -242,7 +323,9 @@ impl w::HostGraph for GraphHost<'_> {
         let users = self.state.graph.node_users(NodeId(node));
         self.budget.check_deadline(F)?;
         let sized = users.as_ref().map(|u| 8 + 4 * u.len()).map_err(Clone::clone);
-        self.answer(F, sized, Some(node), |_| users.map(|u| u.into_iter().map(|n| n.0).collect()).unwrap_or_default())
+        self.answer(F, sized, Some(node), |_| {
+            users.map(|u| u.into_iter().map(|n| n.0).collect()).unwrap_or_default()
+        })
     }
 
     fn value_users(&mut self, _: Resource<GraphRef>, value: u32) -> Answer<Vec<u32>> {
@@ -269,18 +352,24 @@ impl w::HostGraph for GraphHost<'_> {
 
     fn producer(&mut self, _: Resource<GraphRef>, value: u32) -> Answer<Option<u32>> {
         let producer = self.state.graph.value(ValueId(value)).map(|v| v.producer.map(|n| n.0));
-        self.answer("graph.producer", producer.clone().map(|_| 8), None, |_| producer.unwrap_or_default())
+        self.answer("graph.producer", producer.clone().map(|_| 8), None, |_| {
+            producer.unwrap_or_default()
+        })
     }
 
     fn value_name(&mut self, _: Resource<GraphRef>, value: u32) -> Answer<String> {
         let sized = self.state.graph.value(ValueId(value)).map(|v| v.name.len() + 8);
-        self.answer("graph.value-name", sized, None, |g| g.value(ValueId(value)).map(|v| v.name.clone()).unwrap_or_default())
+        self.answer("graph.value-name", sized, None, |g| {
+            g.value(ValueId(value)).map(|v| v.name.clone()).unwrap_or_default()
+        })
     }
 
     fn value_meta(&mut self, _: Resource<GraphRef>, value: u32) -> Answer<t::ValueMeta> {
         let sized = self.state.graph.value(ValueId(value)).map(|v| ir_value_meta_size(&v.meta));
         self.answer("graph.value-meta", sized, None, |g| {
-            g.value(ValueId(value)).map(|v| to_wit_value_meta(&v.meta)).unwrap_or(t::ValueMeta::Opaque(String::new()))
+            g.value(ValueId(value))
+                .map(|v| to_wit_value_meta(&v.meta))
+                .unwrap_or(t::ValueMeta::Opaque(String::new()))
         })
     }
 
@@ -288,15 +377,28 @@ impl w::HostGraph for GraphHost<'_> {
         const F: &str = "graph.graph-inputs";
         let count = self.state.graph.subgraph(0).map_or(0, |s| s.inputs.len());
         self.budget.charge_read(F, 8 + count * 4)?;
-        Ok(self.state.graph.subgraph(0).map(|s| s.inputs.iter().map(|v| v.0).collect()).unwrap_or_default())
+        Ok(self
+            .state
+            .graph
+            .subgraph(0)
+            .map(|s| s.inputs.iter().map(|v| v.0).collect())
+            .unwrap_or_default())
     }
 
     fn graph_outputs(&mut self, _: Resource<GraphRef>) -> wasmtime::Result<Vec<w::Argument>> {
         const F: &str = "graph.graph-outputs";
         self.budget.check_deadline(F)?;
-        let size = self.state.graph.subgraph(0).map_or(0, |s| s.outputs.iter().map(ir_argument_size).fold(0, usize::saturating_add));
+        let size =
+            self.state.graph.subgraph(0).map_or(0, |s| {
+                s.outputs.iter().map(ir_argument_size).fold(0, usize::saturating_add)
+            });
         self.budget.charge_read(F, 8usize.saturating_add(size))?;
-        Ok(self.state.graph.subgraph(0).map(|s| s.outputs.iter().map(to_wit_argument).collect()).unwrap_or_default())
+        Ok(self
+            .state
+            .graph
+            .subgraph(0)
+            .map(|s| s.outputs.iter().map(to_wit_argument).collect())
+            .unwrap_or_default())
     }
 
     fn insert_call(
@@ -308,7 +410,8 @@ impl w::HostGraph for GraphHost<'_> {
         outputs: Vec<w::OutputDecl>,
     ) -> Answer<u32> {
         const F: &str = "graph.insert-call";
-        self.budget.charge_write(F, target.approx_size() + inputs.approx_size() + outputs.approx_size())?;
+        self.budget
+            .charge_write(F, target.approx_size() + inputs.approx_size() + outputs.approx_size())?;
         if let Err(e) = self.writable(Some(before)) {
             return Ok(Err(e));
         }
@@ -317,11 +420,17 @@ impl w::HostGraph for GraphHost<'_> {
         self.budget.check_deadline(F)?;
         let inputs = inputs.into_iter().map(from_wit_named).collect();
         let outputs = outputs.into_iter().map(from_wit_output_decl).collect();
-        let r = self.state.graph.insert_before(NodeId(before), &target, inputs, outputs).map(|n| n.0);
+        let r =
+            self.state.graph.insert_before(NodeId(before), &target, inputs, outputs).map(|n| n.0);
         Ok(r.map_err(|e| wit_error(e, Some(before))))
     }
 
-    fn set_inputs(&mut self, _: Resource<GraphRef>, node: u32, inputs: Vec<w::NamedArgument>) -> Answer<()> {
+    fn set_inputs(
+        &mut self,
+        _: Resource<GraphRef>,
+        node: u32,
+        inputs: Vec<w::NamedArgument>,
+    ) -> Answer<()> {
         const F: &str = "graph.set-inputs";
         self.budget.charge_write(F, inputs.approx_size())?;
         if let Err(e) = self.writable(Some(node)) {
@@ -335,7 +444,12 @@ impl w::HostGraph for GraphHost<'_> {
         Ok(self.state.graph.set_inputs(NodeId(node), inputs).map_err(|e| wit_error(e, Some(node))))
     }
 
-    fn set_input(&mut self, _: Resource<GraphRef>, node: u32, input: w::NamedArgument) -> Answer<()> {
+    fn set_input(
+        &mut self,
+        _: Resource<GraphRef>,
+        node: u32,
+        input: w::NamedArgument,
+    ) -> Answer<()> {
         const F: &str = "graph.set-input";
         self.budget.charge_write(F, input.approx_size())?;
         if let Err(e) = self.writable(Some(node)) {
@@ -347,15 +461,29 @@ impl w::HostGraph for GraphHost<'_> {
         self.charge_readers(F, std::slice::from_ref(&input))?;
         if let Ok(n) = self.state.graph.node(NodeId(node)) {
             let copy = ir_inputs_host_size(&n.inputs);
-            self.budget.charge_host(F, &format!("a copy of the {} inputs of node {node}", n.inputs.len()), Some(copy))?;
+            self.budget.charge_host(
+                F,
+                &format!("a copy of the {} inputs of node {node}", n.inputs.len()),
+                Some(copy),
+            )?;
         }
         self.budget.check_deadline(F)?;
-        Ok(self.state.graph.set_input(NodeId(node), from_wit_named(input)).map_err(|e| wit_error(e, Some(node))))
+        Ok(self
+            .state
+            .graph
+            .set_input(NodeId(node), from_wit_named(input))
+            .map_err(|e| wit_error(e, Some(node))))
     }
 
-    fn replace_uses(&mut self, _: Resource<GraphRef>, value: u32, by: w::Replacement) -> Answer<()> {
+    fn replace_uses(
+        &mut self,
+        _: Resource<GraphRef>,
+        value: u32,
+        by: w::Replacement,
+    ) -> Answer<()> {
         const F: &str = "graph.replace-uses";
-        let node = self.state.graph.value(ValueId(value)).ok().and_then(|v| v.producer).map(|n| n.0);
+        let node =
+            self.state.graph.value(ValueId(value)).ok().and_then(|v| v.producer).map(|n| n.0);
         if let Err(e) = self.writable(node) {
             return Ok(Err(e));
         }
@@ -368,12 +496,20 @@ impl w::HostGraph for GraphHost<'_> {
             for user in &users {
                 ticks.step(self.budget)?;
                 let size = match user {
-                    User::Node(id) => self.state.graph.node(*id).map_or(0, |n| ir_inputs_host_size(&n.inputs)),
-                    User::Output(s) => self.state.graph.subgraph(*s).map_or(0, |s| s.outputs.iter().map(ir_argument_size).fold(0, usize::saturating_add)),
+                    User::Node(id) => {
+                        self.state.graph.node(*id).map_or(0, |n| ir_inputs_host_size(&n.inputs))
+                    }
+                    User::Output(s) => self.state.graph.subgraph(*s).map_or(0, |s| {
+                        s.outputs.iter().map(ir_argument_size).fold(0, usize::saturating_add)
+                    }),
                 };
                 copies = copies.saturating_add(size + size_of::<Argument>());
             }
-            self.budget.charge_host(F, &format!("copies of the inputs of the {} readers of value {value}", users.len()), Some(copies))?;
+            self.budget.charge_host(
+                F,
+                &format!("copies of the inputs of the {} readers of value {value}", users.len()),
+                Some(copies),
+            )?;
         }
         self.budget.check_deadline(F)?;
         let by = match by {
@@ -396,7 +532,12 @@ impl w::HostGraph for GraphHost<'_> {
         Ok(self.state.graph.erase(NodeId(node)).map_err(|e| wit_error(e, Some(node))))
     }
 
-    fn set_value_meta(&mut self, _: Resource<GraphRef>, value: u32, meta: t::ValueMeta) -> Answer<()> {
+    fn set_value_meta(
+        &mut self,
+        _: Resource<GraphRef>,
+        value: u32,
+        meta: t::ValueMeta,
+    ) -> Answer<()> {
         const F: &str = "graph.set-value-meta";
         self.budget.charge_write(F, meta.approx_size())?;
         if let Err(e) = self.writable(None) {
@@ -406,16 +547,30 @@ impl w::HostGraph for GraphHost<'_> {
             self.bound_tensor_meta(F, m)?;
         }
         // The old metadata moves to the journal: nothing is copied.
-        Ok(self.state.graph.set_value_meta(ValueId(value), from_wit_value_meta(meta)).map_err(|e| wit_error(e, None)))
+        Ok(self
+            .state
+            .graph
+            .set_value_meta(ValueId(value), from_wit_value_meta(meta))
+            .map_err(|e| wit_error(e, None)))
     }
 
-    fn range_constraints(&mut self, _: Resource<GraphRef>) -> wasmtime::Result<Vec<w::RangeConstraint>> {
+    fn range_constraints(
+        &mut self,
+        _: Resource<GraphRef>,
+    ) -> wasmtime::Result<Vec<w::RangeConstraint>> {
         const F: &str = "graph.range-constraints";
         self.budget.check_deadline(F)?;
         let ranges = self.state.graph.range_constraints();
         let size = 8 + ranges.keys().map(|symbol| symbol.len() + 32).fold(0, usize::saturating_add);
         self.budget.charge_read(F, size)?;
-        Ok(ranges.iter().map(|(symbol, r)| w::RangeConstraint { symbol: symbol.clone(), min: r.min, max: r.max }).collect())
+        Ok(ranges
+            .iter()
+            .map(|(symbol, r)| w::RangeConstraint {
+                symbol: symbol.clone(),
+                min: r.min,
+                max: r.max,
+            })
+            .collect())
     }
 
     fn set_range_constraint(&mut self, _: Resource<GraphRef>, c: w::RangeConstraint) -> Answer<()> {
@@ -426,7 +581,11 @@ impl w::HostGraph for GraphHost<'_> {
         }
         self.budget.check_name(F, "a symbol", &c.symbol)?;
         // The symbol is kept twice: in the constraints and in the journal.
-        self.budget.charge_host(F, &"the symbol's name", Some(2 * (c.symbol.len() + size_of::<String>()) + 64))?;
+        self.budget.charge_host(
+            F,
+            &"the symbol's name",
+            Some(2 * (c.symbol.len() + size_of::<String>()) + 64),
+        )?;
         let range = RangeConstraint { min: c.min, max: c.max };
         Ok(self.state.graph.set_range_constraint(&c.symbol, range).map_err(|e| wit_error(e, None)))
     }
@@ -556,7 +715,9 @@ pub(super) fn to_wit_argument(a: &Argument) -> w::Argument {
         Argument::None => W::None,
         Argument::Tensor(v) => W::Tensor(v.0),
         Argument::Tensors(vs) => W::Tensors(ids(vs)),
-        Argument::OptionalTensors(vs) => W::OptionalTensors(vs.iter().map(|v| v.map(|v| v.0)).collect()),
+        Argument::OptionalTensors(vs) => {
+            W::OptionalTensors(vs.iter().map(|v| v.map(|v| v.0)).collect())
+        }
         Argument::Int(i) => W::Int(*i),
         Argument::Ints(is) => W::Ints(is.clone()),
         Argument::Float(f) => W::Float(*f),
@@ -588,7 +749,9 @@ pub(super) fn from_wit_argument(a: w::Argument) -> Argument {
         W::None => Argument::None,
         W::Tensor(v) => Argument::Tensor(ValueId(v)),
         W::Tensors(vs) => Argument::Tensors(vids(vs)),
-        W::OptionalTensors(vs) => Argument::OptionalTensors(vs.into_iter().map(|v| v.map(ValueId)).collect()),
+        W::OptionalTensors(vs) => {
+            Argument::OptionalTensors(vs.into_iter().map(|v| v.map(ValueId)).collect())
+        }
         W::Int(i) => Argument::Int(i),
         W::Ints(is) => Argument::Ints(is),
         W::Float(f) => Argument::Float(f),
@@ -616,7 +779,9 @@ pub(super) fn from_wit_argument(a: w::Argument) -> Argument {
 fn from_wit_output_decl(d: w::OutputDecl) -> OutputDecl {
     match d {
         w::OutputDecl::Tensor(m) => OutputDecl::Tensor(from_wit_tensor_meta(m)),
-        w::OutputDecl::Tensors(ms) => OutputDecl::Tensors(ms.into_iter().map(from_wit_tensor_meta).collect()),
+        w::OutputDecl::Tensors(ms) => {
+            OutputDecl::Tensors(ms.into_iter().map(from_wit_tensor_meta).collect())
+        }
         w::OutputDecl::SymInt(e) => OutputDecl::SymInt(e),
         w::OutputDecl::SymBool(e) => OutputDecl::SymBool(e),
         w::OutputDecl::None => OutputDecl::None,
@@ -663,7 +828,12 @@ impl ApproxSize for w::Argument {
             W::Ints(v) => v.len() * 8,
             W::Floats(v) => v.len() * 8,
             W::Bools(v) => v.len(),
-            W::Str(s) | W::Dtype(s) | W::Layout(s) | W::MemoryFormat(s) | W::Operator(s) | W::Opaque(s) => s.len(),
+            W::Str(s)
+            | W::Dtype(s)
+            | W::Layout(s)
+            | W::MemoryFormat(s)
+            | W::Operator(s)
+            | W::Opaque(s) => s.len(),
             W::Strs(v) => v.iter().map(|s| s.len() + 8).sum(),
             W::SymInts(v) => v.len() * 16,
             W::SymFloats(v) => v.len() * 16,
@@ -685,7 +855,11 @@ impl ApproxSize for w::RangeConstraint {
 }
 impl ApproxSize for t::TensorMeta {
     fn approx_size(&self) -> usize {
-        let dims = |ds: &[t::Dim]| ds.iter().map(|d| 16 + if let t::Dim::Symbolic(s) = d { s.len() } else { 0 }).sum::<usize>();
+        let dims = |ds: &[t::Dim]| {
+            ds.iter()
+                .map(|d| 16 + if let t::Dim::Symbolic(s) = d { s.len() } else { 0 })
+                .sum::<usize>()
+        };
         self.dtype.len() + self.device.kind.len() + dims(&self.shape) + dims(&self.strides) + 48
     }
 }
@@ -703,13 +877,13 @@ impl ApproxSize for t::ValueMeta {
     fn approx_size(&self) -> usize {
         match self {
             t::ValueMeta::Tensor(m) => m.approx_size(),
-            t::ValueMeta::SymInt(s) | t::ValueMeta::SymFloat(s) | t::ValueMeta::SymBool(s) | t::ValueMeta::Opaque(s) => {
-                s.len() + 16
-            }
+            t::ValueMeta::SymInt(s)
+            | t::ValueMeta::SymFloat(s)
+            | t::ValueMeta::SymBool(s)
+            | t::ValueMeta::Opaque(s) => s.len() + 16,
         }
     }
 }
-
 
 /// The guest-side size of IR data, the same measure as `ApproxSize` of its
 /// contract form: what an answer will cost the read budget, known before the
@@ -722,7 +896,12 @@ fn ir_argument_size(a: &Argument) -> usize {
         A::Ints(v) => v.len() * 8,
         A::Floats(v) => v.len() * 8,
         A::Bools(v) => v.len(),
-        A::Str(s) | A::Dtype(s) | A::Layout(s) | A::MemoryFormat(s) | A::Operator(s) | A::Opaque(s) => s.len(),
+        A::Str(s)
+        | A::Dtype(s)
+        | A::Layout(s)
+        | A::MemoryFormat(s)
+        | A::Operator(s)
+        | A::Opaque(s) => s.len(),
         A::Strs(v) => v.iter().map(|s| s.len() + 8).sum(),
         A::SymInts(v) => v.len() * 16,
         A::SymFloats(v) => v.len() * 16,
@@ -737,13 +916,18 @@ fn ir_named_size(a: &NamedArgument) -> usize {
 }
 
 fn ir_tensor_meta_size(m: &TensorMeta) -> usize {
-    let dims = |ds: &[Dim]| ds.iter().map(|d| 16 + if let Dim::Symbolic(s) = d { s.len() } else { 0 }).sum::<usize>();
+    let dims = |ds: &[Dim]| {
+        ds.iter().map(|d| 16 + if let Dim::Symbolic(s) = d { s.len() } else { 0 }).sum::<usize>()
+    };
     m.dtype.len() + m.device.kind.len() + dims(&m.shape) + dims(&m.strides) + 48
 }
 
 fn ir_value_meta_size(m: &ValueMeta) -> usize {
     match m {
         ValueMeta::Tensor(t) => ir_tensor_meta_size(t),
-        ValueMeta::SymInt(s) | ValueMeta::SymFloat(s) | ValueMeta::SymBool(s) | ValueMeta::Opaque(s) => s.len() + 16,
+        ValueMeta::SymInt(s)
+        | ValueMeta::SymFloat(s)
+        | ValueMeta::SymBool(s)
+        | ValueMeta::Opaque(s) => s.len() + 16,
     }
 }

@@ -14,9 +14,9 @@ use wasmtime::component::{Resource, ResourceTable};
 
 use super::bindings::wit_onnx as o;
 use super::bindings::wit_types as t;
+use super::bindings::NoState;
 use super::bindings::{BuilderRef, ModelRef};
 use super::sandbox::{CallBudget, Ticks, MAX_NODE_OUTPUTS};
-use super::bindings::NoState;
 use crate::graph::ValueId;
 use crate::onnx::{Attribute, Model, Node, TranslationBuilder};
 
@@ -80,7 +80,11 @@ const NAME_SUFFIX_BYTES: usize = 21;
 
 impl OnnxHost<'_> {
     /// Identifiers within `MAX_NAME_BYTES`: the names of attributes handed in.
-    fn bound_attribute_names(&mut self, function: &str, attributes: &[o::NamedAttribute]) -> wasmtime::Result<()> {
+    fn bound_attribute_names(
+        &mut self,
+        function: &str,
+        attributes: &[o::NamedAttribute],
+    ) -> wasmtime::Result<()> {
         for a in attributes {
             self.budget.check_name(function, "an attribute name", &a.name)?;
         }
@@ -109,7 +113,10 @@ impl o::HostBuilder for OnnxHost<'_> {
         attributes: Vec<o::NamedAttribute>,
     ) -> Answer<Vec<String>> {
         const F: &str = "builder.add-node";
-        let handed_in = op_type.len() + domain.len() + strings_size(&inputs) + attributes.iter().map(named_attribute_size).sum::<usize>();
+        let handed_in = op_type.len()
+            + domain.len()
+            + strings_size(&inputs)
+            + attributes.iter().map(named_attribute_size).sum::<usize>();
         self.budget.charge_write(F, handed_in)?;
         self.budget.charge_node(F)?;
         self.budget.check_name(F, "an op type", &op_type)?;
@@ -140,7 +147,10 @@ impl o::HostBuilder for OnnxHost<'_> {
             domain,
             inputs,
             outputs: names.clone(),
-            attributes: attributes.into_iter().map(|a| (a.name, from_wit_attribute(a.value))).collect(),
+            attributes: attributes
+                .into_iter()
+                .map(|a| (a.name, from_wit_attribute(a.value)))
+                .collect(),
             function: None,
         });
         Ok(Ok(names))
@@ -170,12 +180,22 @@ impl o::HostBuilder for OnnxHost<'_> {
 
 impl OnnxHost<'_> {
     fn onnx_node(&self, node: u32) -> Result<&Node, t::Error> {
-        self.onnx.model.nodes.get(node as usize).ok_or(t::Error { message: format!("no ONNX node {node}"), node: None })
+        self.onnx
+            .model
+            .nodes
+            .get(node as usize)
+            .ok_or(t::Error { message: format!("no ONNX node {node}"), node: None })
     }
 
     /// Charges a read of `size(node)` bytes of node `node`, then answers
     /// `build(node)`: nothing is copied past the budget.
-    fn read_node<T>(&mut self, function: &str, node: u32, size: impl Fn(&Node) -> usize, build: impl Fn(&Node) -> T) -> Answer<T> {
+    fn read_node<T>(
+        &mut self,
+        function: &str,
+        node: u32,
+        size: impl Fn(&Node) -> usize,
+        build: impl Fn(&Node) -> T,
+    ) -> Answer<T> {
         let bytes = match self.onnx_node(node) {
             Ok(n) => size(n),
             Err(e) => return Ok(Err(e)),
@@ -210,21 +230,44 @@ impl o::HostModel for OnnxHost<'_> {
         self.read_node("model.outputs", node, |n| strings_size(&n.outputs), |n| n.outputs.clone())
     }
 
-    fn attribute(&mut self, _: Resource<ModelRef>, node: u32, name: String) -> Answer<Option<o::Attribute>> {
+    fn attribute(
+        &mut self,
+        _: Resource<ModelRef>,
+        node: u32,
+        name: String,
+    ) -> Answer<Option<o::Attribute>> {
         const F: &str = "model.attribute";
         self.budget.charge_write(F, name.len() + 8)?;
         self.budget.check_name(F, "an attribute name", &name)?;
-        self.read_node(F, node, |n| 4 + n.attribute(&name).map_or(0, ir_attribute_size), |n| n.attribute(&name).map(to_wit_attribute))
+        self.read_node(
+            F,
+            node,
+            |n| 4 + n.attribute(&name).map_or(0, ir_attribute_size),
+            |n| n.attribute(&name).map(to_wit_attribute),
+        )
     }
 
-    fn set_attribute(&mut self, _: Resource<ModelRef>, node: u32, attribute: o::NamedAttribute) -> Answer<()> {
+    fn set_attribute(
+        &mut self,
+        _: Resource<ModelRef>,
+        node: u32,
+        attribute: o::NamedAttribute,
+    ) -> Answer<()> {
         const F: &str = "model.set-attribute";
         self.budget.charge_write(F, named_attribute_size(&attribute))?;
         self.bound_attribute_names(F, std::slice::from_ref(&attribute))?;
-        let Some(n) = self.onnx.model.nodes.get(node as usize) else { return err(format!("no ONNX node {node}")) };
+        let Some(n) = self.onnx.model.nodes.get(node as usize) else {
+            return err(format!("no ONNX node {node}"));
+        };
         // The value it replaces is kept for rollback, with the name.
-        let kept = n.attribute(&attribute.name).map_or(0, ir_attribute_size) + attribute.name.len() + size_of::<(u32, String, Option<Attribute>)>();
-        self.budget.charge_host(F, &format!("the `{}` attribute it replaces, kept for rollback", attribute.name), Some(kept))?;
+        let kept = n.attribute(&attribute.name).map_or(0, ir_attribute_size)
+            + attribute.name.len()
+            + size_of::<(u32, String, Option<Attribute>)>();
+        self.budget.charge_host(
+            F,
+            &format!("the `{}` attribute it replaces, kept for rollback", attribute.name),
+            Some(kept),
+        )?;
         let n = &mut self.onnx.model.nodes[node as usize];
         let old = n.attribute(&attribute.name).cloned();
         n.set_attribute(&attribute.name, from_wit_attribute(attribute.value));

@@ -18,8 +18,14 @@ pub trait Kind {
     type Pre;
     type Instance;
     fn pre(pre: &KindPre) -> Option<&Self::Pre>;
-    fn instantiate(pre: &Self::Pre, store: &mut Store<PluginState>) -> wasmtime::Result<Self::Instance>;
-    fn describe(instance: &Self::Instance, store: &mut Store<PluginState>) -> wasmtime::Result<Vec<String>>;
+    fn instantiate(
+        pre: &Self::Pre,
+        store: &mut Store<PluginState>,
+    ) -> wasmtime::Result<Self::Instance>;
+    fn describe(
+        instance: &Self::Instance,
+        store: &mut Store<PluginState>,
+    ) -> wasmtime::Result<Vec<String>>;
 }
 
 macro_rules! kinds {

@@ -14,7 +14,10 @@ use anyhow::{bail, Result};
 use super::lock::LOCK_FILE;
 use super::manifest::{same_targets, META_SECTION};
 use super::session::describe_any;
-use super::{discover, upstream, Discovered, LoadError, Lock, Plugin, PluginSet, Runtime, RuntimeOptions, Versions};
+use super::{
+    discover, upstream, Discovered, LoadError, Lock, Plugin, PluginSet, Runtime, RuntimeOptions,
+    Versions,
+};
 
 impl Runtime {
     /// Compiles (or fetches from the cache) and checks a discovered plugin,
@@ -27,7 +30,8 @@ impl Runtime {
         let fail = |reason: String| LoadError::new(&component_path, reason);
         let described = describe_any(self, &plugin, "load").map_err(|e| fail(e.to_string()))?;
         if !same_targets(&found.manifest.plugin.targets, &described) {
-            let (mut declared, mut described) = (found.manifest.plugin.targets.clone(), described.clone());
+            let (mut declared, mut described) =
+                (found.manifest.plugin.targets.clone(), described.clone());
             for list in [&mut declared, &mut described] {
                 list.sort();
                 list.dedup();
@@ -99,10 +103,14 @@ impl SetOptions {
         if let Some(p) = std::env::var_os("HFX_PYTHON") {
             return p.to_string_lossy().into_owned();
         }
-        if let Some(python) = crate::installed::Installed::find().map(|i| i.python()).filter(|p| p.exists()) {
+        if let Some(python) =
+            crate::installed::Installed::find().map(|i| i.python()).filter(|p| p.exists())
+        {
             return python.to_string_lossy().into_owned();
         }
-        let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(|root| root.join(".venv/bin/python"));
+        let checkout = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .map(|root| root.join(".venv/bin/python"));
         for venv in std::iter::once(PathBuf::from(".venv/bin/python")).chain(checkout) {
             if venv.exists() {
                 return venv.to_string_lossy().into_owned();
@@ -135,7 +143,8 @@ impl SetOptions {
         for w in &warnings {
             eprintln!("warning: {w}");
         }
-        let mut needed: BTreeSet<String> = found.iter().flat_map(|f| f.manifest.upstream.keys().cloned()).collect();
+        let mut needed: BTreeSet<String> =
+            found.iter().flat_map(|f| f.manifest.upstream.keys().cloned()).collect();
         if for_lock {
             needed.extend(upstream::KNOWN_PACKAGES.iter().map(|p| p.to_string()));
         }

@@ -68,16 +68,21 @@ impl Lock {
     }
 
     pub fn read(path: &Path) -> Result<Lock, LockError> {
-        let unreadable = |reason: String| LockError::Unreadable { path: path.display().to_string(), reason };
+        let unreadable =
+            |reason: String| LockError::Unreadable { path: path.display().to_string(), reason };
         // Regular files only (a FIFO is refused without blocking), and bounded.
         let text = crate::input::read_to_string_bounded(path, MAX_LOCK_BYTES).map_err(|e| {
             let message = e.to_string();
             let prefix = format!("{}: ", path.display());
             unreadable(message.strip_prefix(&prefix).unwrap_or(&message).to_string())
         })?;
-        let lock: Lock = toml::from_str(&text).map_err(|e| unreadable(e.message().replace('\n', " ")))?;
+        let lock: Lock =
+            toml::from_str(&text).map_err(|e| unreadable(e.message().replace('\n', " ")))?;
         if lock.version != LOCK_VERSION {
-            return Err(unreadable(format!("lock version {} (this hfx reads {LOCK_VERSION})", lock.version)));
+            return Err(unreadable(format!(
+                "lock version {} (this hfx reads {LOCK_VERSION})",
+                lock.version
+            )));
         }
         Ok(lock)
     }
@@ -93,14 +98,19 @@ impl Lock {
     /// Every difference of `current` from this lock, one sentence each.
     pub fn differences(&self, current: &Lock) -> Vec<String> {
         let mut out = Vec::new();
-        let locked: BTreeMap<&str, &LockedPlugin> = self.plugins.iter().map(|p| (p.name.as_str(), p)).collect();
-        let found: BTreeMap<&str, &LockedPlugin> = current.plugins.iter().map(|p| (p.name.as_str(), p)).collect();
+        let locked: BTreeMap<&str, &LockedPlugin> =
+            self.plugins.iter().map(|p| (p.name.as_str(), p)).collect();
+        let found: BTreeMap<&str, &LockedPlugin> =
+            current.plugins.iter().map(|p| (p.name.as_str(), p)).collect();
         for (name, p) in &found {
             match locked.get(name) {
                 None => out.push(format!("plugin `{name}` {} added (not in the lock)", p.version)),
                 Some(l) => {
                     if l.version != p.version {
-                        out.push(format!("plugin `{name}`: locked version {}, found {}", l.version, p.version));
+                        out.push(format!(
+                            "plugin `{name}`: locked version {}, found {}",
+                            l.version, p.version
+                        ));
                     }
                     if l.component_sha256 != p.component_sha256 {
                         out.push(format!(
@@ -141,7 +151,12 @@ impl Lock {
 
     /// `--locked`: any difference is an error. Otherwise the differences are
     /// returned as drift warnings for the caller to print.
-    pub fn check(&self, path: &Path, current: &Lock, locked: bool) -> Result<Vec<String>, LockError> {
+    pub fn check(
+        &self,
+        path: &Path,
+        current: &Lock,
+        locked: bool,
+    ) -> Result<Vec<String>, LockError> {
         let differences = self.differences(current);
         if locked && !differences.is_empty() {
             return Err(LockError::Differs { path: path.display().to_string(), differences });

@@ -194,7 +194,8 @@ impl Backends {
         self.iter().any(|b| {
             b == backend
                 || b == Backend::Dynamo
-                || (b == Backend::Executorch && matches!(backend, Backend::ExecutorchXnnpack | Backend::ExecutorchCuda))
+                || (b == Backend::Executorch
+                    && matches!(backend, Backend::ExecutorchXnnpack | Backend::ExecutorchCuda))
         })
     }
 }
@@ -228,7 +229,9 @@ impl<'de> Deserialize<'de> for Backends {
             OneOrMany::Many(list) => list,
         };
         if list.is_empty() {
-            return Err(serde::de::Error::custom("backend: an empty list (name at least one backend)"));
+            return Err(serde::de::Error::custom(
+                "backend: an empty list (name at least one backend)",
+            ));
         }
         let mut seen = Vec::new();
         for b in &list {
@@ -252,7 +255,8 @@ impl Manifest {
 impl ManifestFile {
     /// Parses and validates what the file states; the error is one line without the file name.
     pub fn parse(text: &str) -> Result<ManifestFile, String> {
-        let manifest: ManifestFile = toml::from_str(text).map_err(|e| one_line_toml_error(text, &e))?;
+        let manifest: ManifestFile =
+            toml::from_str(text).map_err(|e| one_line_toml_error(text, &e))?;
         manifest.validate()?;
         Ok(manifest)
     }
@@ -280,7 +284,8 @@ impl ManifestFile {
             validate_targets(targets).map_err(|e| format!("plugin.targets {e}"))?;
         }
         for (package, range) in &self.upstream {
-            semver::VersionReq::parse(range).map_err(|e| format!("upstream.{package} `{range}`: {e}"))?;
+            semver::VersionReq::parse(range)
+                .map_err(|e| format!("upstream.{package} `{range}`: {e}"))?;
         }
         Ok(())
     }
@@ -291,16 +296,32 @@ impl ManifestFile {
     /// file name (it is about the manifest).
     pub fn complete(self, meta: Option<&ComponentMeta>) -> Result<Manifest, String> {
         let p = self.plugin;
-        let name = merge("name", p.name, meta.map(|m| &m.name), |a, b| a == b, |v| format!("`{v}`"))?;
-        let version = merge("version", p.version, meta.map(|m| &m.version), |a, b| a == b, |v| format!("`{v}`"))?;
-        let kind = merge("kind", p.kind, meta.map(|m| &m.kind), |a, b| a == b, |v| format!("`{v}`"))?;
+        let name =
+            merge("name", p.name, meta.map(|m| &m.name), |a, b| a == b, |v| format!("`{v}`"))?;
+        let version = merge(
+            "version",
+            p.version,
+            meta.map(|m| &m.version),
+            |a, b| a == b,
+            |v| format!("`{v}`"),
+        )?;
+        let kind =
+            merge("kind", p.kind, meta.map(|m| &m.kind), |a, b| a == b, |v| format!("`{v}`"))?;
         let api = merge("api", p.api, meta.map(|m| &m.api), |a, b| a == b, |v| format!("`{v}`"))?;
         let targets = match (p.targets, meta) {
             (None, None) => Vec::new(),
-            (targets, meta) => merge("targets", targets, meta.map(|m| &m.targets), |a, b| same_targets(a, b), |v| format!("{v:?}"))?,
+            (targets, meta) => merge(
+                "targets",
+                targets,
+                meta.map(|m| &m.targets),
+                |a, b| same_targets(a, b),
+                |v| format!("{v:?}"),
+            )?,
         };
         if kind.needs_targets() && targets.is_empty() {
-            return Err(format!("plugin.targets is empty: a {kind} plugin is dispatched by target"));
+            return Err(format!(
+                "plugin.targets is empty: a {kind} plugin is dispatched by target"
+            ));
         }
         Ok(Manifest {
             plugin: PluginSection {
@@ -364,8 +385,11 @@ impl ComponentMeta {
         let mut found: Option<&[u8]> = None;
         for payload in wasmparser::Parser::new(0).parse_all(component) {
             // wasmparser's messages may span lines (a bad magic number prints arrays).
-            let one_line = |e: wasmparser::BinaryReaderError| e.message().split_whitespace().collect::<Vec<_>>().join(" ");
-            let payload = payload.map_err(|e| format!("not a valid WebAssembly component: {}", one_line(e)))?;
+            let one_line = |e: wasmparser::BinaryReaderError| {
+                e.message().split_whitespace().collect::<Vec<_>>().join(" ")
+            };
+            let payload = payload
+                .map_err(|e| format!("not a valid WebAssembly component: {}", one_line(e)))?;
             let wasmparser::Payload::CustomSection(section) = payload else { continue };
             if section.name() != META_SECTION {
                 continue;
@@ -382,8 +406,9 @@ impl ComponentMeta {
             found = Some(section.data());
         }
         let Some(bytes) = found else { return Ok(None) };
-        let meta: ComponentMeta = serde_json::from_slice(bytes)
-            .map_err(|e| format!("its {META_SECTION} section is not valid: {}", e.to_string().replace('\n', " ")))?;
+        let meta: ComponentMeta = serde_json::from_slice(bytes).map_err(|e| {
+            format!("its {META_SECTION} section is not valid: {}", e.to_string().replace('\n', " "))
+        })?;
         meta.validate().map_err(|e| format!("its {META_SECTION} section: {e}"))?;
         Ok(Some(meta))
     }
@@ -412,7 +437,10 @@ fn validate_version(version: &str) -> Result<(), String> {
 
 fn validate_api(api: &str) -> Result<(), String> {
     if !SUPPORTED_APIS.contains(&api) {
-        return Err(format!("`{api}` is not supported by this hfx (supported: {})", SUPPORTED_APIS.join(", ")));
+        return Err(format!(
+            "`{api}` is not supported by this hfx (supported: {})",
+            SUPPORTED_APIS.join(", ")
+        ));
     }
     Ok(())
 }
@@ -430,7 +458,9 @@ fn validate_targets(targets: &[String]) -> Result<(), String> {
 fn validate_component_path(path: &str) -> Result<(), String> {
     let p = std::path::Path::new(path);
     if path.is_empty() || p.is_absolute() || path.starts_with('/') || path.contains('\\') {
-        return Err(format!("plugin.component `{path}` must be a relative path inside the plugin folder"));
+        return Err(format!(
+            "plugin.component `{path}` must be a relative path inside the plugin folder"
+        ));
     }
     if p.components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
         return Err(format!("plugin.component `{path}` must not leave the plugin folder"));
@@ -481,15 +511,26 @@ upstream-issue = "https://example.invalid/1"
     /// repeating list is refused in one line; dynamo serves every backend.
     #[test]
     fn a_plugin_serves_one_backend_or_a_list() {
-        let both = Manifest::parse(&GOOD.replace(r#"backend = "onnx""#, r#"backend = ["onnx", "executorch"]"#)).unwrap();
-        assert!(both.plugin.backend.serve(Backend::Onnx) && both.plugin.backend.serve(Backend::ExecutorchXnnpack));
+        let both = Manifest::parse(
+            &GOOD.replace(r#"backend = "onnx""#, r#"backend = ["onnx", "executorch"]"#),
+        )
+        .unwrap();
+        assert!(
+            both.plugin.backend.serve(Backend::Onnx)
+                && both.plugin.backend.serve(Backend::ExecutorchXnnpack)
+        );
         assert!(!both.plugin.backend.serve(Backend::Dynamo));
         assert_eq!(both.plugin.backend.to_string(), "onnx,executorch");
         let one = Manifest::parse(GOOD).unwrap();
-        assert!(one.plugin.backend.serve(Backend::Onnx) && !one.plugin.backend.serve(Backend::Executorch));
+        assert!(
+            one.plugin.backend.serve(Backend::Onnx)
+                && !one.plugin.backend.serve(Backend::Executorch)
+        );
         assert!(Backends::one(Backend::Dynamo).serve(Backend::Onnx));
         for (list, expected) in [("[]", "an empty list"), (r#"["onnx", "onnx"]"#, "named twice")] {
-            let e = Manifest::parse(&GOOD.replace(r#"backend = "onnx""#, &format!("backend = {list}"))).unwrap_err();
+            let e =
+                Manifest::parse(&GOOD.replace(r#"backend = "onnx""#, &format!("backend = {list}")))
+                    .unwrap_err();
             assert!(e.contains(expected) && !e.contains('\n'), "{list}: {e}");
         }
     }
@@ -512,10 +553,18 @@ upstream-issue = "https://example.invalid/1"
 
     #[test]
     fn rejects_wrong_api_kind_and_ranges() {
-        assert!(Manifest::parse(&GOOD.replace("\"0.1\"", "\"9.0\"")).unwrap_err().contains("not supported"));
-        assert!(Manifest::parse(&GOOD.replace("fx-node-fix", "node-fix")).unwrap_err().contains("unknown variant"));
-        assert!(Manifest::parse(&GOOD.replace(">=2.12, <2.16", "two-ish")).unwrap_err().contains("upstream.torch"));
-        assert!(Manifest::parse(&GOOD.replace("[\"aten.alias.default\"]", "[]")).unwrap_err().contains("targets"));
+        assert!(Manifest::parse(&GOOD.replace("\"0.1\"", "\"9.0\""))
+            .unwrap_err()
+            .contains("not supported"));
+        assert!(Manifest::parse(&GOOD.replace("fx-node-fix", "node-fix"))
+            .unwrap_err()
+            .contains("unknown variant"));
+        assert!(Manifest::parse(&GOOD.replace(">=2.12, <2.16", "two-ish"))
+            .unwrap_err()
+            .contains("upstream.torch"));
+        assert!(Manifest::parse(&GOOD.replace("[\"aten.alias.default\"]", "[]"))
+            .unwrap_err()
+            .contains("targets"));
     }
 
     const SHORT: &str = "[plugin]\nbackend = \"onnx\"\n[why]\nsummary = \"x\"\n";
@@ -554,8 +603,14 @@ upstream-issue = "https://example.invalid/1"
         let file = ManifestFile::parse(SHORT).unwrap();
         assert_eq!(file.component(), DEFAULT_COMPONENT);
         let m = file.complete(Some(&meta())).unwrap();
-        assert_eq!((m.plugin.name.as_str(), m.plugin.version.as_str(), m.plugin.kind), ("onnx-fix-alias", "1.0.0", PluginKind::FxNodeFix));
-        assert_eq!((m.plugin.api.as_str(), m.plugin.component.as_str(), m.plugin.order), ("0.1", "plugin.wasm", 100));
+        assert_eq!(
+            (m.plugin.name.as_str(), m.plugin.version.as_str(), m.plugin.kind),
+            ("onnx-fix-alias", "1.0.0", PluginKind::FxNodeFix)
+        );
+        assert_eq!(
+            (m.plugin.api.as_str(), m.plugin.component.as_str(), m.plugin.order),
+            ("0.1", "plugin.wasm", 100)
+        );
         assert_eq!(m.plugin.targets, ["aten.alias.default"]);
         // Without a declaration the short manifest lacks facts, and says which.
         let e = ManifestFile::parse(SHORT).unwrap().complete(None).unwrap_err();
@@ -567,7 +622,10 @@ upstream-issue = "https://example.invalid/1"
         // Agreeing restatements (an old manifest) are fine; targets are a set.
         let m = ManifestFile::parse(GOOD).unwrap().complete(Some(&meta())).unwrap();
         assert_eq!(m.plugin.kind, PluginKind::FxNodeFix);
-        let both = GOOD.replace("[\"aten.alias.default\"]", "[\"aten.alias.default\", \"aten.alias.default\"]");
+        let both = GOOD.replace(
+            "[\"aten.alias.default\"]",
+            "[\"aten.alias.default\", \"aten.alias.default\"]",
+        );
         ManifestFile::parse(&both).unwrap().complete(Some(&meta())).unwrap();
         for (from, to, says) in [
             ("kind = \"fx-node-fix\"", "kind = \"onnx-ir-fix\"", "plugin.kind `onnx-ir-fix` differs from the component's `fx-node-fix`"),
@@ -583,16 +641,24 @@ upstream-issue = "https://example.invalid/1"
     #[test]
     fn reads_the_declaration_of_a_module() {
         let json = br#"{"api":"0.1","kind":"fx-node-fix","name":"onnx-fix-alias","version":"1.0.0","targets":["aten.alias.default"]}"#;
-        assert_eq!(ComponentMeta::read(&module_with_section(META_SECTION, json)).unwrap(), Some(meta()));
+        assert_eq!(
+            ComponentMeta::read(&module_with_section(META_SECTION, json)).unwrap(),
+            Some(meta())
+        );
         assert_eq!(ComponentMeta::read(&module_with_section("other", json)).unwrap(), None);
         let mut two = module_with_section(META_SECTION, json);
         two.extend_from_slice(&module_with_section(META_SECTION, json)[8..]);
         assert!(ComponentMeta::read(&two).unwrap_err().contains("more than one"));
         let bad = br#"{"api":"0.1","kind":"fx-node-fix","name":"x","version":"1.0.0","targets":[],"colour":1}"#;
-        assert!(ComponentMeta::read(&module_with_section(META_SECTION, bad)).unwrap_err().contains("unknown field `colour`"));
-        let old = br#"{"api":"0.9","kind":"fx-node-fix","name":"x","version":"1.0.0","targets":[]}"#;
+        assert!(ComponentMeta::read(&module_with_section(META_SECTION, bad))
+            .unwrap_err()
+            .contains("unknown field `colour`"));
+        let old =
+            br#"{"api":"0.9","kind":"fx-node-fix","name":"x","version":"1.0.0","targets":[]}"#;
         let e = ComponentMeta::read(&module_with_section(META_SECTION, old)).unwrap_err();
         assert!(e.contains("api `0.9` is not supported"), "{e}");
-        assert!(ComponentMeta::read(b"\0asm\x01\0\0\0\0\x7f").unwrap_err().contains("not a valid WebAssembly"));
+        assert!(ComponentMeta::read(b"\0asm\x01\0\0\0\0\x7f")
+            .unwrap_err()
+            .contains("not a valid WebAssembly"));
     }
 }

@@ -8,16 +8,16 @@ mod bindings;
 pub mod cache;
 pub mod discover;
 pub mod error;
-pub mod kind;
 mod host_graph;
 mod host_onnx;
+pub mod kind;
 pub mod loading;
 pub mod lock;
 pub mod manifest;
 pub mod resolve;
-pub mod scaffold;
 mod runtime;
 pub mod sandbox;
+pub mod scaffold;
 mod session;
 mod store;
 pub mod upstream;
@@ -29,10 +29,10 @@ pub mod patching {
 }
 pub use discover::Discovered;
 pub use error::{Failure, LoadError, NodeRef, PluginError};
+pub use kind::{Kind, PluginOf};
 pub use manifest::{Backend, Backends, Manifest, PluginKind};
 pub use runtime::{Plugin, Runtime, RuntimeOptions};
 pub use sandbox::Limits;
-pub use kind::{Kind, PluginOf};
 pub use session::Session;
 
 use std::path::PathBuf;
@@ -70,7 +70,11 @@ pub fn discover_all(folders: &[PathBuf]) -> Result<Vec<Discovered>, SetError> {
 }
 
 /// Resolves `found` against `upstream` and loads what applies.
-pub fn load_set(runtime: &Runtime, found: Vec<Discovered>, upstream: Versions) -> Result<PluginSet, SetError> {
+pub fn load_set(
+    runtime: &Runtime,
+    found: Vec<Discovered>,
+    upstream: Versions,
+) -> Result<PluginSet, SetError> {
     let resolution = resolve::resolve(found, &upstream)?;
     // Compiling is the slow part of a first run (~1 s a component in a debug
     // build); later runs read the cache. Said to a person at a terminal (a
@@ -79,7 +83,8 @@ pub fn load_set(runtime: &Runtime, found: Vec<Discovered>, upstream: Versions) -
     if uncompiled > 1 && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         eprintln!("compiling {uncompiled} plugin components (first run only; `hfx plugins precompile` does it ahead)…");
     }
-    let plugins = resolution.active.iter().map(|f| runtime.load(f)).collect::<Result<Vec<_>, _>>()?;
+    let plugins =
+        resolution.active.iter().map(|f| runtime.load(f)).collect::<Result<Vec<_>, _>>()?;
     Ok(PluginSet { plugins, skipped: resolution.skipped, upstream })
 }
 

@@ -55,7 +55,12 @@ pub fn resolve(found: Vec<Discovered>, versions: &Versions) -> Result<Resolution
         let applying = candidates.iter().filter(|c| c.1.is_none()).count();
         match (candidates.len(), applying) {
             (1, _) | (_, 1) => {}
-            (_, 0) => return Err(ResolveError::NoneApplies { name, candidates: candidates.iter().map(describe).collect() }),
+            (_, 0) => {
+                return Err(ResolveError::NoneApplies {
+                    name,
+                    candidates: candidates.iter().map(describe).collect(),
+                })
+            }
             _ => {
                 let matching = candidates.iter().filter(|c| c.1.is_none()).map(describe).collect();
                 return Err(ResolveError::SeveralApply { name, candidates: matching });

@@ -20,8 +20,12 @@ use super::store::PluginState;
 pub(super) const EPOCH_TICK: Duration = Duration::from_millis(5);
 
 /// The only imports a plugin may have: the contract's own interfaces. No WASI.
-const PROVIDED_IMPORTS: &[&str] =
-    &["hfx:plugin/types@0.1.0", "hfx:plugin/graph@0.1.0", "hfx:plugin/onnx@0.1.0", "hfx:plugin/patching@0.1.0"];
+const PROVIDED_IMPORTS: &[&str] = &[
+    "hfx:plugin/types@0.1.0",
+    "hfx:plugin/graph@0.1.0",
+    "hfx:plugin/onnx@0.1.0",
+    "hfx:plugin/patching@0.1.0",
+];
 
 #[derive(Debug, Clone)]
 pub struct RuntimeOptions {
@@ -112,7 +116,13 @@ impl Runtime {
         };
         let ticker_stop = Arc::new(AtomicBool::new(false));
         spawn_epoch_ticker(engine.clone(), ticker_stop.clone());
-        Ok(Runtime { engine, linkers, cache: ComponentCache::new(options.cache_dir), limits: options.limits, ticker_stop })
+        Ok(Runtime {
+            engine,
+            linkers,
+            cache: ComponentCache::new(options.cache_dir),
+            limits: options.limits,
+            ticker_stop,
+        })
     }
 
     pub fn limits(&self) -> Limits {
@@ -122,7 +132,14 @@ impl Runtime {
     /// How many of `found` have no compiled entry in the cache yet: what a
     /// load is about to compile and keep (0 without a cache).
     pub fn uncompiled(&self, found: &[Discovered]) -> usize {
-        found.iter().filter(|f| self.cache.entry_path(&self.engine, &f.component_sha256).is_some_and(|p| !p.is_file())).count()
+        found
+            .iter()
+            .filter(|f| {
+                self.cache
+                    .entry_path(&self.engine, &f.component_sha256)
+                    .is_some_and(|p| !p.is_file())
+            })
+            .count()
     }
 
     /// Compiles (or fetches from the cache) a discovered plugin and checks
@@ -145,7 +162,10 @@ impl Runtime {
         self.check_imports(&component).map_err(fail)?;
         let kind = found.manifest.plugin.kind;
         let pre = self.pre(kind, &component).map_err(|e| {
-            fail(format!("does not implement the `{kind}` world of hfx:plugin@0.1.0: {}", one_line(&e)))
+            fail(format!(
+                "does not implement the `{kind}` world of hfx:plugin@0.1.0: {}",
+                one_line(&e)
+            ))
         })?;
         let plugin = Plugin {
             manifest: found.manifest.clone(),
@@ -155,8 +175,16 @@ impl Runtime {
             targets: Vec::new(),
             load_time: Duration::ZERO,
             cache,
-            imports: component.component_type().imports(&self.engine).map(|(n, _)| n.to_string()).collect(),
-            exports: component.component_type().exports(&self.engine).map(|(n, _)| n.to_string()).collect(),
+            imports: component
+                .component_type()
+                .imports(&self.engine)
+                .map(|(n, _)| n.to_string())
+                .collect(),
+            exports: component
+                .component_type()
+                .exports(&self.engine)
+                .map(|(n, _)| n.to_string())
+                .collect(),
             engine: self.engine.clone(),
             pre,
         };
@@ -169,7 +197,8 @@ impl Runtime {
         let mut refused = Vec::new();
         for (name, import) in ty.imports(&self.engine) {
             // A world's `use` imports types by name; a type grants nothing.
-            let capability = !matches!(import.ty, ComponentItem::Type(_) | ComponentItem::Resource(_));
+            let capability =
+                !matches!(import.ty, ComponentItem::Type(_) | ComponentItem::Resource(_));
             if capability && !PROVIDED_IMPORTS.contains(&name) {
                 refused.push(format!("`{name}`"));
             }
@@ -186,19 +215,23 @@ impl Runtime {
     fn pre(&self, kind: PluginKind, component: &Component) -> wasmtime::Result<KindPre> {
         let l = &self.linkers;
         Ok(match kind {
-            PluginKind::FxNodeFix => {
-                KindPre::FxNodeFix(fx_node_fix::FxNodeFixPre::new(l.fx_node_fix.instantiate_pre(component)?)?)
-            }
-            PluginKind::FxProgramFix => KindPre::FxProgramFix(fx_program_fix::FxProgramFixPre::new(
-                l.fx_program_fix.instantiate_pre(component)?,
+            PluginKind::FxNodeFix => KindPre::FxNodeFix(fx_node_fix::FxNodeFixPre::new(
+                l.fx_node_fix.instantiate_pre(component)?,
             )?),
-            PluginKind::Patch => KindPre::Patch(patch::PatchPre::new(l.patch.instantiate_pre(component)?)?),
-            PluginKind::OnnxTranslation => KindPre::OnnxTranslation(onnx_translation::OnnxTranslationPre::new(
-                l.onnx_translation.instantiate_pre(component)?,
-            )?),
-            PluginKind::OnnxIrFix => {
-                KindPre::OnnxIrFix(onnx_ir_fix::OnnxIrFixPre::new(l.onnx_ir_fix.instantiate_pre(component)?)?)
+            PluginKind::FxProgramFix => KindPre::FxProgramFix(
+                fx_program_fix::FxProgramFixPre::new(l.fx_program_fix.instantiate_pre(component)?)?,
+            ),
+            PluginKind::Patch => {
+                KindPre::Patch(patch::PatchPre::new(l.patch.instantiate_pre(component)?)?)
             }
+            PluginKind::OnnxTranslation => {
+                KindPre::OnnxTranslation(onnx_translation::OnnxTranslationPre::new(
+                    l.onnx_translation.instantiate_pre(component)?,
+                )?)
+            }
+            PluginKind::OnnxIrFix => KindPre::OnnxIrFix(onnx_ir_fix::OnnxIrFixPre::new(
+                l.onnx_ir_fix.instantiate_pre(component)?,
+            )?),
         })
     }
 
@@ -235,9 +268,15 @@ fn linker(engine: &Engine, interfaces: &[Interface]) -> wasmtime::Result<Linker<
     for interface in interfaces {
         match interface {
             Interface::Types => wit_types::add_to_linker::<_, NoState>(&mut linker, |_| NoState)?,
-            Interface::Graph => wit_graph::add_to_linker::<_, GraphPart>(&mut linker, PluginState::graph_host)?,
-            Interface::Onnx => wit_onnx::add_to_linker::<_, OnnxPart>(&mut linker, PluginState::onnx_host)?,
-            Interface::Patching => wit_patching::add_to_linker::<_, NoState>(&mut linker, |_| NoState)?,
+            Interface::Graph => {
+                wit_graph::add_to_linker::<_, GraphPart>(&mut linker, PluginState::graph_host)?
+            }
+            Interface::Onnx => {
+                wit_onnx::add_to_linker::<_, OnnxPart>(&mut linker, PluginState::onnx_host)?
+            }
+            Interface::Patching => {
+                wit_patching::add_to_linker::<_, NoState>(&mut linker, |_| NoState)?
+            }
         }
     }
     Ok(linker)

@@ -124,7 +124,10 @@ impl CallBudget {
     pub fn charge_read(&mut self, function: &str, bytes: usize) -> wasmtime::Result<()> {
         self.read_bytes = self.read_bytes.saturating_add(bytes as u64);
         if self.read_bytes > self.limits.max_read_bytes {
-            return self.trip(format!("`{function}` read more than {} bytes from the host in one call", self.limits.max_read_bytes));
+            return self.trip(format!(
+                "`{function}` read more than {} bytes from the host in one call",
+                self.limits.max_read_bytes
+            ));
         }
         Ok(())
     }
@@ -134,7 +137,10 @@ impl CallBudget {
     pub fn charge_write(&mut self, function: &str, bytes: usize) -> wasmtime::Result<()> {
         self.written_bytes = self.written_bytes.saturating_add(bytes as u64);
         if self.written_bytes > self.limits.max_write_bytes {
-            return self.trip(format!("`{function}` {}", write_budget_message(self.limits.max_write_bytes)));
+            return self.trip(format!(
+                "`{function}` {}",
+                write_budget_message(self.limits.max_write_bytes)
+            ));
         }
         Ok(())
     }
@@ -142,11 +148,20 @@ impl CallBudget {
     /// Charges what `function` is about to allocate on the host on the
     /// guest's behalf (`what`, `bytes` of it, `None` past `usize`) against the
     /// write budget, before allocating it; a trap once over budget.
-    pub fn charge_host(&mut self, function: &str, what: &dyn std::fmt::Display, bytes: Option<usize>) -> wasmtime::Result<()> {
+    pub fn charge_host(
+        &mut self,
+        function: &str,
+        what: &dyn std::fmt::Display,
+        bytes: Option<usize>,
+    ) -> wasmtime::Result<()> {
         let bytes = bytes.map_or(u64::MAX, |b| b as u64);
         let total = self.written_bytes.saturating_add(bytes);
         if total > self.limits.max_write_bytes {
-            let size = if bytes == u64::MAX { "more than the address space".to_string() } else { format!("{bytes} bytes") };
+            let size = if bytes == u64::MAX {
+                "more than the address space".to_string()
+            } else {
+                format!("{bytes} bytes")
+            };
             return self.trip(format!(
                 "`{function}` would allocate {size} on the host for {what}, over the write budget of {} bytes in one call",
                 self.limits.max_write_bytes
@@ -160,13 +175,22 @@ impl CallBudget {
     pub fn charge_node(&mut self, function: &str) -> wasmtime::Result<()> {
         self.new_nodes += 1;
         if self.new_nodes > self.limits.max_new_nodes {
-            return self.trip(format!("`{function}` added more than {} nodes in one call", self.limits.max_new_nodes));
+            return self.trip(format!(
+                "`{function}` added more than {} nodes in one call",
+                self.limits.max_new_nodes
+            ));
         }
         Ok(())
     }
 
     /// Refuses `count` items of `what` in one `function` call past `max`.
-    pub fn check_count(&mut self, function: &str, what: &str, count: usize, max: usize) -> wasmtime::Result<()> {
+    pub fn check_count(
+        &mut self,
+        function: &str,
+        what: &str,
+        count: usize,
+        max: usize,
+    ) -> wasmtime::Result<()> {
         if count > max {
             return self.trip(format!("`{function}` was asked for {count} {what} (at most {max})"));
         }
@@ -177,7 +201,10 @@ impl CallBudget {
     /// than `MAX_NAME_BYTES`.
     pub fn check_name(&mut self, function: &str, what: &str, name: &str) -> wasmtime::Result<()> {
         if name.len() > MAX_NAME_BYTES {
-            return self.trip(format!("`{function}` was given {what} of {} bytes (at most {MAX_NAME_BYTES})", name.len()));
+            return self.trip(format!(
+                "`{function}` was given {what} of {} bytes (at most {MAX_NAME_BYTES})",
+                name.len()
+            ));
         }
         Ok(())
     }
@@ -257,7 +284,12 @@ impl MemoryLimiter {
 }
 
 impl ResourceLimiter for MemoryLimiter {
-    fn memory_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         if maximum.is_some_and(|max| desired > max) {
             // Past the memory's own declared maximum: a plain failed grow, nothing held.
             return Ok(false);
@@ -274,7 +306,12 @@ impl ResourceLimiter for MemoryLimiter {
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         if desired > self.table_cap {
             self.table_denied = true;
             return Err(wasmtime::Error::msg(format!(

@@ -9,7 +9,9 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 
 use super::manifest::{Backend, PluginKind};
-use crate::graph::{Argument, Dim, Graph, NamedArgument, OutputDecl, RangeConstraint, TensorMeta, ValueMeta};
+use crate::graph::{
+    Argument, Dim, Graph, NamedArgument, OutputDecl, RangeConstraint, TensorMeta, ValueMeta,
+};
 
 #[derive(Debug, Args)]
 pub struct NewArgs {
@@ -39,7 +41,10 @@ fn parse_backend(s: &str) -> Result<Backend, String> {
 
 /// The hfx repository this binary was built from (its SDK and workspace).
 fn repository() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("host/ lives in the repository").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("host/ lives in the repository")
+        .to_path_buf()
 }
 
 pub fn new_plugin(args: &NewArgs) -> Result<()> {
@@ -47,9 +52,15 @@ pub fn new_plugin(args: &NewArgs) -> Result<()> {
         && args.name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && args.name.starts_with(|c: char| c.is_ascii_lowercase());
     if !valid {
-        bail!("plugin name `{}`: start with a letter; use lowercase letters, digits and `-`", args.name);
+        bail!(
+            "plugin name `{}`: start with a letter; use lowercase letters, digits and `-`",
+            args.name
+        );
     }
-    let dir = args.dir.clone().unwrap_or_else(|| Path::new("plugins").join(args.backend.as_str()).join(&args.name));
+    let dir = args
+        .dir
+        .clone()
+        .unwrap_or_else(|| Path::new("plugins").join(args.backend.as_str()).join(&args.name));
     if dir.exists() {
         bail!("{} already exists", dir.display());
     }
@@ -57,7 +68,8 @@ pub fn new_plugin(args: &NewArgs) -> Result<()> {
     for (path, text) in &files {
         let path = dir.join(path);
         std::fs::create_dir_all(path.parent().expect("files live in folders"))?;
-        crate::atomic::write_bytes_atomically(&path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
+        crate::atomic::write_bytes_atomically(&path, text.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     println!("created {} ({} plugin for {})", dir.display(), args.kind, args.backend);
     println!("build:  cargo xtask build-plugins {}", dir.display());
@@ -101,10 +113,11 @@ fn cargo_toml(name: &str, feature: &str, dir: &Path, sdk: Option<&Path>) -> Resu
         return Ok(format!("{package}[dependencies]\nhfx-sdk = {{ workspace = true, features = [\"{feature}\"] }}\n"));
     }
     // An installed hfx's own SDK (its version's), else the checkout's it was built in.
-    let sdk = sdk.map(Path::to_path_buf).unwrap_or_else(|| match crate::installed::Installed::find() {
-        Some(installed) => installed.sdk().join("sdk"),
-        None => repo.join("sdk"),
-    });
+    let sdk =
+        sdk.map(Path::to_path_buf).unwrap_or_else(|| match crate::installed::Installed::find() {
+            Some(installed) => installed.sdk().join("sdk"),
+            None => repo.join("sdk"),
+        });
     let sdk = sdk.canonicalize().with_context(|| format!("the SDK at {}", sdk.display()))?;
     Ok(format!(
         "{package}[dependencies]\nhfx-sdk = {{ path = {:?}, features = [\"{feature}\"] }}\n\n\
@@ -139,14 +152,22 @@ fn node_fix_case() -> String {
     let mut g = Graph::new();
     let x = g.add_input(0, "x", ValueMeta::Tensor(tensor(&shape)));
     let detach = g
-        .push_node(0, "aten.detach.default", vec![NamedArgument::positional("self", Argument::Tensor(x))], vec![OutputDecl::Tensor(tensor(&shape))])
+        .push_node(
+            0,
+            "aten.detach.default",
+            vec![NamedArgument::positional("self", Argument::Tensor(x))],
+            vec![OutputDecl::Tensor(tensor(&shape))],
+        )
         .expect("valid");
     let d = g.node(detach).expect("live").output_values().next().expect("one output");
     let mul = g
         .push_node(
             0,
             "aten.mul.Tensor",
-            vec![NamedArgument::positional("self", Argument::Tensor(d)), NamedArgument::positional("other", Argument::Float(2.0))],
+            vec![
+                NamedArgument::positional("self", Argument::Tensor(d)),
+                NamedArgument::positional("other", Argument::Float(2.0)),
+            ],
             vec![OutputDecl::Tensor(tensor(&shape))],
         )
         .expect("valid");

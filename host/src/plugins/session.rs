@@ -41,7 +41,15 @@ impl<'a, K: Kind> Session<'a, K> {
             "plugin `{}` was loaded by another Runtime: load and run plugins with the same one",
             plugin.name()
         );
-        Session { runtime, plugin, stage: stage.to_string(), live: None, discarded: None, calls: 0, instantiations: 0 }
+        Session {
+            runtime,
+            plugin,
+            stage: stage.to_string(),
+            live: None,
+            discarded: None,
+            calls: 0,
+            instantiations: 0,
+        }
     }
 
     pub fn plugin(&self) -> &'a Plugin {
@@ -66,7 +74,9 @@ impl<'a, K: Kind> Session<'a, K> {
 impl Session<'_, kind::FxNodeFix> {
     /// FX node fix on `node`; true when the plugin consumed it.
     pub fn fx_node_fix(&mut self, graph: &mut Graph, node: NodeId) -> Result<bool, PluginError> {
-        self.with_graph(graph, Some(node), false, |store, instance, g| instance.call_apply(store, g, node.0))
+        self.with_graph(graph, Some(node), false, |store, instance, g| {
+            instance.call_apply(store, g, node.0)
+        })
     }
 }
 
@@ -79,7 +89,12 @@ impl Session<'_, kind::FxProgramFix> {
 
 impl Session<'_, kind::OnnxTranslation> {
     /// Translation of `node`; the emitted ONNX nodes land in `builder`.
-    pub fn translate(&mut self, graph: &mut Graph, node: NodeId, builder: &mut TranslationBuilder) -> Result<(), PluginError> {
+    pub fn translate(
+        &mut self,
+        graph: &mut Graph,
+        node: NodeId,
+        builder: &mut TranslationBuilder,
+    ) -> Result<(), PluginError> {
         self.ensure_live()?;
         self.live.as_mut().expect("live").0.data_mut().onnx.builder = std::mem::take(builder);
         let result = self.with_graph(graph, Some(node), true, |store, instance, g| {
@@ -97,7 +112,10 @@ impl Session<'_, kind::OnnxTranslation> {
 impl Session<'_, kind::OnnxIrFix> {
     /// ONNX IR fix on node `node` of `model`; true when it changed the node.
     pub fn onnx_ir_fix(&mut self, model: &mut Model, node: u32) -> Result<bool, PluginError> {
-        let name = model.nodes.get(node as usize).map(|n| NodeRef::Onnx { op_type: n.op_type.clone(), index: node });
+        let name = model
+            .nodes
+            .get(node as usize)
+            .map(|n| NodeRef::Onnx { op_type: n.op_type.clone(), index: node });
         self.ensure_live()?;
         let (store, _) = self.live.as_mut().expect("live");
         store.data_mut().onnx.model = std::mem::take(model);
@@ -121,8 +139,12 @@ impl Session<'_, kind::Patch> {
         check: impl FnOnce(&wit_patching::Program) -> Result<(), String>,
     ) -> Result<wit_patching::Program, PluginError> {
         let target = call.target.clone();
-        let program = self.call(Some(NodeRef::Call(target.clone())), |store, instance| instance.call_apply(store, call))?;
-        check(&program).map_err(|reason| self.error(Some(NodeRef::Call(target)), Failure::Invalid(bounded_line(&reason))))?;
+        let program = self.call(Some(NodeRef::Call(target.clone())), |store, instance| {
+            instance.call_apply(store, call)
+        })?;
+        check(&program).map_err(|reason| {
+            self.error(Some(NodeRef::Call(target)), Failure::Invalid(bounded_line(&reason)))
+        })?;
         Ok(program)
     }
 }
@@ -228,7 +250,8 @@ impl<K: Kind> Session<'_, K> {
             }
             Ok(Err(returned)) => {
                 // The node the plugin names, resolved while what it names is still in the store.
-                let node = returned.node.and_then(|id| self.reported_node(store.data(), id)).or(node);
+                let node =
+                    returned.node.and_then(|id| self.reported_node(store.data(), id)).or(node);
                 self.live = Some((store, instance));
                 Err(self.error(node, returned_failure(returned.message)))
             }
@@ -236,7 +259,10 @@ impl<K: Kind> Session<'_, K> {
                 let failure = self.classify(&store, &trap);
                 // The instance may be in any state after a trap: keep only the
                 // lent data, drop the instance.
-                self.discarded = Some(std::mem::replace(store.data_mut(), PluginState::new(self.runtime.limits)));
+                self.discarded = Some(std::mem::replace(
+                    store.data_mut(),
+                    PluginState::new(self.runtime.limits),
+                ));
                 Err(self.error(node, failure))
             }
         }
@@ -254,7 +280,10 @@ impl<K: Kind> Session<'_, K> {
             return Failure::HostBudget(budget.clone());
         }
         if let Some(function) = state.budget.deadline_passed_in {
-            return Failure::HostDeadline { function: function.to_string(), millis: state.limits().deadline.as_millis() as u64 };
+            return Failure::HostDeadline {
+                function: function.to_string(),
+                millis: state.limits().deadline.as_millis() as u64,
+            };
         }
         // wasmtime's hostcall fuel (set to the write budget in `arm`); its error type is private.
         if format!("{e:#}").contains("fuel allocated for hostcalls has been exhausted") {
@@ -262,7 +291,9 @@ impl<K: Kind> Session<'_, K> {
         }
         match e.downcast_ref::<Trap>() {
             Some(Trap::OutOfFuel) => Failure::OutOfFuel { budget: state.limits().fuel_per_call },
-            Some(Trap::Interrupt) => Failure::Deadline { millis: state.limits().deadline.as_millis() as u64 },
+            Some(Trap::Interrupt) => {
+                Failure::Deadline { millis: state.limits().deadline.as_millis() as u64 }
+            }
             Some(Trap::StackOverflow) => Failure::StackOverflow { bytes: MAX_WASM_STACK },
             Some(trap) => Failure::Trap(trap.to_string()),
             None => Failure::Trap(one_line(e)),
@@ -277,9 +308,12 @@ impl<K: Kind> Session<'_, K> {
                 let graph = &state.graph.graph;
                 graph.node(NodeId(id)).ok().map(|_| NodeRef::Fx(graph.node_name(NodeId(id))))
             }
-            PluginKind::OnnxIrFix => {
-                state.onnx.model.nodes.get(id as usize).map(|n| NodeRef::Onnx { op_type: n.op_type.clone(), index: id })
-            }
+            PluginKind::OnnxIrFix => state
+                .onnx
+                .model
+                .nodes
+                .get(id as usize)
+                .map(|n| NodeRef::Onnx { op_type: n.op_type.clone(), index: id }),
             PluginKind::Patch => None,
         }
     }
@@ -297,17 +331,33 @@ impl<K: Kind> Session<'_, K> {
 
 /// `describe` of a loaded plugin whatever its kind: where a kind known only
 /// as a value (from the component) becomes a type.
-pub(super) fn describe_any(runtime: &Runtime, plugin: &Plugin, stage: &str) -> Result<Vec<String>, PluginError> {
-    fn typed<K: Kind>(runtime: &Runtime, plugin: PluginOf<'_, K>, stage: &str) -> Result<Vec<String>, PluginError> {
+pub(super) fn describe_any(
+    runtime: &Runtime,
+    plugin: &Plugin,
+    stage: &str,
+) -> Result<Vec<String>, PluginError> {
+    fn typed<K: Kind>(
+        runtime: &Runtime,
+        plugin: PluginOf<'_, K>,
+        stage: &str,
+    ) -> Result<Vec<String>, PluginError> {
         Session::new(runtime, plugin, stage).describe()
     }
     use super::runtime::KindPre;
     match &plugin.pre {
-        KindPre::FxNodeFix(pre) => typed::<kind::FxNodeFix>(runtime, PluginOf { plugin, pre }, stage),
-        KindPre::FxProgramFix(pre) => typed::<kind::FxProgramFix>(runtime, PluginOf { plugin, pre }, stage),
+        KindPre::FxNodeFix(pre) => {
+            typed::<kind::FxNodeFix>(runtime, PluginOf { plugin, pre }, stage)
+        }
+        KindPre::FxProgramFix(pre) => {
+            typed::<kind::FxProgramFix>(runtime, PluginOf { plugin, pre }, stage)
+        }
         KindPre::Patch(pre) => typed::<kind::Patch>(runtime, PluginOf { plugin, pre }, stage),
-        KindPre::OnnxTranslation(pre) => typed::<kind::OnnxTranslation>(runtime, PluginOf { plugin, pre }, stage),
-        KindPre::OnnxIrFix(pre) => typed::<kind::OnnxIrFix>(runtime, PluginOf { plugin, pre }, stage),
+        KindPre::OnnxTranslation(pre) => {
+            typed::<kind::OnnxTranslation>(runtime, PluginOf { plugin, pre }, stage)
+        }
+        KindPre::OnnxIrFix(pre) => {
+            typed::<kind::OnnxIrFix>(runtime, PluginOf { plugin, pre }, stage)
+        }
     }
 }
 
@@ -346,6 +396,9 @@ mod tests {
         let long = bounded_line(&"é".repeat(MAX_MESSAGE_BYTES));
         assert!(long.len() <= MAX_MESSAGE_BYTES + '…'.len_utf8() && long.ends_with('…'));
         assert_eq!(returned_failure("two\nlines".into()), Failure::Returned("two lines".into()));
-        assert!(matches!(returned_failure("x".repeat(MAX_MESSAGE_BYTES + 1)), Failure::HostBudget(_)));
+        assert!(matches!(
+            returned_failure("x".repeat(MAX_MESSAGE_BYTES + 1)),
+            Failure::HostBudget(_)
+        ));
     }
 }

@@ -13,7 +13,8 @@ use std::process::Command;
 use semver::{Version, VersionReq};
 
 /// Packages whose versions hfx asks the Python environment for.
-pub const KNOWN_PACKAGES: &[&str] = &["torch", "transformers", "onnx", "onnxscript", "onnxruntime", "executorch"];
+pub const KNOWN_PACKAGES: &[&str] =
+    &["torch", "transformers", "onnx", "onnxscript", "onnxruntime", "executorch"];
 
 /// Package name → version as reported (`2.13.0+cpu`).
 pub type Versions = BTreeMap<String, String>;
@@ -47,10 +48,16 @@ pub fn unmet(ranges: &BTreeMap<String, String>, versions: &Versions) -> Option<S
             return Some(format!("invalid range `{range}` for {package}"));
         };
         match versions.get(package) {
-            None => return Some(format!("{package} version unknown (not installed; pass --target {package}=VERSION)")),
+            None => {
+                return Some(format!(
+                    "{package} version unknown (not installed; pass --target {package}=VERSION)"
+                ))
+            }
             Some(found) => match release(found) {
                 None => return Some(format!("{package} version `{found}` is not a version")),
-                Some(v) if !req.matches(&v) => return Some(format!("{package} {found} is outside {range}")),
+                Some(v) if !req.matches(&v) => {
+                    return Some(format!("{package} {found} is outside {range}"))
+                }
                 Some(_) => {}
             },
         }
@@ -67,11 +74,20 @@ pub fn probe_installed(python: &str) -> Result<Versions, String> {
         "import importlib.metadata as m\nfor p in {:?}:\n    try: print(p, m.version(p))\n    except m.PackageNotFoundError: pass\n",
         KNOWN_PACKAGES
     );
-    let out = Command::new(python).args(["-I", "-c"]).arg(&script).output().map_err(|e| format!("cannot run {python}: {e}"))?;
+    let out = Command::new(python)
+        .args(["-I", "-c"])
+        .arg(&script)
+        .output()
+        .map_err(|e| format!("cannot run {python}: {e}"))?;
     if !out.status.success() {
         // One line: the last line of a traceback says what went wrong.
         let stderr = String::from_utf8_lossy(&out.stderr);
-        let last = stderr.lines().rev().map(str::trim).find(|l| !l.is_empty()).unwrap_or("no error output");
+        let last = stderr
+            .lines()
+            .rev()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .unwrap_or("no error output");
         return Err(format!("{python} failed ({}): {last}", out.status));
     }
     Ok(String::from_utf8_lossy(&out.stdout)
@@ -83,7 +99,8 @@ pub fn probe_installed(python: &str) -> Result<Versions, String> {
 
 /// Parses `--target name=version`.
 pub fn parse_target(s: &str) -> Result<(String, String), String> {
-    let (name, version) = s.split_once('=').ok_or_else(|| format!("`{s}`: expected PACKAGE=VERSION"))?;
+    let (name, version) =
+        s.split_once('=').ok_or_else(|| format!("`{s}`: expected PACKAGE=VERSION"))?;
     if release(version).is_none() {
         return Err(format!("`{s}`: `{version}` is not a version"));
     }
@@ -105,7 +122,8 @@ mod tests {
 
     #[test]
     fn ranges_hold_or_say_why_not() {
-        let ranges: BTreeMap<String, String> = [("torch".to_string(), ">=2.12, <2.16".to_string())].into();
+        let ranges: BTreeMap<String, String> =
+            [("torch".to_string(), ">=2.12, <2.16".to_string())].into();
         let at = |v: &str| -> Versions { [("torch".to_string(), v.to_string())].into() };
         assert_eq!(unmet(&ranges, &at("2.13.0+cpu")), None);
         assert_eq!(unmet(&ranges, &at("2.16.0")).unwrap(), "torch 2.16.0 is outside >=2.12, <2.16");

@@ -121,7 +121,8 @@ pub fn render(report: &Report) -> String {
     if let Some(g) = &report.generation {
         generation(&mut out, g);
     }
-    let changes: usize = report.components.iter().flat_map(|c| &c.stages).map(|s| s.changes.len()).sum();
+    let changes: usize =
+        report.components.iter().flat_map(|c| &c.stages).map(|s| s.changes.len()).sum();
     put!(
         out,
         "<section id=\"changes-search\"><label for=\"change-search\">Filter node changes </label>\
@@ -146,7 +147,11 @@ fn summary(out: &mut String, report: &Report) {
     row(out, "Written", &format!("<code>{}</code>", Esc(&report.written)));
     row(out, "Backend", &Esc(&report.backend).to_string());
     if let Some(first) = &report.trace_shared_with {
-        row(out, "Trace", &format!("the {} export's (one trace for every backend of the run)", Esc(first)));
+        row(
+            out,
+            "Trace",
+            &format!("the {} export's (one trace for every backend of the run)", Esc(first)),
+        );
     }
     let names: Vec<String> = report.components.iter().map(|c| Esc(&c.name).to_string()).collect();
     row(out, "Components", &names.join(", "));
@@ -156,26 +161,43 @@ fn summary(out: &mut String, report: &Report) {
     row(out, "Total time", &seconds(report.total_seconds));
     row(out, "Parity", &parity_verdict(report));
     if let Some(g) = &report.generation {
-        row(out, "Generation check", &verdict(g.identical, "greedy tokens identical to eager", "tokens differ from eager"));
+        row(
+            out,
+            "Generation check",
+            &verdict(g.identical, "greedy tokens identical to eager", "tokens differ from eager"),
+        );
     }
-    row(out, "hfx", &format!("{} (report schema {})", Esc(&report.hfx_version), report.schema_version));
+    row(
+        out,
+        "hfx",
+        &format!("{} (report schema {})", Esc(&report.hfx_version), report.schema_version),
+    );
     put!(out, "</table>\n</header>\n");
 }
 
 fn parity_verdict(report: &Report) -> String {
-    let checked: Vec<&Parity> = report.components.iter().filter_map(|c| c.parity.as_ref()).collect();
+    let checked: Vec<&Parity> =
+        report.components.iter().filter_map(|c| c.parity.as_ref()).collect();
     if checked.is_empty() {
         return match &report.generation {
             // The components of a generation export are checked by generating with all of them.
-            Some(g) => verdict(g.identical, "the generation check passed (below)", "the generation check failed (below)"),
+            Some(g) => verdict(
+                g.identical,
+                "the generation check passed (below)",
+                "the generation check failed (below)",
+            ),
             None => "<span class=\"muted\">not verified (run with --verify)</span>".into(),
         };
     }
-    let outputs: Vec<bool> = checked.iter().flat_map(|p| &p.checks).flat_map(|c| &c.outputs).map(|o| o.ok).collect();
+    let outputs: Vec<bool> =
+        checked.iter().flat_map(|p| &p.checks).flat_map(|c| &c.outputs).map(|o| o.ok).collect();
     let bad = outputs.iter().filter(|ok| !**ok).count();
     let tolerance = checked.iter().map(|p| p.tolerance).fold(0.0, f64::max);
     if bad == 0 {
-        format!("<span class=\"ok\">ok</span>: {} output check(s) within atol/rtol {tolerance:e}", outputs.len())
+        format!(
+            "<span class=\"ok\">ok</span>: {} output check(s) within atol/rtol {tolerance:e}",
+            outputs.len()
+        )
     } else {
         format!("<span class=\"bad\">MISMATCH</span>: {bad} of {} output check(s) beyond atol/rtol {tolerance:e}", outputs.len())
     }
@@ -184,7 +206,10 @@ fn parity_verdict(report: &Report) -> String {
 fn environment(out: &mut String, report: &Report) {
     let env = &report.environment;
     put!(out, "<section id=\"environment\">\n<h2>Environment</h2>\n<table>\n<tr><th>package</th><th>version</th><th></th></tr>\n");
-    let python = env.python.as_deref().map_or_else(|| "<span class=\"muted\">unknown</span>".to_string(), |p| Esc(p).to_string());
+    let python = env
+        .python
+        .as_deref()
+        .map_or_else(|| "<span class=\"muted\">unknown</span>".to_string(), |p| Esc(p).to_string());
     put!(
         out,
         "<tr><td>python</td><td>{python}</td><td class=\"muted\">the trace worker's: <code>{}</code></td></tr>\n",
@@ -192,15 +217,25 @@ fn environment(out: &mut String, report: &Report) {
     );
     for (package, version) in &env.upstream {
         let from = if env.targets.contains(package) { "--target" } else { "installed" };
-        put!(out, "<tr><td>{}</td><td>{}</td><td class=\"muted\">{from}</td></tr>\n", Esc(package), Esc(version));
+        put!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td class=\"muted\">{from}</td></tr>\n",
+            Esc(package),
+            Esc(version)
+        );
     }
-    put!(out, "<tr><td>hfx</td><td>{}</td><td></td></tr>\n</table>\n</section>\n", Esc(&report.hfx_version));
+    put!(
+        out,
+        "<tr><td>hfx</td><td>{}</td><td></td></tr>\n</table>\n</section>\n",
+        Esc(&report.hfx_version)
+    );
 }
 
 fn plugin_set(out: &mut String, report: &Report) {
     let set = &report.plugin_set;
     put!(out, "<section id=\"plugin-set\">\n<h2>Plugins</h2>\n<p>Lock: ");
-    let lock_path = set.lock.path.as_deref().map(|p| format!(" <code>{}</code>", Esc(p))).unwrap_or_default();
+    let lock_path =
+        set.lock.path.as_deref().map(|p| format!(" <code>{}</code>", Esc(p))).unwrap_or_default();
     match set.lock.status.as_str() {
         "matched" => put!(out, "<span class=\"ok\">matched</span>{lock_path}"),
         "drift" => put!(out, "<span class=\"bad\">drift</span> from{lock_path}"),
@@ -258,7 +293,11 @@ fn generation(out: &mut String, g: &GenerationReport) {
     put!(
         out,
         "<section id=\"generation\">\n<h2>Generation check</h2>\n<p>{}",
-        verdict(g.identical, "greedy tokens identical to eager generate()", "tokens differ from eager generate()")
+        verdict(
+            g.identical,
+            "greedy tokens identical to eager generate()",
+            "tokens differ from eager generate()"
+        )
     );
     if !g.providers.is_empty() {
         put!(out, " · providers {}", Esc(&g.providers.join(", ")));
@@ -276,14 +315,19 @@ fn generation(out: &mut String, g: &GenerationReport) {
     }
     put!(out, "</table>\n");
     if !g.calls.is_empty() {
-        let calls: Vec<String> = g.calls.iter().map(|c| format!("{} {}", Esc(&c.plugin), c.calls)).collect();
+        let calls: Vec<String> =
+            g.calls.iter().map(|c| format!("{} {}", Esc(&c.plugin), c.calls)).collect();
         put!(out, "<p class=\"muted\">Component calls: {}</p>\n", calls.join(", "));
     }
     put!(out, "</section>\n");
 }
 
 fn component(out: &mut String, index: usize, c: &ComponentReport) {
-    put!(out, "<section class=\"component\" id=\"component-{index}\">\n<h2>Component {}</h2>\n<table>\n", Esc(&c.name));
+    put!(
+        out,
+        "<section class=\"component\" id=\"component-{index}\">\n<h2>Component {}</h2>\n<table>\n",
+        Esc(&c.name)
+    );
     if let Some(class) = &c.model_class {
         row(out, "Model", &Esc(class).to_string());
     }
@@ -349,7 +393,13 @@ fn memory(out: &mut String, c: &ComponentReport) {
     let bars: Vec<Bar> = c
         .worker_peak_rss_mib
         .iter()
-        .map(|p| Bar { label: p.step.clone(), start: 0.0, length: p.mib, value: format!("{:.0} MiB", p.mib), class: "bar-mem" })
+        .map(|p| Bar {
+            label: p.step.clone(),
+            start: 0.0,
+            length: p.mib,
+            value: format!("{:.0} MiB", p.mib),
+            class: "bar-mem",
+        })
         .collect();
     let most = c.worker_peak_rss_mib.iter().map(|p| p.mib).fold(0.0, f64::max);
     chart(out, "worker peak resident memory", &bars, most, &WIDE);
@@ -408,7 +458,13 @@ fn histogram(out: &mut String, title: &str, ops: &OpHistogram, class: &'static s
     let bars: Vec<Bar> = sorted
         .iter()
         .take(OPS_DRAWN)
-        .map(|(op, n)| Bar { label: op.to_string(), start: 0.0, length: **n as f64, value: n.to_string(), class })
+        .map(|(op, n)| Bar {
+            label: op.to_string(),
+            start: 0.0,
+            length: **n as f64,
+            value: n.to_string(),
+            class,
+        })
         .collect();
     let most = sorted.first().map_or(0.0, |(_, n)| **n as f64);
     chart(out, title, &bars, most, &HALF);
@@ -471,7 +527,11 @@ fn stage_plugins(out: &mut String, c: &ComponentReport) {
                 "{} {}{}",
                 Esc(&s.name),
                 seconds(s.seconds),
-                if s.dead_code_removed > 0 { format!(", dead code removed {}", s.dead_code_removed) } else { String::new() }
+                if s.dead_code_removed > 0 {
+                    format!(", dead code removed {}", s.dead_code_removed)
+                } else {
+                    String::new()
+                }
             )
         })
         .collect();
@@ -502,7 +562,12 @@ fn changes_of(out: &mut String, s: &StageEntry) {
         }
         return;
     }
-    put!(out, "<details class=\"changes\"><summary>{}: {} node change(s)", Esc(&s.name), s.changes.len() as u64 + s.changes_unrecorded);
+    put!(
+        out,
+        "<details class=\"changes\"><summary>{}: {} node change(s)",
+        Esc(&s.name),
+        s.changes.len() as u64 + s.changes_unrecorded
+    );
     if s.changes_unrecorded > 0 {
         put!(out, ", the first {} listed", s.changes.len());
     }
@@ -533,7 +598,11 @@ fn parity(out: &mut String, c: &ComponentReport) {
         put!(
             out,
             "<p class=\"muted\">Not verified here{}.</p>\n</section>\n",
-            if c.name == "model" { " (run with --verify)" } else { ": the generation check stands for it" }
+            if c.name == "model" {
+                " (run with --verify)"
+            } else {
+                ": the generation check stands for it"
+            }
         );
         return;
     };
@@ -570,7 +639,11 @@ fn parity(out: &mut String, c: &ComponentReport) {
 }
 
 fn trace_notes(out: &mut String, c: &ComponentReport) {
-    if c.decomposed.is_empty() && c.fixed_axes.is_empty() && c.size_guards.is_empty() && c.lowering.is_none() {
+    if c.decomposed.is_empty()
+        && c.fixed_axes.is_empty()
+        && c.size_guards.is_empty()
+        && c.lowering.is_none()
+    {
         return;
     }
     put!(out, "<section class=\"notes\">\n<h3>Notes</h3>\n<ul>\n");
@@ -714,7 +787,8 @@ fn short(hash: &str) -> &str {
 
 /// `input_ids [2, 8], attention_mask [2, 8]`.
 fn shapes(inputs: &BTreeMap<String, Vec<u64>>) -> String {
-    let each: Vec<String> = inputs.iter().map(|(name, shape)| format!("{name} {shape:?}")).collect();
+    let each: Vec<String> =
+        inputs.iter().map(|(name, shape)| format!("{name} {shape:?}")).collect();
     each.join(", ")
 }
 
@@ -724,11 +798,25 @@ mod tests {
 
     #[test]
     fn text_is_escaped_in_elements_and_attributes() {
-        assert_eq!(Esc(r#"<a href="x">&'</a>"#).to_string(), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;&lt;/a&gt;");
+        assert_eq!(
+            Esc(r#"<a href="x">&'</a>"#).to_string(),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;&lt;/a&gt;"
+        );
         let mut out = String::new();
-        let bar = Bar { label: "aten.<lambda>&\"x\"".into(), start: 0.0, length: 2.0, value: "2".into(), class: "bar-fx" };
+        let bar = Bar {
+            label: "aten.<lambda>&\"x\"".into(),
+            start: 0.0,
+            length: 2.0,
+            value: "2".into(),
+            class: "bar-fx",
+        };
         chart(&mut out, "ops <of> \"x\"", &[bar], 2.0, &WIDE);
-        assert!(!out.contains("<lambda>") && !out.contains("\"x\"\"") && out.contains("aten.&lt;lambda&gt;&amp;&quot;x&quot;"), "{out}");
+        assert!(
+            !out.contains("<lambda>")
+                && !out.contains("\"x\"\"")
+                && out.contains("aten.&lt;lambda&gt;&amp;&quot;x&quot;"),
+            "{out}"
+        );
         assert!(out.contains("aria-label=\"ops &lt;of&gt; &quot;x&quot;\""), "{out}");
     }
 
@@ -738,9 +826,18 @@ mod tests {
         chart(&mut out, "t", &[], 0.0, &HALF);
         assert!(out.contains("none"));
         let mut out = String::new();
-        let bar = Bar { label: "read".into(), start: 0.0, length: 0.0, value: "0.0 ms".into(), class: "bar-host" };
+        let bar = Bar {
+            label: "read".into(),
+            start: 0.0,
+            length: 0.0,
+            value: "0.0 ms".into(),
+            class: "bar-host",
+        };
         chart(&mut out, "t", &[bar], 0.0, &WIDE);
-        assert!(out.contains("width=\"0.0\"") && !out.contains("NaN") && !out.contains("inf"), "{out}");
+        assert!(
+            out.contains("width=\"0.0\"") && !out.contains("NaN") && !out.contains("inf"),
+            "{out}"
+        );
     }
 
     #[test]

@@ -36,8 +36,10 @@ impl ReportTarget {
     /// The report of one backend's export when a run writes several:
     /// `report.html` → `report.onnx.html`.
     pub fn per_backend(&self, backend: crate::plugins::Backend) -> PathBuf {
-        let stem = self.path.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
-        let extension = self.path.extension().map(|e| e.to_string_lossy().to_string()).unwrap_or_default();
+        let stem =
+            self.path.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
+        let extension =
+            self.path.extension().map(|e| e.to_string_lossy().to_string()).unwrap_or_default();
         self.path.with_file_name(format!("{stem}.{backend}.{extension}"))
     }
 
@@ -49,7 +51,10 @@ impl ReportTarget {
         let format = match extension.as_deref() {
             Some("html" | "htm") => Format::Html,
             Some("json") => Format::Json,
-            _ => bail!("--report {}: the report is a .html page or a .json document (name the file so)", path.display()),
+            _ => bail!(
+                "--report {}: the report is a .html page or a .json document (name the file so)",
+                path.display()
+            ),
         };
         if path.is_dir() {
             bail!("--report {}: a folder; name the report's file (.html or .json)", path.display());
@@ -70,13 +75,15 @@ pub fn write(summary: &RunSummary, target: &ReportTarget) -> Result<()> {
     let report = Report::of(summary);
     let bytes = match target.format {
         Format::Json => {
-            let mut text = serde_json::to_string_pretty(&report).context("serializing the report")?;
+            let mut text =
+                serde_json::to_string_pretty(&report).context("serializing the report")?;
             text.push('\n');
             text.into_bytes()
         }
         Format::Html => html::render(&report).into_bytes(),
     };
-    crate::atomic::write_bytes_atomically(&target.path, &bytes).with_context(|| format!("writing the report {}", target.path.display()))
+    crate::atomic::write_bytes_atomically(&target.path, &bytes)
+        .with_context(|| format!("writing the report {}", target.path.display()))
 }
 
 #[cfg(test)]
@@ -89,14 +96,21 @@ mod tests {
         let ok = ReportTarget::new(&dir.path().join("r.HTML")).unwrap();
         assert_eq!(ok.format, Format::Html);
         assert_eq!(ReportTarget::new(&dir.path().join("r.json")).unwrap().format, Format::Json);
-        assert_eq!(ReportTarget::new(Path::new("r.json")).unwrap().format, Format::Json, "a bare name is in the current folder");
+        assert_eq!(
+            ReportTarget::new(Path::new("r.json")).unwrap().format,
+            Format::Json,
+            "a bare name is in the current folder"
+        );
         for (path, says) in [
             (dir.path().join("r.txt"), "a .html page or a .json document"),
             (dir.path().join("r"), "a .html page or a .json document"),
             (dir.path().join("missing/r.html"), "no folder"),
         ] {
             let error = ReportTarget::new(&path).unwrap_err().to_string();
-            assert!(error.contains(says) && error.starts_with("--report ") && !error.contains('\n'), "{error}");
+            assert!(
+                error.contains(says) && error.starts_with("--report ") && !error.contains('\n'),
+                "{error}"
+            );
         }
         let folder = dir.path().join("looks.html");
         std::fs::create_dir(&folder).unwrap();

@@ -38,7 +38,11 @@ pub fn read(path: &Path) -> Result<GraphFacts, String> {
     Ok(facts)
 }
 
-fn walk_model<R: Read + Seek>(wire: &mut Wire<R>, end: u64, facts: &mut GraphFacts) -> Result<(), String> {
+fn walk_model<R: Read + Seek>(
+    wire: &mut Wire<R>,
+    end: u64,
+    facts: &mut GraphFacts,
+) -> Result<(), String> {
     while wire.at < end {
         match wire.field(end)? {
             (MODEL_GRAPH, Value::Len(len)) => {
@@ -51,7 +55,11 @@ fn walk_model<R: Read + Seek>(wire: &mut Wire<R>, end: u64, facts: &mut GraphFac
     Ok(())
 }
 
-fn walk_graph<R: Read + Seek>(wire: &mut Wire<R>, end: u64, facts: &mut GraphFacts) -> Result<(), String> {
+fn walk_graph<R: Read + Seek>(
+    wire: &mut Wire<R>,
+    end: u64,
+    facts: &mut GraphFacts,
+) -> Result<(), String> {
     while wire.at < end {
         match wire.field(end)? {
             (GRAPH_NODE, Value::Len(len)) => {
@@ -129,11 +137,16 @@ impl<R: Read + Seek> Wire<R> {
             2 => {
                 let len = self.varint()?;
                 if len > end.saturating_sub(self.at) {
-                    return Err(format!("a field of {len} bytes at byte {} runs past its message", self.at));
+                    return Err(format!(
+                        "a field of {len} bytes at byte {} runs past its message",
+                        self.at
+                    ));
                 }
                 Value::Len(len)
             }
-            other => return Err(format!("wire type {other} at byte {} (not written by hfx)", self.at)),
+            other => {
+                return Err(format!("wire type {other} at byte {} (not written by hfx)", self.at))
+            }
         };
         Ok((key >> 3, value))
     }
@@ -169,13 +182,23 @@ mod tests {
     use prost::Message;
 
     fn node(op_type: &str, domain: Option<&str>) -> p::NodeProto {
-        p::NodeProto { op_type: Some(op_type.into()), domain: domain.map(String::from), input: vec!["x".into()], ..Default::default() }
+        p::NodeProto {
+            op_type: Some(op_type.into()),
+            domain: domain.map(String::from),
+            input: vec!["x".into()],
+            ..Default::default()
+        }
     }
 
     #[test]
     fn ops_and_outputs_are_read_and_weights_skipped() {
-        let weight = p::TensorProto { name: Some("w".into()), raw_data: Some(vec![7u8; 100_000]), ..Default::default() };
-        let output = |name: &str| p::ValueInfoProto { name: Some(name.into()), ..Default::default() };
+        let weight = p::TensorProto {
+            name: Some("w".into()),
+            raw_data: Some(vec![7u8; 100_000]),
+            ..Default::default()
+        };
+        let output =
+            |name: &str| p::ValueInfoProto { name: Some(name.into()), ..Default::default() };
         let graph = p::GraphProto {
             node: vec![
                 node("MatMul", None),
@@ -187,12 +210,19 @@ mod tests {
             output: vec![output("logits"), output("cache.layers.0.keys")],
             ..Default::default()
         };
-        let model = p::ModelProto { ir_version: Some(10), graph: Some(graph), producer_name: Some("hfx".into()), ..Default::default() };
+        let model = p::ModelProto {
+            ir_version: Some(10),
+            graph: Some(graph),
+            producer_name: Some("hfx".into()),
+            ..Default::default()
+        };
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("m.onnx");
         std::fs::write(&path, model.encode_to_vec()).unwrap();
         let facts = read(&path).unwrap();
-        let expected: OpHistogram = [("Add", 1), ("MatMul", 2), ("com.microsoft.FusedMatMul", 1)].map(|(k, v)| (k.to_string(), v)).into();
+        let expected: OpHistogram = [("Add", 1), ("MatMul", 2), ("com.microsoft.FusedMatMul", 1)]
+            .map(|(k, v)| (k.to_string(), v))
+            .into();
         assert_eq!(facts.ops, expected);
         assert_eq!(facts.nodes, 4);
         assert_eq!(facts.outputs, ["logits", "cache.layers.0.keys"]);

@@ -339,7 +339,8 @@ impl Report {
     /// The report of `summary`. The written ONNX models are read back for
     /// their op histograms and output names (without their weights).
     pub fn of(summary: &RunSummary) -> Report {
-        let components: Vec<ComponentReport> = summary.components.iter().map(|c| component(c, &summary.written)).collect();
+        let components: Vec<ComponentReport> =
+            summary.components.iter().map(|c| component(c, &summary.written)).collect();
         Report {
             schema_version: SCHEMA_VERSION,
             hfx_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -359,7 +360,11 @@ impl Report {
                         ok: s.ok,
                     })
                     .collect(),
-                calls: g.calls.iter().map(|c| PatchEntry { plugin: c.name.clone(), calls: c.calls }).collect(),
+                calls: g
+                    .calls
+                    .iter()
+                    .map(|c| PatchEntry { plugin: c.name.clone(), calls: c.calls })
+                    .collect(),
                 providers: g.providers.clone(),
             }),
             plugin_set: plugin_set(summary, &components),
@@ -407,17 +412,26 @@ fn component(c: &Component, written: &Path) -> ComponentReport {
         worker_peak_rss_mib: trace
             .map(|t| {
                 let p = &t.peaks;
-                [("import", p.import), ("build", p.build), ("torch.export", p.export), ("save", p.save)]
-                    .into_iter()
-                    .map(|(step, mib)| PeakRss { step: step.into(), mib })
-                    .collect()
+                [
+                    ("import", p.import),
+                    ("build", p.build),
+                    ("torch.export", p.export),
+                    ("save", p.save),
+                ]
+                .into_iter()
+                .map(|(step, mib)| PeakRss { step: step.into(), mib })
+                .collect()
             })
             .unwrap_or_default(),
         nodes: NodeCounts {
             fx_before: c.nodes_before as u64,
             fx_after: c.nodes_after as u64,
             onnx_before_optimization: onnx_before_optimization.as_ref().map(total),
-            onnx_written: c.optimized.as_ref().map(|(_, n)| *n as u64).or(onnx.as_ref().map(|o| o.nodes)),
+            onnx_written: c
+                .optimized
+                .as_ref()
+                .map(|(_, n)| *n as u64)
+                .or(onnx.as_ref().map(|o| o.nodes)),
         },
         ops: OpHistograms {
             fx_before: fx_stages.first().map(|s| s.ops_before.clone()).unwrap_or_default(),
@@ -439,14 +453,30 @@ fn component(c: &Component, written: &Path) -> ComponentReport {
         }),
         stages: c.stages.iter().map(stage).collect(),
         patches: trace
-            .map(|t| t.patched.iter().map(|(plugin, calls)| PatchEntry { plugin: plugin.clone(), calls: *calls }).collect())
+            .map(|t| {
+                t.patched
+                    .iter()
+                    .map(|(plugin, calls)| PatchEntry { plugin: plugin.clone(), calls: *calls })
+                    .collect()
+            })
             .unwrap_or_default(),
         patch_calls_cached: trace.map_or(0, |t| t.patch_calls_cached),
         decomposed: trace
-            .map(|t| t.decomposed.iter().map(|d| DecomposedOp { op: d.op.clone(), nodes: d.nodes, became: d.became }).collect())
+            .map(|t| {
+                t.decomposed
+                    .iter()
+                    .map(|d| DecomposedOp { op: d.op.clone(), nodes: d.nodes, became: d.became })
+                    .collect()
+            })
             .unwrap_or_default(),
-        fixed_axes: c.fixed_axes.iter().map(|f| FixedAxis { input: f.input.clone(), axis: f.axis as u64, size: f.size }).collect(),
-        size_guards: trace.map(|t| t.size_guards.iter().map(|g| g.guard.clone()).collect()).unwrap_or_default(),
+        fixed_axes: c
+            .fixed_axes
+            .iter()
+            .map(|f| FixedAxis { input: f.input.clone(), axis: f.axis as u64, size: f.size })
+            .collect(),
+        size_guards: trace
+            .map(|t| t.size_guards.iter().map(|g| g.guard.clone()).collect())
+            .unwrap_or_default(),
         lowering: c.lowered.as_ref().map(|l| match l {
             Lowered::Portable { edge, emitted, emit } => Lowering::Portable {
                 edge_seconds: edge.seconds,
@@ -513,8 +543,13 @@ fn timeline(c: &Component) -> Vec<TimelineStep> {
     let mut steps: Vec<(String, &str, f64)> = Vec::new();
     if let Some(t) = &c.trace {
         let s = &t.times;
-        for (name, seconds) in [("import", s.import), ("build", s.build), ("eager", s.eager), ("torch.export", s.export), ("save", s.save)]
-        {
+        for (name, seconds) in [
+            ("import", s.import),
+            ("build", s.build),
+            ("eager", s.eager),
+            ("torch.export", s.export),
+            ("save", s.save),
+        ] {
             steps.push((format!("trace/{name}"), "worker", seconds));
         }
     }
@@ -531,14 +566,20 @@ fn timeline(c: &Component) -> Vec<TimelineStep> {
             inside_emit.push(("edge-decompose".into(), "worker", edge.seconds));
             inside_emit.push(("pte-emit".into(), "host", emit.as_secs_f64()));
         }
-        Some(Lowered::Delegated(l)) => inside_emit.push(("lower".into(), "worker", l.edge_seconds + l.executorch_seconds)),
+        Some(Lowered::Delegated(l)) => {
+            inside_emit.push(("lower".into(), "worker", l.edge_seconds + l.executorch_seconds))
+        }
         None => {}
     }
     let verify = c.verify.as_secs_f64();
     let accounted: f64 = inside_emit.iter().map(|(_, _, s)| s).sum::<f64>() + verify;
     let rest = (c.emit.as_secs_f64() - accounted).max(0.0);
     steps.extend(inside_emit);
-    steps.push((String::from(if c.optimized.is_some() { "optimize + write" } else { "write" }), "host", rest));
+    steps.push((
+        String::from(if c.optimized.is_some() { "optimize + write" } else { "write" }),
+        "host",
+        rest,
+    ));
     if !c.verified.is_empty() {
         steps.push(("verify".into(), "worker", verify));
     }
@@ -546,7 +587,8 @@ fn timeline(c: &Component) -> Vec<TimelineStep> {
     steps
         .into_iter()
         .map(|(name, runs_in, seconds)| {
-            let step = TimelineStep { name, runs_in: runs_in.into(), start_seconds: start, seconds };
+            let step =
+                TimelineStep { name, runs_in: runs_in.into(), start_seconds: start, seconds };
             start += seconds;
             step
         })
@@ -561,7 +603,12 @@ fn stage(s: &StageReport) -> StageEntry {
         plugins: s
             .plugins
             .iter()
-            .map(|(plugin, c)| StagePlugin { plugin: plugin.clone(), calls: c.calls, changed: c.changed, failed: c.failed })
+            .map(|(plugin, c)| StagePlugin {
+                plugin: plugin.clone(),
+                calls: c.calls,
+                changed: c.changed,
+                failed: c.failed,
+            })
             .collect(),
         changes: s
             .changes
@@ -588,7 +635,9 @@ fn parity(c: &Component, onnx_outputs: Option<&[String]>) -> Option<Parity> {
     let runtime = match c.artifact.as_ref()? {
         VerifyModel::Onnx { .. } => verify::Runtime::Onnx,
         VerifyModel::Pt2 { .. } => verify::Runtime::Pt2,
-        VerifyModel::Pte { in_spec, .. } => verify::Runtime::Executorch { in_spec: in_spec.clone() },
+        VerifyModel::Pte { in_spec, .. } => {
+            verify::Runtime::Executorch { in_spec: in_spec.clone() }
+        }
     };
     let checks = c
         .verified
@@ -614,7 +663,12 @@ fn parity(c: &Component, onnx_outputs: Option<&[String]>) -> Option<Parity> {
             }
         })
         .collect();
-    Some(Parity { runtime: runtime.name().to_string(), tolerance: runtime.tolerance(), checks, layers: c.verified_layers })
+    Some(Parity {
+        runtime: runtime.name().to_string(),
+        tolerance: runtime.tolerance(),
+        checks,
+        layers: c.verified_layers,
+    })
 }
 
 fn plugin_set(summary: &RunSummary, components: &[ComponentReport]) -> PluginSetReport {
@@ -643,7 +697,8 @@ fn plugin_set(summary: &RunSummary, components: &[ComponentReport]) -> PluginSet
             .plugins
             .iter()
             .map(|p| {
-                let (calls, changed, failed) = counts.get(p.name.as_str()).copied().unwrap_or_default();
+                let (calls, changed, failed) =
+                    counts.get(p.name.as_str()).copied().unwrap_or_default();
                 PluginEntry {
                     name: p.name.clone(),
                     version: p.version.clone(),
@@ -659,7 +714,12 @@ fn plugin_set(summary: &RunSummary, components: &[ComponentReport]) -> PluginSet
                 }
             })
             .collect(),
-        lock: LockReport { status: status.into(), path: set.lock.as_deref().map(display), locked: set.locked, drift: set.drift.clone() },
+        lock: LockReport {
+            status: status.into(),
+            path: set.lock.as_deref().map(display),
+            locked: set.locked,
+            drift: set.drift.clone(),
+        },
         skipped: summary
             .skipped
             .iter()

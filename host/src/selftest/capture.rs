@@ -42,18 +42,32 @@ pub struct Captured {
 /// Runs the pipeline of `run` (its source, plugins and backend; its artifact
 /// and destination are replaced by a `.pt2` in a scratch folder beside the
 /// case) and writes the case.
-pub fn capture(mut run: RunOptions, options: &CaptureOptions, progress: Progress) -> Result<Captured> {
+pub fn capture(
+    mut run: RunOptions,
+    options: &CaptureOptions,
+    progress: Progress,
+) -> Result<Captured> {
     if let Some(dir) = options.case.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     let scratch = Scratch::beside(&options.case, "capture")?;
     let program_path = scratch.path().join("model.pt2");
     let model = match &run.source {
-        Source::Trace(trace) => format!("{}{}", trace.request.source, if trace.request.dynamic { " --dynamic" } else { "" }),
-        Source::Pt2(_) | Source::IrJson(_) => bail!("capture needs a model to trace (--model, --model-dir or --model-fn), not a file"),
+        Source::Trace(trace) => format!(
+            "{}{}",
+            trace.request.source,
+            if trace.request.dynamic { " --dynamic" } else { "" }
+        ),
+        Source::Pt2(_) | Source::IrJson(_) => {
+            bail!("capture needs a model to trace (--model, --model-dir or --model-fn), not a file")
+        }
     };
     let backend = run.targets.first().context("no backend")?.backend;
-    run.targets = vec![Target { backend, artifact: Artifact::Pt2, destination: Destination::File(program_path.clone()) }];
+    run.targets = vec![Target {
+        backend,
+        artifact: Artifact::Pt2,
+        destination: Destination::File(program_path.clone()),
+    }];
     // The values at the piece's inputs come from the eager reference: the weights are read.
     if let Source::Trace(trace) = &mut run.source {
         trace.load_weights = true;
@@ -62,13 +76,22 @@ pub fn capture(mut run: RunOptions, options: &CaptureOptions, progress: Progress
     let worker_options = run.worker.clone();
     let deadline = run.verify_deadline;
     let summaries = crate::pipeline::run(run, progress)?;
-    let reference = summaries.first().and_then(|s| s.single()).and_then(|c| c.reference.clone()).context("the pipeline wrote no eager reference")?;
+    let reference = summaries
+        .first()
+        .and_then(|s| s.single())
+        .and_then(|c| c.reference.clone())
+        .context("the pipeline wrote no eager reference")?;
 
     let pt2 = Pt2::open(&program_path)?;
     let program = pt2.programs.get("model").context("the traced archive has no `model` program")?;
-    let graph = convert::to_ir(program).map_err(anyhow::Error::msg).context("reading the traced program")?;
-    let nodes: Vec<NodeId> =
-        graph.nodes_by_target(&options.target).filter(|&n| graph.node(n).is_ok_and(|n| n.subgraph == 0)).take(options.count).collect();
+    let graph = convert::to_ir(program)
+        .map_err(anyhow::Error::msg)
+        .context("reading the traced program")?;
+    let nodes: Vec<NodeId> = graph
+        .nodes_by_target(&options.target)
+        .filter(|&n| graph.node(n).is_ok_and(|n| n.subgraph == 0))
+        .take(options.count)
+        .collect();
     if nodes.is_empty() {
         bail!("{} is not in the traced program ({} nodes): capture from a model that has it, or after other plugins (--plugins)", options.target, graph.node_count());
     }
@@ -83,9 +106,7 @@ pub fn capture(mut run: RunOptions, options: &CaptureOptions, progress: Progress
     let case = Case {
         about: Some(format!(
             "hfx plugins capture --backend {backend} {model} --node {} --count {} --radius {}",
-            options.target,
-            options.count,
-            options.radius
+            options.target, options.count, options.radius
         )),
         input: cut.program.to_json_value(),
         values,
@@ -99,7 +120,9 @@ pub fn capture(mut run: RunOptions, options: &CaptureOptions, progress: Progress
 /// `--program`: the forward of `run`'s `--model-fn` model as a patch case
 /// (expecting the default: the traced program changes with the patch).
 pub fn capture_program(run: RunOptions, case_path: &Path) -> Result<Captured> {
-    let Source::Trace(trace) = &run.source else { bail!("--program captures a model function (--model-fn), not a file") };
+    let Source::Trace(trace) = &run.source else {
+        bail!("--program captures a model function (--model-fn), not a file")
+    };
     let ModelSource::Function(spec) = &trace.request.source else {
         bail!("--program captures a model function (--model-fn python:module:function); an architecture can be a case as it is (see docs/plugins.md)")
     };
@@ -110,7 +133,11 @@ pub fn capture_program(run: RunOptions, case_path: &Path) -> Result<Captured> {
     let nodes = captured.program.get("nodes").and_then(|n| n.as_array()).map_or(0, Vec::len);
     let inputs = captured.inputs.len();
     let case = PatchCase {
-        about: Some(format!("hfx plugins capture --program {}{}", trace.request.source, if dynamic { " --dynamic" } else { "" })),
+        about: Some(format!(
+            "hfx plugins capture --program {}{}",
+            trace.request.source,
+            if dynamic { " --dynamic" } else { "" }
+        )),
         model: CaseModel::Program { program: captured.program, inputs: captured.inputs },
         dynamic,
         expect: Expect::Changes,
@@ -133,6 +160,7 @@ fn write_case(path: &Path, case: &impl serde::Serialize) -> Result<usize> {
     if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    crate::atomic::write_bytes_atomically(path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
+    crate::atomic::write_bytes_atomically(path, text.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))?;
     Ok(text.len())
 }

@@ -88,7 +88,8 @@ pub struct Outcome {
 /// The folder holds JSON cases only: a case is data, and anything else there
 /// (a `.py` a case could try to reach, a folder) refuses the plugin's self-tests.
 fn case_names(plugin: &Plugin) -> Result<Option<(Dir, Vec<String>)>, LoadError> {
-    let dir = Dir::open_ambient_dir(&plugin.dir, ambient_authority()).map_err(|e| LoadError::new(&plugin.dir, e.to_string()))?;
+    let dir = Dir::open_ambient_dir(&plugin.dir, ambient_authority())
+        .map_err(|e| LoadError::new(&plugin.dir, e.to_string()))?;
     if !dir.is_dir(FOLDER) {
         return Ok(None);
     }
@@ -99,11 +100,16 @@ fn case_names(plugin: &Plugin) -> Result<Option<(Dir, Vec<String>)>, LoadError> 
         let entry = entry.map_err(|e| LoadError::new(&folder, e.to_string()))?;
         let name = entry.file_name();
         match name.to_str() {
-            Some(name) if name.ends_with(".json") && name.len() > ".json".len() => names.push(name.to_string()),
+            Some(name) if name.ends_with(".json") && name.len() > ".json".len() => {
+                names.push(name.to_string())
+            }
             _ => {
                 return Err(LoadError::new(
                     folder.join(&name),
-                    format!("a self-test folder holds only `.json` cases; remove `{FOLDER}/{}`", name.to_string_lossy()),
+                    format!(
+                        "a self-test folder holds only `.json` cases; remove `{FOLDER}/{}`",
+                        name.to_string_lossy()
+                    ),
                 ))
             }
         }
@@ -115,7 +121,12 @@ fn case_names(plugin: &Plugin) -> Result<Option<(Dir, Vec<String>)>, LoadError> 
 /// Runs every self-test of `plugin` to `depth`; an unreadable case is a failure of that case.
 /// `set` is the plugin set loaded with it: an ONNX IR fix's cases are
 /// translated by the set's translations of its backend first.
-pub fn run(runtime: &Runtime, plugin: &Plugin, set: &[Plugin], depth: &mut Depth) -> Result<Vec<Outcome>, LoadError> {
+pub fn run(
+    runtime: &Runtime,
+    plugin: &Plugin,
+    set: &[Plugin],
+    depth: &mut Depth,
+) -> Result<Vec<Outcome>, LoadError> {
     let Some((cases, names)) = case_names(plugin)? else { return Ok(Vec::new()) };
     Ok(names
         .into_iter()
@@ -138,42 +149,65 @@ pub fn run(runtime: &Runtime, plugin: &Plugin, set: &[Plugin], depth: &mut Depth
 enum OnnxUnderTest<'a> {
     /// The translation under test, last (it wins the targets it shares), after
     /// the set's other translations (for the piece's other nodes).
-    Translation { plugin: PluginOf<'a, kind::OnnxTranslation>, translations: Vec<PluginOf<'a, kind::OnnxTranslation>> },
-    IrFix { fix: PluginOf<'a, kind::OnnxIrFix>, translations: Vec<PluginOf<'a, kind::OnnxTranslation>> },
+    Translation {
+        plugin: PluginOf<'a, kind::OnnxTranslation>,
+        translations: Vec<PluginOf<'a, kind::OnnxTranslation>>,
+    },
+    IrFix {
+        fix: PluginOf<'a, kind::OnnxIrFix>,
+        translations: Vec<PluginOf<'a, kind::OnnxTranslation>>,
+    },
 }
 
-fn run_case(runtime: &Runtime, plugin: &Plugin, set: &[Plugin], text: &str, depth: &mut Depth) -> Result<String, String> {
+fn run_case(
+    runtime: &Runtime,
+    plugin: &Plugin,
+    set: &[Plugin],
+    text: &str,
+    depth: &mut Depth,
+) -> Result<String, String> {
     let (case, mut graph, changes, candidate) = match plugin.typed() {
         Typed::Patch(patch) => {
             let case: patch::PatchCase = serde_json::from_str(text).map_err(|e| e.to_string())?;
             case.check()?;
             return match depth {
-                Depth::Structural => Ok("read; a patch case is traced by `hfx plugins test`".into()),
+                Depth::Structural => {
+                    Ok("read; a patch case is traced by `hfx plugins test`".into())
+                }
                 Depth::Numeric(worker) => patch::run(runtime, patch, &case, worker),
             };
         }
         Typed::FxNodeFix(fix) => {
             let (case, mut graph, changes) = piece(text)?;
-            fx_node_fix::run(runtime, &[fix], &mut graph, "selftest", OnPluginError::Fail).map_err(|e| e.to_string())?;
+            fx_node_fix::run(runtime, &[fix], &mut graph, "selftest", OnPluginError::Fail)
+                .map_err(|e| e.to_string())?;
             changed(&graph, changes)?;
             (case, graph, changes, None)
         }
         Typed::FxProgramFix(fix) => {
             let (case, mut graph, changes) = piece(text)?;
-            fx_program_fix::run(runtime, &[fix], &mut graph, "selftest", OnPluginError::Fail).map_err(|e| e.to_string())?;
+            fx_program_fix::run(runtime, &[fix], &mut graph, "selftest", OnPluginError::Fail)
+                .map_err(|e| e.to_string())?;
             changed(&graph, changes)?;
             (case, graph, changes, None)
         }
         Typed::OnnxTranslation(translation) => {
             let (case, graph, changes) = piece(text)?;
-            let mut translations = crate::stages::select::<kind::OnnxTranslation>(set, crate::plugins::Backend::Onnx);
+            let mut translations =
+                crate::stages::select::<kind::OnnxTranslation>(set, crate::plugins::Backend::Onnx);
             translations.retain(|t| !std::ptr::eq(t.plugin, plugin));
             translations.push(translation);
-            (case, graph, changes, Some(OnnxUnderTest::Translation { plugin: translation, translations }))
+            (
+                case,
+                graph,
+                changes,
+                Some(OnnxUnderTest::Translation { plugin: translation, translations }),
+            )
         }
         Typed::OnnxIrFix(fix) => {
             let (case, graph, changes) = piece(text)?;
-            let translations = crate::stages::select::<kind::OnnxTranslation>(set, crate::plugins::Backend::Onnx);
+            let translations =
+                crate::stages::select::<kind::OnnxTranslation>(set, crate::plugins::Backend::Onnx);
             if translations.is_empty() {
                 return Err("an IR fix's case is translated first: load the onnx translations too (--plugins)".to_string());
             }
@@ -181,7 +215,10 @@ fn run_case(runtime: &Runtime, plugin: &Plugin, set: &[Plugin], text: &str, dept
         }
     };
     if let Some(expected) = &case.expect_targets {
-        let found: Vec<String> = graph.nodes().map(|n| graph.node(n).map(|n| n.target.clone()).unwrap_or_default()).collect();
+        let found: Vec<String> = graph
+            .nodes()
+            .map(|n| graph.node(n).map(|n| n.target.clone()).unwrap_or_default())
+            .collect();
         if &found != expected {
             return Err(format!("expected targets {expected:?}, found {found:?}"));
         }
@@ -195,7 +232,9 @@ fn run_case(runtime: &Runtime, plugin: &Plugin, set: &[Plugin], text: &str, dept
     let numeric = matches!(depth, Depth::Numeric(_)) && !case.values.is_empty();
     // Only a numeric check writes (a temp folder of this process's own, removed on every exit path).
     let scratch = match depth {
-        Depth::Numeric(worker) if numeric => Some(worker.temp_dir(".hfx-selftest-").map_err(|e| e.to_string())?),
+        Depth::Numeric(worker) if numeric => {
+            Some(worker.temp_dir(".hfx-selftest-").map_err(|e| e.to_string())?)
+        }
         _ => None,
     };
     let onnx = scratch.as_ref().map(|s| s.path().join("case.onnx"));
@@ -206,13 +245,25 @@ fn run_case(runtime: &Runtime, plugin: &Plugin, set: &[Plugin], text: &str, dept
         }
         None => {
             let what = format!("{} graph edit(s)", graph.changes() - changes);
-            (what, numeric.then(|| Candidate::Graph { program: graph.to_json_value() }), FIX_TOLERANCE)
+            (
+                what,
+                numeric.then(|| Candidate::Graph { program: graph.to_json_value() }),
+                FIX_TOLERANCE,
+            )
         }
     };
     let Depth::Numeric(worker) = depth else { return Ok(what) };
-    let Some(candidate) = candidate else { return Ok(format!("{what}; no values: structural only")) };
+    let Some(candidate) = candidate else {
+        return Ok(format!("{what}; no values: structural only"));
+    };
     // The case's input is the piece before the plugin, already in JSON form.
-    let request = RunCase { program: case.input, candidate, values: case.values, atol: tolerance, rtol: tolerance };
+    let request = RunCase {
+        program: case.input,
+        candidate,
+        values: case.values,
+        atol: tolerance,
+        rtol: tolerance,
+    };
     let reply = worker.request(&request, CASE_DEADLINE).map_err(|e| e.to_string())?;
     let worst = numeric_failures(&reply.outputs)?;
     Ok(format!("{what}; max abs error {worst:.1e} on {} output(s)", reply.outputs.len()))
@@ -239,7 +290,10 @@ fn numeric_failures(outputs: &[Comparison]) -> Result<f64, String> {
     for (index, c) in outputs.iter().enumerate() {
         if !c.ok {
             return Err(match c.max_abs {
-                _ if c.shape != c.expected_shape => format!("output {index} has shape {:?}, expected {:?}", c.shape, c.expected_shape),
+                _ if c.shape != c.expected_shape => format!(
+                    "output {index} has shape {:?}, expected {:?}",
+                    c.shape, c.expected_shape
+                ),
                 Some(err) => format!("output {index} differs by {err:.3e}"),
                 None => format!("output {index} differs (not finite)"),
             });
@@ -253,15 +307,26 @@ fn numeric_failures(outputs: &[Comparison]) -> Result<f64, String> {
 /// translation under test, the set's others filling in), then for an IR fix
 /// repaired by the fix under test; written to `onnx` if given. Says what the
 /// plugin did.
-fn emit_onnx(runtime: &Runtime, under_test: &OnnxUnderTest, graph: &mut Graph, onnx: Option<&std::path::Path>) -> Result<String, String> {
+fn emit_onnx(
+    runtime: &Runtime,
+    under_test: &OnnxUnderTest,
+    graph: &mut Graph,
+    onnx: Option<&std::path::Path>,
+) -> Result<String, String> {
     use crate::onnx::emit;
     let inputs = graph.subgraph(0).map_err(|e| e.to_string())?.inputs.clone();
-    let roles: Vec<InputRole> =
-        inputs.iter().map(|&v| graph.value(v).map(|v| InputRole::User(v.name.clone()))).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+    let roles: Vec<InputRole> = inputs
+        .iter()
+        .map(|&v| graph.value(v).map(|v| InputRole::User(v.name.clone())))
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
     let translations = match under_test {
-        OnnxUnderTest::Translation { translations, .. } | OnnxUnderTest::IrFix { translations, .. } => translations.as_slice(),
+        OnnxUnderTest::Translation { translations, .. }
+        | OnnxUnderTest::IrFix { translations, .. } => translations.as_slice(),
     };
-    let (mut builder, report) = onnx_translation::run(runtime, translations, graph, &roles, CASE_OPSET).map_err(|e| e.to_string())?;
+    let (mut builder, report) =
+        onnx_translation::run(runtime, translations, graph, &roles, CASE_OPSET)
+            .map_err(|e| e.to_string())?;
     let what = match under_test {
         OnnxUnderTest::Translation { plugin, .. } => {
             let translated = report.plugins.get(plugin.name()).map_or(0, |c| c.changed);
@@ -272,7 +337,9 @@ fn emit_onnx(runtime: &Runtime, under_test: &OnnxUnderTest, graph: &mut Graph, o
         }
         OnnxUnderTest::IrFix { fix, .. } => {
             let mut model = crate::onnx::Model { nodes: std::mem::take(&mut builder.nodes) };
-            let report = onnx_ir_fix::run(runtime, &[*fix], &mut model, "selftest", OnPluginError::Fail).map_err(|e| e.to_string())?;
+            let report =
+                onnx_ir_fix::run(runtime, &[*fix], &mut model, "selftest", OnPluginError::Fail)
+                    .map_err(|e| e.to_string())?;
             builder.nodes = model.nodes;
             let changed = report.plugins.get(fix.name()).map_or(0, |c| c.changed);
             if changed == 0 {
@@ -281,11 +348,18 @@ fn emit_onnx(runtime: &Runtime, under_test: &OnnxUnderTest, graph: &mut Graph, o
             format!("{changed} ONNX node(s) changed")
         }
     };
-    let parts = emit::ModelParts { graph, roles: &roles, weights: None, builder: &builder, output_names: Vec::new() };
+    let parts = emit::ModelParts {
+        graph,
+        roles: &roles,
+        weights: None,
+        builder: &builder,
+        output_names: Vec::new(),
+    };
     let lowered = emit::lower(&parts).map_err(|e| e.to_string())?;
     let planned = emit::plan(lowered, "selftest", &[]);
     if let Some(path) = onnx {
-        emit::write(path, planned, emit::WeightStorage::Embedded, &emit::InMemory).map_err(|e| e.to_string())?;
+        emit::write(path, planned, emit::WeightStorage::Embedded, &emit::InMemory)
+            .map_err(|e| e.to_string())?;
     }
     Ok(what)
 }

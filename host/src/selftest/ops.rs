@@ -17,11 +17,11 @@ use serde::Deserialize;
 
 use crate::graph::pt2::{convert, Pt2};
 use crate::graph::Graph;
-use crate::plugins::{NodeRef, PluginError};
 use crate::pipeline::emit;
 use crate::pipeline::{OnnxOptions, Progress};
 use crate::plugins::loading::LoadedSet;
 use crate::plugins::{kind, Backend};
+use crate::plugins::{NodeRef, PluginError};
 use crate::stages::onnx_translation::TranslationError;
 use crate::stages::{self, OnPluginError};
 use crate::trace::protocol::{CheckSample, OpInfos, OpSamples, SampleExport};
@@ -106,26 +106,39 @@ impl OpReport {
     }
 }
 
-pub fn run(loaded: &LoadedSet, worker: &mut Worker, options: &OpTestOptions, scratch: &std::path::Path, progress: Progress) -> Result<OpReport> {
+pub fn run(
+    loaded: &LoadedSet,
+    worker: &mut Worker,
+    options: &OpTestOptions,
+    scratch: &std::path::Path,
+    progress: Progress,
+) -> Result<OpReport> {
     let translations = stages::select::<kind::OnnxTranslation>(&loaded.set.plugins, Backend::Onnx);
-    let translated: BTreeSet<String> = translations.iter().flat_map(|t| t.targets.iter().cloned()).collect();
+    let translated: BTreeSet<String> =
+        translations.iter().flat_map(|t| t.targets.iter().cloned()).collect();
     if translated.is_empty() {
         anyhow::bail!("the plugin folders hold no ONNX translation to test");
     }
     let under_test: BTreeSet<String> = if options.only.is_empty() {
         translated.clone()
     } else {
-        let unknown: Vec<&String> = options.only.iter().filter(|o| !translated.contains(*o)).collect();
+        let unknown: Vec<&String> =
+            options.only.iter().filter(|o| !translated.contains(*o)).collect();
         if !unknown.is_empty() {
-            anyhow::bail!("--op {}: no translation in the set declares it", unknown.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "));
+            anyhow::bail!(
+                "--op {}: no translation in the set declares it",
+                unknown.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            );
         }
         options.only.iter().cloned().collect()
     };
     let handled = stages::handled_ops(&loaded.set.plugins, Backend::Onnx).unwrap_or_default();
 
     progress.step("op_db", "selecting OpInfos (torch builds its op database)");
-    let selected = worker.request(&OpInfos { translated: translated.iter().cloned().collect() }, SELECT_DEADLINE)?;
-    let infos: Vec<_> = selected.infos.iter().filter(|i| i.ops.iter().any(|o| under_test.contains(o))).collect();
+    let selected = worker
+        .request(&OpInfos { translated: translated.iter().cloned().collect() }, SELECT_DEADLINE)?;
+    let infos: Vec<_> =
+        selected.infos.iter().filter(|i| i.ops.iter().any(|o| under_test.contains(o))).collect();
 
     let mut report = OpReport {
         ops: under_test.iter().map(|op| (op.clone(), OpTally::default())).collect(),
@@ -134,7 +147,11 @@ pub fn run(loaded: &LoadedSet, worker: &mut Worker, options: &OpTestOptions, scr
     };
     let onnx_options = OnnxOptions { opset: options.opset, external_data: false, optimize: true };
     for (n, info) in infos.iter().enumerate() {
-        let opinfo = if info.variant.is_empty() { info.name.clone() } else { format!("{}.{}", info.name, info.variant) };
+        let opinfo = if info.variant.is_empty() {
+            info.name.clone()
+        } else {
+            format!("{}.{}", info.name, info.variant)
+        };
         progress.step("samples", &format!("{}/{} {opinfo}", n + 1, infos.len()));
         let folder = scratch.join(format!("{n}"));
         std::fs::create_dir(&folder).with_context(|| format!("creating {}", folder.display()))?;
@@ -149,14 +166,24 @@ pub fn run(loaded: &LoadedSet, worker: &mut Worker, options: &OpTestOptions, scr
         let samples = match worker.request(&request, SAMPLES_DEADLINE) {
             Ok(reply) => reply.samples,
             Err(e) => {
-                *report.unattributed.entry(opinfo.clone()).or_default().entry(format!("the worker fails: {}", first_line(&e.to_string()))).or_default() += 1;
+                *report
+                    .unattributed
+                    .entry(opinfo.clone())
+                    .or_default()
+                    .entry(format!("the worker fails: {}", first_line(&e.to_string())))
+                    .or_default() += 1;
                 continue;
             }
         };
         for sample in samples {
             let (path, ops, dtype) = match sample.exported {
                 SampleExport::Skipped { reason } => {
-                    *report.unattributed.entry(opinfo.clone()).or_default().entry(reason).or_default() += 1;
+                    *report
+                        .unattributed
+                        .entry(opinfo.clone())
+                        .or_default()
+                        .entry(reason)
+                        .or_default() += 1;
                     continue;
                 }
                 SampleExport::Program { path, ops, .. } => (path, ops, sample.dtype),
@@ -168,7 +195,10 @@ pub fn run(loaded: &LoadedSet, worker: &mut Worker, options: &OpTestOptions, scr
             let onnx = path.with_extension("onnx");
             // A failure at a node of one op is that op's; the sample's other ops skip it.
             let (verdict, failed_at) = match translate(loaded, &path, &onnx, &onnx_options) {
-                Err(Untranslatable::Missing(target)) => (Verdict::Skipped(format!("holds `{target}`, which no plugin translates")), None),
+                Err(Untranslatable::Missing(target)) => (
+                    Verdict::Skipped(format!("holds `{target}`, which no plugin translates")),
+                    None,
+                ),
                 Err(Untranslatable::Failed { message, at }) => (Verdict::Failed(message), at),
                 Ok(()) => (check(worker, sample.index, &onnx, &dtype), None),
             };
@@ -181,9 +211,12 @@ pub fn run(loaded: &LoadedSet, worker: &mut Worker, options: &OpTestOptions, scr
                 match verdict {
                     Verdict::Passed { .. } => tally.passed += 1,
                     Verdict::Skipped(reason) => *tally.skipped.entry(reason).or_default() += 1,
-                    Verdict::Failed(_) => {
-                        tally.failed.push(SampleResult { opinfo: opinfo.clone(), dtype: dtype.clone(), about: sample.about.clone(), verdict })
-                    }
+                    Verdict::Failed(_) => tally.failed.push(SampleResult {
+                        opinfo: opinfo.clone(),
+                        dtype: dtype.clone(),
+                        about: sample.about.clone(),
+                        verdict,
+                    }),
                 }
             }
             let _ = std::fs::remove_file(&path);
@@ -204,26 +237,56 @@ enum Untranslatable {
 }
 
 /// The sample's `.pt2` to `.onnx` as `hfx run` does it: FX stages, translations, IR fixes, passes.
-fn translate(loaded: &LoadedSet, pt2: &Path, onnx: &Path, options: &OnnxOptions) -> Result<(), Untranslatable> {
+fn translate(
+    loaded: &LoadedSet,
+    pt2: &Path,
+    onnx: &Path,
+    options: &OnnxOptions,
+) -> Result<(), Untranslatable> {
     let failed = |message: String| Untranslatable::Failed { message, at: None };
     let archive = Pt2::open(pt2).map_err(|e| failed(e.to_string()))?;
-    let program = archive.programs.get("model").ok_or_else(|| failed("no `model` program".into()))?;
+    let program =
+        archive.programs.get("model").ok_or_else(|| failed("no `model` program".into()))?;
     let mut graph = convert::to_ir(program).map_err(failed)?;
     // The op of the node a plugin failed at (FX nodes keep their names through the stages).
     let op_at = |graph: &Graph, error: &PluginError| match &error.node {
-        Some(NodeRef::Fx(name)) => graph.nodes().find(|&n| graph.node_name(n) == *name).and_then(|n| graph.node(n).ok()).map(|n| n.target.clone()),
+        Some(NodeRef::Fx(name)) => graph
+            .nodes()
+            .find(|&n| graph.node_name(n) == *name)
+            .and_then(|n| graph.node(n).ok())
+            .map(|n| n.target.clone()),
         _ => None,
     };
-    if let Err(e) = stages::run_fx_stages(&loaded.runtime, &loaded.set.plugins, Backend::Onnx, &mut graph, OnPluginError::Fail) {
+    if let Err(e) = stages::run_fx_stages(
+        &loaded.runtime,
+        &loaded.set.plugins,
+        Backend::Onnx,
+        &mut graph,
+        OnPluginError::Fail,
+    ) {
         return Err(Untranslatable::Failed { at: op_at(&graph, &e), message: e.to_string() });
     }
     let before = graph.clone();
     let hidden = Progress { started: std::time::Instant::now(), shown: false };
-    match emit::onnx(&archive, &mut graph, loaded, options, OnPluginError::Fail, Default::default(), onnx, None, hidden) {
+    match emit::onnx(
+        &archive,
+        &mut graph,
+        loaded,
+        options,
+        OnPluginError::Fail,
+        Default::default(),
+        onnx,
+        None,
+        hidden,
+    ) {
         Ok(_) => Ok(()),
         Err(e) => match e.downcast_ref::<TranslationError>() {
-            Some(TranslationError::Missing { target, .. }) => Err(Untranslatable::Missing(target.clone())),
-            Some(TranslationError::Plugin(error)) => Err(Untranslatable::Failed { at: op_at(&before, error), message: format!("{e:#}") }),
+            Some(TranslationError::Missing { target, .. }) => {
+                Err(Untranslatable::Missing(target.clone()))
+            }
+            Some(TranslationError::Plugin(error)) => {
+                Err(Untranslatable::Failed { at: op_at(&before, error), message: format!("{e:#}") })
+            }
             _ => Err(failed(format!("{e:#}"))),
         },
     }
@@ -252,7 +315,14 @@ fn check(worker: &mut Worker, index: u32, onnx: &Path, dtype: &str) -> Verdict {
 fn first_line(text: &str) -> String {
     let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
     if line.len() > 300 {
-        format!("{}...", &line[..line.char_indices().take_while(|(i, _)| *i < 297).last().map_or(0, |(i, c)| i + c.len_utf8())])
+        format!(
+            "{}...",
+            &line[..line
+                .char_indices()
+                .take_while(|(i, _)| *i < 297)
+                .last()
+                .map_or(0, |(i, c)| i + c.len_utf8())]
+        )
     } else {
         line.to_string()
     }
@@ -260,14 +330,25 @@ fn first_line(text: &str) -> String {
 
 fn coverage(core: &[String], translated: &BTreeSet<String>, path: &Path) -> Result<Coverage> {
     let text = crate::input::read_to_string_bounded(path, MAX_EXCLUSIONS_BYTES)?;
-    let exclusions: Exclusions = toml::from_str(&text).with_context(|| format!("{}", path.display()))?;
+    let exclusions: Exclusions =
+        toml::from_str(&text).with_context(|| format!("{}", path.display()))?;
     let core_set: BTreeSet<&String> = core.iter().collect();
-    let missing = core.iter().filter(|op| !translated.contains(*op) && !exclusions.ops.contains_key(*op)).cloned().collect();
+    let missing = core
+        .iter()
+        .filter(|op| !translated.contains(*op) && !exclusions.ops.contains_key(*op))
+        .cloned()
+        .collect();
     let stale = exclusions
         .ops
         .keys()
         .filter(|op| translated.contains(*op) || !core_set.contains(op))
-        .map(|op| if translated.contains(op) { format!("{op} (translated)") } else { format!("{op} (not a core ATen op)") })
+        .map(|op| {
+            if translated.contains(op) {
+                format!("{op} (translated)")
+            } else {
+                format!("{op} (not a core ATen op)")
+            }
+        })
         .collect();
     Ok(Coverage {
         core: core.len(),
@@ -294,24 +375,55 @@ impl OpReport {
             options.per_dtype,
             options.opset
         );
-        let (sampled, unsampled): (Vec<_>, Vec<_>) = self.ops.iter().partition(|(_, t)| t.passed + t.failed.len() + t.skipped.values().sum::<usize>() > 0);
-        let _ = writeln!(out, "| op | passed | failed | skipped | skip reasons |\n|---|---:|---:|---:|---|");
+        let (sampled, unsampled): (Vec<_>, Vec<_>) = self
+            .ops
+            .iter()
+            .partition(|(_, t)| t.passed + t.failed.len() + t.skipped.values().sum::<usize>() > 0);
+        let _ = writeln!(
+            out,
+            "| op | passed | failed | skipped | skip reasons |\n|---|---:|---:|---:|---|"
+        );
         for (op, t) in &sampled {
             let skipped: usize = t.skipped.values().sum();
-            let reasons = t.skipped.iter().map(|(r, n)| format!("{n}× {}", r.replace('|', "\\|"))).collect::<Vec<_>>().join("; ");
-            let _ = writeln!(out, "| `{op}` | {} | {} | {skipped} | {reasons} |", t.passed, t.failed.len());
+            let reasons = t
+                .skipped
+                .iter()
+                .map(|(r, n)| format!("{n}× {}", r.replace('|', "\\|")))
+                .collect::<Vec<_>>()
+                .join("; ");
+            let _ = writeln!(
+                out,
+                "| `{op}` | {} | {} | {skipped} | {reasons} |",
+                t.passed,
+                t.failed.len()
+            );
         }
-        let failures: Vec<(&String, &SampleResult)> = self.ops.iter().flat_map(|(op, t)| t.failed.iter().map(move |f| (op, f))).collect();
+        let failures: Vec<(&String, &SampleResult)> =
+            self.ops.iter().flat_map(|(op, t)| t.failed.iter().map(move |f| (op, f))).collect();
         if !failures.is_empty() {
-            let _ = writeln!(out, "\n## Failures\n\n| op | OpInfo | dtype | sample | error |\n|---|---|---|---|---|");
+            let _ = writeln!(
+                out,
+                "\n## Failures\n\n| op | OpInfo | dtype | sample | error |\n|---|---|---|---|---|"
+            );
             for (op, f) in failures {
                 let Verdict::Failed(reason) = &f.verdict else { continue };
-                let _ = writeln!(out, "| `{op}` | {} | {} | {} | {} |", f.opinfo, f.dtype, f.about.replace('|', "\\|"), first_line(reason).replace('|', "\\|"));
+                let _ = writeln!(
+                    out,
+                    "| `{op}` | {} | {} | {} | {} |",
+                    f.opinfo,
+                    f.dtype,
+                    f.about.replace('|', "\\|"),
+                    first_line(reason).replace('|', "\\|")
+                );
             }
         }
         if !unsampled.is_empty() {
             let _ = writeln!(out, "\n## Translated ops no OpInfo sample reaches\n");
-            let _ = writeln!(out, "{}", unsampled.iter().map(|(op, _)| format!("`{op}`")).collect::<Vec<_>>().join(", "));
+            let _ = writeln!(
+                out,
+                "{}",
+                unsampled.iter().map(|(op, _)| format!("`{op}`")).collect::<Vec<_>>().join(", ")
+            );
         }
         if let Some(c) = &self.coverage {
             let _ = writeln!(

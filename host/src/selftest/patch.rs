@@ -95,7 +95,8 @@ pub enum Expect {
 
 /// Configuration keys a case may not set: they name code, kernels or files to
 /// load (the worker also builds every case's model with remote code refused).
-const OVERRIDES_DENIED: &[&str] = &["auto_map", "trust_remote_code", "name_or_path", "quantization_config", "kernel_config"];
+const OVERRIDES_DENIED: &[&str] =
+    &["auto_map", "trust_remote_code", "name_or_path", "quantization_config", "kernel_config"];
 
 impl PatchCase {
     /// A case is as untrusted as its plugin: its `task` is a plain class name
@@ -103,7 +104,11 @@ impl PatchCase {
     /// would import a module), and its overrides set sizes and flags, never code.
     pub fn check(&self) -> Result<(), String> {
         let CaseModel::Architecture { name, overrides, task } = &self.model else { return Ok(()) };
-        let plain = |s: &str| !s.is_empty() && !s.starts_with('_') && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        let plain = |s: &str| {
+            !s.is_empty()
+                && !s.starts_with('_')
+                && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        };
         if !plain(name) {
             return Err(format!("model: `{name}` is not an architecture name"));
         }
@@ -112,7 +117,9 @@ impl PatchCase {
                 return Err(format!("model: task `{task}` is not a class name (a case names a transformers model class, never a dotted path)"));
             }
         }
-        if let Some(key) = overrides.keys().find(|k| !plain(k) || OVERRIDES_DENIED.contains(&k.as_str()) || k.contains("implementation")) {
+        if let Some(key) = overrides.keys().find(|k| {
+            !plain(k) || OVERRIDES_DENIED.contains(&k.as_str()) || k.contains("implementation")
+        }) {
             return Err(format!("model: the override `{key}` may name code or files to load; a case sets sizes and flags only"));
         }
         Ok(())
@@ -120,43 +127,65 @@ impl PatchCase {
 
     fn request(&self) -> TraceRequest {
         let (source, task) = match &self.model {
-            CaseModel::Program { program, inputs } => (ModelSource::Program { program: program.clone(), inputs: inputs.clone() }, None),
-            CaseModel::Architecture { name, overrides, task } => {
-                (ModelSource::Architecture { name: name.clone(), overrides: overrides.clone().into_iter().collect() }, task.clone())
+            CaseModel::Program { program, inputs } => {
+                (ModelSource::Program { program: program.clone(), inputs: inputs.clone() }, None)
             }
+            CaseModel::Architecture { name, overrides, task } => (
+                ModelSource::Architecture {
+                    name: name.clone(),
+                    overrides: overrides.clone().into_iter().collect(),
+                },
+                task.clone(),
+            ),
         };
         TraceRequest { task, dynamic: self.dynamic, ..TraceRequest::new(source) }
     }
 }
 
 /// Runs `case` for `patch` in `worker`; says what it showed.
-pub fn run(runtime: &Runtime, patch: PluginOf<'_, kind::Patch>, case: &PatchCase, worker: &mut Worker) -> Result<String, String> {
+pub fn run(
+    runtime: &Runtime,
+    patch: PluginOf<'_, kind::Patch>,
+    case: &PatchCase,
+    worker: &mut Worker,
+) -> Result<String, String> {
     case.check()?;
     let scratch = worker.temp_dir(".hfx-selftest-").map_err(|e| e.to_string())?;
     let request = case.request();
 
     // With the patch: it traces, the patch answers, the program matches eager.
-    let (with, reference) = (scratch.path().join("with.pt2"), scratch.path().join("with.reference.pt"));
+    let (with, reference) =
+        (scratch.path().join("with.pt2"), scratch.path().join("with.reference.pt"));
     let mut sessions = vec![Session::new(runtime, patch, "selftest")];
-    crate::trace::trace(worker, &request, &mut sessions, &with, &reference, DEADLINE).map_err(|e| format!("with the patch: {e}"))?;
+    crate::trace::trace(worker, &request, &mut sessions, &with, &reference, DEADLINE)
+        .map_err(|e| format!("with the patch: {e}"))?;
     let answered = sessions[0].calls;
     if answered == 0 && !matches!(case.expect, Expect::Installed) {
         return Err("the patch answered no call: the case does not exercise it".into());
     }
     // Against eager as `--verify` checks a `.pt2` (float round-off only).
-    let checks = worker.request(&verify::request(&verify::Runtime::Pt2, &with, &reference), DEADLINE).map_err(|e| format!("checking the patched program: {e}"))?.checks;
+    let checks = worker
+        .request(&verify::request(&verify::Runtime::Pt2, &with, &reference), DEADLINE)
+        .map_err(|e| format!("checking the patched program: {e}"))?
+        .checks;
     let mut worst = 0f64;
     for check in &checks {
         let compared: Vec<_> = match &case.compare_outputs {
             None => check.outputs.clone(),
             Some(wanted) => {
                 if let Some(missing) = wanted.iter().find(|&&i| i >= check.outputs.len()) {
-                    return Err(format!("compare-outputs names output {missing}; the program has {}", check.outputs.len()));
+                    return Err(format!(
+                        "compare-outputs names output {missing}; the program has {}",
+                        check.outputs.len()
+                    ));
                 }
                 wanted.iter().map(|&i| check.outputs[i].clone()).collect()
             }
         };
-        worst = worst.max(super::numeric_failures(&compared).map_err(|e| format!("the patched program against eager: {e}"))?);
+        worst = worst.max(
+            super::numeric_failures(&compared)
+                .map_err(|e| format!("the patched program against eager: {e}"))?,
+        );
     }
     let patched = targets(&with)?;
 
@@ -164,11 +193,20 @@ pub fn run(runtime: &Runtime, patch: PluginOf<'_, kind::Patch>, case: &PatchCase
     // An `answered` or `installed` case claims no effect, so it is not traced again.
     let mut without = || {
         let path = scratch.path().join("without.pt2");
-        crate::trace::trace(worker, &request, &mut [], &path, &scratch.path().join("without.reference.pt"), DEADLINE)
-            .map_err(|e| e.to_string())
-            .and_then(|_| targets(&path))
+        crate::trace::trace(
+            worker,
+            &request,
+            &mut [],
+            &path,
+            &scratch.path().join("without.reference.pt"),
+            DEADLINE,
+        )
+        .map_err(|e| e.to_string())
+        .and_then(|_| targets(&path))
     };
-    let not_traced = |e: String| format!("the model does not trace without it ({})", e.lines().next().unwrap_or_default());
+    let not_traced = |e: String| {
+        format!("the model does not trace without it ({})", e.lines().next().unwrap_or_default())
+    };
     let effect = match &case.expect {
         Expect::Answered => "its program is the same either way".to_string(),
         Expect::Installed => "installed while tracing (no call reaches it here)".to_string(),
@@ -200,8 +238,10 @@ pub fn run(runtime: &Runtime, patch: PluginOf<'_, kind::Patch>, case: &PatchCase
 /// The targets of a traced `.pt2`'s nodes, sorted.
 fn targets(path: &Path) -> Result<Vec<String>, String> {
     let mut pt2 = Pt2::open(path).map_err(|e| e.to_string())?;
-    let program = pt2.programs.remove("model").ok_or("the traced archive has no `model` program")?;
-    let mut targets: Vec<String> = program.graph_module.graph.nodes.into_iter().map(|n| n.target).collect();
+    let program =
+        pt2.programs.remove("model").ok_or("the traced archive has no `model` program")?;
+    let mut targets: Vec<String> =
+        program.graph_module.graph.nodes.into_iter().map(|n| n.target).collect();
     targets.sort();
     Ok(targets)
 }
@@ -237,7 +277,13 @@ mod tests {
         for task in ["transformers.utils.hub.cached_file", "os.system", "_from_config", "", "a b"] {
             assert!(case(Some(task), "num_hidden_layers").check().is_err(), "{task}");
         }
-        for key in ["auto_map", "attn_implementation", "_attn_implementation", "experts_implementation", "trust_remote_code"] {
+        for key in [
+            "auto_map",
+            "attn_implementation",
+            "_attn_implementation",
+            "experts_implementation",
+            "trust_remote_code",
+        ] {
             assert!(case(None, key).check().unwrap_err().contains(key), "{key}");
         }
     }

@@ -39,8 +39,15 @@ pub fn run(
                 Ok(true) => {
                     report.changed(dispatcher.name(index));
                     let change = name.map(|name| {
-                        let (became, became_unlisted) = super::became(in_place_of(graph, node, first_added));
-                        NodeChange { plugin: dispatcher.name(index).to_string(), node: name, op: target.clone(), became, became_unlisted }
+                        let (became, became_unlisted) =
+                            super::became(in_place_of(graph, node, first_added));
+                        NodeChange {
+                            plugin: dispatcher.name(index).to_string(),
+                            node: name,
+                            op: target.clone(),
+                            became,
+                            became_unlisted,
+                        }
                     });
                     report.record(change);
                     break;
@@ -62,8 +69,14 @@ pub fn run(
 /// The ops in `node`'s place after a fix: the node if the fix kept it, then
 /// every live node the call added (the arena only grows, so those are the
 /// ids from `first_added` on).
-fn in_place_of(graph: &Graph, node: NodeId, first_added: NodeId) -> impl Iterator<Item = String> + '_ {
+fn in_place_of(
+    graph: &Graph,
+    node: NodeId,
+    first_added: NodeId,
+) -> impl Iterator<Item = String> + '_ {
     let kept = graph.node(node).ok().map(|n| n.target.clone());
-    let added = (first_added.0..graph.next_node_id().0).filter_map(|id| graph.node(NodeId(id)).ok()).map(|n| n.target.clone());
+    let added = (first_added.0..graph.next_node_id().0)
+        .filter_map(|id| graph.node(NodeId(id)).ok())
+        .map(|n| n.target.clone());
     kept.into_iter().chain(added)
 }

@@ -26,7 +26,8 @@ pub fn run(
         }
     }
     // A whole-program fix changes no one node: its calls are counted, no change is recorded.
-    report.ops_after = if plugins.is_empty() { report.ops_before.clone() } else { super::fx_ops(graph) };
+    report.ops_after =
+        if plugins.is_empty() { report.ops_before.clone() } else { super::fx_ops(graph) };
     report.elapsed = start.elapsed();
     Ok(report)
 }

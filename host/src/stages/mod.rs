@@ -167,8 +167,11 @@ pub fn onnx_op(domain: &str, op_type: &str) -> String {
 /// The plugins of kind `K` for one backend, in stage order (manifest `order`,
 /// then name); which plugins serve a backend is [`Backends::serve`].
 pub fn select<K: Kind>(plugins: &[Plugin], backend: Backend) -> Vec<PluginOf<'_, K>> {
-    let mut chosen: Vec<PluginOf<K>> =
-        plugins.iter().filter(|p| p.manifest.plugin.backend.serve(backend)).filter_map(Plugin::of_kind::<K>).collect();
+    let mut chosen: Vec<PluginOf<K>> = plugins
+        .iter()
+        .filter(|p| p.manifest.plugin.backend.serve(backend))
+        .filter_map(Plugin::of_kind::<K>)
+        .collect();
     chosen.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
     chosen
 }
@@ -205,7 +208,13 @@ impl<'a, K: Kind> Dispatcher<'a, K> {
                 by_target.entry(target.as_str()).or_default().push(index);
             }
         }
-        Dispatcher { runtime, plugins, stage, by_target, sessions: plugins.iter().map(|_| None).collect() }
+        Dispatcher {
+            runtime,
+            plugins,
+            stage,
+            by_target,
+            sessions: plugins.iter().map(|_| None).collect(),
+        }
     }
 
     /// Indexes of the plugins that declared `target`, in stage order.

@@ -29,7 +29,8 @@ pub fn run(
                     let change = report.recording().then(|| {
                         let fixed = &model.nodes[node as usize];
                         let op = super::onnx_op(&fixed.domain, &fixed.op_type);
-                        let name = fixed.outputs.first().cloned().unwrap_or_else(|| format!("#{node}"));
+                        let name =
+                            fixed.outputs.first().cloned().unwrap_or_else(|| format!("#{node}"));
                         NodeChange {
                             plugin: dispatcher.name(index).to_string(),
                             node: name,

@@ -74,7 +74,12 @@ pub fn run(
         let target = node.target.clone();
         let Some(&index) = dispatcher.candidates(&target).last() else {
             let made_at = model_line(node).map(|line| format!(", {line}")).unwrap_or_default();
-            return Err(TranslationError::Missing { target, node: graph.node_name(id), made_at, source_note: ProgramSource::Unknown });
+            return Err(TranslationError::Missing {
+                target,
+                node: graph.node_name(id),
+                made_at,
+                source_note: ProgramSource::Unknown,
+            });
         };
         let outputs: Vec<ValueId> = node.output_values().collect();
         let name = report.recording().then(|| graph.node_name(id));
@@ -83,12 +88,21 @@ pub fn run(
         report.changed(dispatcher.name(index));
         let change = name.map(|name| {
             let emitted = builder.nodes.get(first_emitted..).unwrap_or_default();
-            let (became, became_unlisted) = super::became(emitted.iter().map(|n| super::onnx_op(&n.domain, &n.op_type)));
-            NodeChange { plugin: dispatcher.name(index).to_string(), node: name, op: target.clone(), became, became_unlisted }
+            let (became, became_unlisted) =
+                super::became(emitted.iter().map(|n| super::onnx_op(&n.domain, &n.op_type)));
+            NodeChange {
+                plugin: dispatcher.name(index).to_string(),
+                node: name,
+                op: target.clone(),
+                became,
+                became_unlisted,
+            }
         });
         report.record(change);
         // Every output something reads must have a name now.
-        if let Some(&value) = outputs.iter().find(|&&v| graph.is_used(v) && !builder.value_names.contains_key(&v)) {
+        if let Some(&value) =
+            outputs.iter().find(|&&v| graph.is_used(v) && !builder.value_names.contains_key(&v))
+        {
             return Err(TranslationError::Unbound {
                 plugin: dispatcher.name(index).to_string(),
                 node: graph.node_name(id),
@@ -99,7 +113,9 @@ pub fn run(
     }
     for output in graph_outputs(graph) {
         if !builder.value_names.contains_key(&output) {
-            return Err(TranslationError::Output(graph.value(output).map(|v| v.name.clone()).unwrap_or_default()));
+            return Err(TranslationError::Output(
+                graph.value(output).map(|v| v.name.clone()).unwrap_or_default(),
+            ));
         }
     }
     report.ops_after = super::onnx_ops(&builder.nodes);

@@ -30,8 +30,8 @@ use std::sync::OnceLock;
 use super::TraceError;
 
 use landlock::{
-    path_beneath_rules, Access, AccessFs, AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope,
-    ABI,
+    path_beneath_rules, Access, AccessFs, AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr,
+    RulesetCreated, RulesetCreatedAttr, Scope, ABI,
 };
 
 /// Above the highest capability any kernel defines (40 on 6.x): dropping one
@@ -122,10 +122,24 @@ pub fn support() -> Support {
         const LANDLOCK_CREATE_RULESET_VERSION: u32 = 1;
         const SECCOMP_GET_ACTION_AVAIL: libc::c_ulong = 2;
         // SAFETY: with a null attribute, size 0 and the VERSION flag the call only returns the ABI version.
-        let abi = unsafe { libc::syscall(libc::SYS_landlock_create_ruleset, std::ptr::null::<u8>(), 0usize, LANDLOCK_CREATE_RULESET_VERSION) };
+        let abi = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_create_ruleset,
+                std::ptr::null::<u8>(),
+                0usize,
+                LANDLOCK_CREATE_RULESET_VERSION,
+            )
+        };
         let action: u32 = SECCOMP_RET_ERRNO;
         // SAFETY: the kernel reads one u32 from a valid pointer.
-        let seccomp = unsafe { libc::syscall(libc::SYS_seccomp, SECCOMP_GET_ACTION_AVAIL, 0 as libc::c_ulong, &action as *const u32) } == 0;
+        let seccomp = unsafe {
+            libc::syscall(
+                libc::SYS_seccomp,
+                SECCOMP_GET_ACTION_AVAIL,
+                0 as libc::c_ulong,
+                &action as *const u32,
+            )
+        } == 0;
         Support { landlock_abi: (abi > 0).then_some(abi as i64), seccomp }
     })
 }
@@ -137,7 +151,8 @@ pub fn doctor_line() -> String {
         Some(abi) => format!("files on (Landlock ABI {abi})"),
         None => "files OFF (no Landlock in this kernel: Linux 5.13+ with landlock in the `lsm=` boot list)".into(),
     };
-    let seccomp = if support.seccomp { "on (seccomp)" } else { "OFF (no seccomp filters in this kernel)" };
+    let seccomp =
+        if support.seccomp { "on (seccomp)" } else { "OFF (no seccomp filters in this kernel)" };
     format!("{files}, network {seccomp}, processes {seccomp}")
 }
 
@@ -151,7 +166,8 @@ pub struct Prepared {
 }
 
 /// The folders every Python interpreter reads from outside its prefixes.
-const SYSTEM_READ: &[&str] = &["/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/proc", "/sys"];
+const SYSTEM_READ: &[&str] =
+    &["/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/proc", "/sys"];
 /// Of `/etc`, what the dynamic loader, time and user look-ups read (not its secrets: `shadow`, keys).
 const ETC_READ: &[&str] = &[
     "/etc/ld.so.cache",
@@ -168,13 +184,28 @@ const ETC_READ: &[&str] = &[
     "/etc/alternatives",
 ];
 /// Of `/dev`, the devices read (not disks); a GPU's nodes where they exist.
-const DEV_READ: &[&str] = &["/dev/zero", "/dev/urandom", "/dev/random", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0", "/dev/dxg"];
+const DEV_READ: &[&str] = &[
+    "/dev/zero",
+    "/dev/urandom",
+    "/dev/random",
+    "/dev/nvidiactl",
+    "/dev/nvidia-uvm",
+    "/dev/nvidia0",
+    "/dev/dxg",
+];
 
 impl Prepared {
     /// Prepares the sandbox of a worker running `python` (its prefixes are
     /// readable), from `package` and `pythonpath`, writing `scratch`, `memo`
     /// and what `sandbox` names.
-    pub fn new(sandbox: &Sandbox, python: &str, package: &Path, pythonpath: &[PathBuf], scratch: &Path, memo: Option<&Path>) -> Result<Prepared, TraceError> {
+    pub fn new(
+        sandbox: &Sandbox,
+        python: &str,
+        package: &Path,
+        pythonpath: &[PathBuf],
+        scratch: &Path,
+        memo: Option<&Path>,
+    ) -> Result<Prepared, TraceError> {
         let support = support();
         let mut applied = Applied::default();
         let ruleset = match support.landlock_abi {
@@ -185,14 +216,16 @@ impl Prepared {
             Some(abi) => {
                 let mut installed: Vec<PathBuf> = SYSTEM_READ.iter().map(PathBuf::from).collect();
                 installed.extend(python_prefixes(python)?);
-                let mut read: Vec<PathBuf> = ETC_READ.iter().chain(DEV_READ).map(PathBuf::from).collect();
+                let mut read: Vec<PathBuf> =
+                    ETC_READ.iter().chain(DEV_READ).map(PathBuf::from).collect();
                 read.push(package.to_path_buf());
                 read.extend(pythonpath.iter().cloned());
                 read.extend(sandbox.read.iter().cloned());
                 let mut write: Vec<PathBuf> = vec![scratch.to_path_buf()];
                 write.extend(memo.map(Path::to_path_buf));
                 write.extend(sandbox.write.iter().cloned());
-                let ruleset = landlock_ruleset(&installed, &read, &write).map_err(|e| TraceError::Sandbox(format!("its Landlock rules: {e}")))?;
+                let ruleset = landlock_ruleset(&installed, &read, &write)
+                    .map_err(|e| TraceError::Sandbox(format!("its Landlock rules: {e}")))?;
                 applied.files = Protection::On(format!("Landlock ABI {abi}"));
                 Some(ruleset)
             }
@@ -223,23 +256,35 @@ impl Prepared {
         unsafe {
             if libc::geteuid() == 0 {
                 for capability in 0..=libc::c_ulong::from(CAP_LAST_CAP_MAX) {
-                    if libc::prctl(libc::PR_CAPBSET_DROP, capability, 0, 0, 0) != 0 && *libc::__errno_location() != libc::EINVAL {
+                    if libc::prctl(libc::PR_CAPBSET_DROP, capability, 0, 0, 0) != 0
+                        && *libc::__errno_location() != libc::EINVAL
+                    {
                         return Err(std::io::Error::last_os_error());
                     }
                 }
             }
         }
         if let Some(ruleset) = self.ruleset.take() {
-            ruleset.restrict_self().map_err(|_| std::io::Error::other("Landlock refused the worker's rules"))?;
+            ruleset
+                .restrict_self()
+                .map_err(|_| std::io::Error::other("Landlock refused the worker's rules"))?;
         }
         if let Some(filter) = &self.filter {
-            let program = libc::sock_fprog { len: filter.len() as u16, filter: filter.as_ptr() as *mut libc::sock_filter };
+            let program = libc::sock_fprog {
+                len: filter.len() as u16,
+                filter: filter.as_ptr() as *mut libc::sock_filter,
+            };
             // SAFETY: prctl reads the program, which outlives the call; no-new-privs lets an unprivileged process install it.
             unsafe {
                 if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-                if libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &program as *const libc::sock_fprog) != 0 {
+                if libc::prctl(
+                    libc::PR_SET_SECCOMP,
+                    libc::SECCOMP_MODE_FILTER,
+                    &program as *const libc::sock_fprog,
+                ) != 0
+                {
                     return Err(std::io::Error::last_os_error());
                 }
             }
@@ -255,7 +300,11 @@ impl Prepared {
 
 /// Rules: `installed` read and executed, `read` read, `write` read and
 /// written, nothing of the last two executed; `/dev/null` read and written.
-fn landlock_ruleset(installed: &[PathBuf], read: &[PathBuf], write: &[PathBuf]) -> Result<RulesetCreated, landlock::RulesetError> {
+fn landlock_ruleset(
+    installed: &[PathBuf],
+    read: &[PathBuf],
+    write: &[PathBuf],
+) -> Result<RulesetCreated, landlock::RulesetError> {
     // The newest ABI this crate knows, kept where the kernel has it (best effort).
     let abi = ABI::V7;
     let all = AccessFs::from_all(abi);
@@ -280,7 +329,8 @@ fn landlock_ruleset(installed: &[PathBuf], read: &[PathBuf], write: &[PathBuf]) 
 /// per interpreter path, isolated (`-I`: nothing of the current folder runs).
 fn python_prefixes(python: &str) -> Result<Vec<PathBuf>, TraceError> {
     static ASKED: std::sync::Mutex<Vec<(String, Vec<PathBuf>)>> = std::sync::Mutex::new(Vec::new());
-    if let Some((_, found)) = ASKED.lock().expect("prefix cache").iter().find(|(p, _)| p == python) {
+    if let Some((_, found)) = ASKED.lock().expect("prefix cache").iter().find(|(p, _)| p == python)
+    {
         return Ok(found.clone());
     }
     const SCRIPT: &str = "import os, sys\n\
@@ -293,13 +343,26 @@ if p: print(os.path.realpath(p))\n";
         .map_err(|source| TraceError::Start { python: python.into(), source })?;
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
-        let last = stderr.lines().rev().map(str::trim).find(|l| !l.is_empty()).unwrap_or("no error output");
-        return Err(TraceError::Sandbox(format!("{python} failed ({}) naming its folders: {last}", out.status)));
+        let last = stderr
+            .lines()
+            .rev()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .unwrap_or("no error output");
+        return Err(TraceError::Sandbox(format!(
+            "{python} failed ({}) naming its folders: {last}",
+            out.status
+        )));
     }
-    let mut found: Vec<PathBuf> = String::from_utf8_lossy(&out.stdout).lines().map(PathBuf::from).collect();
+    let mut found: Vec<PathBuf> =
+        String::from_utf8_lossy(&out.stdout).lines().map(PathBuf::from).collect();
     // The interpreter as named (a venv's link, `VENV/bin/python`): the venv itself.
     let named = Path::new(python);
-    if let Some(venv) = named.parent().and_then(Path::parent).filter(|v| named.is_absolute() && v.join("pyvenv.cfg").is_file()) {
+    if let Some(venv) = named
+        .parent()
+        .and_then(Path::parent)
+        .filter(|v| named.is_absolute() && v.join("pyvenv.cfg").is_file())
+    {
         found.push(venv.to_path_buf());
     }
     found.sort();
@@ -364,22 +427,48 @@ mod tests {
             return;
         }
         let filter = network_filter();
-        let program = libc::sock_fprog { len: filter.len() as u16, filter: filter.as_ptr() as *mut libc::sock_filter };
+        let program = libc::sock_fprog {
+            len: filter.len() as u16,
+            filter: filter.as_ptr() as *mut libc::sock_filter,
+        };
         // SAFETY: the child makes only async-signal-safe calls and leaves with _exit; the parent reaps it.
         unsafe {
             let pid = libc::fork();
             if pid == 0 {
                 let installed = libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
-                    && libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &program as *const libc::sock_fprog) == 0;
-                let refused = |result: libc::c_long, errno: i32| result == -1 && *libc::__errno_location() == errno;
-                let inet = refused(libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) as libc::c_long, libc::EACCES);
-                let inet6 = refused(libc::socket(libc::AF_INET6, libc::SOCK_DGRAM, 0) as libc::c_long, libc::EACCES);
+                    && libc::prctl(
+                        libc::PR_SET_SECCOMP,
+                        libc::SECCOMP_MODE_FILTER,
+                        &program as *const libc::sock_fprog,
+                    ) == 0;
+                let refused = |result: libc::c_long, errno: i32| {
+                    result == -1 && *libc::__errno_location() == errno
+                };
+                let inet = refused(
+                    libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) as libc::c_long,
+                    libc::EACCES,
+                );
+                let inet6 = refused(
+                    libc::socket(libc::AF_INET6, libc::SOCK_DGRAM, 0) as libc::c_long,
+                    libc::EACCES,
+                );
                 let mut pair = [0; 2];
-                let inet_pair = refused(libc::socketpair(libc::AF_INET, libc::SOCK_STREAM, 0, pair.as_mut_ptr()) as libc::c_long, libc::EACCES);
-                let uring = refused(libc::syscall(libc::SYS_io_uring_setup, 1u32, std::ptr::null_mut::<u8>()), libc::ENOSYS);
+                let inet_pair = refused(
+                    libc::socketpair(libc::AF_INET, libc::SOCK_STREAM, 0, pair.as_mut_ptr())
+                        as libc::c_long,
+                    libc::EACCES,
+                );
+                let uring = refused(
+                    libc::syscall(libc::SYS_io_uring_setup, 1u32, std::ptr::null_mut::<u8>()),
+                    libc::ENOSYS,
+                );
                 let unix = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0) >= 0;
-                let unix_pair = libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, pair.as_mut_ptr()) == 0;
-                let code = [installed, inet, inet6, inet_pair, uring, unix, unix_pair].iter().position(|ok| !ok).map_or(0, |i| 10 + i as i32);
+                let unix_pair =
+                    libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, pair.as_mut_ptr()) == 0;
+                let code = [installed, inet, inet6, inet_pair, uring, unix, unix_pair]
+                    .iter()
+                    .position(|ok| !ok)
+                    .map_or(0, |i| 10 + i as i32);
                 libc::_exit(code);
             }
             let mut status = 0;
@@ -394,10 +483,16 @@ mod tests {
         let applied = Applied {
             files: Protection::On("Landlock ABI 7".into()),
             network: Protection::Off("no seccomp filters in this kernel".into()),
-            exec: Protection::Waived("--backend executorch.xnnpack: ExecuTorch's delegate lowering runs `flatc`".into()),
+            exec: Protection::Waived(
+                "--backend executorch.xnnpack: ExecuTorch's delegate lowering runs `flatc`".into(),
+            ),
         };
         assert_eq!(applied.off(), ["network"], "a waiver the run needs is not the kernel's lack");
-        assert!(applied.line().starts_with("files on (Landlock ABI 7), network OFF (no seccomp"), "{}", applied.line());
+        assert!(
+            applied.line().starts_with("files on (Landlock ABI 7), network OFF (no seccomp"),
+            "{}",
+            applied.line()
+        );
         assert!(applied.line().ends_with("processes off for this run (--backend executorch.xnnpack: ExecuTorch's delegate lowering runs `flatc`)"));
     }
 }

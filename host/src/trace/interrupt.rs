@@ -23,7 +23,8 @@ pub struct Registry {
     pub(crate) scratch: Vec<PathBuf>,
 }
 
-static REGISTRY: Mutex<Registry> = Mutex::new(Registry { groups: Vec::new(), cgroups: Vec::new(), scratch: Vec::new() });
+static REGISTRY: Mutex<Registry> =
+    Mutex::new(Registry { groups: Vec::new(), cgroups: Vec::new(), scratch: Vec::new() });
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 static PIPE: AtomicI32 = AtomicI32::new(-1);
 
@@ -147,7 +148,10 @@ pub fn remove_stale_scratch(dir: &Path) -> Vec<PathBuf> {
     for entry in entries.filter_map(Result::ok) {
         let name = entry.file_name();
         let Some(pid) = name.to_str().and_then(scratch_pid) else { continue };
-        if pid != std::process::id() && !super::process::alive(pid) && entry.file_type().is_ok_and(|t| t.is_dir()) {
+        if pid != std::process::id()
+            && !super::process::alive(pid)
+            && entry.file_type().is_ok_and(|t| t.is_dir())
+        {
             let path = entry.path();
             if std::fs::remove_dir_all(&path).is_ok() {
                 removed.push(path);
@@ -166,7 +170,11 @@ fn scratch_pid(name: &str) -> Option<u32> {
         Some(_) => return None,
         None => pid,
     };
-    if what.is_empty() || !what.bytes().all(|b| b.is_ascii_lowercase()) || pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+    if what.is_empty()
+        || !what.bytes().all(|b| b.is_ascii_lowercase())
+        || pid.is_empty()
+        || !pid.bytes().all(|b| b.is_ascii_digit())
+    {
         return None;
     }
     pid.parse().ok()
@@ -181,7 +189,16 @@ mod tests {
         assert_eq!(scratch_pid(".hfx-trace-1234"), Some(1234));
         assert_eq!(scratch_pid(".hfx-folder-7"), Some(7));
         assert_eq!(scratch_pid(".hfx-trace-1234.2"), Some(1234));
-        for other in [".hfx-trace-", ".hfx--12", ".hfx-trace-12x", "hfx-trace-12", ".hfx-Trace-12", ".o.pt2.12.tmp", ".hfx-trace-12.", ".hfx-trace-12.x"] {
+        for other in [
+            ".hfx-trace-",
+            ".hfx--12",
+            ".hfx-trace-12x",
+            "hfx-trace-12",
+            ".hfx-Trace-12",
+            ".o.pt2.12.tmp",
+            ".hfx-trace-12.",
+            ".hfx-trace-12.x",
+        ] {
             assert_eq!(scratch_pid(other), None, "{other}");
         }
     }

@@ -76,7 +76,10 @@ fn unescape(field: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        let octal = bytes.get(i + 1..i + 4).and_then(|d| std::str::from_utf8(d).ok()).and_then(|d| u8::from_str_radix(d, 8).ok());
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .and_then(|d| std::str::from_utf8(d).ok())
+            .and_then(|d| u8::from_str_radix(d, 8).ok());
         match (bytes[i], octal) {
             (b'\\', Some(b)) => {
                 out.push(b);
@@ -94,7 +97,11 @@ fn unescape(field: &str) -> String {
 /// Where the memory controller of this process's cgroup is, from
 /// `/proc/self/cgroup` and `/proc/self/mountinfo`: cgroup v2 when its
 /// hierarchy offers `memory`, else a v1 hierarchy with `memory`.
-fn find_controller(proc_cgroup: &str, mountinfo: &str, read: &dyn Fn(&Path) -> Option<String>) -> Option<Controller> {
+fn find_controller(
+    proc_cgroup: &str,
+    mountinfo: &str,
+    read: &dyn Fn(&Path) -> Option<String>,
+) -> Option<Controller> {
     // (fstype, mount root, mount point, super options) of each cgroup mount.
     let mounts: Vec<(String, String, PathBuf, String)> = mountinfo
         .lines()
@@ -103,7 +110,12 @@ fn find_controller(proc_cgroup: &str, mountinfo: &str, read: &dyn Fn(&Path) -> O
             let fields: Vec<&str> = before.split(' ').collect();
             let after: Vec<&str> = after.split(' ').collect();
             let (root, point) = (fields.get(3)?, fields.get(4)?);
-            Some((after.first()?.to_string(), unescape(root), PathBuf::from(unescape(point)), after.get(2).unwrap_or(&"").to_string()))
+            Some((
+                after.first()?.to_string(),
+                unescape(root),
+                PathBuf::from(unescape(point)),
+                after.get(2).unwrap_or(&"").to_string(),
+            ))
         })
         .filter(|(fstype, ..)| fstype == "cgroup" || fstype == "cgroup2")
         .collect();
@@ -118,7 +130,10 @@ fn find_controller(proc_cgroup: &str, mountinfo: &str, read: &dyn Fn(&Path) -> O
     let mut v1 = None;
     for line in proc_cgroup.lines() {
         let mut parts = line.splitn(3, ':');
-        let (Some(id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next()) else { continue };
+        let (Some(id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
         if id == "0" && controllers.is_empty() {
             for (_, root, point, _) in mounts.iter().filter(|m| m.0 == "cgroup2") {
                 if let Some(dir) = folder(root, point, path) {
@@ -129,8 +144,14 @@ fn find_controller(proc_cgroup: &str, mountinfo: &str, read: &dyn Fn(&Path) -> O
                 }
             }
         } else if controllers.split(',').any(|c| c == "memory") {
-            let mount = mounts.iter().find(|(fstype, _, _, options)| fstype == "cgroup" && options.split(',').any(|o| o == "memory"));
-            v1 = v1.or_else(|| mount.and_then(|(_, root, point, _)| folder(root, point, path)).map(|dir| Controller { version: Version::V1, dir }));
+            let mount = mounts.iter().find(|(fstype, _, _, options)| {
+                fstype == "cgroup" && options.split(',').any(|o| o == "memory")
+            });
+            v1 = v1.or_else(|| {
+                mount
+                    .and_then(|(_, root, point, _)| folder(root, point, path))
+                    .map(|dir| Controller { version: Version::V1, dir })
+            });
         }
     }
     v1
@@ -138,7 +159,10 @@ fn find_controller(proc_cgroup: &str, mountinfo: &str, read: &dyn Fn(&Path) -> O
 
 /// `oom_kill N` in a cgroup's `memory.events` (v2) or `memory.oom_control` (v1).
 fn oom_kill_count(text: &str) -> u64 {
-    text.lines().find_map(|l| l.strip_prefix("oom_kill ")).and_then(|n| n.trim().parse().ok()).unwrap_or(0)
+    text.lines()
+        .find_map(|l| l.strip_prefix("oom_kill "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// A child cgroup holding the worker, removed on drop.
@@ -160,21 +184,26 @@ impl Cgroup {
         let read = |p: &Path| std::fs::read_to_string(p).ok();
         let proc_cgroup = read(Path::new("/proc/self/cgroup")).ok_or("no /proc/self/cgroup")?;
         let mountinfo = read(Path::new("/proc/self/mountinfo")).ok_or("no /proc/self/mountinfo")?;
-        let controller = find_controller(&proc_cgroup, &mountinfo, &read).ok_or("no memory cgroup controller for this process")?;
+        let controller = find_controller(&proc_cgroup, &mountinfo, &read)
+            .ok_or("no memory cgroup controller for this process")?;
         let Controller { version, dir: parent } = controller;
         if version == Version::V2 {
             let enabled = read(&parent.join("cgroup.subtree_control")).unwrap_or_default();
             if !enabled.split_whitespace().any(|c| c == "memory") {
                 // Refused (EBUSY) where this cgroup holds processes itself and is not the root.
-                write(&parent.join("cgroup.subtree_control"), "+memory")
-                    .map_err(|e| format!("cannot enable the memory controller in {}: {e}", parent.display()))?;
+                write(&parent.join("cgroup.subtree_control"), "+memory").map_err(|e| {
+                    format!("cannot enable the memory controller in {}: {e}", parent.display())
+                })?;
             }
         }
         remove_stale_cgroups(&parent);
         let dir = parent.join(name);
         std::fs::create_dir(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let cgroup = Cgroup { version, dir };
-        let set = |file: &str, value: &str| write(&cgroup.dir.join(file), value).map_err(|e| format!("cannot set {}/{file}: {e}", cgroup.dir.display()));
+        let set = |file: &str, value: &str| {
+            write(&cgroup.dir.join(file), value)
+                .map_err(|e| format!("cannot set {}/{file}: {e}", cgroup.dir.display()))
+        };
         match version {
             Version::V2 => {
                 set("memory.max", &limit.to_string())?;
@@ -193,7 +222,8 @@ impl Cgroup {
 
     /// Moves a process (and its future children) into the cgroup.
     pub(crate) fn add(&self, pid: u32) -> Result<(), String> {
-        write(&self.dir.join("cgroup.procs"), &pid.to_string()).map_err(|e| format!("cannot move the worker into {}: {e}", self.dir.display()))
+        write(&self.dir.join("cgroup.procs"), &pid.to_string())
+            .map_err(|e| format!("cannot move the worker into {}: {e}", self.dir.display()))
     }
 
     /// How many processes the kernel killed in this cgroup for memory.
@@ -226,7 +256,11 @@ fn remove_stale_cgroups(parent: &Path) {
     let Ok(entries) = std::fs::read_dir(parent) else { return };
     for entry in entries.filter_map(Result::ok) {
         let name = entry.file_name();
-        let pid = name.to_str().and_then(|n| n.strip_prefix("hfx-worker-")).and_then(|n| n.split_once('-')).and_then(|(pid, _)| pid.parse::<u32>().ok());
+        let pid = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("hfx-worker-"))
+            .and_then(|n| n.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok());
         if pid.is_some_and(|pid| pid != std::process::id() && !super::process::alive(pid)) {
             // Retried: the kernel may report a cgroup busy for a moment after
             // its last process has exited (seen with cgroup v1 on Linux 6.18).
@@ -275,7 +309,12 @@ fn parse_stat(text: &str) -> Option<Process> {
     let pid = head.split_once('(')?.0.trim().parse().ok()?;
     // After the name: state(3) ppid(4) pgrp(5) ... rss(24).
     let fields: Vec<&str> = tail.split_whitespace().collect();
-    Some(Process { pid, ppid: fields.get(1)?.parse().ok()?, pgrp: fields.get(2)?.parse().ok()?, rss: fields.get(21)?.parse().ok()? })
+    Some(Process {
+        pid,
+        ppid: fields.get(1)?.parse().ok()?,
+        pgrp: fields.get(2)?.parse().ok()?,
+        rss: fields.get(21)?.parse().ok()?,
+    })
 }
 
 fn all_processes() -> Vec<Process> {
@@ -291,7 +330,8 @@ fn all_processes() -> Vec<Process> {
 /// The worker's tree: its process group, and every descendant of `root`
 /// (also one that left the group).
 fn tree(processes: &[Process], root: i32) -> Vec<Process> {
-    let mut members: Vec<Process> = processes.iter().filter(|p| p.pgrp == root || p.pid == root).copied().collect();
+    let mut members: Vec<Process> =
+        processes.iter().filter(|p| p.pgrp == root || p.pid == root).copied().collect();
     let mut i = 0;
     while i < members.len() {
         let parent = members[i].pid;
@@ -318,7 +358,10 @@ fn page_size() -> u64 {
 /// Resident bytes of the tree rooted at `root`, and its pids.
 pub(crate) fn tree_rss(root: i32) -> (u64, Vec<i32>) {
     let members = tree(&all_processes(), root);
-    (members.iter().map(|p| p.rss).sum::<u64>() * page_size(), members.iter().map(|p| p.pid).collect())
+    (
+        members.iter().map(|p| p.rss).sum::<u64>() * page_size(),
+        members.iter().map(|p| p.pid).collect(),
+    )
 }
 
 #[derive(Default)]
@@ -401,7 +444,10 @@ mod tests {
 
     #[test]
     fn mem_total_and_limits_read_as_given() {
-        assert_eq!(mem_total("MemTotal:       24683656 kB\nMemFree: 1 kB\n"), Some(24683656 * 1024));
+        assert_eq!(
+            mem_total("MemTotal:       24683656 kB\nMemFree: 1 kB\n"),
+            Some(24683656 * 1024)
+        );
         assert_eq!(mem_total("nothing"), None);
         assert!(default_limit() > 0);
         assert_eq!(gib_text(16 * GIB), "16");
@@ -421,10 +467,25 @@ mod tests {
         let cgroup = "4:memory:/process_api/abc\n5:devices:/\n0::/user.slice/x.scope\n";
         let none = |_: &Path| None;
         let v1 = find_controller(cgroup, MOUNTINFO, &none).unwrap();
-        assert_eq!(v1, Controller { version: Version::V1, dir: "/sys/fs/cgroup/memory/process_api/abc".into() });
-        let offers_memory = |p: &Path| (p == Path::new("/sys/fs/cgroup/unified/user.slice/x.scope/cgroup.controllers")).then(|| "cpu memory pids\n".to_string());
+        assert_eq!(
+            v1,
+            Controller {
+                version: Version::V1,
+                dir: "/sys/fs/cgroup/memory/process_api/abc".into()
+            }
+        );
+        let offers_memory = |p: &Path| {
+            (p == Path::new("/sys/fs/cgroup/unified/user.slice/x.scope/cgroup.controllers"))
+                .then(|| "cpu memory pids\n".to_string())
+        };
         let v2 = find_controller(cgroup, MOUNTINFO, &offers_memory).unwrap();
-        assert_eq!(v2, Controller { version: Version::V2, dir: "/sys/fs/cgroup/unified/user.slice/x.scope".into() });
+        assert_eq!(
+            v2,
+            Controller {
+                version: Version::V2,
+                dir: "/sys/fs/cgroup/unified/user.slice/x.scope".into()
+            }
+        );
         // A pure v2 machine (one `0::` line), the hierarchy mounted with spaces escaped.
         let pure = "50 1 0:26 / /sys/fs/my\\040cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n";
         let offers = |_: &Path| Some("memory io".to_string());
@@ -438,7 +499,8 @@ mod tests {
     #[test]
     fn a_mount_of_a_subtree_maps_cgroup_paths_below_its_root() {
         let info = "35 31 0:32 /docker/abc /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n";
-        let found = find_controller("4:memory:/docker/abc/inner\n", info, &|_: &Path| None).unwrap();
+        let found =
+            find_controller("4:memory:/docker/abc/inner\n", info, &|_: &Path| None).unwrap();
         assert_eq!(found.dir, PathBuf::from("/sys/fs/cgroup/memory/inner"));
         // A path outside the mounted subtree is not reachable.
         assert_eq!(find_controller("4:memory:/docker/abcdef\n", info, &|_: &Path| None), None);
@@ -446,7 +508,10 @@ mod tests {
 
     #[test]
     fn oom_kills_are_counted_from_events_and_oom_control() {
-        assert_eq!(oom_kill_count("low 0\nhigh 0\nmax 12\noom 2\noom_kill 1\noom_group_kill 1\n"), 1);
+        assert_eq!(
+            oom_kill_count("low 0\nhigh 0\nmax 12\noom 2\noom_kill 1\noom_group_kill 1\n"),
+            1
+        );
         assert_eq!(oom_kill_count("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n"), 3);
         assert_eq!(oom_kill_count(""), 0);
     }
@@ -463,7 +528,8 @@ mod tests {
         let p = |pid, ppid, pgrp| Process { pid, ppid, pgrp, rss: 1 };
         // 10 leads group 10; 11 is its child in the group; 12 left the group
         // (setsid) and has a child 13; 20 is unrelated.
-        let all = [p(1, 0, 1), p(10, 1, 10), p(11, 10, 10), p(12, 11, 12), p(13, 12, 12), p(20, 1, 20)];
+        let all =
+            [p(1, 0, 1), p(10, 1, 10), p(11, 10, 10), p(12, 11, 12), p(13, 12, 12), p(20, 1, 20)];
         let mut pids: Vec<i32> = tree(&all, 10).iter().map(|p| p.pid).collect();
         pids.sort();
         assert_eq!(pids, [10, 11, 12, 13]);
@@ -473,7 +539,11 @@ mod tests {
     fn the_sampler_kills_a_tree_past_its_limit() {
         use std::os::unix::process::CommandExt;
         // A shell in its own group that starts a child: 1 byte is always exceeded.
-        let mut child = std::process::Command::new("sh").args(["-c", "sleep 1000 & sleep 1000"]).process_group(0).spawn().unwrap();
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 1000 & sleep 1000"])
+            .process_group(0)
+            .spawn()
+            .unwrap();
         let root = child.id() as i32;
         let sampler = Sampler::start(root, 1, true);
         let status = child.wait().unwrap();
@@ -483,7 +553,9 @@ mod tests {
         // The background `sleep` went with it (a zombie at most, until init reaps it).
         for _ in 0..100 {
             let alive = tree(&all_processes(), root).iter().any(|p| {
-                std::fs::read_to_string(format!("/proc/{}/stat", p.pid)).is_ok_and(|s| !s.rsplit_once(')').is_some_and(|(_, t)| t.trim_start().starts_with('Z')))
+                std::fs::read_to_string(format!("/proc/{}/stat", p.pid)).is_ok_and(|s| {
+                    !s.rsplit_once(')').is_some_and(|(_, t)| t.trim_start().starts_with('Z'))
+                })
             });
             if !alive {
                 return;

@@ -30,7 +30,10 @@ use serde_json::Value;
 pub use confine::{Applied as SandboxApplied, Sandbox};
 pub use memory::MemoryMechanism;
 use memory::{Cgroup, MemoryBox, Sampler};
-use protocol::{Decompose, Hello, HelloReply, Incoming, Message, Method, PatchAnswer, PatchCall, PatchSpec, Progress, SourceParams, TraceParams, TraceReply, WireProgram, PROTOCOL};
+use protocol::{
+    Decompose, Hello, HelloReply, Incoming, Message, Method, PatchAnswer, PatchCall, PatchSpec,
+    Progress, SourceParams, TraceParams, TraceReply, WireProgram, PROTOCOL,
+};
 /// How much of the worker's stderr is kept for error reports.
 const STDERR_TAIL: usize = 16 << 10;
 
@@ -136,13 +139,21 @@ impl Worker {
     }
 
     /// `start`, with more environment variables for the worker (`PYTHONPATH`).
-    pub fn start_with_env(python: &str, deadline: Duration, env: &[(&str, &std::ffi::OsStr)]) -> Result<Worker, TraceError> {
+    pub fn start_with_env(
+        python: &str,
+        deadline: Duration,
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> Result<Worker, TraceError> {
         let env = env.iter().map(|(k, v)| (k.into(), v.into())).collect();
         Self::start_with(python, deadline, &WorkerOptions { env, ..Default::default() })
     }
 
     /// `start`, with `options`: environment and memory limit.
-    pub fn start_with(python: &str, deadline: Duration, options: &WorkerOptions) -> Result<Worker, TraceError> {
+    pub fn start_with(
+        python: &str,
+        deadline: Duration,
+        options: &WorkerOptions,
+    ) -> Result<Worker, TraceError> {
         let cache = options.package_dir.clone().or_else(package::default_dir);
         let unpacked = package::unpack(cache.as_deref()).map_err(TraceError::Package)?;
         let mut command = Command::new(python);
@@ -157,14 +168,26 @@ impl Worker {
         let (mut confinement, scratch) = match &options.sandbox {
             None => (None, None),
             Some(sandbox) => {
-                let scratch = tempfile::Builder::new()
-                    .prefix("hfx-worker-")
-                    .tempdir()
-                    .map_err(|e| TraceError::Sandbox(format!("cannot create its scratch folder in {}: {e}", std::env::temp_dir().display())))?;
+                let scratch =
+                    tempfile::Builder::new().prefix("hfx-worker-").tempdir().map_err(|e| {
+                        TraceError::Sandbox(format!(
+                            "cannot create its scratch folder in {}: {e}",
+                            std::env::temp_dir().display()
+                        ))
+                    })?;
                 let pythonpath = worker_pythonpath(&options.env);
-                let prepared = confine::Prepared::new(sandbox, python, &unpacked.root, &pythonpath, scratch.path(), unpacked.memo_dir.as_deref())?;
+                let prepared = confine::Prepared::new(
+                    sandbox,
+                    python,
+                    &unpacked.root,
+                    &pythonpath,
+                    scratch.path(),
+                    unpacked.memo_dir.as_deref(),
+                )?;
                 // What the worker's libraries write goes to its scratch folder, the one place it may write.
-                command.env("TMPDIR", scratch.path()).env("HF_MODULES_CACHE", scratch.path().join("modules"));
+                command
+                    .env("TMPDIR", scratch.path())
+                    .env("HF_MODULES_CACHE", scratch.path().join("modules"));
                 if prepared.no_exec() {
                     command.env(confine::NO_EXEC_ENV, "1");
                 }
@@ -177,14 +200,22 @@ impl Worker {
         // SAFETY: prctl and getppid are async-signal-safe; the sandbox was prepared before the fork and allocates nothing.
         unsafe {
             command.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 || libc::getppid() != host {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0
+                    || libc::getppid() != host
+                {
                     return Err(std::io::Error::other("hfx exited while starting the worker"));
                 }
                 // Only its three pipes cross into the worker: any other descriptor hfx was
                 // handed (`9</secret` in a shell) would pass by every path rule. Marked
                 // close-on-exec rather than closed, so the spawn's own error pipe still works.
                 const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
-                if libc::syscall(libc::SYS_close_range, 3 as libc::c_uint, libc::c_uint::MAX, CLOSE_RANGE_CLOEXEC) != 0 {
+                if libc::syscall(
+                    libc::SYS_close_range,
+                    3 as libc::c_uint,
+                    libc::c_uint::MAX,
+                    CLOSE_RANGE_CLOEXEC,
+                ) != 0
+                {
                     return Err(std::io::Error::last_os_error());
                 }
                 match confinement.as_mut() {
@@ -195,12 +226,20 @@ impl Worker {
         }
         // Started and registered in one step: a SIGINT now kills it too.
         let (mut child, memory) = interrupt::guarded(|registry| {
-            let mut child = command.spawn().map_err(|source| TraceError::Start { python: python.into(), source })?;
+            let mut child = command
+                .spawn()
+                .map_err(|source| TraceError::Start { python: python.into(), source })?;
             let group = child.id() as i32;
             registry.groups.push(group);
-            match options.memory_limit.map(|limit| memory_box(group, limit, options.memory_mechanism)).transpose() {
+            match options
+                .memory_limit
+                .map(|limit| memory_box(group, limit, options.memory_mechanism))
+                .transpose()
+            {
                 Ok(memory) => {
-                    registry.cgroups.extend(memory.as_ref().and_then(|m| m.cgroup.as_ref()).map(|c| c.dir.clone()));
+                    registry.cgroups.extend(
+                        memory.as_ref().and_then(|m| m.cgroup.as_ref()).map(|c| c.dir.clone()),
+                    );
                     Ok((child, memory))
                 }
                 Err(e) => {
@@ -220,7 +259,9 @@ impl Worker {
         std::thread::spawn(move || {
             let mut reader = BufReader::new(stdout);
             // Ends at the end of the stream, a read error or a line the host refuses.
-            while let Ok(Some(incoming)) = protocol::read_line_bounded(&mut reader, protocol::MAX_LINE) {
+            while let Ok(Some(incoming)) =
+                protocol::read_line_bounded(&mut reader, protocol::MAX_LINE)
+            {
                 let refused = !matches!(incoming, Incoming::Line(_));
                 if tx.send(incoming).is_err() || refused {
                     break;
@@ -239,12 +280,14 @@ impl Worker {
                 kept.push_str(&String::from_utf8_lossy(&buffer[..n]));
                 if kept.len() > STDERR_TAIL {
                     let cut = kept.len() - STDERR_TAIL;
-                    let cut = (cut..kept.len()).find(|&i| kept.is_char_boundary(i)).unwrap_or(kept.len());
+                    let cut =
+                        (cut..kept.len()).find(|&i| kept.is_char_boundary(i)).unwrap_or(kept.len());
                     kept.drain(..cut);
                 }
             }
         });
-        let placeholder = HelloReply { protocol: 0, python: String::new(), versions: Default::default() };
+        let placeholder =
+            HelloReply { protocol: 0, python: String::new(), versions: Default::default() };
         let hello = Hello { protocol: PROTOCOL, memo_dir: unpacked.memo_dir.clone() };
         let mut worker = Worker {
             child,
@@ -274,7 +317,8 @@ impl Worker {
             Some(PROTOCOL) => {}
             other => {
                 worker.stop();
-                let spoken = other.map_or_else(|| "no version".to_string(), |v| format!("protocol {v}"));
+                let spoken =
+                    other.map_or_else(|| "no version".to_string(), |v| format!("protocol {v}"));
                 return Err(TraceError::Protocol(format!(
                     "the worker speaks {spoken}, this hfx speaks protocol {PROTOCOL}: the worker package is not this hfx's"
                 )));
@@ -282,10 +326,17 @@ impl Worker {
         }
         worker.hello = protocol::reply(Hello::NAME, result).inspect_err(|_| worker.stop())?;
         // Said before any request needs them, in one line (not a traceback's last).
-        let missing: Vec<&str> = REQUIRED_PACKAGES.iter().copied().filter(|p| !worker.hello.versions.contains_key(*p)).collect();
+        let missing: Vec<&str> = REQUIRED_PACKAGES
+            .iter()
+            .copied()
+            .filter(|p| !worker.hello.versions.contains_key(*p))
+            .collect();
         if !missing.is_empty() {
             worker.stop();
-            return Err(TraceError::MissingPackages { python: python.to_string(), missing: missing.join(", ") });
+            return Err(TraceError::MissingPackages {
+                python: python.to_string(),
+                missing: missing.join(", "),
+            });
         }
         Ok(worker)
     }
@@ -296,7 +347,11 @@ impl Worker {
     }
 
     /// One request; waits at most `deadline` for its typed reply.
-    pub fn request<M: Method>(&mut self, params: &M, deadline: Duration) -> Result<M::Reply, TraceError> {
+    pub fn request<M: Method>(
+        &mut self,
+        params: &M,
+        deadline: Duration,
+    ) -> Result<M::Reply, TraceError> {
         self.request_with(params, deadline, &mut no_patches)
     }
 
@@ -330,7 +385,9 @@ impl Worker {
         }
         self.next_id += 1;
         let request = serde_json::to_string(&Request { id: self.next_id, method, params })
-            .map_err(|e| TraceError::Protocol(format!("cannot write the `{method}` request: {e}")))?;
+            .map_err(|e| {
+                TraceError::Protocol(format!("cannot write the `{method}` request: {e}"))
+            })?;
         if writeln!(self.stdin, "{request}").and_then(|()| self.stdin.flush()).is_err() {
             return Err(self.crashed(method));
         }
@@ -339,7 +396,11 @@ impl Worker {
             let now = Instant::now();
             if now >= end {
                 self.stop();
-                return Err(TraceError::Timeout { method: method.into(), seconds: deadline.as_secs(), stderr: self.stderr_tail() });
+                return Err(TraceError::Timeout {
+                    method: method.into(),
+                    seconds: deadline.as_secs(),
+                    stderr: self.stderr_tail(),
+                });
             }
             let incoming = match self.responses.recv_timeout((end - now).min(POLL)) {
                 Ok(incoming) => incoming,
@@ -363,7 +424,9 @@ impl Worker {
                 }
                 Incoming::NotUtf8 => {
                     self.stop();
-                    return Err(TraceError::Protocol("a line from the worker is not UTF-8; the worker was stopped".into()));
+                    return Err(TraceError::Protocol(
+                        "a line from the worker is not UTF-8; the worker was stopped".into(),
+                    ));
                 }
             };
             let message = match protocol::parse_message(&line) {
@@ -393,7 +456,9 @@ impl Worker {
                         Ok(line) => line,
                         Err(e) => {
                             self.stop();
-                            return Err(TraceError::Protocol(format!("cannot write the answer to a patch call: {e}")));
+                            return Err(TraceError::Protocol(format!(
+                                "cannot write the answer to a patch call: {e}"
+                            )));
                         }
                     };
                     if writeln!(self.stdin, "{line}").and_then(|()| self.stdin.flush()).is_err() {
@@ -405,9 +470,17 @@ impl Worker {
         };
         if id != self.next_id {
             self.stop();
-            return Err(TraceError::Protocol(format!("a response to request {id} while waiting for request {}", self.next_id)));
+            return Err(TraceError::Protocol(format!(
+                "a response to request {id} while waiting for request {}",
+                self.next_id
+            )));
         }
-        outcome.map_err(|e| TraceError::Python { method: method.into(), kind: e.kind, message: e.message, traceback: e.traceback })
+        outcome.map_err(|e| TraceError::Python {
+            method: method.into(),
+            kind: e.kind,
+            message: e.message,
+            traceback: e.traceback,
+        })
     }
 
     /// Kills the worker's process group (and cgroup) and reaps the worker; once.
@@ -448,7 +521,8 @@ impl Worker {
         }
         // The stderr reader may still be draining: give it a moment.
         std::thread::sleep(Duration::from_millis(100));
-        let status = status.map_or_else(|| "killed after closing its output".to_string(), |s| s.to_string());
+        let status =
+            status.map_or_else(|| "killed after closing its output".to_string(), |s| s.to_string());
         TraceError::Crashed { method: method.into(), status, stderr: self.stderr_tail() }
     }
 
@@ -485,7 +559,11 @@ fn memory_box(group: i32, limit: u64, mechanism: MemoryMechanism) -> Result<Memo
     let cgroup = match mechanism {
         MemoryMechanism::Sampler => None,
         MemoryMechanism::Auto | MemoryMechanism::Cgroup => {
-            let name = format!("hfx-worker-{}-{}", std::process::id(), COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+            let name = format!(
+                "hfx-worker-{}-{}",
+                std::process::id(),
+                COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            );
             match Cgroup::create(&name, limit).and_then(|c| c.add(group as u32).map(|()| c)) {
                 Ok(cgroup) => Some(cgroup),
                 Err(why) if mechanism == MemoryMechanism::Auto => {
@@ -496,7 +574,11 @@ fn memory_box(group: i32, limit: u64, mechanism: MemoryMechanism) -> Result<Memo
             }
         }
     };
-    tracing::debug!("worker memory limit {} GiB by {}", memory::gib_text(limit), if cgroup.is_some() { "cgroup" } else { "sampling" });
+    tracing::debug!(
+        "worker memory limit {} GiB by {}",
+        memory::gib_text(limit),
+        if cgroup.is_some() { "cgroup" } else { "sampling" }
+    );
     // Beside a cgroup the sampler only measures.
     let sampler = Sampler::start(group, limit, cgroup.is_none());
     Ok(MemoryBox { limit, cgroup, sampler })
@@ -515,7 +597,10 @@ pub enum ModelSource {
     /// `python:module:function` returning `(model, inputs)`.
     Function(String),
     /// A Python-level program and its inputs: a patch plugin's self-test case.
-    Program { program: serde_json::Value, inputs: std::collections::BTreeMap<String, protocol::CaseValue> },
+    Program {
+        program: serde_json::Value,
+        inputs: std::collections::BTreeMap<String, protocol::CaseValue>,
+    },
     /// A generation component (`prefill`, `decode`) of the model the same
     /// worker captured (`capture_generation`).
     Captured { component: String },
@@ -528,13 +613,19 @@ impl std::fmt::Display for ModelSource {
             ModelSource::Architecture { name, overrides } => {
                 write!(f, "--model {name}")?;
                 if !overrides.is_empty() {
-                    let set: Vec<String> = overrides.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                    let set: Vec<String> =
+                        overrides.iter().map(|(k, v)| format!("{k}={v}")).collect();
                     write!(f, " --set {}", set.join(","))?;
                 }
                 Ok(())
             }
             ModelSource::Directory { path, trust_remote_code, layers } => {
-                write!(f, "--model-dir {}{}", path.display(), if *trust_remote_code { " --trust-remote-code" } else { "" })?;
+                write!(
+                    f,
+                    "--model-dir {}{}",
+                    path.display(),
+                    if *trust_remote_code { " --trust-remote-code" } else { "" }
+                )?;
                 match layers {
                     Some(n) => write!(f, " (its first {n} layers)"),
                     None => Ok(()),
@@ -542,7 +633,9 @@ impl std::fmt::Display for ModelSource {
             }
             ModelSource::Function(spec) => write!(f, "--model-fn {spec}"),
             ModelSource::Program { .. } => write!(f, "a self-test case's program"),
-            ModelSource::Captured { component } => write!(f, "the captured `{component}` component"),
+            ModelSource::Captured { component } => {
+                write!(f, "the captured `{component}` component")
+            }
         }
     }
 }
@@ -625,7 +718,10 @@ impl TraceRequest {
 
     /// The `capture_generation` request for this model (a model the worker
     /// builds: an architecture, a folder or a model function).
-    pub fn capture_params(&self, generation: &Generation) -> Result<protocol::CaptureGeneration, String> {
+    pub fn capture_params(
+        &self,
+        generation: &Generation,
+    ) -> Result<protocol::CaptureGeneration, String> {
         if matches!(self.source, ModelSource::Program { .. } | ModelSource::Captured { .. }) {
             return Err(format!("--generation: {} is not a model generate can run", self.source));
         }
@@ -645,20 +741,32 @@ impl TraceRequest {
 
     fn source_params(&self) -> SourceParams {
         match &self.source {
-            ModelSource::Architecture { name, overrides } => {
-                SourceParams::Architecture { name: name.clone(), overrides: overrides.iter().cloned().collect() }
-            }
-            ModelSource::Directory { path, trust_remote_code, layers } => {
-                SourceParams::Directory { path: path.clone(), trust_remote_code: *trust_remote_code, layers: *layers }
-            }
+            ModelSource::Architecture { name, overrides } => SourceParams::Architecture {
+                name: name.clone(),
+                overrides: overrides.iter().cloned().collect(),
+            },
+            ModelSource::Directory { path, trust_remote_code, layers } => SourceParams::Directory {
+                path: path.clone(),
+                trust_remote_code: *trust_remote_code,
+                layers: *layers,
+            },
             ModelSource::Function(spec) => SourceParams::Function { spec: spec.clone() },
-            ModelSource::Program { program, inputs } => SourceParams::Program { program: program.clone(), inputs: inputs.clone() },
-            ModelSource::Captured { component } => SourceParams::Captured { component: component.clone() },
+            ModelSource::Program { program, inputs } => {
+                SourceParams::Program { program: program.clone(), inputs: inputs.clone() }
+            }
+            ModelSource::Captured { component } => {
+                SourceParams::Captured { component: component.clone() }
+            }
         }
     }
 
     /// The `trace` request for this model, writing `output` and `reference`, with `patches`.
-    pub fn params(&self, output: &std::path::Path, reference: &std::path::Path, patches: Vec<PatchSpec>) -> TraceParams {
+    pub fn params(
+        &self,
+        output: &std::path::Path,
+        reference: &std::path::Path,
+        patches: Vec<PatchSpec>,
+    ) -> TraceParams {
         TraceParams {
             source: self.source_params(),
             task: self.task.clone(),
@@ -685,8 +793,16 @@ impl TraceRequest {
 }
 
 /// The patch plugins of `patches` and the targets the worker swaps for shims.
-pub fn patch_specs(patches: &[crate::plugins::Session<'_, crate::plugins::kind::Patch>]) -> Vec<PatchSpec> {
-    patches.iter().map(|s| PatchSpec { plugin: s.plugin().name().to_string(), targets: s.plugin().targets.clone() }).collect()
+pub fn patch_specs(
+    patches: &[crate::plugins::Session<'_, crate::plugins::kind::Patch>],
+) -> Vec<PatchSpec> {
+    patches
+        .iter()
+        .map(|s| PatchSpec {
+            plugin: s.plugin().name().to_string(),
+            targets: s.plugin().targets.clone(),
+        })
+        .collect()
 }
 
 /// Traces `request` into `output` (a `.pt2`) and `reference` (eager inputs and
@@ -702,8 +818,10 @@ pub fn trace(
     let params = request.params(output, reference, patch_specs(patches));
     let mut failure: Option<crate::plugins::PluginError> = None;
     let result = worker.request_with(&params, deadline, &mut |call| {
-        let session =
-            patches.iter_mut().find(|s| s.plugin().name() == call.plugin).ok_or_else(|| format!("no patch plugin `{}`", call.plugin))?;
+        let session = patches
+            .iter_mut()
+            .find(|s| s.plugin().name() == call.plugin)
+            .ok_or_else(|| format!("no patch plugin `{}`", call.plugin))?;
         let patched = patch::call_from_wire(call);
         match session.patch(&patched, |program| patch::check_program(&patched, program)) {
             Ok(program) => Ok(patch::program_to_wire(&program)),
@@ -724,16 +842,23 @@ pub fn trace(
 /// The worker's `PYTHONPATH` entries (its own environment's over hfx's),
 /// which its bootstrap appends to `sys.path` and the sandbox lets it read.
 fn worker_pythonpath(env: &[(std::ffi::OsString, std::ffi::OsString)]) -> Vec<PathBuf> {
-    let value = env.iter().rev().find(|(k, _)| k == "PYTHONPATH").map(|(_, v)| v.clone()).or_else(|| std::env::var_os("PYTHONPATH"));
-    value.map(|v| std::env::split_paths(&v).filter(|p| !p.as_os_str().is_empty()).collect()).unwrap_or_default()
+    let value = env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "PYTHONPATH")
+        .map(|(_, v)| v.clone())
+        .or_else(|| std::env::var_os("PYTHONPATH"));
+    value
+        .map(|v| std::env::split_paths(&v).filter(|p| !p.as_os_str().is_empty()).collect())
+        .unwrap_or_default()
 }
 
 pub mod confine;
 pub mod interrupt;
 pub mod memory;
-mod process;
 pub mod package;
 mod patch;
+mod process;
 pub mod protocol;
 pub use patch::check_program;
 

@@ -146,13 +146,21 @@ fn remove_leftovers(dir: &Path, matches: impl Fn(&str) -> bool) {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
         let mut parts = name.rsplitn(3, '.');
-        let (Some(n), Some(pid), Some(prefix)) = (parts.next(), parts.next(), parts.next()) else { continue };
+        let (Some(n), Some(pid), Some(prefix)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
         let Ok(pid) = pid.parse::<u32>() else { continue };
-        if !matches(prefix) || n.parse::<u64>().is_err() || pid == std::process::id() || super::process::alive(pid) {
+        if !matches(prefix)
+            || n.parse::<u64>().is_err()
+            || pid == std::process::id()
+            || super::process::alive(pid)
+        {
             continue;
         }
         let path = entry.path();
-        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir() && m.uid() == crate::private::euid()) {
+        if std::fs::symlink_metadata(&path)
+            .is_ok_and(|m| m.is_dir() && m.uid() == crate::private::euid())
+        {
             let _ = std::fs::remove_dir_all(&path);
         }
     }
@@ -168,18 +176,26 @@ pub fn unpack(cache: Option<&Path>) -> Result<Unpacked, String> {
                 // The folder travels in `hello`'s JSON, which holds only UTF-8 paths.
                 let checked = match memo.to_str() {
                     Some(_) => crate::private::trust_dir(&memo, "what the worker keeps"),
-                    None => Err("not a UTF-8 path, which the worker protocol cannot carry".to_string()),
+                    None => {
+                        Err("not a UTF-8 path, which the worker protocol cannot carry".to_string())
+                    }
                 };
                 let memo_dir = match checked {
                     Ok(()) => Some(memo),
                     Err(why) => {
-                        tracing::warn!("worker memo folder {}: {why}; the worker keeps nothing", memo.display());
+                        tracing::warn!(
+                            "worker memo folder {}: {why}; the worker keeps nothing",
+                            memo.display()
+                        );
                         None
                     }
                 };
                 return Ok(Unpacked { root, memo_dir, temporary: false });
             }
-            Err(why) => tracing::warn!("worker package cache {}: {why}; using a private temp folder", cache.display()),
+            Err(why) => tracing::warn!(
+                "worker package cache {}: {why}; using a private temp folder",
+                cache.display()
+            ),
         }
     }
     unpack_temporary()
@@ -220,7 +236,8 @@ fn unpack_in_cache(cache: &Path) -> Result<PathBuf, String> {
 /// Moves a copy that failed its check out of the way and removes it.
 fn set_aside(root: &Path) -> Result<(), String> {
     let aside = root.with_file_name(unique(".stale"));
-    std::fs::rename(root, &aside).map_err(|e| format!("cannot move the damaged {} aside: {e}", root.display()))?;
+    std::fs::rename(root, &aside)
+        .map_err(|e| format!("cannot move the damaged {} aside: {e}", root.display()))?;
     // remove_dir_all does not follow symlinks: a planted link only loses itself.
     if std::fs::symlink_metadata(&aside).is_ok_and(|m| m.is_dir()) {
         let _ = std::fs::remove_dir_all(&aside);
@@ -235,7 +252,10 @@ fn unpack_temporary() -> Result<Unpacked, String> {
     let root = std::env::temp_dir().join(unique("hfx-worker"));
     // Created (0700) and registered in one step: a signal removes it too.
     super::interrupt::guarded(|registry| {
-        DirBuilder::new().mode(0o700).create(&root).map_err(|e| format!("cannot create {}: {e}", root.display()))?;
+        DirBuilder::new()
+            .mode(0o700)
+            .create(&root)
+            .map_err(|e| format!("cannot create {}: {e}", root.display()))?;
         registry.scratch.push(root.clone());
         Ok::<(), String>(())
     })?;
@@ -248,12 +268,18 @@ fn unpack_temporary() -> Result<Unpacked, String> {
 
 /// `root/hfx_worker/*`, `root` created here (0700).
 fn write_package(root: &Path) -> Result<(), String> {
-    DirBuilder::new().mode(0o700).create(root).map_err(|e| format!("cannot create {}: {e}", root.display()))?;
+    DirBuilder::new()
+        .mode(0o700)
+        .create(root)
+        .map_err(|e| format!("cannot create {}: {e}", root.display()))?;
     write_files(&root.join(PACKAGE))
 }
 
 fn write_files(dir: &Path) -> Result<(), String> {
-    DirBuilder::new().mode(0o700).create(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    DirBuilder::new()
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     for (name, text) in FILES {
         let path = dir.join(name);
         let mut file = OpenOptions::new()
@@ -262,7 +288,9 @@ fn write_files(dir: &Path) -> Result<(), String> {
             .mode(0o400)
             .open(&path)
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        file.write_all(text.as_bytes()).and_then(|()| file.sync_all()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        file.write_all(text.as_bytes())
+            .and_then(|()| file.sync_all())
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     Ok(())
 }
@@ -287,12 +315,21 @@ pub fn verify(root: &Path) -> Result<(), String> {
         if !meta.is_file() {
             return Err(format!("{} is not a regular file", path.display()));
         }
-        crate::private::owned_and_private(&meta).map_err(|why| format!("{}: {why}", path.display()))?;
+        crate::private::owned_and_private(&meta)
+            .map_err(|why| format!("{}: {why}", path.display()))?;
         if meta.len() != text.len() as u64 {
-            return Err(format!("{} differs from this hfx's worker ({} bytes, expected {})", path.display(), meta.len(), text.len()));
+            return Err(format!(
+                "{} differs from this hfx's worker ({} bytes, expected {})",
+                path.display(),
+                meta.len(),
+                text.len()
+            ));
         }
         let mut bytes = Vec::with_capacity(text.len());
-        Read::by_ref(&mut file).take(text.len() as u64 + 1).read_to_end(&mut bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+        Read::by_ref(&mut file)
+            .take(text.len() as u64 + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         if bytes != text.as_bytes() {
             return Err(format!("{} differs from this hfx's worker", path.display()));
         }
@@ -316,7 +353,11 @@ fn only_entries(dir: &Path, expected: &[&str]) -> Result<(), String> {
         let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
         let name = entry.file_name();
         if !expected.iter().any(|e| std::ffi::OsStr::new(e) == name) {
-            return Err(format!("{} holds {}, which is not part of this hfx's worker", dir.display(), name.to_string_lossy()));
+            return Err(format!(
+                "{} holds {}, which is not part of this hfx's worker",
+                dir.display(),
+                name.to_string_lossy()
+            ));
         }
         found += 1;
     }
@@ -342,7 +383,10 @@ mod tests {
         let first = unpack(Some(&dir)).unwrap();
         assert_eq!(first.root, dir.join(sha256()));
         assert!(!first.temporary);
-        assert_eq!((mode(&dir), mode(&first.root), mode(&first.root.join(PACKAGE))), (0o700, 0o700, 0o700));
+        assert_eq!(
+            (mode(&dir), mode(&first.root), mode(&first.root.join(PACKAGE))),
+            (0o700, 0o700, 0o700)
+        );
         for (name, text) in FILES {
             let path = first.root.join(PACKAGE).join(name);
             assert_eq!(std::fs::read_to_string(&path).unwrap(), *text);
@@ -350,7 +394,11 @@ mod tests {
         }
         let inode = std::fs::metadata(first.root.join(PACKAGE).join("server.py")).unwrap().ino();
         let second = unpack(Some(&dir)).unwrap();
-        assert_eq!(std::fs::metadata(second.root.join(PACKAGE).join("server.py")).unwrap().ino(), inode, "reused, not rewritten");
+        assert_eq!(
+            std::fs::metadata(second.root.join(PACKAGE).join("server.py")).unwrap().ino(),
+            inode,
+            "reused, not rewritten"
+        );
         // The worker's memo folder beside it, private.
         assert_eq!(second.memo_dir.as_deref(), Some(dir.join(MEMO).as_path()));
         assert_eq!(mode(&dir.join(MEMO)), 0o700);
@@ -365,26 +413,52 @@ mod tests {
         let root = unpack(Some(&dir)).unwrap().root.clone();
         let server = root.join(PACKAGE).join("server.py");
         let damage: Vec<(&str, Box<dyn Fn()>)> = vec![
-            ("edited file", Box::new(|| {
-                std::fs::set_permissions(&server, std::fs::Permissions::from_mode(0o600)).unwrap();
-                std::fs::write(&server, "import os; os.system('touch escaped')\n").unwrap();
-            })),
-            ("same size, other bytes", Box::new(|| {
-                let mut text = std::fs::read(&server).unwrap();
-                text[0] ^= 1;
-                std::fs::set_permissions(&server, std::fs::Permissions::from_mode(0o600)).unwrap();
-                std::fs::write(&server, text).unwrap();
-            })),
-            ("module shadowing torch", Box::new(|| std::fs::write(root.join("torch.py"), "raise SystemExit").unwrap())),
-            ("bytecode", Box::new(|| std::fs::create_dir(root.join(PACKAGE).join("__pycache__")).unwrap())),
-            ("group-writable file", Box::new(|| std::fs::set_permissions(&server, std::fs::Permissions::from_mode(0o620)).unwrap())),
-            ("symlinked file", Box::new(|| {
-                let elsewhere = cache.path().join("server.py");
-                std::fs::copy(&server, &elsewhere).unwrap();
-                std::fs::remove_file(&server).unwrap();
-                std::os::unix::fs::symlink(&elsewhere, &server).unwrap();
-            })),
-            ("missing file", Box::new(|| std::fs::remove_file(root.join(PACKAGE).join("sandbox.py")).unwrap())),
+            (
+                "edited file",
+                Box::new(|| {
+                    std::fs::set_permissions(&server, std::fs::Permissions::from_mode(0o600))
+                        .unwrap();
+                    std::fs::write(&server, "import os; os.system('touch escaped')\n").unwrap();
+                }),
+            ),
+            (
+                "same size, other bytes",
+                Box::new(|| {
+                    let mut text = std::fs::read(&server).unwrap();
+                    text[0] ^= 1;
+                    std::fs::set_permissions(&server, std::fs::Permissions::from_mode(0o600))
+                        .unwrap();
+                    std::fs::write(&server, text).unwrap();
+                }),
+            ),
+            (
+                "module shadowing torch",
+                Box::new(|| std::fs::write(root.join("torch.py"), "raise SystemExit").unwrap()),
+            ),
+            (
+                "bytecode",
+                Box::new(|| std::fs::create_dir(root.join(PACKAGE).join("__pycache__")).unwrap()),
+            ),
+            (
+                "group-writable file",
+                Box::new(|| {
+                    std::fs::set_permissions(&server, std::fs::Permissions::from_mode(0o620))
+                        .unwrap()
+                }),
+            ),
+            (
+                "symlinked file",
+                Box::new(|| {
+                    let elsewhere = cache.path().join("server.py");
+                    std::fs::copy(&server, &elsewhere).unwrap();
+                    std::fs::remove_file(&server).unwrap();
+                    std::os::unix::fs::symlink(&elsewhere, &server).unwrap();
+                }),
+            ),
+            (
+                "missing file",
+                Box::new(|| std::fs::remove_file(root.join(PACKAGE).join("sandbox.py")).unwrap()),
+            ),
         ];
         for (what, damage) in damage {
             damage();
@@ -392,7 +466,11 @@ mod tests {
             let again = unpack(Some(&dir)).unwrap();
             assert_eq!(again.root, root, "{what}");
             verify(&root).unwrap_or_else(|why| panic!("{what}: not repaired: {why}"));
-            assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2, "{what}: the damaged copy is gone (the package and the memo folder are left)");
+            assert_eq!(
+                std::fs::read_dir(&dir).unwrap().count(),
+                2,
+                "{what}: the damaged copy is gone (the package and the memo folder are left)"
+            );
         }
     }
 
@@ -407,7 +485,11 @@ mod tests {
         assert_eq!(unpacked.memo_dir, None, "no memo in an untrusted cache");
         assert_eq!(mode(&unpacked.root), 0o700);
         verify(&unpacked.root).unwrap();
-        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "nothing written to the untrusted folder");
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            0,
+            "nothing written to the untrusted folder"
+        );
         let root = unpacked.root.clone();
         drop(unpacked);
         assert!(!root.exists(), "the temp copy is removed");
@@ -433,26 +515,37 @@ mod tests {
         let dir = cache.path().join("worker");
         std::fs::create_dir_all(&dir).unwrap();
         // pid_max is at most 2^22: this pid never runs.
-        let dead = [dir.join(format!(".{}.2147483646.0", sha256())), dir.join(".stale.2147483646.3")];
+        let dead =
+            [dir.join(format!(".{}.2147483646.0", sha256())), dir.join(".stale.2147483646.3")];
         let live = dir.join(format!(".stale.{}.9", std::os::unix::process::parent_id()));
         let unrelated = dir.join(".notes");
         for d in dead.iter().chain([&live, &unrelated]) {
             std::fs::create_dir(d).unwrap();
         }
         let unpacked = unpack(Some(&dir)).unwrap();
-        assert!(dead.iter().all(|d| !d.exists()) && live.exists() && unrelated.exists() && unpacked.root.exists());
+        assert!(
+            dead.iter().all(|d| !d.exists())
+                && live.exists()
+                && unrelated.exists()
+                && unpacked.root.exists()
+        );
     }
 
     #[test]
     fn the_hash_covers_every_file() {
         assert_eq!(sha256().len(), 64);
         let names: Vec<_> = FILES.iter().map(|(n, _)| *n).collect();
-        let on_disk: std::collections::BTreeSet<String> = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/worker/hfx_worker"))
-            .unwrap()
-            .filter_map(Result::ok)
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.ends_with(".py") || n.ends_with(".json"))
-            .collect();
-        assert_eq!(on_disk, names.iter().map(|n| n.to_string()).collect(), "every module and data file of host/worker/hfx_worker is embedded");
+        let on_disk: std::collections::BTreeSet<String> =
+            std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/worker/hfx_worker"))
+                .unwrap()
+                .filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".py") || n.ends_with(".json"))
+                .collect();
+        assert_eq!(
+            on_disk,
+            names.iter().map(|n| n.to_string()).collect(),
+            "every module and data file of host/worker/hfx_worker is embedded"
+        );
     }
 }

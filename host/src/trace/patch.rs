@@ -8,9 +8,12 @@
 //! modules). The decision is the worker's `Reach` policy, made on the object a
 //! path resolves to and on every value a step produces.
 
-use super::protocol::{PatchCall, WireDim, WireOp, WireProgram, WireScalar, WireStep, WireTensor, WireValue};
+use super::protocol::{
+    PatchCall, WireDim, WireOp, WireProgram, WireScalar, WireStep, WireTensor, WireValue,
+};
 use crate::plugins::patching::{
-    Callback, CallValue, Device, Dim, LiveTensor, ObjectValue, OpCall, PatchedCall, Program, Step, SymValue, TensorMeta, ValueCall,
+    CallValue, Callback, Device, Dim, LiveTensor, ObjectValue, OpCall, PatchedCall, Program, Step,
+    SymValue, TensorMeta, ValueCall,
 };
 
 // ── Protocol → contract: a patched call as the plugin sees it ──
@@ -25,7 +28,12 @@ fn tensor(t: &WireTensor) -> LiveTensor {
         })
         .collect();
     LiveTensor {
-        meta: TensorMeta { dtype: t.dtype.clone(), shape, strides: vec![], device: Device { kind: t.device.clone(), index: None } },
+        meta: TensorMeta {
+            dtype: t.dtype.clone(),
+            shape,
+            strides: vec![],
+            device: Device { kind: t.device.clone(), index: None },
+        },
         contiguous: t.contiguous,
         sizes: t.sizes.clone(),
     }
@@ -35,7 +43,9 @@ fn call_value(v: &WireValue) -> CallValue {
     match v {
         WireValue::Scalar(s) => CallValue::Scalar(s.0.clone()),
         WireValue::Sequence(slots) => CallValue::Sequence(slots.clone()),
-        WireValue::SymInt(sym) => CallValue::SymInt(SymValue { expr: sym.expr.clone(), hint: sym.hint }),
+        WireValue::SymInt(sym) => {
+            CallValue::SymInt(SymValue { expr: sym.expr.clone(), hint: sym.hint })
+        }
         WireValue::Dtype(dtype) => CallValue::Dtype(dtype.clone()),
         WireValue::Object(o) => CallValue::Object(ObjectValue {
             type_name: o.type_name.clone(),
@@ -67,14 +77,18 @@ pub fn program_to_wire(program: &Program) -> WireProgram {
         .map(|step| match step {
             Step::Call(o) => WireStep::Call(op(o)),
             Step::Original(o) => WireStep::Original(op(o)),
-            Step::Invoke(ValueCall { callee, args, kwargs }) => WireStep::Invoke { callee: *callee, args: args.clone(), kwargs: kwargs.clone() },
+            Step::Invoke(ValueCall { callee, args, kwargs }) => {
+                WireStep::Invoke { callee: *callee, args: args.clone(), kwargs: kwargs.clone() }
+            }
             Step::Getattr((slot, name)) => WireStep::Getattr((*slot, name.clone())),
             Step::Item((slot, index)) => WireStep::Item((*slot, *index)),
             Step::Constant(s) => WireStep::Constant(WireScalar(s.clone())),
             Step::Lookup(path) => WireStep::Lookup(path.clone()),
             Step::Pack(slots) => WireStep::Pack(slots.clone()),
             Step::Enter(slot) => WireStep::Enter(*slot),
-            Step::Callback(Callback { target, captured }) => WireStep::Callback { target: target.clone(), captured: captured.clone() },
+            Step::Callback(Callback { target, captured }) => {
+                WireStep::Callback { target: target.clone(), captured: captured.clone() }
+            }
         })
         .collect();
     WireProgram { steps, output: program.output }
@@ -83,22 +97,79 @@ pub fn program_to_wire(program: &Program) -> WireProgram {
 // ── What a program may reach ──
 
 /// Pure builtins a program may call (`builtins.int` also guards a symbolic int).
-const BUILTINS: &[&str] = &["int", "float", "bool", "len", "min", "max", "abs", "range", "tuple", "list", "slice", "round", "sum", "divmod", "pow"];
+const BUILTINS: &[&str] = &[
+    "int", "float", "bool", "len", "min", "max", "abs", "range", "tuple", "list", "slice", "round",
+    "sum", "divmod", "pow",
+];
 /// Direct `torch.*` names that touch files, processes, global state or the compiler.
 const TORCH_DENIED: &[&str] = &[
-    "save", "load", "from_file", "hub", "utils", "jit", "package", "compile", "ops", "classes", "library", "serialization",
-    "multiprocessing", "distributed", "backends", "cuda", "set_default_device", "set_default_dtype", "set_default_tensor_type",
-    "manual_seed", "seed", "set_num_threads", "set_num_interop_threads", "use_deterministic_algorithms", "set_printoptions",
-    "set_grad_enabled", "export", "onnx", "fx", "cpp", "overrides", "profiler", "testing", "storage", "UntypedStorage",
+    "save",
+    "load",
+    "from_file",
+    "hub",
+    "utils",
+    "jit",
+    "package",
+    "compile",
+    "ops",
+    "classes",
+    "library",
+    "serialization",
+    "multiprocessing",
+    "distributed",
+    "backends",
+    "cuda",
+    "set_default_device",
+    "set_default_dtype",
+    "set_default_tensor_type",
+    "manual_seed",
+    "seed",
+    "set_num_threads",
+    "set_num_interop_threads",
+    "use_deterministic_algorithms",
+    "set_printoptions",
+    "set_grad_enabled",
+    "export",
+    "onnx",
+    "fx",
+    "cpp",
+    "overrides",
+    "profiler",
+    "testing",
+    "storage",
+    "UntypedStorage",
     "TypedStorage",
 ];
 /// `torch.Tensor` methods that reach storage, hooks or autograd.
-const TENSOR_DENIED: &[&str] =
-    &["storage", "untyped_storage", "share_memory_", "set_", "record_stream", "register_hook", "register_post_accumulate_grad_hook", "backward", "pin_memory"];
+const TENSOR_DENIED: &[&str] = &[
+    "storage",
+    "untyped_storage",
+    "share_memory_",
+    "set_",
+    "record_stream",
+    "register_hook",
+    "register_post_accumulate_grad_hook",
+    "backward",
+    "pin_memory",
+];
 /// Submodules of torch whose every public name is pure computation.
-const TORCH_PURE_MODULES: &[&str] = &["torch.nn.functional", "torch.fft", "torch.linalg", "torch.special", "torch.return_types", "torch.nn.attention"];
+const TORCH_PURE_MODULES: &[&str] = &[
+    "torch.nn.functional",
+    "torch.fft",
+    "torch.linalg",
+    "torch.special",
+    "torch.return_types",
+    "torch.nn.attention",
+];
 /// Symbolic-shape predicates.
-const SYMBOLIC: &[&str] = &["guard_or_false", "guard_or_true", "statically_known_true", "definitely_true", "definitely_false", "sym_eq"];
+const SYMBOLIC: &[&str] = &[
+    "guard_or_false",
+    "guard_or_true",
+    "statically_known_true",
+    "definitely_true",
+    "definitely_false",
+    "sym_eq",
+];
 /// transformers modules holding modeling code.
 const TRANSFORMERS_MODULES: &[&str] = &[
     "transformers.masking_utils",
@@ -109,7 +180,15 @@ const TRANSFORMERS_MODULES: &[&str] = &[
     "transformers.integrations.sdpa_attention",
 ];
 /// Names that save, load or publish, wherever they appear.
-const IO_NAMES: &[&str] = &["save_pretrained", "from_pretrained", "push_to_hub", "to_json_file", "save", "load", "register_for_auto_class"];
+const IO_NAMES: &[&str] = &[
+    "save_pretrained",
+    "from_pretrained",
+    "push_to_hub",
+    "to_json_file",
+    "save",
+    "load",
+    "register_for_auto_class",
+];
 
 /// The worker's allowlist (`hfx_worker/allowlist.json`): its `private` map
 /// names the only `_` paths a program may write, each reviewed there.
@@ -120,7 +199,10 @@ fn reviewed_private(path: &str) -> bool {
     PRIVATE
         .get_or_init(|| {
             let list: serde_json::Value = serde_json::from_str(ALLOWLIST).unwrap_or_default();
-            list.get("private").and_then(|p| p.as_object()).map(|p| p.keys().cloned().collect()).unwrap_or_default()
+            list.get("private")
+                .and_then(|p| p.as_object())
+                .map(|p| p.keys().cloned().collect())
+                .unwrap_or_default()
         })
         .iter()
         .any(|p| p == path)
@@ -136,7 +218,9 @@ fn reachable(path: &str) -> Result<(), String> {
     // ATen/prims overloads are a family (`aten._softmax.default`); elsewhere a `_` name only where the allowlist reviews it.
     let operator = matches!(parts.as_slice(), ["aten" | "prims", _, _]);
     if !operator && parts.iter().any(|p| p.starts_with('_')) && !reviewed_private(path) {
-        return Err(format!("`{path}` names a private (`_`) attribute the allowlist does not review"));
+        return Err(format!(
+            "`{path}` names a private (`_`) attribute the allowlist does not review"
+        ));
     }
     let private = |p: &&str| p.starts_with('_');
     let ok = match parts.as_slice() {
@@ -151,11 +235,19 @@ fn reachable(path: &str) -> Result<(), String> {
             let module = TORCH_PURE_MODULES.iter().find(|m| path.starts_with(&format!("{m}.")));
             module.is_some() && !parts.iter().any(private)
         }
-        ["transformers", "models", _model, module, ..] => module.starts_with("modeling_") && parts.len() > 4,
-        ["transformers", ..] => TRANSFORMERS_MODULES.iter().any(|m| path.starts_with(&format!("{m}.")) && path.len() > m.len() + 1),
+        ["transformers", "models", _model, module, ..] => {
+            module.starts_with("modeling_") && parts.len() > 4
+        }
+        ["transformers", ..] => TRANSFORMERS_MODULES
+            .iter()
+            .any(|m| path.starts_with(&format!("{m}.")) && path.len() > m.len() + 1),
         _ => false,
     };
-    if ok { Ok(()) } else { Err(format!("`{path}` is not reachable from a patch program")) }
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("`{path}` is not reachable from a patch program"))
+    }
 }
 
 /// Checks that every slot a step reads exists, every path is reachable and no
@@ -163,9 +255,17 @@ fn reachable(path: &str) -> Result<(), String> {
 pub fn check_program(call: &PatchedCall, program: &Program) -> Result<(), String> {
     let mut defined = call.values.len() as u32;
     let slot = |s: u32, defined: u32, step: usize| {
-        if s < defined { Ok(()) } else { Err(format!("step {step} reads slot {s}, but only {defined} exist")) }
+        if s < defined {
+            Ok(())
+        } else {
+            Err(format!("step {step} reads slot {s}, but only {defined} exist"))
+        }
     };
-    let all = |slots: &[u32], kwargs: &[(String, u32)], defined: u32, step: usize| -> Result<(), String> {
+    let all = |slots: &[u32],
+               kwargs: &[(String, u32)],
+               defined: u32,
+               step: usize|
+     -> Result<(), String> {
         slots.iter().chain(kwargs.iter().map(|(_, s)| s)).try_for_each(|&s| slot(s, defined, step))
     };
     for (i, step) in program.steps.iter().enumerate() {
@@ -182,7 +282,9 @@ pub fn check_program(call: &PatchedCall, program: &Program) -> Result<(), String
             Step::Getattr((s, name)) => {
                 slot(*s, defined, i)?;
                 if name.starts_with('_') || IO_NAMES.contains(&name.as_str()) {
-                    return Err(format!("step {i}: attribute `{name}` is not reachable from a patch program"));
+                    return Err(format!(
+                        "step {i}: attribute `{name}` is not reachable from a patch program"
+                    ));
                 }
             }
             Step::Item((s, _)) | Step::Enter(s) => slot(*s, defined, i)?,

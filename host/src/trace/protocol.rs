@@ -78,7 +78,6 @@ pub fn read_line_bounded(reader: &mut impl BufRead, limit: usize) -> io::Result<
     }))
 }
 
-
 // ── Requests (host → worker) ──
 
 /// A request: its method name, its params (serialized as `params`) and the
@@ -115,16 +114,30 @@ pub struct PatchSpec {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum SourceParams {
-    Architecture { name: String, overrides: BTreeMap<String, String> },
+    Architecture {
+        name: String,
+        overrides: BTreeMap<String, String>,
+    },
     /// A model folder; `trust_remote_code` reaches `from_pretrained` as given
     /// (never left unset: transformers would then prompt on the protocol's stdin).
     /// `layers`: the config truncated to its first N layers.
-    Directory { path: PathBuf, trust_remote_code: bool, layers: Option<u32> },
-    Function { spec: String },
+    Directory {
+        path: PathBuf,
+        trust_remote_code: bool,
+        layers: Option<u32>,
+    },
+    Function {
+        spec: String,
+    },
     /// A Python-level program and its inputs (`hfx_worker/program.py`): a patch plugin's case.
-    Program { program: Value, inputs: BTreeMap<String, CaseValue> },
+    Program {
+        program: Value,
+        inputs: BTreeMap<String, CaseValue>,
+    },
     /// A component `capture_generation` captured in the same worker (`prefill`, `decode`).
-    Captured { component: String },
+    Captured {
+        component: String,
+    },
 }
 
 /// What the worker decomposes after the trace (`kind` tags the variant).
@@ -237,7 +250,9 @@ impl VerifyModel {
     /// The artifact's file.
     pub fn path_mut(&mut self) -> &mut PathBuf {
         match self {
-            VerifyModel::Onnx { path } | VerifyModel::Pt2 { path } | VerifyModel::Pte { path, .. } => path,
+            VerifyModel::Onnx { path }
+            | VerifyModel::Pt2 { path }
+            | VerifyModel::Pte { path, .. } => path,
         }
     }
 }
@@ -835,10 +850,18 @@ impl<'de> Deserialize<'de> for WireScalar {
             Value::Number(n) => match (n.as_i64(), n.as_f64()) {
                 (Some(i), _) => Scalar::Int(i),
                 (None, Some(f)) => Scalar::Float(f),
-                (None, None) => return Err(serde::de::Error::custom(format!("the number {n} is not an i64 or f64"))),
+                (None, None) => {
+                    return Err(serde::de::Error::custom(format!(
+                        "the number {n} is not an i64 or f64"
+                    )))
+                }
             },
             Value::String(s) => Scalar::Str(s),
-            other => return Err(serde::de::Error::custom(format!("a scalar is null, a bool, a number or a string, not {other}"))),
+            other => {
+                return Err(serde::de::Error::custom(format!(
+                    "a scalar is null, a bool, a number or a string, not {other}"
+                )))
+            }
         }))
     }
 }
@@ -969,7 +992,10 @@ pub enum Message {
     PatchCall(PatchCall),
     /// `{"id": N, "result": ...}` or `{"id": N, "error": {...}}`; the result is
     /// typed by the caller, who knows the method (`reply`).
-    Response { id: u64, outcome: Result<Value, PythonError> },
+    Response {
+        id: u64,
+        outcome: Result<Value, PythonError>,
+    },
 }
 
 /// The first characters of a line, for an error message (a line may be 64 MiB).
@@ -984,8 +1010,11 @@ fn excerpt(line: &str) -> String {
 /// Types one worker line.
 pub fn parse_message(line: &str) -> Result<Message, TraceError> {
     let bad = |why: &str| TraceError::Protocol(format!("{why}: `{}`", excerpt(line)));
-    let value: Value = serde_json::from_str(line).map_err(|e| bad(&format!("a worker line is not JSON ({e})")))?;
-    let Value::Object(mut fields) = value else { return Err(bad("a worker line is not a JSON object")) };
+    let value: Value =
+        serde_json::from_str(line).map_err(|e| bad(&format!("a worker line is not JSON ({e})")))?;
+    let Value::Object(mut fields) = value else {
+        return Err(bad("a worker line is not a JSON object"));
+    };
     // What is left once a message's own fields are taken is refused by name.
     let no_more = |fields: &serde_json::Map<String, Value>, what: &str| match fields.keys().next() {
         Some(key) => Err(bad(&format!("{what} has an unknown field `{key}`"))),
@@ -993,12 +1022,14 @@ pub fn parse_message(line: &str) -> Result<Message, TraceError> {
     };
     if let Some(progress) = fields.remove("progress") {
         no_more(&fields, "a progress line")?;
-        let progress = Progress::deserialize(progress).map_err(|e| bad(&format!("a progress line: {e}")))?;
+        let progress =
+            Progress::deserialize(progress).map_err(|e| bad(&format!("a progress line: {e}")))?;
         return Ok(Message::Progress(progress));
     }
     if let Some(plan) = fields.remove("weights_plan") {
         no_more(&fields, "a weights plan")?;
-        let plan = Vec::<PlannedWeight>::deserialize(plan).map_err(|e| bad(&format!("a weights plan: {e}")))?;
+        let plan = Vec::<PlannedWeight>::deserialize(plan)
+            .map_err(|e| bad(&format!("a weights plan: {e}")))?;
         return Ok(Message::WeightsPlan(plan));
     }
     if let Some(call) = fields.remove("patch_call") {
@@ -1012,9 +1043,8 @@ pub fn parse_message(line: &str) -> Result<Message, TraceError> {
     };
     let outcome = match (fields.remove("result"), fields.remove("error")) {
         (Some(_), Some(_)) => return Err(bad("a response has both `result` and `error`")),
-        (None, Some(error)) => {
-            Err(PythonError::deserialize(error).map_err(|e| bad(&format!("a response's `error` is malformed ({e})")))?)
-        }
+        (None, Some(error)) => Err(PythonError::deserialize(error)
+            .map_err(|e| bad(&format!("a response's `error` is malformed ({e})")))?),
         (Some(result), None) => Ok(result),
         (None, None) => return Err(bad("a response has neither `result` nor `error`")),
     };
@@ -1025,7 +1055,8 @@ pub fn parse_message(line: &str) -> Result<Message, TraceError> {
 /// A response's result as the reply of `method`: a missing, unknown or
 /// mistyped field is a protocol error naming the method and the field.
 pub fn reply<R: DeserializeOwned>(method: &str, result: Value) -> Result<R, TraceError> {
-    R::deserialize(result).map_err(|e| TraceError::Protocol(format!("the worker's `{method}` reply: {e}")))
+    R::deserialize(result)
+        .map_err(|e| TraceError::Protocol(format!("the worker's `{method}` reply: {e}")))
 }
 
 #[cfg(test)]
@@ -1057,7 +1088,10 @@ mod tests {
 
     #[test]
     fn a_line_at_the_limit_passes_and_one_byte_more_is_refused() {
-        assert_eq!(lines(b"12345678\nnext\n", 8), [Incoming::Line("12345678".into()), Incoming::Line("next".into())]);
+        assert_eq!(
+            lines(b"12345678\nnext\n", 8),
+            [Incoming::Line("12345678".into()), Incoming::Line("next".into())]
+        );
         assert_eq!(lines(b"123456789\n", 8), [Incoming::TooLong(8)]);
     }
 
@@ -1065,7 +1099,10 @@ mod tests {
     fn a_long_line_without_newline_is_refused_without_reading_it_all() {
         // An endless stream: the reader must stop at the limit, not wait for a newline.
         let mut endless = io::BufReader::new(io::repeat(b'x'));
-        assert_eq!(read_line_bounded(&mut endless, 1 << 20).unwrap(), Some(Incoming::TooLong(1 << 20)));
+        assert_eq!(
+            read_line_bounded(&mut endless, 1 << 20).unwrap(),
+            Some(Incoming::TooLong(1 << 20))
+        );
     }
 
     #[test]
@@ -1076,10 +1113,16 @@ mod tests {
     #[test]
     fn messages_are_typed() {
         use serde_json::json;
-        assert_eq!(parse_message(r#"{"progress": {"stage": "import"}}"#).unwrap(), Message::Progress(Progress { stage: TraceStep::Import }));
+        assert_eq!(
+            parse_message(r#"{"progress": {"stage": "import"}}"#).unwrap(),
+            Message::Progress(Progress { stage: TraceStep::Import })
+        );
         let plan = r#"{"weights_plan": [{"name": "model/data/weights/weight_0", "file": "/m/model.safetensors", "offset": 8, "length": 64, "stored": "bfloat16", "dtype": "float32", "shape": [4, 4], "linear_weight": false}]}"#;
         let Message::WeightsPlan(plan) = parse_message(plan).unwrap() else { panic!() };
-        assert_eq!((plan[0].name.as_str(), plan[0].offset, plan[0].length), ("model/data/weights/weight_0", 8, 64));
+        assert_eq!(
+            (plan[0].name.as_str(), plan[0].offset, plan[0].length),
+            ("model/data/weights/weight_0", 8, 64)
+        );
         let e = parse_message(r#"{"weights_plan": [{"name": "w", "file": "f", "offset": -1, "length": 1, "stored": "a", "dtype": "a", "shape": [], "linear_weight": false}]}"#).unwrap_err().to_string();
         assert!(e.contains("a weights plan:"), "{e}");
         let e = parse_message(r#"{"weights_plan": [], "id": 3}"#).unwrap_err().to_string();
@@ -1090,14 +1133,29 @@ mod tests {
             {"sym_int": {"expr": "s0", "hint": null}}, {"dtype": "int64"},
             {"object": {"type": "LlamaRMSNorm", "attributes": {"eps": 1e-06}}}],
             "args": [0, 1], "kwargs": [["dim", 2]]}}"#;
-        let Message::PatchCall(call) = parse_message(&call.replace('\n', "")).unwrap() else { panic!() };
-        assert_eq!((call.plugin.as_str(), call.values.len(), call.kwargs.clone()), ("p", 9, vec![("dim".to_string(), 2)]));
+        let Message::PatchCall(call) = parse_message(&call.replace('\n', "")).unwrap() else {
+            panic!()
+        };
+        assert_eq!(
+            (call.plugin.as_str(), call.values.len(), call.kwargs.clone()),
+            ("p", 9, vec![("dim".to_string(), 2)])
+        );
         assert_eq!(call.values[2], WireValue::Scalar(WireScalar(Scalar::Int(3))));
         assert_eq!(call.values[6], WireValue::SymInt(WireSym { expr: "s0".into(), hint: None }));
-        assert_eq!(parse_message(r#"{"id": 3, "result": {}}"#).unwrap(), Message::Response { id: 3, outcome: Ok(json!({})) });
+        assert_eq!(
+            parse_message(r#"{"id": 3, "result": {}}"#).unwrap(),
+            Message::Response { id: 3, outcome: Ok(json!({})) }
+        );
         let error = r#"{"id": 4, "error": {"type": "ValueError", "message": "no", "traceback": "Traceback..."}}"#;
-        let expected = PythonError { kind: "ValueError".into(), message: "no".into(), traceback: "Traceback...".into() };
-        assert_eq!(parse_message(error).unwrap(), Message::Response { id: 4, outcome: Err(expected) });
+        let expected = PythonError {
+            kind: "ValueError".into(),
+            message: "no".into(),
+            traceback: "Traceback...".into(),
+        };
+        assert_eq!(
+            parse_message(error).unwrap(),
+            Message::Response { id: 4, outcome: Err(expected) }
+        );
     }
 
     #[test]
@@ -1133,7 +1191,10 @@ mod tests {
         for (line, why) in cases {
             match parse_message(&line) {
                 Err(TraceError::Protocol(message)) => {
-                    assert!(message.contains(why) && message.contains(&excerpt(&line)), "{line}: {message}");
+                    assert!(
+                        message.contains(why) && message.contains(&excerpt(&line)),
+                        "{line}: {message}"
+                    );
                     assert!(!message.contains('\n'), "one line: {message}");
                 }
                 other => panic!("{line}: {other:?}"),
@@ -1159,7 +1220,10 @@ mod tests {
     #[test]
     fn replies_are_typed_and_a_missing_unknown_or_mistyped_field_is_named() {
         let reply: TraceReply = super::reply("trace", trace_reply()).unwrap();
-        assert_eq!((reply.model_class.as_str(), reply.outputs, reply.seconds.export), ("Doubler", 1, 0.5));
+        assert_eq!(
+            (reply.model_class.as_str(), reply.outputs, reply.seconds.export),
+            ("Doubler", 1, 0.5)
+        );
         let mut missing = trace_reply();
         missing.as_object_mut().unwrap().remove("nodes");
         let mut unknown = trace_reply();
@@ -1175,7 +1239,10 @@ mod tests {
             (step, "missing field `eager`"),
         ] {
             match super::reply::<TraceReply>("trace", value) {
-                Err(TraceError::Protocol(message)) => assert!(message.starts_with("the worker's `trace` reply: ") && message.contains(why), "{message}"),
+                Err(TraceError::Protocol(message)) => assert!(
+                    message.starts_with("the worker's `trace` reply: ") && message.contains(why),
+                    "{message}"
+                ),
                 other => panic!("{why}: {other:?}"),
             }
         }
@@ -1185,10 +1252,15 @@ mod tests {
         assert_eq!(reply.checks[0].outputs[0].max_rel, None);
         let mut absent = verify;
         absent["checks"][0]["outputs"][0].as_object_mut().unwrap().remove("max_rel");
-        let Err(TraceError::Protocol(message)) = super::reply::<VerifyReply>("verify", absent) else { panic!() };
+        let Err(TraceError::Protocol(message)) = super::reply::<VerifyReply>("verify", absent)
+        else {
+            panic!()
+        };
         assert!(message.contains("missing field `max_rel`"), "{message}");
         let hello = serde_json::json!({"protocol": PROTOCOL, "python": "3.11.7", "versions": {}, "debug": true});
-        let Err(TraceError::Protocol(message)) = super::reply::<HelloReply>("hello", hello) else { panic!() };
+        let Err(TraceError::Protocol(message)) = super::reply::<HelloReply>("hello", hello) else {
+            panic!()
+        };
         assert!(message.contains("unknown field `debug`"), "{message}");
     }
 
@@ -1196,7 +1268,10 @@ mod tests {
     fn requests_and_answers_have_the_workers_shapes() {
         use serde_json::json;
         let params = TraceParams {
-            source: SourceParams::Architecture { name: "llama".into(), overrides: [("vocab_size".to_string(), "128".to_string())].into() },
+            source: SourceParams::Architecture {
+                name: "llama".into(),
+                overrides: [("vocab_size".to_string(), "128".to_string())].into(),
+            },
             task: None,
             dynamic: true,
             dynamic_shapes: vec![],
@@ -1214,13 +1289,23 @@ mod tests {
             patches: vec![PatchSpec { plugin: "p".into(), targets: vec!["torch.where".into()] }],
         };
         let value = serde_json::to_value(&params).unwrap();
-        assert_eq!(value["source"], json!({"kind": "architecture", "name": "llama", "overrides": {"vocab_size": "128"}}));
+        assert_eq!(
+            value["source"],
+            json!({"kind": "architecture", "name": "llama", "overrides": {"vocab_size": "128"}})
+        );
         assert_eq!(value["weights"], json!("streamed"));
         assert_eq!(value["plan_weights"], json!("parameters"));
-        assert_eq!((value["task"].clone(), value["patches"][0]["targets"][0].clone()), (Value::Null, json!("torch.where")));
+        assert_eq!(
+            (value["task"].clone(), value["patches"][0]["targets"][0].clone()),
+            (Value::Null, json!("torch.where"))
+        );
         let program = WireProgram {
             steps: vec![
-                WireStep::Call(WireOp { op: "aten.where.self".into(), args: vec![0, 1], kwargs: vec![("dim".into(), 2)] }),
+                WireStep::Call(WireOp {
+                    op: "aten.where.self".into(),
+                    args: vec![0, 1],
+                    kwargs: vec![("dim".into(), 2)],
+                }),
                 WireStep::Invoke { callee: 3, args: vec![], kwargs: vec![] },
                 WireStep::Getattr((1, "eps".into())),
                 WireStep::Constant(WireScalar(Scalar::None)),
@@ -1238,7 +1323,10 @@ mod tests {
                 {"callback": {"target": "t", "captured": [0]}},
             ], "output": 4}})
         );
-        assert_eq!(serde_json::to_value(PatchAnswer::Error("no".into())).unwrap(), json!({"error": "no"}));
+        assert_eq!(
+            serde_json::to_value(PatchAnswer::Error("no".into())).unwrap(),
+            json!({"error": "no"})
+        );
     }
 
     #[test]
@@ -1248,10 +1336,23 @@ mod tests {
             {"index": 0, "dtype": "float32", "about": "[2x3]", "exported": {"path": "0.pt2", "ops": ["aten.abs.default"], "shape_only": false, "kind": "program"}},
             {"index": 1, "dtype": "bool", "about": "[2]", "exported": {"reason": "torch.export fails: x", "kind": "skipped"}}]});
         let reply: OpSamplesReply = super::reply("op_samples", reply).unwrap();
-        assert_eq!(reply.samples[0].exported, SampleExport::Program { path: "0.pt2".into(), ops: vec!["aten.abs.default".into()], shape_only: false });
-        assert_eq!(reply.samples[1].exported, SampleExport::Skipped { reason: "torch.export fails: x".into() });
+        assert_eq!(
+            reply.samples[0].exported,
+            SampleExport::Program {
+                path: "0.pt2".into(),
+                ops: vec!["aten.abs.default".into()],
+                shape_only: false
+            }
+        );
+        assert_eq!(
+            reply.samples[1].exported,
+            SampleExport::Skipped { reason: "torch.export fails: x".into() }
+        );
         let both = serde_json::json!({"samples": [{"index": 0, "dtype": "bool", "about": "", "exported": {"reason": "r", "path": "p", "kind": "skipped"}}]});
-        let Err(TraceError::Protocol(message)) = super::reply::<OpSamplesReply>("op_samples", both) else { panic!() };
+        let Err(TraceError::Protocol(message)) = super::reply::<OpSamplesReply>("op_samples", both)
+        else {
+            panic!()
+        };
         assert!(message.contains("unknown field `path`"), "{message}");
     }
 

@@ -25,8 +25,16 @@ from typing import NamedTuple
 
 # safetensors' dtype names.
 DTYPES = {
-    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
-    "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U8": "uint8",
+    "BOOL": "bool",
 }
 # Most bytes a safetensors header may hold (the format's own limit is 100 MB).
 HEADER_LIMIT = 100 << 20
@@ -36,6 +44,7 @@ CHUNK = 64 << 20
 
 class Stored(NamedTuple):
     """A checkpoint tensor: its file, its bytes' offset and length there, dtype, shape."""
+
     file: str
     offset: int
     length: int
@@ -57,8 +66,15 @@ def checkpoint_files(folder):
             shards = sorted(set(json.load(f)["weight_map"].values()))
         for shard in shards:
             # A shard is a file of the folder: a path would let the index point anywhere.
-            if not isinstance(shard, str) or shard in ("", ".", "..") or "/" in shard or "\\" in shard:
-                raise ValueError(f"{index}: names the shard {shard!r}, which is not a file name in the model folder")
+            if (
+                not isinstance(shard, str)
+                or shard in ("", ".", "..")
+                or "/" in shard
+                or "\\" in shard
+            ):
+                raise ValueError(
+                    f"{index}: names the shard {shard!r}, which is not a file name in the model folder"
+                )
         return [os.path.join(folder, shard) for shard in shards]
     single = os.path.join(folder, "model.safetensors")
     return [single] if os.path.exists(single) else []
@@ -71,9 +87,11 @@ def opened_checkpoint(path):
         return open(path, "rb")
     except PermissionError:
         if os.path.islink(path):
-            raise ValueError(f"{path}, a symbolic link to {os.readlink(path)}, outside what the worker may read: checkpoint files "
-                             "are read only as regular files inside the model folder, or as a Hub snapshot's links into its "
-                             "repository's blobs/ (copy the file there)") from None
+            raise ValueError(
+                f"{path}, a symbolic link to {os.readlink(path)}, outside what the worker may read: checkpoint files "
+                "are read only as regular files inside the model folder, or as a Hub snapshot's links into its "
+                "repository's blobs/ (copy the file there)"
+            ) from None
         raise
 
 
@@ -83,7 +101,9 @@ def read_header(path):
         size = os.fstat(f.fileno()).st_size
         (length,) = struct.unpack("<Q", f.read(8))
         if length > min(HEADER_LIMIT, size - 8):
-            raise ValueError(f"{path}: a safetensors header of {length} bytes (the file has {size})")
+            raise ValueError(
+                f"{path}: a safetensors header of {length} bytes (the file has {size})"
+            )
         header = json.loads(f.read(length))
     tensors = {}
     for key, entry in header.items():
@@ -91,8 +111,12 @@ def read_header(path):
             continue
         begin, end = entry["data_offsets"]
         if entry["dtype"] not in DTYPES or not 0 <= begin <= end or 8 + length + end > size:
-            raise ValueError(f"{path}: tensor `{key}`: dtype {entry['dtype']}, bytes {begin}..{end} of {size - 8 - length}")
-        tensors[key] = Stored(path, 8 + length + begin, end - begin, DTYPES[entry["dtype"]], tuple(entry["shape"]))
+            raise ValueError(
+                f"{path}: tensor `{key}`: dtype {entry['dtype']}, bytes {begin}..{end} of {size - 8 - length}"
+            )
+        tensors[key] = Stored(
+            path, 8 + length + begin, end - begin, DTYPES[entry["dtype"]], tuple(entry["shape"])
+        )
     return tensors
 
 
@@ -117,7 +141,9 @@ def parameters_on_meta():
         # One already on meta is kept as it is: a tied parameter stays the same object.
         if param is not None and param.device.type != "meta":
             param = module._parameters[name]
-            module._parameters[name] = type(param)(param.to("meta"), requires_grad=param.requires_grad)
+            module._parameters[name] = type(param)(
+                param.to("meta"), requires_grad=param.requires_grad
+            )
 
     torch.nn.Module.register_parameter = on_meta
     try:
@@ -133,7 +159,9 @@ def source_of(names, tensors, prefix):
     for name in names:
         candidates = [name]
         if prefix:
-            candidates += [name[len(prefix) + 1:]] if name.startswith(prefix + ".") else [f"{prefix}.{name}"]
+            candidates += (
+                [name[len(prefix) + 1 :]] if name.startswith(prefix + ".") else [f"{prefix}.{name}"]
+            )
         for key in candidates:
             if key in tensors:
                 return key
@@ -150,7 +178,11 @@ def renamed_tensors(model, tensors, prefix):
     mapping (another version) or the model none."""
     try:
         from transformers.conversion_mapping import get_model_conversion_mapping
-        from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
+        from transformers.core_model_loading import (
+            WeightConverter,
+            WeightRenaming,
+            rename_source_key,
+        )
     except ImportError:
         return {}
     try:
@@ -256,9 +288,14 @@ def streamed_model(build, folder, dtype_name):
             return None, f"parameter `{names[id(param)][0]}` has no tensor in the checkpoint"
         stored = tensors[key]
         if tuple(stored.shape) != tuple(param.shape):
-            return None, f"parameter `{names[id(param)][0]}` is {list(param.shape)}, checkpoint tensor `{key}` {list(stored.shape)}"
+            return (
+                None,
+                f"parameter `{names[id(param)][0]}` is {list(param.shape)}, checkpoint tensor `{key}` {list(stored.shape)}",
+            )
         target = dtype if param.is_floating_point() else param.dtype
-        fresh = torch.nn.Parameter(torch.empty(param.shape, dtype=target), requires_grad=param.requires_grad)
+        fresh = torch.nn.Parameter(
+            torch.empty(param.shape, dtype=target), requires_grad=param.requires_grad
+        )
         empty[id(param)] = fresh
         sources[fresh.untyped_storage().data_ptr()] = stored
     for module in model.modules():
@@ -329,16 +366,26 @@ def weights_plan(module, sources, output, kind):
 
 def planned_weight(name, tensor, stored, linear_weight=False):
     """One plan entry: `tensor` (named `name`) filled from checkpoint tensor `stored`."""
-    return {"name": name, "file": os.path.abspath(stored.file), "offset": stored.offset, "length": stored.length,
-            "stored": stored.dtype, "dtype": str(tensor.dtype).removeprefix("torch."), "shape": list(tensor.shape),
-            "linear_weight": linear_weight}
+    return {
+        "name": name,
+        "file": os.path.abspath(stored.file),
+        "offset": stored.offset,
+        "length": stored.length,
+        "stored": stored.dtype,
+        "dtype": str(tensor.dtype).removeprefix("torch."),
+        "shape": list(tensor.shape),
+        "linear_weight": linear_weight,
+    }
 
 
 def planned_parameters(module, sources):
     """`weights_plan`'s "parameters" entries."""
     import torch
 
-    named = [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]
+    named = [
+        *module.named_parameters(remove_duplicate=False),
+        *module.named_buffers(remove_duplicate=False),
+    ]
     # A tensor several names reach (tied embeddings) is lifted once per name,
     # and the graph reads it through the last: the others are initializers
     # no node reads, which the ONNX model leaves out.
@@ -355,7 +402,11 @@ def planned_parameters(module, sources):
         storage = tensor.untyped_storage()
         stored = sources.get(storage.data_ptr())
         # The whole storage, as the host's initializer reads it.
-        whole = tensor.storage_offset() == 0 and tensor.is_contiguous() and tensor.nbytes == storage.nbytes()
+        whole = (
+            tensor.storage_offset() == 0
+            and tensor.is_contiguous()
+            and tensor.nbytes == storage.nbytes()
+        )
         if not whole or not host_reads(stored, storage, tensor.dtype):
             break
         plan.append(planned_weight(fqn, tensor, stored, linear[id(tensor)]))
@@ -367,7 +418,6 @@ def planned(module, sources, output):
     import torch
     from torch.export._trace import _get_original_state_dict
     from torch.export.pt2_archive import _package
-
 
     class Names:
         """What `_package_state_dict` asks of an archive writer: the entries' names, in order."""
@@ -384,7 +434,10 @@ def planned(module, sources, output):
     class Program:
         state_dict = _get_original_state_dict(module)
 
-    if any(not torch.is_tensor(t) or _package._should_use_pickle(t) for t in Program.state_dict.values()):
+    if any(
+        not torch.is_tensor(t) or _package._should_use_pickle(t)
+        for t in Program.state_dict.values()
+    ):
         return []  # pickled entries (subclasses) come first and are torch's to write
     names = Names()
     raw_bytes = _package._get_raw_tensor_bytes

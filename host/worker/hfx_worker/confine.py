@@ -36,7 +36,12 @@ ARCHES = {
 
 
 class SockFilter(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+    _fields_ = [
+        ("code", ctypes.c_uint16),
+        ("jt", ctypes.c_uint8),
+        ("jf", ctypes.c_uint8),
+        ("k", ctypes.c_uint32),
+    ]
 
 
 class SockFprog(ctypes.Structure):
@@ -70,9 +75,25 @@ def refuse_exec():
     table = (SockFilter * len(statements))(*(SockFilter(*s) for s in statements))
     program = SockFprog(len(statements), table)
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(ctypes.c_int(PR_SET_NO_NEW_PRIVS), ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
-        raise OSError(ctypes.get_errno(), f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(ctypes.get_errno())}")
-    result = libc.syscall(ctypes.c_long(seccomp), ctypes.c_ulong(SECCOMP_SET_MODE_FILTER), ctypes.c_ulong(SECCOMP_FILTER_FLAG_TSYNC), ctypes.byref(program))
+    if (
+        libc.prctl(
+            ctypes.c_int(PR_SET_NO_NEW_PRIVS),
+            ctypes.c_ulong(1),
+            ctypes.c_ulong(0),
+            ctypes.c_ulong(0),
+            ctypes.c_ulong(0),
+        )
+        != 0
+    ):
+        raise OSError(
+            ctypes.get_errno(), f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(ctypes.get_errno())}"
+        )
+    result = libc.syscall(
+        ctypes.c_long(seccomp),
+        ctypes.c_ulong(SECCOMP_SET_MODE_FILTER),
+        ctypes.c_ulong(SECCOMP_FILTER_FLAG_TSYNC),
+        ctypes.byref(program),
+    )
     if result != 0:
         # TSYNC's failure names a thread that could not take the filter.
         errno = ctypes.get_errno()
@@ -86,4 +107,6 @@ def from_environment():
         try:
             refuse_exec()
         except OSError as error:
-            raise SystemExit(f"hfx worker: cannot refuse new programs as the host asked (seccomp): {error}") from None
+            raise SystemExit(
+                f"hfx worker: cannot refuse new programs as the host asked (seccomp): {error}"
+            ) from None

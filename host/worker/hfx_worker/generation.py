@@ -28,7 +28,14 @@ import functools
 import inspect
 import time
 
-from .protocol import CapturedComponent, CaptureGenerationReply, ComponentCalls, GenerateCheckReply, GenerateStep, Unsupported
+from .protocol import (
+    CapturedComponent,
+    CaptureGenerationReply,
+    ComponentCalls,
+    GenerateCheckReply,
+    GenerateStep,
+    Unsupported,
+)
 
 # A captured call's kwargs that are generation-time hints, not forward inputs.
 HINTS = ("logits_to_keep",)
@@ -121,7 +128,13 @@ def merge_decode_steps(steps):
     if any(query_length(call) != 1 for call in steps):
         return copy.copy(steps[-1])  # no cache: each step already runs the whole sequence
     merged = copy.copy(steps[0])
-    for key, dim in (("input_ids", 1), ("inputs_embeds", 1), ("audio_latents", 1), ("cache_position", 0), ("position_ids", -1)):
+    for key, dim in (
+        ("input_ids", 1),
+        ("inputs_embeds", 1),
+        ("audio_latents", 1),
+        ("cache_position", 0),
+        ("position_ids", -1),
+    ):
         values = [call.get(key) for call in steps]
         if all(v is not None for v in values):
             merged[key] = torch.cat(values, dim=dim)
@@ -154,19 +167,26 @@ def capture(model, inputs, multi_token_decode, max_cache_len):
     import torch
 
     if not (hasattr(model, "can_generate") and model.can_generate()):
-        raise Unsupported(f"--generation: {type(model).__name__} does not generate (no `generate`); "
-                          "export it without --generation, or pick its generative class with --task")
+        raise Unsupported(
+            f"--generation: {type(model).__name__} does not generate (no `generate`); "
+            "export it without --generation, or pick its generative class with --task"
+        )
     new_tokens = 3 if multi_token_decode else 2
     config = generation_config(model, new_tokens, max_cache_len)
     parts = multimodal_parts(model)
     with torch.no_grad(), captured_calls(model) as calls, contextlib.ExitStack() as stack:
         # Each part's calls, with how many forward calls had started by then.
-        part_calls = {name: stack.enter_context(captured_calls(module, lambda: len(calls))) for name, module in parts.items()}
+        part_calls = {
+            name: stack.enter_context(captured_calls(module, lambda: len(calls)))
+            for name, module in parts.items()
+        }
         model.generate(**copy.deepcopy(inputs), generation_config=config)
     if len(calls) < new_tokens:
-        raise Unsupported(f"--generation: `generate` called {type(model).__name__}.forward {len(calls)} time(s) for "
-                          f"{new_tokens} new tokens; it generates through another module, which hfx cannot split "
-                          "into prefill and decode")
+        raise Unsupported(
+            f"--generation: `generate` called {type(model).__name__}.forward {len(calls)} time(s) for "
+            f"{new_tokens} new tokens; it generates through another module, which hfx cannot split "
+            "into prefill and decode"
+        )
     for call in calls:
         for hint in HINTS:
             call.pop(hint, None)
@@ -179,7 +199,9 @@ def capture(model, inputs, multi_token_decode, max_cache_len):
     # position), each part's last call; a part that forward does not call
     # (an encoder `generate` ran before it) from the `generate` call.
     with torch.no_grad(), contextlib.ExitStack() as stack:
-        forward_calls = {name: stack.enter_context(captured_calls(module)) for name, module in parts.items()}
+        forward_calls = {
+            name: stack.enter_context(captured_calls(module)) for name, module in parts.items()
+        }
         model(**copy.deepcopy(calls[0]))
     components = {}
     for name, module in parts.items():
@@ -226,8 +248,12 @@ def multimodal_parts(model):
                 if name not in found and getattr(root, name, None) is not None:
                     found[name] = getattr(root, name)
     # In the order data flows: encoders, projectors, language model, head.
-    order = [n for n in found if n.endswith("_encoder")] + [n for n in found if n in PROJECTORS] + ["language_model"] \
+    order = (
+        [n for n in found if n.endswith("_encoder")]
+        + [n for n in found if n in PROJECTORS]
+        + ["language_model"]
         + [n for n in found if n in HEADS]
+    )
     return {name: found[name] for name in order}
 
 
@@ -243,7 +269,11 @@ def contiguous(value):
     if isinstance(value, list):
         return [contiguous(v) for v in value]
     if isinstance(value, tuple):
-        return type(value)(*map(contiguous, value)) if hasattr(value, "_fields") else tuple(map(contiguous, value))
+        return (
+            type(value)(*map(contiguous, value))
+            if hasattr(value, "_fields")
+            else tuple(map(contiguous, value))
+        )
     if isinstance(value, dict):
         for key in list(value):
             value[key] = contiguous(value[key])
@@ -281,7 +311,10 @@ def capture_generation(session, params):
         save_configs(model, params.folder, config)
     return CaptureGenerationReply(
         model_class=type(model).__name__,
-        components=[CapturedComponent(name=name, inputs=describe(kwargs)) for name, kwargs in components.items()],
+        components=[
+            CapturedComponent(name=name, inputs=describe(kwargs))
+            for name, kwargs in components.items()
+        ],
         seconds=time.perf_counter() - started,
     )
 
@@ -365,8 +398,12 @@ def generate_check(session, params):
     model, prompt = generation.model, generation.prompt
     config = generation_config(model, params.steps, generation.max_cache_len)
     with torch.no_grad():
-        eager = model.generate(**copy.deepcopy(prompt), generation_config=config,
-                               return_dict_in_generate=True, output_logits=True)
+        eager = model.generate(
+            **copy.deepcopy(prompt),
+            generation_config=config,
+            return_dict_in_generate=True,
+            output_logits=True,
+        )
     runners, providers = {}, []
     for name, artifact in params.components.items():
         traced = generation.traced.get(name)
@@ -379,21 +416,32 @@ def generate_check(session, params):
         raise ValueError(f"generate_check: no artifact for {', '.join(missing)}")
     components = Components(model, runners, generation.modules)
     with torch.no_grad(), components.in_place():
-        exported = model.generate(**copy.deepcopy(prompt), generation_config=config,
-                                  return_dict_in_generate=True, output_logits=True)
+        exported = model.generate(
+            **copy.deepcopy(prompt),
+            generation_config=config,
+            return_dict_in_generate=True,
+            output_logits=True,
+        )
     length = prompt["input_ids"].shape[1]
     want, got = eager.sequences[:, length:], exported.sequences[:, length:]
     steps = []
     for i, (w, g) in enumerate(zip(eager.logits, exported.logits)):
         diff = (w.double() - g.double()).abs()
-        steps.append(GenerateStep(
-            tokens=[int(t) for t in got[:, i]] if i < got.shape[1] else [],
-            eager_tokens=[int(t) for t in want[:, i]] if i < want.shape[1] else [],
-            max_abs=float(diff.max()) if diff.numel() and torch.isfinite(diff).all() else None,
-            ok=w.shape == g.shape and torch.allclose(g.double(), w.double(), atol=params.atol, rtol=params.rtol)))
+        steps.append(
+            GenerateStep(
+                tokens=[int(t) for t in got[:, i]] if i < got.shape[1] else [],
+                eager_tokens=[int(t) for t in want[:, i]] if i < want.shape[1] else [],
+                max_abs=float(diff.max()) if diff.numel() and torch.isfinite(diff).all() else None,
+                ok=w.shape == g.shape
+                and torch.allclose(g.double(), w.double(), atol=params.atol, rtol=params.rtol),
+            )
+        )
     return GenerateCheckReply(
         identical=bool(want.shape == got.shape and torch.equal(want, got)),
         steps=steps,
-        calls=[ComponentCalls(name=name, calls=components.called[name]) for name in generation.components],
+        calls=[
+            ComponentCalls(name=name, calls=components.called[name])
+            for name in generation.components
+        ],
         providers=providers,
     )

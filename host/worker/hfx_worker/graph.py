@@ -33,7 +33,7 @@ def decode_value(value):
 
     if not isinstance(value, dict) or len(value) != 1:
         raise ValueError(f"a value is one of tensor, int, float, bool; got {value!r:.80}")
-    (kind, body), = value.items()
+    ((kind, body),) = value.items()
     if kind == "tensor":
         dtype = torch_constant(body["dtype"], torch.dtype)
         if dtype is None:
@@ -44,7 +44,9 @@ def decode_value(value):
         for d in shape:
             count *= d
         if len(data) != count * dtype.itemsize:
-            raise ValueError(f"a {body['dtype']} tensor of shape {shape} has {count * dtype.itemsize} bytes, not {len(data)}")
+            raise ValueError(
+                f"a {body['dtype']} tensor of shape {shape} has {count * dtype.itemsize} bytes, not {len(data)}"
+            )
         if count == 0:
             return torch.empty(shape, dtype=dtype)
         return torch.frombuffer(bytearray(data), dtype=dtype).reshape(shape).clone()
@@ -63,8 +65,13 @@ def encode_value(value):
     if torch.is_tensor(value):
         value = value.detach().contiguous().cpu()
         data = value.reshape(-1).view(torch.uint8).numpy().tobytes() if value.numel() else b""
-        return {"tensor": {"dtype": str(value.dtype).removeprefix("torch."), "shape": list(value.shape),
-                           "data": base64.b64encode(data).decode("ascii")}}
+        return {
+            "tensor": {
+                "dtype": str(value.dtype).removeprefix("torch."),
+                "shape": list(value.shape),
+                "data": base64.b64encode(data).decode("ascii"),
+            }
+        }
     if isinstance(value, bool):
         return {"bool": value}
     if isinstance(value, int):
@@ -79,7 +86,7 @@ def encode_value(value):
 def resolve_target(policy, target):
     for alias, name in TARGET_ALIASES.items():
         if target.startswith(alias):
-            target = name + target[len(alias):]
+            target = name + target[len(alias) :]
     if target.startswith(("aten.", "prims.")) and target.count(".") != 2:
         raise PermissionError(f"`{target}` is not an operator overload (namespace.op.overload)")
     found = policy.resolve_op(target)
@@ -100,10 +107,10 @@ def argument(value, env):
 
     if value == "none":
         return None
-    (kind, body), = value.items()
+    ((kind, body),) = value.items()
 
     def sym(s, cast):
-        (form, x), = s.items()
+        ((form, x),) = s.items()
         return env[x] if form == "value" else cast(x)
 
     simple = {
@@ -129,7 +136,11 @@ def argument(value, env):
     if kind in simple:
         return simple[kind]()
     if kind in ("dtype", "layout", "memory_format"):
-        expected = {"dtype": torch.dtype, "layout": torch.layout, "memory_format": torch.memory_format}[kind]
+        expected = {
+            "dtype": torch.dtype,
+            "layout": torch.layout,
+            "memory_format": torch.memory_format,
+        }[kind]
         found = torch_constant(body, expected)
         if found is None:
             raise ValueError(f"unknown {kind} `{body}`")
@@ -140,7 +151,7 @@ def argument(value, env):
 def bind(output, result, env):
     if output == "none":
         return
-    (kind, body), = output.items()
+    ((kind, body),) = output.items()
     if kind == "tensor":
         env[body] = result
     elif kind in ("tensors", "optional_tensors"):
@@ -148,7 +159,7 @@ def bind(output, result, env):
             if v is not None:
                 env[v] = r
     elif kind in ("sym_int", "sym_float", "sym_bool"):
-        (form, x), = body.items()
+        ((form, x),) = body.items()
         if form == "value":
             env[x] = result
     else:

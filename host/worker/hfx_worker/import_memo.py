@@ -67,7 +67,9 @@ class ImportStructureMemo(importlib.abc.MetaPathFinder):
         memoized one. The module looks both up by name when it calls them
         (the first recursively), so the replacements are what it runs."""
         upstream_create = module.create_import_structure_from_path
-        module.create_import_structure_from_path = functools.cache(getattr(upstream_create, "__wrapped__", upstream_create))
+        module.create_import_structure_from_path = functools.cache(
+            getattr(upstream_create, "__wrapped__", upstream_create)
+        )
         upstream = module.define_import_structure
 
         # Cached as transformers caches its own (`lru_cache`): a second call
@@ -137,7 +139,9 @@ def walk(folder, digest):
             digest.update(b"u")
         else:
             stat = entry.stat()
-            digest.update(b"f" + os.fsencode(entry.name) + f"\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
+            digest.update(
+                b"f" + os.fsencode(entry.name) + f"\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode()
+            )
 
 
 def encode(structure):
@@ -149,7 +153,11 @@ def encode(structure):
             return None
         entries = []
         for module, objects in modules.items():
-            if not isinstance(module, str) or not isinstance(objects, set) or not all(isinstance(o, str) for o in objects):
+            if (
+                not isinstance(module, str)
+                or not isinstance(objects, set)
+                or not all(isinstance(o, str) for o in objects)
+            ):
                 return None
             entries.append([module, sorted(objects)])
         if not all(isinstance(b, str) for b in backends):
@@ -159,7 +167,10 @@ def encode(structure):
 
 
 def decode(encoded):
-    return {frozenset(backends): {module: set(objects) for module, objects in entries} for backends, entries in encoded}
+    return {
+        frozenset(backends): {module: set(objects) for module, objects in entries}
+        for backends, entries in encoded
+    }
 
 
 def read(path, fingerprint):

@@ -29,9 +29,18 @@ from .trace_shortcuts import pinned
 # XNNPACK and CUDA (transformers 5.24, exporter_executorch.py): they have
 # portable kernels, or a patch removes them first.
 CORE_ATEN_EXCEPTIONS = (
-    "_fft_c2c.default", "_is_all_true.default", "bincount.default", "bucketize.Tensor",
-    "cummax.default", "cummin.default", "polar.default", "rand_like.default",
-    "randint.low", "randn_like.default", "searchsorted.Tensor", "unique_consecutive.default",
+    "_fft_c2c.default",
+    "_is_all_true.default",
+    "bincount.default",
+    "bucketize.Tensor",
+    "cummax.default",
+    "cummin.default",
+    "polar.default",
+    "rand_like.default",
+    "randint.low",
+    "randn_like.default",
+    "searchsorted.Tensor",
+    "unique_consecutive.default",
 )
 
 
@@ -90,7 +99,9 @@ def counted_nodes(program):
             continue
         if "executorch_call_delegate" in str(node.target):
             lowered = getattr(module, node.args[0].target)
-            delegated += sum(1 for n in lowered.original_module.graph.nodes if n.op == "call_function")
+            delegated += sum(
+                1 for n in lowered.original_module.graph.nodes if n.op == "call_function"
+            )
         elif "getitem" not in str(node.target):
             portable += 1
     return delegated, portable
@@ -127,7 +138,7 @@ class DirectFile:
         view = memoryview(data).cast("B")
         while len(view):
             n = min(len(view), self.SIZE - self.used)
-            self.buffer[self.used:self.used + n] = view[:n]
+            self.buffer[self.used : self.used + n] = view[:n]
             self.used += n
             view = view[n:]
             if self.used == self.SIZE:
@@ -155,7 +166,7 @@ class DirectFile:
             length = self.written + self.used
             if self.used:
                 padded = -(-self.used // self.BLOCK) * self.BLOCK if self.direct else self.used
-                self.buffer[self.used:padded] = bytes(padded - self.used)
+                self.buffer[self.used : padded] = bytes(padded - self.used)
                 self._write_block(padded)
                 os.ftruncate(self.fd, length)
         finally:
@@ -179,7 +190,10 @@ def lower(_session, params: LowerParams) -> LowerReply:
 
     program, _ = load_exported_mapped(params.program)
     in_spec = torch.utils._pytree.treespec_dumps(program.call_spec.in_spec)
-    exceptions = [getattr(getattr(torch.ops.aten, op), overload) for op, overload in (n.split(".") for n in CORE_ATEN_EXCEPTIONS)]
+    exceptions = [
+        getattr(getattr(torch.ops.aten, op), overload)
+        for op, overload in (n.split(".") for n in CORE_ATEN_EXCEPTIONS)
+    ]
     with list_returns_verified_whole():
         started = time.monotonic()
         with shortcuts() as counts:
@@ -196,10 +210,17 @@ def lower(_session, params: LowerParams) -> LowerReply:
             executorch.write_to_file(out)
         executorch_seconds = time.monotonic() - started
 
-    return LowerReply(in_spec=in_spec, delegated_nodes=delegated, portable_nodes=portable,
-                      partitions=counts.partitions, partitions_replayed=counts.replayed, retraces_skipped=counts.retraces_skipped,
-                      edge_seconds=edge_seconds, executorch_seconds=executorch_seconds,
-                      bytes=os.path.getsize(params.output))
+    return LowerReply(
+        in_spec=in_spec,
+        delegated_nodes=delegated,
+        portable_nodes=portable,
+        partitions=counts.partitions,
+        partitions_replayed=counts.replayed,
+        retraces_skipped=counts.retraces_skipped,
+        edge_seconds=edge_seconds,
+        executorch_seconds=executorch_seconds,
+        bytes=os.path.getsize(params.output),
+    )
 
 
 def edge_program(_session, params: EdgeProgramParams) -> EdgeProgramReply:
@@ -220,5 +241,9 @@ def edge_program(_session, params: EdgeProgramParams) -> EdgeProgramReply:
     side_weights = side_weights_supported()
     save_program(edge, params.output, side_weights, sources=sources)
     dumps = torch.utils._pytree.treespec_dumps
-    return EdgeProgramReply(in_spec=dumps(edge.call_spec.in_spec), out_spec=dumps(edge.call_spec.out_spec),
-                            seconds=time.monotonic() - started, side_weights=side_weights)
+    return EdgeProgramReply(
+        in_spec=dumps(edge.call_spec.in_spec),
+        out_spec=dumps(edge.call_spec.out_spec),
+        seconds=time.monotonic() - started,
+        side_weights=side_weights,
+    )

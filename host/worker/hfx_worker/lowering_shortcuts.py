@@ -67,6 +67,7 @@ def supported():
 @dataclasses.dataclass
 class Counts:
     """What the shortcuts did in one lowering (the summary reports it)."""
+
     partitions: int = 0
     preprocessed: int = 0  # by XNNPACK's preprocess
     replayed: int = 0  # from the graph of a partition with the same structure
@@ -85,30 +86,63 @@ def shortcuts(enabled=True):
     import executorch.backends.xnnpack.xnnpack_preprocess as xnnpack_preprocess
     import executorch.exir.backend.backend_api as backend_api
     import executorch.exir.lowered_backend_module as lowered_backend_module
+    import executorch.exir.program._program as edge_manager
     from executorch.backends.xnnpack.operators.node_visitor import NodeVisitor
     from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend
-
-    import executorch.exir.program._program as edge_manager
-    from torch.export import ExportedProgram
-
     from executorch.exir.passes.normalize_transpose_pass import NormalizeTransposePass
-    from executorch.exir.passes.replace_broken_ops_with_function_ops_pass import ReplaceBrokenOpsWithFunctionalOpsPass
+    from executorch.exir.passes.replace_broken_ops_with_function_ops_pass import (
+        ReplaceBrokenOpsWithFunctionalOpsPass,
+    )
     from executorch.exir.passes.sym_to_tensor_pass import SymToTensorPass
+    from torch.export import ExportedProgram
 
     memo = PreprocessMemo(counts)
     retraces = Retraces(counts)
     patches = [
-        (NormalizeTransposePass, "call", retraces.unless_nothing_to_replace(NormalizeTransposePass.call, holds_transpose)),
-        (ReplaceBrokenOpsWithFunctionalOpsPass, "call",
-         retraces.unless_nothing_to_replace(ReplaceBrokenOpsWithFunctionalOpsPass.call, holds_view)),
-        (SymToTensorPass, "call", retraces.unless_nothing_to_replace(SymToTensorPass.call, holds_size_for_tensor)),
-        (edge_manager, "_replace_aten_ops_with_transformed_ops", retraces.renaming(edge_manager._replace_aten_ops_with_transformed_ops)),
-        (ExportedProgram, "run_decompositions", retraces.decomposing(ExportedProgram.run_decompositions)),
+        (
+            NormalizeTransposePass,
+            "call",
+            retraces.unless_nothing_to_replace(NormalizeTransposePass.call, holds_transpose),
+        ),
+        (
+            ReplaceBrokenOpsWithFunctionalOpsPass,
+            "call",
+            retraces.unless_nothing_to_replace(
+                ReplaceBrokenOpsWithFunctionalOpsPass.call, holds_view
+            ),
+        ),
+        (
+            SymToTensorPass,
+            "call",
+            retraces.unless_nothing_to_replace(SymToTensorPass.call, holds_size_for_tensor),
+        ),
+        (
+            edge_manager,
+            "_replace_aten_ops_with_transformed_ops",
+            retraces.renaming(edge_manager._replace_aten_ops_with_transformed_ops),
+        ),
+        (
+            ExportedProgram,
+            "run_decompositions",
+            retraces.decomposing(ExportedProgram.run_decompositions),
+        ),
         (lowered_backend_module, "legalize_graph", resort_in_place(counts)),
-        (backend_api, "_create_partitions_in_graph_module", recompiled_after(backend_api._create_partitions_in_graph_module)),
+        (
+            backend_api,
+            "_create_partitions_in_graph_module",
+            recompiled_after(backend_api._create_partitions_in_graph_module),
+        ),
         (XnnpackBackend, "preprocess", staticmethod(memo.preprocess(XnnpackBackend.preprocess))),
-        (xnnpack_preprocess, "serialize_xnnpack_binary", memo.recording_graphs(xnnpack_preprocess.serialize_xnnpack_binary)),
-        (NodeVisitor, "get_serialized_buffer_index", memo.recording_constants(NodeVisitor.get_serialized_buffer_index)),
+        (
+            xnnpack_preprocess,
+            "serialize_xnnpack_binary",
+            memo.recording_graphs(xnnpack_preprocess.serialize_xnnpack_binary),
+        ),
+        (
+            NodeVisitor,
+            "get_serialized_buffer_index",
+            memo.recording_constants(NodeVisitor.get_serialized_buffer_index),
+        ),
     ]
     with patched(patches):
         yield counts
@@ -137,6 +171,7 @@ INHERITED = object()
 
 # --- Retraces that change nothing ------------------------------------------
 
+
 class Retraces:
     """Skips retraces that change nothing: the decomposition after
     `_replace_aten_ops_with_transformed_ops` renamed a program's kept ops,
@@ -158,7 +193,12 @@ class Retraces:
         def run_unless_unchanged(program, decomp_table=None, *args, **kwargs):
             if self.renamed is program:
                 self.renamed = None
-                if decomp_table is not None and not args and not kwargs and decomposes_none(program, decomp_table):
+                if (
+                    decomp_table is not None
+                    and not args
+                    and not kwargs
+                    and decomposes_none(program, decomp_table)
+                ):
                     self.counts.retraces_skipped += 1
                     return program
             return run_decompositions(program, decomp_table, *args, **kwargs)
@@ -169,6 +209,7 @@ class Retraces:
         """An op-replacing pass's `call`, skipped (its graph module given
         back unchanged) when the program has only calls, none of which
         `replaces` is true of."""
+
         def call_unless_nothing(pass_, graph_module):
             from torch.fx.passes.infra.pass_base import PassResult
 
@@ -229,8 +270,11 @@ def holds_size_for_tensor(node):
             value = node.args[i]
         else:
             continue
-        if isinstance(argument.type, torch.TensorType) and isinstance(value, torch.fx.Node) and \
-                isinstance(value.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        if (
+            isinstance(argument.type, torch.TensorType)
+            and isinstance(value, torch.fx.Node)
+            and isinstance(value.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool))
+        ):
             return True
     return False
 
@@ -238,7 +282,9 @@ def holds_size_for_tensor(node):
 def _size_arithmetic(target):
     """Python's operators and math on sizes, and torch's `sym_*` functions."""
     module = getattr(target, "__module__", None)
-    return module in ("_operator", "math") or (module == "torch" and getattr(target, "__name__", "").startswith("sym_"))
+    return module in ("_operator", "math") or (
+        module == "torch" and getattr(target, "__name__", "").startswith("sym_")
+    )
 
 
 def decomposes_none(program, table):
@@ -254,7 +300,12 @@ def decomposes_none(program, table):
     if calls is None:
         return False
     aten = torch.ops.aten
-    sizes = {aten.sym_size.int, aten.sym_stride.int, aten.sym_numel.default, aten.sym_storage_offset.default}
+    sizes = {
+        aten.sym_size.int,
+        aten.sym_stride.int,
+        aten.sym_numel.default,
+        aten.sym_storage_offset.default,
+    }
     for node in calls:
         target = node.target
         if isinstance(target, torch._ops.OpOverload):
@@ -267,16 +318,32 @@ def decomposes_none(program, table):
 
 # --- Re-sorting in place ---------------------------------------------------
 
+
 def _prioritized_ops():
     """`legalize_graph`'s PRIORITIZED_OPS (torch 2.13): nodes it moves to the
     front of its queue."""
     import torch
 
     aten = torch.ops.aten
-    return {operator.add, operator.mul, operator.sub, operator.floordiv, operator.truediv, operator.mod,
-            operator.le, operator.lt, operator.ge, operator.gt, operator.eq, operator.ne,
-            aten.sym_constrain_range.default, aten.sym_constrain_range_for_size.default, aten._assert_async.msg,
-            aten.scalar_tensor.default, aten._assert_scalar.default}
+    return {
+        operator.add,
+        operator.mul,
+        operator.sub,
+        operator.floordiv,
+        operator.truediv,
+        operator.mod,
+        operator.le,
+        operator.lt,
+        operator.ge,
+        operator.gt,
+        operator.eq,
+        operator.ne,
+        aten.sym_constrain_range.default,
+        aten.sym_constrain_range_for_size.default,
+        aten._assert_async.msg,
+        aten.scalar_tensor.default,
+        aten._assert_scalar.default,
+    }
 
 
 def legalized_order(graph, prioritized):
@@ -340,6 +407,7 @@ def recompiled_after(create_partitions):
 
 # --- Partitions that repeat -------------------------------------------------
 
+
 class NotReplayable(Exception):
     pass
 
@@ -350,6 +418,7 @@ class Recorded:
     of the same structure needs it: its graph (before serialization), the
     debug handles of the partition's nodes in order, and each constant it
     serialized: (buffer index, placeholder position, the serializer's flags)."""
+
     graph: object
     handles: list
     constants: list
@@ -359,6 +428,7 @@ class Recorded:
 class Partition:
     """A partition as it came to preprocess (preprocess's in-place passes
     change its graph): its placeholders and its nodes' debug handles, in order."""
+
     program: object
     placeholders: list
     handles: list
@@ -366,8 +436,11 @@ class Partition:
     @staticmethod
     def of(program):
         nodes = list(program.graph.nodes)
-        return Partition(program=program, placeholders=[node for node in nodes if node.op == "placeholder"],
-                         handles=[node.meta.get("debug_handle") for node in nodes])
+        return Partition(
+            program=program,
+            placeholders=[node for node in nodes if node.op == "placeholder"],
+            handles=[node.meta.get("debug_handle") for node in nodes],
+        )
 
 
 @dataclasses.dataclass
@@ -376,6 +449,7 @@ class Recording:
     serialized (a copy, the constant bytes' length, whether it had more
     arguments), each constant (buffer index, placeholder name, flags,
     whether a replay can reproduce it)."""
+
     graphs: list = dataclasses.field(default_factory=list)
     constants: list = dataclasses.field(default_factory=list)
 
@@ -389,19 +463,43 @@ class PreprocessMemo:
     def recording_graphs(self, serialize):
         def serialize_recorded(xnnpack_graph, constant_data_bytes, *args, **kwargs):
             if self.recording is not None:
-                self.recording.graphs.append((copy.deepcopy(xnnpack_graph), len(constant_data_bytes), bool(args or kwargs)))
+                self.recording.graphs.append(
+                    (copy.deepcopy(xnnpack_graph), len(constant_data_bytes), bool(args or kwargs))
+                )
             return serialize(xnnpack_graph, constant_data_bytes, *args, **kwargs)
 
         return serialize_recorded
 
     def recording_constants(self, serialized_buffer_index):
-        def index_recorded(visitor, tensor, xnn_graph, vals_to_ids, convert_to_nhwc, swap_in_out_for_weights, quant_params,
-                           force_fp32=False, groups=1):
-            index = serialized_buffer_index(visitor, tensor, xnn_graph, vals_to_ids, convert_to_nhwc,
-                                            swap_in_out_for_weights, quant_params, force_fp32, groups)
+        def index_recorded(
+            visitor,
+            tensor,
+            xnn_graph,
+            vals_to_ids,
+            convert_to_nhwc,
+            swap_in_out_for_weights,
+            quant_params,
+            force_fp32=False,
+            groups=1,
+        ):
+            index = serialized_buffer_index(
+                visitor,
+                tensor,
+                xnn_graph,
+                vals_to_ids,
+                convert_to_nhwc,
+                swap_in_out_for_weights,
+                quant_params,
+                force_fp32,
+                groups,
+            )
             if self.recording is not None and index:
-                replayable = quant_params is None and not convert_to_nhwc and not swap_in_out_for_weights
-                self.recording.constants.append((index, tensor.name, dict(force_fp32=force_fp32, groups=groups), replayable))
+                replayable = (
+                    quant_params is None and not convert_to_nhwc and not swap_in_out_for_weights
+                )
+                self.recording.constants.append(
+                    (index, tensor.name, dict(force_fp32=force_fp32, groups=groups), replayable)
+                )
             return index
 
         return index_recorded
@@ -436,7 +534,11 @@ def record(recording, partition, result):
     from executorch.backends.xnnpack.xnnpack_preprocess import DEFAULT_DEBUG_HANDLE
 
     graphs, constants = recording.graphs, recording.constants
-    if len(graphs) != 1 or result.debug_handle_map or getattr(result, "_delegate_info_meta", None) is not None:
+    if (
+        len(graphs) != 1
+        or result.debug_handle_map
+        or getattr(result, "_delegate_info_meta", None) is not None
+    ):
         return None
     graph, data_bytes, extra_arguments = graphs[0]
     output = result.data_store_output
@@ -452,7 +554,10 @@ def record(recording, partition, result):
     if set(output.pte_data) != {graph.constant_data[index].named_key for index, _, _ in replayed}:
         return None
     known = {handle for handle in partition.handles if handle is not None}
-    if any(xnode.debug_handle not in known and xnode.debug_handle != DEFAULT_DEBUG_HANDLE for xnode in graph.xnodes):
+    if any(
+        xnode.debug_handle not in known and xnode.debug_handle != DEFAULT_DEBUG_HANDLE
+        for xnode in graph.xnodes
+    ):
         return None
     recorded = Recorded(graph=graph, handles=partition.handles, constants=replayed)
     # The proof that replaying loses nothing: replayed on the partition it
@@ -460,7 +565,10 @@ def record(recording, partition, result):
     # pass that rewrote a weight under its name, or put anything else in
     # the graph, fails here).
     again = replay(recorded, partition)
-    if again.processed_bytes != result.processed_bytes or again.data_store_output != result.data_store_output:
+    if (
+        again.processed_bytes != result.processed_bytes
+        or again.data_store_output != result.data_store_output
+    ):
         return None
     return recorded
 
@@ -470,7 +578,10 @@ def replay(recorded, partition):
     recorded one's: the recorded graph with this partition's debug handles,
     and its weights serialized by XNNPACK's own serializer call."""
     from executorch.backends.xnnpack.operators.node_visitor import NodeVisitor
-    from executorch.backends.xnnpack.serialization.xnnpack_graph_schema import ConstantDataOffset, XNNGraph
+    from executorch.backends.xnnpack.serialization.xnnpack_graph_schema import (
+        ConstantDataOffset,
+        XNNGraph,
+    )
     from executorch.backends.xnnpack.xnnpack_preprocess import serialize_xnnpack_binary
     from executorch.exir._serialize._named_data_store import NamedDataStore
     from executorch.exir.backend.backend_details import PreprocessResult
@@ -483,16 +594,30 @@ def replay(recorded, partition):
 
     store = NamedDataStore()
     visitor = NodeVisitor(partition.program, {}, store)
-    scratch = XNNGraph(version="0", xnodes=[], xvalues=[], num_externs=0, input_ids=[], output_ids=[],
-                       constant_data=[ConstantDataOffset(0, 0)])
+    scratch = XNNGraph(
+        version="0",
+        xnodes=[],
+        xvalues=[],
+        num_externs=0,
+        input_ids=[],
+        output_ids=[],
+        constant_data=[ConstantDataOffset(0, 0)],
+    )
     for index, position, flags in recorded.constants:
-        visitor.get_serialized_buffer_index(partition.placeholders[position], scratch, {}, False, False, None, **flags)
+        visitor.get_serialized_buffer_index(
+            partition.placeholders[position], scratch, {}, False, False, None, **flags
+        )
         serialized = scratch.constant_data[-1]
         if serialized.size != graph.constant_data[index].size:
-            raise RuntimeError("a replayed XNNPACK partition's weight differs in size from the recorded one's")
+            raise RuntimeError(
+                "a replayed XNNPACK partition's weight differs in size from the recorded one's"
+            )
         graph.constant_data[index].named_key = serialized.named_key
-    return PreprocessResult(processed_bytes=serialize_xnnpack_binary(graph, bytearray()), debug_handle_map={},
-                            data_store_output=store.get_named_data_store_output())
+    return PreprocessResult(
+        processed_bytes=serialize_xnnpack_binary(graph, bytearray()),
+        debug_handle_map={},
+        data_store_output=store.get_named_data_store_output(),
+    )
 
 
 # --- A partition's structure ------------------------------------------------
@@ -535,7 +660,13 @@ def structure(program, compile_specs):
         if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             return ("sym", str(v))
         if isinstance(v, torch.Tensor):
-            return ("tensor", str(v.dtype), tuple(str(s) for s in v.shape), tuple(str(s) for s in v.stride()), v.device.type)
+            return (
+                "tensor",
+                str(v.dtype),
+                tuple(str(s) for s in v.shape),
+                tuple(str(s) for s in v.stride()),
+                v.device.type,
+            )
         if isinstance(v, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
             return ("torch", str(v))
         if isinstance(v, type) or callable(v):
@@ -546,9 +677,11 @@ def structure(program, compile_specs):
 
     signature = program.graph_signature
     inputs = {spec.arg.name: spec for spec in signature.input_specs if hasattr(spec.arg, "name")}
-    rows = [("specs", tuple(repr(spec) for spec in compile_specs)),
-            ("ranges", tuple(sorted((str(k), str(v)) for k, v in program.range_constraints.items()))),
-            ("outputs", tuple(spec.kind.name for spec in signature.output_specs))]
+    rows = [
+        ("specs", tuple(repr(spec) for spec in compile_specs)),
+        ("ranges", tuple(sorted((str(k), str(v)) for k, v in program.range_constraints.items()))),
+        ("outputs", tuple(spec.kind.name for spec in signature.output_specs)),
+    ]
     for i, node in enumerate(program.graph.nodes):
         index[node] = i
         meta = tuple((key, value(node.meta[key], True)) for key in READ_META if key in node.meta)
@@ -563,8 +696,17 @@ def structure(program, compile_specs):
         # Which nodes share a debug handle (not the handles: a replay maps them).
         handle = node.meta.get("debug_handle")
         meta += (("debug_handle", None if handle is None else canonical(handle, "debug_handle")),)
-        row = [node.op, None if node.op == "placeholder" else canonical(node.target) if node.op == "get_attr" else ("target", str(node.target)),
-               value(node.args, False), value(node.kwargs, False), meta]
+        row = [
+            node.op,
+            None
+            if node.op == "placeholder"
+            else canonical(node.target)
+            if node.op == "get_attr"
+            else ("target", str(node.target)),
+            value(node.args, False),
+            value(node.kwargs, False),
+            meta,
+        ]
         spec = inputs.get(node.name)
         if spec is not None:
             row.append((spec.kind.name, spec.persistent))

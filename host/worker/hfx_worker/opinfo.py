@@ -14,15 +14,30 @@ model on them.
 import itertools
 import os
 
-from .protocol import (CheckSampleParams, OpInfo, OpInfosParams, OpInfosReply, OpSample, OpSamplesParams, OpSamplesReply,
-                       RunCaseReply, SampleProgram, SampleSkipped)
+from .protocol import (
+    CheckSampleParams,
+    OpInfo,
+    OpInfosParams,
+    OpInfosReply,
+    OpSample,
+    OpSamplesParams,
+    OpSamplesReply,
+    RunCaseReply,
+    SampleProgram,
+    SampleSkipped,
+)
 from .trace import decompose_missing
 from .verify import compared, onnx_runner
 
 DTYPES = {"float32", "float16", "int64", "bool"}
 # Ops whose output is uninitialized memory: any values are right (hfx writes zeros).
-UNINITIALIZED = {"aten.empty.memory_format", "aten.empty_like.default", "aten.new_empty.default",
-                 "aten.empty_strided.default", "aten.empty_permuted.default"}
+UNINITIALIZED = {
+    "aten.empty.memory_format",
+    "aten.empty_like.default",
+    "aten.new_empty.default",
+    "aten.empty_strided.default",
+    "aten.empty_permuted.default",
+}
 
 
 def StableSort():
@@ -43,7 +58,9 @@ def StableSort():
                 kwargs.update(zip(names, args[1:]))
                 self.replaced = True
                 return aten.sort.stable(args[0], stable=True, **kwargs)
-            if func is aten.sort.stable and not (kwargs.get("stable") or (len(args) > 1 and args[1])):
+            if func is aten.sort.stable and not (
+                kwargs.get("stable") or (len(args) > 1 and args[1])
+            ):
                 kwargs["stable"] = True
                 self.replaced = True
                 return aten.sort.stable(args[0], **kwargs)
@@ -95,9 +112,12 @@ def op_infos(session, params: OpInfosParams) -> OpInfosReply:
         ops = dispatched(info)
         if ops and ops <= translated:
             chosen.append(OpInfo(name=info.name, variant=info.variant_test_name, ops=sorted(ops)))
-    core = sorted(f"aten.{name}.{overload}" for name in dir(torch.ops.aten)
-                  for overload in _overloads(getattr(torch.ops.aten, name, None))
-                  if torch.Tag.core in getattr(getattr(torch.ops.aten, name), overload).tags)
+    core = sorted(
+        f"aten.{name}.{overload}"
+        for name in dir(torch.ops.aten)
+        for overload in _overloads(getattr(torch.ops.aten, name, None))
+        if torch.Tag.core in getattr(getattr(torch.ops.aten, name), overload).tags
+    )
     return OpInfosReply(infos=chosen, core=core)
 
 
@@ -134,7 +154,14 @@ def op_samples(session, params: OpSamplesParams) -> OpSamplesReply:
     import torch
     import torch.utils._pytree as pytree
 
-    info = next((i for i in op_database() if (i.name, i.variant_test_name) == (params.name, params.variant)), None)
+    info = next(
+        (
+            i
+            for i in op_database()
+            if (i.name, i.variant_test_name) == (params.name, params.variant)
+        ),
+        None,
+    )
     if info is None:
         raise ValueError(f"no OpInfo `{params.name}` (variant `{params.variant}`) in torch's op_db")
     unknown = set(params.dtypes) - DTYPES
@@ -147,14 +174,20 @@ def op_samples(session, params: OpSamplesParams) -> OpSamplesReply:
         dtype = getattr(torch, dtype_name)
         if dtype not in supported:
             continue
-        for index, sample in enumerate(itertools.islice(info.sample_inputs("cpu", dtype), params.per_dtype)):
+        for sample in itertools.islice(info.sample_inputs("cpu", dtype), params.per_dtype):
             leaves, spec = pytree.tree_flatten((sample.input, sample.args, sample.kwargs))
             fixed = [None if torch.is_tensor(leaf) else (leaf,) for leaf in leaves]
             tensors = tuple(leaf.detach() for leaf in leaves if torch.is_tensor(leaf))
             about = describe(tensors, fixed)
             path = os.path.join(params.folder, f"{len(session.op_samples)}.pt2")
-            exported, held = export_sample(session, info.op, spec, fixed, tensors, params.handled, path)
-            samples.append(OpSample(index=len(session.op_samples), dtype=dtype_name, about=about, exported=exported))
+            exported, held = export_sample(
+                session, info.op, spec, fixed, tensors, params.handled, path
+            )
+            samples.append(
+                OpSample(
+                    index=len(session.op_samples), dtype=dtype_name, about=about, exported=exported
+                )
+            )
             session.op_samples.append(held)
     return OpSamplesReply(samples=samples)
 
@@ -178,9 +211,14 @@ def export_sample(session, op, spec, fixed, tensors, handled, path):
     if any(o.is_complex() or o.layout != torch.strided for o in [*eager, *tensors]):
         return SampleSkipped(reason="complex or sparse tensors"), None
     if any(o.dtype == torch.bfloat16 for o in [*eager, *tensors]):
-        return SampleSkipped(reason="bfloat16 values (numpy, which the comparison runs in, has none)"), None
+        return SampleSkipped(
+            reason="bfloat16 values (numpy, which the comparison runs in, has none)"
+        ), None
     # Random outputs (differing between two calls) are compared by shape only.
-    changed = any(not torch.equal(a, b) and not (a.is_floating_point() and torch.isnan(a).any()) for a, b in zip(eager, again))
+    changed = any(
+        not torch.equal(a, b) and not (a.is_floating_point() and torch.isnan(a).any())
+        for a, b in zip(eager, again)
+    )
     references = [eager]
     if any(t.dtype == torch.float16 for t in tensors):
         # torch's float16 CPU kernels differ in where they round (some accumulate in
@@ -189,7 +227,9 @@ def export_sample(session, op, spec, fixed, tensors, handled, path):
         try:
             with torch.no_grad():
                 widened, _ = pytree.tree_flatten(module(*wide))
-            references.append([w.to(e.dtype) if torch.is_tensor(w) else w for w, e in zip(widened, eager)])
+            references.append(
+                [w.to(e.dtype) if torch.is_tensor(w) else w for w, e in zip(widened, eager)]
+            )
         except Exception:  # the op insists on float16 operands
             pass
     # torch's unstable sort leaves the order of equal elements unspecified; a
@@ -207,10 +247,20 @@ def export_sample(session, op, spec, fixed, tensors, handled, path):
         torch.export.save(program, path)
     except Exception as error:
         return SampleSkipped(reason=f"torch.export fails: {first_line(error)}"), None
-    targets = {n.target for n in program.graph.nodes if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)}
+    targets = {
+        n.target
+        for n in program.graph.nodes
+        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+    }
     # So are outputs of seeded random ops (OpInfo seeds them: two calls agree) and of uninitialized memory.
-    shape_only = changed or any(torch.Tag.nondeterministic_seeded in t.tags or str(t) in UNINITIALIZED for t in targets)
-    return SampleProgram(path=path, ops=sorted(map(str, targets)), shape_only=shape_only), (tensors, references, shape_only)
+    shape_only = changed or any(
+        torch.Tag.nondeterministic_seeded in t.tags or str(t) in UNINITIALIZED for t in targets
+    )
+    return SampleProgram(path=path, ops=sorted(map(str, targets)), shape_only=shape_only), (
+        tensors,
+        references,
+        shape_only,
+    )
 
 
 def first_line(error):
@@ -232,8 +282,17 @@ def check_sample(session, params: CheckSampleParams) -> RunCaseReply:
         # Shape only: such an output is compared with itself where the shapes agree.
         got = [np.asarray(g) for g in got]
         eager = references[0]
-        return RunCaseReply(outputs=compared(got, [torch.from_numpy(g.copy()) if g.shape == tuple(e.shape) else e
-                                                    for g, e in zip(got, eager)], params.atol, params.rtol))
+        return RunCaseReply(
+            outputs=compared(
+                got,
+                [
+                    torch.from_numpy(g.copy()) if g.shape == tuple(e.shape) else e
+                    for g, e in zip(got, eager)
+                ],
+                params.atol,
+                params.rtol,
+            )
+        )
     reports = [compared(got, eager, params.atol, params.rtol) for eager in references]
     return RunCaseReply(outputs=next((r for r in reports if all(c.ok for c in r)), reports[0]))
 
@@ -246,5 +305,7 @@ def run_positional(run, tensors):
     named = {f"tensors_{i}": t for i, t in enumerate(tensors)}
     unknown = [n for n in run.input_names if n not in named]
     if unknown:
-        raise ValueError(f"the ONNX model's inputs {unknown} are none of the sample's {sorted(named)}")
+        raise ValueError(
+            f"the ONNX model's inputs {unknown} are none of the sample's {sorted(named)}"
+        )
     return run({n: named[n] for n in run.input_names})

@@ -42,7 +42,15 @@ import operator
 from .graph import decode_value, encode_value, torch_constant
 from .sandbox import checked_attribute
 
-OPS = ("placeholder", "get_attr", "call_function", "call_method", "getattr", "call_module", "output")
+OPS = (
+    "placeholder",
+    "get_attr",
+    "call_function",
+    "call_method",
+    "getattr",
+    "call_module",
+    "output",
+)
 # Bounds on what a program may ask the worker to build.
 MAX_NODES = 10_000
 MAX_DEPTH = 32
@@ -53,6 +61,7 @@ class ProgramError(ValueError):
 
 
 # ── Capture: a module's forward, symbolic-traced, as data ──
+
 
 def capture(module, inputs):
     """The program of `module`'s forward (every layer inlined, so its parameters
@@ -105,8 +114,12 @@ def function_path(function):
     import torch.nn.functional
 
     name = getattr(function, "__name__", None)
-    for prefix, module in (("torch", torch), ("torch.nn.functional", torch.nn.functional), ("operator", operator),
-                           ("math", math)):
+    for prefix, module in (
+        ("torch", torch),
+        ("torch.nn.functional", torch.nn.functional),
+        ("operator", operator),
+        ("math", math),
+    ):
         if name and getattr(module, name, None) is function:
             return f"{prefix}.{name}"
     module = getattr(function, "__module__", None)
@@ -139,9 +152,9 @@ def encode_argument(value, names):
 
 # ── Build: the program as a module, every call decided when it is made ──
 
+
 def build(policy, program, inputs):
     """(module, inputs) for `program` and its input values."""
-    import torch
 
     if not isinstance(program, dict) or not set(program) <= {"nodes", "parameters", "modules"}:
         raise ProgramError("a program is an object of `nodes`, `parameters` and `modules`")
@@ -150,8 +163,14 @@ def build(policy, program, inputs):
         raise ProgramError(f"a program has 1 to {MAX_NODES} nodes")
     seen = set()
     for index, node in enumerate(nodes):
-        if not isinstance(node, dict) or node.get("op") not in OPS or not isinstance(node.get("name"), str):
-            raise ProgramError(f"node {index}: expected an object with a `name` and an `op` of {', '.join(OPS)}")
+        if (
+            not isinstance(node, dict)
+            or node.get("op") not in OPS
+            or not isinstance(node.get("name"), str)
+        ):
+            raise ProgramError(
+                f"node {index}: expected an object with a `name` and an `op` of {', '.join(OPS)}"
+            )
         unknown = set(node) - {"name", "op", "target", "args", "kwargs"}
         if unknown:
             raise ProgramError(f"node {node['name']}: unknown field `{sorted(unknown)[0]}`")
@@ -182,12 +201,13 @@ def layer(policy, name, spec):
     """A layer: a `torch.nn.Module` class of torch.nn or of a transformers modeling
     module, built from constants, and for a transformers layer its configuration
     (a `PreTrainedConfig` class reached through its modeling module)."""
-    import torch
     import transformers
 
     fields = {"class", "config", "values", "args", "kwargs"}
     if not isinstance(spec, dict) or not set(spec) <= fields or "class" not in spec:
-        raise ProgramError(f"module `{name}`: expected `class`, and optionally `config`, `values`, `args` and `kwargs`")
+        raise ProgramError(
+            f"module `{name}`: expected `class`, and optionally `config`, `values`, `args` and `kwargs`"
+        )
     where = f"module `{name}`"
     cls = layer_class(policy, spec["class"], where)
     args = [constant(a, where) for a in spec.get("args", [])]
@@ -195,23 +215,42 @@ def layer(policy, name, spec):
     if "config" in spec:
         owner, attribute = policy.resolve(str(spec["config"]))
         config_class = getattr(owner, attribute)
-        if not (policy.layer_allowed(config_class) and issubclass(config_class, transformers.PreTrainedConfig)):
-            raise PermissionError(f"{where}: `{spec['config']}` is not a configuration class of the allowlist's layers")
+        if not (
+            policy.layer_allowed(config_class)
+            and issubclass(config_class, transformers.PreTrainedConfig)
+        ):
+            raise PermissionError(
+                f"{where}: `{spec['config']}` is not a configuration class of the allowlist's layers"
+            )
         values = {k: constant(v, where) for k, v in (spec.get("values") or {}).items()}
         for key in values:
             if not config_key_allowed(key):
-                raise PermissionError(f"{where}: configuration value `{key}` may name code or files; a case sets sizes and flags only")
+                raise PermissionError(
+                    f"{where}: configuration value `{key}` may name code or files; a case sets sizes and flags only"
+                )
         args.insert(0, config_class(**values))
     return cls(*args, **kwargs)
 
 
 # Configuration keys a case may not set: they name code, kernels or files to load.
-CONFIG_KEYS_DENIED = ("auto_map", "attn_implementation", "experts_implementation", "trust_remote_code", "name_or_path",
-                      "quantization_config", "kernel_config")
+CONFIG_KEYS_DENIED = (
+    "auto_map",
+    "attn_implementation",
+    "experts_implementation",
+    "trust_remote_code",
+    "name_or_path",
+    "quantization_config",
+    "kernel_config",
+)
 
 
 def config_key_allowed(key):
-    return isinstance(key, str) and not key.startswith("_") and key not in CONFIG_KEYS_DENIED and "implementation" not in key
+    return (
+        isinstance(key, str)
+        and not key.startswith("_")
+        and key not in CONFIG_KEYS_DENIED
+        and "implementation" not in key
+    )
 
 
 def layer_class(policy, path, where):
@@ -236,7 +275,7 @@ def constant(value, where, depth=0):
     raise ProgramError(f"{where}: a configuration value is a number, string, boolean, null or list")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def program_module_class():
     """The module class a program builds (made on first use: torch is imported by then)."""
     import torch
@@ -254,11 +293,18 @@ def program_module_class():
             """Every `node` argument names an earlier node; every target exists and is allowed."""
             defined = set()
             for node in self.nodes:
-                for name in references(node.get("args", []), 0) + references(node.get("kwargs", {}), 0):
+                for name in references(node.get("args", []), 0) + references(
+                    node.get("kwargs", {}), 0
+                ):
                     if name not in defined:
                         raise ProgramError(f"node {node['name']}: `{name}` is not an earlier node")
                 op, target = node["op"], node.get("target")
-                if op in ("call_function", "call_method", "get_attr", "call_module") and not isinstance(target, str):
+                if op in (
+                    "call_function",
+                    "call_method",
+                    "get_attr",
+                    "call_module",
+                ) and not isinstance(target, str):
                     raise ProgramError(f"node {node['name']}: `{op}` needs a `target` name")
                 if op == "get_attr" and target not in dict(self.named_buffers()):
                     raise ProgramError(f"node {node['name']}: no parameter `{target}`")
@@ -279,7 +325,9 @@ def program_module_class():
                     env[name] = inputs[name]
                     continue
                 args = argument(policy, node.get("args", []), env, 0)
-                kwargs = {k: argument(policy, v, env, 0) for k, v in (node.get("kwargs") or {}).items()}
+                kwargs = {
+                    k: argument(policy, v, env, 0) for k, v in (node.get("kwargs") or {}).items()
+                }
                 if op == "output":
                     return args[0]
                 where = f"node {name}"
@@ -290,11 +338,15 @@ def program_module_class():
                     result = policy.resolve_op(node["target"])(*args, **kwargs)
                 elif op == "call_method":
                     if not args or not isinstance(args[0], torch.Tensor):
-                        raise PermissionError(f"{where}: `{node['target']}` is called on a tensor only")
+                        raise PermissionError(
+                            f"{where}: `{node['target']}` is called on a tensor only"
+                        )
                     result = tensor_method(policy, node["target"])(*args, **kwargs)
                 elif op == "getattr":
                     if len(args) != 2 or not isinstance(args[1], str) or kwargs:
-                        raise ProgramError(f"{where}: `getattr` takes a value and an attribute name")
+                        raise ProgramError(
+                            f"{where}: `getattr` takes a value and an attribute name"
+                        )
                     result = checked_attribute(policy, args[0], args[1])
                 else:
                     result = self.layers[node["target"]](*args, **kwargs)
@@ -334,8 +386,10 @@ def argument(policy, value, env, depth):
     if isinstance(value, list):
         return tuple(argument(policy, v, env, depth + 1) for v in value)
     if not isinstance(value, dict) or len(value) != 1:
-        raise ProgramError(f"an argument is a constant, a list or a one-key object; got {value!r:.80}")
-    (kind, body), = value.items()
+        raise ProgramError(
+            f"an argument is a constant, a list or a one-key object; got {value!r:.80}"
+        )
+    ((kind, body),) = value.items()
     if kind == "node":
         return env[body]
     if kind == "ref":

@@ -27,7 +27,7 @@ import json
 import types
 import typing
 from dataclasses import dataclass
-from typing import Any, ClassVar, Optional, Union
+from typing import Any, ClassVar, Union
 
 # The protocol version; the host's `trace::protocol::PROTOCOL` is the same number.
 PROTOCOL = 15
@@ -57,12 +57,15 @@ class Request:
 class HelloParams:
     NAME: ClassVar[str] = "`hello` request"
     protocol: int
-    memo_dir: Optional[str] = None  # where `import_memo` keeps what it computes (a folder the host checked)
+    memo_dir: str | None = (
+        None  # where `import_memo` keeps what it computes (a folder the host checked)
+    )
 
 
 @dataclass
 class PatchSpec:
     """A patch plugin and the targets the worker swaps for shims."""
+
     NAME: ClassVar[str] = "patch"
     plugin: str
     targets: list[str]
@@ -71,6 +74,7 @@ class PatchSpec:
 @dataclass
 class ArchitectureSource:
     """A random model from an architecture name and config overrides (`--set` values, as text)."""
+
     NAME: ClassVar[str] = "`architecture` source"
     KIND: ClassVar[str] = "architecture"
     name: str
@@ -81,17 +85,19 @@ class ArchitectureSource:
 class DirectorySource:
     """A local Hugging Face model folder (or a Hub model's snapshot in the local cache);
     `trust_remote_code` goes to `from_pretrained` as the host gives it."""
+
     NAME: ClassVar[str] = "`directory` source"
     KIND: ClassVar[str] = "directory"
     path: str
     trust_remote_code: bool
     # Only the first N layers (a truncated config over the same checkpoint: `--verify-layers`).
-    layers: Optional[int]
+    layers: int | None
 
 
 @dataclass
 class FunctionSource:
     """`python:module:function` returning `(model, inputs)`."""
+
     NAME: ClassVar[str] = "`function` source"
     KIND: ClassVar[str] = "function"
     spec: str
@@ -100,6 +106,7 @@ class FunctionSource:
 @dataclass
 class ProgramSource:
     """A Python-level program (`program.py`) and its inputs (encoded values): a patch plugin's self-test."""
+
     NAME: ClassVar[str] = "`program` source"
     KIND: ClassVar[str] = "program"
     program: dict[str, Any]
@@ -109,6 +116,7 @@ class ProgramSource:
 @dataclass
 class CapturedSource:
     """A component `capture_generation` captured in this worker (`prefill`, `decode`)."""
+
     NAME: ClassVar[str] = "`captured` source"
     KIND: ClassVar[str] = "captured"
     component: str
@@ -117,6 +125,7 @@ class CapturedSource:
 @dataclass
 class DecomposeNone:
     """Nothing: the program as torch.export traced it."""
+
     NAME: ClassVar[str] = "`none` decomposition"
     KIND: ClassVar[str] = "none"
 
@@ -124,6 +133,7 @@ class DecomposeNone:
 @dataclass
 class DecomposeAll:
     """Everything torch's default decomposition table covers (`--decompose`)."""
+
     NAME: ClassVar[str] = "`all` decomposition"
     KIND: ClassVar[str] = "all"
 
@@ -132,6 +142,7 @@ class DecomposeAll:
 class DecomposeMissing:
     """Only when an op outside `handled` (the ops the backend's translations and FX
     node fixes declare) is in the default table: the table minus `handled`."""
+
     NAME: ClassVar[str] = "`missing` decomposition"
     KIND: ClassVar[str] = "missing"
     handled: list[str]
@@ -140,8 +151,8 @@ class DecomposeMissing:
 @dataclass
 class TraceParams:
     NAME: ClassVar[str] = "`trace` request"
-    source: Union[ArchitectureSource, DirectorySource, FunctionSource, ProgramSource, CapturedSource]
-    task: Optional[str]
+    source: ArchitectureSource | DirectorySource | FunctionSource | ProgramSource | CapturedSource
+    task: str | None
     dynamic: bool
     dynamic_shapes: list[str]
     batch: int
@@ -149,12 +160,12 @@ class TraceParams:
     output: str
     # Where the eager reference goes; None: no eager run on real weights (a
     # streamed model's weights are then never read).
-    reference: Optional[str]
-    decompose: Union[DecomposeNone, DecomposeAll, DecomposeMissing]
+    reference: str | None
+    decompose: DecomposeNone | DecomposeAll | DecomposeMissing
     device: str
     dtype: str
-    experts: Optional[str]
-    folder: Optional[str]
+    experts: str | None
+    folder: str | None
     # "in_archive" (torch.export.save packs them), "side" (`save_with_side_weights`),
     # "streamed" (side, and a model folder's parameters left in its checkpoint).
     weights: str
@@ -162,14 +173,18 @@ class TraceParams:
     # (the `.pt2`'s) or "parameters" (an ONNX model's initializers), with
     # where each one's bytes are (`checkpoint.weights_plan`) before
     # torch.export runs, for the host to write them meanwhile; None: no plan.
-    plan_weights: Optional[str]
+    plan_weights: str | None
     patches: list[PatchSpec]
 
     def validate(self):
         if self.weights not in ("in_archive", "side", "streamed"):
-            raise ProtocolError(f"{self.NAME}: field `weights`: `{self.weights}` is not in_archive, side or streamed")
+            raise ProtocolError(
+                f"{self.NAME}: field `weights`: `{self.weights}` is not in_archive, side or streamed"
+            )
         if self.plan_weights not in (None, "archive_entries", "parameters"):
-            raise ProtocolError(f"{self.NAME}: field `plan_weights`: `{self.plan_weights}` is not archive_entries or parameters")
+            raise ProtocolError(
+                f"{self.NAME}: field `plan_weights`: `{self.plan_weights}` is not archive_entries or parameters"
+            )
 
 
 @dataclass
@@ -178,17 +193,18 @@ class CaptureGenerationParams:
     generation components from one `generate` call on its inputs; kept in the
     worker for the `trace` requests (`CapturedSource`) that follow. The
     model's configs go to `folder` when given."""
+
     NAME: ClassVar[str] = "`capture_generation` request"
-    source: Union[ArchitectureSource, DirectorySource, FunctionSource]
-    task: Optional[str]
+    source: ArchitectureSource | DirectorySource | FunctionSource
+    task: str | None
     batch: int
     sequence: int
     device: str
     dtype: str
-    experts: Optional[str]
+    experts: str | None
     multi_token_decode: bool
-    max_cache_len: Optional[int]
-    folder: Optional[str]
+    max_cache_len: int | None
+    folder: str | None
 
 
 @dataclass
@@ -200,6 +216,7 @@ class PatchesRestoredParams:
 @dataclass
 class OnnxModel:
     """An `.onnx` artifact, run in ONNX Runtime."""
+
     NAME: ClassVar[str] = "`onnx` model"
     KIND: ClassVar[str] = "onnx"
     path: str
@@ -208,6 +225,7 @@ class OnnxModel:
 @dataclass
 class Pt2Model:
     """A `.pt2` artifact (weights inside), run as `torch.export.load(path).module()`."""
+
     NAME: ClassVar[str] = "`pt2` model"
     KIND: ClassVar[str] = "pt2"
     path: str
@@ -217,6 +235,7 @@ class Pt2Model:
 class PteModel:
     """A `.pte` artifact, run in the ExecuTorch runtime; its method takes the
     inputs flattened by `in_spec` (torch's pytree JSON of `((), kwargs)`)."""
+
     NAME: ClassVar[str] = "`pte` model"
     KIND: ClassVar[str] = "pte"
     path: str
@@ -226,7 +245,7 @@ class PteModel:
 @dataclass
 class VerifyParams:
     NAME: ClassVar[str] = "`verify` request"
-    model: Union[OnnxModel, Pt2Model, PteModel]
+    model: OnnxModel | Pt2Model | PteModel
     reference: str
     second_size: bool
     atol: float
@@ -237,8 +256,9 @@ class VerifyParams:
 class GenerateCheckParams:
     """`generate_check`: `steps` greedy tokens through the exported components
     (by name, each in its runtime) against `model.generate` in eager."""
+
     NAME: ClassVar[str] = "`generate_check` request"
-    components: dict[str, Union[OnnxModel, Pt2Model, PteModel]]
+    components: dict[str, OnnxModel | Pt2Model | PteModel]
     steps: int
     atol: float
     rtol: float
@@ -251,6 +271,7 @@ class LowerParams:
     mapped, `pytree.load_exported_mapped`) through ExecuTorch's edge lowering
     with `delegate`'s partitioner, then `to_executorch`, written to `output`
     (a `.pte`)."""
+
     NAME: ClassVar[str] = "`lower` request"
     program: str
     output: str
@@ -263,6 +284,7 @@ class EdgeProgramParams:
     are, as for `lower`) decomposed with ExecuTorch's edge decomposition
     table (core ATen), saved to `output` (a `.pt2` whose weights are indexed
     in the same files): what hfx's native portable emitter starts from."""
+
     NAME: ClassVar[str] = "`edge_program` request"
     program: str
     output: str
@@ -272,6 +294,7 @@ class EdgeProgramParams:
 class CaptureValuesParams:
     """The values flowing through the program at `names` (node outputs and
     inputs) when it runs on the reference's sample inputs."""
+
     NAME: ClassVar[str] = "`capture_values` request"
     program: str
     reference: str
@@ -281,6 +304,7 @@ class CaptureValuesParams:
 @dataclass
 class CaptureProgramParams:
     """The program of a `python:module:function` model's forward, for a patch case."""
+
     NAME: ClassVar[str] = "`capture_program` request"
     spec: str
 
@@ -288,6 +312,7 @@ class CaptureProgramParams:
 @dataclass
 class GraphCandidate:
     """A program in the IR's JSON form, run by the worker's interpreter."""
+
     NAME: ClassVar[str] = "`graph` candidate"
     KIND: ClassVar[str] = "graph"
     program: dict[str, Any]
@@ -296,6 +321,7 @@ class GraphCandidate:
 @dataclass
 class OnnxCandidate:
     """An ONNX model, run in ONNX Runtime."""
+
     NAME: ClassVar[str] = "`onnx` candidate"
     KIND: ClassVar[str] = "onnx"
     path: str
@@ -305,9 +331,10 @@ class OnnxCandidate:
 class RunCaseParams:
     """A self-test case: `program` (IR JSON) and `candidate` on the same `values`
     (by input name), compared output by output."""
+
     NAME: ClassVar[str] = "`run_case` request"
     program: dict[str, Any]
-    candidate: Union[GraphCandidate, OnnxCandidate]
+    candidate: GraphCandidate | OnnxCandidate
     values: dict[str, Any]
     atol: float
     rtol: float
@@ -316,6 +343,7 @@ class RunCaseParams:
 @dataclass
 class OpInfosParams:
     """The OpInfos whose first sample dispatches only `translated` ops, and torch's core ATen overloads."""
+
     NAME: ClassVar[str] = "`op_infos` request"
     translated: list[str]
 
@@ -324,6 +352,7 @@ class OpInfosParams:
 class OpSamplesParams:
     """The samples of one OpInfo, up to `per_dtype` per dtype, exported into
     `folder` (decomposing what `handled` lacks, as a trace does)."""
+
     NAME: ClassVar[str] = "`op_samples` request"
     name: str
     variant: str
@@ -336,6 +365,7 @@ class OpSamplesParams:
 @dataclass
 class CheckSampleParams:
     """Sample `index` of the last `op_samples`, its ONNX model at `onnx` in ONNX Runtime against eager."""
+
     NAME: ClassVar[str] = "`check_sample` request"
     index: int
     onnx: str
@@ -346,18 +376,26 @@ class CheckSampleParams:
 @dataclass
 class PatchAnswer:
     """The host's answer to a `patch_call`: the plugin's program (host-checked), or why not."""
+
     NAME: ClassVar[str] = "patch answer"
-    program: Optional[dict[str, Any]] = None
-    error: Optional[str] = None
+    program: dict[str, Any] | None = None
+    error: str | None = None
 
     def validate(self):
         if (self.program is None) == (self.error is None):
             raise ProtocolError("patch answer: exactly one of `program` and `error` is expected")
         if self.program is not None:
             if set(self.program) != {"steps", "output"}:
-                raise ProtocolError(f"patch answer: `program` has fields {sorted(self.program)}, expected `steps` and `output`")
-            if not isinstance(self.program["steps"], list) or type(self.program["output"]) is not int:
-                raise ProtocolError("patch answer: `program.steps` must be a list and `program.output` a slot number")
+                raise ProtocolError(
+                    f"patch answer: `program` has fields {sorted(self.program)}, expected `steps` and `output`"
+                )
+            if (
+                not isinstance(self.program["steps"], list)
+                or type(self.program["output"]) is not int
+            ):
+                raise ProtocolError(
+                    "patch answer: `program.steps` must be a list and `program.output` a slot number"
+                )
 
 
 # ── Replies and notifications (worker → host) ──
@@ -375,6 +413,7 @@ class ExportMetadata:
     """The fields of the reference's `ExportMetadata` the worker knows (the host adds
     `packages` and `export_config`). `kwargs` and the constants are JSON as the
     reference writes them."""
+
     architecture: str
     export_dtype: str
     export_device: str
@@ -388,6 +427,7 @@ class ExportMetadata:
 @dataclass
 class Decomposed:
     """An op decomposed after the trace: how many nodes of it, into how many nodes."""
+
     op: str
     nodes: int
     became: int
@@ -397,6 +437,7 @@ class Decomposed:
 class SizeGuard:
     """A guard of torch.export on input sizes (`((4 - input_ids.shape[1] % 4) % 4) <= 0`)
     and input shapes where it breaks (the inputs whose shape differs from the trace's)."""
+
     guard: str
     breaks_at: dict[str, list[int]]
 
@@ -404,12 +445,13 @@ class SizeGuard:
 @dataclass
 class WeightsReport:
     """Where the traced program's parameters came from."""
+
     # Indexed where the model folder's checkpoint holds them (`weights: streamed`).
     streamed: bool
     # Read into the worker's memory (always, unless streamed without a reference).
     loaded: bool
     # Why `weights: streamed` was asked but the weights were loaded.
-    fallback: Optional[str]
+    fallback: str | None
 
 
 @dataclass
@@ -444,6 +486,7 @@ class TraceReply:
 @dataclass
 class CapturedComponent:
     """A captured component and its tensor inputs' shapes, by leaf path."""
+
     name: str
     inputs: dict[str, list[int]]
 
@@ -459,9 +502,10 @@ class CaptureGenerationReply:
 class GenerateStep:
     """One generated position: the token per batch row from the components and
     from eager, and the max abs error of the logits that chose it (null if not finite)."""
+
     tokens: list[int]
     eager_tokens: list[int]
-    max_abs: Optional[float]
+    max_abs: float | None
     # The logits within atol/rtol of eager's.
     ok: bool
 
@@ -484,10 +528,11 @@ class GenerateCheckReply:
 @dataclass
 class Comparison:
     """One output against eager; `max_abs`/`max_rel` are null when the shapes differ or the error is not finite."""
+
     shape: list[int]
     expected_shape: list[int]
-    max_abs: Optional[float]
-    max_rel: Optional[float]
+    max_abs: float | None
+    max_rel: float | None
     ok: bool
 
 
@@ -507,6 +552,7 @@ class VerifyReply:
 class LowerReply:
     """The lowered program: its inputs' pytree spec (what the method's flat
     inputs are), how many of its nodes the delegate took, seconds per step."""
+
     in_spec: str
     delegated_nodes: int
     portable_nodes: int
@@ -522,6 +568,7 @@ class LowerReply:
 class EdgeProgramReply:
     """The method's input and output pytree specs, the decomposition's seconds,
     and whether the weights went beside the program (`<output>.weights`)."""
+
     in_spec: str
     out_spec: str
     seconds: float
@@ -557,6 +604,7 @@ class OpInfosReply:
 class SampleProgram:
     """An exported sample: its `.pt2`, the ATen overloads it holds, whether its
     outputs are compared by shape only (random, or uninitialized memory)."""
+
     path: str
     ops: list[str]
     shape_only: bool
@@ -574,7 +622,7 @@ class OpSample:
     index: int
     dtype: str
     about: str
-    exported: Union[SampleProgram, SampleSkipped]
+    exported: SampleProgram | SampleSkipped
 
 
 @dataclass
@@ -601,6 +649,7 @@ class PatchCall:
     """A patched call, described: `values` is the table of the call's values
     (`{"tensor": ...}`, `{"scalar": ...}`, ...; `sandbox.describe`), `args` and
     `kwargs` name their slots."""
+
     plugin: str
     target: str
     values: list[dict[str, Any]]
@@ -621,6 +670,7 @@ class Unsupported(ValueError):
 @dataclass
 class ErrorReply:
     """A request's exception: its type, message and traceback."""
+
     type: str
     message: str
     traceback: str
@@ -667,7 +717,11 @@ def _convert(tp, value, where):
                 raise ProtocolError(f"{where}: expected an object with a `kind`")
             for option in options:
                 if option.KIND == value["kind"]:
-                    return parse(option, {k: v for k, v in value.items() if k != "kind"}, f"{where} ({option.NAME})")
+                    return parse(
+                        option,
+                        {k: v for k, v in value.items() if k != "kind"},
+                        f"{where} ({option.NAME})",
+                    )
             kinds = ", ".join(f"`{o.KIND}`" for o in options)
             raise ProtocolError(f"{where}: unknown kind `{value['kind']}` (expected {kinds})")
         if len(options) != 1:

@@ -15,6 +15,7 @@ import os
 
 # ── Pytree registration (the reference's `pytree registration` stage) ──
 
+
 def class_path(cls):
     return f"{cls.__module__}:{cls.__qualname__}"
 
@@ -49,11 +50,19 @@ def flatten_context(obj, leaves):
     if isinstance(obj, torch.device):
         return {"_t": "device", "s": str(obj)}
     if isinstance(obj, (torch.dtype, torch.layout)):
-        return {"_t": "dtype" if isinstance(obj, torch.dtype) else "layout", "n": str(obj).removeprefix("torch.")}
+        return {
+            "_t": "dtype" if isinstance(obj, torch.dtype) else "layout",
+            "n": str(obj).removeprefix("torch."),
+        }
     if isinstance(obj, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         node = obj.node
-        constant = (node.maybe_as_bool() if isinstance(obj, torch.SymBool)
-                    else node.maybe_as_float() if isinstance(obj, torch.SymFloat) else node.maybe_as_int())
+        constant = (
+            node.maybe_as_bool()
+            if isinstance(obj, torch.SymBool)
+            else node.maybe_as_float()
+            if isinstance(obj, torch.SymFloat)
+            else node.maybe_as_int()
+        )
         if constant is not None:  # already specialized: a constant, not a leaf
             return constant
         leaves.append(obj)
@@ -61,11 +70,23 @@ def flatten_context(obj, leaves):
     if isinstance(obj, type):
         return {"_t": "type", "p": class_path(obj)}
     if isinstance(obj, dict):
-        return {"_t": "map", "p": class_path(type(obj)), "v": {k: flatten_context(v, leaves) for k, v in obj.items()}}
+        return {
+            "_t": "map",
+            "p": class_path(type(obj)),
+            "v": {k: flatten_context(v, leaves) for k, v in obj.items()},
+        }
     if isinstance(obj, (tuple, list, set, frozenset)):
-        return {"_t": "seq", "p": class_path(type(obj)), "v": [flatten_context(v, leaves) for v in obj]}
+        return {
+            "_t": "seq",
+            "p": class_path(type(obj)),
+            "v": [flatten_context(v, leaves) for v in obj],
+        }
     if hasattr(obj, "__dict__") and not callable(obj):
-        return {"_t": "obj", "p": class_path(type(obj)), "s": {k: flatten_context(v, leaves) for k, v in vars(obj).items()}}
+        return {
+            "_t": "obj",
+            "p": class_path(type(obj)),
+            "s": {k: flatten_context(v, leaves) for k, v in vars(obj).items()},
+        }
     raise TypeError(f"cannot flatten a {type(obj).__name__} into a pytree context")
 
 
@@ -174,23 +195,36 @@ def no_pickles(path):
 
     def plain_load(*args, **kwargs):
         if kwargs.get("weights_only") is False:
-            raise PickleRefused(f"{path}: holds a pickled object; pickled weights are not loaded from untrusted files")
+            raise PickleRefused(
+                f"{path}: holds a pickled object; pickled weights are not loaded from untrusted files"
+            )
         kwargs["weights_only"] = True
         return load(*args, **kwargs)
 
     def refused(*_args, **_kwargs):
-        raise PickleRefused(f"{path}: holds a pickled object; pickled weights are not loaded from untrusted files")
+        raise PickleRefused(
+            f"{path}: holds a pickled object; pickled weights are not loaded from untrusted files"
+        )
 
     class NoPickle:
         loads = load_obj = staticmethod(refused)
 
     saved = (torch.load, _package.pickle, torch._C._pickle_load_obj, read_bytes)
-    torch.load, _package.pickle, torch._C._pickle_load_obj, _package.PT2ArchiveReader.read_bytes = \
-        plain_load, NoPickle, refused, without_sample_inputs
+    torch.load, _package.pickle, torch._C._pickle_load_obj, _package.PT2ArchiveReader.read_bytes = (
+        plain_load,
+        NoPickle,
+        refused,
+        without_sample_inputs,
+    )
     try:
         yield
     finally:
-        torch.load, _package.pickle, torch._C._pickle_load_obj, _package.PT2ArchiveReader.read_bytes = saved
+        (
+            torch.load,
+            _package.pickle,
+            torch._C._pickle_load_obj,
+            _package.PT2ArchiveReader.read_bytes,
+        ) = saved
 
 
 def load_exported_mapped(path):
@@ -217,10 +251,21 @@ def load_exported_mapped(path):
         index = json.load(f)
     maps = []
     for name in index["files"]:
-        file = name if os.path.isabs(name) else os.path.join(os.path.dirname(os.path.abspath(path)), name)
+        file = (
+            name
+            if os.path.isabs(name)
+            else os.path.join(os.path.dirname(os.path.abspath(path)), name)
+        )
         with open(file, "rb") as f:
             # ACCESS_COPY: writable to torch (no non-writable-buffer warning), never to the file.
-            maps.append((file, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) if os.path.getsize(file) else None))
+            maps.append(
+                (
+                    file,
+                    mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+                    if os.path.getsize(file)
+                    else None,
+                )
+            )
     sources = {}
     build_file_map = _package._build_file_map
     entries = {"weights/": index.get("weights", {}), "constants/": index.get("constants", {})}
@@ -229,7 +274,9 @@ def load_exported_mapped(path):
         # torch's own map for what the archive holds; a mapped tensor for each empty
         # entry the index places (the storage a payload's tensors are strided over)
         file_map = build_file_map(archive_reader, config, base_dir)
-        table = next((t for d, t in entries.items() if base_dir.rstrip("/").endswith(d.rstrip("/"))), {})
+        table = next(
+            (t for d, t in entries.items() if base_dir.rstrip("/").endswith(d.rstrip("/"))), {}
+        )
         for fqn, meta in config.config.items():
             place = table.get(fqn)
             if place is None or meta.use_pickle:
@@ -243,11 +290,15 @@ def load_exported_mapped(path):
                 continue  # no elements: torch's loader made the tensor already
             dtype = _package.deserialize_scalar_type(meta.tensor_meta.dtype)
             stored = getattr(torch, place[3]) if len(place) > 3 else dtype
-            flat = torch.frombuffer(buffer, dtype=stored, count=length // stored.itemsize, offset=offset)
+            flat = torch.frombuffer(
+                buffer, dtype=stored, count=length // stored.itemsize, offset=offset
+            )
             if stored != dtype:
                 flat = flat.to(dtype)  # converted: a tensor of its own (only with --dtype)
             else:
-                sources[flat.untyped_storage().data_ptr()] = Stored(name, offset, length, str(dtype).removeprefix("torch."), tuple(flat.shape))
+                sources[flat.untyped_storage().data_ptr()] = Stored(
+                    name, offset, length, str(dtype).removeprefix("torch."), tuple(flat.shape)
+                )
             if meta.tensor_meta.requires_grad:
                 flat.requires_grad_(True)
             file_map[meta.path_name] = flat
@@ -279,10 +330,20 @@ def save_reference(path, inputs, constants, flags, outputs):
         else:
             leaves, context = pytree_flatten(value)
             if not all(torch.is_tensor(leaf) for leaf in leaves):
-                raise TypeError(f"input `{name}` holds a symbolic size; the reference keeps tensors only")
+                raise TypeError(
+                    f"input `{name}` holds a symbolic size; the reference keeps tensors only"
+                )
             structured[name] = {"leaves": leaves, "context": json.dumps(context)}
-    torch.save({"inputs": tensors, "structured": structured, "constants": constants, "flags": flags,
-                "outputs": outputs}, path)
+    torch.save(
+        {
+            "inputs": tensors,
+            "structured": structured,
+            "constants": constants,
+            "flags": flags,
+            "outputs": outputs,
+        },
+        path,
+    )
 
 
 def load_reference(path):
@@ -298,7 +359,9 @@ def load_reference(path):
         context = json.loads(stored["context"])
         for found in class_paths(context):
             if not found.startswith("transformers."):
-                raise ValueError(f"{path}: input `{name}` names the class `{found}`, outside transformers")
+                raise ValueError(
+                    f"{path}: input `{name}` names the class `{found}`, outside transformers"
+                )
         inputs[name] = unflatten_context(context, list(stored["leaves"]))
     reference["inputs"] = inputs
     return reference
@@ -328,14 +391,21 @@ def register_cache_pytrees(model=None):
     found = list(subclasses(Cache))
     if model is not None:
         module = inspect.getmodule(model)
-        found += [obj for _, obj in inspect.getmembers(module, inspect.isclass)
-                  if obj.__module__ == type(model).__module__ and obj.__name__.endswith("Cache")]
+        found += [
+            obj
+            for _, obj in inspect.getmembers(module, inspect.isclass)
+            if obj.__module__ == type(model).__module__ and obj.__name__.endswith("Cache")
+        ]
     for cls in found:
         if cls in torch.utils._pytree.SUPPORTED_NODES:
             continue
         torch.utils._pytree.register_pytree_node(
-            cls, pytree_flatten, pytree_unflatten, serialized_type_name=class_path(cls),
-            flatten_with_keys_fn=pytree_flatten_with_keys)
+            cls,
+            pytree_flatten,
+            pytree_unflatten,
+            serialized_type_name=class_path(cls),
+            flatten_with_keys_fn=pytree_flatten_with_keys,
+        )
 
 
 # ── The model output: its tensor leaves and their names ──
@@ -389,7 +459,11 @@ def named_leaves(value, path="", is_leaf=None):
     elif isinstance(value, dict):
         for key, item in value.items():
             yield from named_leaves(item, f"{path}.{key}" if path else str(key), is_leaf)
-    elif hasattr(value, "__dict__") and not callable(value) and not isinstance(value, (type, enum.Enum)):
+    elif (
+        hasattr(value, "__dict__")
+        and not callable(value)
+        and not isinstance(value, (type, enum.Enum))
+    ):
         yield from named_leaves(vars(value), path, is_leaf)
 
 
@@ -407,7 +481,10 @@ def spec_paths(spec):
     from torch.utils._pytree import tree_unflatten
 
     _, kwargs = tree_unflatten([_Slot(i) for i in range(spec.num_leaves)], spec)
-    found = {slot.index: path for path, slot in named_leaves(kwargs, is_leaf=lambda v: isinstance(v, _Slot))}
+    found = {
+        slot.index: path
+        for path, slot in named_leaves(kwargs, is_leaf=lambda v: isinstance(v, _Slot))
+    }
     return [found.get(i, f"input_{i}") for i in range(spec.num_leaves)]
 
 
@@ -419,8 +496,13 @@ def spec_output_names(spec, constants):
     from torch.utils._pytree import tree_unflatten
 
     output = tree_unflatten([_Slot(i) for i in range(spec.num_leaves)], spec)
-    found = {slot.index: path for path, slot in named_leaves(output, is_leaf=lambda v: isinstance(v, _Slot))}
-    return unique([found.get(i, f"output_{i}") for i in range(spec.num_leaves) if i not in constants])
+    found = {
+        slot.index: path
+        for path, slot in named_leaves(output, is_leaf=lambda v: isinstance(v, _Slot))
+    }
+    return unique(
+        [found.get(i, f"output_{i}") for i in range(spec.num_leaves) if i not in constants]
+    )
 
 
 def output_names(output):
@@ -441,4 +523,3 @@ def unique(paths):
             name = f"{path}_{n}"
         names.append(name)
     return names
-

@@ -40,7 +40,11 @@ class Library:
 
 
 # By the `quant_method` a config names.
-LIBRARIES = {"torchao": Library("torchao", "transformers.quantizers.quantizer_torchao", "is_torchao_available")}
+LIBRARIES = {
+    "torchao": Library(
+        "torchao", "transformers.quantizers.quantizer_torchao", "is_torchao_available"
+    )
+}
 
 # The methods whose libraries the quantizer modules were imported without.
 _imported_without = set()
@@ -67,7 +71,11 @@ def import_for(method):
     if "transformers.quantizers" not in sys.modules:
         if not pinned(SUPPORTED):
             return
-        hidden = {other: library for other, library in LIBRARIES.items() if other != method and library.package not in sys.modules}
+        hidden = {
+            other: library
+            for other, library in LIBRARIES.items()
+            if other != method and library.package not in sys.modules
+        }
         for library in hidden.values():
             sys.modules[library.package] = None
         try:

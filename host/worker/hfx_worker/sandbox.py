@@ -59,10 +59,33 @@ MAX_PATH = 256
 # ATen ops the dispatcher knows that map files, reach a process's state, or
 # hand out memory nobody wrote (`empty`, a growing `resize_`: whatever the
 # allocator held before, the worker's secrets included).
-DENIED_OPERATORS = frozenset({"from_file", "set_", "set", "seed", "manual_seed", "initial_seed", "Generator", "record_stream",
-                              "share_memory_", "pin_memory", "is_pinned", "to_mkldnn", "empty", "empty_like", "empty_strided",
-                              "empty_permuted", "new_empty", "new_empty_strided", "resize_", "resize_as_", "resize_as_sparse_",
-                              "sparse_resize_", "sparse_resize_and_clear_"})
+DENIED_OPERATORS = frozenset(
+    {
+        "from_file",
+        "set_",
+        "set",
+        "seed",
+        "manual_seed",
+        "initial_seed",
+        "Generator",
+        "record_stream",
+        "share_memory_",
+        "pin_memory",
+        "is_pinned",
+        "to_mkldnn",
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "empty_permuted",
+        "new_empty",
+        "new_empty_strided",
+        "resize_",
+        "resize_as_",
+        "resize_as_sparse_",
+        "sparse_resize_",
+        "sparse_resize_and_clear_",
+    }
+)
 
 
 def attribute_of(owner, name, path):
@@ -70,21 +93,27 @@ def attribute_of(owner, name, path):
     a lazy module imports a submodule on `getattr` (`torch.onnx` registers ops)."""
     if isinstance(owner, types.ModuleType):
         if name not in vars(owner):
-            raise PermissionError(f"`{path}` names `{name}`, which `{owner.__name__}` does not hold")
+            raise PermissionError(
+                f"`{path}` names `{name}`, which `{owner.__name__}` does not hold"
+            )
         return vars(owner)[name]
     return getattr(owner, name)
 
 
 def is_modeling_module(name):
     parts = name.split(".")
-    return (len(parts) == 4 and parts[:2] == ["transformers", "models"] and parts[2] != "auto"
-            and parts[3].startswith("modeling_"))
+    return (
+        len(parts) == 4
+        and parts[:2] == ["transformers", "models"]
+        and parts[2] != "auto"
+        and parts[3].startswith("modeling_")
+    )
 
 
 def bounded(message):
     """One line of at most `MAX_MESSAGE` characters."""
     line = " ".join(str(message).split())
-    return line if len(line) <= MAX_MESSAGE else line[:MAX_MESSAGE - 15] + " … (truncated)"
+    return line if len(line) <= MAX_MESSAGE else line[: MAX_MESSAGE - 15] + " … (truncated)"
 
 
 def load_allowlist(path=ALLOWLIST):
@@ -95,7 +124,9 @@ def load_allowlist(path=ALLOWLIST):
         data = json.load(file)
     sections = {}
     for section in ("call", "layers", "targets"):
-        sections[section] = {f"{module}.{name}": module for module, names in data[section].items() for name in names}
+        sections[section] = {
+            f"{module}.{name}": module for module, names in data[section].items() for name in names
+        }
     sections["private"] = dict(data["private"])
     sections["target_roots"] = list(data["target_roots"])
     return sections
@@ -127,11 +158,30 @@ class Reach:
         self.shims = {}
         # id -> (object, path), per section; `pending` what is not resolved yet.
         self.admitted = {section: {} for section in ("call", "layers", "targets")}
-        self.pending = {section: dict(self.sections[section]) for section in ("call", "layers", "targets")}
-        self.roots = {module for section in ("call", "layers") for module in self.sections[section].values()}
-        self.target_roots = set(self.sections["target_roots"]) | set(self.sections["targets"].values()) | self.roots
-        self.value_types = (bool, int, float, complex, str, type(None), torch.dtype, torch.memory_format, torch.layout,
-                            torch.device, torch.SymInt, torch.SymFloat, torch.SymBool)
+        self.pending = {
+            section: dict(self.sections[section]) for section in ("call", "layers", "targets")
+        }
+        self.roots = {
+            module for section in ("call", "layers") for module in self.sections[section].values()
+        }
+        self.target_roots = (
+            set(self.sections["target_roots"]) | set(self.sections["targets"].values()) | self.roots
+        )
+        self.value_types = (
+            bool,
+            int,
+            float,
+            complex,
+            str,
+            type(None),
+            torch.dtype,
+            torch.memory_format,
+            torch.layout,
+            torch.device,
+            torch.SymInt,
+            torch.SymFloat,
+            torch.SymBool,
+        )
 
     # Entries: resolved when their module is loaded, refused if they are not what an entry may be.
     def entry_object(self, path, module_name):
@@ -140,7 +190,7 @@ class Reach:
         if module is None:
             return None
         owner = module
-        for index, name in enumerate(path[len(module_name) + 1:].split(".")):
+        for index, name in enumerate(path[len(module_name) + 1 :].split(".")):
             # From the module, its own namespace only (a lazy module would import on getattr).
             owner = vars(owner).get(name) if index == 0 else getattr(owner, name, None)
             if owner is None or isinstance(owner, types.ModuleType):
@@ -173,8 +223,15 @@ class Reach:
 
     # Resolution: an entry's module, then classes and attributes only.
     def check_path(self, path):
-        if not isinstance(path, str) or not path or len(path) > MAX_PATH or any(not p.isidentifier() for p in path.split(".")):
-            raise PermissionError(f"`{path!s:.80}` is not a dotted path of at most {MAX_PATH} characters")
+        if (
+            not isinstance(path, str)
+            or not path
+            or len(path) > MAX_PATH
+            or any(not p.isidentifier() for p in path.split("."))
+        ):
+            raise PermissionError(
+                f"`{path!s:.80}` is not a dotted path of at most {MAX_PATH} characters"
+            )
         if dunder_segment(path):
             raise PermissionError(f"`{path}` names a dunder attribute")
         if private_segment(path) and path not in self.private:
@@ -196,7 +253,9 @@ class Reach:
                     raise PermissionError(f"`{path}` passes through the module `{owner.__name__}`")
                 if not isinstance(owner, type):
                     # Only a class's attributes are walked: an object's (a logger's handlers) never.
-                    raise PermissionError(f"`{path}` passes through `{name}`, a {type(owner).__name__}, not a class")
+                    raise PermissionError(
+                        f"`{path}` passes through `{name}`, a {type(owner).__name__}, not a class"
+                    )
             return owner, parts[-1]
         raise PermissionError(f"`{path}` does not start at a module of the allowlist")
 
@@ -209,11 +268,17 @@ class Reach:
         if name.startswith(("aten.", "prims.")):
             namespace, _, rest = name.partition(".")
             parts = rest.split(".")
-            if len(parts) != 2 or not all(p.isidentifier() and not p.startswith("__") for p in parts):
-                raise PermissionError(f"`{path}` is not an operator overload (namespace.op.overload)")
+            if len(parts) != 2 or not all(
+                p.isidentifier() and not p.startswith("__") for p in parts
+            ):
+                raise PermissionError(
+                    f"`{path}` is not an operator overload (namespace.op.overload)"
+                )
             found = getattr(getattr(getattr(torch.ops, namespace), parts[0]), parts[1])
             if not self.operator_allowed(found):
-                raise PermissionError(f"`{path}` is not an ATen operator a patch program may call (an effect, a file, a storage or an unchecked internal)")
+                raise PermissionError(
+                    f"`{path}` is not an ATen operator a patch program may call (an effect, a file, a storage or an unchecked internal)"
+                )
         else:
             owner, attribute = self.resolve(path)
             found = attribute_of(owner, attribute, path)
@@ -235,7 +300,9 @@ class Reach:
 
     def is_operator(self, obj):
         torch = self.torch
-        return isinstance(obj, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)) and obj.namespace in ("aten", "prims")
+        return isinstance(
+            obj, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)
+        ) and obj.namespace in ("aten", "prims")
 
     def operator_allowed(self, obj):
         """An ATen or prims operator that only computes. `torch.ops.aten` also
@@ -250,7 +317,11 @@ class Reach:
         torch = self.torch
         if not self.is_operator(obj):
             return False
-        overloads = [getattr(obj, name) for name in obj.overloads()] if isinstance(obj, torch._ops.OpOverloadPacket) else [obj]
+        overloads = (
+            [getattr(obj, name) for name in obj.overloads()]
+            if isinstance(obj, torch._ops.OpOverloadPacket)
+            else [obj]
+        )
         return bool(overloads) and all(self.overload_allowed(op) for op in overloads)
 
     def overload_allowed(self, op):
@@ -258,7 +329,11 @@ class Reach:
         namespace, _, base = schema.name.partition("::")
         if base in DENIED_OPERATORS:
             return False
-        if base.startswith("_") and self.torch.Tag.core not in op.tags and f"{namespace}.{base}" not in self.private:
+        if (
+            base.startswith("_")
+            and self.torch.Tag.core not in op.tags
+            and f"{namespace}.{base}" not in self.private
+        ):
             return False
         if any("Storage" in str(argument.type) for argument in schema.arguments):
             return False
@@ -290,24 +365,38 @@ class Reach:
         if isinstance(value, types.ModuleType):
             raise PermissionError(f"{what} is a module, not a value a patch program may use")
         if isinstance(value, UNREACHABLE_TYPES):
-            raise PermissionError(f"{what} is a {type(value).__name__}, not a value a patch program may use")
-        if isinstance(value, dict) and any(value is vars(m) for m in list(sys.modules.values()) if m is not None):
-            raise PermissionError(f"{what} is a module's namespace, not a value a patch program may use")
+            raise PermissionError(
+                f"{what} is a {type(value).__name__}, not a value a patch program may use"
+            )
+        if isinstance(value, dict) and any(
+            value is vars(m) for m in list(sys.modules.values()) if m is not None
+        ):
+            raise PermissionError(
+                f"{what} is a module's namespace, not a value a patch program may use"
+            )
         if isinstance(value, (list, tuple)):
             for item in value:
                 self.check_value(item, what, depth + 1, looked_up)
             return value
-        if torch.is_tensor(value) or isinstance(value, torch.nn.Module) or isinstance(value, self.value_types):
+        if (
+            torch.is_tensor(value)
+            or isinstance(value, torch.nn.Module)
+            or isinstance(value, self.value_types)
+        ):
             return value
         if callable(value):
             if context_allowed(self, value):
                 return value  # sdpa_kernel(...): a context made by an allowed function
             if not self.callable_allowed(value):
-                raise PermissionError(f"{what} ({describe_object(value)}) is not a callable of the allowlist")
+                raise PermissionError(
+                    f"{what} ({describe_object(value)}) is not a callable of the allowlist"
+                )
             return value
         if not looked_up or self.entry(value) is not None or self.entry(type(value)) is not None:
             return value  # SDPBackend.MATH: an entry, or a value of an entry's class
-        raise PermissionError(f"{what} is a {describe_object(type(value))}, not a value a patch program may use")
+        raise PermissionError(
+            f"{what} is a {describe_object(type(value))}, not a value a patch program may use"
+        )
 
 
 def entry_problem(path, obj, private):
@@ -317,7 +406,11 @@ def entry_problem(path, obj, private):
     if isinstance(obj, (types.MethodType, classmethod, staticmethod)):
         return "a bound method (or a class/static method object)"
     self_of = getattr(obj, "__self__", None)
-    if isinstance(obj, types.BuiltinFunctionType) and self_of is not None and not isinstance(self_of, (types.ModuleType, type)):
+    if (
+        isinstance(obj, types.BuiltinFunctionType)
+        and self_of is not None
+        and not isinstance(self_of, (types.ModuleType, type))
+    ):
         return "a bound builtin method"
     if isinstance(obj, types.ModuleType):
         return "a module"
@@ -330,8 +423,17 @@ def describe_object(value):
     return f"{module}.{qualname}"
 
 
-UNREACHABLE_TYPES = (io.IOBase, types.FrameType, types.CodeType, types.TracebackType, types.GeneratorType, types.CoroutineType,
-                     types.AsyncGeneratorType, types.CellType, types.MappingProxyType)
+UNREACHABLE_TYPES = (
+    io.IOBase,
+    types.FrameType,
+    types.CodeType,
+    types.TracebackType,
+    types.GeneratorType,
+    types.CoroutineType,
+    types.AsyncGeneratorType,
+    types.CellType,
+    types.MappingProxyType,
+)
 
 MAX_ATTRIBUTES = 64
 
@@ -342,7 +444,9 @@ def scalar_attributes(value):
     for name, attribute in getattr(value, "__dict__", {}).items():
         if len(found) == MAX_ATTRIBUTES:
             break
-        if not name.startswith("_") and (attribute is None or isinstance(attribute, (bool, int, float, str))):
+        if not name.startswith("_") and (
+            attribute is None or isinstance(attribute, (bool, int, float, str))
+        ):
             found[name] = attribute
     return found
 
@@ -393,18 +497,30 @@ def describe(values, value, known=None):
         values.append(({"sequence": slots}, value))
     elif torch.is_tensor(value):
         shape = [d if isinstance(d, int) else {"symbolic": str(d)} for d in value.shape]
-        meta = {"dtype": str(value.dtype).replace("torch.", ""), "shape": shape, "device": value.device.type,
-                "contiguous": contiguous(value, known), "sizes": [size_hint(d) for d in value.shape]}
+        meta = {
+            "dtype": str(value.dtype).replace("torch.", ""),
+            "shape": shape,
+            "device": value.device.type,
+            "contiguous": contiguous(value, known),
+            "sizes": [size_hint(d) for d in value.shape],
+        }
         values.append(({"tensor": meta}, value))
     elif value is None or isinstance(value, (bool, int, float, str)):
         values.append(({"scalar": value}, value))
     elif isinstance(value, torch.SymInt):
         hint = size_hint(value)
-        values.append(({"sym_int": {"expr": str(value), "hint": hint if hint >= 0 else None}}, value))
+        values.append(
+            ({"sym_int": {"expr": str(value), "hint": hint if hint >= 0 else None}}, value)
+        )
     elif isinstance(value, torch.dtype):
         values.append(({"dtype": str(value).replace("torch.", "")}, value))
     else:
-        values.append(({"object": {"type": type(value).__name__, "attributes": scalar_attributes(value)}}, value))
+        values.append(
+            (
+                {"object": {"type": type(value).__name__, "attributes": scalar_attributes(value)}},
+                value,
+            )
+        )
     return len(values) - 1
 
 
@@ -426,7 +542,9 @@ def checked_attribute(policy, value, name):
         raise PermissionError(f"attribute `{name}` is private")
     found = getattr(value, name)
     if callable(found) and not isinstance(found, torch.nn.Module):
-        raise PermissionError(f"attribute `{name}` of {type(value).__name__} is callable; call ops by name instead")
+        raise PermissionError(
+            f"attribute `{name}` of {type(value).__name__} is callable; call ops by name instead"
+        )
     return policy.check_value(found, f"attribute `{name}` of {type(value).__name__}")
 
 
@@ -442,19 +560,29 @@ def run_program(policy, program, slots, original, invokable, make_callback):
             try:
                 if kind in ("call", "original"):
                     function = original if kind == "original" else policy.resolve_op(body["op"])
-                    result = function(*[slots[i] for i in body["args"]], **{k: slots[i] for k, i in body["kwargs"]})
+                    result = function(
+                        *[slots[i] for i in body["args"]],
+                        **{k: slots[i] for k, i in body["kwargs"]},
+                    )
                     what = "the original" if kind == "original" else f"`{body['op']}`"
                     result = policy.check_value(result, f"the result of {what}")
                 elif kind == "invoke":
                     callee = slots[body["callee"]]
                     if body["callee"] not in invokable and not isinstance(callee, torch.nn.Module):
-                        raise PermissionError(f"slot {body['callee']} ({type(callee).__name__}) may not be invoked")
-                    result = callee(*[slots[i] for i in body["args"]], **{k: slots[i] for k, i in body["kwargs"]})
+                        raise PermissionError(
+                            f"slot {body['callee']} ({type(callee).__name__}) may not be invoked"
+                        )
+                    result = callee(
+                        *[slots[i] for i in body["args"]],
+                        **{k: slots[i] for k, i in body["kwargs"]},
+                    )
                     result = policy.check_value(result, f"the result of slot {body['callee']}")
                 elif kind == "getattr":
                     result = checked_attribute(policy, slots[body[0]], body[1])
                 elif kind == "item":
-                    result = policy.check_value(slots[body[0]][body[1]], f"item {body[1]} of slot {body[0]}")
+                    result = policy.check_value(
+                        slots[body[0]][body[1]], f"item {body[1]} of slot {body[0]}"
+                    )
                 elif kind == "constant":
                     result = body
                 elif kind == "lookup":
@@ -464,7 +592,9 @@ def run_program(policy, program, slots, original, invokable, make_callback):
                     result = tuple(slots[i] for i in body)
                 elif kind == "enter":
                     if body >= given and not context_allowed(policy, slots[body]):
-                        raise PermissionError(f"slot {body} ({type(slots[body]).__name__}) is not a context a patch program may enter")
+                        raise PermissionError(
+                            f"slot {body} ({type(slots[body]).__name__}) is not a context a patch program may enter"
+                        )
                     result = contexts.enter_context(slots[body])
                 elif kind == "callback":
                     result = make_callback(body["target"], [slots[i] for i in body["captured"]])
@@ -474,9 +604,13 @@ def run_program(policy, program, slots, original, invokable, make_callback):
             except PatchProgramError:
                 raise  # a callback's own program failed: its line already says which step, not wrapped per level
             except RecursionError:
-                raise PatchProgramError(f"step {index} ({kind}): RecursionError: the program recursed too deep") from None
+                raise PatchProgramError(
+                    f"step {index} ({kind}): RecursionError: the program recursed too deep"
+                ) from None
             except Exception as error:
-                raise PatchProgramError(bounded(f"step {index} ({kind}): {type(error).__name__}: {error}")) from error
+                raise PatchProgramError(
+                    bounded(f"step {index} ({kind}): {type(error).__name__}: {error}")
+                ) from error
             slots.append(result)
         return slots[program["output"]]
 
@@ -486,6 +620,7 @@ class PatchProgramError(RuntimeError):
 
 
 # ── Patches (the reference's `model patches` stage), answered by WASM plugins through the host ──
+
 
 class Answers:
     """The programs plugins answered during one trace, by the call exactly as
@@ -517,8 +652,10 @@ def shim(policy, ask, plugin, target, original, answers):
     """The replacement of `target`: each call is answered by the plugin (`ask` sends
     the described call to the host and returns the program it answers), or
     by `answers` where the plugin answered the same call before."""
+
     def patched(*args, **kwargs):
         return answer_call(policy, ask, plugin, target, original, args, kwargs, answers)
+
     patched.hfx_shim = True
     return patched
 
@@ -528,14 +665,33 @@ def answer_call(policy, ask, plugin, target, original, args, kwargs, answers, de
     values = []
     arg_slots = [describe(values, a, answers.layouts) for a in args]
     kwarg_slots = [[k, describe(values, v, answers.layouts)] for k, v in kwargs.items()]
-    call = PatchCall(plugin=plugin, target=target, values=[v for v, _ in values], args=arg_slots, kwargs=kwarg_slots)
+    call = PatchCall(
+        plugin=plugin,
+        target=target,
+        values=[v for v, _ in values],
+        args=arg_slots,
+        kwargs=kwarg_slots,
+    )
     program = answers.get(call, ask)
 
     def make_callback(name, captured):
         def callback(*more, **more_kwargs):
             if depth >= MAX_CALLBACK_DEPTH:
-                raise PermissionError(f"callbacks nest deeper than {MAX_CALLBACK_DEPTH} (a callback that calls itself?)")
-            return answer_call(policy, ask, plugin, name, original, (*captured, *more), more_kwargs, answers, depth + 1)
+                raise PermissionError(
+                    f"callbacks nest deeper than {MAX_CALLBACK_DEPTH} (a callback that calls itself?)"
+                )
+            return answer_call(
+                policy,
+                ask,
+                plugin,
+                name,
+                original,
+                (*captured, *more),
+                more_kwargs,
+                answers,
+                depth + 1,
+            )
+
         return callback
 
     live = [v for _, v in values]
@@ -544,7 +700,9 @@ def answer_call(policy, ask, plugin, target, original, args, kwargs, answers, de
     except PatchProgramError as error:
         if depth:
             raise  # the outermost call names plugin and target, once
-        raise PatchProgramError(bounded(f"patch plugin `{plugin}` on `{target}`: {error}")) from error.__cause__
+        raise PatchProgramError(
+            bounded(f"patch plugin `{plugin}` on `{target}`: {error}")
+        ) from error.__cause__
 
 
 def target_root(name):
@@ -567,8 +725,10 @@ def resolve_target(policy, plugin, target):
         raise PermissionError(f"patch plugin `{plugin}` targets `{target}`: {error}") from None
     original = getattr(owner, attribute)
     if id(original) not in policy.shims and not policy.target_allowed(original):
-        raise PermissionError(f"patch plugin `{plugin}` targets `{target}` ({describe_object(original)}), "
-                              "which is not a function of the allowlist a patch may replace")
+        raise PermissionError(
+            f"patch plugin `{plugin}` targets `{target}` ({describe_object(original)}), "
+            "which is not a function of the allowlist a patch may replace"
+        )
     return owner, attribute, original
 
 
@@ -580,7 +740,7 @@ def unimported_module(path):
     if owner is None:
         return parts[0] if importlib.machinery.PathFinder.find_spec(parts[0]) is not None else None
     for depth in range(1, len(parts) - 1):
-        name = ".".join(parts[:depth + 1])
+        name = ".".join(parts[: depth + 1])
         if name in sys.modules:
             owner = sys.modules[name]
             continue
@@ -588,7 +748,11 @@ def unimported_module(path):
         # the rest of the path resolves as it is now.
         if parts[depth] in vars(owner) or not hasattr(owner, "__path__"):
             return None
-        return name if importlib.machinery.PathFinder.find_spec(name, owner.__path__) is not None else None
+        return (
+            name
+            if importlib.machinery.PathFinder.find_spec(name, owner.__path__) is not None
+            else None
+        )
     return None
 
 
@@ -660,7 +824,9 @@ def patches_applied(policy, patches, ask):
         for owner, attribute, original, replacement in reversed(installed):
             setattr(owner, attribute, original)
             policy.shims.pop(id(replacement), None)
-        originals = {id(replacement): (replacement, original) for _, _, original, replacement in installed}
+        originals = {
+            id(replacement): (replacement, original) for _, _, original, replacement in installed
+        }
         for name in set(sys.modules) - imported_before:
             namespace = getattr(sys.modules.get(name), "__dict__", None)
             for key, value in list(namespace.items()) if isinstance(namespace, dict) else ():
@@ -686,4 +852,3 @@ def patch_status(policy, patches):
             except (AttributeError, ImportError, PermissionError):
                 pass
     return status
-

@@ -11,9 +11,16 @@ its ONNX translation in ONNX Runtime) on the case's values and compares them.
 
 from . import program
 from .graph import decode_value, encode_value, run_graph
+from .protocol import (
+    CaptureProgramParams,
+    CaptureProgramReply,
+    CaptureValuesParams,
+    CaptureValuesReply,
+    GraphCandidate,
+    RunCaseParams,
+    RunCaseReply,
+)
 from .pytree import load_exported, load_reference
-from .protocol import (CaptureProgramParams, CaptureProgramReply, CaptureValuesParams, CaptureValuesReply,
-                       GraphCandidate, RunCaseParams, RunCaseReply)
 from .sources import from_function
 from .trace import SEED
 from .verify import compared
@@ -65,16 +72,22 @@ def run_case(session, params: RunCaseParams) -> RunCaseReply:
     # candidate gets the values as captured, not as the piece left them.
     values = {name: decode_value(v) for name, v in params.values.items()}
     if isinstance(params.candidate, GraphCandidate):
-        got = [v.detach().numpy() if torch.is_tensor(v) else v
-               for v in run_graph(session.policy, params.candidate.program, values)]
+        got = [
+            v.detach().numpy() if torch.is_tensor(v) else v
+            for v in run_graph(session.policy, params.candidate.program, values)
+        ]
     else:
         import onnxruntime
 
-        onnx = onnxruntime.InferenceSession(params.candidate.path, providers=["CPUExecutionProvider"])
+        onnx = onnxruntime.InferenceSession(
+            params.candidate.path, providers=["CPUExecutionProvider"]
+        )
         feeds = {}
         for i in onnx.get_inputs():
             if i.name not in values:
-                raise ValueError(f"the ONNX model wants the input `{i.name}`; the case has {sorted(values)}")
+                raise ValueError(
+                    f"the ONNX model wants the input `{i.name}`; the case has {sorted(values)}"
+                )
             v = values[i.name]
             feeds[i.name] = v.numpy() if torch.is_tensor(v) else torch.tensor(v).numpy()
         got = onnx.run(None, feeds)

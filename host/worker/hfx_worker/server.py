@@ -16,13 +16,33 @@ import sys
 import traceback
 
 from . import confine, protocol
-from .opinfo import check_sample, op_infos, op_samples
-from .protocol import (ArtifactFailed, Unsupported, CaptureGenerationParams, CaptureProgramParams, CaptureValuesParams, Channel, CheckSampleParams, ErrorReply, HelloParams, HelloReply,
-                       EdgeProgramParams, GenerateCheckParams, LowerParams, OpInfosParams, OpSamplesParams, PatchesRestoredParams, ProtocolError, Request, RunCaseParams, TraceParams,
-                       VerifyParams)
 from .generation import capture_generation, generate_check
 from .import_memo import ImportStructureMemo
 from .lower import edge_program, lower
+from .opinfo import check_sample, op_infos, op_samples
+from .protocol import (
+    ArtifactFailed,
+    CaptureGenerationParams,
+    CaptureProgramParams,
+    CaptureValuesParams,
+    Channel,
+    CheckSampleParams,
+    EdgeProgramParams,
+    ErrorReply,
+    GenerateCheckParams,
+    HelloParams,
+    HelloReply,
+    LowerParams,
+    OpInfosParams,
+    OpSamplesParams,
+    PatchesRestoredParams,
+    ProtocolError,
+    Request,
+    RunCaseParams,
+    TraceParams,
+    Unsupported,
+    VerifyParams,
+)
 from .sandbox import Reach, patch_status
 from .selftest import capture_program, capture_values, run_case
 from .trace import SideWeights, trace
@@ -76,11 +96,15 @@ class Session:
 
 def hello(_session, params: HelloParams):
     if params.protocol != protocol.PROTOCOL:
-        raise ProtocolError(f"the host speaks protocol {params.protocol}, this worker {protocol.PROTOCOL}; "
-                            "the host and its embedded worker must come from the same hfx")
+        raise ProtocolError(
+            f"the host speaks protocol {params.protocol}, this worker {protocol.PROTOCOL}; "
+            "the host and its embedded worker must come from the same hfx"
+        )
     # Before any request imports transformers.
     IMPORT_MEMO.memo_dir = params.memo_dir
-    return HelloReply(protocol=protocol.PROTOCOL, python=sys.version.split()[0], versions=versions())
+    return HelloReply(
+        protocol=protocol.PROTOCOL, python=sys.version.split()[0], versions=versions()
+    )
 
 
 def patches_restored(session, params: PatchesRestoredParams):
@@ -135,9 +159,15 @@ class NoGpuLibraries(importlib.abc.MetaPathFinder):
             cuda = getattr(sys.modules.get("torch"), "cuda", None)
             if cuda is None or cuda.is_available():
                 return None  # torch not imported yet (not its request) or a GPU is there
-            raise ModuleNotFoundError("triton is not loaded by the hfx worker: torch sees no GPU to run its kernels", name=name)
+            raise ModuleNotFoundError(
+                "triton is not loaded by the hfx worker: torch sees no GPU to run its kernels",
+                name=name,
+            )
         if name == "cuda.bindings" and not any(os.path.exists(device) for device in NVIDIA_DEVICES):
-            raise ModuleNotFoundError("cuda.bindings is not loaded by the hfx worker: this machine has no NVIDIA device", name=name)
+            raise ModuleNotFoundError(
+                "cuda.bindings is not loaded by the hfx worker: this machine has no NVIDIA device",
+                name=name,
+            )
         return None
 
 
@@ -190,15 +220,35 @@ def main():
                 request_id = data["id"]
             request = protocol.parse(Request, data)
             if request.method not in METHODS:
-                raise ProtocolError(f"request: unknown method `{request.method}` (expected one of {', '.join(METHODS)})")
+                raise ProtocolError(
+                    f"request: unknown method `{request.method}` (expected one of {', '.join(METHODS)})"
+                )
             params_type, handler = METHODS[request.method]
             reply = handler(session, protocol.parse(params_type, request.params))
             greeted = request.method == "hello"
-            text = protocol.to_json({"id": request_id, "result": dataclasses.asdict(reply) if dataclasses.is_dataclass(reply) else reply})
+            text = protocol.to_json(
+                {
+                    "id": request_id,
+                    "result": dataclasses.asdict(reply)
+                    if dataclasses.is_dataclass(reply)
+                    else reply,
+                }
+            )
         except BaseException as error:  # every failure goes back to the host, typed
-            text = protocol.to_json({"id": request_id, "error": dataclasses.asdict(ErrorReply(
-                type=type(error).__name__, message=str(error),
-                traceback="" if isinstance(error, (ArtifactFailed, Unsupported)) else traceback.format_exc()))})
+            text = protocol.to_json(
+                {
+                    "id": request_id,
+                    "error": dataclasses.asdict(
+                        ErrorReply(
+                            type=type(error).__name__,
+                            message=str(error),
+                            traceback=""
+                            if isinstance(error, (ArtifactFailed, Unsupported))
+                            else traceback.format_exc(),
+                        )
+                    ),
+                }
+            )
         protocol_out.write(text + "\n")
         protocol_out.flush()
         if greeted:

@@ -9,6 +9,7 @@ import sys
 
 # ── Model sources ──
 
+
 def parse_value(text):
     """`--set` values: JSON where it parses (ints, floats, bools, lists), else the string."""
     try:
@@ -23,7 +24,9 @@ def from_architecture(arch, overrides, task, generative=False):
     families) or base model."""
     import transformers
 
-    config = transformers.AutoConfig.for_model(arch, **{k: parse_value(v) for k, v in overrides.items()})
+    config = transformers.AutoConfig.for_model(
+        arch, **{k: parse_value(v) for k, v in overrides.items()}
+    )
     # A config made here names no code to fetch: an `auto_map` set by `--set`
     # (or a self-test case's overrides) is never followed.
     if task:
@@ -36,7 +39,9 @@ def from_architecture(arch, overrides, task, generative=False):
                 return auto.from_config(config, trust_remote_code=False)
         from .protocol import Unsupported
 
-        raise Unsupported(f"--generation: transformers has no generative class for `{arch}`; name one with --task")
+        raise Unsupported(
+            f"--generation: transformers has no generative class for `{arch}`; name one with --task"
+        )
     auto = transformers.AutoModelForCausalLM if arch in CAUSAL_LM else transformers.AutoModel
     return auto.from_config(config, trust_remote_code=False)
 
@@ -45,12 +50,22 @@ def remote_refused(cls):
     """`trust_remote_code=False` for an auto class (a model class takes no such option)."""
     import transformers
 
-    return {"trust_remote_code": False} if isinstance(cls, type) and issubclass(cls, transformers.models.auto.auto_factory._BaseAutoModelClass) else {}
+    return (
+        {"trust_remote_code": False}
+        if isinstance(cls, type)
+        and issubclass(cls, transformers.models.auto.auto_factory._BaseAutoModelClass)
+        else {}
+    )
 
 
 # The auto classes of models that generate, in the order a generation export picks one.
-GENERATIVE = ("AutoModelForCausalLM", "AutoModelForSeq2SeqLM", "AutoModelForSpeechSeq2Seq",
-              "AutoModelForImageTextToText", "AutoModelForVision2Seq")
+GENERATIVE = (
+    "AutoModelForCausalLM",
+    "AutoModelForSeq2SeqLM",
+    "AutoModelForSpeechSeq2Seq",
+    "AutoModelForImageTextToText",
+    "AutoModelForVision2Seq",
+)
 
 
 def model_class(task, config):
@@ -71,7 +86,9 @@ def model_class(task, config):
     kind = config.model_type.replace("-", "_")
     module = importlib.import_module(f"transformers.models.{kind}.modeling_{kind}")
     if task not in vars(module):
-        raise ValueError(f"--task {task}: not a transformers class, nor one of transformers.models.{kind}")
+        raise ValueError(
+            f"--task {task}: not a transformers class, nor one of transformers.models.{kind}"
+        )
     return checked_model_class(task, vars(module)[task])
 
 
@@ -82,7 +99,11 @@ def checked_model_class(task, cls):
 
     module = sys.modules.get(getattr(cls, "__module__", None) or "")
     at_home = module is not None and vars(module).get(getattr(cls, "__name__", None)) is cls
-    if not (isinstance(cls, type) and issubclass(cls, (transformers.PreTrainedModel, _BaseAutoModelClass)) and at_home):
+    if not (
+        isinstance(cls, type)
+        and issubclass(cls, (transformers.PreTrainedModel, _BaseAutoModelClass))
+        and at_home
+    ):
         raise PermissionError(f"--task {task}: not a transformers model class")
     return cls
 
@@ -103,7 +124,9 @@ def truncated(config, layers):
     every per-layer list (`layer_types`) with it."""
     counts = [key for key in LAYER_COUNTS if isinstance(getattr(config, key, None), int)]
     if not counts:
-        raise ValueError(f"--verify-layers: {type(config).__name__} names no layer count ({', '.join(LAYER_COUNTS)})")
+        raise ValueError(
+            f"--verify-layers: {type(config).__name__} names no layer count ({', '.join(LAYER_COUNTS)})"
+        )
     for key in counts:
         count = getattr(config, key)
         if layers < count:
@@ -160,8 +183,12 @@ def remote_auto_class(auto_map, architecture):
     for auto, reference in auto_map.items():
         # `module.Class`, or `org/repo--module.Class` for code kept in another repo.
         target = reference[0] if isinstance(reference, (list, tuple)) else reference
-        if auto.startswith("AutoModel") and isinstance(target, str) and target.rsplit(".", 1)[-1] == architecture \
-                and hasattr(transformers, auto):
+        if (
+            auto.startswith("AutoModel")
+            and isinstance(target, str)
+            and target.rsplit(".", 1)[-1] == architecture
+            and hasattr(transformers, auto)
+        ):
             return getattr(transformers, auto)
     return transformers.AutoModel
 
@@ -180,6 +207,7 @@ CAUSAL_LM = {"llama", "qwen2", "qwen3", "gpt2", "mistral", "phi3", "gemma", "gem
 
 # ── Sample inputs ──
 
+
 def sample_inputs(model, batch, sequence):
     """Inputs for the architecture; every axis meant to be dynamic has size >= 2
     (torch specializes sizes 0 and 1)."""
@@ -191,7 +219,9 @@ def sample_inputs(model, batch, sequence):
     if main == "input_features":
         # Speech encoders take log-mel frames; their length is fixed by the model (2 x positions).
         frames = 2 * getattr(config, "max_source_positions", 1500)
-        return {"input_features": torch.randn(batch, config.num_mel_bins, frames, generator=generator)}
+        return {
+            "input_features": torch.randn(batch, config.num_mel_bins, frames, generator=generator)
+        }
     if main == "pixel_values":
         size = getattr(config, "image_size", 224)
         channels = getattr(config, "num_channels", 3)
@@ -200,12 +230,14 @@ def sample_inputs(model, batch, sequence):
     ids = torch.randint(0, vocab, (batch, sequence), generator=generator)
     inputs = {"input_ids": ids, "attention_mask": torch.ones(batch, sequence, dtype=torch.long)}
     if getattr(config, "is_encoder_decoder", False):
-        inputs["decoder_input_ids"] = torch.randint(0, vocab, (batch, sequence), generator=generator)
+        inputs["decoder_input_ids"] = torch.randint(
+            0, vocab, (batch, sequence), generator=generator
+        )
     return inputs
 
 
-
 # ── Backend preparation: device and dtype ──
+
 
 def prepared(model, device, dtype_name):
     """The model on the backend's device, in its dtype (cpu/float32 unless asked)."""
@@ -226,4 +258,3 @@ def on_device(value, device, dtype):
     if not torch.is_tensor(value):
         return value
     return value.to(device=device, dtype=dtype) if value.is_floating_point() else value.to(device)
-

@@ -16,13 +16,29 @@ import os
 import time
 
 from . import protocol, quantizers
+from .checkpoint import host_reads, weights_plan
+from .generation import TracedComponent
 from .program import build as build_program
 from .protocol import ExportMetadata, TraceParams, TraceReply, WeightsReport
-from .generation import TracedComponent
-from .pytree import flat_outputs, named_leaves, output_names, register_cache_pytrees, save_reference, spec_output_names, spec_paths
+from .pytree import (
+    flat_outputs,
+    named_leaves,
+    output_names,
+    register_cache_pytrees,
+    save_reference,
+    spec_output_names,
+    spec_paths,
+)
 from .sandbox import patch_status, patches_applied
-from .checkpoint import host_reads, weights_plan
-from .sources import from_architecture, from_directory, from_function, on_device, prepared, sample_inputs, streamed_from_directory
+from .sources import (
+    from_architecture,
+    from_directory,
+    from_function,
+    on_device,
+    prepared,
+    sample_inputs,
+    streamed_from_directory,
+)
 from .trace_shortcuts import frame_stacks, saving
 
 # The seed of random weights and generated inputs (a rebuilt model matches the traced one).
@@ -30,6 +46,7 @@ SEED = 0
 
 
 # ── Dynamic shapes (the reference's `dynamic shapes` stage) ──
+
 
 def dynamic_shapes(inputs, dynamic, explicit):
     """The reference's `dynamic shapes` stage: `Dim.AUTO` on every tensor axis
@@ -43,7 +60,9 @@ def dynamic_shapes(inputs, dynamic, explicit):
             name_axis, bounds = spec.split("=")
             name, axis = name_axis.split(":")
             low, high = bounds.split("..")
-            shapes[name][int(axis)] = torch.export.Dim(f"{name}_{axis}", min=int(low), max=int(high))
+            shapes[name][int(axis)] = torch.export.Dim(
+                f"{name}_{axis}", min=int(low), max=int(high)
+            )
         return shapes
     if not dynamic:
         return None
@@ -73,7 +92,13 @@ def auto_shapes(value):
 
 # ── Signature (the reference's `model signature` stage) ──
 
-OUTPUT_FLAGS = ("use_cache", "output_attentions", "output_hidden_states", "return_dict", "return_loss")
+OUTPUT_FLAGS = (
+    "use_cache",
+    "output_attentions",
+    "output_hidden_states",
+    "return_dict",
+    "return_loss",
+)
 
 
 @contextlib.contextmanager
@@ -93,7 +118,11 @@ def flat_signature(model, inputs):
         return output
 
     forward.__signature__ = inspect.Signature(
-        [inspect.Parameter(k, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None) for k in inputs])
+        [
+            inspect.Parameter(k, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)
+            for k in inputs
+        ]
+    )
     model.forward = forward
     try:
         yield returned
@@ -108,7 +137,9 @@ def flat_signature(model, inputs):
 def config_flags(model, flags):
     """Output flags (`use_cache`, ...) become config values for the trace, not traced inputs."""
     config = getattr(model, "config", None)
-    saved = [(k, getattr(config, k)) for k, v in flags.items() if v is not None and hasattr(config, k)]
+    saved = [
+        (k, getattr(config, k)) for k, v in flags.items() if v is not None and hasattr(config, k)
+    ]
     for key, _ in saved:
         setattr(config, key, flags[key])
     try:
@@ -116,6 +147,7 @@ def config_flags(model, flags):
     finally:
         for key, value in saved:
             setattr(config, key, value)
+
 
 # ── State cleanup (the reference's `model state cleanup` stage) ──
 
@@ -129,7 +161,9 @@ STATEFUL_ATTRIBUTES = (
 def clean_state(model):
     """Stateful attributes are emptied for the trace (no stale eager state leaks in) and
     restored after it (no fake tensors the trace planted leak out)."""
-    saved = [(m, a, getattr(m, a)) for m in model.modules() for a in STATEFUL_ATTRIBUTES if hasattr(m, a)]
+    saved = [
+        (m, a, getattr(m, a)) for m in model.modules() for a in STATEFUL_ATTRIBUTES if hasattr(m, a)
+    ]
     for module, attribute, _ in saved:
         setattr(module, attribute, None)
     try:
@@ -140,6 +174,7 @@ def clean_state(model):
 
 
 # ── Export, side weights and the eager reference ──
+
 
 def peak_rss_mib():
     """The worker's peak resident memory so far (Linux reports KiB)."""
@@ -194,7 +229,11 @@ def save_with_side_weights(program, output, written_before=None, sources=None):
     tables = []
     for kind, table in (("weights", program.state_dict), ("constants", program.constants)):
         for fqn, value in table.items():
-            if not torch.is_tensor(value) or type(value.data) is not torch.Tensor or value.device.type != "cpu":
+            if (
+                not torch.is_tensor(value)
+                or type(value.data) is not torch.Tensor
+                or value.device.type != "cpu"
+            ):
                 continue  # subclasses and non-cpu tensors stay in the archive, as torch saves them
             tables.append((kind, fqn, value.untyped_storage(), value._version, value.dtype))
     index = {"files": [os.path.basename(output) + ".weights"], "weights": {}, "constants": {}}
@@ -203,7 +242,13 @@ def save_with_side_weights(program, output, written_before=None, sources=None):
     # over it (bumped by every in-place change: a buffer a forward updated
     # since is written again).
     keys = [(storage.data_ptr(), storage.nbytes(), version) for _, _, storage, version, _ in tables]
-    if written_before is not None and keys and not sources and written_before.holds(keys) and written_before.link(output + ".weights"):
+    if (
+        written_before is not None
+        and keys
+        and not sources
+        and written_before.holds(keys)
+        and written_before.link(output + ".weights")
+    ):
         written = written_before.offsets
         for (kind, fqn, _, _, _), key in zip(tables, keys):
             index[kind][fqn] = written[key]
@@ -218,7 +263,9 @@ def save_with_side_weights(program, output, written_before=None, sources=None):
                         index["files"].append(stored.file)
                     place = [index["files"].index(stored.file), stored.offset, stored.length]
                     same = str(dtype).removeprefix("torch.") == stored.dtype
-                    index[kind][fqn] = place if same else place + [stored.dtype]  # else the host converts it as it writes it
+                    index[kind][fqn] = (
+                        place if same else place + [stored.dtype]
+                    )  # else the host converts it as it writes it
                     continue
                 if key not in written:
                     padding = -offset % 64
@@ -227,13 +274,17 @@ def save_with_side_weights(program, output, written_before=None, sources=None):
                     if stored is not None:  # never loaded: its values come from the checkpoint
                         write_converted(side, stored, dtype)
                     else:
-                        raw = torch.empty(0, dtype=torch.uint8).set_(storage, 0, (storage.nbytes(),), (1,))
+                        raw = torch.empty(0, dtype=torch.uint8).set_(
+                            storage, 0, (storage.nbytes(),), (1,)
+                        )
                         side.write(memoryview(raw.numpy()))
                     written[key] = [0, offset, storage.nbytes()]
                     offset += storage.nbytes()
                 index[kind][fqn] = written[key]
         if written_before is not None and not sources:
-            written_before.remember(output + ".weights", written, [storage for _, _, storage, _, _ in tables])
+            written_before.remember(
+                output + ".weights", written, [storage for _, _, storage, _, _ in tables]
+            )
     with open(output + ".weights.json", "w") as f:
         json.dump(index, f)
     raw_bytes = _package._get_raw_tensor_bytes
@@ -241,7 +292,10 @@ def save_with_side_weights(program, output, written_before=None, sources=None):
 
     def without_side_weights(value):
         # torch asks for each storage group's complete tensor: one written to the side is left empty
-        if not _package._is_fake_tensor(value) and value.untyped_storage().data_ptr() in side_storages:
+        if (
+            not _package._is_fake_tensor(value)
+            and value.untyped_storage().data_ptr() in side_storages
+        ):
             return b""
         return raw_bytes(value)
 
@@ -252,7 +306,6 @@ def save_with_side_weights(program, output, written_before=None, sources=None):
         torch.export.save(program, output)
     finally:
         _package._get_raw_tensor_bytes = raw_bytes
-
 
 
 class Streaming:
@@ -267,7 +320,9 @@ def weights_report(streaming, streamed):
     if streaming is None:
         return WeightsReport(streamed=False, loaded=True, fallback=None)
     model = streaming.model
-    fallback = streaming.fallback or (None if streamed else "this torch's archive writer has no side-weights hook")
+    fallback = streaming.fallback or (
+        None if streamed else "this torch's archive writer has no side-weights hook"
+    )
     return WeightsReport(streamed=streamed, loaded=model is None or model.loaded, fallback=fallback)
 
 
@@ -305,7 +360,11 @@ def fake_outputs(model, inputs, flags):
 
     inputs = copy.deepcopy(inputs)  # outside the mode: a copy made inside would be fake
     try:
-        with FakeTensorMode(allow_non_fake_inputs=True), torch.no_grad(), config_flags(model, flags):
+        with (
+            FakeTensorMode(allow_non_fake_inputs=True),
+            torch.no_grad(),
+            config_flags(model, flags),
+        ):
             return model(**inputs)
     except Exception:  # noqa: BLE001 - any failure means: run it for real
         return None
@@ -320,7 +379,11 @@ class SideWeights:
         self.path, self.offsets, self.storages = None, {}, []
 
     def holds(self, keys):
-        return self.path is not None and os.path.exists(self.path) and all(k in self.offsets for k in keys)
+        return (
+            self.path is not None
+            and os.path.exists(self.path)
+            and all(k in self.offsets for k in keys)
+        )
 
     def link(self, to):
         try:
@@ -361,12 +424,20 @@ def built_model(session, params, generative=False, streamed=None):
     if isinstance(source, protocol.ArchitectureSource):
         model = from_architecture(source.name, source.overrides, params.task, generative)
         inputs = None
-    elif isinstance(source, protocol.DirectorySource) and streamed is not None and params.device == "cpu":
-        streamed.model, streamed.fallback = streamed_from_directory(source.path, params.task, source.trust_remote_code, params.dtype, source.layers)
+    elif (
+        isinstance(source, protocol.DirectorySource)
+        and streamed is not None
+        and params.device == "cpu"
+    ):
+        streamed.model, streamed.fallback = streamed_from_directory(
+            source.path, params.task, source.trust_remote_code, params.dtype, source.layers
+        )
         if streamed.model is not None:
             model = streamed.model.model
         else:
-            model = from_directory(source.path, params.task, source.trust_remote_code, source.layers)
+            model = from_directory(
+                source.path, params.task, source.trust_remote_code, source.layers
+            )
         inputs = None
     elif isinstance(source, protocol.DirectorySource):
         model = from_directory(source.path, params.task, source.trust_remote_code, source.layers)
@@ -393,7 +464,9 @@ def captured(session, component):
     """A component `capture_generation` captured: the model, and a copy of its kwargs."""
     generation = session.generation
     if generation is None or component not in generation.components:
-        raise ValueError(f"trace: no captured component `{component}` in this worker (send `capture_generation` first)")
+        raise ValueError(
+            f"trace: no captured component `{component}` in this worker (send `capture_generation` first)"
+        )
     return generation.modules[component], copy.deepcopy(generation.components[component])
 
 
@@ -407,7 +480,10 @@ def disambiguated(inputs, outputs):
     step) becomes `input.<name>` and `output.<name>`, as the reference's
     `disambiguate_io_names` names them."""
     both = set(inputs) & set(outputs)
-    return ([f"input.{n}" if n in both else n for n in inputs], [f"output.{n}" if n in both else n for n in outputs])
+    return (
+        [f"input.{n}" if n in both else n for n in inputs],
+        [f"output.{n}" if n in both else n for n in outputs],
+    )
 
 
 def trace(session, params: TraceParams) -> TraceReply:
@@ -436,16 +512,30 @@ def trace(session, params: TraceParams) -> TraceReply:
     # The reference's order: patches, state cleanup, config flags, signature, then export.
     with step(session, "export", seconds, peaks):
         if params.plan_weights is not None and streamed is not None:
-            session.weights_plan(weights_plan(model, streamed.sources, params.output, params.plan_weights))
-        with torch.no_grad(), patches_applied(policy, params.patches, session.ask) as answers, clean_state(model), \
-                config_flags(model, flags), flat_signature(model, inputs) as returned, frame_stacks():
+            session.weights_plan(
+                weights_plan(model, streamed.sources, params.output, params.plan_weights)
+            )
+        with (
+            torch.no_grad(),
+            patches_applied(policy, params.patches, session.ask) as answers,
+            clean_state(model),
+            config_flags(model, flags),
+            flat_signature(model, inputs) as returned,
+            frame_stacks(),
+        ):
             program = torch.export.export(
-                model, (), copy.deepcopy(dict(inputs)), dynamic_shapes=shapes, strict=False,
+                model,
+                (),
+                copy.deepcopy(dict(inputs)),
+                dynamic_shapes=shapes,
+                strict=False,
                 prefer_deferred_runtime_asserts_over_guards=bool(params.dynamic_shapes),
             )
         if eager is None:
             eager = traced_output(returned)
-        if eager is None:  # a structure the trace cannot give: eager's, on fake tensors, else for real
+        if (
+            eager is None
+        ):  # a structure the trace cannot give: eager's, on fake tensors, else for real
             eager = fake_outputs(model, inputs, flags)
         if eager is None:
             eager = eager_forward(model, inputs, flags, streamed)
@@ -467,11 +557,22 @@ def trace(session, params: TraceParams) -> TraceReply:
             program, decomposed = decompose_missing(session, program, params.decompose.handled)
     with step(session, "save", seconds, peaks):
         side_weights = params.weights != "in_archive" and side_weights_supported()
-        save_program(program, params.output, side_weights, session.side_weights, streamed.sources if streamed is not None else None)
+        save_program(
+            program,
+            params.output,
+            side_weights,
+            session.side_weights,
+            streamed.sources if streamed is not None else None,
+        )
         # The eager reference, next to the archive, for later verification.
         if params.reference is not None:
-            save_reference(params.reference, {k: v for k, v in inputs.items() if not is_constant(v)},
-                           {k: v for k, v in inputs.items() if is_constant(v)}, flags, eager)
+            save_reference(
+                params.reference,
+                {k: v for k, v in inputs.items() if not is_constant(v)},
+                {k: v for k, v in inputs.items() if is_constant(v)},
+                flags,
+                eager,
+            )
         if params.folder:
             save_configs(model, params.folder)
     # Each user input's leaf path: its name in an ONNX model, where a component's runner finds it.
@@ -481,13 +582,21 @@ def trace(session, params: TraceParams) -> TraceReply:
     input_names, names = disambiguated(input_paths, names)
     if isinstance(source, protocol.CapturedSource):
         session.generation.traced[source.component] = TracedComponent(
-            kwargs=list(inputs), input_paths=input_paths, out_spec=metadata["out_spec"], out_constants=metadata["out_constants"])
+            kwargs=list(inputs),
+            input_paths=input_paths,
+            out_spec=metadata["out_spec"],
+            out_constants=metadata["out_constants"],
+        )
     # Kept for `verify` at a second input size (generated inputs only).
     parameter = next(model.parameters(), None)
     session.last_trace = LastTrace(
-        model=model, flags=flags, device=parameter.device if parameter is not None else torch.device("cpu"),
+        model=model,
+        flags=flags,
+        device=parameter.device if parameter is not None else torch.device("cpu"),
         dtype=parameter.dtype if parameter is not None else torch.get_default_dtype(),
-        generated=isinstance(source, (protocol.ArchitectureSource, protocol.DirectorySource)), dynamic=bool(params.dynamic or params.dynamic_shapes))
+        generated=isinstance(source, (protocol.ArchitectureSource, protocol.DirectorySource)),
+        dynamic=bool(params.dynamic or params.dynamic_shapes),
+    )
     return TraceReply(
         model_class=type(model).__name__,
         inputs={k: list(v.shape) for k, v in named_leaves(inputs)},
@@ -568,7 +677,9 @@ def size_guards(program, inputs):
             continue
         for shapes in shapes_at:
             try:
-                holds = bool(eval(expression, {"__builtins__": {}, "max": max, "min": min, "S": shapes}))
+                holds = bool(
+                    eval(expression, {"__builtins__": {}, "max": max, "min": min, "S": shapes})
+                )
             except Exception:  # an expression torch writes and these names do not cover
                 break
             if not holds:
@@ -599,13 +710,23 @@ def decompose_missing(session, program, handled):
     # (`x.T` as `numpy_T`, `broadcast_to`): their own composite kernel decomposes them.
     for node in program.graph.nodes:
         op = node.target
-        if (node.op == "call_function" and isinstance(op, torch._ops.OpOverload) and op not in table
-                and str(op) not in handled
-                and torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")):
+        if (
+            node.op == "call_function"
+            and isinstance(op, torch._ops.OpOverload)
+            and op not in table
+            and str(op) not in handled
+            and torch._C._dispatch_has_kernel_for_dispatch_key(
+                op.name(), "CompositeImplicitAutograd"
+            )
+        ):
             table[op] = op.decompose
     missing = {}
     for node in program.graph.nodes:
-        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and node.target in table:
+        if (
+            node.op == "call_function"
+            and isinstance(node.target, torch._ops.OpOverload)
+            and node.target in table
+        ):
             name = str(node.target)  # popped above when handled
             missing[name] = missing.get(name, 0) + 1
     if not missing:
@@ -617,7 +738,9 @@ def decompose_missing(session, program, handled):
         sources = node.meta.get("from_node") or []
         if node.op == "call_function" and sources and sources[0].target in became:
             became[sources[0].target] += 1
-    return program, [protocol.Decomposed(op=op, nodes=count, became=became[op]) for op, count in missing.items()]
+    return program, [
+        protocol.Decomposed(op=op, nodes=count, became=became[op]) for op, count in missing.items()
+    ]
 
 
 class LastTrace:
@@ -630,11 +753,16 @@ class LastTrace:
 
 # ── Export folder: what `ExportedModel.save_pretrained` writes besides the program ──
 
+
 def describe_kwarg(value):
     import torch
 
     if torch.is_tensor(value):
-        return {"rank": value.dim(), "shape": [int(d) for d in value.shape], "dtype": str(value.dtype).removeprefix("torch.")}
+        return {
+            "rank": value.dim(),
+            "shape": [int(d) for d in value.shape],
+            "dtype": str(value.dtype).removeprefix("torch."),
+        }
     if isinstance(value, dict):
         return {"leaves": {str(k): describe_kwarg(v) for k, v in value.items()}}
     return {"container": type(value).__name__}
@@ -652,11 +780,21 @@ def output_spec(program, output):
     leaves, spec = torch.utils._pytree.tree_flatten(output)
     traced = program.call_spec.out_spec
     if traced is None or traced.num_leaves == spec.num_leaves:
-        return spec, [[i, leaf] for i, leaf in enumerate(leaves) if not torch.is_tensor(leaf)], False
+        return (
+            spec,
+            [[i, leaf] for i, leaf in enumerate(leaves) if not torch.is_tensor(leaf)],
+            False,
+        )
     from torch.export.graph_signature import ConstantArgument, OutputKind
 
-    users = [s.arg for s in program.graph_signature.output_specs if s.kind == OutputKind.USER_OUTPUT]
-    return traced, [[i, arg.value] for i, arg in enumerate(users) if isinstance(arg, ConstantArgument)], True
+    users = [
+        s.arg for s in program.graph_signature.output_specs if s.kind == OutputKind.USER_OUTPUT
+    ]
+    return (
+        traced,
+        [[i, arg.value] for i, arg in enumerate(users) if isinstance(arg, ConstantArgument)],
+        True,
+    )
 
 
 def export_metadata(model, inputs, program, out_spec, out_constants):
@@ -669,12 +807,16 @@ def export_metadata(model, inputs, program, out_spec, out_constants):
     parameter = next(model.parameters(), None)
     return {
         "architecture": type(model).__name__,
-        "export_dtype": str(parameter.dtype if parameter is not None else torch.get_default_dtype()).removeprefix("torch."),
+        "export_dtype": str(
+            parameter.dtype if parameter is not None else torch.get_default_dtype()
+        ).removeprefix("torch."),
         "export_device": str(parameter.device if parameter is not None else torch.device("cpu")),
         "kwargs": {name: describe_kwarg(value) for name, value in inputs.items()},
         "in_spec": torch.utils._pytree.treespec_dumps(program.call_spec.in_spec),
         "out_spec": torch.utils._pytree.treespec_dumps(out_spec),
-        "in_constants": {k: v for k, v in inputs.items() if v is None or isinstance(v, (bool, int, float, str))},
+        "in_constants": {
+            k: v for k, v in inputs.items() if v is None or isinstance(v, (bool, int, float, str))
+        },
         "out_constants": out_constants,
     }
 
@@ -689,4 +831,3 @@ def save_configs(model, folder, generation=None):
     generation = generation or getattr(model, "generation_config", None)
     if generation is not None and hasattr(model, "can_generate") and model.can_generate():
         generation.save_pretrained(folder)
-

@@ -47,7 +47,10 @@ def pinned(versions):
     """Whether each installed package's version starts with `versions`'
     (`{"torch": "2.13."}`): the versions a shortcut was checked against."""
     try:
-        return all(importlib.metadata.version(package).startswith(version) for package, version in versions.items())
+        return all(
+            importlib.metadata.version(package).startswith(version)
+            for package, version in versions.items()
+        )
     except importlib.metadata.PackageNotFoundError:
         return False
 
@@ -84,7 +87,10 @@ class FrameStack:
             code, line = frame.f_code, frame.f_lineno
             known = seen.get((id(code), line))
             if known is None:
-                known = seen[id(code), line] = (code, traceback.FrameSummary(code.co_filename, line, code.co_name, lookup_line=False))
+                known = seen[id(code), line] = (
+                    code,
+                    traceback.FrameSummary(code.co_filename, line, code.co_name, lookup_line=False),
+                )
             frames.append(known[1])
             frame = frame.f_back
         frames.reverse()

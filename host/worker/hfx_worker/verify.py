@@ -8,7 +8,15 @@ import os
 import sys
 import tempfile
 
-from .protocol import ArtifactFailed, Check, Comparison, OnnxModel, Pt2Model, PteModel, VerifyParams, VerifyReply
+from .protocol import (
+    ArtifactFailed,
+    Check,
+    Comparison,
+    OnnxModel,
+    Pt2Model,
+    VerifyParams,
+    VerifyReply,
+)
 from .pytree import flat_outputs, load_exported, load_reference, named_leaves
 from .sources import on_device, sample_inputs
 from .trace import config_flags
@@ -29,21 +37,35 @@ def compared(outputs, eager, atol, rtol):
         raise ValueError(f"the model has {len(outputs)} outputs, eager PyTorch {len(eager)}")
     report = []
     for got, want in zip(outputs, eager):
-        want = want.detach().to(torch.float64 if want.is_floating_point() else want.dtype).cpu().numpy()
+        want = (
+            want.detach()
+            .to(torch.float64 if want.is_floating_point() else want.dtype)
+            .cpu()
+            .numpy()
+        )
         got = np.asarray(got)
         if got.shape != want.shape:
-            report.append(Comparison(shape=list(got.shape), expected_shape=list(want.shape), ok=False,
-                                     max_abs=None, max_rel=None))
+            report.append(
+                Comparison(
+                    shape=list(got.shape),
+                    expected_shape=list(want.shape),
+                    ok=False,
+                    max_abs=None,
+                    max_rel=None,
+                )
+            )
             continue
         g, w = got.astype(np.float64), want.astype(np.float64)
         diff = np.abs(g - w)
-        report.append(Comparison(
-            shape=list(got.shape),
-            expected_shape=list(want.shape),
-            max_abs=finite_or_none(diff.max()) if diff.size else 0.0,
-            max_rel=finite_or_none((diff / (np.abs(w) + 1e-12)).max()) if diff.size else 0.0,
-            ok=bool(np.allclose(g, w, atol=atol, rtol=rtol, equal_nan=True)),
-        ))
+        report.append(
+            Comparison(
+                shape=list(got.shape),
+                expected_shape=list(want.shape),
+                max_abs=finite_or_none(diff.max()) if diff.size else 0.0,
+                max_rel=finite_or_none((diff / (np.abs(w) + 1e-12)).max()) if diff.size else 0.0,
+                ok=bool(np.allclose(g, w, atol=atol, rtol=rtol, equal_nan=True)),
+            )
+        )
     return report
 
 
@@ -56,7 +78,9 @@ def onnx_runner(path):
     try:
         onnx.checker.check_model(path, full_check=True)
     except Exception as error:  # the checker's errors are several types
-        raise ValueError(f"the ONNX checker refuses the model: {str(error).strip().splitlines()[0]}") from None
+        raise ValueError(
+            f"the ONNX checker refuses the model: {str(error).strip().splitlines()[0]}"
+        ) from None
 
     try:
         onnx_session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
@@ -66,9 +90,11 @@ def onnx_runner(path):
             raise
         # The CPU provider lacks a kernel for an op at this dtype (bfloat16 for most ops).
         what = text.split("Could not find an implementation for", 1)[-1].strip().rstrip(".")
-        raise ArtifactFailed(f"ONNX Runtime's CPU provider has no kernel for {what}, so the model cannot be "
-                             "verified here: export with --dtype float32 to verify, or drop --verify and check "
-                             "it where a provider has the kernels") from None
+        raise ArtifactFailed(
+            f"ONNX Runtime's CPU provider has no kernel for {what}, so the model cannot be "
+            "verified here: export with --dtype float32 to verify, or drop --verify and check "
+            "it where a provider has the kernels"
+        ) from None
     names = [i.name for i in onnx_session.get_inputs()]
 
     def run(inputs):
@@ -77,8 +103,12 @@ def onnx_runner(path):
         leaves = dict(named_leaves(inputs))
         missing = [n for n in names if n.removeprefix("input.") not in leaves]
         if missing:
-            raise ValueError(f"the ONNX model wants inputs {missing}; the sample has {sorted(leaves)}")
-        return onnx_session.run(None, {n: leaves[n.removeprefix("input.")].detach().cpu().numpy() for n in names})
+            raise ValueError(
+                f"the ONNX model wants inputs {missing}; the sample has {sorted(leaves)}"
+            )
+        return onnx_session.run(
+            None, {n: leaves[n.removeprefix("input.")].detach().cpu().numpy() for n in names}
+        )
 
     run.input_names = names
     return run, onnx_session.get_providers()
@@ -112,7 +142,9 @@ def pte_runner(path, in_spec, constants, flatten=None):
     spec = treespec_loads(in_spec)
 
     def run(inputs):
-        leaves = flatten(inputs) if flatten else tree_flatten_spec(((), {**constants, **inputs}), spec)
+        leaves = (
+            flatten(inputs) if flatten else tree_flatten_spec(((), {**constants, **inputs}), spec)
+        )
         feed = [leaf.contiguous() if torch.is_tensor(leaf) else leaf for leaf in leaves]
         with runtime_log() as log:
             try:
@@ -123,9 +155,13 @@ def pte_runner(path, in_spec, constants, flatten=None):
                 failed = None
         if failed is not None:
             sizes = ", ".join(f"{k} {list(v.shape)}" for k, v in named_leaves(inputs))
-            said = "; ".join(line for line in log() if "failed" in line.lower() or "attempted" in line.lower())
-            raise ArtifactFailed(f"the .pte fails in the ExecuTorch runtime on inputs {sizes}: {failed}"
-                                 + (f" (the runtime: {said})" if said else ""))
+            said = "; ".join(
+                line for line in log() if "failed" in line.lower() or "attempted" in line.lower()
+            )
+            raise ArtifactFailed(
+                f"the .pte fails in the ExecuTorch runtime on inputs {sizes}: {failed}"
+                + (f" (the runtime: {said})" if said else "")
+            )
         return [o.detach().cpu().numpy() if torch.is_tensor(o) else o for o in outputs]
 
     return run, ["ExecuTorch"]
@@ -146,7 +182,11 @@ def runtime_log():
             os.dup2(saved, 2)
             os.close(saved)
             captured.seek(0)
-            lines.extend(line.strip() for line in captured.read().decode(errors="replace").splitlines() if line.strip())
+            lines.extend(
+                line.strip()
+                for line in captured.read().decode(errors="replace").splitlines()
+                if line.strip()
+            )
 
 
 def verify(session, params: VerifyParams) -> VerifyReply:
@@ -161,16 +201,29 @@ def verify(session, params: VerifyParams) -> VerifyReply:
     elif isinstance(params.model, Pt2Model):
         run, providers = pt2_runner(params.model.path, ref.get("constants", {}))
     else:
-        run, providers = pte_runner(params.model.path, params.model.in_spec, ref.get("constants", {}))
-    checks = [Check(inputs={k: list(v.shape) for k, v in named_leaves(ref["inputs"])},
-                    outputs=compared(run(ref["inputs"]), ref["outputs"], atol, rtol))]
+        run, providers = pte_runner(
+            params.model.path, params.model.in_spec, ref.get("constants", {})
+        )
+    checks = [
+        Check(
+            inputs={k: list(v.shape) for k, v in named_leaves(ref["inputs"])},
+            outputs=compared(run(ref["inputs"]), ref["outputs"], atol, rtol),
+        )
+    ]
     last = session.last_trace
     if params.second_size and last is not None and last.generated and last.dynamic:
         model = last.model
-        inputs = {k: on_device(v, last.device, last.dtype) for k, v in sample_inputs(model, 3, 5).items()}
+        inputs = {
+            k: on_device(v, last.device, last.dtype) for k, v in sample_inputs(model, 3, 5).items()
+        }
         with torch.no_grad(), config_flags(model, last.flags):
             eager = flat_outputs(model(**inputs))
-        checks.append(Check(inputs={k: list(v.shape) for k, v in inputs.items()}, outputs=compared(run(inputs), eager, atol, rtol)))
+        checks.append(
+            Check(
+                inputs={k: list(v.shape) for k, v in inputs.items()},
+                outputs=compared(run(inputs), eager, atol, rtol),
+            )
+        )
     return VerifyReply(checks=checks, providers=providers)
 
 
@@ -221,10 +274,13 @@ def component_runner(artifact, traced):
     def rebuilt(flat):
         # A program that updates an input in place (a static cache) returns
         # the updated values first: the model's outputs are the last ones.
-        outputs = flat[len(flat) - (spec.num_leaves - len(constants)):]
+        outputs = flat[len(flat) - (spec.num_leaves - len(constants)) :]
         # (a size the program returns comes back from the ExecuTorch runtime as an int)
         tensors = iter(torch.from_numpy(o) if isinstance(o, np.ndarray) else o for o in outputs)
-        return tree_unflatten([constants[i] if i in constants else next(tensors) for i in range(spec.num_leaves)], spec)
+        return tree_unflatten(
+            [constants[i] if i in constants else next(tensors) for i in range(spec.num_leaves)],
+            spec,
+        )
 
     if isinstance(artifact, Pt2Model):
         program = load_exported(artifact.path)
@@ -243,8 +299,12 @@ def component_runner(artifact, traced):
         if isinstance(artifact, OnnxModel):
             run, providers = onnx_runner(artifact.path)
         elif traced.input_paths:
-            run, providers = pte_runner(artifact.path, artifact.in_spec, {},
-                                        flatten=lambda kwargs: flat_inputs(kwargs, traced.input_paths))
+            run, providers = pte_runner(
+                artifact.path,
+                artifact.in_spec,
+                {},
+                flatten=lambda kwargs: flat_inputs(kwargs, traced.input_paths),
+            )
         else:
             run, providers = pte_runner(artifact.path, artifact.in_spec, {})
 

@@ -39,7 +39,8 @@ enum Kind {
     OnnxIrFix,
 }
 
-const KINDS: [Kind; 5] = [Kind::FxNodeFix, Kind::FxProgramFix, Kind::Patch, Kind::OnnxTranslation, Kind::OnnxIrFix];
+const KINDS: [Kind; 5] =
+    [Kind::FxNodeFix, Kind::FxProgramFix, Kind::Patch, Kind::OnnxTranslation, Kind::OnnxIrFix];
 
 impl Kind {
     /// The manifest / WIT name, which is also the SDK feature.
@@ -85,7 +86,9 @@ impl Kind {
             Kind::FxNodeFix => "fn(graph: &Graph, node: NodeId) -> Result<bool>",
             Kind::FxProgramFix => "fn(graph: &Graph) -> Result<()>",
             Kind::Patch => "fn(call: PatchedCall) -> Result<Program>",
-            Kind::OnnxTranslation => "fn(graph: &Graph, node: NodeId, builder: &Builder) -> Result<()>",
+            Kind::OnnxTranslation => {
+                "fn(graph: &Graph, node: NodeId, builder: &Builder) -> Result<()>"
+            }
             Kind::OnnxIrFix => "fn(model: &Model, node: OnnxNodeId) -> Result<bool>",
         }
     }
@@ -217,8 +220,15 @@ impl Parse for Args {
                     seen_targets = true;
                 }
                 "name" if args.name.is_none() => args.name = Some(input.parse()?),
-                "targets" | "name" => return Err(syn::Error::new(key.span(), format!("`{key}` is given twice"))),
-                _ => return Err(syn::Error::new(key.span(), format!("unknown argument `{key}` (expected `targets = [\"…\"]` or `name = \"…\"`)"))),
+                "targets" | "name" => {
+                    return Err(syn::Error::new(key.span(), format!("`{key}` is given twice")))
+                }
+                _ => return Err(syn::Error::new(
+                    key.span(),
+                    format!(
+                        "unknown argument `{key}` (expected `targets = [\"…\"]` or `name = \"…\"`)"
+                    ),
+                )),
             }
             if !input.is_empty() {
                 input.parse::<Token![,]>()?;
@@ -277,7 +287,10 @@ fn expand(kind: Kind, args: Args, function: &ItemFn) -> syn::Result<Tokens> {
     if let Some(error) = wrong_kind(kind, function.sig.ident.span()) {
         return Ok(quote!(#function #error));
     }
-    if function.sig.inputs.len() != kind.arity() || function.sig.asyncness.is_some() || !function.sig.generics.params.is_empty() {
+    if function.sig.inputs.len() != kind.arity()
+        || function.sig.asyncness.is_some()
+        || !function.sig.generics.params.is_empty()
+    {
         return Err(syn::Error::new(
             function.sig.span(),
             format!("{} is applied to a function `{}`", kind.attribute(), kind.signature()),
@@ -388,26 +401,45 @@ fn describe(targets: &[LitStr]) -> Tokens {
 }
 
 /// The `hfx:plugin-meta` custom section, after checking the targets.
-fn meta_section(kind: Kind, name: Option<&LitStr>, targets: &[LitStr], span: Span) -> syn::Result<Tokens> {
+fn meta_section(
+    kind: Kind,
+    name: Option<&LitStr>,
+    targets: &[LitStr],
+    span: Span,
+) -> syn::Result<Tokens> {
     if kind.needs_targets() && targets.is_empty() {
         return Err(syn::Error::new(
             span,
-            format!("a `{}` plugin is dispatched by target: declare them, `targets = [\"…\"]`", kind.name()),
+            format!(
+                "a `{}` plugin is dispatched by target: declare them, `targets = [\"…\"]`",
+                kind.name()
+            ),
         ));
     }
     let mut seen: Vec<String> = Vec::new();
     for target in targets {
         let value = target.value();
         if value.trim().is_empty() || value.trim() != value {
-            return Err(syn::Error::new(target.span(), "a target is a name without blanks around it"));
+            return Err(syn::Error::new(
+                target.span(),
+                "a target is a name without blanks around it",
+            ));
         }
         if seen.contains(&value) {
-            return Err(syn::Error::new(target.span(), format!("target `{value}` is declared twice")));
+            return Err(syn::Error::new(
+                target.span(),
+                format!("target `{value}` is declared twice"),
+            ));
         }
         seen.push(value);
     }
     let env = |var: &str| {
-        std::env::var(var).map_err(|_| syn::Error::new(span, format!("{var} is not set: build plugins with cargo (`cargo xtask build-plugins`)")))
+        std::env::var(var).map_err(|_| {
+            syn::Error::new(
+                span,
+                format!("{var} is not set: build plugins with cargo (`cargo xtask build-plugins`)"),
+            )
+        })
     };
     let name = match name {
         Some(name) => name.value(),

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 fn main() -> Result<()> {
-    let proto = PathBuf::from(std::env::args().nth(1).context("usage: onnx-proto-gen PATH/TO/onnx.proto")?);
+    let proto =
+        PathBuf::from(std::env::args().nth(1).context("usage: onnx-proto-gen PATH/TO/onnx.proto")?);
     let include = proto.parent().context("onnx.proto has no folder")?;
     let descriptors = protox::compile([&proto], [include])?;
     let out = tempdir()?;

@@ -13,13 +13,29 @@ fn fix_hypot(graph: &Graph, node: NodeId) -> Result<bool> {
     // A square has its operand's shape and dtype; the sum broadcasts and
     // promotes as hypot does, so it has the node's own output metadata.
     let square = |v: ValueId| -> Result<ValueId> {
-        let Some(meta) = graph.tensor_meta(v)? else { return Err(error("an operand without tensor metadata", Some(node))) };
+        let Some(meta) = graph.tensor_meta(v)? else {
+            return Err(error("an operand without tensor metadata", Some(node)));
+        };
         let operand = || positional("self", Argument::Tensor(v));
-        graph.insert_value(node, "aten.mul.Tensor", &[operand(), positional("other", Argument::Tensor(v))], OutputDecl::Tensor(meta))
+        graph.insert_value(
+            node,
+            "aten.mul.Tensor",
+            &[operand(), positional("other", Argument::Tensor(v))],
+            OutputDecl::Tensor(meta),
+        )
     };
     let (xx, yy) = (square(x)?, square(y)?);
     let Some(output) = graph.output_decls(node)?.into_iter().next() else { return Ok(false) };
-    let sum = graph.insert_value(node, "aten.add.Tensor", &[positional("self", Argument::Tensor(xx)), positional("other", Argument::Tensor(yy))], output)?;
-    graph.replace_with_call(node, "aten.sqrt.default", vec![positional("self", Argument::Tensor(sum))])?;
+    let sum = graph.insert_value(
+        node,
+        "aten.add.Tensor",
+        &[positional("self", Argument::Tensor(xx)), positional("other", Argument::Tensor(yy))],
+        output,
+    )?;
+    graph.replace_with_call(
+        node,
+        "aten.sqrt.default",
+        vec![positional("self", Argument::Tensor(sum))],
+    )?;
     Ok(true)
 }

@@ -108,7 +108,9 @@ fn span(b: &[u8], at: usize, len: usize) -> Option<&[u8]> {
 }
 /// A file offset read from the archive, as an index into the map if it is one.
 fn offset(value: u64, what: &str, file_len: usize) -> Result<usize, String> {
-    usize::try_from(value).ok().filter(|&v| v < file_len).ok_or_else(|| format!("{what} at byte {value} is past the end of the file ({file_len} bytes)"))
+    usize::try_from(value).ok().filter(|&v| v < file_len).ok_or_else(|| {
+        format!("{what} at byte {value} is past the end of the file ({file_len} bytes)")
+    })
 }
 
 impl Archive {
@@ -159,7 +161,9 @@ impl Archive {
     /// The file and offset of `bytes` when they are a slice of this archive's map.
     pub fn origin(&self, bytes: &[u8]) -> Option<(&File, u64)> {
         match (&self.map, &self.file) {
-            (Backing::Map(map), Some(file)) => super::offset_in(map, bytes).map(|offset| (file, offset as u64)),
+            (Backing::Map(map), Some(file)) => {
+                super::offset_in(map, bytes).map(|offset| (file, offset as u64))
+            }
             _ => None,
         }
     }
@@ -176,7 +180,10 @@ impl Archive {
     pub fn bytes(&self, entry: &Entry) -> &[u8] {
         // Entries of this archive were checked to lie inside the file at open.
         let start = usize::try_from(entry.offset).unwrap_or(usize::MAX);
-        let end = usize::try_from(entry.len).ok().and_then(|len| start.checked_add(len)).unwrap_or(usize::MAX);
+        let end = usize::try_from(entry.len)
+            .ok()
+            .and_then(|len| start.checked_add(len))
+            .unwrap_or(usize::MAX);
         &self.map[start..end]
     }
 
@@ -184,12 +191,14 @@ impl Archive {
     /// the machine's cores (largest first); each result is remembered for
     /// [`Archive::checked_bytes`], which reports a mismatch.
     pub fn precheck<'a>(&self, names: impl IntoIterator<Item = &'a str>) {
-        let mut todo: Vec<usize> = names.into_iter().filter_map(|n| self.index.get(n).copied()).collect();
+        let mut todo: Vec<usize> =
+            names.into_iter().filter_map(|n| self.index.get(n).copied()).collect();
         todo.sort_unstable();
         todo.dedup();
         todo.retain(|&i| self.verified[i].get().is_none());
         todo.sort_by_key(|&i| std::cmp::Reverse(self.entries[i].len));
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8).min(todo.len());
+        let threads =
+            std::thread::available_parallelism().map_or(1, |n| n.get()).min(8).min(todo.len());
         let next = std::sync::atomic::AtomicUsize::new(0);
         let work = || {
             while let Some(&i) = todo.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
@@ -241,7 +250,9 @@ fn read_directory(b: &[u8]) -> Result<Vec<Entry>, String> {
         .ok_or("no end of central directory (truncated file?)")?;
     let mut count = u16_at(b, eocd + 10).ok_or("short EOCD")? as u64;
     let mut dir_offset = u32_at(b, eocd + 16).ok_or("short EOCD")? as u64;
-    if let Some(locator) = eocd.checked_sub(EOCD64_LOCATOR_LEN).filter(|&l| u32_at(b, l) == Some(EOCD64_LOCATOR_SIG)) {
+    if let Some(locator) =
+        eocd.checked_sub(EOCD64_LOCATOR_LEN).filter(|&l| u32_at(b, l) == Some(EOCD64_LOCATOR_SIG))
+    {
         let eocd64 = u64_at(b, locator + 8).ok_or("short zip64 locator")?;
         let eocd64 = offset(eocd64, "the zip64 end of central directory", b.len())?;
         if u32_at(b, eocd64) != Some(EOCD64_SIG) {
@@ -274,10 +285,13 @@ fn read_directory(b: &[u8]) -> Result<Vec<Entry>, String> {
         let mut local = u32_at(b, at + 42).ok_or_else(short)? as u64;
         let name_bytes = span(b, at + CENTRAL_LEN, name_len).ok_or("short entry name")?;
         let name = String::from_utf8(name_bytes.to_vec()).map_err(|_| "entry name is not UTF-8")?;
-        let extra = span(b, at + CENTRAL_LEN + name_len, extra_len).ok_or_else(|| format!("entry `{name}`: short extra field"))?;
+        let extra = span(b, at + CENTRAL_LEN + name_len, extra_len)
+            .ok_or_else(|| format!("entry `{name}`: short extra field"))?;
         read_zip64_extra(extra, &mut uncompressed, &mut len, &mut local);
         if method != 0 {
-            return Err(format!("entry `{name}` is compressed (method {method}); .pt2 entries are stored"));
+            return Err(format!(
+                "entry `{name}` is compressed (method {method}); .pt2 entries are stored"
+            ));
         }
         if uncompressed != len {
             return Err(format!("entry `{name}` has inconsistent sizes"));
@@ -286,16 +300,24 @@ fn read_directory(b: &[u8]) -> Result<Vec<Entry>, String> {
             return Err(format!("entry `{name}` appears twice"));
         }
         let local_at = offset(local, &format!("entry `{name}`: the local header"), b.len())?;
-        let data = check_local_header(b, local_at, name_bytes, crc32, len).map_err(|r| format!("entry `{name}`: local header{}{r}", if r.starts_with('\'') { "" } else { " " }))?;
+        let data = check_local_header(b, local_at, name_bytes, crc32, len).map_err(|r| {
+            format!("entry `{name}`: local header{}{r}", if r.starts_with('\'') { "" } else { " " })
+        })?;
         let end = data.checked_add(len).filter(|&end| end <= b.len() as u64);
-        let end = end.ok_or_else(|| format!("entry `{name}` runs past the end of the file (truncated?)"))?;
+        let end = end
+            .ok_or_else(|| format!("entry `{name}` runs past the end of the file (truncated?)"))?;
         extents.push((local, end, entries.len()));
         entries.push(Entry { name, offset: data, len, crc32 });
-        at = (at + CENTRAL_LEN + name_len + extra_len).checked_add(comment_len).ok_or("central directory past the end")?;
+        at = (at + CENTRAL_LEN + name_len + extra_len)
+            .checked_add(comment_len)
+            .ok_or("central directory past the end")?;
     }
     extents.sort_unstable();
     if let Some(w) = extents.windows(2).find(|w| w[1].0 < w[0].1) {
-        return Err(format!("entries `{}` and `{}` overlap", entries[w[0].2].name, entries[w[1].2].name));
+        return Err(format!(
+            "entries `{}` and `{}` overlap",
+            entries[w[0].2].name, entries[w[1].2].name
+        ));
     }
     Ok(entries)
 }
@@ -303,7 +325,13 @@ fn read_directory(b: &[u8]) -> Result<Vec<Entry>, String> {
 /// Checks the local header at `at` against the central directory's record of
 /// the same entry (signature, method, name; CRC and sizes unless they follow
 /// the data); returns where the data starts.
-fn check_local_header(b: &[u8], at: usize, name: &[u8], crc32: u32, len: u64) -> Result<u64, String> {
+fn check_local_header(
+    b: &[u8],
+    at: usize,
+    name: &[u8],
+    crc32: u32,
+    len: u64,
+) -> Result<u64, String> {
     if u32_at(b, at) != Some(LOCAL_SIG) {
         return Err("is missing (bad signature)".into());
     }
@@ -319,21 +347,30 @@ fn check_local_header(b: &[u8], at: usize, name: &[u8], crc32: u32, len: u64) ->
         return Err(format!("says method {method}, the directory says stored"));
     }
     if span(b, at + LOCAL_LEN, name_len) != Some(name) {
-        return Err(format!("names another entry (name length {name_len}, the directory says {})", name.len()));
+        return Err(format!(
+            "names another entry (name length {name_len}, the directory says {})",
+            name.len()
+        ));
     }
     let extra = span(b, at + LOCAL_LEN + name_len, extra_len).ok_or_else(short)?;
     let data = at + LOCAL_LEN + name_len + extra_len;
     // Bit 3: CRC and sizes are in a data descriptor after the data (zero here),
     // as torch's writer does it: the descriptor must agree with the directory.
     if flags & 0x0008 != 0 {
-        let mut descriptor = usize::try_from(len).ok().and_then(|len| data.checked_add(len)).ok_or("data past the end")?;
+        let mut descriptor = usize::try_from(len)
+            .ok()
+            .and_then(|len| data.checked_add(len))
+            .ok_or("data past the end")?;
         if u32_at(b, descriptor) == Some(0x0807_4b50) {
             descriptor += 4;
         }
         if u32_at(b, descriptor) != Some(crc32) {
-            return Err(format!("'s data descriptor disagrees with the directory's CRC-32 {crc32:08x}"));
+            return Err(format!(
+                "'s data descriptor disagrees with the directory's CRC-32 {crc32:08x}"
+            ));
         }
-        let sizes32 = (u32_at(b, descriptor + 4).map(u64::from), u32_at(b, descriptor + 8).map(u64::from));
+        let sizes32 =
+            (u32_at(b, descriptor + 4).map(u64::from), u32_at(b, descriptor + 8).map(u64::from));
         let sizes64 = (u64_at(b, descriptor + 4), u64_at(b, descriptor + 12));
         if sizes32 != (Some(len), Some(len)) && sizes64 != (Some(len), Some(len)) {
             return Err(format!("'s data descriptor disagrees with the directory's size {len}"));
@@ -355,7 +392,8 @@ fn check_local_header(b: &[u8], at: usize, name: &[u8], crc32: u32, len: u64) ->
 fn read_zip64_extra(extra: &[u8], uncompressed: &mut u64, compressed: &mut u64, local: &mut u64) {
     let mut at = 0;
     while at + 4 <= extra.len() {
-        let (id, size) = (u16_at(extra, at).unwrap_or(0), u16_at(extra, at + 2).unwrap_or(0) as usize);
+        let (id, size) =
+            (u16_at(extra, at).unwrap_or(0), u16_at(extra, at + 2).unwrap_or(0) as usize);
         if id == 0x0001 {
             let mut field = at + 4;
             for value in [uncompressed, compressed, local] {
@@ -409,7 +447,14 @@ impl ArchiveWriter {
         let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         let (tmp, file) = crate::atomic::temp_file(dir, path)?;
         let tmp = crate::atomic::TempGuard::new(tmp);
-        Ok(ArchiveWriter { path: path.to_path_buf(), out: DirectWriter::new(file), tmp, written: Vec::new(), position: 0, failed: false })
+        Ok(ArchiveWriter {
+            path: path.to_path_buf(),
+            out: DirectWriter::new(file),
+            tmp,
+            written: Vec::new(),
+            position: 0,
+            failed: false,
+        })
     }
 
     /// Where `finish` puts the archive.
@@ -430,7 +475,10 @@ impl ArchiveWriter {
     /// Runs one write step; a failure makes the writer refuse everything after.
     fn step(&mut self, write: impl FnOnce(&mut Self) -> io::Result<()>) -> io::Result<()> {
         if self.failed {
-            return Err(io::Error::other(format!("{}: an earlier write failed", self.path.display())));
+            return Err(io::Error::other(format!(
+                "{}: an earlier write failed",
+                self.path.display()
+            )));
         }
         write(self).inspect_err(|_| self.failed = true)
     }
@@ -447,13 +495,22 @@ impl ArchiveWriter {
 
     /// Appends a stored entry of `len` bytes with CRC-32 `crc`, which `fill`
     /// writes (bytes made as they are written: a weight converted on its way).
-    pub fn add_streamed(&mut self, name: &str, len: u64, crc: u32, fill: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> io::Result<()> {
+    pub fn add_streamed(
+        &mut self,
+        name: &str,
+        len: u64,
+        crc: u32,
+        fill: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+    ) -> io::Result<()> {
         self.step(|w| {
             w.header(name, len, crc)?;
             let mut counting = Counting { inner: &mut w.out, count: 0 };
             fill(&mut counting)?;
             if counting.count != len {
-                return Err(io::Error::other(format!("entry `{name}`: {} bytes written, {len} announced", counting.count)));
+                return Err(io::Error::other(format!(
+                    "entry `{name}`: {} bytes written, {len} announced",
+                    counting.count
+                )));
             }
             w.position += len;
             Ok(())
@@ -462,11 +519,20 @@ impl ArchiveWriter {
 
     /// Appends a stored entry whose bytes are `len` bytes of `source` at
     /// `offset`, with their known CRC-32 (read from that file, not from a map).
-    pub fn add_copy(&mut self, name: &str, source: &File, offset: u64, len: u64, crc: u32) -> io::Result<()> {
+    pub fn add_copy(
+        &mut self,
+        name: &str,
+        source: &File,
+        offset: u64,
+        len: u64,
+        crc: u32,
+    ) -> io::Result<()> {
         self.step(|w| {
             w.header(name, len, crc)?;
             w.out.copy_from(source, offset, len).map_err(|e| match e.kind() {
-                io::ErrorKind::UnexpectedEof => io::Error::new(e.kind(), format!("entry `{name}`: source ended early")),
+                io::ErrorKind::UnexpectedEof => {
+                    io::Error::new(e.kind(), format!("entry `{name}`: source ended early"))
+                }
                 _ => e,
             })?;
             w.position += len;
@@ -477,7 +543,10 @@ impl ArchiveWriter {
     /// Writes the local header of an entry of `len` bytes, padded so its data is aligned.
     fn header(&mut self, name: &str, len: u64, crc: u32) -> io::Result<()> {
         if name.len() > u16::MAX as usize {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("entry name of {} bytes is over the zip limit of 65535", name.len())));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("entry name of {} bytes is over the zip limit of 65535", name.len()),
+            ));
         }
         let offset = self.position;
         let large = len >= u32::MAX as u64 || offset >= u32::MAX as u64;
@@ -536,7 +605,8 @@ impl ArchiveWriter {
             dir.extend_from_slice(&[0, 0, 0, 0, 0, 0]); // flags, method, time
             dir.extend_from_slice(&0x21u16.to_le_bytes());
             dir.extend_from_slice(&crc.to_le_bytes());
-            let (size32, offset32) = if large { (u32::MAX, u32::MAX) } else { (*len as u32, *offset as u32) };
+            let (size32, offset32) =
+                if large { (u32::MAX, u32::MAX) } else { (*len as u32, *offset as u32) };
             dir.extend_from_slice(&size32.to_le_bytes());
             dir.extend_from_slice(&size32.to_le_bytes());
             dir.extend_from_slice(&(name.len() as u16).to_le_bytes());
@@ -625,8 +695,14 @@ mod tests {
     }
 
     fn open_error(bytes: Vec<u8>) -> String {
-        let e = Archive::from_bytes(Path::new("x.pt2"), bytes).err().expect("must be refused").to_string();
-        assert!(e.starts_with("x.pt2: not a readable .pt2 zip archive: ") && !e.contains('\n'), "{e}");
+        let e = Archive::from_bytes(Path::new("x.pt2"), bytes)
+            .err()
+            .expect("must be refused")
+            .to_string();
+        assert!(
+            e.starts_with("x.pt2: not a readable .pt2 zip archive: ") && !e.contains('\n'),
+            "{e}"
+        );
         e
     }
 
@@ -637,7 +713,13 @@ mod tests {
     }
 
     fn locator(eocd64_at: u64) -> Vec<u8> {
-        [&EOCD64_LOCATOR_SIG.to_le_bytes()[..], &0u32.to_le_bytes(), &eocd64_at.to_le_bytes(), &1u32.to_le_bytes()].concat()
+        [
+            &EOCD64_LOCATOR_SIG.to_le_bytes()[..],
+            &0u32.to_le_bytes(),
+            &eocd64_at.to_le_bytes(),
+            &1u32.to_le_bytes(),
+        ]
+        .concat()
     }
 
     #[test]
@@ -646,7 +728,10 @@ mod tests {
         // The zip64 locator's pointer at 2^64 - 1 (and other values past the end).
         for pointer in [u64::MAX, u64::MAX - 3, 1 << 63, bytes.len() as u64 + 100] {
             let e = open_error(before_eocd(&bytes, &locator(pointer)));
-            assert!(e.contains("zip64 end of central directory at byte") && e.contains("past the end"), "{e}");
+            assert!(
+                e.contains("zip64 end of central directory at byte") && e.contains("past the end"),
+                "{e}"
+            );
         }
         // A real zip64 record whose central-directory offset is 2^64 - 1, then just past the end.
         let eocd = eocd_of(&bytes);
@@ -660,7 +745,10 @@ mod tests {
             record.extend_from_slice(&dir_offset.to_le_bytes());
             let with = before_eocd(&bytes, &[record, locator(eocd as u64)].concat());
             let e = open_error(with);
-            assert!(e.contains("the central directory at byte") && e.contains("past the end"), "{e}");
+            assert!(
+                e.contains("the central directory at byte") && e.contains("past the end"),
+                "{e}"
+            );
         }
         // An entry count no file could hold.
         let mut record = EOCD64_SIG.to_le_bytes().to_vec();
@@ -683,7 +771,10 @@ mod tests {
             if &bytes[at + 46..at + 46 + name_len] == name.as_bytes() {
                 return (at, u32_at(bytes, at + 42).unwrap() as usize);
             }
-            at += 46 + name_len + u16_at(bytes, at + 30).unwrap() as usize + u16_at(bytes, at + 32).unwrap() as usize;
+            at += 46
+                + name_len
+                + u16_at(bytes, at + 30).unwrap() as usize
+                + u16_at(bytes, at + 32).unwrap() as usize;
         }
     }
 
@@ -698,7 +789,10 @@ mod tests {
         };
         // Local name length one short / long: the data would start elsewhere.
         let e = edit(local + 26, &(("a/data/weights/weight_0".len() - 1) as u16).to_le_bytes());
-        assert!(e.contains("entry `a/data/weights/weight_0`: local header names another entry"), "{e}");
+        assert!(
+            e.contains("entry `a/data/weights/weight_0`: local header names another entry"),
+            "{e}"
+        );
         let e = edit(local + 30, b"b");
         assert!(e.contains("local header names another entry"), "{e}");
         // Sizes and CRC that disagree with the directory.
@@ -763,14 +857,23 @@ mod tests {
         // Copying a corrupt entry into a new archive is refused too.
         let dir = tempfile::tempdir().unwrap();
         let mut out = ArchiveWriter::create(&dir.path().join("o.pt2")).unwrap();
-        assert!(a.copy_entry(&weight, &mut out).unwrap_err().to_string().contains("CRC-32 mismatch"));
+        assert!(a
+            .copy_entry(&weight, &mut out)
+            .unwrap_err()
+            .to_string()
+            .contains("CRC-32 mismatch"));
     }
 
     #[test]
     fn failed_or_abandoned_writes_leave_no_temp_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("o.pt2");
-        let listing = || std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect::<Vec<_>>();
+        let listing = || {
+            std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect::<Vec<_>>()
+        };
         // Adding an entry fails (its source is shorter than it says): the temp file goes with the writer.
         let source_path = dir.path().join("source.bin");
         std::fs::write(&source_path, [1u8; 100]).unwrap();
@@ -786,7 +889,11 @@ mod tests {
         assert_eq!(listing(), ["source.bin"]);
         // A name too long for a zip, then dropped.
         let mut w = ArchiveWriter::create(&path).unwrap();
-        assert!(w.add(&"n".repeat(70_000), b"x").unwrap_err().to_string().contains("over the zip limit"));
+        assert!(w
+            .add(&"n".repeat(70_000), b"x")
+            .unwrap_err()
+            .to_string()
+            .contains("over the zip limit"));
         drop(w);
         assert_eq!(listing(), ["source.bin"]);
         // Dropped without `finish` after good writes.

@@ -27,7 +27,8 @@ impl Cast {
     /// `to`: None when it is stored as it is; an error naming both when hfx
     /// does not convert between them.
     pub fn of_stored(stored: &str, to: DType) -> Result<Option<Cast>, String> {
-        let from = DType::from_name(stored).ok_or_else(|| format!("stored as `{stored}`, not a dtype"))?;
+        let from =
+            DType::from_name(stored).ok_or_else(|| format!("stored as `{stored}`, not a dtype"))?;
         if from == to {
             return Ok(None);
         }
@@ -50,7 +51,11 @@ impl Cast {
     }
 
     /// `source` (whole elements of `from`) converted, handed to `sink` a chunk at a time.
-    pub fn each_chunk<E>(self, source: &[u8], mut sink: impl FnMut(&[u8]) -> Result<(), E>) -> Result<(), E> {
+    pub fn each_chunk<E>(
+        self,
+        source: &[u8],
+        mut sink: impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
         let mut out = Vec::with_capacity(CHUNK * self.to.size());
         for chunk in source.chunks(CHUNK * self.from.size()) {
             out.clear();
@@ -61,8 +66,12 @@ impl Cast {
                     _ => f32::from_le_bytes([element[0], element[1], element[2], element[3]]),
                 };
                 match self.to {
-                    DType::Bfloat16 => out.extend_from_slice(&half::bf16::from_f32(value).to_le_bytes()),
-                    DType::Float16 => out.extend_from_slice(&half::f16::from_f32(value).to_le_bytes()),
+                    DType::Bfloat16 => {
+                        out.extend_from_slice(&half::bf16::from_f32(value).to_le_bytes())
+                    }
+                    DType::Float16 => {
+                        out.extend_from_slice(&half::f16::from_f32(value).to_le_bytes())
+                    }
                     _ => out.extend_from_slice(&value.to_le_bytes()),
                 }
             }
@@ -101,16 +110,23 @@ mod tests {
 
     #[test]
     fn conversions_round_to_nearest_even_and_keep_special_values() {
-        let floats: Vec<u8> = [1.0f32, -2.5, 1.0 + 1.0 / 256.0, 1.0 + 3.0 / 256.0, f32::INFINITY, 65520.0, 1e-8]
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect();
+        let floats: Vec<u8> =
+            [1.0f32, -2.5, 1.0 + 1.0 / 256.0, 1.0 + 3.0 / 256.0, f32::INFINITY, 65520.0, 1e-8]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect();
         let to_bf16 = Cast::new(DType::Float32, DType::Bfloat16).unwrap();
-        let bf16: Vec<u16> = converted(to_bf16, &floats).chunks(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
+        let bf16: Vec<u16> = converted(to_bf16, &floats)
+            .chunks(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .collect();
         // 1 + 1/256 is halfway between two bfloat16s: to even (1.0); 1 + 3/256 up to 1 + 4/256.
         assert_eq!(bf16[..5], [0x3f80, 0xc020, 0x3f80, 0x3f82, 0x7f80]);
         let to_f16 = Cast::new(DType::Float32, DType::Float16).unwrap();
-        let f16: Vec<u16> = converted(to_f16, &floats).chunks(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
+        let f16: Vec<u16> = converted(to_f16, &floats)
+            .chunks(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .collect();
         // 65520 rounds past float16's largest finite value: infinity, as torch gives.
         assert_eq!((f16[0], f16[5]), (0x3c00, 0x7c00));
         let back = Cast::new(DType::Bfloat16, DType::Float32).unwrap();
@@ -118,6 +134,9 @@ mod tests {
         assert_eq!(f32::from_le_bytes(wide[4..8].try_into().unwrap()), -2.5);
         assert_eq!(back.output_len(6), 12);
         assert_eq!(back.crc32(&converted(to_bf16, &floats)), crc32fast::hash(&wide));
-        assert!(Cast::new(DType::Float32, DType::Float32).is_none() && Cast::new(DType::Int64, DType::Float32).is_none());
+        assert!(
+            Cast::new(DType::Float32, DType::Float32).is_none()
+                && Cast::new(DType::Int64, DType::Float32).is_none()
+        );
     }
 }

@@ -12,25 +12,40 @@ use std::collections::{BTreeMap, HashMap};
 use super::schema as s;
 use super::sympy;
 use crate::graph::{
-    Argument, Device, Dim, Graph, NamedArgument, Node, RangeConstraint, Sym, SymExpr, TensorMeta, ValueId, ValueMeta,
+    Argument, Device, Dim, Graph, NamedArgument, Node, RangeConstraint, Sym, SymExpr, TensorMeta,
+    ValueId, ValueMeta,
 };
 
 /// Prefix of op targets in the archive that the IR leaves out.
 const OPS_PREFIX: &str = "torch.ops.";
 
 const LAYOUTS: &[(i64, &str)] = &[
-    (0, "unknown"), (1, "sparse_coo"), (2, "sparse_csr"), (3, "sparse_csc"), (4, "sparse_bsr"), (5, "sparse_bsc"),
-    (6, "_mkldnn"), (7, "strided"),
+    (0, "unknown"),
+    (1, "sparse_coo"),
+    (2, "sparse_csr"),
+    (3, "sparse_csc"),
+    (4, "sparse_bsr"),
+    (5, "sparse_bsc"),
+    (6, "_mkldnn"),
+    (7, "strided"),
 ];
-const MEMORY_FORMATS: &[(i64, &str)] =
-    &[(0, "unknown"), (1, "contiguous_format"), (2, "channels_last"), (3, "channels_last_3d"), (4, "preserve_format")];
+const MEMORY_FORMATS: &[(i64, &str)] = &[
+    (0, "unknown"),
+    (1, "contiguous_format"),
+    (2, "channels_last"),
+    (3, "channels_last_3d"),
+    (4, "preserve_format"),
+];
 
 /// The torch dtype name of a `.pt2` scalar-type code (`7` → `float32`).
 /// Code 0 is torch's `unknown` dtype, which the table of real dtypes leaves out.
 pub(crate) fn dtype_name(code: i64) -> Option<&'static str> {
     match code {
         0 => Some("unknown"),
-        _ => i32::try_from(code).ok().and_then(hfx_dtype::DType::from_pt2).map(hfx_dtype::DType::name),
+        _ => i32::try_from(code)
+            .ok()
+            .and_then(hfx_dtype::DType::from_pt2)
+            .map(hfx_dtype::DType::name),
     }
 }
 
@@ -41,16 +56,26 @@ fn dtype_of_code(code: i64) -> Result<String, String> {
 fn code_of_dtype(name: &str) -> Result<i64, String> {
     match name {
         "unknown" => Ok(0),
-        _ => hfx_dtype::DType::from_name(name).map(|d| d.pt2() as i64).ok_or_else(|| format!("unknown dtype `{name}`")),
+        _ => hfx_dtype::DType::from_name(name)
+            .map(|d| d.pt2() as i64)
+            .ok_or_else(|| format!("unknown dtype `{name}`")),
     }
 }
 
 fn name_of(table: &[(i64, &'static str)], code: i64, what: &str) -> Result<String, String> {
-    table.iter().find(|(c, _)| *c == code).map(|(_, n)| n.to_string()).ok_or_else(|| format!("unknown {what} code {code}"))
+    table
+        .iter()
+        .find(|(c, _)| *c == code)
+        .map(|(_, n)| n.to_string())
+        .ok_or_else(|| format!("unknown {what} code {code}"))
 }
 
 fn code_of(table: &[(i64, &'static str)], name: &str, what: &str) -> Result<i64, String> {
-    table.iter().find(|(_, n)| *n == name).map(|(c, _)| *c).ok_or_else(|| format!("unknown {what} `{name}`"))
+    table
+        .iter()
+        .find(|(_, n)| *n == name)
+        .map(|(c, _)| *c)
+        .ok_or_else(|| format!("unknown {what} `{name}`"))
 }
 
 // ── Reading ──
@@ -92,17 +117,33 @@ const CONSTANT_INPUT: &str = "constant-input:";
 const PT2_ARGUMENT: &str = "pt2-argument:";
 
 impl Reader {
-    fn subgraph(&mut self, index: u32, g: &s::Graph, constant_names: &[String]) -> Result<(), String> {
+    fn subgraph(
+        &mut self,
+        index: u32,
+        g: &s::Graph,
+        constant_names: &[String],
+    ) -> Result<(), String> {
         self.scopes.push(HashMap::new());
-        self.graph.subgraph_mut(index).map_err(|e| e.to_string())?.single_tensor_return = g.is_single_tensor_return;
+        self.graph.subgraph_mut(index).map_err(|e| e.to_string())?.single_tensor_return =
+            g.is_single_tensor_return;
         let mut constants = constant_names.iter();
         for input in &g.inputs {
             let (name, meta) = match input {
-                s::Argument::AsTensor(t) => (t.name.clone(), ValueMeta::Tensor(self.tensor_meta(g, &t.name)?)),
-                s::Argument::AsSymInt(s::SymIntArgument::AsName(n)) => (n.clone(), self.sym_meta(g, n, "int")?),
-                s::Argument::AsSymBool(s::SymBoolArgument::AsName(n)) => (n.clone(), self.sym_meta(g, n, "bool")?),
-                s::Argument::AsSymFloat(s::SymFloatArgument::AsName(n)) => (n.clone(), self.sym_meta(g, n, "float")?),
-                s::Argument::AsCustomObj(c) => (c.name.clone(), ValueMeta::Opaque(format!("custom-obj:{}", c.class_fqn))),
+                s::Argument::AsTensor(t) => {
+                    (t.name.clone(), ValueMeta::Tensor(self.tensor_meta(g, &t.name)?))
+                }
+                s::Argument::AsSymInt(s::SymIntArgument::AsName(n)) => {
+                    (n.clone(), self.sym_meta(g, n, "int")?)
+                }
+                s::Argument::AsSymBool(s::SymBoolArgument::AsName(n)) => {
+                    (n.clone(), self.sym_meta(g, n, "bool")?)
+                }
+                s::Argument::AsSymFloat(s::SymFloatArgument::AsName(n)) => {
+                    (n.clone(), self.sym_meta(g, n, "float")?)
+                }
+                s::Argument::AsCustomObj(c) => {
+                    (c.name.clone(), ValueMeta::Opaque(format!("custom-obj:{}", c.class_fqn)))
+                }
                 constant => {
                     let name = constants.next().cloned().unwrap_or_else(|| "constant_input".into());
                     let json = serde_json::to_string(constant).expect("arguments serialize");
@@ -126,14 +167,24 @@ impl Reader {
     }
 
     fn value(&self, name: &str) -> Result<ValueId, String> {
-        self.scopes.last().and_then(|s| s.get(name)).copied().ok_or_else(|| format!("dangling value reference `{name}`"))
+        self.scopes
+            .last()
+            .and_then(|s| s.get(name))
+            .copied()
+            .ok_or_else(|| format!("dangling value reference `{name}`"))
     }
 
     fn node(&mut self, subgraph: u32, g: &s::Graph, node: &s::Node) -> Result<(), String> {
         let inputs = node
             .inputs
             .iter()
-            .map(|a| Ok(NamedArgument { name: a.name.clone(), value: self.argument(&a.arg)?, keyword: a.kind == Some(2) }))
+            .map(|a| {
+                Ok(NamedArgument {
+                    name: a.name.clone(),
+                    value: self.argument(&a.arg)?,
+                    keyword: a.kind == Some(2),
+                })
+            })
             .collect::<Result<Vec<_>, String>>()
             .map_err(|e| format!("node `{}`: {e}", node.name.as_deref().unwrap_or(&node.target)))?;
         let id = self.graph.next_node_id();
@@ -148,7 +199,12 @@ impl Reader {
         Ok(())
     }
 
-    fn output(&mut self, g: &s::Graph, output: &s::Argument, producer: crate::graph::NodeId) -> Result<Argument, String> {
+    fn output(
+        &mut self,
+        g: &s::Graph,
+        output: &s::Argument,
+        producer: crate::graph::NodeId,
+    ) -> Result<Argument, String> {
         let define = |this: &mut Self, name: &str, meta: ValueMeta| {
             let id = this.graph.add_value(name, meta, Some(producer));
             this.scope().insert(name.to_string(), id);
@@ -207,7 +263,9 @@ impl Reader {
         Ok(match a {
             A::AsNone(_) => Argument::None,
             A::AsTensor(t) => Argument::Tensor(self.value(&t.name)?),
-            A::AsTensors(ts) => Argument::Tensors(ts.iter().map(|t| self.value(&t.name)).collect::<Result<_, _>>()?),
+            A::AsTensors(ts) => {
+                Argument::Tensors(ts.iter().map(|t| self.value(&t.name)).collect::<Result<_, _>>()?)
+            }
             A::AsOptionalTensors(ts) => Argument::OptionalTensors(
                 ts.iter()
                     .map(|t| match t {
@@ -225,16 +283,26 @@ impl Reader {
             A::AsBool(b) => Argument::Bool(*b),
             A::AsBools(bs) => Argument::Bools(bs.clone()),
             A::AsSymInt(s) => Argument::SymInt(sym_int(self, s)?),
-            A::AsSymInts(ss) => Argument::SymInts(ss.iter().map(|s| sym_int(self, s)).collect::<Result<_, _>>()?),
+            A::AsSymInts(ss) => {
+                Argument::SymInts(ss.iter().map(|s| sym_int(self, s)).collect::<Result<_, _>>()?)
+            }
             A::AsSymBool(s) => Argument::SymBool(sym_bool(self, s)?),
-            A::AsSymBools(ss) => Argument::SymBools(ss.iter().map(|s| sym_bool(self, s)).collect::<Result<_, _>>()?),
+            A::AsSymBools(ss) => {
+                Argument::SymBools(ss.iter().map(|s| sym_bool(self, s)).collect::<Result<_, _>>()?)
+            }
             A::AsSymFloat(s) => Argument::SymFloat(sym_float(self, s)?),
-            A::AsSymFloats(ss) => Argument::SymFloats(ss.iter().map(|s| sym_float(self, s)).collect::<Result<_, _>>()?),
+            A::AsSymFloats(ss) => Argument::SymFloats(
+                ss.iter().map(|s| sym_float(self, s)).collect::<Result<_, _>>()?,
+            ),
             A::AsScalarType(c) => Argument::Dtype(dtype_of_code(*c)?),
             A::AsLayout(c) => Argument::Layout(name_of(LAYOUTS, *c, "layout")?),
-            A::AsMemoryFormat(c) => Argument::MemoryFormat(name_of(MEMORY_FORMATS, *c, "memory format")?),
+            A::AsMemoryFormat(c) => {
+                Argument::MemoryFormat(name_of(MEMORY_FORMATS, *c, "memory format")?)
+            }
             A::AsDevice(d) => Argument::Device(Device { kind: d.kind.clone(), index: d.index }),
-            A::AsOperator(o) => Argument::Operator(o.strip_prefix(OPS_PREFIX).unwrap_or(o).to_string()),
+            A::AsOperator(o) => {
+                Argument::Operator(o.strip_prefix(OPS_PREFIX).unwrap_or(o).to_string())
+            }
             A::AsGraph(ga) => {
                 let index = self.graph.add_subgraph();
                 self.graph.subgraph_mut(index).map_err(|e| e.to_string())?.name = ga.name.clone();
@@ -242,15 +310,19 @@ impl Reader {
                 Argument::Subgraph(index)
             }
             // Kinds that read no value travel through the IR as their own JSON.
-            A::AsComplex(_) | A::AsIntLists(_) | A::AsFloatLists(_) => {
-                Argument::Opaque(format!("{PT2_ARGUMENT}{}", serde_json::to_string(a).expect("arguments serialize")))
+            A::AsComplex(_) | A::AsIntLists(_) | A::AsFloatLists(_) => Argument::Opaque(format!(
+                "{PT2_ARGUMENT}{}",
+                serde_json::to_string(a).expect("arguments serialize")
+            )),
+            other => {
+                return Err(format!("argument kind {} is not supported yet", kind_name(other)))
             }
-            other => return Err(format!("argument kind {} is not supported yet", kind_name(other))),
         })
     }
 
     fn tensor_meta(&mut self, g: &s::Graph, name: &str) -> Result<TensorMeta, String> {
-        let m = g.tensor_values.get(name).ok_or_else(|| format!("tensor `{name}` has no metadata"))?;
+        let m =
+            g.tensor_values.get(name).ok_or_else(|| format!("tensor `{name}` has no metadata"))?;
         Ok(TensorMeta {
             dtype: dtype_of_code(m.dtype)?,
             shape: m.sizes.iter().map(|d| self.dim(d)).collect::<Result<_, _>>()?,
@@ -273,7 +345,10 @@ impl Reader {
     fn expr(&mut self, e: &s::SymExpr) -> Result<String, String> {
         let printed = sympy::printed(&e.expr_str)?;
         let hint = e.hint.as_ref().map(|h| serde_json::to_value(h).expect("hints serialize"));
-        self.graph.exprs_mut().entry(printed.clone()).or_insert(SymExpr { srepr: e.expr_str.clone(), hint });
+        self.graph
+            .exprs_mut()
+            .entry(printed.clone())
+            .or_insert(SymExpr { srepr: e.expr_str.clone(), hint });
         Ok(printed)
     }
 
@@ -284,10 +359,12 @@ impl Reader {
                 s::SymInt::AsExpr(e) => self.expr(e)?,
                 s::SymInt::AsInt(i) => i.to_string(),
             }),
-            "bool" => ValueMeta::SymBool(match g.sym_bool_values.get(name).ok_or_else(missing)? {
-                s::SymBool::AsExpr(e) => self.expr(e)?,
-                s::SymBool::AsBool(b) => if *b { "True" } else { "False" }.to_string(),
-            }),
+            "bool" => {
+                ValueMeta::SymBool(match g.sym_bool_values.get(name).ok_or_else(missing)? {
+                    s::SymBool::AsExpr(e) => self.expr(e)?,
+                    s::SymBool::AsBool(b) => if *b { "True" } else { "False" }.to_string(),
+                })
+            }
             _ => ValueMeta::SymFloat(match g.sym_float_values.get(name).ok_or_else(missing)? {
                 s::SymFloat::AsExpr(e) => self.expr(e)?,
                 s::SymFloat::AsFloat(f) => f.0.to_string(),
@@ -313,7 +390,11 @@ pub fn from_ir(graph: &Graph, original: &s::ExportedProgram) -> Result<s::Export
     // Output specs name the graph outputs: follow them where fixes rewired outputs.
     let specs = &mut program.graph_module.signature.output_specs;
     if specs.len() != root.outputs.len() {
-        return Err(format!("{} graph outputs for {} output specs", root.outputs.len(), specs.len()));
+        return Err(format!(
+            "{} graph outputs for {} output specs",
+            root.outputs.len(),
+            specs.len()
+        ));
     }
     for (spec, output) in specs.iter_mut().zip(&root.outputs) {
         retarget(spec, output)?;
@@ -388,7 +469,13 @@ impl Writer<'_> {
             let inputs = node
                 .inputs
                 .iter()
-                .map(|a| Ok(s::NamedArgument { name: a.name.clone(), arg: self.argument(&a.value)?, kind: Some(if a.keyword { 2 } else { 1 }) }))
+                .map(|a| {
+                    Ok(s::NamedArgument {
+                        name: a.name.clone(),
+                        arg: self.argument(&a.value)?,
+                        kind: Some(if a.keyword { 2 } else { 1 }),
+                    })
+                })
                 .collect::<Result<Vec<_>, String>>()?;
             let name = node.name.clone().unwrap_or_else(|| {
                 // FX names a single-output node after its output; others after their op.
@@ -400,7 +487,13 @@ impl Writer<'_> {
                         }
                     }
                 }
-                let base = node.target.split('.').nth(1).unwrap_or("node").trim_start_matches('_').to_string();
+                let base = node
+                    .target
+                    .split('.')
+                    .nth(1)
+                    .unwrap_or("node")
+                    .trim_start_matches('_')
+                    .to_string();
                 let taken = |n: &String| used_names.contains(n) || value_names.contains(n);
                 let mut name = base.clone();
                 let mut n = 1;
@@ -432,7 +525,8 @@ impl Writer<'_> {
                 return serde_json::from_str(json).map_err(|e| e.to_string());
             }
             if let Some(class) = o.strip_prefix("custom-obj:") {
-                let obj = s::CustomObjArgument { name: value.name.clone(), class_fqn: class.to_string() };
+                let obj =
+                    s::CustomObjArgument { name: value.name.clone(), class_fqn: class.to_string() };
                 out.custom_obj_values.insert(value.name.clone(), obj.clone());
                 return Ok(s::Argument::AsCustomObj(obj));
             }
@@ -450,9 +544,10 @@ impl Writer<'_> {
                 }
                 Ok(s::Argument::AsTensors(ts))
             }
-            Argument::Tensor(v) | Argument::SymInt(Sym::Value(v)) | Argument::SymBool(Sym::Value(v)) | Argument::SymFloat(Sym::Value(v)) => {
-                self.record(out, *v)
-            }
+            Argument::Tensor(v)
+            | Argument::SymInt(Sym::Value(v))
+            | Argument::SymBool(Sym::Value(v))
+            | Argument::SymFloat(Sym::Value(v)) => self.record(out, *v),
             Argument::None => Ok(s::Argument::AsNone(true)),
             other => Err(format!("cannot write output {other:?}")),
         }
@@ -492,7 +587,9 @@ impl Writer<'_> {
                 out.sym_float_values.insert(name.clone(), v);
                 s::Argument::AsSymFloat(s::SymFloatArgument::AsName(name))
             }
-            ValueMeta::Opaque(kind) => return Err(format!("value `{name}` of kind {kind} cannot be written")),
+            ValueMeta::Opaque(kind) => {
+                return Err(format!("value `{name}` of kind {kind} cannot be written"))
+            }
         })
     }
 
@@ -502,8 +599,15 @@ impl Writer<'_> {
 
     fn expr(&self, printed: &str) -> Result<s::SymExpr, String> {
         let known = self.graph.exprs().get(printed);
-        let known = known.ok_or_else(|| format!("symbolic expression `{printed}` is not one the program defines"))?;
-        let hint = known.hint.clone().map(serde_json::from_value).transpose().map_err(|e| e.to_string())?;
+        let known = known.ok_or_else(|| {
+            format!("symbolic expression `{printed}` is not one the program defines")
+        })?;
+        let hint = known
+            .hint
+            .clone()
+            .map(serde_json::from_value)
+            .transpose()
+            .map_err(|e| e.to_string())?;
         Ok(s::SymExpr { expr_str: known.srepr.clone(), hint })
     }
 
@@ -520,7 +624,11 @@ impl Writer<'_> {
             sizes: m.shape.iter().map(|d| self.dim(d)).collect::<Result<_, _>>()?,
             requires_grad: m.requires_grad,
             device: s::Device { kind: m.device.kind.clone(), index: m.device.index },
-            strides: if m.strides.is_empty() { contiguous(&m.shape)? } else { m.strides.iter().map(|d| self.dim(d)).collect::<Result<_, _>>()? },
+            strides: if m.strides.is_empty() {
+                contiguous(&m.shape)?
+            } else {
+                m.strides.iter().map(|d| self.dim(d)).collect::<Result<_, _>>()?
+            },
             storage_offset: self.dim(&m.storage_offset)?,
             layout: code_of(LAYOUTS, &m.layout, "layout")?,
         })
@@ -568,14 +676,22 @@ impl Writer<'_> {
             Argument::Str(x) => A::AsString(x.clone()),
             Argument::Strs(xs) => A::AsStrings(xs.clone()),
             Argument::SymInt(x) => A::AsSymInt(sym_int(x)?),
-            Argument::SymInts(xs) => A::AsSymInts(xs.iter().map(sym_int).collect::<Result<_, _>>()?),
+            Argument::SymInts(xs) => {
+                A::AsSymInts(xs.iter().map(sym_int).collect::<Result<_, _>>()?)
+            }
             Argument::SymBool(x) => A::AsSymBool(sym_bool(x)?),
-            Argument::SymBools(xs) => A::AsSymBools(xs.iter().map(sym_bool).collect::<Result<_, _>>()?),
+            Argument::SymBools(xs) => {
+                A::AsSymBools(xs.iter().map(sym_bool).collect::<Result<_, _>>()?)
+            }
             Argument::SymFloat(x) => A::AsSymFloat(sym_float(x)?),
-            Argument::SymFloats(xs) => A::AsSymFloats(xs.iter().map(sym_float).collect::<Result<_, _>>()?),
+            Argument::SymFloats(xs) => {
+                A::AsSymFloats(xs.iter().map(sym_float).collect::<Result<_, _>>()?)
+            }
             Argument::Dtype(d) => A::AsScalarType(code_of_dtype(d)?),
             Argument::Layout(l) => A::AsLayout(code_of(LAYOUTS, l, "layout")?),
-            Argument::MemoryFormat(m) => A::AsMemoryFormat(code_of(MEMORY_FORMATS, m, "memory format")?),
+            Argument::MemoryFormat(m) => {
+                A::AsMemoryFormat(code_of(MEMORY_FORMATS, m, "memory format")?)
+            }
             Argument::Device(d) => A::AsDevice(s::Device { kind: d.kind.clone(), index: d.index }),
             Argument::Operator(o) => A::AsOperator(target_of(o)),
             Argument::Subgraph(index) => {
@@ -598,16 +714,24 @@ fn contiguous(shape: &[Dim]) -> Result<Vec<s::SymInt>, String> {
         strides[i] = s::SymInt::AsInt(running);
         match d {
             Dim::Fixed(n) => {
-                running = running.checked_mul((*n).max(1)).ok_or_else(|| format!("strides of shape {shape:?} overflow 64 bits"))?
+                running = running
+                    .checked_mul((*n).max(1))
+                    .ok_or_else(|| format!("strides of shape {shape:?} overflow 64 bits"))?
             }
-            Dim::Symbolic(e) => return Err(format!("strides of a symbolic shape (`{e}`) must be given")),
+            Dim::Symbolic(e) => {
+                return Err(format!("strides of a symbolic shape (`{e}`) must be given"))
+            }
         }
     }
     Ok(strides)
 }
 
 fn target_of(ir: &str) -> String {
-    if ir.starts_with("_operator.") || ir.starts_with("builtins.") || ir.starts_with("math.") || ir.starts_with("torch.") {
+    if ir.starts_with("_operator.")
+        || ir.starts_with("builtins.")
+        || ir.starts_with("math.")
+        || ir.starts_with("torch.")
+    {
         ir.to_string()
     } else {
         format!("{OPS_PREFIX}{ir}")

@@ -151,8 +151,10 @@ fn needed_bytes(meta: &PayloadMeta) -> Result<u64, String> {
     let sizes = ints(&t.sizes, "size")?;
     let strides = ints(&t.strides, "stride")?;
     let offset = ints(std::slice::from_ref(&t.storage_offset), "storage offset")?[0];
-    let dtype = convert::dtype_name(t.dtype).ok_or_else(|| format!("unknown dtype code {}", t.dtype))?;
-    let element = crate::graph::element_size(dtype).ok_or_else(|| format!("dtype {dtype} has no known element size"))?;
+    let dtype =
+        convert::dtype_name(t.dtype).ok_or_else(|| format!("unknown dtype code {}", t.dtype))?;
+    let element = crate::graph::element_size(dtype)
+        .ok_or_else(|| format!("dtype {dtype} has no known element size"))?;
     crate::graph::storage_bytes(&sizes, &strides, offset, element)
 }
 
@@ -166,7 +168,9 @@ pub(crate) fn release_from(map: &memmap2::Mmap, bytes: &[u8]) {
         // SAFETY: a read-only private mapping of a file nobody writes while it
         // is mapped: dropped pages are read from the file again when touched,
         // so every slice of the map keeps its contents.
-        let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, first, end - first) };
+        let _ = unsafe {
+            map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, first, end - first)
+        };
     }
 }
 
@@ -180,20 +184,34 @@ const WEIGHT_CHUNK: usize = 8 << 20;
 /// `name`: its CRC-32 over the bytes written, then the bytes, a chunk at a
 /// time, each chunk handed to `release` once used (the pages are read again
 /// from the page cache for the second pass).
-pub(crate) fn add_weight(writer: &mut ArchiveWriter, name: &str, bytes: &[u8], cast: Option<cast::Cast>, release: impl Fn(&[u8])) -> std::io::Result<()> {
+pub(crate) fn add_weight(
+    writer: &mut ArchiveWriter,
+    name: &str,
+    bytes: &[u8],
+    cast: Option<cast::Cast>,
+    release: impl Fn(&[u8]),
+) -> std::io::Result<()> {
     add_weight_in(writer, name, bytes, cast, release, WEIGHT_CHUNK)
 }
 
-fn add_weight_in(writer: &mut ArchiveWriter, name: &str, bytes: &[u8], cast: Option<cast::Cast>, release: impl Fn(&[u8]), chunk: usize) -> std::io::Result<()> {
+fn add_weight_in(
+    writer: &mut ArchiveWriter,
+    name: &str,
+    bytes: &[u8],
+    cast: Option<cast::Cast>,
+    release: impl Fn(&[u8]),
+    chunk: usize,
+) -> std::io::Result<()> {
     let mut crc = crc32fast::Hasher::new();
     for piece in bytes.chunks(chunk) {
         match cast {
             None => crc.update(piece),
             Some(cast) => {
-                let converted: Result<(), std::convert::Infallible> = cast.each_chunk(piece, |out| {
-                    crc.update(out);
-                    Ok(())
-                });
+                let converted: Result<(), std::convert::Infallible> =
+                    cast.each_chunk(piece, |out| {
+                        crc.update(out);
+                        Ok(())
+                    });
                 let Ok(()) = converted;
             }
         }
@@ -236,31 +254,43 @@ impl Pt2 {
     pub fn read(archive: Archive) -> Result<Pt2, Pt2Error> {
         let path = archive.path().to_path_buf();
         let path = path.as_path();
-        let invalid = |reason: String| Pt2Error::Invalid { path: path.display().to_string(), reason };
+        let invalid =
+            |reason: String| Pt2Error::Invalid { path: path.display().to_string(), reason };
         let format = archive
             .entries()
             .iter()
             .find(|e| e.name.ends_with("/archive_format") && e.name.matches('/').count() == 1)
             .ok_or_else(|| invalid("no archive_format entry: not a torch.export archive".into()))?;
         let prefix = format.name.trim_end_matches("archive_format").to_string();
-        let format_text = String::from_utf8_lossy(archive.checked_bytes(format)?).trim().to_string();
+        let format_text =
+            String::from_utf8_lossy(archive.checked_bytes(format)?).trim().to_string();
         if format_text != "pt2" {
             return Err(invalid(format!("archive_format is `{format_text}`, expected `pt2`")));
         }
-        let mut pt2 = Pt2 { archive, prefix, programs: BTreeMap::new(), weights: BTreeMap::new(), constants: BTreeMap::new(), side: None };
-        let models: Vec<Entry> = pt2.entries_under("models/").filter(|e| e.name.ends_with(".json")).cloned().collect();
+        let mut pt2 = Pt2 {
+            archive,
+            prefix,
+            programs: BTreeMap::new(),
+            weights: BTreeMap::new(),
+            constants: BTreeMap::new(),
+            side: None,
+        };
+        let models: Vec<Entry> =
+            pt2.entries_under("models/").filter(|e| e.name.ends_with(".json")).cloned().collect();
         if models.is_empty() {
             return Err(invalid(format!("no model JSON under {}models/", pt2.prefix)));
         }
         for entry in models {
-            let model = entry.name.rsplit('/').next().unwrap_or("").trim_end_matches(".json").to_string();
+            let model =
+                entry.name.rsplit('/').next().unwrap_or("").trim_end_matches(".json").to_string();
             let program: ExportedProgram = pt2.json(&entry).map_err(invalid)?;
             check_schema_version(&program).map_err(|r| invalid(format!("{}: {r}", entry.name)))?;
             for kind in ["weights", "constants"] {
                 let name = format!("{}data/{kind}/{model}_{kind}_config.json", pt2.prefix);
                 if let Some(config) = pt2.archive.entry(&name).cloned() {
                     let config: PayloadConfig = pt2.json(&config).map_err(invalid)?;
-                    let table = if kind == "weights" { &mut pt2.weights } else { &mut pt2.constants };
+                    let table =
+                        if kind == "weights" { &mut pt2.weights } else { &mut pt2.constants };
                     table.insert(model.clone(), config);
                 }
             }
@@ -284,11 +314,18 @@ impl Pt2 {
             for config in tables.values() {
                 for (fqn, meta) in &config.config {
                     if meta.use_pickle {
-                        return Err(format!("{} `{fqn}` is stored pickled (`{}`): {FIX}", kind.what(), meta.path_name));
+                        return Err(format!(
+                            "{} `{fqn}` is stored pickled (`{}`): {FIX}",
+                            kind.what(),
+                            meta.path_name
+                        ));
                     }
                     if let Kind::Constant = kind {
                         if !meta.path_name.starts_with(TENSOR_CONSTANT_PREFIX) {
-                            return Err(format!("constant `{fqn}` is an object, not a tensor (`{}`): {FIX}", meta.path_name));
+                            return Err(format!(
+                                "constant `{fqn}` is an object, not a tensor (`{}`): {FIX}",
+                                meta.path_name
+                            ));
                         }
                     }
                 }
@@ -298,7 +335,9 @@ impl Pt2 {
             for kind in ["weights", "constants"] {
                 let name = format!("{}data/{kind}/{model}.pt", self.prefix);
                 if self.archive.entry(&name).is_some() {
-                    return Err(format!("`{name}` is a pickled state dict (torch's legacy layout): {FIX}"));
+                    return Err(format!(
+                        "`{name}` is a pickled state dict (torch's legacy layout): {FIX}"
+                    ));
                 }
             }
         }
@@ -327,12 +366,20 @@ impl Pt2 {
     /// the index names no other file. Side bytes have no
     /// CRC: each storage's length is checked against the tensors the
     /// archive's payload configs say it holds.
-    pub fn attach_side_weights(&mut self, path: &Path, sources: &[std::path::PathBuf]) -> Result<(), Pt2Error> {
-        let invalid = |at: &Path, reason: String| Pt2Error::Invalid { path: at.display().to_string(), reason };
+    pub fn attach_side_weights(
+        &mut self,
+        path: &Path,
+        sources: &[std::path::PathBuf],
+    ) -> Result<(), Pt2Error> {
+        let invalid = |at: &Path, reason: String| Pt2Error::Invalid {
+            path: at.display().to_string(),
+            reason,
+        };
         let mut index_path = path.as_os_str().to_owned();
         index_path.push(".json");
         let index_path = std::path::PathBuf::from(index_path);
-        let text = crate::input::read_bounded(&index_path, SIDE_INDEX_LIMIT).map_err(|e| invalid(path, format!("reading its index: {e}")))?;
+        let text = crate::input::read_bounded(&index_path, SIDE_INDEX_LIMIT)
+            .map_err(|e| invalid(path, format!("reading its index: {e}")))?;
         #[derive(serde::Deserialize)]
         #[serde(deny_unknown_fields)]
         struct Index {
@@ -340,40 +387,67 @@ impl Pt2 {
             weights: BTreeMap<String, SideEntry>,
             constants: BTreeMap<String, SideEntry>,
         }
-        let index: Index = serde_json::from_slice(&text).map_err(|e| invalid(path, format!("its index: {e}")))?;
+        let index: Index =
+            serde_json::from_slice(&text).map_err(|e| invalid(path, format!("its index: {e}")))?;
         let mut files = Vec::new();
         for (i, name) in index.files.iter().enumerate() {
             let (file_path, file) = if i == 0 {
                 if name.components().count() != 1 || name.is_absolute() {
-                    return Err(invalid(&index_path, format!("its side file `{}` is not a file name beside it", name.display())));
+                    return Err(invalid(
+                        &index_path,
+                        format!("its side file `{}` is not a file name beside it", name.display()),
+                    ));
                 }
                 let file_path = path.with_file_name(name);
-                let file = crate::input::open_written(&file_path).map_err(|e| invalid(&file_path, e.to_string()))?;
+                let file = crate::input::open_written(&file_path)
+                    .map_err(|e| invalid(&file_path, e.to_string()))?;
                 (file_path, file)
             } else {
-                crate::prewrite::open_checkpoint(name, sources).map_err(|reason| invalid(&index_path, format!("names {reason}")))?
+                crate::prewrite::open_checkpoint(name, sources)
+                    .map_err(|reason| invalid(&index_path, format!("names {reason}")))?
             };
             // SAFETY: hfx's own scratch output or the user's checkpoint, neither
             // modified while the export reads it (a checkpoint rewritten
             // meanwhile is the user's race, as for any input file).
-            let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| invalid(&file_path, e.to_string()))?;
+            let map = unsafe { memmap2::Mmap::map(&file) }
+                .map_err(|e| invalid(&file_path, e.to_string()))?;
             files.push(SideFile { path: file_path, file, map });
         }
         for (kind, table) in [(Kind::Weight, &index.weights), (Kind::Constant, &index.constants)] {
             for (fqn, entry) in table {
                 let (file, offset, length) = entry.place();
                 let Some(side) = files.get(file) else {
-                    return Err(invalid(&index_path, format!("{} `{fqn}`: file {file} of {}", kind.what(), files.len())));
+                    return Err(invalid(
+                        &index_path,
+                        format!("{} `{fqn}`: file {file} of {}", kind.what(), files.len()),
+                    ));
                 };
                 if offset.checked_add(length).is_none_or(|end| end > side.map.len()) {
-                    return Err(invalid(&side.path, format!("{} `{fqn}`: bytes {offset}+{length} past the end ({})", kind.what(), side.map.len())));
+                    return Err(invalid(
+                        &side.path,
+                        format!(
+                            "{} `{fqn}`: bytes {offset}+{length} past the end ({})",
+                            kind.what(),
+                            side.map.len()
+                        ),
+                    ));
                 }
                 for (model, meta) in self.metas(kind, fqn) {
-                    let need = needed_bytes(meta).map_err(|r| invalid(&side.path, format!("{} `{fqn}` of `{model}`: {r}", kind.what())))?;
-                    let cast = side_cast(entry, meta).map_err(|r| invalid(&index_path, format!("{} `{fqn}`: {r}", kind.what())))?;
+                    let need = needed_bytes(meta).map_err(|r| {
+                        invalid(&side.path, format!("{} `{fqn}` of `{model}`: {r}", kind.what()))
+                    })?;
+                    let cast = side_cast(entry, meta).map_err(|r| {
+                        invalid(&index_path, format!("{} `{fqn}`: {r}", kind.what()))
+                    })?;
                     let holds = cast.map_or(length, |c| c.output_len(length));
                     if (holds as u64) < need {
-                        return Err(invalid(&side.path, format!("{} `{fqn}`: holds {holds} bytes, the tensor needs {need}", kind.what())));
+                        return Err(invalid(
+                            &side.path,
+                            format!(
+                                "{} `{fqn}`: holds {holds} bytes, the tensor needs {need}",
+                                kind.what()
+                            ),
+                        ));
                     }
                 }
             }
@@ -406,12 +480,18 @@ impl Pt2 {
     }
 
     /// The payload entries for `fqn` in every model.
-    fn metas<'a>(&'a self, kind: Kind, fqn: &'a str) -> impl Iterator<Item = (&'a str, &'a PayloadMeta)> + 'a {
+    fn metas<'a>(
+        &'a self,
+        kind: Kind,
+        fqn: &'a str,
+    ) -> impl Iterator<Item = (&'a str, &'a PayloadMeta)> + 'a {
         let tables = match kind {
             Kind::Weight => &self.weights,
             Kind::Constant => &self.constants,
         };
-        tables.iter().filter_map(move |(model, config)| Some((model.as_str(), config.config.get(fqn)?)))
+        tables
+            .iter()
+            .filter_map(move |(model, config)| Some((model.as_str(), config.config.get(fqn)?)))
     }
 
     fn side_bytes(&self, kind: Kind, fqn: &str) -> Option<&[u8]> {
@@ -460,7 +540,12 @@ impl Pt2 {
         match self.stored(kind, model, fqn)? {
             Some(Source { cast: Some(cast), .. }) => Err(Pt2Error::Invalid {
                 path: self.archive.path().display().to_string(),
-                reason: format!("{} `{fqn}`: stored as {}, read as {}: this step cannot convert it", kind.what(), cast.from().name(), cast.to().name()),
+                reason: format!(
+                    "{} `{fqn}`: stored as {}, read as {}: this step cannot convert it",
+                    kind.what(),
+                    cast.from().name(),
+                    cast.to().name()
+                ),
             }),
             other => Ok(other.map(|s| s.bytes)),
         }
@@ -483,10 +568,14 @@ impl Pt2 {
             for (model, config) in tables {
                 for (fqn, meta) in &config.config {
                     if meta.use_pickle {
-                        let name = format!("{}data/{}/{}", self.prefix, kind.folder(), meta.path_name);
+                        let name =
+                            format!("{}data/{}/{}", self.prefix, kind.folder(), meta.path_name);
                         let entry = self.archive.entry(&name).ok_or_else(|| Pt2Error::Invalid {
                             path: self.archive.path().display().to_string(),
-                            reason: format!("{} `{fqn}`: its entry `{name}` is missing", kind.what()),
+                            reason: format!(
+                                "{} `{fqn}`: its entry `{name}` is missing",
+                                kind.what()
+                            ),
                         })?;
                         self.archive.checked_bytes(entry)?;
                     } else {
@@ -507,27 +596,48 @@ impl Pt2 {
         };
         let Some(meta) = table.get(model).and_then(|c| c.config.get(fqn)) else {
             // Not a tensor of `model`: only the bytes, unconverted.
-            return Ok(side.filter(|(_, _, e)| matches!(e, SideEntry::Same(..))).map(|(_, bytes, _)| Source { bytes, cast: None }));
+            return Ok(side
+                .filter(|(_, _, e)| matches!(e, SideEntry::Same(..)))
+                .map(|(_, bytes, _)| Source { bytes, cast: None }));
         };
-        let invalid = |path: &Path, reason: String| Pt2Error::Invalid { path: path.display().to_string(), reason: format!("{what} `{fqn}`: {reason}") };
+        let invalid = |path: &Path, reason: String| Pt2Error::Invalid {
+            path: path.display().to_string(),
+            reason: format!("{what} `{fqn}`: {reason}"),
+        };
         let archive_path = self.archive.path();
         if meta.use_pickle {
-            return Err(invalid(archive_path, "is stored pickled (a tensor subclass); hfx reads plain tensors only".into()));
+            return Err(invalid(
+                archive_path,
+                "is stored pickled (a tensor subclass); hfx reads plain tensors only".into(),
+            ));
         }
         let need = needed_bytes(meta).map_err(|r| invalid(archive_path, r))?;
         if let Some((path, bytes, entry)) = side {
             let cast = side_cast(entry, meta).map_err(|r| invalid(path, r))?;
             let source = Source { bytes, cast };
             if (source.len() as u64) < need {
-                return Err(invalid(path, format!("holds {} bytes, the tensor needs {need}", source.len())));
+                return Err(invalid(
+                    path,
+                    format!("holds {} bytes, the tensor needs {need}", source.len()),
+                ));
             }
             return Ok(Some(source));
         }
         let name = format!("{}data/{}/{}", self.prefix, kind.folder(), meta.path_name);
-        let entry = self.archive.entry(&name).ok_or_else(|| invalid(archive_path, format!("its entry `{name}` is missing")))?;
+        let entry = self
+            .archive
+            .entry(&name)
+            .ok_or_else(|| invalid(archive_path, format!("its entry `{name}` is missing")))?;
         if entry.len < need {
-            let held = if entry.len == 0 { "is empty".to_string() } else { format!("holds {} bytes", entry.len) };
-            return Err(invalid(archive_path, format!("its entry `{name}` {held}, the tensor needs {need}")));
+            let held = if entry.len == 0 {
+                "is empty".to_string()
+            } else {
+                format!("holds {} bytes", entry.len)
+            };
+            return Err(invalid(
+                archive_path,
+                format!("its entry `{name}` {held}, the tensor needs {need}"),
+            ));
         }
         match self.archive.checked_bytes(entry) {
             Ok(bytes) => Ok(Some(Source { bytes, cast: None })),
@@ -540,7 +650,11 @@ impl Pt2 {
     /// cache link as its blob): what an index written from this `.pt2`'s
     /// programs may name.
     pub fn side_files(&self) -> Vec<std::path::PathBuf> {
-        self.side.iter().flat_map(|s| &s.files).map(|f| crate::prewrite::lexical(&f.path).unwrap_or_else(|| f.path.clone())).collect()
+        self.side
+            .iter()
+            .flat_map(|s| &s.files)
+            .map(|f| crate::prewrite::lexical(&f.path).unwrap_or_else(|| f.path.clone()))
+            .collect()
     }
 
     /// Writes the archive with `programs` as [`Pt2::write`] does, but leaves
@@ -549,7 +663,11 @@ impl Pt2 {
     /// absolute path. For a step of hfx's own that maps them (ExecuTorch's edge
     /// decomposition and lowering in the worker), so the weights are never
     /// copied on their way: torch itself cannot load this `.pt2`.
-    pub fn write_indexed(&self, path: &Path, programs: &BTreeMap<String, ExportedProgram>) -> Result<(), Pt2Error> {
+    pub fn write_indexed(
+        &self,
+        path: &Path,
+        programs: &BTreeMap<String, ExportedProgram>,
+    ) -> Result<(), Pt2Error> {
         let Some(side) = &self.side else { return self.write(path, programs) };
         self.write_archive(path, programs, SideStored::LeftInPlace, None)?;
         #[derive(serde::Serialize)]
@@ -558,18 +676,24 @@ impl Pt2 {
             weights: &'a BTreeMap<String, SideEntry>,
             constants: &'a BTreeMap<String, SideEntry>,
         }
-        let index = Index { files: self.side_files(), weights: &side.weights, constants: &side.constants };
+        let index =
+            Index { files: self.side_files(), weights: &side.weights, constants: &side.constants };
         let mut index_path = side_weights_path(path).into_os_string();
         index_path.push(".json");
         let json = serde_json::to_vec(&index).expect("the index serializes");
-        crate::atomic::write_bytes_atomically(Path::new(&index_path), &json).map_err(|source| Pt2Error::Write { path: path.display().to_string(), source })
+        crate::atomic::write_bytes_atomically(Path::new(&index_path), &json)
+            .map_err(|source| Pt2Error::Write { path: path.display().to_string(), source })
     }
 
     /// Writes the archive with `programs` in place of the ones read; every other
     /// entry is copied byte for byte from the memory map. Atomic.
     /// Every weight and constant is checked first ([`Pt2::check_payloads`]): a
     /// `.pt2` torch would refuse to load is not written.
-    pub fn write(&self, path: &Path, programs: &BTreeMap<String, ExportedProgram>) -> Result<(), Pt2Error> {
+    pub fn write(
+        &self,
+        path: &Path,
+        programs: &BTreeMap<String, ExportedProgram>,
+    ) -> Result<(), Pt2Error> {
         self.write_archive(path, programs, SideStored::Written, None).map(|_| ())
     }
 
@@ -579,27 +703,55 @@ impl Pt2 {
     /// bytes; otherwise it is dropped (its temp file with it) and every entry
     /// is written. The bytes are the same either way. Returns how many
     /// entries were kept.
-    pub fn write_continuing(&self, path: &Path, programs: &BTreeMap<String, ExportedProgram>, prewritten: Option<prewrite::Prewritten>) -> Result<usize, Pt2Error> {
+    pub fn write_continuing(
+        &self,
+        path: &Path,
+        programs: &BTreeMap<String, ExportedProgram>,
+        prewritten: Option<prewrite::Prewritten>,
+    ) -> Result<usize, Pt2Error> {
         self.write_archive(path, programs, SideStored::Written, prewritten)
     }
 
     /// Whether `prewritten` is this archive's first entries, as
     /// `side_entries` would write them, at `path`.
-    fn continues(&self, path: &Path, prewritten: &prewrite::Prewritten, side_entries: &BTreeMap<String, Source<'_>>) -> bool {
+    fn continues(
+        &self,
+        path: &Path,
+        prewritten: &prewrite::Prewritten,
+        side_entries: &BTreeMap<String, Source<'_>>,
+    ) -> bool {
         prewritten.writer.target() == path
             && prewritten.entries.len() <= self.archive.entries().len()
             && prewritten.entries.iter().zip(self.archive.entries()).all(|(written, entry)| {
                 let Some(source) = side_entries.get(&entry.name) else { return false };
-                written.name == entry.name && self.place(source.bytes, source.cast, None).is_some_and(|place| place == written.place)
+                written.name == entry.name
+                    && self
+                        .place(source.bytes, source.cast, None)
+                        .is_some_and(|place| place == written.place)
             })
     }
 
     /// What `bytes` (a slice of a side file's map: a model folder's
     /// checkpoint, or the worker's side file), written through `cast` and
     /// `transposed`, are written from.
-    pub fn place(&self, bytes: &[u8], cast: Option<cast::Cast>, transposed: Option<(usize, usize)>) -> Option<crate::prewrite::Place> {
-        let (file, offset) = self.side.iter().flat_map(|s| &s.files).find_map(|f| offset_in(&f.map, bytes).map(|offset| (&f.path, offset as u64)))?;
-        Some(crate::prewrite::Place { file: crate::prewrite::lexical(file)?, offset, length: bytes.len() as u64, cast, transposed })
+    pub fn place(
+        &self,
+        bytes: &[u8],
+        cast: Option<cast::Cast>,
+        transposed: Option<(usize, usize)>,
+    ) -> Option<crate::prewrite::Place> {
+        let (file, offset) = self
+            .side
+            .iter()
+            .flat_map(|s| &s.files)
+            .find_map(|f| offset_in(&f.map, bytes).map(|offset| (&f.path, offset as u64)))?;
+        Some(crate::prewrite::Place {
+            file: crate::prewrite::lexical(file)?,
+            offset,
+            length: bytes.len() as u64,
+            cast,
+            transposed,
+        })
     }
 
     /// How `entry` goes into an archive written with `programs`.
@@ -607,29 +759,51 @@ impl Pt2 {
         let Some(name) = entry.name.strip_prefix(&self.prefix) else { return Rebuilt::Dropped };
         if let Some(model) = name.strip_prefix("models/").and_then(|n| n.strip_suffix(".json")) {
             return match programs.get(model).or_else(|| self.programs.get(model)) {
-                Some(program) => Rebuilt::Json(serde_json::to_vec(program).expect("programs serialize")),
+                Some(program) => {
+                    Rebuilt::Json(serde_json::to_vec(program).expect("programs serialize"))
+                }
                 None => Rebuilt::Dropped,
             };
         }
         for (kind, tables) in [(Kind::Weight, &self.weights), (Kind::Constant, &self.constants)] {
             let folder = kind.folder();
             let Some(file) = name.strip_prefix(&format!("data/{folder}/")) else { continue };
-            if let Some(config) = file.strip_suffix(&format!("_{folder}_config.json")).and_then(|model| tables.get(model)) {
-                return Rebuilt::Json(serde_json::to_vec(config).expect("payload configs serialize"));
+            if let Some(config) = file
+                .strip_suffix(&format!("_{folder}_config.json"))
+                .and_then(|model| tables.get(model))
+            {
+                return Rebuilt::Json(
+                    serde_json::to_vec(config).expect("payload configs serialize"),
+                );
             }
-            let stored = tables.values().flat_map(|c| c.config.values()).any(|meta| !meta.use_pickle && meta.path_name == file);
+            let stored = tables
+                .values()
+                .flat_map(|c| c.config.values())
+                .any(|meta| !meta.use_pickle && meta.path_name == file);
             return if stored { Rebuilt::Storage } else { Rebuilt::Dropped };
         }
-        if name.strip_prefix("data/sample_inputs/").and_then(|n| n.strip_suffix(".pt")).is_some_and(|m| self.programs.contains_key(m)) {
+        if name
+            .strip_prefix("data/sample_inputs/")
+            .and_then(|n| n.strip_suffix(".pt"))
+            .is_some_and(|m| self.programs.contains_key(m))
+        {
             return Rebuilt::Empty;
         }
         // The archive's small marker files, kept only when they hold what torch writes there.
         let bytes = self.archive.checked_bytes(entry).unwrap_or_default();
         let plain = match name {
             "archive_format" => bytes == b"pt2",
-            "archive_version" | ".data/version" => !bytes.is_empty() && bytes.len() <= 16 && bytes.iter().all(|b| b.is_ascii_digit() || *b == b'\n'),
+            "archive_version" | ".data/version" => {
+                !bytes.is_empty()
+                    && bytes.len() <= 16
+                    && bytes.iter().all(|b| b.is_ascii_digit() || *b == b'\n')
+            }
             "byteorder" => bytes == b"little" || bytes == b"big",
-            ".data/serialization_id" => !bytes.is_empty() && bytes.len() <= 64 && bytes.iter().all(u8::is_ascii_alphanumeric),
+            ".data/serialization_id" => {
+                !bytes.is_empty()
+                    && bytes.len() <= 64
+                    && bytes.iter().all(u8::is_ascii_alphanumeric)
+            }
             _ => false,
         };
         if plain {
@@ -652,14 +826,23 @@ impl Pt2 {
         // (or left as the archive holds them, empty).
         let mut side_entries = BTreeMap::new();
         let written = match side_stored {
-            SideStored::Written => [(Kind::Weight, &self.weights), (Kind::Constant, &self.constants)].to_vec(),
+            SideStored::Written => {
+                [(Kind::Weight, &self.weights), (Kind::Constant, &self.constants)].to_vec()
+            }
             SideStored::LeftInPlace => Vec::new(),
         };
         for (kind, tables) in written {
             for (model, config) in tables {
-                for (fqn, meta) in config.config.iter().filter(|(fqn, meta)| !meta.use_pickle && self.side_bytes(kind, fqn).is_some()) {
+                for (fqn, meta) in config
+                    .config
+                    .iter()
+                    .filter(|(fqn, meta)| !meta.use_pickle && self.side_bytes(kind, fqn).is_some())
+                {
                     if let Some(source) = self.stored(kind, model, fqn)? {
-                        side_entries.insert(format!("{}data/{}/{}", self.prefix, kind.folder(), meta.path_name), source);
+                        side_entries.insert(
+                            format!("{}data/{}/{}", self.prefix, kind.folder(), meta.path_name),
+                            source,
+                        );
                     }
                 }
             }
@@ -674,7 +857,10 @@ impl Pt2 {
         for entry in &self.archive.entries()[kept..] {
             if let Some(source) = side_entries.get(entry.name.as_str()) {
                 // Its pages need not stay resident once written (a checkpoint of many GiB streams through).
-                add_weight(&mut out, &entry.name, source.bytes, source.cast, |piece| self.release(piece)).map_err(write_error)?;
+                add_weight(&mut out, &entry.name, source.bytes, source.cast, |piece| {
+                    self.release(piece)
+                })
+                .map_err(write_error)?;
                 continue;
             }
             match self.rebuilt(entry, programs) {
@@ -718,7 +904,8 @@ enum SideStored {
 fn side_cast(entry: &SideEntry, meta: &PayloadMeta) -> Result<Option<cast::Cast>, String> {
     let SideEntry::Stored(.., stored) = entry else { return Ok(None) };
     let t = meta.tensor_meta.as_ref().ok_or("has no tensor metadata")?;
-    let to = hfx_dtype::DType::from_pt2(i32::try_from(t.dtype).unwrap_or(-1)).ok_or_else(|| format!("unknown dtype code {}", t.dtype))?;
+    let to = hfx_dtype::DType::from_pt2(i32::try_from(t.dtype).unwrap_or(-1))
+        .ok_or_else(|| format!("unknown dtype code {}", t.dtype))?;
     cast::Cast::of_stored(stored, to)
 }
 
@@ -775,13 +962,19 @@ pub(crate) mod testing {
                 storage_offset: SymInt::AsInt(t.offset),
                 layout: 7,
             };
-            let meta = PayloadMeta { path_name: format!("weight_{i}"), is_param: true, use_pickle: false, tensor_meta: Some(tensor_meta) };
+            let meta = PayloadMeta {
+                path_name: format!("weight_{i}"),
+                is_param: true,
+                use_pickle: false,
+                tensor_meta: Some(tensor_meta),
+            };
             config.config.insert(t.fqn.to_string(), meta);
             if let Some(bytes) = &t.bytes {
                 w.add(&format!("t/data/weights/weight_{i}"), bytes).unwrap();
             }
         }
-        w.add("t/data/weights/model_weights_config.json", &serde_json::to_vec(&config).unwrap()).unwrap();
+        w.add("t/data/weights/model_weights_config.json", &serde_json::to_vec(&config).unwrap())
+            .unwrap();
         w.add("t/models/model.json", program_json().as_bytes()).unwrap();
         w.add("t/archive_format", b"pt2").unwrap();
         w.finish().unwrap();
@@ -808,26 +1001,54 @@ mod tests {
     fn an_entry_written_in_chunks_is_the_entry_written_whole() {
         let dir = tempfile::tempdir().unwrap();
         let source = dir.path().join("source");
-        std::fs::write(&source, (0..40_000u32).flat_map(|i| (i as f32 * 0.37).to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+        std::fs::write(
+            &source,
+            (0..40_000u32).flat_map(|i| (i as f32 * 0.37).to_le_bytes()).collect::<Vec<u8>>(),
+        )
+        .unwrap();
         // SAFETY: a file of this test's own.
         let map = unsafe { memmap2::Mmap::map(&std::fs::File::open(&source).unwrap()) }.unwrap();
         let bytes = &map[64..64 + 4 * 30_001];
-        for cast in [None, cast::Cast::new(hfx_dtype::DType::Float32, hfx_dtype::DType::Bfloat16), cast::Cast::new(hfx_dtype::DType::Float32, hfx_dtype::DType::Float16)] {
+        for cast in [
+            None,
+            cast::Cast::new(hfx_dtype::DType::Float32, hfx_dtype::DType::Bfloat16),
+            cast::Cast::new(hfx_dtype::DType::Float32, hfx_dtype::DType::Float16),
+        ] {
             let (chunked, whole) = (dir.path().join("chunked.pt2"), dir.path().join("whole.pt2"));
             let mut w = ArchiveWriter::create(&chunked).unwrap();
-            add_weight_in(&mut w, "m/data/weights/weight_0", bytes, cast, |piece| release_from(&map, piece), 4096 + 4).unwrap();
+            add_weight_in(
+                &mut w,
+                "m/data/weights/weight_0",
+                bytes,
+                cast,
+                |piece| release_from(&map, piece),
+                4096 + 4,
+            )
+            .unwrap();
             w.finish().unwrap();
             let mut w = ArchiveWriter::create(&whole).unwrap();
             match cast {
                 None => w.add("m/data/weights/weight_0", bytes).unwrap(),
-                Some(c) => w.add_streamed("m/data/weights/weight_0", c.output_len(bytes.len()) as u64, c.crc32(bytes), |mut out| c.write(bytes, &mut out)).unwrap(),
+                Some(c) => w
+                    .add_streamed(
+                        "m/data/weights/weight_0",
+                        c.output_len(bytes.len()) as u64,
+                        c.crc32(bytes),
+                        |mut out| c.write(bytes, &mut out),
+                    )
+                    .unwrap(),
             }
             w.finish().unwrap();
             assert!(std::fs::read(&chunked).unwrap() == std::fs::read(&whole).unwrap(), "{cast:?}");
         }
     }
 
-    fn weight(sizes: &[i64], strides: &[i64], offset: i64, bytes: Option<Vec<u8>>) -> Stored<'static> {
+    fn weight(
+        sizes: &[i64],
+        strides: &[i64],
+        offset: i64,
+        bytes: Option<Vec<u8>>,
+    ) -> Stored<'static> {
         Stored { fqn: "w", sizes: sizes.to_vec(), strides: strides.to_vec(), offset, bytes }
     }
 
@@ -839,7 +1060,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("o.pt2");
         assert_eq!(pt2.write(&out, &BTreeMap::new()).expect_err("write refused").to_string(), e);
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing written, no temp file");
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "nothing written, no temp file"
+        );
         e
     }
 
@@ -855,7 +1080,10 @@ mod tests {
         let e = weight_error(weight(&[2, 3], &[3, 1], 0, Some(floats(5))));
         assert_eq!(e, "t.pt2: weight `w`: its entry `t/data/weights/weight_0` holds 20 bytes, the tensor needs 24");
         let e = weight_error(weight(&[2, 3], &[3, 1], 0, Some(vec![])));
-        assert_eq!(e, "t.pt2: weight `w`: its entry `t/data/weights/weight_0` is empty, the tensor needs 24");
+        assert_eq!(
+            e,
+            "t.pt2: weight `w`: its entry `t/data/weights/weight_0` is empty, the tensor needs 24"
+        );
         let e = weight_error(weight(&[2, 3], &[3, 1], 0, None));
         assert_eq!(e, "t.pt2: weight `w`: its entry `t/data/weights/weight_0` is missing");
         let e = weight_error(weight(&[1 << 62], &[1], 0, Some(floats(4))));
@@ -876,9 +1104,15 @@ mod tests {
         bytes[entry.offset as usize + 10] ^= 0x40;
         let pt2 = open(bytes);
         let e = pt2.weight("model", "w").err().unwrap().to_string();
-        assert_eq!(e, "t.pt2: weight `w`: entry `t/data/weights/weight_0` is corrupt (CRC-32 mismatch)");
+        assert_eq!(
+            e,
+            "t.pt2: weight `w`: entry `t/data/weights/weight_0` is corrupt (CRC-32 mismatch)"
+        );
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(pt2.write(&dir.path().join("o.pt2"), &BTreeMap::new()).err().unwrap().to_string(), e);
+        assert_eq!(
+            pt2.write(&dir.path().join("o.pt2"), &BTreeMap::new()).err().unwrap().to_string(),
+            e
+        );
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 
@@ -887,7 +1121,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let side = dir.path().join("p.pt2.weights");
         std::fs::write(&side, floats(10)).unwrap();
-        let index = |length: usize| format!(r#"{{"files": ["p.pt2.weights"], "weights": {{"w": [0, 0, {length}]}}, "constants": {{}}}}"#);
+        let index = |length: usize| {
+            format!(
+                r#"{{"files": ["p.pt2.weights"], "weights": {{"w": [0, 0, {length}]}}, "constants": {{}}}}"#
+            )
+        };
         // The archive holds the weight empty, as the worker's hand-off save does.
         let mut pt2 = open(archive(&[weight(&[2, 4], &[4, 1], 0, Some(vec![]))]));
         std::fs::write(dir.path().join("p.pt2.weights.json"), index(32)).unwrap();
@@ -896,14 +1134,26 @@ mod tests {
         let mut pt2 = open(archive(&[weight(&[2, 4], &[4, 1], 0, Some(vec![]))]));
         std::fs::write(dir.path().join("p.pt2.weights.json"), index(28)).unwrap();
         let e = pt2.attach_side_weights(&side, &[]).err().unwrap().to_string();
-        assert_eq!(e, format!("{}: weight `w`: holds 28 bytes, the tensor needs 32", side.display()));
+        assert_eq!(
+            e,
+            format!("{}: weight `w`: holds 28 bytes, the tensor needs 32", side.display())
+        );
         std::fs::write(dir.path().join("p.pt2.weights.json"), index(41)).unwrap();
         let e = pt2.attach_side_weights(&side, &[]).err().unwrap().to_string();
         assert!(e.contains("weight `w`: bytes 0+41 past the end (40)"), "{e}");
         // Without a side entry the archive's empty entry is what there is.
-        std::fs::write(dir.path().join("p.pt2.weights.json"), r#"{"files": ["p.pt2.weights"], "weights": {}, "constants": {}}"#).unwrap();
+        std::fs::write(
+            dir.path().join("p.pt2.weights.json"),
+            r#"{"files": ["p.pt2.weights"], "weights": {}, "constants": {}}"#,
+        )
+        .unwrap();
         pt2.attach_side_weights(&side, &[]).unwrap();
-        assert!(pt2.weight("model", "w").err().unwrap().to_string().contains("is empty, the tensor needs 32"));
+        assert!(pt2
+            .weight("model", "w")
+            .err()
+            .unwrap()
+            .to_string()
+            .contains("is empty, the tensor needs 32"));
     }
 
     /// A folder with an empty side file `p.pt2.weights` and a checkpoint
@@ -928,13 +1178,20 @@ mod tests {
         use crate::prewrite::{Checkpoints, Prewriting};
         use crate::trace::protocol::PlannedWeight;
         let prewritten = |out: &Path, plan: &Vec<PlannedWeight>, sources: &Path| {
-            let (out, plan, checkpoints) = (out.to_path_buf(), plan.clone(), Checkpoints::new(&[sources.to_path_buf()]));
+            let (out, plan, checkpoints) =
+                (out.to_path_buf(), plan.clone(), Checkpoints::new(&[sources.to_path_buf()]));
             Prewriting::start(move |stop| super::prewrite::write(&out, plan, checkpoints, stop))
         };
         let (dir, side, checkpoint) = side_file_and_checkpoint();
         let index = serde_json::json!({"files": ["p.pt2.weights", checkpoint], "weights": {"a": [1, 16, 32], "b": [1, 0, 32]}, "constants": {}});
         std::fs::write(dir.path().join("p.pt2.weights.json"), index.to_string()).unwrap();
-        let stored = |fqn| Stored { fqn, sizes: vec![2, 4], strides: vec![4, 1], offset: 0, bytes: Some(vec![]) };
+        let stored = |fqn| Stored {
+            fqn,
+            sizes: vec![2, 4],
+            strides: vec![4, 1],
+            offset: 0,
+            bytes: Some(vec![]),
+        };
         let mut pt2 = open(archive(&[stored("a"), stored("b")]));
         pt2.attach_side_weights(&side, std::slice::from_ref(&checkpoint)).unwrap();
         let programs = pt2.programs.clone();
@@ -959,21 +1216,40 @@ mod tests {
             (vec![planned("weight_0", 16, "bfloat16")], 0),
             (vec![planned("weight_0", 16, "complex32")], 0),
         ];
-        let before: std::collections::BTreeSet<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let before: std::collections::BTreeSet<_> =
+            std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         for (plan, kept) in cases {
             let out = dir.path().join("out.pt2");
-            assert_eq!(pt2.write_continuing(&out, &programs, prewritten(&out, &plan, &checkpoint).finish()).unwrap(), kept, "{plan:?}");
-            assert!(std::fs::read(&out).unwrap() == std::fs::read(&plain).unwrap(), "{plan:?}: other bytes");
+            assert_eq!(
+                pt2.write_continuing(
+                    &out,
+                    &programs,
+                    prewritten(&out, &plan, &checkpoint).finish()
+                )
+                .unwrap(),
+                kept,
+                "{plan:?}"
+            );
+            assert!(
+                std::fs::read(&out).unwrap() == std::fs::read(&plain).unwrap(),
+                "{plan:?}: other bytes"
+            );
             std::fs::remove_file(&out).unwrap();
             // Written for another path: not kept.
-            let elsewhere = prewritten(&dir.path().join("elsewhere.pt2"), &plan, &checkpoint).finish();
+            let elsewhere =
+                prewritten(&dir.path().join("elsewhere.pt2"), &plan, &checkpoint).finish();
             assert_eq!(pt2.write_continuing(&out, &programs, elsewhere).unwrap(), 0);
             std::fs::remove_file(&out).unwrap();
             // A plan naming a file that is not one of the checkpoint's: nothing is read.
             assert!(prewritten(&out, &plan, &side).finish().is_none(), "{plan:?}");
         }
-        drop(prewritten(&dir.path().join("failed.pt2"), &vec![planned("weight_0", 16, "float32")], &checkpoint));
-        let after: std::collections::BTreeSet<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        drop(prewritten(
+            &dir.path().join("failed.pt2"),
+            &vec![planned("weight_0", 16, "float32")],
+            &checkpoint,
+        ));
+        let after: std::collections::BTreeSet<_> =
+            std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(before, after, "temp files left");
     }
 
@@ -990,14 +1266,29 @@ mod tests {
         };
         let mut pt2 = open(archive(&[weight(&[2, 4], &[4, 1], 0, Some(vec![]))]));
         // Named through another path (`dir/./model.safetensors`): the same file.
-        std::fs::write(dir.path().join("p.pt2.weights.json"), index(&dir.path().join(".").join("model.safetensors"))).unwrap();
+        std::fs::write(
+            dir.path().join("p.pt2.weights.json"),
+            index(&dir.path().join(".").join("model.safetensors")),
+        )
+        .unwrap();
         pt2.attach_side_weights(&side, std::slice::from_ref(&checkpoint)).unwrap();
         assert_eq!(pt2.weight("model", "w").unwrap().unwrap(), &floats(8)[..]);
         std::fs::write(dir.path().join("p.pt2.weights.json"), index(&secret)).unwrap();
-        let e = pt2.attach_side_weights(&side, std::slice::from_ref(&checkpoint)).err().unwrap().to_string();
-        assert!(e.contains(&format!("names `{}`, which is not a checkpoint file of the model folder", secret.display())), "{e}");
+        let e = pt2
+            .attach_side_weights(&side, std::slice::from_ref(&checkpoint))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains(&format!(
+                "names `{}`, which is not a checkpoint file of the model folder",
+                secret.display()
+            )),
+            "{e}"
+        );
         // The side file itself is a name beside the index, never a path.
-        let outside = format!(r#"{{"files": ["{}"], "weights": {{}}, "constants": {{}}}}"#, secret.display());
+        let outside =
+            format!(r#"{{"files": ["{}"], "weights": {{}}, "constants": {{}}}}"#, secret.display());
         std::fs::write(dir.path().join("p.pt2.weights.json"), outside).unwrap();
         let e = pt2.attach_side_weights(&side, &[]).err().unwrap().to_string();
         assert!(e.contains("is not a file name beside it"), "{e}");
@@ -1021,35 +1312,61 @@ mod tests {
 
         let out = dir.path().join("for-worker.pt2");
         pt2.write_indexed(&out, &pt2.programs.clone()).unwrap();
-        let written: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join("for-worker.pt2.weights.json")).unwrap()).unwrap();
+        let written: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(dir.path().join("for-worker.pt2.weights.json")).unwrap(),
+        )
+        .unwrap();
         let canonical = checkpoint.canonicalize().unwrap();
         assert_eq!(written["files"][1], serde_json::json!(canonical), "{written}");
         assert_eq!(written["weights"]["w"], serde_json::json!([1, 16, 32]));
         // The archive holds no weight bytes; read back with the index, it has them all.
         let mut back = Pt2::open(&out).unwrap();
-        let entry_lengths: u64 = back.archive().entries().iter().filter(|e| e.name.contains("/data/weights/") && !e.name.ends_with(".json")).map(|e| e.len).sum();
+        let entry_lengths: u64 = back
+            .archive()
+            .entries()
+            .iter()
+            .filter(|e| e.name.contains("/data/weights/") && !e.name.ends_with(".json"))
+            .map(|e| e.len)
+            .sum();
         assert_eq!(entry_lengths, 0);
         // Every file is named by its absolute path: an index only the worker reads
         // (the host's own reading wants its first file beside the index).
-        let e = back.attach_side_weights(&side_weights_path(&out), &pt2.side_files()).unwrap_err().to_string();
+        let e = back
+            .attach_side_weights(&side_weights_path(&out), &pt2.side_files())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("is not a file name beside it"), "{e}");
     }
 
     /// The bytes of a `.pt2` whose weight `w` and constants are as given, with
     /// `extra` entries after the programs.
-    fn archive_with(weight: PayloadMeta, constants: &[(&str, PayloadMeta)], extra: &[(&str, &[u8])]) -> Vec<u8> {
+    fn archive_with(
+        weight: PayloadMeta,
+        constants: &[(&str, PayloadMeta)],
+        extra: &[(&str, &[u8])],
+    ) -> Vec<u8> {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.pt2");
         let mut w = ArchiveWriter::create(&path).unwrap();
         w.add(&format!("t/data/weights/{}", weight.path_name), &floats(4)).unwrap();
         let config = PayloadConfig { config: [("w".to_string(), weight)].into() };
-        w.add("t/data/weights/model_weights_config.json", &serde_json::to_vec(&config).unwrap()).unwrap();
+        w.add("t/data/weights/model_weights_config.json", &serde_json::to_vec(&config).unwrap())
+            .unwrap();
         if !constants.is_empty() {
             for (_, meta) in constants {
                 w.add(&format!("t/data/constants/{}", meta.path_name), &floats(4)).unwrap();
             }
-            let config = PayloadConfig { config: constants.iter().map(|(fqn, meta)| (fqn.to_string(), meta.clone())).collect() };
-            w.add("t/data/constants/model_constants_config.json", &serde_json::to_vec(&config).unwrap()).unwrap();
+            let config = PayloadConfig {
+                config: constants
+                    .iter()
+                    .map(|(fqn, meta)| (fqn.to_string(), meta.clone()))
+                    .collect(),
+            };
+            w.add(
+                "t/data/constants/model_constants_config.json",
+                &serde_json::to_vec(&config).unwrap(),
+            )
+            .unwrap();
         }
         w.add("t/models/model.json", program_json().as_bytes()).unwrap();
         for (name, bytes) in extra {
@@ -1071,11 +1388,19 @@ mod tests {
             storage_offset: schema::SymInt::AsInt(0),
             layout: 7,
         };
-        PayloadMeta { path_name: path_name.into(), is_param: true, use_pickle, tensor_meta: (!use_pickle).then_some(tensor_meta) }
+        PayloadMeta {
+            path_name: path_name.into(),
+            is_param: true,
+            use_pickle,
+            tensor_meta: (!use_pickle).then_some(tensor_meta),
+        }
     }
 
     fn read_error(bytes: Vec<u8>) -> String {
-        let e = Pt2::read(Archive::from_bytes(Path::new("t.pt2"), bytes).unwrap()).err().expect("refused").to_string();
+        let e = Pt2::read(Archive::from_bytes(Path::new("t.pt2"), bytes).unwrap())
+            .err()
+            .expect("refused")
+            .to_string();
         assert!(e.starts_with("t.pt2: ") && !e.contains('\n'), "{e}");
         e
     }
@@ -1092,16 +1417,35 @@ mod tests {
             "t.pt2: weight `w` is stored pickled (`weight_0`): pickled weights are not loaded from untrusted files; \
              re-export with torch >= 2.13 from plain tensors, or save tensors plainly"
         );
-        let e = read_error(archive_with(stored_meta("weight_0", false), &[("c", stored_meta("tensor_0", true))], &[]));
+        let e = read_error(archive_with(
+            stored_meta("weight_0", false),
+            &[("c", stored_meta("tensor_0", true))],
+            &[],
+        ));
         assert!(e.contains("constant `c` is stored pickled"), "{e}");
         for object in ["custom_obj_0", "opaque_obj_0", "weight_0"] {
-            let e = read_error(archive_with(stored_meta("weight_0", false), &[("c", stored_meta(object, false))], &[]));
-            assert!(e.contains(&format!("constant `c` is an object, not a tensor (`{object}`)")), "{e}");
+            let e = read_error(archive_with(
+                stored_meta("weight_0", false),
+                &[("c", stored_meta(object, false))],
+                &[],
+            ));
+            assert!(
+                e.contains(&format!("constant `c` is an object, not a tensor (`{object}`)")),
+                "{e}"
+            );
         }
-        let e = read_error(archive_with(stored_meta("weight_0", false), &[], &[("t/data/weights/model.pt", b"pickle")]));
+        let e = read_error(archive_with(
+            stored_meta("weight_0", false),
+            &[],
+            &[("t/data/weights/model.pt", b"pickle")],
+        ));
         assert!(e.contains("`t/data/weights/model.pt` is a pickled state dict"), "{e}");
         // Plain tensors are read.
-        let pt2 = open(archive_with(stored_meta("weight_0", false), &[("c", stored_meta("tensor_0", false))], &[]));
+        let pt2 = open(archive_with(
+            stored_meta("weight_0", false),
+            &[("c", stored_meta("tensor_0", false))],
+            &[],
+        ));
         assert_eq!(pt2.weight("model", "w").unwrap().unwrap(), &floats(4)[..]);
     }
 
@@ -1122,12 +1466,17 @@ mod tests {
             ("t/.data/version", b"code()"),
             ("elsewhere/file", b"outside"),
         ];
-        let pt2 = open(archive_with(stored_meta("weight_0", false), &[("c", stored_meta("tensor_0", false))], extra));
+        let pt2 = open(archive_with(
+            stored_meta("weight_0", false),
+            &[("c", stored_meta("tensor_0", false))],
+            extra,
+        ));
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("o.pt2");
         pt2.write(&out, &pt2.programs.clone()).unwrap();
         let written = Pt2::open(&out).unwrap();
-        let names: Vec<&str> = written.archive().entries().iter().map(|e| e.name.as_str()).collect();
+        let names: Vec<&str> =
+            written.archive().entries().iter().map(|e| e.name.as_str()).collect();
         assert_eq!(
             names,
             [
@@ -1142,7 +1491,8 @@ mod tests {
                 "t/archive_format",
             ]
         );
-        let bytes = |name: &str| written.archive().bytes(written.archive().entry(name).unwrap()).to_vec();
+        let bytes =
+            |name: &str| written.archive().bytes(written.archive().entry(name).unwrap()).to_vec();
         assert!(bytes("t/data/sample_inputs/model.pt").is_empty());
         assert_eq!(bytes("t/data/weights/weight_0"), floats(4));
         assert_eq!(written.weights, pt2.weights);
@@ -1157,11 +1507,24 @@ mod tests {
         let (send, receive) = std::sync::mpsc::channel();
         let path = fifo.clone();
         std::thread::spawn(move || send.send(Pt2::open(&path).err().map(|e| e.to_string())));
-        let e = receive.recv_timeout(std::time::Duration::from_secs(10)).expect("Pt2::open hung on a FIFO").unwrap();
-        assert_eq!(e, format!("{}: is a FIFO (named pipe), not a regular file; give the path of a regular file", fifo.display()));
+        let e = receive
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("Pt2::open hung on a FIFO")
+            .unwrap();
+        assert_eq!(
+            e,
+            format!(
+                "{}: is a FIFO (named pipe), not a regular file; give the path of a regular file",
+                fifo.display()
+            )
+        );
         // The side weights file too.
         let mut pt2 = open(archive(&[]));
-        std::fs::write(dir.path().join("in.pt2.json"), r#"{"files": ["in.pt2"], "weights": {}, "constants": {}}"#).unwrap();
+        std::fs::write(
+            dir.path().join("in.pt2.json"),
+            r#"{"files": ["in.pt2"], "weights": {}, "constants": {}}"#,
+        )
+        .unwrap();
         let e = pt2.attach_side_weights(&fifo, &[]).err().unwrap().to_string();
         assert!(e.contains("FIFO"), "{e}");
     }

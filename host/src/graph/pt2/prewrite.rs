@@ -29,7 +29,12 @@ pub(super) struct Written {
 /// The entries of `plan` written in order into a temp file beside `path`,
 /// up to the first whose bytes `checkpoints` does not give or until `stop`;
 /// None if none was or a write failed.
-pub fn write(path: &Path, plan: Vec<PlannedWeight>, mut checkpoints: Checkpoints, stop: &AtomicBool) -> Option<Prewritten> {
+pub fn write(
+    path: &Path,
+    plan: Vec<PlannedWeight>,
+    mut checkpoints: Checkpoints,
+    stop: &AtomicBool,
+) -> Option<Prewritten> {
     let mut writer = match ArchiveWriter::create(path) {
         Ok(writer) => writer,
         Err(e) => {
@@ -43,11 +48,21 @@ pub fn write(path: &Path, plan: Vec<PlannedWeight>, mut checkpoints: Checkpoints
             return None;
         }
         let Some(got) = checkpoints.get(&planned) else { break };
-        if let Err(e) = super::add_weight(&mut writer, &planned.name, got.bytes, got.cast, |piece| super::release_from(&got.from.map, piece)) {
+        if let Err(e) =
+            super::add_weight(&mut writer, &planned.name, got.bytes, got.cast, |piece| {
+                super::release_from(&got.from.map, piece)
+            })
+        {
             tracing::info!("weights are written at the emit step: {}: {e}", path.display());
             return None;
         }
-        let place = Place { file: got.from.path.clone(), offset: got.offset, length: planned.length, cast: got.cast, transposed: None };
+        let place = Place {
+            file: got.from.path.clone(),
+            offset: got.offset,
+            length: planned.length,
+            cast: got.cast,
+            transposed: None,
+        };
         entries.push(Written { name: planned.name, place });
     }
     // Idle until the emit step: its buffers are not held meanwhile.

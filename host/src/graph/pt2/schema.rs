@@ -383,7 +383,8 @@ mod tests {
         let min: F64 = serde_json::from_str("-3.4028234663852886e+38").unwrap();
         assert_eq!(min.0, f32::MIN as f64);
         assert_eq!(serde_json::to_string(&min).unwrap().parse::<f64>().unwrap(), f32::MIN as f64);
-        for (text, value) in [("\"Infinity\"", f64::INFINITY), ("\"-Infinity\"", f64::NEG_INFINITY)] {
+        for (text, value) in [("\"Infinity\"", f64::INFINITY), ("\"-Infinity\"", f64::NEG_INFINITY)]
+        {
             let parsed: F64 = serde_json::from_str(text).unwrap();
             assert_eq!(parsed.0, value);
             assert_eq!(serde_json::to_string(&parsed).unwrap(), text);

@@ -19,7 +19,11 @@ pub fn parse(srepr: &str) -> Result<Expr, String> {
     let e = p.expr()?;
     p.skip_ws();
     if p.at != p.s.len() {
-        return Err(format!("unexpected `{}` in sympy expression `{}`", excerpt(&p.s[p.at..]), excerpt(p.s)));
+        return Err(format!(
+            "unexpected `{}` in sympy expression `{}`",
+            excerpt(&p.s[p.at..]),
+            excerpt(p.s)
+        ));
     }
     Ok(e)
 }
@@ -51,8 +55,12 @@ pub fn print(e: &Expr) -> String {
             })
             .collect::<Vec<_>>()
             .join("*"),
-        Expr::Call(f, args) if f == "Pow" && args.len() == 2 => format!("{}**{}", print(&args[0]), print(&args[1])),
-        Expr::Call(f, args) => format!("{f}({})", args.iter().map(print).collect::<Vec<_>>().join(", ")),
+        Expr::Call(f, args) if f == "Pow" && args.len() == 2 => {
+            format!("{}**{}", print(&args[0]), print(&args[1]))
+        }
+        Expr::Call(f, args) => {
+            format!("{f}({})", args.iter().map(print).collect::<Vec<_>>().join(", "))
+        }
     }
 }
 
@@ -91,7 +99,9 @@ impl Parser<'_> {
     fn ident(&mut self) -> String {
         self.skip_ws();
         let start = self.at;
-        while self.at < self.s.len() && (self.s[self.at].is_ascii_alphanumeric() || self.s[self.at] == b'_') {
+        while self.at < self.s.len()
+            && (self.s[self.at].is_ascii_alphanumeric() || self.s[self.at] == b'_')
+        {
             self.at += 1;
         }
         String::from_utf8_lossy(&self.s[start..self.at]).into_owned()
@@ -159,7 +169,9 @@ impl Parser<'_> {
                 }
                 self.eat(b')')?;
                 Ok(match name.as_str() {
-                    "Symbol" => Expr::Symbol(strings.into_iter().next().ok_or("Symbol without a name")?),
+                    "Symbol" => {
+                        Expr::Symbol(strings.into_iter().next().ok_or("Symbol without a name")?)
+                    }
                     "Integer" => match args.as_slice() {
                         [Expr::Integer(i)] => Expr::Integer(*i),
                         _ => return Err("Integer without a value".into()),
@@ -179,7 +191,10 @@ impl Parser<'_> {
         while self.at < self.s.len() && self.s[self.at].is_ascii_digit() {
             self.at += 1;
         }
-        std::str::from_utf8(&self.s[start..self.at]).unwrap_or("").parse().map_err(|_| "bad integer".to_string())
+        std::str::from_utf8(&self.s[start..self.at])
+            .unwrap_or("")
+            .parse()
+            .map_err(|_| "bad integer".to_string())
     }
 
     fn string(&mut self) -> Result<String, String> {
@@ -204,7 +219,10 @@ mod tests {
         assert_eq!(printed(s).unwrap(), "s77");
         assert_eq!(printed(&format!("Mul(Integer(2), {s})")).unwrap(), "2*s77");
         assert_eq!(printed(&format!("Add({s}, Integer(-1))")).unwrap(), "s77 + -1");
-        assert_eq!(printed(&format!("Mul(Integer(4), Add({s}, Integer(1)))")).unwrap(), "4*(s77 + 1)");
+        assert_eq!(
+            printed(&format!("Mul(Integer(4), Add({s}, Integer(1)))")).unwrap(),
+            "4*(s77 + 1)"
+        );
         assert_eq!(printed(&format!("FloorDiv({s}, Integer(2))")).unwrap(), "FloorDiv(s77, 2)");
         assert!(parse("Mul(Integer(2), ").is_err());
         assert!(parse("Symbol('s1') trailing").is_err());
@@ -213,8 +231,12 @@ mod tests {
     #[test]
     fn piecewise_conditions_and_bare_singletons_parse() {
         let s = "Symbol('s0', positive=True, integer=True)";
-        let piecewise = format!("Piecewise((Integer(1), StrictLessThan({s}, Integer(4))), (Integer(0), true))");
-        assert_eq!(printed(&piecewise).unwrap(), "Piecewise(Tuple(1, StrictLessThan(s0, 4)), Tuple(0, true))");
+        let piecewise =
+            format!("Piecewise((Integer(1), StrictLessThan({s}, Integer(4))), (Integer(0), true))");
+        assert_eq!(
+            printed(&piecewise).unwrap(),
+            "Piecewise(Tuple(1, StrictLessThan(s0, 4)), Tuple(0, true))"
+        );
         assert_eq!(printed(&format!("Max({s}, oo)")).unwrap(), "Max(s0, oo)");
         assert!(parse("(Integer(1), ").is_err());
     }

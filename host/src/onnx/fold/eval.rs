@@ -130,8 +130,14 @@ fn constant_value(node: &Node) -> Option<Known> {
     match (name.as_str(), value) {
         ("value_int", Attribute::Int(i)) => Some(Known::ints(vec![], vec![*i])),
         ("value_ints", Attribute::Ints(v)) => Some(Known::ints(vec![v.len() as i64], v.clone())),
-        ("value_float", Attribute::Float(f)) => Some(Known::new(FLOAT, vec![], Data::Float(vec![*f as f64]))),
-        ("value_floats", Attribute::Floats(v)) => Some(Known::new(FLOAT, vec![v.len() as i64], Data::Float(v.iter().map(|&f| f as f64).collect()))),
+        ("value_float", Attribute::Float(f)) => {
+            Some(Known::new(FLOAT, vec![], Data::Float(vec![*f as f64])))
+        }
+        ("value_floats", Attribute::Floats(v)) => Some(Known::new(
+            FLOAT,
+            vec![v.len() as i64],
+            Data::Float(v.iter().map(|&f| f as f64).collect()),
+        )),
         _ => None,
     }
 }
@@ -168,14 +174,14 @@ pub(super) fn evaluate(node: &Node, inputs: &[Option<&Known>]) -> Option<Vec<Kno
         "Constant" => one(constant_value(node)?),
         "Identity" => one(input(0)?.clone()),
         "Cast" => one(input(0)?.cast(int_attr(node, "to")? as i32)?),
-        "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Max" | "Min" | "Equal" | "Less" | "LessOrEqual" | "Greater" | "GreaterOrEqual" | "And" | "Or"
+        "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Max" | "Min" | "Equal" | "Less"
+        | "LessOrEqual" | "Greater" | "GreaterOrEqual" | "And" | "Or"
             if inputs.len() == 2 =>
         {
             one(binary(input(0)?, input(1)?, op)?)
         }
-        "Neg" | "Cos" | "Sin" | "Sqrt" | "Reciprocal" | "Exp" | "Log" | "Abs" | "Floor" | "Ceil" | "Tanh" | "Sigmoid" | "Not" | "Sign" => {
-            one(unary(input(0)?, op)?)
-        }
+        "Neg" | "Cos" | "Sin" | "Sqrt" | "Reciprocal" | "Exp" | "Log" | "Abs" | "Floor"
+        | "Ceil" | "Tanh" | "Sigmoid" | "Not" | "Sign" => one(unary(input(0)?, op)?),
         "Unsqueeze" | "Squeeze" => one(unsqueeze_or_squeeze(node, inputs)?),
         "Reshape" => one(reshape(node, inputs)?),
         "Concat" => one(concat(node, inputs)?),
@@ -196,7 +202,6 @@ pub(super) fn evaluate(node: &Node, inputs: &[Option<&Known>]) -> Option<Vec<Kno
     }
 }
 
-
 /// `Unsqueeze` / `Squeeze` on `axes` (Squeeze without axes: every size-1 axis).
 fn unsqueeze_or_squeeze(node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
     let input = |i: usize| inputs.get(i).copied().flatten();
@@ -204,7 +209,9 @@ fn unsqueeze_or_squeeze(node: &Node, inputs: &[Option<&Known>]) -> Option<Known>
     let x = input(0)?;
     let axes = match input(1) {
         Some(a) => a.int_values()?,
-        None if op == "Squeeze" => x.dims.iter().enumerate().filter(|(_, &d)| d == 1).map(|(i, _)| i as i64).collect(),
+        None if op == "Squeeze" => {
+            x.dims.iter().enumerate().filter(|(_, &d)| d == 1).map(|(i, _)| i as i64).collect()
+        }
         None => return None,
     };
     let mut dims = x.dims.clone();
@@ -214,7 +221,8 @@ fn unsqueeze_or_squeeze(node: &Node, inputs: &[Option<&Known>]) -> Option<Known>
         sorted.sort();
         sorted.iter().for_each(|&a| dims.insert(a, 1));
     } else {
-        let mut sorted: Vec<usize> = axes.iter().map(|&a| axis(a, dims.len())).collect::<Option<_>>()?;
+        let mut sorted: Vec<usize> =
+            axes.iter().map(|&a| axis(a, dims.len())).collect::<Option<_>>()?;
         sorted.sort();
         for &a in sorted.iter().rev() {
             if dims[a] != 1 {
@@ -234,7 +242,11 @@ fn reshape(node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
     if int_attr(node, "allowzero") == Some(1) {
         return None;
     }
-    let mut dims: Vec<i64> = shape.iter().enumerate().map(|(i, &d)| if d == 0 { x.dims.get(i).copied().unwrap_or(0) } else { d }).collect();
+    let mut dims: Vec<i64> = shape
+        .iter()
+        .enumerate()
+        .map(|(i, &d)| if d == 0 { x.dims.get(i).copied().unwrap_or(0) } else { d })
+        .collect();
     let known: i64 = dims.iter().filter(|&&d| d != -1).product();
     if let Some(slot) = dims.iter_mut().find(|d| **d == -1) {
         *slot = if known == 0 { 0 } else { count(&x.dims) as i64 / known };
@@ -263,8 +275,18 @@ fn concat(node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
         }
     }
     let data = match &first.data {
-        Data::Float(_) => Data::Float(picks.iter().map(|&(k, i)| if let Data::Float(v) = &parts[k].data { v[i] } else { 0.0 }).collect()),
-        Data::Int(_) => Data::Int(picks.iter().map(|&(k, i)| if let Data::Int(v) = &parts[k].data { v[i] } else { 0 }).collect()),
+        Data::Float(_) => Data::Float(
+            picks
+                .iter()
+                .map(|&(k, i)| if let Data::Float(v) = &parts[k].data { v[i] } else { 0.0 })
+                .collect(),
+        ),
+        Data::Int(_) => Data::Int(
+            picks
+                .iter()
+                .map(|&(k, i)| if let Data::Int(v) = &parts[k].data { v[i] } else { 0 })
+                .collect(),
+        ),
     };
     Some(Known { dtype: first.dtype, dims, data })
 }
@@ -302,10 +324,22 @@ fn select(_node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
         return None;
     }
     let condition = c.int_values()?;
-    let (ic, ix, iy) = (broadcast_indices(&c.dims, &dims), broadcast_indices(&x.dims, &dims), broadcast_indices(&y.dims, &dims));
+    let (ic, ix, iy) = (
+        broadcast_indices(&c.dims, &dims),
+        broadcast_indices(&x.dims, &dims),
+        broadcast_indices(&y.dims, &dims),
+    );
     let data = match (&x.data, &y.data) {
-        (Data::Float(a), Data::Float(b)) => Data::Float((0..ic.len()).map(|k| if condition[ic[k]] != 0 { a[ix[k]] } else { b[iy[k]] }).collect()),
-        (Data::Int(a), Data::Int(b)) => Data::Int((0..ic.len()).map(|k| if condition[ic[k]] != 0 { a[ix[k]] } else { b[iy[k]] }).collect()),
+        (Data::Float(a), Data::Float(b)) => Data::Float(
+            (0..ic.len())
+                .map(|k| if condition[ic[k]] != 0 { a[ix[k]] } else { b[iy[k]] })
+                .collect(),
+        ),
+        (Data::Int(a), Data::Int(b)) => Data::Int(
+            (0..ic.len())
+                .map(|k| if condition[ic[k]] != 0 { a[ix[k]] } else { b[iy[k]] })
+                .collect(),
+        ),
         _ => return None,
     };
     Some(Known { dtype: x.dtype, dims, data })
@@ -315,7 +349,11 @@ fn select(_node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
 fn range(_node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
     let input = |i: usize| inputs.get(i).copied().flatten();
     let (start, limit, delta) = (input(0)?, input(1)?, input(2)?);
-    let (s, l, d) = (start.floats().first().copied()?, limit.floats().first().copied()?, delta.floats().first().copied()?);
+    let (s, l, d) = (
+        start.floats().first().copied()?,
+        limit.floats().first().copied()?,
+        delta.floats().first().copied()?,
+    );
     if d == 0.0 {
         return None;
     }
@@ -324,7 +362,11 @@ fn range(_node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
         return None;
     }
     let values: Vec<f64> = (0..n).map(|i| s + i as f64 * d).collect();
-    let data = if is_float(start.dtype) { Data::Float(values) } else { Data::Int(values.iter().map(|&v| v as i64).collect()) };
+    let data = if is_float(start.dtype) {
+        Data::Float(values)
+    } else {
+        Data::Int(values.iter().map(|&v| v as i64).collect())
+    };
     Some(Known::new(start.dtype, vec![n as i64], data))
 }
 
@@ -339,7 +381,8 @@ pub(super) fn shape_of(node: &Node, dims: &[i64]) -> Option<Known> {
     let x = Known { dtype: INT64, dims: dims.to_vec(), data: Data::Int(Vec::new()) };
     let rank = x.dims.len() as i64;
     let clamp = |v: i64| (if v < 0 { v + rank } else { v }).clamp(0, rank) as usize;
-    let (start, end) = (clamp(int_attr(node, "start").unwrap_or(0)), clamp(int_attr(node, "end").unwrap_or(rank)));
+    let (start, end) =
+        (clamp(int_attr(node, "start").unwrap_or(0)), clamp(int_attr(node, "end").unwrap_or(rank)));
     let dims = x.dims.get(start..end.max(start))?.to_vec();
     Some(Known::ints(vec![dims.len() as i64], dims))
 }
@@ -363,7 +406,8 @@ fn gather(node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
             picks.extend((0..inner).map(|i| (o * size as usize + p as usize) * inner + i));
         }
     }
-    let dims: Vec<i64> = x.dims[..a].iter().chain(&indices.dims).chain(&x.dims[a + 1..]).copied().collect();
+    let dims: Vec<i64> =
+        x.dims[..a].iter().chain(&indices.dims).chain(&x.dims[a + 1..]).copied().collect();
     Some(Known { dtype: x.dtype, data: x.data.pick(picks.into_iter()), dims })
 }
 
@@ -387,7 +431,9 @@ fn slice(_node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
         if step == 0 {
             return None;
         }
-        let clamp = |v: i64, low: i64, high: i64| (if v < 0 { v.saturating_add(size) } else { v }).clamp(low, high);
+        let clamp = |v: i64, low: i64, high: i64| {
+            (if v < 0 { v.saturating_add(size) } else { v }).clamp(low, high)
+        };
         ranges[a] = if step > 0 {
             let (s, e) = (clamp(*starts.get(k)?, 0, size), clamp(*ends.get(k)?, 0, size));
             (s..e).step_by(step as usize).collect()
@@ -433,7 +479,10 @@ fn matmul(_node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
         return None;
     }
     let batch = broadcast_dims(&a.dims[..a.dims.len() - 2], &b.dims[..b.dims.len() - 2])?;
-    let (ia, ib) = (broadcast_indices(&a.dims[..a.dims.len() - 2], &batch), broadcast_indices(&b.dims[..b.dims.len() - 2], &batch));
+    let (ia, ib) = (
+        broadcast_indices(&a.dims[..a.dims.len() - 2], &batch),
+        broadcast_indices(&b.dims[..b.dims.len() - 2], &batch),
+    );
     let (x, y) = (a.floats(), b.floats());
     let (m, k, n) = (m as usize, k as usize, n as usize);
     if ia.len() * m * n > MAX_ELEMENTS {
@@ -443,7 +492,9 @@ fn matmul(_node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
     for (&ba, &bb) in ia.iter().zip(&ib) {
         for i in 0..m {
             for j in 0..n {
-                out.push((0..k).map(|t| x[ba * m * k + i * k + t] * y[bb * k * n + t * n + j]).sum());
+                out.push(
+                    (0..k).map(|t| x[ba * m * k + i * k + t] * y[bb * k * n + t * n + j]).sum(),
+                );
             }
         }
     }
@@ -507,10 +558,18 @@ fn reduce_sum(node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
         _ => (0..rank).collect(),
     };
     let keep = int_attr(node, "keepdims").unwrap_or(1) != 0;
-    let reduced: Vec<i64> = x.dims.iter().enumerate().map(|(k, &d)| if axes.contains(&k) { 1 } else { d }).collect();
+    let reduced: Vec<i64> =
+        x.dims.iter().enumerate().map(|(k, &d)| if axes.contains(&k) { 1 } else { d }).collect();
     let (own, out_strides) = (strides(&x.dims), strides(&reduced));
     let total = count(&reduced);
-    let index_of = |flat: usize| -> usize { (0..rank).map(|k| flat / own[k] % x.dims[k].max(1) as usize * if axes.contains(&k) { 0 } else { out_strides[k] }).sum() };
+    let index_of = |flat: usize| -> usize {
+        (0..rank)
+            .map(|k| {
+                flat / own[k] % x.dims[k].max(1) as usize
+                    * if axes.contains(&k) { 0 } else { out_strides[k] }
+            })
+            .sum()
+    };
     let data = match &x.data {
         Data::Float(v) => {
             let mut out = vec![0.0; total];
@@ -519,11 +578,17 @@ fn reduce_sum(node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
         }
         Data::Int(v) => {
             let mut out = vec![0i64; total];
-            v.iter().enumerate().for_each(|(i, &e)| out[index_of(i)] = out[index_of(i)].wrapping_add(e));
+            v.iter()
+                .enumerate()
+                .for_each(|(i, &e)| out[index_of(i)] = out[index_of(i)].wrapping_add(e));
             Data::Int(out)
         }
     };
-    let dims = if keep { reduced } else { x.dims.iter().enumerate().filter(|(k, _)| !axes.contains(k)).map(|(_, &d)| d).collect() };
+    let dims = if keep {
+        reduced
+    } else {
+        x.dims.iter().enumerate().filter(|(k, _)| !axes.contains(k)).map(|(_, &d)| d).collect()
+    };
     Some(Known::new(x.dtype, dims, data))
 }
 
@@ -546,11 +611,19 @@ fn trilu(node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
     let kept = |flat: usize| {
         let (i, j) = ((flat / cols.max(1)) % rows.max(1), flat % cols.max(1));
         let offset = j as i64 - i as i64;
-        if upper { offset >= k } else { offset <= k }
+        if upper {
+            offset >= k
+        } else {
+            offset <= k
+        }
     };
     let data = match &x.data {
-        Data::Float(v) => Data::Float(v.iter().enumerate().map(|(f, &e)| if kept(f) { e } else { 0.0 }).collect()),
-        Data::Int(v) => Data::Int(v.iter().enumerate().map(|(f, &e)| if kept(f) { e } else { 0 }).collect()),
+        Data::Float(v) => {
+            Data::Float(v.iter().enumerate().map(|(f, &e)| if kept(f) { e } else { 0.0 }).collect())
+        }
+        Data::Int(v) => {
+            Data::Int(v.iter().enumerate().map(|(f, &e)| if kept(f) { e } else { 0 }).collect())
+        }
     };
     Some(Known { dtype: x.dtype, dims: x.dims.clone(), data })
 }
@@ -571,7 +644,10 @@ fn clip(node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
     let (low, high) = (bound(1)?, bound(2)?);
     let data = match &x.data {
         Data::Float(v) => {
-            let (lo, hi) = (low.map_or(f64::NEG_INFINITY, |b| b.floats()[0]), high.map_or(f64::INFINITY, |b| b.floats()[0]));
+            let (lo, hi) = (
+                low.map_or(f64::NEG_INFINITY, |b| b.floats()[0]),
+                high.map_or(f64::INFINITY, |b| b.floats()[0]),
+            );
             Data::Float(v.iter().map(|&e| if e.is_nan() { e } else { e.max(lo).min(hi) }).collect())
         }
         Data::Int(v) => {
@@ -596,6 +672,10 @@ fn tile(_node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
         return None;
     }
     let (own, out) = (strides(&x.dims), strides(&dims));
-    let picks = (0..total).map(|flat| (0..dims.len()).map(|k| (flat / out[k] % dims[k] as usize) % x.dims[k] as usize * own[k]).sum());
+    let picks = (0..total).map(|flat| {
+        (0..dims.len())
+            .map(|k| (flat / out[k] % dims[k] as usize) % x.dims[k] as usize * own[k])
+            .sum()
+    });
     Some(Known { dtype: x.dtype, data: x.data.pick(picks), dims })
 }

@@ -18,9 +18,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::known::{Data, Known, DOUBLE, FLOAT};
 use super::super::weights::Initializer;
 use super::super::{Attribute, Node};
+use super::known::{Data, Known, DOUBLE, FLOAT};
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct FuseReport {
@@ -39,7 +39,11 @@ struct Constants<'i, 'a> {
 
 impl<'i, 'a> Constants<'i, 'a> {
     fn new(initializers: &'i [Initializer<'a>]) -> Self {
-        let index = initializers.iter().enumerate().filter_map(|(i, init)| Some((init.header.name.clone()?, i))).collect();
+        let index = initializers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, init)| Some((init.header.name.clone()?, i)))
+            .collect();
         Constants { initializers, index }
     }
 
@@ -71,7 +75,11 @@ fn ints_attr(node: &Node, name: &str) -> Option<Vec<i64>> {
 /// Runs both rewrites over `nodes` (main graph, topological order); new
 /// weights are appended to `initializers` (the old ones go when nothing
 /// reads them, at plan time).
-pub fn fuse(nodes: &mut Vec<Node>, initializers: &mut Vec<Initializer>, keep: &HashSet<&str>) -> FuseReport {
+pub fn fuse(
+    nodes: &mut Vec<Node>,
+    initializers: &mut Vec<Initializer>,
+    keep: &HashSet<&str>,
+) -> FuseReport {
     let pads = fuse_pads(nodes, initializers, keep);
     let batch_norms = fuse_batch_norms(nodes, initializers, keep);
     FuseReport { pads, batch_norms }
@@ -85,9 +93,17 @@ fn readers(nodes: &[Node]) -> HashMap<String, usize> {
     readers
 }
 
-fn fuse_batch_norms(nodes: &mut Vec<Node>, initializers: &mut Vec<Initializer>, keep: &HashSet<&str>) -> usize {
+fn fuse_batch_norms(
+    nodes: &mut Vec<Node>,
+    initializers: &mut Vec<Initializer>,
+    keep: &HashSet<&str>,
+) -> usize {
     let readers = readers(nodes);
-    let producer: HashMap<String, usize> = nodes.iter().enumerate().flat_map(|(i, n)| n.outputs.iter().map(move |o| (o.clone(), i))).collect();
+    let producer: HashMap<String, usize> = nodes
+        .iter()
+        .enumerate()
+        .flat_map(|(i, n)| n.outputs.iter().map(move |o| (o.clone(), i)))
+        .collect();
     let mut gone = HashSet::new();
     let mut new_weights = Vec::new();
     for b in 0..nodes.len() {
@@ -98,7 +114,12 @@ fn fuse_batch_norms(nodes: &mut Vec<Node>, initializers: &mut Vec<Initializer>, 
         let Some(&c) = producer.get(&bn.inputs[0]) else { continue };
         let conv = &nodes[c];
         let conv_out = &conv.outputs[0];
-        if !plain(conv, "Conv") || conv.outputs.len() != 1 || readers.get(conv_out) != Some(&1) || keep.contains(conv_out.as_str()) || gone.contains(&c) {
+        if !plain(conv, "Conv")
+            || conv.outputs.len() != 1
+            || readers.get(conv_out) != Some(&1)
+            || keep.contains(conv_out.as_str())
+            || gone.contains(&c)
+        {
             continue;
         }
         let constants = Constants::new(initializers);
@@ -145,7 +166,12 @@ fn fold_batch_norm(conv: &Node, bn: &Node, constants: &Constants) -> Option<Fuse
         let k = constants.get(name)?;
         (k.dtype == dtype && k.dims == [channels as i64]).then(|| k.floats())
     };
-    let (gamma, beta, mean, var) = (per_channel(&bn.inputs[1])?, per_channel(&bn.inputs[2])?, per_channel(&bn.inputs[3])?, per_channel(&bn.inputs[4])?);
+    let (gamma, beta, mean, var) = (
+        per_channel(&bn.inputs[1])?,
+        per_channel(&bn.inputs[2])?,
+        per_channel(&bn.inputs[3])?,
+        per_channel(&bn.inputs[4])?,
+    );
     let bias = match conv.inputs.get(2).filter(|b| !b.is_empty()) {
         Some(name) => per_channel(name)?,
         None => vec![0.0; channels],
@@ -153,8 +179,10 @@ fn fold_batch_norm(conv: &Node, bn: &Node, constants: &Constants) -> Option<Fuse
     let scale: Vec<f64> = gamma.iter().zip(&var).map(|(g, v)| g / (v + epsilon).sqrt()).collect();
     let w = weight.floats();
     let inner = w.len() / channels.max(1);
-    let fused_weight: Vec<f64> = w.iter().enumerate().map(|(i, x)| x * scale[i / inner.max(1)]).collect();
-    let fused_bias: Vec<f64> = (0..channels).map(|o| (bias[o] - mean[o]) * scale[o] + beta[o]).collect();
+    let fused_weight: Vec<f64> =
+        w.iter().enumerate().map(|(i, x)| x * scale[i / inner.max(1)]).collect();
+    let fused_bias: Vec<f64> =
+        (0..channels).map(|o| (bias[o] - mean[o]) * scale[o] + beta[o]).collect();
     Some(FusedConv {
         weight: Known::new(dtype, weight.dims.clone(), Data::Float(fused_weight)),
         bias: Known::new(dtype, vec![channels as i64], Data::Float(fused_bias)),
@@ -164,7 +192,11 @@ fn fold_batch_norm(conv: &Node, bn: &Node, constants: &Constants) -> Option<Fuse
 fn fuse_pads(nodes: &mut Vec<Node>, initializers: &[Initializer], keep: &HashSet<&str>) -> usize {
     let readers = readers(nodes);
     let constants = Constants::new(initializers);
-    let producer: HashMap<String, usize> = nodes.iter().enumerate().flat_map(|(i, n)| n.outputs.iter().map(move |o| (o.clone(), i))).collect();
+    let producer: HashMap<String, usize> = nodes
+        .iter()
+        .enumerate()
+        .flat_map(|(i, n)| n.outputs.iter().map(move |o| (o.clone(), i)))
+        .collect();
     let mut gone = HashSet::new();
     for c in 0..nodes.len() {
         let conv = &nodes[c];
@@ -174,10 +206,18 @@ fn fuse_pads(nodes: &mut Vec<Node>, initializers: &[Initializer], keep: &HashSet
         let Some(&p) = producer.get(&conv.inputs[0]) else { continue };
         let pad = &nodes[p];
         let padded = &pad.outputs[0];
-        if !plain(pad, "Pad") || readers.get(padded) != Some(&1) || keep.contains(padded.as_str()) || gone.contains(&p) {
+        if !plain(pad, "Pad")
+            || readers.get(padded) != Some(&1)
+            || keep.contains(padded.as_str())
+            || gone.contains(&p)
+        {
             continue;
         }
-        let Some(weight) = conv.inputs.get(1).and_then(|w| initializers.get(*constants.index.get(w)?)) else { continue };
+        let Some(weight) =
+            conv.inputs.get(1).and_then(|w| initializers.get(*constants.index.get(w)?))
+        else {
+            continue;
+        };
         let rank = weight.header.dims.len();
         let Some(spatial) = zero_spatial_pads(pad, rank, &constants) else { continue };
         let auto_pad_unset = match conv.attribute("auto_pad") {
@@ -225,7 +265,12 @@ fn zero_spatial_pads(pad: &Node, rank: usize, constants: &Constants) -> Option<V
         }
     }
     let axes: Vec<usize> = match pad.inputs.get(3).filter(|a| !a.is_empty()) {
-        Some(a) => constants.get(a)?.int_values()?.iter().map(|&a| if a < 0 { (a + rank as i64) as usize } else { a as usize }).collect(),
+        Some(a) => constants
+            .get(a)?
+            .int_values()?
+            .iter()
+            .map(|&a| if a < 0 { (a + rank as i64) as usize } else { a as usize })
+            .collect(),
         None => (0..rank).collect(),
     };
     if amounts.len() != 2 * axes.len() || amounts.iter().any(|&a| a < 0) {
@@ -254,13 +299,29 @@ mod tests {
     use crate::onnx::weights::Bytes;
 
     fn floats(name: &str, dims: &[i64], values: &[f32]) -> Initializer<'static> {
-        let header = p::TensorProto { dims: dims.to_vec(), data_type: Some(FLOAT), name: Some(name.into()), ..Default::default() };
-        Initializer { header, bytes: Bytes::Owned(values.iter().flat_map(|v| v.to_le_bytes()).collect()) }
+        let header = p::TensorProto {
+            dims: dims.to_vec(),
+            data_type: Some(FLOAT),
+            name: Some(name.into()),
+            ..Default::default()
+        };
+        Initializer {
+            header,
+            bytes: Bytes::Owned(values.iter().flat_map(|v| v.to_le_bytes()).collect()),
+        }
     }
 
     fn ints(name: &str, values: &[i64]) -> Initializer<'static> {
-        let header = p::TensorProto { dims: vec![values.len() as i64], data_type: Some(super::super::known::INT64), name: Some(name.into()), ..Default::default() };
-        Initializer { header, bytes: Bytes::Owned(values.iter().flat_map(|v| v.to_le_bytes()).collect()) }
+        let header = p::TensorProto {
+            dims: vec![values.len() as i64],
+            data_type: Some(super::super::known::INT64),
+            name: Some(name.into()),
+            ..Default::default()
+        };
+        Initializer {
+            header,
+            bytes: Bytes::Owned(values.iter().flat_map(|v| v.to_le_bytes()).collect()),
+        }
     }
 
     fn values(initializers: &[Initializer], name: &str) -> Vec<f32> {
@@ -280,7 +341,12 @@ mod tests {
         ];
         let mut nodes = vec![
             node("Conv", &["x", "w", "b"], "c", vec![]),
-            node("BatchNormalization", &["c", "gamma", "beta", "mean", "var"], "y", vec![("epsilon", Attribute::Float(1.0))]),
+            node(
+                "BatchNormalization",
+                &["c", "gamma", "beta", "mean", "var"],
+                "y",
+                vec![("epsilon", Attribute::Float(1.0))],
+            ),
             // a conv read twice keeps its normalization
             node("Conv", &["x", "w"], "shared", vec![]),
             node("BatchNormalization", &["shared", "gamma", "beta", "mean", "var"], "z", vec![]),
@@ -318,6 +384,10 @@ mod tests {
         assert_eq!(report.pads, 1);
         assert_eq!(nodes[0].inputs, ["x", "w"]);
         assert_eq!(nodes[0].attribute("pads"), Some(&Attribute::Ints(vec![2, 3, 4, 5])));
-        assert_eq!(nodes.iter().filter(|n| n.op_type == "Pad").count(), 3, "a channel pad, a non-zero value and reflection stay");
+        assert_eq!(
+            nodes.iter().filter(|n| n.op_type == "Pad").count(),
+            3,
+            "a channel pad, a non-zero value and reflection stay"
+        );
     }
 }

@@ -1,8 +1,8 @@
 //! Known tensors: the values constant folding computes with. Floats are held
 //! in f64 and integer types and bool in i64, each rounded to its ONNX type.
 
-use super::super::weights::{Bytes, Initializer};
 use super::super::proto as p;
+use super::super::weights::{Bytes, Initializer};
 
 use hfx_dtype::DType;
 
@@ -55,7 +55,10 @@ pub(super) fn is_float(dtype: i32) -> bool {
 }
 
 pub(super) fn known_type(dtype: i32) -> bool {
-    matches!(dtype, FLOAT | DOUBLE | UINT8 | INT8 | UINT16 | INT16 | INT32 | INT64 | BOOL | UINT32 | UINT64)
+    matches!(
+        dtype,
+        FLOAT | DOUBLE | UINT8 | INT8 | UINT16 | INT16 | INT32 | INT64 | BOOL | UINT32 | UINT64
+    )
 }
 
 pub(super) fn count(dims: &[i64]) -> usize {
@@ -113,13 +116,27 @@ impl Known {
         }
         let chunks = bytes.chunks_exact(size);
         let data = match dtype {
-            FLOAT => Data::Float(chunks.map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64).collect()),
-            DOUBLE => Data::Float(chunks.map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect()),
-            INT64 | UINT64 => Data::Int(chunks.map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect()),
-            INT32 => Data::Int(chunks.map(|c| i32::from_le_bytes(c.try_into().unwrap()) as i64).collect()),
-            UINT32 => Data::Int(chunks.map(|c| u32::from_le_bytes(c.try_into().unwrap()) as i64).collect()),
-            INT16 => Data::Int(chunks.map(|c| i16::from_le_bytes(c.try_into().unwrap()) as i64).collect()),
-            UINT16 => Data::Int(chunks.map(|c| u16::from_le_bytes(c.try_into().unwrap()) as i64).collect()),
+            FLOAT => Data::Float(
+                chunks.map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64).collect(),
+            ),
+            DOUBLE => {
+                Data::Float(chunks.map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect())
+            }
+            INT64 | UINT64 => {
+                Data::Int(chunks.map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect())
+            }
+            INT32 => Data::Int(
+                chunks.map(|c| i32::from_le_bytes(c.try_into().unwrap()) as i64).collect(),
+            ),
+            UINT32 => Data::Int(
+                chunks.map(|c| u32::from_le_bytes(c.try_into().unwrap()) as i64).collect(),
+            ),
+            INT16 => Data::Int(
+                chunks.map(|c| i16::from_le_bytes(c.try_into().unwrap()) as i64).collect(),
+            ),
+            UINT16 => Data::Int(
+                chunks.map(|c| u16::from_le_bytes(c.try_into().unwrap()) as i64).collect(),
+            ),
             INT8 => Data::Int(chunks.map(|c| c[0] as i8 as i64).collect()),
             _ => Data::Int(chunks.map(|c| c[0] as i64).collect()), // uint8, bool
         };
@@ -133,15 +150,24 @@ impl Known {
             (Data::Float(v), FLOAT) => v.iter().for_each(|x| out.extend((*x as f32).to_le_bytes())),
             (Data::Float(v), _) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
             (Data::Int(v), INT64 | UINT64) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
-            (Data::Int(v), INT32 | UINT32) => v.iter().for_each(|x| out.extend((*x as i32).to_le_bytes())),
-            (Data::Int(v), INT16 | UINT16) => v.iter().for_each(|x| out.extend((*x as i16).to_le_bytes())),
+            (Data::Int(v), INT32 | UINT32) => {
+                v.iter().for_each(|x| out.extend((*x as i32).to_le_bytes()))
+            }
+            (Data::Int(v), INT16 | UINT16) => {
+                v.iter().for_each(|x| out.extend((*x as i16).to_le_bytes()))
+            }
             (Data::Int(v), _) => v.iter().for_each(|x| out.push(*x as u8)),
         }
         out
     }
 
     pub(super) fn initializer<'a>(&self, name: &str) -> Initializer<'a> {
-        let header = p::TensorProto { dims: self.dims.clone(), data_type: Some(self.dtype), name: Some(name.into()), ..Default::default() };
+        let header = p::TensorProto {
+            dims: self.dims.clone(),
+            data_type: Some(self.dtype),
+            name: Some(name.into()),
+            ..Default::default()
+        };
         Initializer { header, bytes: Bytes::Owned(self.to_bytes()) }
     }
 
@@ -154,7 +180,9 @@ impl Known {
             (Data::Int(v), true) => Data::Float(v.iter().map(|&x| x as f64).collect()),
             (Data::Int(v), false) => Data::Int(v.clone()),
             // to bool: nonzero; to an integer: truncation toward zero, as C casts
-            (Data::Float(v), false) if to == BOOL => Data::Int(v.iter().map(|&x| (x != 0.0) as i64).collect()),
+            (Data::Float(v), false) if to == BOOL => {
+                Data::Int(v.iter().map(|&x| (x != 0.0) as i64).collect())
+            }
             (Data::Float(v), false) => Data::Int(v.iter().map(|&x| x.trunc() as i64).collect()),
         };
         Some(Known::new(to, self.dims.clone(), data))
@@ -192,13 +220,16 @@ pub(super) fn broadcast_dims(a: &[i64], b: &[i64]) -> Option<Vec<i64>> {
 /// tensor of `dims` broadcast to it.
 pub(super) fn broadcast_indices(dims: &[i64], out: &[i64]) -> Vec<usize> {
     let rank = out.len();
-    let padded: Vec<i64> = std::iter::repeat_n(1, rank - dims.len()).chain(dims.iter().copied()).collect();
+    let padded: Vec<i64> =
+        std::iter::repeat_n(1, rank - dims.len()).chain(dims.iter().copied()).collect();
     let own = strides(&padded);
     let total = count(out);
     let mut result = Vec::with_capacity(total);
     let mut index = vec![0i64; rank];
     for _ in 0..total {
-        result.push((0..rank).map(|k| if padded[k] == 1 { 0 } else { index[k] as usize * own[k] }).sum());
+        result.push(
+            (0..rank).map(|k| if padded[k] == 1 { 0 } else { index[k] as usize * own[k] }).sum(),
+        );
         for k in (0..rank).rev() {
             index[k] += 1;
             if index[k] < out[k] {

@@ -64,11 +64,18 @@ pub struct FoldReport {
 /// outputs, whose producers stay. `static_shapes` are the values whose shape
 /// the program fixes (every axis), by ONNX name: their `Shape` is known
 /// although they are not.
-pub fn fold<'a>(nodes: &mut Vec<Node>, initializers: &mut Vec<Initializer<'a>>, keep: &HashSet<&str>, static_shapes: &HashMap<String, Vec<i64>>) -> FoldReport {
+pub fn fold<'a>(
+    nodes: &mut Vec<Node>,
+    initializers: &mut Vec<Initializer<'a>>,
+    keep: &HashSet<&str>,
+    static_shapes: &HashMap<String, Vec<i64>>,
+) -> FoldReport {
     let mut report = FoldReport::default();
     let mut known: HashMap<String, Known> = HashMap::new();
     for init in initializers.iter() {
-        let (Some(name), Some(dtype)) = (&init.header.name, init.header.data_type) else { continue };
+        let (Some(name), Some(dtype)) = (&init.header.name, init.header.data_type) else {
+            continue;
+        };
         if count(&init.header.dims) <= SMALL_INITIALIZER {
             if let Some(k) = Known::from_bytes(dtype, &init.header.dims, &init.bytes.to_vec()) {
                 known.insert(name.clone(), k);
@@ -110,16 +117,25 @@ pub fn fold<'a>(nodes: &mut Vec<Node>, initializers: &mut Vec<Initializer<'a>>, 
             && node.function.is_none()
             && node.outputs.iter().all(|o| !keep.contains(o.as_str()))
             && inputs.iter().zip(&node.inputs).all(|(k, name)| k.is_some() || name.is_empty());
-        let shape_only = node.op_type == "Shape" && node.domain.is_empty() && node.inputs.len() == 1 && !keep.contains(node.outputs[0].as_str());
+        let shape_only = node.op_type == "Shape"
+            && node.domain.is_empty()
+            && node.inputs.len() == 1
+            && !keep.contains(node.outputs[0].as_str());
         let values = if foldable {
             evaluate(&node, &inputs)
         } else if shape_only {
-            static_shapes.get(&node.inputs[0]).and_then(|dims| eval::shape_of(&node, dims)).map(|k| vec![k])
+            static_shapes
+                .get(&node.inputs[0])
+                .and_then(|dims| eval::shape_of(&node, dims))
+                .map(|k| vec![k])
         } else {
             None
         };
         match values {
-            Some(values) if values.len() == node.outputs.len() && values.iter().all(|v| v.data.len() <= MAX_ELEMENTS) => {
+            Some(values)
+                if values.len() == node.outputs.len()
+                    && values.iter().all(|v| v.data.len() <= MAX_ELEMENTS) =>
+            {
                 if node.op_type != "Constant" {
                     report.folded += 1;
                 }
@@ -143,14 +159,18 @@ pub fn fold<'a>(nodes: &mut Vec<Node>, initializers: &mut Vec<Initializer<'a>>, 
     }
     // Every folded value still read becomes an initializer; Constant nodes still read are lifted.
     let read: HashSet<String> = kept.iter().flat_map(|n| n.inputs.iter().cloned()).collect();
-    let existing: HashSet<String> = initializers.iter().filter_map(|i| i.header.name.clone()).collect();
+    let existing: HashSet<String> =
+        initializers.iter().filter_map(|i| i.header.name.clone()).collect();
     for outputs in new_initializers {
         for name in outputs.iter().filter(|o| read.contains(*o) && !existing.contains(*o)) {
             initializers.push(known[name].initializer(name));
         }
     }
     kept.retain(|n| {
-        let liftable = n.op_type == "Constant" && n.outputs.len() == 1 && !keep.contains(n.outputs[0].as_str()) && known.contains_key(&n.outputs[0]);
+        let liftable = n.op_type == "Constant"
+            && n.outputs.len() == 1
+            && !keep.contains(n.outputs[0].as_str())
+            && known.contains_key(&n.outputs[0]);
         if liftable && read.contains(&n.outputs[0]) {
             initializers.push(known[&n.outputs[0]].initializer(&n.outputs[0]));
             report.lifted += 1;
@@ -166,19 +186,30 @@ pub fn fold<'a>(nodes: &mut Vec<Node>, initializers: &mut Vec<Initializer<'a>>, 
 /// `Transpose(w, perm=[1, 0])` of a 2-D initializer nothing else reads: the
 /// initializer is stored transposed (under the node's output name) and the
 /// node goes.
-fn transpose_weights(nodes: &mut Vec<Node>, initializers: &mut [Initializer], keep: &HashSet<&str>) -> usize {
+fn transpose_weights(
+    nodes: &mut Vec<Node>,
+    initializers: &mut [Initializer],
+    keep: &HashSet<&str>,
+) -> usize {
     let mut readers: HashMap<&str, usize> = HashMap::new();
     for input in nodes.iter().flat_map(|n| n.inputs.iter()) {
         *readers.entry(input.as_str()).or_default() += 1;
     }
-    let index: HashMap<String, usize> = initializers.iter().enumerate().filter_map(|(i, init)| Some((init.header.name.clone()?, i))).collect();
+    let index: HashMap<String, usize> = initializers
+        .iter()
+        .enumerate()
+        .filter_map(|(i, init)| Some((init.header.name.clone()?, i)))
+        .collect();
     let mut done = HashSet::new();
     for (position, node) in nodes.iter().enumerate() {
         let is_swap = node.op_type == "Transpose"
             && node.domain.is_empty()
             && node.inputs.len() == 1
             && matches!(node.attribute("perm"), Some(Attribute::Ints(p)) if p == &[1, 0]);
-        if !is_swap || keep.contains(node.outputs[0].as_str()) || keep.contains(node.inputs[0].as_str()) {
+        if !is_swap
+            || keep.contains(node.outputs[0].as_str())
+            || keep.contains(node.inputs[0].as_str())
+        {
             continue;
         }
         let Some(&i) = index.get(&node.inputs[0]) else { continue };
@@ -216,7 +247,12 @@ mod tests {
     use crate::onnx::proto as p;
 
     /// A main-graph node with one output (the fold tests' and `fuse.rs`'s).
-    pub(super) fn node(op: &str, inputs: &[&str], output: &str, attributes: Vec<(&str, Attribute)>) -> Node {
+    pub(super) fn node(
+        op: &str,
+        inputs: &[&str],
+        output: &str,
+        attributes: Vec<(&str, Attribute)>,
+    ) -> Node {
         Node {
             op_type: op.into(),
             domain: String::new(),
@@ -228,7 +264,11 @@ mod tests {
     }
 
     pub(super) fn floats_of(init: &Initializer) -> Vec<f32> {
-        init.bytes.to_vec().chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+        init.bytes
+            .to_vec()
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect()
     }
 
     #[test]
@@ -259,7 +299,12 @@ mod tests {
     fn a_slice_keeping_every_element_goes_and_its_readers_read_the_data() {
         let mut nodes = vec![
             node("Constant", &[], "zero", vec![("value_ints", Attribute::Ints(vec![0, 0]))]),
-            node("Constant", &[], "end", vec![("value_ints", Attribute::Ints(vec![i64::MAX, i64::MAX]))]),
+            node(
+                "Constant",
+                &[],
+                "end",
+                vec![("value_ints", Attribute::Ints(vec![i64::MAX, i64::MAX]))],
+            ),
             node("Constant", &[], "axes", vec![("value_ints", Attribute::Ints(vec![0, -1]))]),
             node("Constant", &[], "two", vec![("value_ints", Attribute::Ints(vec![2, 2]))]),
             node("Slice", &["x", "zero", "end", "axes"], "whole", vec![]),
@@ -273,7 +318,8 @@ mod tests {
             node("Slice", &["x", "zero", "end"], "out", vec![]),
         ];
         let mut initializers = Vec::new();
-        let report = fold(&mut nodes, &mut initializers, &HashSet::from(["y", "z", "out"]), &HashMap::new());
+        let report =
+            fold(&mut nodes, &mut initializers, &HashSet::from(["y", "z", "out"]), &HashMap::new());
         assert_eq!(report.identities, 2);
         let neg = nodes.iter().find(|n| n.op_type == "Neg").unwrap();
         assert_eq!(neg.inputs, ["x"]);
@@ -317,11 +363,26 @@ mod tests {
         let outputs = ["times_one", "u2", "n2", "t2", "t3", "r2", "r3"];
         let mut initializers = Vec::new();
         let report = fold(&mut nodes, &mut initializers, &HashSet::from(outputs), &HashMap::new());
-        let find = |name: &str| nodes.iter().find(|n| n.outputs[0] == name).unwrap_or_else(|| panic!("no {name}: {nodes:?}"));
-        assert_eq!(find("times_one").inputs, ["x", "one_vec"], "x + 0 and 0 + x go; a rank-1 one stays");
+        let find = |name: &str| {
+            nodes
+                .iter()
+                .find(|n| n.outputs[0] == name)
+                .unwrap_or_else(|| panic!("no {name}: {nodes:?}"))
+        };
+        assert_eq!(
+            find("times_one").inputs,
+            ["x", "one_vec"],
+            "x + 0 and 0 + x go; a rank-1 one stays"
+        );
         assert_eq!(find("u2").inputs[0], "times_one", "the squeeze undone, the unsqueezes merged");
-        let axes = initializers.iter().find(|i| i.header.name.as_deref() == Some(find("u2").inputs[1].as_str())).unwrap();
-        assert_eq!(Known::from_bytes(INT64, &axes.header.dims, &axes.bytes.to_vec()).unwrap().data, Data::Int(vec![0, 1]));
+        let axes = initializers
+            .iter()
+            .find(|i| i.header.name.as_deref() == Some(find("u2").inputs[1].as_str()))
+            .unwrap();
+        assert_eq!(
+            Known::from_bytes(INT64, &axes.header.dims, &axes.bytes.to_vec()).unwrap().data,
+            Data::Int(vec![0, 1])
+        );
         assert_eq!(find("n2").inputs[0], "n1", "negative axes: not merged");
         assert_eq!(find("t2").inputs[0], "u2");
         assert_eq!(find("t2").attribute("perm"), Some(&Attribute::Ints(vec![1, 2, 0])));
@@ -347,17 +408,30 @@ mod tests {
         fold(&mut nodes, &mut initializers, &HashSet::from(["out", "negated"]), &HashMap::new());
         let ops: Vec<&str> = nodes.iter().map(|n| n.op_type.as_str()).collect();
         assert_eq!(ops, ["Reshape", "Neg"], "the graph output `negated` keeps its node");
-        let picked = initializers.iter().find(|i| i.header.name.as_deref() == Some("picked")).unwrap();
-        assert_eq!(Known::from_bytes(INT64, &picked.header.dims, &picked.bytes.to_vec()).unwrap().data, Data::Int(vec![40, 20]));
-        assert!(initializers.iter().any(|i| i.header.name.as_deref() == Some("v")), "a Constant still read is lifted");
+        let picked =
+            initializers.iter().find(|i| i.header.name.as_deref() == Some("picked")).unwrap();
+        assert_eq!(
+            Known::from_bytes(INT64, &picked.header.dims, &picked.bytes.to_vec()).unwrap().data,
+            Data::Int(vec![40, 20])
+        );
+        assert!(
+            initializers.iter().any(|i| i.header.name.as_deref() == Some("v")),
+            "a Constant still read is lifted"
+        );
     }
 
     #[test]
     fn a_weight_read_only_through_a_transpose_is_stored_transposed() {
         // Larger than the initializers read as known values, as weights are.
         let (rows, cols) = (64usize, 80usize);
-        let weight: Vec<u8> = (0..(rows * cols) as u32).flat_map(|v| (v as f32).to_le_bytes()).collect();
-        let header = p::TensorProto { dims: vec![rows as i64, cols as i64], data_type: Some(FLOAT), name: Some("w".into()), ..Default::default() };
+        let weight: Vec<u8> =
+            (0..(rows * cols) as u32).flat_map(|v| (v as f32).to_le_bytes()).collect();
+        let header = p::TensorProto {
+            dims: vec![rows as i64, cols as i64],
+            data_type: Some(FLOAT),
+            name: Some("w".into()),
+            ..Default::default()
+        };
         let mut initializers = vec![Initializer { header, bytes: Bytes::Mapped(&weight) }];
         let mut nodes = vec![
             node("Transpose", &["w"], "wt", vec![("perm", Attribute::Ints(vec![1, 0]))]),
@@ -370,12 +444,20 @@ mod tests {
         assert_eq!(initializers[0].header.name.as_deref(), Some("wt"));
         let transposed = floats_of(&initializers[0]);
         for (j, i) in [(0, 0), (0, 1), (79, 63), (65, 3)] {
-            assert_eq!(transposed[j * rows + i], (i * cols + j) as f32, "wt[{j}][{i}] = w[{i}][{j}]");
+            assert_eq!(
+                transposed[j * rows + i],
+                (i * cols + j) as f32,
+                "wt[{j}][{i}] = w[{i}][{j}]"
+            );
         }
     }
 
     fn ints_of(init: &Initializer) -> Vec<i64> {
-        init.bytes.to_vec().chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect()
+        init.bytes
+            .to_vec()
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+            .collect()
     }
 
     /// The index tables of relative position biases (BEiT, DeBERTa) and
@@ -383,7 +465,9 @@ mod tests {
     /// a value whose shape the program fixes, all settled at export time.
     #[test]
     fn index_tables_and_masks_fold() {
-        let ints = |name: &str, v: Vec<i64>| node("Constant", &[], name, vec![("value_ints", Attribute::Ints(v))]);
+        let ints = |name: &str, v: Vec<i64>| {
+            node("Constant", &[], name, vec![("value_ints", Attribute::Ints(v))])
+        };
         let mut nodes = vec![
             ints("data", vec![0, 0, 0, 0]),
             ints("where", vec![3, 1]),
@@ -393,13 +477,13 @@ mod tests {
             node("Reshape", &["scattered", "shape"], "square", vec![]), // [[0, 5], [0, 7]]
             ints("one", vec![1]),
             node("ReduceSum", &["square", "one"], "rows", vec![("keepdims", Attribute::Int(0))]), // [5, 7]
-            node("Trilu", &["square"], "upper", vec![]),                                         // [[0, 5], [0, 7]]
-            node("Trilu", &["square"], "lower", vec![("upper", Attribute::Int(0))]),             // [[0, 0], [0, 7]]
+            node("Trilu", &["square"], "upper", vec![]), // [[0, 5], [0, 7]]
+            node("Trilu", &["square"], "lower", vec![("upper", Attribute::Int(0))]), // [[0, 0], [0, 7]]
             node("Constant", &[], "six", vec![("value_int", Attribute::Int(6))]),
             node("Clip", &["rows", "", "six"], "clipped", vec![]), // [5, 6]
             ints("twice", vec![2]),
             node("Tile", &["clipped", "twice"], "tiled", vec![]), // [5, 6, 5, 6]
-            node("Shape", &["x"], "x_shape", vec![]),              // x is [3, 4] in the program
+            node("Shape", &["x"], "x_shape", vec![]),             // x is [3, 4] in the program
             node("Add", &["upper", "lower"], "a", vec![]),
             node("Add", &["tiled", "x_shape"], "b", vec![]), // broadcast [4] + [2]: not folded, kept
             node("Mul", &["a", "x"], "y", vec![]),
@@ -408,10 +492,15 @@ mod tests {
         let mut initializers = Vec::new();
         let shapes = HashMap::from([("x".to_string(), vec![3, 4])]);
         fold(&mut nodes, &mut initializers, &HashSet::from(["y", "z"]), &shapes);
-        let value = |name: &str| initializers.iter().find(|i| i.header.name.as_deref() == Some(name)).map(ints_of);
+        let value = |name: &str| {
+            initializers.iter().find(|i| i.header.name.as_deref() == Some(name)).map(ints_of)
+        };
         assert_eq!(value("a"), Some(vec![0, 5, 0, 14]));
         assert!(nodes.iter().all(|n| n.op_type != "Shape" && n.op_type != "Tile"), "{nodes:?}");
         let z = nodes.iter().find(|n| n.outputs == ["z"]).unwrap();
-        assert_eq!(z.inputs.iter().map(|i| value(i)).collect::<Vec<_>>(), [Some(vec![5, 6, 5, 6]), Some(vec![3, 4])]);
+        assert_eq!(
+            z.inputs.iter().map(|i| value(i)).collect::<Vec<_>>(),
+            [Some(vec![5, 6, 5, 6]), Some(vec![3, 4])]
+        );
     }
 }

@@ -27,18 +27,29 @@ pub enum Simplified {
 /// The simplification of `node`, if any. `known` holds the values known so
 /// far; `producer` finds the node computing a value (main graph, already
 /// simplified).
-pub fn simplify<'n>(node: &Node, known: &HashMap<String, Known>, producer: impl Fn(&str) -> Option<&'n Node>) -> Option<Simplified> {
+pub fn simplify<'n>(
+    node: &Node,
+    known: &HashMap<String, Known>,
+    producer: impl Fn(&str) -> Option<&'n Node>,
+) -> Option<Simplified> {
     if !node.domain.is_empty() || node.function.is_some() || node.outputs.len() != 1 {
         return None;
     }
     let inputs: Vec<Option<&Known>> = node.inputs.iter().map(|i| known.get(i)).collect();
     let ints = |i: usize| inputs.get(i).copied().flatten().and_then(Known::int_values);
-    let from = |i: usize| node.inputs.get(i).filter(|n| !n.is_empty()).and_then(|n| producer(n)).filter(|p| p.domain.is_empty() && p.function.is_none());
+    let from = |i: usize| {
+        node.inputs
+            .get(i)
+            .filter(|n| !n.is_empty())
+            .and_then(|n| producer(n))
+            .filter(|p| p.domain.is_empty() && p.function.is_none())
+    };
     match node.op_type.as_str() {
         "Slice" if is_whole_slice(node, &inputs) => Some(Simplified::Same(node.inputs[0].clone())),
         "Add" | "Sub" | "Mul" | "Div" if node.inputs.len() == 2 => {
             let neutral = if matches!(node.op_type.as_str(), "Add" | "Sub") { 0.0 } else { 1.0 };
-            let is_neutral = |i: usize| inputs[i].is_some_and(|k| k.dims.is_empty() && k.floats() == [neutral]);
+            let is_neutral =
+                |i: usize| inputs[i].is_some_and(|k| k.dims.is_empty() && k.floats() == [neutral]);
             let commutes = matches!(node.op_type.as_str(), "Add" | "Mul");
             // A rank-0 operand broadcasts without growing the other one.
             if is_neutral(1) {
@@ -56,7 +67,9 @@ pub fn simplify<'n>(node: &Node, known: &HashMap<String, Known>, producer: impl 
             }
             let inner = from(0).filter(|p| p.op_type == "Transpose")?;
             let inner_perm = ints_attribute(inner, "perm")?;
-            if inner_perm.len() != perm.len() || perm.iter().any(|&p| p < 0 || p as usize >= perm.len()) {
+            if inner_perm.len() != perm.len()
+                || perm.iter().any(|&p| p < 0 || p as usize >= perm.len())
+            {
                 return None;
             }
             // out[k] = inner[perm[k]] = x[inner_perm[perm[k]]].
@@ -92,13 +105,20 @@ pub fn simplify<'n>(node: &Node, known: &HashMap<String, Known>, producer: impl 
             if axes.iter().chain(&inner_axes).any(|&a| a < 0) {
                 return None;
             }
-            let free: Vec<i64> = (0..).filter(|p| !axes.contains(p)).take(inner_axes.iter().max().map_or(0, |&m| m as usize + 1)).collect();
-            let mut combined: Vec<i64> = axes.iter().copied().chain(inner_axes.iter().map(|&j| free[j as usize])).collect();
+            let free: Vec<i64> = (0..)
+                .filter(|p| !axes.contains(p))
+                .take(inner_axes.iter().max().map_or(0, |&m| m as usize + 1))
+                .collect();
+            let mut combined: Vec<i64> =
+                axes.iter().copied().chain(inner_axes.iter().map(|&j| free[j as usize])).collect();
             combined.sort_unstable();
             let name = format!("{}_axes", node.outputs[0]);
             let mut merged = node.clone();
             merged.inputs = vec![inner.inputs[0].clone(), name.clone()];
-            Some(Simplified::Merged(Box::new(merged), Some((name, Known::ints(vec![combined.len() as i64], combined)))))
+            Some(Simplified::Merged(
+                Box::new(merged),
+                Some((name, Known::ints(vec![combined.len() as i64], combined))),
+            ))
         }
         // The outer shape decides alone when it names no 0 (which would copy
         // a dim of its input, the inner result): -1 is solved from the
@@ -141,6 +161,8 @@ fn is_whole_slice(node: &Node, inputs: &[Option<&Known>]) -> bool {
     };
     // Named axes must be known (a repeated axis is the model's error, not ours to hide).
     let axes_known = node.inputs.get(3).is_none_or(|a| a.is_empty() || ints(3).is_some());
-    steps_are_one && axes_known && starts.iter().all(|&s| s == 0) && ends.iter().all(|&e| e >= i32::MAX as i64)
+    steps_are_one
+        && axes_known
+        && starts.iter().all(|&s| s == 0)
+        && ends.iter().all(|&e| e >= i32::MAX as i64)
 }
-

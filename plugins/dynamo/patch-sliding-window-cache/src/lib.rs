@@ -13,9 +13,13 @@ const PREFIX: &str = "transformers.cache_utils.DynamicSlidingWindowLayer.";
     "transformers.cache_utils.DynamicSlidingWindowLayer.get_seq_length",
 ])]
 fn patch_sliding_window_cache(call: PatchedCall) -> Result<Program> {
-    let method = call.target.strip_prefix(PREFIX).ok_or_else(|| error(format!("unexpected target {}", call.target), None))?;
+    let method = call
+        .target
+        .strip_prefix(PREFIX)
+        .ok_or_else(|| error(format!("unexpected target {}", call.target), None))?;
     let mut p = ProgramBuilder::new(&call);
     let kwargs = call.kwarg_slots();
-    let out = p.call_kw(&format!("transformers.cache_utils.DynamicLayer.{method}"), &call.args, &kwargs);
+    let out =
+        p.call_kw(&format!("transformers.cache_utils.DynamicLayer.{method}"), &call.args, &kwargs);
     Ok(p.finish(out))
 }

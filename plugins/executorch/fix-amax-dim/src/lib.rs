@@ -17,7 +17,9 @@ fn fix_amax_dim(graph: &Graph, node: NodeId) -> Result<bool> {
     let positive = |dim: i64| if dim < 0 { dim + rank } else { dim };
     let dim = match graph.input(node, "dim")? {
         Some(Argument::Int(dim)) if dim < 0 => Argument::Int(positive(dim)),
-        Some(Argument::Ints(dims)) if dims.iter().any(|&d| d < 0) => Argument::Ints(dims.into_iter().map(positive).collect()),
+        Some(Argument::Ints(dims)) if dims.iter().any(|&d| d < 0) => {
+            Argument::Ints(dims.into_iter().map(positive).collect())
+        }
         _ => return Ok(false),
     };
     graph.set_input(node, &positional("dim", dim))?;

@@ -45,7 +45,11 @@ fn is_contiguous(shape: &[Dim], strides: &[Dim]) -> Option<bool> {
             Dim::Symbolic(_) => None,
         };
     }
-    if open { None } else { Some(true) }
+    if open {
+        None
+    } else {
+        Some(true)
+    }
 }
 
 #[hfx_sdk::fx_node_fix(targets = ["aten.clone.default"])]
@@ -58,7 +62,10 @@ fn fix_clone_memory_format(graph: &Graph, node: NodeId) -> Result<bool> {
     if is_contiguous(&meta.shape, &meta.strides) != Some(false) {
         return Ok(false);
     }
-    graph.set_input(node, &keyword("memory_format", Argument::MemoryFormat("contiguous_format".into())))?;
+    graph.set_input(
+        node,
+        &keyword("memory_format", Argument::MemoryFormat("contiguous_format".into())),
+    )?;
     let copy = graph.single_output(node)?;
     if let Some(mut copy_meta) = graph.tensor_meta(copy)? {
         if copy_meta.shape.iter().all(|d| matches!(d, Dim::Fixed(_))) {

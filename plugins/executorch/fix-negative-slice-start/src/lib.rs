@@ -75,7 +75,8 @@ impl Sum {
     /// Known to be at least 0: sizes and floor divisions of sizes are, so a
     /// sum of them with multiples and a constant that are not negative is.
     fn at_least_zero(&self) -> bool {
-        self.constant >= 0 && self.terms.iter().all(|(term, &multiple)| multiple >= 0 && is_size(term))
+        self.constant >= 0
+            && self.terms.iter().all(|(term, &multiple)| multiple >= 0 && is_size(term))
     }
 
     /// The form torch prints for a sum of one term and no constant (`u0`,
@@ -114,17 +115,25 @@ fn split_top_level(printed: &str) -> Vec<&str> {
 
 /// A size symbol (`s0`, `u3`) or a floor division of one by a positive constant.
 fn is_size(term: &str) -> bool {
-    let symbol = |s: &str| s.len() > 1 && (s.starts_with('s') || s.starts_with('u')) && s[1..].bytes().all(|b| b.is_ascii_digit());
+    let symbol = |s: &str| {
+        s.len() > 1
+            && (s.starts_with('s') || s.starts_with('u'))
+            && s[1..].bytes().all(|b| b.is_ascii_digit())
+    };
     if symbol(term) {
         return true;
     }
-    let Some(args) = term.strip_prefix("FloorDiv(").and_then(|t| t.strip_suffix(')')) else { return false };
+    let Some(args) = term.strip_prefix("FloorDiv(").and_then(|t| t.strip_suffix(')')) else {
+        return false;
+    };
     matches!(args.split_once(", "), Some((x, d)) if symbol(x) && d.parse::<i64>().is_ok_and(|d| d > 0))
 }
 
 /// Whether `printed` names a data-dependent size (`u0`).
 fn is_unbacked(printed: &str) -> bool {
-    printed.split(|c: char| !c.is_ascii_alphanumeric()).any(|word| word.len() > 1 && word.starts_with('u') && word[1..].bytes().all(|b| b.is_ascii_digit()))
+    printed.split(|c: char| !c.is_ascii_alphanumeric()).any(|word| {
+        word.len() > 1 && word.starts_with('u') && word[1..].bytes().all(|b| b.is_ascii_digit())
+    })
 }
 
 /// Whether some value of the program has `printed` as its size or as a dim:
@@ -133,7 +142,11 @@ fn program_has(graph: &Graph, printed: &str) -> Result<bool> {
     let has = |value: ValueId| -> Result<bool> {
         Ok(match graph.value_meta(value)? {
             ValueMeta::SymInt(size) => size == printed,
-            ValueMeta::Tensor(meta) => meta.shape.iter().chain(&meta.strides).any(|d| matches!(d, Dim::Symbolic(s) if s == printed)),
+            ValueMeta::Tensor(meta) => meta
+                .shape
+                .iter()
+                .chain(&meta.strides)
+                .any(|d| matches!(d, Dim::Symbolic(s) if s == printed)),
             _ => false,
         })
     };
@@ -154,7 +167,9 @@ fn program_has(graph: &Graph, printed: &str) -> Result<bool> {
 
 #[hfx_sdk::fx_node_fix(targets = ["aten.slice.Tensor", "aten.slice_copy.Tensor"])]
 fn fix_negative_slice_start(graph: &Graph, node: NodeId) -> Result<bool> {
-    let Some(Argument::SymInt(SymInt::Value(start))) = graph.input(node, "start")? else { return Ok(false) };
+    let Some(Argument::SymInt(SymInt::Value(start))) = graph.input(node, "start")? else {
+        return Ok(false);
+    };
     let ValueMeta::SymInt(start_printed) = graph.value_meta(start)? else { return Ok(false) };
     let Some(start_sum) = Sum::parse(&start_printed) else { return Ok(false) };
     if start_sum.at_least_zero() {
@@ -168,12 +183,18 @@ fn fix_negative_slice_start(graph: &Graph, node: NodeId) -> Result<bool> {
         Some(_) => return Ok(false),
     };
     let rank = meta.shape.len() as i64;
-    let Some(size) = usize::try_from(if dim < 0 { dim + rank } else { dim }).ok().and_then(|d| meta.shape.get(d)) else { return Ok(false) };
+    let Some(size) = usize::try_from(if dim < 0 { dim + rank } else { dim })
+        .ok()
+        .and_then(|d| meta.shape.get(d))
+    else {
+        return Ok(false);
+    };
     let size_sum = match size {
         Dim::Fixed(n) => Some(Sum { constant: *n, ..Sum::default() }),
         Dim::Symbolic(printed) => Sum::parse(printed),
     };
-    let leading = size_sum.and_then(|s| s.add(Sum::parse(&start_printed)?)).and_then(|s| s.printed());
+    let leading =
+        size_sum.and_then(|s| s.add(Sum::parse(&start_printed)?)).and_then(|s| s.printed());
     let new_start = match leading {
         Some(printed) => match printed.parse::<i64>() {
             Ok(constant) => Argument::Int(constant),
@@ -182,13 +203,31 @@ fn fix_negative_slice_start(graph: &Graph, node: NodeId) -> Result<bool> {
                     Dim::Symbolic(s) => s.clone(),
                     Dim::Fixed(n) => n.to_string(),
                 };
-                let size_value = graph.insert_value(node, "aten.sym_size.int", &[positional("self", Argument::Tensor(input)), positional("dim", Argument::Int(dim))], OutputDecl::SymInt(size_printed))?;
-                let operands = [positional("a", Argument::SymInt(SymInt::Value(size_value))), positional("b", Argument::SymInt(SymInt::Value(start)))];
-                Argument::SymInt(SymInt::Value(graph.insert_value(node, "_operator.add", &operands, OutputDecl::SymInt(printed))?))
+                let size_value = graph.insert_value(
+                    node,
+                    "aten.sym_size.int",
+                    &[
+                        positional("self", Argument::Tensor(input)),
+                        positional("dim", Argument::Int(dim)),
+                    ],
+                    OutputDecl::SymInt(size_printed),
+                )?;
+                let operands = [
+                    positional("a", Argument::SymInt(SymInt::Value(size_value))),
+                    positional("b", Argument::SymInt(SymInt::Value(start))),
+                ];
+                Argument::SymInt(SymInt::Value(graph.insert_value(
+                    node,
+                    "_operator.add",
+                    &operands,
+                    OutputDecl::SymInt(printed),
+                )?))
             }
             Err(_) => return unexpressible(node, &start_printed, &format!("`{printed}`")),
         },
-        None => return unexpressible(node, &start_printed, "a sum this fix cannot print as torch does"),
+        None => {
+            return unexpressible(node, &start_printed, "a sum this fix cannot print as torch does")
+        }
     };
     graph.set_input(node, &positional("start", new_start))?;
     Ok(true)

@@ -34,14 +34,18 @@ const SYM_OPS: &[(&str, &str, &[&str])] = &[
 #[hfx_sdk::fx_node_fix(targets = ["torch.sym_max", "torch.sym_min", "math.trunc"])]
 fn fix_python_sym_op(graph: &Graph, node: NodeId) -> Result<bool> {
     let target = graph.target(node)?;
-    let Some(&(_, replacement, names)) = SYM_OPS.iter().find(|(python, _, _)| *python == target) else { return Ok(false) };
+    let Some(&(_, replacement, names)) = SYM_OPS.iter().find(|(python, _, _)| *python == target)
+    else {
+        return Ok(false);
+    };
     // A sym-int result only: a sym-float one cannot be declared by a plugin.
     let [Argument::SymInt(SymInt::Value(_))] = graph.outputs(node)?[..] else { return Ok(false) };
     let inputs = graph.inputs(node)?;
     if inputs.len() != names.len() || inputs.iter().any(|input| input.keyword) {
         return Ok(false);
     }
-    let renamed = inputs.into_iter().zip(names).map(|(input, name)| positional(name, input.value)).collect();
+    let renamed =
+        inputs.into_iter().zip(names).map(|(input, name)| positional(name, input.value)).collect();
     graph.replace_with_call(node, replacement, renamed)?;
     Ok(true)
 }

@@ -16,7 +16,8 @@ const ELEMENTS: f64 = (1u64 << 24) as f64;
 
 #[hfx_sdk::fx_program_fix]
 fn bound_sizes(graph: &Graph) -> Result<()> {
-    let unbounded: Vec<RangeConstraint> = graph.range_constraints().into_iter().filter(|r| r.max.is_none()).collect();
+    let unbounded: Vec<RangeConstraint> =
+        graph.range_constraints().into_iter().filter(|r| r.max.is_none()).collect();
     if unbounded.is_empty() {
         return Ok(());
     }

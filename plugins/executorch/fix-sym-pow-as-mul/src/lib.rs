@@ -20,7 +20,9 @@ use hfx_sdk::prelude::*;
 
 #[hfx_sdk::fx_node_fix(targets = ["_operator.pow"])]
 fn fix_sym_pow_as_mul(graph: &Graph, node: NodeId) -> Result<bool> {
-    let (Some(Argument::SymInt(SymInt::Value(base))), Some(Argument::Int(exponent))) = (graph.input(node, "a")?, graph.input(node, "b")?) else {
+    let (Some(Argument::SymInt(SymInt::Value(base))), Some(Argument::Int(exponent))) =
+        (graph.input(node, "a")?, graph.input(node, "b")?)
+    else {
         return Ok(false); // not a sym-int to a constant power
     };
     let power = graph.single_output(node)?;

@@ -20,7 +20,8 @@ use hfx_sdk::prelude::*;
 
 #[hfx_sdk::patch(targets = ["torch.nn.functional.adaptive_avg_pool2d"])]
 fn patch_adaptive_avg_pool2d(call: PatchedCall) -> Result<Program> {
-    let (Some(input), Some(output_size)) = (call.param(0, "input"), call.param(1, "output_size")) else {
+    let (Some(input), Some(output_size)) = (call.param(0, "input"), call.param(1, "output_size"))
+    else {
         return Ok(ProgramBuilder::passthrough(&call));
     };
     let Some(tensor) = call.tensor(input) else { return Ok(ProgramBuilder::passthrough(&call)) };
@@ -44,7 +45,8 @@ fn patch_adaptive_avg_pool2d(call: PatchedCall) -> Result<Program> {
         // (there is none) change nothing, but XNNPACK takes an average pool
         // only when both are said.
         let padding_uncounted = p.boolean(false);
-        let kwargs = [("kernel_size", kernel), ("stride", kernel), ("count_include_pad", padding_uncounted)];
+        let kwargs =
+            [("kernel_size", kernel), ("stride", kernel), ("count_include_pad", padding_uncounted)];
         let out = p.call_kw("torch.nn.functional.avg_pool2d", &[input], &kwargs);
         return Ok(p.finish(out));
     }
@@ -71,13 +73,19 @@ fn patch_adaptive_avg_pool2d(call: PatchedCall) -> Result<Program> {
 
 /// The output's (rows, columns): `output_size` as an int (square) or a pair
 /// whose `None` keeps the input's size; `None` for anything else (a symbolic size).
-fn output_cells(call: &PatchedCall, output_size: Slot, height: i64, width: i64) -> Option<(i64, i64)> {
+fn output_cells(
+    call: &PatchedCall,
+    output_size: Slot,
+    height: i64,
+    width: i64,
+) -> Option<(i64, i64)> {
     if let Some(n) = call.int(output_size) {
         return Some((n, n));
     }
     let CallValue::Sequence(items) = call.value(output_size)? else { return None };
     let [rows, columns] = items[..] else { return None };
-    let cells = |slot: Slot, own: i64| if call.is_none(Some(slot)) { Some(own) } else { call.int(slot) };
+    let cells =
+        |slot: Slot, own: i64| if call.is_none(Some(slot)) { Some(own) } else { call.int(slot) };
     Some((cells(rows, height)?, cells(columns, width)?))
 }
 

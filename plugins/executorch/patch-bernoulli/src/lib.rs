@@ -19,7 +19,9 @@ fn patch_bernoulli(call: PatchedCall) -> Result<Program> {
     let Some(input) = call.param(0, "input").or_else(|| call.param(0, "self")) else {
         return Ok(ProgramBuilder::passthrough(&call));
     };
-    let Some(dtype) = call.tensor(input).map(|t| t.meta.dtype.clone()) else { return Ok(ProgramBuilder::passthrough(&call)) };
+    let Some(dtype) = call.tensor(input).map(|t| t.meta.dtype.clone()) else {
+        return Ok(ProgramBuilder::passthrough(&call));
+    };
     if !call.is_none(call.kwarg("out")) {
         return Ok(ProgramBuilder::passthrough(&call));
     }

@@ -40,7 +40,8 @@ fn patch_sdpa_contiguous(call: PatchedCall) -> Result<Program> {
 /// `softmax(query @ keyᵀ * scale + mask) @ value`, when the query's or the
 /// mask's batch is data-dependent; `None` to keep SDPA.
 fn eager_attention_over_a_data_dependent_batch(call: &PatchedCall) -> Option<Program> {
-    let (query, key, value) = (call.param(0, "query")?, call.param(1, "key")?, call.param(2, "value")?);
+    let (query, key, value) =
+        (call.param(0, "query")?, call.param(1, "key")?, call.param(2, "value")?);
     let mask = call.param(3, "attn_mask").filter(|&m| !call.is_none(Some(m)));
     let mask_tensor = match mask {
         Some(m) => Some(call.tensor(m)?),
@@ -65,7 +66,9 @@ fn eager_attention_over_a_data_dependent_batch(call: &PatchedCall) -> Option<Pro
     let (mut key, mut value) = (key, value);
     // Grouped-query attention: each key/value head serves `query heads / key heads` query heads.
     if query_tensor.rank() >= 3 {
-        if let (Some(query_heads), Some(key_heads)) = (query_tensor.fixed_dim(-3), key_tensor.fixed_dim(-3)) {
+        if let (Some(query_heads), Some(key_heads)) =
+            (query_tensor.fixed_dim(-3), key_tensor.fixed_dim(-3))
+        {
             if query_heads != key_heads && key_heads > 0 && query_heads % key_heads == 0 {
                 let (repeats, heads_axis) = (p.int(query_heads / key_heads), p.int(-3));
                 key = p.call("torch.repeat_interleave", &[key, repeats, heads_axis]);
@@ -107,6 +110,9 @@ fn eager_attention_over_a_data_dependent_batch(call: &PatchedCall) -> Option<Pro
 /// unbacked symbol (`u0`, torch's name for a size read from data).
 fn is_data_dependent(dim: &Dim) -> bool {
     let Dim::Symbolic(expr) = dim else { return false };
-    expr.split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
-        .any(|symbol| symbol.strip_prefix('u').is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())))
+    expr.split(|c: char| !c.is_ascii_alphanumeric() && c != '_').any(|symbol| {
+        symbol
+            .strip_prefix('u')
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    })
 }

@@ -13,7 +13,9 @@ use hfx_sdk::prelude::*;
 /// a size symbol is its range constraint (an unbounded max is `int_oo`).
 fn range_of(graph: &Graph, side: &Argument) -> Result<Option<(i64, Option<i64>)>> {
     let value = match side {
-        Argument::Int(c) | Argument::SymInt(SymInt::Constant(c)) => return Ok(Some((*c, Some(*c)))),
+        Argument::Int(c) | Argument::SymInt(SymInt::Constant(c)) => {
+            return Ok(Some((*c, Some(*c))))
+        }
         Argument::SymInt(SymInt::Value(v)) => *v,
         _ => return Ok(None),
     };
@@ -25,7 +27,11 @@ fn range_of(graph: &Graph, side: &Argument) -> Result<Option<(i64, Option<i64>)>
 }
 
 /// The comparison's outcome when the two ranges decide it.
-fn decide(op: &str, (a_min, a_max): (i64, Option<i64>), (b_min, b_max): (i64, Option<i64>)) -> Option<bool> {
+fn decide(
+    op: &str,
+    (a_min, a_max): (i64, Option<i64>),
+    (b_min, b_max): (i64, Option<i64>),
+) -> Option<bool> {
     let lt = |x_max: Option<i64>, y_min: i64| x_max.is_some_and(|m| m < y_min); // every x < every y
     let le = |x_max: Option<i64>, y_min: i64| x_max.is_some_and(|m| m <= y_min);
     match op {
@@ -47,14 +53,19 @@ fn decide(op: &str, (a_min, a_max): (i64, Option<i64>), (b_min, b_max): (i64, Op
 ])]
 fn fix_dead_comparison(graph: &Graph, node: NodeId) -> Result<bool> {
     let outputs = graph.output_values(node)?;
-    let read = outputs.iter().map(|&v| Ok(!graph.value_users(v)?.is_empty() || graph.is_graph_output(v)?)).collect::<Result<Vec<bool>, Error>>()?;
+    let read = outputs
+        .iter()
+        .map(|&v| Ok(!graph.value_users(v)?.is_empty() || graph.is_graph_output(v)?))
+        .collect::<Result<Vec<bool>, Error>>()?;
     if !read.contains(&true) {
         graph.erase(node)?;
         return Ok(true);
     }
     let inputs = graph.inputs(node)?;
     let [a, b] = &inputs[..] else { return Ok(false) };
-    let (Some(ra), Some(rb)) = (range_of(graph, &a.value)?, range_of(graph, &b.value)?) else { return Ok(false) };
+    let (Some(ra), Some(rb)) = (range_of(graph, &a.value)?, range_of(graph, &b.value)?) else {
+        return Ok(false);
+    };
     let Some(outcome) = decide(&graph.target(node)?, ra, rb) else { return Ok(false) };
     for output in outputs {
         graph.replace_uses(output, Replacement::Boolean(outcome))?;

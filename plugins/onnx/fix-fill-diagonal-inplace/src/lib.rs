@@ -11,7 +11,8 @@ fn fix_fill_diagonal_inplace(graph: &Graph, node: NodeId) -> Result<bool> {
     let x = graph.tensor_input(node, "self")?;
     let Some(fill) = graph.input(node, "fill_value")? else { return Ok(false) };
     let ValueMeta::Tensor(meta) = graph.value_meta(x)? else { return Ok(false) };
-    if meta.shape.len() != 2 || matches!(graph.input(node, "wrap")?, Some(Argument::Boolean(true))) {
+    if meta.shape.len() != 2 || matches!(graph.input(node, "wrap")?, Some(Argument::Boolean(true)))
+    {
         return Ok(false);
     }
     // Each size: a constant, or a `sym_size` node reading it from `x`.
@@ -20,8 +21,16 @@ fn fix_fill_diagonal_inplace(graph: &Graph, node: NodeId) -> Result<bool> {
         sizes.push(match dim {
             Dim::Fixed(n) => SymInt::Constant(*n),
             Dim::Symbolic(expr) => {
-                let inputs = [positional("self", Argument::Tensor(x)), positional("dim", Argument::Int(d as i64))];
-                SymInt::Value(graph.insert_value(node, "aten.sym_size.int", &inputs, OutputDecl::SymInt(expr.clone()))?)
+                let inputs = [
+                    positional("self", Argument::Tensor(x)),
+                    positional("dim", Argument::Int(d as i64)),
+                ];
+                SymInt::Value(graph.insert_value(
+                    node,
+                    "aten.sym_size.int",
+                    &inputs,
+                    OutputDecl::SymInt(expr.clone()),
+                )?)
             }
         });
     }
@@ -29,19 +38,29 @@ fn fix_fill_diagonal_inplace(graph: &Graph, node: NodeId) -> Result<bool> {
     let eye = graph.insert_call(
         node,
         "aten.eye.m",
-        &[positional("n", Argument::SymInt(sizes[0].clone())), positional("m", Argument::SymInt(sizes[1].clone()))],
+        &[
+            positional("n", Argument::SymInt(sizes[0].clone())),
+            positional("m", Argument::SymInt(sizes[1].clone())),
+        ],
         &[OutputDecl::Tensor(shaped("float32"))],
     )?;
     let mask = graph.insert_call(
         node,
         "aten.to.dtype",
-        &[positional("self", Argument::Tensor(graph.single_output(eye)?)), positional("dtype", Argument::Dtype("bool".into()))],
+        &[
+            positional("self", Argument::Tensor(graph.single_output(eye)?)),
+            positional("dtype", Argument::Dtype("bool".into())),
+        ],
         &[OutputDecl::Tensor(shaped("bool"))],
     )?;
     let filled = graph.insert_call(
         node,
         "aten.full_like.default",
-        &[positional("self", Argument::Tensor(x)), positional("fill_value", fill), keyword("pin_memory", Argument::Boolean(false))],
+        &[
+            positional("self", Argument::Tensor(x)),
+            positional("fill_value", fill),
+            keyword("pin_memory", Argument::Boolean(false)),
+        ],
         &[OutputDecl::Tensor(meta.clone())],
     )?;
     let inputs = vec![

@@ -17,7 +17,9 @@ fn base_of(graph: &Graph, mut value: ValueId) -> Result<ValueId> {
             break;
         }
         let input = graph.tensor_input(producer, "self")?;
-        let (Some(a), Some(b)) = (graph.tensor_meta(value)?, graph.tensor_meta(input)?) else { break };
+        let (Some(a), Some(b)) = (graph.tensor_meta(value)?, graph.tensor_meta(input)?) else {
+            break;
+        };
         if a.shape != b.shape {
             break;
         }
@@ -33,14 +35,22 @@ fn fix_index_put_last_dim(graph: &Graph, node: NodeId) -> Result<bool> {
     if matches!(graph.input(node, "accumulate")?, Some(Argument::Boolean(true))) {
         return Ok(false);
     }
-    let Some(Argument::OptionalTensors(indices)) = graph.input(node, "indices")? else { return Ok(false) };
+    let Some(Argument::OptionalTensors(indices)) = graph.input(node, "indices")? else {
+        return Ok(false);
+    };
     let Some((Some(index), leading)) = indices.split_last() else { return Ok(false) };
-    let (Some(self_meta), Some(index_meta), Some(values_meta)) = (graph.tensor_meta(this)?, graph.tensor_meta(*index)?, graph.tensor_meta(values)?) else {
+    let (Some(self_meta), Some(index_meta), Some(values_meta)) =
+        (graph.tensor_meta(this)?, graph.tensor_meta(*index)?, graph.tensor_meta(values)?)
+    else {
         return Ok(false);
     };
     // Only a broadcastable (one-element) value on the last dimension, selected by integers.
     let one_element = values_meta.shape.iter().all(|d| *d == Dim::Fixed(1));
-    if leading.iter().any(Option::is_some) || index_meta.dtype == "bool" || !one_element || indices.len() != self_meta.shape.len() {
+    if leading.iter().any(Option::is_some)
+        || index_meta.dtype == "bool"
+        || !one_element
+        || indices.len() != self_meta.shape.len()
+    {
         return Ok(false);
     }
     let base = base_of(graph, this)?;
@@ -51,23 +61,63 @@ fn fix_index_put_last_dim(graph: &Graph, node: NodeId) -> Result<bool> {
         Dim::Symbolic(expr) => SymInt::Value(graph.insert_value(
             node,
             "aten.sym_size.int",
-            &[positional("self", Argument::Tensor(this)), positional("dim", Argument::Int(last as i64))],
+            &[
+                positional("self", Argument::Tensor(this)),
+                positional("dim", Argument::Int(last as i64)),
+            ],
             OutputDecl::SymInt(expr.clone()),
         )?),
     };
-    let plain = |dtype: &str, shape: Vec<Dim>| TensorMeta { dtype: dtype.into(), shape, strides: vec![], device: index_meta.device.clone() };
+    let plain = |dtype: &str, shape: Vec<Dim>| TensorMeta {
+        dtype: dtype.into(),
+        shape,
+        strides: vec![],
+        device: index_meta.device.clone(),
+    };
     let n = index_meta.shape.first().cloned().unwrap_or(Dim::Fixed(1));
     let arange = graph.insert_value(
         node,
         "aten.arange.default",
-        &[positional("end", Argument::SymInt(size)), keyword("dtype", Argument::Dtype(index_meta.dtype.clone())), keyword("device", Argument::Device(index_meta.device.clone())), keyword("pin_memory", Argument::Boolean(false))],
+        &[
+            positional("end", Argument::SymInt(size)),
+            keyword("dtype", Argument::Dtype(index_meta.dtype.clone())),
+            keyword("device", Argument::Device(index_meta.device.clone())),
+            keyword("pin_memory", Argument::Boolean(false)),
+        ],
         OutputDecl::Tensor(plain(&index_meta.dtype, vec![size_dim.clone()])),
     )?;
-    let columns = graph.insert_value(node, "aten.unsqueeze.default", &[positional("self", Argument::Tensor(arange)), positional("dim", Argument::Int(-1))], OutputDecl::Tensor(plain(&index_meta.dtype, vec![size_dim.clone(), Dim::Fixed(1)])))?;
-    let selected = graph.insert_value(node, "aten.unsqueeze.default", &[positional("self", Argument::Tensor(*index)), positional("dim", Argument::Int(0))], OutputDecl::Tensor(plain(&index_meta.dtype, vec![Dim::Fixed(1), n.clone()])))?;
-    let matches = graph.insert_value(node, "aten.eq.Tensor", &[positional("self", Argument::Tensor(columns)), positional("other", Argument::Tensor(selected))], OutputDecl::Tensor(plain("bool", vec![size_dim.clone(), n])))?;
-    let mask = graph.insert_value(node, "aten.any.dim", &[positional("self", Argument::Tensor(matches)), positional("dim", Argument::Int(-1))], OutputDecl::Tensor(plain("bool", vec![size_dim])))?;
-    let inputs = vec![positional("condition", Argument::Tensor(mask)), positional("self", Argument::Tensor(values)), positional("other", Argument::Tensor(base))];
+    let columns = graph.insert_value(
+        node,
+        "aten.unsqueeze.default",
+        &[positional("self", Argument::Tensor(arange)), positional("dim", Argument::Int(-1))],
+        OutputDecl::Tensor(plain(&index_meta.dtype, vec![size_dim.clone(), Dim::Fixed(1)])),
+    )?;
+    let selected = graph.insert_value(
+        node,
+        "aten.unsqueeze.default",
+        &[positional("self", Argument::Tensor(*index)), positional("dim", Argument::Int(0))],
+        OutputDecl::Tensor(plain(&index_meta.dtype, vec![Dim::Fixed(1), n.clone()])),
+    )?;
+    let matches = graph.insert_value(
+        node,
+        "aten.eq.Tensor",
+        &[
+            positional("self", Argument::Tensor(columns)),
+            positional("other", Argument::Tensor(selected)),
+        ],
+        OutputDecl::Tensor(plain("bool", vec![size_dim.clone(), n])),
+    )?;
+    let mask = graph.insert_value(
+        node,
+        "aten.any.dim",
+        &[positional("self", Argument::Tensor(matches)), positional("dim", Argument::Int(-1))],
+        OutputDecl::Tensor(plain("bool", vec![size_dim])),
+    )?;
+    let inputs = vec![
+        positional("condition", Argument::Tensor(mask)),
+        positional("self", Argument::Tensor(values)),
+        positional("other", Argument::Tensor(base)),
+    ];
     let result_node = graph.replace_with_call(node, "aten.where.self", inputs)?;
     let result = graph.single_output(result_node)?;
     // Later readers of `base` relied on the in-place write: they read the result.
@@ -82,7 +132,9 @@ fn fix_index_put_last_dim(graph: &Graph, node: NodeId) -> Result<bool> {
             .inputs(user)?
             .into_iter()
             .map(|a| match a.value {
-                Argument::Tensor(v) if v == base => NamedArgument { value: Argument::Tensor(result), ..a },
+                Argument::Tensor(v) if v == base => {
+                    NamedArgument { value: Argument::Tensor(result), ..a }
+                }
                 _ => a,
             })
             .collect();

@@ -35,20 +35,91 @@ use hfx_sdk::prelude::*;
 /// Ops whose result may share memory with an input: a mutation through or of
 /// such a value is seen by the other alias, which a functional rewrite loses.
 const ALIASING: &[&str] = &[
-    "view", "_unsafe_view", "_reshape_alias", "reshape", "reshape_as", "slice", "select", "transpose", "permute",
-    "expand", "expand_as", "unsqueeze", "squeeze", "as_strided", "t", "numpy_T", "mT", "mH", "adjoint", "alias",
-    "detach", "narrow", "diagonal", "unbind", "split", "split_with_sizes", "unsafe_split", "tensor_split", "chunk",
-    "unsafe_chunk", "unflatten", "flatten", "unfold", "contiguous", "to", "type_as", "view_as", "movedim",
-    "moveaxis", "swapaxes", "swapdims", "real", "imag", "view_as_real", "view_as_complex", "lift", "lift_fresh",
-    "positive", "conj", "_conj", "_neg_view", "resolve_conj", "resolve_neg", "matrix_H", "hsplit", "vsplit",
-    "dsplit", "atleast_1d", "atleast_2d", "atleast_3d", "broadcast_to", "broadcast_tensors", "ravel",
+    "view",
+    "_unsafe_view",
+    "_reshape_alias",
+    "reshape",
+    "reshape_as",
+    "slice",
+    "select",
+    "transpose",
+    "permute",
+    "expand",
+    "expand_as",
+    "unsqueeze",
+    "squeeze",
+    "as_strided",
+    "t",
+    "numpy_T",
+    "mT",
+    "mH",
+    "adjoint",
+    "alias",
+    "detach",
+    "narrow",
+    "diagonal",
+    "unbind",
+    "split",
+    "split_with_sizes",
+    "unsafe_split",
+    "tensor_split",
+    "chunk",
+    "unsafe_chunk",
+    "unflatten",
+    "flatten",
+    "unfold",
+    "contiguous",
+    "to",
+    "type_as",
+    "view_as",
+    "movedim",
+    "moveaxis",
+    "swapaxes",
+    "swapdims",
+    "real",
+    "imag",
+    "view_as_real",
+    "view_as_complex",
+    "lift",
+    "lift_fresh",
+    "positive",
+    "conj",
+    "_conj",
+    "_neg_view",
+    "resolve_conj",
+    "resolve_neg",
+    "matrix_H",
+    "hsplit",
+    "vsplit",
+    "dsplit",
+    "atleast_1d",
+    "atleast_2d",
+    "atleast_3d",
+    "broadcast_to",
+    "broadcast_tensors",
+    "ravel",
 ];
 
 /// Of those, the ops that return their input itself when the result has the
 /// input's shape, dtype and device (and, for the ones that may copy, strides).
 const WHOLE_WHEN_SAME: &[&str] = &[
-    "alias", "detach", "lift_fresh", "view", "_unsafe_view", "reshape", "reshape_as", "view_as", "expand",
-    "expand_as", "slice", "squeeze", "flatten", "unflatten", "contiguous", "to", "type_as",
+    "alias",
+    "detach",
+    "lift_fresh",
+    "view",
+    "_unsafe_view",
+    "reshape",
+    "reshape_as",
+    "view_as",
+    "expand",
+    "expand_as",
+    "slice",
+    "squeeze",
+    "flatten",
+    "unflatten",
+    "contiguous",
+    "to",
+    "type_as",
 ];
 /// The ops of `WHOLE_WHEN_SAME` that copy unless the layout already fits.
 const MAY_COPY: &[&str] = &["contiguous", "to", "type_as"];
@@ -101,7 +172,9 @@ fn whole_alias_of(graph: &Graph, node: NodeId) -> Result<Option<ValueId>> {
         return Ok(None);
     }
     let output = graph.single_output(node)?;
-    let (Some(a), Some(b)) = (graph.tensor_meta(input)?, graph.tensor_meta(output)?) else { return Ok(None) };
+    let (Some(a), Some(b)) = (graph.tensor_meta(input)?, graph.tensor_meta(output)?) else {
+        return Ok(None);
+    };
     let same = a.dtype == b.dtype && a.shape == b.shape && a.device == b.device;
     Ok((same && (!MAY_COPY.contains(&op) || a.strides == b.strides)).then_some(input))
 }
@@ -148,7 +221,9 @@ fn reread(argument: Argument, old: ValueId, new: ValueId) -> Argument {
     match argument {
         Argument::Tensor(v) => Argument::Tensor(swap(v)),
         Argument::Tensors(vs) => Argument::Tensors(vs.into_iter().map(swap).collect()),
-        Argument::OptionalTensors(vs) => Argument::OptionalTensors(vs.into_iter().map(|v| v.map(swap)).collect()),
+        Argument::OptionalTensors(vs) => {
+            Argument::OptionalTensors(vs.into_iter().map(|v| v.map(swap)).collect())
+        }
         other => other,
     }
 }
@@ -156,14 +231,18 @@ fn reread(argument: Argument, old: ValueId, new: ValueId) -> Argument {
 /// The readers after `node` of the names the mutated tensor had before it
 /// (each with the name it reads), or None where the rewrite cannot be sure.
 fn plan(graph: &Graph, node: NodeId, mutated: ValueId) -> Result<Option<Vec<(NodeId, ValueId)>>> {
-    let order: HashMap<NodeId, usize> = graph.nodes().into_iter().enumerate().map(|(i, n)| (n, i)).collect();
+    let order: HashMap<NodeId, usize> =
+        graph.nodes().into_iter().enumerate().map(|(i, n)| (n, i)).collect();
     let here = order[&node];
     let subgraph = graph.subgraph_of(node)?;
     let after = |n: NodeId| order.get(&n).is_some_and(|&p| p > here);
     // Whether `user` is one whose effects the analysis follows.
-    let followed = |user: NodeId| -> Result<bool> { Ok(graph.subgraph_of(user)? == subgraph && known(&graph.target(user)?)) };
+    let followed = |user: NodeId| -> Result<bool> {
+        Ok(graph.subgraph_of(user)? == subgraph && known(&graph.target(user)?))
+    };
     // A later write must be one of this plugin's targets, whose rewrite moves the readers after it on.
-    let rewritten = |user: NodeId| -> Result<bool> { Ok(TARGETS.contains(&graph.target(user)?.as_str())) };
+    let rewritten =
+        |user: NodeId| -> Result<bool> { Ok(TARGETS.contains(&graph.target(user)?.as_str())) };
 
     // The base: back through whole aliases.
     let mut base = mutated;
@@ -289,8 +368,10 @@ fn fix_inplace_functional(graph: &Graph, node: NodeId) -> Result<bool> {
     let result = graph.single_output(replacement)?;
     for (reader, name) in later {
         let inputs = graph.inputs(reader)?;
-        let reread: Vec<NamedArgument> =
-            inputs.into_iter().map(|a| NamedArgument { value: reread(a.value, name, result), ..a }).collect();
+        let reread: Vec<NamedArgument> = inputs
+            .into_iter()
+            .map(|a| NamedArgument { value: reread(a.value, name, result), ..a })
+            .collect();
         graph.set_inputs(reader, &reread)?;
     }
     Ok(true)

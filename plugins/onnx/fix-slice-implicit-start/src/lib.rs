@@ -11,6 +11,9 @@ fn fix_slice_implicit_start(graph: &Graph, node: NodeId) -> Result<bool> {
     let Some(Argument::None) = graph.input(node, "start")? else {
         return Ok(false); // explicit start, or none given at all
     };
-    graph.set_input(node, &NamedArgument { name: "start".into(), value: Argument::Int(0), keyword: false })?;
+    graph.set_input(
+        node,
+        &NamedArgument { name: "start".into(), value: Argument::Int(0), keyword: false },
+    )?;
     Ok(true)
 }

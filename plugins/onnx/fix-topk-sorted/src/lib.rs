@@ -8,6 +8,7 @@ fn fix_topk_sorted(model: &Model, node: OnnxNodeId) -> Result<bool> {
     if matches!(model.attribute(node, "sorted")?, Some(Attribute::Int(1))) {
         return Ok(false);
     }
-    model.set_attribute(node, &NamedAttribute { name: "sorted".into(), value: Attribute::Int(1) })?;
+    model
+        .set_attribute(node, &NamedAttribute { name: "sorted".into(), value: Attribute::Int(1) })?;
     Ok(true)
 }

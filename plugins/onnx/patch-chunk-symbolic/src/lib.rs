@@ -11,7 +11,9 @@ fn patch_chunk_symbolic(call: PatchedCall) -> Result<Program> {
     let input = call.param(0, "input").or_else(|| call.param(0, "self"));
     let chunks = call.param(1, "chunks").and_then(|s| call.int(s));
     let dim = call.param(2, "dim").and_then(|s| call.int(s)).unwrap_or(0);
-    let (Some(input), Some(chunks)) = (input, chunks) else { return Ok(ProgramBuilder::passthrough(&call)) };
+    let (Some(input), Some(chunks)) = (input, chunks) else {
+        return Ok(ProgramBuilder::passthrough(&call));
+    };
     if !call.tensor(input).is_some_and(|t| t.symbolic_dim(dim)) || chunks < 1 {
         return Ok(ProgramBuilder::passthrough(&call));
     }

@@ -16,7 +16,9 @@ use hfx_sdk::prelude::*;
 #[hfx_sdk::patch(targets = ["torch.cummax", "torch.Tensor.cummax", "torch.cummin", "torch.Tensor.cummin"])]
 fn patch_cumulative_extremum(call: PatchedCall) -> Result<Program> {
     let max = call.target.ends_with("cummax");
-    let (Some(input), Some(dim)) = (call.args.first().copied(), call.param(1, "dim").and_then(|s| call.int(s))) else {
+    let (Some(input), Some(dim)) =
+        (call.args.first().copied(), call.param(1, "dim").and_then(|s| call.int(s)))
+    else {
         return Ok(ProgramBuilder::passthrough(&call));
     };
     let Some(tensor) = call.tensor(input) else { return Ok(ProgramBuilder::passthrough(&call)) };
@@ -64,6 +66,7 @@ fn patch_cumulative_extremum(call: PatchedCall) -> Result<Program> {
     let values = p.call("torch.movedim", &[values, last, d]);
     let indices = p.call("torch.movedim", &[indices, last, d]);
     let pair = p.pack(&[values, indices]);
-    let out = p.call(if max { "torch.return_types.cummax" } else { "torch.return_types.cummin" }, &[pair]);
+    let out = p
+        .call(if max { "torch.return_types.cummax" } else { "torch.return_types.cummin" }, &[pair]);
     Ok(p.finish(out))
 }

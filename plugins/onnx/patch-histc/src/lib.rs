@@ -12,13 +12,16 @@ fn patch_histc(call: PatchedCall) -> Result<Program> {
     if !call.is_none(call.kwarg("out")) {
         return Ok(ProgramBuilder::passthrough(&call));
     }
-    let read = |index, name, default: f64| call.param(index, name).and_then(|s| call.float(s)).unwrap_or(default);
+    let read = |index, name, default: f64| {
+        call.param(index, name).and_then(|s| call.float(s)).unwrap_or(default)
+    };
     let bins = call.param(1, "bins").and_then(|s| call.int(s)).unwrap_or(100);
     let (low, high) = (read(2, "min", 0.0), read(3, "max", 0.0));
     if bins < 1 {
         return Err(error(format!("histc: bins must be positive, got {bins}"), None));
     }
-    let out_dtype = if tensor.is_floating() { tensor.meta.dtype.clone() } else { "float32".to_string() };
+    let out_dtype =
+        if tensor.is_floating() { tensor.meta.dtype.clone() } else { "float32".to_string() };
 
     let mut p = ProgramBuilder::new(&call);
     let float32 = p.dtype("float32");

@@ -6,7 +6,9 @@ use hfx_sdk::prelude::*;
 
 #[hfx_sdk::patch(targets = ["torch.Tensor.masked_scatter"])]
 fn patch_masked_scatter(call: PatchedCall) -> Result<Program> {
-    let (Some(target), Some(mask), Some(source)) = (call.param(0, "self"), call.param(1, "mask"), call.param(2, "source")) else {
+    let (Some(target), Some(mask), Some(source)) =
+        (call.param(0, "self"), call.param(1, "mask"), call.param(2, "source"))
+    else {
         return Ok(ProgramBuilder::passthrough(&call));
     };
     let mut p = ProgramBuilder::new(&call);

@@ -16,7 +16,9 @@ fn machine_epsilon(dtype: &str) -> f64 {
 
 #[hfx_sdk::patch(targets = ["torch.nn.RMSNorm.forward"])]
 fn patch_rms_norm_no_affine(call: PatchedCall) -> Result<Program> {
-    let (Some(module), Some(x)) = (call.param(0, "self"), call.param(1, "x").or_else(|| call.param(1, "input"))) else {
+    let (Some(module), Some(x)) =
+        (call.param(0, "self"), call.param(1, "x").or_else(|| call.param(1, "input")))
+    else {
         return Ok(ProgramBuilder::passthrough(&call));
     };
     let affine = call.attribute(module, "elementwise_affine");

@@ -9,13 +9,16 @@ fn patch_roll(call: PatchedCall) -> Result<Program> {
     let input = call.param(0, "input").or_else(|| call.param(0, "self"));
     let shifts = call.param(1, "shifts");
     let dims = call.param(2, "dims");
-    let (Some(input), Some(shifts), Some(dims)) = (input, shifts, dims) else { return Ok(ProgramBuilder::passthrough(&call)) };
-    let pairs: Vec<(i64, i64)> = match (call.int(shifts), call.int(dims), call.ints(shifts), call.ints(dims)) {
-        (Some(s), Some(d), _, _) => vec![(s, d)],
-        (_, _, Some(s), Some(d)) if s.len() == d.len() => s.into_iter().zip(d).collect(),
-        // A flattened roll (no dims) or symbolic shifts: the original.
-        _ => return Ok(ProgramBuilder::passthrough(&call)),
+    let (Some(input), Some(shifts), Some(dims)) = (input, shifts, dims) else {
+        return Ok(ProgramBuilder::passthrough(&call));
     };
+    let pairs: Vec<(i64, i64)> =
+        match (call.int(shifts), call.int(dims), call.ints(shifts), call.ints(dims)) {
+            (Some(s), Some(d), _, _) => vec![(s, d)],
+            (_, _, Some(s), Some(d)) if s.len() == d.len() => s.into_iter().zip(d).collect(),
+            // A flattened roll (no dims) or symbolic shifts: the original.
+            _ => return Ok(ProgramBuilder::passthrough(&call)),
+        };
     let Some(tensor) = call.tensor(input) else { return Ok(ProgramBuilder::passthrough(&call)) };
     let mut p = ProgramBuilder::new(&call);
     let mut out = input;

@@ -9,10 +9,14 @@ use hfx_sdk::prelude::*;
 
 #[hfx_sdk::patch(targets = ["torch.nn.functional.scaled_dot_product_attention"])]
 fn patch_sdpa_masked_rows(call: PatchedCall) -> Result<Program> {
-    let (Some(query), Some(key), Some(value)) = (call.param(0, "query"), call.param(1, "key"), call.param(2, "value")) else {
+    let (Some(query), Some(key), Some(value)) =
+        (call.param(0, "query"), call.param(1, "key"), call.param(2, "value"))
+    else {
         return Ok(ProgramBuilder::passthrough(&call));
     };
-    let Some(query_dtype) = call.tensor(query).map(|t| t.meta.dtype.clone()) else { return Ok(ProgramBuilder::passthrough(&call)) };
+    let Some(query_dtype) = call.tensor(query).map(|t| t.meta.dtype.clone()) else {
+        return Ok(ProgramBuilder::passthrough(&call));
+    };
     let mut p = ProgramBuilder::new(&call);
     let key_shape = p.getattr(key, "shape");
     let key_length = p.item(key_shape, -2);
@@ -45,13 +49,15 @@ fn patch_sdpa_masked_rows(call: PatchedCall) -> Result<Program> {
     let dtype = p.dtype(&query_dtype);
     let (attended, additive) = if mask.meta.dtype == "bool" {
         let attended = p.call("torch.Tensor.to", &[mask_slot, dtype]);
-        let (lowest, _) = float_limits(&query_dtype).ok_or_else(|| error(format!("sdpa: query dtype {query_dtype}"), None))?;
+        let (lowest, _) = float_limits(&query_dtype)
+            .ok_or_else(|| error(format!("sdpa: query dtype {query_dtype}"), None))?;
         let blocked = p.call("torch.logical_not", &[mask_slot]);
         let blocked = p.call("torch.Tensor.to", &[blocked, dtype]);
         let lowest = p.float(lowest);
         (attended, p.call("torch.mul", &[blocked, lowest]))
     } else {
-        let (lowest, _) = float_limits(&mask.meta.dtype).ok_or_else(|| error(format!("sdpa: mask dtype {}", mask.meta.dtype), None))?;
+        let (lowest, _) = float_limits(&mask.meta.dtype)
+            .ok_or_else(|| error(format!("sdpa: mask dtype {}", mask.meta.dtype), None))?;
         let lowest = p.float(lowest);
         let open = p.call("torch.gt", &[mask_slot, lowest]);
         (p.call("torch.Tensor.to", &[open, dtype]), mask_slot)
@@ -65,7 +71,9 @@ fn patch_sdpa_masked_rows(call: PatchedCall) -> Result<Program> {
     let mut kwargs = call.kwarg_slots();
     match args.get_mut(3) {
         Some(slot) => *slot = additive,
-        None => kwargs.iter_mut().filter(|(k, _)| *k == "attn_mask").for_each(|(_, s)| *s = additive),
+        None => {
+            kwargs.iter_mut().filter(|(k, _)| *k == "attn_mask").for_each(|(_, s)| *s = additive)
+        }
     }
     let attention = p.original(&args, &kwargs);
     let empty = p.pack(&[]);

@@ -10,10 +10,19 @@ fn patch_sorted_search(call: PatchedCall) -> Result<Program> {
     let (sorted, values) = if bucketize {
         (call.param(1, "boundaries"), call.param(0, "input"))
     } else {
-        (call.param(0, "sorted_sequence"), call.param(1, "input").or_else(|| call.param(1, "values")))
+        (
+            call.param(0, "sorted_sequence"),
+            call.param(1, "input").or_else(|| call.param(1, "values")),
+        )
     };
-    let (Some(sorted), Some(values)) = (sorted, values) else { return Ok(ProgramBuilder::passthrough(&call)) };
-    if call.tensor(sorted).is_none() || call.tensor(values).is_none() || !call.is_none(call.kwarg("out")) || !call.is_none(call.kwarg("sorter")) {
+    let (Some(sorted), Some(values)) = (sorted, values) else {
+        return Ok(ProgramBuilder::passthrough(&call));
+    };
+    if call.tensor(sorted).is_none()
+        || call.tensor(values).is_none()
+        || !call.is_none(call.kwarg("out"))
+        || !call.is_none(call.kwarg("sorter"))
+    {
         return Ok(ProgramBuilder::passthrough(&call));
     }
     let right = match call.kwarg("side").and_then(|s| call.string(s)) {

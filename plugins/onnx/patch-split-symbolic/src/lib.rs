@@ -10,14 +10,21 @@ use hfx_sdk::prelude::*;
 fn patch_split_symbolic(call: PatchedCall) -> Result<Program> {
     let input = call.param(0, "tensor").or_else(|| call.param(0, "self"));
     let size = call.param(1, "split_size_or_sections").or_else(|| call.param(1, "split_size"));
-    let (Some(input), Some(size)) = (input, size) else { return Ok(ProgramBuilder::passthrough(&call)) };
-    let (Some(tensor), Some(CallValue::SymInt(split))) = (call.tensor(input), call.value(size)) else {
+    let (Some(input), Some(size)) = (input, size) else {
+        return Ok(ProgramBuilder::passthrough(&call));
+    };
+    let (Some(tensor), Some(CallValue::SymInt(split))) = (call.tensor(input), call.value(size))
+    else {
         return Ok(ProgramBuilder::passthrough(&call));
     };
     let dim = call.param(2, "dim").and_then(|s| call.int(s)).unwrap_or(0);
-    let axis = normalize_dim(dim, tensor.rank()).ok_or_else(|| error(format!("split: dim {dim} out of range"), None))?;
+    let axis = normalize_dim(dim, tensor.rank())
+        .ok_or_else(|| error(format!("split: dim {dim} out of range"), None))?;
     let (Some(total_hint), Some(split_hint)) = (tensor.sizes.get(axis).copied(), split.hint) else {
-        return Err(error("split: a symbolic size without a hint (data-dependent) cannot be expanded", None));
+        return Err(error(
+            "split: a symbolic size without a hint (data-dependent) cannot be expanded",
+            None,
+        ));
     };
     if split_hint <= 0 {
         return Err(error(format!("split: split size {split_hint} is not positive"), None));

@@ -20,7 +20,10 @@ fn attention(e: &Emit) -> Result<String> {
         return Err(e.fail("dropout in attention is not exported (eval only)"));
     }
     if e.boolean("enable_gqa", false)? {
-        let (Some(Dim::Fixed(hq)), Some(Dim::Fixed(hk))) = (q_meta.shape.get(rank as usize - 3), e.input_meta("key")?.shape.get(rank as usize - 3).cloned()) else {
+        let (Some(Dim::Fixed(hq)), Some(Dim::Fixed(hk))) = (
+            q_meta.shape.get(rank as usize - 3),
+            e.input_meta("key")?.shape.get(rank as usize - 3).cloned(),
+        ) else {
             return Err(e.fail("enable_gqa with symbolic head counts is not translated"));
         };
         // repeat_interleave of the kv heads: (B, Hk, S, E) -> (B, Hk, r, S, E) -> (B, Hq, S, E).
@@ -33,10 +36,13 @@ fn attention(e: &Emit) -> Result<String> {
             let times = e.const_ints(&r)?;
             let tiled = e.op("Tile", &[&unsqueezed, &times])?;
             let shape = e.op("Shape", &[x])?;
-            let lead = e.op("Slice", &[&shape, &e.const_ints(&[0])?, &e.const_ints(&[rank - 3])?])?;
+            let lead =
+                e.op("Slice", &[&shape, &e.const_ints(&[0])?, &e.const_ints(&[rank - 3])?])?;
             let heads = e.const_ints(&[*hq])?;
-            let tail = e.op("Slice", &[&shape, &e.const_ints(&[rank - 2])?, &e.const_ints(&[rank])?])?;
-            let target = e.op_with("Concat", &[&lead, &heads, &tail], &[attr("axis", Attribute::Int(0))])?;
+            let tail =
+                e.op("Slice", &[&shape, &e.const_ints(&[rank - 2])?, &e.const_ints(&[rank])?])?;
+            let target =
+                e.op_with("Concat", &[&lead, &heads, &tail], &[attr("axis", Attribute::Int(0))])?;
             e.op("Reshape", &[&tiled, &target])
         };
         k = reps(&k)?;

@@ -68,7 +68,11 @@ fn conv_with(e: &Emit, op: &str) -> Result<String> {
         }
         _ => Some(per_dim(e, "padding", spatial, 0)?),
     };
-    let output_padding = if op == "ConvTranspose" { per_dim(e, "output_padding", spatial, 0)? } else { vec![0; spatial] };
+    let output_padding = if op == "ConvTranspose" {
+        per_dim(e, "output_padding", spatial, 0)?
+    } else {
+        vec![0; spatial]
+    };
     // torch allows output_padding < max(stride, dilation), ONNX Runtime only
     // < stride: past that, the transposed convolution runs to its full end
     // and the end is cut or zero-padded to torch's size, bias added after.
@@ -79,7 +83,8 @@ fn conv_with(e: &Emit, op: &str) -> Result<String> {
     };
     let mut result = match padding {
         Some(pads) if beyond_stride => {
-            let begin_only: Vec<i64> = pads.iter().copied().chain(std::iter::repeat_n(0, spatial)).collect();
+            let begin_only: Vec<i64> =
+                pads.iter().copied().chain(std::iter::repeat_n(0, spatial)).collect();
             attributes.push(attr("pads", Attribute::Ints(begin_only)));
             let full = e.op_with(op, &[&x, &weight], &attributes)?;
             // the full end is `pad` past torch's; torch's reaches `output_padding` past it
@@ -90,7 +95,8 @@ fn conv_with(e: &Emit, op: &str) -> Result<String> {
             let sized = e.op("Pad", &[&full, &e.const_ints(&ends)?])?;
             match &bias {
                 Some(b) => {
-                    let shape: Vec<i64> = [1, -1].into_iter().chain(std::iter::repeat_n(1, spatial)).collect();
+                    let shape: Vec<i64> =
+                        [1, -1].into_iter().chain(std::iter::repeat_n(1, spatial)).collect();
                     e.op("Add", &[&sized, &e.op("Reshape", &[b, &e.const_ints(&shape)?])?])?
                 }
                 None => sized,
@@ -98,7 +104,10 @@ fn conv_with(e: &Emit, op: &str) -> Result<String> {
         }
         padding => {
             if let Some(pads) = padding {
-                attributes.push(attr("pads", Attribute::Ints(pads.iter().chain(pads.iter()).copied().collect())));
+                attributes.push(attr(
+                    "pads",
+                    Attribute::Ints(pads.iter().chain(pads.iter()).copied().collect()),
+                ));
             }
             if op == "ConvTranspose" {
                 // Same output size as torch: stride*(in-1) + output_padding + dilation*(k-1) + 1 - 2*pad.
@@ -113,5 +122,9 @@ fn conv_with(e: &Emit, op: &str) -> Result<String> {
     if unbatched {
         result = e.op("Squeeze", &[&result, &e.const_ints(&[0])?])?;
     }
-    if compute == out { Ok(result) } else { e.cast(&result, &compute, &out) }
+    if compute == out {
+        Ok(result)
+    } else {
+        e.cast(&result, &compute, &out)
+    }
 }

@@ -71,16 +71,29 @@ fn cdist(e: &Emit) -> Result<String> {
     }
     let mode = e.int("compute_mode", 0)?;
     let large = |n: Option<i64>| n.is_none_or(|n| n > 25);
-    let matrix_product = p == 2.0 && (mode == 1 || (mode == 0 && (large(rows(e, "x1")?) || large(rows(e, "x2")?))));
+    let matrix_product =
+        p == 2.0 && (mode == 1 || (mode == 0 && (large(rows(e, "x1")?) || large(rows(e, "x2")?))));
     let distances = if matrix_product {
         let last = e.const_ints(&[-1])?;
         let square_norm = |x: &str| -> Result<String> {
-            e.op_with("ReduceSum", &[&e.op("Mul", &[x, x])?, &last], &[attr("keepdims", Attribute::Int(1))])
+            e.op_with(
+                "ReduceSum",
+                &[&e.op("Mul", &[x, x])?, &last],
+                &[attr("keepdims", Attribute::Int(1))],
+            )
         };
         let rank2 = e.rank("x2")?;
-        let x2t = e.op_with("Transpose", &[&x2], &[attr("perm", Attribute::Ints(transposed_last(rank2)))])?;
+        let x2t = e.op_with(
+            "Transpose",
+            &[&x2],
+            &[attr("perm", Attribute::Ints(transposed_last(rank2)))],
+        )?;
         let products = e.op("MatMul", &[&x1, &x2t])?;
-        let n2 = e.op_with("Transpose", &[&square_norm(&x2)?], &[attr("perm", Attribute::Ints(transposed_last(rank2)))])?;
+        let n2 = e.op_with(
+            "Transpose",
+            &[&square_norm(&x2)?],
+            &[attr("perm", Attribute::Ints(transposed_last(rank2)))],
+        )?;
         let twice = e.op("Mul", &[&products, &e.scalar(-2.0, work)?])?;
         let sum = e.op("Add", &[&e.op("Add", &[&twice, &square_norm(&x1)?])?, &n2])?;
         e.op("Sqrt", &[&e.op("Max", &[&sum, &e.scalar(0.0, work)?])?])?
@@ -113,7 +126,11 @@ fn pdist(e: &Emit) -> Result<String> {
     let a = e.op("Unsqueeze", &[&x, &e.const_ints(&[1])?])?;
     let b = e.op("Unsqueeze", &[&x, &e.const_ints(&[0])?])?;
     let matrix = norm(e, &e.op("Sub", &[&a, &b])?, p, work)?;
-    let n = e.op_with("Shape", &[&x], &[attr("start", Attribute::Int(0)), attr("end", Attribute::Int(1))])?;
+    let n = e.op_with(
+        "Shape",
+        &[&x],
+        &[attr("start", Attribute::Int(0)), attr("end", Attribute::Int(1))],
+    )?;
     let n = e.op("Squeeze", &[&n])?;
     let index = e.op("Range", &[&e.scalar(0.0, "int64")?, &n, &e.scalar(1.0, "int64")?])?;
     let row = e.op("Unsqueeze", &[&index, &e.const_ints(&[1])?])?;

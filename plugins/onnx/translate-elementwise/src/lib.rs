@@ -133,13 +133,15 @@ const INTS: &[&str] = &["int8", "int16", "int32", "int64", "uint8"];
 fn has_kernel(op: &str, dtype: &str) -> bool {
     let float = FLOATS.contains(&dtype);
     match op {
-        "Ceil" | "Floor" | "Round" | "Exp" | "Log" | "Sqrt" | "Reciprocal" | "Tanh" | "Sigmoid" | "Cos" | "Sin"
-        | "IsNaN" => float,
+        "Ceil" | "Floor" | "Round" | "Exp" | "Log" | "Sqrt" | "Reciprocal" | "Tanh" | "Sigmoid"
+        | "Cos" | "Sin" | "IsNaN" => float,
         "Erf" | "Elu" | "LeakyRelu" => matches!(dtype, "float32" | "float16"),
         "Softplus" | "HardSigmoid" | "HardSwish" => dtype == "float32",
         "IsInf" => matches!(dtype, "float32" | "float64"),
         "Neg" => float || matches!(dtype, "int8" | "int16" | "int32" | "int64"),
-        "Max" | "Min" | "Where" | "Clip" => float || matches!(dtype, "int8" | "int32" | "int64" | "uint8"),
+        "Max" | "Min" | "Where" | "Clip" => {
+            float || matches!(dtype, "int8" | "int32" | "int64" | "uint8")
+        }
         "Pow" => float || matches!(dtype, "int32" | "int64"),
         "Not" | "And" | "Or" | "Xor" => dtype == "bool",
         "BitwiseNot" | "BitwiseAnd" | "BitwiseOr" | "BitwiseXor" => INTS.contains(&dtype),
@@ -166,7 +168,13 @@ fn kernel_dtype(op: &str, dtype: &str) -> String {
 
 /// `op` over `inputs` (each of `dtype`), run where ORT has a kernel for it; a
 /// result of `dtype` is cast back, a comparison's bool is not.
-fn kernel(e: &Emit, op: &str, inputs: &[&str], dtype: &str, attributes: &[NamedAttribute]) -> Result<String> {
+fn kernel(
+    e: &Emit,
+    op: &str,
+    inputs: &[&str],
+    dtype: &str,
+    attributes: &[NamedAttribute],
+) -> Result<String> {
     let via = kernel_dtype(op, dtype);
     if via == dtype {
         return e.op_with(op, inputs, attributes);
@@ -174,17 +182,28 @@ fn kernel(e: &Emit, op: &str, inputs: &[&str], dtype: &str, attributes: &[NamedA
     let cast = inputs.iter().map(|x| e.cast(x, dtype, &via)).collect::<Result<Vec<_>>>()?;
     let refs: Vec<&str> = cast.iter().map(String::as_str).collect();
     let result = e.op_with(op, &refs, attributes)?;
-    if returns_bool(op) { Ok(result) } else { e.cast(&result, &via, dtype) }
+    if returns_bool(op) {
+        Ok(result)
+    } else {
+        e.cast(&result, &via, dtype)
+    }
 }
 
 fn returns_bool(op: &str) -> bool {
-    matches!(op, "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" | "IsInf" | "IsNaN")
+    matches!(
+        op,
+        "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" | "IsInf" | "IsNaN"
+    )
 }
 
 /// The dtype torch computes a float op of several steps in (its "opmath"):
 /// float32 for the half types, so rounding happens once, at the end.
 fn opmath(dtype: &str) -> &str {
-    if matches!(dtype, "float16" | "bfloat16") { "float32" } else { dtype }
+    if matches!(dtype, "float16" | "bfloat16") {
+        "float32"
+    } else {
+        dtype
+    }
 }
 
 // ── Operands ──
@@ -195,7 +214,9 @@ fn operand(e: &Emit, name: &str, dtype: &str) -> Result<String> {
     match e.arg(name)? {
         Some(Argument::Int(i)) if !is_floating(dtype) => int_scalar(e, i, dtype),
         // a number's truth, not its truncation (0.5 is True)
-        Some(Argument::Float(f)) if dtype == "bool" => e.scalar(if f != 0.0 { 1.0 } else { 0.0 }, dtype),
+        Some(Argument::Float(f)) if dtype == "bool" => {
+            e.scalar(if f != 0.0 { 1.0 } else { 0.0 }, dtype)
+        }
         Some(Argument::SymFloat(SymFloat::Constant(f))) => e.scalar(f, dtype),
         _ => e.operand(name, dtype),
     }
@@ -294,7 +315,9 @@ fn div_mode(e: &Emit) -> Result<String> {
     let mode = match e.arg("rounding_mode")? {
         Some(Argument::Str(s)) => Some(s),
         None | Some(Argument::None) => None,
-        Some(other) => return Err(e.fail(format!("`rounding_mode`: expected a string, got {other:?}"))),
+        Some(other) => {
+            return Err(e.fail(format!("`rounding_mode`: expected a string, got {other:?}")))
+        }
     };
     match mode.as_deref() {
         None | Some("trunc") | Some("floor") => divide(e, &out, mode.as_deref()),
@@ -318,7 +341,11 @@ fn divide(e: &Emit, out: &str, mode: Option<&str>) -> Result<String> {
     // divides by a Python number in float32 (the number unrounded) and
     // rounds once; `rounded` is the dtype the steps round to.
     let number = matches!(e.arg("other")?, Some(Argument::Float(_) | Argument::Int(_)));
-    let (y, rounded) = if number { (operand(e, "other", via)?, via) } else { (operand_via(e, "other", out, via)?, out) };
+    let (y, rounded) = if number {
+        (operand(e, "other", via)?, via)
+    } else {
+        (operand_via(e, "other", out, via)?, out)
+    };
     let result = match mode {
         None => e.op("Div", &[&x, &y])?,
         Some("trunc") => trunc(e, &round_to(e, &e.op("Div", &[&x, &y])?, via, rounded)?)?,
@@ -482,7 +509,11 @@ fn promote_types(a: &str, b: &str) -> String {
 /// or a number is of a higher category (bool < integer < float).
 fn result_type(parts: &[(String, u8)]) -> String {
     let fold = |priority: u8| {
-        parts.iter().filter(|p| p.1 == priority).map(|p| p.0.clone()).reduce(|a, b| promote_types(&a, &b))
+        parts
+            .iter()
+            .filter(|p| p.1 == priority)
+            .map(|p| p.0.clone())
+            .reduce(|a, b| promote_types(&a, &b))
     };
     let mut result: Option<String> = None;
     for priority in [2, 1, 0] {
@@ -490,7 +521,11 @@ fn result_type(parts: &[(String, u8)]) -> String {
             result = Some(match result {
                 None => next,
                 Some(r) if category(&next) > category(&r) => {
-                    if priority == 0 { promote_types(&r, &next) } else { next }
+                    if priority == 0 {
+                        promote_types(&r, &next)
+                    } else {
+                        next
+                    }
                 }
                 Some(r) => r,
             });
@@ -530,7 +565,9 @@ fn bitwise_not(e: &Emit) -> Result<String> {
         return e.op("Not", &[&x]);
     }
     if is_floating(&out) {
-        return Err(e.fail(format!("bitwise_not of a {out} tensor (torch takes only integers and bools)")));
+        return Err(
+            e.fail(format!("bitwise_not of a {out} tensor (torch takes only integers and bools)"))
+        );
     }
     e.op("BitwiseNot", &[&x])
 }
@@ -544,7 +581,11 @@ fn bitwise(e: &Emit, op: &str) -> Result<String> {
     }
     let x = operand(e, "self", &out)?;
     let y = operand(e, "other", &out)?;
-    if out == "bool" { e.op(op, &[&x, &y]) } else { e.op(&format!("Bitwise{op}"), &[&x, &y]) }
+    if out == "bool" {
+        e.op(op, &[&x, &y])
+    } else {
+        e.op(&format!("Bitwise{op}"), &[&x, &y])
+    }
 }
 
 // ── Unary ──
@@ -741,13 +782,18 @@ fn softplus(e: &Emit) -> Result<String> {
 fn hard_sigmoid(e: &Emit, op: &str) -> Result<String> {
     let out = e.output_meta()?.dtype;
     let x = operand(e, "self", &out)?;
-    let attributes = if op == "HardSigmoid" { vec![attr("alpha", Attribute::Float(1.0 / 6.0))] } else { vec![] };
+    let attributes =
+        if op == "HardSigmoid" { vec![attr("alpha", Attribute::Float(1.0 / 6.0))] } else { vec![] };
     kernel(e, op, &[&x], &out, &attributes)
 }
 
 /// A scalar argument (or its default) as a 0-d constant of `dtype`.
 fn bound(e: &Emit, name: &str, default: f64, dtype: &str) -> Result<String> {
-    if present(e, name)? { operand(e, name, dtype) } else { e.scalar(default, dtype) }
+    if present(e, name)? {
+        operand(e, name, dtype)
+    } else {
+        e.scalar(default, dtype)
+    }
 }
 
 /// `Clip(self, min, max)` of the scalar bounds named (an absent or `None` one is no bound).
@@ -767,7 +813,10 @@ fn clamp(e: &Emit, min: Option<&str>, max: Option<&str>) -> Result<String> {
         return if high.is_empty() { Ok(low_done) } else { e.op("And", &[&low_done, &high]) };
     }
     let via = kernel_dtype("Clip", &out);
-    let inputs = [x, low, high].iter().map(|v| if v.is_empty() { Ok(String::new()) } else { e.cast(v, &out, &via) }).collect::<Result<Vec<_>>>()?;
+    let inputs = [x, low, high]
+        .iter()
+        .map(|v| if v.is_empty() { Ok(String::new()) } else { e.cast(v, &out, &via) })
+        .collect::<Result<Vec<_>>>()?;
     let result = e.op("Clip", &[&inputs[0], &inputs[1], &inputs[2]])?;
     e.cast(&result, &via, &out)
 }
@@ -827,7 +876,11 @@ fn cast(e: &Emit) -> Result<String> {
     let out = e.output_meta()?.dtype;
     let from = e.input_meta("self")?.dtype;
     let x = e.tensor("self")?;
-    if from == out { e.op("Identity", &[&x]) } else { e.cast(&x, &from, &out) }
+    if from == out {
+        e.op("Identity", &[&x])
+    } else {
+        e.cast(&x, &from, &out)
+    }
 }
 
 fn identity(e: &Emit, input: &str) -> Result<String> {
@@ -847,7 +900,8 @@ fn gelu(e: &Emit) -> Result<String> {
     };
     // Opset 20 has Gelu (one node; ONNX Runtime's CPU kernel is float32).
     if e.builder.opset() >= 20 && dtype == "float32" {
-        let result = e.op_with("Gelu", &[&x], &[attr("approximate", Attribute::Str(approximate))])?;
+        let result =
+            e.op_with("Gelu", &[&x], &[attr("approximate", Attribute::Str(approximate))])?;
         return e.cast(&result, &dtype, &out);
     }
     let half = e.scalar(0.5, &dtype)?;

@@ -27,11 +27,17 @@ hfx_sdk::onnx_translations! {
 /// 8/16-bit) run through int64 and back. `path` (a contraction order hint)
 /// does not change the result.
 fn einsum(e: &Emit) -> Result<String> {
-    let Some(Argument::Str(equation)) = e.arg("equation")? else { return Err(e.fail("einsum without an equation")) };
-    let Some(Argument::Tensors(values)) = e.arg("tensors")? else { return Err(e.fail("einsum without operands")) };
+    let Some(Argument::Str(equation)) = e.arg("equation")? else {
+        return Err(e.fail("einsum without an equation"));
+    };
+    let Some(Argument::Tensors(values)) = e.arg("tensors")? else {
+        return Err(e.fail("einsum without operands"));
+    };
     let equation: String = equation.chars().filter(|c| !c.is_whitespace()).collect();
     if !equation.chars().all(|c| c.is_ascii_alphabetic() || matches!(c, ',' | '-' | '>' | '.')) {
-        return Err(e.fail(format!("einsum equation `{equation}` has characters ONNX's Einsum does not take")));
+        return Err(e.fail(format!(
+            "einsum equation `{equation}` has characters ONNX's Einsum does not take"
+        )));
     }
     let dtype = e.output_meta()?.dtype;
     let runs = matches!(dtype.as_str(), "float32" | "float64" | "float16" | "int32" | "int64");
@@ -72,10 +78,18 @@ fn addmm(e: &Emit) -> Result<String> {
     let out = e.output_meta()?.dtype;
     if matches!(out.as_str(), "float16" | "float32" | "float64") {
         let (input, a, b) = (e.tensor("self")?, e.tensor("mat1")?, e.tensor("mat2")?);
-        return e.op_with("Gemm", &[&a, &b, &input], &[attr("alpha", Attribute::Float(alpha as f32)), attr("beta", Attribute::Float(beta as f32))]);
+        return e.op_with(
+            "Gemm",
+            &[&a, &b, &input],
+            &[
+                attr("alpha", Attribute::Float(alpha as f32)),
+                attr("beta", Attribute::Float(beta as f32)),
+            ],
+        );
     }
     // ONNX Runtime's CPU Gemm is floating only: `beta*self + alpha*(mat1 @ mat2)` in MatMul and Add.
-    let (input, a, b) = (e.operand("self", &out)?, e.operand("mat1", &out)?, e.operand("mat2", &out)?);
+    let (input, a, b) =
+        (e.operand("self", &out)?, e.operand("mat1", &out)?, e.operand("mat2", &out)?);
     let scaled = |x: String, k: f64| -> Result<String> {
         if k == 1.0 {
             return Ok(x);
@@ -127,13 +141,19 @@ fn grouped_mm(e: &Emit, a_name: &str, b_name: &str) -> Result<String> {
         Dim::Fixed(g) if g > 0 => g,
         _ => return Err(e.fail("grouped mm: the number of groups (mat2.shape[0]) must be static")),
     };
-    let compute = if a_meta.dtype == "bfloat16" { "float32".to_string() } else { a_meta.dtype.clone() };
+    let compute =
+        if a_meta.dtype == "bfloat16" { "float32".to_string() } else { a_meta.dtype.clone() };
     let a = e.cast(&e.tensor(a_name)?, &a_meta.dtype, &compute)?;
     let split = |x: &str| -> Result<Vec<String>> {
         if groups == 1 {
             return Ok(vec![x.to_string()]);
         }
-        e.op_n("Split", &[x], groups as u32, &[attr("axis", Attribute::Int(0)), attr("num_outputs", Attribute::Int(groups))])
+        e.op_n(
+            "Split",
+            &[x],
+            groups as u32,
+            &[attr("axis", Attribute::Int(0)), attr("num_outputs", Attribute::Int(groups))],
+        )
     };
     let ends = split(&offs)?;
     let weights = split(&e.cast(&e.tensor(b_name)?, &b_meta.dtype, &compute)?)?;
@@ -158,17 +178,26 @@ fn grouped_mm(e: &Emit, a_name: &str, b_name: &str) -> Result<String> {
     // the rows no group claims: zeros of shape (M - offs[-1], N)
     let rows = match a_meta.shape[0] {
         Dim::Fixed(n) => e.const_ints(&[n])?,
-        Dim::Symbolic(_) => e.op_with("Shape", &[&a], &[attr("start", Attribute::Int(0)), attr("end", Attribute::Int(1))])?,
+        Dim::Symbolic(_) => e.op_with(
+            "Shape",
+            &[&a],
+            &[attr("start", Attribute::Int(0)), attr("end", Attribute::Int(1))],
+        )?,
     };
     let unclaimed = e.op("Sub", &[&rows, &start])?;
     let columns = match b_meta.shape[2] {
         Dim::Fixed(n) => e.const_ints(&[n])?,
         Dim::Symbolic(_) => {
             let b = e.tensor(b_name)?;
-            e.op_with("Shape", &[&b], &[attr("start", Attribute::Int(2)), attr("end", Attribute::Int(3))])?
+            e.op_with(
+                "Shape",
+                &[&b],
+                &[attr("start", Attribute::Int(2)), attr("end", Attribute::Int(3))],
+            )?
         }
     };
-    let zeros_shape = e.op_with("Concat", &[&unclaimed, &columns], &[attr("axis", Attribute::Int(0))])?;
+    let zeros_shape =
+        e.op_with("Concat", &[&unclaimed, &columns], &[attr("axis", Attribute::Int(0))])?;
     let zero = e.scalar(0.0, &compute)?;
     blocks.push(e.op("Expand", &[&zero, &zeros_shape])?);
     let refs: Vec<&str> = blocks.iter().map(String::as_str).collect();

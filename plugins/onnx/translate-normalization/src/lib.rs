@@ -80,7 +80,8 @@ fn layer_norm(e: &Emit) -> Result<Vec<String>> {
         inputs.push(e.operand("bias", work)?);
     }
     let refs: Vec<&str> = inputs.iter().map(String::as_str).collect();
-    let attributes = [attr("axis", Attribute::Int(axis)), attr("epsilon", Attribute::Float(eps as f32))];
+    let attributes =
+        [attr("axis", Attribute::Int(axis)), attr("epsilon", Attribute::Float(eps as f32))];
     let [y, mean, rstd] = &e.op_n("LayerNormalization", &refs, 3, &attributes)?[..] else {
         return Err(e.fail("LayerNormalization did not give its 3 outputs"));
     };
@@ -150,7 +151,10 @@ fn batch_norm_functional(e: &Emit) -> Result<Vec<String>> {
         let count = e.op("Div", &[&e.op("Size", &[&x])?, &e.op("Squeeze", &[&norm.channels])?])?;
         let count = e.cast(&count, "int64", work)?;
         let ratio = e.op("Div", &[&count, &e.op("Sub", &[&count, &e.scalar(1.0, work)?])?])?;
-        (blend(&running_mean, &norm.mean)?, blend(&running_var, &e.op("Mul", &[&norm.var, &ratio])?)?)
+        (
+            blend(&running_mean, &norm.mean)?,
+            blend(&running_var, &e.op("Mul", &[&norm.var, &ratio])?)?,
+        )
     } else {
         (running_mean, running_var)
     };
@@ -181,7 +185,8 @@ impl BatchNorm {
             } else if mean {
                 e.cast(&self.mean, self.work, &meta.dtype)?
             } else {
-                let std = e.op("Sqrt", &[&e.op("Add", &[&self.var, &e.scalar(self.eps, self.work)?])?])?;
+                let std =
+                    e.op("Sqrt", &[&e.op("Add", &[&self.var, &e.scalar(self.eps, self.work)?])?])?;
                 e.cast(&e.op("Reciprocal", &[&std])?, self.work, &meta.dtype)?
             });
         }
@@ -199,7 +204,11 @@ fn normalize_batch(e: &Emit, running: bool) -> Result<BatchNorm> {
     let x = e.operand("input", work)?;
     let rank = e.rank("input")?;
     let eps = e.float("eps", 1e-5)?;
-    let channels = e.op_with("Shape", &[&x], &[attr("start", Attribute::Int(1)), attr("end", Attribute::Int(2))])?;
+    let channels = e.op_with(
+        "Shape",
+        &[&x],
+        &[attr("start", Attribute::Int(1)), attr("end", Attribute::Int(2))],
+    )?;
     let weight = tensor_or(e, "weight", work, 1.0, &channels)?;
     let bias = tensor_or(e, "bias", work, 0.0, &channels)?;
     let (mean, var) = if running {
@@ -209,10 +218,18 @@ fn normalize_batch(e: &Emit, running: bool) -> Result<BatchNorm> {
         let axes = e.const_ints(&axes)?;
         let mean = e.op_with("ReduceMean", &[&x, &axes], &[attr("keepdims", Attribute::Int(1))])?;
         let deviation = e.op("Sub", &[&x, &mean])?;
-        let var = e.op_with("ReduceMean", &[&e.op("Mul", &[&deviation, &deviation])?, &axes], &[attr("keepdims", Attribute::Int(0))])?;
+        let var = e.op_with(
+            "ReduceMean",
+            &[&e.op("Mul", &[&deviation, &deviation])?, &axes],
+            &[attr("keepdims", Attribute::Int(0))],
+        )?;
         (e.op("Reshape", &[&mean, &e.const_ints(&[-1])?])?, var)
     };
-    let output = e.op_with("BatchNormalization", &[&x, &weight, &bias, &mean, &var], &[attr("epsilon", Attribute::Float(eps as f32))])?;
+    let output = e.op_with(
+        "BatchNormalization",
+        &[&x, &weight, &bias, &mean, &var],
+        &[attr("epsilon", Attribute::Float(eps as f32))],
+    )?;
     Ok(BatchNorm { output, mean, var, channels, eps, work })
 }
 
@@ -235,21 +252,37 @@ fn group_norm(e: &Emit) -> Result<Vec<String>> {
     let n = e.int_1d("N", 0)?;
     let per_group = e.op("Div", &[&e.int_1d("C", 0)?, &e.const_ints(&[groups])?])?;
     let per_group = e.op("Mul", &[&per_group, &e.int_1d("HxW", 1)?])?;
-    let grouped_shape = e.op_with("Concat", &[&n, &e.const_ints(&[groups])?, &per_group], &[attr("axis", Attribute::Int(0))])?;
+    let grouped_shape = e.op_with(
+        "Concat",
+        &[&n, &e.const_ints(&[groups])?, &per_group],
+        &[attr("axis", Attribute::Int(0))],
+    )?;
     // allowzero: an empty batch's 0 is a size, not "copy this axis".
-    let grouped = e.op_with("Reshape", &[&x, &grouped_shape], &[attr("allowzero", Attribute::Int(1))])?;
+    let grouped =
+        e.op_with("Reshape", &[&x, &grouped_shape], &[attr("allowzero", Attribute::Int(1))])?;
     let last = e.const_ints(&[2])?;
     let keep = [attr("keepdims", Attribute::Int(1))];
     let mean = e.op_with("ReduceMean", &[&grouped, &last], &keep)?;
     let deviation = e.op("Sub", &[&grouped, &mean])?;
     let var = e.op_with("ReduceMean", &[&e.op("Mul", &[&deviation, &deviation])?, &last], &keep)?;
-    let rstd = e.op("Reciprocal", &[&e.op("Sqrt", &[&e.op("Add", &[&var, &e.scalar(eps, work)?])?])?])?;
-    let per_group_constant = |value: f64| -> Result<String> { e.op("Expand", &[&e.scalar(value, work)?, &e.const_ints(&[groups])?]) };
+    let rstd =
+        e.op("Reciprocal", &[&e.op("Sqrt", &[&e.op("Add", &[&var, &e.scalar(eps, work)?])?])?])?;
+    let per_group_constant = |value: f64| -> Result<String> {
+        e.op("Expand", &[&e.scalar(value, work)?, &e.const_ints(&[groups])?])
+    };
     let instance = [attr("epsilon", Attribute::Float(eps as f32))];
-    let normalized = e.op_with("InstanceNormalization", &[&grouped, &per_group_constant(1.0)?, &per_group_constant(0.0)?], &instance)?;
+    let normalized = e.op_with(
+        "InstanceNormalization",
+        &[&grouped, &per_group_constant(1.0)?, &per_group_constant(0.0)?],
+        &instance,
+    )?;
     let normalized = e.op("Reshape", &[&normalized, &e.op("Shape", &[&x])?])?;
     // weight and bias [C] broadcast as [C, 1, ...] against [N, C, *].
-    let per_channel = e.const_ints(&std::iter::once(-1).chain(std::iter::repeat_n(1, (rank - 2).max(0) as usize)).collect::<Vec<_>>())?;
+    let per_channel = e.const_ints(
+        &std::iter::once(-1)
+            .chain(std::iter::repeat_n(1, (rank - 2).max(0) as usize))
+            .collect::<Vec<_>>(),
+    )?;
     let mut y = normalized;
     if let Some(Argument::Tensor(_)) = e.arg("weight")? {
         y = e.op("Mul", &[&y, &e.op("Reshape", &[&e.operand("weight", work)?, &per_channel])?])?;
@@ -257,6 +290,12 @@ fn group_norm(e: &Emit) -> Result<Vec<String>> {
     if let Some(Argument::Tensor(_)) = e.arg("bias")? {
         y = e.op("Add", &[&y, &e.op("Reshape", &[&e.operand("bias", work)?, &per_channel])?])?;
     }
-    let squeeze = |stat: &str, dtype: &str| -> Result<String> { e.cast(&e.op("Squeeze", &[stat, &last])?, work, dtype) };
-    Ok(vec![e.cast(&y, work, &out)?, squeeze(&mean, &metas[1].dtype)?, squeeze(&rstd, &metas[2].dtype)?])
+    let squeeze = |stat: &str, dtype: &str| -> Result<String> {
+        e.cast(&e.op("Squeeze", &[stat, &last])?, work, dtype)
+    };
+    Ok(vec![
+        e.cast(&y, work, &out)?,
+        squeeze(&mean, &metas[1].dtype)?,
+        squeeze(&rstd, &metas[2].dtype)?,
+    ])
 }

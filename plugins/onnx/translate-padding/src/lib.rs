@@ -43,24 +43,33 @@ fn pad(e: &Emit, name: &str, mode: &str) -> Result<String> {
         return e.op("Identity", &[&input]);
     }
     // ONNX order: every begin (axes -1, -2, ...), then every end.
-    let ordered: Vec<SymInt> = (0..pairs).map(|i| amounts[2 * i].clone()).chain((0..pairs).map(|i| amounts[2 * i + 1].clone())).collect();
+    let ordered: Vec<SymInt> = (0..pairs)
+        .map(|i| amounts[2 * i].clone())
+        .chain((0..pairs).map(|i| amounts[2 * i + 1].clone()))
+        .collect();
     let axes = e.const_ints(&(1..=pairs as i64).map(|a| -a).collect::<Vec<_>>())?;
     let value = match e.arg("value")? {
         _ if mode != "constant" => String::new(),
         None | Some(Argument::None) => e.scalar(0.0, compute)?,
         Some(_) => e.operand("value", compute)?,
     };
-    let constants: Option<Vec<i64>> = ordered.iter().map(|s| if let SymInt::Constant(c) = s { Some(*c) } else { None }).collect();
+    let constants: Option<Vec<i64>> =
+        ordered.iter().map(|s| if let SymInt::Constant(c) = s { Some(*c) } else { None }).collect();
     let padded = match constants {
         Some(pads) => {
             let mut y = x;
             if pads.iter().any(|&p| p > 0) {
                 let grow = e.const_ints(&pads.iter().map(|&p| p.max(0)).collect::<Vec<_>>())?;
-                y = e.op_with("Pad", &[&y, &grow, &value, &axes], &[attr("mode", Attribute::Str(mode.into()))])?;
+                y = e.op_with(
+                    "Pad",
+                    &[&y, &grow, &value, &axes],
+                    &[attr("mode", Attribute::Str(mode.into()))],
+                )?;
             }
             if pads.iter().any(|&p| p < 0) {
                 let starts: Vec<i64> = pads[..pairs].iter().map(|&p| -p.min(0)).collect();
-                let ends: Vec<i64> = pads[pairs..].iter().map(|&p| if p < 0 { p } else { i64::MAX }).collect();
+                let ends: Vec<i64> =
+                    pads[pairs..].iter().map(|&p| if p < 0 { p } else { i64::MAX }).collect();
                 y = e.op("Slice", &[&y, &e.const_ints(&starts)?, &e.const_ints(&ends)?, &axes])?;
             }
             y
@@ -72,7 +81,11 @@ fn pad(e: &Emit, name: &str, mode: &str) -> Result<String> {
             let pads = e.op_with("Concat", &refs, &[attr("axis", Attribute::Int(0))])?;
             let zero = e.const_ints(&[0])?;
             let grow = e.op("Max", &[&pads, &zero])?;
-            let y = e.op_with("Pad", &[&x, &grow, &value, &axes], &[attr("mode", Attribute::Str(mode.into()))])?;
+            let y = e.op_with(
+                "Pad",
+                &[&x, &grow, &value, &axes],
+                &[attr("mode", Attribute::Str(mode.into()))],
+            )?;
             let crop = e.op("Min", &[&pads, &zero])?;
             let (begins, ends) = halves(e, &crop, pairs as i64)?;
             let starts = e.op("Neg", &[&begins])?;
@@ -84,7 +97,11 @@ fn pad(e: &Emit, name: &str, mode: &str) -> Result<String> {
     };
     let y = e.cast(&padded, compute, &out)?;
     // nothing padded or cropped: the output still needs a node of its own
-    if y == input { e.op("Identity", &[&y]) } else { Ok(y) }
+    if y == input {
+        e.op("Identity", &[&y])
+    } else {
+        Ok(y)
+    }
 }
 
 /// A list argument as sizes, constant or symbolic.

@@ -63,7 +63,9 @@ impl Window {
         let spans: Vec<Option<(i64, i64)>> = sizes
             .iter()
             .enumerate()
-            .map(|(i, size)| size.map(|n| (n + 2 * self.pad[i] - self.extent(i), self.torch_size(i, n))))
+            .map(|(i, size)| {
+                size.map(|n| (n + 2 * self.pad[i] - self.extent(i), self.torch_size(i, n)))
+            })
             .collect();
         let floor = |i: usize, span: i64| span.div_euclid(self.stride[i]) + 1;
         let ceil = self.ceil
@@ -108,12 +110,21 @@ struct Plan {
 impl Plan {
     /// `x` (`N, C, spatial...`) without the ends the plan cuts.
     fn cropped(&self, e: &Emit, x: &str) -> Result<String> {
-        let axes: Vec<i64> = (0..self.crops.len()).filter(|&i| self.crops[i] > 0).map(|i| i as i64 + 2).collect();
+        let axes: Vec<i64> =
+            (0..self.crops.len()).filter(|&i| self.crops[i] > 0).map(|i| i as i64 + 2).collect();
         if axes.is_empty() {
             return Ok(x.to_string());
         }
         let ends: Vec<i64> = self.crops.iter().filter(|&&c| c > 0).map(|c| -c).collect();
-        e.op("Slice", &[x, &e.const_ints(&vec![0; axes.len()])?, &e.const_ints(&ends)?, &e.const_ints(&axes)?])
+        e.op(
+            "Slice",
+            &[
+                x,
+                &e.const_ints(&vec![0; axes.len()])?,
+                &e.const_ints(&ends)?,
+                &e.const_ints(&axes)?,
+            ],
+        )
     }
 }
 
@@ -142,13 +153,20 @@ fn batched(e: &Emit, x: &str, spatial: usize) -> Result<(String, bool)> {
 }
 
 fn unbatch(e: &Emit, y: String, unbatched: bool) -> Result<String> {
-    if unbatched { e.op("Squeeze", &[&y, &e.const_ints(&[0])?]) } else { Ok(y) }
+    if unbatched {
+        e.op("Squeeze", &[&y, &e.const_ints(&[0])?])
+    } else {
+        Ok(y)
+    }
 }
 
 /// The spatial sizes of input `self`, None where symbolic.
 fn spatial_sizes(e: &Emit, spatial: usize) -> Result<Vec<Option<i64>>> {
     let shape = e.input_meta("self")?.shape;
-    Ok(shape[shape.len() - spatial..].iter().map(|d| if let Dim::Fixed(n) = d { Some(*n) } else { None }).collect())
+    Ok(shape[shape.len() - spatial..]
+        .iter()
+        .map(|d| if let Dim::Fixed(n) = d { Some(*n) } else { None })
+        .collect())
 }
 
 // ── average ──
@@ -173,10 +191,20 @@ fn avg_pool(e: &Emit, spatial: usize) -> Result<String> {
             attributes.push(attr("count_include_pad", Attribute::Int(include_pad as i64)));
             (e.op_with("AveragePool", &[&plan.cropped(e, &x)?], &attributes)?, "float32")
         }
-        Some(divisor) if is_floating(&out) => (e.op("Div", &[&window_sum(e, &x, &window, &sizes)?, &e.scalar(divisor as f64, "float32")?])?, "float32"),
+        Some(divisor) if is_floating(&out) => (
+            e.op(
+                "Div",
+                &[&window_sum(e, &x, &window, &sizes)?, &e.scalar(divisor as f64, "float32")?],
+            )?,
+            "float32",
+        ),
         Some(divisor) => {
             // an integer sum is exact once rounded; torch divides it truncating, as Div does
-            let sum = e.cast(&e.op("Round", &[&window_sum(e, &x, &window, &sizes)?])?, "float32", "int64")?;
+            let sum = e.cast(
+                &e.op("Round", &[&window_sum(e, &x, &window, &sizes)?])?,
+                "float32",
+                "int64",
+            )?;
             (e.op("Div", &[&sum, &e.scalar(divisor as f64, "int64")?])?, "int64")
         }
     };
@@ -194,7 +222,10 @@ fn window_sum(e: &Emit, x: &str, window: &Window, sizes: &[Option<i64>]) -> Resu
         Some(sizes) => {
             let ends: Vec<i64> = (0..spatial)
                 .map(|i| {
-                    let overhang = (window.torch_size(i, sizes[i]) - 1) * window.stride[i] + window.extent(i) - sizes[i] - 2 * window.pad[i];
+                    let overhang = (window.torch_size(i, sizes[i]) - 1) * window.stride[i]
+                        + window.extent(i)
+                        - sizes[i]
+                        - 2 * window.pad[i];
                     window.pad[i] + overhang.max(0)
                 })
                 .collect();
@@ -203,7 +234,10 @@ fn window_sum(e: &Emit, x: &str, window: &Window, sizes: &[Option<i64>]) -> Resu
         None => runtime_pads(e, x, window)?,
     };
     let padded = e.op("Pad", &[x, &pads, "", &axes])?;
-    let attributes = [attr("kernel_shape", Attribute::Ints(window.kernel.clone())), attr("strides", Attribute::Ints(window.stride.clone()))];
+    let attributes = [
+        attr("kernel_shape", Attribute::Ints(window.kernel.clone())),
+        attr("strides", Attribute::Ints(window.stride.clone())),
+    ];
     let mean = e.op_with("AveragePool", &[&padded], &attributes)?;
     let size = window.kernel.iter().product::<i64>() as f64;
     e.op("Mul", &[&mean, &e.scalar(size, "float32")?])
@@ -216,8 +250,10 @@ fn runtime_pads(e: &Emit, x: &str, window: &Window) -> Result<String> {
     let size = e.op_with("Shape", &[x], &[attr("start", Attribute::Int(-spatial))])?;
     let stride = e.const_ints(&window.stride)?;
     let pad = e.const_ints(&window.pad)?;
-    let extent = e.const_ints(&(0..spatial as usize).map(|i| window.extent(i)).collect::<Vec<_>>())?;
-    let ceil_extra: Vec<i64> = window.stride.iter().map(|s| if window.ceil { s - 1 } else { 0 }).collect();
+    let extent =
+        e.const_ints(&(0..spatial as usize).map(|i| window.extent(i)).collect::<Vec<_>>())?;
+    let ceil_extra: Vec<i64> =
+        window.stride.iter().map(|s| if window.ceil { s - 1 } else { 0 }).collect();
     let padded = e.op("Add", &[&size, &e.op("Add", &[&pad, &pad])?])?;
     let span = e.op("Add", &[&e.op("Sub", &[&padded, &extent])?, &e.const_ints(&ceil_extra)?])?;
     // span >= 0 for every input torch accepts, so Div's truncation is a floor
@@ -265,7 +301,14 @@ fn max_pool(e: &Emit, spatial: usize) -> Result<Vec<String>> {
     let size = |i: usize, crop: i64| -> Result<String> {
         match sizes[i] {
             Some(n) => e.const_ints(&[n - crop]),
-            None => e.op_with("Shape", &[&x], &[attr("start", Attribute::Int(i as i64 + 2)), attr("end", Attribute::Int(i as i64 + 3))]),
+            None => e.op_with(
+                "Shape",
+                &[&x],
+                &[
+                    attr("start", Attribute::Int(i as i64 + 2)),
+                    attr("end", Attribute::Int(i as i64 + 3)),
+                ],
+            ),
         }
     };
     let mut plane = size(0, plan.crops[0])?;
@@ -309,25 +352,42 @@ fn adaptive_avg_pool(e: &Emit, spatial: usize) -> Result<String> {
         Some(Argument::Int(i)) => vec![SymInt::Constant(i)],
         other => return Err(e.fail(format!("`output_size`: expected sizes, got {other:?}"))),
     };
-    let targets = if targets.len() == 1 && spatial > 1 { vec![targets[0].clone(); spatial] } else { targets };
+    let targets =
+        if targets.len() == 1 && spatial > 1 { vec![targets[0].clone(); spatial] } else { targets };
     if targets.len() != spatial {
-        return Err(e.fail(format!("`output_size` has {} values for {spatial} spatial axes", targets.len())));
+        return Err(e.fail(format!(
+            "`output_size` has {} values for {spatial} spatial axes",
+            targets.len()
+        )));
     }
     let axes: Vec<i64> = (0..spatial).map(|i| (rank - spatial + i) as i64).collect();
     if targets.iter().all(|t| *t == SymInt::Constant(1)) {
-        let y = e.op_with("ReduceMean", &[&x, &e.const_ints(&axes)?], &[attr("keepdims", Attribute::Int(1))])?;
+        let y = e.op_with(
+            "ReduceMean",
+            &[&x, &e.const_ints(&axes)?],
+            &[attr("keepdims", Attribute::Int(1))],
+        )?;
         return e.cast(&y, compute, &out);
     }
     // Windows that tile every pooled axis: one AveragePool (float32 only).
     let tiled: Option<Vec<i64>> = (0..spatial)
         .map(|i| match (sizes[i], &targets[i]) {
-            (Some(n), SymInt::Constant(m)) if *m > 0 && n % m == 0 && compute == "float32" => Some(n / m),
+            (Some(n), SymInt::Constant(m)) if *m > 0 && n % m == 0 && compute == "float32" => {
+                Some(n / m)
+            }
             _ => None,
         })
         .collect();
     if let Some(kernel) = tiled {
-        let (batched_x, unbatched) = if rank == spatial + 1 { (e.op("Unsqueeze", &[&x, &e.const_ints(&[0])?])?, true) } else { (x, false) };
-        let attributes = [attr("kernel_shape", Attribute::Ints(kernel.clone())), attr("strides", Attribute::Ints(kernel))];
+        let (batched_x, unbatched) = if rank == spatial + 1 {
+            (e.op("Unsqueeze", &[&x, &e.const_ints(&[0])?])?, true)
+        } else {
+            (x, false)
+        };
+        let attributes = [
+            attr("kernel_shape", Attribute::Ints(kernel.clone())),
+            attr("strides", Attribute::Ints(kernel)),
+        ];
         let y = unbatch(e, e.op_with("AveragePool", &[&batched_x], &attributes)?, unbatched)?;
         return e.cast(&y, compute, &out);
     }
@@ -343,7 +403,11 @@ fn adaptive_avg_pool(e: &Emit, spatial: usize) -> Result<String> {
         y = along_axis(e, &y, &window, axes[i] as usize, rank)?;
         // the count along the axis, shaped to broadcast over the axes after it
         let trailing = (spatial - 1 - i) as i64;
-        let count = if trailing > 0 { e.op("Unsqueeze", &[&count, &e.const_ints(&(1..=trailing).collect::<Vec<_>>())?])? } else { count };
+        let count = if trailing > 0 {
+            e.op("Unsqueeze", &[&count, &e.const_ints(&(1..=trailing).collect::<Vec<_>>())?])?
+        } else {
+            count
+        };
         counts = Some(match counts {
             None => count,
             Some(before) => e.op("Mul", &[&before, &count])?,
@@ -356,26 +420,51 @@ fn adaptive_avg_pool(e: &Emit, spatial: usize) -> Result<String> {
 }
 
 fn fixed(size: &SymInt) -> Option<i64> {
-    if let SymInt::Constant(c) = size { Some(*c) } else { None }
+    if let SymInt::Constant(c) = size {
+        Some(*c)
+    } else {
+        None
+    }
 }
 
 /// For an axis of `n` pooled into `m`: the `[m, n]` 0/1 matrix of torch's
 /// windows and the `[m]` window sizes, both in `dtype`; constant when `n` and
 /// `m` are, else built at run time.
-fn windows(e: &Emit, x: &str, axis: i64, size: Option<i64>, target: &SymInt, dtype: &str) -> Result<(String, String)> {
+fn windows(
+    e: &Emit,
+    x: &str,
+    axis: i64,
+    size: Option<i64>,
+    target: &SymInt,
+    dtype: &str,
+) -> Result<(String, String)> {
     if let (Some(n), Some(m)) = (size, fixed(target)) {
-        let (mut matrix, mut counts) = (Vec::with_capacity((n * m) as usize), Vec::with_capacity(m as usize));
+        let (mut matrix, mut counts) =
+            (Vec::with_capacity((n * m) as usize), Vec::with_capacity(m as usize));
         for i in 0..m {
             let (start, end) = ((i * n).div_euclid(m), ((i + 1) * n + m - 1).div_euclid(m));
             matrix.extend((0..n).map(|j| if j >= start && j < end { 1.0 } else { 0.0 }));
             counts.push((end - start) as f32);
         }
-        let flat = e.op_with("Constant", &[], &[attr("value_floats", Attribute::Floats(matrix))])?;
-        let matrix = e.cast(&e.op("Reshape", &[&flat, &e.const_ints(&[m, n])?])?, "float32", dtype)?;
-        let counts = e.cast(&e.op_with("Constant", &[], &[attr("value_floats", Attribute::Floats(counts))])?, "float32", dtype)?;
+        let flat =
+            e.op_with("Constant", &[], &[attr("value_floats", Attribute::Floats(matrix))])?;
+        let matrix =
+            e.cast(&e.op("Reshape", &[&flat, &e.const_ints(&[m, n])?])?, "float32", dtype)?;
+        let counts = e.cast(
+            &e.op_with("Constant", &[], &[attr("value_floats", Attribute::Floats(counts))])?,
+            "float32",
+            dtype,
+        )?;
         return Ok((matrix, counts));
     }
-    let n = e.op("Squeeze", &[&e.op_with("Shape", &[x], &[attr("start", Attribute::Int(axis)), attr("end", Attribute::Int(axis + 1))])?])?;
+    let n = e.op(
+        "Squeeze",
+        &[&e.op_with(
+            "Shape",
+            &[x],
+            &[attr("start", Attribute::Int(axis)), attr("end", Attribute::Int(axis + 1))],
+        )?],
+    )?;
     let m = match target {
         SymInt::Constant(m) => e.scalar(*m as f64, "int64")?,
         SymInt::Value(v) => e.builder.value_name(*v)?,
@@ -406,7 +495,8 @@ fn along_axis(e: &Emit, x: &str, weights: &str, axis: usize, rank: usize) -> Res
     if axis + 2 == rank {
         return e.op("MatMul", &[weights, x]);
     }
-    let transposed = e.op_with("Transpose", &[weights], &[attr("perm", Attribute::Ints(vec![1, 0]))])?;
+    let transposed =
+        e.op_with("Transpose", &[weights], &[attr("perm", Attribute::Ints(vec![1, 0]))])?;
     if axis + 1 == rank {
         return e.op("MatMul", &[x, &transposed]);
     }

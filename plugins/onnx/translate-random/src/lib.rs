@@ -82,6 +82,11 @@ fn randperm(e: &Emit) -> Result<String> {
     let n = e.int_1d("n", 0)?;
     let like = e.op("ConstantOfShape", &[&n])?;
     let noise = draw(e, "RandomUniformLike", &like, "float32")?;
-    let sorted = e.op_n("TopK", &[&noise, &n], 2, &[attr("axis", Attribute::Int(0)), attr("sorted", Attribute::Int(1))])?;
+    let sorted = e.op_n(
+        "TopK",
+        &[&noise, &n],
+        2,
+        &[attr("axis", Attribute::Int(0)), attr("sorted", Attribute::Int(1))],
+    )?;
     e.cast(&sorted[1], "int64", &out)
 }

@@ -110,7 +110,11 @@ fn topk(e: &Emit) -> Result<()> {
 /// no bool or narrow integers: those sort as int32.
 fn sort(e: &Emit) -> Result<()> {
     let dtype = e.input_meta("self")?.dtype;
-    let via = if matches!(dtype.as_str(), "bool" | "uint8" | "int8" | "int16") { "int32" } else { dtype.as_str() };
+    let via = if matches!(dtype.as_str(), "bool" | "uint8" | "int8" | "int16") {
+        "int32"
+    } else {
+        dtype.as_str()
+    };
     let x = e.operand("self", via)?;
     let rank = e.rank("self")?;
     let dim = e.int("dim", -1)?;
@@ -118,7 +122,11 @@ fn sort(e: &Emit) -> Result<()> {
     // The axis' length: a constant when static, else read at run time.
     let k = match e.input_meta("self")?.shape.get(dim as usize) {
         Some(Dim::Fixed(n)) => e.const_ints(&[*n])?,
-        _ => e.op_with("Shape", &[&x], &[attr("start", Attribute::Int(dim)), attr("end", Attribute::Int(dim + 1))])?,
+        _ => e.op_with(
+            "Shape",
+            &[&x],
+            &[attr("start", Attribute::Int(dim)), attr("end", Attribute::Int(dim + 1))],
+        )?,
     };
     let attributes = [
         attr("axis", Attribute::Int(dim)),
@@ -173,7 +181,11 @@ fn arg_extreme(e: &Emit, onnx: &str) -> Result<String> {
         }
         _ => (e.int("dim", 0)?, e.boolean("keepdim", false)?),
     };
-    e.op_with(onnx, &[&x], &[attr("axis", Attribute::Int(axis)), attr("keepdims", Attribute::Int(keepdim as i64))])
+    e.op_with(
+        onnx,
+        &[&x],
+        &[attr("axis", Attribute::Int(axis)), attr("keepdims", Attribute::Int(keepdim as i64))],
+    )
 }
 
 /// Counts of each value 0..=max (at least `minlength`): a one-hot row per
@@ -185,7 +197,8 @@ fn bincount(e: &Emit) -> Result<String> {
     let depth = e.op("Add", &[&top, &e.const_ints(&[1])?])?;
     let depth = e.op("Max", &[&depth, &e.int_1d("minlength", 0)?])?;
     let values = e.cast(&e.const_ints(&[0, 1])?, "int64", &out)?;
-    let mut rows = e.op_with("OneHot", &[&x, &depth, &values], &[attr("axis", Attribute::Int(-1))])?;
+    let mut rows =
+        e.op_with("OneHot", &[&x, &depth, &values], &[attr("axis", Attribute::Int(-1))])?;
     if let Some(Argument::Tensor(_)) = e.arg("weights")? {
         let weights = e.operand("weights", &out)?;
         rows = e.op("Mul", &[&rows, &e.op("Unsqueeze", &[&weights, &e.const_ints(&[1])?])?])?;
@@ -247,15 +260,26 @@ fn var(e: &Emit) -> Result<String> {
     }
     // Reduce* with no axes input reduces everything (a 0-d input included).
     let axes_input = if axes.is_empty() { String::new() } else { e.const_ints(&axes)? };
-    let mean = e.op_with("ReduceMean", &[&x, &axes_input], &[attr("keepdims", Attribute::Int(1))])?;
+    let mean =
+        e.op_with("ReduceMean", &[&x, &axes_input], &[attr("keepdims", Attribute::Int(1))])?;
     let deviation = e.op("Sub", &[&x, &mean])?;
     let squares = e.op("Mul", &[&deviation, &deviation])?;
-    let total = e.op_with("ReduceSum", &[&squares, &axes_input], &[attr("keepdims", Attribute::Int(keepdim as i64))])?;
+    let total = e.op_with(
+        "ReduceSum",
+        &[&squares, &axes_input],
+        &[attr("keepdims", Attribute::Int(keepdim as i64))],
+    )?;
     let count = match fixed_shape(&meta) {
-        Some(shape) => e.scalar(axes.iter().map(|&a| shape[a as usize]).product::<i64>() as f64, work)?,
+        Some(shape) => {
+            e.scalar(axes.iter().map(|&a| shape[a as usize]).product::<i64>() as f64, work)?
+        }
         None => {
             let sizes = e.op("Shape", &[&x])?;
-            let sizes = if axes.is_empty() { sizes } else { e.op("Gather", &[&sizes, &e.const_ints(&axes)?])? };
+            let sizes = if axes.is_empty() {
+                sizes
+            } else {
+                e.op("Gather", &[&sizes, &e.const_ints(&axes)?])?
+            };
             let n = e.op_with("ReduceProd", &[&sizes], &[attr("keepdims", Attribute::Int(0))])?;
             e.cast(&n, "int64", work)?
         }
@@ -286,12 +310,17 @@ fn extreme_dim(e: &Emit, reduce: &str, arg: &str) -> Result<Vec<String>> {
     let keepdim = e.boolean("keepdim", false)? as i64;
     let axes = e.const_ints(&[dim])?;
     let along = [attr("axis", Attribute::Int(dim)), attr("keepdims", Attribute::Int(keepdim))];
-    let mut values = e.op_with(reduce, &[&x, &axes], &[attr("keepdims", Attribute::Int(keepdim))])?;
+    let mut values =
+        e.op_with(reduce, &[&x, &axes], &[attr("keepdims", Attribute::Int(keepdim))])?;
     let mut indices = e.op_with(arg, &[&x], &along)?;
     if is_floating(work) {
         // torch's extreme of a slice holding NaN is NaN, at the first NaN; ORT's kernels skip it.
         let nan = e.cast(&e.op("IsNaN", &[&x])?, "bool", "int32")?;
-        let has_nan = e.cast(&e.op_with("ReduceMax", &[&nan, &axes], &[attr("keepdims", Attribute::Int(keepdim))])?, "int32", "bool")?;
+        let has_nan = e.cast(
+            &e.op_with("ReduceMax", &[&nan, &axes], &[attr("keepdims", Attribute::Int(keepdim))])?,
+            "int32",
+            "bool",
+        )?;
         values = e.op("Where", &[&has_nan, &e.scalar(f64::NAN, work)?, &values])?;
         indices = e.op("Where", &[&has_nan, &e.op_with("ArgMax", &[&nan], &along)?, &indices])?;
     }
@@ -333,7 +362,9 @@ fn embedding_bag(e: &Emit) -> Result<Vec<String>> {
     let work = accumulate_dtype(&out);
     let mode = e.int("mode", 0)?;
     if !(0..=2).contains(&mode) {
-        return Err(e.fail(format!("embedding_bag mode {mode} is not sum (0), mean (1) or max (2)")));
+        return Err(
+            e.fail(format!("embedding_bag mode {mode} is not sum (0), mean (1) or max (2)"))
+        );
     }
     let include_last = e.boolean("include_last_offset", false)?;
     let padding_idx = e.int("padding_idx", -1)?;
@@ -354,7 +385,11 @@ fn embedding_bag(e: &Emit) -> Result<Vec<String>> {
     let later = e.op("Min", &[&later, &count])?;
     let marks = full(e, 0.0, "int64", &e.op("Add", &[&count, &e.const_ints(&[1])?])?)?;
     let ones = full(e, 1.0, "int64", &e.op("Shape", &[&later])?)?;
-    let marks = e.op_with("ScatterElements", &[&marks, &later, &ones], &[attr("reduction", Attribute::Str("add".into()))])?;
+    let marks = e.op_with(
+        "ScatterElements",
+        &[&marks, &later, &ones],
+        &[attr("reduction", Attribute::Str("add".into()))],
+    )?;
     let bag = e.op("CumSum", &[&marks, &e.scalar(0.0, "int64")?])?;
     let bag = e.op("Slice", &[&bag, &zero, &count])?;
     // Padding rows go to a spare bag past the last, dropped at the end.
@@ -371,11 +406,17 @@ fn embedding_bag(e: &Emit) -> Result<Vec<String>> {
         if mode != 0 {
             return Err(e.fail("per_sample_weights are only defined for mode sum"));
         }
-        let scale = e.op("Unsqueeze", &[&e.operand("per_sample_weights", work)?, &e.const_ints(&[1])?])?;
+        let scale =
+            e.op("Unsqueeze", &[&e.operand("per_sample_weights", work)?, &e.const_ints(&[1])?])?;
         rows = e.op("Mul", &[&rows, &scale])?;
     }
-    let width = e.op_with("Shape", &[&weight], &[attr("start", Attribute::Int(1)), attr("end", Attribute::Int(2))])?;
-    let table_shape = e.op_with("Concat", &[&bags_plus_one, &width], &[attr("axis", Attribute::Int(0))])?;
+    let width = e.op_with(
+        "Shape",
+        &[&weight],
+        &[attr("start", Attribute::Int(1)), attr("end", Attribute::Int(2))],
+    )?;
+    let table_shape =
+        e.op_with("Concat", &[&bags_plus_one, &width], &[attr("axis", Attribute::Int(0))])?;
     let keep = |table: &str| e.op("Slice", &[table, &zero, &bags]);
     let sizes = e.op_with(
         "ScatterElements",
@@ -383,16 +424,24 @@ fn embedding_bag(e: &Emit) -> Result<Vec<String>> {
         &[attr("reduction", Attribute::Str("add".into()))],
     )?;
     let sizes = keep(&sizes)?;
-    let filled = e.op("Unsqueeze", &[&e.op("Greater", &[&sizes, &e.scalar(0.0, "int64")?])?, &e.const_ints(&[1])?])?;
+    let filled = e.op(
+        "Unsqueeze",
+        &[&e.op("Greater", &[&sizes, &e.scalar(0.0, "int64")?])?, &e.const_ints(&[1])?],
+    )?;
     let scatter = |init: &str, updates: &str, reduction: &str| {
-        e.op_with("ScatterND", &[init, &slot_nd, updates], &[attr("reduction", Attribute::Str(reduction.into()))])
+        e.op_with(
+            "ScatterND",
+            &[init, &slot_nd, updates],
+            &[attr("reduction", Attribute::Str(reduction.into()))],
+        )
     };
     let (result, max_indices) = match mode {
         0 => (keep(&scatter(&full(e, 0.0, work, &table_shape)?, &rows, "add")?)?, None),
         1 => {
             let sums = keep(&scatter(&full(e, 0.0, work, &table_shape)?, &rows, "add")?)?;
             let divisor = e.op("Max", &[&sizes, &e.scalar(1.0, "int64")?])?;
-            let divisor = e.op("Unsqueeze", &[&e.cast(&divisor, "int64", work)?, &e.const_ints(&[1])?])?;
+            let divisor =
+                e.op("Unsqueeze", &[&e.cast(&divisor, "int64", work)?, &e.const_ints(&[1])?])?;
             (e.op("Div", &[&sums, &divisor])?, None)
         }
         _ => {
@@ -401,12 +450,19 @@ fn embedding_bag(e: &Emit) -> Result<Vec<String>> {
             // The first position in each bag that holds the maximum, mapped to its row of `weight`
             // (an empty bag's stays past the end, where a 0 is appended).
             let hit = e.op("Equal", &[&rows, &e.op("Gather", &[&table, &slot])?])?;
-            let positions = e.op("Range", &[&e.scalar(0.0, "int64")?, &e.op("Squeeze", &[&count])?, &e.scalar(1.0, "int64")?])?;
+            let positions = e.op(
+                "Range",
+                &[&e.scalar(0.0, "int64")?, &e.op("Squeeze", &[&count])?, &e.scalar(1.0, "int64")?],
+            )?;
             let positions = e.op("Unsqueeze", &[&positions, &e.const_ints(&[1])?])?;
             let past_end = e.op("Squeeze", &[&count])?;
             let positions = e.op("Where", &[&hit, &positions, &past_end])?;
             let first = scatter(&e.op("Expand", &[&past_end, &table_shape])?, &positions, "min")?;
-            let rows_with_zero = e.op_with("Concat", &[&indices, &e.const_ints(&[0])?], &[attr("axis", Attribute::Int(0))])?;
+            let rows_with_zero = e.op_with(
+                "Concat",
+                &[&indices, &e.const_ints(&[0])?],
+                &[attr("axis", Attribute::Int(0))],
+            )?;
             (maxima, Some(e.op("Gather", &[&rows_with_zero, &keep(&first)?])?))
         }
     };
@@ -418,7 +474,11 @@ fn embedding_bag(e: &Emit) -> Result<Vec<String>> {
         e.cast(&bag, "int64", &offset2bag_meta.dtype)?
     };
     let zeros_like_sizes = |dtype: &str| full(e, 0.0, dtype, &e.op("Shape", &[&sizes])?);
-    let bag_size = if mode == 0 { zeros_like_sizes(&bag_size_meta.dtype)? } else { e.cast(&sizes, "int64", &bag_size_meta.dtype)? };
+    let bag_size = if mode == 0 {
+        zeros_like_sizes(&bag_size_meta.dtype)?
+    } else {
+        e.cast(&sizes, "int64", &bag_size_meta.dtype)?
+    };
     let max_indices = match (mode, max_indices) {
         (0, _) => zeros_like_sizes(&max_indices_meta.dtype)?,
         (_, Some(first)) => e.cast(&first, "int64", &max_indices_meta.dtype)?,

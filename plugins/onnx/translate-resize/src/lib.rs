@@ -76,7 +76,10 @@ fn upsample(e: &Emit, mode: Mode, spatial: usize) -> Result<String> {
             // size, one pixel outputs included: ONNX's half_pixel (not pytorch_half_pixel)
             let transformation = if align_corners { "align_corners" } else { "half_pixel" };
             let mut a = vec![
-                attr("mode", Attribute::Str(if mode == Mode::Linear { "linear" } else { "cubic" }.into())),
+                attr(
+                    "mode",
+                    Attribute::Str(if mode == Mode::Linear { "linear" } else { "cubic" }.into()),
+                ),
                 attr("coordinate_transformation_mode", Attribute::Str(transformation.into())),
             ];
             if mode == Mode::Cubic {
@@ -89,7 +92,11 @@ fn upsample(e: &Emit, mode: Mode, spatial: usize) -> Result<String> {
     let use_scales = scales.is_some() && !(align_corners && mode != Mode::Nearest);
     let y = if let (true, Some(scales)) = (use_scales, &scales) {
         check_scaled_sizes(e, &in_meta, &out, scales, mode)?;
-        let scales = e.op_with("Constant", &[], &[attr("value_floats", Attribute::Floats(scales.iter().map(|&s| s as f32).collect()))])?;
+        let scales = e.op_with(
+            "Constant",
+            &[],
+            &[attr("value_floats", Attribute::Floats(scales.iter().map(|&s| s as f32).collect()))],
+        )?;
         e.op_with("Resize", &[&x, "", &scales], &attributes)?
     } else {
         let sizes = output_sizes(e, &x, &out, spatial, scales.as_deref())?;
@@ -105,7 +112,11 @@ fn given_scales(e: &Emit, spatial: usize) -> Result<Option<Vec<f64>>> {
             Argument::Floats(v) if v.len() == spatial => Some(v),
             Argument::Floats(v) if v.len() == 1 => Some(vec![v[0]; spatial]),
             Argument::None => None,
-            other => return Err(e.fail(format!("`scale_factors`: expected {spatial} floats, got {other:?}"))),
+            other => {
+                return Err(
+                    e.fail(format!("`scale_factors`: expected {spatial} floats, got {other:?}"))
+                )
+            }
         });
     }
     let names: &[&str] = match spatial {
@@ -127,7 +138,13 @@ fn given_scales(e: &Emit, spatial: usize) -> Result<Option<Vec<f64>>> {
 /// torch's in float64 (or, for the non-`.vec` overloads, the size given,
 /// which a symbolic input size need not scale to); and ONNX Runtime's cubic
 /// leaves an axis whose size a scale keeps unchanged, which torch resamples.
-fn check_scaled_sizes(e: &Emit, input: &TensorMeta, out: &TensorMeta, scales: &[f64], mode: Mode) -> Result<()> {
+fn check_scaled_sizes(
+    e: &Emit,
+    input: &TensorMeta,
+    out: &TensorMeta,
+    scales: &[f64],
+    mode: Mode,
+) -> Result<()> {
     for (i, &scale) in scales.iter().enumerate() {
         let (n, m) = match (&input.shape[2 + i], &out.shape[2 + i]) {
             (Dim::Fixed(n), Dim::Fixed(m)) => (n, m),
@@ -139,7 +156,9 @@ fn check_scaled_sizes(e: &Emit, input: &TensorMeta, out: &TensorMeta, scales: &[
             _ => continue,
         };
         if ((*n as f32) * (scale as f32)).floor() as i64 != *m {
-            return Err(e.fail(format!("scale {scale} of an axis of {n}: ONNX's float32 size is not torch's {m}")));
+            return Err(e.fail(format!(
+                "scale {scale} of an axis of {n}: ONNX's float32 size is not torch's {m}"
+            )));
         }
         if mode == Mode::Cubic && n == m && scale != 1.0 {
             return Err(e.fail(format!(
@@ -154,9 +173,16 @@ fn check_scaled_sizes(e: &Emit, input: &TensorMeta, out: &TensorMeta, scales: &[
 /// The output's spatial sizes as a 1-D int64 value: constants, the
 /// `output_size` argument where a size is symbolic, or torch's
 /// `floor(size * scale)` in float64 at run time.
-fn output_sizes(e: &Emit, x: &str, out: &TensorMeta, spatial: usize, scales: Option<&[f64]>) -> Result<String> {
+fn output_sizes(
+    e: &Emit,
+    x: &str,
+    out: &TensorMeta,
+    spatial: usize,
+    scales: Option<&[f64]>,
+) -> Result<String> {
     let dims = &out.shape[out.shape.len() - spatial..];
-    let constant: Option<Vec<i64>> = dims.iter().map(|d| if let Dim::Fixed(n) = d { Some(*n) } else { None }).collect();
+    let constant: Option<Vec<i64>> =
+        dims.iter().map(|d| if let Dim::Fixed(n) = d { Some(*n) } else { None }).collect();
     if let Some(sizes) = constant {
         return e.const_ints(&sizes);
     }
@@ -164,7 +190,8 @@ fn output_sizes(e: &Emit, x: &str, out: &TensorMeta, spatial: usize, scales: Opt
         (Some(Argument::SymInts(_)) | Some(Argument::Ints(_)), _) => e.shape("output_size"),
         (_, Some(scales)) => {
             let sizes = e.op_with("Shape", &[x], &[attr("start", Attribute::Int(2))])?;
-            let product = e.op("Mul", &[&e.cast(&sizes, "int64", "float64")?, &float64s(e, scales)?])?;
+            let product =
+                e.op("Mul", &[&e.cast(&sizes, "int64", "float64")?, &float64s(e, scales)?])?;
             e.cast(&e.op("Floor", &[&product])?, "float64", "int64")
         }
         _ => Err(e.fail("neither an output size nor scale factors")),
@@ -179,7 +206,11 @@ fn float64s(e: &Emit, values: &[f64]) -> Result<String> {
     for _ in 0..3 {
         let part: Vec<f32> = rest.iter().map(|&v| v as f32).collect();
         rest = rest.iter().zip(&part).map(|(&v, &p)| v - p as f64).collect();
-        let constant = e.cast(&e.op_with("Constant", &[], &[attr("value_floats", Attribute::Floats(part))])?, "float32", "float64")?;
+        let constant = e.cast(
+            &e.op_with("Constant", &[], &[attr("value_floats", Attribute::Floats(part))])?,
+            "float32",
+            "float64",
+        )?;
         sum = Some(match sum {
             None => constant,
             Some(before) => e.op("Add", &[&before, &constant])?,

@@ -12,7 +12,11 @@ hfx_sdk::onnx_translations! {
 }
 
 fn normalize(dim: i64, rank: i64) -> i64 {
-    if dim < 0 { dim + rank } else { dim }
+    if dim < 0 {
+        dim + rank
+    } else {
+        dim
+    }
 }
 
 /// A 0-d int64 constant (exact, where `Emit::scalar` goes through f64).
@@ -34,8 +38,16 @@ fn int_arg(e: &Emit, name: &str, default: i64) -> Result<String> {
     }
 }
 
-fn scatter_elements(e: &Emit, data: &str, index: &str, updates: &str, axis: i64, reduction: &str) -> Result<String> {
-    let attributes = [attr("axis", Attribute::Int(axis)), attr("reduction", Attribute::Str(reduction.into()))];
+fn scatter_elements(
+    e: &Emit,
+    data: &str,
+    index: &str,
+    updates: &str,
+    axis: i64,
+    reduction: &str,
+) -> Result<String> {
+    let attributes =
+        [attr("axis", Attribute::Int(axis)), attr("reduction", Attribute::Str(reduction.into()))];
     e.op_with("ScatterElements", &[data, index, updates], &attributes)
 }
 
@@ -55,7 +67,8 @@ fn scatter_reduce(e: &Emit) -> Result<String> {
         other => return Err(e.fail(format!("`reduce`: {other:?}"))),
     };
     let include_self = e.boolean("include_self", true)?;
-    let compute = if matches!(dtype.as_str(), "float16" | "bfloat16") { "float32" } else { dtype.as_str() };
+    let compute =
+        if matches!(dtype.as_str(), "float16" | "bfloat16") { "float32" } else { dtype.as_str() };
     let mut x = e.cast(&e.tensor("self")?, &dtype, compute)?;
     let mut index = e.tensor("index")?;
     let mut src = e.operand("src", compute)?;
@@ -93,10 +106,17 @@ fn scatter_reduce(e: &Emit) -> Result<String> {
     let mut result = scatter_elements(e, &base, &index, &src, dim, reduction)?;
     if reduce == "mean" {
         let ones = e.op("Expand", &[&e.scalar(1.0, compute)?, &e.op("Shape", &[&index])?])?;
-        let start = e.op("Expand", &[&e.scalar(if include_self { 1.0 } else { 0.0 }, compute)?, &e.op("Shape", &[&x])?])?;
+        let start = e.op(
+            "Expand",
+            &[&e.scalar(if include_self { 1.0 } else { 0.0 }, compute)?, &e.op("Shape", &[&x])?],
+        )?;
         let counts = scatter_elements(e, &start, &index, &ones, dim, "add")?;
         let counts = e.op("Max", &[&counts, &e.scalar(1.0, compute)?])?;
-        result = if is_floating(compute) { e.op("Div", &[&result, &counts])? } else { e.floor_div(&result, &counts, compute)? };
+        result = if is_floating(compute) {
+            e.op("Div", &[&result, &counts])?
+        } else {
+            e.floor_div(&result, &counts, compute)?
+        };
     }
     if rank == 0 {
         result = e.op("Reshape", &[&result, &e.const_ints(&[])?])?;
@@ -109,7 +129,8 @@ fn extreme(e: &Emit, dtype: &str, lowest: bool) -> Result<String> {
     if is_floating(dtype) {
         return e.scalar(if lowest { f64::NEG_INFINITY } else { f64::INFINITY }, dtype);
     }
-    let (min, max) = int_limits(dtype).ok_or_else(|| e.fail(format!("scatter_reduce: no limits for {dtype}")))?;
+    let (min, max) = int_limits(dtype)
+        .ok_or_else(|| e.fail(format!("scatter_reduce: no limits for {dtype}")))?;
     e.cast(&int_0d(e, if lowest { min } else { max })?, "int64", dtype)
 }
 
@@ -153,7 +174,9 @@ fn slice_scatter(e: &Emit) -> Result<String> {
     let dim = normalize(e.int("dim", 0)?, rank);
     let bound = |name: &str, default: i64| -> Result<String> {
         match e.arg(name)? {
-            Some(Argument::SymInt(SymInt::Value(v))) => e.op("Unsqueeze", &[&e.builder.value_name(v)?, &e.const_ints(&[0])?]),
+            Some(Argument::SymInt(SymInt::Value(v))) => {
+                e.op("Unsqueeze", &[&e.builder.value_name(v)?, &e.const_ints(&[0])?])
+            }
             _ => e.const_ints(&[e.int(name, default)?]),
         }
     };
@@ -171,7 +194,9 @@ fn slice_scatter(e: &Emit) -> Result<String> {
     }
     // An axis of fixed size and constant bounds: the positions are known now.
     let known = match (axis_size, start, end, step) {
-        (Some(n), Ok(start), Ok(end), Ok(step)) if step > 0 => Some(slice_positions(n, start, end, step)),
+        (Some(n), Ok(start), Ok(end), Ok(step)) if step > 0 => {
+            Some(slice_positions(n, start, end, step))
+        }
         _ => None,
     };
     let positions = match known {
@@ -180,7 +205,10 @@ fn slice_scatter(e: &Emit) -> Result<String> {
             let size = dim_0d(e, &x, dim)?;
             let axis = e.op("Range", &[&int_0d(e, 0)?, &size, &int_0d(e, 1)?])?;
             let zero = e.const_ints(&[0])?;
-            e.op("Slice", &[&axis, &bound("start", 0)?, &bound("end", i64::MAX)?, &zero, &bound("step", 1)?])?
+            e.op(
+                "Slice",
+                &[&axis, &bound("start", 0)?, &bound("end", i64::MAX)?, &zero, &bound("step", 1)?],
+            )?
         }
     };
     let mut along = vec![1; rank as usize];
@@ -217,7 +245,11 @@ fn masked_scatter(e: &Emit) -> Result<String> {
     let count = e.op("CumSum", &[&e.cast(&flat_mask, "bool", "int64")?, &int_0d(e, 0)?])?;
     let position = e.op("Max", &[&e.op("Sub", &[&count, &int_0d(e, 1)?])?, &int_0d(e, 0)?])?;
     let padding = e.op("Reshape", &[&e.scalar(0.0, &dtype)?, &e.const_ints(&[1])?])?;
-    let source = e.op_with("Concat", &[&e.op("Reshape", &[&source, &flat])?, &padding], &[attr("axis", Attribute::Int(0))])?;
+    let source = e.op_with(
+        "Concat",
+        &[&e.op("Reshape", &[&source, &flat])?, &padding],
+        &[attr("axis", Attribute::Int(0))],
+    )?;
     let taken = e.op_with("Gather", &[&source, &position], &[attr("axis", Attribute::Int(0))])?;
     let written = e.where_any(&flat_mask, &taken, &flat_self, &dtype)?;
     e.op("Reshape", &[&written, &shape])

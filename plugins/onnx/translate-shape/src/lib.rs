@@ -70,7 +70,11 @@ hfx_sdk::onnx_translations! {
 }
 
 fn normalize(dim: i64, rank: i64) -> i64 {
-    if dim < 0 { dim + rank } else { dim }
+    if dim < 0 {
+        dim + rank
+    } else {
+        dim
+    }
 }
 
 /// `Expand(value, shape)`: the output's shape when it is constant, else built
@@ -90,7 +94,11 @@ fn expand_shape(e: &Emit, size: &str, input: Option<&str>) -> Result<String> {
         parts.push(match s {
             SymInt::Constant(-1) => {
                 let axis = i as i64 - offset;
-                e.op_with("Shape", &[&x], &[attr("start", Attribute::Int(axis)), attr("end", Attribute::Int(axis + 1))])?
+                e.op_with(
+                    "Shape",
+                    &[&x],
+                    &[attr("start", Attribute::Int(axis)), attr("end", Attribute::Int(axis + 1))],
+                )?
             }
             size => e.size_1d(size)?,
         });
@@ -155,11 +163,17 @@ fn axis_indices(e: &Emit) -> Result<Vec<Option<(String, usize)>>> {
         let name = e.builder.value_name(v)?;
         if meta.dtype == "bool" || meta.dtype == "uint8" {
             if meta.shape.is_empty() {
-                return Err(e.fail("indexing with a 0-d bool mask (a new axis of size 0 or 1) is not translated"));
+                return Err(e.fail(
+                    "indexing with a 0-d bool mask (a new axis of size 0 or 1) is not translated",
+                ));
             }
             let found = e.op("NonZero", &[&e.cast(&name, &meta.dtype, "bool")?])?;
             for j in 0..meta.shape.len() {
-                let row = e.op_with("Gather", &[&found, &int_0d(e, j as i64)?], &[attr("axis", Attribute::Int(0))])?;
+                let row = e.op_with(
+                    "Gather",
+                    &[&found, &int_0d(e, j as i64)?],
+                    &[attr("axis", Attribute::Int(0))],
+                )?;
                 out.push(Some((row, 1)));
             }
         } else {
@@ -186,8 +200,18 @@ struct Advanced {
     at: i64,
 }
 
-fn advanced(e: &Emit, x: &str, rank: i64, axes: &[Option<(String, usize)>], wrap: bool) -> Result<Advanced> {
-    let given: Vec<(i64, &String, usize)> = axes.iter().enumerate().filter_map(|(a, v)| v.as_ref().map(|(n, r)| (a as i64, n, *r))).collect();
+fn advanced(
+    e: &Emit,
+    x: &str,
+    rank: i64,
+    axes: &[Option<(String, usize)>],
+    wrap: bool,
+) -> Result<Advanced> {
+    let given: Vec<(i64, &String, usize)> = axes
+        .iter()
+        .enumerate()
+        .filter_map(|(a, v)| v.as_ref().map(|(n, r)| (a as i64, n, *r)))
+        .collect();
     let first = given[0].0;
     let consecutive = given.iter().enumerate().all(|(j, g)| g.0 == first + j as i64);
     let mut perm: Vec<i64> = given.iter().map(|g| g.0).collect();
@@ -229,10 +253,16 @@ fn index(e: &Emit) -> Result<String> {
     let x = e.tensor("self")?;
     let rank = e.rank("self")?;
     let axes = axis_indices(e)?;
-    let given: Vec<(usize, &String)> = axes.iter().enumerate().filter_map(|(a, v)| v.as_ref().map(|(index, _)| (a, index))).collect();
+    let given: Vec<(usize, &String)> = axes
+        .iter()
+        .enumerate()
+        .filter_map(|(a, v)| v.as_ref().map(|(index, _)| (a, index)))
+        .collect();
     match given[..] {
         [] => e.op("Identity", &[&x]),
-        [(axis, index)] => e.op_with("Gather", &[&x, index], &[attr("axis", Attribute::Int(axis as i64))]),
+        [(axis, index)] => {
+            e.op_with("Gather", &[&x, index], &[attr("axis", Attribute::Int(axis as i64))])
+        }
         _ => {
             let adv = advanced(e, &x, rank, &axes, false)?;
             let gathered = e.op("GatherND", &[&adv.moved, &adv.stacked])?;
@@ -270,7 +300,11 @@ fn index_put(e: &Emit) -> Result<String> {
             return e.where_any(&mask, &values, &x, &dtype);
         }
     }
-    let compute = if accumulate && matches!(dtype.as_str(), "float16" | "bfloat16") { "float32" } else { dtype.as_str() };
+    let compute = if accumulate && matches!(dtype.as_str(), "float16" | "bfloat16") {
+        "float32"
+    } else {
+        dtype.as_str()
+    };
     let x = e.cast(&x, &dtype, compute)?;
     let values = e.operand("values", compute)?;
     let axes = axis_indices(e)?;
@@ -293,7 +327,11 @@ fn index_put(e: &Emit) -> Result<String> {
     let perm: Vec<i64> = (at..at + b).chain(0..at).chain(at + b..b + rest).collect();
     let updates = transposed(e, &updates, &perm)?;
     let reduction = if accumulate { "add" } else { "none" };
-    let written = e.op_with("ScatterND", &[&adv.moved, &adv.stacked, &updates], &[attr("reduction", Attribute::Str(reduction.into()))])?;
+    let written = e.op_with(
+        "ScatterND",
+        &[&adv.moved, &adv.stacked, &updates],
+        &[attr("reduction", Attribute::Str(reduction.into()))],
+    )?;
     let mut inverse = vec![0; rank as usize];
     for (i, &p) in adv.perm.iter().enumerate() {
         inverse[p as usize] = i as i64;
@@ -346,13 +384,16 @@ fn split(e: &Emit, pieces: Pieces) -> Result<Vec<String>> {
         return Ok(vec![]);
     }
     let split = e.const_ints(&sizes)?;
-    let mut outputs = e.op_n("Split", &[&x, &split], sizes.len() as u32, &[attr("axis", Attribute::Int(dim))])?;
+    let mut outputs =
+        e.op_n("Split", &[&x, &split], sizes.len() as u32, &[attr("axis", Attribute::Int(dim))])?;
     if pieces == Pieces::Unbound {
         let axes = e.const_ints(&[dim])?;
         outputs = outputs.iter().map(|o| e.op("Squeeze", &[o, &axes])).collect::<Result<_, _>>()?;
     }
     if declared != outputs.len() {
-        return Err(e.fail(format!("{target}: {} pieces, the node declares {declared}", outputs.len())));
+        return Err(
+            e.fail(format!("{target}: {} pieces, the node declares {declared}", outputs.len()))
+        );
     }
     Ok(outputs)
 }
@@ -369,7 +410,8 @@ fn repeat_interleave(e: &Emit) -> Result<String> {
         None | Some(Argument::None) => {
             let flat = e.op("Reshape", &[&x, &minus_one])?;
             let column = e.op("Unsqueeze", &[&flat, &one])?;
-            let tiles = e.op_with("Concat", &[&one, &repeats], &[attr("axis", Attribute::Int(0))])?;
+            let tiles =
+                e.op_with("Concat", &[&one, &repeats], &[attr("axis", Attribute::Int(0))])?;
             let tiled = e.op("Tile", &[&column, &tiles])?;
             e.op("Reshape", &[&tiled, &minus_one])
         }
@@ -389,9 +431,17 @@ fn repeat_interleave(e: &Emit) -> Result<String> {
             let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
             let tiles = e.op_with("Concat", &refs, &[attr("axis", Attribute::Int(0))])?;
             let tiled = e.op("Tile", &[&expanded, &tiles])?;
-            let head = e.op_with("Shape", &[&x], &[attr("start", Attribute::Int(0)), attr("end", Attribute::Int(dim))])?;
+            let head = e.op_with(
+                "Shape",
+                &[&x],
+                &[attr("start", Attribute::Int(0)), attr("end", Attribute::Int(dim))],
+            )?;
             let tail = e.op_with("Shape", &[&x], &[attr("start", Attribute::Int(dim + 1))])?;
-            let shape = e.op_with("Concat", &[&head, &minus_one, &tail], &[attr("axis", Attribute::Int(0))])?;
+            let shape = e.op_with(
+                "Concat",
+                &[&head, &minus_one, &tail],
+                &[attr("axis", Attribute::Int(0))],
+            )?;
             e.op("Reshape", &[&tiled, &shape])
         }
     }
@@ -400,14 +450,16 @@ fn repeat_interleave(e: &Emit) -> Result<String> {
 fn flatten(e: &Emit) -> Result<String> {
     let x = e.tensor("self")?;
     let rank = e.rank("self")?.max(1);
-    let (start, end) = (normalize(e.int("start_dim", 0)?, rank), normalize(e.int("end_dim", -1)?, rank));
+    let (start, end) =
+        (normalize(e.int("start_dim", 0)?, rank), normalize(e.int("end_dim", -1)?, rank));
     let shape = match fixed_shape(&e.output_meta()?) {
         Some(shape) => e.const_ints(&shape)?,
         None => {
             // shape[:start] + [-1] + shape[end+1:]
             let full = e.op("Shape", &[&x])?;
             let head = e.op("Slice", &[&full, &e.const_ints(&[0])?, &e.const_ints(&[start])?])?;
-            let tail = e.op("Slice", &[&full, &e.const_ints(&[end + 1])?, &e.const_ints(&[rank])?])?;
+            let tail =
+                e.op("Slice", &[&full, &e.const_ints(&[end + 1])?, &e.const_ints(&[rank])?])?;
             let merged = e.const_ints(&[-1])?;
             e.op_with("Concat", &[&head, &merged, &tail], &[attr("axis", Attribute::Int(0))])?
         }
@@ -427,7 +479,8 @@ fn gather(e: &Emit) -> Result<String> {
         x = e.op("Reshape", &[&x, &one])?;
         if e.rank("index")? == 0 {
             index = e.op("Reshape", &[&index, &one])?;
-            let picked = e.op_with("GatherElements", &[&x, &index], &[attr("axis", Attribute::Int(0))])?;
+            let picked =
+                e.op_with("GatherElements", &[&x, &index], &[attr("axis", Attribute::Int(0))])?;
             return e.op("Reshape", &[&picked, &e.const_ints(&[])?]);
         }
     }
@@ -439,7 +492,11 @@ fn gather(e: &Emit) -> Result<String> {
 fn int_index(e: &Emit, name: &str) -> Result<String> {
     let dtype = e.input_meta(name)?.dtype;
     let index = e.tensor(name)?;
-    if dtype == "int32" || dtype == "int64" { Ok(index) } else { e.cast(&index, &dtype, "int64") }
+    if dtype == "int32" || dtype == "int64" {
+        Ok(index)
+    } else {
+        e.cast(&index, &dtype, "int64")
+    }
 }
 
 /// `view` / `reshape` / `_unsafe_view` to the sizes in argument `sizes`.
@@ -467,8 +524,11 @@ fn squeeze(e: &Emit) -> Result<String> {
         _ => vec![e.int("dim", 0)?],
     };
     // torch's squeeze skips dims that are not 1; ONNX's refuses them.
-    let dims: Vec<i64> =
-        dims.into_iter().map(|d| normalize(d, rank)).filter(|&d| matches!(meta.shape.get(d as usize), Some(Dim::Fixed(1)))).collect();
+    let dims: Vec<i64> = dims
+        .into_iter()
+        .map(|d| normalize(d, rank))
+        .filter(|&d| matches!(meta.shape.get(d as usize), Some(Dim::Fixed(1))))
+        .collect();
     if dims.is_empty() {
         e.op("Identity", &[&x])
     } else {
@@ -506,7 +566,9 @@ fn reversed_axes(e: &Emit, last_two: bool) -> Result<String> {
     let rank = e.rank("self")?;
     let perm: Vec<i64> = if last_two {
         if rank < 2 {
-            return Err(e.fail(format!("a matrix transpose of a {rank}-d tensor (torch wants at least 2 dims)")));
+            return Err(e.fail(format!(
+                "a matrix transpose of a {rank}-d tensor (torch wants at least 2 dims)"
+            )));
         }
         (0..rank - 2).chain([rank - 1, rank - 2]).collect()
     } else {
@@ -567,7 +629,9 @@ fn select(e: &Emit) -> Result<String> {
 }
 
 fn cat(e: &Emit) -> Result<String> {
-    let Some(Argument::Tensors(values)) = e.arg("tensors")? else { return Err(e.fail("cat without tensors")) };
+    let Some(Argument::Tensors(values)) = e.arg("tensors")? else {
+        return Err(e.fail("cat without tensors"));
+    };
     let dtype = e.output_meta()?.dtype;
     // torch skips 1-D empty tensors in cat (an empty cache's `torch.tensor([])`); ONNX cannot.
     // Inputs of other dtypes are promoted, as torch's cat does.
@@ -600,7 +664,11 @@ fn broadcast_into_self(e: &Emit, value: &str) -> Result<String> {
 /// element; ORT has no float16 `add` kernel, computed in float32.
 fn scatter(e: &Emit, reduction: &str) -> Result<String> {
     let dtype = e.output_meta()?.dtype;
-    let compute = if reduction != "none" && matches!(dtype.as_str(), "float16" | "bfloat16") { "float32" } else { dtype.as_str() };
+    let compute = if reduction != "none" && matches!(dtype.as_str(), "float16" | "bfloat16") {
+        "float32"
+    } else {
+        dtype.as_str()
+    };
     let mut x = e.cast(&e.tensor("self")?, &dtype, compute)?;
     let mut index = int_index(e, "index")?;
     let rank = e.rank("self")?;
@@ -627,7 +695,8 @@ fn scatter(e: &Emit, reduction: &str) -> Result<String> {
         index = e.op("Reshape", &[&index, &one])?;
         updates = e.op("Reshape", &[&updates, &one])?;
     }
-    let attributes = [attr("axis", Attribute::Int(axis)), attr("reduction", Attribute::Str(reduction.into()))];
+    let attributes =
+        [attr("axis", Attribute::Int(axis)), attr("reduction", Attribute::Str(reduction.into()))];
     let mut result = e.op_with("ScatterElements", &[&x, &index, &updates], &attributes)?;
     if rank == 0 {
         result = e.op("Reshape", &[&result, &e.const_ints(&[])?])?;
@@ -649,8 +718,16 @@ fn embedding(e: &Emit) -> Result<String> {
 fn arange(e: &Emit) -> Result<String> {
     let meta = e.output_meta()?;
     let compute = if is_floating(&meta.dtype) { "float64" } else { "int64" };
-    let start = if e.arg("start")?.is_some() { e.operand("start", compute)? } else { e.scalar(0.0, compute)? };
-    let step = if e.arg("step")?.is_some() { e.operand("step", compute)? } else { e.scalar(1.0, compute)? };
+    let start = if e.arg("start")?.is_some() {
+        e.operand("start", compute)?
+    } else {
+        e.scalar(0.0, compute)?
+    };
+    let step = if e.arg("step")?.is_some() {
+        e.operand("step", compute)?
+    } else {
+        e.scalar(1.0, compute)?
+    };
     let values = match fixed_shape(&meta).as_deref() {
         Some(&[n]) => {
             let i = e.op("Range", &[&int_0d(e, 0)?, &int_0d(e, n)?, &int_0d(e, 1)?])?;
@@ -678,7 +755,11 @@ fn factory_like(e: &Emit, fill: Fill) -> Result<String> {
 fn sym_size(e: &Emit) -> Result<String> {
     let x = e.tensor("self")?;
     let dim = normalize(e.int("dim", 0)?, e.rank("self")?);
-    let one = e.op_with("Shape", &[&x], &[attr("start", Attribute::Int(dim)), attr("end", Attribute::Int(dim + 1))])?;
+    let one = e.op_with(
+        "Shape",
+        &[&x],
+        &[attr("start", Attribute::Int(dim)), attr("end", Attribute::Int(dim + 1))],
+    )?;
     let axes = e.const_ints(&[0])?;
     e.op("Squeeze", &[&one, &axes])
 }
@@ -742,7 +823,11 @@ fn as_strided(e: &Emit) -> Result<String> {
     let sizes = sym_ints(e, "size")?;
     let strides = sym_ints(e, "stride")?;
     if sizes.len() != strides.len() {
-        return Err(e.fail(format!("as_strided: {} sizes, {} strides", sizes.len(), strides.len())));
+        return Err(e.fail(format!(
+            "as_strided: {} sizes, {} strides",
+            sizes.len(),
+            strides.len()
+        )));
     }
     let offset = match e.arg("storage_offset")? {
         None | Some(Argument::None) => SymInt::Constant(0),
@@ -755,7 +840,9 @@ fn as_strided(e: &Emit) -> Result<String> {
         SymInt::Value(_) => None,
     };
     let all = |v: &[SymInt]| v.iter().map(constant).collect::<Option<Vec<i64>>>();
-    if let (Some(shape), Some(sizes), Some(strides), Some(offset)) = (fixed_shape(&meta), all(&sizes), all(&strides), constant(&offset)) {
+    if let (Some(shape), Some(sizes), Some(strides), Some(offset)) =
+        (fixed_shape(&meta), all(&sizes), all(&strides), constant(&offset))
+    {
         // Only `self`'s own elements are in the graph; a view reaching past them
         // (into a larger base's storage) has nothing to read.
         let numel: i64 = shape.iter().product();
@@ -781,7 +868,11 @@ fn as_strided(e: &Emit) -> Result<String> {
                 let range = e.op("Range", &[&int_0d(e, 0)?, &size_0d(e, n)?, &int_0d(e, 1)?])?;
                 let scaled = e.op("Mul", &[&range, &size_0d(e, s)?])?;
                 let others: Vec<i64> = (0..rank as i64).filter(|&a| a != axis as i64).collect();
-                if others.is_empty() { scaled } else { e.op("Unsqueeze", &[&scaled, &e.const_ints(&others)?])? }
+                if others.is_empty() {
+                    scaled
+                } else {
+                    e.op("Unsqueeze", &[&scaled, &e.const_ints(&others)?])?
+                }
             }
         };
         index = e.op("Add", &[&index, &positions])?;
@@ -799,9 +890,13 @@ fn storage_order(e: &Emit, meta: &TensorMeta) -> Result<String> {
     if meta.strides.len() != rank || meta.shape.iter().any(|d| *d == Dim::Fixed(0)) {
         return e.op("Reshape", &[&x, &flat]);
     }
-    let unknown = || e.fail("as_strided of a tensor whose strides are not a dense layout: its storage holds more than its elements");
-    let sizes: Vec<Product> = meta.shape.iter().map(product).collect::<Option<_>>().ok_or_else(unknown)?;
-    let strides: Vec<Product> = meta.strides.iter().map(product).collect::<Option<_>>().ok_or_else(unknown)?;
+    let unknown = || {
+        e.fail("as_strided of a tensor whose strides are not a dense layout: its storage holds more than its elements")
+    };
+    let sizes: Vec<Product> =
+        meta.shape.iter().map(product).collect::<Option<_>>().ok_or_else(unknown)?;
+    let strides: Vec<Product> =
+        meta.strides.iter().map(product).collect::<Option<_>>().ok_or_else(unknown)?;
     // innermost first: the axis whose stride is the product of the sizes inside it
     let mut inner: Vec<i64> = Vec::new();
     let mut within = Product::one();
@@ -813,7 +908,8 @@ fn storage_order(e: &Emit, meta: &TensorMeta) -> Result<String> {
         inner.push(axis as i64);
     }
     // size-1 axes hold index 0 only: anywhere will do, outermost here
-    let mut perm: Vec<i64> = (0..rank as i64).filter(|&a| meta.shape[a as usize] == Dim::Fixed(1)).collect();
+    let mut perm: Vec<i64> =
+        (0..rank as i64).filter(|&a| meta.shape[a as usize] == Dim::Fixed(1)).collect();
     perm.extend(inner.into_iter().rev());
     let ordered = transposed(e, &x, &perm)?;
     e.op("Reshape", &[&ordered, &flat])
@@ -853,7 +949,11 @@ fn product(dim: &Dim) -> Option<Product> {
             Some(b'(') => depth += 1,
             Some(b')') => depth -= 1,
             // `**` is a power, not two products
-            Some(b'*') if depth == 0 && bytes.get(i + 1) != Some(&b'*') && (i == 0 || bytes[i - 1] != b'*') => {
+            Some(b'*')
+                if depth == 0
+                    && bytes.get(i + 1) != Some(&b'*')
+                    && (i == 0 || bytes[i - 1] != b'*') =>
+            {
                 pieces.push(&text[start..i]);
                 start = i + 1;
             }
@@ -863,7 +963,9 @@ fn product(dim: &Dim) -> Option<Product> {
     }
     for piece in pieces {
         let (base, power) = match piece.rsplit_once("**") {
-            Some((base, power)) if !base.contains('(') || base.ends_with(')') => (base, power.parse::<usize>().ok()?),
+            Some((base, power)) if !base.contains('(') || base.ends_with(')') => {
+                (base, power.parse::<usize>().ok()?)
+            }
             _ => (piece, 1),
         };
         let base = base.strip_prefix('(').and_then(|b| b.strip_suffix(')')).unwrap_or(base);
@@ -915,7 +1017,11 @@ fn diagonal(e: &Emit) -> Result<String> {
             (positions, merged)
         }
     };
-    let shape = if lead == 0 { merged } else { concat(e, &[dims_1d(e, &moved, 0, Some(lead))?, merged], 0)? };
+    let shape = if lead == 0 {
+        merged
+    } else {
+        concat(e, &[dims_1d(e, &moved, 0, Some(lead))?, merged], 0)?
+    };
     let flat = e.op("Reshape", &[&moved, &shape])?;
     e.op_with("Gather", &[&flat, &positions], &[attr("axis", Attribute::Int(lead))])
 }
@@ -924,7 +1030,8 @@ fn diagonal(e: &Emit) -> Result<String> {
 fn flip(e: &Emit) -> Result<String> {
     let x = e.tensor("self")?;
     let rank = e.rank("self")?;
-    let mut dims: Vec<i64> = e.ints("dims")?.into_iter().map(|d| normalize(d, rank.max(1))).collect();
+    let mut dims: Vec<i64> =
+        e.ints("dims")?.into_iter().map(|d| normalize(d, rank.max(1))).collect();
     dims.sort();
     dims.dedup();
     if dims.is_empty() || rank == 0 {
@@ -974,7 +1081,11 @@ fn nonzero(e: &Emit) -> Result<String> {
     }
     if meta.shape.is_empty() {
         let one = e.op("Reshape", &[&x, &e.const_ints(&[1])?])?;
-        let rows = e.op_with("Transpose", &[&e.op("NonZero", &[&one])?], &[attr("perm", Attribute::Ints(vec![1, 0]))])?;
+        let rows = e.op_with(
+            "Transpose",
+            &[&e.op("NonZero", &[&one])?],
+            &[attr("perm", Attribute::Ints(vec![1, 0]))],
+        )?;
         let none = e.const_ints(&[0])?;
         return e.op("Slice", &[&rows, &none, &none, &e.const_ints(&[1])?]);
     }
@@ -997,6 +1108,7 @@ fn triangle(e: &Emit, upper: bool) -> Result<String> {
     let diagonal = e.int("diagonal", 0)?;
     let k = e.scalar(diagonal as f64, "int64")?;
     let input = e.cast(&x, &dtype, &via)?;
-    let masked = e.op_with("Trilu", &[&input, &k], &[attr("upper", Attribute::Int(upper as i64))])?;
+    let masked =
+        e.op_with("Trilu", &[&input, &k], &[attr("upper", Attribute::Int(upper as i64))])?;
     e.cast(&masked, &via, &dtype)
 }

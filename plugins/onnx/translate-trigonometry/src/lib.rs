@@ -19,7 +19,11 @@ hfx_sdk::onnx_translations! {
 
 /// The dtype the kernels run in for output dtype `out`.
 fn kernel_dtype(out: &str) -> &str {
-    if matches!(out, "float32" | "float16") { out } else { "float32" }
+    if matches!(out, "float32" | "float16") {
+        out
+    } else {
+        "float32"
+    }
 }
 
 /// Input `name` cast to the output's dtype (torch's promotion), then to `via`.
@@ -52,13 +56,17 @@ fn atan2(e: &Emit) -> Result<String> {
     let both_zero = e.op("And", &[&e.op("Equal", &[&x, &zero])?, &e.op("Equal", &[&y, &zero])?])?;
     // both infinite: the signs alone decide (±π/4, ±3π/4)
     let both_infinite = e.op("And", &[&e.op("IsInf", &[&x])?, &e.op("IsInf", &[&y])?])?;
-    let finite = |v: &str| -> Result<String> { e.op("Where", &[&both_infinite, &e.op("Sign", &[v])?, v]) };
+    let finite =
+        |v: &str| -> Result<String> { e.op("Where", &[&both_infinite, &e.op("Sign", &[v])?, v]) };
     let ratio = e.op("Div", &[&finite(&y)?, &finite(&x)?])?;
     let ratio = e.op("Where", &[&both_zero, &zero, &ratio])?;
     let angle = e.cast(&e.op("Atan", &[&e.cast(&ratio, via, "float32")?])?, "float32", via)?;
     // v < 0, or −0 (whose reciprocal is −∞; −∞'s is −0, hence both tests)
     let negative = |v: &str| -> Result<String> {
-        e.op("Or", &[&e.op("Less", &[v, &zero])?, &e.op("Less", &[&e.op("Reciprocal", &[v])?, &zero])?])
+        e.op(
+            "Or",
+            &[&e.op("Less", &[v, &zero])?, &e.op("Less", &[&e.op("Reciprocal", &[v])?, &zero])?],
+        )
     };
     let x_negative = negative(&x)?;
     let y_negative = negative(&y)?;

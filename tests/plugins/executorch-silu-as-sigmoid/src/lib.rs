@@ -8,7 +8,16 @@ use hfx_sdk::prelude::*;
 fn silu_as_sigmoid(graph: &Graph, node: NodeId) -> Result<bool> {
     let x = graph.tensor_input(node, "self")?;
     let Some(output) = graph.output_decls(node)?.into_iter().next() else { return Ok(false) };
-    let gate = graph.insert_value(node, "aten.sigmoid.default", &[positional("self", Argument::Tensor(x))], output)?;
-    graph.replace_with_call(node, "aten.mul.Tensor", vec![positional("self", Argument::Tensor(x)), positional("other", Argument::Tensor(gate))])?;
+    let gate = graph.insert_value(
+        node,
+        "aten.sigmoid.default",
+        &[positional("self", Argument::Tensor(x))],
+        output,
+    )?;
+    graph.replace_with_call(
+        node,
+        "aten.mul.Tensor",
+        vec![positional("self", Argument::Tensor(x)), positional("other", Argument::Tensor(gate))],
+    )?;
     Ok(true)
 }

@@ -8,7 +8,12 @@ use hfx_sdk::prelude::*;
 fn hostile_big_list(graph: &Graph, node: NodeId) -> Result<bool> {
     let input = graph.tensor_input(node, "self")?;
     let decls = graph.output_decls(node)?;
-    graph.insert_call(node, "aten.neg.default", &[positional("self", Argument::Tensor(input))], &decls)?;
+    graph.insert_call(
+        node,
+        "aten.neg.default",
+        &[positional("self", Argument::Tensor(input))],
+        &decls,
+    )?;
     graph.set_input(node, &keyword("padding", Argument::Ints(vec![7; 10_000_000])))?;
     Ok(true)
 }

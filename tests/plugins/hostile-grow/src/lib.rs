@@ -7,7 +7,11 @@ use hfx_sdk::prelude::*;
 #[hfx_sdk::fx_node_fix(targets = ["aten.relu.default"])]
 fn hostile_grow(graph: &Graph, node: NodeId) -> Result<bool> {
     let input = graph.tensor_input(node, "self")?;
-    graph.replace_with_call(node, "aten.neg.default", vec![positional("self", Argument::Tensor(input))])?;
+    graph.replace_with_call(
+        node,
+        "aten.neg.default",
+        vec![positional("self", Argument::Tensor(input))],
+    )?;
     #[cfg(target_arch = "wasm32")]
     let previous = core::arch::wasm32::memory_grow(0, 60_000);
     #[cfg(not(target_arch = "wasm32"))]

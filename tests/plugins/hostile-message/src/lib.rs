@@ -8,6 +8,10 @@ use hfx_sdk::prelude::*;
 #[hfx_sdk::fx_node_fix(targets = ["aten.relu.default"])]
 fn hostile_message(graph: &Graph, node: NodeId) -> Result<bool> {
     let input = graph.tensor_input(node, "self")?;
-    graph.replace_with_call(node, "aten.neg.default", vec![positional("self", Argument::Tensor(input))])?;
+    graph.replace_with_call(
+        node,
+        "aten.neg.default",
+        vec![positional("self", Argument::Tensor(input))],
+    )?;
     Err(error("line\n".repeat((1 << 20) / 5), Some(node)))
 }

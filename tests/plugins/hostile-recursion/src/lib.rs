@@ -15,6 +15,10 @@ fn descend(depth: u64) -> u64 {
 #[hfx_sdk::fx_node_fix(targets = ["aten.relu.default"])]
 fn hostile_recursion(graph: &Graph, node: NodeId) -> Result<bool> {
     let input = graph.tensor_input(node, "self")?;
-    graph.replace_with_call(node, "aten.neg.default", vec![positional("self", Argument::Tensor(input))])?;
+    graph.replace_with_call(
+        node,
+        "aten.neg.default",
+        vec![positional("self", Argument::Tensor(input))],
+    )?;
     Ok(descend(node as u64) == 0)
 }

@@ -35,7 +35,11 @@ fn table_grow(_n: i32) -> i32 {
 #[hfx_sdk::fx_node_fix(targets = ["aten.relu.default"])]
 fn hostile_table(graph: &Graph, node: NodeId) -> Result<bool> {
     let input = graph.tensor_input(node, "self")?;
-    graph.replace_with_call(node, "aten.neg.default", vec![positional("self", Argument::Tensor(input))])?;
+    graph.replace_with_call(
+        node,
+        "aten.neg.default",
+        vec![positional("self", Argument::Tensor(input))],
+    )?;
     if table_grow(100_000) < 0 {
         return Err(error("table.grow of 100000 elements was refused softly", Some(node)));
     }

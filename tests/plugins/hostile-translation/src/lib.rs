@@ -9,7 +9,8 @@ fn hostile_translation(graph: &Graph, node: NodeId, builder: &Builder) -> Result
     let value = "a".repeat(1 << 20);
     let mut last = Vec::new();
     for _ in 0..32 {
-        let attributes = [NamedAttribute { name: "value_string".into(), value: Attribute::Str(value.clone()) }];
+        let attributes =
+            [NamedAttribute { name: "value_string".into(), value: Attribute::Str(value.clone()) }];
         last = builder.add_node("Constant", "", &[], 1, &attributes)?;
     }
     let [output] = graph.output_values(node)?[..] else {

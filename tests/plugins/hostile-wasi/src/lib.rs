@@ -3,7 +3,6 @@
 
 wit_bindgen::generate!({ path: "wit", world: "test:hostile/wasi-node-fix", generate_all });
 
-
 struct ReadsTheClock;
 
 impl Guest for ReadsTheClock {

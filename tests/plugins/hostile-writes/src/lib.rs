@@ -10,7 +10,10 @@ fn hostile_writes(graph: &Graph, node: NodeId) -> Result<bool> {
     let decls = graph.output_decls(node)?;
     let note = "w".repeat(1 << 20);
     for _ in 0..64 {
-        let inputs = [positional("self", Argument::Tensor(input)), keyword("note", Argument::Str(note.clone()))];
+        let inputs = [
+            positional("self", Argument::Tensor(input)),
+            keyword("note", Argument::Str(note.clone())),
+        ];
         graph.insert_call(node, "aten.neg.default", &inputs, &decls)?;
     }
     Ok(true)
