@@ -212,7 +212,10 @@ pub fn side_weights(data: &[u8]) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+/// A fuzz target: its name and the body that takes one input.
+pub type Target = (&'static str, fn(&[u8]));
+
+pub const TARGETS: &[Target] = &[
     ("pt2_open", pt2_open),
     ("ir_json", ir_json),
     ("sympy", sympy),

@@ -405,7 +405,8 @@ fn a_patch_case_task_and_overrides_name_no_code() {
     std::fs::create_dir_all(plugin.join("selftest")).unwrap();
     let original =
         plugin_dir("plugins/dynamo/patch-kernels-unavailable").join("selftest/llama.json");
-    let hostile: Vec<(&str, Box<dyn Fn(&mut serde_json::Value)>, &str)> = vec![
+    type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+    let hostile: Vec<(&str, Edit, &str)> = vec![
         (
             "a dotted task",
             Box::new(|c| c["model"]["task"] = "transformers.utils.hub.cached_file".into()),

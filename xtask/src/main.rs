@@ -34,12 +34,13 @@ fn main() -> Result<()> {
         Some("build-plugins") => build_plugins(&args[1..]).map(drop),
         Some("install-guest-toolchain") => install_guest_toolchain(),
         Some("test") => test(&args[1..]),
+        Some("lint") => lint(),
         Some("setup-python") => setup_python(),
         Some("install") => install(&args[1..]),
         Some("fuzz") => fuzz::fuzz(&args[1..]),
         Some("sweep") => sweep(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask build-plugins [CRATE-DIR...] | install [--prefix DIR] [--debug | --binary FILE] [--no-setup] | install-guest-toolchain | setup-python | test [CARGO-TEST-ARGS...] | fuzz [--seconds N] [TARGET...] | sweep [SWEEP-ARGS...]");
+            eprintln!("usage: cargo xtask build-plugins [CRATE-DIR...] | install [--prefix DIR] [--debug | --binary FILE] [--no-setup] | install-guest-toolchain | setup-python | lint | test [CARGO-TEST-ARGS...] | fuzz [--seconds N] [TARGET...] | sweep [SWEEP-ARGS...]");
             std::process::exit(2)
         }
     }
@@ -52,14 +53,51 @@ fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// The project's test command: build every plugin, then run the host's tests
-/// (which load the freshly built components).
+/// The project's test command: check formatting and lints, build every
+/// plugin, then run the host's tests (which load the freshly built components).
 fn test(extra: &[String]) -> Result<()> {
     setup_python()?;
+    lint()?;
     install_test_browser()?;
     build_plugins(&[])?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     run(Command::new(cargo).current_dir(workspace_root()).args(["test", "--locked"]).args(extra))
+}
+
+/// Formatting and lints, as CI enforces them: rustfmt over every crate (the
+/// workspace, the fuzz targets, the example plugins), clippy with warnings as
+/// errors on the host-side crates, ruff's formatter and linter over all Python.
+fn lint() -> Result<()> {
+    let root = workspace_root();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    eprintln!("==> cargo fmt --check");
+    run(Command::new(&cargo).current_dir(&root).args(["fmt", "--all", "--check"]))?;
+    // The crates outside the workspace: the fuzz targets and each example plugin.
+    let mut separate = vec![root.join("fuzz")];
+    for entry in std::fs::read_dir(root.join("examples/plugins"))? {
+        separate.push(entry?.path());
+    }
+    for dir in separate.iter().filter(|dir| dir.join("Cargo.toml").exists()) {
+        run(Command::new(&cargo).current_dir(dir).args(["fmt", "--check"]))?;
+    }
+    eprintln!("==> cargo clippy -- -D warnings");
+    run(Command::new(&cargo).current_dir(&root).args([
+        "clippy",
+        "--locked",
+        "--all-targets",
+        "--quiet",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    let python = root.join(".venv/bin/python");
+    run(Command::new(&python)
+        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r"])
+        .arg(root.join("tools/requirements-lint.txt")))?;
+    eprintln!("==> ruff format --check; ruff check");
+    let ruff = root.join(".venv/bin/ruff");
+    run(Command::new(&ruff).current_dir(&root).args(["format", "--check", "--quiet", "."]))?;
+    run(Command::new(&ruff).current_dir(&root).args(["check", "--quiet", "."]))
 }
 
 /// The architecture sweep (`bench/sweep.py`, not part of `test`): hfx and the

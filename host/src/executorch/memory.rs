@@ -121,22 +121,24 @@ mod tests {
     #[test]
     fn tensors_that_never_live_together_share_memory_and_live_ones_never_overlap() {
         // x -> a -> b -> c (out); a dies when b is written, so c can reuse a's bytes.
-        let mut p = Program::default();
-        p.values = vec![
-            tensor(4, Storage::Planned),
-            tensor(8, Storage::Planned),
-            tensor(8, Storage::Planned),
-            tensor(8, Storage::Planned),
-            tensor(8, Storage::Alias(2)),
-        ];
-        p.operators = vec![("aten::relu".into(), "out".into())];
-        p.inputs = vec![0];
-        p.chain = vec![
-            KernelCall { operator: 0, args: vec![0, 1, 1] },
-            KernelCall { operator: 0, args: vec![1, 2, 2] },
-            KernelCall { operator: 0, args: vec![4, 3, 3] }, // reads b through its view
-        ];
-        p.outputs = vec![3];
+        let p = Program {
+            values: vec![
+                tensor(4, Storage::Planned),
+                tensor(8, Storage::Planned),
+                tensor(8, Storage::Planned),
+                tensor(8, Storage::Planned),
+                tensor(8, Storage::Alias(2)),
+            ],
+            operators: vec![("aten::relu".into(), "out".into())],
+            inputs: vec![0],
+            chain: vec![
+                KernelCall { operator: 0, args: vec![0, 1, 1] },
+                KernelCall { operator: 0, args: vec![1, 2, 2] },
+                KernelCall { operator: 0, args: vec![4, 3, 3] }, // reads b through its view
+            ],
+            outputs: vec![3],
+            ..Program::default()
+        };
         let plan = plan(&p);
         let at = |v: u32| plan.offsets.iter().find(|o| o.0 == v).unwrap().1;
         // b (through its view) lives with c; a lives with x and b; x lives with a only.

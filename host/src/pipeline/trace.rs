@@ -373,7 +373,7 @@ mod tests {
         let folder = dir.path().join("model");
         std::fs::create_dir(&folder).unwrap();
         std::os::unix::fs::symlink(&secret, folder.join("model.safetensors")).unwrap();
-        assert_eq!(model_folder_reads(&folder), [folder.clone()]);
+        assert_eq!(model_folder_reads(&folder), std::slice::from_ref(&folder));
         let snapshot = dir.path().join("models--org--name/snapshots/abc123");
         std::fs::create_dir_all(&snapshot).unwrap();
         let blobs = std::fs::canonicalize(dir.path()).unwrap().join("models--org--name/blobs");

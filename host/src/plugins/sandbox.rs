@@ -245,7 +245,7 @@ impl Ticks {
 
     pub fn step(&mut self, budget: &mut CallBudget) -> wasmtime::Result<()> {
         self.steps += 1;
-        if self.steps % DEADLINE_CHECK_EVERY == 0 {
+        if self.steps.is_multiple_of(DEADLINE_CHECK_EVERY) {
             budget.check_deadline(self.function)?;
         }
         Ok(())

@@ -412,7 +412,8 @@ mod tests {
         let dir = cache.path().join("worker");
         let root = unpack(Some(&dir)).unwrap().root.clone();
         let server = root.join(PACKAGE).join("server.py");
-        let damage: Vec<(&str, Box<dyn Fn()>)> = vec![
+        type Damage<'a> = Box<dyn Fn() + 'a>;
+        let damage: Vec<(&str, Damage)> = vec![
             (
                 "edited file",
                 Box::new(|| {

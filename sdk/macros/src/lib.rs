@@ -223,12 +223,14 @@ impl Parse for Args {
                 "targets" | "name" => {
                     return Err(syn::Error::new(key.span(), format!("`{key}` is given twice")))
                 }
-                _ => return Err(syn::Error::new(
-                    key.span(),
-                    format!(
+                _ => {
+                    return Err(syn::Error::new(
+                        key.span(),
+                        format!(
                         "unknown argument `{key}` (expected `targets = [\"…\"]` or `name = \"…\"`)"
                     ),
-                )),
+                    ))
+                }
             }
             if !input.is_empty() {
                 input.parse::<Token![,]>()?;
