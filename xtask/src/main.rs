@@ -16,7 +16,11 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
+#[cfg(test)]
+mod code_map;
 mod fuzz;
+#[cfg(test)]
+mod layers;
 
 const DEBIAN_PACKAGES: &[&str] =
     &["rustc-web", "cargo-web", "rust-web-src", "rust-web-llvm", "lld-22"];
