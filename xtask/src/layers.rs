@@ -95,13 +95,13 @@ fn resolve(modules: &BTreeSet<String>, current: &str, path: &[&str]) -> Option<S
     let mut base: Vec<&str> =
         if current.is_empty() { Vec::new() } else { current.split("::").collect() };
     let mut rest = path;
-    match rest.first()? {
-        &"crate" => {
+    match *rest.first()? {
+        "crate" => {
             base.clear();
             rest = &rest[1..];
         }
-        &"self" => rest = &rest[1..],
-        &"super" => {
+        "self" => rest = &rest[1..],
+        "super" => {
             while rest.first() == Some(&"super") {
                 base.pop();
                 rest = &rest[1..];
