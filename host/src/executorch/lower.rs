@@ -839,8 +839,8 @@ pub(super) mod tests {
         assert_ne!(clone[3], x);
     }
 
-    #[test]
-    fn a_dynamic_size_is_planned_at_its_upper_bound() {
+    /// `x * x` with `x` of shape `[s0, 3]`, `s0` in 1..=8.
+    pub(in crate::executorch) fn dynamic_program() -> (Graph, s::GraphSignature) {
         let mut g = Graph::new();
         g.set_range_constraint("s0", RangeConstraint { min: 1, max: Some(8) }).unwrap();
         let dynamic =
@@ -853,11 +853,17 @@ pub(super) mod tests {
             dynamic(),
         );
         g.set_outputs(0, vec![Argument::Tensor(y)]).unwrap();
-        let signature =
-            s::GraphSignature { input_specs: vec![user_input("x")], output_specs: vec![] };
+        (g, s::GraphSignature { input_specs: vec![user_input("x")], output_specs: vec![] })
+    }
+
+    #[test]
+    fn a_dynamic_size_is_planned_at_its_upper_bound() {
+        let (g, signature) = dynamic_program();
         let p = lower(&g, &signature).unwrap();
         let out = tensor_of(&p, p.outputs[0]);
         assert_eq!((out.sizes.clone(), out.dynamic), (vec![8, 3], true));
+        let x = tensor_of(&p, p.inputs[0]);
+        assert_eq!((x.sizes.clone(), x.dynamic), (vec![8, 3], true));
     }
 
     /// What the portable runtime cannot run is refused in one line naming

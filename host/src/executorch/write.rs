@@ -353,7 +353,8 @@ fn flatbuffer(
 
 #[cfg(test)]
 mod tests {
-    use super::super::lower::{self, tests::small_program, Constant};
+    use super::super::lower::tests::{dynamic_program, small_program};
+    use super::super::lower::{self, Constant};
     use super::super::memory;
     use super::*;
 
@@ -493,5 +494,21 @@ mod tests {
         let segments = read.segments().unwrap();
         assert_eq!((segments.get(0).size_(), segments.get(1).size_()), (0, 0));
         assert_eq!(method.non_const_buffer_sizes().unwrap().iter().collect::<Vec<_>>(), [0, 0]);
+    }
+
+    #[test]
+    fn a_dynamic_tensor_is_written_at_its_bound_and_marked_so() {
+        let (g, signature) = dynamic_program();
+        let program = lower::lower(&g, &signature).unwrap();
+        let plan = memory::plan(&program);
+        let bytes = written(&program, &plan, &[], b"");
+        let read = fb::root_as_program(&bytes[..u64_at(&bytes, 16) as usize]).unwrap();
+        let values = read.execution_plan().unwrap().get(0).values().unwrap();
+        for i in [program.inputs[0], program.outputs[0]] {
+            let tensor = values.get(i as usize).val_as_tensor().unwrap();
+            assert_eq!(tensor.shape_dynamism(), fb::TensorShapeDynamism::DYNAMIC_BOUND);
+            assert_eq!(tensor.sizes().unwrap().iter().collect::<Vec<_>>(), [8, 3]);
+        }
+        assert_eq!(plan.arena, 2 * 8 * 3 * 4, "x and x * x live together, each at its bound");
     }
 }
