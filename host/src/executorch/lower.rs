@@ -719,3 +719,185 @@ pub fn scalar_type(dtype: DType) -> Option<i8> {
 fn dim_order(meta: &TensorMeta) -> Result<Vec<u8>, String> {
     Ok((0..meta.shape.len() as u8).collect())
 }
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+    use crate::graph::{NamedArgument, OutputDecl, RangeConstraint};
+
+    pub(in crate::executorch) fn meta(dtype: &str, shape: &[i64]) -> TensorMeta {
+        TensorMeta::new(dtype, shape.iter().map(|&d| Dim::Fixed(d)).collect())
+    }
+
+    fn tensor_argument(name: &str) -> s::TensorArgument {
+        s::TensorArgument { name: name.into() }
+    }
+
+    fn user_input(name: &str) -> s::InputSpec {
+        s::InputSpec::UserInput { arg: s::Argument::AsTensor(tensor_argument(name)) }
+    }
+
+    fn user_output(name: &str) -> s::OutputSpec {
+        s::OutputSpec::UserOutput { arg: s::Argument::AsTensor(tensor_argument(name)) }
+    }
+
+    /// The result of `target` called with `inputs` (by schema name).
+    fn call(
+        g: &mut Graph,
+        target: &str,
+        inputs: Vec<(&str, Argument)>,
+        out: TensorMeta,
+    ) -> ValueId {
+        let inputs = inputs.into_iter().map(|(n, a)| NamedArgument::positional(n, a)).collect();
+        let id = g.push_node(0, target, inputs, vec![OutputDecl::Tensor(out)]).unwrap();
+        g.node(id).unwrap().output_values().next().unwrap()
+    }
+
+    /// `(x + w).view(6) * 2.0` with `w` a parameter; the outputs are the
+    /// product and the input `x` itself.
+    pub(in crate::executorch) fn small_program() -> (Graph, s::GraphSignature) {
+        let mut g = Graph::new();
+        let w = g.add_input(0, "w", ValueMeta::Tensor(meta("float32", &[2, 3])));
+        let x = g.add_input(0, "x", ValueMeta::Tensor(meta("float32", &[2, 3])));
+        let sum = call(
+            &mut g,
+            "aten.add.Tensor",
+            vec![("self", Argument::Tensor(x)), ("other", Argument::Tensor(w))],
+            meta("float32", &[2, 3]),
+        );
+        let flat = call(
+            &mut g,
+            "aten.view.default",
+            vec![("self", Argument::Tensor(sum)), ("size", Argument::Ints(vec![6]))],
+            meta("float32", &[6]),
+        );
+        let product = call(
+            &mut g,
+            "aten.mul.Tensor",
+            vec![("self", Argument::Tensor(flat)), ("other", Argument::Float(2.0))],
+            meta("float32", &[6]),
+        );
+        g.set_outputs(0, vec![Argument::Tensor(product), Argument::Tensor(x)]).unwrap();
+        let signature = s::GraphSignature {
+            input_specs: vec![
+                s::InputSpec::Parameter { arg: tensor_argument("w"), parameter_name: "w".into() },
+                user_input("x"),
+            ],
+            output_specs: vec![user_output("product"), user_output("x")],
+        };
+        (g, signature)
+    }
+
+    fn tensor_of(p: &Program, i: u32) -> &Tensor {
+        match &p.values[i as usize] {
+            EValue::Tensor(t) => t,
+            other => panic!("value {i} is {other:?}"),
+        }
+    }
+
+    #[test]
+    fn ops_become_kernels_with_arguments_by_schema_and_a_view_an_alias() {
+        let (g, signature) = small_program();
+        let p = lower(&g, &signature).unwrap();
+        let operators: Vec<(&str, &str)> =
+            p.operators.iter().map(|(n, o)| (n.as_str(), o.as_str())).collect();
+        assert_eq!(
+            operators,
+            [
+                ("aten::add", "out"),
+                ("aten::mul", "out"),
+                ("dim_order_ops::_clone_dim_order", "out")
+            ]
+        );
+        assert_eq!(p.chain.iter().map(|c| c.operator).collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(p.inputs.len(), 1, "the parameter is a constant, not an input");
+        let x = p.inputs[0];
+        assert_eq!(tensor_of(&p, x).storage, Storage::Planned);
+        assert_eq!(
+            p.constants[0],
+            Constant::Archive { fqn: "w".into(), lifted: false, meta: meta("float32", &[2, 3]) }
+        );
+        // add(self, other, alpha = 1, out) and the result again
+        let add = &p.chain[0].args;
+        assert_eq!(add.len(), 5);
+        assert_eq!((add[0], tensor_of(&p, add[1]).storage.clone()), (x, Storage::Constant(0)));
+        assert_eq!(p.values[add[2] as usize], EValue::Int(1), "alpha's default");
+        assert_eq!(add[3], add[4]);
+        // the view is no kernel: mul reads the sum's memory at the view's sizes
+        let mul = &p.chain[1].args;
+        let view = tensor_of(&p, mul[0]);
+        assert_eq!((view.storage.clone(), view.sizes.clone()), (Storage::Alias(add[3]), vec![6]));
+        // a scalar where the kernel takes a tensor: a 0-dim float32 constant
+        let scalar = tensor_of(&p, mul[1]);
+        assert_eq!((scalar.scalar_type, scalar.sizes.len()), (6, 0));
+        assert_eq!(scalar.storage, Storage::Constant(1));
+        assert_eq!(p.constants[1], Constant::Scalar(2.0f32.to_le_bytes().to_vec()));
+        // an input returned is copied: the runtime hands out the output's own memory
+        let clone = &p.chain[2].args;
+        assert_eq!(clone[0], x);
+        assert_eq!(p.outputs, [mul[2], clone[3]]);
+        assert_ne!(clone[3], x);
+    }
+
+    /// `x * x` with `x` of shape `[s0, 3]`, `s0` in 1..=8.
+    pub(in crate::executorch) fn dynamic_program() -> (Graph, s::GraphSignature) {
+        let mut g = Graph::new();
+        g.set_range_constraint("s0", RangeConstraint { min: 1, max: Some(8) }).unwrap();
+        let dynamic =
+            || TensorMeta::new("float32", vec![Dim::Symbolic("s0".into()), Dim::Fixed(3)]);
+        let x = g.add_input(0, "x", ValueMeta::Tensor(dynamic()));
+        let y = call(
+            &mut g,
+            "aten.mul.Tensor",
+            vec![("self", Argument::Tensor(x)), ("other", Argument::Tensor(x))],
+            dynamic(),
+        );
+        g.set_outputs(0, vec![Argument::Tensor(y)]).unwrap();
+        (g, s::GraphSignature { input_specs: vec![user_input("x")], output_specs: vec![] })
+    }
+
+    #[test]
+    fn a_dynamic_size_is_planned_at_its_upper_bound() {
+        let (g, signature) = dynamic_program();
+        let p = lower(&g, &signature).unwrap();
+        let out = tensor_of(&p, p.outputs[0]);
+        assert_eq!((out.sizes.clone(), out.dynamic), (vec![8, 3], true));
+        let x = tensor_of(&p, p.inputs[0]);
+        assert_eq!((x.sizes.clone(), x.dynamic), (vec![8, 3], true));
+    }
+
+    /// What the portable runtime cannot run is refused in one line naming
+    /// where and why.
+    #[test]
+    fn refusals_are_one_line_errors() {
+        let refusal = |g: &Graph, signature: &s::GraphSignature| {
+            let e = lower(g, signature).unwrap_err().to_string();
+            assert!(!e.contains('\n'), "{e}");
+            e
+        };
+        let single = |dtype: &str, target: &str| {
+            let mut g = Graph::new();
+            let x = g.add_input(0, "x", ValueMeta::Tensor(meta(dtype, &[2])));
+            let y = call(&mut g, target, vec![("self", Argument::Tensor(x))], meta(dtype, &[2]));
+            g.set_outputs(0, vec![Argument::Tensor(y)]).unwrap();
+            g
+        };
+        let inputs = s::GraphSignature { input_specs: vec![user_input("x")], output_specs: vec![] };
+        let e = refusal(&single("complex64", "aten.neg.default"), &inputs);
+        assert_eq!(
+            e,
+            "ExecuTorch portable emission: input `x`: ExecuTorch has no scalar type for `complex64`"
+        );
+        let e = refusal(&single("float32", "aten.nonexistent.default"), &inputs);
+        assert!(
+            e.contains("`aten.nonexistent.default` has no kernel in ExecuTorch's portable runtime"),
+            "{e}"
+        );
+        let (g, mut signature) = small_program();
+        signature.output_specs.push(s::OutputSpec::BufferMutation {
+            arg: tensor_argument("x"),
+            buffer_name: "cache".into(),
+        });
+        assert!(refusal(&g, &signature).contains("use --delegate xnnpack"));
+    }
+}

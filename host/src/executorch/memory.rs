@@ -158,4 +158,39 @@ mod tests {
         assert!(plan.offsets.iter().all(|o| o.1 % ALIGNMENT == 0));
         assert!(!plan.offsets.iter().any(|o| o.0 == 4), "a view has no memory of its own");
     }
+
+    /// A tensor read through a list lives until the list is read: `c`,
+    /// written while `a` and `b` wait in the list, never takes their bytes.
+    #[test]
+    fn tensors_in_a_list_live_until_the_list_is_read() {
+        let p = Program {
+            values: vec![
+                tensor(4, Storage::Planned),
+                tensor(8, Storage::Planned),
+                tensor(8, Storage::Planned),
+                EValue::TensorList(vec![1, 2]),
+                tensor(8, Storage::Planned),
+                tensor(8, Storage::Planned),
+            ],
+            operators: vec![
+                ("aten::relu".into(), "out".into()),
+                ("aten::cat".into(), "out".into()),
+            ],
+            inputs: vec![0],
+            chain: vec![
+                KernelCall { operator: 0, args: vec![0, 1, 1] },
+                KernelCall { operator: 0, args: vec![0, 2, 2] },
+                KernelCall { operator: 0, args: vec![0, 4, 4] },
+                KernelCall { operator: 1, args: vec![3, 5, 5] },
+            ],
+            outputs: vec![5, 4],
+            ..Program::default()
+        };
+        let plan = plan(&p);
+        let at = |v: u32| plan.offsets.iter().find(|o| o.0 == v).unwrap().1;
+        let mut starts: Vec<u64> = [1, 2, 4, 5].map(at).to_vec();
+        starts.sort();
+        assert_eq!(starts, [0, 32, 64, 96], "a, b, c and the result are live together: {plan:?}");
+        assert_eq!(plan.arena, 128, "x fits beside a, b and c: {plan:?}");
+    }
 }

@@ -350,3 +350,165 @@ fn flatbuffer(
     fb::finish_program_buffer(&mut b, root);
     b.finished_data().to_vec()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::lower::tests::{dynamic_program, small_program};
+    use super::super::lower::{self, Constant};
+    use super::super::memory;
+    use super::*;
+
+    /// `program` written with `constants` and read back: the file's bytes.
+    fn written(
+        program: &Program,
+        plan: &Plan,
+        constants: &[Vec<u8>],
+        provenance: &[u8],
+    ) -> Vec<u8> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.pte");
+        let slices: Vec<ConstantBytes> =
+            constants.iter().map(|bytes| ConstantBytes { bytes, origin: None }).collect();
+        let specs = Specs { inputs: "in-spec", outputs: "out-spec" };
+        let w = write(program, plan, &slices, specs, provenance, &path).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(w.bytes, bytes.len() as u64);
+        bytes
+    }
+
+    fn u64_at(bytes: &[u8], at: usize) -> u64 {
+        u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap())
+    }
+
+    #[test]
+    fn a_lowered_program_reads_back_with_its_plan_and_constants() {
+        let (g, signature) = small_program();
+        let program = lower::lower(&g, &signature).unwrap();
+        let plan = memory::plan(&program);
+        let weight: Vec<u8> = (0..6).flat_map(|v| (v as f32).to_le_bytes()).collect();
+        let constants: Vec<Vec<u8>> = program
+            .constants
+            .iter()
+            .map(|c| match c {
+                Constant::Archive { .. } => weight.clone(),
+                Constant::Scalar(bytes) => bytes.clone(),
+            })
+            .collect();
+        let bytes = written(&program, &plan, &constants, b"{\"by\": \"hfx\"}");
+
+        // The extended header, spliced in after the root offset and identifier.
+        assert_eq!((&bytes[4..8], &bytes[8..12]), (&b"ET12"[..], &b"eh00"[..]));
+        let (program_size, segment_base) = (u64_at(&bytes, 16), u64_at(&bytes, 24));
+        assert_eq!(segment_base % SEGMENT_ALIGNMENT, 0);
+        assert_eq!(segment_base + u64_at(&bytes, 32), bytes.len() as u64);
+        let read = fb::root_as_program(&bytes[..program_size as usize]).unwrap();
+
+        let plans = read.execution_plan().unwrap();
+        assert_eq!(plans.len(), 1);
+        let method = plans.get(0);
+        assert_eq!(method.name(), Some("forward"));
+        let operators: Vec<(&str, &str)> = method
+            .operators()
+            .unwrap()
+            .iter()
+            .map(|o| (o.name().unwrap(), o.overload().unwrap()))
+            .collect();
+        let expected: Vec<(&str, &str)> =
+            program.operators.iter().map(|(n, o)| (n.as_str(), o.as_str())).collect();
+        assert_eq!(operators, expected);
+        let chain = method.chains().unwrap().get(0);
+        let calls: Vec<(i32, Vec<i32>)> = chain
+            .instructions()
+            .unwrap()
+            .iter()
+            .map(|i| {
+                let call = i.instr_args_as_kernel_call().unwrap();
+                (call.op_index(), call.args().unwrap().iter().collect())
+            })
+            .collect();
+        let expected: Vec<(i32, Vec<i32>)> = program
+            .chain
+            .iter()
+            .map(|c| (c.operator as i32, c.args.iter().map(|&a| a as i32).collect()))
+            .collect();
+        assert_eq!(calls, expected);
+        let as_i32 = |v: &[u32]| v.iter().map(|&x| x as i32).collect::<Vec<_>>();
+        assert_eq!(method.inputs().unwrap().iter().collect::<Vec<_>>(), as_i32(&program.inputs));
+        assert_eq!(method.outputs().unwrap().iter().collect::<Vec<_>>(), as_i32(&program.outputs));
+        let sizes: Vec<i64> = method.non_const_buffer_sizes().unwrap().iter().collect();
+        assert_eq!(sizes, [0, plan.arena as i64]);
+
+        // Each tensor where the plan put it: planned ones (and their aliases)
+        // in the arena, constants in the constant segment (index + 1).
+        let values = method.values().unwrap();
+        assert_eq!(values.len(), program.values.len());
+        let offset_of = |i: u32| plan.offsets.iter().find(|o| o.0 == i).map(|o| o.1);
+        for (i, value) in program.values.iter().enumerate() {
+            let EValue::Tensor(t) = value else { continue };
+            let read = values.get(i).val_as_tensor().unwrap();
+            let allocation = read.allocation_info().map(|a| {
+                assert_eq!(a.memory_id(), 1);
+                a.memory_offset_low() as u64 | (a.memory_offset_high() as u64) << 32
+            });
+            match t.storage {
+                Storage::Planned => assert_eq!(allocation, offset_of(i as u32), "value {i}"),
+                Storage::Alias(base) => assert_eq!(allocation, offset_of(base), "value {i}"),
+                Storage::Constant(c) => {
+                    assert_eq!((read.data_buffer_idx(), allocation), (c as u32 + 1, None))
+                }
+                Storage::Empty => unreachable!("no None passed as a tensor here"),
+            }
+            assert_eq!(read.sizes().unwrap().iter().collect::<Vec<_>>(), t.sizes);
+        }
+
+        // The constants, each 16-byte aligned and zero padded, then the provenance.
+        let segment = read.constant_segment().unwrap();
+        let offsets: Vec<u64> = segment.offsets().unwrap().iter().collect();
+        assert_eq!(offsets, [0, 0, 32], "24 bytes of weight, padded to 32, then the scalar");
+        let segments = read.segments().unwrap();
+        assert_eq!((segments.get(0).offset(), segments.get(0).size_()), (0, 48));
+        let base = segment_base as usize;
+        assert_eq!(&bytes[base..base + 24], &weight[..]);
+        assert_eq!(&bytes[base + 24..base + 32], &[0; 8]);
+        assert_eq!(&bytes[base + 32..base + 36], &2.0f32.to_le_bytes());
+        let provenance = segments.get(1);
+        assert_eq!(provenance.offset() % SEGMENT_ALIGNMENT, 0);
+        let at = base + provenance.offset() as usize;
+        assert_eq!(&bytes[at..at + provenance.size_() as usize], b"{\"by\": \"hfx\"}");
+        let named = read.named_data().unwrap().get(0);
+        assert_eq!((named.key(), named.segment_index()), (Some(PROVENANCE_KEY), 1));
+    }
+
+    #[test]
+    fn a_program_without_kernels_or_constants_still_reads_back() {
+        let program = Program::default();
+        let bytes = written(&program, &Plan::default(), &[], b"");
+        let read = fb::root_as_program(&bytes[..u64_at(&bytes, 16) as usize]).unwrap();
+        let method = read.execution_plan().unwrap().get(0);
+        assert_eq!(method.chains().unwrap().get(0).instructions().unwrap().len(), 0);
+        assert_eq!(method.values().unwrap().len(), 0);
+        assert_eq!(
+            read.constant_segment().unwrap().offsets().unwrap().iter().collect::<Vec<_>>(),
+            [0]
+        );
+        let segments = read.segments().unwrap();
+        assert_eq!((segments.get(0).size_(), segments.get(1).size_()), (0, 0));
+        assert_eq!(method.non_const_buffer_sizes().unwrap().iter().collect::<Vec<_>>(), [0, 0]);
+    }
+
+    #[test]
+    fn a_dynamic_tensor_is_written_at_its_bound_and_marked_so() {
+        let (g, signature) = dynamic_program();
+        let program = lower::lower(&g, &signature).unwrap();
+        let plan = memory::plan(&program);
+        let bytes = written(&program, &plan, &[], b"");
+        let read = fb::root_as_program(&bytes[..u64_at(&bytes, 16) as usize]).unwrap();
+        let values = read.execution_plan().unwrap().get(0).values().unwrap();
+        for i in [program.inputs[0], program.outputs[0]] {
+            let tensor = values.get(i as usize).val_as_tensor().unwrap();
+            assert_eq!(tensor.shape_dynamism(), fb::TensorShapeDynamism::DYNAMIC_BOUND);
+            assert_eq!(tensor.sizes().unwrap().iter().collect::<Vec<_>>(), [8, 3]);
+        }
+        assert_eq!(plan.arena, 2 * 8 * 3 * 4, "x and x * x live together, each at its bound");
+    }
+}

@@ -26,23 +26,14 @@ const NONDETERMINISTIC: &[&str] = &[
     "Dropout",
 ];
 
+/// What the passes did (`passes.rs` runs them).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct OptimizeReport {
     pub identities_removed: usize,
     pub merged: usize,
     pub dead_removed: usize,
-    /// Constant folding (`fold.rs`), run after these passes.
+    /// Constant folding and what runs after it (`fold/`).
     pub folding: super::fold::FoldReport,
-}
-
-/// Optimizes the main-graph `nodes` in place; `outputs` are the graph output
-/// names, which keep their producers.
-pub fn optimize(nodes: &mut Vec<Node>, outputs: &[String]) -> OptimizeReport {
-    let keep: HashSet<&str> = outputs.iter().map(String::as_str).collect();
-    let identities_removed = remove_identities(nodes, &keep);
-    let merged = eliminate_common_subexpressions(nodes, &keep);
-    let dead_removed = eliminate_dead_code(nodes, &keep);
-    OptimizeReport { identities_removed, merged, dead_removed, ..Default::default() }
 }
 
 /// Renames every read of a value per `renames` (followed transitively).
@@ -63,7 +54,9 @@ fn apply_renames(nodes: &mut [Node], renames: &HashMap<String, String>) {
     }
 }
 
-fn remove_identities(nodes: &mut Vec<Node>, keep: &HashSet<&str>) -> usize {
+/// Readers of `Identity(x)` read `x`; an identity naming a graph output
+/// (`keep`) stays unless its producer can take the name. How many went.
+pub fn remove_identities(nodes: &mut Vec<Node>, keep: &HashSet<&str>) -> usize {
     let is_identity = |n: &Node| {
         n.op_type == "Identity"
             && n.domain.is_empty()
@@ -133,7 +126,10 @@ fn key(node: &Node) -> String {
     )
 }
 
-fn eliminate_common_subexpressions(nodes: &mut Vec<Node>, keep: &HashSet<&str>) -> usize {
+/// Each node computing what an earlier one computes goes, its readers read
+/// the earlier one's outputs; graph outputs (`keep`) keep their nodes. How
+/// many went.
+pub fn eliminate_common_subexpressions(nodes: &mut Vec<Node>, keep: &HashSet<&str>) -> usize {
     // In topological order, a node's inputs are final (already renamed) when it is keyed.
     let mut seen: HashMap<String, Vec<String>> = HashMap::new();
     let mut renames: HashMap<String, String> = HashMap::new();
@@ -164,12 +160,8 @@ fn eliminate_common_subexpressions(nodes: &mut Vec<Node>, keep: &HashSet<&str>) 
     merged
 }
 
-/// Removes the nodes no graph output (`outputs`) depends on; how many went.
-pub fn remove_dead_code(nodes: &mut Vec<Node>, outputs: &[String]) -> usize {
-    eliminate_dead_code(nodes, &outputs.iter().map(String::as_str).collect())
-}
-
-fn eliminate_dead_code(nodes: &mut Vec<Node>, keep: &HashSet<&str>) -> usize {
+/// Removes the nodes no graph output (`keep`) depends on; how many went.
+pub fn eliminate_dead_code(nodes: &mut Vec<Node>, keep: &HashSet<&str>) -> usize {
     let mut live: HashSet<String> = keep.iter().map(|s| s.to_string()).collect();
     let mut alive = vec![false; nodes.len()];
     for (i, node) in nodes.iter().enumerate().rev() {
@@ -202,6 +194,16 @@ mod tests {
         }
     }
 
+    /// The three passes in `passes.rs`'s order: identities, copies, dead code.
+    fn optimize(nodes: &mut Vec<Node>, outputs: &[&str]) -> [usize; 3] {
+        let keep: HashSet<&str> = outputs.iter().copied().collect();
+        [
+            remove_identities(nodes, &keep),
+            eliminate_common_subexpressions(nodes, &keep),
+            eliminate_dead_code(nodes, &keep),
+        ]
+    }
+
     #[test]
     fn identities_copies_and_dead_nodes_go() {
         let axes = || vec![("value_ints".to_string(), Attribute::Ints(vec![0]))];
@@ -217,16 +219,7 @@ mod tests {
             node("RandomUniform", &[], "r2", vec![]),
             node("Add", &["r1", "r2"], "z", vec![]),
         ];
-        let report = optimize(&mut nodes, &["y".into(), "z".into()]);
-        assert_eq!(
-            report,
-            OptimizeReport {
-                identities_removed: 1,
-                merged: 2,
-                dead_removed: 1,
-                ..Default::default()
-            }
-        );
+        assert_eq!(optimize(&mut nodes, &["y", "z"]), [1, 2, 1]);
         let ops: Vec<&str> = nodes.iter().map(|n| n.op_type.as_str()).collect();
         assert_eq!(ops, ["Constant", "Unsqueeze", "Add", "RandomUniform", "RandomUniform", "Add"]);
         assert_eq!(nodes[2].inputs, ["u1", "u1"], "both unsqueezes are one");
@@ -243,7 +236,7 @@ mod tests {
             node("Identity", &["copy"], "again", vec![]),
             node("Identity", &["again"], "echo_twice", vec![]),
         ];
-        optimize(&mut nodes, &["logits".into(), "e".into(), "echo".into(), "echo_twice".into()]);
+        optimize(&mut nodes, &["logits", "e", "echo", "echo_twice"]);
         let ops: Vec<&str> = nodes.iter().map(|n| n.op_type.as_str()).collect();
         assert_eq!(
             ops,
@@ -253,5 +246,25 @@ mod tests {
         assert_eq!(nodes[3].inputs, ["x"], "through a chain of copies");
         assert_eq!(nodes[0].outputs, ["logits"]);
         assert_eq!(nodes[1].inputs, ["logits"], "readers follow the rename");
+    }
+
+    /// Attributes that differ (by a float's bits: -0.0 is not 0.0), another
+    /// domain, or a graph output keep their nodes apart.
+    #[test]
+    fn nodes_merge_only_when_op_domain_inputs_and_attribute_bits_agree() {
+        let float = |f: f32| vec![("alpha".to_string(), Attribute::Float(f))];
+        let mut custom = node("Elu", &["x"], "custom", float(0.0));
+        custom.domain = "com.microsoft".into();
+        let mut nodes = vec![
+            node("Elu", &["x"], "a", float(0.0)),
+            node("Elu", &["x"], "b", float(-0.0)),
+            custom,
+            node("Elu", &["x"], "out", float(0.0)),
+            node("Elu", &["x"], "same", float(0.0)),
+            node("Concat", &["a", "b", "custom", "out", "same"], "y", vec![]),
+        ];
+        let keep = HashSet::from(["y", "out"]);
+        assert_eq!(eliminate_common_subexpressions(&mut nodes, &keep), 1);
+        assert_eq!(nodes.last().unwrap().inputs, ["a", "b", "custom", "out", "a"]);
     }
 }

@@ -1,7 +1,9 @@
-//! The generic passes over an ONNX model's nodes and initializers, run by the
-//! pipeline between `emit::lower` and `emit::plan`: identities, common
-//! subexpressions and dead code (`optimize`), constant folding (`fold`), and
-//! dead code again for what folding left unread. None changes a graph
+//! The optimizer: named passes over an ONNX model's nodes and initializers,
+//! run in the order of [`PASSES`] by the pipeline between `emit::lower` and
+//! `emit::plan`. Each pass is one registration line; what it does is
+//! documented (and tested) where it is written: `optimize.rs` (the generic
+//! passes), `fold/` (constant folding with its peephole rules, weights
+//! stored transposed, what a convolution absorbs). No pass changes a graph
 //! output's name.
 
 use std::collections::{HashMap, HashSet};
@@ -9,6 +11,51 @@ use std::collections::{HashMap, HashSet};
 use super::optimize::{self, OptimizeReport};
 use super::weights::Initializer;
 use super::{fold, Node};
+
+/// An ONNX main graph under optimization.
+pub struct Graph<'s, 'a> {
+    /// In topological order.
+    pub nodes: Vec<Node>,
+    pub initializers: Vec<Initializer<'a>>,
+    /// The graph outputs' names: their producers stay.
+    pub keep: HashSet<&'s str>,
+    /// The values of a shape fixed on every axis, by name.
+    pub static_shapes: &'s HashMap<String, Vec<i64>>,
+}
+
+/// A pass: rewrites the graph, counting what it did in the report.
+pub type Pass = fn(&mut Graph, &mut OptimizeReport);
+
+/// Every pass, in the order they run.
+pub const PASSES: &[(&str, Pass)] = &[
+    ("remove_identities", |g, r| {
+        r.identities_removed += optimize::remove_identities(&mut g.nodes, &g.keep)
+    }),
+    ("eliminate_common_subexpressions", |g, r| {
+        r.merged += optimize::eliminate_common_subexpressions(&mut g.nodes, &g.keep)
+    }),
+    ("eliminate_dead_code", |g, r| {
+        r.dead_removed += optimize::eliminate_dead_code(&mut g.nodes, &g.keep)
+    }),
+    ("fold_constants", |g, r| {
+        fold::fold(&mut g.nodes, &mut g.initializers, &g.keep, g.static_shapes, &mut r.folding)
+    }),
+    ("store_weights_transposed", |g, r| {
+        r.folding.transposed +=
+            fold::store_weights_transposed(&mut g.nodes, &mut g.initializers, &g.keep)
+    }),
+    ("fuse_pads", |g, r| {
+        r.folding.fused.pads += fold::fuse_pads(&mut g.nodes, &g.initializers, &g.keep)
+    }),
+    ("fuse_batch_norms", |g, r| {
+        r.folding.fused.batch_norms +=
+            fold::fuse_batch_norms(&mut g.nodes, &mut g.initializers, &g.keep)
+    }),
+    // What folding and fusing left unread.
+    ("eliminate_dead_code", |g, r| {
+        r.dead_removed += optimize::eliminate_dead_code(&mut g.nodes, &g.keep)
+    }),
+];
 
 /// Runs every pass; `outputs` are the graph outputs' names, kept;
 /// `static_shapes` the values of a shape fixed on every axis, by name.
@@ -18,9 +65,69 @@ pub fn run(
     outputs: &[String],
     static_shapes: &HashMap<String, Vec<i64>>,
 ) -> OptimizeReport {
-    let mut report = optimize::optimize(nodes, outputs);
-    let keep: HashSet<&str> = outputs.iter().map(String::as_str).collect();
-    report.folding = fold::fold(nodes, initializers, &keep, static_shapes);
-    report.dead_removed += optimize::remove_dead_code(nodes, outputs);
+    let mut graph = Graph {
+        nodes: std::mem::take(nodes),
+        initializers: std::mem::take(initializers),
+        keep: outputs.iter().map(String::as_str).collect(),
+        static_shapes,
+    };
+    let mut report = OptimizeReport::default();
+    for (_, pass) in PASSES {
+        pass(&mut graph, &mut report);
+    }
+    *nodes = graph.nodes;
+    *initializers = graph.initializers;
     report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::onnx::fold::testing::*;
+    use crate::onnx::fold::FoldReport;
+    use crate::onnx::Attribute;
+
+    /// Every kind of pass on one small convolution, in order: the identity
+    /// and the copied constant go first, so folding sees `x * 1` and the
+    /// fuse rules see a pad and a normalization around one conv.
+    #[test]
+    fn the_passes_run_in_order_and_the_graph_computes_what_it_did() {
+        let pads = [0, 0, 1, 1, 0, 0, 1, 1];
+        let nodes = vec![
+            node("Identity", &["x"], "xi", vec![]),
+            float_node("one", 1.0),
+            node("Mul", &["xi", "one"], "m", vec![]),
+            ints_node("pads1", &pads),
+            ints_node("pads2", &pads),
+            node("Pad", &["m", "pads2"], "p", vec![]),
+            node("Neg", &["pads1"], "unused", vec![]),
+            node("Conv", &["p", "w", "b"], "c", vec![]),
+            node("BatchNormalization", &["c", "gamma", "beta", "mean", "var"], "y", vec![]),
+        ];
+        let initializers = vec![
+            floats("w", &[2, 1, 3, 3], &(0..18).map(|v| v as f32 - 9.0).collect::<Vec<_>>()),
+            floats("b", &[2], &[0.5, -0.5]),
+            floats("gamma", &[2], &[1.5, 0.5]),
+            floats("beta", &[2], &[0.0, 1.0]),
+            floats("mean", &[2], &[0.25, -1.0]),
+            floats("var", &[2], &[1.0, 4.0]),
+        ];
+        let mut report = OptimizeReport::default();
+        let (after, _) = rewritten(
+            &nodes,
+            &initializers,
+            &["y"],
+            &[("x", counting(&[1, 1, 4, 4]))],
+            |n, i, _| report = run(n, i, &["y".into()], &HashMap::new()),
+        );
+        let mut folding = FoldReport { identities: 1, lifted: 1, ..Default::default() };
+        folding.fused.pads = 1;
+        folding.fused.batch_norms = 1;
+        let expected =
+            OptimizeReport { identities_removed: 1, merged: 1, dead_removed: 1, folding };
+        assert_eq!(report, expected);
+        assert_eq!(ops(&after), ["Conv"]);
+        assert_eq!(after[0].inputs, ["x", "y.weight", "y.bias"]);
+        assert_eq!(after[0].attribute("pads"), Some(&Attribute::Ints(vec![1, 1, 1, 1])));
+    }
 }

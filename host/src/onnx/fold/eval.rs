@@ -679,3 +679,83 @@ fn tile(_node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
     });
     Some(Known { dtype: x.dtype, data: x.data.pick(picks), dims })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{node, tensor};
+    use super::*;
+
+    fn ints(dims: &[i64], values: &[i64]) -> Known {
+        Known::ints(dims.to_vec(), values.to_vec())
+    }
+
+    /// What `op` computes from `inputs` (all known), with `attributes`.
+    fn eval(op: &str, inputs: &[&Known], attributes: Vec<(&str, Attribute)>) -> Option<Known> {
+        let names: Vec<String> = (0..inputs.len()).map(|i| format!("in{i}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let known: Vec<Option<&Known>> = inputs.iter().map(|&k| Some(k)).collect();
+        evaluate(&node(op, &names, "out", attributes), &known).map(|mut v| v.remove(0))
+    }
+
+    #[test]
+    fn arithmetic_broadcasts_and_rounds_to_the_type() {
+        let a = tensor(&[2, 1], &[1.0, 2.0]);
+        let b = tensor(&[3], &[0.1, 0.2, 0.3]);
+        let sum = eval("Add", &[&a, &b], vec![]).unwrap();
+        assert_eq!(sum.dims, [2, 3]);
+        assert_eq!(sum.floats()[0], 1.1f32 as f64, "float32 values are float32-rounded");
+        let less = eval("Less", &[&a, &b], vec![]).unwrap();
+        assert_eq!((less.dtype, less.data), (BOOL, Data::Int(vec![0; 6])));
+        // ONNX integer division truncates; by zero it is not folded
+        assert_eq!(
+            eval("Div", &[&ints(&[1], &[-7]), &ints(&[], &[2])], vec![]).unwrap().data,
+            Data::Int(vec![-3])
+        );
+        assert_eq!(eval("Div", &[&ints(&[1], &[1]), &ints(&[], &[0])], vec![]), None);
+        assert_eq!(eval("Add", &[&sum, &tensor(&[4], &[0.0; 4])], vec![]), None, "no broadcast");
+    }
+
+    #[test]
+    fn indexing_ops_count_negative_positions_from_the_end() {
+        let x = ints(&[2, 3], &[1, 2, 3, 4, 5, 6]);
+        let picked = eval("Gather", &[&x, &ints(&[1], &[-1])], vec![("axis", Attribute::Int(1))]);
+        assert_eq!(picked.map(|k| (k.dims, k.data)), Some((vec![2, 1], Data::Int(vec![3, 6]))));
+        let (start, end, axes, step) =
+            (ints(&[1], &[-1]), ints(&[1], &[i64::MIN]), ints(&[1], &[1]), ints(&[1], &[-2]));
+        let reversed = eval("Slice", &[&x, &start, &end, &axes, &step], vec![]).unwrap();
+        assert_eq!((reversed.dims, reversed.data), (vec![2, 2], Data::Int(vec![3, 1, 6, 4])));
+        let out_of_range =
+            eval("Gather", &[&x, &ints(&[1], &[3])], vec![("axis", Attribute::Int(1))]);
+        assert_eq!(out_of_range, None);
+    }
+
+    #[test]
+    fn shape_ops_move_elements_as_onnx_says() {
+        let x = ints(&[2, 3], &[1, 2, 3, 4, 5, 6]);
+        let t = eval("Transpose", &[&x], vec![]).unwrap();
+        assert_eq!((t.dims, t.data), (vec![3, 2], Data::Int(vec![1, 4, 2, 5, 3, 6])));
+        let c = eval("Concat", &[&x, &x], vec![("axis", Attribute::Int(-1))]).unwrap();
+        assert_eq!(c.dims, [2, 6]);
+        assert_eq!(c.int_values().unwrap()[..6], [1, 2, 3, 1, 2, 3]);
+        let r = eval("Reshape", &[&x, &ints(&[2], &[0, -1])], vec![]).unwrap();
+        assert_eq!(r.dims, [2, 3], "0 copies a dim, -1 takes the rest");
+        let e = eval("Expand", &[&ints(&[3, 1], &[7, 8, 9]), &ints(&[2], &[1, 2])], vec![]);
+        assert_eq!(e.map(|k| k.data), Some(Data::Int(vec![7, 7, 8, 8, 9, 9])));
+        let cond = ints(&[3], &[1, 0, 1]);
+        let chosen = eval("Where", &[&cond, &ints(&[], &[1]), &ints(&[3], &[4, 5, 6])], vec![]);
+        assert_eq!(chosen.map(|k| k.data), Some(Data::Int(vec![1, 5, 1])));
+    }
+
+    #[test]
+    fn casts_ranges_and_matmuls() {
+        let truncated = tensor(&[3], &[-1.7, 0.5, 2.9]).cast(INT64).unwrap();
+        assert_eq!(truncated.data, Data::Int(vec![-1, 0, 2]), "toward zero, as C casts");
+        let range = eval("Range", &[&ints(&[], &[5]), &ints(&[], &[0]), &ints(&[], &[-2])], vec![]);
+        assert_eq!(range.map(|k| k.data), Some(Data::Int(vec![5, 3, 1])));
+        let a = tensor(&[2, 2], &[1.0, 2.0, 3.0, 4.0]);
+        let identity = tensor(&[2, 2], &[1.0, 0.0, 0.0, 1.0]);
+        let product = eval("MatMul", &[&a, &identity], vec![]).unwrap();
+        assert_eq!(product.floats(), a.floats());
+        assert_eq!(eval("MatMul", &[&a, &tensor(&[3, 1], &[1.0; 3])], vec![]), None, "2 != 3");
+    }
+}

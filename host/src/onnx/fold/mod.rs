@@ -3,17 +3,17 @@
 //! A node whose inputs are all known (Constant nodes, small initializers, or
 //! values folded before it) is computed here and becomes an initializer: the
 //! rotary tables, position ranges and mask constants of a static export are
-//! settled at export time rather than at every run. Then:
-//! - a weight read only through `Transpose` (how `linear` reaches `MatMul`)
-//!   is stored transposed; the transposition happens while the weight streams
-//!   from the `.pt2`'s memory map into the file, so no copy of it is held,
-//! - the Constant nodes left become initializers (what ONNX optimizers do: a
-//!   value, not a computation),
-//! - convolutions absorb the batch norms after them and the zero pads before
-//!   them (`fuse.rs`).
+//! settled at export time rather than at every run. Before a node is
+//! evaluated, it may turn out to compute its input or to be one node with its
+//! producer (the peephole rules of `simplify.rs`). The Constant nodes left
+//! become initializers (what ONNX optimizers do: a value, not a computation).
 //!
-//! Before a node is evaluated, it may turn out to compute its input or to be
-//! one node with its producer (`simplify.rs`).
+//! The passes that run after folding live here too: a weight read only
+//! through `Transpose` (how `linear` reaches `MatMul`) is stored transposed,
+//! the transposition happening while the weight streams from the `.pt2`'s
+//! memory map into the file, so no copy of it is held
+//! ([`store_weights_transposed`]); convolutions absorb the batch norms after
+//! them and the zero pads before them (`fuse/`).
 //!
 //! The evaluator knows the ops static shape and position code is made of,
 //! in float32/float64 and the integer types (bf16/f16 values are left alone);
@@ -26,10 +26,13 @@ mod eval;
 mod fuse;
 mod known;
 mod simplify;
+#[cfg(test)]
+pub(crate) mod testing;
 
 use super::weights::{Bytes, Initializer};
 use super::{Attribute, Node};
 use eval::evaluate;
+pub use fuse::{fuse_batch_norms, fuse_pads, FuseReport};
 use known::{count, Known};
 use simplify::{simplify, Simplified};
 
@@ -48,29 +51,30 @@ pub struct FoldReport {
     pub transposed: usize,
     /// Constant nodes turned into initializers.
     pub lifted: usize,
-    /// Nodes that compute their input, removed (`simplify.rs`): slices from
+    /// Nodes that compute their input, removed (`simplify.rs`'s rules): slices from
     /// 0 to the end (torch's `x[:, None]`, `logits[:, -0:]`), `x + 0`, a
     /// squeeze undone, transposes that cancel.
     pub identities: usize,
     /// Pairs computed by one node (`simplify.rs`): transposes, unsqueezes and
     /// reshapes of their own kind.
     pub merged_pairs: usize,
-    /// What convolutions absorbed (`fuse.rs`).
-    pub fused: fuse::FuseReport,
+    /// What convolutions absorbed (`fuse/`).
+    pub fused: FuseReport,
 }
 
-/// Folds `nodes` (main graph, topological order). `initializers` are read as
-/// known values where small, and gain the folded values; `keep` are graph
-/// outputs, whose producers stay. `static_shapes` are the values whose shape
-/// the program fixes (every axis), by ONNX name: their `Shape` is known
-/// although they are not.
+/// Folds `nodes` (main graph, topological order), simplifying each node
+/// first, and lifts the Constant nodes left; counts go to `report`.
+/// `initializers` are read as known values where small, and gain the folded
+/// values; `keep` are graph outputs, whose producers stay. `static_shapes`
+/// are the values whose shape the program fixes (every axis), by ONNX name:
+/// their `Shape` is known although they are not.
 pub fn fold<'a>(
     nodes: &mut Vec<Node>,
     initializers: &mut Vec<Initializer<'a>>,
     keep: &HashSet<&str>,
     static_shapes: &HashMap<String, Vec<i64>>,
-) -> FoldReport {
-    let mut report = FoldReport::default();
+    report: &mut FoldReport,
+) {
     let mut known: HashMap<String, Known> = HashMap::new();
     for init in initializers.iter() {
         let (Some(name), Some(dtype)) = (&init.header.name, init.header.data_type) else {
@@ -97,12 +101,12 @@ pub fn fold<'a>(
         // A graph output keeps its node (and name); merged, it still computes it.
         let is_output = node.outputs.iter().any(|o| keep.contains(o.as_str()));
         match simplify(&node, &known, |name| producers.get(name).map(|&i| &kept[i])) {
-            Some(Simplified::Same(value)) if !is_output => {
+            Some((_, Simplified::Same(value))) if !is_output => {
                 renames.insert(node.outputs[0].clone(), value);
                 report.identities += 1;
                 continue;
             }
-            Some(Simplified::Merged(merged, constant)) => {
+            Some((_, Simplified::Merged(merged, constant))) => {
                 if let Some((name, value)) = constant {
                     known.insert(name.clone(), value);
                     new_initializers.push(vec![name]);
@@ -177,16 +181,13 @@ pub fn fold<'a>(
         }
         !liftable
     });
-    report.transposed = transpose_weights(&mut kept, initializers, keep);
-    report.fused = fuse::fuse(&mut kept, initializers, keep);
     *nodes = kept;
-    report
 }
 
 /// `Transpose(w, perm=[1, 0])` of a 2-D initializer nothing else reads: the
 /// initializer is stored transposed (under the node's output name) and the
-/// node goes.
-fn transpose_weights(
+/// node goes. How many went.
+pub fn store_weights_transposed(
     nodes: &mut Vec<Node>,
     initializers: &mut [Initializer],
     keep: &HashSet<&str>,
@@ -243,181 +244,93 @@ fn transpose_weights(
 #[cfg(test)]
 mod tests {
     use super::known::{Data, FLOAT, INT64};
+    use super::testing::*;
     use super::*;
     use crate::onnx::proto as p;
 
-    /// A main-graph node with one output (the fold tests' and `fuse.rs`'s).
-    pub(super) fn node(
-        op: &str,
-        inputs: &[&str],
-        output: &str,
-        attributes: Vec<(&str, Attribute)>,
-    ) -> Node {
-        Node {
-            op_type: op.into(),
-            domain: String::new(),
-            inputs: inputs.iter().map(|s| s.to_string()).collect(),
-            outputs: vec![output.into()],
-            attributes: attributes.into_iter().map(|(n, a)| (n.to_string(), a)).collect(),
-            function: None,
-        }
-    }
-
-    pub(super) fn floats_of(init: &Initializer) -> Vec<f32> {
-        init.bytes
-            .to_vec()
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-            .collect()
+    /// Folds a copy of the graph, checked to compute the same `outputs` from
+    /// `x`; the folded graph and what folding counted.
+    fn folded<'a>(
+        nodes: &[Node],
+        initializers: &[Initializer<'a>],
+        outputs: &[&str],
+        x: Known,
+        static_shapes: &HashMap<String, Vec<i64>>,
+    ) -> (Vec<Node>, Vec<Initializer<'a>>, FoldReport) {
+        let mut report = FoldReport::default();
+        let (after, initializers) =
+            rewritten(nodes, initializers, outputs, &[("x", x)], |n, i, keep| {
+                fold(n, i, keep, static_shapes, &mut report)
+            });
+        (after, initializers, report)
     }
 
     #[test]
     fn a_rotary_table_is_computed_at_export_time() {
         // cos(range(0, 3) * 0.5) as float, read by a Mul with the input x.
-        let mut nodes = vec![
+        let nodes = vec![
             node("Constant", &[], "zero", vec![("value_int", Attribute::Int(0))]),
             node("Constant", &[], "three", vec![("value_int", Attribute::Int(3))]),
             node("Constant", &[], "one", vec![("value_int", Attribute::Int(1))]),
             node("Range", &["zero", "three", "one"], "positions", vec![]),
             node("Cast", &["positions"], "as_float", vec![("to", Attribute::Int(1))]),
-            node("Constant", &[], "half", vec![("value_float", Attribute::Float(0.5))]),
+            float_node("half", 0.5),
             node("Mul", &["as_float", "half"], "angles", vec![]),
             node("Cos", &["angles"], "table", vec![]),
             node("Mul", &["x", "table"], "y", vec![]),
         ];
-        let mut initializers = Vec::new();
-        let report = fold(&mut nodes, &mut initializers, &HashSet::from(["y"]), &HashMap::new());
-        assert_eq!(report.folded, 4);
-        assert_eq!(nodes.len(), 1, "only the Mul with the input is left: {nodes:?}");
+        let (nodes, initializers, report) =
+            folded(&nodes, &[], &["y"], counting(&[2, 3]), &HashMap::new());
+        assert_eq!((report.folded, report.lifted), (4, 0));
+        assert_eq!(ops(&nodes), ["Mul"], "only the Mul with the input is left");
         assert_eq!(initializers.len(), 1);
-        assert_eq!(initializers[0].header.name.as_deref(), Some("table"));
-        let expected: Vec<f32> = [0.0f64, 0.5, 1.0].iter().map(|a| a.cos() as f32).collect();
-        assert_eq!(floats_of(&initializers[0]), expected);
-    }
-
-    #[test]
-    fn a_slice_keeping_every_element_goes_and_its_readers_read_the_data() {
-        let mut nodes = vec![
-            node("Constant", &[], "zero", vec![("value_ints", Attribute::Ints(vec![0, 0]))]),
-            node(
-                "Constant",
-                &[],
-                "end",
-                vec![("value_ints", Attribute::Ints(vec![i64::MAX, i64::MAX]))],
-            ),
-            node("Constant", &[], "axes", vec![("value_ints", Attribute::Ints(vec![0, -1]))]),
-            node("Constant", &[], "two", vec![("value_ints", Attribute::Ints(vec![2, 2]))]),
-            node("Slice", &["x", "zero", "end", "axes"], "whole", vec![]),
-            node("Slice", &["whole", "zero", "end", "axes"], "whole_again", vec![]),
-            node("Neg", &["whole_again"], "y", vec![]),
-            // not whole: a step of 2, and an end short of the sentinel
-            node("Slice", &["x", "zero", "end", "axes", "two"], "strided", vec![]),
-            node("Slice", &["x", "zero", "two"], "head", vec![]),
-            node("Add", &["strided", "head"], "z", vec![]),
-            // a graph output keeps its slice
-            node("Slice", &["x", "zero", "end"], "out", vec![]),
-        ];
-        let mut initializers = Vec::new();
-        let report =
-            fold(&mut nodes, &mut initializers, &HashSet::from(["y", "z", "out"]), &HashMap::new());
-        assert_eq!(report.identities, 2);
-        let neg = nodes.iter().find(|n| n.op_type == "Neg").unwrap();
-        assert_eq!(neg.inputs, ["x"]);
-        assert_eq!(nodes.iter().filter(|n| n.op_type == "Slice").count(), 3, "{nodes:?}");
-    }
-
-    /// What `simplify.rs` removes and merges, and what it must leave: a
-    /// neutral operand that is not rank 0 (it may broadcast), negative
-    /// unsqueeze axes, a reshape whose shape copies a dim (0).
-    #[test]
-    fn nodes_that_compute_their_input_go_and_pairs_of_a_kind_merge() {
-        let mut nodes = vec![
-            node("Constant", &[], "zero", vec![("value_int", Attribute::Int(0))]),
-            node("Constant", &[], "one_vec", vec![("value_ints", Attribute::Ints(vec![1]))]),
-            node("Constant", &[], "axis0", vec![("value_ints", Attribute::Ints(vec![0]))]),
-            node("Constant", &[], "axis1", vec![("value_ints", Attribute::Ints(vec![1]))]),
-            node("Constant", &[], "minus1", vec![("value_ints", Attribute::Ints(vec![-1]))]),
-            node("Constant", &[], "flat", vec![("value_ints", Attribute::Ints(vec![-1]))]),
-            node("Constant", &[], "copy_dim", vec![("value_ints", Attribute::Ints(vec![0, -1]))]),
-            // x + 0 and 0 + x are x; x * [1] may broadcast a scalar x, so it stays
-            node("Add", &["x", "zero"], "plus_zero", vec![]),
-            node("Add", &["zero", "plus_zero"], "zero_plus", vec![]),
-            node("Mul", &["zero_plus", "one_vec"], "times_one", vec![]),
-            // a squeeze undone
-            node("Squeeze", &["times_one", "axis0"], "squeezed", vec![]),
-            node("Unsqueeze", &["squeezed", "axis0"], "restored", vec![]),
-            // unsqueeze(unsqueeze(r, [0]), [1]) is unsqueeze(r, [0, 1]); negative axes stay two nodes
-            node("Unsqueeze", &["restored", "axis0"], "u1", vec![]),
-            node("Unsqueeze", &["u1", "axis1"], "u2", vec![]),
-            node("Unsqueeze", &["restored", "minus1"], "n1", vec![]),
-            node("Unsqueeze", &["n1", "minus1"], "n2", vec![]),
-            // transposes compose, and cancel
-            node("Transpose", &["u2"], "t1", vec![("perm", Attribute::Ints(vec![1, 0, 2]))]),
-            node("Transpose", &["t1"], "t2", vec![("perm", Attribute::Ints(vec![0, 2, 1]))]),
-            node("Transpose", &["t1"], "t3", vec![("perm", Attribute::Ints(vec![1, 0, 2]))]),
-            // a reshape of a reshape reads the first one's input, unless its shape has a 0
-            node("Reshape", &["t2", "flat"], "r1", vec![]),
-            node("Reshape", &["r1", "flat"], "r2", vec![]),
-            node("Reshape", &["r1", "copy_dim"], "r3", vec![]),
-        ];
-        let outputs = ["times_one", "u2", "n2", "t2", "t3", "r2", "r3"];
-        let mut initializers = Vec::new();
-        let report = fold(&mut nodes, &mut initializers, &HashSet::from(outputs), &HashMap::new());
-        let find = |name: &str| {
-            nodes
-                .iter()
-                .find(|n| n.outputs[0] == name)
-                .unwrap_or_else(|| panic!("no {name}: {nodes:?}"))
-        };
-        assert_eq!(
-            find("times_one").inputs,
-            ["x", "one_vec"],
-            "x + 0 and 0 + x go; a rank-1 one stays"
-        );
-        assert_eq!(find("u2").inputs[0], "times_one", "the squeeze undone, the unsqueezes merged");
-        let axes = initializers
-            .iter()
-            .find(|i| i.header.name.as_deref() == Some(find("u2").inputs[1].as_str()))
-            .unwrap();
-        assert_eq!(
-            Known::from_bytes(INT64, &axes.header.dims, &axes.bytes.to_vec()).unwrap().data,
-            Data::Int(vec![0, 1])
-        );
-        assert_eq!(find("n2").inputs[0], "n1", "negative axes: not merged");
-        assert_eq!(find("t2").inputs[0], "u2");
-        assert_eq!(find("t2").attribute("perm"), Some(&Attribute::Ints(vec![1, 2, 0])));
-        // t3 cancels t1 but is a graph output: it keeps its node, merged to an identity perm on u2
-        assert_eq!(find("r2").inputs[0], "t2");
-        assert_eq!(find("r3").inputs[0], "r1", "a shape with 0 copies the inner reshape's dim");
-        assert!(report.identities >= 3 && report.merged_pairs >= 3, "{report:?}");
+        let expected: Vec<f64> = [0.0f64, 0.5, 1.0].iter().map(|a| a.cos() as f32 as f64).collect();
+        assert_eq!(value(&initializers, "table").data, Data::Float(expected));
     }
 
     #[test]
     fn shapes_slices_and_gathers_fold_and_graph_outputs_keep_their_nodes() {
-        let mut nodes = vec![
-            node("Constant", &[], "v", vec![("value_ints", Attribute::Ints(vec![10, 20, 30, 40]))]),
-            node("Constant", &[], "s", vec![("value_ints", Attribute::Ints(vec![1]))]),
-            node("Constant", &[], "e", vec![("value_ints", Attribute::Ints(vec![i64::MAX]))]),
+        let nodes = vec![
+            ints_node("v", &[1, 2, 3, 6]),
+            ints_node("s", &[1]),
+            ints_node("e", &[i64::MAX]),
             node("Slice", &["v", "s", "e"], "tail", vec![]),
-            node("Constant", &[], "i", vec![("value_ints", Attribute::Ints(vec![-1, 0]))]),
+            ints_node("i", &[-1, 0]),
             node("Gather", &["tail", "i"], "picked", vec![("axis", Attribute::Int(0))]),
             node("Reshape", &["x", "picked"], "out", vec![]),
             node("Neg", &["v"], "negated", vec![]),
         ];
+        let (nodes, initializers, report) =
+            folded(&nodes, &[], &["out", "negated"], counting(&[2, 6]), &HashMap::new());
+        assert_eq!(ops(&nodes), ["Reshape", "Neg"], "the graph output `negated` keeps its node");
+        assert_eq!(value(&initializers, "picked").int_values(), Some(vec![6, 2]));
+        assert_eq!(report.lifted, 1, "a Constant still read is lifted");
+        assert_eq!(value(&initializers, "v").int_values(), Some(vec![1, 2, 3, 6]));
+    }
+
+    /// An op the evaluator does not know, a bf16 value, and a result past
+    /// [`MAX_ELEMENTS`] stay nodes.
+    #[test]
+    fn what_cannot_be_computed_or_is_too_large_stays() {
+        let nodes = vec![
+            ints_node("shape", &[2, 3]),
+            node("ConstantOfShape", &["shape"], "filled", vec![]),
+            float_node("one", 1.0),
+            node("Cast", &["one"], "half", vec![("to", Attribute::Int(16))]),
+            ints_node("huge", &[1 << 11, 1 << 10]),
+            node("Expand", &["one", "huge"], "expanded", vec![]),
+            node("Neg", &["filled"], "a", vec![]),
+            node("Neg", &["half"], "b", vec![]),
+            node("Neg", &["expanded"], "c", vec![]),
+        ];
+        let mut after = nodes.clone();
         let mut initializers = Vec::new();
-        fold(&mut nodes, &mut initializers, &HashSet::from(["out", "negated"]), &HashMap::new());
-        let ops: Vec<&str> = nodes.iter().map(|n| n.op_type.as_str()).collect();
-        assert_eq!(ops, ["Reshape", "Neg"], "the graph output `negated` keeps its node");
-        let picked =
-            initializers.iter().find(|i| i.header.name.as_deref() == Some("picked")).unwrap();
-        assert_eq!(
-            Known::from_bytes(INT64, &picked.header.dims, &picked.bytes.to_vec()).unwrap().data,
-            Data::Int(vec![40, 20])
-        );
-        assert!(
-            initializers.iter().any(|i| i.header.name.as_deref() == Some("v")),
-            "a Constant still read is lifted"
-        );
+        let mut report = FoldReport::default();
+        let keep = HashSet::from(["a", "b", "c"]);
+        fold(&mut after, &mut initializers, &keep, &HashMap::new(), &mut report);
+        assert_eq!(report.folded, 0);
+        assert_eq!(ops(&after), ["ConstantOfShape", "Cast", "Expand", "Neg", "Neg", "Neg"]);
+        assert_eq!(report.lifted, 3, "the constants they read are lifted");
     }
 
     #[test]
@@ -426,38 +339,46 @@ mod tests {
         let (rows, cols) = (64usize, 80usize);
         let weight: Vec<u8> =
             (0..(rows * cols) as u32).flat_map(|v| (v as f32).to_le_bytes()).collect();
-        let header = p::TensorProto {
+        let header = |name: &str| p::TensorProto {
             dims: vec![rows as i64, cols as i64],
             data_type: Some(FLOAT),
-            name: Some("w".into()),
+            name: Some(name.into()),
             ..Default::default()
         };
-        let mut initializers = vec![Initializer { header, bytes: Bytes::Mapped(&weight) }];
-        let mut nodes = vec![
-            node("Transpose", &["w"], "wt", vec![("perm", Attribute::Ints(vec![1, 0]))]),
-            node("MatMul", &["x", "wt"], "y", vec![]),
+        let mut initializers = vec![
+            Initializer { header: header("w"), bytes: Bytes::Mapped(&weight) },
+            Initializer { header: header("shared"), bytes: Bytes::Mapped(&weight) },
+            Initializer { header: header("computed"), bytes: Bytes::Owned(weight.clone()) },
         ];
-        let report = fold(&mut nodes, &mut initializers, &HashSet::from(["y"]), &HashMap::new());
-        assert_eq!(report.transposed, 1);
-        assert_eq!(nodes.len(), 1);
+        let swap = || vec![("perm", Attribute::Ints(vec![1, 0]))];
+        let mut nodes = vec![
+            node("Transpose", &["w"], "wt", swap()),
+            node("MatMul", &["x", "wt"], "y", vec![]),
+            // read elsewhere too: the transpose stays
+            node("Transpose", &["shared"], "shared_t", swap()),
+            node("MatMul", &["x", "shared_t"], "z", vec![]),
+            node("Neg", &["shared"], "n", vec![]),
+            // not a slice of the map: left alone
+            node("Transpose", &["computed"], "computed_t", swap()),
+            node("MatMul", &["x", "computed_t"], "u", vec![]),
+        ];
+        let transposed = store_weights_transposed(
+            &mut nodes,
+            &mut initializers,
+            &HashSet::from(["y", "z", "n", "u"]),
+        );
+        assert_eq!(transposed, 1);
+        assert_eq!(ops(&nodes), ["MatMul", "Transpose", "MatMul", "Neg", "Transpose", "MatMul"]);
         assert_eq!(initializers[0].header.dims, [cols as i64, rows as i64]);
         assert_eq!(initializers[0].header.name.as_deref(), Some("wt"));
-        let transposed = floats_of(&initializers[0]);
+        let Data::Float(transposed) = value(&initializers, "wt").data else { panic!() };
         for (j, i) in [(0, 0), (0, 1), (79, 63), (65, 3)] {
             assert_eq!(
                 transposed[j * rows + i],
-                (i * cols + j) as f32,
+                (i * cols + j) as f64,
                 "wt[{j}][{i}] = w[{i}][{j}]"
             );
         }
-    }
-
-    fn ints_of(init: &Initializer) -> Vec<i64> {
-        init.bytes
-            .to_vec()
-            .chunks_exact(8)
-            .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
-            .collect()
     }
 
     /// The index tables of relative position biases (BEiT, DeBERTa) and
@@ -465,42 +386,36 @@ mod tests {
     /// a value whose shape the program fixes, all settled at export time.
     #[test]
     fn index_tables_and_masks_fold() {
-        let ints = |name: &str, v: Vec<i64>| {
-            node("Constant", &[], name, vec![("value_ints", Attribute::Ints(v))])
-        };
-        let mut nodes = vec![
-            ints("data", vec![0, 0, 0, 0]),
-            ints("where", vec![3, 1]),
-            ints("what", vec![7, 5]),
+        let nodes = vec![
+            ints_node("data", &[0, 0, 0, 0]),
+            ints_node("where", &[3, 1]),
+            ints_node("what", &[7, 5]),
             node("ScatterElements", &["data", "where", "what"], "scattered", vec![]), // [0, 5, 0, 7]
-            ints("shape", vec![2, 2]),
+            ints_node("shape", &[2, 2]),
             node("Reshape", &["scattered", "shape"], "square", vec![]), // [[0, 5], [0, 7]]
-            ints("one", vec![1]),
+            ints_node("one", &[1]),
             node("ReduceSum", &["square", "one"], "rows", vec![("keepdims", Attribute::Int(0))]), // [5, 7]
             node("Trilu", &["square"], "upper", vec![]), // [[0, 5], [0, 7]]
             node("Trilu", &["square"], "lower", vec![("upper", Attribute::Int(0))]), // [[0, 0], [0, 7]]
             node("Constant", &[], "six", vec![("value_int", Attribute::Int(6))]),
             node("Clip", &["rows", "", "six"], "clipped", vec![]), // [5, 6]
-            ints("twice", vec![2]),
+            ints_node("twice", &[2]),
             node("Tile", &["clipped", "twice"], "tiled", vec![]), // [5, 6, 5, 6]
             node("Shape", &["x"], "x_shape", vec![]),             // x is [3, 4] in the program
             node("Add", &["upper", "lower"], "a", vec![]),
-            node("Add", &["tiled", "x_shape"], "b", vec![]), // broadcast [4] + [2]: not folded, kept
-            node("Mul", &["a", "x"], "y", vec![]),
+            node("Cast", &["a"], "a_float", vec![("to", Attribute::Int(1))]),
+            node("Mul", &["a_float", "x"], "y", vec![]),
             node("Concat", &["tiled", "x_shape"], "z", vec![("axis", Attribute::Int(0))]),
         ];
-        let mut initializers = Vec::new();
-        let shapes = HashMap::from([("x".to_string(), vec![3, 4])]);
-        fold(&mut nodes, &mut initializers, &HashSet::from(["y", "z"]), &shapes);
-        let value = |name: &str| {
-            initializers.iter().find(|i| i.header.name.as_deref() == Some(name)).map(ints_of)
-        };
-        assert_eq!(value("a"), Some(vec![0, 5, 0, 14]));
-        assert!(nodes.iter().all(|n| n.op_type != "Shape" && n.op_type != "Tile"), "{nodes:?}");
-        let z = nodes.iter().find(|n| n.outputs == ["z"]).unwrap();
+        let shapes = HashMap::from([("x".to_string(), vec![2, 2])]);
+        let (nodes, initializers, _) = folded(&nodes, &[], &["y", "z"], counting(&[2, 2]), &shapes);
+        assert_eq!(ops(&nodes), ["Mul", "Concat"]);
+        assert_eq!(value(&initializers, "a_float").data, Data::Float(vec![0.0, 5.0, 0.0, 14.0]));
+        let z = producer(&nodes, "z");
         assert_eq!(
-            z.inputs.iter().map(|i| value(i)).collect::<Vec<_>>(),
-            [Some(vec![5, 6, 5, 6]), Some(vec![3, 4])]
+            z.inputs.iter().map(|i| value(&initializers, i).int_values()).collect::<Vec<_>>(),
+            [Some(vec![5, 6, 5, 6]), Some(vec![2, 2])]
         );
+        assert_eq!(value(&initializers, "x_shape").dtype, INT64);
     }
 }

@@ -16,6 +16,7 @@ use super::known::Known;
 use super::{Attribute, Node};
 
 /// What a node turned out to be.
+#[derive(Debug)]
 pub enum Simplified {
     /// It computes this value of the graph unchanged: its readers read it.
     Same(String),
@@ -24,118 +25,209 @@ pub enum Simplified {
     Merged(Box<Node>, Option<(String, Known)>),
 }
 
-/// The simplification of `node`, if any. `known` holds the values known so
-/// far; `producer` finds the node computing a value (main graph, already
-/// simplified).
+/// A node under simplification, with what is known around it.
+pub struct Site<'s, 'n> {
+    node: &'s Node,
+    /// The known value of each input (None: not known).
+    inputs: Vec<Option<&'s Known>>,
+    known: &'s HashMap<String, Known>,
+    producer: &'s dyn Fn(&str) -> Option<&'n Node>,
+}
+
+impl<'n> Site<'_, 'n> {
+    /// Input `i`'s known integer values.
+    fn ints(&self, i: usize) -> Option<Vec<i64>> {
+        self.inputs.get(i).copied().flatten().and_then(Known::int_values)
+    }
+
+    /// The plain main-graph node computing input `i`.
+    fn from(&self, i: usize) -> Option<&'n Node> {
+        self.node
+            .inputs
+            .get(i)
+            .filter(|n| !n.is_empty())
+            .and_then(|n| (self.producer)(n))
+            .filter(|p| p.domain.is_empty() && p.function.is_none())
+    }
+}
+
+/// A peephole rule: what the node at the site is, if the rule's pattern
+/// holds there.
+pub type Rule = fn(&Site) -> Option<Simplified>;
+
+/// The rules, tried in this order; the first that holds decides.
+pub const RULES: &[(&str, Rule)] = &[
+    ("whole_slice", whole_slice),
+    ("neutral_operand", neutral_operand),
+    ("identity_transpose", identity_transpose),
+    ("transposes_compose", transposes_compose),
+    ("squeeze_undone", squeeze_undone),
+    ("unsqueezes_merge", unsqueezes_merge),
+    ("reshapes_merge", reshapes_merge),
+];
+
+/// The simplification of `node` and the rule that found it, if any. `known`
+/// holds the values known so far; `producer` finds the node computing a value
+/// (main graph, already simplified).
 pub fn simplify<'n>(
     node: &Node,
     known: &HashMap<String, Known>,
     producer: impl Fn(&str) -> Option<&'n Node>,
-) -> Option<Simplified> {
+) -> Option<(&'static str, Simplified)> {
     if !node.domain.is_empty() || node.function.is_some() || node.outputs.len() != 1 {
         return None;
     }
-    let inputs: Vec<Option<&Known>> = node.inputs.iter().map(|i| known.get(i)).collect();
-    let ints = |i: usize| inputs.get(i).copied().flatten().and_then(Known::int_values);
-    let from = |i: usize| {
-        node.inputs
-            .get(i)
-            .filter(|n| !n.is_empty())
-            .and_then(|n| producer(n))
-            .filter(|p| p.domain.is_empty() && p.function.is_none())
+    let site = Site {
+        node,
+        inputs: node.inputs.iter().map(|i| known.get(i)).collect(),
+        known,
+        producer: &producer,
     };
-    match node.op_type.as_str() {
-        "Slice" if is_whole_slice(node, &inputs) => Some(Simplified::Same(node.inputs[0].clone())),
-        "Add" | "Sub" | "Mul" | "Div" if node.inputs.len() == 2 => {
-            let neutral = if matches!(node.op_type.as_str(), "Add" | "Sub") { 0.0 } else { 1.0 };
-            let is_neutral =
-                |i: usize| inputs[i].is_some_and(|k| k.dims.is_empty() && k.floats() == [neutral]);
-            let commutes = matches!(node.op_type.as_str(), "Add" | "Mul");
-            // A rank-0 operand broadcasts without growing the other one.
-            if is_neutral(1) {
-                Some(Simplified::Same(node.inputs[0].clone()))
-            } else if commutes && is_neutral(0) {
-                Some(Simplified::Same(node.inputs[1].clone()))
-            } else {
-                None
-            }
-        }
-        "Transpose" => {
-            let perm = ints_attribute(node, "perm")?;
-            if perm.iter().enumerate().all(|(i, &p)| p == i as i64) {
-                return Some(Simplified::Same(node.inputs[0].clone()));
-            }
-            let inner = from(0).filter(|p| p.op_type == "Transpose")?;
-            let inner_perm = ints_attribute(inner, "perm")?;
-            if inner_perm.len() != perm.len()
-                || perm.iter().any(|&p| p < 0 || p as usize >= perm.len())
-            {
-                return None;
-            }
-            // out[k] = inner[perm[k]] = x[inner_perm[perm[k]]].
-            let composed: Vec<i64> = perm.iter().map(|&p| inner_perm[p as usize]).collect();
-            if composed.iter().enumerate().all(|(i, &p)| p == i as i64) {
-                return Some(Simplified::Same(inner.inputs[0].clone()));
-            }
-            let mut merged = node.clone();
-            merged.inputs[0] = inner.inputs[0].clone();
-            merged.attributes = vec![("perm".into(), Attribute::Ints(composed))];
-            Some(Simplified::Merged(Box::new(merged), None))
-        }
-        // Squeeze and Unsqueeze of the same axes undo each other (the
-        // squeezed axes had size 1, or Squeeze would have failed; both
-        // normalize negative axes by the same rank).
-        "Unsqueeze" | "Squeeze" if node.inputs.len() == 2 => {
-            let axes = ints(1)?;
-            let inner = from(0)?;
-            let inverse = if node.op_type == "Unsqueeze" { "Squeeze" } else { "Unsqueeze" };
-            if inner.inputs.len() != 2 {
-                return None;
-            }
-            let inner_axes = known.get(&inner.inputs[1]).and_then(Known::int_values)?;
-            if inner.op_type == inverse && inner_axes == axes {
-                return Some(Simplified::Same(inner.inputs[0].clone()));
-            }
-            if node.op_type != "Unsqueeze" || inner.op_type != "Unsqueeze" {
-                return None;
-            }
-            // Two unsqueezes with non-negative axes are one: the outer's axes
-            // are new dims of the result; the inner's j-th new dim lands at the
-            // j-th position the outer's axes leave.
-            if axes.iter().chain(&inner_axes).any(|&a| a < 0) {
-                return None;
-            }
-            let free: Vec<i64> = (0..)
-                .filter(|p| !axes.contains(p))
-                .take(inner_axes.iter().max().map_or(0, |&m| m as usize + 1))
-                .collect();
-            let mut combined: Vec<i64> =
-                axes.iter().copied().chain(inner_axes.iter().map(|&j| free[j as usize])).collect();
-            combined.sort_unstable();
-            let name = format!("{}_axes", node.outputs[0]);
-            let mut merged = node.clone();
-            merged.inputs = vec![inner.inputs[0].clone(), name.clone()];
-            Some(Simplified::Merged(
-                Box::new(merged),
-                Some((name, Known::ints(vec![combined.len() as i64], combined))),
-            ))
-        }
-        // The outer shape decides alone when it names no 0 (which would copy
-        // a dim of its input, the inner result): -1 is solved from the
-        // element count, which both reshapes keep.
-        "Reshape" if node.inputs.len() == 2 => {
-            let shape = ints(1)?;
-            let allow_zero = matches!(node.attribute("allowzero"), Some(Attribute::Int(1)));
-            if !allow_zero && shape.contains(&0) {
-                return None;
-            }
-            let inner = from(0).filter(|p| p.op_type == "Reshape")?;
-            let mut merged = node.clone();
-            merged.inputs[0] = inner.inputs[0].clone();
-            Some(Simplified::Merged(Box::new(merged), None))
-        }
-        _ => None,
+    RULES.iter().find_map(|(name, rule)| rule(&site).map(|s| (*name, s)))
+}
+
+/// `Slice` from 0 to at least 2^31 - 1 (torch writes i64::MAX for "to the end")
+/// with step 1 on every axis it names: it keeps every element, whatever the
+/// data's shape (torch's `x[:, None]`, `logits[:, -0:]`).
+fn whole_slice(site: &Site) -> Option<Simplified> {
+    let node = site.node;
+    if node.op_type != "Slice" || node.inputs.len() < 3 {
+        return None;
     }
+    let (starts, ends) = (site.ints(1)?, site.ints(2)?);
+    let steps_are_one = match site.inputs.get(4) {
+        None => true,
+        Some(_) if node.inputs[4].is_empty() => true,
+        Some(_) => site.ints(4).is_some_and(|steps| steps.iter().all(|&s| s == 1)),
+    };
+    // Named axes must be known (a repeated axis is the model's error, not ours to hide).
+    let axes_known = node.inputs.get(3).is_none_or(|a| a.is_empty() || site.ints(3).is_some());
+    let whole = steps_are_one
+        && axes_known
+        && starts.iter().all(|&s| s == 0)
+        && ends.iter().all(|&e| e >= i32::MAX as i64);
+    whole.then(|| Simplified::Same(node.inputs[0].clone()))
+}
+
+/// `x + 0`, `0 + x`, `x - 0`, `x * 1`, `1 * x`, `x / 1` with a rank-0
+/// neutral operand: a rank-0 operand broadcasts without growing the other one
+/// (`x * [1]` may turn a scalar `x` into a vector, so it stays).
+fn neutral_operand(site: &Site) -> Option<Simplified> {
+    let node = site.node;
+    let op = node.op_type.as_str();
+    if !matches!(op, "Add" | "Sub" | "Mul" | "Div") || node.inputs.len() != 2 {
+        return None;
+    }
+    let neutral = if matches!(op, "Add" | "Sub") { 0.0 } else { 1.0 };
+    let is_neutral =
+        |i: usize| site.inputs[i].is_some_and(|k| k.dims.is_empty() && k.floats() == [neutral]);
+    let commutes = matches!(op, "Add" | "Mul");
+    if is_neutral(1) {
+        Some(Simplified::Same(node.inputs[0].clone()))
+    } else if commutes && is_neutral(0) {
+        Some(Simplified::Same(node.inputs[1].clone()))
+    } else {
+        None
+    }
+}
+
+/// `Transpose` by the identity permutation.
+fn identity_transpose(site: &Site) -> Option<Simplified> {
+    let node = site.node;
+    let perm = ints_attribute(node, "perm").filter(|_| node.op_type == "Transpose")?;
+    let identity = perm.iter().enumerate().all(|(i, &p)| p == i as i64);
+    identity.then(|| Simplified::Same(node.inputs[0].clone()))
+}
+
+/// `Transpose` of a `Transpose`: one transpose by the composed permutation,
+/// or none where they cancel.
+fn transposes_compose(site: &Site) -> Option<Simplified> {
+    let node = site.node;
+    let perm = ints_attribute(node, "perm").filter(|_| node.op_type == "Transpose")?;
+    let inner = site.from(0).filter(|p| p.op_type == "Transpose")?;
+    let inner_perm = ints_attribute(inner, "perm")?;
+    if inner_perm.len() != perm.len() || perm.iter().any(|&p| p < 0 || p as usize >= perm.len()) {
+        return None;
+    }
+    // out[k] = inner[perm[k]] = x[inner_perm[perm[k]]].
+    let composed: Vec<i64> = perm.iter().map(|&p| inner_perm[p as usize]).collect();
+    if composed.iter().enumerate().all(|(i, &p)| p == i as i64) {
+        return Some(Simplified::Same(inner.inputs[0].clone()));
+    }
+    let mut merged = node.clone();
+    merged.inputs[0] = inner.inputs[0].clone();
+    merged.attributes = vec![("perm".into(), Attribute::Ints(composed))];
+    Some(Simplified::Merged(Box::new(merged), None))
+}
+
+/// An `Unsqueeze` or `Squeeze` of a known-axes node of either kind: the
+/// outer's axes, the inner node and the inner's axes.
+fn squeeze_pair<'n>(site: &Site<'_, 'n>) -> Option<(Vec<i64>, &'n Node, Vec<i64>)> {
+    let node = site.node;
+    if !matches!(node.op_type.as_str(), "Unsqueeze" | "Squeeze") || node.inputs.len() != 2 {
+        return None;
+    }
+    let axes = site.ints(1)?;
+    let inner = site.from(0).filter(|p| p.inputs.len() == 2)?;
+    let inner_axes = site.known.get(&inner.inputs[1]).and_then(Known::int_values)?;
+    Some((axes, inner, inner_axes))
+}
+
+/// `Unsqueeze` of a `Squeeze` of the same axes, or the reverse: the squeezed
+/// axes had size 1, or Squeeze would have failed; both normalize negative
+/// axes by the same rank.
+fn squeeze_undone(site: &Site) -> Option<Simplified> {
+    let (axes, inner, inner_axes) = squeeze_pair(site)?;
+    let inverse = if site.node.op_type == "Unsqueeze" { "Squeeze" } else { "Unsqueeze" };
+    (inner.op_type == inverse && inner_axes == axes)
+        .then(|| Simplified::Same(inner.inputs[0].clone()))
+}
+
+/// `Unsqueeze` of an `Unsqueeze`, both with non-negative axes: one unsqueeze.
+/// The outer's axes are new dims of the result; the inner's j-th new dim
+/// lands at the j-th position the outer's axes leave.
+fn unsqueezes_merge(site: &Site) -> Option<Simplified> {
+    let node = site.node;
+    let (axes, inner, inner_axes) = squeeze_pair(site)?;
+    if node.op_type != "Unsqueeze" || inner.op_type != "Unsqueeze" {
+        return None;
+    }
+    if axes.iter().chain(&inner_axes).any(|&a| a < 0) {
+        return None;
+    }
+    let free: Vec<i64> = (0..)
+        .filter(|p| !axes.contains(p))
+        .take(inner_axes.iter().max().map_or(0, |&m| m as usize + 1))
+        .collect();
+    let mut combined: Vec<i64> =
+        axes.iter().copied().chain(inner_axes.iter().map(|&j| free[j as usize])).collect();
+    combined.sort_unstable();
+    let name = format!("{}_axes", node.outputs[0]);
+    let mut merged = node.clone();
+    merged.inputs = vec![inner.inputs[0].clone(), name.clone()];
+    Some(Simplified::Merged(
+        Box::new(merged),
+        Some((name, Known::ints(vec![combined.len() as i64], combined))),
+    ))
+}
+
+/// `Reshape` of a `Reshape`: the outer shape decides alone when it names no
+/// 0 (which would copy a dim of its input, the inner result); -1 is solved
+/// from the element count, which both reshapes keep.
+fn reshapes_merge(site: &Site) -> Option<Simplified> {
+    let node = site.node;
+    if node.op_type != "Reshape" || node.inputs.len() != 2 {
+        return None;
+    }
+    let shape = site.ints(1)?;
+    let allow_zero = matches!(node.attribute("allowzero"), Some(Attribute::Int(1)));
+    if !allow_zero && shape.contains(&0) {
+        return None;
+    }
+    let inner = site.from(0).filter(|p| p.op_type == "Reshape")?;
+    let mut merged = node.clone();
+    merged.inputs[0] = inner.inputs[0].clone();
+    Some(Simplified::Merged(Box::new(merged), None))
 }
 
 fn ints_attribute<'a>(node: &'a Node, name: &str) -> Option<&'a Vec<i64>> {
@@ -145,24 +237,231 @@ fn ints_attribute<'a>(node: &'a Node, name: &str) -> Option<&'a Vec<i64>> {
     }
 }
 
-/// `Slice` from 0 to at least 2^31 - 1 (torch writes i64::MAX for "to the end")
-/// with step 1 on every axis it names: it keeps every element, whatever the
-/// data's shape.
-fn is_whole_slice(node: &Node, inputs: &[Option<&Known>]) -> bool {
-    if node.inputs.len() < 3 {
-        return false;
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::super::eval::evaluate;
+    use super::super::testing::*;
+    use super::super::{fold, FoldReport};
+    use super::*;
+    use crate::onnx::weights::Initializer;
+
+    /// The rule that fires at the node computing `output`, with the values of
+    /// the graph's Constant nodes known and the nodes before it as producers.
+    fn fired(nodes: &[Node], output: &str) -> Option<&'static str> {
+        let known: HashMap<String, Known> = nodes
+            .iter()
+            .filter(|n| n.op_type == "Constant")
+            .map(|n| (n.outputs[0].clone(), evaluate(n, &[]).unwrap().remove(0)))
+            .collect();
+        let at = nodes.iter().position(|n| n.outputs[0] == output).unwrap();
+        let before = &nodes[..at];
+        simplify(&nodes[at], &known, |name| before.iter().find(|n| n.outputs[0] == name))
+            .map(|(rule, _)| rule)
     }
-    let ints = |i: usize| inputs.get(i).copied().flatten().and_then(Known::int_values);
-    let (Some(starts), Some(ends)) = (ints(1), ints(2)) else { return false };
-    let steps_are_one = match inputs.get(4) {
-        None => true,
-        Some(_) if node.inputs[4].is_empty() => true,
-        Some(_) => ints(4).is_some_and(|steps| steps.iter().all(|&s| s == 1)),
-    };
-    // Named axes must be known (a repeated axis is the model's error, not ours to hide).
-    let axes_known = node.inputs.get(3).is_none_or(|a| a.is_empty() || ints(3).is_some());
-    steps_are_one
-        && axes_known
-        && starts.iter().all(|&s| s == 0)
-        && ends.iter().all(|&e| e >= i32::MAX as i64)
+
+    /// The graph folded (the pass the rules run in), checked to compute the
+    /// same `outputs` from `x`; its nodes and what folding counted.
+    fn folded(nodes: &[Node], outputs: &[&str], x: Known) -> (Vec<Node>, FoldReport) {
+        let mut report = FoldReport::default();
+        let (after, _) = rewritten(nodes, &[], outputs, &[("x", x)], |n, i, keep| {
+            fold(n, i, keep, &HashMap::new(), &mut report)
+        });
+        (after, report)
+    }
+
+    fn folded_with_initializers(
+        nodes: &[Node],
+        outputs: &[&str],
+        x: Known,
+    ) -> (Vec<Node>, Vec<Initializer<'static>>) {
+        rewritten(nodes, &[], outputs, &[("x", x)], |n, i, keep| {
+            fold(n, i, keep, &HashMap::new(), &mut FoldReport::default())
+        })
+    }
+
+    fn slice_constants() -> Vec<Node> {
+        vec![
+            ints_node("zero", &[0, 0]),
+            ints_node("end", &[i64::MAX, i64::MAX]),
+            ints_node("axes", &[0, -1]),
+            ints_node("two", &[2, 2]),
+        ]
+    }
+
+    #[test]
+    fn whole_slice() {
+        let mut nodes = slice_constants();
+        nodes.extend([
+            node("Slice", &["x", "zero", "end", "axes"], "whole", vec![]),
+            node("Slice", &["whole", "zero", "end"], "whole_again", vec![]),
+            node("Neg", &["whole_again"], "y", vec![]),
+        ]);
+        assert_eq!(fired(&nodes, "whole"), Some("whole_slice"));
+        assert_eq!(fired(&nodes, "whole_again"), Some("whole_slice"));
+        let (after, report) = folded(&nodes, &["y"], counting(&[2, 3]));
+        assert_eq!(ops(&after), ["Neg"]);
+        assert_eq!(after[0].inputs, ["x"]);
+        assert_eq!(report.identities, 2);
+    }
+
+    #[test]
+    fn whole_slice_not_strided_short_over_unknown_axes_or_a_graph_output() {
+        let mut nodes = slice_constants();
+        nodes.extend([
+            node("Slice", &["x", "zero", "end", "axes", "two"], "strided", vec![]),
+            node("Slice", &["x", "zero", "two"], "head", vec![]),
+            node("Shape", &["x"], "shape", vec![]),
+            node("Sub", &["shape", "shape"], "unknown_axes", vec![]),
+            node("Slice", &["x", "zero", "end", "unknown_axes"], "over_unknown", vec![]),
+            node("Slice", &["x", "zero", "end"], "out", vec![]),
+        ]);
+        for output in ["strided", "head", "over_unknown"] {
+            assert_eq!(fired(&nodes, output), None, "{output}");
+        }
+        let (after, report) =
+            folded(&nodes, &["strided", "head", "over_unknown", "out"], counting(&[2, 3]));
+        assert_eq!(report.identities, 0, "a graph output keeps its slice");
+        assert_eq!(after.iter().filter(|n| n.op_type == "Slice").count(), 4);
+    }
+
+    #[test]
+    fn neutral_operand() {
+        let nodes = vec![
+            float_node("zero", 0.0),
+            float_node("one", 1.0),
+            node("Add", &["x", "zero"], "a", vec![]),
+            node("Add", &["zero", "a"], "b", vec![]),
+            node("Sub", &["b", "zero"], "c", vec![]),
+            node("Mul", &["one", "c"], "d", vec![]),
+            node("Div", &["d", "one"], "e", vec![]),
+            node("Neg", &["e"], "y", vec![]),
+        ];
+        for output in ["a", "b", "c", "d", "e"] {
+            assert_eq!(fired(&nodes, output), Some("neutral_operand"), "{output}");
+        }
+        let (after, report) = folded(&nodes, &["y"], counting(&[2, 3]));
+        assert_eq!(ops(&after), ["Neg"]);
+        assert_eq!(after[0].inputs, ["x"]);
+        assert_eq!(report.identities, 5);
+    }
+
+    /// `x * [1]` may broadcast a scalar `x`; `0 - x` is not `x`; `x + 1` is not.
+    #[test]
+    fn neutral_operand_not_of_rank_1_not_on_the_left_of_a_sub_nor_another_value() {
+        let nodes = vec![
+            float_node("zero", 0.0),
+            float_node("one", 1.0),
+            node("Constant", &[], "one_vec", vec![("value_floats", Attribute::Floats(vec![1.0]))]),
+            node("Mul", &["x", "one_vec"], "a", vec![]),
+            node("Sub", &["zero", "a"], "b", vec![]),
+            node("Add", &["b", "one"], "c", vec![]),
+        ];
+        for output in ["a", "b", "c"] {
+            assert_eq!(fired(&nodes, output), None, "{output}");
+        }
+        let (after, _) = folded(&nodes, &["c"], tensor(&[], &[2.0]));
+        assert_eq!(ops(&after), ["Mul", "Sub", "Add"]);
+    }
+
+    #[test]
+    fn identity_transpose() {
+        let nodes = vec![
+            node("Transpose", &["x"], "t", vec![("perm", Attribute::Ints(vec![0, 1]))]),
+            node("Neg", &["t"], "y", vec![]),
+            // without perm a transpose reverses the axes
+            node("Transpose", &["x"], "reversed", vec![]),
+            node("Transpose", &["x"], "swapped", vec![("perm", Attribute::Ints(vec![1, 0]))]),
+        ];
+        assert_eq!(fired(&nodes, "t"), Some("identity_transpose"));
+        assert_eq!(fired(&nodes, "reversed"), None);
+        assert_eq!(fired(&nodes, "swapped"), None);
+        let (after, _) = folded(&nodes, &["y", "reversed", "swapped"], counting(&[2, 3]));
+        assert_eq!(ops(&after), ["Neg", "Transpose", "Transpose"]);
+        assert_eq!(after[0].inputs, ["x"]);
+    }
+
+    #[test]
+    fn transposes_compose() {
+        let perm = |p: &[i64]| vec![("perm", Attribute::Ints(p.to_vec()))];
+        let nodes = vec![
+            node("Transpose", &["x"], "t1", perm(&[1, 0, 2])),
+            node("Transpose", &["t1"], "t2", perm(&[0, 2, 1])),
+            node("Transpose", &["t1"], "cancelled", perm(&[1, 0, 2])),
+            node("Neg", &["cancelled"], "n", vec![]),
+            node("Transpose", &["n"], "of_neg", perm(&[1, 0, 2])),
+        ];
+        assert_eq!(fired(&nodes, "t2"), Some("transposes_compose"));
+        assert_eq!(fired(&nodes, "cancelled"), Some("transposes_compose"));
+        assert_eq!(fired(&nodes, "of_neg"), None, "the inner node is no transpose");
+        let (mut after, report) = folded(&nodes, &["t2", "of_neg"], counting(&[2, 3, 4]));
+        assert_eq!((report.identities, report.merged_pairs), (1, 1));
+        crate::onnx::optimize::eliminate_dead_code(&mut after, &["t2", "of_neg"].into());
+        let t2 = producer(&after, "t2");
+        assert_eq!(t2.inputs, ["x"]);
+        assert_eq!(t2.attribute("perm"), Some(&Attribute::Ints(vec![1, 2, 0])));
+        assert_eq!(producer(&after, "n").inputs, ["x"], "the transposes cancel");
+        assert_eq!(ops(&after), ["Transpose", "Neg", "Transpose"], "t1 is read no more");
+    }
+
+    #[test]
+    fn squeeze_undone() {
+        let nodes = vec![
+            ints_node("axis0", &[0]),
+            ints_node("axis1", &[1]),
+            node("Squeeze", &["x", "axis0"], "squeezed", vec![]),
+            node("Unsqueeze", &["squeezed", "axis0"], "restored", vec![]),
+            node("Unsqueeze", &["restored", "axis1"], "grown", vec![]),
+            node("Squeeze", &["grown", "axis1"], "back", vec![]),
+            node("Unsqueeze", &["squeezed", "axis1"], "elsewhere", vec![]),
+        ];
+        assert_eq!(fired(&nodes, "restored"), Some("squeeze_undone"));
+        assert_eq!(fired(&nodes, "back"), Some("squeeze_undone"));
+        assert_eq!(fired(&nodes, "elsewhere"), None, "another axis: a new shape");
+        let (after, report) = folded(&nodes, &["back", "elsewhere"], counting(&[1, 3]));
+        assert_eq!(report.identities, 1);
+        assert_eq!(producer(&after, "grown").inputs[0], "x");
+        assert_eq!(producer(&after, "back").op_type, "Squeeze", "a graph output keeps its node");
+    }
+
+    #[test]
+    fn unsqueezes_merge() {
+        let nodes = vec![
+            ints_node("inner_axes", &[1]),
+            ints_node("outer_axes", &[0, 3]),
+            ints_node("minus1", &[-1]),
+            node("Unsqueeze", &["x", "inner_axes"], "u1", vec![]),
+            node("Unsqueeze", &["u1", "outer_axes"], "u2", vec![]),
+            node("Unsqueeze", &["x", "minus1"], "n1", vec![]),
+            node("Unsqueeze", &["n1", "minus1"], "n2", vec![]),
+        ];
+        assert_eq!(fired(&nodes, "u2"), Some("unsqueezes_merge"));
+        assert_eq!(fired(&nodes, "n2"), None, "negative axes");
+        let (after, initializers) =
+            folded_with_initializers(&nodes, &["u2", "n2"], counting(&[2, 3]));
+        let u2 = producer(&after, "u2");
+        assert_eq!(u2.inputs[0], "x");
+        // [2, 3] -> [2, 1, 3] -> [1, 2, 1, 1, 3]: one unsqueeze at [0, 2, 3]
+        assert_eq!(value(&initializers, &u2.inputs[1]).int_values(), Some(vec![0, 2, 3]));
+        assert_eq!(producer(&after, "n2").inputs[0], "n1");
+    }
+
+    #[test]
+    fn reshapes_merge() {
+        let nodes = vec![
+            ints_node("flat", &[-1]),
+            ints_node("rows", &[3, 2]),
+            ints_node("copy_dim", &[0, -1]),
+            node("Reshape", &["x", "flat"], "r1", vec![]),
+            node("Reshape", &["r1", "rows"], "r2", vec![]),
+            node("Reshape", &["r1", "copy_dim"], "r3", vec![]),
+        ];
+        assert_eq!(fired(&nodes, "r2"), Some("reshapes_merge"));
+        assert_eq!(fired(&nodes, "r3"), None, "a 0 copies a dim of the inner result");
+        let (after, report) = folded(&nodes, &["r2", "r3"], counting(&[2, 3]));
+        assert_eq!(report.merged_pairs, 1);
+        assert_eq!(producer(&after, "r2").inputs[0], "x");
+        assert_eq!(producer(&after, "r3").inputs[0], "r1");
+    }
 }
