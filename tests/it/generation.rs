@@ -183,13 +183,18 @@ fn multimodal(backend: &str, function: &str, encoder: &str) {
 }
 
 #[test]
-fn llava_generates_through_onnx_and_pt2_components() {
+fn llava_generates_through_onnx_components() {
     multimodal("onnx", "llava", "image_encoder");
+}
+
+#[test]
+#[ignore = "full tier: a multimodal model's .pt2 components (llava_generates_through_onnx_components)"]
+fn llava_generates_through_pt2_components() {
     multimodal("dynamo", "llava", "image_encoder");
 }
 
 #[test]
-#[ignore = "full tier: an audio encoder as a prefill component (llava_generates_through_onnx_and_pt2_components)"]
+#[ignore = "full tier: an audio encoder as a prefill component (llava_generates_through_onnx_components)"]
 fn qwen2_audio_generates_through_onnx_and_pt2_components() {
     multimodal("onnx", "qwen2_audio", "audio_encoder");
     multimodal("dynamo", "qwen2_audio", "audio_encoder");

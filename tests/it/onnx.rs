@@ -226,6 +226,7 @@ fn the_reference_translations_run_on_real_graphs() {
         ("grouped_mm", &["Split", "Slice", "MatMul", "ScatterND"][..]),
         ("bincount", &["OneHot", "ReduceSum"][..]),
     ];
+    let mut checks: Vec<String> = Vec::new();
     for (pattern, ops) in cases {
         let out = dir.path().join(format!("{pattern}.onnx"));
         let spec = format!("python:patch_patterns:{pattern}");
@@ -251,11 +252,15 @@ fn the_reference_translations_run_on_real_graphs() {
             );
         }
         let reference = out.with_extension("reference.pt");
-        run_python(
-            "check_onnx.py",
-            &[out.to_str().unwrap(), reference.to_str().unwrap(), "pattern", pattern],
+        checks.extend(
+            ["--", "check_onnx.py", out.to_str().unwrap(), reference.to_str().unwrap()]
+                .map(String::from),
         );
+        checks.extend(["pattern", pattern].map(String::from));
     }
+    // One Python process checks every model.
+    let checks: Vec<&str> = checks.iter().skip(1).map(String::as_str).collect();
+    run_python("run_checks.py", &checks);
 }
 
 /// An op no translation declares but torch's default table decomposes exports
@@ -327,7 +332,7 @@ fn untranslated_ops_are_decomposed_unless_a_plugin_translates_them() {
 /// ONNX Runtime against eager; every core ATen op translated or excluded with
 /// a reason.
 #[test]
-#[ignore = "full tier: every translation on OpInfo samples (test-ops itself runs in the_opinfo_check_fails_a_wrong_translation)"]
+#[ignore = "full tier: `plugins test-ops` over every translation (each translation is checked on values by its self-test in selftests::every_shipped_plugin_passes_its_self_tests)"]
 fn the_translations_pass_torchs_opinfo_samples_and_cover_core_aten() {
     let dir = tempfile::tempdir().unwrap();
     let onnx = root().join("plugins/onnx");
@@ -355,6 +360,7 @@ fn the_translations_pass_torchs_opinfo_samples_and_cover_core_aten() {
 /// `plugins test-ops` on one op: a wrong silu (order 300, so it wins over the
 /// shipped one) fails its OpInfo samples in ONNX Runtime against eager.
 #[test]
+#[ignore = "full tier: `plugins test-ops`, the negative control (selftests::captured_cases_check_fixes_and_translations_on_real_values checks translations on values)"]
 fn the_opinfo_check_fails_a_wrong_translation() {
     let dir = tempfile::tempdir().unwrap();
     let onnx = root().join("plugins/onnx");
