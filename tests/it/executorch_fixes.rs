@@ -138,6 +138,13 @@ fn fails_without(trace: &Path, program: Program, others: &[&str], reason: &str) 
 fn amax_over_a_negative_dim_lowers_to_xnnpack() {
     let trace = traced("amax_negative_dim", false);
     lowers_with(&trace, Program::Xnnpack, "plugins/executorch/fix-amax-dim", &[], 2);
+}
+
+/// The negative control: without the fix XNNPACK refuses the negative dim.
+#[test]
+#[ignore = "full tier: the negative control (amax_over_a_negative_dim_lowers_to_xnnpack checks the effect)"]
+fn amax_over_a_negative_dim_fails_without_the_fix() {
+    let trace = traced("amax_negative_dim", false);
     fails_without(&trace, Program::Xnnpack, &[], "amax.default only supports dim == 2 or dim == 3");
 }
 
@@ -145,6 +152,7 @@ fn amax_over_a_negative_dim_lowers_to_xnnpack() {
 /// `executorch_prim.*.Scalar`, which ExecuTorch's edge verifier admits (it
 /// refuses the Python functions; the portable program maps them itself).
 #[test]
+#[ignore = "full tier: the fix on a real trace through ExecuTorch (its self-test checks it on values in selftests::every_shipped_plugin_passes_its_self_tests)"]
 fn python_sym_functions_become_executorch_sym_ops() {
     let trace = traced("python_sym_ops", true);
     lowers_with(&trace, Program::Xnnpack, "plugins/executorch/fix-python-sym-op", &[RANGES], 3);
@@ -154,6 +162,7 @@ fn python_sym_functions_become_executorch_sym_ops() {
 /// `clone()` of a buffer stored transposed asks for `contiguous_format`: its
 /// preserved dim order `[1, 0, 2, 3]` has no memory format in ExecuTorch.
 #[test]
+#[ignore = "full tier: the fix on a real trace through ExecuTorch (its self-test checks it on values in selftests::every_shipped_plugin_passes_its_self_tests)"]
 fn a_clone_of_a_transposed_buffer_is_made_contiguous() {
     let trace = traced("clone_of_transposed_buffer", false);
     lowers_with(&trace, Program::Xnnpack, "plugins/executorch/fix-clone-memory-format", &[], 1);
@@ -168,6 +177,7 @@ fn a_clone_of_a_transposed_buffer_is_made_contiguous() {
 /// `size ** 2` (seamless_m4t) becomes `size * size`: neither program has a
 /// power of sizes, both have the product.
 #[test]
+#[ignore = "full tier: the fix on a real trace through ExecuTorch (its self-test checks it on values in selftests::every_shipped_plugin_passes_its_self_tests)"]
 fn a_size_squared_becomes_a_product_in_both_programs() {
     let trace = traced("size_squared", true);
     let plugin = "plugins/executorch/fix-sym-pow-as-mul";
@@ -199,6 +209,7 @@ fn a_size_squared_becomes_a_product_in_both_programs() {
 /// (`node.meta.pop("unbacked_bindings")`), which no `.pt2` and no plugin can
 /// say; the last assertion pins where the lowering stops now.
 #[test]
+#[ignore = "full tier: the fix on a real trace through ExecuTorch (its self-test checks it on values in selftests::every_shipped_plugin_passes_its_self_tests)"]
 fn a_data_dependent_negative_slice_start_becomes_size_plus_start() {
     let trace = traced("tail_of_masked_tokens", false);
     let plugin = "plugins/executorch/fix-negative-slice-start";

@@ -164,6 +164,7 @@ const SDPA: &str = "plugins/executorch/patch-sdpa-contiguous";
 /// tracing). The plugin serves the XNNPACK program only: the portable runtime
 /// has the adaptive kernel.
 #[test]
+#[ignore = "full tier: the patch on a real trace through ExecuTorch (its self-test checks it in selftests::every_shipped_plugin_passes_its_self_tests)"]
 fn adaptive_avg_pool2d_runs_in_xnnpack() {
     let dir = tempfile::tempdir().unwrap();
     let plugin = "executorch-patch-adaptive-avg-pool2d";
@@ -199,6 +200,7 @@ fn adaptive_avg_pool2d_runs_in_xnnpack() {
 /// program cannot be emitted and the XNNPACK one does not load (0x14: an
 /// operator missing from the runtime).
 #[test]
+#[ignore = "full tier: the patch on a real trace through ExecuTorch (its self-test checks it in selftests::every_shipped_plugin_passes_its_self_tests)"]
 fn cummax_and_cummin_become_masked_reductions_in_both_programs() {
     let dir = tempfile::tempdir().unwrap();
     let plugin = "onnx-patch-cumulative-extremum";
@@ -238,6 +240,7 @@ fn cummax_and_cummin_become_masked_reductions_in_both_programs() {
 /// frozen). Without the plugin the portable program cannot be emitted and the
 /// XNNPACK one is refused by ExecuTorch's edge verifier.
 #[test]
+#[ignore = "full tier: the patch on a real trace through ExecuTorch (its self-test checks it in selftests::every_shipped_plugin_passes_its_self_tests)"]
 fn bernoulli_becomes_a_comparison_with_rand_in_both_programs() {
     let dir = tempfile::tempdir().unwrap();
     let plugin = "executorch-patch-bernoulli";
@@ -274,6 +277,7 @@ fn bernoulli_becomes_a_comparison_with_rand_in_both_programs() {
 /// program exports too (executorch 1.4.1 meets no stride of 0 here) but lacks
 /// the clones.
 #[test]
+#[ignore = "full tier: the patch on a real trace through ExecuTorch (its self-test checks it in selftests::every_shipped_plugin_passes_its_self_tests)"]
 fn an_expand_that_broadcasts_is_cloned_to_contiguous() {
     let dir = tempfile::tempdir().unwrap();
     let plugin = "executorch-patch-expand-contiguous";
@@ -295,8 +299,7 @@ fn an_expand_that_broadcasts_is_cloned_to_contiguous() {
 }
 
 /// The detaches between two linear layers are gone from the XNNPACK program,
-/// which then runs no portable kernel; without the plugin each lowers to a
-/// portable `alias_copy` between delegates.
+/// which then runs no portable kernel.
 #[test]
 fn detach_leaves_the_xnnpack_program() {
     let dir = tempfile::tempdir().unwrap();
@@ -304,7 +307,15 @@ fn detach_leaves_the_xnnpack_program() {
     verified_with(&with, "executorch-patch-detach", "xnnpack");
     assert_eq!(portable_kernel_calls(&with.stdout()), 0, "{}", with.stdout());
     assert!(!names_operator(&with.pte, "aten::alias_copy"));
+    assert_no_scratch_left(dir.path());
+}
 
+/// The negative control: without the plugin each detach lowers to a portable
+/// `alias_copy` between delegates.
+#[test]
+#[ignore = "full tier: the negative control (detach_leaves_the_xnnpack_program checks the effect)"]
+fn detach_stays_in_the_xnnpack_program_without_the_plugin() {
+    let dir = tempfile::tempdir().unwrap();
     let without = export(dir.path(), "without", "detaches", Program::Xnnpack, &[], &[]);
     let stdout = verified_without(&without, "xnnpack without the plugin");
     assert!(
@@ -321,6 +332,7 @@ fn detach_leaves_the_xnnpack_program() {
 /// included. Without the plugin ExecuTorch's memory planning guards on the
 /// data-dependent batch of SDPA's decomposition.
 #[test]
+#[ignore = "full tier: the patch on a real trace through ExecuTorch (its self-test checks it in selftests::every_shipped_plugin_passes_its_self_tests)"]
 fn attention_over_a_data_dependent_batch_is_computed_eagerly() {
     let dir = tempfile::tempdir().unwrap();
     let plugin = "executorch-patch-sdpa-contiguous";

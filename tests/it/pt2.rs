@@ -634,7 +634,7 @@ fn fuzz_seeds_and_crashers_replay_without_panics() {
 /// Prints the check's wall and CPU time beside a `.pt2` write of the same
 /// archive with the checks already done (remembered per entry).
 #[test]
-#[ignore]
+#[ignore = "benchmark: needs bench/pt2_bench.py's archive (cargo xtask test --full skips it)"]
 fn weight_check_cost_on_a_125m_llama() {
     let input = root().join("target/bench/llama125m.pt2");
     let out = tempfile::tempdir_in(root().join("target")).unwrap();

@@ -66,27 +66,12 @@ fn artifact_files(folder: &Path) -> Vec<(String, Vec<u8>)> {
 
 const STREAMED: &str = "weights: streamed from the model folder's checkpoint into the artifact, never read by the worker";
 
-#[test]
-fn streamed_weights_give_the_same_artifacts_as_weights_read_by_the_worker() {
+/// Exports each `(model folder, flags, backends)` case with its weights
+/// streamed from the checkpoint and with them read by the worker
+/// (`--load-weights`): the same files, byte for byte.
+fn streamed_weights_match_loaded(cases: &[(&str, &[&str], &[&str])]) {
     let dir = tempfile::tempdir().unwrap();
-    // One file; several shards and their index; tied embeddings stored once, in
-    // bfloat16 (exported as float32: converted as they are written); float32
-    // exported as bfloat16 (rounded to nearest even, as torch rounds).
-    // Each writer (ONNX initializers and external data, `.pt2` entries) sees
-    // plain and converted weights. Without weights the worker names the
-    // outputs from the trace's own forward, with them from eager's: other
-    // output structures (a pooled output, a cache, image logits) check that
-    // both give the same names and metadata.
-    let cases = [
-        ("llama", &["--dynamic"][..], &["onnx", "dynamo"][..]),
-        ("llama-sharded", &[][..], &["onnx"][..]),
-        ("llama-tied-bf16", &[][..], &["onnx", "dynamo"][..]),
-        ("llama", &["--dtype", "bfloat16"][..], &["dynamo"][..]),
-        ("bert", &["--dynamic"][..], &["onnx"][..]),
-        ("gpt2", &["--dynamic"][..], &["dynamo"][..]),
-        ("vit", &[][..], &["onnx"][..]),
-    ];
-    for (kind, extra, backends) in cases {
+    for &(kind, extra, backends) in cases {
         let folder = dir.path().join(kind);
         let folder = if folder.exists() {
             folder.display().to_string()
@@ -124,6 +109,34 @@ fn streamed_weights_give_the_same_artifacts_as_weights_read_by_the_worker() {
         }
     }
     assert_no_scratch_left(dir.path());
+}
+
+/// One file; several shards and their index; tied embeddings stored once, in
+/// bfloat16 (exported as float32: converted as they are written); float32
+/// exported as bfloat16 (rounded to nearest even, as torch rounds). Each
+/// writer (ONNX initializers and external data, `.pt2` entries) sees plain
+/// and converted weights.
+#[test]
+fn streamed_weights_give_the_same_artifacts_as_weights_read_by_the_worker() {
+    streamed_weights_match_loaded(&[
+        ("llama", &["--dynamic"], &["onnx", "dynamo"]),
+        ("llama-sharded", &[], &["onnx"]),
+        ("llama-tied-bf16", &[], &["onnx", "dynamo"]),
+        ("llama", &["--dtype", "bfloat16"], &["dynamo"]),
+    ]);
+}
+
+/// Without weights the worker names the outputs from the trace's own
+/// forward, with them from eager's: other output structures (a pooled
+/// output, a cache, image logits) give the same names and metadata both ways.
+#[test]
+#[ignore = "full tier: three more output structures (streamed_weights_give_the_same_artifacts_as_weights_read_by_the_worker streams into every writer)"]
+fn streamed_weights_name_every_output_structure_as_loaded_weights_do() {
+    streamed_weights_match_loaded(&[
+        ("bert", &["--dynamic"], &["onnx"]),
+        ("gpt2", &["--dynamic"], &["dynamo"]),
+        ("vit", &[], &["onnx"]),
+    ]);
 }
 
 /// `--verify` reads the weights for the eager reference (nothing else does)

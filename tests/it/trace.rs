@@ -1,63 +1,12 @@
 //! The host-driven trace: `hfx run --model ...` starts the worker, traces a
 //! real transformers model, and exports; worker failures are clear errors
-//! that leave no output behind.
+//! that leave no output behind. Each architecture's `.pt2` (static and
+//! dynamic, verified against eager) is a row of the export matrix
+//! (`tests/exports.rs`).
 
 use crate::common::hfx_with_python as hfx;
 use crate::common::tiny::*;
 use crate::common::*;
-
-/// Traces `arch` static and dynamic to `.pt2` with `--verify`: the archive as
-/// `torch.export.load` runs it matches eager at 1e-4 on the recorded inputs
-/// and, dynamic, at a second size (3, 5) without a retrace.
-fn traced_and_verified(arch: &str, set: &str) {
-    let dir = tempfile::tempdir().unwrap();
-    for mode in ["static", "dynamic"] {
-        let out = dir.path().join(format!("{arch}_{mode}.pt2"));
-        let mut args = vec![
-            "run",
-            "--backend",
-            "dynamo",
-            "--model",
-            arch,
-            "--set",
-            set,
-            "--verify",
-            "-o",
-            out.to_str().unwrap(),
-        ];
-        if mode == "dynamic" {
-            args.push("--dynamic");
-        }
-        let result = hfx(dir.path(), &args);
-        let stdout = String::from_utf8_lossy(&result.stdout);
-        assert!(
-            result.status.success(),
-            "{arch} {mode}: {}",
-            String::from_utf8_lossy(&result.stderr)
-        );
-        assert!(stdout.contains("traced ") && stdout.contains("eager reference"), "{stdout}");
-        let sizes = if mode == "dynamic" { 2 } else { 1 };
-        assert_eq!(stdout.matches("verify inputs").count(), sizes, "{arch} {mode}:\n{stdout}");
-        assert!(!stdout.contains("MISMATCH"), "{stdout}");
-    }
-    assert_no_scratch_left(dir.path());
-}
-
-macro_rules! traced {
-    ($test:ident, $arch:literal, $set:expr) => {
-        #[test]
-        fn $test() {
-            traced_and_verified($arch, $set);
-        }
-    };
-}
-
-traced!(llama_traces_and_matches_eager, "llama", LLAMA);
-traced!(gpt2_traces_and_matches_eager, "gpt2", GPT2);
-traced!(bert_traces_and_matches_eager, "bert", BERT);
-traced!(vit_traces_and_matches_eager, "vit", VIT);
-traced!(qwen3_traces_and_matches_eager, "qwen3", QWEN3);
-traced!(t5_traces_and_matches_eager, "t5", T5);
 
 /// `--verify` against an independent check: `check_trace.py` loads the archive
 /// itself and rebuilds the model for the second size; and the negative

@@ -44,7 +44,7 @@ fn main() -> Result<()> {
         Some("fuzz") => fuzz::fuzz(&args[1..]),
         Some("sweep") => sweep(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask build-plugins [CRATE-DIR...] | install [--prefix DIR] [--debug | --binary FILE] [--no-setup] | install-guest-toolchain | setup-python | lint | test [CARGO-TEST-ARGS...] | fuzz [--seconds N] [TARGET...] | sweep [SWEEP-ARGS...]");
+            eprintln!("usage: cargo xtask build-plugins [CRATE-DIR...] | install [--prefix DIR] [--debug | --binary FILE] [--no-setup] | install-guest-toolchain | setup-python | lint | test [--full] [CARGO-TEST-ARGS...] | fuzz [--seconds N] [TARGET...] | sweep [SWEEP-ARGS...]");
             std::process::exit(2)
         }
     }
@@ -59,13 +59,39 @@ fn workspace_root() -> PathBuf {
 
 /// The project's test command: check formatting and lints, build every
 /// plugin, then run the host's tests (which load the freshly built components).
+/// Without `--full`, the fast tier: every test not marked `#[ignore = "full
+/// tier: ..."]` (the export matrix's rows not marked fast are ignored trials);
+/// `--full` runs those too (`--include-ignored`).
 fn test(extra: &[String]) -> Result<()> {
+    let full = extra.iter().any(|a| a == "--full");
+    let args = with_tier(extra, full);
     setup_python()?;
     lint()?;
     install_test_browser()?;
     build_plugins(&[])?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    run(Command::new(cargo).current_dir(workspace_root()).args(["test", "--locked"]).args(extra))
+    run(Command::new(cargo).current_dir(workspace_root()).args(["test", "--locked"]).args(args))
+}
+
+/// Ignored tests that are measurements, not tests: they need inputs a bench
+/// script makes (`bench/pt2_bench.py`), so the full tier leaves them out.
+const BENCHMARKS: &[&str] = &["pt2::weight_check_cost_on_a_125m_llama"];
+
+/// `cargo test`'s arguments for `extra` without `--full`; for the full tier,
+/// with `--include-ignored` among the test binaries' arguments (after `--`),
+/// the benchmarks skipped.
+fn with_tier(extra: &[String], full: bool) -> Vec<String> {
+    let mut args: Vec<String> = extra.iter().filter(|a| *a != "--full").cloned().collect();
+    if full {
+        if !args.iter().any(|a| a == "--") {
+            args.push("--".into());
+        }
+        args.push("--include-ignored".into());
+        for benchmark in BENCHMARKS {
+            args.extend(["--skip".into(), benchmark.to_string()]);
+        }
+    }
+    args
 }
 
 /// Formatting and lints, as CI enforces them: rustfmt over every crate (the
@@ -546,4 +572,27 @@ fn run(cmd: &mut Command) -> Result<()> {
         bail!("{:?} exited with {status}", cmd.get_program());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_tier;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_full_tier_includes_the_ignored_tests_among_the_binaries_arguments() {
+        assert_eq!(with_tier(&args(&["--test", "it"]), false), args(&["--test", "it"]));
+        let skip = ["--skip", "pt2::weight_check_cost_on_a_125m_llama"];
+        assert_eq!(
+            with_tier(&args(&["--full", "--test", "it"]), true),
+            args(&[&["--test", "it", "--", "--include-ignored"][..], &skip].concat())
+        );
+        assert_eq!(
+            with_tier(&args(&["--full", "--", "onnx::"]), true),
+            args(&[&["--", "onnx::", "--include-ignored"][..], &skip].concat())
+        );
+    }
 }
