@@ -21,8 +21,7 @@ from .protocol import (
     RunCaseReply,
 )
 from .pytree import load_exported, load_reference
-from .sources import from_function
-from .trace import SEED
+from .sources import SEED, from_function
 from .verify import compared
 
 

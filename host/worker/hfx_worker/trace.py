@@ -17,7 +17,6 @@ import time
 
 from . import protocol, quantizers
 from .checkpoint import host_reads, weights_plan
-from .generation import TracedComponent
 from .program import build as build_program
 from .protocol import ExportMetadata, TraceParams, TraceReply, WeightsReport
 from .pytree import (
@@ -31,6 +30,8 @@ from .pytree import (
 )
 from .sandbox import patch_status, patches_applied
 from .sources import (
+    SEED,
+    config_flags,
     from_architecture,
     from_directory,
     from_function,
@@ -40,10 +41,6 @@ from .sources import (
     streamed_from_directory,
 )
 from .trace_shortcuts import frame_stacks, saving
-
-# The seed of random weights and generated inputs (a rebuilt model matches the traced one).
-SEED = 0
-
 
 # ── Dynamic shapes (the reference's `dynamic shapes` stage) ──
 
@@ -131,22 +128,6 @@ def flat_signature(model, inputs):
             model.forward = original
         else:
             del model.forward  # the class's forward shows again
-
-
-@contextlib.contextmanager
-def config_flags(model, flags):
-    """Output flags (`use_cache`, ...) become config values for the trace, not traced inputs."""
-    config = getattr(model, "config", None)
-    saved = [
-        (k, getattr(config, k)) for k, v in flags.items() if v is not None and hasattr(config, k)
-    ]
-    for key, _ in saved:
-        setattr(config, key, flags[key])
-    try:
-        yield
-    finally:
-        for key, value in saved:
-            setattr(config, key, value)
 
 
 # ── State cleanup (the reference's `model state cleanup` stage) ──
@@ -741,6 +722,18 @@ def decompose_missing(session, program, handled):
     return program, [
         protocol.Decomposed(op=op, nodes=count, became=became[op]) for op, count in missing.items()
     ]
+
+
+class TracedComponent:
+    """A traced component's call: the kwargs it takes, its tensor inputs'
+    leaf paths (its ONNX inputs, before disambiguation), and how its flat
+    outputs rebuild the model's output."""
+
+    def __init__(self, kwargs, input_paths, out_spec, out_constants):
+        self.kwargs = kwargs
+        self.input_paths = input_paths
+        self.out_spec = out_spec
+        self.out_constants = out_constants
 
 
 class LastTrace:

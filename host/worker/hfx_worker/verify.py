@@ -18,8 +18,7 @@ from .protocol import (
     VerifyReply,
 )
 from .pytree import flat_outputs, load_exported, load_reference, named_leaves
-from .sources import on_device, sample_inputs
-from .trace import config_flags
+from .sources import config_flags, on_device, sample_inputs
 
 
 def finite_or_none(value):
