@@ -7,7 +7,7 @@ call is `prefill` (the prompt, an empty cache), the next `decode` (one token
 and the cache prefill filled). These are the reference's components
 (transformers 5.24, `exporters.utils.decompose_prefill_decode`): the same
 names, the same kwargs, so the same inputs and outputs. Each component is then
-traced by a `trace` request of its own (`CapturedSource`), through every
+traced by a `trace` request of its own (`SourceParamsCaptured`), through every
 stage a single export goes through.
 
 `generate_check` is what the reference does not do: greedy decoding through
@@ -28,14 +28,17 @@ import functools
 import inspect
 import time
 
-from .protocol import (
+from .messages import (
     CapturedComponent,
     CaptureGenerationReply,
     ComponentCalls,
     GenerateCheckReply,
     GenerateStep,
-    Unsupported,
+    SourceParamsArchitecture,
+    SourceParamsDirectory,
+    SourceParamsFunction,
 )
+from .protocol import ProtocolError, Unsupported
 from .trace import built_model, save_configs
 from .verify import component_runner
 
@@ -284,6 +287,12 @@ def describe(value):
 def capture_generation(session, params):
     """The `capture_generation` request: build the model, capture its
     components, keep them in the session for the `trace` requests that follow."""
+    generated = (SourceParamsArchitecture, SourceParamsDirectory, SourceParamsFunction)
+    if not isinstance(params.source, generated):
+        kinds = ", ".join(f"`{source.kind}`" for source in generated)
+        raise ProtocolError(
+            f"{params.NAME}, field `source`: kind `{params.source.kind}` (expected {kinds})"
+        )
     started = time.perf_counter()
     model, inputs = built_model(session, params, generative=True)
     captured = capture(model, inputs, params.multi_token_decode, params.max_cache_len)

@@ -15,10 +15,10 @@ import json
 import os
 import time
 
-from . import protocol, quantizers
+from . import messages, quantizers
 from .checkpoint import host_reads, weights_plan
+from .messages import ExportMetadata, TraceParams, TraceReply, WeightsReport
 from .program import build as build_program
-from .protocol import ExportMetadata, TraceParams, TraceReply, WeightsReport
 from .pytree import (
     flat_outputs,
     named_leaves,
@@ -398,15 +398,15 @@ def built_model(session, params, generative=False, streamed=None):
 
     torch.manual_seed(SEED)
     source = params.source
-    if isinstance(source, protocol.ArchitectureSource):
+    if isinstance(source, messages.SourceParamsArchitecture):
         quantizers.import_for(None)
-    elif isinstance(source, protocol.DirectorySource):
+    elif isinstance(source, messages.SourceParamsDirectory):
         quantizers.import_for(quantizers.folder_method(source.path))
-    if isinstance(source, protocol.ArchitectureSource):
+    if isinstance(source, messages.SourceParamsArchitecture):
         model = from_architecture(source.name, source.overrides, params.task, generative)
         inputs = None
     elif (
-        isinstance(source, protocol.DirectorySource)
+        isinstance(source, messages.SourceParamsDirectory)
         and streamed is not None
         and params.device == "cpu"
     ):
@@ -420,10 +420,10 @@ def built_model(session, params, generative=False, streamed=None):
                 source.path, params.task, source.trust_remote_code, source.layers
             )
         inputs = None
-    elif isinstance(source, protocol.DirectorySource):
+    elif isinstance(source, messages.SourceParamsDirectory):
         model = from_directory(source.path, params.task, source.trust_remote_code, source.layers)
         inputs = None
-    elif isinstance(source, protocol.ProgramSource):
+    elif isinstance(source, messages.SourceParamsProgram):
         model, inputs = build_program(session.policy, source.program, source.inputs)
     else:
         model, inputs = from_function(source.spec)
@@ -475,7 +475,7 @@ def trace(session, params: TraceParams) -> TraceReply:
     with step(session, "build", seconds, peaks):
         source = params.source
         streaming = Streaming() if params.weights == "streamed" else None
-        if isinstance(source, protocol.CapturedSource):
+        if isinstance(source, messages.SourceParamsCaptured):
             model, inputs = captured(session, source.component)
         else:
             model, inputs = built_model(session, params, streamed=streaming)
@@ -531,10 +531,10 @@ def trace(session, params: TraceParams) -> TraceReply:
         if own_spec:
             names = spec_output_names(out_spec, {i for i, _ in out_constants})
         decomposed = []
-        if isinstance(params.decompose, protocol.DecomposeAll):
+        if isinstance(params.decompose, messages.DecomposeAll):
             session.progress("decompose")
             program = program.run_decompositions()
-        elif isinstance(params.decompose, protocol.DecomposeMissing):
+        elif isinstance(params.decompose, messages.DecomposeMissing):
             program, decomposed = decompose_missing(session, program, params.decompose.handled)
     with step(session, "save", seconds, peaks):
         side_weights = params.weights != "in_archive" and side_weights_supported()
@@ -561,7 +561,7 @@ def trace(session, params: TraceParams) -> TraceReply:
     if len(input_paths) != len(program.graph_signature.user_inputs):
         input_paths = []  # inputs torch.export lays out otherwise: its own names stand
     input_names, names = disambiguated(input_paths, names)
-    if isinstance(source, protocol.CapturedSource):
+    if isinstance(source, messages.SourceParamsCaptured):
         session.generation.traced[source.component] = TracedComponent(
             kwargs=list(inputs),
             input_paths=input_paths,
@@ -575,7 +575,9 @@ def trace(session, params: TraceParams) -> TraceReply:
         flags=flags,
         device=parameter.device if parameter is not None else torch.device("cpu"),
         dtype=parameter.dtype if parameter is not None else torch.get_default_dtype(),
-        generated=isinstance(source, (protocol.ArchitectureSource, protocol.DirectorySource)),
+        generated=isinstance(
+            source, (messages.SourceParamsArchitecture, messages.SourceParamsDirectory)
+        ),
         dynamic=bool(params.dynamic or params.dynamic_shapes),
     )
     return TraceReply(
@@ -666,7 +668,7 @@ def size_guards(program, inputs):
             if not holds:
                 readable = size.sub(lambda m: f"{m.group(1)}.shape[{m.group(2)}]", code)
                 breaks_at = {k: v for k, v in shapes.items() if v != traced[k]}
-                found.append(protocol.SizeGuard(guard=readable, breaks_at=breaks_at))
+                found.append(messages.SizeGuard(guard=readable, breaks_at=breaks_at))
                 break
     # The simplest first: a chain of derived sizes repeats one cause many times.
     found.sort(key=lambda g: len(g.guard))
@@ -720,7 +722,7 @@ def decompose_missing(session, program, handled):
         if node.op == "call_function" and sources and sources[0].target in became:
             became[sources[0].target] += 1
     return program, [
-        protocol.Decomposed(op=op, nodes=count, became=became[op]) for op, count in missing.items()
+        messages.Decomposed(op=op, nodes=count, became=became[op]) for op, count in missing.items()
     ]
 
 
