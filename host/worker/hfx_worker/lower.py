@@ -19,10 +19,10 @@ import mmap
 import os
 import time
 
+from .checkpoint import save_program, side_weights_supported
 from .lowering_shortcuts import patched, shortcuts
 from .messages import EdgeProgram, EdgeProgramReply, Lower, LowerReply
 from .pytree import load_exported_mapped
-from .trace import save_program, side_weights_supported
 from .trace_shortcuts import pinned
 
 # The non-core ATen ops the reference lets through the edge verifier for

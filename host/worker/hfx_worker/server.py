@@ -16,6 +16,7 @@ import sys
 import traceback
 
 from . import confine, protocol
+from .checkpoint import SideWeights
 from .generation import capture_generation, generate_check
 from .import_memo import ImportStructureMemo
 from .lower import edge_program, lower
@@ -41,7 +42,7 @@ from .opinfo import check_sample, op_infos, op_samples
 from .protocol import ArtifactFailed, Channel, ProtocolError, Request, Unsupported
 from .sandbox import Reach, patch_status
 from .selftest import capture_program, capture_values, run_case
-from .trace import SideWeights, trace
+from .trace import trace
 from .verify import verify
 
 # Upstream packages whose versions plugins resolve against (reported by `hello` and `trace`).
