@@ -1375,6 +1375,17 @@ mod tests {
     }
 
     #[test]
+    fn the_version_follows_the_messages_shapes_not_their_docs() {
+        let source = include_str!("protocol.rs");
+        let version = |text: &str| protocol_gen::generate(text).unwrap().version;
+        let field = "    pub second_size: bool,\n";
+        assert!(source.contains(field));
+        assert_ne!(version(&source.replace(field, "    pub second_size: u32,\n")), PROTOCOL);
+        let documented = format!("    /// Said otherwise.\n{field}");
+        assert_eq!(version(&source.replace(field, &documented)), PROTOCOL);
+    }
+
+    #[test]
     fn a_long_malformed_line_is_shown_shortened() {
         let line = "x".repeat(10_000);
         let Err(TraceError::Protocol(message)) = parse_message(&line) else { panic!() };

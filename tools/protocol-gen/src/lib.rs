@@ -127,15 +127,18 @@ impl Item {
 fn messages(file: &syn::File) -> Result<Vec<Item>, String> {
     let mut items = Vec::new();
     for item in &file.items {
-        let attrs = match item {
+        let attrs: &[Attribute] = match item {
             syn::Item::Struct(s) => &s.attrs,
             syn::Item::Enum(e) => &e.attrs,
-            _ => &Vec::new(),
+            _ => &[],
         };
         let derives = derives(attrs)?;
         let (name, attrs, shape) = match item {
             _ if derives.is_empty() && !matches!(item, syn::Item::Impl(_)) => continue,
             syn::Item::Struct(s) => {
+                if serde(&s.attrs)?.iter().any(|(k, _)| k == "rename_all") {
+                    return Err(format!("{}: rename_all on a struct is not supported", s.ident));
+                }
                 (s.ident.to_string(), &s.attrs, Shape::Struct(fields(&s.fields)?))
             }
             syn::Item::Enum(e) => {
