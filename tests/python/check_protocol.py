@@ -15,17 +15,16 @@ import sys
 sys.path.insert(
     0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker")
 )
-from hfx_worker import protocol, server  # noqa: E402
-from hfx_worker.protocol import (  # noqa: E402
-    CheckSampleParams,
-    HelloParams,
-    OpSamplesParams,
+from hfx_worker import messages, protocol, server  # noqa: E402
+from hfx_worker.messages import (  # noqa: E402
+    CheckSample,
+    Hello,
+    OpSamples,
     PatchAnswer,
-    ProtocolError,
     TraceParams,
-    VerifyParams,
-    parse,
+    Verify,
 )
+from hfx_worker.protocol import ProtocolError, parse  # noqa: E402
 
 TRACE = {
     "source": {"kind": "architecture", "name": "llama", "overrides": {"vocab_size": "128"}},
@@ -60,9 +59,9 @@ def refused(cls, data, why):
 def main():
     failures = []
     params = parse(TraceParams, TRACE)
-    if not isinstance(params.source, protocol.ArchitectureSource) or params.patches[0].targets != [
-        "torch.where"
-    ]:
+    if not isinstance(params.source, messages.SourceParamsArchitecture) or params.patches[
+        0
+    ].targets != ["torch.where"]:
         failures.append(f"the trace request was not typed: {params}")
     cases = [
         (TraceParams, {**TRACE, "seed": 1}, "`trace` request: unknown field `seed`"),
@@ -90,7 +89,7 @@ def main():
             "field `weights`: `lazy` is not in_archive, side or streamed",
         ),
         (
-            VerifyParams,
+            Verify,
             {
                 "model": {"kind": "onnx", "path": "m.onnx"},
                 "reference": "r.pt",
@@ -100,7 +99,7 @@ def main():
             "missing field `rtol`",
         ),
         (
-            VerifyParams,
+            Verify,
             {
                 "model": {"kind": "tflite", "path": "m"},
                 "reference": "r.pt",
@@ -110,9 +109,9 @@ def main():
             },
             "unknown kind `tflite`",
         ),
-        (HelloParams, {"protocol": 2, "debug": True}, "unknown field `debug`"),
+        (Hello, {"protocol": 2, "debug": True}, "unknown field `debug`"),
         (
-            OpSamplesParams,
+            OpSamples,
             {
                 "name": "abs",
                 "variant": "",
@@ -123,8 +122,8 @@ def main():
             },
             "field `per_dtype`: expected int, got str",
         ),
-        (CheckSampleParams, {"index": 0, "onnx": "0.onnx", "atol": 1e-3}, "missing field `rtol`"),
-        (HelloParams, [], "expected a JSON object"),
+        (CheckSample, {"index": 0, "onnx": "0.onnx", "atol": 1e-3}, "missing field `rtol`"),
+        (Hello, [], "expected a JSON object"),
         (PatchAnswer, {}, "exactly one of `program` and `error`"),
         (PatchAnswer, {"program": {"steps": []}, "error": "x"}, "exactly one of"),
         (
@@ -136,7 +135,7 @@ def main():
     ]
     failures += [f for f in (refused(*case) for case in cases) if f]
     try:
-        server.hello(None, HelloParams(protocol=protocol.PROTOCOL + 1))
+        server.hello(None, Hello(protocol=protocol.PROTOCOL + 1))
         failures.append("hello accepted another protocol version")
     except ProtocolError as error:
         if f"protocol {protocol.PROTOCOL + 1}, this worker {protocol.PROTOCOL}" not in str(error):

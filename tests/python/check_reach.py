@@ -19,7 +19,7 @@ sys.path.insert(
     0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker")
 )
 from hfx_worker import sandbox  # noqa: E402
-from hfx_worker.protocol import PatchSpec  # noqa: E402
+from hfx_worker.messages import PatchSpec  # noqa: E402
 
 # The policy, as one worker session builds it.
 POLICY = sandbox.Reach()

@@ -59,6 +59,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("imports.py", include_str!("../../worker/hfx_worker/imports.py")),
     ("lower.py", include_str!("../../worker/hfx_worker/lower.py")),
     ("lowering_shortcuts.py", include_str!("../../worker/hfx_worker/lowering_shortcuts.py")),
+    ("messages.py", include_str!("../../worker/hfx_worker/messages.py")),
     ("opinfo.py", include_str!("../../worker/hfx_worker/opinfo.py")),
     ("program.py", include_str!("../../worker/hfx_worker/program.py")),
     ("protocol.py", include_str!("../../worker/hfx_worker/protocol.py")),

@@ -1,13 +1,16 @@
 //! The worker protocol, host side: every message typed, and lines read with
 //! a bound.
 //!
-//! One JSON object per line (the wire shapes are listed in the worker's
-//! `hfx_worker/protocol.py`, whose dataclasses mirror these types). Requests
-//! are serialized from the structs below; everything the worker sends is
-//! read into structs with `deny_unknown_fields`, so a line that is too long,
-//! not UTF-8, not JSON, or has a missing, unknown or mistyped field is one
-//! `TraceError::Protocol` naming the message and the field, never a panic and
-//! never a default. Both ends check `PROTOCOL` at `hello`.
+//! One JSON object per line. The message types below are the protocol's one
+//! definition: `tools/protocol-gen` reads them and writes the worker's
+//! `hfx_worker/messages.py` (its dataclasses) and `PROTOCOL` (a hash of their
+//! shapes) into both ends; `cargo run -p protocol-gen` after changing one,
+//! and a unit test here fails while either end is stale. Requests are
+//! serialized from the structs below; everything the worker sends is read
+//! into structs with `deny_unknown_fields`, so a line that is too long, not
+//! UTF-8, not JSON, or has a missing, unknown or mistyped field is one
+//! `TraceError::Protocol` naming the message and the field, never a panic
+//! and never a default. Both ends check `PROTOCOL` at `hello`.
 
 use std::collections::BTreeMap;
 use std::io::{self, BufRead};
@@ -21,9 +24,10 @@ use super::TraceError;
 use crate::plugins::patching::Scalar;
 use crate::plugins::Versions;
 
-/// The protocol version; the worker's `protocol.PROTOCOL` is the same number.
-/// Any change to a message below is a new version.
-pub const PROTOCOL: u64 = 15;
+/// The protocol version: the first 32 bits of the SHA-256 of the messages'
+/// canonical form, written by `cargo run -p protocol-gen` (the worker's
+/// `messages.PROTOCOL` is the same number).
+pub const PROTOCOL: u64 = 4232223481;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -1354,6 +1358,31 @@ mod tests {
             panic!()
         };
         assert!(message.contains("unknown field `path`"), "{message}");
+    }
+
+    #[test]
+    fn the_workers_messages_and_the_version_are_generated_from_these_types() {
+        let generated = protocol_gen::generate(include_str!("protocol.rs")).unwrap();
+        let python = include_str!("../../worker/hfx_worker/messages.py");
+        assert!(
+            generated.rust == include_str!("protocol.rs") && generated.python == python,
+            "{} or {}'s PROTOCOL is not generated from the types in {}: run `{}`",
+            protocol_gen::PYTHON,
+            protocol_gen::RUST,
+            protocol_gen::RUST,
+            protocol_gen::COMMAND
+        );
+    }
+
+    #[test]
+    fn the_version_follows_the_messages_shapes_not_their_docs() {
+        let source = include_str!("protocol.rs");
+        let version = |text: &str| protocol_gen::generate(text).unwrap().version;
+        let field = "    pub second_size: bool,\n";
+        assert!(source.contains(field));
+        assert_ne!(version(&source.replace(field, "    pub second_size: u32,\n")), PROTOCOL);
+        let documented = format!("    /// Said otherwise.\n{field}");
+        assert_eq!(version(&source.replace(field, &documented)), PROTOCOL);
     }
 
     #[test]

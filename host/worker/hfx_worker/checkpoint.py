@@ -14,6 +14,10 @@ the side file as before.
 The weights are read only when the eager reference is asked for (`--verify`):
 `StreamedModel.load` copies them into the same storages, so the index still
 holds.
+
+A traced program's own weights (not streamed) go beside its `.pt2` too
+(`save_with_side_weights`), written once from the tensors' memory, in the
+same index.
 """
 
 import contextlib
@@ -22,6 +26,8 @@ import mmap
 import os
 import struct
 from typing import NamedTuple
+
+from .trace_shortcuts import saving
 
 # safetensors' dtype names.
 DTYPES = {
@@ -460,3 +466,155 @@ def planned(module, sources, output):
             break
         plan.append(planned_weight(f"{archive}/{name}", tensor, stored))
     return plan
+
+
+# ── Side weights: a program's weights beside its `.pt2` ──
+
+
+def side_weights_supported():
+    """Whether this torch's archive writer has the hook `save_with_side_weights` uses."""
+    from torch.export.pt2_archive import _package
+
+    return all(hasattr(_package, name) for name in ("_get_raw_tensor_bytes", "_is_fake_tensor"))
+
+
+def save_program(program, output, side_weights, written_before=None, sources=None):
+    """`program` saved for the host at `output`: with its weights beside it
+    (`save_with_side_weights`) where `side_weights`, else by `torch.export.save`;
+    either way through `trace_shortcuts.saving`."""
+    import torch
+
+    with saving():
+        if side_weights:
+            save_with_side_weights(program, output, written_before, sources)
+        else:
+            torch.export.save(program, output)
+
+
+def save_with_side_weights(program, output, written_before=None, sources=None):
+    """`torch.export.save` without the weights' bytes, which go to `<output>.weights`
+    straight from the tensors' memory (no copy of each storage as a `bytes`, no
+    CRC), indexed by `<output>.weights.json`: {"files": [...], "weights"|"constants":
+    {fqn: [file, offset, length]}}, where file 0 is the side file (named relative
+    to the index) and the others a model folder's checkpoint files (absolute).
+    Storages in the side file are 64-byte aligned, shared storages written once.
+    Measured on a 125M Llama: torch's `write_record` of the weights was 2.0 s of
+    a 2.8 s save, and each storage's `bytes` copy up to 190 MB of peak memory.
+
+    `sources` ({storage address: `checkpoint.Stored`}: a streamed model's,
+    or a program's mapped by `pytree.load_exported_mapped`): a storage backed
+    by a file's tensor of its own dtype is indexed where that file holds it
+    (nothing written); of another dtype, written converted.
+
+    `written_before` (a `SideWeights` the session keeps) is the last file
+    written: a program whose every storage it holds (the generation components
+    of one model) gets that file hard-linked rather than written again."""
+    import torch
+    from torch.export.pt2_archive import _package
+
+    tables = []
+    for kind, table in (("weights", program.state_dict), ("constants", program.constants)):
+        for fqn, value in table.items():
+            if (
+                not torch.is_tensor(value)
+                or type(value.data) is not torch.Tensor
+                or value.device.type != "cpu"
+            ):
+                continue  # subclasses and non-cpu tensors stay in the archive, as torch saves them
+            tables.append((kind, fqn, value.untyped_storage(), value._version, value.dtype))
+    index = {"files": [os.path.basename(output) + ".weights"], "weights": {}, "constants": {}}
+    sources = sources or {}
+    # A storage by address and size, and the version counter of the tensor
+    # over it (bumped by every in-place change: a buffer a forward updated
+    # since is written again).
+    keys = [(storage.data_ptr(), storage.nbytes(), version) for _, _, storage, version, _ in tables]
+    if (
+        written_before is not None
+        and keys
+        and not sources
+        and written_before.holds(keys)
+        and written_before.link(output + ".weights")
+    ):
+        written = written_before.offsets
+        for (kind, fqn, _, _, _), key in zip(tables, keys):
+            index[kind][fqn] = written[key]
+    else:
+        written = {}
+        with open(output + ".weights", "wb") as side:
+            offset = 0
+            for (kind, fqn, storage, _, dtype), key in zip(tables, keys):
+                stored = sources.get(storage.data_ptr())
+                if host_reads(stored, storage, dtype):
+                    if stored.file not in index["files"]:
+                        index["files"].append(stored.file)
+                    place = [index["files"].index(stored.file), stored.offset, stored.length]
+                    same = str(dtype).removeprefix("torch.") == stored.dtype
+                    index[kind][fqn] = (
+                        place if same else place + [stored.dtype]
+                    )  # else the host converts it as it writes it
+                    continue
+                if key not in written:
+                    padding = -offset % 64
+                    side.write(b"\0" * padding)
+                    offset += padding
+                    if stored is not None:  # never loaded: its values come from the checkpoint
+                        write_converted(side, stored, dtype)
+                    else:
+                        raw = torch.empty(0, dtype=torch.uint8).set_(
+                            storage, 0, (storage.nbytes(),), (1,)
+                        )
+                        side.write(memoryview(raw.numpy()))
+                    written[key] = [0, offset, storage.nbytes()]
+                    offset += storage.nbytes()
+                index[kind][fqn] = written[key]
+        if written_before is not None and not sources:
+            written_before.remember(
+                output + ".weights", written, [storage for _, _, storage, _, _ in tables]
+            )
+    with open(output + ".weights.json", "w") as f:
+        json.dump(index, f)
+    raw_bytes = _package._get_raw_tensor_bytes
+    side_storages = {pointer for pointer, _, _ in keys}
+
+    def without_side_weights(value):
+        # torch asks for each storage group's complete tensor: one written to the side is left empty
+        if (
+            not _package._is_fake_tensor(value)
+            and value.untyped_storage().data_ptr() in side_storages
+        ):
+            return b""
+        return raw_bytes(value)
+
+    # torch's discarded canonical-form check is skipped by the caller's
+    # `trace_shortcuts.saving` (`save_program`).
+    _package._get_raw_tensor_bytes = without_side_weights
+    try:
+        torch.export.save(program, output)
+    finally:
+        _package._get_raw_tensor_bytes = raw_bytes
+
+
+class SideWeights:
+    """The last side-weights file a session wrote: where, and each storage's
+    `[offset, length]` in it. The storages are kept referenced, so no other
+    tensor can take their addresses while the file stands for them."""
+
+    def __init__(self):
+        self.path, self.offsets, self.storages = None, {}, []
+
+    def holds(self, keys):
+        return (
+            self.path is not None
+            and os.path.exists(self.path)
+            and all(k in self.offsets for k in keys)
+        )
+
+    def link(self, to):
+        try:
+            os.link(self.path, to)
+            return True
+        except OSError:  # another filesystem, or links refused: written again
+            return False
+
+    def remember(self, path, offsets, storages):
+        self.path, self.offsets, self.storages = path, dict(offsets), storages

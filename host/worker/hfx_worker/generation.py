@@ -7,7 +7,7 @@ call is `prefill` (the prompt, an empty cache), the next `decode` (one token
 and the cache prefill filled). These are the reference's components
 (transformers 5.24, `exporters.utils.decompose_prefill_decode`): the same
 names, the same kwargs, so the same inputs and outputs. Each component is then
-traced by a `trace` request of its own (`CapturedSource`), through every
+traced by a `trace` request of its own (`SourceParamsCaptured`), through every
 stage a single export goes through.
 
 `generate_check` is what the reference does not do: greedy decoding through
@@ -28,14 +28,19 @@ import functools
 import inspect
 import time
 
-from .protocol import (
+from .messages import (
     CapturedComponent,
     CaptureGenerationReply,
     ComponentCalls,
     GenerateCheckReply,
     GenerateStep,
-    Unsupported,
+    SourceParamsArchitecture,
+    SourceParamsDirectory,
+    SourceParamsFunction,
 )
+from .protocol import ProtocolError, Unsupported
+from .trace import built_model, save_configs
+from .verify import component_runner
 
 # A captured call's kwargs that are generation-time hints, not forward inputs.
 HINTS = ("logits_to_keep",)
@@ -55,18 +60,6 @@ class Generation:
         # The module each component is a call of: the model, or a part of a multimodal one.
         self.modules = modules
         self.traced = {}
-
-
-class TracedComponent:
-    """A traced component's call: the kwargs it takes, its tensor inputs'
-    leaf paths (its ONNX inputs, before disambiguation), and how its flat
-    outputs rebuild the model's output."""
-
-    def __init__(self, kwargs, input_paths, out_spec, out_constants):
-        self.kwargs = kwargs
-        self.input_paths = input_paths
-        self.out_spec = out_spec
-        self.out_constants = out_constants
 
 
 @contextlib.contextmanager
@@ -294,8 +287,12 @@ def describe(value):
 def capture_generation(session, params):
     """The `capture_generation` request: build the model, capture its
     components, keep them in the session for the `trace` requests that follow."""
-    from .trace import built_model, save_configs
-
+    generated = (SourceParamsArchitecture, SourceParamsDirectory, SourceParamsFunction)
+    if not isinstance(params.source, generated):
+        kinds = ", ".join(f"`{source.kind}`" for source in generated)
+        raise ProtocolError(
+            f"{params.NAME}, field `source`: kind `{params.source.kind}` (expected {kinds})"
+        )
     started = time.perf_counter()
     model, inputs = built_model(session, params, generative=True)
     captured = capture(model, inputs, params.multi_token_decode, params.max_cache_len)
@@ -389,8 +386,6 @@ def generate_check(session, params):
     """`generate_check`: greedy tokens through the components (in their
     runtime) against `model.generate` in eager, and the logits of each step."""
     import torch
-
-    from .verify import component_runner
 
     generation = session.generation
     if generation is None:

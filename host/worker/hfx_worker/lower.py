@@ -19,10 +19,10 @@ import mmap
 import os
 import time
 
+from .checkpoint import save_program, side_weights_supported
 from .lowering_shortcuts import patched, shortcuts
-from .protocol import EdgeProgramParams, EdgeProgramReply, LowerParams, LowerReply
+from .messages import EdgeProgram, EdgeProgramReply, Lower, LowerReply
 from .pytree import load_exported_mapped
-from .trace import save_program, side_weights_supported
 from .trace_shortcuts import pinned
 
 # The non-core ATen ops the reference lets through the edge verifier for
@@ -184,7 +184,7 @@ class DirectFile:
             self.buffer.close()
 
 
-def lower(_session, params: LowerParams) -> LowerReply:
+def lower(_session, params: Lower) -> LowerReply:
     import torch
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
@@ -223,7 +223,7 @@ def lower(_session, params: LowerParams) -> LowerReply:
     )
 
 
-def edge_program(_session, params: EdgeProgramParams) -> EdgeProgramReply:
+def edge_program(_session, params: EdgeProgram) -> EdgeProgramReply:
     """The program in ExecuTorch's edge opset (its decomposition table, as
     `to_edge` runs it), for hfx's native portable emitter: the only step of
     the portable path that needs Python, because decompositions are Python

@@ -14,17 +14,17 @@ model on them.
 import itertools
 import os
 
-from .protocol import (
-    CheckSampleParams,
-    OpInfo,
-    OpInfosParams,
+from .messages import (
+    CheckSample,
+    OpInfoRef,
+    OpInfos,
     OpInfosReply,
     OpSample,
-    OpSamplesParams,
+    OpSamples,
     OpSamplesReply,
     RunCaseReply,
-    SampleProgram,
-    SampleSkipped,
+    SampleExportProgram,
+    SampleExportSkipped,
 )
 from .trace import decompose_missing
 from .verify import compared, onnx_runner
@@ -103,7 +103,7 @@ def dispatched(info):
     return recorder.ops
 
 
-def op_infos(session, params: OpInfosParams) -> OpInfosReply:
+def op_infos(session, params: OpInfos) -> OpInfosReply:
     import torch
 
     translated = set(params.translated)
@@ -111,7 +111,9 @@ def op_infos(session, params: OpInfosParams) -> OpInfosReply:
     for info in op_database():
         ops = dispatched(info)
         if ops and ops <= translated:
-            chosen.append(OpInfo(name=info.name, variant=info.variant_test_name, ops=sorted(ops)))
+            chosen.append(
+                OpInfoRef(name=info.name, variant=info.variant_test_name, ops=sorted(ops))
+            )
     core = sorted(
         f"aten.{name}.{overload}"
         for name in dir(torch.ops.aten)
@@ -150,7 +152,7 @@ def describe(tensors, fixed):
     return text if len(text) <= 120 else text[:117] + "..."
 
 
-def op_samples(session, params: OpSamplesParams) -> OpSamplesReply:
+def op_samples(session, params: OpSamples) -> OpSamplesReply:
     import torch
     import torch.utils._pytree as pytree
 
@@ -205,13 +207,13 @@ def export_sample(session, op, spec, fixed, tensors, handled, path):
             eager, _ = pytree.tree_flatten(module(*[t.clone() for t in tensors]))
             again, _ = pytree.tree_flatten(module(*[t.clone() for t in tensors]))
     except Exception as error:
-        return SampleSkipped(reason=f"eager PyTorch fails: {first_line(error)}"), None
+        return SampleExportSkipped(reason=f"eager PyTorch fails: {first_line(error)}"), None
     if not eager or not all(torch.is_tensor(o) for o in eager):
-        return SampleSkipped(reason="returns a value that is not a tensor"), None
+        return SampleExportSkipped(reason="returns a value that is not a tensor"), None
     if any(o.is_complex() or o.layout != torch.strided for o in [*eager, *tensors]):
-        return SampleSkipped(reason="complex or sparse tensors"), None
+        return SampleExportSkipped(reason="complex or sparse tensors"), None
     if any(o.dtype == torch.bfloat16 for o in [*eager, *tensors]):
-        return SampleSkipped(
+        return SampleExportSkipped(
             reason="bfloat16 values (numpy, which the comparison runs in, has none)"
         ), None
     # Random outputs (differing between two calls) are compared by shape only.
@@ -246,7 +248,7 @@ def export_sample(session, op, spec, fixed, tensors, handled, path):
         program, _ = decompose_missing(session, program, handled)
         torch.export.save(program, path)
     except Exception as error:
-        return SampleSkipped(reason=f"torch.export fails: {first_line(error)}"), None
+        return SampleExportSkipped(reason=f"torch.export fails: {first_line(error)}"), None
     targets = {
         n.target
         for n in program.graph.nodes
@@ -256,7 +258,7 @@ def export_sample(session, op, spec, fixed, tensors, handled, path):
     shape_only = changed or any(
         torch.Tag.nondeterministic_seeded in t.tags or str(t) in UNINITIALIZED for t in targets
     )
-    return SampleProgram(path=path, ops=sorted(map(str, targets)), shape_only=shape_only), (
+    return SampleExportProgram(path=path, ops=sorted(map(str, targets)), shape_only=shape_only), (
         tensors,
         references,
         shape_only,
@@ -268,7 +270,7 @@ def first_line(error):
     return f"{type(error).__name__}: {text[0] if text else ''}"[:200]
 
 
-def check_sample(session, params: CheckSampleParams) -> RunCaseReply:
+def check_sample(session, params: CheckSample) -> RunCaseReply:
     import numpy as np
     import torch
 

@@ -27,7 +27,7 @@ import sys
 import types
 
 from .imports import found_then
-from .protocol import PatchCall
+from .messages import PatchCall
 
 # ── What a patch program may reach: capabilities, decided on the resolved object ──
 #

@@ -11,22 +11,21 @@ its ONNX translation in ONNX Runtime) on the case's values and compares them.
 
 from . import program
 from .graph import decode_value, encode_value, run_graph
-from .protocol import (
-    CaptureProgramParams,
+from .messages import (
+    CandidateGraph,
+    CaptureProgram,
     CaptureProgramReply,
-    CaptureValuesParams,
+    CaptureValues,
     CaptureValuesReply,
-    GraphCandidate,
-    RunCaseParams,
+    RunCase,
     RunCaseReply,
 )
 from .pytree import load_exported, load_reference
-from .sources import from_function
-from .trace import SEED
+from .sources import SEED, from_function
 from .verify import compared
 
 
-def capture_program(session, params: CaptureProgramParams) -> CaptureProgramReply:
+def capture_program(session, params: CaptureProgram) -> CaptureProgramReply:
     import torch
 
     torch.manual_seed(SEED)  # as the trace builds a model function's model
@@ -35,7 +34,7 @@ def capture_program(session, params: CaptureProgramParams) -> CaptureProgramRepl
     return CaptureProgramReply(program=captured, inputs=values)
 
 
-def capture_values(session, params: CaptureValuesParams) -> CaptureValuesReply:
+def capture_values(session, params: CaptureValues) -> CaptureValuesReply:
     import torch
 
     program = load_exported(params.program)
@@ -63,7 +62,7 @@ def capture_values(session, params: CaptureValuesParams) -> CaptureValuesReply:
     return CaptureValuesReply(values=found)
 
 
-def run_case(session, params: RunCaseParams) -> RunCaseReply:
+def run_case(session, params: RunCase) -> RunCaseReply:
     import torch
 
     values = {name: decode_value(v) for name, v in params.values.items()}
@@ -71,7 +70,7 @@ def run_case(session, params: RunCaseParams) -> RunCaseReply:
     # The piece may write its inputs in place (a cache state's `copy_`): the
     # candidate gets the values as captured, not as the piece left them.
     values = {name: decode_value(v) for name, v in params.values.items()}
-    if isinstance(params.candidate, GraphCandidate):
+    if isinstance(params.candidate, CandidateGraph):
         got = [
             v.detach().numpy() if torch.is_tensor(v) else v
             for v in run_graph(session.policy, params.candidate.program, values)

@@ -16,36 +16,33 @@ import sys
 import traceback
 
 from . import confine, protocol
+from .checkpoint import SideWeights
 from .generation import capture_generation, generate_check
 from .import_memo import ImportStructureMemo
 from .lower import edge_program, lower
-from .opinfo import check_sample, op_infos, op_samples
-from .protocol import (
-    ArtifactFailed,
-    CaptureGenerationParams,
-    CaptureProgramParams,
-    CaptureValuesParams,
-    Channel,
-    CheckSampleParams,
-    EdgeProgramParams,
-    ErrorReply,
-    GenerateCheckParams,
-    HelloParams,
+from .messages import (
+    CaptureGeneration,
+    CaptureProgram,
+    CaptureValues,
+    CheckSample,
+    EdgeProgram,
+    GenerateCheck,
+    Hello,
     HelloReply,
-    LowerParams,
-    OpInfosParams,
-    OpSamplesParams,
-    PatchesRestoredParams,
-    ProtocolError,
-    Request,
-    RunCaseParams,
+    Lower,
+    OpInfos,
+    OpSamples,
+    PatchesRestored,
+    PythonError,
+    RunCase,
     TraceParams,
-    Unsupported,
-    VerifyParams,
+    Verify,
 )
+from .opinfo import check_sample, op_infos, op_samples
+from .protocol import ArtifactFailed, Channel, ProtocolError, Request, Unsupported
 from .sandbox import Reach, patch_status
 from .selftest import capture_program, capture_values, run_case
-from .trace import SideWeights, trace
+from .trace import trace
 from .verify import verify
 
 # Upstream packages whose versions plugins resolve against (reported by `hello` and `trace`).
@@ -94,12 +91,8 @@ class Session:
         return versions()
 
 
-def hello(_session, params: HelloParams):
-    if params.protocol != protocol.PROTOCOL:
-        raise ProtocolError(
-            f"the host speaks protocol {params.protocol}, this worker {protocol.PROTOCOL}; "
-            "the host and its embedded worker must come from the same hfx"
-        )
+def hello(_session, params: Hello):
+    protocol.check_version(params.protocol)
     # Before any request imports transformers.
     IMPORT_MEMO.memo_dir = params.memo_dir
     return HelloReply(
@@ -107,26 +100,26 @@ def hello(_session, params: HelloParams):
     )
 
 
-def patches_restored(session, params: PatchesRestoredParams):
+def patches_restored(session, params: PatchesRestored):
     return patch_status(session.policy, params.patches)
 
 
 # Each method: its params' type and its handler (session, params) → reply.
 METHODS = {
-    "hello": (HelloParams, hello),
+    "hello": (Hello, hello),
     "trace": (TraceParams, trace),
-    "patches_restored": (PatchesRestoredParams, patches_restored),
-    "verify": (VerifyParams, verify),
-    "capture_generation": (CaptureGenerationParams, capture_generation),
-    "generate_check": (GenerateCheckParams, generate_check),
-    "lower": (LowerParams, lower),
-    "edge_program": (EdgeProgramParams, edge_program),
-    "capture_values": (CaptureValuesParams, capture_values),
-    "capture_program": (CaptureProgramParams, capture_program),
-    "run_case": (RunCaseParams, run_case),
-    "op_infos": (OpInfosParams, op_infos),
-    "op_samples": (OpSamplesParams, op_samples),
-    "check_sample": (CheckSampleParams, check_sample),
+    "patches_restored": (PatchesRestored, patches_restored),
+    "verify": (Verify, verify),
+    "capture_generation": (CaptureGeneration, capture_generation),
+    "generate_check": (GenerateCheck, generate_check),
+    "lower": (Lower, lower),
+    "edge_program": (EdgeProgram, edge_program),
+    "capture_values": (CaptureValues, capture_values),
+    "capture_program": (CaptureProgram, capture_program),
+    "run_case": (RunCase, run_case),
+    "op_infos": (OpInfos, op_infos),
+    "op_samples": (OpSamples, op_samples),
+    "check_sample": (CheckSample, check_sample),
 }
 
 
@@ -239,7 +232,7 @@ def main():
                 {
                     "id": request_id,
                     "error": dataclasses.asdict(
-                        ErrorReply(
+                        PythonError(
                             type=type(error).__name__,
                             message=str(error),
                             traceback=""

@@ -2,10 +2,14 @@
 device and dtype. Runs model code (`from_function`, custom code in a model
 folder): as trusted as the user trusts it."""
 
+import contextlib
 import importlib
 import json
 import os
 import sys
+
+# The seed of random weights and generated inputs (a rebuilt model matches the traced one).
+SEED = 0
 
 # ── Model sources ──
 
@@ -258,3 +262,19 @@ def on_device(value, device, dtype):
     if not torch.is_tensor(value):
         return value
     return value.to(device=device, dtype=dtype) if value.is_floating_point() else value.to(device)
+
+
+@contextlib.contextmanager
+def config_flags(model, flags):
+    """Output flags (`use_cache`, ...) become config values for the trace, not traced inputs."""
+    config = getattr(model, "config", None)
+    saved = [
+        (k, getattr(config, k)) for k, v in flags.items() if v is not None and hasattr(config, k)
+    ]
+    for key, _ in saved:
+        setattr(config, key, flags[key])
+    try:
+        yield
+    finally:
+        for key, value in saved:
+            setattr(config, key, value)

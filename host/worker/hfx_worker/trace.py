@@ -11,15 +11,13 @@ save.
 
 import contextlib
 import copy
-import json
 import os
 import time
 
-from . import protocol, quantizers
-from .checkpoint import host_reads, weights_plan
-from .generation import TracedComponent
+from . import messages, quantizers
+from .checkpoint import save_program, side_weights_supported, weights_plan
+from .messages import ExportMetadata, TraceParams, TraceReply, WeightsReport
 from .program import build as build_program
-from .protocol import ExportMetadata, TraceParams, TraceReply, WeightsReport
 from .pytree import (
     flat_outputs,
     named_leaves,
@@ -31,6 +29,8 @@ from .pytree import (
 )
 from .sandbox import patch_status, patches_applied
 from .sources import (
+    SEED,
+    config_flags,
     from_architecture,
     from_directory,
     from_function,
@@ -39,11 +39,7 @@ from .sources import (
     sample_inputs,
     streamed_from_directory,
 )
-from .trace_shortcuts import frame_stacks, saving
-
-# The seed of random weights and generated inputs (a rebuilt model matches the traced one).
-SEED = 0
-
+from .trace_shortcuts import frame_stacks
 
 # ── Dynamic shapes (the reference's `dynamic shapes` stage) ──
 
@@ -133,22 +129,6 @@ def flat_signature(model, inputs):
             del model.forward  # the class's forward shows again
 
 
-@contextlib.contextmanager
-def config_flags(model, flags):
-    """Output flags (`use_cache`, ...) become config values for the trace, not traced inputs."""
-    config = getattr(model, "config", None)
-    saved = [
-        (k, getattr(config, k)) for k, v in flags.items() if v is not None and hasattr(config, k)
-    ]
-    for key, _ in saved:
-        setattr(config, key, flags[key])
-    try:
-        yield
-    finally:
-        for key, value in saved:
-            setattr(config, key, value)
-
-
 # ── State cleanup (the reference's `model state cleanup` stage) ──
 
 STATEFUL_ATTRIBUTES = (
@@ -181,131 +161,6 @@ def peak_rss_mib():
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def side_weights_supported():
-    """Whether this torch's archive writer has the hook `save_with_side_weights` uses."""
-    from torch.export.pt2_archive import _package
-
-    return all(hasattr(_package, name) for name in ("_get_raw_tensor_bytes", "_is_fake_tensor"))
-
-
-def save_program(program, output, side_weights, written_before=None, sources=None):
-    """`program` saved for the host at `output`: with its weights beside it
-    (`save_with_side_weights`) where `side_weights`, else by `torch.export.save`;
-    either way through `trace_shortcuts.saving`."""
-    import torch
-
-    with saving():
-        if side_weights:
-            save_with_side_weights(program, output, written_before, sources)
-        else:
-            torch.export.save(program, output)
-
-
-def save_with_side_weights(program, output, written_before=None, sources=None):
-    """`torch.export.save` without the weights' bytes, which go to `<output>.weights`
-    straight from the tensors' memory (no copy of each storage as a `bytes`, no
-    CRC), indexed by `<output>.weights.json`: {"files": [...], "weights"|"constants":
-    {fqn: [file, offset, length]}}, where file 0 is the side file (named relative
-    to the index) and the others a model folder's checkpoint files (absolute).
-    Storages in the side file are 64-byte aligned, shared storages written once.
-    Measured on a 125M Llama: torch's `write_record` of the weights was 2.0 s of
-    a 2.8 s save, and each storage's `bytes` copy up to 190 MB of peak memory.
-
-    `sources` ({storage address: `checkpoint.Stored`}: a streamed model's,
-    or a program's mapped by `pytree.load_exported_mapped`): a storage backed
-    by a file's tensor of its own dtype is indexed where that file holds it
-    (nothing written); of another dtype, written converted.
-
-    `written_before` (a `SideWeights` the session keeps) is the last file
-    written: a program whose every storage it holds (the generation components
-    of one model) gets that file hard-linked rather than written again."""
-    import torch
-    from torch.export.pt2_archive import _package
-
-    from .checkpoint import write_converted
-
-    tables = []
-    for kind, table in (("weights", program.state_dict), ("constants", program.constants)):
-        for fqn, value in table.items():
-            if (
-                not torch.is_tensor(value)
-                or type(value.data) is not torch.Tensor
-                or value.device.type != "cpu"
-            ):
-                continue  # subclasses and non-cpu tensors stay in the archive, as torch saves them
-            tables.append((kind, fqn, value.untyped_storage(), value._version, value.dtype))
-    index = {"files": [os.path.basename(output) + ".weights"], "weights": {}, "constants": {}}
-    sources = sources or {}
-    # A storage by address and size, and the version counter of the tensor
-    # over it (bumped by every in-place change: a buffer a forward updated
-    # since is written again).
-    keys = [(storage.data_ptr(), storage.nbytes(), version) for _, _, storage, version, _ in tables]
-    if (
-        written_before is not None
-        and keys
-        and not sources
-        and written_before.holds(keys)
-        and written_before.link(output + ".weights")
-    ):
-        written = written_before.offsets
-        for (kind, fqn, _, _, _), key in zip(tables, keys):
-            index[kind][fqn] = written[key]
-    else:
-        written = {}
-        with open(output + ".weights", "wb") as side:
-            offset = 0
-            for (kind, fqn, storage, _, dtype), key in zip(tables, keys):
-                stored = sources.get(storage.data_ptr())
-                if host_reads(stored, storage, dtype):
-                    if stored.file not in index["files"]:
-                        index["files"].append(stored.file)
-                    place = [index["files"].index(stored.file), stored.offset, stored.length]
-                    same = str(dtype).removeprefix("torch.") == stored.dtype
-                    index[kind][fqn] = (
-                        place if same else place + [stored.dtype]
-                    )  # else the host converts it as it writes it
-                    continue
-                if key not in written:
-                    padding = -offset % 64
-                    side.write(b"\0" * padding)
-                    offset += padding
-                    if stored is not None:  # never loaded: its values come from the checkpoint
-                        write_converted(side, stored, dtype)
-                    else:
-                        raw = torch.empty(0, dtype=torch.uint8).set_(
-                            storage, 0, (storage.nbytes(),), (1,)
-                        )
-                        side.write(memoryview(raw.numpy()))
-                    written[key] = [0, offset, storage.nbytes()]
-                    offset += storage.nbytes()
-                index[kind][fqn] = written[key]
-        if written_before is not None and not sources:
-            written_before.remember(
-                output + ".weights", written, [storage for _, _, storage, _, _ in tables]
-            )
-    with open(output + ".weights.json", "w") as f:
-        json.dump(index, f)
-    raw_bytes = _package._get_raw_tensor_bytes
-    side_storages = {pointer for pointer, _, _ in keys}
-
-    def without_side_weights(value):
-        # torch asks for each storage group's complete tensor: one written to the side is left empty
-        if (
-            not _package._is_fake_tensor(value)
-            and value.untyped_storage().data_ptr() in side_storages
-        ):
-            return b""
-        return raw_bytes(value)
-
-    # torch's discarded canonical-form check is skipped by the caller's
-    # `trace_shortcuts.saving` (`save_program`).
-    _package._get_raw_tensor_bytes = without_side_weights
-    try:
-        torch.export.save(program, output)
-    finally:
-        _package._get_raw_tensor_bytes = raw_bytes
 
 
 class Streaming:
@@ -370,32 +225,6 @@ def fake_outputs(model, inputs, flags):
         return None
 
 
-class SideWeights:
-    """The last side-weights file a session wrote: where, and each storage's
-    `[offset, length]` in it. The storages are kept referenced, so no other
-    tensor can take their addresses while the file stands for them."""
-
-    def __init__(self):
-        self.path, self.offsets, self.storages = None, {}, []
-
-    def holds(self, keys):
-        return (
-            self.path is not None
-            and os.path.exists(self.path)
-            and all(k in self.offsets for k in keys)
-        )
-
-    def link(self, to):
-        try:
-            os.link(self.path, to)
-            return True
-        except OSError:  # another filesystem, or links refused: written again
-            return False
-
-    def remember(self, path, offsets, storages):
-        self.path, self.offsets, self.storages = path, dict(offsets), storages
-
-
 @contextlib.contextmanager
 def step(session, name, seconds, peaks=None):
     """One step of the request: announced as progress, timed, its peak memory recorded."""
@@ -417,15 +246,15 @@ def built_model(session, params, generative=False, streamed=None):
 
     torch.manual_seed(SEED)
     source = params.source
-    if isinstance(source, protocol.ArchitectureSource):
+    if isinstance(source, messages.SourceParamsArchitecture):
         quantizers.import_for(None)
-    elif isinstance(source, protocol.DirectorySource):
+    elif isinstance(source, messages.SourceParamsDirectory):
         quantizers.import_for(quantizers.folder_method(source.path))
-    if isinstance(source, protocol.ArchitectureSource):
+    if isinstance(source, messages.SourceParamsArchitecture):
         model = from_architecture(source.name, source.overrides, params.task, generative)
         inputs = None
     elif (
-        isinstance(source, protocol.DirectorySource)
+        isinstance(source, messages.SourceParamsDirectory)
         and streamed is not None
         and params.device == "cpu"
     ):
@@ -439,10 +268,10 @@ def built_model(session, params, generative=False, streamed=None):
                 source.path, params.task, source.trust_remote_code, source.layers
             )
         inputs = None
-    elif isinstance(source, protocol.DirectorySource):
+    elif isinstance(source, messages.SourceParamsDirectory):
         model = from_directory(source.path, params.task, source.trust_remote_code, source.layers)
         inputs = None
-    elif isinstance(source, protocol.ProgramSource):
+    elif isinstance(source, messages.SourceParamsProgram):
         model, inputs = build_program(session.policy, source.program, source.inputs)
     else:
         model, inputs = from_function(source.spec)
@@ -494,7 +323,7 @@ def trace(session, params: TraceParams) -> TraceReply:
     with step(session, "build", seconds, peaks):
         source = params.source
         streaming = Streaming() if params.weights == "streamed" else None
-        if isinstance(source, protocol.CapturedSource):
+        if isinstance(source, messages.SourceParamsCaptured):
             model, inputs = captured(session, source.component)
         else:
             model, inputs = built_model(session, params, streamed=streaming)
@@ -550,10 +379,10 @@ def trace(session, params: TraceParams) -> TraceReply:
         if own_spec:
             names = spec_output_names(out_spec, {i for i, _ in out_constants})
         decomposed = []
-        if isinstance(params.decompose, protocol.DecomposeAll):
+        if isinstance(params.decompose, messages.DecomposeAll):
             session.progress("decompose")
             program = program.run_decompositions()
-        elif isinstance(params.decompose, protocol.DecomposeMissing):
+        elif isinstance(params.decompose, messages.DecomposeMissing):
             program, decomposed = decompose_missing(session, program, params.decompose.handled)
     with step(session, "save", seconds, peaks):
         side_weights = params.weights != "in_archive" and side_weights_supported()
@@ -580,7 +409,7 @@ def trace(session, params: TraceParams) -> TraceReply:
     if len(input_paths) != len(program.graph_signature.user_inputs):
         input_paths = []  # inputs torch.export lays out otherwise: its own names stand
     input_names, names = disambiguated(input_paths, names)
-    if isinstance(source, protocol.CapturedSource):
+    if isinstance(source, messages.SourceParamsCaptured):
         session.generation.traced[source.component] = TracedComponent(
             kwargs=list(inputs),
             input_paths=input_paths,
@@ -594,7 +423,9 @@ def trace(session, params: TraceParams) -> TraceReply:
         flags=flags,
         device=parameter.device if parameter is not None else torch.device("cpu"),
         dtype=parameter.dtype if parameter is not None else torch.get_default_dtype(),
-        generated=isinstance(source, (protocol.ArchitectureSource, protocol.DirectorySource)),
+        generated=isinstance(
+            source, (messages.SourceParamsArchitecture, messages.SourceParamsDirectory)
+        ),
         dynamic=bool(params.dynamic or params.dynamic_shapes),
     )
     return TraceReply(
@@ -685,7 +516,7 @@ def size_guards(program, inputs):
             if not holds:
                 readable = size.sub(lambda m: f"{m.group(1)}.shape[{m.group(2)}]", code)
                 breaks_at = {k: v for k, v in shapes.items() if v != traced[k]}
-                found.append(protocol.SizeGuard(guard=readable, breaks_at=breaks_at))
+                found.append(messages.SizeGuard(guard=readable, breaks_at=breaks_at))
                 break
     # The simplest first: a chain of derived sizes repeats one cause many times.
     found.sort(key=lambda g: len(g.guard))
@@ -739,8 +570,20 @@ def decompose_missing(session, program, handled):
         if node.op == "call_function" and sources and sources[0].target in became:
             became[sources[0].target] += 1
     return program, [
-        protocol.Decomposed(op=op, nodes=count, became=became[op]) for op, count in missing.items()
+        messages.Decomposed(op=op, nodes=count, became=became[op]) for op, count in missing.items()
     ]
+
+
+class TracedComponent:
+    """A traced component's call: the kwargs it takes, its tensor inputs'
+    leaf paths (its ONNX inputs, before disambiguation), and how its flat
+    outputs rebuild the model's output."""
+
+    def __init__(self, kwargs, input_paths, out_spec, out_constants):
+        self.kwargs = kwargs
+        self.input_paths = input_paths
+        self.out_spec = out_spec
+        self.out_constants = out_constants
 
 
 class LastTrace:

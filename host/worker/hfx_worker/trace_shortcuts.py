@@ -13,7 +13,7 @@ and the bytes it gives, for less of its work.
   code object and line, and a source line is read only for a frame that is
   kept, when it is formatted: ~45 us. torch's own filter and formatting run
   on them unchanged, so each node's stack trace is the same string.
-- **Saving** (`saving`, through `trace.save_program`: every program the
+- **Saving** (`saving`, through `checkpoint.save_program`: every program the
   worker hands the host). torch's serializer deep-copies the whole
   serialized program and canonicalizes the copy only to check that a
   canonical form exists, and throws the copy away

@@ -8,18 +8,10 @@ import os
 import sys
 import tempfile
 
-from .protocol import (
-    ArtifactFailed,
-    Check,
-    Comparison,
-    OnnxModel,
-    Pt2Model,
-    VerifyParams,
-    VerifyReply,
-)
+from .messages import Check, Comparison, Verify, VerifyModelOnnx, VerifyModelPt2, VerifyReply
+from .protocol import ArtifactFailed
 from .pytree import flat_outputs, load_exported, load_reference, named_leaves
-from .sources import on_device, sample_inputs
-from .trace import config_flags
+from .sources import config_flags, on_device, sample_inputs
 
 
 def finite_or_none(value):
@@ -189,16 +181,16 @@ def runtime_log():
             )
 
 
-def verify(session, params: VerifyParams) -> VerifyReply:
+def verify(session, params: Verify) -> VerifyReply:
     """Runs the model on the recorded inputs (and, for a dynamic export of a
     generated model, on a second input size) and compares with eager."""
     import torch
 
     atol, rtol = params.atol, params.rtol
     ref = load_reference(params.reference)
-    if isinstance(params.model, OnnxModel):
+    if isinstance(params.model, VerifyModelOnnx):
         run, providers = onnx_runner(params.model.path)
-    elif isinstance(params.model, Pt2Model):
+    elif isinstance(params.model, VerifyModelPt2):
         run, providers = pt2_runner(params.model.path, ref.get("constants", {}))
     else:
         run, providers = pte_runner(
@@ -282,7 +274,7 @@ def component_runner(artifact, traced):
             spec,
         )
 
-    if isinstance(artifact, Pt2Model):
+    if isinstance(artifact, VerifyModelPt2):
         program = load_exported(artifact.path)
         module, in_spec = program.module(), program.call_spec.in_spec
 
@@ -296,7 +288,7 @@ def component_runner(artifact, traced):
 
         providers = ["torch.export"]
     else:
-        if isinstance(artifact, OnnxModel):
+        if isinstance(artifact, VerifyModelOnnx):
             run, providers = onnx_runner(artifact.path)
         elif traced.input_paths:
             run, providers = pte_runner(
