@@ -13,20 +13,18 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 
-use super::summary::Component;
-use crate::trace::protocol::{GenerateCheck, GenerateCheckReply, GenerateStep};
+use crate::trace::protocol::{GenerateCheck, GenerateCheckReply, GenerateStep, VerifyModel};
 use crate::trace::Worker;
 
-/// Runs the check; tokens that differ anywhere are an error naming the first step.
+/// Runs the check over the exported `components` (each one's name and
+/// artifact); tokens that differ anywhere are an error naming the first step.
 pub fn check(
     worker: &mut Worker,
-    components: &[Component],
+    components: std::collections::BTreeMap<String, VerifyModel>,
     steps: u32,
     tolerance: f64,
     deadline: Duration,
 ) -> Result<GenerateCheckReply> {
-    let components =
-        components.iter().filter_map(|c| Some((c.name.clone(), c.artifact.clone()?))).collect();
     let reply = worker.request(
         &GenerateCheck { components, steps, atol: tolerance, rtol: tolerance },
         deadline,

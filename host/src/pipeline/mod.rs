@@ -451,8 +451,10 @@ fn export_for_generation(
         );
         let tolerance = verify::tolerance(&target.artifact);
         let worker = kept_or_started(worker, options, progress)?;
+        let artifacts =
+            components.iter().filter_map(|c| Some((c.name.clone(), c.artifact.clone()?))).collect();
         let check =
-            generation::check(worker, components, asked.steps, tolerance, options.verify_deadline)?;
+            generation::check(worker, artifacts, asked.steps, tolerance, options.verify_deadline)?;
         generation = Some(check);
     }
     Ok(generation)
