@@ -7,12 +7,14 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use anyhow::{bail, Result};
+
 use super::model_id::HubModel;
 use crate::plugins::loading::SetOptions;
 use crate::plugins::Backend;
 use crate::stages::OnPluginError;
 use crate::trace::protocol::Delegate;
-use crate::trace::{TraceRequest, WorkerOptions};
+use crate::trace::{ModelSource, TraceRequest, WorkerOptions};
 
 /// Where the program comes from.
 #[derive(Debug)]
@@ -43,6 +45,51 @@ pub struct Trace {
     /// (`--verify-layers N`: a model whose weights do not fit is checked on a
     /// truncated config over the same checkpoint).
     pub verify_layers: Option<u32>,
+}
+
+impl Trace {
+    /// The generation component `component` of the model a worker captured
+    /// (`--generation`), traced as this model is; the capture saved the configs.
+    pub fn captured(&self, component: &str) -> Trace {
+        let mut request = self.request.clone();
+        request.source = ModelSource::Captured { component: component.to_string() };
+        request.folder = None;
+        Trace {
+            request,
+            deadline: self.deadline,
+            hub: self.hub.clone(),
+            load_weights: self.load_weights,
+            cache: None,
+            verify_layers: None,
+        }
+    }
+
+    /// The model folder's first `layers` layers (`--verify-layers`: a
+    /// truncated config over the same checkpoint), traced as this model is,
+    /// with its eager reference.
+    pub fn truncated(&self, layers: u32) -> Result<Trace> {
+        let ModelSource::Directory { path, trust_remote_code, .. } = &self.request.source else {
+            bail!(
+                "--verify-layers truncates a model folder's config: give --model-dir or --model-id"
+            )
+        };
+        let mut request = self.request.clone();
+        request.source = ModelSource::Directory {
+            path: path.clone(),
+            trust_remote_code: *trust_remote_code,
+            layers: Some(layers),
+        };
+        request.reference = true;
+        request.folder = None;
+        Ok(Trace {
+            request,
+            deadline: self.deadline,
+            hub: None,
+            load_weights: self.load_weights,
+            cache: None,
+            verify_layers: None,
+        })
+    }
 }
 
 /// What is written. A new backend adds a variant here, and its emission in
@@ -135,6 +182,14 @@ pub struct RunOptions {
     pub worker: WorkerOptions,
     /// Deadline of a worker request that is not a trace (ExecuTorch's lowering, verification).
     pub verify_deadline: Duration,
+}
+
+impl RunOptions {
+    /// Whether a target's `.pte` is lowered by the worker, which then stays
+    /// after the trace.
+    pub fn lowers_in_worker(&self) -> bool {
+        self.targets.iter().any(|t| matches!(t.artifact, Artifact::Pte(_)))
+    }
 }
 
 impl Artifact {

@@ -19,6 +19,16 @@ pub enum Lowered {
     Portable { edge: EdgeProgramReply, emitted: crate::executorch::Emitted, emit: Duration },
 }
 
+impl Lowered {
+    /// The lowered program's input spec, which the ExecuTorch runtime runs it with.
+    pub fn in_spec(&self) -> &str {
+        match self {
+            Lowered::Delegated(reply) => &reply.in_spec,
+            Lowered::Portable { edge, .. } => &edge.in_spec,
+        }
+    }
+}
+
 /// What a run did: each program it exported (one, `model`, unless
 /// `--generation` split the model), the generation check, what it wrote.
 pub struct RunSummary {
