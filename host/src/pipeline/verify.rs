@@ -121,20 +121,29 @@ impl Runtime {
     }
 }
 
-/// The max abs/rel error per output.
+/// Prints the checks' lines ([`write`]) on stdout.
 pub fn print(checks: &[Check]) {
+    let mut out = String::new();
+    write(&mut out, checks).expect("writing to a String");
+    print!("{out}");
+}
+
+/// The max abs/rel error per output, under a line per set of inputs.
+pub fn write(out: &mut impl std::fmt::Write, checks: &[Check]) -> std::fmt::Result {
     for check in checks {
-        println!("verify inputs {}", shapes(&check.inputs));
+        writeln!(out, "verify inputs {}", shapes(&check.inputs))?;
         for (i, output) in check.outputs.iter().enumerate() {
-            println!(
+            writeln!(
+                out,
                 "  output {i:<3} {:<18} max abs {:>9.2e}  max rel {:>9.2e}  {}",
                 shapes(&output.shape),
                 output.max_abs.unwrap_or(f64::NAN),
                 output.max_rel.unwrap_or(f64::NAN),
                 if output.ok { "ok" } else { "MISMATCH" }
-            );
+            )?;
         }
     }
+    Ok(())
 }
 
 /// Shapes as JSON (`{"input_ids":[2,8]}`, `[2,8,32]`), as the summary always showed them.
