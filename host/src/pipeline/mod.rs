@@ -886,3 +886,214 @@ fn read(input: &Input, progress: Progress) -> Result<Program> {
 fn reference_path(output: &Path) -> PathBuf {
     output.with_extension("reference.pt")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::protocol::{Delegate, Weights};
+    use crate::trace::{ModelSource, TraceRequest};
+
+    fn trace(source: ModelSource) -> Trace {
+        Trace {
+            request: TraceRequest::new(source),
+            deadline: Duration::from_secs(60),
+            hub: None,
+            load_weights: false,
+            cache: None,
+            verify_layers: None,
+        }
+    }
+
+    fn model_folder() -> ModelSource {
+        ModelSource::Directory {
+            path: "/models/tiny".into(),
+            trust_remote_code: false,
+            layers: None,
+        }
+    }
+
+    fn architecture() -> ModelSource {
+        ModelSource::Architecture { name: "llama".into(), overrides: Vec::new() }
+    }
+
+    fn onnx(external_data: bool, optimize: bool) -> Artifact {
+        Artifact::Onnx(OnnxOptions { opset: 18, external_data, optimize })
+    }
+
+    fn target(artifact: Artifact, destination: Destination) -> Target {
+        let backend = match &artifact {
+            Artifact::Pt2 | Artifact::IrJson => Backend::Dynamo,
+            Artifact::Onnx(_) => Backend::Onnx,
+            Artifact::Pte(Pte::Portable) => Backend::Executorch,
+            Artifact::Pte(Pte::Delegated(_)) => Backend::ExecutorchXnnpack,
+        };
+        Target { backend, artifact, destination }
+    }
+
+    #[test]
+    fn a_model_folders_weights_stream_from_its_checkpoint_unless_read_or_written_as_json() {
+        let folder = Destination::Folder("out".into());
+        let targets = [target(onnx(true, true), folder.clone())];
+        let mut streamed = trace(model_folder());
+        prepare(&mut streamed, &targets, false, Some("scratch".into()));
+        assert_eq!(streamed.request.weights, Weights::Streamed);
+        // Streamed and not verified: the weights are never read, so no eager reference.
+        assert!(!streamed.request.reference);
+        assert_eq!(streamed.request.folder, Some(PathBuf::from("scratch")));
+
+        prepare(&mut streamed, &targets, true, None);
+        assert_eq!(
+            (streamed.request.weights, streamed.request.reference),
+            (Weights::Streamed, true)
+        );
+        assert_eq!(streamed.request.folder, None);
+
+        let mut read = trace(model_folder());
+        read.load_weights = true;
+        prepare(&mut read, &targets, false, None);
+        assert_eq!((read.request.weights, read.request.reference), (Weights::Side, true));
+
+        let mut built = trace(architecture());
+        prepare(&mut built, &targets, false, None);
+        assert_eq!((built.request.weights, built.request.reference), (Weights::Side, true));
+
+        // IR JSON holds no side weights: a run writing it keeps them in the archive.
+        let with_json = [targets[0].clone(), target(Artifact::IrJson, folder)];
+        let mut json = trace(model_folder());
+        prepare(&mut json, &with_json, false, None);
+        assert_eq!((json.request.weights, json.request.reference), (Weights::InArchive, true));
+    }
+
+    #[test]
+    fn a_pte_target_runs_moe_experts_as_batched_matmuls() {
+        let file = |name: &str| Destination::File(name.into());
+        for (artifact, experts) in [
+            (Artifact::Pte(Pte::Portable), Some("batched_mm")),
+            (Artifact::Pte(Pte::Delegated(Delegate::Xnnpack)), Some("batched_mm")),
+            (onnx(false, true), None),
+            (Artifact::Pt2, None),
+        ] {
+            let mut t = trace(architecture());
+            prepare(&mut t, &[target(artifact.clone(), file("out"))], false, None);
+            assert_eq!(t.request.experts.as_deref(), experts, "{artifact:?}");
+        }
+    }
+
+    #[test]
+    fn a_targets_files_go_to_its_file_or_into_its_folders_scratch_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let file =
+            Written::new(&target(onnx(true, true), Destination::File(dir.path().join("m.onnx"))))
+                .unwrap();
+        assert!(file.folder.is_none());
+        assert_eq!(file.output(MODEL), dir.path().join("m.onnx"));
+        // A file destination has one component: every name writes the file named.
+        assert_eq!(file.output("decode"), dir.path().join("m.onnx"));
+
+        let out = dir.path().join("export");
+        let folder =
+            Written::new(&target(Artifact::Pte(Pte::Portable), Destination::Folder(out.clone())))
+                .unwrap();
+        let scratch = folder.folder.as_ref().unwrap().scratch().to_path_buf();
+        assert_eq!(scratch.parent(), Some(dir.path()));
+        let scratch_name = scratch.file_name().unwrap().to_string_lossy().to_string();
+        assert_eq!(scratch_name, format!(".hfx-folder-{}", std::process::id()));
+        assert_eq!(folder.output(MODEL), scratch.join("model.pte"));
+        assert_eq!(folder.output("decode"), scratch.join("decode.pte"));
+        // Nothing lands in the export folder before the run finishes.
+        assert!(!out.exists());
+        drop(folder);
+        assert!(!scratch.exists());
+    }
+
+    #[test]
+    fn the_first_folder_target_that_can_has_its_weights_written_while_tracing() {
+        let dir = tempfile::tempdir().unwrap();
+        let to = |name: &str| Destination::Folder(dir.path().join(name));
+        let written = [
+            Written::new(&target(onnx(false, true), to("inline"))).unwrap(),
+            Written::new(&target(Artifact::Pte(Pte::Portable), to("pte"))).unwrap(),
+            Written::new(&target(onnx(true, false), to("external"))).unwrap(),
+            Written::new(&target(Artifact::Pt2, to("pt2"))).unwrap(),
+        ];
+        assert_eq!(
+            prewritten_target(&written, false),
+            Some((written[2].output(MODEL), PrewriteFor::OnnxData { transposed_linear: false }))
+        );
+        assert_eq!(
+            prewritten_target(&written[3..], false),
+            Some((written[3].output(MODEL), PrewriteFor::Archive))
+        );
+        // Verified artifacts are written elsewhere first; and only an inline ONNX or a `.pte`: none.
+        assert_eq!(prewritten_target(&written, true), None);
+        assert_eq!(prewritten_target(&written[..2], false), None);
+        let file =
+            Written::new(&target(Artifact::Pt2, Destination::File(dir.path().join("m.pt2"))))
+                .unwrap();
+        assert_eq!(prewritten_target(&[file], false), None);
+    }
+
+    #[test]
+    fn a_staged_artifact_moves_in_with_its_data_or_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let output = dir.path().join("model.onnx");
+        let unstaged = Staged::for_output(&output, false).unwrap();
+        assert_eq!(unstaged.path(), output);
+
+        // A failed verification: the scratch folder goes, with what was written in it.
+        let staged = Staged::for_output(&output, true).unwrap();
+        assert_eq!(staged.path().file_name(), output.file_name());
+        let scratch = staged.path().parent().unwrap().to_path_buf();
+        assert_eq!(scratch.parent(), Some(dir.path()));
+        std::fs::write(staged.path(), "model").unwrap();
+        drop(staged);
+        assert!(!scratch.exists());
+        assert!(!output.exists());
+
+        let staged = Staged::for_output(&output, true).unwrap();
+        std::fs::write(staged.path(), "model").unwrap();
+        std::fs::write(crate::onnx::emit::data_file(staged.path()), "weights").unwrap();
+        staged.move_into_place(&output).unwrap();
+        drop(staged);
+        assert_eq!(std::fs::read_to_string(&output).unwrap(), "model");
+        let data = crate::onnx::emit::data_file(&output);
+        assert_eq!(std::fs::read_to_string(data).unwrap(), "weights");
+        let left: Vec<_> =
+            std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left.len(), 2, "{left:?}");
+    }
+
+    #[test]
+    fn references_and_truncated_models_are_named_after_their_artifact() {
+        assert_eq!(reference_path(Path::new("out/model.pt2")), Path::new("out/model.reference.pt"));
+        assert_eq!(reference_path(Path::new("m.onnx")), Path::new("m.reference.pt"));
+        assert_eq!(truncated_file(&onnx(true, true), 2), "first-2-layers.onnx");
+        assert_eq!(truncated_file(&Artifact::Pte(Pte::Portable), 1), "first-1-layers.pte");
+    }
+
+    #[test]
+    fn moved_files_are_named_where_they_landed() {
+        let mut path = PathBuf::from("/tmp/.hfx-folder-1/model.onnx");
+        moved_into(Path::new("out"), &mut path);
+        assert_eq!(path, Path::new("out/model.onnx"));
+    }
+
+    #[test]
+    fn an_ir_json_program_is_read_as_written() {
+        let example = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../examples/graphs/dynamic-batch-sort.json");
+        let hidden = Progress { started: Instant::now(), shown: false };
+        let program = read(&Input::IrJson(&example), hidden).unwrap();
+        let Program::IrJson { graph } = &program else { panic!("read as an archive") };
+        assert!(graph.node_count() > 0);
+        let dir = tempfile::tempdir().unwrap();
+        let written = dir.path().join("again.json");
+        emit::ir_json(graph, &written).unwrap();
+        let again = read(&Input::IrJson(&written), hidden).unwrap();
+        assert_eq!(again.graph().to_json(), graph.to_json());
+
+        let missing = dir.path().join("missing.json");
+        let error = read(&Input::IrJson(&missing), hidden).err().unwrap();
+        assert_eq!(format!("{error}"), format!("reading {}", missing.display()));
+    }
+}
