@@ -204,3 +204,105 @@ impl Artifact {
         format!("{component}.{extension}")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trace(source: ModelSource) -> Trace {
+        let mut request = TraceRequest::new(source);
+        request.folder = Some("scratch".into());
+        request.reference = false;
+        Trace {
+            request,
+            deadline: Duration::from_secs(60),
+            hub: Some(HubModel {
+                id: "org/tiny".into(),
+                revision: "main".into(),
+                commit: "c0".into(),
+            }),
+            load_weights: true,
+            cache: Some("cache".into()),
+            verify_layers: Some(2),
+        }
+    }
+
+    fn model_folder() -> ModelSource {
+        ModelSource::Directory {
+            path: "/models/tiny".into(),
+            trust_remote_code: true,
+            layers: None,
+        }
+    }
+
+    #[test]
+    fn a_generation_component_is_traced_as_its_model_without_cache_or_configs() {
+        let model = trace(model_folder());
+        let component = model.captured("decode");
+        assert!(matches!(
+            &component.request.source,
+            ModelSource::Captured { component } if component == "decode"
+        ));
+        assert_eq!(component.request.folder, None);
+        assert_eq!((component.cache, component.verify_layers), (None, None));
+        assert_eq!(component.hub, model.hub);
+        assert!(component.load_weights);
+        assert_eq!(component.request.batch, model.request.batch);
+    }
+
+    #[test]
+    fn only_a_model_folder_is_truncated_and_its_truncation_is_verified() {
+        let model = trace(model_folder());
+        let small = model.truncated(3).unwrap();
+        assert!(matches!(
+            &small.request.source,
+            ModelSource::Directory { path, trust_remote_code: true, layers: Some(3) }
+                if path == Path::new("/models/tiny")
+        ));
+        assert!(small.request.reference);
+        assert_eq!(small.request.folder, None);
+        assert_eq!((small.hub, small.cache, small.verify_layers), (None, None, None));
+
+        let built =
+            trace(ModelSource::Architecture { name: "llama".into(), overrides: Vec::new() });
+        assert_eq!(
+            built.truncated(3).err().unwrap().to_string(),
+            "--verify-layers truncates a model folder's config: give --model-dir or --model-id"
+        );
+    }
+
+    #[test]
+    fn a_run_lowers_in_the_worker_when_it_writes_a_pte() {
+        let target = |backend, artifact| Target {
+            backend,
+            artifact,
+            destination: Destination::File("out".into()),
+        };
+        let mut options = RunOptions {
+            source: Source::Pt2("in.pt2".into()),
+            targets: vec![target(Backend::Dynamo, Artifact::Pt2)],
+            plugins: SetOptions::default(),
+            on_plugin_error: OnPluginError::default(),
+            verify: false,
+            worker: WorkerOptions::default(),
+            verify_deadline: Duration::from_secs(60),
+        };
+        assert!(!options.lowers_in_worker());
+        options.targets.push(target(
+            Backend::ExecutorchXnnpack,
+            Artifact::Pte(Pte::Delegated(Delegate::Xnnpack)),
+        ));
+        assert!(options.lowers_in_worker());
+    }
+
+    #[test]
+    fn components_are_named_as_the_reference_names_them() {
+        let onnx = Artifact::Onnx(OnnxOptions { opset: 18, external_data: true, optimize: true });
+        assert_eq!(onnx.folder_file("model"), "model.onnx");
+        assert_eq!(Artifact::Pte(Pte::Portable).folder_file("decode"), "decode.pte");
+        assert_eq!(Artifact::Pt2.folder_file("prefill"), "prefill.pt2");
+        assert_eq!(Artifact::IrJson.folder_file("model"), "model.json");
+        assert_eq!(Pte::Portable.name(), "portable");
+        assert_eq!(Pte::Delegated(Delegate::Xnnpack).name(), "xnnpack");
+    }
+}

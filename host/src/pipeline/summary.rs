@@ -419,3 +419,144 @@ fn write_trace(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stages::PluginCounts;
+    use crate::trace::protocol::{ComponentCalls, GenerateStep};
+
+    fn component(name: &str, nodes: (usize, usize)) -> Component {
+        Component {
+            name: name.into(),
+            trace: None,
+            metadata: None,
+            fixed_axes: Vec::new(),
+            reference: None,
+            read: Duration::from_micros(12_500),
+            nodes_before: nodes.0,
+            nodes_after: nodes.1,
+            stages: Vec::new(),
+            optimized: None,
+            lowered: None,
+            verified: Vec::new(),
+            verified_layers: None,
+            emit: Duration::from_millis(3),
+            weights_prewritten: 0,
+            verify: Duration::ZERO,
+            artifact: None,
+        }
+    }
+
+    fn summary(components: Vec<Component>) -> RunSummary {
+        RunSummary {
+            components,
+            generation: None,
+            backend: Backend::Onnx,
+            trace_shared_with: None,
+            plugin_set: PluginSetSummary::default(),
+            environment: Environment::default(),
+            skipped: Vec::new(),
+            written: "out/model.onnx".into(),
+            total: Duration::from_millis(2_450),
+        }
+    }
+
+    fn written(summary: &RunSummary) -> String {
+        let mut out = String::new();
+        summary.write(&mut out, 0).unwrap();
+        out
+    }
+
+    #[test]
+    fn a_component_reports_each_stage_and_its_plugins_then_what_was_written() {
+        let mut one = component("model", (40, 38));
+        let mut fixes = StageReport {
+            stage: "fx-node-fixes",
+            dead_code_removed: 2,
+            elapsed: Duration::from_micros(1_250),
+            ..Default::default()
+        };
+        fixes.plugins.insert("fix-a".into(), PluginCounts { calls: 3, changed: 1, failed: 0 });
+        one.stages.push(fixes);
+        one.weights_prewritten = 5;
+        one.fixed_axes.push(FixedAxis { input: "input_ids".into(), axis: 1, size: 8 });
+        one.verified_layers = Some(2);
+        let mut run = summary(vec![one]);
+        run.trace_shared_with = Some(Backend::Dynamo);
+        assert_eq!(
+            written(&run),
+            "trace: the dynamo export's (one trace for every backend of the run)\n\
+             verified on the model's first 2 layers (--verify-layers: its config truncated, the same checkpoint), not the whole model:\n\
+             \x20 fixed by torch.export despite --dynamic: input_ids[1] = 8 (the model's code depends on these sizes; the exported model accepts only them)\n\
+             stage read                  12.50 ms  40 nodes\n\
+             stage fx-node-fixes          1.25 ms  dead code removed: 2\n\
+             \x20 fix-a                          calls     3  changed     1  failed   0\n\
+             stage emit                   3.00 ms  (5 weight entries written while torch.export ran)\n\
+             nodes: 40 -> 38; wrote out/model.onnx in 2.5 s\n"
+        );
+    }
+
+    #[test]
+    fn components_are_named_and_the_generation_check_follows_them() {
+        let mut run = summary(vec![component("prefill", (10, 9)), component("decode", (12, 11))]);
+        run.generation = Some(GenerateCheckReply {
+            identical: true,
+            steps: vec![
+                GenerateStep {
+                    tokens: vec![5, 6],
+                    eager_tokens: vec![5, 6],
+                    max_abs: Some(2e-5),
+                    ok: true,
+                },
+                GenerateStep {
+                    tokens: vec![7, 1],
+                    eager_tokens: vec![7, 2],
+                    max_abs: None,
+                    ok: false,
+                },
+            ],
+            calls: vec![
+                ComponentCalls { name: "prefill".into(), calls: 1 },
+                ComponentCalls { name: "decode".into(), calls: 1 },
+            ],
+            providers: vec!["CPUExecutionProvider".into()],
+        });
+        assert_eq!(
+            written(&run),
+            "component prefill\n\
+             stage read                  12.50 ms  10 nodes\n\
+             stage emit                   3.00 ms\n\
+             component decode\n\
+             stage read                  12.50 ms  12 nodes\n\
+             stage emit                   3.00 ms\n\
+             generate 2 greedy token(s) x 2 row(s): identical to eager `generate` (component calls: prefill 1, decode 1; logits max abs error 2.00e-5; CPUExecutionProvider)\n\
+             \x20 token 1   [5, 6]  logits max abs 2.00e-5\n\
+             \x20 token 2   [7, 1] (eager [7, 2])  logits max abs not finite  MISMATCH\n\
+             nodes: prefill 10 -> 9, decode 12 -> 11; wrote out/model.onnx in 2.5 s\n"
+        );
+    }
+
+    #[test]
+    fn plugins_are_listed_in_stage_order() {
+        let kinds = [
+            PluginKind::OnnxIrFix,
+            PluginKind::FxNodeFix,
+            PluginKind::Patch,
+            PluginKind::OnnxTranslation,
+            PluginKind::FxProgramFix,
+        ];
+        let mut sorted = kinds.to_vec();
+        sorted.sort_by_key(|&k| stage_rank(k));
+        assert_eq!(
+            sorted,
+            [
+                PluginKind::Patch,
+                PluginKind::FxProgramFix,
+                PluginKind::FxNodeFix,
+                PluginKind::OnnxTranslation,
+                PluginKind::OnnxIrFix
+            ]
+        );
+    }
+}
