@@ -579,7 +579,7 @@ fn export(run: Run, worker: &mut Option<Worker>, job: Job) -> Result<Component> 
     let unchanged = job.input.traced().filter(|traced| {
         program.graph().changes() == changes_before && traced.summary.cached.is_none()
     });
-    let emitted = emit(run, worker, &job, &mut program, unchanged, staged.path())?;
+    let emitted = emit_artifact(run, worker, &job, &mut program, unchanged, staged.path())?;
     stages.extend(emitted.stages);
     let (verified, verify_time) = match (&emitted.runtime, job.verify) {
         (Some(runtime), true) => {
@@ -694,7 +694,7 @@ struct Emitted {
 /// still is the program (the FX stages left it as it was, and it was not
 /// restored from the trace cache, whose program is rebuilt from what was
 /// read and checked, as a `.pt2` input is).
-fn emit(
+fn emit_artifact(
     run: Run,
     worker: &mut Option<Worker>,
     job: &Job,
