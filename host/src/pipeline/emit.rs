@@ -1,7 +1,7 @@
 //! The emit step: the program after the FX stages becomes the artifact.
 //! One function per artifact (IR JSON, `.pt2`, `.onnx`, portable `.pte`,
 //! delegated `.pte`); each writes atomically. Which one runs, and from what,
-//! the pipeline decides ([`super::export`]).
+//! the pipeline decides (its emit step, `emit_artifact`).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
