@@ -1,11 +1,15 @@
 //! The emit step: the program after the FX stages becomes the artifact.
-//! One function per [`Artifact`] variant; each writes atomically.
+//! One function per artifact (IR JSON, `.pt2`, `.onnx`, portable `.pte`,
+//! delegated `.pte`); each writes atomically. Which one runs, and from what,
+//! the pipeline decides (its emit step, `emit_artifact`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
 use super::options::OnnxOptions;
+use super::summary::Lowered;
 use super::Progress;
 use crate::graph::pt2::prewrite::Prewritten;
 use crate::graph::pt2::{convert, Pt2};
@@ -13,7 +17,18 @@ use crate::graph::Graph;
 use crate::onnx::optimize::OptimizeReport;
 use crate::plugins::loading::LoadedSet;
 use crate::plugins::{kind, Backend};
+use crate::stages::onnx_translation::{ProgramSource, TranslationError};
 use crate::stages::{self, onnx_ir_fix, onnx_translation, OnPluginError, StageReport};
+use crate::trace::protocol::{Delegate, EdgeProgram, Lower};
+use crate::trace::Worker;
+
+/// What an emission that runs plugins runs them with.
+#[derive(Clone, Copy)]
+pub struct EmitContext<'a> {
+    pub loaded: &'a LoadedSet,
+    pub on_plugin_error: OnPluginError,
+    pub progress: Progress,
+}
 
 /// The program as read: a `.pt2` (kept open: its weights are written from
 /// the map) with its graph, or a graph from IR JSON.
@@ -54,6 +69,13 @@ pub fn pt2(
     Ok(pt2.write_continuing(output, &model_program(pt2, graph, output)?, prewritten)?)
 }
 
+/// A traced `.pt2` the FX stages left as it was, its weights inside: the
+/// file torch wrote, linked into place.
+pub fn pt2_as_traced(traced: &Path, output: &Path) -> Result<()> {
+    crate::atomic::link_into_place(traced, output)
+        .with_context(|| format!("writing {}", output.display()))
+}
+
 /// As [`pt2`], for the worker's ExecuTorch steps: the weights stay where they
 /// are, indexed beside it ([`Pt2::write_indexed`]).
 pub fn pt2_for_worker(pt2: &Pt2, graph: &Graph, output: &Path) -> Result<()> {
@@ -73,6 +95,17 @@ fn model_program(
     Ok([("model".to_string(), program)].into())
 }
 
+/// What the ONNX model takes from where its program came from.
+pub struct OnnxInput {
+    /// Traced or read as saved, which an op without a translation says.
+    pub source: ProgramSource,
+    /// The tensor inputs' and outputs' names (empty: the program's own).
+    pub input_names: Vec<String>,
+    pub output_names: Vec<String>,
+    /// The external data file's first initializers, written while the worker traced.
+    pub prewritten: Option<crate::onnx::prewrite::PrewrittenData>,
+}
+
 /// What the ONNX emission reports.
 pub struct OnnxEmitted {
     /// The translation and IR-fix stages.
@@ -85,30 +118,34 @@ pub struct OnnxEmitted {
 
 /// The ONNX stages (translations, IR fixes), the generic passes, then the
 /// model, written atomically to `target`.
-#[allow(clippy::too_many_arguments)] // the emission's inputs, each distinct
 pub fn onnx(
+    cx: EmitContext,
     pt2: &Pt2,
     graph: &mut Graph,
-    loaded: &LoadedSet,
     options: &OnnxOptions,
-    on_plugin_error: OnPluginError,
-    (input_names, output_names): (Vec<String>, Vec<String>),
+    input: OnnxInput,
     target: &Path,
-    prewritten: Option<crate::onnx::prewrite::PrewrittenData>,
-    progress: Progress,
 ) -> Result<OnnxEmitted> {
     use crate::onnx::{emit, passes, weights};
+    let EmitContext { loaded, on_plugin_error, progress } = cx;
     let program = pt2.programs.get("model").context("no `model` program")?;
     let roles = crate::onnx::inputs::named_user_inputs(
         program,
         crate::onnx::inputs::input_roles(program),
-        &input_names,
+        &input.input_names,
     );
-    let output_names = crate::onnx::inputs::output_names(program, &input_names, &output_names);
+    let output_names =
+        crate::onnx::inputs::output_names(program, &input.input_names, &input.output_names);
     progress.step("onnx", "translations");
     let translations = stages::select::<kind::OnnxTranslation>(&loaded.set.plugins, Backend::Onnx);
     let (mut builder, translated) =
-        onnx_translation::run(&loaded.runtime, &translations, graph, &roles, options.opset)?;
+        onnx_translation::run(&loaded.runtime, &translations, graph, &roles, options.opset)
+            .map_err(|mut e| {
+                if let TranslationError::Missing { source_note, .. } = &mut e {
+                    *source_note = input.source;
+                }
+                e
+            })?;
     progress.step("onnx", "IR fixes");
     let ir_fixes = stages::select::<kind::OnnxIrFix>(&loaded.set.plugins, Backend::Onnx);
     let mut model = crate::onnx::Model { nodes: std::mem::take(&mut builder.nodes) };
@@ -137,12 +174,81 @@ pub fn onnx(
     let storage = if options.external_data
         || weights::weight_bytes(&planned.initializers) >= emit::PROTOBUF_LIMIT
     {
-        emit::WeightStorage::External { prewritten: prewritten.map(Box::new) }
+        emit::WeightStorage::External { prewritten: input.prewritten.map(Box::new) }
     } else {
         emit::WeightStorage::Embedded
     };
     let weights_prewritten = emit::write(target, planned, storage, pt2)?;
     Ok(OnnxEmitted { stages: vec![translated, fixed], optimized, nodes, weights_prewritten })
+}
+
+/// The worker's ExecuTorch steps: the worker, the deadline of each request,
+/// and the scratch folder they write in.
+pub struct Lowering<'w> {
+    pub worker: &'w mut Worker,
+    pub deadline: Duration,
+    pub work: &'w Path,
+}
+
+/// A `.pte` with a delegate: ExecuTorch lowers `program` in the worker with
+/// the delegate's partitioner, into the scratch folder; the file then moves
+/// to `output`, so a `.pte` is never half there.
+pub fn pte_delegated(
+    progress: Progress,
+    lowering: Lowering,
+    program: PathBuf,
+    delegate: Delegate,
+    output: &Path,
+) -> Result<Lowered> {
+    progress.step(
+        "lower",
+        &format!("ExecuTorch edge + {} partitioner, to_executorch", delegate.name()),
+    );
+    let pte = lowering.work.join("model.pte");
+    let request = Lower { program, output: pte.clone(), delegate };
+    let reply =
+        lowering.worker.request(&request, lowering.deadline).context("lowering with ExecuTorch")?;
+    crate::atomic::move_into_place(&pte, output)
+        .with_context(|| format!("writing {}", output.display()))?;
+    Ok(Lowered::Delegated(reply))
+}
+
+/// A portable `.pte`: ExecuTorch's edge decomposition of `program` in the
+/// worker, then hfx's native emitter, every op a portable kernel. The edge
+/// program's weights stay where the worker found them: in `side_files`, the
+/// files the traced program's are in. `provenance` (JSON) goes in as named data.
+pub fn pte_portable(
+    progress: Progress,
+    lowering: Lowering,
+    program: PathBuf,
+    side_files: &[PathBuf],
+    provenance: &[u8],
+    output: &Path,
+) -> Result<Lowered> {
+    progress.step("lower", "ExecuTorch's edge decomposition (worker)");
+    let edge_path = lowering.work.join("edge.pt2");
+    let request = EdgeProgram { program, output: edge_path.clone() };
+    let edge = lowering
+        .worker
+        .request(&request, lowering.deadline)
+        .context("decomposing for ExecuTorch's edge dialect")?;
+    progress.step("emit", "portable .pte (hfx's native emitter)");
+    let started = Instant::now();
+    let mut edge_pt2 = Pt2::open(&edge_path)?;
+    if edge.side_weights {
+        edge_pt2
+            .attach_side_weights(&crate::graph::pt2::side_weights_path(&edge_path), side_files)?;
+    }
+    let model = edge_pt2
+        .programs
+        .get("model")
+        .with_context(|| format!("{}: no `model` program", edge_path.display()))?;
+    let edge_graph = convert::to_ir(model)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("{}", edge_path.display()))?;
+    let specs = crate::executorch::write::Specs { inputs: &edge.in_spec, outputs: &edge.out_spec };
+    let emitted = crate::executorch::emit(&edge_pt2, &edge_graph, specs, provenance, output)?;
+    Ok(Lowered::Portable { edge, emitted, emit: started.elapsed() })
 }
 
 /// `metadata_props`: who wrote the model, against which upstream versions,

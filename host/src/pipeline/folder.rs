@@ -171,3 +171,121 @@ pub fn provenance(set: &PluginSet, backend: Backend) -> serde_json::Value {
         .collect();
     json!({"version": env!("CARGO_PKG_VERSION"), "plugins": plugins})
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{ModelSource, TraceRequest};
+
+    fn trace() -> Trace {
+        let mut request = TraceRequest::new(ModelSource::Architecture {
+            name: "llama".into(),
+            overrides: Vec::new(),
+        });
+        request.dynamic = true;
+        Trace {
+            request,
+            deadline: std::time::Duration::from_secs(60),
+            hub: None,
+            load_weights: false,
+            cache: None,
+            verify_layers: None,
+        }
+    }
+
+    fn set() -> PluginSet {
+        let upstream = [("torch", "2.13.0"), ("transformers", "5.24.0"), ("onnx", "1.19.0")];
+        PluginSet {
+            plugins: Vec::new(),
+            skipped: Vec::new(),
+            upstream: upstream.iter().map(|(p, v)| (p.to_string(), v.to_string())).collect(),
+        }
+    }
+
+    #[test]
+    fn a_finished_folder_holds_what_this_export_wrote_and_its_manifest() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("export");
+        // A folder exported before as `.pte`, with a file of the user's.
+        std::fs::create_dir(&out).unwrap();
+        for stale in ["model.pte", "decode.pte", "notes.txt"] {
+            std::fs::write(out.join(stale), "before").unwrap();
+        }
+        let folder = ExportFolder::beside(&out).unwrap();
+        let artifact = Artifact::Onnx(super::super::OnnxOptions {
+            opset: 18,
+            external_data: true,
+            optimize: true,
+        });
+        let model = folder.component("model", &artifact);
+        assert_eq!(model, folder.scratch().join("model.onnx"));
+        for file in ["model.onnx", "model.onnx.data", "model.reference.pt", "config.json"] {
+            std::fs::write(folder.scratch().join(file), file).unwrap();
+        }
+        let scratch = folder.scratch().to_path_buf();
+        let metadata = serde_json::json!({"task": "text-generation"});
+        folder
+            .finish(&artifact, &trace(), &[("model".into(), metadata)], &set(), Backend::Onnx)
+            .unwrap();
+        assert!(!scratch.exists());
+        let mut files: Vec<String> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .collect();
+        files.sort();
+        assert_eq!(
+            files,
+            [
+                "config.json",
+                "export.json",
+                "model.onnx",
+                "model.onnx.data",
+                "model.reference.pt",
+                "notes.txt"
+            ]
+        );
+        assert_eq!(std::fs::read_to_string(out.join("model.onnx")).unwrap(), "model.onnx");
+        let manifest: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("export.json")).unwrap()).unwrap();
+        assert_eq!(manifest["schema_version"], 1);
+        assert_eq!(manifest["export_format"], "onnx");
+        let model = &manifest["components"]["model"];
+        assert_eq!(model["file"], "model.onnx");
+        let metadata = &model["metadata"];
+        assert_eq!(metadata["task"], "text-generation");
+        // The reference's packages: transformers and the format's, those installed.
+        assert_eq!(
+            metadata["packages"],
+            serde_json::json!({"transformers": "5.24.0", "torch": "2.13.0", "onnx": "1.19.0"})
+        );
+        let config = &metadata["export_config"];
+        assert_eq!(config["dynamic"], true);
+        assert_eq!(config["dynamic_shapes"], serde_json::Value::Null);
+        assert_eq!(config["opset_version"], 18);
+        assert_eq!(config["optimize"], true);
+        assert_eq!(metadata["hfx"]["version"], env!("CARGO_PKG_VERSION"));
+        assert_eq!(metadata["hfx"]["plugins"], serde_json::json!([]));
+    }
+
+    #[test]
+    fn a_pte_folder_records_the_reference_executorch_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("export");
+        let folder = ExportFolder::beside(&out).unwrap();
+        let artifact = Artifact::Pte(super::super::Pte::Portable);
+        std::fs::write(folder.component("model", &artifact), "pte").unwrap();
+        let metadata = serde_json::json!({});
+        folder
+            .finish(&artifact, &trace(), &[("model".into(), metadata)], &set(), Backend::Executorch)
+            .unwrap();
+        let manifest: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("export.json")).unwrap()).unwrap();
+        assert_eq!(manifest["export_format"], "executorch");
+        let config = &manifest["components"]["model"]["metadata"]["export_config"];
+        assert_eq!(config["backend"], "portable");
+        for field in ["alloc_graph_input", "alloc_graph_output", "alloc_mutable_buffers"] {
+            assert_eq!(config[field], true, "{field}");
+        }
+        assert_eq!(config.get("opset_version"), None);
+    }
+}

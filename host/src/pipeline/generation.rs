@@ -13,20 +13,18 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 
-use super::summary::Component;
-use crate::trace::protocol::{GenerateCheck, GenerateCheckReply, GenerateStep};
+use crate::trace::protocol::{GenerateCheck, GenerateCheckReply, GenerateStep, VerifyModel};
 use crate::trace::Worker;
 
-/// Runs the check; tokens that differ anywhere are an error naming the first step.
+/// Runs the check over the exported `components` (each one's name and
+/// artifact); tokens that differ anywhere are an error naming the first step.
 pub fn check(
     worker: &mut Worker,
-    components: &[Component],
+    components: std::collections::BTreeMap<String, VerifyModel>,
     steps: u32,
     tolerance: f64,
     deadline: Duration,
 ) -> Result<GenerateCheckReply> {
-    let components =
-        components.iter().filter_map(|c| Some((c.name.clone(), c.artifact.clone()?))).collect();
     let reply = worker.request(
         &GenerateCheck { components, steps, atol: tolerance, rtol: tolerance },
         deadline,
@@ -66,20 +64,29 @@ pub fn check(
     Ok(reply)
 }
 
+/// Prints the check's lines ([`write`]) on stdout.
 pub fn print(check: &GenerateCheckReply) {
+    let mut out = String::new();
+    write(&mut out, check).expect("writing to a String");
+    print!("{out}");
+}
+
+/// The check's lines: a line for the whole, one per token.
+pub fn write(out: &mut impl std::fmt::Write, check: &GenerateCheckReply) -> std::fmt::Result {
     let worst = check.steps.iter().filter_map(|s| s.max_abs).fold(0.0_f64, f64::max);
     let calls: Vec<String> =
         check.calls.iter().map(|c| format!("{} {}", c.name, c.calls)).collect();
-    println!(
+    writeln!(out,
         "generate {} greedy token(s) x {} row(s): {} eager `generate` (component calls: {}; logits max abs error {worst:.2e}; {})",
         check.steps.len(),
         check.steps.first().map_or(0, |s| s.eager_tokens.len()),
         if check.identical { "identical to" } else { "DIFFERENT from" },
         calls.join(", "),
         check.providers.join(", ")
-    );
+    )?;
     for (i, step) in check.steps.iter().enumerate() {
-        println!(
+        writeln!(
+            out,
             "  token {:<3} {:?}{}  logits max abs {}{}",
             i + 1,
             step.tokens,
@@ -90,6 +97,7 @@ pub fn print(check: &GenerateCheckReply) {
             },
             step.max_abs.map_or("not finite".into(), |e| format!("{e:.2e}")),
             if step.ok { "" } else { "  MISMATCH" }
-        );
+        )?;
     }
+    Ok(())
 }

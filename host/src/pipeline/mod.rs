@@ -30,6 +30,7 @@ use crate::graph::Graph;
 use crate::plugins::loading::{LoadedSet, Purpose};
 use crate::plugins::Backend;
 use crate::prewrite::{Prewrite, PrewriteFor};
+use crate::stages::onnx_translation::ProgramSource;
 use crate::trace::Worker;
 use emit::Program;
 use folder::ExportFolder;
@@ -80,6 +81,15 @@ struct Written {
 }
 
 impl Written {
+    /// `target`'s, its export folder's scratch folder made (beside the folder).
+    fn new(target: &Target) -> Result<Written> {
+        let folder = match &target.destination {
+            Destination::Folder(dir) => Some(ExportFolder::beside(dir)?),
+            Destination::File(_) => None,
+        };
+        Ok(Written { target: target.clone(), folder, components: Vec::new() })
+    }
+
     fn output(&self, component: &str) -> PathBuf {
         match &self.folder {
             Some(f) => f.component(component, &self.target.artifact),
@@ -88,9 +98,42 @@ impl Written {
     }
 }
 
+/// What every step of a run reads once its plugins are loaded.
+#[derive(Clone, Copy)]
+struct Run<'a> {
+    options: &'a RunOptions,
+    loaded: &'a LoadedSet,
+    progress: Progress,
+}
+
+impl<'a> Run<'a> {
+    fn emitting(&self) -> emit::EmitContext<'a> {
+        emit::EmitContext {
+            loaded: self.loaded,
+            on_plugin_error: self.options.on_plugin_error,
+            progress: self.progress,
+        }
+    }
+
+    /// The worker kept from the trace, or a new one (a run that read its
+    /// program from a file, or whose trace worker was not kept).
+    fn worker<'w>(&self, worker: &'w mut Option<Worker>) -> Result<&'w mut Worker> {
+        Ok(match worker {
+            Some(w) => w,
+            None => worker.insert(start_worker(self.options, self.progress)?),
+        })
+    }
+}
+
+/// A run whose program is traced: the model to trace is its source.
+#[derive(Clone, Copy)]
+struct TracedRun<'a> {
+    run: Run<'a>,
+    trace: &'a Trace,
+}
+
 /// Runs the pipeline: one summary per target, in the order asked.
 pub fn run(mut options: RunOptions, progress: Progress) -> Result<Vec<RunSummary>> {
-    let mut written = Vec::new();
     for target in &options.targets {
         for stale in Scratch::remove_stale_beside(target.destination.path()) {
             tracing::info!("removed the stale scratch folder {}", stale.display());
@@ -98,41 +141,14 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<Vec<RunSummary
     }
     // Every scratch folder of the run, the worker's among them, is made in these.
     let _staging = scratch::Staging::beside(options.targets.iter().map(|t| t.destination.path()))?;
-    for target in &options.targets {
-        // An export folder: the artifacts are written into a scratch folder beside
-        // it, and everything moves in at the end.
-        let folder = match &target.destination {
-            Destination::Folder(dir) => Some(ExportFolder::beside(dir)?),
-            Destination::File(_) => None,
-        };
-        written.push(Written { target: target.clone(), folder, components: Vec::new() });
-    }
-    let lowered_by_worker = options.targets.iter().any(|t| matches!(t.artifact, Artifact::Pte(_)));
+    // An export folder: the artifacts are written into a scratch folder beside
+    // it, and everything moves in at the end.
+    let mut written = options.targets.iter().map(Written::new).collect::<Result<Vec<_>>>()?;
     if let Source::Trace(trace) = &mut options.source {
-        trace.request.folder = written[0].folder.as_ref().map(|f| f.scratch().to_path_buf());
-        // The host writes an ONNX model's, a `.pt2`'s or a portable `.pte`'s
-        // weights itself, from where they are: the worker need not pack them
-        // into its `.pt2`, and a model folder's stay in its checkpoint (the
-        // worker never reads them unless the eager reference is asked for).
-        // ExecuTorch's steps in the worker map them where they are too.
-        use crate::trace::protocol::Weights;
-        let from_folder =
-            matches!(trace.request.source, crate::trace::ModelSource::Directory { .. });
-        trace.request.weights = match () {
-            _ if options.targets.iter().any(|t| t.artifact == Artifact::IrJson) => {
-                Weights::InArchive
-            }
-            _ if from_folder && !trace.load_weights => Weights::Streamed,
-            _ => Weights::Side,
-        };
-        trace.request.reference = options.verify || trace.request.weights != Weights::Streamed;
-        // Neither XNNPACK nor the portable kernels run transformers' grouped
-        // experts (`_grouped_mm`, `histc`, `sort`): MoE experts run as
-        // `batched_mm`, as the reference's `prepare_for_xnnpack` sets them.
-        if lowered_by_worker {
-            trace.request.experts = Some("batched_mm".into());
-        }
+        let folder = written[0].folder.as_ref().map(|f| f.scratch().to_path_buf());
+        prepare(trace, &options.targets, options.verify, folder);
     }
+    let options = &options;
 
     // ── trace (or the file named), then each program through each backend ──
     let mut worker = None;
@@ -142,59 +158,39 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<Vec<RunSummary
     let loaded = match &options.source {
         Source::Trace(trace) => {
             progress.step("trace", "starting the worker");
-            let started = start_worker(&options, progress)?;
+            let started = start_worker(options, progress)?;
             worker_python = Some(started.hello.python.clone());
             // The worker says which upstream versions are installed; plugins resolve against them.
-            let loaded = load_plugins(&options, Some(&started), progress)?;
+            let loaded = load_plugins(options, Some(&started), progress)?;
+            let run = TracedRun { run: Run { options, loaded: &loaded, progress }, trace };
             match &trace.request.generation {
-                None => export_traced(
-                    &options,
-                    trace,
-                    &loaded,
-                    started,
-                    &mut written,
-                    &mut worker,
-                    lowered_by_worker,
-                    progress,
-                )?,
+                None => export_traced(run, started, &mut written, &mut worker)?,
                 Some(asked) => {
                     let [w] = written.as_mut_slice() else {
                         bail!("--generation exports one backend at a time: give --backend one backend")
                     };
-                    generation = export_for_generation(
-                        &options,
-                        trace,
-                        asked,
-                        &loaded,
-                        started,
-                        w,
-                        &mut worker,
-                        lowered_by_worker,
-                        progress,
-                    )?;
+                    generation = export_for_generation(run, asked, started, w, &mut worker)?;
                 }
             }
             loaded
         }
         Source::Pt2(path) | Source::IrJson(path) => {
-            let loaded = load_plugins(&options, None, progress)?;
+            let loaded = load_plugins(options, None, progress)?;
+            let run = Run { options, loaded: &loaded, progress };
             let input = match &options.source {
                 Source::Pt2(_) => Input::Pt2(path),
                 _ => Input::IrJson(path),
             };
             for w in &mut written {
                 let output = w.output(MODEL);
-                w.components.push(export(
-                    &options,
-                    &w.target,
-                    &loaded,
-                    &mut worker,
-                    MODEL,
+                let job = Job {
+                    target: &w.target,
+                    name: MODEL,
                     input,
-                    &output,
-                    options.verify,
-                    progress,
-                )?);
+                    output: &output,
+                    verify: options.verify,
+                };
+                w.components.push(export(run, &mut worker, job)?);
             }
             loaded
         }
@@ -209,34 +205,7 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<Vec<RunSummary
                 let Source::Trace(trace) = &options.source else {
                     bail!("an export folder records the traced model's metadata: trace it (--model, --model-dir, --model-fn)");
                 };
-                let dir = folder.dir().to_path_buf();
-                let recorded = components
-                    .iter()
-                    .map(|c| {
-                        Ok((
-                            c.name.clone(),
-                            c.metadata
-                                .clone()
-                                .context("an export folder records the traced model's metadata")?,
-                        ))
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                folder.finish(&target.artifact, trace, &recorded, &loaded.set, target.backend)?;
-                // The files moved from the scratch folder into the export folder: say where they are.
-                let moved = |path: &mut PathBuf| {
-                    if let Some(name) = path.file_name() {
-                        *path = dir.join(name);
-                    }
-                };
-                for c in &mut components {
-                    if let Some(reference) = &mut c.reference {
-                        moved(reference);
-                    }
-                    if let Some(artifact) = &mut c.artifact {
-                        moved(artifact.path_mut());
-                    }
-                }
-                dir
+                finish_folder(folder, &target, trace, &loaded, &mut components)?
             }
             None => target.destination.path().to_path_buf(),
         };
@@ -261,25 +230,81 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<Vec<RunSummary
     Ok(summaries)
 }
 
-/// A traced model, one trace for every target: each target's export of it
-/// (checked first on the model's first layers with `--verify-layers`).
-#[allow(clippy::too_many_arguments)] // the run's parts, each distinct
-fn export_traced(
-    options: &RunOptions,
+/// Backend preparation, before the trace: where the traced program's weights
+/// go, whether the eager reference is written, how experts run; and the
+/// export folder's scratch folder, where the worker saves the configs.
+fn prepare(trace: &mut Trace, targets: &[Target], verify: bool, folder: Option<PathBuf>) {
+    use crate::trace::protocol::Weights;
+    trace.request.folder = folder;
+    // The host writes an ONNX model's, a `.pt2`'s or a portable `.pte`'s
+    // weights itself, from where they are: the worker need not pack them
+    // into its `.pt2`, and a model folder's stay in its checkpoint (the
+    // worker never reads them unless the eager reference is asked for).
+    // ExecuTorch's steps in the worker map them where they are too.
+    let from_folder = matches!(trace.request.source, crate::trace::ModelSource::Directory { .. });
+    trace.request.weights = match () {
+        _ if targets.iter().any(|t| t.artifact == Artifact::IrJson) => Weights::InArchive,
+        _ if from_folder && !trace.load_weights => Weights::Streamed,
+        _ => Weights::Side,
+    };
+    trace.request.reference = verify || trace.request.weights != Weights::Streamed;
+    // Neither XNNPACK nor the portable kernels run transformers' grouped
+    // experts (`_grouped_mm`, `histc`, `sort`): MoE experts run as
+    // `batched_mm`, as the reference's `prepare_for_xnnpack` sets them.
+    if targets.iter().any(|t| matches!(t.artifact, Artifact::Pte(_))) {
+        trace.request.experts = Some("batched_mm".into());
+    }
+}
+
+/// Writes `export.json` and moves the export folder's files in; the
+/// components' paths then name where their files are. Returns the folder.
+fn finish_folder(
+    folder: ExportFolder,
+    target: &Target,
     trace: &Trace,
     loaded: &LoadedSet,
-    mut started: Worker,
-    written: &mut [Written],
-    worker: &mut Option<Worker>,
-    lowered_by_worker: bool,
-    progress: Progress,
-) -> Result<()> {
-    let backends: Vec<Backend> = written.iter().map(|w| w.target.backend).collect();
-    // A `.pt2`, or an ONNX model's external data, going into an export folder
-    // gets its weights written while the worker traces (into the scratch
-    // folder, which goes on every way out); verified, it is written elsewhere
-    // first. One artifact: the first that can.
-    let prewrite = written.iter().filter(|w| w.folder.is_some() && !options.verify).find_map(|w| {
+    components: &mut [Component],
+) -> Result<PathBuf> {
+    let dir = folder.dir().to_path_buf();
+    let recorded = components
+        .iter()
+        .map(|c| {
+            Ok((
+                c.name.clone(),
+                c.metadata
+                    .clone()
+                    .context("an export folder records the traced model's metadata")?,
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    folder.finish(&target.artifact, trace, &recorded, &loaded.set, target.backend)?;
+    for c in components {
+        if let Some(reference) = &mut c.reference {
+            moved_into(&dir, reference);
+        }
+        if let Some(artifact) = &mut c.artifact {
+            moved_into(&dir, artifact.path_mut());
+        }
+    }
+    Ok(dir)
+}
+
+/// `path` as it is once its file has moved into `dir`.
+fn moved_into(dir: &Path, path: &mut PathBuf) {
+    if let Some(name) = path.file_name() {
+        *path = dir.join(name);
+    }
+}
+
+/// The artifact whose first weights are written while the worker traces, and
+/// what it is: a `.pt2`, or an ONNX model's external data, going into an
+/// export folder (into its scratch folder, which goes on every way out); one
+/// verified is written elsewhere first. One artifact: the first that can.
+fn prewritten_target(written: &[Written], verify: bool) -> Option<(PathBuf, PrewriteFor)> {
+    if verify {
+        return None;
+    }
+    written.iter().filter(|w| w.folder.is_some()).find_map(|w| {
         let to = match &w.target.artifact {
             Artifact::Pt2 => PrewriteFor::Archive,
             Artifact::Onnx(onnx) if onnx.external_data => {
@@ -288,17 +313,34 @@ fn export_traced(
             _ => return None,
         };
         Some((w.output(MODEL), to))
-    });
+    })
+}
+
+/// A traced model, one trace for every target: each target's export of it
+/// (checked first on the model's first layers with `--verify-layers`).
+fn export_traced(
+    traced_run: TracedRun,
+    mut started: Worker,
+    written: &mut [Written],
+    worker: &mut Option<Worker>,
+) -> Result<()> {
+    let TracedRun { run, trace } = traced_run;
+    let options = run.options;
+    let backends: Vec<Backend> = written.iter().map(|w| w.target.backend).collect();
+    let prewrite = prewritten_target(written, options.verify);
     let prewrite = prewrite.as_ref().map(|(path, to)| (path.as_path(), *to));
-    let traced =
-        trace::run(&mut started, trace, loaded, &backends, &written[0].output(MODEL), prewrite)?;
+    let traced = trace::run(
+        &mut started,
+        trace,
+        run.loaded,
+        &backends,
+        &written[0].output(MODEL),
+        prewrite,
+    )?;
     // Checked on a truncated model before anything lands: each target's checks.
     let mut kept = Some(started);
     let truncated = match trace.verify_layers {
-        Some(layers) => Some((
-            layers,
-            verify_truncated(options, trace, layers, loaded, &mut kept, written, progress)?,
-        )),
+        Some(layers) => Some((layers, verify_truncated(traced_run, layers, &mut kept, written)?)),
         None => None,
     };
     let started = kept.context("the trace worker went away")?;
@@ -309,7 +351,7 @@ fn export_traced(
     // reaped when `_killed` drops, at the end of this function (waiting for
     // a 700 MB process to go took 50 ms of the run).
     let mut _killed = None;
-    if options.verify || lowered_by_worker {
+    if options.verify || options.lowers_in_worker() {
         *worker = Some(started);
     } else {
         _killed.insert(started).kill();
@@ -326,22 +368,19 @@ fn export_traced(
             }
         }
         let output = w.output(MODEL);
-        // The trace is reported once, with the first target.
-        let mut component = export(
-            options,
-            &w.target,
-            loaded,
-            worker,
-            MODEL,
-            Input::Traced(&traced),
-            &output,
-            options.verify,
-            progress,
-        )?;
+        let job = Job {
+            target: &w.target,
+            name: MODEL,
+            input: Input::Traced(&traced),
+            output: &output,
+            verify: options.verify,
+        };
+        let mut component = export(run, worker, job)?;
         if let Some((layers, checks)) = &truncated {
             component.verified = checks[i].clone();
             component.verified_layers = Some(*layers);
         }
+        // The trace is reported once, with the first target.
         w.components.push(Component { trace: component.trace.filter(|_| i == 0), ..component });
     }
     Ok(())
@@ -350,18 +389,15 @@ fn export_traced(
 /// `--generation`: the components one `generate` call is made of, each traced
 /// by name in the worker that captured them and exported to `w`'s target;
 /// with `--verify`, the generation check.
-#[allow(clippy::too_many_arguments)] // the run's parts, each distinct
 fn export_for_generation(
-    options: &RunOptions,
-    trace: &Trace,
+    traced_run: TracedRun,
     asked: &crate::trace::Generation,
-    loaded: &LoadedSet,
     mut started: Worker,
     w: &mut Written,
     worker: &mut Option<Worker>,
-    lowered_by_worker: bool,
-    progress: Progress,
 ) -> Result<Option<crate::trace::protocol::GenerateCheckReply>> {
+    let TracedRun { run, trace } = traced_run;
+    let (options, progress) = (run.options, run.progress);
     let backends = [w.target.backend];
     let mut generation = None;
     if w.folder.is_none() {
@@ -385,26 +421,10 @@ fn export_for_generation(
         for (component, output) in captured.components.iter().zip(outputs) {
             let name = &component.name;
             progress.step("trace", &format!("component `{name}`"));
-            let mut request = trace.request.clone();
-            request.source = crate::trace::ModelSource::Captured { component: name.clone() };
-            request.folder = None; // the capture saved the configs
-            let one = Trace {
-                request,
-                deadline: trace.deadline,
-                hub: trace.hub.clone(),
-                load_weights: trace.load_weights,
-                cache: None,
-                verify_layers: None,
-            };
-            let traced = trace::run(
-                kept_or_started(worker, options, progress)?,
-                &one,
-                loaded,
-                &backends,
-                &output,
-                None,
-            )
-            .with_context(|| format!("component `{name}`"))?;
+            let one = trace.captured(name);
+            let traced =
+                trace::run(run.worker(worker)?, &one, run.loaded, &backends, &output, None)
+                    .with_context(|| format!("component `{name}`"))?;
             if let Some(previous) = emitting.take() {
                 let (component, folder) = joined(previous)?;
                 components.push(component);
@@ -413,21 +433,13 @@ fn export_for_generation(
             // Verified by generating with all of them (below): a component's cache
             // output may differ from eager by design (a sliding window traced whole).
             let emit = move |worker: &mut Option<Worker>| -> Result<Exported> {
-                let component = export(
-                    options,
-                    target,
-                    loaded,
-                    worker,
-                    name,
-                    Input::Traced(&traced),
-                    &output,
-                    false,
-                    progress,
-                )
-                .with_context(|| format!("component `{name}`"))?;
+                let input = Input::Traced(&traced);
+                let job = Job { target, name, input, output: &output, verify: false };
+                let component =
+                    export(run, worker, job).with_context(|| format!("component `{name}`"))?;
                 Ok((component, traced.scratch))
             };
-            if lowered_by_worker {
+            if options.lowers_in_worker() {
                 let (component, folder) = emit(worker)?;
                 components.push(component);
                 traced_folders.push(folder);
@@ -450,9 +462,11 @@ fn export_for_generation(
             ),
         );
         let tolerance = verify::tolerance(&target.artifact);
-        let worker = kept_or_started(worker, options, progress)?;
+        let worker = run.worker(worker)?;
+        let artifacts =
+            components.iter().filter_map(|c| Some((c.name.clone(), c.artifact.clone()?))).collect();
         let check =
-            generation::check(worker, components, asked.steps, tolerance, options.verify_deadline)?;
+            generation::check(worker, artifacts, asked.steps, tolerance, options.verify_deadline)?;
         generation = Some(check);
     }
     Ok(generation)
@@ -465,66 +479,46 @@ fn export_for_generation(
 /// read: only the first layers' (and the layers around them, embeddings and
 /// head) for the eager reference.
 fn verify_truncated(
-    options: &RunOptions,
-    trace: &Trace,
+    traced_run: TracedRun,
     layers: u32,
-    loaded: &LoadedSet,
     worker: &mut Option<Worker>,
     written: &[Written],
-    progress: Progress,
 ) -> Result<Vec<Vec<crate::trace::protocol::Check>>> {
-    let crate::trace::ModelSource::Directory { path, trust_remote_code, .. } =
-        &trace.request.source
-    else {
-        bail!("--verify-layers truncates a model folder's config: give --model-dir or --model-id")
-    };
-    progress
+    let TracedRun { run, trace } = traced_run;
+    let small = trace.truncated(layers)?;
+    run.progress
         .step("verify", &format!("the model's first {layers} layers, from the same checkpoint"));
-    let mut request = trace.request.clone();
-    request.source = crate::trace::ModelSource::Directory {
-        path: path.clone(),
-        trust_remote_code: *trust_remote_code,
-        layers: Some(layers),
-    };
-    request.reference = true;
-    request.folder = None;
-    let small = Trace {
-        request,
-        deadline: trace.deadline,
-        hub: None,
-        load_weights: trace.load_weights,
-        cache: None,
-        verify_layers: None,
-    };
     let scratch = Scratch::beside(written[0].target.destination.path(), "verify-layers")?;
     let backends: Vec<Backend> = written.iter().map(|w| w.target.backend).collect();
     let traced = trace::run(
-        kept_or_started(worker, options, progress)?,
+        run.worker(worker)?,
         &small,
-        loaded,
+        run.loaded,
         &backends,
         &scratch.path().join("model"),
         None,
     )?;
     let mut checks = Vec::new();
     for w in written {
-        let output =
-            scratch.path().join(w.target.artifact.folder_file(&format!("first-{layers}-layers")));
-        let component = export(
-            options,
-            &w.target,
-            loaded,
-            worker,
-            "truncated",
-            Input::Traced(&traced),
-            &output,
-            true,
-            progress,
-        )
-        .with_context(|| format!("--verify-layers {layers}: the model's first {layers} layers"))?;
+        let output = scratch.path().join(truncated_file(&w.target.artifact, layers));
+        let job = Job {
+            target: &w.target,
+            name: "truncated",
+            input: Input::Traced(&traced),
+            output: &output,
+            verify: true,
+        };
+        let component = export(run, worker, job).with_context(|| {
+            format!("--verify-layers {layers}: the model's first {layers} layers")
+        })?;
         checks.push(component.verified);
     }
     Ok(checks)
+}
+
+/// The file `--verify-layers N` exports the truncated model to, in its scratch folder.
+fn truncated_file(artifact: &Artifact, layers: u32) -> String {
+    artifact.folder_file(&format!("first-{layers}-layers"))
 }
 
 /// The regular files directly in `dir` (links followed); none if it does not exist.
@@ -544,29 +538,92 @@ const MODEL: &str = "model";
 /// (the caller decides how long it lives).
 type Exported = (Component, Scratch);
 
-/// One program from read to artifact at `output`: the backend's FX stages,
-/// emission, and (`verify`) the artifact in its runtime against eager before
-/// it moves into place; the eager reference goes beside it.
-#[allow(clippy::too_many_arguments)] // the run's parts and the program's, each distinct
-fn export(
-    options: &RunOptions,
-    target: &Target,
-    loaded: &LoadedSet,
-    worker: &mut Option<Worker>,
-    name: &str,
-    input: Input,
-    output: &Path,
+/// One program to export: what it is read from, for which target, to where.
+#[derive(Clone, Copy)]
+struct Job<'a> {
+    target: &'a Target,
+    /// `model`, a generation component's name, or `truncated` (`--verify-layers`).
+    name: &'a str,
+    input: Input<'a>,
+    output: &'a Path,
+    /// Run the artifact in its runtime against eager before it moves into place.
     verify: bool,
-    progress: Progress,
-) -> Result<Component> {
+}
+
+/// One program from read to artifact: the backend's FX stages, emission,
+/// and (`job.verify`) the artifact in its runtime against eager before it
+/// moves into place; the eager reference goes beside it.
+fn export(run: Run, worker: &mut Option<Worker>, job: Job) -> Result<Component> {
     // ── read ──
     let read_started = Instant::now();
-    let mut program = read(&input, progress)?;
+    let mut program = read(&job.input, run.progress)?;
     let read = read_started.elapsed();
     let nodes_before = program.graph().node_count();
     let changes_before = program.graph().changes();
-    // --dynamic asks for every axis to vary; the ones the model's code fixed are said.
-    let fixed_axes = match (&options.source, &program) {
+    let fixed_axes = fixed_axes(run.options, &job.input, &program);
+
+    // ── the backend's FX stages ──
+    run.progress.step("fx stages", &format!("{nodes_before} nodes"));
+    let mut stages = crate::stages::run_fx_stages(
+        &run.loaded.runtime,
+        &run.loaded.set.plugins,
+        job.target.backend,
+        program.graph_mut(),
+        run.options.on_plugin_error,
+    )?;
+
+    // ── emit, and verify ──
+    run.progress.step("emit", &job.output.display().to_string());
+    let emit_started = Instant::now();
+    let staged = Staged::for_output(job.output, job.verify)?;
+    let unchanged = job.input.traced().filter(|traced| {
+        program.graph().changes() == changes_before && traced.summary.cached.is_none()
+    });
+    let emitted = emit_artifact(run, worker, &job, &mut program, unchanged, staged.path())?;
+    stages.extend(emitted.stages);
+    let (verified, verify_time) = match (&emitted.runtime, job.verify) {
+        (Some(runtime), true) => {
+            let checked = verify_staged(run, worker, &job, runtime, staged.path())?;
+            staged.move_into_place(job.output)?;
+            checked
+        }
+        _ => (Vec::new(), Duration::ZERO),
+    };
+    let emit = emit_started.elapsed();
+
+    // The eager reference goes next to the artifact, for verification.
+    let (reference, summary, metadata) = match &job.input {
+        Input::Traced(traced) => (
+            place_reference(traced, job.output)?,
+            Some(traced.summary.clone()),
+            Some(serde_json::to_value(&traced.export_metadata)?),
+        ),
+        Input::Pt2(_) | Input::IrJson(_) => (None, None, None),
+    };
+    Ok(Component {
+        name: job.name.to_string(),
+        trace: summary,
+        metadata,
+        fixed_axes,
+        reference,
+        read,
+        nodes_before,
+        nodes_after: program.graph().node_count(),
+        stages,
+        optimized: emitted.optimized,
+        lowered: emitted.lowered,
+        verified,
+        verified_layers: None,
+        emit,
+        weights_prewritten: emitted.weights_prewritten,
+        verify: verify_time,
+        artifact: emitted.runtime.map(|r| r.model(job.output)),
+    })
+}
+
+/// `--dynamic` asks for every axis to vary: the ones the model's code fixed.
+fn fixed_axes(options: &RunOptions, input: &Input, program: &Program) -> Vec<trace::FixedAxis> {
+    match (&options.source, program) {
         (Source::Trace(trace), Program::Archive { pt2, graph })
             if trace.request.dynamic && trace.request.dynamic_shapes.is_empty() =>
         {
@@ -577,248 +634,190 @@ fn export(
                 .unwrap_or_default()
         }
         _ => Vec::new(),
-    };
+    }
+}
 
-    // ── the backend's FX stages ──
-    progress.step("fx stages", &format!("{nodes_before} nodes"));
-    let mut stages = crate::stages::run_fx_stages(
-        &loaded.runtime,
-        &loaded.set.plugins,
-        target.backend,
-        program.graph_mut(),
-        options.on_plugin_error,
-    )?;
+/// Where the emit step writes an artifact: its output, or with `--verify`
+/// a scratch folder beside it (removed on drop), whence it moves into place
+/// once it matches eager.
+struct Staged {
+    scratch: Option<Scratch>,
+    path: PathBuf,
+}
 
-    // ── emit, and verify ──
-    progress.step("emit", &output.display().to_string());
-    let emit_started = Instant::now();
-    let mut optimized = None;
-    let mut verified = Vec::new();
-    // With --verify the artifact is written into a scratch folder, checked in
-    // its runtime and moved into place only when it matches eager.
-    let scratch = verify.then(|| Scratch::beside(output, "verify")).transpose()?;
-    // Same file name as the output: an external data file is referenced by name.
-    let staged = match &scratch {
-        Some(s) => s.path().join(output.file_name().context("the output has no file name")?),
-        None => output.to_path_buf(),
-    };
-    let mut lowered = None;
-    let mut weights_prewritten = 0;
-    let mut verify_time = Duration::ZERO;
-    let runtime = match (&target.artifact, &mut program) {
+impl Staged {
+    fn for_output(output: &Path, verify: bool) -> Result<Staged> {
+        let scratch = verify.then(|| Scratch::beside(output, "verify")).transpose()?;
+        // Same file name as the output: an external data file is referenced by name.
+        let path = match &scratch {
+            Some(s) => s.path().join(output.file_name().context("the output has no file name")?),
+            None => output.to_path_buf(),
+        };
+        Ok(Staged { scratch, path })
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Moves the staged artifact, and its ONNX external data if any, to
+    /// `output` (where it was written already, unless staged in a scratch folder).
+    fn move_into_place(&self, output: &Path) -> Result<()> {
+        if self.scratch.is_none() {
+            return Ok(());
+        }
+        let data = crate::onnx::emit::data_file(&self.path);
+        if data.exists() {
+            let to = crate::onnx::emit::data_file(output);
+            crate::atomic::move_into_place(&data, &to)
+                .with_context(|| format!("writing {}", to.display()))?;
+        }
+        crate::atomic::move_into_place(&self.path, output)
+            .with_context(|| format!("writing {}", output.display()))
+    }
+}
+
+/// What the emit step made of a program: how the artifact runs (none for IR
+/// JSON), and what it reports.
+#[derive(Default)]
+struct Emitted {
+    runtime: Option<verify::Runtime>,
+    /// The ONNX stages (translations, IR fixes).
+    stages: Vec<crate::stages::StageReport>,
+    optimized: Option<(crate::onnx::optimize::OptimizeReport, usize)>,
+    lowered: Option<Lowered>,
+    weights_prewritten: usize,
+}
+
+/// The emit step: `program`, after the FX stages, as `job`'s artifact at
+/// `staged`. `unchanged`: the traced program, when the file torch wrote
+/// still is the program (the FX stages left it as it was, and it was not
+/// restored from the trace cache, whose program is rebuilt from what was
+/// read and checked, as a `.pt2` input is).
+fn emit_artifact(
+    run: Run,
+    worker: &mut Option<Worker>,
+    job: &Job,
+    program: &mut Program,
+    unchanged: Option<&Traced>,
+    staged: &Path,
+) -> Result<Emitted> {
+    let mut emitted = Emitted::default();
+    emitted.runtime = match (&job.target.artifact, program) {
         (Artifact::IrJson, program) => {
-            emit::ir_json(program.graph(), output)?;
+            emit::ir_json(program.graph(), job.output)?;
             None
         }
         (Artifact::Pt2, Program::Archive { pt2, graph }) => {
-            match &input {
-                // A traced program the stages left as it was, its weights inside, moves into place as torch wrote it
-                // (one from the trace cache is rebuilt from what was read and checked, as a `.pt2` input is).
-                Input::Traced(traced)
-                    if graph.changes() == changes_before
-                        && traced.side_weights.is_none()
-                        && traced.summary.cached.is_none() =>
-                {
-                    crate::atomic::link_into_place(&traced.program, &staged)
-                        .with_context(|| format!("writing {}", staged.display()))?
-                }
-                _ => {
-                    let prewritten = input.traced().and_then(|t| t.prewritten(Prewrite::archive));
-                    weights_prewritten = emit::pt2(pt2, graph, &staged, prewritten)?;
+            // A traced program with its weights inside moves into place as torch wrote it.
+            match unchanged.filter(|traced| traced.side_weights.is_none()) {
+                Some(traced) => emit::pt2_as_traced(&traced.program, staged)?,
+                None => {
+                    let prewritten =
+                        job.input.traced().and_then(|t| t.prewritten(Prewrite::archive));
+                    emitted.weights_prewritten = emit::pt2(pt2, graph, staged, prewritten)?;
                 }
             }
             Some(verify::Runtime::Pt2)
         }
         (Artifact::Onnx(onnx), Program::Archive { pt2, graph }) => {
-            let names = input
-                .traced()
-                .map(|t| (t.input_names.clone(), t.output_names.clone()))
-                .unwrap_or_default();
-            let prewritten = input.traced().and_then(|t| t.prewritten(Prewrite::onnx_data));
-            let emitted = emit::onnx(
-                pt2,
-                graph,
-                loaded,
-                onnx,
-                options.on_plugin_error,
-                names,
-                &staged,
-                prewritten,
-                progress,
-            )
-            .map_err(|mut e| {
-                use crate::stages::onnx_translation::{ProgramSource, TranslationError};
-                if let Some(TranslationError::Missing { source_note, .. }) =
-                    e.downcast_mut::<TranslationError>()
-                {
-                    *source_note = if input.traced().is_some() {
-                        ProgramSource::Traced
-                    } else {
-                        ProgramSource::Saved
-                    };
-                }
-                e
-            })?;
-            stages.extend(emitted.stages);
-            optimized = emitted.optimized.map(|o| (o, emitted.nodes));
-            weights_prewritten = emitted.weights_prewritten;
+            let input = match job.input.traced() {
+                Some(traced) => emit::OnnxInput {
+                    source: ProgramSource::Traced,
+                    input_names: traced.input_names.clone(),
+                    output_names: traced.output_names.clone(),
+                    prewritten: traced.prewritten(Prewrite::onnx_data),
+                },
+                None => emit::OnnxInput {
+                    source: ProgramSource::Saved,
+                    input_names: Vec::new(),
+                    output_names: Vec::new(),
+                    prewritten: None,
+                },
+            };
+            let onnx = emit::onnx(run.emitting(), pt2, graph, onnx, input, staged)?;
+            emitted.stages = onnx.stages;
+            emitted.optimized = onnx.optimized.map(|o| (o, onnx.nodes));
+            emitted.weights_prewritten = onnx.weights_prewritten;
             Some(verify::Runtime::Onnx)
         }
         (Artifact::Pte(pte), Program::Archive { pt2, graph }) => {
             // ExecuTorch lowers the program after hfx's FX stages, as a `.pt2`:
             // the traced one where the stages left it as it was.
-            let work = Scratch::beside(output, "lower")?;
-            let program = match &input {
-                Input::Traced(traced)
-                    if graph.changes() == changes_before && traced.summary.cached.is_none() =>
-                {
-                    traced.program.clone()
-                }
-                _ => {
+            let work = Scratch::beside(job.output, "lower")?;
+            let program = match unchanged {
+                Some(traced) => traced.program.clone(),
+                None => {
                     let program = work.path().join("program.pt2");
                     emit::pt2_for_worker(pt2, graph, &program)?;
                     program
                 }
             };
-            let worker = kept_or_started(worker, options, progress)?;
-            let in_spec = match pte {
+            let lowering = emit::Lowering {
+                worker: run.worker(worker)?,
+                deadline: run.options.verify_deadline,
+                work: work.path(),
+            };
+            let lowered = match pte {
                 Pte::Delegated(delegate) => {
-                    progress.step(
-                        "lower",
-                        &format!(
-                            "ExecuTorch edge + {} partitioner, to_executorch",
-                            delegate.name()
-                        ),
-                    );
-                    // Written in the scratch folder, then moved into place: a `.pte` is never half there.
-                    let pte = work.path().join("model.pte");
-                    let request = crate::trace::protocol::Lower {
-                        program,
-                        output: pte.clone(),
-                        delegate: *delegate,
-                    };
-                    let reply = worker
-                        .request(&request, options.verify_deadline)
-                        .context("lowering with ExecuTorch")?;
-                    crate::atomic::move_into_place(&pte, &staged)
-                        .with_context(|| format!("writing {}", staged.display()))?;
-                    let in_spec = reply.in_spec.clone();
-                    lowered = Some(Lowered::Delegated(reply));
-                    in_spec
+                    emit::pte_delegated(run.progress, lowering, program, *delegate, staged)?
                 }
                 Pte::Portable => {
-                    progress.step("lower", "ExecuTorch's edge decomposition (worker)");
-                    let edge_path = work.path().join("edge.pt2");
-                    let request =
-                        crate::trace::protocol::EdgeProgram { program, output: edge_path.clone() };
-                    let edge = worker
-                        .request(&request, options.verify_deadline)
-                        .context("decomposing for ExecuTorch's edge dialect")?;
-                    progress.step("emit", "portable .pte (hfx's native emitter)");
-                    let started = Instant::now();
-                    let mut edge_pt2 = crate::graph::pt2::Pt2::open(&edge_path)?;
-                    if edge.side_weights {
-                        // The weights the worker left where they were: in the files the traced program's are in.
-                        edge_pt2.attach_side_weights(
-                            &crate::graph::pt2::side_weights_path(&edge_path),
-                            &pt2.side_files(),
-                        )?;
-                    }
-                    let model = edge_pt2
-                        .programs
-                        .get("model")
-                        .with_context(|| format!("{}: no `model` program", edge_path.display()))?;
-                    let edge_graph = crate::graph::pt2::convert::to_ir(model)
-                        .map_err(anyhow::Error::msg)
-                        .with_context(|| format!("{}", edge_path.display()))?;
-                    let specs = crate::executorch::write::Specs {
-                        inputs: &edge.in_spec,
-                        outputs: &edge.out_spec,
-                    };
-                    let provenance =
-                        serde_json::to_vec(&folder::provenance(&loaded.set, target.backend))?;
-                    let emitted = crate::executorch::emit(
-                        &edge_pt2,
-                        &edge_graph,
-                        specs,
+                    let provenance = folder::provenance(&run.loaded.set, job.target.backend);
+                    let provenance = serde_json::to_vec(&provenance)?;
+                    let side_files = pt2.side_files();
+                    let progress = run.progress;
+                    emit::pte_portable(
+                        progress,
+                        lowering,
+                        program,
+                        &side_files,
                         &provenance,
-                        &staged,
-                    )?;
-                    let in_spec = edge.in_spec.clone();
-                    lowered = Some(Lowered::Portable { edge, emitted, emit: started.elapsed() });
-                    in_spec
+                        staged,
+                    )?
                 }
             };
+            let in_spec = lowered.in_spec().to_string();
+            emitted.lowered = Some(lowered);
             Some(verify::Runtime::Executorch { in_spec })
         }
         (Artifact::Pt2 | Artifact::Onnx(_) | Artifact::Pte(_), Program::IrJson { .. }) => {
             bail!("a graph read from JSON can only be written as JSON (-o OUT.json)")
         }
     };
-    if let (Some(runtime), true) = (&runtime, verify) {
-        let reference = match &input {
-            Input::Traced(t) => t
-                .reference
-                .clone()
-                .context("the trace wrote no eager reference to verify against")?,
-            Input::Pt2(path) | Input::IrJson(path) => reference_path(path),
-        };
-        progress.step("verify", &format!("{} against eager PyTorch", runtime.name()));
-        let worker = kept_or_started(worker, options, progress)?;
-        let started = Instant::now();
-        verified = verify::run(worker, runtime, &staged, &reference, options.verify_deadline)?;
-        verify_time = started.elapsed();
-        let data = crate::onnx::emit::data_file(&staged);
-        if data.exists() {
-            let to = crate::onnx::emit::data_file(output);
-            crate::atomic::move_into_place(&data, &to)
-                .with_context(|| format!("writing {}", to.display()))?;
-        }
-        crate::atomic::move_into_place(&staged, output)
-            .with_context(|| format!("writing {}", output.display()))?;
-    }
-    let emit = emit_started.elapsed();
+    Ok(emitted)
+}
 
-    // The eager reference goes next to the artifact, for verification.
-    let (reference, summary, metadata) = match &input {
-        Input::Traced(traced) => {
-            let reference = match &traced.reference {
-                Some(eager) => {
-                    let reference = reference_path(output);
-                    crate::atomic::link_into_place(eager, &reference)
-                        .with_context(|| format!("writing {}", reference.display()))?;
-                    Some(reference)
-                }
-                None => None,
-            };
-            (
-                reference,
-                Some(traced.summary.clone()),
-                Some(serde_json::to_value(&traced.export_metadata)?),
-            )
+/// The verify step: the artifact at `staged` in `runtime`, against the eager
+/// reference; the checks and how long they took.
+fn verify_staged(
+    run: Run,
+    worker: &mut Option<Worker>,
+    job: &Job,
+    runtime: &verify::Runtime,
+    staged: &Path,
+) -> Result<(Vec<crate::trace::protocol::Check>, Duration)> {
+    let reference = match &job.input {
+        Input::Traced(t) => {
+            t.reference.clone().context("the trace wrote no eager reference to verify against")?
         }
-        Input::Pt2(_) | Input::IrJson(_) => (None, None, None),
+        Input::Pt2(path) | Input::IrJson(path) => reference_path(path),
     };
-    let component = Component {
-        name: name.to_string(),
-        trace: summary,
-        metadata,
-        fixed_axes,
-        reference,
-        read,
-        nodes_before,
-        nodes_after: program.graph().node_count(),
-        stages,
-        optimized,
-        lowered,
-        verified,
-        verified_layers: None,
-        emit,
-        weights_prewritten,
-        verify: verify_time,
-        artifact: runtime.map(|r| r.model(output)),
-    };
-    Ok(component)
+    run.progress.step("verify", &format!("{} against eager PyTorch", runtime.name()));
+    let worker = run.worker(worker)?;
+    let started = Instant::now();
+    let checks = verify::run(worker, runtime, staged, &reference, run.options.verify_deadline)?;
+    Ok((checks, started.elapsed()))
+}
+
+/// The traced eager reference, linked beside the artifact at `output` (for
+/// verification); none when the trace wrote none.
+fn place_reference(traced: &Traced, output: &Path) -> Result<Option<PathBuf>> {
+    let Some(eager) = &traced.reference else { return Ok(None) };
+    let reference = reference_path(output);
+    crate::atomic::link_into_place(eager, &reference)
+        .with_context(|| format!("writing {}", reference.display()))?;
+    Ok(Some(reference))
 }
 
 /// A component emitted on its own thread: its result, or its panic as an error.
@@ -842,19 +841,6 @@ fn start_worker(options: &RunOptions, progress: Progress) -> Result<Worker> {
     }
     worker.on_progress = Some(Box::new(move |p| progress.step("trace", p.stage.description())));
     Ok(worker)
-}
-
-/// The worker kept from the trace, or a new one (a run that read its program
-/// from a file, or whose trace worker was not kept).
-fn kept_or_started<'w>(
-    worker: &'w mut Option<Worker>,
-    options: &RunOptions,
-    progress: Progress,
-) -> Result<&'w mut Worker> {
-    Ok(match worker {
-        Some(w) => w,
-        None => worker.insert(start_worker(options, progress)?),
-    })
 }
 
 fn load_plugins(
@@ -899,4 +885,215 @@ fn read(input: &Input, progress: Progress) -> Result<Program> {
 /// `out.pt2` → `out.reference.pt`.
 fn reference_path(output: &Path) -> PathBuf {
     output.with_extension("reference.pt")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::protocol::{Delegate, Weights};
+    use crate::trace::{ModelSource, TraceRequest};
+
+    fn trace(source: ModelSource) -> Trace {
+        Trace {
+            request: TraceRequest::new(source),
+            deadline: Duration::from_secs(60),
+            hub: None,
+            load_weights: false,
+            cache: None,
+            verify_layers: None,
+        }
+    }
+
+    fn model_folder() -> ModelSource {
+        ModelSource::Directory {
+            path: "/models/tiny".into(),
+            trust_remote_code: false,
+            layers: None,
+        }
+    }
+
+    fn architecture() -> ModelSource {
+        ModelSource::Architecture { name: "llama".into(), overrides: Vec::new() }
+    }
+
+    fn onnx(external_data: bool, optimize: bool) -> Artifact {
+        Artifact::Onnx(OnnxOptions { opset: 18, external_data, optimize })
+    }
+
+    fn target(artifact: Artifact, destination: Destination) -> Target {
+        let backend = match &artifact {
+            Artifact::Pt2 | Artifact::IrJson => Backend::Dynamo,
+            Artifact::Onnx(_) => Backend::Onnx,
+            Artifact::Pte(Pte::Portable) => Backend::Executorch,
+            Artifact::Pte(Pte::Delegated(_)) => Backend::ExecutorchXnnpack,
+        };
+        Target { backend, artifact, destination }
+    }
+
+    #[test]
+    fn a_model_folders_weights_stream_from_its_checkpoint_unless_read_or_written_as_json() {
+        let folder = Destination::Folder("out".into());
+        let targets = [target(onnx(true, true), folder.clone())];
+        let mut streamed = trace(model_folder());
+        prepare(&mut streamed, &targets, false, Some("scratch".into()));
+        assert_eq!(streamed.request.weights, Weights::Streamed);
+        // Streamed and not verified: the weights are never read, so no eager reference.
+        assert!(!streamed.request.reference);
+        assert_eq!(streamed.request.folder, Some(PathBuf::from("scratch")));
+
+        prepare(&mut streamed, &targets, true, None);
+        assert_eq!(
+            (streamed.request.weights, streamed.request.reference),
+            (Weights::Streamed, true)
+        );
+        assert_eq!(streamed.request.folder, None);
+
+        let mut read = trace(model_folder());
+        read.load_weights = true;
+        prepare(&mut read, &targets, false, None);
+        assert_eq!((read.request.weights, read.request.reference), (Weights::Side, true));
+
+        let mut built = trace(architecture());
+        prepare(&mut built, &targets, false, None);
+        assert_eq!((built.request.weights, built.request.reference), (Weights::Side, true));
+
+        // IR JSON holds no side weights: a run writing it keeps them in the archive.
+        let with_json = [targets[0].clone(), target(Artifact::IrJson, folder)];
+        let mut json = trace(model_folder());
+        prepare(&mut json, &with_json, false, None);
+        assert_eq!((json.request.weights, json.request.reference), (Weights::InArchive, true));
+    }
+
+    #[test]
+    fn a_pte_target_runs_moe_experts_as_batched_matmuls() {
+        let file = |name: &str| Destination::File(name.into());
+        for (artifact, experts) in [
+            (Artifact::Pte(Pte::Portable), Some("batched_mm")),
+            (Artifact::Pte(Pte::Delegated(Delegate::Xnnpack)), Some("batched_mm")),
+            (onnx(false, true), None),
+            (Artifact::Pt2, None),
+        ] {
+            let mut t = trace(architecture());
+            prepare(&mut t, &[target(artifact.clone(), file("out"))], false, None);
+            assert_eq!(t.request.experts.as_deref(), experts, "{artifact:?}");
+        }
+    }
+
+    #[test]
+    fn a_targets_files_go_to_its_file_or_into_its_folders_scratch_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let file =
+            Written::new(&target(onnx(true, true), Destination::File(dir.path().join("m.onnx"))))
+                .unwrap();
+        assert!(file.folder.is_none());
+        assert_eq!(file.output(MODEL), dir.path().join("m.onnx"));
+        // A file destination has one component: every name writes the file named.
+        assert_eq!(file.output("decode"), dir.path().join("m.onnx"));
+
+        let out = dir.path().join("export");
+        let folder =
+            Written::new(&target(Artifact::Pte(Pte::Portable), Destination::Folder(out.clone())))
+                .unwrap();
+        let scratch = folder.folder.as_ref().unwrap().scratch().to_path_buf();
+        assert_eq!(scratch.parent(), Some(dir.path()));
+        let scratch_name = scratch.file_name().unwrap().to_string_lossy().to_string();
+        assert_eq!(scratch_name, format!(".hfx-folder-{}", std::process::id()));
+        assert_eq!(folder.output(MODEL), scratch.join("model.pte"));
+        assert_eq!(folder.output("decode"), scratch.join("decode.pte"));
+        // Nothing lands in the export folder before the run finishes.
+        assert!(!out.exists());
+        drop(folder);
+        assert!(!scratch.exists());
+    }
+
+    #[test]
+    fn the_first_folder_target_that_can_has_its_weights_written_while_tracing() {
+        let dir = tempfile::tempdir().unwrap();
+        let to = |name: &str| Destination::Folder(dir.path().join(name));
+        let written = [
+            Written::new(&target(onnx(false, true), to("inline"))).unwrap(),
+            Written::new(&target(Artifact::Pte(Pte::Portable), to("pte"))).unwrap(),
+            Written::new(&target(onnx(true, false), to("external"))).unwrap(),
+            Written::new(&target(Artifact::Pt2, to("pt2"))).unwrap(),
+        ];
+        assert_eq!(
+            prewritten_target(&written, false),
+            Some((written[2].output(MODEL), PrewriteFor::OnnxData { transposed_linear: false }))
+        );
+        assert_eq!(
+            prewritten_target(&written[3..], false),
+            Some((written[3].output(MODEL), PrewriteFor::Archive))
+        );
+        // Verified artifacts are written elsewhere first; and only an inline ONNX or a `.pte`: none.
+        assert_eq!(prewritten_target(&written, true), None);
+        assert_eq!(prewritten_target(&written[..2], false), None);
+        let file =
+            Written::new(&target(Artifact::Pt2, Destination::File(dir.path().join("m.pt2"))))
+                .unwrap();
+        assert_eq!(prewritten_target(&[file], false), None);
+    }
+
+    #[test]
+    fn a_staged_artifact_moves_in_with_its_data_or_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let output = dir.path().join("model.onnx");
+        let unstaged = Staged::for_output(&output, false).unwrap();
+        assert_eq!(unstaged.path(), output);
+
+        // A failed verification: the scratch folder goes, with what was written in it.
+        let staged = Staged::for_output(&output, true).unwrap();
+        assert_eq!(staged.path().file_name(), output.file_name());
+        let scratch = staged.path().parent().unwrap().to_path_buf();
+        assert_eq!(scratch.parent(), Some(dir.path()));
+        std::fs::write(staged.path(), "model").unwrap();
+        drop(staged);
+        assert!(!scratch.exists());
+        assert!(!output.exists());
+
+        let staged = Staged::for_output(&output, true).unwrap();
+        std::fs::write(staged.path(), "model").unwrap();
+        std::fs::write(crate::onnx::emit::data_file(staged.path()), "weights").unwrap();
+        staged.move_into_place(&output).unwrap();
+        drop(staged);
+        assert_eq!(std::fs::read_to_string(&output).unwrap(), "model");
+        let data = crate::onnx::emit::data_file(&output);
+        assert_eq!(std::fs::read_to_string(data).unwrap(), "weights");
+        let left: Vec<_> =
+            std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left.len(), 2, "{left:?}");
+    }
+
+    #[test]
+    fn references_and_truncated_models_are_named_after_their_artifact() {
+        assert_eq!(reference_path(Path::new("out/model.pt2")), Path::new("out/model.reference.pt"));
+        assert_eq!(reference_path(Path::new("m.onnx")), Path::new("m.reference.pt"));
+        assert_eq!(truncated_file(&onnx(true, true), 2), "first-2-layers.onnx");
+        assert_eq!(truncated_file(&Artifact::Pte(Pte::Portable), 1), "first-1-layers.pte");
+    }
+
+    #[test]
+    fn moved_files_are_named_where_they_landed() {
+        let mut path = PathBuf::from("/tmp/.hfx-folder-1/model.onnx");
+        moved_into(Path::new("out"), &mut path);
+        assert_eq!(path, Path::new("out/model.onnx"));
+    }
+
+    #[test]
+    fn an_ir_json_program_is_read_as_written() {
+        let example = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../examples/graphs/dynamic-batch-sort.json");
+        let hidden = Progress { started: Instant::now(), shown: false };
+        let program = read(&Input::IrJson(&example), hidden).unwrap();
+        let Program::IrJson { graph } = &program else { panic!("read as an archive") };
+        assert!(graph.node_count() > 0);
+        let dir = tempfile::tempdir().unwrap();
+        let written = dir.path().join("again.json");
+        emit::ir_json(graph, &written).unwrap();
+        let again = read(&Input::IrJson(&written), hidden).unwrap();
+        assert_eq!(again.graph().to_json(), graph.to_json());
+
+        let missing = dir.path().join("missing.json");
+        let error = read(&Input::IrJson(&missing), hidden).err().unwrap();
+        assert_eq!(format!("{error}"), format!("reading {}", missing.display()));
+    }
 }

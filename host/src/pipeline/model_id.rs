@@ -109,35 +109,35 @@ impl fmt::Display for ModelId {
 /// huggingface_hub's `validate_repo_id`: one or two parts, each 1 to 96 of
 /// `[A-Za-z0-9_.-]`, neither starting nor ending with `-` or `.`; no `--`
 /// (the cache's separator) or `..`; no `.git` at the end.
-fn check_repo(repo: &str) -> Result<(), String> {
+fn check_repo(repo: &str) -> Result<()> {
     if repo.is_empty() {
-        return Err("no model named".into());
+        bail!("no model named");
     }
     let parts: Vec<&str> = repo.split('/').collect();
     if parts.iter().any(|p| p.is_empty()) {
-        return Err("an empty part between `/`".into());
+        bail!("an empty part between `/`");
     }
     if parts.len() > 2 {
-        return Err(format!("{} parts separated by `/`, where an id has at most two", parts.len()));
+        bail!("{} parts separated by `/`, where an id has at most two", parts.len());
     }
     if repo.contains("--") || repo.contains("..") {
-        return Err("`--` or `..` inside".into());
+        bail!("`--` or `..` inside");
     }
     for part in &parts {
         if part.len() > MAX_ID_PART {
-            return Err(format!("a part of {} characters (at most {MAX_ID_PART})", part.len()));
+            bail!("a part of {} characters (at most {MAX_ID_PART})", part.len());
         }
         if let Some(c) =
             part.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
         {
-            return Err(format!("`{c}`, where an id has letters, digits, `-`, `_` and `.`"));
+            bail!("`{c}`, where an id has letters, digits, `-`, `_` and `.`");
         }
         if part.starts_with(['-', '.']) || part.ends_with(['-', '.']) {
-            return Err(format!("`{part}` starts or ends with `-` or `.`"));
+            bail!("`{part}` starts or ends with `-` or `.`");
         }
     }
     if repo.ends_with(".git") {
-        return Err("`.git` at the end".into());
+        bail!("`.git` at the end");
     }
     Ok(())
 }
@@ -146,28 +146,28 @@ fn check_repo(repo: &str) -> Result<(), String> {
 /// what is also a safe relative path under `refs/`: parts separated by `/`,
 /// none empty or starting with `.` (so no `.` or `..`), printable ASCII
 /// without git's special characters.
-fn check_revision(revision: &str) -> Result<(), String> {
+fn check_revision(revision: &str) -> Result<()> {
     if revision.is_empty() {
-        return Err("is empty".into());
+        bail!("is empty");
     }
     if revision.len() > MAX_REVISION {
-        return Err(format!("has {} characters (at most {MAX_REVISION})", revision.len()));
+        bail!("has {} characters (at most {MAX_REVISION})", revision.len());
     }
     if let Some(c) = revision
         .chars()
         .find(|&c| !c.is_ascii_graphic() || matches!(c, '~' | '^' | ':' | '?' | '*' | '[' | '\\'))
     {
-        return Err(format!("holds {c:?}, which git refuses in a name"));
+        bail!("holds {c:?}, which git refuses in a name");
     }
     if revision.contains("@{") {
-        return Err("holds `@{`, which git refuses in a name".into());
+        bail!("holds `@{{`, which git refuses in a name");
     }
     for part in revision.split('/') {
         if part.is_empty() {
-            return Err("has an empty part between `/`".into());
+            bail!("has an empty part between `/`");
         }
         if part.starts_with('.') || part.ends_with(".lock") {
-            return Err(format!("has the part `{part}`, which git refuses in a name"));
+            bail!("has the part `{part}`, which git refuses in a name");
         }
     }
     Ok(())
@@ -418,6 +418,14 @@ mod tests {
             "org/name@a.lock",
         ] {
             assert!(ModelId::parse(bad).is_err(), "{bad:?} was taken");
+        }
+        // The error is one line naming the id, what is wrong and what is asked.
+        for (bad, error) in [
+            ("a/b/c", "--model-id `a/b/c`: 3 parts separated by `/`, where an id has at most two; give org/name or org/name@revision"),
+            ("./model", "--model-id `./model`: `.` starts or ends with `-` or `.`; give org/name or org/name@revision (a local folder is --model-dir)"),
+            ("org/name@main@{1}", "--model-id `org/name@main@{1}`: the revision holds `@{`, which git refuses in a name; give a branch, a tag or a commit hash after `@`"),
+        ] {
+            assert_eq!(format!("{:#}", ModelId::parse(bad).unwrap_err()), error);
         }
         assert_eq!(ModelId::parse("org/name").unwrap().folder_name(), "models--org--name");
         assert_eq!(ModelId::parse("gpt2").unwrap().folder_name(), "models--gpt2");

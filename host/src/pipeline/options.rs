@@ -7,12 +7,14 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use anyhow::{bail, Result};
+
 use super::model_id::HubModel;
 use crate::plugins::loading::SetOptions;
 use crate::plugins::Backend;
 use crate::stages::OnPluginError;
 use crate::trace::protocol::Delegate;
-use crate::trace::{TraceRequest, WorkerOptions};
+use crate::trace::{ModelSource, TraceRequest, WorkerOptions};
 
 /// Where the program comes from.
 #[derive(Debug)]
@@ -43,6 +45,51 @@ pub struct Trace {
     /// (`--verify-layers N`: a model whose weights do not fit is checked on a
     /// truncated config over the same checkpoint).
     pub verify_layers: Option<u32>,
+}
+
+impl Trace {
+    /// The generation component `component` of the model a worker captured
+    /// (`--generation`), traced as this model is; the capture saved the configs.
+    pub fn captured(&self, component: &str) -> Trace {
+        let mut request = self.request.clone();
+        request.source = ModelSource::Captured { component: component.to_string() };
+        request.folder = None;
+        Trace {
+            request,
+            deadline: self.deadline,
+            hub: self.hub.clone(),
+            load_weights: self.load_weights,
+            cache: None,
+            verify_layers: None,
+        }
+    }
+
+    /// The model folder's first `layers` layers (`--verify-layers`: a
+    /// truncated config over the same checkpoint), traced as this model is,
+    /// with its eager reference.
+    pub fn truncated(&self, layers: u32) -> Result<Trace> {
+        let ModelSource::Directory { path, trust_remote_code, .. } = &self.request.source else {
+            bail!(
+                "--verify-layers truncates a model folder's config: give --model-dir or --model-id"
+            )
+        };
+        let mut request = self.request.clone();
+        request.source = ModelSource::Directory {
+            path: path.clone(),
+            trust_remote_code: *trust_remote_code,
+            layers: Some(layers),
+        };
+        request.reference = true;
+        request.folder = None;
+        Ok(Trace {
+            request,
+            deadline: self.deadline,
+            hub: None,
+            load_weights: self.load_weights,
+            cache: None,
+            verify_layers: None,
+        })
+    }
 }
 
 /// What is written. A new backend adds a variant here, and its emission in
@@ -137,6 +184,14 @@ pub struct RunOptions {
     pub verify_deadline: Duration,
 }
 
+impl RunOptions {
+    /// Whether a target's `.pte` is lowered by the worker, which then stays
+    /// after the trace.
+    pub fn lowers_in_worker(&self) -> bool {
+        self.targets.iter().any(|t| matches!(t.artifact, Artifact::Pte(_)))
+    }
+}
+
 impl Artifact {
     /// A component's file name in an export folder: `model.onnx`, `decode.pte`.
     pub fn folder_file(&self, component: &str) -> String {
@@ -147,5 +202,107 @@ impl Artifact {
             Artifact::IrJson => "json",
         };
         format!("{component}.{extension}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trace(source: ModelSource) -> Trace {
+        let mut request = TraceRequest::new(source);
+        request.folder = Some("scratch".into());
+        request.reference = false;
+        Trace {
+            request,
+            deadline: Duration::from_secs(60),
+            hub: Some(HubModel {
+                id: "org/tiny".into(),
+                revision: "main".into(),
+                commit: "c0".into(),
+            }),
+            load_weights: true,
+            cache: Some("cache".into()),
+            verify_layers: Some(2),
+        }
+    }
+
+    fn model_folder() -> ModelSource {
+        ModelSource::Directory {
+            path: "/models/tiny".into(),
+            trust_remote_code: true,
+            layers: None,
+        }
+    }
+
+    #[test]
+    fn a_generation_component_is_traced_as_its_model_without_cache_or_configs() {
+        let model = trace(model_folder());
+        let component = model.captured("decode");
+        assert!(matches!(
+            &component.request.source,
+            ModelSource::Captured { component } if component == "decode"
+        ));
+        assert_eq!(component.request.folder, None);
+        assert_eq!((component.cache, component.verify_layers), (None, None));
+        assert_eq!(component.hub, model.hub);
+        assert!(component.load_weights);
+        assert_eq!(component.request.batch, model.request.batch);
+    }
+
+    #[test]
+    fn only_a_model_folder_is_truncated_and_its_truncation_is_verified() {
+        let model = trace(model_folder());
+        let small = model.truncated(3).unwrap();
+        assert!(matches!(
+            &small.request.source,
+            ModelSource::Directory { path, trust_remote_code: true, layers: Some(3) }
+                if path == Path::new("/models/tiny")
+        ));
+        assert!(small.request.reference);
+        assert_eq!(small.request.folder, None);
+        assert_eq!((small.hub, small.cache, small.verify_layers), (None, None, None));
+
+        let built =
+            trace(ModelSource::Architecture { name: "llama".into(), overrides: Vec::new() });
+        assert_eq!(
+            built.truncated(3).err().unwrap().to_string(),
+            "--verify-layers truncates a model folder's config: give --model-dir or --model-id"
+        );
+    }
+
+    #[test]
+    fn a_run_lowers_in_the_worker_when_it_writes_a_pte() {
+        let target = |backend, artifact| Target {
+            backend,
+            artifact,
+            destination: Destination::File("out".into()),
+        };
+        let mut options = RunOptions {
+            source: Source::Pt2("in.pt2".into()),
+            targets: vec![target(Backend::Dynamo, Artifact::Pt2)],
+            plugins: SetOptions::default(),
+            on_plugin_error: OnPluginError::default(),
+            verify: false,
+            worker: WorkerOptions::default(),
+            verify_deadline: Duration::from_secs(60),
+        };
+        assert!(!options.lowers_in_worker());
+        options.targets.push(target(
+            Backend::ExecutorchXnnpack,
+            Artifact::Pte(Pte::Delegated(Delegate::Xnnpack)),
+        ));
+        assert!(options.lowers_in_worker());
+    }
+
+    #[test]
+    fn components_are_named_as_the_reference_names_them() {
+        let onnx = Artifact::Onnx(OnnxOptions { opset: 18, external_data: true, optimize: true });
+        assert_eq!(onnx.folder_file("model"), "model.onnx");
+        assert_eq!(Artifact::Pte(Pte::Portable).folder_file("decode"), "decode.pte");
+        assert_eq!(Artifact::Pt2.folder_file("prefill"), "prefill.pt2");
+        assert_eq!(Artifact::IrJson.folder_file("model"), "model.json");
+        assert_eq!(Pte::Portable.name(), "portable");
+        assert_eq!(Pte::Delegated(Delegate::Xnnpack).name(), "xnnpack");
     }
 }

@@ -123,3 +123,47 @@ impl Drop for Scratch {
         crate::trace::interrupt::remove_scratch(&self.0);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scratch_folders_are_named_by_process_made_fresh_and_removed_on_drop() {
+        let dir = tempfile::tempdir().unwrap();
+        let output = dir.path().join("model.onnx");
+        let first = Scratch::beside(&output, "verify").unwrap();
+        let second = Scratch::beside(&output, "verify").unwrap();
+        let base = format!(".hfx-verify-{}", std::process::id());
+        assert_eq!(first.path(), dir.path().join(&base));
+        assert_eq!(second.path(), dir.path().join(format!("{base}.1")));
+        let (first_path, second_path) = (first.path().to_path_buf(), second.path().to_path_buf());
+        std::fs::write(first.path().join("model.onnx"), "staged").unwrap();
+        drop(first);
+        assert!(!first_path.exists());
+        assert!(second_path.is_dir());
+    }
+
+    #[test]
+    fn while_a_staging_holds_scratch_folders_are_made_inside_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let outputs = [dir.path().join("a.onnx"), dir.path().join("b.pt2")];
+        let staging = Staging::beside(outputs.iter().map(PathBuf::as_path)).unwrap();
+        let folder = Staging::folder_of(&outputs[0]).unwrap();
+        assert_eq!(folder, dir.path().join(format!(".hfx-work-{}", std::process::id())));
+        // One staging folder per output folder.
+        assert_eq!(Staging::folder_of(&outputs[1]), Some(folder.clone()));
+        let scratch = Scratch::beside(&outputs[0], "lower").unwrap();
+        assert_eq!(scratch.path().parent(), Some(folder.as_path()));
+        // Held twice (two runs in one process), it stays until both let go.
+        let again = Staging::beside([outputs[1].as_path()]).unwrap();
+        drop(staging);
+        assert_eq!(Staging::folder_of(&outputs[0]), Some(folder.clone()));
+        drop(again);
+        assert_eq!(Staging::folder_of(&outputs[0]), None);
+        drop(scratch);
+        assert!(!folder.exists());
+        let outside = Scratch::beside(&outputs[0], "lower").unwrap();
+        assert_eq!(outside.path().parent(), Some(dir.path()));
+    }
+}

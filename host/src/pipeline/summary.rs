@@ -1,5 +1,6 @@
 //! What a run reports, printed by the CLI once the artifact is in place.
 
+use std::fmt::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -17,6 +18,16 @@ use crate::trace::protocol::{
 pub enum Lowered {
     Delegated(LowerReply),
     Portable { edge: EdgeProgramReply, emitted: crate::executorch::Emitted, emit: Duration },
+}
+
+impl Lowered {
+    /// The lowered program's input spec, which the ExecuTorch runtime runs it with.
+    pub fn in_spec(&self) -> &str {
+        match self {
+            Lowered::Delegated(reply) => &reply.in_spec,
+            Lowered::Portable { edge, .. } => &edge.in_spec,
+        }
+    }
 }
 
 /// What a run did: each program it exported (one, `model`, unless
@@ -171,28 +182,38 @@ impl RunSummary {
         }
     }
 
+    /// Prints the summary ([`RunSummary::write`]) on stdout.
     pub fn print(&self, verbose: u8) {
+        let mut out = String::new();
+        self.write(&mut out, verbose).expect("writing to a String");
+        print!("{out}");
+    }
+
+    /// The summary's lines: each component's stages, then what was written;
+    /// with `verbose`, why each skipped plugin was.
+    pub fn write(&self, out: &mut impl Write, verbose: u8) -> std::fmt::Result {
         if let Some(first) = self.trace_shared_with {
-            println!("trace: the {first} export's (one trace for every backend of the run)");
+            writeln!(out, "trace: the {first} export's (one trace for every backend of the run)")?;
         }
         let many = self.components.len() > 1;
         for component in &self.components {
             if many {
-                println!("component {}", component.name);
+                writeln!(out, "component {}", component.name)?;
             }
-            component.print();
+            component.write(out)?;
         }
         if let Some(check) = &self.generation {
-            super::generation::print(check);
+            super::generation::write(out, check)?;
         }
         if !self.skipped.is_empty() {
-            println!("skipped plugins: {}", self.skipped.len());
+            writeln!(out, "skipped plugins: {}", self.skipped.len())?;
             if verbose > 0 {
                 for s in &self.skipped {
-                    println!(
+                    writeln!(
+                        out,
                         "  {} {}: {}",
                         s.found.manifest.plugin.name, s.found.manifest.plugin.version, s.reason
-                    );
+                    )?;
                 }
             }
         }
@@ -207,23 +228,26 @@ impl RunSummary {
                 }
             })
             .collect();
-        println!(
+        writeln!(
+            out,
             "nodes: {}; wrote {} in {:.1} s",
             nodes.join(", "),
             self.written.display(),
             self.total.as_secs_f64()
-        );
+        )?;
+        Ok(())
     }
 }
 
 impl Component {
-    fn print(&self) {
+    fn write(&self, out: &mut impl Write) -> std::fmt::Result {
         if let Some(Lowered::Portable { edge, emitted, emit }) = &self.lowered {
-            println!(
+            writeln!(
+                out,
                 "stage {:<18} {:>8.2} s   ExecuTorch's edge decomposition (worker)",
                 "edge-decompose", edge.seconds
-            );
-            println!(
+            )?;
+            writeln!(out,
                 "stage {:<18} {:>8.2} ms  {} kernel call(s), {} operator(s), {} value(s); planned arena {} bytes; {} bytes ({} of constants)",
                 "pte-emit",
                 emit.as_secs_f64() * 1e3,
@@ -233,10 +257,10 @@ impl Component {
                 emitted.arena,
                 emitted.written.bytes,
                 emitted.written.constant_bytes
-            );
+            )?;
         }
         if let Some(Lowered::Delegated(l)) = &self.lowered {
-            println!(
+            writeln!(out,
                 "stage {:<18} {:>8.2} s   edge + partitioner {:.2} s ({} partition(s), {} replayed; {} retrace(s) that change nothing skipped), to_executorch {:.2} s; delegated {} node(s), {} portable kernel call(s); {} bytes",
                 "lower",
                 l.edge_seconds + l.executorch_seconds,
@@ -248,10 +272,10 @@ impl Component {
                 l.delegated_nodes,
                 l.portable_nodes,
                 l.bytes
-            );
+            )?;
         }
         if let Some((o, nodes)) = &self.optimized {
-            println!(
+            writeln!(out,
                 "stage {:<18} Identity nodes removed {}, duplicates merged {}, nodes folded {}, no-op nodes removed {}, pairs merged {}, \
                  weights stored transposed {}, batch norms and pads fused into convolutions {}, constants lifted {}, dead nodes removed {}; {nodes} nodes",
                 "onnx-optimize",
@@ -264,14 +288,14 @@ impl Component {
                 o.folding.fused.batch_norms + o.folding.fused.pads,
                 o.folding.lifted,
                 o.dead_removed,
-            );
+            )?;
         }
         if let Some(layers) = self.verified_layers {
-            println!("verified on the model's first {layers} layers (--verify-layers: its config truncated, the same checkpoint), not the whole model:");
+            writeln!(out, "verified on the model's first {layers} layers (--verify-layers: its config truncated, the same checkpoint), not the whole model:")?;
         }
-        verify::print(&self.verified);
+        verify::write(out, &self.verified)?;
         if let Some(t) = &self.trace {
-            print_trace(t, self.reference.as_deref());
+            write_trace(out, t, self.reference.as_deref())?;
         }
         if !self.fixed_axes.is_empty() {
             let axes: Vec<String> = self
@@ -279,70 +303,81 @@ impl Component {
                 .iter()
                 .map(|f| format!("{}[{}] = {}", f.input, f.axis, f.size))
                 .collect();
-            println!(
+            writeln!(out,
                 "  fixed by torch.export despite --dynamic: {} (the model's code depends on these sizes; the exported model accepts only them)",
                 axes.join(", ")
-            );
+            )?;
         }
-        println!(
+        writeln!(
+            out,
             "stage {:<18} {:>8.2} ms  {} nodes",
             "read",
             self.read.as_secs_f64() * 1e3,
             self.nodes_before
-        );
+        )?;
         for report in &self.stages {
-            println!(
+            writeln!(
+                out,
                 "stage {:<18} {:>8.2} ms  dead code removed: {}",
                 report.stage,
                 report.elapsed.as_secs_f64() * 1e3,
                 report.dead_code_removed
-            );
+            )?;
             for (plugin, c) in &report.plugins {
-                println!(
+                writeln!(
+                    out,
                     "  {plugin:<30} calls {:>5}  changed {:>5}  failed {:>3}",
                     c.calls, c.changed, c.failed
-                );
+                )?;
             }
         }
         match self.weights_prewritten {
-            0 => println!("stage {:<18} {:>8.2} ms", "emit", self.emit.as_secs_f64() * 1e3),
-            n => println!(
+            0 => writeln!(out, "stage {:<18} {:>8.2} ms", "emit", self.emit.as_secs_f64() * 1e3)?,
+            n => writeln!(
+                out,
                 "stage {:<18} {:>8.2} ms  ({n} weight entries written while torch.export ran)",
                 "emit",
                 self.emit.as_secs_f64() * 1e3
-            ),
+            )?,
         }
+        Ok(())
     }
 }
 
-fn print_trace(t: &TraceSummary, reference: Option<&std::path::Path>) {
+fn write_trace(
+    out: &mut impl Write,
+    t: &TraceSummary,
+    reference: Option<&std::path::Path>,
+) -> std::fmt::Result {
     let from = t.hub.as_ref().map_or_else(String::new, |hub| format!(" from {hub}"));
     let reference = match reference {
         Some(path) => format!("eager reference: {}", path.display()),
         None => "no eager reference (weights not read; --verify reads them)".to_string(),
     };
     match &t.cached {
-        Some(entry) => println!(
+        Some(entry) => writeln!(
+            out,
             "traced {}{from} (the trace cache's {}: not traced again); {reference}",
             t.model_class,
             entry.display()
-        ),
-        None => println!("traced {}{from} in {:.1} s; {reference}", t.model_class, t.seconds),
+        )?,
+        None => writeln!(out, "traced {}{from} in {:.1} s; {reference}", t.model_class, t.seconds)?,
     }
     match (&t.weights.fallback, t.weights.streamed) {
-        (_, true) => println!(
+        (_, true) => writeln!(
+            out,
             "  weights: streamed from the model folder's checkpoint into the artifact{}",
             if t.weights.loaded {
                 " (read once for the eager reference)"
             } else {
                 ", never read by the worker"
             }
-        ),
-        (Some(why), false) => println!("  weights: read into the worker: {why}"),
+        )?,
+        (Some(why), false) => writeln!(out, "  weights: read into the worker: {why}")?,
         (None, false) => {}
     }
     let (seconds, peaks) = (&t.times, &t.peaks);
-    println!(
+    writeln!(out,
         "stage {:<18} {:>8.2} s   import {:.2} s, build {:.2} s, eager {:.2} s, torch.export {:.2} s, save {:.2} s{}; {} output(s)",
         "trace",
         t.seconds,
@@ -353,20 +388,20 @@ fn print_trace(t: &TraceSummary, reference: Option<&std::path::Path>) {
         seconds.save,
         if t.side_weights { " (weights beside the program)" } else { "" },
         t.outputs
-    );
-    println!(
+    )?;
+    writeln!(out,
         "  worker peak RSS {:.0} MiB (after import {:.0}, build {:.0}, torch.export {:.0}, save {:.0})",
         peaks.save, peaks.import, peaks.build, peaks.export, peaks.save
-    );
+    )?;
     for (plugin, calls) in &t.patched {
-        println!("  patch {plugin:<30} answered {calls} call(s)");
+        writeln!(out, "  patch {plugin:<30} answered {calls} call(s)")?;
     }
     if t.patch_calls_cached > 0 {
-        println!("  patched calls answered from the worker's cache (described as a call a plugin answered): {}", t.patch_calls_cached);
+        writeln!(out, "  patched calls answered from the worker's cache (described as a call a plugin answered): {}", t.patch_calls_cached)?;
     }
     // No translation or fix handles these: torch's default table decomposed them.
     for d in &t.decomposed {
-        println!("  decomposed {:<30} {} node(s) into {} node(s)", d.op, d.nodes, d.became);
+        writeln!(out, "  decomposed {:<30} {} node(s) into {} node(s)", d.op, d.nodes, d.became)?;
     }
     // The artifact cannot check these: a size breaking one runs and computes wrong values.
     if let Some(first) = t.size_guards.first() {
@@ -376,10 +411,152 @@ fn print_trace(t: &TraceSummary, reference: Option<&std::path::Path>) {
             0 => String::new(),
             n => format!(" (and {n} more guard(s) sizes break)"),
         };
-        println!(
+        writeln!(out,
             "  valid only where torch.export's guard `{}` holds: it breaks at {}, which the artifact does not check (it may run and compute wrong values){more}",
             first.guard,
             at.join(", ")
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stages::PluginCounts;
+    use crate::trace::protocol::{ComponentCalls, GenerateStep};
+
+    fn component(name: &str, nodes: (usize, usize)) -> Component {
+        Component {
+            name: name.into(),
+            trace: None,
+            metadata: None,
+            fixed_axes: Vec::new(),
+            reference: None,
+            read: Duration::from_micros(12_500),
+            nodes_before: nodes.0,
+            nodes_after: nodes.1,
+            stages: Vec::new(),
+            optimized: None,
+            lowered: None,
+            verified: Vec::new(),
+            verified_layers: None,
+            emit: Duration::from_millis(3),
+            weights_prewritten: 0,
+            verify: Duration::ZERO,
+            artifact: None,
+        }
+    }
+
+    fn summary(components: Vec<Component>) -> RunSummary {
+        RunSummary {
+            components,
+            generation: None,
+            backend: Backend::Onnx,
+            trace_shared_with: None,
+            plugin_set: PluginSetSummary::default(),
+            environment: Environment::default(),
+            skipped: Vec::new(),
+            written: "out/model.onnx".into(),
+            total: Duration::from_millis(2_450),
+        }
+    }
+
+    fn written(summary: &RunSummary) -> String {
+        let mut out = String::new();
+        summary.write(&mut out, 0).unwrap();
+        out
+    }
+
+    #[test]
+    fn a_component_reports_each_stage_and_its_plugins_then_what_was_written() {
+        let mut one = component("model", (40, 38));
+        let mut fixes = StageReport {
+            stage: "fx-node-fixes",
+            dead_code_removed: 2,
+            elapsed: Duration::from_micros(1_250),
+            ..Default::default()
+        };
+        fixes.plugins.insert("fix-a".into(), PluginCounts { calls: 3, changed: 1, failed: 0 });
+        one.stages.push(fixes);
+        one.weights_prewritten = 5;
+        one.fixed_axes.push(FixedAxis { input: "input_ids".into(), axis: 1, size: 8 });
+        one.verified_layers = Some(2);
+        let mut run = summary(vec![one]);
+        run.trace_shared_with = Some(Backend::Dynamo);
+        assert_eq!(
+            written(&run),
+            "trace: the dynamo export's (one trace for every backend of the run)\n\
+             verified on the model's first 2 layers (--verify-layers: its config truncated, the same checkpoint), not the whole model:\n\
+             \x20 fixed by torch.export despite --dynamic: input_ids[1] = 8 (the model's code depends on these sizes; the exported model accepts only them)\n\
+             stage read                  12.50 ms  40 nodes\n\
+             stage fx-node-fixes          1.25 ms  dead code removed: 2\n\
+             \x20 fix-a                          calls     3  changed     1  failed   0\n\
+             stage emit                   3.00 ms  (5 weight entries written while torch.export ran)\n\
+             nodes: 40 -> 38; wrote out/model.onnx in 2.5 s\n"
+        );
+    }
+
+    #[test]
+    fn components_are_named_and_the_generation_check_follows_them() {
+        let mut run = summary(vec![component("prefill", (10, 9)), component("decode", (12, 11))]);
+        run.generation = Some(GenerateCheckReply {
+            identical: true,
+            steps: vec![
+                GenerateStep {
+                    tokens: vec![5, 6],
+                    eager_tokens: vec![5, 6],
+                    max_abs: Some(2e-5),
+                    ok: true,
+                },
+                GenerateStep {
+                    tokens: vec![7, 1],
+                    eager_tokens: vec![7, 2],
+                    max_abs: None,
+                    ok: false,
+                },
+            ],
+            calls: vec![
+                ComponentCalls { name: "prefill".into(), calls: 1 },
+                ComponentCalls { name: "decode".into(), calls: 1 },
+            ],
+            providers: vec!["CPUExecutionProvider".into()],
+        });
+        assert_eq!(
+            written(&run),
+            "component prefill\n\
+             stage read                  12.50 ms  10 nodes\n\
+             stage emit                   3.00 ms\n\
+             component decode\n\
+             stage read                  12.50 ms  12 nodes\n\
+             stage emit                   3.00 ms\n\
+             generate 2 greedy token(s) x 2 row(s): identical to eager `generate` (component calls: prefill 1, decode 1; logits max abs error 2.00e-5; CPUExecutionProvider)\n\
+             \x20 token 1   [5, 6]  logits max abs 2.00e-5\n\
+             \x20 token 2   [7, 1] (eager [7, 2])  logits max abs not finite  MISMATCH\n\
+             nodes: prefill 10 -> 9, decode 12 -> 11; wrote out/model.onnx in 2.5 s\n"
+        );
+    }
+
+    #[test]
+    fn plugins_are_listed_in_stage_order() {
+        let kinds = [
+            PluginKind::OnnxIrFix,
+            PluginKind::FxNodeFix,
+            PluginKind::Patch,
+            PluginKind::OnnxTranslation,
+            PluginKind::FxProgramFix,
+        ];
+        let mut sorted = kinds.to_vec();
+        sorted.sort_by_key(|&k| stage_rank(k));
+        assert_eq!(
+            sorted,
+            [
+                PluginKind::Patch,
+                PluginKind::FxProgramFix,
+                PluginKind::FxNodeFix,
+                PluginKind::OnnxTranslation,
+                PluginKind::OnnxIrFix
+            ]
         );
     }
 }

@@ -148,7 +148,7 @@ pub fn run(
             ) {
                 Ok(key) => Some((cache, key)),
                 Err(why) => {
-                    tracing::warn!("--trace-cache: not used: {why}");
+                    tracing::warn!("--trace-cache: not used: {why:#}");
                     None
                 }
             }

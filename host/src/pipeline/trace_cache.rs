@@ -40,7 +40,7 @@ use std::path::{Path, PathBuf};
 use std::collections::BTreeMap;
 use std::io::Read;
 
-use anyhow::{Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use sha2::{Digest, Sha256};
 
 use super::files_in;
@@ -68,9 +68,6 @@ pub struct TraceCache {
     untrusted: Option<String>,
 }
 
-/// A trace request's key, or why it has none.
-pub type Key = std::result::Result<String, String>;
-
 impl TraceCache {
     /// The cache in `dir` (created 0700 if needed); one that cannot be
     /// trusted is said once and not used.
@@ -87,24 +84,25 @@ impl TraceCache {
 
     /// The key of `params` (the request as sent) for `source`, with the patch
     /// plugins `(name, component sha256)`, the upstream `versions` and the
-    /// lock file the plugin set was checked against.
+    /// lock file the plugin set was checked against; the error says why the
+    /// request has none.
     pub fn key(
         params: &TraceParams,
         source: &ModelSource,
         patches: &[(String, String)],
         versions: &Versions,
         lock: Option<&Path>,
-    ) -> Key {
+    ) -> Result<String> {
         let model = model_fingerprint(source)?;
         let lock = match lock {
             Some(path) => {
                 let bytes = crate::input::read_bounded(path, crate::plugins::lock::MAX_LOCK_BYTES)
-                    .map_err(|e| format!("the lock cannot be read: {e}"))?;
+                    .map_err(|e| anyhow!("the lock cannot be read: {e}"))?;
                 serde_json::Value::String(hex(&Sha256::digest(&bytes)))
             }
             None => serde_json::Value::Null,
         };
-        let mut request = serde_json::to_value(params).map_err(|e| e.to_string())?;
+        let mut request = serde_json::to_value(params)?;
         // Where the scratch files go is not what is traced; and an entry with
         // the eager reference also serves a run that does not ask for it.
         request["output"] = "output".into();
@@ -135,7 +133,7 @@ impl TraceCache {
         std::fs::symlink_metadata(&entry).ok()?;
         if let Err(why) = verify(&entry) {
             tracing::warn!(
-                "--trace-cache: entry {} discarded: {why}; traced again",
+                "--trace-cache: entry {} discarded: {why:#}; traced again",
                 entry.display()
             );
             if std::fs::symlink_metadata(&entry)
@@ -270,14 +268,14 @@ fn reaches_the_user(name: &str, weights_inside: bool) -> bool {
 }
 
 /// What identifies the model's own files.
-fn model_fingerprint(source: &ModelSource) -> std::result::Result<serde_json::Value, String> {
+fn model_fingerprint(source: &ModelSource) -> Result<serde_json::Value> {
     match source {
         ModelSource::Architecture { .. } => Ok(serde_json::Value::Null), // the request names it whole
         ModelSource::Directory { path, .. } => {
             let mut found = Vec::new();
-            for file in files_in(path).map_err(|e| e.to_string())? {
+            for file in files_in(path)? {
                 let meta =
-                    std::fs::metadata(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+                    std::fs::metadata(&file).map_err(|e| anyhow!("{}: {e}", file.display()))?;
                 let modified = meta
                     .modified()
                     .ok()
@@ -295,18 +293,18 @@ fn model_fingerprint(source: &ModelSource) -> std::result::Result<serde_json::Va
         ModelSource::Function(spec) => {
             let module = spec.split(':').nth(1).unwrap_or_default();
             let file = module_file(module).ok_or_else(|| {
-                format!(
+                anyhow!(
                     "the module file of {spec} is not found in the current folder or PYTHONPATH"
                 )
             })?;
-            let bytes = std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+            let bytes = std::fs::read(&file).map_err(|e| anyhow!("{}: {e}", file.display()))?;
             Ok(serde_json::json!([
                 file.display().to_string(),
                 Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect::<String>()
             ]))
         }
         ModelSource::Program { .. } | ModelSource::Captured { .. } => {
-            Err("a patch case's program or a generation component is not cached".into())
+            bail!("a patch case's program or a generation component is not cached")
         }
     }
 }
@@ -352,29 +350,25 @@ fn link_or_copy(from: &Path, to: &Path) -> Result<()> {
 /// Every file of `entry` but the manifest, by its path inside the entry
 /// (`configs/` is its one folder); an error for anything else there (a link,
 /// another folder, a FIFO), or for a part another user could have written.
-fn entry_files(entry: &Path) -> std::result::Result<BTreeMap<String, PathBuf>, String> {
-    fn walk(
-        dir: &Path,
-        prefix: &str,
-        found: &mut BTreeMap<String, PathBuf>,
-    ) -> std::result::Result<(), String> {
-        let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+fn entry_files(entry: &Path) -> Result<BTreeMap<String, PathBuf>> {
+    fn walk(dir: &Path, prefix: &str, found: &mut BTreeMap<String, PathBuf>) -> Result<()> {
+        let entries = std::fs::read_dir(dir).map_err(|e| anyhow!("{}: {e}", dir.display()))?;
         for item in entries {
-            let item = item.map_err(|e| format!("{}: {e}", dir.display()))?;
+            let item = item.map_err(|e| anyhow!("{}: {e}", dir.display()))?;
             let path = item.path();
             let name = item
                 .file_name()
                 .to_str()
                 .map(str::to_string)
-                .ok_or_else(|| format!("{}: a name that is not UTF-8", path.display()))?;
+                .ok_or_else(|| anyhow!("{}: a name that is not UTF-8", path.display()))?;
             let meta =
-                std::fs::symlink_metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+                std::fs::symlink_metadata(&path).map_err(|e| anyhow!("{}: {e}", path.display()))?;
             let folder = meta.is_dir() && prefix.is_empty() && name == CONFIGS;
             if !folder && !meta.file_type().is_file() {
-                return Err(format!("`{prefix}{name}` is not a regular file"));
+                bail!("`{prefix}{name}` is not a regular file");
             }
             crate::private::owned_and_private(&meta)
-                .map_err(|why| format!("`{prefix}{name}` is {why}"))?;
+                .map_err(|why| anyhow!("`{prefix}{name}` is {why}"))?;
             if folder {
                 walk(&path, &format!("{CONFIGS}/"), found)?;
             } else if !(prefix.is_empty() && name == MANIFEST) {
@@ -383,24 +377,24 @@ fn entry_files(entry: &Path) -> std::result::Result<BTreeMap<String, PathBuf>, S
         }
         Ok(())
     }
-    let meta = std::fs::symlink_metadata(entry).map_err(|e| e.to_string())?;
+    let meta = std::fs::symlink_metadata(entry)?;
     if !meta.is_dir() {
-        return Err("not a folder".into());
+        bail!("not a folder");
     }
-    crate::private::owned_and_private(&meta)?;
+    crate::private::owned_and_private(&meta).map_err(anyhow::Error::msg)?;
     let mut found = BTreeMap::new();
     walk(entry, "", &mut found)?;
     Ok(found)
 }
 
 /// The size and sha256 of regular file `path`, read without following a link.
-fn digest(path: &Path) -> std::result::Result<(u64, String), String> {
-    let mut file = crate::prewrite::open_no_follow(path)?;
+fn digest(path: &Path) -> Result<(u64, String)> {
+    let mut file = crate::prewrite::open_no_follow(path).map_err(anyhow::Error::msg)?;
     let mut hasher = Sha256::new();
     let mut buffer = vec![0u8; 1 << 20];
     let mut size = 0u64;
     loop {
-        let n = file.read(&mut buffer).map_err(|e| format!("{}: {e}", path.display()))?;
+        let n = file.read(&mut buffer).map_err(|e| anyhow!("{}: {e}", path.display()))?;
         if n == 0 {
             break;
         }
@@ -415,9 +409,9 @@ fn digest(path: &Path) -> std::result::Result<(u64, String), String> {
 fn write_manifest(staging: &Path) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let mut manifest = BTreeMap::new();
-    for (name, path) in entry_files(staging).map_err(anyhow::Error::msg)? {
+    for (name, path) in entry_files(staging)? {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-        manifest.insert(name, digest(&path).map_err(anyhow::Error::msg)?);
+        manifest.insert(name, digest(&path)?);
     }
     crate::atomic::write_bytes_atomically(
         &staging.join(MANIFEST),
@@ -430,25 +424,25 @@ fn write_manifest(staging: &Path) -> Result<()> {
 /// Whether `entry` holds exactly the files its manifest lists, each of the
 /// size and sha256 listed, all of them this user's and private; the reason
 /// if not.
-fn verify(entry: &Path) -> std::result::Result<(), String> {
+fn verify(entry: &Path) -> Result<()> {
     let found = entry_files(entry)?;
     let manifest_path = entry.join(MANIFEST);
     let text = crate::input::read_bounded(&manifest_path, MANIFEST_LIMIT)
-        .map_err(|e| format!("its manifest: {e}"))?;
+        .map_err(|e| anyhow!("its manifest: {e}"))?;
     let manifest: BTreeMap<String, (u64, String)> =
-        serde_json::from_slice(&text).map_err(|e| format!("its manifest: {e}"))?;
+        serde_json::from_slice(&text).map_err(|e| anyhow!("its manifest: {e}"))?;
     if let Some(extra) = found.keys().find(|name| !manifest.contains_key(*name)) {
-        return Err(format!("`{extra}` is not in its manifest"));
+        bail!("`{extra}` is not in its manifest");
     }
     for (name, (size, sha256)) in &manifest {
-        let path = found.get(name).ok_or_else(|| format!("`{name}` is missing"))?;
+        let path = found.get(name).ok_or_else(|| anyhow!("`{name}` is missing"))?;
         let (found_size, found_sha256) = digest(path)?;
         if found_size != *size || found_sha256 != *sha256 {
-            return Err(format!(
+            bail!(
                 "`{name}` is not what was stored (size {found_size}, sha256 {}; stored {size}, {})",
                 &found_sha256[..12],
                 sha256.get(..12).unwrap_or(sha256)
-            ));
+            );
         }
     }
     Ok(())
@@ -476,6 +470,11 @@ mod tests {
         (dir, entry)
     }
 
+    /// Why `entry` does not verify, as the warning says it.
+    fn why(entry: &Path) -> String {
+        format!("{:#}", verify(entry).unwrap_err())
+    }
+
     /// An entry is used only as it was stored: any byte changed, a file
     /// added, removed or replaced by a link, or a file others could write,
     /// and it does not verify.
@@ -496,7 +495,7 @@ mod tests {
         let mut bytes = std::fs::read(entry.join(SIDE_WEIGHTS)).unwrap();
         bytes[1234] ^= 1;
         std::fs::write(entry.join(SIDE_WEIGHTS), &bytes).unwrap();
-        let e = verify(&entry).unwrap_err();
+        let e = why(&entry);
         assert!(
             e.starts_with("`model.pt2.weights` is not what was stored (size 3000, sha256 "),
             "{e}"
@@ -504,34 +503,31 @@ mod tests {
 
         let (_dir, entry) = staged();
         std::fs::write(entry.join(CONFIGS).join("extra.py"), b"").unwrap();
-        assert_eq!(verify(&entry).unwrap_err(), "`configs/extra.py` is not in its manifest");
+        assert_eq!(why(&entry), "`configs/extra.py` is not in its manifest");
 
         let (_dir, entry) = staged();
         std::fs::remove_file(entry.join(PROGRAM)).unwrap();
-        assert_eq!(verify(&entry).unwrap_err(), "`model.pt2` is missing");
+        assert_eq!(why(&entry), "`model.pt2` is missing");
 
         let (dir, entry) = staged();
         let secret = dir.path().join("secret");
         std::fs::write(&secret, b"program").unwrap();
         std::fs::remove_file(entry.join(PROGRAM)).unwrap();
         std::os::unix::fs::symlink(&secret, entry.join(PROGRAM)).unwrap();
-        assert_eq!(verify(&entry).unwrap_err(), "`model.pt2` is not a regular file");
+        assert_eq!(why(&entry), "`model.pt2` is not a regular file");
 
         let (_dir, entry) = staged();
         std::fs::set_permissions(entry.join(REPLY), std::fs::Permissions::from_mode(0o666))
             .unwrap();
-        assert_eq!(
-            verify(&entry).unwrap_err(),
-            "`reply.json` is writable by group or others (mode 666)"
-        );
+        assert_eq!(why(&entry), "`reply.json` is writable by group or others (mode 666)");
 
         let (_dir, entry) = staged();
         std::fs::set_permissions(&entry, std::fs::Permissions::from_mode(0o770)).unwrap();
-        assert_eq!(verify(&entry).unwrap_err(), "writable by group or others (mode 770)");
+        assert_eq!(why(&entry), "writable by group or others (mode 770)");
 
         let (_dir, entry) = staged();
         std::fs::write(entry.join(MANIFEST), b"{").unwrap();
-        assert!(verify(&entry).unwrap_err().starts_with("its manifest: "));
+        assert!(why(&entry).starts_with("its manifest: "));
     }
 
     /// A cache folder others can write is not used: nothing is looked up or stored.
@@ -553,5 +549,84 @@ mod tests {
         std::fs::write(cache.join("key").join(REPLY), b"[]").unwrap();
         assert!(trusted.lookup("key", false).is_none());
         assert!(!cache.join("key").exists());
+    }
+
+    fn key_of(request: &crate::trace::TraceRequest, output: &str) -> Result<String> {
+        let params = request.params(Path::new(output), Path::new("reference.pt"), Vec::new());
+        let versions: Versions = [("torch".to_string(), "2.13.0".to_string())].into();
+        TraceCache::key(&params, &request.source, &[], &versions, None)
+    }
+
+    /// What decides the trace makes the key; where its files go does not.
+    #[test]
+    fn a_key_is_what_decides_the_trace() {
+        use crate::trace::TraceRequest;
+        let llama = ModelSource::Architecture { name: "llama".into(), overrides: Vec::new() };
+        let request = TraceRequest::new(llama.clone());
+        let key = key_of(&request, "/tmp/.hfx-trace-1/model.pt2").unwrap();
+        assert_eq!(key.len(), 64);
+        assert_eq!(key_of(&request, "/elsewhere/model.pt2").unwrap(), key);
+        let mut folder = request.clone();
+        folder.folder = Some("/tmp/.hfx-folder-1".into());
+        let with_folder = key_of(&folder, "model.pt2").unwrap();
+        folder.folder = Some("/tmp/.hfx-folder-2".into());
+        assert_eq!(key_of(&folder, "model.pt2").unwrap(), with_folder);
+        assert_ne!(with_folder, key);
+        let mut without_reference = request.clone();
+        without_reference.reference = false;
+        assert_eq!(key_of(&without_reference, "model.pt2").unwrap(), key);
+
+        let mut dynamic = request.clone();
+        dynamic.dynamic = true;
+        assert_ne!(key_of(&dynamic, "model.pt2").unwrap(), key);
+        let params = request.params(Path::new("model.pt2"), Path::new("reference.pt"), Vec::new());
+        let patch = [("fix".to_string(), "ab12".to_string())];
+        let patched = TraceCache::key(&params, &llama, &patch, &Versions::new(), None).unwrap();
+        let unpatched = TraceCache::key(&params, &llama, &[], &Versions::new(), None).unwrap();
+        assert_ne!(patched, unpatched);
+        assert_ne!(unpatched, key, "the upstream versions are part of the key");
+
+        // Under another lock, another key; a lock that cannot be read, none.
+        let dir = tempfile::tempdir().unwrap();
+        let lock = dir.path().join("hfx.lock");
+        std::fs::write(&lock, "a").unwrap();
+        let locked = TraceCache::key(&params, &llama, &[], &Versions::new(), Some(&lock)).unwrap();
+        std::fs::write(&lock, "b").unwrap();
+        let relocked =
+            TraceCache::key(&params, &llama, &[], &Versions::new(), Some(&lock)).unwrap();
+        assert_ne!(locked, relocked);
+        assert_ne!(locked, unpatched);
+        let missing = dir.path().join("missing.lock");
+        let why = TraceCache::key(&params, &llama, &[], &Versions::new(), Some(&missing));
+        assert!(format!("{:#}", why.unwrap_err()).starts_with("the lock cannot be read: "));
+    }
+
+    #[test]
+    fn a_model_folder_is_keyed_by_its_files_and_a_captured_program_not_at_all() {
+        use crate::trace::TraceRequest;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("config.json"), "{}").unwrap();
+        let folder = ModelSource::Directory {
+            path: dir.path().into(),
+            trust_remote_code: false,
+            layers: None,
+        };
+        let request = TraceRequest::new(folder);
+        let key = key_of(&request, "model.pt2").unwrap();
+        assert_eq!(key_of(&request, "model.pt2").unwrap(), key);
+        std::fs::write(dir.path().join("config.json"), "{\"hidden_size\": 8}").unwrap();
+        assert_ne!(key_of(&request, "model.pt2").unwrap(), key);
+
+        let captured = TraceRequest::new(ModelSource::Captured { component: "decode".into() });
+        assert_eq!(
+            format!("{:#}", key_of(&captured, "model.pt2").unwrap_err()),
+            "a patch case's program or a generation component is not cached"
+        );
+        let function =
+            TraceRequest::new(ModelSource::Function("python:no_such_module_here:f".into()));
+        assert_eq!(
+            format!("{:#}", key_of(&function, "model.pt2").unwrap_err()),
+            "the module file of python:no_such_module_here:f is not found in the current folder or PYTHONPATH"
+        );
     }
 }

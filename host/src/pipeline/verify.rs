@@ -121,23 +121,85 @@ impl Runtime {
     }
 }
 
-/// The max abs/rel error per output.
+/// Prints the checks' lines ([`write`]) on stdout.
 pub fn print(checks: &[Check]) {
+    let mut out = String::new();
+    write(&mut out, checks).expect("writing to a String");
+    print!("{out}");
+}
+
+/// The max abs/rel error per output, under a line per set of inputs.
+pub fn write(out: &mut impl std::fmt::Write, checks: &[Check]) -> std::fmt::Result {
     for check in checks {
-        println!("verify inputs {}", shapes(&check.inputs));
+        writeln!(out, "verify inputs {}", shapes(&check.inputs))?;
         for (i, output) in check.outputs.iter().enumerate() {
-            println!(
+            writeln!(
+                out,
                 "  output {i:<3} {:<18} max abs {:>9.2e}  max rel {:>9.2e}  {}",
                 shapes(&output.shape),
                 output.max_abs.unwrap_or(f64::NAN),
                 output.max_rel.unwrap_or(f64::NAN),
                 if output.ok { "ok" } else { "MISMATCH" }
-            );
+            )?;
         }
     }
+    Ok(())
 }
 
 /// Shapes as JSON (`{"input_ids":[2,8]}`, `[2,8,32]`), as the summary always showed them.
 fn shapes(value: &impl serde::Serialize) -> String {
     serde_json::to_string(value).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::protocol::Comparison;
+
+    #[test]
+    fn a_pt2_is_held_to_round_off_and_other_runtimes_to_the_exporters_tolerance() {
+        let pte = Runtime::Executorch { in_spec: "[1, ...]".into() };
+        assert_eq!(Runtime::Pt2.tolerance(), 1e-4);
+        assert_eq!(Runtime::Onnx.tolerance(), 1e-3);
+        assert_eq!(pte.tolerance(), 1e-3);
+        assert_eq!(tolerance(&Artifact::Pt2), 1e-4);
+        assert_eq!(tolerance(&Artifact::Pte(super::super::Pte::Portable)), 1e-3);
+        let request = request(&pte, Path::new("m.pte"), Path::new("m.reference.pt"));
+        assert_eq!((request.atol, request.rtol, request.second_size), (1e-3, 1e-3, true));
+        assert!(matches!(
+            request.model,
+            VerifyModel::Pte { path, in_spec } if path == Path::new("m.pte") && in_spec == "[1, ...]"
+        ));
+    }
+
+    #[test]
+    fn each_output_is_a_line_under_its_inputs() {
+        let checks = [Check {
+            inputs: [("input_ids".to_string(), vec![2, 8])].into(),
+            outputs: vec![
+                Comparison {
+                    shape: vec![2, 8, 32],
+                    expected_shape: vec![2, 8, 32],
+                    max_abs: Some(1.5e-6),
+                    max_rel: Some(2e-5),
+                    ok: true,
+                },
+                Comparison {
+                    shape: vec![2, 8],
+                    expected_shape: vec![2, 9],
+                    max_abs: None,
+                    max_rel: None,
+                    ok: false,
+                },
+            ],
+        }];
+        let mut out = String::new();
+        write(&mut out, &checks).unwrap();
+        assert_eq!(
+            out,
+            "verify inputs {\"input_ids\":[2,8]}\n\
+             \x20 output 0   [2,8,32]           max abs   1.50e-6  max rel   2.00e-5  ok\n\
+             \x20 output 1   [2,8]              max abs       NaN  max rel       NaN  MISMATCH\n"
+        );
+    }
 }

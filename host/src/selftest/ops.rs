@@ -22,7 +22,7 @@ use crate::pipeline::{OnnxOptions, Progress};
 use crate::plugins::loading::LoadedSet;
 use crate::plugins::{kind, Backend};
 use crate::plugins::{NodeRef, PluginError};
-use crate::stages::onnx_translation::TranslationError;
+use crate::stages::onnx_translation::{ProgramSource, TranslationError};
 use crate::stages::{self, OnPluginError};
 use crate::trace::protocol::{CheckSample, OpInfos, OpSamples, SampleExport};
 use crate::trace::Worker;
@@ -268,17 +268,14 @@ fn translate(
     }
     let before = graph.clone();
     let hidden = Progress { started: std::time::Instant::now(), shown: false };
-    match emit::onnx(
-        &archive,
-        &mut graph,
-        loaded,
-        options,
-        OnPluginError::Fail,
-        Default::default(),
-        onnx,
-        None,
-        hidden,
-    ) {
+    let cx = emit::EmitContext { loaded, on_plugin_error: OnPluginError::Fail, progress: hidden };
+    let input = emit::OnnxInput {
+        source: ProgramSource::Unknown,
+        input_names: Vec::new(),
+        output_names: Vec::new(),
+        prewritten: None,
+    };
+    match emit::onnx(cx, &archive, &mut graph, options, input, onnx) {
         Ok(_) => Ok(()),
         Err(e) => match e.downcast_ref::<TranslationError>() {
             Some(TranslationError::Missing { target, .. }) => {
