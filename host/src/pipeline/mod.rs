@@ -12,6 +12,7 @@ pub mod folder;
 pub mod generation;
 pub mod model_id;
 pub mod options;
+pub mod prewrite;
 pub mod scratch;
 pub mod summary;
 pub mod trace;
@@ -29,10 +30,10 @@ pub use summary::{Component, Lowered, RunSummary};
 use crate::graph::Graph;
 use crate::plugins::loading::{LoadedSet, Purpose};
 use crate::plugins::Backend;
-use crate::prewrite::{Prewrite, PrewriteFor};
 use crate::trace::Worker;
 use emit::Program;
 use folder::ExportFolder;
+use prewrite::{ArtifactPrewriter, PrewriteTarget};
 use scratch::Scratch;
 use trace::Traced;
 
@@ -281,9 +282,9 @@ fn export_traced(
     // first. One artifact: the first that can.
     let prewrite = written.iter().filter(|w| w.folder.is_some() && !options.verify).find_map(|w| {
         let to = match &w.target.artifact {
-            Artifact::Pt2 => PrewriteFor::Archive,
+            Artifact::Pt2 => PrewriteTarget::Archive,
             Artifact::Onnx(onnx) if onnx.external_data => {
-                PrewriteFor::OnnxData { transposed_linear: onnx.optimize }
+                PrewriteTarget::OnnxData { transposed_linear: onnx.optimize }
             }
             _ => return None,
         };
@@ -623,7 +624,8 @@ fn export(
                         .with_context(|| format!("writing {}", staged.display()))?
                 }
                 _ => {
-                    let prewritten = input.traced().and_then(|t| t.prewritten(Prewrite::archive));
+                    let prewritten =
+                        input.traced().and_then(|t| t.prewritten(ArtifactPrewriter::archive));
                     weights_prewritten = emit::pt2(pt2, graph, &staged, prewritten)?;
                 }
             }
@@ -634,7 +636,8 @@ fn export(
                 .traced()
                 .map(|t| (t.input_names.clone(), t.output_names.clone()))
                 .unwrap_or_default();
-            let prewritten = input.traced().and_then(|t| t.prewritten(Prewrite::onnx_data));
+            let prewritten =
+                input.traced().and_then(|t| t.prewritten(ArtifactPrewriter::onnx_data));
             let emitted = emit::onnx(
                 pt2,
                 graph,
@@ -768,9 +771,9 @@ fn export(
         let started = Instant::now();
         verified = verify::run(worker, runtime, &staged, &reference, options.verify_deadline)?;
         verify_time = started.elapsed();
-        let data = crate::onnx::emit::data_file(&staged);
+        let data = crate::onnx::external::data_file(&staged);
         if data.exists() {
-            let to = crate::onnx::emit::data_file(output);
+            let to = crate::onnx::external::data_file(output);
             crate::atomic::move_into_place(&data, &to)
                 .with_context(|| format!("writing {}", to.display()))?;
         }

@@ -395,7 +395,7 @@ fn entry_files(entry: &Path) -> std::result::Result<BTreeMap<String, PathBuf>, S
 
 /// The size and sha256 of regular file `path`, read without following a link.
 fn digest(path: &Path) -> std::result::Result<(u64, String), String> {
-    let mut file = crate::prewrite::open_no_follow(path)?;
+    let mut file = crate::weights::checkpoint::open_no_follow(path)?;
     let mut hasher = Sha256::new();
     let mut buffer = vec![0u8; 1 << 20];
     let mut size = 0u64;
