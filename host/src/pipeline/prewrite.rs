@@ -2,8 +2,8 @@
 //! worker's plan handed to that artifact's writer ([`crate::weights`]): a
 //! `.pt2`'s weight entries ([`crate::graph::pt2::prewrite`]) or an ONNX
 //! model's external data ([`crate::onnx::prewrite`]). One artifact per run,
-//! only into an export folder's scratch folder; a `--verify` run writes its
-//! artifact elsewhere first.
+//! only into an export folder's scratch folder, which goes on every way out
+//! (Ctrl-C included); a `--verify` run writes its artifact elsewhere first.
 
 use std::path::{Path, PathBuf};
 

@@ -10,8 +10,7 @@
 //! meanwhile, on the core the trace leaves idle. The emit step keeps what
 //! the artifact it writes starts with, each entry compared by what it was
 //! written from ([`place::Place`]), and writes the rest: the artifact's
-//! bytes are the same either way. Only into an export folder's scratch
-//! folder, which goes on every way out (Ctrl-C included).
+//! bytes are the same either way.
 //!
 //! Below the graph IR and every artifact format: it knows neither the worker
 //! protocol nor plugins, nor what a `.pt2` or an ONNX model is. Each format
