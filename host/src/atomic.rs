@@ -146,13 +146,13 @@ pub fn link_into_place(from: &Path, to: &Path) -> io::Result<()> {
 ///
 /// Why: an artifact is mostly weights, written once and synced, and not read
 /// back by hfx. Through the page cache, every page of it is first allocated
-/// and filled in memory; on this project's VM that first touch is what a
-/// 536 MB write costs (2.2–4.5 s buffered against 0.2–0.45 s direct, `dd`, the
-/// same file). Direct writes need the buffer, the file offset and the length
-/// aligned to the device's block; the buffer is, every write but the last is
-/// a whole buffer, and the last is padded to a block and the file truncated
-/// back to its length in [`DirectWriter::finish`]. A file system that refuses
-/// `O_DIRECT` (tmpfs, some network ones) gets the same writes buffered.
+/// and filled in memory, and that first touch is most of what writing a
+/// large artifact costs. Direct writes need the buffer, the file offset and
+/// the length aligned to the device's block; the buffer is, every write but
+/// the last is a whole buffer, and the last is padded to a block and the
+/// file truncated back to its length in [`DirectWriter::finish`]. A file
+/// system that refuses `O_DIRECT` (tmpfs, some network ones) gets the same
+/// writes buffered.
 ///
 /// A full buffer is written by a thread while the next one fills (two
 /// buffers, one write in flight): the copying, converting and encoding of

@@ -4,8 +4,9 @@
 //! The pipeline, as the modules are laid out: `trace` (the worker) → `stages`
 //! (the plugins of each stage) → `onnx` (the ONNX side) → `pipeline` (the
 //! steps of `hfx run`, in order) → `report` (`--report`: the run as a page);
-//! `graph` is the IR, `plugins` the platform, `selftest` the plugins' own
-//! test cases, `cli` the command line on top.
+//! `graph` is the IR, `weights` where a weight's bytes come from and how they
+//! are written (below the IR), `plugins` the platform, `selftest` the
+//! plugins' own test cases, `cli` the command line on top.
 
 pub mod atomic;
 pub mod cli;
@@ -16,9 +17,9 @@ pub mod installed;
 pub mod onnx;
 pub mod pipeline;
 pub mod plugins;
-pub mod prewrite;
 pub mod private;
 pub mod report;
 pub mod selftest;
 pub mod stages;
 pub mod trace;
+pub mod weights;

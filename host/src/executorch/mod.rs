@@ -23,7 +23,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use crate::graph::pt2::Pt2;
+use crate::graph::pt2::{Pt2, Source};
 use crate::graph::Graph;
 
 /// What the emitter made.
@@ -54,8 +54,8 @@ pub fn emit(
         .iter()
         .map(|c| match c {
             lower::Constant::Archive { fqn, lifted, meta } => {
-                match crate::onnx::weights::initializer(pt2, fqn, *lifted, meta)?.bytes {
-                    crate::onnx::weights::Bytes::Mapped(bytes) => {
+                match pt2.contiguous_tensor(fqn, *lifted, meta)?.source {
+                    Source { bytes, cast: None } => {
                         Ok(write::ConstantBytes { bytes, origin: pt2.origin(bytes) })
                     }
                     _ => Err(anyhow::anyhow!("weight `{fqn}` is not a slice of the archive")),

@@ -8,6 +8,8 @@
 
 mod cut;
 mod dce;
+#[cfg(test)]
+mod layering;
 pub mod pt2;
 pub use cut::Cut;
 pub use dce::has_side_effects;

@@ -14,15 +14,16 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use hfx_dtype::DType;
 use prost::Message;
 
+use super::external::{data_file, ALIGNMENT, THRESHOLD};
 use super::inputs::{graph_outputs, InputRole};
 use super::prewrite::Kept;
 use super::proto as p;
-use super::weights::{initializer, Bytes, Initializer, WeightError};
+use super::weights::{initializer, Initializer, WeightError};
 use super::{Attribute, Node, TranslationBuilder};
 use crate::atomic::DirectWriter;
-use crate::graph::pt2::cast::Cast;
 use crate::graph::pt2::Pt2;
 use crate::graph::{Dim, Graph, ValueMeta};
+use crate::weights::files::{write_weight, WeightFiles};
 
 /// The IR version hfx writes (ONNX 1.21 reads up to 13; opset 20 needs 9+).
 const IR_VERSION: i64 = 10;
@@ -303,96 +304,15 @@ pub enum WeightStorage {
 
 /// Protobuf's hard limit for one message; past it weights must go external.
 pub const PROTOBUF_LIMIT: u64 = 2 << 30;
-/// Initializers smaller than this stay in the `.onnx` with external data, as
-/// onnx's `convert_model_to_external_data` keeps them (its `size_threshold`).
-pub(super) const EXTERNAL_THRESHOLD: u64 = 1024;
-/// Offsets in the external data file are aligned for memory mapping.
-pub(super) const EXTERNAL_ALIGNMENT: u64 = 64;
 
-/// `model.onnx` → `model.onnx.data`, the external data file beside it.
-pub fn data_file(model: &std::path::Path) -> std::path::PathBuf {
-    model.with_file_name(format!(
-        "{}.data",
-        model.file_name().and_then(|n| n.to_str()).unwrap_or("model.onnx")
-    ))
-}
-
-/// Writes the model, streaming each weight from the `.pt2`'s memory map into
-/// the file: no second copy of the weights is held. With external storage the
-/// data file is written first, then the model that points into it (by file
-/// name, so the two move together); each is atomic on its own.
-/// Where the weights' bytes are stored: asked where a mapped weight lives
-/// (it is then read from that file, [`crate::atomic::DirectWriter::write_or_copy`]) and told
-/// once it is written (its pages can leave resident memory).
-/// And what a weight's bytes are written from (the data file written while
-/// the worker traced is kept where its weights are the same bytes).
-pub trait WeightFiles {
-    fn origin(&self, bytes: &[u8]) -> Option<(&std::fs::File, u64)>;
-    fn release(&self, bytes: &[u8]);
-    fn place(
-        &self,
-        bytes: &[u8],
-        cast: Option<Cast>,
-        transposed: Option<(usize, usize)>,
-    ) -> Option<crate::prewrite::Place>;
-}
-
-impl WeightFiles for crate::graph::pt2::Pt2 {
-    fn origin(&self, bytes: &[u8]) -> Option<(&std::fs::File, u64)> {
-        crate::graph::pt2::Pt2::origin(self, bytes)
-    }
-    fn release(&self, bytes: &[u8]) {
-        crate::graph::pt2::Pt2::release(self, bytes)
-    }
-    fn place(
-        &self,
-        bytes: &[u8],
-        cast: Option<Cast>,
-        transposed: Option<(usize, usize)>,
-    ) -> Option<crate::prewrite::Place> {
-        crate::graph::pt2::Pt2::place(self, bytes, cast, transposed)
-    }
-}
-
-/// Weights in hfx's own memory (a self-test's model): no file, nothing to release.
-pub struct InMemory;
-
-impl WeightFiles for InMemory {
-    fn origin(&self, _: &[u8]) -> Option<(&std::fs::File, u64)> {
-        None
-    }
-    fn release(&self, _: &[u8]) {}
-    fn place(
-        &self,
-        _: &[u8],
-        _: Option<Cast>,
-        _: Option<(usize, usize)>,
-    ) -> Option<crate::prewrite::Place> {
-        None
-    }
-}
-
-/// Writes `bytes` to `out`: a weight stored unchanged in a file is read from
-/// that file, any other is written from memory.
-pub(super) fn write_weight<F: std::borrow::Borrow<std::fs::File>>(
-    out: &mut DirectWriter<F>,
-    bytes: &Bytes<'_>,
-    files: &dyn WeightFiles,
-) -> std::io::Result<()> {
-    match bytes {
-        Bytes::Mapped(mapped) => out.write_or_copy(mapped, files.origin(mapped)),
-        other => other.write_releasing(out, &|read| files.release(read)),
-    }?;
-    if let Some(mapped) = bytes.mapped() {
-        files.release(mapped);
-    }
-    Ok(())
-}
-
-/// Writes the model; `release` is called with each weight's mapped bytes
-/// once they are written (the map's pages can leave resident memory: a
-/// model's weights are then never all resident in hfx at once). How many
-/// initializers of the data file were written while the worker traced.
+/// Writes the model, streaming each weight from where `files` stores it (the
+/// `.pt2`'s memory map) into the file: no second copy of the weights is
+/// held, and each weight's pages are released once written (a model's
+/// weights are then never all resident in hfx at once). With external
+/// storage the data file is written first, then the model that points into
+/// it (by file name, so the two move together); each is atomic on its own.
+/// Returns how many initializers of the data file were written while the
+/// worker traced.
 pub fn write(
     path: &std::path::Path,
     planned: Planned,
@@ -434,7 +354,7 @@ pub fn write(
             let mut offset = out.position();
             let mut external = 0;
             for init in &initializers {
-                if (init.bytes.len() as u64) < EXTERNAL_THRESHOLD {
+                if (init.bytes.len() as u64) < THRESHOLD {
                     // small values stay inline: shape inference reads them (axes, shapes)
                     headers.push(p::TensorProto {
                         raw_data: Some(init.bytes.to_vec()),
@@ -452,7 +372,7 @@ pub fn write(
                     ));
                     continue;
                 }
-                let padding = offset.next_multiple_of(EXTERNAL_ALIGNMENT) - offset;
+                let padding = offset.next_multiple_of(ALIGNMENT) - offset;
                 std::io::Write::write_all(&mut out, &vec![0u8; padding as usize])
                     .map_err(data_error)?;
                 offset += padding;
@@ -642,4 +562,159 @@ fn attribute(name: &str, value: &Attribute) -> p::AttributeProto {
     };
     a.r#type = Some(kind as i32);
     a
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::graph::pt2::testing::{archive, open, Stored};
+    use crate::graph::TensorMeta;
+    use crate::onnx::prewrite::{write as prewrite, PrewrittenData};
+    use crate::onnx::weights::Bytes;
+    use crate::weights::checkpoint::Checkpoints;
+    use crate::weights::plan::PlannedWeight;
+    use crate::weights::prewrite::Prewriter;
+
+    /// A checkpoint's tensors: (fqn, rows, columns, stored dtype); the
+    /// program's are float32, and `*_proj` ones are `Linear` weights.
+    const TENSORS: [(&str, u64, u64, &str); 5] = [
+        ("embed", 767, 512, "float32"), // not a whole number of 4 KiB blocks
+        ("q_proj", 512, 768, "float32"),
+        ("norm", 1, 4, "float32"),
+        ("wide", 2048, 1024, "bfloat16"),
+        ("o_proj", 1024, 1024, "float32"),
+    ];
+
+    /// The data file written while tracing is kept up to the first
+    /// initializer that is not what was written (other bytes, another
+    /// order, not transposed as the optimizer stored it), rewound there
+    /// (within the block being filled, and into blocks written already);
+    /// the model and its data file are the same bytes either way, and no
+    /// temp file is left (a plan dropped unfinished included).
+    #[test]
+    fn external_data_written_while_tracing_is_kept_as_far_as_the_model_starts_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let side = dir.path().join("p.pt2.weights");
+        std::fs::write(&side, b"").unwrap();
+        let checkpoint = dir.path().join("model.safetensors");
+        let (mut bytes, mut index, mut plan) = (vec![0u8; 16], serde_json::Map::new(), Vec::new());
+        for (i, &(fqn, rows, cols, stored)) in TENSORS.iter().enumerate() {
+            let element = if stored == "float32" { 4 } else { 2 };
+            let length = rows * cols * element;
+            index.insert(fqn.into(), serde_json::json!([1, bytes.len(), length, stored]));
+            plan.push(PlannedWeight {
+                name: fqn.into(),
+                file: checkpoint.clone(),
+                offset: bytes.len() as u64,
+                length,
+                stored: stored.into(),
+                dtype: "float32".into(),
+                shape: if rows == 1 { vec![cols] } else { vec![rows, cols] },
+                linear_weight: fqn.ends_with("_proj"),
+            });
+            bytes.extend((0..length).map(|b| (b * 7 + b / 4093 + i as u64) as u8 & 0x3f));
+        }
+        std::fs::write(&checkpoint, &bytes).unwrap();
+        let index = serde_json::json!({"files": ["p.pt2.weights", checkpoint], "weights": index, "constants": {}});
+        std::fs::write(dir.path().join("p.pt2.weights.json"), index.to_string()).unwrap();
+        let stored = |&(fqn, rows, cols, _): &(&'static str, u64, u64, &str)| Stored {
+            fqn,
+            sizes: vec![rows as i64, cols as i64],
+            strides: vec![cols as i64, 1],
+            offset: 0,
+            bytes: Some(vec![]),
+        };
+        let mut pt2 = open(archive(&TENSORS.iter().map(stored).collect::<Vec<_>>()));
+        pt2.attach_side_weights(&side, std::slice::from_ref(&checkpoint)).unwrap();
+        // The optimized model's initializers: the `Linear` weights stored transposed.
+        let planned = || {
+            let initializers = TENSORS
+                .iter()
+                .map(|&(fqn, rows, cols, _)| {
+                    let meta = TensorMeta::new(
+                        "float32",
+                        vec![Dim::Fixed(rows as i64), Dim::Fixed(cols as i64)],
+                    );
+                    let mut init = initializer(&pt2, fqn, false, &meta).unwrap();
+                    if fqn.ends_with("_proj") {
+                        let Bytes::Mapped(source) = init.bytes else {
+                            panic!("{fqn} is stored as float32")
+                        };
+                        init.bytes = Bytes::Transposed {
+                            source,
+                            rows: rows as usize,
+                            cols: cols as usize,
+                            element: 4,
+                            cast: None,
+                        };
+                        init.header.dims = vec![cols as i64, rows as i64];
+                    }
+                    init
+                })
+                .collect();
+            Planned { model: Default::default(), graph: Default::default(), initializers }
+        };
+        let model = dir.path().join("out/model.onnx");
+        let data = data_file(&model);
+        let written = |prewritten: Option<PrewrittenData>| {
+            let kept = write(
+                &model,
+                planned(),
+                WeightStorage::External { prewritten: prewritten.map(Box::new) },
+                &pt2,
+            )
+            .unwrap();
+            (kept, std::fs::read(&model).unwrap(), std::fs::read(&data).unwrap())
+        };
+        let (_, plain_model, plain_data) = written(None);
+        let prewritten = |to: &Path, plan: &[PlannedWeight], sources: &Path| {
+            let (to, plan, checkpoints) =
+                (to.to_path_buf(), plan.to_vec(), Checkpoints::new(&[sources.to_path_buf()]));
+            Prewriter::start(move |stop| prewrite(&to, plan, checkpoints, true, stop))
+        };
+        let not_linear = |fqn: &str| {
+            let mut plan = plan.clone();
+            plan.iter_mut().filter(|p| p.name == fqn).for_each(|p| p.linear_weight = false);
+            plan
+        };
+        let reordered = [plan[1].clone(), plan[0].clone()];
+        // Sizes no weight has (the plan is a worker line): not transposed, no overflow.
+        let mut absurd = plan.clone();
+        absurd[1].shape = vec![u64::MAX, 2];
+        let cases: [(&[PlannedWeight], usize); 6] = [
+            (&plan, 4), // `norm` is stored in the model
+            (&plan[..2], 2),
+            (&not_linear("o_proj"), 3), // rewound in the block being filled
+            (&not_linear("q_proj"), 1), // rewound into a block written already
+            (&absurd, 1),
+            (&reordered, 0),
+        ];
+        for (plan, kept) in cases {
+            let names: Vec<&str> = plan.iter().map(|p| p.name.as_str()).collect();
+            let (got, model_bytes, data_bytes) =
+                written(prewritten(&data, plan, &checkpoint).finish());
+            assert_eq!(got, kept, "{names:?}");
+            assert!(
+                model_bytes == plain_model && data_bytes == plain_data,
+                "{names:?}: other bytes"
+            );
+            // Written for another data file: not kept.
+            let (got, _, data_bytes) = written(
+                prewritten(&dir.path().join("elsewhere.onnx.data"), plan, &checkpoint).finish(),
+            );
+            assert_eq!(got, 0);
+            assert!(data_bytes == plain_data);
+            // A plan naming a file that is not one of the checkpoint's: nothing is read.
+            assert!(prewritten(&data, plan, &side).finish().is_none(), "{names:?}");
+        }
+        drop(prewritten(&dir.path().join("out/failed.onnx.data"), &plan, &checkpoint));
+        let mut left: Vec<_> = std::fs::read_dir(dir.path().join("out"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["model.onnx", "model.onnx.data"], "temp files left");
+    }
 }

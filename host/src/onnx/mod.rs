@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 pub mod emit;
+pub mod external;
 pub mod fold;
 pub mod inputs;
 pub mod optimize;

@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use super::options::OnnxOptions;
 use super::summary::Lowered;
 use super::Progress;
-use crate::graph::pt2::prewrite::Prewritten;
+use crate::graph::pt2::prewrite::PrewrittenEntries;
 use crate::graph::pt2::{convert, Pt2};
 use crate::graph::Graph;
 use crate::onnx::optimize::OptimizeReport;
@@ -64,7 +64,7 @@ pub fn pt2(
     pt2: &Pt2,
     graph: &Graph,
     output: &Path,
-    prewritten: Option<Prewritten>,
+    prewritten: Option<PrewrittenEntries>,
 ) -> Result<usize> {
     Ok(pt2.write_continuing(output, &model_program(pt2, graph, output)?, prewritten)?)
 }

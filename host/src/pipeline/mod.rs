@@ -12,6 +12,7 @@ pub mod folder;
 pub mod generation;
 pub mod model_id;
 pub mod options;
+pub mod prewrite;
 pub mod scratch;
 pub mod summary;
 pub mod trace;
@@ -29,11 +30,11 @@ pub use summary::{Component, Lowered, RunSummary};
 use crate::graph::Graph;
 use crate::plugins::loading::{LoadedSet, Purpose};
 use crate::plugins::Backend;
-use crate::prewrite::{Prewrite, PrewriteFor};
 use crate::stages::onnx_translation::ProgramSource;
 use crate::trace::Worker;
 use emit::Program;
 use folder::ExportFolder;
+use prewrite::{ArtifactPrewriter, PrewriteTarget};
 use scratch::Scratch;
 use trace::Traced;
 
@@ -300,15 +301,15 @@ fn moved_into(dir: &Path, path: &mut PathBuf) {
 /// what it is: a `.pt2`, or an ONNX model's external data, going into an
 /// export folder (into its scratch folder, which goes on every way out); one
 /// verified is written elsewhere first. One artifact: the first that can.
-fn prewritten_target(written: &[Written], verify: bool) -> Option<(PathBuf, PrewriteFor)> {
+fn prewritten_target(written: &[Written], verify: bool) -> Option<(PathBuf, PrewriteTarget)> {
     if verify {
         return None;
     }
     written.iter().filter(|w| w.folder.is_some()).find_map(|w| {
         let to = match &w.target.artifact {
-            Artifact::Pt2 => PrewriteFor::Archive,
+            Artifact::Pt2 => PrewriteTarget::Archive,
             Artifact::Onnx(onnx) if onnx.external_data => {
-                PrewriteFor::OnnxData { transposed_linear: onnx.optimize }
+                PrewriteTarget::OnnxData { transposed_linear: onnx.optimize }
             }
             _ => return None,
         };
@@ -666,9 +667,9 @@ impl Staged {
         if self.scratch.is_none() {
             return Ok(());
         }
-        let data = crate::onnx::emit::data_file(&self.path);
+        let data = crate::onnx::external::data_file(&self.path);
         if data.exists() {
-            let to = crate::onnx::emit::data_file(output);
+            let to = crate::onnx::external::data_file(output);
             crate::atomic::move_into_place(&data, &to)
                 .with_context(|| format!("writing {}", to.display()))?;
         }
@@ -714,7 +715,7 @@ fn emit_artifact(
                 Some(traced) => emit::pt2_as_traced(&traced.program, staged)?,
                 None => {
                     let prewritten =
-                        job.input.traced().and_then(|t| t.prewritten(Prewrite::archive));
+                        job.input.traced().and_then(|t| t.prewritten(ArtifactPrewriter::archive));
                     emitted.weights_prewritten = emit::pt2(pt2, graph, staged, prewritten)?;
                 }
             }
@@ -726,7 +727,7 @@ fn emit_artifact(
                     source: ProgramSource::Traced,
                     input_names: traced.input_names.clone(),
                     output_names: traced.output_names.clone(),
-                    prewritten: traced.prewritten(Prewrite::onnx_data),
+                    prewritten: traced.prewritten(ArtifactPrewriter::onnx_data),
                 },
                 None => emit::OnnxInput {
                     source: ProgramSource::Saved,
@@ -1018,11 +1019,11 @@ mod tests {
         ];
         assert_eq!(
             prewritten_target(&written, false),
-            Some((written[2].output(MODEL), PrewriteFor::OnnxData { transposed_linear: false }))
+            Some((written[2].output(MODEL), PrewriteTarget::OnnxData { transposed_linear: false }))
         );
         assert_eq!(
             prewritten_target(&written[3..], false),
-            Some((written[3].output(MODEL), PrewriteFor::Archive))
+            Some((written[3].output(MODEL), PrewriteTarget::Archive))
         );
         // Verified artifacts are written elsewhere first; and only an inline ONNX or a `.pte`: none.
         assert_eq!(prewritten_target(&written, true), None);
@@ -1052,11 +1053,11 @@ mod tests {
 
         let staged = Staged::for_output(&output, true).unwrap();
         std::fs::write(staged.path(), "model").unwrap();
-        std::fs::write(crate::onnx::emit::data_file(staged.path()), "weights").unwrap();
+        std::fs::write(crate::onnx::external::data_file(staged.path()), "weights").unwrap();
         staged.move_into_place(&output).unwrap();
         drop(staged);
         assert_eq!(std::fs::read_to_string(&output).unwrap(), "model");
-        let data = crate::onnx::emit::data_file(&output);
+        let data = crate::onnx::external::data_file(&output);
         assert_eq!(std::fs::read_to_string(data).unwrap(), "weights");
         let left: Vec<_> =
             std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();

@@ -8,11 +8,11 @@ use std::rc::Rc;
 use anyhow::Result;
 
 use super::options::Trace;
+use super::prewrite::{ArtifactPrewriter, PrewriteTarget};
 use super::scratch::Scratch;
 use super::trace_cache::TraceCache;
 use crate::plugins::loading::LoadedSet;
 use crate::plugins::{self, kind, Backend};
-use crate::prewrite::{Prewrite, PrewriteFor};
 use crate::stages;
 use crate::trace::protocol::{
     Decomposed, ExportMetadata, SizeGuard, StepPeaks, StepSeconds, WeightsReport,
@@ -32,8 +32,8 @@ pub struct Traced {
     /// The model folder's checkpoint files the side weights may point into.
     pub checkpoint: Vec<PathBuf>,
     /// An artifact's first weights, being written while the worker traced
-    /// (`crate::prewrite`); its emit step takes them.
-    pub prewriting: std::sync::Mutex<Option<Prewrite>>,
+    /// (`super::prewrite`); its emit step takes them.
+    pub prewriting: std::sync::Mutex<Option<ArtifactPrewriter>>,
     /// The tensor inputs' names (`input_ids`, `input.cache.layers.0.keys`);
     /// empty where the program's placeholder names stand.
     pub input_names: Vec<String>,
@@ -49,7 +49,10 @@ impl Traced {
     /// takes it (Ok); else it stays for another target's emit step.
     pub fn prewritten<T: Send + 'static>(
         &self,
-        wanted: impl FnOnce(Prewrite) -> Result<crate::prewrite::Prewriting<T>, Prewrite>,
+        wanted: impl FnOnce(
+            ArtifactPrewriter,
+        )
+            -> Result<crate::weights::prewrite::Prewriter<T>, ArtifactPrewriter>,
     ) -> Option<T> {
         let mut slot = self.prewriting.lock().ok()?;
         match wanted(slot.take()?) {
@@ -101,7 +104,7 @@ pub fn run(
     loaded: &LoadedSet,
     backends: &[Backend],
     output: &Path,
-    prewrite: Option<(&Path, PrewriteFor)>,
+    prewrite: Option<(&Path, PrewriteTarget)>,
 ) -> Result<Traced> {
     let scratch = Scratch::beside(output, "trace")?;
     let program = scratch.path().join("model.pt2");
@@ -130,7 +133,7 @@ pub fn run(
     // The cache, when asked for and the model can be keyed.
     let mut cached = None;
     // Where the weights-plan callback leaves the writer it starts.
-    let prewriting: Rc<RefCell<Option<Prewrite>>> = Rc::default();
+    let prewriting: Rc<RefCell<Option<ArtifactPrewriter>>> = Rc::default();
     let cache = match &trace.cache {
         Some(dir) => {
             let cache = TraceCache::open(dir)?;

@@ -389,7 +389,7 @@ fn entry_files(entry: &Path) -> Result<BTreeMap<String, PathBuf>> {
 
 /// The size and sha256 of regular file `path`, read without following a link.
 fn digest(path: &Path) -> Result<(u64, String)> {
-    let mut file = crate::prewrite::open_no_follow(path).map_err(anyhow::Error::msg)?;
+    let mut file = crate::weights::checkpoint::open_no_follow(path).map_err(anyhow::Error::msg)?;
     let mut hasher = Sha256::new();
     let mut buffer = vec![0u8; 1 << 20];
     let mut size = 0u64;

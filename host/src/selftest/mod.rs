@@ -358,7 +358,7 @@ fn emit_onnx(
     let lowered = emit::lower(&parts).map_err(|e| e.to_string())?;
     let planned = emit::plan(lowered, "selftest", &[]);
     if let Some(path) = onnx {
-        emit::write(path, planned, emit::WeightStorage::Embedded, &emit::InMemory)
+        emit::write(path, planned, emit::WeightStorage::Embedded, &crate::weights::files::InMemory)
             .map_err(|e| e.to_string())?;
     }
     Ok(what)

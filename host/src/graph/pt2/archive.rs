@@ -63,7 +63,7 @@ impl Archive {
     /// (see `Pt2::release`); an archive read into memory is left alone.
     pub fn release(&self, bytes: &[u8]) {
         if let Backing::Map(map) = &self.map {
-            super::release_from(map, bytes);
+            crate::weights::map::release_from(map, bytes);
         }
     }
 }
@@ -162,7 +162,7 @@ impl Archive {
     pub fn origin(&self, bytes: &[u8]) -> Option<(&File, u64)> {
         match (&self.map, &self.file) {
             (Backing::Map(map), Some(file)) => {
-                super::offset_in(map, bytes).map(|offset| (file, offset as u64))
+                crate::weights::map::offset_in(map, bytes).map(|offset| (file, offset as u64))
             }
             _ => None,
         }

@@ -14,7 +14,6 @@
 //! map, and writing copies every entry hfx did not change byte for byte.
 
 pub mod archive;
-pub mod cast;
 pub mod convert;
 pub mod prewrite;
 pub mod schema;
@@ -25,6 +24,13 @@ use std::path::Path;
 
 use archive::{Archive, ArchiveError, ArchiveWriter, Entry};
 use schema::{ExportedProgram, PayloadConfig, PayloadMeta, NEWEST_MINOR, SUPPORTED_MAJOR};
+
+use crate::graph::{Dim, TensorMeta};
+use crate::weights::cast;
+use crate::weights::checkpoint::{lexical, open_checkpoint};
+use crate::weights::files::WeightFiles;
+use crate::weights::map::{offset_in, release_from};
+use crate::weights::place::Place;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Pt2Error {
@@ -99,6 +105,46 @@ impl Source<'_> {
     }
 }
 
+/// A contiguous tensor of a program: its sizes, its dtype, and its bytes
+/// in its storage ([`Pt2::contiguous_tensor`]).
+#[derive(Debug, Clone)]
+pub struct StoredTensor<'a> {
+    pub dims: Vec<i64>,
+    pub dtype: hfx_dtype::DType,
+    pub source: Source<'a>,
+}
+
+/// Why a tensor's bytes cannot be read as a contiguous tensor.
+#[derive(Debug, thiserror::Error)]
+pub enum TensorError {
+    #[error("unknown dtype `{0}`")]
+    Dtype(String),
+    #[error("weight `{0}` is not in the archive")]
+    Missing(String),
+    #[error("weight `{fqn}`: {reason}")]
+    Invalid { fqn: String, reason: String },
+    #[error(transparent)]
+    Storage(#[from] Pt2Error),
+}
+
+/// Row-major strides (or none given), sizes of 1 aside.
+fn is_contiguous(strides: &[i64], dims: &[i64]) -> bool {
+    if strides.is_empty() {
+        return true;
+    }
+    if strides.len() != dims.len() {
+        return false;
+    }
+    let mut expected = Some(1i64);
+    for (&stride, &size) in strides.iter().zip(dims).rev() {
+        if size != 1 && Some(stride) != expected {
+            return false;
+        }
+        expected = expected.and_then(|e| e.checked_mul(size.max(1)));
+    }
+    true
+}
+
 struct SideFile {
     path: std::path::PathBuf,
     /// The file behind the map, for kernel-side copies of its bytes.
@@ -158,22 +204,6 @@ fn needed_bytes(meta: &PayloadMeta) -> Result<u64, String> {
     crate::graph::storage_bytes(&sizes, &strides, offset, element)
 }
 
-/// `MADV_DONTNEED` on the whole pages of `bytes` inside `map`, if it lies there.
-pub(crate) fn release_from(map: &memmap2::Mmap, bytes: &[u8]) {
-    const PAGE: usize = 4096;
-    let Some(offset) = offset_in(map, bytes) else { return };
-    let first = offset.next_multiple_of(PAGE);
-    let end = (offset + bytes.len()) / PAGE * PAGE;
-    if end > first {
-        // SAFETY: a read-only private mapping of a file nobody writes while it
-        // is mapped: dropped pages are read from the file again when touched,
-        // so every slice of the map keeps its contents.
-        let _ = unsafe {
-            map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, first, end - first)
-        };
-    }
-}
-
 /// Bytes of a weight read at most this many at a time, each chunk's pages
 /// released once used: no entry is resident whole, neither while the worker
 /// traces nor at the emit step (a 3B Llama's bfloat16 embedding is 788 MB).
@@ -228,12 +258,6 @@ fn add_weight_in(
         }
         Ok(())
     })
-}
-
-/// Where `bytes` start inside `map`, if they lie there.
-pub(crate) fn offset_in(map: &[u8], bytes: &[u8]) -> Option<usize> {
-    let (start, base) = (bytes.as_ptr() as usize, map.as_ptr() as usize);
-    (start >= base && start + bytes.len() <= base + map.len()).then(|| start - base)
 }
 
 /// The side file of weights the trace worker writes for `archive`.
@@ -362,7 +386,7 @@ impl Pt2 {
     /// The index's first file is named relative to it (the worker's side
     /// file); any other must be one of `sources` (a model folder's checkpoint
     /// files, which the worker pointed the weights at), compared as paths
-    /// and opened without following a link ([`crate::prewrite::open_checkpoint`]):
+    /// and opened without following a link ([`open_checkpoint`]):
     /// the index names no other file. Side bytes have no
     /// CRC: each storage's length is checked against the tensors the
     /// archive's payload configs say it holds.
@@ -403,7 +427,7 @@ impl Pt2 {
                     .map_err(|e| invalid(&file_path, e.to_string()))?;
                 (file_path, file)
             } else {
-                crate::prewrite::open_checkpoint(name, sources)
+                open_checkpoint(name, sources)
                     .map_err(|reason| invalid(&index_path, format!("names {reason}")))?
             };
             // SAFETY: hfx's own scratch output or the user's checkpoint, neither
@@ -536,6 +560,60 @@ impl Pt2 {
         self.stored(Kind::Constant, model, fqn)
     }
 
+    /// The bytes of program `model`'s contiguous tensor `fqn` of graph
+    /// metadata `meta`, in its storage: a weight's (or a constant's if
+    /// `constant`, or if no weight has that name: non-persistent buffers are
+    /// stored with the constants). Sizes, offsets and byte counts come from
+    /// the file: every step is checked.
+    pub fn contiguous_tensor(
+        &self,
+        fqn: &str,
+        constant: bool,
+        meta: &TensorMeta,
+    ) -> Result<StoredTensor<'_>, TensorError> {
+        let error = |reason: String| TensorError::Invalid { fqn: fqn.into(), reason };
+        let source = match constant {
+            true => self.constant_source("model", fqn)?,
+            false => match self.weight_source("model", fqn)? {
+                Some(source) => Some(source),
+                None => self.constant_source("model", fqn)?,
+            },
+        };
+        let Source { bytes, cast } = source.ok_or_else(|| TensorError::Missing(fqn.into()))?;
+        let fixed = |dims: &[Dim], what: &str| {
+            dims.iter()
+                .map(|d| match d {
+                    Dim::Fixed(n) => Ok(*n),
+                    Dim::Symbolic(s) => Err(error(format!("symbolic {what} {s}"))),
+                })
+                .collect::<Result<Vec<i64>, _>>()
+        };
+        let dims = fixed(&meta.shape, "size")?;
+        let strides = fixed(&meta.strides, "stride")?;
+        let offset = fixed(std::slice::from_ref(&meta.storage_offset), "storage offset")?[0];
+        let dtype = hfx_dtype::DType::from_name(&meta.dtype)
+            .ok_or_else(|| TensorError::Dtype(meta.dtype.clone()))?;
+        let size = dtype.size() as u64;
+        if !is_contiguous(&strides, &dims) {
+            return Err(error("non-contiguous storage".into()));
+        }
+        // Contiguous: the tensor is the bytes from `offset` elements up to `end` (0 when empty).
+        let end = crate::graph::storage_bytes(&dims, &[], offset, size).map_err(error)?;
+        // offset >= 0, and no larger than `end`.
+        let start = if end == 0 { 0 } else { offset as u64 * size };
+        // Stored in another dtype: the same elements, of the stored size.
+        let stored = cast.map_or(size, |c| c.from().size() as u64);
+        let (start, end) = (start / size * stored, end / size * stored);
+        let raw = usize::try_from(start)
+            .ok()
+            .zip(usize::try_from(end).ok())
+            .and_then(|(s, e)| bytes.get(s..e));
+        let raw = raw.ok_or_else(|| {
+            error(format!("storage holds {} bytes, the tensor needs {start}..{end}", bytes.len()))
+        })?;
+        Ok(StoredTensor { dims, dtype, source: Source { bytes: raw, cast } })
+    }
+
     fn unconverted(&self, kind: Kind, model: &str, fqn: &str) -> Result<Option<&[u8]>, Pt2Error> {
         match self.stored(kind, model, fqn)? {
             Some(Source { cast: Some(cast), .. }) => Err(Pt2Error::Invalid {
@@ -653,7 +731,7 @@ impl Pt2 {
         self.side
             .iter()
             .flat_map(|s| &s.files)
-            .map(|f| crate::prewrite::lexical(&f.path).unwrap_or_else(|| f.path.clone()))
+            .map(|f| lexical(&f.path).unwrap_or_else(|| f.path.clone()))
             .collect()
     }
 
@@ -707,7 +785,7 @@ impl Pt2 {
         &self,
         path: &Path,
         programs: &BTreeMap<String, ExportedProgram>,
-        prewritten: Option<prewrite::Prewritten>,
+        prewritten: Option<prewrite::PrewrittenEntries>,
     ) -> Result<usize, Pt2Error> {
         self.write_archive(path, programs, SideStored::Written, prewritten)
     }
@@ -717,7 +795,7 @@ impl Pt2 {
     fn continues(
         &self,
         path: &Path,
-        prewritten: &prewrite::Prewritten,
+        prewritten: &prewrite::PrewrittenEntries,
         side_entries: &BTreeMap<String, Source<'_>>,
     ) -> bool {
         prewritten.writer.target() == path
@@ -739,19 +817,13 @@ impl Pt2 {
         bytes: &[u8],
         cast: Option<cast::Cast>,
         transposed: Option<(usize, usize)>,
-    ) -> Option<crate::prewrite::Place> {
+    ) -> Option<Place> {
         let (file, offset) = self
             .side
             .iter()
             .flat_map(|s| &s.files)
             .find_map(|f| offset_in(&f.map, bytes).map(|offset| (&f.path, offset as u64)))?;
-        Some(crate::prewrite::Place {
-            file: crate::prewrite::lexical(file)?,
-            offset,
-            length: bytes.len() as u64,
-            cast,
-            transposed,
-        })
+        Some(Place { file: lexical(file)?, offset, length: bytes.len() as u64, cast, transposed })
     }
 
     /// How `entry` goes into an archive written with `programs`.
@@ -818,7 +890,7 @@ impl Pt2 {
         path: &Path,
         programs: &BTreeMap<String, ExportedProgram>,
         side_stored: SideStored,
-        prewritten: Option<prewrite::Prewritten>,
+        prewritten: Option<prewrite::PrewrittenEntries>,
     ) -> Result<usize, Pt2Error> {
         self.check_payloads()?;
         let write_error = |source| Pt2Error::Write { path: path.display().to_string(), source };
@@ -872,6 +944,26 @@ impl Pt2 {
         }
         out.finish().map_err(write_error)?;
         Ok(kept)
+    }
+}
+
+/// A `.pt2`'s weights are read from the files they are stored in (the
+/// archive, the side file, a model folder's checkpoint), their pages
+/// released once written.
+impl WeightFiles for Pt2 {
+    fn origin(&self, bytes: &[u8]) -> Option<(&std::fs::File, u64)> {
+        Pt2::origin(self, bytes)
+    }
+    fn release(&self, bytes: &[u8]) {
+        Pt2::release(self, bytes)
+    }
+    fn place(
+        &self,
+        bytes: &[u8],
+        cast: Option<cast::Cast>,
+        transposed: Option<(usize, usize)>,
+    ) -> Option<Place> {
+        Pt2::place(self, bytes, cast, transposed)
     }
 }
 
@@ -994,6 +1086,53 @@ pub(crate) mod testing {
 mod tests {
     use super::testing::*;
     use super::*;
+
+    /// Weight `w` (4 float32 stored) read as a contiguous tensor of sizes
+    /// `shape`, `strides` and storage offset `offset`.
+    fn contiguous_error(shape: &[i64], strides: &[i64], offset: i64) -> String {
+        let pt2 = open(archive(&[Stored {
+            fqn: "w",
+            sizes: vec![4],
+            strides: vec![1],
+            offset: 0,
+            bytes: Some(floats(4)),
+        }]));
+        let mut meta = TensorMeta::new("float32", shape.iter().map(|&n| Dim::Fixed(n)).collect());
+        meta.strides = strides.iter().map(|&n| Dim::Fixed(n)).collect();
+        meta.storage_offset = Dim::Fixed(offset);
+        match pt2.contiguous_tensor("w", false, &meta) {
+            Ok(tensor) => format!("ok {} bytes", tensor.source.len()),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn weight_sizes_and_offsets_from_the_file_are_checked_not_wrapped() {
+        assert_eq!(contiguous_error(&[2, 2], &[2, 1], 0), "ok 16 bytes");
+        assert_eq!(contiguous_error(&[2], &[1], 2), "ok 8 bytes");
+        assert_eq!(contiguous_error(&[0, 1 << 62], &[], 0), "ok 0 bytes");
+        let e = contiguous_error(&[1 << 62], &[1], 0);
+        assert!(e.starts_with("weight `w`: ") && e.contains("past 2^64"), "{e}");
+        let e = contiguous_error(&[1 << 62, 1 << 62], &[], 0);
+        assert!(e.contains("past 2^64"), "{e}");
+        let e = contiguous_error(&[1 << 61], &[1], 0);
+        assert!(
+            e.contains("storage holds 16 bytes, the tensor needs 0..9223372036854775808"),
+            "{e}"
+        );
+        let e = contiguous_error(&[-4], &[1], 0);
+        assert!(e.contains("negative size -4"), "{e}");
+        let e = contiguous_error(&[2], &[1], 1 << 62);
+        assert!(e.contains("past 2^64"), "{e}");
+        let e = contiguous_error(&[2], &[1], -1);
+        assert!(e.contains("negative storage offset"), "{e}");
+        let e = contiguous_error(&[2], &[1], 3);
+        assert!(e.contains("storage holds 16 bytes, the tensor needs 12..20"), "{e}");
+        let e = contiguous_error(&[1 << 40, 1 << 40], &[1 << 40, 1], 0);
+        assert!(e.contains("past 2^64"), "{e}");
+        let e = contiguous_error(&[2, 2], &[1, 2], 0);
+        assert!(e.contains("non-contiguous"), "{e}");
+    }
 
     /// Written a chunk at a time, an entry (plain or converted) has the bytes
     /// and CRC-32 it has written whole.
@@ -1175,12 +1314,13 @@ mod tests {
     /// (a plan dropped unfinished, when the trace fails, included).
     #[test]
     fn weights_written_while_tracing_are_kept_only_where_the_archive_starts_with_them() {
-        use crate::prewrite::{Checkpoints, Prewriting};
-        use crate::trace::protocol::PlannedWeight;
+        use crate::weights::checkpoint::Checkpoints;
+        use crate::weights::plan::PlannedWeight;
+        use crate::weights::prewrite::Prewriter;
         let prewritten = |out: &Path, plan: &Vec<PlannedWeight>, sources: &Path| {
             let (out, plan, checkpoints) =
                 (out.to_path_buf(), plan.clone(), Checkpoints::new(&[sources.to_path_buf()]));
-            Prewriting::start(move |stop| super::prewrite::write(&out, plan, checkpoints, stop))
+            Prewriter::start(move |stop| super::prewrite::write(&out, plan, checkpoints, stop))
         };
         let (dir, side, checkpoint) = side_file_and_checkpoint();
         let index = serde_json::json!({"files": ["p.pt2.weights", checkpoint], "weights": {"a": [1, 16, 32], "b": [1, 0, 32]}, "constants": {}});

@@ -1,5 +1,5 @@
 //! A `.pt2`'s weight entries written while the worker traces
-//! ([`crate::prewrite`]).
+//! ([`crate::weights`]).
 //!
 //! torch's archive starts with its weight entries: the worker's plan names
 //! them in torch's order, and [`super::Pt2::write_continuing`] keeps them
@@ -10,11 +10,13 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::archive::ArchiveWriter;
-use crate::prewrite::{Checkpoints, Place};
-use crate::trace::protocol::PlannedWeight;
+use crate::weights::checkpoint::Checkpoints;
+use crate::weights::map::release_from;
+use crate::weights::place::Place;
+use crate::weights::plan::PlannedWeight;
 
 /// What the thread wrote: the archive's first entries, in its temp file.
-pub struct Prewritten {
+pub struct PrewrittenEntries {
     pub(super) writer: ArchiveWriter,
     pub(super) entries: Vec<Written>,
 }
@@ -34,7 +36,7 @@ pub fn write(
     plan: Vec<PlannedWeight>,
     mut checkpoints: Checkpoints,
     stop: &AtomicBool,
-) -> Option<Prewritten> {
+) -> Option<PrewrittenEntries> {
     let mut writer = match ArchiveWriter::create(path) {
         Ok(writer) => writer,
         Err(e) => {
@@ -50,7 +52,7 @@ pub fn write(
         let Some(got) = checkpoints.get(&planned) else { break };
         if let Err(e) =
             super::add_weight(&mut writer, &planned.name, got.bytes, got.cast, |piece| {
-                super::release_from(&got.from.map, piece)
+                release_from(&got.from.map, piece)
             })
         {
             tracing::info!("weights are written at the emit step: {}: {e}", path.display());
@@ -67,5 +69,5 @@ pub fn write(
     }
     // Idle until the emit step: its buffers are not held meanwhile.
     writer.park().ok()?;
-    (!entries.is_empty()).then_some(Prewritten { writer, entries })
+    (!entries.is_empty()).then_some(PrewrittenEntries { writer, entries })
 }

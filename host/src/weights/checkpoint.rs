@@ -1,139 +1,18 @@
-//! Weights written while the worker traces.
-//!
-//! Streamed from a model folder, an artifact's weights are the checkpoint's
-//! bytes (converted, or transposed, as they are written). Before
-//! torch.export runs, the worker says which weights the artifact will start
-//! with and where each one's bytes are ([`PlannedWeight`], the worker's
-//! `checkpoint.weights_plan`); a thread writes them into the artifact's temp
-//! file meanwhile, on the core the trace leaves idle. The emit step keeps
-//! what the artifact it writes starts with (each entry compared by the bytes
-//! it was written from: file, offset, length, conversion, transposition) and
-//! writes the rest: the artifact's bytes are the same either way.
-//!
-//! - A `.pt2`'s weight entries, in torch's archive order
-//!   ([`crate::graph::pt2::prewrite`]): measured on a 125M Llama from a model
-//!   folder (536 MB, 111 entries), the `.pt2` emit step 0.50-0.57 s -> 31-33 ms.
-//! - An ONNX model's external data, its initializers in the program's
-//!   signature order ([`crate::onnx::prewrite`]).
-//!
-//! Only into an export folder's scratch folder, which goes on every way out
-//! (Ctrl-C included); a `--verify` run writes its artifact elsewhere first.
+//! Where a weight's bytes come from: a model folder's checkpoint files,
+//! opened only as regular files of that folder ([`open_checkpoint`]), and
+//! the bytes a plan's weight names in them ([`Checkpoints`]).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 
-use crate::graph::pt2::cast::Cast;
-use crate::trace::protocol::PlannedWeight;
-
-/// A thread writing a plan's weights; stopped (its temp file removed with
-/// what it wrote) when dropped unfinished.
-pub struct Prewriting<T> {
-    thread: Option<JoinHandle<Option<T>>>,
-    stop: Arc<AtomicBool>,
-}
-
-impl<T: Send + 'static> Prewriting<T> {
-    /// Runs `write` on a thread of its own; `write` stops early once the
-    /// flag it is given is set.
-    pub fn start(write: impl FnOnce(&AtomicBool) -> Option<T> + Send + 'static) -> Prewriting<T> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        match std::thread::Builder::new().name("hfx-prewrite".into()).spawn(move || write(&flag)) {
-            Ok(thread) => Prewriting { thread: Some(thread), stop },
-            Err(e) => {
-                tracing::info!(
-                    "weights are written at the emit step: no thread to write them earlier ({e})"
-                );
-                Prewriting { thread: None, stop }
-            }
-        }
-    }
-
-    /// What was written, once the thread is done; None if nothing was.
-    pub fn finish(mut self) -> Option<T> {
-        self.thread.take()?.join().ok().flatten()
-    }
-}
-
-impl<T> Drop for Prewriting<T> {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join(); // what it wrote, dropped unfinished, removes its temp file
-        }
-    }
-}
-
-/// One artifact's weights, being written while the worker traces.
-pub enum Prewrite {
-    /// A `.pt2`'s first weight entries.
-    Archive(Prewriting<crate::graph::pt2::prewrite::Prewritten>),
-    /// An ONNX model's external data file, its first initializers.
-    OnnxData(Prewriting<crate::onnx::prewrite::PrewrittenData>),
-}
-
-impl Prewrite {
-    /// A `.pt2`'s, or itself back (`Traced::prewritten` keeps it for another target).
-    pub fn archive(self) -> Result<Prewriting<crate::graph::pt2::prewrite::Prewritten>, Prewrite> {
-        match self {
-            Prewrite::Archive(p) => Ok(p),
-            other => Err(other),
-        }
-    }
-
-    /// An ONNX model's external data, or itself back.
-    pub fn onnx_data(self) -> Result<Prewriting<crate::onnx::prewrite::PrewrittenData>, Prewrite> {
-        match self {
-            Prewrite::OnnxData(p) => Ok(p),
-            other => Err(other),
-        }
-    }
-}
-
-/// What the worker is asked to plan for the artifact at `path`, and how the
-/// plan is written there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PrewriteFor {
-    /// A `.pt2`.
-    Archive,
-    /// An ONNX model with external data; `transposed_linear`: the optimizer
-    /// stores a `torch.nn.Linear`'s weight transposed (it does, unless
-    /// `--no-optimize`).
-    OnnxData { transposed_linear: bool },
-}
-
-impl PrewriteFor {
-    /// The plan the worker sends for it.
-    pub fn planned(self) -> crate::trace::protocol::PlannedWeights {
-        use crate::trace::protocol::PlannedWeights;
-        match self {
-            PrewriteFor::Archive => PlannedWeights::ArchiveEntries,
-            PrewriteFor::OnnxData { .. } => PlannedWeights::Parameters,
-        }
-    }
-
-    /// Starts writing `plan` for the artifact at `path`, reading only `sources`.
-    pub fn start(self, path: &Path, plan: Vec<PlannedWeight>, sources: &[PathBuf]) -> Prewrite {
-        let (path, checkpoints) = (path.to_path_buf(), Checkpoints::new(sources));
-        match self {
-            PrewriteFor::Archive => Prewrite::Archive(Prewriting::start(move |stop| {
-                crate::graph::pt2::prewrite::write(&path, plan, checkpoints, stop)
-            })),
-            PrewriteFor::OnnxData { transposed_linear } => {
-                let data = crate::onnx::emit::data_file(&path);
-                Prewrite::OnnxData(Prewriting::start(move |stop| {
-                    crate::onnx::prewrite::write(&data, plan, checkpoints, transposed_linear, stop)
-                }))
-            }
-        }
-    }
-}
+use super::cast::Cast;
+use super::files::WeightFiles;
+use super::map::{offset_in, release_from};
+use super::place::Place;
+use super::plan::PlannedWeight;
 
 /// The checkpoint files a plan may read: the model folder's, and no other
-/// (the plan is a worker line, and the side weights' index may name no
-/// other file either: [`crate::graph::pt2::Pt2::attach_side_weights`]).
+/// (the plan is a worker line, and the `.pt2`'s side weights' index may
+/// name no other file either).
 /// Each is admitted and opened by [`open_checkpoint`].
 pub struct Checkpoints {
     allowed: Vec<PathBuf>,
@@ -245,7 +124,7 @@ pub fn open_checkpoint(
 /// Opens `path` read-only, refusing a symbolic link as its last part
 /// (`O_NOFOLLOW`) and anything but a regular file (a FIFO does not block:
 /// `O_NONBLOCK`).
-pub(crate) fn open_no_follow(path: &Path) -> Result<std::fs::File, String> {
+pub fn open_no_follow(path: &Path) -> Result<std::fs::File, String> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path).map_err(|e| {
         if e.raw_os_error() == Some(libc::ELOOP) {
@@ -309,17 +188,20 @@ fn hub_blob(link: &Path) -> Result<PathBuf, String> {
     Ok(blob)
 }
 
-/// What an artifact's written weight was written from: two entries with the
-/// same place are the same bytes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Place {
-    /// The checkpoint file (canonical), and the stored bytes' range in it.
-    pub file: PathBuf,
-    pub offset: u64,
-    pub length: u64,
-    pub cast: Option<Cast>,
-    /// Written transposed: the stored tensor's rows and columns.
-    pub transposed: Option<(usize, usize)>,
+/// A checkpoint file being read: its weights are copied from the file and
+/// their pages released once written, as the emit step does.
+impl WeightFiles for Opened {
+    fn origin(&self, bytes: &[u8]) -> Option<(&std::fs::File, u64)> {
+        offset_in(&self.map, bytes).map(|offset| (&self.file, offset as u64))
+    }
+
+    fn release(&self, bytes: &[u8]) {
+        release_from(&self.map, bytes);
+    }
+
+    fn place(&self, _: &[u8], _: Option<Cast>, _: Option<(usize, usize)>) -> Option<Place> {
+        None
+    }
 }
 
 #[cfg(test)]
