@@ -132,24 +132,26 @@ fn rust_edges(src: &Path) -> Edges {
         let text = std::fs::read_to_string(path).unwrap();
         for line in text.lines() {
             let code = line.split("//").next().unwrap();
+            // A path's own `super::super::` is not a second path.
+            let mut consumed = 0;
             for (start, _) in code.match_indices(['c', 's']) {
                 let head = &code[start..];
                 let boundary = start == 0
                     || !code[..start].ends_with(|c: char| c.is_alphanumeric() || c == '_');
-                if !boundary
+                if start < consumed
+                    || !boundary
                     || !(head.starts_with("crate::")
                         || head.starts_with("super::")
                         || head.starts_with("self::"))
                 {
                     continue;
                 }
-                let path: Vec<&str> = head
+                let path: &str = head
                     .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
                     .next()
-                    .unwrap()
-                    .split("::")
-                    .filter(|s| !s.is_empty())
-                    .collect();
+                    .unwrap();
+                consumed = start + path.len();
+                let path: Vec<&str> = path.split("::").filter(|s| !s.is_empty()).collect();
                 if let Some(target) = resolve(&modules, module, &path) {
                     if !module.is_empty() && !target.is_empty() && !is_related(module, &target) {
                         edges.entry(module.clone()).or_default().insert(target);
