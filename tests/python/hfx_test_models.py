@@ -2,7 +2,6 @@
 
 import os
 import sys
-import time
 
 import torch
 
@@ -18,11 +17,6 @@ def doubler():
 
 def raises():
     raise ValueError("this model cannot be built (on purpose)")
-
-
-def hangs():
-    print("about to hang", file=sys.stderr, flush=True)
-    time.sleep(3600)
 
 
 def crashes():
