@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 /// Files under `dir` whose name ends with one of `extensions`, as paths
 /// relative to `dir` with `/` separators, sorted.
-fn files(dir: &Path, extensions: &[&str]) -> Vec<String> {
+pub fn files(dir: &Path, extensions: &[&str]) -> Vec<String> {
     let mut found = Vec::new();
     let mut pending = vec![dir.to_path_buf()];
     while let Some(folder) = pending.pop() {

@@ -74,20 +74,9 @@ fn is_related(a: &str, b: &str) -> bool {
     a == b || a.starts_with(&format!("{b}::")) || b.starts_with(&format!("{a}::"))
 }
 
+/// The files of `dir` (at any depth) ending in `extension`.
 fn source_files(dir: &Path, extension: &str) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(folder) = pending.pop() {
-        for entry in std::fs::read_dir(&folder).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                pending.push(path);
-            } else if path.extension().is_some_and(|e| e == extension) {
-                found.push(path);
-            }
-        }
-    }
-    found
+    crate::code_map::files(dir, &[extension]).into_iter().map(|file| dir.join(file)).collect()
 }
 
 /// The module a `crate::`/`super::`/`self::` path names, from module `current`.
@@ -117,7 +106,7 @@ fn resolve(modules: &BTreeSet<String>, current: &str, path: &[&str]) -> Option<S
 
 fn rust_edges(src: &Path) -> Edges {
     let mut files = BTreeMap::new();
-    for path in source_files(src, "rs") {
+    for path in source_files(src, ".rs") {
         let relative = path.strip_prefix(src).unwrap().with_extension("");
         let mut parts: Vec<String> =
             relative.iter().map(|p| p.to_string_lossy().into_owned()).collect();
@@ -169,7 +158,7 @@ fn rust_edges(src: &Path) -> Edges {
 /// wherever they are written.
 fn python_edges(package: &Path) -> Edges {
     let name = package.file_name().unwrap().to_string_lossy().into_owned();
-    let modules: BTreeSet<String> = source_files(package, "py")
+    let modules: BTreeSet<String> = source_files(package, ".py")
         .iter()
         .filter(|p| p.parent() == Some(package))
         .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
