@@ -11,7 +11,7 @@ fn main() -> std::process::ExitCode {
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("HFX_LOG").unwrap_or_else(|_| level.into()),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(hfx::pipeline::progress::stderr_writer)
         // Colour codes only on a terminal: piped stderr is read by people's tools.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .without_time()
@@ -24,6 +24,7 @@ fn main() -> std::process::ExitCode {
     match hfx::cli::run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
+            hfx::pipeline::progress::finish();
             eprintln!("error: {}", if cli_verbose > 0 { whole(&e) } else { one_line(&e) });
             std::process::ExitCode::FAILURE
         }

@@ -18,6 +18,7 @@ mod onnx;
 mod patches;
 mod plugin_kinds;
 mod plugin_sets;
+mod progress;
 mod pt2;
 mod report;
 mod sandbox;

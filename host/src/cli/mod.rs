@@ -26,9 +26,13 @@ pub use config::RunConfig;
     about = "Export PyTorch / Hugging Face models, with workarounds as WebAssembly plugins"
 )]
 pub struct Cli {
-    /// More output (-v: skipped plugins and drift details).
+    /// More output: -v prints each step with its time when stderr is not a terminal, skipped
+    /// plugins, drift details and a failure's whole cause (a Python traceback); -vv debug logs.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
+    /// No progress on stderr (on a terminal, each step is shown as it runs).
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -525,6 +529,7 @@ fn parse_backend(s: &str) -> Result<Backend, String> {
 
 pub fn run(cli: Cli) -> Result<()> {
     let verbose = cli.verbose;
+    let progress = crate::pipeline::Progress::for_stderr(verbose, cli.quiet);
     match cli.command {
         Command::Plugins(PluginsCommand::List { set, backend }) => {
             plugins::list(&set.folder_options()?, backend)
@@ -541,8 +546,8 @@ pub fn run(cli: Cli) -> Result<()> {
             set.no_default_plugins = true;
             plugins::test(&set.folder_options()?)
         }
-        Command::Plugins(PluginsCommand::TestOps(args)) => plugins::test_ops(args, verbose),
-        Command::Plugins(PluginsCommand::Capture(args)) => capture(args, verbose),
+        Command::Plugins(PluginsCommand::TestOps(args)) => plugins::test_ops(args, progress),
+        Command::Plugins(PluginsCommand::Capture(args)) => capture(args, progress),
         Command::Plugins(PluginsCommand::Lock { set, output }) => {
             plugins::lock(&set.folder_options()?, &output)
         }
@@ -550,21 +555,18 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Plugins(PluginsCommand::Precompile { set }) => {
             plugins::precompile(&set.folder_options()?)
         }
-        Command::Run(args) => run_export(args, verbose),
+        Command::Run(args) => run_export(args, verbose, progress),
         Command::Setup { python } => setup::setup(&python),
         Command::Doctor { set } => setup::doctor(&set.options()?),
     }
 }
 
 /// `hfx run`: options fixed once, the pipeline, then its summary (and report).
-fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
-    use std::io::IsTerminal;
-    let progress = crate::pipeline::Progress {
-        started: std::time::Instant::now(),
-        shown: verbose > 0 || std::io::stderr().is_terminal(),
-    };
+fn run_export(args: RunArgs, verbose: u8, progress: crate::pipeline::Progress) -> Result<()> {
     let (options, report) = config::merge(args)?;
-    let summaries = crate::pipeline::run(options, progress)?;
+    let summaries = crate::pipeline::run(options, progress);
+    crate::pipeline::progress::finish();
+    let summaries = summaries?;
     let several = summaries.len() > 1;
     for summary in &summaries {
         if several {
@@ -585,8 +587,7 @@ fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
     Ok(())
 }
 
-fn capture(mut args: CaptureArgs, verbose: u8) -> Result<()> {
-    use std::io::IsTerminal;
+fn capture(mut args: CaptureArgs, progress: crate::pipeline::Progress) -> Result<()> {
     if args.run.output.is_some() || args.run.verify {
         bail!("capture writes the case (--case FILE): drop -o and --verify");
     }
@@ -599,10 +600,6 @@ fn capture(mut args: CaptureArgs, verbose: u8) -> Result<()> {
         // A program is captured before any backend's stage: any backend will do.
         args.run.backend = vec![Backend::Dynamo];
     }
-    let progress = crate::pipeline::Progress {
-        started: std::time::Instant::now(),
-        shown: verbose > 0 || std::io::stderr().is_terminal(),
-    };
     let (options, report) = config::merge(args.run)?;
     if report.is_some() {
         bail!("capture writes the case (--case FILE): drop --report");

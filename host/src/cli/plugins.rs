@@ -231,19 +231,17 @@ pub(super) fn test(args: &SetOptions) -> Result<()> {
 }
 
 /// `hfx plugins test-ops`: the set's ONNX translations on torch's OpInfo samples.
-pub(super) fn test_ops(mut args: super::TestOpsArgs, verbose: u8) -> Result<()> {
+pub(super) fn test_ops(
+    mut args: super::TestOpsArgs,
+    progress: crate::pipeline::Progress,
+) -> Result<()> {
     use crate::selftest::ops::{self, OpTestOptions};
-    use std::io::IsTerminal;
     if !(18..=23).contains(&args.opset) {
         bail!("--opset {}: hfx writes opsets 18 to 23", args.opset);
     }
     args.set.plugins.extend(args.folders);
     let set = args.set.folder_options()?;
     let loaded = set.load(Purpose::Use, None)?;
-    let progress = crate::pipeline::Progress {
-        started: std::time::Instant::now(),
-        shown: verbose > 0 || std::io::stderr().is_terminal(),
-    };
     // The models the worker writes go here: removed on every exit path, Ctrl-C included.
     let scratch = crate::pipeline::scratch::Scratch::temp("test-ops")?;
     let mut worker = case_worker(&set, Some(scratch.path()))?;

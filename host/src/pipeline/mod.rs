@@ -13,6 +13,7 @@ pub mod generation;
 pub mod model_id;
 pub mod options;
 pub mod prewrite;
+pub mod progress;
 pub mod scratch;
 pub mod summary;
 pub mod trace;
@@ -25,6 +26,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 pub use options::{Artifact, Destination, OnnxOptions, Pte, RunOptions, Source, Target, Trace};
+pub use progress::Progress;
 pub use summary::{Component, Lowered, RunSummary};
 
 use crate::graph::Graph;
@@ -37,21 +39,6 @@ use folder::ExportFolder;
 use prewrite::{ArtifactPrewriter, PrewriteTarget};
 use scratch::Scratch;
 use trace::Traced;
-
-/// Progress lines on stderr (stdout is the summary), when `shown`.
-#[derive(Debug, Clone, Copy)]
-pub struct Progress {
-    pub started: Instant,
-    pub shown: bool,
-}
-
-impl Progress {
-    pub fn step(&self, stage: &str, what: &str) {
-        if self.shown {
-            eprintln!("[{:>6.1} s] {stage}: {what}", self.started.elapsed().as_secs_f64());
-        }
-    }
-}
 
 /// How long a worker may take to start and import torch.
 const WORKER_START: Duration = Duration::from_secs(120);
@@ -1083,7 +1070,7 @@ mod tests {
     fn an_ir_json_program_is_read_as_written() {
         let example = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../examples/graphs/dynamic-batch-sort.json");
-        let hidden = Progress { started: Instant::now(), shown: false };
+        let hidden = Progress::hidden();
         let program = read(&Input::IrJson(&example), hidden).unwrap();
         let Program::IrJson { graph } = &program else { panic!("read as an archive") };
         assert!(graph.node_count() > 0);

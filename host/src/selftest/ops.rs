@@ -267,7 +267,7 @@ fn translate(
         return Err(Untranslatable::Failed { at: op_at(&graph, &e), message: e.to_string() });
     }
     let before = graph.clone();
-    let hidden = Progress { started: std::time::Instant::now(), shown: false };
+    let hidden = Progress::hidden();
     let cx = emit::EmitContext { loaded, on_plugin_error: OnPluginError::Fail, progress: hidden };
     let input = emit::OnnxInput {
         source: ProgramSource::Unknown,
