@@ -561,7 +561,9 @@ fn export(run: Run, worker: &mut Option<Worker>, job: Job) -> Result<Component> 
     )?;
 
     // ── emit, and verify ──
-    run.progress.step("emit", &job.output.display().to_string());
+    // The staged path is scratch: the step names the artifact by its file name.
+    let artifact = job.output.file_name().unwrap_or(job.output.as_os_str());
+    run.progress.step("emit", &artifact.to_string_lossy());
     let emit_started = Instant::now();
     let staged = Staged::for_output(job.output, job.verify)?;
     let unchanged = job.input.traced().filter(|traced| {
@@ -855,7 +857,10 @@ fn read(input: &Input, progress: Progress) -> Result<Program> {
             (t.program.as_path(), t.side_weights.as_deref(), t.checkpoint.as_slice())
         }
     };
-    progress.step("read", &path.display().to_string());
+    match input {
+        Input::Traced(_) => progress.step("read", "the traced program"),
+        _ => progress.step("read", &path.display().to_string()),
+    }
     let mut pt2 = Pt2::open(path)?;
     if let Some(side) = side_weights {
         pt2.attach_side_weights(side, checkpoint)?;
