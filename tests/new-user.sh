@@ -121,7 +121,7 @@ one_line "did you mean" run --backend onnx --model lama -o bad.onnx
 one_line text-generation-with-past run --backend onnx --model-dir llama \
     --task text-generation-with-past -o bad.onnx
 one_line banana run --backend onnx --model-dir llama --dynamic-shapes banana -o bad.onnx
-one_line foo_bar run --backend onnx --model-dir llama --set foo_bar=3 -o bad.onnx
+one_line foo_bar run --backend onnx --model llama --set foo_bar=3 -o bad.onnx
 leftovers=$(find . -name '.hfx-*')
 [ -z "$leftovers" ] || fail "scratch left behind: $leftovers"
 
