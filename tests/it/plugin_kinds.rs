@@ -416,3 +416,25 @@ fn a_closed_stdout_ends_hfx_quietly() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && stderr.is_empty(), "{:?}: {stderr}", out.status);
 }
+
+/// Without the guest toolchain, `hfx plugins build` says in one line which
+/// part is missing and the command that installs it, before compiling anything.
+#[test]
+fn building_a_plugin_without_the_guest_toolchain_names_what_to_install() {
+    let tmp = tempfile::tempdir().unwrap();
+    let plugin = root().join("tests/plugins/kind-node-fix");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hfx"))
+        .args(["plugins", "build", plugin.to_str().unwrap()])
+        .current_dir(tmp.path())
+        .env("HFX_GUEST_TOOLCHAIN", tmp.path().join("no-toolchain"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && stderr.contains("Debian's rustc-web")
+            && stderr.contains("apt-get install --no-install-recommends rustc-web cargo-web rust-web-src rust-web-llvm lld-22")
+            && stderr.trim().lines().count() == 1,
+        "{stderr}"
+    );
+}
