@@ -21,14 +21,40 @@ fn main() -> std::process::ExitCode {
         tracing::warn!("cannot install the SIGINT / SIGTERM handler: {e}");
     }
     let cli_verbose = cli.verbose;
-    match hfx::cli::run(cli) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
+    quiet_on_a_closed_stdout();
+    // `println!` panics when stdout's reader has gone (`hfx plugins list | head`):
+    // what was wanted was read, so hfx stops there, its destructors run, silently.
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hfx::cli::run(cli)));
+    match result {
+        Ok(Ok(())) => std::process::ExitCode::SUCCESS,
+        Ok(Err(e)) => {
             hfx::pipeline::progress::finish();
             eprintln!("error: {}", if cli_verbose > 0 { whole(&e) } else { one_line(&e) });
             std::process::ExitCode::FAILURE
         }
+        Err(panic) if stdout_closed(panic.as_ref()) => std::process::ExitCode::SUCCESS,
+        Err(panic) => std::panic::resume_unwind(panic),
     }
+}
+
+/// Whether a panic is `println!`'s on a stdout whose reader has gone.
+fn stdout_closed(payload: &(dyn std::any::Any + Send)) -> bool {
+    let message = payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or("");
+    message.starts_with("failed printing to stdout") && message.contains("Broken pipe")
+}
+
+/// The panic message of a closed stdout is not printed; any other goes to the default hook.
+fn quiet_on_a_closed_stdout() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !stdout_closed(info.payload()) {
+            report(info);
+        }
+    }));
 }
 
 /// The longest line an error prints without `-v`: a message built from

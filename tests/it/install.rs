@@ -162,61 +162,147 @@ fn a_build_outside_an_install_says_where_plugins_and_setup_come_from() {
     );
 }
 
-/// The SDK travels with hfx: `hfx plugins new` of an installed hfx, outside
-/// any checkout, depends on the install's SDK (its own workspace), and the
-/// crate builds and verifies as generated.
+/// The installed hfx in `dir` with the environment a plugin author's shell
+/// adds: `PYTHONPATH` (their model's module, in `dir`) and the guest build's
+/// `CARGO_TARGET_DIR`. That is cargo's target folder of this checkout, a
+/// build cache only: std for wasm, compiled there by `cargo xtask
+/// build-plugins`, is not compiled again.
+fn plugin_author_hfx(prefix: &Path, dir: &Path, args: &[&str]) -> Output {
+    let guest_target = match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(target) if !target.is_empty() => root().join(target),
+        _ => root().join("target"),
+    };
+    Command::new(prefix.join("bin/hfx"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("HFX_PYTHON")
+        .env("HFX_CACHE_DIR", root().join("target/hfx-test-cache"))
+        .env("PYTHONPATH", dir)
+        .env("CARGO_TARGET_DIR", guest_target)
+        .output()
+        .unwrap()
+}
+
+/// `hfx ARGS` of the plugin author succeeded; its stdout.
+fn succeeds(prefix: &Path, dir: &Path, args: &[&str]) -> String {
+    let out = plugin_author_hfx(prefix, dir, args);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "hfx {}: {stdout}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// A model of the author's own, in the empty folder: `relu(x)`.
+const RELU_MODEL: &str = "import torch\n\n\ndef relu():\n    return torch.nn.ReLU().eval(), {\"input\": torch.randn(2, 8)}\n";
+
+/// A third-party plugin with the installed hfx alone, in an empty folder
+/// outside any checkout: `hfx plugins new` (the crate depends on the
+/// install's SDK, its own workspace), `build` (a component), `test` (its
+/// scaffolded case, numerically), `lock`, and `run --plugins --locked`, in
+/// which the plugin is the only translation and translates the model's op.
 #[test]
-fn a_plugin_scaffolded_by_an_installed_hfx_builds_against_its_sdk() {
+fn a_translation_plugin_goes_from_an_empty_folder_to_an_export_with_the_installed_hfx() {
     let prefix = installed();
     let dir = tempfile::tempdir().unwrap();
-    let cache = root().join("target/hfx-test-cache");
-    let crate_dir = dir.path().join("my-fix");
-    let new = installed_hfx(
+    let here = dir.path();
+    let new = succeeds(
         prefix,
-        dir.path(),
-        &cache,
-        &[
-            "plugins",
-            "new",
-            "--kind",
-            "fx-node-fix",
-            "my-fix",
-            "--dir",
-            crate_dir.to_str().unwrap(),
-        ],
+        here,
+        &["plugins", "new", "my-relu", "--kind", "onnx-translation", "--dir", "my-relu"],
     );
-    assert!(new.status.success(), "{}", String::from_utf8_lossy(&new.stderr));
-    let manifest = std::fs::read_to_string(crate_dir.join("Cargo.toml")).unwrap();
-    let sdk = prefix
-        .join("share/hfx/sdk")
-        .join(env!("CARGO_PKG_VERSION"))
-        .join("sdk")
-        .canonicalize()
-        .unwrap();
+    assert!(new.contains("build:  hfx plugins build my-relu"), "{new}");
+    let manifest = std::fs::read_to_string(here.join("my-relu/Cargo.toml")).unwrap();
+    let sdk = prefix.join("share/hfx/sdk").join(env!("CARGO_PKG_VERSION")).join("sdk");
     assert!(
-        manifest.contains(&format!("path = {:?}", sdk.display().to_string())),
+        manifest
+            .contains(&format!("path = {:?}", sdk.canonicalize().unwrap().display().to_string())),
         "not the installed SDK: {manifest}"
     );
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let build = Command::new(cargo)
-        .current_dir(root())
-        .args(["xtask", "build-plugins"])
-        .arg(&crate_dir)
-        .output()
-        .unwrap();
-    assert!(build.status.success(), "{}", String::from_utf8_lossy(&build.stderr));
-    let verify = installed_hfx(
-        prefix,
-        dir.path(),
-        &cache,
-        &["plugins", "verify", "--no-default-plugins", "--plugins", crate_dir.to_str().unwrap()],
-    );
-    let stdout = String::from_utf8_lossy(&verify.stdout);
+    let built = succeeds(prefix, here, &["plugins", "build", "my-relu"]);
     assert!(
-        verify.status.success()
-            && stdout.contains("my-fix")
-            && stdout.contains("self-tests: 1/1 passed"),
-        "{stdout}{}",
-        String::from_utf8_lossy(&verify.stderr)
+        built.contains("built my-relu") && here.join("my-relu/plugin.wasm").is_file(),
+        "{built}"
     );
+    let tested = succeeds(prefix, here, &["plugins", "test", "my-relu"]);
+    assert!(tested.contains("max abs error") && tested.contains("1 passed, 0 failed"), "{tested}");
+    let only_mine = ["--no-default-plugins", "--plugins", "my-relu"];
+    succeeds(prefix, here, &[&["plugins", "lock"][..], &only_mine].concat());
+    std::fs::write(here.join("my_model.py"), RELU_MODEL).unwrap();
+    let run = [
+        &["run", "--backend", "onnx", "--model-fn", "python:my_model:relu", "--locked", "--verify"]
+            [..],
+        &only_mine,
+        &["-o", "relu.onnx"],
+    ]
+    .concat();
+    let stdout = succeeds(prefix, here, &run);
+    assert!(
+        stdout.contains("my-relu")
+            && stdout.contains("calls     1  changed     1")
+            && !stdout.contains("MISMATCH")
+            && here.join("relu.onnx").is_file(),
+        "{stdout}"
+    );
+}
+
+/// Every other kind the same way, side by side in one folder: built by one
+/// `hfx plugins build .`, verified, their scaffolded cases passing in
+/// `hfx plugins test` (the install's default plugins translating around an
+/// IR fix's case), locked with the default plugins and run beside them.
+#[test]
+#[ignore = "full tier: the other four kinds through new → build → test → lock → run (install::a_translation_plugin_goes_from_an_empty_folder_to_an_export_with_the_installed_hfx covers the path; plugin_kinds::every_scaffold_kind_ships_a_case_its_template_passes each kind's case)"]
+fn every_plugin_kind_goes_from_an_empty_folder_to_an_export_with_the_installed_hfx() {
+    let prefix = installed();
+    let dir = tempfile::tempdir().unwrap();
+    let here = dir.path();
+    let kinds = ["patch", "fx-node-fix", "fx-program-fix", "onnx-ir-fix"];
+    for kind in kinds {
+        succeeds(
+            prefix,
+            here,
+            &[
+                "plugins",
+                "new",
+                &format!("my-{kind}"),
+                "--kind",
+                kind,
+                "--dir",
+                &format!("my-{kind}"),
+            ],
+        );
+    }
+    let built = succeeds(prefix, here, &["plugins", "build", "."]);
+    let verified = succeeds(prefix, here, &["plugins", "verify", "--plugins", "."]);
+    let tested = succeeds(prefix, here, &["plugins", "test", "."]);
+    assert!(tested.contains("4 passed, 0 failed"), "{tested}");
+    for kind in kinds {
+        let name = format!("my-{kind}");
+        assert!(built.contains(&format!("built {name} ")), "{built}");
+        assert!(verified.contains(&name) && !verified.contains("FAILED"), "{verified}");
+        assert!(tested.contains(&format!("ok     {name}")), "{tested}");
+    }
+    succeeds(prefix, here, &["plugins", "lock", "--plugins", "."]);
+    std::fs::write(here.join("my_model.py"), RELU_MODEL).unwrap();
+    let stdout = succeeds(
+        prefix,
+        here,
+        &[
+            "run",
+            "--backend",
+            "onnx",
+            "--model-fn",
+            "python:my_model:relu",
+            "--plugins",
+            ".",
+            "--locked",
+            "--verify",
+            "-o",
+            "relu.onnx",
+        ],
+    );
+    assert!(stdout.contains("patch my-patch") && !stdout.contains("MISMATCH"), "{stdout}");
 }

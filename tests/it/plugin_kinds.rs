@@ -300,3 +300,141 @@ fn a_returned_error_names_plugin_stage_and_node_and_rolls_back() {
     assert_eq!(error.to_string(), "plugin `test-kind-translation` (onnx-translation) failed in stage `onnx-translations` at node `relu`: value 0 has no ONNX name yet (not translated)");
     assert_eq!(builder.nodes, [topk(Some(1), None)], "the builder is as before the call");
 }
+
+// ── What `hfx plugins new` writes, and the CLI around it ──
+
+/// `hfx ARGS` of the checkout's binary in `dir`, with the tests' component cache.
+fn hfx_in(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_hfx"))
+        .args(args)
+        .current_dir(dir)
+        .env("HFX_CACHE_DIR", root().join("target/hfx-test-cache"))
+        .output()
+        .unwrap()
+}
+
+/// Each kind's scaffolded case passes against the kind's template compiled
+/// as it is (the test plugins that `include!` `sdk/templates/*.rs`; the
+/// IR-fix template is the shipped TopK fix, its case that fix's own): the
+/// case beside the built component, in `hfx plugins verify` (structurally;
+/// `install::` runs them numerically from crates the installed hfx builds).
+#[test]
+fn every_scaffold_kind_ships_a_case_its_template_passes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let compiled = [
+        ("patch", "tests/plugins/kind-patch"),
+        ("fx-program-fix", "tests/plugins/kind-program-fix"),
+        ("onnx-translation", "tests/plugins/kind-translation"),
+        ("onnx-ir-fix", "plugins/onnx/fix-topk-sorted"),
+    ];
+    // The IR fix's case is translated first: the shipped translations beside the cases.
+    let shipped = root().join("plugins/onnx");
+    let mut folders = vec![shipped.display().to_string()];
+    for (kind, template) in compiled {
+        let scaffold = tmp.path().join(format!("scaffold-{kind}"));
+        let out = hfx_in(
+            tmp.path(),
+            &["plugins", "new", "my-plugin", "--kind", kind, "--dir", scaffold.to_str().unwrap()],
+        );
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let case = std::fs::read_to_string(scaffold.join("selftest/basic.json"))
+            .unwrap_or_else(|e| panic!("the {kind} scaffold ships no self-test case: {e}"));
+        let template = root().join(template);
+        if template.starts_with(&shipped) {
+            let own = std::fs::read_to_string(template.join("selftest/topk.json")).unwrap();
+            assert_eq!(case, own, "the {kind} scaffold's case is not its template's own");
+            continue;
+        }
+        let plugin = tmp.path().join(kind);
+        std::fs::create_dir_all(plugin.join("selftest")).unwrap();
+        for file in ["plugin.toml", "plugin.wasm"] {
+            std::fs::copy(template.join(file), plugin.join(file)).unwrap();
+        }
+        std::fs::write(plugin.join("selftest/basic.json"), case).unwrap();
+        folders.push(plugin.display().to_string());
+    }
+    let mut args = vec!["plugins", "verify"];
+    for folder in &folders {
+        args.extend(["--plugins", folder.as_str()]);
+    }
+    let out = hfx_in(tmp.path(), &args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    for name in [
+        "test-kind-patch",
+        "test-kind-program-fix",
+        "test-kind-translation",
+        "onnx-fix-topk-sorted",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l.starts_with(name) && l.contains("self-tests: 1/1 passed")),
+            "{name}: {stdout}"
+        );
+    }
+}
+
+/// A name that is not a crate name says what is wrong with it and which
+/// name would do, in one line, before anything is written.
+#[test]
+fn a_wrong_plugin_name_says_what_is_wrong_and_suggests_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, problem, suggestion) in [
+        ("MyFix", "has uppercase letters", "`my-fix`"),
+        ("my_fix", "has `_`", "`my-fix`"),
+        ("HTTPFix2", "has uppercase letters", "`httpfix2`"),
+        ("2fix", "does not start with a letter", "`fix`"),
+    ] {
+        let out = hfx_in(tmp.path(), &["plugins", "new", name, "--kind", "fx-node-fix"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success()
+                && stderr.contains(&format!("plugin name `{name}` {problem}"))
+                && stderr.contains(&format!("try {suggestion}"))
+                && stderr.trim().lines().count() == 1,
+            "{name}: {stderr}"
+        );
+    }
+    assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0, "nothing is written");
+}
+
+/// `hfx plugins list | head`: a reader that has gone ends hfx quietly and
+/// successfully, with no panic message.
+#[test]
+fn a_closed_stdout_ends_hfx_quietly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (reader, writer) = std::io::pipe().unwrap();
+    // Closed before hfx writes: its first line meets a broken pipe.
+    drop(reader);
+    let plugins = root().join("tests/plugins/kind-node-fix");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hfx"))
+        .args(["plugins", "list", "--plugins", plugins.to_str().unwrap()])
+        .current_dir(tmp.path())
+        .env("HFX_CACHE_DIR", root().join("target/hfx-test-cache"))
+        .stdout(writer)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && stderr.is_empty(), "{:?}: {stderr}", out.status);
+}
+
+/// Without the guest toolchain, `hfx plugins build` says in one line which
+/// part is missing and the command that installs it, before compiling anything.
+#[test]
+fn building_a_plugin_without_the_guest_toolchain_names_what_to_install() {
+    let tmp = tempfile::tempdir().unwrap();
+    let plugin = root().join("tests/plugins/kind-node-fix");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hfx"))
+        .args(["plugins", "build", plugin.to_str().unwrap()])
+        .current_dir(tmp.path())
+        .env("HFX_GUEST_TOOLCHAIN", tmp.path().join("no-toolchain"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && stderr.contains("Debian's rustc-web")
+            && stderr.contains("apt-get install --no-install-recommends rustc-web cargo-web rust-web-src rust-web-llvm lld-22")
+            && stderr.trim().lines().count() == 1,
+        "{stderr}"
+    );
+}

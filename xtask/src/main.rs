@@ -2,17 +2,14 @@
 //!
 //! `cargo xtask build-plugins` builds every plugin crate (a folder holding both
 //! `Cargo.toml` and `plugin.toml`, under `plugins/` and `tests/plugins/`) to a
-//! WebAssembly component and writes it beside its `plugin.toml`, as the
-//! manifest's `component` names it (`plugin.wasm` when it names none).
-//!
-//! Route (docs/toolchain.md): rustup has no wasm32 standard library
-//! here, so guests are compiled by Debian's `rustc-web` with its std sources
-//! (`-Zbuild-std`) for `wasm32-unknown-unknown`, which imports no WASI; the
-//! core module becomes a component in process with `wit-component`.
+//! WebAssembly component beside its `plugin.toml`, with the crate
+//! `hfx-plugin-build` (`plugin-build/`), as `hfx plugins build` does.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
+
+use hfx_plugin_build::PluginCrate;
 
 use anyhow::{bail, Context, Result};
 
@@ -22,15 +19,8 @@ mod fuzz;
 #[cfg(test)]
 mod layers;
 
-const DEBIAN_PACKAGES: &[&str] =
-    &["rustc-web", "cargo-web", "rust-web-src", "rust-web-llvm", "lld-22"];
 /// The browser the report test opens `hfx run --report`'s page in, headless.
 const TEST_BROWSER: &str = "chromium";
-const DEBIAN_RUSTC: &str = "/usr/bin/rustc";
-const DEBIAN_CARGO: &str = "/usr/bin/cargo";
-const STD_SOURCES: &str = "/usr/lib/rustlib/src/rust/library/std/Cargo.toml";
-const TARGET: &str = "wasm32-unknown-unknown";
-const PROFILE: &str = "plugin";
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -360,17 +350,15 @@ fn replace_folder(dir: &Path, fill: impl FnOnce(&Path) -> Result<()>) -> Result<
 
 /// Installs Debian's wasm-capable Rust (1.96) beside rustup's, if missing.
 fn install_guest_toolchain() -> Result<()> {
-    let present = Path::new(STD_SOURCES).exists()
-        && Path::new("/usr/bin/rust-lld").exists()
-        && Path::new(DEBIAN_CARGO).exists();
-    if present {
+    if hfx_plugin_build::Toolchain::find().is_ok() {
         return Ok(());
     }
-    eprintln!("==> installing the guest toolchain: apt-get install {}", DEBIAN_PACKAGES.join(" "));
+    let packages = hfx_plugin_build::PACKAGES;
+    eprintln!("==> installing the guest toolchain: apt-get install {}", packages.join(" "));
     run(Command::new("apt-get").arg("update").arg("-q"))?;
     run(Command::new("apt-get")
         .args(["install", "-y", "-q", "--no-install-recommends"])
-        .args(DEBIAN_PACKAGES)
+        .args(packages)
         .env("DEBIAN_FRONTEND", "noninteractive"))
     .context("apt-get install failed (run as root, or install the packages above by hand)")
 }
@@ -391,49 +379,42 @@ fn install_test_browser() -> Result<()> {
     .context("apt-get install failed (run as root, or install chromium by hand)")
 }
 
-struct PluginCrate {
-    dir: PathBuf,
-    package: String,
-    component: String,
-    /// A workspace of its own (not a member of hfx's): built by manifest path.
-    standalone: bool,
-}
-
-/// Builds the plugin crates (all, or those below `only`) and returns them.
+/// Builds the plugin crates (all, or those at or below `only`) and returns them.
 fn build_plugins(only: &[String]) -> Result<Vec<PluginCrate>> {
     install_guest_toolchain()?;
     let root = workspace_root();
     let crates = if only.is_empty() {
-        find_plugin_crates(&root)?
+        let mut found = Vec::new();
+        for base in ["plugins", "tests/plugins"] {
+            found.extend(hfx_plugin_build::find_crates(&root.join(base))?);
+        }
+        found
     } else {
         // Named folders may be anywhere (a plugin scaffolded outside the repository).
         let mut found = Vec::new();
         for dir in only {
-            let dir = std::fs::canonicalize(dir).with_context(|| format!("plugin folder {dir}"))?;
-            walk(&dir, 3, &mut found)?;
+            found.extend(hfx_plugin_build::find_crates(Path::new(dir))?);
         }
         found
     };
-    let version =
-        Command::new(DEBIAN_RUSTC).arg("-V").output().context("running /usr/bin/rustc -V")?;
-    // Debian moves rustc-web forward and -Zbuild-std is unstable: print the version so a break is obvious.
-    eprintln!("guest compiler: {}", String::from_utf8_lossy(&version.stdout).trim());
+    let toolchain = hfx_plugin_build::Toolchain::find()?;
+    eprintln!("guest compiler: {}", toolchain.version);
+    // Every crate in hfx's target folder, standalone ones too, so std is compiled once.
+    let options = hfx_plugin_build::Options {
+        target_dir: Some(target_dir(&root)),
+        locked: true,
+        quiet: true,
+    };
     let start = Instant::now();
     for plugin in &crates {
         let t = Instant::now();
-        compile_core_module(&root, plugin)?;
-        let core = target_dir(&root)
-            .join(TARGET)
-            .join(PROFILE)
-            .join(format!("{}.wasm", plugin.package.replace('-', "_")));
-        let out = plugin.dir.join(&plugin.component);
-        let size = encode_component(&core, &out)?;
+        let built = hfx_plugin_build::build(&toolchain, plugin, &options)?;
         eprintln!(
             "  built {:<28} {:>7} bytes  {:>6.1} s  -> {}",
             plugin.package,
-            size,
+            built.bytes,
             t.elapsed().as_secs_f64(),
-            out.strip_prefix(&root).unwrap_or(&out).display()
+            built.component.strip_prefix(&root).unwrap_or(&built.component).display()
         );
     }
     eprintln!("{} plugins in {:.1} s", crates.len(), start.elapsed().as_secs_f64());
@@ -446,124 +427,6 @@ fn target_dir(root: &Path) -> PathBuf {
         Some(dir) if !dir.is_empty() => root.join(dir),
         _ => root.join("target"),
     }
-}
-
-/// Plugin crates: folders with both `Cargo.toml` and `plugin.toml`, in path order.
-fn find_plugin_crates(root: &Path) -> Result<Vec<PluginCrate>> {
-    let mut found = Vec::new();
-    for base in ["plugins", "tests/plugins"] {
-        walk(&root.join(base), 3, &mut found)?;
-    }
-    found.sort_by(|a, b| a.dir.cmp(&b.dir));
-    Ok(found)
-}
-
-fn walk(dir: &Path, depth: u32, found: &mut Vec<PluginCrate>) -> Result<()> {
-    if !dir.is_dir() {
-        return Ok(());
-    }
-    if dir.join("Cargo.toml").is_file() && dir.join("plugin.toml").is_file() {
-        found.push(read_plugin_crate(dir)?);
-        return Ok(());
-    }
-    if depth == 0 {
-        return Ok(());
-    }
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if path.is_dir() && !name.starts_with('.') && name != "target" && name != "src" {
-            walk(&path, depth - 1, found)?;
-        }
-    }
-    Ok(())
-}
-
-fn read_plugin_crate(dir: &Path) -> Result<PluginCrate> {
-    #[derive(serde::Deserialize)]
-    struct CargoToml {
-        package: Package,
-    }
-    #[derive(serde::Deserialize)]
-    struct Package {
-        name: String,
-    }
-    #[derive(serde::Deserialize)]
-    struct Manifest {
-        plugin: Plugin,
-    }
-    #[derive(serde::Deserialize)]
-    struct Plugin {
-        /// The host's default too (`hfx::plugins::manifest::DEFAULT_COMPONENT`).
-        #[serde(default = "default_component")]
-        component: String,
-    }
-    fn default_component() -> String {
-        "plugin.wasm".into()
-    }
-    let cargo_text = std::fs::read_to_string(dir.join("Cargo.toml"))?;
-    let standalone = toml::from_str::<toml::Table>(&cargo_text)
-        .with_context(|| format!("{}/Cargo.toml", dir.display()))?
-        .contains_key("workspace");
-    let cargo: CargoToml =
-        toml::from_str(&cargo_text).with_context(|| format!("{}/Cargo.toml", dir.display()))?;
-    // Only the field this task needs; the host validates the whole manifest.
-    let manifest: toml::Table = toml::from_str(&std::fs::read_to_string(dir.join("plugin.toml"))?)
-        .with_context(|| format!("{}/plugin.toml", dir.display()))?;
-    let manifest: Manifest =
-        manifest.try_into().with_context(|| format!("{}/plugin.toml", dir.display()))?;
-    Ok(PluginCrate {
-        dir: dir.to_path_buf(),
-        package: cargo.package.name,
-        component: manifest.plugin.component,
-        standalone,
-    })
-}
-
-/// One cargo invocation per plugin: the SDK's kind features must not unify.
-/// A standalone crate shares hfx's target folder, so std is compiled once.
-fn compile_core_module(root: &Path, plugin: &PluginCrate) -> Result<()> {
-    let package = plugin.package.as_str();
-    let mut cmd = Command::new(DEBIAN_CARGO);
-    cmd.current_dir(root)
-        // Only Debian's toolchain: rustup's proxies must not leak into the guest build.
-        .env("PATH", "/usr/bin:/bin")
-        .env("RUSTC", DEBIAN_RUSTC)
-        .env("RUSTDOC", "/usr/bin/rustdoc")
-        .env("RUSTC_BOOTSTRAP", "1")
-        .env_remove("RUSTUP_TOOLCHAIN")
-        .env_remove("CARGO")
-        .env_remove("RUSTC_WRAPPER")
-        .args(["build", "--quiet", "--profile", PROFILE, "--target", TARGET])
-        .arg("-Zbuild-std=std,panic_abort");
-    if plugin.standalone {
-        cmd.arg("--manifest-path")
-            .arg(plugin.dir.join("Cargo.toml"))
-            .env("CARGO_TARGET_DIR", target_dir(root));
-    } else {
-        cmd.args(["--locked", "--package", package]);
-    }
-    run(&mut cmd).with_context(|| format!("building plugin crate `{package}`"))
-}
-
-/// Core module → component, validated; written atomically.
-fn encode_component(core: &Path, out: &Path) -> Result<usize> {
-    let module = std::fs::read(core).with_context(|| format!("reading {}", core.display()))?;
-    let component = wit_component::ComponentEncoder::default()
-        .module(&module)
-        .with_context(|| {
-            format!(
-                "{}: no component type section (does the crate call an export macro?)",
-                core.display()
-            )
-        })?
-        .validate(true)
-        .encode()
-        .with_context(|| format!("encoding {} as a component", core.display()))?;
-    let tmp = out.with_extension("wasm.tmp");
-    std::fs::write(&tmp, &component)?;
-    std::fs::rename(&tmp, out)?;
-    Ok(component.len())
 }
 
 fn run(cmd: &mut Command) -> Result<()> {

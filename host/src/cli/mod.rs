@@ -85,7 +85,8 @@ pub enum PluginsCommand {
     /// plugin's real stage, and numerically in the worker (fixes against the
     /// piece before them, translations in ONNX Runtime against PyTorch).
     Test {
-        /// Plugin folders whose plugins are tested.
+        /// Plugin folders whose plugins are tested (the default plugins
+        /// and `--plugins` folders are loaded beside them, untested).
         #[arg(required = true, value_name = "DIR")]
         folders: Vec<PathBuf>,
         #[command(flatten)]
@@ -118,6 +119,14 @@ pub enum PluginsCommand {
     },
     /// Scaffold a plugin crate that builds and passes its self-test as generated.
     New(crate::plugins::scaffold::NewArgs),
+    /// Build plugin crates into WebAssembly components, each written beside
+    /// its `plugin.toml` (with Debian's `rustc-web`, `-Zbuild-std`; std is
+    /// compiled once per target folder: `CARGO_TARGET_DIR` shares one).
+    Build {
+        /// A plugin crate, or a folder with plugin crates below it.
+        #[arg(value_name = "DIR", default_value = ".")]
+        dirs: Vec<PathBuf>,
+    },
     /// Compile every plugin component of the set into the cache now (for
     /// images and CI), so runs start without compiling.
     Precompile {
@@ -541,10 +550,10 @@ pub fn run(cli: Cli) -> Result<()> {
             plugins::verify(&set.folder_options()?, strict)
         }
         Command::Plugins(PluginsCommand::Test { folders, mut set }) => {
-            // The folders named are what is tested, not the installed defaults.
-            set.plugins.extend(folders);
-            set.no_default_plugins = true;
-            plugins::test(&set.folder_options()?)
+            // The folders named are what is tested; the rest of the set (an
+            // installed hfx's defaults) translates what their cases need around them.
+            set.plugins.extend(folders.iter().cloned());
+            plugins::test(&set.folder_options()?, &folders)
         }
         Command::Plugins(PluginsCommand::TestOps(args)) => plugins::test_ops(args, progress),
         Command::Plugins(PluginsCommand::Capture(args)) => capture(args, progress),
@@ -552,6 +561,7 @@ pub fn run(cli: Cli) -> Result<()> {
             plugins::lock(&set.folder_options()?, &output)
         }
         Command::Plugins(PluginsCommand::New(args)) => crate::plugins::scaffold::new_plugin(&args),
+        Command::Plugins(PluginsCommand::Build { dirs }) => plugins::build(&dirs),
         Command::Plugins(PluginsCommand::Precompile { set }) => {
             plugins::precompile(&set.folder_options()?)
         }

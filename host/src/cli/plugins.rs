@@ -186,13 +186,21 @@ fn case_worker(set: &SetOptions, write: Option<&Path>) -> Result<crate::trace::W
     Ok(worker)
 }
 
-/// Every plugin's self-tests, numerically in one worker; a plugin without a
-/// case fails, except patches (tested on real traces by the test suite).
-pub(super) fn test(args: &SetOptions) -> Result<()> {
+/// The self-tests of every plugin below `tested`, numerically in one worker
+/// (the rest of the set only translates around an ONNX case); a plugin
+/// without a case fails, except patches (tested on real traces by the test suite).
+pub(super) fn test(args: &SetOptions, tested: &[std::path::PathBuf]) -> Result<()> {
     let loaded = args.load(Purpose::Use, None)?;
+    let tested: Vec<std::path::PathBuf> = tested
+        .iter()
+        .map(|dir| dir.canonicalize().with_context(|| format!("plugin folder {}", dir.display())))
+        .collect::<Result<_>>()?;
+    let under_test = |p: &&plugins::Plugin| {
+        p.dir.canonicalize().is_ok_and(|dir| tested.iter().any(|t| dir.starts_with(t)))
+    };
     let mut worker = case_worker(args, None)?;
     let (mut passed, mut failed) = (0, 0);
-    for p in &loaded.set.plugins {
+    for p in loaded.set.plugins.iter().filter(under_test) {
         let results = selftest::run(
             &loaded.runtime,
             p,
@@ -317,5 +325,36 @@ pub(super) fn lock(args: &SetOptions, output: &Path) -> Result<()> {
         lock.upstream.len(),
         output.display()
     );
+    Ok(())
+}
+
+/// `hfx plugins build`: every plugin crate at or below `dirs` into its
+/// component; the toolchain is checked before anything is compiled.
+pub(super) fn build(dirs: &[std::path::PathBuf]) -> Result<()> {
+    let mut crates = Vec::new();
+    for dir in dirs {
+        crates.extend(hfx_plugin_build::find_crates(dir)?);
+    }
+    let toolchain = hfx_plugin_build::Toolchain::find()?;
+    eprintln!("guest compiler: {}", toolchain.version);
+    // Cargo reads a relative target folder from its own working folder, the crate's: anchor it here.
+    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
+        .filter(|d| !d.is_empty())
+        .map(|d| std::env::current_dir().map(|here| here.join(d)))
+        .transpose()?;
+    let options = hfx_plugin_build::Options { target_dir, locked: false, quiet: false };
+    for plugin in &crates {
+        let started = std::time::Instant::now();
+        let built = hfx_plugin_build::build(&toolchain, plugin, &options)?;
+        println!(
+            "built {} ({} bytes, {:.1} s): {}",
+            plugin.package,
+            built.bytes,
+            started.elapsed().as_secs_f64(),
+            built.component.display()
+        );
+    }
+    let shown: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+    println!("next:  hfx plugins test {}", shown.join(" "));
     Ok(())
 }

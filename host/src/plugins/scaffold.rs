@@ -1,7 +1,8 @@
-//! `hfx plugins new`: a plugin crate that builds with `cargo xtask
-//! build-plugins` and passes `hfx plugins verify` as generated. Inside the hfx
-//! repository (`plugins/<backend>/<name>`) it joins the workspace; elsewhere it
-//! is its own workspace depending on the SDK by path.
+//! `hfx plugins new`: a plugin crate that builds with `hfx plugins build` and
+//! passes `hfx plugins test` as generated (every kind ships a self-test case).
+//! Inside the hfx repository (`plugins/<backend>/<name>`) it joins the
+//! workspace; elsewhere it is its own workspace depending on the SDK by path
+//! (an installed hfx's own, `share/hfx/sdk/<version>`).
 
 use std::path::{Path, PathBuf};
 
@@ -48,15 +49,7 @@ fn repository() -> PathBuf {
 }
 
 pub fn new_plugin(args: &NewArgs) -> Result<()> {
-    let valid = !args.name.is_empty()
-        && args.name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && args.name.starts_with(|c: char| c.is_ascii_lowercase());
-    if !valid {
-        bail!(
-            "plugin name `{}`: start with a letter; use lowercase letters, digits and `-`",
-            args.name
-        );
-    }
+    check_name(&args.name)?;
     let dir = args
         .dir
         .clone()
@@ -72,9 +65,62 @@ pub fn new_plugin(args: &NewArgs) -> Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     println!("created {} ({} plugin for {})", dir.display(), args.kind, args.backend);
-    println!("build:  cargo xtask build-plugins {}", dir.display());
-    println!("check:  hfx plugins verify --plugins {}", dir.display());
+    println!("build:  hfx plugins build {}", dir.display());
+    println!("test:   hfx plugins test {}", dir.display());
     Ok(())
+}
+
+/// A plugin name is its crate's name: lowercase letters, digits and `-`,
+/// starting with a letter. A wrong one is refused saying what is wrong, with
+/// the name it most likely meant.
+fn check_name(name: &str) -> Result<()> {
+    let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
+    if !name.is_empty()
+        && name.chars().all(allowed)
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+    {
+        return Ok(());
+    }
+    let problem = if name.is_empty() {
+        "is empty".to_string()
+    } else if name.chars().any(|c| c.is_ascii_uppercase()) {
+        "has uppercase letters".to_string()
+    } else if let Some(c) = name.chars().find(|&c| !allowed(c)) {
+        format!("has `{c}`")
+    } else {
+        "does not start with a letter".to_string()
+    };
+    let suggestion = kebab_case(name);
+    let hint = if suggestion.is_empty() || suggestion == name {
+        String::new()
+    } else {
+        format!(": try `{suggestion}`")
+    };
+    bail!(
+        "plugin name `{name}` {problem}; a plugin name (also its crate's) is lowercase letters, digits and `-`, starting with a letter{hint}"
+    )
+}
+
+/// `MyFix`, `my_fix`, `My Fix` → `my-fix`: words split at case changes and
+/// separators, lowercased, joined by `-`; leading non-letters dropped.
+fn kebab_case(name: &str) -> String {
+    let mut out = String::new();
+    let mut previous: Option<char> = None;
+    for c in name.chars() {
+        if c.is_ascii_alphanumeric() {
+            let word_starts = c.is_ascii_uppercase()
+                && previous.is_some_and(|p| p.is_ascii_lowercase() || p.is_ascii_digit());
+            if word_starts && !out.is_empty() && !out.ends_with('-') {
+                out.push('-');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else if !out.is_empty() && !out.ends_with('-') {
+            out.push('-');
+        }
+        previous = Some(c);
+    }
+    let start = out.find(|c: char| c.is_ascii_lowercase()).unwrap_or(out.len());
+    out[start..].trim_end_matches('-').to_string()
 }
 
 /// Relative path and content of every file of the new crate. The source
@@ -96,9 +142,7 @@ fn render(args: &NewArgs, dir: &Path) -> Result<Vec<(String, String)>> {
         ("plugin.toml".to_string(), manifest),
         ("src/lib.rs".to_string(), source.to_string()),
     ];
-    if let Some(case) = selftest {
-        files.push(("selftest/basic.json".to_string(), case));
-    }
+    files.push(("selftest/basic.json".to_string(), selftest));
     Ok(files)
 }
 
@@ -121,24 +165,24 @@ fn cargo_toml(name: &str, feature: &str, dir: &Path, sdk: Option<&Path>) -> Resu
     let sdk = sdk.canonicalize().with_context(|| format!("the SDK at {}", sdk.display()))?;
     Ok(format!(
         "{package}[dependencies]\nhfx-sdk = {{ path = {:?}, features = [\"{feature}\"] }}\n\n\
-         # A workspace of its own, with the profile `cargo xtask build-plugins` builds guests with.\n\
+         # A workspace of its own, with the profile `hfx plugins build` builds guests with.\n\
          [workspace]\n\n[profile.plugin]\ninherits = \"release\"\nopt-level = \"s\"\nlto = true\ncodegen-units = 1\n\
          panic = \"abort\"\nstrip = true\ndebug = false\n",
         sdk.display().to_string()
     ))
 }
 
-/// SDK feature, `src/lib.rs` and an optional self-test per kind. The
-/// sources are `sdk/templates/*.rs`, which the kind-coverage test plugins
-/// compile as they are (the IR-fix template is the TopK fix itself), so every
-/// template is a tested plugin.
-fn template(kind: PluginKind) -> (&'static str, &'static str, Option<String>) {
+/// SDK feature, `src/lib.rs` and a self-test case per kind. The sources
+/// are `sdk/templates/*.rs`, which the kind-coverage test plugins compile as
+/// they are (the IR-fix template is the TopK fix itself, with its case), so
+/// every template is a tested plugin.
+fn template(kind: PluginKind) -> (&'static str, &'static str, String) {
     match kind {
-        PluginKind::FxNodeFix => ("fx-node-fix", NODE_FIX, Some(node_fix_case())),
-        PluginKind::FxProgramFix => ("fx-program-fix", PROGRAM_FIX, Some(program_fix_case())),
-        PluginKind::Patch => ("patch", PATCH, None),
-        PluginKind::OnnxTranslation => ("onnx-translation", TRANSLATION, None),
-        PluginKind::OnnxIrFix => ("onnx-ir-fix", IR_FIX, None),
+        PluginKind::FxNodeFix => ("fx-node-fix", NODE_FIX, node_fix_case()),
+        PluginKind::FxProgramFix => ("fx-program-fix", PROGRAM_FIX, program_fix_case()),
+        PluginKind::Patch => ("patch", PATCH, PATCH_CASE.to_string()),
+        PluginKind::OnnxTranslation => ("onnx-translation", TRANSLATION, translation_case()),
+        PluginKind::OnnxIrFix => ("onnx-ir-fix", IR_FIX, IR_FIX_CASE.to_string()),
     }
 }
 
@@ -185,6 +229,32 @@ fn program_fix_case() -> String {
     case(&g, r#""expect-ranges": { "s0": [2, 4096] }"#)
 }
 
+/// `x → relu`, with `x`'s values: checked numerically in ONNX Runtime by `hfx plugins test`.
+fn translation_case() -> String {
+    let shape = [Dim::Symbolic("s0".into()), Dim::Fixed(8)];
+    let mut g = Graph::new();
+    let x = g.add_input(0, "x", ValueMeta::Tensor(tensor(&shape)));
+    let relu = g
+        .push_node(
+            0,
+            "aten.relu.default",
+            vec![NamedArgument::positional("self", Argument::Tensor(x))],
+            vec![OutputDecl::Tensor(tensor(&shape))],
+        )
+        .expect("valid");
+    let out = g.node(relu).expect("live").output_values().next().expect("one output");
+    g.set_outputs(0, vec![Argument::Tensor(out)]).expect("valid");
+    // -2.0, -1.5, ..., 5.5 as little-endian float32: negatives and positives for relu.
+    const RAMP: &str =
+        "AAAAwAAAwL8AAIC/AAAAvwAAAAAAAAA/AACAPwAAwD8AAABAAAAgQAAAQEAAAGBAAACAQAAAkEAAAKBAAACwQA==";
+    case(
+        &g,
+        &format!(
+            r#""values": {{ "x": {{ "tensor": {{ "dtype": "float32", "shape": [2, 8], "data": "{RAMP}" }} }} }}"#
+        ),
+    )
+}
+
 fn case(graph: &Graph, expectation: &str) -> String {
     format!("{{\n\"input\": {},\n{expectation}\n}}\n", graph.to_json())
 }
@@ -197,4 +267,8 @@ const PATCH: &str = include_str!("../../../sdk/templates/patch.rs");
 
 const TRANSLATION: &str = include_str!("../../../sdk/templates/onnx_translation.rs");
 
+const PATCH_CASE: &str = include_str!("../../../sdk/templates/patch.json");
+
 const IR_FIX: &str = include_str!("../../../plugins/onnx/fix-topk-sorted/src/lib.rs");
+
+const IR_FIX_CASE: &str = include_str!("../../../plugins/onnx/fix-topk-sorted/selftest/topk.json");

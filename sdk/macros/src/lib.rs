@@ -439,7 +439,7 @@ fn meta_section(
         std::env::var(var).map_err(|_| {
             syn::Error::new(
                 span,
-                format!("{var} is not set: build plugins with cargo (`cargo xtask build-plugins`)"),
+                format!("{var} is not set: build plugins with cargo (`hfx plugins build`)"),
             )
         })
     };
