@@ -86,7 +86,7 @@ print(f"batch 1 x 7 in ONNX Runtime: logits {logits.shape}, max abs error {error
 EOF
 
 step "a third-party plugin: new, build, test, lock, run"
-"$hfx" plugins new my-fix
+"$hfx" plugins new my-fix --kind fx-node-fix
 "$hfx" plugins build my-fix
 "$hfx" plugins test my-fix
 "$hfx" plugins lock --plugins my-fix -o hfx.lock

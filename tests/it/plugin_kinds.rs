@@ -397,6 +397,18 @@ fn a_wrong_plugin_name_says_what_is_wrong_and_suggests_one() {
     assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0, "nothing is written");
 }
 
+/// Outside the repository's root, a new plugin is a folder of its name here.
+#[test]
+fn a_new_plugin_outside_the_repository_is_created_here() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = hfx_in(tmp.path(), &["plugins", "new", "my-fix", "--kind", "fx-node-fix"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(tmp.path().join("my-fix/Cargo.toml").is_file());
+    assert!(tmp.path().join("my-fix/plugin.toml").is_file());
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("hfx plugins build my-fix"), "{said}");
+}
+
 /// `hfx plugins list | head`: a reader that has gone ends hfx quietly and
 /// successfully, with no panic message.
 #[test]

@@ -22,7 +22,7 @@ pub struct NewArgs {
     pub kind: PluginKind,
     #[arg(long, default_value = "onnx", value_parser = parse_backend)]
     pub backend: Backend,
-    /// Folder to create [default: plugins/<backend>/<name>].
+    /// Folder to create [default: `<name>` here; `plugins/<backend>/<name>` at the root of the hfx repository].
     #[arg(long)]
     pub dir: Option<PathBuf>,
     /// The hfx-sdk crate, for a plugin outside the hfx repository [default: an installed hfx's own SDK, else that of the checkout hfx was built in].
@@ -48,12 +48,22 @@ fn repository() -> PathBuf {
         .to_path_buf()
 }
 
+/// Whether hfx runs at the root of the repository it was built from, where
+/// a new plugin joins a shipped set.
+fn at_repository_root() -> bool {
+    let here = std::env::current_dir().and_then(|d| d.canonicalize());
+    here.is_ok_and(|here| repository().canonicalize().is_ok_and(|repo| repo == here))
+}
+
 pub fn new_plugin(args: &NewArgs) -> Result<()> {
     check_name(&args.name)?;
-    let dir = args
-        .dir
-        .clone()
-        .unwrap_or_else(|| Path::new("plugins").join(args.backend.as_str()).join(&args.name));
+    let dir = match &args.dir {
+        Some(dir) => dir.clone(),
+        None if at_repository_root() => {
+            Path::new("plugins").join(args.backend.as_str()).join(&args.name)
+        }
+        None => PathBuf::from(&args.name),
+    };
     if dir.exists() {
         bail!("{} already exists", dir.display());
     }
