@@ -399,6 +399,16 @@ impl ModelArgs {
         if named.len() > 1 {
             bail!("{} each name a model to trace: give one", named.join(" and "));
         }
+        match named.first().copied() {
+            _ if self.set.is_empty() => {}
+            Some("--model-fn") => {
+                bail!("--set changes the config --model builds; --model-fn builds its own model: change the config in the function")
+            }
+            Some(other @ ("--model-dir" | "--model-id")) => {
+                bail!("--set changes the config --model builds; {other} loads the folder's config.json: edit it there (in a copy of the folder)")
+            }
+            _ => {}
+        }
         let trust_remote_code = self.trust_remote_code;
         let mut hub = None;
         let source = match (&self.model, &self.model_dir, &self.model_id, &self.model_fn) {
@@ -447,7 +457,7 @@ impl ModelArgs {
         let generation = self.generation()?;
         let request = TraceRequest {
             generation,
-            task: self.task.clone(),
+            task: self.task.as_deref().map(checked_task).transpose()?,
             dynamic: self.dynamic,
             dynamic_shapes: self.dynamic_shapes.clone(),
             decompose: self.decompose,
@@ -504,6 +514,74 @@ impl ModelArgs {
             steps,
         }))
     }
+}
+
+/// The pipeline tasks of `optimum-cli export` (and transformers' `pipeline`),
+/// each with the class `--task` names for it.
+const PIPELINE_TASKS: &[(&str, &str)] = &[
+    ("audio-classification", "AutoModelForAudioClassification"),
+    ("automatic-speech-recognition", "AutoModelForSpeechSeq2Seq"),
+    ("feature-extraction", "AutoModel"),
+    ("fill-mask", "AutoModelForMaskedLM"),
+    ("image-classification", "AutoModelForImageClassification"),
+    ("image-segmentation", "AutoModelForImageSegmentation"),
+    ("image-text-to-text", "AutoModelForImageTextToText"),
+    ("image-to-text", "AutoModelForVision2Seq"),
+    ("multiple-choice", "AutoModelForMultipleChoice"),
+    ("object-detection", "AutoModelForObjectDetection"),
+    ("question-answering", "AutoModelForQuestionAnswering"),
+    ("semantic-segmentation", "AutoModelForSemanticSegmentation"),
+    ("text-classification", "AutoModelForSequenceClassification"),
+    ("text-generation", "AutoModelForCausalLM"),
+    ("text2text-generation", "AutoModelForSeq2SeqLM"),
+    ("token-classification", "AutoModelForTokenClassification"),
+];
+
+/// `--task`, checked before any work: a class name (`AutoModelForCausalLM`,
+/// `BertModel`) or a dotted path to one; a pipeline task's name (as optimum
+/// takes it) is refused naming the class that builds its model.
+fn checked_task(task: &str) -> Result<String> {
+    let identifier = |part: &str| {
+        part.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    if task.split('.').all(identifier) {
+        return Ok(task.to_string());
+    }
+    let (pipeline, with_past) = match task.strip_suffix("-with-past") {
+        Some(base) => (base, " with --generation (the cache is its own input)"),
+        None => (task, ""),
+    };
+    if let Some((_, class)) = PIPELINE_TASKS.iter().find(|(name, _)| *name == pipeline) {
+        bail!("--task {task}: names the class to build, not a pipeline task: --task {class}{with_past}");
+    }
+    let mut close: Vec<(usize, &str, &str)> = PIPELINE_TASKS
+        .iter()
+        .map(|(name, class)| (edit_distance(pipeline, name), *name, *class))
+        .filter(|(distance, name, _)| *distance <= name.len() / 3)
+        .collect();
+    close.sort();
+    let suggestion = match close.first() {
+        Some((_, name, class)) => format!(" (for the pipeline task {name}: --task {class})"),
+        None => String::new(),
+    };
+    bail!("--task {task}: not a class name; --task names the class to build (AutoModelForCausalLM, BertModel, ...){suggestion}")
+}
+
+/// The Levenshtein distance between `a` and `b`, in characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1).min(row[j] + 1).min(diagonal + usize::from(ca != *cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
 }
 
 /// The run options a `--config` file may set (the counterpart of the reference
@@ -564,7 +642,17 @@ fn run_export(args: RunArgs, verbose: u8) -> Result<()> {
         shown: verbose > 0 || std::io::stderr().is_terminal(),
     };
     let (options, report) = config::merge(args)?;
-    let summaries = crate::pipeline::run(options, progress)?;
+    let summaries = match crate::pipeline::run(options, progress) {
+        Ok(summaries) => summaries,
+        Err(error) => {
+            if let Some(report) = &report {
+                if let Err(unwritten) = crate::report::write_failure(&error, report) {
+                    tracing::warn!("{unwritten:#}");
+                }
+            }
+            return Err(error);
+        }
+    };
     let several = summaries.len() > 1;
     for summary in &summaries {
         if several {

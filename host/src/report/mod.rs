@@ -70,6 +70,22 @@ impl ReportTarget {
     }
 }
 
+/// Writes the report of a run that failed with `error` to `target`, atomically.
+pub fn write_failure(error: &anyhow::Error, target: &ReportTarget) -> Result<()> {
+    let report = schema::FailureReport::of(error);
+    let bytes = match target.format {
+        Format::Json => {
+            let mut text =
+                serde_json::to_string_pretty(&report).context("serializing the report")?;
+            text.push('\n');
+            text.into_bytes()
+        }
+        Format::Html => html::render_failure(&report).into_bytes(),
+    };
+    crate::atomic::write_bytes_atomically(&target.path, &bytes)
+        .with_context(|| format!("writing the report {}", target.path.display()))
+}
+
 /// Writes the report of `summary` to `target`, atomically.
 pub fn write(summary: &RunSummary, target: &ReportTarget) -> Result<()> {
     let report = Report::of(summary);
