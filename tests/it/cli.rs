@@ -351,10 +351,11 @@ fn the_workers_python_is_found_from_any_folder_and_a_python_without_torch_is_nam
 /// Bad model options the host refuses before starting the worker (#38), each
 /// in one line naming the input and the fix: a pipeline task's name for
 /// `--task` (the class that builds its model named), a misspelt one (the
-/// nearest), `--set` with a model folder (its config.json is the config).
+/// nearest), `--set` with a model folder (its config.json is the config), an
+/// ONNX export in bfloat16 to verify (ONNX Runtime's CPU provider cannot run it).
 #[test]
 fn bad_model_options_are_refused_in_one_line_before_the_worker() {
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 5] = [
         (
             &["--model", "llama", "--task", "text-generation-with-past"],
             "--task text-generation-with-past: names the class to build, not a pipeline task: --task AutoModelForCausalLM with --generation",
@@ -371,11 +372,17 @@ fn bad_model_options_are_refused_in_one_line_before_the_worker() {
             &["--model-fn", "python:m:f", "--set", "num_hidden_layers=1"],
             "--model-fn builds its own model: change the config in the function",
         ),
+        (
+            &["--model", "llama", "--dtype", "bfloat16", "--verify", "--backend", "onnx"],
+            "--backend onnx --dtype bfloat16 --verify: ONNX Runtime's CPU provider has no bfloat16 kernels",
+        ),
     ];
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("x.pt2");
+    let out = format!("{}/export/", dir.path().display());
     for (model, says) in cases {
-        let args = [&["run", "--backend", "dynamo", "-o", out.to_str().unwrap()], model].concat();
+        let backend: &[&str] =
+            if model.contains(&"--backend") { &[] } else { &["--backend", "dynamo"] };
+        let args = [&["run", "-o", out.as_str()], backend, model].concat();
         // No worker: a Python that cannot start would be the error otherwise.
         let result = hfx(&[&args[..], &["--python", "/nonexistent/python"]].concat());
         let stderr = String::from_utf8_lossy(&result.stderr);

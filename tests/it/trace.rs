@@ -957,3 +957,18 @@ fn a_bad_input_the_worker_finds_is_one_line_with_its_traceback_for_v_and_the_rep
 fn transformers_version(stderr: &str) -> &str {
     stderr.split("transformers ").nth(1).and_then(|rest| rest.split(' ').next()).unwrap_or("")
 }
+
+/// A `.pt2` traced in bfloat16 verifies (#38): its outputs and eager's are
+/// compared in float32, which numpy has (it has no bfloat16).
+#[test]
+fn a_bfloat16_pt2_verifies_against_eager() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["run", "--backend", "dynamo", "--model", "llama", "--set", LLAMA];
+    let result =
+        hfx(dir.path(), &[&args[..], &["--dtype", "bfloat16", "--verify", "-o", "x.pt2"]].concat());
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&result.stdout), String::from_utf8_lossy(&result.stderr));
+    assert!(result.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("verify inputs") && !stdout.contains("MISMATCH"), "{stdout}");
+    assert!(dir.path().join("x.pt2").exists());
+}

@@ -284,6 +284,14 @@ pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)>
         if verify && artifact == Artifact::IrJson {
             bail!("--verify runs the artifact in its runtime, and a .json graph has none: write .onnx or .pt2");
         }
+        // ONNX Runtime's CPU provider has no bfloat16 kernel for MatMul (nor most
+        // ops): the verification would fail only after the trace and the emit.
+        if verify
+            && matches!(artifact, Artifact::Onnx(_))
+            && matches!(&source, Source::Trace(t) if t.request.dtype == "bfloat16")
+        {
+            bail!("--backend onnx --dtype bfloat16 --verify: ONNX Runtime's CPU provider has no bfloat16 kernels to run the model in: verify with --dtype float32 (or float16), or drop --verify");
+        }
         match (&source, &artifact) {
             (Source::IrJson(_), Artifact::Onnx(_)) => {
                 bail!("ONNX is emitted from a .pt2 (its weights), not from IR JSON")
