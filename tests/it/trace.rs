@@ -972,3 +972,27 @@ fn a_bfloat16_pt2_verifies_against_eager() {
     assert!(stdout.contains("verify inputs") && !stdout.contains("MISMATCH"), "{stdout}");
     assert!(dir.path().join("x.pt2").exists());
 }
+
+/// The eager reference stays beside an `.onnx` only when it was checked
+/// against (`--verify`) or asked for (`--keep-reference`) (#38), and the
+/// summary says it was not kept.
+#[test]
+fn an_unverified_onnx_leaves_no_eager_reference_beside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = [root().join("plugins/dynamo"), root().join("plugins/onnx")];
+    let mut args = vec!["run", "--backend", "onnx", "--model", "llama", "--set", LLAMA];
+    for p in &plugins {
+        args.extend(["--plugins", p.to_str().unwrap()]);
+    }
+    args.extend(["-o", "x.onnx"]);
+    let result = hfx(dir.path(), &args);
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(result.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&result.stderr));
+    assert!(dir.path().join("x.onnx").exists());
+    assert!(!dir.path().join("x.reference.pt").exists(), "a reference beside an unverified .onnx");
+    assert!(
+        stdout.contains("eager reference not kept (--verify or --keep-reference keeps it)"),
+        "{stdout}"
+    );
+    assert_no_scratch_left(dir.path());
+}

@@ -248,6 +248,7 @@ pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)>
         .output
         .or(config.output.map(rel))
         .context("no output (-o or `output` in the config)")?;
+    crate::pipeline::options::check_output(&output)?;
     let report =
         args.report.or(config.report.map(rel)).map(|path| ReportTarget::new(&path)).transpose()?;
     if report.as_ref().is_some_and(|r| r.path == output) {
@@ -309,6 +310,7 @@ pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)>
         plugins: set.options()?,
         on_plugin_error,
         verify,
+        keep_reference: args.keep_reference,
         worker,
         verify_deadline: deadline,
     };

@@ -252,6 +252,11 @@ pub struct RunArgs {
     /// ONNX Runtime (atol/rtol 1e-3), a .pt2 as torch.export loads it (1e-4).
     #[arg(long)]
     pub verify: bool,
+    /// Keep the eager reference (the sample inputs and eager PyTorch's outputs, `<out>.reference.pt`)
+    /// beside an .onnx or .pte, to check it elsewhere. Beside a .pt2 it is always kept (a later
+    /// `hfx run <out>.pt2 --verify` reads it), and --verify keeps the one it checked against.
+    #[arg(long)]
+    pub keep_reference: bool,
     /// Weights in `<out>.onnx.data` beside the model (always past protobuf's 2 GB limit).
     #[arg(long)]
     pub external_data: bool,
