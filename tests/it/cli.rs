@@ -352,10 +352,11 @@ fn the_workers_python_is_found_from_any_folder_and_a_python_without_torch_is_nam
 /// in one line naming the input and the fix: a pipeline task's name for
 /// `--task` (the class that builds its model named), a misspelt one (the
 /// nearest), `--set` with a model folder (its config.json is the config), an
-/// ONNX export in bfloat16 to verify (ONNX Runtime's CPU provider cannot run it).
+/// ONNX export in bfloat16 to verify (ONNX Runtime's CPU provider cannot run
+/// it), a `--dtype` or `--device` torch does not have.
 #[test]
 fn bad_model_options_are_refused_in_one_line_before_the_worker() {
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 7] = [
         (
             &["--model", "llama", "--task", "text-generation-with-past"],
             "--task text-generation-with-past: names the class to build, not a pipeline task: --task AutoModelForCausalLM with --generation",
@@ -376,6 +377,8 @@ fn bad_model_options_are_refused_in_one_line_before_the_worker() {
             &["--model", "llama", "--dtype", "bfloat16", "--verify", "--backend", "onnx"],
             "--backend onnx --dtype bfloat16 --verify: ONNX Runtime's CPU provider has no bfloat16 kernels",
         ),
+        (&["--model", "llama", "--dtype", "banana"], "--dtype banana: give one of float32, float16, bfloat16, float64"),
+        (&["--model", "llama", "--device", "gpu"], "--device gpu: give cpu, cuda or cuda:N"),
     ];
     let dir = tempfile::tempdir().unwrap();
     let out = format!("{}/export/", dir.path().display());

@@ -117,6 +117,29 @@ def main(scratch):
         "missing_file",
         "absent.json",
     )
+    expect(
+        "a --model-fn module that is not there",
+        classified(lambda: sources.from_function("python:no_such_module_here:f")),
+        "missing_file",
+        "--model-fn python:no_such_module_here:f",
+        "no module `no_such_module_here`",
+    )
+    expect(
+        "a --model-fn function that is not there",
+        classified(lambda: sources.from_function("python:json:no_such_function")),
+        "missing_file",
+        "the module `json` has no function `no_such_function`",
+    )
+    import torch
+
+    if not torch.cuda.is_available():
+        expect(
+            "--device cuda without a GPU",
+            classified(lambda: sources.prepared(torch.nn.Linear(2, 2), "cuda", "float32")),
+            "unsupported_option",
+            "--device cuda",
+            "drop --device",
+        )
     # Failures of hfx or its upstreams keep their traceback.
     for name, call in [
         ("a bug", lambda: [][1]),

@@ -466,8 +466,18 @@ impl ModelArgs {
             dynamic: self.dynamic,
             dynamic_shapes: self.dynamic_shapes.clone(),
             decompose: self.decompose,
-            device: self.device.clone().unwrap_or(defaults.device.clone()),
-            dtype: self.dtype.clone().unwrap_or(defaults.dtype.clone()),
+            device: self
+                .device
+                .as_deref()
+                .map(checked_device)
+                .transpose()?
+                .unwrap_or(defaults.device.clone()),
+            dtype: self
+                .dtype
+                .as_deref()
+                .map(checked_dtype)
+                .transpose()?
+                .unwrap_or(defaults.dtype.clone()),
             ..defaults
         };
         Ok(Some((request, hub)))
@@ -571,6 +581,27 @@ fn checked_task(task: &str) -> Result<String> {
         None => String::new(),
     };
     bail!("--task {task}: not a class name; --task names the class to build (AutoModelForCausalLM, BertModel, ...){suggestion}")
+}
+
+/// `--dtype`, checked before any work: a floating dtype a model is traced in.
+fn checked_dtype(dtype: &str) -> Result<String> {
+    const DTYPES: [&str; 4] = ["float32", "float16", "bfloat16", "float64"];
+    if !DTYPES.contains(&dtype) {
+        bail!("--dtype {dtype}: give one of {}", DTYPES.join(", "));
+    }
+    Ok(dtype.to_string())
+}
+
+/// `--device`, checked before any work: `cpu`, `cuda` or `cuda:N`.
+fn checked_device(device: &str) -> Result<String> {
+    let index = device.strip_prefix("cuda:");
+    if !(device == "cpu"
+        || device == "cuda"
+        || index.is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit())))
+    {
+        bail!("--device {device}: give cpu, cuda or cuda:N");
+    }
+    Ok(device.to_string())
 }
 
 /// The Levenshtein distance between `a` and `b`, in characters.

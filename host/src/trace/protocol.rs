@@ -27,7 +27,7 @@ use crate::plugins::Versions;
 /// The protocol version: the first 32 bits of the SHA-256 of the messages'
 /// canonical form, written by `cargo run -p protocol-gen` (the worker's
 /// `messages.PROTOCOL` is the same number).
-pub const PROTOCOL: u64 = 683891462;
+pub const PROTOCOL: u64 = 698103794;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -799,6 +799,8 @@ pub enum UserErrorKind {
     UnknownConfigKey,
     /// A patch plugin's program that the worker's sandbox refused.
     SandboxRefusal,
+    /// An option this worker's torch cannot carry out (`--device cuda` without a GPU).
+    UnsupportedOption,
     /// The model's own code (transformers) refused the model or its inputs.
     Model,
 }

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypedDict
 
 # The hash of the definition's canonical form; both ends check it at `hello`.
-PROTOCOL = 683891462
+PROTOCOL = 698103794
 
 
 @dataclass
@@ -693,6 +693,7 @@ UserErrorKind = Literal[
     "unknown_task",
     "unknown_config_key",
     "sandbox_refusal",
+    "unsupported_option",
     "model",
 ]
 

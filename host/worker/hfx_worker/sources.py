@@ -290,7 +290,20 @@ def from_function(spec):
     # The folder comes last: a `json.py` there cannot shadow the standard library or site-packages.
     if os.getcwd() not in sys.path:
         sys.path.append(os.getcwd())
-    return getattr(importlib.import_module(module), function)()
+    try:
+        found = importlib.import_module(module)
+    except ModuleNotFoundError as error:
+        if error.name != module.split(".")[0] and error.name != module:
+            raise  # the module is there, and imports one that is not: its own failure
+        raise UserInputError(
+            "missing_file",
+            f"--model-fn {spec}: no module `{module}` in the current folder or on PYTHONPATH",
+        ) from error
+    if not callable(getattr(found, function, None)):
+        raise UserInputError(
+            "missing_file", f"--model-fn {spec}: the module `{module}` has no function `{function}`"
+        )
+    return getattr(found, function)()
 
 
 CAUSAL_LM = {"llama", "qwen2", "qwen3", "gpt2", "mistral", "phi3", "gemma", "gemma2", "olmo"}
@@ -335,10 +348,16 @@ def prepared(model, device, dtype_name):
     import torch
 
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"device `{device}` asked for, but this torch has no CUDA device")
+        raise UserInputError(
+            "unsupported_option",
+            f"--device {device}: this torch sees no CUDA device: trace on the CPU (drop --device)",
+        )
     dtype = getattr(torch, dtype_name, None)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise ValueError(f"dtype `{dtype_name}` is not a floating torch dtype")
+        raise UserInputError(
+            "unsupported_option",
+            f"--dtype {dtype_name}: not a floating torch dtype (float32, float16, bfloat16)",
+        )
     return model.to(device=device, dtype=dtype), device, dtype
 
 
