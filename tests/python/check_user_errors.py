@@ -60,8 +60,13 @@ def main(scratch):
         "hidden_size",
     )
     # Keys a config takes without holding them by default: read by modeling
-    # code (`head_dim`) or popped by the base config (`experts_implementation`).
-    for arch, key in [("qwen3_moe", "head_dim"), ("qwen3_moe", "experts_implementation")]:
+    # code (`head_dim`, `decoder_start_token_id`) or popped by the base
+    # config (`experts_implementation`).
+    for arch, key in [
+        ("qwen3_moe", "head_dim"),
+        ("qwen3_moe", "experts_implementation"),
+        ("t5", "decoder_start_token_id"),
+    ]:
         try:
             sources.checked_overrides(arch, {key: "8"})
         except Exception as error:  # noqa: BLE001

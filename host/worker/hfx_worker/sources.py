@@ -91,7 +91,7 @@ def config_keys(arch, cls):
             sources.add(spec.origin)
     for source in sources - {None}:
         with open(source, encoding="utf-8") as f:
-            keys |= set(CONFIG_READ.findall(f.read()))
+            keys |= {key for match in CONFIG_READ.findall(f.read()) for key in match if key}
     return keys
 
 
@@ -101,9 +101,12 @@ def signature_keys(cls):
 
 
 # A config key read where it need not be set: `kwargs.pop("key"` in a
-# config's constructor, `getattr(config, "key"` in modeling code.
+# config's constructor, `getattr(config, "key"` or `config.key` in modeling
+# code (T5 reads `config.decoder_start_token_id`, which its config sets only
+# when given).
 CONFIG_READ = re.compile(
     r"""(?:kwargs\.(?:pop|get)|getattr\(\s*(?:self\.)?config\s*,)\s*\(?\s*["'](\w+)["']"""
+    r"""|\bconfig\.([a-z]\w*)\b(?!\s*\()"""
 )
 
 
