@@ -78,7 +78,7 @@ def config_keys(arch, cls):
     keys = {key for key in vars(defaults) if not key.startswith("_")}
     keys |= {key for key in dir(cls) if isinstance(getattr(cls, key), property)}
     keys |= set(getattr(cls, "attribute_map", {}))
-    keys |= signature_keys(cls)
+    keys |= set(signature_keys(cls))
     sources = {
         inspect.getsourcefile(base)
         for base in cls.__mro__
@@ -95,9 +95,26 @@ def config_keys(arch, cls):
     return keys
 
 
+def listed(names, most=24):
+    """`names` joined by commas, the first `most` of them (a line, not a page)."""
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + more
+
+
+def own_keys(cls):
+    """The constructor arguments of the config class `cls` that every
+    config does not share, in its order (the sizes first, as configs declare them)."""
+    from transformers import PretrainedConfig
+
+    shared = set(signature_keys(PretrainedConfig))
+    return [name for name in signature_keys(cls) if name not in shared]
+
+
 def signature_keys(cls):
-    """The arguments the config class `cls`'s own constructor names."""
-    return set(inspect.signature(cls.__init__).parameters) - {"self", "args", "kwargs"}
+    """The arguments the config class `cls`'s own constructor names, in its
+    order (the sizes first, as configs declare them)."""
+    names = inspect.signature(cls.__init__).parameters
+    return [name for name in names if name not in ("self", "args", "kwargs")]
 
 
 # A config key read where it need not be set: `kwargs.pop("key"` in a
@@ -117,9 +134,7 @@ def checked_overrides(arch, overrides):
         keys = config_keys(arch, cls)
         for key in overrides:
             if key not in keys:
-                said = nearest(key, keys) or (
-                    "; its keys: " + ", ".join(sorted(signature_keys(cls)))
-                )
+                said = nearest(key, keys) or "; its own keys: " + listed(own_keys(cls))
                 raise UserInputError(
                     "unknown_config_key", f"--set {key}=...: {cls.__name__} has no `{key}`{said}"
                 )
