@@ -563,7 +563,7 @@ fn a_patch_program_cannot_call_a_method_it_took_from_a_tensor() {
         stderr.contains("test-hostile-patch")
             && stderr.contains("torch.where")
             && stderr.contains("callable")
-            && stderr.contains("refused by the patch sandbox"),
+            && stderr.contains("refused by the plugin sandbox"),
         "{stderr}"
     );
     assert_eq!(stderr.lines().count(), 1, "one line, no traceback: {stderr}");

@@ -55,12 +55,17 @@ def raised_in(error, fragment):
     return fragment in frame.tb_frame.f_code.co_filename.replace("\\", "/")
 
 
+# Where the worker runs plugin code under its policy (`sandbox.Reach`): a
+# patch program, a patch case's program, a self-test case's graph.
+POLICY_FILES = ("hfx_worker/sandbox.py", "hfx_worker/program.py", "hfx_worker/graph.py")
+
+
 def refused_by_sandbox(error):
-    """A `PermissionError` the patch sandbox (`sandbox.Reach`) raised, not the OS."""
+    """A `PermissionError` the plugin sandbox raised (not the OS: no errno)."""
     return (
         isinstance(error, PermissionError)
         and error.errno is None
-        and raised_in(error, "hfx_worker/sandbox.py")
+        and any(raised_in(error, path) for path in POLICY_FILES)
     )
 
 
@@ -75,7 +80,7 @@ def classify(error, step):
     ):
         return UserError(
             kind="sandbox_refusal",
-            line=f"{first_line(str(error))} (refused by the patch sandbox: fix or drop the plugin)",
+            line=f"{first_line(str(error))} (refused by the plugin sandbox: fix or drop the plugin)",
         )
     if isinstance(error, FileNotFoundError) and error.filename:
         return UserError(kind="missing_file", line=f"{error.filename}: no such file")
