@@ -377,7 +377,7 @@ fn bad_model_options_are_refused_in_one_line_before_the_worker() {
             &["--model", "llama", "--dtype", "bfloat16", "--verify", "--backend", "onnx"],
             "--backend onnx --dtype bfloat16 --verify: ONNX Runtime's CPU provider has no bfloat16 kernels",
         ),
-        (&["--model", "llama", "--dtype", "banana"], "--dtype banana: give one of float32, float16, bfloat16, float64"),
+        (&["--model", "llama", "--dtype", "banana"], "--dtype banana: not a floating torch dtype; give one of float32, float16, bfloat16, float64"),
         (&["--model", "llama", "--device", "gpu"], "--device gpu: give cpu, cuda or cuda:N"),
     ];
     let dir = tempfile::tempdir().unwrap();

@@ -587,7 +587,7 @@ fn checked_task(task: &str) -> Result<String> {
 fn checked_dtype(dtype: &str) -> Result<String> {
     const DTYPES: [&str; 4] = ["float32", "float16", "bfloat16", "float64"];
     if !DTYPES.contains(&dtype) {
-        bail!("--dtype {dtype}: give one of {}", DTYPES.join(", "));
+        bail!("--dtype {dtype}: not a floating torch dtype; give one of {}", DTYPES.join(", "));
     }
     Ok(dtype.to_string())
 }
