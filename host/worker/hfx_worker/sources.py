@@ -73,8 +73,12 @@ def config_keys(arch, cls):
     """What `--set` may name for a config of class `cls`: its attributes and
     their aliases (`attribute_map`), the arguments its constructor takes, and
     what the modeling code of `arch` reads from a config that need not be
-    there (`getattr(config, "head_dim", ...)`)."""
-    defaults = cls()
+    there (`getattr(config, "head_dim", ...)`); None where the class has no
+    default config to read them from (the keys are then not checked)."""
+    try:
+        defaults = cls()
+    except Exception:  # noqa: BLE001 - a config that needs arguments: for_model says what it lacks
+        return None
     keys = {key for key in vars(defaults) if not key.startswith("_")}
     keys |= {key for key in dir(cls) if isinstance(getattr(cls, key), property)}
     keys |= set(getattr(cls, "attribute_map", {}))
@@ -133,7 +137,7 @@ def checked_overrides(arch, overrides):
     if overrides:
         keys = config_keys(arch, cls)
         for key in overrides:
-            if key not in keys:
+            if keys is not None and key not in keys:
                 said = nearest(key, keys) or "; its own keys: " + listed(own_keys(cls))
                 raise UserInputError(
                     "unknown_config_key", f"--set {key}=...: {cls.__name__} has no `{key}`{said}"
