@@ -85,6 +85,7 @@ def main():
         "python:trace_bench:llama125m",
         "-o",
         out,
+        "--keep-reference",  # what check_onnx.py compares with, below
         "--python",
         PYTHON,
     ]

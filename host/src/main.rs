@@ -29,7 +29,14 @@ fn main() -> std::process::ExitCode {
         Ok(Ok(())) => std::process::ExitCode::SUCCESS,
         Ok(Err(e)) => {
             hfx::pipeline::progress::finish();
-            eprintln!("error: {}", if cli_verbose > 0 { whole(&e) } else { one_line(&e) });
+            if cli_verbose > 0 {
+                eprintln!("error: {}", whole(&e));
+                if let Some(detail) = detail(&e) {
+                    eprintln!("{}", detail.trim_end());
+                }
+            } else {
+                eprintln!("error: {}", one_line(&e));
+            }
             std::process::ExitCode::FAILURE
         }
         Err(panic) if stdout_closed(panic.as_ref()) => std::process::ExitCode::SUCCESS,
@@ -131,6 +138,15 @@ fn summary(message: &str) -> (String, bool) {
     };
     let said: String = said.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
     (said.split_whitespace().collect::<Vec<_>>().join(" "), more)
+}
+
+/// What the error's line leaves out: the traceback of a failure the worker
+/// classified as the user's, kept for `-v`.
+fn detail(error: &anyhow::Error) -> Option<&str> {
+    error
+        .chain()
+        .find_map(|cause| cause.downcast_ref::<hfx::trace::TraceError>())
+        .and_then(hfx::trace::TraceError::detail)
 }
 
 /// `-v`: the error and its causes whole, each message once.

@@ -347,3 +347,43 @@ fn the_workers_python_is_found_from_any_folder_and_a_python_without_torch_is_nam
         "{stderr}"
     );
 }
+
+/// Bad model options the host refuses before starting the worker (#38), each
+/// in one line naming the input and the fix: a pipeline task's name for
+/// `--task` (the class that builds its model named), a misspelt one (the
+/// nearest), `--set` with a model folder (its config.json is the config), a
+/// `--dtype` or `--device` torch does not have.
+#[test]
+fn bad_model_options_are_refused_in_one_line_before_the_worker() {
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["--model", "llama", "--task", "text-generation-with-past"],
+            "--task text-generation-with-past: names the class to build, not a pipeline task: --task AutoModelForCausalLM with --generation",
+        ),
+        (
+            &["--model", "llama", "--task", "text-generaton"],
+            "(for the pipeline task text-generation: --task AutoModelForCausalLM)",
+        ),
+        (
+            &["--model-dir", "no-such-folder", "--set", "num_hidden_layers=1"],
+            "--set changes the config --model builds; --model-dir loads the folder's config.json: edit it there",
+        ),
+        (
+            &["--model-fn", "python:m:f", "--set", "num_hidden_layers=1"],
+            "--model-fn builds its own model: change the config in the function",
+        ),
+        (&["--model", "llama", "--dtype", "banana"], "--dtype banana: not a floating torch dtype; give one of float32, float16, bfloat16, float64"),
+        (&["--model", "llama", "--device", "gpu"], "--device gpu: give cpu, cuda or cuda:N"),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let out = format!("{}/export/", dir.path().display());
+    for (model, says) in cases {
+        let args = [&["run", "--backend", "dynamo", "-o", out.as_str()], model].concat();
+        // No worker: a Python that cannot start would be the error otherwise.
+        let result = hfx(&[&args[..], &["--python", "/nonexistent/python"]].concat());
+        let stderr = String::from_utf8_lossy(&result.stderr);
+        assert!(!result.status.success(), "{model:?}");
+        assert_eq!(stderr.lines().count(), 1, "{model:?}: {stderr}");
+        assert!(stderr.contains(says), "{model:?}: {stderr}");
+    }
+}

@@ -113,6 +113,9 @@ fn run(case: &Case, dir: &Path, with_plugin: bool) -> Run {
     if case.dynamic {
         args.push("--dynamic".into());
     }
+    if matches!(case.effect, Effect::OnnxParity) {
+        args.push("--keep-reference".into()); // what check_onnx.py compares with
+    }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     Run { output: hfx_with_python(dir, &args), out }
 }

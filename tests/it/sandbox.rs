@@ -562,7 +562,9 @@ fn a_patch_program_cannot_call_a_method_it_took_from_a_tensor() {
     assert!(
         stderr.contains("test-hostile-patch")
             && stderr.contains("torch.where")
-            && stderr.contains("callable"),
+            && stderr.contains("callable")
+            && stderr.contains("refused by the plugin sandbox"),
         "{stderr}"
     );
+    assert_eq!(stderr.lines().count(), 1, "one line, no traceback: {stderr}");
 }

@@ -216,7 +216,8 @@ fn several_backends_share_one_trace() {
 
 /// `--trace-cache DIR`: a run that would trace the same program again reads
 /// it from the cache (the worker gets no `trace` request) and writes the same
-/// artifact; the model's files changing, or another trace option, misses.
+/// artifact, a `--verify` saying what it checked; the model's files
+/// changing, or another trace option, misses.
 #[test]
 fn a_trace_cache_hit_skips_the_trace() {
     let dir = tempfile::tempdir().unwrap();
@@ -265,6 +266,13 @@ fn a_trace_cache_hit_skips_the_trace() {
         "{stdout}\n{stderr}"
     );
     assert!(stdout.contains("verify inputs") && !stdout.contains("FAIL"), "{stdout}");
+    // Only the recorded inputs (the second size needs the model, which a hit never builds), and said so.
+    assert_eq!(stdout.matches("verify inputs").count(), 1, "{stdout}");
+    assert!(
+        stdout
+            .contains("the program came from the trace cache: checked on its recorded inputs only"),
+        "{stdout}"
+    );
     // A damaged entry is traced again (and replaced), not an error.
     let entry = std::fs::read_dir(&cache)
         .unwrap()

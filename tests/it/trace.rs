@@ -906,3 +906,93 @@ fn a_killed_hfx_takes_its_worker_along_and_the_next_run_removes_its_scratch() {
         "the next run removes the dead run's worker cgroup"
     );
 }
+
+/// Failures the user's input causes, found by the worker (#38): each kind
+/// classified into one line naming the input and the fix
+/// (`check_user_errors.py`, which leaves its truncated model folder behind);
+/// through hfx, stderr is that one line, the traceback printed only with
+/// `-v` and kept in the `--report` of the failed run.
+#[test]
+fn a_bad_input_the_worker_finds_is_one_line_with_its_traceback_for_v_and_the_report() {
+    let dir = tempfile::tempdir().unwrap();
+    run_python("check_user_errors.py", &[dir.path().to_str().unwrap()]);
+    let folder = dir.path().join("truncated");
+    let report = dir.path().join("report.json");
+    let (folder, report_arg) = (folder.to_str().unwrap(), report.to_str().unwrap());
+    let args = ["run", "--backend", "dynamo", "--model-dir", folder, "-o", "x.pt2"];
+    let result = hfx(dir.path(), &[&args[..], &["--report", report_arg]].concat());
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(!result.status.success());
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.starts_with(&format!("error: {folder}/model.safetensors: truncated:"))
+            && stderr.contains("fetch or save the checkpoint again"),
+        "{stderr}"
+    );
+    let written: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert!(written["error"].as_str().unwrap().contains("truncated"), "{written}");
+    assert!(
+        written["detail"].as_str().unwrap().contains("Traceback (most recent call last)"),
+        "{written}"
+    );
+
+    let result =
+        hfx(dir.path(), &["run", "--backend", "dynamo", "--model", "lama", "-o", "x.pt2", "-v"]);
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error: ")).collect();
+    assert_eq!(
+        errors,
+        [format!(
+            "error: --model lama: transformers {} knows no model type `lama`; did you mean `llama`, `mllama` or `llama4`? (a model type as config.json's `model_type` names it)",
+            transformers_version(&stderr)
+        )],
+        "{stderr}"
+    );
+    assert!(stderr.contains("Traceback (most recent call last)"), "-v: {stderr}");
+    assert_no_scratch_left(dir.path());
+}
+
+/// The transformers version an error line names.
+fn transformers_version(stderr: &str) -> &str {
+    stderr.split("transformers ").nth(1).and_then(|rest| rest.split(' ').next()).unwrap_or("")
+}
+
+/// A `.pt2` traced in bfloat16 verifies (#38): its outputs and eager's are
+/// compared in float32, which numpy has (it has no bfloat16).
+#[test]
+fn a_bfloat16_pt2_verifies_against_eager() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["run", "--backend", "dynamo", "--model", "llama", "--set", LLAMA];
+    let result =
+        hfx(dir.path(), &[&args[..], &["--dtype", "bfloat16", "--verify", "-o", "x.pt2"]].concat());
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&result.stdout), String::from_utf8_lossy(&result.stderr));
+    assert!(result.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("verify inputs") && !stdout.contains("MISMATCH"), "{stdout}");
+    assert!(dir.path().join("x.pt2").exists());
+}
+
+/// The eager reference stays beside an `.onnx` only when it was checked
+/// against (`--verify`) or asked for (`--keep-reference`) (#38), and the
+/// summary says it was not kept.
+#[test]
+fn an_unverified_onnx_leaves_no_eager_reference_beside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = [root().join("plugins/dynamo"), root().join("plugins/onnx")];
+    let mut args = vec!["run", "--backend", "onnx", "--model", "llama", "--set", LLAMA];
+    for p in &plugins {
+        args.extend(["--plugins", p.to_str().unwrap()]);
+    }
+    args.extend(["-o", "x.onnx"]);
+    let result = hfx(dir.path(), &args);
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(result.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&result.stderr));
+    assert!(dir.path().join("x.onnx").exists());
+    assert!(!dir.path().join("x.reference.pt").exists(), "a reference beside an unverified .onnx");
+    assert!(
+        stdout.contains("eager reference not kept (--verify or --keep-reference keeps it)"),
+        "{stdout}"
+    );
+    assert_no_scratch_left(dir.path());
+}

@@ -161,7 +161,7 @@ def main():
         or replies[2].get("result", {}).get("protocol") != protocol.PROTOCOL
     ):
         failures.append(f"the request loop answered {replies}")
-    elif set(replies[0]["error"]) != {"type", "message", "traceback"}:
+    elif set(replies[0]["error"]) != {"type", "message", "traceback", "user"}:
         failures.append(f"an error reply has fields {sorted(replies[0]['error'])}")
     # Non-finite floats never reach the host's JSON.
     try:

@@ -248,6 +248,7 @@ pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)>
         .output
         .or(config.output.map(rel))
         .context("no output (-o or `output` in the config)")?;
+    crate::pipeline::options::check_output(&output)?;
     let report =
         args.report.or(config.report.map(rel)).map(|path| ReportTarget::new(&path)).transpose()?;
     if report.as_ref().is_some_and(|r| r.path == output) {
@@ -284,6 +285,14 @@ pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)>
         if verify && artifact == Artifact::IrJson {
             bail!("--verify runs the artifact in its runtime, and a .json graph has none: write .onnx or .pt2");
         }
+        // ONNX Runtime's CPU provider has no bfloat16 kernel for MatMul (nor most
+        // ops): the verification would fail only after the trace and the emit.
+        if verify
+            && matches!(artifact, Artifact::Onnx(_))
+            && matches!(&source, Source::Trace(t) if t.request.dtype == "bfloat16")
+        {
+            bail!("--backend onnx --dtype bfloat16 --verify: ONNX Runtime's CPU provider has no bfloat16 kernels to run the model in: verify with --dtype float32 (or float16), or drop --verify");
+        }
         match (&source, &artifact) {
             (Source::IrJson(_), Artifact::Onnx(_)) => {
                 bail!("ONNX is emitted from a .pt2 (its weights), not from IR JSON")
@@ -301,6 +310,7 @@ pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)>
         plugins: set.options()?,
         on_plugin_error,
         verify,
+        keep_reference: args.keep_reference,
         worker,
         verify_deadline: deadline,
     };

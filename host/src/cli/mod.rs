@@ -265,6 +265,11 @@ pub struct RunArgs {
     /// ONNX Runtime (atol/rtol 1e-3), a .pt2 as torch.export loads it (1e-4).
     #[arg(long)]
     pub verify: bool,
+    /// Keep the eager reference (the sample inputs and eager PyTorch's outputs, `<out>.reference.pt`)
+    /// beside an .onnx or .pte, to check it elsewhere. Beside a .pt2 it is always kept (a later
+    /// `hfx run <out>.pt2 --verify` reads it), and --verify keeps the one it checked against.
+    #[arg(long)]
+    pub keep_reference: bool,
     /// Weights in `<out>.onnx.data` beside the model (always past protobuf's 2 GB limit).
     #[arg(long)]
     pub external_data: bool,
@@ -412,6 +417,16 @@ impl ModelArgs {
         if named.len() > 1 {
             bail!("{} each name a model to trace: give one", named.join(" and "));
         }
+        match named.first().copied() {
+            _ if self.set.is_empty() => {}
+            Some("--model-fn") => {
+                bail!("--set changes the config --model builds; --model-fn builds its own model: change the config in the function")
+            }
+            Some(other @ ("--model-dir" | "--model-id")) => {
+                bail!("--set changes the config --model builds; {other} loads the folder's config.json: edit it there (in a copy of the folder)")
+            }
+            _ => {}
+        }
         let trust_remote_code = self.trust_remote_code;
         let mut hub = None;
         let source = match (&self.model, &self.model_dir, &self.model_id, &self.model_fn) {
@@ -460,12 +475,22 @@ impl ModelArgs {
         let generation = self.generation()?;
         let request = TraceRequest {
             generation,
-            task: self.task.clone(),
+            task: self.task.as_deref().map(checked_task).transpose()?,
             dynamic: self.dynamic,
             dynamic_shapes: self.dynamic_shapes.clone(),
             decompose: self.decompose,
-            device: self.device.clone().unwrap_or(defaults.device.clone()),
-            dtype: self.dtype.clone().unwrap_or(defaults.dtype.clone()),
+            device: self
+                .device
+                .as_deref()
+                .map(checked_device)
+                .transpose()?
+                .unwrap_or(defaults.device.clone()),
+            dtype: self
+                .dtype
+                .as_deref()
+                .map(checked_dtype)
+                .transpose()?
+                .unwrap_or(defaults.dtype.clone()),
             ..defaults
         };
         Ok(Some((request, hub)))
@@ -517,6 +542,95 @@ impl ModelArgs {
             steps,
         }))
     }
+}
+
+/// The pipeline tasks of `optimum-cli export` (and transformers' `pipeline`),
+/// each with the class `--task` names for it.
+const PIPELINE_TASKS: &[(&str, &str)] = &[
+    ("audio-classification", "AutoModelForAudioClassification"),
+    ("automatic-speech-recognition", "AutoModelForSpeechSeq2Seq"),
+    ("feature-extraction", "AutoModel"),
+    ("fill-mask", "AutoModelForMaskedLM"),
+    ("image-classification", "AutoModelForImageClassification"),
+    ("image-segmentation", "AutoModelForImageSegmentation"),
+    ("image-text-to-text", "AutoModelForImageTextToText"),
+    ("image-to-text", "AutoModelForVision2Seq"),
+    ("multiple-choice", "AutoModelForMultipleChoice"),
+    ("object-detection", "AutoModelForObjectDetection"),
+    ("question-answering", "AutoModelForQuestionAnswering"),
+    ("semantic-segmentation", "AutoModelForSemanticSegmentation"),
+    ("text-classification", "AutoModelForSequenceClassification"),
+    ("text-generation", "AutoModelForCausalLM"),
+    ("text2text-generation", "AutoModelForSeq2SeqLM"),
+    ("token-classification", "AutoModelForTokenClassification"),
+];
+
+/// `--task`, checked before any work: a class name (`AutoModelForCausalLM`,
+/// `BertModel`) or a dotted path to one; a pipeline task's name (as optimum
+/// takes it) is refused naming the class that builds its model.
+fn checked_task(task: &str) -> Result<String> {
+    let identifier = |part: &str| {
+        part.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    if task.split('.').all(identifier) {
+        return Ok(task.to_string());
+    }
+    let (pipeline, with_past) = match task.strip_suffix("-with-past") {
+        Some(base) => (base, " with --generation (the cache is its own input)"),
+        None => (task, ""),
+    };
+    if let Some((_, class)) = PIPELINE_TASKS.iter().find(|(name, _)| *name == pipeline) {
+        bail!("--task {task}: names the class to build, not a pipeline task: --task {class}{with_past}");
+    }
+    let mut close: Vec<(usize, &str, &str)> = PIPELINE_TASKS
+        .iter()
+        .map(|(name, class)| (edit_distance(pipeline, name), *name, *class))
+        .filter(|(distance, name, _)| *distance <= name.len() / 3)
+        .collect();
+    close.sort();
+    let suggestion = match close.first() {
+        Some((_, name, class)) => format!(" (for the pipeline task {name}: --task {class})"),
+        None => String::new(),
+    };
+    bail!("--task {task}: not a class name; --task names the class to build (AutoModelForCausalLM, BertModel, ...){suggestion}")
+}
+
+/// `--dtype`, checked before any work: a floating dtype a model is traced in.
+fn checked_dtype(dtype: &str) -> Result<String> {
+    const DTYPES: [&str; 4] = ["float32", "float16", "bfloat16", "float64"];
+    if !DTYPES.contains(&dtype) {
+        bail!("--dtype {dtype}: not a floating torch dtype; give one of {}", DTYPES.join(", "));
+    }
+    Ok(dtype.to_string())
+}
+
+/// `--device`, checked before any work: `cpu`, `cuda` or `cuda:N`.
+fn checked_device(device: &str) -> Result<String> {
+    let index = device.strip_prefix("cuda:");
+    if !(device == "cpu"
+        || device == "cuda"
+        || index.is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit())))
+    {
+        bail!("--device {device}: give cpu, cuda or cuda:N");
+    }
+    Ok(device.to_string())
+}
+
+/// The Levenshtein distance between `a` and `b`, in characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1).min(row[j] + 1).min(diagonal + usize::from(ca != *cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
 }
 
 /// The run options a `--config` file may set (the counterpart of the reference
@@ -576,7 +690,17 @@ fn run_export(args: RunArgs, verbose: u8, progress: crate::pipeline::Progress) -
     let (options, report) = config::merge(args)?;
     let summaries = crate::pipeline::run(options, progress);
     crate::pipeline::progress::finish();
-    let summaries = summaries?;
+    let summaries = match summaries {
+        Ok(summaries) => summaries,
+        Err(error) => {
+            if let Some(report) = &report {
+                if let Err(unwritten) = crate::report::write_failure(&error, report) {
+                    tracing::warn!("{unwritten:#}");
+                }
+            }
+            return Err(error);
+        }
+    };
     let several = summaries.len() > 1;
     for summary in &summaries {
         if several {

@@ -581,10 +581,19 @@ fn export(run: Run, worker: &mut Option<Worker>, job: Job) -> Result<Component> 
     };
     let emit = emit_started.elapsed();
 
-    // The eager reference goes next to the artifact, for verification.
+    // The eager reference goes next to the artifact it checked, or a `.pt2`
+    // that a later run may verify (or where asked); else it goes with the scratch folder.
+    let keep = job.verify
+        || run.options.keep_reference
+        || matches!(job.target.artifact, Artifact::Pt2 | Artifact::IrJson);
     let (reference, summary, metadata) = match &job.input {
-        Input::Traced(traced) => (
+        Input::Traced(traced) if keep => (
             place_reference(traced, job.output)?,
+            Some(traced.summary.clone()),
+            Some(serde_json::to_value(&traced.export_metadata)?),
+        ),
+        Input::Traced(traced) => (
+            None,
             Some(traced.summary.clone()),
             Some(serde_json::to_value(&traced.export_metadata)?),
         ),

@@ -177,6 +177,9 @@ pub struct RunOptions {
     /// Run the artifact in its runtime against eager PyTorch before it lands
     /// (`.onnx`, `.pt2` and `.pte`).
     pub verify: bool,
+    /// Keep the eager reference beside every artifact, not only a verified
+    /// one or a `.pt2` (`--keep-reference`).
+    pub keep_reference: bool,
     /// How trace workers start (memory limit); also the one `--verify` starts
     /// when nothing was traced.
     pub worker: WorkerOptions,
@@ -205,8 +208,60 @@ impl Artifact {
     }
 }
 
+/// Refuses, before any work, an output (`-o`) that cannot be written: one
+/// ending in `/` (a folder) that is a file, or one under a path that is a
+/// file. Named as the user gave it, not as the scratch folder beside it that
+/// would fail first.
+pub fn check_output(output: &Path) -> Result<()> {
+    let given = output.as_os_str().to_string_lossy();
+    let bare = Path::new(given.trim_end_matches('/'));
+    if given.len() > 1 && given.ends_with('/') && bare.is_file() {
+        bail!(
+            "-o {given}: {} is a file, and the trailing / names a folder: give -o {} to replace the file, or the path of a folder",
+            bare.display(),
+            bare.display()
+        );
+    }
+    for above in bare.ancestors().skip(1).filter(|a| !a.as_os_str().is_empty()) {
+        match std::fs::metadata(above) {
+            Ok(found) if found.is_dir() => break,
+            Ok(_) => bail!(
+                "-o {given}: {} is a file, not a folder to write in: give -o a path under a folder",
+                above.display()
+            ),
+            Err(_) => continue,
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_output_under_a_file_or_a_file_named_as_a_folder_is_refused_by_its_given_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("x.onnx");
+        std::fs::write(&file, "").unwrap();
+        let refused = |output: &str| check_output(Path::new(output)).unwrap_err().to_string();
+        let as_folder = format!("{}/", file.display());
+        assert_eq!(
+            refused(&as_folder),
+            format!("-o {as_folder}: {} is a file, and the trailing / names a folder: give -o {} to replace the file, or the path of a folder", file.display(), file.display())
+        );
+        let under = format!("{}/sub/y.onnx", file.display());
+        assert_eq!(
+            refused(&under),
+            format!(
+                "-o {under}: {} is a file, not a folder to write in: give -o a path under a folder",
+                file.display()
+            )
+        );
+        for fine in [file.clone(), dir.path().join("new/deeper/y.onnx"), dir.path().join("out/")] {
+            check_output(&fine).unwrap();
+        }
+        check_output(Path::new("relative.onnx")).unwrap();
+    }
+
     use super::*;
 
     fn trace(source: ModelSource) -> Trace {
@@ -284,6 +339,7 @@ mod tests {
             plugins: SetOptions::default(),
             on_plugin_error: OnPluginError::default(),
             verify: false,
+            keep_reference: false,
             worker: WorkerOptions::default(),
             verify_deadline: Duration::from_secs(60),
         };

@@ -94,7 +94,10 @@ impl Scratch {
             match crate::trace::interrupt::create_scratch(&dir) {
                 Ok(()) => return Ok(Scratch(dir)),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 1000 => n += 1,
-                Err(e) => return Err(e).with_context(|| format!("creating {}", dir.display())),
+                // Named by the user's folder: the scratch folder's name is hfx's own.
+                Err(e) => {
+                    return Err(e).with_context(|| format!("cannot write in {}", folder.display()))
+                }
             }
         }
     }
@@ -127,6 +130,19 @@ impl Drop for Scratch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_scratch_folder_that_cannot_be_made_is_named_by_the_users_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("x.onnx");
+        std::fs::write(&file, "").unwrap();
+        let Err(error) = Scratch::beside(&file.join("y.onnx"), "trace") else {
+            panic!("a scratch folder under a file")
+        };
+        let said = format!("{error:#}");
+        assert!(said.starts_with(&format!("cannot write in {}: ", file.display())), "{said}");
+        assert!(!said.contains(".hfx-"), "{said}");
+    }
 
     #[test]
     fn scratch_folders_are_named_by_process_made_fresh_and_removed_on_drop() {

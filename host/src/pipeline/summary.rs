@@ -294,6 +294,10 @@ impl Component {
             writeln!(out, "verified on the model's first {layers} layers (--verify-layers: its config truncated, the same checkpoint), not the whole model:")?;
         }
         verify::write(out, &self.verified)?;
+        if !self.verified.is_empty() && self.trace.as_ref().is_some_and(|t| t.cached.is_some()) {
+            // The second size is run on the model the worker traced, which a cache hit never builds.
+            writeln!(out, "  (the program came from the trace cache: checked on its recorded inputs only; a run that traces also checks a dynamic export at a second size)")?;
+        }
         if let Some(t) = &self.trace {
             write_trace(out, t, self.reference.as_deref())?;
         }
@@ -352,7 +356,10 @@ fn write_trace(
     let from = t.hub.as_ref().map_or_else(String::new, |hub| format!(" from {hub}"));
     let reference = match reference {
         Some(path) => format!("eager reference: {}", path.display()),
-        None => "no eager reference (weights not read; --verify reads them)".to_string(),
+        None if t.weights.streamed && !t.weights.loaded => {
+            "no eager reference (weights not read; --verify reads them)".to_string()
+        }
+        None => "eager reference not kept (--verify or --keep-reference keeps it)".to_string(),
     };
     match &t.cached {
         Some(entry) => writeln!(

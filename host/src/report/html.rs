@@ -95,6 +95,26 @@ const SCRIPT: &str = r#"
 })();
 "#;
 
+/// The page of a run that failed: its error, and the detail the line left out.
+pub fn render_failure(report: &super::schema::FailureReport) -> String {
+    let mut out = String::with_capacity(4 * 1024);
+    put!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">\n\
+         <meta name=\"generator\" content=\"hfx {} (report schema {})\">\n<title>hfx report: failed</title>\n<style>{STYLE}</style>\n</head>\n<body>\n\
+         <h1>The run failed</h1>\n<p>{}</p>\n",
+        Esc(&report.hfx_version),
+        report.schema_version,
+        Esc(&report.error)
+    );
+    if let Some(detail) = &report.detail {
+        put!(out, "<pre>{}</pre>\n", Esc(detail));
+    }
+    put!(out, "</body>\n</html>\n");
+    out
+}
+
 pub fn render(report: &Report) -> String {
     let mut out = String::with_capacity(64 * 1024);
     put!(

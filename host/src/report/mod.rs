@@ -70,6 +70,22 @@ impl ReportTarget {
     }
 }
 
+/// Writes the report of a run that failed with `error` to `target`, atomically.
+pub fn write_failure(error: &anyhow::Error, target: &ReportTarget) -> Result<()> {
+    let report = schema::FailureReport::of(error);
+    let bytes = match target.format {
+        Format::Json => {
+            let mut text =
+                serde_json::to_string_pretty(&report).context("serializing the report")?;
+            text.push('\n');
+            text.into_bytes()
+        }
+        Format::Html => html::render_failure(&report).into_bytes(),
+    };
+    crate::atomic::write_bytes_atomically(&target.path, &bytes)
+        .with_context(|| format!("writing the report {}", target.path.display()))
+}
+
 /// Writes the report of `summary` to `target`, atomically.
 pub fn write(summary: &RunSummary, target: &ReportTarget) -> Result<()> {
     let report = Report::of(summary);
@@ -89,6 +105,31 @@ pub fn write(summary: &RunSummary, target: &ReportTarget) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_run_reports_its_error_and_the_traceback_its_line_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let error = anyhow::Error::new(crate::trace::TraceError::User {
+            method: "trace".into(),
+            kind: crate::trace::protocol::UserErrorKind::UnknownArchitecture,
+            line: "--model lama: no model type `lama` <here>".into(),
+            traceback: "Traceback (most recent call last):\n  ...".into(),
+        })
+        .context("tracing");
+        for (name, format) in [("r.json", Format::Json), ("r.html", Format::Html)] {
+            let target = ReportTarget { path: dir.path().join(name), format };
+            write_failure(&error, &target).unwrap();
+            let text = std::fs::read_to_string(&target.path).unwrap();
+            assert!(text.contains("Traceback (most recent call last)"), "{text}");
+            if format == Format::Json {
+                let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+                assert_eq!(value["error"], "tracing: --model lama: no model type `lama` <here>");
+                assert_eq!(value["schema_version"], SCHEMA_VERSION);
+            } else {
+                assert!(text.contains("no model type `lama` &lt;here&gt;"), "{text}");
+            }
+        }
+    }
 
     #[test]
     fn a_report_path_is_checked_before_the_run() {

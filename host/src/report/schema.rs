@@ -36,6 +36,32 @@ pub struct Report {
     pub environment: EnvironmentReport,
 }
 
+/// The report of a run that failed: what the error line said, and what it
+/// left out (the worker's traceback of a failure it classified as the input's).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FailureReport {
+    pub schema_version: u32,
+    pub hfx_version: String,
+    /// The error and its causes, joined by `: `.
+    pub error: String,
+    pub detail: Option<String>,
+}
+
+impl FailureReport {
+    pub fn of(error: &anyhow::Error) -> FailureReport {
+        FailureReport {
+            schema_version: SCHEMA_VERSION,
+            hfx_version: env!("CARGO_PKG_VERSION").to_string(),
+            error: format!("{error:#}"),
+            detail: error
+                .chain()
+                .find_map(|cause| cause.downcast_ref::<crate::trace::TraceError>())
+                .and_then(crate::trace::TraceError::detail)
+                .map(str::to_string),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ComponentReport {
     pub name: String,

@@ -49,6 +49,10 @@ pub enum TraceError {
     /// the worker sent none (an artifact that fails in its runtime: one line).
     #[error("{}", python_error_text(.method, .kind, .message, .traceback))]
     Python { method: String, kind: String, message: String, traceback: String },
+    /// A failure the user's input caused, as the worker classified it: its
+    /// one line, the traceback kept for `-v` and the report ([`TraceError::detail`]).
+    #[error("{line}")]
+    User { method: String, kind: protocol::UserErrorKind, line: String, traceback: String },
     #[error("trace worker protocol: {0}")]
     Protocol(String),
     #[error("the trace worker's Python `{python}` has no {missing}: run `cargo xtask setup-python` in the hfx checkout, or give a Python that has them with `--python PATH` or `HFX_PYTHON`")]
@@ -63,6 +67,17 @@ pub enum TraceError {
     Sandbox(String),
     #[error(transparent)]
     Plugin(crate::plugins::PluginError),
+}
+
+impl TraceError {
+    /// What the error's one line leaves out: the traceback of a failure the
+    /// worker classified as the user's (printed with `-v`, kept in the report).
+    pub fn detail(&self) -> Option<&str> {
+        match self {
+            TraceError::User { traceback, .. } if !traceback.is_empty() => Some(traceback),
+            _ => None,
+        }
+    }
 }
 
 /// What every request of the worker imports.
@@ -475,11 +490,19 @@ impl Worker {
                 self.next_id
             )));
         }
-        outcome.map_err(|e| TraceError::Python {
-            method: method.into(),
-            kind: e.kind,
-            message: e.message,
-            traceback: e.traceback,
+        outcome.map_err(|e| match e.user {
+            Some(user) => TraceError::User {
+                method: method.into(),
+                kind: user.kind,
+                line: user.line,
+                traceback: e.traceback,
+            },
+            None => TraceError::Python {
+                method: method.into(),
+                kind: e.kind,
+                message: e.message,
+                traceback: e.traceback,
+            },
         })
     }
 
@@ -834,7 +857,9 @@ pub fn trace(
     });
     match (result, failure) {
         // A plugin's failure is the cause of the worker's error: report the plugin's.
-        (Err(TraceError::Python { .. }), Some(plugin)) => Err(TraceError::Plugin(plugin)),
+        (Err(TraceError::Python { .. } | TraceError::User { .. }), Some(plugin)) => {
+            Err(TraceError::Plugin(plugin))
+        }
         (result, _) => result,
     }
 }

@@ -53,6 +53,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("allowlist.json", include_str!("../../worker/hfx_worker/allowlist.json")),
     ("checkpoint.py", include_str!("../../worker/hfx_worker/checkpoint.py")),
     ("confine.py", include_str!("../../worker/hfx_worker/confine.py")),
+    ("errors.py", include_str!("../../worker/hfx_worker/errors.py")),
     ("generation.py", include_str!("../../worker/hfx_worker/generation.py")),
     ("graph.py", include_str!("../../worker/hfx_worker/graph.py")),
     ("import_memo.py", include_str!("../../worker/hfx_worker/import_memo.py")),

@@ -27,7 +27,7 @@ use crate::plugins::Versions;
 /// The protocol version: the first 32 bits of the SHA-256 of the messages'
 /// canonical form, written by `cargo run -p protocol-gen` (the worker's
 /// `messages.PROTOCOL` is the same number).
-pub const PROTOCOL: u64 = 4232223481;
+pub const PROTOCOL: u64 = 698103794;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -769,6 +769,40 @@ pub struct PythonError {
     pub kind: String,
     pub message: String,
     pub traceback: String,
+    /// What the user's input did wrong, where the worker recognized the
+    /// failure (`hfx_worker/errors.py`); None: a failure of hfx or its upstreams.
+    #[serde(deserialize_with = "present")]
+    pub user: Option<UserError>,
+}
+
+/// A failure the user's input caused: one line naming the input and the fix.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserError {
+    pub kind: UserErrorKind,
+    pub line: String,
+}
+
+/// What a [`UserError`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UserErrorKind {
+    /// A file the model needs is absent or unreadable.
+    MissingFile,
+    /// A checkpoint file shorter than its header says.
+    TruncatedFile,
+    /// `--model NAME` that transformers does not know.
+    UnknownArchitecture,
+    /// `--task NAME` that names no model class.
+    UnknownTask,
+    /// `--set KEY=...` that the model's config does not have.
+    UnknownConfigKey,
+    /// A patch plugin's program that the worker's sandbox refused.
+    SandboxRefusal,
+    /// An option this worker's torch cannot carry out (`--device cuda` without a GPU).
+    UnsupportedOption,
+    /// The model's own code (transformers) refused the model or its inputs.
+    Model,
 }
 
 // ── Notifications during a request (worker → host) ──
@@ -1150,11 +1184,12 @@ mod tests {
             parse_message(r#"{"id": 3, "result": {}}"#).unwrap(),
             Message::Response { id: 3, outcome: Ok(json!({})) }
         );
-        let error = r#"{"id": 4, "error": {"type": "ValueError", "message": "no", "traceback": "Traceback..."}}"#;
+        let error = r#"{"id": 4, "error": {"type": "ValueError", "message": "no", "traceback": "Traceback...", "user": null}}"#;
         let expected = PythonError {
             kind: "ValueError".into(),
             message: "no".into(),
             traceback: "Traceback...".into(),
+            user: None,
         };
         assert_eq!(
             parse_message(error).unwrap(),

@@ -27,6 +27,7 @@ import os
 import struct
 from typing import NamedTuple
 
+from .errors import UserInputError
 from .trace_shortcuts import saving
 
 # safetensors' dtype names.
@@ -101,29 +102,50 @@ def opened_checkpoint(path):
         raise
 
 
+def truncated(path, size, needed):
+    """The user's error of a checkpoint file of `size` bytes whose header needs `needed`."""
+    return UserInputError(
+        "truncated_file",
+        f"{path}: truncated: {size} bytes where its safetensors header needs at least {needed} "
+        "(an interrupted download or copy): fetch or save the checkpoint again",
+    )
+
+
 def read_header(path):
     """The tensors of one safetensors file, from its header alone."""
     with opened_checkpoint(path) as f:
         size = os.fstat(f.fileno()).st_size
+        if size < 8:
+            raise truncated(path, size, 8)
         (length,) = struct.unpack("<Q", f.read(8))
-        if length > min(HEADER_LIMIT, size - 8):
+        if length > HEADER_LIMIT:
             raise ValueError(
                 f"{path}: a safetensors header of {length} bytes (the file has {size})"
             )
+        if length > size - 8:
+            raise truncated(path, size, 8 + length)
         header = json.loads(f.read(length))
     tensors = {}
     for key, entry in header.items():
         if key == "__metadata__":
             continue
         begin, end = entry["data_offsets"]
-        if entry["dtype"] not in DTYPES or not 0 <= begin <= end or 8 + length + end > size:
+        if entry["dtype"] not in DTYPES or not 0 <= begin <= end:
             raise ValueError(
                 f"{path}: tensor `{key}`: dtype {entry['dtype']}, bytes {begin}..{end} of {size - 8 - length}"
             )
+        if 8 + length + end > size:
+            raise truncated(path, size, 8 + length + end)
         tensors[key] = Stored(
             path, 8 + length + begin, end - begin, DTYPES[entry["dtype"]], tuple(entry["shape"])
         )
     return tensors
+
+
+def check_complete(folder):
+    """Raises the user's error of a truncated checkpoint file in `folder`, if there is one."""
+    for path in checkpoint_files(folder):
+        read_header(path)
 
 
 def checkpoint_tensors(folder):

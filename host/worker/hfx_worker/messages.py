@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypedDict
 
 # The hash of the definition's canonical form; both ends check it at `hello`.
-PROTOCOL = 4232223481
+PROTOCOL = 698103794
 
 
 @dataclass
@@ -672,6 +672,30 @@ class PythonError:
     type: str
     message: str
     traceback: str
+    # What the user's input did wrong, where the worker recognized the
+    # failure (`hfx_worker/errors.py`); None: a failure of hfx or its upstreams.
+    user: UserError | None
+
+
+@dataclass
+class UserError:
+    """A failure the user's input caused: one line naming the input and the fix."""
+
+    kind: UserErrorKind
+    line: str
+
+
+# What a [`UserError`] is about.
+UserErrorKind = Literal[
+    "missing_file",
+    "truncated_file",
+    "unknown_architecture",
+    "unknown_task",
+    "unknown_config_key",
+    "sandbox_refusal",
+    "unsupported_option",
+    "model",
+]
 
 
 # The steps of a `trace` request, in order (the worker's `protocol.STEPS`).

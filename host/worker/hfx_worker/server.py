@@ -3,7 +3,8 @@
 The protocol owns stdout: anything else printed (model code, warnings) goes
 to stderr. Each request line is parsed into its typed params (`protocol`);
 every failure, a protocol error included, goes back to the host as the
-request's error, with its traceback.
+request's error, with its traceback, and the one line for the user where it
+is the input's fault (`errors.classify`).
 """
 
 import dataclasses
@@ -17,6 +18,7 @@ import traceback
 
 from . import confine, protocol
 from .checkpoint import SideWeights
+from .errors import classify
 from .generation import capture_generation, generate_check
 from .import_memo import ImportStructureMemo
 from .lower import edge_program, lower
@@ -71,6 +73,7 @@ class Session:
         self.generation = None  # what `capture_generation` captured (`generation.Generation`)
         self.side_weights = SideWeights()  # the last side-weights file a trace wrote
         self.op_samples = []
+        self.step = None  # the running request's last progress step, else its method
 
     @property
     def policy(self):
@@ -79,6 +82,7 @@ class Session:
         return self._policy
 
     def progress(self, stage):
+        self.step = stage
         self.channel.progress(stage)
 
     def weights_plan(self, entries):
@@ -204,6 +208,7 @@ def main():
             continue
         request_id = 0  # until the line gives one: the host then reports a mismatch
         greeted = False
+        session.step = None
         try:
             try:
                 data = json.loads(line)
@@ -217,6 +222,7 @@ def main():
                     f"request: unknown method `{request.method}` (expected one of {', '.join(METHODS)})"
                 )
             params_type, handler = METHODS[request.method]
+            session.step = request.method
             reply = handler(session, protocol.parse(params_type, request.params))
             greeted = request.method == "hello"
             text = protocol.to_json(
@@ -238,6 +244,7 @@ def main():
                             traceback=""
                             if isinstance(error, (ArtifactFailed, Unsupported))
                             else traceback.format_exc(),
+                            user=classify(error, session.step),
                         )
                     ),
                 }

@@ -4,9 +4,14 @@ folder): as trusted as the user trusts it."""
 
 import contextlib
 import importlib
+import importlib.util
+import inspect
 import json
 import os
+import re
 import sys
+
+from .errors import UserInputError, nearest
 
 # The seed of random weights and generated inputs (a rebuilt model matches the traced one).
 SEED = 0
@@ -29,7 +34,7 @@ def from_architecture(arch, overrides, task, generative=False):
     import transformers
 
     config = transformers.AutoConfig.for_model(
-        arch, **{k: parse_value(v) for k, v in overrides.items()}
+        arch, **{k: parse_value(v) for k, v in checked_overrides(arch, overrides).items()}
     )
     # A config made here names no code to fetch: an `auto_map` set by `--set`
     # (or a self-test case's overrides) is never followed.
@@ -48,6 +53,96 @@ def from_architecture(arch, overrides, task, generative=False):
         )
     auto = transformers.AutoModelForCausalLM if arch in CAUSAL_LM else transformers.AutoModel
     return auto.from_config(config, trust_remote_code=False)
+
+
+def config_class(arch):
+    """The config class of the model type `arch`; an unknown type is the user's error."""
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    if arch not in CONFIG_MAPPING:
+        raise UserInputError(
+            "unknown_architecture",
+            f"--model {arch}: transformers {transformers.__version__} knows no model type `{arch}`"
+            f"{nearest(arch, CONFIG_MAPPING.keys())} (a model type as config.json's `model_type` names it)",
+        )
+    return CONFIG_MAPPING[arch]
+
+
+def config_keys(arch, cls):
+    """What `--set` may name for a config of class `cls`: its attributes and
+    their aliases (`attribute_map`), the arguments its constructor takes, and
+    what the modeling code of `arch` reads from a config that need not be
+    there (`getattr(config, "head_dim", ...)`); None where the class has no
+    default config to read them from (the keys are then not checked)."""
+    try:
+        defaults = cls()
+    except Exception:  # noqa: BLE001 - a config that needs arguments: for_model says what it lacks
+        return None
+    keys = {key for key in vars(defaults) if not key.startswith("_")}
+    keys |= {key for key in dir(cls) if isinstance(getattr(cls, key), property)}
+    keys |= set(getattr(cls, "attribute_map", {}))
+    keys |= set(signature_keys(cls))
+    sources = {
+        inspect.getsourcefile(base)
+        for base in cls.__mro__
+        if base.__module__.startswith("transformers")
+    }
+    kind = arch.replace("-", "_")
+    with contextlib.suppress(ImportError, ValueError):
+        spec = importlib.util.find_spec(f"transformers.models.{kind}.modeling_{kind}")
+        if spec is not None and spec.origin:
+            sources.add(spec.origin)
+    for source in sources - {None}:
+        with open(source, encoding="utf-8") as f:
+            keys |= {key for match in CONFIG_READ.findall(f.read()) for key in match if key}
+    return keys
+
+
+def listed(names, most=24):
+    """`names` joined by commas, the first `most` of them (a line, not a page)."""
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + more
+
+
+def own_keys(cls):
+    """The constructor arguments of the config class `cls` that every
+    config does not share, in its order (the sizes first, as configs declare them)."""
+    from transformers import PretrainedConfig
+
+    shared = set(signature_keys(PretrainedConfig))
+    return [name for name in signature_keys(cls) if name not in shared]
+
+
+def signature_keys(cls):
+    """The arguments the config class `cls`'s own constructor names, in its
+    order (the sizes first, as configs declare them)."""
+    names = inspect.signature(cls.__init__).parameters
+    return [name for name in names if name not in ("self", "args", "kwargs")]
+
+
+# A config key read where it need not be set: `kwargs.pop("key"` in a
+# config's constructor, `getattr(config, "key"` or `config.key` in modeling
+# code (T5 reads `config.decoder_start_token_id`, which its config sets only
+# when given).
+CONFIG_READ = re.compile(
+    r"""(?:kwargs\.(?:pop|get)|getattr\(\s*(?:self\.)?config\s*,)\s*\(?\s*["'](\w+)["']"""
+    r"""|\bconfig\.([a-z]\w*)\b(?!\s*\()"""
+)
+
+
+def checked_overrides(arch, overrides):
+    """`overrides` (`--set`), each a key the config of `arch` has; another key is the user's error."""
+    cls = config_class(arch)
+    if overrides:
+        keys = config_keys(arch, cls)
+        for key in overrides:
+            if keys is not None and key not in keys:
+                said = nearest(key, keys) or "; its own keys: " + listed(own_keys(cls))
+                raise UserInputError(
+                    "unknown_config_key", f"--set {key}=...: {cls.__name__} has no `{key}`{said}"
+                )
+    return overrides
 
 
 def remote_refused(cls):
@@ -83,17 +178,24 @@ def model_class(task, config):
     if "." in task:
         module, name = task.rsplit(".", 1)
         return getattr(importlib.import_module(module), name)
-    if not task.isidentifier() or task.startswith("_"):
-        raise PermissionError(f"--task {task}: not a class name")
-    if task in dir(transformers):
+    if task.isidentifier() and not task.startswith("_") and task in dir(transformers):
         return checked_model_class(task, getattr(transformers, task))
     kind = config.model_type.replace("-", "_")
     module = importlib.import_module(f"transformers.models.{kind}.modeling_{kind}")
-    if task not in vars(module):
-        raise ValueError(
-            f"--task {task}: not a transformers class, nor one of transformers.models.{kind}"
-        )
-    return checked_model_class(task, vars(module)[task])
+    if task.isidentifier() and not task.startswith("_") and task in vars(module):
+        return checked_model_class(task, vars(module)[task])
+    classes = [name for name in dir(transformers) if name.startswith("AutoModel")]
+    classes += [
+        name
+        for name, value in vars(module).items()
+        if isinstance(value, type) and issubclass(value, transformers.PreTrainedModel)
+    ]
+    raise UserInputError(
+        "unknown_task",
+        f"--task {task}: not a transformers model class, nor one of transformers.models.{kind}"
+        f"{nearest(task, classes)} (--task names the class to build: AutoModelForCausalLM, "
+        f"{type(config).__name__.removesuffix('Config')}Model, ...)",
+    )
 
 
 def checked_model_class(task, cls):
@@ -108,7 +210,7 @@ def checked_model_class(task, cls):
         and issubclass(cls, (transformers.PreTrainedModel, _BaseAutoModelClass))
         and at_home
     ):
-        raise PermissionError(f"--task {task}: not a transformers model class")
+        raise UserInputError("unknown_task", f"--task {task}: not a transformers model class")
     return cls
 
 
@@ -162,10 +264,17 @@ def directory_class(path, task, trust_remote_code, layers=None):
 
 def from_directory(path, task, trust_remote_code, layers=None):
     """A model folder's model (its first `layers` layers), its weights loaded."""
+    from .checkpoint import check_complete
+
     cls, config = directory_class(path, task, trust_remote_code, layers)
-    if layers is None:
-        return cls.from_pretrained(path, trust_remote_code=trust_remote_code)
-    return cls.from_pretrained(path, config=config, trust_remote_code=trust_remote_code)
+    options = {"trust_remote_code": trust_remote_code}
+    if layers is not None:
+        options["config"] = config
+    try:
+        return cls.from_pretrained(path, **options)
+    except Exception:
+        check_complete(path)  # a truncated file is said as such, not as the loader's failure
+        raise
 
 
 def streamed_from_directory(path, task, trust_remote_code, dtype, layers=None):
@@ -203,7 +312,20 @@ def from_function(spec):
     # The folder comes last: a `json.py` there cannot shadow the standard library or site-packages.
     if os.getcwd() not in sys.path:
         sys.path.append(os.getcwd())
-    return getattr(importlib.import_module(module), function)()
+    try:
+        found = importlib.import_module(module)
+    except ModuleNotFoundError as error:
+        if error.name != module.split(".")[0] and error.name != module:
+            raise  # the module is there, and imports one that is not: its own failure
+        raise UserInputError(
+            "missing_file",
+            f"--model-fn {spec}: no module `{module}` in the current folder or on PYTHONPATH",
+        ) from error
+    if not callable(getattr(found, function, None)):
+        raise UserInputError(
+            "missing_file", f"--model-fn {spec}: the module `{module}` has no function `{function}`"
+        )
+    return getattr(found, function)()
 
 
 CAUSAL_LM = {"llama", "qwen2", "qwen3", "gpt2", "mistral", "phi3", "gemma", "gemma2", "olmo"}
@@ -248,10 +370,16 @@ def prepared(model, device, dtype_name):
     import torch
 
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"device `{device}` asked for, but this torch has no CUDA device")
+        raise UserInputError(
+            "unsupported_option",
+            f"--device {device}: this torch sees no CUDA device: trace on the CPU (drop --device)",
+        )
     dtype = getattr(torch, dtype_name, None)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise ValueError(f"dtype `{dtype_name}` is not a floating torch dtype")
+        raise UserInputError(
+            "unsupported_option",
+            f"--dtype {dtype_name}: not a floating torch dtype (float32, float16, bfloat16)",
+        )
     return model.to(device=device, dtype=dtype), device, dtype
 
 

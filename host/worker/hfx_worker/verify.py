@@ -20,6 +20,21 @@ def finite_or_none(value):
     return value if math.isfinite(value) else None
 
 
+def as_numpy(tensor):
+    """`tensor` as a numpy array; a floating dtype numpy has not (bfloat16,
+    float8) widened to float32, which holds each of its values exactly."""
+    import torch
+
+    tensor = tensor.detach().cpu()
+    if tensor.is_floating_point() and tensor.dtype not in (
+        torch.float16,
+        torch.float32,
+        torch.float64,
+    ):
+        tensor = tensor.float()
+    return tensor.numpy()
+
+
 def compared(outputs, eager, atol, rtol):
     """Per output: max abs and rel error, and whether it is within atol/rtol."""
     import numpy as np
@@ -115,7 +130,7 @@ def pt2_runner(path, constants):
     def run(inputs):
         with torch.no_grad():
             outputs = flat_outputs(module(**inputs, **constants))
-        return [o.detach().cpu().numpy() if torch.is_tensor(o) else o for o in outputs]
+        return [as_numpy(o) if torch.is_tensor(o) else o for o in outputs]
 
     return run, ["torch.export"]
 
@@ -154,7 +169,7 @@ def pte_runner(path, in_spec, constants, flatten=None):
                 f"the .pte fails in the ExecuTorch runtime on inputs {sizes}: {failed}"
                 + (f" (the runtime: {said})" if said else "")
             )
-        return [o.detach().cpu().numpy() if torch.is_tensor(o) else o for o in outputs]
+        return [as_numpy(o) if torch.is_tensor(o) else o for o in outputs]
 
     return run, ["ExecuTorch"]
 
