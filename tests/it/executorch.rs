@@ -34,7 +34,7 @@ fn export_args(
         ["run", "--backend", "executorch", "--model", arch, "--set", set, "-o"]
             .map(String::from)
             .to_vec();
-    args.push(out.display().to_string());
+    args.extend([out.display().to_string(), "--static".into()]);
     args.extend(program.iter().chain(extra).map(|s| s.to_string()));
     args.extend(plugin_folders());
     args

@@ -110,9 +110,7 @@ fn run(case: &Case, dir: &Path, with_plugin: bool) -> Run {
     for folder in plugin_folders(case, with_plugin) {
         args.extend(["--plugins".to_string(), folder.display().to_string()]);
     }
-    if case.dynamic {
-        args.push("--dynamic".into());
-    }
+    args.push(if case.dynamic { "--dynamic" } else { "--static" }.into());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     Run { output: hfx_with_python(dir, &args), out }
 }

@@ -89,6 +89,8 @@ pub struct TraceSummary {
     /// torch.export's guards on input sizes that other sizes break and the
     /// artifact cannot check.
     pub size_guards: Vec<SizeGuard>,
+    /// Input axes tied to a `--dynamic-shapes` axis: `attention_mask:1=input_ids:1`.
+    pub tied_axes: Vec<String>,
     /// The `--trace-cache` entry the program came from (the worker did not trace).
     pub cached: Option<PathBuf>,
 }
@@ -227,6 +229,7 @@ pub fn run(
         patch_calls_cached: result.patch_calls_cached,
         decomposed: result.decomposed,
         size_guards: result.size_guards,
+        tied_axes: result.tied_axes,
         cached,
     };
     let (input_names, output_names, export_metadata) =

@@ -27,7 +27,7 @@ use crate::plugins::Versions;
 /// The protocol version: the first 32 bits of the SHA-256 of the messages'
 /// canonical form, written by `cargo run -p protocol-gen` (the worker's
 /// `messages.PROTOCOL` is the same number).
-pub const PROTOCOL: u64 = 4232223481;
+pub const PROTOCOL: u64 = 2383768118;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -658,6 +658,9 @@ pub struct TraceReply {
     /// that some other size breaks, simplest first: the program is valid only
     /// where they hold, and no artifact carries them.
     pub size_guards: Vec<SizeGuard>,
+    /// Input axes given the range of a `--dynamic-shapes` axis because the
+    /// model needs them equal: `attention_mask:1=input_ids:1`.
+    pub tied_axes: Vec<String>,
 }
 
 /// A guard of torch.export on input sizes and where it breaks.
@@ -1218,6 +1221,7 @@ mod tests {
             "side_weights": false, "weights": {"streamed": false, "loaded": true, "fallback": null},
             "decomposed": [{"op": "aten.softplus.default", "nodes": 1, "became": 4}],
             "size_guards": [{"guard": "((4 + (-1)*(x.shape[1] % 4)) % 4) <= 0", "breaks_at": {"x": [2, 4]}}],
+            "tied_axes": [],
         })
     }
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypedDict
 
 # The hash of the definition's canonical form; both ends check it at `hello`.
-PROTOCOL = 4232223481
+PROTOCOL = 2383768118
 
 
 @dataclass
@@ -557,6 +557,9 @@ class TraceReply:
     # that some other size breaks, simplest first: the program is valid only
     # where they hold, and no artifact carries them.
     size_guards: list[SizeGuard]
+    # Input axes given the range of a `--dynamic-shapes` axis because the
+    # model needs them equal: `attention_mask:1=input_ids:1`.
+    tied_axes: list[str]
 
 
 @dataclass
