@@ -374,6 +374,8 @@ fn a_patch_program_cannot_reach_a_shell_or_a_file_writer_through_allowed_modules
                 plugin.to_str().unwrap(),
                 "--model-fn",
                 &spec,
+                // The hostile plugin acts on the call's static row count.
+                "--static",
                 "-o",
                 out.to_str().unwrap(),
             ],

@@ -562,6 +562,7 @@ fn export(run: Run, worker: &mut Option<Worker>, job: Job) -> Result<Component> 
     let nodes_before = program.graph().node_count();
     let changes_before = program.graph().changes();
     let fixed_axes = fixed_axes(run.options, &job.input, &program);
+    let declared_bounds = declare_bounds(run.options, &job, &mut program)?;
 
     // ── the backend's FX stages ──
     run.progress.step("fx stages", &format!("{nodes_before} nodes"));
@@ -606,6 +607,7 @@ fn export(run: Run, worker: &mut Option<Worker>, job: Job) -> Result<Component> 
         trace: summary,
         metadata,
         fixed_axes,
+        declared_bounds,
         reference,
         read,
         nodes_before,
@@ -620,6 +622,34 @@ fn export(run: Run, worker: &mut Option<Worker>, job: Job) -> Result<Component> 
         verify: verify_time,
         artifact: emitted.runtime.map(|r| r.model(job.output)),
     })
+}
+
+/// An ExecuTorch program plans memory for the largest size of each dynamic
+/// axis: its batch and sequence axes get their declared maxima before the
+/// backend's stages (`executorch::bounds`): a static cache's length, else
+/// the model's longest sequence.
+fn declare_bounds(
+    options: &RunOptions,
+    job: &Job,
+    program: &mut Program,
+) -> Result<Vec<crate::executorch::bounds::Declared>> {
+    use crate::executorch::bounds::{declare, Maxima, MAX_BATCH};
+    use crate::trace::protocol::AxisKind;
+    let (Artifact::Pte(_), Some(traced)) = (&job.target.artifact, job.input.traced()) else {
+        return Ok(Vec::new());
+    };
+    let symbols = |kind: AxisKind| -> Vec<String> {
+        traced.axis_kinds.iter().filter(|(_, k)| **k == kind).map(|(s, _)| s.clone()).collect()
+    };
+    let max_cache_len = match &options.source {
+        Source::Trace(t) => t.request.generation.as_ref().and_then(|g| g.max_cache_len),
+        _ => None,
+    };
+    let sequence = max_cache_len.map(u64::from).or(traced.max_positions);
+    let maxima =
+        Maxima { batch: MAX_BATCH, sequence: sequence.and_then(|s| i64::try_from(s).ok()) };
+    declare(program.graph_mut(), &symbols(AxisKind::Batch), &symbols(AxisKind::Sequence), maxima)
+        .context("declaring the ExecuTorch program's input bounds")
 }
 
 /// `--dynamic` asks for every axis to vary: the ones the model's code fixed.

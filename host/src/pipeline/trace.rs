@@ -2,6 +2,7 @@
 //! the output, with the backend's patch plugins answering patched calls.
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -15,7 +16,7 @@ use crate::plugins::loading::LoadedSet;
 use crate::plugins::{self, kind, Backend};
 use crate::stages;
 use crate::trace::protocol::{
-    Decomposed, ExportMetadata, SizeGuard, StepPeaks, StepSeconds, WeightsReport,
+    AxisKind, Decomposed, ExportMetadata, SizeGuard, StepPeaks, StepSeconds, WeightsReport,
 };
 use crate::trace::Worker;
 
@@ -41,6 +42,10 @@ pub struct Traced {
     pub output_names: Vec<String>,
     /// The reference's `ExportMetadata` fields the worker recorded.
     pub export_metadata: ExportMetadata,
+    /// The size symbols of the sample inputs' batch and sequence axes.
+    pub axis_kinds: BTreeMap<String, AxisKind>,
+    /// The longest sequence the model's config allows.
+    pub max_positions: Option<u64>,
     pub summary: TraceSummary,
 }
 
@@ -234,6 +239,7 @@ pub fn run(
     };
     let (input_names, output_names, export_metadata) =
         (result.input_names, result.output_names, result.export_metadata);
+    let (axis_kinds, max_positions) = (result.axis_kinds, result.max_positions);
     let reference = request.reference.then_some(reference);
     let checkpoint = source_checkpoint(&trace.request.source);
     let prewriting = std::sync::Mutex::new(prewriting.take());
@@ -247,6 +253,8 @@ pub fn run(
         input_names,
         output_names,
         export_metadata,
+        axis_kinds,
+        max_positions,
         summary,
     })
 }

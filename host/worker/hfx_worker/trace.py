@@ -537,7 +537,59 @@ def trace(session, params: TraceParams) -> TraceReply:
         decomposed=decomposed,
         size_guards=guards,
         tied_axes=[f"{other}:{other_axis}={name}:{axis}" for name, axis, other, other_axis in ties],
+        axis_kinds=axis_kinds(program, params) if sized_by_hfx(source) else {},
+        max_positions=max_positions(model),
     )
+
+
+def sized_by_hfx(source):
+    """Whether the inputs are hfx's sample inputs (`params.batch` x
+    `params.sequence`), or a captured call of a model built from them."""
+    return isinstance(
+        source,
+        (
+            messages.SourceParamsArchitecture,
+            messages.SourceParamsDirectory,
+            messages.SourceParamsCaptured,
+        ),
+    )
+
+
+def axis_kinds(program, params):
+    """Each size symbol of an input axis by what it is, known by the size it
+    was traced at: the sample batch or the sample sequence (`--sample` keeps
+    the two apart). ExecuTorch plans memory for the largest size a symbol
+    takes, and the host bounds each by what it is."""
+    import torch
+
+    kinds = {}
+    for node in program.graph.nodes:
+        value = node.meta.get("val") if node.op == "placeholder" else None
+        if not torch.is_tensor(value):
+            continue
+        for size in value.shape:
+            if not (isinstance(size, torch.SymInt) and size.node.expr.is_symbol):
+                continue
+            traced = size.node.hint
+            if traced == params.batch:
+                kinds[str(size.node.expr)] = "batch"
+            elif traced == params.sequence:
+                kinds[str(size.node.expr)] = "sequence"
+    return kinds
+
+
+# The names configs give the longest sequence their positions cover.
+MAX_POSITIONS = ("max_position_embeddings", "n_positions", "max_target_positions")
+
+
+def max_positions(model):
+    """The longest sequence the model's config allows, if it names one."""
+    config = getattr(model, "config", None)
+    for name in MAX_POSITIONS:
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
 
 
 def size_guards(program, inputs):
