@@ -415,7 +415,10 @@ fn sweep_model_exports_and_verifies(arch: &str) -> Option<String> {
         String::from_utf8_lossy(&result.stderr)
     );
     assert!(stdout.contains("verify inputs") && out.exists(), "{arch}: {stdout}");
-    stdout.lines().find(|l| l.contains("fixed by torch.export despite --dynamic")).map(String::from)
+    stdout
+        .lines()
+        .find(|l| l.contains("fixed by torch.export in a dynamic export"))
+        .map(String::from)
 }
 
 /// Mamba's code fixes the sequence length under torch.export (the sweep's

@@ -314,7 +314,9 @@ pub struct ModelArgs {
     #[arg(long)]
     pub dynamic: bool,
     /// Only these axes dynamic, each in its range, every other axis fixed:
-    /// `input_ids:1=2..2048`; an axis the model needs equal to a named one is tied to it.
+    /// `input_ids:1=2..2048`; an axis the model needs equal to a named one is tied to it. An
+    /// ExecuTorch program plans its memory for each MAX (without a range: a batch of 4, a sequence
+    /// of --max-cache-len or the model's max_position_embeddings).
     #[arg(long, value_name = "INPUT:AXIS=MIN..MAX", value_delimiter = ',')]
     pub dynamic_shapes: Vec<String>,
     /// The sizes of the sample inputs hfx generates for --model, --model-dir and --model-id, which

@@ -652,7 +652,7 @@ fn declare_bounds(
         .context("declaring the ExecuTorch program's input bounds")
 }
 
-/// `--dynamic` asks for every axis to vary: the ones the model's code fixed.
+/// A dynamic export asks for every axis to vary: the ones the model's code fixed.
 fn fixed_axes(options: &RunOptions, input: &Input, program: &Program) -> Vec<trace::FixedAxis> {
     match (&options.source, program) {
         (Source::Trace(trace), Program::Archive { pt2, graph })

@@ -146,7 +146,7 @@ pub struct Component {
     pub trace: Option<TraceSummary>,
     /// The reference's `ExportMetadata` fields the trace recorded (traced runs).
     pub metadata: Option<serde_json::Value>,
-    /// Input axes torch.export fixed although `--dynamic` asked them to vary.
+    /// Input axes torch.export fixed although a dynamic export asked them to vary.
     pub fixed_axes: Vec<FixedAxis>,
     /// An ExecuTorch program's input axes bounded before its stages: what its
     /// memory is planned for (`executorch::bounds::declare`).
@@ -343,7 +343,7 @@ impl Component {
                 .map(|f| format!("{}[{}] = {}", f.input, f.axis, f.size))
                 .collect();
             writeln!(out,
-                "  fixed by torch.export despite --dynamic: {} (the model's code depends on these sizes; the exported model accepts only them)",
+                "  fixed by torch.export in a dynamic export: {} (the model's code depends on these sizes; the exported model accepts only them)",
                 axes.join(", ")
             )?;
         }
@@ -581,7 +581,7 @@ mod tests {
             written(&run),
             "trace: the dynamo export's (one trace for every backend of the run)\n\
              verified on the model's first 2 layers (--verify-layers: its config truncated, the same checkpoint), not the whole model:\n\
-             \x20 fixed by torch.export despite --dynamic: input_ids[1] = 8 (the model's code depends on these sizes; the exported model accepts only them)\n\
+             \x20 fixed by torch.export in a dynamic export: input_ids[1] = 8 (the model's code depends on these sizes; the exported model accepts only them)\n\
              stage read                  12.50 ms  40 nodes\n\
              stage fx-node-fixes          1.25 ms  dead code removed: 2\n\
              \x20 fix-a                          calls     3  changed     1  failed   0\n\

@@ -273,7 +273,7 @@ fn checkpoint_files(folder: &Path) -> Vec<PathBuf> {
     files.into_iter().filter(|p| p.extension().is_some_and(|x| x == "safetensors")).collect()
 }
 
-/// An axis of a model input that torch.export fixed although `--dynamic`
+/// An axis of a model input that torch.export fixed although the export
 /// asked for every axis to vary: the model's code depends on its size.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FixedAxis {
