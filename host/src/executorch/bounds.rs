@@ -44,8 +44,8 @@ impl std::fmt::Display for Declared {
 
 /// Bounds each unbounded symbol of `batch` and `sequence` (the size symbols
 /// of those input axes) at its kind's maximum (never below its minimum); a
-/// symbol with a maximum already (a `--dynamic-shapes` range) keeps it.
-/// Returns the maxima declared, in that order.
+/// symbol with a maximum already (a `--dynamic-shapes` range, a size the
+/// model itself bounds) keeps it. Returns each kind's maxima, in that order.
 pub fn declare(
     graph: &mut Graph,
     batch: &[String],
@@ -56,14 +56,20 @@ pub fn declare(
     for (axis, symbols, max) in
         [("batch", batch, Some(maxima.batch)), ("sequence", sequence, maxima.sequence)]
     {
-        let Some(max) = max else { continue };
         for symbol in symbols {
             let Some(range) = graph.range_constraints().get(symbol).copied() else { continue };
-            if range.max.is_some() {
-                continue;
-            }
-            let max = max.max(range.min);
-            graph.set_range_constraint(symbol, RangeConstraint { max: Some(max), ..range })?;
+            let max = match (range.max, max) {
+                (Some(own), _) => own,
+                (None, Some(max)) => {
+                    let max = max.max(range.min);
+                    graph.set_range_constraint(
+                        symbol,
+                        RangeConstraint { max: Some(max), ..range },
+                    )?;
+                    max
+                }
+                (None, None) => continue,
+            };
             if !declared.iter().any(|d| d.axis == axis && d.max == max) {
                 declared.push(Declared { axis, max });
             }
@@ -169,7 +175,7 @@ mod tests {
         let maxima = Maxima { batch: MAX_BATCH, sequence: Some(64) };
         let declared = declare(&mut g, &strings(&["s0"]), &strings(&["s1", "s2"]), maxima).unwrap();
         let printed: Vec<String> = declared.iter().map(ToString::to_string).collect();
-        assert_eq!(printed, ["batch <= 4", "sequence <= 64"]);
+        assert_eq!(printed, ["batch <= 4", "sequence <= 64", "sequence <= 2048"]);
         let max = |s: &str| g.range_constraints()[s].max;
         assert_eq!((max("s0"), max("s1")), (Some(4), Some(64)));
         assert_eq!(max("s2"), Some(2048), "a --dynamic-shapes range stands");

@@ -246,7 +246,7 @@ impl RunSummary {
 /// [`ARENA_WARNING_FLOOR`], is warned about: the program's memory is then
 /// mostly what its dynamic sizes were planned for.
 const ARENA_WARNING_RATIO: u64 = 4;
-const ARENA_WARNING_FLOOR: u64 = 64 << 20;
+const ARENA_WARNING_FLOOR: u64 = 16 << 20;
 
 fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
