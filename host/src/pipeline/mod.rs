@@ -641,13 +641,17 @@ fn declare_bounds(
     let symbols = |kind: AxisKind| -> Vec<String> {
         traced.axis_kinds.iter().filter(|(_, k)| **k == kind).map(|(s, _)| s.clone()).collect()
     };
-    let max_cache_len = match &options.source {
-        Source::Trace(t) => t.request.generation.as_ref().and_then(|g| g.max_cache_len),
-        _ => None,
-    };
+    let Source::Trace(trace) = &options.source else { return Ok(Vec::new()) };
+    let request = &trace.request;
+    let max_cache_len = request.generation.as_ref().and_then(|g| g.max_cache_len);
     let sequence = max_cache_len.map(u64::from).or(traced.max_positions);
-    let maxima =
-        Maxima { batch: MAX_BATCH, sequence: sequence.and_then(|s| i64::try_from(s).ok()) };
+    // Never below the sizes traced (`--sample`), which verification runs.
+    let maxima = Maxima {
+        batch: MAX_BATCH.max(i64::from(request.batch)),
+        sequence: sequence
+            .and_then(|s| i64::try_from(s).ok())
+            .map(|s| s.max(i64::from(request.sequence))),
+    };
     declare(program.graph_mut(), &symbols(AxisKind::Batch), &symbols(AxisKind::Sequence), maxima)
         .context("declaring the ExecuTorch program's input bounds")
 }
