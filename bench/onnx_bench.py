@@ -87,6 +87,7 @@ def main():
         out,
         "--python",
         PYTHON,
+        "--static",
     ]
     hfx_wall, hfx_rss, hfx_out = measured(command, env)
     times = stage_times(hfx_out)
