@@ -79,7 +79,8 @@ macro_rules! generation {
         $(#[$attr])*
         #[test]
         fn $test() {
-            exports($backend, $arch, $set, &["--dynamic" $(, $extra)*]);
+            // No shape flag: a generation export is dynamic by default.
+            exports($backend, $arch, $set, &[$($extra),*]);
         }
     };
 }
