@@ -210,7 +210,7 @@ def main(size, rounds, dynamic):
             ptes[side],
             "--python",
             PYTHON,
-        ] + (["--dynamic"] if dynamic else [])
+        ] + (["--dynamic"] if dynamic else ["--static"])
     results = {side: [] for side in commands}
     stages = {side: [] for side in commands}
     for _ in range(rounds):

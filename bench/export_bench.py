@@ -108,7 +108,7 @@ def hfx_command(case, out):
         "--python",
         PYTHON,
     ]
-    return command + (["--dynamic"] if mode == "dynamic" else [])
+    return command + (["--dynamic"] if mode == "dynamic" else ["--static"])
 
 
 def main():

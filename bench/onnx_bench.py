@@ -88,6 +88,7 @@ def main():
         "--keep-reference",  # what check_onnx.py compares with, below
         "--python",
         PYTHON,
+        "--static",
     ]
     hfx_wall, hfx_rss, hfx_out = measured(command, env)
     times = stage_times(hfx_out)

@@ -147,8 +147,7 @@ def hfx_export(hfx, arch, mode, out, timeout):
         PYTHON,
         "-v",
     ]
-    if mode == "dynamic":
-        command.append("--dynamic")
+    command.append("--dynamic" if mode == "dynamic" else "--static")
     env = {**os.environ, "PYTHONPATH": HERE}
     code, wall, stdout, stderr = run_step(command, timeout, env)
     result = {"seconds": round(wall, 2), "command": " ".join(command[1:]).replace(ROOT + "/", "")}

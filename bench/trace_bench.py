@@ -116,6 +116,7 @@ def main():
         os.path.join(OUT, "hfx.pt2"),
         "--python",
         PYTHON,
+        "--static",
     ]
     hfx_wall, hfx_rss, hfx_out = measured(command, env)
     times = {}

@@ -143,8 +143,8 @@ impl Row {
         if let Some(task) = self.task {
             args.extend(["--task", task]);
         }
-        if self.dynamic {
-            args.push("--dynamic");
+        if !self.dynamic {
+            args.push("--static");
         }
         let result = hfx_with_python(dir.path(), &args);
         let stdout = String::from_utf8_lossy(&result.stdout);

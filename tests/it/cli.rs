@@ -387,3 +387,64 @@ fn bad_model_options_are_refused_in_one_line_before_the_worker() {
         assert!(stderr.contains(says), "{model:?}: {stderr}");
     }
 }
+
+/// Every input axis is dynamic unless `--static`; the sample sizes and
+/// ranges a user gives are checked before any work, each refusal one line
+/// naming the input and the fix, from the flags and from a config file.
+#[test]
+fn shape_options_are_checked_before_any_work() {
+    let dir = tempfile::tempdir().unwrap();
+    // Each refused before the output is looked at.
+    let model = ["run", "--backend", "onnx", "--model", "llama"];
+    let cases: &[(&[&str], &str)] = &[
+        (&["--sample", "batch=1"], "--sample batch=1: torch.export fixes an axis traced at size 1, so a dynamic batch needs a sample of 2 or more; add --static"),
+        (&["--sample", "batch=4,sequence=4"], "batch and sequence both 4"),
+        (&["--sample", "bacth=2"], "--sample bacth=2: unknown axis `bacth` (batch, sequence)"),
+        (&["--sample", "sequence=0", "--static"], "`0` is not a size from 1 to"),
+        (&["--dynamic-shapes", "banana"], "--dynamic-shapes banana: expected INPUT:AXIS=MIN..MAX, e.g. input_ids:1=2..2048"),
+        (&["--dynamic-shapes", "input_ids:1=2048..2"], "the range 2048..2 is empty or one size: give MIN < MAX"),
+        (&["--dynamic-shapes", "input_ids:12=2..8"], "axis `12`: give an axis from 0 to 7"),
+        (&["--static", "--dynamic"], "--static fixes every axis and --dynamic makes axes dynamic: give one"),
+        (&["--static", "--dynamic-shapes", "input_ids:1=2..8"], "give one"),
+        (&["--generation", "--static"], "--generation with the model's growing cache cannot be --static"),
+        (&["--generation", "--dynamic-shapes", "input_ids:1=2..16"], "drop --dynamic-shapes"),
+    ];
+    for (extra, expected) in cases {
+        let args: Vec<&str> = model.iter().chain(extra.iter()).copied().collect();
+        let stderr = one_error_line(&hfx_in(dir.path(), &args));
+        assert!(stderr.contains(expected), "{extra:?}: {stderr}");
+    }
+    let function = ["run", "--backend", "onnx", "--model-fn", "python:m:f", "-o", "out.onnx"];
+    let stderr =
+        one_error_line(&hfx_in(dir.path(), &[&function[..], &["--sample", "batch=3"]].concat()));
+    assert!(
+        stderr.contains(
+            "--sample sizes the inputs hfx generates, and --model-fn's function returns its own"
+        ),
+        "{stderr}"
+    );
+    let example = root().join(EXAMPLE);
+    let traced =
+        ["run", "--backend", "onnx", example.to_str().unwrap(), "-o", "out.json", "--static"];
+    let stderr = one_error_line(&hfx_in(dir.path(), &traced));
+    assert!(stderr.contains("--static apply to a model hfx traces"), "{stderr}");
+    // The config file's keys: `static`, `sample`, `dynamic-shapes`.
+    for (keys, expected) in [
+        (
+            "static = true\ndynamic-shapes = [\"input_ids:1=2..8\"]\n",
+            "--static fixes every axis and --dynamic-shapes",
+        ),
+        ("sample = { batch = 1 }\n", "--sample batch=1: torch.export fixes"),
+        ("static = true\nsample = { batch = 0 }\n", "--sample batch=0: `0` is not a size"),
+        ("dynamic-shapes = [\"banana\"]\n", "--dynamic-shapes banana: expected"),
+    ] {
+        std::fs::write(
+            dir.path().join("run.toml"),
+            format!("backend = \"onnx\"\nmodel = \"llama\"\noutput = \"out.onnx\"\n{keys}"),
+        )
+        .unwrap();
+        let stderr = one_error_line(&hfx_in(dir.path(), &["run", "--config", "run.toml"]));
+        assert!(stderr.contains(expected), "{keys}: {stderr}");
+    }
+    assert!(!dir.path().join("out.onnx").exists());
+}

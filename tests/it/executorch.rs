@@ -34,7 +34,7 @@ fn export_args(
         ["run", "--backend", "executorch", "--model", arch, "--set", set, "-o"]
             .map(String::from)
             .to_vec();
-    args.push(out.display().to_string());
+    args.extend([out.display().to_string(), "--static".into()]);
     args.extend(program.iter().chain(extra).map(|s| s.to_string()));
     args.extend(plugin_folders());
     args
@@ -194,4 +194,39 @@ fn what_cannot_be_emitted_is_refused_in_one_line() {
         assert!(!out.exists(), "{args:?}: wrote {}", out.display());
     }
     assert_no_scratch_left(dir.path());
+}
+
+/// A dynamic portable program plans its arena for the declared maxima (a
+/// batch of `MAX_BATCH`, the model's `max_position_embeddings`), not for the
+/// far-off bounds a program without them gets (a batch of 64 here): a tiny
+/// Llama's arena stays under a MiB, and the summary prints it next to the
+/// weights with what it was planned for.
+#[test]
+fn a_dynamic_portable_program_plans_its_arena_for_the_declared_maxima() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("llama.pte");
+    let mut args: Vec<String> =
+        ["run", "--backend", "executorch", "--model", "llama", "--set", LLAMA, "--verify", "-o"]
+            .map(String::from)
+            .to_vec();
+    args.push(out.display().to_string());
+    args.extend(plugin_folders());
+    let result = hfx(dir.path(), &args.iter().map(String::as_str).collect::<Vec<_>>());
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(result.status.success(), "{}{stdout}", String::from_utf8_lossy(&result.stderr));
+    assert!(
+        stdout.contains("verify inputs {\"attention_mask\":[3,5]"),
+        "verified at a second size: {stdout}"
+    );
+    let arena: u64 = stdout
+        .split("planned arena ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(arena < 1 << 20, "arena {arena} bytes for a tiny Llama: {stdout}");
+    let memory =
+        stdout.lines().find(|l| l.starts_with("  memory: ")).unwrap_or_else(|| panic!("{stdout}"));
+    assert!(memory.contains("planned for batch <= 4, sequence <= 64; weights 0.1 MiB"), "{memory}");
+    assert!(!stdout.contains("warning"), "{stdout}");
 }

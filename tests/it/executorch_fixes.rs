@@ -46,9 +46,7 @@ fn traced(name: &str, dynamic: bool) -> PathBuf {
     let model = format!("python:executorch_fx_patterns:{name}");
     let mut args =
         vec!["run", "--backend", "dynamo", "--model-fn", &model, "-o", path.to_str().unwrap()];
-    if dynamic {
-        args.push("--dynamic");
-    }
+    args.push(if dynamic { "--dynamic" } else { "--static" });
     let out = hfx_with_python(&dir, &args);
     assert!(out.status.success(), "tracing {name}: {}", String::from_utf8_lossy(&out.stderr));
     traced.insert(name.to_string(), path.clone());

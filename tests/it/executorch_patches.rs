@@ -66,6 +66,9 @@ fn export(
         args.extend(["--plugins".into(), plugin_dir(plugin).display().to_string()]);
     }
     args.extend(extra.iter().map(|s| s.to_string()));
+    if !extra.contains(&"--dynamic") {
+        args.push("--static".into());
+    }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     Export { output: hfx_with_python(dir, &args), pte }
 }

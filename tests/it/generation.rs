@@ -79,7 +79,8 @@ macro_rules! generation {
         $(#[$attr])*
         #[test]
         fn $test() {
-            exports($backend, $arch, $set, &["--dynamic" $(, $extra)*]);
+            // No shape flag: a generation export is dynamic by default.
+            exports($backend, $arch, $set, &[$($extra),*]);
         }
     };
 }
@@ -214,7 +215,7 @@ fn a_static_cache_generates_through_onnx_and_pt2_components() {
             "llama",
             LLAMA,
             &dir,
-            &["--cache", "static", "--max-cache-len", "24"],
+            &["--cache", "static", "--max-cache-len", "24", "--static"],
         );
         assert!(stdout.contains("identical to eager `generate`"), "{stdout}");
         let config = std::fs::read_to_string(dir.join("generation_config.json")).unwrap();
@@ -284,7 +285,7 @@ fn executorch_generates_with_a_static_cache_portable_and_xnnpack() {
             let extra: Vec<&str> = delegate
                 .iter()
                 .copied()
-                .chain(["--cache", "static", "--max-cache-len", "24"])
+                .chain(["--cache", "static", "--max-cache-len", "24", "--static"])
                 .collect();
             let stdout = generate("executorch", arch, set, &dir, &extra);
             assert!(
@@ -355,13 +356,13 @@ fn what_a_generation_export_cannot_be_is_refused_in_one_line() {
             &["--generation", "--dynamic", "-o", "model.onnx"],
             "--generation writes an export folder",
         ),
-        (&["--generation", "-o", "out/"], "needs --dynamic"),
+        (&["--generation", "--static", "-o", "out/"], "cannot be --static"),
         (&["--generation", "--max-cache-len", "16", "-o", "out/"], "add --cache static"),
         (&["--generation", "--cache", "static", "-o", "out/"], "add --max-cache-len N"),
         (&["--multi-token-decode", "--dynamic", "-o", "out/"], "add --generation"),
         (
             &["--generation", "--dynamic", "--dynamic-shapes", "input_ids:1=2..16", "-o", "out/"],
-            "use --dynamic",
+            "drop --dynamic-shapes",
         ),
     ];
     for (extra, expected) in cases {

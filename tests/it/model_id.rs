@@ -91,6 +91,7 @@ fn a_cached_model_exports_verified_and_the_folder_names_its_id_and_commit() {
             "dynamo",
             "--model-id",
             "tiny-org/tiny-llama",
+            "--static",
             "--verify",
             "-o",
             folder.to_str().unwrap(),

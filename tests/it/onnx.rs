@@ -48,7 +48,7 @@ fn traced_llama() -> PathBuf {
             std::fs::create_dir_all(&dir).unwrap();
             let pt2 = dir.join("llama.pt2");
             let mut args: Vec<String> =
-                ["run", "--backend", "onnx", "--model", "llama", "--set", LLAMA, "-o"]
+                ["run", "--backend", "onnx", "--model", "llama", "--set", LLAMA, "--static", "-o"]
                     .map(String::from)
                     .to_vec();
             args.push(pt2.display().to_string());
@@ -415,7 +415,10 @@ fn sweep_model_exports_and_verifies(arch: &str) -> Option<String> {
         String::from_utf8_lossy(&result.stderr)
     );
     assert!(stdout.contains("verify inputs") && out.exists(), "{arch}: {stdout}");
-    stdout.lines().find(|l| l.contains("fixed by torch.export despite --dynamic")).map(String::from)
+    stdout
+        .lines()
+        .find(|l| l.contains("fixed by torch.export in a dynamic export"))
+        .map(String::from)
 }
 
 /// Mamba's code fixes the sequence length under torch.export (the sweep's
@@ -507,5 +510,107 @@ fn a_bfloat16_model_that_cannot_be_verified_here_says_so_in_one_line() {
     );
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(!out.exists(), "an unverified model landed");
+    assert_no_scratch_left(dir.path());
+}
+
+/// The dimensions of the ONNX model's input `name`, as prost prints them
+/// (`Some(DimValue(2))`, `Some(DimParam("sequence"))`).
+fn input_dims(model: &Path, name: &str) -> Vec<String> {
+    let proto = ModelProto::decode(std::fs::read(model).unwrap().as_slice()).unwrap();
+    let graph = proto.graph.unwrap();
+    let input = graph.input.iter().find(|i| i.name.as_deref() == Some(name)).unwrap();
+    let Some(hfx::onnx::proto::type_proto::Value::TensorType(tensor)) =
+        input.r#type.as_ref().and_then(|t| t.value.as_ref())
+    else {
+        panic!("{name} is not a tensor: {input:?}");
+    };
+    tensor.shape.as_ref().unwrap().dim.iter().map(|d| format!("{:?}", d.value)).collect()
+}
+
+/// The README's first example: a model folder exported with no shape flag
+/// takes other batch sizes and lengths. Traced at batch 2, the ONNX model
+/// runs at batch 1 (and another length) in ONNX Runtime as eager does.
+#[test]
+fn a_model_folder_traced_at_batch_2_runs_at_batch_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("bert");
+    run_python("model_folders.py", &["bert", folder.to_str().unwrap()]);
+    let out = dir.path().join("out");
+    let mut args: Vec<String> =
+        ["run", "--backend", "onnx", "--model-dir"].map(String::from).to_vec();
+    args.extend([folder.display().to_string(), "--verify".into(), "-o".into()]);
+    args.push(format!("{}/", out.display()));
+    args.extend(plugin_folders());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let result = hfx(dir.path(), &args);
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(result.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&result.stderr));
+    let model = out.join("model.onnx");
+    run_python("run_onnx_at.py", &[model.to_str().unwrap(), folder.to_str().unwrap(), "1", "5"]);
+    assert_no_scratch_left(dir.path());
+}
+
+/// The README's `--dynamic-shapes input_ids:1=2..2048` on a Llama: the mask's
+/// length must equal the ids', so `attention_mask:1` is tied to the range and
+/// the summary says so; a range naming an input the model does not take is
+/// one line naming its inputs.
+#[test]
+fn a_dynamic_shapes_range_ties_the_axes_the_model_needs_equal() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("llama.onnx");
+    let run = |range: &str| {
+        let mut args: Vec<String> =
+            ["run", "--backend", "onnx", "--model", "llama", "--set", LLAMA, "--dynamic-shapes"]
+                .map(String::from)
+                .to_vec();
+        args.extend([range.to_string(), "--verify".into(), "-o".into(), out.display().to_string()]);
+        args.extend(plugin_folders());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        hfx(dir.path(), &args)
+    };
+    let result = run("input_ids:1=2..2048");
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(result.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&result.stderr));
+    assert!(
+        stdout.contains(
+            "dynamic shapes: attention_mask:1 tied to input_ids:1 (the model needs them equal)"
+        ),
+        "{stdout}"
+    );
+    // The batch stays as traced; the two lengths are one dynamic axis.
+    let (ids, mask) = (input_dims(&out, "input_ids"), input_dims(&out, "attention_mask"));
+    assert_eq!(ids[0], "Some(DimValue(2))", "{ids:?}");
+    assert!(ids[1].contains("DimParam"), "{ids:?}");
+    assert_eq!(ids, mask);
+    std::fs::remove_file(&out).unwrap();
+    let result = run("input_idz:1=2..64");
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(!result.status.success() && !out.exists(), "{stderr}");
+    assert!(
+        stderr.contains("--dynamic-shapes input_idz:1=2..64: the model takes no tensor input `input_idz` (its inputs: input_ids, attention_mask)"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert_no_scratch_left(dir.path());
+}
+
+/// `--static --sample batch=1,sequence=4`: the ONNX model takes exactly the
+/// sizes named.
+#[test]
+#[ignore = "full tier: a static export at the sizes --sample names (shapes::tests parse --sample; the static export matrix rows trace static)"]
+fn a_static_export_takes_the_sample_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixed = dir.path().join("fixed.onnx");
+    let mut args: Vec<String> =
+        ["run", "--backend", "onnx", "--model", "bert", "--set", BERT, "--static", "--sample"]
+            .map(String::from)
+            .to_vec();
+    args.extend(["batch=1,sequence=4".into(), "-o".into(), fixed.display().to_string()]);
+    args.extend(plugin_folders());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let result = hfx(dir.path(), &args);
+    assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
+    let dims = input_dims(&fixed, "input_ids");
+    assert_eq!(dims, ["Some(DimValue(1))", "Some(DimValue(4))"], "{dims:?}");
     assert_no_scratch_left(dir.path());
 }

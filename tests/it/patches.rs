@@ -110,9 +110,7 @@ fn run(case: &Case, dir: &Path, with_plugin: bool) -> Run {
     for folder in plugin_folders(case, with_plugin) {
         args.extend(["--plugins".to_string(), folder.display().to_string()]);
     }
-    if case.dynamic {
-        args.push("--dynamic".into());
-    }
+    args.push(if case.dynamic { "--dynamic" } else { "--static" }.into());
     if matches!(case.effect, Effect::OnnxParity) {
         args.push("--keep-reference".into()); // what check_onnx.py compares with
     }
@@ -379,6 +377,8 @@ fn a_patch_program_cannot_reach_a_shell_or_a_file_writer_through_allowed_modules
                 plugin.to_str().unwrap(),
                 "--model-fn",
                 &spec,
+                // The hostile plugin acts on the call's static row count.
+                "--static",
                 "-o",
                 out.to_str().unwrap(),
             ],

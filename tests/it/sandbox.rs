@@ -553,6 +553,8 @@ fn a_patch_program_cannot_call_a_method_it_took_from_a_tensor() {
             plugin.to_str().unwrap(),
             "--model-fn",
             spec,
+            // The hostile patch acts on the call's static row count.
+            "--static",
             "-o",
             out.to_str().unwrap(),
         ],

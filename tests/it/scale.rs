@@ -307,7 +307,7 @@ fn a_trace_cache_hit_skips_the_trace() {
         "onnx",
         &folder,
         &dir.path().join("third"),
-        &["--trace-cache", cache_arg],
+        &["--static", "--trace-cache", cache_arg],
     );
     assert!(stderr.contains("trace: torch.export"), "{stderr}");
     // The model folder changed: traced again.

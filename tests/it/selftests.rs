@@ -35,6 +35,7 @@ fn capture(dir: &Path, function: &str, target: &str, case: &Path) {
             "onnx",
             "--model-fn",
             &spec,
+            "--static",
             "--node",
             target,
             "--case",

@@ -46,10 +46,17 @@ pub struct RunConfig {
     #[serde(default)]
     pub trust_remote_code: bool,
     pub task: Option<String>,
+    /// Accepted and ignored: exports are dynamic by default.
     #[serde(default)]
     pub dynamic: bool,
+    /// Every input axis fixed at the sample sizes (`--static`).
+    #[serde(default, rename = "static")]
+    pub static_shapes: bool,
     #[serde(default)]
     pub dynamic_shapes: Vec<String>,
+    /// The sample inputs' sizes: `sample = { batch = 1, sequence = 128 }` (`--sample`).
+    #[serde(default)]
+    pub sample: BTreeMap<String, toml::Value>,
     pub trace_deadline_s: Option<u64>,
     pub worker_memory_gib: Option<f64>,
     #[serde(default)]
@@ -175,8 +182,12 @@ pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)>
     }
     model.task = model.task.or(config.task.clone());
     model.dynamic |= config.dynamic;
+    model.static_shapes |= config.static_shapes;
     if model.dynamic_shapes.is_empty() {
         model.dynamic_shapes = config.dynamic_shapes.clone();
+    }
+    if model.sample.is_empty() {
+        model.sample = config.sample.iter().map(|(k, v)| format!("{k}={v}")).collect();
     }
     model.trace_deadline_s = model.trace_deadline_s.or(config.trace_deadline_s);
     model.worker_memory_gib = model.worker_memory_gib.or(config.worker_memory_gib);

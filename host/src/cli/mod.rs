@@ -323,12 +323,25 @@ pub struct ModelArgs {
     /// The transformers class to build (`AutoModelForCausalLM`, `BertModel`, ...), overriding the default.
     #[arg(long)]
     pub task: Option<String>,
-    /// Every input axis dynamic (`Dim.AUTO`); sample sizes are >= 2 so nothing specializes.
+    /// Fix every input axis at the sample size (--sample): the artifact takes exactly those sizes.
+    /// By default every input axis is dynamic (`Dim.AUTO`), except where the model fixes it (the
+    /// run's summary names those axes).
+    #[arg(long = "static")]
+    pub static_shapes: bool,
+    /// Accepted and ignored: exports are dynamic by default (--static fixes the sizes).
     #[arg(long)]
     pub dynamic: bool,
-    /// Explicit ranges: `input_ids:0=1..32,input_ids:1=2..2048`.
-    #[arg(long, value_delimiter = ',')]
+    /// Only these axes dynamic, each in its range, every other axis fixed:
+    /// `input_ids:1=2..2048`; an axis the model needs equal to a named one is tied to it. An
+    /// ExecuTorch program plans its memory for each MAX (without a range: a batch of 4, a sequence
+    /// of --max-cache-len or the model's max_position_embeddings).
+    #[arg(long, value_name = "INPUT:AXIS=MIN..MAX", value_delimiter = ',')]
     pub dynamic_shapes: Vec<String>,
+    /// The sizes of the sample inputs hfx generates for --model, --model-dir and --model-id, which
+    /// the trace runs on and a --static export takes: `--sample batch=1,sequence=128` [default:
+    /// batch=2,sequence=8; dynamic axes need sizes >= 2, batch and sequence different].
+    #[arg(long, value_name = "AXIS=N", value_delimiter = ',')]
+    pub sample: Vec<String>,
     /// Deadline for the trace, in seconds [default: 600].
     #[arg(long)]
     pub trace_deadline_s: Option<u64>,
@@ -387,7 +400,9 @@ impl ModelArgs {
             ("--set", !self.set.is_empty()),
             ("--task", self.task.is_some()),
             ("--dynamic", self.dynamic),
+            ("--static", self.static_shapes),
             ("--dynamic-shapes", !self.dynamic_shapes.is_empty()),
+            ("--sample", !self.sample.is_empty()),
             ("--decompose", self.decompose),
             ("--device", self.device.is_some()),
             ("--dtype", self.dtype.is_some()),
@@ -471,13 +486,26 @@ impl ModelArgs {
         if trust_remote_code && !matches!(source, ModelSource::Directory { .. }) {
             bail!("--trust-remote-code lets a model folder's own code run: it applies to --model-dir and --model-id only");
         }
+        if self.static_shapes && (self.dynamic || !self.dynamic_shapes.is_empty()) {
+            let other = if self.dynamic { "--dynamic" } else { "--dynamic-shapes" };
+            bail!("--static fixes every axis and {other} makes axes dynamic: give one");
+        }
+        let dynamic_shapes = crate::trace::shapes::AxisRange::parse_all(&self.dynamic_shapes)?;
+        // Dynamic unless --static; with --dynamic-shapes, the ranges alone are.
+        let dynamic = !self.static_shapes && dynamic_shapes.is_empty();
+        let sample = crate::trace::shapes::SampleSizes::parse(&self.sample, dynamic)?;
+        if !self.sample.is_empty() && matches!(source, ModelSource::Function(_)) {
+            bail!("--sample sizes the inputs hfx generates, and --model-fn's function returns its own: drop --sample");
+        }
         let defaults = TraceRequest::new(source);
         let generation = self.generation()?;
         let request = TraceRequest {
             generation,
             task: self.task.as_deref().map(checked_task).transpose()?,
-            dynamic: self.dynamic,
-            dynamic_shapes: self.dynamic_shapes.clone(),
+            dynamic,
+            dynamic_shapes,
+            batch: sample.batch,
+            sequence: sample.sequence,
             decompose: self.decompose,
             device: self
                 .device
@@ -514,7 +542,7 @@ impl ModelArgs {
             return Ok(None);
         }
         if !self.dynamic_shapes.is_empty() {
-            bail!("--dynamic-shapes names one program's inputs, and --generation exports several: use --dynamic");
+            bail!("--dynamic-shapes names one program's inputs, and --generation exports several (each dynamic by default): drop --dynamic-shapes");
         }
         let max_cache_len = match (self.cache.unwrap_or(CacheKind::Dynamic), self.max_cache_len) {
             (CacheKind::Dynamic, None) => None,
@@ -529,8 +557,8 @@ impl ModelArgs {
             ),
             (CacheKind::Static, Some(n)) => Some(n),
         };
-        if max_cache_len.is_none() && !self.dynamic {
-            bail!("--generation with the model's growing cache needs --dynamic (each decode step reads a past one token longer), or a fixed-size cache: --cache static --max-cache-len N");
+        if max_cache_len.is_none() && self.static_shapes {
+            bail!("--generation with the model's growing cache cannot be --static (each decode step reads a past one token longer): drop --static, or use a fixed-size cache: --cache static --max-cache-len N");
         }
         let steps = self.generate_steps.unwrap_or(8);
         if !(1..=1024).contains(&steps) {

@@ -2,11 +2,81 @@
 //! largest tensor a dynamic axis allows (`DYNAMIC_BOUND`), and resizes within
 //! it at run time. A size expression is evaluated over intervals: each symbol
 //! ranges over its range constraint.
+//!
+//! Every dynamic input axis of an ExecuTorch program gets a declared
+//! maximum before the backend's stages ([`declare`]), so the planned arena
+//! follows what the user declared rather than a far-off guess: a
+//! `--dynamic-shapes` range's own; else a batch axis [`MAX_BATCH`], a
+//! sequence axis `--max-cache-len` (a static cache) or the model's
+//! `max_position_embeddings`. An axis none of these covers is bounded by the
+//! `executorch-fix-range-constraints` plugin.
 
 use std::collections::BTreeMap;
 
 use crate::graph::pt2::sympy::{self, Expr};
-use crate::graph::{Dim, Graph, RangeConstraint};
+use crate::graph::{Dim, Graph, GraphError, RangeConstraint};
+
+/// The largest batch a dynamic ExecuTorch program is planned for unless a
+/// `--dynamic-shapes` range declares another: on a device a program runs a
+/// handful of sequences at once, and the arena grows with the batch.
+pub const MAX_BATCH: i64 = 4;
+
+/// The largest size each kind of input axis is planned for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Maxima {
+    pub batch: i64,
+    /// `--max-cache-len`, else the model's longest sequence; None: unknown.
+    pub sequence: Option<i64>,
+}
+
+/// A declared maximum, for the run's summary: `batch <= 4`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Declared {
+    pub axis: &'static str,
+    pub max: i64,
+}
+
+impl std::fmt::Display for Declared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} <= {}", self.axis, self.max)
+    }
+}
+
+/// Bounds each unbounded symbol of `batch` and `sequence` (the size symbols
+/// of those input axes) at its kind's maximum (never below its minimum); a
+/// symbol with a maximum already (a `--dynamic-shapes` range, a size the
+/// model itself bounds) keeps it. Returns each kind's maxima, in that order.
+pub fn declare(
+    graph: &mut Graph,
+    batch: &[String],
+    sequence: &[String],
+    maxima: Maxima,
+) -> Result<Vec<Declared>, GraphError> {
+    let mut declared: Vec<Declared> = Vec::new();
+    for (axis, symbols, max) in
+        [("batch", batch, Some(maxima.batch)), ("sequence", sequence, maxima.sequence)]
+    {
+        for symbol in symbols {
+            let Some(range) = graph.range_constraints().get(symbol).copied() else { continue };
+            let max = match (range.max, max) {
+                (Some(own), _) => own,
+                (None, Some(max)) => {
+                    let max = max.max(range.min);
+                    graph.set_range_constraint(
+                        symbol,
+                        RangeConstraint { max: Some(max), ..range },
+                    )?;
+                    max
+                }
+                (None, None) => continue,
+            };
+            if !declared.iter().any(|d| d.axis == axis && d.max == max) {
+                declared.push(Declared { axis, max });
+            }
+        }
+    }
+    Ok(declared)
+}
 
 /// The upper bound of each size, or why there is none.
 pub struct Bounds<'g> {
@@ -93,6 +163,33 @@ impl<'g> Bounds<'g> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn input_axes_are_bounded_by_what_they_are_unless_a_range_bounds_them() {
+        let mut g = Graph::new();
+        g.set_range_constraint("s0", RangeConstraint { min: 2, max: None }).unwrap();
+        g.set_range_constraint("s1", RangeConstraint { min: 2, max: None }).unwrap();
+        g.set_range_constraint("s2", RangeConstraint { min: 2, max: Some(2048) }).unwrap();
+        g.set_range_constraint("s3", RangeConstraint { min: 2, max: None }).unwrap();
+        let strings = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let maxima = Maxima { batch: MAX_BATCH, sequence: Some(64) };
+        let declared = declare(&mut g, &strings(&["s0"]), &strings(&["s1", "s2"]), maxima).unwrap();
+        let printed: Vec<String> = declared.iter().map(ToString::to_string).collect();
+        assert_eq!(printed, ["batch <= 4", "sequence <= 64", "sequence <= 2048"]);
+        let max = |s: &str| g.range_constraints()[s].max;
+        assert_eq!((max("s0"), max("s1")), (Some(4), Some(64)));
+        assert_eq!(max("s2"), Some(2048), "a --dynamic-shapes range stands");
+        assert_eq!(max("s3"), None, "an axis of no known kind is the plugin's");
+        // No known sequence length: the sequence is left to the plugin too.
+        let mut g = Graph::new();
+        g.set_range_constraint("s0", RangeConstraint { min: 8, max: None }).unwrap();
+        let unknown = Maxima { batch: MAX_BATCH, sequence: None };
+        let declared = declare(&mut g, &[], &strings(&["s0"]), unknown).unwrap();
+        assert!(declared.is_empty() && g.range_constraints()["s0"].max.is_none());
+        // Never below the symbol's own minimum.
+        let declared = declare(&mut g, &strings(&["s0"]), &[], unknown).unwrap();
+        assert_eq!(declared, [Declared { axis: "batch", max: 8 }]);
+    }
 
     #[test]
     fn sizes_are_bounded_by_their_symbols_ranges() {

@@ -549,6 +549,7 @@ fn export(run: Run, worker: &mut Option<Worker>, job: Job) -> Result<Component> 
     let nodes_before = program.graph().node_count();
     let changes_before = program.graph().changes();
     let fixed_axes = fixed_axes(run.options, &job.input, &program);
+    let declared_bounds = declare_bounds(run.options, &job, &mut program)?;
 
     // ── the backend's FX stages ──
     run.progress.step("fx stages", &format!("{nodes_before} nodes"));
@@ -604,6 +605,7 @@ fn export(run: Run, worker: &mut Option<Worker>, job: Job) -> Result<Component> 
         trace: summary,
         metadata,
         fixed_axes,
+        declared_bounds,
         reference,
         read,
         nodes_before,
@@ -620,7 +622,39 @@ fn export(run: Run, worker: &mut Option<Worker>, job: Job) -> Result<Component> 
     })
 }
 
-/// `--dynamic` asks for every axis to vary: the ones the model's code fixed.
+/// An ExecuTorch program plans memory for the largest size of each dynamic
+/// axis: its batch and sequence axes get their declared maxima before the
+/// backend's stages (`executorch::bounds`): a static cache's length, else
+/// the model's longest sequence.
+fn declare_bounds(
+    options: &RunOptions,
+    job: &Job,
+    program: &mut Program,
+) -> Result<Vec<crate::executorch::bounds::Declared>> {
+    use crate::executorch::bounds::{declare, Maxima, MAX_BATCH};
+    use crate::trace::protocol::AxisKind;
+    let (Artifact::Pte(_), Some(traced)) = (&job.target.artifact, job.input.traced()) else {
+        return Ok(Vec::new());
+    };
+    let symbols = |kind: AxisKind| -> Vec<String> {
+        traced.axis_kinds.iter().filter(|(_, k)| **k == kind).map(|(s, _)| s.clone()).collect()
+    };
+    let Source::Trace(trace) = &options.source else { return Ok(Vec::new()) };
+    let request = &trace.request;
+    let max_cache_len = request.generation.as_ref().and_then(|g| g.max_cache_len);
+    let sequence = max_cache_len.map(u64::from).or(traced.max_positions);
+    // Never below the sizes traced (`--sample`), which verification runs.
+    let maxima = Maxima {
+        batch: MAX_BATCH.max(i64::from(request.batch)),
+        sequence: sequence
+            .and_then(|s| i64::try_from(s).ok())
+            .map(|s| s.max(i64::from(request.sequence))),
+    };
+    declare(program.graph_mut(), &symbols(AxisKind::Batch), &symbols(AxisKind::Sequence), maxima)
+        .context("declaring the ExecuTorch program's input bounds")
+}
+
+/// A dynamic export asks for every axis to vary: the ones the model's code fixed.
 fn fixed_axes(options: &RunOptions, input: &Input, program: &Program) -> Vec<trace::FixedAxis> {
     match (&options.source, program) {
         (Source::Trace(trace), Program::Archive { pt2, graph })

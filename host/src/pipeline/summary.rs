@@ -146,8 +146,11 @@ pub struct Component {
     pub trace: Option<TraceSummary>,
     /// The reference's `ExportMetadata` fields the trace recorded (traced runs).
     pub metadata: Option<serde_json::Value>,
-    /// Input axes torch.export fixed although `--dynamic` asked them to vary.
+    /// Input axes torch.export fixed although a dynamic export asked them to vary.
     pub fixed_axes: Vec<FixedAxis>,
+    /// An ExecuTorch program's input axes bounded before its stages: what its
+    /// memory is planned for (`executorch::bounds::declare`).
+    pub declared_bounds: Vec<crate::executorch::bounds::Declared>,
     /// Where the eager reference went (traced runs).
     pub reference: Option<PathBuf>,
     pub read: Duration,
@@ -239,7 +242,40 @@ impl RunSummary {
     }
 }
 
+/// An ExecuTorch arena this many times its weights, and past
+/// [`ARENA_WARNING_FLOOR`], is warned about: the program's memory is then
+/// mostly what its dynamic sizes were planned for.
+const ARENA_WARNING_RATIO: u64 = 4;
+const ARENA_WARNING_FLOOR: u64 = 16 << 20;
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
+}
+
 impl Component {
+    /// The `.pte`'s planned memory next to its weights (a delegated
+    /// program's weights are inside its payload: the file's size), what it
+    /// was planned for, and a warning when it dwarfs them.
+    fn write_memory(&self, out: &mut impl Write, lowered: &Lowered) -> std::fmt::Result {
+        let (arena, weights, what) = match lowered {
+            Lowered::Portable { emitted, .. } => {
+                (emitted.arena, emitted.written.constant_bytes, "weights")
+            }
+            Lowered::Delegated(l) => (l.arena_bytes, l.bytes, "program"),
+        };
+        let bounds: Vec<String> = self.declared_bounds.iter().map(ToString::to_string).collect();
+        let planned =
+            if bounds.is_empty() { String::new() } else { format!(" for {}", bounds.join(", ")) };
+        writeln!(out, "  memory: arena {} planned{planned}; {what} {}", mib(arena), mib(weights))?;
+        if arena > ARENA_WARNING_FLOOR && arena > ARENA_WARNING_RATIO * weights {
+            writeln!(out,
+                "  warning: the arena ({}) is {}x the {what} ({}): declare smaller maxima with --dynamic-shapes INPUT:AXIS=MIN..MAX, or export --static",
+                mib(arena), arena / weights.max(1), mib(weights)
+            )?;
+        }
+        Ok(())
+    }
+
     fn write(&self, out: &mut impl Write) -> std::fmt::Result {
         if let Some(Lowered::Portable { edge, emitted, emit }) = &self.lowered {
             writeln!(
@@ -258,6 +294,9 @@ impl Component {
                 emitted.written.bytes,
                 emitted.written.constant_bytes
             )?;
+        }
+        if let Some(lowered) = &self.lowered {
+            self.write_memory(out, lowered)?;
         }
         if let Some(Lowered::Delegated(l)) = &self.lowered {
             writeln!(out,
@@ -308,7 +347,7 @@ impl Component {
                 .map(|f| format!("{}[{}] = {}", f.input, f.axis, f.size))
                 .collect();
             writeln!(out,
-                "  fixed by torch.export despite --dynamic: {} (the model's code depends on these sizes; the exported model accepts only them)",
+                "  fixed by torch.export in a dynamic export: {} (the model's code depends on these sizes; the exported model accepts only them)",
                 axes.join(", ")
             )?;
         }
@@ -410,6 +449,11 @@ fn write_trace(
     for d in &t.decomposed {
         writeln!(out, "  decomposed {:<30} {} node(s) into {} node(s)", d.op, d.nodes, d.became)?;
     }
+    if !t.tied_axes.is_empty() {
+        let tied: Vec<String> =
+            t.tied_axes.iter().map(|tie| tie.replacen('=', " tied to ", 1)).collect();
+        writeln!(out, "  dynamic shapes: {} (the model needs them equal)", tied.join(", "))?;
+    }
     // The artifact cannot check these: a size breaking one runs and computes wrong values.
     if let Some(first) = t.size_guards.first() {
         let at: Vec<String> =
@@ -439,6 +483,7 @@ mod tests {
             trace: None,
             metadata: None,
             fixed_axes: Vec::new(),
+            declared_bounds: Vec::new(),
             reference: None,
             read: Duration::from_micros(12_500),
             nodes_before: nodes.0,
@@ -475,6 +520,54 @@ mod tests {
         out
     }
 
+    /// A `.pte`'s arena is printed next to its weights with the bounds it
+    /// was planned for; one that dwarfs them is warned about in one line.
+    #[test]
+    fn an_executorch_arena_is_shown_next_to_its_weights_and_warned_about_past_a_ratio() {
+        use crate::executorch::bounds::Declared;
+        let portable = |arena: u64, constants: u64| {
+            let mut one = component("model", (40, 38));
+            one.declared_bounds =
+                vec![Declared { axis: "batch", max: 4 }, Declared { axis: "sequence", max: 64 }];
+            one.lowered = Some(Lowered::Portable {
+                edge: EdgeProgramReply {
+                    in_spec: String::new(),
+                    out_spec: String::new(),
+                    seconds: 0.5,
+                    side_weights: true,
+                },
+                emitted: crate::executorch::Emitted {
+                    instructions: 10,
+                    operators: 3,
+                    values: 20,
+                    arena,
+                    written: crate::executorch::write::Written {
+                        bytes: constants + 4096,
+                        program_bytes: 4096,
+                        constant_bytes: constants,
+                    },
+                },
+                emit: Duration::from_millis(5),
+            });
+            written(&summary(vec![one]))
+        };
+        let small = portable(933_888, 107_328);
+        assert!(
+            small.contains(
+                "  memory: arena 0.9 MiB planned for batch <= 4, sequence <= 64; weights 0.1 MiB\n"
+            ),
+            "{small}"
+        );
+        assert!(!small.contains("warning"), "a small arena is no concern: {small}");
+        let large = portable(889 << 20, 400 << 10);
+        let warning: Vec<&str> = large.lines().filter(|l| l.contains("warning")).collect();
+        assert_eq!(
+            warning,
+            ["  warning: the arena (889.0 MiB) is 2275x the weights (0.4 MiB): declare smaller maxima with --dynamic-shapes INPUT:AXIS=MIN..MAX, or export --static"],
+            "{large}"
+        );
+    }
+
     #[test]
     fn a_component_reports_each_stage_and_its_plugins_then_what_was_written() {
         let mut one = component("model", (40, 38));
@@ -495,7 +588,7 @@ mod tests {
             written(&run),
             "trace: the dynamo export's (one trace for every backend of the run)\n\
              verified on the model's first 2 layers (--verify-layers: its config truncated, the same checkpoint), not the whole model:\n\
-             \x20 fixed by torch.export despite --dynamic: input_ids[1] = 8 (the model's code depends on these sizes; the exported model accepts only them)\n\
+             \x20 fixed by torch.export in a dynamic export: input_ids[1] = 8 (the model's code depends on these sizes; the exported model accepts only them)\n\
              stage read                  12.50 ms  40 nodes\n\
              stage fx-node-fixes          1.25 ms  dead code removed: 2\n\
              \x20 fix-a                          calls     3  changed     1  failed   0\n\

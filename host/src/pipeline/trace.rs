@@ -2,6 +2,7 @@
 //! the output, with the backend's patch plugins answering patched calls.
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -15,7 +16,7 @@ use crate::plugins::loading::LoadedSet;
 use crate::plugins::{self, kind, Backend};
 use crate::stages;
 use crate::trace::protocol::{
-    Decomposed, ExportMetadata, SizeGuard, StepPeaks, StepSeconds, WeightsReport,
+    AxisKind, Decomposed, ExportMetadata, SizeGuard, StepPeaks, StepSeconds, WeightsReport,
 };
 use crate::trace::Worker;
 
@@ -41,6 +42,10 @@ pub struct Traced {
     pub output_names: Vec<String>,
     /// The reference's `ExportMetadata` fields the worker recorded.
     pub export_metadata: ExportMetadata,
+    /// The size symbols of the sample inputs' batch and sequence axes.
+    pub axis_kinds: BTreeMap<String, AxisKind>,
+    /// The longest sequence the model's config allows.
+    pub max_positions: Option<u64>,
     pub summary: TraceSummary,
 }
 
@@ -89,6 +94,8 @@ pub struct TraceSummary {
     /// torch.export's guards on input sizes that other sizes break and the
     /// artifact cannot check.
     pub size_guards: Vec<SizeGuard>,
+    /// Input axes tied to a `--dynamic-shapes` axis: `attention_mask:1=input_ids:1`.
+    pub tied_axes: Vec<String>,
     /// The `--trace-cache` entry the program came from (the worker did not trace).
     pub cached: Option<PathBuf>,
 }
@@ -227,10 +234,12 @@ pub fn run(
         patch_calls_cached: result.patch_calls_cached,
         decomposed: result.decomposed,
         size_guards: result.size_guards,
+        tied_axes: result.tied_axes,
         cached,
     };
     let (input_names, output_names, export_metadata) =
         (result.input_names, result.output_names, result.export_metadata);
+    let (axis_kinds, max_positions) = (result.axis_kinds, result.max_positions);
     let reference = request.reference.then_some(reference);
     let checkpoint = source_checkpoint(&trace.request.source);
     let prewriting = std::sync::Mutex::new(prewriting.take());
@@ -244,6 +253,8 @@ pub fn run(
         input_names,
         output_names,
         export_metadata,
+        axis_kinds,
+        max_positions,
         summary,
     })
 }
@@ -262,7 +273,7 @@ fn checkpoint_files(folder: &Path) -> Vec<PathBuf> {
     files.into_iter().filter(|p| p.extension().is_some_and(|x| x == "safetensors")).collect()
 }
 
-/// An axis of a model input that torch.export fixed although `--dynamic`
+/// An axis of a model input that torch.export fixed although the export
 /// asked for every axis to vary: the model's code depends on its size.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FixedAxis {

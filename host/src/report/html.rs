@@ -679,7 +679,7 @@ fn trace_notes(out: &mut String, c: &ComponentReport) {
     for f in &c.fixed_axes {
         put!(
             out,
-            "<li>torch.export fixed <code>{}[{}] = {}</code> despite --dynamic: the exported model accepts only this size</li>\n",
+            "<li>torch.export fixed <code>{}[{}] = {}</code> in a dynamic export: the exported model accepts only this size</li>\n",
             Esc(&f.input),
             f.axis,
             f.size

@@ -56,7 +56,7 @@ pub fn capture(
         Source::Trace(trace) => format!(
             "{}{}",
             trace.request.source,
-            if trace.request.dynamic { " --dynamic" } else { "" }
+            if trace.request.dynamic { "" } else { " --static" }
         ),
         Source::Pt2(_) | Source::IrJson(_) => {
             bail!("capture needs a model to trace (--model, --model-dir or --model-fn), not a file")
@@ -136,7 +136,7 @@ pub fn capture_program(run: RunOptions, case_path: &Path) -> Result<Captured> {
         about: Some(format!(
             "hfx plugins capture --program {}{}",
             trace.request.source,
-            if dynamic { " --dynamic" } else { "" }
+            if dynamic { "" } else { " --static" }
         )),
         model: CaseModel::Program { program: captured.program, inputs: captured.inputs },
         dynamic,

@@ -669,9 +669,9 @@ pub struct TraceRequest {
     pub source: ModelSource,
     pub task: Option<String>,
     pub dynamic: bool,
-    /// `name:axis=min..max`, each.
-    pub dynamic_shapes: Vec<String>,
-    /// Sizes of the generated inputs (>= 2 on axes meant to be dynamic).
+    /// `--dynamic-shapes`: each named axis in its range, every other axis fixed.
+    pub dynamic_shapes: Vec<shapes::AxisRange>,
+    /// Sizes of the generated inputs ([`shapes::SampleSizes`]).
     pub batch: u32,
     pub sequence: u32,
     /// `run_decompositions()` after the trace (`--decompose`).
@@ -716,16 +716,18 @@ pub struct Generation {
 }
 
 impl TraceRequest {
-    /// A request with the defaults `hfx run` uses: static shapes, batch 2 and
-    /// sequence 8, cpu, float32, no decomposition.
+    /// A request with static shapes at the default sample sizes, cpu,
+    /// float32, no decomposition (`hfx run` asks for dynamic shapes unless
+    /// `--static`).
     pub fn new(source: ModelSource) -> Self {
+        let sample = shapes::SampleSizes::default();
         TraceRequest {
             source,
             task: None,
             dynamic: false,
             dynamic_shapes: vec![],
-            batch: 2,
-            sequence: 8,
+            batch: sample.batch,
+            sequence: sample.sequence,
             decompose: false,
             handled: None,
             device: "cpu".into(),
@@ -794,7 +796,7 @@ impl TraceRequest {
             source: self.source_params(),
             task: self.task.clone(),
             dynamic: self.dynamic,
-            dynamic_shapes: self.dynamic_shapes.clone(),
+            dynamic_shapes: self.dynamic_shapes.iter().map(ToString::to_string).collect(),
             batch: self.batch,
             sequence: self.sequence,
             output: output.to_path_buf(),
@@ -885,6 +887,7 @@ pub mod package;
 mod patch;
 mod process;
 pub mod protocol;
+pub mod shapes;
 pub use patch::check_program;
 
 /// A Python exception as one line, then its traceback. The worker sends no

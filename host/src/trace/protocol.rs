@@ -27,7 +27,7 @@ use crate::plugins::Versions;
 /// The protocol version: the first 32 bits of the SHA-256 of the messages'
 /// canonical form, written by `cargo run -p protocol-gen` (the worker's
 /// `messages.PROTOCOL` is the same number).
-pub const PROTOCOL: u64 = 698103794;
+pub const PROTOCOL: u64 = 3317131109;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -413,6 +413,8 @@ pub struct LowerReply {
     pub edge_seconds: f64,
     pub executorch_seconds: f64,
     pub bytes: u64,
+    /// Bytes of the memory ExecuTorch planned for the method's tensors.
+    pub arena_bytes: u64,
 }
 
 /// `edge_program`: a `.pt2` (the program after hfx's FX stages) decomposed
@@ -658,6 +660,23 @@ pub struct TraceReply {
     /// that some other size breaks, simplest first: the program is valid only
     /// where they hold, and no artifact carries them.
     pub size_guards: Vec<SizeGuard>,
+    /// Input axes given the range of a `--dynamic-shapes` axis because the
+    /// model needs them equal: `attention_mask:1=input_ids:1`.
+    pub tied_axes: Vec<String>,
+    /// The size symbols of input axes hfx's sample inputs sized (a generated
+    /// model's), by what they are: what ExecuTorch's memory plan bounds them by.
+    pub axis_kinds: BTreeMap<String, AxisKind>,
+    /// The longest sequence the model's config allows (`max_position_embeddings`
+    /// or its architecture's name for it), if it names one.
+    pub max_positions: Option<u64>,
+}
+
+/// What an input axis of hfx's sample inputs is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AxisKind {
+    Batch,
+    Sequence,
 }
 
 /// A guard of torch.export on input sizes and where it breaks.
@@ -1253,6 +1272,7 @@ mod tests {
             "side_weights": false, "weights": {"streamed": false, "loaded": true, "fallback": null},
             "decomposed": [{"op": "aten.softplus.default", "nodes": 1, "became": 4}],
             "size_guards": [{"guard": "((4 + (-1)*(x.shape[1] % 4)) % 4) <= 0", "breaks_at": {"x": [2, 4]}}],
+            "tied_axes": [], "axis_kinds": {"s0": "batch"}, "max_positions": 64,
         })
     }
 

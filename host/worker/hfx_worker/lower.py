@@ -220,6 +220,8 @@ def lower(_session, params: Lower) -> LowerReply:
         edge_seconds=edge_seconds,
         executorch_seconds=executorch_seconds,
         bytes=os.path.getsize(params.output),
+        # Buffer 0 is reserved (constants); the others are the planned memory.
+        arena_bytes=sum(executorch.executorch_program.execution_plan[0].non_const_buffer_sizes[1:]),
     )
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypedDict
 
 # The hash of the definition's canonical form; both ends check it at `hello`.
-PROTOCOL = 698103794
+PROTOCOL = 3317131109
 
 
 @dataclass
@@ -338,6 +338,8 @@ class LowerReply:
     edge_seconds: float
     executorch_seconds: float
     bytes: int
+    # Bytes of the memory ExecuTorch planned for the method's tensors.
+    arena_bytes: int
 
 
 @dataclass
@@ -557,6 +559,19 @@ class TraceReply:
     # that some other size breaks, simplest first: the program is valid only
     # where they hold, and no artifact carries them.
     size_guards: list[SizeGuard]
+    # Input axes given the range of a `--dynamic-shapes` axis because the
+    # model needs them equal: `attention_mask:1=input_ids:1`.
+    tied_axes: list[str]
+    # The size symbols of input axes hfx's sample inputs sized (a generated
+    # model's), by what they are: what ExecuTorch's memory plan bounds them by.
+    axis_kinds: dict[str, AxisKind]
+    # The longest sequence the model's config allows (`max_position_embeddings`
+    # or its architecture's name for it), if it names one.
+    max_positions: int | None
+
+
+# What an input axis of hfx's sample inputs is.
+AxisKind = Literal["batch", "sequence"]
 
 
 @dataclass

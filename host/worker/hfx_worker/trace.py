@@ -18,6 +18,7 @@ from . import messages, quantizers
 from .checkpoint import save_program, side_weights_supported, weights_plan
 from .messages import ExportMetadata, TraceParams, TraceReply, WeightsReport
 from .program import build as build_program
+from .protocol import Unsupported
 from .pytree import (
     flat_outputs,
     named_leaves,
@@ -44,25 +45,85 @@ from .trace_shortcuts import frame_stacks
 # ── Dynamic shapes (the reference's `dynamic shapes` stage) ──
 
 
-def dynamic_shapes(inputs, dynamic, explicit):
+def dynamic_shapes(inputs, dynamic, explicit, ties=()):
     """The reference's `dynamic shapes` stage: `Dim.AUTO` on every tensor axis
     (batch and sequence; in a cache, past length too), or the explicit
-    `name:axis=min..max` ranges."""
+    `input:axis=min..max` ranges (checked by the host), each a `Dim` that the
+    axes `ties` pairs with it (`(input, axis, tied input, tied axis)`) share."""
     import torch
 
     if explicit:
         shapes = {name: ({} if torch.is_tensor(value) else None) for name, value in inputs.items()}
+        dims = {}
         for spec in explicit:
-            name_axis, bounds = spec.split("=")
-            name, axis = name_axis.split(":")
-            low, high = bounds.split("..")
-            shapes[name][int(axis)] = torch.export.Dim(
-                f"{name}_{axis}", min=int(low), max=int(high)
-            )
+            name, axis, low, high = parse_range(spec)
+            value = inputs.get(name)
+            if not torch.is_tensor(value):
+                takes = ", ".join(k for k, v in inputs.items() if torch.is_tensor(v))
+                raise Unsupported(
+                    f"--dynamic-shapes {spec}: the model takes no tensor input `{name}` (its inputs: {takes})"
+                )
+            if axis >= value.dim():
+                raise Unsupported(
+                    f"--dynamic-shapes {spec}: `{name}` has {value.dim()} axes (0 to {value.dim() - 1})"
+                )
+            size = value.shape[axis]
+            if not low <= size <= high:
+                raise Unsupported(
+                    f"--dynamic-shapes {spec}: the sample input is {size} there, outside the range; "
+                    f"give a range that holds {size}, or sample sizes within it (--sample)"
+                )
+            dims[name, axis] = torch.export.Dim(f"{name}_{axis}", min=low, max=high)
+            shapes[name][axis] = dims[name, axis]
+        for name, axis, other, other_axis in ties:
+            shapes[other][other_axis] = dims[name, axis]
         return shapes
     if not dynamic:
         return None
     return {name: auto_shapes(value) for name, value in inputs.items()}
+
+
+def parse_range(spec):
+    """`input:axis=min..max`, as the host sends it (parsed and checked there)."""
+    name_axis, bounds = spec.split("=")
+    name, axis = name_axis.split(":")
+    low, high = bounds.split("..")
+    return name, int(axis), int(low), int(high)
+
+
+def refused_ranges(explicit, error):
+    """torch.export's `Constraints violated` (tens of lines) as one line: each
+    violation's first sentence."""
+    reasons = [
+        line.strip(" -").split(". ")[0]
+        for line in str(error).splitlines()
+        if line.startswith("  - ")
+    ]
+    why = "; ".join(reasons) or str(error).splitlines()[0]
+    return Unsupported(f"--dynamic-shapes {','.join(explicit)}: torch.export refuses them: {why}")
+
+
+def tie_candidates(inputs, explicit):
+    """The fixed axes a named axis may need tied to it: the same axis of
+    another tensor input, of the same sample size (`attention_mask:1` for
+    `input_ids:1`), as `(input, axis, tied input, tied axis)`."""
+    import torch
+
+    named = {parse_range(spec)[:2] for spec in explicit}
+    candidates = []
+    for spec in explicit:
+        name, axis, _, _ = parse_range(spec)
+        size = inputs[name].shape[axis]
+        for other, value in inputs.items():
+            if (
+                other != name
+                and torch.is_tensor(value)
+                and axis < value.dim()
+                and value.shape[axis] == size
+                and (other, axis) not in named
+            ):
+                candidates.append((name, axis, other, axis))
+    return candidates
 
 
 def auto_shapes(value):
@@ -344,22 +405,51 @@ def trace(session, params: TraceParams) -> TraceReply:
             session.weights_plan(
                 weights_plan(model, streamed.sources, params.output, params.plan_weights)
             )
-        with (
-            torch.no_grad(),
-            patches_applied(policy, params.patches, session.ask) as answers,
-            clean_state(model),
-            config_flags(model, flags),
-            flat_signature(model, inputs) as returned,
-            frame_stacks(),
-        ):
-            program = torch.export.export(
-                model,
-                (),
-                copy.deepcopy(dict(inputs)),
-                dynamic_shapes=shapes,
-                strict=False,
-                prefer_deferred_runtime_asserts_over_guards=bool(params.dynamic_shapes),
-            )
+
+        def export(shapes):
+            with (
+                torch.no_grad(),
+                patches_applied(policy, params.patches, session.ask) as answers,
+                clean_state(model),
+                config_flags(model, flags),
+                flat_signature(model, inputs) as returned,
+                frame_stacks(),
+            ):
+                program = torch.export.export(
+                    model,
+                    (),
+                    copy.deepcopy(dict(inputs)),
+                    dynamic_shapes=shapes,
+                    strict=False,
+                    prefer_deferred_runtime_asserts_over_guards=bool(params.dynamic_shapes),
+                )
+            return program, answers, returned
+
+        ties = []
+        try:
+            program, answers, returned = export(shapes)
+        except torch._dynamo.exc.UserError as error:
+            if not params.dynamic_shapes or "Constraints violated" not in str(error):
+                raise
+            # An axis the model needs equal to a named one (`attention_mask:1`
+            # to `input_ids:1`) is fixed at the named one's sample size, which
+            # then specializes: the candidates are tied to it, and each one
+            # the trace does without is untied again.
+            ties = tie_candidates(inputs, params.dynamic_shapes)
+            if not ties:
+                raise refused_ranges(params.dynamic_shapes, error) from None
+            try:
+                traced = export(dynamic_shapes(inputs, True, params.dynamic_shapes, ties))
+            except torch._dynamo.exc.UserError:
+                raise refused_ranges(params.dynamic_shapes, error) from None
+            for tie in list(ties):
+                kept = [t for t in ties if t != tie]
+                if not kept:
+                    break  # no tie at all is the trace that failed
+                with contextlib.suppress(torch._dynamo.exc.UserError):
+                    traced = export(dynamic_shapes(inputs, True, params.dynamic_shapes, kept))
+                    ties = kept
+            program, answers, returned = traced
         if eager is None:
             eager = traced_output(returned)
         if (
@@ -426,7 +516,8 @@ def trace(session, params: TraceParams) -> TraceReply:
         generated=isinstance(
             source, (messages.SourceParamsArchitecture, messages.SourceParamsDirectory)
         ),
-        dynamic=bool(params.dynamic or params.dynamic_shapes),
+        # A second size that `--dynamic-shapes` ranges would fix stays unchecked.
+        dynamic=params.dynamic,
     )
     return TraceReply(
         model_class=type(model).__name__,
@@ -445,7 +536,60 @@ def trace(session, params: TraceParams) -> TraceReply:
         weights=weights_report(streaming, side_weights and streamed is not None),
         decomposed=decomposed,
         size_guards=guards,
+        tied_axes=[f"{other}:{other_axis}={name}:{axis}" for name, axis, other, other_axis in ties],
+        axis_kinds=axis_kinds(program, params) if sized_by_hfx(source) else {},
+        max_positions=max_positions(model),
     )
+
+
+def sized_by_hfx(source):
+    """Whether the inputs are hfx's sample inputs (`params.batch` x
+    `params.sequence`), or a captured call of a model built from them."""
+    return isinstance(
+        source,
+        (
+            messages.SourceParamsArchitecture,
+            messages.SourceParamsDirectory,
+            messages.SourceParamsCaptured,
+        ),
+    )
+
+
+def axis_kinds(program, params):
+    """Each size symbol of an input axis by what it is, known by the size it
+    was traced at: the sample batch or the sample sequence (`--sample` keeps
+    the two apart). ExecuTorch plans memory for the largest size a symbol
+    takes, and the host bounds each by what it is."""
+    import torch
+
+    kinds = {}
+    for node in program.graph.nodes:
+        value = node.meta.get("val") if node.op == "placeholder" else None
+        if not torch.is_tensor(value):
+            continue
+        for size in value.shape:
+            if not (isinstance(size, torch.SymInt) and size.node.expr.is_symbol):
+                continue
+            traced = size.node.hint
+            if traced == params.batch:
+                kinds[str(size.node.expr)] = "batch"
+            elif traced == params.sequence:
+                kinds[str(size.node.expr)] = "sequence"
+    return kinds
+
+
+# The names configs give the longest sequence their positions cover.
+MAX_POSITIONS = ("max_position_embeddings", "n_positions", "max_target_positions")
+
+
+def max_positions(model):
+    """The longest sequence the model's config allows, if it names one."""
+    config = getattr(model, "config", None)
+    for name in MAX_POSITIONS:
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
 
 
 def size_guards(program, inputs):
