@@ -399,3 +399,76 @@ fn what_a_generation_export_cannot_be_is_refused_in_one_line() {
     assert!(!dir.path().join("bert").exists());
     assert_no_scratch_left(dir.path());
 }
+
+/// A model folder of `kind` (`tests/python/model_folders.py`), as `save_pretrained` writes it, in `dir`.
+fn model_folder(kind: &str, dir: &Path) -> std::path::PathBuf {
+    let folder = dir.join(kind);
+    run_python("model_folders.py", &[kind, folder.to_str().unwrap()]);
+    folder
+}
+
+/// A Whisper folder generates: its class is the one `architectures` names
+/// (the whole encoder-decoder), its decoder traced on a prompt of its own
+/// (from the start token alone, decode's cache length would specialize to 1),
+/// its new tokens counted from the decoder's sequences (it has no `input_ids`).
+#[test]
+fn a_whisper_folder_generates_through_onnx_components() {
+    let root_dir = tempfile::tempdir().unwrap();
+    let model = model_folder("whisper", root_dir.path());
+    let dir = root_dir.path().join("exported");
+    let stdout =
+        generate_model("onnx", &["--model-dir", model.to_str().unwrap()], &dir, &["--dynamic"]);
+    assert!(
+        stdout.contains("identical to eager `generate` (component calls: prefill 1, decode 7;"),
+        "{stdout}"
+    );
+    run_python(
+        "check_generation_folder.py",
+        &[dir.to_str().unwrap(), "1e-3", "--model-dir", model.to_str().unwrap()],
+    );
+    assert_no_scratch_left(root_dir.path());
+}
+
+/// Every encoder-decoder of the tests from its folder: a plain export
+/// verified, and a static cache generating eager's tokens.
+#[test]
+#[ignore = "full tier: plain and static-cache exports of three encoder-decoder folders (a_whisper_folder_generates_through_onnx_components)"]
+fn encoder_decoder_folders_export_plain_and_with_a_static_cache() {
+    let root_dir = tempfile::tempdir().unwrap();
+    for kind in ["whisper", "t5", "bart"] {
+        let model = model_folder(kind, root_dir.path());
+        let model = model.to_str().unwrap();
+        let out = hfx(
+            root_dir.path(),
+            &[
+                "run",
+                "--backend",
+                "onnx",
+                "--model-dir",
+                model,
+                "--verify",
+                "-o",
+                &format!("{kind}.onnx"),
+                "--plugins",
+                root().join("plugins").to_str().unwrap(),
+            ],
+        );
+        assert!(out.status.success(), "{kind} plain: {}", String::from_utf8_lossy(&out.stderr));
+        for backend in ["onnx", "dynamo"] {
+            let dir = root_dir.path().join(format!("{kind}-{backend}"));
+            let stdout = generate_model(
+                backend,
+                &["--model-dir", model],
+                &dir,
+                &["--cache", "static", "--max-cache-len", "24"],
+            );
+            assert!(stdout.contains("identical to eager `generate`"), "{kind} {backend}: {stdout}");
+            let tolerance = if backend == "onnx" { "1e-3" } else { "1e-4" };
+            run_python(
+                "check_generation_folder.py",
+                &[dir.to_str().unwrap(), tolerance, "--model-dir", model],
+            );
+        }
+    }
+    assert_no_scratch_left(root_dir.path());
+}

@@ -1,10 +1,12 @@
 """Checks an hfx `--generation` export folder against the reference.
 
-    python check_generation_folder.py FOLDER ATOL [--multi-token-decode] [--model-fn MODULE:FUNCTION]
+    python check_generation_folder.py FOLDER ATOL [--multi-token-decode]
+        [--model-fn MODULE:FUNCTION | --model-dir MODEL_FOLDER]
 
 The reference's own `decompose_for_generation` (transformers 5.24,
 unchanged) captures the components of the same model (rebuilt from the
-folder's config with the seed hfx builds random models with) from the same
+folder's config with the seed hfx builds random models with, or loaded
+from the model folder hfx exported) from the same
 sample inputs hfx generates, with the folder's generation config (a static
 cache's length). Then:
 - the components are the same, in the same order, traced with the same kwargs
@@ -49,14 +51,12 @@ def main(folder, atol, *options):
         module, name = function.split(":")
         model, inputs = getattr(importlib.import_module(module), name)()
         model = model.eval()
+    elif "--model-dir" in options:  # the model folder hfx exported, its weights loaded
+        model_dir = options[options.index("--model-dir") + 1]
+        model = sources.from_directory(model_dir, None, False).eval()
     else:
         torch.manual_seed(0)  # hfx's seed for a random model
-        config = exported.config
-        for name in sources.GENERATIVE:
-            auto = getattr(transformers, name)
-            if type(config) in auto._model_mapping:
-                model = auto.from_config(config).eval()
-                break
+        model = sources.generative_class(exported.config).from_config(exported.config).eval()
     try:
         model.set_attn_implementation("sdpa")  # as hfx traces, where the model has it
     except ValueError:

@@ -6,12 +6,15 @@ index), `llama-tied-bf16` (tied embeddings stored once, bfloat16: exported as
 float32 they are converted), `bert-mlm` (a checkpoint without a pooler: a
 `BertModel` from it falls back to loading); and one per other output
 structure: `bert` (a base model: hidden states and a pooled output), `gpt2`
-(logits and a cache), `vit` (image classification logits)."""
+(logits and a cache), `vit` (image classification logits); and the
+encoder-decoders: `whisper` (speech), `t5`, `bart`."""
 
 import sys
 
 import torch
 from transformers import (
+    BartConfig,
+    BartForConditionalGeneration,
     BertConfig,
     BertForMaskedLM,
     BertModel,
@@ -19,8 +22,12 @@ from transformers import (
     GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
+    T5Config,
+    T5ForConditionalGeneration,
     ViTConfig,
     ViTForImageClassification,
+    WhisperConfig,
+    WhisperForConditionalGeneration,
 )
 
 
@@ -38,6 +45,57 @@ def llama(**extra):
         }
     )
     return LlamaForCausalLM(config)
+
+
+ENCODER_DECODERS = {
+    "whisper": (
+        WhisperForConditionalGeneration,
+        WhisperConfig(
+            vocab_size=128,
+            d_model=32,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            num_mel_bins=16,
+            max_source_positions=16,
+            max_target_positions=32,
+            pad_token_id=1,
+            bos_token_id=1,
+            eos_token_id=2,
+            decoder_start_token_id=1,
+        ),
+    ),
+    "t5": (
+        T5ForConditionalGeneration,
+        T5Config(
+            vocab_size=128,
+            d_model=32,
+            d_kv=8,
+            d_ff=64,
+            num_layers=2,
+            num_decoder_layers=2,
+            num_heads=4,
+            decoder_start_token_id=0,
+        ),
+    ),
+    "bart": (
+        BartForConditionalGeneration,
+        BartConfig(
+            vocab_size=128,
+            d_model=32,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            max_position_embeddings=64,
+        ),
+    ),
+}
 
 
 def main(kind, out):
@@ -89,6 +147,10 @@ def main(kind, out):
                 num_labels=3,
             )
         ).save_pretrained(out)
+    elif kind in ENCODER_DECODERS:
+        torch.manual_seed(0)
+        model, config = ENCODER_DECODERS[kind]
+        model(config).save_pretrained(out)
     else:
         raise SystemExit(f"unknown kind {kind}")
 

@@ -382,6 +382,13 @@ class Components:
         return forward
 
 
+def new_tokens(generated):
+    """The tokens `generate` added: one per step's logits, at the end of the
+    sequences (which start with the prompt, or for an encoder-decoder with
+    the decoder's prompt and its start token)."""
+    return generated.sequences[:, generated.sequences.shape[1] - len(generated.logits) :]
+
+
 def generate_check(session, params):
     """`generate_check`: greedy tokens through the components (in their
     runtime) against `model.generate` in eager, and the logits of each step."""
@@ -417,8 +424,7 @@ def generate_check(session, params):
             return_dict_in_generate=True,
             output_logits=True,
         )
-    length = prompt["input_ids"].shape[1]
-    want, got = eager.sequences[:, length:], exported.sequences[:, length:]
+    want, got = new_tokens(eager), new_tokens(exported)
     steps = []
     for i, (w, g) in enumerate(zip(eager.logits, exported.logits)):
         diff = (w.double() - g.double()).abs()
