@@ -66,12 +66,31 @@ fn exports(backend: &str, arch: &str, set: &str, extra: &[&str]) {
         assert!(dir.join(&file).is_file(), "{file} missing from the folder");
     }
     assert!(!dir.join(format!("model.{extension}")).exists());
+    if backend == "onnx" {
+        weights_on_disk_once(&dir);
+    }
     let mut args = vec![dir.to_str().unwrap(), if backend == "onnx" { "1e-3" } else { "1e-4" }];
     if extra.contains(&"--multi-token-decode") {
         args.push("--multi-token-decode");
     }
     run_python("check_generation_folder.py", &args);
     assert_no_scratch_left(root_dir.path());
+}
+
+/// The ONNX components' weights are in one shared file; each component's own
+/// data file is there (the reference's loader fetches it) and empty.
+fn weights_on_disk_once(dir: &Path) {
+    let shared = std::fs::metadata(dir.join("weights.onnx.data")).unwrap().len();
+    let models = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "onnx"))
+        .collect::<Vec<_>>();
+    assert!(models.len() > 1 && shared > 0, "{models:?}: {shared} bytes shared");
+    for model in models {
+        let own = std::fs::metadata(model.with_extension("onnx.data")).unwrap().len();
+        assert_eq!(own, 0, "{}: its weights are in weights.onnx.data", model.display());
+    }
 }
 
 macro_rules! generation {
@@ -422,6 +441,7 @@ fn a_whisper_folder_generates_through_onnx_components() {
         stdout.contains("identical to eager `generate` (component calls: prefill 1, decode 7;"),
         "{stdout}"
     );
+    weights_on_disk_once(&dir);
     run_python(
         "check_generation_folder.py",
         &[dir.to_str().unwrap(), "1e-3", "--model-dir", model.to_str().unwrap()],

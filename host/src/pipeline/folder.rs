@@ -2,8 +2,10 @@
 //! `ExportedModel.from_pretrained(DIR)` loads and runs an hfx export: the
 //! component (`model.onnx` + `model.onnx.data`, `model.pt2` or `model.pte`), `export.json`
 //! (schema 1: format, component file and metadata), `config.json` and
-//! `generation_config.json`. Written in a scratch folder beside DIR; each
-//! file is renamed into DIR at the end.
+//! `generation_config.json`. ONNX components of one model keep their weights
+//! in one `weights.onnx.data`, each weight once (their own `.onnx.data`
+//! empty). Written in a scratch folder beside DIR; each file is renamed into
+//! DIR at the end.
 
 use std::path::{Path, PathBuf};
 
@@ -104,6 +106,19 @@ impl ExportFolder {
             }
             Artifact::Pt2 | Artifact::IrJson => {}
         }
+        // The components of one model hold the same weights: on disk once.
+        if matches!(artifact, Artifact::Onnx(_)) && components.len() > 1 {
+            let models: Vec<PathBuf> =
+                components.iter().map(|(name, _)| self.component(name, artifact)).collect();
+            let shared = crate::onnx::external::share_weights(&models)
+                .context("sharing the components' weights in one file")?;
+            tracing::info!(
+                "the components share {} ({} bytes; {} bytes not written twice)",
+                crate::onnx::external::SHARED_DATA,
+                shared.bytes,
+                shared.saved
+            );
+        }
         let mut entries = serde_json::Map::new();
         for (name, metadata) in components {
             let mut metadata = metadata.clone();
@@ -146,7 +161,8 @@ impl ExportFolder {
         // inline): the component files hfx names that this export did not write go.
         let files = FOLDER_COMPONENTS
             .iter()
-            .flat_map(|c| FOLDER_FILES.iter().map(move |f| format!("{c}{f}")));
+            .flat_map(|c| FOLDER_FILES.iter().map(move |f| format!("{c}{f}")))
+            .chain([crate::onnx::external::SHARED_DATA.to_string()]);
         for stale in
             files.filter(|f| !written.iter().any(|w| w.as_os_str() == std::ffi::OsStr::new(f)))
         {
