@@ -5,9 +5,10 @@
 //! `generate`'s. `check_generation_folder.py` then holds the folder against
 //! the reference: its own `decompose_for_generation` capture (components,
 //! kwargs, ONNX input and output names) and `ExportedModel.from_pretrained`
-//! running each component; `generate_with_export.py` runs the README's loop.
+//! running each component; `generation_loops.py` runs the README's loops
+//! (a growing and a static cache) on a left-padded batch, in every runtime.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::common::hfx_with_python as hfx;
 use crate::common::tiny::*;
@@ -46,8 +47,9 @@ fn generate_model(backend: &str, model: &[&str], dir: &Path, extra: &[&str]) -> 
     stdout
 }
 
-/// Exports `arch` for generation, checks the summary and the folder.
-fn exports(backend: &str, arch: &str, set: &str, extra: &[&str]) {
+/// Exports `arch` for generation, checks the summary and the folder; the
+/// folder's temporary parent, and the folder.
+fn exports(backend: &str, arch: &str, set: &str, extra: &[&str]) -> (tempfile::TempDir, PathBuf) {
     let root_dir = tempfile::tempdir().unwrap();
     let dir = root_dir.path().join("exported");
     let stdout = generate(backend, arch, set, &dir, extra);
@@ -75,6 +77,7 @@ fn exports(backend: &str, arch: &str, set: &str, extra: &[&str]) {
     }
     run_python("check_generation_folder.py", &args);
     assert_no_scratch_left(root_dir.path());
+    (root_dir, dir)
 }
 
 /// The ONNX components' weights are in one shared file; each component's own
@@ -105,14 +108,13 @@ macro_rules! generation {
 
 // The fast tier exports one architecture per family through the backend that
 // shows it best; every other architecture and backend is the full tier's.
-generation!(llama_generates_through_onnx_components, "onnx", "llama", LLAMA);
-generation!(
-    #[ignore = "full tier: a decoder's .pt2 components (a_static_cache_with_dynamic_shapes_generates_in_every_runtime generates through .pt2 components)"]
-    llama_generates_through_pt2_components,
-    "dynamo",
-    "llama",
-    LLAMA
-);
+/// A decoder's ONNX components; the README's loop (a growing cache) generates
+/// eager's tokens with them for a left-padded batch.
+#[test]
+fn llama_generates_through_onnx_components() {
+    let (_root, dir) = exports("onnx", "llama", LLAMA, &["--dynamic"]);
+    run_python("generation_loops.py", &[dir.to_str().unwrap()]);
+}
 generation!(
     #[ignore = "full tier: another decoder (llama_generates_through_onnx_components)"]
     qwen3_generates_through_onnx_components,
@@ -271,6 +273,10 @@ fn a_static_cache_with_dynamic_shapes_generates_in_every_runtime() {
             "{backend}: {stdout}"
         );
     }
+    // The README's static-cache loop, in each runtime.
+    for backend in ["onnx", "dynamo", "executorch"] {
+        run_python("generation_loops.py", &[root_dir.path().join(backend).to_str().unwrap()]);
+    }
     // The ONNX output is named for the leaf it is.
     let model = std::fs::read(root_dir.path().join("onnx/prefill.onnx")).unwrap();
     assert!(
@@ -352,16 +358,12 @@ fn executorch_refuses_a_growing_cache_in_one_line() {
     assert_no_scratch_left(root_dir.path());
 }
 
-/// The README's loop: the ONNX components, loaded by the reference's
-/// `ExportedModel.from_pretrained`, generate eager's tokens from a prompt of
-/// another length than the traced one.
+/// A decoder's `.pt2` components; the README's loop with a growing cache in torch.
 #[test]
-#[ignore = "full tier: the README's loop at another prompt length (check_generation_folder.py runs each component with ExportedModel.from_pretrained)"]
-fn the_readme_loop_generates_with_the_exported_components() {
-    let root_dir = tempfile::tempdir().unwrap();
-    let dir = root_dir.path().join("exported");
-    generate("onnx", "llama", LLAMA, &dir, &["--dynamic"]);
-    run_python("generate_with_export.py", &[dir.to_str().unwrap(), "8"]);
+#[ignore = "full tier: a decoder's .pt2 components and the growing-cache loop in torch (a_static_cache_with_dynamic_shapes_generates_in_every_runtime generates through .pt2 components; llama_generates_through_onnx_components runs the loop)"]
+fn llama_generates_through_pt2_components() {
+    let (_root, dir) = exports("dynamo", "llama", LLAMA, &["--dynamic"]);
+    run_python("generation_loops.py", &[dir.to_str().unwrap()]);
 }
 
 /// What a generation export cannot be is refused in one line before any work.
@@ -442,9 +444,17 @@ fn a_whisper_folder_generates_through_onnx_components() {
         "{stdout}"
     );
     weights_on_disk_once(&dir);
+    // Ready to deploy: the model folder's tokenizer and feature extractor beside the components.
+    for file in ["tokenizer.json", "tokenizer_config.json", "preprocessor_config.json"] {
+        assert_eq!(
+            std::fs::read(dir.join(file)).unwrap(),
+            std::fs::read(model.join(file)).unwrap(),
+            "{file}"
+        );
+    }
     run_python(
         "check_generation_folder.py",
-        &[dir.to_str().unwrap(), "1e-3", "--model-dir", model.to_str().unwrap()],
+        &[dir.to_str().unwrap(), "1e-3", "--model-dir", model.to_str().unwrap(), "--processor"],
     );
     assert_no_scratch_left(root_dir.path());
 }

@@ -1,14 +1,14 @@
 """Checks an hfx `--generation` export folder against the reference.
 
     python check_generation_folder.py FOLDER ATOL [--multi-token-decode]
-        [--model-fn MODULE:FUNCTION | --model-dir MODEL_FOLDER]
+        [--model-fn MODULE:FUNCTION | --model-dir MODEL_FOLDER] [--processor]
 
 The reference's own `decompose_for_generation` (transformers 5.24,
 unchanged) captures the components of the same model (rebuilt from the
 folder's config with the seed hfx builds random models with, or loaded
 from the model folder hfx exported) from the same
 sample inputs hfx generates, with the folder's generation config (a static
-cache's length). Then:
+cache's length), the first row left-padded as hfx pads it. Then:
 - the components are the same, in the same order, traced with the same kwargs
   (a multimodal model: hfx's hold the reference's, plus the encoders and
   projector 5.24's `generate` runs before the forward the reference captures);
@@ -17,7 +17,8 @@ cache's length). Then:
 - `ExportedModel.from_pretrained(FOLDER)` loads every component, and each,
   run by the reference's runner on the reference's captured kwargs, returns
   the module's output type with its first output (the logits, a part's
-  hidden states) within ATOL of eager's.
+  hidden states) within ATOL of eager's;
+- with `--processor`, the tokenizer and feature extractor load from FOLDER.
 """
 
 import copy
@@ -38,12 +39,18 @@ sys.path.insert(
     0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker")
 )
 from hfx_worker import pytree, sources  # noqa: E402
+from hfx_worker.generation import left_padded  # noqa: E402
 
 FLAGS = ("use_cache", "output_attentions", "output_hidden_states", "return_dict", "return_loss")
 
 
 def main(folder, atol, *options):
     atol = float(atol)
+    if "--processor" in options:
+        # What turns text and audio into the model's inputs loads from the export folder.
+        transformers.AutoTokenizer.from_pretrained(folder)
+        transformers.AutoFeatureExtractor.from_pretrained(folder)
+        print("ok: the tokenizer and the feature extractor load from the folder")
     exported = ExportedModel.from_pretrained(folder, trust_remote_code=True)
     pytree.register_cache_pytrees()
     function = options[options.index("--model-fn") + 1] if "--model-fn" in options else None
@@ -62,7 +69,7 @@ def main(folder, atol, *options):
     except ValueError:
         pass
     if not function:
-        inputs = sources.sample_inputs(model, 2, 8)
+        inputs = left_padded(model, sources.sample_inputs(model, 2, 8))
     generation = transformers.GenerationConfig.from_pretrained(folder)
     with torch.no_grad():
         components = decompose_for_generation(

@@ -7,7 +7,8 @@ float32 they are converted), `bert-mlm` (a checkpoint without a pooler: a
 `BertModel` from it falls back to loading); and one per other output
 structure: `bert` (a base model: hidden states and a pooled output), `gpt2`
 (logits and a cache), `vit` (image classification logits); and the
-encoder-decoders: `whisper` (speech), `t5`, `bart`."""
+encoder-decoders: `whisper` (speech, with a tokenizer and a feature
+extractor), `t5`, `bart`."""
 
 import sys
 
@@ -98,6 +99,21 @@ ENCODER_DECODERS = {
 }
 
 
+def processor_files(config, out):
+    """A tokenizer of `config.vocab_size` words and a feature extractor of its
+    mel bins, as a Hub model folder has them beside the model."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, WhisperFeatureExtractor
+
+    vocab = {f"w{i}": i for i in range(config.vocab_size)}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="w0"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, unk_token="w0", pad_token="w1", eos_token="w2"
+    ).save_pretrained(out)
+    WhisperFeatureExtractor(feature_size=config.num_mel_bins).save_pretrained(out)
+
+
 def main(kind, out):
     if kind == "llama":
         llama().save_pretrained(out)
@@ -151,6 +167,8 @@ def main(kind, out):
         torch.manual_seed(0)
         model, config = ENCODER_DECODERS[kind]
         model(config).save_pretrained(out)
+        if kind == "whisper":
+            processor_files(config, out)
     else:
         raise SystemExit(f"unknown kind {kind}")
 

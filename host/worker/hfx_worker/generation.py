@@ -19,7 +19,7 @@ architecture gets the kwargs its own `prepare_inputs_for_generation` builds
 and the check proves the components serve exactly the calls generation makes.
 The same loop written out for a decoder-only model, what a user writes to
 generate with the components alone, is the README's
-(`tests/python/generate_with_export.py` runs it).
+(`tests/python/generation_loops.py` runs it).
 """
 
 import contextlib
@@ -284,6 +284,26 @@ def describe(value):
     return {path: list(leaf.shape) for path, leaf in named_leaves(value)}
 
 
+def left_padded(model, prompt):
+    """Sample `prompt` as a batch of prompts of different lengths: the first
+    row left-padded by a quarter of its length (at least one token). With a
+    mask of ones `generate` drops `attention_mask` (5.24), so the components
+    would take none and a padded batch could not run; padded, it is an input
+    of prefill and decode, and the generation check generates a padded batch."""
+    mask = prompt.get("attention_mask")
+    if mask is None or mask.dim() != 2 or mask.shape[1] < 2:
+        return prompt
+    padded = dict(prompt)
+    pad = max(1, mask.shape[1] // 4)
+    padded["attention_mask"] = mask.clone()
+    padded["attention_mask"][0, :pad] = 0
+    pad_token = getattr(model.generation_config, "pad_token_id", None)
+    if isinstance(pad_token, int) and "input_ids" in prompt:
+        padded["input_ids"] = prompt["input_ids"].clone()
+        padded["input_ids"][0, :pad] = pad_token
+    return padded
+
+
 def capture_generation(session, params):
     """The `capture_generation` request: build the model, capture its
     components, keep them in the session for the `trace` requests that follow."""
@@ -295,6 +315,8 @@ def capture_generation(session, params):
         )
     started = time.perf_counter()
     model, inputs = built_model(session, params, generative=True)
+    if not isinstance(params.source, SourceParamsFunction):
+        inputs = left_padded(model, inputs)
     captured = capture(model, inputs, params.multi_token_decode, params.max_cache_len)
     components = {name: kwargs for name, (_, kwargs) in captured.items()}
     modules = {name: module for name, (module, _) in captured.items()}
