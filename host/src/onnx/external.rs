@@ -266,7 +266,7 @@ mod tests {
         let a = dir.path().join("a.onnx");
         let proto = p::ModelProto { graph: Some(p::GraphProto::default()), ..Default::default() };
         std::fs::write(&a, proto.encode_to_vec()).unwrap();
-        assert_eq!(share_weights(&[a.clone()]).unwrap(), Shared { bytes: 0, saved: 0 });
+        assert_eq!(share_weights(std::slice::from_ref(&a)).unwrap(), Shared { bytes: 0, saved: 0 });
         assert!(!dir.path().join(SHARED_DATA).exists());
         assert_eq!(std::fs::read(&a).unwrap(), proto.encode_to_vec());
     }
