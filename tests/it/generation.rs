@@ -17,6 +17,8 @@ use crate::common::*;
 /// Whisper and T5 generate from a start token the config names.
 const WHISPER_GENERATES: &str = "vocab_size=128,d_model=32,encoder_layers=2,decoder_layers=2,encoder_attention_heads=4,decoder_attention_heads=4,encoder_ffn_dim=64,decoder_ffn_dim=64,num_mel_bins=16,max_source_positions=16,max_target_positions=32,pad_token_id=1,bos_token_id=1,eos_token_id=2,decoder_start_token_id=1";
 const T5_GENERATES: &str = "vocab_size=128,d_model=32,d_kv=8,d_ff=64,num_layers=2,num_decoder_layers=2,num_heads=4,decoder_start_token_id=0";
+/// The encoder-decoders of these tests: an encoder component before prefill.
+const ENCODER_DECODERS: &[&str] = &["whisper", "t5", "bart"];
 /// A state-space model: its cache is convolution and recurrent state, not keys and values.
 const MAMBA: &str =
     "vocab_size=128,hidden_size=32,num_hidden_layers=2,state_size=8,expand=2,conv_kernel=4";
@@ -53,7 +55,10 @@ fn exports(backend: &str, arch: &str, set: &str, extra: &[&str]) -> (tempfile::T
     let root_dir = tempfile::tempdir().unwrap();
     let dir = root_dir.path().join("exported");
     let stdout = generate(backend, arch, set, &dir, extra);
-    assert!(stdout.contains("generate 8 greedy token(s) x 2 row(s): identical to eager `generate` (component calls: prefill 1, decode 7;"), "{stdout}");
+    // An encoder-decoder's encoder runs once too.
+    let calls = if ENCODER_DECODERS.contains(&arch) { "encoder 1, prefill 1" } else { "prefill 1" };
+    let line = format!("generate 8 greedy token(s) x 2 row(s): identical to eager `generate` (component calls: {calls}, decode 7;");
+    assert!(stdout.contains(&line), "{stdout}");
     assert!(!stdout.contains("MISMATCH"), "{stdout}");
     assert!(
         stdout.contains("component prefill") && stdout.contains("component decode"),
@@ -150,7 +155,7 @@ generation!(
     LLAMA,
     "--multi-token-decode"
 );
-// Encoder-decoders: `prefill` runs the encoder and the first decoder step, `decode` takes its outputs and the cache.
+// Encoder-decoders: `encoder` runs the encoder, `prefill` the first decoder step on its outputs, `decode` takes them and the cache.
 generation!(t5_generates_through_onnx_components, "onnx", "t5", T5_GENERATES);
 generation!(
     #[ignore = "full tier: an encoder-decoder's .pt2 components (t5_generates_through_onnx_components)"]
@@ -429,7 +434,8 @@ fn model_folder(kind: &str, dir: &Path) -> std::path::PathBuf {
 }
 
 /// A Whisper folder generates: its class is the one `architectures` names
-/// (the whole encoder-decoder), its decoder traced on a prompt of its own
+/// (the whole encoder-decoder), its encoder a component (the folder runs
+/// from audio features), its decoder traced on a prompt of its own
 /// (from the start token alone, decode's cache length would specialize to 1),
 /// its new tokens counted from the decoder's sequences (it has no `input_ids`).
 #[test]
@@ -440,9 +446,12 @@ fn a_whisper_folder_generates_through_onnx_components() {
     let stdout =
         generate_model("onnx", &["--model-dir", model.to_str().unwrap()], &dir, &["--dynamic"]);
     assert!(
-        stdout.contains("identical to eager `generate` (component calls: prefill 1, decode 7;"),
+        stdout.contains(
+            "identical to eager `generate` (component calls: encoder 1, prefill 1, decode 7;"
+        ),
         "{stdout}"
     );
+    assert!(dir.join("encoder.onnx").is_file());
     weights_on_disk_once(&dir);
     // Ready to deploy: the model folder's tokenizer and feature extractor beside the components.
     for file in ["tokenizer.json", "tokenizer_config.json", "preprocessor_config.json"] {

@@ -30,11 +30,17 @@ def load(folder):
 
 
 # ── README: a growing cache (the default) ──
-def generate_dynamic(prefill, decode, input_ids, attention_mask, steps):
-    """Greedy tokens: the 2D padding mask grows by one column a step,
-    positions count the prompt's real tokens."""
+def generate_dynamic(prefill, decode, config, input_ids, attention_mask, steps):
+    """Greedy tokens: prefill takes an empty cache (as `generate` makes it),
+    the 2D padding mask grows by one column a step, positions count the
+    prompt's real tokens."""
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    out = prefill(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
+    out = prefill(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        cache=transformers.DynamicCache(config=config),
+    )
     tokens = []
     for _ in range(steps):
         token = out.logits[:, -1].argmax(-1, keepdim=True)
@@ -113,7 +119,7 @@ def main(folder, *options):
             prefill, decode, config, generation.max_cache_len, input_ids, attention_mask, STEPS
         )
     else:
-        tokens = generate_dynamic(prefill, decode, input_ids, attention_mask, STEPS)
+        tokens = generate_dynamic(prefill, decode, config, input_ids, attention_mask, STEPS)
     with torch.no_grad():
         eager = model.generate(
             input_ids=input_ids,

@@ -23,6 +23,7 @@ use crate::plugins::PluginSet;
 /// removes the ones it did not write.
 const FOLDER_COMPONENTS: &[&str] = &[
     "model",
+    "encoder",
     "prefill",
     "decode",
     "image_encoder",

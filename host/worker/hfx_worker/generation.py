@@ -152,7 +152,8 @@ def merge_masks(masks):
 
 def capture(model, inputs, multi_token_decode, max_cache_len):
     """The components of one `model.generate` call, in order, as `{name:
-    (module, kwargs)}`: `prefill` and `decode`; for a multimodal model the
+    (module, kwargs)}`: `prefill` and `decode` (after an encoder-decoder's
+    `encoder`); for a multimodal model the
     prefill's parts instead of `prefill` (`image_encoder`, `audio_encoder`,
     `multi_modal_projector`, `language_model`, `lm_head`, in the order data
     flows through them: each part's last
@@ -167,11 +168,13 @@ def capture(model, inputs, multi_token_decode, max_cache_len):
     new_tokens = 3 if multi_token_decode else 2
     config = generation_config(model, new_tokens, max_cache_len)
     parts = multimodal_parts(model)
+    encoder = None if parts else generated_encoder(model)
+    watched = parts or ({"encoder": encoder} if encoder is not None else {})
     with torch.no_grad(), captured_calls(model) as calls, contextlib.ExitStack() as stack:
         # Each part's calls, with how many forward calls had started by then.
         part_calls = {
             name: stack.enter_context(captured_calls(module, lambda: len(calls)))
-            for name, module in parts.items()
+            for name, module in watched.items()
         }
         model.generate(**copy.deepcopy(inputs), generation_config=config)
     if len(calls) < new_tokens:
@@ -186,7 +189,14 @@ def capture(model, inputs, multi_token_decode, max_cache_len):
         contiguous(call)
     decode = merge_decode_steps(calls[1:new_tokens]) if multi_token_decode else calls[1]
     if not parts:
-        return {"prefill": (model, calls[0]), "decode": (model, decode)}
+        components = {"prefill": (model, calls[0]), "decode": (model, decode)}
+        # An encoder-decoder's encoder, which `generate` runs before the first
+        # forward (prefill takes its outputs): a component of its own, so the
+        # folder runs from the model's own inputs (audio features, text).
+        encoder_calls = [kwargs for _, kwargs in part_calls.get("encoder", [])]
+        if encoder_calls:
+            components = {"encoder": (encoder, contiguous(encoder_calls[-1])), **components}
+        return components
     # The prefill's parts as the reference captures them: one forward on the
     # prefill's kwargs (without `generate`'s hints, so the head sees every
     # position), each part's last call; a part that forward does not call
@@ -204,6 +214,14 @@ def capture(model, inputs, multi_token_decode, max_cache_len):
             components[name] = (module, contiguous(chosen[-1]))
     components["decode"] = (model, decode)
     return components
+
+
+def generated_encoder(model):
+    """An encoder-decoder's encoder (`get_encoder()`), else None."""
+    if not getattr(model.config, "is_encoder_decoder", False) or not hasattr(model, "get_encoder"):
+        return None
+    encoder = model.get_encoder()
+    return encoder if encoder is not None and encoder is not model else None
 
 
 # A multimodal model's parts, as the reference finds them (transformers 5.24,
@@ -344,7 +362,8 @@ def capture_generation(session, params):
 class Components:
     """The exported components in place of the modules they were captured
     from, for one `generate` call. A text model: its forward's first call
-    goes to `prefill`, every later one to `decode`. A multimodal model: each
+    goes to `prefill`, every later one to `decode` (an encoder-decoder's
+    encoder, which `generate` calls first, to `encoder`). A multimodal model: each
     part's forward is its component (the encoders `generate` runs first; the
     language model and head inside the first forward), and every forward call
     after the first goes to `decode`. Each call's kwargs are what `generate`
