@@ -5,9 +5,10 @@
 //! `generate`'s. `check_generation_folder.py` then holds the folder against
 //! the reference: its own `decompose_for_generation` capture (components,
 //! kwargs, ONNX input and output names) and `ExportedModel.from_pretrained`
-//! running each component; `generate_with_export.py` runs the README's loop.
+//! running each component; `generation_loops.py` runs the README's loops
+//! (a growing and a static cache) on a left-padded batch, in every runtime.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::common::hfx_with_python as hfx;
 use crate::common::tiny::*;
@@ -16,6 +17,8 @@ use crate::common::*;
 /// Whisper and T5 generate from a start token the config names.
 const WHISPER_GENERATES: &str = "vocab_size=128,d_model=32,encoder_layers=2,decoder_layers=2,encoder_attention_heads=4,decoder_attention_heads=4,encoder_ffn_dim=64,decoder_ffn_dim=64,num_mel_bins=16,max_source_positions=16,max_target_positions=32,pad_token_id=1,bos_token_id=1,eos_token_id=2,decoder_start_token_id=1";
 const T5_GENERATES: &str = "vocab_size=128,d_model=32,d_kv=8,d_ff=64,num_layers=2,num_decoder_layers=2,num_heads=4,decoder_start_token_id=0";
+/// The encoder-decoders of these tests: an encoder component before prefill.
+const ENCODER_DECODERS: &[&str] = &["whisper", "t5", "bart"];
 /// A state-space model: its cache is convolution and recurrent state, not keys and values.
 const MAMBA: &str =
     "vocab_size=128,hidden_size=32,num_hidden_layers=2,state_size=8,expand=2,conv_kernel=4";
@@ -46,12 +49,16 @@ fn generate_model(backend: &str, model: &[&str], dir: &Path, extra: &[&str]) -> 
     stdout
 }
 
-/// Exports `arch` for generation, checks the summary and the folder.
-fn exports(backend: &str, arch: &str, set: &str, extra: &[&str]) {
+/// Exports `arch` for generation, checks the summary and the folder; the
+/// folder's temporary parent, and the folder.
+fn exports(backend: &str, arch: &str, set: &str, extra: &[&str]) -> (tempfile::TempDir, PathBuf) {
     let root_dir = tempfile::tempdir().unwrap();
     let dir = root_dir.path().join("exported");
     let stdout = generate(backend, arch, set, &dir, extra);
-    assert!(stdout.contains("generate 8 greedy token(s) x 2 row(s): identical to eager `generate` (component calls: prefill 1, decode 7;"), "{stdout}");
+    // An encoder-decoder's encoder runs once too.
+    let calls = if ENCODER_DECODERS.contains(&arch) { "encoder 1, prefill 1" } else { "prefill 1" };
+    let line = format!("generate 8 greedy token(s) x 2 row(s): identical to eager `generate` (component calls: {calls}, decode 7;");
+    assert!(stdout.contains(&line), "{stdout}");
     assert!(!stdout.contains("MISMATCH"), "{stdout}");
     assert!(
         stdout.contains("component prefill") && stdout.contains("component decode"),
@@ -66,12 +73,32 @@ fn exports(backend: &str, arch: &str, set: &str, extra: &[&str]) {
         assert!(dir.join(&file).is_file(), "{file} missing from the folder");
     }
     assert!(!dir.join(format!("model.{extension}")).exists());
+    if backend == "onnx" {
+        weights_on_disk_once(&dir);
+    }
     let mut args = vec![dir.to_str().unwrap(), if backend == "onnx" { "1e-3" } else { "1e-4" }];
     if extra.contains(&"--multi-token-decode") {
         args.push("--multi-token-decode");
     }
     run_python("check_generation_folder.py", &args);
     assert_no_scratch_left(root_dir.path());
+    (root_dir, dir)
+}
+
+/// The ONNX components' weights are in one shared file; each component's own
+/// data file is there (the reference's loader fetches it) and empty.
+fn weights_on_disk_once(dir: &Path) {
+    let shared = std::fs::metadata(dir.join("weights.onnx.data")).unwrap().len();
+    let models = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "onnx"))
+        .collect::<Vec<_>>();
+    assert!(models.len() > 1 && shared > 0, "{models:?}: {shared} bytes shared");
+    for model in models {
+        let own = std::fs::metadata(model.with_extension("onnx.data")).unwrap().len();
+        assert_eq!(own, 0, "{}: its weights are in weights.onnx.data", model.display());
+    }
 }
 
 macro_rules! generation {
@@ -87,14 +114,13 @@ macro_rules! generation {
 
 // The fast tier exports one architecture per family through the backend that
 // shows it best; every other architecture and backend is the full tier's.
-generation!(llama_generates_through_onnx_components, "onnx", "llama", LLAMA);
-generation!(
-    #[ignore = "full tier: a decoder's .pt2 components (a_static_cache_with_dynamic_shapes_generates_in_every_runtime generates through .pt2 components)"]
-    llama_generates_through_pt2_components,
-    "dynamo",
-    "llama",
-    LLAMA
-);
+/// A decoder's ONNX components; the README's loop (a growing cache) generates
+/// eager's tokens with them for a left-padded batch.
+#[test]
+fn llama_generates_through_onnx_components() {
+    let (_root, dir) = exports("onnx", "llama", LLAMA, &["--dynamic"]);
+    run_python("generation_loops.py", &[dir.to_str().unwrap()]);
+}
 generation!(
     #[ignore = "full tier: another decoder (llama_generates_through_onnx_components)"]
     qwen3_generates_through_onnx_components,
@@ -130,7 +156,7 @@ generation!(
     LLAMA,
     "--multi-token-decode"
 );
-// Encoder-decoders: `prefill` runs the encoder and the first decoder step, `decode` takes its outputs and the cache.
+// Encoder-decoders: `encoder` runs the encoder, `prefill` the first decoder step on its outputs, `decode` takes them and the cache.
 generation!(t5_generates_through_onnx_components, "onnx", "t5", T5_GENERATES);
 generation!(
     #[ignore = "full tier: an encoder-decoder's .pt2 components (t5_generates_through_onnx_components)"]
@@ -253,6 +279,10 @@ fn a_static_cache_with_dynamic_shapes_generates_in_every_runtime() {
             "{backend}: {stdout}"
         );
     }
+    // The README's static-cache loop, in each runtime.
+    for backend in ["onnx", "dynamo", "executorch"] {
+        run_python("generation_loops.py", &[root_dir.path().join(backend).to_str().unwrap()]);
+    }
     // The ONNX output is named for the leaf it is.
     let model = std::fs::read(root_dir.path().join("onnx/prefill.onnx")).unwrap();
     assert!(
@@ -334,16 +364,12 @@ fn executorch_refuses_a_growing_cache_in_one_line() {
     assert_no_scratch_left(root_dir.path());
 }
 
-/// The README's loop: the ONNX components, loaded by the reference's
-/// `ExportedModel.from_pretrained`, generate eager's tokens from a prompt of
-/// another length than the traced one.
+/// A decoder's `.pt2` components; the README's loop with a growing cache in torch.
 #[test]
-#[ignore = "full tier: the README's loop at another prompt length (check_generation_folder.py runs each component with ExportedModel.from_pretrained)"]
-fn the_readme_loop_generates_with_the_exported_components() {
-    let root_dir = tempfile::tempdir().unwrap();
-    let dir = root_dir.path().join("exported");
-    generate("onnx", "llama", LLAMA, &dir, &["--dynamic"]);
-    run_python("generate_with_export.py", &[dir.to_str().unwrap(), "8"]);
+#[ignore = "full tier: a decoder's .pt2 components and the growing-cache loop in torch (a_static_cache_with_dynamic_shapes_generates_in_every_runtime generates through .pt2 components; llama_generates_through_onnx_components runs the loop)"]
+fn llama_generates_through_pt2_components() {
+    let (_root, dir) = exports("dynamo", "llama", LLAMA, &["--dynamic"]);
+    run_python("generation_loops.py", &[dir.to_str().unwrap()]);
 }
 
 /// What a generation export cannot be is refused in one line before any work.
@@ -399,4 +425,90 @@ fn what_a_generation_export_cannot_be_is_refused_in_one_line() {
     assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
     assert!(!dir.path().join("bert").exists());
     assert_no_scratch_left(dir.path());
+}
+
+/// A model folder of `kind` (`tests/python/model_folders.py`), as `save_pretrained` writes it, in `dir`.
+fn model_folder(kind: &str, dir: &Path) -> std::path::PathBuf {
+    let folder = dir.join(kind);
+    run_python("model_folders.py", &[kind, folder.to_str().unwrap()]);
+    folder
+}
+
+/// A Whisper folder generates: its class is the one `architectures` names
+/// (the whole encoder-decoder), its encoder a component (the folder runs
+/// from audio features), its decoder traced on a prompt of its own
+/// (from the start token alone, decode's cache length would specialize to 1),
+/// its new tokens counted from the decoder's sequences (it has no `input_ids`).
+#[test]
+fn a_whisper_folder_generates_through_onnx_components() {
+    let root_dir = tempfile::tempdir().unwrap();
+    let model = model_folder("whisper", root_dir.path());
+    let dir = root_dir.path().join("exported");
+    let stdout =
+        generate_model("onnx", &["--model-dir", model.to_str().unwrap()], &dir, &["--dynamic"]);
+    assert!(
+        stdout.contains(
+            "identical to eager `generate` (component calls: encoder 1, prefill 1, decode 7;"
+        ),
+        "{stdout}"
+    );
+    assert!(dir.join("encoder.onnx").is_file());
+    weights_on_disk_once(&dir);
+    // Ready to deploy: the model folder's tokenizer and feature extractor beside the components.
+    for file in ["tokenizer.json", "tokenizer_config.json", "preprocessor_config.json"] {
+        assert_eq!(
+            std::fs::read(dir.join(file)).unwrap(),
+            std::fs::read(model.join(file)).unwrap(),
+            "{file}"
+        );
+    }
+    run_python(
+        "check_generation_folder.py",
+        &[dir.to_str().unwrap(), "1e-3", "--model-dir", model.to_str().unwrap(), "--processor"],
+    );
+    assert_no_scratch_left(root_dir.path());
+}
+
+/// Every encoder-decoder of the tests from its folder: a plain export
+/// verified, and a static cache generating eager's tokens.
+#[test]
+#[ignore = "full tier: plain and static-cache exports of three encoder-decoder folders (a_whisper_folder_generates_through_onnx_components)"]
+fn encoder_decoder_folders_export_plain_and_with_a_static_cache() {
+    let root_dir = tempfile::tempdir().unwrap();
+    for kind in ["whisper", "t5", "bart"] {
+        let model = model_folder(kind, root_dir.path());
+        let model = model.to_str().unwrap();
+        let out = hfx(
+            root_dir.path(),
+            &[
+                "run",
+                "--backend",
+                "onnx",
+                "--model-dir",
+                model,
+                "--verify",
+                "-o",
+                &format!("{kind}.onnx"),
+                "--plugins",
+                root().join("plugins").to_str().unwrap(),
+            ],
+        );
+        assert!(out.status.success(), "{kind} plain: {}", String::from_utf8_lossy(&out.stderr));
+        for backend in ["onnx", "dynamo"] {
+            let dir = root_dir.path().join(format!("{kind}-{backend}"));
+            let stdout = generate_model(
+                backend,
+                &["--model-dir", model],
+                &dir,
+                &["--cache", "static", "--max-cache-len", "24"],
+            );
+            assert!(stdout.contains("identical to eager `generate`"), "{kind} {backend}: {stdout}");
+            let tolerance = if backend == "onnx" { "1e-3" } else { "1e-4" };
+            run_python(
+                "check_generation_folder.py",
+                &[dir.to_str().unwrap(), tolerance, "--model-dir", model],
+            );
+        }
+    }
+    assert_no_scratch_left(root_dir.path());
 }

@@ -1,21 +1,25 @@
 """Checks an hfx `--generation` export folder against the reference.
 
-    python check_generation_folder.py FOLDER ATOL [--multi-token-decode] [--model-fn MODULE:FUNCTION]
+    python check_generation_folder.py FOLDER ATOL [--multi-token-decode]
+        [--model-fn MODULE:FUNCTION | --model-dir MODEL_FOLDER] [--processor]
 
 The reference's own `decompose_for_generation` (transformers 5.24,
 unchanged) captures the components of the same model (rebuilt from the
-folder's config with the seed hfx builds random models with) from the same
+folder's config with the seed hfx builds random models with, or loaded
+from the model folder hfx exported) from the same
 sample inputs hfx generates, with the folder's generation config (a static
-cache's length). Then:
+cache's length), the first row left-padded as hfx pads it. Then:
 - the components are the same, in the same order, traced with the same kwargs
   (a multimodal model: hfx's hold the reference's, plus the encoders and
-  projector 5.24's `generate` runs before the forward the reference captures);
+  projector 5.24's `generate` runs before the forward the reference captures;
+  an encoder-decoder: plus its encoder, likewise);
 - an ONNX component's inputs and outputs carry the reference's names (leaf
   paths, `input.`/`output.` where both sides have one);
 - `ExportedModel.from_pretrained(FOLDER)` loads every component, and each,
   run by the reference's runner on the reference's captured kwargs, returns
   the module's output type with its first output (the logits, a part's
-  hidden states) within ATOL of eager's.
+  hidden states) within ATOL of eager's;
+- with `--processor`, the tokenizer and feature extractor load from FOLDER.
 """
 
 import copy
@@ -36,12 +40,18 @@ sys.path.insert(
     0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker")
 )
 from hfx_worker import pytree, sources  # noqa: E402
+from hfx_worker.generation import left_padded  # noqa: E402
 
 FLAGS = ("use_cache", "output_attentions", "output_hidden_states", "return_dict", "return_loss")
 
 
 def main(folder, atol, *options):
     atol = float(atol)
+    if "--processor" in options:
+        # What turns text and audio into the model's inputs loads from the export folder.
+        transformers.AutoTokenizer.from_pretrained(folder)
+        transformers.AutoFeatureExtractor.from_pretrained(folder)
+        print("ok: the tokenizer and the feature extractor load from the folder")
     exported = ExportedModel.from_pretrained(folder, trust_remote_code=True)
     pytree.register_cache_pytrees()
     function = options[options.index("--model-fn") + 1] if "--model-fn" in options else None
@@ -49,20 +59,18 @@ def main(folder, atol, *options):
         module, name = function.split(":")
         model, inputs = getattr(importlib.import_module(module), name)()
         model = model.eval()
+    elif "--model-dir" in options:  # the model folder hfx exported, its weights loaded
+        model_dir = options[options.index("--model-dir") + 1]
+        model = sources.from_directory(model_dir, None, False).eval()
     else:
         torch.manual_seed(0)  # hfx's seed for a random model
-        config = exported.config
-        for name in sources.GENERATIVE:
-            auto = getattr(transformers, name)
-            if type(config) in auto._model_mapping:
-                model = auto.from_config(config).eval()
-                break
+        model = sources.generative_class(exported.config).from_config(exported.config).eval()
     try:
         model.set_attn_implementation("sdpa")  # as hfx traces, where the model has it
     except ValueError:
         pass
     if not function:
-        inputs = sources.sample_inputs(model, 2, 8)
+        inputs = left_padded(model, sources.sample_inputs(model, 2, 8))
     generation = transformers.GenerationConfig.from_pretrained(folder)
     with torch.no_grad():
         components = decompose_for_generation(
@@ -77,18 +85,22 @@ def main(folder, atol, *options):
         components
     ):
         raise SystemExit(f"components {ours}, the reference's {list(components)}")
-    if any(
-        name
-        not in (
-            "image_encoder",
-            "audio_encoder",
-            "multi_modal_projector",
-            "connector",
-            "embed_vision",
-            "embed_audio",
-        )
-        for name in extra
-    ) or (extra and "language_model" not in ours):
+    # hfx's components beyond the reference's: a multimodal prefill's
+    # encoders and projector, an encoder-decoder's encoder (`generate` runs
+    # them before the forward the reference captures).
+    multimodal = (
+        "image_encoder",
+        "audio_encoder",
+        "multi_modal_projector",
+        "connector",
+        "embed_vision",
+        "embed_audio",
+    )
+    if (
+        any(name not in (*multimodal, "encoder") for name in extra)
+        or (any(name in multimodal for name in extra) and "language_model" not in ours)
+        or ("encoder" in extra and "prefill" not in ours)
+    ):
         raise SystemExit(f"components {ours}: {extra} beyond the reference's {list(components)}")
     for name, (module, kwargs) in components.items():
         kwargs = {k: v for k, v in kwargs.items() if k not in FLAGS}
@@ -120,6 +132,16 @@ def main(folder, atol, *options):
             )
         # The main output: logits, a part's hidden states, an encoder's features.
         got_main, eager_main = pytree.flat_outputs(got)[0], pytree.flat_outputs(eager)[0]
+        # Eager's sliding-window cache holds the window, the exported decode
+        # the whole sequence (the window applied by its mask): a left-padded
+        # row's window then starts elsewhere, by design. Those rows are the
+        # generation check's (`--verify`), which runs the components' own cache.
+        cache = kwargs.get("cache")
+        layers = getattr(getattr(cache, "self_attention_cache", cache), "layers", [])
+        mask = kwargs.get("attention_mask")
+        if any(getattr(layer, "is_sliding", False) for layer in layers) and torch.is_tensor(mask):
+            whole = mask.reshape(mask.shape[0], -1).bool().all(-1)
+            got_main, eager_main = got_main[whole], eager_main[whole]
         if got_main.shape != eager_main.shape or not torch.allclose(
             got_main.float(), eager_main.float(), atol=atol, rtol=atol
         ):

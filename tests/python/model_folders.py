@@ -6,12 +6,16 @@ index), `llama-tied-bf16` (tied embeddings stored once, bfloat16: exported as
 float32 they are converted), `bert-mlm` (a checkpoint without a pooler: a
 `BertModel` from it falls back to loading); and one per other output
 structure: `bert` (a base model: hidden states and a pooled output), `gpt2`
-(logits and a cache), `vit` (image classification logits)."""
+(logits and a cache), `vit` (image classification logits); and the
+encoder-decoders: `whisper` (speech, with a tokenizer and a feature
+extractor), `t5`, `bart`."""
 
 import sys
 
 import torch
 from transformers import (
+    BartConfig,
+    BartForConditionalGeneration,
     BertConfig,
     BertForMaskedLM,
     BertModel,
@@ -19,8 +23,12 @@ from transformers import (
     GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
+    T5Config,
+    T5ForConditionalGeneration,
     ViTConfig,
     ViTForImageClassification,
+    WhisperConfig,
+    WhisperForConditionalGeneration,
 )
 
 
@@ -38,6 +46,72 @@ def llama(**extra):
         }
     )
     return LlamaForCausalLM(config)
+
+
+ENCODER_DECODERS = {
+    "whisper": (
+        WhisperForConditionalGeneration,
+        WhisperConfig(
+            vocab_size=128,
+            d_model=32,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            num_mel_bins=16,
+            max_source_positions=16,
+            max_target_positions=32,
+            pad_token_id=1,
+            bos_token_id=1,
+            eos_token_id=2,
+            decoder_start_token_id=1,
+        ),
+    ),
+    "t5": (
+        T5ForConditionalGeneration,
+        T5Config(
+            vocab_size=128,
+            d_model=32,
+            d_kv=8,
+            d_ff=64,
+            num_layers=2,
+            num_decoder_layers=2,
+            num_heads=4,
+            decoder_start_token_id=0,
+        ),
+    ),
+    "bart": (
+        BartForConditionalGeneration,
+        BartConfig(
+            vocab_size=128,
+            d_model=32,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            max_position_embeddings=64,
+        ),
+    ),
+}
+
+
+def processor_files(config, out):
+    """A tokenizer of `config.vocab_size` words and a feature extractor of its
+    mel bins, as a Hub model folder has them beside the model."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, WhisperFeatureExtractor
+
+    vocab = {f"w{i}": i for i in range(config.vocab_size)}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="w0"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, unk_token="w0", pad_token="w1", eos_token="w2"
+    ).save_pretrained(out)
+    WhisperFeatureExtractor(feature_size=config.num_mel_bins).save_pretrained(out)
 
 
 def main(kind, out):
@@ -89,6 +163,12 @@ def main(kind, out):
                 num_labels=3,
             )
         ).save_pretrained(out)
+    elif kind in ENCODER_DECODERS:
+        torch.manual_seed(0)
+        model, config = ENCODER_DECODERS[kind]
+        model(config).save_pretrained(out)
+        if kind == "whisper":
+            processor_files(config, out)
     else:
         raise SystemExit(f"unknown kind {kind}")
 

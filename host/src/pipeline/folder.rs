@@ -2,8 +2,11 @@
 //! `ExportedModel.from_pretrained(DIR)` loads and runs an hfx export: the
 //! component (`model.onnx` + `model.onnx.data`, `model.pt2` or `model.pte`), `export.json`
 //! (schema 1: format, component file and metadata), `config.json` and
-//! `generation_config.json`. Written in a scratch folder beside DIR; each
-//! file is renamed into DIR at the end.
+//! `generation_config.json`, and the model folder's tokenizer and processor
+//! files. ONNX components of one model keep their weights
+//! in one `weights.onnx.data`, each weight once (their own `.onnx.data`
+//! empty). Written in a scratch folder beside DIR; each file is renamed into
+//! DIR at the end.
 
 use std::path::{Path, PathBuf};
 
@@ -20,6 +23,7 @@ use crate::plugins::PluginSet;
 /// removes the ones it did not write.
 const FOLDER_COMPONENTS: &[&str] = &[
     "model",
+    "encoder",
     "prefill",
     "decode",
     "image_encoder",
@@ -104,6 +108,22 @@ impl ExportFolder {
             }
             Artifact::Pt2 | Artifact::IrJson => {}
         }
+        if let crate::trace::ModelSource::Directory { path, .. } = &trace.request.source {
+            copy_processor_files(path, self.scratch.path())?;
+        }
+        // The components of one model hold the same weights: on disk once.
+        if matches!(artifact, Artifact::Onnx(_)) && components.len() > 1 {
+            let models: Vec<PathBuf> =
+                components.iter().map(|(name, _)| self.component(name, artifact)).collect();
+            let shared = crate::onnx::external::share_weights(&models)
+                .context("sharing the components' weights in one file")?;
+            tracing::info!(
+                "the components share {} ({} bytes; {} bytes not written twice)",
+                crate::onnx::external::SHARED_DATA,
+                shared.bytes,
+                shared.saved
+            );
+        }
         let mut entries = serde_json::Map::new();
         for (name, metadata) in components {
             let mut metadata = metadata.clone();
@@ -146,7 +166,8 @@ impl ExportFolder {
         // inline): the component files hfx names that this export did not write go.
         let files = FOLDER_COMPONENTS
             .iter()
-            .flat_map(|c| FOLDER_FILES.iter().map(move |f| format!("{c}{f}")));
+            .flat_map(|c| FOLDER_FILES.iter().map(move |f| format!("{c}{f}")))
+            .chain([crate::onnx::external::SHARED_DATA.to_string()]);
         for stale in
             files.filter(|f| !written.iter().any(|w| w.as_os_str() == std::ffi::OsStr::new(f)))
         {
@@ -158,6 +179,43 @@ impl ExportFolder {
         }
         Ok(())
     }
+}
+
+/// The files of a model folder a `from_pretrained` of the export folder
+/// needs besides the model's configs: the tokenizer's (`AutoTokenizer`), a
+/// feature extractor's or image processor's (`AutoProcessor`, Whisper's log-mel
+/// settings), a chat template.
+const PROCESSOR_FILES: &[&str] = &[
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "normalizer.json",
+    "tokenizer.model",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "chat_template.jinja",
+    "chat_template.json",
+    "preprocessor_config.json",
+    "processor_config.json",
+    "video_preprocessor_config.json",
+];
+
+/// Copies the [`PROCESSOR_FILES`] `model` has into `scratch`, so the export
+/// folder is what a user deploys: the model and what turns text or audio
+/// into its inputs. A file the export wrote itself is kept.
+fn copy_processor_files(model: &Path, scratch: &Path) -> Result<()> {
+    for name in PROCESSOR_FILES {
+        let (from, to) = (model.join(name), scratch.join(name));
+        if from.is_file() && !to.exists() {
+            std::fs::copy(&from, &to)
+                .with_context(|| format!("copying {} into the export folder", from.display()))?;
+        }
+    }
+    Ok(())
 }
 
 /// hfx's version and the plugins that served `backend`, each with its
@@ -265,6 +323,43 @@ mod tests {
         assert_eq!(config["optimize"], true);
         assert_eq!(metadata["hfx"]["version"], env!("CARGO_PKG_VERSION"));
         assert_eq!(metadata["hfx"]["plugins"], serde_json::json!([]));
+    }
+
+    #[test]
+    fn a_folder_exported_from_a_model_folder_holds_its_tokenizer_and_processor_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("model");
+        std::fs::create_dir(&model).unwrap();
+        for file in ["tokenizer.json", "preprocessor_config.json", "model.safetensors", "notes.md"]
+        {
+            std::fs::write(model.join(file), file).unwrap();
+        }
+        let mut trace = trace();
+        trace.request.source =
+            ModelSource::Directory { path: model, trust_remote_code: false, layers: None };
+        let out = dir.path().join("export");
+        let folder = ExportFolder::beside(&out).unwrap();
+        let artifact = Artifact::Pt2;
+        std::fs::write(folder.component("model", &artifact), "pt2").unwrap();
+        folder
+            .finish(
+                &artifact,
+                &trace,
+                &[("model".into(), serde_json::json!({}))],
+                &set(),
+                Backend::Dynamo,
+            )
+            .unwrap();
+        let mut files: Vec<String> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .collect();
+        files.sort();
+        assert_eq!(
+            files,
+            ["export.json", "model.pt2", "preprocessor_config.json", "tokenizer.json"]
+        );
+        assert_eq!(std::fs::read_to_string(out.join("tokenizer.json")).unwrap(), "tokenizer.json");
     }
 
     #[test]

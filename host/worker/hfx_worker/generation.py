@@ -19,7 +19,7 @@ architecture gets the kwargs its own `prepare_inputs_for_generation` builds
 and the check proves the components serve exactly the calls generation makes.
 The same loop written out for a decoder-only model, what a user writes to
 generate with the components alone, is the README's
-(`tests/python/generate_with_export.py` runs it).
+(`tests/python/generation_loops.py` runs it).
 """
 
 import contextlib
@@ -152,7 +152,8 @@ def merge_masks(masks):
 
 def capture(model, inputs, multi_token_decode, max_cache_len):
     """The components of one `model.generate` call, in order, as `{name:
-    (module, kwargs)}`: `prefill` and `decode`; for a multimodal model the
+    (module, kwargs)}`: `prefill` and `decode` (after an encoder-decoder's
+    `encoder`); for a multimodal model the
     prefill's parts instead of `prefill` (`image_encoder`, `audio_encoder`,
     `multi_modal_projector`, `language_model`, `lm_head`, in the order data
     flows through them: each part's last
@@ -167,11 +168,13 @@ def capture(model, inputs, multi_token_decode, max_cache_len):
     new_tokens = 3 if multi_token_decode else 2
     config = generation_config(model, new_tokens, max_cache_len)
     parts = multimodal_parts(model)
+    encoder = None if parts else generated_encoder(model)
+    watched = parts or ({"encoder": encoder} if encoder is not None else {})
     with torch.no_grad(), captured_calls(model) as calls, contextlib.ExitStack() as stack:
         # Each part's calls, with how many forward calls had started by then.
         part_calls = {
             name: stack.enter_context(captured_calls(module, lambda: len(calls)))
-            for name, module in parts.items()
+            for name, module in watched.items()
         }
         model.generate(**copy.deepcopy(inputs), generation_config=config)
     if len(calls) < new_tokens:
@@ -186,7 +189,14 @@ def capture(model, inputs, multi_token_decode, max_cache_len):
         contiguous(call)
     decode = merge_decode_steps(calls[1:new_tokens]) if multi_token_decode else calls[1]
     if not parts:
-        return {"prefill": (model, calls[0]), "decode": (model, decode)}
+        components = {"prefill": (model, calls[0]), "decode": (model, decode)}
+        # An encoder-decoder's encoder, which `generate` runs before the first
+        # forward (prefill takes its outputs): a component of its own, so the
+        # folder runs from the model's own inputs (audio features, text).
+        encoder_calls = [kwargs for _, kwargs in part_calls.get("encoder", [])]
+        if encoder_calls:
+            components = {"encoder": (encoder, contiguous(encoder_calls[-1])), **components}
+        return components
     # The prefill's parts as the reference captures them: one forward on the
     # prefill's kwargs (without `generate`'s hints, so the head sees every
     # position), each part's last call; a part that forward does not call
@@ -204,6 +214,14 @@ def capture(model, inputs, multi_token_decode, max_cache_len):
             components[name] = (module, contiguous(chosen[-1]))
     components["decode"] = (model, decode)
     return components
+
+
+def generated_encoder(model):
+    """An encoder-decoder's encoder (`get_encoder()`), else None."""
+    if not getattr(model.config, "is_encoder_decoder", False) or not hasattr(model, "get_encoder"):
+        return None
+    encoder = model.get_encoder()
+    return encoder if encoder is not None and encoder is not model else None
 
 
 # A multimodal model's parts, as the reference finds them (transformers 5.24,
@@ -284,6 +302,26 @@ def describe(value):
     return {path: list(leaf.shape) for path, leaf in named_leaves(value)}
 
 
+def left_padded(model, prompt):
+    """Sample `prompt` as a batch of prompts of different lengths: the first
+    row left-padded by a quarter of its length (at least one token). With a
+    mask of ones `generate` drops `attention_mask` (5.24), so the components
+    would take none and a padded batch could not run; padded, it is an input
+    of prefill and decode, and the generation check generates a padded batch."""
+    mask = prompt.get("attention_mask")
+    if mask is None or mask.dim() != 2 or mask.shape[1] < 2:
+        return prompt
+    padded = dict(prompt)
+    pad = max(1, mask.shape[1] // 4)
+    padded["attention_mask"] = mask.clone()
+    padded["attention_mask"][0, :pad] = 0
+    pad_token = getattr(model.generation_config, "pad_token_id", None)
+    if isinstance(pad_token, int) and "input_ids" in prompt:
+        padded["input_ids"] = prompt["input_ids"].clone()
+        padded["input_ids"][0, :pad] = pad_token
+    return padded
+
+
 def capture_generation(session, params):
     """The `capture_generation` request: build the model, capture its
     components, keep them in the session for the `trace` requests that follow."""
@@ -295,6 +333,8 @@ def capture_generation(session, params):
         )
     started = time.perf_counter()
     model, inputs = built_model(session, params, generative=True)
+    if not isinstance(params.source, SourceParamsFunction):
+        inputs = left_padded(model, inputs)
     captured = capture(model, inputs, params.multi_token_decode, params.max_cache_len)
     components = {name: kwargs for name, (_, kwargs) in captured.items()}
     modules = {name: module for name, (module, _) in captured.items()}
@@ -322,7 +362,8 @@ def capture_generation(session, params):
 class Components:
     """The exported components in place of the modules they were captured
     from, for one `generate` call. A text model: its forward's first call
-    goes to `prefill`, every later one to `decode`. A multimodal model: each
+    goes to `prefill`, every later one to `decode` (an encoder-decoder's
+    encoder, which `generate` calls first, to `encoder`). A multimodal model: each
     part's forward is its component (the encoders `generate` runs first; the
     language model and head inside the first forward), and every forward call
     after the first goes to `decode`. Each call's kwargs are what `generate`
@@ -382,6 +423,13 @@ class Components:
         return forward
 
 
+def new_tokens(generated):
+    """The tokens `generate` added: one per step's logits, at the end of the
+    sequences (which start with the prompt, or for an encoder-decoder with
+    the decoder's prompt and its start token)."""
+    return generated.sequences[:, generated.sequences.shape[1] - len(generated.logits) :]
+
+
 def generate_check(session, params):
     """`generate_check`: greedy tokens through the components (in their
     runtime) against `model.generate` in eager, and the logits of each step."""
@@ -417,8 +465,7 @@ def generate_check(session, params):
             return_dict_in_generate=True,
             output_logits=True,
         )
-    length = prompt["input_ids"].shape[1]
-    want, got = eager.sequences[:, length:], exported.sequences[:, length:]
+    want, got = new_tokens(eager), new_tokens(exported)
     steps = []
     for i, (w, g) in enumerate(zip(eager.logits, exported.logits)):
         diff = (w.double() - g.double()).abs()

@@ -42,10 +42,9 @@ def from_architecture(arch, overrides, task, generative=False):
         cls = model_class(task, config)
         return built(cls, config, **remote_refused(cls))
     if generative:
-        for name in GENERATIVE:
-            auto = getattr(transformers, name, None)
-            if auto is not None and type(config) in auto._model_mapping:
-                return auto.from_config(config, trust_remote_code=False)
+        auto = generative_class(config)
+        if auto is not None:
+            return auto.from_config(config, trust_remote_code=False)
         from .protocol import Unsupported
 
         raise Unsupported(
@@ -165,6 +164,25 @@ GENERATIVE = (
     "AutoModelForImageTextToText",
     "AutoModelForVision2Seq",
 )
+
+
+def generative_class(config):
+    """The auto class that generates with a model of `config`, or None. An
+    encoder-decoder generates with its whole model (a model folder's
+    `architectures` names that class), not its decoder alone
+    (`WhisperForCausalLM`), which the causal LM class would pick first."""
+    import transformers
+
+    order = (
+        sorted(GENERATIVE, key=lambda name: "Seq2Seq" not in name)
+        if getattr(config, "is_encoder_decoder", False)
+        else GENERATIVE
+    )
+    for name in order:
+        auto = getattr(transformers, name, None)
+        if auto is not None and type(config) in auto._model_mapping:
+            return auto
+    return None
 
 
 def model_class(task, config):
@@ -342,24 +360,38 @@ def sample_inputs(model, batch, sequence):
     config = model.config
     generator = torch.Generator().manual_seed(0)
     main = getattr(model, "main_input_name", "input_ids")
+    vocab = getattr(config, "vocab_size", 1000)
     if main == "input_features":
         # Speech encoders take log-mel frames; their length is fixed by the model (2 x positions).
         frames = 2 * getattr(config, "max_source_positions", 1500)
-        return {
+        inputs = {
             "input_features": torch.randn(batch, config.num_mel_bins, frames, generator=generator)
         }
-    if main == "pixel_values":
+    elif main == "pixel_values":
         size = getattr(config, "image_size", 224)
         channels = getattr(config, "num_channels", 3)
         return {"pixel_values": torch.randn(batch, channels, size, size, generator=generator)}
-    vocab = getattr(config, "vocab_size", 1000)
-    ids = torch.randint(0, vocab, (batch, sequence), generator=generator)
-    inputs = {"input_ids": ids, "attention_mask": torch.ones(batch, sequence, dtype=torch.long)}
-    if getattr(config, "is_encoder_decoder", False):
+    else:
+        ids = torch.randint(0, vocab, (batch, sequence), generator=generator)
+        inputs = {"input_ids": ids, "attention_mask": torch.ones(batch, sequence, dtype=torch.long)}
+    # An encoder-decoder's decoder takes a prompt of its own (a speech model's
+    # too): without one its forward has nothing to decode, and `generate`
+    # starts from the one start token, a cache length torch.export specializes.
+    # Its encoder alone (`WhisperEncoder`, same config) takes none.
+    if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in forward_parameters(
+        model
+    ):
         inputs["decoder_input_ids"] = torch.randint(
             0, vocab, (batch, sequence), generator=generator
         )
     return inputs
+
+
+def forward_parameters(model):
+    """The names `model`'s forward takes."""
+    import inspect
+
+    return inspect.signature(model.forward).parameters
 
 
 # ── Backend preparation: device and dtype ──
