@@ -168,19 +168,49 @@ fn a_build_outside_an_install_says_where_plugins_and_setup_come_from() {
 /// build cache only: std for wasm, compiled there by `cargo xtask
 /// build-plugins`, is not compiled again.
 fn plugin_author_hfx(prefix: &Path, dir: &Path, args: &[&str]) -> Output {
-    let guest_target = match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(target) if !target.is_empty() => root().join(target),
-        _ => root().join("target"),
-    };
     Command::new(prefix.join("bin/hfx"))
         .args(args)
         .current_dir(dir)
         .env_remove("HFX_PYTHON")
         .env("HFX_CACHE_DIR", root().join("target/hfx-test-cache"))
         .env("PYTHONPATH", dir)
-        .env("CARGO_TARGET_DIR", guest_target)
+        .env("CARGO_TARGET_DIR", guest_target())
         .output()
         .unwrap()
+}
+
+/// The guest build's cache: this checkout's cargo target folder, where
+/// `cargo xtask build-plugins` compiled std for wasm.
+fn guest_target() -> std::path::PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(target) if !target.is_empty() => root().join(target),
+        _ => root().join("target"),
+    }
+}
+
+/// `tests/new-user.sh` against the installation: a new user's first session
+/// in an empty folder (a model folder to ONNX run at batch 1 after a batch-2
+/// trace, a plugin from `hfx plugins new` to `hfx run --plugins`, a Whisper
+/// folder for generation, five bad inputs of one line each). Only caches
+/// come from the checkout: compiled components and the guest build's std.
+#[test]
+fn a_new_users_first_session_goes_as_the_readme_says() {
+    let prefix = installed();
+    let out = Command::new("bash")
+        .arg(root().join("tests/new-user.sh"))
+        .arg(prefix)
+        .current_dir(std::env::temp_dir())
+        .env_remove("HFX_PYTHON")
+        .env("HFX_CACHE_DIR", root().join("target/hfx-test-cache"))
+        .env("CARGO_TARGET_DIR", guest_target())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// `hfx ARGS` of the plugin author succeeded; its stdout.

@@ -945,13 +945,15 @@ mod readme {
         let commands = commands();
         let mut checked = 0;
         for command in &commands {
-            // The first command is `cargo xtask install && cd /tmp && ~/.local/bin/hfx run ...`.
+            // The first command is `cargo xtask install && cd /tmp && ~/.local/bin/hfx run ... && python ...`.
             let Some(start) =
                 command.find("hfx run").or_else(|| command.strip_prefix("hfx ").map(|_| 0))
             else {
                 continue;
             };
-            let words = words(&command[start..]);
+            // ... `&& python -c ...`: what follows the hfx command is another's.
+            let hfx = &command[start..];
+            let words = words(hfx.split(" && ").next().unwrap_or(hfx));
             if words.iter().any(|w| w == "flags") {
                 continue; // `[flags override the file]`: prose in a command
             }
@@ -966,6 +968,20 @@ mod readme {
             checked += 1;
         }
         assert!(checked >= 20, "only {checked} hfx commands found in the README");
+    }
+
+    /// The README's generation loops are `tests/python/generation_loops.py`'s,
+    /// which the generation tests run: its text between the README markers.
+    #[test]
+    fn the_readme_generation_loops_are_the_tested_ones() {
+        let loops = include_str!("../../../tests/python/generation_loops.py");
+        let start = loops.find("# ── README: loading ──").expect("the loops' first marker");
+        let end = loops.find("# ── end of the README's loops ──").expect("the loops' end marker");
+        let tested = loops[start..end].trim_end();
+        assert!(
+            README.contains(&format!("{tested}\n```")),
+            "README's generation loops differ from tests/python/generation_loops.py: paste its text between the markers"
+        );
     }
 
     #[test]
