@@ -315,7 +315,8 @@ def left_padded(model, prompt):
     pad = max(1, mask.shape[1] // 4)
     padded["attention_mask"] = mask.clone()
     padded["attention_mask"][0, :pad] = 0
-    pad_token = getattr(model.generation_config, "pad_token_id", None)
+    # A model that does not generate has no generation config; `capture` refuses it.
+    pad_token = getattr(getattr(model, "generation_config", None), "pad_token_id", None)
     if isinstance(pad_token, int) and "input_ids" in prompt:
         padded["input_ids"] = prompt["input_ids"].clone()
         padded["input_ids"][0, :pad] = pad_token
