@@ -645,6 +645,7 @@ def tasks_checked(failures):
     """A patch case's `architecture.task` names a model class, never a function or loader."""
     import transformers
     from hfx_worker import sources
+    from hfx_worker.errors import UserInputError
 
     config = transformers.LlamaConfig(
         vocab_size=16,
@@ -668,7 +669,8 @@ def tasks_checked(failures):
             f"task {task}",
             lambda: sources.model_class(task, config),
             failures,
-            (PermissionError, ValueError),
+            # A name that is not a model class at its home is the user's error, in one line.
+            (PermissionError, ValueError, UserInputError),
         )
     for task in ("LlamaForCausalLM", "AutoModel", "LlamaModel"):
         try:
