@@ -89,11 +89,20 @@ step "a third-party plugin: new, build, test, lock, run"
 "$hfx" plugins new my-fix --kind fx-node-fix
 "$hfx" plugins build my-fix
 "$hfx" plugins test my-fix
-"$hfx" plugins lock --plugins my-fix -o hfx.lock
-"$hfx" run --backend onnx --plugins my-fix --locked --model-dir llama -o llama-fixed.onnx |
-    tee run.txt
-grep -q "my-fix" run.txt || fail "the run's summary does not name the plugin my-fix"
+"$hfx" plugins lock --plugins my-fix -o my-fix.lock
+"$hfx" run --backend onnx --plugins my-fix --lock my-fix.lock --locked --model-dir llama -o llama-fixed.onnx \
+    --report run.json
 test -s llama-fixed.onnx || fail "no llama-fixed.onnx"
+# The plugin was part of the run's set (it acts where a trace has a `detach`).
+"$python" - <<'EOF'
+import json
+
+run = json.load(open("run.json"))
+plugins = {p["name"]: p for p in run["plugin_set"]["plugins"]}
+assert "my-fix" in plugins, sorted(plugins)
+assert run["plugin_set"]["lock"]["status"] == "matched", run["plugin_set"]["lock"]
+print("my-fix in the run's locked set:", plugins["my-fix"]["kind"])
+EOF
 
 step "a Whisper folder for generation, greedy tokens checked against eager generate"
 "$hfx" run --backend onnx --model-dir whisper --generation --verify -o whisper-onnx/
