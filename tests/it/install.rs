@@ -194,6 +194,7 @@ fn guest_target() -> std::path::PathBuf {
 /// folder for generation, five bad inputs of one line each). Only caches
 /// come from the checkout: compiled components and the guest build's std.
 #[test]
+#[ignore = "full tier: the new user's whole session in one script (each part has its fast test: onnx::a_model_folder_traced_at_batch_2_runs_at_batch_1, install::a_translation_plugin_goes_from_an_empty_folder_to_an_export_with_the_installed_hfx, generation::a_whisper_folder_generates_through_onnx_components, cli::bad_model_options_are_refused_in_one_line_before_the_worker, trace::a_bad_input_the_worker_finds_is_one_line_with_its_traceback_for_v_and_the_report)"]
 fn a_new_users_first_session_goes_as_the_readme_says() {
     let prefix = installed();
     let out = Command::new("bash")
