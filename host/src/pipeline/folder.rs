@@ -233,7 +233,18 @@ pub fn provenance(set: &PluginSet, backend: Backend) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
     use crate::trace::{ModelSource, TraceRequest};
+
+    /// The names of the files in `dir`, sorted.
+    fn file_names(dir: &Path) -> Vec<String> {
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .collect();
+        files.sort();
+        files
+    }
 
     fn trace() -> Trace {
         let mut request = TraceRequest::new(ModelSource::Architecture {
@@ -286,11 +297,7 @@ mod tests {
             .finish(&artifact, &trace(), &[("model".into(), metadata)], &set(), Backend::Onnx)
             .unwrap();
         assert!(!scratch.exists());
-        let mut files: Vec<String> = std::fs::read_dir(&out)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
-            .collect();
-        files.sort();
+        let files = file_names(&out);
         assert_eq!(
             files,
             [
@@ -350,11 +357,7 @@ mod tests {
                 Backend::Dynamo,
             )
             .unwrap();
-        let mut files: Vec<String> = std::fs::read_dir(&out)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
-            .collect();
-        files.sort();
+        let files = file_names(&out);
         assert_eq!(
             files,
             ["export.json", "model.pt2", "preprocessor_config.json", "tokenizer.json"]

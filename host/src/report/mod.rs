@@ -73,30 +73,29 @@ impl ReportTarget {
 /// Writes the report of a run that failed with `error` to `target`, atomically.
 pub fn write_failure(error: &anyhow::Error, target: &ReportTarget) -> Result<()> {
     let report = schema::FailureReport::of(error);
-    let bytes = match target.format {
-        Format::Json => {
-            let mut text =
-                serde_json::to_string_pretty(&report).context("serializing the report")?;
-            text.push('\n');
-            text.into_bytes()
-        }
-        Format::Html => html::render_failure(&report).into_bytes(),
-    };
-    crate::atomic::write_bytes_atomically(&target.path, &bytes)
-        .with_context(|| format!("writing the report {}", target.path.display()))
+    write_as(target, &report, || html::render_failure(&report))
 }
 
 /// Writes the report of `summary` to `target`, atomically.
 pub fn write(summary: &RunSummary, target: &ReportTarget) -> Result<()> {
     let report = Report::of(summary);
+    write_as(target, &report, || html::render(&report))
+}
+
+/// `report` in `target`'s format (`page` renders it as HTML), atomically.
+fn write_as(
+    target: &ReportTarget,
+    report: &impl serde::Serialize,
+    page: impl FnOnce() -> String,
+) -> Result<()> {
     let bytes = match target.format {
         Format::Json => {
             let mut text =
-                serde_json::to_string_pretty(&report).context("serializing the report")?;
+                serde_json::to_string_pretty(report).context("serializing the report")?;
             text.push('\n');
             text.into_bytes()
         }
-        Format::Html => html::render(&report).into_bytes(),
+        Format::Html => page().into_bytes(),
     };
     crate::atomic::write_bytes_atomically(&target.path, &bytes)
         .with_context(|| format!("writing the report {}", target.path.display()))
