@@ -531,6 +531,7 @@ fn input_dims(model: &Path, name: &str) -> Vec<String> {
 /// takes other batch sizes and lengths. Traced at batch 2, the ONNX model
 /// runs at batch 1 (and another length) in ONNX Runtime as eager does.
 #[test]
+#[ignore = "full tier: a model folder's batch-2 trace run at batch 1 (the export matrix's dynamic rows verify at a second batch size; cli::shape_options_are_checked_before_any_work the default)"]
 fn a_model_folder_traced_at_batch_2_runs_at_batch_1() {
     let dir = tempfile::tempdir().unwrap();
     let folder = dir.path().join("bert");
