@@ -253,12 +253,19 @@ fn traced_without_patch(case: Case) {
     }
 }
 
-/// A case's two tests: `CASE::with_the_plugin` (the fast tier) and
-/// `CASE::without_the_plugin` (the negative control, the full tier).
+/// A case's two tests: `CASE::with_the_plugin` and `CASE::without_the_plugin`
+/// (the negative control, the full tier). `case!(full CASE, ..)` puts
+/// `with_the_plugin` in the full tier too: the fast tier keeps one case per
+/// effect and backend, and every patch plugin's own self-test case (traced
+/// with and without it) runs in `selftests::every_shipped_plugin_passes_its_self_tests`.
 macro_rules! case {
     (@check) => { &[] };
     (@check $check:expr) => { $check };
-    ($test:ident, $plugin:literal, $backend:literal, $pattern:literal, dynamic: $dynamic:literal, effect: $effect:expr, without: $without:expr $(, check: $check:expr)?) => {
+    (full $test:ident, $($case:tt)*) => {
+        case!(@tier [#[ignore = "full tier: this plugin on a real trace (its self-test case runs in the fast tier)"]] $test, $($case)*);
+    };
+    ($test:ident, $($case:tt)*) => { case!(@tier [] $test, $($case)*); };
+    (@tier [$(#[$with:meta])*] $test:ident, $plugin:literal, $backend:literal, $pattern:literal, dynamic: $dynamic:literal, effect: $effect:expr, without: $without:expr $(, check: $check:expr)?) => {
         mod $test {
             use super::*;
 
@@ -267,6 +274,7 @@ macro_rules! case {
             }
 
             #[test]
+            $(#[$with])*
             fn with_the_plugin() {
                 traced_with_patch(case());
             }
@@ -286,31 +294,31 @@ use Without::*;
 // ── onnx torch patches ──
 case!(split_with_a_symbolic_size_becomes_narrows, "plugins/onnx/patch-split-symbolic", "onnx", "split_symbolic",
       dynamic: true, effect: Ops { absent: "aten.split", present: "aten.narrow" }, without: Lacks("aten.split is still"));
-case!(chunk_of_a_dynamic_axis_becomes_narrows, "plugins/onnx/patch-chunk-symbolic", "onnx", "chunk_symbolic",
+case!(full chunk_of_a_dynamic_axis_becomes_narrows, "plugins/onnx/patch-chunk-symbolic", "onnx", "chunk_symbolic",
       dynamic: true, effect: Ops { absent: "aten.chunk", present: "aten.narrow" }, without: Lacks("aten.chunk is still"));
-case!(roll_becomes_narrow_and_cat, "plugins/onnx/patch-roll", "onnx", "roll",
+case!(full roll_becomes_narrow_and_cat, "plugins/onnx/patch-roll", "onnx", "roll",
       dynamic: true, effect: Ops { absent: "aten.roll", present: "aten.cat" }, without: Lacks("aten.roll is still"));
-case!(reshape_of_a_transposed_tensor_clones_it_first, "plugins/onnx/patch-reshape-contiguous", "onnx", "reshape_transposed",
+case!(full reshape_of_a_transposed_tensor_clones_it_first, "plugins/onnx/patch-reshape-contiguous", "onnx", "reshape_transposed",
       dynamic: false, effect: Ops { absent: "", present: "aten.clone" }, without: Lacks("aten.clone is not"));
-case!(complex_exp_and_unsqueeze_go_through_real_parts, "plugins/onnx/patch-complex-unsqueeze-exp", "onnx", "complex_rotation",
+case!(full complex_exp_and_unsqueeze_go_through_real_parts, "plugins/onnx/patch-complex-unsqueeze-exp", "onnx", "complex_rotation",
       dynamic: true, effect: Ops { absent: "", present: "aten.cos,aten.sin" }, without: Lacks("aten.cos is not"));
-case!(masked_scatter_becomes_cumsum_gather_where, "plugins/onnx/patch-masked-scatter", "onnx", "masked_scatter",
+case!(full masked_scatter_becomes_cumsum_gather_where, "plugins/onnx/patch-masked-scatter", "onnx", "masked_scatter",
       dynamic: true, effect: Ops { absent: "aten.masked_scatter", present: "aten.cumsum,aten.index_select" }, without: Lacks("aten.masked_scatter is still"));
-case!(rms_norm_without_affine_is_unfused, "plugins/onnx/patch-rms-norm-no-affine", "onnx", "rms_norms",
+case!(full rms_norm_without_affine_is_unfused, "plugins/onnx/patch-rms-norm-no-affine", "onnx", "rms_norms",
       dynamic: false, effect: Ops { absent: "", present: "aten.rsqrt" }, without: Lacks("aten.rsqrt is not"));
-case!(histc_becomes_scatter_add, "plugins/onnx/patch-histc", "onnx", "histograms",
+case!(full histc_becomes_scatter_add, "plugins/onnx/patch-histc", "onnx", "histograms",
       dynamic: true, effect: Ops { absent: "aten.histc", present: "aten.scatter_add" }, without: Lacks("aten.histc is still"));
-case!(searchsorted_and_bucketize_become_comparisons, "plugins/onnx/patch-sorted-search", "onnx", "sorted_search",
+case!(full searchsorted_and_bucketize_become_comparisons, "plugins/onnx/patch-sorted-search", "onnx", "sorted_search",
       dynamic: true, effect: Ops { absent: "aten.searchsorted,aten.bucketize", present: "aten.sum" }, without: Lacks("aten.searchsorted is still"));
-case!(cummax_and_cummin_become_masked_reductions, "plugins/onnx/patch-cumulative-extremum", "onnx", "cumulative_extremum",
+case!(full cummax_and_cummin_become_masked_reductions, "plugins/onnx/patch-cumulative-extremum", "onnx", "cumulative_extremum",
       dynamic: true, effect: Ops { absent: "aten.cummax,aten.cummin", present: "aten.tril" }, without: Lacks("aten.cummax is still"));
-case!(randperm_becomes_argsort_of_rand, "plugins/onnx/patch-randperm", "onnx", "randperm",
+case!(full randperm_becomes_argsort_of_rand, "plugins/onnx/patch-randperm", "onnx", "randperm",
       dynamic: true, effect: Ops { absent: "aten.randperm", present: "aten.rand,aten.argsort" }, without: Lacks("aten.randperm is still"));
 // Exported to ONNX with every ONNX plugin: the sample has rows masked at every key
 // (padding), which torch answers with zeros and ONNX Runtime, without the patch, with NaN.
 case!(sdpa_zeroes_fully_masked_rows, "plugins/onnx/patch-sdpa-masked-rows", "onnx", "sdpa_masked",
       dynamic: true, effect: OnnxParity, without: Lacks("differs by nan"));
-case!(vmap_mask_expansion_becomes_broadcasting, "plugins/onnx/patch-vmap-mask-expansion", "onnx", "vmap_mask",
+case!(full vmap_mask_expansion_becomes_broadcasting, "plugins/onnx/patch-vmap-mask-expansion", "onnx", "vmap_mask",
       dynamic: true, effect: Ops { absent: "_add_batch_dim,_vmap_increment_nesting", present: "aten.expand" }, without: Lacks("_add_batch_dim is still"));
 
 // ── dynamo model patches ──
@@ -319,11 +327,11 @@ case!(vmap_mask_expansion_becomes_broadcasting, "plugins/onnx/patch-vmap-mask-ex
 // program is the same with or without the MATH backend (checked on this model
 // and on masked, causal, GQA, transposed and reshaped variants): what is left to
 // prove is that the plugin answered the call and the trace still matches eager.
-case!(sdpa_on_cpu_traces_a_data_dependent_batch, "plugins/dynamo/patch-sdpa-math-cpu", "dynamo", "data_dependent_batch",
+case!(full sdpa_on_cpu_traces_a_data_dependent_batch, "plugins/dynamo/patch-sdpa-math-cpu", "dynamo", "data_dependent_batch",
       dynamic: false, effect: Answered, without: Lacks("no patch answered"));
 case!(kernels_are_reported_unavailable_while_tracing, "plugins/dynamo/patch-kernels-unavailable", "dynamo", "kernels_or_fallback",
       dynamic: false, effect: Ops { absent: "", present: "aten.tanh" }, without: Fails("a hub kernel would be loaded here"));
-case!(nllb_moe_router_skips_its_classifier_cast, "plugins/dynamo/patch-nllb-moe-classifier-cast", "dynamo", "nllb_moe_router",
+case!(full nllb_moe_router_skips_its_classifier_cast, "plugins/dynamo/patch-nllb-moe-classifier-cast", "dynamo", "nllb_moe_router",
       dynamic: false, effect: Ops { absent: "", present: "aten.linear" }, without: Fails("swap Linear.weight"));
 // Logits match eager; the cache keeps all 8 positions (eager's sliding layer keeps window - 1 = 3,
 // and so does the trace without the patch), so an exported decode does not break past the window.

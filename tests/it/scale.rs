@@ -111,17 +111,25 @@ fn streamed_weights_match_loaded(cases: &[(&str, &[&str], &[&str])]) {
     assert_no_scratch_left(dir.path());
 }
 
-/// One file; several shards and their index; tied embeddings stored once, in
-/// bfloat16 (exported as float32: converted as they are written); float32
-/// exported as bfloat16 (rounded to nearest even, as torch rounds). Each
-/// writer (ONNX initializers and external data, `.pt2` entries) sees plain
-/// and converted weights.
+/// Several shards and their index; tied embeddings stored once, in bfloat16
+/// (exported as float32: converted as they are written). Each writer (ONNX
+/// initializers and external data, `.pt2` entries) sees plain and converted
+/// weights.
 #[test]
 fn streamed_weights_give_the_same_artifacts_as_weights_read_by_the_worker() {
     streamed_weights_match_loaded(&[
-        ("llama", &["--dynamic"], &["onnx", "dynamo"]),
         ("llama-sharded", &[], &["onnx"]),
         ("llama-tied-bf16", &[], &["onnx", "dynamo"]),
+    ]);
+}
+
+/// One file; float32 exported as bfloat16 (rounded to nearest even, as torch
+/// rounds).
+#[test]
+#[ignore = "full tier: a single-file checkpoint and the cast down (streamed_weights_give_the_same_artifacts_as_weights_read_by_the_worker streams into every writer, plain and converted; weights/cast.rs checks the rounding)"]
+fn streamed_weights_from_one_file_and_cast_down_give_the_same_artifacts() {
+    streamed_weights_match_loaded(&[
+        ("llama", &[], &["onnx", "dynamo"]),
         ("llama", &["--dtype", "bfloat16"], &["dynamo"]),
     ]);
 }
