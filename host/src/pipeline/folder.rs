@@ -206,14 +206,26 @@ const PROCESSOR_FILES: &[&str] = &[
 
 /// Copies the [`PROCESSOR_FILES`] `model` has into `scratch`, so the export
 /// folder is what a user deploys: the model and what turns text or audio
-/// into its inputs. A file the export wrote itself is kept.
+/// into its inputs. A file the export wrote itself is kept. Each is opened
+/// as a checkpoint file is: a regular file of the folder, a link only as the
+/// Hub cache's own, so a `tokenizer.json` linking to a key does not put the
+/// key into the folder the user ships.
 fn copy_processor_files(model: &Path, scratch: &Path) -> Result<()> {
     for name in PROCESSOR_FILES {
         let (from, to) = (model.join(name), scratch.join(name));
-        if from.is_file() && !to.exists() {
-            std::fs::copy(&from, &to)
-                .with_context(|| format!("copying {} into the export folder", from.display()))?;
+        if std::fs::symlink_metadata(&from).is_err() || to.exists() {
+            continue;
         }
+        let copy = || -> Result<()> {
+            let (_, mut file) = crate::weights::checkpoint::open_checkpoint(
+                &from,
+                std::slice::from_ref(&from),
+            )
+            .map_err(anyhow::Error::msg)?;
+            std::io::copy(&mut file, &mut std::fs::File::create(&to)?)?;
+            Ok(())
+        };
+        copy().with_context(|| format!("copying {} into the export folder", from.display()))?;
     }
     Ok(())
 }
@@ -363,6 +375,32 @@ mod tests {
             ["export.json", "model.pt2", "preprocessor_config.json", "tokenizer.json"]
         );
         assert_eq!(std::fs::read_to_string(out.join("tokenizer.json")).unwrap(), "tokenizer.json");
+    }
+
+    /// A processor file that links out of the model folder (to a key, say)
+    /// stops the export naming it, and nothing is written.
+    #[test]
+    fn a_processor_file_linking_out_of_the_model_folder_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("model");
+        std::fs::create_dir(&model).unwrap();
+        std::fs::write(dir.path().join("id_rsa"), "secret").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("id_rsa"), model.join("tokenizer.json"))
+            .unwrap();
+        let mut trace = trace();
+        trace.request.source =
+            ModelSource::Directory { path: model, trust_remote_code: false, layers: None };
+        let out = dir.path().join("export");
+        let folder = ExportFolder::beside(&out).unwrap();
+        let artifact = Artifact::Pt2;
+        std::fs::write(folder.component("model", &artifact), "pt2").unwrap();
+        let components = [("model".into(), serde_json::json!({}))];
+        let error = folder
+            .finish(&artifact, &trace, &components, &set(), Backend::Dynamo)
+            .unwrap_err();
+        let line = format!("{error:#}");
+        assert!(line.contains("tokenizer.json") && line.contains("symbolic link"), "{line}");
+        assert!(!out.exists());
     }
 
     #[test]
