@@ -116,19 +116,15 @@ pub fn share_weights(models: &[PathBuf]) -> Result<Shared, ShareError> {
                     .ok_or_else(|| layout(&name, format!("no `{key}` in its external data")))
             };
             let (offset, length) = (number("offset")?, number("length")?);
+            let past_the_end = || {
+                layout(&name, format!("{length} bytes at {offset} past the end of its data file"))
+            };
+            let stop = offset.checked_add(length).ok_or_else(past_the_end)?;
             let bytes = usize::try_from(offset)
                 .ok()
-                .zip(usize::try_from(offset + length).ok())
+                .zip(usize::try_from(stop).ok())
                 .and_then(|(start, stop)| map.get(start..stop))
-                .ok_or_else(|| {
-                    layout(
-                        &name,
-                        format!(
-                            "bytes {offset}..{} past the end of its data file",
-                            offset + length
-                        ),
-                    )
-                })?;
+                .ok_or_else(past_the_end)?;
             let key = (length, Sha256::digest(bytes).into());
             let at = if i == 0 {
                 *offsets.entry(key).or_insert(offset)
@@ -258,6 +254,24 @@ mod tests {
         // The three distinct weights, aligned: 2000 (+48) + 3000 (+8) + 1500.
         assert_eq!(shared.bytes, 2048 + 3008 + 1500);
         assert_eq!(shared.saved, 3000 + 1500 + 2000);
+    }
+
+    /// An offset and length whose sum overflows is one error, not a panic.
+    #[test]
+    fn a_weight_past_the_end_of_its_data_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a.onnx");
+        model(&a, &[("x", vec![1; 2000])]);
+        let mut proto = p::ModelProto::decode(std::fs::read(&a).unwrap().as_slice()).unwrap();
+        let init = &mut proto.graph.as_mut().unwrap().initializer[0];
+        for entry in &mut init.external_data {
+            if entry.key.as_deref() != Some("location") {
+                entry.value = Some(u64::MAX.to_string());
+            }
+        }
+        std::fs::write(&a, proto.encode_to_vec()).unwrap();
+        let error = share_weights(std::slice::from_ref(&a)).unwrap_err().to_string();
+        assert!(error.contains("initializer `x`") && error.contains("past the end"), "{error}");
     }
 
     #[test]

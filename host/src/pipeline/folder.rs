@@ -217,11 +217,9 @@ fn copy_processor_files(model: &Path, scratch: &Path) -> Result<()> {
             continue;
         }
         let copy = || -> Result<()> {
-            let (_, mut file) = crate::weights::checkpoint::open_checkpoint(
-                &from,
-                std::slice::from_ref(&from),
-            )
-            .map_err(anyhow::Error::msg)?;
+            let (_, mut file) =
+                crate::weights::checkpoint::open_checkpoint(&from, std::slice::from_ref(&from))
+                    .map_err(anyhow::Error::msg)?;
             std::io::copy(&mut file, &mut std::fs::File::create(&to)?)?;
             Ok(())
         };
@@ -395,9 +393,8 @@ mod tests {
         let artifact = Artifact::Pt2;
         std::fs::write(folder.component("model", &artifact), "pt2").unwrap();
         let components = [("model".into(), serde_json::json!({}))];
-        let error = folder
-            .finish(&artifact, &trace, &components, &set(), Backend::Dynamo)
-            .unwrap_err();
+        let error =
+            folder.finish(&artifact, &trace, &components, &set(), Backend::Dynamo).unwrap_err();
         let line = format!("{error:#}");
         assert!(line.contains("tokenizer.json") && line.contains("symbolic link"), "{line}");
         assert!(!out.exists());
