@@ -93,7 +93,7 @@ pub struct ComponentReport {
     pub patch_calls_cached: u64,
     /// Ops decomposed after the trace because no translation or fix handles them.
     pub decomposed: Vec<DecomposedOp>,
-    /// Input axes torch.export fixed although `--dynamic` asked them to vary.
+    /// Input axes torch.export fixed although the export is dynamic.
     pub fixed_axes: Vec<FixedAxis>,
     /// torch.export's guards on input sizes the artifact cannot check.
     pub size_guards: Vec<String>,
