@@ -87,7 +87,7 @@ def main(scratch):
             )
         ),
         "model",
-        "while building the model",
+        "while building it",
         "hidden size (30)",
         "--set",
     )
@@ -145,13 +145,19 @@ def main(scratch):
             "--device cuda",
             "drop --device",
         )
-    # Failures of hfx or its upstreams keep their traceback.
-    for name, call in [
-        ("a bug", lambda: [][1]),
-        ("an OS refusal", lambda: open("/proc/1/mem", "w")),
-        ("a ValueError outside transformers", lambda: int("x")),
+    # Failures of hfx or its upstreams keep their traceback: past `build`
+    # the files and inputs are hfx's.
+    bad_config = lambda: sources.from_architecture(  # noqa: E731
+        "llama", {"hidden_size": "30", "num_attention_heads": "4"}, None
+    )
+    for name, call, step in [
+        ("a bug", lambda: [][1], "build"),
+        ("an OS refusal", lambda: open("/proc/1/mem", "w"), "build"),
+        ("a ValueError outside transformers", lambda: int("x"), "build"),
+        ("a transformers refusal while running hfx's inputs", bad_config, "eager"),
+        ("a scratch file missing", lambda: open(os.path.join(scratch, "absent")), "lower"),
     ]:
-        user = classified(call)
+        user = classified(call, step)
         if user is not None:
             failures.append(f"{name}: classified as {user}")
 

@@ -597,11 +597,7 @@ const PIPELINE_TASKS: &[(&str, &str)] = &[
 /// `BertModel`) or a dotted path to one; a pipeline task's name (as optimum
 /// takes it) is refused naming the class that builds its model.
 fn checked_task(task: &str) -> Result<String> {
-    let identifier = |part: &str| {
-        part.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-            && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-    };
-    if task.split('.').all(identifier) {
+    if task.split('.').all(crate::trace::shapes::is_identifier) {
         return Ok(task.to_string());
     }
     let (pipeline, with_past) = match task.strip_suffix("-with-past") {
@@ -784,6 +780,7 @@ fn capture(mut args: CaptureArgs, progress: crate::pipeline::Progress) -> Result
         case: args.case,
     };
     let captured = crate::selftest::capture::capture(options, &what, progress)?;
+    crate::pipeline::progress::finish();
     println!(
         "wrote {}: {} node(s) around {}, {} input value(s), {} KiB",
         what.case.display(),

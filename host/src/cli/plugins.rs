@@ -261,6 +261,7 @@ pub(super) fn test_ops(
         exclusions: args.exclusions,
     };
     let report = ops::run(&loaded, &mut worker, &options, scratch.path(), progress)?;
+    crate::pipeline::progress::finish();
     for (op, tally) in &report.ops {
         let skipped: usize = tally.skipped.values().sum();
         let status = if !tally.failed.is_empty() {

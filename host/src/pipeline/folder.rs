@@ -88,7 +88,7 @@ impl ExportFolder {
         let request = &trace.request;
         let mut config = json!({
             "dynamic": request.dynamic,
-            "dynamic_shapes": if request.dynamic_shapes.is_empty() { serde_json::Value::Null } else { json!(request.dynamic_shapes) },
+            "dynamic_shapes": if request.dynamic_shapes.is_empty() { serde_json::Value::Null } else { json!(request.dynamic_shapes.iter().map(ToString::to_string).collect::<Vec<_>>()) },
             "export_format": format,
             "prefer_deferred_runtime_asserts_over_guards": !request.dynamic_shapes.is_empty(),
             "strict": false,

@@ -450,8 +450,11 @@ fn write_trace(
         writeln!(out, "  decomposed {:<30} {} node(s) into {} node(s)", d.op, d.nodes, d.became)?;
     }
     if !t.tied_axes.is_empty() {
-        let tied: Vec<String> =
-            t.tied_axes.iter().map(|tie| tie.replacen('=', " tied to ", 1)).collect();
+        let tied: Vec<String> = t
+            .tied_axes
+            .iter()
+            .map(|t| format!("{}:{} tied to {}:{}", t.input, t.axis, t.to_input, t.to_axis))
+            .collect();
         writeln!(out, "  dynamic shapes: {} (the model needs them equal)", tied.join(", "))?;
     }
     // The artifact cannot check these: a size breaking one runs and computes wrong values.

@@ -94,8 +94,8 @@ pub struct TraceSummary {
     /// torch.export's guards on input sizes that other sizes break and the
     /// artifact cannot check.
     pub size_guards: Vec<SizeGuard>,
-    /// Input axes tied to a `--dynamic-shapes` axis: `attention_mask:1=input_ids:1`.
-    pub tied_axes: Vec<String>,
+    /// Input axes tied to a `--dynamic-shapes` axis.
+    pub tied_axes: Vec<crate::trace::protocol::TiedAxis>,
     /// The `--trace-cache` entry the program came from (the worker did not trace).
     pub cached: Option<PathBuf>,
 }

@@ -796,7 +796,7 @@ impl TraceRequest {
             source: self.source_params(),
             task: self.task.clone(),
             dynamic: self.dynamic,
-            dynamic_shapes: self.dynamic_shapes.iter().map(ToString::to_string).collect(),
+            dynamic_shapes: self.dynamic_shapes.clone(),
             batch: self.batch,
             sequence: self.sequence,
             output: output.to_path_buf(),

@@ -27,7 +27,7 @@ use crate::plugins::Versions;
 /// The protocol version: the first 32 bits of the SHA-256 of the messages'
 /// canonical form, written by `cargo run -p protocol-gen` (the worker's
 /// `messages.PROTOCOL` is the same number).
-pub const PROTOCOL: u64 = 3317131109;
+pub const PROTOCOL: u64 = 905227933;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -158,13 +158,24 @@ pub enum Decompose {
     Missing { handled: Vec<String> },
 }
 
+/// One `--dynamic-shapes` range: the input axis `input:axis` varies from
+/// `min` to `max`; parsed and checked by the host (`shapes.rs`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AxisRange {
+    /// The forward's keyword argument (`input_ids`).
+    pub input: String,
+    pub axis: u32,
+    pub min: u32,
+    pub max: u32,
+}
+
 /// `trace`: every field is sent; the worker has no defaults.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TraceParams {
     pub source: SourceParams,
     pub task: Option<String>,
     pub dynamic: bool,
-    pub dynamic_shapes: Vec<String>,
+    pub dynamic_shapes: Vec<AxisRange>,
     pub batch: u32,
     pub sequence: u32,
     pub output: PathBuf,
@@ -625,6 +636,16 @@ pub struct Decomposed {
     pub became: u64,
 }
 
+/// `input:axis` given the range of the `--dynamic-shapes` axis `to_input:to_axis`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TiedAxis {
+    pub input: String,
+    pub axis: u32,
+    pub to_input: String,
+    pub to_axis: u32,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TraceReply {
@@ -661,8 +682,8 @@ pub struct TraceReply {
     /// where they hold, and no artifact carries them.
     pub size_guards: Vec<SizeGuard>,
     /// Input axes given the range of a `--dynamic-shapes` axis because the
-    /// model needs them equal: `attention_mask:1=input_ids:1`.
-    pub tied_axes: Vec<String>,
+    /// model needs them equal.
+    pub tied_axes: Vec<TiedAxis>,
     /// The size symbols of input axes hfx's sample inputs sized (a generated
     /// model's), by what they are: what ExecuTorch's memory plan bounds them by.
     pub axis_kinds: BTreeMap<String, AxisKind>,
@@ -820,8 +841,10 @@ pub enum UserErrorKind {
     SandboxRefusal,
     /// An option this worker's torch cannot carry out (`--device cuda` without a GPU).
     UnsupportedOption,
-    /// The model's own code (transformers) refused the model or its inputs.
+    /// transformers refused to build the model (its config).
     Model,
+    /// A `--dynamic-shapes` range the model's inputs or torch.export refuse.
+    ShapeSpec,
 }
 
 // ── Notifications during a request (worker → host) ──

@@ -79,28 +79,20 @@ impl SampleSizes {
     }
 }
 
-/// One `--dynamic-shapes` range: `input:axis=min..max`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AxisRange {
-    /// The forward's keyword argument (`input_ids`).
-    pub input: String,
-    pub axis: u32,
-    pub min: u32,
-    pub max: u32,
-}
+pub use super::protocol::AxisRange;
 
+/// As the flag spells it (`input_ids:1=2..2048`), which is also how an
+/// export folder's config records it.
 impl fmt::Display for AxisRange {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}:{}={}..{}", self.input, self.axis, self.min, self.max)
     }
 }
 
-/// As the flag spells it (`input_ids:1=2..2048`), which is also how an
-/// export folder's config records it.
-impl serde::Serialize for AxisRange {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
+/// A Python identifier in ASCII: an input's, a class's or a module's name.
+pub fn is_identifier(name: &str) -> bool {
+    name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// The most axes an input has that a range may name (a video's
@@ -131,9 +123,7 @@ impl AxisRange {
         let (input, axis) = name_axis.split_once(':').ok_or_else(|| error(form.into()))?;
         let (min, max) = bounds.split_once("..").ok_or_else(|| error(form.into()))?;
         let (input, axis, min, max) = (input.trim(), axis.trim(), min.trim(), max.trim());
-        let is_name = input.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-            && input.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !is_name {
+        if !is_identifier(input) {
             return Err(error(format!(
                 "`{input}` is not an input's name (a forward argument, e.g. input_ids)"
             )));
@@ -203,7 +193,8 @@ mod tests {
         let range = AxisRange::parse("input_ids:1=2..2048").unwrap();
         assert_eq!(range, AxisRange { input: "input_ids".into(), axis: 1, min: 2, max: 2048 });
         assert_eq!(range.to_string(), "input_ids:1=2..2048");
-        assert_eq!(serde_json::to_value(&range).unwrap(), "input_ids:1=2..2048");
+        let sent = serde_json::json!({"input": "input_ids", "axis": 1, "min": 2, "max": 2048});
+        assert_eq!(serde_json::to_value(&range).unwrap(), sent);
         for (item, expected) in [
             ("banana", "--dynamic-shapes banana: expected INPUT:AXIS=MIN..MAX"),
             ("input_ids:1=2048..2", "the range 2048..2 is empty"),

@@ -30,17 +30,6 @@ def nearest(word, names, count=3):
     return f"; did you mean {said + ' or ' if said else ''}`{close[-1]}`?"
 
 
-# What the worker was doing at each step of a request (`protocol.STEPS`), for the line.
-DOING = {
-    "import": "importing torch",
-    "build": "building the model",
-    "eager": "running the model eagerly",
-    "export": "tracing it (torch.export)",
-    "decompose": "decomposing its program",
-    "save": "saving its program",
-}
-
-
 def first_line(text):
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
@@ -82,15 +71,18 @@ def classify(error, step):
             kind="sandbox_refusal",
             line=f"{first_line(str(error))} (refused by the plugin sandbox: fix or drop the plugin)",
         )
+    # Past `build` the files and inputs are hfx's own (its scratch, its sample
+    # inputs): a missing file or a refusal there is hfx's failure, traceback kept.
+    if step != "build":
+        return None
     if isinstance(error, FileNotFoundError) and error.filename:
         return UserError(kind="missing_file", line=f"{error.filename}: no such file")
     refusal = transformers_refusal(error)
     if refusal is not None:
-        doing = DOING.get(step, f"`{step}`")
-        fix = " (its config: --set, or the folder's config.json)" if step == "build" else ""
         return UserError(
             kind="model",
-            line=f"transformers refused the model while {doing}: {first_line(str(refusal))}{fix}",
+            line=f"transformers refused the model while building it: {first_line(str(refusal))} "
+            "(its config: --set, or the folder's config.json)",
         )
     return None
 

@@ -333,7 +333,8 @@ def capture_generation(session, params):
             f"{params.NAME}, field `source`: kind `{params.source.kind}` (expected {kinds})"
         )
     started = time.perf_counter()
-    model, inputs = built_model(session, params, generative=True)
+    with session.during("build"):
+        model, inputs = built_model(session, params, generative=True)
     if not isinstance(params.source, SourceParamsFunction):
         inputs = left_padded(model, inputs)
     captured = capture(model, inputs, params.multi_token_decode, params.max_cache_len)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypedDict
 
 # The hash of the definition's canonical form; both ends check it at `hello`.
-PROTOCOL = 3317131109
+PROTOCOL = 905227933
 
 
 @dataclass
@@ -125,6 +125,18 @@ Decompose = DecomposeNone | DecomposeAll | DecomposeMissing
 
 
 @dataclass
+class AxisRange:
+    """One `--dynamic-shapes` range: the input axis `input:axis` varies from
+    `min` to `max`; parsed and checked by the host (`shapes.rs`)."""
+
+    # The forward's keyword argument (`input_ids`).
+    input: str
+    axis: int
+    min: int
+    max: int
+
+
+@dataclass
 class TraceParams:
     """`trace`: every field is sent; the worker has no defaults."""
 
@@ -132,7 +144,7 @@ class TraceParams:
     source: SourceParams
     task: str | None
     dynamic: bool
-    dynamic_shapes: list[str]
+    dynamic_shapes: list[AxisRange]
     batch: int
     sequence: int
     output: str
@@ -526,6 +538,16 @@ class Decomposed:
 
 
 @dataclass
+class TiedAxis:
+    """`input:axis` given the range of the `--dynamic-shapes` axis `to_input:to_axis`."""
+
+    input: str
+    axis: int
+    to_input: str
+    to_axis: int
+
+
+@dataclass
 class TraceReply:
     # The traced model's class (`LlamaForCausalLM`).
     model_class: str
@@ -560,8 +582,8 @@ class TraceReply:
     # where they hold, and no artifact carries them.
     size_guards: list[SizeGuard]
     # Input axes given the range of a `--dynamic-shapes` axis because the
-    # model needs them equal: `attention_mask:1=input_ids:1`.
-    tied_axes: list[str]
+    # model needs them equal.
+    tied_axes: list[TiedAxis]
     # The size symbols of input axes hfx's sample inputs sized (a generated
     # model's), by what they are: what ExecuTorch's memory plan bounds them by.
     axis_kinds: dict[str, AxisKind]
@@ -710,6 +732,7 @@ UserErrorKind = Literal[
     "sandbox_refusal",
     "unsupported_option",
     "model",
+    "shape_spec",
 ]
 
 

@@ -7,6 +7,7 @@ request's error, with its traceback, and the one line for the user where it
 is the input's fault (`errors.classify`).
 """
 
+import contextlib
 import dataclasses
 import gc
 import importlib.abc
@@ -84,6 +85,14 @@ class Session:
     def progress(self, stage):
         self.step = stage
         self.channel.progress(stage)
+
+    @contextlib.contextmanager
+    def during(self, step):
+        """`step` is what the session is doing inside the block, unannounced;
+        an exception leaves it set, for `classify` to read."""
+        outer, self.step = self.step, step
+        yield
+        self.step = outer
 
     def weights_plan(self, entries):
         self.channel.weights_plan(entries)

@@ -16,9 +16,9 @@ import time
 
 from . import messages, quantizers
 from .checkpoint import save_program, side_weights_supported, weights_plan
-from .messages import ExportMetadata, TraceParams, TraceReply, WeightsReport
+from .errors import UserInputError
+from .messages import ExportMetadata, TiedAxis, TraceParams, TraceReply, WeightsReport
 from .program import build as build_program
-from .protocol import Unsupported
 from .pytree import (
     flat_outputs,
     named_leaves,
@@ -56,24 +56,28 @@ def dynamic_shapes(inputs, dynamic, explicit, ties=()):
         shapes = {name: ({} if torch.is_tensor(value) else None) for name, value in inputs.items()}
         dims = {}
         for spec in explicit:
-            name, axis, low, high = parse_range(spec)
+            name, axis = spec.input, spec.axis
             value = inputs.get(name)
+            said = f"--dynamic-shapes {spelled(spec)}"
             if not torch.is_tensor(value):
                 takes = ", ".join(k for k, v in inputs.items() if torch.is_tensor(v))
-                raise Unsupported(
-                    f"--dynamic-shapes {spec}: the model takes no tensor input `{name}` (its inputs: {takes})"
+                raise UserInputError(
+                    "shape_spec",
+                    f"{said}: the model takes no tensor input `{name}` (its inputs: {takes})",
                 )
             if axis >= value.dim():
-                raise Unsupported(
-                    f"--dynamic-shapes {spec}: `{name}` has {value.dim()} axes (0 to {value.dim() - 1})"
+                raise UserInputError(
+                    "shape_spec",
+                    f"{said}: `{name}` has {value.dim()} axes (0 to {value.dim() - 1})",
                 )
             size = value.shape[axis]
-            if not low <= size <= high:
-                raise Unsupported(
-                    f"--dynamic-shapes {spec}: the sample input is {size} there, outside the range; "
-                    f"give a range that holds {size}, or sample sizes within it (--sample)"
+            if not spec.min <= size <= spec.max:
+                raise UserInputError(
+                    "shape_spec",
+                    f"{said}: the sample input is {size} there, outside the range; "
+                    f"give a range that holds {size}, or sample sizes within it (--sample)",
                 )
-            dims[name, axis] = torch.export.Dim(f"{name}_{axis}", min=low, max=high)
+            dims[name, axis] = torch.export.Dim(f"{name}_{axis}", min=spec.min, max=spec.max)
             shapes[name][axis] = dims[name, axis]
         for name, axis, other, other_axis in ties:
             shapes[other][other_axis] = dims[name, axis]
@@ -83,12 +87,9 @@ def dynamic_shapes(inputs, dynamic, explicit, ties=()):
     return {name: auto_shapes(value) for name, value in inputs.items()}
 
 
-def parse_range(spec):
-    """`input:axis=min..max`, as the host sends it (parsed and checked there)."""
-    name_axis, bounds = spec.split("=")
-    name, axis = name_axis.split(":")
-    low, high = bounds.split("..")
-    return name, int(axis), int(low), int(high)
+def spelled(spec):
+    """An `AxisRange` as the flag spells it: `input_ids:1=2..2048`."""
+    return f"{spec.input}:{spec.axis}={spec.min}..{spec.max}"
 
 
 def refused_ranges(explicit, error):
@@ -100,7 +101,10 @@ def refused_ranges(explicit, error):
         if line.startswith("  - ")
     ]
     why = "; ".join(reasons) or str(error).splitlines()[0]
-    return Unsupported(f"--dynamic-shapes {','.join(explicit)}: torch.export refuses them: {why}")
+    ranges = ",".join(spelled(spec) for spec in explicit)
+    return UserInputError(
+        "shape_spec", f"--dynamic-shapes {ranges}: torch.export refuses them: {why}"
+    )
 
 
 def tie_candidates(inputs, explicit):
@@ -109,10 +113,10 @@ def tie_candidates(inputs, explicit):
     `input_ids:1`), as `(input, axis, tied input, tied axis)`."""
     import torch
 
-    named = {parse_range(spec)[:2] for spec in explicit}
+    named = {(spec.input, spec.axis) for spec in explicit}
     candidates = []
     for spec in explicit:
-        name, axis, _, _ = parse_range(spec)
+        name, axis = spec.input, spec.axis
         size = inputs[name].shape[axis]
         for other, value in inputs.items():
             if (
@@ -429,7 +433,8 @@ def trace(session, params: TraceParams) -> TraceReply:
         try:
             program, answers, returned = export(shapes)
         except torch._dynamo.exc.UserError as error:
-            if not params.dynamic_shapes or "Constraints violated" not in str(error):
+            violated = torch._dynamo.exc.UserErrorType.CONSTRAINT_VIOLATION
+            if not params.dynamic_shapes or error.error_type != violated:
                 raise
             # An axis the model needs equal to a named one (`attention_mask:1`
             # to `input_ids:1`) is fixed at the named one's sample size, which
@@ -536,7 +541,10 @@ def trace(session, params: TraceParams) -> TraceReply:
         weights=weights_report(streaming, side_weights and streamed is not None),
         decomposed=decomposed,
         size_guards=guards,
-        tied_axes=[f"{other}:{other_axis}={name}:{axis}" for name, axis, other, other_axis in ties],
+        tied_axes=[
+            TiedAxis(input=other, axis=other_axis, to_input=name, to_axis=axis)
+            for name, axis, other, other_axis in ties
+        ],
         axis_kinds=axis_kinds(program, params) if sized_by_hfx(source) else {},
         max_positions=max_positions(model),
     )
