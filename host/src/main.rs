@@ -31,7 +31,7 @@ fn main() -> std::process::ExitCode {
             hfx::pipeline::progress::finish();
             if cli_verbose > 0 {
                 eprintln!("error: {}", whole(&e));
-                if let Some(detail) = detail(&e) {
+                if let Some(detail) = hfx::report::schema::detail(&e) {
                     eprintln!("{}", detail.trim_end());
                 }
             } else {
@@ -138,15 +138,6 @@ fn summary(message: &str) -> (String, bool) {
     };
     let said: String = said.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
     (said.split_whitespace().collect::<Vec<_>>().join(" "), more)
-}
-
-/// What the error's line leaves out: the traceback of a failure the worker
-/// classified as the user's, kept for `-v`.
-fn detail(error: &anyhow::Error) -> Option<&str> {
-    error
-        .chain()
-        .find_map(|cause| cause.downcast_ref::<hfx::trace::TraceError>())
-        .and_then(hfx::trace::TraceError::detail)
 }
 
 /// `-v`: the error and its causes whole, each message once.

@@ -24,9 +24,8 @@ pub const TARGET: &str = "wasm32-unknown-unknown";
 /// The cargo profile guests are built with (small, no unwinding): defined by
 /// the crate's workspace, as `hfx plugins new` writes it.
 pub const PROFILE: &str = "plugin";
-/// The component file when the manifest names none (the host's default too,
-/// `hfx::plugins::manifest::DEFAULT_COMPONENT`).
-const DEFAULT_COMPONENT: &str = "plugin.wasm";
+/// The component file when the manifest names none; the host reads it from here.
+pub const DEFAULT_COMPONENT: &str = "plugin.wasm";
 /// How deep below a folder given plugin crates are looked for (`plugins/<backend>/<name>`).
 const SEARCH_DEPTH: u32 = 3;
 

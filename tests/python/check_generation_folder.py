@@ -40,7 +40,7 @@ sys.path.insert(
     0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker")
 )
 from hfx_worker import pytree, sources  # noqa: E402
-from hfx_worker.generation import left_padded  # noqa: E402
+from hfx_worker.generation import PROJECTORS, left_padded  # noqa: E402
 
 FLAGS = ("use_cache", "output_attentions", "output_hidden_states", "return_dict", "return_loss")
 
@@ -88,14 +88,7 @@ def main(folder, atol, *options):
     # hfx's components beyond the reference's: a multimodal prefill's
     # encoders and projector, an encoder-decoder's encoder (`generate` runs
     # them before the forward the reference captures).
-    multimodal = (
-        "image_encoder",
-        "audio_encoder",
-        "multi_modal_projector",
-        "connector",
-        "embed_vision",
-        "embed_audio",
-    )
+    multimodal = ("image_encoder", "audio_encoder", *PROJECTORS)
     if (
         any(name not in (*multimodal, "encoder") for name in extra)
         or (any(name in multimodal for name in extra) and "language_model" not in ours)

@@ -588,13 +588,8 @@ fn export(run: Run, worker: &mut Option<Worker>, job: Job) -> Result<Component> 
         || run.options.keep_reference
         || matches!(job.target.artifact, Artifact::Pt2 | Artifact::IrJson);
     let (reference, summary, metadata) = match &job.input {
-        Input::Traced(traced) if keep => (
-            place_reference(traced, job.output)?,
-            Some(traced.summary.clone()),
-            Some(serde_json::to_value(&traced.export_metadata)?),
-        ),
         Input::Traced(traced) => (
-            None,
+            if keep { place_reference(traced, job.output)? } else { None },
             Some(traced.summary.clone()),
             Some(serde_json::to_value(&traced.export_metadata)?),
         ),

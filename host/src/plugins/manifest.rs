@@ -24,8 +24,8 @@ pub const META_SECTION: &str = "hfx:plugin-meta";
 /// A declaration larger than this is refused (the cap of `describe`'s answer).
 pub const MAX_META_BYTES: usize = super::sandbox::MAX_DESCRIBE_BYTES;
 
-/// The component's file when the manifest names none (`cargo xtask build-plugins` writes it).
-pub const DEFAULT_COMPONENT: &str = "plugin.wasm";
+/// The component's file when the manifest names none, where the builder writes it.
+pub const DEFAULT_COMPONENT: &str = hfx_plugin_build::DEFAULT_COMPONENT;
 
 /// Everything known about a plugin: its `plugin.toml` completed with what its
 /// component declares.

@@ -53,13 +53,18 @@ impl FailureReport {
             schema_version: SCHEMA_VERSION,
             hfx_version: env!("CARGO_PKG_VERSION").to_string(),
             error: format!("{error:#}"),
-            detail: error
-                .chain()
-                .find_map(|cause| cause.downcast_ref::<crate::trace::TraceError>())
-                .and_then(crate::trace::TraceError::detail)
-                .map(str::to_string),
+            detail: detail(error).map(str::to_string),
         }
     }
+}
+
+/// What an error's one line leaves out: the traceback of a failure the
+/// worker classified as the user's (printed with `-v`, kept in the report).
+pub fn detail(error: &anyhow::Error) -> Option<&str> {
+    error
+        .chain()
+        .find_map(|cause| cause.downcast_ref::<crate::trace::TraceError>())
+        .and_then(crate::trace::TraceError::detail)
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

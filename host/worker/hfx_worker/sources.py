@@ -389,8 +389,6 @@ def sample_inputs(model, batch, sequence):
 
 def forward_parameters(model):
     """The names `model`'s forward takes."""
-    import inspect
-
     return inspect.signature(model.forward).parameters
 
 
