@@ -113,6 +113,15 @@ pub struct Built {
     pub bytes: usize,
 }
 
+/// The plugin crates at or below each of `dirs`, folder by folder.
+pub fn find_all(dirs: &[PathBuf]) -> Result<Vec<PluginCrate>> {
+    let mut found = Vec::new();
+    for dir in dirs {
+        found.extend(find_crates(dir)?);
+    }
+    Ok(found)
+}
+
 /// The plugin crates at or below `dir` (down to `plugins/<backend>/<name>`),
 /// in path order; none found is an error naming the folder.
 pub fn find_crates(dir: &Path) -> Result<Vec<PluginCrate>> {

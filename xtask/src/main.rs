@@ -383,20 +383,13 @@ fn install_test_browser() -> Result<()> {
 fn build_plugins(only: &[String]) -> Result<Vec<PluginCrate>> {
     install_guest_toolchain()?;
     let root = workspace_root();
-    let crates = if only.is_empty() {
-        let mut found = Vec::new();
-        for base in ["plugins", "tests/plugins"] {
-            found.extend(hfx_plugin_build::find_crates(&root.join(base))?);
-        }
-        found
+    let dirs: Vec<PathBuf> = if only.is_empty() {
+        ["plugins", "tests/plugins"].map(|base| root.join(base)).to_vec()
     } else {
         // Named folders may be anywhere (a plugin scaffolded outside the repository).
-        let mut found = Vec::new();
-        for dir in only {
-            found.extend(hfx_plugin_build::find_crates(Path::new(dir))?);
-        }
-        found
+        only.iter().map(PathBuf::from).collect()
     };
+    let crates = hfx_plugin_build::find_all(&dirs)?;
     let toolchain = hfx_plugin_build::Toolchain::find()?;
     eprintln!("guest compiler: {}", toolchain.version);
     // Every crate in hfx's target folder, standalone ones too, so std is compiled once.

@@ -332,10 +332,7 @@ pub(super) fn lock(args: &SetOptions, output: &Path) -> Result<()> {
 /// `hfx plugins build`: every plugin crate at or below `dirs` into its
 /// component; the toolchain is checked before anything is compiled.
 pub(super) fn build(dirs: &[std::path::PathBuf]) -> Result<()> {
-    let mut crates = Vec::new();
-    for dir in dirs {
-        crates.extend(hfx_plugin_build::find_crates(dir)?);
-    }
+    let crates = hfx_plugin_build::find_all(dirs)?;
     let toolchain = hfx_plugin_build::Toolchain::find()?;
     eprintln!("guest compiler: {}", toolchain.version);
     // Cargo reads a relative target folder from its own working folder, the crate's: anchor it here.
