@@ -1,0 +1,225 @@
+//! `--generation --genai`: the export folder is also an ONNX Runtime GenAI
+//! package, which `onnxruntime_genai.Model(DIR)` loads. GenAI runs one
+//! decoder for the prompt (past length 0) and for each new token, feeding its
+//! `present` cache back as the next `past`: hfx's `decode` component exported
+//! with a dynamic sequence axis (`--multi-token-decode`) is that model, as it
+//! is. `genai_config.json` names its inputs and outputs as hfx wrote them
+//! (GenAI takes the names from the config), the model's sizes from
+//! `config.json` and the search defaults from `generation_config.json`.
+
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+
+/// The file GenAI reads a package from.
+pub const CONFIG: &str = "genai_config.json";
+
+/// The component GenAI runs.
+pub const DECODER: &str = "decode";
+
+/// `config.json`'s `model_type`s whose GenAI model type hfx writes (GenAI
+/// knows more; these are the ones hfx's tests generate with), with that type.
+const MODEL_TYPES: &[(&str, &str)] =
+    &[("llama", "llama"), ("qwen3", "qwen3"), ("phi3", "phi3"), ("gemma2", "gemma2")];
+
+/// The decoder's inputs GenAI feeds, by GenAI's key, and the cache's names
+/// (`%d` the layer) in hfx's decoder.
+const INPUTS: &[&str] = &["input_ids", "attention_mask", "position_ids"];
+const PAST: [(&str, &str); 2] = [
+    ("past_key_names", "input.cache.layers.%d.keys"),
+    ("past_value_names", "input.cache.layers.%d.values"),
+];
+const PRESENT: [(&str, &str); 2] = [
+    ("present_key_names", "output.cache.layers.%d.keys"),
+    ("present_value_names", "output.cache.layers.%d.values"),
+];
+
+/// Refuses captured components GenAI cannot run as one decoder: an
+/// encoder-decoder's or a multimodal model's parts.
+pub fn check_components<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<()> {
+    let names: Vec<&str> = names.into_iter().collect();
+    if names != ["prefill", DECODER] {
+        bail!(
+            "--genai: `generate` runs this model as {}, and ONNX Runtime GenAI runs a decoder-only model as one decoder: export it without --genai",
+            names.join(" + ")
+        );
+    }
+    Ok(())
+}
+
+/// The GenAI model type of the model whose `config.json` is in `folder`.
+pub fn model_type(folder: &Path) -> Result<&'static str> {
+    let config = read_json(&folder.join("config.json"))?;
+    let model_type = config["model_type"].as_str().unwrap_or("");
+    match MODEL_TYPES.iter().find(|(hf, _)| *hf == model_type) {
+        Some((_, genai)) => Ok(genai),
+        None => bail!(
+            "--genai: no ONNX Runtime GenAI model type for model_type `{model_type}` ({}); hfx writes GenAI packages of {}: export it without --genai",
+            config["architectures"][0].as_str().unwrap_or("no architecture named"),
+            MODEL_TYPES.iter().map(|(hf, _)| *hf).collect::<Vec<_>>().join(", ")
+        ),
+    }
+}
+
+/// Writes `genai_config.json` into `folder`, which holds the model's
+/// `config.json`, `generation_config.json` and the decoder `decoder_file`
+/// (its inputs and outputs: `inputs`, `outputs`).
+pub fn write_config(
+    folder: &Path,
+    decoder_file: &str,
+    inputs: &[String],
+    outputs: &[String],
+) -> Result<()> {
+    let model = read_json(&folder.join("config.json"))?;
+    let generation = match folder.join("generation_config.json") {
+        path if path.is_file() => read_json(&path)?,
+        _ => json!({}),
+    };
+    let config = genai_config(&model, &generation, decoder_file, inputs, outputs)?;
+    let text = serde_json::to_string_pretty(&config)? + "\n";
+    crate::atomic::write_bytes_atomically(&folder.join(CONFIG), text.as_bytes())
+        .with_context(|| format!("writing {CONFIG}"))
+}
+
+fn read_json(path: &Path) -> Result<Value> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_slice(&bytes).with_context(|| format!("parsing {}", path.display()))
+}
+
+/// The config's number `key`, or the error naming it.
+fn size(config: &Value, key: &str) -> Result<u64> {
+    config[key].as_u64().with_context(|| format!("config.json has no `{key}`"))
+}
+
+/// `genai_config.json` for the model `config` (`config.json`) with its
+/// `generation` config, whose decoder `decoder_file` has these `inputs` and
+/// `outputs`; an input GenAI does not feed, or a cache not named per layer as
+/// GenAI expects, is an error naming it.
+fn genai_config(
+    config: &Value,
+    generation: &Value,
+    decoder_file: &str,
+    inputs: &[String],
+    outputs: &[String],
+) -> Result<Value> {
+    let model_type = config["model_type"].as_str().unwrap_or("");
+    let genai_type = MODEL_TYPES
+        .iter()
+        .find(|(hf, _)| *hf == model_type)
+        .map(|(_, genai)| *genai)
+        .with_context(|| format!("no GenAI model type for `{model_type}`"))?;
+    let layers = size(config, "num_hidden_layers")?;
+    let hidden = size(config, "hidden_size")?;
+    let heads = size(config, "num_attention_heads")?;
+    let kv_heads = config["num_key_value_heads"].as_u64().unwrap_or(heads);
+    let head_size = config["head_dim"].as_u64().unwrap_or(hidden / heads);
+    let context = size(config, "max_position_embeddings")?;
+
+    let cache: Vec<String> = (0..layers)
+        .flat_map(|i| PAST.iter().map(move |(_, pattern)| pattern.replace("%d", &i.to_string())))
+        .collect();
+    let mut names = serde_json::Map::new();
+    for input in inputs {
+        if INPUTS.contains(&input.as_str()) {
+            names.insert(input.clone(), json!(input));
+        } else if !cache.contains(input) {
+            bail!("--genai: the decoder takes `{input}`, which ONNX Runtime GenAI does not feed (it feeds {}, and the cache per layer)", INPUTS.join(", "));
+        }
+    }
+    if !names.contains_key("input_ids") {
+        bail!("--genai: the decoder takes no `input_ids`, and ONNX Runtime GenAI feeds token ids");
+    }
+    let present: Vec<String> = (0..layers)
+        .flat_map(|i| PRESENT.iter().map(move |(_, pattern)| pattern.replace("%d", &i.to_string())))
+        .collect();
+    for (expected, given) in [(&cache, inputs), (&present, outputs)] {
+        if let Some(missing) = expected.iter().find(|n| !given.contains(n)) {
+            bail!("--genai: the decoder has no `{missing}`: ONNX Runtime GenAI needs each of the {layers} layers' keys and values as a past input and a present output");
+        }
+    }
+    if !outputs.iter().any(|o| o == "logits") {
+        bail!("--genai: the decoder has no `logits` output");
+    }
+    for (key, pattern) in PAST {
+        names.insert(key.into(), json!(pattern));
+    }
+    let mut output_names = serde_json::Map::from_iter([("logits".to_string(), json!("logits"))]);
+    for (key, pattern) in PRESENT {
+        output_names.insert(key.into(), json!(pattern));
+    }
+
+    // A token id from generation_config.json, else config.json; eos may be a list.
+    let token = |key: &str| -> Value {
+        match &generation[key] {
+            Value::Null => config[key].clone(),
+            given => given.clone(),
+        }
+    };
+    let eos = match token("eos_token_id") {
+        Value::Array(ids) => Value::Array(ids),
+        Value::Null => json!([]),
+        id => json!([id]),
+    };
+    // GenAI pads a batch with `pad_token_id`; a model without one pads with its end token.
+    let pad = match token("pad_token_id") {
+        Value::Null => eos.get(0).cloned().unwrap_or(json!(0)),
+        id => id,
+    };
+    let search_value = |key: &str, default: Value| -> Value {
+        match &generation[key] {
+            Value::Null => default,
+            given => given.clone(),
+        }
+    };
+    Ok(json!({
+        "model": {
+            "type": genai_type,
+            "context_length": context,
+            "vocab_size": size(config, "vocab_size")?,
+            "bos_token_id": token("bos_token_id"),
+            "eos_token_id": eos,
+            "pad_token_id": pad,
+            "decoder": {
+                "filename": decoder_file,
+                "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
+                "head_size": head_size,
+                "hidden_size": hidden,
+                "num_attention_heads": heads,
+                "num_key_value_heads": kv_heads,
+                "num_hidden_layers": layers,
+                "inputs": names,
+                "outputs": output_names,
+            },
+        },
+        "search": {
+            "max_length": context,
+            "min_length": 0,
+            "do_sample": search_value("do_sample", json!(false)),
+            "num_beams": search_value("num_beams", json!(1)),
+            "num_return_sequences": search_value("num_return_sequences", json!(1)),
+            "temperature": search_value("temperature", json!(1.0)),
+            "top_k": search_value("top_k", json!(50)),
+            "top_p": search_value("top_p", json!(1.0)),
+            "repetition_penalty": search_value("repetition_penalty", json!(1.0)),
+            "length_penalty": search_value("length_penalty", json!(1.0)),
+            "no_repeat_ngram_size": search_value("no_repeat_ngram_size", json!(0)),
+            "early_stopping": true,
+            // hfx's decoder returns the cache grown by the new tokens, a new tensor.
+            "past_present_share_buffer": false,
+        },
+    }))
+}
+
+/// The graph inputs and outputs of the ONNX model at `path`, by name.
+pub fn model_io(path: &Path) -> Result<(Vec<String>, Vec<String>)> {
+    use prost::Message;
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let model = crate::onnx::proto::ModelProto::decode(bytes.as_slice())
+        .with_context(|| format!("parsing {}", path.display()))?;
+    let graph = model.graph.unwrap_or_default();
+    let names = |values: Vec<crate::onnx::proto::ValueInfoProto>| {
+        values.into_iter().filter_map(|v| v.name).collect::<Vec<_>>()
+    };
+    Ok((names(graph.input), names(graph.output)))
+}
