@@ -166,18 +166,27 @@ fn genai_config(
         Value::Null => eos.get(0).cloned().unwrap_or(json!(0)),
         id => id,
     };
+    let vocab = size(config, "vocab_size")?;
+    let bos = token("bos_token_id");
+    let ids = [("bos_token_id", &bos), ("pad_token_id", &pad)];
+    let eos_ids = eos.as_array().into_iter().flatten().map(|id| ("eos_token_id", id));
+    for (key, id) in ids.into_iter().chain(eos_ids) {
+        if !id.is_null() && id.as_u64().is_none_or(|id| id >= vocab) {
+            bail!("--genai: {key} {id} is not a token of the model's vocabulary (vocab_size {vocab}), and ONNX Runtime GenAI refuses it: set it in config.json or generation_config.json");
+        }
+    }
     let search_value = |key: &str, default: Value| -> Value {
         match &generation[key] {
             Value::Null => default,
             given => given.clone(),
         }
     };
-    Ok(json!({
+    let mut genai = json!({
         "model": {
             "type": genai_type,
             "context_length": context,
-            "vocab_size": size(config, "vocab_size")?,
-            "bos_token_id": token("bos_token_id"),
+            "vocab_size": vocab,
+            "bos_token_id": bos,
             "eos_token_id": eos,
             "pad_token_id": pad,
             "decoder": {
@@ -208,17 +217,61 @@ fn genai_config(
             // hfx's decoder returns the cache grown by the new tokens, a new tensor.
             "past_present_share_buffer": false,
         },
-    }))
+    });
+    // GenAI reads a token id given as a number; a model without a start token has none.
+    if genai["model"]["bos_token_id"].is_null() {
+        genai["model"].as_object_mut().map(|m| m.remove("bos_token_id"));
+    }
+    Ok(genai)
 }
 
-/// The graph inputs and outputs of the ONNX model at `path`, by name.
-pub fn model_io(path: &Path) -> Result<(Vec<String>, Vec<String>)> {
+/// A sliding-window cache layer's window, which transformers keeps as a
+/// tensor of the cache (`_sliding_window_tensor`, `config.sliding_window`) and
+/// the decoder takes as an input that GenAI does not feed.
+const WINDOW_INPUT: &str = "._sliding_window_tensor";
+
+/// Fits the decoder at `path` for GenAI and returns its graph inputs and
+/// outputs by name: a sliding window's input becomes a constant of the graph
+/// (the value of `config.json`'s `sliding_window`, in `folder`). ONNX
+/// Runtime's callers bind the inputs the session takes, so the component
+/// still runs as the reference runs it.
+pub fn fit_decoder(path: &Path, folder: &Path) -> Result<(Vec<String>, Vec<String>)> {
+    use crate::onnx::proto as p;
     use prost::Message;
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let model = crate::onnx::proto::ModelProto::decode(bytes.as_slice())
+    let mut model = p::ModelProto::decode(bytes.as_slice())
         .with_context(|| format!("parsing {}", path.display()))?;
+    let graph = model.graph.get_or_insert_with(Default::default);
+    let (windows, inputs): (Vec<_>, Vec<_>) = std::mem::take(&mut graph.input)
+        .into_iter()
+        .partition(|v| v.name.as_deref().is_some_and(|n| n.ends_with(WINDOW_INPUT)));
+    graph.input = inputs;
+    if !windows.is_empty() {
+        let config = read_json(&folder.join("config.json"))?;
+        let window = config["sliding_window"]
+            .as_i64()
+            .context("--genai: the decoder takes a sliding window, and config.json has no `sliding_window`")?;
+        for input in windows {
+            let data_type = match input.r#type.and_then(|t| t.value) {
+                Some(p::type_proto::Value::TensorType(t)) => t.elem_type,
+                _ => None,
+            };
+            // transformers keeps the window as a `torch.long` scalar.
+            if data_type != Some(p::tensor_proto::DataType::Int64 as i32) {
+                bail!("--genai: the decoder's sliding window input is not an int64 scalar");
+            }
+            graph.initializer.push(p::TensorProto {
+                name: input.name,
+                data_type,
+                int64_data: vec![window],
+                ..Default::default()
+            });
+        }
+        crate::atomic::write_bytes_atomically(path, &model.encode_to_vec())
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
     let graph = model.graph.unwrap_or_default();
-    let names = |values: Vec<crate::onnx::proto::ValueInfoProto>| {
+    let names = |values: Vec<p::ValueInfoProto>| {
         values.into_iter().filter_map(|v| v.name).collect::<Vec<_>>()
     };
     Ok((names(graph.input), names(graph.output)))

@@ -450,7 +450,7 @@ fn export_for_generation(
     let genai_folder = match (asked.genai, &folder) {
         (true, Some(folder)) => {
             let decoder = target.artifact.folder_file(genai::DECODER);
-            let (inputs, outputs) = genai::model_io(&folder.join(&decoder))?;
+            let (inputs, outputs) = genai::fit_decoder(&folder.join(&decoder), folder)?;
             genai::write_config(folder, &decoder, &inputs, &outputs)?;
             Some(folder.clone())
         }
