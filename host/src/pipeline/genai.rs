@@ -168,9 +168,10 @@ fn genai_config(
     };
     let vocab = size(config, "vocab_size")?;
     let bos = token("bos_token_id");
+    // The end tokens first: a missing pad token is the first of them.
     let ids = [("bos_token_id", &bos), ("pad_token_id", &pad)];
     let eos_ids = eos.as_array().into_iter().flatten().map(|id| ("eos_token_id", id));
-    for (key, id) in ids.into_iter().chain(eos_ids) {
+    for (key, id) in eos_ids.chain(ids) {
         if !id.is_null() && id.as_u64().is_none_or(|id| id >= vocab) {
             bail!("--genai: {key} {id} is not a token of the model's vocabulary (vocab_size {vocab}), and ONNX Runtime GenAI refuses it: set it in config.json or generation_config.json");
         }
@@ -248,9 +249,9 @@ pub fn fit_decoder(path: &Path, folder: &Path) -> Result<(Vec<String>, Vec<Strin
     graph.input = inputs;
     if !windows.is_empty() {
         let config = read_json(&folder.join("config.json"))?;
-        let window = config["sliding_window"]
-            .as_i64()
-            .context("--genai: the decoder takes a sliding window, and config.json has no `sliding_window`")?;
+        let window = config["sliding_window"].as_i64().context(
+            "--genai: the decoder takes a sliding window, and config.json has no `sliding_window`",
+        )?;
         for input in windows {
             let data_type = match input.r#type.and_then(|t| t.value) {
                 Some(p::type_proto::Value::TensorType(t)) => t.elem_type,
@@ -275,4 +276,128 @@ pub fn fit_decoder(path: &Path, folder: &Path) -> Result<(Vec<String>, Vec<Strin
         values.into_iter().filter_map(|v| v.name).collect::<Vec<_>>()
     };
     Ok((names(graph.input), names(graph.output)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    /// A two-layer decoder's inputs and outputs as hfx names them.
+    fn decoder_io(extra_input: Option<&str>) -> (Vec<String>, Vec<String>) {
+        let mut inputs = names(&["input_ids", "attention_mask"]);
+        inputs.extend(extra_input.map(String::from));
+        let mut outputs = names(&["logits"]);
+        for i in 0..2 {
+            for kind in ["keys", "values"] {
+                inputs.push(format!("input.cache.layers.{i}.{kind}"));
+                outputs.push(format!("output.cache.layers.{i}.{kind}"));
+            }
+        }
+        (inputs, outputs)
+    }
+
+    fn llama() -> Value {
+        json!({"model_type": "llama", "vocab_size": 128, "hidden_size": 32, "num_attention_heads": 4,
+               "num_hidden_layers": 2, "max_position_embeddings": 64, "eos_token_id": 2})
+    }
+
+    #[test]
+    fn the_config_names_hfx_decoder_io_and_takes_the_generation_defaults() {
+        let (inputs, outputs) = decoder_io(None);
+        let generation = json!({"eos_token_id": [2, 5], "do_sample": true, "top_k": 20});
+        let config = genai_config(&llama(), &generation, "decode.onnx", &inputs, &outputs).unwrap();
+        let model = &config["model"];
+        assert_eq!(model["type"], "llama");
+        assert_eq!(model["context_length"], 64);
+        assert_eq!(model["eos_token_id"], json!([2, 5]));
+        // No pad token: GenAI pads with the end token; no start token: none written.
+        assert_eq!(model["pad_token_id"], 2);
+        assert!(model.get("bos_token_id").is_none());
+        let decoder = &model["decoder"];
+        assert_eq!(decoder["filename"], "decode.onnx");
+        // Sizes the config leaves out: head size and key/value heads from the attention heads.
+        assert_eq!(decoder["head_size"], 8);
+        assert_eq!(decoder["num_key_value_heads"], 4);
+        assert_eq!(
+            decoder["inputs"],
+            json!({"input_ids": "input_ids", "attention_mask": "attention_mask",
+                   "past_key_names": "input.cache.layers.%d.keys",
+                   "past_value_names": "input.cache.layers.%d.values"})
+        );
+        assert_eq!(decoder["outputs"]["present_value_names"], "output.cache.layers.%d.values");
+        assert_eq!(config["search"]["do_sample"], true);
+        assert_eq!(config["search"]["top_k"], 20);
+        assert_eq!(config["search"]["max_length"], 64);
+    }
+
+    #[test]
+    fn what_genai_cannot_feed_read_or_type_is_refused_naming_it() {
+        let error = |config: &Value, io: (Vec<String>, Vec<String>)| {
+            genai_config(config, &json!({}), "decode.onnx", &io.0, &io.1).unwrap_err().to_string()
+        };
+        let e = error(&llama(), decoder_io(Some("cache_position")));
+        assert!(e.contains("takes `cache_position`"), "{e}");
+        let (inputs, mut outputs) = decoder_io(None);
+        outputs.pop();
+        let e = error(&llama(), (inputs, outputs));
+        assert!(e.contains("no `output.cache.layers.1.values`"), "{e}");
+        let mut config = llama();
+        config["eos_token_id"] = json!(32000);
+        let e = error(&config, decoder_io(None));
+        assert!(e.contains("eos_token_id 32000 is not a token"), "{e}");
+
+        let dir = tempfile::tempdir().unwrap();
+        let gpt2 = json!({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]});
+        std::fs::write(dir.path().join("config.json"), gpt2.to_string()).unwrap();
+        let e = model_type(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("model_type `gpt2` (GPT2LMHeadModel)"), "{e}");
+        assert!(e.contains("llama, qwen3, phi3, gemma2"), "{e}");
+        assert!(check_components(["encoder", "prefill", "decode"]).is_err());
+        assert!(check_components(["prefill", "decode"]).is_ok());
+    }
+
+    #[test]
+    fn a_sliding_windows_cache_input_becomes_a_constant_of_the_decoder() {
+        use crate::onnx::proto as p;
+        use prost::Message;
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = llama();
+        config["sliding_window"] = json!(4);
+        std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+        let input = |name: &str, elem_type: p::tensor_proto::DataType| p::ValueInfoProto {
+            name: Some(name.into()),
+            r#type: Some(p::TypeProto {
+                value: Some(p::type_proto::Value::TensorType(p::type_proto::Tensor {
+                    elem_type: Some(elem_type as i32),
+                    shape: None,
+                })),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let window = "input.cache.layers.0._sliding_window_tensor";
+        let model = p::ModelProto {
+            graph: Some(p::GraphProto {
+                input: vec![
+                    input("input_ids", p::tensor_proto::DataType::Int64),
+                    input(window, p::tensor_proto::DataType::Int64),
+                ],
+                output: vec![input("logits", p::tensor_proto::DataType::Float)],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let path = dir.path().join("decode.onnx");
+        std::fs::write(&path, model.encode_to_vec()).unwrap();
+        let (inputs, outputs) = fit_decoder(&path, dir.path()).unwrap();
+        assert_eq!((inputs, outputs), (names(&["input_ids"]), names(&["logits"])));
+        let written = p::ModelProto::decode(std::fs::read(&path).unwrap().as_slice()).unwrap();
+        let constant = &written.graph.unwrap().initializer[0];
+        assert_eq!(constant.name.as_deref(), Some(window));
+        assert_eq!(constant.int64_data, [4]);
+    }
 }
