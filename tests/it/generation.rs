@@ -390,8 +390,27 @@ fn what_a_generation_export_cannot_be_is_refused_in_one_line() {
             &["--generation", "--dynamic", "--dynamic-shapes", "input_ids:1=2..16", "-o", "out/"],
             "drop --dynamic-shapes",
         ),
+        (&["--genai", "--dynamic", "-o", "out/"], "add --generation"),
+        (
+            &[
+                "--generation",
+                "--genai",
+                "--cache",
+                "static",
+                "--max-cache-len",
+                "16",
+                "-o",
+                "out/",
+            ],
+            "drop --cache static",
+        ),
     ];
-    for (extra, expected) in cases {
+    let dynamo = ["run", "--backend", "dynamo", "--model", "llama", "--set", LLAMA];
+    let genai_to_dynamo: &[&str] = &["--generation", "--genai", "-o", "out/"];
+    for (base, (extra, expected)) in std::iter::repeat(&base)
+        .zip(cases)
+        .chain([(&dynamo, &(genai_to_dynamo, "use --backend onnx"))])
+    {
         let args: Vec<&str> = base.iter().chain(extra.iter()).copied().collect();
         let out = hfx(dir.path(), &args);
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -512,6 +531,103 @@ fn encoder_decoder_folders_export_plain_and_with_a_static_cache() {
                 &[dir.to_str().unwrap(), tolerance, "--model-dir", model],
             );
         }
+    }
+    assert_no_scratch_left(root_dir.path());
+}
+
+/// `--genai`: a Llama model folder's export folder is also an ONNX Runtime
+/// GenAI package (`genai_config.json` naming the `decode` component, the
+/// tokenizer beside it); `--verify` generates with GenAI's own `Generator`,
+/// and `check_genai_folder.py` generates from the folder as a user does.
+#[test]
+fn a_llama_folder_exports_a_package_onnx_runtime_genai_generates_with() {
+    let root_dir = tempfile::tempdir().unwrap();
+    let model = model_folder("llama-tokenizer", root_dir.path());
+    let dir = root_dir.path().join("exported");
+    let stdout =
+        generate_model("onnx", &["--model-dir", model.to_str().unwrap()], &dir, &["--genai"]);
+    let line = "genai 8 greedy token(s) x 2 row(s) from ONNX Runtime GenAI's `Generator`: identical to eager `generate`";
+    assert!(stdout.contains(line), "{stdout}");
+    for file in ["genai_config.json", "decode.onnx", "tokenizer.json", "tokenizer_config.json"] {
+        assert!(dir.join(file).is_file(), "{file} missing from the folder");
+    }
+    run_python("check_genai_folder.py", &[dir.to_str().unwrap(), model.to_str().unwrap()]);
+    assert_no_scratch_left(root_dir.path());
+}
+
+/// `hfx run --backend onnx --model ARCH --set SET --generation --genai --verify -o DIR/ EXTRA`:
+/// GenAI's `Generator` generates eager's tokens.
+fn genai_generates(arch: &str, set: &str, extra: &[&str]) {
+    let root_dir = tempfile::tempdir().unwrap();
+    let dir = root_dir.path().join("exported");
+    let extra: Vec<&str> = ["--genai"].iter().chain(extra).copied().collect();
+    let stdout = generate("onnx", arch, set, &dir, &extra);
+    assert!(
+        stdout.contains("from ONNX Runtime GenAI's `Generator`: identical to eager `generate`"),
+        "{stdout}"
+    );
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("genai_config.json")).unwrap()).unwrap();
+    assert_eq!(config["model"]["type"], arch);
+}
+
+/// Phi-3's tiny config names the token ids of the real model's vocabulary: these are in the tiny one's.
+const PHI3_GENERATES: &str = "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,max_position_embeddings=64,pad_token_id=0,bos_token_id=1,eos_token_id=2";
+
+#[test]
+#[ignore = "full tier: Qwen3 (q/k norms) as a GenAI package (a_llama_folder_exports_a_package_onnx_runtime_genai_generates_with)"]
+fn qwen3_generates_with_onnx_runtime_genai() {
+    genai_generates("qwen3", QWEN3, &[]);
+}
+
+#[test]
+#[ignore = "full tier: Phi-3 (fused qkv) as a GenAI package (a_llama_folder_exports_a_package_onnx_runtime_genai_generates_with)"]
+fn phi3_generates_with_onnx_runtime_genai() {
+    genai_generates("phi3", PHI3_GENERATES, &[]);
+}
+
+/// Gemma 2's sliding window (4, which the prompt passes): the cache's window
+/// tensor is a constant of the GenAI decoder; in float32 and float16.
+#[test]
+#[ignore = "full tier: Gemma 2's sliding window as a GenAI package, fp32 and fp16 (a_llama_folder_exports_a_package_onnx_runtime_genai_generates_with)"]
+fn gemma2_generates_with_onnx_runtime_genai_in_float32_and_float16() {
+    genai_generates("gemma2", GEMMA2, &[]);
+    genai_generates("gemma2", GEMMA2, &["--dtype", "float16"]);
+}
+
+/// What GenAI cannot run as one decoder, or whose model type hfx does not
+/// map, is refused in one line once `generate` is captured; nothing is written.
+#[test]
+#[ignore = "full tier: refusals after the capture (what_a_generation_export_cannot_be_is_refused_in_one_line refuses before it)"]
+fn a_model_onnx_runtime_genai_cannot_run_is_refused_in_one_line() {
+    let root_dir = tempfile::tempdir().unwrap();
+    let plugins = root().join("plugins");
+    for (arch, set, expected) in [
+        ("t5", T5_GENERATES, "runs this model as encoder + prefill + decode"),
+        ("gpt2", GPT2, "no ONNX Runtime GenAI model type for model_type `gpt2`"),
+    ] {
+        let out = hfx(
+            root_dir.path(),
+            &[
+                "run",
+                "--backend",
+                "onnx",
+                "--model",
+                arch,
+                "--set",
+                set,
+                "--generation",
+                "--genai",
+                "-o",
+                "out/",
+                "--plugins",
+                plugins.to_str().unwrap(),
+            ],
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(expected), "{arch}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{arch}: one line: {stderr}");
+        assert!(!root_dir.path().join("out").exists(), "{arch}");
     }
     assert_no_scratch_left(root_dir.path());
 }

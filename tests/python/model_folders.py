@@ -5,7 +5,8 @@ KIND: `llama` (float32, one file), `llama-sharded` (several shards and their
 index), `llama-tied-bf16` (tied embeddings stored once, bfloat16: exported as
 float32 they are converted), `bert-mlm` (a checkpoint without a pooler: a
 `BertModel` from it falls back to loading); and one per other output
-structure: `bert` (a base model: hidden states and a pooled output), `gpt2`
+structure: `llama-tokenizer` (`llama` with a tokenizer beside it, a folder
+to generate from), `bert` (a base model: hidden states and a pooled output), `gpt2`
 (logits and a cache), `vit` (image classification logits); and the
 encoder-decoders: `whisper` (speech, with a tokenizer and a feature
 extractor), `t5`, `bart`."""
@@ -99,11 +100,10 @@ ENCODER_DECODERS = {
 }
 
 
-def processor_files(config, out):
-    """A tokenizer of `config.vocab_size` words and a feature extractor of its
-    mel bins, as a Hub model folder has them beside the model."""
+def tokenizer_files(config, out):
+    """A tokenizer of `config.vocab_size` words, as a Hub model folder has it beside the model."""
     from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, WhisperFeatureExtractor
+    from transformers import PreTrainedTokenizerFast
 
     vocab = {f"w{i}": i for i in range(config.vocab_size)}
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="w0"))
@@ -111,12 +111,24 @@ def processor_files(config, out):
     PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, unk_token="w0", pad_token="w1", eos_token="w2"
     ).save_pretrained(out)
+
+
+def processor_files(config, out):
+    """A tokenizer and a feature extractor of the config's mel bins, as a
+    Hub model folder has them beside the model."""
+    from transformers import WhisperFeatureExtractor
+
+    tokenizer_files(config, out)
     WhisperFeatureExtractor(feature_size=config.num_mel_bins).save_pretrained(out)
 
 
 def main(kind, out):
     if kind == "llama":
         llama().save_pretrained(out)
+    elif kind == "llama-tokenizer":
+        model = llama()
+        model.save_pretrained(out)
+        tokenizer_files(model.config, out)
     elif kind == "llama-sharded":
         llama().save_pretrained(out, max_shard_size="300KB")
     elif kind == "llama-tied-bf16":

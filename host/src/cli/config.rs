@@ -82,6 +82,9 @@ pub struct RunConfig {
     pub cache: Option<String>,
     pub max_cache_len: Option<u32>,
     pub generate_steps: Option<u32>,
+    /// With `generation`: an ONNX Runtime GenAI package (`--genai`).
+    #[serde(default)]
+    pub genai: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -194,6 +197,7 @@ pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)>
     model.decompose |= config.decompose;
     model.generation |= config.generation;
     model.multi_token_decode |= config.multi_token_decode;
+    model.genai |= config.genai;
     if model.cache.is_none() {
         model.cache = config
             .cache
@@ -364,6 +368,13 @@ fn target(
                 pte(backend)?
             }
         };
+        if let Source::Trace(t) = &source {
+            if t.request.generation.as_ref().is_some_and(|g| g.genai) && backend != Backend::Onnx {
+                bail!(
+                    "--genai packages an ONNX decoder for ONNX Runtime GenAI: use --backend onnx"
+                );
+            }
+        }
         if let (Artifact::Pte(_), Source::Trace(t)) = (&artifact, &source) {
             if t.request.generation.as_ref().is_some_and(|g| g.max_cache_len.is_none()) {
                 bail!(

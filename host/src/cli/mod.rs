@@ -378,6 +378,10 @@ pub struct ModelArgs {
     /// With --generation --verify: how many greedy tokens the generation check compares [default: 8].
     #[arg(long, value_name = "N")]
     pub generate_steps: Option<u32>,
+    /// With --generation (ONNX): also write an ONNX Runtime GenAI package (`genai_config.json`
+    /// naming the decoder); with --verify, GenAI's own `Generator` must generate eager's tokens.
+    #[arg(long)]
+    pub genai: bool,
 }
 
 /// The cache a generation export is traced with (`--cache`).
@@ -532,6 +536,7 @@ impl ModelArgs {
                 ("--cache", self.cache.is_some()),
                 ("--max-cache-len", self.max_cache_len.is_some()),
                 ("--generate-steps", self.generate_steps.is_some()),
+                ("--genai", self.genai),
             ]
             .into_iter()
             .filter_map(|(flag, given)| given.then_some(flag))
@@ -560,14 +565,19 @@ impl ModelArgs {
         if max_cache_len.is_none() && self.static_shapes {
             bail!("--generation with the model's growing cache cannot be --static (each decode step reads a past one token longer): drop --static, or use a fixed-size cache: --cache static --max-cache-len N");
         }
+        if self.genai && max_cache_len.is_some() {
+            bail!("--genai: ONNX Runtime GenAI grows the decoder's cache itself and cannot run one exported against a static cache: drop --cache static");
+        }
         let steps = self.generate_steps.unwrap_or(8);
         if !(1..=1024).contains(&steps) {
             bail!("--generate-steps {steps}: give 1 to 1024");
         }
         Ok(Some(crate::trace::Generation {
-            multi_token_decode: self.multi_token_decode,
+            // GenAI runs one decoder for the prompt and each new token.
+            multi_token_decode: self.multi_token_decode || self.genai,
             max_cache_len,
             steps,
+            genai: self.genai,
         }))
     }
 }

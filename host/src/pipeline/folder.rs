@@ -163,11 +163,11 @@ impl ExportFolder {
             }
         }
         // A folder exported before with another backend (or with its weights
-        // inline): the component files hfx names that this export did not write go.
+        // inline, or as a GenAI package): the files hfx names that this export did not write go.
         let files = FOLDER_COMPONENTS
             .iter()
             .flat_map(|c| FOLDER_FILES.iter().map(move |f| format!("{c}{f}")))
-            .chain([crate::onnx::external::SHARED_DATA.to_string()]);
+            .chain([crate::onnx::external::SHARED_DATA.to_string(), super::genai::CONFIG.into()]);
         for stale in
             files.filter(|f| !written.iter().any(|w| w.as_os_str() == std::ffi::OsStr::new(f)))
         {
@@ -285,9 +285,9 @@ mod tests {
     fn a_finished_folder_holds_what_this_export_wrote_and_its_manifest() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("export");
-        // A folder exported before as `.pte`, with a file of the user's.
+        // A folder exported before as `.pte` and as a GenAI package, with a file of the user's.
         std::fs::create_dir(&out).unwrap();
-        for stale in ["model.pte", "decode.pte", "notes.txt"] {
+        for stale in ["model.pte", "decode.pte", "genai_config.json", "notes.txt"] {
             std::fs::write(out.join(stale), "before").unwrap();
         }
         let folder = ExportFolder::beside(&out).unwrap();

@@ -23,12 +23,26 @@ pub fn check(
     components: std::collections::BTreeMap<String, VerifyModel>,
     steps: u32,
     tolerance: f64,
+    genai: Option<std::path::PathBuf>,
     deadline: Duration,
 ) -> Result<GenerateCheckReply> {
     let reply = worker.request(
-        &GenerateCheck { components, steps, atol: tolerance, rtol: tolerance },
+        &GenerateCheck { components, steps, atol: tolerance, rtol: tolerance, genai },
         deadline,
     )?;
+    if let Some(genai) = reply.genai.as_ref().filter(|g| !g.identical) {
+        print(&reply);
+        let at = match genai.tokens.iter().zip(&genai.eager_tokens).position(|(g, w)| g != w) {
+            Some(row) => format!(
+                "from prompt row {} it generates {:?}, eager `generate` {:?}",
+                row + 1,
+                genai.tokens[row],
+                genai.eager_tokens[row]
+            ),
+            None => "it generated fewer rows than eager".into(),
+        };
+        bail!("--verify: ONNX Runtime GenAI's `Generator` over the package differs from eager `generate`: {at}; nothing was written");
+    }
     // A component generation never called is one the check did not verify.
     if let Some(unused) = reply.calls.iter().find(|c| c.calls == 0) {
         print(&reply);
@@ -98,6 +112,20 @@ pub fn write(out: &mut impl std::fmt::Write, check: &GenerateCheckReply) -> std:
             step.max_abs.map_or("not finite".into(), |e| format!("{e:.2e}")),
             if step.ok { "" } else { "  MISMATCH" }
         )?;
+    }
+    if let Some(genai) = &check.genai {
+        writeln!(
+            out,
+            "genai {} greedy token(s) x {} row(s) from ONNX Runtime GenAI's `Generator`: {} eager `generate`",
+            genai.eager_tokens.first().map_or(0, Vec::len),
+            genai.eager_tokens.len(),
+            if genai.identical { "identical to" } else { "DIFFERENT from" },
+        )?;
+        for (row, (tokens, eager)) in genai.tokens.iter().zip(&genai.eager_tokens).enumerate() {
+            let differs =
+                if tokens == eager { String::new() } else { format!(" (eager {eager:?})") };
+            writeln!(out, "  row {:<3} {tokens:?}{differs}", row + 1)?;
+        }
     }
     Ok(())
 }

@@ -9,6 +9,7 @@
 
 pub mod emit;
 pub mod folder;
+pub mod genai;
 pub mod generation;
 pub mod model_id;
 pub mod options;
@@ -394,6 +395,11 @@ fn export_for_generation(
     progress.step("trace", "capturing the generation components from one `generate` call");
     let capture = trace.request.capture_params(asked).map_err(anyhow::Error::msg)?;
     let captured = started.request(&capture, trace.deadline)?;
+    let folder = w.folder.as_ref().map(|f| f.scratch().to_path_buf());
+    if asked.genai {
+        genai::check_components(captured.components.iter().map(|c| c.name.as_str()))?;
+        genai::model_type(folder.as_deref().context("an export folder")?)?;
+    }
     // The worker keeps the model and the captured calls for every component's trace.
     *worker = Some(started);
     // Each traced component's folder lives until every component is traced:
@@ -441,6 +447,15 @@ fn export_for_generation(
         Ok(())
     })?;
     drop(traced_folders);
+    let genai_folder = match (asked.genai, &folder) {
+        (true, Some(folder)) => {
+            let decoder = target.artifact.folder_file(genai::DECODER);
+            let (inputs, outputs) = genai::fit_decoder(&folder.join(&decoder), folder)?;
+            genai::write_config(folder, &decoder, &inputs, &outputs)?;
+            Some(folder.clone())
+        }
+        _ => None,
+    };
     if options.verify {
         progress.step(
             "verify",
@@ -453,8 +468,14 @@ fn export_for_generation(
         let worker = run.worker(worker)?;
         let artifacts =
             components.iter().filter_map(|c| Some((c.name.clone(), c.artifact.clone()?))).collect();
-        let check =
-            generation::check(worker, artifacts, asked.steps, tolerance, options.verify_deadline)?;
+        let check = generation::check(
+            worker,
+            artifacts,
+            asked.steps,
+            tolerance,
+            genai_folder,
+            options.verify_deadline,
+        )?;
         generation = Some(check);
     }
     Ok(generation)

@@ -478,7 +478,7 @@ fn write_trace(
 mod tests {
     use super::*;
     use crate::stages::PluginCounts;
-    use crate::trace::protocol::{ComponentCalls, GenerateStep};
+    use crate::trace::protocol::{ComponentCalls, GenaiTokens, GenerateStep};
 
     fn component(name: &str, nodes: (usize, usize)) -> Component {
         Component {
@@ -624,6 +624,11 @@ mod tests {
                 ComponentCalls { name: "decode".into(), calls: 1 },
             ],
             providers: vec!["CPUExecutionProvider".into()],
+            genai: Some(GenaiTokens {
+                identical: false,
+                tokens: vec![vec![5, 7], vec![6, 1]],
+                eager_tokens: vec![vec![5, 7], vec![6, 2]],
+            }),
         });
         assert_eq!(
             written(&run),
@@ -636,6 +641,9 @@ mod tests {
              generate 2 greedy token(s) x 2 row(s): identical to eager `generate` (component calls: prefill 1, decode 1; logits max abs error 2.00e-5; CPUExecutionProvider)\n\
              \x20 token 1   [5, 6]  logits max abs 2.00e-5\n\
              \x20 token 2   [7, 1] (eager [7, 2])  logits max abs not finite  MISMATCH\n\
+             genai 2 greedy token(s) x 2 row(s) from ONNX Runtime GenAI's `Generator`: DIFFERENT from eager `generate`\n\
+             \x20 row 1   [5, 7]\n\
+             \x20 row 2   [6, 1] (eager [6, 2])\n\
              nodes: prefill 10 -> 9, decode 12 -> 11; wrote out/model.onnx in 2.5 s\n"
         );
     }

@@ -713,6 +713,8 @@ pub struct Generation {
     pub max_cache_len: Option<u32>,
     /// Greedy tokens the generation check compares (`--verify`).
     pub steps: u32,
+    /// An ONNX Runtime GenAI package is written too (`--genai`).
+    pub genai: bool,
 }
 
 impl TraceRequest {

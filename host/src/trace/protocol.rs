@@ -27,7 +27,7 @@ use crate::plugins::Versions;
 /// The protocol version: the first 32 bits of the SHA-256 of the messages'
 /// canonical form, written by `cargo run -p protocol-gen` (the worker's
 /// `messages.PROTOCOL` is the same number).
-pub const PROTOCOL: u64 = 905227933;
+pub const PROTOCOL: u64 = 3549817805;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -338,6 +338,9 @@ pub struct GenerateCheck {
     /// The tolerance of each step's logits.
     pub atol: f64,
     pub rtol: f64,
+    /// An ONNX Runtime GenAI folder (`genai_config.json` and its decoder):
+    /// its own `Generator` generates `steps` greedy tokens from each prompt row too.
+    pub genai: Option<PathBuf>,
 }
 
 impl Method for GenerateCheck {
@@ -353,6 +356,18 @@ pub struct GenerateCheckReply {
     /// How many times `generate` called each component.
     pub calls: Vec<ComponentCalls>,
     pub providers: Vec<String>,
+    /// The GenAI folder's tokens, when the request named one.
+    pub genai: Option<GenaiTokens>,
+}
+
+/// Greedy tokens from ONNX Runtime GenAI's `Generator` and from eager
+/// `generate`, per prompt row (each row's prompt without its padding).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GenaiTokens {
+    pub identical: bool,
+    pub tokens: Vec<Vec<i64>>,
+    pub eager_tokens: Vec<Vec<i64>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -32,6 +32,7 @@ from .messages import (
     CapturedComponent,
     CaptureGenerationReply,
     ComponentCalls,
+    GenaiTokens,
     GenerateCheckReply,
     GenerateStep,
     SourceParamsArchitecture,
@@ -488,4 +489,46 @@ def generate_check(session, params):
             for name in generation.components
         ],
         providers=providers,
+        genai=None
+        if params.genai is None
+        else genai_tokens(generation, params.genai, params.steps),
     )
+
+
+def genai_tokens(generation, folder, steps):
+    """`steps` greedy tokens from ONNX Runtime GenAI's own `Generator` over
+    the package in `folder` (`genai_config.json` and its decoder), against
+    eager `generate`'s, for each prompt row without its padding: GenAI pads
+    and masks a batch itself, so each row is generated alone, from its tokens.
+    Both generate at least `steps` tokens (an end-of-sequence token does not
+    stop either)."""
+    import numpy as np
+    import onnxruntime_genai as og
+    import torch
+
+    model, prompt = generation.model, generation.prompt
+    config = generation_config(model, steps, None)
+    mask = prompt.get("attention_mask")
+    genai_model = og.Model(str(folder))
+    rows, eager_rows = [], []
+    for row, ids in enumerate(prompt["input_ids"]):
+        if mask is not None:
+            ids = ids[mask[row].bool()]
+        with torch.no_grad():
+            eager = model.generate(
+                input_ids=ids[None],
+                attention_mask=torch.ones_like(ids[None]),
+                generation_config=config,
+            )
+        eager_rows.append([int(t) for t in eager[0, len(ids) :]])
+        search = og.GeneratorParams(genai_model)
+        length = len(ids) + steps
+        search.set_search_options(do_sample=False, max_length=length, min_length=length)
+        generator = og.Generator(genai_model, search)
+        generator.append_tokens(np.asarray([ids.tolist()], dtype=np.int32))
+        tokens = []
+        while not generator.is_done() and len(tokens) < steps:
+            generator.generate_next_token()
+            tokens.append(int(generator.get_next_tokens()[0]))
+        rows.append(tokens)
+    return GenaiTokens(identical=rows == eager_rows, tokens=rows, eager_tokens=eager_rows)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypedDict
 
 # The hash of the definition's canonical form; both ends check it at `hello`.
-PROTOCOL = 905227933
+PROTOCOL = 3549817805
 
 
 @dataclass
@@ -285,6 +285,9 @@ class GenerateCheck:
     # The tolerance of each step's logits.
     atol: float
     rtol: float
+    # An ONNX Runtime GenAI folder (`genai_config.json` and its decoder):
+    # its own `Generator` generates `steps` greedy tokens from each prompt row too.
+    genai: str | None
 
 
 @dataclass
@@ -294,6 +297,18 @@ class GenerateCheckReply:
     # How many times `generate` called each component.
     calls: list[ComponentCalls]
     providers: list[str]
+    # The GenAI folder's tokens, when the request named one.
+    genai: GenaiTokens | None
+
+
+@dataclass
+class GenaiTokens:
+    """Greedy tokens from ONNX Runtime GenAI's `Generator` and from eager
+    `generate`, per prompt row (each row's prompt without its padding)."""
+
+    identical: bool
+    tokens: list[list[int]]
+    eager_tokens: list[list[int]]
 
 
 @dataclass
