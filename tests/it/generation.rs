@@ -117,12 +117,13 @@ macro_rules! generation {
 /// A decoder's ONNX components; the README's loop (a growing cache) generates
 /// eager's tokens with them for a left-padded batch.
 #[test]
+#[ignore = "full tier: a model built from --set (a_llama_folder_exports_a_package_onnx_runtime_genai_generates_with exports a Llama folder's ONNX components and runs the README's loop)"]
 fn llama_generates_through_onnx_components() {
     let (_root, dir) = exports("onnx", "llama", LLAMA, &["--dynamic"]);
     run_python("generation_loops.py", &[dir.to_str().unwrap()]);
 }
 generation!(
-    #[ignore = "full tier: another decoder (llama_generates_through_onnx_components)"]
+    #[ignore = "full tier: another decoder (a_llama_folder_exports_a_package_onnx_runtime_genai_generates_with)"]
     qwen3_generates_through_onnx_components,
     "onnx",
     "qwen3",
@@ -366,7 +367,7 @@ fn executorch_refuses_a_growing_cache_in_one_line() {
 
 /// A decoder's `.pt2` components; the README's loop with a growing cache in torch.
 #[test]
-#[ignore = "full tier: a decoder's .pt2 components and the growing-cache loop in torch (a_static_cache_with_dynamic_shapes_generates_in_every_runtime generates through .pt2 components; llama_generates_through_onnx_components runs the loop)"]
+#[ignore = "full tier: a decoder's .pt2 components and the growing-cache loop in torch (a_static_cache_with_dynamic_shapes_generates_in_every_runtime generates through .pt2 components; a_llama_folder_exports_a_package_onnx_runtime_genai_generates_with runs the loop)"]
 fn llama_generates_through_pt2_components() {
     let (_root, dir) = exports("dynamo", "llama", LLAMA, &["--dynamic"]);
     run_python("generation_loops.py", &[dir.to_str().unwrap()]);
@@ -538,7 +539,9 @@ fn encoder_decoder_folders_export_plain_and_with_a_static_cache() {
 /// `--genai`: a Llama model folder's export folder is also an ONNX Runtime
 /// GenAI package (`genai_config.json` naming the `decode` component, the
 /// tokenizer beside it); `--verify` generates with GenAI's own `Generator`,
-/// and `check_genai_folder.py` generates from the folder as a user does.
+/// and `check_genai_folder.py` generates from the folder as a user does. The
+/// folder's components still generate eager's tokens through the README's
+/// loop (a growing cache, a left-padded batch).
 #[test]
 fn a_llama_folder_exports_a_package_onnx_runtime_genai_generates_with() {
     let root_dir = tempfile::tempdir().unwrap();
@@ -552,6 +555,7 @@ fn a_llama_folder_exports_a_package_onnx_runtime_genai_generates_with() {
         assert!(dir.join(file).is_file(), "{file} missing from the folder");
     }
     run_python("check_genai_folder.py", &[dir.to_str().unwrap(), model.to_str().unwrap()]);
+    run_python("generation_loops.py", &[dir.to_str().unwrap()]);
     assert_no_scratch_left(root_dir.path());
 }
 
