@@ -772,7 +772,8 @@ fn emit_artifact(
             emitted.stages = onnx.stages;
             emitted.optimized = onnx.optimized.map(|o| (o, onnx.nodes));
             emitted.weights_prewritten = onnx.weights_prewritten;
-            Some(verify::Runtime::Onnx)
+            let quantized = emitted.optimized.as_ref().is_some_and(|(o, _)| o.quantized.any());
+            Some(verify::Runtime::Onnx { quantized })
         }
         (Artifact::Pte(pte), Program::Archive { pt2, graph }) => {
             // ExecuTorch lowers the program after hfx's FX stages, as a `.pt2`:
@@ -953,7 +954,7 @@ mod tests {
     }
 
     fn onnx(external_data: bool, optimize: bool) -> Artifact {
-        Artifact::Onnx(OnnxOptions { opset: 18, external_data, optimize })
+        Artifact::Onnx(OnnxOptions { opset: 18, external_data, optimize, quantize: None })
     }
 
     fn target(artifact: Artifact, destination: Destination) -> Target {
