@@ -138,8 +138,13 @@ mod tests {
         let mut folding = FoldReport { identities: 1, lifted: 1, ..Default::default() };
         folding.fused.pads = 1;
         folding.fused.batch_norms = 1;
-        let expected =
-            OptimizeReport { identities_removed: 1, merged: 1, dead_removed: 1, folding };
+        let expected = OptimizeReport {
+            identities_removed: 1,
+            merged: 1,
+            dead_removed: 1,
+            folding,
+            ..Default::default()
+        };
         assert_eq!(report, expected);
         assert_eq!(ops(&after), ["Conv"]);
         assert_eq!(after[0].inputs, ["x", "y.weight", "y.bias"]);

@@ -288,3 +288,123 @@ fn read_weight_bytes(nodes: &[Node], initializers: &[Initializer]) -> u64 {
         .map(|i| i.bytes.len() as u64)
         .sum()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::onnx::fold::testing::{node, ops};
+
+    fn mapped<'a>(name: &str, dims: &[i64], bytes: &'a [u8]) -> Initializer<'a> {
+        let header = p::TensorProto {
+            dims: dims.to_vec(),
+            data_type: DType::Float32.onnx(),
+            name: Some(name.into()),
+            ..Default::default()
+        };
+        Initializer { header, bytes: Bytes::Mapped(bytes) }
+    }
+
+    #[test]
+    fn exclude_patterns_match_whole_names_or_a_modules_weights() {
+        assert!(matches("lm_head", "lm_head.weight") && matches("lm_head", "lm_head"));
+        assert!(!matches("lm_head", "lm_head_2.weight") && !matches("head", "lm_head.weight"));
+        assert!(matches("*.mlp.*", "model.layers.0.mlp.up_proj.weight"));
+        assert!(!matches("*.mlp.*", "model.layers.0.self_attn.q_proj.weight"));
+        assert!(matches("model.layers.1*.weight", "model.layers.11.mlp.down_proj.weight"));
+        assert!(!matches("model.*.q_proj", "model.layers.0.q_proj.weight") && matches("*", "x"));
+    }
+
+    /// A Linear's weight read through a transpose, a K x N weight read
+    /// directly and twice, an embedding, an excluded weight and a 3-D one:
+    /// the first two become MatMulNBits over the quantized bytes, the rest
+    /// stay float and are reported with why.
+    #[test]
+    fn matmuls_of_2d_float_weights_become_matmul_nbits_and_the_rest_say_why_not() {
+        let (k, n) = (40usize, 8usize);
+        let floats: Vec<u8> =
+            (0..k * n).flat_map(|i| ((i as f32 * 0.37).sin()).to_le_bytes()).collect();
+        let nodes = vec![
+            node("Gather", &["embed.weight", "ids"], "x", vec![]),
+            node("Transpose", &["q.weight"], "qt", vec![("perm", Attribute::Ints(vec![1, 0]))]),
+            node("MatMul", &["x", "qt"], "q", vec![]),
+            node("MatMul", &["q", "up"], "u", vec![]),
+            node("MatMul", &["q", "up"], "u2", vec![]),
+            node("MatMul", &["u", "lm_head.weight"], "logits", vec![]),
+            node("MatMul", &["u2", "batched"], "b", vec![]),
+        ];
+        let initializers = vec![
+            mapped("embed.weight", &[n as i64, k as i64], &floats),
+            mapped("q.weight", &[n as i64, k as i64], &floats),
+            mapped("up", &[k as i64, n as i64], &floats),
+            mapped("lm_head.weight", &[k as i64, n as i64], &floats),
+            mapped("batched", &[1, k as i64, n as i64], &floats),
+        ];
+        let (mut nodes, mut initializers) = (nodes, initializers);
+        let options = Int4Options { block: 32, symmetric: false, exclude: vec!["lm_head".into()] };
+        let mut report = QuantizeReport::default();
+        let keep = ["logits", "b"].into();
+        run(&mut nodes, &mut initializers, &keep, &Quantize::Int4(options), &mut report);
+        assert_eq!(
+            ops(&nodes),
+            ["Gather", "MatMulNBits", "MatMulNBits", "MatMulNBits", "MatMul", "MatMul"]
+        );
+        let q = &nodes[1];
+        assert_eq!((q.domain.as_str(), q.outputs[0].as_str()), (MICROSOFT, "q"));
+        assert_eq!(q.inputs, ["x", "q.weight_Q4", "q.weight_scales", "q.weight_zero_points"]);
+        let int = |name| match q.attribute(name) {
+            Some(Attribute::Int(v)) => *v,
+            other => panic!("{name}: {other:?}"),
+        };
+        assert_eq!([int("K"), int("N"), int("bits"), int("block_size")], [40, 8, 4, 32]);
+        assert_eq!(nodes[3].inputs[1..], nodes[2].inputs[1..]);
+        let added: Vec<(&str, &[i64])> = initializers[5..]
+            .iter()
+            .map(|i| (i.header.name.as_deref().unwrap(), i.header.dims.as_slice()))
+            .collect();
+        assert_eq!(
+            added,
+            [
+                ("q.weight_Q4", &[8, 2, 16][..]),
+                ("q.weight_scales", &[8, 2]),
+                ("q.weight_zero_points", &[8, 1]),
+                ("up_Q4", &[8, 2, 16]),
+                ("up_scales", &[8, 2]),
+                ("up_zero_points", &[8, 1]),
+            ]
+        );
+        // The N x K weight read as stored, the K x N one read by columns.
+        let expected = |stored_n_by_k| {
+            let weight = Int4Weight {
+                k,
+                n,
+                stored_n_by_k,
+                stored: DType::Float32,
+                scale: DType::Float32,
+                block: 32,
+                symmetric: false,
+            };
+            let mut out = Vec::new();
+            weight.write(&floats, Int4Part::Packed, &mut out, None).unwrap();
+            out
+        };
+        assert_eq!(initializers[5].bytes.to_vec(), expected(true));
+        assert_eq!(initializers[8].bytes.to_vec(), expected(false));
+        assert_ne!(expected(true), expected(false));
+        let excluded: Vec<(&str, &str)> =
+            report.excluded.iter().map(|(n, w)| (n.as_str(), w.as_str())).collect();
+        assert_eq!(
+            excluded,
+            [
+                ("embed.weight", "embedding (Gather)"),
+                ("lm_head.weight", "--quantize-exclude lm_head"),
+                ("batched", "not 2-D")
+            ]
+        );
+        assert_eq!(report.quantized, 3);
+        let float = (k * n * 4) as u64;
+        let int4 = (8 * 32 + 8 * 2 * 4 + 8) as u64;
+        assert_eq!(report.weight_bytes_before, 5 * float);
+        assert_eq!(report.weight_bytes_after, 3 * float + 2 * int4);
+        assert!(report.line().starts_with("stage quantize int4      3 MatMul(s) -> MatMulNBits; left float: embedding (Gather): embed.weight; --quantize-exclude lm_head: lm_head.weight; not 2-D: batched; weights"), "{}", report.line());
+    }
+}

@@ -295,7 +295,8 @@ fn prewritten_target(written: &[Written], verify: bool) -> Option<(PathBuf, Prew
     written.iter().filter(|w| w.folder.is_some()).find_map(|w| {
         let to = match &w.target.artifact {
             Artifact::Pt2 => PrewriteTarget::Archive,
-            Artifact::Onnx(onnx) if onnx.external_data => {
+            // Quantized weights are computed at the emit step, from the map.
+            Artifact::Onnx(onnx) if onnx.external_data && onnx.quantize.is_none() => {
                 PrewriteTarget::OnnxData { transposed_linear: onnx.optimize }
             }
             _ => return None,
@@ -1064,6 +1065,13 @@ mod tests {
         // Verified artifacts are written elsewhere first; and only an inline ONNX or a `.pte`: none.
         assert_eq!(prewritten_target(&written, true), None);
         assert_eq!(prewritten_target(&written[..2], false), None);
+        // Quantized weights are not the checkpoint's bytes: none.
+        let quantized = Artifact::Onnx(OnnxOptions {
+            quantize: Some(crate::onnx::quantize::Quantize::Int4(Default::default())),
+            ..OnnxOptions { opset: 18, external_data: true, optimize: true, quantize: None }
+        });
+        let quantized = Written::new(&target(quantized, to("int4"))).unwrap();
+        assert_eq!(prewritten_target(&[quantized], false), None);
         let file =
             Written::new(&target(Artifact::Pt2, Destination::File(dir.path().join("m.pt2"))))
                 .unwrap();

@@ -294,4 +294,39 @@ mod tests {
             }
         }
     }
+
+    /// A float16 weight with float16 scales, against ONNX Runtime's bytes
+    /// for `w.astype(np.float16)` (the script above, scales `float16`): bit
+    /// for bit, one value (row 2, byte 14) a step off the float32 weight's.
+    #[test]
+    fn a_float16_weight_quantizes_as_onnx_runtime_quantizes_it() {
+        let halves: Vec<u8> =
+            weight().iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect();
+        let symmetric_scales: [u16; 6] = [47785, 14572, 47868, 15053, 47690, 47341];
+        let asymmetric_scales: [u16; 6] = [15068, 14405, 15217, 14574, 14005, 13633];
+        for symmetric in [true, false] {
+            let int4 = Int4Weight {
+                k: 40,
+                n: 3,
+                stored_n_by_k: false,
+                stored: DType::Float16,
+                scale: DType::Float16,
+                block: 32,
+                symmetric,
+            };
+            let mut packed = if symmetric { SYMMETRIC_PACKED } else { ASYMMETRIC_PACKED };
+            if symmetric {
+                packed[2][14] = 6;
+            }
+            let expected: Vec<u8> =
+                packed.iter().flat_map(|row| row.iter().copied().chain([0; 12])).collect();
+            assert_eq!(written(&int4, &halves, Int4Part::Packed), expected);
+            let scales: Vec<u16> = written(&int4, &halves, Int4Part::Scales)
+                .chunks(2)
+                .map(|c| u16::from_le_bytes([c[0], c[1]]))
+                .collect();
+            let want = if symmetric { symmetric_scales } else { asymmetric_scales };
+            assert_eq!(scales, want);
+        }
+    }
 }
