@@ -280,7 +280,7 @@ pub struct RunArgs {
     /// float weight a `com.microsoft::MatMulNBits` (4-bit blocks along K, round to nearest, as ONNX
     /// Runtime's `MatMulNBitsQuantizer`); embeddings (Gather) stay float; lm_head is quantized
     /// unless excluded (`--quantize-exclude lm_head`).
-    #[arg(long, value_name = "SCHEME", value_parser = ["int4"])]
+    #[arg(long, value_name = "SCHEME")]
     pub quantize: Option<String>,
     /// `--quantize int4`'s elements of K per block: 32, 64 or 128 [default: 32, as ONNX Runtime
     /// GenAI's builder].
