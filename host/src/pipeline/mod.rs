@@ -451,11 +451,17 @@ fn export_for_generation(
             ),
         );
         let tolerance = verify::tolerance(&target.artifact);
+        let quantized = matches!(&target.artifact, Artifact::Onnx(o) if o.quantize.is_some());
         let worker = run.worker(worker)?;
         let artifacts =
             components.iter().filter_map(|c| Some((c.name.clone(), c.artifact.clone()?))).collect();
-        let check =
-            generation::check(worker, artifacts, asked.steps, tolerance, options.verify_deadline)?;
+        let check = generation::check(
+            worker,
+            artifacts,
+            asked.steps,
+            (tolerance, quantized),
+            options.verify_deadline,
+        )?;
         generation = Some(check);
     }
     Ok(generation)

@@ -211,6 +211,14 @@ mod tests {
         assert_eq!(tolerance(&Artifact::Pte(super::super::Pte::Portable)), 1e-3);
         let request = request(&pte, Path::new("m.pte"), Path::new("m.reference.pt"));
         assert_eq!((request.atol, request.rtol, request.second_size), (1e-3, 1e-3, true));
+        let int4 = Runtime::Onnx { quantized: true };
+        let quantized = super::request(&int4, Path::new("m.onnx"), Path::new("m.reference.pt"));
+        assert_eq!((quantized.atol, quantized.rtol, quantized.atol_of_max), (INT4, 0.0, true));
+        assert_eq!(
+            int4.tolerance_text(),
+            "int4 tolerance: max abs error within 0.25 x each output's max |eager|"
+        );
+        assert!(!request.atol_of_max);
         assert!(matches!(
             request.model,
             VerifyModel::Pte { path, in_spec } if path == Path::new("m.pte") && in_spec == "[1, ...]"

@@ -311,6 +311,11 @@ pub struct OutputParity {
 pub struct GenerationReport {
     /// The tokens equal eager's at every step.
     pub identical: bool,
+    /// Of the tokens eager generated, the share the components chose as
+    /// eager did, each row up to its first difference (a quantized model's
+    /// check; 1 when identical).
+    #[serde(default)]
+    pub greedy_agreement: Option<f64>,
     pub steps: Vec<GenerationStep>,
     /// How many times `generate` called each component.
     pub calls: Vec<PatchEntry>,
@@ -397,6 +402,10 @@ impl Report {
             total_seconds: summary.total.as_secs_f64(),
             generation: summary.generation.as_ref().map(|g| GenerationReport {
                 identical: g.identical,
+                greedy_agreement: {
+                    let (agreed, total) = crate::pipeline::generation::agreement(g);
+                    Some(agreed as f64 / total.max(1) as f64)
+                },
                 steps: g
                     .steps
                     .iter()

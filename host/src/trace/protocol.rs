@@ -27,7 +27,7 @@ use crate::plugins::Versions;
 /// The protocol version: the first 32 bits of the SHA-256 of the messages'
 /// canonical form, written by `cargo run -p protocol-gen` (the worker's
 /// `messages.PROTOCOL` is the same number).
-pub const PROTOCOL: u64 = 2236036278;
+pub const PROTOCOL: u64 = 1705760596;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -330,6 +330,9 @@ pub struct GenerateCheck {
     /// The tolerance of each step's logits.
     pub atol: f64,
     pub rtol: f64,
+    /// `atol` is a fraction of each step's largest eager logit magnitude, and
+    /// `rtol` unused (a quantized model's tolerance).
+    pub atol_of_max: bool,
 }
 
 impl Method for GenerateCheck {

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypedDict
 
 # The hash of the definition's canonical form; both ends check it at `hello`.
-PROTOCOL = 2236036278
+PROTOCOL = 1705760596
 
 
 @dataclass
@@ -276,6 +276,9 @@ class GenerateCheck:
     # The tolerance of each step's logits.
     atol: float
     rtol: float
+    # `atol` is a fraction of each step's largest eager logit magnitude, and
+    # `rtol` unused (a quantized model's tolerance).
+    atol_of_max: bool
 
 
 @dataclass
