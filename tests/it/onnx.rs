@@ -227,7 +227,7 @@ fn an_int4_export_runs_in_onnx_runtime_within_its_stated_tolerance() {
     let stdout = String::from_utf8_lossy(&result.stdout);
     assert!(result.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&result.stderr));
     assert!(
-        stdout.contains("int4 tolerance: max abs error within 0.25 x each output's max |eager|"),
+        stdout.contains("int4 tolerance: max abs error within 0.5 x each output's max |eager|"),
         "{stdout}"
     );
     let model = ModelProto::decode(std::fs::read(&out).unwrap().as_slice()).unwrap();
@@ -261,7 +261,7 @@ fn an_int4_export_runs_in_onnx_runtime_within_its_stated_tolerance() {
         quantization["weight_bytes_after"].as_u64().unwrap(),
     );
     assert!(after < before / 2, "{before} -> {after}");
-    assert_eq!(component["parity"]["tolerance"], 0.25);
+    assert_eq!(component["parity"]["tolerance"], 0.5);
 }
 
 /// The reference's own translations, each on a real trace holding its op:

@@ -19,7 +19,7 @@ use crate::trace::Worker;
 /// The share of greedy tokens an int4 model's components must choose as
 /// eager does, each row counted up to its first difference (after it the
 /// contexts differ): rounding every weight to 16 levels moves the logits
-/// by a sixth of their range (`verify::INT4`), enough to flip a near-tie;
+/// by up to a half of their range (`verify::INT4`), enough to flip a near-tie;
 /// a tiny random Llama, whose logits are all near-ties, keeps 15 of 16.
 pub const INT4_AGREEMENT: f64 = 0.5;
 

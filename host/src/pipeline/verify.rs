@@ -65,11 +65,14 @@ impl Runtime {
 }
 
 /// An int4 model's max abs error, as a fraction of each output's largest
-/// eager magnitude: round-to-nearest 4-bit blocks of 32, symmetric, put a
-/// tiny random Llama's logits (`tests/python/model_folders.py llama`) 0.119
-/// off a largest 0.694 (0.17), ONNX Runtime's own `MatMulNBitsQuantizer`
-/// exactly as far (`bench/int4.py`); asymmetric blocks 0.078 (0.11).
-pub const INT4: f64 = 0.25;
+/// eager magnitude. Round-to-nearest 4-bit blocks of 32, symmetric, put a
+/// random Llama's logits 0.41 of their largest off at 12 layers, hidden 768
+/// (1.165 of 2.867), 0.17 at 2 layers, hidden 64 (0.119 of 0.694; 0.11 with
+/// asymmetric blocks): each exactly as far as ONNX Runtime's own
+/// `MatMulNBitsQuantizer` on the same model (`bench/int4.py`). A random
+/// model's error grows with its depth; this holds the quantizer to what
+/// ONNX Runtime's gives a 12-layer one, with a little room.
+pub const INT4: f64 = 0.5;
 
 /// A `.pt2` is the program torch traced: only float round-off differs.
 const SAME_PROGRAM: f64 = 1e-4;
@@ -226,7 +229,7 @@ mod tests {
         assert_eq!((quantized.atol, quantized.rtol, quantized.atol_of_max), (INT4, 0.0, true));
         assert_eq!(
             int4.tolerance_text(),
-            "int4 tolerance: max abs error within 0.25 x each output's max |eager|"
+            "int4 tolerance: max abs error within 0.5 x each output's max |eager|"
         );
         assert!(!request.atol_of_max);
         assert!(matches!(
@@ -276,6 +279,6 @@ mod tests {
         let mut out = String::new();
         write(&mut out, &checks[..], &Runtime::Onnx { quantized: true }).unwrap();
         assert!(out.contains("max rel    2.07e2  ok\n"), "{out}");
-        assert!(out.ends_with("MISMATCH\n  int4 tolerance: max abs error within 0.25 x each output's max |eager|\n"), "{out}");
+        assert!(out.ends_with("MISMATCH\n  int4 tolerance: max abs error within 0.5 x each output's max |eager|\n"), "{out}");
     }
 }
