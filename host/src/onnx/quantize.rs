@@ -195,10 +195,9 @@ fn int4<'a>(
         }
         let why = if init.header.dims.len() != 2 {
             Some("not 2-D".to_string())
-        } else if let Some(pattern) = options.exclude.iter().find(|p| matches(p, name)) {
-            Some(format!("--quantize-exclude {pattern}"))
         } else {
-            None
+            let pattern = options.exclude.iter().find(|p| matches(p, name));
+            pattern.map(|pattern| format!("--quantize-exclude {pattern}"))
         };
         let (source, stored) = match (&why, &init.bytes) {
             (Some(_), _) => (None, None),

@@ -11,6 +11,8 @@
 
 use hfx_dtype::DType;
 
+use super::transpose::Release;
+
 /// A 2-D float weight `W` (K x N as the MatMul reads it) to quantize, and how.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Int4Weight {
@@ -79,7 +81,7 @@ impl Int4Weight {
         source: &[u8],
         part: Int4Part,
         out: &mut impl std::io::Write,
-        release: Option<&dyn Fn(&[u8])>,
+        release: Release<'_>,
     ) -> std::io::Result<()> {
         let (k, size) = (self.k, self.stored.size());
         let mut values = vec![0f32; ROWS.min(self.n) * k];
@@ -204,6 +206,7 @@ mod tests {
         ],
         [21, 56, 135, 80, 103, 132, 51, 6, 71, 119, 81, 104, 131, 35, 7, 71, 102, 48, 87, 129],
     ];
+    #[allow(clippy::excessive_precision)] // as numpy printed them
     const SYMMETRIC_SCALES: [f32; 6] = [
         -0.8324126601219177,
         0.6154589056968689,
@@ -223,6 +226,7 @@ mod tests {
         ],
         [229, 161, 2, 111, 83, 24, 154, 228, 130, 34, 110, 64, 25, 185, 227, 114, 67, 159, 83, 13],
     ];
+    #[allow(clippy::excessive_precision)] // as numpy printed them
     const ASYMMETRIC_SCALES: [f32; 6] = [
         0.8576167821884155,
         0.5338947176933289,
