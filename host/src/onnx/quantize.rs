@@ -149,10 +149,6 @@ fn int4<'a>(
         .enumerate()
         .filter_map(|(i, init)| Some((init.header.name.clone()?, i)))
         .collect();
-    let mut readers: HashMap<&str, usize> = HashMap::new();
-    for input in nodes.iter().flat_map(|n| n.inputs.iter()) {
-        *readers.entry(input.as_str()).or_default() += 1;
-    }
     // A weight read through `Transpose(perm [1, 0])`, by the transpose's output.
     let transposed: HashMap<&str, &str> = nodes
         .iter()
@@ -185,7 +181,7 @@ fn int4<'a>(
         let b = node.inputs[1].as_str();
         // The weight, and whether the MatMul reads it transposed (stored N x K).
         let (name, stored_n_by_k) = match transposed.get(b) {
-            Some(&w) if readers.get(b) == Some(&1) && !keep.contains(b) => (w, true),
+            Some(&w) if !keep.contains(b) => (w, true),
             _ if index.contains_key(b) => (b, false),
             _ => continue,
         };
@@ -271,7 +267,10 @@ fn int4<'a>(
         initializers.extend(new);
         unread.extend(transpose);
     }
-    // The transposes the MatMuls read their weights through (each read once).
+    // The transposes the MatMuls read their weights through, where nothing
+    // else reads them.
+    let read: HashSet<String> = nodes.iter().flat_map(|n| n.inputs.iter().cloned()).collect();
+    unread.retain(|t| !read.contains(t));
     nodes.retain(|n| !(n.op_type == "Transpose" && unread.contains(&n.outputs[0])));
     report.excluded.extend(excluded);
     report.weight_bytes_after = read_weight_bytes(nodes, initializers);
@@ -313,10 +312,10 @@ mod tests {
         assert!(!matches("model.*.q_proj", "model.layers.0.q_proj.weight") && matches("*", "x"));
     }
 
-    /// A Linear's weight read through a transpose, a K x N weight read
-    /// directly and twice, an embedding, an excluded weight and a 3-D one:
-    /// the first two become MatMulNBits over the quantized bytes, the rest
-    /// stay float and are reported with why.
+    /// A Linear's weight read through a transpose (twice), a K x N weight
+    /// read directly and twice, an embedding, an excluded weight and a 3-D
+    /// one: the first two become MatMulNBits over the quantized bytes, each
+    /// quantized once, the rest stay float and are reported with why.
     #[test]
     fn matmuls_of_2d_float_weights_become_matmul_nbits_and_the_rest_say_why_not() {
         let (k, n) = (40usize, 8usize);
@@ -326,6 +325,7 @@ mod tests {
             node("Gather", &["embed.weight", "ids"], "x", vec![]),
             node("Transpose", &["q.weight"], "qt", vec![("perm", Attribute::Ints(vec![1, 0]))]),
             node("MatMul", &["x", "qt"], "q", vec![]),
+            node("MatMul", &["x", "qt"], "q2", vec![]),
             node("MatMul", &["q", "up"], "u", vec![]),
             node("MatMul", &["q", "up"], "u2", vec![]),
             node("MatMul", &["u", "lm_head.weight"], "logits", vec![]),
@@ -341,12 +341,22 @@ mod tests {
         let (mut nodes, mut initializers) = (nodes, initializers);
         let options = Int4Options { block: 32, symmetric: false, exclude: vec!["lm_head".into()] };
         let mut report = QuantizeReport::default();
-        let keep = ["logits", "b"].into();
+        let keep = ["logits", "b", "q2"].into();
         run(&mut nodes, &mut initializers, &keep, &Quantize::Int4(options), &mut report);
         assert_eq!(
             ops(&nodes),
-            ["Gather", "MatMulNBits", "MatMulNBits", "MatMulNBits", "MatMul", "MatMul"]
+            [
+                "Gather",
+                "MatMulNBits",
+                "MatMulNBits",
+                "MatMulNBits",
+                "MatMulNBits",
+                "MatMul",
+                "MatMul"
+            ]
         );
+        // Two MatMuls reading one transpose: both quantized, the transpose gone.
+        assert_eq!(nodes[2].inputs, nodes[1].inputs);
         let q = &nodes[1];
         assert_eq!((q.domain.as_str(), q.outputs[0].as_str()), (MICROSOFT, "q"));
         assert_eq!(q.inputs, ["x", "q.weight_Q4", "q.weight_scales", "q.weight_zero_points"]);
@@ -355,7 +365,7 @@ mod tests {
             other => panic!("{name}: {other:?}"),
         };
         assert_eq!([int("K"), int("N"), int("bits"), int("block_size")], [40, 8, 4, 32]);
-        assert_eq!(nodes[3].inputs[1..], nodes[2].inputs[1..]);
+        assert_eq!(nodes[4].inputs[1..], nodes[3].inputs[1..]);
         let added: Vec<(&str, &[i64])> = initializers[5..]
             .iter()
             .map(|i| (i.header.name.as_deref().unwrap(), i.header.dims.as_slice()))
@@ -399,11 +409,11 @@ mod tests {
                 ("batched", "not 2-D")
             ]
         );
-        assert_eq!(report.quantized, 3);
+        assert_eq!(report.quantized, 4);
         let float = (k * n * 4) as u64;
         let int4 = (8 * 32 + 8 * 2 * 4 + 8) as u64;
         assert_eq!(report.weight_bytes_before, 5 * float);
         assert_eq!(report.weight_bytes_after, 3 * float + 2 * int4);
-        assert!(report.line().starts_with("stage quantize int4      3 MatMul(s) -> MatMulNBits; left float: embedding (Gather): embed.weight; --quantize-exclude lm_head: lm_head.weight; not 2-D: batched; weights"), "{}", report.line());
+        assert!(report.line().starts_with("stage quantize int4      4 MatMul(s) -> MatMulNBits; left float: embedding (Gather): embed.weight; --quantize-exclude lm_head: lm_head.weight; not 2-D: batched; weights"), "{}", report.line());
     }
 }
