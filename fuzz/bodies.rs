@@ -45,6 +45,7 @@ pub fn pt2_open(data: &[u8]) {
                 &mut lowered.initializers,
                 &lowered.output_names,
                 &lowered.static_shapes,
+                None,
             );
             let _ = emit::plan(lowered, "fuzz", &[]);
         }

@@ -448,3 +448,31 @@ fn shape_options_are_checked_before_any_work() {
     }
     assert!(!dir.path().join("out.onnx").exists());
 }
+
+/// `--quantize` and its options are checked before any work, each refusal
+/// one line naming the flag and the fix, from the flags and from a config file.
+#[test]
+fn quantize_options_are_checked_before_any_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = ["run", "--model", "llama", "-o", "out/"];
+    let cases: &[(&[&str], &str)] = &[
+        (&["--backend", "dynamo", "--quantize", "int4"], "--quantize int4: quantization is written by the ONNX backend, not --backend dynamo: give --backend onnx"),
+        (&["--backend", "onnx", "--quantize", "int4", "--no-optimize"], "which --no-optimize skips: drop one of them"),
+        (&["--backend", "onnx", "--quantize", "int3"], "--quantize int3: hfx quantizes `int4`"),
+        (&["--backend", "onnx", "--quantize", "int4", "--quantize-block-size", "48"], "--quantize-block-size 48: give 32, 64 or 128"),
+        (&["--backend", "onnx", "--quantize-exclude", "lm_head"], "tune --quantize: add --quantize int4"),
+    ];
+    for (extra, expected) in cases {
+        let args: Vec<&str> = model.iter().chain(extra.iter()).copied().collect();
+        let stderr = one_error_line(&hfx_in(dir.path(), &args));
+        assert!(stderr.contains(expected), "{extra:?}: {stderr}");
+    }
+    std::fs::write(
+        dir.path().join("run.toml"),
+        "backend = \"executorch\"\nmodel = \"llama\"\noutput = \"out/\"\nquantize = \"int4\"\n",
+    )
+    .unwrap();
+    let stderr = one_error_line(&hfx_in(dir.path(), &["run", "--config", "run.toml"]));
+    assert!(stderr.contains("not --backend executorch"), "{stderr}");
+    assert!(!dir.path().join("out").exists());
+}

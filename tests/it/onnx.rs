@@ -210,6 +210,60 @@ fn weights_go_to_an_external_data_file_on_request() {
     );
 }
 
+/// `--quantize int4 --verify` on the shared tiny Llama: its MatMuls over
+/// weights become `com.microsoft::MatMulNBits` (the domain imported), the
+/// embedding stays a float Gather, an excluded weight stays a MatMul, ONNX
+/// Runtime runs it within the int4 tolerance the summary states, and the
+/// report says what was quantized and left float and the bytes before and after.
+#[test]
+fn an_int4_export_runs_in_onnx_runtime_within_its_stated_tolerance() {
+    let dir = tempfile::tempdir().unwrap();
+    let pt2 = traced_llama();
+    let out = dir.path().join("int4.onnx");
+    let report = dir.path().join("report.json");
+    let extra = ["--quantize", "int4", "--quantize-exclude", "lm_head", "--verify", "--report"];
+    let result =
+        export_pt2(dir.path(), &pt2, &out, &[&extra[..], &[report.to_str().unwrap()]].concat());
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(result.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&result.stderr));
+    assert!(
+        stdout.contains("int4 tolerance: max abs error within 0.5 x each output's max |eager|"),
+        "{stdout}"
+    );
+    let model = ModelProto::decode(std::fs::read(&out).unwrap().as_slice()).unwrap();
+    assert!(model
+        .opset_import
+        .iter()
+        .any(|o| o.domain.as_deref() == Some("com.microsoft") && o.version == Some(1)));
+    let ops = op_types(&out);
+    let count = |op: &str| ops.iter().filter(|o| *o == op).count();
+    assert!(count("MatMulNBits") >= 7 && count("Gather") >= 1, "{ops:?}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let component = &report["components"][0];
+    let quantization = &component["optimization"]["quantization"];
+    assert_eq!(quantization["matmuls_quantized"], count("MatMulNBits"));
+    let excluded: Vec<(&str, &str)> = quantization["excluded"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["name"].as_str().unwrap(), e["reason"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        excluded,
+        [
+            ("model.embed_tokens.weight", "embedding (Gather)"),
+            ("lm_head.weight", "--quantize-exclude lm_head")
+        ]
+    );
+    let (before, after) = (
+        quantization["weight_bytes_before"].as_u64().unwrap(),
+        quantization["weight_bytes_after"].as_u64().unwrap(),
+    );
+    assert!(after < before / 2, "{before} -> {after}");
+    assert_eq!(component["parity"]["tolerance"], 0.5);
+}
+
 /// The reference's own translations, each on a real trace holding its op:
 /// `repeat_interleave.self_int` (with and without `dim`), Python floor division
 /// of a negative symbolic size (`-(-n // 3)`), `masked_fill` of a bool tensor,

@@ -10,6 +10,7 @@ use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 
 use super::{parse_backend, RunArgs, MAX_WORKER_GIB, MIN_WORKER_GIB};
+use crate::onnx::quantize::{Int4Options, Quantize};
 use crate::pipeline::{Artifact, Destination, OnnxOptions, RunOptions, Source, Target, Trace};
 use crate::plugins::Backend;
 use crate::report::ReportTarget;
@@ -68,6 +69,13 @@ pub struct RunConfig {
     pub external_data: bool,
     #[serde(default)]
     pub no_optimize: bool,
+    /// `--quantize` and its options.
+    pub quantize: Option<String>,
+    pub quantize_block_size: Option<usize>,
+    #[serde(default)]
+    pub quantize_asymmetric: bool,
+    #[serde(default)]
+    pub quantize_exclude: Vec<String>,
     /// A report of the run (`.html` or `.json`).
     pub report: Option<PathBuf>,
     /// Where traced programs are kept by what made them.
@@ -259,6 +267,17 @@ pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)>
         memory_mechanism: model.worker_memory_mechanism.unwrap_or_default(),
         ..Default::default()
     };
+    let optimize = !(args.no_optimize || config.no_optimize);
+    let quantize = quantize(
+        QuantizeArgs {
+            scheme: args.quantize.or(config.quantize),
+            block: args.quantize_block_size.or(config.quantize_block_size),
+            asymmetric: args.quantize_asymmetric || config.quantize_asymmetric,
+            exclude: [args.quantize_exclude, config.quantize_exclude].concat(),
+        },
+        optimize,
+        &backends,
+    )?;
     let output = args
         .output
         .or(config.output.map(rel))
@@ -275,11 +294,7 @@ pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)>
     }
     let verify = args.verify || config.verify;
     let onnx = |external_data: bool| {
-        Artifact::Onnx(OnnxOptions {
-            opset,
-            external_data,
-            optimize: !(args.no_optimize || config.no_optimize),
-        })
+        Artifact::Onnx(OnnxOptions { opset, external_data, optimize, quantize: quantize.clone() })
     };
     let external_data = args.external_data || config.external_data;
     let is_file = output.extension().is_some() && !output.is_dir();
@@ -401,4 +416,39 @@ fn pte(backend: Backend) -> Result<Artifact> {
 
 fn is_json(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "json")
+}
+
+/// `--quantize` and its options, each a flag or else the config's key.
+struct QuantizeArgs {
+    scheme: Option<String>,
+    block: Option<usize>,
+    asymmetric: bool,
+    exclude: Vec<String>,
+}
+
+/// `--quantize` and its options (flags over the config's keys), checked
+/// before any work: a scheme of the ONNX backend, which runs it among the
+/// optimizer's passes.
+fn quantize(given: QuantizeArgs, optimize: bool, backends: &[Backend]) -> Result<Option<Quantize>> {
+    let QuantizeArgs { scheme, block, asymmetric, exclude } = given;
+    let Some(scheme) = scheme else {
+        if block.is_some() || asymmetric || !exclude.is_empty() {
+            bail!("--quantize-block-size, --quantize-asymmetric and --quantize-exclude tune --quantize: add --quantize int4");
+        }
+        return Ok(None);
+    };
+    if let Some(other) = backends.iter().find(|b| **b != Backend::Onnx) {
+        bail!("--quantize {scheme}: quantization is written by the ONNX backend, not --backend {other}: give --backend onnx");
+    }
+    if !optimize {
+        bail!("--quantize {scheme}: the quantizer is a pass of the ONNX optimizer, which --no-optimize skips: drop one of them");
+    }
+    if scheme != "int4" {
+        bail!("--quantize {scheme}: hfx quantizes `int4`");
+    }
+    let block = block.unwrap_or(Int4Options::default().block);
+    if ![32, 64, 128].contains(&block) {
+        bail!("--quantize-block-size {block}: give 32, 64 or 128");
+    }
+    Ok(Some(Quantize::Int4(Int4Options { block, symmetric: !asymmetric, exclude })))
 }

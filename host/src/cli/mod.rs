@@ -276,6 +276,24 @@ pub struct RunArgs {
     /// Skip the ONNX graph optimization (identity removal, common subexpressions, dead code).
     #[arg(long)]
     pub no_optimize: bool,
+    /// Quantize the ONNX model's weights as they stream: `int4` makes each MatMul whose B is a 2-D
+    /// float weight a `com.microsoft::MatMulNBits` (4-bit blocks along K, round to nearest, as ONNX
+    /// Runtime's `MatMulNBitsQuantizer`); embeddings (Gather) stay float; lm_head is quantized
+    /// unless excluded (`--quantize-exclude lm_head`).
+    #[arg(long, value_name = "SCHEME")]
+    pub quantize: Option<String>,
+    /// `--quantize int4`'s elements of K per block: 32, 64 or 128 [default: 32, as ONNX Runtime
+    /// GenAI's builder].
+    #[arg(long, value_name = "N")]
+    pub quantize_block_size: Option<usize>,
+    /// `--quantize int4` with a zero point per block (ONNX Runtime's quantizer's default) rather
+    /// than symmetric blocks, zero point 8 (ONNX Runtime GenAI's builder's default).
+    #[arg(long)]
+    pub quantize_asymmetric: bool,
+    /// A weight `--quantize` leaves float (repeatable): a pattern with `*` matches the whole
+    /// weight name (`*.mlp.*`), one without also the weights under a module (`lm_head`).
+    #[arg(long, value_name = "PATTERN")]
+    pub quantize_exclude: Vec<String>,
     /// Also write a report of the run: a self-contained page (`.html`) or its facts as JSON
     /// (`.json`): stage timeline, plugins and the nodes they changed, op histograms, parity.
     #[arg(long, value_name = "FILE")]

@@ -11,6 +11,7 @@ pub mod inputs;
 pub mod optimize;
 pub mod passes;
 pub mod prewrite;
+pub mod quantize;
 pub mod weights;
 #[rustfmt::skip]
 pub mod proto;

@@ -34,6 +34,8 @@ pub struct OptimizeReport {
     pub dead_removed: usize,
     /// Constant folding and what runs after it (`fold/`).
     pub folding: super::fold::FoldReport,
+    /// `--quantize` (`quantize.rs`).
+    pub quantized: super::quantize::QuantizeReport,
 }
 
 /// Renames every read of a value per `renames` (followed transitively).

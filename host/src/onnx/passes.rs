@@ -3,12 +3,13 @@
 //! `emit::plan`. Each pass is one registration line; what it does is
 //! documented (and tested) where it is written: `optimize.rs` (the generic
 //! passes), `fold/` (constant folding with its peephole rules, weights
-//! stored transposed, what a convolution absorbs). No pass changes a graph
-//! output's name.
+//! stored transposed, what a convolution absorbs), `quantize.rs` (weights
+//! quantized, on request). No pass changes a graph output's name.
 
 use std::collections::{HashMap, HashSet};
 
 use super::optimize::{self, OptimizeReport};
+use super::quantize::{self, Quantize};
 use super::weights::Initializer;
 use super::{fold, Node};
 
@@ -21,6 +22,8 @@ pub struct Graph<'s, 'a> {
     pub keep: HashSet<&'s str>,
     /// The values of a shape fixed on every axis, by name.
     pub static_shapes: &'s HashMap<String, Vec<i64>>,
+    /// `--quantize`'s scheme, if given.
+    pub quantize: Option<&'s Quantize>,
 }
 
 /// A pass: rewrites the graph, counting what it did in the report.
@@ -36,6 +39,15 @@ pub const PASSES: &[(&str, Pass)] = &[
     }),
     ("eliminate_dead_code", |g, r| {
         r.dead_removed += optimize::eliminate_dead_code(&mut g.nodes, &g.keep)
+    }),
+    // Before folding and `store_weights_transposed`: it reads each weight as
+    // the checkpoint stores it, under its checkpoint name, where folding
+    // would compute a small weight's transpose in memory under the
+    // transpose's name.
+    ("quantize_weights", |g, r| {
+        if let Some(scheme) = g.quantize {
+            quantize::run(&mut g.nodes, &mut g.initializers, &g.keep, scheme, &mut r.quantized)
+        }
     }),
     ("fold_constants", |g, r| {
         fold::fold(&mut g.nodes, &mut g.initializers, &g.keep, g.static_shapes, &mut r.folding)
@@ -58,18 +70,21 @@ pub const PASSES: &[(&str, Pass)] = &[
 ];
 
 /// Runs every pass; `outputs` are the graph outputs' names, kept;
-/// `static_shapes` the values of a shape fixed on every axis, by name.
+/// `static_shapes` the values of a shape fixed on every axis, by name;
+/// `quantize` the weights' quantization, if any.
 pub fn run(
     nodes: &mut Vec<Node>,
     initializers: &mut Vec<Initializer>,
     outputs: &[String],
     static_shapes: &HashMap<String, Vec<i64>>,
+    quantize: Option<&Quantize>,
 ) -> OptimizeReport {
     let mut graph = Graph {
         nodes: std::mem::take(nodes),
         initializers: std::mem::take(initializers),
         keep: outputs.iter().map(String::as_str).collect(),
         static_shapes,
+        quantize,
     };
     let mut report = OptimizeReport::default();
     for (_, pass) in PASSES {
@@ -118,13 +133,18 @@ mod tests {
             &initializers,
             &["y"],
             &[("x", counting(&[1, 1, 4, 4]))],
-            |n, i, _| report = run(n, i, &["y".into()], &HashMap::new()),
+            |n, i, _| report = run(n, i, &["y".into()], &HashMap::new(), None),
         );
         let mut folding = FoldReport { identities: 1, lifted: 1, ..Default::default() };
         folding.fused.pads = 1;
         folding.fused.batch_norms = 1;
-        let expected =
-            OptimizeReport { identities_removed: 1, merged: 1, dead_removed: 1, folding };
+        let expected = OptimizeReport {
+            identities_removed: 1,
+            merged: 1,
+            dead_removed: 1,
+            folding,
+            ..Default::default()
+        };
         assert_eq!(report, expected);
         assert_eq!(ops(&after), ["Conv"]);
         assert_eq!(after[0].inputs, ["x", "y.weight", "y.bias"]);

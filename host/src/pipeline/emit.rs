@@ -167,8 +167,12 @@ pub fn onnx(
             &mut lowered.initializers,
             &lowered.output_names,
             &lowered.static_shapes,
+            options.quantize.as_ref(),
         )
     });
+    // The custom domains the passes' nodes use (`MatMulNBits`), imported too.
+    let domains = lowered.nodes.iter().map(|n| &n.domain).filter(|d| !d.is_empty()).cloned();
+    lowered.domains.extend(domains.collect::<Vec<_>>());
     let planned = emit::plan(lowered, "main_graph", &metadata);
     let nodes = planned.graph.node.len();
     let storage = if options.external_data

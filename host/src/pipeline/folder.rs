@@ -295,6 +295,7 @@ mod tests {
             opset: 18,
             external_data: true,
             optimize: true,
+            quantize: None,
         });
         let model = folder.component("model", &artifact);
         assert_eq!(model, folder.scratch().join("model.onnx"));

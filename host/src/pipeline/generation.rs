@@ -16,20 +16,30 @@ use anyhow::{bail, Result};
 use crate::trace::protocol::{GenerateCheck, GenerateCheckReply, GenerateStep, VerifyModel};
 use crate::trace::Worker;
 
+/// The share of greedy tokens an int4 model's components must choose as
+/// eager does, each row counted up to its first difference (after it the
+/// contexts differ): rounding every weight to 16 levels moves the logits
+/// by up to a half of their range (`verify::INT4`), enough to flip a near-tie;
+/// a tiny random Llama, whose logits are all near-ties, keeps 15 of 16.
+pub const INT4_AGREEMENT: f64 = 0.5;
+
 /// Runs the check over the exported `components` (each one's name and
-/// artifact); tokens that differ anywhere are an error naming the first step.
+/// artifact); tokens that differ anywhere are an error naming the first
+/// step. Of `quantized` components, the greedy-token agreement must reach
+/// [`INT4_AGREEMENT`], and the logits of the steps before any row differs
+/// be within `tolerance` of each step's largest eager logit.
 pub fn check(
     worker: &mut Worker,
     components: std::collections::BTreeMap<String, VerifyModel>,
     steps: u32,
-    tolerance: f64,
+    (tolerance, quantized): (f64, bool),
     genai: Option<std::path::PathBuf>,
     deadline: Duration,
 ) -> Result<GenerateCheckReply> {
-    let reply = worker.request(
-        &GenerateCheck { components, steps, atol: tolerance, rtol: tolerance, genai },
-        deadline,
-    )?;
+    let rtol = if quantized { 0.0 } else { tolerance };
+    let request =
+        GenerateCheck { components, steps, atol: tolerance, rtol, atol_of_max: quantized, genai };
+    let reply = worker.request(&request, deadline)?;
     if let Some(genai) = reply.genai.as_ref().filter(|g| !g.identical) {
         print(&reply);
         let at = match genai.tokens.iter().zip(&genai.eager_tokens).position(|(g, w)| g != w) {
@@ -47,6 +57,24 @@ pub fn check(
     if let Some(unused) = reply.calls.iter().find(|c| c.calls == 0) {
         print(&reply);
         bail!("--verify: `generate` never called the exported `{}` component, so the generation check cannot vouch for it; nothing was written", unused.name);
+    }
+    if quantized {
+        let (agreed, total) = agreement(&reply);
+        let first_difference = reply.steps.iter().position(|s| s.tokens != s.eager_tokens);
+        let compared = &reply.steps[..first_difference.unwrap_or(reply.steps.len())];
+        if let Some((i, step)) = compared.iter().enumerate().find(|(_, s)| !s.ok) {
+            print(&reply);
+            bail!(
+                "--verify: the int4 components' logits of token {} differ by {} (beyond {tolerance} x the largest eager logit); nothing was written",
+                i + 1,
+                step.max_abs.map_or("a non-finite amount".into(), |e| format!("{e:.2e}"))
+            );
+        }
+        if (agreed as f64) < INT4_AGREEMENT * total as f64 {
+            print(&reply);
+            bail!("--verify: the int4 components choose eager's greedy tokens {agreed} of {total} times, below the {INT4_AGREEMENT} agreement int4 is held to; nothing was written");
+        }
+        return Ok(reply);
     }
     if reply.identical {
         if let Some((i, step)) = reply.steps.iter().enumerate().find(|(_, s)| !s.ok) {
@@ -78,6 +106,24 @@ pub fn check(
     Ok(reply)
 }
 
+/// Greedy tokens the components chose as eager did, each row counted up to
+/// its first difference, and the tokens eager generated.
+pub fn agreement(check: &GenerateCheckReply) -> (usize, usize) {
+    let rows = check.steps.first().map_or(0, |s| s.eager_tokens.len());
+    let agreed = (0..rows)
+        .map(|row| {
+            check
+                .steps
+                .iter()
+                .take_while(|s| {
+                    s.tokens.get(row).is_some_and(|t| s.eager_tokens.get(row) == Some(t))
+                })
+                .count()
+        })
+        .sum();
+    (agreed, rows * check.steps.len())
+}
+
 /// Prints the check's lines ([`write`]) on stdout.
 pub fn print(check: &GenerateCheckReply) {
     let mut out = String::new();
@@ -98,6 +144,14 @@ pub fn write(out: &mut impl std::fmt::Write, check: &GenerateCheckReply) -> std:
         calls.join(", "),
         check.providers.join(", ")
     )?;
+    if !check.identical {
+        let (agreed, total) = agreement(check);
+        writeln!(
+            out,
+            "  greedy-token agreement {:.2} ({agreed} of {total}, each row up to its first difference)",
+            agreed as f64 / total.max(1) as f64
+        )?;
+    }
     for (i, step) in check.steps.iter().enumerate() {
         writeln!(
             out,
@@ -128,4 +182,37 @@ pub fn write(out: &mut impl std::fmt::Write, check: &GenerateCheckReply) -> std:
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each row counts up to its first difference: the tokens after it
+    /// follow another context, whatever they are.
+    #[test]
+    fn greedy_agreement_counts_each_row_up_to_its_first_difference() {
+        let step = |tokens: [i64; 2], eager: [i64; 2]| GenerateStep {
+            tokens: tokens.to_vec(),
+            eager_tokens: eager.to_vec(),
+            max_abs: Some(0.1),
+            ok: true,
+        };
+        let check = GenerateCheckReply {
+            identical: false,
+            steps: vec![step([1, 2], [1, 2]), step([3, 9], [3, 4]), step([5, 6], [5, 6])],
+            calls: Vec::new(),
+            providers: Vec::new(),
+            genai: None,
+        };
+        assert_eq!(agreement(&check), (4, 6));
+        let mut out = String::new();
+        write(&mut out, &check).unwrap();
+        assert!(
+            out.contains(
+                "greedy-token agreement 0.67 (4 of 6, each row up to its first difference)"
+            ),
+            "{out}"
+        );
+    }
 }

@@ -296,7 +296,8 @@ fn prewritten_target(written: &[Written], verify: bool) -> Option<(PathBuf, Prew
     written.iter().filter(|w| w.folder.is_some()).find_map(|w| {
         let to = match &w.target.artifact {
             Artifact::Pt2 => PrewriteTarget::Archive,
-            Artifact::Onnx(onnx) if onnx.external_data => {
+            // Quantized weights are computed at the emit step, from the map.
+            Artifact::Onnx(onnx) if onnx.external_data && onnx.quantize.is_none() => {
                 PrewriteTarget::OnnxData { transposed_linear: onnx.optimize }
             }
             _ => return None,
@@ -465,6 +466,7 @@ fn export_for_generation(
             ),
         );
         let tolerance = verify::tolerance(&target.artifact);
+        let quantized = matches!(&target.artifact, Artifact::Onnx(o) if o.quantize.is_some());
         let worker = run.worker(worker)?;
         let artifacts =
             components.iter().filter_map(|c| Some((c.name.clone(), c.artifact.clone()?))).collect();
@@ -472,7 +474,7 @@ fn export_for_generation(
             worker,
             artifacts,
             asked.steps,
-            tolerance,
+            (tolerance, quantized),
             genai_folder,
             options.verify_deadline,
         )?;
@@ -788,7 +790,8 @@ fn emit_artifact(
             emitted.stages = onnx.stages;
             emitted.optimized = onnx.optimized.map(|o| (o, onnx.nodes));
             emitted.weights_prewritten = onnx.weights_prewritten;
-            Some(verify::Runtime::Onnx)
+            let quantized = emitted.optimized.as_ref().is_some_and(|(o, _)| o.quantized.any());
+            Some(verify::Runtime::Onnx { quantized })
         }
         (Artifact::Pte(pte), Program::Archive { pt2, graph }) => {
             // ExecuTorch lowers the program after hfx's FX stages, as a `.pt2`:
@@ -969,7 +972,7 @@ mod tests {
     }
 
     fn onnx(external_data: bool, optimize: bool) -> Artifact {
-        Artifact::Onnx(OnnxOptions { opset: 18, external_data, optimize })
+        Artifact::Onnx(OnnxOptions { opset: 18, external_data, optimize, quantize: None })
     }
 
     fn target(artifact: Artifact, destination: Destination) -> Target {
@@ -1079,6 +1082,13 @@ mod tests {
         // Verified artifacts are written elsewhere first; and only an inline ONNX or a `.pte`: none.
         assert_eq!(prewritten_target(&written, true), None);
         assert_eq!(prewritten_target(&written[..2], false), None);
+        // Quantized weights are not the checkpoint's bytes: none.
+        let quantized = Artifact::Onnx(OnnxOptions {
+            quantize: Some(crate::onnx::quantize::Quantize::Int4(Default::default())),
+            ..OnnxOptions { opset: 18, external_data: true, optimize: true, quantize: None }
+        });
+        let quantized = Written::new(&target(quantized, to("int4"))).unwrap();
+        assert_eq!(prewritten_target(&[quantized], false), None);
         let file =
             Written::new(&target(Artifact::Pt2, Destination::File(dir.path().join("m.pt2"))))
                 .unwrap();

@@ -136,6 +136,8 @@ pub struct OnnxOptions {
     pub external_data: bool,
     /// Run the generic graph passes (identities, duplicates, folding, dead code).
     pub optimize: bool,
+    /// Quantize the weights (`--quantize`), among the passes.
+    pub quantize: Option<crate::onnx::quantize::Quantize>,
 }
 
 /// Where the artifact lands.
@@ -353,7 +355,12 @@ mod tests {
 
     #[test]
     fn components_are_named_as_the_reference_names_them() {
-        let onnx = Artifact::Onnx(OnnxOptions { opset: 18, external_data: true, optimize: true });
+        let onnx = Artifact::Onnx(OnnxOptions {
+            opset: 18,
+            external_data: true,
+            optimize: true,
+            quantize: None,
+        });
         assert_eq!(onnx.folder_file("model"), "model.onnx");
         assert_eq!(Artifact::Pte(Pte::Portable).folder_file("decode"), "decode.pte");
         assert_eq!(Artifact::Pt2.folder_file("prefill"), "prefill.pt2");

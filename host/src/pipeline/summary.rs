@@ -329,10 +329,16 @@ impl Component {
                 o.dead_removed,
             )?;
         }
+        if let Some((o, _)) = self.optimized.as_ref().filter(|(o, _)| o.quantized.scheme.is_some())
+        {
+            writeln!(out, "{}", o.quantized.line())?;
+        }
         if let Some(layers) = self.verified_layers {
             writeln!(out, "verified on the model's first {layers} layers (--verify-layers: its config truncated, the same checkpoint), not the whole model:")?;
         }
-        verify::write(out, &self.verified)?;
+        // The runtime's tolerance matters only where it is a quantized model's.
+        let quantized = self.optimized.as_ref().is_some_and(|(o, _)| o.quantized.any());
+        verify::write(out, &self.verified, &verify::Runtime::Onnx { quantized })?;
         if !self.verified.is_empty() && self.trace.as_ref().is_some_and(|t| t.cached.is_some()) {
             // The second size is run on the model the worker traced, which a cache hit never builds.
             writeln!(out, "  (the program came from the trace cache: checked on its recorded inputs only; a run that traces also checks a dynamic export at a second size)")?;

@@ -169,6 +169,27 @@ pub struct Optimization {
     pub constants_lifted: u64,
     pub dead_nodes_removed: u64,
     pub nodes_after: u64,
+    /// `--quantize`: what it quantized and left float.
+    #[serde(default)]
+    pub quantization: Option<Quantization>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Quantization {
+    pub scheme: String,
+    pub matmuls_quantized: u64,
+    /// The float weights left float, each with why (an embedding, not 2-D, a
+    /// `--quantize-exclude` pattern).
+    pub excluded: Vec<ExcludedWeight>,
+    /// The model's weights' bytes as float and as written.
+    pub weight_bytes_before: u64,
+    pub weight_bytes_after: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExcludedWeight {
+    pub name: String,
+    pub reason: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -295,6 +316,11 @@ pub struct OutputParity {
 pub struct GenerationReport {
     /// The tokens equal eager's at every step.
     pub identical: bool,
+    /// Of the tokens eager generated, the share the components chose as
+    /// eager did, each row up to its first difference (a quantized model's
+    /// check; 1 when identical).
+    #[serde(default)]
+    pub greedy_agreement: Option<f64>,
     pub steps: Vec<GenerationStep>,
     /// How many times `generate` called each component.
     pub calls: Vec<PatchEntry>,
@@ -381,6 +407,10 @@ impl Report {
             total_seconds: summary.total.as_secs_f64(),
             generation: summary.generation.as_ref().map(|g| GenerationReport {
                 identical: g.identical,
+                greedy_agreement: {
+                    let (agreed, total) = crate::pipeline::generation::agreement(g);
+                    Some(agreed as f64 / total.max(1) as f64)
+                },
                 steps: g
                     .steps
                     .iter()
@@ -481,6 +511,21 @@ fn component(c: &Component, written: &Path) -> ComponentReport {
             constants_lifted: o.folding.lifted as u64,
             dead_nodes_removed: o.dead_removed as u64,
             nodes_after: *nodes as u64,
+            quantization: o.quantized.scheme.as_ref().map(|scheme| Quantization {
+                scheme: scheme.clone(),
+                matmuls_quantized: o.quantized.quantized as u64,
+                excluded: o
+                    .quantized
+                    .excluded
+                    .iter()
+                    .map(|(name, reason)| ExcludedWeight {
+                        name: name.clone(),
+                        reason: reason.clone(),
+                    })
+                    .collect(),
+                weight_bytes_before: o.quantized.weight_bytes_before,
+                weight_bytes_after: o.quantized.weight_bytes_after,
+            }),
         }),
         stages: c.stages.iter().map(stage).collect(),
         patches: trace
@@ -664,7 +709,9 @@ fn parity(c: &Component, onnx_outputs: Option<&[String]>) -> Option<Parity> {
         return None;
     }
     let runtime = match c.artifact.as_ref()? {
-        VerifyModel::Onnx { .. } => verify::Runtime::Onnx,
+        VerifyModel::Onnx { .. } => verify::Runtime::Onnx {
+            quantized: c.optimized.as_ref().is_some_and(|(o, _)| o.quantized.any()),
+        },
         VerifyModel::Pt2 { .. } => verify::Runtime::Pt2,
         VerifyModel::Pte { in_spec, .. } => {
             verify::Runtime::Executorch { in_spec: in_spec.clone() }

@@ -145,7 +145,8 @@ pub fn run(
         unattributed: BTreeMap::new(),
         coverage: None,
     };
-    let onnx_options = OnnxOptions { opset: options.opset, external_data: false, optimize: true };
+    let onnx_options =
+        OnnxOptions { opset: options.opset, external_data: false, optimize: true, quantize: None };
     for (n, info) in infos.iter().enumerate() {
         let opinfo = if info.variant.is_empty() {
             info.name.clone()

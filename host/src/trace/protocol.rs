@@ -27,7 +27,7 @@ use crate::plugins::Versions;
 /// The protocol version: the first 32 bits of the SHA-256 of the messages'
 /// canonical form, written by `cargo run -p protocol-gen` (the worker's
 /// `messages.PROTOCOL` is the same number).
-pub const PROTOCOL: u64 = 3549817805;
+pub const PROTOCOL: u64 = 3053062573;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -281,6 +281,9 @@ pub struct Verify {
     pub second_size: bool,
     pub atol: f64,
     pub rtol: f64,
+    /// `atol` is a fraction of each output's largest eager magnitude, and
+    /// `rtol` unused: a quantized model's error grows with its outputs.
+    pub atol_of_max: bool,
 }
 
 impl Method for Verify {
@@ -338,6 +341,9 @@ pub struct GenerateCheck {
     /// The tolerance of each step's logits.
     pub atol: f64,
     pub rtol: f64,
+    /// `atol` is a fraction of each step's largest eager logit magnitude, and
+    /// `rtol` unused (a quantized model's tolerance).
+    pub atol_of_max: bool,
     /// An ONNX Runtime GenAI folder (`genai_config.json` and its decoder):
     /// its own `Generator` generates `steps` greedy tokens from each prompt row too.
     pub genai: Option<PathBuf>,

@@ -1,8 +1,9 @@
 //! A weight's bytes on their way into an artifact, never a copy of the map
-//! they are read from: written as stored, converted, or transposed as they
-//! stream.
+//! they are read from: written as stored, converted, transposed or
+//! quantized as they stream.
 
 use super::cast::Cast;
+use super::quantize::{Int4Part, Int4Weight};
 use super::transpose::write_transposed;
 
 /// A weight's bytes on their way into an artifact: a slice of a memory map
@@ -11,12 +12,14 @@ use super::transpose::write_transposed;
 /// block by block as it is written.
 /// A slice stored in another dtype (a checkpoint's bfloat16 weight exported
 /// as float32) is converted as it is written; `element` and `source` are then
-/// the stored dtype's.
+/// the stored dtype's. A weight quantized to 4 bits is one of the tensors it
+/// becomes ([`Int4Part`]), computed from the map's slice as it is written.
 pub enum Bytes<'a> {
     Mapped(&'a [u8]),
     Converted { source: &'a [u8], cast: Cast },
     Owned(Vec<u8>),
     Transposed { source: &'a [u8], rows: usize, cols: usize, element: usize, cast: Option<Cast> },
+    Int4 { source: &'a [u8], weight: Int4Weight, part: Int4Part },
 }
 
 impl Bytes<'_> {
@@ -28,6 +31,7 @@ impl Bytes<'_> {
             Bytes::Transposed { source, cast, .. } => {
                 cast.map_or(source.len(), |c| c.output_len(source.len()))
             }
+            Bytes::Int4 { weight, part, .. } => weight.len(*part),
         }
     }
 
@@ -46,7 +50,8 @@ impl Bytes<'_> {
         match self {
             Bytes::Mapped(b)
             | Bytes::Converted { source: b, .. }
-            | Bytes::Transposed { source: b, .. } => Some(b),
+            | Bytes::Transposed { source: b, .. }
+            | Bytes::Int4 { source: b, .. } => Some(b),
             Bytes::Owned(_) => None,
         }
     }
@@ -81,6 +86,10 @@ impl Bytes<'_> {
             &Bytes::Transposed { source, rows, cols, element, cast } => {
                 let release = (source.len() > RELEASED_PIECE).then_some(release);
                 write_transposed(out, source, rows, cols, element, cast, release)
+            }
+            Bytes::Int4 { source, weight, part } => {
+                let release = (source.len() > RELEASED_PIECE).then_some(release);
+                weight.write(source, *part, out, release)
             }
         }
     }

@@ -66,6 +66,7 @@ pub fn place_of(bytes: &Bytes, files: &dyn WeightFiles) -> Option<Place> {
         Bytes::Transposed { source, rows, cols, cast, .. } => {
             files.place(source, cast, Some((rows, cols)))
         }
-        Bytes::Owned(_) => None,
+        // Bytes no plan's weight is written as.
+        Bytes::Owned(_) | Bytes::Int4 { .. } => None,
     }
 }

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypedDict
 
 # The hash of the definition's canonical form; both ends check it at `hello`.
-PROTOCOL = 3549817805
+PROTOCOL = 3053062573
 
 
 @dataclass
@@ -235,6 +235,9 @@ class Verify:
     second_size: bool
     atol: float
     rtol: float
+    # `atol` is a fraction of each output's largest eager magnitude, and
+    # `rtol` unused: a quantized model's error grows with its outputs.
+    atol_of_max: bool
 
 
 @dataclass
@@ -285,6 +288,9 @@ class GenerateCheck:
     # The tolerance of each step's logits.
     atol: float
     rtol: float
+    # `atol` is a fraction of each step's largest eager logit magnitude, and
+    # `rtol` unused (a quantized model's tolerance).
+    atol_of_max: bool
     # An ONNX Runtime GenAI folder (`genai_config.json` and its decoder):
     # its own `Generator` generates `steps` greedy tokens from each prompt row too.
     genai: str | None

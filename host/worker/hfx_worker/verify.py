@@ -35,8 +35,9 @@ def as_numpy(tensor):
     return tensor.numpy()
 
 
-def compared(outputs, eager, atol, rtol):
-    """Per output: max abs and rel error, and whether it is within atol/rtol."""
+def compared(outputs, eager, atol, rtol, atol_of_max=False):
+    """Per output: max abs and rel error, and whether it is within atol/rtol
+    (`atol_of_max`: max abs within atol times the output's max |eager|)."""
     import numpy as np
     import torch
 
@@ -70,7 +71,9 @@ def compared(outputs, eager, atol, rtol):
                 expected_shape=list(want.shape),
                 max_abs=finite_or_none(diff.max()) if diff.size else 0.0,
                 max_rel=finite_or_none((diff / (np.abs(w) + 1e-12)).max()) if diff.size else 0.0,
-                ok=bool(np.allclose(g, w, atol=atol, rtol=rtol, equal_nan=True)),
+                ok=bool(diff.max() <= atol * np.abs(w).max() if diff.size else True)
+                if atol_of_max
+                else bool(np.allclose(g, w, atol=atol, rtol=rtol, equal_nan=True)),
             )
         )
     return report
@@ -214,7 +217,7 @@ def verify(session, params: Verify) -> VerifyReply:
     checks = [
         Check(
             inputs={k: list(v.shape) for k, v in named_leaves(ref["inputs"])},
-            outputs=compared(run(ref["inputs"]), ref["outputs"], atol, rtol),
+            outputs=compared(run(ref["inputs"]), ref["outputs"], atol, rtol, params.atol_of_max),
         )
     ]
     last = session.last_trace
@@ -228,7 +231,7 @@ def verify(session, params: Verify) -> VerifyReply:
         checks.append(
             Check(
                 inputs={k: list(v.shape) for k, v in inputs.items()},
-                outputs=compared(run(inputs), eager, atol, rtol),
+                outputs=compared(run(inputs), eager, atol, rtol, params.atol_of_max),
             )
         )
     return VerifyReply(checks=checks, providers=providers)

@@ -1,0 +1,419 @@
+//! `--quantize int4`: weight-only quantization of an ONNX model's MatMuls,
+//! a pass of the optimizer ([`super::passes`]). Each `MatMul` whose B is a
+//! 2-D float weight of the checkpoint becomes `com.microsoft::MatMulNBits`
+//! (4 bits, blocks of K), the node and initializers ONNX Runtime's
+//! `MatMulNBitsQuantizer` writes; the weight's bytes are quantized as they
+//! stream to the file ([`crate::weights::quantize`]), so the model is never
+//! a float copy in memory.
+//!
+//! It runs before constant folding and `store_weights_transposed`: a
+//! `torch.nn.Linear` weight then still reaches its MatMul through
+//! `Transpose(W)` with W as the checkpoint stores it, N x K, each output's
+//! row contiguous as `MatMulNBits`'s B is laid out, and under its
+//! checkpoint name, which `--quantize-exclude` patterns match and the new
+//! initializers are named after.
+
+use std::collections::{HashMap, HashSet};
+
+use hfx_dtype::DType;
+
+use super::proto as p;
+use super::weights::{Bytes, Initializer};
+use super::{Attribute, Node};
+use crate::weights::quantize::{Int4Part, Int4Weight};
+
+/// How `--quantize int4` quantizes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Int4Options {
+    /// Elements of K per block: 32, 64 or 128.
+    pub block: usize,
+    /// Zero point 8 everywhere and none stored (ONNX Runtime GenAI's default),
+    /// or a zero point per block.
+    pub symmetric: bool,
+    /// Weights left float: a pattern with `*` (any run of characters) matches
+    /// a whole weight name; one without matches the name or a module's
+    /// weights under it (`lm_head` matches `lm_head.weight`).
+    pub exclude: Vec<String>,
+}
+
+impl Default for Int4Options {
+    fn default() -> Self {
+        Int4Options { block: 32, symmetric: true, exclude: Vec::new() }
+    }
+}
+
+/// What quantization did: MatMuls quantized, float weights left float (by
+/// name, with why), and the bytes of the model's weights before and after.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct QuantizeReport {
+    /// The scheme's name (`int4`); None when nothing was asked.
+    pub scheme: Option<String>,
+    pub quantized: usize,
+    pub excluded: Vec<(String, String)>,
+    pub weight_bytes_before: u64,
+    pub weight_bytes_after: u64,
+}
+
+impl QuantizeReport {
+    /// Whether any weight was quantized.
+    pub fn any(&self) -> bool {
+        self.quantized > 0
+    }
+
+    /// The summary's line: what was quantized, what was left float and
+    /// why (a few names per reason), and the weights' bytes before and after.
+    pub fn line(&self) -> String {
+        let mut reasons: Vec<(&str, Vec<&str>)> = Vec::new();
+        for (name, why) in &self.excluded {
+            match reasons.iter_mut().find(|(w, _)| w == why) {
+                Some((_, names)) => names.push(name),
+                None => reasons.push((why, vec![name])),
+            }
+        }
+        let excluded: Vec<String> = reasons
+            .iter()
+            .map(|(why, names)| {
+                let more = names.len().saturating_sub(3);
+                let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+                format!("{why}: {}{more}", names[..names.len().min(3)].join(", "))
+            })
+            .collect();
+        format!(
+            "stage {:<18} {} MatMul(s) -> MatMulNBits; left float: {}; weights {} -> {} bytes ({:.2}x)",
+            format!("quantize {}", self.scheme.as_deref().unwrap_or("")),
+            self.quantized,
+            if excluded.is_empty() { "none".to_string() } else { excluded.join("; ") },
+            self.weight_bytes_before,
+            self.weight_bytes_after,
+            self.weight_bytes_after as f64 / self.weight_bytes_before.max(1) as f64
+        )
+    }
+}
+
+/// Custom domain of `MatMulNBits`.
+pub const MICROSOFT: &str = "com.microsoft";
+
+const FLOATS: [DType; 3] = [DType::Float32, DType::Float16, DType::Bfloat16];
+
+/// Whether `pattern` excludes the weight `name`.
+pub fn matches(pattern: &str, name: &str) -> bool {
+    if !pattern.contains('*') {
+        return name == pattern || name.starts_with(&format!("{pattern}."));
+    }
+    let parts: Vec<&str> = pattern.split('*').collect();
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if !name.starts_with(first) || name.len() < first.len() + last.len() || !name.ends_with(last) {
+        return false;
+    }
+    let mut rest = &name[first.len()..name.len() - last.len()];
+    for part in &parts[1..parts.len() - 1] {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+/// What `--quantize` names: a scheme and its options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Quantize {
+    Int4(Int4Options),
+}
+
+/// Quantizes the MatMuls of `nodes` per `quantize`, counting in `report`;
+/// `keep`: the graph outputs' names.
+pub fn run<'a>(
+    nodes: &mut Vec<Node>,
+    initializers: &mut Vec<Initializer<'a>>,
+    keep: &HashSet<&str>,
+    quantize: &Quantize,
+    report: &mut QuantizeReport,
+) {
+    match quantize {
+        Quantize::Int4(options) => int4(nodes, initializers, keep, options, report),
+    }
+}
+
+fn int4<'a>(
+    nodes: &mut Vec<Node>,
+    initializers: &mut Vec<Initializer<'a>>,
+    keep: &HashSet<&str>,
+    options: &Int4Options,
+    report: &mut QuantizeReport,
+) {
+    report.scheme = Some("int4".into());
+    report.weight_bytes_before = read_weight_bytes(nodes, initializers);
+    let index: HashMap<String, usize> = initializers
+        .iter()
+        .enumerate()
+        .filter_map(|(i, init)| Some((init.header.name.clone()?, i)))
+        .collect();
+    // A weight read through `Transpose(perm [1, 0])`, by the transpose's output.
+    let transposed: HashMap<&str, &str> = nodes
+        .iter()
+        .filter(|n| {
+            n.op_type == "Transpose"
+                && n.domain.is_empty()
+                && n.inputs.len() == 1
+                && matches!(n.attribute("perm"), Some(Attribute::Ints(p)) if p == &[1, 0])
+                && index.contains_key(&n.inputs[0])
+        })
+        .map(|n| (n.outputs[0].as_str(), n.inputs[0].as_str()))
+        .collect();
+    let is_float = |init: &Initializer| {
+        init.header.data_type.and_then(DType::from_onnx).is_some_and(|d| FLOATS.contains(&d))
+    };
+    let mut excluded: Vec<(String, String)> = Vec::new();
+    let mut rewrites: Vec<(usize, Node, Vec<Initializer<'a>>, Option<String>)> = Vec::new();
+    let mut done: HashSet<String> = HashSet::new();
+    for (position, node) in nodes.iter().enumerate() {
+        if node.op_type == "Gather" && node.domain.is_empty() {
+            if let Some(&i) = index.get(&node.inputs[0]) {
+                if is_float(&initializers[i]) && done.insert(node.inputs[0].clone()) {
+                    excluded.push((node.inputs[0].clone(), "embedding (Gather)".into()));
+                }
+            }
+        }
+        if node.op_type != "MatMul" || !node.domain.is_empty() || node.inputs.len() != 2 {
+            continue;
+        }
+        let b = node.inputs[1].as_str();
+        // The weight, and whether the MatMul reads it transposed (stored N x K).
+        let (name, stored_n_by_k) = match transposed.get(b) {
+            Some(&w) if !keep.contains(b) => (w, true),
+            _ if index.contains_key(b) => (b, false),
+            _ => continue,
+        };
+        let init = &initializers[index[name]];
+        if !is_float(init) {
+            continue;
+        }
+        let why = if init.header.dims.len() != 2 {
+            Some("not 2-D".to_string())
+        } else {
+            let pattern = options.exclude.iter().find(|p| matches(p, name));
+            pattern.map(|pattern| format!("--quantize-exclude {pattern}"))
+        };
+        let (source, stored) = match (&why, &init.bytes) {
+            (Some(_), _) => (None, None),
+            (None, Bytes::Mapped(source)) => {
+                (Some(*source), init.header.data_type.and_then(DType::from_onnx))
+            }
+            (None, Bytes::Converted { source, cast }) => (Some(*source), Some(cast.from())),
+            (None, _) => (None, None),
+        };
+        let (Some(source), Some(stored)) = (source, stored) else {
+            let why = why.unwrap_or_else(|| "computed at export time".into());
+            if done.insert(name.to_string()) {
+                excluded.push((name.to_string(), why));
+            }
+            continue;
+        };
+        let scale = init.header.data_type.and_then(DType::from_onnx).unwrap_or(DType::Float32);
+        let (d0, d1) = (init.header.dims[0] as usize, init.header.dims[1] as usize);
+        let (k, n) = if stored_n_by_k { (d1, d0) } else { (d0, d1) };
+        let weight = Int4Weight {
+            k,
+            n,
+            stored_n_by_k,
+            stored,
+            scale,
+            block: options.block,
+            symmetric: options.symmetric,
+        };
+        let mut parts =
+            vec![(Int4Part::Packed, "_Q4", DType::Uint8), (Int4Part::Scales, "_scales", scale)];
+        if !options.symmetric {
+            parts.push((Int4Part::ZeroPoints, "_zero_points", DType::Uint8));
+        }
+        let new: Vec<Initializer<'a>> = parts
+            .into_iter()
+            .map(|(part, suffix, dtype)| Initializer {
+                header: p::TensorProto {
+                    dims: weight.dims(part),
+                    data_type: dtype.onnx(),
+                    name: Some(format!("{name}{suffix}")),
+                    ..Default::default()
+                },
+                bytes: Bytes::Int4 { source, weight, part },
+            })
+            .collect();
+        let mut inputs = vec![node.inputs[0].clone()];
+        inputs.extend(new.iter().filter_map(|i| i.header.name.clone()));
+        let attribute = |name: &str, value: usize| (name.to_string(), Attribute::Int(value as i64));
+        let quantized = Node {
+            op_type: "MatMulNBits".into(),
+            domain: MICROSOFT.into(),
+            inputs,
+            outputs: node.outputs.clone(),
+            attributes: vec![
+                attribute("K", k),
+                attribute("N", n),
+                attribute("bits", 4),
+                attribute("block_size", options.block),
+            ],
+            function: node.function.clone(),
+        };
+        // A weight two MatMuls read is quantized once.
+        let new = if done.insert(name.to_string()) { new } else { Vec::new() };
+        let transpose = stored_n_by_k.then(|| b.to_string());
+        rewrites.push((position, quantized, new, transpose));
+    }
+    report.quantized += rewrites.len();
+    let mut unread = HashSet::new();
+    for (position, node, new, transpose) in rewrites {
+        nodes[position] = node;
+        initializers.extend(new);
+        unread.extend(transpose);
+    }
+    // The transposes the MatMuls read their weights through, where nothing
+    // else reads them.
+    let read: HashSet<String> = nodes.iter().flat_map(|n| n.inputs.iter().cloned()).collect();
+    unread.retain(|t| !read.contains(t));
+    nodes.retain(|n| !(n.op_type == "Transpose" && unread.contains(&n.outputs[0])));
+    report.excluded.extend(excluded);
+    report.weight_bytes_after = read_weight_bytes(nodes, initializers);
+}
+
+/// Bytes of the initializers some node reads: the weights the model will hold.
+fn read_weight_bytes(nodes: &[Node], initializers: &[Initializer]) -> u64 {
+    let read: HashSet<&str> =
+        nodes.iter().flat_map(|n| n.inputs.iter().map(String::as_str)).collect();
+    initializers
+        .iter()
+        .filter(|i| i.header.name.as_deref().is_some_and(|n| read.contains(n)))
+        .map(|i| i.bytes.len() as u64)
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::onnx::fold::testing::{node, ops};
+
+    fn mapped<'a>(name: &str, dims: &[i64], bytes: &'a [u8]) -> Initializer<'a> {
+        let header = p::TensorProto {
+            dims: dims.to_vec(),
+            data_type: DType::Float32.onnx(),
+            name: Some(name.into()),
+            ..Default::default()
+        };
+        Initializer { header, bytes: Bytes::Mapped(bytes) }
+    }
+
+    #[test]
+    fn exclude_patterns_match_whole_names_or_a_modules_weights() {
+        assert!(matches("lm_head", "lm_head.weight") && matches("lm_head", "lm_head"));
+        assert!(!matches("lm_head", "lm_head_2.weight") && !matches("head", "lm_head.weight"));
+        assert!(matches("*.mlp.*", "model.layers.0.mlp.up_proj.weight"));
+        assert!(!matches("*.mlp.*", "model.layers.0.self_attn.q_proj.weight"));
+        assert!(matches("model.layers.1*.weight", "model.layers.11.mlp.down_proj.weight"));
+        assert!(!matches("model.*.q_proj", "model.layers.0.q_proj.weight") && matches("*", "x"));
+    }
+
+    /// A Linear's weight read through a transpose (twice), a K x N weight
+    /// read directly and twice, an embedding, an excluded weight and a 3-D
+    /// one: the first two become MatMulNBits over the quantized bytes, each
+    /// quantized once, the rest stay float and are reported with why.
+    #[test]
+    fn matmuls_of_2d_float_weights_become_matmul_nbits_and_the_rest_say_why_not() {
+        let (k, n) = (40usize, 8usize);
+        let floats: Vec<u8> =
+            (0..k * n).flat_map(|i| ((i as f32 * 0.37).sin()).to_le_bytes()).collect();
+        let nodes = vec![
+            node("Gather", &["embed.weight", "ids"], "x", vec![]),
+            node("Transpose", &["q.weight"], "qt", vec![("perm", Attribute::Ints(vec![1, 0]))]),
+            node("MatMul", &["x", "qt"], "q", vec![]),
+            node("MatMul", &["x", "qt"], "q2", vec![]),
+            node("MatMul", &["q", "up"], "u", vec![]),
+            node("MatMul", &["q", "up"], "u2", vec![]),
+            node("MatMul", &["u", "lm_head.weight"], "logits", vec![]),
+            node("MatMul", &["u2", "batched"], "b", vec![]),
+        ];
+        let initializers = vec![
+            mapped("embed.weight", &[n as i64, k as i64], &floats),
+            mapped("q.weight", &[n as i64, k as i64], &floats),
+            mapped("up", &[k as i64, n as i64], &floats),
+            mapped("lm_head.weight", &[k as i64, n as i64], &floats),
+            mapped("batched", &[1, k as i64, n as i64], &floats),
+        ];
+        let (mut nodes, mut initializers) = (nodes, initializers);
+        let options = Int4Options { block: 32, symmetric: false, exclude: vec!["lm_head".into()] };
+        let mut report = QuantizeReport::default();
+        let keep = ["logits", "b", "q2"].into();
+        run(&mut nodes, &mut initializers, &keep, &Quantize::Int4(options), &mut report);
+        assert_eq!(
+            ops(&nodes),
+            [
+                "Gather",
+                "MatMulNBits",
+                "MatMulNBits",
+                "MatMulNBits",
+                "MatMulNBits",
+                "MatMul",
+                "MatMul"
+            ]
+        );
+        // Two MatMuls reading one transpose: both quantized, the transpose gone.
+        assert_eq!(nodes[2].inputs, nodes[1].inputs);
+        let q = &nodes[1];
+        assert_eq!((q.domain.as_str(), q.outputs[0].as_str()), (MICROSOFT, "q"));
+        assert_eq!(q.inputs, ["x", "q.weight_Q4", "q.weight_scales", "q.weight_zero_points"]);
+        let int = |name| match q.attribute(name) {
+            Some(Attribute::Int(v)) => *v,
+            other => panic!("{name}: {other:?}"),
+        };
+        assert_eq!([int("K"), int("N"), int("bits"), int("block_size")], [40, 8, 4, 32]);
+        assert_eq!(nodes[4].inputs[1..], nodes[3].inputs[1..]);
+        let added: Vec<(&str, &[i64])> = initializers[5..]
+            .iter()
+            .map(|i| (i.header.name.as_deref().unwrap(), i.header.dims.as_slice()))
+            .collect();
+        assert_eq!(
+            added,
+            [
+                ("q.weight_Q4", &[8, 2, 16][..]),
+                ("q.weight_scales", &[8, 2]),
+                ("q.weight_zero_points", &[8, 1]),
+                ("up_Q4", &[8, 2, 16]),
+                ("up_scales", &[8, 2]),
+                ("up_zero_points", &[8, 1]),
+            ]
+        );
+        // The N x K weight read as stored, the K x N one read by columns.
+        let expected = |stored_n_by_k| {
+            let weight = Int4Weight {
+                k,
+                n,
+                stored_n_by_k,
+                stored: DType::Float32,
+                scale: DType::Float32,
+                block: 32,
+                symmetric: false,
+            };
+            let mut out = Vec::new();
+            weight.write(&floats, Int4Part::Packed, &mut out, None).unwrap();
+            out
+        };
+        assert_eq!(initializers[5].bytes.to_vec(), expected(true));
+        assert_eq!(initializers[8].bytes.to_vec(), expected(false));
+        assert_ne!(expected(true), expected(false));
+        let excluded: Vec<(&str, &str)> =
+            report.excluded.iter().map(|(n, w)| (n.as_str(), w.as_str())).collect();
+        assert_eq!(
+            excluded,
+            [
+                ("embed.weight", "embedding (Gather)"),
+                ("lm_head.weight", "--quantize-exclude lm_head"),
+                ("batched", "not 2-D")
+            ]
+        );
+        assert_eq!(report.quantized, 4);
+        let float = (k * n * 4) as u64;
+        let int4 = (8 * 32 + 8 * 2 * 4 + 8) as u64;
+        assert_eq!(report.weight_bytes_before, 5 * float);
+        assert_eq!(report.weight_bytes_after, 3 * float + 2 * int4);
+        assert!(report.line().starts_with("stage quantize int4      4 MatMul(s) -> MatMulNBits; left float: embedding (Gather): embed.weight; --quantize-exclude lm_head: lm_head.weight; not 2-D: batched; weights"), "{}", report.line());
+    }
+}

@@ -1,0 +1,336 @@
+//! A 2-D float weight quantized to 4 bits as it streams: blockwise
+//! round-to-nearest along K, in ONNX Runtime's `MatMulNBits` layout, computed
+//! as ONNX Runtime's `MlasQuantizeBlockwise` computes it
+//! (`onnxruntime/quantization/matmul_nbits_quantizer.py`,
+//! `quantize_matmul_4bits`), a few rows of N at a time.
+//!
+//! Each of the three tensors a quantized weight becomes (packed values,
+//! scales, zero points) is its own [`Int4Part`] of the same source: written
+//! one after the other, each reads the source again, so no part is held
+//! whole in memory.
+
+use hfx_dtype::DType;
+
+use super::transpose::Release;
+
+/// A 2-D float weight `W` (K x N as the MatMul reads it) to quantize, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Int4Weight {
+    /// The reduction dimension (MatMul's K) and the output one (N).
+    pub k: usize,
+    pub n: usize,
+    /// The source is stored N x K (an `nn.Linear` weight: each output's row
+    /// contiguous) rather than K x N.
+    pub stored_n_by_k: bool,
+    /// The stored elements' dtype (float32, bfloat16 or float16).
+    pub stored: DType,
+    /// The scales' dtype: the MatMul's float type.
+    pub scale: DType,
+    /// Elements of K per block (16 or more, a power of 2).
+    pub block: usize,
+    /// Zero point 8 for every block, none written (ONNX Runtime GenAI's
+    /// default); otherwise each block's zero point spans its range.
+    pub symmetric: bool,
+}
+
+/// Which tensor of a quantized weight: `MatMulNBits`'s B (uint8 [N,
+/// blocks, block/2], two values a byte, the first in the low nibble), its
+/// scales ([N, blocks] in [`Int4Weight::scale`]) or its zero points (uint8 [N,
+/// ceil(blocks/2)], packed as the values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Int4Part {
+    Packed,
+    Scales,
+    ZeroPoints,
+}
+
+/// Rows of N quantized per pass over the source: a K x N source is read a
+/// tile of this many columns at a time.
+const ROWS: usize = 64;
+
+impl Int4Weight {
+    /// Blocks per row of N.
+    pub fn blocks(&self) -> usize {
+        self.k.div_ceil(self.block)
+    }
+
+    /// Bytes of `part`.
+    pub fn len(&self, part: Int4Part) -> usize {
+        let per_row = match part {
+            Int4Part::Packed => self.blocks() * self.block / 2,
+            Int4Part::Scales => self.blocks() * self.scale.size(),
+            Int4Part::ZeroPoints => self.blocks().div_ceil(2),
+        };
+        self.n * per_row
+    }
+
+    /// The ONNX dims of `part`.
+    pub fn dims(&self, part: Int4Part) -> Vec<i64> {
+        let (n, blocks) = (self.n as i64, self.blocks() as i64);
+        match part {
+            Int4Part::Packed => vec![n, blocks, self.block as i64 / 2],
+            Int4Part::Scales => vec![n, blocks],
+            Int4Part::ZeroPoints => vec![n, (blocks + 1) / 2],
+        }
+    }
+
+    /// Streams `part` of the quantized `source` to `out`; `release` is
+    /// called with each run of an N x K source's rows once quantized.
+    pub fn write(
+        &self,
+        source: &[u8],
+        part: Int4Part,
+        out: &mut impl std::io::Write,
+        release: Release<'_>,
+    ) -> std::io::Result<()> {
+        let (k, size) = (self.k, self.stored.size());
+        let mut values = vec![0f32; ROWS.min(self.n) * k];
+        let mut bytes = Vec::with_capacity(self.len(part) / self.n.max(1) * ROWS);
+        for first in (0..self.n).step_by(ROWS) {
+            let rows = ROWS.min(self.n - first);
+            if self.stored_n_by_k {
+                let run = &source[first * k * size..(first + rows) * k * size];
+                for (value, element) in values.iter_mut().zip(run.chunks_exact(size)) {
+                    *value = decode(self.stored, element);
+                }
+                if let Some(release) = release {
+                    release(run);
+                }
+            } else {
+                for i in 0..k {
+                    let run =
+                        &source[(i * self.n + first) * size..(i * self.n + first + rows) * size];
+                    for (j, element) in run.chunks_exact(size).enumerate() {
+                        values[j * k + i] = decode(self.stored, element);
+                    }
+                }
+            }
+            bytes.clear();
+            for row in values[..rows * k].chunks_exact(k) {
+                self.quantize_row(row, part, &mut bytes);
+            }
+            out.write_all(&bytes)?;
+        }
+        Ok(())
+    }
+
+    /// One row of N (K values) quantized: `part`'s bytes appended to `out`.
+    fn quantize_row(&self, row: &[f32], part: Int4Part, out: &mut Vec<u8>) {
+        let mut zero_points = 0u8;
+        for (b, block) in row.chunks(self.block).enumerate() {
+            let (scale, zero_point) = self.scale_and_zero_point(block);
+            match part {
+                Int4Part::Scales => encode(self.scale, scale, out),
+                Int4Part::ZeroPoints if b % 2 == 0 => zero_points = zero_point,
+                Int4Part::ZeroPoints => out.push(zero_points | zero_point << 4),
+                Int4Part::Packed => {
+                    // As the kernel sees the scale: in the stored scales' dtype.
+                    let scale = round_trip(self.scale, scale);
+                    let reciprocal = if scale != 0.0 { 1.0 / scale } else { 0.0 };
+                    let quantized = |v: f32| {
+                        (v * reciprocal + zero_point as f32).round().clamp(0.0, 15.0) as u8
+                    };
+                    // A last block shorter than the block size is padded with zeros.
+                    for pair in 0..self.block / 2 {
+                        let at = |i: usize| block.get(i).map_or(0, |&v| quantized(v));
+                        let (low, high) = (at(2 * pair), at(2 * pair + 1));
+                        let padded = 2 * pair >= block.len();
+                        out.push(if padded { 0 } else { low | high << 4 });
+                    }
+                }
+            }
+        }
+        if part == Int4Part::ZeroPoints && self.blocks() % 2 == 1 {
+            out.push(zero_points);
+        }
+    }
+
+    /// A block's scale and zero point, as `MlasQuantizeBlockwise` picks them:
+    /// symmetric, the value of largest magnitude maps to -8 (zero point 8);
+    /// otherwise the block's range, widened to hold 0, spans 0..=15.
+    fn scale_and_zero_point(&self, block: &[f32]) -> (f32, u8) {
+        let (min, max) =
+            block.iter().fold((f32::MAX, f32::MIN), |(min, max), &v| (min.min(v), max.max(v)));
+        if self.symmetric {
+            let extreme = if max.abs() > min.abs() { max } else { min };
+            return (-extreme / 8.0, 8);
+        }
+        let (min, max) = (min.min(0.0), max.max(0.0));
+        let scale = (max - min) / 15.0;
+        let zero_point = if scale != 0.0 { -min / scale } else { min };
+        (scale, zero_point.round().clamp(0.0, 15.0) as u8)
+    }
+}
+
+fn decode(dtype: DType, element: &[u8]) -> f32 {
+    match dtype {
+        DType::Bfloat16 => half::bf16::from_le_bytes([element[0], element[1]]).to_f32(),
+        DType::Float16 => half::f16::from_le_bytes([element[0], element[1]]).to_f32(),
+        _ => f32::from_le_bytes([element[0], element[1], element[2], element[3]]),
+    }
+}
+
+fn encode(dtype: DType, value: f32, out: &mut Vec<u8>) {
+    match dtype {
+        DType::Bfloat16 => out.extend_from_slice(&half::bf16::from_f32(value).to_le_bytes()),
+        DType::Float16 => out.extend_from_slice(&half::f16::from_f32(value).to_le_bytes()),
+        _ => out.extend_from_slice(&value.to_le_bytes()),
+    }
+}
+
+/// `value` as `dtype` holds it.
+fn round_trip(dtype: DType, value: f32) -> f32 {
+    let mut bytes = Vec::with_capacity(4);
+    encode(dtype, value, &mut bytes);
+    decode(dtype, &bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// ONNX Runtime 1.32's `quantize_matmul_4bits` (the `MlasQuantizeBlockwise`
+    /// RTN that `MatMulNBitsQuantizer` calls) on the weight [`weight`] builds,
+    /// K 40, N 3, block 32, printed once by:
+    /// ```text
+    /// w = (np.sin(np.arange(120) * 0.37) * (1 + np.arange(120) % 7)).astype(np.float32).reshape(40, 3)
+    /// w[:, 2] = np.abs(w[:, 2])
+    /// packed = np.zeros((3, 2, 16), "uint8"); zp = np.zeros((3, 1), "uint8"); sc = np.zeros((3, 2), "float32")
+    /// quantize_matmul_4bits(packed, w, sc, zp, 32, 3, 40, symmetric)
+    /// ```
+    const SYMMETRIC_PACKED: [[u8; 20]; 3] = [
+        [72, 145, 175, 118, 214, 188, 38, 200, 143, 97, 153, 91, 68, 233, 88, 112, 80, 152, 93, 35],
+        [
+            39, 167, 159, 99, 151, 140, 53, 232, 105, 96, 172, 122, 116, 235, 56, 151, 96, 171,
+            123, 83,
+        ],
+        [21, 56, 135, 80, 103, 132, 51, 6, 71, 119, 81, 104, 131, 35, 7, 71, 102, 48, 87, 129],
+    ];
+    #[allow(clippy::excessive_precision)] // as numpy printed them
+    const SYMMETRIC_SCALES: [f32; 6] = [
+        -0.8324126601219177,
+        0.6154589056968689,
+        -0.8728355169296265,
+        0.8502698540687561,
+        -0.7863695621490479,
+        -0.6159217357635498,
+    ];
+    const ASYMMETRIC_PACKED: [[u8; 20]; 3] = [
+        [
+            183, 110, 80, 137, 57, 84, 217, 55, 112, 157, 102, 164, 186, 22, 167, 143, 96, 185,
+            111, 36,
+        ],
+        [
+            200, 88, 96, 155, 104, 115, 202, 39, 150, 159, 83, 133, 139, 20, 199, 104, 128, 239,
+            175, 117,
+        ],
+        [229, 161, 2, 111, 83, 24, 154, 228, 130, 34, 110, 64, 25, 185, 227, 114, 67, 159, 83, 13],
+    ];
+    #[allow(clippy::excessive_precision)] // as numpy printed them
+    const ASYMMETRIC_SCALES: [f32; 6] = [
+        0.8576167821884155,
+        0.5338947176933289,
+        0.9299575090408325,
+        0.6164079308509827,
+        0.4193970859050751,
+        0.32849159836769104,
+    ];
+    const ASYMMETRIC_ZERO_POINTS: [u8; 3] = [151, 183, 0];
+
+    /// The weight as K x N float32 values.
+    fn weight() -> Vec<f32> {
+        let mut w: Vec<f32> =
+            (0..120).map(|i| ((i as f64 * 0.37).sin() * (1 + i % 7) as f64) as f32).collect();
+        for i in 0..40 {
+            w[i * 3 + 2] = w[i * 3 + 2].abs();
+        }
+        w
+    }
+
+    fn written(weight: &Int4Weight, source: &[u8], part: Int4Part) -> Vec<u8> {
+        let mut out = Vec::new();
+        weight.write(source, part, &mut out, None).unwrap();
+        assert_eq!(out.len(), weight.len(part));
+        out
+    }
+
+    fn floats(bytes: &[u8]) -> Vec<f32> {
+        bytes.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+    }
+
+    /// Bit for bit ONNX Runtime's bytes, from a K x N and an N x K source.
+    #[test]
+    fn int4_blocks_are_onnx_runtimes_bit_for_bit() {
+        let w = weight();
+        let k_by_n: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let n_by_k: Vec<u8> = (0..3)
+            .flat_map(|j| (0..40).map(move |i| (i, j)))
+            .flat_map(|(i, j)| w[i * 3 + j].to_le_bytes())
+            .collect();
+        for stored_n_by_k in [false, true] {
+            let source = if stored_n_by_k { &n_by_k } else { &k_by_n };
+            for symmetric in [true, false] {
+                let int4 = Int4Weight {
+                    k: 40,
+                    n: 3,
+                    stored_n_by_k,
+                    stored: DType::Float32,
+                    scale: DType::Float32,
+                    block: 32,
+                    symmetric,
+                };
+                let (packed, scales) = if symmetric {
+                    (SYMMETRIC_PACKED, SYMMETRIC_SCALES)
+                } else {
+                    (ASYMMETRIC_PACKED, ASYMMETRIC_SCALES)
+                };
+                let expected: Vec<u8> =
+                    packed.iter().flat_map(|row| row.iter().copied().chain([0; 12])).collect();
+                assert_eq!(written(&int4, source, Int4Part::Packed), expected);
+                assert_eq!(floats(&written(&int4, source, Int4Part::Scales)), scales);
+                if !symmetric {
+                    assert_eq!(
+                        written(&int4, source, Int4Part::ZeroPoints),
+                        ASYMMETRIC_ZERO_POINTS
+                    );
+                }
+                assert_eq!(int4.dims(Int4Part::Packed), [3, 2, 16]);
+            }
+        }
+    }
+
+    /// A float16 weight with float16 scales, against ONNX Runtime's bytes
+    /// for `w.astype(np.float16)` (the script above, scales `float16`): bit
+    /// for bit, one value (row 2, byte 14) a step off the float32 weight's.
+    #[test]
+    fn a_float16_weight_quantizes_as_onnx_runtime_quantizes_it() {
+        let halves: Vec<u8> =
+            weight().iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect();
+        let symmetric_scales: [u16; 6] = [47785, 14572, 47868, 15053, 47690, 47341];
+        let asymmetric_scales: [u16; 6] = [15068, 14405, 15217, 14574, 14005, 13633];
+        for symmetric in [true, false] {
+            let int4 = Int4Weight {
+                k: 40,
+                n: 3,
+                stored_n_by_k: false,
+                stored: DType::Float16,
+                scale: DType::Float16,
+                block: 32,
+                symmetric,
+            };
+            let mut packed = if symmetric { SYMMETRIC_PACKED } else { ASYMMETRIC_PACKED };
+            if symmetric {
+                packed[2][14] = 6;
+            }
+            let expected: Vec<u8> =
+                packed.iter().flat_map(|row| row.iter().copied().chain([0; 12])).collect();
+            assert_eq!(written(&int4, &halves, Int4Part::Packed), expected);
+            let scales: Vec<u16> = written(&int4, &halves, Int4Part::Scales)
+                .chunks(2)
+                .map(|c| u16::from_le_bytes([c[0], c[1]]))
+                .collect();
+            let want = if symmetric { symmetric_scales } else { asymmetric_scales };
+            assert_eq!(scales, want);
+        }
+    }
+}
