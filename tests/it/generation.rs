@@ -636,12 +636,13 @@ fn a_model_onnx_runtime_genai_cannot_run_is_refused_in_one_line() {
     assert_no_scratch_left(root_dir.path());
 }
 
-/// `--generation --quantize int4 --verify` from a model folder: each
+/// `--generation --quantize int4 --genai --verify` from a model folder: each
 /// component is quantized, and the check reports the greedy-token agreement
 /// (an int4 model may choose another token where eager's logits nearly tie)
-/// against the threshold int4 is held to.
+/// against the threshold int4 is held to, for the components and for ONNX
+/// Runtime GenAI's `Generator` over the int4 package.
 #[test]
-#[ignore = "full tier: --quantize composed with --generation (onnx::an_int4_export_runs_in_onnx_runtime_within_its_stated_tolerance covers the quantizer and its tolerance)"]
+#[ignore = "full tier: --quantize composed with --generation and --genai (onnx::an_int4_export_runs_in_onnx_runtime_within_its_stated_tolerance covers the quantizer and its tolerance)"]
 fn an_int4_generation_export_reports_its_greedy_token_agreement() {
     let root_dir = tempfile::tempdir().unwrap();
     let model = model_folder("llama", root_dir.path());
@@ -650,9 +651,10 @@ fn an_int4_generation_export_reports_its_greedy_token_agreement() {
         "onnx",
         &["--model-dir", model.to_str().unwrap()],
         &dir,
-        &["--quantize", "int4"],
+        &["--quantize", "int4", "--genai"],
     );
     assert_eq!(stdout.matches("MatMul(s) -> MatMulNBits").count(), 2, "{stdout}");
+    assert!(stdout.contains("from ONNX Runtime GenAI's `Generator`"), "{stdout}");
     assert!(
         stdout.contains("identical to eager `generate`")
             || stdout.contains("greedy-token agreement"),
