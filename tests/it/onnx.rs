@@ -40,7 +40,7 @@ fn metadata(path: &Path) -> Vec<(String, String)> {
 /// Tiny Llama traced to a `.pt2` (the ONNX backend's FX-fixed program) with
 /// its eager reference beside it: once per test process, shared by the tests
 /// that export it again with other options.
-fn traced_llama() -> PathBuf {
+pub(crate) fn traced_llama() -> PathBuf {
     static TRACED: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     TRACED
         .get_or_init(|| {
@@ -61,7 +61,7 @@ fn traced_llama() -> PathBuf {
         .clone()
 }
 
-fn export_pt2(dir: &Path, pt2: &Path, out: &Path, extra: &[&str]) -> Output {
+pub(crate) fn export_pt2(dir: &Path, pt2: &Path, out: &Path, extra: &[&str]) -> Output {
     let mut args: Vec<String> = ["run", "--backend", "onnx"].map(String::from).to_vec();
     args.push(pt2.display().to_string());
     args.extend(["-o".to_string(), out.display().to_string()]);

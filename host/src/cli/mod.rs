@@ -253,6 +253,10 @@ pub struct RunArgs {
     pub config: Option<PathBuf>,
     #[command(flatten)]
     pub set: PluginSetArgs,
+    /// ONNX Runtime fusions (the reference's `ort_fusions`): `cpu` adds the opt-in plugin set
+    /// `onnx-ort-cpu`, whose plugins rewrite patterns into ONNX Runtime's contrib ops.
+    #[arg(long, value_name = "TARGET")]
+    pub ort_fusions: Option<String>,
     /// What a failing plugin call does to the run; its changes are rolled back either way [default: fail].
     #[arg(long, value_enum)]
     pub on_plugin_error: Option<OnPluginError>,
@@ -805,10 +809,11 @@ fn with_default_plugins(given: Vec<PathBuf>, defaults: Option<PathBuf>) -> Vec<P
     let Some(defaults) = defaults.and_then(|d| d.canonicalize().ok()).filter(|d| d.is_dir()) else {
         return given;
     };
-    let overlaps = given
-        .iter()
-        .filter_map(|g| g.canonicalize().ok())
-        .any(|g| g.starts_with(&defaults) || defaults.starts_with(&g));
+    // An opt-in set inside the defaults is skipped by their discovery: it adds to them.
+    let overlaps = given.iter().filter_map(|g| g.canonicalize().ok()).any(|g| {
+        (g.starts_with(&defaults) && !crate::plugins::discover::is_opt_in_set(&g))
+            || defaults.starts_with(&g)
+    });
     if overlaps {
         return given;
     }

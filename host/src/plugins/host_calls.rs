@@ -16,10 +16,11 @@ use super::super::bindings::wit_graph::{self as w, HostGraph};
 use super::super::bindings::wit_onnx::{self as o, HostBuilder, HostModel};
 use super::super::bindings::wit_types as t;
 use super::super::host_graph::ApproxSize;
+use super::super::ir_model::IrModel;
 use super::super::store::PluginState;
 use super::Limits;
 use crate::graph::{Argument, Dim, Graph, NamedArgument, OutputDecl, TensorMeta, ValueMeta};
-use crate::onnx::{Attribute, Model, Node, TranslationBuilder};
+use crate::onnx::{Attribute, Node, TranslationBuilder};
 
 /// The budgets of a fuzzed call: the defaults', smaller, so that what they
 /// let through stays cheap and what they refuse is quick to reach.
@@ -206,7 +207,7 @@ fn relu_add_mul() -> Graph {
     g
 }
 
-fn two_node_model() -> Model {
+fn two_node_model() -> IrModel {
     let node = |op: &str, attributes| Node {
         op_type: op.into(),
         domain: String::new(),
@@ -215,9 +216,10 @@ fn two_node_model() -> Model {
         attributes,
         function: None,
     };
-    Model {
-        nodes: vec![node("Relu", vec![]), node("Cast", vec![("to".into(), Attribute::Int(1))])],
-    }
+    IrModel::of_nodes(vec![
+        node("Relu", vec![]),
+        node("Cast", vec![("to".into(), Attribute::Int(1))]),
+    ])
 }
 
 /// The fuzzer's bytes, read front to back; past the end everything is zero.
