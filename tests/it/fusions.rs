@@ -201,3 +201,64 @@ fn ort_fusions_cpu_fuses_every_llama_norm_and_verifies() {
     assert!(stderr.contains("--ort-fusions cuda: hfx has no cuda fusion set yet"), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
 }
+
+/// The ONNX Runtime set is opt-in: discovery of `plugins/` skips it, naming
+/// it finds it; `--ort-fusions` resolves `cpu` to it and refuses the rest in
+/// one line.
+#[test]
+fn the_ort_fusion_set_is_found_only_when_asked_for() {
+    use hfx::plugins::discover;
+    let names = |folder: &str| -> Vec<String> {
+        hfx::plugins::discover_all(&[plugin_dir(folder)])
+            .unwrap()
+            .into_iter()
+            .map(|d| d.manifest.plugin.name)
+            .collect()
+    };
+    assert!(!names("plugins").iter().any(|n| n.starts_with("onnx-ort-cpu-")));
+    assert!(names("plugins/onnx-ort-cpu")
+        .contains(&"onnx-ort-cpu-fuse-simplified-layer-norm".to_string()));
+    let set = discover::ort_fusion_set("cpu", None).unwrap();
+    assert_eq!(
+        set.canonicalize().unwrap(),
+        plugin_dir("plugins/onnx-ort-cpu").canonicalize().unwrap()
+    );
+    assert_eq!(
+        discover::ort_fusion_set("webgpu", None).unwrap_err(),
+        "--ort-fusions webgpu: hfx has no webgpu fusion set yet; `--ort-fusions cpu` is the one there is"
+    );
+    assert_eq!(discover::ort_fusion_set("tpu", None).unwrap_err(), "--ort-fusions tpu: give `cpu`");
+}
+
+/// `--ort-fusions cpu --verify` on the other decoders of the sweep, traced
+/// dynamic: every RMSNorm fused (Qwen3's per-head q/k norms and Gemma 2's
+/// four norms a layer included), parity within 1e-3.
+#[test]
+#[ignore = "full tier: the fusion on three more decoders (ort_fusions_cpu_fuses_every_llama_norm_and_verifies covers the mechanism)"]
+fn ort_fusions_cpu_fuses_the_norms_of_the_sweeps_decoders() {
+    use crate::common::tiny::*;
+    let dir = tempfile::tempdir().unwrap();
+    // (architecture, config, norms: fused alone, fused with their residual sum)
+    for (model, config, alone, skip) in
+        [("qwen3", QWEN3, 9 - 4, 4), ("gemma2", GEMMA, 9 - 4, 4), ("phi3", PHI3, 1, 4)]
+    {
+        let out = dir.path().join(format!("{model}.onnx"));
+        let mut args: Vec<String> = ["run", "--backend", "onnx", "--model", model, "--set", config]
+            .map(String::from)
+            .to_vec();
+        args.extend(["--ort-fusions", "cpu", "--verify", "-o"].map(String::from));
+        args.push(out.display().to_string());
+        for folder in ["plugins/dynamo", "plugins/onnx"] {
+            args.extend(["--plugins".to_string(), root().join(folder).display().to_string()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let result = hfx_with_python(dir.path(), &args);
+        assert!(result.status.success(), "{model}: {}", String::from_utf8_lossy(&result.stderr));
+        let (_, counts, _) = op_counts(&out);
+        let fused = (
+            counts.get("SimplifiedLayerNormalization").copied().unwrap_or(0),
+            counts.get("SkipSimplifiedLayerNormalization").copied().unwrap_or(0),
+        );
+        assert_eq!(fused, (alone, skip), "{model}: {counts:?}");
+    }
+}

@@ -1029,3 +1029,27 @@ mod readme {
         }
     }
 }
+
+#[cfg(test)]
+mod default_plugins {
+    use super::with_default_plugins;
+
+    /// A folder inside the defaults replaces them, unless it is an opt-in set
+    /// (which their discovery skips): that one adds to them.
+    #[test]
+    fn an_opt_in_set_inside_the_defaults_adds_to_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let defaults = dir.path().canonicalize().unwrap();
+        for folder in ["onnx", "onnx-ort-cpu"] {
+            std::fs::create_dir(defaults.join(folder)).unwrap();
+        }
+        std::fs::write(defaults.join("onnx-ort-cpu/set.toml"), "").unwrap();
+        let set = defaults.join("onnx-ort-cpu");
+        assert_eq!(
+            with_default_plugins(vec![set.clone()], Some(defaults.clone())),
+            [defaults.clone(), set]
+        );
+        let onnx = defaults.join("onnx");
+        assert_eq!(with_default_plugins(vec![onnx.clone()], Some(defaults)), [onnx]);
+    }
+}
