@@ -168,13 +168,25 @@ fn op_counts(path: &Path) -> (usize, HashMap<String, usize>, HashSet<String>) {
     (graph.node.len(), counts, domains)
 }
 
-/// `--ort-fusions cpu` on a tiny Llama (2 layers): every RMSNorm fused, the
-/// first one alone, the others with their residual sum (2 per layer + the
-/// final norm), verified in ONNX Runtime, in fewer nodes than without.
+/// `--ort-fusions cpu` on a tiny Llama (2 layers), traced dynamic: every
+/// RMSNorm fused, the first one alone, the others with their residual sum (2
+/// per layer + the final norm), every rotation of q and k fused on caches
+/// shared by all, verified in ONNX Runtime, in fewer nodes than without.
 #[test]
-fn ort_fusions_cpu_fuses_every_llama_norm_and_verifies() {
+fn ort_fusions_cpu_fuses_every_llama_norm_and_rotation_and_verifies() {
     let dir = tempfile::tempdir().unwrap();
-    let pt2 = crate::onnx::traced_llama();
+    let pt2 = dir.path().join("llama.pt2");
+    let mut args: Vec<String> =
+        ["run", "--backend", "onnx", "--model", "llama", "--set", crate::common::tiny::LLAMA, "-o"]
+            .map(String::from)
+            .to_vec();
+    args.push(pt2.display().to_string());
+    for folder in ["plugins/dynamo", "plugins/onnx"] {
+        args.extend(["--plugins".to_string(), root().join(folder).display().to_string()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let traced = hfx_with_python(dir.path(), &args);
+    assert!(traced.status.success(), "{}", String::from_utf8_lossy(&traced.stderr));
     let plain = dir.path().join("plain.onnx");
     let fused = dir.path().join("fused.onnx");
     let run = |out: &Path, extra: &[&str]| {
@@ -191,6 +203,9 @@ fn ort_fusions_cpu_fuses_every_llama_norm_and_verifies() {
     let (fused_nodes, counts, domains) = op_counts(&fused);
     assert_eq!(counts.get("SimplifiedLayerNormalization"), Some(&1), "{counts:?}");
     assert_eq!(counts.get("SkipSimplifiedLayerNormalization"), Some(&4), "{counts:?}");
+    assert_eq!(counts.get("RotaryEmbedding"), Some(&4), "{counts:?}");
+    assert_eq!((counts.get("Cos"), counts.get("Sin")), (Some(&1), Some(&1)), "{counts:?}");
+    assert!(!counts.contains_key("Neg"), "{counts:?}");
     assert!(!counts.contains_key("Pow") && !counts.contains_key("ReduceMean"), "{counts:?}");
     assert!(domains.contains("com.microsoft"), "{domains:?}");
     assert!(fused_nodes < plain_nodes, "{fused_nodes} nodes fused, {plain_nodes} without");
@@ -209,7 +224,7 @@ fn ort_fusions_cpu_fuses_every_llama_norm_and_verifies() {
 fn the_ort_fusion_set_is_found_only_when_asked_for() {
     use hfx::plugins::discover;
     let names = |folder: &str| -> Vec<String> {
-        hfx::plugins::discover_all(&[plugin_dir(folder)])
+        hfx::plugins::discover_all(&[root().join(folder)])
             .unwrap()
             .into_iter()
             .map(|d| d.manifest.plugin.name)
@@ -221,7 +236,7 @@ fn the_ort_fusion_set_is_found_only_when_asked_for() {
     let set = discover::ort_fusion_set("cpu", None).unwrap();
     assert_eq!(
         set.canonicalize().unwrap(),
-        plugin_dir("plugins/onnx-ort-cpu").canonicalize().unwrap()
+        root().join("plugins/onnx-ort-cpu").canonicalize().unwrap()
     );
     assert_eq!(
         discover::ort_fusion_set("webgpu", None).unwrap_err(),
@@ -232,7 +247,8 @@ fn the_ort_fusion_set_is_found_only_when_asked_for() {
 
 /// `--ort-fusions cpu --verify` on the other decoders of the sweep, traced
 /// dynamic: every RMSNorm fused (Qwen3's per-head q/k norms and Gemma 2's
-/// four norms a layer included), parity within 1e-3.
+/// four norms a layer included) and every q and k rotation (Phi-3's sliced
+/// from its packed projection), parity within 1e-3.
 #[test]
 #[ignore = "full tier: the fusion on three more decoders (ort_fusions_cpu_fuses_every_llama_norm_and_verifies covers the mechanism)"]
 fn ort_fusions_cpu_fuses_the_norms_of_the_sweeps_decoders() {
@@ -260,5 +276,6 @@ fn ort_fusions_cpu_fuses_the_norms_of_the_sweeps_decoders() {
             counts.get("SkipSimplifiedLayerNormalization").copied().unwrap_or(0),
         );
         assert_eq!(fused, (alone, skip), "{model}: {counts:?}");
+        assert_eq!(counts.get("RotaryEmbedding"), Some(&4), "{model}: {counts:?}");
     }
 }

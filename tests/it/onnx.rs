@@ -40,7 +40,7 @@ fn metadata(path: &Path) -> Vec<(String, String)> {
 /// Tiny Llama traced to a `.pt2` (the ONNX backend's FX-fixed program) with
 /// its eager reference beside it: once per test process, shared by the tests
 /// that export it again with other options.
-pub(crate) fn traced_llama() -> PathBuf {
+fn traced_llama() -> PathBuf {
     static TRACED: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     TRACED
         .get_or_init(|| {
