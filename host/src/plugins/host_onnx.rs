@@ -1,12 +1,14 @@
-//! The `onnx` interface of the contract: the translation builder and the model
-//! under IR repair. Each method bounds what the guest asks of it before
-//! allocating: identifiers (op type, domain, value and attribute names)
-//! against `MAX_NAME_BYTES`, `add-node`'s `outputs` against `MAX_NODE_OUTPUTS`,
-//! the strings and lists handed in against the write budget, and what the
-//! host allocates for them (an output name derived from the op type per
-//! output, a copy of an attribute kept for rollback) against the write budget
-//! at its host size. Answers are charged against the read budget before they
-//! are built, ONNX nodes added against the node budget.
+//! The `onnx` interface of contract 0.1.0: the translation builder and the
+//! model under IR repair (0.2.0's interface, `host_onnx_v0_2.rs`, reuses the
+//! builder and the model's reads). Each method bounds what the guest asks of
+//! it before allocating: identifiers (op type, domain, value and attribute
+//! names) against `MAX_NAME_BYTES`, `add-node`'s `outputs` against
+//! `MAX_NODE_OUTPUTS`, the strings and lists handed in against the write
+//! budget, and what the host allocates for them (an output name derived from
+//! the op type per output) against the write budget at its host size.
+//! Answers are charged against the read budget before they are built, ONNX
+//! nodes added against the node budget. The model keeps its own journal of a
+//! call's changes (`ir_model.rs`).
 
 use std::mem::size_of;
 
