@@ -298,3 +298,34 @@ fn fused_export(dir: &Path, model: &str, config: &str) -> HashMap<String, usize>
     assert!(result.status.success(), "{model}: {}", String::from_utf8_lossy(&result.stderr));
     op_counts(&out).1
 }
+
+/// `--generation --ort-fusions cpu --verify` on a tiny Llama: the decode
+/// component's rotations read `position_ids` per row, so they are fused with
+/// the ids and caches computed in the graph (one pair for all), and the
+/// greedy tokens stay eager `generate`'s.
+#[test]
+#[ignore = "full tier: fusions in generation components, rotations by position ids (ort_fusions_cpu_fuses_every_llama_norm_and_rotation_and_verifies covers the fusion mechanism)"]
+fn ort_fusions_cpu_fuse_the_generation_components_rotations_by_position_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("llama");
+    let mut args: Vec<String> =
+        ["run", "--backend", "onnx", "--model", "llama", "--set", crate::common::tiny::LLAMA]
+            .map(String::from)
+            .to_vec();
+    args.extend(["--generation", "--ort-fusions", "cpu", "--verify", "-o"].map(String::from));
+    args.push(out.display().to_string());
+    for folder in ["plugins/dynamo", "plugins/onnx"] {
+        args.extend(["--plugins".to_string(), root().join(folder).display().to_string()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let result = hfx_with_python(dir.path(), &args);
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(result.status.success(), "{}{stdout}", String::from_utf8_lossy(&result.stderr));
+    assert!(stdout.contains("identical to eager `generate`"), "{stdout}");
+    for component in ["prefill", "decode"] {
+        let counts = op_counts(&out.join(format!("{component}.onnx"))).1;
+        let rotary = (counts.get("RotaryEmbedding"), counts.get("Cos"), counts.get("Sin"));
+        assert_eq!(rotary, (Some(&4), Some(&1), Some(&1)), "{component}: {counts:?}");
+        assert_eq!(counts.get("SkipSimplifiedLayerNormalization"), Some(&4), "{counts:?}");
+    }
+}

@@ -224,11 +224,12 @@ impl o::HostModel for OnnxHost<'_> {
         let mut names = Vec::with_capacity(outputs.len());
         for hint in &outputs {
             ticks.step(self.budget)?;
-            names.push(if hint.is_empty() {
+            let name = if hint.is_empty() {
                 String::new()
             } else {
-                self.onnx.model.fresh_name(hint)
-            });
+                self.onnx.model.fresh_name(hint, &names)
+            };
+            names.push(name);
         }
         let handle = self.onnx.model.add_node(Node {
             op_type,
@@ -304,7 +305,7 @@ impl o::HostModel for OnnxHost<'_> {
         let kept = hint.len() + NAME_SUFFIX_BYTES + elements * 8 + size_of::<(String, Constant)>();
         self.budget.charge_host(F, &"the initializer", Some(kept))?;
         self.budget.charge_read(F, hint.len() + NAME_SUFFIX_BYTES + 8)?;
-        let name = self.onnx.model.fresh_name(hint);
+        let name = self.onnx.model.fresh_name(hint, &[]);
         self.onnx.model.add_initializer(name.clone(), constant);
         Ok(Ok(name))
     }

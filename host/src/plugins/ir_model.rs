@@ -494,22 +494,29 @@ impl IrModel {
         false
     }
 
-    /// A name no value has: `hint` if free, else `hint_N`.
-    pub fn fresh_name(&mut self, hint: &str) -> String {
+    /// A name no value has and not among `also_taken` (names given out for
+    /// a node not added yet): `hint` itself if free (so a plugin can find
+    /// what it added under a name of its choosing), else `hint_N`.
+    pub fn fresh_name(&mut self, hint: &str, also_taken: &[String]) -> String {
+        if !self.is_taken(hint) && !also_taken.iter().any(|t| t == hint) {
+            return hint.to_string();
+        }
         loop {
-            let fresh = self.m.fresh;
-            let name = if fresh == 0 { hint.to_string() } else { format!("{hint}_{fresh}") };
             self.mutate().fresh += 1;
-            let index = self.index();
-            if !index.producers.contains_key(&name)
-                && !index.consumers.contains_key(&name)
-                && !self.is_graph_input(&name)
-                && !self.is_initializer(&name)
-                && !self.is_graph_output(&name)
-            {
+            let name = format!("{hint}_{}", self.m.fresh);
+            if !self.is_taken(&name) && !also_taken.contains(&name) {
                 return name;
             }
         }
+    }
+
+    fn is_taken(&mut self, name: &str) -> bool {
+        let index = self.index();
+        index.producers.contains_key(name)
+            || index.consumers.contains_key(name)
+            || self.is_graph_input(name)
+            || self.is_initializer(name)
+            || self.is_graph_output(name)
     }
 
     // ── Mutations ──

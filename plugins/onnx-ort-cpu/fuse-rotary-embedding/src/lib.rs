@@ -12,6 +12,9 @@
 //! without its batch axis: row `s` of the caches is what the graph computed
 //! for token `s`, and position ids of shape `[1]` (value 0) make ONNX Runtime
 //! read row `s` for token `s`, whatever positions `f` was computed from.
+//! When `f` is per row, `Mul(Cast(Unsqueeze(position_ids, 2)), inv_freq)`
+//! (a generation component's), the rotation takes `position_ids` and caches
+//! of rows `0..=max(position_ids)` computed in the graph from `inv_freq`.
 //! Targets `Neg`, rotate-half's; the caches are shared by every rotation of
 //! the same frequencies.
 
@@ -20,13 +23,29 @@ use hfx_sdk::prelude::*;
 const SMALL: u32 = 8;
 const INT64: i32 = 7;
 
+/// Where a rotation's positions come from.
+enum Positions {
+    /// `f` is `[1, length, head_dim/2]`: token `s` is row `s` of caches made of `f`.
+    Rows(String),
+    /// `f` is computed from `ids` (`[batch, length]`) and `inv_freq`.
+    Ids { ids: String, inv_freq: String },
+}
+
 #[hfx_sdk::onnx_ir_fix(targets = ["Neg"])]
 fn fuse_rotary_embedding(model: &Model, neg: OnnxNodeId) -> Result<bool> {
     let Some(m) = match_rotation(model, neg)? else { return Ok(false) };
     model.import_opset("com.microsoft", 1)?;
-    let (cos_cache, sin_cache) = caches(model, &m.frequencies)?;
-    let zero = Constant { elem_type: INT64, dims: vec![1], data: ConstantData::Ints(vec![0]) };
-    let positions = model.add_initializer("rotary_position_start", &zero)?;
+    let (positions, cos_cache, sin_cache) = match &m.positions {
+        Positions::Rows(f) => {
+            let (cos, sin) = caches(model, f)?;
+            let zero = int64(vec![1], 0);
+            (model.add_initializer("rotary_position_start", &zero)?, cos, sin)
+        }
+        Positions::Ids { ids, inv_freq } => {
+            let (cos, sin) = caches_to_max(model, ids, inv_freq)?;
+            (ids.clone(), cos, sin)
+        }
+    };
     let interleaved = NamedAttribute { name: "interleaved".into(), value: Attribute::Int(0) };
     let (_, outputs) = model.add_node(
         "RotaryEmbedding",
@@ -44,8 +63,7 @@ fn fuse_rotary_embedding(model: &Model, neg: OnnxNodeId) -> Result<bool> {
 
 struct Rotation {
     x: String,
-    /// `f`, `[1, length, head_dim/2]`.
-    frequencies: String,
+    positions: Positions,
     output: String,
     /// The pattern's nodes only it reads (removed once fused).
     nodes: Vec<OnnxNodeId>,
@@ -102,19 +120,105 @@ fn match_rotation(model: &Model, neg: OnnxNodeId) -> Result<Option<Rotation>> {
         return Ok(None);
     }
     let shape = model.value_type(f).and_then(|t| t.shape);
-    let Some([OnnxDim::Fixed(1), _, OnnxDim::Fixed(h)]) = shape.as_deref() else {
-        return Ok(None);
+    let positions = match shape.as_deref() {
+        Some([OnnxDim::Fixed(1), _, OnnxDim::Fixed(h)]) if *h == half => Positions::Rows(f.clone()),
+        Some([_, _, OnnxDim::Fixed(h)]) if *h == half => match per_row(model, f, half)? {
+            Some(p) => p,
+            None => return Ok(None),
+        },
+        _ => return Ok(None),
     };
-    if *h != half {
-        return Ok(None);
-    }
     let output = first_output(model, add)?;
     Ok(Some(Rotation {
         x,
-        frequencies: f.clone(),
+        positions,
         output,
         nodes: vec![upper, neg, lower, concat, mul_sin, mul_cos, add],
     }))
+}
+
+/// `Positions::Ids` for `f` = `Mul(Cast(Unsqueeze(ids, [2])), inv_freq)`
+/// (either side), `ids` `[batch, length]` int64, `inv_freq` float `[half]`.
+fn per_row(model: &Model, f: &str, half: i64) -> Result<Option<Positions>> {
+    let Some(mul) = model.producer(f) else { return Ok(None) };
+    if model.op_type(mul)? != "Mul" || !is_default(model, mul)? {
+        return Ok(None);
+    }
+    let inputs = model.inputs(mul)?;
+    let [a, b] = inputs.as_slice() else { return Ok(None) };
+    // Any float `[half]` tensor: the caches are computed from it in the graph.
+    let is_inv = |v: &str| {
+        model.value_type(v).is_some_and(|t| {
+            t.elem_type == 1 && t.shape.as_deref() == Some(&[OnnxDim::Fixed(half)][..])
+        })
+    };
+    let (cast_out, inv_freq) = match (is_inv(a), is_inv(b)) {
+        (false, true) => (a, b),
+        (true, false) => (b, a),
+        _ => return Ok(None),
+    };
+    let Some(cast) = model.producer(cast_out) else { return Ok(None) };
+    if model.op_type(cast)? != "Cast" || model.attribute(cast, "to")? != Some(Attribute::Int(1)) {
+        return Ok(None);
+    }
+    let Some(unsqueezed) = model.inputs(cast)?.into_iter().next() else { return Ok(None) };
+    let Some(unsqueeze) = model.producer(&unsqueezed) else { return Ok(None) };
+    let unsqueeze_inputs = model.inputs(unsqueeze)?;
+    if model.op_type(unsqueeze)? != "Unsqueeze"
+        || unsqueeze_inputs.get(1).and_then(|a| ints(model, a)) != Some(vec![2])
+    {
+        return Ok(None);
+    }
+    let ids = unsqueeze_inputs[0].clone();
+    let ids_type = model.value_type(&ids);
+    let rank = ids_type.as_ref().and_then(|t| t.shape.as_ref()).map(|s| s.len());
+    if ids_type.map(|t| t.elem_type) != Some(INT64) || rank != Some(2) {
+        return Ok(None);
+    }
+    Ok(Some(Positions::Ids { ids, inv_freq: inv_freq.clone() }))
+}
+
+fn int64(dims: Vec<i64>, value: i64) -> Constant {
+    Constant { elem_type: INT64, dims, data: ConstantData::Ints(vec![value]) }
+}
+
+/// Caches of rows `0..=max(ids)`, `Cos`/`Sin` of `Range · inv_freq`,
+/// computed in the graph once per `ids` and `inv_freq` (found by name when
+/// an earlier rotation added them).
+fn caches_to_max(model: &Model, ids: &str, inv_freq: &str) -> Result<(String, String)> {
+    let (cos_name, sin_name) =
+        (format!("{ids}_{inv_freq}_rotary_cos"), format!("{ids}_{inv_freq}_rotary_sin"));
+    let existing = |name: &str, op: &str| -> Result<bool> {
+        Ok(match model.producer(name) {
+            Some(node) => model.op_type(node)? == op,
+            None => false,
+        })
+    };
+    if existing(&cos_name, "Cos")? && existing(&sin_name, "Sin")? {
+        return Ok((cos_name, sin_name));
+    }
+    let one = model.add_initializer("rotary_one", &int64(vec![], 1))?;
+    let zero = model.add_initializer("rotary_zero", &int64(vec![], 0))?;
+    let axis = model.add_initializer("rotary_row_axis", &int64(vec![1], 1))?;
+    let keep = NamedAttribute { name: "keepdims".into(), value: Attribute::Int(0) };
+    let node = |op: &str, inputs: &[String], hint: &str, attributes: &[NamedAttribute]| {
+        model
+            .add_node(op, "", inputs, &[format!("{ids}_rotary_{hint}")], attributes)
+            .map(|(_, mut out)| out.remove(0))
+    };
+    let max = node("ReduceMax", &[ids.to_string()], "max", &[keep])?;
+    let rows = node("Add", &[max, one.clone()], "rows", &[])?;
+    let range = node("Range", &[zero, rows, one], "range", &[])?;
+    let to_float = NamedAttribute { name: "to".into(), value: Attribute::Int(1) };
+    let float = node("Cast", &[range], "float", &[to_float])?;
+    let column = node("Unsqueeze", &[float, axis], "column", &[])?;
+    let freqs = node("Mul", &[column, inv_freq.to_string()], "freqs", &[])?;
+    let add = |op: &str, name: &str| {
+        model
+            .add_node(op, "", &[freqs.clone()], &[name.to_string()], &[])
+            .map(|(_, mut o)| o.remove(0))
+    };
+    Ok((add("Cos", &cos_name)?, add("Sin", &sin_name)?))
 }
 
 /// `Cos(Squeeze(f, [0]))` and `Sin` of it, found among `f`'s readers or added.
