@@ -1,6 +1,6 @@
 //! Helpers for the rewrites most fixes are made of.
 
-use crate::hfx::plugin::types::*;
+use crate::contract::types::*;
 
 /// An error about `node`, for the host to report with plugin and stage.
 pub fn error(message: impl Into<String>, node: Option<NodeId>) -> Error {
@@ -15,7 +15,7 @@ pub fn targets(names: &[&str]) -> Vec<String> {
 #[cfg(any(feature = "fx-node-fix", feature = "fx-program-fix", feature = "onnx-translation"))]
 mod graph_ext {
     use super::error;
-    use crate::hfx::plugin::graph::*;
+    use crate::contract::graph::*;
 
     /// Typed reads and the common rewrites, on the host's graph.
     pub trait GraphExt {

@@ -22,8 +22,9 @@
 //! enables the SDK feature of the same kind (it selects the bindings); an
 //! attribute of another kind does not compile.
 //!
-//! The bindings are wit-bindgen's, generated from `wit/0.1.0` and re-exported
-//! here unchanged; [`helpers`] adds the common rewrites. The `register_*!`
+//! The bindings are wit-bindgen's, generated from `wit/0.2.0` (with the
+//! interfaces it keeps from `wit/0.1.0`) and re-exported here unchanged, the
+//! interfaces also under [`contract`]; [`helpers`] adds the common rewrites. The `register_*!`
 //! macros remain for a plugin that writes `Guest` (and `describe`) itself; its
 //! `plugin.toml` then states `kind` and `targets`, as the component carries no
 //! `hfx:plugin-meta`.
@@ -61,8 +62,9 @@ macro_rules! bindings {
         #[cfg(feature = $feature)]
         mod bindings {
         wit_bindgen::generate!({
-            path: "../wit/0.1.0",
+            path: ["../wit/0.1.0", "../wit/0.2.0"],
             world: $world,
+            generate_all,
             pub_export_macro: true,
             export_macro_name: "export_plugin",
             default_bindings_module: "hfx_sdk",
@@ -73,13 +75,29 @@ macro_rules! bindings {
     };
 }
 
-bindings!("fx-node-fix", "hfx:plugin/fx-node-fix@0.1.0");
-bindings!("fx-program-fix", "hfx:plugin/fx-program-fix@0.1.0");
-bindings!("patch", "hfx:plugin/patch@0.1.0");
-bindings!("onnx-translation", "hfx:plugin/onnx-translation@0.1.0");
-bindings!("onnx-ir-fix", "hfx:plugin/onnx-ir-fix@0.1.0");
+bindings!("fx-node-fix", "hfx:plugin/fx-node-fix@0.2.0");
+bindings!("fx-program-fix", "hfx:plugin/fx-program-fix@0.2.0");
+bindings!("patch", "hfx:plugin/patch@0.2.0");
+bindings!("onnx-translation", "hfx:plugin/onnx-translation@0.2.0");
+bindings!("onnx-ir-fix", "hfx:plugin/onnx-ir-fix@0.2.0");
 
 pub use bindings::*;
+
+/// The contract's interfaces under version-neutral names: `types`, `graph`
+/// and `patching` are 0.1.0's (unchanged in 0.2.0), `onnx` is 0.2.0's.
+pub mod contract {
+    #[cfg(any(
+        feature = "fx-node-fix",
+        feature = "fx-program-fix",
+        feature = "onnx-translation"
+    ))]
+    pub use crate::hfx::plugin0_1_0::graph;
+    #[cfg(feature = "patch")]
+    pub use crate::hfx::plugin0_1_0::patching;
+    pub use crate::hfx::plugin0_1_0::types;
+    #[cfg(any(feature = "onnx-translation", feature = "onnx-ir-fix"))]
+    pub use crate::hfx::plugin0_2_0::onnx;
+}
 
 pub use hfx_sdk_macros::{
     fx_node_fix, fx_program_fix, onnx_ir_fix, onnx_translation, onnx_translations, patch,
@@ -93,26 +111,28 @@ pub mod translate;
 
 /// Everything a plugin usually needs, in one import.
 pub mod prelude {
+    pub use crate::contract::types::*;
     pub use crate::helpers::*;
-    pub use crate::hfx::plugin::types::*;
     pub use crate::Guest;
 
     /// `Result<T>` is `Result<T, Error>`, the contract's error.
-    pub type Result<T, E = crate::hfx::plugin::types::Error> = core::result::Result<T, E>;
+    pub type Result<T, E = crate::contract::types::Error> = core::result::Result<T, E>;
 
     #[cfg(any(
         feature = "fx-node-fix",
         feature = "fx-program-fix",
         feature = "onnx-translation"
     ))]
-    pub use crate::hfx::plugin::graph::{
+    pub use crate::contract::graph::{
         Argument, Graph, NamedArgument, OutputDecl, RangeConstraint, Replacement, SymBool,
         SymFloat, SymInt,
     };
     #[cfg(any(feature = "onnx-translation", feature = "onnx-ir-fix"))]
-    pub use crate::hfx::plugin::onnx::{Attribute, Builder, Model, NamedAttribute, OnnxNodeId};
+    pub use crate::contract::onnx::{Attribute, Builder, Model, NamedAttribute, OnnxNodeId};
+    #[cfg(feature = "onnx-ir-fix")]
+    pub use crate::contract::onnx::{Constant, ConstantData, Dim as OnnxDim, ValueType};
     #[cfg(feature = "patch")]
-    pub use crate::hfx::plugin::patching::{
+    pub use crate::contract::patching::{
         CallValue, Callback, LiveTensor, ObjectValue, OpCall, PatchedCall, Program, Scalar, Slot,
         Step, SymValue, ValueCall,
     };

@@ -13,8 +13,8 @@
 //! }
 //! ```
 
-use crate::hfx::plugin::patching::*;
-use crate::hfx::plugin::types::Dim;
+use crate::contract::patching::*;
+use crate::contract::types::Dim;
 
 /// Reading a patched call's values.
 pub trait CallExt {

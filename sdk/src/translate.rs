@@ -14,10 +14,10 @@
 //! }
 //! ```
 
+use crate::contract::graph::{Argument, Graph, SymInt};
+use crate::contract::onnx::{Attribute, Builder, NamedAttribute};
+use crate::contract::types::{Dim, Error, NodeId, TensorMeta, ValueId};
 use crate::helpers::{error, is_floating, onnx_dtype, GraphExt};
-use crate::hfx::plugin::graph::{Argument, Graph, SymInt};
-use crate::hfx::plugin::onnx::{Attribute, Builder, NamedAttribute};
-use crate::hfx::plugin::types::{Dim, Error, NodeId, TensorMeta, ValueId};
 
 /// An attribute.
 pub fn attr(name: &str, value: Attribute) -> NamedAttribute {

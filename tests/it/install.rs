@@ -58,6 +58,8 @@ fn an_installed_hfx_exports_from_any_folder_with_its_default_plugins() {
     for file in [
         "plugins/onnx/translate-matmul/plugin.toml",
         "plugins/dynamo/patch-sdpa-math-cpu/plugin.toml",
+        "plugins/onnx-ort-cpu/set.toml",
+        "plugins/onnx-ort-cpu/fuse-simplified-layer-norm/plugin.toml",
         "sdk/0.1.0/sdk/Cargo.toml",
         "sdk/0.1.0/wit/0.1.0",
     ] {
@@ -102,6 +104,8 @@ fn an_installed_hfx_exports_from_any_folder_with_its_default_plugins() {
         out.exists() && !stdout.contains("MISMATCH") && stdout.contains("onnx-translate-matmul"),
         "{stdout}"
     );
+    // The ONNX Runtime set is installed opt-in: a run uses it only when asked.
+    assert!(!stdout.contains("onnx-ort-cpu"), "{stdout}");
 
     // Only the folders given: no translation for the first op, in one line.
     let bare = [&run[..], &["--no-default-plugins"]].concat();

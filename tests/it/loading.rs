@@ -107,7 +107,7 @@ fn the_component_states_kind_targets_name_and_version() {
     let p = &found.manifest.plugin;
     assert_eq!(
         (p.name.as_str(), p.version.as_str(), p.kind.as_str(), p.api.as_str()),
-        ("onnx-fix-alias", "1.0.0", "fx-node-fix", "0.1")
+        ("onnx-fix-alias", "1.0.0", "fx-node-fix", "0.2")
     );
     assert_eq!(p.targets, ["aten.alias.default"]);
     let manifest = std::fs::read_to_string(found.manifest_path()).unwrap();
@@ -117,7 +117,7 @@ fn the_component_states_kind_targets_name_and_version() {
     );
 
     // A manifest may restate them (old manifests do) if it agrees.
-    let old = "name = \"onnx-fix-alias\"\nversion = \"1.0.0\"\nkind = \"fx-node-fix\"\napi = \"0.1\"\ntargets = [\"aten.alias.default\"]";
+    let old = "name = \"onnx-fix-alias\"\nversion = \"1.0.0\"\nkind = \"fx-node-fix\"\napi = \"0.2\"\ntargets = [\"aten.alias.default\"]";
     let (_tmp, dir) = plugin_copy(stating(old));
     runtime().load(&discover_one(&dir).unwrap()).unwrap();
 }

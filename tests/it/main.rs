@@ -9,6 +9,7 @@ mod confine;
 mod executorch;
 mod executorch_fixes;
 mod executorch_patches;
+mod fusions;
 mod fx_fixes;
 mod generation;
 mod install;

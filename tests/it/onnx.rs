@@ -61,7 +61,7 @@ fn traced_llama() -> PathBuf {
         .clone()
 }
 
-fn export_pt2(dir: &Path, pt2: &Path, out: &Path, extra: &[&str]) -> Output {
+pub(crate) fn export_pt2(dir: &Path, pt2: &Path, out: &Path, extra: &[&str]) -> Output {
     let mut args: Vec<String> = ["run", "--backend", "onnx"].map(String::from).to_vec();
     args.push(pt2.display().to_string());
     args.extend(["-o".to_string(), out.display().to_string()]);

@@ -3,7 +3,8 @@
 
 use crate::common::*;
 use hfx::graph::{Argument, RangeConstraint, Sym};
-use hfx::onnx::{Attribute, Model, Node, TranslationBuilder};
+use hfx::onnx::{Attribute, Node, TranslationBuilder};
+use hfx::plugins::ir_model::IrModel;
 use hfx::plugins::patching::{CallValue, PatchedCall, Scalar, Step};
 use hfx::plugins::{Backend, PluginKind, Session};
 use hfx::stages::{self, fx_node_fix, fx_program_fix, onnx_ir_fix, OnPluginError};
@@ -139,14 +140,14 @@ fn onnx_fix_topk_sorted_repairs_graph_and_functions() {
     let runtime = runtime();
     let plugin = load(&runtime, "plugins/onnx/fix-topk-sorted");
     let relu = Node { op_type: "Relu".into(), attributes: vec![], ..topk(None, None) };
-    let mut model = Model {
-        nodes: vec![
-            topk(Some(0), None),
-            relu.clone(),
-            topk(None, Some("f")),
-            topk(Some(1), Some("g")),
-        ],
-    };
+    let mut nodes =
+        vec![topk(Some(0), None), relu.clone(), topk(None, Some("f")), topk(Some(1), Some("g"))];
+    // A call that changes the model is kept only if each value has one producer.
+    for (i, node) in nodes.iter_mut().enumerate() {
+        node.outputs.iter_mut().for_each(|o| *o = format!("{o}{i}"));
+    }
+    let relu = nodes[1].clone();
+    let mut model = IrModel::of_nodes(nodes);
     let report = onnx_ir_fix::run(
         &runtime,
         &[of::<kind::OnnxIrFix>(&plugin)],
@@ -162,9 +163,9 @@ fn onnx_fix_topk_sorted_repairs_graph_and_functions() {
         "Relu is never offered; a sorted TopK is left alone"
     );
     for node in [0, 2, 3] {
-        assert_eq!(model.nodes[node].attribute("sorted"), Some(&Attribute::Int(1)));
+        assert_eq!(model.node(node).unwrap().attribute("sorted"), Some(&Attribute::Int(1)));
     }
-    assert_eq!(model.nodes[1], relu);
+    assert_eq!(model.node(1), Some(&relu));
 }
 
 #[test]

@@ -304,7 +304,7 @@ fn inspect_shows_world_hashes_and_manifest() {
     );
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
-    assert!(stdout.contains("world:            hfx:plugin/fx-node-fix@0.1.0"), "{stdout}");
+    assert!(stdout.contains("world:            hfx:plugin/fx-node-fix@0.2.0"), "{stdout}");
     assert!(stdout.contains("imports:          hfx:plugin/types@0.1.0"), "{stdout}");
     assert!(stdout.contains("exports:          describe, apply"), "{stdout}");
     // The manifest states what the component cannot (kind, name and targets come from the component).

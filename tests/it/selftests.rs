@@ -333,24 +333,32 @@ fn a_patch_case_program_reaches_only_what_the_policy_allows() {
 }
 
 /// Every plugin the project ships has a case (cut from a real trace, or for a
-/// patch a model to trace) and passes it numerically.
+/// patch a model to trace) and passes it numerically, the opt-in sets' too.
 #[test]
 fn every_shipped_plugin_passes_its_self_tests() {
-    let (ok, output) = test(&root(), &root().join("plugins"));
+    let (plugins, ort) = (root().join("plugins"), root().join("plugins/onnx-ort-cpu"));
+    let out = hfx_with_python(
+        &root(),
+        &["plugins", "test", plugins.to_str().unwrap(), ort.to_str().unwrap()],
+    );
+    let (ok, output) = (
+        out.status.success(),
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+    );
     assert!(ok && !output.contains("ships no self-test"), "{output}");
     let checked: std::collections::BTreeSet<&str> = output
         .lines()
         .filter(|l| l.starts_with("ok") && l.contains("max abs error"))
         .filter_map(|l| l.split_whitespace().nth(1))
         .collect();
-    let shipped: std::collections::BTreeSet<String> = ["dynamo", "onnx"]
+    let shipped: std::collections::BTreeSet<String> = ["dynamo", "onnx", "onnx-ort-cpu"]
         .iter()
         .flat_map(|backend| {
             std::fs::read_dir(root().join("plugins").join(backend))
                 .unwrap()
                 .filter_map(|e| e.ok()?.file_name().into_string().ok())
                 .filter(|n| {
-                    n.starts_with("fix-") || n.starts_with("translate-") || n.starts_with("patch-")
+                    ["fix-", "translate-", "patch-", "fuse-"].iter().any(|p| n.starts_with(p))
                 })
                 .map(move |n| format!("{backend}-{n}"))
         })

@@ -129,6 +129,23 @@ class CopyIntoInput(torch.nn.Module):
         return conv_state * 2, first + 1, conv_state, second
 
 
+class RotaryHalves(torch.nn.Module):
+    """Rotary embedding in the halves layout on `[batch, heads, length, head_dim]`, its cos and sin
+    computed from the positions as transformers' decoders do: ONNX Runtime's `RotaryEmbedding` when fused."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, 8, 2).float() / 8))
+
+    def forward(self, x):
+        positions = torch.arange(x.shape[2]).float()[None, :, None]
+        freqs = positions * self.inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos().unsqueeze(1), emb.sin().unsqueeze(1)
+        x1, x2 = x[..., :4], x[..., 4:]
+        return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
 PATTERNS = {
     "symbolic_sizes": (SymbolicSizes, lambda: (torch.randn(4, 6),)),
     "alias": (Alias, lambda: (torch.randn(3, 4),)),
@@ -148,6 +165,7 @@ PATTERNS = {
         IntegralTensorFloatScalar,
         lambda: (torch.randint(0, 2, (2, 5)),),
     ),
+    "rotary_halves": (RotaryHalves, lambda: (torch.randn(2, 3, 5, 8),)),
     "copy_into_input": (
         CopyIntoInput,
         lambda: (torch.randn(2, 3, 4), torch.randn(2, 3, 4), torch.randn(2, 3, 5)),

@@ -233,6 +233,14 @@ fn install(args: &[String]) -> Result<()> {
             if plugin.dir.join("selftest").is_dir() {
                 copy_tree(&plugin.dir.join("selftest"), &to.join("selftest"))?;
             }
+            // An opt-in set's marker (`plugins/onnx-ort-cpu/set.toml`) stays opt-in installed.
+            let set = plugin.dir.parent().map(|d| d.join("set.toml"));
+            if let Some(set) = set.filter(|s| s.is_file()) {
+                copy_file(
+                    &set,
+                    &to.parent().context("a plugin has a set folder")?.join("set.toml"),
+                )?;
+            }
         }
         Ok(())
     })?;

@@ -156,6 +156,15 @@ pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)>
     if set.plugins.is_empty() {
         set.plugins = config.plugins.into_iter().map(rel).collect();
     }
+    if let Some(target) = &args.ort_fusions {
+        if !backends.contains(&Backend::Onnx) {
+            bail!("--ort-fusions {target} rewrites ONNX graphs: add --backend onnx");
+        }
+        let defaults = crate::installed::Installed::find().map(|i| i.plugins());
+        let folder = crate::plugins::discover::ort_fusion_set(target, defaults.as_deref())
+            .map_err(anyhow::Error::msg)?;
+        set.plugins.push(folder);
+    }
     // Flag targets win over config targets for the same package.
     let mut targets: BTreeMap<String, String> = config.targets;
     targets.extend(set.targets.drain(..));

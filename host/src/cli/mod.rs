@@ -253,6 +253,10 @@ pub struct RunArgs {
     pub config: Option<PathBuf>,
     #[command(flatten)]
     pub set: PluginSetArgs,
+    /// ONNX Runtime fusions (the reference's `ort_fusions`): `cpu` adds the opt-in plugin set
+    /// `onnx-ort-cpu`, whose plugins rewrite patterns into ONNX Runtime's contrib ops.
+    #[arg(long, value_name = "TARGET")]
+    pub ort_fusions: Option<String>,
     /// What a failing plugin call does to the run; its changes are rolled back either way [default: fail].
     #[arg(long, value_enum)]
     pub on_plugin_error: Option<OnPluginError>,
@@ -830,10 +834,11 @@ fn with_default_plugins(given: Vec<PathBuf>, defaults: Option<PathBuf>) -> Vec<P
     let Some(defaults) = defaults.and_then(|d| d.canonicalize().ok()).filter(|d| d.is_dir()) else {
         return given;
     };
-    let overlaps = given
-        .iter()
-        .filter_map(|g| g.canonicalize().ok())
-        .any(|g| g.starts_with(&defaults) || defaults.starts_with(&g));
+    // An opt-in set inside the defaults is skipped by their discovery: it adds to them.
+    let overlaps = given.iter().filter_map(|g| g.canonicalize().ok()).any(|g| {
+        (g.starts_with(&defaults) && !crate::plugins::discover::is_opt_in_set(&g))
+            || defaults.starts_with(&g)
+    });
     if overlaps {
         return given;
     }
@@ -1047,5 +1052,29 @@ mod readme {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod default_plugins {
+    use super::with_default_plugins;
+
+    /// A folder inside the defaults replaces them, unless it is an opt-in set
+    /// (which their discovery skips): that one adds to them.
+    #[test]
+    fn an_opt_in_set_inside_the_defaults_adds_to_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let defaults = dir.path().canonicalize().unwrap();
+        for folder in ["onnx", "onnx-ort-cpu"] {
+            std::fs::create_dir(defaults.join(folder)).unwrap();
+        }
+        std::fs::write(defaults.join("onnx-ort-cpu/set.toml"), "").unwrap();
+        let set = defaults.join("onnx-ort-cpu");
+        assert_eq!(
+            with_default_plugins(vec![set.clone()], Some(defaults.clone())),
+            [defaults.clone(), set]
+        );
+        let onnx = defaults.join("onnx");
+        assert_eq!(with_default_plugins(vec![onnx.clone()], Some(defaults)), [onnx]);
     }
 }

@@ -80,7 +80,8 @@ pub(super) fn inspect(args: &SetOptions, name: &str) -> Result<()> {
         .with_context(|| format!("{}", p.dir.join("plugin.toml").display()))?;
     let manifest = String::from_utf8_lossy(&manifest);
     println!("folder:           {}", p.dir.display());
-    println!("world:            hfx:plugin/{}@0.1.0", p.kind());
+    // The contract's `api` is its version's major and minor (`0.2` → `hfx:plugin@0.2.0`).
+    println!("world:            hfx:plugin/{}@{}.0", p.kind(), p.manifest.plugin.api);
     println!("component sha256: {}", p.component_sha256);
     println!("manifest sha256:  {}", p.manifest_sha256);
     println!(

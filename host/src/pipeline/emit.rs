@@ -116,8 +116,8 @@ pub struct OnnxEmitted {
     pub weights_prewritten: usize,
 }
 
-/// The ONNX stages (translations, IR fixes), the generic passes, then the
-/// model, written atomically to `target`.
+/// The translations, the generic passes, the IR fixes (on the optimized
+/// model, constants known), then the model, written atomically to `target`.
 pub fn onnx(
     cx: EmitContext,
     pt2: &Pt2,
@@ -138,7 +138,7 @@ pub fn onnx(
         crate::onnx::inputs::output_names(program, &input.input_names, &input.output_names);
     progress.step("onnx", "translations");
     let translations = stages::select::<kind::OnnxTranslation>(&loaded.set.plugins, Backend::Onnx);
-    let (mut builder, translated) =
+    let (builder, translated) =
         onnx_translation::run(&loaded.runtime, &translations, graph, &roles, options.opset)
             .map_err(|mut e| {
                 if let TranslationError::Missing { source_note, .. } = &mut e {
@@ -146,13 +146,6 @@ pub fn onnx(
                 }
                 e
             })?;
-    progress.step("onnx", "IR fixes");
-    let ir_fixes = stages::select::<kind::OnnxIrFix>(&loaded.set.plugins, Backend::Onnx);
-    let mut model = crate::onnx::Model { nodes: std::mem::take(&mut builder.nodes) };
-    let fixed =
-        onnx_ir_fix::run(&loaded.runtime, &ir_fixes, &mut model, "onnx-ir-fixes", on_plugin_error)?;
-    builder.nodes = model.nodes;
-    let metadata = onnx_metadata(loaded, &[&translated, &fixed]);
     let parts = emit::ModelParts {
         graph,
         roles: &roles,
@@ -170,9 +163,22 @@ pub fn onnx(
             options.quantize.as_ref(),
         )
     });
-    // The custom domains the passes' nodes use (`MatMulNBits`), imported too.
+    progress.step("onnx", "IR fixes");
+    let ir_fixes = stages::select::<kind::OnnxIrFix>(&loaded.set.plugins, Backend::Onnx);
+    let types =
+        onnx_ir_fix::traced_types(graph, &builder.value_names, &emit::dim_names(graph, &roles));
+    let fixed = onnx_ir_fix::run_on_lowered(
+        &loaded.runtime,
+        &ir_fixes,
+        &mut lowered,
+        types,
+        "onnx-ir-fixes",
+        on_plugin_error,
+    )?;
+    // The custom domains the passes' and the fixes' nodes use (`MatMulNBits`), imported too.
     let domains = lowered.nodes.iter().map(|n| &n.domain).filter(|d| !d.is_empty()).cloned();
     lowered.domains.extend(domains.collect::<Vec<_>>());
+    let metadata = onnx_metadata(loaded, &[&translated, &fixed]);
     let planned = emit::plan(lowered, "main_graph", &metadata);
     let nodes = planned.graph.node.len();
     let storage = if options.external_data

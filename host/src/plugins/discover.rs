@@ -21,6 +21,11 @@ use super::error::LoadError;
 use super::manifest::{ComponentMeta, Manifest, ManifestFile};
 
 const MANIFEST: &str = "plugin.toml";
+/// The marker of an opt-in set (`plugins/onnx-ort-cpu/set.toml`): a folder
+/// holding it is found only when given itself (`--plugins` naming it, or
+/// `hfx run --ort-fusions cpu`), never by discovery of a folder above it, so
+/// a default plugin folder can ship sets no run uses unasked.
+pub const OPT_IN_SET: &str = "set.toml";
 /// How deep below a `--plugins` folder manifests are looked for
 /// (`plugins/` → `onnx/` → `fix-alias/`).
 const MAX_DEPTH: u32 = 3;
@@ -76,6 +81,35 @@ impl fmt::Display for Warning {
 pub struct Discovery {
     pub found: Vec<Result<Discovered, LoadError>>,
     pub warnings: Vec<Warning>,
+}
+
+/// Whether `folder` is an opt-in set (holds [`OPT_IN_SET`]).
+pub fn is_opt_in_set(folder: &Path) -> bool {
+    folder.join(OPT_IN_SET).is_file()
+}
+
+/// The folder of the ONNX Runtime fusion set for `--ort-fusions TARGET`
+/// (the reference's `ort_fusions`): `onnx-ort-cpu` among the installed
+/// default plugins (`defaults`), else in the checkout hfx was built from.
+pub fn ort_fusion_set(target: &str, defaults: Option<&Path>) -> Result<PathBuf, String> {
+    let name = match target {
+        "cpu" => "onnx-ort-cpu",
+        "cuda" | "webgpu" | "dml" => {
+            return Err(format!(
+                "--ort-fusions {target}: hfx has no {target} fusion set yet; `--ort-fusions cpu` is the one there is"
+            ))
+        }
+        other => return Err(format!("--ort-fusions {other}: give `cpu`")),
+    };
+    let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("plugins");
+    defaults
+        .map(|d| d.join(name))
+        .into_iter()
+        .chain([checkout.join(name)])
+        .find(|d| is_opt_in_set(d))
+        .ok_or_else(|| {
+            format!("--ort-fusions {target}: the `{name}` plugin set is not installed (reinstall hfx: `cargo xtask install`)")
+        })
 }
 
 /// Every plugin below `root`, in path order; a plugin that cannot be read is an
@@ -152,6 +186,9 @@ fn warn(out: &mut Discovery, path: PathBuf, reason: impl Into<String>) {
 
 /// `dir` is `level` folders below the root.
 fn walk(dir: &Dir, path: &Path, level: u32, out: &mut Discovery) {
+    if level > 0 && dir.symlink_metadata(OPT_IN_SET).is_ok_and(|m| m.is_file()) {
+        return;
+    }
     match dir.symlink_metadata(MANIFEST) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         // Not even a stat: the folder cannot be searched (no `x` permission).

@@ -14,12 +14,14 @@ use wasmtime::component::Resource;
 
 use super::super::bindings::wit_graph::{self as w, HostGraph};
 use super::super::bindings::wit_onnx::{self as o, HostBuilder, HostModel};
+use super::super::bindings::wit_onnx_v0_2 as o2;
 use super::super::bindings::wit_types as t;
 use super::super::host_graph::ApproxSize;
+use super::super::ir_model::IrModel;
 use super::super::store::PluginState;
 use super::Limits;
 use crate::graph::{Argument, Dim, Graph, NamedArgument, OutputDecl, TensorMeta, ValueMeta};
-use crate::onnx::{Attribute, Model, Node, TranslationBuilder};
+use crate::onnx::{Attribute, Node, TranslationBuilder};
 
 /// The budgets of a fuzzed call: the defaults', smaller, so that what they
 /// let through stays cheap and what they refuse is quick to reach.
@@ -90,7 +92,7 @@ fn step(state: &mut PluginState, input: &mut Bytes) -> wasmtime::Result<()> {
     let m = || Resource::<super::super::bindings::ModelRef>::new_borrow(0);
     input.lifted = MAX_LIFTED;
     let id = input.small_u32();
-    match input.u8() % 32 {
+    match input.u8() % 40 {
         0 => drop(state.graph_host().nodes(g())?),
         1 => drop(state.graph_host().nodes_by_target(g(), input.string())?),
         2 => drop(state.graph_host().target(g(), id)?),
@@ -161,6 +163,43 @@ fn step(state: &mut PluginState, input: &mut Bytes) -> wasmtime::Result<()> {
             let attribute = o::NamedAttribute { name: input.string(), value: input.attribute() };
             drop(state.onnx_host().set_attribute(m(), id, attribute)?)
         }
+        // Contract 0.2.0's model.
+        32 => drop(o2::HostModel::producer(&mut state.onnx_host(), m(), input.string())?),
+        33 => drop(o2::HostModel::consumers(&mut state.onnx_host(), m(), input.string())?),
+        34 => match input.u8() % 3 {
+            0 => drop(o2::HostModel::is_graph_output(&mut state.onnx_host(), m(), input.string())?),
+            1 => drop(o2::HostModel::is_graph_input(&mut state.onnx_host(), m(), input.string())?),
+            _ => drop(o2::HostModel::value_type(&mut state.onnx_host(), m(), input.string())?),
+        },
+        35 => {
+            let (value, max) = (input.string(), input.u32());
+            drop(o2::HostModel::constant(&mut state.onnx_host(), m(), value, max)?)
+        }
+        36 => {
+            let (op_type, domain) = (input.string(), input.string());
+            let (inputs, outputs) = (input.strings(), input.strings());
+            let mut host = state.onnx_host();
+            drop(o2::HostModel::add_node(&mut host, m(), op_type, domain, inputs, outputs, vec![])?)
+        }
+        37 => drop(o2::HostModel::remove_node(&mut state.onnx_host(), m(), id)?),
+        38 => {
+            let (old, new) = (input.string(), input.string());
+            drop(o2::HostModel::replace_uses(&mut state.onnx_host(), m(), old, new)?)
+        }
+        39 => {
+            let hint = input.string();
+            let n = input.len();
+            let data = if input.flag() {
+                o2::ConstantData::Ints(vec![1; n])
+            } else {
+                o2::ConstantData::Floats(vec![0.5; n])
+            };
+            let dims = vec![n as i64; usize::from(input.flag())];
+            let value = o2::Constant { elem_type: if input.flag() { 7 } else { 1 }, dims, data };
+            let mut host = state.onnx_host();
+            drop(o2::HostModel::add_initializer(&mut host, m(), hint, value)?);
+            drop(o2::HostModel::import_opset(&mut host, m(), input.string(), input.u32())?)
+        }
         _ => drop(state.onnx_host().opset(b())?),
     }
     Ok(())
@@ -206,7 +245,7 @@ fn relu_add_mul() -> Graph {
     g
 }
 
-fn two_node_model() -> Model {
+fn two_node_model() -> IrModel {
     let node = |op: &str, attributes| Node {
         op_type: op.into(),
         domain: String::new(),
@@ -215,9 +254,10 @@ fn two_node_model() -> Model {
         attributes,
         function: None,
     };
-    Model {
-        nodes: vec![node("Relu", vec![]), node("Cast", vec![("to".into(), Attribute::Int(1))])],
-    }
+    IrModel::of_nodes(vec![
+        node("Relu", vec![]),
+        node("Cast", vec![("to".into(), Attribute::Int(1))]),
+    ])
 }
 
 /// The fuzzer's bytes, read front to back; past the end everything is zero.
@@ -575,6 +615,10 @@ mod tests {
             &[0, 30, 1, 255, 0, 1, 1][..],
         ] {
             drive(data);
+        }
+        // Contract 0.2.0's model functions, each with a few bytes of arguments.
+        for function in 32..40u8 {
+            drive(&[0, 0, function, 3, b'r', b'e', b'l', 2, 1, 255, 0, 1, function, 1, 4, 0]);
         }
     }
 }

@@ -1,12 +1,14 @@
-//! The `onnx` interface of the contract: the translation builder and the model
-//! under IR repair. Each method bounds what the guest asks of it before
-//! allocating: identifiers (op type, domain, value and attribute names)
-//! against `MAX_NAME_BYTES`, `add-node`'s `outputs` against `MAX_NODE_OUTPUTS`,
-//! the strings and lists handed in against the write budget, and what the
-//! host allocates for them (an output name derived from the op type per
-//! output, a copy of an attribute kept for rollback) against the write budget
-//! at its host size. Answers are charged against the read budget before they
-//! are built, ONNX nodes added against the node budget.
+//! The `onnx` interface of contract 0.1.0: the translation builder and the
+//! model under IR repair (0.2.0's interface, `host_onnx_v0_2.rs`, reuses the
+//! builder and the model's reads). Each method bounds what the guest asks of
+//! it before allocating: identifiers (op type, domain, value and attribute
+//! names) against `MAX_NAME_BYTES`, `add-node`'s `outputs` against
+//! `MAX_NODE_OUTPUTS`, the strings and lists handed in against the write
+//! budget, and what the host allocates for them (an output name derived from
+//! the op type per output) against the write budget at its host size.
+//! Answers are charged against the read budget before they are built, ONNX
+//! nodes added against the node budget. The model keeps its own journal of a
+//! call's changes (`ir_model.rs`).
 
 use std::mem::size_of;
 
@@ -16,17 +18,17 @@ use super::bindings::wit_onnx as o;
 use super::bindings::wit_types as t;
 use super::bindings::NoState;
 use super::bindings::{BuilderRef, ModelRef};
+use super::ir_model::IrModel;
 use super::sandbox::{CallBudget, Ticks, MAX_NODE_OUTPUTS};
 use crate::graph::ValueId;
-use crate::onnx::{Attribute, Model, Node, TranslationBuilder};
+use crate::onnx::{Attribute, Node, TranslationBuilder};
 
 /// ONNX state lent to a call.
 #[derive(Debug, Default)]
 pub struct OnnxState {
     pub builder: TranslationBuilder,
-    pub model: Model,
-    /// Attribute values overwritten in this call, oldest first, for rollback.
-    overwritten: Vec<(u32, String, Option<Attribute>)>,
+    /// The model under repair; it keeps its own journal of a call's changes.
+    pub model: IrModel,
     /// Builder nodes when the call started, for rollback.
     builder_nodes: usize,
     /// Values the call bound, for rollback: a call's own work, never the
@@ -37,20 +39,14 @@ pub struct OnnxState {
 impl OnnxState {
     /// Marks the start of a call.
     pub fn begin(&mut self) {
-        self.overwritten.clear();
+        self.model.begin();
         self.bound.clear();
         self.builder_nodes = self.builder.nodes.len();
     }
 
     /// Undoes what the call did to the builder and the model.
     pub fn rollback(&mut self) {
-        for (node, name, old) in self.overwritten.drain(..).rev() {
-            let n = &mut self.model.nodes[node as usize];
-            match old {
-                Some(a) => n.set_attribute(&name, a),
-                None => n.attributes.retain(|(k, _)| *k != name),
-            }
-        }
+        self.model.rollback();
         self.builder.nodes.truncate(self.builder_nodes);
         for value in self.bound.drain(..) {
             self.builder.value_names.remove(&value);
@@ -182,8 +178,7 @@ impl OnnxHost<'_> {
     fn onnx_node(&self, node: u32) -> Result<&Node, t::Error> {
         self.onnx
             .model
-            .nodes
-            .get(node as usize)
+            .node(node)
             .ok_or(t::Error { message: format!("no ONNX node {node}"), node: None })
     }
 
@@ -203,15 +198,45 @@ impl OnnxHost<'_> {
         self.budget.charge_read(function, bytes)?;
         Ok(self.onnx_node(node).map(build))
     }
+
+    /// The live nodes in topological order, the answer charged first.
+    pub(super) fn model_nodes(&mut self, function: &'static str) -> wasmtime::Result<Vec<u32>> {
+        let n = self.onnx.model.handles() as usize;
+        self.budget.charge_read(function, 8 + n * 4)?;
+        self.budget.check_deadline(function)?;
+        Ok(self.onnx.model.order())
+    }
+
+    pub(super) fn model_attribute(&mut self, node: u32, name: &str) -> Answer<Option<Attribute>> {
+        const F: &str = "model.attribute";
+        self.budget.charge_write(F, name.len() + 8)?;
+        self.budget.check_name(F, "an attribute name", name)?;
+        self.read_node(
+            F,
+            node,
+            |n| 4 + n.attribute(name).map_or(0, ir_attribute_size),
+            |n| n.attribute(name).cloned(),
+        )
+    }
+
+    /// Sets an attribute handed in (already charged as written).
+    pub(super) fn model_set_attribute(
+        &mut self,
+        node: u32,
+        name: String,
+        value: Attribute,
+    ) -> Answer<()> {
+        if self.onnx.model.node(node).is_none() {
+            return err(format!("no ONNX node {node}"));
+        }
+        self.onnx.model.set_attribute(node, &name, value);
+        Ok(Ok(()))
+    }
 }
 
 impl o::HostModel for OnnxHost<'_> {
     fn nodes(&mut self, _: Resource<ModelRef>) -> wasmtime::Result<Vec<u32>> {
-        const F: &str = "model.nodes";
-        let n = u32::try_from(self.onnx.model.nodes.len()).unwrap_or(u32::MAX);
-        self.budget.charge_read(F, 8 + n as usize * 4)?;
-        self.budget.check_deadline(F)?;
-        Ok((0..n).collect())
+        self.model_nodes("model.nodes")
     }
 
     fn op_type(&mut self, _: Resource<ModelRef>, node: u32) -> Answer<String> {
@@ -236,15 +261,7 @@ impl o::HostModel for OnnxHost<'_> {
         node: u32,
         name: String,
     ) -> Answer<Option<o::Attribute>> {
-        const F: &str = "model.attribute";
-        self.budget.charge_write(F, name.len() + 8)?;
-        self.budget.check_name(F, "an attribute name", &name)?;
-        self.read_node(
-            F,
-            node,
-            |n| 4 + n.attribute(&name).map_or(0, ir_attribute_size),
-            |n| n.attribute(&name).map(to_wit_attribute),
-        )
+        Ok(self.model_attribute(node, &name)?.map(|a| a.as_ref().map(to_wit_attribute)))
     }
 
     fn set_attribute(
@@ -256,23 +273,7 @@ impl o::HostModel for OnnxHost<'_> {
         const F: &str = "model.set-attribute";
         self.budget.charge_write(F, named_attribute_size(&attribute))?;
         self.bound_attribute_names(F, std::slice::from_ref(&attribute))?;
-        let Some(n) = self.onnx.model.nodes.get(node as usize) else {
-            return err(format!("no ONNX node {node}"));
-        };
-        // The value it replaces is kept for rollback, with the name.
-        let kept = n.attribute(&attribute.name).map_or(0, ir_attribute_size)
-            + attribute.name.len()
-            + size_of::<(u32, String, Option<Attribute>)>();
-        self.budget.charge_host(
-            F,
-            &format!("the `{}` attribute it replaces, kept for rollback", attribute.name),
-            Some(kept),
-        )?;
-        let n = &mut self.onnx.model.nodes[node as usize];
-        let old = n.attribute(&attribute.name).cloned();
-        n.set_attribute(&attribute.name, from_wit_attribute(attribute.value));
-        self.onnx.overwritten.push((node, attribute.name, old));
-        Ok(Ok(()))
+        self.model_set_attribute(node, attribute.name, from_wit_attribute(attribute.value))
     }
 
     fn drop(&mut self, model: Resource<ModelRef>) -> wasmtime::Result<()> {

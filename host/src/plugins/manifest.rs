@@ -15,7 +15,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// Contract versions this host loads (`api` in the manifest).
-pub const SUPPORTED_APIS: &[&str] = &["0.1"];
+pub const SUPPORTED_APIS: &[&str] = &["0.1", "0.2"];
 
 /// The custom section of a component that declares it (written by hfx-sdk's
 /// attribute macros): UTF-8 JSON, a [`ComponentMeta`].

@@ -10,6 +10,8 @@ pub mod discover;
 pub mod error;
 mod host_graph;
 mod host_onnx;
+mod host_onnx_v0_2;
+pub mod ir_model;
 pub mod kind;
 pub mod loading;
 pub mod lock;

@@ -24,6 +24,7 @@ const PROVIDED_IMPORTS: &[&str] = &[
     "hfx:plugin/types@0.1.0",
     "hfx:plugin/graph@0.1.0",
     "hfx:plugin/onnx@0.1.0",
+    "hfx:plugin/onnx@0.2.0",
     "hfx:plugin/patching@0.1.0",
 ];
 
@@ -111,8 +112,8 @@ impl Runtime {
             fx_node_fix: linker(&engine, &[Types, Graph])?,
             fx_program_fix: linker(&engine, &[Types, Graph])?,
             patch: linker(&engine, &[Types, Patching])?,
-            onnx_translation: linker(&engine, &[Types, Graph, Onnx])?,
-            onnx_ir_fix: linker(&engine, &[Types, Onnx])?,
+            onnx_translation: linker(&engine, &[Types, Graph, Onnx, OnnxV0_2])?,
+            onnx_ir_fix: linker(&engine, &[Types, Onnx, OnnxV0_2])?,
         };
         let ticker_stop = Arc::new(AtomicBool::new(false));
         spawn_epoch_ticker(engine.clone(), ticker_stop.clone());
@@ -163,7 +164,7 @@ impl Runtime {
         let kind = found.manifest.plugin.kind;
         let pre = self.pre(kind, &component).map_err(|e| {
             fail(format!(
-                "does not implement the `{kind}` world of hfx:plugin@0.1.0: {}",
+                "does not implement the `{kind}` world of hfx:plugin@0.1.0 or 0.2.0: {}",
                 one_line(&e)
             ))
         })?;
@@ -256,13 +257,15 @@ enum Interface {
     Types,
     Graph,
     Onnx,
+    /// 0.2.0's `onnx`, beside 0.1.0's: a world's linker links either version.
+    OnnxV0_2,
     Patching,
 }
 
 /// A linker with exactly the interfaces of one world, each given only its
 /// own part of the store (`store.rs`).
 fn linker(engine: &Engine, interfaces: &[Interface]) -> wasmtime::Result<Linker<PluginState>> {
-    use super::bindings::{wit_graph, wit_onnx, wit_patching, wit_types, NoState};
+    use super::bindings::{wit_graph, wit_onnx, wit_onnx_v0_2, wit_patching, wit_types, NoState};
     use super::store::{GraphPart, OnnxPart};
     let mut linker = Linker::new(engine);
     for interface in interfaces {
@@ -273,6 +276,9 @@ fn linker(engine: &Engine, interfaces: &[Interface]) -> wasmtime::Result<Linker<
             }
             Interface::Onnx => {
                 wit_onnx::add_to_linker::<_, OnnxPart>(&mut linker, PluginState::onnx_host)?
+            }
+            Interface::OnnxV0_2 => {
+                wit_onnx_v0_2::add_to_linker::<_, OnnxPart>(&mut linker, PluginState::onnx_host)?
             }
             Interface::Patching => {
                 wit_patching::add_to_linker::<_, NoState>(&mut linker, |_| NoState)?

@@ -11,13 +11,14 @@ use wasmtime::{Store, Trap};
 use super::bindings::{wit_patching, wit_types};
 use super::bindings::{BuilderRef, GraphRef, ModelRef};
 use super::error::{Failure, NodeRef, PluginError};
+use super::ir_model::IrModel;
 use super::kind::{self, Kind, PluginOf};
 use super::manifest::PluginKind;
 use super::runtime::{one_line, Plugin, Runtime, EPOCH_TICK};
 use super::sandbox::{write_budget_message, MAX_DESCRIBE_BYTES, MAX_MESSAGE_BYTES, MAX_WASM_STACK};
 use super::store::PluginState;
 use crate::graph::{Graph, NodeId};
-use crate::onnx::{Model, TranslationBuilder};
+use crate::onnx::TranslationBuilder;
 
 pub struct Session<'a, K: Kind> {
     runtime: &'a Runtime,
@@ -110,24 +111,39 @@ impl Session<'_, kind::OnnxTranslation> {
 }
 
 impl Session<'_, kind::OnnxIrFix> {
-    /// ONNX IR fix on node `node` of `model`; true when it changed the node.
-    pub fn onnx_ir_fix(&mut self, model: &mut Model, node: u32) -> Result<bool, PluginError> {
-        let name = model
-            .nodes
-            .get(node as usize)
-            .map(|n| NodeRef::Onnx { op_type: n.op_type.clone(), index: node });
+    /// ONNX IR fix on node `node` of `model`; true when it changed the model.
+    /// A call that changed the model is kept only if the graph it leaves is
+    /// well formed ([`IrModel::check`]); else it is undone and refused.
+    pub fn onnx_ir_fix(&mut self, model: &mut IrModel, node: u32) -> Result<bool, PluginError> {
+        let name =
+            model.node(node).map(|n| NodeRef::Onnx { op_type: n.op_type.clone(), index: node });
         self.ensure_live()?;
         let (store, _) = self.live.as_mut().expect("live");
         store.data_mut().onnx.model = std::mem::take(model);
-        let result = self.call(name, |store, instance| {
+        let result = self.call(name.clone(), |store, instance| {
             let m = store.data_mut().table.push(ModelRef)?;
             let m_rep = Resource::<ModelRef>::new_borrow(m.rep());
             let r = instance.call_apply(&mut *store, m_rep, node);
             let _ = store.data_mut().table.delete(m);
             r
         });
+        let malformed = result.is_ok().then(|| {
+            self.reclaim(|s| {
+                let reason = s.onnx.model.mutated().then(|| s.onnx.model.check().err()).flatten();
+                if reason.is_some() {
+                    s.onnx.model.rollback();
+                }
+                reason
+            })
+        });
         *model = self.reclaim(|s| std::mem::take(&mut s.onnx.model));
-        result
+        match malformed.flatten() {
+            Some(reason) => Err(self.error(
+                name,
+                Failure::Invalid(bounded_line(&format!("left a malformed graph: {reason}"))),
+            )),
+            None => result,
+        }
     }
 }
 
@@ -311,8 +327,7 @@ impl<K: Kind> Session<'_, K> {
             PluginKind::OnnxIrFix => state
                 .onnx
                 .model
-                .nodes
-                .get(id as usize)
+                .node(id)
                 .map(|n| NodeRef::Onnx { op_type: n.op_type.clone(), index: id }),
             PluginKind::Patch => None,
         }

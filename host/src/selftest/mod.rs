@@ -305,7 +305,7 @@ fn numeric_failures(outputs: &[Comparison]) -> Result<f64, String> {
 
 /// The piece as an ONNX model, every input a model input: translated (by the
 /// translation under test, the set's others filling in), then for an IR fix
-/// repaired by the fix under test; written to `onnx` if given. Says what the
+/// optimized and repaired by the fix under test, as in a run; written to `onnx` if given. Says what the
 /// plugin did.
 fn emit_onnx(
     runtime: &Runtime,
@@ -324,9 +324,16 @@ fn emit_onnx(
         OnnxUnderTest::Translation { translations, .. }
         | OnnxUnderTest::IrFix { translations, .. } => translations.as_slice(),
     };
-    let (mut builder, report) =
-        onnx_translation::run(runtime, translations, graph, &roles, CASE_OPSET)
-            .map_err(|e| e.to_string())?;
+    let (builder, report) = onnx_translation::run(runtime, translations, graph, &roles, CASE_OPSET)
+        .map_err(|e| e.to_string())?;
+    let parts = emit::ModelParts {
+        graph,
+        roles: &roles,
+        weights: None,
+        builder: &builder,
+        output_names: Vec::new(),
+    };
+    let mut lowered = emit::lower(&parts).map_err(|e| e.to_string())?;
     let what = match under_test {
         OnnxUnderTest::Translation { plugin, .. } => {
             let translated = report.plugins.get(plugin.name()).map_or(0, |c| c.changed);
@@ -336,11 +343,28 @@ fn emit_onnx(
             format!("{translated} node(s) translated into {} ONNX node(s)", builder.nodes.len())
         }
         OnnxUnderTest::IrFix { fix, .. } => {
-            let mut model = crate::onnx::Model { nodes: std::mem::take(&mut builder.nodes) };
-            let report =
-                onnx_ir_fix::run(runtime, &[*fix], &mut model, "selftest", OnPluginError::Fail)
-                    .map_err(|e| e.to_string())?;
-            builder.nodes = model.nodes;
+            // As in a run: the IR fix sees the optimized model, constants folded.
+            crate::onnx::passes::run(
+                &mut lowered.nodes,
+                &mut lowered.initializers,
+                &lowered.output_names,
+                &lowered.static_shapes,
+                None,
+            );
+            let types = onnx_ir_fix::traced_types(
+                graph,
+                &builder.value_names,
+                &emit::dim_names(graph, &roles),
+            );
+            let report = onnx_ir_fix::run_on_lowered(
+                runtime,
+                &[*fix],
+                &mut lowered,
+                types,
+                "selftest",
+                OnPluginError::Fail,
+            )
+            .map_err(|e| e.to_string())?;
             let changed = report.plugins.get(fix.name()).map_or(0, |c| c.changed);
             if changed == 0 {
                 return Err("the plugin changed no ONNX node: the case does not exercise it".into());
@@ -348,14 +372,6 @@ fn emit_onnx(
             format!("{changed} ONNX node(s) changed")
         }
     };
-    let parts = emit::ModelParts {
-        graph,
-        roles: &roles,
-        weights: None,
-        builder: &builder,
-        output_names: Vec::new(),
-    };
-    let lowered = emit::lower(&parts).map_err(|e| e.to_string())?;
     let planned = emit::plan(lowered, "selftest", &[]);
     if let Some(path) = onnx {
         emit::write(path, planned, emit::WeightStorage::Embedded, &crate::weights::files::InMemory)

@@ -142,7 +142,7 @@ pub fn fx_ops(graph: &crate::graph::Graph) -> OpHistogram {
 }
 
 /// The op histogram of ONNX nodes, keyed by [`onnx_op`].
-pub fn onnx_ops(nodes: &[crate::onnx::Node]) -> OpHistogram {
+pub fn onnx_ops<'n>(nodes: impl IntoIterator<Item = &'n crate::onnx::Node>) -> OpHistogram {
     let mut counts: HashMap<(&str, &str), u64> = HashMap::new();
     for node in nodes {
         *counts.entry((node.domain.as_str(), node.op_type.as_str())).or_default() += 1;

@@ -9,7 +9,7 @@
 //! without running it:
 //!
 //! ```text
-//! {"api":"0.1","kind":"fx-node-fix","name":"onnx-fix-alias","version":"1.0.0","targets":["aten.alias.default"]}
+//! {"api":"0.2","kind":"fx-node-fix","name":"onnx-fix-alias","version":"1.0.0","targets":["aten.alias.default"]}
 //! ```
 //!
 //! (UTF-8 JSON, these five fields, in this order; name and version are the
@@ -27,8 +27,8 @@ use syn::{Expr, ItemFn, LitStr, Token};
 
 /// The custom section's name; the host reads it (`hfx::plugins::manifest::META_SECTION`).
 const SECTION: &str = "hfx:plugin-meta";
-/// The contract version the SDK's bindings are generated from (`wit/0.1.0`).
-const API: &str = "0.1";
+/// The contract version the SDK's bindings are generated from (`wit/0.2.0`).
+const API: &str = "0.2";
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {

@@ -1,0 +1,251 @@
+//! RMSNorm as ONNX Runtime's fused normalization. The pattern, as traced
+//! from `x * rsqrt(mean(x², -1) + eps) * weight`:
+//!
+//! ```text
+//! Pow(x, 2) → ReduceMean(axes [-1], keepdims) → Add(eps) → Sqrt → Reciprocal → Mul(x, ·) → Mul(weight, ·)
+//!                                                           Sqrt → Div(x, ·)  (or Div(1, ·) → Mul(x, ·))
+//! ```
+//!
+//! becomes `SimplifiedLayerNormalization(x, weight)` (ONNX Runtime registers
+//! it in the default domain). When `x` is a residual sum `Add(a, b)` of two
+//! tensors of one shape and type, the sum joins in:
+//! `com.microsoft::SkipSimplifiedLayerNormalization(a, b, weight)`, whose
+//! fourth output is the sum for its other readers. Targets `Pow`, where the
+//! pattern starts; every intermediate must be read only by the pattern.
+
+use hfx_sdk::prelude::*;
+
+/// Largest constant read: the epsilon, the exponent and the axes are scalars or 1-element vectors.
+const SMALL: u32 = 8;
+const FLOAT: i32 = 1;
+
+#[hfx_sdk::onnx_ir_fix(targets = ["Pow"])]
+fn fuse_simplified_layer_norm(model: &Model, pow: OnnxNodeId) -> Result<bool> {
+    let Some(norm) = match_norm(model, pow)? else { return Ok(false) };
+    let skip = match_residual(model, &norm)?;
+    let attributes =
+        [NamedAttribute { name: "epsilon".into(), value: Attribute::Float(norm.epsilon) }];
+    let hint = |s: &str| format!("{}_{s}", norm.output);
+    let fused = match &skip {
+        Some(residual) => {
+            model.import_opset("com.microsoft", 1)?;
+            // The sum is an output only when something else reads it.
+            let sum = if residual.other_readers { hint("sum") } else { String::new() };
+            let (_, outputs) = model.add_node(
+                "SkipSimplifiedLayerNormalization",
+                "com.microsoft",
+                &[residual.a.clone(), residual.b.clone(), norm.weight.clone()],
+                &[hint("fused"), String::new(), String::new(), sum],
+                &attributes,
+            )?;
+            if residual.other_readers {
+                model.replace_uses(&norm.x, &outputs[3])?;
+            }
+            model.remove_node(residual.add)?;
+            outputs[0].clone()
+        }
+        None => {
+            let mut attributes = attributes.to_vec();
+            attributes.push(NamedAttribute { name: "axis".into(), value: Attribute::Int(-1) });
+            let (_, outputs) = model.add_node(
+                "SimplifiedLayerNormalization",
+                "",
+                &[norm.x.clone(), norm.weight.clone()],
+                &[hint("fused")],
+                &attributes,
+            )?;
+            outputs[0].clone()
+        }
+    };
+    model.replace_uses(&norm.output, &fused)?;
+    for node in &norm.nodes {
+        model.remove_node(*node)?;
+    }
+    Ok(true)
+}
+
+/// A matched RMSNorm: its input, scale, epsilon, output, and its nodes.
+struct Norm {
+    x: String,
+    weight: String,
+    epsilon: f32,
+    output: String,
+    nodes: Vec<OnnxNodeId>,
+}
+
+/// The residual sum feeding a norm.
+struct Residual {
+    add: OnnxNodeId,
+    a: String,
+    b: String,
+    /// Whether anything but the norm reads the sum (a later residual does).
+    other_readers: bool,
+}
+
+fn match_norm(model: &Model, pow: OnnxNodeId) -> Result<Option<Norm>> {
+    let inputs = model.inputs(pow)?;
+    let [x, two] = inputs.as_slice() else { return Ok(None) };
+    if !is_default(model, pow)? || scalar(model, two) != Some(2.0) {
+        return Ok(None);
+    }
+    let mut nodes = vec![pow];
+    // Pow → ReduceMean over the last axis, dims kept.
+    let Some(mean) = only_reader(model, pow, "ReduceMean")? else { return Ok(None) };
+    if !reduces_last_axis(model, mean, x)? {
+        return Ok(None);
+    }
+    nodes.push(mean);
+    // → Add(eps), either side.
+    let Some(add) = only_reader(model, mean, "Add")? else { return Ok(None) };
+    let mean_out = first_output(model, mean)?;
+    let Some(epsilon) = other_input(model, add, &mean_out)?.and_then(|e| scalar(model, &e)) else {
+        return Ok(None);
+    };
+    nodes.push(add);
+    let Some(sqrt) = only_reader(model, add, "Sqrt")? else { return Ok(None) };
+    nodes.push(sqrt);
+    let sqrt_out = first_output(model, sqrt)?;
+    // → x / sqrt, x * Reciprocal(sqrt) or x * (1 / sqrt).
+    let readers = model.consumers(&sqrt_out);
+    let [reader] = readers.as_slice() else { return Ok(None) };
+    let normalized = match model.op_type(*reader)?.as_str() {
+        "Div" if model.inputs(*reader)? == [x.clone(), sqrt_out.clone()] => *reader,
+        "Reciprocal" | "Div" => {
+            if model.op_type(*reader)? == "Div" {
+                let div_inputs = model.inputs(*reader)?;
+                if div_inputs.len() != 2 || scalar(model, &div_inputs[0]) != Some(1.0) {
+                    return Ok(None);
+                }
+            }
+            nodes.push(*reader);
+            let Some(mul) = only_reader(model, *reader, "Mul")? else { return Ok(None) };
+            if other_input(model, mul, &first_output(model, *reader)?)?.as_ref() != Some(x) {
+                return Ok(None);
+            }
+            mul
+        }
+        _ => return Ok(None),
+    };
+    if !is_default(model, *reader)? {
+        return Ok(None);
+    }
+    nodes.push(normalized);
+    // → Mul by the scale, either side: a 1-D tensor no part of the pattern computes.
+    let Some(scale) = only_reader(model, normalized, "Mul")? else { return Ok(None) };
+    let Some(weight) = other_input(model, scale, &first_output(model, normalized)?)? else {
+        return Ok(None);
+    };
+    let rank = model.value_type(&weight).and_then(|t| t.shape).map(|s| s.len());
+    if rank != Some(1) || same_type(model, &weight, x) != Some(true) {
+        return Ok(None);
+    }
+    nodes.push(scale);
+    let output = first_output(model, scale)?;
+    Ok(Some(Norm { x: x.clone(), weight, epsilon: epsilon as f32, output, nodes }))
+}
+
+/// The residual `Add(a, b)` that produced the norm's input, if it is one
+/// ONNX Runtime's skip normalization takes: two non-constant tensors of one
+/// static-rank shape (2-D or 3-D) and the scale's type.
+fn match_residual(model: &Model, norm: &Norm) -> Result<Option<Residual>> {
+    let Some(add) = model.producer(&norm.x) else { return Ok(None) };
+    if model.op_type(add)? != "Add" || !is_default(model, add)? {
+        return Ok(None);
+    }
+    let inputs = model.inputs(add)?;
+    let [a, b] = inputs.as_slice() else { return Ok(None) };
+    let shape = |v: &str| model.value_type(v).and_then(|t| t.shape);
+    let (Some(sa), Some(sb)) = (shape(a), shape(b)) else { return Ok(None) };
+    let constant = |v: &str| {
+        model.constant(v, 1).is_some() || model.producer(v).is_none() && !model.is_graph_input(v)
+    };
+    if sa != sb || !(2..=3).contains(&sa.len()) || constant(a) || constant(b) {
+        return Ok(None);
+    }
+    if same_type(model, a, &norm.weight) != Some(true)
+        || same_type(model, b, &norm.weight) != Some(true)
+    {
+        return Ok(None);
+    }
+    let readers = model.consumers(&norm.x);
+    let other_readers =
+        model.is_graph_output(&norm.x) || readers.iter().any(|r| !norm.nodes.contains(r));
+    Ok(Some(Residual { add, a: a.clone(), b: b.clone(), other_readers }))
+}
+
+/// Whether `node` is in the default domain (a contrib op of the same name is not the pattern).
+fn is_default(model: &Model, node: OnnxNodeId) -> Result<bool> {
+    Ok(matches!(model.domain(node)?.as_str(), "" | "ai.onnx"))
+}
+
+fn first_output(model: &Model, node: OnnxNodeId) -> Result<String> {
+    model.outputs(node)?.into_iter().next().ok_or_else(|| error("a node without outputs", None))
+}
+
+/// The one reader of `node`'s only output, if it is an `op` of the default
+/// domain and the output is no graph output.
+fn only_reader(model: &Model, node: OnnxNodeId, op: &str) -> Result<Option<OnnxNodeId>> {
+    let outputs = model.outputs(node)?;
+    let [out] = outputs.as_slice() else { return Ok(None) };
+    if model.is_graph_output(out) {
+        return Ok(None);
+    }
+    let readers = model.consumers(out);
+    let [reader] = readers.as_slice() else { return Ok(None) };
+    if model.op_type(*reader)? != op || !is_default(model, *reader)? {
+        return Ok(None);
+    }
+    Ok(Some(*reader))
+}
+
+/// `node`'s input other than `known`, for a two-input node reading `known` once.
+fn other_input(model: &Model, node: OnnxNodeId, known: &str) -> Result<Option<String>> {
+    let inputs = model.inputs(node)?;
+    Ok(match inputs.as_slice() {
+        [a, b] if a == known && b != known => Some(b.clone()),
+        [a, b] if b == known && a != known => Some(a.clone()),
+        _ => None,
+    })
+}
+
+/// A one-element float or integer constant's value.
+fn scalar(model: &Model, value: &str) -> Option<f64> {
+    let constant = model.constant(value, SMALL)?;
+    match constant.data {
+        ConstantData::Floats(v) if v.len() == 1 => Some(v[0]),
+        ConstantData::Ints(v) if v.len() == 1 => Some(v[0] as f64),
+        _ => None,
+    }
+}
+
+/// Whether two values have one element type (None: a type is unknown).
+fn same_type(model: &Model, a: &str, b: &str) -> Option<bool> {
+    Some(model.value_type(a)?.elem_type == model.value_type(b)?.elem_type)
+}
+
+/// Whether `mean` reduces `x` over its last axis only, keeping it, in float.
+fn reduces_last_axis(model: &Model, mean: OnnxNodeId, x: &str) -> Result<bool> {
+    if matches!(model.attribute(mean, "keepdims")?, Some(Attribute::Int(0))) {
+        return Ok(false);
+    }
+    let axes = match model.inputs(mean)?.get(1) {
+        Some(axes) => match model.constant(axes, SMALL) {
+            Some(Constant { data: ConstantData::Ints(v), .. }) => v,
+            _ => return Ok(false),
+        },
+        None => match model.attribute(mean, "axes")? {
+            Some(Attribute::Ints(v)) => v,
+            _ => return Ok(false),
+        },
+    };
+    let Some(t) = model.value_type(x) else { return Ok(false) };
+    let rank = t.shape.map(|s| s.len() as i64);
+    if t.elem_type != FLOAT && !matches!(t.elem_type, 10 | 16 | 11) {
+        return Ok(false);
+    }
+    Ok(match axes.as_slice() {
+        [-1] => true,
+        [a] => rank == Some(*a + 1),
+        _ => false,
+    })
+}
