@@ -215,15 +215,28 @@ def greedy(model, inputs, stages, sessions, np, torch):
     template = {k: v.numpy() for k, v in get_leaf_tensors(stages["decode"][1]).items()}
     batch = inputs["input_ids"].shape[0]
     tokens = [out["logits"][:, -1].argmax(-1)]
+    sequence = np.concatenate([inputs["input_ids"].numpy(), tokens[-1][:, None]], axis=1)
+    # A model that generates without a cache (MPT's config: `use_cache=False`) has a decode that takes the whole
+    # sequence again, as `generate` feeds it: no past among its inputs.
+    cached = any(spec.name.removeprefix("input.") in out for spec in decode.get_inputs())
     past = prompt
     for _ in range(STEPS - 1):
         state = {k: v for k, v in out.items() if k != "logits"}
-        step = {
-            "input_ids": tokens[-1].reshape(batch, 1).astype(np.int64),
-            "position_ids": np.full((batch, 1), past, dtype=np.int64),
-            "attention_mask": np.ones((batch, past + 1), dtype=np.int64),
-            "cache_position": np.array([past], dtype=np.int64),
-        }
+        if cached:
+            step = {
+                "input_ids": tokens[-1].reshape(batch, 1).astype(np.int64),
+                "position_ids": np.full((batch, 1), past, dtype=np.int64),
+                "attention_mask": np.ones((batch, past + 1), dtype=np.int64),
+                "cache_position": np.array([past], dtype=np.int64),
+            }
+        else:
+            total = sequence.shape[1]
+            step = {
+                "input_ids": sequence.astype(np.int64),
+                "position_ids": np.tile(np.arange(total, dtype=np.int64), (batch, 1)),
+                "attention_mask": np.ones((batch, total), dtype=np.int64),
+                "cache_position": np.arange(total, dtype=np.int64),
+            }
         feed = {}
         for spec in decode.get_inputs():
             key = spec.name.removeprefix("input.")
@@ -237,6 +250,7 @@ def greedy(model, inputs, stages, sessions, np, torch):
                 raise ValueError(f"decode takes `{spec.name}`, which the loop cannot feed")
         out = run(decode, feed)
         tokens.append(out["logits"][:, -1].argmax(-1))
+        sequence = np.concatenate([sequence, tokens[-1][:, None]], axis=1)
         past += 1
     onnx_tokens = np.stack(tokens, axis=1)
     same = onnx_tokens == eager
@@ -246,6 +260,9 @@ def greedy(model, inputs, stages, sessions, np, torch):
         "agree": int(same.sum()),
         "total": int(same.size),
         "first_diff": first,
+        "cached": cached,
+        "eager": eager.tolist(),
+        "onnx": onnx_tokens.tolist(),
     }
 
 
@@ -262,6 +279,7 @@ def reference_one(arch, out):
     from transformers.exporters.exporter_onnx import OnnxConfig, OnnxExporter
 
     model, inputs = sweep_models.ARCHS[arch].build()
+    fused_check = {}
     models = os.path.join(out, "models", arch)
     if not os.path.exists(os.path.join(models, "config.json")):
         model.save_pretrained(models)
@@ -293,7 +311,11 @@ def reference_one(arch, out):
             reply = {"stage": stage, "ok": False, "reason": exception_line(error)}
         print(json.dumps(reply), flush=True)
         if stage == "fused" and reply["ok"]:
-            print(json.dumps({"stage": "fused-check", **check(arch, folder)}), flush=True)
+            fused_check = check(arch, folder)
+            print(json.dumps({"stage": "fused-check", **fused_check}), flush=True)
+        elif stage == "unfused" and reply["ok"] and fused_check.get("error"):
+            # Whether the fusions are the cause: the unfused export checked the same way.
+            print(json.dumps({"stage": "unfused-check", **check(arch, folder)}), flush=True)
 
 
 def check_one(arch, folder):
@@ -333,6 +355,8 @@ def reference_side(arch, args):
         result[stage] = found.get(stage) or {"ok": False, "reason": cause}
     if result["fused"]["ok"]:
         result["check"] = found.get("fused-check") or {"error": f"check: {cause}"}
+    if "unfused-check" in found:
+        result["unfused_check"] = found["unfused-check"]
     return result
 
 
@@ -448,6 +472,16 @@ def nodes_cell(unfused, fused):
     return "<br>".join(parts)
 
 
+def unfused_note(reference):
+    """Where the fused export fails its check: whether the unfused one fails too (the fusions not the cause)."""
+    unfused = reference.get("unfused_check")
+    if not unfused:
+        return ""
+    if unfused.get("error") == reference.get("check", {}).get("error"):
+        return "<br>(the unfused export fails the same way)"
+    return "<br>unfused: " + parity_cell(unfused)
+
+
 def parity_cell(check):
     if not check:
         return "—"
@@ -494,6 +528,8 @@ def reference_status(reference):
         return "failed: " + cell(fused["reason"])
     if not any(fused["counts"].get(c, {}).get("ops") for c in COMPONENTS):
         return "exported, nothing fused"
+    if reference.get("check", {}).get("error"):
+        return "fused, ONNX Runtime fails"
     if handled(reference.get("check"), fused["counts"]):
         return "**yes**"
     return "fused, but off eager"
@@ -517,6 +553,38 @@ def hfx_cells(h):
         parity_cell(check),
         tokens_cell(check),
     ]
+
+
+ATTENTION = ("GroupQueryAttention", "MultiHeadAttention", "Attention")
+
+
+def attention_summary(results):
+    """Where the fused exports got an attention op (per component), and where none: the fusions beyond the norms
+    and rotary embeddings."""
+    groups = collections.defaultdict(list)
+    for result in results:
+        fused = result["reference"]["fused"]
+        if not fused["ok"]:
+            continue
+        where = {
+            component: [
+                op for op in ATTENTION if fused["counts"].get(component, {}).get("ops", {}).get(op)
+            ]
+            for component in COMPONENTS
+        }
+        if where["prefill"] == where["decode"]:
+            key = (
+                f"`{'`, `'.join(where['decode'])}` in prefill and decode"
+                if where["decode"]
+                else "no attention op fused"
+            )
+        else:
+            key = "; ".join(
+                f"{c}: `{'`, `'.join(ops)}`" if ops else f"{c}: no attention op"
+                for c, ops in where.items()
+            )
+        groups[key].append(result["arch"])
+    return [f"- {key}: {', '.join(archs)}" for key, archs in groups.items()]
 
 
 def report(results, args, started, elapsed, command):
@@ -549,12 +617,21 @@ def report(results, args, started, elapsed, command):
         f"{STEPS - 1} decode steps, each present fed back as the next past) against eager `generate(do_sample=False)` "
         "with no end-of-sequence token, both rows of the batch.",
         f"- **yes** = fused ops in both components, logits within {PARITY:g} of eager and the same greedy tokens; "
-        "**fused, but off eager** = fused ops, but the logits or the tokens differ (or ONNX Runtime fails); "
+        "**fused, ONNX Runtime fails** = fused ops, but ONNX Runtime refuses or fails to run a component; "
+        "**fused, but off eager** = fused ops, but the logits or the tokens differ; "
         "**exported, nothing fused** = no `com.microsoft` op in the graphs.",
         f"- Ops: the `com.microsoft` ops of each component (`p:` prefill, `d:` decode); {legend}. Nodes: every node "
         "of the graph, sub-graphs and functions included, unfused → fused.",
         "",
         f"The reference handles {len(handled_by_ref)} of {len(results)}: {', '.join(handled_by_ref) or 'none'}.",
+        "",
+        *attention_summary(results),
+        *[
+            f"- {r['arch']}: its config says `use_cache=False`, so `generate` runs it without a cache and the "
+            "reference's decode takes the whole sequence again (no past: no attention over a cache to fuse)"
+            for r in results
+            if (r["reference"].get("check") or {}).get("tokens", {}).get("cached") is False
+        ],
         "",
         "| architecture | reference fused? | reference ops | nodes unfused → fused | parity | greedy tokens "
         "| hfx `--ort-fusions cpu` | hfx ops | hfx nodes | hfx parity | hfx tokens |",
@@ -577,7 +654,7 @@ def report(results, args, started, elapsed, command):
                     reference_status(ref),
                     ops,
                     nodes,
-                    parity_cell(ref.get("check")) if fused["ok"] else "—",
+                    (parity_cell(ref.get("check")) + unfused_note(ref)) if fused["ok"] else "—",
                     tokens_cell(ref.get("check")) if fused["ok"] else "—",
                     *hfx_cells(result["hfx"]),
                 ]
