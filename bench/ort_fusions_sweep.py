@@ -3,7 +3,7 @@
 
     .venv/bin/python bench/ort_fusions_sweep.py [--only llama,gpt2] [--out target/ort-fusions]
         [--report docs/ort-fusions.md] [--hfx target/debug/hfx] [--plugins plugins] [--timeout 300]
-        [--resume] [--report-only]
+        [--resume] [--report-only] [--hfx-only]
 
 Per decoder-only generative architecture of `bench/sweep_models.py` (its tiny random config, seed 0; the
 state-space models and the encoders left out), one at a time:
@@ -16,17 +16,20 @@ state-space models and the encoders left out), one at a time:
   its node counts. Each stage prints one JSON line, so a crash or the timeout keeps what came before.
 - hfx: `hfx run --backend onnx --plugins PLUGINS --model-dir OUT/models/<arch> --generation --ort-fusions cpu
   --verify -o OUT/hfx/<arch>/`; while hfx refuses `--ort-fusions` (an unknown argument) its columns say
-  "not yet", and the same script fills them once it takes the flag. A folder hfx writes is checked as the
-  reference's is.
+  "not yet", and the same script fills them once it takes the flag (`--hfx-only`: hfx's side again, the
+  reference's results kept). A folder hfx writes is checked as the reference's is, and its `com.microsoft`
+  ops compared with the reference's fused ones (fewer of an op: named).
 
 The check of a folder (a child process): `prefill.onnx` and `decode.onnx` in ONNX Runtime's CPU provider, fed
 by input name (`transformers.exporters.utils.onnx_feed`) with the prefill and decode kwargs `generate`
 passes (captured by the reference's `decompose_for_generation`, the same ones it exported with), their
 `logits` against eager PyTorch's on the same kwargs (max abs error); then 8 greedy tokens: the prefill, then
 7 decode steps fed by name (each `present` output as the next step's past, `input_ids`, `position_ids`,
-`attention_mask` / `cache_position` where the graph takes them) against eager `generate(max_new_tokens=8,
-do_sample=False)` with no end-of-sequence token (so neither side stops early). The reference's
-`ExportedModel` has no generate path of its own (its runners run one component a call), so the loop is here.
+`attention_mask` / `cache_position` where the graph takes them; `generate` drops an all-ones mask, which the
+reference's graphs then do not take and hfx's do, so the check makes it as `generate` would) against eager
+`generate(max_new_tokens=8, do_sample=False)` with no end-of-sequence token (so neither side stops early). The
+reference's `ExportedModel` has no generate path of its own (its runners run one component a call), so the
+loop is here.
 
 Counted per component: each `com.microsoft` op and the total nodes (sub-graphs and functions included, as
 the sweep counts them). Results land per architecture in OUT/results/<arch>.json (`--resume` keeps them).
@@ -141,7 +144,7 @@ def check(arch, folder):
     import onnxruntime
     import sweep_models
     import torch
-    from transformers.exporters.utils import decompose_for_generation, onnx_feed
+    from transformers.exporters.utils import decompose_for_generation
 
     model, inputs = sweep_models.ARCHS[arch].build()
     stages = decompose_for_generation(model, copy.deepcopy(inputs))
@@ -161,7 +164,7 @@ def check(arch, folder):
         session = sessions[component]
         kwargs = stages[component][1]
         names = [i.name for i in session.get_inputs()]
-        feed = onnx_feed(names, copy.deepcopy(kwargs))
+        feed = feed_for(session, kwargs, inputs, component)
         missing = [n for n in names if n not in feed]
         if missing:
             return {**result, "error": f"{component} takes {missing}, which generate's kwargs lack"}
@@ -186,6 +189,33 @@ def check(arch, folder):
     return result
 
 
+def feed_for(session, kwargs, inputs, component):
+    """`kwargs` (captured from `generate`) by the graph's input names; a mask, positions or cache positions the
+    graph takes but `generate` did not pass (it drops an all-ones mask) made as `generate` would: all ones, and the
+    positions after the past (the prompt, for a decode that takes one token)."""
+    import numpy as np
+    from transformers.exporters.utils import onnx_feed
+
+    names = [i.name for i in session.get_inputs()]
+    feed = onnx_feed(names, copy.deepcopy(kwargs))
+    ids = kwargs.get("input_ids")
+    if ids is None:
+        return feed
+    batch, length = ids.shape
+    total = inputs["input_ids"].shape[1] + (component == "decode")
+    past = total - length
+    made = {
+        "attention_mask": np.ones((batch, total), dtype=np.int64),
+        "position_ids": np.tile(np.arange(past, total, dtype=np.int64), (batch, 1)),
+        "cache_position": np.arange(past, total, dtype=np.int64),
+    }
+    for name in names:
+        key = name.removeprefix("input.")
+        if name not in feed and key in made:
+            feed[name] = made[key]
+    return feed
+
+
 def run(session, feed):
     """Outputs by name, `output.` prefix (the reference's disambiguation of a present) stripped."""
     outputs = session.run(None, feed)
@@ -195,7 +225,7 @@ def run(session, feed):
 def greedy(model, inputs, stages, sessions, np, torch):
     """Eager `generate`'s STEPS greedy tokens (no end-of-sequence token) against the prefill and decode graphs
     run in a loop of their own, fed by name."""
-    from transformers.exporters.utils import get_leaf_tensors, onnx_feed
+    from transformers.exporters.utils import get_leaf_tensors
 
     model.generation_config.eos_token_id = None
     with torch.no_grad():
@@ -210,8 +240,7 @@ def greedy(model, inputs, stages, sessions, np, torch):
     eager = eager[:, prompt:].numpy()
 
     prefill, decode = sessions["prefill"], sessions["decode"]
-    names = [i.name for i in prefill.get_inputs()]
-    out = run(prefill, onnx_feed(names, copy.deepcopy(stages["prefill"][1])))
+    out = run(prefill, feed_for(prefill, stages["prefill"][1], inputs, "prefill"))
     template = {k: v.numpy() for k, v in get_leaf_tensors(stages["decode"][1]).items()}
     batch = inputs["input_ids"].shape[0]
     tokens = [out["logits"][:, -1].argmax(-1)]
@@ -535,7 +564,7 @@ def reference_status(reference):
     return "fused, but off eager"
 
 
-def hfx_cells(h):
+def hfx_cells(h, reference_counts):
     if h["status"] == "not yet":
         return ["not yet"] * 5
     if h["status"] == "failed":
@@ -543,9 +572,12 @@ def hfx_cells(h):
     counts = h.get("counts", {})
     check = h.get("check")
     nodes = "<br>".join(f"{c[0]}: {counts.get(c, {}).get('nodes', '—')}" for c in COMPONENTS)
-    verdict = "**yes**" if handled(check, counts) else "exported"
+    verdict = "**yes**" if handled(check, counts) else "exported, off eager or not fused"
+    fewer = fewer_ops(counts, reference_counts)
+    if fewer:
+        verdict += "<br>fewer fused ops than the reference: " + fewer
     if h.get("verify"):
-        verdict += "<br>" + cell(h["verify"])
+        verdict += "<br>`--verify`: " + cell(h["verify"])
     return [
         verdict,
         "<br>".join(f"{c[0]}: {ops_cell(counts, c)}" for c in COMPONENTS),
@@ -553,6 +585,43 @@ def hfx_cells(h):
         parity_cell(check),
         tokens_cell(check),
     ]
+
+
+def hfx_summary(results, handled_by_ref):
+    """hfx on the architectures the reference handles: as well (same checks, no fewer fused ops), or why not."""
+    by = {r["arch"]: r for r in results}
+    same, short, other = [], [], collections.defaultdict(list)
+    for arch in handled_by_ref:
+        h = by[arch]["hfx"]
+        if h["status"] != "ok":
+            other[h["status"]].append(arch)
+        elif not handled(h.get("check"), h.get("counts")):
+            other["exported, off eager or not fused"].append(arch)
+        elif fewer_ops(h.get("counts"), by[arch]["reference"]["fused"]["counts"]):
+            short.append(arch)
+        else:
+            same.append(arch)
+    parts = [f"as well (no fewer fused ops): {len(same)} ({', '.join(same) or 'none'})"]
+    if short:
+        parts.append(f"checked, but fewer fused ops: {len(short)} ({', '.join(short)})")
+    parts += [f"{status}: {len(archs)} ({', '.join(archs)})" for status, archs in other.items()]
+    return f"hfx `--ort-fusions cpu` on those {len(handled_by_ref)}: " + "; ".join(parts) + "."
+
+
+def fewer_ops(counts, reference_counts):
+    """The ops of which hfx's graph has fewer than the reference's fused one, per component (`d: GQA 2 < 2`)."""
+    parts = []
+    for component in COMPONENTS:
+        theirs = (reference_counts or {}).get(component, {}).get("ops", {})
+        ours = (counts or {}).get(component, {}).get("ops", {})
+        short = [
+            f"{SHORT.get(op, op)} {ours.get(op, 0)} < {n}"
+            for op, n in theirs.items()
+            if ours.get(op, 0) < n
+        ]
+        if short:
+            parts.append(f"{component[0]}: {', '.join(short)}")
+    return "; ".join(parts)
 
 
 ATTENTION = ("GroupQueryAttention", "MultiHeadAttention", "Attention")
@@ -625,6 +694,8 @@ def report(results, args, started, elapsed, command):
         "",
         f"The reference handles {len(handled_by_ref)} of {len(results)}: {', '.join(handled_by_ref) or 'none'}.",
         "",
+        hfx_summary(results, handled_by_ref),
+        "",
         *attention_summary(results),
         *[
             f"- {r['arch']}: its config says `use_cache=False`, so `generate` runs it without a cache and the "
@@ -656,7 +727,7 @@ def report(results, args, started, elapsed, command):
                     nodes,
                     (parity_cell(ref.get("check")) + unfused_note(ref)) if fused["ok"] else "—",
                     tokens_cell(ref.get("check")) if fused["ok"] else "—",
-                    *hfx_cells(result["hfx"]),
+                    *hfx_cells(result["hfx"], counts),
                 ]
             )
             + " |"
@@ -679,6 +750,11 @@ def main():
     parser.add_argument("--timeout", type=int, default=300, help="seconds per step")
     parser.add_argument("--resume", action="store_true", help="keep results already in OUT/results")
     parser.add_argument("--report-only", action="store_true", help="the report from OUT/results")
+    parser.add_argument(
+        "--hfx-only",
+        action="store_true",
+        help="run hfx's side again, keeping the reference's results in OUT/results (and its model folders)",
+    )
     args = parser.parse_args()
     args.out, args.report, args.hfx, args.plugins = (
         os.path.abspath(p) for p in (args.out, args.report, args.hfx, args.plugins)
@@ -698,16 +774,31 @@ def main():
 
     results = {}
     for name in names:
-        if (args.resume or args.report_only) and stored(name):
-            results[name] = stored(name)
+        kept = stored(name)
+        models = os.path.join(args.out, "models", name, "config.json")
+        if args.hfx_only and kept and os.path.exists(models):
+            log(f"{name}: hfx --ort-fusions cpu (the reference's results kept)")
+            kept["hfx"] = hfx_side(name, args)
+            log(f"{name}: hfx -> {kept['hfx']['status']} {kept['hfx'].get('reason', '')}")
+            write(os.path.join(args.out, "results", f"{name}.json"), json.dumps(kept, indent=1))
+            results[name] = kept
+        elif (args.resume or args.report_only) and kept:
+            results[name] = kept
         elif not args.report_only:
             results[name] = run_arch(name, args)
     elapsed = time.perf_counter() - clock
     meta = os.path.join(args.out, "results", "_run.json")
     run_meta = (
-        json.load(open(meta)) if (args.report_only or args.resume) and os.path.exists(meta) else {}
+        json.load(open(meta))
+        if (args.report_only or args.resume or args.hfx_only) and os.path.exists(meta)
+        else {}
     )
-    if run_meta:
+    if run_meta and args.hfx_only:
+        # The reference's columns keep their run; hfx's are this one's.
+        command = f"{run_meta['command']}` then `{command}"
+        started = datetime.datetime.fromisoformat(run_meta["started"])
+        elapsed = run_meta["elapsed"] + elapsed
+    elif run_meta:
         started = datetime.datetime.fromisoformat(run_meta["started"])
         command = run_meta["command"]
         elapsed = run_meta["elapsed"] + (0 if args.report_only else elapsed)
