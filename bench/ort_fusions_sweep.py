@@ -1,5 +1,5 @@
 """Which decoders of the sweep the reference fuses for ONNX Runtime (`OnnxConfig(ort_fusions="cpu")`), and hfx's
-`--ort-fusions cpu` beside it: the table of issue #39 (`docs/ort-fusions.md`).
+`--ort-fusions cpu` beside it: the table of `docs/ort-fusions.md`.
 
     .venv/bin/python bench/ort_fusions_sweep.py [--only llama,gpt2] [--out target/ort-fusions]
         [--report docs/ort-fusions.md] [--hfx target/debug/hfx] [--plugins plugins] [--timeout 300]
@@ -669,7 +669,7 @@ def report(results, args, started, elapsed, command):
         "",
         "Which decoder-only generative architectures of `bench/sweep_models.py` (the sweep's tiny random configs, "
         "seed 0; the state-space models mamba and mamba2 left out) the reference fuses for ONNX Runtime's CPU "
-        "provider, and whether hfx's `--ort-fusions cpu` does the same (issue #39). The reference: "
+        "provider, and whether hfx's `--ort-fusions cpu` does the same. The reference: "
         '`OnnxExporter().export_for_generation(model, inputs, config=OnnxConfig(dynamic=True, ort_fusions="cpu"))` '
         "+ `save_pretrained`, with the sweep's size-A text inputs (batch 2, 8 tokens, an all-ones mask) as `generate` "
         "kwargs, and the same with `OnnxConfig(dynamic=True)` for the unfused node counts. hfx: `hfx run --backend "
