@@ -206,6 +206,115 @@ mod graph_ext {
 #[cfg(any(feature = "fx-node-fix", feature = "fx-program-fix", feature = "onnx-translation"))]
 pub use graph_ext::{keyword, positional, GraphExt};
 
+#[cfg(feature = "onnx-ir-fix")]
+mod model_ext {
+    use super::error;
+    use crate::contract::onnx::*;
+    use crate::contract::types::Error;
+
+    /// The most elements a pattern's constant (an epsilon, an axis list, a
+    /// slice bound) is read with.
+    const SMALL: u32 = 8;
+
+    /// The reads a fusion's pattern match is made of, on the ONNX model.
+    pub trait ModelExt {
+        /// Whether `node` is in the default domain (a contrib op of the same
+        /// name is not the pattern).
+        fn is_default_domain(&self, node: OnnxNodeId) -> Result<bool, Error>;
+        /// `node`'s first output.
+        fn first_output(&self, node: OnnxNodeId) -> Result<String, Error>;
+        /// The one reader of `node`'s only output, if it is an `op` of the
+        /// default domain and the output is no graph output.
+        fn only_reader(&self, node: OnnxNodeId, op: &str) -> Result<Option<OnnxNodeId>, Error>;
+        /// The producer of `node`'s only input, if it is an `op` that only `node` reads.
+        fn only_input_producer(
+            &self,
+            node: OnnxNodeId,
+            op: &str,
+        ) -> Result<Option<OnnxNodeId>, Error>;
+        /// `node`'s input other than `known`, for a two-input node reading `known` once.
+        fn other_input(&self, node: OnnxNodeId, known: &str) -> Result<Option<String>, Error>;
+        /// A one-element float or integer constant's value.
+        fn scalar(&self, value: &str) -> Option<f64>;
+        /// A small integer constant's values.
+        fn ints(&self, value: &str) -> Option<Vec<i64>>;
+        /// Whether two values have one element type (None: a type is unknown).
+        fn same_elem_type(&self, a: &str, b: &str) -> Option<bool>;
+    }
+
+    impl ModelExt for Model {
+        fn is_default_domain(&self, node: OnnxNodeId) -> Result<bool, Error> {
+            Ok(matches!(self.domain(node)?.as_str(), "" | "ai.onnx"))
+        }
+
+        fn first_output(&self, node: OnnxNodeId) -> Result<String, Error> {
+            self.outputs(node)?
+                .into_iter()
+                .next()
+                .ok_or_else(|| error("a node without outputs", None))
+        }
+
+        fn only_reader(&self, node: OnnxNodeId, op: &str) -> Result<Option<OnnxNodeId>, Error> {
+            let outputs = self.outputs(node)?;
+            let [out] = outputs.as_slice() else { return Ok(None) };
+            if self.is_graph_output(out) {
+                return Ok(None);
+            }
+            let readers = self.consumers(out);
+            let [reader] = readers.as_slice() else { return Ok(None) };
+            if self.op_type(*reader)? != op || !self.is_default_domain(*reader)? {
+                return Ok(None);
+            }
+            Ok(Some(*reader))
+        }
+
+        fn only_input_producer(
+            &self,
+            node: OnnxNodeId,
+            op: &str,
+        ) -> Result<Option<OnnxNodeId>, Error> {
+            let inputs = self.inputs(node)?;
+            let [input] = inputs.as_slice() else { return Ok(None) };
+            let Some(producer) = self.producer(input) else { return Ok(None) };
+            if self.op_type(producer)? != op || self.consumers(input) != [node] {
+                return Ok(None);
+            }
+            Ok(Some(producer))
+        }
+
+        fn other_input(&self, node: OnnxNodeId, known: &str) -> Result<Option<String>, Error> {
+            let inputs = self.inputs(node)?;
+            Ok(match inputs.as_slice() {
+                [a, b] if a == known && b != known => Some(b.clone()),
+                [a, b] if b == known && a != known => Some(a.clone()),
+                _ => None,
+            })
+        }
+
+        fn scalar(&self, value: &str) -> Option<f64> {
+            match self.constant(value, SMALL)?.data {
+                ConstantData::Floats(v) if v.len() == 1 => Some(v[0]),
+                ConstantData::Ints(v) if v.len() == 1 => Some(v[0] as f64),
+                _ => None,
+            }
+        }
+
+        fn ints(&self, value: &str) -> Option<Vec<i64>> {
+            match self.constant(value, SMALL)?.data {
+                ConstantData::Ints(v) => Some(v),
+                ConstantData::Floats(_) => None,
+            }
+        }
+
+        fn same_elem_type(&self, a: &str, b: &str) -> Option<bool> {
+            Some(self.value_type(a)?.elem_type == self.value_type(b)?.elem_type)
+        }
+    }
+}
+
+#[cfg(feature = "onnx-ir-fix")]
+pub use model_ext::ModelExt;
+
 // ── Dtypes, by torch name, from the one table the host shares (`hfx-dtype`) ──
 
 /// ONNX `TensorProto.DataType` of a torch dtype name.

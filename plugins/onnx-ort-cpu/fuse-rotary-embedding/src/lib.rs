@@ -20,7 +20,6 @@
 
 use hfx_sdk::prelude::*;
 
-const SMALL: u32 = 8;
 const INT64: i32 = 7;
 
 /// Where a rotation's positions come from.
@@ -71,16 +70,16 @@ struct Rotation {
 
 fn match_rotation(model: &Model, neg: OnnxNodeId) -> Result<Option<Rotation>> {
     // Neg(Slice(x, half:)) → Concat([neg, Slice(x, :half)], -1)
-    let Some(upper) = only_input_producer(model, neg, "Slice")? else { return Ok(None) };
+    let Some(upper) = model.only_input_producer(neg, "Slice")? else { return Ok(None) };
     let x = model.inputs(upper)?[0].clone();
     let Some(half) = head_half(model, &x) else { return Ok(None) };
     if slice_range(model, upper)? != Some((half, i64::MAX)) {
         return Ok(None);
     }
-    let Some(concat) = only_reader(model, neg, "Concat")? else { return Ok(None) };
+    let Some(concat) = model.only_reader(neg, "Concat")? else { return Ok(None) };
     let concat_inputs = model.inputs(concat)?;
     let [first, lower_out] = concat_inputs.as_slice() else { return Ok(None) };
-    if *first != first_output(model, neg)? || !last_axis(model, concat)? {
+    if *first != model.first_output(neg)? || !last_axis(model, concat)? {
         return Ok(None);
     }
     let Some(lower) = model.producer(lower_out) else { return Ok(None) };
@@ -92,19 +91,19 @@ fn match_rotation(model: &Model, neg: OnnxNodeId) -> Result<Option<Rotation>> {
         return Ok(None);
     }
     // Mul(rotated, sin) + Mul(x, cos)
-    let Some(mul_sin) = only_reader(model, concat, "Mul")? else { return Ok(None) };
-    let Some(sin) = other_input(model, mul_sin, &first_output(model, concat)?)? else {
+    let Some(mul_sin) = model.only_reader(concat, "Mul")? else { return Ok(None) };
+    let Some(sin) = model.other_input(mul_sin, &model.first_output(concat)?)? else {
         return Ok(None);
     };
-    let Some(add) = only_reader(model, mul_sin, "Add")? else { return Ok(None) };
-    let Some(mul_cos_out) = other_input(model, add, &first_output(model, mul_sin)?)? else {
+    let Some(add) = model.only_reader(mul_sin, "Add")? else { return Ok(None) };
+    let Some(mul_cos_out) = model.other_input(add, &model.first_output(mul_sin)?)? else {
         return Ok(None);
     };
     let Some(mul_cos) = model.producer(&mul_cos_out) else { return Ok(None) };
     if model.op_type(mul_cos)? != "Mul" || model.consumers(&mul_cos_out) != [add] {
         return Ok(None);
     }
-    let Some(cos) = other_input(model, mul_cos, &x)? else { return Ok(None) };
+    let Some(cos) = model.other_input(mul_cos, &x)? else { return Ok(None) };
     // cos = Cos(Concat(f, f)) and sin = Sin of the same, each perhaps unsqueezed at axis 1.
     let (Some(cos_of), Some(sin_of)) = (trig_of(model, &cos, "Cos")?, trig_of(model, &sin, "Sin")?)
     else {
@@ -128,7 +127,7 @@ fn match_rotation(model: &Model, neg: OnnxNodeId) -> Result<Option<Rotation>> {
         },
         _ => return Ok(None),
     };
-    let output = first_output(model, add)?;
+    let output = model.first_output(add)?;
     Ok(Some(Rotation {
         x,
         positions,
@@ -141,7 +140,7 @@ fn match_rotation(model: &Model, neg: OnnxNodeId) -> Result<Option<Rotation>> {
 /// (either side), `ids` `[batch, length]` int64, `inv_freq` float `[half]`.
 fn per_row(model: &Model, f: &str, half: i64) -> Result<Option<Positions>> {
     let Some(mul) = model.producer(f) else { return Ok(None) };
-    if model.op_type(mul)? != "Mul" || !is_default(model, mul)? {
+    if model.op_type(mul)? != "Mul" || !model.is_default_domain(mul)? {
         return Ok(None);
     }
     let inputs = model.inputs(mul)?;
@@ -165,7 +164,7 @@ fn per_row(model: &Model, f: &str, half: i64) -> Result<Option<Positions>> {
     let Some(unsqueeze) = model.producer(&unsqueezed) else { return Ok(None) };
     let unsqueeze_inputs = model.inputs(unsqueeze)?;
     if model.op_type(unsqueeze)? != "Unsqueeze"
-        || unsqueeze_inputs.get(1).and_then(|a| ints(model, a)) != Some(vec![2])
+        || unsqueeze_inputs.get(1).and_then(|a| model.ints(a)) != Some(vec![2])
     {
         return Ok(None);
     }
@@ -224,7 +223,7 @@ fn caches_to_max(model: &Model, ids: &str, inv_freq: &str) -> Result<(String, St
 /// `Cos(Squeeze(f, [0]))` and `Sin` of it, found among `f`'s readers or added.
 fn caches(model: &Model, f: &str) -> Result<(String, String)> {
     let squeezed = match find_reader(model, f, "Squeeze", |m, n| {
-        Ok(m.inputs(n)?.get(1).and_then(|a| ints(m, a)) == Some(vec![0]))
+        Ok(m.inputs(n)?.get(1).and_then(|a| m.ints(a)) == Some(vec![0]))
     })? {
         Some(s) => s,
         None => {
@@ -255,8 +254,9 @@ fn find_reader(
     check: impl Fn(&Model, OnnxNodeId) -> Result<bool>,
 ) -> Result<Option<String>> {
     for reader in model.consumers(value) {
-        if model.op_type(reader)? == op && is_default(model, reader)? && check(model, reader)? {
-            return Ok(Some(first_output(model, reader)?));
+        if model.op_type(reader)? == op && model.is_default_domain(reader)? && check(model, reader)?
+        {
+            return Ok(Some(model.first_output(reader)?));
         }
     }
     Ok(None)
@@ -268,13 +268,13 @@ fn trig_of(model: &Model, value: &str, op: &str) -> Result<Option<String>> {
     let Some(mut node) = model.producer(value) else { return Ok(None) };
     if model.op_type(node)? == "Unsqueeze" {
         let inputs = model.inputs(node)?;
-        if inputs.get(1).and_then(|a| ints(model, a)) != Some(vec![1]) {
+        if inputs.get(1).and_then(|a| model.ints(a)) != Some(vec![1]) {
             return Ok(None);
         }
         let Some(inner) = model.producer(&inputs[0]) else { return Ok(None) };
         node = inner;
     }
-    if model.op_type(node)? != op || !is_default(model, node)? {
+    if model.op_type(node)? != op || !model.is_default_domain(node)? {
         return Ok(None);
     }
     Ok(model.inputs(node)?.into_iter().next())
@@ -292,11 +292,11 @@ fn head_half(model: &Model, x: &str) -> Option<i64> {
 /// `(start, end)` of a `Slice` over the last axis (of 4) with step 1; an
 /// end past the axis is `i64::MAX`.
 fn slice_range(model: &Model, slice: OnnxNodeId) -> Result<Option<(i64, i64)>> {
-    if !is_default(model, slice)? {
+    if !model.is_default_domain(slice)? {
         return Ok(None);
     }
     let inputs = model.inputs(slice)?;
-    let get = |i: usize| inputs.get(i).and_then(|v| ints(model, v));
+    let get = |i: usize| inputs.get(i).and_then(|v| model.ints(v));
     let (Some(start), Some(end)) = (get(1), get(2)) else { return Ok(None) };
     let axes = get(3).unwrap_or_default();
     let steps = get(4).unwrap_or_else(|| vec![1]);
@@ -307,57 +307,6 @@ fn slice_range(model: &Model, slice: OnnxNodeId) -> Result<Option<(i64, i64)>> {
     Ok(Some((start, if end >= 1 << 31 { i64::MAX } else { end })))
 }
 
-fn ints(model: &Model, value: &str) -> Option<Vec<i64>> {
-    match model.constant(value, SMALL)?.data {
-        ConstantData::Ints(v) => Some(v),
-        ConstantData::Floats(_) => None,
-    }
-}
-
 fn last_axis(model: &Model, node: OnnxNodeId) -> Result<bool> {
     Ok(matches!(model.attribute(node, "axis")?, Some(Attribute::Int(-1 | 3))))
-}
-
-fn is_default(model: &Model, node: OnnxNodeId) -> Result<bool> {
-    Ok(matches!(model.domain(node)?.as_str(), "" | "ai.onnx"))
-}
-
-fn first_output(model: &Model, node: OnnxNodeId) -> Result<String> {
-    model.outputs(node)?.into_iter().next().ok_or_else(|| error("a node without outputs", None))
-}
-
-/// The producer of `node`'s only input if it is an `op` that only `node` reads.
-fn only_input_producer(model: &Model, node: OnnxNodeId, op: &str) -> Result<Option<OnnxNodeId>> {
-    let inputs = model.inputs(node)?;
-    let [input] = inputs.as_slice() else { return Ok(None) };
-    let Some(producer) = model.producer(input) else { return Ok(None) };
-    if model.op_type(producer)? != op || model.consumers(input) != [node] {
-        return Ok(None);
-    }
-    Ok(Some(producer))
-}
-
-/// The one reader of `node`'s only output, an `op` of the default domain,
-/// the output no graph output.
-fn only_reader(model: &Model, node: OnnxNodeId, op: &str) -> Result<Option<OnnxNodeId>> {
-    let outputs = model.outputs(node)?;
-    let [out] = outputs.as_slice() else { return Ok(None) };
-    if model.is_graph_output(out) {
-        return Ok(None);
-    }
-    let readers = model.consumers(out);
-    let [reader] = readers.as_slice() else { return Ok(None) };
-    if model.op_type(*reader)? != op || !is_default(model, *reader)? {
-        return Ok(None);
-    }
-    Ok(Some(*reader))
-}
-
-fn other_input(model: &Model, node: OnnxNodeId, known: &str) -> Result<Option<String>> {
-    let inputs = model.inputs(node)?;
-    Ok(match inputs.as_slice() {
-        [a, b] if a == known && b != known => Some(b.clone()),
-        [a, b] if b == known && a != known => Some(a.clone()),
-        _ => None,
-    })
 }

@@ -85,26 +85,26 @@ struct Residual {
 fn match_norm(model: &Model, pow: OnnxNodeId) -> Result<Option<Norm>> {
     let inputs = model.inputs(pow)?;
     let [x, two] = inputs.as_slice() else { return Ok(None) };
-    if !is_default(model, pow)? || scalar(model, two) != Some(2.0) {
+    if !model.is_default_domain(pow)? || model.scalar(two) != Some(2.0) {
         return Ok(None);
     }
     let mut nodes = vec![pow];
     // Pow → ReduceMean over the last axis, dims kept.
-    let Some(mean) = only_reader(model, pow, "ReduceMean")? else { return Ok(None) };
+    let Some(mean) = model.only_reader(pow, "ReduceMean")? else { return Ok(None) };
     if !reduces_last_axis(model, mean, x)? {
         return Ok(None);
     }
     nodes.push(mean);
     // → Add(eps), either side.
-    let Some(add) = only_reader(model, mean, "Add")? else { return Ok(None) };
-    let mean_out = first_output(model, mean)?;
-    let Some(epsilon) = other_input(model, add, &mean_out)?.and_then(|e| scalar(model, &e)) else {
+    let Some(add) = model.only_reader(mean, "Add")? else { return Ok(None) };
+    let mean_out = model.first_output(mean)?;
+    let Some(epsilon) = model.other_input(add, &mean_out)?.and_then(|e| model.scalar(&e)) else {
         return Ok(None);
     };
     nodes.push(add);
-    let Some(sqrt) = only_reader(model, add, "Sqrt")? else { return Ok(None) };
+    let Some(sqrt) = model.only_reader(add, "Sqrt")? else { return Ok(None) };
     nodes.push(sqrt);
-    let sqrt_out = first_output(model, sqrt)?;
+    let sqrt_out = model.first_output(sqrt)?;
     // → x / sqrt, x * Reciprocal(sqrt) or x * (1 / sqrt).
     let readers = model.consumers(&sqrt_out);
     let [reader] = readers.as_slice() else { return Ok(None) };
@@ -113,34 +113,34 @@ fn match_norm(model: &Model, pow: OnnxNodeId) -> Result<Option<Norm>> {
         "Reciprocal" | "Div" => {
             if model.op_type(*reader)? == "Div" {
                 let div_inputs = model.inputs(*reader)?;
-                if div_inputs.len() != 2 || scalar(model, &div_inputs[0]) != Some(1.0) {
+                if div_inputs.len() != 2 || model.scalar(&div_inputs[0]) != Some(1.0) {
                     return Ok(None);
                 }
             }
             nodes.push(*reader);
-            let Some(mul) = only_reader(model, *reader, "Mul")? else { return Ok(None) };
-            if other_input(model, mul, &first_output(model, *reader)?)?.as_ref() != Some(x) {
+            let Some(mul) = model.only_reader(*reader, "Mul")? else { return Ok(None) };
+            if model.other_input(mul, &model.first_output(*reader)?)?.as_ref() != Some(x) {
                 return Ok(None);
             }
             mul
         }
         _ => return Ok(None),
     };
-    if !is_default(model, *reader)? {
+    if !model.is_default_domain(*reader)? {
         return Ok(None);
     }
     nodes.push(normalized);
     // → Mul by the scale, either side: a 1-D tensor no part of the pattern computes.
-    let Some(scale) = only_reader(model, normalized, "Mul")? else { return Ok(None) };
-    let Some(weight) = other_input(model, scale, &first_output(model, normalized)?)? else {
+    let Some(scale) = model.only_reader(normalized, "Mul")? else { return Ok(None) };
+    let Some(weight) = model.other_input(scale, &model.first_output(normalized)?)? else {
         return Ok(None);
     };
     let rank = model.value_type(&weight).and_then(|t| t.shape).map(|s| s.len());
-    if rank != Some(1) || same_type(model, &weight, x) != Some(true) {
+    if rank != Some(1) || model.same_elem_type(&weight, x) != Some(true) {
         return Ok(None);
     }
     nodes.push(scale);
-    let output = first_output(model, scale)?;
+    let output = model.first_output(scale)?;
     Ok(Some(Norm { x: x.clone(), weight, epsilon: epsilon as f32, output, nodes }))
 }
 
@@ -149,7 +149,7 @@ fn match_norm(model: &Model, pow: OnnxNodeId) -> Result<Option<Norm>> {
 /// static-rank shape (2-D or 3-D) and the scale's type.
 fn match_residual(model: &Model, norm: &Norm) -> Result<Option<Residual>> {
     let Some(add) = model.producer(&norm.x) else { return Ok(None) };
-    if model.op_type(add)? != "Add" || !is_default(model, add)? {
+    if model.op_type(add)? != "Add" || !model.is_default_domain(add)? {
         return Ok(None);
     }
     let inputs = model.inputs(add)?;
@@ -162,8 +162,8 @@ fn match_residual(model: &Model, norm: &Norm) -> Result<Option<Residual>> {
     if sa != sb || !(2..=3).contains(&sa.len()) || constant(a) || constant(b) {
         return Ok(None);
     }
-    if same_type(model, a, &norm.weight) != Some(true)
-        || same_type(model, b, &norm.weight) != Some(true)
+    if model.same_elem_type(a, &norm.weight) != Some(true)
+        || model.same_elem_type(b, &norm.weight) != Some(true)
     {
         return Ok(None);
     }
@@ -171,56 +171,6 @@ fn match_residual(model: &Model, norm: &Norm) -> Result<Option<Residual>> {
     let other_readers =
         model.is_graph_output(&norm.x) || readers.iter().any(|r| !norm.nodes.contains(r));
     Ok(Some(Residual { add, a: a.clone(), b: b.clone(), other_readers }))
-}
-
-/// Whether `node` is in the default domain (a contrib op of the same name is not the pattern).
-fn is_default(model: &Model, node: OnnxNodeId) -> Result<bool> {
-    Ok(matches!(model.domain(node)?.as_str(), "" | "ai.onnx"))
-}
-
-fn first_output(model: &Model, node: OnnxNodeId) -> Result<String> {
-    model.outputs(node)?.into_iter().next().ok_or_else(|| error("a node without outputs", None))
-}
-
-/// The one reader of `node`'s only output, if it is an `op` of the default
-/// domain and the output is no graph output.
-fn only_reader(model: &Model, node: OnnxNodeId, op: &str) -> Result<Option<OnnxNodeId>> {
-    let outputs = model.outputs(node)?;
-    let [out] = outputs.as_slice() else { return Ok(None) };
-    if model.is_graph_output(out) {
-        return Ok(None);
-    }
-    let readers = model.consumers(out);
-    let [reader] = readers.as_slice() else { return Ok(None) };
-    if model.op_type(*reader)? != op || !is_default(model, *reader)? {
-        return Ok(None);
-    }
-    Ok(Some(*reader))
-}
-
-/// `node`'s input other than `known`, for a two-input node reading `known` once.
-fn other_input(model: &Model, node: OnnxNodeId, known: &str) -> Result<Option<String>> {
-    let inputs = model.inputs(node)?;
-    Ok(match inputs.as_slice() {
-        [a, b] if a == known && b != known => Some(b.clone()),
-        [a, b] if b == known && a != known => Some(a.clone()),
-        _ => None,
-    })
-}
-
-/// A one-element float or integer constant's value.
-fn scalar(model: &Model, value: &str) -> Option<f64> {
-    let constant = model.constant(value, SMALL)?;
-    match constant.data {
-        ConstantData::Floats(v) if v.len() == 1 => Some(v[0]),
-        ConstantData::Ints(v) if v.len() == 1 => Some(v[0] as f64),
-        _ => None,
-    }
-}
-
-/// Whether two values have one element type (None: a type is unknown).
-fn same_type(model: &Model, a: &str, b: &str) -> Option<bool> {
-    Some(model.value_type(a)?.elem_type == model.value_type(b)?.elem_type)
 }
 
 /// Whether `mean` reduces `x` over its last axis only, keeping it, in float.

@@ -9,7 +9,7 @@ use hfx_sdk::prelude::*;
 
 #[hfx_sdk::onnx_ir_fix(targets = ["LayerNormalization"])]
 fn fuse_skip_layer_norm(model: &Model, norm: OnnxNodeId) -> Result<bool> {
-    if !is_default(model, norm)? {
+    if !model.is_default_domain(norm)? {
         return Ok(false);
     }
     let inputs = model.inputs(norm)?;
@@ -20,7 +20,7 @@ fn fuse_skip_layer_norm(model: &Model, norm: OnnxNodeId) -> Result<bool> {
     }
     let [sum, gamma, rest @ ..] = inputs.as_slice() else { return Ok(false) };
     let Some(add) = model.producer(sum) else { return Ok(false) };
-    if model.op_type(add)? != "Add" || !is_default(model, add)? {
+    if model.op_type(add)? != "Add" || !model.is_default_domain(add)? {
         return Ok(false);
     }
     let add_inputs = model.inputs(add)?;
@@ -76,8 +76,4 @@ fn over_last_axis(model: &Model, norm: OnnxNodeId, rank: i64) -> Result<bool> {
         Some(Attribute::Int(a)) => a == -1 || a == rank - 1,
         Some(_) => false,
     })
-}
-
-fn is_default(model: &Model, node: OnnxNodeId) -> Result<bool> {
-    Ok(matches!(model.domain(node)?.as_str(), "" | "ai.onnx"))
 }
