@@ -2,9 +2,13 @@
 //! a pass of the optimizer ([`super::passes`]). Each `MatMul` whose B is a
 //! 2-D float weight of the checkpoint becomes `com.microsoft::MatMulNBits`
 //! (4 bits, blocks of K), the node and initializers ONNX Runtime's
-//! `MatMulNBitsQuantizer` writes; the weight's bytes are quantized as they
-//! stream to the file ([`crate::weights::quantize`]), so the model is never
-//! a float copy in memory.
+//! `MatMulNBitsQuantizer` writes; each embedding, a `Gather` over such a
+//! weight, becomes `com.microsoft::GatherBlockQuantized` over the same
+//! blocks along its hidden axis (a tied lm_head reads its own
+//! `MatMulNBits` copy: `MatMulNBits` takes its B 3-D, the Gather 2-D). The
+//! weights' bytes are quantized as they stream to the file
+//! ([`crate::weights::quantize`]), so the model is never a float copy in
+//! memory.
 //!
 //! It runs before constant folding and `store_weights_transposed`: a
 //! `torch.nn.Linear` weight then still reaches its MatMul through
@@ -48,7 +52,10 @@ impl Default for Int4Options {
 pub struct QuantizeReport {
     /// The scheme's name (`int4`); None when nothing was asked.
     pub scheme: Option<String>,
+    /// MatMuls made `MatMulNBits`, and embeddings (Gather) made
+    /// `GatherBlockQuantized`.
     pub quantized: usize,
+    pub gathers: usize,
     pub excluded: Vec<(String, String)>,
     pub weight_bytes_before: u64,
     pub weight_bytes_after: u64,
@@ -57,7 +64,7 @@ pub struct QuantizeReport {
 impl QuantizeReport {
     /// Whether any weight was quantized.
     pub fn any(&self) -> bool {
-        self.quantized > 0
+        self.quantized + self.gathers > 0
     }
 
     /// The summary's line: what was quantized, what was left float and
@@ -79,9 +86,10 @@ impl QuantizeReport {
             })
             .collect();
         format!(
-            "stage {:<18} {} MatMul(s) -> MatMulNBits; left float: {}; weights {} -> {} bytes ({:.2}x)",
+            "stage {:<18} {} MatMul(s) -> MatMulNBits, {} Gather(s) -> GatherBlockQuantized; left float: {}; weights {} -> {} bytes ({:.2}x)",
             format!("quantize {}", self.scheme.as_deref().unwrap_or("")),
             self.quantized,
+            self.gathers,
             if excluded.is_empty() { "none".to_string() } else { excluded.join("; ") },
             self.weight_bytes_before,
             self.weight_bytes_after,
@@ -166,12 +174,28 @@ fn int4<'a>(
     };
     let mut excluded: Vec<(String, String)> = Vec::new();
     let mut rewrites: Vec<(usize, Node, Vec<Initializer<'a>>, Option<String>)> = Vec::new();
+    // The weights reported left float, and those a MatMul quantized.
     let mut done: HashSet<String> = HashSet::new();
+    let mut matmul_weights: HashSet<String> = HashSet::new();
+    let mut gathers: Vec<(usize, Node, Vec<Initializer<'a>>)> = Vec::new();
+    let mut gathered: HashSet<String> = HashSet::new();
     for (position, node) in nodes.iter().enumerate() {
-        if node.op_type == "Gather" && node.domain.is_empty() {
+        if node.op_type == "Gather" && node.domain.is_empty() && node.inputs.len() == 2 {
             if let Some(&i) = index.get(&node.inputs[0]) {
-                if is_float(&initializers[i]) && done.insert(node.inputs[0].clone()) {
-                    excluded.push((node.inputs[0].clone(), "embedding (Gather)".into()));
+                let init = &initializers[i];
+                if is_float(init) {
+                    match embedding(node, init, options) {
+                        Ok((node, new)) => {
+                            // An embedding two Gathers read is quantized once.
+                            let first = gathered.insert(init.header.name.clone().unwrap());
+                            gathers.push((position, node, if first { new } else { Vec::new() }));
+                        }
+                        Err(why) => {
+                            if done.insert(node.inputs[0].clone()) {
+                                excluded.push((node.inputs[0].clone(), why));
+                            }
+                        }
+                    }
                 }
             }
         }
@@ -189,28 +213,15 @@ fn int4<'a>(
         if !is_float(init) {
             continue;
         }
-        let why = if init.header.dims.len() != 2 {
-            Some("not 2-D".to_string())
-        } else {
-            let pattern = options.exclude.iter().find(|p| matches(p, name));
-            pattern.map(|pattern| format!("--quantize-exclude {pattern}"))
-        };
-        let (source, stored) = match (&why, &init.bytes) {
-            (Some(_), _) => (None, None),
-            (None, Bytes::Mapped(source)) => {
-                (Some(*source), init.header.data_type.and_then(DType::from_onnx))
+        let (source, stored, scale) = match streamed(name, init, options) {
+            Ok(streamed) => streamed,
+            Err(why) => {
+                if done.insert(name.to_string()) {
+                    excluded.push((name.to_string(), why));
+                }
+                continue;
             }
-            (None, Bytes::Converted { source, cast }) => (Some(*source), Some(cast.from())),
-            (None, _) => (None, None),
         };
-        let (Some(source), Some(stored)) = (source, stored) else {
-            let why = why.unwrap_or_else(|| "computed at export time".into());
-            if done.insert(name.to_string()) {
-                excluded.push((name.to_string(), why));
-            }
-            continue;
-        };
-        let scale = init.header.data_type.and_then(DType::from_onnx).unwrap_or(DType::Float32);
         let (d0, d1) = (init.header.dims[0] as usize, init.header.dims[1] as usize);
         let (k, n) = if stored_n_by_k { (d1, d0) } else { (d0, d1) };
         let weight = Int4Weight {
@@ -256,11 +267,16 @@ fn int4<'a>(
             function: node.function.clone(),
         };
         // A weight two MatMuls read is quantized once.
-        let new = if done.insert(name.to_string()) { new } else { Vec::new() };
+        let new = if matmul_weights.insert(name.to_string()) { new } else { Vec::new() };
         let transpose = stored_n_by_k.then(|| b.to_string());
         rewrites.push((position, quantized, new, transpose));
     }
     report.quantized += rewrites.len();
+    report.gathers += gathers.len();
+    for (position, node, new) in gathers {
+        nodes[position] = node;
+        initializers.extend(new);
+    }
     let mut unread = HashSet::new();
     for (position, node, new, transpose) in rewrites {
         nodes[position] = node;
@@ -274,6 +290,105 @@ fn int4<'a>(
     nodes.retain(|n| !(n.op_type == "Transpose" && unread.contains(&n.outputs[0])));
     report.excluded.extend(excluded);
     report.weight_bytes_after = read_weight_bytes(nodes, initializers);
+}
+
+/// The bytes a float weight `name` streams from, their dtype and the
+/// scales' dtype; or why it stays float.
+fn streamed<'a>(
+    name: &str,
+    init: &Initializer<'a>,
+    options: &Int4Options,
+) -> Result<(&'a [u8], DType, DType), String> {
+    if init.header.dims.len() != 2 {
+        return Err("not 2-D".into());
+    }
+    if let Some(pattern) = options.exclude.iter().find(|p| matches(p, name)) {
+        return Err(format!("--quantize-exclude {pattern}"));
+    }
+    let exported = init.header.data_type.and_then(DType::from_onnx);
+    let (source, stored) = match &init.bytes {
+        Bytes::Mapped(source) => (*source, exported),
+        Bytes::Converted { source, cast } => (*source, Some(cast.from())),
+        _ => (&[][..], None),
+    };
+    match stored {
+        Some(stored) => Ok((source, stored, exported.unwrap_or(DType::Float32))),
+        None => Err("computed at export time".into()),
+    }
+}
+
+/// An embedding, `Gather(W, indices)` over a vocabulary x hidden float
+/// weight, as `com.microsoft::GatherBlockQuantized`: W quantized in blocks
+/// along the hidden axis, each row as a MatMul's N x K weight's
+/// ([`Int4Weight`]); its new initializers, named after W; or why it stays
+/// float.
+fn embedding<'a>(
+    node: &Node,
+    init: &Initializer<'a>,
+    options: &Int4Options,
+) -> Result<(Node, Vec<Initializer<'a>>), String> {
+    let name = node.inputs[0].as_str();
+    if !matches!(node.attribute("axis"), None | Some(Attribute::Int(0))) {
+        return Err("Gather along an axis other than 0".into());
+    }
+    let (source, stored, scale) = streamed(name, init, options)?;
+    if scale == DType::Bfloat16 {
+        // ONNX Runtime's CPU kernel takes float32 and float16 scales only.
+        return Err("bfloat16 embedding (GatherBlockQuantized has no CPU kernel for it)".into());
+    }
+    let (vocabulary, hidden) = (init.header.dims[0] as usize, init.header.dims[1] as usize);
+    if hidden % options.block != 0 {
+        // A padded last block would widen each gathered row.
+        return Err(format!("hidden size {hidden} not a multiple of the block size"));
+    }
+    let weight = Int4Weight {
+        k: hidden,
+        n: vocabulary,
+        stored_n_by_k: true,
+        stored,
+        scale,
+        block: options.block,
+        symmetric: options.symmetric,
+    };
+    // GatherBlockQuantized's data keeps W's rank: [vocabulary, hidden / 2].
+    let mut parts = vec![
+        (Int4Part::Packed, "_gather_Q4", DType::Uint8, vec![vocabulary as i64, hidden as i64 / 2]),
+        (Int4Part::Scales, "_gather_scales", scale, weight.dims(Int4Part::Scales)),
+    ];
+    if !options.symmetric {
+        let dims = weight.dims(Int4Part::ZeroPoints);
+        parts.push((Int4Part::ZeroPoints, "_gather_zero_points", DType::Uint8, dims));
+    }
+    let new: Vec<Initializer<'a>> = parts
+        .into_iter()
+        .map(|(part, suffix, dtype, dims)| Initializer {
+            header: p::TensorProto {
+                dims,
+                data_type: dtype.onnx(),
+                name: Some(format!("{name}{suffix}")),
+                ..Default::default()
+            },
+            bytes: Bytes::Int4 { source, weight, part },
+        })
+        .collect();
+    let names: Vec<String> = new.iter().filter_map(|i| i.header.name.clone()).collect();
+    let mut inputs = vec![names[0].clone(), node.inputs[1].clone()];
+    inputs.extend(names[1..].iter().cloned());
+    let attribute = |name: &str, value: usize| (name.to_string(), Attribute::Int(value as i64));
+    let quantized = Node {
+        op_type: "GatherBlockQuantized".into(),
+        domain: MICROSOFT.into(),
+        inputs,
+        outputs: node.outputs.clone(),
+        attributes: vec![
+            attribute("gather_axis", 0),
+            attribute("quantize_axis", 1),
+            attribute("block_size", options.block),
+            attribute("bits", 4),
+        ],
+        function: node.function.clone(),
+    };
+    Ok((quantized, new))
 }
 
 /// Bytes of the initializers some node reads: the weights the model will hold.
@@ -404,7 +519,7 @@ mod tests {
         assert_eq!(
             excluded,
             [
-                ("embed.weight", "embedding (Gather)"),
+                ("embed.weight", "hidden size 40 not a multiple of the block size"),
                 ("lm_head.weight", "--quantize-exclude lm_head"),
                 ("batched", "not 2-D")
             ]
@@ -414,6 +529,100 @@ mod tests {
         let int4 = (8 * 32 + 8 * 2 * 4 + 8) as u64;
         assert_eq!(report.weight_bytes_before, 5 * float);
         assert_eq!(report.weight_bytes_after, 3 * float + 2 * int4);
-        assert!(report.line().starts_with("stage quantize int4      4 MatMul(s) -> MatMulNBits; left float: embedding (Gather): embed.weight; --quantize-exclude lm_head: lm_head.weight; not 2-D: batched; weights"), "{}", report.line());
+        assert!(report.line().starts_with("stage quantize int4      4 MatMul(s) -> MatMulNBits, 0 Gather(s) -> GatherBlockQuantized; left float: hidden size 40 not a multiple of the block size: embed.weight; --quantize-exclude lm_head: lm_head.weight; not 2-D: batched; weights"), "{}", report.line());
+    }
+
+    /// A tied embedding, read by a Gather and (transposed) by the lm_head's
+    /// MatMul: the Gather becomes GatherBlockQuantized over W's rows
+    /// quantized as MatMulNBits's N x K rows are, keeping W's rank; the
+    /// MatMul its own MatMulNBits; each with its initializers, whichever
+    /// reads W first. Excluded by a pattern, both stay float; left float
+    /// for its width, the embedding stays a Gather and the MatMul still
+    /// gets its initializers.
+    #[test]
+    fn a_tied_embedding_becomes_gather_block_quantized_and_its_lm_head_matmul_nbits() {
+        let (vocabulary, hidden) = (8usize, 64usize);
+        let floats: Vec<u8> = (0..vocabulary * hidden)
+            .flat_map(|i| ((i as f32 * 0.37).sin()).to_le_bytes())
+            .collect();
+        let perm = || vec![("perm", Attribute::Ints(vec![1, 0]))];
+        let gather = node("Gather", &["embed", "ids"], "x", vec![]);
+        let lm_head = [
+            node("Transpose", &["embed"], "et", perm()),
+            node("MatMul", &["x", "et"], "logits", vec![]),
+        ];
+        let keep = ["logits"].into();
+        for gather_first in [true, false] {
+            let cases = [(vec![], 32), (vec!["embed".to_string()], 32), (vec![], 128)];
+            for (exclude, block) in cases {
+                let mut nodes = vec![gather.clone()];
+                if gather_first {
+                    nodes.extend(lm_head.iter().cloned());
+                } else {
+                    nodes.splice(0..0, lm_head.iter().cloned());
+                }
+                let mut initializers =
+                    vec![mapped("embed", &[vocabulary as i64, hidden as i64], &floats)];
+                let excluded = !exclude.is_empty();
+                let options = Int4Options { block, symmetric: false, exclude };
+                let mut report = QuantizeReport::default();
+                run(&mut nodes, &mut initializers, &keep, &Quantize::Int4(options), &mut report);
+                let mut names: HashSet<&str> =
+                    initializers.iter().filter_map(|i| i.header.name.as_deref()).collect();
+                names.extend(nodes.iter().flat_map(|n| n.outputs.iter().map(String::as_str)));
+                for node in &nodes {
+                    for input in &node.inputs[..] {
+                        let read =
+                            names.contains(input.as_str()) || ["x", "ids"].contains(&&**input);
+                        assert!(read, "{} reads {input}, which nothing holds", node.op_type);
+                    }
+                }
+                let gather = nodes.iter().find(|n| n.outputs[0] == "x").unwrap();
+                assert_eq!(report.quantized, usize::from(!excluded));
+                if excluded {
+                    assert_eq!((gather.op_type.as_str(), report.gathers), ("Gather", 0));
+                    assert_eq!(
+                        report.excluded,
+                        [("embed".into(), "--quantize-exclude embed".into())]
+                    );
+                    continue;
+                }
+                if block == 128 {
+                    assert_eq!((gather.op_type.as_str(), report.gathers), ("Gather", 0));
+                    let why = "hidden size 64 not a multiple of the block size";
+                    assert_eq!(report.excluded, [("embed".into(), why.into())]);
+                    continue;
+                }
+                assert_eq!(report.gathers, 1);
+                assert_eq!(gather.op_type, "GatherBlockQuantized");
+                assert_eq!(gather.domain, MICROSOFT);
+                assert_eq!(
+                    gather.inputs,
+                    ["embed_gather_Q4", "ids", "embed_gather_scales", "embed_gather_zero_points"]
+                );
+                let int = |name| match gather.attribute(name) {
+                    Some(Attribute::Int(v)) => *v,
+                    other => panic!("{name}: {other:?}"),
+                };
+                let attributes =
+                    [int("gather_axis"), int("quantize_axis"), int("block_size"), int("bits")];
+                assert_eq!(attributes, [0, 1, 32, 4]);
+                let init = |name: &str| {
+                    initializers.iter().find(|i| i.header.name.as_deref() == Some(name)).unwrap()
+                };
+                assert_eq!(init("embed_gather_Q4").header.dims, [8, 32]);
+                assert_eq!(init("embed_gather_scales").header.dims, [8, 2]);
+                assert_eq!(init("embed_gather_zero_points").header.dims, [8, 1]);
+                // The embedding's rows are the lm_head's N x K rows, quantized alike.
+                for (gathered, multiplied) in [("_gather_Q4", "_Q4"), ("_gather_scales", "_scales")]
+                {
+                    assert_eq!(
+                        init(&format!("embed{gathered}")).bytes.to_vec(),
+                        init(&format!("embed{multiplied}")).bytes.to_vec()
+                    );
+                }
+                assert!(report.excluded.is_empty(), "{:?}", report.excluded);
+            }
+        }
     }
 }
