@@ -24,7 +24,7 @@ use hfx_dtype::DType;
 use super::proto as p;
 use super::weights::{Bytes, Initializer};
 use super::{Attribute, Node};
-use crate::weights::quantize::{Int4Part, Int4Weight};
+use crate::weights::quantize::{Int4Part, Int4Weight, Int8Part, Int8Weight};
 
 /// How `--quantize int4` quantizes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,6 +67,11 @@ impl QuantizeReport {
         self.quantized + self.gathers > 0
     }
 
+    /// The scheme, where it quantized any weight.
+    pub fn applied(&self) -> Option<String> {
+        self.scheme.clone().filter(|_| self.any())
+    }
+
     /// The summary's line: what was quantized, what was left float and
     /// why (a few names per reason), and the weights' bytes before and after.
     pub fn line(&self) -> String {
@@ -86,10 +91,19 @@ impl QuantizeReport {
             })
             .collect();
         format!(
-            "stage {:<18} {} MatMul(s) -> MatMulNBits, {} Gather(s) -> GatherBlockQuantized; left float: {}; weights {} -> {} bytes ({:.2}x)",
+            "stage {:<18} {} MatMul(s) -> {}{}; left float: {}; weights {} -> {} bytes ({:.2}x)",
             format!("quantize {}", self.scheme.as_deref().unwrap_or("")),
             self.quantized,
-            self.gathers,
+            if self.scheme.as_deref() == Some("int4") {
+                "MatMulNBits"
+            } else {
+                "DynamicQuantizeMatMul"
+            },
+            if self.scheme.as_deref() == Some("int4") {
+                format!(", {} Gather(s) -> GatherBlockQuantized", self.gathers)
+            } else {
+                String::new()
+            },
             if excluded.is_empty() { "none".to_string() } else { excluded.join("; ") },
             self.weight_bytes_before,
             self.weight_bytes_after,
@@ -127,6 +141,28 @@ pub fn matches(pattern: &str, name: &str) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Quantize {
     Int4(Int4Options),
+    /// int8 weights per output channel, activations quantized at run time
+    /// (`com.microsoft::DynamicQuantizeMatMul`); the weights left float.
+    Int8Dynamic {
+        exclude: Vec<String>,
+    },
+}
+
+impl Quantize {
+    /// The scheme's name, as `--quantize` takes it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Quantize::Int4(_) => "int4",
+            Quantize::Int8Dynamic { .. } => "int8-dynamic",
+        }
+    }
+
+    fn exclude(&self) -> &[String] {
+        match self {
+            Quantize::Int4(options) => &options.exclude,
+            Quantize::Int8Dynamic { exclude } => exclude,
+        }
+    }
 }
 
 /// Quantizes the MatMuls of `nodes` per `quantize`, counting in `report`;
@@ -138,19 +174,7 @@ pub fn run<'a>(
     quantize: &Quantize,
     report: &mut QuantizeReport,
 ) {
-    match quantize {
-        Quantize::Int4(options) => int4(nodes, initializers, keep, options, report),
-    }
-}
-
-fn int4<'a>(
-    nodes: &mut Vec<Node>,
-    initializers: &mut Vec<Initializer<'a>>,
-    keep: &HashSet<&str>,
-    options: &Int4Options,
-    report: &mut QuantizeReport,
-) {
-    report.scheme = Some("int4".into());
+    report.scheme = Some(quantize.name().into());
     report.weight_bytes_before = read_weight_bytes(nodes, initializers);
     let index: HashMap<String, usize> = initializers
         .iter()
@@ -184,7 +208,11 @@ fn int4<'a>(
             if let Some(&i) = index.get(&node.inputs[0]) {
                 let init = &initializers[i];
                 if is_float(init) {
-                    match embedding(node, init, options) {
+                    let quantized = match quantize {
+                        Quantize::Int4(options) => embedding(node, init, options),
+                        Quantize::Int8Dynamic { .. } => Err("embedding (Gather)".into()),
+                    };
+                    match quantized {
                         Ok((node, new)) => {
                             // An embedding two Gathers read is quantized once.
                             let first = gathered.insert(init.header.name.clone().unwrap());
@@ -213,58 +241,24 @@ fn int4<'a>(
         if !is_float(init) {
             continue;
         }
-        let (source, stored, scale) = match streamed(name, init, options) {
-            Ok(streamed) => streamed,
+        let quantized = streamed(name, init, quantize.exclude()).and_then(|streamed| {
+            let (d0, d1) = (init.header.dims[0] as usize, init.header.dims[1] as usize);
+            let (k, n) = if stored_n_by_k { (d1, d0) } else { (d0, d1) };
+            let weight =
+                Weight { name, source: streamed.0, stored: streamed.1, k, n, stored_n_by_k };
+            match quantize {
+                Quantize::Int4(options) => Ok(matmul_nbits(node, weight, streamed.2, options)),
+                Quantize::Int8Dynamic { .. } => dynamic_quantize_matmul(node, weight, streamed.2),
+            }
+        });
+        let (quantized, new) = match quantized {
+            Ok(quantized) => quantized,
             Err(why) => {
                 if done.insert(name.to_string()) {
                     excluded.push((name.to_string(), why));
                 }
                 continue;
             }
-        };
-        let (d0, d1) = (init.header.dims[0] as usize, init.header.dims[1] as usize);
-        let (k, n) = if stored_n_by_k { (d1, d0) } else { (d0, d1) };
-        let weight = Int4Weight {
-            k,
-            n,
-            stored_n_by_k,
-            stored,
-            scale,
-            block: options.block,
-            symmetric: options.symmetric,
-        };
-        let mut parts =
-            vec![(Int4Part::Packed, "_Q4", DType::Uint8), (Int4Part::Scales, "_scales", scale)];
-        if !options.symmetric {
-            parts.push((Int4Part::ZeroPoints, "_zero_points", DType::Uint8));
-        }
-        let new: Vec<Initializer<'a>> = parts
-            .into_iter()
-            .map(|(part, suffix, dtype)| Initializer {
-                header: p::TensorProto {
-                    dims: weight.dims(part),
-                    data_type: dtype.onnx(),
-                    name: Some(format!("{name}{suffix}")),
-                    ..Default::default()
-                },
-                bytes: Bytes::Int4 { source, weight, part },
-            })
-            .collect();
-        let mut inputs = vec![node.inputs[0].clone()];
-        inputs.extend(new.iter().filter_map(|i| i.header.name.clone()));
-        let attribute = |name: &str, value: usize| (name.to_string(), Attribute::Int(value as i64));
-        let quantized = Node {
-            op_type: "MatMulNBits".into(),
-            domain: MICROSOFT.into(),
-            inputs,
-            outputs: node.outputs.clone(),
-            attributes: vec![
-                attribute("K", k),
-                attribute("N", n),
-                attribute("bits", 4),
-                attribute("block_size", options.block),
-            ],
-            function: node.function.clone(),
         };
         // A weight two MatMuls read is quantized once.
         let new = if matmul_weights.insert(name.to_string()) { new } else { Vec::new() };
@@ -292,17 +286,124 @@ fn int4<'a>(
     report.weight_bytes_after = read_weight_bytes(nodes, initializers);
 }
 
+/// A MatMul's 2-D weight, K x N as it reads it, and what it streams from.
+struct Weight<'w, 'a> {
+    name: &'w str,
+    source: &'a [u8],
+    stored: DType,
+    k: usize,
+    n: usize,
+    stored_n_by_k: bool,
+}
+
+/// `node` as `MatMulNBits` over `weight` quantized to 4 bits, and its new
+/// initializers.
+fn matmul_nbits<'a>(
+    node: &Node,
+    weight: Weight<'_, 'a>,
+    scale: DType,
+    options: &Int4Options,
+) -> (Node, Vec<Initializer<'a>>) {
+    let Weight { name, source, stored, k, n, stored_n_by_k } = weight;
+    let weight = Int4Weight {
+        k,
+        n,
+        stored_n_by_k,
+        stored,
+        scale,
+        block: options.block,
+        symmetric: options.symmetric,
+    };
+    let mut parts =
+        vec![(Int4Part::Packed, "_Q4", DType::Uint8), (Int4Part::Scales, "_scales", scale)];
+    if !options.symmetric {
+        parts.push((Int4Part::ZeroPoints, "_zero_points", DType::Uint8));
+    }
+    let new: Vec<Initializer<'a>> = parts
+        .into_iter()
+        .map(|(part, suffix, dtype)| Initializer {
+            header: p::TensorProto {
+                dims: weight.dims(part),
+                data_type: dtype.onnx(),
+                name: Some(format!("{name}{suffix}")),
+                ..Default::default()
+            },
+            bytes: Bytes::Int4 { source, weight, part },
+        })
+        .collect();
+    let mut inputs = vec![node.inputs[0].clone()];
+    inputs.extend(new.iter().filter_map(|i| i.header.name.clone()));
+    let attribute = |name: &str, value: usize| (name.to_string(), Attribute::Int(value as i64));
+    let quantized = Node {
+        op_type: "MatMulNBits".into(),
+        domain: MICROSOFT.into(),
+        inputs,
+        outputs: node.outputs.clone(),
+        attributes: vec![
+            attribute("K", k),
+            attribute("N", n),
+            attribute("bits", 4),
+            attribute("block_size", options.block),
+        ],
+        function: node.function.clone(),
+    };
+    (quantized, new)
+}
+
+/// `node` as `DynamicQuantizeMatMul` over `weight` quantized to int8 per
+/// output channel, and its new initializers; or why it stays float.
+/// ONNX Runtime's `quantize_dynamic` writes `DynamicQuantizeLinear`,
+/// `MatMulInteger`, `Cast` and two `Mul`s, which its CPU graph optimizer
+/// fuses into this node: written fused, the model runs the same kernel
+/// without relying on that fusion (or its optimization level).
+fn dynamic_quantize_matmul<'a>(
+    node: &Node,
+    weight: Weight<'_, 'a>,
+    scale: DType,
+) -> Result<(Node, Vec<Initializer<'a>>), String> {
+    let Weight { name, source, stored, k, n, stored_n_by_k } = weight;
+    if scale != DType::Float32 {
+        // Its CPU kernel multiplies float32 activations only.
+        return Err(format!("{} MatMul (DynamicQuantizeMatMul takes float32)", scale.name()));
+    }
+    let weight = Int8Weight { k, n, stored_n_by_k, stored, scale };
+    let new: Vec<Initializer<'a>> =
+        [(Int8Part::Values, "_quantized", DType::Int8), (Int8Part::Scales, "_scale", scale)]
+            .into_iter()
+            .map(|(part, suffix, dtype)| Initializer {
+                header: p::TensorProto {
+                    dims: weight.dims(part),
+                    data_type: dtype.onnx(),
+                    name: Some(format!("{name}{suffix}")),
+                    ..Default::default()
+                },
+                bytes: Bytes::Int8 { source, weight, part },
+            })
+            .collect();
+    let mut inputs = vec![node.inputs[0].clone()];
+    inputs.extend(new.iter().filter_map(|i| i.header.name.clone()));
+    let quantized = Node {
+        op_type: "DynamicQuantizeMatMul".into(),
+        domain: MICROSOFT.into(),
+        inputs,
+        outputs: node.outputs.clone(),
+        attributes: Vec::new(),
+        function: node.function.clone(),
+    };
+    Ok((quantized, new))
+}
+
 /// The bytes a float weight `name` streams from, their dtype and the
 /// scales' dtype; or why it stays float.
 fn streamed<'a>(
     name: &str,
     init: &Initializer<'a>,
-    options: &Int4Options,
+    exclude: &[String],
 ) -> Result<(&'a [u8], DType, DType), String> {
     if init.header.dims.len() != 2 {
         return Err("not 2-D".into());
     }
-    if let Some(pattern) = options.exclude.iter().find(|p| matches(p, name)) {
+    if let Some(pattern) = exclude.iter().find(|p| matches(p, name)) {
         return Err(format!("--quantize-exclude {pattern}"));
     }
     let exported = init.header.data_type.and_then(DType::from_onnx);
@@ -331,7 +432,7 @@ fn embedding<'a>(
     if !matches!(node.attribute("axis"), None | Some(Attribute::Int(0))) {
         return Err("Gather along an axis other than 0".into());
     }
-    let (source, stored, scale) = streamed(name, init, options)?;
+    let (source, stored, scale) = streamed(name, init, &options.exclude)?;
     if scale == DType::Bfloat16 {
         // ONNX Runtime's CPU kernel takes float32 and float16 scales only.
         return Err("bfloat16 embedding (GatherBlockQuantized has no CPU kernel for it)".into());
@@ -624,5 +725,61 @@ mod tests {
                 assert!(report.excluded.is_empty(), "{:?}", report.excluded);
             }
         }
+    }
+
+    /// int8-dynamic: a Linear's weight read through a transpose becomes
+    /// DynamicQuantizeMatMul over its int8 values (K x N) and per-channel
+    /// scales, the transpose gone; a float16 MatMul and the embedding stay
+    /// float, each with why.
+    #[test]
+    fn int8_dynamic_matmuls_become_dynamic_quantize_matmul() {
+        let (k, n) = (40usize, 8usize);
+        let floats: Vec<u8> =
+            (0..k * n).flat_map(|i| ((i as f32 * 0.37).sin()).to_le_bytes()).collect();
+        let perm = || vec![("perm", Attribute::Ints(vec![1, 0]))];
+        let mut nodes = vec![
+            node("Gather", &["embed", "ids"], "x", vec![]),
+            node("Transpose", &["q.weight"], "qt", perm()),
+            node("MatMul", &["x", "qt"], "q", vec![]),
+            node("MatMul", &["q", "half"], "h", vec![]),
+        ];
+        let mut half = mapped("half", &[k as i64, n as i64], &floats[..k * n * 2]);
+        half.header.data_type = DType::Float16.onnx();
+        let mut initializers = vec![
+            mapped("embed", &[n as i64, k as i64], &floats),
+            mapped("q.weight", &[n as i64, k as i64], &floats),
+            half,
+        ];
+        let mut report = QuantizeReport::default();
+        let quantize = Quantize::Int8Dynamic { exclude: Vec::new() };
+        run(&mut nodes, &mut initializers, &["h"].into(), &quantize, &mut report);
+        assert_eq!(ops(&nodes), ["Gather", "DynamicQuantizeMatMul", "MatMul"]);
+        assert_eq!(nodes[1].domain, MICROSOFT);
+        assert_eq!(nodes[1].inputs, ["x", "q.weight_quantized", "q.weight_scale"]);
+        let added: Vec<(&str, &[i64], Option<i32>)> = initializers[3..]
+            .iter()
+            .map(|i| (i.header.name.as_deref().unwrap(), &i.header.dims[..], i.header.data_type))
+            .collect();
+        let (int8, float) = (DType::Int8.onnx(), DType::Float32.onnx());
+        assert_eq!(
+            added,
+            [("q.weight_quantized", &[40, 8][..], int8), ("q.weight_scale", &[8][..], float)]
+        );
+        let weight =
+            Int8Weight { k, n, stored_n_by_k: true, stored: DType::Float32, scale: DType::Float32 };
+        let mut values = Vec::new();
+        weight.write(&floats, Int8Part::Values, &mut values, None).unwrap();
+        assert_eq!(initializers[3].bytes.to_vec(), values);
+        let excluded: Vec<(&str, &str)> =
+            report.excluded.iter().map(|(n, w)| (n.as_str(), w.as_str())).collect();
+        assert_eq!(
+            excluded,
+            [
+                ("embed", "embedding (Gather)"),
+                ("half", "float16 MatMul (DynamicQuantizeMatMul takes float32)")
+            ]
+        );
+        assert_eq!((report.quantized, report.gathers), (1, 0));
+        assert!(report.line().starts_with("stage quantize int8-dynamic 1 MatMul(s) -> DynamicQuantizeMatMul; left float: embedding (Gather): embed; float16"), "{}", report.line());
     }
 }

@@ -790,7 +790,7 @@ fn emit_artifact(
             emitted.stages = onnx.stages;
             emitted.optimized = onnx.optimized.map(|o| (o, onnx.nodes));
             emitted.weights_prewritten = onnx.weights_prewritten;
-            let quantized = emitted.optimized.as_ref().is_some_and(|(o, _)| o.quantized.any());
+            let quantized = emitted.optimized.as_ref().and_then(|(o, _)| o.quantized.applied());
             Some(verify::Runtime::Onnx { quantized })
         }
         (Artifact::Pte(pte), Program::Archive { pt2, graph }) => {

@@ -714,7 +714,7 @@ fn parity(c: &Component, onnx_outputs: Option<&[String]>) -> Option<Parity> {
     }
     let runtime = match c.artifact.as_ref()? {
         VerifyModel::Onnx { .. } => verify::Runtime::Onnx {
-            quantized: c.optimized.as_ref().is_some_and(|(o, _)| o.quantized.any()),
+            quantized: c.optimized.as_ref().and_then(|(o, _)| o.quantized.applied()),
         },
         VerifyModel::Pt2 { .. } => verify::Runtime::Pt2,
         VerifyModel::Pte { in_spec, .. } => {
