@@ -466,7 +466,10 @@ fn export_for_generation(
             ),
         );
         let tolerance = verify::tolerance(&target.artifact);
-        let quantized = matches!(&target.artifact, Artifact::Onnx(o) if o.quantize.is_some());
+        let quantized = match &target.artifact {
+            Artifact::Onnx(o) => o.quantize.as_ref().map(|q| q.name()),
+            _ => None,
+        };
         let worker = run.worker(worker)?;
         let artifacts =
             components.iter().filter_map(|c| Some((c.name.clone(), c.artifact.clone()?))).collect();
