@@ -14,6 +14,7 @@ benchmark model's shape, `trace_bench.llama125m`) is saved in target/bench/.
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 
@@ -105,6 +106,8 @@ def main():
     import transformers
 
     model = model_folder(args.model)
+    # Sizes sum each folder's files: none left from another model's run.
+    shutil.rmtree(OUT, ignore_errors=True)
     float_model = export(args.hfx, model, os.path.join(OUT, "float32"), [])
     if args.scheme == "int4":
         quantize = ["--quantize", "int4", "--quantize-block-size", str(args.block_size)]
