@@ -1,10 +1,12 @@
 """hfx `--quantize int4` against ONNX Runtime's own `MatMulNBitsQuantizer`
-(round to nearest, the same block size and symmetry) applied to hfx's float
-export of the same model folder: file sizes, and each model's max abs logit
-error against eager PyTorch on the same inputs.
+(round to nearest, the same block size and symmetry), or `--quantize
+int8-dynamic` against its `quantize_dynamic(per_channel=True)`, applied to
+hfx's float export of the same model folder: file sizes, and each model's max
+abs logit error against eager PyTorch on the same inputs.
 
     cargo build --release -p hfx
     .venv/bin/python bench/int4.py [--model DIR] [--block-size 32] [--asymmetric]
+    .venv/bin/python bench/int4.py --scheme int8-dynamic [--model DIR]
 
 Without --model, a random Llama of hidden 768 and 12 layers (the 125M
 benchmark model's shape, `trace_bench.llama125m`) is saved in target/bench/.
@@ -12,6 +14,7 @@ benchmark model's shape, `trace_bench.llama125m`) is saved in target/bench/.
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 
@@ -61,6 +64,22 @@ def ort_quantized(float_model, out, block, symmetric):
     return path
 
 
+def ort_int8_dynamic(float_model, out):
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, "model.onnx")
+    quantize_dynamic(
+        float_model,
+        path,
+        per_channel=True,
+        weight_type=QuantType.QInt8,
+        op_types_to_quantize=["MatMul"],
+        use_external_data_format=True,
+    )
+    return path
+
+
 def size(model):
     folder = os.path.dirname(model)
     return sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder) if "onnx" in f)
@@ -79,6 +98,7 @@ def main():
     parser.add_argument("--model")
     parser.add_argument("--block-size", type=int, default=32)
     parser.add_argument("--asymmetric", action="store_true")
+    parser.add_argument("--scheme", choices=["int4", "int8-dynamic"], default="int4")
     parser.add_argument("--hfx", default=HFX, help="the hfx binary [default: target/release/hfx]")
     args = parser.parse_args()
     import numpy as np
@@ -86,14 +106,19 @@ def main():
     import transformers
 
     model = model_folder(args.model)
+    # Sizes sum each folder's files: none left from another model's run.
+    shutil.rmtree(OUT, ignore_errors=True)
     float_model = export(args.hfx, model, os.path.join(OUT, "float32"), [])
-    quantize = ["--quantize", "int4", "--quantize-block-size", str(args.block_size)]
-    if args.asymmetric:
-        quantize.append("--quantize-asymmetric")
-    hfx_int4 = export(args.hfx, model, os.path.join(OUT, "hfx-int4"), quantize)
-    ort_int4 = ort_quantized(
-        float_model, os.path.join(OUT, "ort-int4"), args.block_size, not args.asymmetric
-    )
+    if args.scheme == "int4":
+        quantize = ["--quantize", "int4", "--quantize-block-size", str(args.block_size)]
+        if args.asymmetric:
+            quantize.append("--quantize-asymmetric")
+        ort = os.path.join(OUT, "ort-int4")
+        ort = ort_quantized(float_model, ort, args.block_size, not args.asymmetric)
+    else:
+        quantize = ["--quantize", "int8-dynamic"]
+        ort = ort_int8_dynamic(float_model, os.path.join(OUT, "ort-int8-dynamic"))
+    hfx = export(args.hfx, model, os.path.join(OUT, f"hfx-{args.scheme}"), quantize)
     eager = transformers.AutoModelForCausalLM.from_pretrained(model).eval()
     ids = torch.randint(
         0, eager.config.vocab_size, (1, 128), generator=torch.Generator().manual_seed(0)
@@ -102,10 +127,14 @@ def main():
     with torch.no_grad():
         want = eager(input_ids=ids).logits.double().numpy()
     print(f"eager logits max |x| {np.abs(want).max():.3f}")
-    for name, path in [("float32", float_model), ("hfx int4", hfx_int4), ("ORT int4", ort_int4)]:
+    for name, path in [
+        ("float32", float_model),
+        (f"hfx {args.scheme}", hfx),
+        (f"ORT {args.scheme}", ort),
+    ]:
         error = np.abs(logits(path, inputs).astype(np.float64) - want).max()
         print(
-            f"{name:<9} {size(path) / 1e6:8.1f} MB ({size(path) / size(float_model):.2f}x)"
+            f"{name:<16} {size(path) / 1e6:8.1f} MB ({size(path) / size(float_model):.2f}x)"
             f"  max abs logit error {error:.4f}"
         )
 

@@ -458,9 +458,10 @@ fn quantize_options_are_checked_before_any_work() {
     let cases: &[(&[&str], &str)] = &[
         (&["--backend", "dynamo", "--quantize", "int4"], "--quantize int4: quantization is written by the ONNX backend, not --backend dynamo: give --backend onnx"),
         (&["--backend", "onnx", "--quantize", "int4", "--no-optimize"], "which --no-optimize skips: drop one of them"),
-        (&["--backend", "onnx", "--quantize", "int3"], "--quantize int3: hfx quantizes `int4`"),
+        (&["--backend", "onnx", "--quantize", "int3"], "--quantize int3: hfx quantizes `int4` and `int8-dynamic`"),
         (&["--backend", "onnx", "--quantize", "int4", "--quantize-block-size", "48"], "--quantize-block-size 48: give 32, 64 or 128"),
         (&["--backend", "onnx", "--quantize-exclude", "lm_head"], "tune --quantize: add --quantize int4"),
+        (&["--backend", "onnx", "--quantize", "int8-dynamic", "--quantize-block-size", "64"], "--quantize-block-size and --quantize-asymmetric tune --quantize int4; int8-dynamic quantizes each output channel symmetrically: drop them"),
     ];
     for (extra, expected) in cases {
         let args: Vec<&str> = model.iter().chain(extra.iter()).copied().collect();

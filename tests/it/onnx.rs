@@ -212,7 +212,7 @@ fn weights_go_to_an_external_data_file_on_request() {
 
 /// `--quantize int4 --verify` on the shared tiny Llama: its MatMuls over
 /// weights become `com.microsoft::MatMulNBits` (the domain imported), the
-/// embedding stays a float Gather, an excluded weight stays a MatMul, ONNX
+/// embedding `com.microsoft::GatherBlockQuantized`, an excluded weight stays a MatMul, ONNX
 /// Runtime runs it within the int4 tolerance the summary states, and the
 /// report says what was quantized and left float and the bytes before and after.
 #[test]
@@ -237,31 +237,61 @@ fn an_int4_export_runs_in_onnx_runtime_within_its_stated_tolerance() {
         .any(|o| o.domain.as_deref() == Some("com.microsoft") && o.version == Some(1)));
     let ops = op_types(&out);
     let count = |op: &str| ops.iter().filter(|o| *o == op).count();
-    assert!(count("MatMulNBits") >= 7 && count("Gather") >= 1, "{ops:?}");
+    assert!(count("MatMulNBits") >= 7 && count("GatherBlockQuantized") == 1, "{ops:?}");
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
     let component = &report["components"][0];
     let quantization = &component["optimization"]["quantization"];
     assert_eq!(quantization["matmuls_quantized"], count("MatMulNBits"));
+    assert_eq!(quantization["embeddings_quantized"], 1);
     let excluded: Vec<(&str, &str)> = quantization["excluded"]
         .as_array()
         .unwrap()
         .iter()
         .map(|e| (e["name"].as_str().unwrap(), e["reason"].as_str().unwrap()))
         .collect();
-    assert_eq!(
-        excluded,
-        [
-            ("model.embed_tokens.weight", "embedding (Gather)"),
-            ("lm_head.weight", "--quantize-exclude lm_head")
-        ]
-    );
+    assert_eq!(excluded, [("lm_head.weight", "--quantize-exclude lm_head")]);
     let (before, after) = (
         quantization["weight_bytes_before"].as_u64().unwrap(),
         quantization["weight_bytes_after"].as_u64().unwrap(),
     );
     assert!(after < before / 2, "{before} -> {after}");
     assert_eq!(component["parity"]["tolerance"], 0.5);
+}
+
+/// `--quantize int8-dynamic --verify` on the shared tiny Llama: each MatMul
+/// over a weight becomes `com.microsoft::DynamicQuantizeMatMul`, the
+/// embedding stays a float Gather, ONNX Runtime runs it within the stated
+/// int8-dynamic tolerance, and the report names the scheme and what it left float.
+#[test]
+fn an_int8_dynamic_export_runs_in_onnx_runtime_within_its_stated_tolerance() {
+    let dir = tempfile::tempdir().unwrap();
+    let pt2 = traced_llama();
+    let out = dir.path().join("int8.onnx");
+    let report = dir.path().join("report.json");
+    let extra = ["--quantize", "int8-dynamic", "--verify", "--report"];
+    let result =
+        export_pt2(dir.path(), &pt2, &out, &[&extra[..], &[report.to_str().unwrap()]].concat());
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(result.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&result.stderr));
+    let tolerance = "int8-dynamic tolerance: max abs error within 0.1 x each output's max |eager|";
+    assert!(stdout.contains(tolerance), "{stdout}");
+    let ops = op_types(&out);
+    let count = |op: &str| ops.iter().filter(|o| *o == op).count();
+    assert!(count("DynamicQuantizeMatMul") >= 8 && count("Gather") >= 1, "{ops:?}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let component = &report["components"][0];
+    let quantization = &component["optimization"]["quantization"];
+    assert_eq!(quantization["scheme"], "int8-dynamic");
+    assert_eq!(quantization["matmuls_quantized"], count("DynamicQuantizeMatMul"));
+    assert_eq!(quantization["excluded"][0]["reason"], "embedding (Gather)");
+    let (before, after) = (
+        quantization["weight_bytes_before"].as_u64().unwrap(),
+        quantization["weight_bytes_after"].as_u64().unwrap(),
+    );
+    assert!(after < before / 2, "{before} -> {after}");
+    assert_eq!(component["parity"]["tolerance"], 0.1);
 }
 
 /// The reference's own translations, each on a real trace holding its op:

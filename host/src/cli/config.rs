@@ -452,8 +452,14 @@ fn quantize(given: QuantizeArgs, optimize: bool, backends: &[Backend]) -> Result
     if !optimize {
         bail!("--quantize {scheme}: the quantizer is a pass of the ONNX optimizer, which --no-optimize skips: drop one of them");
     }
+    if scheme == "int8-dynamic" {
+        if block.is_some() || asymmetric {
+            bail!("--quantize-block-size and --quantize-asymmetric tune --quantize int4; int8-dynamic quantizes each output channel symmetrically: drop them");
+        }
+        return Ok(Some(Quantize::Int8Dynamic { exclude }));
+    }
     if scheme != "int4" {
-        bail!("--quantize {scheme}: hfx quantizes `int4`");
+        bail!("--quantize {scheme}: hfx quantizes `int4` and `int8-dynamic`");
     }
     let block = block.unwrap_or(Int4Options::default().block);
     if ![32, 64, 128].contains(&block) {

@@ -282,8 +282,12 @@ pub struct RunArgs {
     pub no_optimize: bool,
     /// Quantize the ONNX model's weights as they stream: `int4` makes each MatMul whose B is a 2-D
     /// float weight a `com.microsoft::MatMulNBits` (4-bit blocks along K, round to nearest, as ONNX
-    /// Runtime's `MatMulNBitsQuantizer`); embeddings (Gather) stay float; lm_head is quantized
-    /// unless excluded (`--quantize-exclude lm_head`).
+    /// Runtime's `MatMulNBitsQuantizer`) and each embedding a `com.microsoft::GatherBlockQuantized`
+    /// (the same blocks along the hidden axis); lm_head and embeddings are quantized unless
+    /// excluded (`--quantize-exclude lm_head`, `--quantize-exclude model.embed_tokens`).
+    /// `int8-dynamic` makes each such float32 MatMul a `com.microsoft::DynamicQuantizeMatMul`
+    /// (int8 weights per output channel, activations quantized at run time, as ONNX Runtime's
+    /// `quantize_dynamic(per_channel=True)`); embeddings stay float.
     #[arg(long, value_name = "SCHEME")]
     pub quantize: Option<String>,
     /// `--quantize int4`'s elements of K per block: 32, 64 or 128 [default: 32, as ONNX Runtime

@@ -2,9 +2,13 @@
 //! a pass of the optimizer ([`super::passes`]). Each `MatMul` whose B is a
 //! 2-D float weight of the checkpoint becomes `com.microsoft::MatMulNBits`
 //! (4 bits, blocks of K), the node and initializers ONNX Runtime's
-//! `MatMulNBitsQuantizer` writes; the weight's bytes are quantized as they
-//! stream to the file ([`crate::weights::quantize`]), so the model is never
-//! a float copy in memory.
+//! `MatMulNBitsQuantizer` writes; each embedding, a `Gather` over such a
+//! weight, becomes `com.microsoft::GatherBlockQuantized` over the same
+//! blocks along its hidden axis (a tied lm_head reads its own
+//! `MatMulNBits` copy: `MatMulNBits` takes its B 3-D, the Gather 2-D). The
+//! weights' bytes are quantized as they stream to the file
+//! ([`crate::weights::quantize`]), so the model is never a float copy in
+//! memory.
 //!
 //! It runs before constant folding and `store_weights_transposed`: a
 //! `torch.nn.Linear` weight then still reaches its MatMul through
@@ -20,7 +24,7 @@ use hfx_dtype::DType;
 use super::proto as p;
 use super::weights::{Bytes, Initializer};
 use super::{Attribute, Node};
-use crate::weights::quantize::{Int4Part, Int4Weight};
+use crate::weights::quantize::{Int4Part, Int4Weight, Int8Part, Int8Weight};
 
 /// How `--quantize int4` quantizes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,7 +52,10 @@ impl Default for Int4Options {
 pub struct QuantizeReport {
     /// The scheme's name (`int4`); None when nothing was asked.
     pub scheme: Option<String>,
+    /// MatMuls made `MatMulNBits`, and embeddings (Gather) made
+    /// `GatherBlockQuantized`.
     pub quantized: usize,
+    pub gathers: usize,
     pub excluded: Vec<(String, String)>,
     pub weight_bytes_before: u64,
     pub weight_bytes_after: u64,
@@ -57,7 +64,12 @@ pub struct QuantizeReport {
 impl QuantizeReport {
     /// Whether any weight was quantized.
     pub fn any(&self) -> bool {
-        self.quantized > 0
+        self.quantized + self.gathers > 0
+    }
+
+    /// The scheme, where it quantized any weight.
+    pub fn applied(&self) -> Option<String> {
+        self.scheme.clone().filter(|_| self.any())
     }
 
     /// The summary's line: what was quantized, what was left float and
@@ -79,9 +91,19 @@ impl QuantizeReport {
             })
             .collect();
         format!(
-            "stage {:<18} {} MatMul(s) -> MatMulNBits; left float: {}; weights {} -> {} bytes ({:.2}x)",
+            "stage {:<18} {} MatMul(s) -> {}{}; left float: {}; weights {} -> {} bytes ({:.2}x)",
             format!("quantize {}", self.scheme.as_deref().unwrap_or("")),
             self.quantized,
+            if self.scheme.as_deref() == Some("int4") {
+                "MatMulNBits"
+            } else {
+                "DynamicQuantizeMatMul"
+            },
+            if self.scheme.as_deref() == Some("int4") {
+                format!(", {} Gather(s) -> GatherBlockQuantized", self.gathers)
+            } else {
+                String::new()
+            },
             if excluded.is_empty() { "none".to_string() } else { excluded.join("; ") },
             self.weight_bytes_before,
             self.weight_bytes_after,
@@ -119,6 +141,28 @@ pub fn matches(pattern: &str, name: &str) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Quantize {
     Int4(Int4Options),
+    /// int8 weights per output channel, activations quantized at run time
+    /// (`com.microsoft::DynamicQuantizeMatMul`); the weights left float.
+    Int8Dynamic {
+        exclude: Vec<String>,
+    },
+}
+
+impl Quantize {
+    /// The scheme's name, as `--quantize` takes it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Quantize::Int4(_) => "int4",
+            Quantize::Int8Dynamic { .. } => "int8-dynamic",
+        }
+    }
+
+    fn exclude(&self) -> &[String] {
+        match self {
+            Quantize::Int4(options) => &options.exclude,
+            Quantize::Int8Dynamic { exclude } => exclude,
+        }
+    }
 }
 
 /// Quantizes the MatMuls of `nodes` per `quantize`, counting in `report`;
@@ -130,19 +174,7 @@ pub fn run<'a>(
     quantize: &Quantize,
     report: &mut QuantizeReport,
 ) {
-    match quantize {
-        Quantize::Int4(options) => int4(nodes, initializers, keep, options, report),
-    }
-}
-
-fn int4<'a>(
-    nodes: &mut Vec<Node>,
-    initializers: &mut Vec<Initializer<'a>>,
-    keep: &HashSet<&str>,
-    options: &Int4Options,
-    report: &mut QuantizeReport,
-) {
-    report.scheme = Some("int4".into());
+    report.scheme = Some(quantize.name().into());
     report.weight_bytes_before = read_weight_bytes(nodes, initializers);
     let index: HashMap<String, usize> = initializers
         .iter()
@@ -166,12 +198,32 @@ fn int4<'a>(
     };
     let mut excluded: Vec<(String, String)> = Vec::new();
     let mut rewrites: Vec<(usize, Node, Vec<Initializer<'a>>, Option<String>)> = Vec::new();
+    // The weights reported left float, and those a MatMul quantized.
     let mut done: HashSet<String> = HashSet::new();
+    let mut matmul_weights: HashSet<String> = HashSet::new();
+    let mut gathers: Vec<(usize, Node, Vec<Initializer<'a>>)> = Vec::new();
+    let mut gathered: HashSet<String> = HashSet::new();
     for (position, node) in nodes.iter().enumerate() {
-        if node.op_type == "Gather" && node.domain.is_empty() {
+        if node.op_type == "Gather" && node.domain.is_empty() && node.inputs.len() == 2 {
             if let Some(&i) = index.get(&node.inputs[0]) {
-                if is_float(&initializers[i]) && done.insert(node.inputs[0].clone()) {
-                    excluded.push((node.inputs[0].clone(), "embedding (Gather)".into()));
+                let init = &initializers[i];
+                if is_float(init) {
+                    let quantized = match quantize {
+                        Quantize::Int4(options) => embedding(node, init, options),
+                        Quantize::Int8Dynamic { .. } => Err("embedding (Gather)".into()),
+                    };
+                    match quantized {
+                        Ok((node, new)) => {
+                            // An embedding two Gathers read is quantized once.
+                            let first = gathered.insert(init.header.name.clone().unwrap());
+                            gathers.push((position, node, if first { new } else { Vec::new() }));
+                        }
+                        Err(why) => {
+                            if done.insert(node.inputs[0].clone()) {
+                                excluded.push((node.inputs[0].clone(), why));
+                            }
+                        }
+                    }
                 }
             }
         }
@@ -189,78 +241,36 @@ fn int4<'a>(
         if !is_float(init) {
             continue;
         }
-        let why = if init.header.dims.len() != 2 {
-            Some("not 2-D".to_string())
-        } else {
-            let pattern = options.exclude.iter().find(|p| matches(p, name));
-            pattern.map(|pattern| format!("--quantize-exclude {pattern}"))
-        };
-        let (source, stored) = match (&why, &init.bytes) {
-            (Some(_), _) => (None, None),
-            (None, Bytes::Mapped(source)) => {
-                (Some(*source), init.header.data_type.and_then(DType::from_onnx))
+        let quantized = streamed(name, init, quantize.exclude()).and_then(|streamed| {
+            let (d0, d1) = (init.header.dims[0] as usize, init.header.dims[1] as usize);
+            let (k, n) = if stored_n_by_k { (d1, d0) } else { (d0, d1) };
+            let weight =
+                Weight { name, source: streamed.0, stored: streamed.1, k, n, stored_n_by_k };
+            match quantize {
+                Quantize::Int4(options) => Ok(matmul_nbits(node, weight, streamed.2, options)),
+                Quantize::Int8Dynamic { .. } => dynamic_quantize_matmul(node, weight, streamed.2),
             }
-            (None, Bytes::Converted { source, cast }) => (Some(*source), Some(cast.from())),
-            (None, _) => (None, None),
-        };
-        let (Some(source), Some(stored)) = (source, stored) else {
-            let why = why.unwrap_or_else(|| "computed at export time".into());
-            if done.insert(name.to_string()) {
-                excluded.push((name.to_string(), why));
+        });
+        let (quantized, new) = match quantized {
+            Ok(quantized) => quantized,
+            Err(why) => {
+                if done.insert(name.to_string()) {
+                    excluded.push((name.to_string(), why));
+                }
+                continue;
             }
-            continue;
-        };
-        let scale = init.header.data_type.and_then(DType::from_onnx).unwrap_or(DType::Float32);
-        let (d0, d1) = (init.header.dims[0] as usize, init.header.dims[1] as usize);
-        let (k, n) = if stored_n_by_k { (d1, d0) } else { (d0, d1) };
-        let weight = Int4Weight {
-            k,
-            n,
-            stored_n_by_k,
-            stored,
-            scale,
-            block: options.block,
-            symmetric: options.symmetric,
-        };
-        let mut parts =
-            vec![(Int4Part::Packed, "_Q4", DType::Uint8), (Int4Part::Scales, "_scales", scale)];
-        if !options.symmetric {
-            parts.push((Int4Part::ZeroPoints, "_zero_points", DType::Uint8));
-        }
-        let new: Vec<Initializer<'a>> = parts
-            .into_iter()
-            .map(|(part, suffix, dtype)| Initializer {
-                header: p::TensorProto {
-                    dims: weight.dims(part),
-                    data_type: dtype.onnx(),
-                    name: Some(format!("{name}{suffix}")),
-                    ..Default::default()
-                },
-                bytes: Bytes::Int4 { source, weight, part },
-            })
-            .collect();
-        let mut inputs = vec![node.inputs[0].clone()];
-        inputs.extend(new.iter().filter_map(|i| i.header.name.clone()));
-        let attribute = |name: &str, value: usize| (name.to_string(), Attribute::Int(value as i64));
-        let quantized = Node {
-            op_type: "MatMulNBits".into(),
-            domain: MICROSOFT.into(),
-            inputs,
-            outputs: node.outputs.clone(),
-            attributes: vec![
-                attribute("K", k),
-                attribute("N", n),
-                attribute("bits", 4),
-                attribute("block_size", options.block),
-            ],
-            function: node.function.clone(),
         };
         // A weight two MatMuls read is quantized once.
-        let new = if done.insert(name.to_string()) { new } else { Vec::new() };
+        let new = if matmul_weights.insert(name.to_string()) { new } else { Vec::new() };
         let transpose = stored_n_by_k.then(|| b.to_string());
         rewrites.push((position, quantized, new, transpose));
     }
     report.quantized += rewrites.len();
+    report.gathers += gathers.len();
+    for (position, node, new) in gathers {
+        nodes[position] = node;
+        initializers.extend(new);
+    }
     let mut unread = HashSet::new();
     for (position, node, new, transpose) in rewrites {
         nodes[position] = node;
@@ -274,6 +284,212 @@ fn int4<'a>(
     nodes.retain(|n| !(n.op_type == "Transpose" && unread.contains(&n.outputs[0])));
     report.excluded.extend(excluded);
     report.weight_bytes_after = read_weight_bytes(nodes, initializers);
+}
+
+/// A MatMul's 2-D weight, K x N as it reads it, and what it streams from.
+struct Weight<'w, 'a> {
+    name: &'w str,
+    source: &'a [u8],
+    stored: DType,
+    k: usize,
+    n: usize,
+    stored_n_by_k: bool,
+}
+
+/// `node` as `MatMulNBits` over `weight` quantized to 4 bits, and its new
+/// initializers.
+fn matmul_nbits<'a>(
+    node: &Node,
+    weight: Weight<'_, 'a>,
+    scale: DType,
+    options: &Int4Options,
+) -> (Node, Vec<Initializer<'a>>) {
+    let Weight { name, source, stored, k, n, stored_n_by_k } = weight;
+    let weight = Int4Weight {
+        k,
+        n,
+        stored_n_by_k,
+        stored,
+        scale,
+        block: options.block,
+        symmetric: options.symmetric,
+    };
+    let mut parts =
+        vec![(Int4Part::Packed, "_Q4", DType::Uint8), (Int4Part::Scales, "_scales", scale)];
+    if !options.symmetric {
+        parts.push((Int4Part::ZeroPoints, "_zero_points", DType::Uint8));
+    }
+    let new: Vec<Initializer<'a>> = parts
+        .into_iter()
+        .map(|(part, suffix, dtype)| Initializer {
+            header: p::TensorProto {
+                dims: weight.dims(part),
+                data_type: dtype.onnx(),
+                name: Some(format!("{name}{suffix}")),
+                ..Default::default()
+            },
+            bytes: Bytes::Int4 { source, weight, part },
+        })
+        .collect();
+    let mut inputs = vec![node.inputs[0].clone()];
+    inputs.extend(new.iter().filter_map(|i| i.header.name.clone()));
+    let attribute = |name: &str, value: usize| (name.to_string(), Attribute::Int(value as i64));
+    let quantized = Node {
+        op_type: "MatMulNBits".into(),
+        domain: MICROSOFT.into(),
+        inputs,
+        outputs: node.outputs.clone(),
+        attributes: vec![
+            attribute("K", k),
+            attribute("N", n),
+            attribute("bits", 4),
+            attribute("block_size", options.block),
+        ],
+        function: node.function.clone(),
+    };
+    (quantized, new)
+}
+
+/// `node` as `DynamicQuantizeMatMul` over `weight` quantized to int8 per
+/// output channel, and its new initializers; or why it stays float.
+/// ONNX Runtime's `quantize_dynamic` writes `DynamicQuantizeLinear`,
+/// `MatMulInteger`, `Cast` and two `Mul`s, which its CPU graph optimizer
+/// fuses into this node: written fused, the model runs the same kernel
+/// without relying on that fusion (or its optimization level).
+fn dynamic_quantize_matmul<'a>(
+    node: &Node,
+    weight: Weight<'_, 'a>,
+    scale: DType,
+) -> Result<(Node, Vec<Initializer<'a>>), String> {
+    let Weight { name, source, stored, k, n, stored_n_by_k } = weight;
+    if scale != DType::Float32 {
+        // Its CPU kernel multiplies float32 activations only.
+        return Err(format!("{} MatMul (DynamicQuantizeMatMul takes float32)", scale.name()));
+    }
+    let weight = Int8Weight { k, n, stored_n_by_k, stored, scale };
+    let new: Vec<Initializer<'a>> =
+        [(Int8Part::Values, "_quantized", DType::Int8), (Int8Part::Scales, "_scale", scale)]
+            .into_iter()
+            .map(|(part, suffix, dtype)| Initializer {
+                header: p::TensorProto {
+                    dims: weight.dims(part),
+                    data_type: dtype.onnx(),
+                    name: Some(format!("{name}{suffix}")),
+                    ..Default::default()
+                },
+                bytes: Bytes::Int8 { source, weight, part },
+            })
+            .collect();
+    let mut inputs = vec![node.inputs[0].clone()];
+    inputs.extend(new.iter().filter_map(|i| i.header.name.clone()));
+    let quantized = Node {
+        op_type: "DynamicQuantizeMatMul".into(),
+        domain: MICROSOFT.into(),
+        inputs,
+        outputs: node.outputs.clone(),
+        attributes: Vec::new(),
+        function: node.function.clone(),
+    };
+    Ok((quantized, new))
+}
+
+/// The bytes a float weight `name` streams from, their dtype and the
+/// scales' dtype; or why it stays float.
+fn streamed<'a>(
+    name: &str,
+    init: &Initializer<'a>,
+    exclude: &[String],
+) -> Result<(&'a [u8], DType, DType), String> {
+    if init.header.dims.len() != 2 {
+        return Err("not 2-D".into());
+    }
+    if let Some(pattern) = exclude.iter().find(|p| matches(p, name)) {
+        return Err(format!("--quantize-exclude {pattern}"));
+    }
+    let exported = init.header.data_type.and_then(DType::from_onnx);
+    let (source, stored) = match &init.bytes {
+        Bytes::Mapped(source) => (*source, exported),
+        Bytes::Converted { source, cast } => (*source, Some(cast.from())),
+        _ => (&[][..], None),
+    };
+    match stored {
+        Some(stored) => Ok((source, stored, exported.unwrap_or(DType::Float32))),
+        None => Err("computed at export time".into()),
+    }
+}
+
+/// An embedding, `Gather(W, indices)` over a vocabulary x hidden float
+/// weight, as `com.microsoft::GatherBlockQuantized`: W quantized in blocks
+/// along the hidden axis, each row as a MatMul's N x K weight's
+/// ([`Int4Weight`]); its new initializers, named after W; or why it stays
+/// float.
+fn embedding<'a>(
+    node: &Node,
+    init: &Initializer<'a>,
+    options: &Int4Options,
+) -> Result<(Node, Vec<Initializer<'a>>), String> {
+    let name = node.inputs[0].as_str();
+    if !matches!(node.attribute("axis"), None | Some(Attribute::Int(0))) {
+        return Err("Gather along an axis other than 0".into());
+    }
+    let (source, stored, scale) = streamed(name, init, &options.exclude)?;
+    if scale == DType::Bfloat16 {
+        // ONNX Runtime's CPU kernel takes float32 and float16 scales only.
+        return Err("bfloat16 embedding (GatherBlockQuantized has no CPU kernel for it)".into());
+    }
+    let (vocabulary, hidden) = (init.header.dims[0] as usize, init.header.dims[1] as usize);
+    if hidden % options.block != 0 {
+        // A padded last block would widen each gathered row.
+        return Err(format!("hidden size {hidden} not a multiple of the block size"));
+    }
+    let weight = Int4Weight {
+        k: hidden,
+        n: vocabulary,
+        stored_n_by_k: true,
+        stored,
+        scale,
+        block: options.block,
+        symmetric: options.symmetric,
+    };
+    // GatherBlockQuantized's data keeps W's rank: [vocabulary, hidden / 2].
+    let mut parts = vec![
+        (Int4Part::Packed, "_gather_Q4", DType::Uint8, vec![vocabulary as i64, hidden as i64 / 2]),
+        (Int4Part::Scales, "_gather_scales", scale, weight.dims(Int4Part::Scales)),
+    ];
+    if !options.symmetric {
+        let dims = weight.dims(Int4Part::ZeroPoints);
+        parts.push((Int4Part::ZeroPoints, "_gather_zero_points", DType::Uint8, dims));
+    }
+    let new: Vec<Initializer<'a>> = parts
+        .into_iter()
+        .map(|(part, suffix, dtype, dims)| Initializer {
+            header: p::TensorProto {
+                dims,
+                data_type: dtype.onnx(),
+                name: Some(format!("{name}{suffix}")),
+                ..Default::default()
+            },
+            bytes: Bytes::Int4 { source, weight, part },
+        })
+        .collect();
+    let names: Vec<String> = new.iter().filter_map(|i| i.header.name.clone()).collect();
+    let mut inputs = vec![names[0].clone(), node.inputs[1].clone()];
+    inputs.extend(names[1..].iter().cloned());
+    let attribute = |name: &str, value: usize| (name.to_string(), Attribute::Int(value as i64));
+    let quantized = Node {
+        op_type: "GatherBlockQuantized".into(),
+        domain: MICROSOFT.into(),
+        inputs,
+        outputs: node.outputs.clone(),
+        attributes: vec![
+            attribute("gather_axis", 0),
+            attribute("quantize_axis", 1),
+            attribute("block_size", options.block),
+            attribute("bits", 4),
+        ],
+        function: node.function.clone(),
+    };
+    Ok((quantized, new))
 }
 
 /// Bytes of the initializers some node reads: the weights the model will hold.
@@ -404,7 +620,7 @@ mod tests {
         assert_eq!(
             excluded,
             [
-                ("embed.weight", "embedding (Gather)"),
+                ("embed.weight", "hidden size 40 not a multiple of the block size"),
                 ("lm_head.weight", "--quantize-exclude lm_head"),
                 ("batched", "not 2-D")
             ]
@@ -414,6 +630,156 @@ mod tests {
         let int4 = (8 * 32 + 8 * 2 * 4 + 8) as u64;
         assert_eq!(report.weight_bytes_before, 5 * float);
         assert_eq!(report.weight_bytes_after, 3 * float + 2 * int4);
-        assert!(report.line().starts_with("stage quantize int4      4 MatMul(s) -> MatMulNBits; left float: embedding (Gather): embed.weight; --quantize-exclude lm_head: lm_head.weight; not 2-D: batched; weights"), "{}", report.line());
+        assert!(report.line().starts_with("stage quantize int4      4 MatMul(s) -> MatMulNBits, 0 Gather(s) -> GatherBlockQuantized; left float: hidden size 40 not a multiple of the block size: embed.weight; --quantize-exclude lm_head: lm_head.weight; not 2-D: batched; weights"), "{}", report.line());
+    }
+
+    /// A tied embedding, read by a Gather and (transposed) by the lm_head's
+    /// MatMul: the Gather becomes GatherBlockQuantized over W's rows
+    /// quantized as MatMulNBits's N x K rows are, keeping W's rank; the
+    /// MatMul its own MatMulNBits; each with its initializers, whichever
+    /// reads W first. Excluded by a pattern, both stay float; left float
+    /// for its width, the embedding stays a Gather and the MatMul still
+    /// gets its initializers.
+    #[test]
+    fn a_tied_embedding_becomes_gather_block_quantized_and_its_lm_head_matmul_nbits() {
+        let (vocabulary, hidden) = (8usize, 64usize);
+        let floats: Vec<u8> = (0..vocabulary * hidden)
+            .flat_map(|i| ((i as f32 * 0.37).sin()).to_le_bytes())
+            .collect();
+        let perm = || vec![("perm", Attribute::Ints(vec![1, 0]))];
+        let gather = node("Gather", &["embed", "ids"], "x", vec![]);
+        let lm_head = [
+            node("Transpose", &["embed"], "et", perm()),
+            node("MatMul", &["x", "et"], "logits", vec![]),
+        ];
+        let keep = ["logits"].into();
+        for gather_first in [true, false] {
+            let cases = [(vec![], 32), (vec!["embed".to_string()], 32), (vec![], 128)];
+            for (exclude, block) in cases {
+                let mut nodes = vec![gather.clone()];
+                if gather_first {
+                    nodes.extend(lm_head.iter().cloned());
+                } else {
+                    nodes.splice(0..0, lm_head.iter().cloned());
+                }
+                let mut initializers =
+                    vec![mapped("embed", &[vocabulary as i64, hidden as i64], &floats)];
+                let excluded = !exclude.is_empty();
+                let options = Int4Options { block, symmetric: false, exclude };
+                let mut report = QuantizeReport::default();
+                run(&mut nodes, &mut initializers, &keep, &Quantize::Int4(options), &mut report);
+                let mut names: HashSet<&str> =
+                    initializers.iter().filter_map(|i| i.header.name.as_deref()).collect();
+                names.extend(nodes.iter().flat_map(|n| n.outputs.iter().map(String::as_str)));
+                for node in &nodes {
+                    for input in &node.inputs[..] {
+                        let read =
+                            names.contains(input.as_str()) || ["x", "ids"].contains(&&**input);
+                        assert!(read, "{} reads {input}, which nothing holds", node.op_type);
+                    }
+                }
+                let gather = nodes.iter().find(|n| n.outputs[0] == "x").unwrap();
+                assert_eq!(report.quantized, usize::from(!excluded));
+                if excluded {
+                    assert_eq!((gather.op_type.as_str(), report.gathers), ("Gather", 0));
+                    assert_eq!(
+                        report.excluded,
+                        [("embed".into(), "--quantize-exclude embed".into())]
+                    );
+                    continue;
+                }
+                if block == 128 {
+                    assert_eq!((gather.op_type.as_str(), report.gathers), ("Gather", 0));
+                    let why = "hidden size 64 not a multiple of the block size";
+                    assert_eq!(report.excluded, [("embed".into(), why.into())]);
+                    continue;
+                }
+                assert_eq!(report.gathers, 1);
+                assert_eq!(gather.op_type, "GatherBlockQuantized");
+                assert_eq!(gather.domain, MICROSOFT);
+                assert_eq!(
+                    gather.inputs,
+                    ["embed_gather_Q4", "ids", "embed_gather_scales", "embed_gather_zero_points"]
+                );
+                let int = |name| match gather.attribute(name) {
+                    Some(Attribute::Int(v)) => *v,
+                    other => panic!("{name}: {other:?}"),
+                };
+                let attributes =
+                    [int("gather_axis"), int("quantize_axis"), int("block_size"), int("bits")];
+                assert_eq!(attributes, [0, 1, 32, 4]);
+                let init = |name: &str| {
+                    initializers.iter().find(|i| i.header.name.as_deref() == Some(name)).unwrap()
+                };
+                assert_eq!(init("embed_gather_Q4").header.dims, [8, 32]);
+                assert_eq!(init("embed_gather_scales").header.dims, [8, 2]);
+                assert_eq!(init("embed_gather_zero_points").header.dims, [8, 1]);
+                // The embedding's rows are the lm_head's N x K rows, quantized alike.
+                for (gathered, multiplied) in [("_gather_Q4", "_Q4"), ("_gather_scales", "_scales")]
+                {
+                    assert_eq!(
+                        init(&format!("embed{gathered}")).bytes.to_vec(),
+                        init(&format!("embed{multiplied}")).bytes.to_vec()
+                    );
+                }
+                assert!(report.excluded.is_empty(), "{:?}", report.excluded);
+            }
+        }
+    }
+
+    /// int8-dynamic: a Linear's weight read through a transpose becomes
+    /// DynamicQuantizeMatMul over its int8 values (K x N) and per-channel
+    /// scales, the transpose gone; a float16 MatMul and the embedding stay
+    /// float, each with why.
+    #[test]
+    fn int8_dynamic_matmuls_become_dynamic_quantize_matmul() {
+        let (k, n) = (40usize, 8usize);
+        let floats: Vec<u8> =
+            (0..k * n).flat_map(|i| ((i as f32 * 0.37).sin()).to_le_bytes()).collect();
+        let perm = || vec![("perm", Attribute::Ints(vec![1, 0]))];
+        let mut nodes = vec![
+            node("Gather", &["embed", "ids"], "x", vec![]),
+            node("Transpose", &["q.weight"], "qt", perm()),
+            node("MatMul", &["x", "qt"], "q", vec![]),
+            node("MatMul", &["q", "half"], "h", vec![]),
+        ];
+        let mut half = mapped("half", &[k as i64, n as i64], &floats[..k * n * 2]);
+        half.header.data_type = DType::Float16.onnx();
+        let mut initializers = vec![
+            mapped("embed", &[n as i64, k as i64], &floats),
+            mapped("q.weight", &[n as i64, k as i64], &floats),
+            half,
+        ];
+        let mut report = QuantizeReport::default();
+        let quantize = Quantize::Int8Dynamic { exclude: Vec::new() };
+        run(&mut nodes, &mut initializers, &["h"].into(), &quantize, &mut report);
+        assert_eq!(ops(&nodes), ["Gather", "DynamicQuantizeMatMul", "MatMul"]);
+        assert_eq!(nodes[1].domain, MICROSOFT);
+        assert_eq!(nodes[1].inputs, ["x", "q.weight_quantized", "q.weight_scale"]);
+        let added: Vec<(&str, &[i64], Option<i32>)> = initializers[3..]
+            .iter()
+            .map(|i| (i.header.name.as_deref().unwrap(), &i.header.dims[..], i.header.data_type))
+            .collect();
+        let (int8, float) = (DType::Int8.onnx(), DType::Float32.onnx());
+        assert_eq!(
+            added,
+            [("q.weight_quantized", &[40, 8][..], int8), ("q.weight_scale", &[8][..], float)]
+        );
+        let weight =
+            Int8Weight { k, n, stored_n_by_k: true, stored: DType::Float32, scale: DType::Float32 };
+        let mut values = Vec::new();
+        weight.write(&floats, Int8Part::Values, &mut values, None).unwrap();
+        assert_eq!(initializers[3].bytes.to_vec(), values);
+        let excluded: Vec<(&str, &str)> =
+            report.excluded.iter().map(|(n, w)| (n.as_str(), w.as_str())).collect();
+        assert_eq!(
+            excluded,
+            [
+                ("embed", "embedding (Gather)"),
+                ("half", "float16 MatMul (DynamicQuantizeMatMul takes float32)")
+            ]
+        );
+        assert_eq!((report.quantized, report.gathers), (1, 0));
+        assert!(report.line().starts_with("stage quantize int8-dynamic 1 MatMul(s) -> DynamicQuantizeMatMul; left float: embedding (Gather): embed; float16"), "{}", report.line());
     }
 }

@@ -21,21 +21,24 @@ use crate::trace::Worker;
 /// contexts differ): rounding every weight to 16 levels moves the logits
 /// by up to a half of their range (`verify::INT4`), enough to flip a near-tie;
 /// a tiny random Llama, whose logits are all near-ties, keeps 15 of 16.
+/// int8-dynamic, 16 times finer, is held to the same floor.
 pub const INT4_AGREEMENT: f64 = 0.5;
 
 /// Runs the check over the exported `components` (each one's name and
 /// artifact); tokens that differ anywhere are an error naming the first
-/// step. Of `quantized` components, the greedy-token agreement must reach
+/// step. Of `quantized` components (the scheme's name), the greedy-token agreement must reach
 /// [`INT4_AGREEMENT`], and the logits of the steps before any row differs
 /// be within `tolerance` of each step's largest eager logit.
 pub fn check(
     worker: &mut Worker,
     components: std::collections::BTreeMap<String, VerifyModel>,
     steps: u32,
-    (tolerance, quantized): (f64, bool),
+    (tolerance, scheme): (f64, Option<&str>),
     genai: Option<std::path::PathBuf>,
     deadline: Duration,
 ) -> Result<GenerateCheckReply> {
+    let quantized = scheme.is_some();
+    let scheme = scheme.unwrap_or_default();
     let rtol = if quantized { 0.0 } else { tolerance };
     let request =
         GenerateCheck { components, steps, atol: tolerance, rtol, atol_of_max: quantized, genai };
@@ -45,7 +48,7 @@ pub fn check(
         let (agreed, total) = row_agreement(&genai.tokens, &genai.eager_tokens);
         if quantized && (agreed as f64) < INT4_AGREEMENT * total as f64 {
             print(&reply);
-            bail!("--verify: ONNX Runtime GenAI's `Generator` over the int4 package chooses eager's greedy tokens {agreed} of {total} times, below the {INT4_AGREEMENT} agreement int4 is held to; nothing was written");
+            bail!("--verify: ONNX Runtime GenAI's `Generator` over the {scheme} package chooses eager's greedy tokens {agreed} of {total} times, below the {INT4_AGREEMENT} agreement {scheme} is held to; nothing was written");
         }
         if !quantized && !genai.identical {
             print(&reply);
@@ -73,14 +76,14 @@ pub fn check(
         if let Some((i, step)) = compared.iter().enumerate().find(|(_, s)| !s.ok) {
             print(&reply);
             bail!(
-                "--verify: the int4 components' logits of token {} differ by {} (beyond {tolerance} x the largest eager logit); nothing was written",
+                "--verify: the {scheme} components' logits of token {} differ by {} (beyond {tolerance} x the largest eager logit); nothing was written",
                 i + 1,
                 step.max_abs.map_or("a non-finite amount".into(), |e| format!("{e:.2e}"))
             );
         }
         if (agreed as f64) < INT4_AGREEMENT * total as f64 {
             print(&reply);
-            bail!("--verify: the int4 components choose eager's greedy tokens {agreed} of {total} times, below the {INT4_AGREEMENT} agreement int4 is held to; nothing was written");
+            bail!("--verify: the {scheme} components choose eager's greedy tokens {agreed} of {total} times, below the {INT4_AGREEMENT} agreement {scheme} is held to; nothing was written");
         }
         return Ok(reply);
     }

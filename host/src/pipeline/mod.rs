@@ -466,7 +466,10 @@ fn export_for_generation(
             ),
         );
         let tolerance = verify::tolerance(&target.artifact);
-        let quantized = matches!(&target.artifact, Artifact::Onnx(o) if o.quantize.is_some());
+        let quantized = match &target.artifact {
+            Artifact::Onnx(o) => o.quantize.as_ref().map(|q| q.name()),
+            _ => None,
+        };
         let worker = run.worker(worker)?;
         let artifacts =
             components.iter().filter_map(|c| Some((c.name.clone(), c.artifact.clone()?))).collect();
@@ -790,7 +793,7 @@ fn emit_artifact(
             emitted.stages = onnx.stages;
             emitted.optimized = onnx.optimized.map(|o| (o, onnx.nodes));
             emitted.weights_prewritten = onnx.weights_prewritten;
-            let quantized = emitted.optimized.as_ref().is_some_and(|(o, _)| o.quantized.any());
+            let quantized = emitted.optimized.as_ref().and_then(|(o, _)| o.quantized.applied());
             Some(verify::Runtime::Onnx { quantized })
         }
         (Artifact::Pte(pte), Program::Archive { pt2, graph }) => {

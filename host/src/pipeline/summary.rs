@@ -337,7 +337,7 @@ impl Component {
             writeln!(out, "verified on the model's first {layers} layers (--verify-layers: its config truncated, the same checkpoint), not the whole model:")?;
         }
         // The runtime's tolerance matters only where it is a quantized model's.
-        let quantized = self.optimized.as_ref().is_some_and(|(o, _)| o.quantized.any());
+        let quantized = self.optimized.as_ref().and_then(|(o, _)| o.quantized.applied());
         verify::write(out, &self.verified, &verify::Runtime::Onnx { quantized })?;
         if !self.verified.is_empty() && self.trace.as_ref().is_some_and(|t| t.cached.is_some()) {
             // The second size is run on the model the worker traced, which a cache hit never builds.

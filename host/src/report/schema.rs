@@ -178,6 +178,9 @@ pub struct Optimization {
 pub struct Quantization {
     pub scheme: String,
     pub matmuls_quantized: u64,
+    /// Embeddings (Gather) made `GatherBlockQuantized`.
+    #[serde(default)]
+    pub embeddings_quantized: u64,
     /// The float weights left float, each with why (an embedding, not 2-D, a
     /// `--quantize-exclude` pattern).
     pub excluded: Vec<ExcludedWeight>,
@@ -514,6 +517,7 @@ fn component(c: &Component, written: &Path) -> ComponentReport {
             quantization: o.quantized.scheme.as_ref().map(|scheme| Quantization {
                 scheme: scheme.clone(),
                 matmuls_quantized: o.quantized.quantized as u64,
+                embeddings_quantized: o.quantized.gathers as u64,
                 excluded: o
                     .quantized
                     .excluded
@@ -710,7 +714,7 @@ fn parity(c: &Component, onnx_outputs: Option<&[String]>) -> Option<Parity> {
     }
     let runtime = match c.artifact.as_ref()? {
         VerifyModel::Onnx { .. } => verify::Runtime::Onnx {
-            quantized: c.optimized.as_ref().is_some_and(|(o, _)| o.quantized.any()),
+            quantized: c.optimized.as_ref().and_then(|(o, _)| o.quantized.applied()),
         },
         VerifyModel::Pt2 { .. } => verify::Runtime::Pt2,
         VerifyModel::Pte { in_spec, .. } => {

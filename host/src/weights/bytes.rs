@@ -3,7 +3,7 @@
 //! quantized as they stream.
 
 use super::cast::Cast;
-use super::quantize::{Int4Part, Int4Weight};
+use super::quantize::{Int4Part, Int4Weight, Int8Part, Int8Weight};
 use super::transpose::write_transposed;
 
 /// A weight's bytes on their way into an artifact: a slice of a memory map
@@ -12,14 +12,16 @@ use super::transpose::write_transposed;
 /// block by block as it is written.
 /// A slice stored in another dtype (a checkpoint's bfloat16 weight exported
 /// as float32) is converted as it is written; `element` and `source` are then
-/// the stored dtype's. A weight quantized to 4 bits is one of the tensors it
-/// becomes ([`Int4Part`]), computed from the map's slice as it is written.
+/// the stored dtype's. A weight quantized to 4 bits (or int8) is one of the
+/// tensors it becomes ([`Int4Part`], [`Int8Part`]), computed from the map's
+/// slice as it is written.
 pub enum Bytes<'a> {
     Mapped(&'a [u8]),
     Converted { source: &'a [u8], cast: Cast },
     Owned(Vec<u8>),
     Transposed { source: &'a [u8], rows: usize, cols: usize, element: usize, cast: Option<Cast> },
     Int4 { source: &'a [u8], weight: Int4Weight, part: Int4Part },
+    Int8 { source: &'a [u8], weight: Int8Weight, part: Int8Part },
 }
 
 impl Bytes<'_> {
@@ -32,6 +34,7 @@ impl Bytes<'_> {
                 cast.map_or(source.len(), |c| c.output_len(source.len()))
             }
             Bytes::Int4 { weight, part, .. } => weight.len(*part),
+            Bytes::Int8 { weight, part, .. } => weight.len(*part),
         }
     }
 
@@ -51,7 +54,8 @@ impl Bytes<'_> {
             Bytes::Mapped(b)
             | Bytes::Converted { source: b, .. }
             | Bytes::Transposed { source: b, .. }
-            | Bytes::Int4 { source: b, .. } => Some(b),
+            | Bytes::Int4 { source: b, .. }
+            | Bytes::Int8 { source: b, .. } => Some(b),
             Bytes::Owned(_) => None,
         }
     }
@@ -88,6 +92,10 @@ impl Bytes<'_> {
                 write_transposed(out, source, rows, cols, element, cast, release)
             }
             Bytes::Int4 { source, weight, part } => {
+                let release = (source.len() > RELEASED_PIECE).then_some(release);
+                weight.write(source, *part, out, release)
+            }
+            Bytes::Int8 { source, weight, part } => {
                 let release = (source.len() > RELEASED_PIECE).then_some(release);
                 weight.write(source, *part, out, release)
             }

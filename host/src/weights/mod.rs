@@ -25,7 +25,8 @@
 //! - [`map`]: slices of memory maps: where they are, releasing their pages.
 //! - [`cast`]: conversion between the floating dtypes, as weights stream.
 //! - [`transpose`]: a 2-D weight transposed as it streams.
-//! - [`quantize`]: a 2-D weight quantized to 4 bits (`MatMulNBits`) as it streams.
+//! - [`quantize`]: a 2-D weight quantized to 4 bits (`MatMulNBits`,
+//!   `GatherBlockQuantized`) as it streams.
 //! - [`bytes`]: a weight's bytes on their way into an artifact.
 //! - [`files`]: where written bytes are read from and released.
 //! - [`prewrite`]: the thread that writes a plan's weights while the worker traces.

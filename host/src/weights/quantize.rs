@@ -83,35 +83,15 @@ impl Int4Weight {
         out: &mut impl std::io::Write,
         release: Release<'_>,
     ) -> std::io::Result<()> {
-        let (k, size) = (self.k, self.stored.size());
-        let mut values = vec![0f32; ROWS.min(self.n) * k];
         let mut bytes = Vec::with_capacity(self.len(part) / self.n.max(1) * ROWS);
-        for first in (0..self.n).step_by(ROWS) {
-            let rows = ROWS.min(self.n - first);
-            if self.stored_n_by_k {
-                let run = &source[first * k * size..(first + rows) * k * size];
-                for (value, element) in values.iter_mut().zip(run.chunks_exact(size)) {
-                    *value = decode(self.stored, element);
-                }
-                if let Some(release) = release {
-                    release(run);
-                }
-            } else {
-                for i in 0..k {
-                    let run =
-                        &source[(i * self.n + first) * size..(i * self.n + first + rows) * size];
-                    for (j, element) in run.chunks_exact(size).enumerate() {
-                        values[j * k + i] = decode(self.stored, element);
-                    }
-                }
-            }
+        let layout = Layout { k: self.k, n: self.n, stored_n_by_k: self.stored_n_by_k };
+        layout.rows_of_n(source, self.stored, release, |rows| {
             bytes.clear();
-            for row in values[..rows * k].chunks_exact(k) {
+            for row in rows.chunks_exact(self.k) {
                 self.quantize_row(row, part, &mut bytes);
             }
-            out.write_all(&bytes)?;
-        }
-        Ok(())
+            out.write_all(&bytes)
+        })
     }
 
     /// One row of N (K values) quantized: `part`'s bytes appended to `out`.
@@ -159,6 +139,162 @@ impl Int4Weight {
         let scale = (max - min) / 15.0;
         let zero_point = if scale != 0.0 { -min / scale } else { min };
         (scale, zero_point.round().clamp(0.0, 15.0) as u8)
+    }
+}
+
+/// How a 2-D weight `W` (K x N as the MatMul reads it) is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Layout {
+    k: usize,
+    n: usize,
+    /// Stored N x K (an `nn.Linear` weight) rather than K x N.
+    stored_n_by_k: bool,
+}
+
+impl Layout {
+    /// Calls `each` with up to [`ROWS`] rows of N at a time, in order, each
+    /// row its K values; `release` is called with each run of an N x K
+    /// source's rows once read.
+    fn rows_of_n(
+        &self,
+        source: &[u8],
+        stored: DType,
+        release: Release<'_>,
+        mut each: impl FnMut(&[f32]) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        let (k, n, size) = (self.k, self.n, stored.size());
+        let mut values = vec![0f32; ROWS.min(n) * k];
+        for first in (0..n).step_by(ROWS) {
+            let rows = ROWS.min(n - first);
+            if self.stored_n_by_k {
+                let run = &source[first * k * size..(first + rows) * k * size];
+                for (value, element) in values.iter_mut().zip(run.chunks_exact(size)) {
+                    *value = decode(stored, element);
+                }
+                if let Some(release) = release {
+                    release(run);
+                }
+            } else {
+                for i in 0..k {
+                    let run = &source[(i * n + first) * size..(i * n + first + rows) * size];
+                    for (j, element) in run.chunks_exact(size).enumerate() {
+                        values[j * k + i] = decode(stored, element);
+                    }
+                }
+            }
+            each(&values[..rows * k])?;
+        }
+        Ok(())
+    }
+}
+
+/// A 2-D float weight quantized to int8 per output channel (each of N's
+/// columns its own scale), symmetric (zero point 0), as ONNX Runtime's
+/// `quantize_dynamic(per_channel=True)` quantizes a MatMul's B
+/// (`onnxruntime/quantization/base_quantizer.py`,
+/// `quantize_weight_per_channel_impl`, range -127..=127): written K x N,
+/// the layout `DynamicQuantizeMatMul`'s B has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Int8Weight {
+    /// The reduction dimension (MatMul's K) and the output one (N).
+    pub k: usize,
+    pub n: usize,
+    /// The source is stored N x K (an `nn.Linear` weight) rather than K x N.
+    pub stored_n_by_k: bool,
+    /// The stored elements' dtype (float32, bfloat16 or float16).
+    pub stored: DType,
+    /// The scales' dtype: the MatMul's float type.
+    pub scale: DType,
+}
+
+/// Which tensor of an int8 weight: the values (int8 [K, N]) or the scales
+/// ([N] in [`Int8Weight::scale`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Int8Part {
+    Values,
+    Scales,
+}
+
+impl Int8Weight {
+    fn layout(&self) -> Layout {
+        Layout { k: self.k, n: self.n, stored_n_by_k: self.stored_n_by_k }
+    }
+
+    /// Bytes of `part`.
+    pub fn len(&self, part: Int8Part) -> usize {
+        match part {
+            Int8Part::Values => self.k * self.n,
+            Int8Part::Scales => self.n * self.scale.size(),
+        }
+    }
+
+    /// The ONNX dims of `part`.
+    pub fn dims(&self, part: Int8Part) -> Vec<i64> {
+        match part {
+            Int8Part::Values => vec![self.k as i64, self.n as i64],
+            Int8Part::Scales => vec![self.n as i64],
+        }
+    }
+
+    /// Each column's scale: its largest magnitude over 127, as ONNX
+    /// Runtime's `compute_scale_zp` computes it in float64 (1 where the
+    /// column is all zeros).
+    fn scales(&self, source: &[u8], release: Release<'_>) -> std::io::Result<Vec<f64>> {
+        let mut scales = Vec::with_capacity(self.n);
+        self.layout().rows_of_n(source, self.stored, release, |rows| {
+            for row in rows.chunks_exact(self.k) {
+                let largest = row.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let scale = 2.0 * largest as f64 / 254.0;
+                scales.push(if (scale as f32) < f32::MIN_POSITIVE { 1.0 } else { scale });
+            }
+            Ok(())
+        })?;
+        Ok(scales)
+    }
+
+    /// Streams `part` of the quantized `source` to `out`: the scales in one
+    /// pass over the source, the values in a second, K rows at a time;
+    /// `release` is called with each run of the source once read.
+    pub fn write(
+        &self,
+        source: &[u8],
+        part: Int8Part,
+        out: &mut impl std::io::Write,
+        release: Release<'_>,
+    ) -> std::io::Result<()> {
+        let scales = self.scales(source, release)?;
+        if part == Int8Part::Scales {
+            let mut bytes = Vec::with_capacity(self.len(part));
+            for &scale in &scales {
+                encode(self.scale, scale as f32, &mut bytes);
+            }
+            return out.write_all(&bytes);
+        }
+        let (k, n, size) = (self.k, self.n, self.stored.size());
+        // numpy's `round` (half to even) of the value over the float64 scale.
+        let quantize = |v: f32, j: usize| {
+            (v as f64 / scales[j]).round_ties_even().clamp(-127.0, 127.0) as i8 as u8
+        };
+        let mut tile = vec![0u8; ROWS.min(k) * n];
+        for first in (0..k).step_by(ROWS) {
+            let rows = ROWS.min(k - first);
+            for j in 0..n {
+                for i in 0..rows {
+                    let at =
+                        if self.stored_n_by_k { j * k + first + i } else { (first + i) * n + j };
+                    tile[i * n + j] =
+                        quantize(decode(self.stored, &source[at * size..][..size]), j);
+                }
+            }
+            out.write_all(&tile[..rows * n])?;
+            if let (Some(release), false) = (release, self.stored_n_by_k) {
+                release(&source[first * n * size..(first + rows) * n * size]);
+            }
+        }
+        if let (Some(release), true) = (release, self.stored_n_by_k) {
+            release(source);
+        }
+        Ok(())
     }
 }
 
@@ -331,6 +467,73 @@ mod tests {
                 .collect();
             let want = if symmetric { symmetric_scales } else { asymmetric_scales };
             assert_eq!(scales, want);
+        }
+    }
+
+    /// ONNX Runtime 1.32's `quantize_dynamic(per_channel=True,
+    /// weight_type=QuantType.QInt8)` on a model of one `MatMul(x, w)`, `w`
+    /// the weight [`weight`] builds (K 40, N 3), printed once by:
+    /// ```text
+    /// g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+    ///     [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 40])],
+    ///     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], [numpy_helper.from_array(w, "w")])
+    /// onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), "f.onnx")
+    /// quantize_dynamic("f.onnx", "q.onnx", per_channel=True, weight_type=QuantType.QInt8)
+    /// for i in onnx.load("q.onnx").graph.initializer: print(i.name, numpy_helper.to_array(i).T.tolist())
+    /// ```
+    /// (`w_quantized` printed transposed: a row per column of N; `w_zero_point` all 0).
+    const INT8_COLUMNS: [[i8; 40]; 3] = [
+        [
+            0, 68, 106, -11, -110, -26, 35, 19, 40, -72, -57, -40, 26, 91, 3, -62, -118, 1, 104,
+            30, -20, -18, -50, 52, 57, 57, -21, -95, -6, 53, 127, 8, -94, -33, 4, 17, 59, -30, -56,
+            -73,
+        ],
+        [
+            13, 91, 10, -39, -127, -19, 74, 35, 16, -15, -65, 2, 49, 86, -7, -88, -12, 28, 127, 28,
+            -60, -36, -31, 13, 69, 20, -45, -96, 1, 83, 14, -16, -124, -35, 44, 36, 44, -10, -72,
+            -40,
+        ],
+        [
+            41, 116, 7, 81, 18, 1, 127, 48, 23, 39, 67, 8, 81, 72, 33, 120, 14, 70, 19, 13, 115,
+            53, 3, 37, 79, 4, 78, 92, 24, 121, 20, 56, 20, 26, 99, 57, 17, 33, 88, 1,
+        ],
+    ];
+    #[allow(clippy::excessive_precision)] // as numpy printed them
+    const INT8_SCALES: [f32; 3] = [0.05243544280529022, 0.054981764405965805, 0.04953509196639061];
+
+    /// Bit for bit ONNX Runtime's int8 values (K x N) and scales, from a
+    /// K x N and an N x K source.
+    #[test]
+    fn int8_channels_are_onnx_runtimes_bit_for_bit() {
+        let w = weight();
+        let k_by_n: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let n_by_k: Vec<u8> = (0..3)
+            .flat_map(|j| (0..40).map(move |i| (i, j)))
+            .flat_map(|(i, j)| w[i * 3 + j].to_le_bytes())
+            .collect();
+        let expected: Vec<u8> =
+            (0..40).flat_map(|i| (0..3).map(move |j| INT8_COLUMNS[j][i] as u8)).collect();
+        for stored_n_by_k in [false, true] {
+            let source = if stored_n_by_k { &n_by_k } else { &k_by_n };
+            let int8 = Int8Weight {
+                k: 40,
+                n: 3,
+                stored_n_by_k,
+                stored: DType::Float32,
+                scale: DType::Float32,
+            };
+            let written = |part| {
+                let mut out = Vec::new();
+                int8.write(source, part, &mut out, None).unwrap();
+                assert_eq!(out.len(), int8.len(part));
+                out
+            };
+            assert_eq!(written(Int8Part::Values), expected, "stored N x K: {stored_n_by_k}");
+            assert_eq!(floats(&written(Int8Part::Scales)), INT8_SCALES);
+            assert_eq!(
+                (int8.dims(Int8Part::Values), int8.dims(Int8Part::Scales)),
+                (vec![40, 3], vec![3])
+            );
         }
     }
 }
