@@ -13,7 +13,7 @@ generation (`prefill` and `decode` components), every axis dynamic:
 Exports alternate between the sides, each a fresh process tree (wall time,
 peak RSS of the tree). Then, in one process, each export in ONNX Runtime's
 CPU provider with 2 threads: prefill of 1x128 tokens and one decode step at
-past 128, the median of 20 runs after 3 warm-up runs, the variants in turns, every
+past 128, the median of 50 runs after 3 warm-up runs, the variants in turns, every
 variant fed the same tensors by input name; node counts and file sizes (model and data);
 the largest logit difference of each variant's prefill from eager PyTorch's.
 Nothing here is asserted.
@@ -131,7 +131,7 @@ def measure(folders, prefill_feed, decode_feed, logits):
             if component == "prefill":
                 rows[side]["max_abs_logit_error"] = float(abs(first - logits).max())
             runs.append((rows[side], f"{component}_ms", sess, inputs, []))
-    for round in range(23):
+    for round in range(53):
         for _, _, sess, inputs, times in runs:
             start = time.perf_counter()
             sess.run(None, inputs)
@@ -178,7 +178,7 @@ def main():
     rows = measure(folders, prefill_feed, decode_feed, logits)
     print(
         f"125M Llama folder, --generation, dynamic; ONNX Runtime CPU, 2 threads; "
-        f"prefill 1x{PROMPT}, decode at past {PROMPT} (median of 20)"
+        f"prefill 1x{PROMPT}, decode at past {PROMPT} (median of 50)"
     )
     print(
         f"  {'':24} {'prefill ms':>10} {'decode ms':>10} {'nodes p/d':>11} "

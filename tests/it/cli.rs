@@ -461,7 +461,8 @@ fn quantize_options_are_checked_before_any_work() {
         (&["--backend", "onnx", "--quantize", "int3"], "--quantize int3: hfx quantizes `int4` and `int8-dynamic`"),
         (&["--backend", "onnx", "--quantize", "int4", "--quantize-block-size", "48"], "--quantize-block-size 48: give 32, 64 or 128"),
         (&["--backend", "onnx", "--quantize-exclude", "lm_head"], "tune --quantize: add --quantize int4"),
-        (&["--backend", "onnx", "--quantize", "int8-dynamic", "--quantize-block-size", "64"], "--quantize-block-size and --quantize-asymmetric tune --quantize int4; int8-dynamic quantizes each output channel symmetrically: drop them"),
+        (&["--backend", "onnx", "--quantize", "int8-dynamic", "--quantize-block-size", "64"], "--quantize-block-size, --quantize-asymmetric and --quantize-accuracy-level tune --quantize int4; int8-dynamic quantizes each output channel symmetrically: drop them"),
+        (&["--backend", "onnx", "--quantize", "int4", "--quantize-accuracy-level", "5"], "--quantize-accuracy-level 5: give 0 (unset), 1 (float32), 2 (float16), 3 (bfloat16) or 4 (int8)"),
     ];
     for (extra, expected) in cases {
         let args: Vec<&str> = model.iter().chain(extra.iter()).copied().collect();

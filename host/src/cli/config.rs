@@ -74,6 +74,7 @@ pub struct RunConfig {
     pub quantize_block_size: Option<usize>,
     #[serde(default)]
     pub quantize_asymmetric: bool,
+    pub quantize_accuracy_level: Option<u8>,
     #[serde(default)]
     pub quantize_exclude: Vec<String>,
     /// A report of the run (`.html` or `.json`).
@@ -282,6 +283,7 @@ pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)>
             scheme: args.quantize.or(config.quantize),
             block: args.quantize_block_size.or(config.quantize_block_size),
             asymmetric: args.quantize_asymmetric || config.quantize_asymmetric,
+            accuracy_level: args.quantize_accuracy_level.or(config.quantize_accuracy_level),
             exclude: [args.quantize_exclude, config.quantize_exclude].concat(),
         },
         optimize,
@@ -432,6 +434,7 @@ struct QuantizeArgs {
     scheme: Option<String>,
     block: Option<usize>,
     asymmetric: bool,
+    accuracy_level: Option<u8>,
     exclude: Vec<String>,
 }
 
@@ -439,10 +442,10 @@ struct QuantizeArgs {
 /// before any work: a scheme of the ONNX backend, which runs it among the
 /// optimizer's passes.
 fn quantize(given: QuantizeArgs, optimize: bool, backends: &[Backend]) -> Result<Option<Quantize>> {
-    let QuantizeArgs { scheme, block, asymmetric, exclude } = given;
+    let QuantizeArgs { scheme, block, asymmetric, accuracy_level, exclude } = given;
     let Some(scheme) = scheme else {
-        if block.is_some() || asymmetric || !exclude.is_empty() {
-            bail!("--quantize-block-size, --quantize-asymmetric and --quantize-exclude tune --quantize: add --quantize int4");
+        if block.is_some() || asymmetric || accuracy_level.is_some() || !exclude.is_empty() {
+            bail!("--quantize-block-size, --quantize-asymmetric, --quantize-accuracy-level and --quantize-exclude tune --quantize: add --quantize int4");
         }
         return Ok(None);
     };
@@ -453,8 +456,8 @@ fn quantize(given: QuantizeArgs, optimize: bool, backends: &[Backend]) -> Result
         bail!("--quantize {scheme}: the quantizer is a pass of the ONNX optimizer, which --no-optimize skips: drop one of them");
     }
     if scheme == "int8-dynamic" {
-        if block.is_some() || asymmetric {
-            bail!("--quantize-block-size and --quantize-asymmetric tune --quantize int4; int8-dynamic quantizes each output channel symmetrically: drop them");
+        if block.is_some() || asymmetric || accuracy_level.is_some() {
+            bail!("--quantize-block-size, --quantize-asymmetric and --quantize-accuracy-level tune --quantize int4; int8-dynamic quantizes each output channel symmetrically: drop them");
         }
         return Ok(Some(Quantize::Int8Dynamic { exclude }));
     }
@@ -465,5 +468,9 @@ fn quantize(given: QuantizeArgs, optimize: bool, backends: &[Backend]) -> Result
     if ![32, 64, 128].contains(&block) {
         bail!("--quantize-block-size {block}: give 32, 64 or 128");
     }
-    Ok(Some(Quantize::Int4(Int4Options { block, symmetric: !asymmetric, exclude })))
+    let accuracy_level = accuracy_level.unwrap_or(Int4Options::default().accuracy_level);
+    if accuracy_level > 4 {
+        bail!("--quantize-accuracy-level {accuracy_level}: give 0 (unset), 1 (float32), 2 (float16), 3 (bfloat16) or 4 (int8)");
+    }
+    Ok(Some(Quantize::Int4(Int4Options { block, symmetric: !asymmetric, accuracy_level, exclude })))
 }

@@ -298,6 +298,11 @@ pub struct RunArgs {
     /// than symmetric blocks, zero point 8 (ONNX Runtime GenAI's builder's default).
     #[arg(long)]
     pub quantize_asymmetric: bool,
+    /// `--quantize int4`'s lowest precision `MatMulNBits` computes its activations in: 0 (unset,
+    /// float), 1 float32, 2 float16, 3 bfloat16, 4 int8 [default: 4, ONNX Runtime GenAI's
+    /// builder's for CPU].
+    #[arg(long, value_name = "N")]
+    pub quantize_accuracy_level: Option<u8>,
     /// A weight `--quantize` leaves float (repeatable): a pattern with `*` matches the whole
     /// weight name (`*.mlp.*`), one without also the weights under a module (`lm_head`).
     #[arg(long, value_name = "PATTERN")]

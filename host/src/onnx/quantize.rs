@@ -34,6 +34,9 @@ pub struct Int4Options {
     /// Zero point 8 everywhere and none stored (ONNX Runtime GenAI's default),
     /// or a zero point per block.
     pub symmetric: bool,
+    /// `MatMulNBits`'s `accuracy_level`: the lowest precision its activations
+    /// are computed in (0 unset, 1 float32, 2 float16, 3 bfloat16, 4 int8).
+    pub accuracy_level: u8,
     /// Weights left float: a pattern with `*` (any run of characters) matches
     /// a whole weight name; one without matches the name or a module's
     /// weights under it (`lm_head` matches `lm_head.weight`).
@@ -42,7 +45,9 @@ pub struct Int4Options {
 
 impl Default for Int4Options {
     fn default() -> Self {
-        Int4Options { block: 32, symmetric: true, exclude: Vec::new() }
+        // ONNX Runtime GenAI's builder's defaults for CPU: int8 activations
+        // make a CPU decode step half again as fast.
+        Int4Options { block: 32, symmetric: true, accuracy_level: 4, exclude: Vec::new() }
     }
 }
 
@@ -344,6 +349,7 @@ fn matmul_nbits<'a>(
             attribute("N", n),
             attribute("bits", 4),
             attribute("block_size", options.block),
+            attribute("accuracy_level", usize::from(options.accuracy_level)),
         ],
         function: node.function.clone(),
     };
@@ -555,7 +561,8 @@ mod tests {
             mapped("batched", &[1, k as i64, n as i64], &floats),
         ];
         let (mut nodes, mut initializers) = (nodes, initializers);
-        let options = Int4Options { block: 32, symmetric: false, exclude: vec!["lm_head".into()] };
+        let options =
+            Int4Options { symmetric: false, exclude: vec!["lm_head".into()], ..Default::default() };
         let mut report = QuantizeReport::default();
         let keep = ["logits", "b", "q2"].into();
         run(&mut nodes, &mut initializers, &keep, &Quantize::Int4(options), &mut report);
@@ -580,7 +587,10 @@ mod tests {
             Some(Attribute::Int(v)) => *v,
             other => panic!("{name}: {other:?}"),
         };
-        assert_eq!([int("K"), int("N"), int("bits"), int("block_size")], [40, 8, 4, 32]);
+        assert_eq!(
+            [int("K"), int("N"), int("bits"), int("block_size"), int("accuracy_level")],
+            [40, 8, 4, 32, 4]
+        );
         assert_eq!(nodes[4].inputs[1..], nodes[3].inputs[1..]);
         let added: Vec<(&str, &[i64])> = initializers[5..]
             .iter()
@@ -665,7 +675,8 @@ mod tests {
                 let mut initializers =
                     vec![mapped("embed", &[vocabulary as i64, hidden as i64], &floats)];
                 let excluded = !exclude.is_empty();
-                let options = Int4Options { block, symmetric: false, exclude };
+                let options =
+                    Int4Options { block, symmetric: false, exclude, ..Default::default() };
                 let mut report = QuantizeReport::default();
                 run(&mut nodes, &mut initializers, &keep, &Quantize::Int4(options), &mut report);
                 let mut names: HashSet<&str> =
