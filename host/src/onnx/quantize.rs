@@ -336,24 +336,35 @@ fn matmul_nbits<'a>(
             bytes: Bytes::Int4 { source, weight, part },
         })
         .collect();
+    let attribute = |name: &str, value: usize| (name.to_string(), Attribute::Int(value as i64));
+    let attributes = vec![
+        attribute("K", k),
+        attribute("N", n),
+        attribute("bits", 4),
+        attribute("block_size", options.block),
+        attribute("accuracy_level", usize::from(options.accuracy_level)),
+    ];
+    (contrib_matmul(node, "MatMulNBits", &new, attributes), new)
+}
+
+/// `node`, a MatMul, as ONNX Runtime's `op_type` over its activations and
+/// the quantized weight's initializers `new`.
+fn contrib_matmul(
+    node: &Node,
+    op_type: &str,
+    new: &[Initializer],
+    attributes: Vec<(String, Attribute)>,
+) -> Node {
     let mut inputs = vec![node.inputs[0].clone()];
     inputs.extend(new.iter().filter_map(|i| i.header.name.clone()));
-    let attribute = |name: &str, value: usize| (name.to_string(), Attribute::Int(value as i64));
-    let quantized = Node {
-        op_type: "MatMulNBits".into(),
+    Node {
+        op_type: op_type.into(),
         domain: MICROSOFT.into(),
         inputs,
         outputs: node.outputs.clone(),
-        attributes: vec![
-            attribute("K", k),
-            attribute("N", n),
-            attribute("bits", 4),
-            attribute("block_size", options.block),
-            attribute("accuracy_level", usize::from(options.accuracy_level)),
-        ],
+        attributes,
         function: node.function.clone(),
-    };
-    (quantized, new)
+    }
 }
 
 /// `node` as `DynamicQuantizeMatMul` over `weight` quantized to int8 per
@@ -386,17 +397,7 @@ fn dynamic_quantize_matmul<'a>(
                 bytes: Bytes::Int8 { source, weight, part },
             })
             .collect();
-    let mut inputs = vec![node.inputs[0].clone()];
-    inputs.extend(new.iter().filter_map(|i| i.header.name.clone()));
-    let quantized = Node {
-        op_type: "DynamicQuantizeMatMul".into(),
-        domain: MICROSOFT.into(),
-        inputs,
-        outputs: node.outputs.clone(),
-        attributes: Vec::new(),
-        function: node.function.clone(),
-    };
-    Ok((quantized, new))
+    Ok((contrib_matmul(node, "DynamicQuantizeMatMul", &new, Vec::new()), new))
 }
 
 /// The bytes a float weight `name` streams from, their dtype and the

@@ -394,15 +394,21 @@ mod tests {
         bytes.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
     }
 
-    /// Bit for bit ONNX Runtime's bytes, from a K x N and an N x K source.
-    #[test]
-    fn int4_blocks_are_onnx_runtimes_bit_for_bit() {
+    /// [`weight`]'s bytes laid out K x N and N x K.
+    fn sources() -> (Vec<u8>, Vec<u8>) {
         let w = weight();
-        let k_by_n: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let n_by_k: Vec<u8> = (0..3)
+        let k_by_n = w.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let n_by_k = (0..3)
             .flat_map(|j| (0..40).map(move |i| (i, j)))
             .flat_map(|(i, j)| w[i * 3 + j].to_le_bytes())
             .collect();
+        (k_by_n, n_by_k)
+    }
+
+    /// Bit for bit ONNX Runtime's bytes, from a K x N and an N x K source.
+    #[test]
+    fn int4_blocks_are_onnx_runtimes_bit_for_bit() {
+        let (k_by_n, n_by_k) = sources();
         for stored_n_by_k in [false, true] {
             let source = if stored_n_by_k { &n_by_k } else { &k_by_n };
             for symmetric in [true, false] {
@@ -505,12 +511,7 @@ mod tests {
     /// K x N and an N x K source.
     #[test]
     fn int8_channels_are_onnx_runtimes_bit_for_bit() {
-        let w = weight();
-        let k_by_n: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let n_by_k: Vec<u8> = (0..3)
-            .flat_map(|j| (0..40).map(move |i| (i, j)))
-            .flat_map(|(i, j)| w[i * 3 + j].to_le_bytes())
-            .collect();
+        let (k_by_n, n_by_k) = sources();
         let expected: Vec<u8> =
             (0..40).flat_map(|i| (0..3).map(move |j| INT8_COLUMNS[j][i] as u8)).collect();
         for stored_n_by_k in [false, true] {
