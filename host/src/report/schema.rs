@@ -451,7 +451,8 @@ fn component(c: &Component, written: &Path) -> ComponentReport {
     let onnx = onnx_written(c, written);
     let fx_stages: Vec<&StageReport> = c.stages.iter().filter(|s| is_fx(s)).collect();
     let onnx_stages: Vec<&StageReport> = c.stages.iter().filter(|s| !is_fx(s)).collect();
-    let onnx_before_optimization = onnx_stages.last().map(|s| s.ops_after.clone());
+    // The translations' model is the one the optimizer gets; IR fixes run after it.
+    let onnx_before_optimization = onnx_stages.first().map(|s| s.ops_after.clone());
     let trace = c.trace.as_ref();
     ComponentReport {
         name: c.name.clone(),
