@@ -172,6 +172,10 @@ fn op_counts(path: &Path) -> (usize, HashMap<String, usize>, HashSet<String>) {
 /// RMSNorm fused, the first one alone, the others with their residual sum (2
 /// per layer + the final norm), every rotation of q and k fused on caches
 /// shared by all, verified in ONNX Runtime, in fewer nodes than without.
+/// With `--generation`, each component's attentions over the cache are
+/// GroupQueryAttention (one per layer) and the rotations read `position_ids`
+/// per row (caches computed in the graph, one pair for all); the greedy
+/// tokens of a left-padded batch stay eager `generate`'s.
 #[test]
 fn ort_fusions_cpu_fuses_every_llama_norm_and_rotation_and_verifies() {
     let dir = tempfile::tempdir().unwrap();
@@ -209,6 +213,7 @@ fn ort_fusions_cpu_fuses_every_llama_norm_and_rotation_and_verifies() {
     assert!(!counts.contains_key("Pow") && !counts.contains_key("ReduceMean"), "{counts:?}");
     assert!(domains.contains("com.microsoft"), "{domains:?}");
     assert!(fused_nodes < plain_nodes, "{fused_nodes} nodes fused, {plain_nodes} without");
+    generation_components_fused(dir.path());
     // cuda has no set yet: one line.
     let result = crate::onnx::export_pt2(dir.path(), &pt2, &plain, &["--ort-fusions", "cuda"]);
     let stderr = String::from_utf8_lossy(&result.stderr);
@@ -299,15 +304,9 @@ fn fused_export(dir: &Path, model: &str, config: &str) -> HashMap<String, usize>
     op_counts(&out).1
 }
 
-/// `--generation --ort-fusions cpu --verify` on a tiny Llama: the decode
-/// component's rotations read `position_ids` per row, so they are fused with
-/// the ids and caches computed in the graph (one pair for all), and the
-/// greedy tokens stay eager `generate`'s.
-#[test]
-#[ignore = "full tier: fusions in generation components, rotations by position ids (ort_fusions_cpu_fuses_every_llama_norm_and_rotation_and_verifies covers the fusion mechanism)"]
-fn ort_fusions_cpu_fuse_the_generation_components_rotations_by_position_ids() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("llama");
+/// `--generation --ort-fusions cpu --verify` on a tiny Llama, in `dir`.
+fn generation_components_fused(dir: &Path) {
+    let out = dir.join("llama");
     let mut args: Vec<String> =
         ["run", "--backend", "onnx", "--model", "llama", "--set", crate::common::tiny::LLAMA]
             .map(String::from)
@@ -318,7 +317,7 @@ fn ort_fusions_cpu_fuse_the_generation_components_rotations_by_position_ids() {
         args.extend(["--plugins".to_string(), root().join(folder).display().to_string()]);
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let result = hfx_with_python(dir.path(), &args);
+    let result = hfx_with_python(dir, &args);
     let stdout = String::from_utf8_lossy(&result.stdout);
     assert!(result.status.success(), "{}{stdout}", String::from_utf8_lossy(&result.stderr));
     assert!(stdout.contains("identical to eager `generate`"), "{stdout}");
@@ -327,5 +326,7 @@ fn ort_fusions_cpu_fuse_the_generation_components_rotations_by_position_ids() {
         let rotary = (counts.get("RotaryEmbedding"), counts.get("Cos"), counts.get("Sin"));
         assert_eq!(rotary, (Some(&4), Some(&1), Some(&1)), "{component}: {counts:?}");
         assert_eq!(counts.get("SkipSimplifiedLayerNormalization"), Some(&4), "{counts:?}");
+        assert_eq!(counts.get("GroupQueryAttention"), Some(&2), "{component}: {counts:?}");
+        assert!(!counts.contains_key("Softmax"), "{component}: {counts:?}");
     }
 }
