@@ -190,12 +190,11 @@ fn match_attention(model: &Model, softmax: OnnxNodeId) -> Result<Option<Attentio
     let Some(transpose) = model.producer(transposed) else { return Ok(None) };
     if model.op_type(transpose)? != "Transpose"
         || !model.is_default_domain(transpose)?
-        || perm(model, transpose)? != Some(vec![0, 1, 3, 2])
         || model.consumers(transposed) != [matmul]
     {
         return Ok(None);
     }
-    let repeated_key = model.inputs(transpose)?[0].clone();
+    let Some(repeated_key) = transposed_key(model, transpose)? else { return Ok(None) };
     // MatMul(Softmax(·), repeated value) → Where(unattended, 0, ·)?
     let Some(weighted) = model.only_reader(softmax, "MatMul")? else { return Ok(None) };
     let weighted_inputs = model.inputs(weighted)?;
@@ -294,6 +293,30 @@ fn match_attention(model: &Model, softmax: OnnxNodeId) -> Result<Option<Attentio
         output_merged,
         nodes,
     }))
+}
+
+/// The key `[batch, heads, length, head_dim]` a `Transpose` gives as
+/// `[batch, heads, head_dim, length]`: its input for perm `[0,1,3,2]`; for
+/// `[0,2,3,1]` (the optimizer's merge of two transposes) from the split
+/// `[batch, length, heads, head_dim]`, that split's `[0,2,1,3]` transpose
+/// (a present) beside it.
+fn transposed_key(model: &Model, transpose: OnnxNodeId) -> Result<Option<String>> {
+    let input = model.inputs(transpose)?[0].clone();
+    match perm(model, transpose)?.as_deref() {
+        Some([0, 1, 3, 2]) => Ok(Some(input)),
+        Some([0, 2, 3, 1]) => {
+            for reader in model.consumers(&input) {
+                if model.op_type(reader)? == "Transpose"
+                    && model.is_default_domain(reader)?
+                    && perm(model, reader)?.as_deref() == Some(&[0, 2, 1, 3])
+                {
+                    return Ok(Some(model.first_output(reader)?));
+                }
+            }
+            Ok(None)
+        }
+        _ => Ok(None),
+    }
 }
 
 /// `(MatMul, scale, scaling node)` for `scores` = `Mul(MatMul(..), c)` (either
@@ -430,23 +453,15 @@ fn cache(model: &Model, present: &str, kv_heads: i64, head_dim: i64) -> Result<O
             let inputs = model.inputs(concat)?;
             let on_length =
                 matches!(model.attribute(concat, "axis")?, Some(Attribute::Int(-2 | 2)));
-            return Ok(match inputs.as_slice() {
-                [past, new]
-                    if on_length
-                        && model.is_graph_input(past)
-                        && heads_of(past)
-                        && heads_of(new) =>
-                {
-                    Some(Cache {
-                        present: present.into(),
-                        new: new.clone(),
-                        past: Some(past.clone()),
-                    })
+            if let [past, new] = inputs.as_slice() {
+                if on_length && model.is_graph_input(past) && heads_of(past) && heads_of(new) {
+                    let past = Some(past.clone());
+                    return Ok(Some(Cache { present: present.into(), new: new.clone(), past }));
                 }
-                _ => None,
-            });
+            }
         }
     }
+    // Any other present (a partial rotation's concat of halves too) is new states.
     Ok(Some(Cache { present: present.into(), new: present.into(), past: None }))
 }
 
