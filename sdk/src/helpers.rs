@@ -240,6 +240,12 @@ mod model_ext {
         fn ints(&self, value: &str) -> Option<Vec<i64>>;
         /// Whether two values have one element type (None: a type is unknown).
         fn same_elem_type(&self, a: &str, b: &str) -> Option<bool>;
+        /// `value`'s shape, when its rank is known.
+        fn shape(&self, value: &str) -> Option<Vec<Dim>>;
+        /// Removes `node` when none of its outputs is read or a graph output,
+        /// then each producer of its inputs this leaves unread, and so on:
+        /// what a rewrite routed around.
+        fn remove_unread(&self, node: OnnxNodeId) -> Result<(), Error>;
     }
 
     impl ModelExt for Model {
@@ -308,6 +314,28 @@ mod model_ext {
 
         fn same_elem_type(&self, a: &str, b: &str) -> Option<bool> {
             Some(self.value_type(a)?.elem_type == self.value_type(b)?.elem_type)
+        }
+
+        fn shape(&self, value: &str) -> Option<Vec<Dim>> {
+            self.value_type(value)?.shape
+        }
+
+        fn remove_unread(&self, node: OnnxNodeId) -> Result<(), Error> {
+            let mut pending = vec![node];
+            while let Some(node) = pending.pop() {
+                // A node reached twice is gone the second time.
+                let Ok(outputs) = self.outputs(node) else { continue };
+                let read = |o: &String| {
+                    !o.is_empty() && (self.is_graph_output(o) || !self.consumers(o).is_empty())
+                };
+                if outputs.iter().any(read) {
+                    continue;
+                }
+                let inputs = self.inputs(node)?;
+                self.remove_node(node)?;
+                pending.extend(inputs.iter().filter_map(|i| self.producer(i)));
+            }
+            Ok(())
         }
     }
 }

@@ -172,6 +172,10 @@ fn op_counts(path: &Path) -> (usize, HashMap<String, usize>, HashSet<String>) {
 /// RMSNorm fused, the first one alone, the others with their residual sum (2
 /// per layer + the final norm), every rotation of q and k fused on caches
 /// shared by all, verified in ONNX Runtime, in fewer nodes than without.
+/// With `--generation`, each component's attentions over the cache are
+/// GroupQueryAttention (one per layer) and the rotations read `position_ids`
+/// per row (caches computed in the graph, one pair for all); the greedy
+/// tokens of a left-padded batch stay eager `generate`'s.
 #[test]
 fn ort_fusions_cpu_fuses_every_llama_norm_and_rotation_and_verifies() {
     let dir = tempfile::tempdir().unwrap();
@@ -209,6 +213,7 @@ fn ort_fusions_cpu_fuses_every_llama_norm_and_rotation_and_verifies() {
     assert!(!counts.contains_key("Pow") && !counts.contains_key("ReduceMean"), "{counts:?}");
     assert!(domains.contains("com.microsoft"), "{domains:?}");
     assert!(fused_nodes < plain_nodes, "{fused_nodes} nodes fused, {plain_nodes} without");
+    generation_components_fused(dir.path());
     // cuda has no set yet: one line.
     let result = crate::onnx::export_pt2(dir.path(), &pt2, &plain, &["--ort-fusions", "cuda"]);
     let stderr = String::from_utf8_lossy(&result.stderr);
@@ -299,33 +304,57 @@ fn fused_export(dir: &Path, model: &str, config: &str) -> HashMap<String, usize>
     op_counts(&out).1
 }
 
-/// `--generation --ort-fusions cpu --verify` on a tiny Llama: the decode
-/// component's rotations read `position_ids` per row, so they are fused with
-/// the ids and caches computed in the graph (one pair for all), and the
-/// greedy tokens stay eager `generate`'s.
+/// `--generation --ort-fusions cpu --verify` on a tiny Llama, in `dir`.
+fn generation_components_fused(dir: &Path) {
+    for (component, counts) in fused_generation_export(dir, "llama", crate::common::tiny::LLAMA) {
+        let rotary = (counts.get("RotaryEmbedding"), counts.get("Cos"), counts.get("Sin"));
+        assert_eq!(rotary, (Some(&4), Some(&1), Some(&1)), "{component}: {counts:?}");
+        assert_eq!(counts.get("SkipSimplifiedLayerNormalization"), Some(&4), "{counts:?}");
+        assert_eq!(counts.get("GroupQueryAttention"), Some(&2), "{component}: {counts:?}");
+        assert!(!counts.contains_key("Softmax"), "{component}: {counts:?}");
+    }
+}
+
+/// `--generation --ort-fusions cpu --verify` on GPT-2 (its prefill's key
+/// transposed once from its split form, one head per key-value head) and
+/// Phi-3 (its prefill's present the concat of a partial rotation): each
+/// component's attentions are GroupQueryAttention, greedy tokens eager's.
 #[test]
-#[ignore = "full tier: fusions in generation components, rotations by position ids (ort_fusions_cpu_fuses_every_llama_norm_and_rotation_and_verifies covers the fusion mechanism)"]
-fn ort_fusions_cpu_fuse_the_generation_components_rotations_by_position_ids() {
+#[ignore = "full tier: GroupQueryAttention on two more decoders' components (ort_fusions_cpu_fuses_every_llama_norm_and_rotation_and_verifies covers the fusion)"]
+fn ort_fusions_cpu_fuse_the_attention_of_gpt2_and_phi3_generation_components() {
+    use crate::common::tiny::*;
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("llama");
+    for (model, config) in [("gpt2", GPT2), ("phi3", PHI3)] {
+        for (component, counts) in fused_generation_export(dir.path(), model, config) {
+            let attention = (counts.get("GroupQueryAttention"), counts.get("Softmax"));
+            assert_eq!(attention, (Some(&2), None), "{model} {component}: {counts:?}");
+        }
+    }
+}
+
+/// `model` (a tiny `config`) exported with `--generation --ort-fusions cpu
+/// --verify` in `dir`: each component's op counts, greedy tokens checked.
+fn fused_generation_export(
+    dir: &Path,
+    model: &str,
+    config: &str,
+) -> [(&'static str, HashMap<String, usize>); 2] {
+    let out = dir.join(format!("{model}-generation"));
     let mut args: Vec<String> =
-        ["run", "--backend", "onnx", "--model", "llama", "--set", crate::common::tiny::LLAMA]
-            .map(String::from)
-            .to_vec();
+        ["run", "--backend", "onnx", "--model", model, "--set", config].map(String::from).to_vec();
     args.extend(["--generation", "--ort-fusions", "cpu", "--verify", "-o"].map(String::from));
     args.push(out.display().to_string());
     for folder in ["plugins/dynamo", "plugins/onnx"] {
         args.extend(["--plugins".to_string(), root().join(folder).display().to_string()]);
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let result = hfx_with_python(dir.path(), &args);
+    let result = hfx_with_python(dir, &args);
     let stdout = String::from_utf8_lossy(&result.stdout);
-    assert!(result.status.success(), "{}{stdout}", String::from_utf8_lossy(&result.stderr));
-    assert!(stdout.contains("identical to eager `generate`"), "{stdout}");
-    for component in ["prefill", "decode"] {
-        let counts = op_counts(&out.join(format!("{component}.onnx"))).1;
-        let rotary = (counts.get("RotaryEmbedding"), counts.get("Cos"), counts.get("Sin"));
-        assert_eq!(rotary, (Some(&4), Some(&1), Some(&1)), "{component}: {counts:?}");
-        assert_eq!(counts.get("SkipSimplifiedLayerNormalization"), Some(&4), "{counts:?}");
-    }
+    assert!(
+        result.status.success(),
+        "{model}: {}{stdout}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    assert!(stdout.contains("identical to eager `generate`"), "{model}: {stdout}");
+    ["prefill", "decode"].map(|c| (c, op_counts(&out.join(format!("{c}.onnx"))).1))
 }

@@ -146,6 +146,74 @@ class RotaryHalves(torch.nn.Module):
         return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
 
+class GroupQueryAttention(torch.nn.Module):
+    """A decoder's attention over its KV cache as transformers' decoders trace it (4 query heads, 2
+    key-value heads of 8): q, k, v split into heads, the new keys and values appended to the past
+    (the presents, returned), the kv heads repeated, SDPA under a causal and padding mask. With
+    `rotate`, q and k are rotated (rotate-half, positions from 0). ONNX Runtime's
+    `GroupQueryAttention` when fused."""
+
+    def __init__(self, rotate=False):
+        super().__init__()
+        self.q_proj = torch.nn.Linear(32, 32, bias=False)
+        self.k_proj = torch.nn.Linear(32, 16, bias=False)
+        self.v_proj = torch.nn.Linear(32, 16, bias=False)
+        self.rotate = rotate
+
+    def heads(self, projection, x):
+        return projection(x).view(x.shape[0], x.shape[1], -1, 8).transpose(1, 2)
+
+    def rotated(self, x):
+        positions = torch.arange(x.shape[2]).float()[None, :, None]
+        freqs = positions * (1.0 / 10000 ** (torch.arange(0, 8, 2).float() / 8))
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos().unsqueeze(1), emb.sin().unsqueeze(1)
+        return x * cos + torch.cat((-x[..., 4:], x[..., :4]), dim=-1) * sin
+
+    def attend(self, hidden, past_key, past_value, attention_mask):
+        batch, length, _ = hidden.shape
+        q, k, v = (self.heads(p, hidden) for p in (self.q_proj, self.k_proj, self.v_proj))
+        if self.rotate:
+            q, k = self.rotated(q), self.rotated(k)
+        key = k if past_key is None else torch.cat([past_key, k], dim=-2)
+        value = v if past_value is None else torch.cat([past_value, v], dim=-2)
+        total = key.shape[2]
+        positions = torch.arange(total)
+        causal = positions[None, :] <= (torch.arange(length) + (total - length))[:, None]
+        mask = torch.logical_and(causal[None, None], attention_mask[:, None, None, :].bool())
+
+        def repeated(states):
+            b, heads, n, d = states.shape
+            return states[:, :, None].expand(b, heads, 2, n, d).reshape(b, heads * 2, n, d)
+
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q, repeated(key), repeated(value), attn_mask=mask, scale=8**-0.5
+        )
+        return out.transpose(1, 2).reshape(batch, length, -1), key, value
+
+
+class GroupQueryAttentionDecode(GroupQueryAttention):
+    """One new token after a left-padded past."""
+
+    def forward(self, hidden, past_key, past_value, attention_mask):
+        return self.attend(hidden, past_key, past_value, attention_mask)
+
+
+class GroupQueryAttentionPrefill(GroupQueryAttention):
+    """A left-padded prompt, q and k rotated; its padding's rows attend to no key."""
+
+    def __init__(self):
+        super().__init__(rotate=True)
+
+    def forward(self, hidden, attention_mask):
+        return self.attend(hidden, None, None, attention_mask)
+
+
+def _left_padded(batch_lengths, total):
+    """A `[len(batch_lengths), total]` int64 mask, each row's tokens at its end."""
+    return torch.tensor([[0] * (total - n) + [1] * n for n in batch_lengths])
+
+
 PATTERNS = {
     "symbolic_sizes": (SymbolicSizes, lambda: (torch.randn(4, 6),)),
     "alias": (Alias, lambda: (torch.randn(3, 4),)),
@@ -166,6 +234,19 @@ PATTERNS = {
         lambda: (torch.randint(0, 2, (2, 5)),),
     ),
     "rotary_halves": (RotaryHalves, lambda: (torch.randn(2, 3, 5, 8),)),
+    "group_query_attention_decode": (
+        GroupQueryAttentionDecode,
+        lambda: (
+            torch.randn(2, 1, 32),
+            torch.randn(2, 2, 5, 8),
+            torch.randn(2, 2, 5, 8),
+            _left_padded([6, 3], 6),
+        ),
+    ),
+    "group_query_attention_prefill": (
+        GroupQueryAttentionPrefill,
+        lambda: (torch.randn(2, 6, 32), _left_padded([6, 4], 6)),
+    ),
     "copy_into_input": (
         CopyIntoInput,
         lambda: (torch.randn(2, 3, 4), torch.randn(2, 3, 4), torch.randn(2, 3, 5)),

@@ -1,0 +1,748 @@
+//! A decoder's attention over its KV cache as ONNX Runtime's
+//! `com.microsoft::GroupQueryAttention`. The pattern, as a decoder's SDPA
+//! traces (`translate-attention`, `patch-sdpa-masked-rows`), on
+//! `[batch, heads, length, head_dim]`:
+//!
+//! ```text
+//! key = Concat(past_key, k, axis -2)   (a decode step; key a graph output, past_key a graph input)
+//!     | k                              (a prefill; k a graph output)
+//! repeated = Reshape(Expand|Tile(Unsqueeze(key, [2])))   (kv heads repeated; key itself when as many as q's)
+//! Softmax(Add(Mul(MatMul(q, Transpose(repeated key, [0,1,3,2])), scale), bias)) → MatMul(·, repeated value)
+//!   → Where(unattended, 0, ·) → [Reshape] → Transpose [0,2,1,3] → Reshape [batch, length, heads·head_dim]
+//! ```
+//!
+//! becomes `GroupQueryAttention(q, k, v, past_key, past_value, seqlens_k,
+//! total_sequence_length, attention_bias = bias)` on `[batch, length,
+//! heads·head_dim]`, its presents the graph's present outputs (their names
+//! kept). The bias is the graph's own mask (causal, padding, windows), so
+//! every row's `seqlens_k` is the whole length minus one, computed in the
+//! graph from the cache's and the query's shapes: exact whatever the padding.
+//! ONNX Runtime's causal mask on top is the one the bias holds, which is why
+//! only a cache's attention is taken (a present that is a graph output): a
+//! decoder's. Rows attending to no key stay zeros, as the graph made them.
+//! q, k and v are taken before their split into heads where the graph has
+//! them so (a `com.microsoft::RotaryEmbedding` of the split is redone on the
+//! merged form); else the split is undone. Targets `Softmax`; every
+//! intermediate must be read only by the pattern.
+
+use hfx_sdk::prelude::*;
+
+const FLOAT: i32 = 1;
+const INT32: i32 = 6;
+const INT64: i32 = 7;
+const FLOAT16: i32 = 10;
+
+#[hfx_sdk::onnx_ir_fix(targets = ["Softmax"])]
+fn fuse_group_query_attention(model: &Model, softmax: OnnxNodeId) -> Result<bool> {
+    let Some(m) = match_attention(model, softmax)? else { return Ok(false) };
+    model.import_opset("com.microsoft", 1)?;
+    let (query, _) = merged(model, &m.query, m.heads, m.head_dim)?;
+    let (key, key_before) = merged(model, &m.key.new, m.kv_heads, m.head_dim)?;
+    let (value, value_before) = merged(model, &m.value.new, m.kv_heads, m.head_dim)?;
+    let (seqlens_k, total) = lengths(model, &m, &query)?;
+    // A prefill's present is the new states: GQA's takes the graph output
+    // only when its inputs were found before them (else it would read itself).
+    let present = |cache: &Cache, found_before: bool| -> Result<bool> {
+        Ok(cache.past.is_some() || (found_before && single_output(model, &cache.new)?))
+    };
+    let (key_present, value_present) =
+        (present(&m.key, key_before)?, present(&m.value, value_before)?);
+    let attributes = [
+        int_attribute("num_heads", m.heads),
+        int_attribute("kv_num_heads", m.kv_heads),
+        NamedAttribute { name: "scale".into(), value: Attribute::Float(m.scale as f32) },
+    ];
+    let past = |cache: &Cache| cache.past.clone().unwrap_or_default();
+    let (_, outputs) = model.add_node(
+        "GroupQueryAttention",
+        "com.microsoft",
+        &[
+            query,
+            key,
+            value,
+            past(&m.key),
+            past(&m.value),
+            seqlens_k,
+            total,
+            String::new(),
+            String::new(),
+            String::new(),
+            m.bias.clone(),
+        ],
+        // Both presents, taken or not: ONNX Runtime's kernels write the cache into them.
+        &[
+            format!("{}_gqa", m.output),
+            format!("{}_gqa", m.key.present),
+            format!("{}_gqa", m.value.present),
+        ],
+        &attributes,
+    )?;
+    let mut attended = outputs[0].clone();
+    if let Some((unattended, zero)) = &m.unattended {
+        let rows = unattended_rows(model, unattended)?;
+        attended = model
+            .add_node(
+                "Where",
+                "",
+                &[rows, zero.clone(), attended],
+                &[format!("{}_rows", m.output)],
+                &[],
+            )?
+            .1
+            .remove(0);
+    }
+    if !m.output_merged {
+        attended = split_heads(model, &attended, m.heads, m.head_dim)?;
+    }
+    let mut routed_around = vec![];
+    take_over(model, &m.output, &attended, &mut routed_around)?;
+    for (cache, taken, fused_present) in
+        [(&m.key, key_present, &outputs[1]), (&m.value, value_present, &outputs[2])]
+    {
+        if taken {
+            take_over(model, &cache.present, fused_present, &mut routed_around)?;
+        }
+    }
+    routed_around.extend(m.nodes.iter().copied());
+    // From the pattern's end back: each node goes once nothing reads it.
+    for node in routed_around.into_iter().rev() {
+        model.remove_unread(node)?;
+    }
+    Ok(true)
+}
+
+/// Every read of `old` reads `new`. A graph output `old` keeps its name,
+/// which `new` takes: `old`'s producer, which would produce it twice, goes,
+/// and the producers of its inputs join `routed_around`.
+fn take_over(
+    model: &Model,
+    old: &str,
+    new: &str,
+    routed_around: &mut Vec<OnnxNodeId>,
+) -> Result<()> {
+    let replaced = model.producer(old).filter(|_| model.is_graph_output(old));
+    let inputs = match replaced {
+        Some(node) => model.inputs(node)?,
+        None => vec![],
+    };
+    model.replace_uses(old, new)?;
+    if let Some(node) = replaced {
+        model.remove_node(node)?;
+        routed_around.extend(inputs.iter().filter_map(|i| model.producer(i)));
+    }
+    Ok(())
+}
+
+/// A key or value: its present (what the attention reads, the graph output)
+/// and the new states it holds, after `past` when there is one.
+struct Cache {
+    present: String,
+    new: String,
+    past: Option<String>,
+}
+
+struct Attention {
+    /// `[batch, heads, length, head_dim]`.
+    query: String,
+    key: Cache,
+    value: Cache,
+    bias: String,
+    scale: f64,
+    heads: i64,
+    kv_heads: i64,
+    head_dim: i64,
+    /// `Where(unattended, zero, ·)`'s condition (`[batch, 1, length, 1]`) and zero.
+    unattended: Option<(String, String)>,
+    /// The attention's result: `[batch, length, heads·head_dim]` when
+    /// `output_merged`, else `[batch, heads, length, head_dim]`.
+    output: String,
+    output_merged: bool,
+    /// The pattern's nodes, removed once nothing reads them.
+    nodes: Vec<OnnxNodeId>,
+}
+
+fn match_attention(model: &Model, softmax: OnnxNodeId) -> Result<Option<Attention>> {
+    if !model.is_default_domain(softmax)?
+        || !matches!(model.attribute(softmax, "axis")?, None | Some(Attribute::Int(-1 | 3)))
+    {
+        return Ok(None);
+    }
+    // Softmax(Add(scores, bias)), scores = Mul(MatMul(q, Transpose(key)), scale)
+    let Some(add) = model.only_input_producer(softmax, "Add")? else { return Ok(None) };
+    if !model.is_default_domain(add)? {
+        return Ok(None);
+    }
+    let add_inputs = model.inputs(add)?;
+    let [a, b] = add_inputs.as_slice() else { return Ok(None) };
+    let mut found = None;
+    for (scores, bias) in [(a, b), (b, a)] {
+        if let Some(scaled) = scaled_scores(model, scores)? {
+            found = Some((scaled, bias.clone(), scores.clone()));
+            break;
+        }
+    }
+    let Some(((matmul, scale, scale_node), bias, scores)) = found else { return Ok(None) };
+    if model.consumers(&scores) != [add] {
+        return Ok(None);
+    }
+    let matmul_inputs = model.inputs(matmul)?;
+    let [query, transposed] = matmul_inputs.as_slice() else { return Ok(None) };
+    let Some(transpose) = model.producer(transposed) else { return Ok(None) };
+    if model.op_type(transpose)? != "Transpose"
+        || !model.is_default_domain(transpose)?
+        || model.consumers(transposed) != [matmul]
+    {
+        return Ok(None);
+    }
+    let Some(repeated_key) = transposed_key(model, transpose)? else { return Ok(None) };
+    // MatMul(Softmax(·), repeated value) → Where(unattended, 0, ·)?
+    let Some(weighted) = model.only_reader(softmax, "MatMul")? else { return Ok(None) };
+    let weighted_inputs = model.inputs(weighted)?;
+    let [weights, repeated_value] = weighted_inputs.as_slice() else { return Ok(None) };
+    if *weights != model.first_output(softmax)? {
+        return Ok(None);
+    }
+    let mut nodes = vec![softmax, add, scale_node, matmul, transpose, weighted];
+    let mut output = model.first_output(weighted)?;
+    let mut unattended = None;
+    if let Some(zeroed) = model.only_reader(weighted, "Where")? {
+        let inputs = model.inputs(zeroed)?;
+        if let [condition, zero, attended] = inputs.as_slice() {
+            if *attended == output && model.scalar(zero) == Some(0.0) {
+                unattended = Some((condition.clone(), zero.clone()));
+                output = model.first_output(zeroed)?;
+                nodes.push(zeroed);
+            }
+        }
+    }
+    // Shapes: q [batch, heads, length, head_dim]; the kv heads divide the heads.
+    let Some(q_shape) = model.shape(query) else { return Ok(None) };
+    let [q_batch, OnnxDim::Fixed(heads), q_length, OnnxDim::Fixed(head_dim)] = q_shape.as_slice()
+    else {
+        return Ok(None);
+    };
+    let (heads, head_dim) = (*heads, *head_dim);
+    let elem_type = model.value_type(query).map(|t| t.elem_type);
+    if !matches!(elem_type, Some(FLOAT | FLOAT16)) {
+        return Ok(None);
+    }
+    let Some((key_present, key_groups)) = unrepeated(model, &repeated_key, &mut nodes)? else {
+        return Ok(None);
+    };
+    let Some((value_present, value_groups)) = unrepeated(model, repeated_value, &mut nodes)? else {
+        return Ok(None);
+    };
+    if key_groups != value_groups || heads % key_groups != 0 {
+        return Ok(None);
+    }
+    let kv_heads = heads / key_groups;
+    let (Some(key), Some(value)) = (
+        cache(model, &key_present, kv_heads, head_dim)?,
+        cache(model, &value_present, kv_heads, head_dim)?,
+    ) else {
+        return Ok(None);
+    };
+    if key.past.is_some() != value.past.is_some() {
+        return Ok(None);
+    }
+    // Self-attention: the new keys as long as the query. After a past, ONNX
+    // Runtime takes several new tokens for a batch of one only.
+    let new_length = model.shape(&key.new).and_then(|s| s.get(2).cloned());
+    if new_length.as_ref() != Some(q_length) {
+        return Ok(None);
+    }
+    if key.past.is_some() && *q_length != OnnxDim::Fixed(1) && *q_batch != OnnxDim::Fixed(1) {
+        return Ok(None);
+    }
+    // The bias is `[batch or 1, heads or 1, length, total]`, of q's type.
+    let bias_type = model.value_type(&bias);
+    let bias_heads =
+        bias_type.as_ref().and_then(|t| t.shape.as_ref()).and_then(|s| match s.as_slice() {
+            [_, OnnxDim::Fixed(h), _, _] => Some(*h),
+            _ => None,
+        });
+    if !matches!(bias_heads, Some(h) if h == 1 || h == heads)
+        || bias_type.map(|t| t.elem_type) != elem_type
+    {
+        return Ok(None);
+    }
+    if let Some((condition, _)) = &unattended {
+        let rows = model.shape(condition);
+        if !matches!(rows.as_deref(), Some([_, OnnxDim::Fixed(1), _, OnnxDim::Fixed(1)])) {
+            return Ok(None);
+        }
+    }
+    let (output, output_merged) = match merged_tail(model, &output, heads * head_dim)? {
+        Some((merged, tail)) => {
+            nodes.extend(tail);
+            (merged, true)
+        }
+        None => (output, false),
+    };
+    Ok(Some(Attention {
+        query: query.clone(),
+        key,
+        value,
+        bias,
+        scale,
+        heads,
+        kv_heads,
+        head_dim,
+        unattended,
+        output,
+        output_merged,
+        nodes,
+    }))
+}
+
+/// The key `[batch, heads, length, head_dim]` a `Transpose` gives as
+/// `[batch, heads, head_dim, length]`: its input for perm `[0,1,3,2]`; for
+/// `[0,2,3,1]` (the optimizer's merge of two transposes) from the split
+/// `[batch, length, heads, head_dim]`, that split's `[0,2,1,3]` transpose
+/// (a present) beside it.
+fn transposed_key(model: &Model, transpose: OnnxNodeId) -> Result<Option<String>> {
+    let input = model.inputs(transpose)?[0].clone();
+    match perm(model, transpose)?.as_deref() {
+        Some([0, 1, 3, 2]) => Ok(Some(input)),
+        Some([0, 2, 3, 1]) => {
+            for reader in model.consumers(&input) {
+                if model.op_type(reader)? == "Transpose"
+                    && model.is_default_domain(reader)?
+                    && perm(model, reader)?.as_deref() == Some(&[0, 2, 1, 3])
+                {
+                    return Ok(Some(model.first_output(reader)?));
+                }
+            }
+            Ok(None)
+        }
+        _ => Ok(None),
+    }
+}
+
+/// `(MatMul, scale, scaling node)` for `scores` = `Mul(MatMul(..), c)` (either
+/// side) or `Div(MatMul(..), c)`, `c` a scalar constant, each read once.
+fn scaled_scores(model: &Model, scores: &str) -> Result<Option<(OnnxNodeId, f64, OnnxNodeId)>> {
+    let Some(scaling) = model.producer(scores) else { return Ok(None) };
+    let op = model.op_type(scaling)?;
+    if !model.is_default_domain(scaling)? || !matches!(op.as_str(), "Mul" | "Div") {
+        return Ok(None);
+    }
+    let inputs = model.inputs(scaling)?;
+    let [a, b] = inputs.as_slice() else { return Ok(None) };
+    let sides = if op == "Mul" { vec![(a, b), (b, a)] } else { vec![(a, b)] };
+    for (product, factor) in sides {
+        let Some(c) = model.scalar(factor) else { continue };
+        let Some(matmul) = model.producer(product) else { continue };
+        if model.op_type(matmul)? != "MatMul"
+            || !model.is_default_domain(matmul)?
+            || model.consumers(product) != [scaling]
+        {
+            continue;
+        }
+        let scale = if op == "Mul" { c } else { 1.0 / c };
+        return Ok(Some((matmul, scale, scaling)));
+    }
+    Ok(None)
+}
+
+/// The states `repeated` repeats the heads of, and how many times each:
+/// `Reshape(Expand|Tile(Unsqueeze(states, [2]), ·), ·)` of `[batch, kv_heads,
+/// length, head_dim]` to `[batch, kv_heads·groups, length, head_dim]`, or
+/// `repeated` itself once. The repeat's nodes go to `nodes`.
+fn unrepeated(
+    model: &Model,
+    repeated: &str,
+    nodes: &mut Vec<OnnxNodeId>,
+) -> Result<Option<(String, i64)>> {
+    let Some(reshape) = model.producer(repeated) else { return Ok(Some((repeated.into(), 1))) };
+    if model.op_type(reshape)? != "Reshape" || !model.is_default_domain(reshape)? {
+        return Ok(Some((repeated.into(), 1)));
+    }
+    let Some(tiled) = model.inputs(reshape)?.into_iter().next() else { return Ok(None) };
+    let Some(tile) = model.producer(&tiled) else { return Ok(None) };
+    let tile_inputs = model.inputs(tile)?;
+    let [unsqueezed, times] = tile_inputs.as_slice() else { return Ok(None) };
+    let Some(unsqueeze) = model.producer(unsqueezed) else { return Ok(None) };
+    let unsqueeze_inputs = model.inputs(unsqueeze)?;
+    if model.op_type(unsqueeze)? != "Unsqueeze"
+        || unsqueeze_inputs.get(1).and_then(|a| model.ints(a)) != Some(vec![2])
+    {
+        return Ok(None);
+    }
+    let states = unsqueeze_inputs[0].clone();
+    let groups = match model.op_type(tile)?.as_str() {
+        "Tile" => match model.ints(times).as_deref() {
+            Some([1, 1, r, 1, 1]) => *r,
+            _ => return Ok(None),
+        },
+        "Expand" => match expanded_groups(model, times)? {
+            Some(r) => r,
+            None => return Ok(None),
+        },
+        _ => return Ok(None),
+    };
+    let (Some(from), Some(to)) = (model.shape(&states), model.shape(repeated)) else {
+        return Ok(None);
+    };
+    match (from.as_slice(), to.as_slice()) {
+        (
+            [_, OnnxDim::Fixed(kv), l1, OnnxDim::Fixed(d1)],
+            [_, OnnxDim::Fixed(h), l2, OnnxDim::Fixed(d2)],
+        ) if kv * groups == *h && d1 == d2 && same_length(l1, l2) => {}
+        _ => return Ok(None),
+    }
+    if model.consumers(unsqueezed) != [tile] || model.consumers(&tiled) != [reshape] {
+        return Ok(None);
+    }
+    nodes.extend([unsqueeze, tile, reshape]);
+    Ok(Some((states, groups)))
+}
+
+/// Whether two lengths can be one: equal, or not both sizes (one symbolic
+/// length can be spelled by two expressions).
+fn same_length(a: &OnnxDim, b: &OnnxDim) -> bool {
+    a == b || !matches!((a, b), (OnnxDim::Fixed(_), OnnxDim::Fixed(_)))
+}
+
+/// The repeat count at axis 2 of an Expand's 5-element target shape: a
+/// constant, or a `Concat` of one-element parts whose third is a constant.
+fn expanded_groups(model: &Model, shape: &str) -> Result<Option<i64>> {
+    if let Some(dims) = model.ints(shape) {
+        return Ok(match dims.as_slice() {
+            [_, _, r, _, _] => Some(*r),
+            _ => None,
+        });
+    }
+    let Some(concat) = model.producer(shape) else { return Ok(None) };
+    if model.op_type(concat)? != "Concat" || !model.is_default_domain(concat)? {
+        return Ok(None);
+    }
+    let parts = model.inputs(concat)?;
+    // A part known to hold other than one element makes another shape.
+    let one_element = |v: &str| match (model.ints(v), model.shape(v)) {
+        (Some(ints), _) => ints.len() == 1,
+        (None, Some(shape)) => !matches!(shape.as_slice(), [OnnxDim::Fixed(n)] if *n != 1),
+        (None, None) => true,
+    };
+    if parts.len() != 5 || !parts.iter().all(|p| one_element(p)) {
+        return Ok(None);
+    }
+    Ok(match model.ints(&parts[2]).as_deref() {
+        Some([r]) => Some(*r),
+        _ => None,
+    })
+}
+
+/// What a cache's present is made of: `Concat(past, new, axis -2)` with
+/// `past` a graph input (a decode step), or the new states themselves (a
+/// prefill), the present a graph output either way, of `[batch, kv_heads,
+/// length, head_dim]`.
+fn cache(model: &Model, present: &str, kv_heads: i64, head_dim: i64) -> Result<Option<Cache>> {
+    if !model.is_graph_output(present) {
+        return Ok(None);
+    }
+    let heads_of = |v: &str| match model.shape(v).as_deref() {
+        Some([_, OnnxDim::Fixed(h), _, OnnxDim::Fixed(d)]) => *h == kv_heads && *d == head_dim,
+        _ => false,
+    };
+    if !heads_of(present) {
+        return Ok(None);
+    }
+    if let Some(concat) = model.producer(present) {
+        if model.op_type(concat)? == "Concat" && model.is_default_domain(concat)? {
+            let inputs = model.inputs(concat)?;
+            let on_length =
+                matches!(model.attribute(concat, "axis")?, Some(Attribute::Int(-2 | 2)));
+            if let [past, new] = inputs.as_slice() {
+                if on_length && model.is_graph_input(past) && heads_of(past) && heads_of(new) {
+                    let past = Some(past.clone());
+                    return Ok(Some(Cache { present: present.into(), new: new.clone(), past }));
+                }
+            }
+        }
+    }
+    // Any other present (a partial rotation's concat of halves too) is new states.
+    Ok(Some(Cache { present: present.into(), new: present.into(), past: None }))
+}
+
+/// The attention's merge of heads after it: `[Reshape to the same shape] →
+/// Transpose [0,2,1,3] → Reshape to [batch, length, hidden]`, each read once;
+/// the merged value and the nodes.
+fn merged_tail(
+    model: &Model,
+    output: &str,
+    hidden: i64,
+) -> Result<Option<(String, Vec<OnnxNodeId>)>> {
+    let Some(mut node) = model.producer(output) else { return Ok(None) };
+    let mut nodes = vec![];
+    let shape = model.shape(output);
+    if let Some(reshape) = model.only_reader(node, "Reshape")? {
+        let out = model.first_output(reshape)?;
+        if shape.is_none() || model.shape(&out) != shape {
+            return Ok(None);
+        }
+        nodes.push(reshape);
+        node = reshape;
+    }
+    let Some(transpose) = model.only_reader(node, "Transpose")? else { return Ok(None) };
+    if perm(model, transpose)? != Some(vec![0, 2, 1, 3]) {
+        return Ok(None);
+    }
+    let Some(reshape) = model.only_reader(transpose, "Reshape")? else { return Ok(None) };
+    let merged = model.first_output(reshape)?;
+    let transposed = model.shape(&model.first_output(transpose)?);
+    match (transposed.as_deref(), model.shape(&merged).as_deref()) {
+        (Some([b1, l1, _, _]), Some([b2, l2, OnnxDim::Fixed(h)]))
+            if b1 == b2 && l1 == l2 && *h == hidden => {}
+        _ => return Ok(None),
+    }
+    nodes.extend([transpose, reshape]);
+    Ok(Some((merged, nodes)))
+}
+
+/// `x` (`[batch, heads, length, head_dim]`) as `[batch, length,
+/// heads·head_dim]`, and whether it was found before `x` (so it reads
+/// neither `x` nor what `x` depends on after the split): the graph's own
+/// merged form, rotated as `x` was when `x` is a `RotaryEmbedding` of the
+/// split; else the split undone.
+fn merged(model: &Model, x: &str, heads: i64, head_dim: i64) -> Result<(String, bool)> {
+    if let Some(merged) = before_split(model, x, heads, head_dim)? {
+        return Ok((merged, true));
+    }
+    if let Some(rotary) = model.producer(x) {
+        let inputs = model.inputs(rotary)?;
+        if model.op_type(rotary)? == "RotaryEmbedding" && model.domain(rotary)? == "com.microsoft" {
+            if let [split, rest @ ..] = inputs.as_slice() {
+                if let Some(merged) = before_split(model, split, heads, head_dim)? {
+                    let mut attributes = vec![];
+                    for name in
+                        ["interleaved", "is_packed_batching", "rotary_embedding_dim", "scale"]
+                    {
+                        if let Some(value) = model.attribute(rotary, name)? {
+                            attributes.push(NamedAttribute { name: name.into(), value });
+                        }
+                    }
+                    // A partial rotation of a merged input needs the head count.
+                    if matches!(model.attribute(rotary, "rotary_embedding_dim")?, Some(Attribute::Int(d)) if d > 0)
+                    {
+                        attributes.push(int_attribute("num_heads", heads));
+                    }
+                    let mut rotary_inputs = vec![merged];
+                    rotary_inputs.extend(rest.iter().cloned());
+                    let (_, outputs) = model.add_node(
+                        "RotaryEmbedding",
+                        "com.microsoft",
+                        &rotary_inputs,
+                        &[format!("{x}_merged")],
+                        &attributes,
+                    )?;
+                    return Ok((outputs[0].clone(), true));
+                }
+            }
+        }
+    }
+    let transposed = model
+        .add_node(
+            "Transpose",
+            "",
+            &[x.to_string()],
+            &[format!("{x}_heads_second")],
+            &[perm_attribute(&[0, 2, 1, 3])],
+        )?
+        .1
+        .remove(0);
+    let shape = ints_initializer(model, "group_query_attention_merge", &[0, 0, -1])?;
+    let merged = model
+        .add_node("Reshape", "", &[transposed, shape], &[format!("{x}_merged")], &[])?
+        .1
+        .remove(0);
+    Ok((merged, false))
+}
+
+/// `y` for `x` = `Transpose(Reshape(y, ·), [0,2,1,3])`, `y` `[batch, length,
+/// heads·head_dim]` and the reshape `[batch, length, heads, head_dim]`.
+fn before_split(model: &Model, x: &str, heads: i64, head_dim: i64) -> Result<Option<String>> {
+    let Some(transpose) = model.producer(x) else { return Ok(None) };
+    if model.op_type(transpose)? != "Transpose"
+        || !model.is_default_domain(transpose)?
+        || perm(model, transpose)? != Some(vec![0, 2, 1, 3])
+    {
+        return Ok(None);
+    }
+    let split = model.inputs(transpose)?[0].clone();
+    let Some(reshape) = model.producer(&split) else { return Ok(None) };
+    if model.op_type(reshape)? != "Reshape" || !model.is_default_domain(reshape)? {
+        return Ok(None);
+    }
+    let y = model.inputs(reshape)?[0].clone();
+    Ok(match (model.shape(&y).as_deref(), model.shape(&split).as_deref()) {
+        (
+            Some([b1, l1, OnnxDim::Fixed(hidden)]),
+            Some([b2, l2, OnnxDim::Fixed(h), OnnxDim::Fixed(d)]),
+        ) if b1 == b2
+            && l1 == l2
+            && *h == heads
+            && *d == head_dim
+            && *hidden == heads * head_dim =>
+        {
+            Some(y)
+        }
+        _ => None,
+    })
+}
+
+/// `[batch, length, heads·head_dim]` back to `[batch, heads, length, head_dim]`.
+fn split_heads(model: &Model, merged: &str, heads: i64, head_dim: i64) -> Result<String> {
+    let shape = ints_initializer(
+        model,
+        &format!("group_query_attention_split_{heads}_{head_dim}"),
+        &[0, 0, heads, head_dim],
+    )?;
+    let split = model
+        .add_node("Reshape", "", &[merged.to_string(), shape], &[format!("{merged}_split")], &[])?
+        .1
+        .remove(0);
+    Ok(model
+        .add_node(
+            "Transpose",
+            "",
+            &[split],
+            &[format!("{merged}_heads")],
+            &[perm_attribute(&[0, 2, 1, 3])],
+        )?
+        .1
+        .remove(0))
+}
+
+/// `seqlens_k` (`[batch]`, the total length minus one in every row) and
+/// `total_sequence_length` (a scalar), int32, computed from the merged query's
+/// shape and the past's: `length = past_length + new_length`. Attentions
+/// whose shapes carry the same dims (a model's layers) share them.
+fn lengths(model: &Model, m: &Attention, query: &str) -> Result<(String, String)> {
+    let dims = |v: &str, axes: &[usize]| -> Option<Vec<OnnxDim>> {
+        let shape = model.shape(v)?;
+        axes.iter().map(|&a| shape.get(a).cloned()).collect()
+    };
+    let key = match (&m.key.past, dims(&m.query, &[0, 2])) {
+        (Some(past), Some(mut key)) => dims(past, &[2]).map(|d| {
+            key.extend(d);
+            key
+        }),
+        (None, key) => key,
+        (Some(_), None) => None,
+    };
+    let prefix = match key.as_deref().and_then(dims_name) {
+        Some(name) => format!("group_query_attention_{name}"),
+        None => format!("{query}_group_query_attention"),
+    };
+    let (seqlens_name, total_name) =
+        (format!("{prefix}_seqlens_k"), format!("{prefix}_total_length"));
+    let made_by = |name: &str, op: &str| -> Result<bool> {
+        Ok(match model.producer(name) {
+            Some(node) => model.op_type(node)? == op,
+            None => false,
+        })
+    };
+    if made_by(&seqlens_name, "Expand")? && made_by(&total_name, "Squeeze")? {
+        return Ok((seqlens_name, total_name));
+    }
+    let node = |op: &str, inputs: &[String], name: &str, attributes: &[NamedAttribute]| {
+        model
+            .add_node(op, "", inputs, &[name.to_string()], attributes)
+            .map(|(_, mut o)| o.remove(0))
+    };
+    let shape = |v: &str, start: i64, name: &str| {
+        node(
+            "Shape",
+            &[v.to_string()],
+            &format!("{prefix}_{name}"),
+            &[int_attribute("end", start + 1), int_attribute("start", start)],
+        )
+    };
+    let batch = shape(query, 0, "batch")?;
+    let new_length = shape(query, 1, "new_length")?;
+    let length = match &m.key.past {
+        Some(past) => {
+            let past_length = shape(past, 2, "past_length")?;
+            node("Add", &[past_length, new_length], &format!("{prefix}_length"), &[])?
+        }
+        None => new_length,
+    };
+    let to_int32 = int_attribute("to", INT32 as i64);
+    let written = node("Cast", &[length], &format!("{prefix}_length_int32"), &[to_int32])?;
+    let one = Constant { elem_type: INT32, dims: vec![1], data: ConstantData::Ints(vec![1]) };
+    let one = model.add_initializer("group_query_attention_one", &one)?;
+    let last = node("Sub", &[written.clone(), one], &format!("{prefix}_last"), &[])?;
+    let seqlens_k = node("Expand", &[last, batch], &seqlens_name, &[])?;
+    let axis = ints_initializer(model, "group_query_attention_axis_0", &[0])?;
+    let total = node("Squeeze", &[written, axis], &total_name, &[])?;
+    Ok((seqlens_k, total))
+}
+
+/// A name for a list of dims when each is a size or a plain symbol (so equal
+/// names mean equal dims).
+fn dims_name(dims: &[OnnxDim]) -> Option<String> {
+    let parts: Option<Vec<String>> = dims
+        .iter()
+        .map(|d| match d {
+            OnnxDim::Fixed(n) => Some(n.to_string()),
+            OnnxDim::Symbolic(s)
+                if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') =>
+            {
+                Some(s.clone())
+            }
+            OnnxDim::Symbolic(_) => None,
+        })
+        .collect();
+    parts.map(|p| p.join("_"))
+}
+
+/// The unattended rows' condition `[batch, 1, length, 1]` as `[batch, length,
+/// 1]`, for GQA's output; made once per condition.
+fn unattended_rows(model: &Model, condition: &str) -> Result<String> {
+    let name = format!("{condition}_rows");
+    if let Some(node) = model.producer(&name) {
+        if model.op_type(node)? == "Squeeze" {
+            return Ok(name);
+        }
+    }
+    let axis = ints_initializer(model, "group_query_attention_axis_1", &[1])?;
+    Ok(model.add_node("Squeeze", "", &[condition.to_string(), axis], &[name], &[])?.1.remove(0))
+}
+
+/// An int64 initializer, found by name when an earlier attention added it.
+fn ints_initializer(model: &Model, name: &str, values: &[i64]) -> Result<String> {
+    if model.ints(name).as_deref() == Some(values) && model.producer(name).is_none() {
+        return Ok(name.to_string());
+    }
+    let constant = Constant {
+        elem_type: INT64,
+        dims: vec![values.len() as i64],
+        data: ConstantData::Ints(values.to_vec()),
+    };
+    model.add_initializer(name, &constant)
+}
+
+/// Whether `value`'s producer has that one output (so it can go once GQA's
+/// present takes the value's name).
+fn single_output(model: &Model, value: &str) -> Result<bool> {
+    Ok(match model.producer(value) {
+        Some(node) => model.outputs(node)?.iter().filter(|o| !o.is_empty()).count() == 1,
+        None => false,
+    })
+}
+
+fn perm(model: &Model, transpose: OnnxNodeId) -> Result<Option<Vec<i64>>> {
+    Ok(match model.attribute(transpose, "perm")? {
+        Some(Attribute::Ints(p)) => Some(p),
+        _ => None,
+    })
+}
+
+fn perm_attribute(perm: &[i64]) -> NamedAttribute {
+    NamedAttribute { name: "perm".into(), value: Attribute::Ints(perm.to_vec()) }
+}
+
+fn int_attribute(name: &str, value: i64) -> NamedAttribute {
+    NamedAttribute { name: name.into(), value: Attribute::Int(value) }
+}
