@@ -171,8 +171,9 @@ fn op_counts(path: &Path) -> (usize, HashMap<String, usize>, HashSet<String>) {
 /// `--ort-fusions cpu` on a tiny Llama (2 layers), traced dynamic: every
 /// RMSNorm fused, the first one alone, the others with their residual sum (2
 /// per layer + the final norm), every rotation of q and k fused on caches
-/// shared by all, verified in ONNX Runtime, in fewer nodes than without.
-/// With `--generation`, each component's attentions over the cache are
+/// shared by all, each attention (the trace returns the cache) as
+/// GroupQueryAttention, verified in ONNX Runtime, in fewer nodes than
+/// without. With `--generation`, each component's attentions over the cache are
 /// GroupQueryAttention (one per layer) and the rotations read `position_ids`
 /// per row (caches computed in the graph, one pair for all); the greedy
 /// tokens of a left-padded batch stay eager `generate`'s.
@@ -211,6 +212,8 @@ fn ort_fusions_cpu_fuses_every_llama_norm_and_rotation_and_verifies() {
     assert_eq!((counts.get("Cos"), counts.get("Sin")), (Some(&1), Some(&1)), "{counts:?}");
     assert!(!counts.contains_key("Neg"), "{counts:?}");
     assert!(!counts.contains_key("Pow") && !counts.contains_key("ReduceMean"), "{counts:?}");
+    // The trace returns the cache: its attentions are a prefill's.
+    assert_eq!(counts.get("GroupQueryAttention"), Some(&2), "{counts:?}");
     assert!(domains.contains("com.microsoft"), "{domains:?}");
     assert!(fused_nodes < plain_nodes, "{fused_nodes} nodes fused, {plain_nodes} without");
     generation_components_fused(dir.path());

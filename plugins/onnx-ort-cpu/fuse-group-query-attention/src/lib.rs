@@ -11,6 +11,9 @@
 //!   → Where(unattended, 0, ·) → [Reshape] → Transpose [0,2,1,3] → Reshape [batch, length, heads·head_dim]
 //! ```
 //!
+//! (the scale a `Mul` or `Div` by a constant, perhaps cast; the key's
+//! transpose perhaps `[0,2,3,1]` of its split form, two transposes merged)
+//!
 //! becomes `GroupQueryAttention(q, k, v, past_key, past_value, seqlens_k,
 //! total_sequence_length, attention_bias = bias)` on `[batch, length,
 //! heads·head_dim]`, its presents the graph's present outputs (their names
