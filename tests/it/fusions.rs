@@ -171,8 +171,9 @@ fn op_counts(path: &Path) -> (usize, HashMap<String, usize>, HashSet<String>) {
 /// `--ort-fusions cpu` on a tiny Llama (2 layers), traced dynamic: every
 /// RMSNorm fused, the first one alone, the others with their residual sum (2
 /// per layer + the final norm), every rotation of q and k fused on caches
-/// shared by all, verified in ONNX Runtime, in fewer nodes than without.
-/// With `--generation`, each component's attentions over the cache are
+/// shared by all, each attention (the trace returns the cache) as
+/// GroupQueryAttention, verified in ONNX Runtime, in fewer nodes than
+/// without. With `--generation`, each component's attentions over the cache are
 /// GroupQueryAttention (one per layer) and the rotations read `position_ids`
 /// per row (caches computed in the graph, one pair for all); the greedy
 /// tokens of a left-padded batch stay eager `generate`'s.
@@ -211,6 +212,8 @@ fn ort_fusions_cpu_fuses_every_llama_norm_and_rotation_and_verifies() {
     assert_eq!((counts.get("Cos"), counts.get("Sin")), (Some(&1), Some(&1)), "{counts:?}");
     assert!(!counts.contains_key("Neg"), "{counts:?}");
     assert!(!counts.contains_key("Pow") && !counts.contains_key("ReduceMean"), "{counts:?}");
+    // The trace returns the cache: its attentions are a prefill's.
+    assert_eq!(counts.get("GroupQueryAttention"), Some(&2), "{counts:?}");
     assert!(domains.contains("com.microsoft"), "{domains:?}");
     assert!(fused_nodes < plain_nodes, "{fused_nodes} nodes fused, {plain_nodes} without");
     generation_components_fused(dir.path());
@@ -306,7 +309,9 @@ fn fused_export(dir: &Path, model: &str, config: &str) -> HashMap<String, usize>
 
 /// `--generation --ort-fusions cpu --verify` on a tiny Llama, in `dir`.
 fn generation_components_fused(dir: &Path) {
-    for (component, counts) in fused_generation_export(dir, "llama", crate::common::tiny::LLAMA) {
+    for (component, counts) in
+        fused_generation_export(dir, "llama", crate::common::tiny::LLAMA, &[])
+    {
         let rotary = (counts.get("RotaryEmbedding"), counts.get("Cos"), counts.get("Sin"));
         assert_eq!(rotary, (Some(&4), Some(&1), Some(&1)), "{component}: {counts:?}");
         assert_eq!(counts.get("SkipSimplifiedLayerNormalization"), Some(&4), "{counts:?}");
@@ -317,15 +322,19 @@ fn generation_components_fused(dir: &Path) {
 
 /// `--generation --ort-fusions cpu --verify` on GPT-2 (its prefill's key
 /// transposed once from its split form, one head per key-value head) and
-/// Phi-3 (its prefill's present the concat of a partial rotation): each
-/// component's attentions are GroupQueryAttention, greedy tokens eager's.
+/// Phi-3 (its prefill's present the concat of a partial rotation), and a
+/// float16 Llama (its scale a cast constant): each component's attentions
+/// are GroupQueryAttention, greedy tokens eager's.
 #[test]
 #[ignore = "full tier: GroupQueryAttention on two more decoders' components (ort_fusions_cpu_fuses_every_llama_norm_and_rotation_and_verifies covers the fusion)"]
-fn ort_fusions_cpu_fuse_the_attention_of_gpt2_and_phi3_generation_components() {
+fn ort_fusions_cpu_fuse_the_attention_of_gpt2_phi3_and_float16_llama_components() {
     use crate::common::tiny::*;
     let dir = tempfile::tempdir().unwrap();
-    for (model, config) in [("gpt2", GPT2), ("phi3", PHI3)] {
-        for (component, counts) in fused_generation_export(dir.path(), model, config) {
+    let float16: &[&str] = &["--dtype", "float16"];
+    for (model, config, extra) in
+        [("gpt2", GPT2, &[][..]), ("phi3", PHI3, &[]), ("llama", LLAMA, float16)]
+    {
+        for (component, counts) in fused_generation_export(dir.path(), model, config, extra) {
             let attention = (counts.get("GroupQueryAttention"), counts.get("Softmax"));
             assert_eq!(attention, (Some(&2), None), "{model} {component}: {counts:?}");
         }
@@ -333,15 +342,17 @@ fn ort_fusions_cpu_fuse_the_attention_of_gpt2_and_phi3_generation_components() {
 }
 
 /// `model` (a tiny `config`) exported with `--generation --ort-fusions cpu
-/// --verify` in `dir`: each component's op counts, greedy tokens checked.
+/// --verify` and `extra` in `dir`: each component's op counts, greedy tokens checked.
 fn fused_generation_export(
     dir: &Path,
     model: &str,
     config: &str,
+    extra: &[&str],
 ) -> [(&'static str, HashMap<String, usize>); 2] {
-    let out = dir.join(format!("{model}-generation"));
+    let out = dir.join(format!("{model}-generation{}", extra.join("")));
     let mut args: Vec<String> =
         ["run", "--backend", "onnx", "--model", model, "--set", config].map(String::from).to_vec();
+    args.extend(extra.iter().map(|a| a.to_string()));
     args.extend(["--generation", "--ort-fusions", "cpu", "--verify", "-o"].map(String::from));
     args.push(out.display().to_string());
     for folder in ["plugins/dynamo", "plugins/onnx"] {

@@ -11,6 +11,9 @@
 //!   → Where(unattended, 0, ·) → [Reshape] → Transpose [0,2,1,3] → Reshape [batch, length, heads·head_dim]
 //! ```
 //!
+//! (the scale a `Mul` or `Div` by a constant, perhaps cast; the key's
+//! transpose perhaps `[0,2,3,1]` of its split form, two transposes merged)
+//!
 //! becomes `GroupQueryAttention(q, k, v, past_key, past_value, seqlens_k,
 //! total_sequence_length, attention_bias = bias)` on `[batch, length,
 //! heads·head_dim]`, its presents the graph's present outputs (their names
@@ -208,7 +211,7 @@ fn match_attention(model: &Model, softmax: OnnxNodeId) -> Result<Option<Attentio
     if let Some(zeroed) = model.only_reader(weighted, "Where")? {
         let inputs = model.inputs(zeroed)?;
         if let [condition, zero, attended] = inputs.as_slice() {
-            if *attended == output && model.scalar(zero) == Some(0.0) {
+            if *attended == output && scalar(model, zero)? == Some(0.0) {
                 unattended = Some((condition.clone(), zero.clone()));
                 output = model.first_output(zeroed)?;
                 nodes.push(zeroed);
@@ -331,7 +334,7 @@ fn scaled_scores(model: &Model, scores: &str) -> Result<Option<(OnnxNodeId, f64,
     let [a, b] = inputs.as_slice() else { return Ok(None) };
     let sides = if op == "Mul" { vec![(a, b), (b, a)] } else { vec![(a, b)] };
     for (product, factor) in sides {
-        let Some(c) = model.scalar(factor) else { continue };
+        let Some(c) = scalar(model, factor)? else { continue };
         let Some(matmul) = model.producer(product) else { continue };
         if model.op_type(matmul)? != "MatMul"
             || !model.is_default_domain(matmul)?
@@ -396,6 +399,20 @@ fn unrepeated(
     }
     nodes.extend([unsqueeze, tile, reshape]);
     Ok(Some((states, groups)))
+}
+
+/// A scalar constant's value, also through a `Cast` of one (a float16
+/// model's scale is cast from a float32 constant).
+fn scalar(model: &Model, value: &str) -> Result<Option<f64>> {
+    if let Some(c) = model.scalar(value) {
+        return Ok(Some(c));
+    }
+    Ok(match model.producer(value) {
+        Some(cast) if model.op_type(cast)? == "Cast" && model.is_default_domain(cast)? => {
+            model.inputs(cast)?.first().and_then(|v| model.scalar(v))
+        }
+        _ => None,
+    })
 }
 
 /// Whether two lengths can be one: equal, or not both sizes (one symbolic
