@@ -343,6 +343,18 @@ mod tests {
         assert_eq!(metadata["hfx"]["plugins"], serde_json::json!([]));
     }
 
+    /// A `.pt2` export of the model folder `model` finished into `out`.
+    fn finish_from_folder(model: PathBuf, out: &Path) -> Result<()> {
+        let mut trace = trace();
+        trace.request.source =
+            ModelSource::Directory { path: model, trust_remote_code: false, layers: None };
+        let folder = ExportFolder::beside(out).unwrap();
+        let artifact = Artifact::Pt2;
+        std::fs::write(folder.component("model", &artifact), "pt2").unwrap();
+        let components = [("model".into(), serde_json::json!({}))];
+        folder.finish(&artifact, &trace, &components, &set(), Backend::Dynamo)
+    }
+
     #[test]
     fn a_folder_exported_from_a_model_folder_holds_its_tokenizer_and_processor_files() {
         let dir = tempfile::tempdir().unwrap();
@@ -352,22 +364,8 @@ mod tests {
         {
             std::fs::write(model.join(file), file).unwrap();
         }
-        let mut trace = trace();
-        trace.request.source =
-            ModelSource::Directory { path: model, trust_remote_code: false, layers: None };
         let out = dir.path().join("export");
-        let folder = ExportFolder::beside(&out).unwrap();
-        let artifact = Artifact::Pt2;
-        std::fs::write(folder.component("model", &artifact), "pt2").unwrap();
-        folder
-            .finish(
-                &artifact,
-                &trace,
-                &[("model".into(), serde_json::json!({}))],
-                &set(),
-                Backend::Dynamo,
-            )
-            .unwrap();
+        finish_from_folder(model, &out).unwrap();
         let files = file_names(&out);
         assert_eq!(
             files,
@@ -386,16 +384,8 @@ mod tests {
         std::fs::write(dir.path().join("id_rsa"), "secret").unwrap();
         std::os::unix::fs::symlink(dir.path().join("id_rsa"), model.join("tokenizer.json"))
             .unwrap();
-        let mut trace = trace();
-        trace.request.source =
-            ModelSource::Directory { path: model, trust_remote_code: false, layers: None };
         let out = dir.path().join("export");
-        let folder = ExportFolder::beside(&out).unwrap();
-        let artifact = Artifact::Pt2;
-        std::fs::write(folder.component("model", &artifact), "pt2").unwrap();
-        let components = [("model".into(), serde_json::json!({}))];
-        let error =
-            folder.finish(&artifact, &trace, &components, &set(), Backend::Dynamo).unwrap_err();
+        let error = finish_from_folder(model, &out).unwrap_err();
         let line = format!("{error:#}");
         assert!(line.contains("tokenizer.json") && line.contains("symbolic link"), "{line}");
         assert!(!out.exists());
