@@ -6,6 +6,7 @@ abs logit error against eager PyTorch on the same inputs.
 
     cargo build --release -p hfx
     .venv/bin/python bench/int4.py [--model DIR] [--block-size 32] [--asymmetric]
+        [--accuracy-level N] [--exclude PATTERN]
     .venv/bin/python bench/int4.py --scheme int8-dynamic [--model DIR]
 
 Without --model, a random Llama of hidden 768 and 12 layers (the 125M
@@ -98,6 +99,19 @@ def main():
     parser.add_argument("--model")
     parser.add_argument("--block-size", type=int, default=32)
     parser.add_argument("--asymmetric", action="store_true")
+    parser.add_argument(
+        "--accuracy-level",
+        type=int,
+        help="hfx's --quantize-accuracy-level (0: float32 compute, as ONNX Runtime's quantizer"
+        " writes by default) [default: hfx's]",
+    )
+    parser.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        help="hfx's --quantize-exclude (e.g. model.embed_tokens: the weights ONNX Runtime's"
+        " quantizer leaves float, as it quantizes MatMuls only)",
+    )
     parser.add_argument("--scheme", choices=["int4", "int8-dynamic"], default="int4")
     parser.add_argument("--hfx", default=HFX, help="the hfx binary [default: target/release/hfx]")
     args = parser.parse_args()
@@ -113,6 +127,10 @@ def main():
         quantize = ["--quantize", "int4", "--quantize-block-size", str(args.block_size)]
         if args.asymmetric:
             quantize.append("--quantize-asymmetric")
+        if args.accuracy_level is not None:
+            quantize += ["--quantize-accuracy-level", str(args.accuracy_level)]
+        for pattern in args.exclude:
+            quantize += ["--quantize-exclude", pattern]
         ort = os.path.join(OUT, "ort-int4")
         ort = ort_quantized(float_model, ort, args.block_size, not args.asymmetric)
     else:
