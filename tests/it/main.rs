@@ -16,6 +16,7 @@ mod install;
 mod loading;
 mod model_id;
 mod onnx;
+mod parity;
 mod patches;
 mod plugin_kinds;
 mod plugin_sets;

@@ -38,6 +38,8 @@ pub struct Manifest {
     pub upstream: BTreeMap<String, String>,
     #[serde(default)]
     pub why: Option<Why>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<Reference>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -66,6 +68,8 @@ pub struct ManifestFile {
     pub upstream: BTreeMap<String, String>,
     #[serde(default)]
     pub why: Option<Why>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<Reference>,
 }
 
 /// The `[plugin]` table of `plugin.toml`.
@@ -100,6 +104,16 @@ pub struct ComponentMeta {
 pub struct Why {
     pub upstream_issue: Option<String>,
     pub summary: Option<String>,
+}
+
+/// The `[reference]` table: the reference exporter's registrations this
+/// plugin answers, by their keys in `docs/reference-parity.md`
+/// (`BACKEND KIND TARGET`, `onnx patch torch.roll`); `tools/reference-parity.py`
+/// checks each names a registration the pinned reference makes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reference {
+    pub answers: Vec<String>,
 }
 
 fn default_order() -> i32 {
@@ -283,6 +297,13 @@ impl ManifestFile {
         if let Some(targets) = &p.targets {
             validate_targets(targets).map_err(|e| format!("plugin.targets {e}"))?;
         }
+        for key in self.reference.iter().flat_map(|r| &r.answers) {
+            if key.split(' ').filter(|part| !part.is_empty()).count() != 3 {
+                return Err(format!(
+                    "reference.answers `{key}`: give a registration's key, `BACKEND KIND TARGET` (`onnx patch torch.roll`)"
+                ));
+            }
+        }
         for (package, range) in &self.upstream {
             semver::VersionReq::parse(range)
                 .map_err(|e| format!("upstream.{package} `{range}`: {e}"))?;
@@ -336,6 +357,7 @@ impl ManifestFile {
             },
             upstream: self.upstream,
             why: self.why,
+            reference: self.reference,
         })
     }
 }
@@ -541,6 +563,24 @@ upstream-issue = "https://example.invalid/1"
         let e = Manifest::parse(&text).unwrap_err();
         assert!(e.contains("unknown field `colour`") && e.starts_with("line 8:"), "{e}");
         assert!(!e.contains('\n'));
+    }
+
+    /// `[reference] answers` lists registration keys; a key that is not
+    /// three words, or another field there, is refused in one line.
+    #[test]
+    fn reference_answers_are_registration_keys() {
+        let with = |table: &str| format!("{GOOD}[reference]\n{table}\n");
+        let m = Manifest::parse(&with(r#"answers = ["onnx fx-node-fix _fix_alias"]"#)).unwrap();
+        assert_eq!(m.reference.unwrap().answers, ["onnx fx-node-fix _fix_alias"]);
+        assert!(Manifest::parse(GOOD).unwrap().reference.is_none());
+        for (table, expected) in [
+            (r#"answers = ["_fix_alias"]"#, "reference.answers `_fix_alias`: give"),
+            (r#"answers = "onnx patch torch.roll""#, "invalid type"),
+            ("answer = []", "unknown field `answer`"),
+        ] {
+            let e = Manifest::parse(&with(table)).unwrap_err();
+            assert!(e.contains(expected) && !e.contains('\n'), "{table}: {e}");
+        }
     }
 
     #[test]

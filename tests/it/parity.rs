@@ -1,0 +1,51 @@
+//! The reference parity ledger (`docs/reference-parity.md`): every
+//! registration of the pinned reference exporter answered by a plugin, by the
+//! host or by a tested reason, or listed as a known gap of issue #43.
+
+use std::process::Command;
+
+use crate::common::*;
+
+/// `tools/reference-parity.py --check` imports the reference, reads its
+/// registries and fails on a registration nothing answers, on an answer
+/// naming no registration, on a named test that does not exist and on the
+/// doc out of date (about 10 s: the reference's imports).
+#[test]
+fn the_reference_parity_ledger_is_complete_and_current() {
+    let out = Command::new(python())
+        .arg(root().join("tools/reference-parity.py"))
+        .arg("--check")
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The ledger's reasons for the reference's OpenVINO registrations and its
+/// ExecuTorch CUDA and MLX delegates: hfx refuses those targets before any
+/// work, in one line each.
+#[test]
+fn backends_and_delegates_hfx_does_not_serve_are_refused_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (&["--backend", "openvino"], "unknown backend `openvino`"),
+        (&["--backend", "executorch", "--delegate", "mlx"], "unknown ExecuTorch delegate `mlx`"),
+        (
+            &["--backend", "executorch.cuda"],
+            "the ExecuTorch CUDA delegate needs a CUDA GPU and is not implemented",
+        ),
+    ];
+    for (extra, expected) in cases {
+        let args: Vec<&str> =
+            ["run", "--model", "llama", "-o", "out/"].iter().chain(extra.iter()).copied().collect();
+        let out = Command::new(env!("CARGO_BIN_EXE_hfx"))
+            .args(&args)
+            .current_dir(dir.path())
+            .env("HFX_CACHE_DIR", dir.path().join("cache"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(expected), "{extra:?}: {stderr}");
+        assert!(!dir.path().join("out").exists(), "{extra:?}");
+    }
+}
