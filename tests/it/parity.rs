@@ -23,9 +23,9 @@ fn the_reference_parity_ledger_is_complete_and_current() {
 
 /// The ledger's reasons for the reference's OpenVINO registrations and its
 /// ExecuTorch CUDA and MLX delegates: hfx refuses those targets before any
-/// work, in one line each.
+/// work.
 #[test]
-fn backends_and_delegates_hfx_does_not_serve_are_refused_in_one_line() {
+fn backends_and_delegates_hfx_does_not_serve_are_refused_before_any_work() {
     let dir = tempfile::tempdir().unwrap();
     let cases: &[(&[&str], &str)] = &[
         (&["--backend", "openvino"], "unknown backend `openvino`"),
