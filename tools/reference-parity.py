@@ -41,11 +41,13 @@ NOT_ENUMERATED = [
     "while it is exported, not at import; hfx's worker does the same registration (`host/worker/hfx_worker/pytree.py`).",
     "`exporter_executorch._BACKEND_PREPARE` (`prepare_for_xnnpack`, `prepare_for_cuda`, `prepare_for_mlx`): "
     "per-delegate model preparation (device, dtype, MoE experts as `batched_mm`), code inside each function, not "
-    "entries of a table of workarounds; hfx's XNNPACK path sets the experts implementation in "
-    "`host/worker/hfx_worker/trace.py`.",
+    "entries of a table of workarounds; hfx runs MoE experts as `batched_mm` for every `.pte` target "
+    "(`host/src/pipeline/mod.rs`), as `prepare_for_xnnpack` does.",
     "Workarounds written inline in the exporters' `export` methods (no registry names them): the ONNX exporter's "
     "`dynamic_shapes` handling, the ExecuTorch exporter's `_make_contiguous`, the OpenVINO exporter's state "
     "handling.",
+    "`exporter_openvino._OV_CONVERSION_EXTENSIONS`: filled only where openvino is installed (not in hfx's venv); "
+    "read when it is, its entries covered by the OpenVINO reason.",
     "Rules inside composite ONNX Runtime steps: `optimize_for_ort` is onnxscript's rule set, one step here.",
 ]
 
@@ -87,9 +89,10 @@ def step_name(step, module):
 
 
 class Registration:
-    def __init__(self, backend, kind, target, source, note=""):
-        self.backend, self.kind, self.target = backend, kind, target
-        self.source, self.note = source, note
+    """One entry of a reference registry: `source` is the function it registers."""
+
+    def __init__(self, backend, kind, target, source):
+        self.backend, self.kind, self.target, self.source = backend, kind, target, source
 
     @property
     def key(self):
@@ -142,7 +145,20 @@ def registrations():
     return list(unique.values())
 
 
-def plugin_answers():
+def serves(backends, key_backend):
+    """Whether a plugin of `backends` (its manifest's) runs where a registration
+    of `key_backend` applies: a dynamo plugin serves every backend, a fusion
+    step is ONNX's, and a delegate's plugin answers its backend's registration
+    (the reference registers for `executorch`; hfx may need it for XNNPACK only)."""
+    wanted = "onnx" if key_backend == "onnxruntime-fusion" else key_backend
+    if wanted == "all" or "dynamo" in backends:
+        return True
+    return any(
+        b == wanted or wanted.startswith(b + ".") or b.startswith(wanted + ".") for b in backends
+    )
+
+
+def plugin_answers(problems):
     """`{key: [plugin folder, ...]}` from each plugin's `[reference] answers`."""
     answers = defaultdict(list)
     for folder in PLUGIN_FOLDERS:
@@ -153,7 +169,13 @@ def plugin_answers():
                 continue
             with open(path, "rb") as f:
                 manifest = tomllib.load(f)
+            backends = manifest["plugin"]["backend"]
+            backends = [backends] if isinstance(backends, str) else backends
             for key in manifest.get("reference", {}).get("answers", []):
+                if not serves(backends, key.split(" ")[0]):
+                    problems.append(
+                        f"{folder}/{name} answers `{key}` but serves {', '.join(backends)}"
+                    )
                 answers[key].append(f"{folder}/{name}")
     return answers
 
@@ -198,7 +220,7 @@ def ledger():
     problems = []
     found = registrations()
     keys = {r.key for r in found}
-    by_plugin = plugin_answers()
+    by_plugin = plugin_answers(problems)
     reasons, backend_reasons = {}, {}
     for section, label in (("host", "host"), ("not-needed", "not needed")):
         for entry in data.get(section, []):
@@ -241,6 +263,8 @@ def ledger():
     for r in found:
         plugins = by_plugin.get(r.key, [])
         reason = reasons.get(r.key) or backend_reasons.get(r.backend)
+        if reason and r.key in not_ported:
+            problems.append(f"`{r.key}` has a reason in {DATA} and is listed as not ported")
         if plugins and r.key in not_ported:
             problems.append(
                 f"`{r.key}` is answered by {', '.join(plugins)} and listed as not ported"

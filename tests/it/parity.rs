@@ -21,9 +21,9 @@ fn the_reference_parity_ledger_is_complete_and_current() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
-/// The ledger's reasons for the reference's OpenVINO registrations and its
-/// ExecuTorch CUDA and MLX delegates: hfx refuses those targets before any
-/// work.
+/// What the ledger states of the reference's targets hfx does not serve: no
+/// OpenVINO backend (its registrations not needed), no ExecuTorch CUDA or MLX
+/// delegate (their registrations not ported). hfx refuses each before any work.
 #[test]
 fn backends_and_delegates_hfx_does_not_serve_are_refused_before_any_work() {
     let dir = tempfile::tempdir().unwrap();
