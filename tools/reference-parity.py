@@ -13,9 +13,10 @@ configuration's core ATen exception list, `_EXPORT_INPUT_PREPARERS`,
 a plugin's `plugin.toml` names the keys it answers (`[reference] answers`);
 `docs/reference-parity.toml` gives the reason for the keys hfx answers
 without a plugin (`[[host]]`) or needs no answer for (`[[not-needed]]`),
-each with the test that shows the reason holds, and lists the gaps known to
-issue #43 (`[not-ported]`). A registration none of these names fails the
-check, so a new reference release's additions cannot go unnoticed.
+each with the test that shows the reason holds, and lists the known gaps,
+each group under the open issue that ports it (`[[not-ported]]`). A
+registration none of these names fails the check, so a new reference
+release's additions cannot go unnoticed.
 """
 
 import argparse
@@ -221,22 +222,12 @@ def ledger():
     found = registrations()
     keys = {r.key for r in found}
     by_plugin = plugin_answers(problems)
-    reasons, backend_reasons = {}, {}
+    reasons = {}
     for section, label in (("host", "host"), ("not-needed", "not needed")):
         for entry in data.get(section, []):
-            for field in ("reason", "test") + (("module", "keys") if section == "host" else ()):
+            for field in ("reason", "test", "keys") + (("module",) if section == "host" else ()):
                 if field not in entry:
                     problems.append(f"{DATA}: a [[{section}]] entry has no `{field}`")
-            if section == "not-needed" and ("keys" in entry) == ("backends" in entry):
-                problems.append(
-                    f"{DATA}: a [[not-needed]] entry names `keys` or `backends`, one of them"
-                )
-            for backend in entry.get("backends", []):
-                if not any(r.backend == backend for r in found):
-                    problems.append(
-                        f"{DATA}: the reference registers nothing for backend `{backend}`"
-                    )
-                backend_reasons[backend] = (label, entry)
             for test in (
                 [entry.get("test", "")]
                 if isinstance(entry.get("test"), str)
@@ -248,10 +239,15 @@ def ledger():
                 if key in reasons:
                     problems.append(f"{DATA}: `{key}` is answered twice")
                 reasons[key] = (label, entry)
-    gaps = data.get("not-ported", {})
-    if gaps.get("issue") != 43:
-        problems.append(f"{DATA}: [not-ported] names no issue (`issue = 43`)")
-    not_ported = {entry["key"]: entry.get("note", "") for entry in gaps.get("keys", [])}
+    not_ported = {}
+    for group in data.get("not-ported", []):
+        issue = group.get("issue")
+        if not isinstance(issue, int):
+            problems.append(f"{DATA}: a [[not-ported]] group names no issue (`issue = N`)")
+        for entry in group.get("keys", []):
+            if entry["key"] in not_ported:
+                problems.append(f"{DATA}: `{entry['key']}` is listed as not ported twice")
+            not_ported[entry["key"]] = (issue, entry.get("note", ""))
     named = [(key, f"plugin {p}") for key, plugins in by_plugin.items() for p in plugins]
     named += [(key, f"{DATA} [[{label}]]") for key, (label, _) in reasons.items()]
     named += [(key, f"{DATA} [not-ported]") for key in not_ported]
@@ -262,7 +258,7 @@ def ledger():
     rows = []
     for r in found:
         plugins = by_plugin.get(r.key, [])
-        reason = reasons.get(r.key) or backend_reasons.get(r.backend)
+        reason = reasons.get(r.key)
         if reason and r.key in not_ported:
             problems.append(f"`{r.key}` has a reason in {DATA} and is listed as not ported")
         if plugins and r.key in not_ported:
@@ -283,15 +279,13 @@ def ledger():
                 f"{where}{entry.get('reason', '')} (test: {', '.join(f'`{t}`' for t in tests)})"
             )
         elif r.key in not_ported:
-            status, answer = (
-                "NOT ANSWERED",
-                f"not ported (#43){': ' + not_ported[r.key] if not_ported[r.key] else ''}",
-            )
+            issue, note = not_ported[r.key]
+            status, answer = "NOT ANSWERED", f"not ported (#{issue}){': ' + note if note else ''}"
         else:
             status, answer = "NOT ANSWERED", "**no answer and not a known gap**"
             problems.append(
                 f"`{r.key}` ({r.source}): no plugin's [reference] answers it and {DATA} gives no reason "
-                f"(answer it, or list it under [not-ported] with issue #43)"
+                f"(answer it, or list it under a [[not-ported]] group with the issue that ports it)"
             )
         rows.append((r, status, answer))
     return rows, problems
@@ -324,7 +318,7 @@ def render(rows):
         f"- answered by a plugin: {counts['plugin']}",
         f"- answered by the host (no plugin): {counts['host']}",
         f"- not needed (a tested reason): {counts['not needed']}",
-        f"- NOT ANSWERED (known gaps, issue #43): {counts['NOT ANSWERED']}",
+        f"- NOT ANSWERED (known gaps, each with the open issue that ports it): {counts['NOT ANSWERED']}",
         "",
     ]
     per_backend = defaultdict(lambda: defaultdict(int))

@@ -1,7 +1,15 @@
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
-    let cli = hfx::cli::Cli::parse();
+    let cli = match hfx::cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        // `--help` and `--version` print to stdout, whole.
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            eprintln!("{}", usage_error_line(&e.render().to_string()));
+            std::process::exit(e.exit_code())
+        }
+    };
     let level = match cli.verbose {
         0 => "warn",
         1 => "info",
@@ -42,6 +50,20 @@ fn main() -> std::process::ExitCode {
         Err(panic) if stdout_closed(panic.as_ref()) => std::process::ExitCode::SUCCESS,
         Err(panic) => std::panic::resume_unwind(panic),
     }
+}
+
+/// A command-line error in one line: clap's message, then its tips and
+/// suggestions in parentheses; its usage lines are left to `--help`.
+fn usage_error_line(rendered: &str) -> String {
+    let mut lines = rendered.lines().map(str::trim).filter(|l| {
+        !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("For more information")
+    });
+    let mut line = lines.next().unwrap_or("error: invalid arguments").to_string();
+    for more in lines {
+        line.push_str(&format!(" ({more})"));
+    }
+    line.push_str(" (--help lists the options)");
+    line
 }
 
 /// Whether a panic is `println!`'s on a stdout whose reader has gone.
