@@ -57,6 +57,8 @@ impl Default for Int4Options {
 pub struct QuantizeReport {
     /// The scheme's name (`int4`); None when nothing was asked.
     pub scheme: Option<String>,
+    /// What `int8-static` calibrated on (`MinMax over 8 generated samples`).
+    pub calibration: Option<String>,
     /// MatMuls made `MatMulNBits`, and embeddings (Gather) made
     /// `GatherBlockQuantized`.
     pub quantized: usize,
@@ -96,19 +98,20 @@ impl QuantizeReport {
             })
             .collect();
         format!(
-            "stage {:<18} {} MatMul(s) -> {}{}; left float: {}; weights {} -> {} bytes ({:.2}x)",
+            "stage {:<18} {} MatMul(s) -> {}{}{}; left float: {}; weights {} -> {} bytes ({:.2}x)",
             format!("quantize {}", self.scheme.as_deref().unwrap_or("")),
             self.quantized,
-            if self.scheme.as_deref() == Some("int4") {
-                "MatMulNBits"
-            } else {
-                "DynamicQuantizeMatMul"
+            match self.scheme.as_deref() {
+                Some("int4") => "MatMulNBits",
+                Some("int8-static") => "int8 QDQ (uint8 activations)",
+                _ => "DynamicQuantizeMatMul",
             },
             if self.scheme.as_deref() == Some("int4") {
                 format!(", {} Gather(s) -> GatherBlockQuantized", self.gathers)
             } else {
                 String::new()
             },
+            self.calibration.as_ref().map(|c| format!(", calibrated: {c}")).unwrap_or_default(),
             if excluded.is_empty() { "none".to_string() } else { excluded.join("; ") },
             self.weight_bytes_before,
             self.weight_bytes_after,
@@ -151,7 +154,30 @@ pub enum Quantize {
     Int8Dynamic {
         exclude: Vec<String>,
     },
+    /// ONNX Runtime's QDQ format (`quantize_static(quant_format=QDQ,
+    /// per_channel=True)`): int8 weights per output channel behind a
+    /// `DequantizeLinear`, and each quantized MatMul's activation input
+    /// through a `QuantizeLinear` / `DequantizeLinear` pair (uint8, one scale
+    /// per tensor) whose scale and zero point calibration sets
+    /// ([`super::calibrate`]); written with scale 1 and zero point 0 until then.
+    Int8Static {
+        exclude: Vec<String>,
+        calibration: Calibration,
+    },
 }
+
+/// What `int8-static` calibrates on: `samples` inputs varied from the eager
+/// reference's (`--calibration-samples`), or the recorded inputs of a `.npz`
+/// file (`--calibration`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Calibration {
+    pub samples: u32,
+    pub file: Option<std::path::PathBuf>,
+}
+
+/// `--calibration-samples`'s default: ONNX Runtime's MinMax settles within a
+/// few samples of random tokens (see `verify::INT8_STATIC`).
+pub const CALIBRATION_SAMPLES: u32 = 8;
 
 impl Quantize {
     /// The scheme's name, as `--quantize` takes it.
@@ -159,13 +185,14 @@ impl Quantize {
         match self {
             Quantize::Int4(_) => "int4",
             Quantize::Int8Dynamic { .. } => "int8-dynamic",
+            Quantize::Int8Static { .. } => "int8-static",
         }
     }
 
     fn exclude(&self) -> &[String] {
         match self {
             Quantize::Int4(options) => &options.exclude,
-            Quantize::Int8Dynamic { exclude } => exclude,
+            Quantize::Int8Dynamic { exclude } | Quantize::Int8Static { exclude, .. } => exclude,
         }
     }
 }
@@ -202,7 +229,13 @@ pub fn run<'a>(
         init.header.data_type.and_then(DType::from_onnx).is_some_and(|d| FLOATS.contains(&d))
     };
     let mut excluded: Vec<(String, String)> = Vec::new();
-    let mut rewrites: Vec<(usize, Node, Vec<Initializer<'a>>, Option<String>)> = Vec::new();
+    // Per MatMul: its position, its rewrite, its new initializers, the
+    // transpose it read its weight through and the nodes that go before it.
+    let mut rewrites: Vec<(usize, Node, Vec<Initializer<'a>>, Option<String>, Vec<Node>)> =
+        Vec::new();
+    // int8-static's activations given a QuantizeLinear / DequantizeLinear pair.
+    let mut activations: HashSet<&str> = HashSet::new();
+    let constants: HashSet<&str> = index.keys().map(String::as_str).collect();
     // The weights reported left float, and those a MatMul quantized.
     let mut done: HashSet<String> = HashSet::new();
     let mut matmul_weights: HashSet<String> = HashSet::new();
@@ -215,7 +248,9 @@ pub fn run<'a>(
                 if is_float(init) {
                     let quantized = match quantize {
                         Quantize::Int4(options) => embedding(node, init, options),
-                        Quantize::Int8Dynamic { .. } => Err("embedding (Gather)".into()),
+                        Quantize::Int8Dynamic { .. } | Quantize::Int8Static { .. } => {
+                            Err("embedding (Gather)".into())
+                        }
                     };
                     match quantized {
                         Ok((node, new)) => {
@@ -251,12 +286,23 @@ pub fn run<'a>(
             let (k, n) = if stored_n_by_k { (d1, d0) } else { (d0, d1) };
             let weight =
                 Weight { name, source: streamed.0, stored: streamed.1, k, n, stored_n_by_k };
+            let alone = |(node, new)| (node, new, Vec::new());
             match quantize {
-                Quantize::Int4(options) => Ok(matmul_nbits(node, weight, streamed.2, options)),
-                Quantize::Int8Dynamic { .. } => dynamic_quantize_matmul(node, weight, streamed.2),
+                Quantize::Int4(options) => {
+                    Ok(alone(matmul_nbits(node, weight, streamed.2, options)))
+                }
+                Quantize::Int8Dynamic { .. } => {
+                    dynamic_quantize_matmul(node, weight, streamed.2).map(alone)
+                }
+                Quantize::Int8Static { .. } => {
+                    if constants.contains(node.inputs[0].as_str()) || node.function.is_some() {
+                        return Err("a MatMul of two constants or inside a function".into());
+                    }
+                    qdq_matmul(node, weight, streamed.2)
+                }
             }
         });
-        let (quantized, new) = match quantized {
+        let (quantized, new, mut before) = match quantized {
             Ok(quantized) => quantized,
             Err(why) => {
                 if done.insert(name.to_string()) {
@@ -265,10 +311,22 @@ pub fn run<'a>(
                 continue;
             }
         };
-        // A weight two MatMuls read is quantized once.
-        let new = if matmul_weights.insert(name.to_string()) { new } else { Vec::new() };
+        // A weight two MatMuls read is quantized once (and dequantized once).
+        let mut new = if matmul_weights.insert(name.to_string()) {
+            new
+        } else {
+            before.clear();
+            Vec::new()
+        };
+        // An activation several MatMuls read (q, k and v's) is quantized once.
+        let activation = &node.inputs[0];
+        if matches!(quantize, Quantize::Int8Static { .. }) && activations.insert(activation) {
+            let (pair, parameters) = activation_qdq(activation, node.function.clone());
+            before.extend(pair);
+            new.extend(parameters);
+        }
         let transpose = stored_n_by_k.then(|| b.to_string());
-        rewrites.push((position, quantized, new, transpose));
+        rewrites.push((position, quantized, new, transpose, before));
     }
     report.quantized += rewrites.len();
     report.gathers += gathers.len();
@@ -277,10 +335,22 @@ pub fn run<'a>(
         initializers.extend(new);
     }
     let mut unread = HashSet::new();
-    for (position, node, new, transpose) in rewrites {
+    let mut inserted: HashMap<usize, Vec<Node>> = HashMap::new();
+    for (position, node, new, transpose, before) in rewrites {
         nodes[position] = node;
         initializers.extend(new);
         unread.extend(transpose);
+        inserted.insert(position, before);
+    }
+    if !inserted.is_empty() {
+        // The nodes a rewrite reads go right before it: the graph stays in
+        // topological order (a MatMul's activation comes before it).
+        let mut placed = Vec::with_capacity(nodes.len() + 3 * inserted.len());
+        for (position, node) in std::mem::take(nodes).into_iter().enumerate() {
+            placed.extend(inserted.remove(&position).unwrap_or_default());
+            placed.push(node);
+        }
+        *nodes = placed;
     }
     // The transposes the MatMuls read their weights through, where nothing
     // else reads them.
@@ -365,6 +435,105 @@ fn contrib_matmul(
         attributes,
         function: node.function.clone(),
     }
+}
+
+/// Suffixes of the values and initializers `int8-static` adds per
+/// activation: `QuantizeLinear`'s output, `DequantizeLinear`'s (which the
+/// MatMuls read), the scale and the zero point calibration sets.
+pub const ACTIVATION_QUANTIZED: &str = "_activation_quantized";
+pub const ACTIVATION_DEQUANTIZED: &str = "_activation_dequantized";
+pub const ACTIVATION_SCALE: &str = "_activation_scale";
+pub const ACTIVATION_ZERO_POINT: &str = "_activation_zero_point";
+
+/// `node`, a float32 MatMul, reading `weight` quantized to int8 per output
+/// channel through a `DequantizeLinear` (axis 1: N), and its activation
+/// through the pair [`activation_qdq`] adds; the new MatMul, the weight's
+/// initializers and the `DequantizeLinear` that goes before it; or why it
+/// stays float.
+fn qdq_matmul<'a>(
+    node: &Node,
+    weight: Weight<'_, 'a>,
+    scale: DType,
+) -> Result<(Node, Vec<Initializer<'a>>, Vec<Node>), String> {
+    let Weight { name, source, stored, k, n, stored_n_by_k } = weight;
+    if scale != DType::Float32 {
+        // QuantizeLinear takes a float16 scale from opset 19 only; hfx writes 18.
+        return Err(format!("{} MatMul (int8-static quantizes float32 MatMuls)", scale.name()));
+    }
+    let weight = Int8Weight { k, n, stored_n_by_k, stored, scale };
+    let header = |suffix: &str, dtype: DType, dims: Vec<i64>| p::TensorProto {
+        dims,
+        data_type: dtype.onnx(),
+        name: Some(format!("{name}{suffix}")),
+        ..Default::default()
+    };
+    let mut new: Vec<Initializer<'a>> =
+        [(Int8Part::Values, "_quantized", DType::Int8), (Int8Part::Scales, "_scale", scale)]
+            .into_iter()
+            .map(|(part, suffix, dtype)| Initializer {
+                header: header(suffix, dtype, weight.dims(part)),
+                bytes: Bytes::Int8 { source, weight, part },
+            })
+            .collect();
+    // Symmetric: a zero point of 0 per channel, as `quantize_static` writes it.
+    new.push(Initializer {
+        header: header("_zero_point", DType::Int8, vec![n as i64]),
+        bytes: Bytes::Owned(vec![0; n]),
+    });
+    let dequantize = Node {
+        op_type: "DequantizeLinear".into(),
+        domain: String::new(),
+        inputs: new.iter().filter_map(|i| i.header.name.clone()).collect(),
+        outputs: vec![dequantized(name)],
+        attributes: vec![("axis".into(), Attribute::Int(1))],
+        function: node.function.clone(),
+    };
+    let mut matmul = node.clone();
+    matmul.inputs = vec![format!("{}{ACTIVATION_DEQUANTIZED}", node.inputs[0]), dequantized(name)];
+    Ok((matmul, new, vec![dequantize]))
+}
+
+/// The float weight `name` as its `DequantizeLinear` computes it.
+fn dequantized(name: &str) -> String {
+    format!("{name}_dequantized")
+}
+
+/// `QuantizeLinear(activation)` (uint8, one scale) and its
+/// `DequantizeLinear`, with the scale and zero point as initializers that
+/// calibration sets (1 and 0 until then). uint8: the asymmetric range of an
+/// activation (a SiLU's, a norm's output) uses all 256 levels, and u8 x s8
+/// is the product MLAS's x86 kernels compute natively (s8 x s8 is computed
+/// as u8 x s8 after shifting by 128).
+fn activation_qdq<'a>(
+    activation: &str,
+    function: Option<String>,
+) -> ([Node; 2], [Initializer<'a>; 2]) {
+    let name = |suffix: &str| format!("{activation}{suffix}");
+    let parameters = [
+        (ACTIVATION_SCALE, DType::Float32, 1f32.to_le_bytes().to_vec()),
+        (ACTIVATION_ZERO_POINT, DType::Uint8, vec![0]),
+    ]
+    .map(|(suffix, dtype, bytes)| Initializer {
+        header: p::TensorProto {
+            data_type: dtype.onnx(),
+            name: Some(name(suffix)),
+            ..Default::default()
+        },
+        bytes: Bytes::Owned(bytes),
+    });
+    let node = |op_type: &str, input: String, output: &str| Node {
+        op_type: op_type.into(),
+        domain: String::new(),
+        inputs: vec![input, name(ACTIVATION_SCALE), name(ACTIVATION_ZERO_POINT)],
+        outputs: vec![name(output)],
+        attributes: Vec::new(),
+        function: function.clone(),
+    };
+    let pair = [
+        node("QuantizeLinear", activation.to_string(), ACTIVATION_QUANTIZED),
+        node("DequantizeLinear", name(ACTIVATION_QUANTIZED), ACTIVATION_DEQUANTIZED),
+    ];
+    (pair, parameters)
 }
 
 /// `node` as `DynamicQuantizeMatMul` over `weight` quantized to int8 per

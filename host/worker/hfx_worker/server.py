@@ -20,10 +20,12 @@ import traceback
 from . import confine, protocol
 from .checkpoint import SideWeights
 from .errors import classify
+from .calibrate import calibrate
 from .generation import capture_generation, generate_check
 from .import_memo import ImportStructureMemo
 from .lower import edge_program, lower
 from .messages import (
+    Calibrate,
     CaptureGeneration,
     CaptureProgram,
     CaptureValues,
@@ -125,6 +127,7 @@ METHODS = {
     "verify": (Verify, verify),
     "capture_generation": (CaptureGeneration, capture_generation),
     "generate_check": (GenerateCheck, generate_check),
+    "calibrate": (Calibrate, calibrate),
     "lower": (Lower, lower),
     "edge_program": (EdgeProgram, edge_program),
     "capture_values": (CaptureValues, capture_values),

@@ -1,0 +1,159 @@
+//! `--quantize int8-static`'s calibration, on a written model: the float
+//! model calibration runs (each activation's `QuantizeLinear` /
+//! `DequantizeLinear` pair bypassed, the activation a graph output), and the
+//! pairs' scales and zero points set from the ranges it measured, as ONNX
+//! Runtime's MinMax calibrator and `compute_scale_zp` set them (uint8,
+//! asymmetric, the range widened to hold 0).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use prost::Message;
+
+use super::proto as p;
+use super::quantize::{ACTIVATION_DEQUANTIZED, ACTIVATION_SCALE, ACTIVATION_ZERO_POINT};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CalibrateError {
+    #[error("reading {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("parsing {path}: {source}")]
+    Parse { path: PathBuf, source: prost::DecodeError },
+    #[error("writing {path}: {source}")]
+    Write { path: PathBuf, source: std::io::Error },
+    #[error("{path}: no range measured for activation `{name}`")]
+    Unmeasured { path: PathBuf, name: String },
+}
+
+fn read(path: &Path) -> Result<p::ModelProto, CalibrateError> {
+    let bytes =
+        std::fs::read(path).map_err(|source| CalibrateError::Read { path: path.into(), source })?;
+    p::ModelProto::decode(bytes.as_slice())
+        .map_err(|source| CalibrateError::Parse { path: path.into(), source })
+}
+
+fn write(path: &Path, model: &p::ModelProto) -> Result<(), CalibrateError> {
+    crate::atomic::write_bytes_atomically(path, &model.encode_to_vec())
+        .map_err(|source| CalibrateError::Write { path: path.into(), source })
+}
+
+/// The activations of `model` that `int8-static` quantizes: each
+/// `QuantizeLinear` whose scale is an activation's, by the value it reads.
+fn activations(graph: &p::GraphProto) -> Vec<String> {
+    graph
+        .node
+        .iter()
+        .filter(|n| n.op_type.as_deref() == Some("QuantizeLinear"))
+        .filter(|n| n.input.get(1).is_some_and(|s| s.ends_with(ACTIVATION_SCALE)))
+        .map(|n| n.input[0].clone())
+        .collect()
+}
+
+/// Writes to `out` (beside `model`, whose external data it shares) the
+/// float model that calibration runs: `model` with each activation's
+/// quantize / dequantize pair bypassed and the activation an output, after
+/// the model's own outputs. Returns the activations, in graph order.
+pub fn calibration_model(model: &Path, out: &Path) -> Result<Vec<String>, CalibrateError> {
+    let mut proto = read(model)?;
+    let graph = proto.graph.get_or_insert_with(Default::default);
+    let activations = activations(graph);
+    let bypassed: HashMap<String, String> =
+        activations.iter().map(|a| (format!("{a}{ACTIVATION_DEQUANTIZED}"), a.clone())).collect();
+    graph.node.retain(|n| {
+        let quantize = n.op_type.as_deref() == Some("QuantizeLinear")
+            && n.input.get(1).is_some_and(|s| s.ends_with(ACTIVATION_SCALE));
+        let dequantize = n.op_type.as_deref() == Some("DequantizeLinear")
+            && n.output.first().is_some_and(|o| bypassed.contains_key(o));
+        !(quantize || dequantize)
+    });
+    for node in &mut graph.node {
+        for input in &mut node.input {
+            if let Some(activation) = bypassed.get(input) {
+                *input = activation.clone();
+            }
+        }
+    }
+    let float = p::TypeProto {
+        value: Some(p::type_proto::Value::TensorType(p::type_proto::Tensor {
+            elem_type: Some(p::tensor_proto::DataType::Float as i32),
+            shape: None,
+        })),
+        ..Default::default()
+    };
+    for activation in &activations {
+        graph.output.push(p::ValueInfoProto {
+            name: Some(activation.clone()),
+            r#type: Some(float.clone()),
+            ..Default::default()
+        });
+    }
+    write(out, &proto)?;
+    Ok(activations)
+}
+
+/// uint8 scale and zero point for values in `min..=max`, as ONNX Runtime's
+/// `compute_scale_zp` computes them (float32; the range widened to hold 0,
+/// so that 0, a padding's value, is exact; scale 1 for an all-zero range).
+pub fn scale_zero_point(min: f64, max: f64) -> (f32, u8) {
+    let (min, max) = ((min as f32).min(0.0), (max as f32).max(0.0));
+    let scale = (max - min) / 255.0;
+    if !scale.is_finite() || scale < f32::MIN_POSITIVE {
+        return (1.0, 0);
+    }
+    let zero_point = (-min / scale).round_ties_even().clamp(0.0, 255.0);
+    (scale, zero_point as u8)
+}
+
+/// Sets each activation's scale and zero point in the model at `path` from
+/// `ranges` (min, max by activation); every activation must have one.
+/// Returns how many were set.
+pub fn set_ranges(
+    path: &Path,
+    ranges: &HashMap<String, (f64, f64)>,
+) -> Result<usize, CalibrateError> {
+    let mut proto = read(path)?;
+    let graph = proto.graph.get_or_insert_with(Default::default);
+    let activations = activations(graph);
+    let mut parameters: HashMap<String, (f32, u8)> = HashMap::new();
+    for activation in &activations {
+        let Some(&(min, max)) = ranges.get(activation) else {
+            return Err(CalibrateError::Unmeasured { path: path.into(), name: activation.clone() });
+        };
+        parameters.insert(activation.clone(), scale_zero_point(min, max));
+    }
+    for init in &mut graph.initializer {
+        let Some(name) = init.name.as_deref() else { continue };
+        if let Some(activation) = name.strip_suffix(ACTIVATION_SCALE) {
+            if let Some((scale, _)) = parameters.get(activation) {
+                init.raw_data = Some(scale.to_le_bytes().to_vec());
+            }
+        } else if let Some(activation) = name.strip_suffix(ACTIVATION_ZERO_POINT) {
+            if let Some((_, zero_point)) = parameters.get(activation) {
+                init.raw_data = Some(vec![*zero_point]);
+            }
+        }
+    }
+    write(path, &proto)?;
+    Ok(activations.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// ONNX Runtime 1.32's `compute_scale_zp(rmin, rmax, 0, 255)` (uint8,
+    /// asymmetric) on these ranges, printed by
+    /// `[compute_scale_zp(np.float32(a), np.float32(b), 0, 255) for a, b in ...]`.
+    #[test]
+    fn scales_and_zero_points_are_onnx_runtimes() {
+        let (scale, zero_point) = scale_zero_point(-1.0, 3.0);
+        assert_eq!(zero_point, 64);
+        assert!((scale - 4.0 / 255.0).abs() < 1e-9);
+        // The range widened to hold 0.
+        assert_eq!(scale_zero_point(0.5, 2.0).1, 0);
+        assert_eq!(scale_zero_point(-2.0, -0.5).1, 255);
+        assert_eq!(scale_zero_point(0.0, 0.0), (1.0, 0));
+        let (scale, zero_point) = scale_zero_point(-0.3, 7.1);
+        assert_eq!((format!("{scale:.8}"), zero_point), ("0.02901961".into(), 10));
+    }
+}
