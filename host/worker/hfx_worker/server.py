@@ -18,9 +18,9 @@ import sys
 import traceback
 
 from . import confine, protocol
+from .calibrate import calibrate
 from .checkpoint import SideWeights
 from .errors import classify
-from .calibrate import calibrate
 from .generation import capture_generation, generate_check
 from .import_memo import ImportStructureMemo
 from .lower import edge_program, lower
