@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use prost::Message;
 
 use super::proto as p;
-use super::quantize::{ACTIVATION_DEQUANTIZED, ACTIVATION_SCALE, ACTIVATION_ZERO_POINT};
+use super::quantize::ACTIVATION_SCALE;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CalibrateError {
@@ -40,13 +40,13 @@ fn write(path: &Path, model: &p::ModelProto) -> Result<(), CalibrateError> {
 /// The activations of `model` that `int8-static` quantizes: each
 /// `QuantizeLinear` whose scale is an activation's, by the value it reads.
 fn activations(graph: &p::GraphProto) -> Vec<String> {
-    graph
-        .node
-        .iter()
-        .filter(|n| n.op_type.as_deref() == Some("QuantizeLinear"))
-        .filter(|n| n.input.get(1).is_some_and(|s| s.ends_with(ACTIVATION_SCALE)))
-        .map(|n| n.input[0].clone())
-        .collect()
+    graph.node.iter().filter(|n| is_activation_quantize(n)).map(|n| n.input[0].clone()).collect()
+}
+
+/// Whether `node` quantizes an activation (its scale is an activation's).
+fn is_activation_quantize(node: &p::NodeProto) -> bool {
+    node.op_type.as_deref() == Some("QuantizeLinear")
+        && node.input.get(1).is_some_and(|s| s.ends_with(ACTIVATION_SCALE))
 }
 
 /// Writes to `out` (beside `model`, whose external data it shares) the
@@ -57,11 +57,26 @@ pub fn calibration_model(model: &Path, out: &Path) -> Result<Vec<String>, Calibr
     let mut proto = read(model)?;
     let graph = proto.graph.get_or_insert_with(Default::default);
     let activations = activations(graph);
-    let bypassed: HashMap<String, String> =
-        activations.iter().map(|a| (format!("{a}{ACTIVATION_DEQUANTIZED}"), a.clone())).collect();
+    // Each pair's dequantized value, by the activation its quantize node
+    // reads: found by the nodes' links, whatever the passes after
+    // quantization named them.
+    let quantized: HashMap<&str, &str> = graph
+        .node
+        .iter()
+        .filter(|n| is_activation_quantize(n))
+        .filter_map(|n| Some((n.output.first()?.as_str(), n.input[0].as_str())))
+        .collect();
+    let bypassed: HashMap<String, String> = graph
+        .node
+        .iter()
+        .filter(|n| n.op_type.as_deref() == Some("DequantizeLinear"))
+        .filter_map(|n| {
+            let activation = quantized.get(n.input.first()?.as_str())?;
+            Some((n.output.first()?.clone(), activation.to_string()))
+        })
+        .collect();
     graph.node.retain(|n| {
-        let quantize = n.op_type.as_deref() == Some("QuantizeLinear")
-            && n.input.get(1).is_some_and(|s| s.ends_with(ACTIVATION_SCALE));
+        let quantize = is_activation_quantize(n);
         let dequantize = n.op_type.as_deref() == Some("DequantizeLinear")
             && n.output.first().is_some_and(|o| bypassed.contains_key(o));
         !(quantize || dequantize)
@@ -113,28 +128,30 @@ pub fn set_ranges(
 ) -> Result<usize, CalibrateError> {
     let mut proto = read(path)?;
     let graph = proto.graph.get_or_insert_with(Default::default);
-    let activations = activations(graph);
-    let mut parameters: HashMap<String, (f32, u8)> = HashMap::new();
-    for activation in &activations {
+    // The values of each quantize node's scale and zero point, by the
+    // initializers' names (named after the value first quantized, which a
+    // later pass may have bypassed: the node's input is what is measured).
+    let mut values: HashMap<String, Vec<u8>> = HashMap::new();
+    let mut activations = 0;
+    for node in graph.node.iter().filter(|n| is_activation_quantize(n)) {
+        let activation = &node.input[0];
         let Some(&(min, max)) = ranges.get(activation) else {
             return Err(CalibrateError::Unmeasured { path: path.into(), name: activation.clone() });
         };
-        parameters.insert(activation.clone(), scale_zero_point(min, max));
+        let (scale, zero_point) = scale_zero_point(min, max);
+        values.insert(node.input[1].clone(), scale.to_le_bytes().to_vec());
+        if let Some(name) = node.input.get(2) {
+            values.insert(name.clone(), vec![zero_point]);
+        }
+        activations += 1;
     }
     for init in &mut graph.initializer {
-        let Some(name) = init.name.as_deref() else { continue };
-        if let Some(activation) = name.strip_suffix(ACTIVATION_SCALE) {
-            if let Some((scale, _)) = parameters.get(activation) {
-                init.raw_data = Some(scale.to_le_bytes().to_vec());
-            }
-        } else if let Some(activation) = name.strip_suffix(ACTIVATION_ZERO_POINT) {
-            if let Some((_, zero_point)) = parameters.get(activation) {
-                init.raw_data = Some(vec![*zero_point]);
-            }
+        if let Some(value) = init.name.as_ref().and_then(|n| values.remove(n)) {
+            init.raw_data = Some(value);
         }
     }
     write(path, &proto)?;
-    Ok(activations.len())
+    Ok(activations)
 }
 
 #[cfg(test)]

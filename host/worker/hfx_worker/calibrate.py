@@ -261,8 +261,9 @@ def calibrate_generation(session, params, runners):
     if missing:
         raise ValueError(f"calibrate: no calibration model for {', '.join(missing)}")
     config = generation_config(model, max(params.steps, 1), generation.max_cache_len)
-    components = Components(model, component_runners, generation.modules)
     for sample in prompts:
+        # One `generate` per Components: its first forward call is the prefill.
+        components = Components(model, component_runners, generation.modules)
         with torch.no_grad(), components.in_place():
             model.generate(**copy.deepcopy(sample), generation_config=config)
     return len(prompts)
