@@ -173,4 +173,65 @@ mod tests {
         let (scale, zero_point) = scale_zero_point(-0.3, 7.1);
         assert_eq!((format!("{scale:.8}"), zero_point), ("0.02901961".into(), 10));
     }
+
+    fn node(op: &str, inputs: &[&str], output: &str) -> p::NodeProto {
+        p::NodeProto {
+            op_type: Some(op.into()),
+            input: inputs.iter().map(|i| i.to_string()).collect(),
+            output: vec![output.into()],
+            ..Default::default()
+        }
+    }
+
+    fn scalar(name: &str, data_type: p::tensor_proto::DataType, raw: Vec<u8>) -> p::TensorProto {
+        p::TensorProto {
+            name: Some(name.into()),
+            data_type: Some(data_type as i32),
+            raw_data: Some(raw),
+            ..Default::default()
+        }
+    }
+
+    /// An activation's pair, its quantize node reading a value other than
+    /// the one its parameters are named after (a later pass bypassed a
+    /// no-op Slice) and its dequantized value renamed: the calibration model
+    /// reads the activation itself and outputs it; the ranges then set the
+    /// pair's scale and zero point; a model whose activation has no range
+    /// is refused, naming it.
+    #[test]
+    fn the_calibration_model_bypasses_each_pair_and_ranges_set_its_parameters() {
+        use p::tensor_proto::DataType;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.onnx");
+        let model = p::ModelProto {
+            graph: Some(p::GraphProto {
+                node: vec![
+                    node("QuantizeLinear", &["mul", "s_activation_scale", "s_activation_zp"], "q"),
+                    node("DequantizeLinear", &["q", "s_activation_scale", "s_activation_zp"], "dq"),
+                    node("MatMul", &["dq", "w"], "out"),
+                ],
+                initializer: vec![
+                    scalar("s_activation_scale", DataType::Float, 1f32.to_le_bytes().to_vec()),
+                    scalar("s_activation_zp", DataType::Uint8, vec![0]),
+                ],
+                output: vec![p::ValueInfoProto { name: Some("out".into()), ..Default::default() }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        std::fs::write(&path, model.encode_to_vec()).unwrap();
+        let calibration = dir.path().join("m.calibration.onnx");
+        assert_eq!(calibration_model(&path, &calibration).unwrap(), ["mul"]);
+        let graph = read(&calibration).unwrap().graph.unwrap();
+        assert_eq!(graph.node, [node("MatMul", &["mul", "w"], "out")]);
+        let outputs: Vec<_> = graph.output.iter().filter_map(|o| o.name.as_deref()).collect();
+        assert_eq!(outputs, ["out", "mul"]);
+        let ranges = HashMap::from([("mul".to_string(), (-1.0, 3.0))]);
+        assert_eq!(set_ranges(&path, &ranges).unwrap(), 1);
+        let graph = read(&path).unwrap().graph.unwrap();
+        let raw: Vec<_> = graph.initializer.iter().map(|i| i.raw_data.clone().unwrap()).collect();
+        assert_eq!(raw, [(4f32 / 255.0).to_le_bytes().to_vec(), vec![64]]);
+        let error = set_ranges(&path, &HashMap::new()).unwrap_err();
+        assert!(error.to_string().ends_with("no range measured for activation `mul`"), "{error}");
+    }
 }

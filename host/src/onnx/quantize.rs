@@ -963,4 +963,83 @@ mod tests {
         assert_eq!((report.quantized, report.gathers), (1, 0));
         assert!(report.line().starts_with("stage quantize int8-dynamic 1 MatMul(s) -> DynamicQuantizeMatMul; left float: embedding (Gather): embed; float16"), "{}", report.line());
     }
+
+    /// int8-static: each MatMul over a float32 2-D weight reads it through a
+    /// `DequantizeLinear` (int8 K x N, a scale and a zero point of 0 per
+    /// output channel, axis 1) and its activation through one
+    /// `QuantizeLinear` / `DequantizeLinear` pair per activation (two
+    /// MatMuls reading `x` share one), each before the first node that reads
+    /// it; a float16 MatMul stays float, with why.
+    #[test]
+    fn int8_static_matmuls_read_dequantized_weights_and_activations() {
+        let (k, n) = (40usize, 8usize);
+        let floats: Vec<u8> =
+            (0..k * n).flat_map(|i| ((i as f32 * 0.37).sin()).to_le_bytes()).collect();
+        let perm = || vec![("perm", Attribute::Ints(vec![1, 0]))];
+        let mut nodes = vec![
+            node("Transpose", &["q.weight"], "qt", perm()),
+            node("MatMul", &["x", "qt"], "q", vec![]),
+            node("MatMul", &["x", "up"], "u", vec![]),
+            node("MatMul", &["q", "half"], "h", vec![]),
+        ];
+        let mut half = mapped("half", &[k as i64, n as i64], &floats[..k * n * 2]);
+        half.header.data_type = DType::Float16.onnx();
+        let mut initializers = vec![
+            mapped("q.weight", &[n as i64, k as i64], &floats),
+            mapped("up", &[k as i64, n as i64], &floats),
+            half,
+        ];
+        let mut report = QuantizeReport::default();
+        let calibration = Calibration { samples: 8, file: None };
+        let quantize = Quantize::Int8Static { exclude: Vec::new(), calibration };
+        run(&mut nodes, &mut initializers, &["h", "u"].into(), &quantize, &mut report);
+        let io = |n: &Node| (n.op_type.clone(), n.inputs.clone(), n.outputs[0].clone());
+        let strings = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let expected = [
+            (
+                "DequantizeLinear",
+                &["q.weight_quantized", "q.weight_scale", "q.weight_zero_point"][..],
+                "q.weight_dequantized",
+            ),
+            (
+                "QuantizeLinear",
+                &["x", "x_activation_scale", "x_activation_zero_point"],
+                "x_activation_quantized",
+            ),
+            (
+                "DequantizeLinear",
+                &["x_activation_quantized", "x_activation_scale", "x_activation_zero_point"],
+                "x_activation_dequantized",
+            ),
+            ("MatMul", &["x_activation_dequantized", "q.weight_dequantized"], "q"),
+            ("DequantizeLinear", &["up_quantized", "up_scale", "up_zero_point"], "up_dequantized"),
+            ("MatMul", &["x_activation_dequantized", "up_dequantized"], "u"),
+            ("MatMul", &["q", "half"], "h"),
+        ];
+        let expected: Vec<(String, Vec<String>, String)> =
+            expected.iter().map(|(op, i, o)| (op.to_string(), strings(i), o.to_string())).collect();
+        assert_eq!(nodes.iter().map(io).collect::<Vec<_>>(), expected);
+        assert_eq!(nodes[0].attribute("axis"), Some(&Attribute::Int(1)));
+        let init = |name: &str| {
+            initializers.iter().find(|i| i.header.name.as_deref() == Some(name)).unwrap()
+        };
+        let weight =
+            Int8Weight { k, n, stored_n_by_k: true, stored: DType::Float32, scale: DType::Float32 };
+        let mut values = Vec::new();
+        weight.write(&floats, Int8Part::Values, &mut values, None).unwrap();
+        assert_eq!(init("q.weight_quantized").bytes.to_vec(), values);
+        assert_eq!(init("q.weight_quantized").header.dims, [40, 8]);
+        assert_eq!(init("q.weight_zero_point").bytes.to_vec(), [0; 8]);
+        assert_eq!(init("q.weight_zero_point").header.data_type, DType::Int8.onnx());
+        // Scale 1 and zero point 0 until calibration sets them.
+        assert_eq!(init("x_activation_scale").bytes.to_vec(), 1f32.to_le_bytes());
+        assert_eq!(init("x_activation_zero_point").header.data_type, DType::Uint8.onnx());
+        assert!(init("x_activation_scale").header.dims.is_empty());
+        assert_eq!(
+            report.excluded,
+            [("half".into(), "float16 MatMul (int8-static quantizes float32 MatMuls)".into())]
+        );
+        assert_eq!(report.quantized, 2);
+        assert!(report.line().starts_with("stage quantize int8-static 2 MatMul(s) -> int8 QDQ (uint8 activations); left float"), "{}", report.line());
+    }
 }

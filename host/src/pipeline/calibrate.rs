@@ -97,14 +97,3 @@ pub fn run(
         None => format!("MinMax over {} generated sample(s)", reply.samples),
     })
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_calibration_model_goes_beside_the_component() {
-        let path = calibration_path(Path::new("out/decode.onnx"));
-        assert_eq!(path, Path::new("out/decode.calibration.onnx"));
-    }
-}
