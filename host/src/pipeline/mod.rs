@@ -638,12 +638,14 @@ fn export(run: Run, worker: &mut Option<Worker>, job: Job) -> Result<Component> 
     let artifact = job.output.file_name().unwrap_or(job.output.as_os_str());
     run.progress.step("emit", &artifact.to_string_lossy());
     let emit_started = Instant::now();
-    let staged = Staged::for_output(job.output, job.verify)?;
+    // Calibrated in the worker, which reads the staging folders only.
+    let calibrates = job.calibrate && calibration(&job.target.artifact).is_some();
+    let staged = Staged::for_output(job.output, job.verify || calibrates)?;
     let unchanged = job.input.traced().filter(|traced| {
         program.graph().changes() == changes_before && traced.summary.cached.is_none()
     });
     let mut emitted = emit_artifact(run, worker, &job, &mut program, unchanged, staged.path())?;
-    if let (true, Some(calibration)) = (job.calibrate, calibration(&job.target.artifact)) {
+    if let (true, Some(calibration)) = (calibrates, calibration(&job.target.artifact)) {
         let reference = match &job.input {
             Input::Traced(t) => t.reference.clone(),
             Input::Pt2(path) | Input::IrJson(path) => Some(reference_path(path)),
@@ -666,7 +668,12 @@ fn export(run: Run, worker: &mut Option<Worker>, job: Job) -> Result<Component> 
             staged.move_into_place(job.output)?;
             checked
         }
-        _ => (Vec::new(), Duration::ZERO),
+        _ => {
+            if calibrates {
+                staged.move_into_place(job.output)?;
+            }
+            (Vec::new(), Duration::ZERO)
+        }
     };
     let emit = emit_started.elapsed();
 
