@@ -328,7 +328,7 @@ fn an_int8_static_export_calibrated_on_a_file_runs_within_its_stated_tolerance()
     let result = export_pt2(dir.path(), &pt2, &out, &extra);
     let stdout = String::from_utf8_lossy(&result.stdout);
     assert!(result.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&result.stderr));
-    let tolerance = "int8-static tolerance: max abs error within 0.1 x each output's max |eager|";
+    let tolerance = "int8-static tolerance: max abs error within 0.15 x each output's max |eager|";
     assert!(stdout.contains(tolerance), "{stdout}");
     let calibrated = format!("calibrated: MinMax over 3 sample(s) of {}", samples.display());
     assert!(stdout.contains(&calibrated), "{stdout}");
@@ -351,8 +351,9 @@ fn an_int8_static_export_calibrated_on_a_file_runs_within_its_stated_tolerance()
     let component = &report["components"][0];
     let quantization = &component["optimization"]["quantization"];
     assert_eq!(quantization["scheme"], "int8-static");
+    assert_eq!(quantization["calibration"], calibrated["calibrated: ".len()..]);
     assert_eq!(quantization["excluded"][0]["reason"], "embedding (Gather)");
-    assert_eq!(component["parity"]["tolerance"], 0.1);
+    assert_eq!(component["parity"]["tolerance"], 0.15);
 }
 
 /// A `--calibration` file that is not what the model takes (arrays named
