@@ -229,10 +229,7 @@ pub fn run<'a>(
         init.header.data_type.and_then(DType::from_onnx).is_some_and(|d| FLOATS.contains(&d))
     };
     let mut excluded: Vec<(String, String)> = Vec::new();
-    // Per MatMul: its position, its rewrite, its new initializers, the
-    // transpose it read its weight through and the nodes that go before it.
-    let mut rewrites: Vec<(usize, Node, Vec<Initializer<'a>>, Option<String>, Vec<Node>)> =
-        Vec::new();
+    let mut rewrites: Vec<Rewrite<'a>> = Vec::new();
     // int8-static's activations given a QuantizeLinear / DequantizeLinear pair.
     let mut activations: HashSet<&str> = HashSet::new();
     let constants: HashSet<&str> = index.keys().map(String::as_str).collect();
@@ -360,6 +357,10 @@ pub fn run<'a>(
     report.excluded.extend(excluded);
     report.weight_bytes_after = read_weight_bytes(nodes, initializers);
 }
+
+/// A MatMul's rewrite: its position, the new node, its new initializers,
+/// the transpose it read its weight through and the nodes that go before it.
+type Rewrite<'a> = (usize, Node, Vec<Initializer<'a>>, Option<String>, Vec<Node>);
 
 /// A MatMul's 2-D weight, K x N as it reads it, and what it streams from.
 struct Weight<'w, 'a> {

@@ -649,7 +649,8 @@ fn export(run: Run, worker: &mut Option<Worker>, job: Job) -> Result<Component> 
         let reference = match &job.input {
             Input::Traced(t) => t.reference.clone(),
             Input::Pt2(path) | Input::IrJson(path) => Some(reference_path(path)),
-        };
+        }
+        .filter(|reference| reference.exists());
         let quantized = emitted.optimized.as_mut().filter(|(o, _)| o.quantized.any());
         if let Some((optimized, _)) = quantized {
             run.progress.step("calibrate", "int8-static activations in ONNX Runtime");
