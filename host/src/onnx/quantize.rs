@@ -1,6 +1,7 @@
-//! `--quantize int4`: weight-only quantization of an ONNX model's MatMuls,
-//! a pass of the optimizer ([`super::passes`]). Each `MatMul` whose B is a
-//! 2-D float weight of the checkpoint becomes `com.microsoft::MatMulNBits`
+//! `--quantize int4|int8-dynamic|int8-static`: quantization of an ONNX
+//! model's MatMuls, a pass of the optimizer ([`super::passes`]). With int4,
+//! each `MatMul` whose B is a 2-D float weight of the checkpoint becomes
+//! `com.microsoft::MatMulNBits`
 //! (4 bits, blocks of K), the node and initializers ONNX Runtime's
 //! `MatMulNBitsQuantizer` writes; each embedding, a `Gather` over such a
 //! weight, becomes `com.microsoft::GatherBlockQuantized` over the same
@@ -8,7 +9,11 @@
 //! `MatMulNBits` copy: `MatMulNBits` takes its B 3-D, the Gather 2-D). The
 //! weights' bytes are quantized as they stream to the file
 //! ([`crate::weights::quantize`]), so the model is never a float copy in
-//! memory.
+//! memory. int8-dynamic makes each MatMul `DynamicQuantizeMatMul`;
+//! int8-static writes ONNX Runtime's QDQ format (int8 weights behind
+//! `DequantizeLinear`, each activation through a `QuantizeLinear` /
+//! `DequantizeLinear` pair whose scale calibration sets:
+//! [`super::calibrate`]).
 //!
 //! It runs before constant folding and `store_weights_transposed`: a
 //! `torch.nn.Linear` weight then still reaches its MatMul through
