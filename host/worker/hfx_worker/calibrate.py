@@ -243,7 +243,14 @@ def calibrate_generation(session, params, runners):
     model, prompt = generation.model, generation.prompt
     if params.inputs is not None:
         like = {k: v for k, v in prompt.items() if torch.is_tensor(v)}
-        prompts = [{**prompt, **sample} for sample in file_samples(str(params.inputs), like)]
+        # A mask of ones is left-padded as the captured prompt was: `generate`
+        # drops such a mask, and the components take one.
+        prompts = [
+            left_padded(model, {**prompt, **sample})
+            if bool((sample.get("attention_mask", torch.zeros(1)) == 1).all())
+            else {**prompt, **sample}
+            for sample in file_samples(str(params.inputs), like)
+        ]
     else:
         tensors = {k: v for k, v in prompt.items() if torch.is_tensor(v)}
         prompts = [prompt] + [
