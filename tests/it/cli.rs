@@ -458,11 +458,17 @@ fn quantize_options_are_checked_before_any_work() {
     let cases: &[(&[&str], &str)] = &[
         (&["--backend", "dynamo", "--quantize", "int4"], "--quantize int4: quantization is written by the ONNX backend, not --backend dynamo: give --backend onnx"),
         (&["--backend", "onnx", "--quantize", "int4", "--no-optimize"], "which --no-optimize skips: drop one of them"),
-        (&["--backend", "onnx", "--quantize", "int3"], "--quantize int3: hfx quantizes `int4` and `int8-dynamic`"),
+        (&["--backend", "onnx", "--quantize", "int3"], "--quantize int3: hfx quantizes `int4`, `int8-dynamic` and `int8-static`"),
         (&["--backend", "onnx", "--quantize", "int4", "--quantize-block-size", "48"], "--quantize-block-size 48: give 32, 64 or 128"),
         (&["--backend", "onnx", "--quantize-exclude", "lm_head"], "tune --quantize: add --quantize int4"),
         (&["--backend", "onnx", "--quantize", "int8-dynamic", "--quantize-block-size", "64"], "--quantize-block-size, --quantize-asymmetric and --quantize-accuracy-level tune --quantize int4; int8-dynamic quantizes each output channel symmetrically: drop them"),
         (&["--backend", "onnx", "--quantize", "int4", "--quantize-accuracy-level", "5"], "--quantize-accuracy-level 5: give 0 (unset), 1 (float32), 2 (float16), 3 (bfloat16) or 4 (int8)"),
+        (&["--backend", "onnx", "--quantize", "int4", "--calibration-samples", "4"], "--calibration-samples and --calibration calibrate --quantize int8-static: add it, or drop them"),
+        (&["--backend", "onnx", "--quantize", "int8-static", "--calibration-samples", "0"], "--calibration-samples 0: give 1 to 1024"),
+        (&["--backend", "onnx", "--quantize", "int8-static", "--calibration", "absent.npz"], "--calibration absent.npz: no such file: give a .npz of the model's inputs, each with a leading sample axis"),
+        (&["--backend", "onnx", "--quantize", "int8-static", "--calibration", "run.toml", "--calibration-samples", "2"], "--calibration run.toml and --calibration-samples: the file's samples are the calibration inputs: give one of them"),
+        (&["--backend", "onnx", "--quantize", "int8-static", "--quantize-asymmetric"], "int8-static quantizes each output channel symmetrically: drop them"),
+        (&["--backend", "onnx", "--quantize", "int8-static", "--ort-fusions", "cpu"], "--quantize int8-static with --ort-fusions: the fusions match float MatMuls, which int8-static puts QDQ pairs around: drop one of them"),
     ];
     for (extra, expected) in cases {
         let args: Vec<&str> = model.iter().chain(extra.iter()).copied().collect();

@@ -661,3 +661,47 @@ fn an_int4_generation_export_reports_its_greedy_token_agreement() {
         "{stdout}"
     );
 }
+
+/// `--generation --dynamic --quantize int8-static --verify` from a model
+/// folder: both components are quantized and calibrated together, through
+/// `generate` (the decode component on caches its prefill wrote): every
+/// activation's scale is set (none left at 1, the lm_head's too, whose
+/// input a no-op Slice's removal renamed), the calibration models are gone,
+/// and the check reports the greedy-token agreement int8-static is held to.
+#[test]
+#[ignore = "full tier: int8-static composed with --generation (onnx::an_int8_static_export_calibrated_on_a_file_runs_within_its_stated_tolerance covers the quantizer, the calibration and its tolerance)"]
+fn an_int8_static_generation_export_is_calibrated_through_generate() {
+    use hfx::onnx::proto::ModelProto;
+    use prost::Message;
+    let root_dir = tempfile::tempdir().unwrap();
+    let model = model_folder("llama", root_dir.path());
+    let dir = root_dir.path().join("exported");
+    let stdout = generate_model(
+        "onnx",
+        &["--model-dir", model.to_str().unwrap()],
+        &dir,
+        &["--quantize", "int8-static", "--dynamic"],
+    );
+    let line = "int8 QDQ (uint8 activations), calibrated: MinMax over 8 generated sample(s)";
+    assert_eq!(stdout.matches(line).count(), 2, "{stdout}");
+    assert!(
+        stdout.contains("identical to eager `generate`")
+            || stdout.contains("greedy-token agreement"),
+        "{stdout}"
+    );
+    for component in ["prefill", "decode"] {
+        let path = dir.join(format!("{component}.onnx"));
+        let graph =
+            ModelProto::decode(std::fs::read(&path).unwrap().as_slice()).unwrap().graph.unwrap();
+        let scales: Vec<f32> = graph
+            .initializer
+            .iter()
+            .filter(|i| i.name.as_deref().is_some_and(|n| n.ends_with("_activation_scale")))
+            .map(|i| f32::from_le_bytes(i.raw_data.as_deref().unwrap().try_into().unwrap()))
+            .collect();
+        assert!(scales.len() >= 5, "{component}: {scales:?}");
+        assert!(scales.iter().all(|&s| s != 1.0 && s > 0.0), "{component}: {scales:?}");
+        assert!(!dir.join(format!("{component}.calibration.onnx")).exists());
+    }
+    assert_no_scratch_left(root_dir.path());
+}

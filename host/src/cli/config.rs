@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 
 use super::{parse_backend, RunArgs, MAX_WORKER_GIB, MIN_WORKER_GIB};
-use crate::onnx::quantize::{Int4Options, Quantize};
+use crate::onnx::quantize::{Calibration, Int4Options, Quantize, CALIBRATION_SAMPLES};
 use crate::pipeline::{Artifact, Destination, OnnxOptions, RunOptions, Source, Target, Trace};
 use crate::plugins::Backend;
 use crate::report::ReportTarget;
@@ -77,6 +77,8 @@ pub struct RunConfig {
     pub quantize_accuracy_level: Option<u8>,
     #[serde(default)]
     pub quantize_exclude: Vec<String>,
+    pub calibration_samples: Option<u32>,
+    pub calibration: Option<PathBuf>,
     /// A report of the run (`.html` or `.json`).
     pub report: Option<PathBuf>,
     /// Where traced programs are kept by what made them.
@@ -285,6 +287,9 @@ pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)>
             asymmetric: args.quantize_asymmetric || config.quantize_asymmetric,
             accuracy_level: args.quantize_accuracy_level.or(config.quantize_accuracy_level),
             exclude: [args.quantize_exclude, config.quantize_exclude].concat(),
+            calibration_samples: args.calibration_samples.or(config.calibration_samples),
+            calibration: args.calibration.or(config.calibration.map(rel)),
+            ort_fusions: args.ort_fusions.is_some(),
         },
         optimize,
         &backends,
@@ -429,6 +434,9 @@ fn is_json(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "json")
 }
 
+/// The most `--calibration-samples`: each is a run of the float model in the worker.
+const MAX_CALIBRATION_SAMPLES: u32 = 1024;
+
 /// `--quantize` and its options, each a flag or else the config's key.
 struct QuantizeArgs {
     scheme: Option<String>,
@@ -436,13 +444,30 @@ struct QuantizeArgs {
     asymmetric: bool,
     accuracy_level: Option<u8>,
     exclude: Vec<String>,
+    calibration_samples: Option<u32>,
+    calibration: Option<PathBuf>,
+    ort_fusions: bool,
 }
 
 /// `--quantize` and its options (flags over the config's keys), checked
 /// before any work: a scheme of the ONNX backend, which runs it among the
 /// optimizer's passes.
 fn quantize(given: QuantizeArgs, optimize: bool, backends: &[Backend]) -> Result<Option<Quantize>> {
-    let QuantizeArgs { scheme, block, asymmetric, accuracy_level, exclude } = given;
+    let QuantizeArgs {
+        scheme,
+        block,
+        asymmetric,
+        accuracy_level,
+        exclude,
+        calibration_samples,
+        calibration,
+        ort_fusions,
+    } = given;
+    if scheme.as_deref() != Some("int8-static")
+        && (calibration_samples.is_some() || calibration.is_some())
+    {
+        bail!("--calibration-samples and --calibration calibrate --quantize int8-static: add it, or drop them");
+    }
     let Some(scheme) = scheme else {
         if block.is_some() || asymmetric || accuracy_level.is_some() || !exclude.is_empty() {
             bail!("--quantize-block-size, --quantize-asymmetric, --quantize-accuracy-level and --quantize-exclude tune --quantize: add --quantize int4");
@@ -461,8 +486,32 @@ fn quantize(given: QuantizeArgs, optimize: bool, backends: &[Backend]) -> Result
         }
         return Ok(Some(Quantize::Int8Dynamic { exclude }));
     }
+    if scheme == "int8-static" {
+        if block.is_some() || asymmetric || accuracy_level.is_some() {
+            bail!("--quantize-block-size, --quantize-asymmetric and --quantize-accuracy-level tune --quantize int4; int8-static quantizes each output channel symmetrically: drop them");
+        }
+        if ort_fusions {
+            // The fusions' patterns match float MatMuls, which the QDQ pairs
+            // stand between.
+            bail!("--quantize int8-static with --ort-fusions: the fusions match float MatMuls, which int8-static puts QDQ pairs around: drop one of them");
+        }
+        let samples = match (calibration_samples, &calibration) {
+            (Some(_), Some(file)) => bail!("--calibration {} and --calibration-samples: the file's samples are the calibration inputs: give one of them", file.display()),
+            (Some(n), None) if !(1..=MAX_CALIBRATION_SAMPLES).contains(&n) => {
+                bail!("--calibration-samples {n}: give 1 to {MAX_CALIBRATION_SAMPLES}")
+            }
+            (n, _) => n.unwrap_or(CALIBRATION_SAMPLES),
+        };
+        if let Some(file) = &calibration {
+            if !file.is_file() {
+                bail!("--calibration {}: no such file: give a .npz of the model's inputs, each with a leading sample axis", file.display());
+            }
+        }
+        let calibration = Calibration { samples, file: calibration };
+        return Ok(Some(Quantize::Int8Static { exclude, calibration }));
+    }
     if scheme != "int4" {
-        bail!("--quantize {scheme}: hfx quantizes `int4` and `int8-dynamic`");
+        bail!("--quantize {scheme}: hfx quantizes `int4`, `int8-dynamic` and `int8-static`");
     }
     let block = block.unwrap_or(Int4Options::default().block);
     if ![32, 64, 128].contains(&block) {

@@ -287,7 +287,10 @@ pub struct RunArgs {
     /// excluded (`--quantize-exclude lm_head`, `--quantize-exclude model.embed_tokens`).
     /// `int8-dynamic` makes each such float32 MatMul a `com.microsoft::DynamicQuantizeMatMul`
     /// (int8 weights per output channel, activations quantized at run time, as ONNX Runtime's
-    /// `quantize_dynamic(per_channel=True)`); embeddings stay float.
+    /// `quantize_dynamic(per_channel=True)`); embeddings stay float. `int8-static` writes ONNX
+    /// Runtime's QDQ format (`quantize_static(quant_format=QDQ, per_channel=True)`): int8 weights
+    /// per output channel and each MatMul's activation quantized to uint8 with a scale calibrated
+    /// (MinMax) in ONNX Runtime on `--calibration-samples` generated inputs or `--calibration FILE`.
     #[arg(long, value_name = "SCHEME")]
     pub quantize: Option<String>,
     /// `--quantize int4`'s elements of K per block: 32, 64 or 128 [default: 32, as ONNX Runtime
@@ -307,6 +310,15 @@ pub struct RunArgs {
     /// weight name (`*.mlp.*`), one without also the weights under a module (`lm_head`).
     #[arg(long, value_name = "PATTERN")]
     pub quantize_exclude: Vec<String>,
+    /// `--quantize int8-static`'s generated calibration inputs: N samples varied from the traced
+    /// sample's (with `--generation`, N prompts generated from) [default: 8].
+    #[arg(long, value_name = "N")]
+    pub calibration_samples: Option<u32>,
+    /// `--quantize int8-static`'s recorded calibration inputs: a `.npz` (numpy.savez) of one
+    /// array per model input, named as the ONNX model's inputs (with `--generation`, as the
+    /// prompt's: `input_ids`, `attention_mask`), each with a leading sample axis.
+    #[arg(long, value_name = "FILE")]
+    pub calibration: Option<PathBuf>,
     /// Also write a report of the run: a self-contained page (`.html`) or its facts as JSON
     /// (`.json`): stage timeline, plugins and the nodes they changed, op histograms, parity.
     #[arg(long, value_name = "FILE")]

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+pub mod calibrate;
 pub mod emit;
 pub mod external;
 pub mod fold;

@@ -1,6 +1,7 @@
-//! `--quantize int4`: weight-only quantization of an ONNX model's MatMuls,
-//! a pass of the optimizer ([`super::passes`]). Each `MatMul` whose B is a
-//! 2-D float weight of the checkpoint becomes `com.microsoft::MatMulNBits`
+//! `--quantize int4|int8-dynamic|int8-static`: quantization of an ONNX
+//! model's MatMuls, a pass of the optimizer ([`super::passes`]). With int4,
+//! each `MatMul` whose B is a 2-D float weight of the checkpoint becomes
+//! `com.microsoft::MatMulNBits`
 //! (4 bits, blocks of K), the node and initializers ONNX Runtime's
 //! `MatMulNBitsQuantizer` writes; each embedding, a `Gather` over such a
 //! weight, becomes `com.microsoft::GatherBlockQuantized` over the same
@@ -8,7 +9,11 @@
 //! `MatMulNBits` copy: `MatMulNBits` takes its B 3-D, the Gather 2-D). The
 //! weights' bytes are quantized as they stream to the file
 //! ([`crate::weights::quantize`]), so the model is never a float copy in
-//! memory.
+//! memory. int8-dynamic makes each MatMul `DynamicQuantizeMatMul`;
+//! int8-static writes ONNX Runtime's QDQ format (int8 weights behind
+//! `DequantizeLinear`, each activation through a `QuantizeLinear` /
+//! `DequantizeLinear` pair whose scale calibration sets:
+//! [`super::calibrate`]).
 //!
 //! It runs before constant folding and `store_weights_transposed`: a
 //! `torch.nn.Linear` weight then still reaches its MatMul through
@@ -57,6 +62,8 @@ impl Default for Int4Options {
 pub struct QuantizeReport {
     /// The scheme's name (`int4`); None when nothing was asked.
     pub scheme: Option<String>,
+    /// What `int8-static` calibrated on (`MinMax over 8 generated samples`).
+    pub calibration: Option<String>,
     /// MatMuls made `MatMulNBits`, and embeddings (Gather) made
     /// `GatherBlockQuantized`.
     pub quantized: usize,
@@ -96,19 +103,20 @@ impl QuantizeReport {
             })
             .collect();
         format!(
-            "stage {:<18} {} MatMul(s) -> {}{}; left float: {}; weights {} -> {} bytes ({:.2}x)",
+            "stage {:<18} {} MatMul(s) -> {}{}{}; left float: {}; weights {} -> {} bytes ({:.2}x)",
             format!("quantize {}", self.scheme.as_deref().unwrap_or("")),
             self.quantized,
-            if self.scheme.as_deref() == Some("int4") {
-                "MatMulNBits"
-            } else {
-                "DynamicQuantizeMatMul"
+            match self.scheme.as_deref() {
+                Some("int4") => "MatMulNBits",
+                Some("int8-static") => "int8 QDQ (uint8 activations)",
+                _ => "DynamicQuantizeMatMul",
             },
             if self.scheme.as_deref() == Some("int4") {
                 format!(", {} Gather(s) -> GatherBlockQuantized", self.gathers)
             } else {
                 String::new()
             },
+            self.calibration.as_ref().map(|c| format!(", calibrated: {c}")).unwrap_or_default(),
             if excluded.is_empty() { "none".to_string() } else { excluded.join("; ") },
             self.weight_bytes_before,
             self.weight_bytes_after,
@@ -151,7 +159,30 @@ pub enum Quantize {
     Int8Dynamic {
         exclude: Vec<String>,
     },
+    /// ONNX Runtime's QDQ format (`quantize_static(quant_format=QDQ,
+    /// per_channel=True)`): int8 weights per output channel behind a
+    /// `DequantizeLinear`, and each quantized MatMul's activation input
+    /// through a `QuantizeLinear` / `DequantizeLinear` pair (uint8, one scale
+    /// per tensor) whose scale and zero point calibration sets
+    /// ([`super::calibrate`]); written with scale 1 and zero point 0 until then.
+    Int8Static {
+        exclude: Vec<String>,
+        calibration: Calibration,
+    },
 }
+
+/// What `int8-static` calibrates on: `samples` inputs varied from the eager
+/// reference's (`--calibration-samples`), or the recorded inputs of a `.npz`
+/// file (`--calibration`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Calibration {
+    pub samples: u32,
+    pub file: Option<std::path::PathBuf>,
+}
+
+/// `--calibration-samples`'s default: ONNX Runtime's MinMax settles within a
+/// few samples of random tokens (see `verify::INT8_STATIC`).
+pub const CALIBRATION_SAMPLES: u32 = 8;
 
 impl Quantize {
     /// The scheme's name, as `--quantize` takes it.
@@ -159,13 +190,14 @@ impl Quantize {
         match self {
             Quantize::Int4(_) => "int4",
             Quantize::Int8Dynamic { .. } => "int8-dynamic",
+            Quantize::Int8Static { .. } => "int8-static",
         }
     }
 
     fn exclude(&self) -> &[String] {
         match self {
             Quantize::Int4(options) => &options.exclude,
-            Quantize::Int8Dynamic { exclude } => exclude,
+            Quantize::Int8Dynamic { exclude } | Quantize::Int8Static { exclude, .. } => exclude,
         }
     }
 }
@@ -202,7 +234,10 @@ pub fn run<'a>(
         init.header.data_type.and_then(DType::from_onnx).is_some_and(|d| FLOATS.contains(&d))
     };
     let mut excluded: Vec<(String, String)> = Vec::new();
-    let mut rewrites: Vec<(usize, Node, Vec<Initializer<'a>>, Option<String>)> = Vec::new();
+    let mut rewrites: Vec<Rewrite<'a>> = Vec::new();
+    // int8-static's activations given a QuantizeLinear / DequantizeLinear pair.
+    let mut activations: HashSet<&str> = HashSet::new();
+    let constants: HashSet<&str> = index.keys().map(String::as_str).collect();
     // The weights reported left float, and those a MatMul quantized.
     let mut done: HashSet<String> = HashSet::new();
     let mut matmul_weights: HashSet<String> = HashSet::new();
@@ -215,7 +250,9 @@ pub fn run<'a>(
                 if is_float(init) {
                     let quantized = match quantize {
                         Quantize::Int4(options) => embedding(node, init, options),
-                        Quantize::Int8Dynamic { .. } => Err("embedding (Gather)".into()),
+                        Quantize::Int8Dynamic { .. } | Quantize::Int8Static { .. } => {
+                            Err("embedding (Gather)".into())
+                        }
                     };
                     match quantized {
                         Ok((node, new)) => {
@@ -251,12 +288,23 @@ pub fn run<'a>(
             let (k, n) = if stored_n_by_k { (d1, d0) } else { (d0, d1) };
             let weight =
                 Weight { name, source: streamed.0, stored: streamed.1, k, n, stored_n_by_k };
+            let alone = |(node, new)| (node, new, Vec::new());
             match quantize {
-                Quantize::Int4(options) => Ok(matmul_nbits(node, weight, streamed.2, options)),
-                Quantize::Int8Dynamic { .. } => dynamic_quantize_matmul(node, weight, streamed.2),
+                Quantize::Int4(options) => {
+                    Ok(alone(matmul_nbits(node, weight, streamed.2, options)))
+                }
+                Quantize::Int8Dynamic { .. } => {
+                    dynamic_quantize_matmul(node, weight, streamed.2).map(alone)
+                }
+                Quantize::Int8Static { .. } => {
+                    if constants.contains(node.inputs[0].as_str()) || node.function.is_some() {
+                        return Err("a MatMul of two constants or inside a function".into());
+                    }
+                    qdq_matmul(node, weight, streamed.2)
+                }
             }
         });
-        let (quantized, new) = match quantized {
+        let (quantized, new, mut before) = match quantized {
             Ok(quantized) => quantized,
             Err(why) => {
                 if done.insert(name.to_string()) {
@@ -265,10 +313,22 @@ pub fn run<'a>(
                 continue;
             }
         };
-        // A weight two MatMuls read is quantized once.
-        let new = if matmul_weights.insert(name.to_string()) { new } else { Vec::new() };
+        // A weight two MatMuls read is quantized once (and dequantized once).
+        let mut new = if matmul_weights.insert(name.to_string()) {
+            new
+        } else {
+            before.clear();
+            Vec::new()
+        };
+        // An activation several MatMuls read (q, k and v's) is quantized once.
+        let activation = &node.inputs[0];
+        if matches!(quantize, Quantize::Int8Static { .. }) && activations.insert(activation) {
+            let (pair, parameters) = activation_qdq(activation, node.function.clone());
+            before.extend(pair);
+            new.extend(parameters);
+        }
         let transpose = stored_n_by_k.then(|| b.to_string());
-        rewrites.push((position, quantized, new, transpose));
+        rewrites.push((position, quantized, new, transpose, before));
     }
     report.quantized += rewrites.len();
     report.gathers += gathers.len();
@@ -277,10 +337,22 @@ pub fn run<'a>(
         initializers.extend(new);
     }
     let mut unread = HashSet::new();
-    for (position, node, new, transpose) in rewrites {
+    let mut inserted: HashMap<usize, Vec<Node>> = HashMap::new();
+    for (position, node, new, transpose, before) in rewrites {
         nodes[position] = node;
         initializers.extend(new);
         unread.extend(transpose);
+        inserted.insert(position, before);
+    }
+    if !inserted.is_empty() {
+        // The nodes a rewrite reads go right before it: the graph stays in
+        // topological order (a MatMul's activation comes before it).
+        let mut placed = Vec::with_capacity(nodes.len() + 3 * inserted.len());
+        for (position, node) in std::mem::take(nodes).into_iter().enumerate() {
+            placed.extend(inserted.remove(&position).unwrap_or_default());
+            placed.push(node);
+        }
+        *nodes = placed;
     }
     // The transposes the MatMuls read their weights through, where nothing
     // else reads them.
@@ -290,6 +362,10 @@ pub fn run<'a>(
     report.excluded.extend(excluded);
     report.weight_bytes_after = read_weight_bytes(nodes, initializers);
 }
+
+/// A MatMul's rewrite: its position, the new node, its new initializers,
+/// the transpose it read its weight through and the nodes that go before it.
+type Rewrite<'a> = (usize, Node, Vec<Initializer<'a>>, Option<String>, Vec<Node>);
 
 /// A MatMul's 2-D weight, K x N as it reads it, and what it streams from.
 struct Weight<'w, 'a> {
@@ -365,6 +441,105 @@ fn contrib_matmul(
         attributes,
         function: node.function.clone(),
     }
+}
+
+/// Suffixes of the values and initializers `int8-static` adds per
+/// activation: `QuantizeLinear`'s output, `DequantizeLinear`'s (which the
+/// MatMuls read), the scale and the zero point calibration sets.
+pub const ACTIVATION_QUANTIZED: &str = "_activation_quantized";
+pub const ACTIVATION_DEQUANTIZED: &str = "_activation_dequantized";
+pub const ACTIVATION_SCALE: &str = "_activation_scale";
+pub const ACTIVATION_ZERO_POINT: &str = "_activation_zero_point";
+
+/// `node`, a float32 MatMul, reading `weight` quantized to int8 per output
+/// channel through a `DequantizeLinear` (axis 1: N), and its activation
+/// through the pair [`activation_qdq`] adds; the new MatMul, the weight's
+/// initializers and the `DequantizeLinear` that goes before it; or why it
+/// stays float.
+fn qdq_matmul<'a>(
+    node: &Node,
+    weight: Weight<'_, 'a>,
+    scale: DType,
+) -> Result<(Node, Vec<Initializer<'a>>, Vec<Node>), String> {
+    let Weight { name, source, stored, k, n, stored_n_by_k } = weight;
+    if scale != DType::Float32 {
+        // QuantizeLinear takes a float16 scale from opset 19 only; hfx writes 18.
+        return Err(format!("{} MatMul (int8-static quantizes float32 MatMuls)", scale.name()));
+    }
+    let weight = Int8Weight { k, n, stored_n_by_k, stored, scale };
+    let header = |suffix: &str, dtype: DType, dims: Vec<i64>| p::TensorProto {
+        dims,
+        data_type: dtype.onnx(),
+        name: Some(format!("{name}{suffix}")),
+        ..Default::default()
+    };
+    let mut new: Vec<Initializer<'a>> =
+        [(Int8Part::Values, "_quantized", DType::Int8), (Int8Part::Scales, "_scale", scale)]
+            .into_iter()
+            .map(|(part, suffix, dtype)| Initializer {
+                header: header(suffix, dtype, weight.dims(part)),
+                bytes: Bytes::Int8 { source, weight, part },
+            })
+            .collect();
+    // Symmetric: a zero point of 0 per channel, as `quantize_static` writes it.
+    new.push(Initializer {
+        header: header("_zero_point", DType::Int8, vec![n as i64]),
+        bytes: Bytes::Owned(vec![0; n]),
+    });
+    let dequantize = Node {
+        op_type: "DequantizeLinear".into(),
+        domain: String::new(),
+        inputs: new.iter().filter_map(|i| i.header.name.clone()).collect(),
+        outputs: vec![dequantized(name)],
+        attributes: vec![("axis".into(), Attribute::Int(1))],
+        function: node.function.clone(),
+    };
+    let mut matmul = node.clone();
+    matmul.inputs = vec![format!("{}{ACTIVATION_DEQUANTIZED}", node.inputs[0]), dequantized(name)];
+    Ok((matmul, new, vec![dequantize]))
+}
+
+/// The float weight `name` as its `DequantizeLinear` computes it.
+fn dequantized(name: &str) -> String {
+    format!("{name}_dequantized")
+}
+
+/// `QuantizeLinear(activation)` (uint8, one scale) and its
+/// `DequantizeLinear`, with the scale and zero point as initializers that
+/// calibration sets (1 and 0 until then). uint8: the asymmetric range of an
+/// activation (a SiLU's, a norm's output) uses all 256 levels, and u8 x s8
+/// is the product MLAS's x86 kernels compute natively (s8 x s8 is computed
+/// as u8 x s8 after shifting by 128).
+fn activation_qdq<'a>(
+    activation: &str,
+    function: Option<String>,
+) -> ([Node; 2], [Initializer<'a>; 2]) {
+    let name = |suffix: &str| format!("{activation}{suffix}");
+    let parameters = [
+        (ACTIVATION_SCALE, DType::Float32, 1f32.to_le_bytes().to_vec()),
+        (ACTIVATION_ZERO_POINT, DType::Uint8, vec![0]),
+    ]
+    .map(|(suffix, dtype, bytes)| Initializer {
+        header: p::TensorProto {
+            data_type: dtype.onnx(),
+            name: Some(name(suffix)),
+            ..Default::default()
+        },
+        bytes: Bytes::Owned(bytes),
+    });
+    let node = |op_type: &str, input: String, output: &str| Node {
+        op_type: op_type.into(),
+        domain: String::new(),
+        inputs: vec![input, name(ACTIVATION_SCALE), name(ACTIVATION_ZERO_POINT)],
+        outputs: vec![name(output)],
+        attributes: Vec::new(),
+        function: function.clone(),
+    };
+    let pair = [
+        node("QuantizeLinear", activation.to_string(), ACTIVATION_QUANTIZED),
+        node("DequantizeLinear", name(ACTIVATION_QUANTIZED), ACTIVATION_DEQUANTIZED),
+    ];
+    (pair, parameters)
 }
 
 /// `node` as `DynamicQuantizeMatMul` over `weight` quantized to int8 per
@@ -793,5 +968,84 @@ mod tests {
         );
         assert_eq!((report.quantized, report.gathers), (1, 0));
         assert!(report.line().starts_with("stage quantize int8-dynamic 1 MatMul(s) -> DynamicQuantizeMatMul; left float: embedding (Gather): embed; float16"), "{}", report.line());
+    }
+
+    /// int8-static: each MatMul over a float32 2-D weight reads it through a
+    /// `DequantizeLinear` (int8 K x N, a scale and a zero point of 0 per
+    /// output channel, axis 1) and its activation through one
+    /// `QuantizeLinear` / `DequantizeLinear` pair per activation (two
+    /// MatMuls reading `x` share one), each before the first node that reads
+    /// it; a float16 MatMul stays float, with why.
+    #[test]
+    fn int8_static_matmuls_read_dequantized_weights_and_activations() {
+        let (k, n) = (40usize, 8usize);
+        let floats: Vec<u8> =
+            (0..k * n).flat_map(|i| ((i as f32 * 0.37).sin()).to_le_bytes()).collect();
+        let perm = || vec![("perm", Attribute::Ints(vec![1, 0]))];
+        let mut nodes = vec![
+            node("Transpose", &["q.weight"], "qt", perm()),
+            node("MatMul", &["x", "qt"], "q", vec![]),
+            node("MatMul", &["x", "up"], "u", vec![]),
+            node("MatMul", &["q", "half"], "h", vec![]),
+        ];
+        let mut half = mapped("half", &[k as i64, n as i64], &floats[..k * n * 2]);
+        half.header.data_type = DType::Float16.onnx();
+        let mut initializers = vec![
+            mapped("q.weight", &[n as i64, k as i64], &floats),
+            mapped("up", &[k as i64, n as i64], &floats),
+            half,
+        ];
+        let mut report = QuantizeReport::default();
+        let calibration = Calibration { samples: 8, file: None };
+        let quantize = Quantize::Int8Static { exclude: Vec::new(), calibration };
+        run(&mut nodes, &mut initializers, &["h", "u"].into(), &quantize, &mut report);
+        let io = |n: &Node| (n.op_type.clone(), n.inputs.clone(), n.outputs[0].clone());
+        let strings = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let expected = [
+            (
+                "DequantizeLinear",
+                &["q.weight_quantized", "q.weight_scale", "q.weight_zero_point"][..],
+                "q.weight_dequantized",
+            ),
+            (
+                "QuantizeLinear",
+                &["x", "x_activation_scale", "x_activation_zero_point"],
+                "x_activation_quantized",
+            ),
+            (
+                "DequantizeLinear",
+                &["x_activation_quantized", "x_activation_scale", "x_activation_zero_point"],
+                "x_activation_dequantized",
+            ),
+            ("MatMul", &["x_activation_dequantized", "q.weight_dequantized"], "q"),
+            ("DequantizeLinear", &["up_quantized", "up_scale", "up_zero_point"], "up_dequantized"),
+            ("MatMul", &["x_activation_dequantized", "up_dequantized"], "u"),
+            ("MatMul", &["q", "half"], "h"),
+        ];
+        let expected: Vec<(String, Vec<String>, String)> =
+            expected.iter().map(|(op, i, o)| (op.to_string(), strings(i), o.to_string())).collect();
+        assert_eq!(nodes.iter().map(io).collect::<Vec<_>>(), expected);
+        assert_eq!(nodes[0].attribute("axis"), Some(&Attribute::Int(1)));
+        let init = |name: &str| {
+            initializers.iter().find(|i| i.header.name.as_deref() == Some(name)).unwrap()
+        };
+        let weight =
+            Int8Weight { k, n, stored_n_by_k: true, stored: DType::Float32, scale: DType::Float32 };
+        let mut values = Vec::new();
+        weight.write(&floats, Int8Part::Values, &mut values, None).unwrap();
+        assert_eq!(init("q.weight_quantized").bytes.to_vec(), values);
+        assert_eq!(init("q.weight_quantized").header.dims, [40, 8]);
+        assert_eq!(init("q.weight_zero_point").bytes.to_vec(), [0; 8]);
+        assert_eq!(init("q.weight_zero_point").header.data_type, DType::Int8.onnx());
+        // Scale 1 and zero point 0 until calibration sets them.
+        assert_eq!(init("x_activation_scale").bytes.to_vec(), 1f32.to_le_bytes());
+        assert_eq!(init("x_activation_zero_point").header.data_type, DType::Uint8.onnx());
+        assert!(init("x_activation_scale").header.dims.is_empty());
+        assert_eq!(
+            report.excluded,
+            [("half".into(), "float16 MatMul (int8-static quantizes float32 MatMuls)".into())]
+        );
+        assert_eq!(report.quantized, 2);
+        assert!(report.line().starts_with("stage quantize int8-static 2 MatMul(s) -> int8 QDQ (uint8 activations); left float"), "{}", report.line());
     }
 }

@@ -7,6 +7,7 @@
 //! [`run`] takes options fixed once ([`RunOptions`]) and returns a
 //! [`RunSummary`] the caller prints; it never prints the summary itself.
 
+pub mod calibrate;
 pub mod emit;
 pub mod folder;
 pub mod genai;
@@ -178,6 +179,7 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<Vec<RunSummary
                     input,
                     output: &output,
                     verify: options.verify,
+                    calibrate: true,
                 };
                 w.components.push(export(run, &mut worker, job)?);
             }
@@ -236,7 +238,8 @@ fn prepare(trace: &mut Trace, targets: &[Target], verify: bool, folder: Option<P
         _ if from_folder && !trace.load_weights => Weights::Streamed,
         _ => Weights::Side,
     };
-    trace.request.reference = verify || trace.request.weights != Weights::Streamed;
+    trace.request.reference =
+        verify || trace.request.weights != Weights::Streamed || targets.iter().any(calibrates);
     // Neither XNNPACK nor the portable kernels run transformers' grouped
     // experts (`_grouped_mm`, `histc`, `sort`): MoE experts run as
     // `batched_mm`, as the reference's `prepare_for_xnnpack` sets them.
@@ -341,7 +344,8 @@ fn export_traced(
     // reaped when `_killed` drops, at the end of this function (waiting for
     // a 700 MB process to go took 50 ms of the run).
     let mut _killed = None;
-    if options.verify || options.lowers_in_worker() {
+    if options.verify || options.lowers_in_worker() || written.iter().any(|w| calibrates(&w.target))
+    {
         *worker = Some(started);
     } else {
         _killed.insert(started).kill();
@@ -364,6 +368,7 @@ fn export_traced(
             input: Input::Traced(&traced),
             output: &output,
             verify: options.verify,
+            calibrate: true,
         };
         let mut component = export(run, worker, job)?;
         if let Some((layers, checks)) = &truncated {
@@ -429,7 +434,8 @@ fn export_for_generation(
             // output may differ from eager by design (a sliding window traced whole).
             let emit = move |worker: &mut Option<Worker>| -> Result<Exported> {
                 let input = Input::Traced(&traced);
-                let job = Job { target, name, input, output: &output, verify: false };
+                let job =
+                    Job { target, name, input, output: &output, verify: false, calibrate: false };
                 let component =
                     export(run, worker, job).with_context(|| format!("component `{name}`"))?;
                 Ok((component, traced.scratch))
@@ -448,6 +454,26 @@ fn export_for_generation(
         Ok(())
     })?;
     drop(traced_folders);
+    if let Some(calibration) = calibration(&target.artifact) {
+        progress.step("calibrate", "int8-static activations, generating through the components");
+        let written: Vec<(String, PathBuf)> = components
+            .iter()
+            .filter_map(|c| match &c.artifact {
+                Some(crate::trace::protocol::VerifyModel::Onnx { path }) => {
+                    Some((c.name.clone(), path.clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        let inputs = calibrate::Inputs::Generation { steps: asked.steps };
+        let worker = run.worker(worker)?;
+        let on = calibrate::run(worker, &written, calibration, inputs, options.verify_deadline)?;
+        for component in components.iter_mut() {
+            if let Some((optimized, _)) = component.optimized.as_mut() {
+                optimized.quantized.calibration = Some(on.clone());
+            }
+        }
+    }
     let genai_folder = match (asked.genai, &folder) {
         (true, Some(folder)) => {
             let decoder = target.artifact.folder_file(genai::DECODER);
@@ -521,6 +547,7 @@ fn verify_truncated(
             input: Input::Traced(&traced),
             output: &output,
             verify: true,
+            calibrate: true,
         };
         let component = export(run, worker, job).with_context(|| {
             format!("--verify-layers {layers}: the model's first {layers} layers")
@@ -545,6 +572,22 @@ fn files_in(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(entries.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.is_file()).collect())
 }
 
+/// `--quantize int8-static`'s calibration, where `artifact` asks for it.
+fn calibration(artifact: &Artifact) -> Option<&crate::onnx::quantize::Calibration> {
+    match artifact {
+        Artifact::Onnx(OnnxOptions {
+            quantize: Some(crate::onnx::quantize::Quantize::Int8Static { calibration, .. }),
+            ..
+        }) => Some(calibration),
+        _ => None,
+    }
+}
+
+/// Whether the target's artifact is calibrated in the worker (which stays for it).
+fn calibrates(target: &Target) -> bool {
+    calibration(&target.artifact).is_some()
+}
+
 /// The component of a single export, and its file's name in an export folder (`model.onnx`).
 const MODEL: &str = "model";
 
@@ -562,6 +605,9 @@ struct Job<'a> {
     output: &'a Path,
     /// Run the artifact in its runtime against eager before it moves into place.
     verify: bool,
+    /// Calibrate an `int8-static` artifact on its own (not a generation
+    /// component: those are calibrated together, through `generate`).
+    calibrate: bool,
 }
 
 /// One program from read to artifact: the backend's FX stages, emission,
@@ -592,11 +638,30 @@ fn export(run: Run, worker: &mut Option<Worker>, job: Job) -> Result<Component> 
     let artifact = job.output.file_name().unwrap_or(job.output.as_os_str());
     run.progress.step("emit", &artifact.to_string_lossy());
     let emit_started = Instant::now();
-    let staged = Staged::for_output(job.output, job.verify)?;
+    // Calibrated in the worker, which reads the staging folders only.
+    let calibrates = job.calibrate && calibration(&job.target.artifact).is_some();
+    let staged = Staged::for_output(job.output, job.verify || calibrates)?;
     let unchanged = job.input.traced().filter(|traced| {
         program.graph().changes() == changes_before && traced.summary.cached.is_none()
     });
-    let emitted = emit_artifact(run, worker, &job, &mut program, unchanged, staged.path())?;
+    let mut emitted = emit_artifact(run, worker, &job, &mut program, unchanged, staged.path())?;
+    if let (true, Some(calibration)) = (calibrates, calibration(&job.target.artifact)) {
+        let reference = match &job.input {
+            Input::Traced(t) => t.reference.clone(),
+            Input::Pt2(path) | Input::IrJson(path) => Some(reference_path(path)),
+        }
+        .filter(|reference| reference.exists());
+        let quantized = emitted.optimized.as_mut().filter(|(o, _)| o.quantized.any());
+        if let Some((optimized, _)) = quantized {
+            run.progress.step("calibrate", "int8-static activations in ONNX Runtime");
+            let components = [(job.name.to_string(), staged.path().to_path_buf())];
+            let inputs = calibrate::Inputs::Reference(reference.as_deref());
+            let deadline = run.options.verify_deadline;
+            let worker = run.worker(worker)?;
+            let on = calibrate::run(worker, &components, calibration, inputs, deadline)?;
+            optimized.quantized.calibration = Some(on);
+        }
+    }
     stages.extend(emitted.stages);
     let (verified, verify_time) = match (&emitted.runtime, job.verify) {
         (Some(runtime), true) => {
@@ -604,7 +669,12 @@ fn export(run: Run, worker: &mut Option<Worker>, job: Job) -> Result<Component> 
             staged.move_into_place(job.output)?;
             checked
         }
-        _ => (Vec::new(), Duration::ZERO),
+        _ => {
+            if calibrates {
+                staged.move_into_place(job.output)?;
+            }
+            (Vec::new(), Duration::ZERO)
+        }
     };
     let emit = emit_started.elapsed();
 

@@ -347,6 +347,14 @@ pub fn worker_sandbox(options: &super::options::RunOptions) -> crate::trace::San
         }
     }
     sandbox.read.extend(options.plugins.folders.iter().cloned());
+    // `--calibration FILE`: the recorded inputs `int8-static` calibrates on.
+    sandbox.read.extend(options.targets.iter().filter_map(|t| match &t.artifact {
+        super::options::Artifact::Onnx(super::options::OnnxOptions {
+            quantize: Some(crate::onnx::quantize::Quantize::Int8Static { calibration, .. }),
+            ..
+        }) => calibration.file.clone(),
+        _ => None,
+    }));
     if let Some(target) = options.targets.iter().find(|t| {
         matches!(t.artifact, super::options::Artifact::Pte(super::options::Pte::Delegated(_)))
     }) {

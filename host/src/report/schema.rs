@@ -187,6 +187,9 @@ pub struct Quantization {
     /// The model's weights' bytes as float and as written.
     pub weight_bytes_before: u64,
     pub weight_bytes_after: u64,
+    /// `int8-static`: what its activations were calibrated on.
+    #[serde(default)]
+    pub calibration: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -530,6 +533,7 @@ fn component(c: &Component, written: &Path) -> ComponentReport {
                     .collect(),
                 weight_bytes_before: o.quantized.weight_bytes_before,
                 weight_bytes_after: o.quantized.weight_bytes_after,
+                calibration: o.quantized.calibration.clone(),
             }),
         }),
         stages: c.stages.iter().map(stage).collect(),

@@ -51,6 +51,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("__init__.py", include_str!("../../worker/hfx_worker/__init__.py")),
     ("__main__.py", include_str!("../../worker/hfx_worker/__main__.py")),
     ("allowlist.json", include_str!("../../worker/hfx_worker/allowlist.json")),
+    ("calibrate.py", include_str!("../../worker/hfx_worker/calibrate.py")),
     ("checkpoint.py", include_str!("../../worker/hfx_worker/checkpoint.py")),
     ("confine.py", include_str!("../../worker/hfx_worker/confine.py")),
     ("errors.py", include_str!("../../worker/hfx_worker/errors.py")),

@@ -27,7 +27,7 @@ use crate::plugins::Versions;
 /// The protocol version: the first 32 bits of the SHA-256 of the messages'
 /// canonical form, written by `cargo run -p protocol-gen` (the worker's
 /// `messages.PROTOCOL` is the same number).
-pub const PROTOCOL: u64 = 3053062573;
+pub const PROTOCOL: u64 = 2772391316;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -393,6 +393,60 @@ pub struct GenerateStep {
     pub max_abs: Option<f64>,
     /// The logits within atol/rtol of eager's.
     pub ok: bool,
+}
+
+/// `calibrate`: the range (min and max over every sample) of each named
+/// activation of each component, run in ONNX Runtime as
+/// `--quantize int8-static` calibrates: on `samples` inputs varied from the
+/// eager reference's, or on the arrays of `inputs` (a `.npz`); with
+/// `generation`, through `generate` with the components in place of the
+/// model (a decode step on the cache its prefill wrote).
+#[derive(Debug, Clone, Serialize)]
+pub struct Calibrate {
+    pub components: BTreeMap<String, CalibrationModel>,
+    /// The eager reference whose inputs the generated samples vary (without `generation`).
+    pub reference: Option<PathBuf>,
+    pub samples: u32,
+    pub inputs: Option<PathBuf>,
+    pub generation: bool,
+    /// New tokens per generated sample (with `generation`).
+    pub steps: u32,
+}
+
+/// A component's float model with the activations to calibrate among its outputs.
+#[derive(Debug, Clone, Serialize)]
+pub struct CalibrationModel {
+    pub path: PathBuf,
+    pub activations: Vec<String>,
+}
+
+impl Method for Calibrate {
+    const NAME: &'static str = "calibrate";
+    type Reply = CalibrateReply;
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CalibrateReply {
+    pub components: Vec<CalibratedComponent>,
+    /// The samples calibrated on.
+    pub samples: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CalibratedComponent {
+    pub name: String,
+    pub ranges: Vec<ActivationRange>,
+}
+
+/// An activation's smallest and largest value over the samples.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActivationRange {
+    pub name: String,
+    pub min: f64,
+    pub max: f64,
 }
 
 /// `lower`: a `.pt2` (the program after hfx's FX stages) through ExecuTorch's

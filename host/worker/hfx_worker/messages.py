@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypedDict
 
 # The hash of the definition's canonical form; both ends check it at `hello`.
-PROTOCOL = 3053062573
+PROTOCOL = 2772391316
 
 
 @dataclass
@@ -333,6 +333,56 @@ class GenerateStep:
     max_abs: float | None
     # The logits within atol/rtol of eager's.
     ok: bool
+
+
+@dataclass
+class Calibrate:
+    """`calibrate`: the range (min and max over every sample) of each named
+    activation of each component, run in ONNX Runtime as
+    `--quantize int8-static` calibrates: on `samples` inputs varied from the
+    eager reference's, or on the arrays of `inputs` (a `.npz`); with
+    `generation`, through `generate` with the components in place of the
+    model (a decode step on the cache its prefill wrote)."""
+
+    NAME: ClassVar[str] = "`calibrate` request"
+    components: dict[str, CalibrationModel]
+    # The eager reference whose inputs the generated samples vary (without `generation`).
+    reference: str | None
+    samples: int
+    inputs: str | None
+    generation: bool
+    # New tokens per generated sample (with `generation`).
+    steps: int
+
+
+@dataclass
+class CalibrationModel:
+    """A component's float model with the activations to calibrate among its outputs."""
+
+    path: str
+    activations: list[str]
+
+
+@dataclass
+class CalibrateReply:
+    components: list[CalibratedComponent]
+    # The samples calibrated on.
+    samples: int
+
+
+@dataclass
+class CalibratedComponent:
+    name: str
+    ranges: list[ActivationRange]
+
+
+@dataclass
+class ActivationRange:
+    """An activation's smallest and largest value over the samples."""
+
+    name: str
+    min: float
+    max: float
 
 
 @dataclass

@@ -18,12 +18,14 @@ import sys
 import traceback
 
 from . import confine, protocol
+from .calibrate import calibrate
 from .checkpoint import SideWeights
 from .errors import classify
 from .generation import capture_generation, generate_check
 from .import_memo import ImportStructureMemo
 from .lower import edge_program, lower
 from .messages import (
+    Calibrate,
     CaptureGeneration,
     CaptureProgram,
     CaptureValues,
@@ -125,6 +127,7 @@ METHODS = {
     "verify": (Verify, verify),
     "capture_generation": (CaptureGeneration, capture_generation),
     "generate_check": (GenerateCheck, generate_check),
+    "calibrate": (Calibrate, calibrate),
     "lower": (Lower, lower),
     "edge_program": (EdgeProgram, edge_program),
     "capture_values": (CaptureValues, capture_values),

@@ -274,11 +274,12 @@ def none_at(kwargs, path):
     return value is None
 
 
-def component_runner(artifact, traced):
+def component_runner(artifact, traced, run=None):
     """(call(**kwargs) -> the model's output, providers) for an exported
     component, as the model is called: the kwargs it was traced with, its flat
     outputs rebuilt into the model's output (`CausalLMOutputWithPast`, its
-    cache) by the output spec the trace recorded."""
+    cache) by the output spec the trace recorded. `run`: an ONNX runner
+    (inputs → flat outputs) in place of the artifact's own."""
     import numpy as np
     import torch
     from torch.utils._pytree import tree_unflatten, treespec_loads
@@ -297,7 +298,13 @@ def component_runner(artifact, traced):
             spec,
         )
 
-    if isinstance(artifact, VerifyModelPt2):
+    if run is not None:
+
+        def call(**kwargs):
+            return rebuilt(run(kwargs))
+
+        providers = ["CPUExecutionProvider"]
+    elif isinstance(artifact, VerifyModelPt2):
         program = load_exported(artifact.path)
         module, in_spec = program.module(), program.call_spec.in_spec
 
