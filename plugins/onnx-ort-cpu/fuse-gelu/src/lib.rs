@@ -14,11 +14,16 @@
 //!   into a polynomial in `x` and the `Tanh`'s output, so any association
 //!   or order of the factors matches.
 //!
-//! A bias is a 1-D float initializer the size of `x`'s last axis, added to a
-//! computed `x` whose sum only the GELU reads. An erf `Gelu` without one
+//! The exact form spelled out, `0.5·x·(1 + erf(x/√2))` (as translated
+//! below opset 20), is matched the same way: `BiasGelu` over a biased input,
+//! else `com.microsoft::Gelu`.
+//!
+//! A bias is a 1-D float tensor the size of `x`'s last axis (ONNX Runtime's
+//! kernels broadcast it over the others), added to a computed `x` as wide,
+//! whose sum only the GELU reads. An erf `Gelu` without one
 //! stays the ONNX op: ONNX Runtime's `com.microsoft::Gelu` measured within
 //! noise of its `Gelu` (opset 20) kernel, so the rename buys nothing.
-//! Targets `Gelu`, and `Tanh` for the spelled-out form.
+//! Targets `Gelu`, and `Tanh` and `Erf` for the spelled-out forms.
 
 use std::collections::BTreeMap;
 
@@ -36,14 +41,15 @@ const DEPTH: u32 = 8;
 /// The most values tried as the formula's input.
 const CANDIDATES: usize = 16;
 
-#[hfx_sdk::onnx_ir_fix(targets = ["Gelu", "Tanh"])]
+#[hfx_sdk::onnx_ir_fix(targets = ["Gelu", "Tanh", "Erf"])]
 fn fuse_gelu(model: &Model, node: OnnxNodeId) -> Result<bool> {
     if !model.is_default_domain(node)? {
         return Ok(false);
     }
     let found = match model.op_type(node)?.as_str() {
         "Gelu" => gelu_op(model, node)?,
-        _ => tanh_formula(model, node)?,
+        "Tanh" => formula(model, node, true)?,
+        _ => formula(model, node, false)?,
     };
     let Some(gelu) = found else { return Ok(false) };
     // The input's type, or the result's (a GELU keeps it) when a translation left the input untyped.
@@ -55,7 +61,9 @@ fn fuse_gelu(model: &Model, node: OnnxNodeId) -> Result<bool> {
     let op = match (gelu.tanh, &bias) {
         (true, _) => "FastGelu",
         (false, Some(_)) => "BiasGelu",
-        (false, None) => return Ok(false),
+        // The ONNX op is one node already.
+        (false, None) if gelu.nodes.len() == 1 => return Ok(false),
+        (false, None) => "Gelu",
     };
     let inputs = match bias {
         Some((input, bias)) => vec![input, bias],
@@ -65,7 +73,7 @@ fn fuse_gelu(model: &Model, node: OnnxNodeId) -> Result<bool> {
     let (_, outputs) =
         model.add_node(op, "com.microsoft", &inputs, &[format!("{}_fused", gelu.output)], &[])?;
     model.replace_uses(&gelu.output, &outputs[0])?;
-    model.remove_unread(gelu.end)?;
+    remove_with_unread_inputs(model, gelu.end)?;
     Ok(true)
 }
 
@@ -93,23 +101,28 @@ fn gelu_op(model: &Model, gelu: OnnxNodeId) -> Result<Option<Gelu>> {
     Ok(Some(Gelu { x: x.clone(), tanh, output, end: gelu, nodes: vec![gelu] }))
 }
 
-/// The tanh approximation spelled out around `tanh`: its input a polynomial
-/// `√(2/π)·x + √(2/π)·0.044715·x³` in some `x` reached backwards from it, and
-/// a node after it (each step the only reader of the last) whose output is
-/// `0.5·x + 0.5·x·tanh`.
-fn tanh_formula(model: &Model, tanh: OnnxNodeId) -> Result<Option<Gelu>> {
-    let inputs = model.inputs(tanh)?;
+/// GELU spelled out around `node`, its `Tanh` (the approximation) or `Erf`
+/// (the exact form, as translated below opset 20): its input a polynomial
+/// in some `x` reached backwards from it (`√(2/π)·x + √(2/π)·0.044715·x³`,
+/// or `x/√2`), and a node after it (each step the only reader of the last)
+/// whose output is `0.5·x + 0.5·x·t`, `t` its result.
+fn formula(model: &Model, node: OnnxNodeId, tanh: bool) -> Result<Option<Gelu>> {
+    let inputs = model.inputs(node)?;
     let [inner] = inputs.as_slice() else { return Ok(None) };
-    let t = model.first_output(tanh)?;
-    let expected_inner = [((1, 0), SQRT_2_OVER_PI), ((3, 0), SQRT_2_OVER_PI * CUBIC)];
+    let t = model.first_output(node)?;
+    let expected_inner: &[((u32, u32), f64)] = if tanh {
+        &[((1, 0), SQRT_2_OVER_PI), ((3, 0), SQRT_2_OVER_PI * CUBIC)]
+    } else {
+        &[((1, 0), std::f64::consts::FRAC_1_SQRT_2)]
+    };
     let expected_outer = [((1, 0), 0.5), ((1, 1), 0.5)];
     for x in candidates(model, inner)? {
         let mut walk = Walk::new(model, &x, None);
-        if !walk.poly(inner, DEPTH)?.is_some_and(|p| same(&p, &expected_inner)) {
+        if !walk.poly(inner, DEPTH)?.is_some_and(|p| same(&p, expected_inner)) {
             continue;
         }
         let mut nodes = walk.nodes;
-        nodes.push(tanh);
+        nodes.push(node);
         let mut last = t.clone();
         for _ in 0..DEPTH {
             if model.is_graph_output(&last) {
@@ -122,7 +135,7 @@ fn tanh_formula(model: &Model, tanh: OnnxNodeId) -> Result<Option<Gelu>> {
             let Some(p) = walk.poly(&output, DEPTH)? else { break };
             nodes.extend(walk.nodes);
             if same(&p, &expected_outer) {
-                return Ok(Some(Gelu { x, tanh: true, output, end: *reader, nodes }));
+                return Ok(Some(Gelu { x, tanh, output, end: *reader, nodes }));
             }
             last = output;
         }
@@ -155,7 +168,7 @@ fn candidates(model: &Model, value: &str) -> Result<Vec<String>> {
 
 const ARITHMETIC: [&str; 6] = ["Add", "Sub", "Mul", "Div", "Neg", "Pow"];
 
-/// A polynomial in the formula's input `x` and the `Tanh`'s output `t`:
+/// A polynomial in the formula's input `x` and the `Tanh`'s or `Erf`'s output `t`:
 /// (exponent of `x`, exponent of `t`) → coefficient.
 type Poly = BTreeMap<(u32, u32), f64>;
 
@@ -278,8 +291,9 @@ impl<'m> Walk<'m> {
     }
 }
 
-/// `x` as `Add(input, bias)`, a bias a 1-D float initializer of `x`'s last
-/// axis' size and `input` computed, when only `pattern` reads `x`: `(input, bias)`.
+/// `x` as `Add(input, bias)`, a bias a 1-D float tensor of `x`'s last axis'
+/// size (a weight, as a linear layer's is) and `input` computed and as wide,
+/// when only `pattern` reads `x`: `(input, bias)`.
 fn split_bias(model: &Model, x: &str, pattern: &[OnnxNodeId]) -> Result<Option<(String, String)>> {
     let Some(add) = model.producer(x) else { return Ok(None) };
     if model.op_type(add)? != "Add" || !model.is_default_domain(add)? {
@@ -294,11 +308,9 @@ fn split_bias(model: &Model, x: &str, pattern: &[OnnxNodeId]) -> Result<Option<(
         return Ok(None);
     };
     let is_bias = |v: &str| {
-        model.producer(v).is_none()
-            && !model.is_graph_input(v)
-            && model.value_type(v).is_some_and(|t| {
-                t.elem_type == FLOAT && t.shape == Some(vec![OnnxDim::Fixed(last)])
-            })
+        model
+            .value_type(v)
+            .is_some_and(|t| t.elem_type == FLOAT && t.shape == Some(vec![OnnxDim::Fixed(last)]))
     };
     // The sum's other term must span the last axis itself, so the bias is
     // all that broadcasts (ONNX typing makes it float as the sum is).
@@ -316,7 +328,8 @@ fn split_bias(model: &Model, x: &str, pattern: &[OnnxNodeId]) -> Result<Option<(
 }
 
 /// The size of `value`'s last axis: from its type, or for a `MatMul`'s
-/// product (a translation's intermediate, untyped) from its right operand's.
+/// product (a translation's intermediate, untyped) from its right operand's
+/// (a weight, perhaps transposed by the translation).
 fn last_dim(model: &Model, value: &str) -> Option<OnnxDim> {
     if let Some(shape) = model.shape(value) {
         return shape.last().cloned();
@@ -325,7 +338,38 @@ fn last_dim(model: &Model, value: &str) -> Option<OnnxDim> {
     if model.op_type(producer).ok()? != "MatMul" || !model.is_default_domain(producer).ok()? {
         return None;
     }
-    let right = model.shape(model.inputs(producer).ok()?.get(1)?)?;
+    let right = model.inputs(producer).ok()?.get(1)?.clone();
+    let shape = match model.shape(&right) {
+        Some(shape) => shape,
+        None => transposed_shape(model, &right)?,
+    };
     // A 1-D right operand contracts away its only axis.
-    (right.len() >= 2).then(|| right.last().cloned()).flatten()
+    (shape.len() >= 2).then(|| shape.last().cloned()).flatten()
+}
+
+/// The shape of a `Transpose`'s result from its typed input's.
+fn transposed_shape(model: &Model, value: &str) -> Option<Vec<OnnxDim>> {
+    let transpose = model.producer(value)?;
+    if model.op_type(transpose).ok()? != "Transpose" {
+        return None;
+    }
+    let source = model.shape(model.inputs(transpose).ok()?.first()?)?;
+    match model.attribute(transpose, "perm").ok()? {
+        Some(Attribute::Ints(perm)) if perm.len() == source.len() => {
+            perm.iter().map(|&p| source.get(usize::try_from(p).ok()?).cloned()).collect()
+        }
+        None => Some(source.into_iter().rev().collect()),
+        Some(_) => None,
+    }
+}
+
+/// Removes `node`, whose result was rerouted (a graph output's name moved to
+/// the fused node), then what that leaves unread before it.
+fn remove_with_unread_inputs(model: &Model, node: OnnxNodeId) -> Result<()> {
+    let inputs = model.inputs(node)?;
+    model.remove_node(node)?;
+    for producer in inputs.iter().filter_map(|i| model.producer(i)) {
+        model.remove_unread(producer)?;
+    }
+    Ok(())
 }
