@@ -151,8 +151,7 @@ fn operand(
     let mut value = input.to_string();
     let mut reader = matmul;
     let mut transposed = false;
-    loop {
-        let Some(producer) = model.producer(&value) else { break };
+    while let Some(producer) = model.producer(&value) {
         if !model.is_default_domain(producer)?
             || model.is_graph_output(&value)
             || model.consumers(&value) != [reader]
