@@ -42,7 +42,12 @@ fn fuse_group_query_attention(model: &Model, softmax: OnnxNodeId) -> Result<bool
     let (query, _) = merged(model, &m.query, m.heads, m.head_dim)?;
     let (key, key_before) = merged(model, &m.key.new, m.kv_heads, m.head_dim)?;
     let (value, value_before) = merged(model, &m.value.new, m.kv_heads, m.head_dim)?;
-    let (seqlens_k, total) = lengths(model, &m, &query)?;
+    let rotation = match &m.key.past {
+        Some(_) => rotation(model, &query, &key, &m)?,
+        None => None,
+    };
+    // Of the query before a rotation: the rotation's caches will read them.
+    let lengths = lengths(model, &m, rotation.as_ref().map_or(&query, |r| &r.query))?;
     // A prefill's present is the new states: GQA's takes the graph output
     // only when its inputs were found before them (else it would read itself).
     let present = |cache: &Cache, found_before: bool| -> Result<bool> {
@@ -50,12 +55,23 @@ fn fuse_group_query_attention(model: &Model, softmax: OnnxNodeId) -> Result<bool
     };
     let (key_present, value_present) =
         (present(&m.key, key_before)?, present(&m.value, value_before)?);
-    let attributes = [
+    let mut attributes = vec![
         int_attribute("num_heads", m.heads),
         int_attribute("kv_num_heads", m.kv_heads),
         NamedAttribute { name: "scale".into(), value: Attribute::Float(m.scale as f32) },
     ];
+    let (query, key, rotary_inputs) = match &rotation {
+        Some(r) => {
+            attributes.push(int_attribute("do_rotary", 1));
+            attributes.push(int_attribute("rotary_interleaved", r.interleaved));
+            let (cos, sin) = (r.cos.clone(), r.sin.clone());
+            extend_rows(model, r.rows, &lengths.total_int64)?;
+            (r.query.clone(), r.key.clone(), [cos, sin, r.position_ids.clone()])
+        }
+        None => (query, key, Default::default()),
+    };
     let past = |cache: &Cache| cache.past.clone().unwrap_or_default();
+    let [cos, sin, position_ids] = rotary_inputs;
     let (_, outputs) = model.add_node(
         "GroupQueryAttention",
         "com.microsoft",
@@ -65,11 +81,11 @@ fn fuse_group_query_attention(model: &Model, softmax: OnnxNodeId) -> Result<bool
             value,
             past(&m.key),
             past(&m.value),
-            seqlens_k,
-            total,
-            String::new(),
-            String::new(),
-            String::new(),
+            lengths.seqlens_k,
+            lengths.total,
+            cos,
+            sin,
+            position_ids,
             m.bias.clone(),
         ],
         // Both presents, taken or not: ONNX Runtime's kernels write the cache into them.
@@ -107,6 +123,8 @@ fn fuse_group_query_attention(model: &Model, softmax: OnnxNodeId) -> Result<bool
         }
     }
     routed_around.extend(m.nodes.iter().copied());
+    // The rotations GQA does are unread once the pattern is gone.
+    routed_around.extend(rotation.iter().flat_map(|r| r.nodes));
     // From the pattern's end back: each node goes once nothing reads it.
     for node in routed_around.into_iter().rev() {
         model.remove_unread(node)?;
@@ -539,11 +557,8 @@ fn merged(model: &Model, x: &str, heads: i64, head_dim: i64) -> Result<(String, 
                             attributes.push(NamedAttribute { name: name.into(), value });
                         }
                     }
-                    // A partial rotation of a merged input needs the head count.
-                    if matches!(model.attribute(rotary, "rotary_embedding_dim")?, Some(Attribute::Int(d)) if d > 0)
-                    {
-                        attributes.push(int_attribute("num_heads", heads));
-                    }
+                    // The head count: a merged input's heads are not in its shape.
+                    attributes.push(int_attribute("num_heads", heads));
                     let mut rotary_inputs = vec![merged];
                     rotary_inputs.extend(rest.iter().cloned());
                     let (_, outputs) = model.add_node(
@@ -574,6 +589,136 @@ fn merged(model: &Model, x: &str, heads: i64, head_dim: i64) -> Result<(String, 
         .1
         .remove(0);
     Ok((merged, false))
+}
+
+/// The `com.microsoft::RotaryEmbedding`s that rotate GQA's query and key,
+/// which GQA does itself (`do_rotary`) on the same caches and position ids.
+struct Rotation {
+    /// The query and key before their rotation.
+    query: String,
+    key: String,
+    position_ids: String,
+    cos: String,
+    sin: String,
+    interleaved: i64,
+    /// The `Range` of the caches' rows: ONNX Runtime wants at least the
+    /// total length's rows.
+    rows: OnnxNodeId,
+    /// The two rotations, removed once nothing reads them.
+    nodes: [OnnxNodeId; 2],
+}
+
+/// The rotations of the merged `query` and `key` when GQA can do them
+/// itself: both a full rotation (`num_heads` given, no partial
+/// `rotary_embedding_dim`, no scale) of `[batch, length]` position ids and
+/// the same caches, whose rows are a `Range(0, rows, 1)`, and a head size
+/// that is a multiple of 16 (ONNX Runtime's rotating kernel's). Only after a
+/// past: in a first prompt ONNX Runtime rotates every row from the first
+/// row's first position, which a left-padded batch's rows do not share.
+fn rotation(model: &Model, query: &str, key: &str, m: &Attention) -> Result<Option<Rotation>> {
+    if m.head_dim % 16 != 0 {
+        return Ok(None);
+    }
+    let (Some(q), Some(k)) = (model.producer(query), model.producer(key)) else {
+        return Ok(None);
+    };
+    let mut found = vec![];
+    for (node, heads) in [(q, m.heads), (k, m.kv_heads)] {
+        if model.op_type(node)? != "RotaryEmbedding" || model.domain(node)? != "com.microsoft" {
+            return Ok(None);
+        }
+        let int = |name: &str| -> Result<Option<i64>> {
+            Ok(match model.attribute(node, name)? {
+                Some(Attribute::Int(v)) => Some(v),
+                _ => None,
+            })
+        };
+        let full = matches!(int("rotary_embedding_dim")?, None | Some(0));
+        let unscaled = match model.attribute(node, "scale")? {
+            Some(Attribute::Float(f)) => f == 1.0,
+            other => other.is_none(),
+        };
+        if int("num_heads")? != Some(heads)
+            || !full
+            || !unscaled
+            || !matches!(int("is_packed_batching")?, None | Some(0))
+        {
+            return Ok(None);
+        }
+        let inputs = model.inputs(node)?;
+        let [x, position_ids, cos, sin] = inputs.as_slice() else { return Ok(None) };
+        found.push((x.clone(), [position_ids.clone(), cos.clone(), sin.clone()], int("interleaved")?));
+    }
+    let (query_x, shared, interleaved) = found.remove(0);
+    let (key_x, key_shared, key_interleaved) = found.remove(0);
+    if shared != key_shared || interleaved != key_interleaved {
+        return Ok(None);
+    }
+    let [position_ids, cos, sin] = shared;
+    let ids_type = model.value_type(&position_ids);
+    let per_row = matches!(ids_type.as_ref().and_then(|t| t.shape.as_deref()), Some([_, _]));
+    if !per_row || ids_type.map(|t| t.elem_type) != Some(INT64) {
+        return Ok(None);
+    }
+    let (Some(rows), Some(sin_rows)) = (rows_range(model, &cos)?, rows_range(model, &sin)?) else {
+        return Ok(None);
+    };
+    if rows != sin_rows {
+        return Ok(None);
+    }
+    Ok(Some(Rotation {
+        query: query_x,
+        key: key_x,
+        position_ids,
+        cos,
+        sin,
+        interleaved: interleaved.unwrap_or(0),
+        rows,
+        nodes: [q, k],
+    }))
+}
+
+/// The `Range(0, rows, 1)` (int64) a cache's rows come from, through the
+/// nodes that compute the cache from it (each with one computed input:
+/// `Cos(Mul(Unsqueeze(Cast(Range)), inv_freq))`).
+fn rows_range(model: &Model, cache: &str) -> Result<Option<OnnxNodeId>> {
+    let mut value = cache.to_string();
+    for _ in 0..8 {
+        let Some(node) = model.producer(&value) else { return Ok(None) };
+        let inputs = model.inputs(node)?;
+        if model.op_type(node)? == "Range" && model.is_default_domain(node)? {
+            let [start, _, delta] = inputs.as_slice() else { return Ok(None) };
+            let int64 = |v: &str| model.constant(v, 1).map(|c| c.elem_type) == Some(INT64);
+            let counts = model.scalar(start) == Some(0.0) && model.scalar(delta) == Some(1.0);
+            return Ok((counts && int64(start) && int64(delta)).then_some(node));
+        }
+        let computed: Vec<&String> =
+            inputs.iter().filter(|i| model.producer(i).is_some()).collect();
+        let [input] = computed.as_slice() else { return Ok(None) };
+        value = (*input).clone();
+    }
+    Ok(None)
+}
+
+/// The caches' `range` counts at least `total` (an int64 scalar) rows: the
+/// rows past the largest position are never read, but ONNX Runtime checks
+/// that the caches cover the total length. Done once per range.
+fn extend_rows(model: &Model, range: OnnxNodeId, total: &str) -> Result<()> {
+    let inputs = model.inputs(range)?;
+    let [start, limit, delta] = inputs.as_slice() else { return Ok(()) };
+    if let Some(max) = model.producer(limit) {
+        if model.op_type(max)? == "Max" && model.inputs(max)?.iter().any(|i| i == total) {
+            return Ok(());
+        }
+    }
+    let output = model.first_output(range)?;
+    let node = |op: &str, inputs: &[String], hint: String| {
+        model.add_node(op, "", inputs, &[hint], &[]).map(|(_, mut o)| o.remove(0))
+    };
+    let rows = node("Max", &[limit.clone(), total.to_string()], format!("{limit}_at_least_total"))?;
+    let extended = node("Range", &[start.clone(), rows, delta.clone()], format!("{output}_gqa"))?;
+    model.replace_uses(&output, &extended)?;
+    model.remove_node(range)
 }
 
 /// `y` for `x` = `Transpose(Reshape(y, ·), [0,2,1,3])`, `y` `[batch, length,
@@ -631,11 +776,20 @@ fn split_heads(model: &Model, merged: &str, heads: i64, head_dim: i64) -> Result
         .remove(0))
 }
 
-/// `seqlens_k` (`[batch]`, the total length minus one in every row) and
-/// `total_sequence_length` (a scalar), int32, computed from the merged query's
-/// shape and the past's: `length = past_length + new_length`. Attentions
-/// whose shapes carry the same dims (a model's layers) share them.
-fn lengths(model: &Model, m: &Attention, query: &str) -> Result<(String, String)> {
+/// GQA's lengths, computed from the merged query's shape and the past's:
+/// `length = past_length + new_length`.
+struct Lengths {
+    /// `[batch]` int32, the total length minus one in every row.
+    seqlens_k: String,
+    /// The total length, an int32 scalar.
+    total: String,
+    /// The same, an int64 scalar.
+    total_int64: String,
+}
+
+/// The lengths of `m` (see [`Lengths`]). Attentions whose shapes carry the
+/// same dims (a model's layers) share them.
+fn lengths(model: &Model, m: &Attention, query: &str) -> Result<Lengths> {
     let dims = |v: &str, axes: &[usize]| -> Option<Vec<OnnxDim>> {
         let shape = model.shape(v)?;
         axes.iter().map(|&a| shape.get(a).cloned()).collect()
@@ -652,16 +806,22 @@ fn lengths(model: &Model, m: &Attention, query: &str) -> Result<(String, String)
         Some(name) => format!("group_query_attention_{name}"),
         None => format!("{query}_group_query_attention"),
     };
-    let (seqlens_name, total_name) =
-        (format!("{prefix}_seqlens_k"), format!("{prefix}_total_length"));
+    let found = Lengths {
+        seqlens_k: format!("{prefix}_seqlens_k"),
+        total: format!("{prefix}_total_length"),
+        total_int64: format!("{prefix}_total_length_int64"),
+    };
     let made_by = |name: &str, op: &str| -> Result<bool> {
         Ok(match model.producer(name) {
             Some(node) => model.op_type(node)? == op,
             None => false,
         })
     };
-    if made_by(&seqlens_name, "Expand")? && made_by(&total_name, "Squeeze")? {
-        return Ok((seqlens_name, total_name));
+    if made_by(&found.seqlens_k, "Expand")?
+        && made_by(&found.total, "Cast")?
+        && made_by(&found.total_int64, "Squeeze")?
+    {
+        return Ok(found);
     }
     let node = |op: &str, inputs: &[String], name: &str, attributes: &[NamedAttribute]| {
         model
@@ -685,15 +845,15 @@ fn lengths(model: &Model, m: &Attention, query: &str) -> Result<(String, String)
         }
         None => new_length,
     };
-    let to_int32 = int_attribute("to", INT32 as i64);
-    let written = node("Cast", &[length], &format!("{prefix}_length_int32"), &[to_int32])?;
-    let one = Constant { elem_type: INT32, dims: vec![1], data: ConstantData::Ints(vec![1]) };
-    let one = model.add_initializer("group_query_attention_one", &one)?;
-    let last = node("Sub", &[written.clone(), one], &format!("{prefix}_last"), &[])?;
-    let seqlens_k = node("Expand", &[last, batch], &seqlens_name, &[])?;
     let axis = ints_initializer(model, "group_query_attention_axis_0", &[0])?;
-    let total = node("Squeeze", &[written, axis], &total_name, &[])?;
-    Ok((seqlens_k, total))
+    let total_int64 = node("Squeeze", &[length, axis], &found.total_int64, &[])?;
+    let to_int32 = int_attribute("to", INT32 as i64);
+    let total = node("Cast", &[total_int64.clone()], &found.total, &[to_int32])?;
+    let one = Constant { elem_type: INT32, dims: vec![], data: ConstantData::Ints(vec![1]) };
+    let one = model.add_initializer("group_query_attention_one", &one)?;
+    let last = node("Sub", &[total.clone(), one], &format!("{prefix}_last"), &[])?;
+    let seqlens_k = node("Expand", &[last, batch], &found.seqlens_k, &[])?;
+    Ok(Lengths { seqlens_k, total, total_int64 })
 }
 
 /// A name for a list of dims when each is a size or a plain symbol (so equal
