@@ -539,8 +539,12 @@ fn merged_tail(
 /// heads·head_dim]`, and whether it was found before `x` (so it reads
 /// neither `x` nor what `x` depends on after the split): the graph's own
 /// merged form, rotated as `x` was when `x` is a `RotaryEmbedding` of the
-/// split; else the split undone.
+/// split (or of the transpose of a `[batch, length, heads, head_dim]` value,
+/// a per-head norm's, merged by a `Reshape`); else the split undone.
 fn merged(model: &Model, x: &str, heads: i64, head_dim: i64) -> Result<(String, bool)> {
+    if let Some(rotated) = without_empty_part(model, x)? {
+        return merged(model, &rotated, heads, head_dim);
+    }
     if let Some(merged) = before_split(model, x, heads, head_dim)? {
         return Ok((merged, true));
     }
@@ -548,7 +552,11 @@ fn merged(model: &Model, x: &str, heads: i64, head_dim: i64) -> Result<(String, 
         let inputs = model.inputs(rotary)?;
         if model.op_type(rotary)? == "RotaryEmbedding" && model.domain(rotary)? == "com.microsoft" {
             if let [split, rest @ ..] = inputs.as_slice() {
-                if let Some(merged) = before_split(model, split, heads, head_dim)? {
+                let merged = match before_split(model, split, heads, head_dim)? {
+                    Some(merged) => Some(merged),
+                    None => heads_second_merged(model, split, heads, head_dim)?,
+                };
+                if let Some(merged) = merged {
                     let mut attributes = vec![];
                     for name in
                         ["interleaved", "is_packed_batching", "rotary_embedding_dim", "scale"]
@@ -572,6 +580,9 @@ fn merged(model: &Model, x: &str, heads: i64, head_dim: i64) -> Result<(String, 
                 }
             }
         }
+    }
+    if let Some(merged) = partially_rotated_merged(model, x, heads, head_dim)? {
+        return Ok((merged, true));
     }
     let transposed = model
         .add_node(
@@ -647,7 +658,11 @@ fn rotation(model: &Model, query: &str, key: &str, m: &Attention) -> Result<Opti
         }
         let inputs = model.inputs(node)?;
         let [x, position_ids, cos, sin] = inputs.as_slice() else { return Ok(None) };
-        found.push((x.clone(), [position_ids.clone(), cos.clone(), sin.clone()], int("interleaved")?));
+        found.push((
+            x.clone(),
+            [position_ids.clone(), cos.clone(), sin.clone()],
+            int("interleaved")?,
+        ));
     }
     let (query_x, shared, interleaved) = found.remove(0);
     let (key_x, key_shared, key_interleaved) = found.remove(0);
@@ -719,6 +734,137 @@ fn extend_rows(model: &Model, range: OnnxNodeId, total: &str) -> Result<()> {
     let extended = node("Range", &[start.clone(), rows, delta.clone()], format!("{output}_gqa"))?;
     model.replace_uses(&output, &extended)?;
     model.remove_node(range)
+}
+
+/// `a` for `x` = `Concat(a, empty, axis -1)`, `empty` of no element on that
+/// axis: a rotation of every dim, traced as a partial one (its unrotated
+/// part empty).
+fn without_empty_part(model: &Model, x: &str) -> Result<Option<String>> {
+    let Some(concat) = model.producer(x) else { return Ok(None) };
+    if model.op_type(concat)? != "Concat"
+        || !model.is_default_domain(concat)?
+        || !matches!(model.attribute(concat, "axis")?, Some(Attribute::Int(-1 | 3)))
+    {
+        return Ok(None);
+    }
+    let parts = model.inputs(concat)?;
+    let [a, empty] = parts.as_slice() else { return Ok(None) };
+    let shapes = (model.shape(a), model.shape(empty));
+    Ok(match (shapes.0.as_deref(), shapes.1.as_deref()) {
+        (Some([_, _, _, _]), Some([_, _, _, OnnxDim::Fixed(0)])) => Some(a.clone()),
+        _ => None,
+    })
+}
+
+/// For a partial rotation `x` = `Concat(RotaryEmbedding(Slice(t, [0, r))),
+/// Slice(t, [r, head_dim)), axis -1)` of a split `t`: one `RotaryEmbedding`
+/// of `t`'s merged form rotating `r` of each head's dims.
+fn partially_rotated_merged(
+    model: &Model,
+    x: &str,
+    heads: i64,
+    head_dim: i64,
+) -> Result<Option<String>> {
+    let Some(concat) = model.producer(x) else { return Ok(None) };
+    if model.op_type(concat)? != "Concat"
+        || !model.is_default_domain(concat)?
+        || !matches!(model.attribute(concat, "axis")?, Some(Attribute::Int(-1 | 3)))
+    {
+        return Ok(None);
+    }
+    let parts = model.inputs(concat)?;
+    let [rotated, passed] = parts.as_slice() else { return Ok(None) };
+    let Some(rotary) = model.producer(rotated) else { return Ok(None) };
+    if model.op_type(rotary)? != "RotaryEmbedding"
+        || model.domain(rotary)? != "com.microsoft"
+        || !matches!(
+            model.attribute(rotary, "rotary_embedding_dim")?,
+            None | Some(Attribute::Int(0))
+        )
+    {
+        return Ok(None);
+    }
+    let rotary_inputs = model.inputs(rotary)?;
+    let [sliced, rest @ ..] = rotary_inputs.as_slice() else { return Ok(None) };
+    let (Some((t, 0, r)), Some((t_passed, r_passed, end))) =
+        (last_axis_slice(model, sliced)?, last_axis_slice(model, passed)?)
+    else {
+        return Ok(None);
+    };
+    if t != t_passed || r != r_passed || end < head_dim || r <= 0 || r >= head_dim || r % 2 != 0 {
+        return Ok(None);
+    }
+    let merged = match before_split(model, &t, heads, head_dim)? {
+        Some(merged) => merged,
+        None => match heads_second_merged(model, &t, heads, head_dim)? {
+            Some(merged) => merged,
+            None => return Ok(None),
+        },
+    };
+    let mut attributes =
+        vec![int_attribute("num_heads", heads), int_attribute("rotary_embedding_dim", r)];
+    for name in ["interleaved", "is_packed_batching", "scale"] {
+        if let Some(value) = model.attribute(rotary, name)? {
+            attributes.push(NamedAttribute { name: name.into(), value });
+        }
+    }
+    let mut inputs = vec![merged];
+    inputs.extend(rest.iter().cloned());
+    let (_, outputs) = model.add_node(
+        "RotaryEmbedding",
+        "com.microsoft",
+        &inputs,
+        &[format!("{x}_merged")],
+        &attributes,
+    )?;
+    Ok(Some(outputs[0].clone()))
+}
+
+/// `(data, start, end)` for `value` = `Slice(data, [start], [end], [-1 or
+/// 3], [1])` of a 4-D `data`.
+fn last_axis_slice(model: &Model, value: &str) -> Result<Option<(String, i64, i64)>> {
+    let Some(slice) = model.producer(value) else { return Ok(None) };
+    if model.op_type(slice)? != "Slice" || !model.is_default_domain(slice)? {
+        return Ok(None);
+    }
+    let inputs = model.inputs(slice)?;
+    let ints = |i: usize| inputs.get(i).filter(|v| !v.is_empty()).and_then(|v| model.ints(v));
+    let bound = |i: usize| match ints(i).as_deref() {
+        Some([b]) => Some(*b),
+        _ => None,
+    };
+    let (Some(start), Some(end)) = (bound(1), bound(2)) else { return Ok(None) };
+    let rank = model.shape(&inputs[0]).map(|s| s.len());
+    let on_last = matches!(ints(3).as_deref(), Some([-1]) | Some([3])) && rank == Some(4);
+    let unit_step = matches!(ints(4).as_deref(), None | Some([1]));
+    Ok((on_last && unit_step).then(|| (inputs[0].clone(), start, end)))
+}
+
+/// `Reshape(z, [0, 0, -1])` for `x` = `Transpose(z, [0,2,1,3])`, `z`
+/// `[batch, length, heads, head_dim]`.
+fn heads_second_merged(
+    model: &Model,
+    x: &str,
+    heads: i64,
+    head_dim: i64,
+) -> Result<Option<String>> {
+    let Some(transpose) = model.producer(x) else { return Ok(None) };
+    if model.op_type(transpose)? != "Transpose"
+        || !model.is_default_domain(transpose)?
+        || perm(model, transpose)? != Some(vec![0, 2, 1, 3])
+    {
+        return Ok(None);
+    }
+    let z = model.inputs(transpose)?[0].clone();
+    if !matches!(
+        model.shape(&z).as_deref(),
+        Some([_, _, OnnxDim::Fixed(h), OnnxDim::Fixed(d)]) if *h == heads && *d == head_dim
+    ) {
+        return Ok(None);
+    }
+    let shape = ints_initializer(model, "group_query_attention_merge", &[0, 0, -1])?;
+    let merged = model.add_node("Reshape", "", &[z, shape], &[format!("{x}_merged")], &[])?;
+    Ok(Some(merged.1[0].clone()))
 }
 
 /// `y` for `x` = `Transpose(Reshape(y, ·), [0,2,1,3])`, `y` `[batch, length,
