@@ -584,6 +584,12 @@ fn merged(model: &Model, x: &str, heads: i64, head_dim: i64) -> Result<(String, 
     if let Some(merged) = partially_rotated_merged(model, x, heads, head_dim)? {
         return Ok((merged, true));
     }
+    Ok((split_undone(model, x)?, false))
+}
+
+/// `x` (`[batch, heads, length, head_dim]`) transposed and reshaped to
+/// `[batch, length, heads·head_dim]`.
+fn split_undone(model: &Model, x: &str) -> Result<String> {
     let transposed = model
         .add_node(
             "Transpose",
@@ -595,11 +601,10 @@ fn merged(model: &Model, x: &str, heads: i64, head_dim: i64) -> Result<(String, 
         .1
         .remove(0);
     let shape = ints_initializer(model, "group_query_attention_merge", &[0, 0, -1])?;
-    let merged = model
+    Ok(model
         .add_node("Reshape", "", &[transposed, shape], &[format!("{x}_merged")], &[])?
         .1
-        .remove(0);
-    Ok((merged, false))
+        .remove(0))
 }
 
 /// The `com.microsoft::RotaryEmbedding`s that rotate GQA's query and key,
@@ -757,8 +762,9 @@ fn without_empty_part(model: &Model, x: &str) -> Result<Option<String>> {
 }
 
 /// For a partial rotation `x` = `Concat(RotaryEmbedding(Slice(t, [0, r))),
-/// Slice(t, [r, head_dim)), axis -1)` of a split `t`: one `RotaryEmbedding`
-/// of `t`'s merged form rotating `r` of each head's dims.
+/// Slice(t, [r, head_dim)), axis -1)` of `t` `[batch, heads, length,
+/// head_dim]`: one `RotaryEmbedding` of `t`'s merged form (the graph's, or
+/// the split undone) rotating `r` of each head's dims.
 fn partially_rotated_merged(
     model: &Model,
     x: &str,
@@ -794,11 +800,12 @@ fn partially_rotated_merged(
     if t != t_passed || r != r_passed || end < head_dim || r <= 0 || r >= head_dim || r % 2 != 0 {
         return Ok(None);
     }
+    // `t` is before `x`: so is its merged form, undone split or not.
     let merged = match before_split(model, &t, heads, head_dim)? {
         Some(merged) => merged,
         None => match heads_second_merged(model, &t, heads, head_dim)? {
             Some(merged) => merged,
-            None => return Ok(None),
+            None => split_undone(model, &t)?,
         },
     };
     let mut attributes =
