@@ -11,7 +11,8 @@
 //!   → Where(unattended, 0, ·) → [Reshape] → Transpose [0,2,1,3] → Reshape [batch, length, heads·head_dim]
 //! ```
 //!
-//! (the scale a `Mul` or `Div` by a constant, perhaps cast; the key's
+//! (the scale a `Mul` or `Div` by a constant, perhaps cast, or none when
+//! the query's merged form is scaled by a constant (folded into GQA's scale); the key's
 //! transpose perhaps `[0,2,3,1]` of its split form, two transposes merged)
 //!
 //! becomes `GroupQueryAttention(q, k, v, past_key, past_value, seqlens_k,
@@ -40,6 +41,7 @@ fn fuse_group_query_attention(model: &Model, softmax: OnnxNodeId) -> Result<bool
     let Some(m) = match_attention(model, softmax)? else { return Ok(false) };
     model.import_opset("com.microsoft", 1)?;
     let (query, _) = merged(model, &m.query, m.heads, m.head_dim)?;
+    let (query, scale) = unscaled(model, &query, m.scale)?;
     let (key, key_before) = merged(model, &m.key.new, m.kv_heads, m.head_dim)?;
     let (value, value_before) = merged(model, &m.value.new, m.kv_heads, m.head_dim)?;
     let rotation = match &m.key.past {
@@ -58,7 +60,7 @@ fn fuse_group_query_attention(model: &Model, softmax: OnnxNodeId) -> Result<bool
     let mut attributes = vec![
         int_attribute("num_heads", m.heads),
         int_attribute("kv_num_heads", m.kv_heads),
-        NamedAttribute { name: "scale".into(), value: Attribute::Float(m.scale as f32) },
+        NamedAttribute { name: "scale".into(), value: Attribute::Float(scale as f32) },
     ];
     let (query, key, rotary_inputs) = match &rotation {
         Some(r) => {
@@ -202,6 +204,17 @@ fn match_attention(model: &Model, softmax: OnnxNodeId) -> Result<Option<Attentio
             break;
         }
     }
+    // Unscaled scores (the query scaled before, as OPT's).
+    for (scores, bias) in [(a, b), (b, a)] {
+        if found.is_some() {
+            break;
+        }
+        if let Some(matmul) = model.producer(scores) {
+            if model.op_type(matmul)? == "MatMul" && model.is_default_domain(matmul)? {
+                found = Some(((matmul, 1.0, None), bias.clone(), scores.clone()));
+            }
+        }
+    }
     let Some(((matmul, scale, scale_node), bias, scores)) = found else { return Ok(None) };
     if model.consumers(&scores) != [add] {
         return Ok(None);
@@ -223,7 +236,8 @@ fn match_attention(model: &Model, softmax: OnnxNodeId) -> Result<Option<Attentio
     if *weights != model.first_output(softmax)? {
         return Ok(None);
     }
-    let mut nodes = vec![softmax, add, scale_node, matmul, transpose, weighted];
+    let mut nodes = vec![softmax, add, matmul, transpose, weighted];
+    nodes.extend(scale_node);
     let mut output = model.first_output(weighted)?;
     let mut unattended = None;
     if let Some(zeroed) = model.only_reader(weighted, "Where")? {
@@ -340,9 +354,32 @@ fn transposed_key(model: &Model, transpose: OnnxNodeId) -> Result<Option<String>
     }
 }
 
+/// The merged query before a scaling by a constant (`Mul(q, c)`, either
+/// side), and the attention's scale times `c`; else the query and the scale.
+fn unscaled(model: &Model, query: &str, scale: f64) -> Result<(String, f64)> {
+    if let Some(mul) = model.producer(query) {
+        if model.op_type(mul)? == "Mul" && model.is_default_domain(mul)? {
+            let inputs = model.inputs(mul)?;
+            if let [a, b] = inputs.as_slice() {
+                for (q, factor) in [(a, b), (b, a)] {
+                    if let (Some(c), Some(shape)) = (scalar(model, factor)?, model.shape(query)) {
+                        if model.shape(q).as_ref() == Some(&shape) {
+                            return Ok((q.clone(), scale * c));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok((query.to_string(), scale))
+}
+
 /// `(MatMul, scale, scaling node)` for `scores` = `Mul(MatMul(..), c)` (either
 /// side) or `Div(MatMul(..), c)`, `c` a scalar constant, each read once.
-fn scaled_scores(model: &Model, scores: &str) -> Result<Option<(OnnxNodeId, f64, OnnxNodeId)>> {
+fn scaled_scores(
+    model: &Model,
+    scores: &str,
+) -> Result<Option<(OnnxNodeId, f64, Option<OnnxNodeId>)>> {
     let Some(scaling) = model.producer(scores) else { return Ok(None) };
     let op = model.op_type(scaling)?;
     if !model.is_default_domain(scaling)? || !matches!(op.as_str(), "Mul" | "Div") {
@@ -361,7 +398,7 @@ fn scaled_scores(model: &Model, scores: &str) -> Result<Option<(OnnxNodeId, f64,
             continue;
         }
         let scale = if op == "Mul" { c } else { 1.0 / c };
-        return Ok(Some((matmul, scale, scaling)));
+        return Ok(Some((matmul, scale, Some(scaling))));
     }
     Ok(None)
 }
