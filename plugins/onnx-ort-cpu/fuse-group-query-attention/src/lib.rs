@@ -114,6 +114,10 @@ fn fuse_group_query_attention(model: &Model, softmax: OnnxNodeId) -> Result<bool
     }
     if !m.output_merged {
         attended = split_heads(model, &attended, m.heads, m.head_dim)?;
+    } else if let Some(shape) = &m.output_shape {
+        let name = format!("{}_reshaped", m.output);
+        let reshaped = model.add_node("Reshape", "", &[attended, shape.clone()], &[name], &[])?;
+        attended = reshaped.1[0].clone();
     }
     let mut routed_around = vec![];
     take_over(model, &m.output, &attended, &mut routed_around)?;
@@ -180,6 +184,9 @@ struct Attention {
     /// `output_merged`, else `[batch, heads, length, head_dim]`.
     output: String,
     output_merged: bool,
+    /// The shape the graph reshapes the merged result to when it is not
+    /// `[batch, length, heads·head_dim]` (a `[batch·length, ·]` for a `Gemm`).
+    output_shape: Option<String>,
     /// The pattern's nodes, removed once nothing reads them.
     nodes: Vec<OnnxNodeId>,
 }
@@ -307,13 +314,14 @@ fn match_attention(model: &Model, softmax: OnnxNodeId) -> Result<Option<Attentio
             return Ok(None);
         }
     }
-    let (output, output_merged) = match merged_tail(model, &output, heads * head_dim)? {
-        Some((merged, tail)) => {
-            nodes.extend(tail);
-            (merged, true)
-        }
-        None => (output, false),
-    };
+    let (output, output_merged, output_shape) =
+        match merged_tail(model, &output, heads * head_dim)? {
+            Some((merged, tail, shape)) => {
+                nodes.extend(tail);
+                (merged, true, shape)
+            }
+            None => (output, false, None),
+        };
     Ok(Some(Attention {
         query: query.clone(),
         key,
@@ -326,6 +334,7 @@ fn match_attention(model: &Model, softmax: OnnxNodeId) -> Result<Option<Attentio
         unattended,
         output,
         output_merged,
+        output_shape,
         nodes,
     }))
 }
@@ -539,12 +548,14 @@ fn cache(model: &Model, present: &str, kv_heads: i64, head_dim: i64) -> Result<O
 
 /// The attention's merge of heads after it: `[Reshape to the same shape] →
 /// Transpose [0,2,1,3] → Reshape to [batch, length, hidden]`, each read once;
-/// the merged value and the nodes.
+/// the merged value and the nodes. The last `Reshape` may give another shape
+/// of last dim `hidden` (a constant one, copying no dim past the second):
+/// that of the merged value too, returned to be redone.
 fn merged_tail(
     model: &Model,
     output: &str,
     hidden: i64,
-) -> Result<Option<(String, Vec<OnnxNodeId>)>> {
+) -> Result<Option<(String, Vec<OnnxNodeId>, Option<String>)>> {
     let Some(mut node) = model.producer(output) else { return Ok(None) };
     let mut nodes = vec![];
     let shape = model.shape(output);
@@ -563,13 +574,27 @@ fn merged_tail(
     let Some(reshape) = model.only_reader(transpose, "Reshape")? else { return Ok(None) };
     let merged = model.first_output(reshape)?;
     let transposed = model.shape(&model.first_output(transpose)?);
-    match (transposed.as_deref(), model.shape(&merged).as_deref()) {
+    let reshaped_to = match (transposed.as_deref(), model.shape(&merged).as_deref()) {
         (Some([b1, l1, _, _]), Some([b2, l2, OnnxDim::Fixed(h)]))
-            if b1 == b2 && l1 == l2 && *h == hidden => {}
+            if b1 == b2 && l1 == l2 && *h == hidden =>
+        {
+            None
+        }
+        (Some([_, _, _, _]), Some([.., OnnxDim::Fixed(h)])) if *h == hidden => {
+            let shape = model.inputs(reshape)?.get(1).cloned().unwrap_or_default();
+            let copies_late_dim = match model.ints(&shape) {
+                Some(dims) => dims.iter().skip(2).any(|d| *d == 0),
+                None => true,
+            };
+            if copies_late_dim {
+                return Ok(None);
+            }
+            Some(shape)
+        }
         _ => return Ok(None),
-    }
+    };
     nodes.extend([transpose, reshape]);
-    Ok(Some((merged, nodes)))
+    Ok(Some((merged, nodes, reshaped_to)))
 }
 
 /// `x` (`[batch, heads, length, head_dim]`) as `[batch, length,
