@@ -44,12 +44,15 @@ fn fuse_group_query_attention(model: &Model, softmax: OnnxNodeId) -> Result<bool
     let (query, scale) = unscaled(model, &query, m.scale)?;
     let (key, key_before) = merged(model, &m.key.new, m.kv_heads, m.head_dim)?;
     let (value, value_before) = merged(model, &m.value.new, m.kv_heads, m.head_dim)?;
-    let rotation = match &m.key.past {
-        Some(_) => rotation(model, &query, &key, &m)?,
-        None => None,
+    let packed = packed(model, [&query, &key, &value], &m)?;
+    let rotation = match (&m.key.past, &packed) {
+        (Some(_), None) => rotation(model, &query, &key, &m)?,
+        _ => None,
     };
-    // Of the query before a rotation: the rotation's caches will read them.
-    let lengths = lengths(model, &m, rotation.as_ref().map_or(&query, |r| &r.query))?;
+    // Of the query before a rotation (the rotation's caches will read them)
+    // or a split (which goes).
+    let shaped = packed.as_ref().or(rotation.as_ref().map(|r| &r.query)).unwrap_or(&query);
+    let lengths = lengths(model, &m, shaped)?;
     // A prefill's present is the new states: GQA's takes the graph output
     // only when its inputs were found before them (else it would read itself).
     let present = |cache: &Cache, found_before: bool| -> Result<bool> {
@@ -71,6 +74,10 @@ fn fuse_group_query_attention(model: &Model, softmax: OnnxNodeId) -> Result<bool
             (r.query.clone(), r.key.clone(), [cos, sin, r.position_ids.clone()])
         }
         None => (query, key, Default::default()),
+    };
+    let (query, key, value) = match packed {
+        Some(packed) => (packed, String::new(), String::new()),
+        None => (query, key, value),
     };
     let past = |cache: &Cache| cache.past.clone().unwrap_or_default();
     let [cos, sin, position_ids] = rotary_inputs;
@@ -667,6 +674,28 @@ fn split_undone(model: &Model, x: &str) -> Result<String> {
         .add_node("Reshape", "", &[transposed, shape], &[format!("{x}_merged")], &[])?
         .1
         .remove(0))
+}
+
+/// The value q, k and v (merged) are split from, which GQA takes packed:
+/// outputs 0, 1, 2 of a `Split` on the last axis of `[batch, length,
+/// (heads + 2·kv_heads)·head_dim]`.
+fn packed(model: &Model, [query, key, value]: [&String; 3], m: &Attention) -> Result<Option<String>> {
+    let Some(split) = model.producer(query) else { return Ok(None) };
+    if model.op_type(split)? != "Split"
+        || !model.is_default_domain(split)?
+        || model.outputs(split)? != [query.clone(), key.clone(), value.clone()]
+        || !matches!(model.attribute(split, "axis")?, Some(Attribute::Int(-1 | 2)))
+    {
+        return Ok(None);
+    }
+    let width = |v: &str| match model.shape(v).as_deref() {
+        Some([_, _, OnnxDim::Fixed(n)]) => Some(*n),
+        _ => None,
+    };
+    let input = model.inputs(split)?[0].clone();
+    let (q, kv) = (m.heads * m.head_dim, m.kv_heads * m.head_dim);
+    let widths = [width(&input), width(query), width(key), width(value)];
+    Ok((widths == [Some(q + 2 * kv), Some(q), Some(kv), Some(kv)]).then_some(input))
 }
 
 /// The `com.microsoft::RotaryEmbedding`s that rotate GQA's query and key,
