@@ -26,8 +26,14 @@
 //! decoder's. Rows attending to no key stay zeros, as the graph made them.
 //! q, k and v are taken before their split into heads where the graph has
 //! them so (a `com.microsoft::RotaryEmbedding` of the split is redone on the
-//! merged form); else the split is undone. Targets `Softmax`; every
-//! intermediate must be read only by the pattern.
+//! merged form, a partial rotation's slices and concat as one rotation of
+//! `rotary_embedding_dim`); else the split is undone; packed when they are
+//! the three parts of one `Split`. After a past (a decode step) GQA also
+//! rotates q and k itself (`do_rotary`, on the rotation's caches and
+//! position ids) where ONNX Runtime's kernel can: in a first prompt it
+//! rotates every row from one start position, which a left-padded batch's
+//! rows do not share. Targets `Softmax`; every intermediate must be read
+//! only by the pattern.
 
 use hfx_sdk::prelude::*;
 
@@ -321,14 +327,14 @@ fn match_attention(model: &Model, softmax: OnnxNodeId) -> Result<Option<Attentio
             return Ok(None);
         }
     }
-    let (output, output_merged, output_shape) =
-        match merged_tail(model, &output, heads * head_dim)? {
-            Some((merged, tail, shape)) => {
-                nodes.extend(tail);
-                (merged, true, shape)
-            }
-            None => (output, false, None),
-        };
+    let (output, output_merged, output_shape) = match merged_tail(model, &output, heads * head_dim)?
+    {
+        Some((merged, tail, shape)) => {
+            nodes.extend(tail);
+            (merged, true, shape)
+        }
+        None => (output, false, None),
+    };
     Ok(Some(Attention {
         query: query.clone(),
         key,
@@ -623,7 +629,10 @@ fn merged(model: &Model, x: &str, heads: i64, head_dim: i64) -> Result<(String, 
             if let [split, rest @ ..] = inputs.as_slice() {
                 let merged = match before_split(model, split, heads, head_dim)? {
                     Some(merged) => Some(merged),
-                    None => heads_second_merged(model, split, heads, head_dim)?,
+                    None => match heads_second_merged(model, split, heads, head_dim)? {
+                        Some(merged) => Some(merged),
+                        None => normed_merged(model, split, heads, head_dim)?,
+                    },
                 };
                 if let Some(merged) = merged {
                     let mut attributes = vec![];
@@ -653,12 +662,31 @@ fn merged(model: &Model, x: &str, heads: i64, head_dim: i64) -> Result<(String, 
     if let Some(merged) = partially_rotated_merged(model, x, heads, head_dim)? {
         return Ok((merged, true));
     }
-    Ok((split_undone(model, x)?, false))
+    if let Some(merged) = heads_second_merged(model, x, heads, head_dim)? {
+        return Ok((merged, true));
+    }
+    Ok((split_undone(model, x, heads, head_dim)?, false))
 }
 
 /// `x` (`[batch, heads, length, head_dim]`) transposed and reshaped to
-/// `[batch, length, heads·head_dim]`.
-fn split_undone(model: &Model, x: &str) -> Result<String> {
+/// `[batch, length, heads·head_dim]`; one head's only reshaped (its layout
+/// is the merged one).
+fn split_undone(model: &Model, x: &str, heads: i64, head_dim: i64) -> Result<String> {
+    if heads == 1 {
+        let shape = ints_initializer(
+            model,
+            &format!("group_query_attention_one_head_{head_dim}"),
+            &[0, -1, head_dim],
+        )?;
+        let merged = model.add_node(
+            "Reshape",
+            "",
+            &[x.to_string(), shape],
+            &[format!("{x}_merged")],
+            &[],
+        )?;
+        return Ok(merged.1[0].clone());
+    }
     let transposed = model
         .add_node(
             "Transpose",
@@ -679,7 +707,11 @@ fn split_undone(model: &Model, x: &str) -> Result<String> {
 /// The value q, k and v (merged) are split from, which GQA takes packed:
 /// outputs 0, 1, 2 of a `Split` on the last axis of `[batch, length,
 /// (heads + 2·kv_heads)·head_dim]`.
-fn packed(model: &Model, [query, key, value]: [&String; 3], m: &Attention) -> Result<Option<String>> {
+fn packed(
+    model: &Model,
+    [query, key, value]: [&String; 3],
+    m: &Attention,
+) -> Result<Option<String>> {
     let Some(split) = model.producer(query) else { return Ok(None) };
     if model.op_type(split)? != "Split"
         || !model.is_default_domain(split)?
@@ -896,7 +928,7 @@ fn partially_rotated_merged(
         Some(merged) => merged,
         None => match heads_second_merged(model, &t, heads, head_dim)? {
             Some(merged) => merged,
-            None => split_undone(model, &t)?,
+            None => split_undone(model, &t, heads, head_dim)?,
         },
     };
     let mut attributes =
@@ -936,6 +968,60 @@ fn last_axis_slice(model: &Model, value: &str) -> Result<Option<(String, i64, i6
     let on_last = matches!(ints(3).as_deref(), Some([-1]) | Some([3])) && rank == Some(4);
     let unit_step = matches!(ints(4).as_deref(), None | Some([1]));
     Ok((on_last && unit_step).then(|| (inputs[0].clone(), start, end)))
+}
+
+/// For `x` = `SimplifiedLayerNormalization(Transpose(z, [0,2,1,3]), w)` over
+/// the last axis, `z` `[batch, length, heads, head_dim]` (a per-head norm
+/// after the split, as Gemma 3's): the norm of `z` (the transpose does not
+/// move the last axis), merged by a `Reshape`.
+fn normed_merged(model: &Model, x: &str, heads: i64, head_dim: i64) -> Result<Option<String>> {
+    let Some(norm) = model.producer(x) else { return Ok(None) };
+    if model.op_type(norm)? != "SimplifiedLayerNormalization"
+        || !model.is_default_domain(norm)?
+        || !matches!(model.attribute(norm, "axis")?, None | Some(Attribute::Int(-1 | 3)))
+    {
+        return Ok(None);
+    }
+    let inputs = model.inputs(norm)?;
+    let [transposed, weight] = inputs.as_slice() else { return Ok(None) };
+    let Some(transpose) = model.producer(transposed) else { return Ok(None) };
+    if model.op_type(transpose)? != "Transpose"
+        || !model.is_default_domain(transpose)?
+        || perm(model, transpose)? != Some(vec![0, 2, 1, 3])
+        || !matches!(model.shape(weight).as_deref(), Some([OnnxDim::Fixed(d)]) if *d == head_dim)
+    {
+        return Ok(None);
+    }
+    let z = model.inputs(transpose)?[0].clone();
+    if !matches!(
+        model.shape(&z).as_deref(),
+        Some([_, _, OnnxDim::Fixed(h), OnnxDim::Fixed(d)]) if *h == heads && *d == head_dim
+    ) {
+        return Ok(None);
+    }
+    let mut attributes = vec![];
+    for name in ["epsilon", "stash_type"] {
+        if let Some(value) = model.attribute(norm, name)? {
+            attributes.push(NamedAttribute { name: name.into(), value });
+        }
+    }
+    attributes.push(int_attribute("axis", -1));
+    let (_, normed) = model.add_node(
+        "SimplifiedLayerNormalization",
+        "",
+        &[z, weight.clone()],
+        &[format!("{x}_heads_second")],
+        &attributes,
+    )?;
+    let shape = ints_initializer(model, "group_query_attention_merge", &[0, 0, -1])?;
+    let merged = model.add_node(
+        "Reshape",
+        "",
+        &[normed[0].clone(), shape],
+        &[format!("{x}_merged")],
+        &[],
+    )?;
+    Ok(Some(merged.1[0].clone()))
 }
 
 /// `Reshape(z, [0, 0, -1])` for `x` = `Transpose(z, [0,2,1,3])`, `z`
