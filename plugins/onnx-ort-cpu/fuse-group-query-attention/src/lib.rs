@@ -822,8 +822,9 @@ fn rotation(model: &Model, query: &str, key: &str, m: &Attention) -> Result<Opti
 }
 
 /// The `Range(0, rows, 1)` (int64) a cache's rows come from, through the
-/// nodes that compute the cache from it (each with one computed input:
-/// `Cos(Mul(Unsqueeze(Cast(Range)), inv_freq))`).
+/// elementwise nodes and unsqueezes that compute the cache from it (each
+/// with one computed input: `Cos(Mul(Unsqueeze(Cast(Range)), inv_freq))`),
+/// so that more rows of the range are more rows of the cache.
 fn rows_range(model: &Model, cache: &str) -> Result<Option<OnnxNodeId>> {
     let mut value = cache.to_string();
     for _ in 0..8 {
@@ -834,6 +835,10 @@ fn rows_range(model: &Model, cache: &str) -> Result<Option<OnnxNodeId>> {
             let int64 = |v: &str| model.constant(v, 1).map(|c| c.elem_type) == Some(INT64);
             let counts = model.scalar(start) == Some(0.0) && model.scalar(delta) == Some(1.0);
             return Ok((counts && int64(start) && int64(delta)).then_some(node));
+        }
+        let row_wise = ["Cos", "Sin", "Mul", "Unsqueeze", "Cast"];
+        if !row_wise.contains(&model.op_type(node)?.as_str()) || !model.is_default_domain(node)? {
+            return Ok(None);
         }
         let computed: Vec<&String> =
             inputs.iter().filter(|i| model.producer(i).is_some()).collect();
