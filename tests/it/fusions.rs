@@ -331,25 +331,35 @@ fn generation_components_fused(dir: &Path) {
 /// transposed once from its split form, one head per key-value head, q, k
 /// and v split from one value: GQA takes it packed), Phi-3 (its prefill's
 /// present the concat of a rotation whose unrotated part is empty), OPT (its
-/// query scaled before the scores) and a float16 Llama (its scale a cast
-/// constant): each component's attentions are GroupQueryAttention, on q, k
-/// and v as the graph had them before their split into heads (no transpose
-/// left in GPT-2's, Phi-3's and OPT's), greedy tokens eager's.
+/// query scaled before the scores), Mistral with heads of 16 and a window of
+/// 4 (its decode step's rotation done by GQA, the window in its attention
+/// bias; the 8 tokens generated cross it) and a float16 Llama (its scale a
+/// cast constant): each component's attentions are GroupQueryAttention, on
+/// q, k and v as the graph had them before their split into heads (no
+/// transpose left but the float16 Llama's), greedy tokens eager's.
 #[test]
-#[ignore = "full tier: GroupQueryAttention on three more decoders' components (ort_fusions_cpu_fuses_every_llama_norm_and_rotation_and_verifies covers the fusion)"]
-fn ort_fusions_cpu_fuse_the_attention_of_gpt2_phi3_opt_and_float16_llama_components() {
+#[ignore = "full tier: GroupQueryAttention on four more decoders' components (ort_fusions_cpu_fuses_every_llama_norm_and_rotation_and_verifies covers the fusion)"]
+fn ort_fusions_cpu_fuse_the_attention_of_gpt2_phi3_opt_mistral_and_float16_llama_components() {
     use crate::common::tiny::*;
     const OPT: &str = "vocab_size=128,hidden_size=32,ffn_dim=64,num_hidden_layers=2,num_attention_heads=4,max_position_embeddings=64,word_embed_proj_dim=32";
+    let mistral = format!("{LLAMA_HEADS_OF_16},sliding_window=4");
     let dir = tempfile::tempdir().unwrap();
     let float16: &[&str] = &["--dtype", "float16"];
-    for (model, config, extra) in
-        [("gpt2", GPT2, &[][..]), ("phi3", PHI3, &[]), ("opt", OPT, &[]), ("llama", LLAMA, float16)]
-    {
+    for (model, config, extra) in [
+        ("gpt2", GPT2, &[][..]),
+        ("phi3", PHI3, &[]),
+        ("opt", OPT, &[]),
+        ("mistral", &mistral, &[]),
+        ("llama", LLAMA, float16),
+    ] {
         for (component, counts) in fused_generation_export(dir.path(), model, config, extra) {
             let attention = (counts.get("GroupQueryAttention"), counts.get("Softmax"));
             assert_eq!(attention, (Some(&2), None), "{model} {component}: {counts:?}");
             if model != "llama" {
                 assert_eq!(counts.get("Transpose"), None, "{model} {component}: {counts:?}");
+            }
+            if model == "mistral" && component == "decode" {
+                assert_eq!(counts.get("RotaryEmbedding"), None, "{model} {component}: {counts:?}");
             }
         }
     }
