@@ -175,8 +175,9 @@ fn op_counts(path: &Path) -> (usize, HashMap<String, usize>, HashSet<String>) {
 /// GroupQueryAttention, verified in ONNX Runtime, in fewer nodes than
 /// without. With `--generation`, each component's attentions over the cache are
 /// GroupQueryAttention (one per layer) and the rotations read `position_ids`
-/// per row (caches computed in the graph, one pair for all); the greedy
-/// tokens of a left-padded batch stay eager `generate`'s.
+/// per row (caches computed in the graph, one pair for all), the decode
+/// step's done by its GroupQueryAttention; the greedy tokens of a
+/// left-padded batch stay eager `generate`'s.
 #[test]
 fn ort_fusions_cpu_fuses_every_llama_norm_and_rotation_and_verifies() {
     let dir = tempfile::tempdir().unwrap();
@@ -307,13 +308,19 @@ fn fused_export(dir: &Path, model: &str, config: &str) -> HashMap<String, usize>
     op_counts(&out).1
 }
 
-/// `--generation --ort-fusions cpu --verify` on a tiny Llama, in `dir`.
+/// A tiny Llama whose heads are 16 wide: ONNX Runtime's GroupQueryAttention
+/// rotates heads of a multiple of 16.
+const LLAMA_HEADS_OF_16: &str = "vocab_size=128,hidden_size=64,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,max_position_embeddings=64";
+
+/// `--generation --ort-fusions cpu --verify` on a tiny Llama, in `dir`: the
+/// decode step's GroupQueryAttention rotates q and k itself (a prefill's
+/// cannot: ONNX Runtime rotates a first prompt's rows from one position, a
+/// left-padded batch's rows start at different ones).
 fn generation_components_fused(dir: &Path) {
-    for (component, counts) in
-        fused_generation_export(dir, "llama", crate::common::tiny::LLAMA, &[])
-    {
+    for (component, counts) in fused_generation_export(dir, "llama", LLAMA_HEADS_OF_16, &[]) {
+        let rotations = if component == "decode" { None } else { Some(&4) };
         let rotary = (counts.get("RotaryEmbedding"), counts.get("Cos"), counts.get("Sin"));
-        assert_eq!(rotary, (Some(&4), Some(&1), Some(&1)), "{component}: {counts:?}");
+        assert_eq!(rotary, (rotations, Some(&1), Some(&1)), "{component}: {counts:?}");
         assert_eq!(counts.get("SkipSimplifiedLayerNormalization"), Some(&4), "{counts:?}");
         assert_eq!(counts.get("GroupQueryAttention"), Some(&2), "{component}: {counts:?}");
         assert!(!counts.contains_key("Softmax"), "{component}: {counts:?}");
@@ -321,22 +328,39 @@ fn generation_components_fused(dir: &Path) {
 }
 
 /// `--generation --ort-fusions cpu --verify` on GPT-2 (its prefill's key
-/// transposed once from its split form, one head per key-value head) and
-/// Phi-3 (its prefill's present the concat of a partial rotation), and a
-/// float16 Llama (its scale a cast constant): each component's attentions
-/// are GroupQueryAttention, greedy tokens eager's.
+/// transposed once from its split form, one head per key-value head, q, k
+/// and v split from one value: GQA takes it packed), Phi-3 (its prefill's
+/// present the concat of a rotation whose unrotated part is empty), OPT (its
+/// query scaled before the scores), Mistral with heads of 16 and a window of
+/// 4 (its decode step's rotation done by GQA, the window in its attention
+/// bias; the 8 tokens generated cross it) and a float16 Llama (its scale a
+/// cast constant): each component's attentions are GroupQueryAttention, on
+/// q, k and v as the graph had them before their split into heads (no
+/// transpose left but the float16 Llama's), greedy tokens eager's.
 #[test]
-#[ignore = "full tier: GroupQueryAttention on two more decoders' components (ort_fusions_cpu_fuses_every_llama_norm_and_rotation_and_verifies covers the fusion)"]
-fn ort_fusions_cpu_fuse_the_attention_of_gpt2_phi3_and_float16_llama_components() {
+#[ignore = "full tier: GroupQueryAttention on four more decoders' components (ort_fusions_cpu_fuses_every_llama_norm_and_rotation_and_verifies covers the fusion)"]
+fn ort_fusions_cpu_fuse_the_attention_of_gpt2_phi3_opt_mistral_and_float16_llama_components() {
     use crate::common::tiny::*;
+    const OPT: &str = "vocab_size=128,hidden_size=32,ffn_dim=64,num_hidden_layers=2,num_attention_heads=4,max_position_embeddings=64,word_embed_proj_dim=32";
+    let mistral = format!("{LLAMA_HEADS_OF_16},sliding_window=4");
     let dir = tempfile::tempdir().unwrap();
     let float16: &[&str] = &["--dtype", "float16"];
-    for (model, config, extra) in
-        [("gpt2", GPT2, &[][..]), ("phi3", PHI3, &[]), ("llama", LLAMA, float16)]
-    {
+    for (model, config, extra) in [
+        ("gpt2", GPT2, &[][..]),
+        ("phi3", PHI3, &[]),
+        ("opt", OPT, &[]),
+        ("mistral", &mistral, &[]),
+        ("llama", LLAMA, float16),
+    ] {
         for (component, counts) in fused_generation_export(dir.path(), model, config, extra) {
             let attention = (counts.get("GroupQueryAttention"), counts.get("Softmax"));
             assert_eq!(attention, (Some(&2), None), "{model} {component}: {counts:?}");
+            if model != "llama" {
+                assert_eq!(counts.get("Transpose"), None, "{model} {component}: {counts:?}");
+            }
+            if model == "mistral" && component == "decode" {
+                assert_eq!(counts.get("RotaryEmbedding"), None, "{model} {component}: {counts:?}");
+            }
         }
     }
 }

@@ -11,7 +11,8 @@
 //!   → Where(unattended, 0, ·) → [Reshape] → Transpose [0,2,1,3] → Reshape [batch, length, heads·head_dim]
 //! ```
 //!
-//! (the scale a `Mul` or `Div` by a constant, perhaps cast; the key's
+//! (the scale a `Mul` or `Div` by a constant, perhaps cast, or none when
+//! the query's merged form is scaled by a constant (folded into GQA's scale); the key's
 //! transpose perhaps `[0,2,3,1]` of its split form, two transposes merged)
 //!
 //! becomes `GroupQueryAttention(q, k, v, past_key, past_value, seqlens_k,
@@ -25,8 +26,14 @@
 //! decoder's. Rows attending to no key stay zeros, as the graph made them.
 //! q, k and v are taken before their split into heads where the graph has
 //! them so (a `com.microsoft::RotaryEmbedding` of the split is redone on the
-//! merged form); else the split is undone. Targets `Softmax`; every
-//! intermediate must be read only by the pattern.
+//! merged form, a partial rotation's slices and concat as one rotation of
+//! `rotary_embedding_dim`); else the split is undone; packed when they are
+//! the three parts of one `Split`. After a past (a decode step) GQA also
+//! rotates q and k itself (`do_rotary`, on the rotation's caches and
+//! position ids) where ONNX Runtime's kernel can: in a first prompt it
+//! rotates every row from one start position, which a left-padded batch's
+//! rows do not share. Targets `Softmax`; every intermediate must be read
+//! only by the pattern.
 
 use hfx_sdk::prelude::*;
 
@@ -40,9 +47,18 @@ fn fuse_group_query_attention(model: &Model, softmax: OnnxNodeId) -> Result<bool
     let Some(m) = match_attention(model, softmax)? else { return Ok(false) };
     model.import_opset("com.microsoft", 1)?;
     let (query, _) = merged(model, &m.query, m.heads, m.head_dim)?;
+    let (query, scale) = unscaled(model, &query, m.scale)?;
     let (key, key_before) = merged(model, &m.key.new, m.kv_heads, m.head_dim)?;
     let (value, value_before) = merged(model, &m.value.new, m.kv_heads, m.head_dim)?;
-    let (seqlens_k, total) = lengths(model, &m, &query)?;
+    let packed = packed(model, [&query, &key, &value], &m)?;
+    let rotation = match (&m.key.past, &packed) {
+        (Some(_), None) => rotation(model, &query, &key, &m)?,
+        _ => None,
+    };
+    // Of the query before a rotation (the rotation's caches will read them)
+    // or a split (which goes).
+    let shaped = packed.as_ref().or(rotation.as_ref().map(|r| &r.query)).unwrap_or(&query);
+    let lengths = lengths(model, &m, shaped)?;
     // A prefill's present is the new states: GQA's takes the graph output
     // only when its inputs were found before them (else it would read itself).
     let present = |cache: &Cache, found_before: bool| -> Result<bool> {
@@ -50,12 +66,27 @@ fn fuse_group_query_attention(model: &Model, softmax: OnnxNodeId) -> Result<bool
     };
     let (key_present, value_present) =
         (present(&m.key, key_before)?, present(&m.value, value_before)?);
-    let attributes = [
+    let mut attributes = vec![
         int_attribute("num_heads", m.heads),
         int_attribute("kv_num_heads", m.kv_heads),
-        NamedAttribute { name: "scale".into(), value: Attribute::Float(m.scale as f32) },
+        NamedAttribute { name: "scale".into(), value: Attribute::Float(scale as f32) },
     ];
+    let (query, key, rotary_inputs) = match &rotation {
+        Some(r) => {
+            attributes.push(int_attribute("do_rotary", 1));
+            attributes.push(int_attribute("rotary_interleaved", r.interleaved));
+            let (cos, sin) = (r.cos.clone(), r.sin.clone());
+            extend_rows(model, r.rows, &lengths.total_int64)?;
+            (r.query.clone(), r.key.clone(), [cos, sin, r.position_ids.clone()])
+        }
+        None => (query, key, Default::default()),
+    };
+    let (query, key, value) = match packed {
+        Some(packed) => (packed, String::new(), String::new()),
+        None => (query, key, value),
+    };
     let past = |cache: &Cache| cache.past.clone().unwrap_or_default();
+    let [cos, sin, position_ids] = rotary_inputs;
     let (_, outputs) = model.add_node(
         "GroupQueryAttention",
         "com.microsoft",
@@ -65,11 +96,11 @@ fn fuse_group_query_attention(model: &Model, softmax: OnnxNodeId) -> Result<bool
             value,
             past(&m.key),
             past(&m.value),
-            seqlens_k,
-            total,
-            String::new(),
-            String::new(),
-            String::new(),
+            lengths.seqlens_k,
+            lengths.total,
+            cos,
+            sin,
+            position_ids,
             m.bias.clone(),
         ],
         // Both presents, taken or not: ONNX Runtime's kernels write the cache into them.
@@ -96,6 +127,10 @@ fn fuse_group_query_attention(model: &Model, softmax: OnnxNodeId) -> Result<bool
     }
     if !m.output_merged {
         attended = split_heads(model, &attended, m.heads, m.head_dim)?;
+    } else if let Some(shape) = &m.output_shape {
+        let name = format!("{}_reshaped", m.output);
+        let reshaped = model.add_node("Reshape", "", &[attended, shape.clone()], &[name], &[])?;
+        attended = reshaped.1[0].clone();
     }
     let mut routed_around = vec![];
     take_over(model, &m.output, &attended, &mut routed_around)?;
@@ -107,6 +142,8 @@ fn fuse_group_query_attention(model: &Model, softmax: OnnxNodeId) -> Result<bool
         }
     }
     routed_around.extend(m.nodes.iter().copied());
+    // The rotations GQA does are unread once the pattern is gone.
+    routed_around.extend(rotation.iter().flat_map(|r| r.nodes));
     // From the pattern's end back: each node goes once nothing reads it.
     for node in routed_around.into_iter().rev() {
         model.remove_unread(node)?;
@@ -160,6 +197,9 @@ struct Attention {
     /// `output_merged`, else `[batch, heads, length, head_dim]`.
     output: String,
     output_merged: bool,
+    /// The shape the graph reshapes the merged result to when it is not
+    /// `[batch, length, heads·head_dim]` (a `[batch·length, ·]` for a `Gemm`).
+    output_shape: Option<String>,
     /// The pattern's nodes, removed once nothing reads them.
     nodes: Vec<OnnxNodeId>,
 }
@@ -184,6 +224,17 @@ fn match_attention(model: &Model, softmax: OnnxNodeId) -> Result<Option<Attentio
             break;
         }
     }
+    // Unscaled scores (the query scaled before, as OPT's).
+    for (scores, bias) in [(a, b), (b, a)] {
+        if found.is_some() {
+            break;
+        }
+        if let Some(matmul) = model.producer(scores) {
+            if model.op_type(matmul)? == "MatMul" && model.is_default_domain(matmul)? {
+                found = Some(((matmul, 1.0, None), bias.clone(), scores.clone()));
+            }
+        }
+    }
     let Some(((matmul, scale, scale_node), bias, scores)) = found else { return Ok(None) };
     if model.consumers(&scores) != [add] {
         return Ok(None);
@@ -205,7 +256,8 @@ fn match_attention(model: &Model, softmax: OnnxNodeId) -> Result<Option<Attentio
     if *weights != model.first_output(softmax)? {
         return Ok(None);
     }
-    let mut nodes = vec![softmax, add, scale_node, matmul, transpose, weighted];
+    let mut nodes = vec![softmax, add, matmul, transpose, weighted];
+    nodes.extend(scale_node);
     let mut output = model.first_output(weighted)?;
     let mut unattended = None;
     if let Some(zeroed) = model.only_reader(weighted, "Where")? {
@@ -275,12 +327,13 @@ fn match_attention(model: &Model, softmax: OnnxNodeId) -> Result<Option<Attentio
             return Ok(None);
         }
     }
-    let (output, output_merged) = match merged_tail(model, &output, heads * head_dim)? {
-        Some((merged, tail)) => {
+    let (output, output_merged, output_shape) = match merged_tail(model, &output, heads * head_dim)?
+    {
+        Some((merged, tail, shape)) => {
             nodes.extend(tail);
-            (merged, true)
+            (merged, true, shape)
         }
-        None => (output, false),
+        None => (output, false, None),
     };
     Ok(Some(Attention {
         query: query.clone(),
@@ -294,6 +347,7 @@ fn match_attention(model: &Model, softmax: OnnxNodeId) -> Result<Option<Attentio
         unattended,
         output,
         output_merged,
+        output_shape,
         nodes,
     }))
 }
@@ -322,9 +376,32 @@ fn transposed_key(model: &Model, transpose: OnnxNodeId) -> Result<Option<String>
     }
 }
 
+/// The merged query before a scaling by a constant (`Mul(q, c)`, either
+/// side), and the attention's scale times `c`; else the query and the scale.
+fn unscaled(model: &Model, query: &str, scale: f64) -> Result<(String, f64)> {
+    if let Some(mul) = model.producer(query) {
+        if model.op_type(mul)? == "Mul" && model.is_default_domain(mul)? {
+            let inputs = model.inputs(mul)?;
+            if let [a, b] = inputs.as_slice() {
+                for (q, factor) in [(a, b), (b, a)] {
+                    if let (Some(c), Some(shape)) = (scalar(model, factor)?, model.shape(query)) {
+                        if model.shape(q).as_ref() == Some(&shape) {
+                            return Ok((q.clone(), scale * c));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok((query.to_string(), scale))
+}
+
 /// `(MatMul, scale, scaling node)` for `scores` = `Mul(MatMul(..), c)` (either
 /// side) or `Div(MatMul(..), c)`, `c` a scalar constant, each read once.
-fn scaled_scores(model: &Model, scores: &str) -> Result<Option<(OnnxNodeId, f64, OnnxNodeId)>> {
+fn scaled_scores(
+    model: &Model,
+    scores: &str,
+) -> Result<Option<(OnnxNodeId, f64, Option<OnnxNodeId>)>> {
     let Some(scaling) = model.producer(scores) else { return Ok(None) };
     let op = model.op_type(scaling)?;
     if !model.is_default_domain(scaling)? || !matches!(op.as_str(), "Mul" | "Div") {
@@ -343,7 +420,7 @@ fn scaled_scores(model: &Model, scores: &str) -> Result<Option<(OnnxNodeId, f64,
             continue;
         }
         let scale = if op == "Mul" { c } else { 1.0 / c };
-        return Ok(Some((matmul, scale, scaling)));
+        return Ok(Some((matmul, scale, Some(scaling))));
     }
     Ok(None)
 }
@@ -484,12 +561,14 @@ fn cache(model: &Model, present: &str, kv_heads: i64, head_dim: i64) -> Result<O
 
 /// The attention's merge of heads after it: `[Reshape to the same shape] →
 /// Transpose [0,2,1,3] → Reshape to [batch, length, hidden]`, each read once;
-/// the merged value and the nodes.
+/// the merged value and the nodes. The last `Reshape` may give another shape
+/// of last dim `hidden` (a constant one, copying no dim past the second):
+/// that of the merged value too, returned to be redone.
 fn merged_tail(
     model: &Model,
     output: &str,
     hidden: i64,
-) -> Result<Option<(String, Vec<OnnxNodeId>)>> {
+) -> Result<Option<(String, Vec<OnnxNodeId>, Option<String>)>> {
     let Some(mut node) = model.producer(output) else { return Ok(None) };
     let mut nodes = vec![];
     let shape = model.shape(output);
@@ -508,21 +587,39 @@ fn merged_tail(
     let Some(reshape) = model.only_reader(transpose, "Reshape")? else { return Ok(None) };
     let merged = model.first_output(reshape)?;
     let transposed = model.shape(&model.first_output(transpose)?);
-    match (transposed.as_deref(), model.shape(&merged).as_deref()) {
+    let reshaped_to = match (transposed.as_deref(), model.shape(&merged).as_deref()) {
         (Some([b1, l1, _, _]), Some([b2, l2, OnnxDim::Fixed(h)]))
-            if b1 == b2 && l1 == l2 && *h == hidden => {}
+            if b1 == b2 && l1 == l2 && *h == hidden =>
+        {
+            None
+        }
+        (Some([_, _, _, _]), Some([.., OnnxDim::Fixed(h)])) if *h == hidden => {
+            let shape = model.inputs(reshape)?.get(1).cloned().unwrap_or_default();
+            let copies_late_dim = match model.ints(&shape) {
+                Some(dims) => dims.iter().skip(2).any(|d| *d == 0),
+                None => true,
+            };
+            if copies_late_dim {
+                return Ok(None);
+            }
+            Some(shape)
+        }
         _ => return Ok(None),
-    }
+    };
     nodes.extend([transpose, reshape]);
-    Ok(Some((merged, nodes)))
+    Ok(Some((merged, nodes, reshaped_to)))
 }
 
 /// `x` (`[batch, heads, length, head_dim]`) as `[batch, length,
 /// heads·head_dim]`, and whether it was found before `x` (so it reads
 /// neither `x` nor what `x` depends on after the split): the graph's own
 /// merged form, rotated as `x` was when `x` is a `RotaryEmbedding` of the
-/// split; else the split undone.
+/// split (or of the transpose of a `[batch, length, heads, head_dim]` value,
+/// a per-head norm's, merged by a `Reshape`); else the split undone.
 fn merged(model: &Model, x: &str, heads: i64, head_dim: i64) -> Result<(String, bool)> {
+    if let Some(rotated) = without_empty_part(model, x)? {
+        return merged(model, &rotated, heads, head_dim);
+    }
     if let Some(merged) = before_split(model, x, heads, head_dim)? {
         return Ok((merged, true));
     }
@@ -530,7 +627,14 @@ fn merged(model: &Model, x: &str, heads: i64, head_dim: i64) -> Result<(String, 
         let inputs = model.inputs(rotary)?;
         if model.op_type(rotary)? == "RotaryEmbedding" && model.domain(rotary)? == "com.microsoft" {
             if let [split, rest @ ..] = inputs.as_slice() {
-                if let Some(merged) = before_split(model, split, heads, head_dim)? {
+                let merged = match before_split(model, split, heads, head_dim)? {
+                    Some(merged) => Some(merged),
+                    None => match heads_second_merged(model, split, heads, head_dim)? {
+                        Some(merged) => Some(merged),
+                        None => normed_merged(model, split, heads, head_dim)?,
+                    },
+                };
+                if let Some(merged) = merged {
                     let mut attributes = vec![];
                     for name in
                         ["interleaved", "is_packed_batching", "rotary_embedding_dim", "scale"]
@@ -539,11 +643,8 @@ fn merged(model: &Model, x: &str, heads: i64, head_dim: i64) -> Result<(String, 
                             attributes.push(NamedAttribute { name: name.into(), value });
                         }
                     }
-                    // A partial rotation of a merged input needs the head count.
-                    if matches!(model.attribute(rotary, "rotary_embedding_dim")?, Some(Attribute::Int(d)) if d > 0)
-                    {
-                        attributes.push(int_attribute("num_heads", heads));
-                    }
+                    // The head count: a merged input's heads are not in its shape.
+                    attributes.push(int_attribute("num_heads", heads));
                     let mut rotary_inputs = vec![merged];
                     rotary_inputs.extend(rest.iter().cloned());
                     let (_, outputs) = model.add_node(
@@ -558,6 +659,34 @@ fn merged(model: &Model, x: &str, heads: i64, head_dim: i64) -> Result<(String, 
             }
         }
     }
+    if let Some(merged) = partially_rotated_merged(model, x, heads, head_dim)? {
+        return Ok((merged, true));
+    }
+    if let Some(merged) = heads_second_merged(model, x, heads, head_dim)? {
+        return Ok((merged, true));
+    }
+    Ok((split_undone(model, x, heads, head_dim)?, false))
+}
+
+/// `x` (`[batch, heads, length, head_dim]`) transposed and reshaped to
+/// `[batch, length, heads·head_dim]`; one head's only reshaped (its layout
+/// is the merged one).
+fn split_undone(model: &Model, x: &str, heads: i64, head_dim: i64) -> Result<String> {
+    if heads == 1 {
+        let shape = ints_initializer(
+            model,
+            &format!("group_query_attention_one_head_{head_dim}"),
+            &[0, -1, head_dim],
+        )?;
+        let merged = model.add_node(
+            "Reshape",
+            "",
+            &[x.to_string(), shape],
+            &[format!("{x}_merged")],
+            &[],
+        )?;
+        return Ok(merged.1[0].clone());
+    }
     let transposed = model
         .add_node(
             "Transpose",
@@ -569,11 +698,362 @@ fn merged(model: &Model, x: &str, heads: i64, head_dim: i64) -> Result<(String, 
         .1
         .remove(0);
     let shape = ints_initializer(model, "group_query_attention_merge", &[0, 0, -1])?;
-    let merged = model
+    Ok(model
         .add_node("Reshape", "", &[transposed, shape], &[format!("{x}_merged")], &[])?
         .1
-        .remove(0);
-    Ok((merged, false))
+        .remove(0))
+}
+
+/// The value q, k and v (merged) are split from, which GQA takes packed:
+/// outputs 0, 1, 2 of a `Split` on the last axis of `[batch, length,
+/// (heads + 2·kv_heads)·head_dim]`.
+fn packed(
+    model: &Model,
+    [query, key, value]: [&String; 3],
+    m: &Attention,
+) -> Result<Option<String>> {
+    let Some(split) = model.producer(query) else { return Ok(None) };
+    if model.op_type(split)? != "Split"
+        || !model.is_default_domain(split)?
+        || model.outputs(split)? != [query.clone(), key.clone(), value.clone()]
+        || !matches!(model.attribute(split, "axis")?, Some(Attribute::Int(-1 | 2)))
+    {
+        return Ok(None);
+    }
+    let width = |v: &str| match model.shape(v).as_deref() {
+        Some([_, _, OnnxDim::Fixed(n)]) => Some(*n),
+        _ => None,
+    };
+    let input = model.inputs(split)?[0].clone();
+    let (q, kv) = (m.heads * m.head_dim, m.kv_heads * m.head_dim);
+    let widths = [width(&input), width(query), width(key), width(value)];
+    Ok((widths == [Some(q + 2 * kv), Some(q), Some(kv), Some(kv)]).then_some(input))
+}
+
+/// The `com.microsoft::RotaryEmbedding`s that rotate GQA's query and key,
+/// which GQA does itself (`do_rotary`) on the same caches and position ids.
+struct Rotation {
+    /// The query and key before their rotation.
+    query: String,
+    key: String,
+    position_ids: String,
+    cos: String,
+    sin: String,
+    interleaved: i64,
+    /// The `Range` of the caches' rows: ONNX Runtime wants at least the
+    /// total length's rows.
+    rows: OnnxNodeId,
+    /// The two rotations, removed once nothing reads them.
+    nodes: [OnnxNodeId; 2],
+}
+
+/// The rotations of the merged `query` and `key` when GQA can do them
+/// itself: both a full rotation (`num_heads` given, no partial
+/// `rotary_embedding_dim`, no scale) of `[batch, length]` position ids and
+/// the same caches, whose rows are a `Range(0, rows, 1)`, and a head size
+/// that is a multiple of 16 (ONNX Runtime's rotating kernel's). Only after a
+/// past: in a first prompt ONNX Runtime rotates every row from the first
+/// row's first position, which a left-padded batch's rows do not share.
+fn rotation(model: &Model, query: &str, key: &str, m: &Attention) -> Result<Option<Rotation>> {
+    if m.head_dim % 16 != 0 {
+        return Ok(None);
+    }
+    let (Some(q), Some(k)) = (model.producer(query), model.producer(key)) else {
+        return Ok(None);
+    };
+    let mut found = vec![];
+    for (node, heads) in [(q, m.heads), (k, m.kv_heads)] {
+        if model.op_type(node)? != "RotaryEmbedding" || model.domain(node)? != "com.microsoft" {
+            return Ok(None);
+        }
+        let int = |name: &str| -> Result<Option<i64>> {
+            Ok(match model.attribute(node, name)? {
+                Some(Attribute::Int(v)) => Some(v),
+                _ => None,
+            })
+        };
+        let full = matches!(int("rotary_embedding_dim")?, None | Some(0));
+        let unscaled = match model.attribute(node, "scale")? {
+            Some(Attribute::Float(f)) => f == 1.0,
+            other => other.is_none(),
+        };
+        if int("num_heads")? != Some(heads)
+            || !full
+            || !unscaled
+            || !matches!(int("is_packed_batching")?, None | Some(0))
+        {
+            return Ok(None);
+        }
+        let inputs = model.inputs(node)?;
+        let [x, position_ids, cos, sin] = inputs.as_slice() else { return Ok(None) };
+        found.push((
+            x.clone(),
+            [position_ids.clone(), cos.clone(), sin.clone()],
+            int("interleaved")?,
+        ));
+    }
+    let (query_x, shared, interleaved) = found.remove(0);
+    let (key_x, key_shared, key_interleaved) = found.remove(0);
+    if shared != key_shared || interleaved != key_interleaved {
+        return Ok(None);
+    }
+    let [position_ids, cos, sin] = shared;
+    let ids_type = model.value_type(&position_ids);
+    let per_row = matches!(ids_type.as_ref().and_then(|t| t.shape.as_deref()), Some([_, _]));
+    if !per_row || ids_type.map(|t| t.elem_type) != Some(INT64) {
+        return Ok(None);
+    }
+    let (Some(rows), Some(sin_rows)) = (rows_range(model, &cos)?, rows_range(model, &sin)?) else {
+        return Ok(None);
+    };
+    if rows != sin_rows {
+        return Ok(None);
+    }
+    Ok(Some(Rotation {
+        query: query_x,
+        key: key_x,
+        position_ids,
+        cos,
+        sin,
+        interleaved: interleaved.unwrap_or(0),
+        rows,
+        nodes: [q, k],
+    }))
+}
+
+/// The `Range(0, rows, 1)` (int64) a cache's rows come from, through the
+/// elementwise nodes and unsqueezes that compute the cache from it (each
+/// with one computed input: `Cos(Mul(Unsqueeze(Cast(Range)), inv_freq))`),
+/// so that more rows of the range are more rows of the cache.
+fn rows_range(model: &Model, cache: &str) -> Result<Option<OnnxNodeId>> {
+    let mut value = cache.to_string();
+    for _ in 0..8 {
+        let Some(node) = model.producer(&value) else { return Ok(None) };
+        let inputs = model.inputs(node)?;
+        if model.op_type(node)? == "Range" && model.is_default_domain(node)? {
+            let [start, _, delta] = inputs.as_slice() else { return Ok(None) };
+            let int64 = |v: &str| model.constant(v, 1).map(|c| c.elem_type) == Some(INT64);
+            let counts = model.scalar(start) == Some(0.0) && model.scalar(delta) == Some(1.0);
+            return Ok((counts && int64(start) && int64(delta)).then_some(node));
+        }
+        let row_wise = ["Cos", "Sin", "Mul", "Unsqueeze", "Cast"];
+        if !row_wise.contains(&model.op_type(node)?.as_str()) || !model.is_default_domain(node)? {
+            return Ok(None);
+        }
+        let computed: Vec<&String> =
+            inputs.iter().filter(|i| model.producer(i).is_some()).collect();
+        let [input] = computed.as_slice() else { return Ok(None) };
+        value = (*input).clone();
+    }
+    Ok(None)
+}
+
+/// The caches' `range` counts at least `total` (an int64 scalar) rows: the
+/// rows past the largest position are never read, but ONNX Runtime checks
+/// that the caches cover the total length. Done once per range.
+fn extend_rows(model: &Model, range: OnnxNodeId, total: &str) -> Result<()> {
+    let inputs = model.inputs(range)?;
+    let [start, limit, delta] = inputs.as_slice() else { return Ok(()) };
+    if let Some(max) = model.producer(limit) {
+        if model.op_type(max)? == "Max" && model.inputs(max)?.iter().any(|i| i == total) {
+            return Ok(());
+        }
+    }
+    let output = model.first_output(range)?;
+    let node = |op: &str, inputs: &[String], hint: String| {
+        model.add_node(op, "", inputs, &[hint], &[]).map(|(_, mut o)| o.remove(0))
+    };
+    let rows = node("Max", &[limit.clone(), total.to_string()], format!("{limit}_at_least_total"))?;
+    let extended = node("Range", &[start.clone(), rows, delta.clone()], format!("{output}_gqa"))?;
+    model.replace_uses(&output, &extended)?;
+    model.remove_node(range)
+}
+
+/// `a` for `x` = `Concat(a, empty, axis -1)`, `empty` of no element on that
+/// axis: a rotation of every dim, traced as a partial one (its unrotated
+/// part empty).
+fn without_empty_part(model: &Model, x: &str) -> Result<Option<String>> {
+    let Some(concat) = model.producer(x) else { return Ok(None) };
+    if model.op_type(concat)? != "Concat"
+        || !model.is_default_domain(concat)?
+        || !matches!(model.attribute(concat, "axis")?, Some(Attribute::Int(-1 | 3)))
+    {
+        return Ok(None);
+    }
+    let parts = model.inputs(concat)?;
+    let [a, empty] = parts.as_slice() else { return Ok(None) };
+    let shapes = (model.shape(a), model.shape(empty));
+    Ok(match (shapes.0.as_deref(), shapes.1.as_deref()) {
+        (Some([_, _, _, _]), Some([_, _, _, OnnxDim::Fixed(0)])) => Some(a.clone()),
+        _ => None,
+    })
+}
+
+/// For a partial rotation `x` = `Concat(RotaryEmbedding(Slice(t, [0, r))),
+/// Slice(t, [r, head_dim)), axis -1)` of `t` `[batch, heads, length,
+/// head_dim]`: one `RotaryEmbedding` of `t`'s merged form (the graph's, or
+/// the split undone) rotating `r` of each head's dims.
+fn partially_rotated_merged(
+    model: &Model,
+    x: &str,
+    heads: i64,
+    head_dim: i64,
+) -> Result<Option<String>> {
+    let Some(concat) = model.producer(x) else { return Ok(None) };
+    if model.op_type(concat)? != "Concat"
+        || !model.is_default_domain(concat)?
+        || !matches!(model.attribute(concat, "axis")?, Some(Attribute::Int(-1 | 3)))
+    {
+        return Ok(None);
+    }
+    let parts = model.inputs(concat)?;
+    let [rotated, passed] = parts.as_slice() else { return Ok(None) };
+    let Some(rotary) = model.producer(rotated) else { return Ok(None) };
+    if model.op_type(rotary)? != "RotaryEmbedding"
+        || model.domain(rotary)? != "com.microsoft"
+        || !matches!(
+            model.attribute(rotary, "rotary_embedding_dim")?,
+            None | Some(Attribute::Int(0))
+        )
+    {
+        return Ok(None);
+    }
+    let rotary_inputs = model.inputs(rotary)?;
+    let [sliced, rest @ ..] = rotary_inputs.as_slice() else { return Ok(None) };
+    let (Some((t, 0, r)), Some((t_passed, r_passed, end))) =
+        (last_axis_slice(model, sliced)?, last_axis_slice(model, passed)?)
+    else {
+        return Ok(None);
+    };
+    if t != t_passed || r != r_passed || end < head_dim || r <= 0 || r >= head_dim || r % 2 != 0 {
+        return Ok(None);
+    }
+    // `t` is before `x`: so is its merged form, undone split or not.
+    let merged = match before_split(model, &t, heads, head_dim)? {
+        Some(merged) => merged,
+        None => match heads_second_merged(model, &t, heads, head_dim)? {
+            Some(merged) => merged,
+            None => split_undone(model, &t, heads, head_dim)?,
+        },
+    };
+    let mut attributes =
+        vec![int_attribute("num_heads", heads), int_attribute("rotary_embedding_dim", r)];
+    for name in ["interleaved", "is_packed_batching", "scale"] {
+        if let Some(value) = model.attribute(rotary, name)? {
+            attributes.push(NamedAttribute { name: name.into(), value });
+        }
+    }
+    let mut inputs = vec![merged];
+    inputs.extend(rest.iter().cloned());
+    let (_, outputs) = model.add_node(
+        "RotaryEmbedding",
+        "com.microsoft",
+        &inputs,
+        &[format!("{x}_merged")],
+        &attributes,
+    )?;
+    Ok(Some(outputs[0].clone()))
+}
+
+/// `(data, start, end)` for `value` = `Slice(data, [start], [end], [-1 or
+/// 3], [1])` of a 4-D `data`.
+fn last_axis_slice(model: &Model, value: &str) -> Result<Option<(String, i64, i64)>> {
+    let Some(slice) = model.producer(value) else { return Ok(None) };
+    if model.op_type(slice)? != "Slice" || !model.is_default_domain(slice)? {
+        return Ok(None);
+    }
+    let inputs = model.inputs(slice)?;
+    let ints = |i: usize| inputs.get(i).filter(|v| !v.is_empty()).and_then(|v| model.ints(v));
+    let bound = |i: usize| match ints(i).as_deref() {
+        Some([b]) => Some(*b),
+        _ => None,
+    };
+    let (Some(start), Some(end)) = (bound(1), bound(2)) else { return Ok(None) };
+    let rank = model.shape(&inputs[0]).map(|s| s.len());
+    let on_last = matches!(ints(3).as_deref(), Some([-1]) | Some([3])) && rank == Some(4);
+    let unit_step = matches!(ints(4).as_deref(), None | Some([1]));
+    Ok((on_last && unit_step).then(|| (inputs[0].clone(), start, end)))
+}
+
+/// For `x` = `SimplifiedLayerNormalization(Transpose(z, [0,2,1,3]), w)` over
+/// the last axis, `z` `[batch, length, heads, head_dim]` (a per-head norm
+/// after the split, as Gemma 3's): the norm of `z` (the transpose does not
+/// move the last axis), merged by a `Reshape`.
+fn normed_merged(model: &Model, x: &str, heads: i64, head_dim: i64) -> Result<Option<String>> {
+    let Some(norm) = model.producer(x) else { return Ok(None) };
+    if model.op_type(norm)? != "SimplifiedLayerNormalization"
+        || !model.is_default_domain(norm)?
+        || !matches!(model.attribute(norm, "axis")?, None | Some(Attribute::Int(-1 | 3)))
+    {
+        return Ok(None);
+    }
+    let inputs = model.inputs(norm)?;
+    let [transposed, weight] = inputs.as_slice() else { return Ok(None) };
+    let Some(transpose) = model.producer(transposed) else { return Ok(None) };
+    if model.op_type(transpose)? != "Transpose"
+        || !model.is_default_domain(transpose)?
+        || perm(model, transpose)? != Some(vec![0, 2, 1, 3])
+        || !matches!(model.shape(weight).as_deref(), Some([OnnxDim::Fixed(d)]) if *d == head_dim)
+    {
+        return Ok(None);
+    }
+    let z = model.inputs(transpose)?[0].clone();
+    if !matches!(
+        model.shape(&z).as_deref(),
+        Some([_, _, OnnxDim::Fixed(h), OnnxDim::Fixed(d)]) if *h == heads && *d == head_dim
+    ) {
+        return Ok(None);
+    }
+    let mut attributes = vec![];
+    for name in ["epsilon", "stash_type"] {
+        if let Some(value) = model.attribute(norm, name)? {
+            attributes.push(NamedAttribute { name: name.into(), value });
+        }
+    }
+    attributes.push(int_attribute("axis", -1));
+    let (_, normed) = model.add_node(
+        "SimplifiedLayerNormalization",
+        "",
+        &[z, weight.clone()],
+        &[format!("{x}_heads_second")],
+        &attributes,
+    )?;
+    let shape = ints_initializer(model, "group_query_attention_merge", &[0, 0, -1])?;
+    let merged = model.add_node(
+        "Reshape",
+        "",
+        &[normed[0].clone(), shape],
+        &[format!("{x}_merged")],
+        &[],
+    )?;
+    Ok(Some(merged.1[0].clone()))
+}
+
+/// `Reshape(z, [0, 0, -1])` for `x` = `Transpose(z, [0,2,1,3])`, `z`
+/// `[batch, length, heads, head_dim]`.
+fn heads_second_merged(
+    model: &Model,
+    x: &str,
+    heads: i64,
+    head_dim: i64,
+) -> Result<Option<String>> {
+    let Some(transpose) = model.producer(x) else { return Ok(None) };
+    if model.op_type(transpose)? != "Transpose"
+        || !model.is_default_domain(transpose)?
+        || perm(model, transpose)? != Some(vec![0, 2, 1, 3])
+    {
+        return Ok(None);
+    }
+    let z = model.inputs(transpose)?[0].clone();
+    if !matches!(
+        model.shape(&z).as_deref(),
+        Some([_, _, OnnxDim::Fixed(h), OnnxDim::Fixed(d)]) if *h == heads && *d == head_dim
+    ) {
+        return Ok(None);
+    }
+    let shape = ints_initializer(model, "group_query_attention_merge", &[0, 0, -1])?;
+    let merged = model.add_node("Reshape", "", &[z, shape], &[format!("{x}_merged")], &[])?;
+    Ok(Some(merged.1[0].clone()))
 }
 
 /// `y` for `x` = `Transpose(Reshape(y, ·), [0,2,1,3])`, `y` `[batch, length,
@@ -631,11 +1111,20 @@ fn split_heads(model: &Model, merged: &str, heads: i64, head_dim: i64) -> Result
         .remove(0))
 }
 
-/// `seqlens_k` (`[batch]`, the total length minus one in every row) and
-/// `total_sequence_length` (a scalar), int32, computed from the merged query's
-/// shape and the past's: `length = past_length + new_length`. Attentions
-/// whose shapes carry the same dims (a model's layers) share them.
-fn lengths(model: &Model, m: &Attention, query: &str) -> Result<(String, String)> {
+/// GQA's lengths, computed from the merged query's shape and the past's:
+/// `length = past_length + new_length`.
+struct Lengths {
+    /// `[batch]` int32, the total length minus one in every row.
+    seqlens_k: String,
+    /// The total length, an int32 scalar.
+    total: String,
+    /// The same, an int64 scalar.
+    total_int64: String,
+}
+
+/// The lengths of `m` (see [`Lengths`]). Attentions whose shapes carry the
+/// same dims (a model's layers) share them.
+fn lengths(model: &Model, m: &Attention, query: &str) -> Result<Lengths> {
     let dims = |v: &str, axes: &[usize]| -> Option<Vec<OnnxDim>> {
         let shape = model.shape(v)?;
         axes.iter().map(|&a| shape.get(a).cloned()).collect()
@@ -652,16 +1141,22 @@ fn lengths(model: &Model, m: &Attention, query: &str) -> Result<(String, String)
         Some(name) => format!("group_query_attention_{name}"),
         None => format!("{query}_group_query_attention"),
     };
-    let (seqlens_name, total_name) =
-        (format!("{prefix}_seqlens_k"), format!("{prefix}_total_length"));
+    let found = Lengths {
+        seqlens_k: format!("{prefix}_seqlens_k"),
+        total: format!("{prefix}_total_length"),
+        total_int64: format!("{prefix}_total_length_int64"),
+    };
     let made_by = |name: &str, op: &str| -> Result<bool> {
         Ok(match model.producer(name) {
             Some(node) => model.op_type(node)? == op,
             None => false,
         })
     };
-    if made_by(&seqlens_name, "Expand")? && made_by(&total_name, "Squeeze")? {
-        return Ok((seqlens_name, total_name));
+    if made_by(&found.seqlens_k, "Expand")?
+        && made_by(&found.total, "Cast")?
+        && made_by(&found.total_int64, "Squeeze")?
+    {
+        return Ok(found);
     }
     let node = |op: &str, inputs: &[String], name: &str, attributes: &[NamedAttribute]| {
         model
@@ -685,15 +1180,15 @@ fn lengths(model: &Model, m: &Attention, query: &str) -> Result<(String, String)
         }
         None => new_length,
     };
-    let to_int32 = int_attribute("to", INT32 as i64);
-    let written = node("Cast", &[length], &format!("{prefix}_length_int32"), &[to_int32])?;
-    let one = Constant { elem_type: INT32, dims: vec![1], data: ConstantData::Ints(vec![1]) };
-    let one = model.add_initializer("group_query_attention_one", &one)?;
-    let last = node("Sub", &[written.clone(), one], &format!("{prefix}_last"), &[])?;
-    let seqlens_k = node("Expand", &[last, batch], &seqlens_name, &[])?;
     let axis = ints_initializer(model, "group_query_attention_axis_0", &[0])?;
-    let total = node("Squeeze", &[written, axis], &total_name, &[])?;
-    Ok((seqlens_k, total))
+    let total_int64 = node("Squeeze", &[length, axis], &found.total_int64, &[])?;
+    let to_int32 = int_attribute("to", INT32 as i64);
+    let total = node("Cast", &[total_int64.clone()], &found.total, &[to_int32])?;
+    let one = Constant { elem_type: INT32, dims: vec![], data: ConstantData::Ints(vec![1]) };
+    let one = model.add_initializer("group_query_attention_one", &one)?;
+    let last = node("Sub", &[total.clone(), one], &format!("{prefix}_last"), &[])?;
+    let seqlens_k = node("Expand", &[last, batch], &found.seqlens_k, &[])?;
+    Ok(Lengths { seqlens_k, total, total_int64 })
 }
 
 /// A name for a list of dims when each is a size or a plain symbol (so equal
