@@ -13,13 +13,23 @@ it failed. Then:
   2 layers (the config truncated, the same checkpoint) in ONNX Runtime
   against eager at 1e-3 before the whole model lands (its peak RSS is the
   truncated check's: the first layers and the 394M-parameter embedding, in
-  float32, eager and in ONNX Runtime).
+  float32, eager and in ONNX Runtime);
+- the float32 ONNX export and the `--quantize int4` one (MatMulNBits and
+  GatherBlockQuantized, quantized as the weights stream), alternating for
+  `--rounds` rounds, each with its wall time, peak RSS and output size;
+  ONNX Runtime then loads the int4 model in a process of its own and runs
+  one forward over 8 tokens, its logits checked finite.
+
+`--onnx-only` runs the float32 and int4 ONNX exports alone (no ONNX Runtime
+session on the float model, no `.pt2`, no `--verify-layers`, no reference).
 
     cargo build --release -p hfx && cargo xtask build-plugins
     .venv/bin/python bench/large_model.py [--folder DIR] [--reference-timeout S]
+        [--onnx-only] [--rounds N]
 
 Needs ~26 GB of free disk (6.4 GB checkpoint, 12.8 GB ONNX data, then 6.4 GB
-`.pt2` after the ONNX is removed).
+`.pt2` after the ONNX is removed; each export's output is removed once
+measured).
 """
 
 import argparse
@@ -160,20 +170,40 @@ def reference_side(folder, out):
     exported.save_pretrained(out)
 
 
-def ort_loads(path):
+def ort_loads(path, forward=False):
+    """A session on `path`; with `forward`, one forward over 8 tokens of
+    batch 1, its first output checked finite."""
+    import numpy as np
     import onnxruntime as ort
 
     start = time.perf_counter()
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    print(
-        json.dumps(
-            {
-                "inputs": [i.name for i in session.get_inputs()],
-                "outputs": len(session.get_outputs()),
-                "seconds": time.perf_counter() - start,
-            }
-        )
-    )
+    loaded = {
+        "inputs": [i.name for i in session.get_inputs()],
+        "outputs": len(session.get_outputs()),
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+    if forward:
+        tokens = 8
+        feeds = {}
+        for i in session.get_inputs():
+            if i.name == "input_ids":
+                feeds[i.name] = np.arange(1, tokens + 1, dtype=np.int64)[None]
+            elif i.name == "attention_mask":
+                feeds[i.name] = np.ones((1, tokens), dtype=np.int64)
+            elif i.name == "position_ids":
+                feeds[i.name] = np.arange(tokens, dtype=np.int64)[None]
+            else:
+                raise SystemExit(f"no value for the input {i.name} {i.shape}")
+        start = time.perf_counter()
+        first = session.run(None, feeds)[0]
+        loaded["forward_seconds"] = round(time.perf_counter() - start, 2)
+        loaded["output_shape"] = list(first.shape)
+        loaded["finite"] = bool(np.isfinite(first).all())
+        if not loaded["finite"]:
+            print(json.dumps(loaded))
+            raise SystemExit("the forward's output is not finite")
+    print(json.dumps(loaded))
 
 
 def main():
@@ -182,6 +212,14 @@ def main():
     parser.add_argument("--reference-timeout", type=float, default=1800)
     parser.add_argument("--skip-reference", action="store_true")
     parser.add_argument("--skip-hfx", action="store_true")
+    parser.add_argument(
+        "--onnx-only",
+        action="store_true",
+        help="only the float32 and int4 ONNX exports (and the int4 model's session)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="alternating float32 / int4 export rounds"
+    )
     args = parser.parse_args()
     out = os.path.join(ROOT, "target", "bench", "large")
     os.makedirs(out, exist_ok=True)
@@ -197,8 +235,10 @@ def main():
     print(f"checkpoint: {size / GIB:.2f} GiB of bfloat16 safetensors")
     results = {}
     if not args.skip_hfx:
-        hfx_side(folder, out, results)
-    if not args.skip_reference:
+        if not args.onnx_only:
+            hfx_side(folder, out, results)
+        int4_side(folder, out, results, args.rounds)
+    if not args.skip_reference and not args.onnx_only:
         reference_run(folder, out, results, args.reference_timeout)
     print(
         json.dumps(
@@ -219,6 +259,39 @@ def hfx_run(label, backend, folder, out, results, *extra):
         f"{label}: {wall:.0f} s, whole-pipeline peak RSS {peak / GIB:.2f} GiB (exit {code})\n{tail}"
     )
     return code
+
+
+def folder_bytes(path):
+    return sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
+
+
+def int4_side(folder, out, results, rounds):
+    """The float32 and the `--quantize int4` ONNX exports, alternating, each
+    output's size measured and removed before the next; the int4 model's
+    last output loaded by ONNX Runtime (and run once) before it is removed."""
+    sizes = {}
+    for round_ in range(1, rounds + 1):
+        for label, extra in [("float32", ()), ("int4", ("--quantize", "int4"))]:
+            path = os.path.join(out, label)
+            name = f"hfx onnx {label} (dynamic) round {round_}"
+            if hfx_run(name, "onnx", folder, path, results, *extra) == 0:
+                sizes[label] = folder_bytes(path)
+                print(f"{name}: {sizes[label] / GIB:.2f} GiB written")
+                if label == "int4" and round_ == rounds:
+                    model = os.path.join(path, "model.onnx")
+                    wall, peak, code, tail = measured([PYTHON, __file__, "--ort-forward", model])
+                    last = tail.strip().splitlines()[-1] if tail.strip() else ""
+                    print(
+                        f"ONNX Runtime session + forward on the int4 model: exit {code}, "
+                        f"{wall:.0f} s, peak RSS {peak / GIB:.2f} GiB: {last}"
+                    )
+                    results["ONNX Runtime int4 load + forward"] = (wall, peak, code)
+            shutil.rmtree(path, ignore_errors=True)
+    if len(sizes) == 2:
+        print(
+            f"int4 / float32 output size: {sizes['int4'] / GIB:.2f} / "
+            f"{sizes['float32'] / GIB:.2f} GiB = {sizes['int4'] / sizes['float32']:.3f}x"
+        )
 
 
 def hfx_side(folder, out, results):
@@ -274,5 +347,7 @@ if __name__ == "__main__":
         reference_side(sys.argv[2], sys.argv[3])
     elif sys.argv[1:2] == ["--ort"]:
         ort_loads(sys.argv[2])
+    elif sys.argv[1:2] == ["--ort-forward"]:
+        ort_loads(sys.argv[2], forward=True)
     else:
         main()

@@ -107,16 +107,16 @@ impl Int4Weight {
                     // As the kernel sees the scale: in the stored scales' dtype.
                     let scale = round_trip(self.scale, scale);
                     let reciprocal = if scale != 0.0 { 1.0 / scale } else { 0.0 };
-                    let quantized = |v: f32| {
-                        (v * reciprocal + zero_point as f32).round().clamp(0.0, 15.0) as u8
-                    };
-                    // A last block shorter than the block size is padded with zeros.
-                    for pair in 0..self.block / 2 {
-                        let at = |i: usize| block.get(i).map_or(0, |&v| quantized(v));
-                        let (low, high) = (at(2 * pair), at(2 * pair + 1));
-                        let padded = 2 * pair >= block.len();
-                        out.push(if padded { 0 } else { low | high << 4 });
+                    let zero_point = zero_point as f32;
+                    let quantized = |v: f32| nibble(v * reciprocal + zero_point);
+                    let pairs = block.chunks_exact(2);
+                    let odd = pairs.remainder();
+                    out.extend(pairs.map(|pair| quantized(pair[0]) | quantized(pair[1]) << 4));
+                    if let [last] = odd {
+                        out.push(quantized(*last));
                     }
+                    // A last block shorter than the block size is padded with zeros.
+                    out.resize(out.len() + self.block / 2 - block.len().div_ceil(2), 0);
                 }
             }
         }
@@ -129,8 +129,10 @@ impl Int4Weight {
     /// symmetric, the value of largest magnitude maps to -8 (zero point 8);
     /// otherwise the block's range, widened to hold 0, spans 0..=15.
     fn scale_and_zero_point(&self, block: &[f32]) -> (f32, u8) {
-        let (min, max) =
-            block.iter().fold((f32::MAX, f32::MIN), |(min, max), &v| (min.min(v), max.max(v)));
+        // Compared as `std::min` and `std::max` compare: a NaN is skipped.
+        let (min, max) = block.iter().fold((f32::MAX, f32::MIN), |(min, max), &v| {
+            (if v < min { v } else { min }, if max < v { v } else { max })
+        });
         if self.symmetric {
             let extreme = if max.abs() > min.abs() { max } else { min };
             return (-extreme / 8.0, 8);
@@ -168,9 +170,7 @@ impl Layout {
             let rows = ROWS.min(n - first);
             if self.stored_n_by_k {
                 let run = &source[first * k * size..(first + rows) * k * size];
-                for (value, element) in values.iter_mut().zip(run.chunks_exact(size)) {
-                    *value = decode(stored, element);
-                }
+                decode_into(stored, run, &mut values);
                 if let Some(release) = release {
                     release(run);
                 }
@@ -304,6 +304,39 @@ fn decode(dtype: DType, element: &[u8]) -> f32 {
         DType::Float16 => half::f16::from_le_bytes([element[0], element[1]]).to_f32(),
         _ => f32::from_le_bytes([element[0], element[1], element[2], element[3]]),
     }
+}
+
+/// `bytes`, elements of `dtype`, decoded into `out` (as many as both hold):
+/// [`decode`] with the dtype matched once per run rather than per element.
+fn decode_into(dtype: DType, bytes: &[u8], out: &mut [f32]) {
+    let elements = bytes.chunks_exact(dtype.size());
+    match dtype {
+        DType::Bfloat16 => {
+            for (v, e) in out.iter_mut().zip(elements) {
+                *v = half::bf16::from_le_bytes([e[0], e[1]]).to_f32();
+            }
+        }
+        DType::Float16 => {
+            for (v, e) in out.iter_mut().zip(elements) {
+                *v = half::f16::from_le_bytes([e[0], e[1]]).to_f32();
+            }
+        }
+        _ => {
+            for (v, e) in out.iter_mut().zip(elements) {
+                *v = f32::from_le_bytes([e[0], e[1], e[2], e[3]]);
+            }
+        }
+    }
+}
+
+/// `x.round().clamp(0.0, 15.0) as u8` (rounding half away from zero, NaN to
+/// 0) without a call to `roundf`: clamped first (rounding is monotonic and the
+/// bounds are integers), then truncated and rounded up where the fraction,
+/// exact in float32, is at least a half.
+fn nibble(x: f32) -> u8 {
+    let clamped = x.clamp(0.0, 15.0);
+    let whole = clamped as u8;
+    whole + u8::from(clamped - f32::from(whole) >= 0.5)
 }
 
 fn encode(dtype: DType, value: f32, out: &mut Vec<u8>) {
@@ -473,6 +506,74 @@ mod tests {
                 .collect();
             let want = if symmetric { symmetric_scales } else { asymmetric_scales };
             assert_eq!(scales, want);
+        }
+    }
+
+    /// [`nibble`] is `round().clamp(0.0, 15.0) as u8` for every float
+    /// sampled across the whole range of bit patterns, and each float within
+    /// a few steps of every half between -1 and 16 (where rounding turns).
+    #[test]
+    fn nibble_rounds_half_away_from_zero_then_clamps() {
+        let reference = |x: f32| x.round().clamp(0.0, 15.0) as u8;
+        let sampled = (0..u32::MAX).step_by(4099).map(f32::from_bits);
+        let halves = (-2..=32).flat_map(|h| {
+            let half = h as f32 / 2.0;
+            (-4i32..=4).map(move |step| f32::from_bits(half.to_bits().wrapping_add_signed(step)))
+        });
+        let special = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0, 0.0, 0.49999997];
+        for x in sampled.chain(halves).chain(special) {
+            assert_eq!(nibble(x), reference(x), "{x:e} ({:#x})", x.to_bits());
+        }
+    }
+
+    /// A bfloat16 N x K weight past several tiles of [`ROWS`] rows, its last
+    /// block padded, with zero and NaN blocks: each part as the elementwise
+    /// definition computes it (each value decoded alone, `f32::round`).
+    #[test]
+    fn a_streamed_bfloat16_weight_is_the_elementwise_definition() {
+        let (k, n, block) = (100usize, 3 * ROWS + 5, 32usize);
+        let mut values: Vec<f32> =
+            (0..k * n).map(|i| ((i as f64 * 0.7).sin() * (1.0 + (i % 13) as f64)) as f32).collect();
+        values[..block].fill(0.0);
+        values[k..k + block].fill(-0.0);
+        values[2 * k + 3] = f32::NAN;
+        let source: Vec<u8> =
+            values.iter().flat_map(|&v| half::bf16::from_f32(v).to_le_bytes()).collect();
+        for symmetric in [true, false] {
+            let int4 = Int4Weight {
+                k,
+                n,
+                stored_n_by_k: true,
+                stored: DType::Bfloat16,
+                scale: DType::Float32,
+                block,
+                symmetric,
+            };
+            let (mut packed, mut scales, mut zero_points) = (Vec::new(), Vec::new(), Vec::new());
+            for row in source.chunks_exact(2 * k) {
+                let row: Vec<f32> =
+                    row.chunks_exact(2).map(|e| decode(DType::Bfloat16, e)).collect();
+                let mut pending = None;
+                for chunk in row.chunks(block) {
+                    let (scale, zero_point) = int4.scale_and_zero_point(chunk);
+                    scales.extend(scale.to_le_bytes());
+                    match pending.take() {
+                        None => pending = Some(zero_point),
+                        Some(low) => zero_points.push(low | zero_point << 4),
+                    }
+                    let reciprocal = if scale != 0.0 { 1.0 / scale } else { 0.0 };
+                    let q = |i: usize| {
+                        chunk.get(i).map_or(0, |&v| {
+                            (v * reciprocal + zero_point as f32).round().clamp(0.0, 15.0) as u8
+                        })
+                    };
+                    packed.extend((0..block / 2).map(|p| q(2 * p) | q(2 * p + 1) << 4));
+                }
+                zero_points.extend(pending);
+            }
+            assert_eq!(written(&int4, &source, Int4Part::Packed), packed, "{symmetric}");
+            assert_eq!(written(&int4, &source, Int4Part::Scales), scales, "{symmetric}");
+            assert_eq!(written(&int4, &source, Int4Part::ZeroPoints), zero_points);
         }
     }
 
