@@ -626,6 +626,30 @@ def hfx_summary(results, handled_by_ref):
     return f"hfx `--ort-fusions cpu` on those {len(handled_by_ref)}: " + "; ".join(parts) + "."
 
 
+def node_summary(results, handled_by_ref):
+    """hfx's fused node counts against the reference's fused ones, on the architectures both fuse and check."""
+    by = {r["arch"]: r for r in results}
+    at_most, more = [], []
+    for arch in handled_by_ref:
+        h = by[arch]["hfx"]
+        if h["status"] != "ok":
+            continue
+        ours, theirs = h.get("counts", {}), by[arch]["reference"]["fused"]["counts"]
+        over = [
+            f"{c[0]}: {ours[c]['nodes']} > {theirs[c]['nodes']}"
+            for c in COMPONENTS
+            if c in ours and c in theirs and ours[c]["nodes"] > theirs[c]["nodes"]
+        ]
+        if over:
+            more.append(f"{arch} ({', '.join(over)})")
+        else:
+            at_most.append(arch)
+    return (
+        f"Nodes, hfx fused against the reference's fused graph: at most as many in both components: "
+        f"{len(at_most)} ({', '.join(at_most) or 'none'}); more: {len(more)} ({'; '.join(more) or 'none'})."
+    )
+
+
 def fewer_ops(counts, reference_counts):
     """The ops of which hfx's graph has fewer than the reference's fused one, per component (`d: GQA 2 < 2`)."""
     parts = []
@@ -713,6 +737,8 @@ def report(results, args, started, elapsed, command):
         f"The reference handles {len(handled_by_ref)} of {len(results)}: {', '.join(handled_by_ref) or 'none'}.",
         "",
         hfx_summary(results, handled_by_ref),
+        "",
+        node_summary(results, handled_by_ref),
         "",
         *attention_summary(results),
         *[
