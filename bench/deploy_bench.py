@@ -21,6 +21,7 @@ Nothing here is asserted.
 
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -54,7 +55,9 @@ def ort_int4(source, out):
     import onnx
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-    os.makedirs(out, exist_ok=True)
+    # ONNX Runtime appends to an existing external data file: start empty.
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
     for component in ("prefill", "decode"):
         model = onnx.load(os.path.join(source, f"{component}.onnx"))
         quantizer = MatMulNBitsQuantizer(model, block_size=32, is_symmetric=True)
