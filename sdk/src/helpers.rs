@@ -246,6 +246,12 @@ mod model_ext {
         /// then each producer of its inputs this leaves unread, and so on:
         /// what a rewrite routed around.
         fn remove_unread(&self, node: OnnxNodeId) -> Result<(), Error>;
+        /// Removes `node`, whose outputs a rewrite took over (a graph
+        /// output's name moved to the fused node, which [`remove_unread`]
+        /// would keep), then what that leaves unread before it.
+        ///
+        /// [`remove_unread`]: ModelExt::remove_unread
+        fn remove_rerouted(&self, node: OnnxNodeId) -> Result<(), Error>;
     }
 
     impl ModelExt for Model {
@@ -334,6 +340,15 @@ mod model_ext {
                 let inputs = self.inputs(node)?;
                 self.remove_node(node)?;
                 pending.extend(inputs.iter().filter_map(|i| self.producer(i)));
+            }
+            Ok(())
+        }
+
+        fn remove_rerouted(&self, node: OnnxNodeId) -> Result<(), Error> {
+            let inputs = self.inputs(node)?;
+            self.remove_node(node)?;
+            for producer in inputs.iter().filter_map(|i| self.producer(i)) {
+                self.remove_unread(producer)?;
             }
             Ok(())
         }

@@ -6,31 +6,15 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use crate::common::*;
-use hfx::onnx::proto::ModelProto;
+use crate::fusions::{node, op_counts, scalar};
 use hfx::onnx::{Attribute, Node};
-use hfx::plugins::ir_model::{Constant, ConstantData, Dim, IrModel, IrParts, ValueType};
+use hfx::plugins::ir_model::{Constant, Dim, IrModel, IrParts, ValueType};
 use hfx::plugins::kind;
 use hfx::stages::{onnx_ir_fix, OnPluginError};
-use prost::Message;
-
-fn node(op: &str, inputs: &[&str], output: &str) -> Node {
-    Node {
-        op_type: op.into(),
-        domain: String::new(),
-        inputs: inputs.iter().map(|s| s.to_string()).collect(),
-        outputs: vec![output.into()],
-        attributes: vec![],
-        function: None,
-    }
-}
 
 fn with(mut node: Node, name: &str, value: Attribute) -> Node {
     node.attributes.push((name.into(), value));
     node
-}
-
-fn scalar(value: f64) -> Constant {
-    Constant { elem_type: 1, dims: vec![], data: ConstantData::Floats(vec![value]) }
 }
 
 fn float(dims: &[i64]) -> ValueType {
@@ -162,16 +146,6 @@ fn spelled_out_and_erf_gelus_of_biased_products_fuse_with_their_bias() {
     );
 }
 
-fn op_counts(path: &Path) -> (usize, HashMap<String, usize>) {
-    let model = ModelProto::decode(std::fs::read(path).unwrap().as_slice()).unwrap();
-    let graph = model.graph.unwrap();
-    let mut counts = HashMap::new();
-    for n in &graph.node {
-        *counts.entry(n.op_type.clone().unwrap_or_default()).or_default() += 1;
-    }
-    (graph.node.len(), counts)
-}
-
 /// `--ort-fusions cpu --verify` on the sweep's encoders (BERT, RoBERTa,
 /// DistilBERT, 2 layers): per layer a BiasGelu, the attention scores'
 /// scale folded into a FusedMatMul and both layer norms of residual sums
@@ -187,7 +161,7 @@ fn ort_fusions_cpu_fuse_the_gelu_and_attention_scores_of_encoders() {
     {
         let plain = export(dir.path(), model, config, &[]);
         let fused = export(dir.path(), model, config, &["--ort-fusions", "cpu", "--verify"]);
-        let (fused_nodes, counts) = op_counts(&fused);
+        let (fused_nodes, counts, _) = op_counts(&fused);
         let fusions = ["BiasGelu", "FusedMatMul", "SkipLayerNormalization"]
             .map(|op| counts.get(op).copied().unwrap_or(0));
         assert!(fusions[..2] == [2, 2] && fusions[2] >= 4, "{model}: {counts:?}");

@@ -14,7 +14,7 @@ use hfx::plugins::sandbox::Limits;
 use hfx::stages::{onnx_ir_fix, OnPluginError};
 use prost::Message;
 
-fn node(op: &str, inputs: &[&str], output: &str) -> Node {
+pub(crate) fn node(op: &str, inputs: &[&str], output: &str) -> Node {
     Node {
         op_type: op.into(),
         domain: String::new(),
@@ -25,7 +25,7 @@ fn node(op: &str, inputs: &[&str], output: &str) -> Node {
     }
 }
 
-fn scalar(value: f64) -> Constant {
+pub(crate) fn scalar(value: f64) -> Constant {
     Constant { elem_type: 1, dims: vec![], data: ConstantData::Floats(vec![value]) }
 }
 
@@ -157,7 +157,8 @@ fn hostile_ir_rewrites_are_rolled_back_and_stopped_by_their_budgets() {
     }
 }
 
-fn op_counts(path: &Path) -> (usize, HashMap<String, usize>, HashSet<String>) {
+/// A saved model's node count, op counts and opset domains.
+pub(crate) fn op_counts(path: &Path) -> (usize, HashMap<String, usize>, HashSet<String>) {
     let model = ModelProto::decode(std::fs::read(path).unwrap().as_slice()).unwrap();
     let graph = model.graph.unwrap();
     let mut counts = HashMap::new();

@@ -19,6 +19,7 @@ import zipfile
 from .messages import ActivationRange, Calibrate, CalibratedComponent, CalibrateReply
 from .protocol import Unsupported
 from .pytree import load_reference, named_leaves
+from .verify import onnx_feed
 
 # A calibration file's arrays together: beyond this it is refused before it is read.
 MAX_FILE_BYTES = 4 << 30
@@ -64,29 +65,13 @@ def recording_runner(path, activations):
     ranges = Ranges(activations)
 
     def run(inputs):
-        leaves = dict(named_leaves(inputs))
-        missing = [n for n in names if n.removeprefix("input.") not in leaves]
-        if missing:
-            raise ValueError(
-                f"the ONNX model wants inputs {missing}; the sample has {sorted(leaves)}"
-            )
-        feed = {n: as_array(leaves[n.removeprefix("input.")]) for n in names}
-        values = session.run(None, feed)
+        values = session.run(None, onnx_feed(names, inputs))
         for name, value in zip(activations, values[own:]):
             ranges.add(name, value)
         return values[:own]
 
     run.input_names = names
     return run, ranges
-
-
-def as_array(value):
-    import numpy as np
-    import torch
-
-    if torch.is_tensor(value):
-        return value.detach().cpu().numpy()
-    return np.asarray(value)
 
 
 def varied(inputs, count):

@@ -113,20 +113,28 @@ def onnx_runner(path):
     names = [i.name for i in onnx_session.get_inputs()]
 
     def run(inputs):
-        # Inputs by leaf path (`cache.layers.0.keys`); one an output also
-        # names carries an `input.` prefix, as the reference names it.
-        leaves = dict(named_leaves(inputs))
-        missing = [n for n in names if n.removeprefix("input.") not in leaves]
-        if missing:
-            raise ValueError(
-                f"the ONNX model wants inputs {missing}; the sample has {sorted(leaves)}"
-            )
-        return onnx_session.run(
-            None, {n: leaves[n.removeprefix("input.")].detach().cpu().numpy() for n in names}
-        )
+        return onnx_session.run(None, onnx_feed(names, inputs))
 
     run.input_names = names
     return run, onnx_session.get_providers()
+
+
+def onnx_feed(names, inputs):
+    """The arrays an ONNX model's inputs `names` take from `inputs` (a pytree
+    of tensors or arrays), by leaf path (`cache.layers.0.keys`); an input an
+    output also names carries an `input.` prefix, as the reference names it."""
+    import numpy as np
+    import torch
+
+    leaves = dict(named_leaves(inputs))
+    missing = [n for n in names if n.removeprefix("input.") not in leaves]
+    if missing:
+        raise ValueError(f"the ONNX model wants inputs {missing}; the sample has {sorted(leaves)}")
+    feed = {}
+    for name in names:
+        value = leaves[name.removeprefix("input.")]
+        feed[name] = value.detach().cpu().numpy() if torch.is_tensor(value) else np.asarray(value)
+    return feed
 
 
 def pt2_runner(path, constants):

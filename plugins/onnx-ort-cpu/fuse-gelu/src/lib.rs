@@ -73,7 +73,7 @@ fn fuse_gelu(model: &Model, node: OnnxNodeId) -> Result<bool> {
     let (_, outputs) =
         model.add_node(op, "com.microsoft", &inputs, &[format!("{}_fused", gelu.output)], &[])?;
     model.replace_uses(&gelu.output, &outputs[0])?;
-    remove_with_unread_inputs(model, gelu.end)?;
+    model.remove_rerouted(gelu.end)?;
     Ok(true)
 }
 
@@ -361,15 +361,4 @@ fn transposed_shape(model: &Model, value: &str) -> Option<Vec<OnnxDim>> {
         None => Some(source.into_iter().rev().collect()),
         Some(_) => None,
     }
-}
-
-/// Removes `node`, whose result was rerouted (a graph output's name moved to
-/// the fused node), then what that leaves unread before it.
-fn remove_with_unread_inputs(model: &Model, node: OnnxNodeId) -> Result<()> {
-    let inputs = model.inputs(node)?;
-    model.remove_node(node)?;
-    for producer in inputs.iter().filter_map(|i| model.producer(i)) {
-        model.remove_unread(producer)?;
-    }
-    Ok(())
 }

@@ -869,10 +869,9 @@ fn extend_rows(model: &Model, range: OnnxNodeId, total: &str) -> Result<()> {
     model.remove_node(range)
 }
 
-/// `a` for `x` = `Concat(a, empty, axis -1)`, `empty` of no element on that
-/// axis: a rotation of every dim, traced as a partial one (its unrotated
-/// part empty).
-fn without_empty_part(model: &Model, x: &str) -> Result<Option<String>> {
+/// `[a, b]` for `x` = `Concat(a, b)` along the last axis of a
+/// `[batch, heads, length, head_dim]` value.
+fn last_axis_concat_pair(model: &Model, x: &str) -> Result<Option<[String; 2]>> {
     let Some(concat) = model.producer(x) else { return Ok(None) };
     if model.op_type(concat)? != "Concat"
         || !model.is_default_domain(concat)?
@@ -880,11 +879,17 @@ fn without_empty_part(model: &Model, x: &str) -> Result<Option<String>> {
     {
         return Ok(None);
     }
-    let parts = model.inputs(concat)?;
-    let [a, empty] = parts.as_slice() else { return Ok(None) };
-    let shapes = (model.shape(a), model.shape(empty));
+    Ok(<[String; 2]>::try_from(model.inputs(concat)?).ok())
+}
+
+/// `a` for `x` = `Concat(a, empty, axis -1)`, `empty` of no element on that
+/// axis: a rotation of every dim, traced as a partial one (its unrotated
+/// part empty).
+fn without_empty_part(model: &Model, x: &str) -> Result<Option<String>> {
+    let Some([a, empty]) = last_axis_concat_pair(model, x)? else { return Ok(None) };
+    let shapes = (model.shape(&a), model.shape(&empty));
     Ok(match (shapes.0.as_deref(), shapes.1.as_deref()) {
-        (Some([_, _, _, _]), Some([_, _, _, OnnxDim::Fixed(0)])) => Some(a.clone()),
+        (Some([_, _, _, _]), Some([_, _, _, OnnxDim::Fixed(0)])) => Some(a),
         _ => None,
     })
 }
@@ -899,16 +904,8 @@ fn partially_rotated_merged(
     heads: i64,
     head_dim: i64,
 ) -> Result<Option<String>> {
-    let Some(concat) = model.producer(x) else { return Ok(None) };
-    if model.op_type(concat)? != "Concat"
-        || !model.is_default_domain(concat)?
-        || !matches!(model.attribute(concat, "axis")?, Some(Attribute::Int(-1 | 3)))
-    {
-        return Ok(None);
-    }
-    let parts = model.inputs(concat)?;
-    let [rotated, passed] = parts.as_slice() else { return Ok(None) };
-    let Some(rotary) = model.producer(rotated) else { return Ok(None) };
+    let Some([rotated, passed]) = last_axis_concat_pair(model, x)? else { return Ok(None) };
+    let Some(rotary) = model.producer(&rotated) else { return Ok(None) };
     if model.op_type(rotary)? != "RotaryEmbedding"
         || model.domain(rotary)? != "com.microsoft"
         || !matches!(
@@ -921,7 +918,7 @@ fn partially_rotated_merged(
     let rotary_inputs = model.inputs(rotary)?;
     let [sliced, rest @ ..] = rotary_inputs.as_slice() else { return Ok(None) };
     let (Some((t, 0, r)), Some((t_passed, r_passed, end))) =
-        (last_axis_slice(model, sliced)?, last_axis_slice(model, passed)?)
+        (last_axis_slice(model, sliced)?, last_axis_slice(model, &passed)?)
     else {
         return Ok(None);
     };

@@ -135,7 +135,7 @@ fn fuse(model: &Model, matmul: OnnxNodeId) -> Result<bool> {
         ],
     )?;
     model.replace_uses(&output, &outputs[0])?;
-    remove_with_unread_inputs(model, end)?;
+    model.remove_rerouted(end)?;
     Ok(true)
 }
 
@@ -319,15 +319,4 @@ fn rank(model: &Model, value: &str, depth: u32) -> Option<usize> {
         "Softmax" | "Neg" | "Cast" => rank(model, inputs.first()?, depth - 1),
         _ => None,
     }
-}
-
-/// Removes `node`, whose result was rerouted (a graph output's name moved to
-/// the fused node), then what that leaves unread before it.
-fn remove_with_unread_inputs(model: &Model, node: OnnxNodeId) -> Result<()> {
-    let inputs = model.inputs(node)?;
-    model.remove_node(node)?;
-    for producer in inputs.iter().filter_map(|i| model.producer(i)) {
-        model.remove_unread(producer)?;
-    }
-    Ok(())
 }
