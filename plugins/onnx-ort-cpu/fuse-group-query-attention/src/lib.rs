@@ -635,26 +635,8 @@ fn merged(model: &Model, x: &str, heads: i64, head_dim: i64) -> Result<(String, 
                     },
                 };
                 if let Some(merged) = merged {
-                    let mut attributes = vec![];
-                    for name in
-                        ["interleaved", "is_packed_batching", "rotary_embedding_dim", "scale"]
-                    {
-                        if let Some(value) = model.attribute(rotary, name)? {
-                            attributes.push(NamedAttribute { name: name.into(), value });
-                        }
-                    }
-                    // The head count: a merged input's heads are not in its shape.
-                    attributes.push(int_attribute("num_heads", heads));
-                    let mut rotary_inputs = vec![merged];
-                    rotary_inputs.extend(rest.iter().cloned());
-                    let (_, outputs) = model.add_node(
-                        "RotaryEmbedding",
-                        "com.microsoft",
-                        &rotary_inputs,
-                        &[format!("{x}_merged")],
-                        &attributes,
-                    )?;
-                    return Ok((outputs[0].clone(), true));
+                    let rotated = rotary_of_merged(model, rotary, merged, rest, heads, None, x)?;
+                    return Ok((rotated, true));
                 }
             }
         }
@@ -933,23 +915,44 @@ fn partially_rotated_merged(
             None => split_undone(model, &t, heads, head_dim)?,
         },
     };
-    let mut attributes =
-        vec![int_attribute("num_heads", heads), int_attribute("rotary_embedding_dim", r)];
-    for name in ["interleaved", "is_packed_batching", "scale"] {
+    rotary_of_merged(model, rotary, merged, rest, heads, Some(r), x).map(Some)
+}
+
+/// `rotary`'s `RotaryEmbedding` applied to `merged` (`[batch, length,
+/// heads * head_dim]`) instead, its other inputs `rest`, rotating
+/// `rotary_dim` of each head's dims if given (else as `rotary` does); named
+/// after `x`, the value it stands for.
+fn rotary_of_merged(
+    model: &Model,
+    rotary: OnnxNodeId,
+    merged: String,
+    rest: &[String],
+    heads: i64,
+    rotary_dim: Option<i64>,
+    x: &str,
+) -> Result<String> {
+    // The head count: a merged input's heads are not in its shape.
+    let mut attributes = vec![int_attribute("num_heads", heads)];
+    if let Some(r) = rotary_dim {
+        attributes.push(int_attribute("rotary_embedding_dim", r));
+    }
+    for name in ["interleaved", "is_packed_batching", "rotary_embedding_dim", "scale"] {
+        if rotary_dim.is_some() && name == "rotary_embedding_dim" {
+            continue;
+        }
         if let Some(value) = model.attribute(rotary, name)? {
             attributes.push(NamedAttribute { name: name.into(), value });
         }
     }
-    let mut inputs = vec![merged];
-    inputs.extend(rest.iter().cloned());
-    let (_, outputs) = model.add_node(
+    let inputs: Vec<String> = std::iter::once(merged).chain(rest.iter().cloned()).collect();
+    let (_, mut outputs) = model.add_node(
         "RotaryEmbedding",
         "com.microsoft",
         &inputs,
         &[format!("{x}_merged")],
         &attributes,
     )?;
-    Ok(Some(outputs[0].clone()))
+    Ok(outputs.remove(0))
 }
 
 /// `(data, start, end)` for `value` = `Slice(data, [start], [end], [-1 or
