@@ -2,7 +2,7 @@
 //! a translation emits and the nodes an IR fix repairs. Emission with prost,
 //! initializers and the checker come with the ONNX backend.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 pub mod calibrate;
 pub mod emit;
@@ -67,6 +67,8 @@ pub struct TranslationBuilder {
     pub value_names: HashMap<ValueId, String>,
     pub nodes: Vec<Node>,
     next_name: u64,
+    /// The names of the graph's inputs and weights, which no fresh name takes.
+    bound: HashSet<String>,
 }
 
 impl TranslationBuilder {
@@ -74,9 +76,36 @@ impl TranslationBuilder {
         TranslationBuilder { opset, ..Default::default() }
     }
 
-    /// A fresh, deterministic value name.
+    /// Names a graph input or weight `value` as the model names it.
+    pub fn bind(&mut self, value: ValueId, name: String) {
+        self.bound.insert(name.clone());
+        self.value_names.insert(value, name);
+    }
+
+    /// A fresh, deterministic value name, none of the bound ones (an input
+    /// may be named `transpose_1`: a self-test piece's inputs keep the names
+    /// of the values they were cut from).
     pub fn fresh_name(&mut self, op_type: &str) -> String {
-        self.next_name += 1;
-        format!("{}_{}", op_type.to_ascii_lowercase(), self.next_name)
+        loop {
+            self.next_name += 1;
+            let name = format!("{}_{}", op_type.to_ascii_lowercase(), self.next_name);
+            if !self.bound.contains(&name) {
+                return name;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fresh_names_skip_the_bound_inputs_names() {
+        let mut builder = TranslationBuilder::new(18);
+        builder.bind(ValueId(0), "transpose_1".into());
+        builder.bind(ValueId(1), "transpose_3".into());
+        let fresh: Vec<String> = (0..3).map(|_| builder.fresh_name("Transpose")).collect();
+        assert_eq!(fresh, ["transpose_2", "transpose_4", "transpose_5"]);
     }
 }

@@ -131,7 +131,7 @@ fn bind_inputs(graph: &Graph, roles: &[InputRole], builder: &mut TranslationBuil
             InputRole::Initializer { fqn, .. } => fqn.clone(),
             InputRole::Constant => continue,
         };
-        builder.value_names.insert(*value, name);
+        builder.bind(*value, name);
     }
 }
 
