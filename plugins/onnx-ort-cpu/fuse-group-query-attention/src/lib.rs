@@ -989,21 +989,10 @@ fn normed_merged(model: &Model, x: &str, heads: i64, head_dim: i64) -> Result<Op
     }
     let inputs = model.inputs(norm)?;
     let [transposed, weight] = inputs.as_slice() else { return Ok(None) };
-    let Some(transpose) = model.producer(transposed) else { return Ok(None) };
-    if model.op_type(transpose)? != "Transpose"
-        || !model.is_default_domain(transpose)?
-        || perm(model, transpose)? != Some(vec![0, 2, 1, 3])
-        || !matches!(model.shape(weight).as_deref(), Some([OnnxDim::Fixed(d)]) if *d == head_dim)
-    {
+    if !matches!(model.shape(weight).as_deref(), Some([OnnxDim::Fixed(d)]) if *d == head_dim) {
         return Ok(None);
     }
-    let z = model.inputs(transpose)?[0].clone();
-    if !matches!(
-        model.shape(&z).as_deref(),
-        Some([_, _, OnnxDim::Fixed(h), OnnxDim::Fixed(d)]) if *h == heads && *d == head_dim
-    ) {
-        return Ok(None);
-    }
+    let Some(z) = heads_swapped_from(model, transposed, heads, head_dim)? else { return Ok(None) };
     let mut attributes = vec![];
     for name in ["epsilon", "stash_type"] {
         if let Some(value) = model.attribute(norm, name)? {
@@ -1018,15 +1007,7 @@ fn normed_merged(model: &Model, x: &str, heads: i64, head_dim: i64) -> Result<Op
         &[format!("{x}_heads_second")],
         &attributes,
     )?;
-    let shape = ints_initializer(model, "group_query_attention_merge", &[0, 0, -1])?;
-    let merged = model.add_node(
-        "Reshape",
-        "",
-        &[normed[0].clone(), shape],
-        &[format!("{x}_merged")],
-        &[],
-    )?;
-    Ok(Some(merged.1[0].clone()))
+    merge_heads(model, normed[0].clone(), x).map(Some)
 }
 
 /// `Reshape(z, [0, 0, -1])` for `x` = `Transpose(z, [0,2,1,3])`, `z`
@@ -1037,6 +1018,13 @@ fn heads_second_merged(
     heads: i64,
     head_dim: i64,
 ) -> Result<Option<String>> {
+    let Some(z) = heads_swapped_from(model, x, heads, head_dim)? else { return Ok(None) };
+    merge_heads(model, z, x).map(Some)
+}
+
+/// `z` for `x` = `Transpose(z, [0,2,1,3])`, `z` `[batch, length, heads,
+/// head_dim]`.
+fn heads_swapped_from(model: &Model, x: &str, heads: i64, head_dim: i64) -> Result<Option<String>> {
     let Some(transpose) = model.producer(x) else { return Ok(None) };
     if model.op_type(transpose)? != "Transpose"
         || !model.is_default_domain(transpose)?
@@ -1045,15 +1033,20 @@ fn heads_second_merged(
         return Ok(None);
     }
     let z = model.inputs(transpose)?[0].clone();
-    if !matches!(
+    Ok(matches!(
         model.shape(&z).as_deref(),
         Some([_, _, OnnxDim::Fixed(h), OnnxDim::Fixed(d)]) if *h == heads && *d == head_dim
-    ) {
-        return Ok(None);
-    }
+    )
+    .then_some(z))
+}
+
+/// `Reshape(z, [0, 0, -1])`: `z` `[batch, length, heads, head_dim]` as
+/// `[batch, length, heads·head_dim]`, named after `x`, the value it stands for.
+fn merge_heads(model: &Model, z: String, x: &str) -> Result<String> {
     let shape = ints_initializer(model, "group_query_attention_merge", &[0, 0, -1])?;
-    let merged = model.add_node("Reshape", "", &[z, shape], &[format!("{x}_merged")], &[])?;
-    Ok(Some(merged.1[0].clone()))
+    let (_, mut merged) =
+        model.add_node("Reshape", "", &[z, shape], &[format!("{x}_merged")], &[])?;
+    Ok(merged.remove(0))
 }
 
 /// `y` for `x` = `Transpose(Reshape(y, ·), [0,2,1,3])`, `y` `[batch, length,
