@@ -599,6 +599,24 @@ fn gemma2_generates_with_onnx_runtime_genai_in_float32_and_float16() {
     genai_generates("gemma2", GEMMA2, &["--dtype", "float16"]);
 }
 
+/// Mistral, Gemma, Gemma 3 (its sliding window of 4, which the prompt and the
+/// generated tokens pass) and OLMo (its end-of-sequence token in the tiny
+/// vocabulary), each as GenAI's own model type.
+#[test]
+#[ignore = "full tier: more GenAI model types (a_llama_folder_exports_a_package_onnx_runtime_genai_generates_with)"]
+fn mistral_gemma_gemma3_and_olmo_generate_with_onnx_runtime_genai() {
+    let windowed = format!("{QWEN3},sliding_window=4");
+    let olmo = format!("{LLAMA},eos_token_id=2");
+    for (arch, set) in [
+        ("mistral", LLAMA),
+        ("gemma", GEMMA),
+        ("gemma3_text", windowed.as_str()),
+        ("olmo", olmo.as_str()),
+    ] {
+        genai_generates(arch, set, &[]);
+    }
+}
+
 /// What GenAI cannot run as one decoder, or whose model type hfx does not
 /// map, is refused in one line once `generate` is captured; nothing is written.
 #[test]

@@ -20,8 +20,16 @@ pub const DECODER: &str = "decode";
 
 /// `config.json`'s `model_type`s whose GenAI model type hfx writes (GenAI
 /// knows more; these are the ones hfx's tests generate with), with that type.
-const MODEL_TYPES: &[(&str, &str)] =
-    &[("llama", "llama"), ("qwen3", "qwen3"), ("phi3", "phi3"), ("gemma2", "gemma2")];
+const MODEL_TYPES: &[(&str, &str)] = &[
+    ("llama", "llama"),
+    ("mistral", "mistral"),
+    ("qwen3", "qwen3"),
+    ("phi3", "phi3"),
+    ("gemma", "gemma"),
+    ("gemma2", "gemma2"),
+    ("gemma3_text", "gemma3_text"),
+    ("olmo", "olmo"),
+];
 
 /// The decoder's inputs GenAI feeds, by GenAI's key, and the cache's names
 /// (`%d` the layer) in hfx's decoder.
@@ -355,7 +363,7 @@ mod tests {
         std::fs::write(dir.path().join("config.json"), gpt2.to_string()).unwrap();
         let e = model_type(dir.path()).unwrap_err().to_string();
         assert!(e.contains("model_type `gpt2` (GPT2LMHeadModel)"), "{e}");
-        assert!(e.contains("llama, qwen3, phi3, gemma2"), "{e}");
+        assert!(e.contains("llama, mistral, qwen3, phi3, gemma, gemma2, gemma3_text, olmo"), "{e}");
         assert!(check_components(["encoder", "prefill", "decode"]).is_err());
         assert!(check_components(["prefill", "decode"]).is_ok());
     }
