@@ -461,29 +461,17 @@ fn qdq_matmul<'a>(
     weight: Weight<'_, 'a>,
     scale: DType,
 ) -> Result<(Node, Vec<Initializer<'a>>, Vec<Node>), String> {
-    let Weight { name, source, stored, k, n, stored_n_by_k } = weight;
-    if scale != DType::Float32 {
-        // QuantizeLinear takes a float16 scale from opset 19 only; hfx writes 18.
-        return Err(format!("{} MatMul (int8-static quantizes float32 MatMuls)", scale.name()));
-    }
-    let weight = Int8Weight { k, n, stored_n_by_k, stored, scale };
-    let header = |suffix: &str, dtype: DType, dims: Vec<i64>| p::TensorProto {
-        dims,
-        data_type: dtype.onnx(),
-        name: Some(format!("{name}{suffix}")),
-        ..Default::default()
-    };
-    let mut new: Vec<Initializer<'a>> =
-        [(Int8Part::Values, "_quantized", DType::Int8), (Int8Part::Scales, "_scale", scale)]
-            .into_iter()
-            .map(|(part, suffix, dtype)| Initializer {
-                header: header(suffix, dtype, weight.dims(part)),
-                bytes: Bytes::Int8 { source, weight, part },
-            })
-            .collect();
+    let (name, n) = (weight.name, weight.n);
+    // QuantizeLinear takes a float16 scale from opset 19 only; hfx writes 18.
+    let mut new = int8_per_channel(weight, scale, "int8-static quantizes float32 MatMuls")?;
     // Symmetric: a zero point of 0 per channel, as `quantize_static` writes it.
     new.push(Initializer {
-        header: header("_zero_point", DType::Int8, vec![n as i64]),
+        header: p::TensorProto {
+            dims: vec![n as i64],
+            data_type: DType::Int8.onnx(),
+            name: Some(format!("{name}_zero_point")),
+            ..Default::default()
+        },
         bytes: Bytes::Owned(vec![0; n]),
     });
     let dequantize = Node {
@@ -553,26 +541,37 @@ fn dynamic_quantize_matmul<'a>(
     weight: Weight<'_, 'a>,
     scale: DType,
 ) -> Result<(Node, Vec<Initializer<'a>>), String> {
+    // Its CPU kernel multiplies float32 activations only.
+    let new = int8_per_channel(weight, scale, "DynamicQuantizeMatMul takes float32")?;
+    Ok((contrib_matmul(node, "DynamicQuantizeMatMul", &new, Vec::new()), new))
+}
+
+/// `weight` quantized to int8 per output channel as it streams: its values
+/// (`{name}_quantized`, K x N) and scales (`{name}_scale`) as initializers;
+/// or, for a weight whose scale is not float32, why it stays float
+/// (`float32_only`).
+fn int8_per_channel<'a>(
+    weight: Weight<'_, 'a>,
+    scale: DType,
+    float32_only: &str,
+) -> Result<Vec<Initializer<'a>>, String> {
     let Weight { name, source, stored, k, n, stored_n_by_k } = weight;
     if scale != DType::Float32 {
-        // Its CPU kernel multiplies float32 activations only.
-        return Err(format!("{} MatMul (DynamicQuantizeMatMul takes float32)", scale.name()));
+        return Err(format!("{} MatMul ({float32_only})", scale.name()));
     }
     let weight = Int8Weight { k, n, stored_n_by_k, stored, scale };
-    let new: Vec<Initializer<'a>> =
-        [(Int8Part::Values, "_quantized", DType::Int8), (Int8Part::Scales, "_scale", scale)]
-            .into_iter()
-            .map(|(part, suffix, dtype)| Initializer {
-                header: p::TensorProto {
-                    dims: weight.dims(part),
-                    data_type: dtype.onnx(),
-                    name: Some(format!("{name}{suffix}")),
-                    ..Default::default()
-                },
-                bytes: Bytes::Int8 { source, weight, part },
-            })
-            .collect();
-    Ok((contrib_matmul(node, "DynamicQuantizeMatMul", &new, Vec::new()), new))
+    Ok([(Int8Part::Values, "_quantized", DType::Int8), (Int8Part::Scales, "_scale", scale)]
+        .into_iter()
+        .map(|(part, suffix, dtype)| Initializer {
+            header: p::TensorProto {
+                dims: weight.dims(part),
+                data_type: dtype.onnx(),
+                name: Some(format!("{name}{suffix}")),
+                ..Default::default()
+            },
+            bytes: Bytes::Int8 { source, weight, part },
+        })
+        .collect())
 }
 
 /// The bytes a float weight `name` streams from, their dtype and the
