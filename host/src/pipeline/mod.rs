@@ -639,13 +639,13 @@ fn export(run: Run, worker: &mut Option<Worker>, job: Job) -> Result<Component> 
     run.progress.step("emit", &artifact.to_string_lossy());
     let emit_started = Instant::now();
     // Calibrated in the worker, which reads the staging folders only.
-    let calibrates = job.calibrate && calibration(&job.target.artifact).is_some();
-    let staged = Staged::for_output(job.output, job.verify || calibrates)?;
+    let calibration = calibration(&job.target.artifact).filter(|_| job.calibrate);
+    let staged = Staged::for_output(job.output, job.verify || calibration.is_some())?;
     let unchanged = job.input.traced().filter(|traced| {
         program.graph().changes() == changes_before && traced.summary.cached.is_none()
     });
     let mut emitted = emit_artifact(run, worker, &job, &mut program, unchanged, staged.path())?;
-    if let (true, Some(calibration)) = (calibrates, calibration(&job.target.artifact)) {
+    if let Some(calibration) = calibration {
         let reference = match &job.input {
             Input::Traced(t) => t.reference.clone(),
             Input::Pt2(path) | Input::IrJson(path) => Some(reference_path(path)),
@@ -670,7 +670,7 @@ fn export(run: Run, worker: &mut Option<Worker>, job: Job) -> Result<Component> 
             checked
         }
         _ => {
-            if calibrates {
+            if calibration.is_some() {
                 staged.move_into_place(job.output)?;
             }
             (Vec::new(), Duration::ZERO)
