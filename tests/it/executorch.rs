@@ -230,3 +230,99 @@ fn a_dynamic_portable_program_plans_its_arena_for_the_declared_maxima() {
     assert!(memory.contains("planned for batch <= 4, sequence <= 64; weights 0.1 MiB"), "{memory}");
     assert!(!stdout.contains("warning"), "{stdout}");
 }
+
+/// The reference's memory-planning options (`ExecutorchConfig.alloc_graph_input`,
+/// `alloc_graph_output`): the portable program's arena leaves out the graph's
+/// inputs and outputs, which the ExecuTorch runtime then reads as
+/// caller-provided (not memory-planned); the arena shrinks by the outputs it
+/// no longer holds, the program still matches eager at two sizes, and the
+/// export folder records the options as the reference's config fields.
+#[test]
+fn the_portable_arena_leaves_out_the_inputs_and_outputs_the_flags_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let arena = |stdout: &str| -> u64 {
+        stdout
+            .split("planned arena ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{stdout}"))
+    };
+    let planned = dir.path().join("planned");
+    let stdout = export(dir.path(), PORTABLE, "llama", LLAMA, &planned, &["--verify"]);
+    let whole = arena(&stdout);
+    let caller = dir.path().join("caller");
+    let flags = ["--verify", "--no-alloc-graph-input", "--no-alloc-graph-output"];
+    let stdout = export(dir.path(), PORTABLE, "llama", LLAMA, &caller, &flags);
+    assert!(arena(&stdout) < whole, "{} >= {whole}: {stdout}", arena(&stdout));
+    for (folder, planned) in [(&planned, "planned"), (&caller, "caller")] {
+        let pte = folder.join("model.pte");
+        run_python("check_pte_memory.py", &[pte.to_str().unwrap(), planned, planned]);
+    }
+    let config = std::fs::read_to_string(caller.join("export.json")).unwrap();
+    let config: serde_json::Value = serde_json::from_str(&config).unwrap();
+    let fields = &config["components"]["model"]["metadata"]["export_config"];
+    assert_eq!(
+        (&fields["alloc_graph_input"], &fields["alloc_graph_output"]),
+        (&serde_json::json!(false), &serde_json::json!(false)),
+        "{config}"
+    );
+    assert_eq!(fields["alloc_mutable_buffers"], serde_json::json!(true), "{config}");
+}
+
+/// The XNNPACK program gets the same options through ExecuTorch's own
+/// `MemoryPlanningPass`.
+#[test]
+#[ignore = "full tier: the options through ExecuTorch's XNNPACK lowering (the_portable_arena_leaves_out_the_inputs_and_outputs_the_flags_name covers the flags and the check)"]
+fn the_xnnpack_arena_leaves_out_the_inputs_and_outputs_the_flags_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("x.pte");
+    let flags = ["--verify", "--no-alloc-graph-input", "--no-alloc-graph-output"];
+    export(dir.path(), XNNPACK, "llama", LLAMA, &out, &flags);
+    run_python("check_pte_memory.py", &[out.to_str().unwrap(), "caller", "caller"]);
+}
+
+/// The memory-planning flags are refused in one line, before any work, where
+/// they would change nothing or break the check: another backend, mutable
+/// buffers the portable program does not have, and an XNNPACK generation
+/// program whose in-place updates the runtime would keep between calls.
+#[test]
+fn memory_planning_flags_that_cannot_apply_are_refused_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = ["--model", "llama", "--set", LLAMA];
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["--backend", "onnx", "--no-alloc-graph-input", "-o", "m.onnx"],
+            "--backend onnx writes none",
+        ),
+        (
+            &["--backend", "executorch", "--no-alloc-mutable-buffers", "-o", "m.pte"],
+            "the portable program has no mutable buffer",
+        ),
+        (
+            &[
+                "--backend",
+                "executorch",
+                "--delegate",
+                "xnnpack",
+                "--generation",
+                "--cache",
+                "static",
+                "--max-cache-len",
+                "16",
+                "--no-alloc-graph-input",
+                "-o",
+                "g/",
+            ],
+            "keeps an unplanned input's update",
+        ),
+    ];
+    for (flags, expected) in cases {
+        let args: Vec<&str> = ["run"].iter().chain(&model).chain(flags.iter()).copied().collect();
+        let out = hfx(dir.path(), &args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(expected), "{flags:?}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{flags:?}: {stderr}");
+    }
+    assert_no_scratch_left(dir.path());
+}

@@ -11,11 +11,13 @@ use serde::Deserialize;
 
 use super::{parse_backend, RunArgs, MAX_WORKER_GIB, MIN_WORKER_GIB};
 use crate::onnx::quantize::{Calibration, Int4Options, Quantize, CALIBRATION_SAMPLES};
-use crate::pipeline::{Artifact, Destination, OnnxOptions, RunOptions, Source, Target, Trace};
+use crate::pipeline::{
+    Artifact, Destination, OnnxOptions, PteOptions, RunOptions, Source, Target, Trace,
+};
 use crate::plugins::Backend;
 use crate::report::ReportTarget;
 use crate::stages::OnPluginError;
-use crate::trace::protocol::Delegate;
+use crate::trace::protocol::{Delegate, MemoryPlanning};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -79,6 +81,10 @@ pub struct RunConfig {
     pub quantize_exclude: Vec<String>,
     pub calibration_samples: Option<u32>,
     pub calibration: Option<PathBuf>,
+    /// The `.pte`'s memory planning (the reference's `ExecutorchConfig` fields).
+    pub alloc_graph_input: Option<bool>,
+    pub alloc_graph_output: Option<bool>,
+    pub alloc_mutable_buffers: Option<bool>,
     /// A report of the run (`.html` or `.json`).
     pub report: Option<PathBuf>,
     /// Where traced programs are kept by what made them.
@@ -313,6 +319,15 @@ pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)>
         Artifact::Onnx(OnnxOptions { opset, external_data, optimize, quantize: quantize.clone() })
     };
     let external_data = args.external_data || config.external_data;
+    let memory = memory_planning(
+        MemoryPlanning {
+            graph_inputs: !args.no_alloc_graph_input && config.alloc_graph_input.unwrap_or(true),
+            graph_outputs: !args.no_alloc_graph_output && config.alloc_graph_output.unwrap_or(true),
+            mutable_buffers: !args.no_alloc_mutable_buffers
+                && config.alloc_mutable_buffers.unwrap_or(true),
+        },
+        &backends,
+    )?;
     let is_file = output.extension().is_some() && !output.is_dir();
     if let [first, second, ..] = backends.as_slice() {
         if is_file {
@@ -327,7 +342,7 @@ pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)>
         let output =
             if backends.len() > 1 { output.join(backend.to_string()) } else { output.clone() };
         let (artifact, destination) =
-            target(backend, output, is_file, &source, &onnx, external_data)?;
+            target(backend, output, is_file, &source, &onnx, external_data, memory)?;
         if verify && artifact == Artifact::IrJson {
             bail!("--verify runs the artifact in its runtime, and a .json graph has none: write .onnx or .pt2");
         }
@@ -372,6 +387,7 @@ fn target(
     source: &Source,
     onnx: &impl Fn(bool) -> Artifact,
     external_data: bool,
+    memory: MemoryPlanning,
 ) -> Result<(Artifact, Destination)> {
     // A path with an extension that is not a folder names a file; else it is an export folder.
     Ok(if is_file {
@@ -380,7 +396,7 @@ fn target(
             Some("json") => Artifact::IrJson,
             Some("onnx") if backend == Backend::Onnx => onnx(external_data),
             Some("onnx") => bail!("a .onnx output needs --backend onnx"),
-            Some("pte") => pte(backend)?,
+            Some("pte") => pte(backend, memory)?,
             _ => bail!("{}: the output must end in .pt2, .onnx or .json", output.display()),
         };
         if matches!(&source, Source::Trace(t) if t.request.generation.is_some()) {
@@ -396,7 +412,7 @@ fn target(
             Backend::Onnx => onnx(true),
             Backend::Dynamo => Artifact::Pt2,
             Backend::Executorch | Backend::ExecutorchXnnpack | Backend::ExecutorchCuda => {
-                pte(backend)?
+                pte(backend, memory)?
             }
         };
         if let Source::Trace(t) = &source {
@@ -406,7 +422,15 @@ fn target(
                 );
             }
         }
-        if let (Artifact::Pte(_), Source::Trace(t)) = (&artifact, &source) {
+        if let (Artifact::Pte(pte), Source::Trace(t)) = (&artifact, &source) {
+            if t.request.generation.is_some()
+                && !pte.memory.graph_inputs
+                && matches!(pte.lowering, crate::pipeline::Pte::Delegated(_))
+            {
+                bail!(
+                    "--no-alloc-graph-input with --generation --backend {backend}: the program updates its cache's lengths, inputs, in place, and ExecuTorch's runtime keeps an unplanned input's update from one call to the next (its own copy, not the caller's tensor): the components would not generate as eager does; drop the flag, or use --backend executorch (the portable program takes the updated cache as outputs)"
+                );
+            }
             if t.request.generation.as_ref().is_some_and(|g| g.max_cache_len.is_none()) {
                 bail!(
                     "--generation to ExecuTorch needs a fixed-size cache: ExecuTorch plans every buffer at its largest size, and a growing \
@@ -420,14 +444,39 @@ fn target(
 
 /// The `.pte` of an ExecuTorch backend: portable (hfx's native emitter), or
 /// a delegate ExecuTorch lowers in the worker.
-fn pte(backend: Backend) -> Result<Artifact> {
+fn pte(backend: Backend, memory: MemoryPlanning) -> Result<Artifact> {
     use crate::pipeline::options::Pte;
+    let pte = |lowering| Ok(Artifact::Pte(PteOptions { lowering, memory }));
     match backend {
-        Backend::ExecutorchXnnpack => Ok(Artifact::Pte(Pte::Delegated(Delegate::Xnnpack))),
-        Backend::Executorch => Ok(Artifact::Pte(Pte::Portable)),
+        Backend::ExecutorchXnnpack => pte(Pte::Delegated(Delegate::Xnnpack)),
+        Backend::Executorch => pte(Pte::Portable),
         Backend::ExecutorchCuda => bail!("the ExecuTorch CUDA delegate needs a CUDA GPU and is not implemented: use --backend executorch.xnnpack"),
         other => bail!("a .pte output needs an ExecuTorch backend (--backend executorch.xnnpack), not {other}"),
     }
+}
+
+/// The `.pte`'s memory planning, refused where nothing would change: it
+/// applies to ExecuTorch backends only, and the portable program has no
+/// mutable buffer (its emitter refuses a program that updates one).
+fn memory_planning(memory: MemoryPlanning, backends: &[Backend]) -> Result<MemoryPlanning> {
+    if memory == MemoryPlanning::default() {
+        return Ok(memory);
+    }
+    let flags = [
+        (!memory.graph_inputs, "--no-alloc-graph-input"),
+        (!memory.graph_outputs, "--no-alloc-graph-output"),
+        (!memory.mutable_buffers, "--no-alloc-mutable-buffers"),
+    ];
+    let flag = flags.iter().find(|(set, _)| *set).map(|(_, flag)| *flag).unwrap_or_default();
+    if let Some(other) = backends.iter().find(|b| {
+        !matches!(b, Backend::Executorch | Backend::ExecutorchXnnpack | Backend::ExecutorchCuda)
+    }) {
+        bail!("{flag} plans an ExecuTorch program's memory, and --backend {other} writes none: drop it, or use --backend executorch.xnnpack");
+    }
+    if !memory.mutable_buffers && backends.contains(&Backend::Executorch) {
+        bail!("--no-alloc-mutable-buffers: the portable program has no mutable buffer to leave out (hfx's emitter takes updated state as inputs); it applies to --backend executorch.xnnpack");
+    }
+    Ok(memory)
 }
 
 fn is_json(path: &Path) -> bool {

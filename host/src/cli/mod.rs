@@ -319,6 +319,18 @@ pub struct RunArgs {
     /// prompt's: `input_ids`, `attention_mask`), each with a leading sample axis.
     #[arg(long, value_name = "FILE")]
     pub calibration: Option<PathBuf>,
+    /// A `.pte` whose arena leaves out the graph's inputs (the reference's
+    /// `alloc_graph_input=False`): the runtime reads the caller's input buffers where they are, and a
+    /// program that updates an input (a static cache) writes into the caller's buffer.
+    #[arg(long)]
+    pub no_alloc_graph_input: bool,
+    /// A `.pte` whose arena leaves out the graph's outputs (`alloc_graph_output=False`): the caller
+    /// binds each output's buffer before a call (`Method::set_output_data_ptr`).
+    #[arg(long)]
+    pub no_alloc_graph_output: bool,
+    /// An XNNPACK `.pte` whose arena leaves out the mutable buffers (`alloc_mutable_buffers=False`).
+    #[arg(long)]
+    pub no_alloc_mutable_buffers: bool,
     /// Also write a report of the run: a self-contained page (`.html`) or its facts as JSON
     /// (`.json`): stage timeline, plugins and the nodes they changed, op histograms, parity.
     #[arg(long, value_name = "FILE")]

@@ -17,6 +17,7 @@ use super::bounds::Bounds;
 use super::kernels::{self, Arg, ArgType, Kernel};
 use crate::graph::pt2::schema as s;
 use crate::graph::{Argument, Dim, Graph, NodeId, Sym, TensorMeta, ValueId, ValueMeta};
+use crate::trace::protocol::MemoryPlanning;
 
 /// An entry of the program's value table.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,6 +56,10 @@ pub enum Storage {
     Planned,
     /// The memory of another tensor (a view of it).
     Alias(u32),
+    /// Memory the caller provides at run time: a graph input or output the
+    /// arena leaves out (`MemoryPlanning`). A view of it is re-pointed by
+    /// `et_view` on every call.
+    Caller,
     /// No memory (a `None` passed where the schema wants a tensor).
     Empty,
 }
@@ -99,17 +104,26 @@ const DROPPED: &[&str] = &[
     "aten._assert_async.msg",
 ];
 
-pub fn lower(graph: &Graph, signature: &s::GraphSignature) -> Result<Program, LowerError> {
+/// `graph` as a portable program whose arena holds what `memory` says: the
+/// graph's inputs and outputs it leaves out are [`Storage::Caller`].
+pub fn lower(
+    graph: &Graph,
+    signature: &s::GraphSignature,
+    memory: MemoryPlanning,
+) -> Result<Program, LowerError> {
+    let root = graph.subgraph(0).map_err(|e| LowerError(e.to_string()))?;
+    let outputs: Vec<ValueId> = root.outputs.iter().flat_map(Argument::values).collect();
     let mut l = Lowering {
         graph,
         bounds: Bounds::new(graph),
         program: Program::default(),
         ids: HashMap::new(),
         operators: HashMap::new(),
+        input_storage: if memory.graph_inputs { Storage::Planned } else { Storage::Caller },
+        output_storage: if memory.graph_outputs { Storage::Planned } else { Storage::Caller },
+        graph_outputs: outputs.clone(),
     };
     l.inputs(signature)?;
-    let root = graph.subgraph(0).map_err(|e| LowerError(e.to_string()))?;
-    let outputs: Vec<ValueId> = root.outputs.iter().flat_map(Argument::values).collect();
     for id in graph.order(0) {
         l.node(id, &outputs)?;
     }
@@ -127,6 +141,10 @@ struct Lowering<'g> {
     /// The value-table entry of each IR value.
     ids: HashMap<ValueId, u32>,
     operators: HashMap<String, u32>,
+    /// Where the graph's inputs live, and its outputs.
+    input_storage: Storage,
+    output_storage: Storage,
+    graph_outputs: Vec<ValueId>,
 }
 
 impl Lowering<'_> {
@@ -209,7 +227,7 @@ impl Lowering<'_> {
                 Some(s::InputSpec::TensorConstant { tensor_constant_name, .. }) => {
                     (None, Some((tensor_constant_name.clone(), true)))
                 }
-                Some(s::InputSpec::UserInput { .. }) => (Some(Storage::Planned), None),
+                Some(s::InputSpec::UserInput { .. }) => (Some(self.input_storage.clone()), None),
                 other => {
                     return self.error(
                         None,
@@ -230,7 +248,7 @@ impl Lowering<'_> {
                 }
                 (None, None) => unreachable_input(),
             };
-            let is_user = storage == Storage::Planned;
+            let is_user = storage == self.input_storage;
             let t = self.tensor(&meta, storage).map_err(|e| {
                 LowerError(format!(
                     "input `{}`: {e}",
@@ -297,17 +315,21 @@ impl Lowering<'_> {
                     _ => base_id,
                 };
                 let meta = self.tensor_meta(outputs[0]).map_err(LowerError)?.clone();
-                let storage = match &self.program.values[root as usize] {
+                let (storage, caller) = match &self.program.values[root as usize] {
                     EValue::Tensor(Tensor { storage: Storage::Constant(c), .. }) => {
-                        Storage::Constant(*c)
+                        (Storage::Constant(*c), false)
                     }
-                    _ => Storage::Alias(root),
+                    EValue::Tensor(Tensor { storage, .. }) => {
+                        (Storage::Alias(root), *storage == Storage::Caller)
+                    }
+                    _ => (Storage::Alias(root), false),
                 };
                 let t = self.tensor(&meta, storage).or_else(|e| self.error(Some(id), e))?;
                 let dynamic = t.dynamic;
                 let out = self.push(EValue::Tensor(t));
                 self.ids.insert(outputs[0], out);
-                if dynamic {
+                // The caller's memory is known only at run time: `et_view` points the view at it.
+                if dynamic || caller {
                     // Spelled as ExecuTorch's emitter spells it (overload `default`).
                     let op = self.named_operator("executorch_prim::et_view", "default");
                     let size = match node.inputs.get(1).map(|a| &a.value) {
@@ -423,10 +445,16 @@ impl Lowering<'_> {
         Ok(())
     }
 
-    /// A new memory-planned tensor for the node output `v`.
+    /// A new tensor for the node output `v`: memory-planned, or the caller's
+    /// where it is a graph output the arena leaves out.
     fn planned(&mut self, node: NodeId, v: ValueId) -> Result<u32, LowerError> {
         let meta = self.tensor_meta(v).map_err(LowerError)?.clone();
-        let t = self.tensor(&meta, Storage::Planned).or_else(|e| self.error(Some(node), e))?;
+        let storage = if self.graph_outputs.contains(&v) {
+            self.output_storage.clone()
+        } else {
+            Storage::Planned
+        };
+        let t = self.tensor(&meta, storage).or_else(|e| self.error(Some(node), e))?;
         let id = self.push(EValue::Tensor(t));
         self.ids.insert(v, id);
         Ok(id)
@@ -441,13 +469,13 @@ impl Lowering<'_> {
             .ok_or_else(|| LowerError(format!("output value {} is never computed", v.0)))?;
         match &self.program.values[id as usize] {
             EValue::Tensor(t)
-                if t.storage == Storage::Planned && !self.program.inputs.contains(&id) =>
+                if t.storage == self.output_storage && !self.program.inputs.contains(&id) =>
             {
                 Ok(id)
             }
             EValue::Tensor(t) => {
                 let mut copy = t.clone();
-                copy.storage = Storage::Planned;
+                copy.storage = self.output_storage.clone();
                 let kernel = kernels::kernel("aten.clone.default").expect("clone is in the table");
                 let op = self.operator(kernel);
                 let out = self.push(EValue::Tensor(copy));
@@ -788,6 +816,52 @@ pub(super) mod tests {
         (g, signature)
     }
 
+    /// What the arena leaves out is the caller's: the input, each output (the
+    /// product a kernel writes, the input's copy), and a view of the input,
+    /// which `et_view` points at the caller's memory on every call.
+    #[test]
+    fn inputs_and_outputs_the_arena_leaves_out_are_the_callers() {
+        let mut g = Graph::new();
+        let x = g.add_input(0, "x", ValueMeta::Tensor(meta("float32", &[2, 3])));
+        let flat = call(
+            &mut g,
+            "aten.view.default",
+            vec![("self", Argument::Tensor(x)), ("size", Argument::Ints(vec![6]))],
+            meta("float32", &[6]),
+        );
+        let product = call(
+            &mut g,
+            "aten.mul.Tensor",
+            vec![("self", Argument::Tensor(flat)), ("other", Argument::Float(2.0))],
+            meta("float32", &[6]),
+        );
+        g.set_outputs(0, vec![Argument::Tensor(product), Argument::Tensor(x)]).unwrap();
+        let signature = s::GraphSignature {
+            input_specs: vec![user_input("x")],
+            output_specs: vec![user_output("product"), user_output("x")],
+        };
+        let memory =
+            MemoryPlanning { graph_inputs: false, graph_outputs: false, ..Default::default() };
+        let p = lower(&g, &signature, memory).unwrap();
+        let x = p.inputs[0];
+        assert_eq!(tensor_of(&p, x).storage, Storage::Caller);
+        for &o in &p.outputs {
+            assert_eq!(tensor_of(&p, o).storage, Storage::Caller, "output {o}");
+        }
+        let et_view = p.operators.iter().position(|(n, _)| n == "executorch_prim::et_view");
+        let view = p.chain.iter().find(|c| Some(c.operator as usize) == et_view).expect("et_view");
+        assert_eq!(
+            (view.args[0], tensor_of(&p, view.args[2]).storage.clone()),
+            (x, Storage::Alias(x))
+        );
+        assert!(super::super::memory::plan(&p)
+            .offsets
+            .iter()
+            .all(|&(v, _)| v != x && !p.outputs.contains(&v)));
+        let planned = lower(&g, &signature, MemoryPlanning::default()).unwrap();
+        assert!(planned.operators.iter().all(|(n, _)| n != "executorch_prim::et_view"));
+    }
+
     fn tensor_of(p: &Program, i: u32) -> &Tensor {
         match &p.values[i as usize] {
             EValue::Tensor(t) => t,
@@ -798,7 +872,7 @@ pub(super) mod tests {
     #[test]
     fn ops_become_kernels_with_arguments_by_schema_and_a_view_an_alias() {
         let (g, signature) = small_program();
-        let p = lower(&g, &signature).unwrap();
+        let p = lower(&g, &signature, MemoryPlanning::default()).unwrap();
         let operators: Vec<(&str, &str)> =
             p.operators.iter().map(|(n, o)| (n.as_str(), o.as_str())).collect();
         assert_eq!(
@@ -859,7 +933,7 @@ pub(super) mod tests {
     #[test]
     fn a_dynamic_size_is_planned_at_its_upper_bound() {
         let (g, signature) = dynamic_program();
-        let p = lower(&g, &signature).unwrap();
+        let p = lower(&g, &signature, MemoryPlanning::default()).unwrap();
         let out = tensor_of(&p, p.outputs[0]);
         assert_eq!((out.sizes.clone(), out.dynamic), (vec![8, 3], true));
         let x = tensor_of(&p, p.inputs[0]);
@@ -871,7 +945,7 @@ pub(super) mod tests {
     #[test]
     fn refusals_are_one_line_errors() {
         let refusal = |g: &Graph, signature: &s::GraphSignature| {
-            let e = lower(g, signature).unwrap_err().to_string();
+            let e = lower(g, signature, MemoryPlanning::default()).unwrap_err().to_string();
             assert!(!e.contains('\n'), "{e}");
             e
         };

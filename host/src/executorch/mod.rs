@@ -25,6 +25,7 @@ use anyhow::{Context, Result};
 
 use crate::graph::pt2::{Pt2, Source};
 use crate::graph::Graph;
+use crate::trace::protocol::MemoryPlanning;
 
 /// What the emitter made.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,16 +39,17 @@ pub struct Emitted {
 }
 
 /// Emits the edge program `graph` (read from `pt2`, whose weights it streams)
-/// as a portable `.pte` at `path`, with `provenance` (JSON) as named data.
+/// as a portable `.pte` at `path`, its arena holding what `memory` says, with `provenance` (JSON) as named data.
 pub fn emit(
     pt2: &Pt2,
     graph: &Graph,
     specs: write::Specs,
+    memory: MemoryPlanning,
     provenance: &[u8],
     path: &Path,
 ) -> Result<Emitted> {
     let model = pt2.programs.get("model").context("the edge program has no `model`")?;
-    let program = lower::lower(graph, &model.graph_module.signature)?;
+    let program = lower::lower(graph, &model.graph_module.signature, memory)?;
     let plan = memory::plan(&program);
     let slices: Vec<write::ConstantBytes> = program
         .constants

@@ -203,7 +203,7 @@ fn flatbuffer(
                     Storage::Planned | Storage::Alias(_) => {
                         (0, offset_of.get(&root(i as u32)).copied())
                     }
-                    Storage::Empty => (0, None),
+                    Storage::Caller | Storage::Empty => (0, None),
                 };
                 let allocation_info = allocation.map(|offset| {
                     fb::AllocationDetails::create(
@@ -357,6 +357,7 @@ mod tests {
     use super::super::lower::{self, Constant};
     use super::super::memory;
     use super::*;
+    use crate::trace::protocol::MemoryPlanning;
 
     /// `program` written with `constants` and read back: the file's bytes.
     fn written(
@@ -383,7 +384,7 @@ mod tests {
     #[test]
     fn a_lowered_program_reads_back_with_its_plan_and_constants() {
         let (g, signature) = small_program();
-        let program = lower::lower(&g, &signature).unwrap();
+        let program = lower::lower(&g, &signature, MemoryPlanning::default()).unwrap();
         let plan = memory::plan(&program);
         let weight: Vec<u8> = (0..6).flat_map(|v| (v as f32).to_le_bytes()).collect();
         let constants: Vec<Vec<u8>> = program
@@ -456,7 +457,7 @@ mod tests {
                 Storage::Constant(c) => {
                     assert_eq!((read.data_buffer_idx(), allocation), (c as u32 + 1, None))
                 }
-                Storage::Empty => unreachable!("no None passed as a tensor here"),
+                Storage::Caller | Storage::Empty => unreachable!("every tensor here is planned"),
             }
             assert_eq!(read.sizes().unwrap().iter().collect::<Vec<_>>(), t.sizes);
         }
@@ -499,7 +500,7 @@ mod tests {
     #[test]
     fn a_dynamic_tensor_is_written_at_its_bound_and_marked_so() {
         let (g, signature) = dynamic_program();
-        let program = lower::lower(&g, &signature).unwrap();
+        let program = lower::lower(&g, &signature, MemoryPlanning::default()).unwrap();
         let plan = memory::plan(&program);
         let bytes = written(&program, &plan, &[], b"");
         let read = fb::root_as_program(&bytes[..u64_at(&bytes, 16) as usize]).unwrap();

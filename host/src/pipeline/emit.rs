@@ -19,7 +19,7 @@ use crate::plugins::loading::LoadedSet;
 use crate::plugins::{kind, Backend};
 use crate::stages::onnx_translation::{ProgramSource, TranslationError};
 use crate::stages::{self, onnx_ir_fix, onnx_translation, OnPluginError, StageReport};
-use crate::trace::protocol::{Delegate, EdgeProgram, Lower};
+use crate::trace::protocol::{Delegate, EdgeProgram, Lower, MemoryPlanning};
 use crate::trace::Worker;
 
 /// What an emission that runs plugins runs them with.
@@ -208,6 +208,7 @@ pub fn pte_delegated(
     lowering: Lowering,
     program: PathBuf,
     delegate: Delegate,
+    memory: MemoryPlanning,
     output: &Path,
 ) -> Result<Lowered> {
     progress.step(
@@ -215,7 +216,7 @@ pub fn pte_delegated(
         &format!("ExecuTorch edge + {} partitioner, to_executorch", delegate.name()),
     );
     let pte = lowering.work.join("model.pte");
-    let request = Lower { program, output: pte.clone(), delegate };
+    let request = Lower { program, output: pte.clone(), delegate, memory };
     let reply =
         lowering.worker.request(&request, lowering.deadline).context("lowering with ExecuTorch")?;
     crate::atomic::move_into_place(&pte, output)
@@ -232,6 +233,7 @@ pub fn pte_portable(
     lowering: Lowering,
     program: PathBuf,
     side_files: &[PathBuf],
+    memory: MemoryPlanning,
     provenance: &[u8],
     output: &Path,
 ) -> Result<Lowered> {
@@ -257,7 +259,8 @@ pub fn pte_portable(
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("{}", edge_path.display()))?;
     let specs = crate::executorch::write::Specs { inputs: &edge.in_spec, outputs: &edge.out_spec };
-    let emitted = crate::executorch::emit(&edge_pt2, &edge_graph, specs, provenance, output)?;
+    let emitted =
+        crate::executorch::emit(&edge_pt2, &edge_graph, specs, memory, provenance, output)?;
     Ok(Lowered::Portable { edge, emitted, emit: started.elapsed() })
 }
 

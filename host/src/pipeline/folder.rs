@@ -99,12 +99,12 @@ impl ExportFolder {
                 config["optimize"] = json!(onnx.optimize);
                 config["ort_fusions"] = serde_json::Value::Null;
             }
-            // The reference's `ExecutorchConfig` fields (its memory planning's defaults).
+            // The reference's `ExecutorchConfig` fields.
             Artifact::Pte(pte) => {
-                config["backend"] = json!(pte.name());
-                for field in ["alloc_graph_input", "alloc_graph_output", "alloc_mutable_buffers"] {
-                    config[field] = json!(true);
-                }
+                config["backend"] = json!(pte.lowering.name());
+                config["alloc_graph_input"] = json!(pte.memory.graph_inputs);
+                config["alloc_graph_output"] = json!(pte.memory.graph_outputs);
+                config["alloc_mutable_buffers"] = json!(pte.memory.mutable_buffers);
             }
             Artifact::Pt2 | Artifact::IrJson => {}
         }
@@ -396,7 +396,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("export");
         let folder = ExportFolder::beside(&out).unwrap();
-        let artifact = Artifact::Pte(super::super::Pte::Portable);
+        let artifact = Artifact::Pte(super::super::Pte::Portable.into());
         std::fs::write(folder.component("model", &artifact), "pte").unwrap();
         let metadata = serde_json::json!({});
         folder

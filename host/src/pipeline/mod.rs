@@ -27,7 +27,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-pub use options::{Artifact, Destination, OnnxOptions, Pte, RunOptions, Source, Target, Trace};
+pub use options::{
+    Artifact, Destination, OnnxOptions, Pte, PteOptions, RunOptions, Source, Target, Trace,
+};
 pub use progress::Progress;
 pub use summary::{Component, Lowered, RunSummary};
 
@@ -883,10 +885,15 @@ fn emit_artifact(
                 deadline: run.options.verify_deadline,
                 work: work.path(),
             };
-            let lowered = match pte {
-                Pte::Delegated(delegate) => {
-                    emit::pte_delegated(run.progress, lowering, program, *delegate, staged)?
-                }
+            let lowered = match pte.lowering {
+                Pte::Delegated(delegate) => emit::pte_delegated(
+                    run.progress,
+                    lowering,
+                    program,
+                    delegate,
+                    pte.memory,
+                    staged,
+                )?,
                 Pte::Portable => {
                     let provenance = folder::provenance(&run.loaded.set, job.target.backend);
                     let provenance = serde_json::to_vec(&provenance)?;
@@ -897,6 +904,7 @@ fn emit_artifact(
                         lowering,
                         program,
                         &side_files,
+                        pte.memory,
                         &provenance,
                         staged,
                     )?
@@ -1052,8 +1060,10 @@ mod tests {
         let backend = match &artifact {
             Artifact::Pt2 | Artifact::IrJson => Backend::Dynamo,
             Artifact::Onnx(_) => Backend::Onnx,
-            Artifact::Pte(Pte::Portable) => Backend::Executorch,
-            Artifact::Pte(Pte::Delegated(_)) => Backend::ExecutorchXnnpack,
+            Artifact::Pte(PteOptions { lowering: Pte::Portable, .. }) => Backend::Executorch,
+            Artifact::Pte(PteOptions { lowering: Pte::Delegated(_), .. }) => {
+                Backend::ExecutorchXnnpack
+            }
         };
         Target { backend, artifact, destination }
     }
@@ -1096,8 +1106,8 @@ mod tests {
     fn a_pte_target_runs_moe_experts_as_batched_matmuls() {
         let file = |name: &str| Destination::File(name.into());
         for (artifact, experts) in [
-            (Artifact::Pte(Pte::Portable), Some("batched_mm")),
-            (Artifact::Pte(Pte::Delegated(Delegate::Xnnpack)), Some("batched_mm")),
+            (Artifact::Pte(Pte::Portable.into()), Some("batched_mm")),
+            (Artifact::Pte(Pte::Delegated(Delegate::Xnnpack).into()), Some("batched_mm")),
             (onnx(false, true), None),
             (Artifact::Pt2, None),
         ] {
@@ -1119,9 +1129,11 @@ mod tests {
         assert_eq!(file.output("decode"), dir.path().join("m.onnx"));
 
         let out = dir.path().join("export");
-        let folder =
-            Written::new(&target(Artifact::Pte(Pte::Portable), Destination::Folder(out.clone())))
-                .unwrap();
+        let folder = Written::new(&target(
+            Artifact::Pte(Pte::Portable.into()),
+            Destination::Folder(out.clone()),
+        ))
+        .unwrap();
         let scratch = folder.folder.as_ref().unwrap().scratch().to_path_buf();
         assert_eq!(scratch.parent(), Some(dir.path()));
         let scratch_name = scratch.file_name().unwrap().to_string_lossy().to_string();
@@ -1140,7 +1152,7 @@ mod tests {
         let to = |name: &str| Destination::Folder(dir.path().join(name));
         let written = [
             Written::new(&target(onnx(false, true), to("inline"))).unwrap(),
-            Written::new(&target(Artifact::Pte(Pte::Portable), to("pte"))).unwrap(),
+            Written::new(&target(Artifact::Pte(Pte::Portable.into()), to("pte"))).unwrap(),
             Written::new(&target(onnx(true, false), to("external"))).unwrap(),
             Written::new(&target(Artifact::Pt2, to("pt2"))).unwrap(),
         ];
@@ -1203,7 +1215,7 @@ mod tests {
         assert_eq!(reference_path(Path::new("out/model.pt2")), Path::new("out/model.reference.pt"));
         assert_eq!(reference_path(Path::new("m.onnx")), Path::new("m.reference.pt"));
         assert_eq!(truncated_file(&onnx(true, true), 2), "first-2-layers.onnx");
-        assert_eq!(truncated_file(&Artifact::Pte(Pte::Portable), 1), "first-1-layers.pte");
+        assert_eq!(truncated_file(&Artifact::Pte(Pte::Portable.into()), 1), "first-1-layers.pte");
     }
 
     #[test]

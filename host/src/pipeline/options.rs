@@ -13,7 +13,7 @@ use super::model_id::HubModel;
 use crate::plugins::loading::SetOptions;
 use crate::plugins::Backend;
 use crate::stages::OnPluginError;
-use crate::trace::protocol::Delegate;
+use crate::trace::protocol::{Delegate, MemoryPlanning};
 use crate::trace::{ModelSource, TraceRequest, WorkerOptions};
 
 /// Where the program comes from.
@@ -106,7 +106,20 @@ pub enum Artifact {
     /// An ExecuTorch program: portable (`--backend executorch`, emitted by
     /// hfx) or with a delegate (`--backend executorch.xnnpack`, lowered by
     /// ExecuTorch with the delegate's partitioner in the worker).
-    Pte(Pte),
+    Pte(PteOptions),
+}
+
+/// A `.pte`: how it is made, and what its arena holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PteOptions {
+    pub lowering: Pte,
+    pub memory: MemoryPlanning,
+}
+
+impl From<Pte> for PteOptions {
+    fn from(lowering: Pte) -> Self {
+        PteOptions { lowering, memory: MemoryPlanning::default() }
+    }
 }
 
 /// How a `.pte` is made.
@@ -348,7 +361,7 @@ mod tests {
         assert!(!options.lowers_in_worker());
         options.targets.push(target(
             Backend::ExecutorchXnnpack,
-            Artifact::Pte(Pte::Delegated(Delegate::Xnnpack)),
+            Artifact::Pte(Pte::Delegated(Delegate::Xnnpack).into()),
         ));
         assert!(options.lowers_in_worker());
     }
@@ -362,7 +375,7 @@ mod tests {
             quantize: None,
         });
         assert_eq!(onnx.folder_file("model"), "model.onnx");
-        assert_eq!(Artifact::Pte(Pte::Portable).folder_file("decode"), "decode.pte");
+        assert_eq!(Artifact::Pte(Pte::Portable.into()).folder_file("decode"), "decode.pte");
         assert_eq!(Artifact::Pt2.folder_file("prefill"), "prefill.pt2");
         assert_eq!(Artifact::IrJson.folder_file("model"), "model.json");
         assert_eq!(Pte::Portable.name(), "portable");

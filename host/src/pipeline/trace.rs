@@ -356,7 +356,13 @@ pub fn worker_sandbox(options: &super::options::RunOptions) -> crate::trace::San
         _ => None,
     }));
     if let Some(target) = options.targets.iter().find(|t| {
-        matches!(t.artifact, super::options::Artifact::Pte(super::options::Pte::Delegated(_)))
+        matches!(
+            t.artifact,
+            super::options::Artifact::Pte(super::options::PteOptions {
+                lowering: super::options::Pte::Delegated(_),
+                ..
+            })
+        )
     }) {
         sandbox.runs_programs = Some(format!(
             "--backend {}: ExecuTorch's delegate lowering runs `flatc`",

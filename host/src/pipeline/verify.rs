@@ -257,7 +257,7 @@ mod tests {
         assert_eq!(int8_static.tolerance(), INT8_STATIC);
         assert_eq!(pte.tolerance(), 1e-3);
         assert_eq!(tolerance(&Artifact::Pt2), 1e-4);
-        assert_eq!(tolerance(&Artifact::Pte(super::super::Pte::Portable)), 1e-3);
+        assert_eq!(tolerance(&Artifact::Pte(super::super::Pte::Portable.into())), 1e-3);
         let request = request(&pte, Path::new("m.pte"), Path::new("m.reference.pt"));
         assert_eq!((request.atol, request.rtol, request.second_size), (1e-3, 1e-3, true));
         let int4 = Runtime::Onnx { quantized: Some("int4".into()) };

@@ -27,7 +27,7 @@ use crate::plugins::Versions;
 /// The protocol version: the first 32 bits of the SHA-256 of the messages'
 /// canonical form, written by `cargo run -p protocol-gen` (the worker's
 /// `messages.PROTOCOL` is the same number).
-pub const PROTOCOL: u64 = 2772391316;
+pub const PROTOCOL: u64 = 3402887948;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -456,6 +456,25 @@ pub struct Lower {
     pub program: PathBuf,
     pub output: PathBuf,
     pub delegate: Delegate,
+    pub memory: MemoryPlanning,
+}
+
+/// What ExecuTorch's memory planning places in the program's arena (the
+/// reference's `ExecutorchConfig.alloc_graph_input`, `alloc_graph_output`,
+/// `alloc_mutable_buffers`). What it leaves out the caller provides at run
+/// time: an input's buffer is read, and updated in place, where the caller
+/// holds it; an output is written where the caller binds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct MemoryPlanning {
+    pub graph_inputs: bool,
+    pub graph_outputs: bool,
+    pub mutable_buffers: bool,
+}
+
+impl Default for MemoryPlanning {
+    fn default() -> Self {
+        MemoryPlanning { graph_inputs: true, graph_outputs: true, mutable_buffers: true }
+    }
 }
 
 impl Method for Lower {

@@ -186,7 +186,12 @@ class DirectFile:
 
 def lower(_session, params: Lower) -> LowerReply:
     import torch
-    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+    from executorch.exir import (
+        EdgeCompileConfig,
+        ExecutorchBackendConfig,
+        to_edge_transform_and_lower,
+    )
+    from executorch.exir.passes import MemoryPlanningPass
 
     program, _ = load_exported_mapped(params.program)
     in_spec = torch.utils._pytree.treespec_dumps(program.call_spec.in_spec)
@@ -205,7 +210,16 @@ def lower(_session, params: Lower) -> LowerReply:
         edge_seconds = time.monotonic() - started
         delegated, portable = counted_nodes(edge)
         started = time.monotonic()
-        executorch = edge.to_executorch()
+        memory = params.memory
+        executorch = edge.to_executorch(
+            ExecutorchBackendConfig(
+                memory_planning_pass=MemoryPlanningPass(
+                    alloc_graph_input=memory.graph_inputs,
+                    alloc_graph_output=memory.graph_outputs,
+                    alloc_mutable_buffers=memory.mutable_buffers,
+                )
+            )
+        )
         with DirectFile(params.output) as out:
             executorch.write_to_file(out)
         executorch_seconds = time.monotonic() - started

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypedDict
 
 # The hash of the definition's canonical form; both ends check it at `hello`.
-PROTOCOL = 2772391316
+PROTOCOL = 3402887948
 
 
 @dataclass
@@ -394,6 +394,20 @@ class Lower:
     program: str
     output: str
     delegate: Delegate
+    memory: MemoryPlanning
+
+
+@dataclass
+class MemoryPlanning:
+    """What ExecuTorch's memory planning places in the program's arena (the
+    reference's `ExecutorchConfig.alloc_graph_input`, `alloc_graph_output`,
+    `alloc_mutable_buffers`). What it leaves out the caller provides at run
+    time: an input's buffer is read, and updated in place, where the caller
+    holds it; an output is written where the caller binds it."""
+
+    graph_inputs: bool
+    graph_outputs: bool
+    mutable_buffers: bool
 
 
 # An ExecuTorch delegate whose partitioner and payload ExecuTorch's own code
