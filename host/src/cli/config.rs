@@ -17,7 +17,7 @@ use crate::pipeline::{
 use crate::plugins::Backend;
 use crate::report::ReportTarget;
 use crate::stages::OnPluginError;
-use crate::trace::protocol::{Delegate, MemoryPlanning};
+use crate::trace::protocol::{Delegate, EagerQuantize, MemoryPlanning};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -74,6 +74,7 @@ pub struct RunConfig {
     /// `--quantize` and its options.
     pub quantize: Option<String>,
     pub quantize_block_size: Option<usize>,
+    pub quantize_embeddings: Option<String>,
     #[serde(default)]
     pub quantize_asymmetric: bool,
     pub quantize_accuracy_level: Option<u8>,
@@ -286,20 +287,31 @@ pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)>
         ..Default::default()
     };
     let optimize = !(args.no_optimize || config.no_optimize);
-    let quantize = quantize(
-        QuantizeArgs {
-            scheme: args.quantize.or(config.quantize),
-            block: args.quantize_block_size.or(config.quantize_block_size),
-            asymmetric: args.quantize_asymmetric || config.quantize_asymmetric,
-            accuracy_level: args.quantize_accuracy_level.or(config.quantize_accuracy_level),
-            exclude: [args.quantize_exclude, config.quantize_exclude].concat(),
-            calibration_samples: args.calibration_samples.or(config.calibration_samples),
-            calibration: args.calibration.or(config.calibration.map(rel)),
-            ort_fusions: args.ort_fusions.is_some(),
-        },
-        optimize,
-        &backends,
-    )?;
+    let given = QuantizeArgs {
+        scheme: args.quantize.or(config.quantize),
+        block: args.quantize_block_size.or(config.quantize_block_size),
+        asymmetric: args.quantize_asymmetric || config.quantize_asymmetric,
+        accuracy_level: args.quantize_accuracy_level.or(config.quantize_accuracy_level),
+        exclude: [args.quantize_exclude, config.quantize_exclude].concat(),
+        calibration_samples: args.calibration_samples.or(config.calibration_samples),
+        calibration: args.calibration.or(config.calibration.map(rel)),
+        ort_fusions: args.ort_fusions.is_some(),
+    };
+    let embeddings = args.quantize_embeddings.or(config.quantize_embeddings);
+    let (quantize, eager_quantize) = if backends.iter().any(|b| b.is_executorch()) {
+        (None, eager_quantize(given, embeddings, &backends)?)
+    } else if embeddings.is_some() {
+        bail!("--quantize-embeddings quantizes an ExecuTorch program's embeddings: use --backend executorch.xnnpack (--quantize int4 on ONNX quantizes the embeddings unless --quantize-exclude names them)");
+    } else {
+        (quantize(given, optimize, &backends)?, None)
+    };
+    let mut source = source;
+    if let Some(eager) = eager_quantize {
+        match &mut source {
+            Source::Trace(t) => t.request.quantize = Some(eager),
+            _ => bail!("--quantize {}: torchao quantizes the eager model before its trace: give a model to trace (--model, --model-dir, --model-id, --model-fn), not a traced program", eager.name()),
+        }
+    }
     let output = args
         .output
         .or(config.output.map(rel))
@@ -478,6 +490,77 @@ fn memory_planning(memory: MemoryPlanning, backends: &[Backend]) -> Result<Memor
     }
     Ok(memory)
 }
+
+/// `--quantize` on an ExecuTorch backend: torchao's schemes for the eager
+/// model, checked before any work. The portable program has no kernels for
+/// torchao's quantized ops.
+fn eager_quantize(
+    given: QuantizeArgs,
+    embeddings: Option<String>,
+    backends: &[Backend],
+) -> Result<Option<EagerQuantize>> {
+    use crate::trace::protocol::{LinearScheme, WeightBits};
+    let QuantizeArgs {
+        scheme,
+        block,
+        asymmetric,
+        accuracy_level,
+        exclude,
+        calibration_samples,
+        calibration,
+        ort_fusions: _,
+    } = given;
+    if scheme.is_none() && embeddings.is_none() {
+        if block.is_some() {
+            bail!("--quantize-block-size tunes --quantize: add --quantize 8da4w (or 4w)");
+        }
+        return Ok(None);
+    }
+    let flag = match (&scheme, &embeddings) {
+        (Some(s), _) => format!("--quantize {s}"),
+        (None, Some(e)) => format!("--quantize-embeddings {e}"),
+        (None, None) => unreachable!("returned above"),
+    };
+    if let Some(other) = backends.iter().find(|b| !b.is_executorch()) {
+        bail!("{flag}: one run quantizes for one kind of backend (torchao on the eager model for ExecuTorch, the ONNX writer's own for ONNX), and --backend {other} is the other: export them in two runs");
+    }
+    if backends.contains(&Backend::Executorch) {
+        bail!("{flag}: the portable program has no kernels for torchao's quantized ops: use --backend executorch.xnnpack");
+    }
+    if asymmetric
+        || accuracy_level.is_some()
+        || !exclude.is_empty()
+        || calibration_samples.is_some()
+        || calibration.is_some()
+    {
+        bail!("--quantize-asymmetric, --quantize-accuracy-level, --quantize-exclude and the calibration flags tune the ONNX backend's quantizer; ExecuTorch's schemes are torchao's symmetric ones over every linear layer: drop them");
+    }
+    let linear = match scheme.as_deref() {
+        None => None,
+        Some("8da4w") => Some(LinearScheme::Int8DynamicInt4Weight),
+        Some("4w") => Some(LinearScheme::Int4Weight),
+        Some("8w") => Some(LinearScheme::Int8Weight),
+        Some(other) => bail!("--quantize {other}: ExecuTorch's schemes are 8da4w, 4w and 8w (int4, int8-dynamic and int8-static are the ONNX backend's)"),
+    };
+    let embeddings = match embeddings.as_deref() {
+        None => None,
+        Some("4w") => Some(WeightBits::Int4),
+        Some("8w") => Some(WeightBits::Int8),
+        Some(other) => bail!("--quantize-embeddings {other}: give 4w or 8w"),
+    };
+    let grouped = linear.is_some_and(|l| l != LinearScheme::Int8Weight)
+        || embeddings == Some(WeightBits::Int4);
+    let group_size = match block {
+        Some(n) if !grouped => bail!("--quantize-block-size {n}: {flag} has no 4-bit groups (8-bit weights are quantized per output channel): drop it"),
+        Some(n) if ![32, 64, 128, 256].contains(&n) => bail!("--quantize-block-size {n}: give 32, 64, 128 or 256"),
+        Some(n) => n as u32,
+        None => EXECUTORCH_GROUP_SIZE,
+    };
+    Ok(Some(EagerQuantize { linear, embeddings, group_size }))
+}
+
+/// The 4-bit schemes' group size on ExecuTorch unless asked (torchao's default).
+const EXECUTORCH_GROUP_SIZE: u32 = 32;
 
 fn is_json(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "json")

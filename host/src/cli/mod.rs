@@ -291,12 +291,21 @@ pub struct RunArgs {
     /// Runtime's QDQ format (`quantize_static(quant_format=QDQ, per_channel=True)`): int8 weights
     /// per output channel and each MatMul's activation quantized to uint8 with a scale calibrated
     /// (MinMax) in ONNX Runtime on `--calibration-samples` generated inputs or `--calibration FILE`.
+    /// On ExecuTorch (`--backend executorch.xnnpack`), torchao quantizes the eager model's linear
+    /// layers before the trace, as ExecuTorch's LLM export does: `8da4w` (int8 activations
+    /// quantized per token at run time, int4 weights in groups), `4w` (int4 weights in groups),
+    /// `8w` (int8 weights per output channel); XNNPACK runs them as its quantized kernels.
     #[arg(long, value_name = "SCHEME")]
     pub quantize: Option<String>,
     /// `--quantize int4`'s elements of K per block: 32, 64 or 128 [default: 32, as ONNX Runtime
-    /// GenAI's builder].
-    #[arg(long, value_name = "N")]
+    /// GenAI's builder]; on ExecuTorch the 4-bit schemes' group size: 32, 64, 128 or 256
+    /// [default: 32].
+    #[arg(long, value_name = "N", alias = "group-size")]
     pub quantize_block_size: Option<usize>,
+    /// ExecuTorch: the embeddings' weights quantized by torchao too, `4w` (int4 in groups) or `8w`
+    /// (int8 per row) (optimum-executorch's `--qembedding`).
+    #[arg(long, value_name = "SCHEME")]
+    pub quantize_embeddings: Option<String>,
     /// `--quantize int4` with a zero point per block (ONNX Runtime's quantizer's default) rather
     /// than symmetric blocks, zero point 8 (ONNX Runtime GenAI's builder's default).
     #[arg(long)]

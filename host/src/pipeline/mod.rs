@@ -237,6 +237,8 @@ fn prepare(trace: &mut Trace, targets: &[Target], verify: bool, folder: Option<P
     let from_folder = matches!(trace.request.source, crate::trace::ModelSource::Directory { .. });
     trace.request.weights = match () {
         _ if targets.iter().any(|t| t.artifact == Artifact::IrJson) => Weights::InArchive,
+        // torchao's quantized weights are new tensors, in no checkpoint.
+        _ if trace.request.quantize.is_some() => Weights::Side,
         _ if from_folder && !trace.load_weights => Weights::Streamed,
         _ => Weights::Side,
     };
@@ -493,11 +495,8 @@ fn export_for_generation(
                 asked.steps
             ),
         );
-        let tolerance = verify::tolerance(&target.artifact);
-        let quantized = match &target.artifact {
-            Artifact::Onnx(o) => o.quantize.as_ref().map(|q| q.name()),
-            _ => None,
-        };
+        let (tolerance, quantized) =
+            verify::tolerance(&target.artifact, eager_quantized(&options.source).as_ref());
         let worker = run.worker(worker)?;
         let artifacts =
             components.iter().filter_map(|c| Some((c.name.clone(), c.artifact.clone()?))).collect();
@@ -505,7 +504,7 @@ fn export_for_generation(
             worker,
             artifacts,
             asked.steps,
-            (tolerance, quantized),
+            (tolerance, quantized.as_deref()),
             genai_folder,
             options.verify_deadline,
         )?;
@@ -712,6 +711,7 @@ fn export(run: Run, worker: &mut Option<Worker>, job: Job) -> Result<Component> 
         weights_prewritten: emitted.weights_prewritten,
         verify: verify_time,
         artifact: emitted.runtime.map(|r| r.model(job.output)),
+        eager_quantized: eager_quantized(&run.options.source),
     })
 }
 
@@ -745,6 +745,14 @@ fn declare_bounds(
     };
     declare(program.graph_mut(), &symbols(AxisKind::Batch), &symbols(AxisKind::Sequence), maxima)
         .context("declaring the ExecuTorch program's input bounds")
+}
+
+/// How the traced model was quantized before its trace, if it was.
+fn eager_quantized(source: &Source) -> Option<crate::trace::protocol::EagerQuantize> {
+    match source {
+        Source::Trace(trace) => trace.request.quantize.clone(),
+        _ => None,
+    }
 }
 
 /// A dynamic export asks for every axis to vary: the ones the model's code fixed.
@@ -912,7 +920,8 @@ fn emit_artifact(
             };
             let in_spec = lowered.in_spec().to_string();
             emitted.lowered = Some(lowered);
-            Some(verify::Runtime::Executorch { in_spec })
+            let quantized = eager_quantized(&run.options.source);
+            Some(verify::Runtime::Executorch { in_spec, quantized })
         }
         (Artifact::Pt2 | Artifact::Onnx(_) | Artifact::Pte(_), Program::IrJson { .. }) => {
             bail!("a graph read from JSON can only be written as JSON (-o OUT.json)")

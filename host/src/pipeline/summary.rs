@@ -174,6 +174,25 @@ pub struct Component {
     pub verify: Duration,
     /// The artifact as the worker runs it (not for IR JSON).
     pub artifact: Option<VerifyModel>,
+    /// How the eager model was quantized before the trace (`--quantize` on ExecuTorch).
+    pub eager_quantized: Option<crate::trace::protocol::EagerQuantize>,
+}
+
+impl Component {
+    /// The runtime the artifact was verified in, with what its tolerance
+    /// depends on (not for IR JSON).
+    pub fn runtime(&self) -> Option<verify::Runtime> {
+        Some(match self.artifact.as_ref()? {
+            VerifyModel::Onnx { .. } => verify::Runtime::Onnx {
+                quantized: self.optimized.as_ref().and_then(|(o, _)| o.quantized.applied()),
+            },
+            VerifyModel::Pt2 { .. } => verify::Runtime::Pt2,
+            VerifyModel::Pte { in_spec, .. } => verify::Runtime::Executorch {
+                in_spec: in_spec.clone(),
+                quantized: self.eager_quantized.clone(),
+            },
+        })
+    }
 }
 
 impl RunSummary {
@@ -336,9 +355,9 @@ impl Component {
         if let Some(layers) = self.verified_layers {
             writeln!(out, "verified on the model's first {layers} layers (--verify-layers: its config truncated, the same checkpoint), not the whole model:")?;
         }
-        // The runtime's tolerance matters only where it is a quantized model's.
-        let quantized = self.optimized.as_ref().and_then(|(o, _)| o.quantized.applied());
-        verify::write(out, &self.verified, &verify::Runtime::Onnx { quantized })?;
+        if let Some(runtime) = self.runtime() {
+            verify::write(out, &self.verified, &runtime)?;
+        }
         if !self.verified.is_empty() && self.trace.as_ref().is_some_and(|t| t.cached.is_some()) {
             // The second size is run on the model the worker traced, which a cache hit never builds.
             writeln!(out, "  (the program came from the trace cache: checked on its recorded inputs only; a run that traces also checks a dynamic export at a second size)")?;
@@ -506,6 +525,7 @@ mod tests {
             weights_prewritten: 0,
             verify: Duration::ZERO,
             artifact: None,
+            eager_quantized: None,
         }
     }
 

@@ -177,6 +177,11 @@ impl Backend {
             Backend::ExecutorchCuda => "executorch.cuda",
         }
     }
+
+    /// An ExecuTorch backend: its artifact is a `.pte`.
+    pub fn is_executorch(self) -> bool {
+        matches!(self, Backend::Executorch | Backend::ExecutorchXnnpack | Backend::ExecutorchCuda)
+    }
 }
 
 impl fmt::Display for Backend {

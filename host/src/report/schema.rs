@@ -11,7 +11,6 @@ use serde::{Deserialize, Serialize};
 
 use super::onnx_file;
 use crate::pipeline::summary::{Component, Lowered, RunSummary};
-use crate::pipeline::verify;
 use crate::stages::{OpHistogram, StageReport};
 use crate::trace::protocol::VerifyModel;
 
@@ -717,15 +716,7 @@ fn parity(c: &Component, onnx_outputs: Option<&[String]>) -> Option<Parity> {
     if c.verified.is_empty() {
         return None;
     }
-    let runtime = match c.artifact.as_ref()? {
-        VerifyModel::Onnx { .. } => verify::Runtime::Onnx {
-            quantized: c.optimized.as_ref().and_then(|(o, _)| o.quantized.applied()),
-        },
-        VerifyModel::Pt2 { .. } => verify::Runtime::Pt2,
-        VerifyModel::Pte { in_spec, .. } => {
-            verify::Runtime::Executorch { in_spec: in_spec.clone() }
-        }
-    };
+    let runtime = c.runtime()?;
     let checks = c
         .verified
         .iter()

@@ -687,6 +687,9 @@ pub struct TraceRequest {
     /// (transformers' `set_experts_implementation`), where the backend has no
     /// kernel for the model's own; None keeps it.
     pub experts: Option<String>,
+    /// Backend preparation: the eager model quantized by torchao before the
+    /// trace (`--quantize` on ExecuTorch).
+    pub quantize: Option<protocol::EagerQuantize>,
     /// An export folder being written: the worker saves the model's configs there.
     pub folder: Option<PathBuf>,
     /// Where the traced program's weights go: into the `.pt2`, or beside it
@@ -735,6 +738,7 @@ impl TraceRequest {
             device: "cpu".into(),
             dtype: "float32".into(),
             experts: None,
+            quantize: None,
             folder: None,
             weights: protocol::Weights::InArchive,
             reference: true,
@@ -760,6 +764,7 @@ impl TraceRequest {
             device: self.device.clone(),
             dtype: self.dtype.clone(),
             experts: self.experts.clone(),
+            quantize: self.quantize.clone(),
             multi_token_decode: generation.multi_token_decode,
             max_cache_len: generation.max_cache_len,
             folder: self.folder.clone(),
@@ -811,6 +816,7 @@ impl TraceRequest {
             device: self.device.clone(),
             dtype: self.dtype.clone(),
             experts: self.experts.clone(),
+            quantize: self.quantize.clone(),
             folder: self.folder.clone(),
             weights: self.weights,
             plan_weights: self.plan_weights,

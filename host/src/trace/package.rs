@@ -54,6 +54,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("calibrate.py", include_str!("../../worker/hfx_worker/calibrate.py")),
     ("checkpoint.py", include_str!("../../worker/hfx_worker/checkpoint.py")),
     ("confine.py", include_str!("../../worker/hfx_worker/confine.py")),
+    ("eager_quantize.py", include_str!("../../worker/hfx_worker/eager_quantize.py")),
     ("errors.py", include_str!("../../worker/hfx_worker/errors.py")),
     ("generation.py", include_str!("../../worker/hfx_worker/generation.py")),
     ("graph.py", include_str!("../../worker/hfx_worker/graph.py")),

@@ -27,7 +27,7 @@ use crate::plugins::Versions;
 /// The protocol version: the first 32 bits of the SHA-256 of the messages'
 /// canonical form, written by `cargo run -p protocol-gen` (the worker's
 /// `messages.PROTOCOL` is the same number).
-pub const PROTOCOL: u64 = 3402887948;
+pub const PROTOCOL: u64 = 3707056225;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -186,12 +186,84 @@ pub struct TraceParams {
     pub device: String,
     pub dtype: String,
     pub experts: Option<String>,
+    pub quantize: Option<EagerQuantize>,
     pub folder: Option<PathBuf>,
     pub weights: Weights,
     /// Streamed weights: the worker sends these weights, with where each
     /// one's bytes are (`Message::WeightsPlan`), before torch.export runs.
     pub plan_weights: Option<PlannedWeights>,
     pub patches: Vec<PatchSpec>,
+}
+
+/// Backend preparation: the eager model's linear layers and embeddings
+/// quantized by torchao (`quantize_`) before it is traced, as ExecuTorch's
+/// own LLM export does: the traced program carries torchao's quantized ops,
+/// which the XNNPACK partitioner takes, and the eager reference is the
+/// quantized model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EagerQuantize {
+    /// The linear layers' scheme, if quantized.
+    pub linear: Option<LinearScheme>,
+    /// The embeddings' scheme, if quantized.
+    pub embeddings: Option<WeightBits>,
+    /// Weights per quantization group (along each row's input axis).
+    pub group_size: u32,
+}
+
+impl EagerQuantize {
+    /// As `--quantize` and `--quantize-embeddings` name it: `8da4w`,
+    /// `8da4w, embeddings 8w`, `embeddings 4w`.
+    pub fn name(&self) -> String {
+        let embeddings = self.embeddings.map(|e| format!("embeddings {}", e.name()));
+        [self.linear.map(|l| l.name().to_string()), embeddings]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+impl LinearScheme {
+    pub fn name(self) -> &'static str {
+        match self {
+            LinearScheme::Int8DynamicInt4Weight => "8da4w",
+            LinearScheme::Int4Weight => "4w",
+            LinearScheme::Int8Weight => "8w",
+        }
+    }
+}
+
+impl WeightBits {
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightBits::Int4 => "4w",
+            WeightBits::Int8 => "8w",
+        }
+    }
+}
+
+/// How a linear layer is quantized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinearScheme {
+    /// int8 activations quantized per token at run time, int4 weights in groups.
+    #[serde(rename = "8da4w")]
+    Int8DynamicInt4Weight,
+    /// Weight-only, int4 in groups.
+    #[serde(rename = "4w")]
+    Int4Weight,
+    /// Weight-only, int8 per output channel.
+    #[serde(rename = "8w")]
+    Int8Weight,
+}
+
+/// A weight-only scheme's bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum WeightBits {
+    #[serde(rename = "4w")]
+    Int4,
+    #[serde(rename = "8w")]
+    Int8,
 }
 
 /// Where a traced program's weights go.
@@ -303,6 +375,7 @@ pub struct CaptureGeneration {
     pub device: String,
     pub dtype: String,
     pub experts: Option<String>,
+    pub quantize: Option<EagerQuantize>,
     pub multi_token_decode: bool,
     /// A static cache of this many positions (`cache_implementation="static"`).
     pub max_cache_len: Option<u32>,
@@ -1459,6 +1532,11 @@ mod tests {
             device: "cpu".into(),
             dtype: "float32".into(),
             experts: Some("batched_mm".into()),
+            quantize: Some(EagerQuantize {
+                linear: Some(LinearScheme::Int8DynamicInt4Weight),
+                embeddings: Some(WeightBits::Int8),
+                group_size: 32,
+            }),
             folder: None,
             weights: Weights::Streamed,
             plan_weights: Some(PlannedWeights::Parameters),
@@ -1471,6 +1549,10 @@ mod tests {
         );
         assert_eq!(value["weights"], json!("streamed"));
         assert_eq!(value["plan_weights"], json!("parameters"));
+        assert_eq!(
+            value["quantize"],
+            json!({"linear": "8da4w", "embeddings": "8w", "group_size": 32})
+        );
         assert_eq!(
             (value["task"].clone(), value["patches"][0]["targets"][0].clone()),
             (Value::Null, json!("torch.where"))

@@ -208,6 +208,7 @@ def lower(_session, params: Lower) -> LowerReply:
                 compile_config=EdgeCompileConfig(_core_aten_ops_exception_list=exceptions),
             )
         edge_seconds = time.monotonic() - started
+        edge = fused_quantized_embeddings(edge)
         delegated, portable = counted_nodes(edge)
         started = time.monotonic()
         memory = params.memory
@@ -237,6 +238,28 @@ def lower(_session, params: Lower) -> LowerReply:
         # Buffer 0 is reserved (constants); the others are the planned memory.
         arena_bytes=sum(executorch.executorch_program.execution_plan[0].non_const_buffer_sizes[1:]),
     )
+
+
+def fused_quantized_embeddings(edge):
+    """`edge` with each embedding of torchao-quantized weights (a
+    `dequantize_affine` read by `embedding`, which XNNPACK does not take)
+    as ExecuTorch's quantized embedding kernel (`embedding_byte`,
+    `embedding_4bit`), as ExecuTorch's own `QuantFusionPass` rewrites it;
+    `edge` itself when it has none."""
+    import torch
+    from executorch.exir.passes.quant_fusion_pass import QuantFusionPass, _get_node_value_dict
+
+    dequantize = (
+        torch.ops.torchao.dequantize_affine.default if hasattr(torch.ops, "torchao") else None
+    )
+    graph = edge.exported_program().graph_module.graph
+    if dequantize is None or not any(
+        node.op == "call_function" and getattr(node.target, "_op", node.target) is dequantize
+        for node in graph.nodes
+    ):
+        return edge
+    values = _get_node_value_dict(edge.exported_program())
+    return edge.transform([QuantFusionPass(_fix_node_meta_val=True, node_value_dict=values)])
 
 
 def edge_program(_session, params: EdgeProgram) -> EdgeProgramReply:

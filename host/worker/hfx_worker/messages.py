@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypedDict
 
 # The hash of the definition's canonical form; both ends check it at `hello`.
-PROTOCOL = 3402887948
+PROTOCOL = 3707056225
 
 
 @dataclass
@@ -155,12 +155,37 @@ class TraceParams:
     device: str
     dtype: str
     experts: str | None
+    quantize: EagerQuantize | None
     folder: str | None
     weights: Weights
     # Streamed weights: the worker sends these weights, with where each
     # one's bytes are (`Message::WeightsPlan`), before torch.export runs.
     plan_weights: PlannedWeights | None
     patches: list[PatchSpec]
+
+
+@dataclass
+class EagerQuantize:
+    """Backend preparation: the eager model's linear layers and embeddings
+    quantized by torchao (`quantize_`) before it is traced, as ExecuTorch's
+    own LLM export does: the traced program carries torchao's quantized ops,
+    which the XNNPACK partitioner takes, and the eager reference is the
+    quantized model."""
+
+    # The linear layers' scheme, if quantized.
+    linear: LinearScheme | None
+    # The embeddings' scheme, if quantized.
+    embeddings: WeightBits | None
+    # Weights per quantization group (along each row's input axis).
+    group_size: int
+
+
+# How a linear layer is quantized.
+LinearScheme = Literal["8da4w", "4w", "8w"]
+
+
+# A weight-only scheme's bits.
+WeightBits = Literal["4w", "8w"]
 
 
 # Where a traced program's weights go.
@@ -254,6 +279,7 @@ class CaptureGeneration:
     device: str
     dtype: str
     experts: str | None
+    quantize: EagerQuantize | None
     multi_token_decode: bool
     # A static cache of this many positions (`cache_implementation="static"`).
     max_cache_len: int | None

@@ -14,7 +14,7 @@ import copy
 import os
 import time
 
-from . import messages, quantizers
+from . import eager_quantize, messages, quantizers
 from .checkpoint import save_program, side_weights_supported, weights_plan
 from .errors import UserInputError
 from .messages import ExportMetadata, TiedAxis, TraceParams, TraceReply, WeightsReport
@@ -346,6 +346,8 @@ def built_model(session, params, generative=False, streamed=None):
     # the backend can (the reference's `prepare_for_xnnpack`).
     if params.experts and getattr(model, "_can_set_experts_implementation", lambda: False)():
         model.set_experts_implementation(params.experts)
+    if params.quantize is not None:
+        eager_quantize.quantize_model(model, params.quantize)
     if hasattr(model, "set_attn_implementation"):
         with contextlib.suppress(Exception):
             model.set_attn_implementation("sdpa")

@@ -156,6 +156,7 @@ def pte_runner(path, in_spec, constants, flatten=None):
     runtime, its inputs flattened as the program's `in_spec` says (the
     reference's `ExecutorchModelRunner` does the same), or by `flatten`; the
     method's trailing values are the outputs."""
+    import executorch.kernels.quantized  # noqa: F401  (registers the quantized ops' kernels: `embedding_byte`, ...)
     import torch
     from executorch.runtime import Runtime
     from torch.fx._pytree import tree_flatten_spec
