@@ -556,7 +556,8 @@ mod tests {
             .enumerate()
             .map(|(p, &n)| (0..n * k).map(|v| (p * 1000 + v) as f32 * 0.25 - 7.0).collect())
             .collect();
-        let stored: Vec<&'static [u8]> = stored.iter().map(|s| &*Vec::leak(le(s))).collect();
+        let stored: &'static [&'static [u8]] =
+            Vec::leak(stored.iter().map(|s| &*Vec::leak(le(s))).collect());
         let transposed = |p: usize, cast| Bytes::Transposed {
             source: stored[p],
             rows: widths[p],
