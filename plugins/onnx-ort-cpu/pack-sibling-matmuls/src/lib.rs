@@ -138,7 +138,7 @@ fn projection(model: &Model, node: OnnxNodeId) -> Result<Option<Projection>> {
             };
             (*k, *n, vec![])
         }
-        ("MatMulNBits", "com.microsoft") if (3..=4).contains(&weights.len()) => {
+        ("MatMulNBits", "com.microsoft") if (2..=3).contains(&weights.len()) => {
             let int = |name: &str| -> Result<Option<i64>> {
                 Ok(match model.attribute(node, name)? {
                     Some(Attribute::Int(v)) => Some(v),
