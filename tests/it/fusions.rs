@@ -330,6 +330,10 @@ fn generation_components_fused(dir: &Path) {
         // Per layer q/k/v packed into one MatMul, gate/up into one, o and
         // down: 4, and the head's.
         assert_eq!(counts.get("MatMul"), Some(&9), "{component}: {counts:?}");
+        // Split back: gate/up, and a prefill's q/k/v (rotated apart); a
+        // decode step's GQA reads q/k/v packed, no split left.
+        let splits = if component == "decode" { 2 } else { 4 };
+        assert_eq!(counts.get("Split"), Some(&splits), "{component}: {counts:?}");
     }
     // The decode step's GQA rotates q and k itself: it reads the packed projection.
     let decode = ModelProto::decode(

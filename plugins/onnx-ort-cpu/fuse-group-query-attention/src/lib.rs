@@ -55,6 +55,11 @@ fn fuse_group_query_attention(model: &Model, softmax: OnnxNodeId) -> Result<bool
         (Some(_), None) => rotation(model, &query, &key, &m)?,
         _ => None,
     };
+    // GQA rotating them itself, the parts before the rotations may be one split's.
+    let packed = match (packed, &rotation) {
+        (None, Some(r)) => crate::packed(model, [&r.query, &r.key, &value], &m)?,
+        (packed, _) => packed,
+    };
     // Of the query before a rotation (the rotation's caches will read them)
     // or a split (which goes).
     let shaped = packed.as_ref().or(rotation.as_ref().map(|r| &r.query)).unwrap_or(&query);
@@ -80,11 +85,6 @@ fn fuse_group_query_attention(model: &Model, softmax: OnnxNodeId) -> Result<bool
             (r.query.clone(), r.key.clone(), [cos, sin, r.position_ids.clone()])
         }
         None => (query, key, Default::default()),
-    };
-    // GQA rotating them itself, the parts before the rotations may be one split's.
-    let packed = match (packed, &rotation) {
-        (None, Some(_)) => crate::packed(model, [&query, &key, &value], &m)?,
-        (packed, _) => packed,
     };
     let (query, key, value) = match packed {
         Some(packed) => (packed, String::new(), String::new()),
