@@ -76,10 +76,11 @@ impl<'a> Bytes<'a> {
     /// they do not stream so.
     pub fn concatenated(parts: Vec<Bytes<'a>>, outer: usize) -> Result<Bytes<'a>, Vec<Bytes<'a>>> {
         let whole_runs = |part: &Bytes| match part {
-            Bytes::Mapped(b) => b.len() % outer == 0,
-            Bytes::Owned(b) => b.len() % outer == 0,
+            Bytes::Mapped(b) => b.len().is_multiple_of(outer),
+            Bytes::Owned(b) => b.len().is_multiple_of(outer),
             Bytes::Converted { source, cast } => {
-                source.len() % outer == 0 && (source.len() / outer) % cast.from().size() == 0
+                source.len().is_multiple_of(outer)
+                    && (source.len() / outer).is_multiple_of(cast.from().size())
             }
             _ => false,
         };

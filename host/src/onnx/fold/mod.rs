@@ -638,7 +638,7 @@ mod tests {
         assert_eq!(bytes("qkv16"), (vec![70, 12], expected16));
         assert_eq!(bytes("ab"), (vec![2, 4], le(&[1., 2., 3., 7., 4., 5., 6., 8.])));
         // The siblings' weights quantized as one [9, 70] weight: what the packed MatMulNBits reads.
-        let joined: &'static [u8] = Vec::leak([stored[0], &stored[1][..]].concat());
+        let joined: &'static [u8] = Vec::leak([stored[0], stored[1]].concat());
         for (part, name) in [
             (Int4Part::Packed, "packed"),
             (Int4Part::Scales, "scales"),
