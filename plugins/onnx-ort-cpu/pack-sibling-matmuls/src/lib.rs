@@ -53,7 +53,7 @@ fn pack_sibling_matmuls(model: &Model, matmul: OnnxNodeId) -> Result<bool> {
         &first.kind.op_type,
         &first.kind.domain,
         &inputs,
-        &[hint.clone()],
+        std::slice::from_ref(&hint),
         &attributes,
     )?;
     let mut packed = outputs[0].clone();
