@@ -177,8 +177,10 @@ pub(crate) fn op_counts(path: &Path) -> (usize, HashMap<String, usize>, HashSet<
 /// without. With `--generation`, each component's attentions over the cache are
 /// GroupQueryAttention (one per layer) and the rotations read `position_ids`
 /// per row (caches computed in the graph, one pair for all), the decode
-/// step's done by its GroupQueryAttention; the greedy tokens of a
-/// left-padded batch stay eager `generate`'s.
+/// step's done by its GroupQueryAttention, which reads q, k and v as one
+/// packed projection (sibling MatMuls packed into one, their weights
+/// concatenated); the greedy tokens of a left-padded batch stay eager
+/// `generate`'s.
 #[test]
 fn ort_fusions_cpu_fuses_every_llama_norm_and_rotation_and_verifies() {
     let dir = tempfile::tempdir().unwrap();
@@ -325,6 +327,27 @@ fn generation_components_fused(dir: &Path) {
         assert_eq!(counts.get("SkipSimplifiedLayerNormalization"), Some(&4), "{counts:?}");
         assert_eq!(counts.get("GroupQueryAttention"), Some(&2), "{component}: {counts:?}");
         assert!(!counts.contains_key("Softmax"), "{component}: {counts:?}");
+        // Per layer q/k/v packed into one MatMul, gate/up into one, o and
+        // down: 4, and the head's.
+        assert_eq!(counts.get("MatMul"), Some(&9), "{component}: {counts:?}");
+        // Split back: gate/up, and a prefill's q/k/v (rotated apart); a
+        // decode step's GQA reads q/k/v packed, no split left.
+        let splits = if component == "decode" { 2 } else { 4 };
+        assert_eq!(counts.get("Split"), Some(&splits), "{component}: {counts:?}");
+    }
+    // The decode step's GQA rotates q and k itself: it reads the packed projection.
+    let decode = ModelProto::decode(
+        std::fs::read(dir.join("llama-generation/decode.onnx")).unwrap().as_slice(),
+    )
+    .unwrap();
+    let attentions = decode
+        .graph
+        .unwrap()
+        .node
+        .into_iter()
+        .filter(|n| n.op_type.as_deref() == Some("GroupQueryAttention"));
+    for attention in attentions {
+        assert_eq!(attention.input[1..3], ["", ""], "{:?}", attention.input);
     }
 }
 

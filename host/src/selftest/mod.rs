@@ -240,7 +240,7 @@ fn run_case(
     let onnx = scratch.as_ref().map(|s| s.path().join("case.onnx"));
     let (what, candidate, tolerance) = match candidate {
         Some(under_test) => {
-            let what = emit_onnx(runtime, &under_test, &mut graph, onnx.as_deref())?;
+            let what = emit_onnx(runtime, &under_test, &mut graph, &case.values, onnx.as_deref())?;
             (what, onnx.map(|path| Candidate::Onnx { path }), TRANSLATION_TOLERANCE)
         }
         None => {
@@ -267,6 +267,66 @@ fn run_case(
     let reply = worker.request(&request, CASE_DEADLINE).map_err(|e| e.to_string())?;
     let worst = numeric_failures(&reply.outputs)?;
     Ok(format!("{what}; max abs error {worst:.1e} on {} output(s)", reply.outputs.len()))
+}
+
+/// The piece's parameters (inputs that require grad, as `torch.export` lifts
+/// a module's weights) with a value in the case become initializers of
+/// `lowered` holding it, as a run's weights are: an IR fix matching
+/// constant weights (packing projections) sees them so. The worker feeds
+/// the model's remaining inputs only.
+fn parameters_as_weights(
+    graph: &Graph,
+    lowered: &mut crate::onnx::emit::Lowered,
+    values: &BTreeMap<String, CaseValue>,
+) -> Result<(), String> {
+    use crate::graph::ValueMeta;
+    let inputs = graph.subgraph(0).map_err(|e| e.to_string())?.inputs.clone();
+    for input in inputs {
+        let value = graph.value(input).map_err(|e| e.to_string())?;
+        let ValueMeta::Tensor(meta) = &value.meta else { continue };
+        let Some(CaseValue::Tensor(tensor)) = values.get(&value.name) else { continue };
+        if !meta.requires_grad {
+            continue;
+        }
+        let data_type = hfx_dtype::DType::from_name(&tensor.dtype).and_then(|d| d.onnx());
+        let bytes = decode_base64(&tensor.data)
+            .ok_or_else(|| format!("value `{}`: its data is not base64", value.name))?;
+        lowered.inputs.retain(|i| i.name.as_deref() != Some(value.name.as_str()));
+        lowered.initializers.push(crate::onnx::weights::Initializer {
+            header: crate::onnx::proto::TensorProto {
+                dims: tensor.shape.iter().map(|&d| d as i64).collect(),
+                data_type,
+                name: Some(value.name.clone()),
+                ..Default::default()
+            },
+            bytes: crate::weights::bytes::Bytes::Owned(bytes),
+        });
+    }
+    Ok(())
+}
+
+/// Standard base64 (padded), as the worker writes a case's values.
+fn decode_base64(text: &str) -> Option<Vec<u8>> {
+    let digit = |c: u8| match c {
+        b'A'..=b'Z' => Some(c - b'A'),
+        b'a'..=b'z' => Some(c - b'a' + 26),
+        b'0'..=b'9' => Some(c - b'0' + 52),
+        b'+' => Some(62),
+        b'/' => Some(63),
+        _ => None,
+    };
+    let text = text.trim_end_matches('=').as_bytes();
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    let (mut bits, mut count) = (0u32, 0);
+    for &c in text {
+        bits = (bits << 6 | u32::from(digit(c)?)) & 0xffff;
+        count += 6;
+        if count >= 8 {
+            count -= 8;
+            out.push((bits >> count) as u8);
+        }
+    }
+    Some(out)
 }
 
 /// The case, its piece as a graph, and the graph's change count before the plugin.
@@ -311,6 +371,7 @@ fn emit_onnx(
     runtime: &Runtime,
     under_test: &OnnxUnderTest,
     graph: &mut Graph,
+    values: &BTreeMap<String, CaseValue>,
     onnx: Option<&std::path::Path>,
 ) -> Result<String, String> {
     use crate::onnx::emit;
@@ -343,7 +404,9 @@ fn emit_onnx(
             format!("{translated} node(s) translated into {} ONNX node(s)", builder.nodes.len())
         }
         OnnxUnderTest::IrFix { fix, .. } => {
-            // As in a run: the IR fix sees the optimized model, constants folded.
+            // As in a run: the IR fix sees the optimized model, constants
+            // folded, the piece's parameters weights.
+            parameters_as_weights(graph, &mut lowered, values)?;
             crate::onnx::passes::run(
                 &mut lowered.nodes,
                 &mut lowered.initializers,

@@ -100,6 +100,13 @@ pub fn run_on_lowered(
         lowered.initializers.push(Initializer { header, bytes: Bytes::Owned(bytes) });
     }
     lowered.domains.extend(result.domains);
+    // A plugin packing weights writes their `Concat`: one weight, streamed.
+    let packed = crate::onnx::fold::concatenate_weights(
+        &mut lowered.nodes,
+        &mut lowered.initializers,
+        &keep,
+    );
+    tracing::debug!("{stage}: {packed} concatenation(s) of weights written as one weight");
     Ok(report)
 }
 

@@ -4,7 +4,7 @@
 
 use super::cast::Cast;
 use super::quantize::{Int4Part, Int4Weight, Int8Part, Int8Weight};
-use super::transpose::write_transposed;
+use super::transpose::{write_transposed, write_transposed_side_by_side};
 
 /// A weight's bytes on their way into an artifact: a slice of a memory map
 /// (a `.pt2`'s, a checkpoint's), a value computed at export time (folded
@@ -17,14 +17,40 @@ use super::transpose::write_transposed;
 /// slice as it is written.
 pub enum Bytes<'a> {
     Mapped(&'a [u8]),
-    Converted { source: &'a [u8], cast: Cast },
+    Converted {
+        source: &'a [u8],
+        cast: Cast,
+    },
     Owned(Vec<u8>),
-    Transposed { source: &'a [u8], rows: usize, cols: usize, element: usize, cast: Option<Cast> },
-    Int4 { source: &'a [u8], weight: Int4Weight, part: Int4Part },
-    Int8 { source: &'a [u8], weight: Int8Weight, part: Int8Part },
+    Transposed {
+        source: &'a [u8],
+        rows: usize,
+        cols: usize,
+        element: usize,
+        cast: Option<Cast>,
+    },
+    Int4 {
+        source: &'a [u8],
+        weight: Int4Weight,
+        part: Int4Part,
+    },
+    Int8 {
+        source: &'a [u8],
+        weight: Int8Weight,
+        part: Int8Part,
+    },
+    /// Tensors concatenated along one axis, each part streaming as it would
+    /// alone: one after the other when no axis before the concatenated one
+    /// has more than one index (`outer`, the product of their sizes, is 1),
+    /// else a run of each part in turn per index of those axes. Built only
+    /// by [`Bytes::concatenated`], which takes only parts that stream so.
+    Concatenated {
+        parts: Vec<Bytes<'a>>,
+        outer: usize,
+    },
 }
 
-impl Bytes<'_> {
+impl<'a> Bytes<'a> {
     pub fn len(&self) -> usize {
         match self {
             Bytes::Mapped(b) => b.len(),
@@ -35,6 +61,44 @@ impl Bytes<'_> {
             }
             Bytes::Int4 { weight, part, .. } => weight.len(*part),
             Bytes::Int8 { weight, part, .. } => weight.len(*part),
+            Bytes::Concatenated { parts, .. } => parts.iter().map(Bytes::len).sum(),
+        }
+    }
+
+    /// `parts`, tensors of one dtype and rank whose dims differ only on the
+    /// concatenated axis, concatenated along it; `outer` is the product of
+    /// the dims before that axis. Any parts stream when `outer` is 1 (a
+    /// quantized weight's tensors joined along N). Past 1, each part's run
+    /// for an index must be at hand: parts as stored, converted or computed
+    /// (read at any offset), or 2-D weights all stored transposed with the
+    /// concatenated axis their stored rows (`outer` their stored columns),
+    /// transposed side by side a block at a time. The parts come back when
+    /// they do not stream so.
+    pub fn concatenated(parts: Vec<Bytes<'a>>, outer: usize) -> Result<Bytes<'a>, Vec<Bytes<'a>>> {
+        let whole_runs = |part: &Bytes| match part {
+            Bytes::Mapped(b) => b.len().is_multiple_of(outer),
+            Bytes::Owned(b) => b.len().is_multiple_of(outer),
+            Bytes::Converted { source, cast } => {
+                source.len().is_multiple_of(outer)
+                    && (source.len() / outer).is_multiple_of(cast.from().size())
+            }
+            _ => false,
+        };
+        let first = parts.first();
+        let side_by_side = |part: &Bytes| match (part, first) {
+            (
+                &Bytes::Transposed { cols, element, cast, .. },
+                Some(&Bytes::Transposed { element: e, cast: c, .. }),
+            ) => cols == outer && element == e && cast == c,
+            _ => false,
+        };
+        let streams = parts.len() > 1
+            && outer > 0
+            && (outer == 1 || parts.iter().all(whole_runs) || parts.iter().all(side_by_side));
+        if streams {
+            Ok(Bytes::Concatenated { parts, outer })
+        } else {
+            Err(parts)
         }
     }
 
@@ -56,7 +120,7 @@ impl Bytes<'_> {
             | Bytes::Transposed { source: b, .. }
             | Bytes::Int4 { source: b, .. }
             | Bytes::Int8 { source: b, .. } => Some(b),
-            Bytes::Owned(_) => None,
+            Bytes::Owned(_) | Bytes::Concatenated { .. } => None,
         }
     }
 
@@ -99,7 +163,56 @@ impl Bytes<'_> {
                 let release = (source.len() > RELEASED_PIECE).then_some(release);
                 weight.write(source, *part, out, release)
             }
+            Bytes::Concatenated { parts, outer } => {
+                Bytes::write_concatenated(parts, *outer, out, release)?;
+                // Each part's map is done with once the whole is written.
+                parts.iter().filter_map(Bytes::mapped).for_each(release);
+                Ok(())
+            }
         }
+    }
+
+    /// [`Bytes::Concatenated`]'s bytes, as [`Bytes::concatenated`] admits them.
+    fn write_concatenated(
+        parts: &[Bytes],
+        outer: usize,
+        out: &mut impl std::io::Write,
+        release: &dyn Fn(&[u8]),
+    ) -> std::io::Result<()> {
+        if outer == 1 {
+            return parts.iter().try_for_each(|part| part.write_releasing(out, release));
+        }
+        if let Some(&Bytes::Transposed { cols, element, cast, .. }) = parts.first() {
+            let sources: Vec<(&[u8], usize)> = parts
+                .iter()
+                .filter_map(|part| match *part {
+                    Bytes::Transposed { source, rows, .. } => Some((source, rows)),
+                    _ => None,
+                })
+                .collect();
+            let large = sources.iter().any(|(source, _)| source.len() > RELEASED_PIECE);
+            let release = large.then_some(release);
+            return write_transposed_side_by_side(out, &sources, cols, element, cast, release);
+        }
+        for index in 0..outer {
+            for part in parts {
+                let (bytes, cast) = match part {
+                    Bytes::Mapped(b) => (*b, None),
+                    Bytes::Owned(b) => (b.as_slice(), None),
+                    Bytes::Converted { source, cast } => (*source, Some(cast)),
+                    _ => {
+                        let streamed = "a part streamed whole inside a concatenation's runs";
+                        return Err(std::io::Error::other(streamed));
+                    }
+                };
+                let run = &bytes[index * (bytes.len() / outer)..][..bytes.len() / outer];
+                match cast {
+                    Some(cast) => cast.write(run, out)?,
+                    None => out.write_all(run)?,
+                }
+            }
+        }
+        Ok(())
     }
 }
 

@@ -67,6 +67,8 @@ pub fn place_of(bytes: &Bytes, files: &dyn WeightFiles) -> Option<Place> {
             files.place(source, cast, Some((rows, cols)))
         }
         // Bytes no plan's weight is written as.
-        Bytes::Owned(_) | Bytes::Int4 { .. } | Bytes::Int8 { .. } => None,
+        Bytes::Owned(_) | Bytes::Int4 { .. } | Bytes::Int8 { .. } | Bytes::Concatenated { .. } => {
+            None
+        }
     }
 }

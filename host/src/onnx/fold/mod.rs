@@ -241,6 +241,111 @@ pub fn store_weights_transposed(
     done.len()
 }
 
+/// A `Concat` of weights (each input an initializer read only there, the
+/// output no graph output) becomes one initializer whose bytes are the
+/// parts' as they stream ([`Bytes::concatenated`]): an IR fix packing
+/// sibling weights (a query's, key's and value's projections into one
+/// `MatMul`) writes that `Concat`, and the packed weight is written from
+/// the checkpoint like any other, converted, transposed or quantized on
+/// the way, never held whole. A concatenation whose parts do not stream so
+/// stays a node. Returns how many were folded.
+pub fn concatenate_weights(
+    nodes: &mut Vec<Node>,
+    initializers: &mut Vec<Initializer>,
+    keep: &HashSet<&str>,
+) -> usize {
+    let mut readers: HashMap<&str, usize> = HashMap::new();
+    for input in nodes.iter().flat_map(|n| n.inputs.iter()) {
+        *readers.entry(input.as_str()).or_default() += 1;
+    }
+    let index: HashMap<String, usize> = initializers
+        .iter()
+        .enumerate()
+        .filter_map(|(i, init)| Some((init.header.name.clone()?, i)))
+        .collect();
+    let mut folded = HashSet::new();
+    let mut emptied = HashSet::new();
+    for (position, node) in nodes.iter().enumerate() {
+        if node.op_type != "Concat" || !node.domain.is_empty() || node.outputs.len() != 1 {
+            continue;
+        }
+        let Some(Attribute::Int(axis)) = node.attribute("axis") else { continue };
+        let parts: Option<Vec<usize>> = node
+            .inputs
+            .iter()
+            .map(|input| {
+                index.get(input).copied().filter(|_| readers.get(input.as_str()) == Some(&1))
+            })
+            .collect();
+        let Some(parts) = parts else { continue };
+        if keep.contains(node.outputs[0].as_str()) || parts.len() < 2 {
+            continue;
+        }
+        let Some((dims, axis)) =
+            concatenated_dims(parts.iter().map(|&i| &initializers[i].header), *axis)
+        else {
+            continue;
+        };
+        let outer = dims[..axis].iter().product::<i64>() as usize;
+        let bytes = parts
+            .iter()
+            .map(|&i| std::mem::replace(&mut initializers[i].bytes, Bytes::Owned(Vec::new())))
+            .collect();
+        match Bytes::concatenated(bytes, outer) {
+            Ok(bytes) => {
+                // In the first part's place: the model's weights keep their order.
+                let first = &mut initializers[parts[0]];
+                first.header.dims = dims;
+                first.header.name = Some(node.outputs[0].clone());
+                first.bytes = bytes;
+                emptied.extend(parts[1..].iter().copied());
+                folded.insert(position);
+            }
+            Err(bytes) => {
+                for (&i, bytes) in parts.iter().zip(bytes) {
+                    initializers[i].bytes = bytes;
+                }
+            }
+        }
+    }
+    let mut position = 0;
+    nodes.retain(|_| {
+        position += 1;
+        !folded.contains(&(position - 1))
+    });
+    let mut position = 0;
+    initializers.retain(|_| {
+        position += 1;
+        !emptied.contains(&(position - 1))
+    });
+    folded.len()
+}
+
+/// The dims of the concatenation of tensors with `headers` along `axis`
+/// (negative from the end), and the axis from the front: None unless they
+/// share a dtype and a rank and their dims differ only on that axis.
+fn concatenated_dims<'h>(
+    mut headers: impl Iterator<Item = &'h crate::onnx::proto::TensorProto>,
+    axis: i64,
+) -> Option<(Vec<i64>, usize)> {
+    let first = headers.next()?;
+    let rank = first.dims.len() as i64;
+    let axis = usize::try_from(if axis < 0 { axis + rank } else { axis }).ok()?;
+    if axis >= first.dims.len() || first.dims.iter().any(|&d| d < 0) {
+        return None;
+    }
+    let mut dims = first.dims.clone();
+    for header in headers {
+        let same_elsewhere = header.dims.len() == dims.len()
+            && header.dims.iter().zip(&dims).enumerate().all(|(i, (a, b))| i == axis || a == b);
+        if !same_elsewhere || header.data_type != first.data_type || header.dims[axis] < 0 {
+            return None;
+        }
+        dims[axis] += header.dims[axis];
+    }
+    Some((dims, axis))
+}
+
 #[cfg(test)]
 mod tests {
     use super::known::{Data, FLOAT, INT64};
@@ -417,5 +522,131 @@ mod tests {
             [Some(vec![5, 6, 5, 6]), Some(vec![2, 2])]
         );
         assert_eq!(value(&initializers, "x_shape").dtype, INT64);
+    }
+
+    /// A packing plugin's `Concat`s of weights, folded: each packed weight's
+    /// bytes are what numpy's `concatenate` of the parts gives, whether the
+    /// parts are stored transposed (past one block of output rows), read as
+    /// stored along an inner axis (rows interleaved) or converted to
+    /// float16, and quantized parts joined along N are the packed weight
+    /// quantized as one; a part read elsewhere too keeps its `Concat`.
+    #[test]
+    fn concats_of_weights_stream_as_one_weight_equal_to_the_concatenation() {
+        use crate::weights::cast::Cast;
+        use crate::weights::quantize::{Int4Part, Int4Weight};
+        use hfx_dtype::DType;
+        let le = |values: &[f32]| values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>();
+        let weight = |name: &str, dims: &[i64], bytes: Bytes<'static>| Initializer {
+            header: p::TensorProto {
+                dims: dims.to_vec(),
+                data_type: Some(FLOAT),
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            bytes,
+        };
+        let concat = |inputs: &[&str], output: &str, axis: i64| {
+            node("Concat", inputs, output, vec![("axis", Attribute::Int(axis))])
+        };
+        // q, k and v projections stored [N, K] as `nn.Linear` stores them, K = 70.
+        let k = 70usize;
+        let widths = [6usize, 3, 3];
+        let stored: Vec<Vec<f32>> = widths
+            .iter()
+            .enumerate()
+            .map(|(p, &n)| (0..n * k).map(|v| (p * 1000 + v) as f32 * 0.25 - 7.0).collect())
+            .collect();
+        let stored: &'static [&'static [u8]] =
+            Vec::leak(stored.iter().map(|s| &*Vec::leak(le(s))).collect());
+        let transposed = |p: usize, cast| Bytes::Transposed {
+            source: stored[p],
+            rows: widths[p],
+            cols: k,
+            element: 4,
+            cast,
+        };
+        // numpy: np.concatenate([w.T for w in stored], axis=1), [K, 12].
+        let value = move |p: usize, n: usize, i: usize| {
+            f32::from_le_bytes(stored[p][(n * k + i) * 4..][..4].try_into().unwrap())
+        };
+        let expected: Vec<f32> = (0..k)
+            .flat_map(|i| (0..3).flat_map(move |p| (0..widths[p]).map(move |n| (p, n, i))))
+            .map(|(p, n, i)| value(p, n, i))
+            .collect();
+        let half = Cast::new(DType::Float32, DType::Float16);
+        let mut initializers = vec![
+            weight("q", &[70, 6], transposed(0, None)),
+            weight("k", &[70, 3], transposed(1, None)),
+            weight("v", &[70, 3], transposed(2, None)),
+            weight("q16", &[70, 6], transposed(0, half)),
+            weight("k16", &[70, 3], transposed(1, half)),
+            weight("v16", &[70, 3], transposed(2, half)),
+            // GPT-2's Conv1D weights are stored [K, N]: runs of each row interleave.
+            weight("a", &[2, 3], Bytes::Mapped(Vec::leak(le(&[1., 2., 3., 4., 5., 6.])))),
+            weight("b", &[2, 1], Bytes::Owned(le(&[7., 8.]))),
+            weight("c", &[2, 1], Bytes::Owned(le(&[7., 8.]))),
+            weight("shared", &[2, 1], Bytes::Owned(le(&[9., 10.]))),
+        ];
+        // Two MatMulNBits siblings' packed values and scales, joined along N.
+        let int4 = |n: usize, source: &'static [u8], part| Bytes::Int4 {
+            source,
+            weight: Int4Weight {
+                k,
+                n,
+                stored_n_by_k: true,
+                stored: DType::Float32,
+                scale: DType::Float32,
+                block: 32,
+                symmetric: false,
+            },
+            part,
+        };
+        for part in [Int4Part::Packed, Int4Part::Scales, Int4Part::ZeroPoints] {
+            let name = format!("{part:?}");
+            initializers.push(weight(&format!("{name}0"), &[6, 3], int4(6, stored[0], part)));
+            initializers.push(weight(&format!("{name}1"), &[3, 3], int4(3, stored[1], part)));
+        }
+        let nodes = vec![
+            concat(&["q", "k", "v"], "qkv", 1),
+            concat(&["q16", "k16", "v16"], "qkv16", -1),
+            concat(&["a", "b"], "ab", 1),
+            concat(&["c", "shared"], "unfolded", 1),
+            node("Neg", &["shared"], "negated", vec![]),
+            concat(&["Packed0", "Packed1"], "packed", 0),
+            concat(&["Scales0", "Scales1"], "scales", 0),
+            concat(&["ZeroPoints0", "ZeroPoints1"], "zero_points", 0),
+        ];
+        let outputs =
+            ["qkv", "qkv16", "ab", "unfolded", "negated", "packed", "scales", "zero_points"];
+        // Each concatenation read by a node: a graph output's would stay.
+        let mut after = nodes;
+        for (i, output) in outputs.iter().enumerate() {
+            after.push(node("Identity", &[output], &format!("out{i}"), vec![]));
+        }
+        let keep: HashSet<&str> = HashSet::new();
+        assert_eq!(concatenate_weights(&mut after, &mut initializers, &keep), 6);
+        let left: Vec<&str> = ops(&after).into_iter().filter(|&op| op != "Identity").collect();
+        assert_eq!(left, ["Concat", "Neg"], "`shared` is read twice: its Concat stays");
+        let bytes = |name: &str| {
+            let init = initializers.iter().find(|i| i.header.name.as_deref() == Some(name));
+            let init = init.unwrap_or_else(|| panic!("no initializer {name}"));
+            (init.header.dims.clone(), init.bytes.to_vec())
+        };
+        assert_eq!(bytes("qkv"), (vec![70, 12], le(&expected)));
+        let expected16: Vec<u8> =
+            expected.iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect();
+        assert_eq!(bytes("qkv16"), (vec![70, 12], expected16));
+        assert_eq!(bytes("ab"), (vec![2, 4], le(&[1., 2., 3., 7., 4., 5., 6., 8.])));
+        // The siblings' weights quantized as one [9, 70] weight: what the packed MatMulNBits reads.
+        let joined: &'static [u8] = Vec::leak([stored[0], stored[1]].concat());
+        for (part, name) in [
+            (Int4Part::Packed, "packed"),
+            (Int4Part::Scales, "scales"),
+            (Int4Part::ZeroPoints, "zero_points"),
+        ] {
+            assert_eq!(bytes(name).1, int4(9, joined, part).to_vec(), "{part:?}");
+            assert_eq!(bytes(name).0[0], 9);
+        }
+        assert!(initializers.iter().all(|i| i.header.name.as_deref() != Some("k")));
     }
 }

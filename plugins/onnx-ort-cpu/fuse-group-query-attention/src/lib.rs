@@ -55,6 +55,11 @@ fn fuse_group_query_attention(model: &Model, softmax: OnnxNodeId) -> Result<bool
         (Some(_), None) => rotation(model, &query, &key, &m)?,
         _ => None,
     };
+    // GQA rotating them itself, the parts before the rotations may be one split's.
+    let packed = match (packed, &rotation) {
+        (None, Some(r)) => crate::packed(model, [&r.query, &r.key, &value], &m)?,
+        (packed, _) => packed,
+    };
     // Of the query before a rotation (the rotation's caches will read them)
     // or a split (which goes).
     let shaped = packed.as_ref().or(rotation.as_ref().map(|r| &r.query)).unwrap_or(&query);
@@ -706,9 +711,15 @@ fn packed(
         Some([_, _, OnnxDim::Fixed(n)]) => Some(*n),
         _ => None,
     };
-    let input = model.inputs(split)?[0].clone();
+    let inputs = model.inputs(split)?;
+    let input = inputs[0].clone();
     let (q, kv) = (m.heads * m.head_dim, m.kv_heads * m.head_dim);
-    let widths = [width(&input), width(query), width(key), width(value)];
+    // A packed projection's output has no known type: its split's sizes say
+    // its width (its rank is its parts', checked below).
+    let sizes = inputs.get(1).and_then(|s| model.ints(s));
+    let packed_width =
+        width(&input).or_else(|| sizes.filter(|s| s.len() == 3).map(|s| s.iter().sum()));
+    let widths = [packed_width, width(query), width(key), width(value)];
     Ok((widths == [Some(q + 2 * kv), Some(q), Some(kv), Some(kv)]).then_some(input))
 }
 
