@@ -23,11 +23,7 @@ LLAMA=(--model llama --set hidden_size=32,intermediate_size=64,num_attention_hea
 capture fix-alias alias --model-fn "$(pattern alias)" --static --node aten.alias.default
 capture fix-assertion unbacked-size --model-fn "$(pattern dead_comparison)" --static --node aten._assert_scalar.default
 capture fix-dead-comparison unbacked-size --model-fn "$(pattern dead_comparison)" --static --node _operator.ge
-capture fix-fill-diagonal-inplace fill-diagonal --model-fn "$(pattern fill_diagonal)" --static --node aten.fill_diagonal_.default --radius 2
-capture fix-index-put-last-dim index-put --model-fn "$(pattern index_put_last_dim)" --static --node aten.index_put_.default --radius 2
-capture fix-inplace-functional add-mul --model-fn "$(pattern inplace_arithmetic)" --static --node aten.add_.Tensor --radius 2
-# (its `expect-targets`, the functional ops the fix must leave, is added by hand after capturing)
-capture fix-inplace-functional copy-into-input --model-fn "$(pattern copy_into_input)" --static --node aten.copy_.default --count 2 --radius 4
+capture fix-index-put-last-dim index-put --model-fn "$(pattern index_put_last_dim)" --static --node aten.index_put.default --radius 2
 capture fix-integral-tensor-float-scalar mask-arithmetic --model-fn "$(pattern integral_tensor_float_scalar)" --static --node aten.rsub.Scalar
 capture fix-noop-squeeze squeeze --model-fn "$(pattern noop_squeeze)" --static --node aten.squeeze.dim
 capture fix-scatter-reduce reductions --model-fn "$(pattern scatter_reduce)" --static --node aten.scatter_reduce.two --count 5

@@ -723,3 +723,38 @@ fn an_int8_static_generation_export_is_calibrated_through_generate() {
     }
     assert_no_scratch_left(root_dir.path());
 }
+
+/// A mixture-of-experts decoder outside the sweep (DeepSeek-V3: its
+/// attention writes key states in place into slices of a new tensor, its
+/// router writes a group mask) exports to ONNX plain and for generation,
+/// each verified against eager: the worker functionalizes the writes.
+#[test]
+#[ignore = "full tier: a held-out MoE decoder's writes in place, plain and for generation (fx_fixes::every_in_place_write_is_functionalized_and_matches_eager)"]
+fn a_deepseek_v3_folder_writing_in_place_exports_plain_and_for_generation() {
+    let root_dir = tempfile::tempdir().unwrap();
+    let model = model_folder("deepseek_v3", root_dir.path());
+    let model = model.to_str().unwrap();
+    let plugins = root().join("plugins");
+    let out = hfx(
+        root_dir.path(),
+        &[
+            "run",
+            "--backend",
+            "onnx",
+            "--model-dir",
+            model,
+            "--verify",
+            "-o",
+            "deepseek.onnx",
+            "--plugins",
+            plugins.to_str().unwrap(),
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "plain: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("decomposed aten.copy_.default"), "{stdout}");
+    let dir = root_dir.path().join("exported");
+    let stdout = generate_model("onnx", &["--model-dir", model], &dir, &[]);
+    assert!(stdout.contains("identical to eager `generate`"), "{stdout}");
+    assert_no_scratch_left(root_dir.path());
+}

@@ -44,15 +44,6 @@ class ScatterReduce(torch.nn.Module):
         return total
 
 
-class FillDiagonal(torch.nn.Module):
-    """In-place `fill_diagonal_` on a non-square matrix."""
-
-    def forward(self, x):
-        y = x.clone()
-        y.fill_diagonal_(0.5)
-        return y * 2
-
-
 class IndexPutLastDim(torch.nn.Module):
     """`y[:, idx] = -1.0`: a scalar written on the last dimension, in place."""
 
@@ -87,16 +78,6 @@ class Alias(torch.nn.Module):
         return torch.ops.aten.alias.default(x) * 2
 
 
-class InplaceArithmetic(torch.nn.Module):
-    """`add_` and `mul_` on a private copy: in-place ops the training IR keeps."""
-
-    def forward(self, x):
-        y = x.clone()
-        y.add_(1.5)
-        y.mul_(x)
-        return y - 1
-
-
 class UnsortedTopK(torch.nn.Module):
     """`topk(sorted=False)`: ONNX `TopK(sorted=0)`, which ONNX Runtime may order differently."""
 
@@ -113,20 +94,32 @@ class SymbolicSizes(torch.nn.Module):
         return x.reshape(rows)[: rows // 2 + 1] * 2
 
 
-class CopyIntoInput(torch.nn.Module):
-    """In-place writes into model inputs, returned, as Mamba's decode updates its
-    cache state: `conv_state.copy_(window)`, and `state.copy_(new)` through
-    `state.float()` (a float32 state: the very tensor)."""
+class WritesInPlace(torch.nn.Module):
+    """Every class of in-place write torch.export keeps in its training IR,
+    each read after it (a write lost changes the outputs): `copy_` into
+    slices of a new tensor (DeepSeek's key states), slice assignment,
+    `index_put_`, `masked_fill_`, `add_` through a view, `fill_diagonal_`,
+    a buffer's `copy_` (a buffer mutation), and a returned input's `copy_`
+    (Mamba's cache state: an input mutation)."""
 
-    def forward(self, x, conv_state, state):
-        window = torch.cat([torch.zeros_like(conv_state[:, :, :1]), x], dim=-1)
-        conv_state.copy_(window[:, :, -conv_state.shape[-1] :])
-        # Two more names of `state`: the write goes through the second (and
-        # broadcasts), the first is read after it and sees the new value.
-        first = state.detach()
-        second = first.detach().float()
-        second.copy_(torch.tanh(x).sum(-1, keepdim=True))
-        return conv_state * 2, first + 1, conv_state, second
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("last", torch.zeros(3, 6))
+
+    def forward(self, x, mask, index, state):
+        keys = x.new_empty(x.shape)
+        keys[:, :2].copy_(x[:, :2] * 2)
+        keys[:, 2:] = torch.tanh(x[:, 2:])
+        y = x.clone()
+        y[index] = 5.0
+        y.masked_fill_(mask, -1.0)
+        row = y[1]
+        row.add_(keys[0])
+        diagonal = torch.zeros_like(x)
+        diagonal.fill_diagonal_(3.0)
+        self.last.copy_(keys + y)
+        state.copy_(torch.cat([state[:, 1:], x[:, :1]], dim=-1))
+        return self.last + diagonal, state
 
 
 class RotaryHalves(torch.nn.Module):
@@ -217,7 +210,6 @@ def _left_padded(batch_lengths, total):
 PATTERNS = {
     "symbolic_sizes": (SymbolicSizes, lambda: (torch.randn(4, 6),)),
     "alias": (Alias, lambda: (torch.randn(3, 4),)),
-    "inplace_arithmetic": (InplaceArithmetic, lambda: (torch.randn(3, 4),)),
     "unsorted_topk": (UnsortedTopK, lambda: (torch.randn(2, 9),)),
     "sort_stable": (SortStable, lambda: (torch.randn(3, 7),)),
     "dead_comparison": (DeadComparison, lambda: (torch.randn(4, 3), torch.tensor([1, 2]))),
@@ -227,7 +219,6 @@ PATTERNS = {
         ScatterReduce,
         lambda: (torch.randn(5), torch.tensor([0, 1, 0, 3]), torch.randn(4)),
     ),
-    "fill_diagonal": (FillDiagonal, lambda: (torch.randn(4, 6),)),
     "slice_implicit_start": (SliceImplicitStart, lambda: (torch.randn(3, 6),)),
     "integral_tensor_float_scalar": (
         IntegralTensorFloatScalar,
@@ -247,9 +238,14 @@ PATTERNS = {
         GroupQueryAttentionPrefill,
         lambda: (torch.randn(2, 6, 32), _left_padded([6, 4], 6)),
     ),
-    "copy_into_input": (
-        CopyIntoInput,
-        lambda: (torch.randn(2, 3, 4), torch.randn(2, 3, 4), torch.randn(2, 3, 5)),
+    "writes_in_place": (
+        WritesInPlace,
+        lambda: (
+            torch.randn(3, 6),
+            torch.rand(3, 6) > 0.5,
+            torch.tensor([0, 2]),
+            torch.randn(3, 4),
+        ),
     ),
 }
 
@@ -280,6 +276,12 @@ def export_all(outdir):
             continue
         torch.manual_seed(0)
         ep = torch.export.export(module().eval(), inputs(), strict=False)
+        # As hfx's worker traces for ONNX: writes in place functionalized.
+        if any(
+            isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable
+            for n in ep.graph.nodes
+        ):
+            ep = ep.run_decompositions({})
         tmp = os.path.join(outdir, f".tmp-{os.getpid()}", f"{name}.pt2")
         os.makedirs(os.path.dirname(tmp), exist_ok=True)
         torch.export.save(ep, tmp)

@@ -9,7 +9,10 @@ structure: `llama-tokenizer` (`llama` with a tokenizer beside it, a folder
 to generate from), `bert` (a base model: hidden states and a pooled output), `gpt2`
 (logits and a cache), `vit` (image classification logits); and the
 encoder-decoders: `whisper` (speech, with a tokenizer and a feature
-extractor), `t5`, `bart`."""
+extractor), `t5`, `bart`; and `deepseek_v3`, a mixture-of-experts decoder
+outside the sweep whose attention writes its key states in place (`copy_`
+into slices of a new tensor) and whose router writes its group mask
+(`scatter_`)."""
 
 import sys
 
@@ -20,6 +23,8 @@ from transformers import (
     BertConfig,
     BertForMaskedLM,
     BertModel,
+    DeepseekV3Config,
+    DeepseekV3ForCausalLM,
     GPT2Config,
     GPT2LMHeadModel,
     LlamaConfig,
@@ -122,8 +127,35 @@ def processor_files(config, out):
     WhisperFeatureExtractor(feature_size=config.num_mel_bins).save_pretrained(out)
 
 
+def deepseek_v3():
+    torch.manual_seed(0)
+    config = DeepseekV3Config(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        moe_intermediate_size=16,
+        num_hidden_layers=2,
+        first_k_dense_replace=1,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        n_group=2,
+        topk_group=1,
+        kv_lora_rank=16,
+        q_lora_rank=16,
+        qk_rope_head_dim=8,
+        qk_nope_head_dim=8,
+        v_head_dim=8,
+        max_position_embeddings=64,
+    )
+    return DeepseekV3ForCausalLM(config).eval()
+
+
 def main(kind, out):
-    if kind == "llama":
+    if kind == "deepseek_v3":
+        deepseek_v3().save_pretrained(out)
+    elif kind == "llama":
         llama().save_pretrained(out)
     elif kind == "llama-tokenizer":
         model = llama()

@@ -875,8 +875,7 @@ def index_put():
 def index_put_last_dim():
     """`x[:, idx] = v` with a negative index, then `x` read again: what the FX
     fix fix-index-put-last-dim rewrites (run without it to check the
-    translation; with it, it ignores the negative index and makes the second
-    write read the first one's result)."""
+    translation; with it, it ignores the negative index)."""
     torch.manual_seed(0)
 
     def fn(x, i2, v25, vs):

@@ -73,10 +73,11 @@ fn is_call_input(spec: &s::InputSpec) -> bool {
 
 /// The graph outputs' names: the model output's leaves as the trace names
 /// them (`logits`, `output.cache.layers.0.keys`), after the values of user
-/// inputs the program updates in place (a static cache), which the program
-/// returns first: `updated.<input>` (`updated.cache.layers.0.cumulative_length`).
-/// Empty (the emitter's own names) where the program's outputs are not
-/// exactly those.
+/// inputs and buffers the program updates in place (a static cache, a
+/// module's state), which the program returns first: `updated.<input>`
+/// (`updated.cache.layers.0.cumulative_length`), `updated.<buffer>`
+/// (`updated.model.layers.0.state`). Empty (the emitter's own names) where
+/// the program's outputs are not exactly those.
 pub fn output_names(
     program: &s::ExportedProgram,
     input_names: &[String],
@@ -103,6 +104,9 @@ pub fn output_names(
                 };
                 let input = input_names.get(index).unwrap_or(user_input_name);
                 out.push(format!("updated.{}", input.strip_prefix("input.").unwrap_or(input)));
+            }
+            s::OutputSpec::BufferMutation { buffer_name, .. } => {
+                out.push(format!("updated.{buffer_name}"));
             }
             s::OutputSpec::UserOutput { .. } => match user_outputs.next() {
                 Some(name) => out.push(name.clone()),

@@ -680,10 +680,16 @@ def size_guards(program, inputs):
 def decompose_missing(session, program, handled):
     """The ONNX-friendly decomposition (as torch.onnx builds it from its registry):
     when the program holds an op no plugin handles and torch's default table (or
-    the op's composite kernel) decomposes, the program decomposed by that table
-    minus the handled ops, so
-    ops with a translation (or a fix) stay whole. Returns the program and what
-    was decomposed (from each new node's provenance)."""
+    the op's composite kernel) decomposes, or an op that writes one of its
+    arguments (`copy_`, `index_put_`, `add_` through a view: ONNX values are
+    immutable), the program decomposed by that table minus the handled ops, so
+    ops with a translation (or a fix) stay whole. The decomposition retraces
+    through torch's functionalization, which turns every write into its
+    functional op and a scatter of the result into the written tensor's base
+    (`slice_scatter`), and a write into a buffer or an input into an output
+    of the program (its graph signature's mutation outputs). Returns the
+    program and what was decomposed or functionalized (from each new node's
+    provenance)."""
     import torch
 
     handled = set(handled)
@@ -714,6 +720,10 @@ def decompose_missing(session, program, handled):
         ):
             name = str(node.target)  # popped above when handled
             missing[name] = missing.get(name, 0) + 1
+    for node in writes(program):
+        if node.target not in table:  # else counted above
+            name = str(node.target)
+            missing[name] = missing.get(name, 0) + 1
     if not missing:
         return program, []
     session.progress("decompose")
@@ -725,6 +735,22 @@ def decompose_missing(session, program, handled):
             became[sources[0].target] += 1
     return program, [
         messages.Decomposed(op=op, nodes=count, became=became[op]) for op, count in missing.items()
+    ]
+
+
+def writes(program):
+    """The nodes of `program` (its sub-graphs' too: a `cond` branch) whose op
+    writes an argument in place, by its schema."""
+    import torch
+
+    return [
+        node
+        for module in program.graph_module.modules()
+        if isinstance(module, torch.fx.GraphModule)
+        for node in module.graph.nodes
+        if node.op == "call_function"
+        and isinstance(node.target, torch._ops.OpOverload)
+        and node.target._schema.is_mutable
     ]
 
 

@@ -111,9 +111,14 @@ def onnx_runner(path):
             "it where a provider has the kernels"
         ) from None
     names = [i.name for i in onnx_session.get_inputs()]
+    # The new values of the inputs and buffers the program writes in place
+    # (`updated.<name>`) are outputs of the program, not of the model.
+    model_outputs = [
+        o.name for o in onnx_session.get_outputs() if not o.name.startswith("updated.")
+    ]
 
     def run(inputs):
-        return onnx_session.run(None, onnx_feed(names, inputs))
+        return onnx_session.run(model_outputs, onnx_feed(names, inputs))
 
     run.input_names = names
     return run, onnx_session.get_providers()

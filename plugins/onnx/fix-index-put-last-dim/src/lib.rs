@@ -3,32 +3,13 @@
 //!
 //! torchlib's `index_put` lowering silently drops such a write under dynamic
 //! shapes. The mask compares an `arange` over the last dimension with `idx`
-//! and broadcasts against `self`. `x[:, :, idx] = v` writes into a *view*:
-//! the write lands on `base`, the tensor before any full-size `slice`, and
-//! every later reader of `base` reads the result (a functional IR would
-//! otherwise drop the in-place write).
+//! and broadcasts against `self`. The write itself (`x[:, :, idx] = v`, an
+//! `index_put_`) reaches this fix functionalized by the worker, its result
+//! scattered back into `x`.
 
 use hfx_sdk::prelude::*;
 
-/// Steps back through `slice`s that keep the shape (a full `:`).
-fn base_of(graph: &Graph, mut value: ValueId) -> Result<ValueId> {
-    while let Some(producer) = graph.producer(value)? {
-        if graph.target(producer)? != "aten.slice.Tensor" {
-            break;
-        }
-        let input = graph.tensor_input(producer, "self")?;
-        let (Some(a), Some(b)) = (graph.tensor_meta(value)?, graph.tensor_meta(input)?) else {
-            break;
-        };
-        if a.shape != b.shape {
-            break;
-        }
-        value = input;
-    }
-    Ok(value)
-}
-
-#[hfx_sdk::fx_node_fix(targets = ["aten.index_put.default", "aten.index_put_.default"])]
+#[hfx_sdk::fx_node_fix(targets = ["aten.index_put.default"])]
 fn fix_index_put_last_dim(graph: &Graph, node: NodeId) -> Result<bool> {
     let this = graph.tensor_input(node, "self")?;
     let values = graph.tensor_input(node, "values")?;
@@ -53,7 +34,6 @@ fn fix_index_put_last_dim(graph: &Graph, node: NodeId) -> Result<bool> {
     {
         return Ok(false);
     }
-    let base = base_of(graph, this)?;
     let last = self_meta.shape.len() - 1;
     let size_dim = self_meta.shape[last].clone();
     let size = match &size_dim {
@@ -116,29 +96,8 @@ fn fix_index_put_last_dim(graph: &Graph, node: NodeId) -> Result<bool> {
     let inputs = vec![
         positional("condition", Argument::Tensor(mask)),
         positional("self", Argument::Tensor(values)),
-        positional("other", Argument::Tensor(base)),
+        positional("other", Argument::Tensor(this)),
     ];
-    let result_node = graph.replace_with_call(node, "aten.where.self", inputs)?;
-    let result = graph.single_output(result_node)?;
-    // Later readers of `base` relied on the in-place write: they read the result.
-    let order = graph.nodes();
-    let position = |n: NodeId| order.iter().position(|&m| m == n);
-    let after = position(result_node);
-    for user in graph.value_users(base)? {
-        if user == result_node || position(user) <= after {
-            continue;
-        }
-        let inputs: Vec<NamedArgument> = graph
-            .inputs(user)?
-            .into_iter()
-            .map(|a| match a.value {
-                Argument::Tensor(v) if v == base => {
-                    NamedArgument { value: Argument::Tensor(result), ..a }
-                }
-                _ => a,
-            })
-            .collect();
-        graph.set_inputs(user, &inputs)?;
-    }
+    graph.replace_with_call(node, "aten.where.self", inputs)?;
     Ok(true)
 }

@@ -114,7 +114,6 @@ hfx_sdk::onnx_translations! {
     "aten.clone.default" => |e| identity(e, "self"),
     "aten.contiguous.default" => |e| identity(e, "self"),
     "aten.detach.default" => |e| identity(e, "self"),
-    "aten.detach_.default" => |e| identity(e, "self"),
     "aten.alias.default" => |e| identity(e, "self"),
     "aten.lift_fresh_copy.default" => |e| identity(e, "self"),
     "aten.dropout.default" => |e| identity(e, "input"),

@@ -60,6 +60,7 @@ hfx_sdk::onnx_translations! {
     "aten.fill.Scalar" => |e| broadcast_into_self(e, "value"),
     "aten.copy.default" => |e| broadcast_into_self(e, "src"),
     "aten.as_strided.default" => as_strided,
+    "aten.as_strided_scatter.default" => as_strided_scatter,
     "aten.diagonal.default" => diagonal,
     "aten.flip.default" => flip,
     "aten.repeat.default" => repeat,
@@ -820,14 +821,45 @@ fn sym_ints(e: &Emit, name: &str) -> Result<Vec<SymInt>> {
 /// a `Range * stride` per axis, so symbolic sizes work too).
 fn as_strided(e: &Emit) -> Result<String> {
     let meta = e.input_meta("self")?;
+    let index = storage_positions(e, &meta, "as_strided")?;
+    let (storage, _) = storage_order(e, &meta)?;
+    e.op_with("Gather", &[&storage, &index], &[attr("axis", Attribute::Int(0))])
+}
+
+/// `as_strided_scatter`: `self` with the storage elements `as_strided` reads
+/// replaced by `src`'s (torch's functionalization writes `fill_diagonal_` so):
+/// scattered into `self` flattened in memory order, then laid out in `self`'s
+/// shape again.
+fn as_strided_scatter(e: &Emit) -> Result<String> {
+    let meta = e.input_meta("self")?;
+    let index = storage_positions(e, &meta, "as_strided_scatter")?;
+    let (storage, order) = storage_order(e, &meta)?;
+    let flat = e.const_ints(&[-1])?;
+    let index = e.op("Reshape", &[&index, &flat])?;
+    let src = e.op("Reshape", &[&e.tensor("src")?, &flat])?;
+    let scattered = e.op_with(
+        "ScatterElements",
+        &[&storage, &index, &src],
+        &[attr("axis", Attribute::Int(0))],
+    )?;
+    // Back from memory order: the shape of `self` in that axis order, then `self`'s own.
+    let ordered_shape = e.op("Shape", &[&transposed(e, &e.tensor("self")?, &order)?])?;
+    let ordered = e.op("Reshape", &[&scattered, &ordered_shape])?;
+    let mut inverse = vec![0; order.len()];
+    for (at, &axis) in order.iter().enumerate() {
+        inverse[axis as usize] = at as i64;
+    }
+    transposed(e, &ordered, &inverse)
+}
+
+/// The storage position `storage_offset + sum(i_k * stride_k)` of each
+/// element of `self`'s strided view (`op` names it in errors): an int64
+/// tensor of the view's size.
+fn storage_positions(e: &Emit, meta: &TensorMeta, op: &str) -> Result<String> {
     let sizes = sym_ints(e, "size")?;
     let strides = sym_ints(e, "stride")?;
     if sizes.len() != strides.len() {
-        return Err(e.fail(format!(
-            "as_strided: {} sizes, {} strides",
-            sizes.len(),
-            strides.len()
-        )));
+        return Err(e.fail(format!("{op}: {} sizes, {} strides", sizes.len(), strides.len())));
     }
     let offset = match e.arg("storage_offset")? {
         None | Some(Argument::None) => SymInt::Constant(0),
@@ -841,7 +873,7 @@ fn as_strided(e: &Emit) -> Result<String> {
     };
     let all = |v: &[SymInt]| v.iter().map(constant).collect::<Option<Vec<i64>>>();
     if let (Some(shape), Some(sizes), Some(strides), Some(offset)) =
-        (fixed_shape(&meta), all(&sizes), all(&strides), constant(&offset))
+        (fixed_shape(meta), all(&sizes), all(&strides), constant(&offset))
     {
         // Only `self`'s own elements are in the graph; a view reaching past them
         // (into a larger base's storage) has nothing to read.
@@ -849,11 +881,10 @@ fn as_strided(e: &Emit) -> Result<String> {
         let last = offset + sizes.iter().zip(&strides).map(|(n, s)| (n - 1) * s).sum::<i64>();
         if !sizes.contains(&0) && (offset < 0 || last >= numel) {
             return Err(e.fail(format!(
-                "as_strided reads storage element {last} of an input with {numel} elements: its base's storage is not in the graph"
+                "{op} reaches storage element {last} of an input with {numel} elements: its base's storage is not in the graph"
             )));
         }
     }
-    let storage = storage_order(e, &meta)?;
     let rank = sizes.len();
     let mut index = size_0d(e, &offset)?;
     for (axis, (n, s)) in sizes.iter().zip(&strides).enumerate() {
@@ -877,18 +908,19 @@ fn as_strided(e: &Emit) -> Result<String> {
         };
         index = e.op("Add", &[&index, &positions])?;
     }
-    e.op_with("Gather", &[&storage, &index], &[attr("axis", Attribute::Int(0))])
+    Ok(index)
 }
 
 /// `self` flattened in the order its elements sit in memory: transposed
 /// first when its strides are those of a dense layout in another axis order
-/// (sizes and strides compared as products of factors, so symbolic ones too).
-fn storage_order(e: &Emit, meta: &TensorMeta) -> Result<String> {
+/// (sizes and strides compared as products of factors, so symbolic ones too),
+/// and that axis order (outermost first).
+fn storage_order(e: &Emit, meta: &TensorMeta) -> Result<(String, Vec<i64>)> {
     let x = e.tensor("self")?;
     let flat = e.const_ints(&[-1])?;
     let rank = meta.shape.len();
     if meta.strides.len() != rank || meta.shape.iter().any(|d| *d == Dim::Fixed(0)) {
-        return e.op("Reshape", &[&x, &flat]);
+        return Ok((e.op("Reshape", &[&x, &flat])?, (0..rank as i64).collect()));
     }
     let unknown = || {
         e.fail("as_strided of a tensor whose strides are not a dense layout: its storage holds more than its elements")
@@ -912,7 +944,7 @@ fn storage_order(e: &Emit, meta: &TensorMeta) -> Result<String> {
         (0..rank as i64).filter(|&a| meta.shape[a as usize] == Dim::Fixed(1)).collect();
     perm.extend(inner.into_iter().rev());
     let ordered = transposed(e, &x, &perm)?;
-    e.op("Reshape", &[&ordered, &flat])
+    Ok((e.op("Reshape", &[&ordered, &flat])?, perm))
 }
 
 /// A size or stride as a constant times symbolic factors (sorted), as torch
