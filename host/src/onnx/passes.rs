@@ -52,9 +52,15 @@ pub const PASSES: &[(&str, Pass)] = &[
     ("fold_constants", |g, r| {
         fold::fold(&mut g.nodes, &mut g.initializers, &g.keep, g.static_shapes, &mut r.folding)
     }),
+    ("slice_index_grids", |g, r| {
+        r.folding.index_grids += fold::slice_index_grids(&mut g.nodes, &mut g.initializers)
+    }),
     ("store_weights_transposed", |g, r| {
         r.folding.transposed +=
             fold::store_weights_transposed(&mut g.nodes, &mut g.initializers, &g.keep)
+    }),
+    ("store_weight_slabs", |g, r| {
+        r.folding.slab_nodes += fold::store_weight_slabs(&mut g.nodes, &mut g.initializers, &g.keep)
     }),
     ("fuse_pads", |g, r| {
         r.folding.fused.pads += fold::fuse_pads(&mut g.nodes, &g.initializers, &g.keep)
