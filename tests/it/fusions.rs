@@ -157,6 +157,66 @@ fn hostile_ir_rewrites_are_rolled_back_and_stopped_by_their_budgets() {
     }
 }
 
+/// A float32 norm of a float16 residual sum (`Cast(Add(a, b))`, a
+/// float16 model's norm computed in float32) fuses alone: the sum is not
+/// joined through the cast, so no skip norm mixes dtypes (which ONNX Runtime
+/// rejects, and the reference's `_unfuse_mixed_dtype_skip_norms` undoes).
+#[test]
+fn a_norm_computed_in_another_dtype_than_its_residual_fuses_without_it() {
+    let runtime = runtime();
+    let fusion = load_for_ort(&runtime, "plugins/onnx-ort-cpu/fuse-simplified-layer-norm");
+    let mut cast = node("Cast", &["sum"], "x");
+    cast.attributes.push(("to".into(), Attribute::Int(1)));
+    let nodes = vec![
+        node("Add", &["a", "b"], "sum"),
+        cast,
+        node("Pow", &["x", "two"], "p"),
+        node("ReduceMean", &["p", "axes"], "m"),
+        node("Add", &["m", "eps"], "e"),
+        node("Sqrt", &["e"], "s"),
+        node("Reciprocal", &["s"], "r"),
+        node("Mul", &["x", "r"], "n"),
+        node("Mul", &["w", "n"], "y"),
+    ];
+    let typed = |elem_type: i32, dims: &[i64]| ValueType {
+        elem_type,
+        shape: Some(dims.iter().map(|&d| Dim::Fixed(d)).collect()),
+    };
+    let constants: HashMap<String, Constant> = [
+        ("two".to_string(), scalar(2.0)),
+        ("eps".to_string(), scalar(1e-6)),
+        (
+            "axes".to_string(),
+            Constant { elem_type: 7, dims: vec![1], data: ConstantData::Ints(vec![-1]) },
+        ),
+    ]
+    .into();
+    let mut model = IrModel::new(IrParts {
+        nodes,
+        inputs: vec!["a".into(), "b".into()],
+        outputs: vec!["y".into()],
+        initializers: constants.keys().cloned().chain(["w".to_string()]).collect(),
+        types: [
+            ("a".to_string(), typed(10, &[2, 4, 8])),
+            ("b".to_string(), typed(10, &[2, 4, 8])),
+            ("sum".to_string(), typed(10, &[2, 4, 8])),
+            ("x".to_string(), typed(1, &[2, 4, 8])),
+            ("w".to_string(), typed(1, &[8])),
+        ]
+        .into(),
+        constants,
+    });
+    onnx_ir_fix::run(
+        &runtime,
+        &[of::<kind::OnnxIrFix>(&fusion)],
+        &mut model,
+        "onnx-ir-fixes",
+        OnPluginError::Fail,
+    )
+    .unwrap();
+    assert_eq!(ops(&model), ["Add", "Cast", "SimplifiedLayerNormalization"]);
+}
+
 /// Two norms of one value with one weight, written apart (their exponents
 /// distinct constants, so the optimizer's merge before the fixes sees two
 /// computations), fuse into equal nodes: the stage on a lowered model keeps
@@ -230,7 +290,8 @@ fn equal_nodes_the_fixes_make_are_computed_once() {
     assert_eq!(report.plugins["onnx-ort-cpu-fuse-simplified-layer-norm"].changed, 2);
     let ops: Vec<&str> = lowered.nodes.iter().map(|n| n.op_type.as_str()).collect();
     assert_eq!(ops, ["SimplifiedLayerNormalization", "Neg", "Add"]);
-    assert_eq!(lowered.nodes[2].inputs, [lowered.nodes[1].outputs[0].clone(); 2]);
+    let negated = &lowered.nodes[1].outputs[0];
+    assert_eq!(lowered.nodes[2].inputs, [negated.clone(), negated.clone()]);
 }
 
 /// A saved model's node count, op counts and opset domains.
