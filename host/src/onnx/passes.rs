@@ -2,8 +2,9 @@
 //! run in the order of [`PASSES`] by the pipeline between `emit::lower` and
 //! `emit::plan`. Each pass is one registration line; what it does is
 //! documented (and tested) where it is written: `optimize.rs` (the generic
-//! passes), `fold/` (constant folding with its peephole rules, weights
-//! stored transposed, what a convolution absorbs), `quantize.rs` (weights
+//! passes), `fold/` (constant folding with its peephole rules, gathers over
+//! index grids sliced, weights stored transposed or as their slabs, what a
+//! convolution absorbs), `quantize.rs` (weights
 //! quantized, on request). No pass changes a graph output's name.
 
 use std::collections::{HashMap, HashSet};

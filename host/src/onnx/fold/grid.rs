@@ -57,7 +57,9 @@ pub fn slice_index_grids(nodes: &mut Vec<Node>, initializers: &mut Vec<Initializ
             "Range" if node.inputs.len() == 3 => {
                 let from_zero = known_ints(&node.inputs[0]) == Some(vec![0]);
                 let by_one = known_ints(&node.inputs[2]) == Some(vec![1]);
-                if from_zero && by_one {
+                // A negative limit counts nothing, where a slice's end would count from the back.
+                let counted = nonnegative(&node.inputs[1], &producers, &known_ints, 8);
+                if from_zero && by_one && counted {
                     // A 0-d limit that squeezed a 1-D value of one element: that value.
                     let limit = &node.inputs[1];
                     let squeezed = producers.get(limit.as_str()).filter(|s| {
@@ -136,6 +138,32 @@ pub fn slice_index_grids(nodes: &mut Vec<Node>, initializers: &mut Vec<Initializ
     }
     initializers.extend(added);
     rewritten
+}
+
+/// Whether `value` holds no negative number: sizes (`Shape`), what keeps or
+/// gathers their elements, sums and products of such values, non-negative
+/// constants; up to `depth` producers back.
+fn nonnegative(
+    value: &str,
+    producers: &HashMap<&str, &Node>,
+    known_ints: &dyn Fn(&str) -> Option<Vec<i64>>,
+    depth: usize,
+) -> bool {
+    if let Some(values) = known_ints(value) {
+        return values.iter().all(|&v| v >= 0);
+    }
+    let Some(node) = producers.get(value).filter(|n| n.domain.is_empty() && depth > 0) else {
+        return false;
+    };
+    let operand = |i: usize| {
+        node.inputs.get(i).is_some_and(|v| nonnegative(v, producers, known_ints, depth - 1))
+    };
+    match node.op_type.as_str() {
+        "Shape" | "Size" => true,
+        "Squeeze" | "Unsqueeze" | "Reshape" | "Gather" | "Slice" => operand(0),
+        "Add" | "Mul" | "Concat" => (0..node.inputs.len()).all(operand),
+        _ => false,
+    }
 }
 
 /// `g` unsqueezed at `axes` (of the result; negative from its end).
@@ -331,6 +359,26 @@ mod tests {
         assert_eq!(after["y"], before["y"]);
         assert_eq!(after["y"].dims, [4, 1, 4, 2]);
         assert_eq!(after["z"], before["z"]);
+    }
+
+    /// A range's limit must be known not to be negative: a size, sums and
+    /// elements of sizes, a non-negative constant; not a difference.
+    #[test]
+    fn only_limits_known_not_negative_count_as_lengths() {
+        let nodes = vec![
+            node("Shape", &["x"], "sizes", vec![]),
+            node("Gather", &["sizes", "i"], "size", vec![]),
+            node("Add", &["size", "one"], "past", vec![]),
+            node("Sub", &["size", "one"], "before", vec![]),
+            node("Add", &["size", "minus_one"], "shorter", vec![]),
+        ];
+        let producers: HashMap<&str, &Node> =
+            nodes.iter().map(|n| (n.outputs[0].as_str(), n)).collect();
+        let constants = HashMap::from([("one", vec![1]), ("minus_one", vec![-1]), ("i", vec![-1])]);
+        let known = |name: &str| constants.get(name).cloned();
+        let verdict = |v: &str| nonnegative(v, &producers, &known, 8);
+        assert!(verdict("size") && verdict("past") && verdict("one"));
+        assert!(!verdict("before") && !verdict("shorter") && !verdict("x"));
     }
 
     fn scalar(name: &str, value: i64) -> Initializer<'static> {

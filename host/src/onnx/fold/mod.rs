@@ -293,7 +293,9 @@ pub fn store_weight_slabs(
     let mut removed = HashSet::new();
     let mut slabs: Vec<(usize, Vec<Initializer>)> = Vec::new();
     for (index, init) in initializers.iter().enumerate() {
-        let Some(name) = init.header.name.as_deref() else { continue };
+        let Some(name) = init.header.name.as_deref().filter(|n| !keep.contains(n)) else {
+            continue;
+        };
         let [groups, rows, cols] = init.header.dims[..] else { continue };
         let (source, cast) = match init.bytes {
             Bytes::Mapped(source) => (source, None),
