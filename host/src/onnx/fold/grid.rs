@@ -365,7 +365,7 @@ mod tests {
     /// elements of sizes, a non-negative constant; not a difference.
     #[test]
     fn only_limits_known_not_negative_count_as_lengths() {
-        let nodes = vec![
+        let nodes = [
             node("Shape", &["x"], "sizes", vec![]),
             node("Gather", &["sizes", "i"], "size", vec![]),
             node("Add", &["size", "one"], "past", vec![]),

@@ -112,19 +112,20 @@ fn whole_slice(site: &Site) -> Option<Simplified> {
     whole.then(|| Simplified::Same(node.inputs[0].clone()))
 }
 
-/// `x + 0`, `0 + x`, `x - 0`, `x * 1`, `1 * x`, `x / 1` with a rank-0
-/// neutral operand: a rank-0 operand broadcasts without growing the other one
-/// (`x * [1]` may turn a scalar `x` into a vector, so it stays).
+/// `x + 0`, `0 + x`, `x - 0`, `x * 1`, `1 * x`, `x / 1`, `x and true`,
+/// `x or false` (either side) with a rank-0 neutral operand: a rank-0 operand
+/// broadcasts without growing the other one (`x * [1]` may turn a scalar `x`
+/// into a vector, so it stays).
 fn neutral_operand(site: &Site) -> Option<Simplified> {
     let node = site.node;
     let op = node.op_type.as_str();
-    if !matches!(op, "Add" | "Sub" | "Mul" | "Div") || node.inputs.len() != 2 {
+    if !matches!(op, "Add" | "Sub" | "Mul" | "Div" | "And" | "Or") || node.inputs.len() != 2 {
         return None;
     }
-    let neutral = if matches!(op, "Add" | "Sub") { 0.0 } else { 1.0 };
+    let neutral = if matches!(op, "Add" | "Sub" | "Or") { 0.0 } else { 1.0 };
     let is_neutral =
         |i: usize| site.inputs[i].is_some_and(|k| k.dims.is_empty() && k.floats() == [neutral]);
-    let commutes = matches!(op, "Add" | "Mul");
+    let commutes = matches!(op, "Add" | "Mul" | "And" | "Or");
     if is_neutral(1) {
         Some(Simplified::Same(node.inputs[0].clone()))
     } else if commutes && is_neutral(0) {
@@ -395,6 +396,22 @@ mod tests {
         assert_eq!(ops(&after), ["Neg"]);
         assert_eq!(after[0].inputs, ["x"]);
         assert_eq!(report.identities, 5);
+    }
+
+    /// `true and x`, `x or false` (rank-0 constants): a causal mask and-ed
+    /// with an all-true scalar; `x and false` is not `x`.
+    #[test]
+    fn neutral_operand_of_and_and_or() {
+        let nodes = vec![
+            node("Constant", &[], "yes", vec![("value_int", Attribute::Int(1))]),
+            node("Constant", &[], "no", vec![("value_int", Attribute::Int(0))]),
+            node("And", &["yes", "x"], "a", vec![]),
+            node("Or", &["a", "no"], "b", vec![]),
+            node("And", &["b", "no"], "c", vec![]),
+        ];
+        assert_eq!(fired(&nodes, "a"), Some("neutral_operand"));
+        assert_eq!(fired(&nodes, "b"), Some("neutral_operand"));
+        assert_eq!(fired(&nodes, "c"), None);
     }
 
     /// `x * [1]` may broadcast a scalar `x`; `0 - x` is not `x`; `x + 1` is not.
