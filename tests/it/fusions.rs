@@ -157,6 +157,143 @@ fn hostile_ir_rewrites_are_rolled_back_and_stopped_by_their_budgets() {
     }
 }
 
+/// A float32 norm of a float16 residual sum (`Cast(Add(a, b))`, a
+/// float16 model's norm computed in float32) fuses alone: the sum is not
+/// joined through the cast, so no skip norm mixes dtypes (which ONNX Runtime
+/// rejects, and the reference's `_unfuse_mixed_dtype_skip_norms` undoes).
+#[test]
+fn a_norm_computed_in_another_dtype_than_its_residual_fuses_without_it() {
+    let runtime = runtime();
+    let fusion = load_for_ort(&runtime, "plugins/onnx-ort-cpu/fuse-simplified-layer-norm");
+    let mut cast = node("Cast", &["sum"], "x");
+    cast.attributes.push(("to".into(), Attribute::Int(1)));
+    let nodes = vec![
+        node("Add", &["a", "b"], "sum"),
+        cast,
+        node("Pow", &["x", "two"], "p"),
+        node("ReduceMean", &["p", "axes"], "m"),
+        node("Add", &["m", "eps"], "e"),
+        node("Sqrt", &["e"], "s"),
+        node("Reciprocal", &["s"], "r"),
+        node("Mul", &["x", "r"], "n"),
+        node("Mul", &["w", "n"], "y"),
+    ];
+    let typed = |elem_type: i32, dims: &[i64]| ValueType {
+        elem_type,
+        shape: Some(dims.iter().map(|&d| Dim::Fixed(d)).collect()),
+    };
+    let constants: HashMap<String, Constant> = [
+        ("two".to_string(), scalar(2.0)),
+        ("eps".to_string(), scalar(1e-6)),
+        (
+            "axes".to_string(),
+            Constant { elem_type: 7, dims: vec![1], data: ConstantData::Ints(vec![-1]) },
+        ),
+    ]
+    .into();
+    let mut model = IrModel::new(IrParts {
+        nodes,
+        inputs: vec!["a".into(), "b".into()],
+        outputs: vec!["y".into()],
+        initializers: constants.keys().cloned().chain(["w".to_string()]).collect(),
+        types: [
+            ("a".to_string(), typed(10, &[2, 4, 8])),
+            ("b".to_string(), typed(10, &[2, 4, 8])),
+            ("sum".to_string(), typed(10, &[2, 4, 8])),
+            ("x".to_string(), typed(1, &[2, 4, 8])),
+            ("w".to_string(), typed(1, &[8])),
+        ]
+        .into(),
+        constants,
+    });
+    onnx_ir_fix::run(
+        &runtime,
+        &[of::<kind::OnnxIrFix>(&fusion)],
+        &mut model,
+        "onnx-ir-fixes",
+        OnPluginError::Fail,
+    )
+    .unwrap();
+    assert_eq!(ops(&model), ["Add", "Cast", "SimplifiedLayerNormalization"]);
+}
+
+/// Two norms of one value with one weight, written apart (their exponents
+/// distinct constants, so the optimizer's merge before the fixes sees two
+/// computations), fuse into equal nodes: the stage on a lowered model keeps
+/// one of them, and one of each reader they made equal.
+#[test]
+fn equal_nodes_the_fixes_make_are_computed_once() {
+    use hfx::onnx::emit::Lowered;
+    use hfx::onnx::weights::{Bytes, Initializer};
+
+    let runtime = runtime();
+    let fusion = load_for_ort(&runtime, "plugins/onnx-ort-cpu/fuse-simplified-layer-norm");
+    let norm = |k: &str, two: &str| {
+        let name = |s: &str| format!("{s}{k}");
+        vec![
+            node("Pow", &["x", two], &name("p")),
+            node("ReduceMean", &[&name("p"), "axes"], &name("m")),
+            node("Add", &[&name("m"), "eps"], &name("a")),
+            node("Sqrt", &[&name("a")], &name("s")),
+            node("Reciprocal", &[&name("s")], &name("r")),
+            node("Mul", &["x", &name("r")], &name("n")),
+            node("Mul", &["w", &name("n")], &name("y")),
+            node("Neg", &[&name("y")], &name("negated")),
+        ]
+    };
+    let mut nodes = norm("1", "two");
+    nodes.extend(norm("2", "two_again"));
+    nodes.push(node("Add", &["negated1", "negated2"], "out"));
+    let initializer = |name: &str, elem_type: i32, dims: Vec<i64>, bytes: Vec<u8>| Initializer {
+        header: hfx::onnx::proto::TensorProto {
+            dims,
+            data_type: Some(elem_type),
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        bytes: Bytes::Owned(bytes),
+    };
+    let float = |v: f32| v.to_le_bytes().to_vec();
+    let mut lowered = Lowered {
+        inputs: vec![hfx::onnx::proto::ValueInfoProto {
+            name: Some("x".into()),
+            ..Default::default()
+        }],
+        initializers: vec![
+            initializer("two", 1, vec![], float(2.0)),
+            initializer("two_again", 1, vec![], float(2.0)),
+            initializer("eps", 1, vec![], float(1e-6)),
+            initializer("axes", 7, vec![1], (-1i64).to_le_bytes().to_vec()),
+            initializer("w", 1, vec![8], (0..8).flat_map(|i| float(i as f32)).collect()),
+        ],
+        nodes,
+        output_names: vec!["out".into()],
+        outputs: Vec::new(),
+        opset: 17,
+        domains: Default::default(),
+        static_shapes: HashMap::new(),
+    };
+    let float_type = |dims: &[i64]| ValueType {
+        elem_type: 1,
+        shape: Some(dims.iter().map(|&d| Dim::Fixed(d)).collect()),
+    };
+    let types = [("x".to_string(), float_type(&[2, 4, 8])), ("w".to_string(), float_type(&[8]))];
+    let report = onnx_ir_fix::run_on_lowered(
+        &runtime,
+        &[of::<kind::OnnxIrFix>(&fusion)],
+        &mut lowered,
+        types.into(),
+        "onnx-ir-fixes",
+        OnPluginError::Fail,
+    )
+    .unwrap();
+    assert_eq!(report.plugins["onnx-ort-cpu-fuse-simplified-layer-norm"].changed, 2);
+    let ops: Vec<&str> = lowered.nodes.iter().map(|n| n.op_type.as_str()).collect();
+    assert_eq!(ops, ["SimplifiedLayerNormalization", "Neg", "Add"]);
+    let negated = &lowered.nodes[1].outputs[0];
+    assert_eq!(lowered.nodes[2].inputs, [negated.clone(), negated.clone()]);
+}
+
 /// A saved model's node count, op counts and opset domains.
 pub(crate) fn op_counts(path: &Path) -> (usize, HashMap<String, usize>, HashSet<String>) {
     let model = ModelProto::decode(std::fs::read(path).unwrap().as_slice()).unwrap();

@@ -2,8 +2,9 @@
 //! run in the order of [`PASSES`] by the pipeline between `emit::lower` and
 //! `emit::plan`. Each pass is one registration line; what it does is
 //! documented (and tested) where it is written: `optimize.rs` (the generic
-//! passes), `fold/` (constant folding with its peephole rules, weights
-//! stored transposed, what a convolution absorbs), `quantize.rs` (weights
+//! passes), `fold/` (constant folding with its peephole rules, gathers over
+//! index grids sliced, weights stored transposed or as their slabs, what a
+//! convolution absorbs), `quantize.rs` (weights
 //! quantized, on request). No pass changes a graph output's name.
 
 use std::collections::{HashMap, HashSet};
@@ -52,9 +53,15 @@ pub const PASSES: &[(&str, Pass)] = &[
     ("fold_constants", |g, r| {
         fold::fold(&mut g.nodes, &mut g.initializers, &g.keep, g.static_shapes, &mut r.folding)
     }),
+    ("slice_index_grids", |g, r| {
+        r.folding.index_grids += fold::slice_index_grids(&mut g.nodes, &mut g.initializers)
+    }),
     ("store_weights_transposed", |g, r| {
         r.folding.transposed +=
             fold::store_weights_transposed(&mut g.nodes, &mut g.initializers, &g.keep)
+    }),
+    ("store_weight_slabs", |g, r| {
+        r.folding.slab_nodes += fold::store_weight_slabs(&mut g.nodes, &mut g.initializers, &g.keep)
     }),
     ("fuse_pads", |g, r| {
         r.folding.fused.pads += fold::fuse_pads(&mut g.nodes, &g.initializers, &g.keep)

@@ -335,7 +335,7 @@ impl Component {
         if let Some((o, nodes)) = &self.optimized {
             writeln!(out,
                 "stage {:<18} Identity nodes removed {}, duplicates merged {}, nodes folded {}, no-op nodes removed {}, pairs merged {}, \
-                 weights stored transposed {}, batch norms and pads fused into convolutions {}, constants lifted {}, dead nodes removed {}; {nodes} nodes",
+                 weights stored transposed {}, nodes taking grouped weights apart removed {}, gathers over index grids sliced {}, batch norms and pads fused into convolutions {}, constants lifted {}, dead nodes removed {}; {nodes} nodes",
                 "onnx-optimize",
                 o.identities_removed,
                 o.merged,
@@ -343,6 +343,8 @@ impl Component {
                 o.folding.identities,
                 o.folding.merged_pairs,
                 o.folding.transposed,
+                o.folding.slab_nodes,
+                o.folding.index_grids,
                 o.folding.fused.batch_norms + o.folding.fused.pads,
                 o.folding.lifted,
                 o.dead_removed,

@@ -73,7 +73,8 @@ pub fn run(
 /// The stage on a lowered model (after the optimizer): the model lent to
 /// the plugins is built from `lowered` and `types` (what the traced program
 /// knows of values' types, by ONNX name: [`traced_types`]), and what they
-/// did goes back into it, followed by dead-code elimination.
+/// did goes back into it, followed by common-subexpression and dead-code
+/// elimination.
 pub fn run_on_lowered(
     runtime: &Runtime,
     plugins: &[PluginOf<'_, kind::OnnxIrFix>],
@@ -87,7 +88,11 @@ pub fn run_on_lowered(
     let result = model.finish();
     let mut nodes = result.nodes;
     let keep: HashSet<&str> = lowered.output_names.iter().map(String::as_str).collect();
-    report.dead_code_removed = crate::onnx::optimize::eliminate_dead_code(&mut nodes, &keep);
+    // Fixes that rewrite one site each leave equal nodes where their sites
+    // read one value (each norm's fused output reshaped alike): one stays.
+    report.dead_code_removed =
+        crate::onnx::optimize::eliminate_common_subexpressions(&mut nodes, &keep)
+            + crate::onnx::optimize::eliminate_dead_code(&mut nodes, &keep);
     lowered.nodes = nodes;
     for (name, constant) in result.added_initializers {
         let header = p::TensorProto {

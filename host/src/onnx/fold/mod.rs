@@ -12,8 +12,10 @@
 //! through `Transpose` (how `linear` reaches `MatMul`) is stored transposed,
 //! the transposition happening while the weight streams from the `.pt2`'s
 //! memory map into the file, so no copy of it is held
-//! ([`store_weights_transposed`]); convolutions absorb the batch norms after
-//! them and the zero pads before them (`fuse/`).
+//! ([`store_weights_transposed`]); a grouped weight read one slab at a time
+//! (MoE experts) is stored as its slabs ([`store_weight_slabs`]);
+//! convolutions absorb the batch norms after them and the zero pads before
+//! them (`fuse/`).
 //!
 //! The evaluator knows the ops static shape and position code is made of,
 //! in float32/float64 and the integer types (bf16/f16 values are left alone);
@@ -24,6 +26,7 @@ use std::collections::{HashMap, HashSet};
 
 mod eval;
 mod fuse;
+mod grid;
 mod known;
 mod simplify;
 #[cfg(test)]
@@ -33,6 +36,7 @@ use super::weights::{Bytes, Initializer};
 use super::{Attribute, Node};
 use eval::evaluate;
 pub use fuse::{fuse_batch_norms, fuse_pads, FuseReport};
+pub use grid::slice_index_grids;
 use known::{count, Known};
 use simplify::{simplify, Simplified};
 
@@ -49,6 +53,11 @@ pub struct FoldReport {
     pub folded: usize,
     /// Weights stored transposed instead of transposed at run time.
     pub transposed: usize,
+    /// `GatherND`s over index grids made slices (`grid.rs`).
+    pub index_grids: usize,
+    /// Nodes taking a grouped weight apart (transpose, split, squeezes),
+    /// gone: its slabs stored as initializers of their own.
+    pub slab_nodes: usize,
     /// Constant nodes turned into initializers.
     pub lifted: usize,
     /// Nodes that compute their input, removed (`simplify.rs`'s rules): slices from
@@ -346,6 +355,122 @@ fn concatenated_dims<'h>(
     Some((dims, axis))
 }
 
+/// The small integer initializers' values, by name: what the passes after
+/// folding read as known (axes, split sizes, range bounds).
+fn small_int_initializers(initializers: &[Initializer]) -> HashMap<String, Known> {
+    initializers
+        .iter()
+        .filter(|init| count(&init.header.dims) <= SMALL_INITIALIZER)
+        .filter_map(|init| {
+            let dtype = init.header.data_type.filter(|&t| !known::is_float(t))?;
+            let value = Known::from_bytes(dtype, &init.header.dims, &init.bytes.to_vec())?;
+            Some((init.header.name.clone()?, value))
+        })
+        .collect()
+}
+
+/// A 3-D weight `[G, R, C]` read only by a `Split` on axis 0 into its `G`
+/// slabs, each read only by a `Squeeze` of axis 0 (how a grouped product
+/// takes one weight per group), possibly through a `Transpose(perm=[0, 2,
+/// 1])` first: each slab is stored as an initializer of its own (under the
+/// squeeze's output name), a slice of the map, transposed as it is written
+/// where the weight was, and the nodes go. How many nodes went.
+pub fn store_weight_slabs(
+    nodes: &mut Vec<Node>,
+    initializers: &mut Vec<Initializer>,
+    keep: &HashSet<&str>,
+) -> usize {
+    let mut readers: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, node) in nodes.iter().enumerate() {
+        for input in node.inputs.iter().filter(|i| !i.is_empty()) {
+            readers.entry(input.as_str()).or_default().push(i);
+        }
+    }
+    let small = small_int_initializers(initializers);
+    let small_ints = |name: &str| small.get(name).and_then(Known::int_values);
+    // The single plain reader of `value`, none of whose outputs is a graph output.
+    let only_reader = |value: &str, op: &str| -> Option<usize> {
+        let [i] = readers.get(value)?[..] else { return None };
+        let node = &nodes[i];
+        let plain = node.op_type == op && node.domain.is_empty() && node.function.is_none();
+        (plain && node.outputs.iter().all(|o| !keep.contains(o.as_str()))).then_some(i)
+    };
+    let mut removed = HashSet::new();
+    let mut slabs: Vec<(usize, Vec<Initializer>)> = Vec::new();
+    for (index, init) in initializers.iter().enumerate() {
+        let Some(name) = init.header.name.as_deref().filter(|n| !keep.contains(n)) else {
+            continue;
+        };
+        let [groups, rows, cols] = init.header.dims[..] else { continue };
+        let (source, cast) = match init.bytes {
+            Bytes::Mapped(source) => (source, None),
+            Bytes::Converted { source, cast } => (source, Some(cast)),
+            _ => continue,
+        };
+        let transpose = only_reader(name, "Transpose").filter(
+            |&t| matches!(nodes[t].attribute("perm"), Some(Attribute::Ints(p)) if p == &[0, 2, 1]),
+        );
+        let split_input = transpose.map_or(name, |t| nodes[t].outputs[0].as_str());
+        let Some(split) = only_reader(split_input, "Split") else { continue };
+        let split_node = &nodes[split];
+        let on_axis_0 = split_node.attribute("axis").is_none_or(|a| matches!(a, Attribute::Int(0)));
+        let equal_pieces = split_node.inputs.len() == 1 || split_node.inputs[1].is_empty();
+        if !on_axis_0 || !equal_pieces || split_node.outputs.len() as i64 != groups {
+            continue;
+        }
+        let squeezes: Option<Vec<usize>> = split_node
+            .outputs
+            .iter()
+            .map(|piece| {
+                only_reader(piece, "Squeeze").filter(|&q| {
+                    nodes[q].inputs.len() == 2 && small_ints(&nodes[q].inputs[1]) == Some(vec![0])
+                })
+            })
+            .collect();
+        let Some(squeezes) = squeezes else { continue };
+        let (groups, rows, cols) = (groups as usize, rows as usize, cols as usize);
+        let count = groups * rows * cols;
+        let element = source.len() / count.max(1);
+        if ![1, 2, 4, 8].contains(&element) || element * count != source.len() {
+            continue;
+        }
+        let slab = rows * cols * element;
+        let pieces = squeezes
+            .iter()
+            .enumerate()
+            .map(|(g, &q)| {
+                let bytes = &source[g * slab..(g + 1) * slab];
+                let (bytes, dims) = match (transpose, cast) {
+                    (Some(_), cast) => (
+                        Bytes::Transposed { source: bytes, rows, cols, element, cast },
+                        vec![cols as i64, rows as i64],
+                    ),
+                    (None, Some(cast)) => {
+                        (Bytes::Converted { source: bytes, cast }, vec![rows as i64, cols as i64])
+                    }
+                    (None, None) => (Bytes::Mapped(bytes), vec![rows as i64, cols as i64]),
+                };
+                let mut header = init.header.clone();
+                header.name = Some(nodes[q].outputs[0].clone());
+                header.dims = dims;
+                Initializer { header, bytes }
+            })
+            .collect();
+        removed.extend(transpose.into_iter().chain([split]).chain(squeezes));
+        slabs.push((index, pieces));
+    }
+    // Each weight's slabs in its place, so the weights keep their order.
+    for (index, pieces) in slabs.into_iter().rev() {
+        initializers.splice(index..=index, pieces);
+    }
+    let mut position = 0;
+    nodes.retain(|_| {
+        position += 1;
+        !removed.contains(&(position - 1))
+    });
+    removed.len()
+}
+
 #[cfg(test)]
 mod tests {
     use super::known::{Data, FLOAT, INT64};
@@ -483,6 +608,86 @@ mod tests {
                 (i * cols + j) as f64,
                 "wt[{j}][{i}] = w[{i}][{j}]"
             );
+        }
+    }
+
+    /// Experts' weights `[G, R, C]` (a grouped product's operand): split
+    /// into slabs and squeezed, through a transpose or not, each slab
+    /// becomes an initializer; a weight one of whose slabs is read otherwise
+    /// stays whole.
+    #[test]
+    fn a_grouped_weight_read_one_slab_at_a_time_is_stored_as_its_slabs() {
+        let (groups, rows, cols) = (3usize, 2usize, 4usize);
+        let weight: Vec<u8> =
+            (0..(groups * rows * cols) as u32).flat_map(|v| (v as f32).to_le_bytes()).collect();
+        let header = |name: &str| p::TensorProto {
+            dims: vec![groups as i64, rows as i64, cols as i64],
+            data_type: Some(FLOAT),
+            name: Some(name.into()),
+            ..Default::default()
+        };
+        let mut initializers = vec![
+            ints("axis0", &[0]),
+            Initializer { header: header("up"), bytes: Bytes::Mapped(&weight) },
+            Initializer { header: header("down"), bytes: Bytes::Mapped(&weight) },
+            Initializer { header: header("shared"), bytes: Bytes::Mapped(&weight) },
+        ];
+        let split = |input: &str, prefix: &str| {
+            let mut n = node("Split", &[input], "", vec![("num_outputs", Attribute::Int(3))]);
+            n.outputs = (0..3).map(|g| format!("{prefix}{g}")).collect();
+            n
+        };
+        let mut nodes = vec![
+            node("Transpose", &["up"], "up_t", vec![("perm", Attribute::Ints(vec![0, 2, 1]))]),
+            split("up_t", "up_piece"),
+            split("down", "down_piece"),
+            split("shared", "shared_piece"),
+            node("Neg", &["shared_piece1"], "n", vec![]),
+        ];
+        let mut outputs = vec!["n".to_string()];
+        for g in 0..3 {
+            for prefix in ["up", "down", "shared"] {
+                let piece = format!("{prefix}_piece{g}");
+                let slab = format!("{prefix}_slab{g}");
+                nodes.push(node("Squeeze", &[&piece, "axis0"], &slab, vec![]));
+                nodes.push(node("MatMul", &["x", &slab], &format!("{prefix}_y{g}"), vec![]));
+                outputs.push(format!("{prefix}_y{g}"));
+            }
+        }
+        let keep: HashSet<&str> = outputs.iter().map(String::as_str).collect();
+        let removed = store_weight_slabs(&mut nodes, &mut initializers, &keep);
+        assert_eq!(removed, 2 + 1 + 3 + 3, "up's transpose, the splits and the squeezes");
+        let names: Vec<&str> =
+            initializers.iter().map(|i| i.header.name.as_deref().unwrap()).collect();
+        assert_eq!(
+            names,
+            [
+                "axis0",
+                "up_slab0",
+                "up_slab1",
+                "up_slab2",
+                "down_slab0",
+                "down_slab1",
+                "down_slab2",
+                "shared"
+            ]
+        );
+        assert_eq!(ops(&nodes).iter().filter(|op| **op == "Squeeze").count(), 3, "shared's");
+        let slab = |g: usize| (g * rows * cols..(g + 1) * rows * cols).map(|v| v as f64);
+        for g in 0..groups {
+            let stored: Vec<f64> = slab(g).collect();
+            assert_eq!(
+                value(&initializers, &format!("down_slab{g}")).data,
+                Data::Float(stored.clone())
+            );
+            assert_eq!(value(&initializers, &format!("down_slab{g}")).dims, [2, 4]);
+            let up = value(&initializers, &format!("up_slab{g}"));
+            assert_eq!(up.dims, [4, 2]);
+            let transposed: Vec<f64> = (0..cols)
+                .flat_map(|c| (0..rows).map(move |r| (r, c)))
+                .map(|(r, c)| stored[r * cols + c])
+                .collect();
+            assert_eq!(up.data, Data::Float(transposed));
         }
     }
 

@@ -64,6 +64,9 @@ pub const RULES: &[(&str, Rule)] = &[
     ("squeeze_undone", squeeze_undone),
     ("unsqueezes_merge", unsqueezes_merge),
     ("reshapes_merge", reshapes_merge),
+    ("single_concat", single_concat),
+    ("shape_of_expanded_scalar", shape_of_expanded_scalar),
+    ("shape_past_scalar_arithmetic", shape_past_scalar_arithmetic),
 ];
 
 /// The simplification of `node` and the rule that found it, if any. `known`
@@ -109,19 +112,20 @@ fn whole_slice(site: &Site) -> Option<Simplified> {
     whole.then(|| Simplified::Same(node.inputs[0].clone()))
 }
 
-/// `x + 0`, `0 + x`, `x - 0`, `x * 1`, `1 * x`, `x / 1` with a rank-0
-/// neutral operand: a rank-0 operand broadcasts without growing the other one
-/// (`x * [1]` may turn a scalar `x` into a vector, so it stays).
+/// `x + 0`, `0 + x`, `x - 0`, `x * 1`, `1 * x`, `x / 1`, `x and true`,
+/// `x or false` (either side) with a rank-0 neutral operand: a rank-0 operand
+/// broadcasts without growing the other one (`x * [1]` may turn a scalar `x`
+/// into a vector, so it stays).
 fn neutral_operand(site: &Site) -> Option<Simplified> {
     let node = site.node;
     let op = node.op_type.as_str();
-    if !matches!(op, "Add" | "Sub" | "Mul" | "Div") || node.inputs.len() != 2 {
+    if !matches!(op, "Add" | "Sub" | "Mul" | "Div" | "And" | "Or") || node.inputs.len() != 2 {
         return None;
     }
-    let neutral = if matches!(op, "Add" | "Sub") { 0.0 } else { 1.0 };
+    let neutral = if matches!(op, "Add" | "Sub" | "Or") { 0.0 } else { 1.0 };
     let is_neutral =
         |i: usize| site.inputs[i].is_some_and(|k| k.dims.is_empty() && k.floats() == [neutral]);
-    let commutes = matches!(op, "Add" | "Mul");
+    let commutes = matches!(op, "Add" | "Mul" | "And" | "Or");
     if is_neutral(1) {
         Some(Simplified::Same(node.inputs[0].clone()))
     } else if commutes && is_neutral(0) {
@@ -227,6 +231,53 @@ fn reshapes_merge(site: &Site) -> Option<Simplified> {
     let inner = site.from(0).filter(|p| p.op_type == "Reshape")?;
     let mut merged = node.clone();
     merged.inputs[0] = inner.inputs[0].clone();
+    Some(Simplified::Merged(Box::new(merged), None))
+}
+
+/// `Concat` of one input: that input (a translation stacking a list of
+/// indices or sizes that holds one).
+fn single_concat(site: &Site) -> Option<Simplified> {
+    let node = site.node;
+    (node.op_type == "Concat" && node.inputs.len() == 1 && !node.inputs[0].is_empty())
+        .then(|| Simplified::Same(node.inputs[0].clone()))
+}
+
+/// `Shape` (whole) of `Expand(c, shape)` with a known rank-0 `c`: `shape`,
+/// since a rank-0 value broadcasts to exactly the shape asked for (torch's
+/// `empty_like`/`zeros_like` of a value whose shape is read again).
+fn shape_of_expanded_scalar(site: &Site) -> Option<Simplified> {
+    let node = site.node;
+    let whole = node.attribute("start").is_none_or(|a| matches!(a, Attribute::Int(0)))
+        && node.attribute("end").is_none();
+    if node.op_type != "Shape" || node.inputs.len() != 1 || !whole {
+        return None;
+    }
+    let expand = site.from(0).filter(|p| p.op_type == "Expand" && p.inputs.len() == 2)?;
+    let scalar = site.known.get(&expand.inputs[0]).is_some_and(|k| k.dims.is_empty());
+    scalar.then(|| Simplified::Same(expand.inputs[1].clone()))
+}
+
+/// `Shape` of `x + c`, `c * x` (any of the four arithmetic ops, either
+/// side) with a known rank-0 `c`: the shape of `x`, which a rank-0 operand
+/// never changes (index arithmetic whose shape is read again).
+fn shape_past_scalar_arithmetic(site: &Site) -> Option<Simplified> {
+    let node = site.node;
+    if node.op_type != "Shape" || node.inputs.len() != 1 {
+        return None;
+    }
+    let arithmetic = site
+        .from(0)
+        .filter(|p| matches!(p.op_type.as_str(), "Add" | "Sub" | "Mul" | "Div"))
+        .filter(|p| p.inputs.len() == 2)?;
+    let scalar =
+        |i: usize| site.known.get(&arithmetic.inputs[i]).is_some_and(|k| k.dims.is_empty());
+    let x = match (scalar(0), scalar(1)) {
+        (false, true) => &arithmetic.inputs[0],
+        (true, false) => &arithmetic.inputs[1],
+        _ => return None,
+    };
+    let mut merged = node.clone();
+    merged.inputs[0] = x.clone();
     Some(Simplified::Merged(Box::new(merged), None))
 }
 
@@ -347,6 +398,22 @@ mod tests {
         assert_eq!(report.identities, 5);
     }
 
+    /// `true and x`, `x or false` (rank-0 constants): a causal mask and-ed
+    /// with an all-true scalar; `x and false` is not `x`.
+    #[test]
+    fn neutral_operand_of_and_and_or() {
+        let nodes = vec![
+            node("Constant", &[], "yes", vec![("value_int", Attribute::Int(1))]),
+            node("Constant", &[], "no", vec![("value_int", Attribute::Int(0))]),
+            node("And", &["yes", "x"], "a", vec![]),
+            node("Or", &["a", "no"], "b", vec![]),
+            node("And", &["b", "no"], "c", vec![]),
+        ];
+        assert_eq!(fired(&nodes, "a"), Some("neutral_operand"));
+        assert_eq!(fired(&nodes, "b"), Some("neutral_operand"));
+        assert_eq!(fired(&nodes, "c"), None);
+    }
+
     /// `x * [1]` may broadcast a scalar `x`; `0 - x` is not `x`; `x + 1` is not.
     #[test]
     fn neutral_operand_not_of_rank_1_not_on_the_left_of_a_sub_nor_another_value() {
@@ -445,6 +512,62 @@ mod tests {
         // [2, 3] -> [2, 1, 3] -> [1, 2, 1, 1, 3]: one unsqueeze at [0, 2, 3]
         assert_eq!(value(&initializers, &u2.inputs[1]).int_values(), Some(vec![0, 2, 3]));
         assert_eq!(producer(&after, "n2").inputs[0], "n1");
+    }
+
+    #[test]
+    fn single_concat_and_shape_of_expanded_scalar() {
+        let nodes = vec![
+            float_node("zero", 0.0),
+            node("Shape", &["x"], "x_shape", vec![]),
+            node("Expand", &["zero", "x_shape"], "zeros", vec![]),
+            node("Shape", &["zeros"], "zeros_shape", vec![]),
+            node("Concat", &["zeros_shape"], "stacked", vec![("axis", Attribute::Int(0))]),
+            node("Expand", &["x", "x_shape"], "same", vec![]),
+            node("Shape", &["same"], "same_shape", vec![]),
+            node("Shape", &["zeros"], "tail", vec![("start", Attribute::Int(1))]),
+            node(
+                "Concat",
+                &["stacked", "same_shape", "tail"],
+                "y",
+                vec![("axis", Attribute::Int(0))],
+            ),
+        ];
+        assert_eq!(fired(&nodes, "zeros_shape"), Some("shape_of_expanded_scalar"));
+        assert_eq!(fired(&nodes, "stacked"), Some("single_concat"));
+        assert_eq!(fired(&nodes, "same_shape"), None, "x is not known to be rank 0");
+        assert_eq!(fired(&nodes, "tail"), None, "a part of the shape");
+        assert_eq!(fired(&nodes, "y"), None);
+        let (after, report) = folded(&nodes, &["y"], counting(&[2, 3]));
+        assert_eq!(report.identities, 2);
+        assert_eq!(producer(&after, "y").inputs, ["x_shape", "same_shape", "tail"]);
+    }
+
+    #[test]
+    fn shape_past_scalar_arithmetic() {
+        let nodes = vec![
+            float_node("zero", 0.0),
+            node("Mul", &["x", "zero"], "zeros", vec![]),
+            node("Shape", &["zeros"], "zeros_shape", vec![("start", Attribute::Int(1))]),
+            node("Sub", &["zero", "x"], "negated", vec![]),
+            node("Shape", &["negated"], "negated_shape", vec![]),
+            node("Mul", &["x", "x"], "squared", vec![]),
+            node("Shape", &["squared"], "squared_shape", vec![]),
+            node(
+                "Concat",
+                &["zeros_shape", "negated_shape", "squared_shape"],
+                "y",
+                vec![("axis", Attribute::Int(0))],
+            ),
+        ];
+        assert_eq!(fired(&nodes, "zeros_shape"), Some("shape_past_scalar_arithmetic"));
+        assert_eq!(fired(&nodes, "negated_shape"), Some("shape_past_scalar_arithmetic"));
+        assert_eq!(fired(&nodes, "squared_shape"), None, "x * x: no known operand");
+        let (after, report) = folded(&nodes, &["y"], counting(&[2, 3]));
+        assert_eq!(report.merged_pairs, 2);
+        let zeros_shape = producer(&after, "zeros_shape");
+        assert_eq!(zeros_shape.inputs, ["x"]);
+        assert_eq!(zeros_shape.attributes, [("start".to_string(), Attribute::Int(1))]);
+        assert_eq!(producer(&after, "negated_shape").inputs, ["x"]);
     }
 
     #[test]

@@ -174,6 +174,20 @@ fn reference(node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
     let xs = x.floats();
     let d: Vec<usize> = x.dims.iter().map(|&d| d as usize).collect();
     match node.op_type.as_str() {
+        "GatherND" => {
+            // batch_dims 0: each index row picks a block of the data's trailing axes.
+            let indices = input(1)?.int_values()?;
+            let (outer, k) = input(1)?.dims.split_at(input(1)?.dims.len() - 1);
+            let k = k[0] as usize;
+            let block: usize = d[k..].iter().product();
+            let mut out = Vec::new();
+            for row in indices.chunks(k) {
+                let at = row.iter().zip(&d).fold(0, |at, (&i, &n)| at * n + i as usize);
+                out.extend_from_slice(&xs[at * block..(at + 1) * block]);
+            }
+            let dims = outer.iter().copied().chain(x.dims[k..].iter().copied()).collect();
+            Some(Known::new(x.dtype, dims, Data::Float(out)))
+        }
         "Conv" => {
             let (w, bias) = (input(1)?, input(2).map(Known::floats));
             let k: Vec<usize> = w.dims.iter().map(|&d| d as usize).collect();
