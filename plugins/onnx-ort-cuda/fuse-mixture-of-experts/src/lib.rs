@@ -19,8 +19,8 @@
 //! weights)` with `k`, `normalize_routing_weights` and `activation_type =
 //! silu`: the experts' `[experts, out, in]` weights are ONNX Runtime's
 //! layout; gate and up are the two halves of `gate_up_proj`, split by a
-//! `Split` of the initializer, which ONNX Runtime folds when it loads the
-//! model. Gated SiLU only, no biases: the reference's rewrite
+//! `Split` (of an initializer in a model, which ONNX Runtime folds when it
+//! loads it). Gated SiLU only, no biases: the reference's rewrite
 //! (`_fuse_mixture_of_experts`) takes the same. ONNX Runtime's CPU `MoE`
 //! has no separate up weights (`fc3`): the fused model is for its CUDA
 //! provider. Targets `ReduceSum`.
@@ -79,7 +79,7 @@ fn fuse_mixture_of_experts(model: &Model, combine: OnnxNodeId) -> Result<bool> {
 }
 
 /// A block found: its tokens `[rows, hidden]`, the router's logits `[rows,
-/// experts]`, the experts' weights (initializers) and the routing.
+/// experts]`, the experts' weights and the routing.
 struct Block {
     tokens: String,
     logits: String,
@@ -106,13 +106,6 @@ fn uncast(model: &Model, value: &str) -> Result<String> {
 
 fn input(model: &Model, node: OnnxNodeId, index: usize) -> Result<Option<String>> {
     Ok(model.inputs(node)?.get(index).cloned().filter(|v| !v.is_empty()))
-}
-
-/// An initializer: neither computed nor a graph input, its type known.
-fn is_initializer(model: &Model, value: &str) -> bool {
-    model.producer(value).is_none()
-        && !model.is_graph_input(value)
-        && model.value_type(value).is_some()
 }
 
 /// Whether `node` reshapes, squeezes or unsqueezes along the axes `axes`
@@ -153,8 +146,7 @@ fn projection(model: &Model, value: &str) -> Result<Option<(String, String, Stri
     }
     let gather_inputs = model.inputs(gather)?;
     let [weights, ids] = gather_inputs.as_slice() else { return Ok(None) };
-    let rank3 = model.shape(weights).is_some_and(|s| s.len() == 3);
-    if !is_initializer(model, weights) || !rank3 {
+    if !model.shape(weights).is_some_and(|s| s.len() == 3) {
         return Ok(None);
     }
     Ok(Some((model.inputs(unsqueeze)?[0].clone(), weights.clone(), ids.clone())))
