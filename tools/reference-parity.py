@@ -31,7 +31,13 @@ from collections import defaultdict
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = "docs/reference-parity.toml"
 DOC = "docs/reference-parity.md"
-PLUGIN_FOLDERS = ("plugins/dynamo", "plugins/onnx", "plugins/executorch", "plugins/onnx-ort-cpu")
+PLUGIN_FOLDERS = (
+    "plugins/dynamo",
+    "plugins/onnx",
+    "plugins/executorch",
+    "plugins/onnx-ort-cpu",
+    "plugins/onnx-ort-cuda",
+)
 EXPORTERS = "transformers.exporters"
 MODULES = ("exporter_dynamo", "exporter_onnx", "exporter_executorch", "exporter_openvino")
 

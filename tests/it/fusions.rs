@@ -358,17 +358,17 @@ fn ort_fusions_cpu_fuses_every_llama_norm_and_rotation_and_verifies() {
     assert!(domains.contains("com.microsoft"), "{domains:?}");
     assert!(fused_nodes < plain_nodes, "{fused_nodes} nodes fused, {plain_nodes} without");
     generation_components_fused(dir.path());
-    // cuda has no set yet: one line.
-    let result = crate::onnx::export_pt2(dir.path(), &pt2, &plain, &["--ort-fusions", "cuda"]);
+    // webgpu has no set yet: one line.
+    let result = crate::onnx::export_pt2(dir.path(), &pt2, &plain, &["--ort-fusions", "webgpu"]);
     let stderr = String::from_utf8_lossy(&result.stderr);
     assert!(!result.status.success(), "{stderr}");
-    assert!(stderr.contains("--ort-fusions cuda: hfx has no cuda fusion set yet"), "{stderr}");
+    assert!(stderr.contains("--ort-fusions webgpu: hfx has no webgpu fusion set yet"), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
 }
 
-/// The ONNX Runtime set is opt-in: discovery of `plugins/` skips it, naming
-/// it finds it; `--ort-fusions` resolves `cpu` to it and refuses the rest in
-/// one line.
+/// The ONNX Runtime sets are opt-in: discovery of `plugins/` skips them,
+/// naming one finds it; `--ort-fusions` resolves `cpu` and `cuda` to them
+/// and refuses the rest in one line.
 #[test]
 fn the_ort_fusion_set_is_found_only_when_asked_for() {
     use hfx::plugins::discover;
@@ -389,9 +389,21 @@ fn the_ort_fusion_set_is_found_only_when_asked_for() {
     );
     assert_eq!(
         discover::ort_fusion_set("webgpu", None).unwrap_err(),
-        "--ort-fusions webgpu: hfx has no webgpu fusion set yet; `--ort-fusions cpu` is the one there is"
+        "--ort-fusions webgpu: hfx has no webgpu fusion set yet; give `cpu` or `cuda`"
     );
-    assert_eq!(discover::ort_fusion_set("tpu", None).unwrap_err(), "--ort-fusions tpu: give `cpu`");
+    assert_eq!(
+        discover::ort_fusion_set("tpu", None).unwrap_err(),
+        "--ort-fusions tpu: give `cpu` or `cuda`"
+    );
+    // The CUDA set runs the CPU set's plugins (included, not copied) and its own.
+    let cuda = names("plugins/onnx-ort-cuda");
+    assert!(cuda.contains(&"onnx-ort-cpu-fuse-group-query-attention".to_string()), "{cuda:?}");
+    assert!(cuda.contains(&"onnx-ort-cuda-fuse-mixture-of-experts".to_string()), "{cuda:?}");
+    assert!(!names("plugins").iter().any(|n| n.starts_with("onnx-ort-cuda-")));
+    assert_eq!(
+        discover::ort_fusion_set("cuda", None).unwrap().canonicalize().unwrap(),
+        root().join("plugins/onnx-ort-cuda").canonicalize().unwrap()
+    );
 }
 
 /// `--ort-fusions cpu --verify` on the other decoders of the sweep, traced

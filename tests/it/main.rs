@@ -6,6 +6,7 @@ mod common;
 
 mod cli;
 mod confine;
+mod cuda_fusions;
 mod encoder_fusions;
 mod executorch;
 mod executorch_fixes;

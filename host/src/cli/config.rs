@@ -253,7 +253,12 @@ pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)>
             }
             if is_json(&input) { Source::IrJson(input) } else { Source::Pt2(input) }
         }
-        (None, Some((request, hub))) => {
+        (None, Some((mut request, hub))) => {
+            // The CUDA set's MoE fusion matches the experts run as batched
+            // matmuls, as the reference traces them for `ort_fusions="cuda"`.
+            if args.ort_fusions.as_deref() == Some("cuda") {
+                request.experts = Some("batched_mm".into());
+            }
             let cache = model.trace_cache.clone().or(config.trace_cache.clone().map(rel));
             let verify_layers = model.verify_layers;
             if let Some(layers) = verify_layers {

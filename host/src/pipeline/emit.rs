@@ -114,6 +114,9 @@ pub struct OnnxEmitted {
     pub nodes: usize,
     /// Initializers of the data file written while the worker traced.
     pub weights_prewritten: usize,
+    /// A node ONNX Runtime's CPU provider cannot run, and why
+    /// ([`super::verify::cpu_unrunnable`]).
+    pub cpu_unrunnable: Option<String>,
 }
 
 /// The translations, the generic passes, the IR fixes (on the optimized
@@ -178,6 +181,7 @@ pub fn onnx(
     // The custom domains the passes' and the fixes' nodes use (`MatMulNBits`), imported too.
     let domains = lowered.nodes.iter().map(|n| &n.domain).filter(|d| !d.is_empty()).cloned();
     lowered.domains.extend(domains.collect::<Vec<_>>());
+    let cpu_unrunnable = super::verify::cpu_unrunnable(&lowered.nodes);
     let metadata = onnx_metadata(loaded, &[&translated, &fixed]);
     let planned = emit::plan(lowered, "main_graph", &metadata);
     let nodes = planned.graph.node.len();
@@ -189,7 +193,13 @@ pub fn onnx(
         emit::WeightStorage::Embedded
     };
     let weights_prewritten = emit::write(target, planned, storage, pt2)?;
-    Ok(OnnxEmitted { stages: vec![translated, fixed], optimized, nodes, weights_prewritten })
+    Ok(OnnxEmitted {
+        stages: vec![translated, fixed],
+        optimized,
+        nodes,
+        weights_prewritten,
+        cpu_unrunnable,
+    })
 }
 
 /// The worker's ExecuTorch steps: the worker, the deadline of each request,

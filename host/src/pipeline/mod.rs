@@ -870,6 +870,9 @@ fn emit_artifact(
                 },
             };
             let onnx = emit::onnx(run.emitting(), pt2, graph, onnx, input, staged)?;
+            if let (true, Some(node)) = (run.options.verify, &onnx.cpu_unrunnable) {
+                bail!("--verify runs the model in ONNX Runtime's CPU provider, which cannot run its {node}: drop --verify (the model is for another provider), or verify it exported for the CPU (`--ort-fusions cpu`)");
+            }
             emitted.stages = onnx.stages;
             emitted.optimized = onnx.optimized.map(|o| (o, onnx.nodes));
             emitted.weights_prewritten = onnx.weights_prewritten;

@@ -101,6 +101,27 @@ pub const EXECUTORCH_8DA4W: f64 = 0.05;
 /// same integers, so only float round-off differs; held to 1%.
 pub const EXECUTORCH_WEIGHT_ONLY: f64 = 0.01;
 
+/// The first node of an ONNX model that ONNX Runtime's CPU provider, which
+/// `--verify` runs, has no kernel for, as a phrase naming it and why; none
+/// when it runs them all. `com.microsoft::MoE` with its gate and up weights
+/// apart (`fc3`, `--ort-fusions cuda`): onnxruntime 1.32's CPU kernel fails
+/// with "FC3 is not implemented for CPU MoE".
+pub fn cpu_unrunnable(nodes: &[crate::onnx::Node]) -> Option<String> {
+    nodes
+        .iter()
+        .find(|n| {
+            n.domain == "com.microsoft"
+                && n.op_type == "MoE"
+                && n.inputs.get(6).is_some_and(|fc3| !fc3.is_empty())
+        })
+        .map(|n| {
+            format!(
+                "com.microsoft::MoE `{}` (separate gate and up weights, a CUDA kernel's: the CPU one has no `fc3`)",
+                n.outputs.first().map_or("", String::as_str)
+            )
+        })
+}
+
 /// An int4 model's max abs error, as a fraction of each output's largest
 /// eager magnitude. Round-to-nearest 4-bit blocks of 32, symmetric, put a
 /// random Llama's logits 0.41 of their largest off at 12 layers, hidden 768
@@ -281,6 +302,23 @@ fn shapes(value: &impl serde::Serialize) -> String {
 mod tests {
     use super::*;
     use crate::trace::protocol::Comparison;
+
+    #[test]
+    fn a_moe_with_separate_gate_and_up_weights_is_not_run_on_the_cpu() {
+        let moe = |inputs: &[&str]| crate::onnx::Node {
+            op_type: "MoE".into(),
+            domain: "com.microsoft".into(),
+            inputs: inputs.iter().map(|s| s.to_string()).collect(),
+            outputs: vec!["moe_out".into()],
+            attributes: Vec::new(),
+            function: None,
+        };
+        let cuda = moe(&["x", "logits", "gate", "", "down", "", "up"]);
+        let why = cpu_unrunnable(&[cuda]).unwrap();
+        assert!(why.starts_with("com.microsoft::MoE `moe_out` (separate gate and up"), "{why}");
+        assert_eq!(cpu_unrunnable(&[moe(&["x", "logits", "gate_up", "", "down", "", ""])]), None);
+        assert_eq!(cpu_unrunnable(&[moe(&["x", "logits", "gate_up", "", "down"])]), None);
+    }
 
     #[test]
     fn a_pt2_is_held_to_round_off_and_other_runtimes_to_the_exporters_tolerance() {

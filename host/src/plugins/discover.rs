@@ -24,7 +24,8 @@ const MANIFEST: &str = "plugin.toml";
 /// The marker of an opt-in set (`plugins/onnx-ort-cpu/set.toml`): a folder
 /// holding it is found only when given itself (`--plugins` naming it, or
 /// `hfx run --ort-fusions cpu`), never by discovery of a folder above it, so
-/// a default plugin folder can ship sets no run uses unasked.
+/// a default plugin folder can ship sets no run uses unasked. It may name
+/// plugins of other sets the set runs too ([`SetFile`]).
 pub const OPT_IN_SET: &str = "set.toml";
 /// How deep below a `--plugins` folder manifests are looked for
 /// (`plugins/` → `onnx/` → `fix-alias/`).
@@ -89,17 +90,19 @@ pub fn is_opt_in_set(folder: &Path) -> bool {
 }
 
 /// The folder of the ONNX Runtime fusion set for `--ort-fusions TARGET`
-/// (the reference's `ort_fusions`): `onnx-ort-cpu` among the installed
-/// default plugins (`defaults`), else in the checkout hfx was built from.
+/// (the reference's `ort_fusions`): `onnx-ort-cpu` or `onnx-ort-cuda` among
+/// the installed default plugins (`defaults`), else in the checkout hfx was
+/// built from.
 pub fn ort_fusion_set(target: &str, defaults: Option<&Path>) -> Result<PathBuf, String> {
     let name = match target {
         "cpu" => "onnx-ort-cpu",
-        "cuda" | "webgpu" | "dml" => {
+        "cuda" => "onnx-ort-cuda",
+        "webgpu" | "dml" => {
             return Err(format!(
-                "--ort-fusions {target}: hfx has no {target} fusion set yet; `--ort-fusions cpu` is the one there is"
+                "--ort-fusions {target}: hfx has no {target} fusion set yet; give `cpu` or `cuda`"
             ))
         }
-        other => return Err(format!("--ort-fusions {other}: give `cpu`")),
+        other => return Err(format!("--ort-fusions {other}: give `cpu` or `cuda`")),
     };
     let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("plugins");
     defaults
@@ -110,6 +113,123 @@ pub fn ort_fusion_set(target: &str, defaults: Option<&Path>) -> Result<PathBuf, 
         .ok_or_else(|| {
             format!("--ort-fusions {target}: the `{name}` plugin set is not installed (reinstall hfx: `cargo xtask install`)")
         })
+}
+
+/// A set's `set.toml`: the plugins of other sets it runs too, each a folder
+/// named relative to the set's own (`../onnx-ort-cpu/fuse-gelu`), so sets
+/// that differ in a few plugins share the rest without copies.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SetFile {
+    #[serde(default)]
+    include: Vec<String>,
+}
+
+/// A `set.toml` larger than this is refused before it is read.
+const MAX_SET_BYTES: u64 = 64 << 10;
+/// How many plugins a set may include.
+const MAX_INCLUDES: usize = 256;
+
+/// The plugin folders `set` (the set folder at `root`) includes, each opened
+/// from the folder holding the set, which an include never leaves: `..` past
+/// it, an absolute path, a symlink out of it, a folder of the set itself or
+/// one without a `plugin.toml` is refused, naming `set.toml` and the include.
+fn set_includes(set: &Dir, root: &Path) -> Result<Vec<(PathBuf, Dir)>, LoadError> {
+    let file = root.join(OPT_IN_SET);
+    let bytes = read_regular(set, OPT_IN_SET, MAX_SET_BYTES)
+        .map_err(|e| LoadError::new(&file, e.to_string()))?;
+    let text = String::from_utf8(bytes).map_err(|_| LoadError::new(&file, "is not UTF-8"))?;
+    let parsed: SetFile = toml::from_str(&text).map_err(|e| {
+        LoadError::new(
+            &file,
+            format!("{} (a set.toml holds only `include = [\"../set/plugin\", ...]`)", e.message()),
+        )
+    })?;
+    if parsed.include.is_empty() {
+        return Ok(Vec::new());
+    }
+    if parsed.include.len() > MAX_INCLUDES {
+        return Err(LoadError::new(
+            &file,
+            format!("includes {} plugins, over the limit of {MAX_INCLUDES}", parsed.include.len()),
+        ));
+    }
+    // The folder holding the set, as the OS resolves `root/..`.
+    let root_real = std::fs::canonicalize(root).map_err(|e| {
+        LoadError::new(root, format!("cannot resolve the set folder: {}", io_reason(&e)))
+    })?;
+    let (Some(parent_real), Some(set_name)) = (root_real.parent(), root_real.file_name()) else {
+        return Err(LoadError::new(
+            &file,
+            "a set folder at / has no folder above it to include from",
+        ));
+    };
+    let parent = Dir::open_ambient_dir(parent_real, ambient_authority()).map_err(|e| {
+        LoadError::new(
+            parent_real,
+            format!("cannot open the folder above the set: {}", io_reason(&e)),
+        )
+    })?;
+    let shown_parent =
+        root.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut included = Vec::new();
+    for include in &parsed.include {
+        let refuse =
+            |reason: String| LoadError::new(&file, format!("include `{include}`: {reason}"));
+        let relative = include_below(Path::new(set_name), include).map_err(refuse)?;
+        if relative.starts_with(set_name) {
+            return Err(refuse(
+                "names a folder of this set, whose plugins are found without an include".into(),
+            ));
+        }
+        let dir = parent.open_dir(&relative).map_err(|e| {
+            refuse(match ReadError::from_io(e) {
+                ReadError::NotFound => "not found".into(),
+                ReadError::Outside => "resolves outside the folder holding the set".into(),
+                other => format!("cannot be opened: {other}"),
+            })
+        })?;
+        if !dir.symlink_metadata(MANIFEST).is_ok_and(|m| m.is_file()) {
+            return Err(refuse(format!("is not a plugin folder (no regular {MANIFEST} in it)")));
+        }
+        included.push((shown_parent.join(&relative), dir));
+    }
+    Ok(included)
+}
+
+/// `include`, a path relative to the set folder `set`, as a path relative to
+/// the folder holding the set; an error if it is absolute, empty or leaves
+/// that folder.
+fn include_below(set: &Path, include: &str) -> Result<PathBuf, String> {
+    use std::path::Component;
+    let path = Path::new(include);
+    if path.is_absolute() {
+        return Err(
+            "is absolute: name the plugin folder relative to the set's (`../set/plugin`)".into()
+        );
+    }
+    let mut parts: Vec<&std::ffi::OsStr> = vec![set.as_os_str()];
+    for component in path.components() {
+        match component {
+            Component::Normal(part) => parts.push(part),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if parts.pop().is_none() {
+                    return Err("leaves the folder holding the set (too many `..`)".into());
+                }
+            }
+            Component::RootDir | Component::Prefix(_) => {
+                return Err(
+                    "is absolute: name the plugin folder relative to the set's (`../set/plugin`)"
+                        .into(),
+                )
+            }
+        }
+    }
+    if parts.is_empty() {
+        return Err("names the folder holding the set, not a plugin folder".into());
+    }
+    Ok(parts.iter().collect())
 }
 
 /// Every plugin below `root`, in path order; a plugin that cannot be read is an
@@ -130,6 +250,11 @@ pub fn scan(root: &Path) -> Result<Discovery, LoadError> {
     })?;
     let mut discovery = Discovery::default();
     walk(&dir, root, 0, &mut discovery);
+    if dir.symlink_metadata(OPT_IN_SET).is_ok_and(|m| m.is_file()) {
+        for (path, included) in set_includes(&dir, root)? {
+            discovery.found.push(read_plugin(&included, &path));
+        }
+    }
     discovery.found.sort_by(|a, b| path_of(a).cmp(path_of(b)));
     discovery.warnings.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(discovery)
@@ -463,6 +588,72 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A folder holding sets `a` (including what `include` names) and `b`
+    /// (one folder with a plugin.toml, one without), and a plugin `out`
+    /// beside the folder.
+    fn sets(include: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let plugins = dir.path().join("plugins");
+        for folder in ["a", "b/p", "b/empty", "out"] {
+            std::fs::create_dir_all(plugins.join(folder)).unwrap();
+        }
+        std::fs::create_dir_all(dir.path().join("out")).unwrap();
+        std::fs::write(plugins.join("b/p/plugin.toml"), "").unwrap();
+        std::fs::write(dir.path().join("out/plugin.toml"), "").unwrap();
+        std::fs::write(plugins.join("a/set.toml"), format!("include = [{include}]\n")).unwrap();
+        dir
+    }
+
+    /// What `set.toml` holding `include = [INCLUDE]` includes, relative to
+    /// the temp folder, or why not.
+    fn includes(include: &str) -> Result<Vec<PathBuf>, String> {
+        let dir = sets(include);
+        let root = dir.path().join("plugins/a");
+        let set = Dir::open_ambient_dir(&root, ambient_authority()).unwrap();
+        set_includes(&set, &root)
+            .map(|found| {
+                found.into_iter().map(|(p, _)| p.strip_prefix(dir.path()).unwrap().into()).collect()
+            })
+            .map_err(|e| e.reason)
+    }
+
+    #[test]
+    fn a_set_includes_plugin_folders_beside_it_and_nothing_else() {
+        let p = PathBuf::from("plugins/b/p");
+        assert_eq!(includes(r#""../b/p", "./../b/./p/""#).unwrap(), [p.clone(), p]);
+        for (include, reason) in [
+            (r#""../../out""#, "include `../../out`: leaves the folder holding the set (too many `..`)"),
+            (r#""/etc""#, "include `/etc`: is absolute: name the plugin folder relative to the set's (`../set/plugin`)"),
+            (r#""../b/missing""#, "include `../b/missing`: not found"),
+            (r#""../b/empty""#, "include `../b/empty`: is not a plugin folder (no regular plugin.toml in it)"),
+            (r#""..""#, "include `..`: names the folder holding the set, not a plugin folder"),
+            (r#""../a/x""#, "include `../a/x`: names a folder of this set, whose plugins are found without an include"),
+            (r#""../b/p/../../../out""#, "include `../b/p/../../../out`: leaves the folder holding the set (too many `..`)"),
+        ] {
+            assert_eq!(includes(include).unwrap_err(), reason, "{include}");
+        }
+        // A symlink out of the folder holding the set is not followed.
+        let dir = sets(r#""../link""#);
+        std::os::unix::fs::symlink(dir.path().join("out"), dir.path().join("plugins/link"))
+            .unwrap();
+        let root = dir.path().join("plugins/a");
+        let set = Dir::open_ambient_dir(&root, ambient_authority()).unwrap();
+        let error = set_includes(&set, &root).unwrap_err();
+        assert_eq!(error.reason, "include `../link`: resolves outside the folder holding the set");
+        assert_eq!(error.path, root.join("set.toml"));
+        // Anything but `include` is refused, in one line.
+        std::fs::write(root.join("set.toml"), "includes = []\n").unwrap();
+        let error = set_includes(&set, &root).unwrap_err().to_string();
+        assert!(
+            error.starts_with(&format!(
+                "{}: unknown field `includes`",
+                root.join("set.toml").display()
+            )),
+            "{error}"
+        );
+        assert_eq!(error.lines().count(), 1, "{error}");
+    }
 
     #[test]
     fn permission_denied_is_not_reported_as_outside_the_folder() {
