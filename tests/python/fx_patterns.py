@@ -371,3 +371,39 @@ def compare(name, fixed):
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
     {"export-all": export_all, "compare": compare}[command](*args)
+
+
+def pt2e_quantized_linear():
+    """`--model-fn python:fx_patterns:pt2e_quantized_linear`: a linear layer
+    quantized by PT2E (torchao's `convert_pt2e`, XNNPACK's symmetric int8
+    config): its weight dequantized per channel, its input quantized and
+    dequantized per tensor (`quantized_decomposed.*`)."""
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from torchao.quantization.pt2e import allow_exported_model_train_eval
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 8)
+    program = torch.export.export(torch.nn.Linear(8, 4).eval(), (x,))
+    config = get_symmetric_quantization_config(is_per_channel=True)
+    prepared = prepare_pt2e(program.module(), XNNPACKQuantizer().set_global(config))
+    prepared(x)
+    quantized = convert_pt2e(prepared)
+    # The worker calls `.eval()` on the model it traces, which a converted
+    # program refuses unless allowed (and then returns None, not the module).
+    allow_exported_model_train_eval(quantized)
+    return _Holding(quantized), {"x": x}
+
+
+class _Holding(torch.nn.Module):
+    """A module that only calls `inner`."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x)
