@@ -14,7 +14,7 @@
 //! }
 //! ```
 
-use crate::contract::graph::{Argument, Graph, SymInt};
+use crate::contract::graph::{Argument, Graph, SymFloat, SymInt};
 use crate::contract::onnx::{Attribute, Builder, NamedAttribute};
 use crate::contract::types::{Dim, Error, NodeId, TensorMeta, ValueId};
 use crate::helpers::{error, is_floating, onnx_dtype, GraphExt};
@@ -244,6 +244,13 @@ impl<'a> Emit<'a> {
                 self.cast(&onnx, "int64", dtype)
             }
             Some(Argument::SymInt(SymInt::Constant(i))) => self.scalar(i as f64, dtype),
+            // A symbolic float (`x * (x.shape[1] / 4)`) is a 0-d float32, as
+            // translate-symbolic computes it.
+            Some(Argument::SymFloat(SymFloat::Value(v))) => {
+                let onnx = self.builder.value_name(v)?;
+                self.cast(&onnx, "float32", dtype)
+            }
+            Some(Argument::SymFloat(SymFloat::Constant(f))) => self.scalar(f, dtype),
             other => {
                 Err(self.fail(format!("`{name}`: expected a tensor or a number, got {other:?}")))
             }

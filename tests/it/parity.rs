@@ -51,3 +51,33 @@ fn backends_and_delegates_hfx_does_not_serve_are_refused_before_any_work() {
         assert!(!dir.path().join("out").exists(), "{extra:?}");
     }
 }
+
+/// The calls the reference patches for torch.onnx (`torch.where` on mixed
+/// dtypes and scalars, `torch.full` of an int, `torch.masked.mean` and
+/// `torch.masked.var`) export and verify with hfx's plugins as they are, each
+/// output of eager's dtype; and a bfloat16 convolution, which ONNX's `Conv`
+/// takes only from opset 22, runs at the default opset (20) in float32
+/// (plugins/onnx/translate-conv), matching eager in ONNX Runtime.
+#[test]
+fn calls_the_reference_patches_for_onnx_and_a_bfloat16_convolution_export_as_eager_computes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = root().join("plugins");
+    let cases: [(&str, &[&str], &str); 2] = [
+        ("reference_patched_calls", &["--verify"], "1e-4"),
+        ("depthwise_convolution", &["--dtype", "bfloat16", "--keep-reference"], "1e-2"),
+    ];
+    for (pattern, extra, atol) in cases {
+        let out = dir.path().join(format!("{pattern}.onnx"));
+        let spec = format!("python:fx_patterns:{pattern}");
+        let mut args = vec!["run", "--backend", "onnx", "--plugins", plugins.to_str().unwrap()];
+        args.extend(["--model-fn", &spec, "-q", "-o", out.to_str().unwrap()]);
+        args.extend(extra);
+        let result = hfx_with_python(dir.path(), &args);
+        assert!(result.status.success(), "{pattern}: {}", String::from_utf8_lossy(&result.stderr));
+        let reference = dir.path().join(format!("{pattern}.reference.pt"));
+        run_python(
+            "check_onnx_types.py",
+            &[out.to_str().unwrap(), reference.to_str().unwrap(), atol],
+        );
+    }
+}

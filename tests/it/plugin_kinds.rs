@@ -168,6 +168,91 @@ fn onnx_fix_topk_sorted_repairs_graph_and_functions() {
     assert_eq!(model.node(1), Some(&relu));
 }
 
+/// A `GatherND` at constant indices over `data` of a known shape becomes a
+/// `Gather` over its indexed axes flattened (negative indices counted from
+/// the end); the ones it cannot read that way are left alone: indices not
+/// constant, `batch_dims` 1, a symbolic axis, an index out of range.
+#[test]
+fn onnx_fix_constant_gather_nd_reads_constant_grids_as_a_gather_and_leaves_the_rest() {
+    use hfx::plugins::ir_model::{Constant, ConstantData, Dim, IrParts, ValueType};
+    let runtime = runtime();
+    let plugin = load(&runtime, "plugins/onnx/fix-constant-gather-nd");
+    let gather_nd = |data: &str, indices: &str, output: &str, batch_dims: Option<i64>| Node {
+        op_type: "GatherND".into(),
+        domain: String::new(),
+        inputs: vec![data.into(), indices.into()],
+        outputs: vec![output.into()],
+        attributes: batch_dims
+            .map(|b| vec![("batch_dims".into(), Attribute::Int(b))])
+            .unwrap_or_default(),
+        function: None,
+    };
+    let grid = |values: Vec<i64>| Constant {
+        elem_type: 7,
+        dims: vec![2, 2, 2],
+        data: ConstantData::Ints(values),
+    };
+    // Index pairs over `data`'s first two axes `[2, 4]`: (0, 1), (1, -1), (1, 0), (0, 3).
+    let pairs = vec![0, 1, 1, -1, 1, 0, 0, 3];
+    let mut out_of_range = pairs.clone();
+    out_of_range[3] = 4;
+    let typed = |dims: Vec<Dim>| ValueType { elem_type: 1, shape: Some(dims) };
+    let fixed = || typed(vec![Dim::Fixed(2), Dim::Fixed(4), Dim::Fixed(5)]);
+    let mut model = IrModel::new(IrParts {
+        nodes: vec![
+            gather_nd("data", "grid", "gathered", None),
+            gather_nd("data", "runtime_grid", "from_input", None),
+            gather_nd("data", "grid", "batched", Some(1)),
+            gather_nd("dynamic", "grid", "symbolic", None),
+            gather_nd("data", "out_of_range", "outside", None),
+        ],
+        inputs: vec!["data".into(), "dynamic".into(), "runtime_grid".into()],
+        outputs: ["gathered", "from_input", "batched", "symbolic", "outside"]
+            .map(String::from)
+            .to_vec(),
+        initializers: ["grid", "out_of_range"].map(String::from).into(),
+        types: [
+            ("data".to_string(), fixed()),
+            (
+                "dynamic".to_string(),
+                typed(vec![Dim::Symbolic("batch".into()), Dim::Fixed(4), Dim::Fixed(5)]),
+            ),
+        ]
+        .into(),
+        constants: [
+            ("grid".to_string(), grid(pairs)),
+            ("out_of_range".to_string(), grid(out_of_range)),
+        ]
+        .into(),
+    });
+    let report = onnx_ir_fix::run(
+        &runtime,
+        &[of::<kind::OnnxIrFix>(&plugin)],
+        &mut model,
+        "onnx-ir-fixes",
+        OnPluginError::Fail,
+    )
+    .unwrap();
+    let counts = &report.plugins["onnx-fix-constant-gather-nd"];
+    assert_eq!((counts.calls, counts.changed), (5, 1));
+    let fixed = model.finish();
+    let mut ops: Vec<&str> = fixed.nodes.iter().map(|n| n.op_type.as_str()).collect();
+    ops.sort();
+    assert_eq!(ops, ["Gather", "GatherND", "GatherND", "GatherND", "GatherND", "Reshape"]);
+    let of_type = |op: &str| fixed.nodes.iter().find(|n| n.op_type == op).unwrap();
+    let (reshape, gather) = (of_type("Reshape"), of_type("Gather"));
+    assert_eq!(gather.outputs, ["gathered"], "the graph output keeps its name");
+    assert_eq!(gather.inputs[0], reshape.outputs[0]);
+    assert_eq!(gather.attribute("axis"), Some(&Attribute::Int(0)));
+    let added: std::collections::HashMap<&str, &Constant> =
+        fixed.added_initializers.iter().map(|(name, c)| (name.as_str(), c)).collect();
+    let shape = added[reshape.inputs[1].as_str()];
+    assert_eq!(shape.data, ConstantData::Ints(vec![8, 5]), "axes [2, 4] as one of 8, then 5");
+    let positions = added[gather.inputs[1].as_str()];
+    assert_eq!(positions.dims, [2, 2], "one position per index pair, in the grid's shape");
+    assert_eq!(positions.data, ConstantData::Ints(vec![1, 7, 4, 3]));
+}
+
 #[test]
 fn onnx_fix_alias_forwards_the_input() {
     let runtime = runtime();

@@ -122,6 +122,60 @@ class WritesInPlace(torch.nn.Module):
         return self.last + diagonal, state
 
 
+class SymbolicFloatScale(torch.nn.Module):
+    """A tensor times a symbolic float (`x * (x.shape[1] / 4)` on a dynamic
+    axis): `aten.mul.Tensor` whose second operand is a `SymFloat`."""
+
+    def forward(self, x):
+        return x * (x.shape[1] / 4)
+
+
+class SymbolicRemainder(torch.nn.Module):
+    """`x % n` by a size of a dynamic axis: `aten.remainder.Scalar` whose
+    second operand is a `SymInt`."""
+
+    def forward(self, x):
+        return torch.remainder(x, x.shape[1])
+
+
+class ReferencePatchedCalls(torch.nn.Module):
+    """The calls the reference patches for torch.onnx's exporter, each in the
+    form the patch repairs: `torch.where` on mixed dtypes and Python scalars,
+    `torch.full` of an int without a dtype (int64 in eager), `torch.masked.mean`
+    and `torch.masked.var` (a sum divided by an integer count)."""
+
+    def forward(self, condition, x, counts, mask):
+        wide = torch.where(condition, x, x.double() * 2)
+        where = torch.where(condition, x, counts) + torch.where(condition, x, 2)
+        where = where + torch.where(condition, 1.5, x)
+        full = torch.full((x.shape[0], 3), 7)
+        masked = torch.masked.mean(x, mask=mask, dim=1) + torch.masked.var(x, mask=mask, dim=1)
+        return wide, where, full, masked
+
+
+class DepthwiseConvolution(torch.nn.Module):
+    """Qwen3.5's causal depthwise `conv1d`; under `--dtype bfloat16` its input,
+    weight and bias are bf16, which ONNX's `Conv` takes only from opset 22."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(4, 4, 3, groups=4, padding=2)
+
+    def forward(self, x):
+        return self.conv(x)[..., : x.shape[-1]]
+
+
+class ConstantGrid(torch.nn.Module):
+    """A mask read at constant grids (`attention_mask[batch_idx, kv_idx]`):
+    ONNX `GatherND` with constant indices."""
+
+    def forward(self, mask):
+        rows = torch.arange(2)[:, None]
+        # [-3, -1, 1]: negative indices too.
+        columns = torch.arange(3) * 2 - 3
+        return mask[rows, columns]
+
+
 class RotaryHalves(torch.nn.Module):
     """Rotary embedding in the halves layout on `[batch, heads, length, head_dim]`, its cos and sin
     computed from the positions as transformers' decoders do: ONNX Runtime's `RotaryEmbedding` when fused."""
@@ -247,6 +301,19 @@ PATTERNS = {
             torch.randn(3, 4),
         ),
     ),
+    "symbolic_float_scale": (SymbolicFloatScale, lambda: (torch.randn(2, 8),)),
+    "symbolic_remainder": (SymbolicRemainder, lambda: (torch.randn(2, 8) * 10,)),
+    "reference_patched_calls": (
+        ReferencePatchedCalls,
+        lambda: (
+            torch.randn(3, 6) > 0,
+            torch.randn(3, 6),
+            torch.randint(-4, 4, (3, 6)),
+            torch.tensor([[1, 1, 0, 1, 0, 0], [1, 0, 1, 1, 1, 1], [0, 1, 1, 0, 0, 1]]).bool(),
+        ),
+    ),
+    "depthwise_convolution": (DepthwiseConvolution, lambda: (torch.randn(2, 4, 8),)),
+    "constant_grid": (ConstantGrid, lambda: (torch.randn(2, 4, 5),)),
 }
 
 
@@ -306,3 +373,39 @@ def compare(name, fixed):
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
     {"export-all": export_all, "compare": compare}[command](*args)
+
+
+def pt2e_quantized_linear():
+    """`--model-fn python:fx_patterns:pt2e_quantized_linear`: a linear layer
+    quantized by PT2E (torchao's `convert_pt2e`, XNNPACK's symmetric int8
+    config): its weight dequantized per channel, its input quantized and
+    dequantized per tensor (`quantized_decomposed.*`)."""
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from torchao.quantization.pt2e import allow_exported_model_train_eval
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 8)
+    program = torch.export.export(torch.nn.Linear(8, 4).eval(), (x,))
+    config = get_symmetric_quantization_config(is_per_channel=True)
+    prepared = prepare_pt2e(program.module(), XNNPACKQuantizer().set_global(config))
+    prepared(x)
+    quantized = convert_pt2e(prepared)
+    # The worker calls `.eval()` on the model it traces, which a converted
+    # program refuses unless allowed (and then returns None, not the module).
+    allow_exported_model_train_eval(quantized)
+    return _Holding(quantized), {"x": x}
+
+
+class _Holding(torch.nn.Module):
+    """A module that only calls `inner`."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x)

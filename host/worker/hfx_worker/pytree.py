@@ -159,8 +159,11 @@ def subclasses(cls):
 def load_exported(path):
     """A `.pt2` as `torch.export.load` gives it, with the pytree types its specs
     may name registered first: transformers' output types (pytree nodes once
-    imported) and its caches. Nothing in it is unpickled (`no_pickles`)."""
+    imported) and its caches, and the ops it may call that torch registers
+    only on import (`quantized_decomposed.*`, which a PT2E-quantized program
+    calls). Nothing in it is unpickled (`no_pickles`)."""
     import torch
+    import torch.ao.quantization.fx._decomposed  # noqa: F401
     import transformers.modeling_outputs  # noqa: F401
 
     register_cache_pytrees()

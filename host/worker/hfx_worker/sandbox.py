@@ -56,6 +56,12 @@ MAX_CALLBACK_DEPTH = 16
 MAX_PATH = 256
 
 
+# The operator namespaces admitted by rule (`operator_allowed`): ATen, prims,
+# and PT2E quantization's quantize/dequantize ops, which torch registers in
+# Python over ATen arithmetic (`torch.ao.quantization.fx._decomposed`,
+# imported before one is looked up).
+OPERATOR_NAMESPACES = ("aten", "prims", "quantized_decomposed")
+
 # ATen ops the dispatcher knows that map files, reach a process's state, or
 # hand out memory nobody wrote (`empty`, a growing `resize_`: whatever the
 # allocator held before, the worker's secrets included).
@@ -265,8 +271,10 @@ class Reach:
         if not isinstance(path, str):
             raise PermissionError("a path is a string")
         name = path.removeprefix("torch.ops.")
-        if name.startswith(("aten.", "prims.")):
+        if name.startswith(tuple(f"{n}." for n in OPERATOR_NAMESPACES)):
             namespace, _, rest = name.partition(".")
+            if namespace == "quantized_decomposed":
+                importlib.import_module("torch.ao.quantization.fx._decomposed")
             parts = rest.split(".")
             if len(parts) != 2 or not all(
                 p.isidentifier() and not p.startswith("__") for p in parts
@@ -300,9 +308,10 @@ class Reach:
 
     def is_operator(self, obj):
         torch = self.torch
-        return isinstance(
-            obj, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)
-        ) and obj.namespace in ("aten", "prims")
+        return (
+            isinstance(obj, (torch._ops.OpOverload, torch._ops.OpOverloadPacket))
+            and obj.namespace in OPERATOR_NAMESPACES
+        )
 
     def operator_allowed(self, obj):
         """An ATen or prims operator that only computes. `torch.ops.aten` also
