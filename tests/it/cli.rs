@@ -481,6 +481,6 @@ fn quantize_options_are_checked_before_any_work() {
     )
     .unwrap();
     let stderr = one_error_line(&hfx_in(dir.path(), &["run", "--config", "run.toml"]));
-    assert!(stderr.contains("not --backend executorch"), "{stderr}");
+    assert!(stderr.contains("ExecuTorch's schemes are 8da4w, 4w and 8w"), "{stderr}");
     assert!(!dir.path().join("out").exists());
 }

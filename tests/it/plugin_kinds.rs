@@ -341,7 +341,7 @@ fn fixes_are_idempotent() {
     )
     .unwrap();
     let fixes = stages::select::<kind::FxNodeFix>(&loaded, Backend::Onnx);
-    assert_eq!(fixes.len(), 11);
+    assert_eq!(fixes.len(), 9);
     for mut graph in [alias_graph().0, sort_stable_graph().0, assertion_graph()] {
         fx_node_fix::run(&runtime, &fixes, &mut graph, "fx-node-fixes", OnPluginError::Fail)
             .unwrap();

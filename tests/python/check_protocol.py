@@ -39,6 +39,7 @@ TRACE = {
     "device": "cpu",
     "dtype": "float32",
     "experts": None,
+    "quantize": None,
     "folder": None,
     "weights": "side",
     "plan_weights": None,

@@ -529,9 +529,6 @@ fn eager_quantize(
     if let Some(other) = backends.iter().find(|b| !b.is_executorch()) {
         bail!("{flag}: one run quantizes for one kind of backend (torchao on the eager model for ExecuTorch, the ONNX writer's own for ONNX), and --backend {other} is the other: export them in two runs");
     }
-    if backends.contains(&Backend::Executorch) {
-        bail!("{flag}: the portable program has no kernels for torchao's quantized ops: use --backend executorch.xnnpack");
-    }
     if asymmetric
         || accuracy_level.is_some()
         || !exclude.is_empty()
@@ -553,6 +550,9 @@ fn eager_quantize(
         Some("8w") => Some(WeightBits::Int8),
         Some(other) => bail!("--quantize-embeddings {other}: give 4w or 8w"),
     };
+    if backends.contains(&Backend::Executorch) {
+        bail!("{flag}: the portable program has no kernels for torchao's quantized ops: use --backend executorch.xnnpack");
+    }
     let grouped = linear.is_some_and(|l| l != LinearScheme::Int8Weight)
         || embeddings == Some(WeightBits::Int4);
     let group_size = match block {
