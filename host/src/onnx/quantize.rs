@@ -213,11 +213,7 @@ pub fn run<'a>(
 ) {
     report.scheme = Some(quantize.name().into());
     report.weight_bytes_before = read_weight_bytes(nodes, initializers);
-    let index: HashMap<String, usize> = initializers
-        .iter()
-        .enumerate()
-        .filter_map(|(i, init)| Some((init.header.name.clone()?, i)))
-        .collect();
+    let index = super::fold::initializer_positions(initializers);
     // A weight read through `Transpose(perm [1, 0])`, by the transpose's output.
     let transposed: HashMap<&str, &str> = nodes
         .iter()

@@ -201,15 +201,8 @@ pub fn store_weights_transposed(
     initializers: &mut [Initializer],
     keep: &HashSet<&str>,
 ) -> usize {
-    let mut readers: HashMap<&str, usize> = HashMap::new();
-    for input in nodes.iter().flat_map(|n| n.inputs.iter()) {
-        *readers.entry(input.as_str()).or_default() += 1;
-    }
-    let index: HashMap<String, usize> = initializers
-        .iter()
-        .enumerate()
-        .filter_map(|(i, init)| Some((init.header.name.clone()?, i)))
-        .collect();
+    let readers = reader_counts(nodes);
+    let index = initializer_positions(initializers);
     let mut done = HashSet::new();
     for (position, node) in nodes.iter().enumerate() {
         let is_swap = node.op_type == "Transpose"
@@ -250,6 +243,24 @@ pub fn store_weights_transposed(
     done.len()
 }
 
+/// How many node inputs read each value.
+fn reader_counts(nodes: &[Node]) -> HashMap<&str, usize> {
+    let mut readers = HashMap::new();
+    for input in nodes.iter().flat_map(|n| n.inputs.iter()) {
+        *readers.entry(input.as_str()).or_default() += 1;
+    }
+    readers
+}
+
+/// Each named initializer's position.
+pub(crate) fn initializer_positions(initializers: &[Initializer]) -> HashMap<String, usize> {
+    initializers
+        .iter()
+        .enumerate()
+        .filter_map(|(i, init)| Some((init.header.name.clone()?, i)))
+        .collect()
+}
+
 /// A `Concat` of weights (each input an initializer read only there, the
 /// output no graph output) becomes one initializer whose bytes are the
 /// parts' as they stream ([`Bytes::concatenated`]): an IR fix packing
@@ -263,15 +274,8 @@ pub fn concatenate_weights(
     initializers: &mut Vec<Initializer>,
     keep: &HashSet<&str>,
 ) -> usize {
-    let mut readers: HashMap<&str, usize> = HashMap::new();
-    for input in nodes.iter().flat_map(|n| n.inputs.iter()) {
-        *readers.entry(input.as_str()).or_default() += 1;
-    }
-    let index: HashMap<String, usize> = initializers
-        .iter()
-        .enumerate()
-        .filter_map(|(i, init)| Some((init.header.name.clone()?, i)))
-        .collect();
+    let readers = reader_counts(nodes);
+    let index = initializer_positions(initializers);
     let mut folded = HashSet::new();
     let mut emptied = HashSet::new();
     for (position, node) in nodes.iter().enumerate() {
