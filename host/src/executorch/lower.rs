@@ -781,6 +781,23 @@ pub(super) mod tests {
         g.node(id).unwrap().output_values().next().unwrap()
     }
 
+    /// The outputs `base.view(6) * 2.0` (`base` a `[2, 3]` float32) and `also`.
+    fn flattened_doubled_and(g: &mut Graph, base: ValueId, also: ValueId) {
+        let flat = call(
+            g,
+            "aten.view.default",
+            vec![("self", Argument::Tensor(base)), ("size", Argument::Ints(vec![6]))],
+            meta("float32", &[6]),
+        );
+        let product = call(
+            g,
+            "aten.mul.Tensor",
+            vec![("self", Argument::Tensor(flat)), ("other", Argument::Float(2.0))],
+            meta("float32", &[6]),
+        );
+        g.set_outputs(0, vec![Argument::Tensor(product), Argument::Tensor(also)]).unwrap();
+    }
+
     /// `(x + w).view(6) * 2.0` with `w` a parameter; the outputs are the
     /// product and the input `x` itself.
     pub(in crate::executorch) fn small_program() -> (Graph, s::GraphSignature) {
@@ -793,19 +810,7 @@ pub(super) mod tests {
             vec![("self", Argument::Tensor(x)), ("other", Argument::Tensor(w))],
             meta("float32", &[2, 3]),
         );
-        let flat = call(
-            &mut g,
-            "aten.view.default",
-            vec![("self", Argument::Tensor(sum)), ("size", Argument::Ints(vec![6]))],
-            meta("float32", &[6]),
-        );
-        let product = call(
-            &mut g,
-            "aten.mul.Tensor",
-            vec![("self", Argument::Tensor(flat)), ("other", Argument::Float(2.0))],
-            meta("float32", &[6]),
-        );
-        g.set_outputs(0, vec![Argument::Tensor(product), Argument::Tensor(x)]).unwrap();
+        flattened_doubled_and(&mut g, sum, x);
         let signature = s::GraphSignature {
             input_specs: vec![
                 s::InputSpec::Parameter { arg: tensor_argument("w"), parameter_name: "w".into() },
@@ -823,19 +828,7 @@ pub(super) mod tests {
     fn inputs_and_outputs_the_arena_leaves_out_are_the_callers() {
         let mut g = Graph::new();
         let x = g.add_input(0, "x", ValueMeta::Tensor(meta("float32", &[2, 3])));
-        let flat = call(
-            &mut g,
-            "aten.view.default",
-            vec![("self", Argument::Tensor(x)), ("size", Argument::Ints(vec![6]))],
-            meta("float32", &[6]),
-        );
-        let product = call(
-            &mut g,
-            "aten.mul.Tensor",
-            vec![("self", Argument::Tensor(flat)), ("other", Argument::Float(2.0))],
-            meta("float32", &[6]),
-        );
-        g.set_outputs(0, vec![Argument::Tensor(product), Argument::Tensor(x)]).unwrap();
+        flattened_doubled_and(&mut g, x, x);
         let signature = s::GraphSignature {
             input_specs: vec![user_input("x")],
             output_specs: vec![user_output("product"), user_output("x")],
