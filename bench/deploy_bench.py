@@ -13,10 +13,12 @@ generation (`prefill` and `decode` components), every axis dynamic:
 Exports alternate between the sides, each a fresh process tree (wall time,
 peak RSS of the tree). Then, in one process, each export in ONNX Runtime's
 CPU provider with 2 threads: prefill of 1x128 tokens and one decode step at
-past 128, the median of 50 runs after 3 warm-up runs, the variants in turns, every
+past 128, the median of 50 runs (`--rounds`) after 3 warm-up runs, the variants in turns, every
 variant fed the same tensors by input name; node counts and file sizes (model and data);
-the largest logit difference of each variant's prefill from eager PyTorch's.
-Nothing here is asserted.
+the largest logit difference of each variant's prefill from eager PyTorch's;
+and, for the comparisons the targets name, the median of the per-round
+ratios of two variants' times. `--measure-only` times the exports of an
+earlier run again. Nothing here is asserted.
 """
 
 import json
@@ -115,7 +117,7 @@ def by_name(sess, feed):
     return inputs
 
 
-def measure(folders, prefill_feed, decode_feed, logits):
+def measure(folders, prefill_feed, decode_feed, logits, rounds):
     """Each variant's sizes, and its latencies taken in turns (one run of
     every variant per round), so drift in the machine's speed hits all alike."""
     import onnx
@@ -134,7 +136,7 @@ def measure(folders, prefill_feed, decode_feed, logits):
             if component == "prefill":
                 rows[side]["max_abs_logit_error"] = float(abs(first - logits).max())
             runs.append((rows[side], f"{component}_ms", sess, inputs, []))
-    for round in range(53):
+    for round in range(rounds + 3):
         for _, _, sess, inputs, times in runs:
             start = time.perf_counter()
             sess.run(None, inputs)
@@ -142,13 +144,23 @@ def measure(folders, prefill_feed, decode_feed, logits):
                 times.append(time.perf_counter() - start)
     for row, key, _, _, times in runs:
         row[key] = statistics.median(times) * 1e3
+        row[key + "_runs"] = times
     return rows
 
 
-def main():
+def paired_ratios(rows, side, against):
+    """The median over rounds of `side`'s time over `against`'s in the same
+    round, per component: drift in the machine's speed between rounds cancels."""
+    ratios = {}
+    for key in ("prefill_ms", "decode_ms"):
+        pairs = zip(rows[side][key + "_runs"], rows[against][key + "_runs"])
+        ratios[key] = statistics.median(a / b for a, b in pairs)
+    return ratios
+
+
+def main(hfx, rounds, measure_only):
     os.makedirs(OUT, exist_ok=True)
     write_model_folder()
-    hfx = os.path.join(ROOT, "target", "release", "hfx")
     env = {**os.environ, "PYTHONPATH": HERE}
     subprocess.run([PYTHON, "-c", "import torch, transformers, onnxscript"], check=True)
     base = [hfx, "run", "--backend", "onnx", "--plugins", os.path.join(ROOT, "plugins")]
@@ -170,18 +182,19 @@ def main():
         "hfx int4": ours("hfx-int4", "--quantize", "int4"),
     }
     export_cost = {}
-    for side, (_, command) in exports.items():
-        wall, rss, _ = measured(command, env)
-        export_cost[side] = (wall, rss)
     folders = {side: folder for side, (folder, _) in exports.items()}
     folders["ort int4 (RTN) of hfx"] = os.path.join(OUT, "ort-int4")
-    ort_int4(folders["hfx"], folders["ort int4 (RTN) of hfx"])
+    if not measure_only:
+        for side, (_, command) in exports.items():
+            wall, rss, _ = measured(command, env)
+            export_cost[side] = (wall, rss)
+        ort_int4(folders["hfx"], folders["ort int4 (RTN) of hfx"])
 
     prefill_feed, decode_feed, logits = feeds()
-    rows = measure(folders, prefill_feed, decode_feed, logits)
+    rows = measure(folders, prefill_feed, decode_feed, logits, rounds)
     print(
         f"125M Llama folder, --generation, dynamic; ONNX Runtime CPU, 2 threads; "
-        f"prefill 1x{PROMPT}, decode at past {PROMPT} (median of 50)"
+        f"prefill 1x{PROMPT}, decode at past {PROMPT} (median of {rounds})"
     )
     print(
         f"  {'':24} {'prefill ms':>10} {'decode ms':>10} {'nodes p/d':>11} "
@@ -194,6 +207,18 @@ def main():
             f"{row['prefill_nodes']:5}/{row['decode_nodes']:<5} {row['bytes'] / 2**20:7.1f} "
             f"{row['max_abs_logit_error']:10.2e} {wall:9.1f} {rss / 2**30:8.2f}"
         )
+    print("  paired ratios (median over rounds of the two times in one round), prefill / decode:")
+    for side, against in (
+        ("hfx fused", "reference fused"),
+        ("hfx fused", "hfx"),
+        ("hfx", "reference"),
+        ("hfx int4", "hfx"),
+        ("hfx int4", "ort int4 (RTN) of hfx"),
+    ):
+        ratios = paired_ratios(rows, side, against)
+        print(
+            f"  {side + ' / ' + against:42} {ratios['prefill_ms']:6.3f} {ratios['decode_ms']:6.3f}"
+        )
     with open(os.path.join(OUT, "results.json"), "w") as f:
         json.dump({"rows": rows, "export": export_cost}, f, indent=1)
 
@@ -202,4 +227,19 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--reference"]:
         reference_side(sys.argv[2], sys.argv[3] or None)
     else:
-        main()
+        import argparse
+
+        parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+        parser.add_argument("--rounds", type=int, default=50, help="timed runs of each variant")
+        parser.add_argument(
+            "--measure-only",
+            action="store_true",
+            help="time the exports an earlier run left in target/bench/deploy",
+        )
+        parser.add_argument(
+            "--hfx",
+            default=os.path.join(ROOT, "target", "release", "hfx"),
+            help="the hfx binary (a debug build writes the same files, slower)",
+        )
+        args = parser.parse_args()
+        main(args.hfx, args.rounds, args.measure_only)

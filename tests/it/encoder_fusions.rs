@@ -166,6 +166,11 @@ fn ort_fusions_cpu_fuse_the_gelu_and_attention_scores_of_encoders() {
             .map(|op| counts.get(op).copied().unwrap_or(0));
         assert!(fusions[..2] == [2, 2] && fusions[2] >= 4, "{model}: {counts:?}");
         assert!(!counts.contains_key("Gelu"), "{model}: {counts:?}");
+        // No fusion ONNX Runtime's CPU kernels would run slower (the
+        // reference's `_unfuse_attentions`) or lack (`_unfuse_group_norms`).
+        for unfused in ["MultiHeadAttention", "Attention", "GroupNorm"] {
+            assert!(!counts.contains_key(unfused), "{model}: {counts:?}");
+        }
         let plain_nodes = op_counts(&plain).0;
         assert!(fused_nodes < plain_nodes, "{model}: {fused_nodes} fused, {plain_nodes} not");
     }

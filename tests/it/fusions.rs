@@ -116,6 +116,70 @@ fn a_contract_0_1_fix_and_a_0_2_fusion_rewrite_one_model() {
     assert_eq!(fused.nodes[1].attribute("sorted"), Some(&Attribute::Int(1)));
 }
 
+/// Gemma 4's value norm: `x * Pow(ReduceMean(Pow(x, 2), [-1]) + eps, -0.5)`,
+/// no scale. It fuses as `SimplifiedLayerNormalization` with a scale of ones
+/// of x's last axis; a scaled one written with `Pow(·, -0.5)` keeps its scale.
+#[test]
+fn an_rms_norm_through_pow_minus_half_and_one_without_a_scale_fuse() {
+    let runtime = runtime();
+    let fusion = load_for_ort(&runtime, "plugins/onnx-ort-cpu/fuse-simplified-layer-norm");
+    let float = |dims: &[i64]| ValueType {
+        elem_type: 1,
+        shape: Some(dims.iter().map(|&d| Dim::Fixed(d)).collect()),
+    };
+    for scaled in [false, true] {
+        let mut nodes = vec![
+            node("Pow", &["x", "two"], "p"),
+            node("ReduceMean", &["p", "axes"], "m"),
+            node("Add", &["m", "eps"], "a"),
+            node("Pow", &["a", "minus_half"], "r"),
+            node("Mul", &["x", "r"], "n"),
+        ];
+        if scaled {
+            nodes.push(node("Mul", &["n", "w"], "y"));
+        } else {
+            nodes.push(node("Relu", &["n"], "y"));
+        }
+        let constants: HashMap<String, Constant> = [
+            ("two".to_string(), scalar(2.0)),
+            ("eps".to_string(), scalar(1e-6)),
+            ("minus_half".to_string(), scalar(-0.5)),
+            (
+                "axes".to_string(),
+                Constant { elem_type: 7, dims: vec![1], data: ConstantData::Ints(vec![-1]) },
+            ),
+        ]
+        .into();
+        let mut model = IrModel::new(IrParts {
+            nodes,
+            inputs: vec!["x".into()],
+            outputs: vec!["y".into()],
+            initializers: constants.keys().cloned().chain(["w".to_string()]).collect(),
+            types: [("x".to_string(), float(&[2, 4, 8])), ("w".to_string(), float(&[8]))].into(),
+            constants,
+        });
+        let plugins = [of::<kind::OnnxIrFix>(&fusion)];
+        onnx_ir_fix::run(&runtime, &plugins, &mut model, "onnx-ir-fixes", OnPluginError::Fail)
+            .unwrap();
+        let last = if scaled { None } else { Some("Relu".to_string()) };
+        let expected: Vec<String> =
+            ["SimplifiedLayerNormalization".to_string()].into_iter().chain(last).collect();
+        assert_eq!(ops(&model), expected, "scaled: {scaled}");
+        let fused = model.finish();
+        let norm = &fused.nodes[0];
+        assert_eq!(norm.inputs[0], "x");
+        assert_eq!(norm.attribute("epsilon"), Some(&Attribute::Float(1e-6)));
+        if scaled {
+            assert_eq!(norm.inputs[1], "w");
+        } else {
+            let (_, ones) =
+                fused.added_initializers.iter().find(|(name, _)| *name == norm.inputs[1]).unwrap();
+            assert_eq!((ones.elem_type, ones.dims.as_slice()), (1, &[8][..]));
+            assert_eq!(ones.data, ConstantData::Floats(vec![1.0; 8]));
+        }
+    }
+}
+
 /// Each hostile rewrite of `tests/plugins/hostile-fusion` fails and leaves
 /// the model as it was: an error after rewiring, an initializer past the
 /// constant cap, nodes past the node budget, a malformed graph, initializers
@@ -506,15 +570,19 @@ fn generation_components_fused(dir: &Path) {
 /// present the concat of a rotation whose unrotated part is empty), OPT (its
 /// query scaled before the scores), Mistral with heads of 16 and a window of
 /// 4 (its decode step's rotation done by GQA, the window in its attention
-/// bias; the 8 tokens generated cross it) and a float16 Llama (its scale a
-/// cast constant): each component's attentions are GroupQueryAttention, on
-/// q, k and v as the graph had them before their split into heads (no
-/// transpose left but the float16 Llama's), greedy tokens eager's.
+/// bias; the 8 tokens generated cross it), Phi (a partial rotation: ONNX
+/// Runtime refuses `rotary_embedding_dim` without `num_heads`) and a float16
+/// Llama (its norms and rotation caches computed in float32 and cast, its
+/// unattended rows zeroed by a cast zero): each component's attentions are
+/// GroupQueryAttention, on q, k and v as the graph had them before their
+/// split into heads (no transpose left), greedy tokens eager's; the float16
+/// Llama's norms and rotations fused in float16, no rotate-half left.
 #[test]
-#[ignore = "full tier: GroupQueryAttention on four more decoders' components (ort_fusions_cpu_fuses_every_llama_norm_and_rotation_and_verifies covers the fusion)"]
-fn ort_fusions_cpu_fuse_the_attention_of_gpt2_phi3_opt_mistral_and_float16_llama_components() {
+#[ignore = "full tier: GroupQueryAttention on five more decoders' components (ort_fusions_cpu_fuses_every_llama_norm_and_rotation_and_verifies covers the fusion)"]
+fn ort_fusions_cpu_fuse_the_attention_of_gpt2_phi3_opt_mistral_phi_and_float16_llama_components() {
     use crate::common::tiny::*;
     const OPT: &str = "vocab_size=128,hidden_size=32,ffn_dim=64,num_hidden_layers=2,num_attention_heads=4,max_position_embeddings=64,word_embed_proj_dim=32";
+    const PHI: &str = "vocab_size=128,hidden_size=64,intermediate_size=64,num_hidden_layers=2,num_attention_heads=4,partial_rotary_factor=0.5,max_position_embeddings=64";
     let mistral = format!("{LLAMA_HEADS_OF_16},sliding_window=4");
     let dir = tempfile::tempdir().unwrap();
     let float16: &[&str] = &["--dtype", "float16"];
@@ -523,16 +591,20 @@ fn ort_fusions_cpu_fuse_the_attention_of_gpt2_phi3_opt_mistral_and_float16_llama
         ("phi3", PHI3, &[]),
         ("opt", OPT, &[]),
         ("mistral", &mistral, &[]),
-        ("llama", LLAMA, float16),
+        ("phi", PHI, &[]),
+        ("llama", LLAMA_HEADS_OF_16, float16),
     ] {
         for (component, counts) in fused_generation_export(dir.path(), model, config, extra) {
             let attention = (counts.get("GroupQueryAttention"), counts.get("Softmax"));
             assert_eq!(attention, (Some(&2), None), "{model} {component}: {counts:?}");
-            if model != "llama" {
-                assert_eq!(counts.get("Transpose"), None, "{model} {component}: {counts:?}");
-            }
+            assert_eq!(counts.get("Transpose"), None, "{model} {component}: {counts:?}");
             if model == "mistral" && component == "decode" {
                 assert_eq!(counts.get("RotaryEmbedding"), None, "{model} {component}: {counts:?}");
+            }
+            if model == "llama" {
+                let norms = counts.get("SkipSimplifiedLayerNormalization");
+                assert_eq!(norms, Some(&4), "{model} {component}: {counts:?}");
+                assert_eq!(counts.get("Neg"), None, "{model} {component}: {counts:?}");
             }
         }
     }

@@ -268,8 +268,9 @@ fn match_attention(model: &Model, softmax: OnnxNodeId) -> Result<Option<Attentio
     if let Some(zeroed) = model.only_reader(weighted, "Where")? {
         let inputs = model.inputs(zeroed)?;
         if let [condition, zero, attended] = inputs.as_slice() {
-            if *attended == output && scalar(model, zero)? == Some(0.0) {
-                unattended = Some((condition.clone(), zero.clone()));
+            let zero = if *attended == output { scalar_zero(model, zero)? } else { None };
+            if let Some(zero) = zero {
+                unattended = Some((condition.clone(), zero));
                 output = model.first_output(zeroed)?;
                 nodes.push(zeroed);
             }
@@ -494,6 +495,44 @@ fn scalar(model: &Model, value: &str) -> Result<Option<f64>> {
             model.inputs(cast)?.first().and_then(|v| model.scalar(v))
         }
         _ => None,
+    })
+}
+
+/// A scalar zero `value` is or expands, for the zeroing of unattended rows
+/// after the fusion: `value` itself when it is a (cast) scalar zero, the
+/// scalar an `Expand` broadcasts when it is one (a float16 model's zero, cast
+/// and expanded to the heads layout the fused output no longer has).
+fn scalar_zero(model: &Model, value: &str) -> Result<Option<String>> {
+    if scalar(model, value)? == Some(0.0) {
+        return Ok(Some(value.to_string()));
+    }
+    Ok(match model.producer(value) {
+        Some(expand)
+            if model.op_type(expand)? == "Expand" && model.is_default_domain(expand)? =>
+        {
+            let inner = model.inputs(expand)?.into_iter().next();
+            match inner {
+                Some(inner) if rank_0(model, &inner)? && scalar(model, &inner)? == Some(0.0) => {
+                    Some(inner)
+                }
+                _ => None,
+            }
+        }
+        _ => None,
+    })
+}
+
+/// Whether `value` is 0-d: by its recorded shape, or as the cast of a 0-d constant.
+fn rank_0(model: &Model, value: &str) -> Result<bool> {
+    if let Some(shape) = model.shape(value) {
+        return Ok(shape.is_empty());
+    }
+    let dims_of = |v: &str| model.constant(v, 1).map(|c| c.dims.is_empty());
+    Ok(match model.producer(value) {
+        Some(cast) if model.op_type(cast)? == "Cast" => {
+            model.inputs(cast)?.first().and_then(|v| dims_of(v)) == Some(true)
+        }
+        _ => dims_of(value) == Some(true),
     })
 }
 

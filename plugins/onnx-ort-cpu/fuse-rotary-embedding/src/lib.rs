@@ -16,11 +16,15 @@
 //! (a generation component's), the rotation takes `position_ids` and caches
 //! of rows `0..=max(position_ids)` computed in the graph from `inv_freq`.
 //! Targets `Neg`, rotate-half's; the caches are shared by every rotation of
-//! the same frequencies.
+//! the same frequencies. A float16 model's `cos` and `sin`, computed in
+//! float32 and cast, give caches cast the same way.
 
 use hfx_sdk::prelude::*;
 
 const INT64: i32 = 7;
+/// float16 and bfloat16: the types a model computes its rotation caches in
+/// float32 for, then casts them to.
+const FLOAT16S: [i64; 2] = [10, 16];
 
 /// Where a rotation's positions come from.
 enum Positions {
@@ -45,6 +49,10 @@ fn fuse_rotary_embedding(model: &Model, neg: OnnxNodeId) -> Result<bool> {
             (ids.clone(), cos, sin)
         }
     };
+    let (cos_cache, sin_cache) = match m.cast_to {
+        Some(to) => (cast_cache(model, &cos_cache, to)?, cast_cache(model, &sin_cache, to)?),
+        None => (cos_cache, sin_cache),
+    };
     let interleaved = NamedAttribute { name: "interleaved".into(), value: Attribute::Int(0) };
     let (_, outputs) = model.add_node(
         "RotaryEmbedding",
@@ -63,6 +71,9 @@ fn fuse_rotary_embedding(model: &Model, neg: OnnxNodeId) -> Result<bool> {
 struct Rotation {
     x: String,
     positions: Positions,
+    /// The type the graph cast `cos` and `sin` to (x's, a float16 model's),
+    /// when it computed them in float32 and cast them.
+    cast_to: Option<i64>,
     output: String,
     /// The pattern's nodes only it reads (removed once fused).
     nodes: Vec<OnnxNodeId>,
@@ -105,11 +116,12 @@ fn match_rotation(model: &Model, neg: OnnxNodeId) -> Result<Option<Rotation>> {
     }
     let Some(cos) = model.other_input(mul_cos, &x)? else { return Ok(None) };
     // cos = Cos(Concat(f, f)) and sin = Sin of the same, each perhaps unsqueezed at axis 1.
-    let (Some(cos_of), Some(sin_of)) = (trig_of(model, &cos, "Cos")?, trig_of(model, &sin, "Sin")?)
+    let (Some((cos_of, cast_to)), Some(sin_of)) =
+        (trig_of(model, &cos, "Cos")?, trig_of(model, &sin, "Sin")?)
     else {
         return Ok(None);
     };
-    if cos_of != sin_of {
+    if (cos_of.clone(), cast_to) != sin_of {
         return Ok(None);
     }
     let Some(doubled) = model.producer(&cos_of) else { return Ok(None) };
@@ -131,6 +143,7 @@ fn match_rotation(model: &Model, neg: OnnxNodeId) -> Result<Option<Rotation>> {
     Ok(Some(Rotation {
         x,
         positions,
+        cast_to,
         output,
         nodes: vec![upper, neg, lower, concat, mul_sin, mul_cos, add],
     }))
@@ -262,9 +275,10 @@ fn find_reader(
     Ok(None)
 }
 
-/// The value `op` (`Cos`, `Sin`) was applied to, for `value` = `op(v)` or
-/// `Unsqueeze(op(v), [1])`.
-fn trig_of(model: &Model, value: &str, op: &str) -> Result<Option<String>> {
+/// The value `op` (`Cos`, `Sin`) was applied to, for `value` = `op(v)`,
+/// perhaps cast (a float16 model computes them in float32), perhaps then
+/// `Unsqueeze(·, [1])`; and the type cast to.
+fn trig_of(model: &Model, value: &str, op: &str) -> Result<Option<(String, Option<i64>)>> {
     let Some(mut node) = model.producer(value) else { return Ok(None) };
     if model.op_type(node)? == "Unsqueeze" {
         let inputs = model.inputs(node)?;
@@ -274,10 +288,31 @@ fn trig_of(model: &Model, value: &str, op: &str) -> Result<Option<String>> {
         let Some(inner) = model.producer(&inputs[0]) else { return Ok(None) };
         node = inner;
     }
+    let mut cast_to = None;
+    if model.op_type(node)? == "Cast" && model.is_default_domain(node)? {
+        let Some(Attribute::Int(to)) = model.attribute(node, "to")? else { return Ok(None) };
+        if !FLOAT16S.contains(&to) {
+            return Ok(None);
+        }
+        let Some(inner) = model.producer(&model.inputs(node)?[0]) else { return Ok(None) };
+        (node, cast_to) = (inner, Some(to));
+    }
     if model.op_type(node)? != op || !model.is_default_domain(node)? {
         return Ok(None);
     }
-    Ok(model.inputs(node)?.into_iter().next())
+    Ok(model.inputs(node)?.into_iter().next().map(|v| (v, cast_to)))
+}
+
+/// `cache` cast to `to`, found among its readers or added (shared by every
+/// rotation of the same caches).
+fn cast_cache(model: &Model, cache: &str, to: i64) -> Result<String> {
+    let same = |m: &Model, n: OnnxNodeId| Ok(m.attribute(n, "to")? == Some(Attribute::Int(to)));
+    if let Some(existing) = find_reader(model, cache, "Cast", same)? {
+        return Ok(existing);
+    }
+    let to = NamedAttribute { name: "to".into(), value: Attribute::Int(to) };
+    let hint = format!("{cache}_cast");
+    Ok(model.add_node("Cast", "", &[cache.to_string()], &[hint], &[to])?.1.remove(0))
 }
 
 /// Half of `x`'s head dim, for `x` of rank 4 with a static, even last axis.

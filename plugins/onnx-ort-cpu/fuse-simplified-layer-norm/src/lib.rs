@@ -4,10 +4,16 @@
 //! ```text
 //! Pow(x, 2) → ReduceMean(axes [-1], keepdims) → Add(eps) → Sqrt → Reciprocal → Mul(x, ·) → Mul(weight, ·)
 //!                                                           Sqrt → Div(x, ·)  (or Div(1, ·) → Mul(x, ·))
+//!                                                           Pow(·, -0.5) → Mul(x, ·)
 //! ```
 //!
 //! becomes `SimplifiedLayerNormalization(x, weight)` (ONNX Runtime registers
-//! it in the default domain). When `x` is a residual sum `Add(a, b)` of two
+//! it in the default domain). `Pow(·, -0.5)` is how Gemma 4 writes the
+//! reciprocal square root. A norm without a scale (Gemma 4's value norm), or
+//! whose scale is not a 1-D tensor of its type, is fused with a scale of ones
+//! (its last axis must be static); a Mul that follows stays as it is. A norm
+//! a float16 model computes in float32 (cast in, cast back, then scaled) is
+//! fused in the model's type, the casts gone. When `x` is a residual sum `Add(a, b)` of two
 //! tensors of one shape and type, the sum joins in:
 //! `com.microsoft::SkipSimplifiedLayerNormalization(a, b, weight)`, whose
 //! fourth output is the sum for its other readers. Targets `Pow`, where the
@@ -18,6 +24,8 @@ use hfx_sdk::prelude::*;
 /// Largest constant read: the epsilon, the exponent and the axes are scalars or 1-element vectors.
 const SMALL: u32 = 8;
 const FLOAT: i32 = 1;
+/// Longest scale of ones added for a norm without one (the host's limit on a plugin's initializer).
+const MAX_ONES: i64 = 4096;
 
 #[hfx_sdk::onnx_ir_fix(targets = ["Pow"])]
 fn fuse_simplified_layer_norm(model: &Model, pow: OnnxNodeId) -> Result<bool> {
@@ -102,7 +110,98 @@ fn match_norm(model: &Model, pow: OnnxNodeId) -> Result<Option<Norm>> {
         return Ok(None);
     };
     nodes.push(add);
-    let Some(sqrt) = model.only_reader(add, "Sqrt")? else { return Ok(None) };
+    let Some(normalized) = match_normalized(model, add, x, &mut nodes)? else { return Ok(None) };
+    nodes.push(normalized);
+    let normalized_out = model.first_output(normalized)?;
+    if let Some(norm) = match_narrowed(model, x, &normalized_out, epsilon as f32, &nodes)? {
+        return Ok(Some(norm));
+    }
+    // → Mul by the scale, either side: a 1-D tensor of x's type no part of the pattern computes.
+    if let Some(scale) = model.only_reader(normalized, "Mul")? {
+        if let Some(weight) = model.other_input(scale, &normalized_out)? {
+            let rank = model.value_type(&weight).and_then(|t| t.shape).map(|s| s.len());
+            if rank == Some(1) && model.same_elem_type(&weight, x) == Some(true) {
+                nodes.push(scale);
+                let output = model.first_output(scale)?;
+                let epsilon = epsilon as f32;
+                return Ok(Some(Norm { x: x.clone(), weight, epsilon, output, nodes }));
+            }
+        }
+    }
+    let Some(weight) = ones_scale(model, x)? else { return Ok(None) };
+    Ok(Some(Norm { x: x.clone(), weight, epsilon: epsilon as f32, output: normalized_out, nodes }))
+}
+
+/// A norm a float16 (or bfloat16) model computes in float32:
+/// `Cast(source → float32)` normalized, `Cast` back to the source's type,
+/// then `Mul` by a 1-D scale of that type. It is fused on the source, in its
+/// type (ONNX Runtime's kernel computes in float32, `stash_type`), so the
+/// casts go and a residual sum of that type can join it.
+fn match_narrowed(
+    model: &Model,
+    x: &str,
+    normalized: &str,
+    epsilon: f32,
+    nodes: &[OnnxNodeId],
+) -> Result<Option<Norm>> {
+    let Some(cast_in) = model.producer(x) else { return Ok(None) };
+    if model.op_type(cast_in)? != "Cast" || !model.is_default_domain(cast_in)? {
+        return Ok(None);
+    }
+    let Some(source) = model.inputs(cast_in)?.into_iter().next() else { return Ok(None) };
+    let readers = model.consumers(normalized);
+    let [cast_back] = readers.as_slice() else { return Ok(None) };
+    if model.op_type(*cast_back)? != "Cast" || !model.is_default_domain(*cast_back)? {
+        return Ok(None);
+    }
+    let back = model.first_output(*cast_back)?;
+    if model.same_elem_type(&back, &source) != Some(true)
+        || model.same_elem_type(x, &source) != Some(false)
+    {
+        return Ok(None);
+    }
+    let Some(scale) = model.only_reader(*cast_back, "Mul")? else { return Ok(None) };
+    let Some(weight) = model.other_input(scale, &back)? else { return Ok(None) };
+    let rank = model.value_type(&weight).and_then(|t| t.shape).map(|s| s.len());
+    if rank != Some(1) || model.same_elem_type(&weight, &source) != Some(true) {
+        return Ok(None);
+    }
+    let mut nodes = nodes.to_vec();
+    nodes.extend([*cast_back, scale]);
+    // The cast in goes with the pattern unless something else reads its output.
+    if model.consumers(x).iter().all(|r| nodes.contains(r)) && !model.is_graph_output(x) {
+        nodes.push(cast_in);
+    }
+    let output = model.first_output(scale)?;
+    Ok(Some(Norm { x: source, weight, epsilon, output, nodes }))
+}
+
+/// The node computing `x` times the reciprocal square root of `add`'s output:
+/// `x / Sqrt(·)`, `x * Reciprocal(Sqrt(·))`, `x * (1 / Sqrt(·))` or
+/// `x * Pow(·, -0.5)`; the nodes between `add` and it join `nodes`.
+fn match_normalized(
+    model: &Model,
+    add: OnnxNodeId,
+    x: &String,
+    nodes: &mut Vec<OnnxNodeId>,
+) -> Result<Option<OnnxNodeId>> {
+    let add_out = model.first_output(add)?;
+    let readers = model.consumers(&add_out);
+    let [root] = readers.as_slice() else { return Ok(None) };
+    if !model.is_default_domain(*root)? {
+        return Ok(None);
+    }
+    match model.op_type(*root)?.as_str() {
+        "Sqrt" => {}
+        "Pow" if model.inputs(*root)?.get(1).and_then(|e| model.scalar(e)) == Some(-0.5) => {
+            nodes.push(*root);
+            let Some(mul) = model.only_reader(*root, "Mul")? else { return Ok(None) };
+            let reads_x = model.other_input(mul, &model.first_output(*root)?)?.as_ref() == Some(x);
+            return Ok((reads_x && model.is_default_domain(mul)?).then_some(mul));
+        }
+        _ => return Ok(None),
+    }
+    let sqrt = *root;
     nodes.push(sqrt);
     let sqrt_out = model.first_output(sqrt)?;
     // → x / sqrt, x * Reciprocal(sqrt) or x * (1 / sqrt).
@@ -126,22 +225,25 @@ fn match_norm(model: &Model, pow: OnnxNodeId) -> Result<Option<Norm>> {
         }
         _ => return Ok(None),
     };
-    if !model.is_default_domain(*reader)? {
-        return Ok(None);
-    }
-    nodes.push(normalized);
-    // → Mul by the scale, either side: a 1-D tensor no part of the pattern computes.
-    let Some(scale) = model.only_reader(normalized, "Mul")? else { return Ok(None) };
-    let Some(weight) = model.other_input(scale, &model.first_output(normalized)?)? else {
+    Ok(model.is_default_domain(*reader)?.then_some(normalized))
+}
+
+/// A scale of ones for a norm over `x`'s last axis, of `x`'s type; None when
+/// that axis is not static or too long for an initializer a plugin adds.
+fn ones_scale(model: &Model, x: &str) -> Result<Option<String>> {
+    let Some(t) = model.value_type(x) else { return Ok(None) };
+    let Some(OnnxDim::Fixed(size)) = t.shape.and_then(|s| s.last().cloned()) else {
         return Ok(None);
     };
-    let rank = model.value_type(&weight).and_then(|t| t.shape).map(|s| s.len());
-    if rank != Some(1) || model.same_elem_type(&weight, x) != Some(true) {
+    if !(1..=MAX_ONES).contains(&size) {
         return Ok(None);
     }
-    nodes.push(scale);
-    let output = model.first_output(scale)?;
-    Ok(Some(Norm { x: x.clone(), weight, epsilon: epsilon as f32, output, nodes }))
+    let ones = Constant {
+        elem_type: t.elem_type,
+        dims: vec![size],
+        data: ConstantData::Floats(vec![1.0; size as usize]),
+    };
+    Ok(Some(model.add_initializer(&format!("rms_norm_ones_{size}"), &ones)?))
 }
 
 /// The residual `Add(a, b)` that produced the norm's input, if it is one
