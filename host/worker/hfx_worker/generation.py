@@ -436,9 +436,12 @@ class Components:
 
 
 def unpadded_mask(kwargs):
-    """The 2D padding mask `generate` drops when a prompt has no padding
-    (5.24: a mask of ones), which a component traced on a padded prompt
-    takes: ones over the cached positions and the call's tokens."""
+    """The mask `generate` leaves out for a prompt without padding (5.24
+    drops a 2D mask of ones, and builds no 4D mask where attention is
+    causal alone), which a component traced on a padded prompt takes: a 2D
+    mask of ones over the cached positions and the call's tokens, or for a
+    fixed-size cache (`is_compileable`, the masks `generate` builds 4D) the
+    causal mask over the cache's length, as SDPA takes it (bool)."""
     import torch
 
     ids = kwargs.get("input_ids")
@@ -446,7 +449,12 @@ def unpadded_mask(kwargs):
         return None
     cache = kwargs.get("cache")
     past = cache.get_seq_length() if hasattr(cache, "get_seq_length") else 0
-    return torch.ones((ids.shape[0], past + ids.shape[1]), dtype=torch.long)
+    batch, length = ids.shape[0], ids.shape[1]
+    if not getattr(cache, "is_compileable", False):
+        return torch.ones((batch, past + length), dtype=torch.long)
+    size = cache.get_max_length()
+    causal = torch.arange(size)[None, :] <= (past + torch.arange(length))[:, None]
+    return causal[None, None].repeat(batch, 1, 1, 1)
 
 
 def new_tokens(generated):
