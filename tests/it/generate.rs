@@ -14,11 +14,13 @@ use crate::common::*;
 const PROMPT: &str = "The quick brown fox jumps";
 const NEW_TOKENS: &str = "12";
 
-/// The `llama-bpe` model folder in `dir`.
-fn model_folder(dir: &Path) -> PathBuf {
+/// The `llama-bpe` model folder written in `dir`, and eager `generate`'s greedy text from it.
+fn model_folder(dir: &Path) -> (PathBuf, String) {
     let folder = dir.join("llama-bpe");
-    run_python("model_folders.py", &["llama-bpe", folder.to_str().unwrap()]);
-    folder
+    let args = [folder.to_str().unwrap(), PROMPT, NEW_TOKENS, "--write", "llama-bpe"];
+    let line = try_python("eager_generate.py", &args).unwrap();
+    let reply: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+    (folder, reply["text"].as_str().unwrap().to_string())
 }
 
 /// `hfx run --backend BACKEND --model-dir MODEL --generation -o DIR/ EXTRA`: the folder.
@@ -36,14 +38,6 @@ fn export(backend: &str, model: &Path, dir: &Path, extra: &[&str]) -> PathBuf {
         String::from_utf8_lossy(&result.stderr)
     );
     out
-}
-
-/// Eager `generate`'s greedy text from the model folder.
-fn eager_text(model: &Path) -> String {
-    let line =
-        try_python("eager_generate.py", &[model.to_str().unwrap(), PROMPT, NEW_TOKENS]).unwrap();
-    let reply: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
-    reply["text"].as_str().unwrap().to_string()
 }
 
 /// `hfx generate DIR --prompt PROMPT --max-new-tokens N EXTRA`: its output.
@@ -68,12 +62,10 @@ fn generates_eager_text(dir: &Path, eager: &str) {
 #[test]
 fn an_onnx_generation_folder_generates_eager_text_and_compare_finds_an_altered_one() {
     let root_dir = tempfile::tempdir().unwrap();
-    let model = model_folder(root_dir.path());
-    let eager = eager_text(&model);
+    let (model, eager) = model_folder(root_dir.path());
     assert!(!eager.is_empty());
     let dir = export("onnx", &model, root_dir.path(), &[]);
-    generates_eager_text(&dir, &eager);
-
+    // The text first, as without --compare.
     let out = generate(&dir, &["--compare", "--model", model.to_str().unwrap()]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -99,20 +91,30 @@ fn an_onnx_generation_folder_generates_eager_text_and_compare_finds_an_altered_o
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
 }
 
-/// The `.pt2` and `.pte` generation folders print eager's greedy text; the
-/// ExecuTorch program with the static cache it needs (dynamic shapes: the
-/// prompt is not the traced sample's size).
+/// The `.pt2`, `.pte` and ONNX Runtime GenAI folders print eager's greedy
+/// text: the ExecuTorch program with the static cache it needs (dynamic
+/// shapes: the prompt is not the traced sample's size), the GenAI package
+/// through GenAI's own `Generator`.
 #[test]
-#[ignore = "full tier: two generation exports (an_onnx_generation_folder_generates_eager_text_and_compare_finds_an_altered_one runs the ONNX folder)"]
-fn pt2_and_pte_generation_folders_generate_eager_text() {
+#[ignore = "full tier: three generation exports (an_onnx_generation_folder_generates_eager_text_and_compare_finds_an_altered_one runs the ONNX folder)"]
+fn pt2_pte_and_genai_generation_folders_generate_eager_text() {
     let root_dir = tempfile::tempdir().unwrap();
-    let model = model_folder(root_dir.path());
-    let eager = eager_text(&model);
+    let (model, eager) = model_folder(root_dir.path());
     let pt2 = export("dynamo", &model, root_dir.path(), &[]);
     generates_eager_text(&pt2, &eager);
     let static_cache = ["--cache", "static", "--max-cache-len", "32", "--dynamic"];
     let pte = export("executorch", &model, root_dir.path(), &static_cache);
     generates_eager_text(&pte, &eager);
+    let genai = root_dir.path().join("genai");
+    std::fs::rename(export("onnx", &model, root_dir.path(), &["--genai"]), &genai).unwrap();
+    assert!(genai.join("genai_config.json").is_file());
+    let out = generate(&genai, &["--compare", "--model", model.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        stdout.starts_with(&format!("{eager}\n")) && stdout.contains("(ONNX Runtime GenAI)"),
+        "{stdout}"
+    );
     assert_no_scratch_left(root_dir.path());
 }
 

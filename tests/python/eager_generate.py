@@ -1,6 +1,8 @@
 """What eager transformers generates from a model folder: `eager_generate.py
 MODEL PROMPT N` prints the greedy continuation of PROMPT (at most N new
-tokens), decoded as `hfx generate` decodes it, as JSON `{"text", "ids"}`."""
+tokens), decoded as `hfx generate` decodes it, as JSON `{"text", "ids"}`;
+with `--write KIND`, it first writes MODEL as `model_folders.py KIND MODEL`
+does (one Python start for both)."""
 
 import json
 import sys
@@ -21,4 +23,8 @@ def main(folder, prompt, new_tokens):
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 5 and sys.argv[4] == "--write":
+        import model_folders
+
+        model_folders.main(sys.argv[5], sys.argv[1])
     main(sys.argv[1], sys.argv[2], int(sys.argv[3]))
