@@ -267,9 +267,9 @@ pub fn generate(options: &GenerateOptions, on_text: Box<dyn FnMut(&str)>) -> Res
         seed: options.seed,
         compare,
     };
-    Ok(worker
+    worker
         .request(&request, options.deadline)
-        .with_context(|| format!("generating from {}", options.folder.display()))?)
+        .with_context(|| format!("generating from {}", options.folder.display()))
 }
 
 /// The index of the first token where `generated` and `eager` differ (one
