@@ -13,6 +13,7 @@ mod executorch_fixes;
 mod executorch_patches;
 mod fusions;
 mod fx_fixes;
+mod generate;
 mod generation;
 mod install;
 mod loading;

@@ -6,7 +6,8 @@ index), `llama-tied-bf16` (tied embeddings stored once, bfloat16: exported as
 float32 they are converted), `bert-mlm` (a checkpoint without a pooler: a
 `BertModel` from it falls back to loading); and one per other output
 structure: `llama-tokenizer` (`llama` with a tokenizer beside it, a folder
-to generate from), `bert` (a base model: hidden states and a pooled output), `gpt2`
+to generate from), `llama-bpe` (a `llama` of the vocabulary of a byte-level
+BPE tokenizer trained here on a few sentences: text a person reads), `bert` (a base model: hidden states and a pooled output), `gpt2`
 (logits and a cache), `vit` (image classification logits); and the
 encoder-decoders: `whisper` (speech, with a tokenizer and a feature
 extractor), `t5`, `bart`; and `deepseek_v3`, a mixture-of-experts decoder
@@ -118,6 +119,34 @@ def tokenizer_files(config, out):
     ).save_pretrained(out)
 
 
+# What `llama-bpe`'s tokenizer is trained on.
+BPE_TEXT = """The quick brown fox jumps over the lazy dog. A model generates text one token at a time.
+Exporters turn a PyTorch model into a program a runtime loads: ONNX, torch.export, ExecuTorch.
+Each token is chosen from the logits of the last position; greedy search takes the largest.
+Sampling draws from them instead, with a temperature and the top k candidates."""
+
+
+def bpe_tokenizer(out):
+    """A byte-level BPE tokenizer trained on `BPE_TEXT` (`<unk>`, `<s>`,
+    `</s>` first: ids 0, 1, 2, Llama's defaults), saved in `out`; its size."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<unk>", "<s>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tokenizer.train_from_iterator(BPE_TEXT.splitlines(), trainer)
+    PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, unk_token="<unk>", bos_token="<s>", eos_token="</s>"
+    ).save_pretrained(out)
+    return tokenizer.get_vocab_size()
+
+
 def processor_files(config, out):
     """A tokenizer and a feature extractor of the config's mel bins, as a
     Hub model folder has them beside the model."""
@@ -161,6 +190,9 @@ def main(kind, out):
         model = llama()
         model.save_pretrained(out)
         tokenizer_files(model.config, out)
+    elif kind == "llama-bpe":
+        vocab_size = bpe_tokenizer(out)
+        llama(vocab_size=vocab_size).save_pretrained(out)
     elif kind == "llama-sharded":
         llama().save_pretrained(out, max_shard_size="300KB")
     elif kind == "llama-tied-bf16":

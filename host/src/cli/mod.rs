@@ -49,6 +49,10 @@ pub enum Command {
     /// an export folder (`-o DIR`, as `ExportedModel.save_pretrained`), or the
     /// IR's JSON form (`.json`).
     Run(RunArgs),
+    /// Generate text with an export folder written with `--generation` (ONNX, `.pt2`, `.pte`, or
+    /// an ONNX Runtime GenAI package): the folder's tokenizer, each component in its runtime,
+    /// the text on stdout as it is produced.
+    Generate(GenerateArgs),
     /// Create or repair an installed hfx's worker environment (the pinned
     /// torch, transformers, onnx, onnxruntime, executorch) and report it.
     Setup {
@@ -62,6 +66,44 @@ pub enum Command {
         #[command(flatten)]
         set: PluginSetArgs,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    /// The export folder (`hfx run ... --generation -o DIR`).
+    #[arg(value_name = "DIR")]
+    pub folder: PathBuf,
+    /// The text the model continues.
+    #[arg(long)]
+    pub prompt: String,
+    /// At most this many new tokens (fewer where the model ends the text).
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    pub max_new_tokens: u32,
+    /// Sample the tokens (--temperature, --top-k) instead of choosing the likeliest.
+    #[arg(long)]
+    pub sample: bool,
+    /// The sampling temperature [default: 1.0].
+    #[arg(long, value_name = "T", requires = "sample")]
+    pub temperature: Option<f64>,
+    /// Sample among the K likeliest tokens, 0 among all [default: 50].
+    #[arg(long, value_name = "K", requires = "sample")]
+    pub top_k: Option<u32>,
+    /// The seed of the random numbers sampling draws, set before each generation.
+    #[arg(long, value_name = "S", default_value_t = 0)]
+    pub seed: u64,
+    /// Also generate with eager transformers on the source model (the Hub model the folder
+    /// records, or --model DIR) and name the first token that differs (an error if one does).
+    #[arg(long)]
+    pub compare: bool,
+    /// The model folder the export was made from, for --compare.
+    #[arg(long, value_name = "DIR", requires = "compare")]
+    pub model: Option<PathBuf>,
+    /// The Python that runs the components [default: $HFX_PYTHON, .venv/bin/python here or in the checkout hfx was built in, python3].
+    #[arg(long)]
+    pub python: Option<String>,
+    /// Deadline for the whole generation, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+    pub deadline_s: u64,
 }
 
 #[derive(Debug, Subcommand)]
@@ -779,8 +821,84 @@ pub fn run(cli: Cli) -> Result<()> {
             plugins::precompile(&set.folder_options()?)
         }
         Command::Run(args) => run_export(args, verbose, progress),
+        Command::Generate(args) => generate(args),
         Command::Setup { python } => setup::setup(&python),
         Command::Doctor { set } => setup::doctor(&set.options()?),
+    }
+}
+
+/// `hfx generate`: the text on stdout as the worker produces it, then with
+/// `--compare` whether eager transformers generated the same tokens.
+fn generate(args: GenerateArgs) -> Result<()> {
+    use crate::pipeline::generate::{first_difference, token_at, Compare, GenerateOptions};
+    use std::io::Write as _;
+
+    if args.max_new_tokens == 0 {
+        bail!("--max-new-tokens 0 generates nothing: give 1 or more");
+    }
+    let sampling = if args.sample {
+        let temperature = args.temperature.unwrap_or(1.0);
+        if !(temperature.is_finite() && temperature > 0.0) {
+            bail!("--temperature {temperature}: give a number above 0 (1.0 samples as the model's probabilities say)");
+        }
+        Some(crate::trace::protocol::Sampling { temperature, top_k: args.top_k.unwrap_or(50) })
+    } else {
+        None
+    };
+    let compare = match (args.compare, args.model) {
+        (false, _) => Compare::No,
+        (true, Some(model)) => Compare::Folder(model),
+        (true, None) => Compare::Recorded,
+    };
+    let set = SetOptions { python: args.python, ..Default::default() };
+    let options = GenerateOptions {
+        folder: args.folder,
+        prompt: args.prompt,
+        max_new_tokens: args.max_new_tokens,
+        sampling,
+        seed: args.seed,
+        compare,
+        python: set.python(),
+        worker: crate::trace::WorkerOptions {
+            env: vec![("HF_HUB_OFFLINE".into(), "1".into())],
+            memory_limit: Some(crate::trace::memory::default_limit()),
+            ..Default::default()
+        },
+        deadline: Duration::from_secs(args.deadline_s),
+    };
+    let stream = Box::new(|text: &str| {
+        let mut out = std::io::stdout().lock();
+        // A closed stdout ends nothing here: the worker finishes, and hfx exits after it.
+        let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+    });
+    let reply = crate::pipeline::generate::generate(&options, stream)?;
+    println!();
+    tracing::info!(
+        "{} token(s) after a prompt of {} in {:.1} s ({})",
+        reply.generated.ids.len(),
+        reply.prompt_tokens,
+        reply.seconds,
+        reply.providers.join(", ")
+    );
+    let Some(eager) = &reply.eager else { return Ok(()) };
+    match first_difference(&reply.generated, eager) {
+        None => {
+            println!(
+                "--compare: the {} token(s) are eager `generate`'s ({})",
+                eager.ids.len(),
+                reply.providers.join(", ")
+            );
+            Ok(())
+        }
+        Some(at) => {
+            println!("eager `generate`: {}", eager.text);
+            bail!(
+                "--compare: token {} differs: the export generated {}, eager `generate` {} (the {at} token(s) before it agree)",
+                at + 1,
+                token_at(&reply.generated, at),
+                token_at(eager, at)
+            )
+        }
     }
 }
 

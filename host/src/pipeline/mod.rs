@@ -11,6 +11,7 @@ pub mod calibrate;
 pub mod emit;
 pub mod folder;
 pub mod genai;
+pub mod generate;
 pub mod generation;
 pub mod model_id;
 pub mod options;

@@ -375,7 +375,7 @@ pub fn worker_sandbox(options: &super::options::RunOptions) -> crate::trace::San
 /// `dir`, and where it is a Hub cache snapshot (`<repo>/snapshots/<commit>`)
 /// the repo's `blobs/`, which its files link to. No other link is followed:
 /// a model folder's link to `~/.ssh/id_rsa` must not make `~/.ssh` readable.
-fn model_folder_reads(dir: &Path) -> Vec<PathBuf> {
+pub(super) fn model_folder_reads(dir: &Path) -> Vec<PathBuf> {
     let mut found = vec![dir.to_path_buf()];
     let canonical = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
     if let Some(repo) = canonical

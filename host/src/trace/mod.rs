@@ -86,6 +86,9 @@ const REQUIRED_PACKAGES: [&str; 2] = ["torch", "transformers"];
 /// What the host does with a worker's progress line.
 pub type ProgressCallback = Box<dyn FnMut(&Progress)>;
 
+/// What the host does with text a `generate` request produced.
+pub type GeneratedCallback = Box<dyn FnMut(&str)>;
+
 /// What the host does with a trace's weights plan.
 pub type WeightsPlanCallback = Box<dyn FnMut(Vec<protocol::PlannedWeight>)>;
 
@@ -131,6 +134,8 @@ pub struct Worker {
     pub on_progress: Option<ProgressCallback>,
     /// Called with a trace's weights plan (`TraceParams::plan_weights`).
     pub on_weights_plan: Option<WeightsPlanCallback>,
+    /// Called with each piece of text a `generate` request produced.
+    pub on_generated: Option<GeneratedCallback>,
 }
 
 impl Worker {
@@ -319,6 +324,7 @@ impl Worker {
             hello: placeholder,
             on_progress: None,
             on_weights_plan: None,
+            on_generated: None,
         };
         // Both ends check the version: the worker refuses another host's, the host another worker's.
         let result = match worker.exchange(Hello::NAME, &hello, deadline, &mut no_patches) {
@@ -455,6 +461,11 @@ impl Worker {
                 Message::Progress(progress) => {
                     if let Some(show) = self.on_progress.as_mut() {
                         show(&progress);
+                    }
+                }
+                Message::Generated(generated) => {
+                    if let Some(show) = self.on_generated.as_mut() {
+                        show(&generated.text);
                     }
                 }
                 Message::WeightsPlan(plan) => {

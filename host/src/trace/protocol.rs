@@ -27,7 +27,7 @@ use crate::plugins::Versions;
 /// The protocol version: the first 32 bits of the SHA-256 of the messages'
 /// canonical form, written by `cargo run -p protocol-gen` (the worker's
 /// `messages.PROTOCOL` is the same number).
-pub const PROTOCOL: u64 = 3707056225;
+pub const PROTOCOL: u64 = 1005528602;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -466,6 +466,76 @@ pub struct GenerateStep {
     pub max_abs: Option<f64>,
     /// The logits within atol/rtol of eager's.
     pub ok: bool,
+}
+
+/// `generate`: text from an export folder's components, each in its
+/// runtime (or from its ONNX Runtime GenAI package with GenAI's own
+/// `Generator`), through transformers' `generate` loop as the generation
+/// check runs them; the text is sent as it is produced (`Generated`). With
+/// `compare`, the source model folder generates eagerly from the same prompt too.
+#[derive(Debug, Clone, Serialize)]
+pub struct Generate {
+    /// The export folder: its `config.json`, `generation_config.json` and tokenizer.
+    pub folder: PathBuf,
+    /// Each component's artifact and how it is called, as `export.json` records it.
+    pub components: BTreeMap<String, FolderComponent>,
+    /// Generate with ONNX Runtime GenAI over the folder's `genai_config.json`.
+    pub genai: bool,
+    pub prompt: String,
+    pub max_new_tokens: u32,
+    /// Sampling instead of greedy search.
+    pub sampling: Option<Sampling>,
+    /// The seed of torch's (and GenAI's) random numbers, set before each generation.
+    pub seed: u64,
+    /// A model folder eager transformers generates from too.
+    pub compare: Option<PathBuf>,
+}
+
+impl Method for Generate {
+    const NAME: &'static str = "generate";
+    type Reply = GenerateReply;
+}
+
+/// An export folder's component: its artifact, the kwargs it was traced
+/// with (in order), its input and output pytree specs (torch's JSON) and its
+/// output's constant leaves (`[index, value]`), from its `export.json` metadata.
+#[derive(Debug, Clone, Serialize)]
+pub struct FolderComponent {
+    pub artifact: VerifyModel,
+    pub kwargs: Vec<String>,
+    pub in_spec: String,
+    pub out_spec: String,
+    pub out_constants: Vec<Value>,
+}
+
+/// `--sample`: temperature and top-k sampling.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sampling {
+    pub temperature: f64,
+    /// 0: every token is a candidate.
+    pub top_k: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GenerateReply {
+    /// The prompt's length in tokens.
+    pub prompt_tokens: u32,
+    /// What the export generated.
+    pub generated: GeneratedTokens,
+    /// What eager transformers generated (with `compare`).
+    pub eager: Option<GeneratedTokens>,
+    pub providers: Vec<String>,
+    pub seconds: f64,
+}
+
+/// Generated tokens: their ids, each one's text alone, and the whole text.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GeneratedTokens {
+    pub ids: Vec<i64>,
+    pub pieces: Vec<String>,
+    pub text: String,
 }
 
 /// `calibrate`: the range (min and max over every sample) of each named
@@ -1051,6 +1121,14 @@ pub struct Progress {
     pub stage: TraceStep,
 }
 
+/// `{"generated": {...}}`: text `generate` produced since the last, during
+/// a `generate` request.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Generated {
+    pub text: String,
+}
+
 /// One entry of `{"weights_plan": [...]}` (the worker's
 /// `checkpoint.weights_plan`): a weight the artifact will start with (`name`:
 /// a `.pt2` entry's, with the archive's folder, or a parameter's), filled
@@ -1235,6 +1313,7 @@ pub enum WireStep {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Message {
     Progress(Progress),
+    Generated(Generated),
     WeightsPlan(Vec<PlannedWeight>),
     PatchCall(PatchCall),
     /// `{"id": N, "result": ...}` or `{"id": N, "error": {...}}`; the result is
@@ -1273,6 +1352,12 @@ pub fn parse_message(line: &str) -> Result<Message, TraceError> {
             Progress::deserialize(progress).map_err(|e| bad(&format!("a progress line: {e}")))?;
         return Ok(Message::Progress(progress));
     }
+    if let Some(generated) = fields.remove("generated") {
+        no_more(&fields, "a generated line")?;
+        let generated = Generated::deserialize(generated)
+            .map_err(|e| bad(&format!("a generated line: {e}")))?;
+        return Ok(Message::Generated(generated));
+    }
     if let Some(plan) = fields.remove("weights_plan") {
         no_more(&fields, "a weights plan")?;
         let plan = Vec::<PlannedWeight>::deserialize(plan)
@@ -1286,7 +1371,7 @@ pub fn parse_message(line: &str) -> Result<Message, TraceError> {
     }
     let id = match fields.remove("id") {
         Some(id) => id.as_u64().ok_or_else(|| bad("a response's `id` is not a request number"))?,
-        None => return Err(bad("a worker line is neither progress, a weights plan, a patch call nor a response (no `id`)")),
+        None => return Err(bad("a worker line is neither progress, generated text, a weights plan, a patch call nor a response (no `id`)")),
     };
     let outcome = match (fields.remove("result"), fields.remove("error")) {
         (Some(_), Some(_)) => return Err(bad("a response has both `result` and `error`")),

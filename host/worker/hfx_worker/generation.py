@@ -26,6 +26,7 @@ import contextlib
 import copy
 import functools
 import inspect
+import os
 import time
 
 from .messages import (
@@ -34,13 +35,18 @@ from .messages import (
     ComponentCalls,
     GenaiTokens,
     GenerateCheckReply,
+    GeneratedTokens,
+    GenerateReply,
     GenerateStep,
     SourceParamsArchitecture,
     SourceParamsDirectory,
     SourceParamsFunction,
 )
+from .errors import UserInputError
 from .protocol import ProtocolError, Unsupported
-from .trace import built_model, save_configs
+from .pytree import register_cache_pytrees, spec_paths
+from .sources import built, directory_class, from_directory
+from .trace import TracedComponent, built_model, save_configs
 from .verify import component_runner
 
 # A captured call's kwargs that are generation-time hints, not forward inputs.
@@ -394,7 +400,10 @@ class Components:
     def call(self, name, kwargs):
         self.called[name] += 1
         runner = self.runners[name]
-        return runner(**{k: v for k, v in kwargs.items() if k in runner.kwargs})
+        given = {k: v for k, v in kwargs.items() if k in runner.kwargs}
+        if "attention_mask" in runner.kwargs and given.get("attention_mask") is None:
+            given["attention_mask"] = unpadded_mask(given)
+        return runner(**given)
 
     @contextlib.contextmanager
     def in_place(self):
@@ -424,6 +433,28 @@ class Components:
 
         forward.__signature__ = signature
         return forward
+
+
+def unpadded_mask(kwargs):
+    """The mask `generate` leaves out for a prompt without padding (5.24
+    drops a 2D mask of ones, and builds no 4D mask where attention is
+    causal alone), which a component traced on a padded prompt takes: a 2D
+    mask of ones over the cached positions and the call's tokens, or for a
+    fixed-size cache (`is_compileable`, the masks `generate` builds 4D) the
+    causal mask over the cache's length, as SDPA takes it (bool)."""
+    import torch
+
+    ids = kwargs.get("input_ids")
+    if ids is None:
+        return None
+    cache = kwargs.get("cache")
+    past = cache.get_seq_length() if hasattr(cache, "get_seq_length") else 0
+    batch, length = ids.shape[0], ids.shape[1]
+    if not getattr(cache, "is_compileable", False):
+        return torch.ones((batch, past + length), dtype=torch.long)
+    size = cache.get_max_length()
+    causal = torch.arange(size)[None, :] <= (past + torch.arange(length))[:, None]
+    return causal[None, None].repeat(batch, 1, 1, 1)
 
 
 def new_tokens(generated):
@@ -506,7 +537,6 @@ def genai_tokens(generation, folder, steps):
     and masks a batch itself, so each row is generated alone, from its tokens.
     Both generate at least `steps` tokens (an end-of-sequence token does not
     stop either)."""
-    import numpy as np
     import onnxruntime_genai as og
     import torch
 
@@ -525,14 +555,207 @@ def genai_tokens(generation, folder, steps):
                 generation_config=config,
             )
         eager_rows.append([int(t) for t in eager[0, len(ids) :]])
-        search = og.GeneratorParams(genai_model)
         length = len(ids) + steps
-        search.set_search_options(do_sample=False, max_length=length, min_length=length)
-        generator = og.Generator(genai_model, search)
-        generator.append_tokens(np.asarray([ids.tolist()], dtype=np.int32))
-        tokens = []
-        while not generator.is_done() and len(tokens) < steps:
-            generator.generate_next_token()
-            tokens.append(int(generator.get_next_tokens()[0]))
+        tokens = genai_generated(
+            genai_model, ids, steps, {"max_length": length, "min_length": length}
+        )
         rows.append(tokens)
     return GenaiTokens(identical=rows == eager_rows, tokens=rows, eager_tokens=eager_rows)
+
+
+def genai_generated(genai_model, ids, steps, options, on_token=None):
+    """At most `steps` tokens ONNX Runtime GenAI's `Generator` generates after
+    the prompt `ids` (a 1D tensor) with the search `options` (greedy unless
+    they sample), each handed to `on_token` as it comes."""
+    import numpy as np
+    import onnxruntime_genai as og
+
+    search = og.GeneratorParams(genai_model)
+    search.set_search_options(**{"do_sample": False, **options})
+    generator = og.Generator(genai_model, search)
+    generator.append_tokens(np.asarray([ids.tolist()], dtype=np.int32))
+    tokens = []
+    while not generator.is_done() and len(tokens) < steps:
+        generator.generate_next_token()
+        tokens.append(int(generator.get_next_tokens()[0]))
+        if on_token is not None:
+            on_token(tokens[-1])
+    return tokens
+
+
+# ── Generating text from an export folder ──
+
+
+def generate_text(session, params):
+    """`generate`: the folder's tokenizer encodes the prompt, its components
+    (each in its runtime, in place of the model's forward as `generate_check`
+    runs them) or its GenAI package generate, and the text goes to the host
+    as it is produced; with `params.compare`, that model folder generates
+    eagerly from the same prompt, under the same generation config and seed."""
+    import torch
+    import transformers
+
+    started = time.perf_counter()
+    folder = str(params.folder)
+    with session.during("build"):
+        tokenizer = transformers.AutoTokenizer.from_pretrained(
+            folder, local_files_only=True, trust_remote_code=False
+        )
+        model = skeleton(folder)
+    encoded = tokenizer(params.prompt, return_tensors="pt")
+    # What a decoder's forward takes (a tokenizer may add `token_type_ids`).
+    prompt = {k: encoded[k] for k in ("input_ids", "attention_mask") if k in encoded}
+    if prompt["input_ids"].shape[1] == 0:
+        raise UserInputError("model", "--prompt: the tokenizer makes no tokens of it")
+    config = text_generation_config(model, params)
+    streamer = TextSent(tokenizer, session.channel)
+    torch.manual_seed(params.seed)
+    if params.genai:
+        import onnxruntime_genai as og
+
+        options = {"max_length": prompt["input_ids"].shape[1] + params.max_new_tokens}
+        if params.sampling is not None:
+            options.update(
+                do_sample=True,
+                temperature=params.sampling.temperature,
+                top_k=params.sampling.top_k,
+                random_seed=params.seed,
+            )
+        streamer.put(prompt["input_ids"])  # the prompt, which the streamer skips
+        ids = genai_generated(
+            og.Model(folder),
+            prompt["input_ids"][0],
+            params.max_new_tokens,
+            options,
+            on_token=lambda token: streamer.put(torch.tensor([token])),
+        )
+        streamer.end()
+        providers = ["ONNX Runtime GenAI"]
+    else:
+        runners, providers = folder_runners(model, params.components)
+        components = Components(model, runners, component_modules(model, runners))
+        with torch.no_grad(), components.in_place():
+            sequences = model.generate(**prompt, generation_config=config, streamer=streamer)
+        ids = generated_ids(model, prompt, sequences)
+    eager = None
+    if params.compare is not None:
+        with session.during("build"):
+            source = from_directory(str(params.compare), None, False).eval()
+        source.generation_config = model.generation_config
+        torch.manual_seed(params.seed)
+        with torch.no_grad():
+            sequences = source.generate(**prompt, generation_config=config)
+        eager = tokens_of(tokenizer, generated_ids(source, prompt, sequences))
+    return GenerateReply(
+        prompt_tokens=int(prompt["input_ids"].shape[1]),
+        generated=tokens_of(tokenizer, ids),
+        eager=eager,
+        providers=providers,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def skeleton(folder):
+    """The model class the export folder's `config.json` names, its weights
+    uninitialised memory (never read: every forward `generate` makes goes to
+    the components), with the folder's generation config: what
+    `generate`'s loop needs of the model (its config, its input preparation,
+    its cache)."""
+    import torch
+    import transformers
+
+    cls, config = directory_class(folder, None, False)
+    with torch.device("meta"):
+        model = built(cls, config)
+    model = model.to_empty(device="cpu").eval()
+    if not (hasattr(model, "can_generate") and model.can_generate()):
+        raise Unsupported(
+            f"{os.path.join(folder, 'config.json')}: {type(model).__name__} does not generate; "
+            "hfx generate runs the folders `hfx run --generation -o DIR` writes"
+        )
+    if os.path.isfile(os.path.join(folder, "generation_config.json")):
+        model.generation_config = transformers.GenerationConfig.from_pretrained(folder)
+    return model
+
+
+def text_generation_config(model, params):
+    """The folder's generation config (a static cache's length included) for
+    `params.max_new_tokens` tokens, greedy or sampled as asked."""
+    config = copy.deepcopy(model.generation_config)
+    config.max_new_tokens = params.max_new_tokens
+    config.num_beams = 1
+    config.do_sample = params.sampling is not None
+    if params.sampling is not None:
+        config.temperature = params.sampling.temperature
+        config.top_k = params.sampling.top_k
+    else:
+        config.temperature = config.top_k = config.top_p = None
+    return config
+
+
+def folder_runners(model, components):
+    """`({name: runner}, providers)`: each folder component's runner, called
+    as the model is (`verify.component_runner`), from what `export.json`
+    records of its trace."""
+    from torch.utils._pytree import treespec_loads
+
+    register_cache_pytrees(model)
+    runners, providers = {}, []
+    for name, component in components.items():
+        traced = TracedComponent(
+            kwargs=component.kwargs,
+            input_paths=spec_paths(treespec_loads(component.in_spec)),
+            out_spec=component.out_spec,
+            out_constants=component.out_constants,
+        )
+        runners[name], found = component_runner(component.artifact, traced)
+        providers.extend(p for p in found if p not in providers)
+    return runners, providers
+
+
+def component_modules(model, runners):
+    """The module each component of a text model stands in for: an
+    encoder-decoder's encoder, else the model. A multimodal model's parts run
+    inside its own forward, with its weights, which the folder does not hold
+    for `generate` to call: refused."""
+    if multimodal_parts(model):
+        raise Unsupported(
+            f"hfx generate: {type(model).__name__} generates from images or audio through "
+            f"{', '.join(runners)}; hfx generate runs text models"
+        )
+    if "decode" not in runners or not ({"prefill", "encoder"} & set(runners)):
+        raise Unsupported(
+            f"hfx generate: the folder's components are {', '.join(runners)}, not a "
+            "generation export's (prefill and decode): export it with "
+            "`hfx run --generation -o DIR`"
+        )
+    encoder = generated_encoder(model)
+    return {name: encoder if name == "encoder" else model for name in runners}
+
+
+def generated_ids(model, prompt, sequences):
+    """The tokens `generate` added to one prompt: after the prompt, or for an
+    encoder-decoder after the decoder's start token."""
+    start = 1 if getattr(model.config, "is_encoder_decoder", False) else prompt["input_ids"].shape[1]
+    return [int(t) for t in sequences[0, start:]]
+
+
+def tokens_of(tokenizer, ids):
+    return GeneratedTokens(
+        ids=ids,
+        pieces=[tokenizer.decode([i]) for i in ids],
+        text=tokenizer.decode(ids, skip_special_tokens=True),
+    )
+
+
+def TextSent(tokenizer, channel):
+    """A transformers `TextStreamer` that sends each finished piece of text
+    to the host instead of printing it (the prompt's tokens skipped)."""
+    from transformers import TextStreamer
+
+    class Sent(TextStreamer):
+        def on_finalized_text(self, text, stream_end=False):
+            if text:
+                channel.generated(text)
+
+    return Sent(tokenizer, skip_prompt=True, skip_special_tokens=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypedDict
 
 # The hash of the definition's canonical form; both ends check it at `hello`.
-PROTOCOL = 3707056225
+PROTOCOL = 1005528602
 
 
 @dataclass
@@ -359,6 +359,74 @@ class GenerateStep:
     max_abs: float | None
     # The logits within atol/rtol of eager's.
     ok: bool
+
+
+@dataclass
+class Generate:
+    """`generate`: text from an export folder's components, each in its
+    runtime (or from its ONNX Runtime GenAI package with GenAI's own
+    `Generator`), through transformers' `generate` loop as the generation
+    check runs them; the text is sent as it is produced (`Generated`). With
+    `compare`, the source model folder generates eagerly from the same prompt too."""
+
+    NAME: ClassVar[str] = "`generate` request"
+    # The export folder: its `config.json`, `generation_config.json` and tokenizer.
+    folder: str
+    # Each component's artifact and how it is called, as `export.json` records it.
+    components: dict[str, FolderComponent]
+    # Generate with ONNX Runtime GenAI over the folder's `genai_config.json`.
+    genai: bool
+    prompt: str
+    max_new_tokens: int
+    # Sampling instead of greedy search.
+    sampling: Sampling | None
+    # The seed of torch's (and GenAI's) random numbers, set before each generation.
+    seed: int
+    # A model folder eager transformers generates from too.
+    compare: str | None
+
+
+@dataclass
+class FolderComponent:
+    """An export folder's component: its artifact, the kwargs it was traced
+    with (in order), its input and output pytree specs (torch's JSON) and its
+    output's constant leaves (`[index, value]`), from its `export.json` metadata."""
+
+    artifact: VerifyModel
+    kwargs: list[str]
+    in_spec: str
+    out_spec: str
+    out_constants: list[Any]
+
+
+@dataclass
+class Sampling:
+    """`--sample`: temperature and top-k sampling."""
+
+    temperature: float
+    # 0: every token is a candidate.
+    top_k: int
+
+
+@dataclass
+class GenerateReply:
+    # The prompt's length in tokens.
+    prompt_tokens: int
+    # What the export generated.
+    generated: GeneratedTokens
+    # What eager transformers generated (with `compare`).
+    eager: GeneratedTokens | None
+    providers: list[str]
+    seconds: float
+
+
+@dataclass
+class GeneratedTokens:
+    """Generated tokens: their ids, each one's text alone, and the whole text."""
+
+    ids: list[int]
+    pieces: list[str]
+    text: str
 
 
 @dataclass
@@ -858,6 +926,14 @@ class Progress:
     """`{"progress": {...}}`: a step of the running request."""
 
     stage: TraceStep
+
+
+@dataclass
+class Generated:
+    """`{"generated": {...}}`: text `generate` produced since the last, during
+    a `generate` request."""
+
+    text: str
 
 
 @dataclass

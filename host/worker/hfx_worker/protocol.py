@@ -10,6 +10,7 @@ stdout:
     worker → host   {"progress": {"stage": "import"}}
     worker → host   {"patch_call": {...PatchCall}}       (during `trace` only)
     worker → host   {"weights_plan": [...]}              (during `trace`, when asked)
+    worker → host   {"generated": {"text": "..."}}        (during `generate`)
     host → worker   {"program": {...}} | {"error": "..."}  (the answer, no id)
     worker → host   {"id": 2, "result": {...TraceReply}} | {"id": 2, "error": {...PythonError}}
 
@@ -31,7 +32,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Union
 
-from .messages import PROTOCOL, PatchAnswer, PatchCall, Progress, TraceStep
+from .messages import PROTOCOL, Generated, PatchAnswer, PatchCall, Progress, TraceStep
 
 # The steps of a `trace` request, in order, as progress names them. `export`
 # runs torch.export under the reference exporter's signature, patches and
@@ -214,6 +215,11 @@ class Channel:
     def progress(self, stage):
         message = parse(Progress, {"stage": stage})
         self.write({"progress": dataclasses.asdict(message)})
+
+    def generated(self, text):
+        """`{"generated": {"text": ...}}`: text a `generate` request produced since the last."""
+        message = parse(Generated, {"text": text})
+        self.write({"generated": dataclasses.asdict(message)})
 
     def weights_plan(self, entries):
         """`{"weights_plan": [...]}`: the weights the host will write, with

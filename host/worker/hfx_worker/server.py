@@ -21,7 +21,7 @@ from . import confine, protocol
 from .calibrate import calibrate
 from .checkpoint import SideWeights
 from .errors import classify
-from .generation import capture_generation, generate_check
+from .generation import capture_generation, generate_check, generate_text
 from .import_memo import ImportStructureMemo
 from .lower import edge_program, lower
 from .messages import (
@@ -31,6 +31,7 @@ from .messages import (
     CaptureValues,
     CheckSample,
     EdgeProgram,
+    Generate,
     GenerateCheck,
     Hello,
     HelloReply,
@@ -127,6 +128,7 @@ METHODS = {
     "verify": (Verify, verify),
     "capture_generation": (CaptureGeneration, capture_generation),
     "generate_check": (GenerateCheck, generate_check),
+    "generate": (Generate, generate_text),
     "calibrate": (Calibrate, calibrate),
     "lower": (Lower, lower),
     "edge_program": (EdgeProgram, edge_program),
