@@ -14,6 +14,7 @@ mod executorch_patches;
 mod fusions;
 mod fx_fixes;
 mod generation;
+mod hub_download;
 mod install;
 mod loading;
 mod model_id;

@@ -12,6 +12,7 @@ pub mod emit;
 pub mod folder;
 pub mod genai;
 pub mod generation;
+pub mod hub_download;
 pub mod model_id;
 pub mod options;
 pub mod prewrite;
