@@ -294,12 +294,12 @@ fn a_sharded_checkpoint_downloads_its_index_and_every_shard() {
     let args = [
         "run",
         "--backend",
-        "onnx",
+        "dynamo",
         "--model-id",
         "tiny-org/sharded",
         "--verify",
         "-o",
-        "out.onnx",
+        "out.pt2",
     ];
     let printed = stdout(&hub.hfx(dir.path(), &args));
     assert!(!printed.contains("MISMATCH"), "{printed}");
@@ -311,11 +311,11 @@ fn a_sharded_checkpoint_downloads_its_index_and_every_shard() {
 
     let lost = hub.snapshot(key).join(shards[3]);
     std::fs::remove_file(&lost).unwrap();
-    std::fs::remove_file(dir.path().join("out.onnx")).unwrap();
+    std::fs::remove_file(dir.path().join("out.pt2")).unwrap();
     let printed = stdout(&hub.hfx(dir.path(), &args));
     assert!(!printed.contains("MISMATCH"), "{printed}");
     assert_eq!(hub.files_sent(&hub.requests()), [shards[3].clone()]);
-    assert!(lost.is_file() && dir.path().join("out.onnx").is_file());
+    assert!(lost.is_file() && dir.path().join("out.pt2").is_file());
     assert_no_scratch_left(dir.path());
 }
 
@@ -466,7 +466,7 @@ fn hub_errors_are_one_line_naming_the_model_and_the_fix() {
     let out = hub.hfx_with(
         dir.path(),
         &["run", "--backend", "dynamo", "--model-id", "tiny-org/tiny-llama", "-o", "out.pt2"],
-        &[("HF_ENDPOINT", &format!("http://{closed}"))],
+        &[("HF_ENDPOINT", format!("http://{closed}").as_str())],
     );
     let error = refused(&out);
     assert!(
