@@ -309,7 +309,10 @@ fn a_sharded_checkpoint_downloads_its_index_and_every_shard() {
     assert_eq!(listing(&hub.snapshot(key)), served);
     hub.requests();
 
+    // A shard that never arrived: neither its link nor its blob.
     let lost = hub.snapshot(key).join(shards[3]);
+    let blob = lost.parent().unwrap().join(std::fs::read_link(&lost).unwrap());
+    std::fs::remove_file(&blob).unwrap();
     std::fs::remove_file(&lost).unwrap();
     std::fs::remove_file(dir.path().join("out.pt2")).unwrap();
     let printed = stdout(&hub.hfx(dir.path(), &args));
@@ -319,10 +322,10 @@ fn a_sharded_checkpoint_downloads_its_index_and_every_shard() {
     assert_no_scratch_left(dir.path());
 }
 
-/// The connection dropping mid-file (after huggingface_hub's own resumes,
-/// which ask for the rest with `Range`) fails the run in one line; no part
-/// of the file is left where a run would take it; the next run downloads it
-/// and exports a model that matches eager.
+/// The connection dropping mid-file, each time huggingface_hub tries
+/// again, fails the run in one line; no part of the file is left where a run
+/// would take it; the next run downloads it and exports a model that
+/// matches eager.
 #[test]
 fn an_interrupted_download_fails_in_one_line_and_the_next_run_completes() {
     let hub = Hub::start();
@@ -338,12 +341,13 @@ fn an_interrupted_download_fails_in_one_line_and_the_next_run_completes() {
             && error.contains("run again"),
         "{error}"
     );
-    let requests = hub.requests();
-    assert!(
-        requests.iter().any(|r| r.path.ends_with("/model.safetensors")
-            && r.range.as_deref() == Some("bytes=50000-")),
-        "huggingface_hub did not resume with a range: {requests:?}"
-    );
+    // huggingface_hub tried again itself before giving up.
+    let tries = hub
+        .requests()
+        .iter()
+        .filter(|r| r.method == "GET" && r.path.ends_with("/model.safetensors"))
+        .count();
+    assert!(tries > 1, "{tries} GET(s) of model.safetensors");
     let cache = hub.home().join("hub/models--tiny-org--cut");
     assert!(!hub.snapshot(key).join("model.safetensors").exists());
     let blobs = listing(&cache.join("blobs"));
