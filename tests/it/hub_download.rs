@@ -58,7 +58,6 @@ struct Hub {
 struct Request {
     method: String,
     path: String,
-    range: Option<String>,
 }
 
 impl Hub {
