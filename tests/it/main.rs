@@ -15,6 +15,7 @@ mod fusions;
 mod fx_fixes;
 mod generate;
 mod generation;
+mod hub_download;
 mod install;
 mod loading;
 mod model_id;

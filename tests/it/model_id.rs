@@ -2,7 +2,7 @@
 //! Hugging Face cache (laid out and read back by huggingface_hub itself,
 //! `tests/python/hub_cache.py`), then traced as `--model-dir` traces its
 //! snapshot. Offline throughout: `HF_HUB_OFFLINE=1`, and hfx resolves the id
-//! without Python.
+//! without Python (downloads: `hub_download.rs`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -256,6 +256,7 @@ fn a_model_or_revision_not_in_the_cache_says_where_it_looked_and_how_to_get_it()
         .current_dir(dir.path())
         .env("HF_HOME", &hub.home)
         .env("HF_HUB_CACHE", &elsewhere)
+        .env("HF_HUB_OFFLINE", "1")
         .output()
         .unwrap();
     let error = String::from_utf8_lossy(&out.stderr);

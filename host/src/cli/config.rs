@@ -40,14 +40,17 @@ pub struct RunConfig {
     pub model: Option<String>,
     #[serde(default)]
     pub set: BTreeMap<String, toml::Value>,
-    /// ...or a local model folder, a Hub model in the local cache
-    /// (`org/name[@revision]`), or `python:module:function`.
+    /// ...or a local model folder, a Hub model (`org/name[@revision]`,
+    /// downloaded into the Hub cache if it lacks it), or `python:module:function`.
     pub model_dir: Option<PathBuf>,
     pub model_id: Option<String>,
     pub model_fn: Option<String>,
     /// Load a model folder's own modeling code (`auto_map`).
     #[serde(default)]
     pub trust_remote_code: bool,
+    /// With `model-id`: pickled weights may be downloaded and loaded (`--allow-pickle`).
+    #[serde(default)]
+    pub allow_pickle: bool,
     pub task: Option<String>,
     /// Accepted and ignored: exports are dynamic by default.
     #[serde(default)]
@@ -119,7 +122,10 @@ pub struct SandboxConfig {
 /// Merges the flags over the config file and fixes the run's options,
 /// refusing every combination the pipeline cannot carry out; with where the
 /// run's report goes (`--report`), checked now rather than after the export.
-pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)> {
+pub(super) fn merge(
+    args: RunArgs,
+    progress: crate::pipeline::Progress,
+) -> Result<(RunOptions, Option<ReportTarget>)> {
     let (config, base) = match &args.config {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -201,6 +207,7 @@ pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)>
         model.model_fn = config.model_fn.clone();
     }
     model.trust_remote_code |= config.trust_remote_code;
+    model.allow_pickle |= config.allow_pickle;
     if model.set.is_empty() {
         model.set = config
             .set
@@ -237,7 +244,9 @@ pub(super) fn merge(args: RunArgs) -> Result<(RunOptions, Option<ReportTarget>)>
     model.generate_steps = model.generate_steps.or(config.generate_steps);
     model.device = model.device.or(config.device.clone());
     model.dtype = model.dtype.or(config.dtype.clone());
-    let trace = model.request()?;
+    // A `--model-id` the Hub cache lacks is downloaded with the worker's Python.
+    let python = crate::plugins::loading::SetOptions::python_for(set.python.as_deref());
+    let trace = model.request(&python, progress)?;
     // A Hub model was resolved offline; the worker that loads it stays offline too.
     let offline = trace.as_ref().is_some_and(|(_, hub)| hub.is_some());
     // The deadline of a worker request: the trace's, ExecuTorch's lowering's, and verification's.

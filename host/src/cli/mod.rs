@@ -401,11 +401,16 @@ pub struct ModelArgs {
     /// A local Hugging Face model folder (config.json + weights); the class is the one in `architectures`.
     #[arg(long, conflicts_with = "model_fn")]
     pub model_dir: Option<PathBuf>,
-    /// A Hugging Face Hub model in the local cache, `org/name` or `org/name@revision` (a branch, tag or
-    /// commit hash; default main), loaded from its snapshot as --model-dir loads a folder. Read offline
-    /// from `$HF_HUB_CACHE`, else `$HF_HOME/hub`, else `~/.cache/huggingface/hub`.
+    /// A Hugging Face Hub model, `org/name` or `org/name@revision` (a branch, tag or commit hash;
+    /// default main), loaded from its snapshot in the Hub cache as --model-dir loads a folder (`$HF_HUB_CACHE`,
+    /// else `$HF_HOME/hub`, else `~/.cache/huggingface/hub`). What the cache lacks is downloaded first
+    /// (config, generation config, tokenizer, safetensors), unless HF_HUB_OFFLINE is set.
     #[arg(long, conflicts_with_all = ["model", "model_dir", "model_fn"])]
     pub model_id: Option<String>,
+    /// With --model-id: download and load pickled weights (`pytorch_model.bin`) when the model has no
+    /// safetensors. Loading a pickle can run code.
+    #[arg(long)]
+    pub allow_pickle: bool,
     /// Load a model folder's own modeling code (`auto_map` in its config.json), which runs in the trace worker.
     #[arg(long)]
     pub trust_remote_code: bool,
@@ -518,16 +523,21 @@ impl ModelArgs {
             ("--device", self.device.is_some()),
             ("--dtype", self.dtype.is_some()),
             ("--trust-remote-code", self.trust_remote_code),
+            ("--allow-pickle", self.allow_pickle),
             ("--generation", self.generation),
         ];
         given.iter().filter(|(_, given)| *given).map(|(flag, _)| *flag).collect()
     }
 
-    /// The model to trace, and the Hub model `--model-id` resolved to.
+    /// The model to trace, and the Hub model `--model-id` resolved to
+    /// (downloaded with `python`, if the cache lacks it).
     fn request(
         &self,
+        python: &str,
+        progress: crate::pipeline::Progress,
     ) -> Result<Option<(crate::trace::TraceRequest, Option<crate::pipeline::model_id::HubModel>)>>
     {
+        use crate::pipeline::hub_download::{self, Download};
         use crate::pipeline::model_id::{self, HubCache, ModelId};
         use crate::trace::{ModelSource, TraceRequest};
         // clap refuses two of these as flags; a config file can still name two.
@@ -554,6 +564,9 @@ impl ModelArgs {
             _ => {}
         }
         let trust_remote_code = self.trust_remote_code;
+        if self.allow_pickle && self.model_id.is_none() {
+            bail!("--allow-pickle lets --model-id download and load pickled weights (`pytorch_model.bin`): it applies to --model-id only");
+        }
         let mut hub = None;
         let source = match (&self.model, &self.model_dir, &self.model_id, &self.model_fn) {
             (Some(name), ..) => {
@@ -579,7 +592,12 @@ impl ModelArgs {
             }
             (_, _, Some(id), _) => {
                 let id = ModelId::parse(id)?;
-                let resolved = model_id::resolve(&id, &HubCache::from_env()?)?;
+                let how = Download {
+                    python: python.to_string(),
+                    allow_pickle: self.allow_pickle,
+                    trust_remote_code,
+                };
+                let resolved = hub_download::fetch(&id, &HubCache::from_env()?, &how, progress)?;
                 model_id::check_remote_code(
                     &resolved.snapshot,
                     &format!("--model-id {id}"),
@@ -904,7 +922,7 @@ fn generate(args: GenerateArgs) -> Result<()> {
 
 /// `hfx run`: options fixed once, the pipeline, then its summary (and report).
 fn run_export(args: RunArgs, verbose: u8, progress: crate::pipeline::Progress) -> Result<()> {
-    let (options, report) = config::merge(args)?;
+    let (options, report) = config::merge(args, progress)?;
     let summaries = crate::pipeline::run(options, progress);
     crate::pipeline::progress::finish();
     let summaries = match summaries {
@@ -951,7 +969,7 @@ fn capture(mut args: CaptureArgs, progress: crate::pipeline::Progress) -> Result
         // A program is captured before any backend's stage: any backend will do.
         args.run.backend = vec![Backend::Dynamo];
     }
-    let (options, report) = config::merge(args.run)?;
+    let (options, report) = config::merge(args.run, progress)?;
     if report.is_some() {
         bail!("capture writes the case (--case FILE): drop --report");
     }

@@ -13,6 +13,7 @@ pub mod folder;
 pub mod genai;
 pub mod generate;
 pub mod generation;
+pub mod hub_download;
 pub mod model_id;
 pub mod options;
 pub mod prewrite;

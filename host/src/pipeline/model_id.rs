@@ -10,11 +10,14 @@
 //!     └── blobs/
 //! ```
 //!
-//! Resolution reads the cache and nothing else: no Python, no network. A
+//! Resolution reads the cache and nothing else: no Python, no network
+//! (`hub_download.rs` fetches what is missing, then resolves again). A
 //! model that is not there is one line saying where hfx looked and how to
 //! get it there. Every path component built from the id is checked first
 //! (ids as huggingface_hub's `validate_repo_id` takes them, revisions as git
-//! names branches), so none can lead out of the cache folder.
+//! names branches), so none can lead out of the cache folder. A snapshot
+//! counts as there only when whole: its `config.json`, and its weights (each
+//! shard its index names); pickled weights only with `--allow-pickle`.
 //!
 //! Also here, since `--model-dir` and `--model-id` share it: a model folder
 //! whose `config.json` names its own modeling code (`auto_map`) is loaded
@@ -41,13 +44,13 @@ const MAX_REF_BYTES: u64 = 4096;
 /// `config.json`s are kilobytes; the largest (vocabularies inlined) a few MiB.
 const MAX_CONFIG_BYTES: u64 = 16 << 20;
 
-/// The files transformers' `from_pretrained` takes a model's weights from.
-const WEIGHT_FILES: &[&str] = &[
-    "model.safetensors",
-    "model.safetensors.index.json",
-    "pytorch_model.bin",
-    "pytorch_model.bin.index.json",
-];
+/// The files transformers' `from_pretrained` takes a model's weights from,
+/// each an index of shards or a single file, in the order it prefers them.
+const SAFETENSORS: [&str; 2] = ["model.safetensors.index.json", "model.safetensors"];
+const PICKLES: [&str; 2] = ["pytorch_model.bin.index.json", "pytorch_model.bin"];
+
+/// An index names its shards; the largest real ones are a few MiB.
+const MAX_INDEX_BYTES: u64 = 64 << 20;
 
 /// `org/name[@revision]` as the user wrote it, checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -254,15 +257,38 @@ pub struct Resolved {
     pub snapshot: PathBuf,
 }
 
-/// Finds `id` in `cache`: the revision's commit (from `refs/`, or the
+/// What the cache holds of a model.
+#[derive(Debug)]
+pub enum Lookup {
+    /// The snapshot, whole.
+    Found(Resolved),
+    /// Not there, or only in part: one line saying what is missing and how to get it.
+    Missing(anyhow::Error),
+}
+
+/// Finds `id` in `cache` (see [`lookup`]); what is missing is the error.
+pub fn resolve(id: &ModelId, cache: &HubCache, allow_pickle: bool) -> Result<Resolved> {
+    match lookup(id, cache, allow_pickle)? {
+        Lookup::Found(resolved) => Ok(resolved),
+        Lookup::Missing(why) => Err(why),
+    }
+}
+
+/// Looks `id` up in `cache`: the revision's commit (from `refs/`, or the
 /// revision itself if it is a commit hash) and its snapshot, which must hold
-/// a `config.json` and weights.
-pub fn resolve(id: &ModelId, cache: &HubCache) -> Result<Resolved> {
+/// a `config.json` and weights (every shard an index names), safetensors
+/// unless `allow_pickle`. A cache that is damaged (a ref that is not a
+/// commit, an index that is not one) or holds only pickled weights is an
+/// error, not [`Lookup::Missing`]: downloading would not change it.
+pub fn lookup(id: &ModelId, cache: &HubCache, allow_pickle: bool) -> Result<Lookup> {
+    macro_rules! missing {
+        ($($arg:tt)*) => { return Ok(Lookup::Missing(anyhow::anyhow!($($arg)*))) };
+    }
     let folder = cache.root.join(id.folder_name());
     if !folder.is_dir() {
-        bail!(
-            "--model-id {id}: not in the local Hugging Face cache (no {}; the cache is {}): fetch it on a machine with the Hub \
-             (`{}`) and copy that cache here, or point HF_HOME (or HF_HUB_CACHE) at a cache that holds it",
+        missing!(
+            "--model-id {id}: not in the local Hugging Face cache (no {}; the cache is {}): let hfx download it (unset HF_HUB_OFFLINE), \
+             or fetch it on a machine with the Hub (`{}`) and copy that cache here, or point HF_HOME (or HF_HUB_CACHE) at a cache that holds it",
             folder.display(),
             cache.from,
             id.download_command()
@@ -275,7 +301,7 @@ pub fn resolve(id: &ModelId, cache: &HubCache) -> Result<Resolved> {
         // `revision` passed `check_revision`: its parts stay below `refs/`.
         let reference = folder.join("refs").join(revision);
         if !reference.is_file() {
-            bail!(
+            missing!(
                 "--model-id {id}: the cache holds no revision `{revision}` of {} (no {}; cached: {}): fetch it (`{}`)",
                 id.repo,
                 reference.display(),
@@ -301,7 +327,7 @@ pub fn resolve(id: &ModelId, cache: &HubCache) -> Result<Resolved> {
     if !snapshot.is_dir() {
         let named =
             if commit == revision { String::new() } else { format!(" (refs/{revision} names it)") };
-        bail!(
+        missing!(
             "--model-id {id}: the cache holds no files of commit {commit}{named} (no {}): fetch them (`{}`)",
             snapshot.display(),
             id.download_command()
@@ -309,21 +335,94 @@ pub fn resolve(id: &ModelId, cache: &HubCache) -> Result<Resolved> {
     }
     // A link into blobs/ whose blob is gone does not count: `is_file` follows it.
     if !snapshot.join("config.json").is_file() {
-        bail!("--model-id {id}: {} holds no config.json: the download was partial; fetch it again (`{}`)", snapshot.display(), id.download_command());
+        missing!("--model-id {id}: {} holds no config.json: the download was partial; fetch it again (`{}`)", snapshot.display(), id.download_command());
     }
-    if !WEIGHT_FILES.iter().any(|f| snapshot.join(f).is_file()) {
-        bail!(
-            "--model-id {id}: {} holds no weights ({}): the download was partial; fetch it again (`{}`)",
+    let found = match weights(&snapshot, &SAFETENSORS)? {
+        Weights::Absent => {
+            let pickled = weights(&snapshot, &PICKLES)?;
+            if pickled != Weights::Absent && !allow_pickle {
+                bail!(
+                    "--model-id {id}: {} holds only pickled weights ({}), and a pickle runs code when loaded: \
+                     add --allow-pickle if you trust it, or name a revision with model.safetensors",
+                    snapshot.display(),
+                    PICKLES.join(", ")
+                )
+            }
+            pickled
+        }
+        safetensors => safetensors,
+    };
+    match found {
+        Weights::Whole => {}
+        Weights::Shard(shard) => missing!(
+            "--model-id {id}: {} lacks the shard {shard} its index names: the download was partial; fetch it again (`{}`)",
             snapshot.display(),
-            WEIGHT_FILES.join(", "),
             id.download_command()
-        );
+        ),
+        Weights::Absent => {
+            let kinds = if allow_pickle { [SAFETENSORS, PICKLES].concat() } else { SAFETENSORS.to_vec() };
+            missing!(
+                "--model-id {id}: {} holds no weights ({}): the download was partial; fetch it again (`{}`)",
+                snapshot.display(),
+                kinds.join(", "),
+                id.download_command()
+            )
+        }
     }
     let snapshot = snapshot.canonicalize().with_context(|| format!("{}", snapshot.display()))?;
-    Ok(Resolved {
+    Ok(Lookup::Found(Resolved {
         model: HubModel { id: id.repo.clone(), revision: revision.to_string(), commit },
         snapshot,
-    })
+    }))
+}
+
+/// What a snapshot holds of one kind of weights.
+#[derive(Debug, PartialEq, Eq)]
+enum Weights {
+    /// The single file, or the index and every shard it names.
+    Whole,
+    /// The index, but not this shard of it.
+    Shard(String),
+    /// Neither the index nor the single file.
+    Absent,
+}
+
+/// Whether `snapshot` holds the weights of `[index, single]`: an index
+/// counts only with each shard it names (plain file names beside it; any
+/// other name is refused, so no path is built from one).
+fn weights(snapshot: &Path, [index, single]: &[&str; 2]) -> Result<Weights> {
+    let index_path = snapshot.join(index);
+    if index_path.is_file() {
+        let text = crate::input::read_to_string_bounded(&index_path, MAX_INDEX_BYTES)?;
+        let value: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("{}: not JSON: {e}", index_path.display()))?;
+        let Some(map) = value.get("weight_map").and_then(|m| m.as_object()) else {
+            bail!("{}: no `weight_map` object: not a checkpoint index", index_path.display());
+        };
+        let mut shards: Vec<&str> = Vec::new();
+        for shard in map.values() {
+            let plain = shard.as_str().filter(|s| {
+                !s.is_empty()
+                    && !s.starts_with('.')
+                    && s.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+            });
+            let Some(shard) = plain else {
+                bail!(
+                    "{}: names the shard {shard}, not a file name beside it: the checkpoint index is not one hfx reads",
+                    index_path.display()
+                );
+            };
+            if !shards.contains(&shard) {
+                shards.push(shard);
+            }
+        }
+        return Ok(match shards.iter().find(|s| !snapshot.join(s).is_file()) {
+            Some(shard) => Weights::Shard(shard.to_string()),
+            None => Weights::Whole,
+        });
+    }
+    Ok(if snapshot.join(single).is_file() { Weights::Whole } else { Weights::Absent })
 }
 
 /// The revision names under `refs/` (branches and tags; `refs/pr/1` nested),

@@ -81,6 +81,17 @@ impl Progress {
             }
         }
     }
+
+    /// How far the live step has got (`stage: what`), redrawn in place on a
+    /// terminal; nothing elsewhere, where each step is one line.
+    pub fn status(&self, what: &str) {
+        if self.display == Display::Live {
+            let live = LIVE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if let Some(bar) = live.as_ref() {
+                bar.set_message(what.to_string());
+            }
+        }
+    }
 }
 
 /// `⠋ [  12.3 s] stage: what  (4.2 s)`: the run's time when the step

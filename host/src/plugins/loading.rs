@@ -97,8 +97,13 @@ impl SetOptions {
     /// `.venv/bin/python`, else that of the checkout this hfx was built in
     /// (so a checkout's hfx works from any folder), else `python3`.
     pub fn python(&self) -> String {
-        if let Some(p) = &self.python {
-            return p.clone();
+        Self::python_for(self.python.as_deref())
+    }
+
+    /// [`SetOptions::python`] when `--python` is `given`.
+    pub fn python_for(given: Option<&str>) -> String {
+        if let Some(p) = given {
+            return p.to_string();
         }
         if let Some(p) = std::env::var_os("HFX_PYTHON") {
             return p.to_string_lossy().into_owned();
