@@ -234,7 +234,8 @@ fn compare_folder(compare: &Compare, folder: &GenerationFolder) -> Result<Option
             };
             let id = super::model_id::ModelId::parse(&format!("{id}@{commit}"))?;
             let cache = super::model_id::HubCache::from_env()?;
-            Ok(Some(super::model_id::resolve(&id, &cache)?.snapshot))
+            // Pickled weights are not loaded for a comparison: a snapshot without safetensors is refused.
+            Ok(Some(super::model_id::resolve(&id, &cache, false)?.snapshot))
         }
     }
 }
