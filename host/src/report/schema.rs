@@ -465,6 +465,7 @@ fn component(c: &Component, written: &Path) -> ComponentReport {
                 VerifyModel::Onnx { path } => ("onnx", path),
                 VerifyModel::Pt2 { path } => ("pt2", path),
                 VerifyModel::Pte { path, .. } => ("pte", path),
+                VerifyModel::Openvino { path } => ("openvino", path),
             };
             ArtifactReport { format: format.into(), path: display(&final_path(path, written)) }
         }),
