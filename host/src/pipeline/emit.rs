@@ -256,6 +256,12 @@ pub fn openvino(
         .worker
         .request(&request, conversion.deadline)
         .context("converting to OpenVINO IR")?;
+    tracing::info!(
+        "OpenVINO: {} ops, read and transformed in {:.2} s, saved in {:.2} s",
+        reply.ops,
+        reply.convert_seconds,
+        reply.save_seconds
+    );
     let bin = output.with_extension("bin");
     crate::atomic::move_into_place(&xml.with_extension("bin"), &bin)
         .with_context(|| format!("writing {}", bin.display()))?;

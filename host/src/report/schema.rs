@@ -109,7 +109,7 @@ pub struct ComponentReport {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ArtifactReport {
-    /// `onnx`, `pt2` or `pte`.
+    /// `onnx`, `pt2`, `pte` or `openvino` (the `.xml`, its `.bin` beside it).
     pub format: String,
     pub path: String,
 }
