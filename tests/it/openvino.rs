@@ -64,7 +64,7 @@ fn layer_types(xml: &Path) -> Vec<String> {
 fn an_export_folder_runs_in_the_reference_runtime(mode: &str, sizes: usize) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join(format!("llama{mode}"));
-    let stdout = export(dir.path(), &Path::new(&format!("{}/", out.display())), &[mode]);
+    let stdout = export(dir.path(), Path::new(&format!("{}/", out.display())), &[mode]);
     assert_eq!(checked_sizes(&stdout), sizes, "{mode}: sizes verified:\n{stdout}");
     let xml = out.join("openvino_model.xml");
     assert!(out.join("openvino_model.bin").is_file() && xml.is_file(), "{stdout}");

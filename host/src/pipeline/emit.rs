@@ -123,7 +123,6 @@ pub struct OnnxEmitted {
 /// model, constants known), then the model, written atomically to `target`.
 /// The plugins are `backend`'s: the ONNX backend's, or for OpenVINO theirs
 /// and its own (a translation of its own overrides theirs).
-#[allow(clippy::too_many_arguments)]
 pub fn onnx(
     cx: EmitContext,
     backend: Backend,
