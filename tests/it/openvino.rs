@@ -2,7 +2,7 @@
 //! tiny random model, runs the ONNX backend's stages (the dynamo and onnx
 //! plugins serve OpenVINO), writes the ONNX model into scratch, and the
 //! worker converts it with OpenVINO's ONNX frontend into `openvino_model.xml`
-//! + `.bin`; `--verify` runs the IR on OpenVINO's CPU plugin against eager
+//! and `.bin`; `--verify` runs the IR on OpenVINO's CPU plugin against eager
 //! PyTorch (a dynamic export at a second size too). The export folder is
 //! loaded and run by the reference's `ExportedModel.from_pretrained`.
 

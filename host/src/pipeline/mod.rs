@@ -1110,6 +1110,7 @@ mod tests {
         let backend = match &artifact {
             Artifact::Pt2 | Artifact::IrJson => Backend::Dynamo,
             Artifact::Onnx(_) => Backend::Onnx,
+            Artifact::Openvino(_) => Backend::Openvino,
             Artifact::Pte(PteOptions { lowering: Pte::Portable, .. }) => Backend::Executorch,
             Artifact::Pte(PteOptions { lowering: Pte::Delegated(_), .. }) => {
                 Backend::ExecutorchXnnpack
