@@ -20,6 +20,7 @@ mod install;
 mod loading;
 mod model_id;
 mod onnx;
+mod openvino;
 mod parity;
 mod patches;
 mod plugin_kinds;

@@ -1,13 +1,18 @@
 """Loads an hfx export folder with the reference runtime and checks it.
 
-    python check_folder.py FOLDER REFERENCE.pt ATOL
+    python check_folder.py FOLDER REFERENCE.pt ATOL [RUNNER_KWARGS_JSON]
 
 `transformers.exporters.ExportedModel.from_pretrained(FOLDER)` (transformers
 5.24, unchanged) loads the export and runs it on the recorded inputs; its
 outputs are the model's own output type (a `ModelOutput`, its cache included)
-and match the recorded eager outputs within ATOL.
+and match the recorded eager outputs within ATOL. RUNNER_KWARGS_JSON goes to
+`from_pretrained` as the runner's keyword arguments (an OpenVINO folder's
+`{"device": "cpu", "config": {"INFERENCE_PRECISION_HINT": "f32"}}`: OpenVINO
+2026.3 does not apply the precision the IR records, and its CPU plugin runs
+in bfloat16 where the CPU has it).
 """
 
+import json
 import os
 import sys
 
@@ -21,10 +26,12 @@ sys.path.insert(
 from hfx_worker import pytree  # noqa: E402
 
 
-def main(folder, reference, atol):
+def main(folder, reference, atol, runner_kwargs="{}"):
     atol = float(atol)
     ref = torch.load(reference)
-    exported = ExportedModel.from_pretrained(folder, trust_remote_code=True)
+    exported = ExportedModel.from_pretrained(
+        folder, trust_remote_code=True, **json.loads(runner_kwargs)
+    )
     outputs = exported(**ref["inputs"])
     if not isinstance(outputs, ModelOutput):
         raise SystemExit(

@@ -381,7 +381,7 @@ pub(super) fn merge(
             bail!("--backend onnx --dtype bfloat16 --verify: ONNX Runtime's CPU provider has no bfloat16 kernels to run the model in: verify with --dtype float32 (or float16), or drop --verify");
         }
         match (&source, &artifact) {
-            (Source::IrJson(_), Artifact::Onnx(_)) => {
+            (Source::IrJson(_), Artifact::Onnx(_) | Artifact::Openvino(_)) => {
                 bail!("ONNX is emitted from a .pt2 (its weights), not from IR JSON")
             }
             (Source::IrJson(_), Artifact::Pt2) => {
@@ -422,8 +422,12 @@ fn target(
             Some("json") => Artifact::IrJson,
             Some("onnx") if backend == Backend::Onnx => onnx(external_data),
             Some("onnx") => bail!("a .onnx output needs --backend onnx"),
+            Some("xml") => openvino(backend, source, onnx)?,
             Some("pte") => pte(backend, memory)?,
-            _ => bail!("{}: the output must end in .pt2, .onnx or .json", output.display()),
+            _ => bail!(
+                "{}: the output must end in .pt2, .onnx, .pte, .xml or .json",
+                output.display()
+            ),
         };
         if matches!(&source, Source::Trace(t) if t.request.generation.is_some()) {
             bail!("--generation writes an export folder, one file per component: give -o a folder (-o {}/)", output.with_extension("").display());
@@ -440,6 +444,7 @@ fn target(
             Backend::Executorch | Backend::ExecutorchXnnpack | Backend::ExecutorchCuda => {
                 pte(backend, memory)?
             }
+            Backend::Openvino => openvino(backend, source, onnx)?,
         };
         if let Source::Trace(t) = &source {
             if t.request.generation.as_ref().is_some_and(|g| g.genai) && backend != Backend::Onnx {
@@ -466,6 +471,30 @@ fn target(
         }
         (artifact, Destination::Folder(output))
     })
+}
+
+/// An OpenVINO IR: the model hfx's ONNX stages write (its weights in an
+/// external data file, which OpenVINO's frontend maps rather than copies),
+/// converted by OpenVINO in the worker. What this backend does not write yet
+/// is refused before any work.
+fn openvino(
+    backend: Backend,
+    source: &Source,
+    onnx: &impl Fn(bool) -> Artifact,
+) -> Result<Artifact> {
+    if backend != Backend::Openvino {
+        bail!("a .xml output (OpenVINO IR) needs --backend openvino, not {backend}");
+    }
+    if let Source::Trace(t) = source {
+        if t.request.generation.is_some() {
+            bail!("--generation --backend openvino: the prefill/decode components and OpenVINO's stateful KV cache are not written yet; export the model without --generation");
+        }
+        if t.request.dtype != "float32" {
+            bail!("--dtype {} --backend openvino: the IR is written in float32 only for now; drop --dtype", t.request.dtype);
+        }
+    }
+    let Artifact::Onnx(options) = onnx(true) else { unreachable!("`onnx` makes an ONNX artifact") };
+    Ok(Artifact::Openvino(options))
 }
 
 /// The `.pte` of an ExecuTorch backend: portable (hfx's native emitter), or

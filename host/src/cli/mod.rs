@@ -804,7 +804,7 @@ fn parse_delegate(s: &str) -> Result<crate::trace::protocol::Delegate, String> {
 fn parse_backend(s: &str) -> Result<Backend, String> {
     toml::Value::String(s.to_string()).try_into::<Backend>().map_err(|_| {
         format!(
-            "unknown backend `{s}` (dynamo, onnx, executorch, executorch.xnnpack, executorch.cuda)"
+            "unknown backend `{s}` (dynamo, onnx, executorch, executorch.xnnpack, executorch.cuda, openvino)"
         )
     })
 }

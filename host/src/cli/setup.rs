@@ -206,7 +206,7 @@ mod tests {
     #[test]
     fn the_pins_are_read_from_both_requirement_files() {
         let pins = super::pinned();
-        for package in ["torch", "transformers", "onnx", "onnxruntime", "executorch"] {
+        for package in ["torch", "transformers", "onnx", "onnxruntime", "executorch", "openvino"] {
             assert!(pins.iter().any(|(p, v)| p == package && !v.is_empty()), "{package}: {pins:?}");
         }
     }

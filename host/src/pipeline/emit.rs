@@ -19,7 +19,7 @@ use crate::plugins::loading::LoadedSet;
 use crate::plugins::{kind, Backend};
 use crate::stages::onnx_translation::{ProgramSource, TranslationError};
 use crate::stages::{self, onnx_ir_fix, onnx_translation, OnPluginError, StageReport};
-use crate::trace::protocol::{Delegate, EdgeProgram, Lower, MemoryPlanning};
+use crate::trace::protocol::{ConvertOpenvino, Delegate, EdgeProgram, Lower, MemoryPlanning};
 use crate::trace::Worker;
 
 /// What an emission that runs plugins runs them with.
@@ -121,8 +121,11 @@ pub struct OnnxEmitted {
 
 /// The translations, the generic passes, the IR fixes (on the optimized
 /// model, constants known), then the model, written atomically to `target`.
+/// The plugins are `backend`'s: the ONNX backend's, or for OpenVINO theirs
+/// and its own (a translation of its own overrides theirs).
 pub fn onnx(
     cx: EmitContext,
+    backend: Backend,
     pt2: &Pt2,
     graph: &mut Graph,
     options: &OnnxOptions,
@@ -140,7 +143,7 @@ pub fn onnx(
     let output_names =
         crate::onnx::inputs::output_names(program, &input.input_names, &input.output_names);
     progress.step("onnx", "translations");
-    let translations = stages::select::<kind::OnnxTranslation>(&loaded.set.plugins, Backend::Onnx);
+    let translations = stages::select::<kind::OnnxTranslation>(&loaded.set.plugins, backend);
     let (builder, translated) =
         onnx_translation::run(&loaded.runtime, &translations, graph, &roles, options.opset)
             .map_err(|mut e| {
@@ -167,7 +170,7 @@ pub fn onnx(
         )
     });
     progress.step("onnx", "IR fixes");
-    let ir_fixes = stages::select::<kind::OnnxIrFix>(&loaded.set.plugins, Backend::Onnx);
+    let ir_fixes = stages::select::<kind::OnnxIrFix>(&loaded.set.plugins, backend);
     let types =
         onnx_ir_fix::traced_types(graph, &builder.value_names, &emit::dim_names(graph, &roles));
     let fixed = onnx_ir_fix::run_on_lowered(
@@ -232,6 +235,38 @@ pub fn pte_delegated(
     crate::atomic::move_into_place(&pte, output)
         .with_context(|| format!("writing {}", output.display()))?;
     Ok(Lowered::Delegated(reply))
+}
+
+/// An OpenVINO IR: the ONNX model at `onnx` (which hfx's ONNX stages wrote)
+/// read by OpenVINO's ONNX frontend in the worker and saved into the
+/// scratch folder; the weights, then the graph, then move to `output`
+/// (`.xml`) and the `.bin` beside it.
+pub fn openvino(
+    progress: Progress,
+    conversion: Lowering,
+    onnx: &Path,
+    output: &Path,
+) -> Result<crate::trace::protocol::ConvertOpenvinoReply> {
+    progress.step("convert", "OpenVINO's ONNX frontend, to IR");
+    let xml = conversion.work.join("openvino_model.xml");
+    let request =
+        ConvertOpenvino { model: onnx.to_path_buf(), output: xml.clone(), precision: "f32".into() };
+    let reply = conversion
+        .worker
+        .request(&request, conversion.deadline)
+        .context("converting to OpenVINO IR")?;
+    tracing::info!(
+        "OpenVINO: {} ops, read and transformed in {:.2} s, saved in {:.2} s",
+        reply.ops,
+        reply.convert_seconds,
+        reply.save_seconds
+    );
+    let bin = output.with_extension("bin");
+    crate::atomic::move_into_place(&xml.with_extension("bin"), &bin)
+        .with_context(|| format!("writing {}", bin.display()))?;
+    crate::atomic::move_into_place(&xml, output)
+        .with_context(|| format!("writing {}", output.display()))?;
+    Ok(reply)
 }
 
 /// A portable `.pte`: ExecuTorch's edge decomposition of `program` in the

@@ -36,6 +36,8 @@ const FOLDER_COMPONENTS: &[&str] = &[
     "lm_head",
 ];
 const FOLDER_FILES: &[&str] = &[".onnx", ".onnx.data", ".pt2", ".pte", ".reference.pt"];
+/// An OpenVINO component's files carry the reference's prefix: `openvino_model.xml`, its `.bin`.
+const OPENVINO_FILES: &[&str] = &[".xml", ".bin", ".reference.pt"];
 
 pub struct ExportFolder {
     dir: PathBuf,
@@ -78,6 +80,7 @@ impl ExportFolder {
         let versions = &set.upstream;
         let (format, required): (&str, &[&str]) = match artifact {
             Artifact::Onnx(_) => ("onnx", &["torch", "onnx", "onnxscript"]),
+            Artifact::Openvino(_) => ("openvino", &["torch", "openvino"]),
             Artifact::Pte(_) => ("executorch", &["torch", "executorch"]),
             Artifact::Pt2 | Artifact::IrJson => ("dynamo", &["torch"]),
         };
@@ -105,6 +108,11 @@ impl ExportFolder {
                 config["alloc_graph_input"] = json!(pte.memory.graph_inputs);
                 config["alloc_graph_output"] = json!(pte.memory.graph_outputs);
                 config["alloc_mutable_buffers"] = json!(pte.memory.mutable_buffers);
+            }
+            // The reference's `OpenVINOConfig` fields: float32 weights, the KV cache as inputs and outputs.
+            Artifact::Openvino(_) => {
+                config["compress_to_fp16"] = json!(false);
+                config["stateful"] = json!(false);
             }
             Artifact::Pt2 | Artifact::IrJson => {}
         }
@@ -166,7 +174,10 @@ impl ExportFolder {
         // inline, or as a GenAI package): the files hfx names that this export did not write go.
         let files = FOLDER_COMPONENTS
             .iter()
-            .flat_map(|c| FOLDER_FILES.iter().map(move |f| format!("{c}{f}")))
+            .flat_map(|c| {
+                let openvino = OPENVINO_FILES.iter().map(move |f| format!("openvino_{c}{f}"));
+                FOLDER_FILES.iter().map(move |f| format!("{c}{f}")).chain(openvino)
+            })
             .chain([crate::onnx::external::SHARED_DATA.to_string(), super::genai::CONFIG.into()]);
         for stale in
             files.filter(|f| !written.iter().any(|w| w.as_os_str() == std::ffi::OsStr::new(f)))

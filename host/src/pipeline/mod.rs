@@ -796,15 +796,20 @@ impl Staged {
         &self.path
     }
 
-    /// Moves the staged artifact, and its ONNX external data if any, to
+    /// Moves the staged artifact, and its ONNX external data or OpenVINO
+    /// weights if any (first: the model never lands without them), to
     /// `output` (where it was written already, unless staged in a scratch folder).
     fn move_into_place(&self, output: &Path) -> Result<()> {
         if self.scratch.is_none() {
             return Ok(());
         }
-        let data = crate::onnx::external::data_file(&self.path);
+        let companion = |model: &Path| match model.extension() {
+            Some(e) if e == "xml" => model.with_extension("bin"),
+            _ => crate::onnx::external::data_file(model),
+        };
+        let data = companion(&self.path);
         if data.exists() {
-            let to = crate::onnx::external::data_file(output);
+            let to = companion(output);
             crate::atomic::move_into_place(&data, &to)
                 .with_context(|| format!("writing {}", to.display()))?;
         }
@@ -857,21 +862,8 @@ fn emit_artifact(
             Some(verify::Runtime::Pt2)
         }
         (Artifact::Onnx(onnx), Program::Archive { pt2, graph }) => {
-            let input = match job.input.traced() {
-                Some(traced) => emit::OnnxInput {
-                    source: ProgramSource::Traced,
-                    input_names: traced.input_names.clone(),
-                    output_names: traced.output_names.clone(),
-                    prewritten: traced.prewritten(ArtifactPrewriter::onnx_data),
-                },
-                None => emit::OnnxInput {
-                    source: ProgramSource::Saved,
-                    input_names: Vec::new(),
-                    output_names: Vec::new(),
-                    prewritten: None,
-                },
-            };
-            let onnx = emit::onnx(run.emitting(), pt2, graph, onnx, input, staged)?;
+            let input = onnx_input(job);
+            let onnx = emit::onnx(run.emitting(), Backend::Onnx, pt2, graph, onnx, input, staged)?;
             if let (true, Some(node)) = (run.options.verify, &onnx.cpu_unrunnable) {
                 bail!("--verify runs the model in ONNX Runtime's CPU provider, which cannot run its {node}: drop --verify (the model is for another provider), or verify it exported for the CPU (`--ort-fusions cpu`)");
             }
@@ -880,6 +872,30 @@ fn emit_artifact(
             emitted.weights_prewritten = onnx.weights_prewritten;
             let quantized = emitted.optimized.as_ref().and_then(|(o, _)| o.quantized.applied());
             Some(verify::Runtime::Onnx { quantized })
+        }
+        (Artifact::Openvino(options), Program::Archive { pt2, graph }) => {
+            // The ONNX model OpenVINO reads is scratch: only the IR lands.
+            let work = Scratch::beside(job.output, "openvino")?;
+            let onnx_path = work.path().join(Artifact::Onnx(options.clone()).folder_file(MODEL));
+            let input = onnx_input(job);
+            let onnx = emit::onnx(
+                run.emitting(),
+                Backend::Openvino,
+                pt2,
+                graph,
+                options,
+                input,
+                &onnx_path,
+            )?;
+            emitted.stages = onnx.stages;
+            emitted.optimized = onnx.optimized.map(|o| (o, onnx.nodes));
+            let conversion = emit::Lowering {
+                worker: run.worker(worker)?,
+                deadline: run.options.verify_deadline,
+                work: work.path(),
+            };
+            emit::openvino(run.progress, conversion, &onnx_path, staged)?;
+            Some(verify::Runtime::Openvino)
         }
         (Artifact::Pte(pte), Program::Archive { pt2, graph }) => {
             // ExecuTorch lowers the program after hfx's FX stages, as a `.pt2`:
@@ -928,11 +944,33 @@ fn emit_artifact(
             let quantized = eager_quantized(&run.options.source);
             Some(verify::Runtime::Executorch { in_spec, quantized })
         }
-        (Artifact::Pt2 | Artifact::Onnx(_) | Artifact::Pte(_), Program::IrJson { .. }) => {
+        (
+            Artifact::Pt2 | Artifact::Onnx(_) | Artifact::Pte(_) | Artifact::Openvino(_),
+            Program::IrJson { .. },
+        ) => {
             bail!("a graph read from JSON can only be written as JSON (-o OUT.json)")
         }
     };
     Ok(emitted)
+}
+
+/// What the ONNX emission of `job` takes from its input: the traced names
+/// and the weights written while the worker traced, or a saved program's own.
+fn onnx_input(job: &Job) -> emit::OnnxInput {
+    match job.input.traced() {
+        Some(traced) => emit::OnnxInput {
+            source: ProgramSource::Traced,
+            input_names: traced.input_names.clone(),
+            output_names: traced.output_names.clone(),
+            prewritten: traced.prewritten(ArtifactPrewriter::onnx_data),
+        },
+        None => emit::OnnxInput {
+            source: ProgramSource::Saved,
+            input_names: Vec::new(),
+            output_names: Vec::new(),
+            prewritten: None,
+        },
+    }
 }
 
 /// The verify step: the artifact at `staged` in `runtime`, against the eager
@@ -1074,6 +1112,7 @@ mod tests {
         let backend = match &artifact {
             Artifact::Pt2 | Artifact::IrJson => Backend::Dynamo,
             Artifact::Onnx(_) => Backend::Onnx,
+            Artifact::Openvino(_) => Backend::Openvino,
             Artifact::Pte(PteOptions { lowering: Pte::Portable, .. }) => Backend::Executorch,
             Artifact::Pte(PteOptions { lowering: Pte::Delegated(_), .. }) => {
                 Backend::ExecutorchXnnpack

@@ -107,6 +107,10 @@ pub enum Artifact {
     /// hfx) or with a delegate (`--backend executorch.xnnpack`, lowered by
     /// ExecuTorch with the delegate's partitioner in the worker).
     Pte(PteOptions),
+    /// An OpenVINO IR (`--backend openvino`): the ONNX model these options
+    /// describe, written by hfx's ONNX stages into a scratch folder, read by
+    /// OpenVINO's ONNX frontend in the worker and saved as `.xml` + `.bin`.
+    Openvino(OnnxOptions),
 }
 
 /// A `.pte`: how it is made, and what its arena holds.
@@ -211,9 +215,11 @@ impl RunOptions {
 }
 
 impl Artifact {
-    /// A component's file name in an export folder: `model.onnx`, `decode.pte`.
+    /// A component's file name in an export folder: `model.onnx`,
+    /// `decode.pte`, `openvino_model.xml` (the reference's `program_prefix`).
     pub fn folder_file(&self, component: &str) -> String {
         let extension = match self {
+            Artifact::Openvino(_) => return format!("openvino_{component}.xml"),
             Artifact::Onnx(_) => "onnx",
             Artifact::Pte(_) => "pte",
             Artifact::Pt2 => "pt2",
@@ -378,6 +384,16 @@ mod tests {
         assert_eq!(Artifact::Pte(Pte::Portable.into()).folder_file("decode"), "decode.pte");
         assert_eq!(Artifact::Pt2.folder_file("prefill"), "prefill.pt2");
         assert_eq!(Artifact::IrJson.folder_file("model"), "model.json");
+        assert_eq!(
+            Artifact::Openvino(OnnxOptions {
+                opset: 18,
+                external_data: true,
+                optimize: true,
+                quantize: None
+            })
+            .folder_file("model"),
+            "openvino_model.xml"
+        );
         assert_eq!(Pte::Portable.name(), "portable");
         assert_eq!(Pte::Delegated(Delegate::Xnnpack).name(), "xnnpack");
     }

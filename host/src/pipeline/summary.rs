@@ -191,6 +191,7 @@ impl Component {
                 in_spec: in_spec.clone(),
                 quantized: self.eager_quantized.clone(),
             },
+            VerifyModel::Openvino { .. } => verify::Runtime::Openvino,
         })
     }
 }

@@ -3,7 +3,8 @@
 //! generated model) against eager PyTorch: an `.onnx` in ONNX Runtime at
 //! atol/rtol 1e-3 (the reference exporters' tolerance), a `.pt2` as
 //! `torch.export.load` runs it at 1e-4 (float round-off only: it is the
-//! same program torch traced), a `.pte` in the ExecuTorch runtime at 1e-3;
+//! same program torch traced), a `.pte` in the ExecuTorch runtime and an
+//! OpenVINO IR on OpenVINO's CPU plugin at 1e-3;
 //! an `.onnx` with quantized weights (`--quantize`) at its scheme's tolerance
 //! ([`INT4`], [`INT8_DYNAMIC`], [`INT8_STATIC`]).
 
@@ -31,6 +32,8 @@ pub enum Runtime {
         in_spec: String,
         quantized: Option<EagerQuantize>,
     },
+    /// An OpenVINO IR on OpenVINO's CPU plugin.
+    Openvino,
 }
 
 impl Runtime {
@@ -39,6 +42,7 @@ impl Runtime {
             Runtime::Onnx { .. } => "ONNX Runtime",
             Runtime::Pt2 => "torch.export",
             Runtime::Executorch { .. } => "the ExecuTorch runtime",
+            Runtime::Openvino => "OpenVINO (CPU)",
         }
     }
 
@@ -56,7 +60,7 @@ impl Runtime {
                 EXECUTORCH_8DA4W
             }
             Runtime::Executorch { quantized: Some(_), .. } => EXECUTORCH_WEIGHT_ONLY,
-            Runtime::Onnx { .. } | Runtime::Executorch { .. } => OTHER_RUNTIME,
+            Runtime::Onnx { .. } | Runtime::Executorch { .. } | Runtime::Openvino => OTHER_RUNTIME,
             Runtime::Pt2 => SAME_PROGRAM,
         }
     }
@@ -170,6 +174,7 @@ pub fn tolerance(artifact: &Artifact, eager: Option<&EagerQuantize>) -> (f64, Op
             let scheme = o.quantize.as_ref().map(|q| q.name().to_string());
             (Runtime::Onnx { quantized: scheme.clone() }.tolerance(), scheme)
         }
+        Artifact::Openvino(_) => (OTHER_RUNTIME, None),
         Artifact::Pte(_) => {
             let runtime = Runtime::Executorch { in_spec: String::new(), quantized: eager.cloned() };
             (runtime.tolerance(), eager.map(EagerQuantize::name))
@@ -240,6 +245,7 @@ impl Runtime {
             Runtime::Executorch { in_spec, .. } => {
                 VerifyModel::Pte { path: path.into(), in_spec: in_spec.clone() }
             }
+            Runtime::Openvino => VerifyModel::Openvino { path: path.into() },
         }
     }
 }

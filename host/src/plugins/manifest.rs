@@ -165,6 +165,8 @@ pub enum Backend {
     ExecutorchXnnpack,
     #[serde(rename = "executorch.cuda")]
     ExecutorchCuda,
+    #[serde(rename = "openvino")]
+    Openvino,
 }
 
 impl Backend {
@@ -175,6 +177,7 @@ impl Backend {
             Backend::Executorch => "executorch",
             Backend::ExecutorchXnnpack => "executorch.xnnpack",
             Backend::ExecutorchCuda => "executorch.cuda",
+            Backend::Openvino => "openvino",
         }
     }
 
@@ -208,13 +211,16 @@ impl Backends {
     /// Whether a plugin of these backends runs for `backend`: one it names;
     /// every backend for a `dynamo` plugin (every backend starts from the
     /// dynamo export: the reference's OnnxExporter and ExecutorchExporter
-    /// extend DynamoExporter); the ExecuTorch delegates for `executorch`.
+    /// extend DynamoExporter); the ExecuTorch delegates for `executorch`;
+    /// `openvino` for an `onnx` plugin (OpenVINO reads the model hfx's ONNX
+    /// stages write: their patches, fixes and translations are its own).
     pub fn serve(&self, backend: Backend) -> bool {
         self.iter().any(|b| {
             b == backend
                 || b == Backend::Dynamo
                 || (b == Backend::Executorch
                     && matches!(backend, Backend::ExecutorchXnnpack | Backend::ExecutorchCuda))
+                || (b == Backend::Onnx && backend == Backend::Openvino)
         })
     }
 }
@@ -554,6 +560,9 @@ upstream-issue = "https://example.invalid/1"
                 && !one.plugin.backend.serve(Backend::Executorch)
         );
         assert!(Backends::one(Backend::Dynamo).serve(Backend::Onnx));
+        // OpenVINO reads the ONNX stages' model: an ONNX plugin serves it, not the reverse.
+        assert!(one.plugin.backend.serve(Backend::Openvino));
+        assert!(!Backends::one(Backend::Openvino).serve(Backend::Onnx));
         for (list, expected) in [("[]", "an empty list"), (r#"["onnx", "onnx"]"#, "named twice")] {
             let e =
                 Manifest::parse(&GOOD.replace(r#"backend = "onnx""#, &format!("backend = {list}")))

@@ -14,7 +14,7 @@ use semver::{Version, VersionReq};
 
 /// Packages whose versions hfx asks the Python environment for.
 pub const KNOWN_PACKAGES: &[&str] =
-    &["torch", "transformers", "onnx", "onnxscript", "onnxruntime", "executorch"];
+    &["torch", "transformers", "onnx", "onnxscript", "onnxruntime", "executorch", "openvino"];
 
 /// Package name → version as reported (`2.13.0+cpu`).
 pub type Versions = BTreeMap<String, String>;

@@ -109,7 +109,7 @@ pub struct ComponentReport {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ArtifactReport {
-    /// `onnx`, `pt2` or `pte`.
+    /// `onnx`, `pt2`, `pte` or `openvino` (the `.xml`, its `.bin` beside it).
     pub format: String,
     pub path: String,
 }
@@ -465,6 +465,7 @@ fn component(c: &Component, written: &Path) -> ComponentReport {
                 VerifyModel::Onnx { path } => ("onnx", path),
                 VerifyModel::Pt2 { path } => ("pt2", path),
                 VerifyModel::Pte { path, .. } => ("pte", path),
+                VerifyModel::Openvino { path } => ("openvino", path),
             };
             ArtifactReport { format: format.into(), path: display(&final_path(path, written)) }
         }),

@@ -276,7 +276,7 @@ fn translate(
         output_names: Vec::new(),
         prewritten: None,
     };
-    match emit::onnx(cx, &archive, &mut graph, options, input, onnx) {
+    match emit::onnx(cx, Backend::Onnx, &archive, &mut graph, options, input, onnx) {
         Ok(_) => Ok(()),
         Err(e) => match e.downcast_ref::<TranslationError>() {
             Some(TranslationError::Missing { target, .. }) => {

@@ -63,6 +63,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("lower.py", include_str!("../../worker/hfx_worker/lower.py")),
     ("lowering_shortcuts.py", include_str!("../../worker/hfx_worker/lowering_shortcuts.py")),
     ("messages.py", include_str!("../../worker/hfx_worker/messages.py")),
+    ("openvino_ir.py", include_str!("../../worker/hfx_worker/openvino_ir.py")),
     ("opinfo.py", include_str!("../../worker/hfx_worker/opinfo.py")),
     ("program.py", include_str!("../../worker/hfx_worker/program.py")),
     ("protocol.py", include_str!("../../worker/hfx_worker/protocol.py")),

@@ -27,7 +27,7 @@ use crate::plugins::Versions;
 /// The protocol version: the first 32 bits of the SHA-256 of the messages'
 /// canonical form, written by `cargo run -p protocol-gen` (the worker's
 /// `messages.PROTOCOL` is the same number).
-pub const PROTOCOL: u64 = 1005528602;
+pub const PROTOCOL: u64 = 3202992343;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -331,6 +331,8 @@ pub enum VerifyModel {
     /// In the ExecuTorch runtime; its method's flat inputs are the kwargs
     /// flattened by `in_spec` (torch's pytree JSON, from [`LowerReply`]).
     Pte { path: PathBuf, in_spec: String },
+    /// An OpenVINO IR (`.xml`, its `.bin` beside it) on OpenVINO's CPU plugin.
+    Openvino { path: PathBuf },
 }
 
 impl VerifyModel {
@@ -339,7 +341,8 @@ impl VerifyModel {
         match self {
             VerifyModel::Onnx { path }
             | VerifyModel::Pt2 { path }
-            | VerifyModel::Pte { path, .. } => path,
+            | VerifyModel::Pte { path, .. }
+            | VerifyModel::Openvino { path } => path,
         }
     }
 }
@@ -600,6 +603,33 @@ pub struct Lower {
     pub output: PathBuf,
     pub delegate: Delegate,
     pub memory: MemoryPlanning,
+}
+
+/// `convert_openvino`: an ONNX model hfx wrote, read by OpenVINO's ONNX
+/// frontend (`openvino.convert_model`) and saved as OpenVINO IR: `output`
+/// (`.xml`) and its weights beside it (`.bin`), each weight at the precision
+/// the ONNX model holds it in. `precision`: the IR's recorded runtime
+/// precision (`f32`, `f16`, `bf16`), as the reference records it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConvertOpenvino {
+    pub model: PathBuf,
+    pub output: PathBuf,
+    pub precision: String,
+}
+
+impl Method for ConvertOpenvino {
+    const NAME: &'static str = "convert_openvino";
+    type Reply = ConvertOpenvinoReply;
+}
+
+/// What the conversion made: the IR's operations, and how long OpenVINO's
+/// frontend and its writer took.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConvertOpenvinoReply {
+    pub ops: u64,
+    pub convert_seconds: f64,
+    pub save_seconds: f64,
 }
 
 /// What ExecuTorch's memory planning places in the program's arena (the

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypedDict
 
 # The hash of the definition's canonical form; both ends check it at `hello`.
-PROTOCOL = 1005528602
+PROTOCOL = 3202992343
 
 
 @dataclass
@@ -245,8 +245,17 @@ class VerifyModelPte:
     kind: str = field(default="pte", init=False)
 
 
+@dataclass
+class VerifyModelOpenvino:
+    """An OpenVINO IR (`.xml`, its `.bin` beside it) on OpenVINO's CPU plugin."""
+
+    NAME: ClassVar[str] = "`openvino` VerifyModel"
+    path: str
+    kind: str = field(default="openvino", init=False)
+
+
 # An artifact `verify` runs, in its runtime.
-VerifyModel = VerifyModelOnnx | VerifyModelPt2 | VerifyModelPte
+VerifyModel = VerifyModelOnnx | VerifyModelPt2 | VerifyModelPte | VerifyModelOpenvino
 
 
 @dataclass
@@ -489,6 +498,30 @@ class Lower:
     output: str
     delegate: Delegate
     memory: MemoryPlanning
+
+
+@dataclass
+class ConvertOpenvino:
+    """`convert_openvino`: an ONNX model hfx wrote, read by OpenVINO's ONNX
+    frontend (`openvino.convert_model`) and saved as OpenVINO IR: `output`
+    (`.xml`) and its weights beside it (`.bin`), each weight at the precision
+    the ONNX model holds it in. `precision`: the IR's recorded runtime
+    precision (`f32`, `f16`, `bf16`), as the reference records it."""
+
+    NAME: ClassVar[str] = "`convert_openvino` request"
+    model: str
+    output: str
+    precision: str
+
+
+@dataclass
+class ConvertOpenvinoReply:
+    """What the conversion made: the IR's operations, and how long OpenVINO's
+    frontend and its writer took."""
+
+    ops: int
+    convert_seconds: float
+    save_seconds: float
 
 
 @dataclass

@@ -30,6 +30,7 @@ from .messages import (
     CaptureProgram,
     CaptureValues,
     CheckSample,
+    ConvertOpenvino,
     EdgeProgram,
     Generate,
     GenerateCheck,
@@ -44,6 +45,7 @@ from .messages import (
     TraceParams,
     Verify,
 )
+from .openvino_ir import convert_openvino
 from .opinfo import check_sample, op_infos, op_samples
 from .protocol import ArtifactFailed, Channel, ProtocolError, Request, Unsupported
 from .sandbox import Reach, patch_status
@@ -52,7 +54,15 @@ from .trace import trace
 from .verify import verify
 
 # Upstream packages whose versions plugins resolve against (reported by `hello` and `trace`).
-PACKAGES = ("torch", "transformers", "onnx", "onnxscript", "onnxruntime", "executorch")
+PACKAGES = (
+    "torch",
+    "transformers",
+    "onnx",
+    "onnxscript",
+    "onnxruntime",
+    "executorch",
+    "openvino",
+)
 
 
 def versions():
@@ -131,6 +141,7 @@ METHODS = {
     "generate": (Generate, generate_text),
     "calibrate": (Calibrate, calibrate),
     "lower": (Lower, lower),
+    "convert_openvino": (ConvertOpenvino, convert_openvino),
     "edge_program": (EdgeProgram, edge_program),
     "capture_values": (CaptureValues, capture_values),
     "capture_program": (CaptureProgram, capture_program),

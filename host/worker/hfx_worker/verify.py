@@ -1,6 +1,6 @@
 """The `verify` request: an artifact in its runtime against eager PyTorch (an
 `.onnx` in ONNX Runtime, a `.pt2` as torch.export loads it, a `.pte` in the
-ExecuTorch runtime)."""
+ExecuTorch runtime, an OpenVINO IR on OpenVINO's CPU plugin)."""
 
 import contextlib
 import math
@@ -8,7 +8,16 @@ import os
 import sys
 import tempfile
 
-from .messages import Check, Comparison, Verify, VerifyModelOnnx, VerifyModelPt2, VerifyReply
+from .messages import (
+    Check,
+    Comparison,
+    Verify,
+    VerifyModelOnnx,
+    VerifyModelOpenvino,
+    VerifyModelPt2,
+    VerifyReply,
+)
+from .openvino_ir import openvino_runner
 from .protocol import ArtifactFailed
 from .pytree import flat_outputs, load_exported, load_reference, named_leaves
 from .sources import config_flags, on_device, sample_inputs
@@ -227,6 +236,8 @@ def verify(session, params: Verify) -> VerifyReply:
     ref = load_reference(params.reference)
     if isinstance(params.model, VerifyModelOnnx):
         run, providers = onnx_runner(params.model.path)
+    elif isinstance(params.model, VerifyModelOpenvino):
+        run, providers = openvino_runner(params.model.path, onnx_feed)
     elif isinstance(params.model, VerifyModelPt2):
         run, providers = pt2_runner(params.model.path, ref.get("constants", {}))
     else:
