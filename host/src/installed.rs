@@ -8,6 +8,11 @@
 //! P/share/hfx/sdk/<version>/              hfx-sdk, hfx-sdk-macros, hfx-dtype, wit/ (for `hfx plugins new`)
 //! ```
 //!
+//! The wheel (`cargo xtask wheel`, `pip install hfx-*.whl`) lays out the same
+//! `P/bin/hfx` and `P/share/hfx/plugins/` in the Python environment `P` it is
+//! installed into, with the marker `P/share/hfx/pip-installed`: the worker's
+//! environment is then `P` itself (its `bin/python`), not a venv of hfx's own.
+//!
 //! The layout is found from the running binary (`P/bin/hfx` → `P/share/hfx`),
 //! so a binary in cargo's target folder has none, and nothing here is read
 //! from the current folder.
@@ -19,6 +24,9 @@ use std::path::{Path, PathBuf};
 pub struct Installed {
     share: PathBuf,
 }
+
+/// The file whose presence in `P/share/hfx` says pip installed hfx into `P`.
+pub const PIP_MARKER: &str = "pip-installed";
 
 impl Installed {
     /// The data folder beside the running binary, if hfx is installed.
@@ -49,13 +57,29 @@ impl Installed {
         self.share.join("plugins")
     }
 
-    /// The worker's Python environment.
-    pub fn venv(&self) -> PathBuf {
-        self.share.join("venv")
+    /// Whether pip installed hfx (its wheel) into the environment `P`.
+    pub fn pip_installed(&self) -> bool {
+        self.share.join(PIP_MARKER).is_file()
     }
 
+    /// The worker's Python environment: `P/share/hfx/venv`, or the
+    /// environment `P` pip installed hfx into.
+    pub fn venv(&self) -> PathBuf {
+        match self.share.parent().and_then(Path::parent) {
+            Some(prefix) if self.pip_installed() => prefix.to_path_buf(),
+            _ => self.share.join("venv"),
+        }
+    }
+
+    /// The worker's Python: the environment's `bin/python` (a system-wide
+    /// pip install may have only `bin/python3`).
     pub fn python(&self) -> PathBuf {
-        self.venv().join("bin").join("python")
+        let bin = self.venv().join("bin");
+        let python = bin.join("python");
+        if self.pip_installed() && !python.exists() && bin.join("python3").exists() {
+            return bin.join("python3");
+        }
+        python
     }
 
     /// The plugin SDK and WIT contract of this hfx's version, for crates
@@ -79,5 +103,17 @@ mod tests {
         assert_eq!(installed, Installed::at_prefix(prefix.path()));
         assert_eq!(installed.python(), prefix.path().join("share/hfx/venv/bin/python"));
         assert!(installed.sdk().ends_with(format!("sdk/{}", env!("CARGO_PKG_VERSION"))));
+    }
+
+    #[test]
+    fn a_pip_installed_hfx_runs_its_worker_in_the_environment_it_was_installed_into() {
+        let prefix = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(prefix.path().join("share/hfx")).unwrap();
+        std::fs::write(prefix.path().join("share/hfx").join(PIP_MARKER), "").unwrap();
+        let installed = Installed::beside(&prefix.path().join("bin/hfx")).unwrap();
+        assert!(installed.pip_installed());
+        assert_eq!(installed.venv(), prefix.path());
+        assert_eq!(installed.python(), prefix.path().join("bin/python"));
+        assert_eq!(installed.plugins(), prefix.path().join("share/hfx/plugins"));
     }
 }

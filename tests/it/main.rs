@@ -27,6 +27,7 @@ mod plugin_kinds;
 mod plugin_sets;
 mod progress;
 mod pt2;
+mod python_api;
 mod report;
 mod sandbox;
 mod scale;

@@ -64,6 +64,16 @@ def main():
         0
     ].targets != ["torch.where"]:
         failures.append(f"the trace request was not typed: {params}")
+    caller = parse(TraceParams, {**TRACE, "source": {"kind": "caller"}})
+    if not isinstance(caller.source, messages.SourceParamsCaller):
+        failures.append(f"the caller's source was not typed: {caller.source}")
+    # A worker hfx started holds no caller's model.
+    try:
+        server.Session(None).caller_model(caller)
+        failures.append("a started worker answered for the caller's model")
+    except ProtocolError as error:
+        if "this worker was started by hfx" not in str(error):
+            failures.append(f"the missing caller's model is not said: {error}")
     cases = [
         (TraceParams, {**TRACE, "seed": 1}, "`trace` request: unknown field `seed`"),
         (
@@ -79,6 +89,7 @@ def main():
             {**TRACE, "source": {"kind": "function", "spec": "a:b:c", "x": 1}},
             "unknown field `x`",
         ),
+        (TraceParams, {**TRACE, "source": {"kind": "caller", "x": 1}}, "unknown field `x`"),
         (
             TraceParams,
             {**TRACE, "patches": [{"plugin": "p"}]},

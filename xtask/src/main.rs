@@ -31,10 +31,11 @@ fn main() -> Result<()> {
         Some("lint") => lint(),
         Some("setup-python") => setup_python(),
         Some("install") => install(&args[1..]),
+        Some("wheel") => wheel(&args[1..]).map(drop),
         Some("fuzz") => fuzz::fuzz(&args[1..]),
         Some("sweep") => sweep(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask build-plugins [CRATE-DIR...] | install [--prefix DIR] [--debug | --binary FILE] [--no-setup] | install-guest-toolchain | setup-python | lint | test [--full] [CARGO-TEST-ARGS...] | fuzz [--seconds N] [TARGET...] | sweep [SWEEP-ARGS...]");
+            eprintln!("usage: cargo xtask build-plugins [CRATE-DIR...] | install [--prefix DIR] [--debug | --binary FILE] [--no-setup] | wheel [--debug] [--out DIR] | install-guest-toolchain | setup-python | lint | test [--full] [CARGO-TEST-ARGS...] | fuzz [--seconds N] [TARGET...] | sweep [SWEEP-ARGS...]");
             std::process::exit(2)
         }
     }
@@ -222,28 +223,7 @@ fn install(args: &[String]) -> Result<()> {
     std::fs::create_dir_all(&share)?;
     let installed = prefix.join("bin").join("hfx");
     copy_file(&binary, &installed)?;
-    // The default plugin sets: what the host reads of each plugin, nothing of its source.
-    replace_folder(&share.join("plugins"), |staging| {
-        for plugin in &plugins {
-            let to = staging.join(plugin.dir.strip_prefix(root.join("plugins"))?);
-            std::fs::create_dir_all(&to)?;
-            for file in ["plugin.toml", plugin.component.as_str()] {
-                copy_file(&plugin.dir.join(file), &to.join(file))?;
-            }
-            if plugin.dir.join("selftest").is_dir() {
-                copy_tree(&plugin.dir.join("selftest"), &to.join("selftest"))?;
-            }
-            // An opt-in set's marker (`plugins/onnx-ort-cpu/set.toml`) stays opt-in installed.
-            let set = plugin.dir.parent().map(|d| d.join("set.toml"));
-            if let Some(set) = set.filter(|s| s.is_file()) {
-                copy_file(
-                    &set,
-                    &to.parent().context("a plugin has a set folder")?.join("set.toml"),
-                )?;
-            }
-        }
-        Ok(())
-    })?;
+    replace_folder(&share.join("plugins"), |staging| copy_plugin_sets(&root, &plugins, staging))?;
     // The SDK travels with hfx: a scaffolded plugin depends on this path.
     let version = env!("CARGO_PKG_VERSION");
     replace_folder(&share.join("sdk").join(version), |staging| {
@@ -271,6 +251,143 @@ fn install(args: &[String]) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The default plugin sets into `to`: what the host reads of each plugin,
+/// nothing of its source.
+fn copy_plugin_sets(root: &Path, plugins: &[PluginCrate], to: &Path) -> Result<()> {
+    for plugin in plugins {
+        let into = to.join(plugin.dir.strip_prefix(root.join("plugins"))?);
+        std::fs::create_dir_all(&into)?;
+        for file in ["plugin.toml", plugin.component.as_str()] {
+            copy_file(&plugin.dir.join(file), &into.join(file))?;
+        }
+        if plugin.dir.join("selftest").is_dir() {
+            copy_tree(&plugin.dir.join("selftest"), &into.join("selftest"))?;
+        }
+        // An opt-in set's marker (`plugins/onnx-ort-cpu/set.toml`) stays opt-in installed.
+        let set = plugin.dir.parent().map(|d| d.join("set.toml"));
+        if let Some(set) = set.filter(|s| s.is_file()) {
+            copy_file(&set, &into.parent().context("a plugin has a set folder")?.join("set.toml"))?;
+        }
+    }
+    Ok(())
+}
+
+/// The marker of a pip-installed hfx (`host/src/installed.rs`): its worker's
+/// Python is the environment's own.
+const PIP_MARKER: &str = "pip-installed";
+
+/// `cargo xtask wheel [--debug] [--out DIR]`: the `hfx` wheel, built by
+/// maturin (`bindings = "bin"`): the binary as the environment's `bin/hfx`,
+/// the packages `hfx` (the Python API, `python/hfx`) and `hfx_worker`, the
+/// default plugin sets as data under `share/hfx/plugins` (where the installed
+/// binary finds them, `P/bin/hfx` → `P/share/hfx`). Assembled in
+/// `target/wheel/stage`, written to `--out` (default `target/wheel`);
+/// returns the wheel's path. `--debug`: cargo's dev profile (tests).
+fn wheel(args: &[String]) -> Result<PathBuf> {
+    let (mut out, mut debug) = (None, false);
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "--out" => out = Some(PathBuf::from(rest.next().context("--out needs a folder")?)),
+            "--debug" => debug = true,
+            other => bail!("wheel: unknown argument `{other}` (--debug, --out DIR)"),
+        }
+    }
+    let root = workspace_root();
+    let out = match out {
+        Some(p) if p.is_absolute() => p,
+        Some(p) => std::env::current_dir()?.join(p),
+        None => root.join("target").join("wheel"),
+    };
+    let maturin = root.join(".venv/bin/maturin");
+    if !maturin.exists() {
+        bail!(
+            "{} missing: `cargo xtask setup-python` installs it (tools/requirements-lint.txt)",
+            maturin.display()
+        );
+    }
+    let plugins = build_plugins(&[root.join("plugins").display().to_string()])?;
+    let stage = root.join("target").join("wheel").join("stage");
+    let _ = std::fs::remove_dir_all(&stage);
+    let python = stage.join("python");
+    copy_package(&root.join("python/hfx"), &python.join("hfx"))?;
+    copy_package(&root.join("host/worker/hfx_worker"), &python.join("hfx_worker"))?;
+    let share = stage.join("hfx.data/data/share/hfx");
+    copy_plugin_sets(&root, &plugins, &share.join("plugins"))?;
+    std::fs::write(
+        share.join(PIP_MARKER),
+        "hfx was installed by pip: its trace worker runs in this environment's Python.\n",
+    )?;
+    std::fs::write(stage.join("pyproject.toml"), wheel_pyproject(&root))?;
+    std::fs::create_dir_all(&out)?;
+    let mut build = Command::new(&maturin);
+    build
+        .current_dir(&stage)
+        .args(["build", "--locked", "--quiet", "--compatibility", "linux", "--out"])
+        .arg(&out)
+        .args(["--target-dir"])
+        .arg(target_dir(&root));
+    if debug {
+        build.args(["--profile", "dev"]);
+    } else {
+        build.arg("--release");
+    }
+    run(&mut build)?;
+    let name = format!("hfx-{}-", env!("CARGO_PKG_VERSION"));
+    let built = std::fs::read_dir(&out)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "whl")
+                && p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&name))
+        })
+        .max_by_key(|w| w.metadata().and_then(|m| m.modified()).ok())
+        .context("maturin wrote no wheel")?;
+    eprintln!("wheel: {} ({} plugins)", built.display(), plugins.len());
+    Ok(built)
+}
+
+/// A Python package's own files (`.py`, `.json`), never its bytecode.
+fn copy_package(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let path = entry?.path();
+        if path.is_file() && path.extension().is_some_and(|e| e == "py" || e == "json") {
+            copy_file(&path, &to.join(path.file_name().context("a file has a name")?))?;
+        }
+    }
+    Ok(())
+}
+
+/// The wheel's `pyproject.toml`: the distribution named and versioned as
+/// the host crate, built by maturin from the staged folder.
+fn wheel_pyproject(root: &Path) -> String {
+    let version = env!("CARGO_PKG_VERSION");
+    let manifest = root.join("host/Cargo.toml");
+    format!(
+        r#"# Written by `cargo xtask wheel`.
+[build-system]
+requires = ["maturin>=1.16,<2"]
+build-backend = "maturin"
+
+[project]
+name = "hfx"
+version = "{version}"
+description = "Export PyTorch / Hugging Face models to .pt2, ONNX and ExecuTorch, with WebAssembly plugins"
+requires-python = ">=3.11"
+license = "Apache-2.0"
+
+[tool.maturin]
+bindings = "bin"
+manifest-path = "{manifest}"
+python-source = "python"
+python-packages = ["hfx", "hfx_worker"]
+data = "hfx.data"
+"#,
+        manifest = manifest.display()
+    )
 }
 
 /// The installed SDK's own workspace: its crates inherit `version`, `edition`

@@ -125,7 +125,7 @@ pub struct SandboxConfig {
 pub(super) fn merge(
     args: RunArgs,
     progress: crate::pipeline::Progress,
-) -> Result<(RunOptions, Option<ReportTarget>)> {
+) -> Result<(RunOptions, Vec<ReportTarget>)> {
     let (config, base) = match &args.config {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -200,6 +200,7 @@ pub(super) fn merge(
         && model.model_dir.is_none()
         && model.model_id.is_none()
         && model.model_fn.is_none()
+        && model.model_caller.is_none()
     {
         model.model = config.model.clone();
         model.model_dir = config.model_dir.clone().map(rel);
@@ -294,10 +295,12 @@ pub(super) fn merge(
         }
         Some(gib) => bail!("--worker-memory-gib {gib}: give {MIN_WORKER_GIB} to {MAX_WORKER_GIB}"),
     };
+    let caller = model.model_caller.as_deref().map(crate::trace::CallerPipes::parse).transpose()?;
     let worker = crate::trace::WorkerOptions {
         env: if offline { vec![("HF_HUB_OFFLINE".into(), "1".into())] } else { vec![] },
         memory_limit: Some(memory_limit),
         memory_mechanism: model.worker_memory_mechanism.unwrap_or_default(),
+        caller,
         ..Default::default()
     };
     let optimize = !(args.no_optimize || config.no_optimize);
@@ -331,10 +334,17 @@ pub(super) fn merge(
         .or(config.output.map(rel))
         .context("no output (-o or `output` in the config)")?;
     crate::pipeline::options::check_output(&output)?;
-    let report =
-        args.report.or(config.report.map(rel)).map(|path| ReportTarget::new(&path)).transpose()?;
-    if report.as_ref().is_some_and(|r| r.path == output) {
-        bail!("--report {}: the output's own path; name the report another file", output.display());
+    let reports = if args.report.is_empty() {
+        config.report.map(rel).into_iter().collect()
+    } else {
+        args.report
+    };
+    let report = reports.iter().map(|path| ReportTarget::new(path)).collect::<Result<Vec<_>>>()?;
+    if let Some(same) = report.iter().find(|r| r.path == output) {
+        bail!(
+            "--report {}: the output's own path; name the report another file",
+            same.path.display()
+        );
     }
     let opset = args.opset.or(config.opset).unwrap_or(20);
     if !(18..=23).contains(&opset) {

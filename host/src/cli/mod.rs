@@ -385,8 +385,9 @@ pub struct RunArgs {
     pub no_alloc_mutable_buffers: bool,
     /// Also write a report of the run: a self-contained page (`.html`) or its facts as JSON
     /// (`.json`): stage timeline, plugins and the nodes they changed, op histograms, parity.
+    /// Repeatable: `--report run.html --report run.json` writes both.
     #[arg(long, value_name = "FILE")]
-    pub report: Option<PathBuf>,
+    pub report: Vec<PathBuf>,
 }
 
 /// Tracing a model instead of reading a `.pt2`.
@@ -432,6 +433,10 @@ pub struct ModelArgs {
     /// `python:module:function` returning `(model, inputs)`.
     #[arg(long)]
     pub model_fn: Option<String>,
+    /// `READ,WRITE`: the model is the caller's, the Python process that started hfx
+    /// (`hfx.export`), which serves the worker protocol on these pipes itself.
+    #[arg(long, value_name = "READ,WRITE", hide = true, conflicts_with_all = ["model", "model_dir", "model_id", "model_fn"])]
+    pub model_caller: Option<String>,
     /// The transformers class to build (`AutoModelForCausalLM`, `BertModel`, ...), overriding the default.
     #[arg(long)]
     pub task: Option<String>,
@@ -546,6 +551,7 @@ impl ModelArgs {
             ("--model-dir", self.model_dir.is_some()),
             ("--model-id", self.model_id.is_some()),
             ("--model-fn", self.model_fn.is_some()),
+            ("--model-caller", self.model_caller.is_some()),
         ]
         .into_iter()
         .filter_map(|(flag, given)| given.then_some(flag))
@@ -558,6 +564,9 @@ impl ModelArgs {
             Some("--model-fn") => {
                 bail!("--set changes the config --model builds; --model-fn builds its own model: change the config in the function")
             }
+            Some("--model-caller") => {
+                bail!("--set changes the config --model builds; the caller's model is built: change its config before exporting")
+            }
             Some(other @ ("--model-dir" | "--model-id")) => {
                 bail!("--set changes the config --model builds; {other} loads the folder's config.json: edit it there (in a copy of the folder)")
             }
@@ -569,6 +578,7 @@ impl ModelArgs {
         }
         let mut hub = None;
         let source = match (&self.model, &self.model_dir, &self.model_id, &self.model_fn) {
+            _ if self.model_caller.is_some() => ModelSource::Caller,
             (Some(name), ..) => {
                 let overrides = self
                     .set
@@ -623,6 +633,9 @@ impl ModelArgs {
         // Dynamic unless --static; with --dynamic-shapes, the ranges alone are.
         let dynamic = !self.static_shapes && dynamic_shapes.is_empty();
         let sample = crate::trace::shapes::SampleSizes::parse(&self.sample, dynamic)?;
+        if self.trace_cache.is_some() && matches!(source, ModelSource::Caller) {
+            bail!("--trace-cache keys a program by the files that made it, and the caller's model is in memory: drop --trace-cache");
+        }
         if !self.sample.is_empty() && matches!(source, ModelSource::Function(_)) {
             bail!("--sample sizes the inputs hfx generates, and --model-fn's function returns its own: drop --sample");
         }
@@ -928,7 +941,7 @@ fn run_export(args: RunArgs, verbose: u8, progress: crate::pipeline::Progress) -
     let summaries = match summaries {
         Ok(summaries) => summaries,
         Err(error) => {
-            if let Some(report) = &report {
+            for report in &report {
                 if let Err(unwritten) = crate::report::write_failure(&error, report) {
                     tracing::warn!("{unwritten:#}");
                 }
@@ -942,7 +955,7 @@ fn run_export(args: RunArgs, verbose: u8, progress: crate::pipeline::Progress) -
             println!("── {} → {}", summary.backend, summary.written.display());
         }
         summary.print(verbose);
-        if let Some(report) = &report {
+        for report in &report {
             // One report per backend: `report.html` → `report.onnx.html`.
             let path =
                 if several { report.per_backend(summary.backend) } else { report.path.clone() };
@@ -970,7 +983,7 @@ fn capture(mut args: CaptureArgs, progress: crate::pipeline::Progress) -> Result
         args.run.backend = vec![Backend::Dynamo];
     }
     let (options, report) = config::merge(args.run, progress)?;
-    if report.is_some() {
+    if !report.is_empty() {
         bail!("capture writes the case (--case FILE): drop --report");
     }
     let Some(target) = args.node else {

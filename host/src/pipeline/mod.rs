@@ -1016,7 +1016,9 @@ fn start_worker(options: &RunOptions, progress: Progress) -> Result<Worker> {
         ..options.worker.clone()
     };
     let mut worker = Worker::start_with(&options.plugins.python(), WORKER_START, &worker_options)?;
-    if !worker.sandbox.off().is_empty() {
+    if worker.is_caller() {
+        tracing::info!("the trace worker is the calling Python process: no OS sandbox");
+    } else if !worker.sandbox.off().is_empty() {
         tracing::warn!(
             "the trace worker runs with part of its OS sandbox off: {}",
             worker.sandbox.line()

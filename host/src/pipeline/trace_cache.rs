@@ -303,8 +303,10 @@ fn model_fingerprint(source: &ModelSource) -> Result<serde_json::Value> {
                 Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect::<String>()
             ]))
         }
-        ModelSource::Program { .. } | ModelSource::Captured { .. } => {
-            bail!("a patch case's program or a generation component is not cached")
+        ModelSource::Program { .. } | ModelSource::Captured { .. } | ModelSource::Caller => {
+            bail!(
+                "a patch case's program, a generation component or a caller's model is not cached"
+            )
         }
     }
 }

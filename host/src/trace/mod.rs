@@ -16,10 +16,12 @@
 //! the run asks for it an OS sandbox limits its files, network and processes
 //! (`confine`).
 
+use std::fs::File;
 use std::io::{BufReader, Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -65,6 +67,8 @@ pub enum TraceError {
     NoCgroup(String),
     #[error("cannot sandbox the trace worker: {0}")]
     Sandbox(String),
+    #[error("--model-caller {fds}: {why} (the descriptors are the pipes `hfx.export` hands hfx; run exports of a live model from Python)")]
+    Caller { fds: String, why: String },
     #[error(transparent)]
     Plugin(crate::plugins::PluginError),
 }
@@ -105,6 +109,74 @@ pub struct WorkerOptions {
     pub package_dir: Option<PathBuf>,
     /// The OS sandbox and what it lets the worker read and write (None: none).
     pub sandbox: Option<Sandbox>,
+    /// The worker is the process that started hfx, reached through these
+    /// pipes (`--model-caller`): nothing is started, boxed or sandboxed.
+    pub caller: Option<CallerPipes>,
+}
+
+/// The pipes to a caller that serves the worker protocol itself (`hfx.export`):
+/// hfx reads the worker's lines from `read` and writes requests to `write`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallerPipes {
+    pub read: RawFd,
+    pub write: RawFd,
+}
+
+impl CallerPipes {
+    /// `READ,WRITE`: two descriptors, each an open pipe of this process.
+    pub fn parse(text: &str) -> Result<CallerPipes, TraceError> {
+        let refused = |why: &str| TraceError::Caller { fds: text.into(), why: why.into() };
+        let (read, write) = text.split_once(',').ok_or_else(|| refused("expected READ,WRITE"))?;
+        let fd = |s: &str| {
+            s.trim()
+                .parse::<RawFd>()
+                .ok()
+                .filter(|fd| *fd > 2)
+                .ok_or_else(|| refused("each descriptor is a number above 2"))
+        };
+        let pipes = CallerPipes { read: fd(read)?, write: fd(write)? };
+        if pipes.read == pipes.write {
+            return Err(refused("the two descriptors are one"));
+        }
+        for fd in [pipes.read, pipes.write] {
+            // SAFETY: fstat(2) writes only into the buffer it is given.
+            let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+            if unsafe { libc::fstat(fd, &mut stat) } != 0 {
+                return Err(refused(&format!("descriptor {fd} is not open")));
+            }
+            if stat.st_mode & libc::S_IFMT != libc::S_IFIFO {
+                return Err(refused(&format!("descriptor {fd} is not a pipe")));
+            }
+        }
+        Ok(pipes)
+    }
+
+    /// Owned copies of the two descriptors (close-on-exec: no process hfx
+    /// starts inherits them).
+    fn take(self) -> Result<(File, File), TraceError> {
+        let dup = |fd: RawFd| {
+            // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor this process then owns alone.
+            let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+            if new < 0 {
+                return Err(TraceError::Caller {
+                    fds: format!("{},{}", self.read, self.write),
+                    why: format!(
+                        "cannot take descriptor {fd}: {}",
+                        std::io::Error::last_os_error()
+                    ),
+                });
+            }
+            // SAFETY: `new` is open and owned by nothing else.
+            Ok(File::from(unsafe { OwnedFd::from_raw_fd(new) }))
+        };
+        let pair = (dup(self.read)?, dup(self.write)?);
+        // SAFETY: the originals are this process's and no longer used.
+        unsafe {
+            libc::close(self.read);
+            libc::close(self.write);
+        }
+        Ok(pair)
+    }
 }
 
 /// How often a waiting request checks that the worker is still alive (a
@@ -112,18 +184,20 @@ pub struct WorkerOptions {
 const POLL: Duration = Duration::from_millis(100);
 
 pub struct Worker {
-    child: Child,
+    /// The worker's process, or none where the worker is hfx's caller.
+    child: Option<Child>,
     /// The worker's process group (its pid): everything it starts is killed with it.
-    group: i32,
+    group: Option<i32>,
     /// Killed and reaped.
     stopped: bool,
     memory: Option<MemoryBox>,
-    stdin: ChildStdin,
+    stdin: File,
     responses: Receiver<Incoming>,
     stderr: Arc<Mutex<String>>,
     next_id: u64,
-    /// The package the worker runs (a temp copy is removed after the worker).
-    _package: package::Unpacked,
+    /// The package the worker runs (a temp copy is removed after the worker);
+    /// a caller runs its own.
+    _package: Option<package::Unpacked>,
     /// A sandboxed worker's own scratch folder (its `TMPDIR`), removed after it.
     scratch: Option<tempfile::TempDir>,
     /// The protections of the OS sandbox the worker runs in.
@@ -174,6 +248,9 @@ impl Worker {
         deadline: Duration,
         options: &WorkerOptions,
     ) -> Result<Worker, TraceError> {
+        if let Some(caller) = options.caller {
+            return Self::attach(caller, deadline);
+        }
         let cache = options.package_dir.clone().or_else(package::default_dir);
         let unpacked = package::unpack(cache.as_deref()).map_err(TraceError::Package)?;
         let mut command = Command::new(python);
@@ -272,9 +349,61 @@ impl Worker {
             }
         })?;
         let group = child.id() as i32;
-        let stdin = child.stdin.take().expect("piped");
+        let stdin = File::from(OwnedFd::from(child.stdin.take().expect("piped")));
         let stdout = child.stdout.take().expect("piped");
-        let mut stderr_pipe = child.stderr.take().expect("piped");
+        let stderr_pipe = child.stderr.take().expect("piped");
+        let memo_dir = unpacked.memo_dir.clone();
+        let worker = Worker::connected(
+            Some(child),
+            Some(group),
+            memory,
+            stdin,
+            stdout,
+            Some(stderr_pipe),
+            Some(unpacked),
+            scratch,
+            applied,
+        );
+        worker.greet(python, memo_dir, deadline)
+    }
+
+    /// The worker that is hfx's caller, serving the protocol on `pipes`
+    /// (`hfx.export`): the process and the model are the caller's, so hfx
+    /// neither starts, boxes nor sandboxes it (docs/security.md).
+    pub fn attach(pipes: CallerPipes, deadline: Duration) -> Result<Worker, TraceError> {
+        let (read, write) = pipes.take()?;
+        let worker = Worker::connected(
+            None,
+            None,
+            None,
+            write,
+            read,
+            None,
+            None,
+            None,
+            SandboxApplied::default(),
+        );
+        worker.greet("the calling Python process", None, deadline)
+    }
+
+    /// Whether the worker is hfx's caller (`attach`).
+    pub fn is_caller(&self) -> bool {
+        self.child.is_none()
+    }
+
+    /// A worker over its pipes, its output read on threads of its own; not greeted yet.
+    #[allow(clippy::too_many_arguments)]
+    fn connected(
+        child: Option<Child>,
+        group: Option<i32>,
+        memory: Option<MemoryBox>,
+        stdin: File,
+        stdout: impl Read + Send + 'static,
+        stderr_pipe: Option<std::process::ChildStderr>,
+        package: Option<package::Unpacked>,
+        scratch: Option<tempfile::TempDir>,
+        sandbox: SandboxApplied,
+    ) -> Worker {
         let (tx, responses) = mpsc::channel();
         std::thread::spawn(move || {
             let mut reader = BufReader::new(stdout);
@@ -290,26 +419,28 @@ impl Worker {
         });
         let stderr = Arc::new(Mutex::new(String::new()));
         let sink = stderr.clone();
-        std::thread::spawn(move || {
-            let mut buffer = [0u8; 4096];
-            while let Ok(n) = stderr_pipe.read(&mut buffer) {
-                if n == 0 {
-                    break;
+        if let Some(mut stderr_pipe) = stderr_pipe {
+            std::thread::spawn(move || {
+                let mut buffer = [0u8; 4096];
+                while let Ok(n) = stderr_pipe.read(&mut buffer) {
+                    if n == 0 {
+                        break;
+                    }
+                    let mut kept = sink.lock().expect("stderr lock");
+                    kept.push_str(&String::from_utf8_lossy(&buffer[..n]));
+                    if kept.len() > STDERR_TAIL {
+                        let cut = kept.len() - STDERR_TAIL;
+                        let cut = (cut..kept.len())
+                            .find(|&i| kept.is_char_boundary(i))
+                            .unwrap_or(kept.len());
+                        kept.drain(..cut);
+                    }
                 }
-                let mut kept = sink.lock().expect("stderr lock");
-                kept.push_str(&String::from_utf8_lossy(&buffer[..n]));
-                if kept.len() > STDERR_TAIL {
-                    let cut = kept.len() - STDERR_TAIL;
-                    let cut =
-                        (cut..kept.len()).find(|&i| kept.is_char_boundary(i)).unwrap_or(kept.len());
-                    kept.drain(..cut);
-                }
-            }
-        });
+            });
+        }
         let placeholder =
             HelloReply { protocol: 0, python: String::new(), versions: Default::default() };
-        let hello = Hello { protocol: PROTOCOL, memo_dir: unpacked.memo_dir.clone() };
-        let mut worker = Worker {
+        Worker {
             child,
             group,
             stopped: false,
@@ -318,18 +449,29 @@ impl Worker {
             responses,
             stderr,
             next_id: 0,
-            _package: unpacked,
+            _package: package,
             scratch,
-            sandbox: applied,
+            sandbox,
             hello: placeholder,
             on_progress: None,
             on_weights_plan: None,
             on_generated: None,
-        };
+        }
+    }
+
+    /// `hello`: both ends check they speak one protocol, and the worker's
+    /// Python has what every request needs.
+    fn greet(
+        mut self,
+        python: &str,
+        memo_dir: Option<PathBuf>,
+        deadline: Duration,
+    ) -> Result<Worker, TraceError> {
+        let hello = Hello { protocol: PROTOCOL, memo_dir };
         // Both ends check the version: the worker refuses another host's, the host another worker's.
-        let result = match worker.exchange(Hello::NAME, &hello, deadline, &mut no_patches) {
+        let result = match self.exchange(Hello::NAME, &hello, deadline, &mut no_patches) {
             Err(TraceError::Python { message, .. }) => {
-                worker.stop();
+                self.stop();
                 return Err(TraceError::Protocol(format!("the worker refused `hello`: {message}")));
             }
             other => other?,
@@ -337,7 +479,7 @@ impl Worker {
         match result.get("protocol").and_then(Value::as_u64) {
             Some(PROTOCOL) => {}
             other => {
-                worker.stop();
+                self.stop();
                 let spoken =
                     other.map_or_else(|| "no version".to_string(), |v| format!("protocol {v}"));
                 return Err(TraceError::Protocol(format!(
@@ -345,21 +487,21 @@ impl Worker {
                 )));
             }
         }
-        worker.hello = protocol::reply(Hello::NAME, result).inspect_err(|_| worker.stop())?;
+        self.hello = protocol::reply(Hello::NAME, result).inspect_err(|_| self.stop())?;
         // Said before any request needs them, in one line (not a traceback's last).
         let missing: Vec<&str> = REQUIRED_PACKAGES
             .iter()
             .copied()
-            .filter(|p| !worker.hello.versions.contains_key(*p))
+            .filter(|p| !self.hello.versions.contains_key(*p))
             .collect();
         if !missing.is_empty() {
-            worker.stop();
+            self.stop();
             return Err(TraceError::MissingPackages {
                 python: python.to_string(),
                 missing: missing.join(", "),
             });
         }
-        Ok(worker)
+        Ok(self)
     }
 
     /// Upstream versions the worker's Python has installed.
@@ -427,7 +569,7 @@ impl Worker {
                 Ok(incoming) => incoming,
                 Err(RecvTimeoutError::Timeout) => {
                     // Dead, while something it started may hold its stdout open.
-                    if !matches!(self.child.try_wait(), Ok(None)) {
+                    if self.child.as_mut().is_some_and(|c| !matches!(c.try_wait(), Ok(None))) {
                         return Err(self.crashed(method));
                     }
                     continue;
@@ -521,8 +663,9 @@ impl Worker {
     /// Kills the worker's processes without waiting for them: their memory
     /// is freed as they die, and dropping the worker reaps them.
     pub fn kill(&mut self) {
+        let Some(group) = self.group else { return };
         // SAFETY: killpg(2) has no memory-safety preconditions.
-        unsafe { libc::killpg(self.group, libc::SIGKILL) };
+        unsafe { libc::killpg(group, libc::SIGKILL) };
         if let Some(cgroup) = self.memory.as_ref().and_then(|m| m.cgroup.as_ref()) {
             cgroup.kill_all();
         }
@@ -533,21 +676,31 @@ impl Worker {
             return;
         }
         self.kill();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
         self.stopped = true;
     }
 
     fn crashed(&mut self, method: &str) -> TraceError {
+        let Some(child) = self.child.as_mut() else {
+            self.stopped = true;
+            return TraceError::Crashed {
+                method: method.into(),
+                status: "the calling Python process closed the pipe".into(),
+                stderr: String::new(),
+            };
+        };
         // Its own exit status, if it exits by itself in a moment; then the group goes with it.
         for _ in 0..50 {
-            if !matches!(self.child.try_wait(), Ok(None)) {
+            if !matches!(child.try_wait(), Ok(None)) {
                 break;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         self.stop();
-        let status = self.child.try_wait().ok().flatten();
+        let status = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
         if let Some(memory) = &self.memory {
             if memory.out_of_memory(status.and_then(|s| s.signal())) {
                 return TraceError::OutOfMemory { limit: memory::gib_text(memory.limit) };
@@ -580,7 +733,7 @@ impl Drop for Worker {
         // Removes the cgroup folder.
         drop(cgroup);
         interrupt::guarded(|registry| {
-            registry.groups.retain(|&g| g != self.group);
+            registry.groups.retain(|&g| Some(g) != self.group);
             registry.cgroups.retain(|c| Some(c) != dir.as_ref());
         });
     }
@@ -638,6 +791,9 @@ pub enum ModelSource {
     /// A generation component (`prefill`, `decode`) of the model the same
     /// worker captured (`capture_generation`).
     Captured { component: String },
+    /// The model the worker's process holds: the Python process that started
+    /// hfx (`hfx.export`, `--model-caller`), which is the worker.
+    Caller,
 }
 
 impl std::fmt::Display for ModelSource {
@@ -670,6 +826,7 @@ impl std::fmt::Display for ModelSource {
             ModelSource::Captured { component } => {
                 write!(f, "the captured `{component}` component")
             }
+            ModelSource::Caller => write!(f, "the caller's model"),
         }
     }
 }
@@ -800,6 +957,7 @@ impl TraceRequest {
             ModelSource::Captured { component } => {
                 SourceParams::Captured { component: component.clone() }
             }
+            ModelSource::Caller => SourceParams::Caller,
         }
     }
 

@@ -27,7 +27,7 @@ use crate::plugins::Versions;
 /// The protocol version: the first 32 bits of the SHA-256 of the messages'
 /// canonical form, written by `cargo run -p protocol-gen` (the worker's
 /// `messages.PROTOCOL` is the same number).
-pub const PROTOCOL: u64 = 3202992343;
+pub const PROTOCOL: u64 = 554236382;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -142,6 +142,9 @@ pub enum SourceParams {
     Captured {
         component: String,
     },
+    /// The model the worker's process holds: the Python process that started
+    /// hfx and serves this protocol itself (`hfx.export`).
+    Caller,
 }
 
 /// What the worker decomposes after the trace (`kind` tags the variant).

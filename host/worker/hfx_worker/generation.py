@@ -39,6 +39,7 @@ from .messages import (
     GenerateReply,
     GenerateStep,
     SourceParamsArchitecture,
+    SourceParamsCaller,
     SourceParamsDirectory,
     SourceParamsFunction,
 )
@@ -333,7 +334,12 @@ def left_padded(model, prompt):
 def capture_generation(session, params):
     """The `capture_generation` request: build the model, capture its
     components, keep them in the session for the `trace` requests that follow."""
-    generated = (SourceParamsArchitecture, SourceParamsDirectory, SourceParamsFunction)
+    generated = (
+        SourceParamsArchitecture,
+        SourceParamsDirectory,
+        SourceParamsFunction,
+        SourceParamsCaller,
+    )
     if not isinstance(params.source, generated):
         kinds = ", ".join(f"`{source.kind}`" for source in generated)
         raise ProtocolError(
@@ -342,7 +348,11 @@ def capture_generation(session, params):
     started = time.perf_counter()
     with session.during("build"):
         model, inputs = built_model(session, params, generative=True)
-    if not isinstance(params.source, SourceParamsFunction):
+    # Inputs a caller or a model function gave are generated from as given.
+    given = isinstance(params.source, SourceParamsFunction) or (
+        isinstance(params.source, SourceParamsCaller) and session.caller.inputs is not None
+    )
+    if not given:
         inputs = left_padded(model, inputs)
     captured = capture(model, inputs, params.multi_token_decode, params.max_cache_len)
     components = {name: kwargs for name, (_, kwargs) in captured.items()}

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypedDict
 
 # The hash of the definition's canonical form; both ends check it at `hello`.
-PROTOCOL = 3202992343
+PROTOCOL = 554236382
 
 
 @dataclass
@@ -83,6 +83,15 @@ class SourceParamsCaptured:
     kind: str = field(default="captured", init=False)
 
 
+@dataclass
+class SourceParamsCaller:
+    """The model the worker's process holds: the Python process that started
+    hfx and serves this protocol itself (`hfx.export`)."""
+
+    NAME: ClassVar[str] = "`caller` SourceParams"
+    kind: str = field(default="caller", init=False)
+
+
 # Where the model comes from, as the worker reads it (`kind` tags the variant).
 SourceParams = (
     SourceParamsArchitecture
@@ -90,6 +99,7 @@ SourceParams = (
     | SourceParamsFunction
     | SourceParamsProgram
     | SourceParamsCaptured
+    | SourceParamsCaller
 )
 
 

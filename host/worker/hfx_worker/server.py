@@ -20,7 +20,7 @@ import traceback
 from . import confine, protocol
 from .calibrate import calibrate
 from .checkpoint import SideWeights
-from .errors import classify
+from .errors import UserInputError, classify
 from .generation import capture_generation, generate_check, generate_text
 from .import_memo import ImportStructureMemo
 from .lower import edge_program, lower
@@ -80,8 +80,9 @@ class Session:
     channel to the host, the patch policy (built on first use: it imports torch),
     what `verify` needs of the last trace and `check_sample` of the last `op_samples`."""
 
-    def __init__(self, channel):
+    def __init__(self, channel, caller=None):
         self.channel = channel
+        self.caller = caller  # the live model of the process that started hfx (`Caller`)
         self._policy = None
         self.last_trace = None
         self.generation = None  # what `capture_generation` captured (`generation.Generation`)
@@ -115,6 +116,35 @@ class Session:
 
     def versions(self):
         return versions()
+
+    def caller_model(self, params):
+        """The caller's model and its inputs (None: sample inputs), for a
+        request naming the `caller` source: only where this process is hfx's caller."""
+        if self.caller is None:
+            raise ProtocolError(
+                f"{params.NAME}: source `caller` names the model of the process that started hfx, "
+                "and this worker was started by hfx"
+            )
+        model = self.caller.model
+        # The caller's model is traced where it lives: what would change it in place is refused.
+        if params.quantize is not None:
+            raise UserInputError(
+                "unsupported_option",
+                "quantize: torchao quantizes the model in place, and this model is the caller's: "
+                "export a quantized copy (copy.deepcopy) or export from a model folder",
+            )
+        parameter = next(model.parameters(), None)
+        if parameter is not None and (
+            str(parameter.device) != params.device
+            or str(parameter.dtype) != f"torch.{params.dtype}"
+        ):
+            raise UserInputError(
+                "unsupported_option",
+                f"device={params.device}, dtype={params.dtype}: the caller's model is on "
+                f"{parameter.device} in {parameter.dtype}, and is traced where it lives: "
+                "move or cast it first (model.to(...))",
+            )
+        return model, self.caller.inputs
 
 
 def hello(_session, params: Hello):
@@ -231,54 +261,78 @@ def main():
     for line in sys.stdin:
         if not line.strip():
             continue
-        request_id = 0  # until the line gives one: the host then reports a mismatch
-        greeted = False
-        session.step = None
-        try:
-            try:
-                data = json.loads(line)
-            except ValueError as error:
-                raise ProtocolError(f"request: not JSON ({error})") from None
-            if isinstance(data, dict) and type(data.get("id")) is int:
-                request_id = data["id"]
-            request = protocol.parse(Request, data)
-            if request.method not in METHODS:
-                raise ProtocolError(
-                    f"request: unknown method `{request.method}` (expected one of {', '.join(METHODS)})"
-                )
-            params_type, handler = METHODS[request.method]
-            session.step = request.method
-            reply = handler(session, protocol.parse(params_type, request.params))
-            greeted = request.method == "hello"
-            text = protocol.to_json(
-                {
-                    "id": request_id,
-                    "result": dataclasses.asdict(reply)
-                    if dataclasses.is_dataclass(reply)
-                    else reply,
-                }
-            )
-        except BaseException as error:  # every failure goes back to the host, typed
-            text = protocol.to_json(
-                {
-                    "id": request_id,
-                    "error": dataclasses.asdict(
-                        PythonError(
-                            type=type(error).__name__,
-                            message=str(error),
-                            traceback=""
-                            if isinstance(error, (ArtifactFailed, Unsupported))
-                            else traceback.format_exc(),
-                            user=classify(error, session.step),
-                        )
-                    ),
-                }
-            )
+        text, greeted = answer(session, line)
         protocol_out.write(text + "\n")
         protocol_out.flush()
         if greeted:
             warm_up()
         collect_between_requests()
+
+
+def answer(session, line, passed_through=()):
+    """The reply line to one request line, and whether it greeted (`hello`).
+    Every failure becomes the request's error, but those of `passed_through`
+    (a caller's KeyboardInterrupt), which propagate."""
+    request_id = 0  # until the line gives one: the host then reports a mismatch
+    greeted = False
+    session.step = None
+    try:
+        try:
+            data = json.loads(line)
+        except ValueError as error:
+            raise ProtocolError(f"request: not JSON ({error})") from None
+        if isinstance(data, dict) and type(data.get("id")) is int:
+            request_id = data["id"]
+        request = protocol.parse(Request, data)
+        if request.method not in METHODS:
+            raise ProtocolError(
+                f"request: unknown method `{request.method}` (expected one of {', '.join(METHODS)})"
+            )
+        params_type, handler = METHODS[request.method]
+        session.step = request.method
+        reply = handler(session, protocol.parse(params_type, request.params))
+        greeted = request.method == "hello"
+        text = protocol.to_json(
+            {
+                "id": request_id,
+                "result": dataclasses.asdict(reply) if dataclasses.is_dataclass(reply) else reply,
+            }
+        )
+    except passed_through:
+        raise
+    except BaseException as error:  # every failure goes back to the host, typed
+        text = protocol.to_json(
+            {
+                "id": request_id,
+                "error": dataclasses.asdict(
+                    PythonError(
+                        type=type(error).__name__,
+                        message=str(error),
+                        traceback=""
+                        if isinstance(error, (ArtifactFailed, Unsupported))
+                        else traceback.format_exc(),
+                        user=classify(error, session.step),
+                    )
+                ),
+            }
+        )
+    return text, greeted
+
+
+def serve_caller(caller, requests, replies):
+    """The request loop of a worker that is hfx's caller (`hfx.export`): this
+    process's `caller` (its model and inputs) traced in place, one request line
+    from `requests` answered on `replies` until hfx closes its end. Nothing
+    global changes: no execve filter, no import hooks, the collector as it is.
+    A KeyboardInterrupt propagates to the caller, every patch and model
+    setting already restored by the request's own context managers."""
+    session = Session(Channel(replies, requests), caller)
+    for line in requests:
+        if not line.strip():
+            continue
+        text, _ = answer(session, line, passed_through=(KeyboardInterrupt, SystemExit))
+        replies.write(text + "\n")
+        replies.flush()
 
 
 def warm_up():

@@ -338,6 +338,8 @@ def built_model(session, params, generative=False, streamed=None):
         inputs = None
     elif isinstance(source, messages.SourceParamsProgram):
         model, inputs = build_program(session.policy, source.program, source.inputs)
+    elif isinstance(source, messages.SourceParamsCaller):
+        model, inputs = session.caller_model(params)
     else:
         model, inputs = from_function(source.spec)
     model = model.eval()
