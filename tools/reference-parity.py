@@ -8,7 +8,7 @@ The registrations are read from the reference's registries at run time
 (`_PATCHES`, `_FX_NODE_FIXES`, `_FX_PROGRAM_FIXES`, `_ONNX_TRANSLATION_TABLE`,
 `_IR_FIXES`, the ONNX Runtime fusion `_STEPS`, the ExecuTorch edge
 configuration's core ATen exception list, `_EXPORT_INPUT_PREPARERS`,
-`_OV_CONVERSION_EXTENSIONS`), each under a stable key
+`_OV_CONVERSION_EXTENSIONS`, read from its source), each under a stable key
 `BACKEND KIND TARGET` (`onnx patch torch.roll`). An answer is stated once:
 a plugin's `plugin.toml` names the keys it answers (`[reference] answers`);
 `docs/reference-parity.toml` gives the reason for the keys hfx answers
@@ -20,8 +20,10 @@ release's additions cannot go unnoticed.
 """
 
 import argparse
+import ast
 import functools
 import importlib
+import inspect
 import os
 import re
 import sys
@@ -53,8 +55,6 @@ NOT_ENUMERATED = [
     "Workarounds written inline in the exporters' `export` methods (no registry names them): the ONNX exporter's "
     "`dynamic_shapes` handling, the ExecuTorch exporter's `_make_contiguous`, the OpenVINO exporter's state "
     "handling.",
-    "`exporter_openvino._OV_CONVERSION_EXTENSIONS`: filled only where openvino is installed (not in hfx's venv); "
-    "read when it is, its entries covered by the OpenVINO reason.",
     "Rules inside composite ONNX Runtime steps: `optimize_for_ort` is onnxscript's rule set, one step here.",
 ]
 
@@ -106,6 +106,22 @@ class Registration:
         return f"{self.backend} {self.kind} {self.target}"
 
 
+def openvino_conversions(module):
+    """`(op, converter)` of each `ConversionExtension` the reference's OpenVINO
+    exporter registers, read from its source: `_OV_CONVERSION_EXTENSIONS` is
+    filled only where openvino imports, and its entries do not expose their op.
+    A target written as an expression (`str(torch.sym_float)`) is named by it."""
+    for node in ast.walk(ast.parse(inspect.getsource(module))):
+        if (
+            not isinstance(node, ast.Call)
+            or getattr(node.func, "id", None) != "ConversionExtension"
+        ):
+            continue
+        target, converter = node.args
+        name = str(target.value) if isinstance(target, ast.Constant) else ast.unparse(target)
+        yield name, ast.unparse(converter)
+
+
 def registrations():
     """Every registration of the reference, from its registries."""
     utils = importlib.import_module(f"{EXPORTERS}.utils")
@@ -141,11 +157,8 @@ def registrations():
             )
     for markers, fn in utils._EXPORT_INPUT_PREPARERS.items():
         found.append(Registration("all", "input-preparer", "+".join(markers), qualname(fn)))
-    for extension in modules["exporter_openvino"]._OV_CONVERSION_EXTENSIONS:
-        target = getattr(extension, "op_type", None) or type(extension).__name__
-        found.append(
-            Registration("openvino", "conversion-extension", str(target), type(extension).__name__)
-        )
+    for target, converter in openvino_conversions(modules["exporter_openvino"]):
+        found.append(Registration("openvino", "conversion-extension", target, converter))
     unique = {}
     for r in found:
         unique.setdefault(r.key, r)

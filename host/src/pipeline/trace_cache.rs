@@ -622,7 +622,7 @@ mod tests {
         let captured = TraceRequest::new(ModelSource::Captured { component: "decode".into() });
         assert_eq!(
             format!("{:#}", key_of(&captured, "model.pt2").unwrap_err()),
-            "a patch case's program or a generation component is not cached"
+            "a patch case's program, a generation component or a caller's model is not cached"
         );
         let function =
             TraceRequest::new(ModelSource::Function("python:no_such_module_here:f".into()));

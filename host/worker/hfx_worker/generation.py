@@ -29,6 +29,7 @@ import inspect
 import os
 import time
 
+from .errors import UserInputError
 from .messages import (
     CapturedComponent,
     CaptureGenerationReply,
@@ -43,7 +44,6 @@ from .messages import (
     SourceParamsDirectory,
     SourceParamsFunction,
 )
-from .errors import UserInputError
 from .protocol import ProtocolError, Unsupported
 from .pytree import register_cache_pytrees, spec_paths
 from .sources import built, directory_class, from_directory
@@ -746,7 +746,9 @@ def component_modules(model, runners):
 def generated_ids(model, prompt, sequences):
     """The tokens `generate` added to one prompt: after the prompt, or for an
     encoder-decoder after the decoder's start token."""
-    start = 1 if getattr(model.config, "is_encoder_decoder", False) else prompt["input_ids"].shape[1]
+    start = (
+        1 if getattr(model.config, "is_encoder_decoder", False) else prompt["input_ids"].shape[1]
+    )
     return [int(t) for t in sequences[0, start:]]
 
 
