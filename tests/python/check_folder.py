@@ -1,11 +1,14 @@
 """Loads an hfx export folder with the reference runtime and checks it.
 
     python check_folder.py FOLDER REFERENCE.pt ATOL
+    python check_folder.py FOLDER REFERENCE.pt SHARExmax    # a quantized program
 
 `transformers.exporters.ExportedModel.from_pretrained(FOLDER)` (transformers
 5.24, unchanged) loads the export and runs it on the recorded inputs; its
 outputs are the model's own output type (a `ModelOutput`, its cache included)
-and match the recorded eager outputs within ATOL.
+and match the recorded eager outputs within ATOL (absolute and relative), or,
+for a program of a quantized model, within SHARE of each output's largest
+eager magnitude (as hfx's `--verify` holds it: `0.05xmax`).
 """
 
 import os
@@ -21,8 +24,17 @@ sys.path.insert(
 from hfx_worker import pytree  # noqa: E402
 
 
-def main(folder, reference, atol):
-    atol = float(atol)
+def within(got, want, tolerance):
+    """`got` is `want` within `tolerance` (`ATOL`, or `SHARExmax`)."""
+    got, want = got.float(), want.float()
+    if tolerance.endswith("xmax"):
+        share = float(tolerance.removesuffix("xmax"))
+        return bool((got - want).abs().max() <= share * want.abs().max())
+    atol = float(tolerance)
+    return torch.allclose(got, want, atol=atol, rtol=atol)
+
+
+def main(folder, reference, tolerance):
     ref = torch.load(reference)
     exported = ExportedModel.from_pretrained(folder, trust_remote_code=True)
     outputs = exported(**ref["inputs"])
@@ -35,7 +47,7 @@ def main(folder, reference, atol):
     if len(got) != len(want):
         raise SystemExit(f"{len(got)} outputs vs {len(want)} eager")
     for i, (g, w) in enumerate(zip(got, want)):
-        if g.shape != w.shape or not torch.allclose(g.float(), w.float(), atol=atol, rtol=atol):
+        if g.shape != w.shape or not within(g, w, tolerance):
             raise SystemExit(f"output {i} differs")
     print(f"ok: {type(outputs).__name__} with {list(outputs.keys())}")
 
