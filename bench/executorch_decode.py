@@ -59,6 +59,8 @@ PROMPT = 128
 STEPS = 64
 MAX_CACHE_LEN = PROMPT + STEPS
 THREADS = 2
+# Timed generations in each runtime process, after one that warms up.
+GENERATIONS = 2
 
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
@@ -183,6 +185,7 @@ def own_rss():
 
 def runtime_side(folder, generations):
     """Prefill and decode of one export folder in the ExecuTorch runtime, as JSON."""
+    import executorch.kernels.quantized  # noqa: F401  (registers `embedding_byte`'s kernel)
     import torch
     import transformers  # noqa: F401  (imported before the baseline, as the runner needs it)
     from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
@@ -275,16 +278,31 @@ def main(rounds, only):
             scheme = REFERENCE_EXPORTS[side]
             commands[side] = [PYTHON, __file__, "--reference", folders[side], scheme]
     exports = {side: [] for side in sides}
+    failed = {}
     for _ in range(rounds):
         for side in sides:
-            wall, rss, _ = measured(commands[side], env)
+            if side in failed:
+                continue
+            try:
+                wall, rss, _ = measured(commands[side], env)
+            except SystemExit as e:
+                # One side that cannot export is reported; the others still run.
+                failed[side] = str(e).strip().splitlines()[-1]
+                print(f"  export {side} failed: {failed[side]}", flush=True)
+                continue
             exports[side].append((wall, rss))
             print(f"  export {side}: {wall:.1f} s, {rss / 2**30:.2f} GiB", flush=True)
+    sides = [side for side in sides if side not in failed]
     runs = {side: [] for side in sides}
     for _ in range(rounds):
-        for side in sides:
-            command = [PYTHON, __file__, "--runtime", folders[side], "3"]
-            _, rss, out = measured(command, env)
+        for side in [side for side in sides if side not in failed]:
+            command = [PYTHON, __file__, "--runtime", folders[side], str(GENERATIONS)]
+            try:
+                _, rss, out = measured(command, env)
+            except SystemExit as e:
+                failed[side] = "runtime: " + str(e).strip().splitlines()[-1]
+                print(f"  runtime {side} failed: {failed[side]}", flush=True)
+                continue
             runs[side].append((rss, last_json(out)))
             print(f"  runtime {side}: {runs[side][-1][1]['tokens_per_s']:.1f} tok/s", flush=True)
     _, _, out = measured([PYTHON, __file__, "--eager"], env)
@@ -294,9 +312,10 @@ def main(rounds, only):
     print(
         f"125M Llama for generation to ExecuTorch, static cache {MAX_CACHE_LEN}, batch 1, "
         f"{rounds} alternating round(s), medians; runtime {THREADS} threads, prefill {PROMPT} tokens, "
-        f"{STEPS} greedy decode steps (3 generations a run after a warm-up)"
+        f"{STEPS} greedy decode steps ({GENERATIONS} generations a run after a warm-up)"
     )
     table = {}
+    sides = [side for side in sides if runs[side]]
     for side in sides:
         wall = statistics.median(w for w, _ in exports[side])
         rss = statistics.median(r for _, r in exports[side])
@@ -320,6 +339,8 @@ def main(rounds, only):
             f"runtime peak RSS {runtime_rss / gib:.2f} GiB ({imports / gib:.2f} GiB the imports) | "
             f"greedy tokens equal eager float32's for the first {same} of {STEPS}"
         )
+    for side, why in failed.items():
+        print(f"  {side:<17} export failed: {why}")
     print(json.dumps(table))
 
     def ratio(a, b, key):
