@@ -58,6 +58,9 @@ struct Row {
     backends: &'static [&'static str],
     /// In the fast tier (`cargo xtask test`); else only with `--full`.
     fast: bool,
+    /// The `--quantize` flags of a quantized cell (its backends ExecuTorch's
+    /// XNNPACK program), verified at the scheme's tolerance.
+    quantize: &'static [&'static str],
 }
 
 const fn row(
@@ -67,8 +70,24 @@ const fn row(
     backends: &'static [&'static str],
     fast: bool,
 ) -> Row {
-    Row { arch, set, task: None, dynamic, backends, fast }
+    Row { arch, set, task: None, dynamic, backends, fast, quantize: &[] }
 }
+
+/// `--quantize 8da4w` (int8 activations per token, int4 weights in groups of
+/// 32, torchao on the eager model before the trace), static, the XNNPACK
+/// program; the fast cell also quantizes the embeddings (`embedding_byte`).
+const fn q8da4w(arch: &'static str, set: &'static str, fast: bool) -> Row {
+    let quantize: &[&str] = if fast {
+        &["--quantize", "8da4w", "--quantize-embeddings", "8w"]
+    } else {
+        &["--quantize", "8da4w"]
+    };
+    Row { quantize, ..row(arch, set, false, &[XNNPACK], fast) }
+}
+
+/// The tolerance `--verify` holds an 8da4w program to, as a fraction of each
+/// output's largest eager value.
+const TOLERANCE_8DA4W: f64 = hfx::pipeline::verify::EXECUTORCH_8DA4W;
 
 const WHISPER_ENCODER: Option<&str> = Some("WhisperEncoder");
 
@@ -86,6 +105,7 @@ const ROWS: &[Row] = &[
     row("t5", T5, true, &[ONNX, DYNAMO], true),
     row("qwen3_moe", QWEN3_MOE, true, &[ONNX], true),
     row("mamba", MAMBA, false, &[ONNX, DYNAMO], true),
+    q8da4w("llama", LLAMA, true),
     // ── the full tier: every architecture, backend and mode ──
     row("llama", LLAMA, false, ALL, false),
     row("qwen3", QWEN3, false, ALL, false),
@@ -108,12 +128,28 @@ const ROWS: &[Row] = &[
     row("qwen3_moe", QWEN3_MOE, true, &[PORTABLE, XNNPACK], false),
     row("vit", VIT, false, ALL, false),
     row("vit", VIT, true, &[DYNAMO, PORTABLE], false),
+    // ── the ExecuTorch matrix's architectures, 8da4w ──
+    q8da4w("qwen3", QWEN3, false),
+    q8da4w("gemma", GEMMA, false),
+    q8da4w("phi3", PHI3, false),
+    q8da4w("gpt2", GPT2, false),
+    q8da4w("bert", BERT, false),
+    Row { task: WHISPER_ENCODER, ..q8da4w("whisper", WHISPER, false) },
+    q8da4w("qwen3_moe", QWEN3_MOE, false),
+    q8da4w("vit", VIT, false),
 ];
 
 impl Row {
     fn name(&self) -> String {
         let mode = if self.dynamic { "dynamic" } else { "static" };
-        format!("{}::{mode}::{}", self.arch, self.backends.join("+"))
+        let scheme = match self.quantize {
+            [] => String::new(),
+            flags => format!(
+                "::{}",
+                flags.iter().skip(1).step_by(2).copied().collect::<Vec<_>>().join("+")
+            ),
+        };
+        format!("{}::{mode}::{}{scheme}", self.arch, self.backends.join("+"))
     }
 
     /// Where `backend`'s export folder and report are, under `dir`.
@@ -146,6 +182,7 @@ impl Row {
         if !self.dynamic {
             args.push("--static");
         }
+        args.extend(self.quantize);
         let result = hfx_with_python(dir.path(), &args);
         let stdout = String::from_utf8_lossy(&result.stdout);
         if !result.status.success() {
@@ -157,6 +194,13 @@ impl Row {
             format!("one trace for every backend: {stdout}")
         })?;
         check(stdout.contains("(weights beside the program)"), || stdout.to_string())?;
+        // The summary states the quantized program's scheme and tolerance.
+        let scheme = match self.quantize {
+            [_, linear, _, embeddings] => format!("{linear}, embeddings {embeddings} tolerance"),
+            [_, linear] => format!("{linear} tolerance"),
+            _ => String::new(),
+        };
+        check(stdout.contains(&scheme), || format!("no `{scheme}`: {stdout}"))?;
         let mut python_checks: Vec<String> = Vec::new();
         for (i, backend) in self.backends.iter().enumerate() {
             let folder = self.folder(dir.path(), backend);
@@ -166,10 +210,15 @@ impl Row {
             check(shared == first, || format!("{backend}: the trace shared with {shared:?}"))?;
             self.backend_checks(backend, &folder, &report)
                 .map_err(|e| format!("{backend}: {}", e.message().unwrap_or_default()))?;
-            let atol = if *backend == DYNAMO { "1e-4" } else { "1e-3" };
+            // A quantized program is held to a share of each output's largest eager value.
+            let atol = match (*backend, self.quantize) {
+                (_, [_, ..]) => format!("{TOLERANCE_8DA4W}xmax"),
+                (DYNAMO, _) => "1e-4".into(),
+                _ => "1e-3".into(),
+            };
             let reference = folder.join("model.reference.pt");
             python_checks.extend(
-                ["--", "check_folder.py", path_str(&folder), path_str(&reference), atol]
+                ["--", "check_folder.py", path_str(&folder), path_str(&reference), atol.as_str()]
                     .map(String::from),
             );
             if *backend == PORTABLE && self.dynamic {
@@ -209,6 +258,10 @@ impl Row {
             .flat_map(|c| c["outputs"].as_array().into_iter().flatten())
             .all(|o| o["ok"] == true);
         check(all_ok, || format!("a mismatch: {parity}"))?;
+        if !self.quantize.is_empty() {
+            // Verified against the quantized eager model at the scheme's tolerance.
+            check(parity["tolerance"].as_f64() == Some(TOLERANCE_8DA4W), || parity.to_string())?;
+        }
 
         let (artifact, format) = match backend {
             ONNX => ("model.onnx", "onnx"),

@@ -327,27 +327,12 @@ fn memory_planning_flags_that_cannot_apply_are_refused_in_one_line() {
     assert_no_scratch_left(dir.path());
 }
 
-/// `--quantize 8da4w --quantize-embeddings 8w` on XNNPACK: torchao quantizes
-/// the eager model before the trace, the linear layers lower to XNNPACK's
-/// dynamically quantized kernels and the embedding to ExecuTorch's
-/// `embedding_byte`, and the program matches the quantized eager model within
-/// the scheme's tolerance, which the summary states.
-#[test]
-fn an_8da4w_xnnpack_program_matches_the_quantized_eager_model() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("q.pte");
-    let flags = ["--verify", "--quantize", "8da4w", "--quantize-embeddings", "8w"];
-    let stdout = export(dir.path(), XNNPACK, "llama", LLAMA, &out, &flags);
-    assert!(
-        stdout.contains("8da4w, embeddings 8w tolerance: max abs error within 0.05"),
-        "{stdout}"
-    );
-}
-
-/// An 8da4w generation program generates eager's (quantized) greedy tokens.
-#[test]
-#[ignore = "full tier: 8da4w prefill and decode programs generating (an_8da4w_xnnpack_program_matches_the_quantized_eager_model covers the scheme)"]
-fn an_8da4w_generation_program_generates_the_quantized_eager_tokens() {
+/// An 8da4w generation program (prefill and decode, a static cache) of
+/// `arch` generates the greedy tokens of the eager model torchao quantized
+/// (the same module, quantized in the worker before the capture), token for
+/// token: the generation check holds a quantized model only to an agreement
+/// of 0.5, and this to all of them.
+fn an_8da4w_generation_program_generates_the_quantized_eager_tokens(arch: &str, set: &str) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("g");
     let flags = [
@@ -360,12 +345,31 @@ fn an_8da4w_generation_program_generates_the_quantized_eager_tokens() {
         "--max-cache-len",
         "32",
     ];
-    let args = export_args(XNNPACK, "llama", LLAMA, &out, &flags);
+    let args = export_args(XNNPACK, arch, set, &out, &flags);
     let args: Vec<&str> = args.iter().map(String::as_str).filter(|a| *a != "--static").collect();
     let result = hfx(dir.path(), &args);
     let stdout = String::from_utf8_lossy(&result.stdout);
-    assert!(result.status.success(), "{}{stdout}", String::from_utf8_lossy(&result.stderr));
-    assert!(stdout.contains("identical to eager `generate`"), "{stdout}");
+    assert!(result.status.success(), "{arch}: {}{stdout}", String::from_utf8_lossy(&result.stderr));
+    assert!(stdout.contains("identical to eager `generate`"), "{arch}: {stdout}");
+    assert_no_scratch_left(dir.path());
+}
+
+#[test]
+#[ignore = "full tier: 8da4w prefill and decode programs generating (the export matrix's fast 8da4w cell covers the scheme)"]
+fn an_8da4w_llama_generation_program_generates_the_quantized_eager_tokens() {
+    an_8da4w_generation_program_generates_the_quantized_eager_tokens("llama", LLAMA);
+}
+
+#[test]
+#[ignore = "full tier: 8da4w prefill and decode programs generating (the export matrix's fast 8da4w cell covers the scheme)"]
+fn an_8da4w_qwen3_generation_program_generates_the_quantized_eager_tokens() {
+    an_8da4w_generation_program_generates_the_quantized_eager_tokens("qwen3", QWEN3);
+}
+
+#[test]
+#[ignore = "full tier: 8da4w prefill and decode programs generating (the export matrix's fast 8da4w cell covers the scheme)"]
+fn an_8da4w_phi3_generation_program_generates_the_quantized_eager_tokens() {
+    an_8da4w_generation_program_generates_the_quantized_eager_tokens("phi3", PHI3);
 }
 
 /// What ExecuTorch's `--quantize` cannot do is refused in one line before
