@@ -22,14 +22,13 @@ fn the_reference_parity_ledger_is_complete_and_current() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
-/// The reference's targets hfx does not serve yet (the OpenVINO backend, the
-/// ExecuTorch CUDA and MLX delegates: their registrations are known gaps)
-/// are refused in one line before any work.
+/// The reference's targets hfx does not serve yet (the ExecuTorch CUDA and
+/// MLX delegates: their registrations are known gaps) are refused in one line
+/// before any work.
 #[test]
 fn backends_and_delegates_hfx_does_not_serve_are_refused_before_any_work() {
     let dir = tempfile::tempdir().unwrap();
     let cases: &[(&[&str], &str)] = &[
-        (&["--backend", "openvino"], "unknown backend `openvino`"),
         (&["--backend", "executorch", "--delegate", "mlx"], "unknown ExecuTorch delegate `mlx`"),
         (
             &["--backend", "executorch.cuda"],
