@@ -458,7 +458,12 @@ def unpadded_mask(kwargs):
     if ids is None:
         return None
     cache = kwargs.get("cache")
-    past = cache.get_seq_length() if hasattr(cache, "get_seq_length") else 0
+    try:
+        past = cache.get_seq_length() if hasattr(cache, "get_seq_length") else 0
+    except ValueError:
+        # A cache of state-space or linear-attention layers (Mamba's) keeps no
+        # length: such components are called with what `generate` passes.
+        return None
     batch, length = ids.shape[0], ids.shape[1]
     if not getattr(cache, "is_compileable", False):
         return torch.ones((batch, past + length), dtype=torch.long)
