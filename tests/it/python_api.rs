@@ -55,6 +55,43 @@ fn hfx_export_traces_the_callers_live_model_to_pt2() {
     assert_no_scratch_left(work.path());
 }
 
+/// The ExecuTorch backend through the caller: its edge program maps the
+/// caller's shared memory in the caller's own process.
+#[test]
+#[ignore = "full tier: the fast tier's ONNX and .pt2 live exports keep the mechanism"]
+fn hfx_export_traces_the_callers_live_model_to_pte() {
+    let work = tempfile::tempdir().unwrap();
+    let [dynamo, _] = plugin_sets();
+    let executorch = root().join("plugins/executorch").display().to_string();
+    let out =
+        check_api(&["live", "executorch", work.path().to_str().unwrap(), &dynamo, &executorch]);
+    assert!(assert_ok(&out).contains("ok: executorch"));
+    assert_no_scratch_left(work.path());
+}
+
+/// `hfx.export_for_generation` of a Llama whose output head was changed in
+/// memory, verified: the ONNX folder generates the live model's greedy
+/// tokens, not its checkpoint's.
+#[test]
+fn hfx_export_for_generation_exports_the_callers_live_model_to_onnx() {
+    let work = tempfile::tempdir().unwrap();
+    let [dynamo, onnx] = plugin_sets();
+    let out = check_api(&["generation", "onnx", work.path().to_str().unwrap(), &dynamo, &onnx]);
+    assert!(assert_ok(&out).contains("ok: onnx generation"));
+    assert_no_scratch_left(work.path());
+}
+
+/// The same to `.pt2` components.
+#[test]
+#[ignore = "full tier: the fast tier's ONNX generation export keeps the mechanism"]
+fn hfx_export_for_generation_exports_the_callers_live_model_to_pt2() {
+    let work = tempfile::tempdir().unwrap();
+    let [dynamo, _] = plugin_sets();
+    let out = check_api(&["generation", "dynamo", work.path().to_str().unwrap(), &dynamo]);
+    assert!(assert_ok(&out).contains("ok: dynamo generation"));
+    assert_no_scratch_left(work.path());
+}
+
 /// SIGINT while the trace runs with the patch plugins' shims in place:
 /// KeyboardInterrupt in the caller, every patched target the object it was,
 /// the model's settings as they were, nothing written, no scratch left.

@@ -1,6 +1,7 @@
 """`hfx.export` on a live model, checked from the caller's side.
 
     python check_api.py live BACKEND WORK [PLUGINS...]
+    python check_api.py generation BACKEND WORK [PLUGINS...]
     python check_api.py interrupt WORK [PLUGINS...]
 
 `live`: a tiny Llama saved to a folder and loaded back, then changed in
@@ -9,6 +10,10 @@ is exported with `verify=True`; the artifact, loaded with `hfx.load` (the
 reference's `ExportedModel`), matches the model in memory and not its
 checkpoint; the model's parameters are the same objects, unchanged, in
 train mode as they were.
+
+`generation`: `hfx.export_for_generation` of a tiny Llama whose output
+head was changed in memory, verified; the folder generates the live
+model's greedy tokens, not its checkpoint's.
 
 `interrupt`: a SIGINT arrives while the trace runs with the patch plugins'
 shims in place; `hfx.export` raises KeyboardInterrupt, every patched target
@@ -27,6 +32,7 @@ import sys
 import hfx
 import torch
 import transformers
+from generation_loops import generate_dynamic
 
 # What the ONNX patch plugins swap for shims while the trace runs.
 PATCHED = [
@@ -90,6 +96,8 @@ def live(backend, work, plugins):
         same, values = before[name]
         assert parameter is same, f"{name}: replaced"
         assert torch.equal(parameter, values), f"{name}: changed"
+        # Read by hfx from the caller's memory, not from a copy written first.
+        assert parameter.untyped_storage().is_shared(), f"{name}: not in shared memory"
 
     exported = hfx.load(output, trust_remote_code=True)
     reloaded = transformers.LlamaForCausalLM.from_pretrained(checkpoint).eval()
@@ -108,6 +116,50 @@ def live(backend, work, plugins):
             f"{backend}: the artifact matches the checkpoint, not the model in memory"
         )
     print(f"ok: {backend} {[str(p) for p in result.artifacts]}")
+
+
+def generation(backend, work, plugins):
+    """`hfx.export_for_generation` of a Llama changed in memory, verified
+    (greedy tokens through the components equal to the model's `generate`);
+    the folder, loaded with `hfx.load`, generates the live model's tokens,
+    not its checkpoint's."""
+    checkpoint = os.path.join(work, "checkpoint")
+    model = tiny_llama(checkpoint)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(-2.0)  # in memory only: the checkpoint's tokens differ
+    model.eval()
+    output = os.path.join(work, f"{backend}-generation")
+    result = hfx.export_for_generation(
+        model,
+        backend=backend,
+        output=output,
+        verify=True,
+        plugins=plugins,
+        no_default_plugins=bool(plugins),
+    )
+    assert result.verified, f"not verified: {result.summary.get('generation')}"
+    names = sorted(p.name for p in result.artifacts)
+    assert len(names) == 2 and any("decode" in n for n in names), names
+
+    exported = hfx.load(output, trust_remote_code=True)
+    reloaded = transformers.LlamaForCausalLM.from_pretrained(checkpoint).eval()
+    prompt = inputs_of(1, 5, seed=7)
+    steps = 8
+    arguments = dict(max_new_tokens=steps, min_new_tokens=steps, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        live_tokens = model.generate(**prompt, **arguments)[:, 5:]
+        checkpoint_tokens = reloaded.generate(**prompt, **arguments)[:, 5:]
+    got = generate_dynamic(
+        exported.runners["prefill"],
+        exported.runners["decode"],
+        model.config,
+        prompt["input_ids"],
+        prompt["attention_mask"],
+        steps,
+    )
+    assert torch.equal(got, live_tokens), f"{backend}: {got.tolist()} != {live_tokens.tolist()}"
+    assert not torch.equal(got, checkpoint_tokens), f"{backend}: the checkpoint's tokens"
+    print(f"ok: {backend} generation {names}")
 
 
 # The targets found patched when the SIGINT was sent (kept off the module,
@@ -170,6 +222,8 @@ def interrupt(work, plugins):
 def main(argv):
     if argv[0] == "live":
         live(argv[1], argv[2], argv[3:])
+    elif argv[0] == "generation":
+        generation(argv[1], argv[2], argv[3:])
     elif argv[0] == "interrupt":
         interrupt(argv[1], argv[2:])
     else:

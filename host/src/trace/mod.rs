@@ -372,6 +372,8 @@ impl Worker {
     /// neither starts, boxes nor sandboxes it (docs/security.md).
     pub fn attach(pipes: CallerPipes, deadline: Duration) -> Result<Worker, TraceError> {
         let (read, write) = pipes.take()?;
+        // SAFETY: getppid(2) has no preconditions.
+        crate::weights::caller::serves_worker(unsafe { libc::getppid() } as u32);
         let worker = Worker::connected(
             None,
             None,

@@ -18,6 +18,8 @@
 //! entries; `onnx::prewrite` and `onnx::external`: an ONNX model's external
 //! data file) from what this module gives.
 //!
+//! - [`caller`]: the shared memory of `hfx.export`'s process, which serves
+//!   weights from its own tensors.
 //! - [`checkpoint`]: opening a model folder's checkpoint files, and the
 //!   bytes a plan's weight names in them.
 //! - [`plan`]: the weights the worker announces, in hfx's own type.
@@ -32,6 +34,7 @@
 //! - [`prewrite`]: the thread that writes a plan's weights while the worker traces.
 
 pub mod bytes;
+pub mod caller;
 pub mod cast;
 pub mod checkpoint;
 pub mod files;

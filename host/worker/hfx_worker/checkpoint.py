@@ -500,7 +500,7 @@ def side_weights_supported():
     return all(hasattr(_package, name) for name in ("_get_raw_tensor_bytes", "_is_fake_tensor"))
 
 
-def save_program(program, output, side_weights, written_before=None, sources=None):
+def save_program(program, output, side_weights, written_before=None, sources=None, share=False):
     """`program` saved for the host at `output`: with its weights beside it
     (`save_with_side_weights`) where `side_weights`, else by `torch.export.save`;
     either way through `trace_shortcuts.saving`."""
@@ -508,12 +508,12 @@ def save_program(program, output, side_weights, written_before=None, sources=Non
 
     with saving():
         if side_weights:
-            save_with_side_weights(program, output, written_before, sources)
+            save_with_side_weights(program, output, written_before, sources, share)
         else:
             torch.export.save(program, output)
 
 
-def save_with_side_weights(program, output, written_before=None, sources=None):
+def save_with_side_weights(program, output, written_before=None, sources=None, share=False):
     """`torch.export.save` without the weights' bytes, which go to `<output>.weights`
     straight from the tensors' memory (no copy of each storage as a `bytes`, no
     CRC), indexed by `<output>.weights.json`: {"files": [...], "weights"|"constants":
@@ -530,7 +530,13 @@ def save_with_side_weights(program, output, written_before=None, sources=None):
 
     `written_before` (a `SideWeights` the session keeps) is the last file
     written: a program whose every storage it holds (the generation components
-    of one model) gets that file hard-linked rather than written again."""
+    of one model) gets that file hard-linked rather than written again.
+
+    `share` (the worker is hfx's caller, `hfx.export`): each CPU storage is
+    moved into shared memory instead (`shared_memory_file`: the same storage
+    object, its tensors and views unchanged) and indexed as `{"caller_fd": N}`,
+    its descriptor in this process, which the host maps: the caller's weights
+    are never copied to a file. One that cannot be shared is written."""
     import torch
     from torch.export.pt2_archive import _package
 
@@ -550,10 +556,23 @@ def save_with_side_weights(program, output, written_before=None, sources=None):
     # over it (bumped by every in-place change: a buffer a forward updated
     # since is written again).
     keys = [(storage.data_ptr(), storage.nbytes(), version) for _, _, storage, version, _ in tables]
+    # A storage the host reads from a file stays there; any other is shared.
+    shared = (
+        shared_memory_files(
+            [
+                storage
+                for (_, _, storage, _, _), key in zip(tables, keys)
+                if sources.get(key[0]) is None
+            ]
+        )
+        if share
+        else {}
+    )
     if (
         written_before is not None
         and keys
         and not sources
+        and not share
         and written_before.holds(keys)
         and written_before.link(output + ".weights")
     ):
@@ -565,7 +584,7 @@ def save_with_side_weights(program, output, written_before=None, sources=None):
         with open(output + ".weights", "wb") as side:
             offset = 0
             for (kind, fqn, storage, _, dtype), key in zip(tables, keys):
-                stored = sources.get(storage.data_ptr())
+                stored = sources.get(key[0])
                 if host_reads(stored, storage, dtype):
                     if stored.file not in index["files"]:
                         index["files"].append(stored.file)
@@ -574,6 +593,13 @@ def save_with_side_weights(program, output, written_before=None, sources=None):
                     index[kind][fqn] = (
                         place if same else place + [stored.dtype]
                     )  # else the host converts it as it writes it
+                    continue
+                fd = shared.get(key[0]) if stored is None else None
+                if fd is not None:
+                    entry = {"caller_fd": fd}
+                    if entry not in index["files"]:
+                        index["files"].append(entry)
+                    index[kind][fqn] = [index["files"].index(entry), 0, storage.nbytes()]
                     continue
                 if key not in written:
                     padding = -offset % 64
@@ -589,14 +615,15 @@ def save_with_side_weights(program, output, written_before=None, sources=None):
                     written[key] = [0, offset, storage.nbytes()]
                     offset += storage.nbytes()
                 index[kind][fqn] = written[key]
-        if written_before is not None and not sources:
+        if written_before is not None and not sources and not share:
             written_before.remember(
                 output + ".weights", written, [storage for _, _, storage, _, _ in tables]
             )
     with open(output + ".weights.json", "w") as f:
         json.dump(index, f)
     raw_bytes = _package._get_raw_tensor_bytes
-    side_storages = {pointer for pointer, _, _ in keys}
+    # Addresses as they are now: a storage moved into shared memory has a new one.
+    side_storages = {storage.data_ptr() for _, _, storage, _, _ in tables}
 
     def without_side_weights(value):
         # torch asks for each storage group's complete tensor: one written to the side is left empty
@@ -614,6 +641,34 @@ def save_with_side_weights(program, output, written_before=None, sources=None):
         torch.export.save(program, output)
     finally:
         _package._get_raw_tensor_bytes = raw_bytes
+
+
+def shared_memory_files(storages):
+    """{address before the move: descriptor}: each CPU storage of `storages`
+    moved into a shared-memory file of this process (torch's
+    `UntypedStorage._share_fd_cpu_`, which `share_memory_()` calls: the storage
+    object keeps its identity and its tensors, the file stays open as long as
+    it lives). One that cannot move (another allocator's, or no descriptor
+    left) is left out: it is written to the side file instead. The process's
+    soft limit of open files is raised toward its hard limit when the moves
+    need more."""
+    import resource
+
+    unique = {storage.data_ptr(): storage for storage in storages if storage.nbytes()}
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = len(os.listdir("/proc/self/fd")) + len(unique) + 64
+    if soft != resource.RLIM_INFINITY and wanted > soft:
+        limit = wanted if hard == resource.RLIM_INFINITY else min(hard, wanted)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+    shared = {}
+    for address, storage in unique.items():
+        try:
+            fd, _ = storage._share_fd_cpu_()
+        except (RuntimeError, OSError):
+            continue
+        shared[address] = fd
+    return shared
 
 
 class SideWeights:

@@ -262,7 +262,7 @@ def fused_quantized_embeddings(edge):
     return edge.transform([QuantFusionPass(_fix_node_meta_val=True, node_value_dict=values)])
 
 
-def edge_program(_session, params: EdgeProgram) -> EdgeProgramReply:
+def edge_program(session, params: EdgeProgram) -> EdgeProgramReply:
     """The program in ExecuTorch's edge opset (its decomposition table, as
     `to_edge` runs it), for hfx's native portable emitter: the only step of
     the portable path that needs Python, because decompositions are Python
@@ -278,7 +278,9 @@ def edge_program(_session, params: EdgeProgram) -> EdgeProgramReply:
     # still over the map it was loaded from is indexed where it is (a model
     # folder's checkpoint, the trace's side file), never written again.
     side_weights = side_weights_supported()
-    save_program(edge, params.output, side_weights, sources=sources)
+    save_program(
+        edge, params.output, side_weights, sources=sources, share=session.caller is not None
+    )
     dumps = torch.utils._pytree.treespec_dumps
     return EdgeProgramReply(
         in_spec=dumps(edge.call_spec.in_spec),

@@ -234,7 +234,8 @@ def load_exported_mapped(path):
     """(program, sources): a `.pt2` hfx wrote for a step of its own with its
     weights left where they are (empty entries, indexed by `<path>.weights.json`
     as `save_with_side_weights` indexes them: `[file, offset, length, stored
-    dtype?]`, file 0 named relative to the index, the others absolute), each
+    dtype?]`, file 0 named relative to the index, the others absolute or this
+    process's shared memory by descriptor), each
     weight a tensor over a private memory map of its file: nothing is read
     until a step touches it. `sources` tells `save_with_side_weights` where
     each mapped storage is, so a program saved from this one indexes those
@@ -254,6 +255,13 @@ def load_exported_mapped(path):
         index = json.load(f)
     maps = []
     for name in index["files"]:
+        if isinstance(
+            name, dict
+        ):  # this process's shared memory (`checkpoint.shared_memory_files`)
+            fd = name["caller_fd"]
+            size = os.fstat(fd).st_size
+            maps.append((name, mmap.mmap(fd, size, access=mmap.ACCESS_COPY) if size else None))
+            continue
         file = (
             name
             if os.path.isabs(name)

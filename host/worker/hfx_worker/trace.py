@@ -491,6 +491,7 @@ def trace(session, params: TraceParams) -> TraceReply:
             side_weights,
             session.side_weights,
             streamed.sources if streamed is not None else None,
+            share=session.caller is not None,
         )
         # The eager reference, next to the archive, for later verification.
         if params.reference is not None:

@@ -147,9 +147,23 @@ fn is_contiguous(strides: &[i64], dims: &[i64]) -> bool {
 
 struct SideFile {
     path: std::path::PathBuf,
+    /// Whether the file is one of hfx's caller's (its descriptor there).
+    caller_fd: Option<i32>,
     /// The file behind the map, for kernel-side copies of its bytes.
     file: std::fs::File,
     map: memmap2::Mmap,
+}
+
+/// A file a side index places weights in: a path, or a shared-memory file
+/// of hfx's caller by its descriptor there ([`crate::weights::caller`]).
+#[derive(serde::Deserialize, serde::Serialize)]
+#[serde(untagged)]
+enum IndexedFile {
+    Path(std::path::PathBuf),
+    Caller {
+        #[serde(rename = "caller_fd")]
+        fd: i32,
+    },
 }
 
 /// Most bytes the side weights' index (`<archive>.weights.json`) may hold.
@@ -386,8 +400,9 @@ impl Pt2 {
     /// The index's first file is named relative to it (the worker's side
     /// file); any other must be one of `sources` (a model folder's checkpoint
     /// files, which the worker pointed the weights at), compared as paths
-    /// and opened without following a link ([`open_checkpoint`]):
-    /// the index names no other file. Side bytes have no
+    /// and opened without following a link ([`open_checkpoint`]), or, in an
+    /// export `hfx.export` serves, one of its process's shared-memory files
+    /// by descriptor ([`crate::weights::caller`]): the index names no other file. Side bytes have no
     /// CRC: each storage's length is checked against the tensors the
     /// archive's payload configs say it holds.
     pub fn attach_side_weights(
@@ -407,7 +422,7 @@ impl Pt2 {
         #[derive(serde::Deserialize)]
         #[serde(deny_unknown_fields)]
         struct Index {
-            files: Vec<std::path::PathBuf>,
+            files: Vec<IndexedFile>,
             weights: BTreeMap<String, SideEntry>,
             constants: BTreeMap<String, SideEntry>,
         }
@@ -415,27 +430,48 @@ impl Pt2 {
             serde_json::from_slice(&text).map_err(|e| invalid(path, format!("its index: {e}")))?;
         let mut files = Vec::new();
         for (i, name) in index.files.iter().enumerate() {
-            let (file_path, file) = if i == 0 {
-                if name.components().count() != 1 || name.is_absolute() {
+            let caller_fd = match name {
+                IndexedFile::Caller { fd } => Some(*fd),
+                IndexedFile::Path(_) => None,
+            };
+            let (file_path, file) = match name {
+                IndexedFile::Path(name) if i == 0 => {
+                    if name.components().count() != 1 || name.is_absolute() {
+                        return Err(invalid(
+                            &index_path,
+                            format!(
+                                "its side file `{}` is not a file name beside it",
+                                name.display()
+                            ),
+                        ));
+                    }
+                    let file_path = path.with_file_name(name);
+                    let file = crate::input::open_written(&file_path)
+                        .map_err(|e| invalid(&file_path, e.to_string()))?;
+                    (file_path, file)
+                }
+                IndexedFile::Path(name) => open_checkpoint(name, sources)
+                    .map_err(|reason| invalid(&index_path, format!("names {reason}")))?,
+                IndexedFile::Caller { fd } if i > 0 => {
+                    let file = crate::weights::caller::open(*fd)
+                        .map_err(|reason| invalid(&index_path, format!("names {reason}")))?;
+                    (std::path::PathBuf::from(format!("caller's descriptor {fd}")), file)
+                }
+                IndexedFile::Caller { fd } => {
                     return Err(invalid(
                         &index_path,
-                        format!("its side file `{}` is not a file name beside it", name.display()),
+                        format!(
+                            "its side file is the caller's descriptor {fd}, not a file beside it"
+                        ),
                     ));
                 }
-                let file_path = path.with_file_name(name);
-                let file = crate::input::open_written(&file_path)
-                    .map_err(|e| invalid(&file_path, e.to_string()))?;
-                (file_path, file)
-            } else {
-                open_checkpoint(name, sources)
-                    .map_err(|reason| invalid(&index_path, format!("names {reason}")))?
             };
             // SAFETY: hfx's own scratch output or the user's checkpoint, neither
             // modified while the export reads it (a checkpoint rewritten
             // meanwhile is the user's race, as for any input file).
             let map = unsafe { memmap2::Mmap::map(&file) }
                 .map_err(|e| invalid(&file_path, e.to_string()))?;
-            files.push(SideFile { path: file_path, file, map });
+            files.push(SideFile { path: file_path, caller_fd, file, map });
         }
         for (kind, table) in [(Kind::Weight, &index.weights), (Kind::Constant, &index.constants)] {
             for (fqn, entry) in table {
@@ -726,11 +762,13 @@ impl Pt2 {
 
     /// The files the side weights are read from (absolute, as opened: a Hub
     /// cache link as its blob): what an index written from this `.pt2`'s
-    /// programs may name.
+    /// programs may name. The caller's shared memory is not among them: an
+    /// index names it by descriptor ([`crate::weights::caller`]).
     pub fn side_files(&self) -> Vec<std::path::PathBuf> {
         self.side
             .iter()
             .flat_map(|s| &s.files)
+            .filter(|f| f.caller_fd.is_none())
             .map(|f| lexical(&f.path).unwrap_or_else(|| f.path.clone()))
             .collect()
     }
@@ -750,12 +788,19 @@ impl Pt2 {
         self.write_archive(path, programs, SideStored::LeftInPlace, None)?;
         #[derive(serde::Serialize)]
         struct Index<'a> {
-            files: Vec<std::path::PathBuf>,
+            files: Vec<IndexedFile>,
             weights: &'a BTreeMap<String, SideEntry>,
             constants: &'a BTreeMap<String, SideEntry>,
         }
-        let index =
-            Index { files: self.side_files(), weights: &side.weights, constants: &side.constants };
+        let files = side
+            .files
+            .iter()
+            .map(|f| match f.caller_fd {
+                Some(fd) => IndexedFile::Caller { fd },
+                None => IndexedFile::Path(lexical(&f.path).unwrap_or_else(|| f.path.clone())),
+            })
+            .collect();
+        let index = Index { files, weights: &side.weights, constants: &side.constants };
         let mut index_path = side_weights_path(path).into_os_string();
         index_path.push(".json");
         let json = serde_json::to_vec(&index).expect("the index serializes");
@@ -1432,6 +1477,25 @@ mod tests {
         std::fs::write(dir.path().join("p.pt2.weights.json"), outside).unwrap();
         let e = pt2.attach_side_weights(&side, &[]).err().unwrap().to_string();
         assert!(e.contains("is not a file name beside it"), "{e}");
+    }
+
+    /// Only `hfx.export`'s run maps its caller's shared memory: an index
+    /// naming a descriptor anywhere else (a started worker, a trace cache
+    /// entry) is refused before anything is read.
+    #[test]
+    fn a_caller_descriptor_is_refused_without_a_caller() {
+        let (dir, side, _) = side_file_and_checkpoint();
+        let mut pt2 = open(archive(&[weight(&[2, 4], &[4, 1], 0, Some(vec![]))]));
+        let index = r#"{"files": ["p.pt2.weights", {"caller_fd": 0}],
+            "weights": {"w": [1, 0, 32]}, "constants": {}}"#;
+        std::fs::write(dir.path().join("p.pt2.weights.json"), index).unwrap();
+        let e = pt2.attach_side_weights(&side, &[]).err().unwrap().to_string();
+        assert!(e.contains("the caller's descriptor 0, and this export has no caller"), "{e}");
+        // Nor is a descriptor ever the side file beside the index.
+        let first = r#"{"files": [{"caller_fd": 0}], "weights": {}, "constants": {}}"#;
+        std::fs::write(dir.path().join("p.pt2.weights.json"), first).unwrap();
+        let e = pt2.attach_side_weights(&side, &[]).err().unwrap().to_string();
+        assert!(e.contains("its side file is the caller's descriptor 0"), "{e}");
     }
 
     /// A weight read from a checkpoint says where it is stored (what a
