@@ -325,7 +325,7 @@ fn wheel(args: &[String]) -> Result<PathBuf> {
     let mut build = Command::new(&maturin);
     build
         .current_dir(&stage)
-        .args(["build", "--locked", "--quiet", "--compatibility", "linux", "--out"])
+        .args(["build", "--locked", "--quiet", "--out"])
         .arg(&out)
         .args(["--target-dir"])
         .arg(target_dir(&root));
