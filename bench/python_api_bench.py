@@ -1,0 +1,174 @@
+"""Export a live 125M-parameter Llama from Python to ONNX: `hfx.export(model,
+inputs, backend="onnx")` against the reference
+`OnnxExporter().export(model, inputs, config=OnnxConfig())` + `save_pretrained`,
+same model (same seed and config, its weights changed in memory after it was
+built, as a fine-tuned model's are), same inputs, dynamic axes on both sides.
+
+    cargo build --release -p hfx && cargo xtask build-plugins
+    .venv/bin/python bench/python_api_bench.py [--rounds N] [--hfx PATH]
+
+Each side is a fresh Python process (and, for hfx, the binary it starts):
+wall time around it; memory as the largest sum over the process tree,
+sampled every 10 ms, both as VmRSS and as PSS. hfx maps the caller's
+weights from shared memory, which VmRSS counts once in each process that
+maps them and PSS once in all: PSS is the fair measure of what the tree
+holds, VmRSS is shown beside it. Rounds alternate the sides.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+OUT = os.path.join(ROOT, "target", "bench", "python_api")
+PYTHON = sys.executable
+
+sys.path.insert(0, HERE)
+from trace_bench import llama125m  # noqa: E402  (the project's benchmark model)
+
+
+def live_model():
+    """The benchmark Llama, its weights changed in memory."""
+    import torch
+
+    model, inputs = llama125m()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.mul_(0.5)
+    return model, inputs
+
+
+def reference_side():
+    import torch
+    from transformers.exporters.exporter_onnx import OnnxConfig, OnnxExporter
+
+    model, inputs = live_model()
+    start = time.perf_counter()
+    with torch.no_grad():
+        exported = OnnxExporter().export(model, inputs, config=OnnxConfig(dynamic=True))
+    exported.save_pretrained(os.path.join(OUT, "reference"))
+    print(json.dumps({"export_s": time.perf_counter() - start}))
+
+
+def hfx_side(binary):
+    import hfx
+
+    os.environ["HFX_BINARY"] = binary
+    model, inputs = live_model()
+    start = time.perf_counter()
+    hfx.export(
+        model,
+        inputs,
+        backend="onnx",
+        output=os.path.join(OUT, "hfx"),
+        plugins=[os.path.join(ROOT, "plugins", name) for name in ("dynamo", "onnx")],
+        no_default_plugins=True,
+        progress=False,
+    )
+    print(json.dumps({"export_s": time.perf_counter() - start}))
+
+
+def tree(pid):
+    """`pid` and its descendants."""
+    found, frontier = [], [pid]
+    while frontier:
+        current = frontier.pop()
+        found.append(current)
+        try:
+            with open(f"/proc/{current}/task/{current}/children") as f:
+                frontier += [int(child) for child in f.read().split()]
+        except OSError:
+            pass
+    return found
+
+
+def memory(pid):
+    """(VmRSS, PSS) of `pid`'s tree, in bytes."""
+    rss = pss = 0
+    for member in tree(pid):
+        try:
+            with open(f"/proc/{member}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Rss:"):
+                        rss += int(line.split()[1]) * 1024
+                    elif line.startswith("Pss:"):
+                        pss += int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    return rss, pss
+
+
+def measured(command, env):
+    start = time.perf_counter()
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT
+    )
+    peak = [0, 0]
+
+    def sample():
+        while process.poll() is None:
+            rss, pss = memory(process.pid)
+            peak[0], peak[1] = max(peak[0], rss), max(peak[1], pss)
+            time.sleep(0.01)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    stdout, stderr = process.communicate()
+    wall = time.perf_counter() - start
+    sampler.join()
+    if process.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed:\n{stderr[-4000:]}")
+    return wall, peak[0], peak[1], json.loads(stdout.strip().splitlines()[-1])
+
+
+def main(argv):
+    rounds = int(argv[argv.index("--rounds") + 1]) if "--rounds" in argv else 1
+    binary = (
+        argv[argv.index("--hfx") + 1]
+        if "--hfx" in argv
+        else os.path.join(ROOT, "target", "release", "hfx")
+    )
+    os.makedirs(OUT, exist_ok=True)
+    pythonpath = os.pathsep.join(
+        [HERE, os.path.join(ROOT, "python"), os.path.join(ROOT, "host", "worker")]
+    )
+    env = {**os.environ, "PYTHONPATH": pythonpath}
+    subprocess.run([PYTHON, "-c", "import torch, transformers"], check=True)  # warm the page cache
+    sides = {
+        "reference": [PYTHON, __file__, "--reference"],
+        "hfx": [PYTHON, __file__, "--hfx-side", binary],
+    }
+    results = {name: [] for name in sides}
+    for _ in range(rounds):
+        for name, command in sides.items():
+            results[name].append(measured(command, env))
+    gib = 2**30
+    for name, runs in results.items():
+        for wall, rss, pss, inner in runs:
+            print(
+                f"{name:9} {wall:6.2f} s whole process ({inner['export_s']:.2f} s export + save), "
+                f"peak PSS {pss / gib:.2f} GiB, peak VmRSS {rss / gib:.2f} GiB"
+            )
+
+    def best(name, field):
+        return min(run[field] for run in results[name])
+
+    print(
+        f"hfx / reference (best of {rounds}): whole process {best('hfx', 0) / best('reference', 0):.2f}x "
+        f"the time (reference {best('reference', 0) / best('hfx', 0):.2f}x slower), "
+        f"peak PSS {best('hfx', 2) / best('reference', 2):.2f}x, "
+        f"peak VmRSS {best('hfx', 1) / best('reference', 1):.2f}x"
+    )
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--reference"]:
+        reference_side()
+    elif sys.argv[1:2] == ["--hfx-side"]:
+        hfx_side(sys.argv[2])
+    else:
+        main(sys.argv[1:])
