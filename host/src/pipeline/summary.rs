@@ -450,6 +450,12 @@ fn write_trace(
         (Some(why), false) => writeln!(out, "  weights: read into the worker: {why}")?,
         (None, false) => {}
     }
+    if t.weights.caller_memory {
+        writeln!(
+            out,
+            "  weights: read from the caller's tensors in shared memory, never copied to a file"
+        )?;
+    }
     let (seconds, peaks) = (&t.times, &t.peaks);
     writeln!(out,
         "stage {:<18} {:>8.2} s   import {:.2} s, build {:.2} s, eager {:.2} s, torch.export {:.2} s, save {:.2} s{}; {} output(s)",

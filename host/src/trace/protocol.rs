@@ -27,7 +27,7 @@ use crate::plugins::Versions;
 /// The protocol version: the first 32 bits of the SHA-256 of the messages'
 /// canonical form, written by `cargo run -p protocol-gen` (the worker's
 /// `messages.PROTOCOL` is the same number).
-pub const PROTOCOL: u64 = 554236382;
+pub const PROTOCOL: u64 = 711792471;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -305,6 +305,8 @@ pub struct WeightsReport {
     pub loaded: bool,
     /// Why streaming was asked but the weights were loaded.
     pub fallback: Option<String>,
+    /// Indexed in hfx's caller's shared memory, where it moved them (`hfx.export`).
+    pub caller_memory: bool,
 }
 
 impl Method for TraceParams {
@@ -1577,7 +1579,7 @@ mod tests {
             "nodes": 4, "patches_restored": {"torch.where": true}, "patch_calls_cached": 0, "versions": {"torch": "2.13.0"},
             "seconds": {"import": 1.0, "build": 0.1, "eager": 0.1, "export": 0.5, "save": 0.1},
             "peak_rss_mib": {"import": 300.0, "build": 310.0, "export": 400.0, "save": 410.0},
-            "side_weights": false, "weights": {"streamed": false, "loaded": true, "fallback": null},
+            "side_weights": false, "weights": {"streamed": false, "loaded": true, "fallback": null, "caller_memory": false},
             "decomposed": [{"op": "aten.softplus.default", "nodes": 1, "became": 4}],
             "size_guards": [{"guard": "((4 + (-1)*(x.shape[1] % 4)) % 4) <= 0", "breaks_at": {"x": [2, 4]}}],
             "tied_axes": [], "axis_kinds": {"s0": "batch"}, "max_positions": 64,

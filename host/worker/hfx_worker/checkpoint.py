@@ -503,14 +503,15 @@ def side_weights_supported():
 def save_program(program, output, side_weights, written_before=None, sources=None, share=False):
     """`program` saved for the host at `output`: with its weights beside it
     (`save_with_side_weights`) where `side_weights`, else by `torch.export.save`;
-    either way through `trace_shortcuts.saving`."""
+    either way through `trace_shortcuts.saving`. Whether any weight was
+    indexed in this process's shared memory (`share`)."""
     import torch
 
     with saving():
         if side_weights:
-            save_with_side_weights(program, output, written_before, sources, share)
-        else:
-            torch.export.save(program, output)
+            return save_with_side_weights(program, output, written_before, sources, share)
+        torch.export.save(program, output)
+        return False
 
 
 def save_with_side_weights(program, output, written_before=None, sources=None, share=False):
@@ -536,7 +537,8 @@ def save_with_side_weights(program, output, written_before=None, sources=None, s
     moved into shared memory instead (`shared_memory_file`: the same storage
     object, its tensors and views unchanged) and indexed as `{"caller_fd": N}`,
     its descriptor in this process, which the host maps: the caller's weights
-    are never copied to a file. One that cannot be shared is written."""
+    are never copied to a file. One that cannot be shared is written.
+    Returns whether any storage was indexed in shared memory."""
     import torch
     from torch.export.pt2_archive import _package
 
@@ -641,6 +643,7 @@ def save_with_side_weights(program, output, written_before=None, sources=None, s
         torch.export.save(program, output)
     finally:
         _package._get_raw_tensor_bytes = raw_bytes
+    return any("caller_fd" in entry for entry in index["files"] if isinstance(entry, dict))
 
 
 def shared_memory_files(storages):

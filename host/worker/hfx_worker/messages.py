@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypedDict
 
 # The hash of the definition's canonical form; both ends check it at `hello`.
-PROTOCOL = 554236382
+PROTOCOL = 711792471
 
 
 @dataclass
@@ -216,6 +216,8 @@ class WeightsReport:
     loaded: bool
     # Why streaming was asked but the weights were loaded.
     fallback: str | None
+    # Indexed in hfx's caller's shared memory, where it moved them (`hfx.export`).
+    caller_memory: bool
 
 
 @dataclass

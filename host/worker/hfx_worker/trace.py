@@ -236,14 +236,21 @@ class Streaming:
         self.model, self.fallback = None, None
 
 
-def weights_report(streaming, streamed):
+def weights_report(streaming, streamed, caller_memory):
     if streaming is None:
-        return WeightsReport(streamed=False, loaded=True, fallback=None)
+        return WeightsReport(
+            streamed=False, loaded=True, fallback=None, caller_memory=caller_memory
+        )
     model = streaming.model
     fallback = streaming.fallback or (
         None if streamed else "this torch's archive writer has no side-weights hook"
     )
-    return WeightsReport(streamed=streamed, loaded=model is None or model.loaded, fallback=fallback)
+    return WeightsReport(
+        streamed=streamed,
+        loaded=model is None or model.loaded,
+        fallback=fallback,
+        caller_memory=caller_memory,
+    )
 
 
 def eager_forward(model, inputs, flags, streamed):
@@ -485,7 +492,7 @@ def trace(session, params: TraceParams) -> TraceReply:
             program, decomposed = decompose_missing(session, program, params.decompose.handled)
     with step(session, "save", seconds, peaks):
         side_weights = params.weights != "in_archive" and side_weights_supported()
-        save_program(
+        caller_memory = save_program(
             program,
             params.output,
             side_weights,
@@ -543,7 +550,7 @@ def trace(session, params: TraceParams) -> TraceReply:
         seconds=seconds,
         peak_rss_mib=peaks,
         side_weights=side_weights,
-        weights=weights_report(streaming, side_weights and streamed is not None),
+        weights=weights_report(streaming, side_weights and streamed is not None, caller_memory),
         decomposed=decomposed,
         size_guards=guards,
         tied_axes=[
