@@ -351,6 +351,7 @@ fn an_8da4w_generation_program_generates_the_quantized_eager_tokens(arch: &str, 
     let stdout = String::from_utf8_lossy(&result.stdout);
     assert!(result.status.success(), "{arch}: {}{stdout}", String::from_utf8_lossy(&result.stderr));
     assert!(stdout.contains("identical to eager `generate`"), "{arch}: {stdout}");
+    assert!(stdout.contains("  held to: 8da4w tolerance: each step's logits within"), "{stdout}");
     assert_no_scratch_left(dir.path());
 }
 

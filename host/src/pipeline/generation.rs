@@ -24,6 +24,27 @@ use crate::trace::Worker;
 /// int8-dynamic, 16 times finer, is held to the same floor.
 pub const INT4_AGREEMENT: f64 = 0.5;
 
+/// A generation check's result, and what it was held to ([`held_to`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checked {
+    pub reply: GenerateCheckReply,
+    pub tolerance: String,
+}
+
+/// What the check holds components to, as the summary states it: of a
+/// `scheme`'s quantized components, each step's logits within `tolerance` of
+/// its largest eager logit and the agreement floor; else atol/rtol and
+/// identical tokens.
+pub fn held_to(tolerance: f64, scheme: Option<&str>) -> String {
+    match scheme {
+        Some(scheme) => format!(
+            "{scheme} tolerance: each step's logits within {tolerance} x its largest eager logit \
+             (up to a row's first different token), greedy-token agreement at least {INT4_AGREEMENT}"
+        ),
+        None => format!("atol/rtol {tolerance:e} on each step's logits, identical greedy tokens"),
+    }
+}
+
 /// Runs the check over the exported `components` (each one's name and
 /// artifact); tokens that differ anywhere are an error naming the first
 /// step. Of `quantized` components (the scheme's name), the greedy-token agreement must reach
@@ -36,7 +57,9 @@ pub fn check(
     (tolerance, scheme): (f64, Option<&str>),
     genai: Option<std::path::PathBuf>,
     deadline: Duration,
-) -> Result<GenerateCheckReply> {
+) -> Result<Checked> {
+    let held = held_to(tolerance, scheme);
+    let print = |reply: &GenerateCheckReply| print(reply, &held);
     let quantized = scheme.is_some();
     let scheme = scheme.unwrap_or_default();
     let rtol = if quantized { 0.0 } else { tolerance };
@@ -85,7 +108,7 @@ pub fn check(
             print(&reply);
             bail!("--verify: the {scheme} components choose eager's greedy tokens {agreed} of {total} times, below the {INT4_AGREEMENT} agreement {scheme} is held to; nothing was written");
         }
-        return Ok(reply);
+        return Ok(Checked { reply, tolerance: held });
     }
     if reply.identical {
         if let Some((i, step)) = reply.steps.iter().enumerate().find(|(_, s)| !s.ok) {
@@ -114,7 +137,7 @@ pub fn check(
         };
         bail!("--verify: greedy generation through the exported components differs from eager `generate`: {at}; nothing was written");
     }
-    Ok(reply)
+    Ok(Checked { reply, tolerance: held })
 }
 
 /// Greedy tokens the components chose as eager did, each row counted up to
@@ -141,14 +164,18 @@ fn row_agreement(rows: &[Vec<i64>], eager: &[Vec<i64>]) -> (usize, usize) {
 }
 
 /// Prints the check's lines ([`write`]) on stdout.
-pub fn print(check: &GenerateCheckReply) {
+pub fn print(check: &GenerateCheckReply, tolerance: &str) {
     let mut out = String::new();
-    write(&mut out, check).expect("writing to a String");
+    write(&mut out, check, tolerance).expect("writing to a String");
     print!("{out}");
 }
 
 /// The check's lines: a line for the whole, one per token.
-pub fn write(out: &mut impl std::fmt::Write, check: &GenerateCheckReply) -> std::fmt::Result {
+pub fn write(
+    out: &mut impl std::fmt::Write,
+    check: &GenerateCheckReply,
+    tolerance: &str,
+) -> std::fmt::Result {
     let worst = check.steps.iter().filter_map(|s| s.max_abs).fold(0.0_f64, f64::max);
     let calls: Vec<String> =
         check.calls.iter().map(|c| format!("{} {}", c.name, c.calls)).collect();
@@ -160,6 +187,7 @@ pub fn write(out: &mut impl std::fmt::Write, check: &GenerateCheckReply) -> std:
         calls.join(", "),
         check.providers.join(", ")
     )?;
+    writeln!(out, "  held to: {tolerance}")?;
     if !check.identical {
         let (agreed, total) = agreement(check);
         writeln!(
@@ -231,10 +259,17 @@ mod tests {
         };
         assert_eq!(agreement(&check), (4, 6));
         let mut out = String::new();
-        write(&mut out, &check).unwrap();
+        write(&mut out, &check, &held_to(0.5, Some("8da4w"))).unwrap();
         assert!(
             out.contains(
                 "greedy-token agreement 0.67 (4 of 6, each row up to its first difference)"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "  held to: 8da4w tolerance: each step's logits within 0.5 x its largest eager \
+                 logit (up to a row's first different token), greedy-token agreement at least 0.5"
             ),
             "{out}"
         );

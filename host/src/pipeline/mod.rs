@@ -396,7 +396,7 @@ fn export_for_generation(
     mut started: Worker,
     w: &mut Written,
     worker: &mut Option<Worker>,
-) -> Result<Option<crate::trace::protocol::GenerateCheckReply>> {
+) -> Result<Option<generation::Checked>> {
     let TracedRun { run, trace } = traced_run;
     let (options, progress) = (run.options, run.progress);
     let backends = [w.target.backend];

@@ -10,9 +10,7 @@ use crate::onnx::optimize::OptimizeReport;
 use crate::plugins::loading::{LoadedSet, SetOptions};
 use crate::plugins::{Backend, PluginKind, Skipped, Versions};
 use crate::stages::StageReport;
-use crate::trace::protocol::{
-    Check, EdgeProgramReply, GenerateCheckReply, LowerReply, VerifyModel,
-};
+use crate::trace::protocol::{Check, EdgeProgramReply, LowerReply, VerifyModel};
 
 /// How a `.pte` was made: by ExecuTorch with a delegate, or by hfx's native emitter.
 pub enum Lowered {
@@ -35,7 +33,7 @@ impl Lowered {
 pub struct RunSummary {
     pub components: Vec<Component>,
     /// Greedy tokens through the components against eager (`--generation --verify`).
-    pub generation: Option<GenerateCheckReply>,
+    pub generation: Option<super::generation::Checked>,
     pub backend: Backend,
     /// Another backend's export of the same run whose trace this one used
     /// (`--backend onnx,dynamo`: one trace, reported with the first).
@@ -226,7 +224,7 @@ impl RunSummary {
             component.write(out)?;
         }
         if let Some(check) = &self.generation {
-            super::generation::write(out, check)?;
+            super::generation::write(out, &check.reply, &check.tolerance)?;
         }
         if !self.skipped.is_empty() {
             writeln!(out, "skipped plugins: {}", self.skipped.len())?;
@@ -512,7 +510,7 @@ fn write_trace(
 mod tests {
     use super::*;
     use crate::stages::PluginCounts;
-    use crate::trace::protocol::{ComponentCalls, GenaiTokens, GenerateStep};
+    use crate::trace::protocol::{ComponentCalls, GenaiTokens, GenerateCheckReply, GenerateStep};
 
     fn component(name: &str, nodes: (usize, usize)) -> Component {
         Component {
@@ -638,7 +636,7 @@ mod tests {
     #[test]
     fn components_are_named_and_the_generation_check_follows_them() {
         let mut run = summary(vec![component("prefill", (10, 9)), component("decode", (12, 11))]);
-        run.generation = Some(GenerateCheckReply {
+        let reply = GenerateCheckReply {
             identical: true,
             steps: vec![
                 GenerateStep {
@@ -664,7 +662,9 @@ mod tests {
                 tokens: vec![vec![5, 7], vec![6, 1]],
                 eager_tokens: vec![vec![5, 7], vec![6, 2]],
             }),
-        });
+        };
+        let tolerance = super::super::generation::held_to(1e-3, None);
+        run.generation = Some(super::super::generation::Checked { reply, tolerance });
         assert_eq!(
             written(&run),
             "component prefill\n\
@@ -674,6 +674,7 @@ mod tests {
              stage read                  12.50 ms  12 nodes\n\
              stage emit                   3.00 ms\n\
              generate 2 greedy token(s) x 2 row(s): identical to eager `generate` (component calls: prefill 1, decode 1; logits max abs error 2.00e-5; CPUExecutionProvider)\n\
+             \x20 held to: atol/rtol 1e-3 on each step's logits, identical greedy tokens\n\
              \x20 token 1   [5, 6]  logits max abs 2.00e-5\n\
              \x20 token 2   [7, 1] (eager [7, 2])  logits max abs not finite  MISMATCH\n\
              genai 2 greedy token(s) x 2 row(s) from ONNX Runtime GenAI's `Generator`: DIFFERENT from eager `generate`\n\

@@ -322,6 +322,9 @@ fn generation(out: &mut String, g: &GenerationReport) {
     if !g.providers.is_empty() {
         put!(out, " · providers {}", Esc(&g.providers.join(", ")));
     }
+    if let Some(tolerance) = &g.tolerance {
+        put!(out, " · held to {}", Esc(tolerance));
+    }
     put!(out, "</p>\n<table>\n<tr><th class=\"num\">step</th><th>tokens</th><th>eager tokens</th><th class=\"num\">max abs (logits)</th><th></th></tr>\n");
     for (index, s) in g.steps.iter().enumerate() {
         put!(

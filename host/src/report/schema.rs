@@ -326,6 +326,9 @@ pub struct GenerationReport {
     /// check; 1 when identical).
     #[serde(default)]
     pub greedy_agreement: Option<f64>,
+    /// What the logits and tokens were held to (a quantized scheme's own tolerance).
+    #[serde(default)]
+    pub tolerance: Option<String>,
     pub steps: Vec<GenerationStep>,
     /// How many times `generate` called each component.
     pub calls: Vec<PatchEntry>,
@@ -410,13 +413,15 @@ impl Report {
             trace_shared_with: summary.trace_shared_with.map(|b| b.to_string()),
             written: display(&summary.written),
             total_seconds: summary.total.as_secs_f64(),
-            generation: summary.generation.as_ref().map(|g| GenerationReport {
-                identical: g.identical,
+            generation: summary.generation.as_ref().map(|checked| GenerationReport {
+                identical: checked.reply.identical,
+                tolerance: Some(checked.tolerance.clone()),
                 greedy_agreement: {
-                    let (agreed, total) = crate::pipeline::generation::agreement(g);
+                    let (agreed, total) = crate::pipeline::generation::agreement(&checked.reply);
                     Some(agreed as f64 / total.max(1) as f64)
                 },
-                steps: g
+                steps: checked
+                    .reply
                     .steps
                     .iter()
                     .map(|s| GenerationStep {
@@ -426,12 +431,13 @@ impl Report {
                         ok: s.ok,
                     })
                     .collect(),
-                calls: g
+                calls: checked
+                    .reply
                     .calls
                     .iter()
                     .map(|c| PatchEntry { plugin: c.name.clone(), calls: c.calls })
                     .collect(),
-                providers: g.providers.clone(),
+                providers: checked.reply.providers.clone(),
             }),
             plugin_set: plugin_set(summary, &components),
             environment: EnvironmentReport {
