@@ -872,13 +872,32 @@ fn rows_range(model: &Model, cache: &str) -> Result<Option<OnnxNodeId>> {
         if !row_wise.contains(&model.op_type(node)?.as_str()) || !model.is_default_domain(node)? {
             return Ok(None);
         }
-        let computed: Vec<&String> =
-            inputs.iter().filter(|i| model.producer(i).is_some()).collect();
+        let mut computed = vec![];
+        for input in &inputs {
+            if model.producer(input).is_some() && !cast_constant(model, input)? {
+                computed.push(input);
+            }
+        }
         let [input] = computed.as_slice() else { return Ok(None) };
         value = (*input).clone();
     }
     Ok(None)
 }
+
+/// Whether `value` is a `Cast` of a constant (a float16 model's `inv_freq`,
+/// computed in float32): as constant as the constant, for [`rows_range`].
+fn cast_constant(model: &Model, value: &str) -> Result<bool> {
+    let Some(node) = model.producer(value) else { return Ok(false) };
+    if model.op_type(node)? != "Cast" || !model.is_default_domain(node)? {
+        return Ok(false);
+    }
+    let inputs = model.inputs(node)?;
+    Ok(matches!(inputs.as_slice(), [input] if model.constant(input, MAX_FREQUENCIES).is_some()))
+}
+
+/// Most elements of a rotation's frequencies [`cast_constant`] reads (one per
+/// pair of a head's channels).
+const MAX_FREQUENCIES: u32 = 4096;
 
 /// The caches' `range` counts at least `total` (an int64 scalar) rows: the
 /// rows past the largest position are never read, but ONNX Runtime checks
