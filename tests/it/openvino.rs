@@ -159,6 +159,10 @@ fn what_the_openvino_backend_does_not_write_yet_is_refused_before_any_work() {
     for (extra, expected) in [
         (&["--dtype", "float16"][..], "--dtype float16 --backend openvino"),
         (&["--stateless", "--backend", "onnx"][..], "--stateless shapes an OpenVINO IR's cache"),
+        (
+            &["--generation", "--cache", "static", "--max-cache-len", "24"][..],
+            "--cache static --backend openvino: a static cache",
+        ),
     ] {
         let mut args = vec!["run", "--model", "llama", "-o", "out/"];
         args.extend(extra);
@@ -247,7 +251,9 @@ fn generation_export(arch: &str, set: &str, extra: &[&str]) -> (tempfile::TempDi
         assert_eq!(types.iter().filter(|t| *t == "Assign").count(), 4, "{types:?}");
         assert!(inputs.iter().any(|n| n == "beam_idx") && cache_inputs == 0, "{inputs:?}");
     } else {
-        assert!(states == 0 && cache_inputs == 4, "{types:?} {inputs:?}");
+        // A static cache's layers take their length counters too.
+        let cache_leaves = if extra.contains(&"static") { 6 } else { 4 };
+        assert!(states == 0 && cache_inputs == cache_leaves, "{types:?} {inputs:?}");
         assert!(!inputs.iter().any(|n| n == "beam_idx"), "{inputs:?}");
     }
     let prefill = dir.join("openvino_prefill.xml");
@@ -280,4 +286,23 @@ fn a_stateful_phi3_generation_export_generates_eager_tokens_in_openvino() {
 fn a_stateless_llama_generation_export_generates_eager_tokens_in_openvino() {
     let (_root, dir) = generation_export("llama", LLAMA, &["--stateless"]);
     run_python("check_generation_folder.py", &[dir.to_str().unwrap(), "1e-3"]);
+}
+
+/// A decode that takes several tokens at once is stateful as the one-token
+/// decode is.
+#[test]
+#[ignore = "full tier: --multi-token-decode (a_stateful_llama_generation_export_generates_eager_tokens_in_openvino covers the stateful decode)"]
+fn a_stateful_multi_token_decode_generates_eager_tokens_in_openvino() {
+    generation_export("llama", LLAMA, &["--multi-token-decode"]);
+}
+
+/// A static cache, stateless (the stateful form is refused before any work).
+#[test]
+#[ignore = "full tier: --cache static (a_stateless_llama_generation_export_generates_eager_tokens_in_openvino covers the stateless form)"]
+fn a_stateless_static_cache_generation_export_generates_eager_tokens_in_openvino() {
+    generation_export(
+        "llama",
+        LLAMA,
+        &["--stateless", "--cache", "static", "--max-cache-len", "24"],
+    );
 }

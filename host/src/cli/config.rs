@@ -389,6 +389,13 @@ pub(super) fn merge(
             target(backend, output, is_file, &source, &onnx, external_data, memory)?;
         if let Artifact::Openvino(openvino) = &mut artifact {
             openvino.stateful = stateful;
+            let generation = match &source {
+                Source::Trace(t) => t.request.generation.as_ref(),
+                _ => None,
+            };
+            if stateful && generation.is_some_and(|g| g.max_cache_len.is_some()) {
+                bail!("--cache static --backend openvino: a static cache, updated in place with its length counters, is not folded into OpenVINO state; add --stateless (the cache as inputs and outputs), or drop --cache static");
+            }
         }
         if verify && artifact == Artifact::IrJson {
             bail!("--verify runs the artifact in its runtime, and a .json graph has none: write .onnx or .pt2");
