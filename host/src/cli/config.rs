@@ -514,8 +514,8 @@ fn openvino(
         bail!("a .xml output (OpenVINO IR) needs --backend openvino, not {backend}");
     }
     if let Source::Trace(t) = source {
-        if t.request.dtype != "float32" {
-            bail!("--dtype {} --backend openvino: the IR is written in float32 only for now; drop --dtype", t.request.dtype);
+        if t.request.dtype == "bfloat16" {
+            bail!("--dtype bfloat16 --backend openvino: the IR is written in float32 or float16 only for now; use --dtype float16 or drop --dtype");
         }
     }
     let Artifact::Onnx(options) = onnx(true) else { unreachable!("`onnx` makes an ONNX artifact") };
