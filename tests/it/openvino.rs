@@ -264,7 +264,8 @@ fn generation_export(arch: &str, set: &str, extra: &[&str]) -> (tempfile::TempDi
 
 #[test]
 fn a_stateful_llama_generation_export_generates_eager_tokens_in_openvino() {
-    generation_export("llama", LLAMA, &[]);
+    let (_root, dir) = generation_export("llama", LLAMA, &[]);
+    run_python("check_openvino_state.py", &[dir.to_str().unwrap()]);
 }
 
 #[test]

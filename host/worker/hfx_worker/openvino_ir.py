@@ -194,6 +194,11 @@ def openvino_runner(path, feed_of):
 
     if traced_outputs is not None:
         run = stateful_run(openvino, request, names, outputs, traced_outputs, feed_of)
+        if run is None:
+            raise ValueError(
+                f"{path}: its recorded outputs (rt_info hfx/traced_outputs) do not name its "
+                "outputs and state variables; re-export it with hfx"
+            )
     else:
 
         def run(inputs):
@@ -211,7 +216,8 @@ def stateful_run(openvino, request, names, outputs, traced_outputs, feed_of):
     call returned (a new sequence: prefill's, or another generation's) is
     loaded into the state first, and an absent one empties it. The cache
     returned is the state read back after the call, in the places the
-    traced outputs give it."""
+    traced outputs give it. None if the traced outputs do not name exactly
+    the IR's outputs and its variables."""
     import numpy as np
 
     model_names = [n for n in names if n != "beam_idx"]
@@ -221,6 +227,13 @@ def stateful_run(openvino, request, names, outputs, traced_outputs, feed_of):
     for name in traced_outputs:
         if input_of(name) + name in variables:
             state_inputs[input_of(name)] = input_of(name) + name
+    # An IR from elsewhere may record names that are neither.
+    present = {port.get_any_name() for port in outputs}
+    traced = set(traced_outputs)
+    if set(state_inputs.values()) != variables or not present <= traced:
+        return None
+    if traced - present - {name for name in traced if input_of(name) in state_inputs}:
+        return None
     returned = {}  # the cache the last call returned, by variable
     loads = [0]
 
