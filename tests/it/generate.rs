@@ -92,13 +92,13 @@ fn an_onnx_generation_folder_generates_eager_text_and_compare_finds_an_altered_o
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
 }
 
-/// The `.pt2`, `.pte` and ONNX Runtime GenAI folders print eager's greedy
-/// text: the ExecuTorch program with the static cache it needs (dynamic
+/// The `.pt2`, `.pte`, OpenVINO and ONNX Runtime GenAI folders print eager's
+/// greedy text: the ExecuTorch program with the static cache it needs (dynamic
 /// shapes: the prompt is not the traced sample's size), the GenAI package
 /// through GenAI's own `Generator`.
 #[test]
-#[ignore = "full tier: three generation exports (an_onnx_generation_folder_generates_eager_text_and_compare_finds_an_altered_one runs the ONNX folder)"]
-fn pt2_pte_and_genai_generation_folders_generate_eager_text() {
+#[ignore = "full tier: four generation exports (an_onnx_generation_folder_generates_eager_text_and_compare_finds_an_altered_one runs the ONNX folder)"]
+fn pt2_pte_openvino_and_genai_generation_folders_generate_eager_text() {
     let root_dir = tempfile::tempdir().unwrap();
     let (model, eager) = model_folder(root_dir.path());
     let pt2 = export("dynamo", &model, root_dir.path(), &[]);
@@ -106,6 +106,9 @@ fn pt2_pte_and_genai_generation_folders_generate_eager_text() {
     let static_cache = ["--cache", "static", "--max-cache-len", "32", "--dynamic"];
     let pte = export("executorch", &model, root_dir.path(), &static_cache);
     generates_eager_text(&pte, &eager);
+    // A stateful OpenVINO decode carries the cache in its state between tokens.
+    let openvino = export("openvino", &model, root_dir.path(), &[]);
+    generates_eager_text(&openvino, &eager);
     let genai = root_dir.path().join("genai");
     std::fs::rename(export("onnx", &model, root_dir.path(), &["--genai"]), &genai).unwrap();
     assert!(genai.join("genai_config.json").is_file());

@@ -12,7 +12,8 @@ use serde::Deserialize;
 use super::{parse_backend, RunArgs, MAX_WORKER_GIB, MIN_WORKER_GIB};
 use crate::onnx::quantize::{Calibration, Int4Options, Quantize, CALIBRATION_SAMPLES};
 use crate::pipeline::{
-    Artifact, Destination, OnnxOptions, PteOptions, RunOptions, Source, Target, Trace,
+    Artifact, Destination, OnnxOptions, OpenvinoOptions, PteOptions, RunOptions, Source, Target,
+    Trace,
 };
 use crate::plugins::Backend;
 use crate::report::ReportTarget;
@@ -89,6 +90,9 @@ pub struct RunConfig {
     pub alloc_graph_input: Option<bool>,
     pub alloc_graph_output: Option<bool>,
     pub alloc_mutable_buffers: Option<bool>,
+    /// An OpenVINO IR without state (`--stateless`).
+    #[serde(default)]
+    pub stateless: bool,
     /// A report of the run (`.html` or `.json`).
     pub report: Option<PathBuf>,
     /// Where traced programs are kept by what made them.
@@ -355,6 +359,10 @@ pub(super) fn merge(
         Artifact::Onnx(OnnxOptions { opset, external_data, optimize, quantize: quantize.clone() })
     };
     let external_data = args.external_data || config.external_data;
+    let stateful = !(args.stateless || config.stateless);
+    if !stateful && !backends.contains(&Backend::Openvino) {
+        bail!("--stateless shapes an OpenVINO IR's cache: drop it, or use --backend openvino");
+    }
     let memory = memory_planning(
         MemoryPlanning {
             graph_inputs: !args.no_alloc_graph_input && config.alloc_graph_input.unwrap_or(true),
@@ -377,8 +385,18 @@ pub(super) fn merge(
     for &backend in &backends {
         let output =
             if backends.len() > 1 { output.join(backend.to_string()) } else { output.clone() };
-        let (artifact, destination) =
+        let (mut artifact, destination) =
             target(backend, output, is_file, &source, &onnx, external_data, memory)?;
+        if let Artifact::Openvino(openvino) = &mut artifact {
+            openvino.stateful = stateful;
+            let generation = match &source {
+                Source::Trace(t) => t.request.generation.as_ref(),
+                _ => None,
+            };
+            if stateful && generation.is_some_and(|g| g.max_cache_len.is_some()) {
+                bail!("--cache static --backend openvino: a static cache, updated in place with its length counters, is not folded into OpenVINO state; add --stateless (the cache as inputs and outputs), or drop --cache static");
+            }
+        }
         if verify && artifact == Artifact::IrJson {
             bail!("--verify runs the artifact in its runtime, and a .json graph has none: write .onnx or .pt2");
         }
@@ -496,15 +514,12 @@ fn openvino(
         bail!("a .xml output (OpenVINO IR) needs --backend openvino, not {backend}");
     }
     if let Source::Trace(t) = source {
-        if t.request.generation.is_some() {
-            bail!("--generation --backend openvino: the prefill/decode components and OpenVINO's stateful KV cache are not written yet; export the model without --generation");
-        }
-        if t.request.dtype != "float32" {
-            bail!("--dtype {} --backend openvino: the IR is written in float32 only for now; drop --dtype", t.request.dtype);
+        if t.request.dtype == "bfloat16" {
+            bail!("--dtype bfloat16 --backend openvino: the IR is written in float32 or float16 only for now; use --dtype float16 or drop --dtype");
         }
     }
     let Artifact::Onnx(options) = onnx(true) else { unreachable!("`onnx` makes an ONNX artifact") };
-    Ok(Artifact::Openvino(options))
+    Ok(Artifact::Openvino(OpenvinoOptions { onnx: options, stateful: true }))
 }
 
 /// The `.pte` of an ExecuTorch backend: portable (hfx's native emitter), or

@@ -383,6 +383,11 @@ pub struct RunArgs {
     /// An XNNPACK `.pte` whose arena leaves out the mutable buffers (`alloc_mutable_buffers=False`).
     #[arg(long)]
     pub no_alloc_mutable_buffers: bool,
+    /// An OpenVINO IR that takes its cache as inputs and returns it as outputs, for runtimes
+    /// without OpenVINO's state (its NPU plugin). By default, as the reference's `stateful`, the
+    /// cache is OpenVINO state variables, reordered by a `beam_idx` input.
+    #[arg(long)]
+    pub stateless: bool,
     /// Also write a report of the run: a self-contained page (`.html`) or its facts as JSON
     /// (`.json`): stage timeline, plugins and the nodes they changed, op histograms, parity.
     /// Repeatable: `--report run.html --report run.json` writes both.

@@ -240,24 +240,31 @@ pub fn pte_delegated(
 /// An OpenVINO IR: the ONNX model at `onnx` (which hfx's ONNX stages wrote)
 /// read by OpenVINO's ONNX frontend in the worker and saved into the
 /// scratch folder; the weights, then the graph, then move to `output`
-/// (`.xml`) and the `.bin` beside it.
+/// (`.xml`) and the `.bin` beside it. `stateful`: its cache round-trips
+/// folded into OpenVINO state.
 pub fn openvino(
     progress: Progress,
     conversion: Lowering,
     onnx: &Path,
+    stateful: bool,
     output: &Path,
 ) -> Result<crate::trace::protocol::ConvertOpenvinoReply> {
     progress.step("convert", "OpenVINO's ONNX frontend, to IR");
     let xml = conversion.work.join("openvino_model.xml");
-    let request =
-        ConvertOpenvino { model: onnx.to_path_buf(), output: xml.clone(), precision: "f32".into() };
+    let request = ConvertOpenvino {
+        model: onnx.to_path_buf(),
+        output: xml.clone(),
+        precision: "f32".into(),
+        stateful,
+    };
     let reply = conversion
         .worker
         .request(&request, conversion.deadline)
         .context("converting to OpenVINO IR")?;
     tracing::info!(
-        "OpenVINO: {} ops, read and transformed in {:.2} s, saved in {:.2} s",
+        "OpenVINO: {} ops, {} state variables, read and transformed in {:.2} s, saved in {:.2} s",
         reply.ops,
+        reply.states,
         reply.convert_seconds,
         reply.save_seconds
     );

@@ -109,10 +109,10 @@ impl ExportFolder {
                 config["alloc_graph_output"] = json!(pte.memory.graph_outputs);
                 config["alloc_mutable_buffers"] = json!(pte.memory.mutable_buffers);
             }
-            // The reference's `OpenVINOConfig` fields: float32 weights, the KV cache as inputs and outputs.
-            Artifact::Openvino(_) => {
+            // The reference's `OpenVINOConfig` fields: float32 weights; whether a cache becomes state.
+            Artifact::Openvino(openvino) => {
                 config["compress_to_fp16"] = json!(false);
-                config["stateful"] = json!(false);
+                config["stateful"] = json!(openvino.stateful);
             }
             Artifact::Pt2 | Artifact::IrJson => {}
         }

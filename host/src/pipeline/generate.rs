@@ -135,8 +135,9 @@ pub fn read_folder(dir: &Path) -> Result<GenerationFolder> {
         "onnx" => "onnx",
         "dynamo" => "pt2",
         "executorch" => "pte",
+        "openvino" => "xml",
         other => bail!(
-            "{}: export_format `{other}` (hfx generate runs onnx, dynamo and executorch)",
+            "{}: export_format `{other}` (hfx generate runs onnx, dynamo, executorch and openvino)",
             manifest_path.display()
         ),
     };
@@ -188,6 +189,8 @@ pub fn read_folder(dir: &Path) -> Result<GenerationFolder> {
         };
         let artifact = match extension {
             "onnx" => VerifyModel::Onnx { path },
+            // An IR is a graph and its weights: reading it runs no code.
+            "xml" => VerifyModel::Openvino { path },
             "pt2" => {
                 // Parsed here first: a pickled payload never reaches torch's loader.
                 crate::graph::pt2::Pt2::open(&path)?;

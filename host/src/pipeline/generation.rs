@@ -177,8 +177,14 @@ pub fn write(
     tolerance: &str,
 ) -> std::fmt::Result {
     let worst = check.steps.iter().filter_map(|s| s.max_abs).fold(0.0_f64, f64::max);
-    let calls: Vec<String> =
-        check.calls.iter().map(|c| format!("{} {}", c.name, c.calls)).collect();
+    let calls: Vec<String> = check
+        .calls
+        .iter()
+        .map(|c| match c.state_loads {
+            Some(loads) => format!("{} {} (cache loaded into its state {loads})", c.name, c.calls),
+            None => format!("{} {}", c.name, c.calls),
+        })
+        .collect();
     writeln!(out,
         "generate {} greedy token(s) x {} row(s): {} eager `generate` (component calls: {}; logits max abs error {worst:.2e}; {})",
         check.steps.len(),

@@ -30,7 +30,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 pub use options::{
-    Artifact, Destination, OnnxOptions, Pte, PteOptions, RunOptions, Source, Target, Trace,
+    Artifact, Destination, OnnxOptions, OpenvinoOptions, Pte, PteOptions, RunOptions, Source,
+    Target, Trace,
 };
 pub use progress::Progress;
 pub use summary::{Component, Lowered, RunSummary};
@@ -876,14 +877,15 @@ fn emit_artifact(
         (Artifact::Openvino(options), Program::Archive { pt2, graph }) => {
             // The ONNX model OpenVINO reads is scratch: only the IR lands.
             let work = Scratch::beside(job.output, "openvino")?;
-            let onnx_path = work.path().join(Artifact::Onnx(options.clone()).folder_file(MODEL));
+            let onnx_path =
+                work.path().join(Artifact::Onnx(options.onnx.clone()).folder_file(MODEL));
             let input = onnx_input(job);
             let onnx = emit::onnx(
                 run.emitting(),
                 Backend::Openvino,
                 pt2,
                 graph,
-                options,
+                &options.onnx,
                 input,
                 &onnx_path,
             )?;
@@ -894,7 +896,7 @@ fn emit_artifact(
                 deadline: run.options.verify_deadline,
                 work: work.path(),
             };
-            emit::openvino(run.progress, conversion, &onnx_path, staged)?;
+            emit::openvino(run.progress, conversion, &onnx_path, options.stateful, staged)?;
             Some(verify::Runtime::Openvino)
         }
         (Artifact::Pte(pte), Program::Archive { pt2, graph }) => {

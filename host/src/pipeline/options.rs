@@ -107,10 +107,19 @@ pub enum Artifact {
     /// hfx) or with a delegate (`--backend executorch.xnnpack`, lowered by
     /// ExecuTorch with the delegate's partitioner in the worker).
     Pte(PteOptions),
-    /// An OpenVINO IR (`--backend openvino`): the ONNX model these options
+    /// An OpenVINO IR (`--backend openvino`): the ONNX model its options
     /// describe, written by hfx's ONNX stages into a scratch folder, read by
     /// OpenVINO's ONNX frontend in the worker and saved as `.xml` + `.bin`.
-    Openvino(OnnxOptions),
+    Openvino(OpenvinoOptions),
+}
+
+/// An OpenVINO IR: the ONNX model OpenVINO's frontend reads, and whether
+/// its cache becomes OpenVINO state (the reference's `OpenVINOConfig.stateful`,
+/// on unless `--stateless`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpenvinoOptions {
+    pub onnx: OnnxOptions,
+    pub stateful: bool,
 }
 
 /// A `.pte`: how it is made, and what its arena holds.
@@ -385,11 +394,14 @@ mod tests {
         assert_eq!(Artifact::Pt2.folder_file("prefill"), "prefill.pt2");
         assert_eq!(Artifact::IrJson.folder_file("model"), "model.json");
         assert_eq!(
-            Artifact::Openvino(OnnxOptions {
-                opset: 18,
-                external_data: true,
-                optimize: true,
-                quantize: None
+            Artifact::Openvino(OpenvinoOptions {
+                onnx: OnnxOptions {
+                    opset: 18,
+                    external_data: true,
+                    optimize: true,
+                    quantize: None
+                },
+                stateful: true,
             })
             .folder_file("model"),
             "openvino_model.xml"

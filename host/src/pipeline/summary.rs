@@ -653,8 +653,8 @@ mod tests {
                 },
             ],
             calls: vec![
-                ComponentCalls { name: "prefill".into(), calls: 1 },
-                ComponentCalls { name: "decode".into(), calls: 1 },
+                ComponentCalls { name: "prefill".into(), calls: 1, state_loads: None },
+                ComponentCalls { name: "decode".into(), calls: 1, state_loads: Some(1) },
             ],
             providers: vec!["CPUExecutionProvider".into()],
             genai: Some(GenaiTokens {
@@ -673,7 +673,7 @@ mod tests {
              component decode\n\
              stage read                  12.50 ms  12 nodes\n\
              stage emit                   3.00 ms\n\
-             generate 2 greedy token(s) x 2 row(s): identical to eager `generate` (component calls: prefill 1, decode 1; logits max abs error 2.00e-5; CPUExecutionProvider)\n\
+             generate 2 greedy token(s) x 2 row(s): identical to eager `generate` (component calls: prefill 1, decode 1 (cache loaded into its state 1); logits max abs error 2.00e-5; CPUExecutionProvider)\n\
              \x20 held to: atol/rtol 1e-3 on each step's logits, identical greedy tokens\n\
              \x20 token 1   [5, 6]  logits max abs 2.00e-5\n\
              \x20 token 2   [7, 1] (eager [7, 2])  logits max abs not finite  MISMATCH\n\

@@ -27,7 +27,7 @@ use crate::plugins::Versions;
 /// The protocol version: the first 32 bits of the SHA-256 of the messages'
 /// canonical form, written by `cargo run -p protocol-gen` (the worker's
 /// `messages.PROTOCOL` is the same number).
-pub const PROTOCOL: u64 = 711792471;
+pub const PROTOCOL: u64 = 4138629735;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -462,6 +462,10 @@ pub struct GenaiTokens {
 pub struct ComponentCalls {
     pub name: String,
     pub calls: u64,
+    /// A component whose cache is runtime state (a stateful OpenVINO IR):
+    /// the calls that loaded a cache into the state (a new sequence's, as
+    /// prefill returned it) rather than continuing from the state.
+    pub state_loads: Option<u64>,
 }
 
 /// One generated position: the token per batch row from the components and
@@ -615,11 +619,16 @@ pub struct Lower {
 /// (`.xml`) and its weights beside it (`.bin`), each weight at the precision
 /// the ONNX model holds it in. `precision`: the IR's recorded runtime
 /// precision (`f32`, `f16`, `bf16`), as the reference records it.
+/// `stateful`: every cache tensor the model takes and returns under one leaf
+/// path (`input.P`, `output.P`) folded into an OpenVINO state variable, with
+/// a `beam_idx` input reordering their batch (the reference's
+/// `OpenVINOConfig.stateful`); a model with no such pair stays as it is.
 #[derive(Debug, Clone, Serialize)]
 pub struct ConvertOpenvino {
     pub model: PathBuf,
     pub output: PathBuf,
     pub precision: String,
+    pub stateful: bool,
 }
 
 impl Method for ConvertOpenvino {
@@ -633,6 +642,8 @@ impl Method for ConvertOpenvino {
 #[serde(deny_unknown_fields)]
 pub struct ConvertOpenvinoReply {
     pub ops: u64,
+    /// The state variables the cache was folded into (0: stateless).
+    pub states: u64,
     pub convert_seconds: f64,
     pub save_seconds: f64,
 }

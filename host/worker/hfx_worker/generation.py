@@ -535,7 +535,11 @@ def generate_check(session, params):
         identical=bool(want.shape == got.shape and torch.equal(want, got)),
         steps=steps,
         calls=[
-            ComponentCalls(name=name, calls=components.called[name])
+            ComponentCalls(
+                name=name,
+                calls=components.called[name],
+                state_loads=getattr(runners[name], "state_loads", lambda: None)(),
+            )
             for name in generation.components
         ],
         providers=providers,

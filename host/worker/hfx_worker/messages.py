@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypedDict
 
 # The hash of the definition's canonical form; both ends check it at `hello`.
-PROTOCOL = 711792471
+PROTOCOL = 4138629735
 
 
 @dataclass
@@ -368,6 +368,10 @@ class GenaiTokens:
 class ComponentCalls:
     name: str
     calls: int
+    # A component whose cache is runtime state (a stateful OpenVINO IR):
+    # the calls that loaded a cache into the state (a new sequence's, as
+    # prefill returned it) rather than continuing from the state.
+    state_loads: int | None
 
 
 @dataclass
@@ -518,12 +522,17 @@ class ConvertOpenvino:
     frontend (`openvino.convert_model`) and saved as OpenVINO IR: `output`
     (`.xml`) and its weights beside it (`.bin`), each weight at the precision
     the ONNX model holds it in. `precision`: the IR's recorded runtime
-    precision (`f32`, `f16`, `bf16`), as the reference records it."""
+    precision (`f32`, `f16`, `bf16`), as the reference records it.
+    `stateful`: every cache tensor the model takes and returns under one leaf
+    path (`input.P`, `output.P`) folded into an OpenVINO state variable, with
+    a `beam_idx` input reordering their batch (the reference's
+    `OpenVINOConfig.stateful`); a model with no such pair stays as it is."""
 
     NAME: ClassVar[str] = "`convert_openvino` request"
     model: str
     output: str
     precision: str
+    stateful: bool
 
 
 @dataclass
@@ -532,6 +541,8 @@ class ConvertOpenvinoReply:
     frontend and its writer took."""
 
     ops: int
+    # The state variables the cache was folded into (0: stateless).
+    states: int
     convert_seconds: float
     save_seconds: float
 

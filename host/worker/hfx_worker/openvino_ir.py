@@ -51,22 +51,126 @@ def convert_openvino(session, params: ConvertOpenvino) -> ConvertOpenvinoReply:
     apply_moc_transformations(model, cf=False, smart_reshape=True)
     compress_quantize_weights_transformation(model)
     apply_fused_names_cleanup(model)
+    states = make_stateful(model) if params.stateful else 0
     for option in RUNTIME_OPTIONS:
         model.set_rt_info(params.precision, ["runtime_options", option])
     converted = time.perf_counter()
     openvino.save_model(model, str(params.output), compress_to_fp16=False)
     return ConvertOpenvinoReply(
         ops=len(model.get_ordered_ops()),
+        states=states,
         convert_seconds=converted - started,
         save_seconds=time.perf_counter() - converted,
     )
+
+
+# The batch axis of every cache tensor (transformers' caches are batch-first).
+STATE_BATCH_AXIS = 0
+# Where the IR records its outputs' names in their traced order before the
+# state folding took the cache's away: the runner returns the state in
+# their places, so the model's output is rebuilt as the trace recorded it.
+TRACED_OUTPUTS = ["hfx", "traced_outputs"]
+
+
+def input_of(output_name):
+    """The input a cache output `output.P` round-trips: `input.P`."""
+    return "input." + output_name.removeprefix("output.")
+
+
+def state_pairs(model):
+    """`{input name: output name}` of the tensors the model takes and returns
+    under one leaf path: hfx names them `input.P` and `output.P` (as the
+    reference does), which only a cache round-trip makes."""
+    inputs = {name for port in model.inputs for name in port.get_names()}
+    pairs = {}
+    for port in model.outputs:
+        name = port.get_any_name()
+        if name.startswith("output.") and input_of(name) in inputs:
+            pairs[input_of(name)] = name
+    return pairs
+
+
+def make_stateful(model):
+    """Folds the model's cache round-trips (`state_pairs`) into OpenVINO
+    state variables, as the reference's `OpenVINOConfig.stateful` does: a
+    `beam_idx` input and a batch-axis `Gather` in front of every state input
+    (beam search's cache reorder inside the model; greedy passes
+    `arange(batch)`), then OpenVINO's `apply_make_stateful_transformation`,
+    then a zero initial value per variable (the batch of the model's first
+    input, an empty growing axis, the other axes at their traced length), so
+    a first call starts from an empty cache. The number of variables."""
+    import numpy as np
+
+    openvino = imported_openvino()
+    import openvino.opset13 as ops
+    from openvino._offline_transformations import apply_make_stateful_transformation
+
+    pairs = state_pairs(model)
+    if not pairs:
+        return 0
+    model.set_rt_info(" ".join(p.get_any_name() for p in model.outputs), TRACED_OUTPUTS)
+    # The axes the cache grows along are the ones its input leaves dynamic
+    # besides the batch (the past length); the others are its heads and widths.
+    init_dims = {}
+    for input_name, output_name in pairs.items():
+        shape = model.input(input_name).get_partial_shape()
+        init_dims[input_name + output_name] = [
+            "batch" if axis == STATE_BATCH_AXIS else "grow" if dim.is_dynamic else dim.get_length()
+            for axis, dim in enumerate(shape)
+        ]
+    main = next(p for p in model.inputs if not (p.get_names() & pairs.keys()))
+    beam_idx = ops.parameter(
+        openvino.PartialShape([main.get_partial_shape()[STATE_BATCH_AXIS]]),
+        np.int32,
+        name="beam_idx",
+    )
+    beam_idx.output(0).get_tensor().set_names({"beam_idx"})
+    model.add_parameters([beam_idx])
+    for input_name in pairs:
+        port = model.input(input_name)
+        consumers = port.get_target_inputs()
+        gather = ops.gather(port, beam_idx, ops.constant(np.int64(STATE_BATCH_AXIS)))
+        for consumer in consumers:
+            consumer.replace_source_output(gather.output(0))
+    model.validate_nodes_and_infer_types()
+    apply_make_stateful_transformation(model, pairs)
+
+    batch = ops.gather(
+        ops.shape_of(model.input(main.get_any_name()), output_type="i64"),
+        ops.constant(np.array([STATE_BATCH_AXIS], dtype=np.int64)),
+        ops.constant(np.int64(0)),
+    )
+    for op in model.get_ops():
+        if op.get_type_name() != "ReadValue":
+            continue
+        dims = init_dims[op.get_variable_id()]
+        # The empty axis as `batch - batch`, not a constant 0: OpenVINO's CPU
+        # plugin folds a constant-shaped initial value into the variable's
+        # descriptor, which then refuses a cache of any other length.
+        empty = ops.subtract(batch, batch)
+        shape = ops.concat(
+            [
+                batch
+                if d == "batch"
+                else empty
+                if d == "grow"
+                else ops.constant(np.array([d], dtype=np.int64))
+                for d in dims
+            ],
+            axis=0,
+        )
+        zero = ops.constant(np.zeros((), dtype=op.get_output_element_type(0).to_dtype()))
+        op.set_arguments([ops.broadcast(zero, shape)])
+    model.validate_nodes_and_infer_types()
+    return len(pairs)
 
 
 def openvino_runner(path, feed_of):
     """(run(inputs) -> outputs, providers) for an OpenVINO IR compiled for the
     CPU; `feed_of(names, inputs)`
     binds the inputs by name as the ONNX runner does (the IR keeps the ONNX
-    model's input and output names)."""
+    model's input and output names). A stateful IR's cache is its state
+    (`stateful_run`)."""
     openvino = imported_openvino()
 
     core = openvino.Core()
@@ -78,14 +182,94 @@ def openvino_runner(path, feed_of):
     for option in RUNTIME_OPTIONS:
         if model.has_rt_info(["runtime_options", option]):
             config[option] = model.get_rt_info(["runtime_options", option]).astype(str)
+    traced_outputs = (
+        model.get_rt_info(TRACED_OUTPUTS).astype(str).split()
+        if model.has_rt_info(TRACED_OUTPUTS)
+        else None
+    )
     compiled = core.compile_model(model, "CPU", config)
     names = [port.get_any_name() for port in compiled.inputs]
     outputs = [port for port in compiled.outputs if not port.get_any_name().startswith("updated.")]
     request = compiled.create_infer_request()
 
-    def run(inputs):
-        results = request.infer(feed_of(names, inputs), share_inputs=False, share_outputs=False)
-        return [results[port] for port in outputs]
+    if traced_outputs is not None:
+        run = stateful_run(openvino, request, names, outputs, traced_outputs, feed_of)
+        if run is None:
+            raise ValueError(
+                f"{path}: its recorded outputs (rt_info hfx/traced_outputs) do not name its "
+                "outputs and state variables; re-export it with hfx"
+            )
+    else:
+
+        def run(inputs):
+            results = request.infer(feed_of(names, inputs), share_inputs=False, share_outputs=False)
+            return [results[port] for port in outputs]
 
     run.input_names = names
     return run, ["OpenVINO CPU"]
+
+
+def stateful_run(openvino, request, names, outputs, traced_outputs, feed_of):
+    """run(inputs) -> outputs for a stateful IR, as its stateless form is
+    called: the cache comes in as inputs and goes out as outputs. The state
+    carries the cache from call to call; a cache that is not the one the last
+    call returned (a new sequence: prefill's, or another generation's) is
+    loaded into the state first, and an absent one empties it. The cache
+    returned is the state read back after the call, in the places the
+    traced outputs give it. None if the traced outputs do not name exactly
+    the IR's outputs and its variables."""
+    import numpy as np
+
+    model_names = [n for n in names if n != "beam_idx"]
+    # A variable is named by its input's and output's names, concatenated.
+    variables = {state.name for state in request.query_state()}
+    state_inputs = {}  # {input name: variable}
+    for name in traced_outputs:
+        if input_of(name) + name in variables:
+            state_inputs[input_of(name)] = input_of(name) + name
+    # An IR from elsewhere may record names that are neither.
+    present = {port.get_any_name() for port in outputs}
+    traced = set(traced_outputs)
+    if set(state_inputs.values()) != variables or not present <= traced:
+        return None
+    if traced - present - {name for name in traced if input_of(name) in state_inputs}:
+        return None
+    returned = {}  # the cache the last call returned, by variable
+    loads = [0]
+
+    def same_memory(given, kept):
+        return (
+            kept is not None
+            and given.shape == kept.shape
+            and given.__array_interface__["data"][0] == kept.__array_interface__["data"][0]
+        )
+
+    def run(inputs):
+        states = {state.name: state for state in request.query_state()}
+        try:
+            given = feed_of(list(state_inputs), inputs)
+        except ValueError:  # no cache given: a new sequence from an empty cache
+            given = None
+        if given is None:
+            request.reset_state()
+        elif not all(same_memory(given[i], returned.get(v)) for i, v in state_inputs.items()):
+            loads[0] += 1
+            for input_name, variable in state_inputs.items():
+                states[variable].state = openvino.Tensor(np.ascontiguousarray(given[input_name]))
+        feed = feed_of(model_names, inputs)
+        # `beam_idx` follows the batch of the first input, as its shape does.
+        batch = feed[model_names[0]].shape[STATE_BATCH_AXIS]
+        feed["beam_idx"] = np.arange(batch, dtype=np.int32)
+        results = request.infer(feed, share_inputs=False, share_outputs=False)
+        by_name = {port.get_any_name(): results[port] for port in outputs}
+        returned.clear()
+        for state in request.query_state():
+            returned[state.name] = np.array(state.state.data, copy=True)
+        return [
+            by_name[name] if name in by_name else returned[state_inputs[input_of(name)]]
+            for name in traced_outputs
+            if not name.startswith("updated.")
+        ]
+
+    run.state_loads = lambda: loads[0]
+    return run

@@ -345,6 +345,8 @@ def component_runner(artifact, traced, run=None):
     else:
         if isinstance(artifact, VerifyModelOnnx):
             run, providers = onnx_runner(artifact.path)
+        elif isinstance(artifact, VerifyModelOpenvino):
+            run, providers = openvino_runner(artifact.path, onnx_feed)
         elif traced.input_paths:
             run, providers = pte_runner(
                 artifact.path,
@@ -358,5 +360,7 @@ def component_runner(artifact, traced, run=None):
         def call(**kwargs):
             return rebuilt(run(kwargs))
 
+        if hasattr(run, "state_loads"):
+            call.state_loads = run.state_loads
     call.kwargs = traced.kwargs
     return call, providers
