@@ -19,7 +19,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -28,7 +27,7 @@ OUT = os.path.join(ROOT, "target", "bench", "python_api")
 PYTHON = sys.executable
 
 sys.path.insert(0, HERE)
-from trace_bench import llama125m  # noqa: E402  (the project's benchmark model)
+from trace_bench import llama125m, measured  # noqa: E402  (the benchmark model, the sampler)
 
 
 def live_model():
@@ -110,29 +109,6 @@ def memory(pid):
     return rss, private + shared
 
 
-def measured(command, env):
-    start = time.perf_counter()
-    process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT
-    )
-    peak = [0, 0]
-
-    def sample():
-        while process.poll() is None:
-            rss, held = memory(process.pid)
-            peak[0], peak[1] = max(peak[0], rss), max(peak[1], held)
-            time.sleep(0.01)
-
-    sampler = threading.Thread(target=sample)
-    sampler.start()
-    stdout, stderr = process.communicate()
-    wall = time.perf_counter() - start
-    sampler.join()
-    if process.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} failed:\n{stderr[-4000:]}")
-    return wall, peak[0], peak[1], json.loads(stdout.strip().splitlines()[-1])
-
-
 def main(argv):
     rounds = int(argv[argv.index("--rounds") + 1]) if "--rounds" in argv else 1
     binary = (
@@ -153,7 +129,8 @@ def main(argv):
     results = {name: [] for name in sides}
     for _ in range(rounds):
         for name, command in sides.items():
-            results[name].append(measured(command, env))
+            wall, (rss, held), stdout = measured(command, env, memory)
+            results[name].append((wall, rss, held, json.loads(stdout.strip().splitlines()[-1])))
     gib = 2**30
     for name, runs in results.items():
         for wall, rss, held, inner in runs:

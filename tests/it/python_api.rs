@@ -27,6 +27,19 @@ fn plugin_sets() -> [String; 2] {
     ["plugins/dynamo", "plugins/onnx"].map(|p| root().join(p).display().to_string())
 }
 
+/// `check_api.py CHECK BACKEND WORK FOLDERS...` in a fresh folder, with the
+/// plugin sets `sets` (by name under `plugins/`): it prints `ok: BACKEND`
+/// and leaves no scratch.
+fn check_backend(check: &str, backend: &str, sets: &[&str]) {
+    let work = tempfile::tempdir().unwrap();
+    let folders: Vec<String> =
+        sets.iter().map(|s| root().join("plugins").join(s).display().to_string()).collect();
+    let mut args = vec![check, backend, work.path().to_str().unwrap()];
+    args.extend(folders.iter().map(String::as_str));
+    assert!(assert_ok(&check_api(&args)).contains(&format!("ok: {backend}")));
+    assert_no_scratch_left(work.path());
+}
+
 fn assert_ok(out: &Output) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
@@ -39,36 +52,22 @@ fn assert_ok(out: &Output) -> String {
 #[test]
 #[ignore = "full tier: the fast tier's wheel test runs the same check through the installed wheel"]
 fn hfx_export_traces_the_callers_live_model_to_onnx() {
-    let work = tempfile::tempdir().unwrap();
-    let [dynamo, onnx] = plugin_sets();
-    let out = check_api(&["live", "onnx", work.path().to_str().unwrap(), &dynamo, &onnx]);
-    assert!(assert_ok(&out).contains("ok: onnx"));
-    assert_no_scratch_left(work.path());
+    check_backend("live", "onnx", &["dynamo", "onnx"]);
 }
 
 /// The same to a `.pt2` (`backend="dynamo"`).
 #[test]
 #[ignore = "full tier: the fast tier's wheel test runs the same check through the installed wheel"]
 fn hfx_export_traces_the_callers_live_model_to_pt2() {
-    let work = tempfile::tempdir().unwrap();
-    let [dynamo, _] = plugin_sets();
-    let out = check_api(&["live", "dynamo", work.path().to_str().unwrap(), &dynamo]);
-    assert!(assert_ok(&out).contains("ok: dynamo"));
-    assert_no_scratch_left(work.path());
+    check_backend("live", "dynamo", &["dynamo"]);
 }
 
 /// The ExecuTorch backend through the caller: its edge program maps the
 /// caller's shared memory in the caller's own process.
 #[test]
-#[ignore = "full tier: the fast tier's ONNX and .pt2 live exports keep the mechanism"]
+#[ignore = "full tier: the fast tier's wheel test keeps the caller-served export (ONNX and .pt2)"]
 fn hfx_export_traces_the_callers_live_model_to_pte() {
-    let work = tempfile::tempdir().unwrap();
-    let [dynamo, _] = plugin_sets();
-    let executorch = root().join("plugins/executorch").display().to_string();
-    let out =
-        check_api(&["live", "executorch", work.path().to_str().unwrap(), &dynamo, &executorch]);
-    assert!(assert_ok(&out).contains("ok: executorch"));
-    assert_no_scratch_left(work.path());
+    check_backend("live", "executorch", &["dynamo", "executorch"]);
 }
 
 /// `hfx.export_for_generation` of a Llama whose output head was changed in
@@ -76,22 +75,14 @@ fn hfx_export_traces_the_callers_live_model_to_pte() {
 /// tokens, not its checkpoint's.
 #[test]
 fn hfx_export_for_generation_exports_the_callers_live_model_to_onnx() {
-    let work = tempfile::tempdir().unwrap();
-    let [dynamo, onnx] = plugin_sets();
-    let out = check_api(&["generation", "onnx", work.path().to_str().unwrap(), &dynamo, &onnx]);
-    assert!(assert_ok(&out).contains("ok: onnx generation"));
-    assert_no_scratch_left(work.path());
+    check_backend("generation", "onnx", &["dynamo", "onnx"]);
 }
 
 /// The same to `.pt2` components.
 #[test]
 #[ignore = "full tier: the fast tier's ONNX generation export keeps the mechanism"]
 fn hfx_export_for_generation_exports_the_callers_live_model_to_pt2() {
-    let work = tempfile::tempdir().unwrap();
-    let [dynamo, _] = plugin_sets();
-    let out = check_api(&["generation", "dynamo", work.path().to_str().unwrap(), &dynamo]);
-    assert!(assert_ok(&out).contains("ok: dynamo generation"));
-    assert_no_scratch_left(work.path());
+    check_backend("generation", "dynamo", &["dynamo"]);
 }
 
 /// SIGINT while the trace runs with the patch plugins' shims in place:
