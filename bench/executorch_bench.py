@@ -43,25 +43,17 @@ OUT = os.path.join(ROOT, "target", "bench", "executorch")
 PYTHON = sys.executable
 
 sys.path.insert(0, HERE)
+# The tests' tiny Llama (`tests/python/tiny_models.py`).
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+from tiny_models import tiny_llama  # noqa: E402
 from trace_bench import llama125m, measured  # noqa: E402  (same model, same sampler)
 
 
 def tiny():
     """A tiny random Llama (`--model-fn python:executorch_bench:tiny`)."""
     import torch
-    import transformers
 
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=128,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    model = transformers.LlamaForCausalLM(config).eval()
+    model = tiny_llama(seed=0).eval()
     ids = torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(0))
     return model, {"input_ids": ids, "attention_mask": torch.ones(2, 16, dtype=torch.long)}
 

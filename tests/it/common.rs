@@ -337,6 +337,31 @@ pub fn try_python(script: &str, args: &[&str]) -> Result<String, String> {
     }
 }
 
+/// A fixture a Python script builds: `tests/python/<script> target/<folder>`
+/// rebuilds the folder and prints JSON about it, returned parsed with the
+/// folder. Callers keep it in a `OnceLock`: the script runs once per test binary.
+pub fn python_fixture<T: serde::de::DeserializeOwned>(script: &str, folder: &str) -> (PathBuf, T) {
+    let folder = root().join("target").join(folder);
+    let printed = try_python(script, &[folder.to_str().unwrap()]).unwrap_or_else(|e| panic!("{e}"));
+    let parsed = serde_json::from_str(&printed)
+        .unwrap_or_else(|e| panic!("{script} printed no JSON: {e}:\n{printed}"));
+    (folder, parsed)
+}
+
+/// The stdout of a run that must succeed (else the test fails with its stderr).
+pub fn succeeded(out: &std::process::Output) -> String {
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The one line of error of a run that must fail.
+pub fn one_line_error(out: &std::process::Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).trim_end().to_string();
+    assert!(!out.status.success(), "succeeded: {}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(stderr.lines().count(), 1, "not one line:\n{stderr}");
+    stderr
+}
+
 /// `plugin` as one of kind `K`: the kind the test loaded it for.
 pub fn of<K: Kind>(plugin: &Plugin) -> PluginOf<'_, K> {
     plugin

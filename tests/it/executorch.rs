@@ -60,22 +60,50 @@ fn export(
     stdout
 }
 
+/// A tiny Llama's program exported with `--verify` and its trace cached:
+/// the export folder, the trace cache and the run's stdout.
+struct Exported {
+    folder: std::path::PathBuf,
+    cache: String,
+    stdout: String,
+}
+
+/// The tiny Llama's static portable program (`--verify`, `--trace-cache`),
+/// exported once per test process into `target/executorch-fixtures/`: the
+/// plain program the FX fix and the memory-planning flags change.
+fn portable_llama() -> &'static Exported {
+    static PORTABLE_LLAMA: std::sync::OnceLock<Exported> = std::sync::OnceLock::new();
+    PORTABLE_LLAMA.get_or_init(|| {
+        let dir = root().join("target/executorch-fixtures");
+        // A trace cached by an earlier build's worker is not this one's.
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        plain_export(&dir, PORTABLE, "portable")
+    })
+}
+
+/// The tiny Llama's static `program` exported with `--verify` to `DIR/NAME/`,
+/// its trace cached in `DIR/trace-cache`.
+fn plain_export(dir: &std::path::Path, program: &[&str], name: &str) -> Exported {
+    let folder = dir.join(name);
+    let cache = dir.join("trace-cache").display().to_string();
+    let stdout =
+        export(dir, program, "llama", LLAMA, &folder, &["--verify", "--trace-cache", &cache]);
+    Exported { folder, cache, stdout }
+}
+
 /// The ExecuTorch backend has no translations: its workarounds are FX fixes
 /// and patches, and a third party's, loaded from a folder, changes the
 /// `program` hfx emits (or the one ExecuTorch lowers) with no rebuild of hfx
 /// (silu becomes x * sigmoid(x) in a tiny Llama's MLP: a different `.pte`,
-/// still matching eager). An FX fix is not part of the trace: the second run
-/// takes the first one's program from the trace cache.
-fn a_third_party_fx_fix_changes(program: &[&str], name: &str) {
+/// still matching eager). An FX fix is not part of the trace: the run with
+/// the fix takes the `plain` one's program from the trace cache.
+fn a_third_party_fx_fix_changes(program: &[&str], name: &str, plain: &Exported) {
     let dir = tempfile::tempdir().unwrap();
     let plugin = plugin_dir("tests/plugins/executorch-silu-as-sigmoid").display().to_string();
-    let cache = dir.path().join("trace-cache").display().to_string();
-    let plain = dir.path().join(format!("plain-{name}.pte"));
-    let fixed = dir.path().join(format!("fixed-{name}.pte"));
-    let cached = ["--verify", "--trace-cache", &cache];
-    let stdout = export(dir.path(), program, "llama", LLAMA, &plain, &cached);
-    assert!(!stdout.contains("test-executorch-silu-as-sigmoid"), "{stdout}");
-    let with_fix = [&cached[..], &["--plugins", &plugin]].concat();
+    assert!(!plain.stdout.contains("test-executorch-silu-as-sigmoid"), "{}", plain.stdout);
+    let fixed = dir.path().join(format!("fixed-{name}"));
+    let with_fix = ["--verify", "--trace-cache", &plain.cache, "--plugins", &plugin];
     let stdout = export(dir.path(), program, "llama", LLAMA, &fixed, &with_fix);
     assert!(stdout.contains("the trace cache's"), "{stdout}");
     let line = stdout
@@ -85,21 +113,22 @@ fn a_third_party_fx_fix_changes(program: &[&str], name: &str) {
     assert!(line.contains("changed     2"), "{name}: one silu per layer: {line}");
     assert!(!stdout.contains("MISMATCH"), "{stdout}");
     assert_ne!(
-        std::fs::read(&plain).unwrap(),
-        std::fs::read(&fixed).unwrap(),
+        std::fs::read(plain.folder.join("model.pte")).unwrap(),
+        std::fs::read(fixed.join("model.pte")).unwrap(),
         "{name}: the fix did not reach the program"
     );
 }
 
 #[test]
 fn a_third_party_fx_fix_changes_the_portable_program() {
-    a_third_party_fx_fix_changes(PORTABLE, "portable");
+    a_third_party_fx_fix_changes(PORTABLE, "portable", portable_llama());
 }
 
 #[test]
 #[ignore = "full tier: the same fix through ExecuTorch's XNNPACK lowering (the portable program's test runs the FX stage)"]
 fn a_third_party_fx_fix_changes_the_xnnpack_program() {
-    a_third_party_fx_fix_changes(XNNPACK, "xnnpack");
+    let dir = tempfile::tempdir().unwrap();
+    a_third_party_fx_fix_changes(XNNPACK, "xnnpack", &plain_export(dir.path(), XNNPACK, "plain"));
 }
 
 /// Sizes used where a kernel takes a tensor (`x + x.shape[1]` with a dynamic
@@ -236,10 +265,12 @@ fn a_dynamic_portable_program_plans_its_arena_for_the_declared_maxima() {
 /// inputs and outputs, which the ExecuTorch runtime then reads as
 /// caller-provided (not memory-planned); the arena shrinks by the outputs it
 /// no longer holds, the program still matches eager at two sizes, and the
-/// export folder records the options as the reference's config fields.
+/// export folder records the options as the reference's config fields. The
+/// program is the shared plain one's trace (`portable_llama`), planned again.
 #[test]
 fn the_portable_arena_leaves_out_the_inputs_and_outputs_the_flags_name() {
     let dir = tempfile::tempdir().unwrap();
+    let plain = portable_llama();
     let arena = |stdout: &str| -> u64 {
         stdout
             .split("planned arena ")
@@ -248,14 +279,19 @@ fn the_portable_arena_leaves_out_the_inputs_and_outputs_the_flags_name() {
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("{stdout}"))
     };
-    let planned = dir.path().join("planned");
-    let stdout = export(dir.path(), PORTABLE, "llama", LLAMA, &planned, &["--verify"]);
-    let whole = arena(&stdout);
+    let whole = arena(&plain.stdout);
     let caller = dir.path().join("caller");
-    let flags = ["--verify", "--no-alloc-graph-input", "--no-alloc-graph-output"];
+    let flags = [
+        "--verify",
+        "--no-alloc-graph-input",
+        "--no-alloc-graph-output",
+        "--trace-cache",
+        &plain.cache,
+    ];
     let stdout = export(dir.path(), PORTABLE, "llama", LLAMA, &caller, &flags);
+    assert!(stdout.contains("the trace cache's"), "{stdout}");
     assert!(arena(&stdout) < whole, "{} >= {whole}: {stdout}", arena(&stdout));
-    for (folder, planned) in [(&planned, "planned"), (&caller, "caller")] {
+    for (folder, planned) in [(&plain.folder, "planned"), (&caller, "caller")] {
         let pte = folder.join("model.pte");
         run_python("check_pte_memory.py", &[pte.to_str().unwrap(), planned, planned]);
     }

@@ -158,23 +158,29 @@ generation!(
     "--multi-token-decode"
 );
 // Encoder-decoders: `encoder` runs the encoder, `prefill` the first decoder step on its outputs, `decode` takes them and the cache.
-generation!(t5_generates_through_onnx_components, "onnx", "t5", T5_GENERATES);
 generation!(
-    #[ignore = "full tier: an encoder-decoder's .pt2 components (t5_generates_through_onnx_components)"]
+    #[ignore = "full tier: another encoder-decoder's ONNX components (a_whisper_folder_generates_through_onnx_components exports an encoder-decoder's encoder, prefill and decode and checks the folder against the reference)"]
+    t5_generates_through_onnx_components,
+    "onnx",
+    "t5",
+    T5_GENERATES
+);
+generation!(
+    #[ignore = "full tier: an encoder-decoder's .pt2 components (a_whisper_folder_generates_through_onnx_components exports an encoder-decoder's components; mamba_generates_through_pt2_components generates through .pt2 components)"]
     t5_generates_through_pt2_components,
     "dynamo",
     "t5",
     T5_GENERATES
 );
 generation!(
-    #[ignore = "full tier: another encoder-decoder (t5_generates_through_onnx_components)"]
+    #[ignore = "full tier: another encoder-decoder (a_whisper_folder_generates_through_onnx_components)"]
     whisper_generates_through_onnx_components,
     "onnx",
     "whisper",
     WHISPER_GENERATES
 );
 generation!(
-    #[ignore = "full tier: another encoder-decoder (t5_generates_through_onnx_components)"]
+    #[ignore = "full tier: another encoder-decoder (a_whisper_folder_generates_through_onnx_components)"]
     whisper_generates_through_pt2_components,
     "dynamo",
     "whisper",
@@ -280,10 +286,11 @@ fn a_static_cache_with_dynamic_shapes_generates_in_every_runtime() {
             "{backend}: {stdout}"
         );
     }
-    // The README's static-cache loop, in each runtime.
-    for backend in ["onnx", "dynamo", "executorch"] {
-        run_python("generation_loops.py", &[root_dir.path().join(backend).to_str().unwrap()]);
-    }
+    // The README's static-cache loop, in each runtime (one Python process).
+    let folders: Vec<String> = ["onnx", "dynamo", "executorch"]
+        .map(|backend| root_dir.path().join(backend).display().to_string())
+        .to_vec();
+    run_python("generation_loops.py", &folders.iter().map(String::as_str).collect::<Vec<_>>());
     // The ONNX output is named for the leaf it is.
     let model = std::fs::read(root_dir.path().join("onnx/prefill.onnx")).unwrap();
     assert!(

@@ -35,18 +35,13 @@ impl Repos {
 fn repos() -> &'static Repos {
     static REPOS: std::sync::OnceLock<Repos> = std::sync::OnceLock::new();
     REPOS.get_or_init(|| {
-        let folder = root().join("target/hub-repos");
-        let out = Command::new(python())
-            .arg(root().join("tests/python/hub_repos.py"))
-            .arg(&folder)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "hub_repos.py:\n{}", String::from_utf8_lossy(&out.stderr));
-        Repos { root: folder, commits: serde_json::from_slice(&out.stdout).unwrap() }
+        let (root, commits) = python_fixture("hub_repos.py", "hub-repos");
+        Repos { root, commits }
     })
 }
 
-/// A local Hub serving [`repos`], with its own `HF_HOME` and request log.
+/// A local Hub serving [`repos`], with its own `HF_HOME` and request log,
+/// and a folder for the test's runs ([`Hub::work`]).
 struct Hub {
     server: Child,
     endpoint: String,
@@ -74,11 +69,17 @@ impl Hub {
         let mut port = String::new();
         std::io::BufReader::new(server.stdout.take().unwrap()).read_line(&mut port).unwrap();
         let endpoint = format!("http://127.0.0.1:{}", port.trim());
+        std::fs::create_dir(dir.path().join("work")).unwrap();
         Hub { server, endpoint, dir }
     }
 
     fn home(&self) -> PathBuf {
         self.dir.path().join("home")
+    }
+
+    /// Where the test's runs write their exports.
+    fn work(&self) -> PathBuf {
+        self.dir.path().join("work")
     }
 
     /// `<HF_HOME>/hub/models--org--name/snapshots/<commit>`.
@@ -121,9 +122,16 @@ impl Hub {
         std::fs::remove_file(self.dir.path().join("CUT")).unwrap();
     }
 
-    /// `hfx ARGS -v` in `dir`, online through this Hub.
+    /// `hfx ARGS` in `dir`, online through this Hub.
     fn hfx(&self, dir: &Path, args: &[&str]) -> Output {
         self.hfx_with(dir, args, &[])
+    }
+
+    /// `hfx run --backend dynamo --model-id ID --verify -o out.pt2 EXTRA...`
+    /// in [`Hub::work`]: the export each download test makes.
+    fn export(&self, id: &str, extra: &[&str]) -> Output {
+        let args = ["run", "--backend", "dynamo", "--model-id", id, "--verify", "-o", "out.pt2"];
+        self.hfx(&self.work(), &[&args[..], extra].concat())
     }
 
     fn hfx_with(&self, dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
@@ -157,19 +165,6 @@ impl Drop for Hub {
     }
 }
 
-fn stdout(out: &Output) -> String {
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// The one line of error of a run that must fail.
-fn refused(out: &Output) -> String {
-    let stderr = String::from_utf8_lossy(&out.stderr).trim_end().to_string();
-    assert!(!out.status.success(), "succeeded: {}", String::from_utf8_lossy(&out.stdout));
-    assert_eq!(stderr.lines().count(), 1, "not one line:\n{stderr}");
-    stderr
-}
-
 /// The names in a snapshot folder, sorted.
 fn listing(folder: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(folder)
@@ -192,21 +187,10 @@ fn a_model_is_downloaded_with_only_the_files_an_export_reads_then_taken_from_the
     let hub = Hub::start();
     let key = "tiny-org/tiny-llama@main";
     let commit = repos().commit(key);
-    let dir = tempfile::tempdir().unwrap();
-    let args = [
-        "run",
-        "-v",
-        "--backend",
-        "dynamo",
-        "--model-id",
-        "tiny-org/tiny-llama",
-        "--static",
-        "--verify",
-        "-o",
-        "out.pt2",
-    ];
-    let out = hub.hfx(dir.path(), &args);
-    let printed = stdout(&out);
+    let dir = hub.work();
+    let export = || hub.export("tiny-org/tiny-llama", &["-v", "--static"]);
+    let out = export();
+    let printed = succeeded(&out);
     assert!(
         printed.contains(&format!(
             "traced LlamaForCausalLM from tiny-org/tiny-llama@main (commit {commit})"
@@ -228,15 +212,15 @@ fn a_model_is_downloaded_with_only_the_files_an_export_reads_then_taken_from_the
         std::fs::read(hub.snapshot(key).join("model.safetensors")).unwrap(),
         repos().file(key, "model.safetensors")
     );
-    assert!(dir.path().join("out.pt2").is_file());
+    assert!(dir.join("out.pt2").is_file());
 
     // Offline first: the cache holds it whole, so no request is made.
-    std::fs::remove_file(dir.path().join("out.pt2")).unwrap();
-    let printed = stdout(&hub.hfx(dir.path(), &args));
+    std::fs::remove_file(dir.join("out.pt2")).unwrap();
+    let printed = succeeded(&export());
     assert!(printed.contains(&format!("(commit {commit})")), "{printed}");
     assert!(hub.requests().is_empty());
-    assert!(dir.path().join("out.pt2").is_file());
-    assert_no_scratch_left(dir.path());
+    assert!(dir.join("out.pt2").is_file());
+    assert_no_scratch_left(&dir);
 }
 
 /// `@v1` (a tag) downloads the commit it names, another model class than
@@ -247,20 +231,8 @@ fn a_revision_downloads_the_commit_it_names() {
     let hub = Hub::start();
     let v1 = repos().commit("tiny-org/tiny-llama@v1");
     assert_ne!(v1, repos().commit("tiny-org/tiny-llama@main"));
-    let dir = tempfile::tempdir().unwrap();
-    let printed = stdout(&hub.hfx(
-        dir.path(),
-        &[
-            "run",
-            "--backend",
-            "dynamo",
-            "--model-id",
-            "tiny-org/tiny-llama@v1",
-            "--verify",
-            "-o",
-            "v1.pt2",
-        ],
-    ));
+    let dir = hub.work();
+    let printed = succeeded(&hub.export("tiny-org/tiny-llama@v1", &[]));
     assert!(
         printed.contains(&format!(
             "traced Qwen2ForCausalLM from tiny-org/tiny-llama@v1 (commit {v1})"
@@ -274,13 +246,14 @@ fn a_revision_downloads_the_commit_it_names() {
     hub.requests();
 
     let by_commit = format!("tiny-org/tiny-llama@{v1}");
-    let printed = stdout(&hub.hfx(
-        dir.path(),
-        &["run", "--backend", "dynamo", "--model-id", &by_commit, "-o", "commit.pt2"],
-    ));
+    let printed =
+        succeeded(&hub.hfx(
+            &dir,
+            &["run", "--backend", "dynamo", "--model-id", &by_commit, "-o", "commit.pt2"],
+        ));
     assert!(printed.contains(&format!("traced Qwen2ForCausalLM from {by_commit} in")), "{printed}");
     assert!(hub.requests().is_empty());
-    assert_no_scratch_left(dir.path());
+    assert_no_scratch_left(&dir);
 }
 
 /// A sharded checkpoint comes with its index and every shard it names; a
@@ -291,18 +264,8 @@ fn a_revision_downloads_the_commit_it_names() {
 fn a_sharded_checkpoint_downloads_its_index_and_every_shard() {
     let hub = Hub::start();
     let key = "tiny-org/sharded@main";
-    let dir = tempfile::tempdir().unwrap();
-    let args = [
-        "run",
-        "--backend",
-        "dynamo",
-        "--model-id",
-        "tiny-org/sharded",
-        "--verify",
-        "-o",
-        "out.pt2",
-    ];
-    let printed = stdout(&hub.hfx(dir.path(), &args));
+    let dir = hub.work();
+    let printed = succeeded(&hub.export("tiny-org/sharded", &[]));
     assert!(!printed.contains("MISMATCH"), "{printed}");
     let served = listing(&repos().root.join("tiny-org/sharded").join(repos().commit(key)));
     let shards: Vec<&String> = served.iter().filter(|n| n.starts_with("model-0")).collect();
@@ -315,12 +278,12 @@ fn a_sharded_checkpoint_downloads_its_index_and_every_shard() {
     let blob = lost.parent().unwrap().join(std::fs::read_link(&lost).unwrap());
     std::fs::remove_file(&blob).unwrap();
     std::fs::remove_file(&lost).unwrap();
-    std::fs::remove_file(dir.path().join("out.pt2")).unwrap();
-    let printed = stdout(&hub.hfx(dir.path(), &args));
+    std::fs::remove_file(dir.join("out.pt2")).unwrap();
+    let printed = succeeded(&hub.export("tiny-org/sharded", &[]));
     assert!(!printed.contains("MISMATCH"), "{printed}");
     assert_eq!(hub.files_sent(&hub.requests()), [shards[3].clone()]);
-    assert!(lost.is_file() && dir.path().join("out.pt2").is_file());
-    assert_no_scratch_left(dir.path());
+    assert!(lost.is_file() && dir.join("out.pt2").is_file());
+    assert_no_scratch_left(&dir);
 }
 
 /// The connection dropping mid-file, each time huggingface_hub tries
@@ -331,11 +294,9 @@ fn a_sharded_checkpoint_downloads_its_index_and_every_shard() {
 fn an_interrupted_download_fails_in_one_line_and_the_next_run_completes() {
     let hub = Hub::start();
     let key = "tiny-org/cut@main";
-    let dir = tempfile::tempdir().unwrap();
-    let args =
-        ["run", "--backend", "dynamo", "--model-id", "tiny-org/cut", "--verify", "-o", "out.pt2"];
+    let dir = hub.work();
     hub.cut("model.safetensors", 50_000);
-    let error = refused(&hub.hfx(dir.path(), &args));
+    let error = one_line_error(&hub.export("tiny-org/cut", &[]));
     assert!(
         error.contains("--model-id tiny-org/cut@main: the download was cut short")
             && error.contains("received 50000 bytes")
@@ -357,18 +318,18 @@ fn an_interrupted_download_fails_in_one_line_and_the_next_run_completes() {
         !blobs.iter().any(|b| b.contains(&weights) || b.ends_with(".incomplete")),
         "a partial file was left: {blobs:?}"
     );
-    assert!(!dir.path().join("out.pt2").exists());
+    assert!(!dir.join("out.pt2").exists());
 
     hub.mend();
-    let printed = stdout(&hub.hfx(dir.path(), &args));
+    let printed = succeeded(&hub.export("tiny-org/cut", &[]));
     assert!(!printed.contains("MISMATCH"), "{printed}");
     assert_eq!(hub.files_sent(&hub.requests()), ["model.safetensors"]);
     assert_eq!(
         sha256(&std::fs::read(hub.snapshot(key).join("model.safetensors")).unwrap()),
         weights
     );
-    assert!(dir.path().join("out.pt2").is_file());
-    assert_no_scratch_left(dir.path());
+    assert!(dir.join("out.pt2").is_file());
+    assert_no_scratch_left(&dir);
 }
 
 /// A repository whose weights are only pickled is refused before its
@@ -376,18 +337,7 @@ fn an_interrupted_download_fails_in_one_line_and_the_next_run_completes() {
 #[test]
 fn pickled_weights_are_downloaded_only_with_allow_pickle() {
     let hub = Hub::start();
-    let dir = tempfile::tempdir().unwrap();
-    let args = [
-        "run",
-        "--backend",
-        "dynamo",
-        "--model-id",
-        "tiny-org/pickled",
-        "--verify",
-        "-o",
-        "out.pt2",
-    ];
-    let error = refused(&hub.hfx(dir.path(), &args));
+    let error = one_line_error(&hub.export("tiny-org/pickled", &[]));
     assert!(
         error.contains("--model-id tiny-org/pickled@main: the repository's weights are pickled (pytorch_model.bin)")
             && error.contains("add --allow-pickle"),
@@ -395,18 +345,18 @@ fn pickled_weights_are_downloaded_only_with_allow_pickle() {
     );
     assert!(hub.files_sent(&hub.requests()).is_empty());
 
-    let printed = stdout(&hub.hfx(dir.path(), &[&args[..], &["--allow-pickle"]].concat()));
+    let printed = succeeded(&hub.export("tiny-org/pickled", &["--allow-pickle"]));
     assert!(!printed.contains("MISMATCH"), "{printed}");
     assert_eq!(hub.files_sent(&hub.requests()), ["config.json", "pytorch_model.bin"]);
 
     // Once cached, the pickle is still loaded only with --allow-pickle.
-    let error = refused(&hub.hfx(dir.path(), &args));
+    let error = one_line_error(&hub.export("tiny-org/pickled", &[]));
     assert!(
         error.contains("holds only pickled weights") && error.contains("--allow-pickle"),
         "{error}"
     );
-    let error = refused(&hub.hfx(
-        dir.path(),
+    let error = one_line_error(&hub.hfx(
+        &hub.work(),
         &["run", "--backend", "dynamo", "--model", "llama", "--allow-pickle", "-o", "x.pt2"],
     ));
     assert!(error.contains("--allow-pickle") && error.contains("--model-id only"), "{error}");
@@ -417,9 +367,9 @@ fn pickled_weights_are_downloaded_only_with_allow_pickle() {
 #[test]
 fn hf_hub_offline_reads_the_cache_only() {
     let hub = Hub::start();
-    let dir = tempfile::tempdir().unwrap();
-    let error = refused(&hub.hfx_with(
-        dir.path(),
+    let dir = hub.work();
+    let error = one_line_error(&hub.hfx_with(
+        &dir,
         &["run", "--backend", "dynamo", "--model-id", "tiny-org/tiny-llama", "-o", "out.pt2"],
         &[("HF_HUB_OFFLINE", "1")],
     ));
@@ -429,7 +379,7 @@ fn hf_hub_offline_reads_the_cache_only() {
         "{error}"
     );
     assert!(hub.requests().is_empty());
-    assert!(!dir.path().join("out.pt2").exists());
+    assert!(!dir.join("out.pt2").exists());
 }
 
 /// What the Hub refuses, and a Hub that cannot be reached, is one line
@@ -437,14 +387,12 @@ fn hf_hub_offline_reads_the_cache_only() {
 #[test]
 fn hub_errors_are_one_line_naming_the_model_and_the_fix() {
     let hub = Hub::start();
-    let dir = tempfile::tempdir().unwrap();
-    let run =
-        |id: &str| {
-            refused(&hub.hfx(
-                dir.path(),
-                &["run", "--backend", "dynamo", "--model-id", id, "-o", "out.pt2"],
-            ))
-        };
+    let dir = hub.work();
+    let run = |id: &str| {
+        one_line_error(
+            &hub.hfx(&dir, &["run", "--backend", "dynamo", "--model-id", id, "-o", "out.pt2"]),
+        )
+    };
     let error = run("tiny-org/absent");
     assert!(
         error.contains(&format!(
@@ -469,17 +417,17 @@ fn hub_errors_are_one_line_naming_the_model_and_the_fix() {
     // A port nothing listens on.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let out = hub.hfx_with(
-        dir.path(),
+        &dir,
         &["run", "--backend", "dynamo", "--model-id", "tiny-org/tiny-llama", "-o", "out.pt2"],
         &[("HF_ENDPOINT", format!("http://{closed}").as_str())],
     );
-    let error = refused(&out);
+    let error = one_line_error(&out);
     assert!(
         error.contains(&format!(
             "--model-id tiny-org/tiny-llama@main: http://{closed} cannot be reached"
         )) && error.contains("check the network"),
         "{error}"
     );
-    assert!(!dir.path().join("out.pt2").exists());
-    assert_no_scratch_left(dir.path());
+    assert!(!dir.join("out.pt2").exists());
+    assert_no_scratch_left(&dir);
 }

@@ -10,9 +10,10 @@ use std::process::{Command, Output};
 use crate::common::tiny::LLAMA;
 use crate::common::*;
 
-/// The prefix of one `cargo xtask install --binary HFX --no-setup` for
-/// every test here (the binary the tests already have; `--no-setup`: the
-/// worker environment is the checkout's, linked, not a second 4 GB one).
+/// The prefix of one `cargo xtask install --binary HFX --built-plugins
+/// --no-setup` for every test here (the binary and the plugin components the
+/// tests already have; `--no-setup`: the worker environment is the
+/// checkout's, linked, not a second 4 GB one).
 fn installed() -> &'static Path {
     static PREFIX: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     PREFIX.get_or_init(|| {
@@ -27,6 +28,7 @@ fn installed() -> &'static Path {
                 "--no-setup",
                 "--binary",
                 env!("CARGO_BIN_EXE_hfx"),
+                "--built-plugins",
                 "--prefix",
             ])
             .arg(&prefix)

@@ -34,14 +34,7 @@ impl Hub {
 fn hub() -> &'static Hub {
     static HUB: std::sync::OnceLock<Hub> = std::sync::OnceLock::new();
     HUB.get_or_init(|| {
-        let home = root().join("target/hub-cache");
-        let out = Command::new(python())
-            .arg(root().join("tests/python/hub_cache.py"))
-            .arg(&home)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "hub_cache.py:\n{}", String::from_utf8_lossy(&out.stderr));
-        let resolved = serde_json::from_slice(&out.stdout).unwrap();
+        let (home, resolved) = python_fixture("hub_cache.py", "hub-cache");
         Hub { home, resolved }
     })
 }
@@ -64,16 +57,7 @@ fn hfx_at(dir: &Path, home: &Path, args: &[&str]) -> Output {
 
 /// Runs `hfx ARGS` expecting it to fail; returns its one line of error.
 fn refused(dir: &Path, home: &Path, args: &[&str]) -> String {
-    let out = hfx_at(dir, home, args);
-    let stderr = String::from_utf8_lossy(&out.stderr).trim_end().to_string();
-    assert!(!out.status.success(), "{args:?} succeeded");
-    assert_eq!(stderr.lines().count(), 1, "{args:?}: not one line:\n{stderr}");
-    stderr
-}
-
-fn stdout(out: &Output) -> String {
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    one_line_error(&hfx_at(dir, home, args))
 }
 
 #[test]
@@ -97,7 +81,7 @@ fn a_cached_model_exports_verified_and_the_folder_names_its_id_and_commit() {
             folder.to_str().unwrap(),
         ],
     );
-    let printed = stdout(&out);
+    let printed = succeeded(&out);
     assert!(
         printed.contains(&format!(
             "traced LlamaForCausalLM from tiny-org/tiny-llama@main (commit {commit})"
@@ -132,7 +116,7 @@ fn a_revision_is_found_by_its_name_and_by_its_commit() {
         &hub.home,
         &["run", "--backend", "dynamo", "--model-id", "tiny-org/tiny-llama@v1", "-o", "v1.pt2"],
     );
-    let printed = stdout(&out);
+    let printed = succeeded(&out);
     assert!(
         printed.contains(&format!(
             "traced Qwen2ForCausalLM from tiny-org/tiny-llama@v1 (commit {v1})"
@@ -142,7 +126,7 @@ fn a_revision_is_found_by_its_name_and_by_its_commit() {
 
     std::fs::write(dir.path().join("export.toml"), format!("backend = \"dynamo\"\nmodel-id = \"tiny-org/tiny-llama@{v1}\"\noutput = \"commit.pt2\"\n")).unwrap();
     let out = hfx_at(dir.path(), &hub.home, &["run", "--config", "export.toml"]);
-    let printed = stdout(&out);
+    let printed = succeeded(&out);
     assert!(
         printed.contains(&format!("traced Qwen2ForCausalLM from tiny-org/tiny-llama@{v1} in")),
         "{printed}"
@@ -188,7 +172,7 @@ fn remote_code_runs_only_with_trust_remote_code() {
     );
     assert!(!out.exists());
 
-    let printed = stdout(&hfx_at(
+    let printed = succeeded(&hfx_at(
         dir.path(),
         &hub.home,
         &[&by_id[..], &["--trust-remote-code", "--verify"]].concat(),

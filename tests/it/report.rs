@@ -19,8 +19,8 @@ fn plugin_folders() -> Vec<String> {
         .collect()
 }
 
-/// Exports tiny Llama to ONNX with `--verify` and the report at `report`.
-fn export_with_report(dir: &Path, output: &Path, report: &Path, extra: &[&str]) -> String {
+/// Exports tiny Llama to ONNX with `--verify` and a report at each of `reports`.
+fn export_with_report(dir: &Path, output: &Path, reports: &[&Path], extra: &[&str]) -> String {
     let mut args: Vec<String> = [
         "run",
         "--backend",
@@ -36,14 +36,18 @@ fn export_with_report(dir: &Path, output: &Path, report: &Path, extra: &[&str]) 
     .map(String::from)
     .to_vec();
     args.push(output.display().to_string());
-    args.extend(["--report".to_string(), report.display().to_string()]);
+    for report in reports {
+        args.extend(["--report".to_string(), report.display().to_string()]);
+    }
     args.extend(plugin_folders());
     args.extend(extra.iter().map(|s| s.to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let result = hfx(dir, &args);
     let stdout = String::from_utf8_lossy(&result.stdout).into_owned();
     assert!(result.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&result.stderr));
-    assert!(stdout.contains(&format!("report: {}", report.display())), "{stdout}");
+    for report in reports {
+        assert!(stdout.contains(&format!("report: {}", report.display())), "{stdout}");
+    }
     stdout
 }
 
@@ -135,11 +139,12 @@ fn a_report_shows_the_run_as_json_and_as_a_page_a_browser_opens() {
     args.extend(plugin_folders());
     let locked = hfx(dir.path(), &args.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(locked.status.success(), "{}", String::from_utf8_lossy(&locked.stderr));
-    let json_path = dir.path().join("r.json");
+    // One run writes both reports.
+    let (json_path, page) = (dir.path().join("r.json"), dir.path().join("r.html"));
     export_with_report(
         dir.path(),
         &dir.path().join("llama.onnx"),
-        &json_path,
+        &[&json_path, &page],
         &["--lock", lock.to_str().unwrap(), "--locked"],
     );
     let text = std::fs::read_to_string(&json_path).unwrap();
@@ -241,8 +246,6 @@ fn a_report_shows_the_run_as_json_and_as_a_page_a_browser_opens() {
     }
 
     // ── HTML: one self-contained page, rendered by Chromium ──
-    let page = dir.path().join("r.html");
-    export_with_report(dir.path(), &dir.path().join("llama2.onnx"), &page, &[]);
     let html = std::fs::read_to_string(&page).unwrap();
     // Nothing to fetch: no linked file, no external script, style or image.
     for reference in ["<link", " src=", "url(", "@import", "https:"] {
@@ -284,7 +287,7 @@ fn a_generation_report_has_a_section_per_component_and_the_generation_check() {
     let stdout = export_with_report(
         dir.path(),
         &PathBuf::from(format!("{}/", folder.display())),
-        &page,
+        &[&page],
         &["--generation"],
     );
     assert!(

@@ -111,16 +111,19 @@ fn streamed_weights_match_loaded(cases: &[(&str, &[&str], &[&str])]) {
     assert_no_scratch_left(dir.path());
 }
 
-/// Several shards and their index; tied embeddings stored once, in bfloat16
-/// (exported as float32: converted as they are written). Each writer (ONNX
-/// initializers and external data, `.pt2` entries) sees plain and converted
-/// weights.
+/// Tied embeddings stored once, in bfloat16 (exported as float32: converted
+/// as they are written). Each writer (ONNX initializers and external data,
+/// `.pt2` entries) sees plain and converted weights.
 #[test]
 fn streamed_weights_give_the_same_artifacts_as_weights_read_by_the_worker() {
-    streamed_weights_match_loaded(&[
-        ("llama-sharded", &[], &["onnx"]),
-        ("llama-tied-bf16", &[], &["onnx", "dynamo"]),
-    ]);
+    streamed_weights_match_loaded(&[("llama-tied-bf16", &[], &["onnx", "dynamo"])]);
+}
+
+/// Several shards and their index.
+#[test]
+#[ignore = "full tier: weights streamed from shards against loaded ones (several_backends_share_one_trace streams a sharded checkpoint and verifies both artifacts against eager)"]
+fn streamed_weights_from_shards_give_the_same_artifacts() {
+    streamed_weights_match_loaded(&[("llama-sharded", &[], &["onnx"])]);
 }
 
 /// One file; float32 exported as bfloat16 (rounded to nearest even, as torch
@@ -150,6 +153,7 @@ fn streamed_weights_name_every_output_structure_as_loaded_weights_do() {
 /// `--verify` reads the weights for the eager reference (nothing else does)
 /// and the streamed artifact matches it; the `.pt2` loads in torch.
 #[test]
+#[ignore = "full tier: a sharded checkpoint streamed and verified (several_backends_share_one_trace verifies a streamed export in both runtimes; streamed_weights_give_the_same_artifacts_as_weights_read_by_the_worker streams the shards)"]
 fn a_streamed_export_verifies_against_eager() {
     let dir = tempfile::tempdir().unwrap();
     let folder = model_folder(dir.path(), "llama-sharded");
@@ -179,16 +183,19 @@ fn a_checkpoint_missing_a_parameter_is_loaded_and_the_summary_says_why() {
 /// `--backend onnx,dynamo` traces once (the worker gets one `trace` request:
 /// one "traced" line, one progress line of torch.export) and writes each
 /// backend's export folder, each verified in its runtime and loadable by the
-/// reference's `ExportedModel.from_pretrained`.
+/// reference's `ExportedModel.from_pretrained`. The weights are streamed
+/// from a sharded checkpoint into both artifacts and read only for
+/// `--verify`'s eager reference.
 #[test]
 fn several_backends_share_one_trace() {
     let dir = tempfile::tempdir().unwrap();
-    let folder = model_folder(dir.path(), "llama");
+    let folder = model_folder(dir.path(), "llama-sharded");
     let out = dir.path().join("both");
     let (stdout, stderr) =
         export_with_stderr(dir.path(), "onnx,dynamo", &folder, &out, &["--dynamic", "--verify"]);
     assert_eq!(stdout.matches("traced LlamaForCausalLM").count(), 1, "{stdout}");
     assert_eq!(stderr.matches("trace: torch.export").count(), 1, "{stderr}");
+    assert!(stdout.contains("weights: streamed from the model folder's checkpoint into the artifact (read once for the eager reference)"), "{stdout}");
     assert!(
         stdout.contains("trace: the onnx export's (one trace for every backend of the run)"),
         "{stdout}"
@@ -225,7 +232,9 @@ fn several_backends_share_one_trace() {
 /// `--trace-cache DIR`: a run that would trace the same program again reads
 /// it from the cache (the worker gets no `trace` request) and writes the same
 /// artifact, a `--verify` saying what it checked; the model's files
-/// changing, or another trace option, misses.
+/// changing, or another trace option, misses. Entries damaged or edited:
+/// `a_damaged_trace_cache_entry_is_traced_again_and_replaced`,
+/// `an_edited_or_exposed_trace_cache_entry_is_not_used`.
 #[test]
 fn a_trace_cache_hit_skips_the_trace() {
     let dir = tempfile::tempdir().unwrap();
@@ -281,34 +290,6 @@ fn a_trace_cache_hit_skips_the_trace() {
             .contains("the program came from the trace cache: checked on its recorded inputs only"),
         "{stdout}"
     );
-    // A damaged entry is traced again (and replaced), not an error.
-    let entry = std::fs::read_dir(&cache)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.join("reply.json").exists())
-        .unwrap();
-    std::fs::write(entry.join("reply.json"), "{").unwrap();
-    let (stdout, stderr) = export_with_stderr(
-        dir.path(),
-        "onnx",
-        &folder,
-        &dir.path().join("damaged"),
-        &["--dynamic", "--trace-cache", cache_arg],
-    );
-    assert!(
-        stderr.contains("traced again")
-            && stderr.contains("trace: torch.export")
-            && !stdout.contains("the trace cache's"),
-        "{stderr}"
-    );
-    let (stdout, _) = export_with_stderr(
-        dir.path(),
-        "onnx",
-        &folder,
-        &dir.path().join("repaired"),
-        &["--dynamic", "--trace-cache", cache_arg],
-    );
-    assert!(stdout.contains("the trace cache's"), "the entry was stored again: {stdout}");
     // Static instead of dynamic: another trace.
     let (_, stderr) = export_with_stderr(
         dir.path(),
@@ -335,6 +316,31 @@ fn a_trace_cache_hit_skips_the_trace() {
         "{stdout}"
     );
     assert_eq!(std::fs::read_dir(&cache).unwrap().count(), 3, "one entry per distinct trace");
+    assert_no_scratch_left(dir.path());
+}
+
+/// A damaged trace cache entry (its reply unreadable) is traced again and
+/// replaced, not an error: the next run takes the new entry.
+#[test]
+#[ignore = "full tier: a damaged entry replaced (an_edited_or_exposed_trace_cache_entry_is_not_used has an edited entry discarded, traced again and stored again)"]
+fn a_damaged_trace_cache_entry_is_traced_again_and_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = model_folder(dir.path(), "llama");
+    let cache = dir.path().join("cache");
+    let args = ["--dynamic", "--trace-cache", cache.to_str().unwrap()];
+    export_with_stderr(dir.path(), "onnx", &folder, &dir.path().join("first"), &args);
+    std::fs::write(cache_entry(&cache).join("reply.json"), "{").unwrap();
+    let (stdout, stderr) =
+        export_with_stderr(dir.path(), "onnx", &folder, &dir.path().join("damaged"), &args);
+    assert!(
+        stderr.contains("traced again")
+            && stderr.contains("trace: torch.export")
+            && !stdout.contains("the trace cache's"),
+        "{stderr}"
+    );
+    let (stdout, _) =
+        export_with_stderr(dir.path(), "onnx", &folder, &dir.path().join("repaired"), &args);
+    assert!(stdout.contains("the trace cache's"), "the entry was stored again: {stdout}");
     assert_no_scratch_left(dir.path());
 }
 

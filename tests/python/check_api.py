@@ -33,6 +33,7 @@ import hfx
 import torch
 import transformers
 from generation_loops import generate_dynamic
+from tiny_models import tiny_llama
 
 # What the ONNX patch plugins swap for shims while the trace runs.
 PATCHED = [
@@ -46,19 +47,9 @@ def resolve(path):
     return getattr(importlib.import_module(module), name)
 
 
-def tiny_llama(folder):
+def saved_tiny_llama(folder):
     """A tiny random Llama saved to `folder` and loaded back from it."""
-    config = transformers.LlamaConfig(
-        vocab_size=128,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    torch.manual_seed(0)
-    transformers.LlamaForCausalLM(config).save_pretrained(folder)
+    tiny_llama(seed=0).save_pretrained(folder)
     return transformers.LlamaForCausalLM.from_pretrained(folder, attn_implementation="sdpa")
 
 
@@ -72,7 +63,7 @@ def inputs_of(batch, sequence, seed=1):
 
 def live(backend, work, plugins):
     checkpoint = os.path.join(work, "checkpoint")
-    model = tiny_llama(checkpoint)
+    model = saved_tiny_llama(checkpoint)
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.mul_(1.5)  # in memory only: the checkpoint keeps the old weights
@@ -124,7 +115,7 @@ def generation(backend, work, plugins):
     the folder, loaded with `hfx.load`, generates the live model's tokens,
     not its checkpoint's."""
     checkpoint = os.path.join(work, "checkpoint")
-    model = tiny_llama(checkpoint)
+    model = saved_tiny_llama(checkpoint)
     with torch.no_grad():
         model.lm_head.weight.mul_(-2.0)  # in memory only: the checkpoint's tokens differ
     model.eval()
@@ -187,7 +178,7 @@ class InterruptedDuringTrace(torch.nn.Module):
 def interrupt(work, plugins):
     importlib.import_module("transformers.masking_utils")
     originals = {path: resolve(path) for path in PATCHED}
-    inner = tiny_llama(os.path.join(work, "checkpoint"))
+    inner = saved_tiny_llama(os.path.join(work, "checkpoint"))
     model = InterruptedDuringTrace(inner, originals)
     model.train()
     attention = inner.config._attn_implementation

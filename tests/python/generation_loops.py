@@ -6,7 +6,9 @@ batch. One loop per cache kind; the same code for every backend (ONNX in ONNX
 Runtime, `.pt2` in torch, `.pte` in the ExecuTorch runtime: the reference's
 runner of the folder's format).
 
-    python generation_loops.py DIR [--model-dir MODEL_FOLDER]
+    python generation_loops.py DIR [DIR...] [--model-dir MODEL_FOLDER]
+
+Several folders are checked in turn, in one process.
 
 The eager model: the model folder's (`--model-dir`), else the one the
 folder's config builds with the seed hfx builds random models with.
@@ -140,4 +142,7 @@ def main(folder, *options):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    args = sys.argv[1:]
+    options = args.index("--model-dir") if "--model-dir" in args else len(args)
+    for folder in args[:options]:
+        main(folder, *args[options:])

@@ -4,6 +4,7 @@ put this folder on PYTHONPATH)."""
 
 import torch
 import transformers
+from tiny_models import TINY_DECODER
 
 
 def llava():
@@ -19,13 +20,7 @@ def llava():
         projection_dim=32,
     )
     text = transformers.LlamaConfig(
-        vocab_size=128,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
+        **TINY_DECODER,
         pad_token_id=0,
         bos_token_id=1,
         eos_token_id=2,
@@ -63,13 +58,7 @@ def qwen2_audio():
         max_source_positions=16,
     )
     text = transformers.Qwen2Config(
-        vocab_size=128,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
+        **TINY_DECODER,
         pad_token_id=0,
         bos_token_id=1,
         eos_token_id=2,

@@ -26,7 +26,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 
 HOME = os.path.abspath(sys.argv[1])
 # Before huggingface_hub is imported: its constants are read once.
@@ -41,18 +40,9 @@ from huggingface_hub.file_download import (  # noqa: E402
     _create_symlink,
     repo_folder_name,
 )
+from tiny_models import TINY_DECODER, saved, tiny_llama  # noqa: E402
 
 CACHE = os.path.join(HOME, "hub")
-
-TINY = dict(
-    vocab_size=128,
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=64,
-)
 
 # Stored in git LFS on the Hub, so their etag is the sha256 of their bytes.
 LFS_SUFFIXES = (".safetensors", ".bin")
@@ -106,25 +96,12 @@ def add_commit(repo, files, revisions):
     return sha
 
 
-def saved(model):
-    """The files `save_pretrained` writes for `model`."""
-    with tempfile.TemporaryDirectory() as folder:
-        model.save_pretrained(folder)
-        files = {}
-        for name in os.listdir(folder):
-            with open(os.path.join(folder, name), "rb") as f:
-                files[name] = f.read()
-        return files
-
-
 def main():
-    import torch
     import transformers
 
     shutil.rmtree(CACHE, ignore_errors=True)
-    torch.manual_seed(0)
-    llama = saved(transformers.LlamaForCausalLM(transformers.LlamaConfig(**TINY)))
-    qwen2 = saved(transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**TINY)))
+    llama = saved(tiny_llama(seed=0))
+    qwen2 = saved(transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**TINY_DECODER)))
     add_commit("tiny-org/tiny-llama", llama, ["main"])
     add_commit("tiny-org/tiny-llama", qwen2, ["v1"])
 

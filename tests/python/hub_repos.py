@@ -21,30 +21,10 @@ import json
 import os
 import shutil
 import sys
-import tempfile
+
+from tiny_models import TINY_DECODER, saved, tiny_llama
 
 REPOS = os.path.abspath(sys.argv[1])
-
-TINY = dict(
-    vocab_size=128,
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=64,
-)
-
-
-def saved(model, **options):
-    """The files `save_pretrained` writes for `model`."""
-    with tempfile.TemporaryDirectory() as folder:
-        model.save_pretrained(folder, **options)
-        files = {}
-        for name in os.listdir(folder):
-            with open(os.path.join(folder, name), "rb") as f:
-                files[name] = f.read()
-        return files
 
 
 def add_commit(repo, files, revisions, resolved):
@@ -80,13 +60,11 @@ def pickled(model):
 
 
 def main():
-    import torch
     import transformers
 
     shutil.rmtree(REPOS, ignore_errors=True)
     resolved = {}
-    torch.manual_seed(0)
-    llama_model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**TINY))
+    llama_model = tiny_llama(seed=0)
     llama = saved(llama_model)
     unread = {
         "pytorch_model.bin": pickled(llama_model),
@@ -94,13 +72,10 @@ def main():
         "model.onnx": b"not read by an export",
     }
     add_commit("tiny-org/tiny-llama", {**llama, **unread}, ["main"], resolved)
-    qwen2 = saved(transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**TINY)))
+    qwen2 = saved(transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**TINY_DECODER)))
     add_commit("tiny-org/tiny-llama", qwen2, ["v1"], resolved)
 
-    torch.manual_seed(1)
-    sharded = saved(
-        transformers.LlamaForCausalLM(transformers.LlamaConfig(**TINY)), max_shard_size="20KB"
-    )
+    sharded = saved(tiny_llama(seed=1), max_shard_size="20KB")
     if "model.safetensors.index.json" not in sharded:
         raise SystemExit(f"save_pretrained wrote no shards: {sorted(sharded)}")
     add_commit("tiny-org/sharded", sharded, ["main"], resolved)

@@ -35,7 +35,7 @@ fn main() -> Result<()> {
         Some("fuzz") => fuzz::fuzz(&args[1..]),
         Some("sweep") => sweep(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask build-plugins [CRATE-DIR...] | install [--prefix DIR] [--debug | --binary FILE] [--no-setup] | wheel [--debug] [--out DIR] | install-guest-toolchain | setup-python | lint | test [--full] [CARGO-TEST-ARGS...] | fuzz [--seconds N] [TARGET...] | sweep [SWEEP-ARGS...]");
+            eprintln!("usage: cargo xtask build-plugins [CRATE-DIR...] | install [--prefix DIR] [--debug | --binary FILE] [--built-plugins] [--no-setup] | wheel [--debug] [--out DIR] | install-guest-toolchain | setup-python | lint | test [--full] [CARGO-TEST-ARGS...] | fuzz [--seconds N] [TARGET...] | sweep [SWEEP-ARGS...]");
             std::process::exit(2)
         }
     }
@@ -173,19 +173,21 @@ fn setup_python() -> Result<()> {
     Ok(())
 }
 
-/// `cargo xtask install [--prefix DIR] [--debug | --binary FILE] [--no-setup]`: hfx as a
+/// `cargo xtask install [--prefix DIR] [--debug | --binary FILE] [--built-plugins] [--no-setup]`: hfx as a
 /// tool (default prefix `~/.local`), laid out as `hfx::installed` finds it:
 /// `bin/hfx`; `share/hfx/plugins/` (every shipped plugin: manifest, built
 /// component, self-tests), the default plugin sets; `share/hfx/sdk/<version>/`
 /// (the SDK, its macros, the dtype table and the WIT contract, for plugin
 /// crates outside any checkout); then `hfx setup` creates the worker's
 /// environment in `share/hfx/venv` (not with `--no-setup`). `--debug`
-/// installs the debug build, `--binary` one already built (the tests' own).
+/// installs the debug build, `--binary` one already built (the tests' own);
+/// `--built-plugins` takes the components `cargo xtask build-plugins` left
+/// (the tests': built before they run) instead of building them again.
 /// Every file is written to a
 /// temp name and renamed; a folder from an earlier install is replaced whole.
 fn install(args: &[String]) -> Result<()> {
     let (mut prefix, mut binary) = (None, None);
-    let (mut debug, mut setup) = (false, true);
+    let (mut debug, mut setup, mut build) = (false, true, true);
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
         match arg.as_str() {
@@ -194,7 +196,8 @@ fn install(args: &[String]) -> Result<()> {
             // A binary already built (the tests' own): nothing is compiled.
             "--binary" => binary = Some(PathBuf::from(rest.next().context("--binary needs a file")?)),
             "--no-setup" => setup = false,
-            other => bail!("install: unknown argument `{other}` (--prefix DIR, --debug, --binary FILE, --no-setup)"),
+            "--built-plugins" => build = false,
+            other => bail!("install: unknown argument `{other}` (--prefix DIR, --debug, --binary FILE, --built-plugins, --no-setup)"),
         }
     }
     let prefix = match prefix {
@@ -204,7 +207,11 @@ fn install(args: &[String]) -> Result<()> {
     };
     let prefix = if prefix.is_absolute() { prefix } else { std::env::current_dir()?.join(prefix) };
     let root = workspace_root();
-    let plugins = build_plugins(&[root.join("plugins").display().to_string()])?;
+    let plugins = if build {
+        build_plugins(&[root.join("plugins").display().to_string()])?
+    } else {
+        built_plugins(&root.join("plugins"))?
+    };
     let binary = match binary {
         Some(binary) => binary,
         None => {
@@ -255,6 +262,18 @@ fn install(args: &[String]) -> Result<()> {
 
 /// The default plugin sets into `to`: what the host reads of each plugin,
 /// nothing of its source.
+/// The plugin crates under `dir`, each component already built.
+fn built_plugins(dir: &Path) -> Result<Vec<PluginCrate>> {
+    let crates = hfx_plugin_build::find_all(&[dir.to_path_buf()])?;
+    for plugin in &crates {
+        let component = plugin.dir.join(&plugin.component);
+        if !component.is_file() {
+            bail!("{} is not built: run `cargo xtask build-plugins`", component.display());
+        }
+    }
+    Ok(crates)
+}
+
 fn copy_plugin_sets(root: &Path, plugins: &[PluginCrate], to: &Path) -> Result<()> {
     for plugin in plugins {
         let into = to.join(plugin.dir.strip_prefix(root.join("plugins"))?);
