@@ -328,7 +328,7 @@ fn build_plugin(dir: &Path) -> std::process::Output {
 }
 
 #[test]
-#[ignore = "full tier: a scaffold built in the checkout (install::a_plugin_scaffolded_by_an_installed_hfx_builds_against_its_sdk scaffolds, builds and verifies one)"]
+#[ignore = "full tier: a scaffold built in the checkout (install::a_translation_plugin_goes_from_an_empty_folder_to_an_export_with_the_installed_hfx scaffolds, builds and exports with one)"]
 fn a_new_plugin_builds_and_passes_verify_as_generated() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("my-fix");
