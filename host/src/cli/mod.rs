@@ -49,9 +49,9 @@ pub enum Command {
     /// an export folder (`-o DIR`, as `ExportedModel.save_pretrained`), or the
     /// IR's JSON form (`.json`).
     Run(RunArgs),
-    /// Generate text with an export folder written with `--generation` (ONNX, `.pt2`, `.pte`, or
-    /// an ONNX Runtime GenAI package): the folder's tokenizer, each component in its runtime,
-    /// the text on stdout as it is produced.
+    /// Generate text with an export folder written with `--generation` (ONNX, `.pt2`, `.pte`,
+    /// OpenVINO IR, or an ONNX Runtime GenAI package): the folder's tokenizer, each component in
+    /// its runtime, the text on stdout as it is produced.
     Generate(GenerateArgs),
     /// Create or repair an installed hfx's worker environment (the pinned
     /// torch, transformers, onnx, onnxruntime, executorch) and report it.

@@ -1,5 +1,5 @@
 //! `hfx generate DIR`: an export folder written with `--generation` (ONNX,
-//! `.pt2`, `.pte`, or an ONNX Runtime GenAI package) generates text from a
+//! `.pt2`, `.pte`, OpenVINO IR, or an ONNX Runtime GenAI package) generates text from a
 //! prompt with the folder's tokenizer, each component in its runtime. The
 //! worker drives it as it drives the generation check
 //! (`hfx_worker/generation.py`: transformers' `generate` loop with the
