@@ -176,6 +176,9 @@ class InterruptedDuringTrace(torch.nn.Module):
 
 
 def interrupt(work, plugins):
+    # Python's own Ctrl-C handler, as an interactive session has it: a process
+    # started with SIGINT ignored (a background job of a shell) inherits that.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     importlib.import_module("transformers.masking_utils")
     originals = {path: resolve(path) for path in PATCHED}
     inner = saved_tiny_llama(os.path.join(work, "checkpoint"))
