@@ -27,7 +27,7 @@ OUT = os.path.join(ROOT, "target", "bench", "python_api")
 PYTHON = sys.executable
 
 sys.path.insert(0, HERE)
-from trace_bench import llama125m, measured  # noqa: E402  (the benchmark model, the sampler)
+from trace_bench import llama125m, measured, tree  # noqa: E402  (the benchmark model, the sampler)
 
 
 def live_model():
@@ -69,20 +69,6 @@ def hfx_side(binary):
         progress=False,
     )
     print(json.dumps({"export_s": time.perf_counter() - start}))
-
-
-def tree(pid):
-    """`pid` and its descendants."""
-    found, frontier = [], [pid]
-    while frontier:
-        current = frontier.pop()
-        found.append(current)
-        try:
-            with open(f"/proc/{current}/task/{current}/children") as f:
-                frontier += [int(child) for child in f.read().split()]
-        except OSError:
-            pass
-    return found
 
 
 def memory(pid):

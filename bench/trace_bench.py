@@ -57,17 +57,28 @@ def reference_side():
     print(json.dumps({"export_s": traced - start, "save_s": time.perf_counter() - traced}))
 
 
-def tree_rss(pid):
-    """VmRSS of `pid` and all its descendants, in bytes."""
-    total, stack = 0, [pid]
+def tree(pid):
+    """`pid` and all its descendants (the children of each of their threads)."""
+    found, stack = [], [pid]
     while stack:
         p = stack.pop()
+        found.append(p)
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                stack.extend(int(c) for c in open(f"/proc/{p}/task/{task}/children").read().split())
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return found
+
+
+def tree_rss(pid):
+    """VmRSS of `pid` and all its descendants, in bytes."""
+    total = 0
+    for p in tree(pid):
         try:
             for line in open(f"/proc/{p}/status"):
                 if line.startswith("VmRSS:"):
                     total += int(line.split()[1]) * 1024
-            for task in os.listdir(f"/proc/{p}/task"):
-                stack.extend(int(c) for c in open(f"/proc/{p}/task/{task}/children").read().split())
         except (FileNotFoundError, ProcessLookupError):
             pass
     return total

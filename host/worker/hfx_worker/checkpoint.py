@@ -643,7 +643,7 @@ def save_with_side_weights(program, output, written_before=None, sources=None, s
         torch.export.save(program, output)
     finally:
         _package._get_raw_tensor_bytes = raw_bytes
-    return any("caller_fd" in entry for entry in index["files"] if isinstance(entry, dict))
+    return bool(shared)  # each shared storage is indexed by its descriptor
 
 
 def shared_memory_files(storages):
