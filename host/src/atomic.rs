@@ -175,9 +175,11 @@ pub struct DirectWriter<F: std::borrow::Borrow<File>> {
     spare: Option<Block>,
     /// The file's descriptor again, for the writing thread (same open file).
     for_thread: Option<std::sync::Arc<File>>,
+    /// Bytes of a full block: [`DIRECT_BUFFER`], smaller in tests.
+    block_size: usize,
 }
 
-/// A [`DIRECT_BUFFER`]-byte buffer aligned to [`DIRECT_ALIGNMENT`].
+/// A buffer of the writer's block size aligned to [`DIRECT_ALIGNMENT`].
 struct Block {
     bytes: Vec<u8>,
     /// Where the aligned part of `bytes` starts.
@@ -185,8 +187,8 @@ struct Block {
 }
 
 impl Block {
-    fn new() -> Block {
-        let bytes = vec![0u8; DIRECT_BUFFER + DIRECT_ALIGNMENT];
+    fn new(size: usize) -> Block {
+        let bytes = vec![0u8; size + DIRECT_ALIGNMENT];
         let start = bytes.as_ptr().align_offset(DIRECT_ALIGNMENT);
         Block { bytes, start }
     }
@@ -208,8 +210,8 @@ impl Block {
         block
     }
 
-    fn is_full_size(&self) -> bool {
-        self.bytes.len() == DIRECT_BUFFER + DIRECT_ALIGNMENT
+    fn is_full_size(&self, size: usize) -> bool {
+        self.bytes.len() == size + DIRECT_ALIGNMENT
     }
 }
 
@@ -236,19 +238,22 @@ impl<F: std::borrow::Borrow<File>> DirectWriter<F> {
     /// Starts writing `file` (new and empty) at offset 0.
     pub fn new(file: F) -> DirectWriter<F> {
         let direct = set_direct(file.borrow(), true);
-        DirectWriter::with(file, direct)
+        DirectWriter::with(file, direct, DIRECT_BUFFER)
     }
 
-    fn with(file: F, direct: bool) -> DirectWriter<F> {
+    /// `block_size`: a multiple of [`DIRECT_ALIGNMENT`].
+    fn with(file: F, direct: bool, block_size: usize) -> DirectWriter<F> {
+        debug_assert!(block_size > 0 && block_size % DIRECT_ALIGNMENT == 0);
         DirectWriter {
             file,
-            block: Block::new(),
+            block: Block::new(block_size),
             used: 0,
             written: 0,
             direct,
             in_flight: None,
             spare: None,
             for_thread: None,
+            block_size,
         }
     }
 
@@ -271,8 +276,8 @@ impl<F: std::borrow::Borrow<File>> DirectWriter<F> {
 
     /// A parked writer's buffer, full size again.
     fn unpark(&mut self) {
-        if !self.block.is_full_size() {
-            let mut block = Block::new();
+        if !self.block.is_full_size(self.block_size) {
+            let mut block = Block::new(self.block_size);
             block.get_mut(0..self.used).copy_from_slice(self.block.get(0..self.used));
             self.block = block;
         }
@@ -322,10 +327,10 @@ impl<F: std::borrow::Borrow<File>> DirectWriter<F> {
         self.unpark();
         let end = offset + len;
         while offset < end {
-            if self.used == DIRECT_BUFFER {
-                self.write_block(DIRECT_BUFFER)?;
+            if self.used == self.block_size {
+                self.write_block(self.block_size)?;
             }
-            let room = (DIRECT_BUFFER - self.used).min((end - offset) as usize);
+            let room = (self.block_size - self.used).min((end - offset) as usize);
             let n = match source.read_at(self.block.get_mut(self.used..self.used + room), offset) {
                 Ok(0) => {
                     return Err(io::Error::new(
@@ -380,7 +385,7 @@ impl<F: std::borrow::Borrow<File>> DirectWriter<F> {
     /// partial one (`flush`, `finish`) is written here, after the one in flight.
     fn write_block(&mut self, n: usize) -> io::Result<()> {
         self.land()?;
-        if n == DIRECT_BUFFER && self.used == DIRECT_BUFFER {
+        if n == self.block_size && self.used == self.block_size {
             let file = match &self.for_thread {
                 Some(file) => file.clone(),
                 None => self
@@ -388,11 +393,13 @@ impl<F: std::borrow::Borrow<File>> DirectWriter<F> {
                     .insert(std::sync::Arc::new(self.file.borrow().try_clone()?))
                     .clone(),
             };
-            let full =
-                std::mem::replace(&mut self.block, self.spare.take().unwrap_or_else(Block::new));
+            let full = std::mem::replace(
+                &mut self.block,
+                self.spare.take().unwrap_or_else(|| Block::new(self.block_size)),
+            );
             let (offset, direct) = (self.written, self.direct);
             self.in_flight = Some(InFlight(Some(std::thread::spawn(move || {
-                let result = write_block_at(&file, full.get(0..DIRECT_BUFFER), offset, direct);
+                let result = write_block_at(&file, full.get(0..n), offset, direct);
                 (full, result)
             }))));
             self.written += n as u64;
@@ -437,10 +444,10 @@ impl Drop for InFlight {
 impl<F: std::borrow::Borrow<File>> Write for DirectWriter<F> {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
         self.unpark();
-        if self.used == DIRECT_BUFFER {
-            self.write_block(DIRECT_BUFFER)?;
+        if self.used == self.block_size {
+            self.write_block(self.block_size)?;
         }
-        let n = bytes.len().min(DIRECT_BUFFER - self.used);
+        let n = bytes.len().min(self.block_size - self.used);
         self.block.get_mut(self.used..self.used + n).copy_from_slice(&bytes[..n]);
         self.used += n;
         Ok(n)
@@ -495,6 +502,16 @@ pub(crate) fn temp_file(dir: &Path, target: &Path) -> io::Result<(PathBuf, File)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The block of the writers under test: every path of the 8 MiB writer,
+    /// at a 512th of the disk and memory.
+    const BLOCK: usize = 4 * DIRECT_ALIGNMENT;
+
+    /// A writer of `BLOCK`-byte blocks, direct where asked and the file system takes it.
+    fn writer(file: File, direct: bool) -> DirectWriter<File> {
+        let direct = direct && set_direct(&file, true);
+        DirectWriter::with(file, direct, BLOCK)
+    }
 
     /// A worker's file swapped for a link to a secret is neither followed nor
     /// moved into place as a link.
@@ -558,7 +575,7 @@ mod tests {
         let source_dir = tempfile::tempdir().unwrap();
         let source_path = source_dir.path().join("source.bin");
         let source_bytes: Vec<u8> =
-            (0..(3 * DIRECT_BUFFER as u32 / 2)).map(|i| (i * 7 + i / 251) as u8).collect();
+            (0..(3 * BLOCK as u32 / 2)).map(|i| (i * 7 + i / 251) as u8).collect();
         std::fs::write(&source_path, &source_bytes).unwrap();
         let source = File::open(&source_path).unwrap();
         let dir = tempfile::tempdir().unwrap();
@@ -567,12 +584,11 @@ mod tests {
                 let path = dir.path().join(format!("out{tail}.bin"));
                 let mut expected = Vec::new();
                 let file = File::create(&path).unwrap();
-                let mut out =
-                    if direct { DirectWriter::new(file) } else { DirectWriter::with(file, false) };
+                let mut out = writer(file, direct);
                 out.write_all(b"header").unwrap();
                 expected.extend_from_slice(b"header");
                 out.flush().unwrap();
-                let big: Vec<u8> = (0..DIRECT_BUFFER + 12_345).map(|i| (i % 253) as u8).collect();
+                let big: Vec<u8> = (0..BLOCK + 12_345).map(|i| (i % 253) as u8).collect();
                 out.write_all(&big).unwrap();
                 expected.extend_from_slice(&big);
                 out.copy_from(&source, 17, source_bytes.len() as u64 - 17).unwrap();
@@ -609,29 +625,21 @@ mod tests {
     fn a_rewound_writer_writes_on_from_where_it_was_rewound_to() {
         let dir = tempfile::tempdir().unwrap();
         let bytes: Vec<u8> =
-            (0..(5 * DIRECT_BUFFER / 2) as u32).map(|i| (i * 11 + i / 509) as u8).collect();
-        let big = 2 * DIRECT_BUFFER as u64;
+            (0..(5 * BLOCK / 2) as u32).map(|i| (i * 11 + i / 509) as u8).collect();
+        let big = 2 * BLOCK as u64;
         for direct in [true, false] {
-            for to in [
-                0,
-                1,
-                4096,
-                12_345,
-                DIRECT_BUFFER as u64 + 777,
-                big + 5,
-                big + 4096 * 3,
-                bytes.len() as u64,
-            ] {
+            for to in
+                [0, 1, 4096, 12_345, BLOCK as u64 + 777, big + 5, big + 4096, bytes.len() as u64]
+            {
                 let path = dir.path().join(format!("out-{direct}-{to}.bin"));
                 let file = File::create(&path).unwrap();
                 let reader = File::open(&path).unwrap();
-                let mut out =
-                    if direct { DirectWriter::new(file) } else { DirectWriter::with(file, false) };
+                let mut out = writer(file, direct);
                 out.write_all(&bytes).unwrap();
                 // Parked (its buffers freed) where `to` is odd: the rewind finds what it needs in the file.
                 if to % 2 == 1 {
                     out.park().unwrap();
-                    assert!(out.spare.is_none() && !out.block.is_full_size());
+                    assert!(out.spare.is_none() && !out.block.is_full_size(BLOCK));
                 }
                 out.rewind(to, &reader).unwrap();
                 assert_eq!(out.position(), to);
@@ -648,8 +656,7 @@ mod tests {
                 );
             }
             let file = File::create(dir.path().join("past.bin")).unwrap();
-            let mut out =
-                if direct { DirectWriter::new(file) } else { DirectWriter::with(file, false) };
+            let mut out = writer(file, direct);
             out.write_all(b"four").unwrap();
             assert!(out.rewind(5, &File::open(dir.path().join("past.bin")).unwrap()).is_err());
         }
@@ -663,18 +670,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let source_path = dir.path().join("source.bin");
         let source_bytes: Vec<u8> =
-            (0..(5 * DIRECT_BUFFER as u32 / 2)).map(|i| (i * 13 + i / 4093) as u8).collect();
+            (0..(5 * BLOCK as u32 / 2)).map(|i| (i * 13 + i / 4093) as u8).collect();
         std::fs::write(&source_path, &source_bytes).unwrap();
         let source = File::open(&source_path).unwrap();
         for direct in [true, false] {
             let path = dir.path().join(format!("out-{direct}.bin"));
             let file = File::create(&path).unwrap();
-            let mut out =
-                if direct { DirectWriter::new(file) } else { DirectWriter::with(file, false) };
+            let mut out = writer(file, direct);
             let mut expected = Vec::new();
             for round in 0..3u8 {
                 let chunk: Vec<u8> =
-                    (0..DIRECT_BUFFER + 777).map(|i| (i as u8).wrapping_mul(round + 3)).collect();
+                    (0..BLOCK + 777).map(|i| (i as u8).wrapping_mul(round + 3)).collect();
                 out.write_all(&chunk).unwrap();
                 expected.extend_from_slice(&chunk);
                 out.copy_from(&source, 3, source_bytes.len() as u64 - 3).unwrap();
@@ -688,21 +694,16 @@ mod tests {
         // A descriptor open for reading only: the first full block fails on the thread.
         let path = dir.path().join("read-only.bin");
         std::fs::write(&path, b"").unwrap();
-        let mut out = DirectWriter::with(File::open(&path).unwrap(), false);
-        out.write_all(&vec![1u8; DIRECT_BUFFER]).unwrap();
+        let mut out = writer(File::open(&path).unwrap(), false);
+        out.write_all(&vec![1u8; BLOCK]).unwrap();
         out.write_all(&[2u8]).unwrap(); // the full block goes to the thread
-        let failed =
-            out.write_all(&vec![3u8; DIRECT_BUFFER]).and_then(|()| out.finish().map(|_| ()));
+        let failed = out.write_all(&vec![3u8; BLOCK]).and_then(|()| out.finish().map(|_| ()));
         assert!(failed.is_err(), "a block that failed on the thread must fail the writer");
         // Dropped with a block in flight: it waits for it, and nothing is left running.
-        let mut out =
-            DirectWriter::with(File::create(dir.path().join("dropped.bin")).unwrap(), false);
-        out.write_all(&vec![4u8; DIRECT_BUFFER + 1]).unwrap();
+        let mut out = writer(File::create(dir.path().join("dropped.bin")).unwrap(), false);
+        out.write_all(&vec![4u8; BLOCK + 1]).unwrap();
         drop(out);
-        assert_eq!(
-            std::fs::metadata(dir.path().join("dropped.bin")).unwrap().len(),
-            DIRECT_BUFFER as u64
-        );
+        assert_eq!(std::fs::metadata(dir.path().join("dropped.bin")).unwrap().len(), BLOCK as u64);
     }
 
     #[test]
