@@ -243,7 +243,7 @@ impl<F: std::borrow::Borrow<File>> DirectWriter<F> {
 
     /// `block_size`: a multiple of [`DIRECT_ALIGNMENT`].
     fn with(file: F, direct: bool, block_size: usize) -> DirectWriter<F> {
-        debug_assert!(block_size > 0 && block_size % DIRECT_ALIGNMENT == 0);
+        debug_assert!(block_size > 0 && block_size.is_multiple_of(DIRECT_ALIGNMENT));
         DirectWriter {
             file,
             block: Block::new(block_size),
