@@ -128,6 +128,8 @@ const ROWS: &[Row] = &[
     row("qwen3_moe", QWEN3_MOE, true, &[PORTABLE, XNNPACK], false),
     row("vit", VIT, false, ALL, false),
     row("vit", VIT, true, &[DYNAMO, PORTABLE], false),
+    // Cohere's interleaved rotary stacks over a dynamic batch and sequence.
+    row("cohere", LLAMA, true, &[XNNPACK], false),
     // ── the ExecuTorch matrix's architectures, 8da4w ──
     q8da4w("qwen3", QWEN3, false),
     q8da4w("gemma", GEMMA, false),

@@ -157,6 +157,21 @@ fn python_sym_functions_become_executorch_sym_ops() {
     fails_without(&trace, Program::Xnnpack, &[RANGES], "assert op.__name__ in (\"alloc\",)");
 }
 
+/// An unsqueeze whose output has two dynamic axes (a batch and a sequence,
+/// through `torch.stack`) stays out of the XNNPACK delegate, whose static
+/// reshape sizes one dynamic axis at most: the program lowers and runs as
+/// eager does (the serializer stopped it with "XNNPACK reshape only supports
+/// 1 dynamic dimension"). The worker's XNNPACK partitioner does this, no plugin.
+#[test]
+fn an_unsqueeze_of_two_dynamic_axes_stays_out_of_xnnpack() {
+    let trace = traced("interleaved_rotation", true);
+    let dir = tempfile::tempdir().unwrap();
+    let out = export(&trace, Program::Xnnpack, &[RANGES], &dir.path().join("rotation.pte"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}{stdout}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("delegated") && stdout.contains("portable kernel call"), "{stdout}");
+}
+
 /// `clone()` of a buffer stored transposed asks for `contiguous_format`: its
 /// preserved dim order `[1, 0, 2, 3]` has no memory format in ExecuTorch.
 #[test]

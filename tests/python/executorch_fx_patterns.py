@@ -47,6 +47,21 @@ def python_sym_ops():
     return PythonSymOps(), {"x": torch.randn(6, 4)}
 
 
+class InterleavedRotation(torch.nn.Module):
+    """Cohere's interleaved `rotate_half` on `[batch, heads, sequence,
+    head_dim]`: `torch.stack([-odd, even], dim=-1).flatten(-2)`. The stack is
+    an unsqueeze of each half, whose output has a dynamic batch and a dynamic
+    sequence (`--dynamic`): more than XNNPACK's static reshape can size."""
+
+    def forward(self, x):
+        even, odd = x[..., ::2], x[..., 1::2]
+        return x + torch.stack([-odd, even], dim=-1).flatten(-2)
+
+
+def interleaved_rotation():
+    return InterleavedRotation(), {"x": torch.randn(2, 4, 6, 8)}
+
+
 class CloneOfTransposedBuffer(torch.nn.Module):
     """`clone()` of a buffer stored transposed (a cache laid out as `[1, 0, 2,
     3]`): preserve_format makes the copy's dim order `[1, 0, 2, 3]`, which

@@ -83,10 +83,42 @@ def list_returns_verified_whole():
 
 def partitioners(delegate):
     if delegate == "xnnpack":
+        from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
-        return [XnnpackPartitioner()]
+        configs = [
+            one_dynamic_dimension(c) if c.target_name in RESHAPING_CONFIGS else c
+            for c in ALL_PARTITIONER_CONFIGS
+        ]
+        return [XnnpackPartitioner(configs=configs)]
     raise ValueError(f"unknown ExecuTorch delegate `{delegate}` (xnnpack)")
+
+
+# The ops XNNPACK serializes as a static reshape whose partitioner configs
+# take them whatever their output's shape.
+RESHAPING_CONFIGS = ("unsqueeze_copy.default",)
+
+
+def one_dynamic_dimension(config):
+    """`config` (an XNNPACK partitioner config of an op it serializes as a
+    static reshape) that also leaves a node whose output has more than one
+    dynamic dimension to the portable kernels. XNNPACK's static reshape
+    infers at most one dimension at run time, and its serializer refuses
+    more ("XNNPACK reshape only supports 1 dynamic dimension"), so without
+    this a dynamic batch and sequence through `torch.stack` (Cohere's
+    interleaved rotary: an unsqueeze of `[batch, heads, sequence, half]`)
+    stop the lowering. The reference instead has the serializer write such a
+    reshape with each dynamic dimension as 0 (`_patch_squeeze_node_visitors`),
+    where XNNPACK's static reshape infers one dimension at most."""
+    from torch.fx.experimental.symbolic_shapes import free_symbols
+
+    def check_constraints(self, node, ep):
+        value = node.meta.get("val")
+        if value is not None and sum(1 for d in value.shape if free_symbols(d)) > 1:
+            return False
+        return config.check_constraints(self, node, ep)
+
+    return type(config.__name__, (config,), {"check_constraints": check_constraints})
 
 
 def counted_nodes(program):
