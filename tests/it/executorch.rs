@@ -260,6 +260,37 @@ fn a_dynamic_portable_program_plans_its_arena_for_the_declared_maxima() {
     assert!(!stdout.contains("warning"), "{stdout}");
 }
 
+/// Inputs hfx did not size (a `--model-fn`'s, as `hfx.export`'s are) have
+/// their batch and sequence axes known by their names (`input_ids`,
+/// `attention_mask`): the arena is planned for the same maxima, never below
+/// the sizes traced (a batch of 6, past the default 4), where a program
+/// without them is planned for far-off bounds (an OPT: tens of GiB).
+#[test]
+fn inputs_hfx_did_not_size_are_planned_for_the_declared_maxima_by_their_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("llama.pte");
+    let mut args: Vec<String> = [
+        "run",
+        "--backend",
+        "executorch",
+        "--model-fn",
+        "python:tiny_models:llama_with_its_inputs",
+        "--verify",
+        "-o",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.push(out.display().to_string());
+    args.extend(plugin_folders());
+    let result = hfx(dir.path(), &args.iter().map(String::as_str).collect::<Vec<_>>());
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(result.status.success(), "{}{stdout}", String::from_utf8_lossy(&result.stderr));
+    let memory =
+        stdout.lines().find(|l| l.starts_with("  memory: ")).unwrap_or_else(|| panic!("{stdout}"));
+    assert!(memory.contains("planned for batch <= 6, sequence <= 64;"), "{memory}");
+    assert!(!stdout.contains("warning"), "{stdout}");
+}
+
 /// The reference's memory-planning options (`ExecutorchConfig.alloc_graph_input`,
 /// `alloc_graph_output`): the portable program's arena leaves out the graph's
 /// inputs and outputs, which the ExecuTorch runtime then reads as

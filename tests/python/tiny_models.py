@@ -37,3 +37,14 @@ def saved(model, **options):
             with open(os.path.join(folder, name), "rb") as f:
                 files[name] = f.read()
         return files
+
+
+def llama_with_its_inputs():
+    """`--model-fn python:tiny_models:llama_with_its_inputs`: `tiny_llama()`
+    and inputs of its own sizes (a batch of 6, a sequence of 7), which hfx
+    did not choose."""
+    import torch
+
+    model = tiny_llama().eval()
+    input_ids = torch.randint(0, TINY_DECODER["vocab_size"], (6, 7))
+    return model, {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}

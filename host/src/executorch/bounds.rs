@@ -43,25 +43,27 @@ impl std::fmt::Display for Declared {
 }
 
 /// Bounds each unbounded symbol of `batch` and `sequence` (the size symbols
-/// of those input axes) at its kind's maximum (never below its minimum); a
+/// of those input axes, each with the size it was traced at) at its kind's
+/// maximum (never below its minimum nor the size traced, which verification
+/// runs); a
 /// symbol with a maximum already (a `--dynamic-shapes` range, a size the
 /// model itself bounds) keeps it. Returns each kind's maxima, in that order.
 pub fn declare(
     graph: &mut Graph,
-    batch: &[String],
-    sequence: &[String],
+    batch: &[(String, i64)],
+    sequence: &[(String, i64)],
     maxima: Maxima,
 ) -> Result<Vec<Declared>, GraphError> {
     let mut declared: Vec<Declared> = Vec::new();
     for (axis, symbols, max) in
         [("batch", batch, Some(maxima.batch)), ("sequence", sequence, maxima.sequence)]
     {
-        for symbol in symbols {
+        for (symbol, traced) in symbols {
             let Some(range) = graph.range_constraints().get(symbol).copied() else { continue };
             let max = match (range.max, max) {
                 (Some(own), _) => own,
                 (None, Some(max)) => {
-                    let max = max.max(range.min);
+                    let max = max.max(range.min).max(*traced);
                     graph.set_range_constraint(
                         symbol,
                         RangeConstraint { max: Some(max), ..range },
@@ -171,7 +173,8 @@ mod tests {
         g.set_range_constraint("s1", RangeConstraint { min: 2, max: None }).unwrap();
         g.set_range_constraint("s2", RangeConstraint { min: 2, max: Some(2048) }).unwrap();
         g.set_range_constraint("s3", RangeConstraint { min: 2, max: None }).unwrap();
-        let strings = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // Each symbol traced at 2.
+        let strings = |s: &[&str]| s.iter().map(|s| (s.to_string(), 2)).collect::<Vec<_>>();
         let maxima = Maxima { batch: MAX_BATCH, sequence: Some(64) };
         let declared = declare(&mut g, &strings(&["s0"]), &strings(&["s1", "s2"]), maxima).unwrap();
         let printed: Vec<String> = declared.iter().map(ToString::to_string).collect();
@@ -189,6 +192,11 @@ mod tests {
         // Never below the symbol's own minimum.
         let declared = declare(&mut g, &strings(&["s0"]), &[], unknown).unwrap();
         assert_eq!(declared, [Declared { axis: "batch", max: 8 }]);
+        // Nor below the size traced (a caller's batch of 6, past the default maximum).
+        let mut g = Graph::new();
+        g.set_range_constraint("s0", RangeConstraint { min: 2, max: None }).unwrap();
+        let declared = declare(&mut g, &[("s0".into(), 6)], &[], maxima).unwrap();
+        assert_eq!(declared, [Declared { axis: "batch", max: 6 }]);
     }
 
     #[test]

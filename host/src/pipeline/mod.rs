@@ -728,12 +728,18 @@ fn declare_bounds(
     program: &mut Program,
 ) -> Result<Vec<crate::executorch::bounds::Declared>> {
     use crate::executorch::bounds::{declare, Maxima, MAX_BATCH};
-    use crate::trace::protocol::AxisKind;
+    use crate::trace::protocol::{AxisKind, KnownAxis};
     let (Artifact::Pte(_), Some(traced)) = (&job.target.artifact, job.input.traced()) else {
         return Ok(Vec::new());
     };
-    let symbols = |kind: AxisKind| -> Vec<String> {
-        traced.axis_kinds.iter().filter(|(_, k)| **k == kind).map(|(s, _)| s.clone()).collect()
+    let symbols = |kind: AxisKind| -> Vec<(String, i64)> {
+        let size = |axis: &KnownAxis| i64::try_from(axis.traced).unwrap_or(i64::MAX);
+        traced
+            .axis_kinds
+            .iter()
+            .filter(|(_, axis)| axis.kind == kind)
+            .map(|(symbol, axis)| (symbol.clone(), size(axis)))
+            .collect()
     };
     let Source::Trace(trace) = &options.source else { return Ok(Vec::new()) };
     let request = &trace.request;

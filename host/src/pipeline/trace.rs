@@ -16,7 +16,7 @@ use crate::plugins::loading::LoadedSet;
 use crate::plugins::{self, kind, Backend};
 use crate::stages;
 use crate::trace::protocol::{
-    AxisKind, Decomposed, ExportMetadata, SizeGuard, StepPeaks, StepSeconds, WeightsReport,
+    Decomposed, ExportMetadata, KnownAxis, SizeGuard, StepPeaks, StepSeconds, WeightsReport,
 };
 use crate::trace::Worker;
 
@@ -42,8 +42,8 @@ pub struct Traced {
     pub output_names: Vec<String>,
     /// The reference's `ExportMetadata` fields the worker recorded.
     pub export_metadata: ExportMetadata,
-    /// The size symbols of the sample inputs' batch and sequence axes.
-    pub axis_kinds: BTreeMap<String, AxisKind>,
+    /// The size symbols of the inputs' batch and sequence axes.
+    pub axis_kinds: BTreeMap<String, KnownAxis>,
     /// The longest sequence the model's config allows.
     pub max_positions: Option<u64>,
     pub summary: TraceSummary,

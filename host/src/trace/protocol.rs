@@ -27,7 +27,7 @@ use crate::plugins::Versions;
 /// The protocol version: the first 32 bits of the SHA-256 of the messages'
 /// canonical form, written by `cargo run -p protocol-gen` (the worker's
 /// `messages.PROTOCOL` is the same number).
-pub const PROTOCOL: u64 = 4138629735;
+pub const PROTOCOL: u64 = 3358719026;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -967,20 +967,29 @@ pub struct TraceReply {
     /// Input axes given the range of a `--dynamic-shapes` axis because the
     /// model needs them equal.
     pub tied_axes: Vec<TiedAxis>,
-    /// The size symbols of input axes hfx's sample inputs sized (a generated
-    /// model's), by what they are: what ExecuTorch's memory plan bounds them by.
-    pub axis_kinds: BTreeMap<String, AxisKind>,
+    /// The size symbols of input axes known to be a batch or a sequence (by
+    /// the size hfx's sample inputs gave them, else by the input's name), with
+    /// the size traced: what ExecuTorch's memory plan bounds them by.
+    pub axis_kinds: BTreeMap<String, KnownAxis>,
     /// The longest sequence the model's config allows (`max_position_embeddings`
     /// or its architecture's name for it), if it names one.
     pub max_positions: Option<u64>,
 }
 
-/// What an input axis of hfx's sample inputs is.
+/// What an input axis is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AxisKind {
     Batch,
     Sequence,
+}
+
+/// An input axis's size symbol whose kind is known, and the size it was traced at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KnownAxis {
+    pub kind: AxisKind,
+    pub traced: u64,
 }
 
 /// A guard of torch.export on input sizes and where it breaks.
@@ -1593,7 +1602,7 @@ mod tests {
             "side_weights": false, "weights": {"streamed": false, "loaded": true, "fallback": null, "caller_memory": false},
             "decomposed": [{"op": "aten.softplus.default", "nodes": 1, "became": 4}],
             "size_guards": [{"guard": "((4 + (-1)*(x.shape[1] % 4)) % 4) <= 0", "breaks_at": {"x": [2, 4]}}],
-            "tied_axes": [], "axis_kinds": {"s0": "batch"}, "max_positions": 64,
+            "tied_axes": [], "axis_kinds": {"s0": {"kind": "batch", "traced": 2}}, "max_positions": 64,
         })
     }
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypedDict
 
 # The hash of the definition's canonical form; both ends check it at `hello`.
-PROTOCOL = 4138629735
+PROTOCOL = 3358719026
 
 
 @dataclass
@@ -819,16 +819,25 @@ class TraceReply:
     # Input axes given the range of a `--dynamic-shapes` axis because the
     # model needs them equal.
     tied_axes: list[TiedAxis]
-    # The size symbols of input axes hfx's sample inputs sized (a generated
-    # model's), by what they are: what ExecuTorch's memory plan bounds them by.
-    axis_kinds: dict[str, AxisKind]
+    # The size symbols of input axes known to be a batch or a sequence (by
+    # the size hfx's sample inputs gave them, else by the input's name), with
+    # the size traced: what ExecuTorch's memory plan bounds them by.
+    axis_kinds: dict[str, KnownAxis]
     # The longest sequence the model's config allows (`max_position_embeddings`
     # or its architecture's name for it), if it names one.
     max_positions: int | None
 
 
-# What an input axis of hfx's sample inputs is.
+# What an input axis is.
 AxisKind = Literal["batch", "sequence"]
+
+
+@dataclass
+class KnownAxis:
+    """An input axis's size symbol whose kind is known, and the size it was traced at."""
+
+    kind: AxisKind
+    traced: int
 
 
 @dataclass

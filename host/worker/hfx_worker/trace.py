@@ -557,7 +557,7 @@ def trace(session, params: TraceParams) -> TraceReply:
             TiedAxis(input=other, axis=other_axis, to_input=name, to_axis=axis)
             for name, axis, other, other_axis in ties
         ],
-        axis_kinds=axis_kinds(program, params) if sized_by_hfx(source) else {},
+        axis_kinds=axis_kinds(program, params, sized_by_hfx(source)),
         max_positions=max_positions(model),
     )
 
@@ -575,11 +575,29 @@ def sized_by_hfx(source):
     )
 
 
-def axis_kinds(program, params):
-    """Each size symbol of an input axis by what it is, known by the size it
-    was traced at: the sample batch or the sample sequence (`--sample` keeps
-    the two apart). ExecuTorch plans memory for the largest size a symbol
-    takes, and the host bounds each by what it is."""
+# transformers' names of inputs laid out `[batch, sequence, ...]`, and of
+# inputs whose first axis alone is the batch: what an axis is when hfx did
+# not size the inputs (`--model-fn`, `hfx.export`'s own inputs).
+BATCH_SEQUENCE_INPUTS = (
+    "input_ids",
+    "attention_mask",
+    "token_type_ids",
+    "position_ids",
+    "inputs_embeds",
+    "decoder_input_ids",
+    "decoder_attention_mask",
+    "decoder_inputs_embeds",
+)
+BATCH_INPUTS = ("pixel_values", "input_features", "input_values", "pixel_mask")
+
+
+def axis_kinds(program, params, sized_by_hfx):
+    """Each size symbol of an input axis that is a batch or a sequence, with
+    the size it was traced at. Where hfx sized the inputs, by that size: the
+    sample batch or the sample sequence (`--sample` keeps the two apart);
+    else by the input's name, as transformers lays its inputs out.
+    ExecuTorch plans memory for the largest size a symbol takes, and the
+    host bounds each by what it is."""
     import torch
 
     kinds = {}
@@ -587,14 +605,19 @@ def axis_kinds(program, params):
         value = node.meta.get("val") if node.op == "placeholder" else None
         if not torch.is_tensor(value):
             continue
-        for size in value.shape:
+        for axis, size in enumerate(value.shape):
             if not (isinstance(size, torch.SymInt) and size.node.expr.is_symbol):
                 continue
             traced = size.node.hint
-            if traced == params.batch:
-                kinds[str(size.node.expr)] = "batch"
-            elif traced == params.sequence:
-                kinds[str(size.node.expr)] = "sequence"
+            if sized_by_hfx:
+                sizes = {params.sequence: "sequence", params.batch: "batch"}
+                kind = sizes.get(traced)
+            elif node.name in BATCH_SEQUENCE_INPUTS:
+                kind = ("batch", "sequence")[axis] if axis < 2 else None
+            else:
+                kind = "batch" if axis == 0 and node.name in BATCH_INPUTS else None
+            if kind is not None:
+                kinds.setdefault(str(size.node.expr), messages.KnownAxis(kind=kind, traced=traced))
     return kinds
 
 
