@@ -1,10 +1,12 @@
 """ExecuTorch's XNNPACK lowering with hfx's shortcuts gives the `.pte` it
 gives without them, byte for byte, and the shortcuts were taken.
 
-    python check_lowering_shortcuts.py ARCH OVERRIDES_JSON {static,dynamic} MIN_REPLAYED MIN_RETRACES_SKIPPED
+    python check_lowering_shortcuts.py ARCH OVERRIDES_JSON {static,dynamic} MIN_REPLAYED MIN_RETRACES_SKIPPED [SCHEME]
 
 The model is built as the worker builds `--model ARCH --set ...` (a tiny
-random one), on its sample inputs (2, 8), exported with torch.export (the
+random one), its linear layers quantized as the worker quantizes them for
+`--quantize SCHEME` when one is given (torchao's 8da4w, 4w or 8w, groups of
+32), on its sample inputs (2, 8), exported with torch.export (the
 batch, and the sequence of 2-D inputs, dynamic for `dynamic`), then lowered
 twice from identical exports: once as ExecuTorch lowers it, once inside
 `lowering_shortcuts.shortcuts()`. At least MIN_REPLAYED partitions must have
@@ -29,7 +31,7 @@ import torch
 sys.path.insert(
     0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker")
 )
-from hfx_worker import sources  # noqa: E402
+from hfx_worker import eager_quantize, messages, sources  # noqa: E402
 from hfx_worker.lower import DirectFile  # noqa: E402
 from hfx_worker.lowering_shortcuts import (  # noqa: E402
     decomposes_none,
@@ -41,10 +43,14 @@ from hfx_worker.lowering_shortcuts import (  # noqa: E402
 )
 
 
-def model_and_inputs(arch, overrides, shapes):
+def model_and_inputs(arch, overrides, shapes, scheme):
     torch.manual_seed(0)
     model = sources.from_architecture(arch, overrides, None).eval()
     model.config.use_cache = False  # a causal LM's cache is not what this checks
+    if scheme is not None:
+        eager_quantize.quantize_model(
+            model, messages.EagerQuantize(linear=scheme, embeddings=None, group_size=32)
+        )
     inputs = sources.sample_inputs(model, 2, 8)
     if shapes == "static":
         return model, inputs, None
@@ -156,31 +162,33 @@ def main():
         int(sys.argv[4]),
     )
     min_retraces_skipped = int(sys.argv[5])
+    scheme = sys.argv[6] if len(sys.argv) > 6 else None
     if not supported():
         raise SystemExit(
             "the shortcuts do not apply to the installed executorch/torch: update SUPPORTED and this check"
         )
     check_skip_condition()
-    model, inputs, dynamic = model_and_inputs(arch, overrides, shapes)
+    model, inputs, dynamic = model_and_inputs(arch, overrides, shapes, scheme)
     plain, _ = lowered(model, inputs, dynamic, fast=False)
     fast_program, counts = lowered(model, inputs, dynamic, fast=True)
     check_direct_file(fast_program)
     plain, fast = plain.buffer, fast_program.buffer
-    print(f"{arch} {shapes}: {counts}, {len(plain)} bytes")
+    name = f"{arch} {shapes}" + (f" {scheme}" if scheme else "")
+    print(f"{name}: {counts}, {len(plain)} bytes")
     if fast != plain:
         first = next(
             (i for i, (a, b) in enumerate(zip(fast, plain)) if a != b), min(len(fast), len(plain))
         )
         raise SystemExit(
-            f"{arch} {shapes}: the .pte differs with the shortcuts (sizes {len(fast)} vs {len(plain)}, first difference at byte {first})"
+            f"{name}: the .pte differs with the shortcuts (sizes {len(fast)} vs {len(plain)}, first difference at byte {first})"
         )
     if counts.partitions == 0 or counts.replayed < min_replayed:
         raise SystemExit(
-            f"{arch} {shapes}: expected at least {min_replayed} replayed partition(s), got {counts}"
+            f"{name}: expected at least {min_replayed} replayed partition(s), got {counts}"
         )
     if counts.retraces_skipped < min_retraces_skipped:
         raise SystemExit(
-            f"{arch} {shapes}: expected at least {min_retraces_skipped} whole-program retrace(s) skipped, got {counts}"
+            f"{name}: expected at least {min_retraces_skipped} whole-program retrace(s) skipped, got {counts}"
         )
 
 

@@ -15,10 +15,22 @@ needed (a 125M Llama with dynamic shapes: 135 partitions, 65 s):
   preprocess made of it. A partition with a known structure gets that graph
   back with its own debug handles and its own weights, which go through
   XNNPACK's own serializer call (`get_serialized_buffer_index`), so they are
-  converted, hashed and stored as XNNPACK stores them. A structure whose
-  graph used anything this cannot replay (a quantized, permuted or
-  channels-last weight, a constant made by a pass, data in the payload,
-  external data) is never replayed: each of its partitions is preprocessed.
+  converted, hashed and stored as XNNPACK stores them. A weight quantized
+  per channel or per channel group (what XNNPACK makes of torchao's 8da4w,
+  4w and 8w) goes through it with the `QuantParams` XNNPACK's visitors made
+  for it, rebuilt: the recorded settings around the partition's own
+  weight, scales and zero points (its placeholders where the recorded
+  partition's were), and its scales through `get_quant_params`. Scales and
+  zero points are keyed as weights are (by value only when small): like
+  weights, only those serializer calls read them. A structure is trusted
+  only once replaying it on the partition it was recorded from gives
+  preprocess's bytes and data exactly, each rebuilt `QuantParams` equal to
+  the original field by field. A structure whose graph used anything this
+  cannot replay (a weight quantized otherwise, a permuted or channels-last
+  weight, a constant made by a pass, data in the payload, external data,
+  scales or zero points in tensors that a quantize or dequantize node's
+  visitor validates) is never replayed: each of its partitions is
+  preprocessed.
 - **Re-sorting by copying.** After cutting out each partition, ExecuTorch
   re-sorts the whole program topologically (`legalize_graph`) by copying
   every node into a new graph and recompiling its Python code: quadratic in
@@ -88,6 +100,7 @@ def shortcuts(enabled=True):
     import executorch.exir.lowered_backend_module as lowered_backend_module
     import executorch.exir.program._program as edge_manager
     from executorch.backends.xnnpack.operators.node_visitor import NodeVisitor
+    from executorch.backends.xnnpack.operators.op_quant_dequant import OpStaticQDQNode
     from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend
     from executorch.exir.passes.normalize_transpose_pass import NormalizeTransposePass
     from executorch.exir.passes.replace_broken_ops_with_function_ops_pass import (
@@ -142,6 +155,12 @@ def shortcuts(enabled=True):
             NodeVisitor,
             "get_serialized_buffer_index",
             memo.recording_constants(NodeVisitor.get_serialized_buffer_index),
+        ),
+        (NodeVisitor, "get_quant_params", memo.recording_scales(NodeVisitor.get_quant_params)),
+        (
+            OpStaticQDQNode,
+            "check_scales_zeropoints",
+            memo.recording_checks(OpStaticQDQNode.check_scales_zeropoints),
         ),
     ]
     with patched(patches):
@@ -417,7 +436,7 @@ class Recorded:
     """What XNNPACK's preprocess made of a partition, as far as a partition
     of the same structure needs it: its graph (before serialization), the
     debug handles of the partition's nodes in order, and each constant it
-    serialized: (buffer index, placeholder position, the serializer's flags)."""
+    serialized, in the order it did (`RecordedConstant`)."""
 
     graph: object
     handles: list
@@ -425,11 +444,58 @@ class Recorded:
 
 
 @dataclasses.dataclass
+class RecordedConstant:
+    """One constant of a recorded graph and how a replay makes it again: a
+    weight (`kind` "weight": the placeholder at `position` serialized by
+    `get_serialized_buffer_index` with `flags`), or a quantized weight's
+    scales (`kind` "scales": `get_quant_params`, whose answer other than
+    its buffer index was `params`). `quant` rebuilds the weight's
+    `QuantParams`, None for a float weight."""
+
+    kind: str
+    index: int  # in the graph's constant data
+    position: int  # of the weight's placeholder among the partition's nodes
+    flags: dict
+    quant: object  # RecordedQuant, or None
+    params: object = None  # the scales' XNNPACK quantization parameters
+
+
+@dataclasses.dataclass
+class RecordedQuant:
+    """A `QuantParams` in terms of a partition: its constructor's settings
+    (all but the tensors), the position of the placeholder it quantizes, and
+    for its scales and zero points, the position of the placeholder holding
+    them and the shape XNNPACK viewed them in."""
+
+    settings: dict
+    q_input: int
+    scale: tuple  # (position, shape)
+    zp: tuple
+
+    def rebuilt(self, partition):
+        """The `QuantParams` XNNPACK's visitors make for the same weight of
+        `partition`: its own placeholder and tensors."""
+        from executorch.backends.xnnpack.operators.quant_params import QuantParams
+
+        def viewed(position, shape):
+            return partition.tensor(position).reshape(shape)
+
+        return QuantParams(
+            q_input=partition.nodes[self.q_input],
+            scale=viewed(*self.scale),
+            zp=viewed(*self.zp),
+            **self.settings,
+        )
+
+
+@dataclasses.dataclass
 class Partition:
     """A partition as it came to preprocess (preprocess's in-place passes
-    change its graph): its placeholders and its nodes' debug handles, in order."""
+    change its graph): its nodes, its placeholders and its nodes' debug
+    handles, in order."""
 
     program: object
+    nodes: list
     placeholders: list
     handles: list
 
@@ -438,20 +504,61 @@ class Partition:
         nodes = list(program.graph.nodes)
         return Partition(
             program=program,
+            nodes=nodes,
             placeholders=[node for node in nodes if node.op == "placeholder"],
             handles=[node.meta.get("debug_handle") for node in nodes],
         )
+
+    def tensor(self, position):
+        from executorch.backends.xnnpack.utils.utils import get_param_tensor
+
+        return get_param_tensor(self.program, self.nodes[position])
+
+    def holding(self, tensor):
+        """The position of the one placeholder whose tensor is a view of
+        `tensor`'s memory, or None when there is not exactly one."""
+        from executorch.backends.xnnpack.utils.utils import is_param_node
+
+        storage = tensor.untyped_storage()
+        found = [
+            i
+            for i, node in enumerate(self.nodes)
+            if node.op == "placeholder"
+            and is_param_node(self.program, node)
+            and self.tensor(i).untyped_storage().data_ptr() == storage.data_ptr()
+            and self.tensor(i).untyped_storage().nbytes() == storage.nbytes()
+        ]
+        return found[0] if len(found) == 1 else None
 
 
 @dataclasses.dataclass
 class Recording:
     """What the serializer calls of one preprocess saw: each graph it
     serialized (a copy, the constant bytes' length, whether it had more
-    arguments), each constant (buffer index, placeholder name, flags,
-    whether a replay can reproduce it)."""
+    arguments), each constant in the order they were stored (`Serialized`)."""
 
     graphs: list = dataclasses.field(default_factory=list)
     constants: list = dataclasses.field(default_factory=list)
+    # Whether a quantize or dequantize node's visitor validated scales or
+    # zero points held in tensors (a replay does not validate them).
+    checked_tensors: bool = False
+
+
+@dataclasses.dataclass
+class Serialized:
+    """One constant a serializer call stored: its kind ("weight" or
+    "scales"), buffer index, the name of the weight's placeholder, the call's other
+    arguments, the fields its `QuantParams` had then (a weight's
+    serialization may change them after), the scales' XNNPACK parameters,
+    and whether a replay can reproduce it (as far as the call shows)."""
+
+    kind: str
+    index: int
+    name: str
+    flags: dict
+    quant: dict  # or None
+    params: object
+    replayable: bool
 
 
 class PreprocessMemo:
@@ -482,6 +589,7 @@ class PreprocessMemo:
             force_fp32=False,
             groups=1,
         ):
+            quant = None if quant_params is None else dict(vars(quant_params))
             index = serialized_buffer_index(
                 visitor,
                 tensor,
@@ -494,15 +602,73 @@ class PreprocessMemo:
                 groups,
             )
             if self.recording is not None and index:
+                # A quantized weight's data is its `QuantParams`'s placeholder's;
+                # the node it is serialized for (a pass's dequantization) only
+                # names it, and could place it in external data.
+                custom = tensor.meta.get("custom") or {}
                 replayable = (
-                    quant_params is None and not convert_to_nhwc and not swap_in_out_for_weights
+                    (quant is None or replayable_quant(quant))
+                    and custom.get("delegate_constant_tag") is None
+                    and not (convert_to_nhwc or swap_in_out_for_weights)
                 )
                 self.recording.constants.append(
-                    (index, tensor.name, dict(force_fp32=force_fp32, groups=groups), replayable)
+                    Serialized(
+                        kind="weight",
+                        index=index,
+                        name=tensor.name if quant is None else quant["q_input"].name,
+                        flags=dict(force_fp32=force_fp32, groups=groups),
+                        quant=quant,
+                        params=None,
+                        replayable=replayable,
+                    )
                 )
             return index
 
         return index_recorded
+
+    def recording_scales(self, quant_params_of):
+        """`NodeVisitor.get_quant_params`, noting the scales it stores (a
+        per-channel weight's, in the graph's constant data)."""
+
+        def quant_params_recorded(visitor, quant_params, xnn_graph, external_tag=None):
+            quant = dict(vars(quant_params))
+            stored = len(xnn_graph.constant_data)
+            params = quant_params_of(visitor, quant_params, xnn_graph, external_tag)
+            if self.recording is not None and len(xnn_graph.constant_data) != stored:
+                self.recording.constants.append(
+                    Serialized(
+                        kind="scales",
+                        index=stored,
+                        name=quant_params.q_input.name,
+                        flags={},
+                        quant=quant,
+                        params=copy.deepcopy(params),
+                        replayable=(
+                            replayable_quant(quant)
+                            and external_tag is None
+                            and len(xnn_graph.constant_data) == stored + 1
+                            and getattr(params, "scale_buffer_idx", None) == stored
+                        ),
+                    )
+                )
+            return params
+
+        return quant_params_recorded
+
+    def recording_checks(self, check_scales_zeropoints):
+        """`OpStaticQDQNode.check_scales_zeropoints`, noting whether it read
+        scales or zero points from tensors: the values of a large one are
+        not in the structure, so a replay could take what preprocess refuses."""
+        import torch
+
+        def check_recorded(visitor, node):
+            if self.recording is not None and any(
+                isinstance(argument, torch.fx.Node) for argument in node.args[1:3]
+            ):
+                self.recording.checked_tensors = True
+            return check_scales_zeropoints(visitor, node)
+
+        return check_recorded
 
     def preprocess(self, preprocess):
         def memoized(edge_program, compile_specs):
@@ -514,8 +680,12 @@ class PreprocessMemo:
             partition = Partition.of(edge_program)
             recorded = self.known.get(key) if key is not None else None
             if recorded is not None:
-                self.counts.replayed += 1
-                return replay(recorded, partition)
+                # A replay that finds a weight unlike the recorded one (its
+                # size, its quantization) leaves the partition to preprocess.
+                with contextlib.suppress(NotReplayable):
+                    replayed = replay(recorded, partition)
+                    self.counts.replayed += 1
+                    return replayed
             self.recording = Recording()
             try:
                 result = preprocess(edge_program, compile_specs)
@@ -529,6 +699,82 @@ class PreprocessMemo:
         return memoized
 
 
+def replayable_quant(quant):
+    """Whether a weight's `QuantParams` (its fields) is one a replay
+    rebuilds: per channel (or per channel group), static, its scales and
+    zero points tensors."""
+    import torch
+
+    return (
+        quant["per_channel"]
+        and not quant["is_dynamic"]
+        and isinstance(quant["scale"], torch.Tensor)
+        and isinstance(quant["zp"], torch.Tensor)
+    )
+
+
+def recorded_quant(quant, partition):
+    """`quant` (a `QuantParams`'s fields) as a `RecordedQuant` of
+    `partition`, or None when its weight, scales or zero points are not the
+    partition's own placeholders, or rebuilding it from them does not give
+    it back field by field."""
+    import inspect
+
+    from executorch.backends.xnnpack.operators.quant_params import QuantParams
+
+    names = [node.name for node in partition.nodes]
+    q_input = quant["q_input"]
+    if q_input.name not in names or partition.nodes[names.index(q_input.name)].op != "placeholder":
+        return None
+    scale, zp = partition.holding(quant["scale"]), partition.holding(quant["zp"])
+    if scale is None or zp is None:
+        return None
+    tensors = ("q_input", "scale", "zp")
+    arguments = [name for name in inspect.signature(QuantParams).parameters if name not in tensors]
+    if any(name not in quant for name in arguments):
+        return None
+    recorded = RecordedQuant(
+        settings={name: quant[name] for name in arguments},
+        q_input=names.index(q_input.name),
+        scale=(scale, tuple(quant["scale"].shape)),
+        zp=(zp, tuple(quant["zp"].shape)),
+    )
+    try:
+        rebuilt = vars(recorded.rebuilt(partition))
+    except Exception:
+        return None
+    if set(rebuilt) != set(quant) or not all(
+        same_field(quant[name], rebuilt[name]) for name in quant
+    ):
+        return None
+    return recorded
+
+
+def same_field(original, rebuilt):
+    """Whether a rebuilt `QuantParams` field is the original one: a tensor
+    the same view of the same memory, a node the same-named one, any other
+    value equal."""
+    import torch
+
+    if isinstance(original, torch.Tensor) or isinstance(rebuilt, torch.Tensor):
+        return (
+            isinstance(original, torch.Tensor)
+            and isinstance(rebuilt, torch.Tensor)
+            and original.dtype == rebuilt.dtype
+            and original.shape == rebuilt.shape
+            and original.stride() == rebuilt.stride()
+            and original.storage_offset() == rebuilt.storage_offset()
+            and original.untyped_storage().data_ptr() == rebuilt.untyped_storage().data_ptr()
+        )
+    if isinstance(original, torch.fx.Node) or isinstance(rebuilt, torch.fx.Node):
+        return (
+            isinstance(original, torch.fx.Node)
+            and isinstance(rebuilt, torch.fx.Node)
+            and original.name == rebuilt.name
+        )
+    return type(original) is type(rebuilt) and original == rebuilt
+
+
 def record(recording, partition, result):
     """The partition's `Recorded`, or None when any of it cannot be replayed."""
     from executorch.backends.xnnpack.xnnpack_preprocess import DEFAULT_DEBUG_HANDLE
@@ -536,6 +782,7 @@ def record(recording, partition, result):
     graphs, constants = recording.graphs, recording.constants
     if (
         len(graphs) != 1
+        or recording.checked_tensors
         or result.debug_handle_map
         or getattr(result, "_delegate_info_meta", None) is not None
     ):
@@ -544,14 +791,31 @@ def record(recording, partition, result):
     output = result.data_store_output
     if data_bytes or extra_arguments or output is None or output.external_data:
         return None
-    names = [node.name for node in partition.placeholders]
+    names = [node.name for node in partition.nodes]
     replayed = []
-    for index, name, flags, replayable in constants:
-        if not replayable or name not in names:
+    for constant in constants:
+        if not constant.replayable or constant.name not in names:
             return None
-        replayed.append((index, names.index(name), flags))
+        position = names.index(constant.name)
+        if partition.nodes[position].op != "placeholder":
+            return None
+        quant = None
+        if constant.quant is not None:
+            quant = recorded_quant(constant.quant, partition)
+            if quant is None:
+                return None
+        replayed.append(
+            RecordedConstant(
+                kind=constant.kind,
+                index=constant.index,
+                position=position,
+                flags=constant.flags,
+                quant=quant,
+                params=constant.params,
+            )
+        )
     # Every datum the payload names came from a recorded constant.
-    if set(output.pte_data) != {graph.constant_data[index].named_key for index, _, _ in replayed}:
+    if set(output.pte_data) != {graph.constant_data[c.index].named_key for c in replayed}:
         return None
     known = {handle for handle in partition.handles if handle is not None}
     if any(
@@ -562,9 +826,12 @@ def record(recording, partition, result):
     recorded = Recorded(graph=graph, handles=partition.handles, constants=replayed)
     # The proof that replaying loses nothing: replayed on the partition it
     # was recorded from, it gives preprocess's bytes and data exactly (a
-    # pass that rewrote a weight under its name, or put anything else in
-    # the graph, fails here).
-    again = replay(recorded, partition)
+    # pass that rewrote a weight or scales under its name, or put anything
+    # else in the graph, fails here).
+    try:
+        again = replay(recorded, partition)
+    except NotReplayable:
+        return None
     if (
         again.processed_bytes != result.processed_bytes
         or again.data_store_output != result.data_store_output
@@ -576,7 +843,8 @@ def record(recording, partition, result):
 def replay(recorded, partition):
     """What XNNPACK's preprocess makes of `partition`, whose structure is the
     recorded one's: the recorded graph with this partition's debug handles,
-    and its weights serialized by XNNPACK's own serializer call."""
+    and its weights and their scales serialized by XNNPACK's own serializer
+    calls."""
     from executorch.backends.xnnpack.operators.node_visitor import NodeVisitor
     from executorch.backends.xnnpack.serialization.xnnpack_graph_schema import (
         ConstantDataOffset,
@@ -603,16 +871,24 @@ def replay(recorded, partition):
         output_ids=[],
         constant_data=[ConstantDataOffset(0, 0)],
     )
-    for index, position, flags in recorded.constants:
-        visitor.get_serialized_buffer_index(
-            partition.placeholders[position], scratch, {}, False, False, None, **flags
-        )
+    # In the recorded order: the store lists its data in the order it got them.
+    for constant in recorded.constants:
+        quant = None if constant.quant is None else constant.quant.rebuilt(partition)
+        if constant.kind == "weight":
+            weight = partition.nodes[constant.position]
+            visitor.get_serialized_buffer_index(
+                weight, scratch, {}, False, False, quant, **constant.flags
+            )
+        else:
+            params = visitor.get_quant_params(quant, scratch, None)
+            if dataclasses.replace(params, scale_buffer_idx=constant.index) != constant.params:
+                raise NotReplayable("a weight's quantization differs from the recorded one's")
         serialized = scratch.constant_data[-1]
-        if serialized.size != graph.constant_data[index].size:
-            raise RuntimeError(
+        if serialized.size != graph.constant_data[constant.index].size:
+            raise NotReplayable(
                 "a replayed XNNPACK partition's weight differs in size from the recorded one's"
             )
-        graph.constant_data[index].named_key = serialized.named_key
+        graph.constant_data[constant.index].named_key = serialized.named_key
     return PreprocessResult(
         processed_bytes=serialize_xnnpack_binary(graph, bytearray()),
         debug_handle_map={},
