@@ -393,9 +393,10 @@ fn patterns_verify_in_openvino(patterns: &[(&str, &str)]) {
         ];
         let result = hfx(dir.path(), &args);
         let stdout = String::from_utf8_lossy(&result.stdout);
-        if !result.status.success() || stdout.contains("MISMATCH") || !stdout.contains("verify inputs")
-        {
-            failures.push(format!("{pattern}: {}{stdout}", String::from_utf8_lossy(&result.stderr)));
+        let verified = stdout.contains("verify inputs") && !stdout.contains("MISMATCH");
+        if !result.status.success() || !verified {
+            let stderr = String::from_utf8_lossy(&result.stderr);
+            failures.push(format!("{pattern}: {stderr}{stdout}"));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));

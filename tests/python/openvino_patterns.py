@@ -446,8 +446,8 @@ def empty_permuted():
 
 
 class Random(torch.nn.Module):
-    """`randn`, `bernoulli`, `randperm`, each read so
-    the output does not depend on the draw: the IR must hold them, and run."""
+    """`randn`, `bernoulli` and `randperm`, each read so the output does not
+    depend on the draw: the IR must hold them, and run."""
 
     def forward(self, x, certain):
         normal = torch.randn(x.shape).abs() >= 0
