@@ -48,9 +48,11 @@ def convert_openvino(session, params: ConvertOpenvino) -> ConvertOpenvinoReply:
     # without `ovc` around them: it starts telemetry, which writes under
     # ~/intel and opens sockets, both of which the worker's sandbox refuses.
     model = openvino.Core().read_model(str(params.model))
+    port_names = {name for port in model.inputs + model.outputs for name in port.get_names()}
     apply_moc_transformations(model, cf=False, smart_reshape=True)
     compress_quantize_weights_transformation(model)
     apply_fused_names_cleanup(model)
+    keep_port_names(model, port_names)
     states = make_stateful(model) if params.stateful else 0
     for option in RUNTIME_OPTIONS:
         model.set_rt_info(params.precision, ["runtime_options", option])
@@ -62,6 +64,19 @@ def convert_openvino(session, params: ConvertOpenvino) -> ConvertOpenvinoReply:
         convert_seconds=converted - started,
         save_seconds=time.perf_counter() - converted,
     )
+
+
+def keep_port_names(model, port_names):
+    """Leaves the model's inputs and outputs only the names the ONNX model
+    gave them (`port_names`): a transformation that removes a node moves its
+    output's name onto the tensor that replaces it, so an input a `Concat`
+    with an empty tensor read also carries that `Concat`'s name, and
+    `get_any_name` (the first name in order) would name the input by it."""
+    for port in model.inputs + model.outputs:
+        names = port.get_names()
+        kept = names & port_names
+        if kept and kept != names:
+            port.get_tensor().set_names(kept)
 
 
 # The batch axis of every cache tensor (transformers' caches are batch-first).
@@ -189,9 +204,8 @@ def openvino_runner(path, feed_of):
     )
     compiled = core.compile_model(model, "CPU", config)
     # Named by the IR's ports: the CPU plugin's compilation moves a removed
-    # node's output name onto the port that replaces it (an input an `Expand`
-    # to its own shape read is also named by it, and `get_any_name` gives
-    # either). Compiled ports keep the IR's order.
+    # node's output name onto the port that replaces it, as the conversion's
+    # transformations do (`keep_port_names`). Compiled ports keep the IR's order.
     names = [port.get_any_name() for port in model.inputs]
     outputs = [
         (compiled.outputs[i], port.get_any_name())
