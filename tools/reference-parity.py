@@ -168,10 +168,15 @@ def registrations():
 def serves(backends, key_backend):
     """Whether a plugin of `backends` (its manifest's) runs where a registration
     of `key_backend` applies: a dynamo plugin serves every backend, a fusion
-    step is ONNX's, and a delegate's plugin answers its backend's registration
-    (the reference registers for `executorch`; hfx may need it for XNNPACK only)."""
+    step is ONNX's, a delegate's plugin answers its backend's registration
+    (the reference registers for `executorch`; hfx may need it for XNNPACK only),
+    and an onnx plugin answers an openvino registration: hfx's OpenVINO IR is
+    the model its ONNX stages write, so those plugins run for it
+    (`Backends::serve`, host/src/plugins/manifest.rs)."""
     wanted = "onnx" if key_backend == "onnxruntime-fusion" else key_backend
     if wanted == "all" or "dynamo" in backends:
+        return True
+    if wanted == "openvino" and "onnx" in backends:
         return True
     return any(
         b == wanted or wanted.startswith(b + ".") or b.startswith(wanted + ".") for b in backends

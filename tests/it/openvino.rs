@@ -88,6 +88,9 @@ fn an_export_folder_runs_in_the_reference_runtime(mode: &str, sizes: usize) {
     let reference = out.join("openvino_model.reference.pt").display().to_string();
     let runner = r#"{"device": "cpu", "config": {"INFERENCE_PRECISION_HINT": "f32"}}"#;
     run_python("check_folder.py", &[&out.display().to_string(), &reference, "1e-3", runner]);
+    // OpenVINO's CPU plugin fuses the rotary embedding (its `rotate_half`
+    // negation is ONNX's `Neg`) into `RoPE` layers.
+    run_python("openvino_patterns.py", &["fused", xml.to_str().unwrap(), "RoPE"]);
     assert_no_scratch_left(dir.path());
 }
 
@@ -326,4 +329,91 @@ fn a_float16_stateful_generation_export_holds_float16_weights_and_generates_eage
         .iter()
         .any(|l| l.contains("element_type=\"f16\"") && l.contains("shape=\"128, 32\"")));
     assert!(xml.contains("<INFERENCE_PRECISION_HINT value=\"f32\""), "the CPU computes in float32");
+}
+
+/// The patterns of `tests/python/openvino_patterns.py` the full tier
+/// verifies, each with its export's shapes: what the reference's OpenVINO
+/// workarounds (`transformers/exporters/exporter_openvino.py`: its
+/// ConversionExtensions, FX fixes and patches) are for, on hfx's OpenVINO IR
+/// (its ONNX stages' model through OpenVINO's ONNX frontend).
+const PATTERNS: &[(&str, &str)] = &[
+    ("symbolic_pad", "--dynamic"),
+    ("view_inferred_dim", "--dynamic"),
+    ("bitwise_not", "--dynamic"),
+    ("index_add", "--static"),
+    ("flat_head_attention", "--static"),
+    ("casts", "--static"),
+    ("layer_norms", "--static"),
+    ("attention", "--static"),
+    ("narrow_int_item", "--static"),
+    ("empty_cat", "--static"),
+    ("empty_expand", "--static"),
+    ("index_put_none", "--static"),
+    ("index_put_bool_mask", "--static"),
+    ("to_in_grad_subgraph", "--static"),
+    ("negations", "--static"),
+    ("embedding_bag", "--static"),
+    ("cumulative_sums", "--static"),
+    ("scatter_reduce_in_place", "--static"),
+    ("scatter_reduce", "--static"),
+    ("histograms", "--static"),
+    ("sorted_search", "--static"),
+    ("cumulative_extremum", "--static"),
+    ("vmap_mask", "--static"),
+    ("bincount", "--static"),
+    ("grouped_mm", "--static"),
+    ("random", "--static"),
+    ("wavlm_padded", "--static"),
+    ("data2vec_audio_padded", "--static"),
+];
+
+/// `hfx run --backend openvino --model-fn python:openvino_patterns:NAME
+/// SHAPES --verify` of each pattern: each must export and its IR match
+/// eager on OpenVINO's CPU plugin. All are run before the failures are
+/// reported together.
+fn patterns_verify_in_openvino(patterns: &[(&str, &str)]) {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = root().join("plugins").display().to_string();
+    let mut failures = Vec::new();
+    for &(pattern, shapes) in patterns {
+        let out = dir.path().join(format!("{pattern}.xml")).display().to_string();
+        let spec = format!("python:openvino_patterns:{pattern}");
+        let args = [
+            "run",
+            "--backend",
+            "openvino",
+            "--model-fn",
+            &spec,
+            shapes,
+            "--verify",
+            "-o",
+            &out,
+            "--plugins",
+            &plugins,
+        ];
+        let result = hfx(dir.path(), &args);
+        let stdout = String::from_utf8_lossy(&result.stdout);
+        let verified = stdout.contains("verify inputs") && !stdout.contains("MISMATCH");
+        if !result.status.success() || !verified {
+            let stderr = String::from_utf8_lossy(&result.stderr);
+            failures.push(format!("{pattern}: {stderr}{stdout}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    assert_no_scratch_left(dir.path());
+}
+
+/// Python arithmetic on a symbolic size (`+ - * / // % **`, `min`/`max`,
+/// `torch.sym_min`/`sym_max`), which the reference converts for OpenVINO's
+/// PyTorch frontend one builtin at a time: here plugins/onnx/translate-symbolic
+/// writes it as ONNX, floor division and modulo rounding as Python's do.
+#[test]
+fn symbolic_size_arithmetic_verifies_in_openvino() {
+    patterns_verify_in_openvino(&[("size_arithmetic", "--dynamic")]);
+}
+
+#[test]
+#[ignore = "full tier: every pattern of openvino_patterns.py (symbolic_size_arithmetic_verifies_in_openvino keeps the mechanism)"]
+fn the_reference_openvino_workaround_patterns_verify_in_openvino() {
+    patterns_verify_in_openvino(PATTERNS);
 }

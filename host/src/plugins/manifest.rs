@@ -309,7 +309,12 @@ impl ManifestFile {
             validate_targets(targets).map_err(|e| format!("plugin.targets {e}"))?;
         }
         for key in self.reference.iter().flat_map(|r| &r.answers) {
-            if key.split(' ').filter(|part| !part.is_empty()).count() != 3 {
+            // The target may hold spaces: the reference keys a conversion of a
+            // Python builtin by its repr (`<built-in function add>`).
+            let mut parts = key.splitn(3, ' ');
+            if parts.by_ref().take(2).filter(|part| !part.is_empty()).count() != 2
+                || parts.next().is_none_or(|target| target.trim().is_empty())
+            {
                 return Err(format!(
                     "reference.answers `{key}`: give a registration's key, `BACKEND KIND TARGET` (`onnx patch torch.roll`)"
                 ));
@@ -579,16 +584,21 @@ upstream-issue = "https://example.invalid/1"
         assert!(!e.contains('\n'));
     }
 
-    /// `[reference] answers` lists registration keys; a key that is not
-    /// three words, or another field there, is refused in one line.
+    /// `[reference] answers` lists registration keys; a key that is not a
+    /// backend, a kind and a target (which may hold spaces), or another field
+    /// there, is refused in one line.
     #[test]
     fn reference_answers_are_registration_keys() {
         let with = |table: &str| format!("{GOOD}[reference]\n{table}\n");
         let m = Manifest::parse(&with(r#"answers = ["onnx fx-node-fix _fix_alias"]"#)).unwrap();
         assert_eq!(m.reference.unwrap().answers, ["onnx fx-node-fix _fix_alias"]);
+        let builtin = r#"answers = ["openvino conversion-extension <built-in function add>"]"#;
+        assert!(Manifest::parse(&with(builtin)).is_ok());
         assert!(Manifest::parse(GOOD).unwrap().reference.is_none());
         for (table, expected) in [
             (r#"answers = ["_fix_alias"]"#, "reference.answers `_fix_alias`: give"),
+            (r#"answers = ["onnx patch"]"#, "reference.answers `onnx patch`: give"),
+            (r#"answers = ["onnx  patch"]"#, "reference.answers `onnx  patch`: give"),
             (r#"answers = "onnx patch torch.roll""#, "invalid type"),
             ("answer = []", "unknown field `answer`"),
         ] {

@@ -48,9 +48,11 @@ def convert_openvino(session, params: ConvertOpenvino) -> ConvertOpenvinoReply:
     # without `ovc` around them: it starts telemetry, which writes under
     # ~/intel and opens sockets, both of which the worker's sandbox refuses.
     model = openvino.Core().read_model(str(params.model))
+    port_names = {name for port in model.inputs + model.outputs for name in port.get_names()}
     apply_moc_transformations(model, cf=False, smart_reshape=True)
     compress_quantize_weights_transformation(model)
     apply_fused_names_cleanup(model)
+    keep_port_names(model, port_names)
     states = make_stateful(model) if params.stateful else 0
     for option in RUNTIME_OPTIONS:
         model.set_rt_info(params.precision, ["runtime_options", option])
@@ -62,6 +64,19 @@ def convert_openvino(session, params: ConvertOpenvino) -> ConvertOpenvinoReply:
         convert_seconds=converted - started,
         save_seconds=time.perf_counter() - converted,
     )
+
+
+def keep_port_names(model, port_names):
+    """Leaves the model's inputs and outputs only the names the ONNX model
+    gave them (`port_names`): a transformation that removes a node moves its
+    output's name onto the tensor that replaces it, so an input a `Concat`
+    with an empty tensor read also carries that `Concat`'s name, and
+    `get_any_name` (the first name in order) would name the input by it."""
+    for port in model.inputs + model.outputs:
+        names = port.get_names()
+        kept = names & port_names
+        if kept and kept != names:
+            port.get_tensor().set_names(kept)
 
 
 # The batch axis of every cache tensor (transformers' caches are batch-first).
@@ -188,8 +203,15 @@ def openvino_runner(path, feed_of):
         else None
     )
     compiled = core.compile_model(model, "CPU", config)
-    names = [port.get_any_name() for port in compiled.inputs]
-    outputs = [port for port in compiled.outputs if not port.get_any_name().startswith("updated.")]
+    # Named by the IR's ports: the CPU plugin's compilation moves a removed
+    # node's output name onto the port that replaces it, as the conversion's
+    # transformations do (`keep_port_names`). Compiled ports keep the IR's order.
+    names = [port.get_any_name() for port in model.inputs]
+    outputs = [
+        (compiled.outputs[i], port.get_any_name())
+        for i, port in enumerate(model.outputs)
+        if not port.get_any_name().startswith("updated.")
+    ]
     request = compiled.create_infer_request()
 
     if traced_outputs is not None:
@@ -203,7 +225,7 @@ def openvino_runner(path, feed_of):
 
         def run(inputs):
             results = request.infer(feed_of(names, inputs), share_inputs=False, share_outputs=False)
-            return [results[port] for port in outputs]
+            return [results[port] for port, _ in outputs]
 
     run.input_names = names
     return run, ["OpenVINO CPU"]
@@ -228,7 +250,7 @@ def stateful_run(openvino, request, names, outputs, traced_outputs, feed_of):
         if input_of(name) + name in variables:
             state_inputs[input_of(name)] = input_of(name) + name
     # An IR from elsewhere may record names that are neither.
-    present = {port.get_any_name() for port in outputs}
+    present = {name for _, name in outputs}
     traced = set(traced_outputs)
     if set(state_inputs.values()) != variables or not present <= traced:
         return None
@@ -261,7 +283,7 @@ def stateful_run(openvino, request, names, outputs, traced_outputs, feed_of):
         batch = feed[model_names[0]].shape[STATE_BATCH_AXIS]
         feed["beam_idx"] = np.arange(batch, dtype=np.int32)
         results = request.infer(feed, share_inputs=False, share_outputs=False)
-        by_name = {port.get_any_name(): results[port] for port in outputs}
+        by_name = {name: results[port] for port, name in outputs}
         returned.clear()
         for state in request.query_state():
             returned[state.name] = np.array(state.state.data, copy=True)
