@@ -242,16 +242,7 @@ fn what_cannot_be_emitted_is_refused_in_one_line() {
 #[test]
 fn a_dynamic_portable_program_plans_its_arena_for_the_declared_maxima() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("llama.pte");
-    let mut args: Vec<String> =
-        ["run", "--backend", "executorch", "--model", "llama", "--set", LLAMA, "--verify", "-o"]
-            .map(String::from)
-            .to_vec();
-    args.push(out.display().to_string());
-    args.extend(plugin_folders());
-    let result = hfx(dir.path(), &args.iter().map(String::as_str).collect::<Vec<_>>());
-    let stdout = String::from_utf8_lossy(&result.stdout);
-    assert!(result.status.success(), "{}{stdout}", String::from_utf8_lossy(&result.stderr));
+    let stdout = verified_portable_llama(dir.path(), &["--model", "llama", "--set", LLAMA]);
     assert!(
         stdout.contains("verify inputs {\"attention_mask\":[3,5]"),
         "verified at a second size: {stdout}"
@@ -263,10 +254,29 @@ fn a_dynamic_portable_program_plans_its_arena_for_the_declared_maxima() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{stdout}"));
     assert!(arena < 1 << 20, "arena {arena} bytes for a tiny Llama: {stdout}");
-    let memory =
-        stdout.lines().find(|l| l.starts_with("  memory: ")).unwrap_or_else(|| panic!("{stdout}"));
+    let memory = memory_line(&stdout);
     assert!(memory.contains("planned for batch <= 4, sequence <= 64; weights 0.1 MiB"), "{memory}");
     assert!(!stdout.contains("warning"), "{stdout}");
+}
+
+/// The stdout of a verified portable export of `model` (`--model ...` or
+/// `--model-fn ...`) to `dir/llama.pte`.
+fn verified_portable_llama(dir: &std::path::Path, model: &[&str]) -> String {
+    let out = dir.join("llama.pte").display().to_string();
+    let mut args = vec!["run", "--backend", "executorch"];
+    args.extend(model);
+    args.extend(["--verify", "-o", &out]);
+    let plugins = plugin_folders();
+    args.extend(plugins.iter().map(String::as_str));
+    let result = hfx(dir, &args);
+    let stdout = String::from_utf8_lossy(&result.stdout).into_owned();
+    assert!(result.status.success(), "{}{stdout}", String::from_utf8_lossy(&result.stderr));
+    stdout
+}
+
+/// The summary's `  memory: ` line.
+fn memory_line(stdout: &str) -> &str {
+    stdout.lines().find(|l| l.starts_with("  memory: ")).unwrap_or_else(|| panic!("{stdout}"))
 }
 
 /// Inputs hfx did not size (a `--model-fn`'s, as `hfx.export`'s are) have
@@ -277,25 +287,9 @@ fn a_dynamic_portable_program_plans_its_arena_for_the_declared_maxima() {
 #[test]
 fn inputs_hfx_did_not_size_are_planned_for_the_declared_maxima_by_their_names() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("llama.pte");
-    let mut args: Vec<String> = [
-        "run",
-        "--backend",
-        "executorch",
-        "--model-fn",
-        "python:tiny_models:llama_with_its_inputs",
-        "--verify",
-        "-o",
-    ]
-    .map(String::from)
-    .to_vec();
-    args.push(out.display().to_string());
-    args.extend(plugin_folders());
-    let result = hfx(dir.path(), &args.iter().map(String::as_str).collect::<Vec<_>>());
-    let stdout = String::from_utf8_lossy(&result.stdout);
-    assert!(result.status.success(), "{}{stdout}", String::from_utf8_lossy(&result.stderr));
-    let memory =
-        stdout.lines().find(|l| l.starts_with("  memory: ")).unwrap_or_else(|| panic!("{stdout}"));
+    let model = ["--model-fn", "python:tiny_models:llama_with_its_inputs"];
+    let stdout = verified_portable_llama(dir.path(), &model);
+    let memory = memory_line(&stdout);
     assert!(memory.contains("planned for batch <= 6, sequence <= 64;"), "{memory}");
     assert!(!stdout.contains("warning"), "{stdout}");
 }
