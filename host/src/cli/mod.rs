@@ -330,8 +330,9 @@ pub struct RunArgs {
     /// excluded (`--quantize-exclude lm_head`, `--quantize-exclude model.embed_tokens`).
     /// `int8-dynamic` makes each such float32 MatMul a `com.microsoft::DynamicQuantizeMatMul`
     /// (int8 weights per output channel, activations quantized at run time, as ONNX Runtime's
-    /// `quantize_dynamic(per_channel=True)`); embeddings stay float. `int8-static` writes ONNX
-    /// Runtime's QDQ format (`quantize_static(quant_format=QDQ, per_channel=True)`): int8 weights
+    /// `quantize_dynamic(per_channel=True, reduce_range=True)`: 7-bit weights, right on CPUs
+    /// without VNNI too); embeddings stay float. `int8-static` writes ONNX Runtime's QDQ format
+    /// (`quantize_static(quant_format=QDQ, per_channel=True, reduce_range=True)`): int8 weights
     /// per output channel and each MatMul's activation quantized to uint8 with a scale calibrated
     /// (MinMax) in ONNX Runtime on `--calibration-samples` generated inputs or `--calibration FILE`.
     /// On ExecuTorch (`--backend executorch.xnnpack`), torchao quantizes the eager model's linear

@@ -190,10 +190,19 @@ impl Layout {
 
 /// A 2-D float weight quantized to int8 per output channel (each of N's
 /// columns its own scale), symmetric (zero point 0), as ONNX Runtime's
-/// `quantize_dynamic(per_channel=True)` quantizes a MatMul's B
-/// (`onnxruntime/quantization/base_quantizer.py`,
-/// `quantize_weight_per_channel_impl`, range -127..=127): written K x N,
-/// the layout `DynamicQuantizeMatMul`'s B has.
+/// `quantize_dynamic(per_channel=True, reduce_range=True)` quantizes a
+/// MatMul's B (`onnxruntime/quantization/base_quantizer.py`,
+/// `quantize_weight_per_channel_impl`): written K x N, the layout
+/// `DynamicQuantizeMatMul`'s B has.
+///
+/// Why 7 bits ([`INT8_WEIGHT_RANGE`], -64..=64) and not ONNX Runtime's
+/// default -127..=127: its x86 kernels for uint8 activations times int8
+/// weights on a CPU without VNNI (AVX2: `vpmaddubsw`) add pairs of products
+/// in int16, which two full-range products overflow. On such a CPU a tiny
+/// Llama's logits were 0.09 off (a quarter of their largest value) with
+/// 8-bit weights and 0.009 with 7-bit ones, ONNX Runtime's own quantizer
+/// alike; a VNNI CPU gets the same 7-bit weights right. The artifact runs
+/// wherever it is deployed, so its weights are the ones every CPU adds up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Int8Weight {
     /// The reduction dimension (MatMul's K) and the output one (N).
@@ -206,6 +215,10 @@ pub struct Int8Weight {
     /// The scales' dtype: the MatMul's float type.
     pub scale: DType,
 }
+
+/// The largest magnitude of an int8 weight's values: ONNX Runtime's
+/// reduced range for int8 (`ONNX_INT_TYPE_REDUCED_RANGE`), 7 bits.
+pub const INT8_WEIGHT_RANGE: f64 = 64.0;
 
 /// Which tensor of an int8 weight: the values (int8 [K, N]) or the scales
 /// ([N] in [`Int8Weight::scale`]).
@@ -236,15 +249,15 @@ impl Int8Weight {
         }
     }
 
-    /// Each column's scale: its largest magnitude over 127, as ONNX
-    /// Runtime's `compute_scale_zp` computes it in float64 (1 where the
-    /// column is all zeros).
+    /// Each column's scale: its largest magnitude over [`INT8_WEIGHT_RANGE`],
+    /// as ONNX Runtime's `compute_scale_zp` computes it in float64 (1 where
+    /// the column is all zeros).
     fn scales(&self, source: &[u8], release: Release<'_>) -> std::io::Result<Vec<f64>> {
         let mut scales = Vec::with_capacity(self.n);
         self.layout().rows_of_n(source, self.stored, release, |rows| {
             for row in rows.chunks_exact(self.k) {
                 let largest = row.iter().fold(0f32, |m, v| m.max(v.abs()));
-                let scale = 2.0 * largest as f64 / 254.0;
+                let scale = 2.0 * largest as f64 / (2.0 * INT8_WEIGHT_RANGE);
                 scales.push(if (scale as f32) < f32::MIN_POSITIVE { 1.0 } else { scale });
             }
             Ok(())
@@ -273,7 +286,8 @@ impl Int8Weight {
         let (k, n, size) = (self.k, self.n, self.stored.size());
         // numpy's `round` (half to even) of the value over the float64 scale.
         let quantize = |v: f32, j: usize| {
-            (v as f64 / scales[j]).round_ties_even().clamp(-127.0, 127.0) as i8 as u8
+            (v as f64 / scales[j]).round_ties_even().clamp(-INT8_WEIGHT_RANGE, INT8_WEIGHT_RANGE)
+                as i8 as u8
         };
         let mut tile = vec![0u8; ROWS.min(k) * n];
         for first in (0..k).step_by(ROWS) {
@@ -578,35 +592,33 @@ mod tests {
     }
 
     /// ONNX Runtime 1.32's `quantize_dynamic(per_channel=True,
-    /// weight_type=QuantType.QInt8)` on a model of one `MatMul(x, w)`, `w`
+    /// weight_type=QuantType.QInt8, reduce_range=True)` on a model of one `MatMul(x, w)`, `w`
     /// the weight [`weight`] builds (K 40, N 3), printed once by:
     /// ```text
     /// g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
     ///     [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 40])],
     ///     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], [numpy_helper.from_array(w, "w")])
     /// onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), "f.onnx")
-    /// quantize_dynamic("f.onnx", "q.onnx", per_channel=True, weight_type=QuantType.QInt8)
+    /// quantize_dynamic("f.onnx", "q.onnx", per_channel=True, weight_type=QuantType.QInt8, reduce_range=True)
     /// for i in onnx.load("q.onnx").graph.initializer: print(i.name, numpy_helper.to_array(i).T.tolist())
     /// ```
     /// (`w_quantized` printed transposed: a row per column of N; `w_zero_point` all 0).
     const INT8_COLUMNS: [[i8; 40]; 3] = [
         [
-            0, 68, 106, -11, -110, -26, 35, 19, 40, -72, -57, -40, 26, 91, 3, -62, -118, 1, 104,
-            30, -20, -18, -50, 52, 57, 57, -21, -95, -6, 53, 127, 8, -94, -33, 4, 17, 59, -30, -56,
-            -73,
+            0, 34, 54, -5, -56, -13, 18, 10, 20, -36, -29, -20, 13, 46, 2, -31, -60, 1, 52, 15,
+            -10, -9, -25, 26, 29, 29, -11, -48, -3, 27, 64, 4, -47, -17, 2, 9, 30, -15, -28, -37,
         ],
         [
-            13, 91, 10, -39, -127, -19, 74, 35, 16, -15, -65, 2, 49, 86, -7, -88, -12, 28, 127, 28,
-            -60, -36, -31, 13, 69, 20, -45, -96, 1, 83, 14, -16, -124, -35, 44, 36, 44, -10, -72,
-            -40,
+            7, 46, 5, -19, -64, -10, 37, 18, 8, -7, -33, 1, 25, 43, -4, -44, -6, 14, 64, 14, -30,
+            -18, -15, 6, 35, 10, -22, -48, 1, 42, 7, -8, -62, -18, 22, 18, 22, -5, -36, -20,
         ],
         [
-            41, 116, 7, 81, 18, 1, 127, 48, 23, 39, 67, 8, 81, 72, 33, 120, 14, 70, 19, 13, 115,
-            53, 3, 37, 79, 4, 78, 92, 24, 121, 20, 56, 20, 26, 99, 57, 17, 33, 88, 1,
+            21, 59, 4, 41, 9, 0, 64, 24, 12, 20, 34, 4, 41, 36, 17, 61, 7, 35, 10, 7, 58, 27, 2,
+            18, 40, 2, 39, 46, 12, 61, 10, 28, 10, 13, 50, 29, 9, 17, 44, 0,
         ],
     ];
     #[allow(clippy::excessive_precision)] // as numpy printed them
-    const INT8_SCALES: [f32; 3] = [0.05243544280529022, 0.054981764405965805, 0.04953509196639061];
+    const INT8_SCALES: [f32; 3] = [0.10405158251523972, 0.10910443961620331, 0.09829619526863098];
 
     /// Bit for bit ONNX Runtime's int8 values (K x N) and scales, from a
     /// K x N and an N x K source.
