@@ -1,6 +1,7 @@
 """hfx `--quantize int4` against ONNX Runtime's own `MatMulNBitsQuantizer`
 (round to nearest, the same block size and symmetry), or `--quantize
-int8-dynamic` against its `quantize_dynamic(per_channel=True)`, applied to
+int8-dynamic` against its `quantize_dynamic(per_channel=True,
+reduce_range=True)` (the 7-bit weights hfx writes), applied to
 hfx's float export of the same model folder: file sizes, and each model's max
 abs logit error against eager PyTorch on the same inputs.
 
@@ -75,6 +76,7 @@ def ort_int8_dynamic(float_model, out):
         path,
         per_channel=True,
         weight_type=QuantType.QInt8,
+        reduce_range=True,
         op_types_to_quantize=["MatMul"],
         use_external_data_format=True,
     )
