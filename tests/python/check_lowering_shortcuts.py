@@ -43,7 +43,10 @@ from hfx_worker.lowering_shortcuts import (  # noqa: E402
 )
 
 
-def model_and_inputs(arch, overrides, shapes, scheme):
+def model_and_inputs(arch, overrides, shapes, scheme=None):
+    """The model (its linears quantized by `scheme`, `8da4w`, as the worker
+    quantizes them; float without one), its sample inputs and their dynamic
+    shapes (None: `static`)."""
     torch.manual_seed(0)
     model = sources.from_architecture(arch, overrides, None).eval()
     model.config.use_cache = False  # a causal LM's cache is not what this checks
