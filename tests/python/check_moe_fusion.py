@@ -13,6 +13,7 @@ tokens and prints the max abs difference of each output; it fails past 1e-4.
 import sys
 
 import numpy as np
+from tiny_models import TINY_DECODER
 
 
 def folder(out):
@@ -20,17 +21,7 @@ def folder(out):
     from transformers import MixtralConfig, MixtralForCausalLM
 
     torch.manual_seed(0)
-    config = MixtralConfig(
-        vocab_size=128,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        num_local_experts=4,
-        num_experts_per_tok=2,
-        max_position_embeddings=64,
-    )
+    config = MixtralConfig(**TINY_DECODER, num_local_experts=4, num_experts_per_tok=2)
     MixtralForCausalLM(config).save_pretrained(out)
 
 
@@ -96,7 +87,7 @@ def compare(plain, fused):
     feeds = {}
     for i in plain_session.get_inputs():
         if i.name == "input_ids":
-            feeds[i.name] = rng.integers(0, 128, size=(2, 8), dtype=np.int64)
+            feeds[i.name] = rng.integers(0, TINY_DECODER["vocab_size"], size=(2, 8), dtype=np.int64)
         elif i.name == "attention_mask":
             feeds[i.name] = np.ones((2, 8), dtype=np.int64)
         else:

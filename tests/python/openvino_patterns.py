@@ -17,9 +17,19 @@ import math
 import sys
 
 import fx_patterns
-import patch_patterns
 import torch
 import torch.nn.functional as F
+
+# The patch patterns the reference also patches for OpenVINO, under the names
+# `--model-fn python:openvino_patterns:NAME` finds them by.
+from patch_patterns import (  # noqa: F401
+    bincount,
+    cumulative_extremum,
+    grouped_mm,
+    histograms,
+    sorted_search,
+    vmap_mask,
+)
 
 
 def _pair(module, **inputs):
@@ -458,30 +468,6 @@ class Random(torch.nn.Module):
 def random():
     certain = (torch.arange(8) % 3 == 0).to(torch.float32).reshape(2, 4)
     return _pair(Random(), x=torch.randn(2, 4), certain=certain)
-
-
-def histograms():
-    return patch_patterns.histograms()
-
-
-def sorted_search():
-    return patch_patterns.sorted_search()
-
-
-def cumulative_extremum():
-    return patch_patterns.cumulative_extremum()
-
-
-def vmap_mask():
-    return patch_patterns.vmap_mask()
-
-
-def bincount():
-    return patch_patterns.bincount()
-
-
-def grouped_mm():
-    return patch_patterns.grouped_mm()
 
 
 # ── Models whose functions the reference patches for OpenVINO ──

@@ -5,6 +5,7 @@ dynamic exports."""
 
 import torch
 import torch.nn.functional as F
+from tiny_models import TINY_DECODER
 
 
 def _pair(module, **inputs):
@@ -241,19 +242,10 @@ def sliding_window_mistral():
     """A tiny Mistral whose sliding window (4) is shorter than the input (8)."""
     import transformers
 
-    config = transformers.MistralConfig(
-        vocab_size=128,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        sliding_window=4,
-    )
+    config = transformers.MistralConfig(**TINY_DECODER, sliding_window=4)
     model = transformers.MistralForCausalLM(config).eval()
     generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, 128, (2, 8), generator=generator)
+    ids = torch.randint(0, TINY_DECODER["vocab_size"], (2, 8), generator=generator)
     return model, {"input_ids": ids, "attention_mask": torch.ones(2, 8, dtype=torch.long)}
 
 
