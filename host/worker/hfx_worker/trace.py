@@ -600,6 +600,7 @@ def axis_kinds(program, params, sized_by_hfx):
     host bounds each by what it is."""
     import torch
 
+    sample_sizes = {params.sequence: "sequence", params.batch: "batch"}
     kinds = {}
     for node in program.graph.nodes:
         value = node.meta.get("val") if node.op == "placeholder" else None
@@ -610,8 +611,7 @@ def axis_kinds(program, params, sized_by_hfx):
                 continue
             traced = size.node.hint
             if sized_by_hfx:
-                sizes = {params.sequence: "sequence", params.batch: "batch"}
-                kind = sizes.get(traced)
+                kind = sample_sizes.get(traced)
             elif node.name in BATCH_SEQUENCE_INPUTS:
                 kind = ("batch", "sequence")[axis] if axis < 2 else None
             else:
