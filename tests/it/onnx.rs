@@ -666,6 +666,40 @@ fn a_size_guard_the_artifact_cannot_check_is_named_with_a_size_that_breaks_it() 
     assert!(!stdout.contains("torch.export's guard"), "{stdout}");
 }
 
+/// A sliding window (4) shorter than the traced sequence (8): eager's
+/// sliding cache layer keeps the last 3 positions, the export every one (the
+/// layer traced as a full one, the mask applying the window). `--verify`
+/// compares the positions eager keeps, at both sizes, and says so;
+/// `check_sliding_verify.py` shows that the comparison still catches a wrong
+/// position, and slices nothing else.
+#[test]
+fn a_sliding_window_cache_is_verified_on_the_positions_eager_keeps() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("mistral.onnx");
+    let set = format!("{LLAMA},sliding_window=4");
+    let mut args: Vec<String> =
+        ["run", "--backend", "onnx", "--model", "mistral", "--set", &set, "--verify", "-o"]
+            .map(String::from)
+            .to_vec();
+    args.push(out.display().to_string());
+    args.extend(plugin_folders());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let stdout = succeeded(&hfx(dir.path(), &args));
+    let windowed = |all: u32| {
+        stdout
+            .lines()
+            .filter(|l| {
+                l.ends_with(&format!(
+                    "ok (the last 3 of {all} positions: eager's sliding-window cache keeps those)"
+                ))
+            })
+            .count()
+    };
+    // Two layers' keys and values, at the traced size and at the second one.
+    assert_eq!((windowed(8), windowed(5)), (4, 4), "{stdout}");
+    run_python("check_sliding_verify.py", &[]);
+}
+
 /// ONNX Runtime's CPU provider has no bfloat16 kernels for most ops: a
 /// bfloat16 export with `--verify` is refused before the trace, in one line
 /// saying what to do, and writes nothing.

@@ -288,14 +288,25 @@ pub fn write(
 /// |eager|`: a max rel error past every tolerance hfx uses (a float16 logit
 /// of 0.001 off by 0.0002) passed by the absolute term, which the line says
 /// so that a reader does not take it for a failure. A quantized model's
-/// outputs are held to their max abs error alone.
-fn verdict(output: &crate::trace::protocol::Comparison, quantized: bool) -> &'static str {
-    match (output.ok, output.max_rel) {
+/// outputs are held to their max abs error alone. An output whose shape is
+/// not eager's names eager's; one compared on its last positions alone (a
+/// sliding-window cache layer) says how many.
+fn verdict(output: &crate::trace::protocol::Comparison, quantized: bool) -> String {
+    let verdict = match (output.ok, output.max_rel) {
+        (false, _) if output.shape != output.expected_shape && output.trailing.is_none() => {
+            return format!("MISMATCH (eager's shape is {})", shapes(&output.expected_shape));
+        }
         (false, _) => "MISMATCH",
         (true, Some(rel)) if rel > OTHER_RUNTIME && !quantized => {
             "ok (rel err large only where eager is near 0: abs err within atol)"
         }
         (true, _) => "ok",
+    };
+    match (output.trailing, output.shape.iter().rev().nth(1)) {
+        (Some(kept), Some(all)) => format!(
+            "{verdict} (the last {kept} of {all} positions: eager's sliding-window cache keeps those)"
+        ),
+        _ => verdict.to_string(),
     }
 }
 
@@ -381,6 +392,7 @@ mod tests {
                     max_abs: Some(1.5e-6),
                     max_rel: Some(2e-5),
                     ok: true,
+                    trailing: None,
                 },
                 Comparison {
                     shape: vec![2, 8, 128],
@@ -388,6 +400,7 @@ mod tests {
                     max_abs: Some(4e-4),
                     max_rel: Some(2.07e2),
                     ok: true,
+                    trailing: None,
                 },
                 Comparison {
                     shape: vec![2, 8],
@@ -395,6 +408,15 @@ mod tests {
                     max_abs: None,
                     max_rel: None,
                     ok: false,
+                    trailing: None,
+                },
+                Comparison {
+                    shape: vec![2, 2, 8, 8],
+                    expected_shape: vec![2, 2, 3, 8],
+                    max_abs: Some(5e-8),
+                    max_rel: Some(1e-5),
+                    ok: true,
+                    trailing: Some(3),
                 },
             ],
         }];
@@ -405,12 +427,13 @@ mod tests {
             "verify inputs {\"input_ids\":[2,8]}\n\
              \x20 output 0   [2,8,32]           max abs   1.50e-6  max rel   2.00e-5  ok\n\
              \x20 output 1   [2,8,128]          max abs   4.00e-4  max rel    2.07e2  ok (rel err large only where eager is near 0: abs err within atol)\n\
-             \x20 output 2   [2,8]              max abs       NaN  max rel       NaN  MISMATCH\n"
+             \x20 output 2   [2,8]              max abs       NaN  max rel       NaN  MISMATCH (eager's shape is [2,9])\n\
+             \x20 output 3   [2,2,8,8]          max abs   5.00e-8  max rel   1.00e-5  ok (the last 3 of 8 positions: eager's sliding-window cache keeps those)\n"
         );
         // Held to the max abs error alone, and the line says to what.
         let mut out = String::new();
         write(&mut out, &checks[..], &Runtime::Onnx { quantized: Some("int4".into()) }).unwrap();
         assert!(out.contains("max rel    2.07e2  ok\n"), "{out}");
-        assert!(out.ends_with("MISMATCH\n  int4 tolerance: max abs error within 0.5 x each output's max |eager|\n"), "{out}");
+        assert!(out.ends_with("keeps those)\n  int4 tolerance: max abs error within 0.5 x each output's max |eager|\n"), "{out}");
     }
 }

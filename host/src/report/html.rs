@@ -642,6 +642,8 @@ fn parity(out: &mut String, c: &ComponentReport) {
         for o in &check.outputs {
             let shape = if o.shape == o.expected_shape {
                 format!("{:?}", o.shape)
+            } else if let Some(kept) = o.trailing {
+                format!("{:?} (its last {kept} positions: eager's sliding window)", o.shape)
             } else {
                 format!("{:?} (eager {:?})", o.shape, o.expected_shape)
             };

@@ -315,6 +315,10 @@ pub struct OutputParity {
     pub max_abs: Option<f64>,
     pub max_rel: Option<f64>,
     pub ok: bool,
+    /// A sliding-window cache layer's output, compared on its last
+    /// `trailing` positions: the ones eager keeps (the artifact keeps all).
+    #[serde(default)]
+    pub trailing: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -743,6 +747,7 @@ fn parity(c: &Component, onnx_outputs: Option<&[String]>) -> Option<Parity> {
                         max_abs: o.max_abs,
                         max_rel: o.max_rel,
                         ok: o.ok,
+                        trailing: o.trailing,
                     })
                     .collect(),
             }

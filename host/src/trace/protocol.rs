@@ -27,7 +27,7 @@ use crate::plugins::Versions;
 /// The protocol version: the first 32 bits of the SHA-256 of the messages'
 /// canonical form, written by `cargo run -p protocol-gen` (the worker's
 /// `messages.PROTOCOL` is the same number).
-pub const PROTOCOL: u64 = 3358719026;
+pub const PROTOCOL: u64 = 3935006025;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -1075,6 +1075,13 @@ pub struct Comparison {
     #[serde(deserialize_with = "present")]
     pub max_rel: Option<f64>,
     pub ok: bool,
+    /// Set for a sliding-window cache layer's output, of which eager keeps
+    /// only the last positions along the sequence (`sliding_window - 1`)
+    /// while the artifact keeps every one (the layer traced whole, the mask
+    /// applying the window): the artifact's last `trailing` positions were
+    /// compared.
+    #[serde(deserialize_with = "present")]
+    pub trailing: Option<u64>,
 }
 
 /// The outputs for one set of inputs.

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypedDict
 
 # The hash of the definition's canonical form; both ends check it at `hello`.
-PROTOCOL = 3358719026
+PROTOCOL = 3935006025
 
 
 @dataclass
@@ -929,6 +929,12 @@ class Comparison:
     max_abs: float | None
     max_rel: float | None
     ok: bool
+    # Set for a sliding-window cache layer's output, of which eager keeps
+    # only the last positions along the sequence (`sliding_window - 1`)
+    # while the artifact keeps every one (the layer traced whole, the mask
+    # applying the window): the artifact's last `trailing` positions were
+    # compared.
+    trailing: int | None
 
 
 @dataclass

@@ -325,9 +325,10 @@ def load_exported_mapped(path):
 # ── The eager reference file ──
 
 
-def save_reference(path, inputs, constants, flags, outputs):
+def save_reference(path, inputs, constants, flags, outputs, kept):
     """The eager reference beside a traced program: its inputs, constants,
-    output flags and flat outputs. A structured input (a cache) is stored as
+    output flags, flat outputs and the positions eager keeps of each
+    (`sliding_positions`). A structured input (a cache) is stored as
     its tensor leaves and this module's JSON context, so the file loads with
     `torch.load`'s `weights_only` (no pickled objects, no code run on load)."""
     import json
@@ -352,6 +353,7 @@ def save_reference(path, inputs, constants, flags, outputs):
             "constants": constants,
             "flags": flags,
             "outputs": outputs,
+            "kept": kept,
         },
         path,
     )
@@ -429,6 +431,40 @@ def flat_outputs(output):
     with contextlib.suppress(Exception):
         register_cache_pytrees()
     return [leaf for leaf in torch.utils._pytree.tree_leaves(output) if torch.is_tensor(leaf)]
+
+
+def sliding_positions(output):
+    """Per `flat_outputs(output)` leaf: how many positions along the sequence
+    eager keeps of it, if it is a sliding-window cache layer's keys or values
+    (the layer's window less one), else None. Found by identity."""
+    import torch
+
+    kept, seen = {}, set()
+
+    def visit(value):
+        if isinstance(value, (list, tuple)):
+            for item in value:
+                visit(item)
+        elif isinstance(value, dict):
+            for item in value.values():
+                visit(item)
+        elif (
+            hasattr(value, "__dict__")
+            and not torch.is_tensor(value)
+            and not callable(value)
+            and id(value) not in seen
+        ):
+            seen.add(id(value))
+            window = getattr(value, "sliding_window", None)
+            if getattr(type(value), "is_sliding", False) and isinstance(window, int):
+                for name in ("keys", "values"):
+                    if torch.is_tensor(vars(value).get(name)):
+                        kept[id(vars(value)[name])] = window - 1
+            for item in vars(value).values():
+                visit(item)
+
+    visit(output)
+    return [kept.get(id(leaf)) for leaf in flat_outputs(output)]
 
 
 def leaf_paths(value, path, out):

@@ -25,6 +25,7 @@ from .pytree import (
     output_names,
     register_cache_pytrees,
     save_reference,
+    sliding_positions,
     spec_output_names,
     spec_paths,
 )
@@ -508,6 +509,7 @@ def trace(session, params: TraceParams) -> TraceReply:
                 {k: v for k, v in inputs.items() if is_constant(v)},
                 flags,
                 eager,
+                sliding_positions(eager_output),
             )
         if params.folder:
             save_configs(model, params.folder)

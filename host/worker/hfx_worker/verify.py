@@ -19,7 +19,13 @@ from .messages import (
 )
 from .openvino_ir import openvino_runner
 from .protocol import ArtifactFailed
-from .pytree import flat_outputs, load_exported, load_reference, named_leaves
+from .pytree import (
+    flat_outputs,
+    load_exported,
+    load_reference,
+    named_leaves,
+    sliding_positions,
+)
 from .sources import config_flags, on_device, sample_inputs
 
 
@@ -44,16 +50,20 @@ def as_numpy(tensor):
     return tensor.numpy()
 
 
-def compared(outputs, eager, atol, rtol, atol_of_max=False):
+def compared(outputs, eager, atol, rtol, atol_of_max=False, kept=None):
     """Per output: max abs and rel error, and whether it is within atol/rtol
-    (`atol_of_max`: max abs within atol times the output's max |eager|)."""
+    (`atol_of_max`: max abs within atol times the output's max |eager|).
+    `kept`, per output (`sliding_positions`): the positions eager keeps of a
+    sliding-window cache layer, which the artifact keeps whole (the layer
+    traced as a full one, its window applied by the mask); its last ones are
+    compared."""
     import numpy as np
     import torch
 
     if len(outputs) != len(eager):
         raise ValueError(f"the model has {len(outputs)} outputs, eager PyTorch {len(eager)}")
     report = []
-    for got, want in zip(outputs, eager):
+    for got, want, keep in zip(outputs, eager, kept or [None] * len(eager)):
         want = (
             want.detach()
             .to(torch.float64 if want.is_floating_point() else want.dtype)
@@ -61,14 +71,18 @@ def compared(outputs, eager, atol, rtol, atol_of_max=False):
             .numpy()
         )
         got = np.asarray(got)
+        shape, trailing = list(got.shape), None
+        if keep is not None and window_of(got.shape, want.shape, keep):
+            got, trailing = got[..., -want.shape[-2] :, :], want.shape[-2]
         if got.shape != want.shape:
             report.append(
                 Comparison(
-                    shape=list(got.shape),
+                    shape=shape,
                     expected_shape=list(want.shape),
                     ok=False,
                     max_abs=None,
                     max_rel=None,
+                    trailing=None,
                 )
             )
             continue
@@ -76,16 +90,28 @@ def compared(outputs, eager, atol, rtol, atol_of_max=False):
         diff = np.abs(g - w)
         report.append(
             Comparison(
-                shape=list(got.shape),
+                shape=shape,
                 expected_shape=list(want.shape),
                 max_abs=finite_or_none(diff.max()) if diff.size else 0.0,
                 max_rel=finite_or_none((diff / (np.abs(w) + 1e-12)).max()) if diff.size else 0.0,
                 ok=bool(diff.max() <= atol * np.abs(w).max() if diff.size else True)
                 if atol_of_max
                 else bool(np.allclose(g, w, atol=atol, rtol=rtol, equal_nan=True)),
+                trailing=trailing,
             )
         )
     return report
+
+
+def window_of(got, want, keep):
+    """Whether `want` is exactly the window eager keeps (the last `keep`
+    positions, along the second axis from the end) of `got`, longer."""
+    return (
+        len(got) == len(want) >= 2
+        and got[:-2] == want[:-2]
+        and got[-1] == want[-1]
+        and got[-2] > want[-2] == min(keep, got[-2])
+    )
 
 
 def onnx_runner(path):
@@ -247,7 +273,14 @@ def verify(session, params: Verify) -> VerifyReply:
     checks = [
         Check(
             inputs={k: list(v.shape) for k, v in named_leaves(ref["inputs"])},
-            outputs=compared(run(ref["inputs"]), ref["outputs"], atol, rtol, params.atol_of_max),
+            outputs=compared(
+                run(ref["inputs"]),
+                ref["outputs"],
+                atol,
+                rtol,
+                params.atol_of_max,
+                ref.get("kept"),
+            ),
         )
     ]
     last = session.last_trace
@@ -257,11 +290,12 @@ def verify(session, params: Verify) -> VerifyReply:
             k: on_device(v, last.device, last.dtype) for k, v in sample_inputs(model, 3, 5).items()
         }
         with torch.no_grad(), config_flags(model, last.flags):
-            eager = flat_outputs(model(**inputs))
+            output = model(**inputs)
+        eager, kept = flat_outputs(output), sliding_positions(output)
         checks.append(
             Check(
                 inputs={k: list(v.shape) for k, v in inputs.items()},
-                outputs=compared(run(inputs), eager, atol, rtol, params.atol_of_max),
+                outputs=compared(run(inputs), eager, atol, rtol, params.atol_of_max, kept),
             )
         )
     return VerifyReply(checks=checks, providers=providers)
