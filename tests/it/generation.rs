@@ -663,9 +663,9 @@ fn a_model_onnx_runtime_genai_cannot_run_is_refused_in_one_line() {
 
 /// `--generation --quantize int4 --genai --verify` from a model folder: each
 /// component is quantized, and the check reports the greedy-token agreement
-/// (an int4 model may choose another token where eager's logits nearly tie)
-/// against the threshold int4 is held to, for the components and for ONNX
-/// Runtime GenAI's `Generator` over the int4 package.
+/// with eager `generate` of the model with the same int4 weights, against
+/// the threshold int4 is held to, for the components and for ONNX Runtime
+/// GenAI's `Generator` over the int4 package, and the float model's beside.
 #[test]
 #[ignore = "full tier: --quantize composed with --generation and --genai (onnx::an_int4_export_runs_in_onnx_runtime_within_its_stated_tolerance covers the quantizer and its tolerance)"]
 fn an_int4_generation_export_reports_its_greedy_token_agreement() {
@@ -680,6 +680,12 @@ fn an_int4_generation_export_reports_its_greedy_token_agreement() {
     );
     assert_eq!(stdout.matches("MatMul(s) -> MatMulNBits").count(), 2, "{stdout}");
     assert!(stdout.contains("from ONNX Runtime GenAI's `Generator`"), "{stdout}");
+    // Against the model with the components' int4 weights round-tripped; the float model's agreement beside.
+    assert!(
+        stdout.contains("(eager int4: the model with the components' int4 weights, dequantized)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("against the float model: greedy-token agreement"), "{stdout}");
     assert!(
         stdout.contains("identical to eager `generate`")
             || stdout.contains("greedy-token agreement"),

@@ -71,6 +71,11 @@ pub struct QuantizeReport {
     pub excluded: Vec<(String, String)>,
     pub weight_bytes_before: u64,
     pub weight_bytes_after: u64,
+    /// The weights quantized (MatMuls' and embeddings'), by name, with the
+    /// axis their blocks run along (K: 1 for a weight stored N x K, 0 for
+    /// one stored K x N); a weight quantized along both is not here. What
+    /// `--verify` round-trips in eager.
+    pub weights: std::collections::BTreeMap<String, u32>,
 }
 
 impl QuantizeReport {
@@ -237,6 +242,8 @@ pub fn run<'a>(
     // The weights reported left float, and those a MatMul quantized.
     let mut done: HashSet<String> = HashSet::new();
     let mut matmul_weights: HashSet<String> = HashSet::new();
+    // Each weight quantized, and the axis along which (a weight may be read both ways).
+    let mut axes: Vec<(String, u32)> = Vec::new();
     let mut gathers: Vec<(usize, Node, Vec<Initializer<'a>>)> = Vec::new();
     let mut gathered: HashSet<String> = HashSet::new();
     for (position, node) in nodes.iter().enumerate() {
@@ -253,7 +260,9 @@ pub fn run<'a>(
                     match quantized {
                         Ok((node, new)) => {
                             // An embedding two Gathers read is quantized once.
-                            let first = gathered.insert(init.header.name.clone().unwrap());
+                            let weight = init.header.name.clone().unwrap();
+                            axes.push((weight.clone(), 1));
+                            let first = gathered.insert(weight);
                             gathers.push((position, node, if first { new } else { Vec::new() }));
                         }
                         Err(why) => {
@@ -309,6 +318,7 @@ pub fn run<'a>(
                 continue;
             }
         };
+        axes.push((name.to_string(), if stored_n_by_k { 1 } else { 0 }));
         // A weight two MatMuls read is quantized once (and dequantized once).
         let mut new = if matmul_weights.insert(name.to_string()) {
             new
@@ -328,6 +338,15 @@ pub fn run<'a>(
     }
     report.quantized += rewrites.len();
     report.gathers += gathers.len();
+    let mut conflicting = Vec::new();
+    for (name, axis) in axes {
+        if *report.weights.entry(name.clone()).or_insert(axis) != axis {
+            conflicting.push(name);
+        }
+    }
+    for name in conflicting {
+        report.weights.remove(&name);
+    }
     for (position, node, new) in gathers {
         nodes[position] = node;
         initializers.extend(new);
@@ -807,6 +826,10 @@ mod tests {
             ]
         );
         assert_eq!(report.quantized, 4);
+        // What `--verify` round-trips: each weight once, with the axis of K.
+        let weights: Vec<(&str, u32)> =
+            report.weights.iter().map(|(name, axis)| (name.as_str(), *axis)).collect();
+        assert_eq!(weights, [("q.weight", 1), ("up", 0)]);
         let float = (k * n * 4) as u64;
         let int4 = (8 * 32 + 8 * 2 * 4 + 8) as u64;
         assert_eq!(report.weight_bytes_before, 5 * float);
@@ -877,6 +900,7 @@ mod tests {
                     continue;
                 }
                 assert_eq!(report.gathers, 1);
+                assert_eq!(report.weights.get("embed"), Some(&1), "{:?}", report.weights);
                 assert_eq!(gather.op_type, "GatherBlockQuantized");
                 assert_eq!(gather.domain, MICROSOFT);
                 assert_eq!(

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 
-use crate::trace::protocol::{GenerateCheck, GenerateCheckReply, GenerateStep, VerifyModel};
+use crate::trace::protocol::{
+    GenerateCheck, GenerateCheckReply, GenerateStep, Int4RoundTrip, VerifyModel,
+};
 use crate::trace::Worker;
 
 /// The share of greedy tokens an int4 model's components must choose as
@@ -35,8 +37,13 @@ pub struct Checked {
 /// `scheme`'s quantized components, each step's logits within `tolerance` of
 /// its largest eager logit and the agreement floor; else atol/rtol and
 /// identical tokens.
-pub fn held_to(tolerance: f64, scheme: Option<&str>) -> String {
+pub fn held_to(tolerance: f64, scheme: Option<&str>, round_trip: bool) -> String {
     match scheme {
+        Some(scheme) if round_trip => format!(
+            "{scheme} tolerance: each step's logits within {tolerance} x its largest eager {scheme} logit \
+             (up to a row's first different token), greedy-token agreement at least {INT4_AGREEMENT} \
+             (eager {scheme}: the model with the components' {scheme} weights, dequantized)"
+        ),
         Some(scheme) => format!(
             "{scheme} tolerance: each step's logits within {tolerance} x its largest eager logit \
              (up to a row's first different token), greedy-token agreement at least {INT4_AGREEMENT}"
@@ -49,22 +56,31 @@ pub fn held_to(tolerance: f64, scheme: Option<&str>) -> String {
 /// artifact); tokens that differ anywhere are an error naming the first
 /// step. Of `quantized` components (the scheme's name), the greedy-token agreement must reach
 /// [`INT4_AGREEMENT`], and the logits of the steps before any row differs
-/// be within `tolerance` of each step's largest eager logit.
+/// be within `tolerance` of each step's largest eager logit. `int4`: the
+/// int4 components' weights, which eager round-trips.
 pub fn check(
     worker: &mut Worker,
     components: std::collections::BTreeMap<String, VerifyModel>,
     steps: u32,
     (tolerance, scheme): (f64, Option<&str>),
+    int4: Option<Int4RoundTrip>,
     genai: Option<std::path::PathBuf>,
     deadline: Duration,
 ) -> Result<Checked> {
-    let held = held_to(tolerance, scheme);
+    let held = held_to(tolerance, scheme, int4.is_some());
     let print = |reply: &GenerateCheckReply| print(reply, &held);
     let quantized = scheme.is_some();
     let scheme = scheme.unwrap_or_default();
     let rtol = if quantized { 0.0 } else { tolerance };
-    let request =
-        GenerateCheck { components, steps, atol: tolerance, rtol, atol_of_max: quantized, genai };
+    let request = GenerateCheck {
+        components,
+        steps,
+        atol: tolerance,
+        rtol,
+        atol_of_max: quantized,
+        genai,
+        int4,
+    };
     let reply = worker.request(&request, deadline)?;
     // GenAI runs the package's own decoder: held to what its components are.
     if let Some(genai) = &reply.genai {
@@ -143,13 +159,29 @@ pub fn check(
 /// Greedy tokens the components chose as eager did, each row counted up to
 /// its first difference, and the tokens eager generated.
 pub fn agreement(check: &GenerateCheckReply) -> (usize, usize) {
+    let eager = by_row(check, |s| Some(&s.eager_tokens));
+    row_agreement(&by_row(check, |s| Some(&s.tokens)), &eager)
+}
+
+/// Of components eager round-tripped int4 weights for: greedy tokens they
+/// chose as the float model did, as [`agreement`] counts them.
+pub fn float_agreement(check: &GenerateCheckReply) -> Option<(usize, usize)> {
+    check.steps.first()?.float_tokens.as_ref()?;
+    let float = by_row(check, |s| s.float_tokens.as_ref());
+    Some(row_agreement(&by_row(check, |s| Some(&s.tokens)), &float))
+}
+
+/// The check's tokens `pick` gives, per row, in step order.
+fn by_row(
+    check: &GenerateCheckReply,
+    pick: impl Fn(&GenerateStep) -> Option<&Vec<i64>>,
+) -> Vec<Vec<i64>> {
     let rows = check.steps.first().map_or(0, |s| s.eager_tokens.len());
-    let by_row = |pick: fn(&GenerateStep) -> &Vec<i64>| -> Vec<Vec<i64>> {
-        (0..rows)
-            .map(|row| check.steps.iter().map_while(|s| pick(s).get(row).copied()).collect())
-            .collect()
-    };
-    row_agreement(&by_row(|s| &s.tokens), &by_row(|s| &s.eager_tokens))
+    (0..rows)
+        .map(|row| {
+            check.steps.iter().map_while(|s| pick(s).and_then(|t| t.get(row)).copied()).collect()
+        })
+        .collect()
 }
 
 /// Tokens of `rows` equal to eager's, each row counted up to its first
@@ -194,6 +226,13 @@ pub fn write(
         check.providers.join(", ")
     )?;
     writeln!(out, "  held to: {tolerance}")?;
+    if let Some((agreed, total)) = float_agreement(check) {
+        writeln!(
+            out,
+            "  against the float model: greedy-token agreement {:.2} ({agreed} of {total}, each row up to its first difference)",
+            agreed as f64 / total.max(1) as f64
+        )?;
+    }
     if !check.identical {
         let (agreed, total) = agreement(check);
         writeln!(
@@ -255,6 +294,7 @@ mod tests {
             eager_tokens: eager.to_vec(),
             max_abs: Some(0.1),
             ok: true,
+            float_tokens: None,
         };
         let check = GenerateCheckReply {
             identical: false,
@@ -265,7 +305,7 @@ mod tests {
         };
         assert_eq!(agreement(&check), (4, 6));
         let mut out = String::new();
-        write(&mut out, &check, &held_to(0.5, Some("8da4w"))).unwrap();
+        write(&mut out, &check, &held_to(0.5, Some("8da4w"), false)).unwrap();
         assert!(
             out.contains(
                 "greedy-token agreement 0.67 (4 of 6, each row up to its first difference)"

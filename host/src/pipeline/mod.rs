@@ -498,8 +498,15 @@ fn export_for_generation(
                 asked.steps
             ),
         );
-        let (tolerance, quantized) =
-            verify::tolerance(&target.artifact, eager_quantized(&options.source).as_ref());
+        let int4 = verify::int4_round_trip(
+            &target.artifact,
+            components.iter().filter_map(|c| c.optimized.as_ref().map(|(o, _)| &o.quantized)),
+        );
+        let (tolerance, quantized) = verify::tolerance(
+            &target.artifact,
+            eager_quantized(&options.source).as_ref(),
+            int4.as_ref(),
+        );
         let worker = run.worker(worker)?;
         let artifacts =
             components.iter().filter_map(|c| Some((c.name.clone(), c.artifact.clone()?))).collect();
@@ -508,6 +515,7 @@ fn export_for_generation(
             artifacts,
             asked.steps,
             (tolerance, quantized.as_deref()),
+            int4,
             genai_folder,
             options.verify_deadline,
         )?;
@@ -713,6 +721,10 @@ fn export(run: Run, worker: &mut Option<Worker>, job: Job) -> Result<Component> 
         emit,
         weights_prewritten: emitted.weights_prewritten,
         verify: verify_time,
+        int4_eager: match &emitted.runtime {
+            Some(verify::Runtime::Onnx { int4, .. }) => int4.clone(),
+            _ => None,
+        },
         artifact: emitted.runtime.map(|r| r.model(job.output)),
         eager_quantized: eager_quantized(&run.options.source),
     })
@@ -877,8 +889,14 @@ fn emit_artifact(
             emitted.stages = onnx.stages;
             emitted.optimized = onnx.optimized.map(|o| (o, onnx.nodes));
             emitted.weights_prewritten = onnx.weights_prewritten;
-            let quantized = emitted.optimized.as_ref().and_then(|(o, _)| o.quantized.applied());
-            Some(verify::Runtime::Onnx { quantized })
+            let report = emitted.optimized.as_ref().map(|(o, _)| &o.quantized);
+            let quantized = report.and_then(|q| q.applied());
+            // Eager round-trips the int4 weights in the model the worker traced
+            // (not restored from the trace cache: then the worker holds no model).
+            let artifact = &job.target.artifact;
+            let traced_here = job.input.traced().filter(|t| t.summary.cached.is_none());
+            let int4 = traced_here.and_then(|_| verify::int4_round_trip(artifact, report));
+            Some(verify::Runtime::Onnx { quantized, int4 })
         }
         (Artifact::Openvino(options), Program::Archive { pt2, graph }) => {
             // The ONNX model OpenVINO reads is scratch: only the IR lands.

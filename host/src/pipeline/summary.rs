@@ -174,6 +174,9 @@ pub struct Component {
     pub artifact: Option<VerifyModel>,
     /// How the eager model was quantized before the trace (`--quantize` on ExecuTorch).
     pub eager_quantized: Option<crate::trace::protocol::EagerQuantize>,
+    /// An int4 ONNX artifact's weights, which `--verify`'s eager reference
+    /// round-tripped.
+    pub int4_eager: Option<crate::trace::protocol::Int4RoundTrip>,
 }
 
 impl Component {
@@ -183,6 +186,7 @@ impl Component {
         Some(match self.artifact.as_ref()? {
             VerifyModel::Onnx { .. } => verify::Runtime::Onnx {
                 quantized: self.optimized.as_ref().and_then(|(o, _)| o.quantized.applied()),
+                int4: self.int4_eager.clone(),
             },
             VerifyModel::Pt2 { .. } => verify::Runtime::Pt2,
             VerifyModel::Pte { in_spec, .. } => verify::Runtime::Executorch {
@@ -533,6 +537,7 @@ mod tests {
             verify: Duration::ZERO,
             artifact: None,
             eager_quantized: None,
+            int4_eager: None,
         }
     }
 
@@ -644,12 +649,14 @@ mod tests {
                     eager_tokens: vec![5, 6],
                     max_abs: Some(2e-5),
                     ok: true,
+                    float_tokens: None,
                 },
                 GenerateStep {
                     tokens: vec![7, 1],
                     eager_tokens: vec![7, 2],
                     max_abs: None,
                     ok: false,
+                    float_tokens: None,
                 },
             ],
             calls: vec![
@@ -663,7 +670,7 @@ mod tests {
                 eager_tokens: vec![vec![5, 7], vec![6, 2]],
             }),
         };
-        let tolerance = super::super::generation::held_to(1e-3, None);
+        let tolerance = super::super::generation::held_to(1e-3, None, false);
         run.generation = Some(super::super::generation::Checked { reply, tolerance });
         assert_eq!(
             written(&run),

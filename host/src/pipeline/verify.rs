@@ -13,17 +13,22 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 
-use super::options::Artifact;
-use crate::trace::protocol::{Check, EagerQuantize, LinearScheme, Verify, VerifyModel};
+use super::options::{Artifact, OnnxOptions};
+use crate::onnx::quantize::{Quantize, QuantizeReport};
+use crate::trace::protocol::{
+    Check, EagerQuantize, Int4RoundTrip, LinearScheme, Verify, VerifyModel,
+};
 use crate::trace::Worker;
 
 /// Where an artifact is run.
 #[derive(Debug, Clone)]
 pub enum Runtime {
     /// `quantized`: the scheme its weights were quantized with
-    /// (`--quantize int4`), if any.
+    /// (`--quantize int4`), if any; `int4`: an int4 model's weights, which
+    /// the eager reference round-trips (where the worker holds the model).
     Onnx {
         quantized: Option<String>,
+        int4: Option<Int4RoundTrip>,
     },
     Pt2,
     /// With the lowered program's input spec; `quantized`: how the eager
@@ -51,9 +56,12 @@ impl Runtime {
     /// may reach.
     pub fn tolerance(&self) -> f64 {
         match self {
-            Runtime::Onnx { quantized: Some(scheme) } if scheme == "int8-dynamic" => INT8_DYNAMIC,
-            Runtime::Onnx { quantized: Some(scheme) } if scheme == "int8-static" => INT8_STATIC,
-            Runtime::Onnx { quantized: Some(_) } => INT4,
+            Runtime::Onnx { quantized: Some(scheme), .. } if scheme == "int8-dynamic" => {
+                INT8_DYNAMIC
+            }
+            Runtime::Onnx { quantized: Some(scheme), .. } if scheme == "int8-static" => INT8_STATIC,
+            Runtime::Onnx { quantized: Some(_), int4: Some(_) } => INT4_OF_ROUND_TRIP,
+            Runtime::Onnx { quantized: Some(_), int4: None } => INT4,
             Runtime::Executorch { quantized: Some(q), .. }
                 if q.linear == Some(LinearScheme::Int8DynamicInt4Weight) =>
             {
@@ -69,7 +77,12 @@ impl Runtime {
     pub fn tolerance_text(&self) -> String {
         let tolerance = self.tolerance();
         match self {
-            Runtime::Onnx { quantized: Some(scheme) } => {
+            Runtime::Onnx { quantized: Some(scheme), int4: Some(_) } => {
+                format!(
+                    "{scheme} tolerance: max abs error within {tolerance} x each output's max |eager {scheme}| (eager: the model with the artifact's {scheme} weights, dequantized)"
+                )
+            }
+            Runtime::Onnx { quantized: Some(scheme), int4: None } => {
                 format!(
                     "{scheme} tolerance: max abs error within {tolerance} x each output's max |eager|"
                 )
@@ -88,7 +101,8 @@ impl Runtime {
     fn quantized(&self) -> bool {
         matches!(
             self,
-            Runtime::Onnx { quantized: Some(_) } | Runtime::Executorch { quantized: Some(_), .. }
+            Runtime::Onnx { quantized: Some(_), .. }
+                | Runtime::Executorch { quantized: Some(_), .. }
         )
     }
 }
@@ -159,20 +173,34 @@ pub const INT8_DYNAMIC: f64 = 0.1;
 /// with room.
 pub const INT8_STATIC: f64 = 0.15;
 
+/// An int4 model against the eager model with the same weights round-tripped
+/// through int4 (`Int4RoundTrip`): only `MatMulNBits`' activations differ,
+/// computed in int8 at its default `accuracy_level` 4, which put the
+/// sweep's tiny random decoders' logits within 2.5e-3 to 4.6e-3 of the
+/// round-tripped model's, and identical greedy tokens; held to 5% of the
+/// largest output.
+pub const INT4_OF_ROUND_TRIP: f64 = 0.05;
+
 /// A `.pt2` is the program torch traced: only float round-off differs.
 const SAME_PROGRAM: f64 = 1e-4;
 /// Another runtime's kernels (the reference exporters' tolerance).
 const OTHER_RUNTIME: f64 = 1e-3;
 
 /// The tolerance `artifact` is held to, of a model `eager` says was
-/// quantized before its trace: that of the runtime it runs in; and the
-/// scheme its weights were quantized with, if any.
-pub fn tolerance(artifact: &Artifact, eager: Option<&EagerQuantize>) -> (f64, Option<String>) {
+/// quantized before its trace, or whose `int4` weights eager round-trips:
+/// that of the runtime it runs in; and the scheme its weights were quantized
+/// with, if any.
+pub fn tolerance(
+    artifact: &Artifact,
+    eager: Option<&EagerQuantize>,
+    int4: Option<&Int4RoundTrip>,
+) -> (f64, Option<String>) {
     match artifact {
         Artifact::Pt2 | Artifact::IrJson => (SAME_PROGRAM, None),
         Artifact::Onnx(o) => {
             let scheme = o.quantize.as_ref().map(|q| q.name().to_string());
-            (Runtime::Onnx { quantized: scheme.clone() }.tolerance(), scheme)
+            let runtime = Runtime::Onnx { quantized: scheme.clone(), int4: int4.cloned() };
+            (runtime.tolerance(), scheme)
         }
         Artifact::Openvino(_) => (OTHER_RUNTIME, None),
         Artifact::Pte(_) => {
@@ -180,6 +208,29 @@ pub fn tolerance(artifact: &Artifact, eager: Option<&EagerQuantize>) -> (f64, Op
             (runtime.tolerance(), eager.map(EagerQuantize::name))
         }
     }
+}
+
+/// The int4 weights of an `artifact` exported `--quantize int4`, as eager
+/// round-trips them: every weight any of its `reports` quantized, in the
+/// blocks its options give. None for other schemes, or where nothing was
+/// quantized.
+pub fn int4_round_trip<'a>(
+    artifact: &Artifact,
+    reports: impl IntoIterator<Item = &'a QuantizeReport>,
+) -> Option<Int4RoundTrip> {
+    let Artifact::Onnx(OnnxOptions { quantize: Some(Quantize::Int4(options)), .. }) = artifact
+    else {
+        return None;
+    };
+    let mut weights = std::collections::BTreeMap::new();
+    for report in reports {
+        weights.extend(report.weights.iter().map(|(name, axis)| (name.clone(), *axis)));
+    }
+    (!weights.is_empty()).then_some(Int4RoundTrip {
+        weights,
+        block: options.block as u32,
+        symmetric: options.symmetric,
+    })
 }
 
 /// Runs the artifact against the eager reference; any output out of tolerance
@@ -233,6 +284,10 @@ pub fn request(runtime: &Runtime, artifact: &Path, reference: &Path) -> Verify {
         atol: tolerance,
         rtol: if quantized { 0.0 } else { tolerance },
         atol_of_max: quantized,
+        int4: match runtime {
+            Runtime::Onnx { int4, .. } => int4.clone(),
+            _ => None,
+        },
     }
 }
 
@@ -341,33 +396,33 @@ mod tests {
     fn a_pt2_is_held_to_round_off_and_other_runtimes_to_the_exporters_tolerance() {
         let pte = Runtime::Executorch { in_spec: "[1, ...]".into(), quantized: None };
         assert_eq!(Runtime::Pt2.tolerance(), 1e-4);
-        assert_eq!(Runtime::Onnx { quantized: None }.tolerance(), 1e-3);
-        let int8 = Runtime::Onnx { quantized: Some("int8-dynamic".into()) };
+        assert_eq!(Runtime::Onnx { quantized: None, int4: None }.tolerance(), 1e-3);
+        let int8 = Runtime::Onnx { quantized: Some("int8-dynamic".into()), int4: None };
         assert_eq!(int8.tolerance(), INT8_DYNAMIC);
         assert_eq!(
             int8.tolerance_text(),
             format!("int8-dynamic tolerance: max abs error within {INT8_DYNAMIC} x each output's max |eager|")
         );
-        let int8_static = Runtime::Onnx { quantized: Some("int8-static".into()) };
+        let int8_static = Runtime::Onnx { quantized: Some("int8-static".into()), int4: None };
         assert_eq!(int8_static.tolerance(), INT8_STATIC);
         assert_eq!(pte.tolerance(), 1e-3);
-        assert_eq!(tolerance(&Artifact::Pt2, None), (1e-4, None));
+        assert_eq!(tolerance(&Artifact::Pt2, None, None), (1e-4, None));
         let pte_artifact = Artifact::Pte(super::super::Pte::Portable.into());
-        assert_eq!(tolerance(&pte_artifact, None), (1e-3, None));
+        assert_eq!(tolerance(&pte_artifact, None, None), (1e-3, None));
         let q = EagerQuantize {
             linear: Some(LinearScheme::Int8DynamicInt4Weight),
             embeddings: Some(crate::trace::protocol::WeightBits::Int8),
             group_size: 32,
         };
         assert_eq!(
-            tolerance(&pte_artifact, Some(&q)),
+            tolerance(&pte_artifact, Some(&q), None),
             (EXECUTORCH_8DA4W, Some("8da4w, embeddings 8w".into()))
         );
         let weight_only = EagerQuantize { linear: Some(LinearScheme::Int4Weight), ..q };
-        assert_eq!(tolerance(&pte_artifact, Some(&weight_only)).0, EXECUTORCH_WEIGHT_ONLY);
+        assert_eq!(tolerance(&pte_artifact, Some(&weight_only), None).0, EXECUTORCH_WEIGHT_ONLY);
         let request = request(&pte, Path::new("m.pte"), Path::new("m.reference.pt"));
         assert_eq!((request.atol, request.rtol, request.second_size), (1e-3, 1e-3, true));
-        let int4 = Runtime::Onnx { quantized: Some("int4".into()) };
+        let int4 = Runtime::Onnx { quantized: Some("int4".into()), int4: None };
         let quantized = super::request(&int4, Path::new("m.onnx"), Path::new("m.reference.pt"));
         assert_eq!((quantized.atol, quantized.rtol, quantized.atol_of_max), (INT4, 0.0, true));
         assert_eq!(
@@ -379,6 +434,54 @@ mod tests {
             request.model,
             VerifyModel::Pte { path, in_spec } if path == Path::new("m.pte") && in_spec == "[1, ...]"
         ));
+        // Against its weights round-tripped in eager: the request names them, held closer.
+        let weights = Int4RoundTrip {
+            weights: [("lm_head.weight".into(), 1)].into(),
+            block: 32,
+            symmetric: true,
+        };
+        let round_trip =
+            Runtime::Onnx { quantized: Some("int4".into()), int4: Some(weights.clone()) };
+        let request = super::request(&round_trip, Path::new("m.onnx"), Path::new("m.reference.pt"));
+        assert_eq!((request.atol, request.int4), (INT4_OF_ROUND_TRIP, Some(weights.clone())));
+        assert!(round_trip.tolerance_text().ends_with(
+            "max |eager int4| (eager: the model with the artifact's int4 weights, dequantized)"
+        ));
+        assert_eq!(quantized.int4, None);
+    }
+
+    /// The weights eager round-trips: every one any component quantized,
+    /// once, in the blocks `--quantize int4` asked for; none for other schemes.
+    #[test]
+    fn int4_weights_are_round_tripped_as_the_options_quantized_them() {
+        use crate::onnx::quantize::Int4Options;
+        let report = |weights: &[(&str, u32)]| QuantizeReport {
+            weights: weights.iter().map(|(w, axis)| (w.to_string(), *axis)).collect(),
+            ..QuantizeReport::default()
+        };
+        let (prefill, decode) =
+            (report(&[("b.weight", 0), ("a.weight", 1)]), report(&[("a.weight", 1)]));
+        let options = Int4Options { block: 64, symmetric: false, ..Int4Options::default() };
+        let onnx = |quantize| {
+            Artifact::Onnx(OnnxOptions {
+                opset: 18,
+                external_data: false,
+                optimize: true,
+                quantize,
+            })
+        };
+        let int4 = onnx(Some(Quantize::Int4(options)));
+        assert_eq!(
+            int4_round_trip(&int4, [&prefill, &decode]),
+            Some(Int4RoundTrip {
+                weights: [("a.weight".into(), 1), ("b.weight".into(), 0)].into(),
+                block: 64,
+                symmetric: false
+            })
+        );
+        assert_eq!(int4_round_trip(&int4, [&report(&[])]), None);
+        let int8 = onnx(Some(Quantize::Int8Dynamic { exclude: Vec::new() }));
+        assert_eq!(int4_round_trip(&int8, [&prefill]), None);
     }
 
     #[test]
@@ -421,7 +524,7 @@ mod tests {
             ],
         }];
         let mut out = String::new();
-        write(&mut out, &checks, &Runtime::Onnx { quantized: None }).unwrap();
+        write(&mut out, &checks, &Runtime::Onnx { quantized: None, int4: None }).unwrap();
         assert_eq!(
             out,
             "verify inputs {\"input_ids\":[2,8]}\n\
@@ -432,7 +535,8 @@ mod tests {
         );
         // Held to the max abs error alone, and the line says to what.
         let mut out = String::new();
-        write(&mut out, &checks[..], &Runtime::Onnx { quantized: Some("int4".into()) }).unwrap();
+        write(&mut out, &checks[..], &Runtime::Onnx { quantized: Some("int4".into()), int4: None })
+            .unwrap();
         assert!(out.contains("max rel    2.07e2  ok\n"), "{out}");
         assert!(out.ends_with("keeps those)\n  int4 tolerance: max abs error within 0.5 x each output's max |eager|\n"), "{out}");
     }

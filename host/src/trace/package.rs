@@ -69,6 +69,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("protocol.py", include_str!("../../worker/hfx_worker/protocol.py")),
     ("pytree.py", include_str!("../../worker/hfx_worker/pytree.py")),
     ("quantizers.py", include_str!("../../worker/hfx_worker/quantizers.py")),
+    ("round_trip.py", include_str!("../../worker/hfx_worker/round_trip.py")),
     ("sandbox.py", include_str!("../../worker/hfx_worker/sandbox.py")),
     ("selftest.py", include_str!("../../worker/hfx_worker/selftest.py")),
     ("server.py", include_str!("../../worker/hfx_worker/server.py")),

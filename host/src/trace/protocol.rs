@@ -27,7 +27,7 @@ use crate::plugins::Versions;
 /// The protocol version: the first 32 bits of the SHA-256 of the messages'
 /// canonical form, written by `cargo run -p protocol-gen` (the worker's
 /// `messages.PROTOCOL` is the same number).
-pub const PROTOCOL: u64 = 3935006025;
+pub const PROTOCOL: u64 = 632015903;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -213,6 +213,23 @@ pub struct EagerQuantize {
     pub group_size: u32,
 }
 
+/// An int4 ONNX model's weights as eager holds them for `--verify`: each
+/// named weight (a checkpoint name, as its initializer's) quantized in blocks
+/// of K and dequantized as the artifact's `MatMulNBits` or
+/// `GatherBlockQuantized` does, so the eager reference is the quantized
+/// model the artifact computes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Int4RoundTrip {
+    /// Each weight, and the axis of it its blocks run along (K): 1 for a
+    /// weight stored N x K (an `nn.Linear`'s, an embedding's), 0 for one
+    /// stored K x N (a `Conv1D`'s).
+    pub weights: BTreeMap<String, u32>,
+    /// Elements of each weight's input axis per block.
+    pub block: u32,
+    /// Zero point 8 for every block, else each block's own.
+    pub symmetric: bool,
+}
+
 impl EagerQuantize {
     /// As `--quantize` and `--quantize-embeddings` name it: `8da4w`,
     /// `8da4w, embeddings 8w`, `embeddings 4w`.
@@ -364,6 +381,9 @@ pub struct Verify {
     /// `atol` is a fraction of each output's largest eager magnitude, and
     /// `rtol` unused: a quantized model's error grows with its outputs.
     pub atol_of_max: bool,
+    /// An int4 model, against its weights round-tripped in the eager model
+    /// the worker traced (not the recorded float outputs).
+    pub int4: Option<Int4RoundTrip>,
 }
 
 impl Method for Verify {
@@ -428,6 +448,9 @@ pub struct GenerateCheck {
     /// An ONNX Runtime GenAI folder (`genai_config.json` and its decoder):
     /// its own `Generator` generates `steps` greedy tokens from each prompt row too.
     pub genai: Option<PathBuf>,
+    /// Int4 components, against eager `generate` with their weights
+    /// round-tripped (the float model's tokens reported beside).
+    pub int4: Option<Int4RoundTrip>,
 }
 
 impl Method for GenerateCheck {
@@ -478,6 +501,10 @@ pub struct GenerateStep {
     pub max_abs: Option<f64>,
     /// The logits within atol/rtol of eager's.
     pub ok: bool,
+    /// Where eager is the int4 round trip (`GenerateCheck::int4`): the
+    /// float model's own greedy tokens at this step.
+    #[serde(deserialize_with = "present")]
+    pub float_tokens: Option<Vec<i64>>,
 }
 
 /// `generate`: text from an export folder's components, each in its

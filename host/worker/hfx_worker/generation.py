@@ -46,6 +46,7 @@ from .messages import (
 )
 from .protocol import ProtocolError, Unsupported
 from .pytree import register_cache_pytrees, spec_paths
+from .round_trip import int4_weights
 from .sources import built, directory_class, from_directory
 from .trace import TracedComponent, built_model, save_configs
 from .verify import component_runner
@@ -489,13 +490,24 @@ def generate_check(session, params):
         raise ValueError("generate_check: no components were captured in this worker")
     model, prompt = generation.model, generation.prompt
     config = generation_config(model, params.steps, generation.max_cache_len)
-    with torch.no_grad():
-        eager = model.generate(
-            **copy.deepcopy(prompt),
-            generation_config=config,
-            return_dict_in_generate=True,
-            output_logits=True,
-        )
+
+    def eager_generate():
+        with torch.no_grad():
+            return model.generate(
+                **copy.deepcopy(prompt),
+                generation_config=config,
+                return_dict_in_generate=True,
+                output_logits=True,
+            )
+
+    # Int4 components' eager reference: the model with their weights round-tripped.
+    weights = contextlib.nullcontext
+    float_tokens = None
+    if params.int4 is not None:
+        weights = functools.partial(int4_weights, model, params.int4)
+        float_tokens = new_tokens(eager_generate())
+    with weights():
+        eager = eager_generate()
     runners, providers = {}, []
     for name, artifact in params.components.items():
         traced = generation.traced.get(name)
@@ -529,6 +541,11 @@ def generate_check(session, params):
                     if params.atol_of_max
                     else torch.allclose(g.double(), w.double(), atol=params.atol, rtol=params.rtol)
                 ),
+                float_tokens=None
+                if float_tokens is None
+                else [int(t) for t in float_tokens[:, i]]
+                if i < float_tokens.shape[1]
+                else [],
             )
         )
     return GenerateCheckReply(
@@ -545,14 +562,15 @@ def generate_check(session, params):
         providers=providers,
         genai=None
         if params.genai is None
-        else genai_tokens(generation, params.genai, params.steps),
+        else genai_tokens(generation, params.genai, params.steps, weights),
     )
 
 
-def genai_tokens(generation, folder, steps):
+def genai_tokens(generation, folder, steps, weights=contextlib.nullcontext):
     """`steps` greedy tokens from ONNX Runtime GenAI's own `Generator` over
     the package in `folder` (`genai_config.json` and its decoder), against
-    eager `generate`'s, for each prompt row without its padding: GenAI pads
+    eager `generate`'s (with the model's `weights`: an int4 package's
+    round-tripped), for each prompt row without its padding: GenAI pads
     and masks a batch itself, so each row is generated alone, from its tokens.
     Both generate at least `steps` tokens (an end-of-sequence token does not
     stop either)."""
@@ -567,7 +585,7 @@ def genai_tokens(generation, folder, steps):
     for row, ids in enumerate(prompt["input_ids"]):
         if mask is not None:
             ids = ids[mask[row].bool()]
-        with torch.no_grad():
+        with torch.no_grad(), weights():
             eager = model.generate(
                 input_ids=ids[None],
                 attention_mask=torch.ones_like(ids[None]),

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypedDict
 
 # The hash of the definition's canonical form; both ends check it at `hello`.
-PROTOCOL = 3935006025
+PROTOCOL = 632015903
 
 
 @dataclass
@@ -190,6 +190,24 @@ class EagerQuantize:
     group_size: int
 
 
+@dataclass
+class Int4RoundTrip:
+    """An int4 ONNX model's weights as eager holds them for `--verify`: each
+    named weight (a checkpoint name, as its initializer's) quantized in blocks
+    of K and dequantized as the artifact's `MatMulNBits` or
+    `GatherBlockQuantized` does, so the eager reference is the quantized
+    model the artifact computes."""
+
+    # Each weight, and the axis of it its blocks run along (K): 1 for a
+    # weight stored N x K (an `nn.Linear`'s, an embedding's), 0 for one
+    # stored K x N (a `Conv1D`'s).
+    weights: dict[str, int]
+    # Elements of each weight's input axis per block.
+    block: int
+    # Zero point 8 for every block, else each block's own.
+    symmetric: bool
+
+
 # How a linear layer is quantized.
 LinearScheme = Literal["8da4w", "4w", "8w"]
 
@@ -284,6 +302,9 @@ class Verify:
     # `atol` is a fraction of each output's largest eager magnitude, and
     # `rtol` unused: a quantized model's error grows with its outputs.
     atol_of_max: bool
+    # An int4 model, against its weights round-tripped in the eager model
+    # the worker traced (not the recorded float outputs).
+    int4: Int4RoundTrip | None
 
 
 @dataclass
@@ -341,6 +362,9 @@ class GenerateCheck:
     # An ONNX Runtime GenAI folder (`genai_config.json` and its decoder):
     # its own `Generator` generates `steps` greedy tokens from each prompt row too.
     genai: str | None
+    # Int4 components, against eager `generate` with their weights
+    # round-tripped (the float model's tokens reported beside).
+    int4: Int4RoundTrip | None
 
 
 @dataclass
@@ -384,6 +408,9 @@ class GenerateStep:
     max_abs: float | None
     # The logits within atol/rtol of eager's.
     ok: bool
+    # Where eager is the int4 round trip (`GenerateCheck::int4`): the
+    # float model's own greedy tokens at this step.
+    float_tokens: list[int] | None
 
 
 @dataclass

@@ -3,6 +3,8 @@
 ExecuTorch runtime, an OpenVINO IR on OpenVINO's CPU plugin)."""
 
 import contextlib
+import copy
+import functools
 import math
 import os
 import sys
@@ -26,6 +28,7 @@ from .pytree import (
     named_leaves,
     sliding_positions,
 )
+from .round_trip import int4_weights
 from .sources import config_flags, on_device, sample_inputs
 
 
@@ -270,26 +273,33 @@ def verify(session, params: Verify) -> VerifyReply:
         run, providers = pte_runner(
             params.model.path, params.model.in_spec, ref.get("constants", {})
         )
+    last = session.last_trace
+    # An int4 model's eager reference: the traced model, its weights round-tripped.
+    weights = contextlib.nullcontext
+    eager, kept = ref["outputs"], ref.get("kept")
+    if params.int4 is not None:
+        if last is None:
+            raise ValueError(
+                "--verify: an int4 model is checked against the model this worker traced, "
+                "and it traced none"
+            )
+        weights = functools.partial(int4_weights, last.model, params.int4)
+        constants = ref.get("constants", {})
+        with weights(), torch.no_grad(), config_flags(last.model, last.flags):
+            output = last.model(**copy.deepcopy(ref["inputs"]), **constants)
+        eager, kept = flat_outputs(output), sliding_positions(output)
     checks = [
         Check(
             inputs={k: list(v.shape) for k, v in named_leaves(ref["inputs"])},
-            outputs=compared(
-                run(ref["inputs"]),
-                ref["outputs"],
-                atol,
-                rtol,
-                params.atol_of_max,
-                ref.get("kept"),
-            ),
+            outputs=compared(run(ref["inputs"]), eager, atol, rtol, params.atol_of_max, kept),
         )
     ]
-    last = session.last_trace
     if params.second_size and last is not None and last.generated and last.dynamic:
         model = last.model
         inputs = {
             k: on_device(v, last.device, last.dtype) for k, v in sample_inputs(model, 3, 5).items()
         }
-        with torch.no_grad(), config_flags(model, last.flags):
+        with weights(), torch.no_grad(), config_flags(model, last.flags):
             output = model(**inputs)
         eager, kept = flat_outputs(output), sliding_positions(output)
         checks.append(

@@ -1,0 +1,83 @@
+"""The int4 eager reference (`hfx_worker/round_trip.py`) is the artifact's
+weights exactly: every `MatMulNBits` and `GatherBlockQuantized` of an int4
+export, dequantized as ONNX Runtime reads its blocks, equals the round trip
+of its checkpoint weight, bit for bit.
+
+    python check_int4_round_trip.py MODEL.onnx MODEL_DIR   # a causal LM's folder
+
+Prints how many weights it compared; exits non-zero with one line per
+difference.
+"""
+
+import os
+import sys
+
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker")
+)
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from hfx_worker.round_trip import round_trip  # noqa: E402
+from onnx import numpy_helper  # noqa: E402
+
+model_path, folder = sys.argv[1], sys.argv[2]
+model = onnx.load(model_path)
+initializers = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+# Every name of each weight, a tied one's too, as the traced model has them.
+loaded = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+checkpoint = {n: p.detach() for n, p in loaded.named_parameters(remove_duplicate=False)}
+
+
+def dequantized(packed, scales, zero_points, rows, length, block):
+    """[rows, length] from 4-bit values two a byte (the first in the low
+    nibble), a scale per block and a zero point per block (8 where none)."""
+    values = np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(rows, -1).astype(np.float32)
+    blocks = values.shape[1] // block
+    scales = scales.reshape(rows, blocks, 1).astype(np.float32)
+    if zero_points is None:
+        zero = np.full((rows, blocks, 1), 8.0, np.float32)
+    else:
+        nibbles = np.stack([zero_points & 0x0F, zero_points >> 4], axis=-1).reshape(rows, -1)
+        zero = nibbles[:, :blocks].reshape(rows, blocks, 1).astype(np.float32)
+    out = (values.reshape(rows, blocks, block) - zero) * scales
+    return out.reshape(rows, -1)[:, :length]
+
+
+failures, compared = [], {"MatMulNBits": 0, "GatherBlockQuantized": 0}
+for node in model.graph.node:
+    if node.op_type not in compared:
+        continue
+    attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    block = attributes["block_size"]
+    symmetric = len(node.input) < 4 or not node.input[3]
+    suffix = "_Q4" if node.op_type == "MatMulNBits" else "_gather_Q4"
+    weight_name = node.input[0 if node.op_type == "GatherBlockQuantized" else 1]
+    name = weight_name[: -len(suffix)]
+    packed = initializers[weight_name]
+    scales = initializers[node.input[2]]
+    zero_points = None if symmetric else initializers[node.input[3]]
+    weight = checkpoint[name].float()
+    if node.op_type == "MatMulNBits":
+        k, n = attributes["K"], attributes["N"]
+        got = dequantized(packed.reshape(n, -1), scales, zero_points, n, k, block)
+        # Blocks run along K: a row of an N x K weight, a column of a K x N one.
+        axis = 1 if tuple(weight.shape) == (n, k) else 0
+        got = got if axis == 1 else got.T
+    else:
+        vocabulary, hidden = weight.shape
+        got = dequantized(packed, scales, zero_points, vocabulary, hidden, block)
+        axis = 1
+    want = round_trip(weight, axis, block, symmetric).numpy()
+    compared[node.op_type] += 1
+    if not np.array_equal(got, want):
+        differ = int((got != want).sum())
+        failures.append(f"{node.op_type} {name}: {differ} of {want.size} values differ")
+
+print(f"compared {compared}")
+if not all(compared.values()):
+    failures.append(f"no MatMulNBits or no GatherBlockQuantized in {model_path}")
+for failure in failures:
+    print(failure)
+sys.exit(1 if failures else 0)
