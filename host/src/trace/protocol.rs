@@ -1670,7 +1670,7 @@ mod tests {
             }
         }
         let verify = serde_json::json!({"checks": [{"inputs": {"x": [2]}, "outputs": [
-            {"shape": [2], "expected_shape": [2], "max_abs": 0.0, "max_rel": null, "ok": true}]}], "providers": ["CPUExecutionProvider"]});
+            {"shape": [2], "expected_shape": [2], "max_abs": 0.0, "max_rel": null, "ok": true, "trailing": null}]}], "providers": ["CPUExecutionProvider"]});
         let reply: VerifyReply = super::reply("verify", verify.clone()).unwrap();
         assert_eq!(reply.checks[0].outputs[0].max_rel, None);
         let mut absent = verify;
