@@ -44,12 +44,13 @@ def export(hfx, plugins, model, out, extra, timeout):
         reason = f"timeout after {timeout} s" if code == "timeout" else one_line(stderr)
         return False, re.sub(r"^(error|Error): ", "", reason)
     # Each check's line (the components', GenAI's `Generator`'s), and the
-    # agreement line that follows one whose tokens differ.
+    # agreement lines that follow it: with the reference its tokens differ
+    # from, and an int4 model's with the float model.
     checks = []
     for line in (stdout + stderr).splitlines():
         if line.startswith(("generate ", "genai ")):
             checks.append(line.strip())
-        elif line.startswith("  greedy-token agreement") and checks:
+        elif line.startswith(("  greedy-token agreement", "  against the float model")) and checks:
             checks[-1] += ", " + line.strip()
     return True, "; ".join(checks) or "exported (no check line)"
 

@@ -166,6 +166,10 @@ fn what_the_openvino_backend_does_not_write_yet_is_refused_before_any_work() {
             &["--generation", "--cache", "static", "--max-cache-len", "24"][..],
             "--cache static --backend openvino: a static cache",
         ),
+        (
+            &["--quantize", "int8-static"][..],
+            "--quantize int8-static --backend openvino: OpenVINO's IR keeps int4 and int8-dynamic weights",
+        ),
     ] {
         let mut args = vec!["run", "--model", "llama", "-o", "out/"];
         args.extend(extra);
@@ -180,6 +184,35 @@ fn what_the_openvino_backend_does_not_write_yet_is_refused_before_any_work() {
     let result = hfx(dir.path(), &["run", "--backend", "onnx", "--model", "llama", "-o", "m.xml"]);
     let stderr = String::from_utf8_lossy(&result.stderr);
     assert!(stderr.contains("a .xml output (OpenVINO IR) needs --backend openvino"), "{stderr}");
+}
+
+/// The element types of an IR's constants and parameters, counted.
+fn element_types(xml: &Path) -> std::collections::BTreeMap<String, usize> {
+    let text = std::fs::read_to_string(xml).unwrap();
+    let mut counts = std::collections::BTreeMap::new();
+    for part in text.split("element_type=\"").skip(1) {
+        *counts.entry(part[..part.find('"').unwrap()].to_string()).or_default() += 1;
+    }
+    counts
+}
+
+/// `--quantize int4 --backend openvino`: the ONNX model's `MatMulNBits`
+/// become OpenVINO's 4-bit weights (`u4` constants, dequantized in the IR),
+/// the embedding stays float (OpenVINO's ONNX frontend has no
+/// `GatherBlockQuantized`), and `--verify` holds the IR, at both sizes, to
+/// the model with the same int4 weights round-tripped in eager.
+#[test]
+fn an_int4_export_keeps_4_bit_weights_in_the_openvino_ir_and_verifies_against_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("int4/");
+    let stdout = export(dir.path(), &out, &["--quantize", "int4"]);
+    assert_eq!(checked_sizes(&stdout), 2, "{stdout}");
+    assert!(stdout.contains("int4 tolerance: max abs error within 0.05 x each output's max |eager int4| (eager: the model with the artifact's int4 weights, dequantized)"), "{stdout}");
+    assert!(stdout.contains("left float: embedding (Gather): OpenVINO's ONNX frontend has no GatherBlockQuantized: model.embed_tokens.weight"), "{stdout}");
+    let types = element_types(&out.join("openvino_model.xml"));
+    // 15 weights (two layers' seven linear layers, and the head), each a `u4`
+    // constant, whose element type the XML names twice (its data, its port).
+    assert_eq!(types.get("u4"), Some(&30), "{types:?}");
 }
 
 /// The names an IR's inputs (`Parameter` layers) carry, in order.
@@ -281,6 +314,24 @@ fn a_stateful_qwen3_generation_export_generates_eager_tokens_in_openvino() {
 #[ignore = "full tier: another architecture (a_stateful_llama_generation_export_generates_eager_tokens_in_openvino covers the backend)"]
 fn a_stateful_phi3_generation_export_generates_eager_tokens_in_openvino() {
     generation_export("phi3", PHI3, &[]);
+}
+
+/// `--quantize int4` composed with the stateful generation export: greedy
+/// tokens through the int4 IRs in OpenVINO equal eager `generate`'s with the
+/// same int4 weights round-tripped; and `--quantize int8-dynamic`, whose
+/// `DynamicQuantizeMatMul`s OpenVINO keeps as int8 weights.
+#[test]
+#[ignore = "full tier: quantized OpenVINO generation and int8-dynamic (an_int4_export_keeps_4_bit_weights_in_the_openvino_ir_and_verifies_against_them covers the mechanism)"]
+fn quantized_openvino_exports_generate_and_verify() {
+    let (_root, dir) = generation_export("llama", LLAMA, &["--quantize", "int4"]);
+    let types = element_types(&dir.join("openvino_decode.xml"));
+    assert!(types.get("u4").is_some_and(|n| *n >= 15), "{types:?}");
+    let root = tempfile::tempdir().unwrap();
+    let out = root.path().join("int8/");
+    let stdout = export(root.path(), &out, &["--quantize", "int8-dynamic"]);
+    assert!(stdout.contains("int8-dynamic tolerance"), "{stdout}");
+    let types = element_types(&out.join("openvino_model.xml"));
+    assert!(types.get("i8").is_some_and(|n| *n >= 15), "{types:?}");
 }
 
 /// `--stateless`: decode takes and returns its cache, as the ONNX model does,

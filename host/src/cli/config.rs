@@ -389,6 +389,9 @@ pub(super) fn merge(
             target(backend, output, is_file, &source, &onnx, external_data, memory)?;
         if let Artifact::Openvino(openvino) = &mut artifact {
             openvino.stateful = stateful;
+            if let Some(Quantize::Int4(options)) = &mut openvino.onnx.quantize {
+                options.embeddings = false;
+            }
             let generation = match &source {
                 Source::Trace(t) => t.request.generation.as_ref(),
                 _ => None,
@@ -674,8 +677,18 @@ fn quantize(given: QuantizeArgs, optimize: bool, backends: &[Backend]) -> Result
         }
         return Ok(None);
     };
-    if let Some(other) = backends.iter().find(|b| **b != Backend::Onnx) {
-        bail!("--quantize {scheme}: quantization is written by the ONNX backend, not --backend {other}: give --backend onnx");
+    // OpenVINO's IR is converted from the ONNX backend's model, whose
+    // `MatMulNBits` and `DynamicQuantizeMatMul` OpenVINO's ONNX frontend
+    // converts (int8-static's calibration runs in ONNX Runtime on the ONNX
+    // model the IR replaces).
+    let openvino = scheme == "int4" || scheme == "int8-dynamic";
+    for backend in backends {
+        match backend {
+            Backend::Onnx => {}
+            Backend::Openvino if openvino => {}
+            Backend::Openvino => bail!("--quantize {scheme} --backend openvino: OpenVINO's IR keeps int4 and int8-dynamic weights; int8-static is calibrated in ONNX Runtime: give --quantize int4 or int8-dynamic, or --backend onnx"),
+            other => bail!("--quantize {scheme}: quantization is written by the ONNX backend, not --backend {other}: give --backend onnx"),
+        }
     }
     if !optimize {
         bail!("--quantize {scheme}: the quantizer is a pass of the ONNX optimizer, which --no-optimize skips: drop one of them");
@@ -721,5 +734,11 @@ fn quantize(given: QuantizeArgs, optimize: bool, backends: &[Backend]) -> Result
     if accuracy_level > 4 {
         bail!("--quantize-accuracy-level {accuracy_level}: give 0 (unset), 1 (float32), 2 (float16), 3 (bfloat16) or 4 (int8)");
     }
-    Ok(Some(Quantize::Int4(Int4Options { block, symmetric: !asymmetric, accuracy_level, exclude })))
+    Ok(Some(Quantize::Int4(Int4Options {
+        block,
+        symmetric: !asymmetric,
+        accuracy_level,
+        exclude,
+        embeddings: true,
+    })))
 }

@@ -335,7 +335,8 @@ pub struct RunArgs {
     /// (`quantize_static(quant_format=QDQ, per_channel=True, reduce_range=True)`): int8 weights
     /// per output channel and each MatMul's activation quantized to uint8 with a scale calibrated
     /// (MinMax) in ONNX Runtime on `--calibration-samples` generated inputs or `--calibration FILE`.
-    /// On ExecuTorch (`--backend executorch.xnnpack`), torchao quantizes the eager model's linear
+    /// On OpenVINO, int4 and int8-dynamic: the IR keeps the ONNX model's 4-bit (embeddings
+    /// float) or 8-bit weights. On ExecuTorch (`--backend executorch.xnnpack`), torchao quantizes the eager model's linear
     /// layers before the trace, as ExecuTorch's LLM export does: `8da4w` (int8 activations
     /// quantized per token at run time, int4 weights in groups), `4w` (int4 weights in groups),
     /// `8w` (int8 weights per output channel); XNNPACK runs them as its quantized kernels.

@@ -46,13 +46,23 @@ pub struct Int4Options {
     /// a whole weight name; one without matches the name or a module's
     /// weights under it (`lm_head` matches `lm_head.weight`).
     pub exclude: Vec<String>,
+    /// Embeddings (a `Gather` over a weight) become `GatherBlockQuantized`;
+    /// else they stay float, for OpenVINO, whose ONNX frontend converts
+    /// `MatMulNBits` but not `GatherBlockQuantized`.
+    pub embeddings: bool,
 }
 
 impl Default for Int4Options {
     fn default() -> Self {
         // ONNX Runtime GenAI's builder's defaults for CPU: int8 activations
         // make a CPU decode step half again as fast.
-        Int4Options { block: 32, symmetric: true, accuracy_level: 4, exclude: Vec::new() }
+        Int4Options {
+            block: 32,
+            symmetric: true,
+            accuracy_level: 4,
+            exclude: Vec::new(),
+            embeddings: true,
+        }
     }
 }
 
@@ -625,6 +635,11 @@ fn embedding<'a>(
     options: &Int4Options,
 ) -> Result<(Node, Vec<Initializer<'a>>), String> {
     let name = node.inputs[0].as_str();
+    if !options.embeddings {
+        return Err(
+            "embedding (Gather): OpenVINO's ONNX frontend has no GatherBlockQuantized".into()
+        );
+    }
     if !matches!(node.attribute("axis"), None | Some(Attribute::Int(0))) {
         return Err("Gather along an axis other than 0".into());
     }

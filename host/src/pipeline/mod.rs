@@ -722,7 +722,9 @@ fn export(run: Run, worker: &mut Option<Worker>, job: Job) -> Result<Component> 
         weights_prewritten: emitted.weights_prewritten,
         verify: verify_time,
         int4_eager: match &emitted.runtime {
-            Some(verify::Runtime::Onnx { int4, .. }) => int4.clone(),
+            Some(verify::Runtime::Onnx { int4, .. } | verify::Runtime::Openvino { int4, .. }) => {
+                int4.clone()
+            }
             _ => None,
         },
         artifact: emitted.runtime.map(|r| r.model(job.output)),
@@ -889,13 +891,7 @@ fn emit_artifact(
             emitted.stages = onnx.stages;
             emitted.optimized = onnx.optimized.map(|o| (o, onnx.nodes));
             emitted.weights_prewritten = onnx.weights_prewritten;
-            let report = emitted.optimized.as_ref().map(|(o, _)| &o.quantized);
-            let quantized = report.and_then(|q| q.applied());
-            // Eager round-trips the int4 weights in the model the worker traced
-            // (not restored from the trace cache: then the worker holds no model).
-            let artifact = &job.target.artifact;
-            let traced_here = job.input.traced().filter(|t| t.summary.cached.is_none());
-            let int4 = traced_here.and_then(|_| verify::int4_round_trip(artifact, report));
+            let (quantized, int4) = quantized(job, &emitted);
             Some(verify::Runtime::Onnx { quantized, int4 })
         }
         (Artifact::Openvino(options), Program::Archive { pt2, graph }) => {
@@ -921,7 +917,8 @@ fn emit_artifact(
                 work: work.path(),
             };
             emit::openvino(run.progress, conversion, &onnx_path, options.stateful, staged)?;
-            Some(verify::Runtime::Openvino)
+            let (quantized, int4) = quantized(job, &emitted);
+            Some(verify::Runtime::Openvino { quantized, int4 })
         }
         (Artifact::Pte(pte), Program::Archive { pt2, graph }) => {
             // ExecuTorch lowers the program after hfx's FX stages, as a `.pt2`:
@@ -978,6 +975,20 @@ fn emit_artifact(
         }
     };
     Ok(emitted)
+}
+
+/// The scheme an emitted ONNX model's weights were quantized with, if any,
+/// and of int4, the weights its eager reference round-trips in the model
+/// the worker traced (none where the trace was restored from the trace
+/// cache or a `.pt2` was read: then the worker holds no model).
+fn quantized(
+    job: &Job,
+    emitted: &Emitted,
+) -> (Option<String>, Option<crate::trace::protocol::Int4RoundTrip>) {
+    let report = emitted.optimized.as_ref().map(|(o, _)| &o.quantized);
+    let traced_here = job.input.traced().filter(|t| t.summary.cached.is_none());
+    let int4 = traced_here.and_then(|_| verify::int4_round_trip(&job.target.artifact, report));
+    (report.and_then(|q| q.applied()), int4)
 }
 
 /// What the ONNX emission of `job` takes from its input: the traced names

@@ -174,8 +174,8 @@ pub struct Component {
     pub artifact: Option<VerifyModel>,
     /// How the eager model was quantized before the trace (`--quantize` on ExecuTorch).
     pub eager_quantized: Option<crate::trace::protocol::EagerQuantize>,
-    /// An int4 ONNX artifact's weights, which `--verify`'s eager reference
-    /// round-tripped.
+    /// An int4 artifact's weights (ONNX, or OpenVINO's IR of an int4 ONNX
+    /// model), which `--verify`'s eager reference round-tripped.
     pub int4_eager: Option<crate::trace::protocol::Int4RoundTrip>,
 }
 
@@ -193,7 +193,10 @@ impl Component {
                 in_spec: in_spec.clone(),
                 quantized: self.eager_quantized.clone(),
             },
-            VerifyModel::Openvino { .. } => verify::Runtime::Openvino,
+            VerifyModel::Openvino { .. } => verify::Runtime::Openvino {
+                quantized: self.optimized.as_ref().and_then(|(o, _)| o.quantized.applied()),
+                int4: self.int4_eager.clone(),
+            },
         })
     }
 }

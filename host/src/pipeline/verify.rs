@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 
-use super::options::{Artifact, OnnxOptions};
+use super::options::{Artifact, OnnxOptions, OpenvinoOptions};
 use crate::onnx::quantize::{Quantize, QuantizeReport};
 use crate::trace::protocol::{
     Check, EagerQuantize, Int4RoundTrip, LinearScheme, Verify, VerifyModel,
@@ -37,8 +37,12 @@ pub enum Runtime {
         in_spec: String,
         quantized: Option<EagerQuantize>,
     },
-    /// An OpenVINO IR on OpenVINO's CPU plugin.
-    Openvino,
+    /// An OpenVINO IR on OpenVINO's CPU plugin, converted from an ONNX
+    /// model quantized as `Onnx`'s fields say.
+    Openvino {
+        quantized: Option<String>,
+        int4: Option<Int4RoundTrip>,
+    },
 }
 
 impl Runtime {
@@ -47,7 +51,7 @@ impl Runtime {
             Runtime::Onnx { .. } => "ONNX Runtime",
             Runtime::Pt2 => "torch.export",
             Runtime::Executorch { .. } => "the ExecuTorch runtime",
-            Runtime::Openvino => "OpenVINO (CPU)",
+            Runtime::Openvino { .. } => "OpenVINO (CPU)",
         }
     }
 
@@ -56,19 +60,22 @@ impl Runtime {
     /// may reach.
     pub fn tolerance(&self) -> f64 {
         match self {
-            Runtime::Onnx { quantized: Some(scheme), .. } if scheme == "int8-dynamic" => {
-                INT8_DYNAMIC
+            Runtime::Onnx { quantized, int4 } | Runtime::Openvino { quantized, int4 } => {
+                match (quantized.as_deref(), int4) {
+                    (Some("int8-dynamic"), _) => INT8_DYNAMIC,
+                    (Some("int8-static"), _) => INT8_STATIC,
+                    (Some(_), Some(_)) => INT4_OF_ROUND_TRIP,
+                    (Some(_), None) => INT4,
+                    (None, _) => OTHER_RUNTIME,
+                }
             }
-            Runtime::Onnx { quantized: Some(scheme), .. } if scheme == "int8-static" => INT8_STATIC,
-            Runtime::Onnx { quantized: Some(_), int4: Some(_) } => INT4_OF_ROUND_TRIP,
-            Runtime::Onnx { quantized: Some(_), int4: None } => INT4,
             Runtime::Executorch { quantized: Some(q), .. }
                 if q.linear == Some(LinearScheme::Int8DynamicInt4Weight) =>
             {
                 EXECUTORCH_8DA4W
             }
             Runtime::Executorch { quantized: Some(_), .. } => EXECUTORCH_WEIGHT_ONLY,
-            Runtime::Onnx { .. } | Runtime::Executorch { .. } | Runtime::Openvino => OTHER_RUNTIME,
+            Runtime::Executorch { quantized: None, .. } => OTHER_RUNTIME,
             Runtime::Pt2 => SAME_PROGRAM,
         }
     }
@@ -77,12 +84,14 @@ impl Runtime {
     pub fn tolerance_text(&self) -> String {
         let tolerance = self.tolerance();
         match self {
-            Runtime::Onnx { quantized: Some(scheme), int4: Some(_) } => {
+            Runtime::Onnx { quantized: Some(scheme), int4: Some(_) }
+            | Runtime::Openvino { quantized: Some(scheme), int4: Some(_) } => {
                 format!(
                     "{scheme} tolerance: max abs error within {tolerance} x each output's max |eager {scheme}| (eager: the model with the artifact's {scheme} weights, dequantized)"
                 )
             }
-            Runtime::Onnx { quantized: Some(scheme), int4: None } => {
+            Runtime::Onnx { quantized: Some(scheme), int4: None }
+            | Runtime::Openvino { quantized: Some(scheme), int4: None } => {
                 format!(
                     "{scheme} tolerance: max abs error within {tolerance} x each output's max |eager|"
                 )
@@ -102,8 +111,17 @@ impl Runtime {
         matches!(
             self,
             Runtime::Onnx { quantized: Some(_), .. }
+                | Runtime::Openvino { quantized: Some(_), .. }
                 | Runtime::Executorch { quantized: Some(_), .. }
         )
+    }
+
+    /// An int4 model's weights, which its eager reference round-trips.
+    fn int4(&self) -> Option<&Int4RoundTrip> {
+        match self {
+            Runtime::Onnx { int4, .. } | Runtime::Openvino { int4, .. } => int4.as_ref(),
+            Runtime::Pt2 | Runtime::Executorch { .. } => None,
+        }
     }
 }
 
@@ -202,7 +220,11 @@ pub fn tolerance(
             let runtime = Runtime::Onnx { quantized: scheme.clone(), int4: int4.cloned() };
             (runtime.tolerance(), scheme)
         }
-        Artifact::Openvino(_) => (OTHER_RUNTIME, None),
+        Artifact::Openvino(o) => {
+            let scheme = o.onnx.quantize.as_ref().map(|q| q.name().to_string());
+            let runtime = Runtime::Openvino { quantized: scheme.clone(), int4: int4.cloned() };
+            (runtime.tolerance(), scheme)
+        }
         Artifact::Pte(_) => {
             let runtime = Runtime::Executorch { in_spec: String::new(), quantized: eager.cloned() };
             (runtime.tolerance(), eager.map(EagerQuantize::name))
@@ -218,8 +240,11 @@ pub fn int4_round_trip<'a>(
     artifact: &Artifact,
     reports: impl IntoIterator<Item = &'a QuantizeReport>,
 ) -> Option<Int4RoundTrip> {
-    let Artifact::Onnx(OnnxOptions { quantize: Some(Quantize::Int4(options)), .. }) = artifact
-    else {
+    let onnx = match artifact {
+        Artifact::Onnx(onnx) | Artifact::Openvino(OpenvinoOptions { onnx, .. }) => onnx,
+        Artifact::Pt2 | Artifact::IrJson | Artifact::Pte(_) => return None,
+    };
+    let OnnxOptions { quantize: Some(Quantize::Int4(options)), .. } = onnx else {
         return None;
     };
     let mut weights = std::collections::BTreeMap::new();
@@ -284,10 +309,7 @@ pub fn request(runtime: &Runtime, artifact: &Path, reference: &Path) -> Verify {
         atol: tolerance,
         rtol: if quantized { 0.0 } else { tolerance },
         atol_of_max: quantized,
-        int4: match runtime {
-            Runtime::Onnx { int4, .. } => int4.clone(),
-            _ => None,
-        },
+        int4: runtime.int4().cloned(),
     }
 }
 
@@ -300,7 +322,7 @@ impl Runtime {
             Runtime::Executorch { in_spec, .. } => {
                 VerifyModel::Pte { path: path.into(), in_spec: in_spec.clone() }
             }
-            Runtime::Openvino => VerifyModel::Openvino { path: path.into() },
+            Runtime::Openvino { .. } => VerifyModel::Openvino { path: path.into() },
         }
     }
 }
