@@ -263,8 +263,9 @@ fn an_int4_export_runs_in_onnx_runtime_within_its_stated_tolerance() {
 /// checked, at both sizes, against the model with the artifact's int4
 /// weights round-tripped in eager, at the tolerance the summary states; the
 /// round trip is the artifact's weights bit for bit
-/// (`check_int4_round_trip.py`), for a Llama and for a GPT-2, whose head is
-/// tied to its embedding.
+/// (`check_int4_round_trip.py`), for a Llama and for a GPT-2, whose
+/// `Conv1D` weights are stored K x N (`Gemm`s quantized as their MatMul and
+/// bias) and whose head is tied to its embedding.
 #[test]
 fn an_int4_export_is_verified_against_its_own_weights_in_eager() {
     let dir = tempfile::tempdir().unwrap();

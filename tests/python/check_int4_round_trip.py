@@ -28,6 +28,13 @@ initializers = {i.name: numpy_helper.to_array(i) for i in model.graph.initialize
 # Every name of each weight, a tied one's too, as the traced model has them.
 loaded = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
 checkpoint = {n: p.detach() for n, p in loaded.named_parameters(remove_duplicate=False)}
+# A `Conv1D` stores its weight K x N (blocks along its columns), an `nn.Linear` N x K.
+stored_k_by_n = {
+    f"{module_name}.{name}"
+    for module_name, module in loaded.named_modules(remove_duplicate=False)
+    if type(module).__name__ == "Conv1D"
+    for name, _ in module.named_parameters(recurse=False)
+}
 
 
 def dequantized(packed, scales, zero_points, rows, length, block):
@@ -63,7 +70,7 @@ for node in model.graph.node:
         k, n = attributes["K"], attributes["N"]
         got = dequantized(packed.reshape(n, -1), scales, zero_points, n, k, block)
         # Blocks run along K: a row of an N x K weight, a column of a K x N one.
-        axis = 1 if tuple(weight.shape) == (n, k) else 0
+        axis = 0 if name in stored_k_by_n else 1
         got = got if axis == 1 else got.T
     else:
         vocabulary, hidden = weight.shape

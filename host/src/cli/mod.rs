@@ -323,8 +323,8 @@ pub struct RunArgs {
     /// Skip the ONNX graph optimization (identity removal, common subexpressions, dead code).
     #[arg(long)]
     pub no_optimize: bool,
-    /// Quantize the ONNX model's weights as they stream: `int4` makes each MatMul whose B is a 2-D
-    /// float weight a `com.microsoft::MatMulNBits` (4-bit blocks along K, round to nearest, as ONNX
+    /// Quantize the ONNX model's weights as they stream: `int4` makes each MatMul (and `Gemm`, as
+    /// its MatMul and bias) whose B is a 2-D float weight a `com.microsoft::MatMulNBits` (4-bit blocks along K, round to nearest, as ONNX
     /// Runtime's `MatMulNBitsQuantizer`) and each embedding a `com.microsoft::GatherBlockQuantized`
     /// (the same blocks along the hidden axis); lm_head and embeddings are quantized unless
     /// excluded (`--quantize-exclude lm_head`, `--quantize-exclude model.embed_tokens`).

@@ -284,14 +284,25 @@ pub fn run<'a>(
                 }
             }
         }
-        if node.op_type != "MatMul" || !node.domain.is_empty() || node.inputs.len() != 2 {
-            continue;
-        }
+        // A `Gemm` over a weight (a `Conv1D`'s `addmm`) is its MatMul, then its bias added.
+        let gemm = Gemm::of(node);
+        let original = node;
+        let (node, trans_b) = match &gemm {
+            Some(gemm) => (&gemm.matmul, gemm.trans_b),
+            None if node.op_type == "MatMul"
+                && node.domain.is_empty()
+                && node.inputs.len() == 2 =>
+            {
+                (node, false)
+            }
+            None => continue,
+        };
         let b = node.inputs[1].as_str();
-        // The weight, and whether the MatMul reads it transposed (stored N x K).
-        let (name, stored_n_by_k) = match transposed.get(b) {
-            Some(&w) if !keep.contains(b) => (w, true),
-            _ if index.contains_key(b) => (b, false),
+        // The weight, whether the MatMul reads it transposed (stored N x K),
+        // and whether through a `Transpose` node.
+        let (name, stored_n_by_k, through_transpose) = match transposed.get(b) {
+            Some(&w) if !keep.contains(b) && !trans_b => (w, true, true),
+            _ if index.contains_key(b) => (b, trans_b, false),
             _ => continue,
         };
         let init = &initializers[index[name]];
@@ -337,13 +348,20 @@ pub fn run<'a>(
             Vec::new()
         };
         // An activation several MatMuls read (q, k and v's) is quantized once.
-        let activation = &node.inputs[0];
+        let activation = &original.inputs[0];
         if matches!(quantize, Quantize::Int8Static { .. }) && activations.insert(activation) {
             let (pair, parameters) = activation_qdq(activation, node.function.clone());
             before.extend(pair);
             new.extend(parameters);
         }
-        let transpose = stored_n_by_k.then(|| b.to_string());
+        let transpose = through_transpose.then(|| b.to_string());
+        let quantized = match gemm.and_then(|g| g.bias_add) {
+            Some(add) => {
+                before.push(quantized);
+                add
+            }
+            None => quantized,
+        };
         rewrites.push((position, quantized, new, transpose, before));
     }
     report.quantized += rewrites.len();
@@ -703,6 +721,69 @@ fn embedding<'a>(
     Ok((quantized, new))
 }
 
+/// A `Gemm` (`Y = A B + C`, what `torch.addmm` becomes) as the MatMul it
+/// computes (B transposed by `transB`) and the `Add` of its bias after it,
+/// where it is one: `alpha` and `beta` 1, A not transposed, C absent or
+/// added as it is.
+struct Gemm {
+    /// A x B into the Gemm's output, or into the `Add`'s input.
+    matmul: Node,
+    trans_b: bool,
+    bias_add: Option<Node>,
+}
+
+impl Gemm {
+    fn of(node: &Node) -> Option<Gemm> {
+        if node.op_type != "Gemm"
+            || !node.domain.is_empty()
+            || !(2..=3).contains(&node.inputs.len())
+        {
+            return None;
+        }
+        let int = |name| match node.attribute(name) {
+            None => Some(0),
+            Some(Attribute::Int(v)) => Some(*v),
+            Some(_) => None,
+        };
+        let one = |name| match node.attribute(name) {
+            None => true,
+            Some(Attribute::Float(v)) => *v == 1.0,
+            Some(_) => false,
+        };
+        if int("transA")? != 0 || !one("alpha") || !one("beta") {
+            return None;
+        }
+        let trans_b = match int("transB")? {
+            0 => false,
+            1 => true,
+            _ => return None,
+        };
+        let output = node.outputs[0].clone();
+        let bias = node.inputs.get(2).filter(|c| !c.is_empty());
+        let product = match bias {
+            Some(_) => format!("{output}_matmul"),
+            None => output.clone(),
+        };
+        let matmul = Node {
+            op_type: "MatMul".into(),
+            domain: String::new(),
+            inputs: node.inputs[..2].to_vec(),
+            outputs: vec![product.clone()],
+            attributes: Vec::new(),
+            function: node.function.clone(),
+        };
+        let bias_add = bias.map(|bias| Node {
+            op_type: "Add".into(),
+            domain: String::new(),
+            inputs: vec![product, bias.clone()],
+            outputs: vec![output],
+            attributes: Vec::new(),
+            function: node.function.clone(),
+        });
+        Some(Gemm { matmul, trans_b, bias_add })
+    }
+}
+
 /// Bytes of the initializers some node reads: the weights the model will hold.
 fn read_weight_bytes(nodes: &[Node], initializers: &[Initializer]) -> u64 {
     let read: HashSet<&str> =
@@ -737,6 +818,44 @@ mod tests {
         assert!(!matches("*.mlp.*", "model.layers.0.self_attn.q_proj.weight"));
         assert!(matches("model.layers.1*.weight", "model.layers.11.mlp.down_proj.weight"));
         assert!(!matches("model.*.q_proj", "model.layers.0.q_proj.weight") && matches("*", "x"));
+    }
+
+    /// A `Gemm` over a weight (a `Conv1D`'s `addmm`, K x N; or N x K with
+    /// `transB`) is quantized as its MatMul, its bias added after it, under
+    /// the Gemm's output; one that scales its product stays as it is.
+    #[test]
+    fn a_gemm_over_a_weight_is_quantized_as_its_matmul_and_its_bias_added() {
+        let (k, n) = (32usize, 8usize);
+        let floats: Vec<u8> =
+            (0..k * n).flat_map(|i| ((i as f32 * 0.37).sin()).to_le_bytes()).collect();
+        let scaled = ("alpha", Attribute::Float(0.5));
+        let mut nodes = vec![
+            node("Gemm", &["x", "c_fc.weight", "c_fc.bias"], "h", vec![]),
+            node("Gemm", &["h", "proj.weight"], "y", vec![("transB", Attribute::Int(1))]),
+            node("Gemm", &["y", "scaled.weight"], "z", vec![scaled]),
+        ];
+        let mut initializers = vec![
+            mapped("c_fc.weight", &[k as i64, n as i64], &floats),
+            mapped("c_fc.bias", &[n as i64], &floats[..n * 4]),
+            mapped("proj.weight", &[n as i64, k as i64], &floats),
+            mapped("scaled.weight", &[k as i64, n as i64], &floats),
+        ];
+        let mut report = QuantizeReport::default();
+        let keep = ["z"].into();
+        let int4 = Quantize::Int4(Int4Options::default());
+        run(&mut nodes, &mut initializers, &keep, &int4, &mut report);
+        assert_eq!(ops(&nodes), ["MatMulNBits", "Add", "MatMulNBits", "Gemm"]);
+        assert_eq!(nodes[0].outputs, ["h_matmul"]);
+        assert_eq!(
+            (nodes[1].inputs.as_slice(), nodes[1].outputs[0].as_str()),
+            (&["h_matmul".to_string(), "c_fc.bias".to_string()][..], "h")
+        );
+        assert_eq!((nodes[2].inputs[0].as_str(), nodes[2].outputs[0].as_str()), ("h", "y"));
+        // Blocks along K: a column of the K x N weight, a row of the transposed one.
+        let weights: Vec<(&str, u32)> =
+            report.weights.iter().map(|(name, axis)| (name.as_str(), *axis)).collect();
+        assert_eq!(weights, [("c_fc.weight", 0), ("proj.weight", 1)]);
+        assert_eq!(report.quantized, 2);
     }
 
     /// A Linear's weight read through a transpose (twice), a K x N weight
