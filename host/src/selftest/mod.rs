@@ -581,4 +581,22 @@ mod tests {
         assert_eq!(computes_in(&piece("bfloat16", "float16")), DType::Bfloat16);
         assert_eq!(computes_in(&piece("int64", "int64")), DType::Float32, "no float: float32's");
     }
+
+    /// The shipped cases of fuse-group-query-attention: its float16 ones are
+    /// told from their float32 ones by what they hold, with no field saying so.
+    #[test]
+    fn the_shipped_float16_cases_compute_in_float16() {
+        let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../plugins/onnx-ort-cpu/fuse-group-query-attention/selftest");
+        for (case, dtype) in [
+            ("decode.json", DType::Float32),
+            ("prefill.json", DType::Float32),
+            ("decode-float16.json", DType::Float16),
+            ("prefill-float16.json", DType::Float16),
+        ] {
+            let text = std::fs::read_to_string(folder.join(case)).unwrap();
+            let (_, _, _, found) = super::piece(&text).unwrap();
+            assert_eq!(found, dtype, "{case}");
+        }
+    }
 }
