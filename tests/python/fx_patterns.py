@@ -215,6 +215,8 @@ class GroupQueryAttention(torch.nn.Module):
         freqs = positions * (1.0 / 10000 ** (torch.arange(0, 8, 2).float() / 8))
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos().unsqueeze(1), emb.sin().unsqueeze(1)
+        if x.dtype != cos.dtype:  # a 16-bit model (`--dtype float16`) rotates in its own dtype
+            cos, sin = cos.to(x.dtype), sin.to(x.dtype)
         return x * cos + torch.cat((-x[..., 4:], x[..., :4]), dim=-1) * sin
 
     def attend(self, hidden, past_key, past_value, attention_mask):

@@ -54,9 +54,13 @@ pub fn capture(
     let program_path = scratch.path().join("model.pt2");
     let model = match &run.source {
         Source::Trace(trace) => format!(
-            "{}{}",
+            "{}{}{}",
             trace.request.source,
-            if trace.request.dynamic { "" } else { " --static" }
+            if trace.request.dynamic { "" } else { " --static" },
+            match trace.request.dtype.as_str() {
+                "float32" => String::new(),
+                dtype => format!(" --dtype {dtype}"),
+            }
         ),
         Source::Pt2(_) | Source::IrJson(_) => {
             bail!("capture needs a model to trace (--model, --model-dir or --model-fn), not a file")

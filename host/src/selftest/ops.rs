@@ -27,10 +27,6 @@ use crate::stages::{self, OnPluginError};
 use crate::trace::protocol::{CheckSample, OpInfos, OpSamples, SampleExport};
 use crate::trace::Worker;
 
-/// `--verify`'s tolerance, and exact for integer and bool outputs (any difference is >= 1).
-const TOLERANCE: f64 = 1e-3;
-/// float16 holds ~3 significant digits: one rounding step at |x| >= 1 already exceeds 1e-3.
-const FLOAT16_TOLERANCE: f64 = 1e-2;
 /// Building torch's `op_db` and running one sample of each OpInfo.
 const SELECT_DEADLINE: Duration = Duration::from_secs(300);
 /// One OpInfo's samples, exported.
@@ -291,7 +287,10 @@ fn translate(
 }
 
 fn check(worker: &mut Worker, index: u32, onnx: &Path, dtype: &str) -> Verdict {
-    let tolerance = if dtype == "float16" { FLOAT16_TOLERANCE } else { TOLERANCE };
+    // As a translation's self-test case is held, by the sample's dtype; integer
+    // and bool outputs are exact at it (any difference is >= 1).
+    let computes_in = hfx_dtype::DType::from_name(dtype).unwrap_or(hfx_dtype::DType::Float32);
+    let tolerance = super::tolerance(super::Compared::OnnxRuntime, computes_in);
     let request = CheckSample { index, onnx: onnx.to_path_buf(), atol: tolerance, rtol: tolerance };
     match worker.request(&request, CHECK_DEADLINE) {
         Ok(reply) => match super::numeric_failures(&reply.outputs) {
@@ -367,11 +366,13 @@ impl OpReport {
             out,
             "Written by `hfx plugins test-ops` (dtypes {}, up to {} sample(s) per OpInfo and dtype, opset {}). \
              Each sample is exported as `hfx run` traces a model, translated by the plugin set, and run in ONNX Runtime \
-             against eager PyTorch: atol/rtol {TOLERANCE:e} (float16 {FLOAT16_TOLERANCE:e}; integer and bool outputs exact). \
+             against eager PyTorch: atol/rtol {:e} (float16 {:e}; integer and bool outputs exact). \
              A sample counts for every translated op its program holds.\n",
             options.dtypes.join(", "),
             options.per_dtype,
-            options.opset
+            options.opset,
+            super::tolerance(super::Compared::OnnxRuntime, hfx_dtype::DType::Float32),
+            super::tolerance(super::Compared::OnnxRuntime, hfx_dtype::DType::Float16),
         );
         let (sampled, unsampled): (Vec<_>, Vec<_>) = self
             .ops
