@@ -82,6 +82,48 @@ for node in model.graph.node:
         differ = int((got != want).sum())
         failures.append(f"{node.op_type} {name}: {differ} of {want.size} values differ")
 
+# `int4_weights` swaps each weight in only while a module holding it runs:
+# the model's outputs are those of the whole model round-tripped, and its
+# float weights are back afterwards, also after a forward that raised.
+import types  # noqa: E402
+
+from hfx_worker.round_trip import int4_weights  # noqa: E402
+
+axes = {}
+for node in model.graph.node:
+    if node.op_type == "MatMulNBits":
+        name = node.input[1][: -len("_Q4")]
+        axes[name] = 0 if name in stored_k_by_n else 1
+    elif node.op_type == "GatherBlockQuantized":
+        axes[node.input[0][: -len("_gather_Q4")]] = 1
+spec = types.SimpleNamespace(weights=axes, block=block, symmetric=symmetric)
+ids = torch.arange(16).reshape(2, 8) % loaded.config.vocab_size
+floats = {n: p.detach().clone() for n, p in loaded.named_parameters()}
+parameters = dict(loaded.named_parameters(remove_duplicate=False))
+with torch.no_grad():
+    with int4_weights(loaded, spec):
+        swapped = loaded(input_ids=ids).logits
+    originals = {}
+    for name, axis in axes.items():
+        parameter = parameters[name]
+        if id(parameter) not in originals:
+            originals[id(parameter)] = (parameter, parameter.data)
+            parameter.data = round_trip(parameter.data, axis, block, symmetric)
+    whole = loaded(input_ids=ids).logits
+    for parameter, data in originals.values():
+        parameter.data = data
+    if not torch.equal(swapped, whole):
+        failures.append("int4_weights' outputs are not the whole round-tripped model's")
+    try:
+        with int4_weights(loaded, spec):
+            # An id past the vocabulary: the embedding raises after its weight was swapped in.
+            loaded(input_ids=ids + loaded.config.vocab_size)
+        failures.append("an id past the vocabulary did not raise")
+    except (IndexError, RuntimeError):
+        pass
+if any(not torch.equal(floats[n], p) for n, p in loaded.named_parameters()):
+    failures.append("int4_weights left a weight round-tripped")
+
 print(f"compared {compared}")
 if not all(compared.values()):
     failures.append(f"no MatMulNBits or no GatherBlockQuantized in {model_path}")

@@ -13,8 +13,11 @@ import contextlib
 @contextlib.contextmanager
 def int4_weights(model, spec):
     """`model` with the weights `spec` (a `messages.Int4RoundTrip`) names
-    round-tripped until the block exits; each parameter once, however many
-    names (a tied embedding and head) it has."""
+    round-tripped until the block exits. A weight is round-tripped only while
+    a module holding it runs (its forward's hooks swap it in and out), so at
+    most one module's weights are held twice, not the model's: a model
+    verified near the machine's memory stays within it. A tied embedding and
+    head are one parameter, swapped by either module."""
     import torch
 
     parameters = dict(model.named_parameters(remove_duplicate=False))
@@ -23,19 +26,44 @@ def int4_weights(model, spec):
         raise ValueError(
             f"--verify: the int4 weight `{missing[0]}` is not a parameter of the traced model"
         )
-    chosen = {}
-    for name, axis in spec.weights.items():
-        chosen.setdefault(id(parameters[name]), (parameters[name], axis))
-    saved = []
-    try:
+    axes = {id(parameters[name]): axis for name, axis in spec.weights.items()}
+    held = {}  # each module holding a named weight: its (parameter, axis) pairs
+    for module in model.modules():
+        for parameter in module.parameters(recurse=False):
+            if id(parameter) in axes:
+                held.setdefault(module, []).append((parameter, axes[id(parameter)]))
+    # The float data of each parameter swapped out, and how many runs hold it.
+    swapped = {}
+
+    def swap_in(module, _args):
         with torch.no_grad():
-            for parameter, axis in chosen.values():
-                saved.append((parameter, parameter.data))
-                parameter.data = round_trip(parameter.data, axis, spec.block, spec.symmetric)
+            for parameter, axis in held[module]:
+                data, runs = swapped.get(id(parameter), (parameter.data, 0))
+                if runs == 0:
+                    parameter.data = round_trip(data, axis, spec.block, spec.symmetric)
+                swapped[id(parameter)] = (data, runs + 1)
+
+    def swap_out(module, _args, _output):
+        for parameter, _axis in held[module]:
+            data, runs = swapped.pop(id(parameter))
+            if runs == 1:
+                parameter.data = data
+            else:
+                swapped[id(parameter)] = (data, runs - 1)
+
+    handles = []
+    try:
+        for module in held:
+            handles.append(module.register_forward_pre_hook(swap_in))
+            handles.append(module.register_forward_hook(swap_out))
         yield
     finally:
-        for parameter, data in saved:
-            parameter.data = data
+        for handle in handles:
+            handle.remove()
+        # A forward that raised left its modules' weights swapped in.
+        by_id = {id(p): p for pairs in held.values() for p, _ in pairs}
+        for key, (data, _runs) in swapped.items():
+            by_id[key].data = data
 
 
 def round_trip(weight, axis, block, symmetric):
