@@ -262,32 +262,41 @@ fn an_int4_export_runs_in_onnx_runtime_within_its_stated_tolerance() {
 /// `--quantize int4 --verify` of a model the run traces (from its folder):
 /// checked, at both sizes, against the model with the artifact's int4
 /// weights round-tripped in eager, at the tolerance the summary states; the
-/// round trip is the artifact's weights bit for bit
-/// (`check_int4_round_trip.py`), for a Llama and for a GPT-2, whose
-/// `Conv1D` weights are stored K x N (`Gemm`s quantized as their MatMul and
-/// bias) and whose head is tied to its embedding.
+/// round trip is the artifact's weights bit for bit, and swapped in only
+/// while a module runs (`check_int4_round_trip.py`). A GPT-2: its `Conv1D`
+/// weights are stored K x N (`Gemm`s quantized as their MatMul and bias),
+/// its head tied to its embedding.
 #[test]
 fn an_int4_export_is_verified_against_its_own_weights_in_eager() {
+    int4_export_is_verified_against_its_own_weights("gpt2");
+}
+
+/// The same of a Llama (`nn.Linear` weights, N x K).
+#[test]
+#[ignore = "full tier: another architecture (an_int4_export_is_verified_against_its_own_weights_in_eager covers the round trip)"]
+fn an_int4_llama_export_is_verified_against_its_own_weights_in_eager() {
+    int4_export_is_verified_against_its_own_weights("llama");
+}
+
+fn int4_export_is_verified_against_its_own_weights(kind: &str) {
     let dir = tempfile::tempdir().unwrap();
-    for kind in ["llama", "gpt2"] {
-        let folder = dir.path().join(kind);
-        run_python("model_folders.py", &[kind, folder.to_str().unwrap()]);
-        let out = dir.path().join(format!("{kind}.onnx"));
-        let mut args: Vec<String> =
-            ["run", "--backend", "onnx", "--model-dir", folder.to_str().unwrap()]
-                .map(String::from)
-                .to_vec();
-        args.extend(["--quantize", "int4", "--verify", "-o"].map(String::from));
-        args.push(out.display().to_string());
-        args.extend(plugin_folders());
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let stdout = succeeded(&hfx(dir.path(), &args));
-        let held = "int4 tolerance: max abs error within 0.05 x each output's max |eager int4| \
-                    (eager: the model with the artifact's int4 weights, dequantized)";
-        assert!(stdout.contains(held), "{kind}: {stdout}");
-        assert_eq!(stdout.matches("verify inputs").count(), 2, "{kind}: {stdout}");
-        run_python("check_int4_round_trip.py", &[out.to_str().unwrap(), folder.to_str().unwrap()]);
-    }
+    let folder = dir.path().join(kind);
+    run_python("model_folders.py", &[kind, folder.to_str().unwrap()]);
+    let out = dir.path().join(format!("{kind}.onnx"));
+    let mut args: Vec<String> =
+        ["run", "--backend", "onnx", "--model-dir", folder.to_str().unwrap()]
+            .map(String::from)
+            .to_vec();
+    args.extend(["--quantize", "int4", "--verify", "-o"].map(String::from));
+    args.push(out.display().to_string());
+    args.extend(plugin_folders());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let stdout = succeeded(&hfx(dir.path(), &args));
+    let held = "int4 tolerance: max abs error within 0.05 x each output's max |eager int4| \
+                (eager: the model with the artifact's int4 weights, dequantized)";
+    assert!(stdout.contains(held), "{kind}: {stdout}");
+    assert_eq!(stdout.matches("verify inputs").count(), 2, "{kind}: {stdout}");
+    run_python("check_int4_round_trip.py", &[out.to_str().unwrap(), folder.to_str().unwrap()]);
 }
 
 /// `--quantize int8-dynamic --verify` on the shared tiny Llama: each MatMul

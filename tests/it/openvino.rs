@@ -170,6 +170,10 @@ fn what_the_openvino_backend_does_not_write_yet_is_refused_before_any_work() {
             &["--quantize", "int8-static"][..],
             "--quantize int8-static --backend openvino: OpenVINO's IR keeps int4 and int8-dynamic weights",
         ),
+        (
+            &["--compress-to-fp16", "--backend", "onnx"][..],
+            "--compress-to-fp16 stores an OpenVINO IR's weights as float16",
+        ),
     ] {
         let mut args = vec!["run", "--model", "llama", "-o", "out/"];
         args.extend(extra);
@@ -314,6 +318,30 @@ fn a_stateful_qwen3_generation_export_generates_eager_tokens_in_openvino() {
 #[ignore = "full tier: another architecture (a_stateful_llama_generation_export_generates_eager_tokens_in_openvino covers the backend)"]
 fn a_stateful_phi3_generation_export_generates_eager_tokens_in_openvino() {
     generation_export("phi3", PHI3, &[]);
+}
+
+/// `--compress-to-fp16`: the IR's float32 weights stored as float16 and
+/// decompressed to float32 in the graph, as the reference's
+/// `compress_to_fp16=True` writes them; the folder's export config says so,
+/// `--verify` holds it to the tolerance it states, and the reference's
+/// `from_pretrained` runs it.
+#[test]
+#[ignore = "full tier: --compress-to-fp16 (a_static_export_folder_is_verified_and_runs_in_the_reference_runtime covers the backend)"]
+fn a_compressed_ir_holds_float16_weights_and_runs_in_the_reference_runtime() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("compressed/");
+    let stdout = export(dir.path(), &out, &["--compress-to-fp16", "--static"]);
+    assert!(stdout.contains("compress_to_fp16 tolerance: max abs error within 0.01 x each output's max |eager| (float16 weights, computed in float32)"), "{stdout}");
+    let xml = out.join("openvino_model.xml");
+    let types = element_types(&xml);
+    assert!(types.get("f16").is_some_and(|n| *n >= 2 * 16), "{types:?}");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("export.json")).unwrap()).unwrap();
+    let config = &manifest["components"]["model"]["metadata"]["export_config"];
+    assert_eq!(config["compress_to_fp16"], true, "{manifest}");
+    let reference = out.join("openvino_model.reference.pt").display().to_string();
+    let runner = r#"{"device": "cpu", "config": {"INFERENCE_PRECISION_HINT": "f32"}}"#;
+    run_python("check_folder.py", &[&out.display().to_string(), &reference, "1e-3", runner]);
 }
 
 /// `--quantize int4` composed with the stateful generation export: greedy

@@ -93,6 +93,9 @@ pub struct RunConfig {
     /// An OpenVINO IR without state (`--stateless`).
     #[serde(default)]
     pub stateless: bool,
+    /// An OpenVINO IR's float32 weights stored as float16 (`--compress-to-fp16`).
+    #[serde(default)]
+    pub compress_to_fp16: bool,
     /// A report of the run (`.html` or `.json`).
     pub report: Option<PathBuf>,
     /// Where traced programs are kept by what made them.
@@ -363,6 +366,10 @@ pub(super) fn merge(
     if !stateful && !backends.contains(&Backend::Openvino) {
         bail!("--stateless shapes an OpenVINO IR's cache: drop it, or use --backend openvino");
     }
+    let compress_to_fp16 = args.compress_to_fp16 || config.compress_to_fp16;
+    if compress_to_fp16 && !backends.contains(&Backend::Openvino) {
+        bail!("--compress-to-fp16 stores an OpenVINO IR's weights as float16: drop it, or use --backend openvino (--dtype float16 gives other backends float16 weights)");
+    }
     let memory = memory_planning(
         MemoryPlanning {
             graph_inputs: !args.no_alloc_graph_input && config.alloc_graph_input.unwrap_or(true),
@@ -389,6 +396,7 @@ pub(super) fn merge(
             target(backend, output, is_file, &source, &onnx, external_data, memory)?;
         if let Artifact::Openvino(openvino) = &mut artifact {
             openvino.stateful = stateful;
+            openvino.compress_to_fp16 = compress_to_fp16;
             if let Some(Quantize::Int4(options)) = &mut openvino.onnx.quantize {
                 options.embeddings = false;
             }
@@ -522,7 +530,11 @@ fn openvino(
         }
     }
     let Artifact::Onnx(options) = onnx(true) else { unreachable!("`onnx` makes an ONNX artifact") };
-    Ok(Artifact::Openvino(OpenvinoOptions { onnx: options, stateful: true }))
+    Ok(Artifact::Openvino(OpenvinoOptions {
+        onnx: options,
+        stateful: true,
+        compress_to_fp16: false,
+    }))
 }
 
 /// The `.pte` of an ExecuTorch backend: portable (hfx's native emitter), or

@@ -390,6 +390,12 @@ pub struct RunArgs {
     /// cache is OpenVINO state variables, reordered by a `beam_idx` input.
     #[arg(long)]
     pub stateless: bool,
+    /// An OpenVINO IR whose float32 weights are stored as float16 (half the `.bin`) and computed
+    /// in float32, as the reference's `OpenVINOConfig(compress_to_fp16=True)` writes it (its
+    /// default, and hfx's, keeps them float32). `--verify` holds it to 0.01 of each output's
+    /// largest eager value.
+    #[arg(long)]
+    pub compress_to_fp16: bool,
     /// Also write a report of the run: a self-contained page (`.html`) or its facts as JSON
     /// (`.json`): stage timeline, plugins and the nodes they changed, op histograms, parity.
     /// Repeatable: `--report run.html --report run.json` writes both.

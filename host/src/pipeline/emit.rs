@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use super::options::OnnxOptions;
+use super::options::{OnnxOptions, OpenvinoOptions};
 use super::summary::Lowered;
 use super::Progress;
 use crate::graph::pt2::prewrite::PrewrittenEntries;
@@ -240,13 +240,13 @@ pub fn pte_delegated(
 /// An OpenVINO IR: the ONNX model at `onnx` (which hfx's ONNX stages wrote)
 /// read by OpenVINO's ONNX frontend in the worker and saved into the
 /// scratch folder; the weights, then the graph, then move to `output`
-/// (`.xml`) and the `.bin` beside it. `stateful`: its cache round-trips
-/// folded into OpenVINO state.
+/// (`.xml`) and the `.bin` beside it, as `options` say (its cache
+/// round-trips folded into OpenVINO state, its weights compressed).
 pub fn openvino(
     progress: Progress,
     conversion: Lowering,
     onnx: &Path,
-    stateful: bool,
+    options: &OpenvinoOptions,
     output: &Path,
 ) -> Result<crate::trace::protocol::ConvertOpenvinoReply> {
     progress.step("convert", "OpenVINO's ONNX frontend, to IR");
@@ -255,7 +255,8 @@ pub fn openvino(
         model: onnx.to_path_buf(),
         output: xml.clone(),
         precision: "f32".into(),
-        stateful,
+        stateful: options.stateful,
+        compress_to_fp16: options.compress_to_fp16,
     };
     let reply = conversion
         .worker

@@ -109,9 +109,10 @@ impl ExportFolder {
                 config["alloc_graph_output"] = json!(pte.memory.graph_outputs);
                 config["alloc_mutable_buffers"] = json!(pte.memory.mutable_buffers);
             }
-            // The reference's `OpenVINOConfig` fields: float32 weights; whether a cache becomes state.
+            // The reference's `OpenVINOConfig` fields: whether float32 weights are stored
+            // as float16; whether a cache becomes state.
             Artifact::Openvino(openvino) => {
-                config["compress_to_fp16"] = json!(false);
+                config["compress_to_fp16"] = json!(openvino.compress_to_fp16);
                 config["stateful"] = json!(openvino.stateful);
             }
             Artifact::Pt2 | Artifact::IrJson => {}

@@ -721,14 +721,8 @@ fn export(run: Run, worker: &mut Option<Worker>, job: Job) -> Result<Component> 
         emit,
         weights_prewritten: emitted.weights_prewritten,
         verify: verify_time,
-        int4_eager: match &emitted.runtime {
-            Some(verify::Runtime::Onnx { int4, .. } | verify::Runtime::Openvino { int4, .. }) => {
-                int4.clone()
-            }
-            _ => None,
-        },
-        artifact: emitted.runtime.map(|r| r.model(job.output)),
-        eager_quantized: eager_quantized(&run.options.source),
+        artifact: emitted.runtime.as_ref().map(|r| r.model(job.output)),
+        runtime: emitted.runtime,
     })
 }
 
@@ -916,9 +910,10 @@ fn emit_artifact(
                 deadline: run.options.verify_deadline,
                 work: work.path(),
             };
-            emit::openvino(run.progress, conversion, &onnx_path, options.stateful, staged)?;
+            emit::openvino(run.progress, conversion, &onnx_path, options, staged)?;
             let (quantized, int4) = quantized(job, &emitted);
-            Some(verify::Runtime::Openvino { quantized, int4 })
+            let compressed = options.compress_to_fp16;
+            Some(verify::Runtime::Openvino { quantized, int4, compressed })
         }
         (Artifact::Pte(pte), Program::Archive { pt2, graph }) => {
             // ExecuTorch lowers the program after hfx's FX stages, as a `.pt2`:

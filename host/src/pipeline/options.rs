@@ -120,6 +120,9 @@ pub enum Artifact {
 pub struct OpenvinoOptions {
     pub onnx: OnnxOptions,
     pub stateful: bool,
+    /// float32 weights stored as float16 and computed in float32
+    /// (`--compress-to-fp16`, the reference's `OpenVINOConfig.compress_to_fp16`).
+    pub compress_to_fp16: bool,
 }
 
 /// A `.pte`: how it is made, and what its arena holds.
@@ -402,6 +405,7 @@ mod tests {
                     quantize: None
                 },
                 stateful: true,
+                compress_to_fp16: false,
             })
             .folder_file("model"),
             "openvino_model.xml"

@@ -172,33 +172,9 @@ pub struct Component {
     pub verify: Duration,
     /// The artifact as the worker runs it (not for IR JSON).
     pub artifact: Option<VerifyModel>,
-    /// How the eager model was quantized before the trace (`--quantize` on ExecuTorch).
-    pub eager_quantized: Option<crate::trace::protocol::EagerQuantize>,
-    /// An int4 artifact's weights (ONNX, or OpenVINO's IR of an int4 ONNX
-    /// model), which `--verify`'s eager reference round-tripped.
-    pub int4_eager: Option<crate::trace::protocol::Int4RoundTrip>,
-}
-
-impl Component {
-    /// The runtime the artifact was verified in, with what its tolerance
-    /// depends on (not for IR JSON).
-    pub fn runtime(&self) -> Option<verify::Runtime> {
-        Some(match self.artifact.as_ref()? {
-            VerifyModel::Onnx { .. } => verify::Runtime::Onnx {
-                quantized: self.optimized.as_ref().and_then(|(o, _)| o.quantized.applied()),
-                int4: self.int4_eager.clone(),
-            },
-            VerifyModel::Pt2 { .. } => verify::Runtime::Pt2,
-            VerifyModel::Pte { in_spec, .. } => verify::Runtime::Executorch {
-                in_spec: in_spec.clone(),
-                quantized: self.eager_quantized.clone(),
-            },
-            VerifyModel::Openvino { .. } => verify::Runtime::Openvino {
-                quantized: self.optimized.as_ref().and_then(|(o, _)| o.quantized.applied()),
-                int4: self.int4_eager.clone(),
-            },
-        })
-    }
+    /// The runtime the artifact runs in, with what its tolerance depends on
+    /// (not for IR JSON).
+    pub runtime: Option<verify::Runtime>,
 }
 
 impl RunSummary {
@@ -363,7 +339,7 @@ impl Component {
         if let Some(layers) = self.verified_layers {
             writeln!(out, "verified on the model's first {layers} layers (--verify-layers: its config truncated, the same checkpoint), not the whole model:")?;
         }
-        if let Some(runtime) = self.runtime() {
+        if let Some(runtime) = self.runtime.clone() {
             verify::write(out, &self.verified, &runtime)?;
         }
         if !self.verified.is_empty() && self.trace.as_ref().is_some_and(|t| t.cached.is_some()) {
@@ -539,8 +515,7 @@ mod tests {
             weights_prewritten: 0,
             verify: Duration::ZERO,
             artifact: None,
-            eager_quantized: None,
-            int4_eager: None,
+            runtime: None,
         }
     }
 

@@ -38,10 +38,12 @@ pub enum Runtime {
         quantized: Option<EagerQuantize>,
     },
     /// An OpenVINO IR on OpenVINO's CPU plugin, converted from an ONNX
-    /// model quantized as `Onnx`'s fields say.
+    /// model quantized as `Onnx`'s fields say; `compressed`: its float32
+    /// weights stored as float16 (`--compress-to-fp16`).
     Openvino {
         quantized: Option<String>,
         int4: Option<Int4RoundTrip>,
+        compressed: bool,
     },
 }
 
@@ -60,12 +62,13 @@ impl Runtime {
     /// may reach.
     pub fn tolerance(&self) -> f64 {
         match self {
-            Runtime::Onnx { quantized, int4 } | Runtime::Openvino { quantized, int4 } => {
+            Runtime::Onnx { quantized, int4 } | Runtime::Openvino { quantized, int4, .. } => {
                 match (quantized.as_deref(), int4) {
                     (Some("int8-dynamic"), _) => INT8_DYNAMIC,
                     (Some("int8-static"), _) => INT8_STATIC,
                     (Some(_), Some(_)) => INT4_OF_ROUND_TRIP,
                     (Some(_), None) => INT4,
+                    (None, _) if self.compressed() => COMPRESSED_TO_FP16,
                     (None, _) => OTHER_RUNTIME,
                 }
             }
@@ -85,17 +88,20 @@ impl Runtime {
         let tolerance = self.tolerance();
         match self {
             Runtime::Onnx { quantized: Some(scheme), int4: Some(_) }
-            | Runtime::Openvino { quantized: Some(scheme), int4: Some(_) } => {
+            | Runtime::Openvino { quantized: Some(scheme), int4: Some(_), .. } => {
                 format!(
                     "{scheme} tolerance: max abs error within {tolerance} x each output's max |eager {scheme}| (eager: the model with the artifact's {scheme} weights, dequantized)"
                 )
             }
             Runtime::Onnx { quantized: Some(scheme), int4: None }
-            | Runtime::Openvino { quantized: Some(scheme), int4: None } => {
+            | Runtime::Openvino { quantized: Some(scheme), int4: None, .. } => {
                 format!(
                     "{scheme} tolerance: max abs error within {tolerance} x each output's max |eager|"
                 )
             }
+            Runtime::Openvino { quantized: None, compressed: true, .. } => format!(
+                "compress_to_fp16 tolerance: max abs error within {tolerance} x each output's max |eager| (float16 weights, computed in float32)"
+            ),
             Runtime::Executorch { quantized: Some(q), .. } => {
                 let scheme = q.name();
                 format!(
@@ -106,14 +112,21 @@ impl Runtime {
         }
     }
 
-    /// Whether the artifact's weights are quantized.
+    /// Whether the artifact's weights are quantized (or compressed): its
+    /// error is held to a fraction of each output's largest eager value.
     fn quantized(&self) -> bool {
         matches!(
             self,
             Runtime::Onnx { quantized: Some(_), .. }
                 | Runtime::Openvino { quantized: Some(_), .. }
+                | Runtime::Openvino { compressed: true, .. }
                 | Runtime::Executorch { quantized: Some(_), .. }
         )
+    }
+
+    /// An OpenVINO IR whose float32 weights are stored as float16.
+    fn compressed(&self) -> bool {
+        matches!(self, Runtime::Openvino { compressed: true, .. })
     }
 
     /// An int4 model's weights, which its eager reference round-trips.
@@ -199,6 +212,13 @@ pub const INT8_STATIC: f64 = 0.15;
 /// largest output.
 pub const INT4_OF_ROUND_TRIP: f64 = 0.05;
 
+/// An OpenVINO IR whose float32 weights are stored as float16
+/// (`--compress-to-fp16`), against float32 eager: each weight rounded to
+/// float16 (a relative 4.9e-4 at most) put a tiny random Llama's logits
+/// 3.0e-4 off (0.04% of their largest); larger models add up more roundings.
+/// Held to 1%.
+pub const COMPRESSED_TO_FP16: f64 = 0.01;
+
 /// A `.pt2` is the program torch traced: only float round-off differs.
 const SAME_PROGRAM: f64 = 1e-4;
 /// Another runtime's kernels (the reference exporters' tolerance).
@@ -222,8 +242,11 @@ pub fn tolerance(
         }
         Artifact::Openvino(o) => {
             let scheme = o.onnx.quantize.as_ref().map(|q| q.name().to_string());
-            let runtime = Runtime::Openvino { quantized: scheme.clone(), int4: int4.cloned() };
-            (runtime.tolerance(), scheme)
+            let compressed = o.compress_to_fp16;
+            let runtime =
+                Runtime::Openvino { quantized: scheme.clone(), int4: int4.cloned(), compressed };
+            let named = scheme.or_else(|| compressed.then(|| "compress_to_fp16".to_string()));
+            (runtime.tolerance(), named)
         }
         Artifact::Pte(_) => {
             let runtime = Runtime::Executorch { in_spec: String::new(), quantized: eager.cloned() };
@@ -470,6 +493,13 @@ mod tests {
             "max |eager int4| (eager: the model with the artifact's int4 weights, dequantized)"
         ));
         assert_eq!(quantized.int4, None);
+        // An IR of float16-stored weights: a fraction of each output's largest value.
+        let compressed = Runtime::Openvino { quantized: None, int4: None, compressed: true };
+        let request = super::request(&compressed, Path::new("m.xml"), Path::new("m.reference.pt"));
+        assert_eq!((request.atol, request.atol_of_max), (COMPRESSED_TO_FP16, true));
+        assert!(compressed.tolerance_text().starts_with("compress_to_fp16 tolerance"));
+        let float = Runtime::Openvino { quantized: None, int4: None, compressed: false };
+        assert_eq!((float.tolerance(), float.quantized()), (1e-3, false));
     }
 
     /// The weights eager round-trips: every one any component quantized,

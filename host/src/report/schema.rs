@@ -727,7 +727,7 @@ fn parity(c: &Component, onnx_outputs: Option<&[String]>) -> Option<Parity> {
     if c.verified.is_empty() {
         return None;
     }
-    let runtime = c.runtime()?;
+    let runtime = c.runtime.clone()?;
     let checks = c
         .verified
         .iter()

@@ -27,7 +27,7 @@ use crate::plugins::Versions;
 /// The protocol version: the first 32 bits of the SHA-256 of the messages'
 /// canonical form, written by `cargo run -p protocol-gen` (the worker's
 /// `messages.PROTOCOL` is the same number).
-pub const PROTOCOL: u64 = 632015903;
+pub const PROTOCOL: u64 = 2888796812;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -650,12 +650,16 @@ pub struct Lower {
 /// path (`input.P`, `output.P`) folded into an OpenVINO state variable, with
 /// a `beam_idx` input reordering their batch (the reference's
 /// `OpenVINOConfig.stateful`); a model with no such pair stays as it is.
+/// `compress_to_fp16`: float32 weights stored as float16, decompressed to
+/// float32 in the graph (OpenVINO's `compress_model_transformation`, as the
+/// reference's `OpenVINOConfig.compress_to_fp16` applies it).
 #[derive(Debug, Clone, Serialize)]
 pub struct ConvertOpenvino {
     pub model: PathBuf,
     pub output: PathBuf,
     pub precision: String,
     pub stateful: bool,
+    pub compress_to_fp16: bool,
 }
 
 impl Method for ConvertOpenvino {

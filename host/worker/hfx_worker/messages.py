@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypedDict
 
 # The hash of the definition's canonical form; both ends check it at `hello`.
-PROTOCOL = 632015903
+PROTOCOL = 2888796812
 
 
 @dataclass
@@ -553,13 +553,17 @@ class ConvertOpenvino:
     `stateful`: every cache tensor the model takes and returns under one leaf
     path (`input.P`, `output.P`) folded into an OpenVINO state variable, with
     a `beam_idx` input reordering their batch (the reference's
-    `OpenVINOConfig.stateful`); a model with no such pair stays as it is."""
+    `OpenVINOConfig.stateful`); a model with no such pair stays as it is.
+    `compress_to_fp16`: float32 weights stored as float16, decompressed to
+    float32 in the graph (OpenVINO's `compress_model_transformation`, as the
+    reference's `OpenVINOConfig.compress_to_fp16` applies it)."""
 
     NAME: ClassVar[str] = "`convert_openvino` request"
     model: str
     output: str
     precision: str
     stateful: bool
+    compress_to_fp16: bool
 
 
 @dataclass

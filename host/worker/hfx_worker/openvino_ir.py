@@ -40,6 +40,7 @@ def convert_openvino(session, params: ConvertOpenvino) -> ConvertOpenvinoReply:
     from openvino._offline_transformations import (
         apply_fused_names_cleanup,
         apply_moc_transformations,
+        compress_model_transformation,
         compress_quantize_weights_transformation,
     )
 
@@ -54,6 +55,8 @@ def convert_openvino(session, params: ConvertOpenvino) -> ConvertOpenvinoReply:
     apply_fused_names_cleanup(model)
     keep_port_names(model, port_names)
     states = make_stateful(model) if params.stateful else 0
+    if params.compress_to_fp16:
+        compress_model_transformation(model)
     for option in RUNTIME_OPTIONS:
         model.set_rt_info(params.precision, ["runtime_options", option])
     converted = time.perf_counter()
