@@ -532,8 +532,8 @@ def generate_check(session, params):
         diff = (w.double() - g.double()).abs()
         steps.append(
             GenerateStep(
-                tokens=[int(t) for t in got[:, i]] if i < got.shape[1] else [],
-                eager_tokens=[int(t) for t in want[:, i]] if i < want.shape[1] else [],
+                tokens=tokens_at(got, i),
+                eager_tokens=tokens_at(want, i),
                 max_abs=float(diff.max()) if diff.numel() and torch.isfinite(diff).all() else None,
                 ok=w.shape == g.shape
                 and (
@@ -541,11 +541,7 @@ def generate_check(session, params):
                     if params.atol_of_max
                     else torch.allclose(g.double(), w.double(), atol=params.atol, rtol=params.rtol)
                 ),
-                float_tokens=None
-                if float_tokens is None
-                else [int(t) for t in float_tokens[:, i]]
-                if i < float_tokens.shape[1]
-                else [],
+                float_tokens=None if float_tokens is None else tokens_at(float_tokens, i),
             )
         )
     return GenerateCheckReply(
@@ -564,6 +560,11 @@ def generate_check(session, params):
         if params.genai is None
         else genai_tokens(generation, params.genai, params.steps, weights),
     )
+
+
+def tokens_at(tokens, step):
+    """Each row's token at `step` of `tokens` (rows x steps): none past the end."""
+    return [int(t) for t in tokens[:, step]] if step < tokens.shape[1] else []
 
 
 def genai_tokens(generation, folder, steps, weights=contextlib.nullcontext):
