@@ -667,7 +667,7 @@ fn a_model_onnx_runtime_genai_cannot_run_is_refused_in_one_line() {
 /// the threshold int4 is held to, for the components and for ONNX Runtime
 /// GenAI's `Generator` over the int4 package, and the float model's beside.
 #[test]
-#[ignore = "full tier: --quantize composed with --generation and --genai (onnx::an_int4_export_runs_in_onnx_runtime_within_its_stated_tolerance covers the quantizer and its tolerance)"]
+#[ignore = "full tier: --quantize composed with --generation and --genai (onnx::an_int4_export_is_verified_against_its_own_weights_in_eager covers the quantizer and its verification)"]
 fn an_int4_generation_export_reports_its_greedy_token_agreement() {
     let root_dir = tempfile::tempdir().unwrap();
     let model = model_folder("llama", root_dir.path());

@@ -215,7 +215,10 @@ fn weights_go_to_an_external_data_file_on_request() {
 /// embedding `com.microsoft::GatherBlockQuantized`, an excluded weight stays a MatMul, ONNX
 /// Runtime runs it within the int4 tolerance the summary states, and the
 /// report says what was quantized and left float and the bytes before and after.
+/// A `.pt2` input leaves no model in the worker to round-trip the weights
+/// in: the model is held to the float model's tolerance.
 #[test]
+#[ignore = "full tier: an int4 .pt2 input and the report's quantization fields (an_int4_export_is_verified_against_its_own_weights_in_eager covers the quantizer and its verification)"]
 fn an_int4_export_runs_in_onnx_runtime_within_its_stated_tolerance() {
     let dir = tempfile::tempdir().unwrap();
     let pt2 = traced_llama();
