@@ -439,31 +439,19 @@ def sliding_positions(output):
     (the layer's window less one), else None. Found by identity."""
     import torch
 
-    kept, seen = {}, set()
+    def sliding(value):
+        window = getattr(value, "sliding_window", None)
+        return getattr(type(value), "is_sliding", False) and isinstance(window, int)
 
-    def visit(value):
-        if isinstance(value, (list, tuple)):
-            for item in value:
-                visit(item)
-        elif isinstance(value, dict):
-            for item in value.values():
-                visit(item)
-        elif (
-            hasattr(value, "__dict__")
-            and not torch.is_tensor(value)
-            and not callable(value)
-            and id(value) not in seen
-        ):
-            seen.add(id(value))
-            window = getattr(value, "sliding_window", None)
-            if getattr(type(value), "is_sliding", False) and isinstance(window, int):
-                for name in ("keys", "values"):
-                    if torch.is_tensor(vars(value).get(name)):
-                        kept[id(vars(value)[name])] = window - 1
-            for item in vars(value).values():
-                visit(item)
+    def tensor_or_sliding(value):
+        return torch.is_tensor(value) or sliding(value)
 
-    visit(output)
+    kept = {}
+    for _, layer in named_leaves(output, is_leaf=tensor_or_sliding):
+        if sliding(layer):
+            for name in ("keys", "values"):
+                if torch.is_tensor(vars(layer).get(name)):
+                    kept[id(vars(layer)[name])] = layer.sliding_window - 1
     return [kept.get(id(leaf)) for leaf in flat_outputs(output)]
 
 
