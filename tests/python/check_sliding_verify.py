@@ -88,6 +88,23 @@ longer = artifact()
 longer[full[0]] = np.concatenate([np.zeros((2, 2, 1, 8), np.float32), longer[full[0]]], axis=-2)
 check(not compared(longer, eager, 1e-3, 1e-3, kept=kept)[full[0]].ok, "a full layer is not sliced")
 
+# A reference file is read back only with a count (or none) per output.
+import tempfile  # noqa: E402
+
+from hfx_worker.pytree import load_reference, save_reference  # noqa: E402
+
+with tempfile.TemporaryDirectory() as folder:
+    path = os.path.join(folder, "m.reference.pt")
+    save_reference(path, {}, {}, {}, eager, kept)
+    check(load_reference(path)["kept"] == kept, "a reference keeps its counts")
+    for bad in (kept[:-1], ["3"] * len(kept), [-1] * len(kept), "3"):
+        save_reference(path, {}, {}, {}, eager, bad)
+        try:
+            load_reference(path)
+            failures.append(f"a reference whose `kept` is {bad!r} was read")
+        except ValueError as error:
+            check("`kept` is not a count" in str(error), f"{bad!r}: {error}")
+
 for failure in failures:
     print(failure)
 sys.exit(1 if failures else 0)

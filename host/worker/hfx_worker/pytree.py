@@ -377,6 +377,12 @@ def load_reference(path):
                 )
         inputs[name] = unflatten_context(context, list(stored["leaves"]))
     reference["inputs"] = inputs
+    kept = reference.get("kept")
+    counts = isinstance(kept, list) and len(kept) == len(reference["outputs"])
+    if kept is not None and not (
+        counts and all(k is None or (type(k) is int and k >= 0) for k in kept)
+    ):
+        raise ValueError(f"{path}: `kept` is not a count of positions (or none) per output")
     return reference
 
 
