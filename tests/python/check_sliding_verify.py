@@ -1,7 +1,8 @@
 """`--verify` of a sliding-window cache layer: eager keeps the last
 `sliding_window - 1` positions, the artifact every one (the layer traced as a
 full one, the mask applying the window), and the comparison reads the
-artifact's last positions, and only for such a layer's keys and values.
+artifact's last positions, and only for such a layer's keys and values. A
+reference file whose counts are not one count (or none) per output is refused.
 
     python check_sliding_verify.py
 
