@@ -885,7 +885,7 @@ fn emit_artifact(
             emitted.stages = onnx.stages;
             emitted.optimized = onnx.optimized.map(|o| (o, onnx.nodes));
             emitted.weights_prewritten = onnx.weights_prewritten;
-            let (quantized, int4) = quantized(job, &emitted);
+            let (quantized, int4) = quantization(job, &emitted);
             Some(verify::Runtime::Onnx { quantized, int4 })
         }
         (Artifact::Openvino(options), Program::Archive { pt2, graph }) => {
@@ -911,7 +911,7 @@ fn emit_artifact(
                 work: work.path(),
             };
             emit::openvino(run.progress, conversion, &onnx_path, options, staged)?;
-            let (quantized, int4) = quantized(job, &emitted);
+            let (quantized, int4) = quantization(job, &emitted);
             let compressed = options.compress_to_fp16;
             Some(verify::Runtime::Openvino { quantized, int4, compressed })
         }
@@ -976,7 +976,7 @@ fn emit_artifact(
 /// and of int4, the weights its eager reference round-trips in the model
 /// the worker traced (none where the trace was restored from the trace
 /// cache or a `.pt2` was read: then the worker holds no model).
-fn quantized(
+fn quantization(
     job: &Job,
     emitted: &Emitted,
 ) -> (Option<String>, Option<crate::trace::protocol::Int4RoundTrip>) {
