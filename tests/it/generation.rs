@@ -661,6 +661,15 @@ fn a_model_onnx_runtime_genai_cannot_run_is_refused_in_one_line() {
     assert_no_scratch_left(root_dir.path());
 }
 
+/// The check of quantized components is teacher forced inside
+/// transformers' `generate` (`check_teacher_forced.py`): the sequence is the
+/// forced tokens, each step's logits those of that context, and the
+/// components' choice read from them.
+#[test]
+fn teacher_forcing_gives_each_step_the_forced_context() {
+    run_python("check_teacher_forced.py", &[]);
+}
+
 /// `--generation --quantize int4 --genai --verify` from a model folder: each
 /// component is quantized, and the check reports the greedy-token agreement
 /// with eager `generate` of the model with the same int4 weights, against
@@ -715,9 +724,17 @@ fn an_int8_static_generation_export_is_calibrated_through_generate() {
     );
     let line = "int8 QDQ (uint8 activations), calibrated: MinMax over 8 generated sample(s)";
     assert_eq!(stdout.matches(line).count(), 2, "{stdout}");
+    // Teacher forced: every step's logits within the tolerance, no step left out.
+    assert!(
+        stdout.contains(
+            "generate 8 greedy token(s) x 2 row(s), each step given eager's tokens before it: "
+        ),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("MISMATCH"), "{stdout}");
     assert!(
         stdout.contains("identical to eager `generate`")
-            || stdout.contains("greedy-token agreement"),
+            || stdout.contains("of 16, each step given eager's tokens before it)"),
         "{stdout}"
     );
     for component in ["prefill", "decode"] {

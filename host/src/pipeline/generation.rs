@@ -4,7 +4,10 @@
 //! transformers' own `generate` loop with the model's forward replaced by the
 //! components), so every architecture gets the kwargs its generation builds;
 //! identical tokens at every step are required, and every step's logits
-//! within the backend's tolerance. This is the generation export's
+//! within the backend's tolerance. Quantized components are checked teacher
+//! forced (each step fed eager's token): every step's logits are compared in
+//! eager's context, and a near-tie flipped costs that one token, not the rest
+//! of its row. This is the generation export's
 //! verification: each component's own outputs are checked through the steps
 //! that read them (a component's cache output may differ from eager's by
 //! design: a sliding-window layer traced whole, its window applied by the mask).
@@ -13,17 +16,19 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 
+#[cfg(test)]
+use crate::trace::protocol::FloatStep;
 use crate::trace::protocol::{
     GenerateCheck, GenerateCheckReply, GenerateStep, Int4RoundTrip, VerifyModel,
 };
 use crate::trace::Worker;
 
-/// The share of greedy tokens an int4 model's components must choose as
-/// eager does, each row counted up to its first difference (after it the
-/// contexts differ): rounding every weight to 16 levels moves the logits
-/// by up to a half of their range (`verify::INT4`), enough to flip a near-tie;
-/// a tiny random Llama, whose logits are all near-ties, keeps 15 of 16.
-/// int8-dynamic, 16 times finer, is held to the same floor.
+/// The share of greedy tokens a quantized model's components must choose as
+/// eager does, each step given eager's tokens before it (teacher forced):
+/// rounding every weight to 16 levels moves the logits by up to a half of
+/// their range (`verify::INT4`), enough to flip a near-tie; a tiny random
+/// Llama, whose logits are all near-ties, keeps 15 of 16. int8, 16 times
+/// finer, is held to the same floor.
 pub const INT4_AGREEMENT: f64 = 0.5;
 
 /// A generation check's result, and what it was held to ([`held_to`]).
@@ -40,13 +45,13 @@ pub struct Checked {
 pub fn held_to(tolerance: f64, scheme: Option<&str>, round_trip: bool) -> String {
     match scheme {
         Some(scheme) if round_trip => format!(
-            "{scheme} tolerance: each step's logits within {tolerance} x its largest eager {scheme} logit \
-             (up to a row's first different token), greedy-token agreement at least {INT4_AGREEMENT} \
+            "{scheme} tolerance: each step's logits within {tolerance} x its largest eager {scheme} logit, \
+             greedy-token agreement at least {INT4_AGREEMENT}, each step given eager's tokens before it \
              (eager {scheme}: the model with the components' {scheme} weights, dequantized)"
         ),
         Some(scheme) => format!(
-            "{scheme} tolerance: each step's logits within {tolerance} x its largest eager logit \
-             (up to a row's first different token), greedy-token agreement at least {INT4_AGREEMENT}"
+            "{scheme} tolerance: each step's logits within {tolerance} x its largest eager logit, \
+             greedy-token agreement at least {INT4_AGREEMENT}, each step given eager's tokens before it"
         ),
         None => format!("atol/rtol {tolerance:e} on each step's logits, identical greedy tokens"),
     }
@@ -54,10 +59,10 @@ pub fn held_to(tolerance: f64, scheme: Option<&str>, round_trip: bool) -> String
 
 /// Runs the check over the exported `components` (each one's name and
 /// artifact); tokens that differ anywhere are an error naming the first
-/// step. Of `quantized` components (the scheme's name), the greedy-token agreement must reach
-/// [`INT4_AGREEMENT`], and the logits of the steps before any row differs
-/// be within `tolerance` of each step's largest eager logit. `int4`: the
-/// int4 components' weights, which eager round-trips.
+/// step. `quantized` components (the scheme's name) are checked teacher
+/// forced: the greedy-token agreement must reach [`INT4_AGREEMENT`], and
+/// every step's logits be within `tolerance` of its largest eager logit.
+/// `int4`: the int4 components' weights, which eager round-trips.
 pub fn check(
     worker: &mut Worker,
     components: std::collections::BTreeMap<String, VerifyModel>,
@@ -80,6 +85,7 @@ pub fn check(
         atol_of_max: quantized,
         genai,
         int4,
+        teacher_forced: quantized,
     };
     let reply = worker.request(&request, deadline)?;
     // GenAI runs the package's own decoder: held to what its components are.
@@ -110,9 +116,7 @@ pub fn check(
     }
     if quantized {
         let (agreed, total) = agreement(&reply);
-        let first_difference = reply.steps.iter().position(|s| s.tokens != s.eager_tokens);
-        let compared = &reply.steps[..first_difference.unwrap_or(reply.steps.len())];
-        if let Some((i, step)) = compared.iter().enumerate().find(|(_, s)| !s.ok) {
+        if let Some((i, step)) = compared_steps(&reply).iter().enumerate().find(|(_, s)| !s.ok) {
             print(&reply);
             bail!(
                 "--verify: the {scheme} components' logits of token {} differ by {} (beyond {tolerance} x the largest eager logit); nothing was written",
@@ -156,19 +160,40 @@ pub fn check(
     Ok(Checked { reply, tolerance: held })
 }
 
-/// Greedy tokens the components chose as eager did, each row counted up to
-/// its first difference, and the tokens eager generated.
+/// Greedy tokens the components chose as eager did, and the tokens eager
+/// generated: teacher forced, at every step; else each row up to its first
+/// difference (after it the contexts differ).
 pub fn agreement(check: &GenerateCheckReply) -> (usize, usize) {
     let eager = by_row(check, |s| Some(&s.eager_tokens));
-    row_agreement(&by_row(check, |s| Some(&s.tokens)), &eager)
+    let chosen = by_row(check, |s| Some(&s.tokens));
+    if check.teacher_forced {
+        step_agreement(&chosen, &eager)
+    } else {
+        row_agreement(&chosen, &eager)
+    }
 }
 
 /// Of components eager round-tripped int4 weights for: greedy tokens they
-/// chose as the float model did, as [`agreement`] counts them.
+/// chose as the float model did, given its tokens before each step.
 pub fn float_agreement(check: &GenerateCheckReply) -> Option<(usize, usize)> {
-    check.steps.first()?.float_tokens.as_ref()?;
-    let float = by_row(check, |s| s.float_tokens.as_ref());
-    Some(row_agreement(&by_row(check, |s| Some(&s.tokens)), &float))
+    check.steps.first()?.against_float.as_ref()?;
+    let float = by_row(check, |s| s.against_float.as_ref().map(|f| &f.float_tokens));
+    let chosen = by_row(check, |s| s.against_float.as_ref().map(|f| &f.tokens));
+    Some(if check.teacher_forced {
+        step_agreement(&chosen, &float)
+    } else {
+        row_agreement(&chosen, &float)
+    })
+}
+
+/// The steps whose logits were computed in eager's context: teacher forced,
+/// all; else those before any row's first difference.
+fn compared_steps(check: &GenerateCheckReply) -> &[GenerateStep] {
+    if check.teacher_forced {
+        return &check.steps;
+    }
+    let first_difference = check.steps.iter().position(|s| s.tokens != s.eager_tokens);
+    &check.steps[..first_difference.unwrap_or(check.steps.len())]
 }
 
 /// The check's tokens `pick` gives, per row, in step order.
@@ -191,6 +216,17 @@ fn row_agreement(rows: &[Vec<i64>], eager: &[Vec<i64>]) -> (usize, usize) {
         .iter()
         .zip(rows)
         .map(|(eager, row)| row.iter().zip(eager).take_while(|(a, b)| a == b).count())
+        .sum();
+    (agreed, eager.iter().map(Vec::len).sum())
+}
+
+/// Tokens of `rows` equal to eager's at the same step, every step in eager's
+/// context, and the tokens eager generated.
+fn step_agreement(rows: &[Vec<i64>], eager: &[Vec<i64>]) -> (usize, usize) {
+    let agreed = eager
+        .iter()
+        .zip(rows)
+        .map(|(eager, row)| row.iter().zip(eager).filter(|(a, b)| a == b).count())
         .sum();
     (agreed, eager.iter().map(Vec::len).sum())
 }
@@ -218,9 +254,10 @@ pub fn write(
         })
         .collect();
     writeln!(out,
-        "generate {} greedy token(s) x {} row(s): {} eager `generate` (component calls: {}; logits max abs error {worst:.2e}; {})",
+        "generate {} greedy token(s) x {} row(s){}: {} eager `generate` (component calls: {}; logits max abs error {worst:.2e}; {})",
         check.steps.len(),
         check.steps.first().map_or(0, |s| s.eager_tokens.len()),
+        if check.teacher_forced { ", each step given eager's tokens before it" } else { "" },
         if check.identical { "identical to" } else { "DIFFERENT from" },
         calls.join(", "),
         check.providers.join(", ")
@@ -229,16 +266,26 @@ pub fn write(
     if let Some((agreed, total)) = float_agreement(check) {
         writeln!(
             out,
-            "  against the float model: greedy-token agreement {:.2} ({agreed} of {total}, each row up to its first difference)",
-            agreed as f64 / total.max(1) as f64
+            "  against the float model: greedy-token agreement {:.2} ({agreed} of {total}, {})",
+            agreed as f64 / total.max(1) as f64,
+            if check.teacher_forced {
+                "each step given the float model's tokens before it"
+            } else {
+                "each row up to its first difference"
+            }
         )?;
     }
     if !check.identical {
         let (agreed, total) = agreement(check);
         writeln!(
             out,
-            "  greedy-token agreement {:.2} ({agreed} of {total}, each row up to its first difference)",
-            agreed as f64 / total.max(1) as f64
+            "  greedy-token agreement {:.2} ({agreed} of {total}, {})",
+            agreed as f64 / total.max(1) as f64,
+            if check.teacher_forced {
+                "each step given eager's tokens before it"
+            } else {
+                "each row up to its first difference"
+            }
         )?;
     }
     for (i, step) in check.steps.iter().enumerate() {
@@ -285,39 +332,97 @@ pub fn write(
 mod tests {
     use super::*;
 
-    /// Each row counts up to its first difference: the tokens after it
-    /// follow another context, whatever they are.
-    #[test]
-    fn greedy_agreement_counts_each_row_up_to_its_first_difference() {
-        let step = |tokens: [i64; 2], eager: [i64; 2]| GenerateStep {
+    fn step(tokens: [i64; 2], eager: [i64; 2], ok: bool) -> GenerateStep {
+        GenerateStep {
             tokens: tokens.to_vec(),
             eager_tokens: eager.to_vec(),
             max_abs: Some(0.1),
-            ok: true,
-            float_tokens: None,
-        };
-        let check = GenerateCheckReply {
+            ok,
+            against_float: None,
+        }
+    }
+
+    fn reply(teacher_forced: bool, steps: Vec<GenerateStep>) -> GenerateCheckReply {
+        GenerateCheckReply {
             identical: false,
-            steps: vec![step([1, 2], [1, 2]), step([3, 9], [3, 4]), step([5, 6], [5, 6])],
+            teacher_forced,
+            steps,
             calls: Vec::new(),
             providers: Vec::new(),
             genai: None,
-        };
+        }
+    }
+
+    /// Free running, each row counts up to its first difference: the tokens
+    /// after it follow another context, whatever they are, and so do the
+    /// logits of every later step.
+    #[test]
+    fn free_running_agreement_counts_each_row_up_to_its_first_difference() {
+        let check = reply(
+            false,
+            vec![
+                step([1, 2], [1, 2], true),
+                step([3, 9], [3, 4], true),
+                step([5, 6], [5, 6], false),
+            ],
+        );
         assert_eq!(agreement(&check), (4, 6));
+        assert_eq!(compared_steps(&check).len(), 1);
         let mut out = String::new();
-        write(&mut out, &check, &held_to(0.5, Some("8da4w"), false)).unwrap();
+        write(&mut out, &check, &held_to(0.5, None, false)).unwrap();
         assert!(
             out.contains(
                 "greedy-token agreement 0.67 (4 of 6, each row up to its first difference)"
             ),
             "{out}"
         );
+    }
+
+    /// Teacher forced, every step is in eager's context: a flipped near-tie
+    /// costs one token, and the logits of the steps after it are held to the
+    /// tolerance too.
+    #[test]
+    fn teacher_forced_agreement_counts_every_step_and_compares_every_steps_logits() {
+        let check = reply(
+            true,
+            vec![
+                step([1, 2], [1, 2], true),
+                step([3, 9], [3, 4], true),
+                step([5, 6], [5, 6], false),
+            ],
+        );
+        assert_eq!(agreement(&check), (5, 6));
+        assert_eq!(compared_steps(&check).len(), 3);
+        let mut out = String::new();
+        write(&mut out, &check, &held_to(0.5, Some("8da4w"), false)).unwrap();
         assert!(
             out.contains(
-                "  held to: 8da4w tolerance: each step's logits within 0.5 x its largest eager \
-                 logit (up to a row's first different token), greedy-token agreement at least 0.5"
+                "generate 3 greedy token(s) x 2 row(s), each step given eager's tokens before it: DIFFERENT from"
             ),
             "{out}"
         );
+        assert!(
+            out.contains(
+                "greedy-token agreement 0.83 (5 of 6, each step given eager's tokens before it)"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "  held to: 8da4w tolerance: each step's logits within 0.5 x its largest eager \
+                 logit, greedy-token agreement at least 0.5, each step given eager's tokens before it"
+            ),
+            "{out}"
+        );
+    }
+
+    /// Against the float model, the components are given its tokens: its
+    /// agreement counts every step too.
+    #[test]
+    fn the_float_models_agreement_is_taken_in_its_own_context() {
+        let mut steps = vec![step([1, 2], [1, 2], true), step([3, 4], [3, 4], true)];
+        steps[0].against_float = Some(FloatStep { tokens: vec![1, 7], float_tokens: vec![1, 2] });
+        steps[1].against_float = Some(FloatStep { tokens: vec![3, 4], float_tokens: vec![3, 4] });
+        assert_eq!(float_agreement(&reply(true, steps)), Some((3, 4)));
     }
 }

@@ -621,20 +621,21 @@ mod tests {
         let mut run = summary(vec![component("prefill", (10, 9)), component("decode", (12, 11))]);
         let reply = GenerateCheckReply {
             identical: true,
+            teacher_forced: false,
             steps: vec![
                 GenerateStep {
                     tokens: vec![5, 6],
                     eager_tokens: vec![5, 6],
                     max_abs: Some(2e-5),
                     ok: true,
-                    float_tokens: None,
+                    against_float: None,
                 },
                 GenerateStep {
                     tokens: vec![7, 1],
                     eager_tokens: vec![7, 2],
                     max_abs: None,
                     ok: false,
-                    float_tokens: None,
+                    against_float: None,
                 },
             ],
             calls: vec![

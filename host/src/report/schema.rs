@@ -325,9 +325,13 @@ pub struct OutputParity {
 pub struct GenerationReport {
     /// The tokens equal eager's at every step.
     pub identical: bool,
+    /// Each step was fed eager's token, and its tokens are the components'
+    /// choice there (a quantized model's check).
+    #[serde(default)]
+    pub teacher_forced: bool,
     /// Of the tokens eager generated, the share the components chose as
-    /// eager did, each row up to its first difference (a quantized model's
-    /// check; 1 when identical).
+    /// eager did: teacher forced, at every step; else each row up to its
+    /// first difference (1 when identical).
     #[serde(default)]
     pub greedy_agreement: Option<f64>,
     /// What the logits and tokens were held to (a quantized scheme's own tolerance).
@@ -419,6 +423,7 @@ impl Report {
             total_seconds: summary.total.as_secs_f64(),
             generation: summary.generation.as_ref().map(|checked| GenerationReport {
                 identical: checked.reply.identical,
+                teacher_forced: checked.reply.teacher_forced,
                 tolerance: Some(checked.tolerance.clone()),
                 greedy_agreement: {
                     let (agreed, total) = crate::pipeline::generation::agreement(&checked.reply);

@@ -27,7 +27,7 @@ use crate::plugins::Versions;
 /// The protocol version: the first 32 bits of the SHA-256 of the messages'
 /// canonical form, written by `cargo run -p protocol-gen` (the worker's
 /// `messages.PROTOCOL` is the same number).
-pub const PROTOCOL: u64 = 2888796812;
+pub const PROTOCOL: u64 = 1902301410;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -451,6 +451,11 @@ pub struct GenerateCheck {
     /// Int4 components, against eager `generate` with their weights
     /// round-tripped (the float model's tokens reported beside).
     pub int4: Option<Int4RoundTrip>,
+    /// Each step's input is eager's token, not the components' own choice
+    /// (a quantized model's check): every step's logits are compared in
+    /// eager's context, and each step's tokens are what the components
+    /// choose there, so one near-tie costs one token, not the rest of its row.
+    pub teacher_forced: bool,
 }
 
 impl Method for GenerateCheck {
@@ -462,6 +467,8 @@ impl Method for GenerateCheck {
 #[serde(deny_unknown_fields)]
 pub struct GenerateCheckReply {
     pub identical: bool,
+    /// As the request asked (`GenerateCheck::teacher_forced`).
+    pub teacher_forced: bool,
     pub steps: Vec<GenerateStep>,
     /// How many times `generate` called each component.
     pub calls: Vec<ComponentCalls>,
@@ -502,9 +509,18 @@ pub struct GenerateStep {
     /// The logits within atol/rtol of eager's.
     pub ok: bool,
     /// Where eager is the int4 round trip (`GenerateCheck::int4`): the
-    /// float model's own greedy tokens at this step.
+    /// components against the float model at this step.
     #[serde(deserialize_with = "present")]
-    pub float_tokens: Option<Vec<i64>>,
+    pub against_float: Option<FloatStep>,
+}
+
+/// The components given the float model's greedy tokens before a step
+/// (teacher forced), and the float model's own token at it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FloatStep {
+    pub tokens: Vec<i64>,
+    pub float_tokens: Vec<i64>,
 }
 
 /// `generate`: text from an export folder's components, each in its

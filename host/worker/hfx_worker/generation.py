@@ -34,6 +34,7 @@ from .messages import (
     CapturedComponent,
     CaptureGenerationReply,
     ComponentCalls,
+    FloatStep,
     GenaiTokens,
     GenerateCheckReply,
     GeneratedTokens,
@@ -482,7 +483,9 @@ def new_tokens(generated):
 
 def generate_check(session, params):
     """`generate_check`: greedy tokens through the components (in their
-    runtime) against `model.generate` in eager, and the logits of each step."""
+    runtime) against `model.generate` in eager, and the logits of each step.
+    Teacher forced (`params.teacher_forced`), each step's input is eager's
+    token and each step's tokens are the components' choice in that context."""
     import torch
 
     generation = session.generation
@@ -491,11 +494,13 @@ def generate_check(session, params):
     model, prompt = generation.model, generation.prompt
     config = generation_config(model, params.steps, generation.max_cache_len)
 
-    def eager_generate():
+    def generate(forced=None):
+        processors = [] if forced is None else [ForcedTokens(forced)]
         with torch.no_grad():
             return model.generate(
                 **copy.deepcopy(prompt),
                 generation_config=config,
+                logits_processor=processors,
                 return_dict_in_generate=True,
                 output_logits=True,
             )
@@ -505,9 +510,10 @@ def generate_check(session, params):
     float_tokens = None
     if params.int4 is not None:
         weights = functools.partial(int4_weights, model, params.int4)
-        float_tokens = new_tokens(eager_generate())
+        float_tokens = new_tokens(generate())
     with weights():
-        eager = eager_generate()
+        eager = generate()
+    want = new_tokens(eager)
     runners, providers = {}, []
     for name, artifact in params.components.items():
         traced = generation.traced.get(name)
@@ -518,15 +524,20 @@ def generate_check(session, params):
     missing = [name for name in generation.components if name not in runners]
     if missing:
         raise ValueError(f"generate_check: no artifact for {', '.join(missing)}")
-    components = Components(model, runners, generation.modules)
-    with torch.no_grad(), components.in_place():
-        exported = model.generate(
-            **copy.deepcopy(prompt),
-            generation_config=config,
-            return_dict_in_generate=True,
-            output_logits=True,
-        )
-    want, got = new_tokens(eager), new_tokens(exported)
+
+    def through_components(forced):
+        components = Components(model, runners, generation.modules)
+        with components.in_place():
+            exported = generate(forced)
+        chosen = chosen_tokens(exported) if forced is not None else new_tokens(exported)
+        return exported, chosen, components
+
+    forced = want if params.teacher_forced else None
+    exported, got, components = through_components(forced)
+    against_float = None
+    if float_tokens is not None:
+        # The components in the float model's context: what they choose where it chose.
+        against_float = through_components(float_tokens if params.teacher_forced else None)[1]
     steps = []
     for i, (w, g) in enumerate(zip(eager.logits, exported.logits)):
         diff = (w.double() - g.double()).abs()
@@ -541,11 +552,16 @@ def generate_check(session, params):
                     if params.atol_of_max
                     else torch.allclose(g.double(), w.double(), atol=params.atol, rtol=params.rtol)
                 ),
-                float_tokens=None if float_tokens is None else tokens_at(float_tokens, i),
+                against_float=None
+                if float_tokens is None
+                else FloatStep(
+                    tokens=tokens_at(against_float, i), float_tokens=tokens_at(float_tokens, i)
+                ),
             )
         )
     return GenerateCheckReply(
         identical=bool(want.shape == got.shape and torch.equal(want, got)),
+        teacher_forced=params.teacher_forced,
         steps=steps,
         calls=[
             ComponentCalls(
@@ -560,6 +576,31 @@ def generate_check(session, params):
         if params.genai is None
         else genai_tokens(generation, params.genai, params.steps, weights),
     )
+
+
+class ForcedTokens:
+    """Teacher forcing inside `generate` (a logits processor): step i's
+    choice is `tokens[:, i]` whatever the scores say. `output_logits` keeps the scores as the model
+    gave them, before any processor."""
+
+    def __init__(self, tokens):
+        self.tokens = tokens
+        self.step = 0
+
+    def __call__(self, input_ids, scores):
+        import torch
+
+        forced = torch.full_like(scores, -float("inf"))
+        forced[torch.arange(scores.shape[0]), self.tokens[:, self.step]] = 0
+        self.step += 1
+        return forced
+
+
+def chosen_tokens(generated):
+    """Each step's greedy choice from its logits (rows x steps), whatever token was fed on."""
+    import torch
+
+    return torch.stack([logits.argmax(-1) for logits in generated.logits], dim=1)
 
 
 def tokens_at(tokens, step):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypedDict
 
 # The hash of the definition's canonical form; both ends check it at `hello`.
-PROTOCOL = 2888796812
+PROTOCOL = 1902301410
 
 
 @dataclass
@@ -365,11 +365,18 @@ class GenerateCheck:
     # Int4 components, against eager `generate` with their weights
     # round-tripped (the float model's tokens reported beside).
     int4: Int4RoundTrip | None
+    # Each step's input is eager's token, not the components' own choice
+    # (a quantized model's check): every step's logits are compared in
+    # eager's context, and each step's tokens are what the components
+    # choose there, so one near-tie costs one token, not the rest of its row.
+    teacher_forced: bool
 
 
 @dataclass
 class GenerateCheckReply:
     identical: bool
+    # As the request asked (`GenerateCheck::teacher_forced`).
+    teacher_forced: bool
     steps: list[GenerateStep]
     # How many times `generate` called each component.
     calls: list[ComponentCalls]
@@ -409,8 +416,17 @@ class GenerateStep:
     # The logits within atol/rtol of eager's.
     ok: bool
     # Where eager is the int4 round trip (`GenerateCheck::int4`): the
-    # float model's own greedy tokens at this step.
-    float_tokens: list[int] | None
+    # components against the float model at this step.
+    against_float: FloatStep | None
+
+
+@dataclass
+class FloatStep:
+    """The components given the float model's greedy tokens before a step
+    (teacher forced), and the float model's own token at it."""
+
+    tokens: list[int]
+    float_tokens: list[int]
 
 
 @dataclass
