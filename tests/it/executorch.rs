@@ -136,6 +136,7 @@ fn a_third_party_fx_fix_changes_the_xnnpack_program() {
 /// time (`scalar_tensor`, as ExecuTorch's `SymToTensorPass`), so the program
 /// follows the size it is given.
 #[test]
+#[ignore = "full tier: sizes as tensors in the portable program (the export matrix's dynamic Llama row runs a dynamic portable program at two sizes)"]
 fn sizes_used_as_tensors_follow_the_input_in_the_portable_program() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("m.pte");
@@ -285,6 +286,7 @@ fn memory_line(stdout: &str) -> &str {
 /// the sizes traced (a batch of 6, past the default 4), where a program
 /// without them is planned for far-off bounds (an OPT: tens of GiB).
 #[test]
+#[ignore = "full tier: named --dynamic-shapes maxima (a_dynamic_portable_program_plans_its_arena_for_the_declared_maxima covers the planning)"]
 fn inputs_hfx_did_not_size_are_planned_for_the_declared_maxima_by_their_names() {
     let dir = tempfile::tempdir().unwrap();
     let model = ["--model-fn", "python:tiny_models:llama_with_its_inputs"];

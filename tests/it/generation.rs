@@ -151,6 +151,7 @@ generation!(
     GEMMA2
 );
 generation!(
+    #[ignore = "full tier: --multi-token-decode (a_llama_folder_exports_a_package_onnx_runtime_genai_generates_with generates through ONNX components with a one-token decode)"]
     a_multi_token_decode_generates_through_onnx_components,
     "onnx",
     "llama",
@@ -166,7 +167,7 @@ generation!(
     T5_GENERATES
 );
 generation!(
-    #[ignore = "full tier: an encoder-decoder's .pt2 components (a_whisper_folder_generates_through_onnx_components exports an encoder-decoder's components; mamba_generates_through_pt2_components generates through .pt2 components)"]
+    #[ignore = "full tier: an encoder-decoder's .pt2 components (a_whisper_folder_generates_through_onnx_components exports an encoder-decoder's components; a_static_cache_with_dynamic_shapes_generates_in_every_runtime generates through .pt2 components)"]
     t5_generates_through_pt2_components,
     "dynamo",
     "t5",
@@ -186,7 +187,13 @@ generation!(
     "whisper",
     WHISPER_GENERATES
 );
-generation!(mamba_generates_through_pt2_components, "dynamo", "mamba", MAMBA);
+generation!(
+    #[ignore = "full tier: a state-space model's cache through .pt2 components (a_static_cache_with_dynamic_shapes_generates_in_every_runtime generates through .pt2 components)"]
+    mamba_generates_through_pt2_components,
+    "dynamo",
+    "mamba",
+    MAMBA
+);
 generation!(
     #[ignore = "full tier: a state-space model's ONNX components (mamba_generates_through_pt2_components)"]
     mamba_generates_through_onnx_components,
@@ -217,18 +224,19 @@ fn multimodal(backend: &str, function: &str, encoder: &str) {
 }
 
 #[test]
+#[ignore = "full tier: a multimodal model's parts as components (a_whisper_folder_generates_through_onnx_components generates through a model whose part, its encoder, is a component)"]
 fn llava_generates_through_onnx_components() {
     multimodal("onnx", "llava", "image_encoder");
 }
 
 #[test]
-#[ignore = "full tier: a multimodal model's .pt2 components (llava_generates_through_onnx_components)"]
+#[ignore = "full tier: a multimodal model's .pt2 components (a_whisper_folder_generates_through_onnx_components generates through a part as a component)"]
 fn llava_generates_through_pt2_components() {
     multimodal("dynamo", "llava", "image_encoder");
 }
 
 #[test]
-#[ignore = "full tier: an audio encoder as a prefill component (llava_generates_through_onnx_components)"]
+#[ignore = "full tier: an audio encoder as a prefill component (a_whisper_folder_generates_through_onnx_components generates through an audio encoder as a component)"]
 fn qwen2_audio_generates_through_onnx_and_pt2_components() {
     multimodal("onnx", "qwen2_audio", "audio_encoder");
     multimodal("dynamo", "qwen2_audio", "audio_encoder");

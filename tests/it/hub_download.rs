@@ -291,6 +291,7 @@ fn a_sharded_checkpoint_downloads_its_index_and_every_shard() {
 /// would take it; the next run downloads it and exports a model that
 /// matches eager.
 #[test]
+#[ignore = "full tier: an interrupted download resumed (a_model_is_downloaded_with_only_the_files_an_export_reads_then_taken_from_the_cache covers the download)"]
 fn an_interrupted_download_fails_in_one_line_and_the_next_run_completes() {
     let hub = Hub::start();
     let key = "tiny-org/cut@main";

@@ -54,6 +54,7 @@ fn installed_hfx(prefix: &Path, dir: &Path, cache: &Path, args: &[&str]) -> Outp
 }
 
 #[test]
+#[ignore = "full tier: the installed layout in detail (a_translation_plugin_goes_from_an_empty_folder_to_an_export_with_the_installed_hfx runs the installed hfx from an empty folder)"]
 fn an_installed_hfx_exports_from_any_folder_with_its_default_plugins() {
     let prefix = installed();
     let share = prefix.join("share/hfx");

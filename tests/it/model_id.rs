@@ -106,6 +106,7 @@ fn a_cached_model_exports_verified_and_the_folder_names_its_id_and_commit() {
 /// `@v1` (a tag) and `@<commit>` (here from a config file's `model-id`) load
 /// the commit huggingface_hub resolves: another class than `main`'s.
 #[test]
+#[ignore = "full tier: --revision by name and by commit (the other model_id tests resolve a hub id from the cache)"]
 fn a_revision_is_found_by_its_name_and_by_its_commit() {
     let hub = hub();
     let v1 = hub.commit("tiny-org/tiny-llama@v1");

@@ -148,6 +148,7 @@ fn fresh_venv(dir: &Path) -> PathBuf {
 /// from the venv, and `import hfx` exports a live, changed Llama to ONNX and
 /// `.pt2` with `verify=True`, with no plugin folder and no binary named.
 #[test]
+#[ignore = "full tier: the wheel built and installed into a fresh venv (the other python_api tests run the same module from the checkout)"]
 fn the_wheel_installs_into_a_fresh_venv_and_exports_a_live_model() {
     let dir = tempfile::tempdir().unwrap();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());

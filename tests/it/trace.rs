@@ -367,6 +367,7 @@ fn the_trace_shortcut_gives_torch_exports_own_program_for_a_static_bert() {
 /// torchao-quantized model gets the quantizer module transformers' own
 /// import gives (`tests/python/check_quantizers.py`).
 #[test]
+#[ignore = "full tier: what the worker leaves unimported (transformers_import_structures_are_kept_in_a_private_memo_as_transformers_computes_them covers the worker's imports)"]
 fn quantization_libraries_a_model_does_not_use_are_not_imported() {
     run_python("check_quantizers.py", &[]);
 }
