@@ -8,7 +8,9 @@ float32 they are converted), `bert-mlm` (a checkpoint without a pooler: a
 structure: `llama-tokenizer` (`llama` with a tokenizer beside it, a folder
 to generate from), `llama-bpe` (a `llama` of the vocabulary of a byte-level
 BPE tokenizer trained here on a few sentences: text a person reads), `bert` (a base model: hidden states and a pooled output), `gpt2`
-(logits and a cache), `vit` (image classification logits); and the
+(logits and a cache), `vit` (image classification logits), `dinov2` (a
+vision backbone whose position embeddings are resampled to the image's
+patch grid: its hidden states); and the
 encoder-decoders: `whisper` (speech, with a tokenizer and a feature
 extractor), `t5`, `bart`; and `deepseek_v3`, a mixture-of-experts decoder
 outside the sweep whose attention writes its key states in place (`copy_`
@@ -26,6 +28,8 @@ from transformers import (
     BertModel,
     DeepseekV3Config,
     DeepseekV3ForCausalLM,
+    Dinov2Config,
+    Dinov2Model,
     GPT2Config,
     GPT2LMHeadModel,
     LlamaConfig,
@@ -237,6 +241,17 @@ def main(kind, out):
                 image_size=32,
                 patch_size=8,
                 num_labels=3,
+            )
+        ).save_pretrained(out)
+    elif kind == "dinov2":
+        torch.manual_seed(0)
+        Dinov2Model(
+            Dinov2Config(
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                image_size=32,
+                patch_size=8,
             )
         ).save_pretrained(out)
     elif kind in ENCODER_DECODERS:

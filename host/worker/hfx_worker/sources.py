@@ -7,6 +7,7 @@ import importlib
 import importlib.util
 import inspect
 import json
+import math
 import os
 import re
 import sys
@@ -15,6 +16,9 @@ from .errors import UserInputError, nearest
 
 # The seed of random weights and generated inputs (a rebuilt model matches the traced one).
 SEED = 0
+# The sizes of `verify`'s second inputs for a dynamic export: batch and
+# sequence other than the trace's defaults.
+SECOND_BATCH, SECOND_SEQUENCE = 3, 5
 
 # ── Model sources ──
 
@@ -352,9 +356,10 @@ CAUSAL_LM = {"llama", "qwen2", "qwen3", "gpt2", "mistral", "phi3", "gemma", "gem
 # ── Sample inputs ──
 
 
-def sample_inputs(model, batch, sequence):
+def sample_inputs(model, batch, sequence, image_size=None):
     """Inputs for the architecture; every axis meant to be dynamic has size >= 2
-    (torch specializes sizes 0 and 1)."""
+    (torch specializes sizes 0 and 1). Images are square, of the config's
+    size unless `image_size` is given."""
     import torch
 
     config = model.config
@@ -368,7 +373,7 @@ def sample_inputs(model, batch, sequence):
             "input_features": torch.randn(batch, config.num_mel_bins, frames, generator=generator)
         }
     elif main == "pixel_values":
-        size = getattr(config, "image_size", 224)
+        size = image_size or getattr(config, "image_size", 224)
         channels = getattr(config, "num_channels", 3)
         return {"pixel_values": torch.randn(batch, channels, size, size, generator=generator)}
     else:
@@ -385,6 +390,19 @@ def sample_inputs(model, batch, sequence):
             0, vocab, (batch, sequence), generator=generator
         )
     return inputs
+
+
+def other_image_size(config):
+    """An image size other than the config's that a patch embedding still
+    divides into whole patches (two patches more a side; 8 pixels where the
+    config has no patch size), else None where the config's is not one int."""
+    size = getattr(config, "image_size", 224)
+    patch = getattr(config, "patch_size", 8)
+    if isinstance(patch, (list, tuple)):
+        patch = math.lcm(*patch) if patch and all(isinstance(p, int) for p in patch) else None
+    if not isinstance(size, int) or isinstance(size, bool) or not isinstance(patch, int):
+        return None
+    return size + 2 * patch
 
 
 def forward_parameters(model):

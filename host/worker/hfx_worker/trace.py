@@ -12,6 +12,7 @@ save.
 import contextlib
 import copy
 import os
+import re
 import time
 
 from . import eager_quantize, messages, quantizers
@@ -31,12 +32,15 @@ from .pytree import (
 )
 from .sandbox import patch_status, patches_applied
 from .sources import (
+    SECOND_BATCH,
+    SECOND_SEQUENCE,
     SEED,
     config_flags,
     from_architecture,
     from_directory,
     from_function,
     on_device,
+    other_image_size,
     prepared,
     sample_inputs,
     streamed_from_directory,
@@ -481,6 +485,10 @@ def trace(session, params: TraceParams) -> TraceReply:
         if len(names) != len(eager):
             names = [f"output_{i}" for i in range(len(eager))]
         guards = size_guards(program, inputs)
+        generated = isinstance(
+            source, (messages.SourceParamsArchitecture, messages.SourceParamsDirectory)
+        )
+        second_image = second_image_size(model, program) if generated and params.dynamic else None
         out_spec, out_constants, own_spec = output_spec(program, eager_output)
         metadata = export_metadata(model, inputs, program, out_spec, out_constants)
         if own_spec:
@@ -532,11 +540,10 @@ def trace(session, params: TraceParams) -> TraceReply:
         flags=flags,
         device=parameter.device if parameter is not None else torch.device("cpu"),
         dtype=parameter.dtype if parameter is not None else torch.get_default_dtype(),
-        generated=isinstance(
-            source, (messages.SourceParamsArchitecture, messages.SourceParamsDirectory)
-        ),
+        generated=generated,
         # A second size that `--dynamic-shapes` ranges would fix stays unchecked.
         dynamic=params.dynamic,
+        image_size=second_image,
     )
     return TraceReply(
         model_class=type(model).__name__,
@@ -637,6 +644,62 @@ def max_positions(model):
     return None
 
 
+# An input's size as torch.export's guards spell it: `L['kwargs']['input_ids'].size()[1]`.
+GUARDED_SIZE = re.compile(r"L(?:\['[^']*'\])*\['([^']+)'\]\.size\(\)\[(\d+)\]")
+
+
+def size_guard_expressions(program):
+    """(code, expression) of each guard of `program` on input sizes alone, the
+    expression over `S[input][axis]` (`guard_holds`)."""
+    for code in getattr(program, "_guards_code", None) or []:
+        expression = GUARDED_SIZE.sub(lambda m: f"S[{m.group(1)!r}][{m.group(2)}]", code)
+        if "L[" not in expression:  # else a guard on something other than sizes (strides, values)
+            yield code, expression
+
+
+def guard_holds(expression, shapes):
+    """Whether a size guard's expression holds at `shapes` ({input: shape}),
+    None where it cannot be evaluated."""
+    try:
+        return bool(eval(expression, {"__builtins__": {}, "max": max, "min": min, "S": shapes}))
+    except Exception:
+        return None
+
+
+def second_image_size(model, program):
+    """The image size of `verify`'s second inputs (`other_image_size`) where
+    the program left the image's height and width symbolic, within their
+    ranges, and every size guard holds at those inputs' shapes; else None,
+    and that check varies the batch alone, as for an image size torch.export
+    fixed. Where a guard breaks, the artifact (which checks no guards) does
+    not claim that size."""
+    import torch
+
+    config = getattr(model, "config", None)
+    size = other_image_size(config) if config is not None else None
+    image = next(
+        (
+            n.meta.get("val")
+            for n in program.graph.nodes
+            if n.op == "placeholder" and n.name == "pixel_values"
+        ),
+        None,
+    )
+    if size is None or not torch.is_tensor(image) or image.dim() != 4:
+        return None
+    for dim in image.shape[2:]:
+        if not isinstance(dim, torch.SymInt) or not dim.node.expr.is_symbol:
+            return None
+        bounds = program.range_constraints.get(dim.node.expr)
+        if bounds is not None and not (bool(bounds.lower <= size) and bool(size <= bounds.upper)):
+            return None
+    second = sample_inputs(model, SECOND_BATCH, SECOND_SEQUENCE, image_size=size)
+    shapes = {k: list(v.shape) for k, v in second.items() if torch.is_tensor(v)}
+    if all(guard_holds(e, shapes) for _, e in size_guard_expressions(program)):
+        return size
+    return None
+
+
 def size_guards(program, inputs):
     """The guards torch.export checks on a call's input sizes beyond its range
     constraints (`ExportedProgram._guards_code`, what `.module()` refuses
@@ -648,11 +711,8 @@ def size_guards(program, inputs):
     dynamic size, one at a time and together, moved up by 1, 5 and to
     2n + 1, within its range) and kept only where one breaks it, with the
     inputs' shapes there. Inputs are named as the model names them."""
-    import re
-
     import torch
 
-    size = re.compile(r"L(?:\['[^']*'\])*\['([^']+)'\]\.size\(\)\[(\d+)\]")
     traced = {k: list(v.shape) for k, v in inputs.items() if torch.is_tensor(v)}
     # Each input axis that varies: the sympy expression of its size.
     axes, symbols = [], {}
@@ -691,19 +751,13 @@ def size_guards(program, inputs):
             continue
         shapes_at.append(shapes)
     found = []
-    for code in getattr(program, "_guards_code", None) or []:
-        expression = size.sub(lambda m: f"S[{m.group(1)!r}][{m.group(2)}]", code)
-        if "L[" in expression:  # a guard on something other than sizes (strides, values)
-            continue
+    for code, expression in size_guard_expressions(program):
         for shapes in shapes_at:
-            try:
-                holds = bool(
-                    eval(expression, {"__builtins__": {}, "max": max, "min": min, "S": shapes})
-                )
-            except Exception:  # an expression torch writes and these names do not cover
+            holds = guard_holds(expression, shapes)
+            if holds is None:  # an expression torch writes and these names do not cover
                 break
             if not holds:
-                readable = size.sub(lambda m: f"{m.group(1)}.shape[{m.group(2)}]", code)
+                readable = GUARDED_SIZE.sub(lambda m: f"{m.group(1)}.shape[{m.group(2)}]", code)
                 breaks_at = {k: v for k, v in shapes.items() if v != traced[k]}
                 found.append(messages.SizeGuard(guard=readable, breaks_at=breaks_at))
                 break
@@ -804,9 +858,11 @@ class TracedComponent:
 class LastTrace:
     """What `verify` needs of the last trace to check a second input size."""
 
-    def __init__(self, model, flags, device, dtype, generated, dynamic):
+    def __init__(self, model, flags, device, dtype, generated, dynamic, image_size):
         self.model, self.flags, self.device, self.dtype = model, flags, device, dtype
         self.generated, self.dynamic = generated, dynamic
+        # The second inputs' image size (`second_image_size`); None: the config's.
+        self.image_size = image_size
 
 
 # ── Export folder: what `ExportedModel.save_pretrained` writes besides the program ──

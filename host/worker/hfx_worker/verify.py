@@ -29,7 +29,13 @@ from .pytree import (
     sliding_positions,
 )
 from .round_trip import int4_weights
-from .sources import config_flags, on_device, sample_inputs
+from .sources import (
+    SECOND_BATCH,
+    SECOND_SEQUENCE,
+    config_flags,
+    on_device,
+    sample_inputs,
+)
 
 
 def finite_or_none(value):
@@ -258,7 +264,9 @@ def runtime_log():
 
 def verify(session, params: Verify) -> VerifyReply:
     """Runs the model on the recorded inputs (and, for a dynamic export of a
-    generated model, on a second input size) and compares with eager."""
+    generated model, on a second input size: another batch and sequence,
+    and another image size where the export left height and width dynamic)
+    and compares with eager."""
     import torch
 
     atol, rtol = params.atol, params.rtol
@@ -296,9 +304,8 @@ def verify(session, params: Verify) -> VerifyReply:
     ]
     if params.second_size and last is not None and last.generated and last.dynamic:
         model = last.model
-        inputs = {
-            k: on_device(v, last.device, last.dtype) for k, v in sample_inputs(model, 3, 5).items()
-        }
+        second = sample_inputs(model, SECOND_BATCH, SECOND_SEQUENCE, image_size=last.image_size)
+        inputs = {k: on_device(v, last.device, last.dtype) for k, v in second.items()}
         with weights(), torch.no_grad(), config_flags(model, last.flags):
             output = model(**inputs)
         eager, kept = flat_outputs(output), sliding_positions(output)
