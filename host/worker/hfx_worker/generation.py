@@ -534,6 +534,15 @@ def generate_check(session, params):
 
     forced = want if params.teacher_forced else None
     exported, got, components = through_components(forced)
+    # Counted before the float model's run below calls the same runners again.
+    calls = [
+        ComponentCalls(
+            name=name,
+            calls=components.called[name],
+            state_loads=getattr(runners[name], "state_loads", lambda: None)(),
+        )
+        for name in generation.components
+    ]
     against_float = None
     if float_tokens is not None:
         # The components in the float model's context: what they choose where it chose.
@@ -563,14 +572,7 @@ def generate_check(session, params):
         identical=bool(want.shape == got.shape and torch.equal(want, got)),
         teacher_forced=params.teacher_forced,
         steps=steps,
-        calls=[
-            ComponentCalls(
-                name=name,
-                calls=components.called[name],
-                state_loads=getattr(runners[name], "state_loads", lambda: None)(),
-            )
-            for name in generation.components
-        ],
+        calls=calls,
         providers=providers,
         genai=None
         if params.genai is None
