@@ -22,6 +22,7 @@ import importlib.abc
 import importlib.machinery
 import io
 import json
+import math
 import os
 import sys
 import types
@@ -514,6 +515,10 @@ def describe(values, value, known=None):
             "sizes": [size_hint(d) for d in value.shape],
         }
         values.append(({"tensor": meta}, value))
+    elif isinstance(value, float) and not math.isfinite(value):
+        # The host's JSON has no inf or NaN (Mamba2 passes its step limit as
+        # `(0.0, inf)`): an opaque value, which a program can still pass on.
+        values.append(({"object": {"type": "float", "attributes": {}}}, value))
     elif value is None or isinstance(value, (bool, int, float, str)):
         values.append(({"scalar": value}, value))
     elif isinstance(value, torch.SymInt):
