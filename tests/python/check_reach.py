@@ -416,6 +416,8 @@ ALLOWED_PATHS = [
     "torch.float64",
     "transformers.masking_utils.sdpa_mask",
     "transformers.masking_utils.causal_mask_function",
+    "torch.nn.functional.softplus",
+    "torch.constant_pad_nd",
 ]
 # Layer and configuration classes a program case may build (`program.layer_class`).
 ALLOWED_LAYERS = [
@@ -463,6 +465,12 @@ ALLOWED_TARGETS = [
     "transformers.masking_utils._vmap_expansion_sdpa",
     "transformers.models.nllb_moe.modeling_nllb_moe.NllbMoeTop2Router._cast_classifier",
     "transformers.models.dinov2.modeling_dinov2.Dinov2Embeddings.interpolate_pos_encoding",
+    "transformers.models.mamba2.modeling_mamba2.mamba2_chunk_scan",
+    "transformers.models.bamba.modeling_bamba.mamba2_chunk_scan",
+    "transformers.models.falcon_h1.modeling_falcon_h1.mamba2_chunk_scan",
+    "transformers.models.granitemoehybrid.modeling_granitemoehybrid.mamba2_chunk_scan",
+    "transformers.models.nemotron_h.modeling_nemotron_h.mamba2_chunk_scan",
+    "transformers.models.zamba2.modeling_zamba2.mamba2_chunk_scan",
     "transformers.utils.import_utils.is_kernels_available",
     "transformers.utils.is_kernels_available",
     "transformers.modeling_utils.is_kernels_available",
