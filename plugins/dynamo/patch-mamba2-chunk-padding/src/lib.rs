@@ -13,12 +13,15 @@
 //! unpadded one; the scan is causal, so positions before the padding are
 //! unchanged.
 //!
-//! The padded length is `chunk * (ceil(L / chunk) + 1)`: written as a multiple
-//! of the chunk, torch's symbolic algebra proves the scan's own residue 0 (as
-//! `(chunk - L % chunk) % chunk` it cannot), and the extra chunk keeps the
-//! chunk count at 2 or more, which torch.export otherwise specializes on (a
-//! sequence of one chunk broadcasts; a trace with two guards every length to
-//! more than one chunk, and a trace with one to one chunk).
+//! The padded length is `chunk * (ceil(L / chunk) + 1)`, always at least one
+//! position longer than L. Written as a multiple of the chunk, torch's
+//! symbolic algebra proves the scan's own residue 0 (as `L + (chunk - L %
+//! chunk) % chunk` it cannot). Without the extra chunk, a traced length that
+//! is a multiple of the chunk pads by 0, and the narrow back to L is then a
+//! no-op torch.export guards as `padded == L` (the residue guard again); a
+//! trace of one chunk, the usual prompt with a chunk of 256, would guard the
+//! chunk count to 1, and a trace of two to more than one (lengths up to a
+//! chunk refused). The cost is one chunk of zeros through the scan.
 //!
 //! The same function, verbatim, is copied into Bamba, Falcon-H1,
 //! GraniteMoeHybrid, Nemotron-H and Zamba2; each copy is its own target.
