@@ -54,16 +54,17 @@ fn patch_mamba2_chunk_padding(call: PatchedCall) -> Result<Program> {
     }
     let target = call.target.clone();
     let missing = |name: &str| error(format!("{target}: no `{name}` argument"), None);
-    let hidden = call.param(HIDDEN_STATES, "hidden_states").ok_or_else(|| missing("hidden_states"))?;
+    let hidden =
+        call.param(HIDDEN_STATES, "hidden_states").ok_or_else(|| missing("hidden_states"))?;
     let dt = call.param(DT, "dt").ok_or_else(|| missing("dt"))?;
     let b = call.param(B, "B").ok_or_else(|| missing("B"))?;
     let c = call.param(C, "C").ok_or_else(|| missing("C"))?;
     let chunk = call.param(CHUNK_SIZE, "chunk_size").ok_or_else(|| missing("chunk_size"))?;
     let flag = |index: usize, name: &str| match call.param(index, name) {
         None => Ok(false),
-        Some(slot) => call.boolean(slot).ok_or_else(|| {
-            error(format!("{target}: `{name}` is not a plain bool"), None)
-        }),
+        Some(slot) => call
+            .boolean(slot)
+            .ok_or_else(|| error(format!("{target}: `{name}` is not a plain bool"), None)),
     };
     let softplus = flag(DT_SOFTPLUS, "dt_softplus")?;
     let final_states = flag(RETURN_FINAL_STATES, "return_final_states")?;
