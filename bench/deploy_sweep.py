@@ -95,8 +95,8 @@ def main():
         "--model-dir DIR --generation --verify` with "
         + ", ".join(f"{name} (`{' '.join(extra)}`)" for name, extra in VARIANTS.items())
         + ". Each cell is hfx's own check: greedy tokens of the captured batch against eager "
-        "`generate` (identical for float32; a quantized scheme's agreement, reported against the "
-        "floor it is held to), or why the run stopped, in hfx's one line.",
+        "`generate` (identical for float32; a quantized scheme's agreement, teacher forced (each "
+        "step given eager's tokens before it), reported against the floor it is held to), or why the run stopped, in hfx's one line.",
         "",
         f"- Produced by: `{command}`, {started:%Y-%m-%d %H:%M} UTC, {elapsed:.0f} min",
         f"- Machine: {machine()}",
