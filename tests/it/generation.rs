@@ -130,7 +130,7 @@ generation!(
     QWEN3
 );
 generation!(
-    #[ignore = "full tier: another decoder (a_static_cache_with_dynamic_shapes_generates_in_every_runtime)"]
+    #[ignore = "full tier: another decoder (the a_static_cache_with_dynamic_shapes_generates_* tests)"]
     qwen3_generates_through_pt2_components,
     "dynamo",
     "qwen3",
@@ -167,7 +167,7 @@ generation!(
     T5_GENERATES
 );
 generation!(
-    #[ignore = "full tier: an encoder-decoder's .pt2 components (a_whisper_folder_generates_through_onnx_components exports an encoder-decoder's components; a_static_cache_with_dynamic_shapes_generates_in_every_runtime generates through .pt2 components)"]
+    #[ignore = "full tier: an encoder-decoder's .pt2 components (a_whisper_folder_generates_through_onnx_components exports an encoder-decoder's components; the a_static_cache_with_dynamic_shapes_generates_* tests generate through .pt2 components)"]
     t5_generates_through_pt2_components,
     "dynamo",
     "t5",
@@ -188,7 +188,7 @@ generation!(
     WHISPER_GENERATES
 );
 generation!(
-    #[ignore = "full tier: a state-space model's cache through .pt2 components (a_static_cache_with_dynamic_shapes_generates_in_every_runtime generates through .pt2 components)"]
+    #[ignore = "full tier: a state-space model's cache through .pt2 components (the a_static_cache_with_dynamic_shapes_generates_* tests generate through .pt2 components)"]
     mamba_generates_through_pt2_components,
     "dynamo",
     "mamba",
@@ -246,7 +246,7 @@ fn qwen2_audio_generates_through_onnx_and_pt2_components() {
 /// fixed-size input updated in place (the `.pt2` module writes it back; the
 /// ONNX model returns the updated cache), static shapes suffice.
 #[test]
-#[ignore = "full tier: a static cache with static shapes (a_static_cache_with_dynamic_shapes_generates_in_every_runtime)"]
+#[ignore = "full tier: a static cache with static shapes (the a_static_cache_with_dynamic_shapes_generates_* tests)"]
 fn a_static_cache_generates_through_onnx_and_pt2_components() {
     for backend in ["onnx", "dynamo"] {
         let root_dir = tempfile::tempdir().unwrap();
@@ -276,35 +276,48 @@ fn a_static_cache_generates_through_onnx_and_pt2_components() {
 /// for the traced batch, so the program keeps that batch size symbolic and
 /// returns it (`cache.layers.0.batch_size`), a leaf eager's output has not.
 /// The components follow the program's own output spec, and a size comes
-/// back as a number: greedy tokens identical in every runtime.
+/// back as a number: greedy tokens identical in `backend`'s runtime, and the
+/// README's static-cache loop over the folder. One test per runtime, so the
+/// test threads share them out.
+fn static_cache_with_dynamic_shapes_generates(root_dir: &Path, backend: &str) -> PathBuf {
+    let dir = root_dir.join(backend);
+    let stdout = generate(
+        backend,
+        "llama",
+        LLAMA,
+        &dir,
+        &["--cache", "static", "--max-cache-len", "24", "--dynamic"],
+    );
+    assert!(
+        stdout.contains("identical to eager `generate` (component calls: prefill 1, decode 7;"),
+        "{backend}: {stdout}"
+    );
+    run_python("generation_loops.py", &[dir.to_str().unwrap()]);
+    dir
+}
+
 #[test]
-fn a_static_cache_with_dynamic_shapes_generates_in_every_runtime() {
+fn a_static_cache_with_dynamic_shapes_generates_in_onnx_runtime() {
     let root_dir = tempfile::tempdir().unwrap();
-    for backend in ["onnx", "dynamo", "executorch"] {
-        let dir = root_dir.path().join(backend);
-        let stdout = generate(
-            backend,
-            "llama",
-            LLAMA,
-            &dir,
-            &["--cache", "static", "--max-cache-len", "24", "--dynamic"],
-        );
-        assert!(
-            stdout.contains("identical to eager `generate` (component calls: prefill 1, decode 7;"),
-            "{backend}: {stdout}"
-        );
-    }
-    // The README's static-cache loop, in each runtime (one Python process).
-    let folders: Vec<String> = ["onnx", "dynamo", "executorch"]
-        .map(|backend| root_dir.path().join(backend).display().to_string())
-        .to_vec();
-    run_python("generation_loops.py", &folders.iter().map(String::as_str).collect::<Vec<_>>());
+    let dir = static_cache_with_dynamic_shapes_generates(root_dir.path(), "onnx");
     // The ONNX output is named for the leaf it is.
-    let model = std::fs::read(root_dir.path().join("onnx/prefill.onnx")).unwrap();
+    let model = std::fs::read(dir.join("prefill.onnx")).unwrap();
     assert!(
         model.windows(25).any(|w| w == b"cache.layers.0.batch_size"),
         "the size output is named for its leaf"
     );
+}
+
+#[test]
+fn a_static_cache_with_dynamic_shapes_generates_through_pt2_components() {
+    let root_dir = tempfile::tempdir().unwrap();
+    static_cache_with_dynamic_shapes_generates(root_dir.path(), "dynamo");
+}
+
+#[test]
+fn a_static_cache_with_dynamic_shapes_generates_in_the_executorch_runtime() {
+    let root_dir = tempfile::tempdir().unwrap();
+    static_cache_with_dynamic_shapes_generates(root_dir.path(), "executorch");
 }
 
 /// ExecuTorch, as its own LLM export does it: a static cache (state the
@@ -312,7 +325,7 @@ fn a_static_cache_with_dynamic_shapes_generates_in_every_runtime() {
 /// ExecuTorch runtime, for both programs: hfx's native portable emitter (the
 /// updated cache returned as `updated.*` outputs) and XNNPACK.
 #[test]
-#[ignore = "full tier: five architectures in both ExecuTorch programs (a_static_cache_with_dynamic_shapes_generates_in_every_runtime generates in the ExecuTorch runtime)"]
+#[ignore = "full tier: five architectures in both ExecuTorch programs (the a_static_cache_with_dynamic_shapes_generates_* tests generate in the ExecuTorch runtime)"]
 fn executorch_generates_with_a_static_cache_portable_and_xnnpack() {
     let root_dir = tempfile::tempdir().unwrap();
     // Llama, Qwen3 (a mask per layer type, `None` at prefill), Gemma 2 (its
@@ -382,7 +395,7 @@ fn executorch_refuses_a_growing_cache_in_one_line() {
 
 /// A decoder's `.pt2` components; the README's loop with a growing cache in torch.
 #[test]
-#[ignore = "full tier: a decoder's .pt2 components and the growing-cache loop in torch (a_static_cache_with_dynamic_shapes_generates_in_every_runtime generates through .pt2 components; a_llama_folder_exports_a_package_onnx_runtime_genai_generates_with runs the loop)"]
+#[ignore = "full tier: a decoder's .pt2 components and the growing-cache loop in torch (the a_static_cache_with_dynamic_shapes_generates_* tests generate through .pt2 components; a_llama_folder_exports_a_package_onnx_runtime_genai_generates_with runs the loop)"]
 fn llama_generates_through_pt2_components() {
     let (_root, dir) = exports("dynamo", "llama", LLAMA, &["--dynamic"]);
     run_python("generation_loops.py", &[dir.to_str().unwrap()]);
@@ -536,7 +549,7 @@ fn encoder_decoder_folders_export_plain_and_with_a_static_cache() {
                 &["--model-dir", model],
                 &dir,
                 // Static shapes: a dynamic static cache adds its batch size as
-                // an output (a_static_cache_with_dynamic_shapes_generates_in_every_runtime),
+                // an output (the a_static_cache_with_dynamic_shapes_generates_* tests),
                 // which the reference's names, checked below, do not have.
                 &["--cache", "static", "--max-cache-len", "24", "--static"],
             );
