@@ -884,22 +884,38 @@ fn a_static_export_takes_the_sample_sizes() {
     assert_no_scratch_left(dir.path());
 }
 
-/// A tiny DINOv2 folder exported dynamic and verified, with `plugins/onnx`
-/// and the dynamo plugins (`dynamo`: a folder of them, or each one given).
-fn dinov2_export(dir: &Path, backends: &str, out: &str, dynamo: &[PathBuf]) -> String {
-    let folder = dir.join("dinov2");
-    if !folder.exists() {
-        run_python("model_folders.py", &["dinov2", folder.to_str().unwrap()]);
-    }
-    let mut args: Vec<String> =
-        ["run", "--backend", backends, "--model-dir"].map(String::from).to_vec();
-    args.extend([folder.display().to_string(), "--dynamic".into(), "--verify".into()]);
-    args.extend(["-o".into(), out.into()]);
+/// `hfx run ARGS --dynamic` in `dir` with `plugins/onnx` and the dynamo
+/// plugins (`dynamo`: a folder of them, or each one given); its stdout.
+fn dynamic_export(dir: &Path, args: &[&str], dynamo: &[PathBuf]) -> String {
+    let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    args.push("--dynamic".into());
     for plugins in dynamo.iter().chain([&root().join("plugins/onnx")]) {
         args.extend(["--plugins".into(), plugins.display().to_string()]);
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     succeeded(&hfx(dir, &args))
+}
+
+/// Every dynamo plugin but `patch` (a folder under `plugins/dynamo`): a
+/// negative control's plugin set.
+fn dynamo_plugins_without(patch: &str) -> Vec<PathBuf> {
+    let patch = root().join("plugins/dynamo").join(patch);
+    std::fs::read_dir(root().join("plugins/dynamo"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("plugin.toml").exists() && *p != patch)
+        .collect()
+}
+
+/// A tiny DINOv2 folder exported dynamic and verified.
+fn dinov2_export(dir: &Path, backends: &str, out: &str, dynamo: &[PathBuf]) -> String {
+    let folder = dir.join("dinov2");
+    if !folder.exists() {
+        run_python("model_folders.py", &["dinov2", folder.to_str().unwrap()]);
+    }
+    let folder = folder.display().to_string();
+    let args = ["run", "--backend", backends, "--model-dir", &folder, "--verify", "-o", out];
+    dynamic_export(dir, &args, dynamo)
 }
 
 const DINOV2_TRACED: &str = "verify inputs {\"pixel_values\":[2,3,32,32]}";
@@ -945,12 +961,7 @@ fn a_dinov2_pt2_verifies_at_a_second_image_size() {
 #[ignore = "full tier: DINOv2 without its patch (a_dinov2_export_verifies_at_a_second_image_size runs it with the patch; the selftest traces it without)"]
 fn without_its_patch_a_dinov2_export_is_verified_at_its_traced_image_size_only() {
     let dir = tempfile::tempdir().unwrap();
-    let patch = root().join("plugins/dynamo/patch-dinov2-interpolated-positions");
-    let others: Vec<PathBuf> = std::fs::read_dir(root().join("plugins/dynamo"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.join("plugin.toml").exists() && *p != patch)
-        .collect();
+    let others = dynamo_plugins_without("patch-dinov2-interpolated-positions");
     let out = dir.path().join("unpatched.onnx");
     let stdout = dinov2_export(dir.path(), "onnx", out.to_str().unwrap(), &others);
     assert!(stdout.contains(DINOV2_GUARD) && stdout.contains(DINOV2_TRACED), "{stdout}");
@@ -966,20 +977,13 @@ const MAMBA2_TRACED: &str = "verify inputs {\"attention_mask\":[2,8],\"input_ids
 const MAMBA2_SECOND: &str = "verify inputs {\"attention_mask\":[3,5],\"input_ids\":[3,5]}";
 const MAMBA2_ANSWERED: &str = "patch dynamo-patch-mamba2-chunk-padding answered 1 call(s)";
 
-/// A tiny Mamba2 exported dynamic to ONNX with `plugins/onnx` and the dynamo
-/// plugins given; its stdout.
+/// A tiny Mamba2 exported dynamic to ONNX.
 fn mamba2_export(dir: &Path, dynamo: &[PathBuf], extra: &[&str]) -> String {
-    let out = dir.join("mamba2.onnx");
-    let mut args: Vec<String> = ["run", "--backend", "onnx", "--model", "mamba2", "--set", MAMBA2]
-        .map(String::from)
-        .to_vec();
-    args.extend(["--dynamic".into(), "-o".into(), out.display().to_string()]);
-    for plugins in dynamo.iter().chain([&root().join("plugins/onnx")]) {
-        args.extend(["--plugins".into(), plugins.display().to_string()]);
-    }
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    succeeded(&hfx(dir, &args))
+    let out = dir.join("mamba2.onnx").display().to_string();
+    let mut args = vec!["run", "--backend", "onnx", "--model", "mamba2", "--set", MAMBA2];
+    args.extend(["-o", &out]);
+    args.extend(extra);
+    dynamic_export(dir, &args, dynamo)
 }
 
 /// Mamba2's chunked scan cuts its padding off only when the length is not a
@@ -1003,12 +1007,7 @@ fn a_mamba2_export_verifies_at_a_length_that_is_not_a_multiple_of_its_chunk() {
 #[ignore = "full tier: Mamba2 without its patch (a_mamba2_export_verifies_at_a_length_that_is_not_a_multiple_of_its_chunk runs it with the patch; the selftest traces it without)"]
 fn without_its_patch_a_mamba2_export_names_the_guard_on_its_length() {
     let dir = tempfile::tempdir().unwrap();
-    let patch = root().join("plugins/dynamo/patch-mamba2-chunk-padding");
-    let others: Vec<PathBuf> = std::fs::read_dir(root().join("plugins/dynamo"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.join("plugin.toml").exists() && *p != patch)
-        .collect();
+    let others = dynamo_plugins_without("patch-mamba2-chunk-padding");
     let stdout = mamba2_export(dir.path(), &others, &[]);
     let guard = stdout.lines().find(|l| l.contains("valid only where torch.export's guard"));
     assert!(guard.is_some_and(|l| l.contains("% 4)) % 4) <= 0` holds")), "{stdout}");

@@ -165,12 +165,7 @@ pub fn check(
 /// difference (after it the contexts differ).
 pub fn agreement(check: &GenerateCheckReply) -> (usize, usize) {
     let eager = by_row(check, |s| Some(&s.eager_tokens));
-    let chosen = by_row(check, |s| Some(&s.tokens));
-    if check.teacher_forced {
-        step_agreement(&chosen, &eager)
-    } else {
-        row_agreement(&chosen, &eager)
-    }
+    counted(check, &by_row(check, |s| Some(&s.tokens)), &eager)
 }
 
 /// Of components eager round-tripped int4 weights for: greedy tokens they
@@ -179,11 +174,31 @@ pub fn float_agreement(check: &GenerateCheckReply) -> Option<(usize, usize)> {
     check.steps.first()?.against_float.as_ref()?;
     let float = by_row(check, |s| s.against_float.as_ref().map(|f| &f.float_tokens));
     let chosen = by_row(check, |s| s.against_float.as_ref().map(|f| &f.tokens));
-    Some(if check.teacher_forced {
-        step_agreement(&chosen, &float)
+    Some(counted(check, &chosen, &float))
+}
+
+/// `rows`' tokens equal to `reference`'s, counted as the check ran: teacher
+/// forced, at every step; else each row up to its first difference.
+fn counted(
+    check: &GenerateCheckReply,
+    rows: &[Vec<i64>],
+    reference: &[Vec<i64>],
+) -> (usize, usize) {
+    if check.teacher_forced {
+        step_agreement(rows, reference)
     } else {
-        row_agreement(&chosen, &float)
-    })
+        row_agreement(rows, reference)
+    }
+}
+
+/// How [`counted`] counted, in the summary's words; `whose`: the tokens the
+/// components were given.
+fn how_counted(check: &GenerateCheckReply, whose: &str) -> String {
+    if check.teacher_forced {
+        format!("each step given {whose} tokens before it")
+    } else {
+        "each row up to its first difference".into()
+    }
 }
 
 /// The steps whose logits were computed in eager's context: teacher forced,
@@ -268,11 +283,7 @@ pub fn write(
             out,
             "  against the float model: greedy-token agreement {:.2} ({agreed} of {total}, {})",
             agreed as f64 / total.max(1) as f64,
-            if check.teacher_forced {
-                "each step given the float model's tokens before it"
-            } else {
-                "each row up to its first difference"
-            }
+            how_counted(check, "the float model's")
         )?;
     }
     if !check.identical {
@@ -281,11 +292,7 @@ pub fn write(
             out,
             "  greedy-token agreement {:.2} ({agreed} of {total}, {})",
             agreed as f64 / total.max(1) as f64,
-            if check.teacher_forced {
-                "each step given eager's tokens before it"
-            } else {
-                "each row up to its first difference"
-            }
+            how_counted(check, "eager's")
         )?;
     }
     for (i, step) in check.steps.iter().enumerate() {

@@ -545,8 +545,9 @@ def generate_check(session, params):
     ]
     against_float = None
     if float_tokens is not None:
-        # The components in the float model's context: what they choose where it chose.
-        against_float = through_components(float_tokens if params.teacher_forced else None)[1]
+        # Teacher forced, the components in the float model's context: what
+        # they choose where it chose. Free running, their own tokens are it.
+        against_float = through_components(float_tokens)[1] if params.teacher_forced else got
     steps = []
     for i, (w, g) in enumerate(zip(eager.logits, exported.logits)):
         diff = (w.double() - g.double()).abs()
