@@ -50,14 +50,14 @@ fn assert_ok(out: &Output) -> String {
 /// `hfx.export(..., verify=True)` to ONNX: the artifact is the model in
 /// memory (not its checkpoint), whose parameters stay the same objects.
 #[test]
-#[ignore = "full tier: the fast tier's wheel test runs the same check through the installed wheel"]
+#[ignore = "full tier: another artifact from the caller's live model (hfx_export_for_generation_exports_the_callers_live_model_to_onnx runs the caller-served export)"]
 fn hfx_export_traces_the_callers_live_model_to_onnx() {
     check_backend("live", "onnx", &["dynamo", "onnx"]);
 }
 
 /// The same to a `.pt2` (`backend="dynamo"`).
 #[test]
-#[ignore = "full tier: the fast tier's wheel test runs the same check through the installed wheel"]
+#[ignore = "full tier: another artifact from the caller's live model (hfx_export_for_generation_exports_the_callers_live_model_to_onnx runs the caller-served export)"]
 fn hfx_export_traces_the_callers_live_model_to_pt2() {
     check_backend("live", "dynamo", &["dynamo"]);
 }
@@ -65,7 +65,7 @@ fn hfx_export_traces_the_callers_live_model_to_pt2() {
 /// The ExecuTorch backend through the caller: its edge program maps the
 /// caller's shared memory in the caller's own process.
 #[test]
-#[ignore = "full tier: the fast tier's wheel test keeps the caller-served export (ONNX and .pt2)"]
+#[ignore = "full tier: the caller-served ExecuTorch export (hfx_export_for_generation_exports_the_callers_live_model_to_onnx runs the caller-served export)"]
 fn hfx_export_traces_the_callers_live_model_to_pte() {
     check_backend("live", "executorch", &["dynamo", "executorch"]);
 }

@@ -169,6 +169,7 @@ fn a_streamed_export_verifies_against_eager() {
 /// in a masked-LM checkpoint) cannot be streamed: the worker loads the
 /// folder as transformers does and the summary says why.
 #[test]
+#[ignore = "full tier: the fallback from streaming to loading (scale::streamed_weights_give_the_same_artifacts_as_weights_read_by_the_worker checks loaded weights against streamed ones)"]
 fn a_checkpoint_missing_a_parameter_is_loaded_and_the_summary_says_why() {
     let dir = tempfile::tempdir().unwrap();
     let folder = model_folder(dir.path(), "bert-mlm");
@@ -348,6 +349,7 @@ fn a_damaged_trace_cache_entry_is_traced_again_and_replaced() {
 /// being read, and checked on its first N layers (the config truncated, the
 /// same checkpoint) in each runtime; the summary says what was verified.
 #[test]
+#[ignore = "full tier: --verify-layers (scale::streamed_weights_give_the_same_artifacts_as_weights_read_by_the_worker exports without reading the weights; every --verify test checks against eager)"]
 fn a_model_is_verified_on_its_first_layers() {
     let dir = tempfile::tempdir().unwrap();
     let folder = model_folder(dir.path(), "llama-sharded");

@@ -469,6 +469,7 @@ fn a_tampered_cached_worker_package_is_replaced_before_it_runs() {
 /// bfloat16 and decomposed to core ATen has bfloat16 weights, no `linear`
 /// left, and matches eager bfloat16 (atol/rtol 1e-2, bfloat16's precision).
 #[test]
+#[ignore = "full tier: bfloat16 preparation with the whole decomposition (trace::a_bfloat16_pt2_verifies_against_eager traces in bfloat16; onnx::untranslated_ops_are_decomposed_unless_a_plugin_translates_them decomposes)"]
 fn a_model_is_traced_in_the_dtype_asked_for_and_decomposed() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("llama_bf16.pt2");
@@ -821,6 +822,7 @@ fn worker_lines_past_the_limit_or_the_protocol_are_errors() {
 /// backend's component: no `model.pt2` beside `model.onnx`, and back (the
 /// way back takes the first run's trace from a trace cache).
 #[test]
+#[ignore = "full tier: a folder re-exported with another backend (scale::several_backends_share_one_trace writes each backend's folder)"]
 fn an_export_folder_reexported_with_another_backend_holds_one_component() {
     let dir = tempfile::tempdir().unwrap();
     let folder = dir.path().join("llama");
