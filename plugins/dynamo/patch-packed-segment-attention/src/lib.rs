@@ -46,6 +46,13 @@
 //! `position_bias` (these forwards'); any other call, a text decoder's in the
 //! same module, runs as it was. Inkling2's `eager_attention_forward` adds
 //! `position_bias` itself and is not a target.
+//!
+//! Not served: flash attention. A forward configured for it takes its other
+//! branch, varlen attention over `cu_seqlens`, which the one segment would
+//! make attention over the whole sequence. The worker sets sdpa on the
+//! transformers model it traces (`set_attn_implementation("sdpa")`), so only
+//! a module that is no such model, wrapping one configured for flash on a
+//! GPU, would reach it; `--verify` then fails against eager.
 
 use hfx_sdk::prelude::*;
 
