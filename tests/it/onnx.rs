@@ -1014,3 +1014,114 @@ fn without_its_patch_a_mamba2_export_names_the_guard_on_its_length() {
     assert!(!stdout.contains("chunk-padding"), "{stdout}");
     assert_no_scratch_left(dir.path());
 }
+
+/// A vision encoder of `tests/python/packed_vision.py` (two images of
+/// different sizes packed into one sequence) exported to ONNX and verified
+/// against eager: static, or (`dynamic`, each an `--dynamic-shapes` range)
+/// with these axes dynamic; the run's output.
+fn packed_vision_export(
+    dir: &Path,
+    function: &str,
+    dynamo: &[PathBuf],
+    dynamic: &[&str],
+) -> Output {
+    let model = format!("python:packed_vision:{function}");
+    let out = dir.join(format!("{function}.onnx")).display().to_string();
+    let mut args = vec!["run", "--backend", "onnx", "--model-fn", &model, "--verify", "-o", &out];
+    if dynamic.is_empty() {
+        args.push("--static");
+    }
+    for axis in dynamic {
+        args.extend(["--dynamic-shapes", axis]);
+    }
+    let plugins: Vec<String> = dynamo
+        .iter()
+        .chain([&root().join("plugins/onnx")])
+        .flat_map(|p| ["--plugins".to_string(), p.display().to_string()])
+        .collect();
+    args.extend(plugins.iter().map(String::as_str));
+    hfx(dir, &args)
+}
+
+const PACKED_ANSWERED: &str = "patch dynamo-patch-packed-segment-attention answered";
+/// Whether `--verify` checked the traced packing: two images (three
+/// boundaries) of 4x4 and 4x6 patches, 40 in all.
+fn verified_traced_packing(stdout: &str) -> bool {
+    stdout.lines().any(|l| {
+        l.starts_with("verify inputs ")
+            && l.contains("\"cu_seqlens\":[3]")
+            && l.contains("\"pixel_values\":[40,24]")
+    })
+}
+/// The sequence and the number of images (`cu_seqlens`' length).
+const PACKED_DYNAMIC: [&str; 2] = ["pixel_values:0=4..4096", "cu_seqlens:0=2..64"];
+
+/// Qwen2-VL's vision encoder splits its packed sequence by image and attends
+/// per image, a loop over lengths read from `cu_seqlens` that torch.export
+/// cannot trace. With `patch-packed-segment-attention` each layer attends
+/// once over the sequence under a block-diagonal mask from `cu_seqlens` (one
+/// Softmax a layer, two layers), and the ONNX model verifies with two images
+/// of different sizes.
+#[test]
+fn a_qwen2_vl_vision_encoder_exports_with_images_of_different_sizes_packed() {
+    let dir = tempfile::tempdir().unwrap();
+    let dynamo = [root().join("plugins/dynamo")];
+    let stdout = succeeded(&packed_vision_export(dir.path(), "qwen2_vl_vision", &dynamo, &[]));
+    assert!(verified_traced_packing(&stdout) && stdout.contains(PACKED_ANSWERED), "{stdout}");
+    let ops = op_types(&dir.path().join("qwen2_vl_vision.onnx"));
+    assert_eq!(ops.iter().filter(|op| *op == "Softmax").count(), 2, "{ops:?}");
+    assert_no_scratch_left(dir.path());
+}
+
+/// The control: without the patch the trace fails, and its one line names
+/// the guard on a segment's length that the attention takes.
+#[test]
+#[ignore = "full tier: Qwen2-VL's vision encoder without its patch (a_qwen2_vl_vision_encoder_exports_with_images_of_different_sizes_packed runs it with the patch; the selftest traces its attention without)"]
+fn without_its_patch_a_packed_vision_encoder_does_not_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let others = dynamo_plugins_without("patch-packed-segment-attention");
+    let out = packed_vision_export(dir.path(), "qwen2_vl_vision", &others, &[]);
+    let line = one_line_error(&out);
+    assert!(
+        line.contains("Could not guard on data-dependent expression u0 > 1")
+            && line.contains("sdpa_attention_forward"),
+        "{line}"
+    );
+    assert_no_scratch_left(dir.path());
+}
+
+/// Exported with the sequence and the number of images dynamic, the ONNX
+/// model runs on another packing (three images, none of the traced sizes)
+/// as eager does: the mask follows `cu_seqlens`.
+#[test]
+#[ignore = "full tier: a packed vision encoder at another packing (a_qwen2_vl_vision_encoder_exports_with_images_of_different_sizes_packed verifies the traced one)"]
+fn a_dynamic_qwen2_vl_vision_encoder_runs_on_another_packing() {
+    let dir = tempfile::tempdir().unwrap();
+    let dynamo = [root().join("plugins/dynamo")];
+    let out = packed_vision_export(dir.path(), "qwen2_vl_vision", &dynamo, &PACKED_DYNAMIC);
+    let stdout = succeeded(&out);
+    assert!(verified_traced_packing(&stdout) && stdout.contains(PACKED_ANSWERED), "{stdout}");
+    assert!(!stdout.contains("valid only where torch.export's guard"), "{stdout}");
+    let model = dir.path().join("qwen2_vl_vision.onnx");
+    run_python("check_packed_vision.py", &[model.to_str().unwrap(), "qwen2_vl_vision"]);
+    assert_no_scratch_left(dir.path());
+}
+
+/// Qwen2.5-VL's windowed layers attend within windows cut at each image's
+/// edge, so of several sizes (16, 16 and 8 patches), which the reference's
+/// reshape into equal segments refuses; its last layer within each image.
+/// Its ONNX model verifies, and runs on another packing as eager does.
+#[test]
+#[ignore = "full tier: a second family of packed vision encoders (a_qwen2_vl_vision_encoder_exports_with_images_of_different_sizes_packed covers the patch on Qwen2-VL)"]
+fn a_qwen2_5_vl_vision_encoder_exports_with_windows_of_several_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let dynamo = [root().join("plugins/dynamo")];
+    let windows = ["window_index:0=1..1024", "cu_window_seqlens:0=2..256"];
+    let dynamic: Vec<&str> = PACKED_DYNAMIC.iter().chain(&windows).copied().collect();
+    let out = packed_vision_export(dir.path(), "qwen2_5_vl_vision", &dynamo, &dynamic);
+    let stdout = succeeded(&out);
+    assert!(verified_traced_packing(&stdout) && stdout.contains(PACKED_ANSWERED), "{stdout}");
+    let model = dir.path().join("qwen2_5_vl_vision.onnx");
+    run_python("check_packed_vision.py", &[model.to_str().unwrap(), "qwen2_5_vl_vision"]);
+    assert_no_scratch_left(dir.path());
+}
