@@ -621,10 +621,10 @@ fn the_opinfo_check_fails_a_wrong_translation() {
 
 /// A model function of the architecture sweep (`bench/sweep.py`,
 /// `docs/sweep.md`, its own model functions for what the export matrix does
-/// not hold), exported `--dynamic` and verified in ONNX Runtime against eager;
-/// the summary's line of input axes torch.export fixed despite `--dynamic`,
-/// if any.
-fn sweep_model_exports_and_verifies(arch: &str) -> Option<String> {
+/// not hold), exported `--dynamic` with the `dynamo` plugin folders and the
+/// ONNX ones and verified in ONNX Runtime against eager; the summary's line of
+/// input axes torch.export fixed despite `--dynamic`, if any.
+fn sweep_model_exports_and_verifies(arch: &str, dynamo: &[PathBuf]) -> Option<String> {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join(format!("{arch}.onnx"));
     let model_fn = format!("python:sweep_models:{arch}_model");
@@ -633,7 +633,9 @@ fn sweep_model_exports_and_verifies(arch: &str) -> Option<String> {
             .map(String::from)
             .to_vec();
     args.push(out.display().to_string());
-    args.extend(plugin_folders());
+    for plugins in dynamo.iter().chain([&root().join("plugins/onnx")]) {
+        args.extend(["--plugins".to_string(), plugins.display().to_string()]);
+    }
     args.extend(["--python".to_string(), python().display().to_string()]);
     let result = std::process::Command::new(env!("CARGO_BIN_EXE_hfx"))
         .args(&args)
@@ -655,11 +657,15 @@ fn sweep_model_exports_and_verifies(arch: &str) -> Option<String> {
         .map(String::from)
 }
 
-/// Mamba's code fixes the sequence length under torch.export (the sweep's
-/// check at a second length fails, the reference's too): the summary says so.
+/// Mamba's selective scan loops over the sequence in Python, so without
+/// `patch-mamba-selective-scan` torch.export fixes the sequence length (the
+/// sweep's check at a second length fails, the reference's too): the summary
+/// says so. This is also that patch's control
+/// (`a_mamba_export_verifies_at_a_length_other_than_its_traced_one`).
 #[test]
 fn an_axis_torch_export_fixes_despite_dynamic_is_named() {
-    let fixed = sweep_model_exports_and_verifies("mamba");
+    let others = dynamo_plugins_without("patch-mamba-selective-scan");
+    let fixed = sweep_model_exports_and_verifies("mamba", &others);
     assert!(fixed.as_deref().is_some_and(|l| l.contains("input_ids[1] = 8")), "{fixed:?}");
 }
 
@@ -669,7 +675,7 @@ fn an_axis_torch_export_fixes_despite_dynamic_is_named() {
 #[ignore = "full tier: two more sweep architectures (an_axis_torch_export_fixes_despite_dynamic_is_named runs the sweep's models)"]
 fn alibi_and_windowed_attention_from_the_sweep_export_and_verify() {
     for arch in ["falcon_alibi", "swin"] {
-        let fixed = sweep_model_exports_and_verifies(arch);
+        let fixed = sweep_model_exports_and_verifies(arch, &[root().join("plugins/dynamo")]);
         assert!(
             fixed.as_deref().is_none_or(|l| !l.contains("[0] =") && !l.contains("input_ids")),
             "{arch}: {fixed:?}"
@@ -1123,5 +1129,46 @@ fn a_qwen2_5_vl_vision_encoder_exports_with_windows_of_several_sizes() {
     assert!(verified_traced_packing(&stdout) && stdout.contains(PACKED_ANSWERED), "{stdout}");
     let model = dir.path().join("qwen2_5_vl_vision.onnx");
     run_python("check_packed_vision.py", &[model.to_str().unwrap(), "qwen2_5_vl_vision"]);
+    assert_no_scratch_left(dir.path());
+}
+
+/// A tiny Mamba (one layer).
+const MAMBA: &str =
+    "vocab_size=128,hidden_size=32,num_hidden_layers=1,state_size=8,expand=2,conv_kernel=4";
+/// Traced at 300 positions: the scan's chunks of 16 and its chunks of 16
+/// chunks both hold more than one, so every level of its program computes.
+const MAMBA_TRACED: &str = "verify inputs {\"attention_mask\":[2,300],\"input_ids\":[2,300]}";
+const MAMBA_SECOND: &str = "verify inputs {\"attention_mask\":[3,5],\"input_ids\":[3,5]}";
+const MAMBA_ANSWERED: &str = "patch dynamo-patch-mamba-selective-scan answered 1 call(s)";
+
+/// Mamba's selective scan loops over the sequence in Python, which
+/// torch.export unrolls at the traced length. With `patch-mamba-selective-scan`
+/// the scan is a program whose size does not depend on the length, and the
+/// ONNX model verifies at the traced length (300) and at 5, with no axis
+/// fixed and no guard named. The control without the patch is
+/// `an_axis_torch_export_fixes_despite_dynamic_is_named`.
+#[test]
+fn a_mamba_export_verifies_at_a_length_other_than_its_traced_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("mamba.onnx").display().to_string();
+    let args = [
+        "run",
+        "--backend",
+        "onnx",
+        "--model",
+        "mamba",
+        "--set",
+        MAMBA,
+        "--sample",
+        "batch=2,sequence=300",
+        "--verify",
+        "-o",
+        &out,
+    ];
+    let stdout = dynamic_export(dir.path(), &args, &[root().join("plugins/dynamo")]);
+    assert!(stdout.contains(MAMBA_TRACED) && stdout.contains(MAMBA_SECOND), "{stdout}");
+    assert!(stdout.contains(MAMBA_ANSWERED), "{stdout}");
+    assert!(!stdout.contains("fixed by torch.export"), "{stdout}");
+    assert!(!stdout.contains("valid only where torch.export's guard"), "{stdout}");
     assert_no_scratch_left(dir.path());
 }

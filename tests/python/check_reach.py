@@ -418,6 +418,16 @@ ALLOWED_PATHS = [
     "transformers.masking_utils.causal_mask_function",
     "torch.nn.functional.softplus",
     "torch.constant_pad_nd",
+    "torch.Tensor.select",
+    "torch.Tensor.unflatten",
+    "torch.Tensor.flatten",
+    "torch.stack",
+    "torch.Tensor.new_ones",
+    "torch.Tensor.tril",
+    "torch.Tensor.logical_not",
+    "torch.Tensor.masked_fill",
+    "torch.Tensor.float",
+    "torch.nn.functional.silu",
 ]
 # Layer and configuration classes a program case may build (`program.layer_class`).
 ALLOWED_LAYERS = [
@@ -471,6 +481,10 @@ ALLOWED_TARGETS = [
     "transformers.models.granitemoehybrid.modeling_granitemoehybrid.mamba2_chunk_scan",
     "transformers.models.nemotron_h.modeling_nemotron_h.mamba2_chunk_scan",
     "transformers.models.zamba2.modeling_zamba2.mamba2_chunk_scan",
+    "transformers.models.mamba.modeling_mamba.mamba_selective_scan",
+    "transformers.models.falcon_mamba.modeling_falcon_mamba.mamba_selective_scan",
+    "transformers.models.jamba.modeling_jamba.mamba_selective_scan",
+    "transformers.models.zamba.modeling_zamba.mamba_selective_scan",
     "transformers.utils.import_utils.is_kernels_available",
     "transformers.utils.is_kernels_available",
     "transformers.modeling_utils.is_kernels_available",
