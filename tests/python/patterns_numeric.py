@@ -134,6 +134,28 @@ def max_min_half():
     )
 
 
+def max_min_all():
+    """The extreme of every element (LongRoPE's `torch.max(position_ids)`), NaN
+    when any element is NaN, of each dtype family."""
+    torch.manual_seed(0)
+    return _pattern(
+        lambda m, x, i: (
+            aten.max.default(x),
+            aten.min.default(x),
+            aten.max.default(i),
+            aten.min.default(i.to(torch.int16)),
+            aten.max.default(i > 1),
+            aten.min.default(i.to(torch.uint8)),
+            aten.max.default(x.half()),
+            aten.min.default(x.to(torch.float64)),
+            aten.max.default(torch.where(x > 1, float("nan"), x)),
+            aten.min.default(x[0, 0]),
+        ),
+        x=torch.randn(3, 4),
+        i=torch.randint(0, 5, (2, 6)),
+    )
+
+
 def embedding_bag_modes():
     torch.manual_seed(0)
     weight = torch.randn(10, 3)
