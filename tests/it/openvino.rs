@@ -446,6 +446,7 @@ const PATTERNS: &[(&str, &str)] = &[
     ("random", "--static"),
     ("wavlm_padded", "--static"),
     ("data2vec_audio_padded", "--static"),
+    ("phi3_longrope", "--static"),
 ];
 
 /// `hfx run --backend openvino --model-fn python:openvino_patterns:NAME
