@@ -447,6 +447,7 @@ const PATTERNS: &[(&str, &str)] = &[
     ("wavlm_padded", "--static"),
     ("data2vec_audio_padded", "--static"),
     ("phi3_longrope", "--static"),
+    ("unfold", "--dynamic"),
 ];
 
 /// `hfx run --backend openvino --model-fn python:openvino_patterns:NAME
