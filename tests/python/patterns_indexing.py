@@ -242,6 +242,18 @@ def unfold_symbolic():
     return _module(fn, x=torch.randn(2, 9, 5))
 
 
+def empty_permuted():
+    """`empty_permuted` (what MoE expert paths allocate) filled before it is
+    read: its shape and dtype show, its values do not."""
+
+    def fn(x):
+        floats = aten.empty_permuted.default([x.shape[0], 3], [1, 0]).fill_(2.0)
+        ints = aten.empty_permuted.default([2, 3, 4], [2, 0, 1], dtype=torch.int32).fill_(7)
+        return x.unsqueeze(1) * floats, ints
+
+    return _module(fn, x=torch.randn(4))
+
+
 def scalar_tensor():
     def fn(x):
         return (

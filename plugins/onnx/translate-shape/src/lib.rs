@@ -66,6 +66,8 @@ hfx_sdk::onnx_translations! {
     "aten.repeat.default" => repeat,
     "aten.index_select.default" => index_select,
     "aten.empty_strided.default" => |e| factory(e, Fill::Zero),
+    // the physical layout only orders memory, which ONNX does not expose
+    "aten.empty_permuted.default" => |e| factory(e, Fill::Zero),
     "aten.scalar_tensor.default" => |e| e.operand("s", &e.output_meta()?.dtype),
     "aten.nonzero.default" => nonzero,
     "aten.unfold.default" => unfold,
