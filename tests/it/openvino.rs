@@ -448,6 +448,7 @@ const PATTERNS: &[(&str, &str)] = &[
     ("data2vec_audio_padded", "--static"),
     ("phi3_longrope", "--static"),
     ("unfold", "--dynamic"),
+    ("empty_permuted", "--static"),
 ];
 
 /// `hfx run --backend openvino --model-fn python:openvino_patterns:NAME
