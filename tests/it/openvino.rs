@@ -449,6 +449,7 @@ const PATTERNS: &[(&str, &str)] = &[
     ("phi3_longrope", "--static"),
     ("unfold", "--dynamic"),
     ("empty_permuted", "--static"),
+    ("antialias", "--static"),
 ];
 
 /// `hfx run --backend openvino --model-fn python:openvino_patterns:NAME
