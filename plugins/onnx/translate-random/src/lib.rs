@@ -93,9 +93,9 @@ fn random_like(e: &Emit, kind: Draw) -> Result<String> {
 /// uniform draw u in [0, 1), at most `high - 1` (where the product rounds up
 /// to the span), in the output's dtype (int64 unless `dtype` is given). A
 /// constant span up to 2**24 is drawn in float32, whose steps of 2**-24 reach
-/// every value (and which OpenVINO's ONNX frontend converts: it refuses a
-/// float64 draw); a wider or symbolic one in float64, which covers spans up
-/// to 2**53.
+/// every value, each as often as its share within span / 2**24 of it (and
+/// which OpenVINO's ONNX frontend converts: it refuses a float64 draw); a
+/// wider or symbolic one in float64, which covers spans up to 2**53.
 fn randint(e: &Emit) -> Result<String> {
     let out = e.output_meta()?.dtype;
     let (low, constant_low) = match e.arg("low")? {
