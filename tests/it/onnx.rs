@@ -1172,3 +1172,28 @@ fn a_mamba_export_verifies_at_a_length_other_than_its_traced_one() {
     assert!(!stdout.contains("valid only where torch.export's guard"), "{stdout}");
     assert_no_scratch_left(dir.path());
 }
+
+/// A tiny Phi-3 with LongRoPE checked longer than its pretraining length (6), and shorter.
+const PHI3_LONG: &str = "verify inputs {\"attention_mask\":[2,8],\"input_ids\":[2,8]}";
+const PHI3_SHORT: &str = "verify inputs {\"attention_mask\":[3,5],\"input_ids\":[3,5]}";
+
+/// Phi-3 with LongRoPE (Phi-3-mini-128k's `rope_scaling`) picks its short
+/// or long frequency factors by `torch.max(position_ids) + 1` against the
+/// pretraining length, in the graph (`aten.max.default`, which
+/// plugins/onnx/translate-reduction takes). Its pretraining length, 6, lies
+/// between the two lengths a dynamic export is checked at: the traced 8
+/// takes the long factors and the second check's 5 the short, both
+/// verified against eager.
+#[test]
+fn a_phi3_longrope_export_verifies_with_its_long_and_short_factors() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("phi3-longrope");
+    run_python("model_folders.py", &["phi3-longrope", folder.to_str().unwrap()]);
+    let (folder, out) = (folder.display().to_string(), dir.path().join("phi3.onnx"));
+    let out = out.display().to_string();
+    let args = ["run", "--backend", "onnx", "--model-dir", &folder, "--verify", "-o", &out];
+    let stdout = dynamic_export(dir.path(), &args, &[root().join("plugins/dynamo")]);
+    assert!(stdout.contains(PHI3_LONG) && stdout.contains(PHI3_SHORT), "{stdout}");
+    assert!(!stdout.contains("MISMATCH"), "{stdout}");
+    assert_no_scratch_left(dir.path());
+}

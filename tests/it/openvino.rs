@@ -446,6 +446,10 @@ const PATTERNS: &[(&str, &str)] = &[
     ("random", "--static"),
     ("wavlm_padded", "--static"),
     ("data2vec_audio_padded", "--static"),
+    ("phi3_longrope", "--static"),
+    ("unfold", "--dynamic"),
+    ("empty_permuted", "--static"),
+    ("antialias", "--static"),
 ];
 
 /// `hfx run --backend openvino --model-fn python:openvino_patterns:NAME

@@ -12,7 +12,10 @@ BPE tokenizer trained here on a few sentences: text a person reads), `bert` (a b
 vision backbone whose position embeddings are resampled to the image's
 patch grid: its hidden states); and the
 encoder-decoders: `whisper` (speech, with a tokenizer and a feature
-extractor), `t5`, `bart`; and `deepseek_v3`, a mixture-of-experts decoder
+extractor), `t5`, `bart`; `phi3-longrope`, a Phi-3 with LongRoPE scaling as
+Phi-3-mini-128k's config has it (`rope_scaling` of `type` longrope), whose
+pretraining length (6) lies between the lengths a dynamic export is checked
+at, so one check takes the short factors and the other the long; and `deepseek_v3`, a mixture-of-experts decoder
 outside the sweep whose attention writes its key states in place (`copy_`
 into slices of a new tensor) and whose router writes its group mask
 (`scatter_`)."""
@@ -34,6 +37,8 @@ from transformers import (
     GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
+    Phi3Config,
+    Phi3ForCausalLM,
     T5Config,
     T5ForConditionalGeneration,
     ViTConfig,
@@ -185,9 +190,34 @@ def deepseek_v3():
     return DeepseekV3ForCausalLM(config).eval()
 
 
+def phi3_longrope():
+    torch.manual_seed(0)
+    config = Phi3Config(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        original_max_position_embeddings=6,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        rope_scaling={
+            "type": "longrope",
+            "long_factor": [1.2, 2.0, 3.1, 4.5],
+            "short_factor": [1.0, 1.1, 1.3, 1.6],
+        },
+    )
+    return Phi3ForCausalLM(config).eval()
+
+
 def main(kind, out):
     if kind == "deepseek_v3":
         deepseek_v3().save_pretrained(out)
+    elif kind == "phi3-longrope":
+        phi3_longrope().save_pretrained(out)
     elif kind == "llama":
         llama().save_pretrained(out)
     elif kind == "llama-tokenizer":

@@ -456,13 +456,16 @@ def empty_permuted():
 
 
 class Random(torch.nn.Module):
-    """`randn`, `bernoulli` and `randperm`, each read so the output does not
-    depend on the draw: the IR must hold them, and run."""
+    """`randn`, `randn_like`, `randint`, `bernoulli` and `randperm`, each read
+    so the output does not depend on the draw: the IR must hold them, and run."""
 
     def forward(self, x, certain):
         normal = torch.randn(x.shape).abs() >= 0
+        like = torch.randn_like(x).abs() >= 0
+        ints = torch.randint(2, 5, x.shape)
+        within = torch.logical_and(ints >= 2, ints < 5)
         order = torch.sort(torch.randperm(x.shape[1])).values
-        return normal, torch.bernoulli(certain), x + order.to(x.dtype)
+        return normal, like, within, torch.bernoulli(certain), x + order.to(x.dtype)
 
 
 def random():

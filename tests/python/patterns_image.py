@@ -311,6 +311,56 @@ def upsample_default_scaled():
     )
 
 
+def upsample_antialias():
+    """`_upsample_{bilinear,bicubic}2d_aa` (`antialias=True`): downscaling,
+    upscaling, both at once, scale factors, align_corners, one-pixel outputs,
+    float64 (torch has no float16 kernel), and DINOv2's position grid (37x37
+    to 16x16)."""
+    return calls(
+        *[
+            call
+            for mode in ("bilinear", "bicubic")
+            for call in (
+                lambda i, m=mode: F.interpolate(i["x"], size=(4, 3), mode=m, antialias=True),
+                lambda i, m=mode: F.interpolate(i["x"], size=(29, 40), mode=m, antialias=True),
+                lambda i, m=mode: F.interpolate(i["x"], size=(5, 30), mode=m, antialias=True),
+                lambda i, m=mode: F.interpolate(
+                    i["x"], scale_factor=(0.45, 1.7), mode=m, antialias=True
+                ),
+                lambda i, m=mode: F.interpolate(
+                    i["x"], size=(5, 6), mode=m, antialias=True, align_corners=True
+                ),
+                lambda i, m=mode: F.interpolate(
+                    i["x"], size=(1, 1), mode=m, antialias=True, align_corners=True
+                ),
+                lambda i, m=mode: F.interpolate(i["x"], size=(1, 5), mode=m, antialias=True),
+                lambda i, m=mode: F.interpolate(i["x"].to(D), size=(6, 25), mode=m, antialias=True),
+                lambda i, m=mode: F.interpolate(i["p"], size=(16, 16), mode=m, antialias=True),
+            )
+        ],
+        x=floats(2, 3, 13, 17),
+        p=floats(1, 8, 37, 37),
+    )
+
+
+class UpsampleAntialiasToOther(torch.nn.Module):
+    """Antialiased resampling to `y`'s spatial size: symbolic sizes under --dynamic."""
+
+    def forward(self, x, y):
+        return (
+            F.interpolate(x, size=y.shape[-2:], mode="bilinear", antialias=True),
+            F.interpolate(x, size=y.shape[-2:], mode="bicubic", antialias=True),
+        )
+
+
+def upsample_antialias_to_other():
+    torch.manual_seed(0)
+    return UpsampleAntialiasToOther(), {
+        "x": torch.randn(2, 3, 13, 17),
+        "y": torch.randn(2, 3, 5, 30),
+    }
+
+
 class UpsampleToOther(torch.nn.Module):
     """Resizes `x` to `y`'s spatial size: a symbolic output size under --dynamic."""
 

@@ -213,6 +213,47 @@ def empty_strided_raw():
     return _module(fn, x=torch.randn(4))
 
 
+def unfold():
+    """`Tensor.unfold` windows: overlapping (PatchTST's patches, BLT's byte
+    groups), apart, a last element no window reaches, along the first, a
+    middle and the last axis, of ints, and of a 0-d tensor."""
+    torch.manual_seed(0)
+
+    def fn(x, ids):
+        return (
+            aten.unfold.default(x, -1, 4, 2),
+            aten.unfold.default(x, 1, 2, 2),
+            aten.unfold.default(x, 2, 3, 4),
+            aten.unfold.default(x, 0, 1, 1),
+            aten.unfold.default(x, 2, 10, 1),
+            aten.unfold.default(ids, 1, 3, 1),
+            aten.unfold.default(x[0, 0, 0], 0, 1, 1),
+        )
+
+    return _module(fn, x=torch.randn(2, 4, 10), ids=torch.randint(0, 256, (2, 7)))
+
+
+def unfold_symbolic():
+    """`Tensor.unfold` along a dynamic axis: the window count is read at run time."""
+
+    def fn(x):
+        return aten.unfold.default(x, 1, 3, 2), aten.unfold.default(x, -1, 2, 1)
+
+    return _module(fn, x=torch.randn(2, 9, 5))
+
+
+def empty_permuted():
+    """`empty_permuted` (what MoE expert paths allocate) filled before it is
+    read: its shape and dtype show, its values do not."""
+
+    def fn(x):
+        floats = aten.empty_permuted.default([x.shape[0], 3], [1, 0]).fill_(2.0)
+        ints = aten.empty_permuted.default([2, 3, 4], [2, 0, 1], dtype=torch.int32).fill_(7)
+        return x.unsqueeze(1) * floats, ints
+
+    return _module(fn, x=torch.randn(4))
+
+
 def scalar_tensor():
     def fn(x):
         return (

@@ -134,6 +134,28 @@ def max_min_half():
     )
 
 
+def max_min_all():
+    """The extreme of every element (LongRoPE's `torch.max(position_ids)`), NaN
+    when any element is NaN, of each dtype family."""
+    torch.manual_seed(0)
+    return _pattern(
+        lambda m, x, i: (
+            aten.max.default(x),
+            aten.min.default(x),
+            aten.max.default(i),
+            aten.min.default(i.to(torch.int16)),
+            aten.max.default(i > 1),
+            aten.min.default(i.to(torch.uint8)),
+            aten.max.default(x.half()),
+            aten.min.default(x.to(torch.float64)),
+            aten.max.default(torch.where(x > 1, float("nan"), x)),
+            aten.min.default(x[0, 0]),
+        ),
+        x=torch.randn(3, 4),
+        i=torch.randint(0, 5, (2, 6)),
+    )
+
+
 def embedding_bag_modes():
     torch.manual_seed(0)
     weight = torch.randn(10, 3)
@@ -471,6 +493,34 @@ def random_checks():
     return _pattern(fn, x=torch.randn(6, 5))
 
 
+def random_like():
+    """`rand_like`, `randn_like` and `randint` read so that the outputs do not
+    depend on the draws (a self-test compares values): each draw times 0 (its
+    shape and dtype), and whether every draw lies in its range."""
+    torch.manual_seed(0)
+
+    def fn(m, x):
+        n = x.shape[0]
+        u = aten.rand_like.default(x)
+        z = aten.randn_like.default(x, dtype=torch.float16)
+        r = aten.randint.low(-3, 5, [n, 64])
+        r32 = aten.randint.low(10, 12, [4, 8], dtype=torch.int32)
+        wide = aten.randint.default(2**40, [n, 16])
+        return (
+            u * 0,
+            torch.logical_and(u >= 0, u < 1).all(),
+            z * 0,
+            torch.isfinite(z).all(),
+            r * 0,
+            torch.logical_and(r >= -3, r < 5).all(),
+            r32 * 0,
+            torch.logical_and(r32 >= 10, r32 < 12).all(),
+            torch.logical_and(wide >= 0, wide < 2**40).all(),
+        )
+
+    return _pattern(fn, x=torch.randn(6, 5))
+
+
 def random_draws():
     """The raw draws, for a statistics check of the exported model (not --verify: values differ from torch's)."""
     torch.manual_seed(0)
@@ -485,6 +535,10 @@ def random_draws():
             aten.randperm.default(n),
             *aten.native_dropout.default(x, 0.3, True),
             *aten.native_dropout.default(x.half(), 0.5, None),
+            aten.rand_like.default(x),
+            aten.randn_like.default(x),
+            aten.randint.low(-3, 5, [n, 100]),
+            aten.randint.default(2**40, [n, 100]),
         )
 
     return _pattern(fn, x=torch.ones(1000, 10))

@@ -32,6 +32,8 @@ hfx_sdk::onnx_translations! {
     "aten.var.correction" => var,
     "aten.max.dim" => |e| extreme_dim(e, "ReduceMax", "ArgMax"),
     "aten.min.dim" => |e| extreme_dim(e, "ReduceMin", "ArgMin"),
+    "aten.max.default" => |e| extreme(e, "ReduceMax"),
+    "aten.min.default" => |e| extreme(e, "ReduceMin"),
     "aten._embedding_bag.default" => embedding_bag,
     "aten.linalg_vector_norm.default" => vector_norm,
 }
@@ -300,11 +302,7 @@ fn extreme_dim(e: &Emit, reduce: &str, arg: &str) -> Result<Vec<String>> {
         let index = e.scalar(0.0, "int64")?;
         return Ok(vec![e.op("Identity", &[&x])?, index]);
     }
-    let work = match from.as_str() {
-        "bool" => "uint8",
-        "int16" => "int32",
-        other => kernel_dtype(other),
-    };
+    let work = extreme_dtype(&from);
     let x = e.cast(&x, &from, work)?;
     let dim = e.int("dim", 0)?;
     let keepdim = e.boolean("keepdim", false)? as i64;
@@ -325,6 +323,33 @@ fn extreme_dim(e: &Emit, reduce: &str, arg: &str) -> Result<Vec<String>> {
         indices = e.op("Where", &[&has_nan, &e.op_with("ArgMax", &[&nan], &along)?, &indices])?;
     }
     Ok(vec![e.cast(&values, work, &from)?, indices])
+}
+
+/// `max` / `min` of every element, a 0-d tensor: NaN when any element is NaN,
+/// as torch (ONNX Runtime's kernels skip NaN).
+fn extreme(e: &Emit, reduce: &str) -> Result<String> {
+    let from = e.input_meta("self")?.dtype;
+    let work = extreme_dtype(&from);
+    let x = e.cast(&e.tensor("self")?, &from, work)?;
+    let whole = [attr("keepdims", Attribute::Int(0))];
+    let mut value = e.op_with(reduce, &[&x], &whole)?;
+    if is_floating(work) {
+        let nan = e.cast(&e.op("IsNaN", &[&x])?, "bool", "int32")?;
+        let has_nan = e.cast(&e.op_with("ReduceMax", &[&nan], &whole)?, "int32", "bool")?;
+        value = e.op("Where", &[&has_nan, &e.scalar(f64::NAN, work)?, &value])?;
+    }
+    e.cast(&value, work, &from)
+}
+
+/// The dtype an extreme is taken in: bool as uint8 and int16 as int32 (which
+/// hold them exactly and ONNX Runtime's `ReduceMax`/`ArgMax` kernels take),
+/// the rest as the reductions take them.
+fn extreme_dtype(dtype: &str) -> &str {
+    match dtype {
+        "bool" => "uint8",
+        "int16" => "int32",
+        other => kernel_dtype(other),
+    }
 }
 
 /// Metadata of each of the node's outputs.

@@ -1,4 +1,5 @@
-//! ATen upsampling, grid sampling and col2im → ONNX `Resize`, `GridSample` and `Col2Im`.
+//! ATen upsampling, grid sampling and col2im → ONNX `Resize`, `GridSample` and
+//! `Col2Im`; antialiased upsampling → two `MatMul`s by its weights.
 
 use hfx_sdk::prelude::*;
 
@@ -17,6 +18,8 @@ hfx_sdk::onnx_translations! {
     "aten.upsample_trilinear3d.default" => |e| upsample(e, Mode::Linear, 3),
     "aten.upsample_bicubic2d.vec" => |e| upsample(e, Mode::Cubic, 2),
     "aten.upsample_bicubic2d.default" => |e| upsample(e, Mode::Cubic, 2),
+    "aten._upsample_bilinear2d_aa.default" => |e| upsample_antialiased(e, Mode::Linear),
+    "aten._upsample_bicubic2d_aa.default" => |e| upsample_antialiased(e, Mode::Cubic),
     "aten.grid_sampler_2d.default" => grid_sampler,
     "aten.col2im.default" => col2im,
 }
@@ -217,6 +220,146 @@ fn float64s(e: &Emit, values: &[f64]) -> Result<String> {
         });
     }
     sum.ok_or_else(|| e.fail("no values"))
+}
+
+// ── antialiased resampling ──
+
+/// `_upsample_{bilinear,bicubic}2d_aa(self, output_size, align_corners,
+/// scales_h, scales_w)`: torch's antialiased resampling is separable and
+/// linear, so it is the input multiplied by one weight matrix per spatial
+/// axis, [out, in] on the left for the height and [in, out] on the right for
+/// the width (`axis_weights`). Not ONNX's `Resize` with `antialias=1`, which
+/// ONNX Runtime computes as torch does (within 5e-5, given
+/// `exclude_outside=1` and bicubic's `cubic_coeff_a=-0.5`) but OpenVINO's
+/// `Interpolate` ignores: it returns the plain resampling. The weights depend
+/// on the sizes alone: constants the optimizer folds when those are static.
+fn upsample_antialiased(e: &Emit, mode: Mode) -> Result<String> {
+    let target = e.target()?;
+    let out = e.output_meta()?;
+    let meta = e.input_meta("self")?;
+    if meta.shape.len() != 4 {
+        return Err(e.fail(format!("{target} of a rank-{} input", meta.shape.len())));
+    }
+    let work = match out.dtype.as_str() {
+        "float64" => "float64",
+        "uint8" => {
+            return Err(e.fail(format!("{target} of uint8: torch's fixed-point interpolation (rounded per axis) has no ONNX counterpart")));
+        }
+        _ => "float32",
+    };
+    let x = e.cast(&e.tensor("self")?, &meta.dtype, work)?;
+    let align_corners = e.boolean("align_corners", false)?;
+    let mut weights = Vec::new();
+    for (i, scale) in ["scales_h", "scales_w"].into_iter().enumerate() {
+        let axis = 2 + i;
+        let given = match e.arg(scale)? {
+            None | Some(Argument::None) => None,
+            _ => Some(e.float(scale, 0.0)?),
+        };
+        let sizes = AxisSizes {
+            input: extent(e, &x, &meta.shape[axis], axis, None)?,
+            output: extent(e, &x, &out.shape[axis], axis, Some(i))?,
+            align_corners,
+            given,
+        };
+        weights.push(axis_weights(e, mode, &sizes, work)?);
+    }
+    let rows = e.op("MatMul", &[&weights[0], &x])?;
+    let columns =
+        e.op_with("Transpose", &[&weights[1]], &[attr("perm", Attribute::Ints(vec![1, 0]))])?;
+    let y = e.op("MatMul", &[&rows, &columns])?;
+    e.cast(&y, work, &out.dtype)
+}
+
+/// One spatial axis of an antialiased resampling: its sizes (0-d int64
+/// values), `align_corners`, and the scale given for it, if any.
+struct AxisSizes {
+    input: String,
+    output: String,
+    align_corners: bool,
+    given: Option<f64>,
+}
+
+/// The 0-d int64 size of `axis`: a constant, or for a symbolic size the
+/// output size the node names (`output_size[index]`) or the input's own.
+fn extent(e: &Emit, x: &str, dim: &Dim, axis: usize, index: Option<usize>) -> Result<String> {
+    if let Dim::Fixed(n) = dim {
+        return e.op_with("Constant", &[], &[attr("value_int", Attribute::Int(*n))]);
+    }
+    if let (Some(i), Some(Argument::SymInts(sizes))) = (index, e.arg("output_size")?) {
+        match sizes.get(i) {
+            Some(SymInt::Value(v)) => return e.builder.value_name(*v),
+            Some(SymInt::Constant(n)) => {
+                return e.op_with("Constant", &[], &[attr("value_int", Attribute::Int(*n))])
+            }
+            None => {}
+        }
+    }
+    let axis = axis as i64;
+    let size = e.op_with(
+        "Shape",
+        &[x],
+        &[attr("start", Attribute::Int(axis)), attr("end", Attribute::Int(axis + 1))],
+    )?;
+    e.op("Squeeze", &[&size, &e.const_ints(&[0])?])
+}
+
+/// The [out, in] weights of one axis, as torch's antialiased kernels compute
+/// them (`_compute_index_ranges_weights` with `aa_filter`): output position
+/// `o` centred at `scale * (o + 0.5)` in the input, each input position `j`
+/// weighted `filter((j + 0.5 - centre) / support)`, the weights of a row
+/// normalized to sum to 1. `scale` is torch's `area_pixel_compute_scale`
+/// (`(in - 1) / (out - 1)` with `align_corners`, else 1 / the scale given,
+/// else in / out); `support` stretches the filter by the scale when it
+/// shrinks (`max(scale, 1)`). torch sums over the window where the filter is
+/// non-zero, which this sums over the whole axis to the same.
+fn axis_weights(e: &Emit, mode: Mode, sizes: &AxisSizes, work: &str) -> Result<String> {
+    let input = e.cast(&sizes.input, "int64", work)?;
+    let output = e.cast(&sizes.output, "int64", work)?;
+    let one = e.scalar(1.0, work)?;
+    let scale = if sizes.align_corners {
+        // torch's scale is 0 for a single output position.
+        let spans =
+            e.op("Div", &[&e.op("Sub", &[&input, &one])?, &e.op("Sub", &[&output, &one])?])?;
+        let single = e.op("Equal", &[&output, &one])?;
+        e.op("Where", &[&single, &e.scalar(0.0, work)?, &spans])?
+    } else if let Some(given) = sizes.given.filter(|&s| s > 0.0) {
+        e.scalar(1.0 / given, work)?
+    } else {
+        e.op("Div", &[&input, &output])?
+    };
+    let support = e.op("Max", &[&scale, &one])?;
+    let half = e.scalar(0.5, work)?;
+    let positions = |n: &str| e.op("Range", &[&e.scalar(0.0, work)?, n, &one]);
+    let centres = e.op("Mul", &[&e.op("Add", &[&positions(&output)?, &half])?, &scale])?;
+    let centres = e.op("Unsqueeze", &[&centres, &e.const_ints(&[1])?])?;
+    let offsets = e.op("Sub", &[&e.op("Add", &[&positions(&input)?, &half])?, &centres])?;
+    let distance = e.op("Abs", &[&e.op("Div", &[&offsets, &support])?])?;
+    let filtered = match mode {
+        Mode::Linear => e.op("Max", &[&e.op("Sub", &[&one, &distance])?, &e.scalar(0.0, work)?])?,
+        Mode::Cubic => cubic_filter(e, &distance, work)?,
+        Mode::Nearest => return Err(e.fail("antialiased nearest resampling")),
+    };
+    let totals = e.op_with(
+        "ReduceSum",
+        &[&filtered, &e.const_ints(&[1])?],
+        &[attr("keepdims", Attribute::Int(1))],
+    )?;
+    e.op("Div", &[&filtered, &totals])
+}
+
+/// Keys' cubic convolution kernel with `a = -0.5` at distances `t` >= 0, the
+/// one torch's antialiased bicubic uses (its plain bicubic uses -0.75):
+/// `(1.5t - 2.5)t^2 + 1` below 1, `((-0.5t + 2.5)t - 4)t + 2` below 2, else 0.
+fn cubic_filter(e: &Emit, t: &str, work: &str) -> Result<String> {
+    let c = |v: f64| e.scalar(v, work);
+    let near = e.op("Mul", &[&e.op("Sub", &[&e.op("Mul", &[t, &c(1.5)?])?, &c(2.5)?])?, t])?;
+    let near = e.op("Add", &[&e.op("Mul", &[&near, t])?, &c(1.0)?])?;
+    let far = e.op("Add", &[&e.op("Mul", &[t, &c(-0.5)?])?, &c(2.5)?])?;
+    let far = e.op("Sub", &[&e.op("Mul", &[&far, t])?, &c(4.0)?])?;
+    let far = e.op("Add", &[&e.op("Mul", &[&far, t])?, &c(2.0)?])?;
+    let within_two = e.op("Where", &[&e.op("Less", &[t, &c(2.0)?])?, &far, &c(0.0)?])?;
+    e.op("Where", &[&e.op("Less", &[t, &c(1.0)?])?, &near, &within_two])
 }
 
 // ── grid sampling ──

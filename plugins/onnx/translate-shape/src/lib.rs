@@ -66,8 +66,11 @@ hfx_sdk::onnx_translations! {
     "aten.repeat.default" => repeat,
     "aten.index_select.default" => index_select,
     "aten.empty_strided.default" => |e| factory(e, Fill::Zero),
+    // the physical layout only orders memory, which ONNX does not expose
+    "aten.empty_permuted.default" => |e| factory(e, Fill::Zero),
     "aten.scalar_tensor.default" => |e| e.operand("s", &e.output_meta()?.dtype),
     "aten.nonzero.default" => nonzero,
+    "aten.unfold.default" => unfold,
 }
 
 fn normalize(dim: i64, rank: i64) -> i64 {
@@ -1099,6 +1102,47 @@ fn index_select(e: &Emit) -> Result<String> {
         return e.op("Reshape", &[&picked, &e.const_ints(&[])?]);
     }
     e.op_with("Gather", &[&x, &index], &[attr("axis", Attribute::Int(dim))])
+}
+
+/// `unfold(self, dimension, size, step)`: the windows `size` long starting
+/// every `step` along `dimension`, each a new last axis: a `Gather` of the
+/// [windows, size] positions `start + offset` (the starts a `Range` to
+/// `n - size + 1`, read at run time where `n` is symbolic), the window axis
+/// then moved last. A 0-d tensor unfolds into `size` (0 or 1) copies of itself.
+fn unfold(e: &Emit) -> Result<String> {
+    let x = e.tensor("self")?;
+    let meta = e.input_meta("self")?;
+    let size = e.int("size", 1)?;
+    let step = e.int("step", 1)?;
+    let rank = meta.shape.len() as i64;
+    if rank == 0 {
+        return e.op("Expand", &[&x, &e.const_ints(&[size])?]);
+    }
+    let dim = normalize(e.int("dimension", 0)?, rank);
+    let end = match &meta.shape[dim as usize] {
+        Dim::Fixed(n) => int_0d(e, n - size + 1)?,
+        Dim::Symbolic(_) => {
+            let n = e.op_with(
+                "Shape",
+                &[&x],
+                &[attr("start", Attribute::Int(dim)), attr("end", Attribute::Int(dim + 1))],
+            )?;
+            let n = e.op("Squeeze", &[&n, &e.const_ints(&[0])?])?;
+            e.op("Sub", &[&n, &int_0d(e, size - 1)?])?
+        }
+    };
+    let starts = e.op("Range", &[&int_0d(e, 0)?, &end, &int_0d(e, step)?])?;
+    let starts = e.op("Unsqueeze", &[&starts, &e.const_ints(&[1])?])?;
+    let offsets: Vec<i64> = (0..size).collect();
+    let positions = e.op("Add", &[&starts, &e.const_ints(&offsets)?])?;
+    let windows = e.op_with("Gather", &[&x, &positions], &[attr("axis", Attribute::Int(dim))])?;
+    if dim == rank - 1 {
+        return Ok(windows);
+    }
+    // Gather left [.., windows, size, ..]: the size axis (dim + 1) goes last.
+    let mut perm: Vec<i64> = (0..=rank).filter(|&a| a != dim + 1).collect();
+    perm.push(dim + 1);
+    e.op_with("Transpose", &[&windows], &[attr("perm", Attribute::Ints(perm))])
 }
 
 /// `nonzero`: ONNX's `NonZero` is [rank, n], torch's [n, rank]. ORT has no
