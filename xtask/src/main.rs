@@ -113,7 +113,15 @@ fn lint() -> Result<()> {
     ]))?;
     let python = root.join(".venv/bin/python");
     run(Command::new(&python)
-        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r"])
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-cache-dir",
+            "-r",
+        ])
         .arg(root.join("tools/requirements-lint.txt")))?;
     eprintln!("==> ruff format --check; ruff check");
     let ruff = root.join(".venv/bin/ruff");
@@ -144,7 +152,9 @@ fn sweep(extra: &[String]) -> Result<()> {
 
 /// The Python environment where PyTorch model code runs (trace worker, test
 /// fixtures, reference outputs): `.venv` with `host/worker/requirements.txt`,
-/// then `requirements-no-deps.txt` without dependencies.
+/// then `requirements-no-deps.txt` without dependencies. pip keeps no cache:
+/// the environment is installed once, and a cache would hold a second copy
+/// of torch's CUDA wheels on the disk.
 fn setup_python() -> Result<()> {
     let root = workspace_root();
     let venv = root.join(".venv");
@@ -164,7 +174,7 @@ fn setup_python() -> Result<()> {
             requirements.strip_prefix(&root).unwrap_or(&requirements).display()
         );
         run(Command::new(venv.join("bin/python"))
-            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-cache-dir"])
             .args(flags)
             .arg("-r")
             .arg(&requirements))

@@ -59,7 +59,14 @@ pub fn setup(base_python: &str) -> Result<()> {
             flags.iter().map(|f| format!("{f} ")).collect::<String>()
         );
         run(Command::new(&python)
-            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-cache-dir",
+            ])
             .args(flags)
             .arg("-r")
             .arg(&file))
