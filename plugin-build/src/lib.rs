@@ -197,13 +197,86 @@ fn read_crate(dir: &Path) -> Result<PluginCrate> {
     })
 }
 
-/// Compiles `plugin` to a core module and writes its component. One cargo
-/// invocation per crate: the SDK's kind features must not unify across plugins.
+/// Compiles `plugin` to a core module and writes its component.
 pub fn build(toolchain: &Toolchain, plugin: &PluginCrate, options: &Options) -> Result<Built> {
-    let manifest = plugin.dir.join("Cargo.toml");
+    let mut built = build_all(toolchain, std::slice::from_ref(plugin), options)?;
+    Ok(built.remove(0))
+}
+
+/// Compiles `plugins` and writes their components, in as few cargo runs as
+/// feature unification allows: crates of one workspace whose manifests are
+/// the same but for `[package]` build in one run, which compiles them in
+/// parallel (cargo unifies the features of the crates one run builds: with
+/// the same dependency tables, each gets exactly what it would alone; the
+/// SDK's features choose a plugin's WIT world). The components, in the
+/// order of `plugins`.
+pub fn build_all(
+    toolchain: &Toolchain,
+    plugins: &[PluginCrate],
+    options: &Options,
+) -> Result<Vec<Built>> {
+    let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+    for (index, plugin) in plugins.iter().enumerate() {
+        let key = build_group(plugin)?;
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, members)) => members.push(index),
+            None => groups.push((key, vec![index])),
+        }
+    }
+    let mut built: Vec<Option<Built>> = vec![None; plugins.len()];
+    for (_, members) in &groups {
+        let crates: Vec<&PluginCrate> = members.iter().map(|&i| &plugins[i]).collect();
+        let stdout = cargo_build(toolchain, &crates, options)?;
+        for &index in members {
+            built[index] = Some(write_component(&plugins[index], &stdout)?);
+        }
+    }
+    Ok(built.into_iter().map(|b| b.expect("every plugin is in a group")).collect())
+}
+
+/// What decides whether two crates may build in one cargo run: a standalone
+/// crate builds alone; members of a workspace build together when their
+/// manifests, `[package]` aside, are the same.
+fn build_group(plugin: &PluginCrate) -> Result<String> {
+    if plugin.standalone {
+        return Ok(format!("standalone {}", plugin.dir.display()));
+    }
+    let path = plugin.dir.join("Cargo.toml");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut manifest: toml::Table =
+        toml::from_str(&text).with_context(|| format!("{}", path.display()))?;
+    manifest.remove("package");
+    Ok(format!("{} {manifest}", workspace_root(&plugin.dir).display()))
+}
+
+/// The nearest folder above `dir` whose `Cargo.toml` declares a workspace
+/// (`dir` itself when none does: cargo would refuse the crate anyway).
+fn workspace_root(dir: &Path) -> PathBuf {
+    dir.ancestors()
+        .skip(1)
+        .find(|d| {
+            std::fs::read_to_string(d.join("Cargo.toml"))
+                .ok()
+                .and_then(|text| text.parse::<toml::Table>().ok())
+                .is_some_and(|t| t.contains_key("workspace"))
+        })
+        .unwrap_or(dir)
+        .to_path_buf()
+}
+
+/// One cargo run building `crates` (one workspace's, or one standalone
+/// crate) for the guest target; its JSON messages.
+fn cargo_build(
+    toolchain: &Toolchain,
+    crates: &[&PluginCrate],
+    options: &Options,
+) -> Result<Vec<u8>> {
+    let first = crates[0];
+    let manifest = first.dir.join("Cargo.toml");
     let mut cmd = Command::new(toolchain.bin("cargo"));
     let path = format!("{}:/usr/bin:/bin", toolchain.prefix.join("bin").display());
-    cmd.current_dir(&plugin.dir)
+    cmd.current_dir(&first.dir)
         // Only the guest toolchain: rustup's proxies must not leak into the build.
         .env("PATH", path)
         .env("RUSTC", toolchain.bin("rustc"))
@@ -216,16 +289,21 @@ pub fn build(toolchain: &Toolchain, plugin: &PluginCrate, options: &Options) -> 
         .env_remove("CARGO_TARGET_DIR")
         .args(["build", "--profile", PROFILE, "--target", TARGET])
         .arg("-Zbuild-std=std,panic_abort")
+        // Every crate's errors, not only the first failing one's.
+        .arg("--keep-going")
         // Diagnostics rendered on stderr; stdout carries the artifacts as JSON.
         .arg("--message-format=json-render-diagnostics")
         .arg("--manifest-path")
         .arg(&manifest)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
+    for plugin in crates {
+        cmd.arg("-p").arg(&plugin.package);
+    }
     if let Some(dir) = &options.target_dir {
         cmd.arg("--target-dir").arg(dir);
     }
-    if options.locked && !plugin.standalone {
+    if options.locked && !first.standalone {
         cmd.arg("--locked");
     }
     if options.quiet {
@@ -234,14 +312,21 @@ pub fn build(toolchain: &Toolchain, plugin: &PluginCrate, options: &Options) -> 
     let out =
         cmd.output().with_context(|| format!("starting {}", toolchain.bin("cargo").display()))?;
     if !out.status.success() {
+        let names: Vec<String> =
+            crates.iter().map(|p| format!("`{}` ({})", p.package, p.dir.display())).collect();
         bail!(
-            "building plugin crate `{}` ({}): cargo exited with {} (its messages are above)",
-            plugin.package,
-            plugin.dir.display(),
+            "building plugin crate {}: cargo exited with {} (its messages are above)",
+            names.join(", "),
             out.status
         );
     }
-    let core = core_module(&out.stdout, &manifest).with_context(|| {
+    Ok(out.stdout)
+}
+
+/// `plugin`'s component, from the core module cargo's `messages` name, written beside its manifest.
+fn write_component(plugin: &PluginCrate, messages: &[u8]) -> Result<Built> {
+    let manifest = plugin.dir.join("Cargo.toml");
+    let core = core_module(messages, &manifest).with_context(|| {
         format!("building plugin crate `{}`: cargo wrote no WebAssembly module (is it `crate-type = [\"cdylib\"]`?)", plugin.package)
     })?;
     let module = std::fs::read(&core).with_context(|| format!("reading {}", core.display()))?;

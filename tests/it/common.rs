@@ -348,6 +348,42 @@ pub fn python_fixture<T: serde::de::DeserializeOwned>(script: &str, folder: &str
     (folder, parsed)
 }
 
+/// A model folder of `kind` (`tests/python/model_folders.py`, as
+/// `save_pretrained` writes it) copied to `dir/<kind>`. The script is seeded,
+/// so every test would write the same files: it runs once per kind and test
+/// binary, into `target/model-folders/`, and each test gets its own copy to
+/// change.
+pub fn model_folder(kind: &str, dir: &Path) -> PathBuf {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, OnceLock};
+    static BUILT: OnceLock<Mutex<HashMap<String, Arc<OnceLock<PathBuf>>>>> = OnceLock::new();
+    let once =
+        BUILT.get_or_init(Default::default).lock().unwrap().entry(kind.into()).or_default().clone();
+    let built = once.get_or_init(|| {
+        let folder = root().join("target/model-folders").join(kind);
+        // A folder an earlier run left may come from an older script.
+        let _ = std::fs::remove_dir_all(&folder);
+        run_python("model_folders.py", &[kind, folder.to_str().unwrap()]);
+        folder
+    });
+    let copy = dir.join(kind);
+    copy_folder(built, &copy);
+    copy
+}
+
+fn copy_folder(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_folder(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
 /// The stdout of a run that must succeed (else the test fails with its stderr).
 pub fn succeeded(out: &std::process::Output) -> String {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

@@ -475,13 +475,6 @@ fn what_a_generation_export_cannot_be_is_refused_in_one_line() {
     assert_no_scratch_left(dir.path());
 }
 
-/// A model folder of `kind` (`tests/python/model_folders.py`), as `save_pretrained` writes it, in `dir`.
-fn model_folder(kind: &str, dir: &Path) -> std::path::PathBuf {
-    let folder = dir.join(kind);
-    run_python("model_folders.py", &[kind, folder.to_str().unwrap()]);
-    folder
-}
-
 /// A Whisper folder generates: its class is the one `architectures` names
 /// (the whole encoder-decoder), its encoder a component (the folder runs
 /// from audio features), its decoder traced on a prompt of its own

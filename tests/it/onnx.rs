@@ -283,8 +283,7 @@ fn an_int4_llama_export_is_verified_against_its_own_weights_in_eager() {
 
 fn int4_export_is_verified_against_its_own_weights(kind: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let folder = dir.path().join(kind);
-    run_python("model_folders.py", &[kind, folder.to_str().unwrap()]);
+    let folder = model_folder(kind, dir.path());
     let out = dir.path().join(format!("{kind}.onnx"));
     let mut args: Vec<String> =
         ["run", "--backend", "onnx", "--model-dir", folder.to_str().unwrap()]
@@ -808,8 +807,7 @@ fn input_dims(model: &Path, name: &str) -> Vec<String> {
 #[ignore = "full tier: a model folder's batch-2 trace run at batch 1 (the export matrix's dynamic rows verify at a second batch size; cli::shape_options_are_checked_before_any_work the default)"]
 fn a_model_folder_traced_at_batch_2_runs_at_batch_1() {
     let dir = tempfile::tempdir().unwrap();
-    let folder = dir.path().join("bert");
-    run_python("model_folders.py", &["bert", folder.to_str().unwrap()]);
+    let folder = model_folder("bert", dir.path());
     let out = dir.path().join("out");
     let mut args: Vec<String> =
         ["run", "--backend", "onnx", "--model-dir"].map(String::from).to_vec();
@@ -917,7 +915,7 @@ fn dynamo_plugins_without(patch: &str) -> Vec<PathBuf> {
 fn dinov2_export(dir: &Path, backends: &str, out: &str, dynamo: &[PathBuf]) -> String {
     let folder = dir.join("dinov2");
     if !folder.exists() {
-        run_python("model_folders.py", &["dinov2", folder.to_str().unwrap()]);
+        model_folder("dinov2", dir);
     }
     let folder = folder.display().to_string();
     let args = ["run", "--backend", backends, "--model-dir", &folder, "--verify", "-o", out];
@@ -1187,8 +1185,7 @@ const PHI3_SHORT: &str = "verify inputs {\"attention_mask\":[3,5],\"input_ids\":
 #[test]
 fn a_phi3_longrope_export_verifies_with_its_long_and_short_factors() {
     let dir = tempfile::tempdir().unwrap();
-    let folder = dir.path().join("phi3-longrope");
-    run_python("model_folders.py", &["phi3-longrope", folder.to_str().unwrap()]);
+    let folder = model_folder("phi3-longrope", dir.path());
     let (folder, out) = (folder.display().to_string(), dir.path().join("phi3.onnx"));
     let out = out.display().to_string();
     let args = ["run", "--backend", "onnx", "--model-dir", &folder, "--verify", "-o", &out];

@@ -14,9 +14,7 @@ use crate::common::*;
 
 /// A model folder of `kind` (`tests/python/model_folders.py`) in `dir`.
 fn model_folder(dir: &Path, kind: &str) -> String {
-    let folder = dir.join(kind);
-    run_python("model_folders.py", &[kind, folder.to_str().unwrap()]);
-    folder.display().to_string()
+    crate::common::model_folder(kind, dir).display().to_string()
 }
 
 /// `hfx run` of `folder` to an export folder `out`; its stdout.

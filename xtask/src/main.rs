@@ -28,7 +28,7 @@ fn main() -> Result<()> {
         Some("build-plugins") => build_plugins(&args[1..]).map(drop),
         Some("install-guest-toolchain") => install_guest_toolchain(),
         Some("test") => test(&args[1..]),
-        Some("lint") => lint(),
+        Some("lint") => lint_rust().and_then(|()| lint_python()),
         Some("setup-python") => setup_python(),
         Some("install") => install(&args[1..]),
         Some("wheel") => wheel(&args[1..]).map(drop),
@@ -56,11 +56,24 @@ fn workspace_root() -> PathBuf {
 fn test(extra: &[String]) -> Result<()> {
     let full = extra.iter().any(|a| a == "--full");
     let args = with_tier(extra, full);
-    setup_python()?;
-    lint()?;
-    install_test_browser()?;
-    build_plugins(&[])?;
+    // The Python environment is gigabytes to download and unpack (network
+    // and disk), the Rust side is compilation (CPU): each in its own thread,
+    // the tests built before they wait for the environment.
+    let python = std::thread::spawn(|| setup_python().and_then(|()| lint_python()));
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let build_args = args.iter().take_while(|a| *a != "--");
+    let rust = lint_rust()
+        .and_then(|()| install_test_browser())
+        .and_then(|()| build_plugins(&[]))
+        .and_then(|_| {
+            run(Command::new(&cargo)
+                .current_dir(workspace_root())
+                .args(["test", "--locked", "--no-run"])
+                .args(build_args))
+        });
+    let python = python.join().map_err(|_| anyhow::anyhow!("the Python setup thread panicked"))?;
+    rust?;
+    python?;
     run(Command::new(cargo).current_dir(workspace_root()).args(["test", "--locked"]).args(args))
 }
 
@@ -85,10 +98,10 @@ fn with_tier(extra: &[String], full: bool) -> Vec<String> {
     args
 }
 
-/// Formatting and lints, as CI enforces them: rustfmt over every crate (the
-/// workspace, the fuzz targets, the example plugins), clippy with warnings as
-/// errors on the host-side crates, ruff's formatter and linter over all Python.
-fn lint() -> Result<()> {
+/// Formatting and lints of the Rust side, as CI enforces them: rustfmt over
+/// every crate (the workspace, the fuzz targets, the example plugins), clippy
+/// with warnings as errors on the host-side crates.
+fn lint_rust() -> Result<()> {
     let root = workspace_root();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     eprintln!("==> cargo fmt --check");
@@ -110,7 +123,13 @@ fn lint() -> Result<()> {
         "--",
         "-D",
         "warnings",
-    ]))?;
+    ]))
+}
+
+/// ruff's formatter and linter over all Python, as CI enforces them (ruff
+/// installed into `.venv` first).
+fn lint_python() -> Result<()> {
+    let root = workspace_root();
     let python = root.join(".venv/bin/python");
     run(Command::new(&python)
         .args([
@@ -553,14 +572,12 @@ fn build_plugins(only: &[String]) -> Result<Vec<PluginCrate>> {
         quiet: true,
     };
     let start = Instant::now();
-    for plugin in &crates {
-        let t = Instant::now();
-        let built = hfx_plugin_build::build(&toolchain, plugin, &options)?;
+    let built = hfx_plugin_build::build_all(&toolchain, &crates, &options)?;
+    for (plugin, built) in crates.iter().zip(&built) {
         eprintln!(
-            "  built {:<28} {:>7} bytes  {:>6.1} s  -> {}",
+            "  built {:<40} {:>7} bytes  -> {}",
             plugin.package,
             built.bytes,
-            t.elapsed().as_secs_f64(),
             built.component.strip_prefix(&root).unwrap_or(&built.component).display()
         );
     }

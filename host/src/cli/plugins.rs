@@ -342,17 +342,12 @@ pub(super) fn build(dirs: &[std::path::PathBuf]) -> Result<()> {
         .map(|d| std::env::current_dir().map(|here| here.join(d)))
         .transpose()?;
     let options = hfx_plugin_build::Options { target_dir, locked: false, quiet: false };
-    for plugin in &crates {
-        let started = std::time::Instant::now();
-        let built = hfx_plugin_build::build(&toolchain, plugin, &options)?;
-        println!(
-            "built {} ({} bytes, {:.1} s): {}",
-            plugin.package,
-            built.bytes,
-            started.elapsed().as_secs_f64(),
-            built.component.display()
-        );
+    let started = std::time::Instant::now();
+    let built = hfx_plugin_build::build_all(&toolchain, &crates, &options)?;
+    for (plugin, built) in crates.iter().zip(&built) {
+        println!("built {} ({} bytes): {}", plugin.package, built.bytes, built.component.display());
     }
+    println!("{} plugin(s) in {:.1} s", crates.len(), started.elapsed().as_secs_f64());
     let shown: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
     println!("next:  hfx plugins test {}", shown.join(" "));
     Ok(())
