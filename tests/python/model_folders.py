@@ -10,7 +10,8 @@ to generate from), `llama-bpe` (a `llama` of the vocabulary of a byte-level
 BPE tokenizer trained here on a few sentences: text a person reads), `bert` (a base model: hidden states and a pooled output), `gpt2`
 (logits and a cache), `vit` (image classification logits), `dinov2` (a
 vision backbone whose position embeddings are resampled to the image's
-patch grid: its hidden states); and the
+patch grid: its hidden states), `dinov2_with_registers` (the same with
+register tokens, resampling with antialiasing); and the
 encoder-decoders: `whisper` (speech, with a tokenizer and a feature
 extractor), `t5`, `bart`; `phi3-longrope`, a Phi-3 with LongRoPE scaling as
 Phi-3-mini-128k's config has it (`rope_scaling` of `type` longrope), whose
@@ -33,6 +34,8 @@ from transformers import (
     DeepseekV3ForCausalLM,
     Dinov2Config,
     Dinov2Model,
+    Dinov2WithRegistersConfig,
+    Dinov2WithRegistersModel,
     GPT2Config,
     GPT2LMHeadModel,
     LlamaConfig,
@@ -282,6 +285,18 @@ def main(kind, out):
                 num_attention_heads=2,
                 image_size=32,
                 patch_size=8,
+            )
+        ).save_pretrained(out)
+    elif kind == "dinov2_with_registers":
+        torch.manual_seed(0)
+        Dinov2WithRegistersModel(
+            Dinov2WithRegistersConfig(
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                image_size=32,
+                patch_size=8,
+                num_register_tokens=2,
             )
         ).save_pretrained(out)
     elif kind in ENCODER_DECODERS:
