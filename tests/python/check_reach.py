@@ -472,6 +472,7 @@ ALLOWED_TARGETS = [
     "transformers.cache_utils.DynamicSlidingWindowLayer.get_seq_length",
     "transformers.models.mra.modeling_mra.is_kernels_available",
     "transformers.cache_utils.DynamicSlidingWindowLayer.update",
+    "transformers.cache_utils.LinearAttentionLayer.update_conv_state",
     "transformers.masking_utils._vmap_expansion_sdpa",
     "transformers.models.nllb_moe.modeling_nllb_moe.NllbMoeTop2Router._cast_classifier",
     "transformers.models.dinov2.modeling_dinov2.Dinov2Embeddings.interpolate_pos_encoding",
