@@ -1242,6 +1242,53 @@ fn a_mamba_export_verifies_at_a_length_other_than_its_traced_one() {
     assert_no_scratch_left(dir.path());
 }
 
+/// A tiny PhiMoE with LongRoPE folder exported dynamic with `dynamo` and verified.
+fn phimoe_export(dir: &Path, dynamo: &[PathBuf]) -> Output {
+    let folder = dir.join("phimoe-longrope");
+    run_python("model_folders.py", &["phimoe-longrope", folder.to_str().unwrap()]);
+    let (folder, out) = (folder.display().to_string(), dir.join("phimoe.onnx"));
+    let out = out.display().to_string();
+    let mut args = vec!["run", "--backend", "onnx", "--model-dir", &folder, "--verify", "-o", &out];
+    let plugins: Vec<String> = dynamo
+        .iter()
+        .chain([&root().join("plugins/onnx")])
+        .flat_map(|p| ["--plugins".to_string(), p.display().to_string()])
+        .collect();
+    args.extend(plugins.iter().map(String::as_str));
+    hfx(dir, &args)
+}
+
+/// PhiMoE's rotary embedding picks its LongRoPE cos/sin scale with a Python
+/// `if` on `torch.max(position_ids) + 1`; with `patch-phimoe-rope-scale` the
+/// graph picks it (`torch.where`), and the ONNX model verifies at the traced
+/// 8 (past the pretraining length 6: `long_mscale`) and at 5
+/// (`short_mscale`).
+#[test]
+#[ignore = "full tier: PhiMoE's LongRoPE scale through ONNX (selftests::every_shipped_plugin_passes_its_self_tests traces the same model with and without patch-phimoe-rope-scale and checks it at both lengths)"]
+fn a_phimoe_longrope_export_verifies_with_its_long_and_short_scales() {
+    let dir = tempfile::tempdir().unwrap();
+    let stdout = succeeded(&phimoe_export(dir.path(), &[root().join("plugins/dynamo")]));
+    assert!(stdout.contains(PHI3_LONG) && stdout.contains(PHI3_SHORT), "{stdout}");
+    let answered = "patch dynamo-patch-phimoe-rope-scale answered 1 call(s)";
+    assert!(stdout.contains(answered), "{stdout}");
+    assert_no_scratch_left(dir.path());
+}
+
+/// The control: without the patch the trace stops at the rotary
+/// embedding's `if` on a tensor's value, and the error names it.
+#[test]
+#[ignore = "full tier: PhiMoE without its patch (a_phimoe_longrope_export_verifies_with_its_long_and_short_scales runs it with the patch)"]
+fn without_its_patch_a_phimoe_longrope_export_stops_at_its_rope_scale() {
+    let dir = tempfile::tempdir().unwrap();
+    let others = dynamo_plugins_without("patch-phimoe-rope-scale");
+    let out = phimoe_export(dir.path(), &others);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("GuardOnDataDependentSymNode"), "{stderr}");
+    assert!(stderr.contains("modeling_phimoe.py"), "{stderr}");
+    assert_no_scratch_left(dir.path());
+}
+
 /// A tiny Phi-3 with LongRoPE checked longer than its pretraining length (6), and shorter.
 const PHI3_LONG: &str = "verify inputs {\"attention_mask\":[2,8],\"input_ids\":[2,8]}";
 const PHI3_SHORT: &str = "verify inputs {\"attention_mask\":[3,5],\"input_ids\":[3,5]}";

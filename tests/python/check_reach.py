@@ -477,6 +477,7 @@ ALLOWED_TARGETS = [
     "transformers.models.nllb_moe.modeling_nllb_moe.NllbMoeTop2Router._cast_classifier",
     "transformers.models.dinov2.modeling_dinov2.Dinov2Embeddings.interpolate_pos_encoding",
     "transformers.models.dinov2_with_registers.modeling_dinov2_with_registers.Dinov2WithRegistersEmbeddings.interpolate_pos_encoding",
+    "transformers.models.phimoe.modeling_phimoe.PhimoeRotaryEmbedding.forward",
     "transformers.models.mamba2.modeling_mamba2.mamba2_chunk_scan",
     "transformers.models.bamba.modeling_bamba.mamba2_chunk_scan",
     "transformers.models.falcon_h1.modeling_falcon_h1.mamba2_chunk_scan",
