@@ -12,11 +12,12 @@
 //! method sees it: at least `kernel` positions at every length, so its own
 //! branch is not taken and the state is the last `kernel` positions of the
 //! zero-padded sequence, as eager's. The method returns the padded sequence
-//! for the convolution, as eager does for a short prefill; every caller
-//! keeps the convolution's last `length` positions, and leading zeros are
-//! what the causal convolution's own padding reads, so the output is
-//! unchanged. A call with a state already (a decode step) and a cache that
-//! records its past are passed through: the pad is 0 there.
+//! for the convolution, as eager does for a short prefill; every caller that
+//! passes the kernel size keeps the convolution's last `length` positions,
+//! and leading zeros are what the causal convolution's own padding reads, so
+//! the output is unchanged. A call with a state already (a decode step) pads
+//! by 0; a call without a kernel size (the state is then as long as the first
+//! prefill, never padded) and a cache that records its past pass through.
 
 use hfx_sdk::prelude::*;
 
