@@ -241,6 +241,30 @@ def mixtral():
     return transformers.MixtralConfig(**llama_like(num_local_experts=4, num_experts_per_tok=2))
 
 
+@arch(
+    "phimoe",
+    "decoder",
+    "MoE (4 experts, top-2), LongRoPE scale picked by the length (pretraining 10: A short, B long)",
+    "PhimoeForCausalLM",
+    text,
+)
+def phimoe():
+    import transformers
+
+    rope = {
+        "rope_type": "longrope",
+        "rope_theta": 10000.0,
+        "original_max_position_embeddings": 10,
+        "long_factor": [1.2, 2.0, 3.1, 4.5],
+        "short_factor": [1.0, 1.1, 1.3, 1.6],
+        "long_mscale": 1.3,
+        "short_mscale": 1.1,
+    }
+    return transformers.PhimoeConfig(
+        **llama_like(num_local_experts=4, num_experts_per_tok=2, rope_parameters=rope)
+    )
+
+
 @arch("gemma", "decoder", "GeGLU, scaled embeddings", "GemmaForCausalLM", text)
 def gemma():
     import transformers
@@ -828,6 +852,19 @@ def dinov2():
     import transformers
 
     return transformers.Dinov2Config(**vit_like())
+
+
+@arch(
+    "dinov2_with_registers",
+    "vision",
+    "register tokens, antialiased position interpolation",
+    "Dinov2WithRegistersModel",
+    pixels,
+)
+def dinov2_with_registers():
+    import transformers
+
+    return transformers.Dinov2WithRegistersConfig(**vit_like(num_register_tokens=2))
 
 
 @arch("convnext", "vision", "CNN (depthwise 7x7, LayerNorm)", "ConvNextModel", pixels)

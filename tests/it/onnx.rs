@@ -913,9 +913,20 @@ fn dynamo_plugins_without(patch: &str) -> Vec<PathBuf> {
 
 /// A tiny DINOv2 folder exported dynamic and verified.
 fn dinov2_export(dir: &Path, backends: &str, out: &str, dynamo: &[PathBuf]) -> String {
-    let folder = dir.join("dinov2");
+    vision_folder_export(dir, "dinov2", backends, out, dynamo)
+}
+
+/// A tiny folder of `kind` (`model_folders.py`) exported dynamic and verified.
+fn vision_folder_export(
+    dir: &Path,
+    kind: &str,
+    backends: &str,
+    out: &str,
+    dynamo: &[PathBuf],
+) -> String {
+    let folder = dir.join(kind);
     if !folder.exists() {
-        model_folder("dinov2", dir);
+        model_folder(kind, dir);
     }
     let folder = folder.display().to_string();
     let args = ["run", "--backend", backends, "--model-dir", &folder, "--verify", "-o", out];
@@ -958,6 +969,24 @@ fn a_dinov2_pt2_verifies_at_a_second_image_size() {
     assert_no_scratch_left(dir.path());
 }
 
+/// DINOv2 with registers resamples its position grid with antialiasing
+/// (`_upsample_bicubic2d_aa`, which `translate-resize` writes as one weight
+/// matrix per axis computed from the symbolic sizes); with
+/// `patch-dinov2-interpolated-positions` it runs at every image size, and the
+/// ONNX model verifies at the traced image (32x32) and at a second one (48x48).
+#[test]
+#[ignore = "full tier: DINOv2 with registers at a second image size (a_dinov2_export_verifies_at_a_second_image_size covers the patch; the selftest traces the antialiased resampling with and without it)"]
+fn a_dinov2_with_registers_export_verifies_at_a_second_image_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("dinov2_with_registers.onnx");
+    let dynamo = [root().join("plugins/dynamo")];
+    let kind = "dinov2_with_registers";
+    let stdout = vision_folder_export(dir.path(), kind, "onnx", out.to_str().unwrap(), &dynamo);
+    assert!(stdout.contains(DINOV2_TRACED) && stdout.contains(DINOV2_SECOND), "{stdout}");
+    assert!(!stdout.contains(DINOV2_GUARD) && stdout.contains(DINOV2_ANSWERED), "{stdout}");
+    assert_no_scratch_left(dir.path());
+}
+
 /// The control: without the patch, torch.export's guard on the patch count
 /// is named, and the second check varies the batch alone (the export does
 /// not claim another image size), so it still verifies.
@@ -981,6 +1010,20 @@ const MAMBA2_TRACED: &str = "verify inputs {\"attention_mask\":[2,8],\"input_ids
 const MAMBA2_SECOND: &str = "verify inputs {\"attention_mask\":[3,5],\"input_ids\":[3,5]}";
 const MAMBA2_ANSWERED: &str = "patch dynamo-patch-mamba2-chunk-padding answered 1 call(s)";
 
+/// The same model as `run_onnx_at.py` builds it.
+const MAMBA2_ARCH: &str = "arch:mamba2:vocab_size=128,hidden_size=32,num_hidden_layers=1,state_size=8,expand=2,conv_kernel=4,num_heads=8,head_dim=8,n_groups=1,chunk_size=4";
+
+/// `run_onnx_at.py` on the Mamba2 of `mamba2_export` in `dir` at batch 2 and
+/// `length`: its output.
+fn mamba2_at(dir: &Path, length: &str) -> Output {
+    let onnx = dir.join("mamba2.onnx").display().to_string();
+    std::process::Command::new(python())
+        .arg(root().join("tests/python/run_onnx_at.py"))
+        .args([&onnx, MAMBA2_ARCH, "2", length])
+        .output()
+        .unwrap()
+}
+
 /// A tiny Mamba2 exported dynamic to ONNX.
 fn mamba2_export(dir: &Path, dynamo: &[PathBuf], extra: &[&str]) -> String {
     let out = dir.join("mamba2.onnx").display().to_string();
@@ -994,6 +1037,9 @@ fn mamba2_export(dir: &Path, dynamo: &[PathBuf], extra: &[&str]) -> String {
 /// multiple of the chunk, so torch.export guarded the traced length's residue.
 /// With `patch-mamba2-chunk-padding` the scan gets whole chunks at every
 /// length, and the ONNX model verifies at the traced length (8) and at 5.
+/// With `patch-conv-state-padding` the cache's conv state takes a prefill
+/// shorter than the conv kernel (4) too: the model, states included, matches
+/// eager at length 3.
 #[test]
 fn a_mamba2_export_verifies_at_a_length_that_is_not_a_multiple_of_its_chunk() {
     let dir = tempfile::tempdir().unwrap();
@@ -1001,7 +1047,30 @@ fn a_mamba2_export_verifies_at_a_length_that_is_not_a_multiple_of_its_chunk() {
     let stdout = mamba2_export(dir.path(), &dynamo, &["--verify"]);
     assert!(stdout.contains(MAMBA2_TRACED) && stdout.contains(MAMBA2_SECOND), "{stdout}");
     assert!(stdout.contains(MAMBA2_ANSWERED), "{stdout}");
+    assert!(stdout.contains(CONV_STATE_ANSWERED), "{stdout}");
     assert!(!stdout.contains("valid only where torch.export's guard"), "{stdout}");
+    let short = mamba2_at(dir.path(), "3");
+    let (out, err) =
+        (String::from_utf8_lossy(&short.stdout), String::from_utf8_lossy(&short.stderr));
+    assert!(short.status.success() && out.contains("2x3: max abs"), "{out}{err}");
+    assert_no_scratch_left(dir.path());
+}
+
+const CONV_STATE_ANSWERED: &str = "patch dynamo-patch-conv-state-padding answered 1 call(s)";
+
+/// The control: without `patch-conv-state-padding` the trace raises the
+/// length's lower bound to the conv kernel, which the ONNX model does not
+/// check: at length 3 the conv state's copy fails in ONNX Runtime.
+#[test]
+#[ignore = "full tier: Mamba2 without its conv state patch (a_mamba2_export_verifies_at_a_length_that_is_not_a_multiple_of_its_chunk runs it with the patch at length 3; the selftest traces it without)"]
+fn without_its_patch_a_mamba2_export_fails_below_its_conv_kernel() {
+    let dir = tempfile::tempdir().unwrap();
+    let others = dynamo_plugins_without("patch-conv-state-padding");
+    let stdout = mamba2_export(dir.path(), &others, &["--verify"]);
+    assert!(stdout.contains(MAMBA2_SECOND) && !stdout.contains("conv-state"), "{stdout}");
+    let short = mamba2_at(dir.path(), "3");
+    let err = String::from_utf8_lossy(&short.stderr);
+    assert!(!short.status.success() && err.contains("invalid expand shape"), "{err}");
     assert_no_scratch_left(dir.path());
 }
 
@@ -1168,6 +1237,53 @@ fn a_mamba_export_verifies_at_a_length_other_than_its_traced_one() {
     assert!(stdout.contains(MAMBA_ANSWERED), "{stdout}");
     assert!(!stdout.contains("fixed by torch.export"), "{stdout}");
     assert!(!stdout.contains("valid only where torch.export's guard"), "{stdout}");
+    assert_no_scratch_left(dir.path());
+}
+
+/// A tiny PhiMoE with LongRoPE folder exported dynamic with `dynamo` and verified.
+fn phimoe_export(dir: &Path, dynamo: &[PathBuf]) -> Output {
+    let folder = dir.join("phimoe-longrope");
+    run_python("model_folders.py", &["phimoe-longrope", folder.to_str().unwrap()]);
+    let (folder, out) = (folder.display().to_string(), dir.join("phimoe.onnx"));
+    let out = out.display().to_string();
+    let mut args = vec!["run", "--backend", "onnx", "--model-dir", &folder, "--verify", "-o", &out];
+    let plugins: Vec<String> = dynamo
+        .iter()
+        .chain([&root().join("plugins/onnx")])
+        .flat_map(|p| ["--plugins".to_string(), p.display().to_string()])
+        .collect();
+    args.extend(plugins.iter().map(String::as_str));
+    hfx(dir, &args)
+}
+
+/// PhiMoE's rotary embedding picks its LongRoPE cos/sin scale with a Python
+/// `if` on `torch.max(position_ids) + 1`; with `patch-phimoe-rope-scale` the
+/// graph picks it (`torch.where`), and the ONNX model verifies at the traced
+/// 8 (past the pretraining length 6: `long_mscale`) and at 5
+/// (`short_mscale`).
+#[test]
+#[ignore = "full tier: PhiMoE's LongRoPE scale through ONNX (selftests::every_shipped_plugin_passes_its_self_tests traces the same model with and without patch-phimoe-rope-scale and checks it at both lengths)"]
+fn a_phimoe_longrope_export_verifies_with_its_long_and_short_scales() {
+    let dir = tempfile::tempdir().unwrap();
+    let stdout = succeeded(&phimoe_export(dir.path(), &[root().join("plugins/dynamo")]));
+    assert!(stdout.contains(PHI3_LONG) && stdout.contains(PHI3_SHORT), "{stdout}");
+    let answered = "patch dynamo-patch-phimoe-rope-scale answered 1 call(s)";
+    assert!(stdout.contains(answered), "{stdout}");
+    assert_no_scratch_left(dir.path());
+}
+
+/// The control: without the patch the trace stops at the rotary
+/// embedding's `if` on a tensor's value, and the error names it.
+#[test]
+#[ignore = "full tier: PhiMoE without its patch (a_phimoe_longrope_export_verifies_with_its_long_and_short_scales runs it with the patch)"]
+fn without_its_patch_a_phimoe_longrope_export_stops_at_its_rope_scale() {
+    let dir = tempfile::tempdir().unwrap();
+    let others = dynamo_plugins_without("patch-phimoe-rope-scale");
+    let out = phimoe_export(dir.path(), &others);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("GuardOnDataDependentSymNode"), "{stderr}");
+    assert!(stderr.contains("modeling_phimoe.py"), "{stderr}");
     assert_no_scratch_left(dir.path());
 }
 

@@ -10,12 +10,16 @@ to generate from), `llama-bpe` (a `llama` of the vocabulary of a byte-level
 BPE tokenizer trained here on a few sentences: text a person reads), `bert` (a base model: hidden states and a pooled output), `gpt2`
 (logits and a cache), `vit` (image classification logits), `dinov2` (a
 vision backbone whose position embeddings are resampled to the image's
-patch grid: its hidden states); and the
+patch grid: its hidden states), `dinov2_with_registers` (the same with
+register tokens, resampling with antialiasing); and the
 encoder-decoders: `whisper` (speech, with a tokenizer and a feature
 extractor), `t5`, `bart`; `phi3-longrope`, a Phi-3 with LongRoPE scaling as
 Phi-3-mini-128k's config has it (`rope_scaling` of `type` longrope), whose
 pretraining length (6) lies between the lengths a dynamic export is checked
-at, so one check takes the short factors and the other the long; and `deepseek_v3`, a mixture-of-experts decoder
+at, so one check takes the short factors and the other the long;
+`phimoe-longrope`, a PhiMoE with LongRoPE as Phi-3.5-MoE's config has it
+(its cos/sin scale `long_mscale` past the pretraining length, 6, and
+`short_mscale` within it); and `deepseek_v3`, a mixture-of-experts decoder
 outside the sweep whose attention writes its key states in place (`copy_`
 into slices of a new tensor) and whose router writes its group mask
 (`scatter_`)."""
@@ -33,12 +37,16 @@ from transformers import (
     DeepseekV3ForCausalLM,
     Dinov2Config,
     Dinov2Model,
+    Dinov2WithRegistersConfig,
+    Dinov2WithRegistersModel,
     GPT2Config,
     GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
     Phi3Config,
     Phi3ForCausalLM,
+    PhimoeConfig,
+    PhimoeForCausalLM,
     T5Config,
     T5ForConditionalGeneration,
     ViTConfig,
@@ -213,11 +221,38 @@ def phi3_longrope():
     return Phi3ForCausalLM(config).eval()
 
 
+def phimoe_longrope():
+    torch.manual_seed(0)
+    config = PhimoeConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        rope_parameters={
+            "rope_type": "longrope",
+            "rope_theta": 10000.0,
+            "original_max_position_embeddings": 6,
+            "long_factor": [1.2, 2.0, 3.1, 4.5],
+            "short_factor": [1.0, 1.1, 1.3, 1.6],
+            "long_mscale": 1.3,
+            "short_mscale": 1.1,
+        },
+    )
+    return PhimoeForCausalLM(config).eval()
+
+
 def main(kind, out):
     if kind == "deepseek_v3":
         deepseek_v3().save_pretrained(out)
     elif kind == "phi3-longrope":
         phi3_longrope().save_pretrained(out)
+    elif kind == "phimoe-longrope":
+        phimoe_longrope().save_pretrained(out)
     elif kind == "llama":
         llama().save_pretrained(out)
     elif kind == "llama-tokenizer":
@@ -282,6 +317,18 @@ def main(kind, out):
                 num_attention_heads=2,
                 image_size=32,
                 patch_size=8,
+            )
+        ).save_pretrained(out)
+    elif kind == "dinov2_with_registers":
+        torch.manual_seed(0)
+        Dinov2WithRegistersModel(
+            Dinov2WithRegistersConfig(
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                image_size=32,
+                patch_size=8,
+                num_register_tokens=2,
             )
         ).save_pretrained(out)
     elif kind in ENCODER_DECODERS:
