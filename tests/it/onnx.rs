@@ -1242,8 +1242,7 @@ fn a_mamba_export_verifies_at_a_length_other_than_its_traced_one() {
 
 /// A tiny PhiMoE with LongRoPE folder exported dynamic with `dynamo` and verified.
 fn phimoe_export(dir: &Path, dynamo: &[PathBuf]) -> Output {
-    let folder = dir.join("phimoe-longrope");
-    run_python("model_folders.py", &["phimoe-longrope", folder.to_str().unwrap()]);
+    let folder = model_folder("phimoe-longrope", dir);
     let (folder, out) = (folder.display().to_string(), dir.join("phimoe.onnx"));
     let out = out.display().to_string();
     let mut args = vec!["run", "--backend", "onnx", "--model-dir", &folder, "--verify", "-o", &out];
