@@ -257,6 +257,18 @@ fn qwen2_vl_generates_from_an_image_through_onnx_components() {
     multimodal("onnx", "qwen2_vl", "image_encoder 1");
 }
 
+/// Every precomputation of the worker (`precompute.py`) on a tiny encoder
+/// that needs it (Qwen2-VL's and Qwen2.5-VL's packed grids, Pixtral's image
+/// sizes, MiniCPM-V 4.6's NaViT sizes, Qwen2.5-Omni's and Qwen3-ASR's audio
+/// windows): the encoder's output with them is its output without, and
+/// Pixtral exports with its sizes precomputed, not without
+/// (`tests/python/check_precompute.py`).
+#[test]
+#[ignore = "full tier: each precomputation's values on its encoder (qwen2_vl_generates_from_an_image_through_onnx_components generates through precomputed encoder inputs)"]
+fn precomputed_encoder_inputs_are_what_each_encoder_computes() {
+    run_python("check_precompute.py", &[]);
+}
+
 #[test]
 #[ignore = "full tier: Qwen2-VL's .pt2 components (qwen2_vl_generates_from_an_image_through_onnx_components precomputes the packed encoder's inputs)"]
 fn qwen2_vl_generates_from_an_image_through_pt2_components() {
