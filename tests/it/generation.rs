@@ -307,6 +307,27 @@ fn llava_next_generates_from_a_tiled_image_through_onnx_and_pt2_components() {
     multimodal("dynamo", "llava_next", IMAGE_PARTS);
 }
 
+/// ExecuTorch: a multimodal model's parts as programs, with a static cache
+/// (ExecuTorch plans buffers at their largest size), generating in the
+/// ExecuTorch runtime.
+#[test]
+#[ignore = "full tier: a multimodal model's ExecuTorch components (llava_generates_through_onnx_components generates through its parts; the a_static_cache_with_dynamic_shapes_generates_* tests in the ExecuTorch runtime)"]
+fn llava_generates_in_the_executorch_runtime() {
+    let root_dir = tempfile::tempdir().unwrap();
+    let dir = root_dir.path().join("exported");
+    let static_cache = ["--cache", "static", "--max-cache-len", "32", "--dynamic"];
+    let model = ["--model-fn", "python:generation_models:llava"];
+    let stdout = generate_model("executorch", &model, &dir, &static_cache);
+    let calls = format!("(component calls: {IMAGE_PARTS}, language_model 1, lm_head 1, decode 7;");
+    assert!(
+        stdout.contains("identical to eager `generate`")
+            && stdout.contains(&calls)
+            && stdout.contains("ExecuTorch"),
+        "{stdout}"
+    );
+    assert_no_scratch_left(root_dir.path());
+}
+
 /// A `StaticCache` (`--cache static --max-cache-len N`): the cache is a
 /// fixed-size input updated in place (the `.pt2` module writes it back; the
 /// ONNX model returns the updated cache), static shapes suffice.
