@@ -309,22 +309,25 @@ fn llava_next_generates_from_a_tiled_image_through_onnx_and_pt2_components() {
 
 /// ExecuTorch: a multimodal model's parts as programs, with a static cache
 /// (ExecuTorch plans buffers at their largest size), generating in the
-/// ExecuTorch runtime.
+/// ExecuTorch runtime: LLaVA, and LLaVA-NeXT's tiled image.
 #[test]
-#[ignore = "full tier: a multimodal model's ExecuTorch components (llava_generates_through_onnx_components generates through its parts; the a_static_cache_with_dynamic_shapes_generates_* tests in the ExecuTorch runtime)"]
-fn llava_generates_in_the_executorch_runtime() {
+#[ignore = "full tier: multimodal models' ExecuTorch components (llava_generates_through_onnx_components generates through their parts; the a_static_cache_with_dynamic_shapes_generates_* tests in the ExecuTorch runtime)"]
+fn llava_and_llava_next_generate_in_the_executorch_runtime() {
     let root_dir = tempfile::tempdir().unwrap();
-    let dir = root_dir.path().join("exported");
     let static_cache = ["--cache", "static", "--max-cache-len", "32", "--dynamic"];
-    let model = ["--model-fn", "python:generation_models:llava"];
-    let stdout = generate_model("executorch", &model, &dir, &static_cache);
-    let calls = format!("(component calls: {IMAGE_PARTS}, language_model 1, lm_head 1, decode 7;");
-    assert!(
-        stdout.contains("identical to eager `generate`")
-            && stdout.contains(&calls)
-            && stdout.contains("ExecuTorch"),
-        "{stdout}"
-    );
+    for function in ["llava", "llava_next"] {
+        let dir = root_dir.path().join(function);
+        let spec = format!("python:generation_models:{function}");
+        let stdout = generate_model("executorch", &["--model-fn", &spec], &dir, &static_cache);
+        let calls =
+            format!("(component calls: {IMAGE_PARTS}, language_model 1, lm_head 1, decode 7;");
+        assert!(
+            stdout.contains("identical to eager `generate`")
+                && stdout.contains(&calls)
+                && stdout.contains("ExecuTorch"),
+            "{function}: {stdout}"
+        );
+    }
     assert_no_scratch_left(root_dir.path());
 }
 
