@@ -203,14 +203,15 @@ generation!(
 );
 
 /// A multimodal model (`tests/python/generation_models.py`): its encoder,
-/// projector, language model and head are components of the prefill, and
-/// generating replaces each with its exported component.
-fn multimodal(backend: &str, function: &str, encoder: &str) {
+/// projector (`parts`, the prefill's parts before the language model, as the
+/// summary counts their calls), language model and head are components of the
+/// prefill, and generating replaces each with its exported component.
+fn multimodal(backend: &str, function: &str, parts: &str) {
     let root_dir = tempfile::tempdir().unwrap();
     let dir = root_dir.path().join("exported");
     let spec = format!("python:generation_models:{function}");
     let stdout = generate_model(backend, &["--model-fn", &spec], &dir, &["--dynamic"]);
-    let calls = format!("(component calls: {encoder} 1, multi_modal_projector 1, language_model 1, lm_head 1, decode 7;");
+    let calls = format!("(component calls: {parts}, language_model 1, lm_head 1, decode 7;");
     assert!(
         stdout.contains("identical to eager `generate`") && stdout.contains(&calls),
         "{stdout}"
@@ -223,23 +224,111 @@ fn multimodal(backend: &str, function: &str, encoder: &str) {
     assert_no_scratch_left(root_dir.path());
 }
 
+/// An image encoder and its projector, as most vision-language models split.
+const IMAGE_PARTS: &str = "image_encoder 1, multi_modal_projector 1";
+
 #[test]
 #[ignore = "full tier: a multimodal model's parts as components (a_whisper_folder_generates_through_onnx_components generates through a model whose part, its encoder, is a component)"]
 fn llava_generates_through_onnx_components() {
-    multimodal("onnx", "llava", "image_encoder");
+    multimodal("onnx", "llava", IMAGE_PARTS);
 }
 
 #[test]
 #[ignore = "full tier: a multimodal model's .pt2 components (a_whisper_folder_generates_through_onnx_components generates through a part as a component)"]
 fn llava_generates_through_pt2_components() {
-    multimodal("dynamo", "llava", "image_encoder");
+    multimodal("dynamo", "llava", IMAGE_PARTS);
 }
 
 #[test]
 #[ignore = "full tier: an audio encoder as a prefill component (a_whisper_folder_generates_through_onnx_components generates through an audio encoder as a component)"]
 fn qwen2_audio_generates_through_onnx_and_pt2_components() {
-    multimodal("onnx", "qwen2_audio", "audio_encoder");
-    multimodal("dynamo", "qwen2_audio", "audio_encoder");
+    multimodal("onnx", "qwen2_audio", "audio_encoder 1, multi_modal_projector 1");
+    multimodal("dynamo", "qwen2_audio", "audio_encoder 1, multi_modal_projector 1");
+}
+
+/// Qwen2-VL's vision encoder packs its images' patches in one sequence and
+/// derives its attention segments and rotary positions from each image's
+/// patch grid (`image_grid_thw`) with loops over the grid's values: the
+/// worker precomputes them (`precompute.py`) as the encoder's inputs, at
+/// capture and for each call generation makes; generation numbers the
+/// prompt's positions by image rows and columns (multimodal rotary).
+#[test]
+fn qwen2_vl_generates_from_an_image_through_onnx_components() {
+    multimodal("onnx", "qwen2_vl", "image_encoder 1");
+}
+
+/// Every precomputation of the worker (`precompute.py`) on a tiny encoder
+/// that needs it (Qwen2-VL's and Qwen2.5-VL's packed grids, Pixtral's image
+/// sizes, MiniCPM-V 4.6's NaViT sizes, Qwen2.5-Omni's and Qwen3-ASR's audio
+/// windows): the encoder's output with them is its output without, and
+/// Pixtral exports with its sizes precomputed, not without
+/// (`tests/python/check_precompute.py`).
+#[test]
+#[ignore = "full tier: each precomputation's values on its encoder (qwen2_vl_generates_from_an_image_through_onnx_components generates through precomputed encoder inputs)"]
+fn precomputed_encoder_inputs_are_what_each_encoder_computes() {
+    run_python("check_precompute.py", &[]);
+}
+
+#[test]
+#[ignore = "full tier: Qwen2-VL's .pt2 components (qwen2_vl_generates_from_an_image_through_onnx_components precomputes the packed encoder's inputs)"]
+fn qwen2_vl_generates_from_an_image_through_pt2_components() {
+    multimodal("dynamo", "qwen2_vl", "image_encoder 1");
+}
+
+#[test]
+#[ignore = "full tier: Gemma 3's vision tower and pooling projector, its sliding-window language model (qwen2_vl_generates_from_an_image_through_onnx_components generates through a vision encoder; gemma2's tests cover the window)"]
+fn gemma3_generates_from_an_image_through_onnx_and_pt2_components() {
+    multimodal("onnx", "gemma3", IMAGE_PARTS);
+    multimodal("dynamo", "gemma3", IMAGE_PARTS);
+}
+
+#[test]
+#[ignore = "full tier: Idefics 3's and SmolVLM's pixel-shuffle connector (qwen2_vl_generates_from_an_image_through_onnx_components generates through a vision encoder)"]
+fn idefics3_and_smolvlm_generate_from_an_image_through_onnx_and_pt2_components() {
+    for function in ["idefics3", "smolvlm"] {
+        multimodal("onnx", function, "image_encoder 1, connector 1");
+        multimodal("dynamo", function, "image_encoder 1, connector 1");
+    }
+}
+
+/// Pixtral's encoder crops each image to its size (`image_sizes`): the
+/// worker gives the sizes as ints (`precompute.py`), which the trace fixes.
+#[test]
+#[ignore = "full tier: Mistral 3's Pixtral encoder over image sizes (qwen2_vl_generates_from_an_image_through_onnx_components covers precomputed encoder inputs)"]
+fn mistral3_generates_from_an_image_through_onnx_and_pt2_components() {
+    multimodal("onnx", "mistral3", IMAGE_PARTS);
+    multimodal("dynamo", "mistral3", IMAGE_PARTS);
+}
+
+#[test]
+#[ignore = "full tier: LLaVA-NeXT's tiled image (qwen2_vl_generates_from_an_image_through_onnx_components generates through a vision encoder; llava_generates_through_onnx_components through LLaVA's)"]
+fn llava_next_generates_from_a_tiled_image_through_onnx_and_pt2_components() {
+    multimodal("onnx", "llava_next", IMAGE_PARTS);
+    multimodal("dynamo", "llava_next", IMAGE_PARTS);
+}
+
+/// ExecuTorch: a multimodal model's parts as programs, with a static cache
+/// (ExecuTorch plans buffers at their largest size), generating in the
+/// ExecuTorch runtime: LLaVA, and LLaVA-NeXT's tiled image.
+#[test]
+#[ignore = "full tier: multimodal models' ExecuTorch components (llava_generates_through_onnx_components generates through their parts; the a_static_cache_with_dynamic_shapes_generates_* tests in the ExecuTorch runtime)"]
+fn llava_and_llava_next_generate_in_the_executorch_runtime() {
+    let root_dir = tempfile::tempdir().unwrap();
+    let static_cache = ["--cache", "static", "--max-cache-len", "32", "--dynamic"];
+    for function in ["llava", "llava_next"] {
+        let dir = root_dir.path().join(function);
+        let spec = format!("python:generation_models:{function}");
+        let stdout = generate_model("executorch", &["--model-fn", &spec], &dir, &static_cache);
+        let calls =
+            format!("(component calls: {IMAGE_PARTS}, language_model 1, lm_head 1, decode 7;");
+        assert!(
+            stdout.contains("identical to eager `generate`")
+                && stdout.contains(&calls)
+                && stdout.contains("ExecuTorch"),
+            "{function}: {stdout}"
+        );
+    }
+    assert_no_scratch_left(root_dir.path());
 }
 
 /// A `StaticCache` (`--cache static --max-cache-len N`): the cache is a

@@ -1163,6 +1163,26 @@ fn without_its_patch_a_packed_vision_encoder_does_not_trace() {
     assert_no_scratch_left(dir.path());
 }
 
+/// The control of the packed encoder's precomputed inputs
+/// (`qwen2_vl_generates_from_an_image_through_onnx_components`, where the
+/// worker computes them from each image's grid): traced from the grid alone,
+/// the program computes its segments by repeating each image's size by its
+/// frame count, which no ONNX translation takes.
+#[test]
+#[ignore = "full tier: Qwen2-VL's vision encoder without its precomputed inputs (qwen2_vl_generates_from_an_image_through_onnx_components exports it with them)"]
+fn a_qwen2_vl_vision_encoder_traced_from_its_grid_alone_stops_at_its_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let dynamo = [root().join("plugins/dynamo")];
+    let out = packed_vision_export(dir.path(), "qwen2_vl_vision_from_grid", &dynamo, &[]);
+    let line = one_line_error(&out);
+    assert!(
+        line.contains("no translation plugin for `aten.repeat_interleave.Tensor`")
+            && line.contains("modeling_qwen2_vl.py"),
+        "{line}"
+    );
+    assert_no_scratch_left(dir.path());
+}
+
 /// Exported with the sequence and the number of images dynamic, the ONNX
 /// model runs on another packing (three images, none of the traced sizes)
 /// as eager does: the mask follows `cu_seqlens`.

@@ -81,3 +81,185 @@ def qwen2_audio():
         "input_features": features,
         "feature_attention_mask": mask,
     }
+
+
+def qwen2_vl():
+    """A Qwen2-VL (packed vision encoder over each image's patch grid,
+    multimodal rotary positions, Qwen2) and a prompt holding one image's
+    tokens per row: a 4x4 patch grid, merged 2x2 into 4 tokens."""
+    torch.manual_seed(0)
+    vision = dict(
+        depth=2,
+        embed_dim=32,
+        hidden_size=32,
+        num_heads=4,
+        mlp_ratio=2,
+        patch_size=2,
+        temporal_patch_size=2,
+        spatial_merge_size=2,
+    )
+    text = dict(
+        **TINY_DECODER,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        # The rotary halves of temporal, height and width positions (head_dim 8: 4 pairs).
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [1, 1, 2]},
+    )
+    config = transformers.Qwen2VLConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_id=127,
+        video_token_id=126,
+        vision_start_token_id=125,
+        vision_end_token_id=124,
+    )
+    model = transformers.Qwen2VLForConditionalGeneration(config).eval()
+    grid = torch.tensor([[1, 4, 4], [1, 4, 4]])
+    generator = torch.Generator().manual_seed(0)
+    # Each patch: 3 channels x 2 frames x 2 x 2 pixels.
+    patches = torch.randn(int(grid.prod(-1).sum()), 3 * 2 * 2 * 2, generator=generator)
+    tokens = 16 // 2**2
+    text_ids = torch.randint(3, 120, (2, 8), generator=generator)
+    image = [torch.full((2, 1), 125), torch.full((2, tokens), 127), torch.full((2, 1), 124)]
+    ids = torch.cat([text_ids[:, :4], *image, text_ids[:, 4:]], dim=1)
+    return model, {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        # Which tokens are the image's (1): `generate` numbers their positions
+        # by the image's rows and columns (`get_rope_index`), the text's after them.
+        "mm_token_type_ids": (ids == 127).int(),
+        "pixel_values": patches,
+        "image_grid_thw": grid,
+    }
+
+
+def prompt_around(image, generator):
+    """Two rows of 8 random text tokens with the `image` tokens (a list of
+    ids, the same in each row) after the fourth: the padded first row's
+    padding stays in the text."""
+    text_ids = torch.randint(3, 100, (2, 8), generator=generator)
+    image = torch.tensor(image).expand(2, -1)
+    ids = torch.cat([text_ids[:, :4], image, text_ids[:, 4:]], dim=1)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+
+def tiny_vision(**extra):
+    """A vision tower's config keywords: 16x16 images in 4x4 patches of 4 pixels."""
+    return dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        image_size=16,
+        patch_size=4,
+        **extra,
+    )
+
+
+def gemma3():
+    """A Gemma 3 (SigLIP vision tower, pooled to 4 tokens per image, Gemma 3
+    with a sliding window of 4) and a prompt holding one image's tokens
+    between its begin and end tokens."""
+    torch.manual_seed(0)
+    text = dict(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=64,
+        query_pre_attn_scalar=8,
+        sliding_window=4,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    config = transformers.Gemma3Config(
+        vision_config=tiny_vision(),
+        text_config=text,
+        mm_tokens_per_image=4,
+        boi_token_index=125,
+        eoi_token_index=126,
+        image_token_index=127,
+    )
+    model = transformers.Gemma3ForConditionalGeneration(config).eval()
+    generator = torch.Generator().manual_seed(0)
+    inputs = prompt_around([125, 127, 127, 127, 127, 126], generator)
+    inputs["pixel_values"] = torch.randn(2, 3, 16, 16, generator=generator)
+    return model, inputs
+
+
+def idefics3(cls=transformers.Idefics3ForConditionalGeneration, config=transformers.Idefics3Config):
+    """An Idefics 3 (SigLIP-style vision tower, pixel-shuffle connector
+    merging 2x2 patches: 4 tokens per image, Llama) and a prompt holding one
+    image's tokens; `pixel_values` is (batch, images, channels, height, width)."""
+    torch.manual_seed(0)
+    text = dict(**TINY_DECODER, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    model = cls(
+        config(vision_config=tiny_vision(), text_config=text, image_token_id=127, scale_factor=2)
+    ).eval()
+    generator = torch.Generator().manual_seed(0)
+    inputs = prompt_around([127] * 4, generator)
+    inputs["pixel_values"] = torch.randn(2, 1, 3, 16, 16, generator=generator)
+    return model, inputs
+
+
+def smolvlm():
+    """A SmolVLM: Idefics 3's architecture under its own classes."""
+    return idefics3(transformers.SmolVLMForConditionalGeneration, transformers.SmolVLMConfig)
+
+
+def mistral3():
+    """A Mistral 3 (Pixtral vision tower with 2D rotary positions over each
+    image's patches, patch merger 2x2: 4 tokens per image, Mistral) and a
+    prompt holding one image's tokens; `image_sizes` gives each image's
+    height and width."""
+    torch.manual_seed(0)
+    text = dict(**TINY_DECODER, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    config = transformers.Mistral3Config(
+        vision_config=tiny_vision(head_dim=8),
+        text_config=text,
+        image_token_index=127,
+        spatial_merge_size=2,
+    )
+    model = transformers.Mistral3ForConditionalGeneration(config).eval()
+    generator = torch.Generator().manual_seed(0)
+    inputs = prompt_around([127] * 4, generator)
+    inputs["pixel_values"] = torch.randn(2, 3, 16, 16, generator=generator)
+    inputs["image_sizes"] = torch.tensor([[16, 16], [16, 16]])
+    return model, inputs
+
+
+def llava_next():
+    """A LLaVA-NeXT (CLIP vision tower over the whole image and its tiles,
+    projector, Llama) and a prompt holding one 16x32 image's tokens: the
+    base image's 4 patches, and its two 16x16 tiles' 8 patches unpadded to
+    the image's aspect with a newline token per row (14 in all)."""
+    torch.manual_seed(0)
+    vision = transformers.CLIPVisionConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        image_size=16,
+        patch_size=8,
+        projection_dim=32,
+    )
+    text = dict(**TINY_DECODER, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    config = transformers.LlavaNextConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_index=127,
+        vision_feature_layer=-1,
+        image_grid_pinpoints=[[16, 32], [32, 16], [32, 32]],
+    )
+    model = transformers.LlavaNextForConditionalGeneration(config).eval()
+    generator = torch.Generator().manual_seed(0)
+    inputs = prompt_around([127] * 14, generator)
+    # The base image resized to 16x16, then its two 16x16 tiles.
+    inputs["pixel_values"] = torch.randn(2, 3, 3, 16, 16, generator=generator)
+    inputs["image_sizes"] = torch.tensor([[16, 32], [16, 32]])
+    return model, inputs

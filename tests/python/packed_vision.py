@@ -56,6 +56,22 @@ def packed(visual, grid, windows=False):
 
 def qwen2_vl_vision(grid=GRID):
     """Qwen2-VL's vision encoder (fused `qkv`, rotary `(cos, sin)`), two images."""
+    return packed(qwen2_vl_visual(), grid)
+
+
+def qwen2_vl_vision_from_grid():
+    """Qwen2-VL's vision encoder as its model calls it, on the patches and
+    each image's grid (`grid_thw`) alone: it computes its segments and
+    rotary positions from the grid's values itself."""
+    import torch
+
+    visual = qwen2_vl_visual().eval()
+    _, inputs = packed(visual, GRID)
+    return visual, {"hidden_states": inputs["pixel_values"], "grid_thw": torch.tensor(GRID)}
+
+
+def qwen2_vl_visual():
+    """A tiny random Qwen2-VL vision encoder."""
     import torch
     from transformers.models.qwen2_vl import modeling_qwen2_vl
     from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLVisionConfig
@@ -71,8 +87,7 @@ def qwen2_vl_vision(grid=GRID):
         temporal_patch_size=2,
         spatial_merge_size=2,
     )
-    model = modeling_qwen2_vl.Qwen2VisionTransformerPretrainedModel._from_config(config)
-    return packed(model, grid)
+    return modeling_qwen2_vl.Qwen2VisionTransformerPretrainedModel._from_config(config)
 
 
 def qwen2_5_vl_vision(grid=GRID):

@@ -65,6 +65,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("messages.py", include_str!("../../worker/hfx_worker/messages.py")),
     ("openvino_ir.py", include_str!("../../worker/hfx_worker/openvino_ir.py")),
     ("opinfo.py", include_str!("../../worker/hfx_worker/opinfo.py")),
+    ("precompute.py", include_str!("../../worker/hfx_worker/precompute.py")),
     ("program.py", include_str!("../../worker/hfx_worker/program.py")),
     ("protocol.py", include_str!("../../worker/hfx_worker/protocol.py")),
     ("pytree.py", include_str!("../../worker/hfx_worker/pytree.py")),

@@ -45,6 +45,7 @@ from .messages import (
     SourceParamsDirectory,
     SourceParamsFunction,
 )
+from .precompute import precomputed
 from .protocol import ProtocolError, Unsupported
 from .pytree import register_cache_pytrees, spec_paths
 from .round_trip import int4_weights
@@ -357,7 +358,9 @@ def capture_generation(session, params):
     if not given:
         inputs = left_padded(model, inputs)
     captured = capture(model, inputs, params.multi_token_decode, params.max_cache_len)
-    components = {name: kwargs for name, (_, kwargs) in captured.items()}
+    # Each component traced with what its module computes from sizes by loops
+    # precomputed (`precompute`), as `Components` computes it for each call.
+    components = {name: precomputed(module, kwargs) for name, (module, kwargs) in captured.items()}
     modules = {name: module for name, (module, _) in captured.items()}
     session.generation = Generation(model, inputs, params.max_cache_len, components, modules)
     if params.folder:
@@ -412,6 +415,8 @@ class Components:
     def call(self, name, kwargs):
         self.called[name] += 1
         runner = self.runners[name]
+        # What the component was traced with precomputed from this call's sizes, as at capture.
+        kwargs = precomputed(self.modules[name], dict(kwargs))
         given = {k: v for k, v in kwargs.items() if k in runner.kwargs}
         if "attention_mask" in runner.kwargs and given.get("attention_mask") is None:
             given["attention_mask"] = unpadded_mask(given)

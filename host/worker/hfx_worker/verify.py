@@ -323,31 +323,35 @@ def flat_inputs(kwargs, paths):
     them), in the order of its program's input spec: a cache's Python
     attributes (a sliding layer's token count, whether a static layer is
     allocated yet) are constants of the trace, and only its tensors are read."""
+    import torch
+
     given = dict(named_leaves(kwargs))
     flat = []
     for path in paths:
-        if path in given:
-            flat.append(given[path])
-        elif none_at(kwargs, path):
-            flat.append(None)  # traced as None (`attention_mask`, `attention_mask.full_attention`)
+        value = given[path] if path in given else value_at(kwargs, path)
+        if value is None or torch.is_tensor(value) or isinstance(value, (bool, int, float)):
+            # None: traced as None (`attention_mask`, `attention_mask.full_attention`);
+            # a number: a size the trace fixed (an image's height as an int),
+            # which the program checks it is called with.
+            flat.append(value)
         else:
             raise ValueError(f"the component takes `{path}`, which the call does not hold")
     return flat
 
 
-def none_at(kwargs, path):
-    """Whether `path` (named as `named_leaves` names) leads to None, or to nothing, in `kwargs`."""
+def value_at(kwargs, path):
+    """What `path` (named as `named_leaves` names) leads to in `kwargs`; None where nothing."""
     value = kwargs
     for key in path.split("."):
         if value is None:
-            return True
+            return None
         if isinstance(value, dict):
             value = value.get(key)
         elif isinstance(value, (list, tuple)) and key.isdigit():
             value = value[int(key)] if int(key) < len(value) else None
         else:
             value = vars(value).get(key) if hasattr(value, "__dict__") else None
-    return value is None
+    return value
 
 
 def component_runner(artifact, traced, run=None):
