@@ -399,7 +399,10 @@ fn rewrite_node(graph: &Graph, node: NodeId, pairs: &mut HashSet<ValueId>) -> Re
                 r.binary("aten.atan2.default", r.part(x, 1)?, r.part(x, 0)?, &r.meta(out)?)?;
             replace(pairs, out, angle, false)
         }
-        "aten._conj.default" | "aten.conj.default" | "aten.conj_physical.default" => {
+        "aten._conj.default"
+        | "aten.conj.default"
+        | "aten.conj_physical.default"
+        | "aten._conj_physical.default" => {
             let (out, part) = single()?;
             let x = graph.tensor_input(node, "self")?;
             let im = r.unary("aten.neg.default", r.part(x, 1)?, &part)?;
