@@ -18,7 +18,10 @@ pretraining length (6) lies between the lengths a dynamic export is checked
 at, so one check takes the short factors and the other the long; and `deepseek_v3`, a mixture-of-experts decoder
 outside the sweep whose attention writes its key states in place (`copy_`
 into slices of a new tensor) and whose router writes its group mask
-(`scatter_`)."""
+(`scatter_`); `deepseek_v2` (its second layer's MLP of experts) and
+`deepseek_v2-dense` (both layers dense) and `llama4_text`, decoders computing
+RoPE in complex numbers (`torch.polar`, `view_as_complex`); `fnet`, whose
+token mixing is a 2-D FFT (`torch.fft.fftn`)."""
 
 import sys
 
@@ -196,15 +199,15 @@ def deepseek_v3():
     return DeepseekV3ForCausalLM(config).eval()
 
 
-def deepseek_v2():
+def deepseek_v2(**extra):
     torch.manual_seed(0)
     config = DeepseekV2Config(
+        **extra,
         vocab_size=128,
         hidden_size=32,
         intermediate_size=64,
         moe_intermediate_size=16,
         num_hidden_layers=2,
-        first_k_dense_replace=1,
         num_attention_heads=4,
         num_key_value_heads=4,
         n_routed_experts=4,
@@ -278,7 +281,12 @@ def main(kind, out):
     if kind == "deepseek_v3":
         deepseek_v3().save_pretrained(out)
     elif kind == "deepseek_v2":
-        deepseek_v2().save_pretrained(out)
+        deepseek_v2(first_k_dense_replace=1).save_pretrained(out)
+    elif kind == "deepseek_v2-dense":
+        # Every layer's MLP dense: OpenVINO's CPU plugin computes a tiny
+        # DeepSeek's mixture-of-experts layer off (DeepSeek-V3's too, whose
+        # RoPE is real), which is not what its complex RoPE is checked for.
+        deepseek_v2(first_k_dense_replace=2).save_pretrained(out)
     elif kind == "llama4_text":
         llama4_text().save_pretrained(out)
     elif kind == "fnet":

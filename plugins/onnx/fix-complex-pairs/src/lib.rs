@@ -232,6 +232,13 @@ fn tensor_inputs(inputs: &[NamedArgument]) -> Vec<ValueId> {
 
 fn rewrite_node(graph: &Graph, node: NodeId, pairs: &mut HashSet<ValueId>) -> Result<()> {
     let inputs = graph.inputs(node)?;
+    // torch's decompositions of complex ops (`imag` is `_neg_view` of the
+    // conjugate's real view) leave a lazily negated view: a negation, which
+    // has a translation where the view has none.
+    if graph.target(node)? == "aten._neg_view.default" {
+        let neg = graph.replace_with_call(node, "aten.neg.default", inputs)?;
+        return rewrite_node(graph, neg, pairs);
+    }
     let reads = tensor_inputs(&inputs);
     let outputs = graph.output_values(node)?;
     let mut complex_out = Vec::new();

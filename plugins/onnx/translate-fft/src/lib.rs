@@ -29,21 +29,22 @@ enum Scale {
     N,
 }
 
-/// The input as a pair (a real one with a trailing 1) and the complex rank.
-fn signal(e: &Emit) -> Result<(String, usize)> {
+/// The input as a pair (a real one with a trailing 1), the complex rank,
+/// and whether the input is real.
+fn signal(e: &Emit) -> Result<(String, usize, bool)> {
     let x = e.tensor("self")?;
     let input = e.input_meta("self")?;
     let out = e.output_meta()?;
     let rank = out.shape.len().checked_sub(1).ok_or_else(|| e.fail("an FFT of a 0-d value"))?;
     if input.shape.len() == out.shape.len() {
-        return Ok((x, rank));
+        return Ok((x, rank, false));
     }
     if !is_floating(&input.dtype) {
         return Err(e.fail(format!("an FFT of {} values: cast them to float first", input.dtype)));
     }
     let x = e.cast(&x, &input.dtype, &out.dtype)?;
     let last = e.const_ints(&[-1])?;
-    Ok((e.op("Unsqueeze", &[&x, &last])?, rank))
+    Ok((e.op("Unsqueeze", &[&x, &last])?, rank, true))
 }
 
 fn normalized(e: &Emit, dims: &[i64], rank: usize) -> Result<Vec<i64>> {
@@ -84,10 +85,17 @@ fn dft(e: &Emit, mut x: String, dims: &[i64]) -> Result<String> {
     Ok(x)
 }
 
-/// The transform of `x` (a pair) over `dims`, inverse or not, scaled.
-fn transform(e: &Emit, x: String, dims: &[i64], inverse: bool, scale: Scale) -> Result<String> {
+/// The transform of `x` (a pair, or a real input with a trailing 1, its own
+/// conjugate) over `dims`, inverse or not, scaled.
+fn transform(
+    e: &Emit,
+    (x, real): (String, bool),
+    dims: &[i64],
+    inverse: bool,
+    scale: Scale,
+) -> Result<String> {
     let dtype = e.output_meta()?.dtype;
-    let x = if inverse { conj(e, &x, &dtype)? } else { x };
+    let x = if inverse && !real { conj(e, &x, &dtype)? } else { x };
     let y = dft(e, x, dims)?;
     let y = if inverse { conj(e, &y, &dtype)? } else { y };
     if scale == Scale::None {
@@ -131,9 +139,9 @@ fn norm_scale(e: &Emit, inverse: bool) -> Result<Scale> {
 }
 
 fn r2c(e: &Emit) -> Result<String> {
-    let (x, rank) = signal(e)?;
+    let (x, rank, real) = signal(e)?;
     let dims = normalized(e, &e.ints("dim")?, rank)?;
-    let y = transform(e, x, &dims, false, scale_of(e, e.int("normalization", 0)?)?)?;
+    let y = transform(e, (x, real), &dims, false, scale_of(e, e.int("normalization", 0)?)?)?;
     if !e.boolean("onesided", true)? {
         return Ok(y);
     }
@@ -151,10 +159,10 @@ fn r2c(e: &Emit) -> Result<String> {
 }
 
 fn c2c(e: &Emit) -> Result<String> {
-    let (x, rank) = signal(e)?;
+    let (x, rank, real) = signal(e)?;
     let dims = normalized(e, &e.ints("dim")?, rank)?;
     let inverse = !e.boolean("forward", true)?;
-    transform(e, x, &dims, inverse, scale_of(e, e.int("normalization", 0)?)?)
+    transform(e, (x, real), &dims, inverse, scale_of(e, e.int("normalization", 0)?)?)
 }
 
 /// `torch.fft.fft/ifft` (one dimension, `dim`) and `fftn/ifftn` (`dim`, or
@@ -167,12 +175,12 @@ fn fft(e: &Emit, inverse: bool, many: bool) -> Result<String> {
             "an FFT with `{size}` (padded or cropped): pad or slice the input instead"
         )));
     }
-    let (x, rank) = signal(e)?;
+    let (x, rank, real) = signal(e)?;
     let dims = match e.arg("dim")? {
         None | Some(Argument::None) if many => (0..rank as i64).collect(),
         None | Some(Argument::None) => vec![-1],
         _ => e.ints("dim")?,
     };
     let dims = normalized(e, &dims, rank)?;
-    transform(e, x, &dims, inverse, norm_scale(e, inverse)?)
+    transform(e, (x, real), &dims, inverse, norm_scale(e, inverse)?)
 }
