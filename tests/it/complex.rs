@@ -131,5 +131,10 @@ fn a_tiny_fnet_exports_to_onnx_and_matches_eager() {
 #[test]
 #[ignore = "full tier: OpenVINO on a decoder with complex RoPE (complex_rope_exports_to_onnx_on_real_pairs_and_matches_eager covers the rewrite)"]
 fn a_tiny_deepseek_v2_exports_to_openvino_and_matches_eager() {
-    exports_and_verifies("deepseek_v2-dense", "openvino", "deepseek_v2_ov", "onnx-fix-complex-pairs");
+    exports_and_verifies(
+        "deepseek_v2-dense",
+        "openvino",
+        "deepseek_v2_ov",
+        "onnx-fix-complex-pairs",
+    );
 }
