@@ -5,6 +5,7 @@
 mod common;
 
 mod cli;
+mod complex;
 mod confine;
 mod cuda_fusions;
 mod encoder_fusions;

@@ -241,6 +241,27 @@ class GroupQueryAttention(torch.nn.Module):
         return out.transpose(1, 2).reshape(batch, length, -1), key, value
 
 
+class ComplexRotary(torch.nn.Module):
+    """RoPE in complex numbers, as DeepSeek-V2 and Llama 4 compute it
+    (`torch.polar`, `view_as_complex`, a complex product, `view_as_real`),
+    with a complex quotient, a real term and a conjugate beside it."""
+
+    def forward(self, x, angle):
+        freqs = torch.polar(torch.ones_like(angle), angle)
+        pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+        rotated = pairs * freqs.unsqueeze(1)
+        mixed = torch.conj_physical(rotated / (freqs.unsqueeze(1) + 2.0)) + x[..., ::2]
+        out = torch.view_as_real(torch.cat([rotated, mixed], dim=-1)).flatten(3)
+        return out.transpose(1, 2)
+
+
+class RealFourier(torch.nn.Module):
+    """FNet's mixing: the real part of a 2-D FFT over sequence and hidden."""
+
+    def forward(self, x):
+        return torch.fft.fftn(x, dim=(1, 2)).real + torch.fft.ifft(x, norm="ortho").imag
+
+
 class GroupQueryAttentionDecode(GroupQueryAttention):
     """One new token after a left-padded past."""
 
@@ -316,6 +337,8 @@ PATTERNS = {
     ),
     "depthwise_convolution": (DepthwiseConvolution, lambda: (torch.randn(2, 4, 8),)),
     "constant_grid": (ConstantGrid, lambda: (torch.randn(2, 4, 5),)),
+    "complex_rotary": (ComplexRotary, lambda: (torch.randn(2, 4, 6, 8), torch.randn(1, 6, 4))),
+    "real_fourier": (RealFourier, lambda: (torch.randn(2, 6, 8),)),
 }
 
 

@@ -22,7 +22,10 @@ at, so one check takes the short factors and the other the long;
 `short_mscale` within it); and `deepseek_v3`, a mixture-of-experts decoder
 outside the sweep whose attention writes its key states in place (`copy_`
 into slices of a new tensor) and whose router writes its group mask
-(`scatter_`)."""
+(`scatter_`); `deepseek_v2` (its second layer's MLP of experts) and
+`deepseek_v2-dense` (both layers dense) and `llama4_text`, decoders computing
+RoPE in complex numbers (`torch.polar`, `view_as_complex`); `fnet`, whose
+token mixing is a 2-D FFT (`torch.fft.fftn`)."""
 
 import sys
 
@@ -33,14 +36,20 @@ from transformers import (
     BertConfig,
     BertForMaskedLM,
     BertModel,
+    DeepseekV2Config,
+    DeepseekV2ForCausalLM,
     DeepseekV3Config,
     DeepseekV3ForCausalLM,
     Dinov2Config,
     Dinov2Model,
     Dinov2WithRegistersConfig,
     Dinov2WithRegistersModel,
+    FNetConfig,
+    FNetModel,
     GPT2Config,
     GPT2LMHeadModel,
+    Llama4ForCausalLM,
+    Llama4TextConfig,
     LlamaConfig,
     LlamaForCausalLM,
     Phi3Config,
@@ -198,6 +207,61 @@ def deepseek_v3():
     return DeepseekV3ForCausalLM(config).eval()
 
 
+def deepseek_v2(**extra):
+    torch.manual_seed(0)
+    config = DeepseekV2Config(
+        **extra,
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        moe_intermediate_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        n_group=2,
+        topk_group=1,
+        kv_lora_rank=16,
+        q_lora_rank=16,
+        qk_rope_head_dim=8,
+        qk_nope_head_dim=8,
+        v_head_dim=8,
+        max_position_embeddings=64,
+    )
+    return DeepseekV2ForCausalLM(config).eval()
+
+
+def llama4_text():
+    torch.manual_seed(0)
+    config = Llama4TextConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        intermediate_size_mlp=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        num_local_experts=2,
+        max_position_embeddings=64,
+    )
+    return Llama4ForCausalLM(config).eval()
+
+
+def fnet():
+    torch.manual_seed(0)
+    config = FNetConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        max_position_embeddings=64,
+        use_tpu_fourier_optimizations=False,
+    )
+    return FNetModel(config).eval()
+
+
 def phi3_longrope():
     torch.manual_seed(0)
     config = Phi3Config(
@@ -249,6 +313,17 @@ def phimoe_longrope():
 def main(kind, out):
     if kind == "deepseek_v3":
         deepseek_v3().save_pretrained(out)
+    elif kind == "deepseek_v2":
+        deepseek_v2(first_k_dense_replace=1).save_pretrained(out)
+    elif kind == "deepseek_v2-dense":
+        # Every layer's MLP dense: OpenVINO's CPU plugin computes a tiny
+        # DeepSeek's mixture-of-experts layer off (DeepSeek-V3's too, whose
+        # RoPE is real), which is not what its complex RoPE is checked for.
+        deepseek_v2(first_k_dense_replace=2).save_pretrained(out)
+    elif kind == "llama4_text":
+        llama4_text().save_pretrained(out)
+    elif kind == "fnet":
+        fnet().save_pretrained(out)
     elif kind == "phi3-longrope":
         phi3_longrope().save_pretrained(out)
     elif kind == "phimoe-longrope":
