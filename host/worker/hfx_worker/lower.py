@@ -231,14 +231,13 @@ def lower(_session, params: Lower) -> LowerReply:
         getattr(getattr(torch.ops.aten, op), overload)
         for op, overload in (n.split(".") for n in CORE_ATEN_EXCEPTIONS)
     ]
-    with list_returns_verified_whole():
+    with list_returns_verified_whole(), shortcuts() as counts:
         started = time.monotonic()
-        with shortcuts() as counts:
-            edge = to_edge_transform_and_lower(
-                program,
-                partitioner=partitioners(params.delegate),
-                compile_config=EdgeCompileConfig(_core_aten_ops_exception_list=exceptions),
-            )
+        edge = to_edge_transform_and_lower(
+            program,
+            partitioner=partitioners(params.delegate),
+            compile_config=EdgeCompileConfig(_core_aten_ops_exception_list=exceptions),
+        )
         edge_seconds = time.monotonic() - started
         edge = fused_quantized_embeddings(edge)
         delegated, portable = counted_nodes(edge)
