@@ -76,7 +76,7 @@ def lowered(model, inputs, dynamic, fast):
         program = torch.export.export(model, (), inputs, dynamic_shapes=dynamic, strict=False)
     with shortcuts(enabled=fast) as counts:
         edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
-    return edge.to_executorch(), counts
+        return edge.to_executorch(), counts
 
 
 def check_direct_file(program):

@@ -54,6 +54,10 @@ needed (a 125M Llama with dynamic shapes: 135 partitions, 65 s):
   (`ReplaceBrokenOpsWithFunctionalOpsPass`, after the views became copies),
   a symbolic size given for a tensor (`SymToTensorPass`). Each comes right
   after another retrace, and retracing a retraced program gives it back.
+  Two more are skipped only when the graph is the one the last retrace
+  made, unchanged since: `RemoveMixedTypeOperators` when no call mixes
+  dtypes it would promote, and `to_executorch`'s `SpecPropPass` refresh
+  (an `ExportPass` right after `LegalizePortableDimOrderPass` retraced).
 
 The output is ExecuTorch's own, byte for byte (`tests/it/executorch.rs`
 compares the `.pte` with and without). All three reach into ExecuTorch 1.4.1
@@ -98,11 +102,14 @@ def shortcuts(enabled=True):
     import executorch.backends.xnnpack.xnnpack_preprocess as xnnpack_preprocess
     import executorch.exir.backend.backend_api as backend_api
     import executorch.exir.lowered_backend_module as lowered_backend_module
+    import executorch.exir.passes.spec_prop_pass as spec_prop_pass
     import executorch.exir.program._program as edge_manager
     from executorch.backends.xnnpack.operators.node_visitor import NodeVisitor
     from executorch.backends.xnnpack.operators.op_quant_dequant import OpStaticQDQNode
     from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend
+    from executorch.exir.pass_base import _ExportPassBase
     from executorch.exir.passes.normalize_transpose_pass import NormalizeTransposePass
+    from executorch.exir.passes.remove_mixed_type_operators import RemoveMixedTypeOperators
     from executorch.exir.passes.replace_broken_ops_with_function_ops_pass import (
         ReplaceBrokenOpsWithFunctionalOpsPass,
     )
@@ -129,6 +136,13 @@ def shortcuts(enabled=True):
             "call",
             retraces.unless_nothing_to_replace(SymToTensorPass.call, holds_size_for_tensor),
         ),
+        (_ExportPassBase, "call", retraces.noting(_ExportPassBase.call)),
+        (
+            RemoveMixedTypeOperators,
+            "call",
+            retraces.unless_retraced_and_nothing_to_replace(mixes_types),
+        ),
+        (spec_prop_pass, "ExportPass", retraces.retrace_unless_retraced(spec_prop_pass.ExportPass)),
         (
             edge_manager,
             "_replace_aten_ops_with_transformed_ops",
@@ -199,6 +213,7 @@ class Retraces:
     def __init__(self, counts):
         self.counts = counts
         self.renamed = None
+        self.retraced = None  # (graph module, its nodes) the last retrace made
 
     def renaming(self, replace):
         def replace_noted(name, program, partitioner):
@@ -240,6 +255,70 @@ class Retraces:
 
         return call_unless_nothing
 
+    def noting(self, call):
+        """`_ExportPassBase.call`, the retrace every `ExportPass` runs,
+        noting the graph module it made and its nodes as made."""
+
+        def call_noted(pass_, graph_module):
+            result = call(pass_, graph_module)
+            made = result.graph_module
+            self.retraced = (made, _graph_state(made))
+            return result
+
+        return call_noted
+
+    def as_retraced(self, graph_module):
+        """Whether `graph_module` is the one the last retrace made, its nodes
+        unchanged since (no pass in between rewrote it in place)."""
+        if self.retraced is None or self.retraced[0] is not graph_module:
+            return False
+        return _graph_state(graph_module) == self.retraced[1]
+
+    def unless_retraced_and_nothing_to_replace(self, replaces):
+        """An op-replacing `ExportPass`'s `call` (the base retrace), skipped
+        when its graph module is the last retrace's unchanged and no call in
+        it is one `replaces` is true of: the retrace would give it back."""
+
+        def call_unless_nothing(pass_, graph_module):
+            from executorch.exir.pass_base import _ExportPassBase
+            from torch.fx.passes.infra.pass_base import PassResult
+
+            calls = _only_calls(graph_module)
+            if (
+                calls is not None
+                and self.as_retraced(graph_module)
+                and not any(replaces(node) for node in calls)
+            ):
+                self.counts.retraces_skipped += 1
+                return PassResult(graph_module, False)
+            return _ExportPassBase.call(pass_, graph_module)
+
+        return call_unless_nothing
+
+    def retrace_unless_retraced(self, export_pass):
+        """`ExportPass` as `SpecPropPass` calls it to refresh the metadata
+        before reading it: a retrace, skipped when the graph module is the
+        one the last retrace made, unchanged (`LegalizePortableDimOrderPass`
+        retraces right before it in `to_executorch`)."""
+        retraces = self
+
+        class RetraceUnlessRetraced(export_pass):
+            def __call__(self, graph_module):
+                from torch.fx.passes.infra.pass_base import PassResult
+
+                if retraces.as_retraced(graph_module) and _only_calls(graph_module) is not None:
+                    retraces.counts.retraces_skipped += 1
+                    return PassResult(graph_module, True)
+                return super().__call__(graph_module)
+
+        return RetraceUnlessRetraced
+
+
+def _graph_state(graph_module):
+    """The graph's nodes as they are (each one's op, target and arguments),
+    to tell whether a pass rewrote it in place since."""
+    return [(n, n.op, n.target, n.args, n.kwargs) for n in graph_module.graph.nodes]
+
 
 def _only_calls(graph_module):
     """The graph's call nodes, or None when it has anything a retrace would
@@ -271,6 +350,45 @@ def holds_view(node):
     if isinstance(node.target, torch._ops.OpOverload):
         return node.target.is_view
     return not _size_arithmetic(node.target)
+
+
+# The ops `RemoveMixedTypeOperators` promotes the arguments of, by whether
+# their promotion turns integers into floats (its allow list, ExecuTorch 1.4.1).
+PROMOTED_OPS = {
+    ("add", "Tensor"): False,
+    ("mul", "Tensor"): False,
+    ("sub", "Tensor"): False,
+    ("div", "Tensor"): True,
+    ("div", "Tensor_mode"): None,  # to float unless a rounding mode is given
+    ("minimum", "default"): False,
+}
+
+
+def mixes_types(node):
+    """A call `RemoveMixedTypeOperators` might give a `_to_copy`: one of its
+    ops over more than one argument, unless every argument is a tensor
+    (traced) of one dtype that its promotion keeps (a float one where
+    integers would become floats). Anything else (a scalar, a constant tensor,
+    a symbolic size, two dtypes) counts as mixed."""
+    import torch
+
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload) or target.namespace != "aten":
+        return False
+    key = (target._schema.name.split("::")[-1], target._overloadname)
+    if key not in PROMOTED_OPS or len(node.args) <= 1:
+        return False
+    to_float = PROMOTED_OPS[key]
+    if to_float is None:
+        to_float = node.kwargs.get("rounding_mode") is None
+    dtypes = set()
+    for argument in node.args:
+        value = argument.meta.get("val") if isinstance(argument, torch.fx.Node) else None
+        if not isinstance(value, torch.Tensor):
+            return True
+        dtypes.add(value.dtype)
+    dtype = dtypes.pop()
+    return bool(dtypes) or (to_float and not dtype.is_floating_point)
 
 
 def holds_size_for_tensor(node):

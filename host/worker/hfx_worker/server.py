@@ -8,7 +8,9 @@ is the input's fault (`errors.classify`).
 """
 
 import contextlib
+import ctypes
 import dataclasses
+import functools
 import gc
 import importlib.abc
 import importlib.metadata
@@ -240,8 +242,24 @@ GC_THRESHOLDS = (50_000, 10, 10)
 
 
 def collect_between_requests():
-    """The collection the request skipped (see `GC_THRESHOLDS`)."""
+    """The collection the request skipped (see `GC_THRESHOLDS`), and the heap
+    it freed handed back to the system: glibc keeps freed small blocks for
+    reuse, so without a trim a worker stays at the high-water mark of its
+    largest request (0.3-0.5 GiB above what it holds after an XNNPACK
+    lowering of a 125M Llama) into the next one."""
     gc.collect()
+    trim = malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def malloc_trim():
+    """glibc's `malloc_trim`, or None where the C library has none."""
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
 
 
 # transformers' import structures, kept where `hello` says (`import_memo`).
