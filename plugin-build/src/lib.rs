@@ -92,6 +92,8 @@ pub struct PluginCrate {
     pub component: String,
     /// A workspace of its own: it resolves its own dependencies (no `--locked`).
     pub standalone: bool,
+    /// Crates with equal keys may build in one cargo run (`build_all`).
+    build_group: String,
 }
 
 /// How crates are built.
@@ -189,12 +191,9 @@ fn read_crate(dir: &Path) -> Result<PluginCrate> {
             dir.join("plugin.toml").display()
         );
     }
-    Ok(PluginCrate {
-        dir: dir.to_path_buf(),
-        package,
-        component,
-        standalone: cargo.contains_key("workspace"),
-    })
+    let standalone = cargo.contains_key("workspace");
+    let build_group = build_group(dir, standalone, cargo);
+    Ok(PluginCrate { dir: dir.to_path_buf(), package, component, standalone, build_group })
 }
 
 /// Compiles `plugin` to a core module and writes its component.
@@ -217,10 +216,9 @@ pub fn build_all(
 ) -> Result<Vec<Built>> {
     let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
     for (index, plugin) in plugins.iter().enumerate() {
-        let key = build_group(plugin)?;
-        match groups.iter_mut().find(|(k, _)| *k == key) {
+        match groups.iter_mut().find(|(key, _)| *key == plugin.build_group) {
             Some((_, members)) => members.push(index),
-            None => groups.push((key, vec![index])),
+            None => groups.push((plugin.build_group.clone(), vec![index])),
         }
     }
     let mut built: Vec<Option<Built>> = vec![None; plugins.len()];
@@ -236,18 +234,13 @@ pub fn build_all(
 
 /// What decides whether two crates may build in one cargo run: a standalone
 /// crate builds alone; members of a workspace build together when their
-/// manifests, `[package]` aside, are the same.
-fn build_group(plugin: &PluginCrate) -> Result<String> {
-    if plugin.standalone {
-        return Ok(format!("standalone {}", plugin.dir.display()));
+/// manifests (`cargo`), `[package]` aside, are the same.
+fn build_group(dir: &Path, standalone: bool, mut cargo: toml::Table) -> String {
+    if standalone {
+        return format!("standalone {}", dir.display());
     }
-    let path = plugin.dir.join("Cargo.toml");
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let mut manifest: toml::Table =
-        toml::from_str(&text).with_context(|| format!("{}", path.display()))?;
-    manifest.remove("package");
-    Ok(format!("{} {manifest}", workspace_root(&plugin.dir).display()))
+    cargo.remove("package");
+    format!("{} {cargo}", workspace_root(dir).display())
 }
 
 /// The nearest folder above `dir` whose `Cargo.toml` declares a workspace
