@@ -72,6 +72,8 @@ HFX_EXPORTS = {
     "hfx-portable": [],
     "hfx-xnnpack": ["--delegate", "xnnpack"],
     "hfx-8da4w": ["--delegate", "xnnpack", "--quantize", "8da4w"],
+    # ExecuTorch's Llama recipe's group size (`export_llama -qmode 8da4w -G 128`).
+    "hfx-8da4w-g128": ["--delegate", "xnnpack", "--quantize", "8da4w", "--group-size", "128"],
     "hfx-8da4w-emb8w": [
         "--delegate",
         "xnnpack",

@@ -6,7 +6,7 @@ the reference `DynamoExporter().export(...)` + `save_pretrained`, same model
 
 Each side is a fresh process tree; its wall time is measured around it, and
 its peak RSS is the largest sum of VmRSS over the tree (hfx + its worker),
-sampled every 10 ms. hfx's own overhead is its wall time minus the time the
+sampled every 10 ms (`tree_rss`). hfx's own overhead is its wall time minus the time the
 worker spends in the trace request, compared with torch.export's time.
 """
 
@@ -72,16 +72,52 @@ def tree(pid):
 
 
 def tree_rss(pid):
-    """VmRSS of `pid` and all its descendants, in bytes."""
+    """VmRSS of `pid` and all its descendants, in bytes. A child that has
+    not exec'd yet runs in its parent's pages (vfork: the same address
+    space; fork: shared until written), so summing its VmRSS counts the
+    parent twice: `subprocess` starting ExecuTorch's `flatc` from a 2 GiB
+    worker would add 2 GiB for a few milliseconds. Such a child counts
+    nothing for its first second; one that stays unexec'd longer (a worker
+    forked to compute) counts in full from then on."""
     total = 0
     for p in tree(pid):
         try:
+            if is_spawning(p):
+                continue
             for line in open(f"/proc/{p}/status"):
                 if line.startswith("VmRSS:"):
                     total += int(line.split()[1]) * 1024
         except (FileNotFoundError, ProcessLookupError):
             pass
     return total
+
+
+# When each unexec'd fork child (pid, start time) was first seen.
+UNEXECED_SINCE = {}
+SPAWN_WINDOW_S = 1.0
+
+
+def stat(pid):
+    """`/proc/PID/stat`'s fields from field 3 on (the name may hold spaces)."""
+    text = open(f"/proc/{pid}/stat").read()
+    return text[text.rindex(")") + 2 :].split()
+
+
+def layout(fields):
+    """Where a process's code, stack, heap and arguments start (fields 26,
+    28, 47, 48): an exec moves them all; a fork keeps its parent's."""
+    return tuple(int(fields[n - 3]) for n in (26, 28, 47, 48))
+
+
+def is_spawning(pid):
+    """Whether `pid` is a fork child that has not exec'd, seen so for less
+    than `SPAWN_WINDOW_S`."""
+    fields = stat(pid)
+    parent, own = int(fields[1]), layout(fields)
+    if own[1] == 0 or parent <= 1 or layout(stat(parent)) != own:
+        return False
+    since = UNEXECED_SINCE.setdefault((pid, fields[19]), time.monotonic())
+    return time.monotonic() - since < SPAWN_WINDOW_S
 
 
 def measured(command, env=None, memory=tree_rss):

@@ -342,7 +342,7 @@ impl Row {
 /// A `.pte` made by hfx's own emitter (after the worker's edge
 /// decomposition) or by ExecuTorch's XNNPACK lowering in the worker, whose
 /// shortcuts took effect: every architecture here leaves a retrace that
-/// changes nothing to skip.
+/// changes nothing to skip, and a dtype check of a graph that passed it.
 fn executorch_lowering(backend: &str, lowering: &Value) -> Result<(), Failed> {
     let count = |field: &str| lowering[field].as_u64().unwrap_or(0);
     match backend {
@@ -350,7 +350,8 @@ fn executorch_lowering(backend: &str, lowering: &Value) -> Result<(), Failed> {
             lowering["kind"] == "delegated"
                 && count("delegated_nodes") > 0
                 && count("partitions") > 0
-                && count("retraces_skipped") > 0,
+                && count("retraces_skipped") > 0
+                && count("checks_skipped") > 0,
             || format!("lowering: {lowering}"),
         ),
         _ => check(

@@ -301,13 +301,14 @@ impl Component {
         }
         if let Some(Lowered::Delegated(l)) = &self.lowered {
             writeln!(out,
-                "stage {:<18} {:>8.2} s   edge + partitioner {:.2} s ({} partition(s), {} replayed; {} retrace(s) that change nothing skipped), to_executorch {:.2} s; delegated {} node(s), {} portable kernel call(s); {} bytes",
+                "stage {:<18} {:>8.2} s   edge + partitioner {:.2} s ({} partition(s), {} replayed; {} retrace(s) that change nothing and {} repeated check(s) skipped), to_executorch {:.2} s; delegated {} node(s), {} portable kernel call(s); {} bytes",
                 "lower",
                 l.edge_seconds + l.executorch_seconds,
                 l.edge_seconds,
                 l.partitions,
                 l.partitions_replayed,
                 l.retraces_skipped,
+                l.checks_skipped,
                 l.executorch_seconds,
                 l.delegated_nodes,
                 l.portable_nodes,

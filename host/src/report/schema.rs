@@ -280,6 +280,9 @@ pub enum Lowering {
         /// Retraces skipped because they change nothing (absent in older reports).
         #[serde(default)]
         retraces_skipped: u64,
+        /// Dtype checks skipped on a graph that had passed them (absent in older reports).
+        #[serde(default)]
+        checks_skipped: u64,
         bytes: u64,
     },
 }
@@ -596,6 +599,7 @@ fn component(c: &Component, written: &Path) -> ComponentReport {
                 partitions: r.partitions,
                 partitions_replayed: r.partitions_replayed,
                 retraces_skipped: r.retraces_skipped,
+                checks_skipped: r.checks_skipped,
                 bytes: r.bytes,
             },
         }),

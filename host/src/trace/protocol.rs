@@ -27,7 +27,7 @@ use crate::plugins::Versions;
 /// The protocol version: the first 32 bits of the SHA-256 of the messages'
 /// canonical form, written by `cargo run -p protocol-gen` (the worker's
 /// `messages.PROTOCOL` is the same number).
-pub const PROTOCOL: u64 = 1902301410;
+pub const PROTOCOL: u64 = 4075128412;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -751,6 +751,9 @@ pub struct LowerReply {
     /// Retraces ExecuTorch would have run that change nothing (a
     /// decomposition, op-replacing passes; `lowering_shortcuts.py`), skipped.
     pub retraces_skipped: u64,
+    /// Dtype checks of a graph that had passed them as it is, skipped
+    /// (`lowering_shortcuts.py`).
+    pub checks_skipped: u64,
     pub edge_seconds: f64,
     pub executorch_seconds: f64,
     pub bytes: u64,

@@ -29,6 +29,7 @@ import inspect
 import os
 import time
 
+from . import eager_quantize
 from .errors import UserInputError
 from .messages import (
     CapturedComponent,
@@ -350,7 +351,7 @@ def capture_generation(session, params):
         )
     started = time.perf_counter()
     with session.during("build"):
-        model, inputs = built_model(session, params, generative=True)
+        model, inputs = built_model(session, params, generative=True, quantize=False)
     # Inputs a caller or a model function gave are generated from as given.
     given = isinstance(params.source, SourceParamsFunction) or (
         isinstance(params.source, SourceParamsCaller) and session.caller.inputs is not None
@@ -358,6 +359,11 @@ def capture_generation(session, params):
     if not given:
         inputs = left_padded(model, inputs)
     captured = capture(model, inputs, params.multi_token_decode, params.max_cache_len)
+    # Quantized once `generate` has run: what the capture keeps of each call
+    # (its inputs' shapes and structure) does not depend on the weights'
+    # precision, and torchao's quantized eager prefill is many times a float one.
+    if params.quantize is not None:
+        eager_quantize.quantize_model(model, params.quantize)
     # Each component traced with what its module computes from sizes by loops
     # precomputed (`precompute`), as `Components` computes it for each call.
     components = {name: precomputed(module, kwargs) for name, (module, kwargs) in captured.items()}

@@ -263,6 +263,7 @@ def lower(_session, params: Lower) -> LowerReply:
         partitions=counts.partitions,
         partitions_replayed=counts.replayed,
         retraces_skipped=counts.retraces_skipped,
+        checks_skipped=counts.checks_skipped,
         edge_seconds=edge_seconds,
         executorch_seconds=executorch_seconds,
         bytes=os.path.getsize(params.output),

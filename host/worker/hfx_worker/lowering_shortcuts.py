@@ -1,4 +1,4 @@
-"""Three shortcuts through ExecuTorch's delegate lowering that give the bytes
+"""Four shortcuts through ExecuTorch's delegate lowering that give the bytes
 it gives, for less of its work.
 
 ExecuTorch's lowering (`to_edge_transform_and_lower`) costs one to two
@@ -58,9 +58,16 @@ needed (a 125M Llama with dynamic shapes: 135 partitions, 65 s):
   made, unchanged since: `RemoveMixedTypeOperators` when no call mixes
   dtypes it would promote, and `to_executorch`'s `SpecPropPass` refresh
   (an `ExportPass` right after `LegalizePortableDimOrderPass` retraced).
+- **A check of a graph it checked.** The edge dialect's verifier checks
+  every operator's tensor dtypes by running the whole graph on fake
+  tensors (`_check_tensor_args_matching_op_allowed_dtype`, a few seconds
+  on a quantized 125M Llama), and the lowering verifies the same graph
+  module five times over. A graph module whose nodes, inputs' values and
+  attributes are those it last passed with passes again without the run:
+  the check reads nothing else. A check that fails is never remembered.
 
 The output is ExecuTorch's own, byte for byte (`tests/it/executorch.rs`
-compares the `.pte` with and without). All three reach into ExecuTorch 1.4.1
+compares the `.pte` with and without). All four reach into ExecuTorch 1.4.1
 and torch 2.13 internals, so they apply only to those versions; any other runs
 ExecuTorch's lowering as it is.
 """
@@ -89,6 +96,7 @@ class Counts:
     replayed: int = 0  # from the graph of a partition with the same structure
     resorts_in_place: int = 0
     retraces_skipped: int = 0  # retraces that would have changed nothing (a decomposition, passes)
+    checks_skipped: int = 0  # dtype checks of a graph module that passed them as it is
 
 
 @contextlib.contextmanager
@@ -104,6 +112,7 @@ def shortcuts(enabled=True):
     import executorch.exir.lowered_backend_module as lowered_backend_module
     import executorch.exir.passes.spec_prop_pass as spec_prop_pass
     import executorch.exir.program._program as edge_manager
+    import executorch.exir.verification.verifier as verifier
     from executorch.backends.xnnpack.operators.node_visitor import NodeVisitor
     from executorch.backends.xnnpack.operators.op_quant_dequant import OpStaticQDQNode
     from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend
@@ -119,6 +128,11 @@ def shortcuts(enabled=True):
     memo = PreprocessMemo(counts)
     retraces = Retraces(counts)
     patches = [
+        (
+            verifier,
+            "_check_tensor_args_matching_op_allowed_dtype",
+            unless_passed_as_it_is(verifier._check_tensor_args_matching_op_allowed_dtype, counts),
+        ),
         (
             NormalizeTransposePass,
             "call",
@@ -200,6 +214,60 @@ def patched(patches):
 
 
 INHERITED = object()
+
+
+# --- A check of a graph it checked -----------------------------------------
+
+
+def unless_passed_as_it_is(check, counts):
+    """`check(graph_module)`, skipped when the graph module is the one that
+    passed it last, as it was then (`_checked_state`). Only the last is
+    kept: the lowering checks one graph module over and over before it
+    moves to the next, and each state kept holds its graph alive."""
+    last = None  # (the graph module that passed, its state then)
+
+    def check_unless_passed(graph_module):
+        nonlocal last
+        state = _checked_state(graph_module)
+        if last is not None and last[0] is graph_module and last[1] == state:
+            counts.checks_skipped += 1
+            return
+        last = None
+        check(graph_module)
+        last = (graph_module, state)
+
+    return check_unless_passed
+
+
+def _checked_state(graph_module):
+    """What a graph's dtype check reads: its nodes (`_graph_state`), the
+    values its placeholders carry (by identity: fake tensors are not
+    compared by value) and the attributes its `get_attr` nodes fetch."""
+    values = [
+        node.meta.get("val") if node.op == "placeholder" else _attribute(graph_module, node.target)
+        for node in graph_module.graph.nodes
+        if node.op in ("placeholder", "get_attr")
+    ]
+    return _graph_state(graph_module), [Identity(v) for v in values]
+
+
+def _attribute(module, target):
+    for name in target.split("."):
+        module = getattr(module, name, None)
+    return module
+
+
+class Identity:
+    """`value`, equal to another only when it is the same object (a tensor's
+    `==` compares elements)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __eq__(self, other):
+        return isinstance(other, Identity) and self.value is other.value
 
 
 # --- Retraces that change nothing ------------------------------------------

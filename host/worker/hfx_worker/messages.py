@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypedDict
 
 # The hash of the definition's canonical form; both ends check it at `hello`.
-PROTOCOL = 1902301410
+PROTOCOL = 4075128412
 
 
 @dataclass
@@ -629,6 +629,9 @@ class LowerReply:
     # Retraces ExecuTorch would have run that change nothing (a
     # decomposition, op-replacing passes; `lowering_shortcuts.py`), skipped.
     retraces_skipped: int
+    # Dtype checks of a graph that had passed them as it is, skipped
+    # (`lowering_shortcuts.py`).
+    checks_skipped: int
     edge_seconds: float
     executorch_seconds: float
     bytes: int

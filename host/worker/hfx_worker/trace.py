@@ -313,12 +313,13 @@ def step(session, name, seconds, peaks=None):
         peaks[name] = peak_rss_mib()
 
 
-def built_model(session, params, generative=False, streamed=None):
+def built_model(session, params, generative=False, streamed=None, quantize=True):
     """The model of `params.source` on the backend's device and dtype, and its
     inputs (the source's own, else sample inputs of `params.batch` x
     `params.sequence`); `generative`: an architecture's generative class;
     `streamed` (a `Streaming`): a folder's weights are left in its checkpoint
-    where they can be."""
+    where they can be; `quantize`: quantized as `params.quantize` says (else
+    the caller quantizes it)."""
     import torch
 
     torch.manual_seed(SEED)
@@ -360,7 +361,7 @@ def built_model(session, params, generative=False, streamed=None):
     # the backend can (the reference's `prepare_for_xnnpack`).
     if params.experts and getattr(model, "_can_set_experts_implementation", lambda: False)():
         model.set_experts_implementation(params.experts)
-    if params.quantize is not None:
+    if quantize and params.quantize is not None:
         eager_quantize.quantize_model(model, params.quantize)
     if hasattr(model, "set_attn_implementation"):
         with contextlib.suppress(Exception):
@@ -412,11 +413,16 @@ def trace(session, params: TraceParams) -> TraceReply:
         flags = {k: inputs.pop(k) for k in OUTPUT_FLAGS if k in inputs}
         register_cache_pytrees(model)
         shapes = dynamic_shapes(inputs, params.dynamic, params.dynamic_shapes)
-    # A streamed model without `--verify` runs no eager forward: the outputs'
-    # structure (names, spec, constants) is the trace's own (`traced_output`).
-    weightless = streamed is not None and params.reference is None
+    # Without `--verify` the outputs' structure (names, spec, constants) is the
+    # trace's own (`traced_output`), and an eager forward only costs: for a
+    # streamed model, reading every weight first; for a generation component,
+    # a forward `generate` already ran at capture (a quantized prefill's is
+    # the slowest forward of its export).
+    eager_runs = params.reference is not None or not (
+        streamed is not None or isinstance(source, messages.SourceParamsCaptured)
+    )
     with step(session, "eager", seconds):
-        eager = None if weightless else eager_forward(model, inputs, flags, streamed)
+        eager = eager_forward(model, inputs, flags, streamed) if eager_runs else None
     # The policy is built only when a patch may need it (it resolves its lists once).
     policy = session.policy if params.patches else None
     # The reference's order: patches, state cleanup, config flags, signature, then export.
