@@ -473,6 +473,37 @@ def random():
     return _pair(Random(), x=torch.randn(2, 4), certain=certain)
 
 
+class Fourier(torch.nn.Module):
+    """torch.fft's transforms as the reference patches each for OpenVINO:
+    `rfft` and `irfft` (an odd `n` given, and the even one inferred, `norm`
+    "ortho"), `rfftn`/`irfftn` over the first and last dimensions, `fftn`/
+    `ifftn` (`norm` "forward"), `fft`/`ifft` over dimension 0, and `fft` of a
+    1-D signal: each a dimension other than 1, which an opset-20 `DFT`
+    names by an input OpenVINO's ONNX frontend does not read."""
+
+    def forward(self, x):
+        spectrum = torch.fft.rfft(x)
+        reversed_ = torch.fft.irfft(spectrum.conj() * 0.5, n=x.shape[-1])
+        even = torch.fft.irfft(spectrum, norm="ortho")
+        plane = torch.fft.irfftn(torch.fft.rfftn(x, dim=(0, 2)) * 2, s=(x.shape[0], x.shape[2]), dim=(0, 2))
+        mixed = torch.fft.ifftn(torch.fft.fftn(x, dim=(1, 2), norm="forward") * 3, dim=(1, 2))
+        line = torch.fft.ifft(torch.fft.fft(x, dim=0).conj(), dim=0)
+        signal = torch.fft.fft(x[0, 0])
+        return (
+            torch.view_as_real(spectrum),
+            reversed_,
+            even,
+            plane,
+            torch.view_as_real(mixed),
+            torch.view_as_real(line),
+            torch.view_as_real(signal),
+        )
+
+
+def fourier():
+    return _pair(Fourier(), x=torch.randn(3, 6, 7))
+
+
 # ── Models whose functions the reference patches for OpenVINO ──
 
 
