@@ -450,6 +450,9 @@ const PATTERNS: &[(&str, &str)] = &[
     ("unfold", "--dynamic"),
     ("empty_permuted", "--static"),
     ("antialias", "--static"),
+    ("fourier", "--dynamic"),
+    ("gather_narrow_index", "--static"),
+    ("gather_narrow_index", "--dynamic"),
 ];
 
 /// `hfx run --backend openvino --model-fn python:openvino_patterns:NAME
@@ -501,4 +504,13 @@ fn symbolic_size_arithmetic_verifies_in_openvino() {
 #[ignore = "full tier: every pattern of openvino_patterns.py (symbolic_size_arithmetic_verifies_in_openvino keeps the mechanism)"]
 fn the_reference_openvino_workaround_patterns_verify_in_openvino() {
     patterns_verify_in_openvino(PATTERNS);
+}
+
+/// Why plugins/onnx/translate-shape pads a `gather` index narrower than its
+/// data off the axis (pattern `gather_narrow_index`): OpenVINO's CPU plugin
+/// refuses that `GatherElements` as it is, and with its data sliced to the
+/// index's extent, where ONNX Runtime computes both.
+#[test]
+fn openvino_refuses_a_gather_elements_index_narrower_than_its_data() {
+    run_python("openvino_patterns.py", &["gather_index_extent"]);
 }

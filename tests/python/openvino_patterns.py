@@ -10,7 +10,12 @@ frontend's, which hfx does not run.
 Run as a script, it checks what `--verify` cannot: `fused XML LAYER...`
 compiles the IR on OpenVINO's CPU plugin and fails unless its runtime model
 holds a layer of each type named (`RoPE`: the plugin fused a rotary
-embedding).
+embedding); `resized MODEL PATTERN SHAPE` runs a dynamic export (an IR on
+OpenVINO's CPU plugin, an ONNX model on ONNX Runtime) of a one-input pattern
+at another input shape and compares it with eager; `dft_axis_input` and
+`gather_index_extent` show why plugins/onnx/translate-fft moves an opset-20
+`DFT`'s dimension to 1 and why plugins/onnx/translate-shape pads a narrower
+`GatherElements` index.
 """
 
 import math
@@ -608,8 +613,7 @@ def qwen3_moe_grouped_mm():
 
 def fused(xml, *layers):
     """Fails unless the CPU plugin's compiled `xml` holds a layer of each type in `layers`."""
-    sys.modules.setdefault("openvino_telemetry", None)
-    import openvino
+    openvino = _openvino()
 
     core = openvino.Core()
     compiled = core.compile_model(core.read_model(xml), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
@@ -622,6 +626,143 @@ def fused(xml, *layers):
         sys.exit(f"{xml}: no {missing} layer in the compiled model; it has {sorted(found)}")
 
 
+def _openvino():
+    sys.modules.setdefault("openvino_telemetry", None)
+    import openvino
+
+    return openvino
+
+
+def resized(path, pattern, shape):
+    """Fails unless `path` (an `.xml` IR or an `.onnx` model exported from
+    one-input `pattern` with dynamic axes) computes eager's outputs, 1e-3,
+    on a random input of `shape` (`2,5,8`)."""
+    import numpy as np
+
+    module, inputs = globals()[pattern]()
+    (name,) = inputs
+    torch.manual_seed(1)
+    x = torch.randn(*map(int, shape.split(",")))
+    with torch.no_grad():
+        want = [w.numpy() for w in module(x)]
+    if path.endswith(".onnx"):
+        import onnxruntime
+
+        session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+        got = session.run(None, {name: x.numpy()})
+    else:
+        openvino = _openvino()
+        core = openvino.Core()
+        hint = {"INFERENCE_PRECISION_HINT": "f32"}
+        request = core.compile_model(core.read_model(path), "CPU", hint).create_infer_request()
+        request.infer({name: x.numpy()})
+        got = [request.get_output_tensor(i).data for i in range(len(want))]
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        if g.shape != w.shape or not np.allclose(g, w, atol=1e-3, rtol=1e-3):
+            error = np.abs(g - w).max() if g.shape == w.shape else f"shape {g.shape}, eager {w.shape}"
+            sys.exit(f"{path}: output {i} at input {shape} differs from eager: {error}")
+
+
+def dft_axis_input():
+    """Fails unless OpenVINO's ONNX frontend still reads an opset-20 `DFT`
+    over dimension 2 (its `axis` input) as one over dimension 1 (the opset-17
+    attribute's default) while ONNX Runtime computes dimension 2: the reason
+    translate-fft writes every opset-20 `DFT` over dimension 1."""
+    import numpy as np
+    import onnx
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    axis = helper.make_tensor("axis", TensorProto.INT64, [], [2])
+    node = helper.make_node("DFT", ["x", "", "axis"], ["y"])
+    shape = [2, 6, 8, 2]
+    graph = helper.make_graph(
+        [node],
+        "dft",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        [axis],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    model.ir_version = 9
+    onnx.checker.check_model(model)
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    fft = np.fft.fft(x[..., 0] + 1j * x[..., 1], axis=2)
+    want = np.stack([fft.real, fft.imag], -1)
+    ort = onnxruntime.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    core = _openvino().Core()
+    compiled = core.compile_model(core.read_model(model.SerializeToString(), b""), "CPU")
+    got = compiled({"x": x})[0]
+    if not np.allclose(ort, want, atol=1e-4):
+        sys.exit("ONNX Runtime's opset-20 DFT does not transform the dimension its axis input names")
+    fft_1 = np.fft.fft(x[..., 0] + 1j * x[..., 1], axis=1)
+    if np.allclose(got, want, atol=1e-4):
+        sys.exit("OpenVINO now reads an opset-20 DFT's axis input: translate-fft's transposes are not needed")
+    if not np.allclose(got, np.stack([fft_1.real, fft_1.imag], -1), atol=1e-4):
+        sys.exit("OpenVINO's opset-20 DFT over dimension 2 computes neither dimension 2 nor 1")
+
+
+def _onnx_model(nodes, inputs, output, constants):
+    """An opset-20 ONNX model: `inputs` and `output` as (name, element type, shape)."""
+    import onnx
+    from onnx import helper
+
+    graph = helper.make_graph(
+        nodes,
+        "pattern",
+        [helper.make_tensor_value_info(*i) for i in inputs],
+        [helper.make_tensor_value_info(*output)],
+        [helper.make_tensor(n, onnx.TensorProto.INT64, [len(v)], v) for n, v in constants.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    model.ir_version = 9
+    onnx.checker.check_model(model, full_check=True)
+    return model.SerializeToString()
+
+
+def gather_index_extent():
+    """Fails unless OpenVINO's CPU plugin still refuses a `GatherElements`
+    whose index is narrower than its data off the axis, as it is and with
+    the data sliced to the index's extent in front (its transformations fold
+    that `Slice` away), while ONNX Runtime computes both: the reason
+    translate-shape pads the index instead."""
+    import numpy as np
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    x = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
+    index = np.array([[0, 5, 2], [1, 1, 3]])
+    want = np.take_along_axis(x[:2], index, 1)
+    io = ([("x", TensorProto.FLOAT, [4, 6]), ("index", TensorProto.INT64, [2, 3])], ("y", TensorProto.FLOAT, [2, 3]))
+    gather = helper.make_node("GatherElements", ["data", "index"], ["y"], axis=1)
+    forms = {
+        "as it is": _onnx_model([helper.make_node("Identity", ["x"], ["data"]), gather], *io, {}),
+        "data sliced": _onnx_model(
+            [helper.make_node("Slice", ["x", "zero", "rows", "zero"], ["data"]), gather],
+            *io,
+            {"zero": [0], "rows": [2]},
+        ),
+    }
+    core = _openvino().Core()
+    for form, model in forms.items():
+        got = onnxruntime.InferenceSession(model).run(None, {"x": x, "index": index})[0]
+        if not np.allclose(got, want):
+            sys.exit(f"ONNX Runtime's GatherElements, index narrower ({form}), differs from torch's gather")
+        try:
+            core.compile_model(core.read_model(model, b""), "CPU")({"x": x, "index": index})
+        except RuntimeError as refused:
+            if "are not consistent" not in str(refused):
+                raise
+        else:
+            sys.exit(f"OpenVINO now computes a GatherElements with a narrower index ({form})")
+
+
 if __name__ == "__main__":
     command, *arguments = sys.argv[1:]
-    {"fused": fused}[command](*arguments)
+    commands = {
+        "fused": fused,
+        "resized": resized,
+        "dft_axis_input": dft_axis_input,
+        "gather_index_extent": gather_index_extent,
+    }
+    commands[command](*arguments)
