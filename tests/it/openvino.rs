@@ -453,6 +453,7 @@ const PATTERNS: &[(&str, &str)] = &[
     ("fourier", "--dynamic"),
     ("gather_narrow_index", "--static"),
     ("gather_narrow_index", "--dynamic"),
+    ("oversize_avg_pool", "--static"),
 ];
 
 /// `hfx run --backend openvino --model-fn python:openvino_patterns:NAME
@@ -507,10 +508,13 @@ fn the_reference_openvino_workaround_patterns_verify_in_openvino() {
 }
 
 /// Why plugins/onnx/translate-shape pads a `gather` index narrower than its
-/// data off the axis (pattern `gather_narrow_index`): OpenVINO's CPU plugin
-/// refuses that `GatherElements` as it is, and with its data sliced to the
-/// index's extent, where ONNX Runtime computes both.
+/// data off the axis (pattern `gather_narrow_index`) and translate-pooling
+/// cuts a `ceil_mode` kernel larger than the padded input (pattern
+/// `oversize_avg_pool`): OpenVINO's CPU plugin refuses the ONNX ops as they
+/// are (the `GatherElements` with its data sliced too), where ONNX Runtime
+/// computes them as torch does.
 #[test]
-fn openvino_refuses_a_gather_elements_index_narrower_than_its_data() {
+fn openvino_refuses_a_narrower_gather_index_and_an_oversize_pooling_kernel() {
     run_python("openvino_patterns.py", &["gather_index_extent"]);
+    run_python("openvino_patterns.py", &["oversize_average_pool"]);
 }

@@ -13,9 +13,10 @@ holds a layer of each type named (`RoPE`: the plugin fused a rotary
 embedding); `resized MODEL PATTERN SHAPE` runs a dynamic export (an IR on
 OpenVINO's CPU plugin, an ONNX model on ONNX Runtime) of a one-input pattern
 at another input shape and compares it with eager; `dft_axis_input` and
-`gather_index_extent` show why plugins/onnx/translate-fft moves an opset-20
-`DFT`'s dimension to 1 and why plugins/onnx/translate-shape pads a narrower
-`GatherElements` index.
+`gather_index_extent` and `oversize_average_pool` show why plugins/onnx/
+translate-fft moves an opset-20 `DFT`'s dimension to 1, why plugins/onnx/
+translate-shape pads a narrower `GatherElements` index, and why plugins/onnx/
+translate-pooling cuts a kernel to the padded input.
 """
 
 import math
@@ -348,18 +349,24 @@ def antialias():
 
 
 class OversizeAvgPool(torch.nn.Module):
-    """An average pool whose kernel is larger than the input (EfficientNet's pooler), `ceil_mode`."""
+    """An average pool whose kernel is larger than the input (EfficientNet's pooler), `ceil_mode`;
+    and with padding, the kernel larger than the padded width only, counting the padding and not."""
 
     def __init__(self):
         super().__init__()
         self.pool = torch.nn.AvgPool2d(7, ceil_mode=True)
 
     def forward(self, x):
-        return self.pool(x), F.avg_pool2d(x, 3, stride=2, ceil_mode=True)
+        return (
+            self.pool(x),
+            F.avg_pool2d(x, 3, stride=2, ceil_mode=True),
+            F.avg_pool2d(x, 7, padding=1, ceil_mode=True),
+            F.avg_pool2d(x, 7, padding=1, ceil_mode=True, count_include_pad=False),
+        )
 
 
 def oversize_avg_pool():
-    return _pair(OversizeAvgPool(), x=torch.randn(1, 2, 5, 5))
+    return _pair(OversizeAvgPool(), x=torch.randn(1, 2, 5, 4))
 
 
 class Unfold(torch.nn.Module):
@@ -757,6 +764,32 @@ def gather_index_extent():
             sys.exit(f"OpenVINO now computes a GatherElements with a narrower index ({form})")
 
 
+def oversize_average_pool():
+    """Fails unless OpenVINO still refuses an `AveragePool` (`ceil_mode`)
+    whose kernel is larger than its input, which ONNX Runtime computes as
+    torch does (one window, the input's mean): the reason translate-pooling
+    cuts such a kernel to the padded input."""
+    import numpy as np
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    x = np.random.default_rng(0).standard_normal((1, 2, 5, 5)).astype(np.float32)
+    pool = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[7, 7], strides=[7, 7], ceil_mode=1)
+    io = ([("x", TensorProto.FLOAT, [1, 2, 5, 5])], ("y", TensorProto.FLOAT, [1, 2, 1, 1]))
+    model = _onnx_model([pool], *io, {})
+    got = onnxruntime.InferenceSession(model).run(None, {"x": x})[0]
+    if not np.allclose(got, x.mean(axis=(2, 3), keepdims=True), atol=1e-6):
+        sys.exit("ONNX Runtime's AveragePool with a kernel larger than the input is not the input's mean")
+    core = _openvino().Core()
+    try:
+        core.compile_model(core.read_model(model, b""), "CPU")({"x": x})
+    except RuntimeError as refused:
+        if "larger than the data shape after padding" not in str(refused):
+            raise
+    else:
+        sys.exit("OpenVINO now pools with a kernel larger than the input")
+
+
 if __name__ == "__main__":
     command, *arguments = sys.argv[1:]
     commands = {
@@ -764,5 +797,6 @@ if __name__ == "__main__":
         "resized": resized,
         "dft_axis_input": dft_axis_input,
         "gather_index_extent": gather_index_extent,
+        "oversize_average_pool": oversize_average_pool,
     }
     commands[command](*arguments)
