@@ -497,7 +497,9 @@ class Fourier(torch.nn.Module):
         spectrum = torch.fft.rfft(x)
         reversed_ = torch.fft.irfft(spectrum.conj() * 0.5, n=x.shape[-1])
         even = torch.fft.irfft(spectrum, norm="ortho")
-        plane = torch.fft.irfftn(torch.fft.rfftn(x, dim=(0, 2)) * 2, s=(x.shape[0], x.shape[2]), dim=(0, 2))
+        plane = torch.fft.irfftn(
+            torch.fft.rfftn(x, dim=(0, 2)) * 2, s=(x.shape[0], x.shape[2]), dim=(0, 2)
+        )
         mixed = torch.fft.ifftn(torch.fft.fftn(x, dim=(1, 2), norm="forward") * 3, dim=(1, 2))
         line = torch.fft.ifft(torch.fft.fft(x, dim=0).conj(), dim=0)
         signal = torch.fft.fft(x[0, 0])
@@ -666,7 +668,9 @@ def resized(path, pattern, shape):
         got = [request.get_output_tensor(i).data for i in range(len(want))]
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         if g.shape != w.shape or not np.allclose(g, w, atol=1e-3, rtol=1e-3):
-            error = np.abs(g - w).max() if g.shape == w.shape else f"shape {g.shape}, eager {w.shape}"
+            error = (
+                np.abs(g - w).max() if g.shape == w.shape else f"shape {g.shape}, eager {w.shape}"
+            )
             sys.exit(f"{path}: output {i} at input {shape} differs from eager: {error}")
 
 
@@ -701,10 +705,14 @@ def dft_axis_input():
     compiled = core.compile_model(core.read_model(model.SerializeToString(), b""), "CPU")
     got = compiled({"x": x})[0]
     if not np.allclose(ort, want, atol=1e-4):
-        sys.exit("ONNX Runtime's opset-20 DFT does not transform the dimension its axis input names")
+        sys.exit(
+            "ONNX Runtime's opset-20 DFT does not transform the dimension its axis input names"
+        )
     fft_1 = np.fft.fft(x[..., 0] + 1j * x[..., 1], axis=1)
     if np.allclose(got, want, atol=1e-4):
-        sys.exit("OpenVINO now reads an opset-20 DFT's axis input: translate-fft's transposes are not needed")
+        sys.exit(
+            "OpenVINO now reads an opset-20 DFT's axis input: translate-fft's transposes are not needed"
+        )
     if not np.allclose(got, np.stack([fft_1.real, fft_1.imag], -1), atol=1e-4):
         sys.exit("OpenVINO's opset-20 DFT over dimension 2 computes neither dimension 2 nor 1")
 
@@ -740,7 +748,10 @@ def gather_index_extent():
     x = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
     index = np.array([[0, 5, 2], [1, 1, 3]])
     want = np.take_along_axis(x[:2], index, 1)
-    io = ([("x", TensorProto.FLOAT, [4, 6]), ("index", TensorProto.INT64, [2, 3])], ("y", TensorProto.FLOAT, [2, 3]))
+    io = (
+        [("x", TensorProto.FLOAT, [4, 6]), ("index", TensorProto.INT64, [2, 3])],
+        ("y", TensorProto.FLOAT, [2, 3]),
+    )
     gather = helper.make_node("GatherElements", ["data", "index"], ["y"], axis=1)
     forms = {
         "as it is": _onnx_model([helper.make_node("Identity", ["x"], ["data"]), gather], *io, {}),
@@ -754,7 +765,9 @@ def gather_index_extent():
     for form, model in forms.items():
         got = onnxruntime.InferenceSession(model).run(None, {"x": x, "index": index})[0]
         if not np.allclose(got, want):
-            sys.exit(f"ONNX Runtime's GatherElements, index narrower ({form}), differs from torch's gather")
+            sys.exit(
+                f"ONNX Runtime's GatherElements, index narrower ({form}), differs from torch's gather"
+            )
         try:
             core.compile_model(core.read_model(model, b""), "CPU")({"x": x, "index": index})
         except RuntimeError as refused:
@@ -774,12 +787,16 @@ def oversize_average_pool():
     from onnx import TensorProto, helper
 
     x = np.random.default_rng(0).standard_normal((1, 2, 5, 5)).astype(np.float32)
-    pool = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[7, 7], strides=[7, 7], ceil_mode=1)
+    pool = helper.make_node(
+        "AveragePool", ["x"], ["y"], kernel_shape=[7, 7], strides=[7, 7], ceil_mode=1
+    )
     io = ([("x", TensorProto.FLOAT, [1, 2, 5, 5])], ("y", TensorProto.FLOAT, [1, 2, 1, 1]))
     model = _onnx_model([pool], *io, {})
     got = onnxruntime.InferenceSession(model).run(None, {"x": x})[0]
     if not np.allclose(got, x.mean(axis=(2, 3), keepdims=True), atol=1e-6):
-        sys.exit("ONNX Runtime's AveragePool with a kernel larger than the input is not the input's mean")
+        sys.exit(
+            "ONNX Runtime's AveragePool with a kernel larger than the input is not the input's mean"
+        )
     core = _openvino().Core()
     try:
         core.compile_model(core.read_model(model, b""), "CPU")({"x": x})

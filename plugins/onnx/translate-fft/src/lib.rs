@@ -170,7 +170,8 @@ fn norm_scale(e: &Emit, inverse: bool) -> Result<Scale> {
 fn r2c(e: &Emit) -> Result<String> {
     let (x, rank, real) = signal(e)?;
     let dims = normalized(e, &e.ints("dim")?, rank)?;
-    let y = transform(e, (x, real), (&dims, rank), false, scale_of(e, e.int("normalization", 0)?)?)?;
+    let y =
+        transform(e, (x, real), (&dims, rank), false, scale_of(e, e.int("normalization", 0)?)?)?;
     if !e.boolean("onesided", true)? {
         return Ok(y);
     }
