@@ -88,13 +88,16 @@ fn complex_rope_stops_naming_polar_without_fix_complex_pairs() {
 }
 
 /// A 2-D FFT's real part and a 1-D inverse FFT's imaginary part (`norm="ortho"`)
-/// as ONNX `DFT`s match eager.
+/// as ONNX `DFT`s match eager, and so do half spectra back to real values
+/// (`irfft` of an odd length, `irfftn`: `aten._fft_c2r`).
 #[test]
 #[ignore = "full tier: FFTs (translate-fft's self-test checks its DFT in ONNX Runtime; complex_rope_exports_to_onnx_on_real_pairs_and_matches_eager covers the pairs)"]
 fn ffts_export_to_onnx_dft_and_match_eager() {
     let dir = tempfile::tempdir().unwrap();
     let model = ["--model-fn", "python:fx_patterns:real_fourier"];
     verified(&export(dir.path(), "onnx", &model, "fft.onnx", &[]), "onnx-translate-fft");
+    let half = ["--model-fn", "python:fx_patterns:half_spectrum"];
+    verified(&export(dir.path(), "onnx", &half, "half.onnx", &[]), "onnx-translate-fft");
     // The negative control: without translate-fft the trace decomposes the
     // FFTs to torch's primitives (`_fft_r2c`, `_fft_c2c`), which no other
     // translation takes.
@@ -124,6 +127,34 @@ fn a_tiny_llama4_text_decoder_exports_to_onnx_and_matches_eager() {
 #[ignore = "full tier: a real encoder mixing tokens by FFT (ffts_export_to_onnx_dft_and_match_eager covers the translation)"]
 fn a_tiny_fnet_exports_to_onnx_and_matches_eager() {
     exports_and_verifies("fnet", "onnx", "fnet.onnx", "onnx-translate-fft");
+}
+
+/// torch.fft's transforms as the reference patches each for OpenVINO (`rfft`,
+/// `irfft`, `rfftn`, `irfftn`, `fftn`, `ifftn`, `fft`, `ifft`, each over a
+/// dimension other than 1; pattern `fourier`), exported with dynamic axes,
+/// match eager at the traced size (`--verify`) and at another, odd and even
+/// lengths swapped, in ONNX Runtime and on OpenVINO's CPU plugin.
+#[test]
+#[ignore = "full tier: FFTs in OpenVINO (translate-fft's self-tests check its DFTs in ONNX Runtime)"]
+fn ffts_with_dynamic_axes_match_eager_at_two_sizes_in_onnx_runtime_and_openvino() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = ["--model-fn", "python:openvino_patterns:fourier", "--dynamic"];
+    for (backend, out) in [("onnx", "fourier.onnx"), ("openvino", "fourier.xml")] {
+        verified(&export(dir.path(), backend, &model, out, &[]), "onnx-translate-fft");
+        let path = dir.path().join(out).display().to_string();
+        run_python("openvino_patterns.py", &["resized", &path, "fourier", "2,5,8"]);
+    }
+    // Why the DFTs are written over dimension 1 at opset 20: OpenVINO's ONNX
+    // frontend reads an opset-20 DFT over dimension 2 as one over dimension 1.
+    run_python("openvino_patterns.py", &["dft_axis_input"]);
+    assert_no_scratch_left(dir.path());
+}
+
+/// FNet's token mixing on OpenVINO's CPU plugin, at two sizes.
+#[test]
+#[ignore = "full tier: a real encoder mixing tokens by FFT in OpenVINO (ffts_export_to_onnx_dft_and_match_eager covers the translation)"]
+fn a_tiny_fnet_exports_to_openvino_and_matches_eager() {
+    exports_and_verifies("fnet", "openvino", "fnet_ov", "onnx-translate-fft");
 }
 
 /// OpenVINO reads the ONNX model hfx writes: DeepSeek-V2's complex RoPE on

@@ -450,6 +450,10 @@ const PATTERNS: &[(&str, &str)] = &[
     ("unfold", "--dynamic"),
     ("empty_permuted", "--static"),
     ("antialias", "--static"),
+    ("fourier", "--dynamic"),
+    ("gather_narrow_index", "--static"),
+    ("gather_narrow_index", "--dynamic"),
+    ("oversize_avg_pool", "--static"),
 ];
 
 /// `hfx run --backend openvino --model-fn python:openvino_patterns:NAME
@@ -501,4 +505,16 @@ fn symbolic_size_arithmetic_verifies_in_openvino() {
 #[ignore = "full tier: every pattern of openvino_patterns.py (symbolic_size_arithmetic_verifies_in_openvino keeps the mechanism)"]
 fn the_reference_openvino_workaround_patterns_verify_in_openvino() {
     patterns_verify_in_openvino(PATTERNS);
+}
+
+/// Why plugins/onnx/translate-shape pads a `gather` index narrower than its
+/// data off the axis (pattern `gather_narrow_index`) and translate-pooling
+/// cuts a `ceil_mode` kernel larger than the padded input (pattern
+/// `oversize_avg_pool`): OpenVINO's CPU plugin refuses the ONNX ops as they
+/// are (the `GatherElements` with its data sliced too), where ONNX Runtime
+/// computes them as torch does.
+#[test]
+fn openvino_refuses_a_narrower_gather_index_and_an_oversize_pooling_kernel() {
+    run_python("openvino_patterns.py", &["gather_index_extent"]);
+    run_python("openvino_patterns.py", &["oversize_average_pool"]);
 }

@@ -262,6 +262,16 @@ class RealFourier(torch.nn.Module):
         return torch.fft.fftn(x, dim=(1, 2)).real + torch.fft.ifft(x, norm="ortho").imag
 
 
+class HalfSpectrum(torch.nn.Module):
+    """Half spectra back to real values (`aten._fft_c2r`): `irfft` of an odd
+    length over a dimension other than the last, and `irfftn` over two."""
+
+    def forward(self, x):
+        odd = torch.fft.irfft(torch.fft.rfft(x, dim=1), n=x.shape[1], dim=1, norm="forward")
+        plane = torch.fft.irfftn(torch.fft.rfftn(x, dim=(0, 2)), dim=(0, 2), norm="ortho")
+        return odd, plane
+
+
 class GroupQueryAttentionDecode(GroupQueryAttention):
     """One new token after a left-padded past."""
 
@@ -339,6 +349,7 @@ PATTERNS = {
     "constant_grid": (ConstantGrid, lambda: (torch.randn(2, 4, 5),)),
     "complex_rotary": (ComplexRotary, lambda: (torch.randn(2, 4, 6, 8), torch.randn(1, 6, 4))),
     "real_fourier": (RealFourier, lambda: (torch.randn(2, 6, 8),)),
+    "half_spectrum": (HalfSpectrum, lambda: (torch.randn(2, 7, 6),)),
 }
 
 

@@ -10,7 +10,13 @@ frontend's, which hfx does not run.
 Run as a script, it checks what `--verify` cannot: `fused XML LAYER...`
 compiles the IR on OpenVINO's CPU plugin and fails unless its runtime model
 holds a layer of each type named (`RoPE`: the plugin fused a rotary
-embedding).
+embedding); `resized MODEL PATTERN SHAPE` runs a dynamic export (an IR on
+OpenVINO's CPU plugin, an ONNX model on ONNX Runtime) of a one-input pattern
+at another input shape and compares it with eager; `dft_axis_input` and
+`gather_index_extent` and `oversize_average_pool` show why plugins/onnx/
+translate-fft moves an opset-20 `DFT`'s dimension to 1, why plugins/onnx/
+translate-shape pads a narrower `GatherElements` index, and why plugins/onnx/
+translate-pooling cuts a kernel to the padded input.
 """
 
 import math
@@ -343,18 +349,24 @@ def antialias():
 
 
 class OversizeAvgPool(torch.nn.Module):
-    """An average pool whose kernel is larger than the input (EfficientNet's pooler), `ceil_mode`."""
+    """An average pool whose kernel is larger than the input (EfficientNet's pooler), `ceil_mode`;
+    and with padding, the kernel larger than the padded width only, counting the padding and not."""
 
     def __init__(self):
         super().__init__()
         self.pool = torch.nn.AvgPool2d(7, ceil_mode=True)
 
     def forward(self, x):
-        return self.pool(x), F.avg_pool2d(x, 3, stride=2, ceil_mode=True)
+        return (
+            self.pool(x),
+            F.avg_pool2d(x, 3, stride=2, ceil_mode=True),
+            F.avg_pool2d(x, 7, padding=1, ceil_mode=True),
+            F.avg_pool2d(x, 7, padding=1, ceil_mode=True, count_include_pad=False),
+        )
 
 
 def oversize_avg_pool():
-    return _pair(OversizeAvgPool(), x=torch.randn(1, 2, 5, 5))
+    return _pair(OversizeAvgPool(), x=torch.randn(1, 2, 5, 4))
 
 
 class Unfold(torch.nn.Module):
@@ -473,6 +485,39 @@ def random():
     return _pair(Random(), x=torch.randn(2, 4), certain=certain)
 
 
+class Fourier(torch.nn.Module):
+    """torch.fft's transforms as the reference patches each for OpenVINO:
+    `rfft` and `irfft` (an odd `n` given, and the even one inferred, `norm`
+    "ortho"), `rfftn`/`irfftn` over the first and last dimensions, `fftn`/
+    `ifftn` (`norm` "forward"), `fft`/`ifft` over dimension 0, and `fft` of a
+    1-D signal: each a dimension other than 1, which an opset-20 `DFT`
+    names by an input OpenVINO's ONNX frontend does not read."""
+
+    def forward(self, x):
+        spectrum = torch.fft.rfft(x)
+        reversed_ = torch.fft.irfft(spectrum.conj() * 0.5, n=x.shape[-1])
+        even = torch.fft.irfft(spectrum, norm="ortho")
+        plane = torch.fft.irfftn(
+            torch.fft.rfftn(x, dim=(0, 2)) * 2, s=(x.shape[0], x.shape[2]), dim=(0, 2)
+        )
+        mixed = torch.fft.ifftn(torch.fft.fftn(x, dim=(1, 2), norm="forward") * 3, dim=(1, 2))
+        line = torch.fft.ifft(torch.fft.fft(x, dim=0).conj(), dim=0)
+        signal = torch.fft.fft(x[0, 0])
+        return (
+            torch.view_as_real(spectrum),
+            reversed_,
+            even,
+            plane,
+            torch.view_as_real(mixed),
+            torch.view_as_real(line),
+            torch.view_as_real(signal),
+        )
+
+
+def fourier():
+    return _pair(Fourier(), x=torch.randn(3, 6, 7))
+
+
 # ── Models whose functions the reference patches for OpenVINO ──
 
 
@@ -577,8 +622,7 @@ def qwen3_moe_grouped_mm():
 
 def fused(xml, *layers):
     """Fails unless the CPU plugin's compiled `xml` holds a layer of each type in `layers`."""
-    sys.modules.setdefault("openvino_telemetry", None)
-    import openvino
+    openvino = _openvino()
 
     core = openvino.Core()
     compiled = core.compile_model(core.read_model(xml), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
@@ -591,6 +635,185 @@ def fused(xml, *layers):
         sys.exit(f"{xml}: no {missing} layer in the compiled model; it has {sorted(found)}")
 
 
+def _openvino():
+    sys.modules.setdefault("openvino_telemetry", None)
+    import openvino
+
+    return openvino
+
+
+def resized(path, pattern, shape):
+    """Fails unless `path` (an `.xml` IR or an `.onnx` model exported from
+    one-input `pattern` with dynamic axes) computes eager's outputs, 1e-3,
+    on a random input of `shape` (`2,5,8`)."""
+    import numpy as np
+
+    module, inputs = globals()[pattern]()
+    (name,) = inputs
+    torch.manual_seed(1)
+    x = torch.randn(*map(int, shape.split(",")))
+    with torch.no_grad():
+        want = [w.numpy() for w in module(x)]
+    if path.endswith(".onnx"):
+        import onnxruntime
+
+        session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+        got = session.run(None, {name: x.numpy()})
+    else:
+        openvino = _openvino()
+        core = openvino.Core()
+        hint = {"INFERENCE_PRECISION_HINT": "f32"}
+        request = core.compile_model(core.read_model(path), "CPU", hint).create_infer_request()
+        request.infer({name: x.numpy()})
+        got = [request.get_output_tensor(i).data for i in range(len(want))]
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        if g.shape != w.shape or not np.allclose(g, w, atol=1e-3, rtol=1e-3):
+            error = (
+                np.abs(g - w).max() if g.shape == w.shape else f"shape {g.shape}, eager {w.shape}"
+            )
+            sys.exit(f"{path}: output {i} at input {shape} differs from eager: {error}")
+
+
+def dft_axis_input():
+    """Fails unless OpenVINO's ONNX frontend still reads an opset-20 `DFT`
+    over dimension 2 (its `axis` input) as one over dimension 1 (the opset-17
+    attribute's default) while ONNX Runtime computes dimension 2: the reason
+    translate-fft writes every opset-20 `DFT` over dimension 1."""
+    import numpy as np
+    import onnx
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    axis = helper.make_tensor("axis", TensorProto.INT64, [], [2])
+    node = helper.make_node("DFT", ["x", "", "axis"], ["y"])
+    shape = [2, 6, 8, 2]
+    graph = helper.make_graph(
+        [node],
+        "dft",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        [axis],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    model.ir_version = 9
+    onnx.checker.check_model(model)
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    fft = np.fft.fft(x[..., 0] + 1j * x[..., 1], axis=2)
+    want = np.stack([fft.real, fft.imag], -1)
+    ort = onnxruntime.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    core = _openvino().Core()
+    compiled = core.compile_model(core.read_model(model.SerializeToString(), b""), "CPU")
+    got = compiled({"x": x})[0]
+    if not np.allclose(ort, want, atol=1e-4):
+        sys.exit(
+            "ONNX Runtime's opset-20 DFT does not transform the dimension its axis input names"
+        )
+    fft_1 = np.fft.fft(x[..., 0] + 1j * x[..., 1], axis=1)
+    if np.allclose(got, want, atol=1e-4):
+        sys.exit(
+            "OpenVINO now reads an opset-20 DFT's axis input: translate-fft's transposes are not needed"
+        )
+    if not np.allclose(got, np.stack([fft_1.real, fft_1.imag], -1), atol=1e-4):
+        sys.exit("OpenVINO's opset-20 DFT over dimension 2 computes neither dimension 2 nor 1")
+
+
+def _onnx_model(nodes, inputs, output, constants):
+    """An opset-20 ONNX model: `inputs` and `output` as (name, element type, shape)."""
+    import onnx
+    from onnx import helper
+
+    graph = helper.make_graph(
+        nodes,
+        "pattern",
+        [helper.make_tensor_value_info(*i) for i in inputs],
+        [helper.make_tensor_value_info(*output)],
+        [helper.make_tensor(n, onnx.TensorProto.INT64, [len(v)], v) for n, v in constants.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    model.ir_version = 9
+    onnx.checker.check_model(model, full_check=True)
+    return model.SerializeToString()
+
+
+def gather_index_extent():
+    """Fails unless OpenVINO's CPU plugin still refuses a `GatherElements`
+    whose index is narrower than its data off the axis, as it is and with
+    the data sliced to the index's extent in front (its transformations fold
+    that `Slice` away), while ONNX Runtime computes both: the reason
+    translate-shape pads the index instead."""
+    import numpy as np
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    x = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
+    index = np.array([[0, 5, 2], [1, 1, 3]])
+    want = np.take_along_axis(x[:2], index, 1)
+    io = (
+        [("x", TensorProto.FLOAT, [4, 6]), ("index", TensorProto.INT64, [2, 3])],
+        ("y", TensorProto.FLOAT, [2, 3]),
+    )
+    gather = helper.make_node("GatherElements", ["data", "index"], ["y"], axis=1)
+    forms = {
+        "as it is": _onnx_model([helper.make_node("Identity", ["x"], ["data"]), gather], *io, {}),
+        "data sliced": _onnx_model(
+            [helper.make_node("Slice", ["x", "zero", "rows", "zero"], ["data"]), gather],
+            *io,
+            {"zero": [0], "rows": [2]},
+        ),
+    }
+    core = _openvino().Core()
+    for form, model in forms.items():
+        got = onnxruntime.InferenceSession(model).run(None, {"x": x, "index": index})[0]
+        if not np.allclose(got, want):
+            sys.exit(
+                f"ONNX Runtime's GatherElements, index narrower ({form}), differs from torch's gather"
+            )
+        try:
+            core.compile_model(core.read_model(model, b""), "CPU")({"x": x, "index": index})
+        except RuntimeError as refused:
+            if "are not consistent" not in str(refused):
+                raise
+        else:
+            sys.exit(f"OpenVINO now computes a GatherElements with a narrower index ({form})")
+
+
+def oversize_average_pool():
+    """Fails unless OpenVINO still refuses an `AveragePool` (`ceil_mode`)
+    whose kernel is larger than its input, which ONNX Runtime computes as
+    torch does (one window, the input's mean): the reason translate-pooling
+    cuts such a kernel to the padded input."""
+    import numpy as np
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    x = np.random.default_rng(0).standard_normal((1, 2, 5, 5)).astype(np.float32)
+    pool = helper.make_node(
+        "AveragePool", ["x"], ["y"], kernel_shape=[7, 7], strides=[7, 7], ceil_mode=1
+    )
+    io = ([("x", TensorProto.FLOAT, [1, 2, 5, 5])], ("y", TensorProto.FLOAT, [1, 2, 1, 1]))
+    model = _onnx_model([pool], *io, {})
+    got = onnxruntime.InferenceSession(model).run(None, {"x": x})[0]
+    if not np.allclose(got, x.mean(axis=(2, 3), keepdims=True), atol=1e-6):
+        sys.exit(
+            "ONNX Runtime's AveragePool with a kernel larger than the input is not the input's mean"
+        )
+    core = _openvino().Core()
+    try:
+        core.compile_model(core.read_model(model, b""), "CPU")({"x": x})
+    except RuntimeError as refused:
+        if "larger than the data shape after padding" not in str(refused):
+            raise
+    else:
+        sys.exit("OpenVINO now pools with a kernel larger than the input")
+
+
 if __name__ == "__main__":
     command, *arguments = sys.argv[1:]
-    {"fused": fused}[command](*arguments)
+    commands = {
+        "fused": fused,
+        "resized": resized,
+        "dft_axis_input": dft_axis_input,
+        "gather_index_extent": gather_index_extent,
+        "oversize_average_pool": oversize_average_pool,
+    }
+    commands[command](*arguments)

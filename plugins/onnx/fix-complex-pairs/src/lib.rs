@@ -14,8 +14,7 @@
 //!   a size gets a trailing 2;
 //! - `real`, `imag`, `abs`, `angle` read the parts;
 //! - the FFTs keep their node, their complex input or output now a pair
-//!   (plugins/onnx/translate-fft takes that layout; `_fft_c2r` is left
-//!   unrewritten, and stops the run naming it).
+//!   (plugins/onnx/translate-fft takes that layout).
 //!
 //! A whole-program fix, not a translation: which `aten.mul.Tensor` is complex
 //! is known from its operands' dtypes, and one op has exactly one translation,
@@ -606,6 +605,7 @@ fn rewrite_node(graph: &Graph, node: NodeId, pairs: &mut HashSet<ValueId>) -> Re
         // The FFTs keep their node; translate-fft reads and writes pairs.
         "aten._fft_r2c.default"
         | "aten._fft_c2c.default"
+        | "aten._fft_c2r.default"
         | "aten.fft_fft.default"
         | "aten.fft_ifft.default"
         | "aten.fft_fftn.default"

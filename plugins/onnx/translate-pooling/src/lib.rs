@@ -51,6 +51,22 @@ impl Window {
         out
     }
 
+    /// The window with a kernel larger than an axis' padded input (allowed
+    /// by `ceil_mode`, one window there: EfficientNet's pooler) cut to that
+    /// padded input, on static axes. torch's one window is already cut there,
+    /// and it divides by what is left of it, so the averages are the same;
+    /// OpenVINO's `AvgPool` refuses a kernel larger than the padded input.
+    fn clamped(mut self, sizes: &[Option<i64>]) -> Window {
+        for (i, size) in sizes.iter().enumerate() {
+            let Some(n) = *size else { continue };
+            let padded = n + 2 * self.pad[i];
+            if self.dilation[i] == 1 && self.kernel[i] > padded && self.torch_size(i, n) == 1 {
+                self.kernel[i] = padded;
+            }
+        }
+        self
+    }
+
     /// How ONNX pools torch's windows. ONNX Runtime drops a last `ceil_mode`
     /// window that starts in the right padding as torch does, but ONNX shape
     /// inference keeps it, and a static size inferred wrong breaks ONNX
@@ -186,6 +202,7 @@ fn avg_pool(e: &Emit, spatial: usize) -> Result<String> {
     let sizes = spatial_sizes(e, spatial)?;
     let (y, dtype) = match divisor {
         None => {
+            let window = window.clamped(&sizes);
             let plan = window.plan(&sizes, false);
             let mut attributes = plan.attributes.clone();
             attributes.push(attr("count_include_pad", Attribute::Int(include_pad as i64)));

@@ -471,8 +471,12 @@ fn flatten(e: &Emit) -> Result<String> {
     e.op("Reshape", &[&x, &shape])
 }
 
-/// `gather`: `GatherElements` (which, like torch, allows an index smaller
-/// than `self` on the other axes). 0-d operands are gathered as one element.
+/// `gather`: `GatherElements`. 0-d operands are gathered as one element.
+/// torch and ONNX allow an index smaller than `self` on the other axes;
+/// OpenVINO's `GatherElements` wants them equal (it refuses the model, and
+/// its transformations fold away a `Slice` of `self` in front of it), so the
+/// index is padded with zeros to `self`'s extent there and the result cut
+/// back to the index's.
 fn gather(e: &Emit) -> Result<String> {
     let mut x = e.tensor("self")?;
     let mut index = int_index(e, "index")?;
@@ -488,7 +492,54 @@ fn gather(e: &Emit) -> Result<String> {
             return e.op("Reshape", &[&picked, &e.const_ints(&[])?]);
         }
     }
-    e.op_with("GatherElements", &[&x, &index], &[attr("axis", Attribute::Int(axis))])
+    let (data, extent) = (e.input_meta("self")?.shape, e.input_meta("index")?.shape);
+    let narrower: Vec<i64> = (0..data.len().min(extent.len()))
+        .filter(|&d| d as i64 != axis && data[d] != extent[d])
+        .map(|d| d as i64)
+        .collect();
+    if narrower.is_empty() || data.len() != extent.len() {
+        return e.op_with("GatherElements", &[&x, &index], &[attr("axis", Attribute::Int(axis))]);
+    }
+    let fixed = |shape: &[Dim]| -> Option<Vec<i64>> {
+        shape
+            .iter()
+            .map(|d| match d {
+                Dim::Fixed(n) => Some(*n),
+                Dim::Symbolic(_) => None,
+            })
+            .collect()
+    };
+    let in_narrower = |d: usize| narrower.contains(&(d as i64));
+    let (pads, ends) = match (fixed(&data), fixed(&extent)) {
+        (Some(data), Some(extent)) => {
+            let after: Vec<i64> = (0..data.len())
+                .map(|d| if in_narrower(d) { data[d] - extent[d] } else { 0 })
+                .collect();
+            let pads: Vec<i64> = vec![0; data.len()].into_iter().chain(after).collect();
+            let ends: Vec<i64> = narrower.iter().map(|&d| extent[d as usize]).collect();
+            (e.const_ints(&pads)?, e.const_ints(&ends)?)
+        }
+        _ => {
+            let index_shape = e.op("Shape", &[&index])?;
+            let missing = e.op("Sub", &[&e.op("Shape", &[&x])?, &index_shape])?;
+            let mask: Vec<i64> = (0..data.len()).map(|d| in_narrower(d) as i64).collect();
+            let after = e.op("Mul", &[&missing, &e.const_ints(&mask)?])?;
+            let before = e.const_ints(&vec![0; data.len()])?;
+            let pads =
+                e.op_with("Concat", &[&before, &after], &[attr("axis", Attribute::Int(0))])?;
+            let ends = e.op_with(
+                "Gather",
+                &[&index_shape, &e.const_ints(&narrower)?],
+                &[attr("axis", Attribute::Int(0))],
+            )?;
+            (pads, ends)
+        }
+    };
+    let padded = e.op("Pad", &[&index, &pads])?;
+    let gathered =
+        e.op_with("GatherElements", &[&x, &padded], &[attr("axis", Attribute::Int(axis))])?;
+    let starts = e.const_ints(&vec![0; narrower.len()])?;
+    e.op("Slice", &[&gathered, &starts, &ends, &e.const_ints(&narrower)?])
 }
 
 /// Tensor input `name` as ONNX index values: int32 and int64 as they are,
