@@ -141,7 +141,8 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<Vec<RunSummary
     let mut written = options.targets.iter().map(Written::new).collect::<Result<Vec<_>>>()?;
     if let Source::Trace(trace) = &mut options.source {
         let folder = written[0].folder.as_ref().map(|f| f.scratch().to_path_buf());
-        prepare(trace, &options.targets, options.verify, folder);
+        let kept = options.verify || options.keep_reference;
+        prepare(trace, &options.targets, kept, folder);
     }
     let options = &options;
 
@@ -229,7 +230,8 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<Vec<RunSummary
 /// Backend preparation, before the trace: where the traced program's weights
 /// go, whether the eager reference is written, how experts run; and the
 /// export folder's scratch folder, where the worker saves the configs.
-fn prepare(trace: &mut Trace, targets: &[Target], verify: bool, folder: Option<PathBuf>) {
+/// `kept`: the run verifies, or keeps the eager reference (`--keep-reference`).
+fn prepare(trace: &mut Trace, targets: &[Target], kept: bool, folder: Option<PathBuf>) {
     use crate::trace::protocol::Weights;
     trace.request.folder = folder;
     // The host writes an ONNX model's, a `.pt2`'s or a portable `.pte`'s
@@ -245,8 +247,15 @@ fn prepare(trace: &mut Trace, targets: &[Target], verify: bool, folder: Option<P
         _ if from_folder && !trace.load_weights => Weights::Streamed,
         _ => Weights::Side,
     };
-    trace.request.reference =
-        verify || trace.request.weights != Weights::Streamed || targets.iter().any(calibrates);
+    // The eager reference is computed where something reads it: verification,
+    // calibration, `--keep-reference`, and a `.pt2` (or IR JSON) a later run
+    // may verify, which keeps it beside itself unless its weights stream
+    // (reading them all is what streaming avoids). Anywhere else it is a
+    // forward for nothing, and a quantized model's is slow.
+    let read_later = targets.iter().any(|t| matches!(t.artifact, Artifact::Pt2 | Artifact::IrJson));
+    trace.request.reference = kept
+        || targets.iter().any(calibrates)
+        || (read_later && trace.request.weights != Weights::Streamed);
     // Neither XNNPACK nor the portable kernels run transformers' grouped
     // experts (`_grouped_mm`, `histc`, `sort`): MoE experts run as
     // `batched_mm`, as the reference's `prepare_for_xnnpack` sets them.
@@ -1176,17 +1185,38 @@ mod tests {
         let mut read = trace(model_folder());
         read.load_weights = true;
         prepare(&mut read, &targets, false, None);
-        assert_eq!((read.request.weights, read.request.reference), (Weights::Side, true));
+        assert_eq!((read.request.weights, read.request.reference), (Weights::Side, false));
 
         let mut built = trace(architecture());
         prepare(&mut built, &targets, false, None);
-        assert_eq!((built.request.weights, built.request.reference), (Weights::Side, true));
+        assert_eq!((built.request.weights, built.request.reference), (Weights::Side, false));
 
         // IR JSON holds no side weights: a run writing it keeps them in the archive.
         let with_json = [targets[0].clone(), target(Artifact::IrJson, folder)];
         let mut json = trace(model_folder());
         prepare(&mut json, &with_json, false, None);
         assert_eq!((json.request.weights, json.request.reference), (Weights::InArchive, true));
+    }
+
+    #[test]
+    fn the_eager_reference_is_computed_only_where_something_reads_it() {
+        let file = |name: &str| Destination::File(name.into());
+        let reference = |source: ModelSource, artifact: Artifact, kept: bool| {
+            let mut t = trace(source);
+            prepare(&mut t, &[target(artifact, file("out"))], kept, None);
+            t.request.reference
+        };
+        let xnnpack = || Artifact::Pte(Pte::Delegated(Delegate::Xnnpack).into());
+        // Nothing reads it: an unverified ONNX model or `.pte`.
+        assert!(!reference(architecture(), onnx(false, true), false));
+        assert!(!reference(architecture(), xnnpack(), false));
+        // Verified or kept (`--keep-reference`), streamed or not.
+        assert!(reference(architecture(), xnnpack(), true));
+        assert!(reference(model_folder(), onnx(false, true), true));
+        // A `.pt2` keeps it beside itself for a later run to verify, unless
+        // its weights stream (the reference would read them all).
+        assert!(reference(architecture(), Artifact::Pt2, false));
+        assert!(!reference(model_folder(), Artifact::Pt2, false));
     }
 
     #[test]
