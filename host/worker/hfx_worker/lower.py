@@ -161,9 +161,8 @@ def dim_orders_of_unbacked_strides():
     ExecuTorch refuses it."""
     import importlib
 
-    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode, guard_or_false
-
     from executorch.exir import tensor
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode, guard_or_false
 
     order = tensor.dim_order_from_stride
 
