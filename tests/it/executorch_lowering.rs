@@ -212,6 +212,46 @@ fn python_sym_functions_with_executorch_counterparts_pass_the_verifier() {
     executorch_alone_fails("sym_functions", true, "AssertionError");
 }
 
+/// A position embedding reshaped to the input's grid, dynamic: a view with
+/// dynamic sizes of a static parameter, which ExecuTorch's view spec refuses
+/// to share memory with ("_ViewSpec is incompatible with its base"). The
+/// worker's lowering leaves such a view a copy (`view_copy`), and so does the
+/// portable emitter, whose runtime re-points no view at constant data; both
+/// programs match eager.
+#[test]
+#[ignore = "full tier: another lowering answer of the worker's (a_value_returned_with_its_copy_lowers_to_xnnpack covers the lowering)"]
+fn a_dynamic_view_of_a_parameter_stays_a_copy_in_both_programs() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = pattern("positions_on_the_input_grid");
+    let run = export(dir.path(), "grid", &model, true, &[RANGES]);
+    verified(&run, "positions on the grid (xnnpack)");
+    let pte = dir.path().join("portable.pte");
+    let out = hfx_with_python(
+        dir.path(),
+        &[
+            "run",
+            "--backend",
+            "executorch",
+            "--model-fn",
+            &model,
+            "--dynamic",
+            "--verify",
+            "-o",
+            pte.to_str().unwrap(),
+            "--plugins",
+            plugin_dir(RANGES).to_str().unwrap(),
+        ],
+    );
+    let portable = Export { output: out, pte };
+    verified(&portable, "positions on the grid (portable)");
+    assert_no_scratch_left(dir.path());
+    executorch_alone_fails(
+        "positions_on_the_input_grid",
+        true,
+        "_ViewSpec is incompatible with its base",
+    );
+}
+
 /// A concatenation of data-dependent selections lowers and matches eager:
 /// ExecuTorch 1.4.1's `PruneEmptyTensorsPass` already keeps an input whose
 /// emptiness it cannot decide (`guard_or_true`), what the reference's patch

@@ -121,6 +121,26 @@ def cat_of_selections():
     return _pair(CatOfSelections(), x=torch.randn(5, 8), keep=keep)
 
 
+class PositionsOnTheInputGrid(torch.nn.Module):
+    """A position embedding reshaped to the image's patch grid, read from the
+    input (Pvt, DepthPro, VitDet): a view with dynamic sizes of a static
+    parameter."""
+
+    def __init__(self):
+        super().__init__()
+        self.positions = torch.nn.Parameter(torch.randn(1, 16, 8))
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, patches):
+        height, width = patches.shape[1], patches.shape[2]
+        grid = self.positions.reshape(1, height, width, -1)
+        return self.linear(patches + grid)
+
+
+def positions_on_the_input_grid():
+    return _pair(PositionsOnTheInputGrid(), patches=torch.randn(1, 4, 4, 8))
+
+
 def unanswered(name, dynamic, expected):
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower

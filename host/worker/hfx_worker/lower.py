@@ -138,6 +138,35 @@ def python_sym_functions_verified():
         yield
 
 
+@contextlib.contextmanager
+def views_as_dynamic_as_their_base():
+    """ExecuTorch's `ReplaceViewCopyWithViewPass` (in `to_executorch`)
+    replacing only the `view_copy` nodes whose shape is as dynamic as their
+    base's. A view shares its base's memory, so ExecuTorch's view spec wants
+    the same dynamism and refuses another ("_ViewSpec is incompatible with its
+    base"): a parameter reshaped to sizes read from the input (a position
+    embedding reshaped to the image's patch grid, as Pvt, DepthPro and VitDet
+    do) is a dynamic view of a static base. Such a node stays a `view_copy`,
+    a copy into memory of its own; the pass's `ensures` asks the same
+    question, so it expects such nodes to be left."""
+    from executorch.exir.passes import replace_view_copy_with_view_pass as views
+    from executorch.exir.tensor import determine_tensor_dynanism
+
+    is_view_copy = views._is_view_copy
+
+    def replaceable_view_copy(node):
+        if not is_view_copy(node):
+            return False
+        value = node.meta.get("val")
+        spec = node.args[0].meta.get("spec")
+        if value is None or spec is None:
+            return True
+        return determine_tensor_dynanism(value.shape) == spec.shape_dynamism
+
+    with patched([(views, "_is_view_copy", replaceable_view_copy)]):
+        yield
+
+
 # The modules that call ExecuTorch's `dim_order_from_stride` by a name of
 # their own (each imported it).
 DIM_ORDER_CALLERS = (
@@ -406,6 +435,7 @@ def lower(_session, params: Lower) -> LowerReply:
         output_clones_kept(),
         dim_orders_of_unbacked_strides(),
         python_sym_functions_verified(),
+        views_as_dynamic_as_their_base(),
         nonfinite_floats_serialized(),
         shortcuts() as counts,
     ):
