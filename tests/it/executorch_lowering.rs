@@ -252,6 +252,48 @@ fn a_dynamic_view_of_a_parameter_stays_a_copy_in_both_programs() {
     );
 }
 
+/// A rotary embedding on complex values: plugins/onnx/fix-complex-pairs
+/// makes them real pairs, and both programs match eager. Without it the
+/// portable program cannot be emitted (`polar` has no kernel) and ExecuTorch's
+/// edge verifier refuses the complex product in the XNNPACK lowering.
+#[test]
+#[ignore = "full tier: the plugin on a real trace through ExecuTorch (its self-test checks it in selftests::every_shipped_plugin_passes_its_self_tests)"]
+fn a_complex_rotation_becomes_real_pairs_in_both_programs() {
+    const PAIRS: &str = "plugins/onnx/fix-complex-pairs";
+    let dir = tempfile::tempdir().unwrap();
+    let model = pattern("complex_rotation");
+    let portable = |name: &str, plugins: &[&str]| {
+        let pte = dir.path().join(format!("{name}.pte"));
+        let mut args: Vec<String> =
+            ["run", "--backend", "executorch", "--model-fn", &model, "--static", "--verify", "-o"]
+                .map(String::from)
+                .to_vec();
+        args.push(pte.display().to_string());
+        for plugin in plugins {
+            args.extend(["--plugins".into(), plugin_dir(plugin).display().to_string()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Export { output: hfx_with_python(dir.path(), &args), pte }
+    };
+    verified(&export(dir.path(), "xnnpack", &model, false, &[PAIRS]), "pairs (xnnpack)");
+    verified(&portable("portable", &[PAIRS]), "pairs (portable)");
+
+    let without = export(dir.path(), "xnnpack-without", &model, false, &[]);
+    let stderr = String::from_utf8_lossy(&without.output.stderr).into_owned();
+    assert!(!without.output.status.success() && stderr.contains("complex64"), "{stderr}");
+    assert!(stderr.contains("mismatched dtypes"), "{stderr}");
+    let without = portable("portable-without", &[]);
+    let stderr = String::from_utf8_lossy(&without.output.stderr).into_owned();
+    assert!(
+        !without.output.status.success()
+            && stderr
+                .contains("`aten.polar.default` has no kernel in ExecuTorch's portable runtime"),
+        "{stderr}"
+    );
+    assert!(!without.pte.exists());
+    assert_no_scratch_left(dir.path());
+}
+
 /// A concatenation of data-dependent selections lowers and matches eager:
 /// ExecuTorch 1.4.1's `PruneEmptyTensorsPass` already keeps an input whose
 /// emptiness it cannot decide (`guard_or_true`), what the reference's patch

@@ -141,6 +141,21 @@ def positions_on_the_input_grid():
     return _pair(PositionsOnTheInputGrid(), patches=torch.randn(1, 4, 4, 8))
 
 
+class ComplexRotation(torch.nn.Module):
+    """A rotary embedding computed on complex values (DeepSeek-V2, Llama 4):
+    pairs of features as complex numbers, rotated by `polar` frequencies."""
+
+    def forward(self, x):
+        angles = torch.arange(16.0).reshape(4, 4) * 0.1
+        frequencies = torch.polar(torch.ones(4, 4), angles)
+        pairs = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2))
+        return torch.view_as_real(pairs * frequencies.unsqueeze(0)).flatten(-2)
+
+
+def complex_rotation():
+    return _pair(ComplexRotation(), x=torch.randn(2, 4, 8))
+
+
 def unanswered(name, dynamic, expected):
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
