@@ -155,6 +155,7 @@ fn verified_without(export: &Export, what: &str) -> String {
 
 const ADAPTIVE_POOL: &str = "plugins/executorch/patch-adaptive-avg-pool2d";
 const CUMULATIVE: &str = "plugins/onnx/patch-cumulative-extremum";
+const SORTED_SEARCH: &str = "plugins/onnx/patch-sorted-search";
 const BERNOULLI: &str = "plugins/executorch/patch-bernoulli";
 const EXPAND: &str = "plugins/executorch/patch-expand-contiguous";
 const DETACH: &str = "plugins/executorch/patch-detach";
@@ -232,6 +233,45 @@ fn cummax_and_cummin_become_masked_reductions_in_both_programs() {
     );
     let without =
         export(dir.path(), "without-xnnpack", "cumulative_extremum", Program::Xnnpack, &[], &[]);
+    fails(&without, "Failed to load method forward, error: 0x:14", "xnnpack");
+    assert_no_scratch_left(dir.path());
+}
+
+/// `searchsorted` (left and right, int64 and int32) and `bucketize` as
+/// counts of a broadcast comparison, by the ONNX backend's plugin, which
+/// serves ExecuTorch too. Without it the portable program cannot be emitted
+/// and the XNNPACK one, which leaves them to the portable runtime, does not
+/// load (0x14: an operator missing from the runtime).
+#[test]
+#[ignore = "full tier: the patch on a real trace through ExecuTorch (its self-test checks it in selftests::every_shipped_plugin_passes_its_self_tests)"]
+fn searchsorted_and_bucketize_become_comparisons_in_both_programs() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = "onnx-patch-sorted-search";
+    for (program, name) in [(Program::Portable, "portable"), (Program::Xnnpack, "xnnpack")] {
+        let with = export(
+            dir.path(),
+            &format!("with-{name}"),
+            "sorted_search",
+            program,
+            &[SORTED_SEARCH],
+            &[],
+        );
+        verified_with(&with, plugin, name);
+        assert!(
+            !names_operator(&with.pte, "aten::searchsorted")
+                && !names_operator(&with.pte, "aten::bucketize"),
+            "{name}"
+        );
+    }
+    let without =
+        export(dir.path(), "without-portable", "sorted_search", Program::Portable, &[], &[]);
+    fails(
+        &without,
+        "`aten.searchsorted.Tensor` has no kernel in ExecuTorch's portable runtime",
+        "portable",
+    );
+    let without =
+        export(dir.path(), "without-xnnpack", "sorted_search", Program::Xnnpack, &[], &[]);
     fails(&without, "Failed to load method forward, error: 0x:14", "xnnpack");
     assert_no_scratch_left(dir.path());
 }

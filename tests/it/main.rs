@@ -11,6 +11,7 @@ mod cuda_fusions;
 mod encoder_fusions;
 mod executorch;
 mod executorch_fixes;
+mod executorch_lowering;
 mod executorch_patches;
 mod fusions;
 mod fx_fixes;

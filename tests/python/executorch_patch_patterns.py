@@ -123,6 +123,26 @@ def data_dependent_attention():
     )
 
 
+class SortedSearch(torch.nn.Module):
+    """`searchsorted` on both sides, to int64 and int32, and `bucketize`."""
+
+    def forward(self, boundaries, x):
+        left = torch.searchsorted(boundaries, x)
+        right = torch.searchsorted(boundaries, x, right=True, out_int32=True)
+        buckets = torch.bucketize(x, boundaries, right=True)
+        return left, right, buckets
+
+
+def sorted_search():
+    # Integer-valued floats: ties exercise `right`.
+    generator = torch.Generator().manual_seed(2)
+    return _pair(
+        SortedSearch(),
+        boundaries=torch.arange(-3.0, 4.0),
+        x=torch.randint(-5, 6, (2, 8), generator=generator).float(),
+    )
+
+
 def bernoulli_draws(pte):
     """The bernoulli pattern's `.pte` on probabilities of 0.5: random 0s and 1s."""
     from executorch.runtime import Runtime

@@ -301,7 +301,10 @@ impl Lowering<'_> {
         ) && outputs.len() == 1
             && !graph_outputs.contains(&outputs[0])
         {
-            if let Some(Argument::Tensor(base)) = node.inputs.first().map(|a| &a.value) {
+            'view: {
+                let Some(Argument::Tensor(base)) = node.inputs.first().map(|a| &a.value) else {
+                    break 'view;
+                };
                 let base_id = self.id(id, *base)?;
                 // An alias has the base's sizes, whatever they are at run time:
                 // the base's own value (a value of its own would keep the upper
@@ -315,6 +318,17 @@ impl Lowering<'_> {
                     _ => base_id,
                 };
                 let meta = self.tensor_meta(outputs[0]).map_err(LowerError)?.clone();
+                // A constant is static, and the runtime re-points no view at
+                // constant data: a view of one with sizes read from the inputs
+                // (a position embedding reshaped to the image's grid) is a
+                // copy, by the kernel below.
+                let constant_root = matches!(
+                    &self.program.values[root as usize],
+                    EValue::Tensor(Tensor { storage: Storage::Constant(_), .. })
+                );
+                if constant_root && meta.shape.iter().any(|d| matches!(d, Dim::Symbolic(_))) {
+                    break 'view;
+                }
                 let (storage, caller) = match &self.program.values[root as usize] {
                     EValue::Tensor(Tensor { storage: Storage::Constant(c), .. }) => {
                         (Storage::Constant(*c), false)

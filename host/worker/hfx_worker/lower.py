@@ -17,6 +17,7 @@ import errno
 import fcntl
 import mmap
 import os
+import re
 import time
 
 from .checkpoint import save_program, side_weights_supported
@@ -81,17 +82,215 @@ def list_returns_verified_whole():
         yield
 
 
+@contextlib.contextmanager
+def output_clones_kept():
+    """XNNPACK's delegate preprocessing (`XNNPACKRemoveCloneOpsTransform`)
+    with clones that feed the partition's outputs kept. The pass folds a clone
+    that keeps its input's dim order onto that input; when both are outputs
+    of the partition (a value returned with its copy, `return y, y.clone()`),
+    the fold leaves the input twice among the outputs and the delegate is
+    refused ("Output node ... is already in the inputs"). Kept, the clone is
+    serialized as XNNPACK's copy: XNNPACK's partitioner takes only clones that
+    keep the dim order. Other clones fold as before."""
+    from executorch.backends.xnnpack._passes import XNNPACKRemoveCloneOpsTransform
+
+    fold = XNNPACKRemoveCloneOpsTransform._is_non_identity_clone
+
+    def is_non_identity_clone(self, node):
+        return any(user.op == "output" for user in node.users) or fold(self, node)
+
+    with patched(
+        [(XNNPACKRemoveCloneOpsTransform, "_is_non_identity_clone", is_non_identity_clone)]
+    ):
+        yield
+
+
+# The Python functions on sizes ExecuTorch's edge verifier admits in the
+# lowering: those `to_executorch` swaps for its own sym ops that no FX fix
+# swaps first (plugins/executorch/fix-python-sym-op swaps `sym_max`,
+# `sym_min` and `math.trunc`, as the reference's `_fix_python_sym_op`).
+VERIFIED_SYM_FUNCTIONS = ("sym_float", "sym_int", "sym_ite", "sym_not")
+
+
+@contextlib.contextmanager
+def python_sym_functions_verified():
+    """ExecuTorch's edge verifier admitting `torch.sym_not`, `torch.sym_ite`,
+    `torch.sym_int` and `torch.sym_float`. torch.export records them as the
+    Python functions themselves; the verifier, run by
+    `to_edge_transform_and_lower`, admits a Python function only if it is
+    `alloc` (`assert op.__name__ in ("alloc",)`), while the pass that swaps
+    them for ExecuTorch's sym ops (`EdgeToBackendOpsPass`, with
+    `_PYTHON_SYM_OPS_TO_EXECUTORCH_SYM_OPS`) runs only later, in
+    `to_executorch`. The verifier's allowlist (its `_EXECUTORCH_SYM_OPS`) is
+    extended with those of them that have an ExecuTorch counterpart, for the
+    lowering only."""
+    import torch
+    from executorch.exir.passes.executorch_prim_ops_registry import (
+        _PYTHON_SYM_OPS_TO_EXECUTORCH_SYM_OPS,
+    )
+    from executorch.exir.verification import verifier
+
+    functions = {getattr(torch, name) for name in VERIFIED_SYM_FUNCTIONS}
+    allowed = set(verifier._EXECUTORCH_SYM_OPS) | (
+        functions & set(_PYTHON_SYM_OPS_TO_EXECUTORCH_SYM_OPS)
+    )
+    with patched([(verifier, "_EXECUTORCH_SYM_OPS", allowed)]):
+        yield
+
+
+@contextlib.contextmanager
+def views_as_dynamic_as_their_base():
+    """ExecuTorch's `ReplaceViewCopyWithViewPass` (in `to_executorch`)
+    replacing only the `view_copy` nodes whose shape is as dynamic as their
+    base's. A view shares its base's memory, so ExecuTorch's view spec wants
+    the same dynamism and refuses another ("_ViewSpec is incompatible with its
+    base"): a parameter reshaped to sizes read from the input (a position
+    embedding reshaped to the image's patch grid, as Pvt, DepthPro and VitDet
+    do) is a dynamic view of a static base. Such a node stays a `view_copy`,
+    a copy into memory of its own; the pass's `ensures` asks the same
+    question, so it expects such nodes to be left."""
+    from executorch.exir.passes import replace_view_copy_with_view_pass as views
+    from executorch.exir.tensor import determine_tensor_dynanism
+
+    is_view_copy = views._is_view_copy
+
+    def replaceable_view_copy(node):
+        if not is_view_copy(node):
+            return False
+        value = node.meta.get("val")
+        spec = node.args[0].meta.get("spec")
+        if value is None or spec is None:
+            return True
+        return determine_tensor_dynanism(value.shape) == spec.shape_dynamism
+
+    with patched([(views, "_is_view_copy", replaceable_view_copy)]):
+        yield
+
+
+# The modules that call ExecuTorch's `dim_order_from_stride` by a name of
+# their own (each imported it).
+DIM_ORDER_CALLERS = (
+    "executorch.exir.tensor",
+    "executorch.exir.tensor_layout",
+    "executorch.exir.emit._emitter",
+    "executorch.exir.passes.replace_view_copy_with_view_pass",
+)
+
+
+@contextlib.contextmanager
+def dim_orders_of_unbacked_strides():
+    """ExecuTorch's `dim_order_from_stride` for strides it cannot compare.
+    It sorts a tensor's dims by stride, largest first, and compares strides
+    that hold a data-dependent size (`x[:, :n.item()]`: strides `8*u0`, `8`,
+    `1`) by guarding, which fails (`GuardOnDataDependentSymNode`: `8*u0 < 8`)
+    and stops the lowering. Where it raises, the dims are sorted again with a
+    comparison nobody can decide counted as "not smaller": a stable sort then
+    keeps such dims in their order, the order of a tensor laid out in its
+    dims' order, which is how torch creates it. A zero stride is refused as
+    ExecuTorch refuses it."""
+    import importlib
+
+    from executorch.exir import tensor
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode, guard_or_false
+
+    order = tensor.dim_order_from_stride
+
+    class Stride:
+        __slots__ = ("value",)
+
+        def __init__(self, value):
+            self.value = value
+
+        def __lt__(self, other):
+            return guard_or_false(self.value < other.value)
+
+    def dim_order_from_stride(stride):
+        try:
+            return order(stride)
+        except GuardOnDataDependentSymNode:
+            if any(guard_or_false(s == 0) for s in stride):
+                raise ValueError("0 in strides is not supported for ExecuTorch.") from None
+            ranked = sorted(enumerate(stride), key=lambda d: Stride(d[1]), reverse=True)
+            return tuple(d for d, _ in ranked)
+
+    modules = [importlib.import_module(name) for name in DIM_ORDER_CALLERS]
+    with patched([(m, "dim_order_from_stride", dim_order_from_stride) for m in modules]):
+        yield
+
+
+# JSON's non-finite tokens as Python's `json` writes them, outside strings
+# (a delimiter on each side), and as flatc's JSON parser reads them.
+NONFINITE_JSON = (
+    (re.compile(r"(?<=[:\[,\s])-Infinity(?=[,\]}\s])"), "-inf"),
+    (re.compile(r"(?<=[:\[,\s])Infinity(?=[,\]}\s])"), "inf"),
+    (re.compile(r"(?<=[:\[,\s])NaN(?=[,\]}\s])"), "nan"),
+)
+
+
+@contextlib.contextmanager
+def nonfinite_floats_serialized():
+    """XNNPACK's graph serializer with non-finite floats written as flatc
+    reads them. It writes the delegate's graph as JSON with Python's `json`,
+    which writes an infinite or NaN float as `-Infinity`, `Infinity` or `NaN`,
+    and has `flatc` compile it; flatc's parser takes `-inf`, `inf` and `nan`
+    and refuses the others ("cannot parse value starting with: -"), so a pad
+    with `-inf` (a mask's padding before a softmax) stops the lowering. The
+    rewrite gives flatc the same IEEE values."""
+    from executorch.backends.xnnpack.serialization import xnnpack_graph_serialize as serialize
+
+    compile_json = serialize._flatc_compile
+
+    def flatc_compile(output_dir, schema_path, json_path):
+        with open(json_path, encoding="ascii") as f:
+            text = original = f.read()
+        for pattern, literal in NONFINITE_JSON:
+            text = pattern.sub(literal, text)
+        if text != original:
+            with open(json_path, "w", encoding="ascii") as f:
+                f.write(text)
+        return compile_json(output_dir, schema_path, json_path)
+
+    with patched([(serialize, "_flatc_compile", flatc_compile)]):
+        yield
+
+
 def partitioners(delegate):
     if delegate == "xnnpack":
         from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
         configs = [
-            one_dynamic_dimension(c) if c.target_name in RESHAPING_CONFIGS else c
+            one_dynamic_dimension(c)
+            if c.target_name in RESHAPING_CONFIGS
+            else four_dimensional_input(c)
+            if c.target_name in CHANNELS_LAST_CONFIGS
+            else c
             for c in ALL_PARTITIONER_CONFIGS
         ]
         return [XnnpackPartitioner(configs=configs)]
     raise ValueError(f"unknown ExecuTorch delegate `{delegate}` (xnnpack)")
+
+
+# The ops XNNPACK computes channels-last (its `ChannelsLastTaggedReshapePass`
+# converts their input to NHWC) whose partitioner configs take them at any rank.
+CHANNELS_LAST_CONFIGS = ("prelu.default",)
+
+
+def four_dimensional_input(config):
+    """`config` (an XNNPACK partitioner config of an op XNNPACK computes
+    channels-last) that also leaves a node whose input is not 4-D to the
+    portable kernels. XNNPACK's channels-last pass converts the op's input to
+    NHWC and refuses any other rank ("Attempting to convert non-NHWC
+    compatible node to NHWC"), so without this a PReLU on a transformer's 3-D
+    activations stops the lowering."""
+
+    def check_constraints(self, node, ep):
+        value = node.all_input_nodes[0].meta.get("val") if node.all_input_nodes else None
+        if getattr(value, "dim", lambda: None)() != 4:
+            return False
+        return config.check_constraints(self, node, ep)
+
+    return type(config.__name__, (config,), {"check_constraints": check_constraints})
 
 
 # The ops XNNPACK serializes as a static reshape whose partitioner configs
@@ -231,7 +430,15 @@ def lower(_session, params: Lower) -> LowerReply:
         getattr(getattr(torch.ops.aten, op), overload)
         for op, overload in (n.split(".") for n in CORE_ATEN_EXCEPTIONS)
     ]
-    with list_returns_verified_whole(), shortcuts() as counts:
+    with (
+        list_returns_verified_whole(),
+        output_clones_kept(),
+        dim_orders_of_unbacked_strides(),
+        python_sym_functions_verified(),
+        views_as_dynamic_as_their_base(),
+        nonfinite_floats_serialized(),
+        shortcuts() as counts,
+    ):
         started = time.monotonic()
         edge = to_edge_transform_and_lower(
             program,

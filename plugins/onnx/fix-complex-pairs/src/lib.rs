@@ -22,6 +22,12 @@
 //!
 //! An op reading a complex value that is not rewritten here stops the run
 //! naming it, as does a complex graph input or output.
+//!
+//! ExecuTorch is served too: hfx's portable emitter has no complex scalar
+//! type, and in the XNNPACK lowering ExecuTorch's edge verifier refuses
+//! complex operands (the reference silences it, but the runtime then has no
+//! `view_as_complex_copy` kernel). Its FFTs keep their complex nodes, which
+//! both ExecuTorch programs refuse.
 
 use std::collections::HashSet;
 

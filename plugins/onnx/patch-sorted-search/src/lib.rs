@@ -1,6 +1,8 @@
 //! `searchsorted` and `bucketize` as a broadcast comparison + sum: the
 //! insertion index into a sorted sequence is the count of entries below (or
-//! at, with `right`). O(N·M) instead of O(M log N), but ONNX has neither op.
+//! at, with `right`). O(N·M) instead of O(M log N), but ONNX has neither op,
+//! and ExecuTorch's portable runtime has a kernel for neither (its XNNPACK
+//! program, which leaves them to that runtime, does not load).
 
 use hfx_sdk::prelude::*;
 
