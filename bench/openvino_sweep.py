@@ -34,6 +34,7 @@ import concurrent.futures
 import datetime
 import json
 import os
+import re
 import sys
 import time
 
@@ -90,6 +91,25 @@ def hfx_export(hfx, arch, mode, out, timeout):
     else:
         result.update(ok=False, reason=sweep.hfx_reason(code, stdout, stderr, timeout))
     return refused_by_verify(result)
+
+
+def detailed(step):
+    """A failure whose one line ends at OpenVINO's `Exception from <source>:` gets the lines that say what
+    failed (its conversion report's failed op and message), from the step's log."""
+    reason = step.get("reason", "")
+    if step["ok"] or not reason.endswith(":") or not os.path.exists(step.get("log", "")):
+        return step
+    text = open(step["log"]).read().split("---- stderr ----")[-1]
+    after = text.split(reason.removeprefix("converting to OpenVINO IR: "), 1)[-1].splitlines()[1:]
+    noise = ("Check 'false'", "FrontEnd API", "Model wasn't", "While validating node", "Traceback")
+    said = []
+    for line in (l.strip() for l in after):
+        if not line or line.startswith(("File ", "^")):
+            break
+        if not line.startswith(noise):
+            said.append(re.sub(r" at src/\S+:\d+:", ":", line))
+    step["reason"] = reason + " " + " ".join(said)[:400]
+    return step
 
 
 def refused_by_verify(step):
@@ -407,7 +427,7 @@ def section(results, args, run):
                 result["arch"]
             )
     lines += [
-        f"- Rows measured again: {', '.join(archs)} by `{command}`, {when.replace('T', ' ')} UTC"
+        f"- Rows measured by another run: {', '.join(archs)} by `{command}`, {when.replace('T', ' ')} UTC"
         for (command, when), archs in again.items()
     ]
     lines += [
@@ -558,7 +578,7 @@ def main():
         write(meta, json.dumps(run))
     for result in results.values():
         for step in result["hfx"].values():
-            refused_by_verify(step)
+            detailed(refused_by_verify(step))
     report([results[n] for n in names if n in results], args, run)
     log(f"{len(results)} architectures in {elapsed / 60:.1f} min; report: {args.report}")
 
