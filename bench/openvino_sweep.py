@@ -431,6 +431,13 @@ def section(results, args, run):
         for (command, when), archs in again.items()
     ]
     lines += [
+        f'- {name}: the check\'s eager PyTorch runs with `attn_implementation="eager"`, as in the ONNX sweep; '
+        "hfx's `--verify` compares with the default (SDPA) eager, which attends both ways over the text (see the "
+        "ONNX sweep's note), so it refuses the IR and writes none: the row's hfx mismatch is that comparison"
+        for name, spec in sweep_models.ARCHS.items()
+        if spec.eager_attention and name in {r["arch"] for r in results}
+    ]
+    lines += [
         f"- Machine: {machine()}; shared with other jobs while it ran, so times are indicative only",
         f"- Versions: {versions}; hfx {sweep.hfx_version(args.hfx)}",
         "- Status: **pass** = exported and matched eager at every size checked; **mismatch** = an output off "
