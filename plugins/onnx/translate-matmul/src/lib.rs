@@ -175,7 +175,11 @@ fn grouped_mm(e: &Emit, a_name: &str, b_name: &str) -> Result<String> {
         blocks.push(block);
         start = ends[g].clone();
     }
-    // the rows no group claims: zeros of shape (M - offs[-1], N)
+    // The rows no group claims, zeros: M rows of zeros appended and the first
+    // M rows kept. A zeros block of M - offs[-1] rows (a size computed from
+    // the routing, zero when every row is routed) makes OpenVINO 2026.3's CPU
+    // plugin compute values upstream of it wrong (the router's softmax of a
+    // tiny Qwen2-MoE); a block of M rows has a size the routing does not set.
     let rows = match a_meta.shape[0] {
         Dim::Fixed(n) => e.const_ints(&[n])?,
         Dim::Symbolic(_) => e.op_with(
@@ -184,7 +188,6 @@ fn grouped_mm(e: &Emit, a_name: &str, b_name: &str) -> Result<String> {
             &[attr("start", Attribute::Int(0)), attr("end", Attribute::Int(1))],
         )?,
     };
-    let unclaimed = e.op("Sub", &[&rows, &start])?;
     let columns = match b_meta.shape[2] {
         Dim::Fixed(n) => e.const_ints(&[n])?,
         Dim::Symbolic(_) => {
@@ -197,10 +200,11 @@ fn grouped_mm(e: &Emit, a_name: &str, b_name: &str) -> Result<String> {
         }
     };
     let zeros_shape =
-        e.op_with("Concat", &[&unclaimed, &columns], &[attr("axis", Attribute::Int(0))])?;
+        e.op_with("Concat", &[&rows, &columns], &[attr("axis", Attribute::Int(0))])?;
     let zero = e.scalar(0.0, &compute)?;
     blocks.push(e.op("Expand", &[&zero, &zeros_shape])?);
     let refs: Vec<&str> = blocks.iter().map(String::as_str).collect();
-    let result = e.op_with("Concat", &refs, &[attr("axis", Attribute::Int(0))])?;
+    let padded = e.op_with("Concat", &refs, &[attr("axis", Attribute::Int(0))])?;
+    let result = e.op("Slice", &[&padded, &axis0, &rows, &axis0])?;
     e.cast(&result, &compute, &out)
 }
