@@ -92,6 +92,7 @@ ORDER = [
     "reference-pt2e",
     "hfx-8da4w",
     "hfx-8da4w-emb8w",
+    "hfx-8da4w-g128",
 ]
 
 
@@ -351,7 +352,7 @@ def main(rounds, only):
         return float("nan")
 
     print("  against the targets:")
-    for quantized in ("hfx-8da4w", "hfx-8da4w-emb8w"):
+    for quantized in ("hfx-8da4w", "hfx-8da4w-emb8w", "hfx-8da4w-g128"):
         print(
             f"    {quantized}: .pte {ratio(quantized, 'hfx-xnnpack', 'pte'):.3f}x hfx float32 (target <= 0.3x); "
             f"decode {ratio(quantized, 'hfx-xnnpack', 'tokens_per_s'):.2f}x hfx float32 XNNPACK tok/s (target >= 2x); "
