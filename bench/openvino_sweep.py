@@ -53,7 +53,6 @@ from sweep import (  # noqa: E402
     log,
     machine,
     one_line,
-    passed,
     per_mode,
     run_step,
     write,
@@ -477,35 +476,8 @@ def section(results, args, run):
         "",
         f"{count} architectures ({', '.join(f'{n} {c}' for c, n in categories(results))}).",
         "",
-        "| | hfx static | hfx dynamic | reference static | reference dynamic |",
-        "| --- | --- | --- | --- | --- |",
     ]
-    for label, test in (
-        ("exported", lambda s: bool(s) and s["ok"]),
-        ("exported and verified", passed),
-    ):
-        row = [
-            sum(1 for x in results if test(x[side].get(mode)))
-            for side in ("hfx", "reference")
-            for mode in MODES
-        ]
-        lines.append(f"| {label} | " + " | ".join(f"{n} / {count}" for n in row) + " |")
-    lines.append("")
-    for mode in MODES:
-        only_hfx = [
-            x["arch"]
-            for x in results
-            if passed(x["hfx"].get(mode)) and not passed(x["reference"].get(mode))
-        ]
-        only_ref = [
-            x["arch"]
-            for x in results
-            if passed(x["reference"].get(mode)) and not passed(x["hfx"].get(mode))
-        ]
-        lines.append(
-            f"- {mode}: hfx exports and verifies where the reference does not: "
-            f"{', '.join(only_hfx) or 'none'}; the reverse: {', '.join(only_ref) or 'none'}"
-        )
+    lines += sweep.totals(results)
     return "\n".join(lines) + "\n"
 
 

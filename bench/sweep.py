@@ -709,35 +709,7 @@ def report(results, args, started, elapsed, command):
         f"{count} architectures ({', '.join(f'{n} {c}' for c, n in categories(results))})."
     )
     lines.append("")
-    lines.append("| | hfx static | hfx dynamic | reference static | reference dynamic |")
-    lines.append("| --- | --- | --- | --- | --- |")
-    for label, test in (
-        ("exported", lambda s: bool(s) and s["ok"]),
-        ("exported and verified", passed),
-    ):
-        row = [
-            sum(1 for x in results if test(x[side].get(mode)))
-            for side in ("hfx", "reference")
-            for mode in MODES
-        ]
-        lines.append(f"| {label} | " + " | ".join(f"{n} / {count}" for n in row) + " |")
-    lines.append("")
-    for mode in MODES:
-        only_hfx = [
-            x["arch"]
-            for x in results
-            if passed(x["hfx"].get(mode)) and not passed(x["reference"].get(mode))
-        ]
-        only_ref = [
-            x["arch"]
-            for x in results
-            if passed(x["reference"].get(mode)) and not passed(x["hfx"].get(mode))
-        ]
-        lines.append(
-            f"- {mode}: hfx exports and verifies where the reference does not: "
-            f"{', '.join(only_hfx) or 'none'}; the reverse: {', '.join(only_ref) or 'none'}"
-        )
-
+    lines += totals(results)
     lines += [
         "",
         f"## Node counts above the reference's optimized graph by more than {100 * (NODE_SLACK - 1):.0f}%",
@@ -766,6 +738,44 @@ def report(results, args, started, elapsed, command):
             f"reference {sum(b for _, b in both)} ({sum(a for a, _ in both) / sum(b for _, b in both):.2f}x).",
         ]
     write(args.report, "\n".join(lines) + "\n")
+
+
+def totals(results):
+    """The totals table's lines (exported, and exported and verified, per
+    side and mode out of every architecture), then where one side passes and
+    the other does not."""
+    count = len(results)
+    lines = [
+        "| | hfx static | hfx dynamic | reference static | reference dynamic |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for label, test in (
+        ("exported", lambda s: bool(s) and s["ok"]),
+        ("exported and verified", passed),
+    ):
+        row = [
+            sum(1 for x in results if test(x[side].get(mode)))
+            for side in ("hfx", "reference")
+            for mode in MODES
+        ]
+        lines.append(f"| {label} | " + " | ".join(f"{n} / {count}" for n in row) + " |")
+    lines.append("")
+    for mode in MODES:
+        only_hfx = [
+            x["arch"]
+            for x in results
+            if passed(x["hfx"].get(mode)) and not passed(x["reference"].get(mode))
+        ]
+        only_ref = [
+            x["arch"]
+            for x in results
+            if passed(x["reference"].get(mode)) and not passed(x["hfx"].get(mode))
+        ]
+        lines.append(
+            f"- {mode}: hfx exports and verifies where the reference does not: "
+            f"{', '.join(only_hfx) or 'none'}; the reverse: {', '.join(only_ref) or 'none'}"
+        )
+    return lines
 
 
 def categories(results):
