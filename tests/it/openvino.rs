@@ -418,6 +418,7 @@ fn a_float16_stateful_generation_export_holds_float16_weights_and_generates_eage
 /// ConversionExtensions, FX fixes and patches) are for, on hfx's OpenVINO IR
 /// (its ONNX stages' model through OpenVINO's ONNX frontend).
 const PATTERNS: &[(&str, &str)] = &[
+    ("qwen3_moe_grouped_mm", "--static"),
     ("symbolic_pad", "--dynamic"),
     ("view_inferred_dim", "--dynamic"),
     ("bitwise_not", "--dynamic"),
