@@ -48,6 +48,7 @@ from sweep import (  # noqa: E402
     MODES,
     categories,
     cell,
+    error_of,
     exception_line,
     last_json,
     log,
@@ -217,25 +218,8 @@ class OpenvinoSession:
 
 
 def check_arch(arch, artifacts, timeout):
-    """`--check` in a fresh process; a crash fails the artifacts it did not reach."""
-    if not artifacts:
-        return {}
-    command = [PYTHON, os.path.abspath(__file__), "--check", arch, json.dumps(artifacts)]
-    code, _, stdout, stderr = run_step(command, timeout, {**os.environ, "PYTHONPATH": HERE})
-    results = {}
-    for line in stdout.splitlines():
-        if line.startswith("{"):
-            entry = json.loads(line)
-            results[entry.pop("key")] = entry
-    for key in artifacts:
-        if key not in results:
-            cause = (
-                f"timeout after {timeout} s"
-                if code == "timeout"
-                else f"check process exit {code}: {one_line(stderr)}"
-            )
-            results[key] = {"ok": False, "max_abs": None, "reason": cause}
-    return results
+    """`--check` in a fresh process (this script's); a crash fails the artifacts it did not reach."""
+    return sweep.check_arch(arch, artifacts, timeout, script=__file__)
 
 
 def check(arch, artifacts):
@@ -383,11 +367,6 @@ def reasons(result):
         else:
             lines.extend(f"**{label} {mode}**: {reason}" for mode, reason in found.items())
     return "<br>".join(cell(l) for l in lines)
-
-
-def error_of(step):
-    check = step.get("check") if step and step["ok"] else None
-    return check.get("max_abs") if check else None
 
 
 def section(results, args, run):

@@ -282,11 +282,11 @@ def exception_line(error):
 # ── The check: both artifacts against eager, in one process ──
 
 
-def check_arch(arch, artifacts, timeout):
-    """Runs `--check` in a fresh process; a crash (ORT can segfault) fails the artifacts it did not reach."""
+def check_arch(arch, artifacts, timeout, script=__file__):
+    """Runs `script --check` in a fresh process; a crash (ORT can segfault) fails the artifacts it did not reach."""
     if not artifacts:
         return {}
-    command = [PYTHON, os.path.abspath(__file__), "--check", arch, json.dumps(artifacts)]
+    command = [PYTHON, os.path.abspath(script), "--check", arch, json.dumps(artifacts)]
     code, _, stdout, stderr = run_step(command, timeout, {**os.environ, "PYTHONPATH": HERE})
     results = {}
     for line in stdout.splitlines():
