@@ -450,6 +450,32 @@ fn executorch_generates_with_a_static_cache_portable_and_xnnpack() {
     assert_no_scratch_left(root_dir.path());
 }
 
+/// An XNNPACK decode program updates its static cache in place: of the
+/// kernel calls the portable runtime makes a step, only the updates
+/// (`index_put_`, one per layer's keys and values) write a cache-sized
+/// tensor. The functionalized program copies each cache four times a step
+/// (an out-of-place `index_put`, two `copy`s, the write-back `copy_`),
+/// expands the keys and values to their own shape and scales the whole of
+/// the keys: hfx_worker/edge_rewrites.py. Heads are not grouped here (a
+/// grouped cache is expanded to the query heads, a real copy).
+#[test]
+fn an_xnnpack_decode_program_updates_its_cache_in_place() {
+    let root_dir = tempfile::tempdir().unwrap();
+    let dir = root_dir.path().join("llama");
+    let set = "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,\
+               num_attention_heads=4,num_key_value_heads=4,max_position_embeddings=64";
+    let extra =
+        ["--delegate", "xnnpack", "--cache", "static", "--max-cache-len", "24", "--static"];
+    let stdout = generate("executorch", "llama", set, &dir, &extra);
+    assert!(stdout.contains("identical to eager `generate`"), "{stdout}");
+    // batch 2 x 4 heads x 24 positions x head size 8
+    let decode = dir.join("decode.pte");
+    run_python(
+        "check_pte_kernels.py",
+        &[decode.to_str().unwrap(), "1536", r#"{"aten::index_put_": 4}"#],
+    );
+}
+
 /// An ExecuTorch generation export with a growing cache is refused in one
 /// line (ExecuTorch plans buffers at their largest size).
 #[test]

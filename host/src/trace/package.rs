@@ -55,6 +55,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("checkpoint.py", include_str!("../../worker/hfx_worker/checkpoint.py")),
     ("confine.py", include_str!("../../worker/hfx_worker/confine.py")),
     ("eager_quantize.py", include_str!("../../worker/hfx_worker/eager_quantize.py")),
+    ("edge_rewrites.py", include_str!("../../worker/hfx_worker/edge_rewrites.py")),
     ("errors.py", include_str!("../../worker/hfx_worker/errors.py")),
     ("generation.py", include_str!("../../worker/hfx_worker/generation.py")),
     ("graph.py", include_str!("../../worker/hfx_worker/graph.py")),

@@ -21,6 +21,11 @@ import re
 import time
 
 from .checkpoint import save_program, side_weights_supported
+from .edge_rewrites import (
+    identity_copies_dropped,
+    matmul_scales_on_the_smaller_operand,
+    mutated_inputs_updated_in_place,
+)
 from .lowering_shortcuts import patched, shortcuts
 from .messages import EdgeProgram, EdgeProgramReply, Lower, LowerReply
 from .pytree import load_exported_mapped
@@ -80,6 +85,77 @@ def list_returns_verified_whole():
 
     with patched([(EdgeOpArgValidator, "call_function", call_function)]):
         yield
+
+
+@contextlib.contextmanager
+def inputs_updated_in_place_planned():
+    """ExecuTorch 1.4.1's `to_executorch` with two fixes for a program that
+    updates a mutated user input in place (a static cache's `index_put_`:
+    `edge_rewrites.mutated_inputs_updated_in_place`); yields whether they
+    apply (if not, the program keeps its copies). Programs whose mutations
+    are all copied are ordered and planned as before.
+    - The write-back (`insert_write_back_for_buffers_pass`): its
+      `_insert_copy` puts the outputs it writes back with a `copy_` first and
+      the others after them, then pairs the signature's mutations with the
+      outputs by position, so an input updated in place followed by one
+      that is copied swap their values. Here each output keeps its place.
+    - Memory planning: the in-place op's value takes its input's spec
+      (`_alias_inplace_result_specs`), but the lifetimes are computed without
+      the in-place node, so a planned input's memory is free after its
+      update and later values overwrite the cache it returns. Here an input
+      updated in place lives to the end of the program, as a mutable buffer
+      does."""
+    if not pinned({"executorch": "1.4.1"}):
+        yield False
+        return
+    import importlib
+
+    import torch
+    from executorch.exir import memory_planning
+    from torch.utils import _pytree as pytree
+
+    # The package exports the pass function under its module's name.
+    write_back = importlib.import_module(
+        "executorch.exir.passes.insert_write_back_for_buffers_pass"
+    )
+
+    def insert_copy(module, mutated_outputs, input_name_to_node):
+        graph = module.graph
+        output = graph.output_node()
+        values = pytree.tree_flatten(output.args)[0]
+        kept = []
+        with graph.inserting_before(output):
+            for value, mutated in zip(values, mutated_outputs, strict=True):
+                if mutated is not None:
+                    value = graph.call_function(
+                        torch.ops.aten.copy_.default, (input_name_to_node[mutated], value)
+                    )
+                kept.append(value)
+            output.replace_all_uses_with(graph.output(tuple(kept)))
+        graph.erase_node(output)
+        return kept
+
+    lifetimes = memory_planning.update_all_tensors_lifetime
+
+    def update_all_tensors_lifetime(module, signature=None):
+        specs = lifetimes(module, signature)
+        last = len(module.graph.nodes) - 1
+        for node in module.graph.nodes:
+            spec = node.meta.get("spec")
+            if node.op == "placeholder" and any(
+                memory_planning._is_inplace_node(user) and user.args[0] is node
+                for user in node.users
+            ):
+                spec.lifetime = [spec.lifetime[0], last]
+        return specs
+
+    with patched(
+        [
+            (write_back, "_insert_copy", insert_copy),
+            (memory_planning, "update_all_tensors_lifetime", update_all_tensors_lifetime),
+        ]
+    ):
+        yield True
 
 
 @contextlib.contextmanager
@@ -437,16 +513,20 @@ def lower(_session, params: Lower) -> LowerReply:
         python_sym_functions_verified(),
         views_as_dynamic_as_their_base(),
         nonfinite_floats_serialized(),
+        inputs_updated_in_place_planned() as in_place,
         shortcuts() as counts,
     ):
         started = time.monotonic()
         edge = to_edge_transform_and_lower(
             program,
+            transform_passes=[identity_copies_dropped, matmul_scales_on_the_smaller_operand],
             partitioner=partitioners(params.delegate),
             compile_config=EdgeCompileConfig(_core_aten_ops_exception_list=exceptions),
         )
         edge_seconds = time.monotonic() - started
         edge = fused_quantized_embeddings(edge)
+        if in_place:
+            mutated_inputs_updated_in_place(edge.exported_program())
         delegated, portable = counted_nodes(edge)
         started = time.monotonic()
         memory = params.memory
