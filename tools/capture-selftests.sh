@@ -42,6 +42,8 @@ capture translate-normalization bert-layer-norm --model bert --set hidden_size=3
 capture translate-reduction llama-mean "${LLAMA[@]}" "${FIXED[@]}" --static --node aten.mean.dim
 capture translate-shape llama-rotary "${LLAMA[@]}" "${FIXED[@]}" --static --node aten.transpose.int --count 3
 capture translate-symbolic sizes --model-fn "$(pattern symbolic_sizes)" --node _operator.mul --radius 1
+# math.floor/ceil/trunc and sym_float of sizes, as the worker saves them (sym_int of a float // 1).
+capture translate-symbolic rounding --model-fn python:openvino_patterns:size_rounding --node torch.sym_int --count 4 --radius 2
 # Op families no small model holds: the patterns of tests/python/patterns_*.py.
 family() { echo "python:patterns_$1:$2"; }
 capture translate-distance cdist --model-fn "$(family numeric cdist)" "${FIXED[@]}" --static --node aten._cdist_forward.default

@@ -502,6 +502,87 @@ fn symbolic_size_arithmetic_verifies_in_openvino() {
     patterns_verify_in_openvino(&[("size_arithmetic", "--dynamic")]);
 }
 
+/// `hfx run --backend BACKEND --model-fn python:openvino_patterns:PATTERN
+/// --dynamic --verify EXTRA` (eager at the traced size; `plugin` must have
+/// translated a node), then the artifact run at input shape `other` against
+/// eager (`openvino_patterns.py resized`): the sizes it computes hold at
+/// another size than the one traced.
+fn pattern_verifies_at_two_sizes(
+    backend: &str,
+    pattern: &str,
+    extra: &[&str],
+    plugin: &str,
+    other: &str,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = root().join("plugins").display().to_string();
+    let file =
+        if backend == "openvino" { format!("{pattern}.xml") } else { format!("{pattern}.onnx") };
+    let out = dir.path().join(&file).display().to_string();
+    let spec = format!("python:openvino_patterns:{pattern}");
+    let mut args = vec![
+        "run",
+        "--backend",
+        backend,
+        "--model-fn",
+        &spec,
+        "--dynamic",
+        "--verify",
+        "-o",
+        &out,
+        "--plugins",
+        &plugins,
+    ];
+    args.extend(extra);
+    let result = hfx(dir.path(), &args);
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(result.status.success(), "{}{stdout}", String::from_utf8_lossy(&result.stderr));
+    assert!(stdout.contains("verify inputs") && !stdout.contains("MISMATCH"), "{stdout}");
+    let translated = stdout.lines().find(|l| l.split_whitespace().next() == Some(plugin));
+    assert!(translated.is_some_and(|l| !l.contains("changed     0")), "{plugin}: {stdout}");
+    run_python("openvino_patterns.py", &["resized", &out, pattern, other]);
+    assert_no_scratch_left(dir.path());
+}
+
+/// `math.floor`, `math.ceil` and `math.trunc` of a symbolic size's quotient,
+/// and of `torch.sym_float` of one (pattern `size_rounding`), which the
+/// reference converts for OpenVINO's PyTorch frontend one builtin at a time:
+/// torch's `.pt2` serializer refuses `floor` and `ceil`, so the worker saves
+/// them as `sym_int(x // 1)` and `-sym_int(-x // 1)`
+/// (`checkpoint.rounding_serializable`), and plugins/onnx/translate-symbolic
+/// computes those in float32 where the value is a float. Verified at the
+/// traced width (7, a quotient rounded down and up) and at 12 (one exact).
+#[test]
+fn symbolic_size_rounding_verifies_in_openvino_at_two_sizes() {
+    let symbolic = "onnx-translate-symbolic";
+    pattern_verifies_at_two_sizes("openvino", "size_rounding", &[], symbolic, "2,12");
+}
+
+/// As `symbolic_size_rounding_verifies_in_openvino_at_two_sizes`, in ONNX Runtime.
+#[test]
+#[ignore = "full tier: the ONNX model OpenVINO's export is made from (symbolic_size_rounding_verifies_in_openvino_at_two_sizes keeps the mechanism)"]
+fn symbolic_size_rounding_verifies_in_onnx_runtime_at_two_sizes() {
+    let symbolic = "onnx-translate-symbolic";
+    pattern_verifies_at_two_sizes("onnx", "size_rounding", &[], symbolic, "2,13");
+}
+
+/// `torch.mm(a, b, out_dtype=torch.float32)` of float16 operands (pattern
+/// `mm_out_dtype`, Kolibri1's router on CUDA): the trace holds
+/// `aten.mm.dtype`, which plugins/onnx/translate-matmul writes as a float32
+/// `MatMul` of the operands cast, the product the CUDA kernel computes. The
+/// op has no CPU kernel, so the pattern gives it one (that product) for the
+/// eager reference; the export is traced in float16 (`--dtype float16`), as
+/// a model holding the router is.
+#[test]
+#[ignore = "full tier: one translation of translate-matmul (its self-tests and the export matrix cover the plugin)"]
+fn an_mm_with_an_out_dtype_verifies_in_onnx_runtime_and_openvino_at_two_sizes() {
+    for backend in ["onnx", "openvino"] {
+        let float16 = ["--dtype", "float16"];
+        let matmul = "onnx-translate-matmul";
+        pattern_verifies_at_two_sizes(backend, "mm_out_dtype", &float16, matmul, "3,5,8");
+    }
+}
+
 #[test]
 #[ignore = "full tier: every pattern of openvino_patterns.py (symbolic_size_arithmetic_verifies_in_openvino keeps the mechanism)"]
 fn the_reference_openvino_workaround_patterns_verify_in_openvino() {

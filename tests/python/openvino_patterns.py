@@ -72,16 +72,56 @@ def size_arithmetic():
 
 
 class SizeRounding(torch.nn.Module):
-    """`math.floor`/`math.ceil` of a symbolic size's quotient, and `torch.sym_float`."""
+    """`math.floor`/`math.ceil`/`math.trunc` of a symbolic size's quotient
+    (`batch * ceil(seq / chunk)`), and of `torch.sym_float` of one scaled;
+    the last a quotient rounded below zero and negated back."""
 
     def forward(self, x):
         n = x.shape[1]
-        sizes = [math.floor(n / 3), math.ceil(n / 3), math.ceil(torch.sym_float(n) * 0.5)]
+        sizes = [
+            math.floor(n / 3),
+            math.ceil(n / 3),
+            math.trunc(n / 2),
+            math.ceil(torch.sym_float(n) * 0.5),
+            -math.floor(-n / 4),
+        ]
         return [x[:, :1].expand(2, size) * (i + 1) for i, size in enumerate(sizes)]
 
 
 def size_rounding():
     return _pair(SizeRounding(), x=torch.randn(2, 7))
+
+
+class MatmulOutDtype(torch.nn.Module):
+    """`torch.mm(..., out_dtype=torch.float32)` of float16 activations and
+    weight, Kolibri1's router on CUDA (float32 logits from a 16-bit product):
+    the trace holds `aten.mm.dtype`."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(6, 8).to(torch.float16))
+
+    def forward(self, hidden):
+        flat = hidden.reshape(-1, 8)
+        return (torch.mm(flat, self.weight.t(), out_dtype=torch.float32),)
+
+
+# `aten.mm.dtype` has a kernel for CUDA only; torch.export traces it on CPU
+# (its meta kernel), but the eager reference needs one. This is the product
+# the CUDA kernel computes: the operands in `out_dtype`, accumulated there.
+# Registered while this process holds it, once.
+_MM_DTYPE_ON_CPU = []
+
+
+def mm_out_dtype():
+    if not _MM_DTYPE_ON_CPU:
+        kernels = torch.library.Library("aten", "IMPL")
+        kernels.impl(
+            "mm.dtype", lambda a, b, out_dtype: torch.mm(a.to(out_dtype), b.to(out_dtype)), "CPU"
+        )
+        _MM_DTYPE_ON_CPU.append(kernels)
+    torch.manual_seed(0)
+    return _pair(MatmulOutDtype(), hidden=torch.randn(2, 3, 8).to(torch.float16))
 
 
 class IndexAdd(torch.nn.Module):
@@ -645,13 +685,13 @@ def _openvino():
 def resized(path, pattern, shape):
     """Fails unless `path` (an `.xml` IR or an `.onnx` model exported from
     one-input `pattern` with dynamic axes) computes eager's outputs, 1e-3,
-    on a random input of `shape` (`2,5,8`)."""
+    on a random input of `shape` (`2,5,8`) in the sample input's dtype."""
     import numpy as np
 
     module, inputs = globals()[pattern]()
     (name,) = inputs
     torch.manual_seed(1)
-    x = torch.randn(*map(int, shape.split(",")))
+    x = torch.randn(*map(int, shape.split(",")), dtype=inputs[name].dtype)
     with torch.no_grad():
         want = [w.numpy() for w in module(x)]
     if path.endswith(".onnx"):

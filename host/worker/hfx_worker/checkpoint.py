@@ -501,17 +501,68 @@ def side_weights_supported():
 
 
 def save_program(program, output, side_weights, written_before=None, sources=None, share=False):
-    """`program` saved for the host at `output`: with its weights beside it
-    (`save_with_side_weights`) where `side_weights`, else by `torch.export.save`;
-    either way through `trace_shortcuts.saving`. Whether any weight was
-    indexed in this process's shared memory (`share`)."""
+    """`program` saved for the host at `output`: its size rounding in
+    functions the serializer takes (`rounding_serializable`), then with its
+    weights beside it (`save_with_side_weights`) where `side_weights`, else by
+    `torch.export.save`; either way through `trace_shortcuts.saving`. Whether
+    any weight was indexed in this process's shared memory (`share`)."""
     import torch
 
+    rounding_serializable(program)
     with saving():
         if side_weights:
             return save_with_side_weights(program, output, written_before, sources, share)
         torch.export.save(program, output)
         return False
+
+
+def rounding_serializable(program):
+    """`math.floor` and `math.ceil` of a symbolic size (`math.ceil(seq / chunk)`)
+    written in functions torch's `.pt2` serializer takes (its `_SYM_OPS`),
+    which has neither: `floor(x)` as `sym_int(x // 1)` and `ceil(x)` as
+    `-sym_int(-x // 1)`. The floor division floors (a float for a float),
+    `sym_int` truncates an integral value exactly. Each new node carries the
+    symbolic value torch computes for it, the last the rounded node's own, so
+    the sizes it feeds keep their expressions. In place, every graph of the
+    program; a retrace (the edge decomposition) writes `math.floor` again, so
+    every save rewrites."""
+    import math
+    import operator
+
+    import torch
+
+    def call(graph, node, function, args, value):
+        new = graph.call_function(function, args)
+        new.meta.update({k: v for k, v in node.meta.items() if k != "val"})
+        new.meta["val"] = value
+        return new
+
+    for module in program.graph_module.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        graph = module.graph
+        rounded = [
+            node
+            for node in graph.nodes
+            if node.op == "call_function" and node.target in (math.floor, math.ceil)
+        ]
+        for node in rounded:
+            (x,) = node.args
+            value = x.meta["val"]
+            with graph.inserting_before(node):
+                if node.target is math.floor:
+                    floored = call(graph, node, operator.floordiv, (x, 1), value // 1)
+                    new = call(graph, node, torch.sym_int, (floored,), node.meta["val"])
+                else:
+                    negated = call(graph, node, operator.neg, (x,), -value)
+                    floored = call(graph, node, operator.floordiv, (negated, 1), -value // 1)
+                    truncated = torch.sym_int(floored.meta["val"])
+                    whole = call(graph, node, torch.sym_int, (floored,), truncated)
+                    new = call(graph, node, operator.neg, (whole,), node.meta["val"])
+            node.replace_all_uses_with(new)
+            graph.erase_node(node)
+        if rounded:
+            module.recompile()
 
 
 def save_with_side_weights(program, output, written_before=None, sources=None, share=False):
