@@ -508,6 +508,41 @@ fn the_reference_openvino_workaround_patterns_verify_in_openvino() {
     patterns_verify_in_openvino(PATTERNS);
 }
 
+/// Single elements written in place into a tensor sized by the input (BEiT's
+/// relative position index; pattern `element_write`), exported dynamic: each
+/// write copies a 0-d value into a 0-d view, translated as the value expanded
+/// to the view's shape, `[]`. The optimizer removes that `Expand`
+/// (`expand_to_no_axes`), which OpenVINO's ONNX frontend reads as one to
+/// `[1]`, refusing the `ScatterElements` after it (the script's
+/// `expand_to_no_axes` checks OpenVINO still does). The IR matches eager at
+/// the traced size and at another.
+#[test]
+fn elements_written_in_place_verify_in_openvino_at_two_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("element_write.xml").display().to_string();
+    let plugins = root().join("plugins").display().to_string();
+    let args = [
+        "run",
+        "--backend",
+        "openvino",
+        "--model-fn",
+        "python:openvino_patterns:element_write",
+        "--dynamic",
+        "--verify",
+        "-o",
+        &out,
+        "--plugins",
+        &plugins,
+    ];
+    let result = hfx(dir.path(), &args);
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(result.status.success(), "{}{stdout}", String::from_utf8_lossy(&result.stderr));
+    assert!(!stdout.contains("MISMATCH") && checked_sizes(&stdout) == 1, "{stdout}");
+    run_python("openvino_patterns.py", &["resized", &out, "element_write", "3,11"]);
+    run_python("openvino_patterns.py", &["expand_to_no_axes"]);
+    assert_no_scratch_left(dir.path());
+}
+
 /// Why plugins/onnx/translate-shape pads a `gather` index narrower than its
 /// data off the axis (pattern `gather_narrow_index`) and translate-pooling
 /// cuts a `ceil_mode` kernel larger than the padded input (pattern
