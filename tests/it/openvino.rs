@@ -455,6 +455,7 @@ const PATTERNS: &[(&str, &str)] = &[
     ("gather_narrow_index", "--static"),
     ("gather_narrow_index", "--dynamic"),
     ("oversize_avg_pool", "--static"),
+    ("llama4_vision", "--dynamic"),
 ];
 
 /// `hfx run --backend openvino --model-fn python:openvino_patterns:NAME
@@ -540,6 +541,76 @@ fn elements_written_in_place_verify_in_openvino_at_two_sizes() {
     assert!(!stdout.contains("MISMATCH") && checked_sizes(&stdout) == 1, "{stdout}");
     run_python("openvino_patterns.py", &["resized", &out, "element_write", "3,11"]);
     run_python("openvino_patterns.py", &["expand_to_no_axes"]);
+    assert_no_scratch_left(dir.path());
+}
+
+/// PaliGemma's config asks for bidirectional attention
+/// (`use_bidirectional_attention`): its attention modules are built with
+/// `is_causal=False`, while without `token_type_ids` it builds a causal
+/// mask. Eager SDPA drops that mask when it is all ones and attends both
+/// ways; the traced program applies it (logits 4e-2 apart). `--verify`'s
+/// eager reference runs eager attention for such a model
+/// (`reference_attention` in the worker), which applies the mask as built:
+/// the IR verifies.
+#[test]
+#[ignore = "full tier: a multimodal model's eager reference (elements_written_in_place_verify_in_openvino_at_two_sizes covers the backend's verify)"]
+fn a_paligemma_ir_verifies_against_the_mask_its_model_builds() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("paligemma.xml").display().to_string();
+    let plugins = root().join("plugins").display().to_string();
+    let args = [
+        "run",
+        "--backend",
+        "openvino",
+        "--model-fn",
+        "python:generation_models:paligemma",
+        "--static",
+        "--verify",
+        "-o",
+        &out,
+        "--plugins",
+        &plugins,
+    ];
+    let result = hfx(dir.path(), &args);
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(result.status.success(), "{}{stdout}", String::from_utf8_lossy(&result.stderr));
+    assert!(!stdout.contains("MISMATCH") && checked_sizes(&stdout) == 1, "{stdout}");
+    assert_no_scratch_left(dir.path());
+}
+
+/// Qwen3-VL's DeepStack adds each vision layer's features to the text
+/// model's first layers at the image's positions, a boolean-mask `+=`
+/// (`_deepstack_process`, which the reference rewrites for OpenVINO's
+/// PyTorch frontend): the worker functionalizes it into an `index_put` of a
+/// boolean index, which plugins/onnx/translate-shape writes as a `ScatterND`
+/// at the mask's `NonZero` positions, whose count OpenVINO's ONNX frontend
+/// leaves dynamic. Its components generate eager's tokens in OpenVINO.
+#[test]
+#[ignore = "full tier: a multimodal generation export to OpenVINO (a_stateful_llama_generation_export_generates_eager_tokens_in_openvino covers the backend's generation)"]
+fn qwen3_vl_generates_from_an_image_through_openvino_components() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("qwen3_vl").display().to_string() + "/";
+    let plugins = root().join("plugins").display().to_string();
+    let args = [
+        "run",
+        "--backend",
+        "openvino",
+        "--model-fn",
+        "python:generation_models:qwen3_vl",
+        "--dynamic",
+        "--generation",
+        "--verify",
+        "-o",
+        &out,
+        "--plugins",
+        &plugins,
+    ];
+    let result = hfx(dir.path(), &args);
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(result.status.success(), "{}{stdout}", String::from_utf8_lossy(&result.stderr));
+    let calls = "identical to eager `generate` (component calls: image_encoder 1, language_model 1, lm_head 1, decode 7";
+    assert!(stdout.contains(calls), "{stdout}");
+    assert!(stdout.contains("decomposed aten.index_put_.default"), "{stdout}");
     assert_no_scratch_left(dir.path());
 }
 

@@ -615,6 +615,33 @@ def phi3_longrope():
     return model, {"input_ids": ids, "attention_mask": torch.ones(2, 8, dtype=torch.long)}
 
 
+def llama4_vision():
+    """Llama 4's vision encoder (2-D rotary embeddings in complex numbers:
+    `vision_apply_rotary_emb`; pixel shuffle to 4 tokens per image) and two
+    16x16 images. The whole Llama 4 (`Llama4ForConditionalGeneration`) does
+    not run in eager in transformers 5.24: its forward reads an
+    `image_outputs` its language model's output does not have."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.Llama4VisionConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        # The pixel shuffle's MLP reads it: 4 patches' features, 4 x 32.
+        intermediate_size=128,
+        image_size=16,
+        patch_size=4,
+        pixel_shuffle_ratio=0.5,
+        projector_input_dim=32,
+        projector_output_dim=32,
+        vision_output_dim=32,
+    )
+    model = transformers.Llama4VisionModel(config).eval()
+    generator = torch.Generator().manual_seed(0)
+    return model, {"pixel_values": torch.randn(2, 3, 16, 16, generator=generator)}
+
+
 def qwen3_moe_grouped_mm():
     """Qwen3-MoE with grouped_mm experts in float32: the trace calls
     `transformers::grouped_mm_fallback`."""
