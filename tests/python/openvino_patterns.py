@@ -783,9 +783,13 @@ def expand_to_no_axes():
     core = _openvino().Core()
     shape = core.compile_model(core.read_model(model, b""), "CPU")({"x": x})[0].shape
     if shape == ():
-        sys.exit("OpenVINO now keeps an Expand to [] rank 0: expand_to_no_axes is a simplification only")
+        sys.exit(
+            "OpenVINO now keeps an Expand to [] rank 0: expand_to_no_axes is a simplification only"
+        )
     if shape != (1,):
-        sys.exit(f"OpenVINO's Expand of a rank-0 value to [] has shape {shape}, neither () nor (1,)")
+        sys.exit(
+            f"OpenVINO's Expand of a rank-0 value to [] has shape {shape}, neither () nor (1,)"
+        )
 
 
 def _onnx_model(nodes, inputs, output, constants):

@@ -312,7 +312,12 @@ def verify(session, params: Verify) -> VerifyReply:
         model = last.model
         second = sample_inputs(model, SECOND_BATCH, SECOND_SEQUENCE, image_size=last.image_size)
         inputs = {k: on_device(v, last.device, last.dtype) for k, v in second.items()}
-        with weights(), torch.no_grad(), config_flags(model, last.flags), reference_attention(model):
+        with (
+            weights(),
+            torch.no_grad(),
+            config_flags(model, last.flags),
+            reference_attention(model),
+        ):
             output = model(**inputs)
         eager, kept = flat_outputs(output), sliding_positions(output)
         checks.append(
