@@ -476,7 +476,8 @@ def reference_attention(model):
     the module's `is_causal`: such a model's SDPA attends both ways over the
     whole sequence, whatever mask the model built, while its eager attention
     (and its SDPA on a padded batch) applies the mask, as the traced program
-    does. Where the model builds no such mask, the two attentions agree."""
+    does. A model that builds a bidirectional mask there too (EmbeddingGemma)
+    computes the same either way."""
     config = getattr(model, "config", None)
     if not builds_non_causal_attention(config) or not hasattr(model, "set_attn_implementation"):
         yield
