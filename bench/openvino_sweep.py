@@ -409,9 +409,9 @@ def section(results, args, run):
         for (command, when), archs in again.items()
     ]
     lines += [
-        f'- {name}: the check\'s eager PyTorch runs with `attn_implementation="eager"`, as in the ONNX sweep; '
-        "hfx's `--verify` compares with the default (SDPA) eager, which attends both ways over the text (see the "
-        "ONNX sweep's note), so it refuses the IR and writes none: the row's hfx mismatch is that comparison"
+        f'- {name}: the check\'s eager PyTorch runs with `attn_implementation="eager"`, as in the ONNX sweep (see '
+        "its note), and so does hfx's `--verify` for a model whose config asks for attention modules built "
+        "non-causal (`use_bidirectional_attention`) while its mask is causal"
         for name, spec in sweep_models.ARCHS.items()
         if spec.eager_attention and name in {r["arch"] for r in results}
     ]

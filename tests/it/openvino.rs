@@ -455,6 +455,7 @@ const PATTERNS: &[(&str, &str)] = &[
     ("gather_narrow_index", "--static"),
     ("gather_narrow_index", "--dynamic"),
     ("oversize_avg_pool", "--static"),
+    ("llama4_vision", "--dynamic"),
 ];
 
 /// `hfx run --backend openvino --model-fn python:openvino_patterns:NAME
@@ -587,6 +588,111 @@ fn an_mm_with_an_out_dtype_verifies_in_onnx_runtime_and_openvino_at_two_sizes() 
 #[ignore = "full tier: every pattern of openvino_patterns.py (symbolic_size_arithmetic_verifies_in_openvino keeps the mechanism)"]
 fn the_reference_openvino_workaround_patterns_verify_in_openvino() {
     patterns_verify_in_openvino(PATTERNS);
+}
+
+/// Single elements written in place into a tensor sized by the input (BEiT's
+/// relative position index; pattern `element_write`), exported dynamic: each
+/// write copies a 0-d value into a 0-d view, translated as the value expanded
+/// to the view's shape, `[]`. The optimizer removes that `Expand`
+/// (`expand_to_no_axes`), which OpenVINO's ONNX frontend reads as one to
+/// `[1]`, refusing the `ScatterElements` after it (the script's
+/// `expand_to_no_axes` checks OpenVINO still does). The IR matches eager at
+/// the traced size and at another.
+#[test]
+fn elements_written_in_place_verify_in_openvino_at_two_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("element_write.xml").display().to_string();
+    let plugins = root().join("plugins").display().to_string();
+    let args = [
+        "run",
+        "--backend",
+        "openvino",
+        "--model-fn",
+        "python:openvino_patterns:element_write",
+        "--dynamic",
+        "--verify",
+        "-o",
+        &out,
+        "--plugins",
+        &plugins,
+    ];
+    let result = hfx(dir.path(), &args);
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(result.status.success(), "{}{stdout}", String::from_utf8_lossy(&result.stderr));
+    assert!(!stdout.contains("MISMATCH") && checked_sizes(&stdout) == 1, "{stdout}");
+    run_python("openvino_patterns.py", &["resized", &out, "element_write", "3,11"]);
+    run_python("openvino_patterns.py", &["expand_to_no_axes"]);
+    assert_no_scratch_left(dir.path());
+}
+
+/// PaliGemma's config asks for bidirectional attention
+/// (`use_bidirectional_attention`): its attention modules are built with
+/// `is_causal=False`, while without `token_type_ids` it builds a causal
+/// mask. Eager SDPA drops that mask when it is all ones and attends both
+/// ways; the traced program applies it (logits 4e-2 apart). `--verify`'s
+/// eager reference runs eager attention for such a model
+/// (`reference_attention` in the worker), which applies the mask as built:
+/// the IR verifies.
+#[test]
+#[ignore = "full tier: a multimodal model's eager reference (elements_written_in_place_verify_in_openvino_at_two_sizes covers the backend's verify)"]
+fn a_paligemma_ir_verifies_against_the_mask_its_model_builds() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("paligemma.xml").display().to_string();
+    let plugins = root().join("plugins").display().to_string();
+    let args = [
+        "run",
+        "--backend",
+        "openvino",
+        "--model-fn",
+        "python:generation_models:paligemma",
+        "--static",
+        "--verify",
+        "-o",
+        &out,
+        "--plugins",
+        &plugins,
+    ];
+    let result = hfx(dir.path(), &args);
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(result.status.success(), "{}{stdout}", String::from_utf8_lossy(&result.stderr));
+    assert!(!stdout.contains("MISMATCH") && checked_sizes(&stdout) == 1, "{stdout}");
+    assert_no_scratch_left(dir.path());
+}
+
+/// Qwen3-VL's DeepStack adds each vision layer's features to the text
+/// model's first layers at the image's positions, a boolean-mask `+=`
+/// (`_deepstack_process`, which the reference rewrites for OpenVINO's
+/// PyTorch frontend): the worker functionalizes it into an `index_put` of a
+/// boolean index, which plugins/onnx/translate-shape writes as a `ScatterND`
+/// at the mask's `NonZero` positions, whose count OpenVINO's ONNX frontend
+/// leaves dynamic. Its components generate eager's tokens in OpenVINO.
+#[test]
+#[ignore = "full tier: a multimodal generation export to OpenVINO (a_stateful_llama_generation_export_generates_eager_tokens_in_openvino covers the backend's generation)"]
+fn qwen3_vl_generates_from_an_image_through_openvino_components() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("qwen3_vl").display().to_string() + "/";
+    let plugins = root().join("plugins").display().to_string();
+    let args = [
+        "run",
+        "--backend",
+        "openvino",
+        "--model-fn",
+        "python:generation_models:qwen3_vl",
+        "--dynamic",
+        "--generation",
+        "--verify",
+        "-o",
+        &out,
+        "--plugins",
+        &plugins,
+    ];
+    let result = hfx(dir.path(), &args);
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(result.status.success(), "{}{stdout}", String::from_utf8_lossy(&result.stderr));
+    let calls = "identical to eager `generate` (component calls: image_encoder 1, language_model 1, lm_head 1, decode 7";
+    assert!(stdout.contains(calls), "{stdout}");
+    assert!(stdout.contains("decomposed aten.index_put_.default"), "{stdout}");
+    assert_no_scratch_left(dir.path());
 }
 
 /// Why plugins/onnx/translate-shape pads a `gather` index narrower than its

@@ -134,6 +134,63 @@ def qwen2_vl():
     }
 
 
+def qwen3_vl():
+    """A Qwen3-VL (packed vision encoder with interpolated position
+    embeddings and DeepStack features from both its layers, added to the
+    text model's first layers at the image's positions; interleaved
+    multimodal rotary positions, Qwen3) and a prompt holding one image's
+    tokens per row: a 4x4 patch grid, merged 2x2 into 4 tokens."""
+    torch.manual_seed(0)
+    vision = dict(
+        depth=2,
+        hidden_size=32,
+        intermediate_size=64,
+        num_heads=4,
+        patch_size=2,
+        temporal_patch_size=2,
+        spatial_merge_size=2,
+        out_hidden_size=32,
+        num_position_embeddings=16,
+        deepstack_visual_indexes=[0, 1],
+    )
+    text = dict(
+        **TINY_DECODER,
+        head_dim=8,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": 10000.0,
+            "mrope_section": [2, 1, 1],
+            "mrope_interleaved": True,
+        },
+    )
+    config = transformers.Qwen3VLConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_id=127,
+        video_token_id=126,
+        vision_start_token_id=125,
+        vision_end_token_id=124,
+    )
+    model = transformers.Qwen3VLForConditionalGeneration(config).eval()
+    grid = torch.tensor([[1, 4, 4], [1, 4, 4]])
+    generator = torch.Generator().manual_seed(0)
+    patches = torch.randn(int(grid.prod(-1).sum()), 3 * 2 * 2 * 2, generator=generator)
+    tokens = 16 // 2**2
+    text_ids = torch.randint(3, 120, (2, 8), generator=generator)
+    image = [torch.full((2, 1), 125), torch.full((2, tokens), 127), torch.full((2, 1), 124)]
+    ids = torch.cat([text_ids[:, :4], *image, text_ids[:, 4:]], dim=1)
+    return model, {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "mm_token_type_ids": (ids == 127).int(),
+        "pixel_values": patches,
+        "image_grid_thw": grid,
+    }
+
+
 def prompt_around(image, generator):
     """Two rows of 8 random text tokens with the `image` tokens (a list of
     ids, the same in each row) after the fourth: the padded first row's
@@ -190,6 +247,35 @@ def gemma3():
     inputs = prompt_around([125, 127, 127, 127, 127, 126], generator)
     inputs["pixel_values"] = torch.randn(2, 3, 16, 16, generator=generator)
     return model, inputs
+
+
+def paligemma():
+    """A PaliGemma (SigLIP vision tower, Gemma) and a prompt of one image's
+    16 tokens, then text. Its config asks for bidirectional attention
+    (`use_bidirectional_attention`, PaliGemma's default): attention modules
+    built with `is_causal=False`, while without `token_type_ids` the model
+    builds a causal mask."""
+    torch.manual_seed(0)
+    text = transformers.GemmaConfig(
+        **TINY_DECODER, head_dim=8, pad_token_id=0, bos_token_id=1, eos_token_id=2
+    )
+    config = transformers.PaliGemmaConfig(
+        vision_config=transformers.SiglipVisionConfig(**tiny_vision(projection_dim=32)),
+        text_config=text,
+        image_token_index=127,
+        vocab_size=128,
+        projection_dim=32,
+        hidden_size=32,
+    )
+    model = transformers.PaliGemmaForConditionalGeneration(config).eval()
+    generator = torch.Generator().manual_seed(0)
+    text_ids = torch.randint(3, 100, (2, 8), generator=generator)
+    ids = torch.cat([torch.full((2, 16), 127), text_ids], dim=1)
+    return model, {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "pixel_values": torch.randn(2, 3, 16, 16, generator=generator),
+    }
 
 
 def idefics3(cls=transformers.Idefics3ForConditionalGeneration, config=transformers.Idefics3Config):

@@ -12,11 +12,12 @@ compiles the IR on OpenVINO's CPU plugin and fails unless its runtime model
 holds a layer of each type named (`RoPE`: the plugin fused a rotary
 embedding); `resized MODEL PATTERN SHAPE` runs a dynamic export (an IR on
 OpenVINO's CPU plugin, an ONNX model on ONNX Runtime) of a one-input pattern
-at another input shape and compares it with eager; `dft_axis_input` and
-`gather_index_extent` and `oversize_average_pool` show why plugins/onnx/
-translate-fft moves an opset-20 `DFT`'s dimension to 1, why plugins/onnx/
-translate-shape pads a narrower `GatherElements` index, and why plugins/onnx/
-translate-pooling cuts a kernel to the padded input.
+at another input shape and compares it with eager; `dft_axis_input`,
+`gather_index_extent`, `oversize_average_pool` and `expand_to_no_axes` show
+why plugins/onnx/translate-fft moves an opset-20 `DFT`'s dimension to 1, why
+plugins/onnx/translate-shape pads a narrower `GatherElements` index, why
+plugins/onnx/translate-pooling cuts a kernel to the padded input, and why
+hfx's optimizer removes an `Expand` to no dims.
 """
 
 import math
@@ -301,6 +302,25 @@ class EmptyExpand(torch.nn.Module):
 
 def empty_expand():
     return _pair(EmptyExpand(), x=torch.randn(2, 3, 4))
+
+
+class ElementWrite(torch.nn.Module):
+    """Single elements written in place into a tensor sized by the input,
+    each to a value computed from a symbolic size (BEiT's relative position
+    index: `index[0, 0] = n - 1`): each write copies a 0-d value into a 0-d
+    view."""
+
+    def forward(self, x):
+        n = x.shape[1]
+        index = torch.zeros(n + 1, n + 1, dtype=torch.long)
+        index[1:, 1:] = torch.arange(n * n).reshape(n, n)
+        index[0, 1:] = n + 1
+        index[0, 0] = n - 1
+        return x[:, :1] * index.to(x.dtype).sum(1), index
+
+
+def element_write():
+    return _pair(ElementWrite(), x=torch.randn(2, 6))
 
 
 class ViewInferredDim(torch.nn.Module):
@@ -635,6 +655,33 @@ def phi3_longrope():
     return model, {"input_ids": ids, "attention_mask": torch.ones(2, 8, dtype=torch.long)}
 
 
+def llama4_vision():
+    """Llama 4's vision encoder (2-D rotary embeddings in complex numbers:
+    `vision_apply_rotary_emb`; pixel shuffle to 4 tokens per image) and two
+    16x16 images. The whole Llama 4 (`Llama4ForConditionalGeneration`) does
+    not run in eager in transformers 5.24: its forward reads an
+    `image_outputs` its language model's output does not have."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.Llama4VisionConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        # The pixel shuffle's MLP reads it: 4 patches' features, 4 x 32.
+        intermediate_size=128,
+        image_size=16,
+        patch_size=4,
+        pixel_shuffle_ratio=0.5,
+        projector_input_dim=32,
+        projector_output_dim=32,
+        vision_output_dim=32,
+    )
+    model = transformers.Llama4VisionModel(config).eval()
+    generator = torch.Generator().manual_seed(0)
+    return model, {"pixel_values": torch.randn(2, 3, 16, 16, generator=generator)}
+
+
 def qwen3_moe_grouped_mm():
     """Qwen3-MoE with grouped_mm experts in float32: the trace calls
     `transformers::grouped_mm_fallback`."""
@@ -757,6 +804,34 @@ def dft_axis_input():
         sys.exit("OpenVINO's opset-20 DFT over dimension 2 computes neither dimension 2 nor 1")
 
 
+def expand_to_no_axes():
+    """Fails unless OpenVINO's ONNX frontend still reads an `Expand` of a
+    rank-0 value to the shape `[]` as one to `[1]`
+    (openvinotoolkit/openvino#37598), while ONNX Runtime keeps it rank 0, as
+    broadcasting with no dims does: the reason hfx's optimizer removes such an
+    `Expand` (`expand_to_no_axes`), which a copy into a 0-d view translates to."""
+    import numpy as np
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    io = ([("x", TensorProto.FLOAT, [])], ("y", TensorProto.FLOAT, []))
+    model = _onnx_model([helper.make_node("Expand", ["x", "no_axes"], ["y"])], *io, {"no_axes": []})
+    x = np.array(3.0, np.float32)
+    got = onnxruntime.InferenceSession(model).run(None, {"x": x})[0]
+    if got.shape != ():
+        sys.exit(f"ONNX Runtime's Expand of a rank-0 value to [] has shape {got.shape}, not ()")
+    core = _openvino().Core()
+    shape = core.compile_model(core.read_model(model, b""), "CPU")({"x": x})[0].shape
+    if shape == ():
+        sys.exit(
+            "OpenVINO now keeps an Expand to [] rank 0: expand_to_no_axes is a simplification only"
+        )
+    if shape != (1,):
+        sys.exit(
+            f"OpenVINO's Expand of a rank-0 value to [] has shape {shape}, neither () nor (1,)"
+        )
+
+
 def _onnx_model(nodes, inputs, output, constants):
     """An opset-20 ONNX model: `inputs` and `output` as (name, element type, shape)."""
     import onnx
@@ -853,6 +928,7 @@ if __name__ == "__main__":
         "fused": fused,
         "resized": resized,
         "dft_axis_input": dft_axis_input,
+        "expand_to_no_axes": expand_to_no_axes,
         "gather_index_extent": gather_index_extent,
         "oversize_average_pool": oversize_average_pool,
     }

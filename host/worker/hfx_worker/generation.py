@@ -50,7 +50,7 @@ from .precompute import precomputed
 from .protocol import ProtocolError, Unsupported
 from .pytree import register_cache_pytrees, spec_paths
 from .round_trip import int4_weights
-from .sources import built, directory_class, from_directory
+from .sources import built, directory_class, from_directory, reference_attention
 from .trace import TracedComponent, built_model, save_configs
 from .verify import component_runner
 
@@ -507,7 +507,7 @@ def generate_check(session, params):
 
     def generate(forced=None):
         processors = [] if forced is None else [ForcedTokens(forced)]
-        with torch.no_grad():
+        with torch.no_grad(), reference_attention(model):
             return model.generate(
                 **copy.deepcopy(prompt),
                 generation_config=config,
@@ -641,7 +641,7 @@ def genai_tokens(generation, folder, steps, weights=contextlib.nullcontext):
     for row, ids in enumerate(prompt["input_ids"]):
         if mask is not None:
             ids = ids[mask[row].bool()]
-        with torch.no_grad(), weights():
+        with torch.no_grad(), weights(), reference_attention(model):
             eager = model.generate(
                 input_ids=ids[None],
                 attention_mask=torch.ones_like(ids[None]),

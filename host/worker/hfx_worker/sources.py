@@ -440,6 +440,56 @@ def on_device(value, device, dtype):
     return value.to(device=device, dtype=dtype) if value.is_floating_point() else value.to(device)
 
 
+def builds_non_causal_attention(config):
+    """Whether `config` or one of its sub-configs asks for attention modules
+    built non-causal (`use_bidirectional_attention`, the Gemma family's key:
+    PaliGemma's default) while masks stay causal (`is_causal`, the switch of
+    transformers' mask helpers, not False)."""
+    if config is None:
+        return False
+    asks = getattr(config, "use_bidirectional_attention", None) in (True, "all")
+    if asks and getattr(config, "is_causal", True) is not False:
+        return True
+    return any(
+        builds_non_causal_attention(getattr(config, key, None))
+        for key in getattr(config, "sub_configs", {})
+    )
+
+
+def attention_implementations(config):
+    """`config`'s attention implementation and its sub-configs', in the form
+    `set_attn_implementation` takes back."""
+    inner = {
+        key: attention_implementations(getattr(config, key))
+        for key in getattr(config, "sub_configs", {})
+        if getattr(config, key, None) is not None
+    }
+    return {"": config._attn_implementation, **inner} if inner else config._attn_implementation
+
+
+@contextlib.contextmanager
+def reference_attention(model):
+    """The attention the eager reference runs: transformers' eager attention
+    where the model builds its attention non-causal while its masks are
+    causal (`builds_non_causal_attention`), its own otherwise. SDPA drops
+    an all-ones mask in eager (never under torch.export) and then relies on
+    the module's `is_causal`: such a model's SDPA attends both ways over the
+    whole sequence, whatever mask the model built, while its eager attention
+    (and its SDPA on a padded batch) applies the mask, as the traced program
+    does. A model that builds a bidirectional mask there too (EmbeddingGemma)
+    computes the same either way."""
+    config = getattr(model, "config", None)
+    if not builds_non_causal_attention(config) or not hasattr(model, "set_attn_implementation"):
+        yield
+        return
+    saved = attention_implementations(config)
+    model.set_attn_implementation("eager")
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(saved)
+
+
 @contextlib.contextmanager
 def config_flags(model, flags):
     """Output flags (`use_cache`, ...) become config values for the trace, not traced inputs."""

@@ -42,6 +42,7 @@ from .sources import (
     on_device,
     other_image_size,
     prepared,
+    reference_attention,
     sample_inputs,
     streamed_from_directory,
 )
@@ -265,7 +266,7 @@ def eager_forward(model, inputs, flags, streamed):
     if streamed is not None:
         streamed.load()
     # On a copy: a cache input grows in place.
-    with torch.no_grad(), config_flags(model, flags):
+    with torch.no_grad(), config_flags(model, flags), reference_attention(model):
         return model(**copy.deepcopy(inputs))
 
 

@@ -34,6 +34,7 @@ from .sources import (
     SECOND_SEQUENCE,
     config_flags,
     on_device,
+    reference_attention,
     sample_inputs,
 )
 
@@ -293,7 +294,12 @@ def verify(session, params: Verify) -> VerifyReply:
             )
         weights = functools.partial(int4_weights, last.model, params.int4)
         constants = ref.get("constants", {})
-        with weights(), torch.no_grad(), config_flags(last.model, last.flags):
+        with (
+            weights(),
+            torch.no_grad(),
+            config_flags(last.model, last.flags),
+            reference_attention(last.model),
+        ):
             output = last.model(**copy.deepcopy(ref["inputs"]), **constants)
         eager, kept = flat_outputs(output), sliding_positions(output)
     checks = [
@@ -306,7 +312,12 @@ def verify(session, params: Verify) -> VerifyReply:
         model = last.model
         second = sample_inputs(model, SECOND_BATCH, SECOND_SEQUENCE, image_size=last.image_size)
         inputs = {k: on_device(v, last.device, last.dtype) for k, v in second.items()}
-        with weights(), torch.no_grad(), config_flags(model, last.flags):
+        with (
+            weights(),
+            torch.no_grad(),
+            config_flags(model, last.flags),
+            reference_attention(model),
+        ):
             output = model(**inputs)
         eager, kept = flat_outputs(output), sliding_positions(output)
         checks.append(

@@ -65,6 +65,7 @@ pub const RULES: &[(&str, Rule)] = &[
     ("unsqueezes_merge", unsqueezes_merge),
     ("reshapes_merge", reshapes_merge),
     ("single_concat", single_concat),
+    ("expand_to_no_axes", expand_to_no_axes),
     ("shape_of_expanded_scalar", shape_of_expanded_scalar),
     ("shape_past_scalar_arithmetic", shape_past_scalar_arithmetic),
 ];
@@ -239,6 +240,18 @@ fn reshapes_merge(site: &Site) -> Option<Simplified> {
 fn single_concat(site: &Site) -> Option<Simplified> {
     let node = site.node;
     (node.op_type == "Concat" && node.inputs.len() == 1 && !node.inputs[0].is_empty())
+        .then(|| Simplified::Same(node.inputs[0].clone()))
+}
+
+/// `Expand` to a shape of no dims (`[]`): its input, which broadcasting with
+/// a rank-0 shape leaves as it is (a copy into a 0-d view, `index[0, 0] = v`,
+/// expanded to the view's shape). OpenVINO's ONNX frontend reads that
+/// `Expand` as one to `[1]`, a rank the graph after it does not expect
+/// (openvinotoolkit/openvino#37598).
+fn expand_to_no_axes(site: &Site) -> Option<Simplified> {
+    let node = site.node;
+    let no_axes = site.inputs.get(1).copied().flatten().is_some_and(|k| k.dims == [0]);
+    (node.op_type == "Expand" && node.inputs.len() == 2 && no_axes)
         .then(|| Simplified::Same(node.inputs[0].clone()))
 }
 
@@ -540,6 +553,24 @@ mod tests {
         let (after, report) = folded(&nodes, &["y"], counting(&[2, 3]));
         assert_eq!(report.identities, 2);
         assert_eq!(producer(&after, "y").inputs, ["x_shape", "same_shape", "tail"]);
+    }
+
+    /// `Expand` to `[]` keeps a rank-0 value rank 0; to `[1]` it grows one.
+    #[test]
+    fn expand_to_no_axes() {
+        let nodes = vec![
+            ints_node("no_axes", &[]),
+            ints_node("one", &[1]),
+            node("Expand", &["x", "no_axes"], "same", vec![]),
+            node("Neg", &["same"], "y", vec![]),
+            node("Expand", &["x", "one"], "grown", vec![]),
+        ];
+        assert_eq!(fired(&nodes, "same"), Some("expand_to_no_axes"));
+        assert_eq!(fired(&nodes, "grown"), None, "a rank-0 value expanded to [1] is rank 1");
+        let (after, report) = folded(&nodes, &["y", "grown"], tensor(&[], &[3.0]));
+        assert_eq!(report.identities, 1);
+        assert_eq!(ops(&after), ["Neg", "Expand"]);
+        assert_eq!(producer(&after, "y").inputs, ["x"]);
     }
 
     #[test]
