@@ -535,6 +535,8 @@ const PATTERNS: &[(&str, &str)] = &[
     ("data2vec_audio_padded", "--static"),
     ("phi3_longrope", "--static"),
     ("unfold", "--dynamic"),
+    // BLT's hash into BLT's own table (4-bit limbs) and the default one (8-bit).
+    ("byte_group_hashes", "--dynamic"),
     ("empty_permuted", "--static"),
     ("antialias", "--static"),
     ("fourier", "--dynamic"),
