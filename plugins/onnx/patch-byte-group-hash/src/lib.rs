@@ -15,7 +15,9 @@
 //! negative, whose remainder is 2**64 lower. The reference uses 8-bit limbs
 //! and leaves a table past 2**16 to the original; here the limbs narrow
 //! (4, 2, 1 bits) so that a digit times a limb's weight stays below 2**24
-//! for tables up to 2**23 (BLT's own is 500002).
+//! for tables up to 2**23 (BLT's own is 500002). A lane (a group's ids
+//! times limbs, plus the carry) stays exact for ids below 2**20; BLT's are
+//! bytes, below 260.
 
 use hfx_sdk::prelude::*;
 
