@@ -46,6 +46,7 @@ pub fn pt2_open(data: &[u8]) {
                 &lowered.output_names,
                 &lowered.static_shapes,
                 None,
+                None,
             );
             let _ = emit::plan(lowered, "fuzz", &[]);
         }

@@ -65,7 +65,8 @@ capture translate-trigonometry atan2 --model-fn "$(family math trigonometry)" "$
 # ── Patches: a model to trace with and without the patch (a Python-level
 # program of tests/python/patch_patterns.py, `--program`), expecting the ops
 # the integration tests expect. Hand-written cases (layers, a mask function,
-# an architecture) are not regenerated: rms-norm-no-affine, vmap-mask-expansion,
+# an architecture, a transformers function torch.fx traces into) are not
+# regenerated: rms-norm-no-affine, vmap-mask-expansion, byte-group-hash,
 # nllb-moe-classifier-cast, sliding-window-cache, kernels-unavailable.
 # patch_case DIR NAME PATTERN ["" | --static] [EXPECT-JSON]
 patch_case() {

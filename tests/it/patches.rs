@@ -320,6 +320,10 @@ case!(sdpa_zeroes_fully_masked_rows, "plugins/onnx/patch-sdpa-masked-rows", "onn
       dynamic: true, effect: OnnxParity, without: Lacks("differs by nan"));
 case!(full vmap_mask_expansion_becomes_broadcasting, "plugins/onnx/patch-vmap-mask-expansion", "onnx", "vmap_mask",
       dynamic: true, effect: Ops { absent: "_add_batch_dim,_vmap_increment_nesting", present: "aten.expand" }, without: Lacks("_add_batch_dim is still"));
+// BLT's byte-group hash, groups of 1 to 8 bytes into tables of 30000 and 500002
+// rows: ONNX Runtime computes the int64 powers and sums through double.
+case!(full byte_group_hash_in_limbs_matches_eager, "plugins/onnx/patch-byte-group-hash", "onnx", "byte_group_hashes",
+      dynamic: true, effect: OnnxParity, without: Lacks("differs by"));
 
 // ── dynamo model patches ──
 // torch 2.13 keeps `aten.scaled_dot_product_attention` whole in the exported
@@ -402,5 +406,73 @@ fn a_patch_program_cannot_reach_a_shell_or_a_file_writer_through_allowed_modules
         assert!(stderr.contains(path.rsplit('.').next().unwrap()), "{rows}: {stderr}");
         assert!(!dir.path().join("hfx-escaped").exists(), "{rows}: the hostile program ran");
         assert_no_scratch_left(dir.path());
+    }
+}
+
+/// `hfx run --backend BACKEND --verify` of a tiny BLT
+/// (`patch_patterns:blt_hashes`: its hidden state and the hashes its
+/// embeddings read) with every ONNX plugin, or all but the byte-group hash's;
+/// whether it verified, and the run's output.
+fn blt(backend: &str, with_plugin: bool) -> (bool, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = plugin_dir("plugins/onnx/patch-byte-group-hash");
+    let out = dir.path().join("blt/").display().to_string();
+    let mut args: Vec<String> = ["run", "--backend", backend, "--verify", "-o", &out]
+        .into_iter()
+        .chain(["--model-fn", "python:patch_patterns:blt_hashes"])
+        .map(String::from)
+        .collect();
+    let mut folders: Vec<PathBuf> = std::fs::read_dir(root().join("plugins/onnx"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("plugin.toml").exists() && (with_plugin || *p != plugin))
+        .collect();
+    folders.sort();
+    for folder in folders {
+        args.extend(["--plugins".to_string(), folder.display().to_string()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let output = hfx_with_python(dir.path(), &args);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.success(), text)
+}
+
+/// A tiny BLT (`patch_in_forward=False`) exports to ONNX and OpenVINO with
+/// its hashes (and so its hash embeddings and hidden state) equal to eager's:
+/// plugins/onnx/patch-byte-group-hash computes them in limbs both runtimes
+/// compute exactly.
+#[test]
+#[ignore = "full tier: a tiny BLT in two runtimes (byte_group_hash_in_limbs_matches_eager covers the plugin)"]
+fn a_tiny_blt_hashes_as_eager_in_onnx_runtime_and_openvino() {
+    for backend in ["onnx", "openvino"] {
+        let (verified, output) = blt(backend, true);
+        assert!(verified, "{backend}: {output}");
+        let answered = answered(&output, "onnx-patch-byte-group-hash");
+        assert_eq!(answered, 18, "{backend}: two hash functions, six group sizes, twice: {output}");
+        assert!(
+            output.contains("output 1   [12,2,12]          max abs    0.00e0"),
+            "{backend}: {output}"
+        );
+    }
+}
+
+/// The negative control: without the plugin, ONNX Runtime's hashes (int64
+/// `Pow` and `ReduceSum` through double) and OpenVINO's (int64 in int32)
+/// differ from eager's, and `--verify` refuses both artifacts.
+#[test]
+#[ignore = "full tier: the negative control (a_tiny_blt_hashes_as_eager_in_onnx_runtime_and_openvino checks the effect)"]
+fn a_tiny_blt_hashes_differ_from_eager_in_both_runtimes_without_the_plugin() {
+    for (backend, runtime) in [("onnx", "ONNX Runtime"), ("openvino", "OpenVINO (CPU)")] {
+        let (verified, output) = blt(backend, false);
+        assert!(!verified, "{backend}: verified without the plugin: {output}");
+        let refused = format!("--verify: {runtime} differs from eager PyTorch");
+        assert!(
+            output.contains(&refused) && output.contains("output 1 for inputs"),
+            "{backend}: {output}"
+        );
     }
 }

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 # `--model-fn python:openvino_patterns:NAME` finds them by.
 from patch_patterns import (  # noqa: F401
     bincount,
+    byte_group_hashes,
     cumulative_extremum,
     grouped_mm,
     histograms,

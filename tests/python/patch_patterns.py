@@ -249,6 +249,89 @@ def sliding_window_mistral():
     return model, {"input_ids": ids, "attention_mask": torch.ones(2, 8, dtype=torch.long)}
 
 
+# BLT's hash primes (`compute_hash_embeddings` cycles through eleven): the first
+# and the largest.
+BLT_PRIMES = (1000000007, 9576890767)
+
+
+class ByteGroupHashes(torch.nn.Module):
+    """BLT's byte-group hash called as `compute_hash_embeddings` calls it, over
+    groups of `groups` bytes (a group of 8's `prime ** 7` wraps past int64),
+    with each of `primes`, into tables of `tables` rows: 30000 (the function's
+    default) takes the patch's 8-bit limbs, 500002 (BLT's own) its 4-bit ones."""
+
+    def __init__(self, tables=(30000, 500002), groups=(1, 3, 8), primes=BLT_PRIMES):
+        super().__init__()
+        self.tables, self.groups, self.primes = tables, groups, primes
+
+    def forward(self, input_ids):
+        from transformers.models.blt import modeling_blt
+
+        hashes = [
+            modeling_blt.byte_group_hash_function(input_ids, group, prime, table)
+            for table in self.tables
+            for prime in self.primes
+            for group in self.groups
+        ]
+        return torch.stack(hashes)
+
+
+def _bytes(length):
+    generator = torch.Generator().manual_seed(length)
+    return torch.randint(0, 260, (2, length), generator=generator)
+
+
+def byte_group_hashes(length=12):
+    return _pair(ByteGroupHashes(), input_ids=_bytes(length))
+
+
+def byte_group_hash_of_8(length=12):
+    """plugins/onnx/patch-byte-group-hash's self-test: groups of 8 bytes, the
+    largest prime, into both tables."""
+    return _pair(ByteGroupHashes(groups=(8,), primes=BLT_PRIMES[1:]), input_ids=_bytes(length))
+
+
+class BltHashes(torch.nn.Module):
+    """A tiny BLT without its entropy patcher (`patch_in_forward=False`: one
+    byte a patch), two hash functions over groups of 3 to 8 bytes into tables
+    of 30011 rows (BLT's own 500002 rows would make the embeddings 190 MB
+    here; `byte_group_hashes` hashes into such tables): its last hidden
+    state, and the hashes its embeddings read, each group's."""
+
+    def __init__(self):
+        super().__init__()
+        import transformers
+
+        local = dict(
+            hidden_size=8, num_attention_heads=2, num_hidden_layers=1, intermediate_size=16
+        )
+        config = transformers.BltConfig(
+            patch_in_forward=False,
+            encoder_hash_byte_group_vocab=30011,
+            encoder_hash_byte_group_nb_functions=2,
+            cross_attn_k=2,
+            encoder_config=dict(local, hidden_size_global=16, cross_attn_k=2),
+            decoder_config=dict(local, hidden_size_global=16, cross_attn_k=2),
+            global_config=dict(
+                hidden_size=16, num_attention_heads=2, num_hidden_layers=1, intermediate_size=32
+            ),
+            patcher_config=dict(local),
+        )
+        torch.manual_seed(0)
+        self.model = transformers.BltModel(config).eval()
+        self.hashes = ByteGroupHashes(
+            (config.encoder_hash_byte_group_vocab,), config.encoder_hash_byte_group_size
+        )
+
+    def forward(self, input_ids):
+        hidden = self.model(input_ids=input_ids, use_cache=False).last_hidden_state
+        return hidden, self.hashes(input_ids)
+
+
+def blt_hashes(length=12):
+    return _pair(BltHashes(), input_ids=_bytes(length))
+
+
 def second_inputs(name):
     """Inputs of another size for `name`, or None when the pattern has none."""
     sizes = {
@@ -269,6 +352,9 @@ def second_inputs(name):
         "unsorted_topk": 6,
         "grouped_mm": 7,
         "bincount": 13,
+        "byte_group_hashes": 9,
+        "byte_group_hash_of_8": 9,
+        "blt_hashes": 9,
     }
     if name not in sizes:
         return None

@@ -359,7 +359,13 @@ pub(super) fn merge(
     }
     let verify = args.verify || config.verify;
     let onnx = |external_data: bool| {
-        Artifact::Onnx(OnnxOptions { opset, external_data, optimize, quantize: quantize.clone() })
+        Artifact::Onnx(OnnxOptions {
+            opset,
+            external_data,
+            optimize,
+            quantize: quantize.clone(),
+            weights_dtype: None,
+        })
     };
     let external_data = args.external_data || config.external_data;
     let stateful = !(args.stateless || config.stateless);
@@ -430,6 +436,7 @@ pub(super) fn merge(
         }
         targets.push(Target { backend, artifact, destination });
     }
+    sixteen_bit_weights(&mut source, &targets, compress_to_fp16)?;
     let options = RunOptions {
         source,
         targets,
@@ -524,17 +531,54 @@ fn openvino(
     if backend != Backend::Openvino {
         bail!("a .xml output (OpenVINO IR) needs --backend openvino, not {backend}");
     }
+    let Artifact::Onnx(mut options) = onnx(true) else {
+        unreachable!("`onnx` makes an ONNX artifact")
+    };
+    // A 16-bit model computes in float32 over its 16-bit weights, as the
+    // reference traces it for OpenVINO (`sixteen_bit_weights`).
     if let Source::Trace(t) = source {
-        if t.request.dtype == "bfloat16" {
-            bail!("--dtype bfloat16 --backend openvino: the IR is written in float32 or float16 only for now; use --dtype float16 or drop --dtype");
-        }
+        options.weights_dtype = match t.request.dtype.as_str() {
+            "bfloat16" => Some(hfx_dtype::DType::Bfloat16),
+            "float16" => Some(hfx_dtype::DType::Float16),
+            _ => None,
+        };
     }
-    let Artifact::Onnx(options) = onnx(true) else { unreachable!("`onnx` makes an ONNX artifact") };
     Ok(Artifact::Openvino(OpenvinoOptions {
         onnx: options,
         stateful: true,
         compress_to_fp16: false,
     }))
+}
+
+/// A 16-bit model to OpenVINO, traced as the reference traces it
+/// (`patch_16bit_model`): in float32 activations over its weights rounded to
+/// the 16-bit dtype, which the IR stores them in
+/// ([`crate::onnx::compress`]). The trace is the OpenVINO target's alone, and
+/// the weights are stored by a pass of the ONNX optimizer.
+fn sixteen_bit_weights(
+    source: &mut Source,
+    targets: &[Target],
+    compress_to_fp16: bool,
+) -> Result<()> {
+    let Some(options) = targets.iter().find_map(|t| match &t.artifact {
+        Artifact::Openvino(o) if o.onnx.weights_dtype.is_some() => Some(&o.onnx),
+        _ => None,
+    }) else {
+        return Ok(());
+    };
+    let Source::Trace(t) = source else { return Ok(()) };
+    let dtype = t.request.dtype.clone();
+    if let [first, second, ..] = targets {
+        bail!("--dtype {dtype} --backend {},{}: OpenVINO's IR is traced in float32 over {dtype} weights, the other backends in {dtype}: export them one at a time", first.backend, second.backend);
+    }
+    if !options.optimize {
+        bail!("--dtype {dtype} --backend openvino: the IR's weights are stored {dtype} by a pass of the ONNX optimizer, which --no-optimize skips: drop --no-optimize");
+    }
+    if compress_to_fp16 {
+        bail!("--compress-to-fp16 --dtype {dtype}: the IR's weights are {dtype} already: drop --compress-to-fp16");
+    }
+    t.request.weights_dtype = Some(std::mem::replace(&mut t.request.dtype, "float32".into()));
+    Ok(())
 }
 
 /// The `.pte` of an ExecuTorch backend: portable (hfx's native emitter), or

@@ -488,6 +488,8 @@ pub struct ModelArgs {
     #[arg(long)]
     pub device: Option<String>,
     /// The dtype of the model's weights and floating inputs: `float32`, `bfloat16`, `float16` [default: float32].
+    /// To OpenVINO a 16-bit dtype is the weights' alone: the model computes in float32 over them, as the
+    /// reference's OpenVINO export of a 16-bit model does.
     #[arg(long)]
     pub dtype: Option<String>,
     /// Export for generation: the `prefill` and `decode` components one `generate` call is made of

@@ -5,6 +5,7 @@
 use std::collections::{HashMap, HashSet};
 
 pub mod calibrate;
+pub mod compress;
 pub mod emit;
 pub mod external;
 pub mod fold;

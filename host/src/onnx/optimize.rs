@@ -36,6 +36,8 @@ pub struct OptimizeReport {
     pub folding: super::fold::FoldReport,
     /// `--quantize` (`quantize.rs`).
     pub quantized: super::quantize::QuantizeReport,
+    /// A 16-bit model's weights for OpenVINO (`compress.rs`).
+    pub compressed: super::compress::CompressReport,
 }
 
 /// Renames every read of a value per `renames` (followed transitively).

@@ -5,10 +5,14 @@
 //! passes), `fold/` (constant folding with its peephole rules, gathers over
 //! index grids sliced, weights stored transposed or as their slabs, what a
 //! convolution absorbs), `quantize.rs` (weights
-//! quantized, on request). No pass changes a graph output's name.
+//! quantized, on request), `compress.rs` (weights stored 16-bit, on
+//! request). No pass changes a graph output's name.
 
 use std::collections::{HashMap, HashSet};
 
+use hfx_dtype::DType;
+
+use super::compress;
 use super::optimize::{self, OptimizeReport};
 use super::quantize::{self, Quantize};
 use super::weights::Initializer;
@@ -25,6 +29,8 @@ pub struct Graph<'s, 'a> {
     pub static_shapes: &'s HashMap<String, Vec<i64>>,
     /// `--quantize`'s scheme, if given.
     pub quantize: Option<&'s Quantize>,
+    /// The 16-bit dtype matmuls' and gathers' weights are stored in, if any.
+    pub weights_dtype: Option<DType>,
 }
 
 /// A pass: rewrites the graph, counting what it did in the report.
@@ -70,6 +76,19 @@ pub const PASSES: &[(&str, Pass)] = &[
         r.folding.fused.batch_norms +=
             fold::fuse_batch_norms(&mut g.nodes, &mut g.initializers, &g.keep)
     }),
+    // Last: a weight's layout is settled (transposed, slabs), and the
+    // passes before read float32 weights.
+    ("store_weights_16bit", |g, r| {
+        if let Some(dtype) = g.weights_dtype {
+            compress::store_weights(
+                &mut g.nodes,
+                &mut g.initializers,
+                &g.keep,
+                dtype,
+                &mut r.compressed,
+            )
+        }
+    }),
     // What folding and fusing left unread.
     ("eliminate_dead_code", |g, r| {
         r.dead_removed += optimize::eliminate_dead_code(&mut g.nodes, &g.keep)
@@ -78,13 +97,15 @@ pub const PASSES: &[(&str, Pass)] = &[
 
 /// Runs every pass; `outputs` are the graph outputs' names, kept;
 /// `static_shapes` the values of a shape fixed on every axis, by name;
-/// `quantize` the weights' quantization, if any.
+/// `quantize` the weights' quantization, if any; `weights_dtype` the
+/// 16-bit dtype matmuls' and gathers' weights are stored in, if any.
 pub fn run(
     nodes: &mut Vec<Node>,
     initializers: &mut Vec<Initializer>,
     outputs: &[String],
     static_shapes: &HashMap<String, Vec<i64>>,
     quantize: Option<&Quantize>,
+    weights_dtype: Option<DType>,
 ) -> OptimizeReport {
     let mut graph = Graph {
         nodes: std::mem::take(nodes),
@@ -92,6 +113,7 @@ pub fn run(
         keep: outputs.iter().map(String::as_str).collect(),
         static_shapes,
         quantize,
+        weights_dtype,
     };
     let mut report = OptimizeReport::default();
     for (_, pass) in PASSES {
@@ -140,7 +162,7 @@ mod tests {
             &initializers,
             &["y"],
             &[("x", counting(&[1, 1, 4, 4]))],
-            |n, i, _| report = run(n, i, &["y".into()], &HashMap::new(), None),
+            |n, i, _| report = run(n, i, &["y".into()], &HashMap::new(), None, None),
         );
         let mut folding = FoldReport { identities: 1, lifted: 1, ..Default::default() };
         folding.fused.pads = 1;

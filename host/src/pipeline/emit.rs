@@ -167,6 +167,7 @@ pub fn onnx(
             &lowered.output_names,
             &lowered.static_shapes,
             options.quantize.as_ref(),
+            options.weights_dtype,
         )
     });
     progress.step("onnx", "IR fixes");

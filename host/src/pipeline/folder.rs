@@ -308,6 +308,7 @@ mod tests {
             external_data: true,
             optimize: true,
             quantize: None,
+            weights_dtype: None,
         });
         let model = folder.component("model", &artifact);
         assert_eq!(model, folder.scratch().join("model.onnx"));

@@ -1148,7 +1148,13 @@ mod tests {
     }
 
     fn onnx(external_data: bool, optimize: bool) -> Artifact {
-        Artifact::Onnx(OnnxOptions { opset: 18, external_data, optimize, quantize: None })
+        Artifact::Onnx(OnnxOptions {
+            opset: 18,
+            external_data,
+            optimize,
+            quantize: None,
+            weights_dtype: None,
+        })
     }
 
     fn target(artifact: Artifact, destination: Destination) -> Target {
@@ -1287,7 +1293,13 @@ mod tests {
         // Quantized weights are not the checkpoint's bytes: none.
         let quantized = Artifact::Onnx(OnnxOptions {
             quantize: Some(crate::onnx::quantize::Quantize::Int4(Default::default())),
-            ..OnnxOptions { opset: 18, external_data: true, optimize: true, quantize: None }
+            ..OnnxOptions {
+                opset: 18,
+                external_data: true,
+                optimize: true,
+                quantize: None,
+                weights_dtype: None,
+            }
         });
         let quantized = Written::new(&target(quantized, to("int4"))).unwrap();
         assert_eq!(prewritten_target(&[quantized], false), None);

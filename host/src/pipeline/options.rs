@@ -167,6 +167,10 @@ pub struct OnnxOptions {
     pub optimize: bool,
     /// Quantize the weights (`--quantize`), among the passes.
     pub quantize: Option<crate::onnx::quantize::Quantize>,
+    /// The weights matmuls and gathers read stored in this 16-bit dtype and
+    /// cast to float32 in the graph (`--dtype bfloat16|float16 --backend
+    /// openvino`: [`crate::onnx::compress`]); None: as traced.
+    pub weights_dtype: Option<hfx_dtype::DType>,
 }
 
 /// Where the artifact lands.
@@ -391,6 +395,7 @@ mod tests {
             external_data: true,
             optimize: true,
             quantize: None,
+            weights_dtype: None,
         });
         assert_eq!(onnx.folder_file("model"), "model.onnx");
         assert_eq!(Artifact::Pte(Pte::Portable.into()).folder_file("decode"), "decode.pte");
@@ -402,7 +407,8 @@ mod tests {
                     opset: 18,
                     external_data: true,
                     optimize: true,
-                    quantize: None
+                    quantize: None,
+                    weights_dtype: None,
                 },
                 stateful: true,
                 compress_to_fp16: false,

@@ -337,6 +337,10 @@ impl Component {
         {
             writeln!(out, "{}", o.quantized.line())?;
         }
+        if let Some((o, _)) = self.optimized.as_ref().filter(|(o, _)| o.compressed.dtype.is_some())
+        {
+            writeln!(out, "{}", o.compressed.line())?;
+        }
         if let Some(layers) = self.verified_layers {
             writeln!(out, "verified on the model's first {layers} layers (--verify-layers: its config truncated, the same checkpoint), not the whole model:")?;
         }

@@ -520,6 +520,7 @@ mod tests {
                 external_data: false,
                 optimize: true,
                 quantize,
+                weights_dtype: None,
             })
         };
         let int4 = onnx(Some(Quantize::Int4(options)));

@@ -495,6 +495,7 @@ fn emit_onnx(
                 &lowered.output_names,
                 &lowered.static_shapes,
                 None,
+                None,
             );
             let types = onnx_ir_fix::traced_types(
                 graph,

@@ -141,8 +141,13 @@ pub fn run(
         unattributed: BTreeMap::new(),
         coverage: None,
     };
-    let onnx_options =
-        OnnxOptions { opset: options.opset, external_data: false, optimize: true, quantize: None };
+    let onnx_options = OnnxOptions {
+        opset: options.opset,
+        external_data: false,
+        optimize: true,
+        quantize: None,
+        weights_dtype: None,
+    };
     for (n, info) in infos.iter().enumerate() {
         let opinfo = if info.variant.is_empty() {
             info.name.clone()

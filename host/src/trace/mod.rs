@@ -853,6 +853,10 @@ pub struct TraceRequest {
     /// Backend preparation: where the model runs and in which dtype.
     pub device: String,
     pub dtype: String,
+    /// Backend preparation: the dtype the model's weights are rounded to
+    /// before it runs in `dtype` (16-bit weights in float32 activations, as
+    /// OpenVINO's `--dtype bfloat16` exports them); None: they are in `dtype`.
+    pub weights_dtype: Option<String>,
     /// Backend preparation: how a mixture-of-experts model runs its experts
     /// (transformers' `set_experts_implementation`), where the backend has no
     /// kernel for the model's own; None keeps it.
@@ -907,6 +911,7 @@ impl TraceRequest {
             handled: None,
             device: "cpu".into(),
             dtype: "float32".into(),
+            weights_dtype: None,
             experts: None,
             quantize: None,
             folder: None,
@@ -933,6 +938,7 @@ impl TraceRequest {
             sequence: self.sequence,
             device: self.device.clone(),
             dtype: self.dtype.clone(),
+            weights_dtype: self.weights_dtype.clone(),
             experts: self.experts.clone(),
             quantize: self.quantize.clone(),
             multi_token_decode: generation.multi_token_decode,
@@ -986,6 +992,7 @@ impl TraceRequest {
             },
             device: self.device.clone(),
             dtype: self.dtype.clone(),
+            weights_dtype: self.weights_dtype.clone(),
             experts: self.experts.clone(),
             quantize: self.quantize.clone(),
             folder: self.folder.clone(),

@@ -27,7 +27,7 @@ use crate::plugins::Versions;
 /// The protocol version: the first 32 bits of the SHA-256 of the messages'
 /// canonical form, written by `cargo run -p protocol-gen` (the worker's
 /// `messages.PROTOCOL` is the same number).
-pub const PROTOCOL: u64 = 4075128412;
+pub const PROTOCOL: u64 = 3827456449;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -188,6 +188,11 @@ pub struct TraceParams {
     pub decompose: Decompose,
     pub device: String,
     pub dtype: String,
+    /// The dtype the model's weights are rounded to before it runs in
+    /// `dtype`: a 16-bit model computed in float32 activations, as the
+    /// reference's OpenVINO export traces one (`patch_16bit_model`). None:
+    /// the weights are in `dtype`.
+    pub weights_dtype: Option<String>,
     pub experts: Option<String>,
     pub quantize: Option<EagerQuantize>,
     pub folder: Option<PathBuf>,
@@ -402,6 +407,8 @@ pub struct CaptureGeneration {
     pub sequence: u32,
     pub device: String,
     pub dtype: String,
+    /// As [`TraceParams::weights_dtype`].
+    pub weights_dtype: Option<String>,
     pub experts: Option<String>,
     pub quantize: Option<EagerQuantize>,
     pub multi_token_decode: bool,
@@ -1728,6 +1735,7 @@ mod tests {
             decompose: Decompose::Missing { handled: vec!["aten.mean.dim".into()] },
             device: "cpu".into(),
             dtype: "float32".into(),
+            weights_dtype: Some("bfloat16".into()),
             experts: Some("batched_mm".into()),
             quantize: Some(EagerQuantize {
                 linear: Some(LinearScheme::Int8DynamicInt4Weight),

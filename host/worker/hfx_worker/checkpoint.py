@@ -285,9 +285,12 @@ def write_converted(out, stored, dtype):
         out.write(memoryview(chunk.view(torch.uint8).numpy()))
 
 
-def streamed_model(build, folder, dtype_name):
+def streamed_model(build, folder, dtype_name, weights_dtype_name=None):
     """The model `build()` makes, its parameters empty and backed by the
-    folder's checkpoint; or None and why the weights cannot be streamed."""
+    folder's checkpoint; or None and why the weights cannot be streamed.
+    `weights_dtype_name`: the model computes in `dtype_name` over weights
+    rounded to this dtype (`sources.prepared`), which only a checkpoint
+    holding its floating tensors in it gives without reading them."""
     import torch
 
     tensors = checkpoint_tensors(folder)
@@ -315,6 +318,16 @@ def streamed_model(build, folder, dtype_name):
         if key is None:
             return None, f"parameter `{names[id(param)][0]}` has no tensor in the checkpoint"
         stored = tensors[key]
+        if (
+            weights_dtype_name is not None
+            and param.is_floating_point()
+            and stored.dtype != weights_dtype_name
+        ):
+            return (
+                None,
+                f"checkpoint tensor `{key}` is {stored.dtype}, and the model's weights are rounded to "
+                f"{weights_dtype_name} in memory",
+            )
         if tuple(stored.shape) != tuple(param.shape):
             return (
                 None,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypedDict
 
 # The hash of the definition's canonical form; both ends check it at `hello`.
-PROTOCOL = 4075128412
+PROTOCOL = 3827456449
 
 
 @dataclass
@@ -164,6 +164,11 @@ class TraceParams:
     decompose: Decompose
     device: str
     dtype: str
+    # The dtype the model's weights are rounded to before it runs in
+    # `dtype`: a 16-bit model computed in float32 activations, as the
+    # reference's OpenVINO export traces one (`patch_16bit_model`). None:
+    # the weights are in `dtype`.
+    weights_dtype: str | None
     experts: str | None
     quantize: EagerQuantize | None
     folder: str | None
@@ -320,6 +325,8 @@ class CaptureGeneration:
     sequence: int
     device: str
     dtype: str
+    # As [`TraceParams::weights_dtype`].
+    weights_dtype: str | None
     experts: str | None
     quantize: EagerQuantize | None
     multi_token_decode: bool

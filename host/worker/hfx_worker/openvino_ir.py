@@ -50,7 +50,14 @@ def convert_openvino(session, params: ConvertOpenvino) -> ConvertOpenvinoReply:
     # ~/intel and opens sockets, both of which the worker's sandbox refuses.
     model = openvino.Core().read_model(str(params.model))
     port_names = {name for port in model.inputs + model.outputs for name in port.get_names()}
+    decompressions = keep_decompressions(model)
     apply_moc_transformations(model, cf=False, smart_reshape=True)
+    if len(decompressions(model)) != len(decompressions.marked):
+        raise RuntimeError(
+            f"OpenVINO {openvino.get_version()}: its transformations folded the Converts of 16-bit weights marked "
+            f"`{DISABLE_CONSTANT_FOLDING}` ({len(decompressions.marked)} before, {len(decompressions(model))} after): "
+            "the IR would hold them float32; hfx checked the mark against OpenVINO 2026.3"
+        )
     compress_quantize_weights_transformation(model)
     apply_fused_names_cleanup(model)
     keep_port_names(model, port_names)
@@ -67,6 +74,40 @@ def convert_openvino(session, params: ConvertOpenvino) -> ConvertOpenvinoReply:
         convert_seconds=converted - started,
         save_seconds=time.perf_counter() - converted,
     )
+
+
+# The rt_info key of OpenVINO's `DisableConstantFolding` attribute (its type
+# name and version), which `ov::pass::disable_constant_folding` sets and
+# constant folding tests by key alone; Python has no binding that sets it.
+# Set as a string it is not serialized: the IR is as OpenVINO writes it.
+DISABLE_CONSTANT_FOLDING = "DisableConstantFolding_0"
+SIXTEEN_BIT = ("bf16", "f16")
+
+
+def keep_decompressions(model):
+    """Marks each `Convert` of a 16-bit weight to float32 (a `Cast` of a
+    16-bit initializer in the ONNX model: `onnx/compress.rs`) so that the
+    transformations leave it: the IR keeps the weight 16-bit, as the
+    reference's does, and OpenVINO's CPU plugin decompresses it inside its
+    matmuls and gathers. MOC's transformations fold such a `Convert` into a
+    float32 constant otherwise (OpenVINO 2026.3), doubling the `.bin`. Returns
+    the function that lists a model's such `Convert`s, with the ones marked
+    as its `marked`."""
+
+    def decompressions(model):
+        return [
+            op
+            for op in model.get_ordered_ops()
+            if op.get_type_name() == "Convert"
+            and op.get_output_element_type(0).get_type_name() == "f32"
+            and op.input_value(0).get_node().get_type_name() == "Constant"
+            and op.get_input_element_type(0).get_type_name() in SIXTEEN_BIT
+        ]
+
+    decompressions.marked = decompressions(model)
+    for op in decompressions.marked:
+        op.get_rt_info()[DISABLE_CONSTANT_FOLDING] = ""
+    return decompressions
 
 
 def keep_port_names(model, port_names):

@@ -135,6 +135,13 @@ class Session:
                 "quantize: torchao quantizes the model in place, and this model is the caller's: "
                 "export a quantized copy (copy.deepcopy) or export from a model folder",
             )
+        if params.weights_dtype is not None:
+            raise UserInputError(
+                "unsupported_option",
+                f"dtype={params.weights_dtype} to OpenVINO computes the model in float32 over its weights rounded "
+                f"to {params.weights_dtype}, in place, and this model is the caller's: export a copy "
+                "(copy.deepcopy) or export from a model folder",
+            )
         parameter = next(model.parameters(), None)
         if parameter is not None and (
             str(parameter.device) != params.device

@@ -299,15 +299,15 @@ def from_directory(path, task, trust_remote_code, layers=None):
         raise
 
 
-def streamed_from_directory(path, task, trust_remote_code, dtype, layers=None):
+def streamed_from_directory(path, task, trust_remote_code, dtype, layers=None, weights_dtype=None):
     """A model folder's model (its first `layers` layers) with its weights
     left in the checkpoint (`checkpoint.StreamedModel`), or None and why they
-    cannot be."""
+    cannot be; `weights_dtype` as `prepared` takes it."""
     from .checkpoint import streamed_model
 
     cls, config = directory_class(path, task, trust_remote_code, layers)
     options = {"trust_remote_code": trust_remote_code} if hasattr(cls, "from_config") else {}
-    return streamed_model(lambda: built(cls, config, **options), path, dtype)
+    return streamed_model(lambda: built(cls, config, **options), path, dtype, weights_dtype)
 
 
 def remote_auto_class(auto_map, architecture):
@@ -413,8 +413,16 @@ def forward_parameters(model):
 # ── Backend preparation: device and dtype ──
 
 
-def prepared(model, device, dtype_name):
-    """The model on the backend's device, in its dtype (cpu/float32 unless asked)."""
+def prepared(model, device, dtype_name, weights_dtype_name=None, streamed=False):
+    """The model on the backend's device, in its dtype (cpu/float32 unless asked).
+
+    With `weights_dtype_name`, its floating parameters and buffers hold the
+    values they would in that dtype (rounded to it) while it computes in
+    `dtype`: the reference's OpenVINO export of a 16-bit model, which traces
+    it in float32 activations over its 16-bit weights (`patch_16bit_model`).
+    `streamed`: the parameters are a streamed model's, whose checkpoint holds
+    them in that dtype already (`checkpoint.streamed_model`), so they are left
+    unread; its buffers are rounded."""
     import torch
 
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -422,13 +430,31 @@ def prepared(model, device, dtype_name):
             "unsupported_option",
             f"--device {device}: this torch sees no CUDA device: trace on the CPU (drop --device)",
         )
-    dtype = getattr(torch, dtype_name, None)
+    dtype = floating_dtype(dtype_name)
+    model = model.to(device=device, dtype=dtype)
+    if weights_dtype_name is not None:
+        weights_dtype = floating_dtype(weights_dtype_name)
+        tensors = list(model.buffers())
+        if not streamed:
+            tensors += list(model.parameters())
+        with torch.no_grad():
+            for tensor in tensors:
+                if tensor.is_floating_point():
+                    tensor.copy_(tensor.to(weights_dtype))
+    return model, device, dtype
+
+
+def floating_dtype(name):
+    """The torch dtype `--dtype` names."""
+    import torch
+
+    dtype = getattr(torch, name, None)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise UserInputError(
             "unsupported_option",
-            f"--dtype {dtype_name}: not a floating torch dtype (float32, float16, bfloat16)",
+            f"--dtype {name}: not a floating torch dtype (float32, float16, bfloat16)",
         )
-    return model.to(device=device, dtype=dtype), device, dtype
+    return dtype
 
 
 def on_device(value, device, dtype):

@@ -338,7 +338,12 @@ def built_model(session, params, generative=False, streamed=None, quantize=True)
         and params.device == "cpu"
     ):
         streamed.model, streamed.fallback = streamed_from_directory(
-            source.path, params.task, source.trust_remote_code, params.dtype, source.layers
+            source.path,
+            params.task,
+            source.trust_remote_code,
+            params.dtype,
+            source.layers,
+            params.weights_dtype,
         )
         if streamed.model is not None:
             model = streamed.model.model
@@ -357,7 +362,13 @@ def built_model(session, params, generative=False, streamed=None, quantize=True)
     else:
         model, inputs = from_function(source.spec)
     model = model.eval()
-    model, device, dtype = prepared(model, params.device, params.dtype)
+    model, device, dtype = prepared(
+        model,
+        params.device,
+        params.dtype,
+        params.weights_dtype,
+        streamed=streamed is not None and streamed.model is not None,
+    )
     # Backend preparation the host asks for: a MoE model's experts run as
     # the backend can (the reference's `prepare_for_xnnpack`).
     if params.experts and getattr(model, "_can_set_experts_implementation", lambda: False)():
