@@ -464,8 +464,7 @@ fn an_xnnpack_decode_program_updates_its_cache_in_place() {
     let dir = root_dir.path().join("llama");
     let set = "vocab_size=128,hidden_size=32,intermediate_size=64,num_hidden_layers=2,\
                num_attention_heads=4,num_key_value_heads=4,max_position_embeddings=64";
-    let extra =
-        ["--delegate", "xnnpack", "--cache", "static", "--max-cache-len", "24", "--static"];
+    let extra = ["--delegate", "xnnpack", "--cache", "static", "--max-cache-len", "24", "--static"];
     let stdout = generate("executorch", "llama", set, &dir, &extra);
     assert!(stdout.contains("identical to eager `generate`"), "{stdout}");
     // batch 2 x 4 heads x 24 positions x head size 8

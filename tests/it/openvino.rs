@@ -64,6 +64,16 @@ fn layer_types(xml: &Path) -> Vec<String> {
         .collect()
 }
 
+/// The export folder `out` loaded by the reference's `from_pretrained` and
+/// run on the CPU against the eager reference kept beside it, at the
+/// precision the IR records (float32): OpenVINO 2026.3 leaves that to the
+/// caller, and would run bfloat16 where the CPU has it.
+fn runs_in_the_reference_runtime(out: &Path) {
+    let reference = out.join("openvino_model.reference.pt").display().to_string();
+    let runner = r#"{"device": "cpu", "config": {"INFERENCE_PRECISION_HINT": "f32"}}"#;
+    run_python("check_folder.py", &[&out.display().to_string(), &reference, "1e-3", runner]);
+}
+
 fn an_export_folder_runs_in_the_reference_runtime(mode: &str, sizes: usize) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join(format!("llama{mode}"));
@@ -83,11 +93,7 @@ fn an_export_folder_runs_in_the_reference_runtime(mode: &str, sizes: usize) {
     assert!(model["metadata"]["packages"]["openvino"].is_string(), "{manifest}");
     // The IR is OpenVINO's own: its transformations fused the MLP's silu.
     assert!(layer_types(&xml).iter().any(|t| t == "Swish"), "{:?}", layer_types(&xml));
-    // On the CPU at the precision the IR records (float32): OpenVINO 2026.3
-    // leaves it to the caller, and would run bfloat16 where the CPU has it.
-    let reference = out.join("openvino_model.reference.pt").display().to_string();
-    let runner = r#"{"device": "cpu", "config": {"INFERENCE_PRECISION_HINT": "f32"}}"#;
-    run_python("check_folder.py", &[&out.display().to_string(), &reference, "1e-3", runner]);
+    runs_in_the_reference_runtime(&out);
     // OpenVINO's CPU plugin fuses the rotary embedding (its `rotate_half`
     // negation is ONNX's `Neg`) into `RoPE` layers.
     run_python("openvino_patterns.py", &["fused", xml.to_str().unwrap(), "RoPE"]);
@@ -348,9 +354,7 @@ fn a_compressed_ir_holds_float16_weights_and_runs_in_the_reference_runtime() {
         serde_json::from_str(&std::fs::read_to_string(out.join("export.json")).unwrap()).unwrap();
     let config = &manifest["components"]["model"]["metadata"]["export_config"];
     assert_eq!(config["compress_to_fp16"], true, "{manifest}");
-    let reference = out.join("openvino_model.reference.pt").display().to_string();
-    let runner = r#"{"device": "cpu", "config": {"INFERENCE_PRECISION_HINT": "f32"}}"#;
-    run_python("check_folder.py", &[&out.display().to_string(), &reference, "1e-3", runner]);
+    runs_in_the_reference_runtime(&out);
 }
 
 /// `--quantize int4` composed with the stateful generation export: greedy
@@ -466,9 +470,7 @@ fn a_bfloat16_export_holds_bfloat16_weights_and_verifies_in_float32() {
     assert_eq!(weights_of(&xml, "bf16"), (16, 0));
     let bin = std::fs::metadata(out.join("openvino_model.bin")).unwrap().len();
     assert!(bin < 60_000, "the .bin holds 53248 bytes of bfloat16 weights: {bin}");
-    let reference = out.join("openvino_model.reference.pt").display().to_string();
-    let runner = r#"{"device": "cpu", "config": {"INFERENCE_PRECISION_HINT": "f32"}}"#;
-    run_python("check_folder.py", &[&out.display().to_string(), &reference, "1e-3", runner]);
+    runs_in_the_reference_runtime(&out);
 }
 
 /// A model folder to OpenVINO with `--dtype bfloat16`: a bfloat16
