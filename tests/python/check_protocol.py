@@ -38,6 +38,7 @@ TRACE = {
     "decompose": {"kind": "none"},
     "device": "cpu",
     "dtype": "float32",
+    "weights_dtype": None,
     "experts": None,
     "quantize": None,
     "folder": None,
