@@ -819,6 +819,27 @@ def decompose_missing(session, program, handled):
         ):
             table[op] = op.decompose
     missing = {}
+    # `detach_` writes no values (autograd's metadata only): each is its input,
+    # dropped here, where functionalizing it would retrace the whole program
+    # (seconds for a 125M decoder whose cache layers hold two per layer).
+    detached = [
+        node
+        for node in program.graph.nodes
+        if node.op == "call_function"
+        and node.target is torch.ops.aten.detach_.default
+        and str(node.target) not in handled
+        and not any(user.op == "output" for user in node.users)
+    ]
+    for node in detached:
+        node.replace_all_uses_with(node.args[0])
+        program.graph.erase_node(node)
+    if detached:
+        program.graph_module.recompile()
+    dropped = (
+        [messages.Decomposed(op=str(torch.ops.aten.detach_.default), nodes=len(detached), became=0)]
+        if detached
+        else []
+    )
     for node in program.graph.nodes:
         if (
             node.op == "call_function"
@@ -832,7 +853,7 @@ def decompose_missing(session, program, handled):
             name = str(node.target)
             missing[name] = missing.get(name, 0) + 1
     if not missing:
-        return program, []
+        return program, dropped
     session.progress("decompose")
     program = program.run_decompositions(table)
     became = dict.fromkeys(missing, 0)
@@ -840,7 +861,7 @@ def decompose_missing(session, program, handled):
         sources = node.meta.get("from_node") or []
         if node.op == "call_function" and sources and sources[0].target in became:
             became[sources[0].target] += 1
-    return program, [
+    return program, dropped + [
         messages.Decomposed(op=op, nodes=count, became=became[op]) for op, count in missing.items()
     ]
 
