@@ -15,35 +15,30 @@ use crate::common::hfx_with_python as hfx;
 use crate::common::tiny::*;
 use crate::common::*;
 
-/// `hfx run --backend openvino` of the tiny Llama to `out` with `extra`
-/// flags, verified; its stdout.
-fn export(dir: &Path, out: &Path, extra: &[&str]) -> String {
+/// `hfx run --backend BACKEND MODEL... --verify -o OUT EXTRA` with the
+/// default plugins, in `dir`: it succeeds and nothing mismatches; its stdout.
+fn verified(dir: &Path, backend: &str, model: &[&str], out: &str, extra: &[&str]) -> String {
     let plugins = root().join("plugins").display().to_string();
-    let out_arg = out.display().to_string();
-    let mut args = vec![
-        "run",
-        "--backend",
-        "openvino",
-        "--model",
-        "llama",
-        "--set",
-        LLAMA,
-        "-o",
-        &out_arg,
-        "--plugins",
-        &plugins,
-        "--verify",
-    ];
+    let mut args = vec!["run", "--backend", backend];
+    args.extend(model);
+    args.extend(["-o", out, "--plugins", &plugins, "--verify"]);
     args.extend(extra);
     let result = hfx(dir, &args);
     let stdout = String::from_utf8_lossy(&result.stdout).into_owned();
     assert!(
         result.status.success(),
-        "{extra:?}: {}{stdout}",
+        "{model:?} {extra:?}: {}{stdout}",
         String::from_utf8_lossy(&result.stderr)
     );
     assert!(!stdout.contains("MISMATCH"), "{stdout}");
     stdout
+}
+
+/// `hfx run --backend openvino` of the tiny Llama to `out` with `extra`
+/// flags, verified; its stdout.
+fn export(dir: &Path, out: &Path, extra: &[&str]) -> String {
+    let model = ["--model", "llama", "--set", LLAMA];
+    verified(dir, "openvino", &model, &out.display().to_string(), extra)
 }
 
 /// The verified checks' input sizes, as the summary prints them.
@@ -606,29 +601,13 @@ fn pattern_verifies_at_two_sizes(
     other: &str,
 ) {
     let dir = tempfile::tempdir().unwrap();
-    let plugins = root().join("plugins").display().to_string();
     let file =
         if backend == "openvino" { format!("{pattern}.xml") } else { format!("{pattern}.onnx") };
     let out = dir.path().join(&file).display().to_string();
     let spec = format!("python:openvino_patterns:{pattern}");
-    let mut args = vec![
-        "run",
-        "--backend",
-        backend,
-        "--model-fn",
-        &spec,
-        "--dynamic",
-        "--verify",
-        "-o",
-        &out,
-        "--plugins",
-        &plugins,
-    ];
-    args.extend(extra);
-    let result = hfx(dir.path(), &args);
-    let stdout = String::from_utf8_lossy(&result.stdout);
-    assert!(result.status.success(), "{}{stdout}", String::from_utf8_lossy(&result.stderr));
-    assert!(stdout.contains("verify inputs") && !stdout.contains("MISMATCH"), "{stdout}");
+    let extra: Vec<&str> = ["--dynamic"].into_iter().chain(extra.iter().copied()).collect();
+    let stdout = verified(dir.path(), backend, &["--model-fn", &spec], &out, &extra);
+    assert!(stdout.contains("verify inputs"), "{stdout}");
     let translated = stdout.lines().find(|l| l.split_whitespace().next() == Some(plugin));
     assert!(translated.is_some_and(|l| !l.contains("changed     0")), "{plugin}: {stdout}");
     run_python("openvino_patterns.py", &["resized", &out, pattern, other]);
@@ -692,24 +671,9 @@ fn the_reference_openvino_workaround_patterns_verify_in_openvino() {
 fn elements_written_in_place_verify_in_openvino_at_two_sizes() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("element_write.xml").display().to_string();
-    let plugins = root().join("plugins").display().to_string();
-    let args = [
-        "run",
-        "--backend",
-        "openvino",
-        "--model-fn",
-        "python:openvino_patterns:element_write",
-        "--dynamic",
-        "--verify",
-        "-o",
-        &out,
-        "--plugins",
-        &plugins,
-    ];
-    let result = hfx(dir.path(), &args);
-    let stdout = String::from_utf8_lossy(&result.stdout);
-    assert!(result.status.success(), "{}{stdout}", String::from_utf8_lossy(&result.stderr));
-    assert!(!stdout.contains("MISMATCH") && checked_sizes(&stdout) == 1, "{stdout}");
+    let model = ["--model-fn", "python:openvino_patterns:element_write"];
+    let stdout = verified(dir.path(), "openvino", &model, &out, &["--dynamic"]);
+    assert_eq!(checked_sizes(&stdout), 1, "{stdout}");
     run_python("openvino_patterns.py", &["resized", &out, "element_write", "3,11"]);
     run_python("openvino_patterns.py", &["expand_to_no_axes"]);
     assert_no_scratch_left(dir.path());
@@ -728,24 +692,9 @@ fn elements_written_in_place_verify_in_openvino_at_two_sizes() {
 fn a_paligemma_ir_verifies_against_the_mask_its_model_builds() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("paligemma.xml").display().to_string();
-    let plugins = root().join("plugins").display().to_string();
-    let args = [
-        "run",
-        "--backend",
-        "openvino",
-        "--model-fn",
-        "python:generation_models:paligemma",
-        "--static",
-        "--verify",
-        "-o",
-        &out,
-        "--plugins",
-        &plugins,
-    ];
-    let result = hfx(dir.path(), &args);
-    let stdout = String::from_utf8_lossy(&result.stdout);
-    assert!(result.status.success(), "{}{stdout}", String::from_utf8_lossy(&result.stderr));
-    assert!(!stdout.contains("MISMATCH") && checked_sizes(&stdout) == 1, "{stdout}");
+    let model = ["--model-fn", "python:generation_models:paligemma"];
+    let stdout = verified(dir.path(), "openvino", &model, &out, &["--static"]);
+    assert_eq!(checked_sizes(&stdout), 1, "{stdout}");
     assert_no_scratch_left(dir.path());
 }
 
@@ -761,24 +710,8 @@ fn a_paligemma_ir_verifies_against_the_mask_its_model_builds() {
 fn qwen3_vl_generates_from_an_image_through_openvino_components() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("qwen3_vl").display().to_string() + "/";
-    let plugins = root().join("plugins").display().to_string();
-    let args = [
-        "run",
-        "--backend",
-        "openvino",
-        "--model-fn",
-        "python:generation_models:qwen3_vl",
-        "--dynamic",
-        "--generation",
-        "--verify",
-        "-o",
-        &out,
-        "--plugins",
-        &plugins,
-    ];
-    let result = hfx(dir.path(), &args);
-    let stdout = String::from_utf8_lossy(&result.stdout);
-    assert!(result.status.success(), "{}{stdout}", String::from_utf8_lossy(&result.stderr));
+    let model = ["--model-fn", "python:generation_models:qwen3_vl"];
+    let stdout = verified(dir.path(), "openvino", &model, &out, &["--dynamic", "--generation"]);
     let calls = "identical to eager `generate` (component calls: image_encoder 1, language_model 1, lm_head 1, decode 7";
     assert!(stdout.contains(calls), "{stdout}");
     assert!(stdout.contains("decomposed aten.index_put_.default"), "{stdout}");
