@@ -28,6 +28,14 @@ smaller operand: (q·a)(kᵀ·b) = (q·ab)kᵀ, exact up to float rounding.
 """
 
 
+def edge_op(namespace, name):
+    """The edge dialect's op `namespace::name` (`name` as `op.overload`)."""
+    from executorch.exir.dialects._ops import ops
+
+    op, overload = name.split(".")
+    return getattr(getattr(getattr(ops.edge, namespace), op), overload)
+
+
 def same_layout(a, b):
     """Whether the fake values of nodes `a` and `b` are tensors of one shape
     (provably, for symbolic sizes), dtype and dim order."""
@@ -128,19 +136,10 @@ LAYOUT_OPS = (
 )
 
 
-def edge_op(namespace, name):
-    """The edge dialect's op `namespace::name` (`name` as `op.overload`)."""
-    from executorch.exir.dialects._ops import ops
-
-    op, overload = name.split(".")
-    return getattr(getattr(getattr(ops.edge, namespace), op), overload)
-
-
-def scaled_source(node):
-    """The `mul.Scalar` that `node` is a scaled tensor moved by layout ops
-    from, if each node on the way (the `mul` too) has one user; else None."""
-    layout = {edge_op(namespace, name) for namespace, name in LAYOUT_OPS}
-    scale = edge_op("aten", "mul.Scalar")
+def scaled_source(node, layout, scale):
+    """The `scale` node (`mul.Scalar`) that `node` is a scaled tensor moved
+    by `layout` ops from, if each node on the way (the `mul` too) has one
+    user; else None."""
     while node.op == "call_function" and len(node.users) == 1:
         if node.target == scale:
             return node if isinstance(node.args[1], (int, float)) else None
@@ -167,11 +166,13 @@ def matmul_scales_on_the_smaller_operand(module):
     from torch.fx.passes.infra.pass_base import PassResult
 
     bmm = edge_op("aten", "bmm.default")
+    layout = {edge_op(namespace, name) for namespace, name in LAYOUT_OPS}
+    scale = edge_op("aten", "mul.Scalar")
     changed = False
     for node in list(module.graph.nodes):
         if node.op != "call_function" or node.target != bmm:
             continue
-        scales = [scaled_source(operand) for operand in node.args[:2]]
+        scales = [scaled_source(operand, layout, scale) for operand in node.args[:2]]
         if None in scales or scales[0] is scales[1]:
             continue
         sizes = [static_numel(scale) for scale in scales]
