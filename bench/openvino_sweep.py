@@ -53,7 +53,6 @@ from sweep import (  # noqa: E402
     last_json,
     log,
     machine,
-    one_line,
     per_mode,
     run_step,
     write,
@@ -132,15 +131,7 @@ def reference_export(arch, mode, out, timeout):
     if code == 0 and reply and reply.get("ok") and os.path.exists(path):
         result.update(ok=True, path=path, export_s=reply["export_s"])
     else:
-        if code == "timeout":
-            reason = f"timeout after {timeout} s"
-        elif reply and reply.get("error"):
-            reason = reply["error"]
-        else:
-            reason = f"exit {code}: " + one_line(stderr)
-        result.update(ok=False, reason=reason)
-        result["log"] = os.path.join(out, "logs", f"ref-{arch}-{mode}.log")
-        write(result["log"], stdout + "\n---- stderr ----\n" + stderr)
+        sweep.reference_failed(result, (arch, mode, out), code, reply, stdout, stderr, timeout)
     return result
 
 

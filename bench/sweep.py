@@ -213,22 +213,31 @@ def reference_export(arch, mode, out, timeout):
             save_s=reply["save_s"],
         )
     else:
-        if code == "timeout":
-            # torch.onnx prints each of its steps (`[torch.onnx] Run decomposition...`): name the one it was in.
-            steps = [
-                l.strip() for l in (stdout + stderr).splitlines() if l.startswith("[torch.onnx]")
-            ]
-            reason = f"timeout after {timeout} s" + (
-                f" (after `{steps[-1]}`)" if steps else " (in torch.export)"
-            )
-        elif reply and reply.get("error"):
-            reason = reply["error"]
-        else:
-            reason = f"exit {code}: " + one_line(stderr)
-        result.update(ok=False, reason=reason)
-        result["log"] = os.path.join(out, "logs", f"ref-{arch}-{mode}.log")
-        write(result["log"], stdout + "\n---- stderr ----\n" + stderr)
+        reference_failed(result, (arch, mode, out), code, reply, stdout, stderr, timeout, onnx_step)
     return result
+
+
+def onnx_step(stdout, stderr):
+    """Where a timed-out torch.onnx export was: torch.onnx prints each of its
+    steps (`[torch.onnx] Run decomposition...`)."""
+    steps = [l.strip() for l in (stdout + stderr).splitlines() if l.startswith("[torch.onnx]")]
+    return f" (after `{steps[-1]}`)" if steps else " (in torch.export)"
+
+
+def reference_failed(result, run, code, reply, stdout, stderr, timeout, where=None):
+    """`result` of the reference's failed export `run` (arch, mode, out
+    folder): its one-line reason (a timeout's with `where(stdout, stderr)`
+    when given), and its output written to a log it names."""
+    arch, mode, out = run
+    if code == "timeout":
+        reason = f"timeout after {timeout} s" + (where(stdout, stderr) if where else "")
+    elif reply and reply.get("error"):
+        reason = reply["error"]
+    else:
+        reason = f"exit {code}: " + one_line(stderr)
+    result.update(ok=False, reason=reason)
+    result["log"] = os.path.join(out, "logs", f"ref-{arch}-{mode}.log")
+    write(result["log"], stdout + "\n---- stderr ----\n" + stderr)
 
 
 def reference_one(arch, mode, folder):
