@@ -16,14 +16,25 @@ use crate::common::tiny::*;
 use crate::common::*;
 
 /// `hfx run --backend BACKEND MODEL... --verify -o OUT EXTRA` with the
-/// default plugins, in `dir`: it succeeds and nothing mismatches; its stdout.
-fn verified(dir: &Path, backend: &str, model: &[&str], out: &str, extra: &[&str]) -> String {
+/// default plugins, in `dir`.
+fn run_verify(
+    dir: &Path,
+    backend: &str,
+    model: &[&str],
+    out: &str,
+    extra: &[&str],
+) -> std::process::Output {
     let plugins = root().join("plugins").display().to_string();
     let mut args = vec!["run", "--backend", backend];
     args.extend(model);
     args.extend(["-o", out, "--plugins", &plugins, "--verify"]);
     args.extend(extra);
-    let result = hfx(dir, &args);
+    hfx(dir, &args)
+}
+
+/// `run_verify`, which succeeds and with nothing mismatched; its stdout.
+fn verified(dir: &Path, backend: &str, model: &[&str], out: &str, extra: &[&str]) -> String {
+    let result = run_verify(dir, backend, model, out, extra);
     let stdout = String::from_utf8_lossy(&result.stdout).into_owned();
     assert!(
         result.status.success(),
@@ -549,25 +560,11 @@ const PATTERNS: &[(&str, &str)] = &[
 /// reported together.
 fn patterns_verify_in_openvino(patterns: &[(&str, &str)]) {
     let dir = tempfile::tempdir().unwrap();
-    let plugins = root().join("plugins").display().to_string();
     let mut failures = Vec::new();
     for &(pattern, shapes) in patterns {
         let out = dir.path().join(format!("{pattern}.xml")).display().to_string();
         let spec = format!("python:openvino_patterns:{pattern}");
-        let args = [
-            "run",
-            "--backend",
-            "openvino",
-            "--model-fn",
-            &spec,
-            shapes,
-            "--verify",
-            "-o",
-            &out,
-            "--plugins",
-            &plugins,
-        ];
-        let result = hfx(dir.path(), &args);
+        let result = run_verify(dir.path(), "openvino", &["--model-fn", &spec], &out, &[shapes]);
         let stdout = String::from_utf8_lossy(&result.stdout);
         let verified = stdout.contains("verify inputs") && !stdout.contains("MISMATCH");
         if !result.status.success() || !verified {
@@ -742,23 +739,8 @@ fn a_tiny_mixture_of_experts_decoder_exports_to_openvino_and_matches_eager() {
     let dir = tempfile::tempdir().unwrap();
     let model = model_folder("deepseek_v2", dir.path()).display().to_string();
     let out = dir.path().join("moe").display().to_string() + "/";
-    let plugins = root().join("plugins").display().to_string();
-    let args = [
-        "run",
-        "--backend",
-        "openvino",
-        "--model-dir",
-        &model,
-        "--verify",
-        "-o",
-        &out,
-        "--plugins",
-        &plugins,
-    ];
-    let result = hfx(dir.path(), &args);
-    let stdout = String::from_utf8_lossy(&result.stdout);
-    assert!(result.status.success(), "{}{stdout}", String::from_utf8_lossy(&result.stderr));
-    assert!(!stdout.contains("MISMATCH") && checked_sizes(&stdout) == 2, "{stdout}");
+    let stdout = verified(dir.path(), "openvino", &["--model-dir", &model], &out, &[]);
+    assert_eq!(checked_sizes(&stdout), 2, "{stdout}");
     assert!(stdout.contains("onnx-translate-matmul"), "{stdout}");
     assert_no_scratch_left(dir.path());
 }
