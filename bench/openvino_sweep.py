@@ -208,11 +208,6 @@ class OpenvinoSession:
         return [np.asarray(results[port]) for port in self.compiled.outputs]
 
 
-def check_arch(arch, artifacts, timeout):
-    """`--check` in a fresh process (this script's); a crash fails the artifacts it did not reach."""
-    return sweep.check_arch(arch, artifacts, timeout, script=__file__)
-
-
 def check(arch, artifacts):
     """Child process: eager outputs at sizes A and B, then each IR on OpenVINO's CPU plugin; one JSON line each."""
     import numpy as np
@@ -293,26 +288,9 @@ def sweep_arch(arch, args):
         log(f"{arch}: reference {mode}")
         result["reference"][mode] = reference_export(arch, mode, args.out, args.timeout)
         log(f"{arch}: reference {mode} -> {summary(result['reference'][mode])}")
-    checked(result, args)
+    sweep.checked(result, args, script=__file__)
     write(os.path.join(args.out, "results", f"{arch}.json"), json.dumps(result, indent=1))
     return result
-
-
-def checked(result, args):
-    arch = result["arch"]
-    artifacts = {
-        f"{side}/{mode}": r["path"]
-        for side in ("hfx", "reference")
-        for mode, r in result[side].items()
-        if r["ok"] and r.get("path")
-    }
-    for key, entry in check_arch(arch, artifacts, args.timeout).items():
-        side, mode = key.split("/")
-        result[side][mode]["check"] = entry
-        log(
-            f"{arch}: check {side} {mode}: {'pass' if entry['ok'] else 'FAIL ' + entry.get('reason', '')} "
-            f"(max abs {entry.get('max_abs')})"
-        )
 
 
 def summary(step):
@@ -499,7 +477,7 @@ def main():
     if args.report_only or args.recheck:
         results = {n: stored(n) for n in names if stored(n)}
         for name, result in results.items() if args.recheck else ():
-            checked(result, args)
+            sweep.checked(result, args, script=__file__)
             write(os.path.join(args.out, "results", f"{name}.json"), json.dumps(result, indent=1))
     else:
         todo = [n for n in names if not (args.resume and stored(n))]

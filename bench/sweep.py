@@ -483,16 +483,17 @@ def sweep_arch(arch, args):
     return result
 
 
-def checked(result, args):
-    """The check of every artifact of one architecture, recorded in `result`."""
+def checked(result, args, script=__file__):
+    """The check (`script --check`) of every artifact of one architecture,
+    recorded in `result`."""
     arch = result["arch"]
     artifacts = {
         f"{side}/{mode}": r["path"]
         for side in ("hfx", "reference")
         for mode, r in result[side].items()
-        if r["ok"]
+        if r["ok"] and r.get("path")
     }
-    checks = check_arch(arch, artifacts, args.timeout)
+    checks = check_arch(arch, artifacts, args.timeout, script)
     for key, entry in checks.items():
         side, mode = key.split("/")
         result[side][mode]["check"] = entry
