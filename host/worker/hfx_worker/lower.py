@@ -141,11 +141,11 @@ def inputs_updated_in_place_planned():
         specs = lifetimes(module, signature)
         last = len(module.graph.nodes) - 1
         for node in module.graph.nodes:
-            spec = node.meta.get("spec")
             if node.op == "placeholder" and any(
                 memory_planning._is_inplace_node(user) and user.args[0] is node
                 for user in node.users
             ):
+                spec = node.meta["spec"]
                 spec.lifetime = [spec.lifetime[0], last]
         return specs
 
