@@ -47,6 +47,7 @@ pub fn pt2_open(data: &[u8]) {
                 &lowered.static_shapes,
                 None,
                 None,
+                true,
             );
             let _ = emit::plan(lowered, "fuzz", &[]);
         }

@@ -15,6 +15,7 @@ pub mod graph;
 pub mod input;
 pub mod installed;
 pub mod onnx;
+pub mod openvino;
 pub mod pipeline;
 pub mod plugins;
 pub mod private;

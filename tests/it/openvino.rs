@@ -106,6 +106,72 @@ fn an_export_folder_runs_in_the_reference_runtime(mode: &str, sizes: usize) {
     assert_no_scratch_left(dir.path());
 }
 
+/// The number a layer's attribute `key` holds (`offset`, `size`).
+fn attribute(layer: &str, key: &str) -> usize {
+    let start = layer.find(&format!(" {key}=\"")).unwrap() + key.len() + 3;
+    layer[start..][..layer[start..].find('"').unwrap()].parse().unwrap()
+}
+
+/// A model folder to OpenVINO without `--verify`: the host streams the
+/// checkpoint into the ONNX model's data file while the worker traces, and
+/// that file becomes the IR's `.bin`. The weights' constants point at the
+/// checkpoint's bytes (the embedding, the first, at offset 0), under their
+/// own names: OpenVINO saved none of them, its own constants follow them.
+/// The folder runs in the reference's runtime.
+#[test]
+fn the_irs_weights_are_the_checkpoints_bytes_the_host_streamed() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = model_folder("llama", dir.path());
+    let out = dir.path().join("ir");
+    let (folder_arg, out_arg) = (folder.display().to_string(), format!("{}/", out.display()));
+    let plugins = root().join("plugins").display().to_string();
+    let args = ["run", "--backend", "openvino", "--model-dir", &folder_arg, "--dynamic"];
+    let extra = ["-o", &out_arg, "--plugins", &plugins, "--keep-reference"];
+    let result = hfx(dir.path(), &[&args[..], &extra[..]].concat());
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(result.status.success(), "{}{stdout}", String::from_utf8_lossy(&result.stderr));
+    assert!(stdout.contains("weight entries written while torch.export ran"), "{stdout}");
+    let xml = std::fs::read_to_string(out.join("openvino_model.xml")).unwrap();
+    assert!(!xml.contains("hfx.weight."), "no weight is left an input");
+    let embedding = xml
+        .split("<layer ")
+        .find(|l| l.contains(r#"name="model.embed_tokens.weight" type="Const""#))
+        .expect("the embedding's constant, under its name");
+    let (offset, size) = (attribute(embedding, "offset"), attribute(embedding, "size"));
+    assert_eq!(offset, 0, "the first weight the host wrote");
+    let bin = std::fs::read(out.join("openvino_model.bin")).unwrap();
+    let checkpoint = std::fs::read(folder.join("model.safetensors")).unwrap();
+    let header_len = u64::from_le_bytes(checkpoint[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&checkpoint[8..8 + header_len]).unwrap();
+    let tensor = &header["model.embed_tokens.weight"];
+    assert_eq!(tensor["dtype"], "F32");
+    let [start, end] = [0, 1].map(|i| tensor["data_offsets"][i].as_u64().unwrap() as usize);
+    assert_eq!(end - start, size);
+    assert!(bin[offset..offset + size] == checkpoint[8 + header_len + start..8 + header_len + end]);
+    // OpenVINO's own constants (shapes, axes, what it folded) follow every
+    // checkpoint weight, not among them. The checkpoint's: the embedding, the
+    // head and the MLP's; this tiny model's attention weights (4096 elements)
+    // the optimizer folds transposed, and OpenVINO transposes them back into
+    // constants of its own.
+    let (weights, own): (Vec<&str>, Vec<&str>) =
+        xml.split("<layer ").filter(|l| l.contains(r#"type="Const""#)).partition(|l| {
+            let name = &l[l.find("name=\"").unwrap() + 6..];
+            header.get(&name[..name.find('"').unwrap()]).is_some()
+        });
+    let weights_end = weights.iter().map(|l| attribute(l, "offset") + attribute(l, "size")).max();
+    let own_start = own.iter().map(|l| attribute(l, "offset")).min();
+    assert!(
+        weights.len() == 8 && own_start >= weights_end,
+        "{} weights to {weights_end:?}, OpenVINO's from {own_start:?}",
+        weights.len()
+    );
+    assert!(
+        !out.join("openvino_model.onnx").exists() && !out.join("openvino_model.onnx.data").exists()
+    );
+    runs_in_the_reference_runtime(&out);
+    assert_no_scratch_left(dir.path());
+}
+
 #[test]
 fn a_static_export_folder_is_verified_and_runs_in_the_reference_runtime() {
     an_export_folder_runs_in_the_reference_runtime("--static", 1);

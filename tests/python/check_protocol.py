@@ -148,7 +148,7 @@ def main():
     ]
     failures += [f for f in (refused(*case) for case in cases) if f]
     try:
-        server.hello(None, Hello(protocol=protocol.PROTOCOL + 1))
+        server.hello(None, Hello(protocol=protocol.PROTOCOL + 1, warm_up=False))
         failures.append("hello accepted another protocol version")
     except ProtocolError as error:
         if f"protocol {protocol.PROTOCOL + 1}, this worker {protocol.PROTOCOL}" not in str(error):
@@ -157,7 +157,13 @@ def main():
     lines = [
         json.dumps({"id": 1, "method": "hello", "params": {"protocol": protocol.PROTOCOL, "x": 1}}),
         "not json",
-        json.dumps({"id": 3, "method": "hello", "params": {"protocol": protocol.PROTOCOL}}),
+        json.dumps(
+            {
+                "id": 3,
+                "method": "hello",
+                "params": {"protocol": protocol.PROTOCOL, "warm_up": False},
+            }
+        ),
     ]
     out = io.StringIO()
     stdin, stdout = sys.stdin, sys.stdout

@@ -54,7 +54,11 @@ def probe(_session, params: ProbeParams):
 
 server.METHODS["probe"] = (ProbeParams, probe)
 requests = [
-    {"id": 1, "method": "hello", "params": {"protocol": protocol.PROTOCOL, "memo_dir": None}},
+    {
+        "id": 1,
+        "method": "hello",
+        "params": {"protocol": protocol.PROTOCOL, "memo_dir": None, "warm_up": True},
+    },
     {"id": 2, "method": "probe", "params": {"leave_cycle": True}},
     {"id": 3, "method": "probe", "params": {"leave_cycle": False}},
 ]

@@ -8,7 +8,8 @@
 //! plugin decompresses inside its matmuls and gathers. hfx's worker traces
 //! the same computation (the model in float32, its weights and buffers
 //! rounded to the 16-bit dtype: `sources.prepared`); here every float32
-//! weight a `MatMul` or `Gemm` multiplies or a `Gather` reads rows of is
+//! weight a `MatMul` or `Gemm` multiplies (directly or through a
+//! `Transpose`) or a `Gather` reads rows of is
 //! stored in the 16-bit dtype, and its readers read a `Cast` of it to
 //! float32. A weight is stored so only where that keeps every value: one the
 //! checkpoint holds in that dtype by construction, any other once its
@@ -61,9 +62,10 @@ impl CompressReport {
     }
 }
 
-/// Stores the float32 weights matmuls and gathers read in `dtype` (bfloat16
-/// or float16) where it holds their values, each read through a `Cast` to
-/// float32 added in front of the nodes; `keep` are graph outputs.
+/// Stores the float32 weights matmuls (directly or through a `Transpose`)
+/// and gathers read in `dtype` (bfloat16 or float16) where it holds their
+/// values, each read through a `Cast` to float32 added in front of the
+/// nodes; `keep` are graph outputs.
 pub fn store_weights(
     nodes: &mut Vec<Node>,
     initializers: &mut [Initializer],
@@ -74,11 +76,19 @@ pub fn store_weights(
     report.dtype = Some(dtype);
     let index = super::fold::initializer_positions(initializers);
     let float32 = DType::Float32.onnx();
+    // A `torch.nn.Linear`'s weight the optimizer does not store transposed
+    // reaches its matmul through a `Transpose` (`emit::linear_weights_transposed`).
+    let multiplied: HashSet<&str> = nodes
+        .iter()
+        .filter(|n| n.domain.is_empty() && matches!(n.op_type.as_str(), "MatMul" | "Gemm"))
+        .flat_map(|n| n.inputs.iter().take(2).map(String::as_str))
+        .collect();
     let mut weights: Vec<usize> = Vec::new();
     for node in nodes.iter().filter(|n| n.domain.is_empty() && n.function.is_none()) {
         let operands: &[usize] = match node.op_type.as_str() {
             "MatMul" | "Gemm" => &[0, 1],
             "Gather" => &[0],
+            "Transpose" if node.outputs.iter().any(|o| multiplied.contains(o.as_str())) => &[0],
             _ => continue,
         };
         for &operand in operands {
@@ -206,10 +216,11 @@ mod tests {
         (dtype, values)
     }
 
-    /// An embedding and a linear layer's weight tied to it (stored
-    /// transposed: a MatMul's B) are stored bfloat16 with their values, each
-    /// read through its Cast by every reader; a weight bfloat16 does not
-    /// hold, and an operand that is not a matmul's or a gather's, stay.
+    /// An embedding, a linear layer's weight tied to it (stored transposed: a
+    /// MatMul's B) and one read through a Transpose (as OpenVINO's model
+    /// keeps it) are stored bfloat16 with their values, each read through
+    /// its Cast by every reader; a weight bfloat16 does not hold, and an
+    /// operand that is not a matmul's or a gather's, stay.
     #[test]
     fn matmul_and_gather_weights_are_stored_16_bit_behind_a_cast_with_their_values() {
         let table = bf16_exact(&(0..12).map(|v| v as f32 * 0.37 - 2.0).collect::<Vec<_>>());
@@ -226,34 +237,53 @@ mod tests {
             node("MatMul", &["rows", "other"], "other_out", vec![]),
             node("Add", &["logits", "bias"], "y", vec![]),
             node("Mul", &["embed", "embed"], "squares", vec![]),
+            node("Transpose", &["linear"], "linear_t", vec![]),
+            node("MatMul", &["rows", "linear_t"], "linear_out", vec![]),
         ];
         let mut inits = vec![
             floats("embed", &[4, 3], &table),
             floats("embed_t", &[3, 4], &transposed),
             floats("other", &[3, 4], &inexact),
             floats("bias", &[4], &bf16_exact(&[0.1, 0.2, 0.3, 0.4])),
+            floats("linear", &[4, 3], &table),
         ];
-        let keep = ["y", "other_out", "squares"].into_iter().collect();
+        let keep = ["y", "other_out", "squares", "linear_out"].into_iter().collect();
         let mut report = CompressReport::default();
         store_weights(&mut nodes, &mut inits, &keep, DType::Bfloat16, &mut report);
-        assert_eq!(report.weights, 2, "{report:?}");
+        assert_eq!(report.weights, 3, "{report:?}");
         assert_eq!(report.inexact, ["other"]);
-        assert_eq!((report.bytes_before, report.bytes_after), (96, 48));
-        assert_eq!(ops(&nodes), ["Cast", "Cast", "Gather", "MatMul", "MatMul", "Add", "Mul"]);
+        assert_eq!((report.bytes_before, report.bytes_after), (144, 72));
+        assert_eq!(
+            ops(&nodes),
+            [
+                "Cast",
+                "Cast",
+                "Cast",
+                "Gather",
+                "MatMul",
+                "MatMul",
+                "Add",
+                "Mul",
+                "Transpose",
+                "MatMul"
+            ]
+        );
+        assert_eq!(values(&inits, "linear"), (DType::Bfloat16, table.clone()));
         assert_eq!(values(&inits, "embed"), (DType::Bfloat16, table.clone()));
         assert_eq!(values(&inits, "embed_t"), (DType::Bfloat16, transposed));
         assert_eq!(values(&inits, "other"), (DType::Float32, inexact));
         assert_eq!(values(&inits, "bias").0, DType::Float32, "an Add's operand is no weight here");
         assert_eq!(nodes[0].inputs, ["embed"]);
         assert_eq!(nodes[0].attribute("to"), Some(&Attribute::Int(1)));
-        assert_eq!(nodes[2].inputs, ["embed/float32", "ids"]);
-        assert_eq!(nodes[3].inputs, ["rows", "embed_t/float32"]);
-        assert_eq!(nodes[4].inputs, ["rows", "other"]);
+        assert_eq!(nodes[3].inputs, ["embed/float32", "ids"]);
+        assert_eq!(nodes[4].inputs, ["rows", "embed_t/float32"]);
+        assert_eq!(nodes[5].inputs, ["rows", "other"]);
         assert_eq!(
-            nodes[6].inputs,
+            nodes[7].inputs,
             ["embed/float32", "embed/float32"],
             "every reader reads the Cast"
         );
+        assert_eq!(nodes[8].inputs, ["linear/float32"], "a matmul's weight through its Transpose");
     }
 
     /// A weight converted from a bfloat16 checkpoint streams as stored: no

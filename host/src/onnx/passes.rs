@@ -31,6 +31,8 @@ pub struct Graph<'s, 'a> {
     pub quantize: Option<&'s Quantize>,
     /// The 16-bit dtype matmuls' and gathers' weights are stored in, if any.
     pub weights_dtype: Option<DType>,
+    /// Whether a weight read through a `Transpose` is stored transposed.
+    pub transpose_weights: bool,
 }
 
 /// A pass: rewrites the graph, counting what it did in the report.
@@ -63,8 +65,10 @@ pub const PASSES: &[(&str, Pass)] = &[
         r.folding.index_grids += fold::slice_index_grids(&mut g.nodes, &mut g.initializers)
     }),
     ("store_weights_transposed", |g, r| {
-        r.folding.transposed +=
-            fold::store_weights_transposed(&mut g.nodes, &mut g.initializers, &g.keep)
+        if g.transpose_weights {
+            r.folding.transposed +=
+                fold::store_weights_transposed(&mut g.nodes, &mut g.initializers, &g.keep)
+        }
     }),
     ("store_weight_slabs", |g, r| {
         r.folding.slab_nodes += fold::store_weight_slabs(&mut g.nodes, &mut g.initializers, &g.keep)
@@ -98,7 +102,9 @@ pub const PASSES: &[(&str, Pass)] = &[
 /// Runs every pass; `outputs` are the graph outputs' names, kept;
 /// `static_shapes` the values of a shape fixed on every axis, by name;
 /// `quantize` the weights' quantization, if any; `weights_dtype` the
-/// 16-bit dtype matmuls' and gathers' weights are stored in, if any.
+/// 16-bit dtype matmuls' and gathers' weights are stored in, if any;
+/// `transpose_weights` whether a weight read through a `Transpose` (a
+/// `torch.nn.Linear`'s) is stored transposed.
 pub fn run(
     nodes: &mut Vec<Node>,
     initializers: &mut Vec<Initializer>,
@@ -106,6 +112,7 @@ pub fn run(
     static_shapes: &HashMap<String, Vec<i64>>,
     quantize: Option<&Quantize>,
     weights_dtype: Option<DType>,
+    transpose_weights: bool,
 ) -> OptimizeReport {
     let mut graph = Graph {
         nodes: std::mem::take(nodes),
@@ -114,6 +121,7 @@ pub fn run(
         static_shapes,
         quantize,
         weights_dtype,
+        transpose_weights,
     };
     let mut report = OptimizeReport::default();
     for (_, pass) in PASSES {
@@ -162,7 +170,7 @@ mod tests {
             &initializers,
             &["y"],
             &[("x", counting(&[1, 1, 4, 4]))],
-            |n, i, _| report = run(n, i, &["y".into()], &HashMap::new(), None, None),
+            |n, i, _| report = run(n, i, &["y".into()], &HashMap::new(), None, None, true),
         );
         let mut folding = FoldReport { identities: 1, lifted: 1, ..Default::default() };
         folding.fused.pads = 1;

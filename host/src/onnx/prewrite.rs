@@ -124,6 +124,11 @@ pub fn write(
 }
 
 impl PrewrittenData {
+    /// The data file it is written for.
+    pub fn data_file(&self) -> &Path {
+        self.staged.target()
+    }
+
     /// The file as far as it is the data file of `initializers` at `data`
     /// (their bytes' places given by `files`), the rest cut off; None if
     /// no initializer matches (the temp file is then removed).

@@ -15,6 +15,7 @@ use crate::graph::pt2::prewrite::PrewrittenEntries;
 use crate::graph::pt2::{convert, Pt2};
 use crate::graph::Graph;
 use crate::onnx::optimize::OptimizeReport;
+use crate::openvino::ir::WeightInput;
 use crate::plugins::loading::LoadedSet;
 use crate::plugins::{kind, Backend};
 use crate::stages::onnx_translation::{ProgramSource, TranslationError};
@@ -168,6 +169,7 @@ pub fn onnx(
             &lowered.static_shapes,
             options.quantize.as_ref(),
             options.weights_dtype,
+            linear_weights_transposed(backend),
         )
     });
     progress.step("onnx", "IR fixes");
@@ -238,11 +240,23 @@ pub fn pte_delegated(
     Ok(Lowered::Delegated(reply))
 }
 
+/// Whether the ONNX model for `backend` stores a `torch.nn.Linear`'s weight
+/// transposed (`[in, out]`), which ONNX Runtime's `MatMul` reads without a
+/// transpose. OpenVINO's conversion would transpose such a weight back into
+/// a copy (`MatMulConstTransposesExtraction`), so its model keeps the
+/// checkpoint's layout, which its `MatMul` reads with `transpose_b`.
+pub fn linear_weights_transposed(backend: Backend) -> bool {
+    backend != Backend::Openvino
+}
+
 /// An OpenVINO IR: the ONNX model at `onnx` (which hfx's ONNX stages wrote)
-/// read by OpenVINO's ONNX frontend in the worker and saved into the
-/// scratch folder; the weights, then the graph, then move to `output`
-/// (`.xml`) and the `.bin` beside it, as `options` say (its cache
-/// round-trips folded into OpenVINO state, its weights compressed).
+/// converted by OpenVINO's ONNX frontend in the worker, into the scratch
+/// folder, the constants that are still its data file's bytes saved as
+/// inputs; the host makes them constants at those bytes, and the data file,
+/// OpenVINO's `.bin` appended, becomes the IR's ([`crate::openvino`]). The
+/// `.bin`, then the graph, move to `output` (`.xml`), as `options` say (its
+/// cache round-trips folded into OpenVINO state, its weights compressed).
+/// The ONNX model is removed.
 pub fn openvino(
     progress: Progress,
     conversion: Lowering,
@@ -251,6 +265,7 @@ pub fn openvino(
     output: &Path,
 ) -> Result<crate::trace::protocol::ConvertOpenvinoReply> {
     progress.step("convert", "OpenVINO's ONNX frontend, to IR");
+    let data = crate::onnx::external::data_file(onnx);
     let xml = conversion.work.join("openvino_model.xml");
     let request = ConvertOpenvino {
         model: onnx.to_path_buf(),
@@ -258,23 +273,55 @@ pub fn openvino(
         precision: "f32".into(),
         stateful: options.stateful,
         compress_to_fp16: options.compress_to_fp16,
+        weights_file: data.exists().then(|| data.clone()),
     };
     let reply = conversion
         .worker
         .request(&request, conversion.deadline)
         .context("converting to OpenVINO IR")?;
     tracing::info!(
-        "OpenVINO: {} ops, {} state variables, read and transformed in {:.2} s, saved in {:.2} s",
+        "OpenVINO: {} ops, {} state variables, read and transformed in {:.2} s, saved in {:.2} s; {} weights left in the ONNX model's data file",
         reply.ops,
         reply.states,
         reply.convert_seconds,
-        reply.save_seconds
+        reply.save_seconds,
+        reply.weights.len(),
     );
     let bin = output.with_extension("bin");
-    crate::atomic::move_into_place(&xml.with_extension("bin"), &bin)
-        .with_context(|| format!("writing {}", bin.display()))?;
-    crate::atomic::move_into_place(&xml, output)
-        .with_context(|| format!("writing {}", output.display()))?;
+    let saved_bin = xml.with_extension("bin");
+    let write_error = |path: &Path| format!("writing {}", path.display());
+    if reply.weights.is_empty() {
+        crate::atomic::move_into_place(&saved_bin, &bin).with_context(|| write_error(&bin))?;
+        crate::atomic::move_into_place(&xml, output).with_context(|| write_error(output))?;
+    } else {
+        let saved = std::fs::read(&xml).with_context(|| format!("reading {}", xml.display()))?;
+        let mut weights: Vec<_> = reply
+            .weights
+            .iter()
+            .map(|w| WeightInput {
+                name: &w.name,
+                constant: &w.constant,
+                offset: w.offset,
+                size: w.size,
+            })
+            .collect();
+        // Into the scratch folder first: nothing moves into place before the IR is checked.
+        let written = conversion.work.join("weights.bin");
+        let base = crate::openvino::bin::write(&data, &saved_bin, &mut weights, &written)
+            .with_context(|| write_error(&bin))?;
+        let ir = crate::openvino::ir::weights_as_constants(&saved, &weights, base)
+            .with_context(|| format!("{}", xml.display()))?;
+        crate::atomic::move_into_place(&written, &bin).with_context(|| write_error(&bin))?;
+        crate::atomic::write_atomically(output, |file| std::io::Write::write_all(file, &ir))
+            .with_context(|| write_error(output))?;
+    }
+    for scratch in [onnx, data.as_path()] {
+        if let Err(e) = std::fs::remove_file(scratch) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                return Err(e).with_context(|| format!("removing {}", scratch.display()));
+            }
+        }
+    }
     Ok(reply)
 }
 

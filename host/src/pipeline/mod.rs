@@ -115,7 +115,16 @@ impl<'a> Run<'a> {
     fn worker<'w>(&self, worker: &'w mut Option<Worker>) -> Result<&'w mut Worker> {
         Ok(match worker {
             Some(w) => w,
-            None => worker.insert(start_worker(self.options, self.progress)?),
+            None => worker.insert(start_worker(self.options, self.progress, false)?),
+        })
+    }
+
+    /// As [`Run::worker`], a new one importing torch only once a request
+    /// needs it: for a request that does not (converting to OpenVINO).
+    fn cold_worker<'w>(&self, worker: &'w mut Option<Worker>) -> Result<&'w mut Worker> {
+        Ok(match worker {
+            Some(w) => w,
+            None => worker.insert(start_worker(self.options, self.progress, true)?),
         })
     }
 }
@@ -154,7 +163,7 @@ pub fn run(mut options: RunOptions, progress: Progress) -> Result<Vec<RunSummary
     let loaded = match &options.source {
         Source::Trace(trace) => {
             progress.step("trace", "starting the worker");
-            let started = start_worker(options, progress)?;
+            let started = start_worker(options, progress, false)?;
             worker_python = Some(started.hello.python.clone());
             // The worker says which upstream versions are installed; plugins resolve against them.
             let loaded = load_plugins(options, Some(&started), progress)?;
@@ -317,7 +326,21 @@ fn prewritten_target(written: &[Written], verify: bool) -> Option<(PathBuf, Prew
             Artifact::Pt2 => PrewriteTarget::Archive,
             // Quantized weights are computed at the emit step, from the map.
             Artifact::Onnx(onnx) if onnx.external_data && onnx.quantize.is_none() => {
-                PrewriteTarget::OnnxData { transposed_linear: onnx.optimize }
+                let transposed = emit::linear_weights_transposed(Backend::Onnx);
+                PrewriteTarget::OnnxData { transposed_linear: onnx.optimize && transposed }
+            }
+            // The data file of the ONNX model OpenVINO converts, which becomes
+            // the IR's weights ([`crate::openvino`]); not where OpenVINO reads
+            // them, nor where they are stored 16-bit at the emit step.
+            Artifact::Openvino(o)
+                if o.onnx.quantize.is_none()
+                    && o.onnx.weights_dtype.is_none()
+                    && !o.compress_to_fp16 =>
+            {
+                let transposed_linear =
+                    o.onnx.optimize && emit::linear_weights_transposed(Backend::Openvino);
+                let to = PrewriteTarget::OnnxData { transposed_linear };
+                return Some((w.output(MODEL).with_extension("onnx"), to));
             }
             _ => return None,
         };
@@ -898,11 +921,16 @@ fn emit_artifact(
             Some(verify::Runtime::Onnx { quantized, int4 })
         }
         (Artifact::Openvino(options), Program::Archive { pt2, graph }) => {
-            // The ONNX model OpenVINO reads is scratch: only the IR lands.
+            // The ONNX model OpenVINO reads is scratch: only the IR lands. It
+            // goes beside the IR where its weights were written while the
+            // worker traced ([`prewritten_target`]), into its data file.
             let work = Scratch::beside(job.output, "openvino")?;
-            let onnx_path =
-                work.path().join(Artifact::Onnx(options.onnx.clone()).folder_file(MODEL));
             let input = onnx_input(job);
+            let beside = job.output.with_extension("onnx");
+            let onnx_path = match input.prewritten.as_ref().map(|p| p.data_file()) {
+                Some(data) if data == crate::onnx::external::data_file(&beside) => beside,
+                _ => work.path().join(Artifact::Onnx(options.onnx.clone()).folder_file(MODEL)),
+            };
             let onnx = emit::onnx(
                 run.emitting(),
                 Backend::Openvino,
@@ -914,8 +942,9 @@ fn emit_artifact(
             )?;
             emitted.stages = onnx.stages;
             emitted.optimized = onnx.optimized.map(|o| (o, onnx.nodes));
+            emitted.weights_prewritten = onnx.weights_prewritten;
             let conversion = emit::Lowering {
-                worker: run.worker(worker)?,
+                worker: run.cold_worker(worker)?,
                 deadline: run.options.verify_deadline,
                 work: work.path(),
             };
@@ -1051,9 +1080,12 @@ fn joined(handle: std::thread::ScopedJoinHandle<'_, Result<Exported>>) -> Result
     handle.join().map_err(|_| anyhow::anyhow!("emitting a component panicked"))?
 }
 
-fn start_worker(options: &RunOptions, progress: Progress) -> Result<Worker> {
+/// A worker for `options`' run; `cold`: importing torch only once a request
+/// needs it ([`crate::trace::WorkerOptions::cold`]).
+fn start_worker(options: &RunOptions, progress: Progress, cold: bool) -> Result<Worker> {
     let worker_options = crate::trace::WorkerOptions {
         sandbox: Some(trace::worker_sandbox(options)),
+        cold,
         ..options.worker.clone()
     };
     let mut worker = Worker::start_with(&options.plugins.python(), WORKER_START, &worker_options)?;

@@ -496,6 +496,7 @@ fn emit_onnx(
                 &lowered.static_shapes,
                 None,
                 None,
+                true,
             );
             let types = onnx_ir_fix::traced_types(
                 graph,

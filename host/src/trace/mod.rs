@@ -112,6 +112,10 @@ pub struct WorkerOptions {
     /// The worker is the process that started hfx, reached through these
     /// pipes (`--model-caller`): nothing is started, boxed or sandboxed.
     pub caller: Option<CallerPipes>,
+    /// The worker imports torch only when a request needs it, not right
+    /// after `hello` ([`protocol::Hello::warm_up`]): it is started for
+    /// requests that do not (converting to OpenVINO).
+    pub cold: bool,
 }
 
 /// The pipes to a caller that serves the worker protocol itself (`hfx.export`):
@@ -364,7 +368,7 @@ impl Worker {
             scratch,
             applied,
         );
-        worker.greet(python, memo_dir, deadline)
+        worker.greet(python, memo_dir, !options.cold, deadline)
     }
 
     /// The worker that is hfx's caller, serving the protocol on `pipes`
@@ -385,7 +389,7 @@ impl Worker {
             None,
             SandboxApplied::default(),
         );
-        worker.greet("the calling Python process", None, deadline)
+        worker.greet("the calling Python process", None, false, deadline)
     }
 
     /// Whether the worker is hfx's caller (`attach`).
@@ -467,9 +471,10 @@ impl Worker {
         mut self,
         python: &str,
         memo_dir: Option<PathBuf>,
+        warm_up: bool,
         deadline: Duration,
     ) -> Result<Worker, TraceError> {
-        let hello = Hello { protocol: PROTOCOL, memo_dir };
+        let hello = Hello { protocol: PROTOCOL, memo_dir, warm_up };
         // Both ends check the version: the worker refuses another host's, the host another worker's.
         let result = match self.exchange(Hello::NAME, &hello, deadline, &mut no_patches) {
             Err(TraceError::Python { message, .. }) => {

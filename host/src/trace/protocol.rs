@@ -27,7 +27,7 @@ use crate::plugins::Versions;
 /// The protocol version: the first 32 bits of the SHA-256 of the messages'
 /// canonical form, written by `cargo run -p protocol-gen` (the worker's
 /// `messages.PROTOCOL` is the same number).
-pub const PROTOCOL: u64 = 3827456449;
+pub const PROTOCOL: u64 = 1739732958;
 
 /// The longest line the host accepts from the worker (a response carries
 /// metadata, never tensors: the largest seen are well under 1 MiB).
@@ -98,6 +98,10 @@ pub trait Method: Serialize {
 #[derive(Debug, Clone, Serialize)]
 pub struct Hello {
     pub protocol: u64,
+    /// torch imported right after the reply, while the host goes on: the
+    /// requests of a worker that traces or runs a model need it; a worker
+    /// that only converts to OpenVINO does not.
+    pub warm_up: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memo_dir: Option<PathBuf>,
 }
@@ -676,6 +680,11 @@ pub struct Lower {
 /// `compress_to_fp16`: float32 weights stored as float16, decompressed to
 /// float32 in the graph (OpenVINO's `compress_model_transformation`, as the
 /// reference's `OpenVINOConfig.compress_to_fp16` applies it).
+/// `weights_file`: the ONNX model's external data file. A constant whose
+/// bytes are still that file's, as OpenVINO's frontend mapped it, is saved
+/// as an input instead (`ConvertOpenvinoReply.weights`), which the host
+/// makes a constant at those bytes, the file becoming the IR's `.bin`; none:
+/// OpenVINO saves every constant.
 #[derive(Debug, Clone, Serialize)]
 pub struct ConvertOpenvino {
     pub model: PathBuf,
@@ -683,6 +692,7 @@ pub struct ConvertOpenvino {
     pub precision: String,
     pub stateful: bool,
     pub compress_to_fp16: bool,
+    pub weights_file: Option<PathBuf>,
 }
 
 impl Method for ConvertOpenvino {
@@ -700,6 +710,20 @@ pub struct ConvertOpenvinoReply {
     pub states: u64,
     pub convert_seconds: f64,
     pub save_seconds: f64,
+    /// The IR's inputs that stand for bytes of the request's `weights_file`.
+    pub weights: Vec<WeightInput>,
+}
+
+/// An input of the saved IR (`name`) standing for the constant `constant`
+/// (its name in OpenVINO's model), whose bytes are `size` bytes of the
+/// weights file from `offset` on; its output keeps the constant's tensor names.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WeightInput {
+    pub name: String,
+    pub constant: String,
+    pub offset: u64,
+    pub size: u64,
 }
 
 /// What ExecuTorch's memory planning places in the program's arena (the

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypedDict
 
 # The hash of the definition's canonical form; both ends check it at `hello`.
-PROTOCOL = 3827456449
+PROTOCOL = 1739732958
 
 
 @dataclass
@@ -25,6 +25,10 @@ class Hello:
 
     NAME: ClassVar[str] = "`hello` request"
     protocol: int
+    # torch imported right after the reply, while the host goes on: the
+    # requests of a worker that traces or runs a model need it; a worker
+    # that only converts to OpenVINO does not.
+    warm_up: bool
     memo_dir: str | None = None
 
 
@@ -579,7 +583,12 @@ class ConvertOpenvino:
     `OpenVINOConfig.stateful`); a model with no such pair stays as it is.
     `compress_to_fp16`: float32 weights stored as float16, decompressed to
     float32 in the graph (OpenVINO's `compress_model_transformation`, as the
-    reference's `OpenVINOConfig.compress_to_fp16` applies it)."""
+    reference's `OpenVINOConfig.compress_to_fp16` applies it).
+    `weights_file`: the ONNX model's external data file. A constant whose
+    bytes are still that file's, as OpenVINO's frontend mapped it, is saved
+    as an input instead (`ConvertOpenvinoReply.weights`), which the host
+    makes a constant at those bytes, the file becoming the IR's `.bin`; none:
+    OpenVINO saves every constant."""
 
     NAME: ClassVar[str] = "`convert_openvino` request"
     model: str
@@ -587,6 +596,7 @@ class ConvertOpenvino:
     precision: str
     stateful: bool
     compress_to_fp16: bool
+    weights_file: str | None
 
 
 @dataclass
@@ -599,6 +609,20 @@ class ConvertOpenvinoReply:
     states: int
     convert_seconds: float
     save_seconds: float
+    # The IR's inputs that stand for bytes of the request's `weights_file`.
+    weights: list[WeightInput]
+
+
+@dataclass
+class WeightInput:
+    """An input of the saved IR (`name`) standing for the constant `constant`
+    (its name in OpenVINO's model), whose bytes are `size` bytes of the
+    weights file from `offset` on; its output keeps the constant's tensor names."""
+
+    name: str
+    constant: str
+    offset: int
+    size: int
 
 
 @dataclass

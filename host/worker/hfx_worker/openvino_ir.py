@@ -8,10 +8,11 @@ transformations run, as `convert_model` runs them.
 Nothing here decides how an op converts: that is the translation plugins'.
 """
 
+import os
 import sys
 import time
 
-from .messages import ConvertOpenvino, ConvertOpenvinoReply
+from .messages import ConvertOpenvino, ConvertOpenvinoReply, WeightInput
 
 # The compile options the reference records on the IR (`_record_runtime_precision`),
 # which its runner and OpenVINO's own tools read back.
@@ -66,14 +67,89 @@ def convert_openvino(session, params: ConvertOpenvino) -> ConvertOpenvinoReply:
         compress_model_transformation(model)
     for option in RUNTIME_OPTIONS:
         model.set_rt_info(params.precision, ["runtime_options", option])
+    ops = len(model.get_ordered_ops())
+    weights = weights_as_inputs(model, params.weights_file) if params.weights_file else []
     converted = time.perf_counter()
     openvino.save_model(model, str(params.output), compress_to_fp16=False)
     return ConvertOpenvinoReply(
-        ops=len(model.get_ordered_ops()),
+        ops=ops,
         states=states,
         convert_seconds=converted - started,
         save_seconds=time.perf_counter() - converted,
+        weights=weights,
     )
+
+
+# A constant smaller than this is saved by OpenVINO, as ONNX keeps a small
+# initializer inline (the host's `onnx::external::THRESHOLD`).
+WEIGHT_INPUT_BYTES = 1024
+
+
+def mapped_ranges(path):
+    """[(start, end, offset in the file)] of this process's read-only
+    mappings of the file at `path`, from /proc/self/maps: the memory that is
+    that file's bytes."""
+    file = os.stat(path)
+    device = f"{os.major(file.st_dev):02x}:{os.minor(file.st_dev):02x}"
+    ranges = []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            if len(fields) < 6 or "w" in fields[1]:
+                continue
+            addresses, _, offset, dev, inode, _ = fields
+            if int(inode) != file.st_ino or dev != device:
+                continue
+            start, end = (int(a, 16) for a in addresses.split("-"))
+            ranges.append((start, end, int(offset, 16)))
+    return ranges
+
+
+def weights_as_inputs(model, weights_file):
+    """Makes each constant of `model`'s own graph whose bytes are
+    `weights_file`'s, where OpenVINO's ONNX frontend mapped it, an input
+    `hfx.weight.N` of the same type, shape and tensor names, so `save_model`
+    writes none of them; they are the bytes the ONNX model's initializers
+    are (a constant a transformation made is new memory, and stays). Returns
+    the inputs with the constants they stand for and their bytes, which the
+    host makes constants again (`openvino::ir`). A frontend that read the
+    file into memory leaves none."""
+    import openvino.opset13 as ops
+
+    try:
+        ranges = mapped_ranges(weights_file)
+    except OSError:
+        return []
+    weights, parameters = [], []
+    for op in model.get_ordered_ops():
+        if op.get_type_name() != "Constant" or op.get_byte_size() < WEIGHT_INPUT_BYTES:
+            continue
+        try:
+            address = op.get_tensor_view().data.ctypes.data
+        except (RuntimeError, TypeError, ValueError):  # an element type numpy has no view of
+            continue
+        size = op.get_byte_size()
+        offset = next(
+            (
+                at + address - start
+                for start, end, at in ranges
+                if start <= address and address + size <= end
+            ),
+            None,
+        )
+        if offset is None:
+            continue
+        name = f"hfx.weight.{len(weights)}"
+        tensor_names = op.output(0).get_names()
+        parameter = ops.parameter(op.get_output_partial_shape(0), op.get_element_type(), name=name)
+        op.output(0).replace(parameter.output(0))
+        parameter.output(0).get_tensor().set_names(tensor_names)
+        parameters.append(parameter)
+        weights.append(
+            WeightInput(name=name, constant=op.get_friendly_name(), offset=offset, size=size)
+        )
+    model.add_parameters(parameters)
+    return weights
 
 
 # The rt_info key of OpenVINO's `DisableConstantFolding` attribute (its type

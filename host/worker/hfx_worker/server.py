@@ -91,6 +91,7 @@ class Session:
         self.side_weights = SideWeights()  # the last side-weights file a trace wrote
         self.op_samples = []
         self.step = None  # the running request's last progress step, else its method
+        self.warm_up = False  # torch imported right after `hello` (`Hello.warm_up`)
 
     @property
     def policy(self):
@@ -156,10 +157,11 @@ class Session:
         return model, self.caller.inputs
 
 
-def hello(_session, params: Hello):
+def hello(session, params: Hello):
     protocol.check_version(params.protocol)
     # Before any request imports transformers.
     IMPORT_MEMO.memo_dir = params.memo_dir
+    session.warm_up = params.warm_up
     return HelloReply(
         protocol=protocol.PROTOCOL, python=sys.version.split()[0], versions=versions()
     )
@@ -289,7 +291,7 @@ def main():
         text, greeted = answer(session, line)
         protocol_out.write(text + "\n")
         protocol_out.flush()
-        if greeted:
+        if greeted and session.warm_up:
             warm_up()
         collect_between_requests()
 
@@ -362,8 +364,9 @@ def serve_caller(caller, requests, replies):
 
 def warm_up():
     """torch imported right after `hello`, while the host loads its plugins
-    (every request after `hello` needs torch; a trace's `import` step then
-    reports what was left of it). A failure is the next request's to report."""
+    (where the host says the worker's requests need torch; a trace's `import`
+    step then reports what was left of it). A failure is the next request's
+    to report."""
     try:
         import torch  # noqa: F401
     except Exception:  # noqa: BLE001 - said by the request that needs it
