@@ -403,8 +403,11 @@ fn memory_planning_flags_that_cannot_apply_are_refused_in_one_line() {
 /// `arch` generates the greedy tokens of the eager model torchao quantized
 /// (the same module, quantized in the worker before the capture), token for
 /// token: the generation check holds a quantized model only to an agreement
-/// of 0.5, and this to all of them.
-fn an_8da4w_generation_program_generates_the_quantized_eager_tokens(arch: &str, set: &str) {
+/// of 0.5, and this to all of them. The folder.
+fn an_8da4w_generation_program_generates_the_quantized_eager_tokens(
+    arch: &str,
+    set: &str,
+) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("g");
     let flags = [
@@ -425,12 +428,32 @@ fn an_8da4w_generation_program_generates_the_quantized_eager_tokens(arch: &str, 
     assert!(stdout.contains("identical to eager `generate`"), "{arch}: {stdout}");
     assert!(stdout.contains("  held to: 8da4w tolerance: each step's logits within"), "{stdout}");
     assert_no_scratch_left(dir.path());
+    (dir, out)
 }
 
+/// Also: without `--verify`, the components are lowered in a worker of
+/// their own once the trace's is gone (the run's peak memory is then the
+/// trace's or the lowering's, not both), and the programs are the bytes the
+/// verified run's trace worker lowered.
 #[test]
 #[ignore = "full tier: 8da4w prefill and decode programs generating (the export matrix's fast 8da4w cell covers the scheme)"]
 fn an_8da4w_llama_generation_program_generates_the_quantized_eager_tokens() {
-    an_8da4w_generation_program_generates_the_quantized_eager_tokens("llama", LLAMA);
+    let (dir, verified) =
+        an_8da4w_generation_program_generates_the_quantized_eager_tokens("llama", LLAMA);
+    let out = dir.path().join("unverified");
+    let flags =
+        ["--quantize", "8da4w", "--generation", "--cache", "static", "--max-cache-len", "32"];
+    let args = export_args(XNNPACK, "llama", LLAMA, &out, &flags);
+    let args: Vec<&str> = args.iter().map(String::as_str).filter(|a| *a != "--static").collect();
+    let result = hfx(dir.path(), &args);
+    assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
+    for program in ["prefill.pte", "decode.pte"] {
+        let (lowered, as_verified) = (out.join(program), verified.join(program));
+        assert!(
+            std::fs::read(lowered).unwrap() == std::fs::read(as_verified).unwrap(),
+            "{program}"
+        );
+    }
 }
 
 #[test]

@@ -453,9 +453,11 @@ fn export_for_generation(
     let mut traced_folders = Vec::new();
     let outputs: Vec<PathBuf> = captured.components.iter().map(|c| w.output(&c.name)).collect();
     let (target, components) = (&w.target, &mut w.components);
+    // A `.pte`'s components are lowered by a worker once every one is traced.
+    let mut to_lower = Vec::new();
     std::thread::scope(|scope| -> Result<()> {
         // Each component is emitted on a thread of its own while the worker
-        // traces the next (a `.pte` is lowered by the worker: in turn).
+        // traces the next.
         let mut emitting: Option<std::thread::ScopedJoinHandle<'_, Result<Exported>>> = None;
         for (component, output) in captured.components.iter().zip(outputs) {
             let name = &component.name;
@@ -469,22 +471,11 @@ fn export_for_generation(
                 components.push(component);
                 traced_folders.push(folder);
             }
-            // Verified by generating with all of them (below): a component's cache
-            // output may differ from eager by design (a sliding window traced whole).
-            let emit = move |worker: &mut Option<Worker>| -> Result<Exported> {
-                let input = Input::Traced(&traced);
-                let job =
-                    Job { target, name, input, output: &output, verify: false, calibrate: false };
-                let component =
-                    export(run, worker, job).with_context(|| format!("component `{name}`"))?;
-                Ok((component, traced.scratch))
-            };
             if options.lowers_in_worker() {
-                let (component, folder) = emit(worker)?;
-                components.push(component);
-                traced_folders.push(folder);
+                to_lower.push((name, traced, output));
             } else {
-                emitting = Some(scope.spawn(move || emit(&mut None)));
+                emitting =
+                    Some(scope.spawn(move || emit(run, target, name, traced, output, &mut None)));
             }
         }
         if let Some(last) = emitting.take() {
@@ -492,6 +483,21 @@ fn export_for_generation(
         }
         Ok(())
     })?;
+    if !to_lower.is_empty() {
+        // The trace worker holds the model; lowered in a new one, the run's
+        // peak memory is the trace's or the lowering's, not both. Kept where
+        // the generation check needs the model, or calibration its worker.
+        if !options.verify && calibration(&target.artifact).is_none() {
+            if let Some(mut tracer) = worker.take() {
+                tracer.kill();
+            }
+        }
+        for (name, traced, output) in to_lower {
+            let (component, folder) = emit(run, target, name, traced, output, worker)?;
+            components.push(component);
+            traced_folders.push(folder);
+        }
+    }
     drop(traced_folders);
     if let Some(calibration) = calibration(&target.artifact) {
         progress.step("calibrate", "int8-static activations, generating through the components");
@@ -638,6 +644,25 @@ const MODEL: &str = "model";
 /// A generation component exported, and the scratch folder its trace was in
 /// (the caller decides how long it lives).
 type Exported = (Component, Scratch);
+
+/// A traced generation component exported to `target` at `output`; with
+/// the scratch folder of its trace. Not verified on its own: the components
+/// are verified by generating with all of them (`export_for_generation`),
+/// as a component's cache output may differ from eager by design (a
+/// sliding window traced whole).
+fn emit(
+    run: Run,
+    target: &Target,
+    name: &str,
+    traced: Traced,
+    output: PathBuf,
+    worker: &mut Option<Worker>,
+) -> Result<Exported> {
+    let input = Input::Traced(&traced);
+    let job = Job { target, name, input, output: &output, verify: false, calibrate: false };
+    let component = export(run, worker, job).with_context(|| format!("component `{name}`"))?;
+    Ok((component, traced.scratch))
+}
 
 /// One program to export: what it is read from, for which target, to where.
 #[derive(Clone, Copy)]
