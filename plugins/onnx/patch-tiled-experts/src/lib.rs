@@ -185,8 +185,7 @@ impl Experts {
         let routing =
             p.call_kw("torch.zeros", &[tokens, experts], &[("dtype", dtype), ("device", device)]);
         let weights = p.call("torch.Tensor.to", &[self.top_k_weights, dtype]);
-        let routing =
-            p.call("torch.Tensor.scatter", &[routing, one, self.top_k_index, weights]);
+        let routing = p.call("torch.Tensor.scatter", &[routing, one, self.top_k_index, weights]);
         let routing = p.call("torch.Tensor.transpose", &[routing, zero, one]);
         let routing = p.call("torch.Tensor.reshape", &[routing, experts, one, tokens]);
         let routing = p.call("torch.unsqueeze", &[routing, last]);
