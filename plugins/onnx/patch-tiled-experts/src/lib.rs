@@ -12,7 +12,10 @@
 //! reached by reshapes that change the rank. OpenVINO's match anchors on
 //! those two reshapes, and a reshape to the shape a value already has (the
 //! reference's `(experts, tokens, hidden)` view) is one the ONNX optimizer
-//! removes where the sizes are static.
+//! removes where the sizes are static. (At static sizes OpenVINO 2026.3's
+//! CPU plugin takes the experts' elementwise ops into a snippet before its
+//! match runs, so a static IR fuses only compiled with `SNIPPETS_MODE`
+//! `DISABLE`; a dynamic one fuses as compiled by default.)
 //!
 //! The targets are the experts classes themselves, each `forward` that
 //! `use_experts_implementation` installs, not the dispatch through
