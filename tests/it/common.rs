@@ -371,7 +371,7 @@ pub fn model_folder(kind: &str, dir: &Path) -> PathBuf {
     copy
 }
 
-fn copy_folder(from: &Path, to: &Path) {
+pub fn copy_folder(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap() {
         let entry = entry.unwrap();

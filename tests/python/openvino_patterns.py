@@ -685,8 +685,13 @@ def llama4_vision():
 
 def qwen3_moe_grouped_mm():
     """Qwen3-MoE with grouped_mm experts in float32: the trace calls
-    `transformers::grouped_mm_fallback`."""
+    `transformers::grouped_mm_fallback`. The experts' forward is the grouped
+    implementation itself, set on the instance: for OpenVINO,
+    plugins/onnx/patch-tiled-experts replaces the class's dispatch."""
+    import functools
+
     import transformers
+    from transformers.integrations.moe import grouped_mm_experts_forward
 
     torch.manual_seed(0)
     config = transformers.Qwen3MoeConfig(
@@ -704,23 +709,64 @@ def qwen3_moe_grouped_mm():
     )
     config._experts_implementation = "grouped_mm"
     model = transformers.Qwen3MoeForCausalLM(config).eval()
+    experts = model.model.layers[0].mlp.experts
+    experts.forward = functools.partial(grouped_mm_experts_forward, experts)
     ids = torch.randint(3, 64, (2, 8))
     return model, {"input_ids": ids, "attention_mask": torch.ones(2, 8, dtype=torch.long)}
 
 
-def fused(xml, *layers):
-    """Fails unless the CPU plugin's compiled `xml` holds a layer of each type in `layers`."""
+def qwen3_moe_experts():
+    """Qwen3-MoE whose expert weights are each past the 4096 elements the ONNX
+    optimizer folds: a smaller one's transpose would be computed at export
+    time, and OpenVINO's match of the tiled experts reads the weight
+    untransposed behind the matmul's `transpose_b`."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.Qwen3MoeConfig(
+        vocab_size=64,
+        hidden_size=64,
+        intermediate_size=64,
+        moe_intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        num_experts=4,
+        num_experts_per_tok=2,
+        max_position_embeddings=64,
+    )
+    model = transformers.Qwen3MoeForCausalLM(config).eval()
+    ids = torch.randint(3, 64, (2, 8))
+    return model, {"input_ids": ids, "attention_mask": torch.ones(2, 8, dtype=torch.long)}
+
+
+def compiled_layers(xml):
+    """The layer types of `xml` as the CPU plugin compiles it (its runtime model)."""
     openvino = _openvino()
 
     core = openvino.Core()
     compiled = core.compile_model(core.read_model(xml), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-    found = {
+    return {
         op.get_rt_info()["layerType"].astype(str)
         for op in compiled.get_runtime_model().get_ordered_ops()
     }
+
+
+def fused(xml, *layers):
+    """Fails unless the CPU plugin's compiled `xml` holds a layer of each type in `layers`."""
+    found = compiled_layers(xml)
     missing = [layer for layer in layers if layer not in found]
     if missing:
         sys.exit(f"{xml}: no {missing} layer in the compiled model; it has {sorted(found)}")
+
+
+def unfused(xml, *layers):
+    """Fails if the CPU plugin's compiled `xml` holds a layer of a type in `layers`."""
+    found = compiled_layers(xml)
+    present = [layer for layer in layers if layer in found]
+    if present:
+        sys.exit(f"{xml}: {present} layer(s) in the compiled model: {sorted(found)}")
 
 
 def _openvino():
@@ -927,6 +973,7 @@ if __name__ == "__main__":
     command, *arguments = sys.argv[1:]
     commands = {
         "fused": fused,
+        "unfused": unfused,
         "resized": resized,
         "dft_axis_input": dft_axis_input,
         "expand_to_no_axes": expand_to_no_axes,

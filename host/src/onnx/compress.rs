@@ -145,7 +145,8 @@ pub fn store_weights(
 
 /// float32 `bytes` as they stream in `dtype`, if that holds every value:
 /// by construction for bytes converted from it (a checkpoint's weight), else
-/// once each element is checked. The layout (transposed or not) is kept.
+/// once each element is checked. The layout (transposed or not, the runs of
+/// a weight's part) is kept.
 fn narrowed<'a>(bytes: &Bytes<'a>, dtype: DType) -> Option<Bytes<'a>> {
     // The conversion from a source of dtype `from` to `dtype`, if its values keep.
     let narrowing = |source: &[u8], from: DType| match Cast::new(from, dtype) {
@@ -171,7 +172,11 @@ fn narrowed<'a>(bytes: &Bytes<'a>, dtype: DType) -> Option<Bytes<'a>> {
             cast.write(values, &mut out).ok()?;
             Bytes::Owned(out)
         }
-        Bytes::Int4 { .. } | Bytes::Int8 { .. } | Bytes::Concatenated { .. } => return None,
+        Bytes::Concatenated { ref parts, outer } => {
+            let parts = parts.iter().map(|part| narrowed(part, dtype)).collect::<Option<_>>()?;
+            Bytes::concatenated(parts, outer).ok()?
+        }
+        Bytes::Int4 { .. } | Bytes::Int8 { .. } => return None,
     })
 }
 

@@ -3,8 +3,8 @@
 //! `emit::plan`. Each pass is one registration line; what it does is
 //! documented (and tested) where it is written: `optimize.rs` (the generic
 //! passes), `fold/` (constant folding with its peephole rules, gathers over
-//! index grids sliced, weights stored transposed or as their slabs, what a
-//! convolution absorbs), `quantize.rs` (weights
+//! index grids sliced, weights stored transposed or as their slabs or parts,
+//! what a convolution absorbs), `quantize.rs` (weights
 //! quantized, on request), `compress.rs` (weights stored 16-bit, on
 //! request). No pass changes a graph output's name.
 
@@ -72,6 +72,10 @@ pub const PASSES: &[(&str, Pass)] = &[
     }),
     ("store_weight_slabs", |g, r| {
         r.folding.slab_nodes += fold::store_weight_slabs(&mut g.nodes, &mut g.initializers, &g.keep)
+    }),
+    // After the slabs: a grouped weight's `Split` into slabs is theirs.
+    ("store_weight_parts", |g, r| {
+        r.folding.slab_nodes += fold::store_weight_parts(&mut g.nodes, &mut g.initializers, &g.keep)
     }),
     ("fuse_pads", |g, r| {
         r.folding.fused.pads += fold::fuse_pads(&mut g.nodes, &g.initializers, &g.keep)

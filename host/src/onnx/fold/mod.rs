@@ -13,7 +13,8 @@
 //! the transposition happening while the weight streams from the `.pt2`'s
 //! memory map into the file, so no copy of it is held
 //! ([`store_weights_transposed`]); a grouped weight read one slab at a time
-//! (MoE experts) is stored as its slabs ([`store_weight_slabs`]);
+//! (MoE experts) is stored as its slabs ([`store_weight_slabs`]), and one
+//! read only by a `Split` as its parts ([`store_weight_parts`]);
 //! convolutions absorb the batch norms after them and the zero pads before
 //! them (`fuse/`).
 //!
@@ -475,6 +476,116 @@ pub fn store_weight_slabs(
     removed.len()
 }
 
+/// A weight read only by a `Split` (the gate and up halves of a mixture of
+/// experts' stacked projections, split along their rows): each part is
+/// stored as an initializer of its own (under the split's output name), its
+/// runs of the map one after the other, and the split goes. The parts are
+/// then weights like any other: stored 16-bit for OpenVINO
+/// (`compress.rs`), and a constant each where OpenVINO would keep a `Split`
+/// of a weight's decompression as a computation. How many nodes went.
+pub fn store_weight_parts<'a>(
+    nodes: &mut Vec<Node>,
+    initializers: &mut Vec<Initializer<'a>>,
+    keep: &HashSet<&str>,
+) -> usize {
+    let readers = reader_counts(nodes);
+    let index = initializer_positions(initializers);
+    let small = small_int_initializers(initializers);
+    let mut removed = HashSet::new();
+    let mut parts: Vec<(usize, Vec<Initializer>)> = Vec::new();
+    for (position, node) in nodes.iter().enumerate() {
+        let plain = node.op_type == "Split" && node.domain.is_empty() && node.function.is_none();
+        let Some(weight) = node.inputs.first() else { continue };
+        let Some(&i) = index.get(weight) else { continue };
+        if !plain
+            || readers.get(weight.as_str()) != Some(&1)
+            || keep.contains(weight.as_str())
+            || node.outputs.iter().any(|o| o.is_empty() || keep.contains(o.as_str()))
+        {
+            continue;
+        }
+        let init = &initializers[i];
+        let dims: Vec<usize> = init.header.dims.iter().map(|&d| d as usize).collect();
+        let rank = dims.len() as i64;
+        let axis = match node.attribute("axis") {
+            None => 0,
+            Some(Attribute::Int(a)) if (-rank..rank).contains(a) => a.rem_euclid(rank) as usize,
+            Some(_) => continue,
+        };
+        let sizes: Vec<usize> = match node.inputs.get(1).filter(|s| !s.is_empty()) {
+            Some(sizes) => match small.get(sizes).and_then(Known::int_values) {
+                Some(sizes) if sizes.iter().all(|&s| s > 0) => {
+                    sizes.into_iter().map(|s| s as usize).collect()
+                }
+                _ => continue,
+            },
+            None if dims[axis].is_multiple_of(node.outputs.len()) => {
+                vec![dims[axis] / node.outputs.len(); node.outputs.len()]
+            }
+            None => continue,
+        };
+        if sizes.len() != node.outputs.len() || sizes.iter().sum::<usize>() != dims[axis] {
+            continue;
+        }
+        let (source, cast) = match init.bytes {
+            Bytes::Mapped(source) => (source, None),
+            Bytes::Converted { source, cast } => (source, Some(cast)),
+            _ => continue,
+        };
+        let count: usize = dims.iter().product();
+        let element = source.len() / count.max(1);
+        if count == 0 || ![1, 2, 4, 8].contains(&element) || element * count != source.len() {
+            continue;
+        }
+        // Bytes per index of the split axis, and how many runs of it each part has.
+        let row: usize = dims[axis + 1..].iter().product::<usize>() * element;
+        let outer: usize = dims[..axis].iter().product();
+        let run = |bytes: &'a [u8]| -> Bytes<'a> {
+            match cast {
+                Some(cast) => Bytes::Converted { source: bytes, cast },
+                None => Bytes::Mapped(bytes),
+            }
+        };
+        let mut start = 0;
+        let mut stored = Vec::new();
+        for (output, &size) in node.outputs.iter().zip(&sizes) {
+            let runs: Vec<Bytes> = (0..outer)
+                .map(|o| {
+                    let begin = (o * dims[axis] + start) * row;
+                    run(&source[begin..begin + size * row])
+                })
+                .collect();
+            start += size;
+            let bytes = match runs.len() {
+                1 => runs.into_iter().next().expect("one run"),
+                _ => match Bytes::concatenated(runs, 1) {
+                    Ok(bytes) => bytes,
+                    Err(_) => break,
+                },
+            };
+            let mut header = init.header.clone();
+            header.name = Some(output.clone());
+            header.dims[axis] = size as i64;
+            stored.push(Initializer { header, bytes });
+        }
+        if stored.len() == node.outputs.len() {
+            removed.insert(position);
+            parts.push((i, stored));
+        }
+    }
+    // Each weight's parts in its place, so the weights keep their order.
+    parts.sort_by_key(|&(i, _)| i);
+    for (i, stored) in parts.into_iter().rev() {
+        initializers.splice(i..=i, stored);
+    }
+    let mut position = 0;
+    nodes.retain(|_| {
+        position += 1;
+        !removed.contains(&(position - 1))
+    });
+    removed.len()
+}
+
 #[cfg(test)]
 mod tests {
     use super::known::{Data, FLOAT, INT64};
@@ -693,6 +804,67 @@ mod tests {
                 .collect();
             assert_eq!(up.data, Data::Float(transposed));
         }
+    }
+
+    /// Experts' stacked gate and up weights `[E, 2I, H]` split along their
+    /// rows: each half becomes an initializer of `E` runs of the map, bytes
+    /// as the split computes them; a split on axis 0 into equal parts too; a
+    /// weight read by more than its split stays whole, its split a node.
+    #[test]
+    fn a_weight_read_only_by_a_split_is_stored_as_its_parts() {
+        let (experts, rows, cols) = (3usize, 4usize, 2usize);
+        let weight: Vec<u8> =
+            (0..(experts * rows * cols) as u32).flat_map(|v| (v as f32).to_le_bytes()).collect();
+        let header = |name: &str| p::TensorProto {
+            dims: vec![experts as i64, rows as i64, cols as i64],
+            data_type: Some(FLOAT),
+            name: Some(name.into()),
+            ..Default::default()
+        };
+        let mut initializers = vec![
+            ints("halves", &[1, 3]),
+            Initializer { header: header("gate_up"), bytes: Bytes::Mapped(&weight) },
+            Initializer { header: header("stacked"), bytes: Bytes::Mapped(&weight) },
+            Initializer { header: header("shared"), bytes: Bytes::Mapped(&weight) },
+        ];
+        let split = |inputs: &[&str], parts: &[&str], axis: i64| {
+            let mut n = node("Split", inputs, "", vec![("axis", Attribute::Int(axis))]);
+            n.outputs = parts.iter().map(|p| p.to_string()).collect();
+            n
+        };
+        let mut nodes = vec![
+            split(&["gate_up", "halves"], &["gate", "up"], -2),
+            split(&["stacked"], &["e0", "e1", "e2"], 0),
+            split(&["shared", "halves"], &["left", "right"], 1),
+            node("Neg", &["shared"], "n", vec![]),
+        ];
+        let outputs = ["gate", "up", "e0", "e1", "e2", "left", "right", "n"];
+        for part in outputs {
+            nodes.push(node("MatMul", &["x", part], &format!("{part}_y"), vec![]));
+        }
+        let keep: HashSet<String> = outputs.iter().map(|o| format!("{o}_y")).collect();
+        let keep: HashSet<&str> = keep.iter().map(String::as_str).collect();
+        let removed = store_weight_parts(&mut nodes, &mut initializers, &keep);
+        assert_eq!(removed, 2, "gate_up's and stacked's splits");
+        let names: Vec<&str> =
+            initializers.iter().map(|i| i.header.name.as_deref().unwrap()).collect();
+        assert_eq!(names, ["halves", "gate", "up", "e0", "e1", "e2", "shared"]);
+        assert_eq!(ops(&nodes)[..2], ["Split", "Neg"], "shared's split stays");
+        let at = |e: usize, r: usize, c: usize| ((e * rows + r) * cols + c) as f64;
+        let part = |first: usize, count: usize| -> Vec<f64> {
+            (0..experts)
+                .flat_map(|e| {
+                    (first..first + count).flat_map(move |r| (0..cols).map(move |c| at(e, r, c)))
+                })
+                .collect()
+        };
+        let gate = value(&initializers, "gate");
+        assert_eq!((gate.dims, gate.data), (vec![3, 1, 2], Data::Float(part(0, 1))));
+        let up = value(&initializers, "up");
+        assert_eq!((up.dims, up.data), (vec![3, 3, 2], Data::Float(part(1, 3))));
+        let e1 = value(&initializers, "e1");
+        let slab: Vec<f64> = (0..rows).flat_map(|r| (0..cols).map(move |c| at(1, r, c))).collect();
+        assert_eq!((e1.dims, e1.data), (vec![1, 4, 2], Data::Float(slab)));
     }
 
     /// The index tables of relative position biases (BEiT, DeBERTa) and
