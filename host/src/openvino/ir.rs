@@ -87,10 +87,10 @@ pub fn weights_as_constants(
                             _ => Layer::Other,
                         };
                         let start = match layer {
-                            Layer::Weight(weight) => {
-                                let start = with_attribute(e, "type", "Const")?;
-                                Some(with_attribute(&start, "name", weight.constant)?)
-                            }
+                            Layer::Weight(weight) => Some(with_attributes(
+                                e,
+                                &[("type", "Const"), ("name", weight.constant)],
+                            )?),
                             _ => None,
                         };
                         if matches!(event, Event::Start(_)) {
@@ -157,15 +157,15 @@ fn attributes(e: &BytesStart) -> Result<HashMap<String, String>, IrError> {
     Ok(attrs)
 }
 
-/// `e` with `key` set to `value`, its other attributes as they were.
-fn with_attribute(e: &BytesStart, key: &str, value: &str) -> Result<BytesStart<'static>, IrError> {
+/// `e` with each of its attributes `set` names set to the value given, its
+/// others as they were.
+fn with_attributes(e: &BytesStart, set: &[(&str, &str)]) -> Result<BytesStart<'static>, IrError> {
     let mut out = BytesStart::new(e.name().as_ref().to_string());
     for attr in e.attributes() {
         let attr = attr?;
-        if attr.key.as_ref() == key {
-            out.push_attribute((key, value));
-        } else {
-            out.push_attribute(attr);
+        match set.iter().find(|(key, _)| *key == attr.key.as_ref()) {
+            Some(&pair) => out.push_attribute(pair),
+            None => out.push_attribute(attr),
         }
     }
     Ok(out)
@@ -232,7 +232,7 @@ fn moved_data(e: &BytesStart, base: u64) -> Result<BytesStart<'static>, IrError>
         .ok()
         .and_then(|o| o.checked_add(base))
         .ok_or_else(|| IrError::Layout(format!("a constant's offset `{offset}`")))?;
-    with_attribute(e, "offset", &moved.to_string())
+    with_attributes(e, &[("offset", &moved.to_string())])
 }
 
 /// Refuses a port of another layer of the model's own graph that names a weight: an input OpenVINO

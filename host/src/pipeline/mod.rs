@@ -340,7 +340,7 @@ fn prewritten_target(written: &[Written], verify: bool) -> Option<(PathBuf, Prew
                 let transposed_linear =
                     o.onnx.optimize && emit::linear_weights_transposed(Backend::Openvino);
                 let to = PrewriteTarget::OnnxData { transposed_linear };
-                return Some((w.output(MODEL).with_extension("onnx"), to));
+                return Some((onnx_for_openvino(&w.output(MODEL)), to));
             }
             _ => return None,
         };
@@ -475,7 +475,9 @@ fn export_for_generation(
                 to_lower.push((name, traced, output));
             } else {
                 emitting =
-                    Some(scope.spawn(move || emit(run, target, name, traced, output, &mut None)));
+                    Some(scope.spawn(move || {
+                        export_component(run, target, name, traced, output, &mut None)
+                    }));
             }
         }
         if let Some(last) = emitting.take() {
@@ -493,7 +495,7 @@ fn export_for_generation(
             }
         }
         for (name, traced, output) in to_lower {
-            let (component, folder) = emit(run, target, name, traced, output, worker)?;
+            let (component, folder) = export_component(run, target, name, traced, output, worker)?;
             components.push(component);
             traced_folders.push(folder);
         }
@@ -650,7 +652,7 @@ type Exported = (Component, Scratch);
 /// are verified by generating with all of them (`export_for_generation`),
 /// as a component's cache output may differ from eager by design (a
 /// sliding window traced whole).
-fn emit(
+fn export_component(
     run: Run,
     target: &Target,
     name: &str,
@@ -662,6 +664,13 @@ fn emit(
     let job = Job { target, name, input, output: &output, verify: false, calibrate: false };
     let component = export(run, worker, job).with_context(|| format!("component `{name}`"))?;
     Ok((component, traced.scratch))
+}
+
+/// The ONNX model OpenVINO converts into the IR at `ir`, beside it: where
+/// its weights are written while the worker traces ([`prewritten_target`])
+/// and where the emit step writes it then ([`emit_artifact`]).
+fn onnx_for_openvino(ir: &Path) -> PathBuf {
+    ir.with_extension("onnx")
 }
 
 /// One program to export: what it is read from, for which target, to where.
@@ -951,7 +960,7 @@ fn emit_artifact(
             // worker traced ([`prewritten_target`]), into its data file.
             let work = Scratch::beside(job.output, "openvino")?;
             let input = onnx_input(job);
-            let beside = job.output.with_extension("onnx");
+            let beside = onnx_for_openvino(job.output);
             let onnx_path = match input.prewritten.as_ref().map(|p| p.data_file()) {
                 Some(data) if data == crate::onnx::external::data_file(&beside) => beside,
                 _ => work.path().join(Artifact::Onnx(options.onnx.clone()).folder_file(MODEL)),
