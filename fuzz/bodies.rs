@@ -215,6 +215,21 @@ pub fn side_weights(data: &[u8]) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// An OpenVINO IR's XML as the worker saved it, its weight `hfx.weight.0`
+/// made a constant (`openvino::ir`, which reads what the conversion wrote):
+/// a value or an error, and an IR it rewrote reads again.
+pub fn openvino_ir(data: &[u8]) {
+    use hfx::openvino::ir::{weights_as_constants, WeightInput};
+    let weight =
+        WeightInput { name: "hfx.weight.0", constant: "embed.weight", offset: 64, size: 128 };
+    if let Ok(rewritten) = weights_as_constants(data, &[weight], 4096) {
+        assert!(
+            weights_as_constants(&rewritten, &[], 0).is_ok(),
+            "a rewritten IR does not read again"
+        );
+    }
+}
+
 /// A fuzz target: its name and the body that takes one input.
 pub type Target = (&'static str, fn(&[u8]));
 
@@ -230,4 +245,5 @@ pub const TARGETS: &[Target] = &[
     ("selftest_case", selftest_case),
     ("side_weights", side_weights),
     ("host_calls", host_calls),
+    ("openvino_ir", openvino_ir),
 ];
