@@ -1,4 +1,4 @@
-"""The OpenVINO sweep: every architecture of `bench/sweep_models.py` exported to
+"""The OpenVINO sweep: every architecture of `bench/sweep_models/` exported to
 an OpenVINO IR static and dynamic by hfx and by the reference
 `transformers.exporters` `OpenVINOExporter`, side by side in one run, then both
 IRs checked the same way in OpenVINO's CPU runtime.

@@ -5,7 +5,7 @@
         [--report docs/ort-fusions.md] [--hfx target/debug/hfx] [--plugins plugins] [--timeout 300]
         [--resume] [--report-only] [--hfx-only]
 
-Per decoder-only generative architecture of `bench/sweep_models.py` (its tiny random config, seed 0; the
+Per decoder-only generative architecture of `bench/sweep_models/` (its tiny random config, seed 0; the
 state-space models and the encoders left out), one at a time:
 
 - a child process builds the model as the sweep does, saves it to OUT/models/<arch> (the folder hfx exports
@@ -709,7 +709,7 @@ def report(results, args, started, elapsed, command):
     lines = [
         "# ONNX Runtime fusions on the sweep's decoders",
         "",
-        "Which decoder-only generative architectures of `bench/sweep_models.py` (the sweep's tiny random configs, "
+        "Which decoder-only generative architectures of `bench/sweep_models/` (the sweep's tiny random configs, "
         "seed 0; the state-space models mamba and mamba2 left out) the reference fuses for ONNX Runtime's CPU "
         "provider, and whether hfx's `--ort-fusions cpu` does the same. The reference: "
         '`OnnxExporter().export_for_generation(model, inputs, config=OnnxConfig(dynamic=True, ort_fusions="cpu"))` '

@@ -1,5 +1,5 @@
 """The architecture sweep (`cargo xtask sweep [ARGS]`): every architecture of
-`bench/sweep_models.py` (tiny random configs) exported to ONNX static and
+`bench/sweep_models/` (tiny random configs) exported to ONNX static and
 `--dynamic` by hfx and by the reference `transformers.exporters.OnnxExporter`,
 side by side in one run, then both artifacts checked the same way.
 
@@ -650,7 +650,7 @@ def report(results, args, started, elapsed, command):
     lines = [
         "# Architecture sweep",
         "",
-        "Every architecture of `bench/sweep_models.py` (a tiny random config: hidden size 32, 2 layers, vocabulary "
+        "Every architecture of `bench/sweep_models/` (a tiny random config: hidden size 32, 2 layers, vocabulary "
         "128, 32x32 images, built with `torch.manual_seed(0)`) exported to ONNX static and dynamic by hfx "
         "(`hfx run --backend onnx --plugins plugins/dynamo --plugins plugins/onnx --model-fn "
         "python:sweep_models:<arch>_model [--static]`; without `--verify`, since the check below verifies both "

@@ -1,0 +1,404 @@
+"""Decoder LMs: causal language models, dense, MoE and state-space."""
+
+from .registry import (
+    FFN,
+    HEADS,
+    HIDDEN,
+    KV_HEADS,
+    LAYERS,
+    POSITIONS,
+    VOCAB,
+    arch,
+    text,
+    text_ids_only,
+)
+
+
+def llama_like(**extra):
+    return dict(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=FFN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        max_position_embeddings=POSITIONS,
+        **extra,
+    )
+
+
+@arch("llama", "decoder", "RoPE, GQA, RMSNorm", "LlamaForCausalLM", text)
+def llama():
+    import transformers
+
+    return transformers.LlamaConfig(**llama_like())
+
+
+@arch("mistral", "decoder", "sliding window (6 < sequence)", "MistralForCausalLM", text)
+def mistral():
+    import transformers
+
+    return transformers.MistralConfig(**llama_like(sliding_window=6))
+
+
+@arch("qwen2", "decoder", "QKV bias", "Qwen2ForCausalLM", text)
+def qwen2():
+    import transformers
+
+    return transformers.Qwen2Config(**llama_like())
+
+
+@arch("qwen3", "decoder", "QK norm", "Qwen3ForCausalLM", text)
+def qwen3():
+    import transformers
+
+    return transformers.Qwen3Config(**llama_like(head_dim=8))
+
+
+@arch("qwen2_moe", "decoder", "MoE (4 experts, top-2) + shared expert", "Qwen2MoeForCausalLM", text)
+def qwen2_moe():
+    import transformers
+
+    return transformers.Qwen2MoeConfig(
+        **llama_like(
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=32,
+            num_experts=4,
+            num_experts_per_tok=2,
+        )
+    )
+
+
+@arch("qwen3_moe", "decoder", "MoE (4 experts, top-2), QK norm", "Qwen3MoeForCausalLM", text)
+def qwen3_moe():
+    import transformers
+
+    return transformers.Qwen3MoeConfig(
+        **llama_like(head_dim=8, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2)
+    )
+
+
+@arch("mixtral", "decoder", "MoE (4 experts, top-2)", "MixtralForCausalLM", text)
+def mixtral():
+    import transformers
+
+    return transformers.MixtralConfig(**llama_like(num_local_experts=4, num_experts_per_tok=2))
+
+
+@arch(
+    "phimoe",
+    "decoder",
+    "MoE (4 experts, top-2), LongRoPE scale picked by the length (pretraining 10: A short, B long)",
+    "PhimoeForCausalLM",
+    text,
+)
+def phimoe():
+    import transformers
+
+    rope = {
+        "rope_type": "longrope",
+        "rope_theta": 10000.0,
+        "original_max_position_embeddings": 10,
+        "long_factor": [1.2, 2.0, 3.1, 4.5],
+        "short_factor": [1.0, 1.1, 1.3, 1.6],
+        "long_mscale": 1.3,
+        "short_mscale": 1.1,
+    }
+    return transformers.PhimoeConfig(
+        **llama_like(num_local_experts=4, num_experts_per_tok=2, rope_parameters=rope)
+    )
+
+
+@arch("gemma", "decoder", "GeGLU, scaled embeddings", "GemmaForCausalLM", text)
+def gemma():
+    import transformers
+
+    return transformers.GemmaConfig(**llama_like(head_dim=8))
+
+
+@arch(
+    "gemma2",
+    "decoder",
+    "logit soft-capping, alternating sliding window (6)",
+    "Gemma2ForCausalLM",
+    text,
+)
+def gemma2():
+    import transformers
+
+    return transformers.Gemma2Config(**llama_like(head_dim=8, sliding_window=6))
+
+
+@arch(
+    "gemma3_text",
+    "decoder",
+    "sliding window (6), local/global RoPE, QK norm",
+    "Gemma3ForCausalLM",
+    text,
+)
+def gemma3_text():
+    import transformers
+
+    return transformers.Gemma3TextConfig(
+        **llama_like(
+            head_dim=8, sliding_window=6, layer_types=["sliding_attention", "full_attention"]
+        )
+    )
+
+
+@arch("phi", "decoder", "partial rotary (0.5), parallel attention", "PhiForCausalLM", text)
+def phi():
+    import transformers
+
+    return transformers.PhiConfig(**llama_like())
+
+
+@arch("phi3", "decoder", "fused QKV / gate-up", "Phi3ForCausalLM", text)
+def phi3():
+    import transformers
+
+    return transformers.Phi3Config(**llama_like(pad_token_id=0, bos_token_id=1, eos_token_id=2))
+
+
+@arch("gpt2", "decoder", "learned positions, Conv1D", "GPT2LMHeadModel", text)
+def gpt2():
+    import transformers
+
+    return transformers.GPT2Config(
+        vocab_size=VOCAB,
+        n_embd=HIDDEN,
+        n_layer=LAYERS,
+        n_head=HEADS,
+        n_positions=POSITIONS,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+
+
+@arch(
+    "gpt_neox", "decoder", "parallel attention, partial rotary (0.25)", "GPTNeoXForCausalLM", text
+)
+def gpt_neox():
+    import transformers
+
+    return transformers.GPTNeoXConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=FFN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        max_position_embeddings=POSITIONS,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+
+
+@arch(
+    "gptj", "decoder", "parallel attention, partial rotary (rotary_dim 4)", "GPTJForCausalLM", text
+)
+def gptj():
+    import transformers
+
+    return transformers.GPTJConfig(
+        vocab_size=VOCAB,
+        n_embd=HIDDEN,
+        n_layer=LAYERS,
+        n_head=HEADS,
+        rotary_dim=4,
+        n_positions=POSITIONS,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+
+
+@arch("gpt_neo", "decoder", "local attention layers (window 4)", "GPTNeoForCausalLM", text)
+def gpt_neo():
+    import transformers
+
+    return transformers.GPTNeoConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_layers=LAYERS,
+        num_heads=HEADS,
+        attention_types=[[["global", "local"], 1]],
+        window_size=4,
+        max_position_embeddings=POSITIONS,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+
+
+@arch("gpt_bigcode", "decoder", "multi-query attention", "GPTBigCodeForCausalLM", text)
+def gpt_bigcode():
+    import transformers
+
+    return transformers.GPTBigCodeConfig(
+        vocab_size=VOCAB,
+        n_embd=HIDDEN,
+        n_layer=LAYERS,
+        n_head=HEADS,
+        n_positions=POSITIONS,
+        multi_query=True,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+
+
+@arch("bloom", "decoder", "ALiBi", "BloomForCausalLM", text)
+def bloom():
+    import transformers
+
+    return transformers.BloomConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        n_layer=LAYERS,
+        n_head=HEADS,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+
+
+@arch("falcon", "decoder", "parallel attention, multi-query, RoPE", "FalconForCausalLM", text)
+def falcon():
+    import transformers
+
+    return transformers.FalconConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        max_position_embeddings=POSITIONS,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+
+
+@arch("falcon_alibi", "decoder", "ALiBi, new decoder architecture (GQA)", "FalconForCausalLM", text)
+def falcon_alibi():
+    import transformers
+
+    return transformers.FalconConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_kv_heads=KV_HEADS,
+        alibi=True,
+        new_decoder_architecture=True,
+        max_position_embeddings=POSITIONS,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+
+
+@arch("mpt", "decoder", "ALiBi, no biases", "MptForCausalLM", text)
+def mpt():
+    import transformers
+
+    return transformers.MptConfig(
+        vocab_size=VOCAB,
+        d_model=HIDDEN,
+        n_heads=HEADS,
+        n_layers=LAYERS,
+        max_seq_len=POSITIONS,
+        expansion_ratio=2,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+
+
+@arch("opt", "decoder", "learned positions (offset 2), ReLU", "OPTForCausalLM", text)
+def opt():
+    import transformers
+
+    return transformers.OPTConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        ffn_dim=FFN,
+        word_embed_proj_dim=HIDDEN,
+        max_position_embeddings=POSITIONS,
+        pad_token_id=1,
+        bos_token_id=2,
+        eos_token_id=2,
+    )
+
+
+@arch("olmo", "decoder", "non-parametric LayerNorm", "OlmoForCausalLM", text)
+def olmo():
+    import transformers
+
+    return transformers.OlmoConfig(**llama_like(pad_token_id=0, bos_token_id=1, eos_token_id=2))
+
+
+@arch("olmo2", "decoder", "post-norm, QK norm", "Olmo2ForCausalLM", text)
+def olmo2():
+    import transformers
+
+    return transformers.Olmo2Config(**llama_like(pad_token_id=0, bos_token_id=1, eos_token_id=2))
+
+
+@arch("stablelm", "decoder", "partial rotary (0.25), LayerNorm", "StableLmForCausalLM", text)
+def stablelm():
+    import transformers
+
+    return transformers.StableLmConfig(**llama_like(bos_token_id=1, eos_token_id=2))
+
+
+@arch(
+    "starcoder2", "decoder", "sliding window (6), LayerNorm, biases", "Starcoder2ForCausalLM", text
+)
+def starcoder2():
+    import transformers
+
+    return transformers.Starcoder2Config(
+        **llama_like(sliding_window=6, bos_token_id=1, eos_token_id=2)
+    )
+
+
+@arch("cohere", "decoder", "parallel attention, logit scale", "CohereForCausalLM", text)
+def cohere():
+    import transformers
+
+    return transformers.CohereConfig(**llama_like(pad_token_id=0, bos_token_id=1, eos_token_id=2))
+
+
+@arch("mamba", "decoder", "state-space model (selective scan)", "MambaForCausalLM", text_ids_only)
+def mamba():
+    import transformers
+
+    return transformers.MambaConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        state_size=8,
+        num_hidden_layers=LAYERS,
+        expand=2,
+        conv_kernel=4,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+
+
+@arch("mamba2", "decoder", "state-space model (SSD, chunked)", "Mamba2ForCausalLM", text_ids_only)
+def mamba2():
+    import transformers
+
+    return transformers.Mamba2Config(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        state_size=8,
+        num_hidden_layers=LAYERS,
+        expand=2,
+        conv_kernel=4,
+        num_heads=8,
+        head_dim=8,
+        n_groups=1,
+        chunk_size=4,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
