@@ -10,8 +10,7 @@ build identical weights.
     ARCHS["bloom"].build()                   # (model, inputs at size A)
     ARCHS["bloom"].inputs(model, 3, 13)      # inputs at another size
 
-One module per family (`decoders`, `encoders`, `encoder_decoders`, `audio`,
-`vision`, `multimodal`), each registering its architectures in `ARCHS` with
+One module per family (`FAMILIES`), each registering its architectures in `ARCHS` with
 `@arch`; the order they are imported in is the report's order.
 """
 
@@ -20,7 +19,16 @@ import importlib
 from .registry import ARCHS, SEED, SIZE_A, SIZE_B, Arch  # noqa: F401 (the package's interface)
 
 # Each family registers its architectures when imported, in this order: the report's.
-FAMILIES = ("decoders", "encoders", "encoder_decoders", "audio", "vision", "multimodal")
+FAMILIES = (
+    "decoders",
+    "sparse_and_state_space",
+    "encoders",
+    "encoder_decoders",
+    "audio",
+    "vision",
+    "video",
+    "multimodal",
+)
 for _family in FAMILIES:
     importlib.import_module(f".{_family}", __name__)
 

@@ -1,0 +1,1 @@
+"""Video encoders over frame sequences."""
