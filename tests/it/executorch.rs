@@ -166,7 +166,8 @@ fn sizes_used_as_tensors_follow_the_input_in_the_portable_program() {
 /// whose structure was seen takes the delegate graph made of it; a sorted
 /// graph is not re-sorted; a retrace that would change nothing, the
 /// decomposition after XNNPACK's kept ops are renamed and three op-replacing
-/// passes with nothing to replace, is skipped: four on each model here) give
+/// passes with nothing to replace, is skipped: four on each model here; no
+/// program the lowering constructs prints its shape guards) give
 /// ExecuTorch's own `.pte`, byte for byte: a Llama static and dynamic (its
 /// second layer's partitions replayed), the Llama quantized 8da4w (its
 /// second layer's int4 linear layers replayed with their own scales, which
@@ -192,6 +193,15 @@ fn the_lowering_shortcuts_give_executorchs_own_bytes() {
         &["llama", &overrides_json(&wider), "static", "5", "4", "8da4w"],
     );
     run_python("check_lowering_shortcuts.py", &["vit", &overrides_json(VIT), "static", "1", "4"]);
+}
+
+/// `--quantize` on a model folder hands the float weights' checkpoint pages
+/// back as it quantizes each linear layer (the worker's peak held them beside
+/// the quantized copies), and quantizes as one torchao `quantize_` over the
+/// whole model does.
+#[test]
+fn quantizing_hands_back_the_float_weights_checkpoint_pages() {
+    run_python("check_quantized_pages.py", &[]);
 }
 
 /// What cannot be emitted says so in one line, naming the node and the way

@@ -10,8 +10,8 @@ random one), its linear layers quantized as the worker quantizes them for
 batch, and the sequence of 2-D inputs, dynamic for `dynamic`), then lowered
 twice from identical exports: once as ExecuTorch lowers it, once inside
 `lowering_shortcuts.shortcuts()`. At least MIN_REPLAYED partitions must have
-been replayed, and at least MIN_RETRACES_SKIPPED whole-program retraces
-skipped.
+been replayed, at least MIN_RETRACES_SKIPPED whole-program retraces
+skipped, and the programs' guards left unprinted.
 
 First, the skip's condition: a program with an op the edge table
 decomposes is not taken for decomposing none.
@@ -193,6 +193,8 @@ def main():
         raise SystemExit(
             f"{name}: expected at least {min_retraces_skipped} whole-program retrace(s) skipped, got {counts}"
         )
+    if counts.guards_unprinted == 0:
+        raise SystemExit(f"{name}: expected the programs' guards left unprinted, got {counts}")
 
 
 if __name__ == "__main__":

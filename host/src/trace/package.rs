@@ -71,6 +71,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("protocol.py", include_str!("../../worker/hfx_worker/protocol.py")),
     ("pytree.py", include_str!("../../worker/hfx_worker/pytree.py")),
     ("quantizers.py", include_str!("../../worker/hfx_worker/quantizers.py")),
+    ("resident.py", include_str!("../../worker/hfx_worker/resident.py")),
     ("round_trip.py", include_str!("../../worker/hfx_worker/round_trip.py")),
     ("sandbox.py", include_str!("../../worker/hfx_worker/sandbox.py")),
     ("selftest.py", include_str!("../../worker/hfx_worker/selftest.py")),

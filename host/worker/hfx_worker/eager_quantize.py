@@ -7,6 +7,7 @@ ExecuTorch's XNNPACK partitioner lowers to its quantized kernels; the eager
 reference is the quantized model, so `--verify` checks the program against
 what it was traced from."""
 
+from . import resident
 from .errors import UserInputError
 
 # torchao's weight dtype per scheme's bits.
@@ -22,7 +23,6 @@ def quantize_model(model, spec):
     from torchao.quantization import (
         Int8DynamicActivationIntxWeightConfig,
         IntxWeightOnlyConfig,
-        quantize_,
     )
     from torchao.quantization.granularity import PerAxis, PerGroup
     from torchao.utils import unwrap_tensor_subclass
@@ -46,14 +46,11 @@ def quantize_model(model, spec):
                 )
 
     if spec.embeddings is not None:
-        quantize_(
-            model,
-            IntxWeightOnlyConfig(
-                weight_dtype=getattr(torch, BITS[spec.embeddings]),
-                granularity=granularity(spec.embeddings),
-            ),
-            lambda module, _name: isinstance(module, torch.nn.Embedding),
+        embeddings = IntxWeightOnlyConfig(
+            weight_dtype=getattr(torch, BITS[spec.embeddings]),
+            granularity=granularity(spec.embeddings),
         )
+        quantized_one_at_a_time(model, embeddings, torch.nn.Embedding)
     if spec.linear == "8da4w":
         config = Int8DynamicActivationIntxWeightConfig(
             weight_dtype=torch.int4, weight_granularity=PerGroup(spec.group_size)
@@ -63,8 +60,25 @@ def quantize_model(model, spec):
             weight_dtype=getattr(torch, BITS[spec.linear]), granularity=granularity(spec.linear)
         )
     if spec.linear is not None:
-        quantize_(model, config, lambda module, _name: isinstance(module, torch.nn.Linear))
+        quantized_one_at_a_time(model, config, torch.nn.Linear)
     # The quantized weights are torchao tensor subclasses, which torch.export
     # would save pickled: as plain tensors (the integers, scales, zero points)
     # that a parametrization recombines, the program holds them as weights.
     unwrap_tensor_subclass(model)
+
+
+def quantized_one_at_a_time(model, config, module_type):
+    """Quantizes every `module_type` module of `model` by torchao's
+    `quantize_` with `config`, one module at a time (each picked by
+    identity), and hands back the float weight's pages each replaced where
+    they are a file's (`resident`): a model folder's checkpoint is mapped,
+    and its pages would otherwise stay resident beside the quantized copies
+    (a 125M Llama's linears: 0.35 GiB of the worker's peak)."""
+    from torchao.quantization import quantize_
+
+    mappings = resident.file_mappings()
+    targets = [module for module in model.modules() if isinstance(module, module_type)]
+    for target in targets:
+        float_weight = resident.storage_span(target.weight)
+        quantize_(model, config, lambda module, _name, target=target: module is target)
+        resident.page_out([float_weight], mappings)

@@ -12,7 +12,9 @@ is hfx's. The edge configuration is the reference's
 non-core ops kept whole.
 """
 
+import builtins
 import contextlib
+import ctypes
 import errno
 import fcntl
 import mmap
@@ -330,6 +332,42 @@ def nonfinite_floats_serialized():
         yield
 
 
+@contextlib.contextmanager
+def constants_written_from_their_storage():
+    """ExecuTorch 1.4.1's emitter with each constant tensor's bytes a view of its
+    storage instead of a copy. The emitter copies every constant it
+    serializes (`bytes` of a ctypes array over the storage) to hash it and
+    to hold it until the write; a 125M Llama's float embedding is 98 MB of
+    copy at the lowering's peak, beside the storage it reads (mapped from
+    the traced program's weights). A view hashes and writes the same bytes;
+    the constant segment's `Cord`, which takes only `bytes`, takes the view
+    too. The storage outlives the view: the program's tensor specs hold it
+    until the program manager goes, after the write. Other versions run as
+    they are."""
+    if not pinned({"executorch": "1.4.1"}):
+        yield
+        return
+    from executorch.exir._serialize import _cord
+    from executorch.exir.emit import _emitter
+
+    def viewed_or_copied(value=b"", *args):
+        if isinstance(value, ctypes.Array) and not args:
+            return memoryview(value).cast("B")
+        return builtins.bytes(value, *args)
+
+    append = _cord.Cord.append
+
+    def append_view(self, data):
+        if isinstance(data, memoryview):
+            self._buffers.append(data)
+            self._byte_size += data.nbytes
+        else:
+            append(self, data)
+
+    with patched([(_emitter, "bytes", viewed_or_copied), (_cord.Cord, "append", append_view)]):
+        yield
+
+
 def partitioners(delegate):
     if delegate == "xnnpack":
         from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
@@ -513,6 +551,7 @@ def lower(_session, params: Lower) -> LowerReply:
         python_sym_functions_verified(),
         views_as_dynamic_as_their_base(),
         nonfinite_floats_serialized(),
+        constants_written_from_their_storage(),
         inputs_updated_in_place_planned() as in_place,
         shortcuts() as counts,
     ):

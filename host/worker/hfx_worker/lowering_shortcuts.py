@@ -1,4 +1,4 @@
-"""Four shortcuts through ExecuTorch's delegate lowering that give the bytes
+"""Five shortcuts through ExecuTorch's delegate lowering that give the bytes
 it gives, for less of its work.
 
 ExecuTorch's lowering (`to_edge_transform_and_lower`) costs one to two
@@ -65,9 +65,17 @@ needed (a 125M Llama with dynamic shapes: 135 partitions, 65 s):
   module five times over. A graph module whose nodes, inputs' values and
   attributes are those it last passed with passes again without the run:
   the check reads nothing else. A check that fails is never remembered.
+- **Guards printed for nothing.** Every `ExportedProgram` the lowering
+  constructs (each pass, decomposition and partition makes one) prints all
+  of torch.export's shape guards into `_guards_code` with sympy; a dynamic
+  program's nested `FloorDiv` guards (a window partition) take seconds to
+  minutes each time, and deep enough ones overflow the C stack. Only
+  `ExportedProgram.module()`'s guard function reads them, which torch
+  leaves out for ExecuTorch's callers, and the `.pte` holds none: they are
+  left empty (the reference's `_patch_convert_guards_to_code` does the same).
 
 The output is ExecuTorch's own, byte for byte (`tests/it/executorch.rs`
-compares the `.pte` with and without). All four reach into ExecuTorch 1.4.1
+compares the `.pte` with and without). All five reach into ExecuTorch 1.4.1
 and torch 2.13 internals, so they apply only to those versions; any other runs
 ExecuTorch's lowering as it is.
 """
@@ -97,6 +105,18 @@ class Counts:
     resorts_in_place: int = 0
     retraces_skipped: int = 0  # retraces that would have changed nothing (a decomposition, passes)
     checks_skipped: int = 0  # dtype checks of a graph module that passed them as it is
+    guards_unprinted: int = 0  # programs constructed without printing their shape guards
+
+
+def guards_unprinted(counts):
+    """`_convert_guards_to_code` for a program under lowering: no guards'
+    code (see the module's docstring)."""
+
+    def convert(_graph_module):
+        counts.guards_unprinted += 1
+        return []
+
+    return convert
 
 
 @contextlib.contextmanager
@@ -113,6 +133,7 @@ def shortcuts(enabled=True):
     import executorch.exir.passes.spec_prop_pass as spec_prop_pass
     import executorch.exir.program._program as edge_manager
     import executorch.exir.verification.verifier as verifier
+    import torch.export.exported_program as exported_program
     from executorch.backends.xnnpack.operators.node_visitor import NodeVisitor
     from executorch.backends.xnnpack.operators.op_quant_dequant import OpStaticQDQNode
     from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend
@@ -128,6 +149,7 @@ def shortcuts(enabled=True):
     memo = PreprocessMemo(counts)
     retraces = Retraces(counts)
     patches = [
+        (exported_program, "_convert_guards_to_code", guards_unprinted(counts)),
         (
             verifier,
             "_check_tensor_args_matching_op_allowed_dtype",
