@@ -9,9 +9,11 @@ random one), its linear layers quantized as the worker quantizes them for
 32), on its sample inputs (2, 8), exported with torch.export (the
 batch, and the sequence of 2-D inputs, dynamic for `dynamic`), then lowered
 twice from identical exports: once as ExecuTorch lowers it, once inside
-`lowering_shortcuts.shortcuts()`. At least MIN_REPLAYED partitions must have
-been replayed, at least MIN_RETRACES_SKIPPED whole-program retraces
-skipped, and the programs' guards left unprinted.
+`lowering_shortcuts.shortcuts()` with the constants written from their
+storage (`lower.constants_written_from_their_storage`), as the worker
+lowers. At least MIN_REPLAYED partitions must have been replayed, at least
+MIN_RETRACES_SKIPPED whole-program retraces skipped, and the programs'
+guards left unprinted.
 
 First, the skip's condition: a program with an op the edge table
 decomposes is not taken for decomposing none.
@@ -21,6 +23,7 @@ past the page cache), and so is a stream of writes across its buffer, direct
 and buffered, and read back: the same bytes.
 """
 
+import contextlib
 import json
 import os
 import sys
@@ -32,7 +35,7 @@ sys.path.insert(
     0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker")
 )
 from hfx_worker import eager_quantize, messages, sources  # noqa: E402
-from hfx_worker.lower import DirectFile  # noqa: E402
+from hfx_worker.lower import DirectFile, constants_written_from_their_storage  # noqa: E402
 from hfx_worker.lowering_shortcuts import (  # noqa: E402
     decomposes_none,
     holds_size_for_tensor,
@@ -74,7 +77,8 @@ def lowered(model, inputs, dynamic, fast):
 
     with torch.no_grad():
         program = torch.export.export(model, (), inputs, dynamic_shapes=dynamic, strict=False)
-    with shortcuts(enabled=fast) as counts:
+    written = constants_written_from_their_storage() if fast else contextlib.nullcontext()
+    with shortcuts(enabled=fast) as counts, written:
         edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
         return edge.to_executorch(), counts
 

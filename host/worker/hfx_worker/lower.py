@@ -334,25 +334,29 @@ def nonfinite_floats_serialized():
 
 @contextlib.contextmanager
 def constants_written_from_their_storage():
-    """ExecuTorch 1.4.1's emitter with each constant tensor's bytes a view of its
-    storage instead of a copy. The emitter copies every constant it
-    serializes (`bytes` of a ctypes array over the storage) to hash it and
-    to hold it until the write; a 125M Llama's float embedding is 98 MB of
-    copy at the lowering's peak, beside the storage it reads (mapped from
-    the traced program's weights). A view hashes and writes the same bytes;
-    the constant segment's `Cord`, which takes only `bytes`, takes the view
-    too. The storage outlives the view: the program's tensor specs hold it
-    until the program manager goes, after the write. Other versions run as
-    they are."""
+    """ExecuTorch 1.4.1's emitter with each constant tensor's bytes a
+    read-only view of its storage instead of a copy. The emitter copies
+    every constant it serializes (`bytes` of a ctypes array over the
+    storage) to hash it and to hold it until the write; a 125M Llama's
+    float embedding is 98 MB of copy at the lowering's peak, beside the
+    storage it reads (mapped from the traced program's weights). A view
+    hashes and writes the same bytes. Where the serializer handles the
+    copies as the immutable `bytes` they are, the views go the same way:
+    its `deepcopy` of the program keeps them as they are (as it keeps
+    `bytes`), and the constant segment's `Cord` takes them. The storage
+    outlives its view: the program's tensor specs hold it until the program
+    manager goes, after the write. Other versions run as they are."""
     if not pinned({"executorch": "1.4.1"}):
         yield
         return
+    import copy
+
     from executorch.exir._serialize import _cord
     from executorch.exir.emit import _emitter
 
     def viewed_or_copied(value=b"", *args):
         if isinstance(value, ctypes.Array) and not args:
-            return memoryview(value).cast("B")
+            return memoryview(value).cast("B").toreadonly()
         return builtins.bytes(value, *args)
 
     append = _cord.Cord.append
@@ -364,8 +368,17 @@ def constants_written_from_their_storage():
         else:
             append(self, data)
 
-    with patched([(_emitter, "bytes", viewed_or_copied), (_cord.Cord, "append", append_view)]):
-        yield
+    atomic = copy._deepcopy_dispatch
+    before = atomic.get(memoryview)
+    atomic[memoryview] = copy._deepcopy_atomic
+    try:
+        with patched([(_emitter, "bytes", viewed_or_copied), (_cord.Cord, "append", append_view)]):
+            yield
+    finally:
+        if before is None:
+            del atomic[memoryview]
+        else:
+            atomic[memoryview] = before
 
 
 def partitioners(delegate):
