@@ -22,6 +22,7 @@ import os
 import re
 import time
 
+from . import resident
 from .checkpoint import save_program, side_weights_supported
 from .edge_rewrites import (
     identity_copies_dropped,
@@ -483,6 +484,7 @@ class DirectFile:
         self.buffer = mmap.mmap(-1, self.SIZE)
         self.used = self.written = 0
         self.direct = direct and self._set_direct(True)
+        self.mappings = resident.file_mappings()
 
     def _set_direct(self, on):
         flags = fcntl.fcntl(self.fd, fcntl.F_GETFL)
@@ -493,12 +495,17 @@ class DirectFile:
         return on
 
     def write(self, data):
+        import numpy
+
         view = memoryview(data).cast("B")
+        address = numpy.frombuffer(view, numpy.uint8).ctypes.data if len(view) else 0
         while len(view):
             n = min(len(view), self.SIZE - self.used)
             self.buffer[self.used : self.used + n] = view[:n]
+            resident.page_out([(address, n)], self.mappings)
             self.used += n
             view = view[n:]
+            address += n
             if self.used == self.SIZE:
                 self._write_block(self.SIZE)
         return len(data)
