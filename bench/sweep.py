@@ -849,6 +849,11 @@ def main():
     parser.add_argument(
         "--recheck", action="store_true", help="check the artifacts in OUT again, then report"
     )
+    parser.add_argument(
+        "--expect",
+        metavar="REPORT",
+        help="exit 1 if an architecture hfx passed in REPORT (docs/sweep.md) no longer passes",
+    )
     args = parser.parse_args()
     if args.list:
         for name, spec in sweep_models.ARCHS.items():
@@ -911,6 +916,41 @@ def main():
         )
     report(ordered, args, started, elapsed, command)
     log(f"{len(ordered)} architectures in {elapsed / 60:.1f} min; report: {args.report}")
+    if args.expect:
+        lost = regressions(ordered, recorded_hfx_passes(args.expect))
+        for line in lost:
+            log(f"REGRESSION {line}")
+        if lost:
+            sys.exit(1)
+
+
+def recorded_hfx_passes(path):
+    """{(arch, mode)} hfx exported and verified in a report this script
+    wrote (its first table's hfx static and hfx dynamic cells; the tables
+    after its first section are other sweeps')."""
+    passes = set()
+    for line in open(path):
+        if line.startswith("## ") and passes:
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 4 or " (" not in cells[0]:
+            continue
+        arch = cells[0].split(" (")[0]
+        for mode, cell in zip(MODES, cells[2:4]):
+            if cell == "pass":
+                passes.add((arch, mode))
+    return passes
+
+
+def regressions(results, recorded):
+    """One line per architecture and mode `recorded` as hfx passing that
+    this run ran and hfx did not pass."""
+    return [
+        f"{x['arch']} {mode}: {status(x['hfx'].get(mode))}: {reason_of(x['hfx'].get(mode))}"
+        for x in results
+        for mode in MODES
+        if (x["arch"], mode) in recorded and mode in x["hfx"] and not passed(x["hfx"].get(mode))
+    ]
 
 
 if __name__ == "__main__":

@@ -668,6 +668,34 @@ fn an_axis_torch_export_fixes_despite_dynamic_is_named() {
     assert!(fixed.as_deref().is_some_and(|l| l.contains("input_ids[1] = 8")), "{fixed:?}");
 }
 
+/// The whole sweep's hfx side (`bench/sweep.py --no-reference`, every
+/// architecture static and dynamic, each checked in ONNX Runtime at two
+/// sizes): every architecture and mode `docs/sweep.md` records hfx exporting
+/// and verifying still does (`--expect`).
+#[test]
+#[ignore = "nightly: every sweep architecture, static and dynamic (over an hour on 2 cores); a_sample_of_each_sweep_family_exports_and_verifies covers each family"]
+fn every_architecture_hfx_passed_in_the_sweep_still_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("sweep.md");
+    let result = std::process::Command::new(python())
+        .arg(root().join("bench/sweep.py"))
+        .args(["--no-reference", "--jobs", "2", "--hfx", env!("CARGO_BIN_EXE_hfx")])
+        .args(["--out".as_ref(), dir.path().as_os_str()])
+        .args(["--report".as_ref(), report.as_os_str()])
+        .args(["--expect".as_ref(), root().join("docs/sweep.md").as_os_str()])
+        .output()
+        .unwrap();
+    assert!(
+        result.status.success(),
+        "{}",
+        String::from_utf8_lossy(&result.stdout)
+            .lines()
+            .filter(|l| l.contains("REGRESSION"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
 /// ALiBi with parallel attention and windowed vision attention: the batch and
 /// sequence vary (an image's channels and size may be fixed).
 #[test]

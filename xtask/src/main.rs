@@ -35,7 +35,7 @@ fn main() -> Result<()> {
         Some("fuzz") => fuzz::fuzz(&args[1..]),
         Some("sweep") => sweep(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask build-plugins [CRATE-DIR...] | install [--prefix DIR] [--debug | --binary FILE] [--built-plugins] [--no-setup] | wheel [--debug] [--out DIR] | install-guest-toolchain | setup-python | lint | test [--full] [CARGO-TEST-ARGS...] | fuzz [--seconds N] [TARGET...] | sweep [SWEEP-ARGS...]");
+            eprintln!("usage: cargo xtask build-plugins [CRATE-DIR...] | install [--prefix DIR] [--debug | --binary FILE] [--built-plugins] [--no-setup] | wheel [--debug] [--out DIR] | install-guest-toolchain | setup-python | lint | test [--full | --nightly] [CARGO-TEST-ARGS...] | fuzz [--seconds N] [TARGET...] | sweep [SWEEP-ARGS...]");
             std::process::exit(2)
         }
     }
@@ -54,8 +54,14 @@ fn workspace_root() -> PathBuf {
 /// tier: ..."]` (the export matrix's rows not marked fast are ignored trials);
 /// `--full` runs those too (`--include-ignored`).
 fn test(extra: &[String]) -> Result<()> {
-    let full = extra.iter().any(|a| a == "--full");
-    let args = with_tier(extra, full);
+    let tier = if extra.iter().any(|a| a == "--nightly") {
+        Tier::Nightly
+    } else if extra.iter().any(|a| a == "--full") {
+        Tier::Full
+    } else {
+        Tier::Fast
+    };
+    let args = with_tier(extra, tier);
     // The Python environment is gigabytes to download and unpack (network
     // and disk), the Rust side is compilation (CPU): each in its own thread,
     // the tests built before they wait for the environment.
@@ -78,21 +84,37 @@ fn test(extra: &[String]) -> Result<()> {
 }
 
 /// Ignored tests that are measurements, not tests: they need inputs a bench
-/// script makes (`bench/pt2_bench.py`), so the full tier leaves them out.
+/// script makes (`bench/pt2_bench.py`), so no tier runs them.
 const BENCHMARKS: &[&str] = &["pt2::weight_check_cost_on_a_125m_llama"];
 
-/// `cargo test`'s arguments for `extra` without `--full`; for the full tier,
-/// with `--include-ignored` among the test binaries' arguments (after `--`),
-/// the benchmarks skipped.
-fn with_tier(extra: &[String], full: bool) -> Vec<String> {
-    let mut args: Vec<String> = extra.iter().filter(|a| *a != "--full").cloned().collect();
-    if full {
+/// Ignored tests too long for the full tier (an hour or more on 2 cores):
+/// the nightly tier runs them beside it.
+const NIGHTLY: &[&str] = &["onnx::every_architecture_hfx_passed_in_the_sweep_still_passes"];
+
+/// The test tiers: the fast one (`cargo xtask test`, CI's), the full one
+/// (`--full`: the ignored tests too) and the nightly one (`--nightly`: the
+/// full tier and the sweep).
+#[derive(Clone, Copy, PartialEq)]
+enum Tier {
+    Fast,
+    Full,
+    Nightly,
+}
+
+/// `cargo test`'s arguments for `extra` without the tier's flag; past the
+/// fast tier, with `--include-ignored` among the test binaries' arguments
+/// (after `--`), the benchmarks skipped, and the nightly tests unless nightly.
+fn with_tier(extra: &[String], tier: Tier) -> Vec<String> {
+    let mut args: Vec<String> =
+        extra.iter().filter(|a| *a != "--full" && *a != "--nightly").cloned().collect();
+    if tier != Tier::Fast {
         if !args.iter().any(|a| a == "--") {
             args.push("--".into());
         }
         args.push("--include-ignored".into());
-        for benchmark in BENCHMARKS {
-            args.extend(["--skip".into(), benchmark.to_string()]);
+        let nightly = if tier == Tier::Nightly { &[][..] } else { NIGHTLY };
+        for skipped in BENCHMARKS.iter().chain(nightly) {
+            args.extend(["--skip".into(), skipped.to_string()]);
         }
     }
     args
@@ -603,7 +625,7 @@ fn run(cmd: &mut Command) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::with_tier;
+    use super::{with_tier, Tier};
 
     fn args(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()
@@ -611,15 +633,24 @@ mod tests {
 
     #[test]
     fn the_full_tier_includes_the_ignored_tests_among_the_binaries_arguments() {
-        assert_eq!(with_tier(&args(&["--test", "it"]), false), args(&["--test", "it"]));
-        let skip = ["--skip", "pt2::weight_check_cost_on_a_125m_llama"];
+        assert_eq!(with_tier(&args(&["--test", "it"]), Tier::Fast), args(&["--test", "it"]));
+        let skip = [
+            "--skip",
+            "pt2::weight_check_cost_on_a_125m_llama",
+            "--skip",
+            "onnx::every_architecture_hfx_passed_in_the_sweep_still_passes",
+        ];
         assert_eq!(
-            with_tier(&args(&["--full", "--test", "it"]), true),
+            with_tier(&args(&["--full", "--test", "it"]), Tier::Full),
             args(&[&["--test", "it", "--", "--include-ignored"][..], &skip].concat())
         );
         assert_eq!(
-            with_tier(&args(&["--full", "--", "onnx::"]), true),
+            with_tier(&args(&["--full", "--", "onnx::"]), Tier::Full),
             args(&[&["--", "onnx::", "--include-ignored"][..], &skip].concat())
+        );
+        assert_eq!(
+            with_tier(&args(&["--nightly", "--test", "it"]), Tier::Nightly),
+            args(&[&["--test", "it", "--", "--include-ignored"][..], &skip[..2]].concat())
         );
     }
 }

@@ -17,10 +17,12 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import hashlib
 import mmap
 import os
 import re
 import time
+import types
 
 from . import resident
 from .checkpoint import save_program, side_weights_supported
@@ -341,7 +343,9 @@ def constants_written_from_their_storage():
     storage) to hash it and to hold it until the write; a 125M Llama's
     float embedding is 98 MB of copy at the lowering's peak, beside the
     storage it reads (mapped from the traced program's weights). A view
-    hashes and writes the same bytes. Where the serializer handles the
+    hashes and writes the same bytes; the pages of a mapped file its hash
+    read leave this process's memory again (`resident.page_out`), as the
+    write's do (`DirectFile`). Where the serializer handles the
     copies as the immutable `bytes` they are, the views go the same way:
     its `deepcopy` of the program keeps them as they are (as it keeps
     `bytes`), and the constant segment's `Cord` takes them. The storage
@@ -369,11 +373,29 @@ def constants_written_from_their_storage():
         else:
             append(self, data)
 
+    mappings = resident.file_mappings()
+
+    def sha256_released(data):
+        import numpy
+
+        digest = hashlib.sha256(data)
+        if isinstance(data, memoryview) and data.nbytes:
+            address = numpy.frombuffer(data, numpy.uint8).ctypes.data
+            resident.page_out([(address, data.nbytes)], mappings)
+        return digest
+
+    hashing = types.SimpleNamespace(sha256=sha256_released)
     atomic = copy._deepcopy_dispatch
     before = atomic.get(memoryview)
     atomic[memoryview] = copy._deepcopy_atomic
     try:
-        with patched([(_emitter, "bytes", viewed_or_copied), (_cord.Cord, "append", append_view)]):
+        with patched(
+            [
+                (_emitter, "bytes", viewed_or_copied),
+                (_emitter, "hashlib", hashing),
+                (_cord.Cord, "append", append_view),
+            ]
+        ):
             yield
     finally:
         if before is None:
