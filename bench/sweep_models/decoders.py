@@ -402,3 +402,149 @@ def mamba2():
         bos_token_id=1,
         eos_token_id=2,
     )
+
+
+# ── Dense decoders at transformers' breadth: one row per modeling family ──
+
+SPECIAL_TOKENS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+SLIDING_THEN_FULL = ["sliding_attention", "full_attention"]
+
+
+@arch(
+    "granite",
+    "decoder",
+    "muP multipliers (embedding, residual, attention, logits scaling)",
+    "GraniteForCausalLM",
+    text,
+)
+def granite():
+    import transformers
+
+    return transformers.GraniteConfig(
+        **llama_like(
+            embedding_multiplier=12.0,
+            residual_multiplier=0.22,
+            attention_multiplier=0.0078125,
+            logits_scaling=8.0,
+            **SPECIAL_TOKENS,
+        )
+    )
+
+
+@arch(
+    "nemotron",
+    "decoder",
+    "squared ReLU MLP (no gate), LayerNorm1P, partial rotary (0.5)",
+    "NemotronForCausalLM",
+    text,
+)
+def nemotron():
+    import transformers
+
+    return transformers.NemotronConfig(**llama_like(head_dim=8, **SPECIAL_TOKENS))
+
+
+@arch(
+    "persimmon",
+    "decoder",
+    "QK LayerNorm, fused QKV, squared ReLU, partial rotary (0.5)",
+    "PersimmonForCausalLM",
+    text,
+)
+def persimmon():
+    import transformers
+
+    return transformers.PersimmonConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=FFN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        max_position_embeddings=POSITIONS,
+        **SPECIAL_TOKENS,
+    )
+
+
+@arch(
+    "glm",
+    "decoder",
+    "interleaved partial rotary (0.5), fused gate-up",
+    "GlmForCausalLM",
+    text,
+)
+def glm():
+    import transformers
+
+    return transformers.GlmConfig(**llama_like(head_dim=8, **SPECIAL_TOKENS))
+
+
+@arch("glm4", "decoder", "sandwich norms (post-attention, post-MLP)", "Glm4ForCausalLM", text)
+def glm4():
+    import transformers
+
+    return transformers.Glm4Config(**llama_like(head_dim=8, **SPECIAL_TOKENS))
+
+
+@arch(
+    "cohere2",
+    "decoder",
+    "sliding window (6) layers with RoPE, global layers without positions (NoPE)",
+    "Cohere2ForCausalLM",
+    text,
+)
+def cohere2():
+    import transformers
+
+    return transformers.Cohere2Config(
+        **llama_like(sliding_window=6, layer_types=SLIDING_THEN_FULL, **SPECIAL_TOKENS)
+    )
+
+
+@arch(
+    "exaone4",
+    "decoder",
+    "hybrid sliding (6) / global NoPE layers, QK norm, post-norm",
+    "Exaone4ForCausalLM",
+    text,
+)
+def exaone4():
+    import transformers
+
+    return transformers.Exaone4Config(
+        **llama_like(sliding_window=6, layer_types=SLIDING_THEN_FULL, **SPECIAL_TOKENS)
+    )
+
+
+@arch(
+    "olmo3",
+    "decoder",
+    "sliding window (6) / full layers, post-norm, QK norm",
+    "Olmo3ForCausalLM",
+    text,
+)
+def olmo3():
+    import transformers
+
+    return transformers.Olmo3Config(
+        **llama_like(sliding_window=6, layer_types=SLIDING_THEN_FULL, **SPECIAL_TOKENS)
+    )
+
+
+@arch(
+    "smollm3",
+    "decoder",
+    "RoPE skipped on chosen layers (no_rope_layers)",
+    "SmolLM3ForCausalLM",
+    text,
+)
+def smollm3():
+    import transformers
+
+    return transformers.SmolLM3Config(**llama_like(no_rope_layers=[1, 0], **SPECIAL_TOKENS))
+
+
+@arch("arcee", "decoder", "squared ReLU MLP (no gate), RMSNorm", "ArceeForCausalLM", text)
+def arcee():
+    import transformers
+
+    return transformers.ArceeConfig(**llama_like(**SPECIAL_TOKENS))
