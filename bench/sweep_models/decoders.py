@@ -548,3 +548,221 @@ def arcee():
     import transformers
 
     return transformers.ArceeConfig(**llama_like(**SPECIAL_TOKENS))
+
+
+@arch(
+    "apertus",
+    "decoder",
+    "xIELU activation (no gate), QK norm, Llama 3 RoPE scaling",
+    "ApertusForCausalLM",
+    text,
+)
+def apertus():
+    import transformers
+
+    return transformers.ApertusConfig(**llama_like(**SPECIAL_TOKENS))
+
+
+@arch("seed_oss", "decoder", "QKV bias, explicit head_dim", "SeedOssForCausalLM", text)
+def seed_oss():
+    import transformers
+
+    return transformers.SeedOssConfig(**llama_like(head_dim=8, **SPECIAL_TOKENS))
+
+
+@arch(
+    "hunyuan_v1_dense",
+    "decoder",
+    "QK norm applied after RoPE",
+    "HunYuanDenseV1ForCausalLM",
+    text,
+)
+def hunyuan_v1_dense():
+    import transformers
+
+    return transformers.HunYuanDenseV1Config(**llama_like(head_dim=8, **SPECIAL_TOKENS))
+
+
+@arch(
+    "ernie4_5",
+    "decoder",
+    "interleaved RoPE (rotate every two), tied embeddings",
+    "Ernie4_5ForCausalLM",
+    text,
+)
+def ernie4_5():
+    import transformers
+
+    return transformers.Ernie4_5Config(**llama_like(head_dim=8, **SPECIAL_TOKENS))
+
+
+@arch(
+    "biogpt",
+    "decoder",
+    "learned positions (offset 2), scaled embeddings, GELU",
+    "BioGptForCausalLM",
+    text,
+)
+def biogpt():
+    import transformers
+
+    return transformers.BioGptConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        intermediate_size=FFN,
+        max_position_embeddings=POSITIONS,
+        **SPECIAL_TOKENS,
+    )
+
+
+@arch("xglm", "decoder", "sinusoidal positions, scaled embeddings", "XGLMForCausalLM", text)
+def xglm():
+    import transformers
+
+    return transformers.XGLMConfig(
+        vocab_size=VOCAB,
+        d_model=HIDDEN,
+        ffn_dim=FFN,
+        num_layers=LAYERS,
+        attention_heads=HEADS,
+        max_position_embeddings=POSITIONS,
+        decoder_start_token_id=2,
+        **SPECIAL_TOKENS,
+    )
+
+
+@arch(
+    "codegen",
+    "decoder",
+    "fused QKV split in 4 model-parallel blocks, interleaved partial rotary (rotary_dim 4)",
+    "CodeGenForCausalLM",
+    text,
+)
+def codegen():
+    import transformers
+
+    return transformers.CodeGenConfig(
+        vocab_size=VOCAB,
+        n_embd=HIDDEN,
+        n_layer=LAYERS,
+        n_head=HEADS,
+        rotary_dim=4,
+        n_positions=POSITIONS,
+        n_ctx=POSITIONS,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+
+
+@arch(
+    "bitnet",
+    "decoder",
+    "sub-norms before the attention and MLP output projections, squared ReLU",
+    "BitNetForCausalLM",
+    text,
+)
+def bitnet():
+    import transformers
+
+    return transformers.BitNetConfig(**llama_like(**SPECIAL_TOKENS))
+
+
+@arch(
+    "doge",
+    "decoder",
+    "dynamic mask attention (value-dependent bias, top-k keep window 6)",
+    "DogeForCausalLM",
+    text,
+)
+def doge():
+    import transformers
+
+    return transformers.DogeConfig(**llama_like(keep_window_size=6, **SPECIAL_TOKENS))
+
+
+@arch(
+    "diffllama",
+    "decoder",
+    "differential attention (two softmax maps subtracted, lambda re-parametrized)",
+    "DiffLlamaForCausalLM",
+    text,
+)
+def diffllama():
+    import transformers
+
+    return transformers.DiffLlamaConfig(**llama_like(head_dim=8, **SPECIAL_TOKENS))
+
+
+@arch(
+    "minicpm3",
+    "decoder",
+    "multi-head latent attention (low-rank Q/KV, decoupled RoPE), depth-scaled residuals",
+    "MiniCPM3ForCausalLM",
+    text,
+)
+def minicpm3():
+    import transformers
+
+    # MLA's keys and values have one head per query head.
+    config = llama_like(
+        q_lora_rank=16,
+        kv_lora_rank=16,
+        qk_nope_head_dim=8,
+        qk_rope_head_dim=4,
+        v_head_dim=8,
+        head_dim=4,
+        dim_model_base=16,
+        **SPECIAL_TOKENS,
+    )
+    config["num_key_value_heads"] = HEADS
+    return transformers.MiniCPM3Config(**config)
+
+
+@arch("ctrl", "decoder", "sinusoidal positions added to scaled embeddings", "CTRLLMHeadModel", text)
+def ctrl():
+    import transformers
+
+    return transformers.CTRLConfig(
+        vocab_size=VOCAB,
+        n_embd=HIDDEN,
+        dff=FFN,
+        n_layer=LAYERS,
+        n_head=HEADS,
+        n_positions=POSITIONS,
+        **SPECIAL_TOKENS,
+    )
+
+
+@arch(
+    "openai-gpt",
+    "decoder",
+    "post-LayerNorm, learned positions",
+    "OpenAIGPTLMHeadModel",
+    text,
+)
+def openai_gpt():
+    import transformers
+
+    return transformers.OpenAIGPTConfig(
+        vocab_size=VOCAB,
+        n_embd=HIDDEN,
+        n_layer=LAYERS,
+        n_head=HEADS,
+        n_positions=POSITIONS,
+        **SPECIAL_TOKENS,
+    )
+
+
+@arch(
+    "nanochat",
+    "decoder",
+    "squared ReLU, parameter-free RMSNorm and QK norm, final logit soft-capping",
+    "NanoChatForCausalLM",
+    text,
+)
+def nanochat():
+    import transformers
+
+    return transformers.NanoChatConfig(**llama_like(**SPECIAL_TOKENS))
