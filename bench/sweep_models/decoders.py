@@ -560,7 +560,17 @@ def arcee():
 def apertus():
     import transformers
 
-    return transformers.ApertusConfig(**llama_like(**SPECIAL_TOKENS))
+    # Llama 3 scaling around a 16-token pretraining length: with head_dim 8 one frequency is
+    # interpolated (wavelength between 4 and 16) and the longer ones divided by the factor.
+    rope = {
+        "rope_type": "llama3",
+        "rope_theta": 10000.0,
+        "factor": 8.0,
+        "original_max_position_embeddings": 16,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+    }
+    return transformers.ApertusConfig(**llama_like(rope_parameters=rope, **SPECIAL_TOKENS))
 
 
 @arch("seed_oss", "decoder", "QKV bias, explicit head_dim", "SeedOssForCausalLM", text)
