@@ -776,3 +776,180 @@ def nanochat():
     import transformers
 
     return transformers.NanoChatConfig(**llama_like(**SPECIAL_TOKENS))
+
+
+@arch(
+    "vaultgemma",
+    "decoder",
+    "attention logit soft-capping without sandwich norms, alternating sliding window (6)",
+    "VaultGemmaForCausalLM",
+    text,
+)
+def vaultgemma():
+    import transformers
+
+    return transformers.VaultGemmaConfig(
+        **llama_like(head_dim=8, query_pre_attn_scalar=8, sliding_window=6, **SPECIAL_TOKENS)
+    )
+
+
+@arch(
+    "modernbert-decoder",
+    "decoder",
+    "bias-free LayerNorm, GeGLU, local (local_attention 6: window 3) / global layers, a RoPE base each",
+    "ModernBertDecoderForCausalLM",
+    text,
+)
+def modernbert_decoder():
+    import transformers
+
+    return transformers.ModernBertDecoderConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=FFN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        max_position_embeddings=POSITIONS,
+        local_attention=6,
+        layer_types=["full_attention", "sliding_attention"],
+        cls_token_id=1,
+        sep_token_id=2,
+        **SPECIAL_TOKENS,
+    )
+
+
+@arch(
+    "hyperclovax",
+    "decoder",
+    "Peri-LN (norms around each block's output), muP multipliers",
+    "HyperCLOVAXForCausalLM",
+    text,
+)
+def hyperclovax():
+    import transformers
+
+    return transformers.HyperCLOVAXConfig(
+        **llama_like(
+            head_dim=8,
+            embedding_multiplier=4.0,
+            residual_multiplier=0.5,
+            attention_multiplier=0.125,
+            logits_scaling=0.5,
+            **SPECIAL_TOKENS,
+        )
+    )
+
+
+@arch(
+    "ministral3",
+    "decoder",
+    "YaRN RoPE (pretraining 16) with Llama 4 position-dependent query scaling",
+    "Ministral3ForCausalLM",
+    text,
+)
+def ministral3():
+    import transformers
+
+    rope = {
+        "rope_type": "yarn",
+        "rope_theta": 10000.0,
+        "factor": 4.0,
+        "original_max_position_embeddings": 16,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "mscale": 1.0,
+        "mscale_all_dim": 1.0,
+        "llama_4_scaling_beta": 0.1,
+    }
+    return transformers.Ministral3Config(
+        **llama_like(head_dim=8, rope_parameters=rope, **SPECIAL_TOKENS)
+    )
+
+
+@arch(
+    "gpt_neox_japanese",
+    "decoder",
+    "attention output bias added after the residual split, LayerNorm",
+    "GPTNeoXJapaneseForCausalLM",
+    text,
+)
+def gpt_neox_japanese():
+    import transformers
+
+    return transformers.GPTNeoXJapaneseConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        intermediate_multiple_size=2,
+        max_position_embeddings=POSITIONS,
+        **SPECIAL_TOKENS,
+    )
+
+
+@arch(
+    "jais2",
+    "decoder",
+    "squared ReLU MLP with biases, LayerNorm, QKV bias",
+    "Jais2ForCausalLM",
+    text,
+)
+def jais2():
+    import transformers
+
+    return transformers.Jais2Config(**llama_like(head_dim=8, **SPECIAL_TOKENS))
+
+
+@arch(
+    "cwm",
+    "decoder",
+    "sliding window (6) / full layers, Llama 3 RoPE scaling",
+    "CwmForCausalLM",
+    text,
+)
+def cwm():
+    import transformers
+
+    rope = {
+        "rope_type": "llama3",
+        "rope_theta": 10000.0,
+        "factor": 8.0,
+        "original_max_position_embeddings": 16,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+    }
+    return transformers.CwmConfig(
+        **llama_like(
+            head_dim=8,
+            sliding_window=6,
+            layer_types=SLIDING_THEN_FULL,
+            rope_parameters=rope,
+            **SPECIAL_TOKENS,
+        )
+    )
+
+
+@arch(
+    "gemma3n_text",
+    "decoder",
+    "AltUp, LAuReL, per-layer embeddings, Gaussian top-k activation sparsity",
+    "Gemma3nForCausalLM",
+    text,
+)
+def gemma3n_text():
+    import transformers
+
+    return transformers.Gemma3nTextConfig(
+        **llama_like(
+            head_dim=8,
+            sliding_window=6,
+            layer_types=SLIDING_THEN_FULL,
+            vocab_size_per_layer_input=VOCAB,
+            hidden_size_per_layer_input=8,
+            altup_num_inputs=2,
+            laurel_rank=4,
+            num_kv_shared_layers=0,
+            activation_sparsity_pattern=[0.95, 0.0],
+            **SPECIAL_TOKENS,
+        )
+    )
