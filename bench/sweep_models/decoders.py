@@ -966,3 +966,41 @@ def gemma3n_text():
             **SPECIAL_TOKENS,
         )
     )
+
+
+@arch(
+    "gemma4_text",
+    "decoder",
+    "per-layer input embeddings, proportional partial RoPE (0.25) on global layers, sliding window (6)",
+    "Gemma4ForCausalLM",
+    text,
+)
+def gemma4_text():
+    import transformers
+
+    return transformers.Gemma4TextConfig(
+        **llama_like(
+            head_dim=8,
+            sliding_window=6,
+            layer_types=SLIDING_THEN_FULL,
+            vocab_size_per_layer_input=VOCAB,
+            hidden_size_per_layer_input=8,
+            per_layer_config={},
+            **SPECIAL_TOKENS,
+        )
+    )
+
+
+@arch(
+    "ministral",
+    "decoder",
+    "sliding window (6) / full layers chosen by layer_types",
+    "MinistralForCausalLM",
+    text,
+)
+def ministral():
+    import transformers
+
+    return transformers.MinistralConfig(
+        **llama_like(head_dim=8, sliding_window=6, layer_types=SLIDING_THEN_FULL, **SPECIAL_TOKENS)
+    )
