@@ -402,3 +402,605 @@ def mamba2():
         bos_token_id=1,
         eos_token_id=2,
     )
+
+
+# ── Dense decoders at transformers' breadth: one row per modeling family ──
+
+SPECIAL_TOKENS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+SLIDING_THEN_FULL = ["sliding_attention", "full_attention"]
+
+
+@arch(
+    "granite",
+    "decoder",
+    "muP multipliers (embedding, residual, attention, logits scaling)",
+    "GraniteForCausalLM",
+    text,
+)
+def granite():
+    import transformers
+
+    return transformers.GraniteConfig(
+        **llama_like(
+            embedding_multiplier=12.0,
+            residual_multiplier=0.22,
+            attention_multiplier=0.0078125,
+            logits_scaling=8.0,
+            **SPECIAL_TOKENS,
+        )
+    )
+
+
+@arch(
+    "nemotron",
+    "decoder",
+    "squared ReLU MLP (no gate), LayerNorm1P, partial rotary (0.5)",
+    "NemotronForCausalLM",
+    text,
+)
+def nemotron():
+    import transformers
+
+    return transformers.NemotronConfig(**llama_like(head_dim=8, **SPECIAL_TOKENS))
+
+
+@arch(
+    "persimmon",
+    "decoder",
+    "QK LayerNorm, fused QKV, squared ReLU, partial rotary (0.5)",
+    "PersimmonForCausalLM",
+    text,
+)
+def persimmon():
+    import transformers
+
+    return transformers.PersimmonConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=FFN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        max_position_embeddings=POSITIONS,
+        **SPECIAL_TOKENS,
+    )
+
+
+@arch(
+    "glm",
+    "decoder",
+    "interleaved partial rotary (0.5), fused gate-up",
+    "GlmForCausalLM",
+    text,
+)
+def glm():
+    import transformers
+
+    return transformers.GlmConfig(**llama_like(head_dim=8, **SPECIAL_TOKENS))
+
+
+@arch("glm4", "decoder", "sandwich norms (post-attention, post-MLP)", "Glm4ForCausalLM", text)
+def glm4():
+    import transformers
+
+    return transformers.Glm4Config(**llama_like(head_dim=8, **SPECIAL_TOKENS))
+
+
+@arch(
+    "cohere2",
+    "decoder",
+    "sliding window (6) layers with RoPE, global layers without positions (NoPE)",
+    "Cohere2ForCausalLM",
+    text,
+)
+def cohere2():
+    import transformers
+
+    return transformers.Cohere2Config(
+        **llama_like(sliding_window=6, layer_types=SLIDING_THEN_FULL, **SPECIAL_TOKENS)
+    )
+
+
+@arch(
+    "exaone4",
+    "decoder",
+    "hybrid sliding (6) / global NoPE layers, QK norm, post-norm",
+    "Exaone4ForCausalLM",
+    text,
+)
+def exaone4():
+    import transformers
+
+    return transformers.Exaone4Config(
+        **llama_like(sliding_window=6, layer_types=SLIDING_THEN_FULL, **SPECIAL_TOKENS)
+    )
+
+
+@arch(
+    "olmo3",
+    "decoder",
+    "sliding window (6) / full layers, post-norm, QK norm",
+    "Olmo3ForCausalLM",
+    text,
+)
+def olmo3():
+    import transformers
+
+    return transformers.Olmo3Config(
+        **llama_like(sliding_window=6, layer_types=SLIDING_THEN_FULL, **SPECIAL_TOKENS)
+    )
+
+
+@arch(
+    "smollm3",
+    "decoder",
+    "RoPE skipped on chosen layers (no_rope_layers)",
+    "SmolLM3ForCausalLM",
+    text,
+)
+def smollm3():
+    import transformers
+
+    return transformers.SmolLM3Config(**llama_like(no_rope_layers=[1, 0], **SPECIAL_TOKENS))
+
+
+@arch("arcee", "decoder", "squared ReLU MLP (no gate), RMSNorm", "ArceeForCausalLM", text)
+def arcee():
+    import transformers
+
+    return transformers.ArceeConfig(**llama_like(**SPECIAL_TOKENS))
+
+
+@arch(
+    "apertus",
+    "decoder",
+    "xIELU activation (no gate), QK norm, Llama 3 RoPE scaling",
+    "ApertusForCausalLM",
+    text,
+)
+def apertus():
+    import transformers
+
+    # Llama 3 scaling around a 16-token pretraining length: with head_dim 8 one frequency is
+    # interpolated (wavelength between 4 and 16) and the longer ones divided by the factor.
+    rope = {
+        "rope_type": "llama3",
+        "rope_theta": 10000.0,
+        "factor": 8.0,
+        "original_max_position_embeddings": 16,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+    }
+    return transformers.ApertusConfig(**llama_like(rope_parameters=rope, **SPECIAL_TOKENS))
+
+
+@arch("seed_oss", "decoder", "QKV bias, explicit head_dim", "SeedOssForCausalLM", text)
+def seed_oss():
+    import transformers
+
+    return transformers.SeedOssConfig(**llama_like(head_dim=8, **SPECIAL_TOKENS))
+
+
+@arch(
+    "hunyuan_v1_dense",
+    "decoder",
+    "QK norm applied after RoPE",
+    "HunYuanDenseV1ForCausalLM",
+    text,
+)
+def hunyuan_v1_dense():
+    import transformers
+
+    return transformers.HunYuanDenseV1Config(**llama_like(head_dim=8, **SPECIAL_TOKENS))
+
+
+@arch(
+    "ernie4_5",
+    "decoder",
+    "interleaved RoPE (rotate every two), tied embeddings",
+    "Ernie4_5ForCausalLM",
+    text,
+)
+def ernie4_5():
+    import transformers
+
+    return transformers.Ernie4_5Config(**llama_like(head_dim=8, **SPECIAL_TOKENS))
+
+
+@arch(
+    "biogpt",
+    "decoder",
+    "learned positions (offset 2), scaled embeddings, GELU",
+    "BioGptForCausalLM",
+    text,
+)
+def biogpt():
+    import transformers
+
+    return transformers.BioGptConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        intermediate_size=FFN,
+        max_position_embeddings=POSITIONS,
+        **SPECIAL_TOKENS,
+    )
+
+
+@arch("xglm", "decoder", "sinusoidal positions, scaled embeddings", "XGLMForCausalLM", text)
+def xglm():
+    import transformers
+
+    return transformers.XGLMConfig(
+        vocab_size=VOCAB,
+        d_model=HIDDEN,
+        ffn_dim=FFN,
+        num_layers=LAYERS,
+        attention_heads=HEADS,
+        max_position_embeddings=POSITIONS,
+        decoder_start_token_id=2,
+        **SPECIAL_TOKENS,
+    )
+
+
+@arch(
+    "codegen",
+    "decoder",
+    "fused QKV split in 4 model-parallel blocks, interleaved partial rotary (rotary_dim 4)",
+    "CodeGenForCausalLM",
+    text,
+)
+def codegen():
+    import transformers
+
+    return transformers.CodeGenConfig(
+        vocab_size=VOCAB,
+        n_embd=HIDDEN,
+        n_layer=LAYERS,
+        n_head=HEADS,
+        rotary_dim=4,
+        n_positions=POSITIONS,
+        n_ctx=POSITIONS,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+
+
+@arch(
+    "bitnet",
+    "decoder",
+    "sub-norms before the attention and MLP output projections, squared ReLU",
+    "BitNetForCausalLM",
+    text,
+)
+def bitnet():
+    import transformers
+
+    return transformers.BitNetConfig(**llama_like(**SPECIAL_TOKENS))
+
+
+def text_with_doge_mask_rates(model, batch, seq, generator):
+    """text(), after giving Doge's dynamic-mask rates `A` nonzero values as a trained model has: their zero
+    initialization makes every key's bias exp(0) = 1, so the top-k keep window would choose among ties, which
+    PyTorch and ONNX Runtime break differently. Fixed values: every call (sizes A and B) leaves the same model."""
+    import torch
+
+    with torch.no_grad():
+        for layer in model.model.layers:
+            rates = layer.self_attn.A
+            rates.copy_(torch.linspace(0.5, 1.5, rates.numel()))
+    return text(model, batch, seq, generator)
+
+
+@arch(
+    "doge",
+    "decoder",
+    "dynamic mask attention (value-dependent bias, top-k keep window 6)",
+    "DogeForCausalLM",
+    text_with_doge_mask_rates,
+)
+def doge():
+    import transformers
+
+    return transformers.DogeConfig(**llama_like(keep_window_size=6, **SPECIAL_TOKENS))
+
+
+@arch(
+    "diffllama",
+    "decoder",
+    "differential attention (two softmax maps subtracted, lambda re-parametrized)",
+    "DiffLlamaForCausalLM",
+    text,
+)
+def diffllama():
+    import transformers
+
+    return transformers.DiffLlamaConfig(**llama_like(head_dim=8, **SPECIAL_TOKENS))
+
+
+@arch(
+    "minicpm3",
+    "decoder",
+    "multi-head latent attention (low-rank Q/KV, decoupled RoPE), depth-scaled residuals",
+    "MiniCPM3ForCausalLM",
+    text,
+)
+def minicpm3():
+    import transformers
+
+    # MLA's keys and values have one head per query head.
+    config = llama_like(
+        q_lora_rank=16,
+        kv_lora_rank=16,
+        qk_nope_head_dim=8,
+        qk_rope_head_dim=4,
+        v_head_dim=8,
+        head_dim=4,
+        dim_model_base=16,
+        **SPECIAL_TOKENS,
+    )
+    config["num_key_value_heads"] = HEADS
+    return transformers.MiniCPM3Config(**config)
+
+
+@arch("ctrl", "decoder", "sinusoidal positions added to scaled embeddings", "CTRLLMHeadModel", text)
+def ctrl():
+    import transformers
+
+    return transformers.CTRLConfig(
+        vocab_size=VOCAB,
+        n_embd=HIDDEN,
+        dff=FFN,
+        n_layer=LAYERS,
+        n_head=HEADS,
+        n_positions=POSITIONS,
+        **SPECIAL_TOKENS,
+    )
+
+
+@arch(
+    "openai-gpt",
+    "decoder",
+    "post-LayerNorm, learned positions",
+    "OpenAIGPTLMHeadModel",
+    text,
+)
+def openai_gpt():
+    import transformers
+
+    return transformers.OpenAIGPTConfig(
+        vocab_size=VOCAB,
+        n_embd=HIDDEN,
+        n_layer=LAYERS,
+        n_head=HEADS,
+        n_positions=POSITIONS,
+        **SPECIAL_TOKENS,
+    )
+
+
+@arch(
+    "nanochat",
+    "decoder",
+    "squared ReLU, parameter-free RMSNorm and QK norm, final logit soft-capping",
+    "NanoChatForCausalLM",
+    text,
+)
+def nanochat():
+    import transformers
+
+    return transformers.NanoChatConfig(**llama_like(**SPECIAL_TOKENS))
+
+
+@arch(
+    "vaultgemma",
+    "decoder",
+    "attention logit soft-capping without sandwich norms, alternating sliding window (6)",
+    "VaultGemmaForCausalLM",
+    text,
+)
+def vaultgemma():
+    import transformers
+
+    return transformers.VaultGemmaConfig(
+        **llama_like(head_dim=8, query_pre_attn_scalar=8, sliding_window=6, **SPECIAL_TOKENS)
+    )
+
+
+@arch(
+    "modernbert-decoder",
+    "decoder",
+    "bias-free LayerNorm, GeGLU, local (local_attention 6: window 3) / global layers, a RoPE base each",
+    "ModernBertDecoderForCausalLM",
+    text,
+)
+def modernbert_decoder():
+    import transformers
+
+    return transformers.ModernBertDecoderConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=FFN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        max_position_embeddings=POSITIONS,
+        local_attention=6,
+        layer_types=["full_attention", "sliding_attention"],
+        cls_token_id=1,
+        sep_token_id=2,
+        **SPECIAL_TOKENS,
+    )
+
+
+@arch(
+    "hyperclovax",
+    "decoder",
+    "Peri-LN (norms around each block's output), muP multipliers",
+    "HyperCLOVAXForCausalLM",
+    text,
+)
+def hyperclovax():
+    import transformers
+
+    return transformers.HyperCLOVAXConfig(
+        **llama_like(
+            head_dim=8,
+            embedding_multiplier=4.0,
+            residual_multiplier=0.5,
+            attention_multiplier=0.125,
+            logits_scaling=0.5,
+            **SPECIAL_TOKENS,
+        )
+    )
+
+
+@arch(
+    "ministral3",
+    "decoder",
+    "YaRN RoPE (pretraining 16) with Llama 4 position-dependent query scaling",
+    "Ministral3ForCausalLM",
+    text,
+)
+def ministral3():
+    import transformers
+
+    rope = {
+        "rope_type": "yarn",
+        "rope_theta": 10000.0,
+        "factor": 4.0,
+        "original_max_position_embeddings": 16,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "mscale": 1.0,
+        "mscale_all_dim": 1.0,
+        "llama_4_scaling_beta": 0.1,
+    }
+    return transformers.Ministral3Config(
+        **llama_like(head_dim=8, rope_parameters=rope, **SPECIAL_TOKENS)
+    )
+
+
+@arch(
+    "gpt_neox_japanese",
+    "decoder",
+    "attention output bias added after the residual split, LayerNorm",
+    "GPTNeoXJapaneseForCausalLM",
+    text,
+)
+def gpt_neox_japanese():
+    import transformers
+
+    return transformers.GPTNeoXJapaneseConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        intermediate_multiple_size=2,
+        max_position_embeddings=POSITIONS,
+        **SPECIAL_TOKENS,
+    )
+
+
+@arch(
+    "jais2",
+    "decoder",
+    "squared ReLU MLP with biases, LayerNorm, QKV bias",
+    "Jais2ForCausalLM",
+    text,
+)
+def jais2():
+    import transformers
+
+    return transformers.Jais2Config(**llama_like(head_dim=8, **SPECIAL_TOKENS))
+
+
+@arch(
+    "cwm",
+    "decoder",
+    "sliding window (6) / full layers, Llama 3 RoPE scaling",
+    "CwmForCausalLM",
+    text,
+)
+def cwm():
+    import transformers
+
+    rope = {
+        "rope_type": "llama3",
+        "rope_theta": 10000.0,
+        "factor": 8.0,
+        "original_max_position_embeddings": 16,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+    }
+    return transformers.CwmConfig(
+        **llama_like(
+            head_dim=8,
+            sliding_window=6,
+            layer_types=SLIDING_THEN_FULL,
+            rope_parameters=rope,
+            **SPECIAL_TOKENS,
+        )
+    )
+
+
+@arch(
+    "gemma3n_text",
+    "decoder",
+    "AltUp, LAuReL, per-layer embeddings, Gaussian top-k activation sparsity",
+    "Gemma3nForCausalLM",
+    text,
+)
+def gemma3n_text():
+    import transformers
+
+    return transformers.Gemma3nTextConfig(
+        **llama_like(
+            head_dim=8,
+            sliding_window=6,
+            layer_types=SLIDING_THEN_FULL,
+            vocab_size_per_layer_input=VOCAB,
+            hidden_size_per_layer_input=8,
+            altup_num_inputs=2,
+            laurel_rank=4,
+            num_kv_shared_layers=0,
+            activation_sparsity_pattern=[0.95, 0.0],
+            **SPECIAL_TOKENS,
+        )
+    )
+
+
+@arch(
+    "gemma4_text",
+    "decoder",
+    "per-layer input embeddings, proportional partial RoPE (0.25) on global layers, sliding window (6)",
+    "Gemma4ForCausalLM",
+    text,
+)
+def gemma4_text():
+    import transformers
+
+    return transformers.Gemma4TextConfig(
+        **llama_like(
+            head_dim=8,
+            sliding_window=6,
+            layer_types=SLIDING_THEN_FULL,
+            vocab_size_per_layer_input=VOCAB,
+            hidden_size_per_layer_input=8,
+            per_layer_config={},
+            **SPECIAL_TOKENS,
+        )
+    )
+
+
+@arch(
+    "ministral",
+    "decoder",
+    "sliding window (6) / full layers chosen by layer_types",
+    "MinistralForCausalLM",
+    text,
+)
+def ministral():
+    import transformers
+
+    return transformers.MinistralConfig(
+        **llama_like(head_dim=8, sliding_window=6, layer_types=SLIDING_THEN_FULL, **SPECIAL_TOKENS)
+    )
