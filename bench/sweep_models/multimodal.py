@@ -1,4 +1,4 @@
-"""Multimodal: dual encoders and vision-language models."""
+"""Multimodal: dual encoders, detection and segmentation over text + image, vision-language models."""
 
 from .decoders import llama_like
 from .registry import (
@@ -7,23 +7,28 @@ from .registry import (
     HIDDEN,
     LAYERS,
     POSITIONS,
+    SIZE_A,
     VOCAB,
     arch,
+    fixed_pixels,
     image_then_text,
+    text,
     text_and_image,
 )
 from .vision import vit_like
 
 
 def clip_text(**extra):
-    return dict(
-        vocab_size=VOCAB,
-        hidden_size=HIDDEN,
-        intermediate_size=FFN,
-        num_hidden_layers=LAYERS,
-        num_attention_heads=HEADS,
-        max_position_embeddings=POSITIONS,
-        **extra,
+    return (
+        dict(
+            vocab_size=VOCAB,
+            hidden_size=HIDDEN,
+            intermediate_size=FFN,
+            num_hidden_layers=LAYERS,
+            num_attention_heads=HEADS,
+            max_position_embeddings=POSITIONS,
+        )
+        | extra
     )
 
 
@@ -109,4 +114,336 @@ def paligemma():
         vocab_size=VOCAB,
         projection_dim=HIDDEN,
         hidden_size=HIDDEN,
+    )
+
+
+# ── Inputs ──
+
+
+def image_tokens_then_text(model, batch, seq, generator, tokens=None, token_types=False):
+    """A VLM prompt whose image yields `tokens` tokens (pooled or pixel-shuffled from the vision tower's
+    patches): the image's tokens first, then `seq` text tokens; `token_types`: token_type_ids marking the
+    image's tokens (1), as Gemma3's processor returns them."""
+    import torch
+
+    config = model.config
+    image_token = config.image_token_id
+    words = torch.randint(3, min(image_token, VOCAB - 8), (batch, seq), generator=generator)
+    ids = torch.cat([torch.full((batch, tokens), image_token, dtype=torch.long), words], dim=1)
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    if token_types:
+        inputs["token_type_ids"] = (ids == image_token).long()
+    return inputs
+
+
+def gemma3_prompt(model, batch, seq, generator):
+    inputs = image_tokens_then_text(
+        model, batch, seq, generator, tokens=model.config.mm_tokens_per_image, token_types=True
+    )
+    inputs.update(fixed_pixels(model, batch, seq, generator))
+    return inputs
+
+
+def idefics3_prompt(model, batch, seq, generator):
+    """Idefics3: one image per prompt, pixel_values (batch, images, C, H, W), its patches pixel-shuffled by
+    `scale_factor` into (patches / scale_factor^2) tokens."""
+    config = model.config
+    vision = config.vision_config
+    tokens = (vision.image_size // vision.patch_size) ** 2 // config.scale_factor**2
+    inputs = image_tokens_then_text(model, batch, seq, generator, tokens=tokens)
+    inputs["pixel_values"] = fixed_pixels(model, batch, seq, generator)["pixel_values"][:, None]
+    return inputs
+
+
+# Qwen2-VL's vision config has no image size: a 32x32 image in 8x8 patches is a 4x4 grid.
+QWEN2_VL_GRID = 4
+
+
+def qwen2_vl_prompt(model, batch, seq, generator):
+    """Qwen2-VL: each image's patches flattened (patches, C x temporal x patch x patch) with its grid
+    (t, h, w) in image_grid_thw, merged 2x2 into tokens: the image's tokens first, then `seq` text tokens."""
+    import torch
+
+    config = model.config
+    vision = config.vision_config
+    grid = QWEN2_VL_GRID
+    tokens = grid * grid // vision.spatial_merge_size**2
+    inputs = image_tokens_then_text(model, batch, seq, generator, tokens=tokens)
+    inputs["mm_token_type_ids"] = (inputs["input_ids"] == config.image_token_id).int()
+    width = vision.in_channels * vision.temporal_patch_size * vision.patch_size**2
+    inputs["pixel_values"] = torch.randn(batch * grid * grid, width, generator=generator)
+    inputs["image_grid_thw"] = torch.tensor([[1, grid, grid]] * batch, dtype=torch.long)
+    return inputs
+
+
+def text_and_patches(model, batch, seq, generator):
+    """SigLIP2 (NaFlex): input_ids, and each image as a flat sequence of patches with its (rows, columns)
+    in spatial_shapes and a pixel_attention_mask; 4x4 patches at size A, 6x6 at size B."""
+    import torch
+
+    inputs = text(model, batch, seq, generator)
+    inputs.pop("attention_mask")  # SigLIP is trained on padded text without a mask
+    vision = model.config.vision_config
+    side = 4 if seq == SIZE_A[1] else 6
+    width = vision.num_channels * vision.patch_size**2
+    inputs["pixel_values"] = torch.randn(batch, side * side, width, generator=generator)
+    inputs["pixel_attention_mask"] = torch.ones(batch, side * side, dtype=torch.long)
+    inputs["spatial_shapes"] = torch.tensor([[side, side]] * batch, dtype=torch.long)
+    return inputs
+
+
+# ── Architectures ──
+
+
+@arch(
+    "blip",
+    "multimodal",
+    "ViT + BERT-like text decoder cross-attending to the image",
+    "BlipForConditionalGeneration",
+    text_and_image,
+)
+def blip():
+    import transformers
+
+    return transformers.BlipConfig(
+        text_config=clip_text(
+            encoder_hidden_size=HIDDEN, bos_token_id=1, pad_token_id=0, sep_token_id=2
+        ),
+        vision_config=vit_like(),
+        projection_dim=HIDDEN,
+        image_text_hidden_size=HIDDEN,
+    )
+
+
+@arch(
+    "owlvit",
+    "multimodal",
+    "open-vocabulary detection: box and class heads over patch tokens, text queries",
+    "OwlViTForObjectDetection",
+    text_and_image,
+)
+def owlvit():
+    import transformers
+
+    return transformers.OwlViTConfig(
+        text_config=clip_text(
+            max_position_embeddings=16, bos_token_id=0, eos_token_id=2, pad_token_id=1
+        ),
+        vision_config=vit_like(),
+        projection_dim=HIDDEN,
+    )
+
+
+@arch(
+    "owlv2",
+    "multimodal",
+    "open-vocabulary detection with an objectness head",
+    "Owlv2ForObjectDetection",
+    text_and_image,
+)
+def owlv2():
+    import transformers
+
+    return transformers.Owlv2Config(
+        text_config=clip_text(
+            max_position_embeddings=16, bos_token_id=0, eos_token_id=2, pad_token_id=1
+        ),
+        vision_config=vit_like(),
+        projection_dim=HIDDEN,
+    )
+
+
+@arch(
+    "chinese_clip",
+    "multimodal",
+    "dual encoder: BERT text tower (token types, CLS pooling) + CLIP vision",
+    "ChineseCLIPModel",
+    text_and_image,
+)
+def chinese_clip():
+    import transformers
+
+    return transformers.ChineseCLIPConfig(
+        text_config=clip_text(), vision_config=vit_like(), projection_dim=HIDDEN
+    )
+
+
+@arch(
+    "altclip",
+    "multimodal",
+    "dual encoder: XLM-R text tower (positions from the padding mask) + CLIP vision",
+    "AltCLIPModel",
+    text_and_image,
+)
+def altclip():
+    import transformers
+
+    return transformers.AltCLIPConfig(
+        text_config=clip_text(
+            project_dim=HIDDEN, pad_token_id=1, bos_token_id=0, eos_token_id=2, type_vocab_size=1
+        ),
+        vision_config=vit_like(),
+        projection_dim=HIDDEN,
+    )
+
+
+@arch(
+    "groupvit",
+    "multimodal",
+    "grouping blocks: learned group tokens, hard (argmax) patch-to-group assignment",
+    "GroupViTModel",
+    text_and_image,
+)
+def groupvit():
+    import transformers
+
+    vision = vit_like(depths=[1, 1], num_group_tokens=[4, 0], num_output_groups=[4, 4])
+    return transformers.GroupViTConfig(
+        text_config=clip_text(bos_token_id=0, eos_token_id=2, pad_token_id=1),
+        vision_config=vision,
+        projection_dim=HIDDEN,
+        projection_intermediate_dim=HIDDEN,
+    )
+
+
+@arch(
+    "siglip2",
+    "multimodal",
+    "NaFlex patches: position table resized to each image's grid, patch mask",
+    "Siglip2Model",
+    text_and_patches,
+)
+def siglip2():
+    import transformers
+
+    vision = vit_like(num_patches=16)
+    del vision["image_size"]
+    text_config = clip_text(bos_token_id=0, eos_token_id=2, pad_token_id=1)
+    return transformers.Siglip2Config(text_config=text_config, vision_config=vision)
+
+
+@arch(
+    "clipseg",
+    "multimodal",
+    "text-conditioned segmentation: FiLM on CLIP activations, transposed-conv decoder",
+    "CLIPSegForImageSegmentation",
+    text_and_image,
+)
+def clipseg():
+    import transformers
+
+    return transformers.CLIPSegConfig(
+        text_config=clip_text(bos_token_id=0, eos_token_id=2, pad_token_id=1),
+        vision_config=vit_like(),
+        projection_dim=HIDDEN,
+        extract_layers=[0, 1],  # hidden_states[i + 1]: after layers 1 and 2
+        reduce_dim=16,
+        decoder_num_attention_heads=2,
+        decoder_intermediate_size=FFN,
+    )
+
+
+@arch(
+    "git",
+    "multimodal",
+    "image tokens prepended inside one decoder: bidirectional image prefix, causal text",
+    "GitForCausalLM",
+    text_and_image,
+)
+def git():
+    import transformers
+
+    return transformers.GitConfig(
+        vision_config=vit_like(),
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        intermediate_size=FFN,
+        max_position_embeddings=POSITIONS,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+
+
+@arch(
+    "gemma3",
+    "multimodal",
+    "SigLIP tower avg-pooled to 4 tokens + Gemma3, bidirectional attention within the image",
+    "Gemma3ForConditionalGeneration",
+    gemma3_prompt,
+)
+def gemma3():
+    import transformers
+
+    vision = transformers.SiglipVisionConfig(**vit_like())
+    text_config = transformers.Gemma3TextConfig(
+        **llama_like(
+            head_dim=8, sliding_window=6, layer_types=["sliding_attention", "full_attention"]
+        )
+    )
+    return transformers.Gemma3Config(
+        vision_config=vision,
+        text_config=text_config,
+        mm_tokens_per_image=4,
+        image_token_index=VOCAB - 1,
+        boi_token_index=VOCAB - 2,
+        eoi_token_index=VOCAB - 3,
+    )
+
+
+@arch(
+    "idefics3",
+    "multimodal",
+    "pixel shuffle (scale 2) of the SigLIP patches into Llama image tokens",
+    "Idefics3ForConditionalGeneration",
+    idefics3_prompt,
+)
+def idefics3():
+    import transformers
+
+    return transformers.Idefics3Config(
+        vision_config=vit_like(),
+        text_config=llama_like(pad_token_id=0, bos_token_id=1, eos_token_id=2),
+        scale_factor=2,
+        image_token_id=VOCAB - 1,
+    )
+
+
+@arch(
+    "qwen2_vl",
+    "multimodal",
+    "flattened patches + grid_thw, 2x2 patch merge, multimodal (3-axis) RoPE",
+    "Qwen2VLForConditionalGeneration",
+    qwen2_vl_prompt,
+)
+def qwen2_vl():
+    import transformers
+
+    vision = dict(
+        depth=LAYERS,
+        embed_dim=HIDDEN,
+        hidden_size=HIDDEN,
+        num_heads=HEADS,
+        mlp_ratio=2,
+        patch_size=8,
+        spatial_merge_size=2,
+        temporal_patch_size=2,
+        in_channels=3,
+    )
+    text_config = llama_like(
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        # (temporal, height, width) rotary sections of head_dim / 2 = 4 frequencies
+        rope_parameters={"rope_type": "default", "mrope_section": [1, 1, 2], "rope_theta": 10000.0},
+    )
+    return transformers.Qwen2VLConfig(
+        vision_config=vision,
+        text_config=text_config,
+        image_token_id=VOCAB - 1,
+        video_token_id=VOCAB - 2,
+        vision_start_token_id=VOCAB - 3,
+        vision_end_token_id=VOCAB - 4,
     )
