@@ -302,3 +302,31 @@ def moonshine():
         eos_token_id=2,
         decoder_start_token_id=1,
     )
+
+
+def mono_waveform(model, batch, seq, generator):
+    """EnCodec: mono audio (batch, 1, samples), 40 x seq + 80 samples as `waveform`."""
+    return {"input_values": waveform(model, batch, seq, generator)["input_values"][:, None]}
+
+
+@arch(
+    "encodec",
+    "audio",
+    "neural codec: conv encoder + LSTM, residual vector quantizer (2 codebooks, argmin codes), decoder",
+    "EncodecModel",
+    mono_waveform,
+)
+def encodec():
+    import transformers
+
+    return transformers.EncodecConfig(
+        target_bandwidths=[2.0],  # 2 codebooks at 250 frames/s, 4 bits each
+        sampling_rate=2000,
+        audio_channels=1,
+        hidden_size=HIDDEN,
+        num_filters=4,
+        num_residual_layers=1,
+        upsampling_ratios=[4, 2],
+        codebook_size=16,
+        num_lstm_layers=1,
+    )

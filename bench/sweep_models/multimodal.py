@@ -447,3 +447,67 @@ def qwen2_vl():
         vision_start_token_id=VOCAB - 3,
         vision_end_token_id=VOCAB - 4,
     )
+
+
+def image_patches_then_text(model, batch, seq, generator):
+    """Fuyu: the image cut into flat patches (batch, patches, patch x patch x C), one image token each in
+    input_ids before `seq` text tokens."""
+    import torch
+
+    config = model.config
+    patches = (config.image_size // config.patch_size) ** 2
+    inputs = image_tokens_then_text(model, batch, seq, generator, tokens=patches)
+    width = config.num_channels * config.patch_size**2
+    inputs["pixel_values"] = torch.randn(batch, patches, width, generator=generator)
+    return inputs
+
+
+def text_and_masked_image(model, batch, seq, generator):
+    """ViLT: input_ids + mask + token types, pixel_values and a pixel_mask (all pixels valid)."""
+    import torch
+
+    inputs = text(model, batch, seq, generator)
+    inputs["token_type_ids"] = torch.zeros_like(inputs["input_ids"])
+    inputs.update(fixed_pixels(model, batch, seq, generator))
+    side = inputs["pixel_values"].shape[-1]
+    inputs["pixel_mask"] = torch.ones(batch, side, side, dtype=torch.long)
+    return inputs
+
+
+@arch(
+    "fuyu",
+    "multimodal",
+    "no vision tower: flat patches linearly embedded into a Persimmon decoder",
+    "FuyuForCausalLM",
+    image_patches_then_text,
+)
+def fuyu():
+    import transformers
+
+    text_config = transformers.PersimmonConfig(
+        **llama_like(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    )
+    return transformers.FuyuConfig(
+        text_config=text_config,
+        image_size=32,
+        patch_size=8,
+        num_channels=3,
+        image_token_id=VOCAB - 1,
+    )
+
+
+@arch(
+    "vilt",
+    "multimodal",
+    "single-stream transformer over text + image patches, modality type embeddings",
+    "ViltModel",
+    text_and_masked_image,
+)
+def vilt():
+    import transformers
+
+    return transformers.ViltConfig(
+        **clip_text(max_position_embeddings=POSITIONS, type_vocab_size=2, max_image_length=-1),
+        image_size=32,
+        patch_size=8,
+    )
