@@ -511,3 +511,45 @@ def vilt():
         image_size=32,
         patch_size=8,
     )
+
+
+# LLaVA-NeXT's any-resolution tiling: a 32x64 image is best served by the 32x64 grid point, two 32x32
+# tiles beside the resized base image (3 crops); its tokens are the base image's 4x4 patches plus the
+# tiles' 4x8 patches with a newline token after each of their 4 rows.
+LLAVA_NEXT_IMAGE = (32, 64)
+LLAVA_NEXT_CROPS = 3
+LLAVA_NEXT_TOKENS = 4 * 4 + 4 * 8 + 4
+
+
+def anyres_prompt(model, batch, seq, generator):
+    """LLaVA-NeXT: pixel_values (batch, crops, C, 32, 32) with image_sizes (batch, 2), its tokens first."""
+    import torch
+
+    inputs = image_tokens_then_text(model, batch, seq, generator, tokens=LLAVA_NEXT_TOKENS)
+    inputs["pixel_values"] = torch.randn(batch, LLAVA_NEXT_CROPS, 3, 32, 32, generator=generator)
+    inputs["image_sizes"] = torch.tensor([LLAVA_NEXT_IMAGE] * batch, dtype=torch.long)
+    return inputs
+
+
+@arch(
+    "llava_next",
+    "multimodal",
+    "any-resolution tiling (base image + tiles), newline tokens, image_sizes",
+    "LlavaNextForConditionalGeneration",
+    anyres_prompt,
+)
+def llava_next():
+    import transformers
+
+    vision = transformers.CLIPVisionConfig(**vit_like())
+    text_config = transformers.LlamaConfig(
+        **llama_like(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    )
+    return transformers.LlavaNextConfig(
+        vision_config=vision,
+        text_config=text_config,
+        image_token_index=VOCAB - 1,
+        image_grid_pinpoints=[[32, 64], [64, 32], [64, 64]],
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="default",
+    )
