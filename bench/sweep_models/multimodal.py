@@ -553,3 +553,98 @@ def llava_next():
         vision_feature_layer=-1,
         vision_feature_select_strategy="default",
     )
+
+
+def query_tokens_then_text(model, batch, seq, generator):
+    """BLIP-2: the Q-Former's `num_query_tokens` image tokens first, then `seq` text tokens."""
+    inputs = image_tokens_then_text(
+        model, batch, seq, generator, tokens=model.config.num_query_tokens
+    )
+    inputs.update(fixed_pixels(model, batch, seq, generator))
+    return inputs
+
+
+def grounded_prompt(model, batch, seq, generator):
+    """Kosmos-2: <image> + `latent_query_num` placeholder tokens + </image> + text, with
+    image_embeds_position_mask marking where the resampled image embeddings go."""
+    import torch
+
+    config = model.config
+    queries = config.latent_query_num
+    words = torch.randint(4, VOCAB, (batch, seq + queries + 2), generator=generator)
+    mask = torch.zeros_like(words)
+    mask[:, 1 : 1 + queries] = 1
+    inputs = {
+        "input_ids": words,
+        "attention_mask": torch.ones_like(words),
+        "image_embeds_position_mask": mask,
+    }
+    inputs.update(fixed_pixels(model, batch, seq, generator))
+    return inputs
+
+
+@arch(
+    "blip_2",
+    "multimodal",
+    "Q-Former: learned queries cross-attending to the image, fed to an OPT decoder",
+    "Blip2ForConditionalGeneration",
+    query_tokens_then_text,
+)
+def blip_2():
+    import transformers
+
+    qformer = transformers.Blip2QFormerConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        intermediate_size=FFN,
+        max_position_embeddings=POSITIONS,
+        encoder_hidden_size=HIDDEN,
+        cross_attention_frequency=1,
+    )
+    text_config = transformers.OPTConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        word_embed_proj_dim=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        ffn_dim=FFN,
+        max_position_embeddings=POSITIONS,
+        pad_token_id=1,
+        bos_token_id=2,
+        eos_token_id=2,
+    )
+    return transformers.Blip2Config(
+        vision_config=vit_like(),
+        qformer_config=qformer.to_dict(),
+        text_config=text_config.to_dict(),
+        num_query_tokens=4,
+        image_token_index=VOCAB - 1,
+    )
+
+
+@arch(
+    "kosmos2",
+    "multimodal",
+    "perceiver-style resampler to latent queries placed by image_embeds_position_mask",
+    "Kosmos2ForConditionalGeneration",
+    grounded_prompt,
+)
+def kosmos2():
+    import transformers
+
+    text_config = dict(
+        vocab_size=VOCAB,
+        embed_dim=HIDDEN,
+        layers=LAYERS,
+        ffn_dim=FFN,
+        attention_heads=HEADS,
+        max_position_embeddings=POSITIONS,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+    )
+    return transformers.Kosmos2Config(
+        text_config=text_config, vision_config=vit_like(), latent_query_num=4
+    )
