@@ -330,3 +330,45 @@ def encodec():
         codebook_size=16,
         num_lstm_layers=1,
     )
+
+
+def waveform_and_text_decoder(model, batch, seq, generator):
+    """SpeechT5 speech-to-text: raw audio (as `waveform`) + decoder_input_ids."""
+    import torch
+
+    config = model.config
+    inputs = waveform(model, batch, seq, generator)
+    target = torch.randint(3, config.vocab_size, (batch, seq - 2), generator=generator)
+    target[:, 0] = config.decoder_start_token_id
+    inputs["decoder_input_ids"] = target
+    return inputs
+
+
+@arch(
+    "speecht5",
+    "audio",
+    "speech encoder pre-net (conv) + text decoder, encoder relative position embeddings",
+    "SpeechT5ForSpeechToText",
+    waveform_and_text_decoder,
+)
+def speecht5():
+    import transformers
+
+    config = wav2vec2_like(
+        encoder_layers=LAYERS,
+        decoder_layers=LAYERS,
+        encoder_attention_heads=HEADS,
+        decoder_attention_heads=HEADS,
+        encoder_ffn_dim=FFN,
+        decoder_ffn_dim=FFN,
+        max_speech_positions=256,
+        max_text_positions=POSITIONS,
+        encoder_max_relative_position=16,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+    )
+    for field in ("num_hidden_layers", "num_attention_heads", "intermediate_size"):
+        del config[field]
+    return transformers.SpeechT5Config(**config)

@@ -648,3 +648,32 @@ def kosmos2():
     return transformers.Kosmos2Config(
         text_config=text_config, vision_config=vit_like(), latent_query_num=4
     )
+
+
+def instruction_and_query_tokens(model, batch, seq, generator):
+    """InstructBLIP: the BLIP-2 prompt, and the instruction again as the Q-Former's own text input."""
+    inputs = query_tokens_then_text(model, batch, seq, generator)
+    instruction = text(model, batch, seq, generator)
+    inputs["qformer_input_ids"] = instruction["input_ids"]
+    inputs["qformer_attention_mask"] = instruction["attention_mask"]
+    return inputs
+
+
+@arch(
+    "instructblip",
+    "multimodal",
+    "instruction-aware Q-Former: queries attend to the instruction's tokens as well as the image",
+    "InstructBlipForConditionalGeneration",
+    instruction_and_query_tokens,
+)
+def instructblip():
+    import transformers
+
+    blip_2_config = blip_2()
+    return transformers.InstructBlipConfig(
+        vision_config=blip_2_config.vision_config.to_dict(),
+        qformer_config=blip_2_config.qformer_config.to_dict(),
+        text_config=blip_2_config.text_config.to_dict(),
+        num_query_tokens=4,
+        image_token_index=VOCAB - 1,
+    )
