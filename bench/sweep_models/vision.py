@@ -11,6 +11,12 @@ from .registry import (
     pixels,
 )
 
+# With transformers' default initializer_range (0.02), a tiny convolutional model's activations shrink layer after layer
+# (to 1e-20 or exactly 0 at the output); a 1e-3 check cannot tell those from zero, so the
+# rows below that need it raise initializer_range until the output is of order 0.1 to 10.
+SHALLOW_INIT = 0.1
+DEEP_INIT = 0.5
+
 
 def vit_like(**extra):
     return dict(
@@ -167,6 +173,7 @@ def efficientnet():
         num_block_repeats=[1, 1],
         expand_ratios=[1, 6],
         hidden_dim=128,
+        initializer_range=DEEP_INIT,
     )
 
 
@@ -205,6 +212,7 @@ def levit():
         key_dim=[8, 8, 8],
         mlp_ratio=[2, 2, 2],
         attention_ratio=[2, 2, 2],
+        initializer_range=0.2,
     )
 
 
@@ -224,6 +232,7 @@ def mobilevit():
         neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 64],
         num_attention_heads=2,
         patch_size=2,
+        initializer_range=DEEP_INIT,
     )
 
 
@@ -238,7 +247,11 @@ def mobilevitv2():
     import transformers
 
     return transformers.MobileViTV2Config(
-        image_size=32, width_multiplier=0.25, n_attn_blocks=[1, 1, 1], output_stride=8
+        image_size=32,
+        width_multiplier=0.25,
+        n_attn_blocks=[1, 1, 1],
+        output_stride=8,
+        initializer_range=DEEP_INIT,
     )
 
 
@@ -427,6 +440,7 @@ def dpt():
         neck_hidden_sizes=[8, 16, 32, 32],
         fusion_hidden_size=16,
         head_hidden_size=8,
+        initializer_range=SHALLOW_INIT,
     )
     config["num_hidden_layers"] = 4  # one per pyramid level
     return transformers.DPTConfig(**config)
@@ -462,7 +476,9 @@ def glpn():
 def mobilenet_v1():
     import transformers
 
-    return transformers.MobileNetV1Config(image_size=32, depth_multiplier=0.25, min_depth=4)
+    return transformers.MobileNetV1Config(
+        image_size=32, depth_multiplier=0.25, min_depth=4, initializer_range=DEEP_INIT
+    )
 
 
 @arch(
@@ -561,6 +577,7 @@ def textnet():
         hidden_sizes=[8, 8, 16, 16, 32],
         conv_layer_kernel_sizes=[[[3, 3]], [[3, 3], [1, 3]], [[3, 3], [3, 1]], [[3, 3]]],
         conv_layer_strides=[[1], [2, 1], [2, 1], [2]],
+        initializer_range=SHALLOW_INIT,
     )
 
 
@@ -575,7 +592,12 @@ def swiftformer():
     import transformers
 
     return transformers.SwiftFormerConfig(
-        depths=[1, 1], embed_dims=[16, 32], downsamples=[True, True], mlp_ratio=2
+        depths=[1, 1],
+        embed_dims=[16, 32],
+        downsamples=[True, True],
+        mlp_ratio=2,
+        # Its blocks' layer scale starts at 1e-5 (outputs ~7e-3); 1 lets the attention reach the output.
+        layer_scale_init_value=1.0,
     )
 
 
