@@ -449,3 +449,52 @@ def xlm_roberta_xl():
     import transformers
 
     return transformers.XLMRobertaXLConfig(**bert_like(pad_token_id=1))
+
+
+def text_with_table_types(model, batch, seq, generator):
+    """TAPAS: text + seven token-type ids per token (segment, column, row, rank, ...), each below its vocabulary."""
+    import torch
+
+    inputs = text(model, batch, seq, generator)
+    columns = [
+        torch.randint(0, size, (batch, seq, 1), generator=generator)
+        for size in model.config.type_vocab_sizes
+    ]
+    inputs["token_type_ids"] = torch.cat(columns, dim=-1)
+    return inputs
+
+
+@arch("xlm", "encoder", "sinusoidal positions, language embeddings", "XLMModel", text)
+def xlm():
+    import transformers
+
+    return transformers.XLMConfig(
+        vocab_size=VOCAB,
+        emb_dim=HIDDEN,
+        n_layers=LAYERS,
+        n_heads=HEADS,
+        max_position_embeddings=POSITIONS,
+        sinusoidal_embeddings=True,
+        n_langs=2,
+        use_lang_emb=True,
+    )
+
+
+@arch("ernie", "encoder", "task-type embeddings", "ErnieModel", text)
+def ernie():
+    import transformers
+
+    return transformers.ErnieConfig(**bert_like(use_task_id=True, task_type_vocab_size=3))
+
+
+@arch(
+    "tapas",
+    "encoder",
+    "seven table token-type embeddings (column, row, rank, ...), per-cell positions",
+    "TapasModel",
+    text_with_table_types,
+)
+def tapas():
+    import transformers
+
+    return transformers.TapasConfig(**bert_like(type_vocab_sizes=[3, 8, 8, 4, 8, 8, 4]))
