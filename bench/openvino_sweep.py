@@ -58,7 +58,7 @@ from sweep import (  # noqa: E402
     write,
 )
 
-SECTION = "## OpenVINO (`--backend openvino`)"
+SECTION = sweep.OPENVINO_SECTION
 # Compiled alike for both sides: float32 inference (the CPU plugin would pick bfloat16 where the CPU has it).
 COMPILE = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"}
 
@@ -432,7 +432,7 @@ def section(results, args, run):
 def report(results, args, run):
     """Replaces the OpenVINO section of `args.report` (from its heading to the end) by this run's."""
     text = open(args.report).read() if os.path.exists(args.report) else ""
-    at = text.find("## OpenVINO")
+    at = text.find(SECTION)
     kept = (text[:at] if at >= 0 else text).rstrip("\n")
     write(args.report, (kept + "\n\n" if kept else "") + section(results, args, run))
 

@@ -49,6 +49,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 PYTHON = sys.executable
 MODES = ("static", "dynamic")
+# The heading of the OpenVINO sweep's section of the report (`bench/openvino_sweep.py`), after this sweep's.
+OPENVINO_SECTION = "## OpenVINO (`--backend openvino`)"
 ATOL = RTOL = 1e-3
 NODE_SLACK = (
     1.10  # the issue's bound: no graph larger than the reference's optimized one by more than 10%
@@ -747,7 +749,18 @@ def report(results, args, started, elapsed, command):
             f"Over the {len(both)} exports both sides produced: hfx {sum(a for a, _ in both)} nodes, "
             f"reference {sum(b for _, b in both)} ({sum(a for a, _ in both) / sum(b for _, b in both):.2f}x).",
         ]
-    write(args.report, "\n".join(lines) + "\n")
+    write(args.report, "\n".join(lines) + "\n" + other_sweeps(args.report))
+
+
+def other_sweeps(path):
+    """The sections other sweeps keep in the report after this one's
+    (`bench/openvino_sweep.py`'s), as they are."""
+    try:
+        text = open(path).read()
+    except FileNotFoundError:
+        return ""
+    at = text.find(OPENVINO_SECTION)
+    return "\n" + text[at:] if at >= 0 else ""
 
 
 def totals(results):
