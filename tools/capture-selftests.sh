@@ -48,6 +48,7 @@ capture translate-symbolic rounding --model-fn python:openvino_patterns:size_rou
 family() { echo "python:patterns_$1:$2"; }
 capture translate-distance cdist --model-fn "$(family numeric cdist)" "${FIXED[@]}" --static --node aten._cdist_forward.default
 capture translate-padding constant-pad --model-fn "$(family image constant_pad)" "${FIXED[@]}" --static --node aten.constant_pad_nd.default --count 3
+capture translate-padding pad-between-transposes --model-fn "$(family image pad_between_transposes)" "${FIXED[@]}" --static --node aten.constant_pad_nd.default --count 2 --radius 1
 capture translate-padding reflection-pad --model-fn "$(family image reflection_pad)" "${FIXED[@]}" --static --node aten.reflection_pad2d.default --count 2
 capture translate-padding replication-pad --model-fn "$(family image replication_pad)" "${FIXED[@]}" --static --node aten.replication_pad3d.default --count 2
 capture translate-pooling adaptive-avg-pool --model-fn "$(family image adaptive_avg_pool)" "${FIXED[@]}" --static --node aten.adaptive_avg_pool2d.default --count 3
@@ -59,6 +60,7 @@ capture translate-resize col2im --model-fn "$(family image col2im)" "${FIXED[@]}
 capture translate-resize grid-sample --model-fn "$(family image grid_sample)" "${FIXED[@]}" --static --node aten.grid_sampler_2d.default --count 3
 capture translate-resize nearest --model-fn "$(family image upsample_nearest)" "${FIXED[@]}" --static --node aten.upsample_nearest2d.vec --count 3
 capture translate-shape matrix-transposes --model-fn "$(family indexing matrix_transposes)" "${FIXED[@]}" --static --node aten.numpy_T.default --count 2
+capture translate-shape split-counted-sizes --model-fn "$(family indexing split_counted_sizes)" "${FIXED[@]}" --static --node aten.split_with_sizes.default
 capture translate-scatter select-scatter --model-fn "$(family indexing select_scatter)" "${FIXED[@]}" --static --node aten.select_scatter.default --count 2
 capture translate-trigonometry atan2 --model-fn "$(family math trigonometry)" "${FIXED[@]}" --static --node aten.atan2.default
 

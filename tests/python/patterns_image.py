@@ -75,6 +75,22 @@ def pad_to_multiple():
     return PadToMultiple(), {"x": torch.randn(2, 3, 7)}
 
 
+def pad_between_transposes():
+    """A pad between two transposes (ConvBERT's span convolution unfolds a
+    transposed value): ONNX Runtime's transpose optimizer moves the
+    transposes through a `Pad` but permutes its `pads` as if they covered
+    every axis, so plugins/onnx/translate-padding writes them for every axis
+    (no `axes` input). Constant and symbolic (under --dynamic) amounts."""
+    return calls(
+        lambda i: F.pad(i["x"].transpose(1, 2), (1, 1)).transpose(1, 2),
+        lambda i: F.pad(i["x"].transpose(1, 2).unsqueeze(-1), (0, 0, 1, 1)).permute(2, 3, 0, 1),
+        lambda i: F.pad(i["x"].transpose(1, 2), (2, -1), value=0.5).transpose(1, 2),
+        lambda i: F.pad(i["x"].transpose(1, 2), (1, 2), mode="reflect").transpose(1, 2),
+        lambda i: F.pad(i["x"].transpose(1, 2), (0, (4 - i["x"].shape[1] % 4) % 4)).transpose(1, 2),
+        x=floats(2, 7, 6),
+    )
+
+
 def reflection_pad():
     """`reflection_pad{1,2,3}d`, batched and unbatched, float and int."""
     return calls(

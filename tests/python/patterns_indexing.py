@@ -744,6 +744,20 @@ def split():
     return _module(fn, x=torch.randn(5, 5, 5), e=torch.randn(0))
 
 
+def split_counted_sizes():
+    """`split_with_sizes` by per-group counts read back with `tolist()`, as
+    JetMoE's experts split their sorted tokens: sizes known only at run time
+    (unbacked), the split axis symbolic under --dynamic."""
+    torch.manual_seed(0)
+
+    def fn(x, groups):
+        counts = (groups.unsqueeze(1) == torch.arange(3)).long().sum(0).tolist()
+        pieces = x[groups.argsort(stable=True)].split(counts, dim=0)
+        return torch.cat([piece * (i + 1) for i, piece in enumerate(pieces)], dim=0)
+
+    return _module(fn, x=torch.randn(7, 4), groups=torch.tensor([2, 0, 1, 2, 2, 0, 1]))
+
+
 def arange():
     def fn(x):
         return (

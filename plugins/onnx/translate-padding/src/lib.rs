@@ -23,9 +23,12 @@ fn compute_dtype(dtype: &str) -> &str {
 }
 
 /// torch's pad list is last-axis-first pairs `[begin, end]`: a positive
-/// amount pads, a negative one crops. The positive parts go to one `Pad`
-/// (axes -1, -2, ...), the negative ones to a `Slice` after it: cropping
-/// after padding is torch's order (a reflection reads the uncropped input).
+/// amount pads, a negative one crops. The positive parts go to one `Pad`,
+/// the negative ones to a `Slice` after it: cropping after padding is
+/// torch's order (a reflection reads the uncropped input). Both name every
+/// axis (no `axes` input): ONNX Runtime's transpose optimizer, moving a
+/// transpose through a `Pad`, permutes its `pads` as if they covered every
+/// axis (tests/python/patterns_image.py, `pad_between_transposes`).
 fn pad(e: &Emit, name: &str, mode: &str) -> Result<String> {
     let out = e.output_meta()?.dtype;
     let compute = compute_dtype(&out);
@@ -42,12 +45,22 @@ fn pad(e: &Emit, name: &str, mode: &str) -> Result<String> {
     if pairs == 0 {
         return e.op("Identity", &[&input]);
     }
-    // ONNX order: every begin (axes -1, -2, ...), then every end.
-    let ordered: Vec<SymInt> = (0..pairs)
-        .map(|i| amounts[2 * i].clone())
-        .chain((0..pairs).map(|i| amounts[2 * i + 1].clone()))
-        .collect();
-    let axes = e.const_ints(&(1..=pairs as i64).map(|a| -a).collect::<Vec<_>>())?;
+    let rank = e.rank("self")? as usize;
+    if pairs > rank {
+        return Err(e.fail(format!("`{name}` pads {pairs} axes of a {rank}-D tensor")));
+    }
+    // ONNX order: every axis's begin, then every end; torch's pairs are the
+    // last `pairs` axes, last first, and the leading axes are not padded.
+    let amount = |axis: usize, end: usize| {
+        let pair = rank - 1 - axis;
+        if pair < pairs {
+            amounts[2 * pair + end].clone()
+        } else {
+            SymInt::Constant(0)
+        }
+    };
+    let ordered: Vec<SymInt> =
+        (0..rank).map(|a| amount(a, 0)).chain((0..rank).map(|a| amount(a, 1))).collect();
     let value = match e.arg("value")? {
         _ if mode != "constant" => String::new(),
         None | Some(Argument::None) => e.scalar(0.0, compute)?,
@@ -62,15 +75,15 @@ fn pad(e: &Emit, name: &str, mode: &str) -> Result<String> {
                 let grow = e.const_ints(&pads.iter().map(|&p| p.max(0)).collect::<Vec<_>>())?;
                 y = e.op_with(
                     "Pad",
-                    &[&y, &grow, &value, &axes],
+                    &[&y, &grow, &value],
                     &[attr("mode", Attribute::Str(mode.into()))],
                 )?;
             }
             if pads.iter().any(|&p| p < 0) {
-                let starts: Vec<i64> = pads[..pairs].iter().map(|&p| -p.min(0)).collect();
+                let starts: Vec<i64> = pads[..rank].iter().map(|&p| -p.min(0)).collect();
                 let ends: Vec<i64> =
-                    pads[pairs..].iter().map(|&p| if p < 0 { p } else { i64::MAX }).collect();
-                y = e.op("Slice", &[&y, &e.const_ints(&starts)?, &e.const_ints(&ends)?, &axes])?;
+                    pads[rank..].iter().map(|&p| if p < 0 { p } else { i64::MAX }).collect();
+                y = e.op("Slice", &[&y, &e.const_ints(&starts)?, &e.const_ints(&ends)?])?;
             }
             y
         }
@@ -83,16 +96,16 @@ fn pad(e: &Emit, name: &str, mode: &str) -> Result<String> {
             let grow = e.op("Max", &[&pads, &zero])?;
             let y = e.op_with(
                 "Pad",
-                &[&x, &grow, &value, &axes],
+                &[&x, &grow, &value],
                 &[attr("mode", Attribute::Str(mode.into()))],
             )?;
             let crop = e.op("Min", &[&pads, &zero])?;
-            let (begins, ends) = halves(e, &crop, pairs as i64)?;
+            let (begins, ends) = halves(e, &crop, rank as i64)?;
             let starts = e.op("Neg", &[&begins])?;
             // an end of 0 crops nothing: slice to the end of the axis
             let cropped = e.op("Less", &[&ends, &zero])?;
             let ends = e.op("Where", &[&cropped, &ends, &e.const_ints(&[i64::MAX])?])?;
-            e.op("Slice", &[&y, &starts, &ends, &axes])?
+            e.op("Slice", &[&y, &starts, &ends])?
         }
     };
     let y = e.cast(&padded, compute, &out)?;

@@ -357,17 +357,35 @@ enum Pieces {
     Unbound,
 }
 
-/// One `Split` with the piece sizes, computed from the axis' constant size.
+/// One `Split` with the piece sizes: `split_with_sizes`' own, constant or
+/// symbolic (JetMoE's experts take `tolist()` counts of their tokens: sizes
+/// known only at run time), the others computed from the axis' constant size.
 fn split(e: &Emit, pieces: Pieces) -> Result<Vec<String>> {
     let x = e.tensor("self")?;
     let meta = e.input_meta("self")?;
     let rank = meta.shape.len() as i64;
     let dim = normalize(e.int("dim", 0)?, rank);
     let target = e.target()?;
+    let declared = e.graph.output_values(e.node)?.len();
+    if pieces == Pieces::Sized {
+        let count = match e.arg("split_sizes")? {
+            Some(Argument::SymInts(v)) => v.len(),
+            Some(Argument::Ints(v)) => v.len(),
+            Some(Argument::Int(_)) => 1,
+            other => return Err(e.fail(format!("`split_sizes`: expected sizes, got {other:?}"))),
+        };
+        if count != declared {
+            return Err(e.fail(format!("{target}: {count} pieces, the node declares {declared}")));
+        }
+        if count == 0 {
+            return Ok(vec![]);
+        }
+        let split = e.shape("split_sizes")?;
+        return e.op_n("Split", &[&x, &split], count as u32, &[attr("axis", Attribute::Int(dim))]);
+    }
     let Some(Dim::Fixed(total)) = meta.shape.get(dim as usize).cloned() else {
         return Err(e.fail(format!("{target} of a symbolic axis (the patch-split/chunk plugins rewrite those into narrows)")));
     };
-    let declared = e.graph.output_values(e.node)?.len();
     let sizes: Vec<i64> = match pieces {
         Pieces::Sized => e.ints("split_sizes")?,
         // torch cuts an empty axis into as many empty pieces as it declares
