@@ -39,7 +39,7 @@ def resident_bytes(path):
                 inside = (
                     len(fields) >= 6
                     and os.path.exists(fields[5])
-                    and (os.stat(fields[5]).st_ino == file.st_ino)
+                    and os.path.samestat(os.stat(fields[5]), file)
                 )
             elif inside and fields[0] == "Rss:":
                 total += int(fields[1]) * 1024

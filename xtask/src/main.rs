@@ -52,7 +52,7 @@ fn workspace_root() -> PathBuf {
 /// plugin, then run the host's tests (which load the freshly built components).
 /// Without `--full`, the fast tier: every test not marked `#[ignore = "full
 /// tier: ..."]` (the export matrix's rows not marked fast are ignored trials);
-/// `--full` runs those too (`--include-ignored`).
+/// `--full` runs those too (`--include-ignored`), `--nightly` the sweep besides.
 fn test(extra: &[String]) -> Result<()> {
     let tier = if extra.iter().any(|a| a == "--nightly") {
         Tier::Nightly

@@ -376,32 +376,22 @@ def constants_written_from_their_storage():
     mappings = resident.file_mappings()
 
     def sha256_released(data):
-        import numpy
-
         digest = hashlib.sha256(data)
-        if isinstance(data, memoryview) and data.nbytes:
-            address = numpy.frombuffer(data, numpy.uint8).ctypes.data
-            resident.page_out([(address, data.nbytes)], mappings)
+        if isinstance(data, memoryview):
+            resident.page_out([resident.buffer_span(data)], mappings)
         return digest
 
     hashing = types.SimpleNamespace(sha256=sha256_released)
-    atomic = copy._deepcopy_dispatch
-    before = atomic.get(memoryview)
-    atomic[memoryview] = copy._deepcopy_atomic
-    try:
-        with patched(
-            [
-                (_emitter, "bytes", viewed_or_copied),
-                (_emitter, "hashlib", hashing),
-                (_cord.Cord, "append", append_view),
-            ]
-        ):
-            yield
-    finally:
-        if before is None:
-            del atomic[memoryview]
-        else:
-            atomic[memoryview] = before
+    atomic = {**copy._deepcopy_dispatch, memoryview: copy._deepcopy_atomic}
+    with patched(
+        [
+            (_emitter, "bytes", viewed_or_copied),
+            (_emitter, "hashlib", hashing),
+            (_cord.Cord, "append", append_view),
+            (copy, "_deepcopy_dispatch", atomic),
+        ]
+    ):
+        yield
 
 
 def partitioners(delegate):
@@ -517,10 +507,8 @@ class DirectFile:
         return on
 
     def write(self, data):
-        import numpy
-
         view = memoryview(data).cast("B")
-        address = numpy.frombuffer(view, numpy.uint8).ctypes.data if len(view) else 0
+        address, _ = resident.buffer_span(view)
         while len(view):
             n = min(len(view), self.SIZE - self.used)
             self.buffer[self.used : self.used + n] = view[:n]

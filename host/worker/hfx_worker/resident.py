@@ -9,6 +9,7 @@ embedding, the norms). `MADV_PAGEOUT` reclaims such pages: a clean page of
 a file is dropped and read again from the file if touched; a page the
 process wrote (a private copy) is never discarded, so no value changes."""
 
+import bisect
 import ctypes
 import functools
 
@@ -29,7 +30,7 @@ def madvise():
 
 def file_mappings():
     """[(start, end)] of this process's mappings of files (not anonymous
-    memory, not pseudo-files), from /proc/self/maps."""
+    memory, not pseudo-files), from /proc/self/maps, in address order."""
     ranges = []
     try:
         with open("/proc/self/maps") as maps:
@@ -51,7 +52,12 @@ def page_out(spans, mappings):
     if call is None:
         return
     for address, size in spans:
-        for start, end in mappings:
+        # The mappings are disjoint and in address order: from the last one
+        # starting at or before the span, those it reaches.
+        first = max(0, bisect.bisect_right(mappings, (address, float("inf"))) - 1)
+        for start, end in mappings[first:]:
+            if start >= address + size:
+                break
             low, high = max(address, start), min(address + size, end)
             if low < high:
                 low -= low % PAGE
@@ -63,3 +69,11 @@ def storage_span(tensor):
     """The (address, bytes) of the memory `tensor`'s storage holds."""
     storage = tensor.untyped_storage()
     return storage.data_ptr(), storage.nbytes()
+
+
+def buffer_span(buffer):
+    """The (address, bytes) of the memory a buffer (`bytes`, a memoryview) holds."""
+    import numpy
+
+    view = memoryview(buffer).cast("B")
+    return (numpy.frombuffer(view, numpy.uint8).ctypes.data if view.nbytes else 0), view.nbytes
