@@ -8,6 +8,7 @@ from .registry import (
     POSITIONS,
     VOCAB,
     arch,
+    decoder_ids,
     waveform,
 )
 
@@ -58,11 +59,8 @@ def waveform_and_decoder(model, batch, seq, generator):
     4160 at size B) + decoder_input_ids."""
     import torch
 
-    config = model.config
     audio = torch.randn(batch, 320 * seq, generator=generator)
-    target = torch.randint(3, config.vocab_size, (batch, seq - 2), generator=generator)
-    target[:, 0] = config.decoder_start_token_id
-    return {"input_values": audio, "decoder_input_ids": target}
+    return {"input_values": audio, "decoder_input_ids": decoder_ids(model, batch, seq, generator)}
 
 
 def filterbank_and_decoder(model, batch, seq, generator):
@@ -74,12 +72,10 @@ def filterbank_and_decoder(model, batch, seq, generator):
     frames = 4 * seq
     width = config.input_feat_per_channel * config.input_channels
     features = torch.randn(batch, frames, width, generator=generator)
-    target = torch.randint(3, config.vocab_size, (batch, seq - 2), generator=generator)
-    target[:, 0] = config.decoder_start_token_id
     return {
         "input_features": features,
         "attention_mask": torch.ones(batch, frames, dtype=torch.long),
-        "decoder_input_ids": target,
+        "decoder_input_ids": decoder_ids(model, batch, seq, generator),
     }
 
 
@@ -334,13 +330,8 @@ def encodec():
 
 def waveform_and_text_decoder(model, batch, seq, generator):
     """SpeechT5 speech-to-text: raw audio (as `waveform`) + decoder_input_ids."""
-    import torch
-
-    config = model.config
     inputs = waveform(model, batch, seq, generator)
-    target = torch.randint(3, config.vocab_size, (batch, seq - 2), generator=generator)
-    target[:, 0] = config.decoder_start_token_id
-    inputs["decoder_input_ids"] = target
+    inputs["decoder_input_ids"] = decoder_ids(model, batch, seq, generator)
     return inputs
 
 

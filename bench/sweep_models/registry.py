@@ -86,15 +86,20 @@ def text_ids_only(model, batch, seq, generator):
     return {"input_ids": text(model, batch, seq, generator)["input_ids"]}
 
 
-def seq2seq(model, batch, seq, generator):
-    """Encoder input_ids + mask, and decoder_input_ids (a shorter target: seq - 2)."""
+def decoder_ids(model, batch, seq, generator):
+    """decoder_input_ids: a target shorter than the source (seq - 2), starting with the decoder's start token."""
     import torch
 
-    inputs = text(model, batch, seq, generator)
     start = model.config.decoder_start_token_id
     target = torch.randint(3, model.config.vocab_size, (batch, seq - 2), generator=generator)
     target[:, 0] = start if start is not None else 0
-    inputs["decoder_input_ids"] = target
+    return target
+
+
+def seq2seq(model, batch, seq, generator):
+    """Encoder input_ids + mask, and decoder_input_ids."""
+    inputs = text(model, batch, seq, generator)
+    inputs["decoder_input_ids"] = decoder_ids(model, batch, seq, generator)
     return inputs
 
 
@@ -121,9 +126,10 @@ def mel_and_decoder(model, batch, seq, generator):
     config = model.config
     frames = 2 * config.max_source_positions
     features = torch.randn(batch, config.num_mel_bins, frames, generator=generator)
-    target = torch.randint(3, config.vocab_size, (batch, seq - 2), generator=generator)
-    target[:, 0] = config.decoder_start_token_id
-    return {"input_features": features, "decoder_input_ids": target}
+    return {
+        "input_features": features,
+        "decoder_input_ids": decoder_ids(model, batch, seq, generator),
+    }
 
 
 def waveform(model, batch, seq, generator):
