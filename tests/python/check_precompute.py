@@ -9,8 +9,8 @@ kind that needs them:
   forward computes, and its forward takes them in place of its own);
 - torch.export: Pixtral's encoder, given each image's size as a tensor,
   stops on a data-dependent guard, and exports with the sizes precomputed
-  (Qwen2-VL's packed encoder without them: the test
-  `a_qwen2_vl_vision_encoder_traced_from_its_grid_alone_stops_at_its_segments`).
+  (Qwen2-VL's packed encoder, traced from its grid: the test
+  `a_qwen2_vl_vision_encoder_traced_from_its_grid_alone_takes_its_precomputed_segments`).
 """
 
 import copy

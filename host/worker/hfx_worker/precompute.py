@@ -4,9 +4,10 @@ values (`.tolist()`, `repeat_interleave` by a tensor, a split per image) and
 accepts ready-made as keyword arguments (`cu_seqlens`, rotary `position_ids`,
 a window order, padded audio chunks). torch.export cannot trace a loop over
 a tensor's values; computed here from the call's own size inputs, they
-become inputs of the traced program, and whoever calls the program computes
-them the same way for each call (`generation.Components` does, for every
-call `generate` makes of an exported part).
+become inputs of the traced program (of every export: `trace` computes them
+for the call it traces), and whoever calls the program computes them the
+same way for each call (`generation.Components` does, for every call
+`generate` makes of an exported part).
 
 A precomputation is keyed by what the call carries: it applies when every
 input it names (its markers: `grid_thw`, `image_sizes`, ...) is in the

@@ -325,6 +325,14 @@ def load_exported_mapped(path):
 # ── The eager reference file ──
 
 
+def is_constant(value):
+    """A kwarg torch.export folds into the program: a scalar (`use_cache=False`,
+    `None`) or a list or tuple of them (images' sizes as ints)."""
+    if type(value) in (list, tuple):
+        return all(is_constant(item) for item in value)
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
 def save_reference(path, inputs, constants, flags, outputs, kept):
     """The eager reference beside a traced program: its inputs, constants,
     output flags, flat outputs and the positions eager keeps of each

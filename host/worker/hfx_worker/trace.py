@@ -19,9 +19,11 @@ from . import eager_quantize, messages, quantizers
 from .checkpoint import save_program, side_weights_supported, weights_plan
 from .errors import UserInputError
 from .messages import ExportMetadata, TiedAxis, TraceParams, TraceReply, WeightsReport
+from .precompute import precomputed
 from .program import build as build_program
 from .pytree import (
     flat_outputs,
+    is_constant,
     named_leaves,
     output_names,
     register_cache_pytrees,
@@ -393,11 +395,6 @@ def captured(session, component):
     return generation.modules[component], copy.deepcopy(generation.components[component])
 
 
-def is_constant(value):
-    """A kwarg torch.export folds into the program (`use_cache=False`, `None`)."""
-    return value is None or isinstance(value, (bool, int, float, str))
-
-
 def disambiguated(inputs, outputs):
     """A name both an input and an output carry (a cache's leaves in a decode
     step) becomes `input.<name>` and `output.<name>`, as the reference's
@@ -421,6 +418,10 @@ def trace(session, params: TraceParams) -> TraceReply:
             model, inputs = captured(session, source.component)
         else:
             model, inputs = built_model(session, params, streamed=streaming)
+            # What an encoder derives from its size inputs by loops over their
+            # values, computed as a captured component's are (the reference
+            # precomputes them on every export, `precompute_export_inputs`).
+            inputs = precomputed(model, inputs)
         streamed = streaming.model if streaming is not None else None
         flags = {k: inputs.pop(k) for k in OUTPUT_FLAGS if k in inputs}
         register_cache_pytrees(model)

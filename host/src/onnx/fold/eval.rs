@@ -194,7 +194,8 @@ pub(super) fn evaluate(node: &Node, inputs: &[Option<&Known>]) -> Option<Vec<Kno
         "Slice" => one(slice(node, inputs)?),
         "MatMul" => one(matmul(node, inputs)?),
         "ScatterElements" => one(scatter_elements(node, inputs)?),
-        "ReduceSum" => one(reduce_sum(node, inputs)?),
+        "ReduceSum" | "ReduceMean" => one(reduce(node, inputs)?),
+        "BatchNormalization" if node.outputs.len() == 1 => one(batch_norm(node, inputs)?),
         "Trilu" => one(trilu(node, inputs)?),
         "Clip" => one(clip(node, inputs)?),
         "Tile" => one(tile(node, inputs)?),
@@ -547,9 +548,15 @@ fn scatter_elements(node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
 
 /// `ReduceSum` over the `axes` input (none: every axis, unless
 /// `noop_with_empty_axes`), `keepdims` as given (default 1).
-fn reduce_sum(node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
+/// `ReduceSum`, or `ReduceMean` of floats: the sum over `axes` (input 1),
+/// divided by how many elements each sum took.
+fn reduce(node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
     let input = |i: usize| inputs.get(i).copied().flatten();
     let x = input(0)?;
+    let mean = node.op_type == "ReduceMean";
+    if mean && !is_float(x.dtype) {
+        return None;
+    }
     let rank = x.dims.len();
     let axes: Vec<usize> = match (input(1), node.inputs.get(1).is_some_and(|n| !n.is_empty())) {
         (Some(a), true) => a.int_values()?.iter().map(|&a| axis(a, rank)).collect::<Option<_>>()?,
@@ -574,6 +581,10 @@ fn reduce_sum(node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
         Data::Float(v) => {
             let mut out = vec![0.0; total];
             v.iter().enumerate().for_each(|(i, &e)| out[index_of(i)] += e);
+            if mean {
+                let taken = (v.len() / total.max(1)).max(1) as f64;
+                out.iter_mut().for_each(|e| *e /= taken);
+            }
             Data::Float(out)
         }
         Data::Int(v) => {
@@ -590,6 +601,39 @@ fn reduce_sum(node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
         x.dims.iter().enumerate().filter(|(k, _)| !axes.contains(k)).map(|(_, &d)| d).collect()
     };
     Some(Known::new(x.dtype, dims, data))
+}
+
+/// `BatchNormalization` in inference form: each channel (axis 1) of `x`
+/// normalized by its given mean and variance, scaled and shifted. A weight
+/// standardized this way (BiT's convolutions) is computed at export time.
+fn batch_norm(node: &Node, inputs: &[Option<&Known>]) -> Option<Known> {
+    let input = |i: usize| inputs.get(i).copied().flatten();
+    if int_attr(node, "training_mode").unwrap_or(0) != 0 || inputs.len() != 5 {
+        return None;
+    }
+    let x = input(0)?;
+    let [scale, bias, mean, var] = [1, 2, 3, 4].map(|i| input(i).map(Known::floats));
+    let (scale, bias, mean, var) = (scale?, bias?, mean?, var?);
+    let channels = *x.dims.get(1)? as usize;
+    if !is_float(x.dtype) || [&scale, &bias, &mean, &var].iter().any(|v| v.len() != channels) {
+        return None;
+    }
+    let epsilon = match node.attribute("epsilon") {
+        Some(Attribute::Float(e)) => *e as f64,
+        None => 1e-5,
+        _ => return None,
+    };
+    let inner = count(&x.dims[2..]);
+    let data = x
+        .floats()
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let c = i / inner.max(1) % channels;
+            (v - mean[c]) / (var[c] + epsilon).sqrt() * scale[c] + bias[c]
+        })
+        .collect();
+    Some(Known::new(x.dtype, x.dims.clone(), Data::Float(data)))
 }
 
 /// `Trilu`: the lower (`upper = 0`) or upper triangle of the last two axes,

@@ -29,6 +29,7 @@ mod eval;
 mod fuse;
 mod grid;
 mod known;
+mod shapes;
 mod simplify;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -96,6 +97,13 @@ pub fn fold<'a>(
             }
         }
     }
+    // Each value's shape where the program fixes it (`shapes.rs`).
+    let mut shapes: HashMap<String, Vec<i64>> = static_shapes.clone();
+    for init in initializers.iter() {
+        if let Some(name) = &init.header.name {
+            shapes.insert(name.clone(), init.header.dims.clone());
+        }
+    }
     let mut kept = Vec::with_capacity(nodes.len());
     let mut new_initializers = Vec::new();
     // Outputs of nodes that compute their input: readers read that input.
@@ -110,7 +118,8 @@ pub fn fold<'a>(
         }
         // A graph output keeps its node (and name); merged, it still computes it.
         let is_output = node.outputs.iter().any(|o| keep.contains(o.as_str()));
-        match simplify(&node, &known, |name| producers.get(name).map(|&i| &kept[i])) {
+        let producer = |name: &str| producers.get(name).map(|&i| &kept[i]);
+        match simplify(&node, &known, producer, &|name| shape_of(&shapes, &known, name)) {
             Some((_, Simplified::Same(value))) if !is_output => {
                 renames.insert(node.outputs[0].clone(), value);
                 report.identities += 1;
@@ -138,9 +147,8 @@ pub fn fold<'a>(
         let values = if foldable {
             evaluate(&node, &inputs)
         } else if shape_only {
-            static_shapes
-                .get(&node.inputs[0])
-                .and_then(|dims| eval::shape_of(&node, dims))
+            shape_of(&shapes, &known, &node.inputs[0])
+                .and_then(|dims| eval::shape_of(&node, &dims))
                 .map(|k| vec![k])
         } else {
             None
@@ -167,6 +175,12 @@ pub fn fold<'a>(
                 for output in &node.outputs {
                     producers.insert(output.clone(), kept.len());
                 }
+                if !shapes.contains_key(&node.outputs[0]) {
+                    let shape = |name: &str| shape_of(&shapes, &known, name);
+                    if let Some(dims) = shapes::output_shape(&node, shape, &known) {
+                        shapes.insert(node.outputs[0].clone(), dims);
+                    }
+                }
                 kept.push(node);
             }
         }
@@ -192,6 +206,15 @@ pub fn fold<'a>(
         !liftable
     });
     *nodes = kept;
+}
+
+/// The shape of the value `name`: fixed by the program, or known.
+fn shape_of(
+    shapes: &HashMap<String, Vec<i64>>,
+    known: &HashMap<String, Known>,
+    name: &str,
+) -> Option<Vec<i64>> {
+    shapes.get(name).cloned().or_else(|| known.get(name).map(|k| k.dims.clone()))
 }
 
 /// `Transpose(w, perm=[1, 0])` of a 2-D initializer nothing else reads: the
@@ -903,6 +926,46 @@ mod tests {
             [Some(vec![5, 6, 5, 6]), Some(vec![2, 2])]
         );
         assert_eq!(value(&initializers, "x_shape").dtype, INT64);
+    }
+
+    /// A weight standardized before its convolution (BiT's: a training-mode
+    /// batch norm over the weight's rows, translated as `ReduceMean`s and
+    /// an inference `BatchNormalization` with them) becomes one initializer:
+    /// each row less its mean, over its standard deviation.
+    #[test]
+    fn a_standardized_weight_is_computed_at_export_time() {
+        let nodes = vec![
+            ints_node("last", &[2]),
+            node("ReduceMean", &["w", "last"], "mean", vec![("keepdims", Attribute::Int(1))]),
+            node("Sub", &["w", "mean"], "centered", vec![]),
+            node("Mul", &["centered", "centered"], "squares", vec![]),
+            node("ReduceMean", &["squares", "last"], "var", vec![("keepdims", Attribute::Int(0))]),
+            ints_node("rows", &[2]),
+            node("Reshape", &["mean", "rows"], "row_mean", vec![]),
+            node("Reshape", &["var", "rows"], "row_var", vec![]),
+            node(
+                "BatchNormalization",
+                &["w", "one", "zero", "row_mean", "row_var"],
+                "standardized",
+                vec![("epsilon", Attribute::Float(0.0))],
+            ),
+            node("Mul", &["x", "standardized"], "y", vec![]),
+        ];
+        let initializers = [
+            floats("w", &[1, 2, 3], &[1.0, 2.0, 3.0, 2.0, 4.0, 9.0]),
+            floats("one", &[2], &[1.0, 1.0]),
+            floats("zero", &[2], &[0.0, 0.0]),
+        ];
+        let (nodes, initializers, report) =
+            folded(&nodes, &initializers, &["y"], counting(&[1, 2, 3]), &HashMap::new());
+        assert_eq!(ops(&nodes), ["Mul"]);
+        assert_eq!(report.folded, 7);
+        let (d0, d1) = ((2.0f64 / 3.0).sqrt(), (26.0f64 / 3.0).sqrt());
+        let expected = [-1.0 / d0, 0.0, 1.0 / d0, -3.0 / d1, -1.0 / d1, 4.0 / d1];
+        let standardized = value(&initializers, producer(&nodes, "y").inputs[1].as_str());
+        for (got, want) in standardized.floats().iter().zip(expected) {
+            assert!((got - want).abs() < 1e-6, "{:?} != {expected:?}", standardized.data);
+        }
     }
 
     /// A packing plugin's `Concat`s of weights, folded: each packed weight's

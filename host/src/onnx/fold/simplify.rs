@@ -32,6 +32,8 @@ pub struct Site<'s, 'n> {
     inputs: Vec<Option<&'s Known>>,
     known: &'s HashMap<String, Known>,
     producer: &'s dyn Fn(&str) -> Option<&'n Node>,
+    /// A value's shape, where the program fixes it (`shapes.rs`).
+    shape_of: &'s dyn Fn(&str) -> Option<Vec<i64>>,
 }
 
 impl<'n> Site<'_, 'n> {
@@ -66,17 +68,20 @@ pub const RULES: &[(&str, Rule)] = &[
     ("reshapes_merge", reshapes_merge),
     ("single_concat", single_concat),
     ("expand_to_no_axes", expand_to_no_axes),
+    ("expand_to_its_own_shape", expand_to_its_own_shape),
     ("shape_of_expanded_scalar", shape_of_expanded_scalar),
     ("shape_past_scalar_arithmetic", shape_past_scalar_arithmetic),
 ];
 
 /// The simplification of `node` and the rule that found it, if any. `known`
 /// holds the values known so far; `producer` finds the node computing a value
-/// (main graph, already simplified).
+/// (main graph, already simplified); `shape_of` a value's shape where the
+/// program fixes it.
 pub fn simplify<'n>(
     node: &Node,
     known: &HashMap<String, Known>,
     producer: impl Fn(&str) -> Option<&'n Node>,
+    shape_of: &dyn Fn(&str) -> Option<Vec<i64>>,
 ) -> Option<(&'static str, Simplified)> {
     if !node.domain.is_empty() || node.function.is_some() || node.outputs.len() != 1 {
         return None;
@@ -86,6 +91,7 @@ pub fn simplify<'n>(
         inputs: node.inputs.iter().map(|i| known.get(i)).collect(),
         known,
         producer: &producer,
+        shape_of,
     };
     RULES.iter().find_map(|(name, rule)| rule(&site).map(|s| (*name, s)))
 }
@@ -255,6 +261,20 @@ fn expand_to_no_axes(site: &Site) -> Option<Simplified> {
         .then(|| Simplified::Same(node.inputs[0].clone()))
 }
 
+/// `Expand` of a value whose shape the program fixes to a known shape it
+/// already has (broadcasting changes nothing): that value. Translations
+/// expand operands to the shape of their result (`index_put`'s values,
+/// `where`'s branches), which a static export often already is.
+fn expand_to_its_own_shape(site: &Site) -> Option<Simplified> {
+    let node = site.node;
+    if node.op_type != "Expand" || node.inputs.len() != 2 {
+        return None;
+    }
+    let dims = (site.shape_of)(&node.inputs[0])?;
+    let grown = super::known::broadcast_dims(&dims, &site.ints(1)?)?;
+    (grown == dims).then(|| Simplified::Same(node.inputs[0].clone()))
+}
+
 /// `Shape` (whole) of `Expand(c, shape)` with a known rank-0 `c`: `shape`,
 /// since a rank-0 value broadcasts to exactly the shape asked for (torch's
 /// `empty_like`/`zeros_like` of a value whose shape is read again).
@@ -314,6 +334,17 @@ mod tests {
     /// The rule that fires at the node computing `output`, with the values of
     /// the graph's Constant nodes known and the nodes before it as producers.
     fn fired(nodes: &[Node], output: &str) -> Option<&'static str> {
+        fired_with_shapes(nodes, output, &[])
+    }
+
+    /// `fired`, with the shapes the program fixes.
+    fn fired_with_shapes(
+        nodes: &[Node],
+        output: &str,
+        shapes: &[(&str, &[i64])],
+    ) -> Option<&'static str> {
+        let shapes: HashMap<&str, Vec<i64>> =
+            shapes.iter().map(|(n, d)| (*n, d.to_vec())).collect();
         let known: HashMap<String, Known> = nodes
             .iter()
             .filter(|n| n.op_type == "Constant")
@@ -321,7 +352,8 @@ mod tests {
             .collect();
         let at = nodes.iter().position(|n| n.outputs[0] == output).unwrap();
         let before = &nodes[..at];
-        simplify(&nodes[at], &known, |name| before.iter().find(|n| n.outputs[0] == name))
+        let shape_of = |name: &str| shapes.get(name).cloned();
+        simplify(&nodes[at], &known, |name| before.iter().find(|n| n.outputs[0] == name), &shape_of)
             .map(|(rule, _)| rule)
     }
 
@@ -553,6 +585,50 @@ mod tests {
         let (after, report) = folded(&nodes, &["y"], counting(&[2, 3]));
         assert_eq!(report.identities, 2);
         assert_eq!(producer(&after, "y").inputs, ["x_shape", "same_shape", "tail"]);
+    }
+
+    /// `Expand` to a shape the value already has (broadcasting from a
+    /// shorter target too) goes; one that grows an axis, or of a value whose
+    /// shape the program does not fix, stays. Folding carries the fixed
+    /// shapes through the translation's own nodes: the `Shape` of an
+    /// `Unsqueeze` of `x` is known, so `Expand(zero, that)` is a constant.
+    #[test]
+    fn expand_to_its_own_shape() {
+        let nodes = vec![
+            ints_node("same_dims", &[2, 3]),
+            ints_node("shorter", &[3]),
+            ints_node("grown_dims", &[4, 2, 3]),
+            node("Expand", &["x", "same_dims"], "same", vec![]),
+            node("Expand", &["x", "shorter"], "broadcast", vec![]),
+            node("Expand", &["x", "grown_dims"], "grown", vec![]),
+            ints_node("zero_axis", &[0]),
+            node("Unsqueeze", &["x", "zero_axis"], "u", vec![]),
+            node("Shape", &["u"], "u_shape", vec![]),
+            float_node("zero", 0.0),
+            node("Expand", &["zero", "u_shape"], "zeros", vec![]),
+            node("Add", &["same", "broadcast"], "a", vec![]),
+            node("Add", &["a", "grown"], "b", vec![]),
+            node("Add", &["b", "zeros"], "y", vec![]),
+        ];
+        let x: &[(&str, &[i64])] = &[("x", &[2, 3])];
+        assert_eq!(fired_with_shapes(&nodes, "same", x), Some("expand_to_its_own_shape"));
+        assert_eq!(fired_with_shapes(&nodes, "broadcast", x), Some("expand_to_its_own_shape"));
+        assert_eq!(fired_with_shapes(&nodes, "grown", x), None, "an axis grows");
+        let of_w =
+            [ints_node("same_dims", &[2, 3]), node("Expand", &["w", "same_dims"], "w2", vec![])];
+        assert_eq!(fired_with_shapes(&of_w, "w2", x), None, "w's shape is not fixed");
+        assert_eq!(fired(&nodes, "same"), None, "x's shape is not fixed");
+        let mut report = FoldReport::default();
+        let shapes = HashMap::from([("x".to_string(), vec![2, 3])]);
+        let (after, initializers) =
+            rewritten(&nodes, &[], &["y"], &[("x", counting(&[2, 3]))], |n, i, keep| {
+                fold(n, i, keep, &shapes, &mut report)
+            });
+        assert_eq!(report.identities, 2);
+        // The unsqueeze no longer read is dead-code removal's.
+        assert_eq!(ops(&after), ["Expand", "Unsqueeze", "Add", "Add", "Add"]);
+        let zeros = &producer(&after, "y").inputs[1];
+        assert_eq!(value(&initializers, zeros).dims, [1, 2, 3]);
     }
 
     /// `Expand` to `[]` keeps a rank-0 value rank 0; to `[1]` it grows one.

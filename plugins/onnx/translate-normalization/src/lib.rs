@@ -235,7 +235,8 @@ fn normalize_batch(e: &Emit, running: bool) -> Result<BatchNorm> {
 
 /// `native_group_norm(input, weight, bias, N, C, HxW, group, eps)` →
 /// (output, mean [N, group], rstd [N, group]): the input as
-/// [N, group, C/group·HxW] (explicit sizes, so an empty batch reshapes too),
+/// [N, group, C/group·HxW] (explicit sizes where HxW is fixed, so an empty
+/// batch reshapes too),
 /// normalized over its last axis by `InstanceNormalization` (one node, unit
 /// scale per group), reshaped back and scaled per channel. Not ONNX
 /// `GroupNormalization`, whose scale is per group before opset 21. The
@@ -249,17 +250,28 @@ fn group_norm(e: &Emit) -> Result<Vec<String>> {
     let rank = e.rank("input")?;
     let groups = e.int("group", 1)?;
     let eps = e.float("eps", 1e-5)?;
-    let n = e.int_1d("N", 0)?;
-    let per_group = e.op("Div", &[&e.int_1d("C", 0)?, &e.const_ints(&[groups])?])?;
-    let per_group = e.op("Mul", &[&per_group, &e.int_1d("HxW", 1)?])?;
-    let grouped_shape = e.op_with(
-        "Concat",
-        &[&n, &e.const_ints(&[groups])?, &per_group],
-        &[attr("axis", Attribute::Int(0))],
-    )?;
-    // allowzero: an empty batch's 0 is a size, not "copy this axis".
-    let grouped =
-        e.op_with("Reshape", &[&x, &grouped_shape], &[attr("allowzero", Attribute::Int(1))])?;
+    let grouped = match e.arg("HxW")? {
+        // A symbolic HxW is the model's arithmetic from the image's size to
+        // this one's (each convolution's output size); `[batch, group, -1]`
+        // reads it from the input instead, as the reference's graph does.
+        // Its -1 is not defined for an empty batch, refused by ONNX Runtime
+        // as by the reference's graph.
+        Some(Argument::SymInt(SymInt::Value(_))) => {
+            e.op("Reshape", &[&x, &e.const_ints(&[0, groups, -1])?])?
+        }
+        _ => {
+            let n = e.int_1d("N", 0)?;
+            let per_group = e.op("Div", &[&e.int_1d("C", 0)?, &e.const_ints(&[groups])?])?;
+            let per_group = e.op("Mul", &[&per_group, &e.int_1d("HxW", 1)?])?;
+            let grouped_shape = e.op_with(
+                "Concat",
+                &[&n, &e.const_ints(&[groups])?, &per_group],
+                &[attr("axis", Attribute::Int(0))],
+            )?;
+            // allowzero: an empty batch's 0 is a size, not "copy this axis".
+            e.op_with("Reshape", &[&x, &grouped_shape], &[attr("allowzero", Attribute::Int(1))])?
+        }
+    };
     let last = e.const_ints(&[2])?;
     let keep = [attr("keepdims", Attribute::Int(1))];
     let mean = e.op_with("ReduceMean", &[&grouped, &last], &keep)?;
