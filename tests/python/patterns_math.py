@@ -68,6 +68,22 @@ def exp_log():
     return ExpLog(), {"x": torch.randn(3, 5) * 3, "n": torch.randint(1, 100, (3, 5))}
 
 
+class InverseErf(torch.nn.Module):
+    """erfinv over (-1, 1), near both ends, at ±1 (±inf), and of integers
+    (0 and ±1); Gemma 3n's normal quantile of its sparsity target."""
+
+    def forward(self, x, n):
+        quantile = torch.distributions.normal.Normal(0, 1).icdf(torch.tensor(0.95))
+        return torch.erfinv(x), torch.erfinv(n), x * quantile
+
+
+def inverse_erf():
+    torch.manual_seed(0)
+    x = torch.rand(4, 50) * 2 - 1
+    x[0, :8] = torch.tensor([-1.0, 1.0, 0.0, 0.999999, -0.999999, 0.9999, 1e-7, -0.5])
+    return InverseErf(), {"x": x, "n": torch.tensor([[-1, 0, 1]])}
+
+
 class Classify(torch.nn.Module):
     """isinf/isnan of floats with infinities and NaNs, and of integers."""
 

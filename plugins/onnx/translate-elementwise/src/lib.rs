@@ -81,6 +81,7 @@ hfx_sdk::onnx_translations! {
     "aten.sign.default" => sign,
     "aten.reciprocal.default" => |e| unary(e, "Reciprocal"),
     "aten.erf.default" => |e| unary(e, "Erf"),
+    "aten.erfinv.default" => erfinv,
     "aten.ceil.default" => |e| rounding(e, "Ceil"),
     "aten.floor.default" => |e| rounding(e, "Floor"),
     "aten.round.default" => |e| rounding(e, "Round"),
@@ -885,6 +886,63 @@ fn cast(e: &Emit) -> Result<String> {
 fn identity(e: &Emit, input: &str) -> Result<String> {
     let x = e.tensor(input)?;
     e.op("Identity", &[&x])
+}
+
+/// Giles' single-precision polynomials for `erfinv(x) / x`, in
+/// `w = -log((1 - x)(1 + x))`: the centre's (`w < 5`, in `w - 2.5`) and the
+/// tails' (in `sqrt(w) - 3`), highest power first ("Approximating the erfinv
+/// function", GPU Computing Gems Jade Edition, 2011).
+const ERFINV_CENTRE: [f64; 9] = [
+    2.81022636e-08,
+    3.43273939e-07,
+    -3.5233877e-06,
+    -4.39150654e-06,
+    0.00021858087,
+    -0.00125372503,
+    -0.00417768164,
+    0.246640727,
+    1.50140941,
+];
+const ERFINV_TAILS: [f64; 9] = [
+    -0.000200214257,
+    0.000100950558,
+    0.00134934322,
+    -0.00367342844,
+    0.00573950773,
+    -0.0076224613,
+    0.00943887047,
+    1.00167406,
+    2.83297682,
+];
+
+/// `erfinv` (no ONNX op): Giles' polynomials times `x`, within 5e-7 of
+/// torch's over (-1, 1) in float32; `x = ±1` gives `±inf` and `|x| > 1` NaN
+/// (the log of a negative), as torch does. Gemma 3n's activation sparsity
+/// takes the normal quantile of its target rate with it.
+fn erfinv(e: &Emit) -> Result<String> {
+    let out = e.output_meta()?.dtype;
+    let dtype = kernel_dtype("Log", opmath(&out));
+    let x = operand_via(e, "self", &out, &dtype)?;
+    let one = e.scalar(1.0, &dtype)?;
+    let spread = e.op("Mul", &[&e.op("Sub", &[&one, &x])?, &e.op("Add", &[&one, &x])?])?;
+    let w = e.op("Neg", &[&e.op("Log", &[&spread])?])?;
+    let polynomial = |at: &str, coefficients: &[f64]| -> Result<String> {
+        let mut p = e.scalar(coefficients[0], &dtype)?;
+        for &c in &coefficients[1..] {
+            p = e.op("Add", &[&e.op("Mul", &[&p, at])?, &e.scalar(c, &dtype)?])?;
+        }
+        Ok(p)
+    };
+    let centre = polynomial(&e.op("Sub", &[&w, &e.scalar(2.5, &dtype)?])?, &ERFINV_CENTRE)?;
+    let tail_at = e.op("Sub", &[&e.op("Sqrt", &[&w])?, &e.scalar(3.0, &dtype)?])?;
+    let tails = polynomial(&tail_at, &ERFINV_TAILS)?;
+    let in_centre = e.op("Less", &[&w, &e.scalar(5.0, &dtype)?])?;
+    let y = e.op("Mul", &[&e.op("Where", &[&in_centre, &centre, &tails])?, &x])?;
+    // At ±1 the tails' polynomial of an infinite w has the wrong sign.
+    let edge = e.op("Equal", &[&e.op("Abs", &[&x])?, &one])?;
+    let infinite = e.op("Mul", &[&x, &e.scalar(f64::INFINITY, &dtype)?])?;
+    let result = e.op("Where", &[&edge, &infinite, &y])?;
+    e.cast(&result, &dtype, &out)
 }
 
 /// gelu: exact (erf) or the tanh approximation, in float32 for the half types;
