@@ -39,6 +39,8 @@ PLUGIN_FOLDERS = (
     "plugins/executorch",
     "plugins/onnx-ort-cpu",
     "plugins/onnx-ort-cuda",
+    "plugins/onnx-ort-webgpu",
+    "plugins/onnx-ort-dml",
 )
 EXPORTERS = "transformers.exporters"
 MODULES = ("exporter_dynamo", "exporter_onnx", "exporter_executorch", "exporter_openvino")

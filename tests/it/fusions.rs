@@ -422,17 +422,20 @@ fn ort_fusions_cpu_fuses_every_llama_norm_and_rotation_and_verifies() {
     assert!(domains.contains("com.microsoft"), "{domains:?}");
     assert!(fused_nodes < plain_nodes, "{fused_nodes} nodes fused, {plain_nodes} without");
     generation_components_fused(dir.path());
-    // webgpu has no set yet: one line.
-    let result = crate::onnx::export_pt2(dir.path(), &pt2, &plain, &["--ort-fusions", "webgpu"]);
+    // A target with no set: one line.
+    let result = crate::onnx::export_pt2(dir.path(), &pt2, &plain, &["--ort-fusions", "tpu"]);
     let stderr = String::from_utf8_lossy(&result.stderr);
     assert!(!result.status.success(), "{stderr}");
-    assert!(stderr.contains("--ort-fusions webgpu: hfx has no webgpu fusion set yet"), "{stderr}");
+    assert!(
+        stderr.contains("--ort-fusions tpu: give `cpu`, `cuda`, `webgpu` or `dml`"),
+        "{stderr}"
+    );
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
 }
 
 /// The ONNX Runtime sets are opt-in: discovery of `plugins/` skips them,
-/// naming one finds it; `--ort-fusions` resolves `cpu` and `cuda` to them
-/// and refuses the rest in one line.
+/// naming one finds it; `--ort-fusions` resolves `cpu`, `cuda`, `webgpu`
+/// and `dml` to them and refuses the rest in one line.
 #[test]
 fn the_ort_fusion_set_is_found_only_when_asked_for() {
     use hfx::plugins::discover;
@@ -452,12 +455,8 @@ fn the_ort_fusion_set_is_found_only_when_asked_for() {
         root().join("plugins/onnx-ort-cpu").canonicalize().unwrap()
     );
     assert_eq!(
-        discover::ort_fusion_set("webgpu", None).unwrap_err(),
-        "--ort-fusions webgpu: hfx has no webgpu fusion set yet; give `cpu` or `cuda`"
-    );
-    assert_eq!(
         discover::ort_fusion_set("tpu", None).unwrap_err(),
-        "--ort-fusions tpu: give `cpu` or `cuda`"
+        "--ort-fusions tpu: give `cpu`, `cuda`, `webgpu` or `dml`"
     );
     // The CUDA set runs the CPU set's plugins (included, not copied) and its own.
     let cuda = names("plugins/onnx-ort-cuda");
@@ -468,6 +467,22 @@ fn the_ort_fusion_set_is_found_only_when_asked_for() {
         discover::ort_fusion_set("cuda", None).unwrap().canonicalize().unwrap(),
         root().join("plugins/onnx-ort-cuda").canonicalize().unwrap()
     );
+    // WebGPU's: the CPU set's but the scores' FusedMatMul, and its own build
+    // of the attention fusion; DirectML's: the CPU set's but the attention's.
+    let webgpu = names("plugins/onnx-ort-webgpu");
+    assert!(webgpu.contains(&"onnx-ort-webgpu-fuse-group-query-attention".to_string()));
+    assert!(webgpu.contains(&"onnx-ort-cpu-fuse-rotary-embedding".to_string()), "{webgpu:?}");
+    assert!(!webgpu.iter().any(|n| n.starts_with("onnx-ort-cpu-fuse-group-query")), "{webgpu:?}");
+    assert!(!webgpu.contains(&"onnx-ort-cpu-fuse-matmul-transpose-scale".to_string()));
+    let dml = names("plugins/onnx-ort-dml");
+    assert!(dml.contains(&"onnx-ort-cpu-fuse-matmul-transpose-scale".to_string()), "{dml:?}");
+    assert!(!dml.iter().any(|n| n.contains("fuse-group-query-attention")), "{dml:?}");
+    for (target, folder) in [("webgpu", "onnx-ort-webgpu"), ("dml", "onnx-ort-dml")] {
+        assert_eq!(
+            discover::ort_fusion_set(target, None).unwrap().canonicalize().unwrap(),
+            root().join("plugins").join(folder).canonicalize().unwrap()
+        );
+    }
 }
 
 /// `--ort-fusions cpu --verify` on the other decoders of the sweep, traced
@@ -533,7 +548,8 @@ const LLAMA_HEADS_OF_16: &str = "vocab_size=128,hidden_size=64,intermediate_size
 /// cannot: ONNX Runtime rotates a first prompt's rows from one position, a
 /// left-padded batch's rows start at different ones).
 fn generation_components_fused(dir: &Path) {
-    for (component, counts) in fused_generation_export(dir, "llama", LLAMA_HEADS_OF_16, &[]) {
+    for (component, counts) in fused_generation_export(dir, "cpu", "llama", LLAMA_HEADS_OF_16, &[])
+    {
         let rotations = if component == "decode" { None } else { Some(&4) };
         let rotary = (counts.get("RotaryEmbedding"), counts.get("Cos"), counts.get("Sin"));
         assert_eq!(rotary, (rotations, Some(&1), Some(&1)), "{component}: {counts:?}");
@@ -562,6 +578,57 @@ fn generation_components_fused(dir: &Path) {
     for attention in attentions {
         assert_eq!(attention.input[1..3], ["", ""], "{:?}", attention.input);
     }
+}
+
+/// `--generation --ort-fusions webgpu` and `dml`, `--verify`, on the tiny
+/// Llama whose heads GQA can rotate: greedy tokens eager's in ONNX Runtime's
+/// CPU provider, norms and rotations fused as by the CPU set. WebGPU's
+/// components attend by GroupQueryAttention that never rotates (every
+/// rotation stays a RotaryEmbedding, the decode step's too, which the CPU
+/// set's GQA takes over) and hold no FusedMatMul; DirectML's attend by
+/// MatMul and Softmax, the scores a FusedMatMul transposing only the last
+/// two axes (no `transBatch*`, which the reference's DirectML step undoes).
+#[test]
+fn ort_fusions_webgpu_and_dml_fuse_what_their_providers_run() {
+    let dir = tempfile::tempdir().unwrap();
+    for (component, counts) in
+        fused_generation_export(dir.path(), "webgpu", "llama", LLAMA_HEADS_OF_16, &[])
+    {
+        assert_eq!(counts.get("GroupQueryAttention"), Some(&2), "{component}: {counts:?}");
+        assert_eq!(counts.get("RotaryEmbedding"), Some(&4), "{component}: {counts:?}");
+        assert_eq!(counts.get("SkipSimplifiedLayerNormalization"), Some(&4), "{counts:?}");
+        assert!(!counts.contains_key("FusedMatMul"), "{component}: {counts:?}");
+    }
+    let decode = ModelProto::decode(
+        std::fs::read(dir.path().join("llama-generation-webgpu/decode.onnx")).unwrap().as_slice(),
+    )
+    .unwrap();
+    for node in decode.graph.unwrap().node {
+        if node.op_type.as_deref() == Some("GroupQueryAttention") {
+            let names: Vec<_> = node.attribute.iter().filter_map(|a| a.name.as_deref()).collect();
+            assert!(!names.contains(&"do_rotary"), "{names:?}");
+        }
+    }
+    for (component, counts) in
+        fused_generation_export(dir.path(), "dml", "llama", LLAMA_HEADS_OF_16, &[])
+    {
+        assert!(!counts.contains_key("GroupQueryAttention"), "{component}: {counts:?}");
+        assert_eq!(counts.get("Softmax"), Some(&2), "{component}: {counts:?}");
+        assert_eq!(counts.get("FusedMatMul"), Some(&2), "{component}: {counts:?}");
+        assert_eq!(counts.get("RotaryEmbedding"), Some(&4), "{component}: {counts:?}");
+        assert_eq!(counts.get("SkipSimplifiedLayerNormalization"), Some(&4), "{counts:?}");
+        let model = ModelProto::decode(
+            std::fs::read(dir.path().join(format!("llama-generation-dml/{component}.onnx")))
+                .unwrap()
+                .as_slice(),
+        )
+        .unwrap();
+        for node in model.graph.unwrap().node {
+            let names: Vec<_> = node.attribute.iter().filter_map(|a| a.name.as_deref()).collect();
+            assert!(!names.iter().any(|n| n.starts_with("transBatch")), "{node:?}");
+        }
+    }
+    assert_no_scratch_left(dir.path());
 }
 
 /// `--generation --ort-fusions cpu --verify` on GPT-2 (its prefill's key
@@ -594,7 +661,8 @@ fn ort_fusions_cpu_fuse_the_attention_of_gpt2_phi3_opt_mistral_phi_and_float16_l
         ("phi", PHI, &[]),
         ("llama", LLAMA_HEADS_OF_16, float16),
     ] {
-        for (component, counts) in fused_generation_export(dir.path(), model, config, extra) {
+        for (component, counts) in fused_generation_export(dir.path(), "cpu", model, config, extra)
+        {
             let attention = (counts.get("GroupQueryAttention"), counts.get("Softmax"));
             assert_eq!(attention, (Some(&2), None), "{model} {component}: {counts:?}");
             assert_eq!(counts.get("Transpose"), None, "{model} {component}: {counts:?}");
@@ -615,15 +683,17 @@ fn ort_fusions_cpu_fuse_the_attention_of_gpt2_phi3_opt_mistral_phi_and_float16_l
 /// --verify` and `extra` in `dir`: each component's op counts, greedy tokens checked.
 fn fused_generation_export(
     dir: &Path,
+    target: &str,
     model: &str,
     config: &str,
     extra: &[&str],
 ) -> [(&'static str, HashMap<String, usize>); 2] {
-    let out = dir.join(format!("{model}-generation{}", extra.join("")));
+    let suffix = if target == "cpu" { String::new() } else { format!("-{target}") };
+    let out = dir.join(format!("{model}-generation{}{suffix}", extra.join("")));
     let mut args: Vec<String> =
         ["run", "--backend", "onnx", "--model", model, "--set", config].map(String::from).to_vec();
     args.extend(extra.iter().map(|a| a.to_string()));
-    args.extend(["--generation", "--ort-fusions", "cpu", "--verify", "-o"].map(String::from));
+    args.extend(["--generation", "--ort-fusions", target, "--verify", "-o"].map(String::from));
     args.push(out.display().to_string());
     for folder in ["plugins/dynamo", "plugins/onnx"] {
         args.extend(["--plugins".to_string(), root().join(folder).display().to_string()]);

@@ -336,11 +336,14 @@ fn a_patch_case_program_reaches_only_what_the_policy_allows() {
 /// patch a model to trace) and passes it numerically, the opt-in sets' too.
 #[test]
 fn every_shipped_plugin_passes_its_self_tests() {
-    let (plugins, ort) = (root().join("plugins"), root().join("plugins/onnx-ort-cpu"));
-    let out = hfx_with_python(
-        &root(),
-        &["plugins", "test", plugins.to_str().unwrap(), ort.to_str().unwrap()],
-    );
+    let plugins = root().join("plugins");
+    // The WebGPU set's own plugin; the rest of that set is the CPU set's.
+    let (ort, webgpu) =
+        (plugins.join("onnx-ort-cpu"), plugins.join("onnx-ort-webgpu/fuse-group-query-attention"));
+    let folders = [&plugins, &ort, &webgpu].map(|f| f.to_str().unwrap().to_string());
+    let mut args = vec!["plugins", "test"];
+    args.extend(folders.iter().map(String::as_str));
+    let out = hfx_with_python(&root(), &args);
     let (ok, output) = (
         out.status.success(),
         format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
@@ -351,18 +354,19 @@ fn every_shipped_plugin_passes_its_self_tests() {
         .filter(|l| l.starts_with("ok") && l.contains("max abs error"))
         .filter_map(|l| l.split_whitespace().nth(1))
         .collect();
-    let shipped: std::collections::BTreeSet<String> = ["dynamo", "onnx", "onnx-ort-cpu"]
-        .iter()
-        .flat_map(|backend| {
-            std::fs::read_dir(root().join("plugins").join(backend))
-                .unwrap()
-                .filter_map(|e| e.ok()?.file_name().into_string().ok())
-                .filter(|n| {
-                    ["fix-", "translate-", "patch-", "fuse-"].iter().any(|p| n.starts_with(p))
-                })
-                .map(move |n| format!("{backend}-{n}"))
-        })
-        .collect();
+    let shipped: std::collections::BTreeSet<String> =
+        ["dynamo", "onnx", "onnx-ort-cpu", "onnx-ort-webgpu"]
+            .iter()
+            .flat_map(|backend| {
+                std::fs::read_dir(root().join("plugins").join(backend))
+                    .unwrap()
+                    .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                    .filter(|n| {
+                        ["fix-", "translate-", "patch-", "fuse-"].iter().any(|p| n.starts_with(p))
+                    })
+                    .map(move |n| format!("{backend}-{n}"))
+            })
+            .collect();
     assert!(shipped.len() >= 37, "{shipped:?}");
     let missing: Vec<&String> = shipped.iter().filter(|n| !checked.contains(n.as_str())).collect();
     assert!(missing.is_empty(), "checked on values in no case: {missing:?}\n{output}");

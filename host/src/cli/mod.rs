@@ -297,7 +297,8 @@ pub struct RunArgs {
     pub set: PluginSetArgs,
     /// ONNX Runtime fusions (the reference's `ort_fusions`): `cpu` adds the opt-in plugin set
     /// `onnx-ort-cpu`, whose plugins rewrite patterns into ONNX Runtime's contrib ops; `cuda` adds
-    /// `onnx-ort-cuda` (the CPU set's fusions, and mixture-of-experts blocks as `MoE`).
+    /// `onnx-ort-cuda` (the CPU set's fusions, and mixture-of-experts blocks as `MoE`); `webgpu`
+    /// `onnx-ort-webgpu` (no FusedMatMul, GQA never rotating); `dml` `onnx-ort-dml` (no GQA).
     #[arg(long, value_name = "TARGET")]
     pub ort_fusions: Option<String>,
     /// What a failing plugin call does to the run; its changes are rolled back either way [default: fail].

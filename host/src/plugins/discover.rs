@@ -90,19 +90,18 @@ pub fn is_opt_in_set(folder: &Path) -> bool {
 }
 
 /// The folder of the ONNX Runtime fusion set for `--ort-fusions TARGET`
-/// (the reference's `ort_fusions`): `onnx-ort-cpu` or `onnx-ort-cuda` among
-/// the installed default plugins (`defaults`), else in the checkout hfx was
-/// built from.
+/// (the reference's `ort_fusions`): `onnx-ort-cpu`, `onnx-ort-cuda`,
+/// `onnx-ort-webgpu` or `onnx-ort-dml` among the installed default plugins
+/// (`defaults`), else in the checkout hfx was built from.
 pub fn ort_fusion_set(target: &str, defaults: Option<&Path>) -> Result<PathBuf, String> {
     let name = match target {
         "cpu" => "onnx-ort-cpu",
         "cuda" => "onnx-ort-cuda",
-        "webgpu" | "dml" => {
-            return Err(format!(
-                "--ort-fusions {target}: hfx has no {target} fusion set yet; give `cpu` or `cuda`"
-            ))
+        "webgpu" => "onnx-ort-webgpu",
+        "dml" => "onnx-ort-dml",
+        other => {
+            return Err(format!("--ort-fusions {other}: give `cpu`, `cuda`, `webgpu` or `dml`"))
         }
-        other => return Err(format!("--ort-fusions {other}: give `cpu` or `cuda`")),
     };
     let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("plugins");
     defaults

@@ -37,6 +37,12 @@
 
 use hfx_sdk::prelude::*;
 
+/// Whether GQA takes over a decode step's rotations (`do_rotary`). Built
+/// with the `unrotated` feature (the WebGPU set's build of this fusion) it
+/// never does: WebGPU's kernel rotates at the positions after the past,
+/// ignoring `position_ids`, so the rotations stay `RotaryEmbedding`s.
+const ROTATES: bool = !cfg!(feature = "unrotated");
+
 const FLOAT: i32 = 1;
 const INT32: i32 = 6;
 const INT64: i32 = 7;
@@ -52,7 +58,7 @@ fn fuse_group_query_attention(model: &Model, softmax: OnnxNodeId) -> Result<bool
     let (value, value_before) = merged(model, &m.value.new, m.kv_heads, m.head_dim)?;
     let packed = packed(model, [&query, &key, &value], &m)?;
     let rotation = match (&m.key.past, &packed) {
-        (Some(_), None) => rotation(model, &query, &key, &m)?,
+        (Some(_), None) if ROTATES => rotation(model, &query, &key, &m)?,
         _ => None,
     };
     // GQA rotating them itself, the parts before the rotations may be one split's.
