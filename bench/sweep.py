@@ -167,7 +167,7 @@ def hfx_export(hfx, arch, mode, out, timeout):
         )
         if fixed:
             result["fixed_axes"] = fixed
-        # ... and the first guard of torch.export's that another size breaks (the artifact cannot check it).
+        # ... and the first guard of torch.export's that another size breaks (unchecked where hfx names one so).
         guard = next(
             (
                 l.split("`")[1]

@@ -86,6 +86,15 @@ pub fn sympy(data: &[u8]) {
     }
 }
 
+/// A size guard as hfx prints it (`x.shape[1] // 4 == 2`): an expression
+/// whose check an ONNX model computes, or a one-line refusal.
+pub fn size_guard(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    if let Err(e) = hfx::onnx::guards::parse(text) {
+        assert!(!e.contains('\n'), "multi-line error: {e}");
+    }
+}
+
 /// `plugin.toml`: a manifest or a one-line error.
 pub fn manifest(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else { return };
@@ -237,6 +246,7 @@ pub const TARGETS: &[Target] = &[
     ("pt2_open", pt2_open),
     ("ir_json", ir_json),
     ("sympy", sympy),
+    ("size_guard", size_guard),
     ("manifest", manifest),
     ("lock", lock),
     ("run_config", run_config),

@@ -742,10 +742,12 @@ fn alibi_and_windowed_attention_from_the_sweep_export_and_verify() {
 
 /// A model whose code takes a branch at the traced size that other sizes do
 /// not (a chunked scan's cut of its padding): torch.export records only a
-/// guard, which neither a `.pt2` nor an ONNX model carries. hfx names the
-/// guard and a size that breaks it.
+/// guard, which a `.pt2` does not carry. hfx names the guard and a size that
+/// breaks it, and the ONNX model checks it: at every length from 1 to 24
+/// ONNX Runtime stops, with an error naming the guard, exactly where the
+/// guard (evaluated by Python) breaks (`check_size_guards.py`).
 #[test]
-fn a_size_guard_the_artifact_cannot_check_is_named_with_a_size_that_breaks_it() {
+fn a_size_guard_is_named_with_a_size_that_breaks_it_and_the_onnx_model_checks_it() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("scan.onnx");
     let spec = "python:hfx_test_models:chunked_scan";
@@ -763,6 +765,10 @@ fn a_size_guard_the_artifact_cannot_check_is_named_with_a_size_that_breaks_it() 
         .find(|l| l.contains("valid only where torch.export's guard"))
         .unwrap_or_else(|| panic!("{stdout}"));
     assert!(line.contains("x.shape[1] % 4") && line.contains("breaks at x [2, 9]"), "{line}");
+    assert!(line.contains("which the ONNX model checks at run time"), "{line}");
+    let guard = line.split('`').nth(1).unwrap();
+    let checked = try_python("check_size_guards.py", &[out.to_str().unwrap(), guard]).unwrap();
+    assert!(checked.starts_with("stopped at lengths [1, 2, 3, 5,"), "{checked}");
     // A model with no such branch says nothing of guards.
     let logaddexp = args
         .iter()

@@ -9,6 +9,7 @@ pub mod compress;
 pub mod emit;
 pub mod external;
 pub mod fold;
+pub mod guards;
 pub mod inputs;
 pub mod optimize;
 pub mod passes;

@@ -105,6 +105,9 @@ pub struct OnnxInput {
     pub output_names: Vec<String>,
     /// The external data file's first initializers, written while the worker traced.
     pub prewritten: Option<crate::onnx::prewrite::PrewrittenData>,
+    /// torch.export's guards on input sizes that some size breaks (`SizeGuard::guard`):
+    /// the model checks each it can at run time ([`crate::onnx::guards`]).
+    pub size_guards: Vec<String>,
 }
 
 /// What the ONNX emission reports.
@@ -118,6 +121,8 @@ pub struct OnnxEmitted {
     /// A node ONNX Runtime's CPU provider cannot run, and why
     /// ([`super::verify::cpu_unrunnable`]).
     pub cpu_unrunnable: Option<String>,
+    /// The size guards the model checks at run time.
+    pub guards_checked: Vec<String>,
 }
 
 /// The translations, the generic passes, the IR fixes (on the optimized
@@ -184,6 +189,18 @@ pub fn onnx(
         "onnx-ir-fixes",
         on_plugin_error,
     )?;
+    // An ONNX model checks its size guards; the one OpenVINO converts does not
+    // (its IR would compute the check, not stop on it).
+    let guards = if backend == Backend::Onnx { &input.size_guards[..] } else { &[] };
+    let (guards_checked, unchecked) = crate::onnx::guards::check(
+        &mut lowered.nodes,
+        &mut lowered.initializers,
+        &lowered.inputs,
+        guards,
+    );
+    for (guard, why) in unchecked {
+        tracing::debug!("size guard `{guard}` not checked by the ONNX model: {why}");
+    }
     // The custom domains the passes' and the fixes' nodes use (`MatMulNBits`), imported too.
     let domains = lowered.nodes.iter().map(|n| &n.domain).filter(|d| !d.is_empty()).cloned();
     lowered.domains.extend(domains.collect::<Vec<_>>());
@@ -205,6 +222,7 @@ pub fn onnx(
         nodes,
         weights_prewritten,
         cpu_unrunnable,
+        guards_checked,
     })
 }
 

@@ -786,6 +786,7 @@ fn export(run: Run, worker: &mut Option<Worker>, job: Job) -> Result<Component> 
         verified_layers: None,
         emit,
         weights_prewritten: emitted.weights_prewritten,
+        guards_checked: emitted.guards_checked,
         verify: verify_time,
         artifact: emitted.runtime.as_ref().map(|r| r.model(job.output)),
         runtime: emitted.runtime,
@@ -909,6 +910,8 @@ struct Emitted {
     optimized: Option<(crate::onnx::optimize::OptimizeReport, usize)>,
     lowered: Option<Lowered>,
     weights_prewritten: usize,
+    /// The size guards an ONNX model checks at run time.
+    guards_checked: Vec<String>,
 }
 
 /// The emit step: `program`, after the FX stages, as `job`'s artifact at
@@ -951,6 +954,7 @@ fn emit_artifact(
             emitted.stages = onnx.stages;
             emitted.optimized = onnx.optimized.map(|o| (o, onnx.nodes));
             emitted.weights_prewritten = onnx.weights_prewritten;
+            emitted.guards_checked = onnx.guards_checked;
             let (quantized, int4) = quantization(job, &emitted);
             Some(verify::Runtime::Onnx { quantized, int4 })
         }
@@ -1067,12 +1071,14 @@ fn onnx_input(job: &Job) -> emit::OnnxInput {
             input_names: traced.input_names.clone(),
             output_names: traced.output_names.clone(),
             prewritten: traced.prewritten(ArtifactPrewriter::onnx_data),
+            size_guards: traced.summary.size_guards.iter().map(|g| g.guard.clone()).collect(),
         },
         None => emit::OnnxInput {
             source: ProgramSource::Saved,
             input_names: Vec::new(),
             output_names: Vec::new(),
             prewritten: None,
+            size_guards: Vec::new(),
         },
     }
 }

@@ -168,6 +168,8 @@ pub struct Component {
     pub emit: Duration,
     /// A `.pt2`'s weight entries written while the worker traced (kept by the emit step).
     pub weights_prewritten: usize,
+    /// The trace's size guards the artifact checks at run time (an ONNX model's).
+    pub guards_checked: Vec<String>,
     /// The artifact run in its runtime against eager (`--verify`).
     pub verify: Duration,
     /// The artifact as the worker runs it (not for IR JSON).
@@ -352,7 +354,7 @@ impl Component {
             writeln!(out, "  (the program came from the trace cache: checked on its recorded inputs only; a run that traces also checks a dynamic export at a second size)")?;
         }
         if let Some(t) = &self.trace {
-            write_trace(out, t, self.reference.as_deref())?;
+            write_trace(out, t, self.reference.as_deref(), &self.guards_checked)?;
         }
         if !self.fixed_axes.is_empty() {
             let axes: Vec<String> = self
@@ -405,6 +407,7 @@ fn write_trace(
     out: &mut impl Write,
     t: &TraceSummary,
     reference: Option<&std::path::Path>,
+    guards_checked: &[String],
 ) -> std::fmt::Result {
     let from = t.hub.as_ref().map_or_else(String::new, |hub| format!(" from {hub}"));
     let reference = match reference {
@@ -477,16 +480,25 @@ fn write_trace(
             .collect();
         writeln!(out, "  dynamic shapes: {} (the model needs them equal)", tied.join(", "))?;
     }
-    // The artifact cannot check these: a size breaking one runs and computes wrong values.
-    if let Some(first) = t.size_guards.first() {
+    // A `.pt2` or `.pte` cannot check these: a size breaking one runs and
+    // computes wrong values. An ONNX model checks those it can read.
+    // The guard named is one the artifact does not check, where there is one.
+    let unchecked = t.size_guards.iter().find(|g| !guards_checked.contains(&g.guard));
+    if let Some(first) = unchecked.or(t.size_guards.first()) {
         let at: Vec<String> =
             first.breaks_at.iter().map(|(input, shape)| format!("{input} {shape:?}")).collect();
         let more = match t.size_guards.len() - 1 {
             0 => String::new(),
             n => format!(" (and {n} more guard(s) sizes break)"),
         };
-        writeln!(out,
-            "  valid only where torch.export's guard `{}` holds: it breaks at {}, which the artifact does not check (it may run and compute wrong values){more}",
+        let checked = if guards_checked.contains(&first.guard) {
+            "which the ONNX model checks at run time (ONNX Runtime stops with an error naming the guard)"
+        } else {
+            "which the artifact does not check (it may run and compute wrong values)"
+        };
+        writeln!(
+            out,
+            "  valid only where torch.export's guard `{}` holds: it breaks at {}, {checked}{more}",
             first.guard,
             at.join(", ")
         )?;
@@ -518,6 +530,7 @@ mod tests {
             verified_layers: None,
             emit: Duration::from_millis(3),
             weights_prewritten: 0,
+            guards_checked: Vec::new(),
             verify: Duration::ZERO,
             artifact: None,
             runtime: None,

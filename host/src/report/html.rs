@@ -691,7 +691,7 @@ fn trace_notes(out: &mut String, c: &ComponentReport) {
         );
     }
     for g in &c.size_guards {
-        put!(out, "<li>valid only where torch.export's guard <code>{}</code> holds, which the artifact does not check</li>\n", Esc(g));
+        put!(out, "<li>valid only where torch.export's guard <code>{}</code> holds, which a <code>.pt2</code> or <code>.pte</code> does not check (an ONNX model checks each guard it can read)</li>\n", Esc(g));
     }
     if let Some(l) = &c.lowering {
         use super::schema::Lowering;

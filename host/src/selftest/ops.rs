@@ -276,6 +276,7 @@ fn translate(
         input_names: Vec::new(),
         output_names: Vec::new(),
         prewritten: None,
+        size_guards: Vec::new(),
     };
     match emit::onnx(cx, Backend::Onnx, &archive, &mut graph, options, input, onnx) {
         Ok(_) => Ok(()),

@@ -690,7 +690,7 @@ def second_image_size(model, program):
     the program left the image's height and width symbolic, within their
     ranges, and every size guard holds at those inputs' shapes; else None,
     and that check varies the batch alone, as for an image size torch.export
-    fixed. Where a guard breaks, the artifact (which checks no guards) does
+    fixed. Where a guard breaks, the artifact (a `.pt2` checks no guards) does
     not claim that size."""
     import torch
 
