@@ -124,6 +124,20 @@ def node_count(path):
     return count(model.graph) + sum(len(f.node) for f in model.functions)
 
 
+def guard_node_count(path):
+    """The nodes with which an hfx ONNX model checks torch.export's size guards at run time
+    (`host/src/onnx/guards.rs` names their outputs so); the reference's graph has no such check."""
+    import onnx
+
+    model = onnx.load(path, load_external_data=False)
+    return sum(
+        1
+        for node in model.graph.node
+        if node.output
+        and (node.output[0].startswith("size_guard_") or "torch.export's guard" in node.output[0])
+    )
+
+
 # ── The two exporters ──
 
 
@@ -155,7 +169,9 @@ def hfx_export(hfx, arch, mode, out, timeout):
     code, wall, stdout, stderr = run_step(command, timeout, env)
     result = {"seconds": round(wall, 2), "command": " ".join(command[1:]).replace(ROOT + "/", "")}
     if code == 0 and os.path.exists(path):
-        result.update(ok=True, path=path, nodes=node_count(path))
+        # The graph's computation, its size-guard checks counted apart.
+        guards = guard_node_count(path)
+        result.update(ok=True, path=path, nodes=node_count(path) - guards, guard_nodes=guards)
         # hfx says which input axes torch.export fixed although the export is dynamic.
         fixed = next(
             (
@@ -675,7 +691,9 @@ def report(results, args, started, elapsed, command):
         "- Status: **pass** = exported and matched eager at every size checked; **mismatch** = exported, an "
         "output off eager beyond tolerance (or missing); **ORT error** = exported, ONNX Runtime refused or "
         "failed to run it; **export fail** / **timeout** = no artifact "
-        f"({args.timeout} s per step). Nodes count the saved graph (with sub-graphs and functions). Times are "
+        f"({args.timeout} s per step). Nodes count the saved graph (with sub-graphs and functions); hfx's leave out "
+        "the nodes with which its ONNX model checks torch.export's size guards at run time (counted apart below; "
+        "the reference's graph checks none). Times are "
         "the wall time of each exporter's whole process (Python start, model build, export, save). `s:` static, "
         "`d:` dynamic; each cell is hfx / reference.",
         "- Outputs are matched by name (both sides name them as the reference does: `logits`, "
@@ -748,6 +766,20 @@ def report(results, args, started, elapsed, command):
             "",
             f"Over the {len(both)} exports both sides produced: hfx {sum(a for a, _ in both)} nodes, "
             f"reference {sum(b for _, b in both)} ({sum(a for a, _ in both) / sum(b for _, b in both):.2f}x).",
+        ]
+    checks = [
+        (x["arch"], m, x["hfx"][m]["guard_nodes"])
+        for x in results
+        for m in MODES
+        if x["hfx"].get(m, {}).get("guard_nodes")
+    ]
+    if checks:
+        lines += [
+            "",
+            f"hfx's ONNX models check torch.export's size guards at run time in {len(checks)} exports, with "
+            f"{sum(n for *_, n in checks)} nodes beside the counts above (most: "
+            + ", ".join(f"{a} {m} {n}" for a, m, n in sorted(checks, key=lambda c: -c[2])[:5])
+            + ").",
         ]
     write(args.report, "\n".join(lines) + "\n" + other_sweeps(args.report))
 

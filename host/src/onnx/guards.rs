@@ -21,7 +21,7 @@ use super::weights::{Bytes, Initializer};
 use super::{Attribute, Node};
 
 /// A guard's expression.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Expr {
     /// The size of `input`'s `axis`.
     Size {
@@ -36,7 +36,7 @@ pub enum Expr {
 
 /// A binary operator, with Python's meaning (`//` floors, `%` takes the
 /// divisor's sign).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Op {
     Add,
     Sub,
@@ -292,6 +292,33 @@ impl Parser {
 }
 
 impl Expr {
+    /// The same value in fewer nodes: torch writes `a - b` as `a + (-1)*b`
+    /// and negative integers as `(-1)`; arithmetic of integers is done here.
+    pub fn simplified(self) -> Expr {
+        use Expr::{Binary, Int, Neg, Not};
+        match self {
+            Neg(e) => match e.simplified() {
+                Int(n) => n.checked_neg().map_or(Neg(Box::new(Int(n))), Int),
+                Neg(inner) => *inner,
+                e => Neg(Box::new(e)),
+            },
+            Not(e) => Not(Box::new(e.simplified())),
+            Binary(op, a, b) => match (op, a.simplified(), b.simplified()) {
+                (Op::Mul, Int(-1), e) | (Op::Mul, e, Int(-1)) => Neg(Box::new(e)).simplified(),
+                (Op::Mul, Int(1), e) | (Op::Mul, e, Int(1)) => e,
+                (Op::Add, Int(0), e) | (Op::Add | Op::Sub, e, Int(0)) => e,
+                (Op::Add, a, Neg(b)) => Binary(Op::Sub, Box::new(a), b),
+                (Op::Add, Neg(a), b) => Binary(Op::Sub, Box::new(b), a),
+                (op, Int(x), Int(y)) => match integers(op, x, y) {
+                    Some(n) => Int(n),
+                    None => Binary(op, Box::new(Int(x)), Box::new(Int(y))),
+                },
+                (op, a, b) => Binary(op, Box::new(a), Box::new(b)),
+            },
+            e => e,
+        }
+    }
+
     /// The inputs whose sizes the expression reads, in first-read order.
     pub fn inputs(&self) -> Vec<&str> {
         let mut found = Vec::new();
@@ -309,6 +336,37 @@ impl Expr {
                 b.collect_inputs(found);
             }
         }
+    }
+}
+
+/// `x op y` as Python computes it, where it is an integer that fits.
+fn integers(op: Op, x: i64, y: i64) -> Option<i64> {
+    Some(match op {
+        Op::Add => x.checked_add(y)?,
+        Op::Sub => x.checked_sub(y)?,
+        Op::Mul => x.checked_mul(y)?,
+        Op::FloorDiv => {
+            x.checked_div_euclid(y)
+                .map(|q| if y < 0 && x.rem_euclid(y) != 0 { q - 1 } else { q })?
+        }
+        Op::Mod => x.checked_rem_euclid(y).map(|r| if y < 0 && r != 0 { r + y } else { r })?,
+        Op::Max => x.max(y),
+        Op::Min => x.min(y),
+        _ => return None,
+    })
+}
+
+/// Whether every size `expr` reads is an axis of a graph input (`ranks`).
+fn readable(expr: &Expr, ranks: &HashMap<String, usize>) -> Result<(), String> {
+    match expr {
+        Expr::Size { input, axis } => {
+            let rank = *ranks.get(input).ok_or_else(|| format!("no graph input `{input}`"))?;
+            let valid = (-(rank as i64)..rank as i64).contains(axis);
+            valid.then_some(()).ok_or_else(|| format!("`{input}` has no axis {axis}"))
+        }
+        Expr::Int(_) => Ok(()),
+        Expr::Not(e) | Expr::Neg(e) => readable(e, ranks),
+        Expr::Binary(_, a, b) => readable(a, ranks).and_then(|()| readable(b, ranks)),
     }
 }
 
@@ -334,11 +392,14 @@ enum Kind {
     Bool,
 }
 
-/// Emits one guard's computation into `nodes` (its integers into
-/// `constants`, initializers), names from `fresh`.
+/// Emits guards' computations into `nodes` (their integers into
+/// `constants`, initializers), names from `fresh`; what one guard computed
+/// another reads again (`emitted`, `ints`), as torch's guards share terms.
 struct Emitter<'a> {
     nodes: Vec<Node>,
     constants: Vec<(String, Vec<i64>)>,
+    emitted: HashMap<Expr, (String, Kind)>,
+    integers: HashMap<Vec<i64>, String>,
     fresh: &'a mut dyn FnMut() -> String,
     /// Each graph input's rank, by name.
     ranks: &'a HashMap<String, usize>,
@@ -359,8 +420,12 @@ impl Emitter<'_> {
     }
 
     fn ints(&mut self, values: &[i64]) -> String {
+        if let Some(name) = self.integers.get(values) {
+            return name.clone();
+        }
         let name = (self.fresh)();
         self.constants.push((name.clone(), values.to_vec()));
+        self.integers.insert(values.to_vec(), name.clone());
         name
     }
 
@@ -379,6 +444,15 @@ impl Emitter<'_> {
     }
 
     fn emit(&mut self, expr: &Expr) -> Result<(String, Kind), String> {
+        if let Some(done) = self.emitted.get(expr) {
+            return Ok(done.clone());
+        }
+        let value = self.emit_new(expr)?;
+        self.emitted.insert(expr.clone(), value.clone());
+        Ok(value)
+    }
+
+    fn emit_new(&mut self, expr: &Expr) -> Result<(String, Kind), String> {
         Ok(match expr {
             Expr::Int(n) => (self.ints(&[*n]), Kind::Int),
             Expr::Size { input, axis } => {
@@ -472,7 +546,16 @@ pub fn check(
         format!("size_guard_{counter}")
     };
     let (mut checked, mut unchecked) = (Vec::new(), Vec::new());
-    let mut added: Vec<Node> = Vec::new();
+    let mut emitter = Emitter {
+        nodes: Vec::new(),
+        constants: Vec::new(),
+        emitted: HashMap::new(),
+        integers: HashMap::new(),
+        fresh: &mut fresh,
+        ranks: &ranks,
+    };
+    // Each input's whole shape, read once.
+    let mut shapes: HashMap<String, String> = HashMap::new();
     // Each checked input's latest name.
     let mut current: HashMap<String, String> = HashMap::new();
     for (at, guard) in guards.iter().enumerate() {
@@ -480,14 +563,16 @@ pub fn check(
             continue; // torch states some guards twice
         }
         let expr = match parse(guard) {
-            Ok(expr) => expr,
+            Ok(expr) => expr.simplified(),
             Err(why) => {
                 unchecked.push((guard.clone(), why));
                 continue;
             }
         };
-        let mut emitter =
-            Emitter { nodes: Vec::new(), constants: Vec::new(), fresh: &mut fresh, ranks: &ranks };
+        if let Err(why) = readable(&expr, &ranks) {
+            unchecked.push((guard.clone(), why));
+            continue;
+        }
         let holds = match emitter.emit(&expr) {
             Ok(value) => emitter.as_kind(value, Kind::Bool),
             Err(why) => {
@@ -498,7 +583,11 @@ pub fn check(
         if let Some(&input) = expr.inputs().first() {
             let rank = ranks[input];
             let reading = current.get(input).cloned().unwrap_or_else(|| input.to_string());
-            let shape = emitter.node("Shape", &[&reading], vec![]);
+            let shape = match shapes.get(input) {
+                Some(shape) => shape.clone(),
+                None => emitter.node("Shape", &[input], vec![]),
+            };
+            shapes.insert(input.to_string(), shape.clone());
             let broken = emitter.ints(&vec![-2; rank.max(1)]);
             let target = emitter.node("Where", &[&holds, &shape, &broken], vec![]);
             // The node's name (its output's, with `_node`) is what ONNX Runtime's error names.
@@ -513,18 +602,18 @@ pub fn check(
             });
             current.insert(input.to_string(), name);
         }
-        added.extend(emitter.nodes);
-        for (name, values) in emitter.constants {
-            let header = p::TensorProto {
-                dims: vec![values.len() as i64],
-                data_type: Some(hfx_dtype::DType::Int64.onnx_code()),
-                name: Some(name),
-                ..Default::default()
-            };
-            let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-            initializers.push(Initializer { header, bytes: Bytes::Owned(bytes) });
-        }
         checked.push(guard.clone());
+    }
+    let mut added = emitter.nodes;
+    for (name, values) in emitter.constants {
+        let header = p::TensorProto {
+            dims: vec![values.len() as i64],
+            data_type: Some(hfx_dtype::DType::Int64.onnx_code()),
+            name: Some(name),
+            ..Default::default()
+        };
+        let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        initializers.push(Initializer { header, bytes: Bytes::Owned(bytes) });
     }
     if added.is_empty() {
         return (checked, unchecked);
@@ -583,6 +672,46 @@ mod tests {
                 Box::new(Expr::Int(2))
             )
         );
+    }
+
+    /// Simplified, an expression computes what Python computes, in fewer
+    /// operations: evaluated both ways at many sizes.
+    #[test]
+    fn simplifying_keeps_pythons_value() {
+        fn value(e: &Expr, n: i64) -> i64 {
+            match e {
+                Expr::Size { .. } => n,
+                Expr::Int(v) => *v,
+                Expr::Neg(e) => -value(e, n),
+                Expr::Not(e) => (value(e, n) == 0) as i64,
+                Expr::Binary(op, a, b) => {
+                    let (x, y) = (value(a, n), value(b, n));
+                    match op {
+                        Op::Eq => (x == y) as i64,
+                        Op::Le => (x <= y) as i64,
+                        Op::And => (x != 0 && y != 0) as i64,
+                        op => integers(*op, x, y).unwrap(),
+                    }
+                }
+            }
+        }
+        for guard in [
+            "((4 + (-1)*(x.shape[1] % 4)) % 4) <= 0",
+            "x.shape[1] + ((-1)*x.shape[0]) <= 0",
+            "(-7) // 2 + (-7) % 3 + 7 // (-2) + 7 % (-3) + (-1)*(-1)*x.shape[1] == 0",
+            "1*x.shape[1] + 0 == (-(-x.shape[1])) and max(2, 3) * min(x.shape[0], 5) == 3*x.shape[0]",
+        ] {
+            let (parsed, simplified) = (parse(guard).unwrap(), parse(guard).unwrap().simplified());
+            assert!(format!("{simplified:?}").len() < format!("{parsed:?}").len(), "{guard}");
+            for n in -9..=9 {
+                assert_eq!(value(&parsed, n), value(&simplified, n), "{guard} at {n}");
+            }
+        }
+        // Python's floor division and remainder of negative integers.
+        assert_eq!(parse("(-7) // 2").unwrap().simplified(), Expr::Int(-4));
+        assert_eq!(parse("7 % (-3)").unwrap().simplified(), Expr::Int(-2));
+        assert_eq!(parse("(-7) % 3").unwrap().simplified(), Expr::Int(2));
+        assert_eq!(parse("7 // (-2)").unwrap().simplified(), Expr::Int(-4));
     }
 
     #[test]
