@@ -2,6 +2,7 @@
 //! ops static shape and position code is made of; anything else is `None`.
 
 use super::known::*;
+use super::shapes::{squeezed, unsqueezed};
 use super::MAX_ELEMENTS;
 use crate::onnx::{Attribute, Node};
 
@@ -119,11 +120,6 @@ fn ints_attr(node: &Node, name: &str) -> Option<Vec<i64>> {
     }
 }
 
-fn axis(a: i64, rank: usize) -> Option<usize> {
-    let a = if a < 0 { a + rank as i64 } else { a };
-    (0..rank as i64).contains(&a).then_some(a as usize)
-}
-
 /// The value of a Constant node, for the attribute forms translations emit.
 fn constant_value(node: &Node) -> Option<Known> {
     let (name, value) = node.attributes.first()?;
@@ -209,29 +205,14 @@ fn unsqueeze_or_squeeze(node: &Node, inputs: &[Option<&Known>]) -> Option<Known>
     let op = node.op_type.as_str();
     let x = input(0)?;
     let axes = match input(1) {
-        Some(a) => a.int_values()?,
-        None if op == "Squeeze" => {
-            x.dims.iter().enumerate().filter(|(_, &d)| d == 1).map(|(i, _)| i as i64).collect()
-        }
-        None => return None,
+        Some(a) => Some(a.int_values()?),
+        None => None,
     };
-    let mut dims = x.dims.clone();
-    if op == "Unsqueeze" {
-        let rank = dims.len() + axes.len();
-        let mut sorted: Vec<usize> = axes.iter().map(|&a| axis(a, rank)).collect::<Option<_>>()?;
-        sorted.sort();
-        sorted.iter().for_each(|&a| dims.insert(a, 1));
-    } else {
-        let mut sorted: Vec<usize> =
-            axes.iter().map(|&a| axis(a, dims.len())).collect::<Option<_>>()?;
-        sorted.sort();
-        for &a in sorted.iter().rev() {
-            if dims[a] != 1 {
-                return None;
-            }
-            dims.remove(a);
-        }
-    }
+    let dims = match (op, axes) {
+        ("Unsqueeze", Some(axes)) => unsqueezed(&x.dims, &axes)?,
+        ("Squeeze", axes) => squeezed(&x.dims, axes.as_deref())?,
+        _ => return None,
+    };
     Some(Known { dims, ..x.clone() })
 }
 

@@ -61,6 +61,12 @@ pub(super) fn known_type(dtype: i32) -> bool {
     )
 }
 
+/// Axis `a` of a tensor of `rank` axes, counted from the end where negative.
+pub(super) fn axis(a: i64, rank: usize) -> Option<usize> {
+    let a = if a < 0 { a + rank as i64 } else { a };
+    (0..rank as i64).contains(&a).then_some(a as usize)
+}
+
 pub(super) fn count(dims: &[i64]) -> usize {
     dims.iter().map(|&d| d.max(0) as usize).product()
 }

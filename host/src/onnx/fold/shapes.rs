@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use super::known::{broadcast_dims, count, Known};
+use super::known::{axis, broadcast_dims, count, Known};
 use super::{Attribute, Node};
 
 /// The shape of `node`'s single output, from `shape_of` its inputs and the
@@ -35,29 +35,11 @@ pub(super) fn output_shape(
             (1..node.inputs.len()).try_fold(shape(0)?, |dims, i| broadcast_dims(&dims, &shape(i)?))
         }
         "Expand" => broadcast_dims(&shape(0)?, &ints(1)?),
-        "Unsqueeze" => {
-            let mut dims = shape(0)?;
-            let rank = dims.len() + ints(1)?.len();
-            let mut axes: Vec<usize> =
-                ints(1)?.iter().map(|&a| axis(a, rank)).collect::<Option<_>>()?;
-            axes.sort();
-            axes.iter().for_each(|&a| dims.insert(a, 1));
-            Some(dims)
-        }
-        "Squeeze" => {
-            let dims = shape(0)?;
-            let axes: Vec<usize> = match node.inputs.get(1).filter(|n| !n.is_empty()) {
-                Some(_) => ints(1)?.iter().map(|&a| axis(a, dims.len())).collect::<Option<_>>()?,
-                None => (0..dims.len()).filter(|&a| dims[a] == 1).collect(),
-            };
-            axes.iter().all(|&a| dims[a] == 1).then(|| {
-                dims.iter()
-                    .enumerate()
-                    .filter(|(a, _)| !axes.contains(a))
-                    .map(|(_, &d)| d)
-                    .collect()
-            })
-        }
+        "Unsqueeze" => unsqueezed(&shape(0)?, &ints(1)?),
+        "Squeeze" => match node.inputs.get(1).filter(|n| !n.is_empty()) {
+            Some(_) => squeezed(&shape(0)?, Some(&ints(1)?)),
+            None => squeezed(&shape(0)?, None),
+        },
         "Transpose" => {
             let dims = shape(0)?;
             match node.attribute("perm") {
@@ -97,9 +79,32 @@ fn reshaped(input: &[i64], target: &[i64], node: &Node) -> Option<Vec<i64>> {
     }
 }
 
-fn axis(a: i64, rank: usize) -> Option<usize> {
-    let a = if a < 0 { a + rank as i64 } else { a };
-    (0..rank as i64).contains(&a).then_some(a as usize)
+/// `Unsqueeze`'s output: a size-1 axis at each of `axes` (of the output's rank).
+pub(super) fn unsqueezed(dims: &[i64], axes: &[i64]) -> Option<Vec<i64>> {
+    let rank = dims.len() + axes.len();
+    let mut sorted: Vec<usize> = axes.iter().map(|&a| axis(a, rank)).collect::<Option<_>>()?;
+    sorted.sort();
+    let mut dims = dims.to_vec();
+    sorted.iter().for_each(|&a| dims.insert(a, 1));
+    Some(dims)
+}
+
+/// `Squeeze`'s output: `axes` (each of size 1) removed, or without axes
+/// every size-1 axis.
+pub(super) fn squeezed(dims: &[i64], axes: Option<&[i64]>) -> Option<Vec<i64>> {
+    let mut sorted: Vec<usize> = match axes {
+        Some(axes) => axes.iter().map(|&a| axis(a, dims.len())).collect::<Option<_>>()?,
+        None => (0..dims.len()).filter(|&a| dims[a] == 1).collect(),
+    };
+    sorted.sort();
+    let mut dims = dims.to_vec();
+    for &a in sorted.iter().rev() {
+        if dims[a] != 1 {
+            return None;
+        }
+        dims.remove(a);
+    }
+    Some(dims)
 }
 
 #[cfg(test)]
