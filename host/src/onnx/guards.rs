@@ -443,41 +443,37 @@ impl Emitter<'_> {
         }
     }
 
-    fn emit(&mut self, expr: &Expr) -> Result<(String, Kind), String> {
+    /// The value of `expr`, which must be [`readable`].
+    fn emit(&mut self, expr: &Expr) -> (String, Kind) {
         if let Some(done) = self.emitted.get(expr) {
-            return Ok(done.clone());
+            return done.clone();
         }
-        let value = self.emit_new(expr)?;
+        let value = self.emit_new(expr);
         self.emitted.insert(expr.clone(), value.clone());
-        Ok(value)
+        value
     }
 
-    fn emit_new(&mut self, expr: &Expr) -> Result<(String, Kind), String> {
-        Ok(match expr {
+    fn emit_new(&mut self, expr: &Expr) -> (String, Kind) {
+        match expr {
             Expr::Int(n) => (self.ints(&[*n]), Kind::Int),
             Expr::Size { input, axis } => {
-                let rank =
-                    *self.ranks.get(input).ok_or_else(|| format!("no graph input `{input}`"))?;
-                let axis = if *axis < 0 { axis + rank as i64 } else { *axis };
-                if !(0..rank as i64).contains(&axis) {
-                    return Err(format!("`{input}` has no axis {axis}"));
-                }
+                let axis = if *axis < 0 { axis + self.ranks[input] as i64 } else { *axis };
                 let attributes =
                     vec![("start", Attribute::Int(axis)), ("end", Attribute::Int(axis + 1))];
                 (self.node("Shape", &[input], attributes), Kind::Int)
             }
             Expr::Neg(e) => {
-                let value = self.emit(e)?;
+                let value = self.emit(e);
                 let value = self.as_kind(value, Kind::Int);
                 (self.node("Neg", &[&value], vec![]), Kind::Int)
             }
             Expr::Not(e) => {
-                let value = self.emit(e)?;
+                let value = self.emit(e);
                 let value = self.as_kind(value, Kind::Bool);
                 (self.node("Not", &[&value], vec![]), Kind::Bool)
             }
             Expr::Binary(op, left, right) => {
-                let (a, b) = (self.emit(left)?, self.emit(right)?);
+                let (a, b) = (self.emit(left), self.emit(right));
                 let logical = matches!(op, Op::And | Op::Or);
                 let want = if logical { Kind::Bool } else { Kind::Int };
                 let (a, b) = (self.as_kind(a, want), self.as_kind(b, want));
@@ -515,7 +511,7 @@ impl Emitter<'_> {
                     Op::Or => (self.node("Or", &[a, b], vec![]), Kind::Bool),
                 }
             }
-        })
+        }
     }
 }
 
@@ -573,13 +569,8 @@ pub fn check(
             unchecked.push((guard.clone(), why));
             continue;
         }
-        let holds = match emitter.emit(&expr) {
-            Ok(value) => emitter.as_kind(value, Kind::Bool),
-            Err(why) => {
-                unchecked.push((guard.clone(), why));
-                continue;
-            }
-        };
+        let value = emitter.emit(&expr);
+        let holds = emitter.as_kind(value, Kind::Bool);
         if let Some(&input) = expr.inputs().first() {
             let rank = ranks[input];
             let reading = current.get(input).cloned().unwrap_or_else(|| input.to_string());
