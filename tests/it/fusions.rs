@@ -360,7 +360,7 @@ fn equal_nodes_the_fixes_make_are_computed_once() {
 
 /// A saved model's node count, op counts and opset domains.
 pub(crate) fn op_counts(path: &Path) -> (usize, HashMap<String, usize>, HashSet<String>) {
-    let model = ModelProto::decode(std::fs::read(path).unwrap().as_slice()).unwrap();
+    let model = read_model(path);
     let graph = model.graph.unwrap();
     let mut counts = HashMap::new();
     for n in &graph.node {
@@ -368,6 +368,11 @@ pub(crate) fn op_counts(path: &Path) -> (usize, HashMap<String, usize>, HashSet<
     }
     let domains = model.opset_import.iter().filter_map(|o| o.domain.clone()).collect();
     (graph.node.len(), counts, domains)
+}
+
+/// The ONNX model at `path`.
+fn read_model(path: &Path) -> ModelProto {
+    ModelProto::decode(std::fs::read(path).unwrap().as_slice()).unwrap()
 }
 
 /// `--ort-fusions cpu` on a tiny Llama (2 layers), traced dynamic: every
@@ -565,10 +570,7 @@ fn generation_components_fused(dir: &Path) {
         assert_eq!(counts.get("Split"), Some(&splits), "{component}: {counts:?}");
     }
     // The decode step's GQA rotates q and k itself: it reads the packed projection.
-    let decode = ModelProto::decode(
-        std::fs::read(dir.join("llama-generation/decode.onnx")).unwrap().as_slice(),
-    )
-    .unwrap();
+    let decode = read_model(&dir.join("llama-generation/decode.onnx"));
     let attentions = decode
         .graph
         .unwrap()
@@ -599,10 +601,7 @@ fn ort_fusions_webgpu_and_dml_fuse_what_their_providers_run() {
         assert_eq!(counts.get("SkipSimplifiedLayerNormalization"), Some(&4), "{counts:?}");
         assert!(!counts.contains_key("FusedMatMul"), "{component}: {counts:?}");
     }
-    let decode = ModelProto::decode(
-        std::fs::read(dir.path().join("llama-generation-webgpu/decode.onnx")).unwrap().as_slice(),
-    )
-    .unwrap();
+    let decode = read_model(&dir.path().join("llama-generation-webgpu/decode.onnx"));
     for node in decode.graph.unwrap().node {
         if node.op_type.as_deref() == Some("GroupQueryAttention") {
             let names: Vec<_> = node.attribute.iter().filter_map(|a| a.name.as_deref()).collect();
@@ -617,12 +616,7 @@ fn ort_fusions_webgpu_and_dml_fuse_what_their_providers_run() {
         assert_eq!(counts.get("FusedMatMul"), Some(&2), "{component}: {counts:?}");
         assert_eq!(counts.get("RotaryEmbedding"), Some(&4), "{component}: {counts:?}");
         assert_eq!(counts.get("SkipSimplifiedLayerNormalization"), Some(&4), "{counts:?}");
-        let model = ModelProto::decode(
-            std::fs::read(dir.path().join(format!("llama-generation-dml/{component}.onnx")))
-                .unwrap()
-                .as_slice(),
-        )
-        .unwrap();
+        let model = read_model(&dir.path().join(format!("llama-generation-dml/{component}.onnx")));
         for node in model.graph.unwrap().node {
             let names: Vec<_> = node.attribute.iter().filter_map(|a| a.name.as_deref()).collect();
             assert!(!names.iter().any(|n| n.starts_with("transBatch")), "{node:?}");
