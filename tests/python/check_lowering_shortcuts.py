@@ -7,13 +7,20 @@ The model is built as the worker builds `--model ARCH --set ...` (a tiny
 random one), its linear layers quantized as the worker quantizes them for
 `--quantize SCHEME` when one is given (torchao's 8da4w, 4w or 8w, groups of
 32), on its sample inputs (2, 8), exported with torch.export (the
-batch, and the sequence of 2-D inputs, dynamic for `dynamic`), then lowered
-twice from identical exports: once as ExecuTorch lowers it, once inside
-`lowering_shortcuts.shortcuts()` with the constants written from their
-storage (`lower.constants_written_from_their_storage`), as the worker
-lowers. At least MIN_REPLAYED partitions must have been replayed, at least
-MIN_RETRACES_SKIPPED whole-program retraces skipped, and the programs'
-guards left unprinted.
+batch, and the sequence of 2-D inputs, dynamic for `dynamic`), saved with
+its weights beside it and loaded over a map of them as the worker saves and
+loads a traced program (`checkpoint.save_program`,
+`pytree.load_exported_mapped`), then lowered twice from that one file:
+first as the worker lowers, inside `lowering_shortcuts.shortcuts()` with the
+constants written from their storage
+(`lower.constants_written_from_their_storage`) and each partition's weights
+shared and let go (`lower.delegated_weights_read_once`); then as ExecuTorch
+lowers it. At least MIN_REPLAYED partitions must have been replayed, at
+least MIN_RETRACES_SKIPPED whole-program retraces skipped, and the
+programs' guards left unprinted. After the worker's lowering, the pages of
+the weights' file resident in this process must be at most the weights the
+portable program still reads (the pages they lie in); after
+ExecuTorch's, more than that.
 
 First, the skip's condition: a program with an op the edge table
 decomposes is not taken for decomposing none.
@@ -34,8 +41,15 @@ import torch
 sys.path.insert(
     0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "host", "worker")
 )
+from check_quantized_pages import PAGE, resident_bytes  # noqa: E402
 from hfx_worker import eager_quantize, messages, sources  # noqa: E402
-from hfx_worker.lower import DirectFile, constants_written_from_their_storage  # noqa: E402
+from hfx_worker.checkpoint import save_program  # noqa: E402
+from hfx_worker.lower import (  # noqa: E402
+    DirectFile,
+    constants_written_from_their_storage,
+    delegated_weights_read_once,
+)
+from hfx_worker.pytree import load_exported_mapped  # noqa: E402
 from hfx_worker.lowering_shortcuts import (  # noqa: E402
     decomposes_none,
     holds_size_for_tensor,
@@ -71,16 +85,50 @@ def model_and_inputs(arch, overrides, shapes, scheme=None):
     )
 
 
-def lowered(model, inputs, dynamic, fast):
+def lowered(path, fast):
+    """The program saved at `path` lowered to XNNPACK, as ExecuTorch lowers
+    it or (`fast`) as the worker does; the `Counts`; and the bytes of the
+    weights' file then resident, with the bound the worker's lowering keeps
+    them under: the weights the lowered program left to portable ops."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
+    program, _ = load_exported_mapped(path)
+    written = constants_written_from_their_storage() if fast else contextlib.nullcontext()
+    read_once = delegated_weights_read_once() if fast else contextlib.nullcontext()
+    with shortcuts(enabled=fast) as counts, written, read_once:
+        edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
+        lowered = edge.to_executorch()
+    portable = edge.exported_program()
+    kept = [
+        value
+        for value in (*portable.state_dict.values(), *portable.constants.values())
+        if isinstance(value, torch.Tensor)
+    ]
+    bound = pages_spanned(value.untyped_storage() for value in kept)
+    return lowered, counts, resident_bytes(path + ".weights"), bound
+
+
+def pages_spanned(storages):
+    """Bytes of the pages the storages' memory lies in, each page once."""
+    pages = set()
+    for storage in storages:
+        if storage.nbytes():
+            start = storage.data_ptr()
+            pages.update(range(start // PAGE, (start + storage.nbytes() - 1) // PAGE + 1))
+    return len(pages) * PAGE
+
+
+def saved_program(model, inputs, dynamic, folder):
+    """The program torch.export makes of `model`, saved in `folder` as the
+    worker saves a traced program (its weights beside it): its path."""
     with torch.no_grad():
         program = torch.export.export(model, (), inputs, dynamic_shapes=dynamic, strict=False)
-    written = constants_written_from_their_storage() if fast else contextlib.nullcontext()
-    with shortcuts(enabled=fast) as counts, written:
-        edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
-        return edge.to_executorch(), counts
+    path = os.path.join(folder, "model.pt2")
+    save_program(program, path, side_weights=True)
+    if not os.path.exists(path + ".weights"):
+        raise SystemExit(f"{path}: saved without its weights beside it, which this check maps")
+    return path
 
 
 def check_direct_file(program):
@@ -176,12 +224,31 @@ def main():
         )
     check_skip_condition()
     model, inputs, dynamic = model_and_inputs(arch, overrides, shapes, scheme)
-    plain, _ = lowered(model, inputs, dynamic, fast=False)
-    fast_program, counts = lowered(model, inputs, dynamic, fast=True)
-    check_direct_file(fast_program)
-    plain, fast = plain.buffer, fast_program.buffer
     name = f"{arch} {shapes}" + (f" {scheme}" if scheme else "")
-    print(f"{name}: {counts}, {len(plain)} bytes")
+    with tempfile.TemporaryDirectory() as folder:
+        path = saved_program(model, inputs, dynamic, folder)
+        # The worker's lowering first, so its measure counts its own pages only.
+        fast_program, counts, fast_resident, bound = lowered(path, fast=True)
+        check_direct_file(fast_program)
+        fast = fast_program.buffer
+        del fast_program
+        plain, _, plain_resident, _ = lowered(path, fast=False)
+        plain = plain.buffer
+    print(
+        f"{name}: {counts}, {len(plain)} bytes; weights resident after lowering "
+        f"{fast_resident} (bound {bound}), as ExecuTorch lowers {plain_resident}"
+    )
+    if fast_resident > bound:
+        raise SystemExit(
+            f"{name}: {fast_resident} bytes of the weights' file stay resident after the lowering, "
+            f"more than the {bound} the portable program reads"
+        )
+    # The first lowering's pages may still be mapped: the second's own must exceed the bound.
+    if plain_resident - fast_resident <= bound:
+        raise SystemExit(
+            f"{name}: as ExecuTorch lowers, only {plain_resident} bytes of the weights' file stay "
+            f"resident (bound {bound}): this check shows nothing"
+        )
     if fast != plain:
         first = next(
             (i for i, (a, b) in enumerate(zip(fast, plain)) if a != b), min(len(fast), len(plain))
