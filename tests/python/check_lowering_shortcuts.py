@@ -49,7 +49,6 @@ from hfx_worker.lower import (  # noqa: E402
     constants_written_from_their_storage,
     delegated_weights_read_once,
 )
-from hfx_worker.pytree import load_exported_mapped  # noqa: E402
 from hfx_worker.lowering_shortcuts import (  # noqa: E402
     decomposes_none,
     holds_size_for_tensor,
@@ -58,6 +57,7 @@ from hfx_worker.lowering_shortcuts import (  # noqa: E402
     shortcuts,
     supported,
 )
+from hfx_worker.pytree import load_exported_mapped  # noqa: E402
 
 
 def model_and_inputs(arch, overrides, shapes, scheme=None):
