@@ -11,6 +11,12 @@ weight's page is resident, then quantized 8da4w by the worker's
 fall to what the weights left in float (the embedding, the norms) plus a
 page at each edge, and the quantized weights must equal those of one
 `quantize_` call over a second copy of the model.
+
+A third copy runs its forward inside `quantized_as_it_runs`, as a
+generation's capture runs `generate`: after each linear layer's call, the
+checkpoint's resident pages must be at most the float weights left plus one
+linear layer's (a forward of the float model makes all of them resident at
+once), and its quantized weights must equal the same.
 """
 
 import os
@@ -85,6 +91,24 @@ def main():
                 f"left are {left} bytes (+ {edges} of page edges)"
             )
 
+        running = transformers.LlamaForCausalLM.from_pretrained(folder).eval()
+        largest = max(m.weight.nbytes for m in running.modules() if isinstance(m, torch.nn.Linear))
+        seen = []
+        with eager_quantize.quantized_as_it_runs(running, spec), torch.no_grad():
+            # Registered after the context's own hooks: each runs once its layer is quantized.
+            for module in running.modules():
+                if isinstance(module, torch.nn.Linear):
+                    module.register_forward_hook(lambda *_: seen.append(resident_bytes(checkpoint)))
+            running(torch.arange(8).reshape(1, 8))
+        print(f"checkpoint resident while running quantized as it runs: at most {max(seen)} bytes")
+        if len(seen) != sum(1 for m in running.modules() if isinstance(m, torch.nn.Linear)):
+            raise SystemExit(f"{len(seen)} linear calls seen")
+        if max(seen) > left + largest + edges:
+            raise SystemExit(
+                f"quantizing as the forward runs kept {max(seen)} bytes of the checkpoint resident; "
+                f"the float weights left and one linear layer's are {left + largest} (+ {edges} of page edges)"
+            )
+
         from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
         from torchao.quantization.granularity import PerGroup
         from torchao.utils import unwrap_tensor_subclass
@@ -95,12 +119,16 @@ def main():
         )
         quantize_(whole, config, lambda module, _name: isinstance(module, torch.nn.Linear))
         unwrap_tensor_subclass(whole)
-        ours, theirs = model.state_dict(), whole.state_dict()
-        if ours.keys() != theirs.keys():
-            raise SystemExit(f"other tensors: {sorted(ours.keys() ^ theirs.keys())}")
-        for name, value in ours.items():
-            if value.dtype != theirs[name].dtype or not torch.equal(value, theirs[name]):
-                raise SystemExit(f"`{name}` differs from one quantize_ over the whole model")
+        theirs = whole.state_dict()
+        for how, quantized in (("quantize_model", model), ("quantized_as_it_runs", running)):
+            ours = quantized.state_dict()
+            if ours.keys() != theirs.keys():
+                raise SystemExit(f"{how}: other tensors: {sorted(ours.keys() ^ theirs.keys())}")
+            for name, value in ours.items():
+                if value.dtype != theirs[name].dtype or not torch.equal(value, theirs[name]):
+                    raise SystemExit(
+                        f"{how}: `{name}` differs from one quantize_ over the whole model"
+                    )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ ExecuTorch's XNNPACK partitioner lowers to its quantized kernels; the eager
 reference is the quantized model, so `--verify` checks the program against
 what it was traced from."""
 
+import contextlib
+
 from . import resident
 from .errors import UserInputError
 
@@ -19,16 +21,65 @@ def quantize_model(model, spec):
     says: each `nn.Linear` by `spec.linear`, each `nn.Embedding` by
     `spec.embeddings`; 4-bit weights in groups of `spec.group_size` along
     the input axis, 8-bit weight-only ones per output channel."""
+    with quantized_as_it_runs(model, spec):
+        pass
+
+
+@contextlib.contextmanager
+def quantized_as_it_runs(model, spec):
+    """Within: `model` quantizes each module `spec` names right after the
+    module's first call (each picked by identity, as `quantize_model`
+    quantizes it), handing back the float weight's pages where they are a
+    file's (`resident`); after: every module quantized, as `quantize_model`
+    leaves it. A model folder's checkpoint is mapped, and a forward reads
+    every weight: quantized only after a whole forward, a 125M Llama's float
+    linears (0.35 GiB) would all be resident at once beside the rest.
+    Nothing with `spec` None."""
+    if spec is None:
+        yield
+        return
     import torch
-    from torchao.quantization import (
-        Int8DynamicActivationIntxWeightConfig,
-        IntxWeightOnlyConfig,
-    )
-    from torchao.quantization.granularity import PerAxis, PerGroup
     from torchao.utils import unwrap_tensor_subclass
 
-    def granularity(bits):
-        return PerGroup(spec.group_size) if bits.startswith("4") else PerAxis(0)
+    check_group_size(model, spec)
+    # Embeddings first, as ExecuTorch's LLM export quantizes them: a tied
+    # head's weight is then quantized from the float one either way.
+    targets = [
+        (module, config)
+        for module_type, config in configs(spec)
+        for module in model.modules()
+        if isinstance(module, module_type)
+    ]
+    mappings = resident.file_mappings()
+    hooks = {}
+
+    def quantize(module, config):
+        hooks.pop(id(module)).remove()
+        quantized_in_place(model, module, config, mappings)
+
+    for module, config in targets:
+        hooks[id(module)] = module.register_forward_hook(
+            lambda module, _args, _output, config=config: quantize(module, config)
+        )
+    try:
+        yield
+    except BaseException:
+        for hook in hooks.values():
+            hook.remove()
+        raise
+    with torch.no_grad():
+        for module, config in targets:
+            if id(module) in hooks:
+                quantize(module, config)
+    # The quantized weights are torchao tensor subclasses, which torch.export
+    # would save pickled: as plain tensors (the integers, scales, zero points)
+    # that a parametrization recombines, the program holds them as weights.
+    unwrap_tensor_subclass(model)
+
+
+def check_group_size(model, spec):
+    """A one-line error where a 4-bit scheme's group does not divide a row."""
+    import torch
 
     grouped = {
         "linear": (spec.linear, torch.nn.Linear),
@@ -45,40 +96,45 @@ def quantize_model(model, spec):
                     "group size that divides it (32, 64, 128 or 256)"
                 )
 
+
+def configs(spec):
+    """[(module type, torchao config)] that `spec` quantizes, embeddings first."""
+    import torch
+    from torchao.quantization import (
+        Int8DynamicActivationIntxWeightConfig,
+        IntxWeightOnlyConfig,
+    )
+    from torchao.quantization.granularity import PerAxis, PerGroup
+
+    def granularity(bits):
+        return PerGroup(spec.group_size) if bits.startswith("4") else PerAxis(0)
+
+    chosen = []
     if spec.embeddings is not None:
         embeddings = IntxWeightOnlyConfig(
             weight_dtype=getattr(torch, BITS[spec.embeddings]),
             granularity=granularity(spec.embeddings),
         )
-        quantized_one_at_a_time(model, embeddings, torch.nn.Embedding)
+        chosen.append((torch.nn.Embedding, embeddings))
     if spec.linear == "8da4w":
-        config = Int8DynamicActivationIntxWeightConfig(
+        linear = Int8DynamicActivationIntxWeightConfig(
             weight_dtype=torch.int4, weight_granularity=PerGroup(spec.group_size)
         )
+        chosen.append((torch.nn.Linear, linear))
     elif spec.linear is not None:
-        config = IntxWeightOnlyConfig(
+        linear = IntxWeightOnlyConfig(
             weight_dtype=getattr(torch, BITS[spec.linear]), granularity=granularity(spec.linear)
         )
-    if spec.linear is not None:
-        quantized_one_at_a_time(model, config, torch.nn.Linear)
-    # The quantized weights are torchao tensor subclasses, which torch.export
-    # would save pickled: as plain tensors (the integers, scales, zero points)
-    # that a parametrization recombines, the program holds them as weights.
-    unwrap_tensor_subclass(model)
+        chosen.append((torch.nn.Linear, linear))
+    return chosen
 
 
-def quantized_one_at_a_time(model, config, module_type):
-    """Quantizes every `module_type` module of `model` by torchao's
-    `quantize_` with `config`, one module at a time (each picked by
-    identity), and hands back the float weight's pages each replaced where
-    they are a file's (`resident`): a model folder's checkpoint is mapped,
-    and its pages would otherwise stay resident beside the quantized copies
-    (a 125M Llama's linears: 0.35 GiB of the worker's peak)."""
+def quantized_in_place(model, target, config, mappings):
+    """Quantizes `target`, a module of `model`, by torchao's `quantize_` with
+    `config` (picked by identity), and hands back the float weight's pages
+    where they are a file's (`mappings`, `resident.file_mappings()`)."""
     from torchao.quantization import quantize_
 
-    mappings = resident.file_mappings()
-    targets = [module for module in model.modules() if isinstance(module, module_type)]
-    for target in targets:
-        float_weight = resident.storage_span(target.weight)
-        quantize_(model, config, lambda module, _name, target=target: module is target)
-        resident.page_out([float_weight], mappings)
+    float_weight = resident.storage_span(target.weight)
+    quantize_(model, config, lambda module, _name: module is target)
+    resident.page_out([float_weight], mappings)

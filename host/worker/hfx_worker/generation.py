@@ -358,12 +358,13 @@ def capture_generation(session, params):
     )
     if not given:
         inputs = left_padded(model, inputs)
-    captured = capture(model, inputs, params.multi_token_decode, params.max_cache_len)
-    # Quantized once `generate` has run: what the capture keeps of each call
-    # (its inputs' shapes and structure) does not depend on the weights'
-    # precision, and torchao's quantized eager prefill is many times a float one.
-    if params.quantize is not None:
-        eager_quantize.quantize_model(model, params.quantize)
+    # Quantized as `generate` runs, each module after its first call: what
+    # the capture keeps of each call (its inputs' shapes and structure) does
+    # not depend on the weights' precision, torchao's quantized eager prefill
+    # is many times a float one, and a float weight quantized once read
+    # leaves memory before the next is read.
+    with eager_quantize.quantized_as_it_runs(model, params.quantize):
+        captured = capture(model, inputs, params.multi_token_decode, params.max_cache_len)
     # Each component traced with what its module computes from sizes by loops
     # precomputed (`precompute`), as `Components` computes it for each call.
     components = {name: precomputed(module, kwargs) for name, (module, kwargs) in captured.items()}
