@@ -12,7 +12,7 @@ use hfx::plugins::ir_model::{Constant, Dim, IrModel, IrParts, ValueType};
 use hfx::plugins::kind;
 use hfx::stages::{onnx_ir_fix, OnPluginError};
 
-fn with(mut node: Node, name: &str, value: Attribute) -> Node {
+pub(crate) fn with(mut node: Node, name: &str, value: Attribute) -> Node {
     node.attributes.push((name.into(), value));
     node
 }
@@ -21,11 +21,11 @@ fn float(dims: &[i64]) -> ValueType {
     ValueType { elem_type: 1, shape: Some(dims.iter().map(|&d| Dim::Fixed(d)).collect()) }
 }
 
-type Shapes<'a> = &'a [(&'a str, &'a [i64])];
+pub(crate) type Shapes<'a> = &'a [(&'a str, &'a [i64])];
 
 /// `nodes` over float inputs and initializers of the given shapes, the
 /// scalars as constants, the `typed` intermediates' shapes known; `outputs` the graph's.
-fn model(
+pub(crate) fn model(
     nodes: Vec<Node>,
     (inputs, initializers, typed): (Shapes, Shapes, Shapes),
     scalars: &[(&str, f64)],
@@ -49,11 +49,11 @@ fn model(
     })
 }
 
-/// `model` after the ONNX Runtime set's plugin `name` (its stage alone).
-fn fused(name: &str, mut model: IrModel) -> Vec<Node> {
+/// `model` after the ONNX Runtime sets' plugin `name` (`onnx-ort-cpu/fuse-gelu`;
+/// its stage alone).
+pub(crate) fn fused(name: &str, mut model: IrModel) -> Vec<Node> {
     let runtime = runtime();
-    let found =
-        hfx::plugins::discover_all(&[plugin_dir(&format!("plugins/onnx-ort-cpu/{name}"))]).unwrap();
+    let found = hfx::plugins::discover_all(&[plugin_dir(&format!("plugins/{name}"))]).unwrap();
     let versions = [("onnxruntime".to_string(), "1.28.0".to_string())].into();
     let set = hfx::plugins::load_set(&runtime, found, versions).unwrap();
     let report = onnx_ir_fix::run(
@@ -68,7 +68,7 @@ fn fused(name: &str, mut model: IrModel) -> Vec<Node> {
     model.finish().nodes
 }
 
-fn ops(nodes: &[Node]) -> Vec<&str> {
+pub(crate) fn ops(nodes: &[Node]) -> Vec<&str> {
     nodes.iter().map(|n| n.op_type.as_str()).collect()
 }
 
@@ -89,7 +89,7 @@ fn attention_scores_become_one_fused_matmul() {
     let shape: &[i64] = &[2, 4, 8, 8];
     let inputs = [("q", shape), ("k", shape), ("v", shape), ("mask", &[2, 1, 8, 8][..])];
     let nodes = fused(
-        "fuse-matmul-transpose-scale",
+        "onnx-ort-cpu/fuse-matmul-transpose-scale",
         model(nodes, (&inputs, &[], &[]), &[("scale", 0.25)], &["out"]),
     );
     assert_eq!(ops(&nodes), ["FusedMatMul", "Add", "Softmax", "MatMul"]);
@@ -134,7 +134,7 @@ fn spelled_out_and_erf_gelus_of_biased_products_fuse_with_their_bias() {
     // The translations type what the traced program named: the sums, not the products.
     let sums: [(&str, &[i64]); 2] = [("h", &[2, 3, 16]), ("h2", &[2, 3, 16])];
     let model = model(nodes, (&[("x", &[2, 3, 8])], &weights, &sums), &scalars, &["out"]);
-    let nodes = fused("fuse-gelu", model);
+    let nodes = fused("onnx-ort-cpu/fuse-gelu", model);
     assert_eq!(ops(&nodes), ["MatMul", "FastGelu", "MatMul", "BiasGelu", "Gelu"]);
     assert_eq!(nodes[1].inputs, ["product", "bias"]);
     assert_eq!(nodes[3].inputs, ["product2", "bias2"]);

@@ -337,10 +337,20 @@ fn a_patch_case_program_reaches_only_what_the_policy_allows() {
 #[test]
 fn every_shipped_plugin_passes_its_self_tests() {
     let plugins = root().join("plugins");
-    // The WebGPU set's own plugin; the rest of that set is the CPU set's.
-    let (ort, webgpu) =
-        (plugins.join("onnx-ort-cpu"), plugins.join("onnx-ort-webgpu/fuse-group-query-attention"));
-    let folders = [&plugins, &ort, &webgpu].map(|f| f.to_str().unwrap().to_string());
+    // The WebGPU and CUDA sets' own plugins checked on values (the rest of
+    // those sets is the CPU set's; CUDA's MoE case is structural: ONNX
+    // Runtime's CPU kernel cannot run it).
+    let ort = plugins.join("onnx-ort-cpu");
+    let own = [
+        "onnx-ort-webgpu/fuse-group-query-attention",
+        "onnx-ort-cuda/fuse-group-query-attention",
+        "onnx-ort-cuda/fuse-multi-head-attention",
+    ];
+    let folders: Vec<String> = [plugins.clone(), ort]
+        .into_iter()
+        .chain(own.iter().map(|o| plugins.join(o)))
+        .map(|f| f.to_str().unwrap().to_string())
+        .collect();
     let mut args = vec!["plugins", "test"];
     args.extend(folders.iter().map(String::as_str));
     let out = hfx_with_python(&root(), &args);
@@ -354,7 +364,7 @@ fn every_shipped_plugin_passes_its_self_tests() {
         .filter(|l| l.starts_with("ok") && l.contains("max abs error"))
         .filter_map(|l| l.split_whitespace().nth(1))
         .collect();
-    let shipped: std::collections::BTreeSet<String> =
+    let mut shipped: std::collections::BTreeSet<String> =
         ["dynamo", "onnx", "onnx-ort-cpu", "onnx-ort-webgpu"]
             .iter()
             .flat_map(|backend| {
@@ -367,6 +377,7 @@ fn every_shipped_plugin_passes_its_self_tests() {
                     .map(move |n| format!("{backend}-{n}"))
             })
             .collect();
+    shipped.extend(own[1..].iter().map(|o| o.replace('/', "-")));
     assert!(shipped.len() >= 37, "{shipped:?}");
     let missing: Vec<&String> = shipped.iter().filter(|n| !checked.contains(n.as_str())).collect();
     assert!(missing.is_empty(), "checked on values in no case: {missing:?}\n{output}");
@@ -374,17 +385,20 @@ fn every_shipped_plugin_passes_its_self_tests() {
     // A case computing in float16 is held to float16's tolerance, and needs
     // it: off by a float16 rounding step, beyond a fix's 1e-4, where the same
     // piece in float32 is not.
-    let gqa = "onnx-ort-cpu-fuse-group-query-attention";
-    for (case, float16) in [
-        ("selftest/decode.json", false),
-        ("selftest/prefill.json", false),
-        ("selftest/decode-float16.json", true),
-        ("selftest/prefill-float16.json", true),
+    let (gqa, mha) =
+        ("onnx-ort-cpu-fuse-group-query-attention", "onnx-ort-cuda-fuse-multi-head-attention");
+    for (plugin, case, float16) in [
+        (gqa, "selftest/decode.json", false),
+        (gqa, "selftest/prefill.json", false),
+        (gqa, "selftest/decode-float16.json", true),
+        (gqa, "selftest/prefill-float16.json", true),
+        (mha, "selftest/prefill.json", false),
+        (mha, "selftest/prefill-float16.json", true),
     ] {
         let line = output
             .lines()
-            .find(|l| l.starts_with("ok") && l.contains(gqa) && l.contains(&format!(" {case} ")))
-            .unwrap_or_else(|| panic!("{case} did not pass\n{output}"));
+            .find(|l| l.starts_with("ok") && l.contains(plugin) && l.contains(&format!(" {case} ")))
+            .unwrap_or_else(|| panic!("{plugin} {case} did not pass\n{output}"));
         let held = if float16 { "float16's atol/rtol 1e-2" } else { "atol/rtol 1e-3" };
         assert!(line.ends_with(&format!("within {held}")), "{line}");
         let error: f64 = line

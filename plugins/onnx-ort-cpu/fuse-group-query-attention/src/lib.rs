@@ -43,6 +43,14 @@ use hfx_sdk::prelude::*;
 /// ignoring `position_ids`, so the rotations stay `RotaryEmbedding`s.
 const ROTATES: bool = !cfg!(feature = "unrotated");
 
+/// Whether a prefill (an attention with no past, which starts the cache) is
+/// taken. Built with the `decode-only` feature (the CUDA set's build of this
+/// fusion) it is not: with an attention bias CUDA's GroupQueryAttention runs
+/// an unfused kernel, slower for a prompt than MultiHeadAttention's
+/// (microsoft/onnxruntime#33869), which the CUDA set's
+/// fuse-multi-head-attention makes of a prefill instead.
+const PREFILLS: bool = !cfg!(feature = "decode-only");
+
 const FLOAT: i32 = 1;
 const INT32: i32 = 6;
 const INT64: i32 = 7;
@@ -309,7 +317,7 @@ fn match_attention(model: &Model, softmax: OnnxNodeId) -> Result<Option<Attentio
     ) else {
         return Ok(None);
     };
-    if key.past.is_some() != value.past.is_some() {
+    if key.past.is_some() != value.past.is_some() || (!PREFILLS && key.past.is_none()) {
         return Ok(None);
     }
     // Self-attention: the new keys as long as the query. After a past, ONNX
