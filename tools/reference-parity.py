@@ -273,7 +273,7 @@ def ledger():
         for entry in group.get("keys", []):
             if entry["key"] in not_ported:
                 problems.append(f"{DATA}: `{entry['key']}` is listed as not ported twice")
-            not_ported[entry["key"]] = (issue, entry.get("note", ""))
+            not_ported[entry["key"]] = (issue, entry.get("note", group.get("note", "")))
     named = [(key, f"plugin {p}") for key, plugins in by_plugin.items() for p in plugins]
     named += [(key, f"{DATA} [[{label}]]") for key, (label, _) in reasons.items()]
     named += [(key, f"{DATA} [not-ported]") for key in not_ported]
