@@ -770,3 +770,35 @@ fn fused_generation_export(
     assert!(stdout.contains("identical to eager `generate`"), "{model}: {stdout}");
     ["prefill", "decode"].map(|c| (c, op_counts(&out.join(format!("{c}.onnx"))).1))
 }
+
+/// Gemma 4 with KV-shared layers (`model_folders.py gemma4-kv-shared`: its
+/// last two of four layers attend over the cache of the last earlier layer
+/// of their kind) exported with `--generation --ort-fusions cpu --verify`:
+/// every rotation (q and k of the cache's own layers, q of the sharing ones;
+/// on `[batch, length, heads, head_dim]`, the global layers' frequencies
+/// proportional) is a `RotaryEmbedding`; the two layers writing a cache
+/// attend by GroupQueryAttention, whose presents the sharing layers read,
+/// their attention left as it was (the reference's CPU graph fuses none of
+/// the four); greedy tokens eager's.
+#[test]
+fn ort_fusions_cpu_fuse_gemma4s_rotations_and_the_attention_of_its_kv_owning_layers() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = model_folder("gemma4-kv-shared", dir.path());
+    let out = dir.path().join("fused");
+    let (model, out_arg) = (model.display().to_string(), out.display().to_string());
+    let mut args = vec!["run", "--backend", "onnx", "--model-dir", &model, "--generation"];
+    args.extend(["--ort-fusions", "cpu", "--verify", "-o", &out_arg]);
+    let plugins = root().join("plugins").display().to_string();
+    args.extend(["--plugins", &plugins]);
+    let result = hfx_with_python(dir.path(), &args);
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(result.status.success(), "{}{stdout}", String::from_utf8_lossy(&result.stderr));
+    assert!(stdout.contains("identical to eager `generate`"), "{stdout}");
+    for component in ["prefill", "decode"] {
+        let (_, counts, _) = op_counts(&out.join(format!("{component}.onnx")));
+        let count = |op: &str| counts.get(op).copied().unwrap_or(0);
+        assert_eq!((count("RotaryEmbedding"), count("Neg")), (6, 0), "{component}: {counts:?}");
+        let attention = (count("GroupQueryAttention"), count("Softmax"));
+        assert_eq!(attention, (2, 2), "{component}: {counts:?}");
+    }
+}

@@ -193,6 +193,29 @@ class RotaryHalves(torch.nn.Module):
         return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
 
+class RotaryHalvesHeadsThird(torch.nn.Module):
+    """Rotary embedding as Gemma 4 traces it: on `[batch, length, heads, head_dim]` (a projection
+    split into heads, before the heads move second), after a per-head RMS norm, cos and sin unsqueezed at the heads' axis 2, the
+    frequencies proportional (a quarter of them rotating, the rest zero: those dims kept as they are).
+    ONNX Runtime's `RotaryEmbedding` on the heads merged when fused."""
+
+    def __init__(self):
+        super().__init__()
+        rotating = 1.0 / 10000 ** (torch.arange(0, 2, 2).float() / 8)
+        self.register_buffer("inv_freq", torch.cat([rotating, torch.zeros(3)]))
+        self.norm_weight = torch.nn.Parameter(torch.linspace(0.5, 1.5, 8))
+        self.proj = torch.nn.Linear(16, 24, bias=False)
+
+    def forward(self, hidden, position_ids):
+        freqs = position_ids[:, :, None].float() * self.inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos().unsqueeze(2), emb.sin().unsqueeze(2)
+        x = self.proj(hidden).view(hidden.shape[0], hidden.shape[1], -1, 8)
+        x = x * torch.pow(x.pow(2).mean(-1, keepdim=True) + 1e-6, -0.5) * self.norm_weight
+        x1, x2 = x[..., :4], x[..., 4:]
+        return (x * cos + torch.cat((-x2, x1), dim=-1) * sin).transpose(1, 2)
+
+
 class GroupQueryAttention(torch.nn.Module):
     """A decoder's attention over its KV cache as transformers' decoders trace it (4 query heads, 2
     key-value heads of 8): q, k, v split into heads, the new keys and values appended to the past
@@ -312,6 +335,10 @@ PATTERNS = {
         lambda: (torch.randint(0, 2, (2, 5)),),
     ),
     "rotary_halves": (RotaryHalves, lambda: (torch.randn(2, 3, 5, 8),)),
+    "rotary_halves_heads_third": (
+        RotaryHalvesHeadsThird,
+        lambda: (torch.randn(2, 5, 16), torch.arange(3, 8).repeat(2, 1)),
+    ),
     "group_query_attention_decode": (
         GroupQueryAttentionDecode,
         lambda: (

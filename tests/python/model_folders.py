@@ -25,7 +25,9 @@ into slices of a new tensor) and whose router writes its group mask
 (`scatter_`); `deepseek_v2` (its second layer's MLP of experts) and
 `deepseek_v2-dense` (both layers dense) and `llama4_text`, decoders computing
 RoPE in complex numbers (`torch.polar`, `view_as_complex`); `fnet`, whose
-token mixing is a 2-D FFT (`torch.fft.fftn`)."""
+token mixing is a 2-D FFT (`torch.fft.fftn`); `gemma4-kv-shared`, a Gemma 4
+whose last two of four layers attend over the keys and values the last
+earlier layer of their kind cached (`num_kv_shared_layers`)."""
 
 import sys
 
@@ -46,6 +48,8 @@ from transformers import (
     Dinov2WithRegistersModel,
     FNetConfig,
     FNetModel,
+    Gemma4ForCausalLM,
+    Gemma4TextConfig,
     GPT2Config,
     GPT2LMHeadModel,
     Llama4ForCausalLM,
@@ -232,6 +236,30 @@ def deepseek_v2(**extra):
     return DeepseekV2ForCausalLM(config).eval()
 
 
+def gemma4_kv_shared():
+    torch.manual_seed(0)
+    config = Gemma4TextConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        head_dim=8,
+        sliding_window=6,
+        layer_types=["sliding_attention", "full_attention"] * 2,
+        vocab_size_per_layer_input=128,
+        hidden_size_per_layer_input=8,
+        per_layer_config={},
+        num_kv_shared_layers=2,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    return Gemma4ForCausalLM(config).eval()
+
+
 def llama4_text():
     torch.manual_seed(0)
     config = Llama4TextConfig(
@@ -320,6 +348,8 @@ def main(kind, out):
         # DeepSeek's mixture-of-experts layer off (DeepSeek-V3's too, whose
         # RoPE is real), which is not what its complex RoPE is checked for.
         deepseek_v2(first_k_dense_replace=2).save_pretrained(out)
+    elif kind == "gemma4-kv-shared":
+        gemma4_kv_shared().save_pretrained(out)
     elif kind == "llama4_text":
         llama4_text().save_pretrained(out)
     elif kind == "fnet":

@@ -33,7 +33,10 @@
 //! position ids) where ONNX Runtime's kernel can: in a first prompt it
 //! rotates every row from one start position, which a left-padded batch's
 //! rows do not share. Targets `Softmax`; every intermediate must be read
-//! only by the pattern.
+//! only by the pattern, but for a key and value several attentions read
+//! (layers attending over an earlier layer's cache, Gemma 4's
+//! `num_kv_shared_layers`): the first, the cache's own layer, is fused and
+//! its present is the cache the others go on reading.
 
 use hfx_sdk::prelude::*;
 
@@ -261,9 +264,13 @@ fn match_attention(model: &Model, softmax: OnnxNodeId) -> Result<Option<Attentio
     let matmul_inputs = model.inputs(matmul)?;
     let [query, transposed] = matmul_inputs.as_slice() else { return Ok(None) };
     let Some(transpose) = model.producer(transposed) else { return Ok(None) };
+    // A key several attentions read (Gemma 4's KV-shared layers attend over
+    // an earlier layer's cache, its repeat and transpose computed once): the
+    // first reader, the layer that wrote the cache, is fused; the later ones
+    // keep reading the cache, then GQA's present, through the nodes they share.
     if model.op_type(transpose)? != "Transpose"
         || !model.is_default_domain(transpose)?
-        || model.consumers(transposed) != [matmul]
+        || model.consumers(transposed).first() != Some(&matmul)
     {
         return Ok(None);
     }
@@ -592,6 +599,12 @@ fn expanded_groups(model: &Model, shape: &str) -> Result<Option<i64>> {
 fn cache(model: &Model, present: &str, kv_heads: i64, head_dim: i64) -> Result<Option<Cache>> {
     if !model.is_graph_output(present) {
         return Ok(None);
+    }
+    // Another layer's cache that layer's GroupQueryAttention writes: read as it is.
+    if let Some(writer) = model.producer(present) {
+        if model.op_type(writer)? == "GroupQueryAttention" {
+            return Ok(None);
+        }
     }
     let heads_of = |v: &str| match model.shape(v).as_deref() {
         Some([_, OnnxDim::Fixed(h), _, OnnxDim::Fixed(d)]) => *h == kv_heads && *d == head_dim,

@@ -15,6 +15,14 @@
 //! When `f` is per row, `Mul(Cast(Unsqueeze(position_ids, 2)), inv_freq)`
 //! (a generation component's), the rotation takes `position_ids` and caches
 //! of rows `0..=max(position_ids)` computed in the graph from `inv_freq`.
+//! `x` may also be `[batch, length, heads, head_dim]` (rotated before its
+//! heads move second, as Gemma 4 does), `cos` and `sin` unsqueezed at axis
+//! 2: ONNX Runtime takes that layout only with the heads merged
+//! (`[batch, length, heads·head_dim]`, `num_heads` set), so the rotation is
+//! done on `Reshape(x, [0, 0, -1])` and split back. Frequencies that are
+//! zero past the rotated part (Gemma 4's "proportional" partial rotation,
+//! `inv_freq` `[f₀ … f_k, 0 … 0]`) are a full rotation to ONNX Runtime too:
+//! their rows of the caches are cos 1 and sin 0, which keep those dims.
 //! Targets `Neg`, rotate-half's; the caches are shared by every rotation of
 //! the same frequencies. A float16 model's `cos` and `sin`, computed in
 //! float32 and cast, give caches cast the same way.
@@ -54,14 +62,51 @@ fn fuse_rotary_embedding(model: &Model, neg: OnnxNodeId) -> Result<bool> {
         None => (cos_cache, sin_cache),
     };
     let interleaved = NamedAttribute { name: "interleaved".into(), value: Attribute::Int(0) };
-    let (_, outputs) = model.add_node(
-        "RotaryEmbedding",
-        "com.microsoft",
-        &[m.x.clone(), positions, cos_cache, sin_cache],
-        &[format!("{}_rotated", m.output)],
-        &[interleaved],
-    )?;
-    model.replace_uses(&m.output, &outputs[0])?;
+    let rotated = match m.heads_third {
+        None => {
+            let (_, mut outputs) = model.add_node(
+                "RotaryEmbedding",
+                "com.microsoft",
+                &[m.x.clone(), positions, cos_cache, sin_cache],
+                &[format!("{}_rotated", m.output)],
+                &[interleaved],
+            )?;
+            outputs.remove(0)
+        }
+        // ONNX Runtime takes `[batch, heads, length, head_dim]` or
+        // `[batch, length, heads·head_dim]`: the heads are merged and split again.
+        Some((heads, head_dim)) => {
+            let merge = model.add_initializer("rotary_merge_heads", &ints(vec![0, 0, -1]))?;
+            let split = ints(vec![0, 0, heads, head_dim]);
+            let split =
+                model.add_initializer(&format!("rotary_split_{heads}_{head_dim}"), &split)?;
+            let (_, merged) = model.add_node(
+                "Reshape",
+                "",
+                &[m.x.clone(), merge],
+                &[format!("{}_merged", m.x)],
+                &[],
+            )?;
+            let num_heads =
+                NamedAttribute { name: "num_heads".into(), value: Attribute::Int(heads) };
+            let (_, rotated) = model.add_node(
+                "RotaryEmbedding",
+                "com.microsoft",
+                &[merged[0].clone(), positions, cos_cache, sin_cache],
+                &[format!("{}_rotated_merged", m.output)],
+                &[interleaved, num_heads],
+            )?;
+            let (_, mut outputs) = model.add_node(
+                "Reshape",
+                "",
+                &[rotated[0].clone(), split],
+                &[format!("{}_rotated", m.output)],
+                &[],
+            )?;
+            outputs.remove(0)
+        }
+    };
+    model.replace_uses(&m.output, &rotated)?;
     for node in &m.nodes {
         model.remove_node(*node)?;
     }
@@ -75,6 +120,9 @@ struct Rotation {
     /// when it computed them in float32 and cast them.
     cast_to: Option<i64>,
     output: String,
+    /// `(heads, head_dim)` when `x` is `[batch, length, heads, head_dim]`
+    /// (rotated before its heads are moved second, as Gemma 4 does).
+    heads_third: Option<(i64, i64)>,
     /// The pattern's nodes only it reads (removed once fused).
     nodes: Vec<OnnxNodeId>,
 }
@@ -115,15 +163,23 @@ fn match_rotation(model: &Model, neg: OnnxNodeId) -> Result<Option<Rotation>> {
         return Ok(None);
     }
     let Some(cos) = model.other_input(mul_cos, &x)? else { return Ok(None) };
-    // cos = Cos(Concat(f, f)) and sin = Sin of the same, each perhaps unsqueezed at axis 1.
-    let (Some((cos_of, cast_to)), Some(sin_of)) =
+    // cos = Cos(Concat(f, f)) and sin = Sin of the same, each perhaps
+    // unsqueezed at the heads' axis: 1, or 2 for `x` `[batch, length, heads, head_dim]`.
+    let (Some((cos_of, cast_to, heads_axis)), Some(sin_of)) =
         (trig_of(model, &cos, "Cos")?, trig_of(model, &sin, "Sin")?)
     else {
         return Ok(None);
     };
-    if (cos_of.clone(), cast_to) != sin_of {
+    if (cos_of.clone(), cast_to, heads_axis) != sin_of {
         return Ok(None);
     }
+    let heads_third = match heads_axis {
+        1 => None,
+        _ => match model.value_type(&x).and_then(|t| t.shape).as_deref() {
+            Some([_, _, OnnxDim::Fixed(heads), OnnxDim::Fixed(d)]) => Some((*heads, *d)),
+            _ => return Ok(None),
+        },
+    };
     let Some(doubled) = model.producer(&cos_of) else { return Ok(None) };
     let doubled_inputs = model.inputs(doubled)?;
     let [f, f2] = doubled_inputs.as_slice() else { return Ok(None) };
@@ -145,6 +201,7 @@ fn match_rotation(model: &Model, neg: OnnxNodeId) -> Result<Option<Rotation>> {
         positions,
         cast_to,
         output,
+        heads_third,
         nodes: vec![upper, neg, lower, concat, mul_sin, mul_cos, add],
     }))
 }
@@ -192,6 +249,10 @@ fn per_row(model: &Model, f: &str, half: i64) -> Result<Option<Positions>> {
 
 fn int64(dims: Vec<i64>, value: i64) -> Constant {
     Constant { elem_type: INT64, dims, data: ConstantData::Ints(vec![value]) }
+}
+
+fn ints(values: Vec<i64>) -> Constant {
+    Constant { elem_type: INT64, dims: vec![values.len() as i64], data: ConstantData::Ints(values) }
 }
 
 /// Caches of rows `0..=max(ids)`, `Cos`/`Sin` of `Range · inv_freq`,
@@ -277,14 +338,18 @@ fn find_reader(
 
 /// The value `op` (`Cos`, `Sin`) was applied to, for `value` = `op(v)`,
 /// perhaps cast (a float16 model computes them in float32), perhaps then
-/// `Unsqueeze(·, [1])`; and the type cast to.
-fn trig_of(model: &Model, value: &str, op: &str) -> Result<Option<(String, Option<i64>)>> {
+/// `Unsqueeze(·, [1])` or `Unsqueeze(·, [2])`; the type cast to; and the
+/// axis the heads broadcast over (1 when not unsqueezed: `v` `[·, length, ·]`).
+type Trig = (String, Option<i64>, i64);
+fn trig_of(model: &Model, value: &str, op: &str) -> Result<Option<Trig>> {
     let Some(mut node) = model.producer(value) else { return Ok(None) };
+    let mut heads_axis = 1;
     if model.op_type(node)? == "Unsqueeze" {
         let inputs = model.inputs(node)?;
-        if inputs.get(1).and_then(|a| model.ints(a)) != Some(vec![1]) {
-            return Ok(None);
-        }
+        heads_axis = match inputs.get(1).and_then(|a| model.ints(a)).as_deref() {
+            Some([axis @ (1 | 2)]) => *axis,
+            _ => return Ok(None),
+        };
         let Some(inner) = model.producer(&inputs[0]) else { return Ok(None) };
         node = inner;
     }
@@ -300,7 +365,7 @@ fn trig_of(model: &Model, value: &str, op: &str) -> Result<Option<(String, Optio
     if model.op_type(node)? != op || !model.is_default_domain(node)? {
         return Ok(None);
     }
-    Ok(model.inputs(node)?.into_iter().next().map(|v| (v, cast_to)))
+    Ok(model.inputs(node)?.into_iter().next().map(|v| (v, cast_to, heads_axis)))
 }
 
 /// `cache` cast to `to`, found among its readers or added (shared by every
